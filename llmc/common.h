@@ -1,0 +1,124 @@
+/*
+common.h — the few things every file needs: errors, the op context, dtypes, timers.
+
+Errors. Three kinds, three exit codes, always one line on stderr that says what was wrong and
+where (which flag, which file, what was expected):
+  usage_error(...)  bad command line (unknown flag, bad value, impossible combination) -> exit 2
+  fatal(...)        bad input data or I/O failure (wrong magic, truncated file, ...)   -> exit 1
+  CHECK(cond, ...)  same as fatal, for one-line invariants.
+
+The op context (Ctx). Every op in llmc/ is a free function that takes a Ctx first, then plain
+pointers and sizes, e.g. layernorm_forward(ctx, out, mean, rstd, inp, w, b, N, C). The op body
+is the only place that looks at ctx.device: it runs the CPU reference loop or, in a CUDA build,
+launches the CUDA kernel that sits beside it in the same file. The model and the parallel
+strategies never look at the device.
+
+bf16 on the CPU. Model files may hold bf16 weights (llm.c version 5). bf16 is the upper 16 bits
+of an IEEE fp32; we convert with round-to-nearest-even, like torch's .to(torch.bfloat16).
+
+Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there.
+*/
+#pragma once
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <chrono>
+#include <string>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// errors
+
+[[noreturn]] inline void die_with(int code, const char* kind, const char* fmt, va_list ap) {
+    fflush(stdout);
+    fprintf(stderr, "%s: ", kind);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    exit(code);
+}
+[[noreturn]] inline void usage_error(const char* fmt, ...) {
+    va_list ap; va_start(ap, fmt); die_with(2, "error", fmt, ap);
+}
+[[noreturn]] inline void fatal(const char* fmt, ...) {
+    va_list ap; va_start(ap, fmt); die_with(1, "error", fmt, ap);
+}
+#define CHECK(cond, ...) do { if (!(cond)) fatal(__VA_ARGS__); } while (0)
+
+// ----------------------------------------------------------------------------
+// files: every open/read/write checked, with the file name in the message
+
+inline FILE* fopen_or_die(const char* path, const char* mode) {
+    FILE* f = fopen(path, mode);
+    if (!f) fatal("cannot open '%s' (%s): %s", path, mode, strerror(errno));
+    return f;
+}
+inline void fread_or_die(void* dst, size_t size, size_t n, FILE* f, const char* path) {
+    size_t got = fread(dst, size, n, f);
+    if (got != n) fatal("'%s' is truncated: expected %zu more bytes, got %zu", path, size * n, size * got);
+}
+inline void fwrite_or_die(const void* src, size_t size, size_t n, FILE* f, const char* path) {
+    if (fwrite(src, size, n, f) != n) fatal("cannot write '%s': %s", path, strerror(errno));
+}
+inline long long file_size_or_die(const char* path) {
+    FILE* f = fopen_or_die(path, "rb");
+    fseek(f, 0, SEEK_END);
+    long long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+// ----------------------------------------------------------------------------
+// devices and the op context
+
+enum class Device { CPU, CUDA };
+
+struct Ctx {
+    Device device = Device::CPU;
+    // the CUDA backend adds its stream and cuBLASLt handle here
+};
+
+// ----------------------------------------------------------------------------
+// bf16 <-> fp32 on the host (round to nearest even; NaN stays NaN)
+
+inline uint16_t fp32_to_bf16(float x) {
+    uint32_t u; memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+inline float bf16_to_fp32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16; float x; memcpy(&x, &u, 4); return x;
+}
+
+// ----------------------------------------------------------------------------
+// time
+
+inline double now_seconds() {
+    using namespace std::chrono;
+    return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// ----------------------------------------------------------------------------
+// 64-byte aligned vectors. Every buffer of the model is one, so vectorized loops see the same
+// alignment in every run: reductions are then bit-identical from run to run (resume relies on it).
+
+template <class T> struct AlignedAlloc {
+    using value_type = T;
+    AlignedAlloc() = default;
+    template <class U> AlignedAlloc(const AlignedAlloc<U>&) {}
+    T* allocate(size_t n) {
+        size_t bytes = ceil_div(n * sizeof(T), 64) * 64;
+        void* p = aligned_alloc(64, bytes ? bytes : 64);
+        if (!p) fatal("out of memory allocating %zu bytes", n * sizeof(T));
+        return (T*)p;
+    }
+    void deallocate(T* p, size_t) { free(p); }
+    template <class U> bool operator==(const AlignedAlloc<U>&) const { return true; }
+    template <class U> bool operator!=(const AlignedAlloc<U>&) const { return false; }
+};
+template <class T> using avec = std::vector<T, AlignedAlloc<T>>;

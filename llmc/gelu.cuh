@@ -1,0 +1,40 @@
+/*
+gelu.cuh — GELU, tanh approximation (GPT-2's, torch's approximate='tanh').
+
+  forward:  y = ½·x·(1 + tanh(u)),  u = √(2/π)·(x + 0.044715·x³)
+  backward: dy/dx = ½(1 + tanh u) + ½·x·(1 − tanh² u)·√(2/π)·(1 + 3·0.044715·x²)
+            dinp = dout · dy/dx            (written, not added: its input is a scratch buffer)
+
+Test: test/test_ops.cpp (finite differences).
+*/
+#pragma once
+#include <cmath>
+#include "common.h"
+
+#define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
+
+inline void gelu_forward_cpu(float* out, const float* inp, size_t N) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+inline void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, size_t N) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = grad * dout[i];
+    }
+}
+
+inline void gelu_forward(const Ctx&, float* out, const float* inp, size_t N) {
+    gelu_forward_cpu(out, inp, N);
+}
+inline void gelu_backward(const Ctx&, float* dinp, const float* inp, const float* dout, size_t N) {
+    gelu_backward_cpu(dinp, inp, dout, N);
+}

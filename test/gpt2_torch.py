@@ -1,0 +1,107 @@
+"""
+gpt2_torch.py — an independent GPT-2 in PyTorch, and llm.c model/shard file helpers, for the
+reference checks. It shares no code with the C++ model: if both agree, both are right.
+
+The model is written with plain torch ops (F.layer_norm, matmuls, an explicit causal softmax,
+GELU tanh) over a dict of tensors named like llm.c's model file, in llm.c's tensor-major order.
+"""
+import math
+import struct
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+
+
+def shapes(maxT, V, Vp, L, NH, C):
+    return {"wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C),
+            "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C),
+            "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
+            "fcprojw": (L, C, 4 * C), "fcprojb": (L, C), "lnfw": (C,), "lnfb": (C,)}
+
+
+def random_params(cfg, seed, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    p = {}
+    for name, shp in shapes(**cfg).items():
+        if name.endswith("w") and name.startswith("ln"):
+            p[name] = 1.0 + 0.1 * torch.randn(shp, generator=g, dtype=dtype)
+        else:
+            p[name] = 0.05 * torch.randn(shp, generator=g, dtype=dtype)
+    p["wte"][cfg["V"]:] = 0.0  # padding rows
+    return p
+
+
+def write_model(path, cfg, params, version=3):
+    header = [20240326, version, cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], cfg["Vp"]] + [0] * 248
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        for name in NAMES:
+            a = params[name].detach().to(torch.float32).contiguous()
+            if version == 5:
+                a = a.to(torch.bfloat16).view(torch.int16).numpy().astype("<i2")
+            else:
+                a = a.numpy().astype("<f4")
+            f.write(a.tobytes())
+
+
+def read_model(path):
+    with open(path, "rb") as f:
+        h = struct.unpack("<256i", f.read(1024))
+        assert h[0] == 20240326 and h[1] == 3, h[:2]
+        cfg = dict(maxT=h[2], V=h[3], L=h[4], NH=h[5], C=h[6], Vp=h[7])
+        p = {}
+        for name, shp in shapes(**cfg).items():
+            n = int(np.prod(shp))
+            p[name] = torch.from_numpy(np.frombuffer(f.read(4 * n), dtype="<f4").copy()).reshape(shp)
+        assert f.read() == b""
+    return cfg, p
+
+
+def write_shard(path, tokens):
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(np.asarray(tokens, dtype="<u2").tobytes())
+
+
+def forward(p, cfg, idx, targets):
+    """Mean cross-entropy of GPT-2 on idx (B, T) against targets (B, T)."""
+    B, T = idx.shape
+    C, NH, L, V = cfg["C"], cfg["NH"], cfg["L"], cfg["V"]
+    hs = C // NH
+    x = p["wte"][idx] + p["wpe"][:T]
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    for l in range(L):
+        h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
+        qkv = h @ p["qkvw"][l].T + p["qkvb"][l]
+        q, k, v = qkv.split(C, dim=-1)
+        q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p["attprojw"][l].T + p["attprojb"][l]
+        h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
+        h = F.gelu(h @ p["fcw"][l].T + p["fcb"][l], approximate="tanh")
+        x = x + h @ p["fcprojw"][l].T + p["fcprojb"][l]
+    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
+    logits = x @ p["wte"][:V].T
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+
+
+def lr_at(step, lr, warmup, total, kind, final_frac, cooldown=0.2):
+    """The schedule of llmc/schedulers.h, written again from its formula."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    lo = lr * final_frac
+    p = (step - warmup) / (total - warmup) if total > warmup else 0.0
+    if kind == "cosine":
+        return lo + 0.5 * (1 + math.cos(math.pi * p)) * (lr - lo)
+    if kind == "linear":
+        return lr - p * (lr - lo)
+    if kind == "wsd":
+        return lr if p < 1 - cooldown else lr - (p - (1 - cooldown)) / cooldown * (lr - lo)
+    return lr

@@ -1,0 +1,295 @@
+/*
+test_ops — every op's backward against finite differences of its forward, plus the small pieces
+(the whole model's gradient, AdamW, the global norm, bf16 rounding, LR schedules, data order).
+
+Finite differences. For an op y = f(x) and a fixed random R, the scalar L(x) = Σ y·R has
+∂L/∂x = the op's backward with dout = R. We check sampled elements of ∂L/∂x against
+    (L(x + h) − L(x − h)) / 2h,     L summed in double,  h = 1e-2.
+Tolerance: |analytic − numeric| ≤ 1e-2·|numeric| + 1e-3·max(1, max|numeric|)·... is *not* what
+we use; we bound the two error sources separately:
+  truncation  O(h²·|f'''|): with h = 1e-2 and O(1) inputs, ≲ 1e-3 relative   → rtol = 1e-2
+  round-off   every fp32 output carries ≤ 2^-24 relative error, so L carries ≤ 2^-24·Σ|y·R|·k
+              (k = a few ulps per output for the reductions inside the op), divided by 2h
+                                                                              → atol = 16·2^-24·Σ|y·R| / 2h
+Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
+*/
+#include <cmath>
+#include <functional>
+#include <vector>
+#include "../llmc/model.h"
+#include "../llmc/dataloader.h"
+#include "../llmc/schedulers.h"
+
+static int n_pass = 0, n_fail = 0;
+static void report(bool ok, const char* name, const char* fmt = "", double a = 0, double b = 0) {
+    printf("%s - %s", ok ? "ok" : "not ok", name);
+    if (*fmt) { printf(" ("); printf(fmt, a, b); printf(")"); }
+    printf("\n");
+    (ok ? n_pass : n_fail)++;
+}
+
+static Rng rng(42);
+static avec<float> randn(size_t n, float scale = 1.0f) {
+    avec<float> v(n);
+    for (auto& x : v) x = scale * rng.normal();
+    return v;
+}
+
+// Checks grad (analytic) against finite differences of loss() w.r.t. x, on up to `samples` elements.
+// loss() returns Σ y·R in double together with Σ|y·R| (for the round-off bound).
+static void fd_check(const char* name, float* x, size_t n, const float* grad,
+                     const std::function<std::pair<double, double>()>& loss, int samples = 48) {
+    const float h = 1e-2f;
+    double worst = 0.0;
+    bool ok = true;
+    for (int s = 0; s < samples && s < (int)n; s++) {
+        size_t i = n <= (size_t)samples ? (size_t)s : rng.below(n);
+        float orig = x[i];
+        x[i] = orig + h; auto lp = loss();
+        x[i] = orig - h; auto lm = loss();
+        x[i] = orig;
+        double num = (lp.first - lm.first) / (2.0 * h);
+        double atol = 16.0 * std::ldexp(1.0, -24) * std::max(lp.second, lm.second) / (2.0 * h);
+        double err = std::fabs(grad[i] - num);
+        double allowed = 1e-2 * std::fabs(num) + atol;
+        worst = std::max(worst, err / allowed);
+        if (err > allowed) {
+            ok = false;
+            printf("#   %s[%zu]: analytic %.6g, numeric %.6g, |diff| %.3g > allowed %.3g\n", name, i, grad[i], num, err, allowed);
+        }
+    }
+    report(ok, name, "worst error / allowed = %.3f", worst);
+}
+
+static std::pair<double, double> dot_abs(const float* y, const float* R, size_t n) {
+    double s = 0, a = 0;
+    for (size_t i = 0; i < n; i++) { s += (double)y[i] * R[i]; a += std::fabs((double)y[i] * R[i]); }
+    return {s, a};
+}
+
+static Ctx ctx;
+
+static void test_encoder() {
+    int B = 2, T = 5, C = 7, V = 11;
+    auto wte = randn(V * C), wpe = randn(T * C), R = randn(B * T * C);
+    std::vector<int> tok(B * T);
+    for (auto& t : tok) t = (int)rng.below(V);
+    tok[3] = tok[0];  // a repeated token: its rows' gradients must add
+    avec<float> out(B * T * C), dwte(V * C, 0), dwpe(T * C, 0);
+    auto loss = [&]() { encoder_forward(ctx, out.data(), tok.data(), wte.data(), wpe.data(), B, T, C); return dot_abs(out.data(), R.data(), out.size()); };
+    encoder_backward(ctx, dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+    fd_check("encoder dwte", wte.data(), wte.size(), dwte.data(), loss, 77);
+    fd_check("encoder dwpe", wpe.data(), wpe.size(), dwpe.data(), loss);
+}
+
+static void test_layernorm() {
+    int N = 6, C = 13;
+    auto x = randn(N * C), w = randn(C), b = randn(C), R = randn(N * C);
+    avec<float> out(N * C), mean(N), rstd(N), dx(N * C, 0), dw(C, 0), db(C, 0);
+    auto loss = [&]() { layernorm_forward(ctx, out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C); return dot_abs(out.data(), R.data(), out.size()); };
+    loss();
+    layernorm_backward(ctx, dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    fd_check("layernorm dinp", x.data(), x.size(), dx.data(), loss);
+    fd_check("layernorm dw", w.data(), w.size(), dw.data(), loss);
+    fd_check("layernorm db", b.data(), b.size(), db.data(), loss);
+    // dinp accumulates: a second backward doubles it
+    avec<float> dx2 = dx;
+    layernorm_backward(ctx, dx2.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    bool ok = true;
+    for (size_t i = 0; i < dx.size(); i++) ok &= std::fabs(dx2[i] - 2 * dx[i]) <= 1e-6f * (1 + std::fabs(dx[i]));
+    report(ok, "layernorm dinp accumulates");
+}
+
+static void test_matmul() {
+    int N = 9, C = 11, OC = 70;  // odd sizes: leftover rows of the 4-row tiles, a partial block
+    auto x = randn(N * C), W = randn(OC * C), bias = randn(OC), R = randn(N * OC);
+    avec<float> out(N * OC), dx(N * C), dW(OC * C, 0), db(OC, 0);
+    auto loss = [&]() { matmul_forward(ctx, out.data(), x.data(), W.data(), bias.data(), N, C, OC); return dot_abs(out.data(), R.data(), out.size()); };
+    matmul_backward(ctx, dx.data(), dW.data(), db.data(), R.data(), x.data(), W.data(), N, C, OC);
+    fd_check("matmul dinp", x.data(), x.size(), dx.data(), loss);
+    fd_check("matmul dW", W.data(), W.size(), dW.data(), loss);
+    fd_check("matmul dbias", bias.data(), bias.size(), db.data(), loss);
+}
+
+static void test_attention() {
+    int B = 2, T = 7, C = 12, NH = 3;
+    auto qkv = randn(B * T * 3 * C), R = randn(B * T * C);
+    avec<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
+    auto loss = [&]() { attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH); return dot_abs(out.data(), R.data(), out.size()); };
+    loss();
+    attention_backward(ctx, dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    fd_check("attention dqkv", qkv.data(), qkv.size(), dqkv.data(), loss, 96);
+    // lse against a direct evaluation, and causality: row t=0 attends only to itself (out = v_0)
+    loss();  // fd_check left the last perturbed forward in out/lse
+    int hs = C / NH;
+    double worst = 0;
+    for (int b = 0; b < B; b++) for (int h = 0; h < NH; h++) for (int t = 0; t < T; t++) {
+        double s = 0;
+        for (int j = 0; j <= t; j++) {
+            double d = 0;
+            for (int i = 0; i < hs; i++) d += (double)qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + j) * 3 * C + C + h * hs + i];
+            s += std::exp(d / std::sqrt((double)hs));
+        }
+        worst = std::max(worst, std::fabs(std::log(s) - lse[(b * NH + h) * T + t]));
+    }
+    report(worst < 1e-5, "attention lse = log sum exp", "max |error| %.2g", worst);  // fp32 exp/log: ~1e-6
+    bool causal = true;
+    for (int i = 0; i < C; i++) causal &= std::fabs(out[i] - qkv[2 * C + i]) < 1e-6f;
+    report(causal, "attention first position attends only to itself");
+}
+
+static void test_gelu() {
+    size_t N = 50;
+    auto x = randn(N, 2.0f), R = randn(N);
+    avec<float> out(N), dx(N);
+    auto loss = [&]() { gelu_forward(ctx, out.data(), x.data(), N); return dot_abs(out.data(), R.data(), N); };
+    gelu_backward(ctx, dx.data(), x.data(), R.data(), N);
+    fd_check("gelu dinp", x.data(), N, dx.data(), loss);
+}
+
+static void test_classifier() {
+    int N = 5, V = 37, Vp = 40;
+    auto logits = randn(N * Vp, 3.0f);
+    std::vector<int> tgt(N);
+    for (auto& t : tgt) t = (int)rng.below(V);
+    avec<float> work(N * Vp), losses(N);
+    auto loss = [&]() {
+        work = logits;
+        fused_classifier(ctx, work.data(), losses.data(), tgt.data(), N, V, Vp, 0.0f);
+        double s = 0, a = 0;
+        for (float l : losses) { s += l; a += std::fabs(l); }
+        return std::make_pair(s, a * 4);  // each loss sums V exps: a few more ulps
+    };
+    avec<float> grad = logits;
+    fused_classifier(ctx, grad.data(), losses.data(), tgt.data(), N, V, Vp, 1.0f);
+    fd_check("fused_classifier dlogits", logits.data(), logits.size(), grad.data(), loss, 80);
+    bool pad_zero = true;
+    for (int n = 0; n < N; n++) for (int v = V; v < Vp; v++) pad_zero &= grad[n * Vp + v] == 0.0f;
+    report(pad_zero, "fused_classifier padded vocab gets zero gradient");
+}
+
+// The whole model: gradient of the mean loss w.r.t. sampled parameters of every tensor kind.
+static void test_model_grad() {
+    GPTConfig c;
+    c.max_seq_len = 8; c.vocab_size = 50; c.padded_vocab_size = 64; c.num_layers = 2; c.num_heads = 2; c.channels = 16;
+    GPT g;
+    gpt_build(&g, c);
+    gpt_init(&g, 7);
+    for (auto& p : g.params) p += 0.05f * rng.normal();  // break the zero biases / unit LayerNorms
+    int B = 2, T = 8;
+    std::vector<int> x(B * T), y(B * T);
+    for (int i = 0; i < B * T; i++) { x[i] = (int)rng.below(50); y[i] = (int)rng.below(50); }
+    gpt_zero_grad(&g);
+    gpt_forward(ctx, &g, x.data(), y.data(), B, T, 1.0f / (B * T));
+    gpt_backward(ctx, &g, B, T);
+    avec<float> grads = g.grads;
+    auto loss = [&]() {
+        double l = gpt_forward(ctx, &g, x.data(), y.data(), B, T, 0.0f);
+        return std::make_pair(l, 64.0 * std::fabs(l));  // the mean of B·T losses, each a deep fp32 chain
+    };
+    const ParamLayout& p = g.layout;
+    fd_check("model dwte (tied embedding + classifier)", g.params.data() + p.wte, (size_t)50 * 16, grads.data() + p.wte, loss, 24);
+    fd_check("model dwpe", g.params.data() + p.wpe, (size_t)8 * 16, grads.data() + p.wpe, loss, 24);
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
+        char name[64]; snprintf(name, sizeof(name), "model block0 %s", BLOCK_TENSOR_NAMES[k]);
+        size_t off = p.block(0) + p.in_block[k];
+        fd_check(name, g.params.data() + off, block_tensor_size((BlockTensor)k, 16), grads.data() + off, loss, 12);
+    }
+    fd_check("model dlnfw", g.params.data() + p.lnfw, 16, grads.data() + p.lnfw, loss, 16);
+}
+
+static void test_adamw_and_norm() {
+    size_t n = 1000;
+    auto p = randn(n), gr = randn(n), m = randn(n, 0.1f), v = randn(n, 0.1f);
+    for (auto& x : v) x = x * x;
+    avec<float> p2 = p, m2 = m, v2 = v;
+    float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    int t = 3;
+    adamw_update(ctx, p2.data(), gr.data(), m2.data(), v2.data(), n, lr, b1, b2, eps, wd, t, scale);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {  // the same formula in double
+        double g = (double)gr[i] * scale, mi = b1 * (double)m[i] + (1 - b1) * g, vi = b2 * (double)v[i] + (1 - b2) * g * g;
+        double mh = mi / (1 - std::pow((double)b1, t)), vh = vi / (1 - std::pow((double)b2, t));
+        double pi = p[i] - lr * (mh / (std::sqrt(vh) + eps) + wd * p[i]);
+        worst = std::max(worst, std::fabs(pi - p2[i]) / (lr + std::fabs(pi) * 1e-6));
+    }
+    // fp32 vs double: a few ulps of each term; relative to one step's size lr
+    report(worst < 1e-4, "adamw matches the double-precision formula", "max error / lr %.2g", worst);
+    avec<float> big = randn(300001);
+    double ref = 0;
+    for (float x : big) ref += (double)x * x;
+    double got = global_norm_squared(ctx, big.data(), big.size());
+    report(std::fabs(got - ref) <= 1e-12 * ref, "global norm squared (double accumulation)", "rel error %.2g", std::fabs(got - ref) / ref);
+    report(grad_clip_factor(2.0f, 1.0f) == 0.5f && grad_clip_factor(0.5f, 1.0f) == 1.0f && grad_clip_factor(5.0f, 0.0f) == 1.0f,
+           "grad clip factor");
+}
+
+static void test_misc() {
+    // bf16: exact values survive, rounding is to nearest even, NaN stays NaN
+    bool ok = bf16_to_fp32(fp32_to_bf16(1.5f)) == 1.5f && bf16_to_fp32(fp32_to_bf16(-3.0f)) == -3.0f;
+    ok &= fp32_to_bf16(1.0f + 1.0f / 256) == fp32_to_bf16(1.0f);            // tie → even (down)
+    ok &= fp32_to_bf16(1.0f + 3.0f / 256) == fp32_to_bf16(1.0f + 4.0f / 256);  // tie → even (up)
+    ok &= std::isnan(bf16_to_fp32(fp32_to_bf16(NAN)));
+    report(ok, "bf16 round to nearest even");
+    // LR schedules at their boundaries
+    LRSchedule s; s.lr = 1.0f; s.warmup = 10; s.total = 110; s.final_lr_frac = 0.1f;
+    s.kind = "cosine";
+    ok = std::fabs(lr_at(s, 0) - 0.1f) < 1e-6f && std::fabs(lr_at(s, 9) - 1.0f) < 1e-6f &&
+         std::fabs(lr_at(s, 10) - 1.0f) < 1e-6f && std::fabs(lr_at(s, 60) - 0.55f) < 1e-5f;
+    s.kind = "linear"; ok &= std::fabs(lr_at(s, 60) - 0.55f) < 1e-5f;
+    s.kind = "wsd"; ok &= lr_at(s, 80) == 1.0f && std::fabs(lr_at(s, 100) - 0.55f) < 1e-5f;
+    s.kind = "constant"; ok &= lr_at(s, 100) == 1.0f;
+    report(ok, "lr schedules");
+    // RNG state round trip
+    Rng a(5); a.normal(); Rng b(0); b.state = a.state;
+    report(a.next_u64() == b.next_u64(), "rng state round trip");
+}
+
+// Data order (DESIGN §3.4): dp=2 with B=2 reads exactly the batches of dp=1 with B=4.
+static void test_data_order() {
+    std::vector<int> toks(2000);
+    for (size_t i = 0; i < toks.size(); i++) toks[i] = (int)(i % 1000);
+    shard_write("/tmp/llmcu_order_test.bin", toks, false);
+    int T = 8;
+    DataLoader one, r0, r1;
+    dataloader_init(&one, "test", "/tmp/llmcu_order_test.bin", 4, T, 1, 0, 1000, false, 0);
+    dataloader_init(&r0, "test", "/tmp/llmcu_order_test.bin", 2, T, 2, 0, 1000, false, 0);
+    dataloader_init(&r1, "test", "/tmp/llmcu_order_test.bin", 2, T, 2, 1, 1000, false, 0);
+    bool ok = true;
+    std::vector<int> x4(4 * T), y4(4 * T), x2(2 * T), y2(2 * T);
+    for (int k = 0; k < 10; k++) {
+        dataloader_next(&one, x4.data(), y4.data());
+        dataloader_next(&r0, x2.data(), y2.data());
+        for (int i = 0; i < 2 * T; i++) ok &= x2[i] == x4[i] && y2[i] == y4[i];
+        dataloader_next(&r1, x2.data(), y2.data());
+        for (int i = 0; i < 2 * T; i++) ok &= x2[i] == x4[2 * T + i] && y2[i] == y4[2 * T + i];
+        ok &= x4[0] == (k * 4 * T) % 1000 && y4[0] == x4[1];
+    }
+    report(ok, "data order: dp=2 x B=2 == dp=1 x B=4, targets shifted by one");
+    // shuffle: a permutation of the slots per epoch, the same on every rank
+    DataLoader s;
+    dataloader_init(&s, "test", "/tmp/llmcu_order_test.bin", 4, T, 1, 0, 1000, true, 3);
+    std::vector<int> seen(s.slots, 0);
+    for (long long i = 0; i < s.slots; i++) seen[dataloader_slot(&s, i)]++;
+    bool perm = true;
+    for (int c : seen) perm &= c == 1;
+    bool moved = false;
+    for (long long i = 0; i < s.slots; i++) moved |= dataloader_slot(&s, i) != i;
+    report(perm && moved, "shuffle visits every slot once per epoch");
+    remove("/tmp/llmcu_order_test.bin");
+}
+
+int main() {
+    test_encoder();
+    test_layernorm();
+    test_matmul();
+    test_attention();
+    test_gelu();
+    test_classifier();
+    test_model_grad();
+    test_adamw_and_norm();
+    test_misc();
+    test_data_order();
+    printf("# test_ops: %d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}

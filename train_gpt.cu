@@ -1,0 +1,363 @@
+/*
+train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
+
+  flags → model (preset, model file or checkpoint) → data → for each step:
+      zero grads; for each micro-batch: forward (+ fused loss gradient), backward
+      grad norm → clip factor → lr(step) → AdamW
+      log; every N steps: validation loss, a sample, a checkpoint
+
+Gradient accumulation: accum = total_batch_tokens / (B·T·dp) micro-batches per step, each
+backward scaled by 1/(B·T·accum), so the gradient is that of the mean loss over the whole batch.
+
+The same source builds with g++ (CPU backend) and nvcc. Every op is called through a Ctx
+(llmc/common.h); this file never touches a backend. Flags that need a later part of the
+project (CUDA, the parallel layouts, low precision, recomputation) are accepted by the parser
+and then refused with a clear "not yet supported" error, never silently ignored.
+
+Run ./train_gpt --help for the flags. Tests: test/ (see the README).
+*/
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "llmc/common.h"
+#include "llmc/model.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/checkpoint.h"
+#include "llmc/schedulers.h"
+#include "llmc/logger.h"
+
+// ----------------------------------------------------------------------------
+// command line: one table gives every flag, its default and its help
+
+struct FlagDef { const char* name; const char* def; const char* help; bool is_switch; };
+static const FlagDef FLAGS[] = {
+    {"device", "auto", "cpu | cuda (auto: cuda when a usable GPU exists, else cpu)", false},
+    {"model", "d12", "d12-style depth (d1..d96), gpt2:124M|350M|774M|1558M, or a model file", false},
+    {"train-data", "data/kjv_train_*.bin", "token shards to train on (glob)", false},
+    {"val-data", "data/kjv_val_*.bin", "token shards for validation (glob; empty = none)", false},
+    {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples", false},
+    {"batch-size", "4", "micro-batch size B per rank", false},
+    {"seq-len", "1024", "sequence length T (at most the model's maxT)", false},
+    {"total-batch-tokens", "-1", "tokens per optimizer step; grad accumulation = D/(B*T*dp) (-1: B*T*dp)", false},
+    {"steps", "20", "optimizer steps to run (total, counting those before a resume)", false},
+    {"lr", "3e-4", "peak learning rate", false},
+    {"warmup-steps", "0", "linear warmup steps", false},
+    {"lr-schedule", "cosine", "cosine | linear | constant | wsd", false},
+    {"final-lr-frac", "0.0", "final learning rate as a fraction of --lr", false},
+    {"cooldown-frac", "0.2", "wsd: fraction of the steps spent decaying", false},
+    {"weight-decay", "0.0", "AdamW weight decay (2-D weights only)", false},
+    {"beta1", "0.9", "AdamW beta1", false},
+    {"beta2", "0.95", "AdamW beta2", false},
+    {"eps", "1e-8", "AdamW epsilon", false},
+    {"grad-clip", "1.0", "clip the global gradient norm to this (0 = off)", false},
+    {"seed", "1337", "seed for initialization, shuffling and sampling", false},
+    {"shuffle", "0", "0 | 1: visit the training batches in a per-epoch random order", false},
+    {"precision", "fp32", "fp32 | bf16 | fp16 | fp8 (the CPU backend computes in fp32)", false},
+    {"recompute", "none", "none | selective | full activation checkpointing", false},
+    {"zero", "0", "ZeRO stage 0 | 1 | 2 | 3", false},
+    {"tp", "1", "tensor-parallel degree", false},
+    {"sp", "0", "0 | 1: sequence parallelism (with --tp)", false},
+    {"pp", "1", "pipeline-parallel degree", false},
+    {"pp-schedule", "1f1b", "gpipe | 1f1b | interleaved", false},
+    {"vpp", "1", "virtual pipeline stages per rank (interleaved)", false},
+    {"cp", "1", "context-parallel degree", false},
+    {"cp-layout", "contiguous", "contiguous | zigzag", false},
+    {"output-dir", "", "directory for checkpoints (empty: none)", false},
+    {"checkpoint-every", "0", "write a checkpoint every N steps (and at the end) (0: only at the end)", false},
+    {"resume", "0", "continue from the newest checkpoint in --output-dir", true},
+    {"val-every", "0", "evaluate every N steps (and at the end) (0: only at the end)", false},
+    {"val-steps", "20", "validation micro-batches per evaluation (capped by the data)", false},
+    {"sample-every", "0", "print a sample every N steps (and at the end) (0: never)", false},
+    {"gen-tokens", "64", "tokens to generate per sample", false},
+    {"prompt", "", "text the samples start from (after <|endoftext|>)", false},
+    {"temperature", "1.0", "sampling temperature (> 0)", false},
+    {"top-k", "0", "sample from the k most likely tokens (0: all)", false},
+    {"log-file", "", "write one JSON line per step here", false},
+    {"save-model", "", "write the final model to this llm.c model file", false},
+    {"save-precision", "fp32", "fp32 | bf16: dtype of --save-model", false},
+    {"threads", "0", "CPU threads (0: all cores)", false},
+};
+
+static void print_help() {
+    printf("usage: train_gpt [--flag value]...\n\nTrains GPT-2 on token shards. Flags (default in brackets):\n");
+    for (const FlagDef& f : FLAGS)
+        printf("  --%-20s %s%s%s%s\n", f.name, f.help, f.is_switch ? "" : " [", f.is_switch ? "" : f.def, f.is_switch ? "" : "]");
+    printf("  --%-20s %s\n", "help", "show this message");
+}
+
+struct Flags {
+    std::map<std::string, std::string> v;
+    const std::string& str(const char* name) const { return v.at(name); }
+    long long integer(const char* name, long long lo, long long hi) const {
+        const std::string& s = v.at(name); char* end;
+        long long x = strtoll(s.c_str(), &end, 10);
+        if (s.empty() || *end || x < lo || x > hi) usage_error("--%s: expected an integer in [%lld, %lld], got '%s'", name, lo, hi, s.c_str());
+        return x;
+    }
+    float real(const char* name, double lo, double hi) const {
+        const std::string& s = v.at(name); char* end;
+        double x = strtod(s.c_str(), &end);
+        if (s.empty() || *end || !(x >= lo && x <= hi)) usage_error("--%s: expected a number in [%g, %g], got '%s'", name, lo, hi, s.c_str());
+        return (float)x;
+    }
+    const std::string& choice(const char* name, std::initializer_list<const char*> options) const {
+        const std::string& s = v.at(name);
+        std::string all;
+        for (const char* o : options) { if (s == o) return s; all += all.empty() ? "" : " | "; all += o; }
+        usage_error("--%s: expected one of %s, got '%s'", name, all.c_str(), s.c_str());
+    }
+};
+
+static Flags parse_flags(int argc, char** argv) {
+    Flags f;
+    for (const FlagDef& d : FLAGS) f.v[d.name] = d.def;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (a == "--help" || a == "-h") { print_help(); exit(0); }
+        if (a.rfind("--", 0) != 0) usage_error("unexpected argument '%s' (flags start with --; see --help)", a.c_str());
+        std::string name = a.substr(2), value;
+        size_t eq = name.find('=');
+        bool has_value = eq != std::string::npos;
+        if (has_value) { value = name.substr(eq + 1); name = name.substr(0, eq); }
+        const FlagDef* def = nullptr;
+        for (const FlagDef& d : FLAGS) if (name == d.name) def = &d;
+        if (!def) usage_error("unknown flag '--%s' (see --help)", name.c_str());
+        if (def->is_switch && !has_value) value = "1";
+        else if (!has_value) {
+            if (i + 1 >= argc) usage_error("--%s needs a value (see --help)", name.c_str());
+            value = argv[++i];
+        }
+        f.v[name] = value;
+    }
+    return f;
+}
+
+// ----------------------------------------------------------------------------
+// evaluation and sampling
+
+static float evaluate(const Ctx& ctx, GPT* g, DataLoader* val, int steps, std::vector<int>& x, std::vector<int>& y) {
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < steps; i++) {
+        dataloader_next(val, x.data(), y.data());
+        sum += gpt_forward(ctx, g, x.data(), y.data(), val->B, val->T, 0.0f);
+    }
+    return (float)(sum / steps);
+}
+
+// Samples one token from the logits of the last position: softmax(logits/temperature) over the
+// top_k most likely tokens (all if top_k = 0).
+static int sample_token(const float* logits, int V, float temperature, int top_k, Rng* rng) {
+    std::vector<std::pair<float, int>> cand(V);
+    for (int v = 0; v < V; v++) cand[v] = {logits[v] / temperature, v};
+    if (top_k > 0 && top_k < V) {
+        std::partial_sort(cand.begin(), cand.begin() + top_k, cand.end(), [](auto& a, auto& b) { return a.first > b.first; });
+        cand.resize(top_k);
+    }
+    float m = -INFINITY;
+    for (auto& c : cand) m = std::max(m, c.first);
+    double sum = 0.0;
+    for (auto& c : cand) sum += exp((double)(c.first - m));
+    double r = rng->uniform() * sum, acc = 0.0;
+    for (auto& c : cand) { acc += exp((double)(c.first - m)); if (r < acc) return c.second; }
+    return cand.back().second;
+}
+
+static std::string generate(const Ctx& ctx, GPT* g, Tokenizer* tk, const std::string& prompt, int n, int T,
+                            float temperature, int top_k, Rng* rng) {
+    std::vector<int> toks = {tk->eot_token};
+    tokenizer_encode(tk, prompt, &toks);
+    size_t start = toks.size();
+    const int Vp = g->config.padded_vocab_size;
+    for (int i = 0; i < n; i++) {
+        int len = std::min((int)toks.size(), T);
+        const int* ctx_toks = toks.data() + toks.size() - len;
+        gpt_forward(ctx, g, ctx_toks, nullptr, 1, len, 0.0f);
+        toks.push_back(sample_token(g->acts.logits.data() + (size_t)(len - 1) * Vp, g->config.vocab_size, temperature, top_k, rng));
+    }
+    return prompt + tokenizer_decode(*tk, toks.data() + start, toks.size() - start);
+}
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    Flags f = parse_flags(argc, argv);
+
+    // --- every value checked before anything large is allocated
+    std::string device = f.choice("device", {"auto", "cpu", "cuda"});
+    if (device == "cuda") usage_error("--device cuda: this build has no CUDA backend yet (not yet supported); use --device cpu");
+    int B = (int)f.integer("batch-size", 1, 1 << 20);
+    int T = (int)f.integer("seq-len", 1, 1 << 20);
+    long long total_batch = f.integer("total-batch-tokens", -1, 1LL << 40);
+    int steps = (int)f.integer("steps", 0, 1 << 30);
+    LRSchedule sched;
+    sched.lr = f.real("lr", 0, 10);
+    sched.warmup = (int)f.integer("warmup-steps", 0, 1 << 30);
+    sched.kind = f.choice("lr-schedule", {"cosine", "linear", "constant", "wsd"});
+    sched.final_lr_frac = f.real("final-lr-frac", 0, 1);
+    sched.cooldown_frac = f.real("cooldown-frac", 1e-6, 1);
+    sched.total = steps;
+    float wd = f.real("weight-decay", 0, 10), beta1 = f.real("beta1", 0, 0.999999), beta2 = f.real("beta2", 0, 0.999999);
+    float eps = f.real("eps", 0, 1), grad_clip = f.real("grad-clip", 0, 1e30);
+    uint64_t seed = (uint64_t)f.integer("seed", 0, (1LL << 62));
+    bool shuffle = f.integer("shuffle", 0, 1);
+    std::string precision = f.choice("precision", {"fp32", "bf16", "fp16", "fp8"});
+    std::string recompute = f.choice("recompute", {"none", "selective", "full"});
+    int zero = (int)f.integer("zero", 0, 3), tp = (int)f.integer("tp", 1, 1 << 16), sp = (int)f.integer("sp", 0, 1);
+    int pp = (int)f.integer("pp", 1, 1 << 16), vpp = (int)f.integer("vpp", 1, 1 << 16), cp = (int)f.integer("cp", 1, 1 << 16);
+    f.choice("pp-schedule", {"gpipe", "1f1b", "interleaved"});
+    f.choice("cp-layout", {"contiguous", "zigzag"});
+    std::string out_dir = f.str("output-dir");
+    int ckpt_every = (int)f.integer("checkpoint-every", 0, 1 << 30);
+    bool resume = f.integer("resume", 0, 1);
+    int val_every = (int)f.integer("val-every", 0, 1 << 30), val_steps = (int)f.integer("val-steps", 0, 1 << 30);
+    int sample_every = (int)f.integer("sample-every", 0, 1 << 30), gen_tokens = (int)f.integer("gen-tokens", 0, 1 << 20);
+    float temperature = f.real("temperature", 1e-6, 1e6);
+    int top_k = (int)f.integer("top-k", 0, 1 << 30);
+    bool save_bf16 = f.choice("save-precision", {"fp32", "bf16"}) == "bf16";
+    int threads = (int)f.integer("threads", 0, 4096);
+    if (precision != "fp32") usage_error("--precision %s: low precision needs the CUDA backend (not yet supported); use fp32", precision.c_str());
+    if (recompute != "none") usage_error("--recompute %s: activation checkpointing is not yet supported", recompute.c_str());
+    if (zero != 0) usage_error("--zero %d: ZeRO needs data parallelism (not yet supported)", zero);
+    if (tp != 1 || sp != 0) usage_error("--tp/--sp: tensor and sequence parallelism are not yet supported");
+    if (pp != 1 || vpp != 1) usage_error("--pp/--vpp: pipeline parallelism is not yet supported");
+    if (cp != 1) usage_error("--cp: context parallelism is not yet supported");
+    if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
+    const int dp = 1;  // world size / (tp·pp·cp): one process until the communicator lands
+
+    // --- model config: a preset, a model file, or (on --resume) the checkpoint's model
+    std::string model_spec = f.str("model"), resume_dir;
+    GPTConfig config;
+    bool from_file = false, file_bf16 = false;
+    if (resume) {
+        resume_dir = checkpoint_latest(out_dir);
+        if (resume_dir.empty()) fatal("--resume: no checkpoint (step_*/) in '%s'", out_dir.c_str());
+        GPTConfig want;
+        bool want_known = gpt_preset(model_spec, &want) || (file_size_or_die(model_spec.c_str()) > 0 &&
+                                                            (want = model_file_config(model_spec.c_str(), &file_bf16), true));
+        config = model_file_config((resume_dir + "/model.bin").c_str(), &file_bf16);
+        if (want_known && (want.num_layers != config.num_layers || want.channels != config.channels ||
+                           want.num_heads != config.num_heads || want.vocab_size != config.vocab_size))
+            usage_error("--resume: the checkpoint in '%s' holds an L=%d C=%d model, but --model %s is L=%d C=%d",
+                        resume_dir.c_str(), config.num_layers, config.channels, model_spec.c_str(), want.num_layers, want.channels);
+    } else if (!gpt_preset(model_spec, &config)) {
+        FILE* probe = fopen(model_spec.c_str(), "rb");
+        if (!probe) usage_error("--model: '%s' is neither a preset (d12, gpt2:124M, ...) nor a readable model file", model_spec.c_str());
+        fclose(probe);
+        config = model_file_config(model_spec.c_str(), &file_bf16);
+        from_file = true;
+    }
+    if (T > config.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, config.max_seq_len);
+    long long tokens_per_micro = (long long)B * T * dp;
+    if (total_batch == -1) total_batch = tokens_per_micro;
+    if (total_batch <= 0 || total_batch % tokens_per_micro != 0)
+        usage_error("--total-batch-tokens %lld is not a multiple of batch-size*seq-len*dp = %lld", total_batch, tokens_per_micro);
+    int accum = (int)(total_batch / tokens_per_micro);
+
+    // --- data (shard headers are validated here, before the model is allocated)
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, "--train-data", f.str("train-data"), B, T, dp, 0, config.vocab_size, shuffle, seed);
+    bool has_val = !f.str("val-data").empty() && val_steps > 0;
+    if (has_val) {
+        dataloader_init(&val_loader, "--val-data", f.str("val-data"), B, T, dp, 0, config.vocab_size, false, seed);
+        val_steps = (int)std::min<long long>(val_steps, val_loader.slots / dp);
+        if (val_steps < 1) fatal("--val-data: too few tokens for one validation batch of %d x %d", B, T);
+    }
+    Tokenizer tk;
+    bool can_sample = sample_every > 0 && gen_tokens > 0;
+    if (can_sample) {
+        tokenizer_load(&tk, f.str("tokenizer").c_str());
+        if ((int)tk.vocab.size() != config.vocab_size)
+            usage_error("--sample-every: the tokenizer has %zu tokens but the model's vocabulary is %d", tk.vocab.size(), config.vocab_size);
+    }
+
+#ifdef _OPENMP
+    if (threads > 0) omp_set_num_threads(threads);
+    int nthreads = omp_get_max_threads();
+#else
+    int nthreads = 1;
+#endif
+    Ctx ctx;
+    ctx.device = Device::CPU;
+
+    // --- the model
+    GPT model;
+    gpt_build(&model, config);
+    TrainState state;
+    Rng sampler(seed, 0x5a3b1e);
+    if (resume) {
+        model_file_load(&model, (resume_dir + "/model.bin").c_str());
+        state = checkpoint_load_state(resume_dir, &model);
+        if (state.B != B || state.T != T || state.grad_accum != accum)
+            usage_error("--resume: '%s' was written with --batch-size %lld --seq-len %lld and %lld accumulation steps; "
+                        "resume with the same (got %d, %d, %d)", resume_dir.c_str(), (long long)state.B, (long long)state.T,
+                        (long long)state.grad_accum, B, T, accum);
+        train_loader.k = state.loader_pos;
+        sampler.state = state.rng_state;
+    } else if (from_file) model_file_load(&model, model_spec.c_str());
+    else gpt_init(&model, seed);
+    const std::string out_dir_note = out_dir.empty() ? "" : (" -> " + out_dir);
+    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s\n", config.num_layers, config.channels,
+           config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
+           from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
+    printf("data: %lld train tokens in %zu shard(s)%s; B=%d T=%d, %d micro-batch(es) per step = %lld tokens\n",
+           train_loader.total_tokens, train_loader.shards.size(), has_val ? ", validation on" : "", B, T, accum, total_batch);
+    printf("device: cpu, %d thread(s), fp32%s\n", nthreads, out_dir_note.c_str());
+    if (resume) printf("resumed from %s at step %lld\n", resume_dir.c_str(), (long long)state.step);
+
+    Logger log;
+    logger_open(&log, f.str("log-file"), resume);
+    std::vector<int> x((size_t)B * T), y((size_t)B * T);
+    const float dloss = 1.0f / ((float)B * T * accum);
+
+    for (int step = (int)state.step + 1; step <= steps; step++) {
+        double t0 = now_seconds();
+        gpt_zero_grad(&model);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            dataloader_next(&train_loader, x.data(), y.data());
+            loss_sum += gpt_forward(ctx, &model, x.data(), y.data(), B, T, dloss);
+            gpt_backward(ctx, &model, B, T);
+        }
+        float loss = (float)(loss_sum / accum);
+        float norm = (float)sqrt(gpt_grad_norm_squared(ctx, model));
+        float lr = lr_at(sched, step - 1);
+        gpt_update(ctx, &model, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
+        double ms = (now_seconds() - t0) * 1000.0;
+        double tok_s = total_batch / (ms / 1000.0);
+        if (!std::isfinite(loss)) fatal("step %d: the loss is %f (diverged); lower --lr or check the data", step, loss);
+
+        bool last = step == steps;
+        bool do_val = has_val && (last || (val_every > 0 && step % val_every == 0));
+        float val_loss = do_val ? evaluate(ctx, &model, &val_loader, val_steps, x, y) : 0.0f;
+        printf("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
+        if (do_val) printf(" | val loss %.6f", val_loss);
+        printf("\n");
+        fflush(stdout);
+        logger_step(&log, step, loss, lr, norm, tok_s, ms, -1.0, do_val, val_loss);
+
+        if (can_sample && (last || step % sample_every == 0)) {
+            std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);
+            printf("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
+        }
+        if (!out_dir.empty() && (last || (ckpt_every > 0 && step % ckpt_every == 0))) {
+            state.step = step; state.loader_pos = train_loader.k; state.rng_state = sampler.state;
+            state.B = B; state.T = T; state.grad_accum = accum;
+            checkpoint_save(out_dir, model, state);
+            printf("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
+        }
+    }
+    if (!f.str("save-model").empty()) {
+        model_file_save(model, f.str("save-model"), save_bf16);
+        printf("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
+    }
+    logger_close(&log);
+    if (can_sample) tokenizer_free(&tk);
+    return 0;
+}
