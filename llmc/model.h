@@ -1,7 +1,7 @@
 /*
 model.h — GPT-2: configuration, parameter layout, and forward/backward, written once.
 
-The model is a chain of ops from llmc/*.cuh called through a Ctx; nothing here knows which
+The model is a chain of ops from llmc/ (the .cuh files) called through a Ctx; nothing here knows which
 backend runs them. Per block l (pre-LayerNorm transformer, as GPT-2):
 
   x₀ = wte[tokens] + wpe[0..T)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# run_tests — the whole CPU suite (`make test`). Each part prints "ok - …" / "not ok - …" lines;
+# this script runs them in order, counts, and ends with the summary line "N passed, N failed".
+# A part that dies without reporting counts as a failure. Exit status: 0 only if all passed.
+#   test_ops            every op's backward vs finite differences; model gradient; AdamW; data order
+#   test_cli            bad input → one clear line; --help; model file round trips; checkpoint layout
+#   test_train          resume bit-exactness, determinism, gradient accumulation, learning
+#   test_tokenizer      C++ BPE vs the reference GPT-2 BPE, decode round trip
+#   test_vs_pytorch     the trainer vs an independent PyTorch GPT-2 (losses within 1e-4)
+# With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
+# trainer tests run on both.
+set -u
+cd "$(dirname "$0")/.."
+log=build/test.log
+mkdir -p build; : > "$log"
+pass=0; fail=0
+
+part() {  # part NAME COMMAND...
+    local name=$1; shift
+    local start=$SECONDS out rc
+    echo "== $name"
+    out=$("$@" 2>&1); rc=$?
+    echo "$out" | tee -a "$log" | grep -v '^ok - ' || true   # show failures and diagnostics only
+    local p f
+    p=$(echo "$out" | grep -c '^ok - ')
+    f=$(echo "$out" | grep -c '^not ok - ')
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then echo "not ok - $name exited with status $rc"; f=1; fi
+    echo "   $name: $p passed, $f failed ($((SECONDS - start)) s)"
+    pass=$((pass + p)); fail=$((fail + f))
+}
+
+binaries=(./train_gpt)
+if [ -x build/train_gpt_cpu ] && ! cmp -s ./train_gpt build/train_gpt_cpu; then binaries+=(build/train_gpt_cpu); fi
+
+part test_ops build/test_ops
+for b in "${binaries[@]}"; do
+    part "test_cli ($b)" bash test/test_cli.sh "$b"
+    part "test_train ($b)" bash test/test_train.sh "$b"
+    part "test_vs_pytorch ($b)" /usr/bin/python3 test/test_vs_pytorch.py "$b"
+done
+part test_tokenizer bash test/test_tokenizer.sh
+
+echo "full output: $log"
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# test_cli — bad input fails with one clear line and the right exit code (never a crash, never
+# a silent wrong run), --help is complete, and model files round-trip byte for byte.
+# usage: test/test_cli.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:-./train_gpt}
+PY=/usr/bin/python3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+# a tiny model (V=97) and data that fits it, written by the independent Python helpers
+$PY - "$tmp" <<'PY'
+import sys, struct
+sys.path.insert(0, "test")
+import gpt2_torch as ref
+d = sys.argv[1]
+cfg = dict(maxT=32, V=97, Vp=128, L=2, NH=4, C=32)
+p = ref.random_params(cfg, seed=3)
+ref.write_model(f"{d}/tiny.bin", cfg, p, 3)
+ref.write_model(f"{d}/tiny_bf16.bin", cfg, p, 5)
+ref.write_shard(f"{d}/ok.bin", [i % 97 for i in range(5000)])
+ref.write_shard(f"{d}/bigtok.bin", [(i * 331) % 50000 for i in range(5000)])  # tokens >= V=97
+open(f"{d}/badmagic.bin", "wb").write(struct.pack("<256i", *([12345, 1, 10] + [0] * 253)) + bytes(20))
+good = open(f"{d}/ok.bin", "rb").read()
+open(f"{d}/truncated.bin", "wb").write(good[:-100])
+open(f"{d}/toolong.bin", "wb").write(good + bytes(10))
+m = open(f"{d}/tiny.bin", "rb").read()
+open(f"{d}/model_truncated.bin", "wb").write(m[:-4])
+open(f"{d}/model_badmagic.bin", "wb").write(struct.pack("<i", 7) + m[4:])
+open(f"{d}/model_badversion.bin", "wb").write(m[:4] + struct.pack("<i", 4) + m[8:])
+PY
+
+base=(--device cpu --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "" --batch-size 2 --seq-len 16)
+
+# expect_fail NAME EXIT_CODE PHRASE ARGS... : exits with EXIT_CODE, one stderr line containing PHRASE
+expect_fail() {
+    local name=$1 code=$2 phrase=$3; shift 3
+    "$BIN" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$? lines
+    lines=$(wc -l <"$tmp/err")
+    if [ "$rc" = "$code" ] && [ "$lines" = 1 ] && grep -qF -- "$phrase" "$tmp/err"; then
+        echo "ok - rejects $name: $(cat "$tmp/err")"
+    else
+        echo "not ok - rejects $name: exit $rc (want $code), $lines stderr line(s) (want 1, with '$phrase'):"
+        sed 's/^/#   /' "$tmp/err" | head -5
+    fi
+}
+
+expect_fail "unknown flag" 2 "unknown flag '--bogus'" "${base[@]}" --bogus 1
+expect_fail "flag without value" 2 "--steps needs a value" "${base[@]}" --steps
+expect_fail "non-integer value" 2 "--batch-size: expected an integer" "${base[@]}" --batch-size abc
+expect_fail "out-of-range value" 2 "--zero: expected an integer in [0, 3]" "${base[@]}" --zero 7
+expect_fail "bad choice" 2 "--lr-schedule: expected one of cosine | linear | constant | wsd" "${base[@]}" --lr-schedule exp
+expect_fail "seq-len above the model's maxT" 2 "--seq-len 64 exceeds" "${base[@]}" --seq-len 64
+expect_fail "batch tokens not divisible" 2 "--total-batch-tokens 100 is not a multiple" "${base[@]}" --total-batch-tokens 100
+expect_fail "--device cuda without CUDA" 2 "--device cuda" "${base[@]}" --device cuda
+expect_fail "tensor parallel (later)" 2 "not yet supported" "${base[@]}" --tp 2
+expect_fail "bf16 on CPU (later)" 2 "not yet supported" "${base[@]}" --precision bf16
+expect_fail "missing model file" 2 "neither a preset" "${base[@]}" --model "$tmp/nope.bin"
+expect_fail "model file with wrong magic" 1 "is not a model file" "${base[@]}" --model "$tmp/model_badmagic.bin"
+expect_fail "model file with unknown version" 1 "version 4 is not supported" "${base[@]}" --model "$tmp/model_badversion.bin"
+expect_fail "truncated model file" 1 "header describes a" "${base[@]}" --model "$tmp/model_truncated.bin"
+expect_fail "missing data" 1 "--train-data: no file matches" "${base[@]}" --train-data "$tmp/none_*.bin"
+expect_fail "shard with wrong magic" 1 "is not a token shard" "${base[@]}" --train-data "$tmp/badmagic.bin"
+expect_fail "truncated shard" 1 "header says 5000 tokens" "${base[@]}" --train-data "$tmp/truncated.bin"
+expect_fail "shard longer than its header" 1 "header says 5000 tokens" "${base[@]}" --train-data "$tmp/toolong.bin"
+expect_fail "data/model vocabulary mismatch" 1 "outside the model's vocabulary (V=97)" "${base[@]}" --train-data "$tmp/bigtok.bin"
+expect_fail "too little data for one batch" 1 "fewer than one batch needs" "${base[@]}" --batch-size 400 --seq-len 32
+expect_fail "resume without checkpoint" 1 "--resume: no checkpoint" "${base[@]}" --output-dir "$tmp/empty" --resume
+expect_fail "resume without output dir" 2 "--resume needs --output-dir" "${base[@]}" --resume
+./tokenize --nope >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && echo "ok - tokenize rejects an unknown option" || echo "not ok - tokenize rejects an unknown option (exit $rc)"
+./tokenize --decode "$tmp/badmagic.bin" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc = 1 ] && grep -q "is not a token shard" "$tmp/err" && echo "ok - tokenize rejects a bad shard" || echo "not ok - tokenize rejects a bad shard (exit $rc)"
+
+# --help: exit 0 and every flag of the table is listed, each with its default
+"$BIN" --help >"$tmp/help"; rc=$?
+n=$(grep -c '^  --' "$tmp/help")
+for flag in device model train-data val-data batch-size seq-len total-batch-tokens steps lr warmup-steps lr-schedule \
+            final-lr-frac weight-decay beta1 beta2 eps grad-clip seed shuffle precision recompute zero tp sp pp \
+            pp-schedule vpp cp cp-layout output-dir checkpoint-every resume val-every val-steps sample-every \
+            gen-tokens log-file; do
+    grep -q -- "--$flag " "$tmp/help" || { echo "not ok - --help lists --$flag"; rc=1; }
+done
+[ $rc = 0 ] && echo "ok - --help lists all $n flags" || echo "not ok - --help"
+
+# model files: load → save is byte-identical (fp32 and bf16), and our fp32→bf16 rounding is torch's
+"$BIN" "${base[@]}" --steps 0 --save-model "$tmp/rt.bin" >/dev/null 2>&1
+cmp -s "$tmp/tiny.bin" "$tmp/rt.bin" && echo "ok - fp32 model file round trip is byte-identical" || echo "not ok - fp32 model file round trip"
+"$BIN" "${base[@]}" --model "$tmp/tiny_bf16.bin" --steps 0 --save-model "$tmp/rt16.bin" --save-precision bf16 >/dev/null 2>&1
+cmp -s "$tmp/tiny_bf16.bin" "$tmp/rt16.bin" && echo "ok - bf16 model file round trip is byte-identical" || echo "not ok - bf16 model file round trip"
+"$BIN" "${base[@]}" --steps 0 --save-model "$tmp/to16.bin" --save-precision bf16 >/dev/null 2>&1
+cmp -s "$tmp/tiny_bf16.bin" "$tmp/to16.bin" && echo "ok - fp32 -> bf16 save rounds like torch" || echo "not ok - fp32 -> bf16 save rounds like torch"
+
+# checkpoint layout: a complete directory per step, nothing temporary left behind
+"$BIN" "${base[@]}" --steps 2 --checkpoint-every 1 --output-dir "$tmp/run" --save-model "$tmp/final.bin" >/dev/null 2>&1
+ok=1
+for s in 00000001 00000002; do
+    for f in model.bin state_rank00000.bin manifest.json; do [ -s "$tmp/run/step_$s/$f" ] || ok=0; done
+done
+ls "$tmp/run" | grep -q tmp && ok=0
+cmp -s "$tmp/run/step_00000002/model.bin" "$tmp/final.bin" || ok=0
+$PY -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['step']==2 and m['model']['num_layers']==2" "$tmp/run/step_00000002/manifest.json" || ok=0
+[ $ok = 1 ] && echo "ok - checkpoints: step dirs with model, state and manifest; no temp dirs; model = saved model" \
+            || echo "not ok - checkpoint directory layout"
+expect_fail "resume with a different model" 2 "--resume: the checkpoint" "${base[@]}" --model d2 --output-dir "$tmp/run" --resume --steps 3
