@@ -138,6 +138,20 @@ static Flags parse_flags(int argc, char** argv) {
     return f;
 }
 
+// --model: a preset name or a model file (only its header is read here).
+static GPTConfig model_config_from_spec(const std::string& spec, bool* is_file) {
+    GPTConfig c;
+    *is_file = !gpt_preset(spec, &c);
+    if (*is_file) {
+        FILE* probe = fopen(spec.c_str(), "rb");
+        if (!probe) usage_error("--model: '%s' is neither a preset (d12, gpt2:124M, ...) nor a readable model file", spec.c_str());
+        fclose(probe);
+        bool bf16;
+        c = model_file_config(spec.c_str(), &bf16);
+    }
+    return c;
+}
+
 // ----------------------------------------------------------------------------
 // evaluation and sampling
 
@@ -233,25 +247,18 @@ int main(int argc, char** argv) {
 
     // --- model config: a preset, a model file, or (on --resume) the checkpoint's model
     std::string model_spec = f.str("model"), resume_dir;
-    GPTConfig config;
-    bool from_file = false, file_bf16 = false;
+    bool from_file = false;
+    GPTConfig config = model_config_from_spec(model_spec, &from_file);
     if (resume) {
         resume_dir = checkpoint_latest(out_dir);
         if (resume_dir.empty()) fatal("--resume: no checkpoint (step_*/) in '%s'", out_dir.c_str());
-        GPTConfig want;
-        bool want_known = gpt_preset(model_spec, &want) || (file_size_or_die(model_spec.c_str()) > 0 &&
-                                                            (want = model_file_config(model_spec.c_str(), &file_bf16), true));
-        config = model_file_config((resume_dir + "/model.bin").c_str(), &file_bf16);
-        if (want_known && (want.num_layers != config.num_layers || want.channels != config.channels ||
-                           want.num_heads != config.num_heads || want.vocab_size != config.vocab_size))
-            usage_error("--resume: the checkpoint in '%s' holds an L=%d C=%d model, but --model %s is L=%d C=%d",
-                        resume_dir.c_str(), config.num_layers, config.channels, model_spec.c_str(), want.num_layers, want.channels);
-    } else if (!gpt_preset(model_spec, &config)) {
-        FILE* probe = fopen(model_spec.c_str(), "rb");
-        if (!probe) usage_error("--model: '%s' is neither a preset (d12, gpt2:124M, ...) nor a readable model file", model_spec.c_str());
-        fclose(probe);
-        config = model_file_config(model_spec.c_str(), &file_bf16);
-        from_file = true;
+        bool bf16;
+        GPTConfig saved = model_file_config((resume_dir + "/model.bin").c_str(), &bf16);
+        if (!gpt_same_shape(saved, config))
+            usage_error("--resume: the checkpoint in '%s' holds an L=%d C=%d V=%d model, but --model %s is L=%d C=%d V=%d",
+                        resume_dir.c_str(), saved.num_layers, saved.channels, saved.vocab_size, model_spec.c_str(),
+                        config.num_layers, config.channels, config.vocab_size);
+        from_file = false;
     }
     if (T > config.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, config.max_seq_len);
     long long tokens_per_micro = (long long)B * T * dp;
@@ -312,7 +319,7 @@ int main(int argc, char** argv) {
     if (resume) printf("resumed from %s at step %lld\n", resume_dir.c_str(), (long long)state.step);
 
     Logger log;
-    logger_open(&log, f.str("log-file"), resume);
+    logger_open(&log, f.str("log-file"), resume ? state.step : -1);
     std::vector<int> x((size_t)B * T), y((size_t)B * T);
     const float dloss = 1.0f / ((float)B * T * accum);
 

@@ -54,9 +54,7 @@ inline GPTConfig model_file_config(const char* path, bool* bf16) {
 inline void model_file_load(GPT* g, const char* path) {
     bool bf16;
     GPTConfig c = model_file_config(path, &bf16);
-    const GPTConfig& m = g->config;
-    if (c.max_seq_len != m.max_seq_len || c.vocab_size != m.vocab_size || c.num_layers != m.num_layers ||
-        c.num_heads != m.num_heads || c.channels != m.channels || c.padded_vocab_size != m.padded_vocab_size)
+    if (!gpt_same_shape(c, g->config))
         fatal("'%s' does not match the model being loaded (file: L=%d C=%d NH=%d V=%d maxT=%d)", path,
               c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len);
     size_t n = g->layout.total;

@@ -4,7 +4,8 @@ logger.h — the step log: one JSON object per line (DESIGN §3.6), appended as 
 Fields: step, loss, lr, grad_norm, tokens_per_s, ms, mfu (null on the CPU backend), and
 val_loss on evaluation steps. Floats are written with 9 significant digits, enough to read
 back the exact fp32 value: the resume test compares logs bit for bit.
-The file is flushed after every line, so a crash loses nothing already logged.
+The file is flushed after every line, so a crash loses nothing already logged; resuming drops
+the lines after the checkpoint's step (they are about to be logged again).
 
 Test: test/test_train.sh reads these logs.
 */
@@ -14,10 +15,23 @@ Test: test/test_train.sh reads these logs.
 
 struct Logger { FILE* f = nullptr; };
 
-inline void logger_open(Logger* lg, const std::string& path, bool append) {
+// Opens the log. On a resume (keep_through_step ≥ 0) the lines of steps after the checkpoint —
+// logged by the interrupted run, about to be run again — are dropped, so every step appears once.
+inline void logger_open(Logger* lg, const std::string& path, long long keep_through_step) {
     if (path.empty()) return;
-    lg->f = fopen(path.c_str(), append ? "a" : "w");
+    std::string kept;
+    if (keep_through_step >= 0) {
+        if (FILE* old = fopen(path.c_str(), "r")) {
+            char line[4096];
+            long long step;
+            while (fgets(line, sizeof(line), old))
+                if (sscanf(line, "{\"step\": %lld", &step) == 1 && step <= keep_through_step) kept += line;
+            fclose(old);
+        }
+    }
+    lg->f = fopen(path.c_str(), "w");
     if (!lg->f) fatal("--log-file: cannot open '%s' for writing: %s", path.c_str(), strerror(errno));
+    fputs(kept.c_str(), lg->f);
 }
 
 inline void logger_step(Logger* lg, int step, float loss, float lr, float grad_norm, double tokens_per_s,

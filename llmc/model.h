@@ -46,13 +46,18 @@ struct GPTConfig {
     int channels = 768;             // C
 };
 
+inline bool gpt_same_shape(const GPTConfig& a, const GPTConfig& b) {
+    return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size && a.padded_vocab_size == b.padded_vocab_size &&
+           a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.channels == b.channels;
+}
+
 // ----------------------------------------------------------------------------
 // parameter layout
 
 // The 12 tensors of one block, in llm.c's order; shapes for channels C.
 enum BlockTensor { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB,
                    NUM_BLOCK_TENSORS };
-static const char* BLOCK_TENSOR_NAMES[NUM_BLOCK_TENSORS] = {
+inline const char* const BLOCK_TENSOR_NAMES[NUM_BLOCK_TENSORS] = {
     "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
 
 inline size_t block_tensor_size(BlockTensor k, size_t C) {

@@ -20,6 +20,8 @@ ref.write_model(f"{d}/tiny.bin", cfg, p, 3)
 ref.write_model(f"{d}/tiny_bf16.bin", cfg, p, 5)
 ref.write_shard(f"{d}/ok.bin", [i % 97 for i in range(5000)])
 ref.write_shard(f"{d}/bigtok.bin", [(i * 331) % 50000 for i in range(5000)])  # tokens >= V=97
+open(f"{d}/ok32.bin", "wb").write(struct.pack("<256i", *([20240801, 7, 5000] + [0] * 253)) +
+                                  struct.pack("<5000I", *[i % 97 for i in range(5000)]))  # llm.c's uint32 shard
 open(f"{d}/badmagic.bin", "wb").write(struct.pack("<256i", *([12345, 1, 10] + [0] * 253)) + bytes(20))
 good = open(f"{d}/ok.bin", "rb").read()
 open(f"{d}/truncated.bin", "wb").write(good[:-100])
@@ -72,6 +74,12 @@ expect_fail "resume without output dir" 2 "--resume needs --output-dir" "${base[
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && echo "ok - tokenize rejects an unknown option" || echo "not ok - tokenize rejects an unknown option (exit $rc)"
 ./tokenize --decode "$tmp/badmagic.bin" >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc = 1 ] && grep -q "is not a token shard" "$tmp/err" && echo "ok - tokenize rejects a bad shard" || echo "not ok - tokenize rejects a bad shard (exit $rc)"
+
+# uint32 shards (llm.c's [20240801, 7]) train exactly like the uint16 shard of the same tokens
+"$BIN" "${base[@]}" --steps 2 --log-file "$tmp/u16.jsonl" >/dev/null 2>&1
+"$BIN" "${base[@]}" --steps 2 --log-file "$tmp/u32.jsonl" --train-data "$tmp/ok32.bin" >/dev/null 2>&1
+[ -s "$tmp/u16.jsonl" ] && cmp -s <(cut -d, -f2 "$tmp/u16.jsonl") <(cut -d, -f2 "$tmp/u32.jsonl") \
+    && echo "ok - uint32 shard trains exactly like the uint16 shard" || echo "not ok - uint32 shard differs from uint16"
 
 # --help: exit 0 and every flag of the table is listed, each with its default
 "$BIN" --help >"$tmp/help"; rc=$?

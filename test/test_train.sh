@@ -27,7 +27,9 @@ run=(--batch-size 4 --total-batch-tokens 256 --steps 6 --shuffle 1 --val-every 3
 "$BIN" "${common[@]}" "${run[@]}" --output-dir "$tmp/a" --checkpoint-every 3 --log-file "$tmp/a.jsonl" \
     --save-model "$tmp/a_final.bin" >"$tmp/a.out" 2>&1 || echo "# straight run failed: $(tail -1 "$tmp/a.out")"
 mkdir -p "$tmp/b" && cp -r "$tmp/a/step_00000003" "$tmp/b/"
-head -3 "$tmp/a.jsonl" > "$tmp/b.jsonl"
+# as if the interrupted run had logged steps 4-6 (with other numbers) before dying: the resumed
+# run must drop those lines and log the steps again
+{ head -3 "$tmp/a.jsonl"; tail -n +4 "$tmp/a.jsonl" | sed 's/"loss": [^,]*/"loss": 0.0/'; } > "$tmp/b.jsonl"
 "$BIN" "${common[@]}" "${run[@]}" --output-dir "$tmp/b" --checkpoint-every 3 --log-file "$tmp/b.jsonl" --resume \
     --save-model "$tmp/b_final.bin" >"$tmp/b.out" 2>&1 || echo "# resumed run failed: $(tail -1 "$tmp/b.out")"
 if [ "$(wc -l <"$tmp/a.jsonl")" = 6 ] && cmp -s <(fields "$tmp/a.jsonl") <(fields "$tmp/b.jsonl"); then
