@@ -11,6 +11,12 @@ CXXFLAGS ?= -O3 -march=native
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wno-unknown-pragmas
 LDLIBS   := -lpcre2-8
 NVCC     := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+# OpenMPI (installed by `make deps`): multi-process runs. Without it the build is single-process.
+MPICXX   := $(shell command -v mpicxx 2>/dev/null)
+ifneq ($(MPICXX),)
+MPI_FLAGS := -DLLMC_MPI $(addprefix -I,$(shell mpicxx --showme:incdirs))
+MPI_LIBS  := $(addprefix -L,$(shell mpicxx --showme:libdirs)) $(addprefix -l,$(shell mpicxx --showme:libs))
+endif
 NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
 HEADERS  := $(wildcard llmc/*.h llmc/*.cuh)
 
@@ -18,32 +24,40 @@ ifeq ($(NO_CUDA),1)
 NVCC :=
 endif
 
-.PHONY: all train test deps test-deps data clean
+.PHONY: all binaries train test deps test-deps data clean
 
-all: deps train_gpt tokenize
+# deps first, then a fresh make that sees what deps installed (nvcc, mpicxx)
+all: deps
+	@$(MAKE) --no-print-directory binaries
+
+binaries: train_gpt tokenize
 
 deps:
 	@bash scripts/install_deps.sh build
 
 ifneq ($(NVCC),)
-train_gpt: train_gpt.cu $(HEADERS) | deps
-	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp,-march=native $< -o $@ $(LDLIBS) -lgomp
+train_gpt: train_gpt.cu $(HEADERS)
+	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp,-march=native $(MPI_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) -lgomp
 else
-train_gpt: train_gpt.cu $(HEADERS) | deps
-	$(CXX) $(CXXFLAGS) -x c++ $< -o $@ $(LDLIBS)
+train_gpt: train_gpt.cu $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
 endif
 
-tokenize: tokenize.cpp $(HEADERS) | deps
+tokenize: tokenize.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 # the g++ build of the trainer, always made for the tests (they also run the nvcc build if any)
-build/train_gpt_cpu: train_gpt.cu $(HEADERS) | deps
+build/train_gpt_cpu: train_gpt.cu $(HEADERS)
 	@mkdir -p build
-	$(CXX) $(CXXFLAGS) -x c++ $< -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
-build/test_ops: test/test_ops.cpp $(HEADERS) | deps
+build/test_ops: test/test_ops.cpp $(HEADERS)
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+build/test_comm: test/test_comm.cpp $(HEADERS)
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
 # The main job: a 4-layer GPT on the King James Bible, validation every 50 steps, a sample at the end.
 TRAIN_FLAGS ?= --model d4 --batch-size 8 --seq-len 64 --steps 300 --lr 1e-3 --warmup-steps 20 \
@@ -56,7 +70,8 @@ train: all
 test-deps:
 	@bash scripts/install_deps.sh test
 
-test: all build/train_gpt_cpu build/test_ops test-deps
+test: all test-deps
+	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm
 	bash test/run_tests.sh
 
 data: tokenize

@@ -28,6 +28,8 @@ Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 #include "llmc/model.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
+#include "llmc/comm.h"
+#include "llmc/data_parallel.h"
 #include "llmc/checkpoint.h"
 #include "llmc/schedulers.h"
 #include "llmc/logger.h"
@@ -60,7 +62,7 @@ static const FlagDef FLAGS[] = {
     {"shuffle", "0", "0 | 1: visit the training batches in a per-epoch random order", false},
     {"precision", "fp32", "fp32 | bf16 | fp16 | fp8 (the CPU backend computes in fp32)", false},
     {"recompute", "none", "none | selective | full activation checkpointing", false},
-    {"zero", "0", "ZeRO stage 0 | 1 | 2 | 3", false},
+    {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
     {"tp", "1", "tensor-parallel degree", false},
     {"sp", "0", "0 | 1: sequence parallelism (with --tp)", false},
     {"pp", "1", "pipeline-parallel degree", false},
@@ -81,7 +83,8 @@ static const FlagDef FLAGS[] = {
     {"log-file", "", "write one JSON line per step here", false},
     {"save-model", "", "write the final model to this llm.c model file", false},
     {"save-precision", "fp32", "fp32 | bf16: dtype of --save-model", false},
-    {"threads", "0", "CPU threads (0: all cores)", false},
+    {"threads", "0", "CPU threads per rank (0: all cores, or OMP_NUM_THREADS)", false},
+    {"comm-stats", "0", "print the bytes each collective sent per step (also in the JSON log)", true},
 };
 
 static void print_help() {
@@ -119,7 +122,7 @@ static Flags parse_flags(int argc, char** argv) {
     for (const FlagDef& d : FLAGS) f.v[d.name] = d.def;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
-        if (a == "--help" || a == "-h") { print_help(); exit(0); }
+        if (a == "--help" || a == "-h") { if (g_rank == 0) print_help(); if (g_leave_collectively) g_leave_collectively(); exit(0); }
         if (a.rfind("--", 0) != 0) usage_error("unexpected argument '%s' (flags start with --; see --help)", a.c_str());
         std::string name = a.substr(2), value;
         size_t eq = name.find('=');
@@ -155,14 +158,28 @@ static GPTConfig model_config_from_spec(const std::string& spec, bool* is_file) 
 // ----------------------------------------------------------------------------
 // evaluation and sampling
 
-static float evaluate(const Ctx& ctx, GPT* g, DataLoader* val, int steps, std::vector<int>& x, std::vector<int>& y) {
+// Mean loss over `steps` validation micro-batches on each dp rank (dp·steps batches in all).
+static float evaluate(const Ctx& ctx, GPT* g, DataLoader* val, int steps, std::vector<int>& x, std::vector<int>& y, Group& dp) {
     dataloader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < steps; i++) {
         dataloader_next(val, x.data(), y.data());
         sum += gpt_forward(ctx, g, x.data(), y.data(), val->B, val->T, 0.0f);
     }
-    return (float)(sum / steps);
+    comm_sum_doubles(dp, &sum, 1);
+    return (float)(sum / (steps * dp.size));
+}
+
+// {"all_reduce": bytes, ...} of one group's counters (the ops it used this step).
+static std::string comm_stats_json(const Group& g) {
+    std::string s = "{";
+    for (int op = 0; op < NUM_COMM_OPS; op++) {
+        if (!g.calls[op]) continue;
+        char buf[96];
+        snprintf(buf, sizeof(buf), "%s\"%s\": %.0f", s.size() > 1 ? ", " : "", COMM_OP_NAMES[op], g.bytes[op]);
+        s += buf;
+    }
+    return s + "}";
 }
 
 // Samples one token from the logits of the last position: softmax(logits/temperature) over the
@@ -201,6 +218,8 @@ static std::string generate(const Ctx& ctx, GPT* g, Tokenizer* tk, const std::st
 // ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
+    Mesh mesh;
+    mesh_start(&mesh, &argc, &argv);  // first, so that only rank 0 reports a bad flag
     Flags f = parse_flags(argc, argv);
 
     // --- every value checked before anything large is allocated
@@ -238,12 +257,15 @@ int main(int argc, char** argv) {
     int threads = (int)f.integer("threads", 0, 4096);
     if (precision != "fp32") usage_error("--precision %s: low precision needs the CUDA backend (not yet supported); use fp32", precision.c_str());
     if (recompute != "none") usage_error("--recompute %s: activation checkpointing is not yet supported", recompute.c_str());
-    if (zero != 0) usage_error("--zero %d: ZeRO needs data parallelism (not yet supported)", zero);
+    bool comm_stats = f.integer("comm-stats", 0, 1);
+    if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
+
+    // --- the process mesh: dp = world / (tp·pp·cp)
+    mesh_build(&mesh, tp, pp, cp);
     if (tp != 1 || sp != 0) usage_error("--tp/--sp: tensor and sequence parallelism are not yet supported");
     if (pp != 1 || vpp != 1) usage_error("--pp/--vpp: pipeline parallelism is not yet supported");
     if (cp != 1) usage_error("--cp: context parallelism is not yet supported");
-    if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
-    const int dp = 1;  // world size / (tp·pp·cp): one process until the communicator lands
+    const int dp = mesh.dp;
 
     // --- model config: a preset, a model file, or (on --resume) the checkpoint's model
     std::string model_spec = f.str("model"), resume_dir;
@@ -269,10 +291,10 @@ int main(int argc, char** argv) {
 
     // --- data (shard headers are validated here, before the model is allocated)
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, "--train-data", f.str("train-data"), B, T, dp, 0, config.vocab_size, shuffle, seed);
+    dataloader_init(&train_loader, "--train-data", f.str("train-data"), B, T, dp, mesh.dp_rank, config.vocab_size, shuffle, seed);
     bool has_val = !f.str("val-data").empty() && val_steps > 0;
     if (has_val) {
-        dataloader_init(&val_loader, "--val-data", f.str("val-data"), B, T, dp, 0, config.vocab_size, false, seed);
+        dataloader_init(&val_loader, "--val-data", f.str("val-data"), B, T, dp, mesh.dp_rank, config.vocab_size, false, seed);
         val_steps = (int)std::min<long long>(val_steps, val_loader.slots / dp);
         if (val_steps < 1) fatal("--val-data: too few tokens for one validation batch of %d x %d", B, T);
     }
@@ -293,78 +315,99 @@ int main(int argc, char** argv) {
     Ctx ctx;
     ctx.device = Device::CPU;
 
-    // --- the model
+    // --- the model, its storage (data_parallel.h) and its weights
     GPT model;
     gpt_build(&model, config);
+    DataParallel dpar;
+    dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
     TrainState state;
     Rng sampler(seed, 0x5a3b1e);
     if (resume) {
-        model_file_load(&model, (resume_dir + "/model.bin").c_str());
-        state = checkpoint_load_state(resume_dir, &model);
-        if (state.B != B || state.T != T || state.grad_accum != accum)
-            usage_error("--resume: '%s' was written with --batch-size %lld --seq-len %lld and %lld accumulation steps; "
-                        "resume with the same (got %d, %d, %d)", resume_dir.c_str(), (long long)state.B, (long long)state.T,
-                        (long long)state.grad_accum, B, T, accum);
-        train_loader.k = state.loader_pos;
+        state = checkpoint_load(resume_dir, &dpar);
+        if (state.B != B || state.T != T || state.total_batch != total_batch)
+            usage_error("--resume: '%s' was written with --batch-size %lld --seq-len %lld --total-batch-tokens %lld; "
+                        "resume with the same (got %d, %d, %lld)", resume_dir.c_str(), (long long)state.B,
+                        (long long)state.T, (long long)state.total_batch, B, T, total_batch);
+        train_loader.k = state.global_batches / dp;  // an exact division: both are step·D/(B·T)
         sampler.state = state.rng_state;
-    } else if (from_file) model_file_load(&model, model_spec.c_str());
-    else gpt_init(&model, seed);
+    } else if (from_file) {
+        model_file_load(&dpar, model_spec.c_str());
+    } else {
+        avec<float> unit;
+        for (int u = 0; u < gpt_num_units(config); u++) {
+            unit.resize(dpar.units[u].size);
+            gpt_init_unit(config, model.layout, u, seed, unit.data());
+            dp_set_unit(&dpar, u, unit.data());
+        }
+    }
     const std::string out_dir_note = out_dir.empty() ? "" : (" -> " + out_dir);
-    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s\n", config.num_layers, config.channels,
+    print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s\n", config.num_layers, config.channels,
            config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
            from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
-    printf("data: %lld train tokens in %zu shard(s)%s; B=%d T=%d, %d micro-batch(es) per step = %lld tokens\n",
-           train_loader.total_tokens, train_loader.shards.size(), has_val ? ", validation on" : "", B, T, accum, total_batch);
-    printf("device: cpu, %d thread(s), fp32%s\n", nthreads, out_dir_note.c_str());
-    if (resume) printf("resumed from %s at step %lld\n", resume_dir.c_str(), (long long)state.step);
+    print0("data: %lld train tokens in %zu shard(s)%s; B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
+           train_loader.total_tokens, train_loader.shards.size(), has_val ? ", validation on" : "", B, T, dp, accum, total_batch);
+    print0("device: cpu, %d rank(s) x %d thread(s), fp32, zero %d%s\n", mesh.world, nthreads, zero, out_dir_note.c_str());
+    DPMemory mem = dp_memory(dpar);
+    fflush(stdout);
+    printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B\n", mesh.rank,
+           (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working);
+    fflush(stdout);
+    if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld)\n", resume_dir.c_str(),
+                       (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero);
 
     Logger log;
-    logger_open(&log, f.str("log-file"), resume ? state.step : -1);
+    if (mesh.rank == 0) logger_open(&log, f.str("log-file"), resume ? state.step : -1);
     std::vector<int> x((size_t)B * T), y((size_t)B * T);
-    const float dloss = 1.0f / ((float)B * T * accum);
+    const float dloss = 1.0f / ((float)B * T * accum * dp);  // the dp sum of gradients is then the mean
 
     for (int step = (int)state.step + 1; step <= steps; step++) {
         double t0 = now_seconds();
-        gpt_zero_grad(&model);
+        comm_reset_stats(mesh.dp_group);
+        dp_zero_grad(&dpar);
         double loss_sum = 0.0;
         for (int micro = 0; micro < accum; micro++) {
+            dpar.last_micro = micro == accum - 1;
             dataloader_next(&train_loader, x.data(), y.data());
             loss_sum += gpt_forward(ctx, &model, x.data(), y.data(), B, T, dloss);
             gpt_backward(ctx, &model, B, T);
         }
-        float loss = (float)(loss_sum / accum);
-        float norm = (float)sqrt(gpt_grad_norm_squared(ctx, model));
+        comm_sum_doubles(mesh.dp_group, &loss_sum, 1);
+        float loss = (float)(loss_sum / (accum * dp));
+        float norm = dp_grad_norm(&dpar);
         float lr = lr_at(sched, step - 1);
-        gpt_update(ctx, &model, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
+        dp_update(&dpar, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
         double ms = (now_seconds() - t0) * 1000.0;
         double tok_s = total_batch / (ms / 1000.0);
         if (!std::isfinite(loss)) fatal("step %d: the loss is %f (diverged); lower --lr or check the data", step, loss);
+        std::string comm_json = comm_stats_json(mesh.dp_group);
 
         bool last = step == steps;
         bool do_val = has_val && (last || (val_every > 0 && step % val_every == 0));
-        float val_loss = do_val ? evaluate(ctx, &model, &val_loader, val_steps, x, y) : 0.0f;
-        printf("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
-        if (do_val) printf(" | val loss %.6f", val_loss);
-        printf("\n");
+        float val_loss = do_val ? evaluate(ctx, &model, &val_loader, val_steps, x, y, mesh.dp_group) : 0.0f;
+        print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
+        if (do_val) print0(" | val loss %.6f", val_loss);
+        print0("\n");
+        if (comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
         fflush(stdout);
-        logger_step(&log, step, loss, lr, norm, tok_s, ms, -1.0, do_val, val_loss);
+        logger_step(&log, step, loss, lr, norm, tok_s, ms, -1.0, do_val, val_loss, comm_json);
 
-        if (can_sample && (last || step % sample_every == 0)) {
+        if (can_sample && (last || step % sample_every == 0)) {  // every rank runs it (ZeRO-3 gathers)
             std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);
-            printf("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
+            print0("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
         }
         if (!out_dir.empty() && (last || (ckpt_every > 0 && step % ckpt_every == 0))) {
-            state.step = step; state.loader_pos = train_loader.k; state.rng_state = sampler.state;
-            state.B = B; state.T = T; state.grad_accum = accum;
-            checkpoint_save(out_dir, model, state);
-            printf("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
+            state.step = step; state.global_batches = train_loader.k * dp; state.rng_state = sampler.state;
+            state.B = B; state.T = T; state.total_batch = total_batch;
+            checkpoint_save(out_dir, &dpar, state, mesh.world_group);
+            print0("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
         }
     }
     if (!f.str("save-model").empty()) {
-        model_file_save(model, f.str("save-model"), save_bf16);
-        printf("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
+        model_file_save(&dpar, f.str("save-model"), save_bf16);
+        print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
     }
     logger_close(&log);
     if (can_sample) tokenizer_free(&tk);
+    mesh_finish(&mesh);
     return 0;
 }

@@ -8,12 +8,16 @@ save convert. A bf16 file loads into fp32 masters exactly (bf16 ⊂ fp32) and sa
 same bytes; fp32 → bf16 rounds to nearest even.
 
 Checkpoint: a directory DIR/step_NNNNNNNN/ written as DIR/step_NNNNNNNN.tmp/ and renamed into
-place when complete (a crash leaves either the old checkpoints or the new one, never half of one):
-  model.bin            the fp32 model file (loadable by llm.c and by --model)
-  state_rank00000.bin  this rank's training state: int64 header [20241121, 1, step, loader
-                       position, rng state, B, T, accumulation, Ψ], then AdamW m and v (fp32)
+place when every rank has written its part (a crash leaves either the old checkpoints or the
+new one, never half of one):
+  model.bin            the fp32 model file (loadable by llm.c and by --model), from dp rank 0
+  state_rankNNNNN.bin  dp rank r's shard: int64 header [20241121, 2, step, micro-batches consumed
+                       (all ranks), rng state, B, T, total batch tokens, Ψ, dp, zero, 0…], then
+                       its chunk of AdamW's m and v for every unit (the ZeRO shard layout,
+                       whatever stage saved it: a stage-0 rank writes its chunk of its replica)
   manifest.json        step, layout and config, for people and tools
-Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one.
+Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one; a
+different dp or ZeRO stage reads each element from the old rank that held it (resharding).
 
 Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume bit-exactness).
 */
@@ -22,6 +26,8 @@ Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume bit
 #include <string>
 #include "common.h"
 #include "model.h"
+#include "comm.h"
+#include "data_parallel.h"
 
 static const int MODEL_MAGIC = 20240326;
 static const int64_t STATE_MAGIC = 20241121;
@@ -50,90 +56,146 @@ inline GPTConfig model_file_config(const char* path, bool* bf16) {
     return c;
 }
 
-// Loads the weights of a model file into g (already built with the file's config).
-inline void model_file_load(GPT* g, const char* path) {
-    bool bf16;
-    GPTConfig c = model_file_config(path, &bf16);
-    if (!gpt_same_shape(c, g->config))
-        fatal("'%s' does not match the model being loaded (file: L=%d C=%d NH=%d V=%d maxT=%d)", path,
-              c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len);
-    size_t n = g->layout.total;
-    avec<float> file(n);
-    FILE* f = fopen_or_die(path, "rb");
-    fseek(f, 1024, SEEK_SET);
-    if (bf16) {
-        std::vector<uint16_t> h(n);
-        fread_or_die(h.data(), 2, n, f, path);
-        for (size_t i = 0; i < n; i++) file[i] = bf16_to_fp32(h[i]);
-    } else fread_or_die(file.data(), 4, n, f, path);
-    fclose(f);
-    gpt_convert_layout(g->config, g->layout, g->params.data(), file.data(), false);
+// Reads (or writes) unit u of an open model file from (into) unit, converting between the file's
+// tensor-major order and the unit's layer-major one (model.h: unit_file_pieces).
+inline void model_file_unit_io(FILE* f, const char* path, const GPT& g, int u, float* unit, bool write, bool bf16) {
+    std::vector<uint16_t> h;
+    for (const FilePiece& pc : unit_file_pieces(g.config, g.layout, u)) {
+        fseek(f, 1024 + (long)(pc.file_off * (bf16 ? 2 : 4)), SEEK_SET);
+        float* x = unit + pc.unit_off;
+        if (!bf16) {
+            if (write) fwrite_or_die(x, 4, pc.n, f, path); else fread_or_die(x, 4, pc.n, f, path);
+            continue;
+        }
+        h.resize(pc.n);
+        if (write) {
+            for (size_t i = 0; i < pc.n; i++) h[i] = fp32_to_bf16(x[i]);
+            fwrite_or_die(h.data(), 2, pc.n, f, path);
+        } else {
+            fread_or_die(h.data(), 2, pc.n, f, path);
+            for (size_t i = 0; i < pc.n; i++) x[i] = bf16_to_fp32(h[i]);
+        }
+    }
 }
 
-inline void model_file_save(const GPT& g, const std::string& path, bool bf16) {
-    const GPTConfig& c = g.config;
+inline void model_file_write_header(FILE* f, const char* path, const GPTConfig& c, bool bf16) {
     int h[256] = {0};
     h[0] = MODEL_MAGIC; h[1] = bf16 ? 5 : 3; h[2] = c.max_seq_len; h[3] = c.vocab_size; h[4] = c.num_layers;
     h[5] = c.num_heads; h[6] = c.channels; h[7] = c.padded_vocab_size;
-    size_t n = g.layout.total;
-    avec<float> file(n);
-    gpt_convert_layout(c, g.layout, const_cast<float*>(g.params.data()), file.data(), true);
+    fwrite_or_die(h, sizeof(int), 256, f, path);
+}
+
+// Loads a model file into the data-parallel storage (each rank keeps what its stage keeps).
+inline void model_file_load(DataParallel* d, const char* path) {
+    bool bf16;
+    GPTConfig c = model_file_config(path, &bf16);
+    const GPT& g = *d->g;
+    if (!gpt_same_shape(c, g.config))
+        fatal("'%s' does not match the model being loaded (file: L=%d C=%d NH=%d V=%d maxT=%d)", path,
+              c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len);
+    FILE* f = fopen_or_die(path, "rb");
+    avec<float> unit;
+    for (int u = 0; u < gpt_num_units(c); u++) {
+        unit.resize(d->units[u].size);
+        model_file_unit_io(f, path, g, u, unit.data(), false, bf16);
+        dp_set_unit(d, u, unit.data());
+    }
+    fclose(f);
+}
+
+// Writes the model as an llm.c model file from dp rank 0 (written to PATH.tmp, then renamed).
+// Collective: with ZeRO-3 every dp rank takes part in gathering each unit.
+inline void model_file_save(DataParallel* d, const std::string& path, bool bf16) {
+    const GPT& g = *d->g;
     std::string tmp = path + ".tmp";
-    FILE* f = fopen_or_die(tmp.c_str(), "wb");
-    fwrite_or_die(h, sizeof(int), 256, f, tmp.c_str());
-    if (bf16) {
-        std::vector<uint16_t> b(n);
-        for (size_t i = 0; i < n; i++) b[i] = fp32_to_bf16(file[i]);
-        fwrite_or_die(b.data(), 2, n, f, tmp.c_str());
-    } else fwrite_or_die(file.data(), 4, n, f, tmp.c_str());
-    if (fclose(f) != 0 || rename(tmp.c_str(), path.c_str()) != 0) fatal("cannot write model file '%s'", path.c_str());
+    FILE* f = nullptr;
+    if (d->rank == 0) {
+        f = fopen_or_die(tmp.c_str(), "wb");
+        model_file_write_header(f, tmp.c_str(), g.config, bf16);
+    }
+    avec<float> unit;
+    for (int u = 0; u < gpt_num_units(g.config); u++) {
+        unit.resize(d->units[u].size);
+        dp_get_unit(d, u, unit.data());
+        if (f) model_file_unit_io(f, tmp.c_str(), g, u, unit.data(), true, bf16);
+    }
+    if (f && (fclose(f) != 0 || rename(tmp.c_str(), path.c_str()) != 0)) fatal("cannot write model file '%s'", path.c_str());
 }
 
 // ----------------------------------------------------------------------------
 // checkpoints
 
 struct TrainState {
-    int64_t step = 0;          // optimizer steps completed
-    int64_t loader_pos = 0;    // DataLoader::k
-    uint64_t rng_state = 0;    // the sampler's generator
-    int64_t B = 0, T = 0, grad_accum = 0;
+    int64_t step = 0;            // optimizer steps completed
+    int64_t global_batches = 0;  // micro-batches consumed by all dp ranks together (loader k·dp)
+    uint64_t rng_state = 0;      // the sampler's generator
+    int64_t B = 0, T = 0, total_batch = 0;
+    int64_t saved_dp = 1, saved_zero = 0;
 };
 
 inline std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
     char name[32]; snprintf(name, sizeof(name), "step_%08lld", (long long)step);
     return out_dir + "/" + name;
 }
+inline std::string state_file(const std::string& dir, int rank) {
+    char name[40]; snprintf(name, sizeof(name), "/state_rank%05d.bin", rank);
+    return dir + name;
+}
 
-inline void checkpoint_save(const std::string& out_dir, const GPT& g, const TrainState& s) {
+// The state file of dp rank r holds, for every unit u, its chunk r (of N = dp) of AdamW's m,
+// padded to ⌈S_u/N⌉ elements, then the same for v. Chunk r lies in the file at element
+// offset Σ_{v<u} ⌈S_v/N⌉ (m) and that plus Σ_all ⌈S_v/N⌉ (v), after the 128-byte header.
+static const int STATE_HEADER = 16;  // int64s
+
+// Collective over dp: every rank writes its state file, rank 0 the model and the manifest, into
+// DIR/step_N.tmp, renamed to DIR/step_N when all are written.
+inline void checkpoint_save(const std::string& out_dir, DataParallel* d, const TrainState& s, Group& world) {
     namespace fs = std::filesystem;
     std::string final_dir = checkpoint_dir(out_dir, s.step), tmp = final_dir + ".tmp";
     std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    fs::remove_all(tmp, ec);
-    if (!fs::create_directories(tmp, ec)) fatal("--output-dir: cannot create '%s': %s", tmp.c_str(), ec.message().c_str());
-    model_file_save(g, tmp + "/model.bin", false);
-    std::string sp = tmp + "/state_rank00000.bin";
+    if (d->rank == 0) {
+        fs::create_directories(out_dir, ec);
+        fs::remove_all(tmp, ec);
+        if (!fs::create_directories(tmp, ec)) fatal("--output-dir: cannot create '%s': %s", tmp.c_str(), ec.message().c_str());
+    }
+    comm_barrier(world);
+    model_file_save(d, tmp + "/model.bin", false);
+    std::string sp = state_file(tmp, d->rank);
     FILE* f = fopen_or_die(sp.c_str(), "wb");
-    int64_t h[16] = {STATE_MAGIC, 1, s.step, s.loader_pos, (int64_t)s.rng_state, s.B, s.T, s.grad_accum,
-                     (int64_t)g.layout.total};
-    fwrite_or_die(h, sizeof(int64_t), 16, f, sp.c_str());
-    fwrite_or_die(g.m.data(), 4, g.m.size(), f, sp.c_str());
-    fwrite_or_die(g.v.data(), 4, g.v.size(), f, sp.c_str());
+    int64_t h[STATE_HEADER] = {STATE_MAGIC, 2, s.step, s.global_batches, (int64_t)s.rng_state, s.B, s.T, s.total_batch,
+                               (int64_t)d->g->layout.total, d->N, d->zero};
+    fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
+    std::vector<float> pad;
+    for (avec<float>* buf : {&d->m, &d->v})
+        for (size_t u = 0; u < d->units.size(); u++) {
+            size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
+            if (e > b) fwrite_or_die(dp_opt_at(d, *buf, (int)u, b), 4, e - b, f, sp.c_str());
+            pad.assign(chunk_size(S, d->N) - (e - b), 0.0f);
+            if (!pad.empty()) fwrite_or_die(pad.data(), 4, pad.size(), f, sp.c_str());
+        }
     if (fclose(f) != 0) fatal("cannot write '%s'", sp.c_str());
-    const GPTConfig& c = g.config;
-    std::string mp = tmp + "/manifest.json";
-    f = fopen_or_die(mp.c_str(), "w");
-    fprintf(f, "{\"step\": %lld, \"world_size\": 1, \"layout\": {\"dp\": 1, \"tp\": 1, \"pp\": 1, \"cp\": 1, \"zero\": 0},\n"
-               " \"model\": {\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
-               "\"num_heads\": %d, \"channels\": %d},\n"
-               " \"batch_size\": %lld, \"seq_len\": %lld, \"grad_accum\": %lld,\n"
-               " \"files\": [\"model.bin\", \"state_rank00000.bin\"]}\n",
-            (long long)s.step, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
-            (long long)s.B, (long long)s.T, (long long)s.grad_accum);
-    if (fclose(f) != 0) fatal("cannot write '%s'", mp.c_str());
-    fs::remove_all(final_dir, ec);
-    fs::rename(tmp, final_dir, ec);
-    if (ec) fatal("cannot move checkpoint into place at '%s': %s", final_dir.c_str(), ec.message().c_str());
+    if (d->rank == 0) {
+        const GPTConfig& c = d->g->config;
+        std::string mp = tmp + "/manifest.json";
+        f = fopen_or_die(mp.c_str(), "w");
+        fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"layout\": {\"dp\": %d, \"tp\": 1, \"pp\": 1, \"cp\": 1, \"zero\": %d},\n"
+                   " \"model\": {\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
+                   "\"num_heads\": %d, \"channels\": %d},\n"
+                   " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
+                   " \"files\": [\"model.bin\"",
+                (long long)s.step, world.size, d->N, d->zero, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
+                c.num_layers, c.num_heads, c.channels, (long long)s.B, (long long)s.T, (long long)s.total_batch);
+        for (int r = 0; r < d->N; r++) fprintf(f, ", \"state_rank%05d.bin\"", r);
+        fprintf(f, "]}\n");
+        if (fclose(f) != 0) fatal("cannot write '%s'", mp.c_str());
+    }
+    comm_barrier(world);
+    if (d->rank == 0) {
+        fs::remove_all(final_dir, ec);
+        fs::rename(tmp, final_dir, ec);
+        if (ec) fatal("cannot move checkpoint into place at '%s': %s", final_dir.c_str(), ec.message().c_str());
+    }
+    comm_barrier(world);
 }
 
 // The newest complete checkpoint directory in out_dir, or "" if there is none.
@@ -150,20 +212,53 @@ inline std::string checkpoint_latest(const std::string& out_dir) {
     return best;
 }
 
-// Loads the training state (and AdamW moments) of a checkpoint into g; the weights come
-// from its model.bin via model_file_load.
-inline TrainState checkpoint_load_state(const std::string& dir, GPT* g) {
-    std::string sp = dir + "/state_rank00000.bin";
+// Reads the header of a checkpoint's state file (rank 0's: they all agree).
+inline TrainState checkpoint_read_header(const std::string& dir) {
+    std::string sp = state_file(dir, 0);
     FILE* f = fopen_or_die(sp.c_str(), "rb");
-    int64_t h[16];
-    fread_or_die(h, sizeof(int64_t), 16, f, sp.c_str());
-    if (h[0] != STATE_MAGIC || h[1] != 1) fatal("'%s' is not a training-state file (magic %lld)", sp.c_str(), (long long)h[0]);
-    if (h[8] != (int64_t)g->layout.total)
-        fatal("'%s' holds state for %lld parameters, the model has %zu", sp.c_str(), (long long)h[8], g->layout.total);
-    TrainState s;
-    s.step = h[2]; s.loader_pos = h[3]; s.rng_state = (uint64_t)h[4]; s.B = h[5]; s.T = h[6]; s.grad_accum = h[7];
-    fread_or_die(g->m.data(), 4, g->m.size(), f, sp.c_str());
-    fread_or_die(g->v.data(), 4, g->v.size(), f, sp.c_str());
+    int64_t h[STATE_HEADER];
+    fread_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
     fclose(f);
+    if (h[0] != STATE_MAGIC || h[1] != 2) fatal("'%s' is not a training-state file (magic %lld, version %lld)", sp.c_str(), (long long)h[0], (long long)h[1]);
+    TrainState s;
+    s.step = h[2]; s.global_batches = h[3]; s.rng_state = (uint64_t)h[4]; s.B = h[5]; s.T = h[6]; s.total_batch = h[7];
+    s.saved_dp = h[9]; s.saved_zero = h[10];
+    return s;
+}
+
+// Loads the weights (model.bin) and this rank's part of AdamW's moments from a checkpoint
+// saved with any dp size and ZeRO stage: each element is read from the old rank whose chunk
+// held it. This is what makes resharding (say dp=4 ZeRO-3 → dp=2 ZeRO-1) work.
+inline TrainState checkpoint_load(const std::string& dir, DataParallel* d) {
+    TrainState s = checkpoint_read_header(dir);
+    model_file_load(d, (dir + "/model.bin").c_str());
+    int old_N = (int)s.saved_dp;
+    std::vector<FILE*> files(old_N);
+    for (int q = 0; q < old_N; q++) {
+        std::string sp = state_file(dir, q);
+        files[q] = fopen_or_die(sp.c_str(), "rb");
+        int64_t h[STATE_HEADER];
+        fread_or_die(h, sizeof(int64_t), STATE_HEADER, files[q], sp.c_str());
+        if (h[0] != STATE_MAGIC || h[8] != (int64_t)d->g->layout.total || h[9] != old_N)
+            fatal("'%s' does not belong to this checkpoint (or to this model)", sp.c_str());
+    }
+    size_t old_total = 0;
+    std::vector<size_t> old_off(d->units.size());
+    for (size_t u = 0; u < d->units.size(); u++) { old_off[u] = old_total; old_total += chunk_size(d->units[u].size, old_N); }
+    int part = 0;
+    for (avec<float>* buf : {&d->m, &d->v}) {
+        for (size_t u = 0; u < d->units.size(); u++) {
+            size_t S = d->units[u].size, c_old = chunk_size(S, old_N);
+            for (int q = 0; q < old_N; q++) {  // old chunk q ∩ my range
+                size_t b = std::max(d->own_begin[u], chunk_begin(S, old_N, q)), e = std::min(d->own_end[u], chunk_end(S, old_N, q));
+                if (e <= b) continue;
+                size_t elem = (size_t)part * old_total + old_off[u] + (b - (size_t)q * c_old);
+                fseek(files[q], (long)(STATE_HEADER * 8 + elem * 4), SEEK_SET);
+                fread_or_die(dp_opt_at(d, *buf, (int)u, b), 4, e - b, files[q], state_file(dir, q).c_str());
+            }
+        }
+        part++;
+    }
+    for (FILE* f : files) fclose(f);
     return s;
 }

@@ -4,8 +4,13 @@ common.h — the few things every file needs: errors, the op context, dtypes, ti
 Errors. Three kinds, three exit codes, always one line on stderr that says what was wrong and
 where (which flag, which file, what was expected):
   usage_error(...)  bad command line (unknown flag, bad value, impossible combination) -> exit 2
+                    Every rank sees the same flags, so in a multi-process run only rank 0
+                    prints it, and all ranks leave MPI cleanly.
   fatal(...)        bad input data or I/O failure (wrong magic, truncated file, ...)   -> exit 1
+                    May hit one rank alone: every rank that hits it prints, prefixed with
+                    its rank when there are several, and the launcher stops the others.
   CHECK(cond, ...)  same as fatal, for one-line invariants.
+print0(...) prints on rank 0 only (progress lines).
 
 The op context (Ctx). Every op in llmc/ is a free function that takes a Ctx first, then plain
 pointers and sizes, e.g. layernorm_forward(ctx, out, mean, rstd, inp, w, b, N, C). The op body
@@ -32,18 +37,29 @@ Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there.
 // ----------------------------------------------------------------------------
 // errors
 
-[[noreturn]] inline void die_with(int code, const char* kind, const char* fmt, va_list ap) {
+inline int g_rank = 0, g_world = 1;        // this process in the world (set by comm.h)
+inline void (*g_leave_collectively)() = nullptr;  // comm.h: finalize MPI when all ranks exit
+
+[[noreturn]] inline void die_with(int code, bool collective, const char* fmt, va_list ap) {
     fflush(stdout);
-    fprintf(stderr, "%s: ", kind);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    if (!collective || g_rank == 0) {
+        if (g_world > 1 && !collective) fprintf(stderr, "[rank %d] ", g_rank);
+        fprintf(stderr, "error: ");
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n");
+    }
+    if (collective && g_leave_collectively) g_leave_collectively();
     exit(code);
 }
 [[noreturn]] inline void usage_error(const char* fmt, ...) {
-    va_list ap; va_start(ap, fmt); die_with(2, "error", fmt, ap);
+    va_list ap; va_start(ap, fmt); die_with(2, true, fmt, ap);
 }
 [[noreturn]] inline void fatal(const char* fmt, ...) {
-    va_list ap; va_start(ap, fmt); die_with(1, "error", fmt, ap);
+    va_list ap; va_start(ap, fmt); die_with(1, false, fmt, ap);
+}
+inline void print0(const char* fmt, ...) {
+    if (g_rank != 0) return;
+    va_list ap; va_start(ap, fmt); vprintf(fmt, ap); va_end(ap);
 }
 #define CHECK(cond, ...) do { if (!(cond)) fatal(__VA_ARGS__); } while (0)
 

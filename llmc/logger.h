@@ -1,8 +1,8 @@
 /*
 logger.h — the step log: one JSON object per line (DESIGN §3.6), appended as steps finish.
 
-Fields: step, loss, lr, grad_norm, tokens_per_s, ms, mfu (null on the CPU backend), and
-val_loss on evaluation steps. Floats are written with 9 significant digits, enough to read
+Fields: step, loss, lr, grad_norm, tokens_per_s, ms, mfu (null on the CPU backend),
+val_loss on evaluation steps, and comm_bytes: the bytes each collective sent per rank this step. Floats are written with 9 significant digits, enough to read
 back the exact fp32 value: the resume test compares logs bit for bit.
 The file is flushed after every line, so a crash loses nothing already logged; resuming drops
 the lines after the checkpoint's step (they are about to be logged again).
@@ -34,13 +34,15 @@ inline void logger_open(Logger* lg, const std::string& path, long long keep_thro
     fputs(kept.c_str(), lg->f);
 }
 
+// comm_json: the step's bytes per collective on the dp group ({} when there are none).
 inline void logger_step(Logger* lg, int step, float loss, float lr, float grad_norm, double tokens_per_s,
-                        double ms, double mfu, bool has_val, float val_loss) {
+                        double ms, double mfu, bool has_val, float val_loss, const std::string& comm_json) {
     if (!lg->f) return;
     fprintf(lg->f, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, \"ms\": %.3f, ",
             step, loss, lr, grad_norm, tokens_per_s, ms);
     if (mfu >= 0) fprintf(lg->f, "\"mfu\": %.4f", mfu); else fprintf(lg->f, "\"mfu\": null");
     if (has_val) fprintf(lg->f, ", \"val_loss\": %.9g", val_loss);
+    fprintf(lg->f, ", \"comm_bytes\": %s", comm_json.c_str());
     fprintf(lg->f, "}\n");
     fflush(lg->f);
 }

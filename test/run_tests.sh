@@ -7,6 +7,9 @@
 #   test_train          resume bit-exactness, determinism, gradient accumulation, learning
 #   test_tokenizer      C++ BPE vs the reference GPT-2 BPE, decode round trip
 #   test_vs_pytorch     the trainer vs an independent PyTorch GPT-2 (losses within 1e-4)
+#   test_comm           every collective under mpirun (4 and 3 ranks), byte counters, the mesh
+#   test_dp             DDP and ZeRO-1/2/3 on 2 and 4 CPU ranks against one process; memory and
+#                       bytes against the formulas; resume and resharding
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both.
 set -u
@@ -32,11 +35,15 @@ part() {  # part NAME COMMAND...
 binaries=(./train_gpt)
 if [ -x build/train_gpt_cpu ] && ! cmp -s ./train_gpt build/train_gpt_cpu; then binaries+=(build/train_gpt_cpu); fi
 
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 part test_ops build/test_ops
+part "test_comm (4 ranks)" mpirun --oversubscribe -np 4 build/test_comm
+part "test_comm (3 ranks)" mpirun --oversubscribe -np 3 build/test_comm
 for b in "${binaries[@]}"; do
     part "test_cli ($b)" bash test/test_cli.sh "$b"
     part "test_train ($b)" bash test/test_train.sh "$b"
     part "test_vs_pytorch ($b)" /usr/bin/python3 test/test_vs_pytorch.py "$b"
+    part "test_dp ($b)" bash test/test_dp.sh "$b"
 done
 part test_tokenizer bash test/test_tokenizer.sh
 

@@ -174,28 +174,28 @@ static void test_model_grad() {
     c.max_seq_len = 8; c.vocab_size = 50; c.padded_vocab_size = 64; c.num_layers = 2; c.num_heads = 2; c.channels = 16;
     GPT g;
     gpt_build(&g, c);
-    gpt_init(&g, 7);
-    for (auto& p : g.params) p += 0.05f * rng.normal();  // break the zero biases / unit LayerNorms
+    const ParamLayout& p = g.layout;
+    avec<float> params(p.total), grads(p.total, 0.0f);
+    gpt_point_units(&g, params.data(), grads.data());
+    for (int u = 0; u < gpt_num_units(c); u++) gpt_init_unit(c, p, u, 7, params.data() + unit_span(c, p, u).offset);
+    for (auto& x : params) x += 0.05f * rng.normal();  // break the zero biases / unit LayerNorms
     int B = 2, T = 8;
     std::vector<int> x(B * T), y(B * T);
     for (int i = 0; i < B * T; i++) { x[i] = (int)rng.below(50); y[i] = (int)rng.below(50); }
-    gpt_zero_grad(&g);
     gpt_forward(ctx, &g, x.data(), y.data(), B, T, 1.0f / (B * T));
     gpt_backward(ctx, &g, B, T);
-    avec<float> grads = g.grads;
     auto loss = [&]() {
         double l = gpt_forward(ctx, &g, x.data(), y.data(), B, T, 0.0f);
         return std::make_pair(l, 64.0 * std::fabs(l));  // the mean of B·T losses, each a deep fp32 chain
     };
-    const ParamLayout& p = g.layout;
-    fd_check("model dwte (tied embedding + classifier)", g.params.data() + p.wte, (size_t)50 * 16, grads.data() + p.wte, loss, 24);
-    fd_check("model dwpe", g.params.data() + p.wpe, (size_t)8 * 16, grads.data() + p.wpe, loss, 24);
+    fd_check("model dwte (tied embedding + classifier)", params.data() + p.wte, (size_t)50 * 16, grads.data() + p.wte, loss, 24);
+    fd_check("model dwpe", params.data() + p.wpe, (size_t)8 * 16, grads.data() + p.wpe, loss, 24);
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
         char name[64]; snprintf(name, sizeof(name), "model block0 %s", BLOCK_TENSOR_NAMES[k]);
         size_t off = p.block(0) + p.in_block[k];
-        fd_check(name, g.params.data() + off, block_tensor_size((BlockTensor)k, 16), grads.data() + off, loss, 12);
+        fd_check(name, params.data() + off, block_tensor_size((BlockTensor)k, 16), grads.data() + off, loss, 12);
     }
-    fd_check("model dlnfw", g.params.data() + p.lnfw, 16, grads.data() + p.lnfw, loss, 16);
+    fd_check("model dlnfw", params.data() + p.lnfw, 16, grads.data() + p.lnfw, loss, 16);
 }
 
 static void test_adamw_and_norm() {

@@ -1,0 +1,251 @@
+/*
+comm.h — the communicator and the process mesh.
+
+Mesh. The world's ranks are laid out as dp × pp × cp × tp with tp varying fastest:
+    rank = ((dp_i · pp + pp_i) · cp + cp_i) · tp + tp_i
+so the tp peers of a rank are its neighbours (the same node, NVLink). One group per dimension
+is built once at start (MPI_Comm_split): the ranks that differ only in that coordinate.
+
+Collectives work on (pointer, count) within a Group. The chunked ones split a buffer of S
+elements into P = group size chunks of c = ⌈S/P⌉ (the last ones shorter or empty); rank r
+owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.h).
+  all_reduce_sum      buf ← Σ_ranks buf; done as reduce-scatter + all-gather, so every rank
+                      ends with bit-identical values (each chunk is summed once, by its owner)
+  reduce_scatter_sum  my chunk of Σ_ranks send
+  all_gather          every rank's chunk, in place (blocking, or started now and waited later)
+  broadcast, send, recv, all_to_all, barrier, and a deterministic sum of a few doubles
+Backends: MPI here, for CPU buffers. (The NCCL backend, for GPU buffers on a communication
+stream, arrives with the CUDA backend.) A group of one rank never calls MPI, so a build
+without MPI runs everything single-process.
+
+Byte counters. Each call adds the bytes one rank sends under the ring algorithm, the standard
+cost model (and what NCCL's rings move): for a buffer of M bytes on P ranks
+    all-reduce 2(P−1)/P·M     reduce-scatter, all-gather, all-to-all (P−1)/P·M
+    broadcast, send M        barrier 0
+so DDP moves 2(P−1)/P·Ψ·4 bytes of fp32 gradients a step and ZeRO-3 3(P−1)/P·Ψ·4 (1.5×).
+--comm-stats prints them per step; the JSON log carries them.
+
+Tests: test/test_comm.cpp (each collective under mpirun, counters), test/test_dp.sh.
+*/
+#pragma once
+#include <string>
+#include <vector>
+#include "common.h"
+#ifdef LLMC_MPI
+#include <mpi.h>
+#endif
+
+enum CommOp { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, SEND_RECV, ALL_TO_ALL, BARRIER, NUM_COMM_OPS };
+inline const char* const COMM_OP_NAMES[NUM_COMM_OPS] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                                  "send_recv", "all_to_all", "barrier"};
+
+struct Group {
+    std::string name;
+    int rank = 0, size = 1;
+#ifdef LLMC_MPI
+    MPI_Comm comm = MPI_COMM_NULL;
+#endif
+    double bytes[NUM_COMM_OPS] = {0};  // sent by this rank, ring model, since the last reset
+    int calls[NUM_COMM_OPS] = {0};
+};
+
+inline void comm_count(Group& g, CommOp op, double bytes) { g.bytes[op] += bytes; g.calls[op]++; }
+inline void comm_reset_stats(Group& g) { for (int i = 0; i < NUM_COMM_OPS; i++) { g.bytes[i] = 0; g.calls[i] = 0; } }
+inline double comm_total_bytes(const Group& g) { double s = 0; for (double b : g.bytes) s += b; return s; }
+
+// The chunk of an S-element buffer owned by rank r of P: [begin, end).
+inline size_t chunk_size(size_t S, int P) { return ceil_div(S, (size_t)P); }
+inline size_t chunk_begin(size_t S, int P, int r) { size_t b = (size_t)r * chunk_size(S, P); return b < S ? b : S; }
+inline size_t chunk_end(size_t S, int P, int r) { size_t e = (size_t)(r + 1) * chunk_size(S, P); return e < S ? e : S; }
+
+#ifdef LLMC_MPI
+inline std::vector<int> chunk_counts(size_t S, int P, std::vector<int>* displs) {
+    std::vector<int> counts(P);
+    displs->resize(P);
+    for (int r = 0; r < P; r++) {
+        size_t b = chunk_begin(S, P, r), e = chunk_end(S, P, r);
+        if (e > 0x7fffffff) fatal("a collective of %zu elements is too large for MPI's int counts", S);
+        counts[r] = (int)(e - b);
+        (*displs)[r] = (int)b;
+    }
+    return counts;
+}
+#endif
+
+// ----------------------------------------------------------------------------
+// collectives
+
+// recv (my chunk, chunk_end − chunk_begin elements) ← my chunk of Σ_ranks send (S elements)
+inline void comm_reduce_scatter_sum(Group& g, const float* send, float* recv, size_t S) {
+    comm_count(g, REDUCE_SCATTER, 4.0 * S * (g.size - 1) / g.size);
+    if (g.size == 1) { if (recv != send) memcpy(recv, send, S * sizeof(float)); return; }
+#ifdef LLMC_MPI
+    std::vector<int> displs, counts = chunk_counts(S, g.size, &displs);
+    MPI_Reduce_scatter(send, recv, counts.data(), MPI_FLOAT, MPI_SUM, g.comm);
+#endif
+}
+
+// Handle of an all-gather started by comm_all_gather_start (a no-op handle when P = 1).
+struct CommHandle {
+#ifdef LLMC_MPI
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<int> counts, displs;  // must outlive the request
+#endif
+    bool active = false;
+};
+
+// Starts gathering every rank's chunk of buf (S elements, in place). Wait with comm_wait.
+inline void comm_all_gather_start(Group& g, float* buf, size_t S, CommHandle* h) {
+    comm_count(g, ALL_GATHER, 4.0 * S * (g.size - 1) / g.size);
+    h->active = false;
+    if (g.size == 1) return;
+#ifdef LLMC_MPI
+    h->counts = chunk_counts(S, g.size, &h->displs);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, h->counts.data(), h->displs.data(), MPI_FLOAT, g.comm, &h->req);
+    h->active = true;
+#endif
+}
+inline void comm_wait(CommHandle* h) {
+#ifdef LLMC_MPI
+    if (h->active) MPI_Wait(&h->req, MPI_STATUS_IGNORE);
+#endif
+    h->active = false;
+}
+inline void comm_all_gather(Group& g, float* buf, size_t S) {
+    CommHandle h;
+    comm_all_gather_start(g, buf, S, &h);
+    comm_wait(&h);
+}
+
+// buf ← Σ_ranks buf, identical on every rank (reduce-scatter, then all-gather).
+inline void comm_all_reduce_sum(Group& g, float* buf, size_t S, std::vector<float>* scratch) {
+    if (g.size == 1) { comm_count(g, ALL_REDUCE, 0); return; }
+    size_t b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
+    scratch->resize(std::max<size_t>(e - b, 1));
+    comm_reduce_scatter_sum(g, buf, scratch->data(), S);
+    memcpy(buf + b, scratch->data(), (e - b) * sizeof(float));
+    comm_all_gather(g, buf, S);
+    // book it as one all-reduce (2(P−1)/P·M), not as its two halves
+    g.bytes[REDUCE_SCATTER] -= 4.0 * S * (g.size - 1) / g.size; g.calls[REDUCE_SCATTER]--;
+    g.bytes[ALL_GATHER] -= 4.0 * S * (g.size - 1) / g.size; g.calls[ALL_GATHER]--;
+    comm_count(g, ALL_REDUCE, 8.0 * S * (g.size - 1) / g.size);
+}
+
+// v[i] ← Σ_ranks v[i] for a few doubles, summed in rank order: identical everywhere, and the
+// same sum for the same values whatever MPI's algorithm.
+inline void comm_sum_doubles(Group& g, double* v, int n) {
+    if (g.size == 1) return;
+#ifdef LLMC_MPI
+    std::vector<double> all((size_t)n * g.size);
+    MPI_Allgather(v, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, g.comm);
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int r = 0; r < g.size; r++) s += all[(size_t)r * n + i];
+        v[i] = s;
+    }
+#endif
+}
+
+inline void comm_broadcast(Group& g, float* buf, size_t n, int root) {
+    comm_count(g, BROADCAST, g.size > 1 ? 4.0 * n : 0);
+    if (g.size == 1) return;
+#ifdef LLMC_MPI
+    MPI_Bcast(buf, (int)n, MPI_FLOAT, root, g.comm);
+#endif
+}
+inline void comm_send(Group& g, const float* buf, size_t n, int peer) {
+    comm_count(g, SEND_RECV, 4.0 * n);
+#ifdef LLMC_MPI
+    MPI_Send(buf, (int)n, MPI_FLOAT, peer, 0, g.comm);
+#endif
+}
+inline void comm_recv(Group& g, float* buf, size_t n, int peer) {
+#ifdef LLMC_MPI
+    MPI_Recv(buf, (int)n, MPI_FLOAT, peer, 0, g.comm, MPI_STATUS_IGNORE);
+#endif
+}
+// send holds P blocks of n elements, block r for rank r; recv gets block `rank` of every rank.
+inline void comm_all_to_all(Group& g, const float* send, float* recv, size_t n) {
+    comm_count(g, ALL_TO_ALL, 4.0 * n * (g.size - 1));
+    if (g.size == 1) { memcpy(recv, send, n * sizeof(float)); return; }
+#ifdef LLMC_MPI
+    MPI_Alltoall(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, g.comm);
+#endif
+}
+inline void comm_barrier(Group& g) {
+    comm_count(g, BARRIER, 0);
+#ifdef LLMC_MPI
+    if (g.size > 1) MPI_Barrier(g.comm);
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// the process mesh
+
+struct Mesh {
+    int rank = 0, world = 1, local_rank = 0;   // local_rank: index among this node's ranks (→ GPU)
+    int dp = 1, pp = 1, cp = 1, tp = 1;
+    int dp_rank = 0, pp_rank = 0, cp_rank = 0, tp_rank = 0;
+    Group world_group, dp_group, pp_group, cp_group, tp_group;
+};
+
+#ifdef LLMC_MPI
+inline void comm_leave_collectively() {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init); MPI_Finalized(&fin);
+    if (init && !fin) MPI_Finalize();
+}
+#endif
+
+// Starts the communication layer (MPI_Init under mpirun/srun; a single process otherwise).
+inline void mesh_start(Mesh* m, int* argc, char*** argv) {
+#ifdef LLMC_MPI
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &m->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &m->world);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &m->local_rank);
+    MPI_Comm_free(&node);
+    g_leave_collectively = comm_leave_collectively;
+#else
+    (void)argc; (void)argv;
+#endif
+    g_rank = m->rank;
+    g_world = m->world;
+}
+
+// Builds the dp × pp × cp × tp groups. Fails (usage error, before any large allocation) if
+// the world size is not a multiple of tp·pp·cp.
+inline void mesh_build(Mesh* m, int tp, int pp, int cp) {
+    int model_ranks = tp * pp * cp;
+    if (m->world % model_ranks != 0)
+        usage_error("world size %d is not divisible by tp*pp*cp = %d*%d*%d = %d (dp = world/(tp*pp*cp))",
+                    m->world, tp, pp, cp, model_ranks);
+    m->tp = tp; m->pp = pp; m->cp = cp; m->dp = m->world / model_ranks;
+    int r = m->rank;
+    m->tp_rank = r % tp; r /= tp;
+    m->cp_rank = r % cp; r /= cp;
+    m->pp_rank = r % pp; r /= pp;
+    m->dp_rank = r;
+    auto make = [&](Group* g, const char* name, int color, int key, int size) {
+        g->name = name; g->rank = key; g->size = size;
+#ifdef LLMC_MPI
+        if (m->world > 1) MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->comm);
+#else
+        (void)color;
+#endif
+    };
+    // color = every coordinate but the group's own; key = the group's own coordinate
+    make(&m->world_group, "world", 0, m->rank, m->world);
+    make(&m->dp_group, "dp", (m->pp_rank * cp + m->cp_rank) * tp + m->tp_rank, m->dp_rank, m->dp);
+    make(&m->pp_group, "pp", (m->dp_rank * cp + m->cp_rank) * tp + m->tp_rank, m->pp_rank, pp);
+    make(&m->cp_group, "cp", (m->dp_rank * pp + m->pp_rank) * tp + m->tp_rank, m->cp_rank, cp);
+    make(&m->tp_group, "tp", (m->dp_rank * pp + m->pp_rank) * cp + m->cp_rank, m->tp_rank, tp);
+}
+
+inline void mesh_finish(Mesh*) {
+#ifdef LLMC_MPI
+    comm_leave_collectively();
+#endif
+}

@@ -1,0 +1,259 @@
+/*
+data_parallel.h — data parallelism: DDP and ZeRO stages 1, 2 and 3, written once.
+
+dp ranks each run the whole model on their own micro-batches; the gradients are summed across
+them (the loss is scaled by 1/(B·T·accumulation·dp), so the sum is the mean). What differs
+between the stages is only *who keeps what* (Rajbhandari et al., ZeRO, 2020):
+
+  stage  parameters     gradients                       optimizer (AdamW m, v)   after backward
+  0 DDP  replicated     replicated, all-reduced         replicated               every rank updates all
+  1      replicated     replicated, reduce-scattered    sharded                  update shard, all-gather params
+  2      replicated     sharded: each unit reduce-      sharded                  update shard, all-gather params
+                        scattered as soon as it is ready
+  3      sharded:       sharded                         sharded                  update shard
+         gathered per unit before use, freed after, the next unit prefetched (2 buffers)
+
+Sharding. Every unit (model.h: embeddings, each block, the final LayerNorm) of S elements is
+cut into dp chunks of ⌈S/dp⌉ (comm.h); rank r owns chunk r of every unit. Its shard buffers
+are the concatenation of its chunks, Σ_u ⌈S_u/dp⌉ ≈ Ψ/dp elements.
+
+Memory per rank (Ψ parameters, N = dp). With mixed precision (bf16 params and grads, fp32
+master + m + v = 12 bytes) the table is 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N. This fp32 CPU
+backend has no separate master copy (the fp32 parameters are the master), so its table is
+  stage 0: 4Ψ + 4Ψ + 8Ψ = 16Ψ      stage 1: 4Ψ + 4Ψ + 8Ψ/N
+  stage 2: 4Ψ + 4Ψ/N + 8Ψ/N        stage 3: 4Ψ/N + 4Ψ/N + 8Ψ/N = 16Ψ/N
+(params + grads + optimizer). Not in the table, and printed apart: ZeRO-3's two gather buffers
+and ZeRO-2/3's gradient working buffers (the embedding unit, whose gradient builds up over the
+whole backward because the classifier shares it, plus one unit).
+Communication per step (ring model, comm.h): stages 0-2 move 2(N−1)/N·4Ψ bytes per rank
+(all-reduce = reduce-scatter + all-gather), stage 3 3(N−1)/N·4Ψ (parameters are gathered for
+the forward and again for the backward): 1.5× DDP. With gradient accumulation, stages 0-1
+reduce on the last micro-batch only; stages 2-3 reduce every micro-batch (no full gradient
+buffer to accumulate in).
+
+Determinism. Every stage reduces the same per-rank gradients with the same reduce-scatter,
+and the gradient norm is summed over the same chunks in rank order; so without accumulation
+stages 0-3 produce bit-identical runs, and each run is bit-reproducible.
+
+The owner of the storage is this file: it points the model's per-unit pointers at it and
+follows the model's use of units through ParamHooks (model.h). A single process is dp = 1.
+Tests: test/test_dp.sh (dp = 2 and 4, every stage, against one process; memory and bytes
+against the tables; resume; resharding), test/test_ops.cpp (model gradient).
+*/
+#pragma once
+#include <vector>
+#include "common.h"
+#include "comm.h"
+#include "model.h"
+#include "adamw.cuh"
+#include "global_norm.cuh"
+
+struct DataParallel : ParamHooks {
+    GPT* g = nullptr;
+    Group* group = nullptr;
+    Ctx ctx;
+    int zero = 0, N = 1, rank = 0;
+    std::vector<Span> units;                  // each unit's place in the full layer-major buffer
+    std::vector<size_t> own_begin, own_end;   // unit-relative range this rank's optimizer updates
+    std::vector<size_t> shard_off;            // where unit u's owned range starts in shard buffers
+    size_t shard_size = 0;
+    avec<float> params_full, grads_full;      // stages < 3 / stages < 2
+    avec<float> params_shard, grads_shard;    // stage 3 / stages ≥ 2
+    avec<float> m, v;                         // AdamW moments, sharded for stages ≥ 1
+    // stage 3: two gather buffers, the unit each holds, and a pending prefetch
+    avec<float> slot[2];
+    int slot_unit[2] = {-1, -1};
+    CommHandle slot_req[2];
+    int prev_unit = -1;
+    // stages 2-3: gradient working buffers (the embedding unit | any other unit)
+    avec<float> emb_grad, unit_grad;
+    std::vector<float> scratch;
+    bool last_micro = true;                   // set by the trainer: reduce now (stages 0-1)?
+
+    // ---- ParamHooks
+    void acquire(int u) override;
+    void release(int) override {}
+    void grads_ready(int u) override;
+};
+
+// The optimizer partition: stage 0 updates everything on every rank, stages ≥ 1 one chunk.
+inline int dp_opt_parts(const DataParallel& d) { return d.zero == 0 ? 1 : d.N; }
+
+inline void dp_init(DataParallel* d, GPT* g, Group* group, int zero, const Ctx& ctx) {
+    d->g = g; d->group = group; d->zero = zero; d->N = group->size; d->rank = group->rank; d->ctx = ctx;
+    const GPTConfig& c = g->config;
+    int U = gpt_num_units(c), P = dp_opt_parts(*d), pr = zero == 0 ? 0 : d->rank;
+    d->units.resize(U); d->own_begin.resize(U); d->own_end.resize(U); d->shard_off.resize(U);
+    size_t off = 0, max_unit = 0;
+    for (int u = 0; u < U; u++) {
+        Span s = unit_span(c, g->layout, u);
+        d->units[u] = s;
+        d->own_begin[u] = chunk_begin(s.size, P, pr);
+        d->own_end[u] = chunk_end(s.size, P, pr);
+        d->shard_off[u] = off;
+        off += chunk_size(s.size, P);
+        if (u > 0) max_unit = std::max(max_unit, s.size);
+    }
+    d->shard_size = off;
+    size_t total = g->layout.total;
+    if (zero < 3) d->params_full.assign(total, 0.0f); else d->params_shard.assign(off, 0.0f);
+    if (zero < 2) d->grads_full.assign(total, 0.0f); else d->grads_shard.assign(off, 0.0f);
+    d->m.assign(off, 0.0f);
+    d->v.assign(off, 0.0f);
+    if (zero >= 2) {
+        d->emb_grad.assign(d->units[0].size, 0.0f);
+        d->unit_grad.assign(max_unit, 0.0f);
+    }
+    if (zero == 3) {
+        size_t biggest = std::max(max_unit, d->units[0].size);
+        d->slot[0].assign(biggest, 0.0f);
+        d->slot[1].assign(biggest, 0.0f);
+    }
+    // point the model at the storage
+    for (int u = 0; u < U; u++) {
+        g->params[u] = zero < 3 ? d->params_full.data() + d->units[u].offset : nullptr;  // stage 3: set by acquire
+        g->grads[u] = zero < 2 ? d->grads_full.data() + d->units[u].offset
+                               : (u == 0 ? d->emb_grad.data() : d->unit_grad.data());
+    }
+    g->hooks = d;
+}
+
+// ---- parameters in and out, one full unit at a time
+
+// Stores a full unit's values (from init or a model file): stages < 3 keep all, stage 3 its chunk.
+inline void dp_set_unit(DataParallel* d, int u, const float* full) {
+    if (d->zero < 3) memcpy(d->params_full.data() + d->units[u].offset, full, d->units[u].size * sizeof(float));
+    else memcpy(d->params_shard.data() + d->shard_off[u], full + d->own_begin[u],
+                (d->own_end[u] - d->own_begin[u]) * sizeof(float));
+}
+
+// Writes unit u's full values into out. Collective for stage 3 (every dp rank must call).
+inline void dp_get_unit(DataParallel* d, int u, float* out) {
+    if (d->zero < 3) { memcpy(out, d->params_full.data() + d->units[u].offset, d->units[u].size * sizeof(float)); return; }
+    memcpy(out + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(float));
+    comm_all_gather(*d->group, out, d->units[u].size);
+}
+
+// ---- stage 3: gather before use, prefetch the next unit
+
+// The unit the model will read after u, given the one before it (model.h's order: forward
+// 0, 1..L, L+1, 0 (classifier); backward 0, L+1, L..1; the encoder backward reads none).
+// -1 when the step's parameter use ends (no prefetch across the optimizer step).
+inline int dp_predict_next(const GPTConfig& c, int u, int prev) {
+    const int lnf = c.num_layers + 1;
+    if (u == 0) return prev == lnf ? 0 : prev == 0 ? lnf : 1;  // classifier fwd → bwd; cls bwd → lnf; encoder → block 0
+    if (u == lnf) return prev == 0 ? u - 1 : 0;                // backward → last block; forward → classifier
+    if (prev == u - 1) return u + 1;                           // forward through the blocks (u + 1 = lnf after the last)
+    if (prev == u + 1) return u > 1 ? u - 1 : -1;              // backward through the blocks; block 0 ends the step
+    return -1;
+}
+
+// Puts my chunk of unit u into slot s and starts the all-gather (async unless wait).
+inline void dp_gather_into(DataParallel* d, int s, int u, bool wait) {
+    comm_wait(&d->slot_req[s]);
+    float* buf = d->slot[s].data();
+    memcpy(buf + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(float));
+    comm_all_gather_start(*d->group, buf, d->units[u].size, &d->slot_req[s]);
+    d->slot_unit[s] = u;
+    if (wait) comm_wait(&d->slot_req[s]);
+}
+
+inline void DataParallel::acquire(int u) {
+    if (zero < 3) return;
+    int s = slot_unit[0] == u ? 0 : slot_unit[1] == u ? 1 : -1;
+    if (s < 0) {  // not prefetched: gather now into the slot that is not the pending prefetch
+        s = slot_req[0].active ? 1 : 0;
+        dp_gather_into(this, s, u, true);
+    } else comm_wait(&slot_req[s]);
+    g->params[u] = slot[s].data();
+    int next = dp_predict_next(g->config, u, prev_unit);
+    prev_unit = u;
+    if (next >= 0 && next != u && slot_unit[1 - s] != next) dp_gather_into(this, 1 - s, next, false);
+}
+
+// ---- gradients
+
+inline void DataParallel::grads_ready(int u) {
+    size_t S = units[u].size, off = units[u].offset;
+    if (zero < 2) {
+        if (!last_micro) return;  // accumulate locally; reduce once per step
+        if (zero == 0) comm_all_reduce_sum(*group, grads_full.data() + off, S, &scratch);
+        else {
+            scratch.resize(std::max<size_t>(own_end[u] - own_begin[u], 1));
+            comm_reduce_scatter_sum(*group, grads_full.data() + off, scratch.data(), S);
+            memcpy(grads_full.data() + off + own_begin[u], scratch.data(), (own_end[u] - own_begin[u]) * sizeof(float));
+        }
+        return;
+    }
+    // stages 2-3: reduce-scatter this unit now, add my chunk to the shard, clear the work buffer
+    float* work = g->grads[u];
+    size_t n = own_end[u] - own_begin[u];
+    scratch.resize(std::max<size_t>(n, 1));
+    comm_reduce_scatter_sum(*group, work, scratch.data(), S);
+    float* dst = grads_shard.data() + shard_off[u];
+    for (size_t i = 0; i < n; i++) dst[i] += scratch[i];
+    std::fill(work, work + S, 0.0f);
+}
+
+inline void dp_zero_grad(DataParallel* d) {
+    std::fill(d->grads_full.begin(), d->grads_full.end(), 0.0f);
+    std::fill(d->grads_shard.begin(), d->grads_shard.end(), 0.0f);
+    std::fill(d->emb_grad.begin(), d->emb_grad.end(), 0.0f);
+    std::fill(d->unit_grad.begin(), d->unit_grad.end(), 0.0f);
+}
+
+// Pointer to element x (unit-relative, owned by this rank) of unit u in a buffer laid out like
+// the optimizer state (full for stage 0, shard otherwise), and in the gradient / parameters.
+inline float* dp_opt_at(DataParallel* d, avec<float>& buf, int u, size_t x) {
+    return d->zero == 0 ? buf.data() + d->units[u].offset + x : buf.data() + d->shard_off[u] + (x - d->own_begin[u]);
+}
+inline float* dp_grad_at(DataParallel* d, int u, size_t x) {
+    return d->zero < 2 ? d->grads_full.data() + d->units[u].offset + x : d->grads_shard.data() + d->shard_off[u] + (x - d->own_begin[u]);
+}
+inline float* dp_param_at(DataParallel* d, int u, size_t x) {
+    return d->zero < 3 ? d->params_full.data() + d->units[u].offset + x : d->params_shard.data() + d->shard_off[u] + (x - d->own_begin[u]);
+}
+
+// ‖g‖: each rank sums the squares of its dp chunk of every unit, the partial sums are added in
+// rank order. Every stage holds (at least) its chunk of the reduced gradient, so the norm is
+// the same number in every stage.
+inline float dp_grad_norm(DataParallel* d) {
+    double s = 0.0;
+    for (size_t u = 0; u < d->units.size(); u++) {
+        size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
+        if (e > b) s += global_norm_squared(d->ctx, dp_grad_at(d, (int)u, b), e - b);
+    }
+    comm_sum_doubles(*d->group, &s, 1);
+    return (float)sqrt(s);
+}
+
+// AdamW on this rank's part, then (stages 1-2) all-gather the updated parameters.
+inline void dp_update(DataParallel* d, float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
+    const GPTConfig& c = d->g->config;
+    std::vector<ParamRange> ranges = param_ranges(c, d->g->layout);
+    for (size_t u = 0; u < d->units.size(); u++) {
+        size_t base = d->units[u].offset;
+        for (const ParamRange& r : ranges) {  // the tensors' pieces inside my part of this unit
+            size_t b = std::max(r.offset, base + d->own_begin[u]), e = std::min(r.offset + r.size, base + d->own_end[u]);
+            if (e <= b) continue;
+            size_t x = b - base;
+            adamw_update(d->ctx, dp_param_at(d, (int)u, x), dp_grad_at(d, (int)u, x), dp_opt_at(d, d->m, (int)u, x),
+                         dp_opt_at(d, d->v, (int)u, x), e - b, lr, beta1, beta2, eps, r.decay ? wd : 0.0f, t, grad_scale);
+        }
+    }
+    if (d->zero == 1 || d->zero == 2)
+        for (size_t u = 0; u < d->units.size(); u++)
+            comm_all_gather(*d->group, d->params_full.data() + d->units[u].offset, d->units[u].size);
+    if (d->zero == 3) {  // the gathered copies are stale now
+        for (int s = 0; s < 2; s++) { comm_wait(&d->slot_req[s]); d->slot_unit[s] = -1; }
+        d->prev_unit = -1;
+    }
+}
+
+// Bytes this rank holds, by kind (the ZeRO table), and the working buffers outside it.
+struct DPMemory { double params, grads, optimizer, working; };
+inline DPMemory dp_memory(const DataParallel& d) {
+    return {4.0 * (d.params_full.size() + d.params_shard.size()), 4.0 * (d.grads_full.size() + d.grads_shard.size()),
+            4.0 * (d.m.size() + d.v.size()),
+            4.0 * (d.slot[0].size() + d.slot[1].size() + d.emb_grad.size() + d.unit_grad.size())};
+}
