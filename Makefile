@@ -3,6 +3,7 @@
 #   make train      train a small GPT on the shipped data (CPU: d4, ~5 minutes on 2 cores)
 #   make test       the test suite (CPU ranks; no GPU needed); ends with "N passed, N failed"
 #   make data       regenerate data/ from its public sources (see data/README.md)
+#   make gpucheck   the GPU suite (needs a GPU); its log goes to dev/gpu_results/
 #   make NO_CUDA=1  force the g++ build even where nvcc exists
 # Dependencies are installed by scripts/install_deps.sh (apt-get as root, else named).
 
@@ -24,7 +25,7 @@ ifeq ($(NO_CUDA),1)
 NVCC :=
 endif
 
-.PHONY: all binaries train test deps test-deps data clean
+.PHONY: all binaries train test deps test-deps data clean gpucheck
 
 # deps first, then a fresh make that sees what deps installed (nvcc, mpicxx)
 all: deps
@@ -37,7 +38,7 @@ deps:
 
 ifneq ($(NVCC),)
 train_gpt: train_gpt.cu $(HEADERS)
-	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp,-march=native $(MPI_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) -lgomp
+	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp,-march=native $(MPI_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) -lcublasLt -lgomp
 else
 train_gpt: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
@@ -70,9 +71,23 @@ train: all
 test-deps:
 	@bash scripts/install_deps.sh test
 
+# the GPU op checks: compiled by `make test` wherever nvcc exists (so CUDA that does not compile
+# fails CI), run by `make gpucheck`
+build/gpucheck_ops: test/gpucheck_ops.cu $(HEADERS)
+	@mkdir -p build
+	$(NVCC) -O2 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp $< -o $@ $(LDLIBS) -lcublasLt -lgomp
+
+GPU_TEST_BINARIES := $(if $(NVCC),build/gpucheck_ops)
+
 test: all test-deps
-	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm
+	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm $(GPU_TEST_BINARIES)
 	bash test/run_tests.sh
+
+gpucheck: all test-deps
+	@test -n "$(NVCC)" || { echo "make gpucheck needs nvcc (the CUDA toolkit)"; exit 1; }
+	@$(MAKE) --no-print-directory build/gpucheck_ops
+	@mkdir -p dev/gpu_results
+	bash test/gpucheck.sh 2>&1 | tee dev/gpu_results/$$(date -u +%F)-$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')-$$(git rev-parse --short HEAD).log
 
 data: tokenize
 	@bash scripts/install_deps.sh data

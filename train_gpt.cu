@@ -33,6 +33,7 @@ Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 #include "llmc/checkpoint.h"
 #include "llmc/schedulers.h"
 #include "llmc/logger.h"
+#include "llmc/mfu.h"
 
 // ----------------------------------------------------------------------------
 // command line: one table gives every flag, its default and its help
@@ -141,6 +142,30 @@ static Flags parse_flags(int argc, char** argv) {
     return f;
 }
 
+// The op context for --device: the CPU, or this rank's GPU (node-local rank mod GPU count) with
+// its stream, cuBLASLt handle and workspace. "auto" picks the GPU when there is a usable one.
+static Ctx make_ctx(const std::string& device, const Mesh& mesh) {
+    Ctx ctx;
+#ifdef __CUDACC__
+    int n = 0;
+    bool have_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    cudaGetLastError();
+    if (device == "cuda" && !have_gpu) usage_error("--device cuda: no usable GPU on this machine; use --device cpu");
+    if (device == "cpu" || !have_gpu) return ctx;
+    ctx.device = Device::CUDA;
+    CUDA_CHECK(cudaSetDevice(mesh.local_rank % n));
+    CUDA_CHECK(cudaStreamCreate(&ctx.stream));
+    CUBLAS_CHECK(cublasLtCreate(&ctx.lt));
+    ctx.workspace_size = 32u << 20;
+    CUDA_CHECK(cudaMalloc(&ctx.workspace, ctx.workspace_size));
+    g_cuda_active = true;
+#else
+    (void)mesh;
+    if (device == "cuda") usage_error("--device cuda: this build has no CUDA backend (nvcc was not found at build time); use --device cpu");
+#endif
+    return ctx;
+}
+
 // --model: a preset name or a model file (only its header is read here).
 static GPTConfig model_config_from_spec(const std::string& spec, bool* is_file) {
     GPTConfig c;
@@ -206,11 +231,13 @@ static std::string generate(const Ctx& ctx, GPT* g, Tokenizer* tk, const std::st
     tokenizer_encode(tk, prompt, &toks);
     size_t start = toks.size();
     const int Vp = g->config.padded_vocab_size;
+    std::vector<float> last_row(Vp);
     for (int i = 0; i < n; i++) {
         int len = std::min((int)toks.size(), T);
         const int* ctx_toks = toks.data() + toks.size() - len;
         gpt_forward(ctx, g, ctx_toks, nullptr, 1, len, 0.0f);
-        toks.push_back(sample_token(g->acts.logits.data() + (size_t)(len - 1) * Vp, g->config.vocab_size, temperature, top_k, rng));
+        ctx_copy(ctx, last_row.data(), g->acts.logits.data() + (size_t)(len - 1) * Vp, Vp * sizeof(float));
+        toks.push_back(sample_token(last_row.data(), g->config.vocab_size, temperature, top_k, rng));
     }
     return prompt + tokenizer_decode(*tk, toks.data() + start, toks.size() - start);
 }
@@ -224,7 +251,6 @@ int main(int argc, char** argv) {
 
     // --- every value checked before anything large is allocated
     std::string device = f.choice("device", {"auto", "cpu", "cuda"});
-    if (device == "cuda") usage_error("--device cuda: this build has no CUDA backend yet (not yet supported); use --device cpu");
     int B = (int)f.integer("batch-size", 1, 1 << 20);
     int T = (int)f.integer("seq-len", 1, 1 << 20);
     long long total_batch = f.integer("total-batch-tokens", -1, 1LL << 40);
@@ -255,7 +281,7 @@ int main(int argc, char** argv) {
     int top_k = (int)f.integer("top-k", 0, 1 << 30);
     bool save_bf16 = f.choice("save-precision", {"fp32", "bf16"}) == "bf16";
     int threads = (int)f.integer("threads", 0, 4096);
-    if (precision != "fp32") usage_error("--precision %s: low precision needs the CUDA backend (not yet supported); use fp32", precision.c_str());
+    if (precision != "fp32") usage_error("--precision %s: low precision is not yet supported; use fp32", precision.c_str());
     if (recompute != "none") usage_error("--recompute %s: activation checkpointing is not yet supported", recompute.c_str());
     bool comm_stats = f.integer("comm-stats", 0, 1);
     if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
@@ -312,8 +338,7 @@ int main(int argc, char** argv) {
 #else
     int nthreads = 1;
 #endif
-    Ctx ctx;
-    ctx.device = Device::CPU;
+    Ctx ctx = make_ctx(device, mesh);
 
     // --- the model, its storage (data_parallel.h) and its weights
     GPT model;
@@ -346,7 +371,11 @@ int main(int argc, char** argv) {
            from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
     print0("data: %lld train tokens in %zu shard(s)%s; B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
            train_loader.total_tokens, train_loader.shards.size(), has_val ? ", validation on" : "", B, T, dp, accum, total_batch);
-    print0("device: cpu, %d rank(s) x %d thread(s), fp32, zero %d%s\n", mesh.world, nthreads, zero, out_dir_note.c_str());
+    if (ctx.device == Device::CPU)
+        print0("device: cpu, %d rank(s) x %d thread(s), fp32, zero %d%s\n", mesh.world, nthreads, zero, out_dir_note.c_str());
+    else
+        print0("device: cuda, %d rank(s), fp32, zero %d%s\n", mesh.world, zero, out_dir_note.c_str());
+    const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
     DPMemory mem = dp_memory(dpar);
     fflush(stdout);
     printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B\n", mesh.rank,
@@ -378,6 +407,7 @@ int main(int argc, char** argv) {
         dp_update(&dpar, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
         double ms = (now_seconds() - t0) * 1000.0;
         double tok_s = total_batch / (ms / 1000.0);
+        double mfu = peak > 0 ? tok_s / mesh.world * flops_tok / peak : -1.0;  // per GPU
         if (!std::isfinite(loss)) fatal("step %d: the loss is %f (diverged); lower --lr or check the data", step, loss);
         std::string comm_json = comm_stats_json(mesh.dp_group);
 
@@ -385,11 +415,12 @@ int main(int argc, char** argv) {
         bool do_val = has_val && (last || (val_every > 0 && step % val_every == 0));
         float val_loss = do_val ? evaluate(ctx, &model, &val_loader, val_steps, x, y, mesh.dp_group) : 0.0f;
         print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
+        if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
         if (do_val) print0(" | val loss %.6f", val_loss);
         print0("\n");
         if (comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
         fflush(stdout);
-        logger_step(&log, step, loss, lr, norm, tok_s, ms, -1.0, do_val, val_loss, comm_json);
+        logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, do_val, val_loss, comm_json);
 
         if (can_sample && (last || step % sample_every == 0)) {  // every rank runs it (ZeRO-3 gathers)
             std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);
@@ -406,6 +437,8 @@ int main(int argc, char** argv) {
         model_file_save(&dpar, f.str("save-model"), save_bf16);
         print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
     }
+    if (ctx.device == Device::CUDA)
+        print0("peak GPU memory (model, activations, optimizer, buffers): %.1f MiB\n", g_gpu_bytes_peak / 1048576.0);
     logger_close(&log);
     if (can_sample) tokenizer_free(&tk);
     mesh_finish(&mesh);

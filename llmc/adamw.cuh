@@ -11,7 +11,9 @@ wd is the weight decay of this tensor: the caller passes 0 for biases, LayerNorm
 Memory: 2 fp32 moments per parameter (8 bytes) plus the fp32 master (4 bytes) and gradient
 (4 bytes): 16 bytes per parameter on the CPU backend — the ZeRO table's 16Ψ.
 
-Test: the model against PyTorch's AdamW (test/test_vs_pytorch.py).
+CUDA: the same formula, one thread per element.
+Tests: the model against PyTorch's AdamW (test/test_vs_pytorch.py), test/test_ops.cpp,
+test/gpucheck_ops.cu (CUDA vs CPU).
 */
 #pragma once
 #include <cmath>
@@ -34,8 +36,30 @@ inline void adamw_update_cpu(float* params, const float* grads, float* m, float*
     }
 }
 
-inline void adamw_update(const Ctx&, float* params, const float* grads, float* m, float* v, size_t n,
+#ifdef __CUDACC__
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                             float beta2, float eps, float wd, float bc1, float bc2, float grad_scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * params[i]);
+    }
+}
+#endif
+
+inline void adamw_update(const Ctx& ctx, float* params, const float* grads, float* m, float* v, size_t n,
                          float lr, float beta1, float beta2, float eps, float wd, int t,
                          float grad_scale) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) {
+        float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+        adamw_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(params, grads, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
     adamw_update_cpu(params, grads, m, v, n, lr, beta1, beta2, eps, wd, t, grad_scale);
 }

@@ -19,7 +19,14 @@ merges partial attention over key blocks with it: out = Σ_blocks exp(lse_blk �
 Memory is O(B·T·C) for any T; the CPU loops do the same O(T²) work as the math above.
 (b, h) pairs are independent and own disjoint slices of dqkv: parallel and deterministic.
 
-Test: test/test_ops.cpp (finite differences, lse against a direct evaluation).
+CUDA (fp32): the same online-softmax algorithm, one warp per query row, lanes splitting the
+head dimension; never a T×T buffer. The backward is split so that nothing is accumulated by
+two warps (deterministic, no atomics): D_t first, then one warp per query row for dq and one
+warp per key row for dk and dv, each recomputing p from lse. (The bf16 tensor-core flash
+attention is the next step; this is the exact fp32 path.)
+
+Tests: test/test_ops.cpp (finite differences, lse against a direct evaluation),
+test/gpucheck_ops.cu (CUDA vs CPU).
 */
 #pragma once
 #include <cmath>
@@ -102,11 +109,132 @@ inline void attention_backward_cpu(float* dqkv, const float* dout, const float* 
         }
 }
 
-inline void attention_forward(const Ctx&, float* out, float* lse, const float* qkv,
+#ifdef __CUDACC__
+static const int ATT_MAX_PER_LANE = 8;  // head size up to 256
+
+// one warp per (b, h, t); lane i holds head channels i, i+32, ...
+__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * T) return;
+    int t = row % T, h = (row / T) % NH, b = row / (T * NH), hs = C / NH;
+    const size_t C3 = 3 * (size_t)C;
+    const float scale = rsqrtf((float)hs);
+    const float* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+    float qr[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
+    int per = (hs + 31) / 32;
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; qr[k] = i < hs ? q[i] : 0.0f; acc[k] = 0.0f; }
+    float m = -INFINITY, l = 0.0f;
+    for (int j = 0; j <= t; j++) {
+        const float* kj = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+        const float* vj = kj + C;
+        float d = 0.0f;
+        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) d += qr[k] * kj[i]; }
+        float s = warp_sum(d) * scale;
+        float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
+        l = l * corr + p;
+        for (int k = 0; k < per; k++) { int i = lane + 32 * k; acc[k] = acc[k] * corr + (i < hs ? p * vj[i] : 0.0f); }
+        m = m_new;
+    }
+    float* o = out + ((size_t)b * T + t) * C + h * hs;
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) o[i] = acc[k] / l; }
+    if (lane == 0) lse[((size_t)b * NH + h) * T + t] = m + logf(l);
+}
+
+// D[b,h,t] = dout_t · out_t
+__global__ void attention_backward_D_kernel(float* D, const float* dout, const float* out, int B, int T, int C, int NH) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * T) return;
+    int t = row % T, h = (row / T) % NH, b = row / (T * NH), hs = C / NH;
+    const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
+    const float* O = out + ((size_t)b * T + t) * C + h * hs;
+    float s = 0.0f;
+    for (int i = lane; i < hs; i += 32) s += dO[i] * O[i];
+    s = warp_sum(s);
+    if (lane == 0) D[row] = s;
+}
+
+// one warp per query row t: dq_t = Σ_{j≤t} ds_j · k_j / √hs
+__global__ void attention_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                             const float* D, int B, int T, int C, int NH) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * T) return;
+    int t = row % T, h = (row / T) % NH, b = row / (T * NH), hs = C / NH, per = (hs + 31) / 32;
+    const size_t C3 = 3 * (size_t)C;
+    const float scale = rsqrtf((float)hs);
+    const float* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+    const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
+    float qr[ATT_MAX_PER_LANE], dor[ATT_MAX_PER_LANE], dq[ATT_MAX_PER_LANE];
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; qr[k] = i < hs ? q[i] : 0.0f; dor[k] = i < hs ? dO[i] : 0.0f; dq[k] = 0.0f; }
+    float l = lse[row], Dt = D[row];
+    for (int j = 0; j <= t; j++) {
+        const float* kj = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+        const float* vj = kj + C;
+        float sc = 0.0f, dp = 0.0f;
+        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) { sc += qr[k] * kj[i]; dp += dor[k] * vj[i]; } }
+        sc = warp_sum(sc); dp = warp_sum(dp);
+        float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
+        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) dq[k] += ds * kj[i]; }
+    }
+    float* dqo = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) dqo[i] = dq[k]; }
+}
+
+// one warp per key row j: dk_j = Σ_{t≥j} ds · q_t / √hs,  dv_j = Σ_{t≥j} p · dout_t
+__global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                              const float* D, int B, int T, int C, int NH) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * T) return;
+    int j = row % T, h = (row / T) % NH, b = row / (T * NH), hs = C / NH, per = (hs + 31) / 32;
+    const size_t C3 = 3 * (size_t)C;
+    const float scale = rsqrtf((float)hs);
+    const float* kj = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+    const float* vj = kj + C;
+    float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE], dk[ATT_MAX_PER_LANE], dv[ATT_MAX_PER_LANE];
+    for (int k = 0; k < per; k++) {
+        int i = lane + 32 * k;
+        kr[k] = i < hs ? kj[i] : 0.0f; vr[k] = i < hs ? vj[i] : 0.0f; dk[k] = 0.0f; dv[k] = 0.0f;
+    }
+    const size_t head_row0 = ((size_t)b * NH + h) * T;
+    for (int t = j; t < T; t++) {
+        const float* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+        const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
+        float sc = 0.0f, dp = 0.0f;
+        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) { sc += q[i] * kr[k]; dp += dO[i] * vr[k]; } }
+        sc = warp_sum(sc); dp = warp_sum(dp);
+        float p = expf(sc * scale - lse[head_row0 + t]), ds = p * (dp - D[head_row0 + t]) * scale;
+        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) { dv[k] += p * dO[i]; dk[k] += ds * q[i]; } }
+    }
+    float* dko = dqkv + ((size_t)b * T + j) * C3 + C + h * hs;
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) { dko[i] = dk[k]; dko[C + i] = dv[k]; } }
+}
+#endif
+
+inline void attention_forward(const Ctx& ctx, float* out, float* lse, const float* qkv,
                               int B, int T, int C, int NH) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) {
+        if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
+        attention_forward_kernel<<<ceil_div((size_t)B * NH * T, 8), 256, 0, ctx.stream>>>(out, lse, qkv, B, T, C, NH);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
     attention_forward_cpu(out, lse, qkv, B, T, C, NH);
 }
-inline void attention_backward(const Ctx&, float* dqkv, const float* dout, const float* qkv,
+inline void attention_backward(const Ctx& ctx, float* dqkv, const float* dout, const float* qkv,
                                const float* out, const float* lse, int B, int T, int C, int NH) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) {
+        size_t rows = (size_t)B * NH * T;
+        static Buf<float> D_buf;
+        float* D = gpu_scratch(D_buf, ctx, rows);
+        int grid = (int)ceil_div(rows, 8);
+        attention_backward_D_kernel<<<grid, 256, 0, ctx.stream>>>(D, dout, out, B, T, C, NH);
+        attention_backward_dq_kernel<<<grid, 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+        attention_backward_dkv_kernel<<<grid, 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
     attention_backward_cpu(dqkv, dout, qkv, out, lse, B, T, C, NH);
 }

@@ -165,13 +165,13 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel* d, const T
     int64_t h[STATE_HEADER] = {STATE_MAGIC, 2, s.step, s.global_batches, (int64_t)s.rng_state, s.B, s.T, s.total_batch,
                                (int64_t)d->g->layout.total, d->N, d->zero};
     fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
-    std::vector<float> pad;
-    for (avec<float>* buf : {&d->m, &d->v})
+    std::vector<float> chunk;  // host copy of one chunk, zero-padded to ⌈S/N⌉
+    for (Buf<float>* buf : {&d->m, &d->v})
         for (size_t u = 0; u < d->units.size(); u++) {
             size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
-            if (e > b) fwrite_or_die(dp_opt_at(d, *buf, (int)u, b), 4, e - b, f, sp.c_str());
-            pad.assign(chunk_size(S, d->N) - (e - b), 0.0f);
-            if (!pad.empty()) fwrite_or_die(pad.data(), 4, pad.size(), f, sp.c_str());
+            chunk.assign(chunk_size(S, d->N), 0.0f);
+            if (e > b) ctx_copy(d->ctx, chunk.data(), dp_opt_at(d, *buf, (int)u, b), (e - b) * sizeof(float));
+            if (!chunk.empty()) fwrite_or_die(chunk.data(), 4, chunk.size(), f, sp.c_str());
         }
     if (fclose(f) != 0) fatal("cannot write '%s'", sp.c_str());
     if (d->rank == 0) {
@@ -246,7 +246,8 @@ inline TrainState checkpoint_load(const std::string& dir, DataParallel* d) {
     std::vector<size_t> old_off(d->units.size());
     for (size_t u = 0; u < d->units.size(); u++) { old_off[u] = old_total; old_total += chunk_size(d->units[u].size, old_N); }
     int part = 0;
-    for (avec<float>* buf : {&d->m, &d->v}) {
+    std::vector<float> piece;
+    for (Buf<float>* buf : {&d->m, &d->v}) {
         for (size_t u = 0; u < d->units.size(); u++) {
             size_t S = d->units[u].size, c_old = chunk_size(S, old_N);
             for (int q = 0; q < old_N; q++) {  // old chunk q ∩ my range
@@ -254,7 +255,9 @@ inline TrainState checkpoint_load(const std::string& dir, DataParallel* d) {
                 if (e <= b) continue;
                 size_t elem = (size_t)part * old_total + old_off[u] + (b - (size_t)q * c_old);
                 fseek(files[q], (long)(STATE_HEADER * 8 + elem * 4), SEEK_SET);
-                fread_or_die(dp_opt_at(d, *buf, (int)u, b), 4, e - b, files[q], state_file(dir, q).c_str());
+                piece.resize(e - b);
+                fread_or_die(piece.data(), 4, e - b, files[q], state_file(dir, q).c_str());
+                ctx_copy(d->ctx, dp_opt_at(d, *buf, (int)u, b), piece.data(), (e - b) * sizeof(float));
             }
         }
         part++;

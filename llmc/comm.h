@@ -14,9 +14,9 @@ owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.
   reduce_scatter_sum  my chunk of Σ_ranks send
   all_gather          every rank's chunk, in place (blocking, or started now and waited later)
   broadcast, send, recv, all_to_all, barrier, and a deterministic sum of a few doubles
-Backends: MPI here, for CPU buffers. (The NCCL backend, for GPU buffers on a communication
-stream, arrives with the CUDA backend.) A group of one rank never calls MPI, so a build
-without MPI runs everything single-process.
+Backends: MPI here, for CPU buffers, and for GPU buffers staged through host memory (so several
+ranks can share one GPU in tests). (NCCL, for GPU buffers on a communication stream, is next.)
+A group of one rank never calls MPI, so a build without MPI runs everything single-process.
 
 Byte counters. Each call adds the bytes one rank sends under the ring algorithm, the standard
 cost model (and what NCCL's rings move): for a buffer of M bytes on P ranks
@@ -58,6 +58,32 @@ inline size_t chunk_size(size_t S, int P) { return ceil_div(S, (size_t)P); }
 inline size_t chunk_begin(size_t S, int P, int r) { size_t b = (size_t)r * chunk_size(S, P); return b < S ? b : S; }
 inline size_t chunk_end(size_t S, int P, int r) { size_t e = (size_t)(r + 1) * chunk_size(S, P); return e < S ? e : S; }
 
+// A host copy of a device buffer for the MPI calls (a no-op view of a host buffer). The copies
+// use the legacy default stream, which waits for the work queued on the trainer's stream.
+struct Staged {
+    float* dev = nullptr;
+    std::vector<float> host;
+    float* ptr;
+    size_t n;
+    Staged(const float* p, size_t count, bool copy_in) : ptr(const_cast<float*>(p)), n(count) {
+#ifdef __CUDACC__
+        if (count && is_device_ptr(p)) {
+            dev = const_cast<float*>(p);
+            host.resize(count);
+            if (copy_in) CUDA_CHECK(cudaMemcpy(host.data(), p, count * sizeof(float), cudaMemcpyDeviceToHost));
+            ptr = host.data();
+        }
+#else
+        (void)copy_in;
+#endif
+    }
+    void copy_out() {
+#ifdef __CUDACC__
+        if (dev) CUDA_CHECK(cudaMemcpy(dev, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+#endif
+    }
+};
+
 #ifdef LLMC_MPI
 inline std::vector<int> chunk_counts(size_t S, int P, std::vector<int>* displs) {
     std::vector<int> counts(P);
@@ -78,10 +104,20 @@ inline std::vector<int> chunk_counts(size_t S, int P, std::vector<int>* displs) 
 // recv (my chunk, chunk_end − chunk_begin elements) ← my chunk of Σ_ranks send (S elements)
 inline void comm_reduce_scatter_sum(Group& g, const float* send, float* recv, size_t S) {
     comm_count(g, REDUCE_SCATTER, 4.0 * S * (g.size - 1) / g.size);
-    if (g.size == 1) { if (recv != send) memcpy(recv, send, S * sizeof(float)); return; }
+    if (g.size == 1) {
+        if (recv != send) {
+            Staged r(recv, S, false);
+            Staged s(send, S, true);
+            memcpy(r.ptr, s.ptr, S * sizeof(float));
+            r.copy_out();
+        }
+        return;
+    }
 #ifdef LLMC_MPI
     std::vector<int> displs, counts = chunk_counts(S, g.size, &displs);
-    MPI_Reduce_scatter(send, recv, counts.data(), MPI_FLOAT, MPI_SUM, g.comm);
+    Staged s(send, S, true), r(recv, counts[g.rank], false);
+    MPI_Reduce_scatter(s.ptr, r.ptr, counts.data(), MPI_FLOAT, MPI_SUM, g.comm);
+    r.copy_out();
 #endif
 }
 
@@ -101,6 +137,12 @@ inline void comm_all_gather_start(Group& g, float* buf, size_t S, CommHandle* h)
     if (g.size == 1) return;
 #ifdef LLMC_MPI
     h->counts = chunk_counts(S, g.size, &h->displs);
+    if (is_device_ptr(buf)) {  // staged through the host: done now (NCCL will overlap it)
+        Staged b(buf, S, true);
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.ptr, h->counts.data(), h->displs.data(), MPI_FLOAT, g.comm);
+        b.copy_out();
+        return;
+    }
     MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, h->counts.data(), h->displs.data(), MPI_FLOAT, g.comm, &h->req);
     h->active = true;
 #endif
@@ -121,10 +163,12 @@ inline void comm_all_gather(Group& g, float* buf, size_t S) {
 inline void comm_all_reduce_sum(Group& g, float* buf, size_t S, std::vector<float>* scratch) {
     if (g.size == 1) { comm_count(g, ALL_REDUCE, 0); return; }
     size_t b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
+    Staged all(buf, S, true);  // one staging for both halves when buf is on a GPU
     scratch->resize(std::max<size_t>(e - b, 1));
-    comm_reduce_scatter_sum(g, buf, scratch->data(), S);
-    memcpy(buf + b, scratch->data(), (e - b) * sizeof(float));
-    comm_all_gather(g, buf, S);
+    comm_reduce_scatter_sum(g, all.ptr, scratch->data(), S);
+    memcpy(all.ptr + b, scratch->data(), (e - b) * sizeof(float));
+    comm_all_gather(g, all.ptr, S);
+    all.copy_out();
     // book it as one all-reduce (2(P−1)/P·M), not as its two halves
     g.bytes[REDUCE_SCATTER] -= 4.0 * S * (g.size - 1) / g.size; g.calls[REDUCE_SCATTER]--;
     g.bytes[ALL_GATHER] -= 4.0 * S * (g.size - 1) / g.size; g.calls[ALL_GATHER]--;
@@ -150,27 +194,39 @@ inline void comm_broadcast(Group& g, float* buf, size_t n, int root) {
     comm_count(g, BROADCAST, g.size > 1 ? 4.0 * n : 0);
     if (g.size == 1) return;
 #ifdef LLMC_MPI
-    MPI_Bcast(buf, (int)n, MPI_FLOAT, root, g.comm);
+    Staged b(buf, n, true);
+    MPI_Bcast(b.ptr, (int)n, MPI_FLOAT, root, g.comm);
+    b.copy_out();
 #endif
 }
 inline void comm_send(Group& g, const float* buf, size_t n, int peer) {
     comm_count(g, SEND_RECV, 4.0 * n);
 #ifdef LLMC_MPI
-    MPI_Send(buf, (int)n, MPI_FLOAT, peer, 0, g.comm);
+    Staged b(buf, n, true);
+    MPI_Send(b.ptr, (int)n, MPI_FLOAT, peer, 0, g.comm);
 #endif
 }
 inline void comm_recv(Group& g, float* buf, size_t n, int peer) {
 #ifdef LLMC_MPI
-    MPI_Recv(buf, (int)n, MPI_FLOAT, peer, 0, g.comm, MPI_STATUS_IGNORE);
+    Staged b(buf, n, false);
+    MPI_Recv(b.ptr, (int)n, MPI_FLOAT, peer, 0, g.comm, MPI_STATUS_IGNORE);
+    b.copy_out();
 #endif
 }
 // send holds P blocks of n elements, block r for rank r; recv gets block `rank` of every rank.
 inline void comm_all_to_all(Group& g, const float* send, float* recv, size_t n) {
     comm_count(g, ALL_TO_ALL, 4.0 * n * (g.size - 1));
-    if (g.size == 1) { memcpy(recv, send, n * sizeof(float)); return; }
 #ifdef LLMC_MPI
-    MPI_Alltoall(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, g.comm);
+    if (g.size > 1) {
+        Staged s(send, n * g.size, true), r(recv, n * g.size, false);
+        MPI_Alltoall(s.ptr, (int)n, MPI_FLOAT, r.ptr, (int)n, MPI_FLOAT, g.comm);
+        r.copy_out();
+        return;
+    }
 #endif
+    Staged s(send, n, true), r(recv, n, false);
+    memcpy(r.ptr, s.ptr, n * sizeof(float));
+    r.copy_out();
 }
 inline void comm_barrier(Group& g) {
     comm_count(g, BARRIER, 0);

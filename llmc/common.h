@@ -18,6 +18,11 @@ is the only place that looks at ctx.device: it runs the CPU reference loop or, i
 launches the CUDA kernel that sits beside it in the same file. The model and the parallel
 strategies never look at the device.
 
+Memory. Buf<T> is an owned array on the Ctx's device (64-byte aligned host memory, or
+cudaMalloc); ctx_copy and ctx_zero move and clear bytes wherever they live (CUDA's unified
+addressing tells host from device pointers). That is all the model and the strategies need to
+run unchanged on either device.
+
 bf16 on the CPU. Model files may hold bf16 weights (llm.c version 5). bf16 is the upper 16 bits
 of an IEEE fp32; we convert with round-to-nearest-even, like torch's .to(torch.bfloat16).
 
@@ -30,6 +35,7 @@ Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -91,9 +97,24 @@ inline long long file_size_or_die(const char* path) {
 
 enum class Device { CPU, CUDA };
 
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublasLt.h>
+#define CUDA_CHECK(call) do { cudaError_t e_ = (call); \
+    if (e_ != cudaSuccess) fatal("CUDA error at %s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e_)); } while (0)
+#define CUBLAS_CHECK(call) do { cublasStatus_t s_ = (call); \
+    if (s_ != CUBLAS_STATUS_SUCCESS) fatal("cuBLAS error %d at %s:%d", (int)s_, __FILE__, __LINE__); } while (0)
+#endif
+
 struct Ctx {
     Device device = Device::CPU;
-    // the CUDA backend adds its stream and cuBLASLt handle here
+#ifdef __CUDACC__
+    cudaStream_t stream = 0;
+    cublasLtHandle_t lt = nullptr;
+    void* workspace = nullptr;     // cuBLASLt workspace
+    size_t workspace_size = 0;
+#endif
 };
 
 // ----------------------------------------------------------------------------
@@ -138,3 +159,112 @@ template <class T> struct AlignedAlloc {
     template <class U> bool operator!=(const AlignedAlloc<U>&) const { return false; }
 };
 template <class T> using avec = std::vector<T, AlignedAlloc<T>>;
+
+// ----------------------------------------------------------------------------
+// memory on the Ctx's device
+
+inline bool g_cuda_active = false;  // set once the CUDA backend is initialized
+
+inline bool is_device_ptr(const void* p) {
+#ifdef __CUDACC__
+    if (!g_cuda_active || !p) return false;
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) { cudaGetLastError(); return false; }
+    return a.type == cudaMemoryTypeDevice;
+#else
+    (void)p; return false;
+#endif
+}
+
+// dst ← src (bytes), host or device on either side; complete when it returns.
+inline void ctx_copy(const Ctx& ctx, void* dst, const void* src, size_t bytes) {
+    if (bytes == 0 || dst == src) return;
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA || is_device_ptr(dst) || is_device_ptr(src)) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream));
+        CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        return;
+    }
+#endif
+    (void)ctx;
+    memcpy(dst, src, bytes);
+}
+
+inline void ctx_zero(const Ctx& ctx, void* p, size_t bytes) {
+    if (bytes == 0) return;
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx.stream)); return; }
+#endif
+    (void)ctx;
+    memset(p, 0, bytes);
+}
+
+inline size_t g_gpu_bytes = 0, g_gpu_bytes_peak = 0;  // Buf's GPU memory now, and its high-water mark
+
+// An owned, zero-initialized array of n T on a device. Move-only.
+template <class T> struct Buf {
+    T* ptr = nullptr;
+    size_t n = 0;
+    Device dev = Device::CPU;
+    Buf() = default;
+    Buf(const Buf&) = delete;
+    Buf& operator=(const Buf&) = delete;
+    Buf(Buf&& o) noexcept : ptr(o.ptr), n(o.n), dev(o.dev) { o.ptr = nullptr; o.n = 0; }
+    Buf& operator=(Buf&& o) noexcept {
+        if (this != &o) { release(); ptr = o.ptr; n = o.n; dev = o.dev; o.ptr = nullptr; o.n = 0; }
+        return *this;
+    }
+    ~Buf() { release(); }
+    void release() {
+        if (!ptr) return;
+#ifdef __CUDACC__
+        if (dev == Device::CUDA) { cudaFree(ptr); g_gpu_bytes -= ceil_div(n * sizeof(T), 64) * 64; } else
+#endif
+        free(ptr);
+        ptr = nullptr; n = 0;
+    }
+    void alloc(const Ctx& ctx, size_t count) {
+        release();
+        dev = ctx.device; n = count;
+        if (count == 0) return;
+        size_t bytes = ceil_div(count * sizeof(T), 64) * 64;
+#ifdef __CUDACC__
+        if (dev == Device::CUDA) {
+            if (cudaMalloc((void**)&ptr, bytes) != cudaSuccess)
+                fatal("out of GPU memory allocating %.1f MiB", bytes / 1048576.0);
+            CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+            g_gpu_bytes += bytes;
+            g_gpu_bytes_peak = std::max(g_gpu_bytes_peak, g_gpu_bytes);
+            return;
+        }
+#endif
+        ptr = (T*)aligned_alloc(64, bytes);
+        if (!ptr) fatal("out of memory allocating %.1f MiB", bytes / 1048576.0);
+        memset(ptr, 0, bytes);
+    }
+    T* data() const { return ptr; }
+    size_t size() const { return n; }
+};
+
+#ifdef __CUDACC__
+// Launch geometry for elementwise kernels and the check after every launch.
+inline int grid_for(size_t n, int block = 256) { return (int)std::max<size_t>(1, std::min<size_t>(ceil_div(n, block), 65535u * 32u)); }
+#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+// A per-call-site scratch buffer on the GPU that only grows (for small temporaries of the
+// kernels: partial sums, index lists). Not thread-safe; the trainer is single-threaded on the host.
+template <class T> inline T* gpu_scratch(Buf<T>& b, const Ctx& ctx, size_t n) {
+    if (b.size() < n) b.alloc(ctx, n);
+    return b.data();
+}
+
+__device__ inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ inline float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+#endif
+

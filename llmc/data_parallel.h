@@ -57,17 +57,18 @@ struct DataParallel : ParamHooks {
     std::vector<size_t> own_begin, own_end;   // unit-relative range this rank's optimizer updates
     std::vector<size_t> shard_off;            // where unit u's owned range starts in shard buffers
     size_t shard_size = 0;
-    avec<float> params_full, grads_full;      // stages < 3 / stages < 2
-    avec<float> params_shard, grads_shard;    // stage 3 / stages ≥ 2
-    avec<float> m, v;                         // AdamW moments, sharded for stages ≥ 1
+    Buf<float> params_full, grads_full;       // stages < 3 / stages < 2   (all on the Ctx's device)
+    Buf<float> params_shard, grads_shard;     // stage 3 / stages ≥ 2
+    Buf<float> m, v;                          // AdamW moments, sharded for stages ≥ 1
     // stage 3: two gather buffers, the unit each holds, and a pending prefetch
-    avec<float> slot[2];
+    Buf<float> slot[2];
     int slot_unit[2] = {-1, -1};
     CommHandle slot_req[2];
     int prev_unit = -1;
     // stages 2-3: gradient working buffers (the embedding unit | any other unit)
-    avec<float> emb_grad, unit_grad;
-    std::vector<float> scratch;
+    Buf<float> emb_grad, unit_grad;
+    Buf<float> chunk_tmp;                     // one reduce-scattered chunk
+    std::vector<float> scratch;               // comm_all_reduce_sum's
     bool last_micro = true;                   // set by the trainer: reduce now (stages 0-1)?
 
     // ---- ParamHooks
@@ -95,19 +96,21 @@ inline void dp_init(DataParallel* d, GPT* g, Group* group, int zero, const Ctx& 
         if (u > 0) max_unit = std::max(max_unit, s.size);
     }
     d->shard_size = off;
-    size_t total = g->layout.total;
-    if (zero < 3) d->params_full.assign(total, 0.0f); else d->params_shard.assign(off, 0.0f);
-    if (zero < 2) d->grads_full.assign(total, 0.0f); else d->grads_shard.assign(off, 0.0f);
-    d->m.assign(off, 0.0f);
-    d->v.assign(off, 0.0f);
+    size_t total = g->layout.total, biggest_chunk = 0;
+    for (int u = 0; u < U; u++) biggest_chunk = std::max(biggest_chunk, chunk_size(d->units[u].size, P));
+    if (zero < 3) d->params_full.alloc(ctx, total); else d->params_shard.alloc(ctx, off);
+    if (zero < 2) d->grads_full.alloc(ctx, total); else d->grads_shard.alloc(ctx, off);
+    d->m.alloc(ctx, off);
+    d->v.alloc(ctx, off);
+    if (zero >= 1) d->chunk_tmp.alloc(ctx, biggest_chunk);
     if (zero >= 2) {
-        d->emb_grad.assign(d->units[0].size, 0.0f);
-        d->unit_grad.assign(max_unit, 0.0f);
+        d->emb_grad.alloc(ctx, d->units[0].size);
+        d->unit_grad.alloc(ctx, max_unit);
     }
     if (zero == 3) {
         size_t biggest = std::max(max_unit, d->units[0].size);
-        d->slot[0].assign(biggest, 0.0f);
-        d->slot[1].assign(biggest, 0.0f);
+        d->slot[0].alloc(ctx, biggest);
+        d->slot[1].alloc(ctx, biggest);
     }
     // point the model at the storage
     for (int u = 0; u < U; u++) {
@@ -122,15 +125,15 @@ inline void dp_init(DataParallel* d, GPT* g, Group* group, int zero, const Ctx& 
 
 // Stores a full unit's values (from init or a model file): stages < 3 keep all, stage 3 its chunk.
 inline void dp_set_unit(DataParallel* d, int u, const float* full) {
-    if (d->zero < 3) memcpy(d->params_full.data() + d->units[u].offset, full, d->units[u].size * sizeof(float));
-    else memcpy(d->params_shard.data() + d->shard_off[u], full + d->own_begin[u],
-                (d->own_end[u] - d->own_begin[u]) * sizeof(float));
+    if (d->zero < 3) ctx_copy(d->ctx, d->params_full.data() + d->units[u].offset, full, d->units[u].size * sizeof(float));
+    else ctx_copy(d->ctx, d->params_shard.data() + d->shard_off[u], full + d->own_begin[u],
+                  (d->own_end[u] - d->own_begin[u]) * sizeof(float));
 }
 
 // Writes unit u's full values into out. Collective for stage 3 (every dp rank must call).
 inline void dp_get_unit(DataParallel* d, int u, float* out) {
-    if (d->zero < 3) { memcpy(out, d->params_full.data() + d->units[u].offset, d->units[u].size * sizeof(float)); return; }
-    memcpy(out + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(float));
+    if (d->zero < 3) { ctx_copy(d->ctx, out, d->params_full.data() + d->units[u].offset, d->units[u].size * sizeof(float)); return; }
+    ctx_copy(d->ctx, out + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(float));
     comm_all_gather(*d->group, out, d->units[u].size);
 }
 
@@ -152,7 +155,7 @@ inline int dp_predict_next(const GPTConfig& c, int u, int prev) {
 inline void dp_gather_into(DataParallel* d, int s, int u, bool wait) {
     comm_wait(&d->slot_req[s]);
     float* buf = d->slot[s].data();
-    memcpy(buf + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(float));
+    ctx_copy(d->ctx, buf + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(float));
     comm_all_gather_start(*d->group, buf, d->units[u].size, &d->slot_req[s]);
     d->slot_unit[s] = u;
     if (wait) comm_wait(&d->slot_req[s]);
@@ -179,32 +182,26 @@ inline void DataParallel::grads_ready(int u) {
         if (!last_micro) return;  // accumulate locally; reduce once per step
         if (zero == 0) comm_all_reduce_sum(*group, grads_full.data() + off, S, &scratch);
         else {
-            scratch.resize(std::max<size_t>(own_end[u] - own_begin[u], 1));
-            comm_reduce_scatter_sum(*group, grads_full.data() + off, scratch.data(), S);
-            memcpy(grads_full.data() + off + own_begin[u], scratch.data(), (own_end[u] - own_begin[u]) * sizeof(float));
+            comm_reduce_scatter_sum(*group, grads_full.data() + off, chunk_tmp.data(), S);
+            ctx_copy(ctx, grads_full.data() + off + own_begin[u], chunk_tmp.data(), (own_end[u] - own_begin[u]) * sizeof(float));
         }
         return;
     }
     // stages 2-3: reduce-scatter this unit now, add my chunk to the shard, clear the work buffer
     float* work = g->grads[u];
-    size_t n = own_end[u] - own_begin[u];
-    scratch.resize(std::max<size_t>(n, 1));
-    comm_reduce_scatter_sum(*group, work, scratch.data(), S);
-    float* dst = grads_shard.data() + shard_off[u];
-    for (size_t i = 0; i < n; i++) dst[i] += scratch[i];
-    std::fill(work, work + S, 0.0f);
+    comm_reduce_scatter_sum(*group, work, chunk_tmp.data(), S);
+    add_inplace(ctx, grads_shard.data() + shard_off[u], chunk_tmp.data(), own_end[u] - own_begin[u]);
+    ctx_zero(ctx, work, S * sizeof(float));
 }
 
 inline void dp_zero_grad(DataParallel* d) {
-    std::fill(d->grads_full.begin(), d->grads_full.end(), 0.0f);
-    std::fill(d->grads_shard.begin(), d->grads_shard.end(), 0.0f);
-    std::fill(d->emb_grad.begin(), d->emb_grad.end(), 0.0f);
-    std::fill(d->unit_grad.begin(), d->unit_grad.end(), 0.0f);
+    for (Buf<float>* b : {&d->grads_full, &d->grads_shard, &d->emb_grad, &d->unit_grad})
+        ctx_zero(d->ctx, b->data(), b->size() * sizeof(float));
 }
 
 // Pointer to element x (unit-relative, owned by this rank) of unit u in a buffer laid out like
 // the optimizer state (full for stage 0, shard otherwise), and in the gradient / parameters.
-inline float* dp_opt_at(DataParallel* d, avec<float>& buf, int u, size_t x) {
+inline float* dp_opt_at(DataParallel* d, Buf<float>& buf, int u, size_t x) {
     return d->zero == 0 ? buf.data() + d->units[u].offset + x : buf.data() + d->shard_off[u] + (x - d->own_begin[u]);
 }
 inline float* dp_grad_at(DataParallel* d, int u, size_t x) {

@@ -5,10 +5,15 @@ encoder.cuh — token + position embedding.
   backward: dwte[tok[b,t], :] += dout[b,t,:]      dwpe[t, :] += dout[b,t,:]
 
 The backward is a scatter-add into dwte; the CPU loop runs (b,t) in order so the sum is
-deterministic. Parameter gradients accumulate (+=) so gradient accumulation needs no copy.
-Test: test/test_ops.cpp (finite differences of the forward).
+deterministic. The CUDA backward is deterministic without atomics: the host (which has the
+tokens anyway) groups the positions by token id, and one thread per (token, channel) sums its
+positions in order; dwpe is a sum over b, one thread per (t, channel). So the backward takes
+the tokens in *host* memory. Parameter gradients accumulate (+=) so gradient accumulation
+needs no copy.
+Tests: test/test_ops.cpp (finite differences of the forward), test/gpucheck_ops.cu (CUDA vs CPU).
 */
 #pragma once
+#include <algorithm>
 #include "common.h"
 
 inline void encoder_forward_cpu(float* out, const int* tok, const float* wte, const float* wpe,
@@ -34,11 +39,74 @@ inline void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, co
         }
 }
 
-inline void encoder_forward(const Ctx&, float* out, const int* tok, const float* wte,
+#ifdef __CUDACC__
+__global__ void encoder_forward_kernel(float* out, const int* tok, const float* wte, const float* wpe,
+                                       int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C; int c = (int)(i % C), t = (int)(bt % T);
+        out[i] = wte[(size_t)tok[bt] * C + c] + wpe[(size_t)t * C + c];
+    }
+}
+// one thread per (unique token u, channel c): dwte[token_u, c] += Σ dout[pos, c] over its positions, in order
+__global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int* uniq, const int* start,
+                                            const int* pos, int C) {
+    int u = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int k = start[u]; k < start[u + 1]; k++) s += dout[(size_t)pos[k] * C + c];
+    dwte[(size_t)uniq[u] * C + c] += s;
+}
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+    int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += dout[((size_t)b * T + t) * C + c];
+    dwpe[(size_t)t * C + c] += s;
+}
+
+inline void encoder_backward_cuda(const Ctx& ctx, float* dwte, float* dwpe, const float* dout,
+                                  const int* tok_host, int B, int T, int C) {
+    // group positions by token on the host: uniq[u], positions pos[start[u] .. start[u+1])
+    int BT = B * T;
+    std::vector<int> order(BT);
+    for (int i = 0; i < BT; i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tok_host[a] < tok_host[b]; });
+    std::vector<int> idx;  // [uniq (U) | start (U+1) | pos (BT)]
+    std::vector<int> uniq, start;
+    for (int i = 0; i < BT; i++)
+        if (i == 0 || tok_host[order[i]] != tok_host[order[i - 1]]) { uniq.push_back(tok_host[order[i]]); start.push_back(i); }
+    start.push_back(BT);
+    int U = (int)uniq.size();
+    idx.insert(idx.end(), uniq.begin(), uniq.end());
+    idx.insert(idx.end(), start.begin(), start.end());
+    idx.insert(idx.end(), order.begin(), order.end());
+    static Buf<int> dev_idx;
+    int* d = gpu_scratch(dev_idx, ctx, idx.size());
+    ctx_copy(ctx, d, idx.data(), idx.size() * sizeof(int));
+    dim3 grid_wte(ceil_div(C, 128), U), grid_wpe(ceil_div(C, 128), T);
+    encoder_backward_wte_kernel<<<grid_wte, 128, 0, ctx.stream>>>(dwte, dout, d, d + U, d + 2 * U + 1, C);
+    encoder_backward_wpe_kernel<<<grid_wpe, 128, 0, ctx.stream>>>(dwpe, dout, B, T, C);
+    CUDA_LAUNCH_CHECK();
+}
+#endif
+
+inline void encoder_forward(const Ctx& ctx, float* out, const int* tok, const float* wte,
                             const float* wpe, int B, int T, int C) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) {
+        encoder_forward_kernel<<<grid_for((size_t)B * T * C), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T, C);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
     encoder_forward_cpu(out, tok, wte, wpe, B, T, C);
 }
-inline void encoder_backward(const Ctx&, float* dwte, float* dwpe, const float* dout,
-                             const int* tok, int B, int T, int C) {
-    encoder_backward_cpu(dwte, dwpe, dout, tok, B, T, C);
+// tok_host: the tokens in host memory.
+inline void encoder_backward(const Ctx& ctx, float* dwte, float* dwpe, const float* dout,
+                             const int* tok_host, int B, int T, int C) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T, C); return; }
+#endif
+    encoder_backward_cpu(dwte, dwpe, dout, tok_host, B, T, C);
 }

@@ -12,7 +12,11 @@ where dloss is ∂(total loss)/∂(loss[n]) — 1/(B·T·accumulation steps) for
 Writing the gradient in place of the logits means the (N, Vp) buffer — the largest activation of
 the model — exists once. The normalizer is summed in double (50k terms).
 
-Test: test/test_ops.cpp (finite differences of the loss), the model against PyTorch.
+CUDA: one block per row; max and normalizer by block reductions (fixed tree: deterministic),
+then the same in-place write. The normalizer is summed in fp32 per thread and across the block.
+
+Tests: test/test_ops.cpp (finite differences of the loss), test/gpucheck_ops.cu (CUDA vs CPU),
+the model against PyTorch.
 */
 #pragma once
 #include <cmath>
@@ -40,7 +44,45 @@ inline void fused_classifier_cpu(float* logits, float* losses, const int* target
     }
 }
 
-inline void fused_classifier(const Ctx&, float* logits, float* losses, const int* targets,
+#ifdef __CUDACC__
+// block-wide reduction of one value per thread (blockDim.x a multiple of 32, ≤ 1024)
+template <bool MAX> __device__ inline float block_reduce(float v) {
+    __shared__ float shared[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    __syncthreads();  // shared[] may still be read by a previous call
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : (MAX ? -INFINITY : 0.0f);
+    return MAX ? warp_max(v) : warp_sum(v);
+}
+
+__global__ void fused_classifier_kernel(float* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+    int n = blockIdx.x;
+    float* row = logits + (size_t)n * Vp;
+    float m = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, row[v]);
+    m = block_reduce<true>(m);
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(row[v] - m);
+    float log_sum = logf(block_reduce<false>(s));
+    int tgt = targets[n];
+    if (threadIdx.x == 0) losses[n] = -(row[tgt] - m - log_sum);
+    if (dloss == 0.0f) return;
+    __syncthreads();  // every thread has read row[tgt] before it is overwritten
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x)
+        row[v] = v < V ? dloss * (expf(row[v] - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f;
+}
+#endif
+
+inline void fused_classifier(const Ctx& ctx, float* logits, float* losses, const int* targets,
                              int N, int V, int Vp, float dloss) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) {
+        fused_classifier_kernel<<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
     fused_classifier_cpu(logits, losses, targets, N, V, Vp, dloss);
 }

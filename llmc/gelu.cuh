@@ -5,7 +5,7 @@ gelu.cuh — GELU, tanh approximation (GPT-2's, torch's approximate='tanh').
   backward: dy/dx = ½(1 + tanh u) + ½·x·(1 − tanh² u)·√(2/π)·(1 + 3·0.044715·x²)
             dinp = dout · dy/dx            (written, not added: its input is a scratch buffer)
 
-Test: test/test_ops.cpp (finite differences).
+Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU).
 */
 #pragma once
 #include <cmath>
@@ -32,9 +32,40 @@ inline void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, 
     }
 }
 
-inline void gelu_forward(const Ctx&, float* out, const float* inp, size_t N) {
+#ifdef __CUDACC__
+__global__ void gelu_forward_kernel(float* out, const float* inp, size_t N) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t N) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = grad * dout[i];
+    }
+}
+#endif
+
+inline void gelu_forward(const Ctx& ctx, float* out, const float* inp, size_t N) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) {
+        gelu_forward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(out, inp, N);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
     gelu_forward_cpu(out, inp, N);
 }
-inline void gelu_backward(const Ctx&, float* dinp, const float* inp, const float* dout, size_t N) {
+inline void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, size_t N) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) {
+        gelu_backward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(dinp, inp, dout, N);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
     gelu_backward_cpu(dinp, inp, dout, N);
 }

@@ -8,7 +8,9 @@ The op returns the *squared* sum of the elements it is given, so a parallel layo
 partial sums of its shards (an all-reduce) before the square root. The chunking is fixed, not
 per thread, so the result does not depend on the thread count.
 
-Test: test/test_ops.cpp (against a plain double loop).
+CUDA: the same fixed chunks, one block per chunk, summed in double inside the block; the
+per-chunk sums come back to the host and are added there in order.
+Tests: test/test_ops.cpp (against a plain double loop), test/gpucheck_ops.cu (CUDA vs CPU).
 */
 #pragma once
 #include <cmath>
@@ -30,7 +32,38 @@ inline double global_norm_squared_cpu(const float* g, size_t n) {
     return total;
 }
 
-inline double global_norm_squared(const Ctx&, const float* g, size_t n) {
+#ifdef __CUDACC__
+__global__ void norm_squared_chunks_kernel(double* part, const float* g, size_t n, size_t chunk) {
+    __shared__ double shared[256];
+    size_t c = blockIdx.x, end = min(n, (c + 1) * chunk);
+    double s = 0.0;
+    for (size_t i = c * chunk + threadIdx.x; i < end; i += blockDim.x) s += (double)g[i] * g[i];
+    shared[threadIdx.x] = s;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if ((int)threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[c] = shared[0];
+}
+#endif
+
+inline double global_norm_squared(const Ctx& ctx, const float* g, size_t n) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) {
+        const size_t chunk = 1 << 16, nchunks = ceil_div(n, chunk);
+        if (nchunks == 0) return 0.0;
+        static Buf<double> part_buf;
+        double* part = gpu_scratch(part_buf, ctx, nchunks);
+        norm_squared_chunks_kernel<<<(unsigned)nchunks, 256, 0, ctx.stream>>>(part, g, n, chunk);
+        CUDA_LAUNCH_CHECK();
+        std::vector<double> host(nchunks);
+        ctx_copy(ctx, host.data(), part, nchunks * sizeof(double));
+        double total = 0.0;
+        for (double p : host) total += p;
+        return total;
+    }
+#endif
     return global_norm_squared_cpu(g, n);
 }
 

@@ -10,9 +10,16 @@ The CPU reference is three plain loop nests, blocked so the weight rows of one b
 cache while every input row streams past them (a 50304×768 classifier matrix does not fit in any
 cache; without blocking each input row would reread it from memory). Each output element is
 reduced by one thread in a fixed order: results do not depend on the thread count.
-The CUDA version (cuBLASLt, with bias/GELU epilogues) goes beside it.
 
-Test: test/test_ops.cpp (finite differences), and the whole model against PyTorch.
+CUDA: cuBLASLt, column-major, so each row-major product is issued transposed:
+  forward  outᵀ(OC×N) = W(OC×C) · inpᵀ        (A = W, op T; B = inp, op N; + bias epilogue)
+  dinp     dinpᵀ(C×N) = Wᵀ(C×OC) · doutᵀ      (A = W, op N; B = dout, op N; β = 0)
+  dW       dWᵀ(C×OC) += inpᵀ(C×N) · dout       (A = inp, op N; B = dout, op T; β = 1)
+with fp32 compute (no TF32: --precision fp32 is the tight check). dbias is a column sum in a
+deterministic two-stage reduction.
+
+Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU), and the
+whole model against PyTorch.
 */
 #pragma once
 #include "common.h"
@@ -129,11 +136,87 @@ inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const floa
     }
 }
 
-inline void matmul_forward(const Ctx&, float* out, const float* inp, const float* W,
+#ifdef __CUDACC__
+// D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column), column-major, fp32.
+inline void cublaslt_gemm(const Ctx& ctx, float* D, const float* A, const float* Bm, const float* bias,
+                          int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta) {
+    cublasLtMatmulDesc_t op;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    if (bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    cublasLtMatrixLayout_t la, lb, ld;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, transA ? k : m, transA ? m : k, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, transB ? n : k, transB ? k : n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &ctx.workspace_size, sizeof(ctx.workspace_size)));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
+    if (found == 0) fatal("cuBLASLt has no algorithm for a %dx%dx%d matmul", m, n, k);
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &heur.algo,
+                                ctx.workspace, ctx.workspace_size, ctx.stream));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(op);
+}
+
+// dbias[o] += Σ_n dout[n, o]: chunk k of rows → partial[k][o], then summed in chunk order
+__global__ void column_sum_partial(float* partial, const float* dout, int N, int OC, int rows_per_chunk) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+    if (o >= OC) return;
+    float s = 0.0f;
+    int r1 = min(N, (k + 1) * rows_per_chunk);
+    for (int n = k * rows_per_chunk; n < r1; n++) s += dout[(size_t)n * OC + o];
+    partial[(size_t)k * OC + o] = s;
+}
+__global__ void column_sum_final(float* dbias, const float* partial, int OC, int K) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OC) return;
+    float s = 0.0f;
+    for (int k = 0; k < K; k++) s += partial[(size_t)k * OC + o];
+    dbias[o] += s;
+}
+
+inline void matmul_forward_cuda(const Ctx& ctx, float* out, const float* inp, const float* W, const float* bias,
+                                int N, int C, int OC) {
+    cublaslt_gemm(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
+}
+inline void matmul_backward_cuda(const Ctx& ctx, float* dinp, float* dW, float* dbias, const float* dout,
+                                 const float* inp, const float* W, int N, int C, int OC) {
+    if (dinp) cublaslt_gemm(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
+    cublaslt_gemm(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
+    if (dbias) {
+        const int K = std::min(N, 32), rows = (int)ceil_div(N, K);
+        static Buf<float> partial_buf;
+        float* partial = gpu_scratch(partial_buf, ctx, (size_t)K * OC);
+        column_sum_partial<<<dim3(ceil_div(OC, 128), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
+        column_sum_final<<<ceil_div(OC, 128), 128, 0, ctx.stream>>>(dbias, partial, OC, K);
+        CUDA_LAUNCH_CHECK();
+    }
+}
+#endif
+
+inline void matmul_forward(const Ctx& ctx, float* out, const float* inp, const float* W,
                            const float* bias, int N, int C, int OC) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) { matmul_forward_cuda(ctx, out, inp, W, bias, N, C, OC); return; }
+#endif
     matmul_forward_cpu(out, inp, W, bias, N, C, OC);
 }
-inline void matmul_backward(const Ctx&, float* dinp, float* dW, float* dbias, const float* dout,
+inline void matmul_backward(const Ctx& ctx, float* dinp, float* dW, float* dbias, const float* dout,
                             const float* inp, const float* W, int N, int C, int OC) {
+#ifdef __CUDACC__
+    if (ctx.device == Device::CUDA) { matmul_backward_cuda(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC); return; }
+#endif
     matmul_backward_cpu(dinp, dW, dbias, dout, inp, W, N, C, OC);
 }

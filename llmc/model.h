@@ -180,12 +180,14 @@ inline bool gpt_preset(const std::string& spec, GPTConfig* c) {
 // ----------------------------------------------------------------------------
 // the model
 
-struct Activations {  // sized for B·T positions; per-block buffers are [L][...]
-    avec<float> encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, lse, residual2,
+struct Activations {  // on the Ctx's device, sized for B·T positions; per-block buffers are [L][...]
+    Buf<float> encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, lse, residual2,
         ln2, ln2_mean, ln2_rstd, fch, fch_gelu, residual3, lnf, lnf_mean, lnf_rstd, logits, losses, scratch;
     // gradient scratch, reused by every block
-    avec<float> dresidual, dbtc, dqkv, dfch;
-    avec<int> tokens, targets;
+    Buf<float> dresidual, dbtc, dqkv, dfch;
+    Buf<int> tokens, targets;
+    std::vector<int> tokens_host;   // the same tokens in host memory (the encoder backward groups by them)
+    std::vector<float> losses_host;
     int B = 0, T = 0;
 };
 
@@ -252,21 +254,22 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
     }
 }
 
-inline void gpt_ensure_activations(GPT* g, int B, int T) {
+inline void gpt_ensure_activations(const Ctx& ctx, GPT* g, int B, int T) {
     Activations& a = g->acts;
-    if (a.B * a.T >= B * T && a.T >= T) return;
+    if (a.B * a.T >= B * T && a.T >= T && a.logits.dev == ctx.device) return;
     const GPTConfig& c = g->config;
     size_t L = c.num_layers, C = c.channels, NH = c.num_heads, BT = (size_t)B * T;
-    a.encoded.assign(BT * C, 0); a.ln1.assign(L * BT * C, 0); a.ln1_mean.assign(L * BT, 0);
-    a.ln1_rstd.assign(L * BT, 0); a.qkv.assign(L * BT * 3 * C, 0); a.atty.assign(L * BT * C, 0);
-    a.lse.assign(L * BT * NH, 0); a.residual2.assign(L * BT * C, 0); a.ln2.assign(L * BT * C, 0);
-    a.ln2_mean.assign(L * BT, 0); a.ln2_rstd.assign(L * BT, 0); a.fch.assign(L * BT * 4 * C, 0);
-    a.fch_gelu.assign(L * BT * 4 * C, 0); a.residual3.assign(L * BT * C, 0); a.lnf.assign(BT * C, 0);
-    a.lnf_mean.assign(BT, 0); a.lnf_rstd.assign(BT, 0); a.logits.assign(BT * c.padded_vocab_size, 0);
-    a.losses.assign(BT, 0); a.scratch.assign(BT * C, 0);
-    a.dresidual.assign(BT * C, 0); a.dbtc.assign(BT * C, 0); a.dqkv.assign(BT * 3 * C, 0);
-    a.dfch.assign(BT * 4 * C, 0);
-    a.tokens.assign(BT, 0); a.targets.assign(BT, 0);
+    a.encoded.alloc(ctx, BT * C); a.ln1.alloc(ctx, L * BT * C); a.ln1_mean.alloc(ctx, L * BT);
+    a.ln1_rstd.alloc(ctx, L * BT); a.qkv.alloc(ctx, L * BT * 3 * C); a.atty.alloc(ctx, L * BT * C);
+    a.lse.alloc(ctx, L * BT * NH); a.residual2.alloc(ctx, L * BT * C); a.ln2.alloc(ctx, L * BT * C);
+    a.ln2_mean.alloc(ctx, L * BT); a.ln2_rstd.alloc(ctx, L * BT); a.fch.alloc(ctx, L * BT * 4 * C);
+    a.fch_gelu.alloc(ctx, L * BT * 4 * C); a.residual3.alloc(ctx, L * BT * C); a.lnf.alloc(ctx, BT * C);
+    a.lnf_mean.alloc(ctx, BT); a.lnf_rstd.alloc(ctx, BT); a.logits.alloc(ctx, BT * c.padded_vocab_size);
+    a.losses.alloc(ctx, BT); a.scratch.alloc(ctx, BT * C);
+    a.dresidual.alloc(ctx, BT * C); a.dbtc.alloc(ctx, BT * C); a.dqkv.alloc(ctx, BT * 3 * C);
+    a.dfch.alloc(ctx, BT * 4 * C);
+    a.tokens.alloc(ctx, BT); a.targets.alloc(ctx, BT);
+    a.tokens_host.assign(BT, 0); a.losses_host.assign(BT, 0.0f);
     a.B = B; a.T = T;
 }
 
@@ -338,12 +341,13 @@ inline void gpt_block_backward(const Ctx& ctx, GPT* g, int l, int B, int T) {
 inline float gpt_forward(const Ctx& ctx, GPT* g, const int* tokens, const int* targets, int B, int T, float dloss) {
     const GPTConfig& c = g->config;
     if (T > c.max_seq_len) fatal("sequence length %d exceeds the model's maximum %d", T, c.max_seq_len);
-    gpt_ensure_activations(g, B, T);
+    gpt_ensure_activations(ctx, g, B, T);
     Activations& a = g->acts;
     const int C = c.channels, BT = B * T, L = c.num_layers;
     const size_t BTC = (size_t)BT * C;
     const ParamLayout& p = g->layout;
-    memcpy(a.tokens.data(), tokens, BT * sizeof(int));
+    memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
+    ctx_copy(ctx, a.tokens.data(), tokens, BT * sizeof(int));
     acquire(g, 0);
     encoder_forward(ctx, a.encoded.data(), a.tokens.data(), g->params[0] + p.wte, g->params[0] + p.wpe, B, T, C);
     release(g, 0);
@@ -364,10 +368,11 @@ inline float gpt_forward(const Ctx& ctx, GPT* g, const int* tokens, const int* t
     for (int i = 0; i < BT; i++)
         if (targets[i] < 0 || targets[i] >= c.vocab_size)
             fatal("target token %d at position %d is outside the model's vocabulary (V=%d)", targets[i], i, c.vocab_size);
-    memcpy(a.targets.data(), targets, BT * sizeof(int));
+    ctx_copy(ctx, a.targets.data(), targets, BT * sizeof(int));
     fused_classifier(ctx, a.logits.data(), a.losses.data(), a.targets.data(), BT, c.vocab_size, c.padded_vocab_size, dloss);
+    ctx_copy(ctx, a.losses_host.data(), a.losses.data(), BT * sizeof(float));
     double sum = 0.0;
-    for (int i = 0; i < BT; i++) sum += a.losses[i];
+    for (int i = 0; i < BT; i++) sum += a.losses_host[i];
     return (float)(sum / BT);
 }
 
@@ -385,7 +390,7 @@ inline void gpt_backward(const Ctx& ctx, GPT* g, int B, int T) {
     matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), a.lnf.data(), g->params[0] + p.wte,
                     BT, C, c.padded_vocab_size);
     release(g, 0);
-    std::fill(a.dresidual.begin(), a.dresidual.begin() + BTC, 0.0f);
+    ctx_zero(ctx, a.dresidual.data(), BTC * sizeof(float));
     acquire(g, unit_lnf(c));
     float *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
     layernorm_backward(ctx, a.dresidual.data(), dlnf, dlnf + C, a.dbtc.data(), last, lnf, a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
@@ -398,6 +403,6 @@ inline void gpt_backward(const Ctx& ctx, GPT* g, int B, int T) {
         grads_ready(g, unit_of_block(l));
     }
     // the encoder's backward reads no parameters: no acquire
-    encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, a.dresidual.data(), a.tokens.data(), B, T, C);
+    encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, a.dresidual.data(), a.tokens_host.data(), B, T, C);
     grads_ready(g, 0);
 }

@@ -46,6 +46,11 @@ for b in "${binaries[@]}"; do
     part "test_dp ($b)" bash test/test_dp.sh "$b"
 done
 part test_tokenizer bash test/test_tokenizer.sh
+if [ -x build/gpucheck_ops ]; then
+    echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80); they run on a GPU machine with 'make gpucheck' (skipped here)"
+else
+    echo "== GPU checks: skipped (no nvcc: the CUDA code was not compiled)"
+fi
 
 echo "full output: $log"
 echo "$pass passed, $fail failed"

@@ -7,7 +7,8 @@
 #   volume:       DDP's bytes per step match the ring all-reduce 2(N−1)/N·4Ψ; ZeRO-3 moves 1.5×
 #   resume:       bit-exact in every stage; resharding dp=4 ZeRO-3 → dp=2 ZeRO-1 continues the run
 #   layout:       a world size that tp·pp·cp does not divide fails with one clear line
-# usage: test/test_dp.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
+# usage: [DEVICE=cuda] test/test_dp.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
+# With DEVICE=cuda the ranks share the GPU(s) and the collectives are staged through host memory.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
@@ -24,7 +25,7 @@ mpi() { local n=$1; shift; mpirun --oversubscribe -np "$n" "$BIN" "$@"; }
 C=64; L=1; Vp=50304; maxT=1024
 PSI=$(( Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C ))
 LR=3e-3; STEPS=5
-common=(--device cpu --model d1 --seq-len 32 --lr $LR --warmup-steps 2 --weight-decay 0.1 --seed 7 --val-data "" --comm-stats)
+common=(--device "${DEVICE:-cpu}" --model d1 --seq-len 32 --lr $LR --warmup-steps 2 --weight-decay 0.1 --seed 7 --val-data "" --comm-stats)
 
 fields() { $PY -c "
 import json, sys

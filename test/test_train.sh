@@ -6,13 +6,13 @@
 #   determinism:   two runs, and runs with 1 and 2 threads, log identical losses
 #   accumulation:  B=4 with 2 micro-steps == B=8 in one pass, to fp32 reduction-order precision
 #   progress:      the validation loss falls
-# usage: test/test_train.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
+# usage: [DEVICE=cuda] test/test_train.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
 PY=/usr/bin/python3
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-common=(--device cpu --model d1 --seq-len 32 --lr 3e-3 --warmup-steps 2 --weight-decay 0.1 --seed 7)
+common=(--device "${DEVICE:-cpu}" --model d1 --seq-len 32 --lr 3e-3 --warmup-steps 2 --weight-decay 0.1 --seed 7)
 
 # fields of a JSON-lines log, one line per step, for exact comparison (ms and tokens/s vary)
 fields() { $PY -c "

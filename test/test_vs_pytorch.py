@@ -12,7 +12,7 @@ Adam normalizes each gradient element, so a parameter moves by about lr per step
 gradient's size; fp32 noise in a near-zero gradient can change the direction of that move. We
 therefore bound the final parameters relative to the total movement: max|Δ| ≤ 2e-3·lr·steps.
 
-usage: /usr/bin/python3 test/test_vs_pytorch.py TRAIN_GPT_BINARY
+usage: [DEVICE=cuda] /usr/bin/python3 test/test_vs_pytorch.py TRAIN_GPT_BINARY
 Prints "ok"/"not ok" lines.
 """
 import json
@@ -46,7 +46,7 @@ def run_case(binary, tmp, name, cfg, B, T, accum, steps, opt, version=3):
     ref.write_shard(shard, tokens.tolist())
     log = os.path.join(tmp, f"{name}.jsonl")
     final = os.path.join(tmp, f"{name}_final.bin")
-    cmd = [binary, "--device", "cpu", "--model", model_path, "--train-data", shard, "--val-data", "",
+    cmd = [binary, "--device", os.environ.get("DEVICE", "cpu"), "--model", model_path, "--train-data", shard, "--val-data", "",
            "--batch-size", str(B), "--seq-len", str(T), "--total-batch-tokens", str(B * T * accum),
            "--steps", str(steps), "--lr", str(opt["lr"]), "--warmup-steps", str(opt["warmup"]),
            "--lr-schedule", opt["kind"], "--final-lr-frac", str(opt["final"]),
