@@ -4,6 +4,7 @@
 #   make test       the test suite (CPU ranks; no GPU needed); ends with "N passed, N failed"
 #   make data       regenerate data/ from its public sources (see data/README.md)
 #   make gpucheck   the GPU suite (needs a GPU); its log goes to dev/gpu_results/
+#   make bench      GPU throughput (needs a GPU); its table goes to dev/gpu_results/
 #   make NO_CUDA=1  force the g++ build even where nvcc exists
 # Dependencies are installed by scripts/install_deps.sh (apt-get as root, else named).
 
@@ -25,7 +26,7 @@ ifeq ($(NO_CUDA),1)
 NVCC :=
 endif
 
-.PHONY: all binaries train test deps test-deps data clean gpucheck
+.PHONY: all binaries train test deps test-deps data clean gpucheck bench
 
 # deps first, then a fresh make that sees what deps installed (nvcc, mpicxx)
 all: deps
@@ -98,3 +99,8 @@ data: tokenize
 
 clean:
 	rm -rf train_gpt tokenize build
+
+bench: all
+	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
+	@mkdir -p dev/gpu_results
+	bash dev/bench/bench_train.sh fp32 2>&1 | tee dev/gpu_results/$$(date -u +%F)-$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')-$$(git rev-parse --short HEAD)-bench.md

@@ -51,7 +51,7 @@ __global__ void encoder_forward_kernel(float* out, const int* tok, const float* 
 // one thread per (unique token u, channel c): dwte[token_u, c] += Σ dout[pos, c] over its positions, in order
 __global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int* uniq, const int* start,
                                             const int* pos, int C) {
-    int u = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    int u = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
     for (int k = start[u]; k < start[u + 1]; k++) s += dout[(size_t)pos[k] * C + c];
@@ -84,7 +84,7 @@ inline void encoder_backward_cuda(const Ctx& ctx, float* dwte, float* dwpe, cons
     static Buf<int> dev_idx;
     int* d = gpu_scratch(dev_idx, ctx, idx.size());
     ctx_copy(ctx, d, idx.data(), idx.size() * sizeof(int));
-    dim3 grid_wte(ceil_div(C, 128), U), grid_wpe(ceil_div(C, 128), T);
+    dim3 grid_wte(U, ceil_div(C, 128)), grid_wpe(ceil_div(C, 128), T);
     encoder_backward_wte_kernel<<<grid_wte, 128, 0, ctx.stream>>>(dwte, dout, d, d + U, d + 2 * U + 1, C);
     encoder_backward_wpe_kernel<<<grid_wpe, 128, 0, ctx.stream>>>(dwpe, dout, B, T, C);
     CUDA_LAUNCH_CHECK();

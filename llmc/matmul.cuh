@@ -137,9 +137,29 @@ inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const floa
 }
 
 #ifdef __CUDACC__
+// The largest power of two (≤ 256) that divides the address.
+inline uint32_t alignment_of(const void* p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 4 && (a % al) != 0) al /= 2;
+    return al;
+}
+// D[:, j] += bias for every column j of a column-major m×n matrix
+__global__ void add_bias_kernel(float* D, const float* bias, int m, int n, int ldd) {
+    size_t total = (size_t)m * n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        D[(i / m) * ldd + i % m] += bias[i % m];
+}
+
 // D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column), column-major, fp32.
 inline void cublaslt_gemm(const Ctx& ctx, float* D, const float* A, const float* Bm, const float* bias,
                           int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta) {
+    if (bias && alignment_of(bias) < 16) {  // the epilogue wants an aligned bias: add it separately
+        cublaslt_gemm(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta);
+        add_bias_kernel<<<grid_for((size_t)m * n), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
     cublasLtMatmulDesc_t op;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -158,6 +178,12 @@ inline void cublaslt_gemm(const Ctx& ctx, float* D, const float* A, const float*
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &ctx.workspace_size, sizeof(ctx.workspace_size)));
+    // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; our unit pointers are not
+    uint32_t align_a = alignment_of(A), align_b = alignment_of(Bm), align_d = alignment_of(D);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &heur, &found));

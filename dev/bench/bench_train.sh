@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench_train.sh — whole-model training throughput on this GPU (`make bench`).
+# For each GPT-2 size: the largest micro-batch (of 32, 16, 8, 4, 2, 1 at T=1024) that fits, a
+# few steps on the shipped data, and the median of the steps after the first: tokens/s, MFU
+# (llmc/mfu.h: 6Ψ + 6·L·C·T FLOPs per token against the dense bf16 peak) and peak GPU memory.
+# Prints a markdown table. usage: dev/bench/bench_train.sh [PRECISION] [MODELS...]
+set -u
+cd "$(dirname "$0")/../.."
+prec=${1:-fp32}; shift || true
+models=${*:-gpt2:124M gpt2:350M gpt2:774M gpt2:1558M}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, commit $(git rev-parse --short HEAD), $(date -u +%F)"
+echo
+echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
+echo "|---|---|---|---|---|---|"
+for m in $models; do
+    done_one=0
+    for B in 32 16 8 4 2 1; do
+        ./train_gpt --device cuda --precision "$prec" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
+            --val-data "" --log-file "$tmp/log.jsonl" >"$tmp/out.txt" 2>&1 || continue
+        /usr/bin/python3 - "$tmp/log.jsonl" "$tmp/out.txt" "$m" "$B" <<'PY'
+import json, re, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][1:]
+mem = re.search(r"peak GPU memory.*?: ([\d.]+) MiB", open(sys.argv[2]).read())
+tok = statistics.median(r["tokens_per_s"] for r in rows)
+mfu = statistics.median(r["mfu"] for r in rows) if rows[0]["mfu"] is not None else float("nan")
+ms = statistics.median(r["ms"] for r in rows)
+print(f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | {float(mem.group(1)) / 1024:.1f} GiB |" if mem else f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | ? |")
+PY
+        done_one=1
+        break
+    done
+    [ $done_one = 1 ] || echo "| $m | — | does not fit (or failed: $(tail -1 "$tmp/out.txt")) | | | |"
+done
