@@ -47,5 +47,9 @@ part "fp32 GPU vs CPU" fp32_vs_cpu
 part "test_train (cuda)" env DEVICE=cuda bash test/test_train.sh "$BIN"
 part "test_vs_pytorch (cuda)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py "$BIN"
 if command -v mpirun >/dev/null; then part "test_dp (cuda, ranks share the GPU)" env DEVICE=cuda bash test/test_dp.sh "$BIN"; fi
+# kernel playgrounds: correctness and timings for the log (informational, not counted)
+for p in build/dev_attention build/dev_layernorm build/dev_classifier build/dev_adamw; do
+    [ -x "$p" ] && { echo "== $p"; "$p" 2>&1; }
+done
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,0 +1,68 @@
+/*
+dev/cuda/common.cuh — what every kernel playground here shares: a GPU context, random inputs,
+a comparison against the CPU reference op, and a timer.
+
+A playground (llm.c's dev/cuda idea) runs the CPU reference of one op, then each CUDA version
+of it (a table of name → launcher, so a new attempt is one more row), checks each against the
+reference and times it over repeated launches with CUDA events. Build all: `make dev-cuda`;
+run one: ./build/dev_attention (needs a GPU).
+*/
+#pragma once
+#include <cmath>
+#include <functional>
+#include <vector>
+#include "../../llmc/model.h"
+
+static Ctx cpu_ctx, gpu_ctx;
+static Rng dev_rng(7);
+
+inline void dev_init() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) { fprintf(stderr, "error: no usable GPU\n"); exit(2); }
+    gpu_ctx.device = Device::CUDA;
+    CUDA_CHECK(cudaStreamCreate(&gpu_ctx.stream));
+    CUBLAS_CHECK(cublasLtCreate(&gpu_ctx.lt));
+    gpu_ctx.workspace_size = 32u << 20;
+    CUDA_CHECK(cudaMalloc(&gpu_ctx.workspace, gpu_ctx.workspace_size));
+    g_cuda_active = true;
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
+    printf("# %s\n", p.name);
+}
+
+inline std::vector<float> dev_randn(size_t n, float scale = 1.0f) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = scale * dev_rng.normal();
+    return v;
+}
+
+struct DevBuf {  // a GPU copy of a host vector
+    Buf<float> b;
+    explicit DevBuf(const std::vector<float>& h) { b.alloc(gpu_ctx, h.size()); ctx_copy(gpu_ctx, b.data(), h.data(), h.size() * 4); }
+    float* p() { return b.data(); }
+    std::vector<float> host() { std::vector<float> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * 4); return h; }
+};
+
+// max |got − want| / max |want|
+inline double rel_err(const std::vector<float>& want, const std::vector<float>& got) {
+    double e = 0, s = 1e-12;
+    for (size_t i = 0; i < want.size(); i++) { e = std::max(e, (double)std::fabs(got[i] - want[i])); s = std::max(s, (double)std::fabs(want[i])); }
+    return e / s;
+}
+
+// average milliseconds of fn over reps launches (after one warm-up)
+inline float time_ms(const std::function<void()>& fn, int reps = 20) {
+    fn();
+    cudaEvent_t a, b;
+    cudaEventCreate(&a); cudaEventCreate(&b);
+    cudaEventRecord(a, gpu_ctx.stream);
+    for (int i = 0; i < reps; i++) fn();
+    cudaEventRecord(b, gpu_ctx.stream);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a); cudaEventDestroy(b);
+    return ms / reps;
+}
+
+struct Version { const char* name; std::function<void()> run; };
