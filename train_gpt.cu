@@ -152,13 +152,7 @@ static Ctx make_ctx(const std::string& device, const Mesh& mesh) {
     cudaGetLastError();
     if (device == "cuda" && !have_gpu) usage_error("--device cuda: no usable GPU on this machine; use --device cpu");
     if (device == "cpu" || !have_gpu) return ctx;
-    ctx.device = Device::CUDA;
-    CUDA_CHECK(cudaSetDevice(mesh.local_rank % n));
-    CUDA_CHECK(cudaStreamCreate(&ctx.stream));
-    CUBLAS_CHECK(cublasLtCreate(&ctx.lt));
-    ctx.workspace_size = 32u << 20;
-    CUDA_CHECK(cudaMalloc(&ctx.workspace, ctx.workspace_size));
-    g_cuda_active = true;
+    cuda_ctx_init(&ctx, mesh.local_rank % n);
 #else
     (void)mesh;
     if (device == "cuda") usage_error("--device cuda: this build has no CUDA backend (nvcc was not found at build time); use --device cpu");

@@ -258,6 +258,17 @@ template <class T> inline T* gpu_scratch(Buf<T>& b, const Ctx& ctx, size_t n) {
     return b.data();
 }
 
+// Makes ctx the CUDA context of GPU `index`: its stream, cuBLASLt handle and workspace.
+inline void cuda_ctx_init(Ctx* ctx, int index) {
+    ctx->device = Device::CUDA;
+    CUDA_CHECK(cudaSetDevice(index));
+    CUDA_CHECK(cudaStreamCreate(&ctx->stream));
+    CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
+    ctx->workspace_size = 32u << 20;
+    CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_size));
+    g_cuda_active = true;
+}
+
 __device__ inline float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

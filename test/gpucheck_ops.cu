@@ -174,12 +174,7 @@ static void check_adamw_norm(size_t n) {
 int main() {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { printf("not ok - gpucheck_ops: no usable GPU\n"); return 1; }
-    gpu.device = Device::CUDA;
-    CUDA_CHECK(cudaStreamCreate(&gpu.stream));
-    CUBLAS_CHECK(cublasLtCreate(&gpu.lt));
-    gpu.workspace_size = 32u << 20;
-    CUDA_CHECK(cudaMalloc(&gpu.workspace, gpu.workspace_size));
-    g_cuda_active = true;
+    cuda_ctx_init(&gpu, 0);
     check_encoder(2, 7, 13, 50);
     check_encoder(4, 64, 768, 50257);
     check_layernorm(7, 13);

@@ -19,12 +19,7 @@ static Rng dev_rng(7);
 inline void dev_init() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) { fprintf(stderr, "error: no usable GPU\n"); exit(2); }
-    gpu_ctx.device = Device::CUDA;
-    CUDA_CHECK(cudaStreamCreate(&gpu_ctx.stream));
-    CUBLAS_CHECK(cublasLtCreate(&gpu_ctx.lt));
-    gpu_ctx.workspace_size = 32u << 20;
-    CUDA_CHECK(cudaMalloc(&gpu_ctx.workspace, gpu_ctx.workspace_size));
-    g_cuda_active = true;
+    cuda_ctx_init(&gpu_ctx, 0);
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
     printf("# %s\n", p.name);
