@@ -112,6 +112,14 @@ inline void attention_backward_cpu(float* dqkv, const float* dout, const float* 
 #ifdef __CUDACC__
 static const int ATT_MAX_PER_LANE = 8;  // head size up to 256
 
+// r[k] = p[lane + 32k] for the head channels this lane holds (0 past the head size)
+__device__ inline void load_lanes(float* r, const float* p, int lane, int hs, int per) {
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; r[k] = i < hs ? p[i] : 0.0f; }
+}
+__device__ inline void store_lanes(float* p, const float* r, int lane, int hs, int per) {
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) p[i] = r[k]; }
+}
+
 // one warp per (b, h, t); lane i holds head channels i, i+32, ...
 __global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -122,7 +130,8 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     const float* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
     float qr[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
     int per = (hs + 31) / 32;
-    for (int k = 0; k < per; k++) { int i = lane + 32 * k; qr[k] = i < hs ? q[i] : 0.0f; acc[k] = 0.0f; }
+    load_lanes(qr, q, lane, hs, per);
+    for (int k = 0; k < per; k++) acc[k] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int j = 0; j <= t; j++) {
         const float* kj = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
@@ -135,8 +144,8 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
         for (int k = 0; k < per; k++) { int i = lane + 32 * k; acc[k] = acc[k] * corr + (i < hs ? p * vj[i] : 0.0f); }
         m = m_new;
     }
-    float* o = out + ((size_t)b * T + t) * C + h * hs;
-    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) o[i] = acc[k] / l; }
+    for (int k = 0; k < per; k++) acc[k] /= l;
+    store_lanes(out + ((size_t)b * T + t) * C + h * hs, acc, lane, hs, per);
     if (lane == 0) lse[((size_t)b * NH + h) * T + t] = m + logf(l);
 }
 
@@ -164,7 +173,9 @@ __global__ void attention_backward_dq_kernel(float* dqkv, const float* dout, con
     const float* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
     const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
     float qr[ATT_MAX_PER_LANE], dor[ATT_MAX_PER_LANE], dq[ATT_MAX_PER_LANE];
-    for (int k = 0; k < per; k++) { int i = lane + 32 * k; qr[k] = i < hs ? q[i] : 0.0f; dor[k] = i < hs ? dO[i] : 0.0f; dq[k] = 0.0f; }
+    load_lanes(qr, q, lane, hs, per);
+    load_lanes(dor, dO, lane, hs, per);
+    for (int k = 0; k < per; k++) dq[k] = 0.0f;
     float l = lse[row], Dt = D[row];
     for (int j = 0; j <= t; j++) {
         const float* kj = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
@@ -175,8 +186,7 @@ __global__ void attention_backward_dq_kernel(float* dqkv, const float* dout, con
         float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
         for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) dq[k] += ds * kj[i]; }
     }
-    float* dqo = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) dqo[i] = dq[k]; }
+    store_lanes(dqkv + ((size_t)b * T + t) * C3 + h * hs, dq, lane, hs, per);
 }
 
 // one warp per key row j: dk_j = Σ_{t≥j} ds · q_t / √hs,  dv_j = Σ_{t≥j} p · dout_t
@@ -190,10 +200,9 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
     const float* kj = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
     const float* vj = kj + C;
     float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE], dk[ATT_MAX_PER_LANE], dv[ATT_MAX_PER_LANE];
-    for (int k = 0; k < per; k++) {
-        int i = lane + 32 * k;
-        kr[k] = i < hs ? kj[i] : 0.0f; vr[k] = i < hs ? vj[i] : 0.0f; dk[k] = 0.0f; dv[k] = 0.0f;
-    }
+    load_lanes(kr, kj, lane, hs, per);
+    load_lanes(vr, vj, lane, hs, per);
+    for (int k = 0; k < per; k++) { dk[k] = 0.0f; dv[k] = 0.0f; }
     const size_t head_row0 = ((size_t)b * NH + h) * T;
     for (int t = j; t < T; t++) {
         const float* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
@@ -205,7 +214,8 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
         for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) { dv[k] += p * dO[i]; dk[k] += ds * q[i]; } }
     }
     float* dko = dqkv + ((size_t)b * T + j) * C3 + C + h * hs;
-    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) { dko[i] = dk[k]; dko[C + i] = dv[k]; } }
+    store_lanes(dko, dk, lane, hs, per);
+    store_lanes(dko + C, dv, lane, hs, per);
 }
 #endif
 

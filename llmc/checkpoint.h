@@ -19,7 +19,8 @@ new one, never half of one):
 Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one; a
 different dp or ZeRO stage reads each element from the old rank that held it (resharding).
 
-Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume bit-exactness).
+Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume bit-exactness),
+test/test_dp.sh (sharded checkpoints in every ZeRO stage, resharding).
 */
 #pragma once
 #include <filesystem>

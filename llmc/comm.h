@@ -51,7 +51,6 @@ struct Group {
 
 inline void comm_count(Group& g, CommOp op, double bytes) { g.bytes[op] += bytes; g.calls[op]++; }
 inline void comm_reset_stats(Group& g) { for (int i = 0; i < NUM_COMM_OPS; i++) { g.bytes[i] = 0; g.calls[i] = 0; } }
-inline double comm_total_bytes(const Group& g) { double s = 0; for (double b : g.bytes) s += b; return s; }
 
 // The chunk of an S-element buffer owned by rank r of P: [begin, end).
 inline size_t chunk_size(size_t S, int P) { return ceil_div(S, (size_t)P); }
@@ -104,15 +103,7 @@ inline std::vector<int> chunk_counts(size_t S, int P, std::vector<int>* displs) 
 // recv (my chunk, chunk_end − chunk_begin elements) ← my chunk of Σ_ranks send (S elements)
 inline void comm_reduce_scatter_sum(Group& g, const float* send, float* recv, size_t S) {
     comm_count(g, REDUCE_SCATTER, 4.0 * S * (g.size - 1) / g.size);
-    if (g.size == 1) {
-        if (recv != send) {
-            Staged r(recv, S, false);
-            Staged s(send, S, true);
-            memcpy(r.ptr, s.ptr, S * sizeof(float));
-            r.copy_out();
-        }
-        return;
-    }
+    if (g.size == 1) { ctx_copy(Ctx(), recv, send, S * sizeof(float)); return; }  // host or device, no staging
 #ifdef LLMC_MPI
     std::vector<int> displs, counts = chunk_counts(S, g.size, &displs);
     Staged s(send, S, true), r(recv, counts[g.rank], false);
@@ -224,9 +215,7 @@ inline void comm_all_to_all(Group& g, const float* send, float* recv, size_t n) 
         return;
     }
 #endif
-    Staged s(send, n, true), r(recv, n, false);
-    memcpy(r.ptr, s.ptr, n * sizeof(float));
-    r.copy_out();
+    ctx_copy(Ctx(), recv, send, n * sizeof(float));
 }
 inline void comm_barrier(Group& g) {
     comm_count(g, BARRIER, 0);

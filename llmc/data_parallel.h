@@ -54,6 +54,7 @@ struct DataParallel : ParamHooks {
     Ctx ctx;
     int zero = 0, N = 1, rank = 0;
     std::vector<Span> units;                  // each unit's place in the full layer-major buffer
+    std::vector<ParamRange> ranges;           // the tensors and their weight decay (model.h)
     std::vector<size_t> own_begin, own_end;   // unit-relative range this rank's optimizer updates
     std::vector<size_t> shard_off;            // where unit u's owned range starts in shard buffers
     size_t shard_size = 0;
@@ -83,6 +84,7 @@ inline int dp_opt_parts(const DataParallel& d) { return d.zero == 0 ? 1 : d.N; }
 inline void dp_init(DataParallel* d, GPT* g, Group* group, int zero, const Ctx& ctx) {
     d->g = g; d->group = group; d->zero = zero; d->N = group->size; d->rank = group->rank; d->ctx = ctx;
     const GPTConfig& c = g->config;
+    d->ranges = param_ranges(c, g->layout);
     int U = gpt_num_units(c), P = dp_opt_parts(*d), pr = zero == 0 ? 0 : d->rank;
     d->units.resize(U); d->own_begin.resize(U); d->own_end.resize(U); d->shard_off.resize(U);
     size_t off = 0, max_unit = 0;
@@ -226,11 +228,9 @@ inline float dp_grad_norm(DataParallel* d) {
 
 // AdamW on this rank's part, then (stages 1-2) all-gather the updated parameters.
 inline void dp_update(DataParallel* d, float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
-    const GPTConfig& c = d->g->config;
-    std::vector<ParamRange> ranges = param_ranges(c, d->g->layout);
     for (size_t u = 0; u < d->units.size(); u++) {
         size_t base = d->units[u].offset;
-        for (const ParamRange& r : ranges) {  // the tensors' pieces inside my part of this unit
+        for (const ParamRange& r : d->ranges) {  // the tensors' pieces inside my part of this unit
             size_t b = std::max(r.offset, base + d->own_begin[u]), e = std::min(r.offset + r.size, base + d->own_end[u]);
             if (e <= b) continue;
             size_t x = b - base;
