@@ -11,7 +11,7 @@ backward scaled by 1/(B·T·accum), so the gradient is that of the mean loss ove
 
 The same source builds with g++ (CPU backend) and nvcc. Every op is called through a Ctx
 (llmc/common.h); this file never touches a backend. Flags that need a later part of the
-project (CUDA, the parallel layouts, low precision, recomputation) are accepted by the parser
+project (the model-parallel layouts, fp16/fp8, recomputation) are accepted by the parser
 and then refused with a clear "not yet supported" error, never silently ignored.
 
 Run ./train_gpt --help for the flags. Tests: test/ (see the README).
@@ -61,7 +61,7 @@ static const FlagDef FLAGS[] = {
     {"grad-clip", "1.0", "clip the global gradient norm to this (0 = off)", false},
     {"seed", "1337", "seed for initialization, shuffling and sampling", false},
     {"shuffle", "0", "0 | 1: visit the training batches in a per-epoch random order", false},
-    {"precision", "fp32", "fp32 | bf16 | fp16 | fp8 (the CPU backend computes in fp32)", false},
+    {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 on the CPU emulates the GPU's rounding)", false},
     {"recompute", "none", "none | selective | full activation checkpointing", false},
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
     {"tp", "1", "tensor-parallel degree", false},
@@ -178,7 +178,8 @@ static GPTConfig model_config_from_spec(const std::string& spec, bool* is_file) 
 // evaluation and sampling
 
 // Mean loss over `steps` validation micro-batches on each dp rank (dp·steps batches in all).
-static float evaluate(const Ctx& ctx, GPT* g, DataLoader* val, int steps, std::vector<int>& x, std::vector<int>& y, Group& dp) {
+template <class T>
+static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, int steps, std::vector<int>& x, std::vector<int>& y, Group& dp) {
     dataloader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < steps; i++) {
@@ -219,19 +220,22 @@ static int sample_token(const float* logits, int V, float temperature, int top_k
     return cand.back().second;
 }
 
-static std::string generate(const Ctx& ctx, GPT* g, Tokenizer* tk, const std::string& prompt, int n, int T,
+template <class T>
+static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std::string& prompt, int n, int T_,
                             float temperature, int top_k, Rng* rng) {
     std::vector<int> toks = {tk->eot_token};
     tokenizer_encode(tk, prompt, &toks);
     size_t start = toks.size();
     const int Vp = g->config.padded_vocab_size;
-    std::vector<float> last_row(Vp);
+    std::vector<T> last_row(Vp);
+    std::vector<float> logits(Vp);
     for (int i = 0; i < n; i++) {
-        int len = std::min((int)toks.size(), T);
+        int len = std::min((int)toks.size(), T_);
         const int* ctx_toks = toks.data() + toks.size() - len;
         gpt_forward(ctx, g, ctx_toks, nullptr, 1, len, 0.0f);
-        ctx_copy(ctx, last_row.data(), g->acts.logits.data() + (size_t)(len - 1) * Vp, Vp * sizeof(float));
-        toks.push_back(sample_token(last_row.data(), g->config.vocab_size, temperature, top_k, rng));
+        ctx_copy(ctx, last_row.data(), g->acts.logits.data() + (size_t)(len - 1) * Vp, Vp * sizeof(T));
+        for (int v = 0; v < Vp; v++) logits[v] = to_f(last_row[v]);
+        toks.push_back(sample_token(logits.data(), g->config.vocab_size, temperature, top_k, rng));
     }
     return prompt + tokenizer_decode(*tk, toks.data() + start, toks.size() - start);
 }
@@ -260,7 +264,7 @@ int main(int argc, char** argv) {
     float eps = f.real("eps", 0, 1), grad_clip = f.real("grad-clip", 0, 1e30);
     uint64_t seed = (uint64_t)f.integer("seed", 0, (1LL << 62));
     bool shuffle = f.integer("shuffle", 0, 1);
-    std::string precision = f.choice("precision", {"fp32", "bf16", "fp16", "fp8"});
+    std::string precision = f.choice("precision", {"auto", "fp32", "bf16", "fp16", "fp8"});
     std::string recompute = f.choice("recompute", {"none", "selective", "full"});
     int zero = (int)f.integer("zero", 0, 3), tp = (int)f.integer("tp", 1, 1 << 16), sp = (int)f.integer("sp", 0, 1);
     int pp = (int)f.integer("pp", 1, 1 << 16), vpp = (int)f.integer("vpp", 1, 1 << 16), cp = (int)f.integer("cp", 1, 1 << 16);
@@ -275,7 +279,8 @@ int main(int argc, char** argv) {
     int top_k = (int)f.integer("top-k", 0, 1 << 30);
     bool save_bf16 = f.choice("save-precision", {"fp32", "bf16"}) == "bf16";
     int threads = (int)f.integer("threads", 0, 4096);
-    if (precision != "fp32") usage_error("--precision %s: low precision is not yet supported; use fp32", precision.c_str());
+    if (precision == "fp16" || precision == "fp8")
+        usage_error("--precision %s: not yet supported; use bf16 or fp32", precision.c_str());
     if (recompute != "none") usage_error("--recompute %s: activation checkpointing is not yet supported", recompute.c_str());
     bool comm_stats = f.integer("comm-stats", 0, 1);
     if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
@@ -334,107 +339,115 @@ int main(int argc, char** argv) {
 #endif
     Ctx ctx = make_ctx(device, mesh);
 
-    // --- the model, its storage (data_parallel.h) and its weights
-    GPT model;
-    gpt_build(&model, config);
-    DataParallel dpar;
-    dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
-    TrainState state;
-    Rng sampler(seed, 0x5a3b1e);
-    if (resume) {
-        state = checkpoint_load(resume_dir, &dpar);
-        if (state.B != B || state.T != T || state.total_batch != total_batch)
-            usage_error("--resume: '%s' was written with --batch-size %lld --seq-len %lld --total-batch-tokens %lld; "
-                        "resume with the same (got %d, %d, %lld)", resume_dir.c_str(), (long long)state.B,
-                        (long long)state.T, (long long)state.total_batch, B, T, total_batch);
-        train_loader.k = state.global_batches / dp;  // an exact division: both are step·D/(B·T)
-        sampler.state = state.rng_state;
-    } else if (from_file) {
-        model_file_load(&dpar, model_spec.c_str());
-    } else {
-        avec<float> unit;
-        for (int u = 0; u < gpt_num_units(config); u++) {
-            unit.resize(dpar.units[u].size);
-            gpt_init_unit(config, model.layout, u, seed, unit.data());
-            dp_set_unit(&dpar, u, unit.data());
+    const bool bf16_run = precision == "bf16" || (precision == "auto" && ctx.device == Device::CUDA);
+
+    // The rest of main is written once and instantiated for the run's dtype floatX (llm.c's name):
+    // float for --precision fp32, bf16 for --precision bf16 (common.h, model.h).
+    auto train = [&](auto dtype_tag) -> int {
+    using floatX = decltype(dtype_tag);
+        // --- the model, its storage (data_parallel.h) and its weights
+        GPT<floatX> model;
+        gpt_build(&model, config);
+        DataParallel<floatX> dpar;
+        dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
+        TrainState state;
+        Rng sampler(seed, 0x5a3b1e);
+        if (resume) {
+            state = checkpoint_load(resume_dir, &dpar);
+            if (state.B != B || state.T != T || state.total_batch != total_batch)
+                usage_error("--resume: '%s' was written with --batch-size %lld --seq-len %lld --total-batch-tokens %lld; "
+                            "resume with the same (got %d, %d, %lld)", resume_dir.c_str(), (long long)state.B,
+                            (long long)state.T, (long long)state.total_batch, B, T, total_batch);
+            train_loader.k = state.global_batches / dp;  // an exact division: both are step·D/(B·T)
+            sampler.state = state.rng_state;
+        } else if (from_file) {
+            model_file_load(&dpar, model_spec.c_str());
+        } else {
+            avec<float> unit;
+            for (int u = 0; u < gpt_num_units(config); u++) {
+                unit.resize(dpar.units[u].size);
+                gpt_init_unit(config, model.layout, u, seed, unit.data());
+                dp_set_unit(&dpar, u, unit.data());
+            }
         }
-    }
-    const std::string out_dir_note = out_dir.empty() ? "" : (" -> " + out_dir);
-    print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s\n", config.num_layers, config.channels,
-           config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
-           from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
-    print0("data: %lld train tokens in %zu shard(s)%s; B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
-           train_loader.total_tokens, train_loader.shards.size(), has_val ? ", validation on" : "", B, T, dp, accum, total_batch);
-    if (ctx.device == Device::CPU)
-        print0("device: cpu, %d rank(s) x %d thread(s), fp32, zero %d%s\n", mesh.world, nthreads, zero, out_dir_note.c_str());
-    else
-        print0("device: cuda, %d rank(s), fp32, zero %d%s\n", mesh.world, zero, out_dir_note.c_str());
-    const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
-    DPMemory mem = dp_memory(dpar);
-    fflush(stdout);
-    printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B\n", mesh.rank,
-           (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working);
-    fflush(stdout);
-    if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld)\n", resume_dir.c_str(),
-                       (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero);
-
-    Logger log;
-    if (mesh.rank == 0) logger_open(&log, f.str("log-file"), resume ? state.step : -1);
-    std::vector<int> x((size_t)B * T), y((size_t)B * T);
-    const float dloss = 1.0f / ((float)B * T * accum * dp);  // the dp sum of gradients is then the mean
-
-    for (int step = (int)state.step + 1; step <= steps; step++) {
-        double t0 = now_seconds();
-        comm_reset_stats(mesh.dp_group);
-        dp_zero_grad(&dpar);
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            dpar.last_micro = micro == accum - 1;
-            dataloader_next(&train_loader, x.data(), y.data());
-            loss_sum += gpt_forward(ctx, &model, x.data(), y.data(), B, T, dloss);
-            gpt_backward(ctx, &model, B, T);
-        }
-        comm_sum_doubles(mesh.dp_group, &loss_sum, 1);
-        float loss = (float)(loss_sum / (accum * dp));
-        float norm = dp_grad_norm(&dpar);
-        float lr = lr_at(sched, step - 1);
-        dp_update(&dpar, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
-        double ms = (now_seconds() - t0) * 1000.0;
-        double tok_s = total_batch / (ms / 1000.0);
-        double mfu = peak > 0 ? tok_s / mesh.world * flops_tok / peak : -1.0;  // per GPU
-        if (!std::isfinite(loss)) fatal("step %d: the loss is %f (diverged); lower --lr or check the data", step, loss);
-        std::string comm_json = comm_stats_json(mesh.dp_group);
-
-        bool last = step == steps;
-        bool do_val = has_val && (last || (val_every > 0 && step % val_every == 0));
-        float val_loss = do_val ? evaluate(ctx, &model, &val_loader, val_steps, x, y, mesh.dp_group) : 0.0f;
-        print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
-        if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
-        if (do_val) print0(" | val loss %.6f", val_loss);
-        print0("\n");
-        if (comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
+        const std::string out_dir_note = out_dir.empty() ? "" : (" -> " + out_dir);
+        print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s\n", config.num_layers, config.channels,
+               config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
+               from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
+        print0("data: %lld train tokens in %zu shard(s)%s; B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
+               train_loader.total_tokens, train_loader.shards.size(), has_val ? ", validation on" : "", B, T, dp, accum, total_batch);
+        if (ctx.device == Device::CPU)
+            print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, dtype_name<floatX>(), zero, out_dir_note.c_str());
+        else
+            print0("device: cuda, %d rank(s), %s, zero %d%s\n", mesh.world, dtype_name<floatX>(), zero, out_dir_note.c_str());
+        const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
+        DPMemory mem = dp_memory(dpar);
         fflush(stdout);
-        logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, do_val, val_loss, comm_json);
+        printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B\n", mesh.rank,
+               (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working);
+        fflush(stdout);
+        if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld)\n", resume_dir.c_str(),
+                           (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero);
 
-        if (can_sample && (last || step % sample_every == 0)) {  // every rank runs it (ZeRO-3 gathers)
-            std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);
-            print0("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
+        Logger log;
+        if (mesh.rank == 0) logger_open(&log, f.str("log-file"), resume ? state.step : -1);
+        std::vector<int> x((size_t)B * T), y((size_t)B * T);
+        const float dloss = 1.0f / ((float)B * T * accum * dp);  // the dp sum of gradients is then the mean
+
+        for (int step = (int)state.step + 1; step <= steps; step++) {
+            double t0 = now_seconds();
+            comm_reset_stats(mesh.dp_group);
+            dp_zero_grad(&dpar);
+            double loss_sum = 0.0;
+            for (int micro = 0; micro < accum; micro++) {
+                dpar.last_micro = micro == accum - 1;
+                dataloader_next(&train_loader, x.data(), y.data());
+                loss_sum += gpt_forward(ctx, &model, x.data(), y.data(), B, T, dloss);
+                gpt_backward(ctx, &model, B, T);
+            }
+            comm_sum_doubles(mesh.dp_group, &loss_sum, 1);
+            float loss = (float)(loss_sum / (accum * dp));
+            float norm = dp_grad_norm(&dpar);
+            float lr = lr_at(sched, step - 1);
+            dp_update(&dpar, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
+            double ms = (now_seconds() - t0) * 1000.0;
+            double tok_s = total_batch / (ms / 1000.0);
+            double mfu = peak > 0 ? tok_s / mesh.world * flops_tok / peak : -1.0;  // per GPU
+            if (!std::isfinite(loss)) fatal("step %d: the loss is %f (diverged); lower --lr or check the data", step, loss);
+            std::string comm_json = comm_stats_json(mesh.dp_group);
+
+            bool last = step == steps;
+            bool do_val = has_val && (last || (val_every > 0 && step % val_every == 0));
+            float val_loss = do_val ? evaluate(ctx, &model, &val_loader, val_steps, x, y, mesh.dp_group) : 0.0f;
+            print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
+            if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
+            if (do_val) print0(" | val loss %.6f", val_loss);
+            print0("\n");
+            if (comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
+            fflush(stdout);
+            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, do_val, val_loss, comm_json);
+
+            if (can_sample && (last || step % sample_every == 0)) {  // every rank runs it (ZeRO-3 gathers)
+                std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);
+                print0("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
+            }
+            if (!out_dir.empty() && (last || (ckpt_every > 0 && step % ckpt_every == 0))) {
+                state.step = step; state.global_batches = train_loader.k * dp; state.rng_state = sampler.state;
+                state.B = B; state.T = T; state.total_batch = total_batch;
+                checkpoint_save(out_dir, &dpar, state, mesh.world_group);
+                print0("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
+            }
         }
-        if (!out_dir.empty() && (last || (ckpt_every > 0 && step % ckpt_every == 0))) {
-            state.step = step; state.global_batches = train_loader.k * dp; state.rng_state = sampler.state;
-            state.B = B; state.T = T; state.total_batch = total_batch;
-            checkpoint_save(out_dir, &dpar, state, mesh.world_group);
-            print0("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
+        if (!f.str("save-model").empty()) {
+            model_file_save(&dpar, f.str("save-model"), save_bf16);
+            print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
         }
-    }
-    if (!f.str("save-model").empty()) {
-        model_file_save(&dpar, f.str("save-model"), save_bf16);
-        print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
-    }
-    if (ctx.device == Device::CUDA)
-        print0("peak GPU memory (model, activations, optimizer, buffers): %.1f MiB\n", g_gpu_bytes_peak / 1048576.0);
-    logger_close(&log);
-    if (can_sample) tokenizer_free(&tk);
-    mesh_finish(&mesh);
-    return 0;
+        if (ctx.device == Device::CUDA)
+            print0("peak GPU memory (model, activations, optimizer, buffers): %.1f MiB\n", g_gpu_bytes_peak / 1048576.0);
+        logger_close(&log);
+        if (can_sample) tokenizer_free(&tk);
+        mesh_finish(&mesh);
+        return 0;
+    };
+    return bf16_run ? train(bf16{}) : train(float{});
 }

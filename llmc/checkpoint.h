@@ -10,7 +10,9 @@ same bytes; fp32 → bf16 rounds to nearest even.
 Checkpoint: a directory DIR/step_NNNNNNNN/ written as DIR/step_NNNNNNNN.tmp/ and renamed into
 place when every rank has written its part (a crash leaves either the old checkpoints or the
 new one, never half of one):
-  model.bin            the fp32 model file (loadable by llm.c and by --model), from dp rank 0
+  model.bin            the fp32 model file (loadable by llm.c and by --model), from dp rank 0:
+                       the fp32 master weights, so a bf16 run resumes bit-exactly too (its
+                       working copy is the master rounded to bf16, data_parallel.h)
   state_rankNNNNN.bin  dp rank r's shard: int64 header [20241121, 2, step, micro-batches consumed
                        (all ranks), rng state, B, T, total batch tokens, Ψ, dp, zero, 0…], then
                        its chunk of AdamW's m and v for every unit (the ZeRO shard layout,
@@ -59,7 +61,8 @@ inline GPTConfig model_file_config(const char* path, bool* bf16) {
 
 // Reads (or writes) unit u of an open model file from (into) unit, converting between the file's
 // tensor-major order and the unit's layer-major one (model.h: unit_file_pieces).
-inline void model_file_unit_io(FILE* f, const char* path, const GPT& g, int u, float* unit, bool write, bool bf16) {
+template <class T>
+inline void model_file_unit_io(FILE* f, const char* path, const GPT<T>& g, int u, float* unit, bool write, bool bf16) {
     std::vector<uint16_t> h;
     for (const FilePiece& pc : unit_file_pieces(g.config, g.layout, u)) {
         fseek(f, 1024 + (long)(pc.file_off * (bf16 ? 2 : 4)), SEEK_SET);
@@ -87,10 +90,10 @@ inline void model_file_write_header(FILE* f, const char* path, const GPTConfig& 
 }
 
 // Loads a model file into the data-parallel storage (each rank keeps what its stage keeps).
-inline void model_file_load(DataParallel* d, const char* path) {
+template <class T> inline void model_file_load(DataParallel<T>* d, const char* path) {
     bool bf16;
     GPTConfig c = model_file_config(path, &bf16);
-    const GPT& g = *d->g;
+    const GPT<T>& g = *d->g;
     if (!gpt_same_shape(c, g.config))
         fatal("'%s' does not match the model being loaded (file: L=%d C=%d NH=%d V=%d maxT=%d)", path,
               c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len);
@@ -105,9 +108,10 @@ inline void model_file_load(DataParallel* d, const char* path) {
 }
 
 // Writes the model as an llm.c model file from dp rank 0 (written to PATH.tmp, then renamed).
-// Collective: with ZeRO-3 every dp rank takes part in gathering each unit.
-inline void model_file_save(DataParallel* d, const std::string& path, bool bf16) {
-    const GPT& g = *d->g;
+// Collective: where the weights are sharded (data_parallel.h: dp_get_unit) every dp rank takes
+// part in gathering each unit. The weights written are the fp32 master.
+template <class T> inline void model_file_save(DataParallel<T>* d, const std::string& path, bool bf16) {
+    const GPT<T>& g = *d->g;
     std::string tmp = path + ".tmp";
     FILE* f = nullptr;
     if (d->rank == 0) {
@@ -150,7 +154,8 @@ static const int STATE_HEADER = 16;  // int64s
 
 // Collective over dp: every rank writes its state file, rank 0 the model and the manifest, into
 // DIR/step_N.tmp, renamed to DIR/step_N when all are written.
-inline void checkpoint_save(const std::string& out_dir, DataParallel* d, const TrainState& s, Group& world) {
+template <class T>
+inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, const TrainState& s, Group& world) {
     namespace fs = std::filesystem;
     std::string final_dir = checkpoint_dir(out_dir, s.step), tmp = final_dir + ".tmp";
     std::error_code ec;
@@ -179,12 +184,12 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel* d, const T
         const GPTConfig& c = d->g->config;
         std::string mp = tmp + "/manifest.json";
         f = fopen_or_die(mp.c_str(), "w");
-        fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"layout\": {\"dp\": %d, \"tp\": 1, \"pp\": 1, \"cp\": 1, \"zero\": %d},\n"
+        fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"precision\": \"%s\", \"layout\": {\"dp\": %d, \"tp\": 1, \"pp\": 1, \"cp\": 1, \"zero\": %d},\n"
                    " \"model\": {\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                    "\"num_heads\": %d, \"channels\": %d},\n"
                    " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
                    " \"files\": [\"model.bin\"",
-                (long long)s.step, world.size, d->N, d->zero, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
+                (long long)s.step, world.size, dtype_name<T>(), d->N, d->zero, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
                 c.num_layers, c.num_heads, c.channels, (long long)s.B, (long long)s.T, (long long)s.total_batch);
         for (int r = 0; r < d->N; r++) fprintf(f, ", \"state_rank%05d.bin\"", r);
         fprintf(f, "]}\n");
@@ -230,7 +235,7 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
 // Loads the weights (model.bin) and this rank's part of AdamW's moments from a checkpoint
 // saved with any dp size and ZeRO stage: each element is read from the old rank whose chunk
 // held it. This is what makes resharding (say dp=4 ZeRO-3 → dp=2 ZeRO-1) work.
-inline TrainState checkpoint_load(const std::string& dir, DataParallel* d) {
+template <class T> inline TrainState checkpoint_load(const std::string& dir, DataParallel<T>* d) {
     TrainState s = checkpoint_read_header(dir);
     model_file_load(d, (dir + "/model.bin").c_str());
     int old_N = (int)s.saved_dp;

@@ -14,6 +14,9 @@ owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.
   reduce_scatter_sum  my chunk of Σ_ranks send
   all_gather          every rank's chunk, in place (blocking, or started now and waited later)
   broadcast, send, recv, all_to_all, barrier, and a deterministic sum of a few doubles
+Element types: float and bf16 (common.h). MPI has no bf16, so bf16 travels as 16-bit words
+and is summed by our own MPI operation (fp32 add, rounded to bf16 at each step — what NCCL's
+bf16 reductions do); sums are in the reduce-scatter's order, the same on every run.
 Backends: MPI here, for CPU buffers, and for GPU buffers staged through host memory (so several
 ranks can share one GPU in tests). (NCCL, for GPU buffers on a communication stream, is next.)
 A group of one rank never calls MPI, so a build without MPI runs everything single-process.
@@ -22,7 +25,8 @@ Byte counters. Each call adds the bytes one rank sends under the ring algorithm,
 cost model (and what NCCL's rings move): for a buffer of M bytes on P ranks
     all-reduce 2(P−1)/P·M     reduce-scatter, all-gather, all-to-all (P−1)/P·M
     broadcast, send M        barrier 0
-so DDP moves 2(P−1)/P·Ψ·4 bytes of fp32 gradients a step and ZeRO-3 3(P−1)/P·Ψ·4 (1.5×).
+so DDP moves 2(P−1)/P·Ψ·s bytes of gradients a step and ZeRO-3 3(P−1)/P·Ψ·s (1.5×), with s
+the element size (4 for fp32, 2 for bf16).
 --comm-stats prints them per step; the JSON log carries them.
 
 Tests: test/test_comm.cpp (each collective under mpirun, counters), test/test_dp.sh.
@@ -59,17 +63,17 @@ inline size_t chunk_end(size_t S, int P, int r) { size_t e = (size_t)(r + 1) * c
 
 // A host copy of a device buffer for the MPI calls (a no-op view of a host buffer). The copies
 // use the legacy default stream, which waits for the work queued on the trainer's stream.
-struct Staged {
-    float* dev = nullptr;
-    std::vector<float> host;
-    float* ptr;
+template <class T> struct Staged {
+    T* dev = nullptr;
+    std::vector<T> host;
+    T* ptr;
     size_t n;
-    Staged(const float* p, size_t count, bool copy_in) : ptr(const_cast<float*>(p)), n(count) {
+    Staged(const T* p, size_t count, bool copy_in) : ptr(const_cast<T*>(p)), n(count) {
 #ifdef __CUDACC__
         if (count && is_device_ptr(p)) {
-            dev = const_cast<float*>(p);
+            dev = const_cast<T*>(p);
             host.resize(count);
-            if (copy_in) CUDA_CHECK(cudaMemcpy(host.data(), p, count * sizeof(float), cudaMemcpyDeviceToHost));
+            if (copy_in) CUDA_CHECK(cudaMemcpy(host.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
             ptr = host.data();
         }
 #else
@@ -78,7 +82,7 @@ struct Staged {
     }
     void copy_out() {
 #ifdef __CUDACC__
-        if (dev) CUDA_CHECK(cudaMemcpy(dev, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        if (dev) CUDA_CHECK(cudaMemcpy(dev, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
 #endif
     }
 };
@@ -95,19 +99,35 @@ inline std::vector<int> chunk_counts(size_t S, int P, std::vector<int>* displs) 
     }
     return counts;
 }
+
+// MPI's name for our element types, and their sum.
+inline void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+    const bf16* a = (const bf16*)in;
+    bf16* b = (bf16*)inout;
+    for (int i = 0; i < *len; i++) b[i] = from_f<bf16>(to_f(a[i]) + to_f(b[i]));
+}
+template <class T> inline MPI_Datatype mpi_type() { return std::is_same_v<T, float> ? MPI_FLOAT : MPI_UINT16_T; }
+template <class T> inline MPI_Op mpi_sum() {
+    if constexpr (std::is_same_v<T, float>) return MPI_SUM;
+    else {
+        static MPI_Op op = MPI_OP_NULL;
+        if (op == MPI_OP_NULL) MPI_Op_create(bf16_sum, /*commute=*/1, &op);
+        return op;
+    }
+}
 #endif
 
 // ----------------------------------------------------------------------------
 // collectives
 
 // recv (my chunk, chunk_end − chunk_begin elements) ← my chunk of Σ_ranks send (S elements)
-inline void comm_reduce_scatter_sum(Group& g, const float* send, float* recv, size_t S) {
-    comm_count(g, REDUCE_SCATTER, 4.0 * S * (g.size - 1) / g.size);
-    if (g.size == 1) { ctx_copy(Ctx(), recv, send, S * sizeof(float)); return; }  // host or device, no staging
+template <class T> inline void comm_reduce_scatter_sum(Group& g, const T* send, T* recv, size_t S) {
+    comm_count(g, REDUCE_SCATTER, (double)sizeof(T) * S * (g.size - 1) / g.size);
+    if (g.size == 1) { ctx_copy(Ctx(), recv, send, S * sizeof(T)); return; }  // host or device, no staging
 #ifdef LLMC_MPI
     std::vector<int> displs, counts = chunk_counts(S, g.size, &displs);
-    Staged s(send, S, true), r(recv, counts[g.rank], false);
-    MPI_Reduce_scatter(s.ptr, r.ptr, counts.data(), MPI_FLOAT, MPI_SUM, g.comm);
+    Staged<T> s(send, S, true), r(recv, counts[g.rank], false);
+    MPI_Reduce_scatter(s.ptr, r.ptr, counts.data(), mpi_type<T>(), mpi_sum<T>(), g.comm);
     r.copy_out();
 #endif
 }
@@ -122,19 +142,19 @@ struct CommHandle {
 };
 
 // Starts gathering every rank's chunk of buf (S elements, in place). Wait with comm_wait.
-inline void comm_all_gather_start(Group& g, float* buf, size_t S, CommHandle* h) {
-    comm_count(g, ALL_GATHER, 4.0 * S * (g.size - 1) / g.size);
+template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S, CommHandle* h) {
+    comm_count(g, ALL_GATHER, (double)sizeof(T) * S * (g.size - 1) / g.size);
     h->active = false;
     if (g.size == 1) return;
 #ifdef LLMC_MPI
     h->counts = chunk_counts(S, g.size, &h->displs);
     if (is_device_ptr(buf)) {  // staged through the host: done now (NCCL will overlap it)
-        Staged b(buf, S, true);
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.ptr, h->counts.data(), h->displs.data(), MPI_FLOAT, g.comm);
+        Staged<T> b(buf, S, true);
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.ptr, h->counts.data(), h->displs.data(), mpi_type<T>(), g.comm);
         b.copy_out();
         return;
     }
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, h->counts.data(), h->displs.data(), MPI_FLOAT, g.comm, &h->req);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, h->counts.data(), h->displs.data(), mpi_type<T>(), g.comm, &h->req);
     h->active = true;
 #endif
 }
@@ -144,26 +164,27 @@ inline void comm_wait(CommHandle* h) {
 #endif
     h->active = false;
 }
-inline void comm_all_gather(Group& g, float* buf, size_t S) {
+template <class T> inline void comm_all_gather(Group& g, T* buf, size_t S) {
     CommHandle h;
     comm_all_gather_start(g, buf, S, &h);
     comm_wait(&h);
 }
 
 // buf ← Σ_ranks buf, identical on every rank (reduce-scatter, then all-gather).
-inline void comm_all_reduce_sum(Group& g, float* buf, size_t S, std::vector<float>* scratch) {
+template <class T> inline void comm_all_reduce_sum(Group& g, T* buf, size_t S, std::vector<T>* scratch) {
     if (g.size == 1) { comm_count(g, ALL_REDUCE, 0); return; }
     size_t b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
-    Staged all(buf, S, true);  // one staging for both halves when buf is on a GPU
+    Staged<T> all(buf, S, true);  // one staging for both halves when buf is on a GPU
     scratch->resize(std::max<size_t>(e - b, 1));
     comm_reduce_scatter_sum(g, all.ptr, scratch->data(), S);
-    memcpy(all.ptr + b, scratch->data(), (e - b) * sizeof(float));
+    memcpy(all.ptr + b, scratch->data(), (e - b) * sizeof(T));
     comm_all_gather(g, all.ptr, S);
     all.copy_out();
     // book it as one all-reduce (2(P−1)/P·M), not as its two halves
-    g.bytes[REDUCE_SCATTER] -= 4.0 * S * (g.size - 1) / g.size; g.calls[REDUCE_SCATTER]--;
-    g.bytes[ALL_GATHER] -= 4.0 * S * (g.size - 1) / g.size; g.calls[ALL_GATHER]--;
-    comm_count(g, ALL_REDUCE, 8.0 * S * (g.size - 1) / g.size);
+    const double half = (double)sizeof(T) * S * (g.size - 1) / g.size;
+    g.bytes[REDUCE_SCATTER] -= half; g.calls[REDUCE_SCATTER]--;
+    g.bytes[ALL_GATHER] -= half; g.calls[ALL_GATHER]--;
+    comm_count(g, ALL_REDUCE, 2 * half);
 }
 
 // v[i] ← Σ_ranks v[i] for a few doubles, summed in rank order: identical everywhere, and the
@@ -181,41 +202,41 @@ inline void comm_sum_doubles(Group& g, double* v, int n) {
 #endif
 }
 
-inline void comm_broadcast(Group& g, float* buf, size_t n, int root) {
-    comm_count(g, BROADCAST, g.size > 1 ? 4.0 * n : 0);
+template <class T> inline void comm_broadcast(Group& g, T* buf, size_t n, int root) {
+    comm_count(g, BROADCAST, g.size > 1 ? (double)sizeof(T) * n : 0);
     if (g.size == 1) return;
 #ifdef LLMC_MPI
-    Staged b(buf, n, true);
-    MPI_Bcast(b.ptr, (int)n, MPI_FLOAT, root, g.comm);
+    Staged<T> b(buf, n, true);
+    MPI_Bcast(b.ptr, (int)n, mpi_type<T>(), root, g.comm);
     b.copy_out();
 #endif
 }
-inline void comm_send(Group& g, const float* buf, size_t n, int peer) {
-    comm_count(g, SEND_RECV, 4.0 * n);
+template <class T> inline void comm_send(Group& g, const T* buf, size_t n, int peer) {
+    comm_count(g, SEND_RECV, (double)sizeof(T) * n);
 #ifdef LLMC_MPI
-    Staged b(buf, n, true);
-    MPI_Send(b.ptr, (int)n, MPI_FLOAT, peer, 0, g.comm);
+    Staged<T> b(buf, n, true);
+    MPI_Send(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm);
 #endif
 }
-inline void comm_recv(Group& g, float* buf, size_t n, int peer) {
+template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
 #ifdef LLMC_MPI
-    Staged b(buf, n, false);
-    MPI_Recv(b.ptr, (int)n, MPI_FLOAT, peer, 0, g.comm, MPI_STATUS_IGNORE);
+    Staged<T> b(buf, n, false);
+    MPI_Recv(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm, MPI_STATUS_IGNORE);
     b.copy_out();
 #endif
 }
 // send holds P blocks of n elements, block r for rank r; recv gets block `rank` of every rank.
-inline void comm_all_to_all(Group& g, const float* send, float* recv, size_t n) {
-    comm_count(g, ALL_TO_ALL, 4.0 * n * (g.size - 1));
+template <class T> inline void comm_all_to_all(Group& g, const T* send, T* recv, size_t n) {
+    comm_count(g, ALL_TO_ALL, (double)sizeof(T) * n * (g.size - 1));
 #ifdef LLMC_MPI
     if (g.size > 1) {
-        Staged s(send, n * g.size, true), r(recv, n * g.size, false);
-        MPI_Alltoall(s.ptr, (int)n, MPI_FLOAT, r.ptr, (int)n, MPI_FLOAT, g.comm);
+        Staged<T> s(send, n * g.size, true), r(recv, n * g.size, false);
+        MPI_Alltoall(s.ptr, (int)n, mpi_type<T>(), r.ptr, (int)n, mpi_type<T>(), g.comm);
         r.copy_out();
         return;
     }
 #endif
-    ctx_copy(Ctx(), recv, send, n * sizeof(float));
+    ctx_copy(Ctx(), recv, send, n * sizeof(T));
 }
 inline void comm_barrier(Group& g) {
     comm_count(g, BARRIER, 0);

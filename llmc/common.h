@@ -23,8 +23,16 @@ cudaMalloc); ctx_copy and ctx_zero move and clear bytes wherever they live (CUDA
 addressing tells host from device pointers). That is all the model and the strategies need to
 run unchanged on either device.
 
-bf16 on the CPU. Model files may hold bf16 weights (llm.c version 5). bf16 is the upper 16 bits
-of an IEEE fp32; we convert with round-to-nearest-even, like torch's .to(torch.bfloat16).
+Dtypes. Activations, parameters and gradients have the precision's type T: float (--precision
+fp32) or bf16 (--precision bf16); master weights, optimizer state, statistics (LayerNorm mean
+and rstd, attention's lse, losses) and norms are fp32 always. bf16 is the upper 16 bits of an
+IEEE fp32; we convert with round-to-nearest-even, like torch's .to(torch.bfloat16), on the host
+and on the GPU alike (to_f / from_f<T>). Model files may hold bf16 weights (llm.c version 5).
+
+bf16 on the CPU. An op in bf16 is its fp32 op on the widened inputs, with each output rounded
+once (F32View): fp32 math, bf16 storage — what the GPU kernels do, and what cuBLASLt does with
+bf16 matrices and an fp32 accumulator. So the CPU reference stays one set of fp32 loops, and
+the whole bf16 training (its rounding, its memory, its communication) runs and is tested on CPU.
 
 Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there.
 */
@@ -38,6 +46,7 @@ Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there.
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // ----------------------------------------------------------------------------
@@ -118,7 +127,13 @@ struct Ctx {
 };
 
 // ----------------------------------------------------------------------------
-// bf16 <-> fp32 on the host (round to nearest even; NaN stays NaN)
+// bf16 <-> fp32 (round to nearest even; NaN stays NaN)
+
+#ifdef __CUDACC__
+#define HD __host__ __device__
+#else
+#define HD
+#endif
 
 inline uint16_t fp32_to_bf16(float x) {
     uint32_t u; memcpy(&u, &x, 4);
@@ -129,6 +144,37 @@ inline uint16_t fp32_to_bf16(float x) {
 inline float bf16_to_fp32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16; float x; memcpy(&x, &u, 4); return x;
 }
+
+// The bf16 storage type, the same 2 bytes on the host and the GPU (cuBLASLt's CUDA_R_16BF).
+struct bf16 { uint16_t bits; };
+
+HD inline float to_f(float x) { return x; }
+HD inline float to_f(bf16 x) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float((uint32_t)x.bits << 16);
+#else
+    return bf16_to_fp32(x.bits);
+#endif
+}
+template <class T> HD inline T from_f(float x);
+template <> HD inline float from_f<float>(float x) { return x; }
+template <> HD inline bf16 from_f<bf16>(float x) {
+#ifdef __CUDA_ARCH__
+    return bf16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
+#else
+    return bf16{fp32_to_bf16(x)};
+#endif
+}
+
+enum class DType { FP32, BF16 };
+template <class T> inline DType dtype_of();
+template <> inline DType dtype_of<float>() { return DType::FP32; }
+template <> inline DType dtype_of<bf16>() { return DType::BF16; }
+template <class T> inline const char* dtype_name() { return dtype_of<T>() == DType::FP32 ? "fp32" : "bf16"; }
+
+// Keeps a parameter out of template argument deduction (a nullptr bias must not decide T).
+template <class T> struct NoDeduceT { using type = T; };
+template <class T> using NoDeduce = typename NoDeduceT<T>::type;
 
 // ----------------------------------------------------------------------------
 // time
@@ -159,6 +205,28 @@ template <class T> struct AlignedAlloc {
     template <class U> bool operator!=(const AlignedAlloc<U>&) const { return false; }
 };
 template <class T> using avec = std::vector<T, AlignedAlloc<T>>;
+
+// An fp32 view of n elements of a host buffer of T, for running the fp32 CPU reference of an op
+// on T data. For float it is the buffer itself (no copy: the fp32 path is untouched). For bf16
+// it is a widened copy (if `read`), and store() rounds it back once: the op's result, to bf16.
+template <class T> struct F32View {
+    float* p;
+    avec<float> tmp;
+    T* dst;
+    size_t n;
+    F32View(const T* src, size_t count, bool read = true) : p(nullptr), dst(const_cast<T*>(src)), n(count) {
+        if constexpr (std::is_same_v<T, float>) { p = dst; (void)read; }
+        else {
+            if (!src) return;
+            tmp.resize(count);
+            if (read) for (size_t i = 0; i < count; i++) tmp[i] = to_f(src[i]);
+            p = tmp.data();
+        }
+    }
+    void store() {
+        if constexpr (!std::is_same_v<T, float>) if (dst) for (size_t i = 0; i < n; i++) dst[i] = from_f<T>(tmp[i]);
+    }
+};
 
 // ----------------------------------------------------------------------------
 // memory on the Ctx's device

@@ -17,17 +17,25 @@ Sharding. Every unit (model.h: embeddings, each block, the final LayerNorm) of S
 cut into dp chunks of ⌈S/dp⌉ (comm.h); rank r owns chunk r of every unit. Its shard buffers
 are the concatenation of its chunks, Σ_u ⌈S_u/dp⌉ ≈ Ψ/dp elements.
 
-Memory per rank (Ψ parameters, N = dp). With mixed precision (bf16 params and grads, fp32
-master + m + v = 12 bytes) the table is 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N. This fp32 CPU
-backend has no separate master copy (the fp32 parameters are the master), so its table is
-  stage 0: 4Ψ + 4Ψ + 8Ψ = 16Ψ      stage 1: 4Ψ + 4Ψ + 8Ψ/N
-  stage 2: 4Ψ + 4Ψ/N + 8Ψ/N        stage 3: 4Ψ/N + 4Ψ/N + 8Ψ/N = 16Ψ/N
-(params + grads + optimizer). Not in the table, and printed apart: ZeRO-3's two gather buffers
-and ZeRO-2/3's gradient working buffers (the embedding unit, whose gradient builds up over the
-whole backward because the classifier shares it, plus one unit).
-Communication per step (ring model, comm.h): stages 0-2 move 2(N−1)/N·4Ψ bytes per rank
-(all-reduce = reduce-scatter + all-gather), stage 3 3(N−1)/N·4Ψ (parameters are gathered for
-the forward and again for the backward): 1.5× DDP. With gradient accumulation, stages 0-1
+Precision. The model reads and writes dtype T (model.h). With T = float (--precision fp32) the
+parameters are their own fp32 master. With T = bf16 the model reads a bf16 working copy and
+writes bf16 gradients; the fp32 master weights live beside AdamW's m and v, in the optimizer's
+layout (replicated for stage 0, sharded for 1-3), and the update rewrites the working copy from
+them (adamw.cuh). Checkpoints and model files are written from the fp32 master.
+
+Memory per rank (Ψ parameters, N = dp), params + grads + optimizer:
+  bf16 (2-byte params and grads, 12-byte fp32 master + m + v), the ZeRO paper's table:
+    stage 0: 2Ψ + 2Ψ + 12Ψ = 16Ψ       stage 1: 2Ψ + 2Ψ + 12Ψ/N = 4Ψ + 12Ψ/N
+    stage 2: 2Ψ + 2Ψ/N + 12Ψ/N         stage 3: 2Ψ/N + 2Ψ/N + 12Ψ/N = 16Ψ/N
+  fp32 (4-byte params = master, 4-byte grads, 8-byte m + v):
+    stage 0: 4Ψ + 4Ψ + 8Ψ = 16Ψ        stage 1: 4Ψ + 4Ψ + 8Ψ/N
+    stage 2: 4Ψ + 4Ψ/N + 8Ψ/N          stage 3: 4Ψ/N + 4Ψ/N + 8Ψ/N = 16Ψ/N
+Not in the table, and printed apart: ZeRO-3's two gather buffers and ZeRO-2/3's gradient
+working buffers (the embedding unit, whose gradient builds up over the whole backward because
+the classifier shares it, plus one unit).
+Communication per step (ring model, comm.h; s = 2 bytes for bf16, 4 for fp32): stages 0-2 move
+2(N−1)/N·sΨ bytes per rank (all-reduce = reduce-scatter + all-gather), stage 3 3(N−1)/N·sΨ
+(parameters are gathered for the forward and again for the backward): 1.5× DDP. With gradient accumulation, stages 0-1
 reduce on the last micro-batch only; stages 2-3 reduce every micro-batch (no full gradient
 buffer to accumulate in).
 
@@ -48,8 +56,9 @@ against the tables; resume; resharding), test/test_ops.cpp (model gradient).
 #include "adamw.cuh"
 #include "global_norm.cuh"
 
-struct DataParallel : ParamHooks {
-    GPT* g = nullptr;
+template <class T> struct DataParallel : ParamHooks {
+    static constexpr bool has_master = !std::is_same_v<T, float>;  // a separate fp32 master copy?
+    GPT<T>* g = nullptr;
     Group* group = nullptr;
     Ctx ctx;
     int zero = 0, N = 1, rank = 0;
@@ -58,18 +67,19 @@ struct DataParallel : ParamHooks {
     std::vector<size_t> own_begin, own_end;   // unit-relative range this rank's optimizer updates
     std::vector<size_t> shard_off;            // where unit u's owned range starts in shard buffers
     size_t shard_size = 0;
-    Buf<float> params_full, grads_full;       // stages < 3 / stages < 2   (all on the Ctx's device)
-    Buf<float> params_shard, grads_shard;     // stage 3 / stages ≥ 2
+    Buf<T> params_full, grads_full;           // stages < 3 / stages < 2   (all on the Ctx's device)
+    Buf<T> params_shard, grads_shard;         // stage 3 / stages ≥ 2
     Buf<float> m, v;                          // AdamW moments, sharded for stages ≥ 1
+    Buf<float> master;                        // fp32 master weights when T is not float (m's layout)
     // stage 3: two gather buffers, the unit each holds, and a pending prefetch
-    Buf<float> slot[2];
+    Buf<T> slot[2];
     int slot_unit[2] = {-1, -1};
     CommHandle slot_req[2];
     int prev_unit = -1;
     // stages 2-3: gradient working buffers (the embedding unit | any other unit)
-    Buf<float> emb_grad, unit_grad;
-    Buf<float> chunk_tmp;                     // one reduce-scattered chunk
-    std::vector<float> scratch;               // comm_all_reduce_sum's
+    Buf<T> emb_grad, unit_grad;
+    Buf<T> chunk_tmp;                         // one reduce-scattered chunk
+    std::vector<T> scratch;                   // comm_all_reduce_sum's
     bool last_micro = true;                   // set by the trainer: reduce now (stages 0-1)?
 
     // ---- ParamHooks
@@ -79,9 +89,9 @@ struct DataParallel : ParamHooks {
 };
 
 // The optimizer partition: stage 0 updates everything on every rank, stages ≥ 1 one chunk.
-inline int dp_opt_parts(const DataParallel& d) { return d.zero == 0 ? 1 : d.N; }
+template <class T> inline int dp_opt_parts(const DataParallel<T>& d) { return d.zero == 0 ? 1 : d.N; }
 
-inline void dp_init(DataParallel* d, GPT* g, Group* group, int zero, const Ctx& ctx) {
+template <class T> inline void dp_init(DataParallel<T>* d, GPT<T>* g, Group* group, int zero, const Ctx& ctx) {
     d->g = g; d->group = group; d->zero = zero; d->N = group->size; d->rank = group->rank; d->ctx = ctx;
     const GPTConfig& c = g->config;
     d->ranges = param_ranges(c, g->layout);
@@ -104,6 +114,7 @@ inline void dp_init(DataParallel* d, GPT* g, Group* group, int zero, const Ctx& 
     if (zero < 2) d->grads_full.alloc(ctx, total); else d->grads_shard.alloc(ctx, off);
     d->m.alloc(ctx, off);
     d->v.alloc(ctx, off);
+    if (DataParallel<T>::has_master) d->master.alloc(ctx, off);
     if (zero >= 1) d->chunk_tmp.alloc(ctx, biggest_chunk);
     if (zero >= 2) {
         d->emb_grad.alloc(ctx, d->units[0].size);
@@ -125,18 +136,42 @@ inline void dp_init(DataParallel* d, GPT* g, Group* group, int zero, const Ctx& 
 
 // ---- parameters in and out, one full unit at a time
 
-// Stores a full unit's values (from init or a model file): stages < 3 keep all, stage 3 its chunk.
-inline void dp_set_unit(DataParallel* d, int u, const float* full) {
-    if (d->zero < 3) ctx_copy(d->ctx, d->params_full.data() + d->units[u].offset, full, d->units[u].size * sizeof(float));
-    else ctx_copy(d->ctx, d->params_shard.data() + d->shard_off[u], full + d->own_begin[u],
-                  (d->own_end[u] - d->own_begin[u]) * sizeof(float));
+// Pointer to element x (unit-relative, owned by this rank) of unit u in a buffer laid out like
+// the optimizer state (full for stage 0, shard otherwise), and in the gradient / parameters.
+template <class T> inline float* dp_opt_at(DataParallel<T>* d, Buf<float>& buf, int u, size_t x) {
+    return d->zero == 0 ? buf.data() + d->units[u].offset + x : buf.data() + d->shard_off[u] + (x - d->own_begin[u]);
+}
+template <class T> inline T* dp_grad_at(DataParallel<T>* d, int u, size_t x) {
+    return d->zero < 2 ? d->grads_full.data() + d->units[u].offset + x : d->grads_shard.data() + d->shard_off[u] + (x - d->own_begin[u]);
+}
+template <class T> inline T* dp_param_at(DataParallel<T>* d, int u, size_t x) {
+    return d->zero < 3 ? d->params_full.data() + d->units[u].offset + x : d->params_shard.data() + d->shard_off[u] + (x - d->own_begin[u]);
 }
 
-// Writes unit u's full values into out. Collective for stage 3 (every dp rank must call).
-inline void dp_get_unit(DataParallel* d, int u, float* out) {
-    if (d->zero < 3) { ctx_copy(d->ctx, out, d->params_full.data() + d->units[u].offset, d->units[u].size * sizeof(float)); return; }
-    ctx_copy(d->ctx, out + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(float));
-    comm_all_gather(*d->group, out, d->units[u].size);
+// Stores a full unit's fp32 values (from init or a model file): the working parameters (stages
+// < 3 all of them, stage 3 its chunk; rounded to T) and, with a separate master, its chunk of
+// the master in the optimizer's layout.
+template <class T> inline void dp_set_unit(DataParallel<T>* d, int u, const float* full) {
+    const size_t S = d->units[u].size, b = d->own_begin[u], e = d->own_end[u];
+    const size_t wb = d->zero < 3 ? 0 : b, we = d->zero < 3 ? S : e;  // the working range this rank keeps
+    std::vector<T> rounded(we - wb);
+    for (size_t i = wb; i < we; i++) rounded[i - wb] = from_f<T>(full[i]);
+    ctx_copy(d->ctx, dp_param_at(d, u, wb), rounded.data(), (we - wb) * sizeof(T));
+    if (DataParallel<T>::has_master) ctx_copy(d->ctx, dp_opt_at(d, d->master, u, b), full + b, (e - b) * sizeof(float));
+}
+
+// Writes unit u's full fp32 values into out (host memory): the master where there is one.
+// Collective (every dp rank must call) when the values are sharded: stage 3, or a master in
+// stages ≥ 1.
+template <class T> inline void dp_get_unit(DataParallel<T>* d, int u, float* out) {
+    const size_t S = d->units[u].size, b = d->own_begin[u], e = d->own_end[u];
+    if constexpr (DataParallel<T>::has_master) {
+        ctx_copy(d->ctx, out + b, dp_opt_at(d, d->master, u, b), (e - b) * sizeof(float));
+        if (d->zero >= 1) comm_all_gather(*d->group, out, S);
+    } else {
+        ctx_copy(d->ctx, out + (d->zero < 3 ? 0 : b), dp_param_at(d, u, d->zero < 3 ? 0 : b), (d->zero < 3 ? S : e - b) * sizeof(float));
+        if (d->zero == 3) comm_all_gather(*d->group, out, S);
+    }
 }
 
 // ---- stage 3: gather before use, prefetch the next unit
@@ -154,16 +189,16 @@ inline int dp_predict_next(const GPTConfig& c, int u, int prev) {
 }
 
 // Puts my chunk of unit u into slot s and starts the all-gather (async unless wait).
-inline void dp_gather_into(DataParallel* d, int s, int u, bool wait) {
+template <class T> inline void dp_gather_into(DataParallel<T>* d, int s, int u, bool wait) {
     comm_wait(&d->slot_req[s]);
-    float* buf = d->slot[s].data();
-    ctx_copy(d->ctx, buf + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(float));
+    T* buf = d->slot[s].data();
+    ctx_copy(d->ctx, buf + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(T));
     comm_all_gather_start(*d->group, buf, d->units[u].size, &d->slot_req[s]);
     d->slot_unit[s] = u;
     if (wait) comm_wait(&d->slot_req[s]);
 }
 
-inline void DataParallel::acquire(int u) {
+template <class T> inline void DataParallel<T>::acquire(int u) {
     if (zero < 3) return;
     int s = slot_unit[0] == u ? 0 : slot_unit[1] == u ? 1 : -1;
     if (s < 0) {  // not prefetched: gather now into the slot that is not the pending prefetch
@@ -178,45 +213,33 @@ inline void DataParallel::acquire(int u) {
 
 // ---- gradients
 
-inline void DataParallel::grads_ready(int u) {
+template <class T> inline void DataParallel<T>::grads_ready(int u) {
     size_t S = units[u].size, off = units[u].offset;
     if (zero < 2) {
         if (!last_micro) return;  // accumulate locally; reduce once per step
         if (zero == 0) comm_all_reduce_sum(*group, grads_full.data() + off, S, &scratch);
         else {
             comm_reduce_scatter_sum(*group, grads_full.data() + off, chunk_tmp.data(), S);
-            ctx_copy(ctx, grads_full.data() + off + own_begin[u], chunk_tmp.data(), (own_end[u] - own_begin[u]) * sizeof(float));
+            ctx_copy(ctx, grads_full.data() + off + own_begin[u], chunk_tmp.data(), (own_end[u] - own_begin[u]) * sizeof(T));
         }
         return;
     }
     // stages 2-3: reduce-scatter this unit now, add my chunk to the shard, clear the work buffer
-    float* work = g->grads[u];
+    T* work = g->grads[u];
     comm_reduce_scatter_sum(*group, work, chunk_tmp.data(), S);
     add_inplace(ctx, grads_shard.data() + shard_off[u], chunk_tmp.data(), own_end[u] - own_begin[u]);
-    ctx_zero(ctx, work, S * sizeof(float));
+    ctx_zero(ctx, work, S * sizeof(T));
 }
 
-inline void dp_zero_grad(DataParallel* d) {
-    for (Buf<float>* b : {&d->grads_full, &d->grads_shard, &d->emb_grad, &d->unit_grad})
-        ctx_zero(d->ctx, b->data(), b->size() * sizeof(float));
-}
-
-// Pointer to element x (unit-relative, owned by this rank) of unit u in a buffer laid out like
-// the optimizer state (full for stage 0, shard otherwise), and in the gradient / parameters.
-inline float* dp_opt_at(DataParallel* d, Buf<float>& buf, int u, size_t x) {
-    return d->zero == 0 ? buf.data() + d->units[u].offset + x : buf.data() + d->shard_off[u] + (x - d->own_begin[u]);
-}
-inline float* dp_grad_at(DataParallel* d, int u, size_t x) {
-    return d->zero < 2 ? d->grads_full.data() + d->units[u].offset + x : d->grads_shard.data() + d->shard_off[u] + (x - d->own_begin[u]);
-}
-inline float* dp_param_at(DataParallel* d, int u, size_t x) {
-    return d->zero < 3 ? d->params_full.data() + d->units[u].offset + x : d->params_shard.data() + d->shard_off[u] + (x - d->own_begin[u]);
+template <class T> inline void dp_zero_grad(DataParallel<T>* d) {
+    for (Buf<T>* b : {&d->grads_full, &d->grads_shard, &d->emb_grad, &d->unit_grad})
+        ctx_zero(d->ctx, b->data(), b->size() * sizeof(T));
 }
 
 // ‖g‖: each rank sums the squares of its dp chunk of every unit, the partial sums are added in
 // rank order. Every stage holds (at least) its chunk of the reduced gradient, so the norm is
 // the same number in every stage.
-inline float dp_grad_norm(DataParallel* d) {
+template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
     double s = 0.0;
     for (size_t u = 0; u < d->units.size(); u++) {
         size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
@@ -227,15 +250,20 @@ inline float dp_grad_norm(DataParallel* d) {
 }
 
 // AdamW on this rank's part, then (stages 1-2) all-gather the updated parameters.
-inline void dp_update(DataParallel* d, float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
+template <class T>
+inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
     for (size_t u = 0; u < d->units.size(); u++) {
         size_t base = d->units[u].offset;
         for (const ParamRange& r : d->ranges) {  // the tensors' pieces inside my part of this unit
             size_t b = std::max(r.offset, base + d->own_begin[u]), e = std::min(r.offset + r.size, base + d->own_end[u]);
             if (e <= b) continue;
             size_t x = b - base;
-            adamw_update(d->ctx, dp_param_at(d, (int)u, x), dp_grad_at(d, (int)u, x), dp_opt_at(d, d->m, (int)u, x),
-                         dp_opt_at(d, d->v, (int)u, x), e - b, lr, beta1, beta2, eps, r.decay ? wd : 0.0f, t, grad_scale);
+            float* theta;  // the fp32 master of these elements, and the working copy to rewrite (if separate)
+            T* copy;
+            if constexpr (DataParallel<T>::has_master) { theta = dp_opt_at(d, d->master, (int)u, x); copy = dp_param_at(d, (int)u, x); }
+            else { theta = dp_param_at(d, (int)u, x); copy = nullptr; }
+            adamw_update(d->ctx, theta, dp_grad_at(d, (int)u, x), dp_opt_at(d, d->m, (int)u, x),
+                         dp_opt_at(d, d->v, (int)u, x), copy, e - b, lr, beta1, beta2, eps, r.decay ? wd : 0.0f, t, grad_scale);
         }
     }
     if (d->zero == 1 || d->zero == 2)
@@ -249,8 +277,9 @@ inline void dp_update(DataParallel* d, float lr, float beta1, float beta2, float
 
 // Bytes this rank holds, by kind (the ZeRO table), and the working buffers outside it.
 struct DPMemory { double params, grads, optimizer, working; };
-inline DPMemory dp_memory(const DataParallel& d) {
-    return {4.0 * (d.params_full.size() + d.params_shard.size()), 4.0 * (d.grads_full.size() + d.grads_shard.size()),
-            4.0 * (d.m.size() + d.v.size()),
-            4.0 * (d.slot[0].size() + d.slot[1].size() + d.emb_grad.size() + d.unit_grad.size())};
+template <class T> inline DPMemory dp_memory(const DataParallel<T>& d) {
+    const double s = sizeof(T);
+    return {s * (d.params_full.size() + d.params_shard.size()), s * (d.grads_full.size() + d.grads_shard.size()),
+            4.0 * (d.m.size() + d.v.size() + d.master.size()),
+            s * (d.slot[0].size() + d.slot[1].size() + d.emb_grad.size() + d.unit_grad.size())};
 }

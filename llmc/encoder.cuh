@@ -9,25 +9,28 @@ deterministic. The CUDA backward is deterministic without atomics: the host (whi
 tokens anyway) groups the positions by token id, and one thread per (token, channel) sums its
 positions in order; dwpe is a sum over b, one thread per (t, channel). So the backward takes
 the tokens in *host* memory. Parameter gradients accumulate (+=) so gradient accumulation
-needs no copy.
+needs no copy. Templated on the dtype T (float | bf16, common.h): each sum is formed in fp32
+and rounded once when it is added to the gradient (on the CPU through F32View).
+dwte has V rows (V ≥ every token id).
 Tests: test/test_ops.cpp (finite differences of the forward), test/gpucheck_ops.cu (CUDA vs CPU).
 */
 #pragma once
 #include <algorithm>
 #include "common.h"
 
-inline void encoder_forward_cpu(float* out, const int* tok, const float* wte, const float* wpe,
-                                int B, int T, int C) {
+template <class T>
+inline void encoder_forward_cpu(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            float* o = out + ((size_t)b * T + t) * C;
-            const float* te = wte + (size_t)tok[b * T + t] * C;
-            const float* pe = wpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+        for (int t = 0; t < T_; t++) {
+            T* o = out + ((size_t)b * T_ + t) * C;
+            const T* te = wte + (size_t)tok[b * T_ + t] * C;
+            const T* pe = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = from_f<T>(to_f(te[c]) + to_f(pe[c]));
         }
 }
 
+// (fp32; the dtype wrapper below gives it fp32 views of bf16 buffers)
 inline void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, const int* tok,
                                  int B, int T, int C) {
     for (int b = 0; b < B; b++)
@@ -40,35 +43,38 @@ inline void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, co
 }
 
 #ifdef __CUDACC__
-__global__ void encoder_forward_kernel(float* out, const int* tok, const float* wte, const float* wpe,
-                                       int B, int T, int C) {
-    size_t n = (size_t)B * T * C;
+template <class T>
+__global__ void encoder_forward_kernel(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
+    size_t n = (size_t)B * T_ * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C; int c = (int)(i % C), t = (int)(bt % T);
-        out[i] = wte[(size_t)tok[bt] * C + c] + wpe[(size_t)t * C + c];
+        size_t bt = i / C; int c = (int)(i % C), t = (int)(bt % T_);
+        out[i] = from_f<T>(to_f(wte[(size_t)tok[bt] * C + c]) + to_f(wpe[(size_t)t * C + c]));
     }
 }
 // one thread per (unique token u, channel c): dwte[token_u, c] += Σ dout[pos, c] over its positions, in order
-__global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int* uniq, const int* start,
-                                            const int* pos, int C) {
+template <class T>
+__global__ void encoder_backward_wte_kernel(T* dwte, const T* dout, const int* uniq, const int* start, const int* pos, int C) {
     int u = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
-    for (int k = start[u]; k < start[u + 1]; k++) s += dout[(size_t)pos[k] * C + c];
-    dwte[(size_t)uniq[u] * C + c] += s;
+    for (int k = start[u]; k < start[u + 1]; k++) s += to_f(dout[(size_t)pos[k] * C + c]);
+    T* d = dwte + (size_t)uniq[u] * C + c;
+    *d = from_f<T>(to_f(*d) + s);
 }
-__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+template <class T>
+__global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int T_, int C) {
     int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
-    for (int b = 0; b < B; b++) s += dout[((size_t)b * T + t) * C + c];
-    dwpe[(size_t)t * C + c] += s;
+    for (int b = 0; b < B; b++) s += to_f(dout[((size_t)b * T_ + t) * C + c]);
+    T* d = dwpe + (size_t)t * C + c;
+    *d = from_f<T>(to_f(*d) + s);
 }
 
-inline void encoder_backward_cuda(const Ctx& ctx, float* dwte, float* dwpe, const float* dout,
-                                  const int* tok_host, int B, int T, int C) {
+template <class T>
+inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C) {
     // group positions by token on the host: uniq[u], positions pos[start[u] .. start[u+1])
-    int BT = B * T;
+    int BT = B * T_;
     std::vector<int> order(BT);
     for (int i = 0; i < BT; i++) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tok_host[a] < tok_host[b]; });
@@ -84,29 +90,33 @@ inline void encoder_backward_cuda(const Ctx& ctx, float* dwte, float* dwpe, cons
     static Buf<int> dev_idx;
     int* d = gpu_scratch(dev_idx, ctx, idx.size());
     ctx_copy(ctx, d, idx.data(), idx.size() * sizeof(int));
-    dim3 grid_wte(U, ceil_div(C, 128)), grid_wpe(ceil_div(C, 128), T);
+    dim3 grid_wte(U, ceil_div(C, 128)), grid_wpe(ceil_div(C, 128), T_);
     encoder_backward_wte_kernel<<<grid_wte, 128, 0, ctx.stream>>>(dwte, dout, d, d + U, d + 2 * U + 1, C);
-    encoder_backward_wpe_kernel<<<grid_wpe, 128, 0, ctx.stream>>>(dwpe, dout, B, T, C);
+    encoder_backward_wpe_kernel<<<grid_wpe, 128, 0, ctx.stream>>>(dwpe, dout, B, T_, C);
     CUDA_LAUNCH_CHECK();
 }
 #endif
 
-inline void encoder_forward(const Ctx& ctx, float* out, const int* tok, const float* wte,
-                            const float* wpe, int B, int T, int C) {
+template <class T>
+inline void encoder_forward(const Ctx& ctx, T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
 #ifdef __CUDACC__
     if (ctx.device == Device::CUDA) {
-        encoder_forward_kernel<<<grid_for((size_t)B * T * C), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T, C);
+        encoder_forward_kernel<<<grid_for((size_t)B * T_ * C), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T_, C);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    encoder_forward_cpu(out, tok, wte, wpe, B, T, C);
+    encoder_forward_cpu(out, tok, wte, wpe, B, T_, C);
 }
 // tok_host: the tokens in host memory.
-inline void encoder_backward(const Ctx& ctx, float* dwte, float* dwpe, const float* dout,
-                             const int* tok_host, int B, int T, int C) {
+template <class T>
+inline void encoder_backward(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C,
+                             size_t V) {
 #ifdef __CUDACC__
-    if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T, C); return; }
+    if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T_, C); return; }
 #endif
-    encoder_backward_cpu(dwte, dwpe, dout, tok_host, B, T, C);
+    (void)V;
+    F32View<T> te(dwte, V * C), pe(dwpe, (size_t)T_ * C), d(dout, (size_t)B * T_ * C);
+    encoder_backward_cpu(te.p, pe.p, d.p, tok_host, B, T_, C);
+    te.store(); pe.store();
 }

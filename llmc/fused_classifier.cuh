@@ -22,24 +22,24 @@ the model against PyTorch.
 #include <cmath>
 #include "common.h"
 
-inline void fused_classifier_cpu(float* logits, float* losses, const int* targets,
-                                 int N, int V, int Vp, float dloss) {
+template <class T>
+inline void fused_classifier_cpu(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        float* row = logits + (size_t)n * Vp;
+        T* row = logits + (size_t)n * Vp;
         float m = -INFINITY;
-        for (int v = 0; v < V; v++) m = row[v] > m ? row[v] : m;
+        for (int v = 0; v < V; v++) m = to_f(row[v]) > m ? to_f(row[v]) : m;
         double sum = 0.0;
-        for (int v = 0; v < V; v++) sum += expf(row[v] - m);
+        for (int v = 0; v < V; v++) sum += expf(to_f(row[v]) - m);
         float log_sum = (float)log(sum);
         int tgt = targets[n];
-        losses[n] = -(row[tgt] - m - log_sum);
+        losses[n] = -(to_f(row[tgt]) - m - log_sum);
         if (dloss != 0.0f) {
             for (int v = 0; v < V; v++) {
-                float p = expf(row[v] - m - log_sum);
-                row[v] = dloss * (p - (v == tgt ? 1.0f : 0.0f));
+                float p = expf(to_f(row[v]) - m - log_sum);
+                row[v] = from_f<T>(dloss * (p - (v == tgt ? 1.0f : 0.0f)));
             }
-            for (int v = V; v < Vp; v++) row[v] = 0.0f;
+            for (int v = V; v < Vp; v++) row[v] = from_f<T>(0.0f);
         }
     }
 }
@@ -57,26 +57,27 @@ template <bool MAX> __device__ inline float block_reduce(float v) {
     return MAX ? warp_max(v) : warp_sum(v);
 }
 
-__global__ void fused_classifier_kernel(float* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+template <class T>
+__global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
     int n = blockIdx.x;
-    float* row = logits + (size_t)n * Vp;
+    T* row = logits + (size_t)n * Vp;
     float m = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, row[v]);
+    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, to_f(row[v]));
     m = block_reduce<true>(m);
     float s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(row[v] - m);
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(to_f(row[v]) - m);
     float log_sum = logf(block_reduce<false>(s));
     int tgt = targets[n];
-    if (threadIdx.x == 0) losses[n] = -(row[tgt] - m - log_sum);
+    if (threadIdx.x == 0) losses[n] = -(to_f(row[tgt]) - m - log_sum);
     if (dloss == 0.0f) return;
     __syncthreads();  // every thread has read row[tgt] before it is overwritten
     for (int v = threadIdx.x; v < Vp; v += blockDim.x)
-        row[v] = v < V ? dloss * (expf(row[v] - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f;
+        row[v] = from_f<T>(v < V ? dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
 }
 #endif
 
-inline void fused_classifier(const Ctx& ctx, float* logits, float* losses, const int* targets,
-                             int N, int V, int Vp, float dloss) {
+template <class T>
+inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
 #ifdef __CUDACC__
     if (ctx.device == Device::CUDA) {
         fused_classifier_kernel<<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);

@@ -4,6 +4,7 @@ gelu.cuh — GELU, tanh approximation (GPT-2's, torch's approximate='tanh').
   forward:  y = ½·x·(1 + tanh(u)),  u = √(2/π)·(x + 0.044715·x³)
   backward: dy/dx = ½(1 + tanh u) + ½·x·(1 − tanh² u)·√(2/π)·(1 + 3·0.044715·x²)
             dinp = dout · dy/dx            (written, not added: its input is a scratch buffer)
+Dtype T (float | bf16): computed in fp32, each output rounded to T once.
 
 Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU).
 */
@@ -13,43 +14,43 @@ Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
 
-inline void gelu_forward_cpu(float* out, const float* inp, size_t N) {
+template <class T> inline void gelu_forward_cpu(T* out, const T* inp, size_t N) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+        float x = to_f(inp[i]);
+        out[i] = from_f<T>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
     }
 }
 
-inline void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, size_t N) {
+template <class T> inline void gelu_backward_cpu(T* dinp, const T* inp, const T* dout, size_t N) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
-        float x = inp[i];
+        float x = to_f(inp[i]);
         float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
         float sech2 = 1.0f - th * th;
         float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = grad * dout[i];
+        dinp[i] = from_f<T>(grad * to_f(dout[i]));
     }
 }
 
 #ifdef __CUDACC__
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t N) {
+template <class T> __global__ void gelu_forward_kernel(T* out, const T* inp, size_t N) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+        float x = to_f(inp[i]);
+        out[i] = from_f<T>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
     }
 }
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t N) {
+template <class T> __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t N) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
+        float x = to_f(inp[i]);
         float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
         float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = grad * dout[i];
+        dinp[i] = from_f<T>(grad * to_f(dout[i]));
     }
 }
 #endif
 
-inline void gelu_forward(const Ctx& ctx, float* out, const float* inp, size_t N) {
+template <class T> inline void gelu_forward(const Ctx& ctx, T* out, const T* inp, size_t N) {
 #ifdef __CUDACC__
     if (ctx.device == Device::CUDA) {
         gelu_forward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(out, inp, N);
@@ -59,7 +60,7 @@ inline void gelu_forward(const Ctx& ctx, float* out, const float* inp, size_t N)
 #endif
     gelu_forward_cpu(out, inp, N);
 }
-inline void gelu_backward(const Ctx& ctx, float* dinp, const float* inp, const float* dout, size_t N) {
+template <class T> inline void gelu_backward(const Ctx& ctx, T* dinp, const T* inp, const T* dout, size_t N) {
 #ifdef __CUDACC__
     if (ctx.device == Device::CUDA) {
         gelu_backward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(dinp, inp, dout, N);

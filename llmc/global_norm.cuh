@@ -8,6 +8,8 @@ The op returns the *squared* sum of the elements it is given, so a parallel layo
 partial sums of its shards (an all-reduce) before the square root. The chunking is fixed, not
 per thread, so the result does not depend on the thread count.
 
+Dtype T (float | bf16): the gradient's; the sum is double either way.
+
 CUDA: the same fixed chunks, one block per chunk, summed in double inside the block; the
 per-chunk sums come back to the host and are added there in order.
 Tests: test/test_ops.cpp (against a plain double loop), test/gpucheck_ops.cu (CUDA vs CPU).
@@ -16,7 +18,7 @@ Tests: test/test_ops.cpp (against a plain double loop), test/gpucheck_ops.cu (CU
 #include <cmath>
 #include "common.h"
 
-inline double global_norm_squared_cpu(const float* g, size_t n) {
+template <class T> inline double global_norm_squared_cpu(const T* g, size_t n) {
     const size_t chunk = 1 << 16;
     size_t nchunks = ceil_div(n, chunk);
     std::vector<double> part(nchunks, 0.0);
@@ -24,7 +26,7 @@ inline double global_norm_squared_cpu(const float* g, size_t n) {
     for (size_t c = 0; c < nchunks; c++) {
         double s = 0.0;
         size_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
-        for (size_t i = c * chunk; i < end; i++) s += (double)g[i] * g[i];
+        for (size_t i = c * chunk; i < end; i++) { double x = to_f(g[i]); s += x * x; }
         part[c] = s;
     }
     double total = 0.0;
@@ -33,11 +35,11 @@ inline double global_norm_squared_cpu(const float* g, size_t n) {
 }
 
 #ifdef __CUDACC__
-__global__ void norm_squared_chunks_kernel(double* part, const float* g, size_t n, size_t chunk) {
+template <class T> __global__ void norm_squared_chunks_kernel(double* part, const T* g, size_t n, size_t chunk) {
     __shared__ double shared[256];
     size_t c = blockIdx.x, end = min(n, (c + 1) * chunk);
     double s = 0.0;
-    for (size_t i = c * chunk + threadIdx.x; i < end; i += blockDim.x) s += (double)g[i] * g[i];
+    for (size_t i = c * chunk + threadIdx.x; i < end; i += blockDim.x) { double x = to_f(g[i]); s += x * x; }
     shared[threadIdx.x] = s;
     __syncthreads();
     for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
@@ -48,7 +50,7 @@ __global__ void norm_squared_chunks_kernel(double* part, const float* g, size_t 
 }
 #endif
 
-inline double global_norm_squared(const Ctx& ctx, const float* g, size_t n) {
+template <class T> inline double global_norm_squared(const Ctx& ctx, const T* g, size_t n) {
 #ifdef __CUDACC__
     if (ctx.device == Device::CUDA) {
         const size_t chunk = 1 << 16, nchunks = ceil_div(n, chunk);

@@ -16,7 +16,12 @@ CUDA: cuBLASLt, column-major, so each row-major product is issued transposed:
   dinp     dinpᵀ(C×N) = Wᵀ(C×OC) · doutᵀ      (A = W, op N; B = dout, op N; β = 0)
   dW       dWᵀ(C×OC) += inpᵀ(C×N) · dout       (A = inp, op N; B = dout, op T; β = 1)
 with fp32 compute (no TF32: --precision fp32 is the tight check). dbias is a column sum in a
-deterministic two-stage reduction.
+deterministic two-stage reduction. The algorithm cuBLASLt's heuristic picks is cached per shape
+(a GPT-2 step issues ~150 matmuls of a dozen distinct shapes).
+
+Dtype T (float | bf16): with bf16 the matrices are bf16 and the accumulator fp32 (cuBLASLt
+CUDA_R_16BF with CUBLAS_COMPUTE_32F); every output, an accumulated dW included, is rounded to
+bf16 once. The CPU does the same through F32View: the fp32 loops below on widened copies.
 
 Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU), and the
 whole model against PyTorch.
@@ -29,6 +34,7 @@ whole model against PyTorch.
 
 static const int MATMUL_BLOCK = 64;  // weight rows per block: 64 rows × C floats stays in L2
 
+// (fp32; the dtype wrapper matmul_forward gives it fp32 views of bf16 buffers)
 inline void matmul_forward_cpu(float* out, const float* inp, const float* W, const float* bias,
                                int N, int C, int OC) {
     #pragma omp parallel for schedule(static)
@@ -137,6 +143,9 @@ inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const floa
 }
 
 #ifdef __CUDACC__
+#include <map>
+#include <tuple>
+
 // The largest power of two (≤ 256) that divides the address.
 inline uint32_t alignment_of(const void* p) {
     uintptr_t a = (uintptr_t)p;
@@ -145,21 +154,25 @@ inline uint32_t alignment_of(const void* p) {
     return al;
 }
 // D[:, j] += bias for every column j of a column-major m×n matrix
-__global__ void add_bias_kernel(float* D, const float* bias, int m, int n, int ldd) {
+template <class T> __global__ void add_bias_kernel(T* D, const T* bias, int m, int n, int ldd) {
     size_t total = (size_t)m * n;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
-        D[(i / m) * ldd + i % m] += bias[i % m];
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        T* d = D + (i / m) * ldd + i % m;
+        *d = from_f<T>(to_f(*d) + to_f(bias[i % m]));
+    }
 }
 
-// D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column), column-major, fp32.
-inline void cublaslt_gemm(const Ctx& ctx, float* D, const float* A, const float* Bm, const float* bias,
+// D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column), column-major, T matrices, fp32 accumulate.
+template <class T>
+inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bias,
                           int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta) {
     if (bias && alignment_of(bias) < 16) {  // the epilogue wants an aligned bias: add it separately
-        cublaslt_gemm(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta);
+        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta);
         add_bias_kernel<<<grid_for((size_t)m * n), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
         CUDA_LAUNCH_CHECK();
         return;
     }
+    const cudaDataType_t dt = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
     cublasLtMatmulDesc_t op;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -171,56 +184,65 @@ inline void cublaslt_gemm(const Ctx& ctx, float* D, const float* A, const float*
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, transA ? k : m, transA ? m : k, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, transB ? n : k, transB ? k : n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &ctx.workspace_size, sizeof(ctx.workspace_size)));
-    // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; our unit pointers are not
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, transA ? k : m, transA ? m : k, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transB ? n : k, transB ? k : n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd));
+    // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; our unit pointers are not.
+    // The algorithm depends on the shape, the options and the alignments: cache it by all of them.
     uint32_t align_a = alignment_of(A), align_b = alignment_of(Bm), align_d = alignment_of(D);
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
-    if (found == 0) fatal("cuBLASLt has no algorithm for a %dx%dx%d matmul", m, n, k);
+    using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, uint32_t, uint32_t, uint32_t>;
+    static std::map<Key, cublasLtMatmulAlgo_t> algos;
+    Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, align_a, align_b, align_d};
+    auto it = algos.find(key);
+    if (it == algos.end()) {
+        cublasLtMatmulPreference_t pref;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &ctx.workspace_size, sizeof(ctx.workspace_size)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+        cublasLtMatmulHeuristicResult_t heur;
+        int found = 0;
+        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
+        cublasLtMatmulPreferenceDestroy(pref);
+        if (found == 0) fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul", m, n, k, dtype_name<T>());
+        it = algos.emplace(key, heur.algo).first;
+    }
     const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &heur.algo,
+    CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &it->second,
                                 ctx.workspace, ctx.workspace_size, ctx.stream));
-    cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
     cublasLtMatmulDescDestroy(op);
 }
 
 // dbias[o] += Σ_n dout[n, o]: chunk k of rows → partial[k][o], then summed in chunk order
-__global__ void column_sum_partial(float* partial, const float* dout, int N, int OC, int rows_per_chunk) {
+template <class T> __global__ void column_sum_partial(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
     int o = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
     if (o >= OC) return;
     float s = 0.0f;
     int r1 = min(N, (k + 1) * rows_per_chunk);
-    for (int n = k * rows_per_chunk; n < r1; n++) s += dout[(size_t)n * OC + o];
+    for (int n = k * rows_per_chunk; n < r1; n++) s += to_f(dout[(size_t)n * OC + o]);
     partial[(size_t)k * OC + o] = s;
 }
-__global__ void column_sum_final(float* dbias, const float* partial, int OC, int K) {
+template <class T> __global__ void column_sum_final(T* dbias, const float* partial, int OC, int K) {
     int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= OC) return;
     float s = 0.0f;
     for (int k = 0; k < K; k++) s += partial[(size_t)k * OC + o];
-    dbias[o] += s;
+    dbias[o] = from_f<T>(to_f(dbias[o]) + s);
 }
 
-inline void matmul_forward_cuda(const Ctx& ctx, float* out, const float* inp, const float* W, const float* bias,
-                                int N, int C, int OC) {
-    cublaslt_gemm(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
+template <class T>
+inline void matmul_forward_cuda(const Ctx& ctx, T* out, const T* inp, const T* W, const T* bias, int N, int C, int OC) {
+    cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
 }
-inline void matmul_backward_cuda(const Ctx& ctx, float* dinp, float* dW, float* dbias, const float* dout,
-                                 const float* inp, const float* W, int N, int C, int OC) {
-    if (dinp) cublaslt_gemm(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
-    cublaslt_gemm(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
+template <class T>
+inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const T* dout, const T* inp, const T* W,
+                                 int N, int C, int OC) {
+    if (dinp) cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
+    cublaslt_gemm<T>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
     if (dbias) {
         const int K = std::min(N, 32), rows = (int)ceil_div(N, K);
         static Buf<float> partial_buf;
@@ -232,17 +254,23 @@ inline void matmul_backward_cuda(const Ctx& ctx, float* dinp, float* dW, float* 
 }
 #endif
 
-inline void matmul_forward(const Ctx& ctx, float* out, const float* inp, const float* W,
-                           const float* bias, int N, int C, int OC) {
+template <class T>
+inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, const NoDeduce<T>* bias, int N, int C, int OC) {
 #ifdef __CUDACC__
-    if (ctx.device == Device::CUDA) { matmul_forward_cuda(ctx, out, inp, W, bias, N, C, OC); return; }
+    if (ctx.device == Device::CUDA) { matmul_forward_cuda<T>(ctx, out, inp, W, bias, N, C, OC); return; }
 #endif
-    matmul_forward_cpu(out, inp, W, bias, N, C, OC);
+    F32View<T> o(out, (size_t)N * OC, false), x(inp, (size_t)N * C), w(W, (size_t)OC * C), b(bias, OC);
+    matmul_forward_cpu(o.p, x.p, w.p, b.p, N, C, OC);
+    o.store();
 }
-inline void matmul_backward(const Ctx& ctx, float* dinp, float* dW, float* dbias, const float* dout,
-                            const float* inp, const float* W, int N, int C, int OC) {
+template <class T>
+inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, const T* dout, const T* inp, const T* W,
+                            int N, int C, int OC) {
 #ifdef __CUDACC__
-    if (ctx.device == Device::CUDA) { matmul_backward_cuda(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC); return; }
+    if (ctx.device == Device::CUDA) { matmul_backward_cuda<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC); return; }
 #endif
-    matmul_backward_cpu(dinp, dW, dbias, dout, inp, W, N, C, OC);
+    F32View<T> di(dinp, (size_t)N * C, false), dw(dW, (size_t)OC * C), db(dbias, OC), d(dout, (size_t)N * OC),
+        x(inp, (size_t)N * C), w(W, (size_t)OC * C);
+    matmul_backward_cpu(di.p, dw.p, db.p, d.p, x.p, w.p, N, C, OC);
+    di.store(); dw.store(); db.store();
 }

@@ -21,6 +21,11 @@ unit's gradient is complete (DDP/ZeRO reduce it while the backward goes on).
 llm.c's model file is tensor-major (all ln1w, then all ln1b, …): unit_file_pieces says where
 each piece of a unit lies in it.
 
+Precision. The model is a template over the dtype T of its activations, parameters and
+gradients (common.h): float for --precision fp32, bf16 for --precision bf16. Statistics
+(LayerNorm mean/rstd, attention lse, losses) are fp32 either way; the fp32 master weights and
+the optimizer live with the storage owner (data_parallel.h).
+
 Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C; per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
 Activation memory per micro-batch: O(B·T·(L·16C + Vp)) floats; the attention matrix is never
 stored (see attention.cuh).
@@ -98,12 +103,12 @@ inline ParamLayout make_layout(const GPTConfig& c) {
 }
 
 // Pointers to one block's tensors, given the block's unit (parameters or gradients).
-struct BlockView {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+template <class T> struct BlockView {
+    T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
-inline BlockView block_view(const ParamLayout& p, float* b) {
+template <class T> inline BlockView<T> block_view(const ParamLayout& p, T* b) {
     const size_t* o = p.in_block;
-    return BlockView{b + o[LN1W], b + o[LN1B], b + o[QKVW], b + o[QKVB], b + o[ATTPROJW], b + o[ATTPROJB],
+    return BlockView<T>{b + o[LN1W], b + o[LN1B], b + o[QKVW], b + o[QKVB], b + o[ATTPROJW], b + o[ATTPROJB],
                      b + o[LN2W], b + o[LN2B], b + o[FCW], b + o[FCB], b + o[FCPROJW], b + o[FCPROJB]};
 }
 
@@ -180,11 +185,11 @@ inline bool gpt_preset(const std::string& spec, GPTConfig* c) {
 // ----------------------------------------------------------------------------
 // the model
 
-struct Activations {  // on the Ctx's device, sized for B·T positions; per-block buffers are [L][...]
-    Buf<float> encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, lse, residual2,
-        ln2, ln2_mean, ln2_rstd, fch, fch_gelu, residual3, lnf, lnf_mean, lnf_rstd, logits, losses, scratch;
+template <class floatX> struct Activations {  // on the Ctx's device, for B·T positions; per-block buffers are [L][...]
+    Buf<floatX> encoded, ln1, qkv, atty, residual2, ln2, fch, fch_gelu, residual3, lnf, logits, scratch;
+    Buf<float> ln1_mean, ln1_rstd, lse, ln2_mean, ln2_rstd, lnf_mean, lnf_rstd, losses;  // fp32 statistics
     // gradient scratch, reused by every block
-    Buf<float> dresidual, dbtc, dqkv, dfch;
+    Buf<floatX> dresidual, dbtc, dqkv, dfch;
     Buf<int> tokens, targets;
     std::vector<int> tokens_host;   // the same tokens in host memory (the encoder backward groups by them)
     std::vector<float> losses_host;
@@ -199,24 +204,24 @@ struct ParamHooks {
     virtual ~ParamHooks() = default;
 };
 
-struct GPT {
+template <class T> struct GPT {
     GPTConfig config;
     ParamLayout layout;
-    std::vector<float*> params, grads;  // per unit, set by the storage owner
+    std::vector<T*> params, grads;  // per unit, set by the storage owner
     ParamHooks* hooks = nullptr;
-    Activations acts;
+    Activations<T> acts;
 };
 
-inline void gpt_build(GPT* g, const GPTConfig& c) {
+template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c) {
     g->config = c;
     g->layout = make_layout(c);
     g->params.assign(gpt_num_units(c), nullptr);
     g->grads.assign(gpt_num_units(c), nullptr);
-    g->acts = Activations();
+    g->acts = Activations<T>();
 }
 
 // Points every unit into full (replicated) parameter and gradient buffers.
-inline void gpt_point_units(GPT* g, float* params, float* grads) {
+template <class T> inline void gpt_point_units(GPT<T>* g, T* params, T* grads) {
     for (int u = 0; u < gpt_num_units(g->config); u++) {
         size_t off = unit_span(g->config, g->layout, u).offset;
         g->params[u] = params + off;
@@ -224,7 +229,7 @@ inline void gpt_point_units(GPT* g, float* params, float* grads) {
     }
 }
 
-inline size_t gpt_num_params(const GPT& g) { return g.layout.total; }
+template <class T> inline size_t gpt_num_params(const GPT<T>& g) { return g.layout.total; }
 
 // GPT-2 init of unit u into out (its unit_span(u).size elements): weights N(0, 0.02), residual
 // projections N(0, 0.02/√(2L)), biases 0, LayerNorm 1/0. Each tensor (and each block's copy)
@@ -254,11 +259,11 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
     }
 }
 
-inline void gpt_ensure_activations(const Ctx& ctx, GPT* g, int B, int T) {
-    Activations& a = g->acts;
-    if (a.B * a.T >= B * T && a.T >= T && a.logits.dev == ctx.device) return;
+template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
+    Activations<T>& a = g->acts;
+    if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device) return;
     const GPTConfig& c = g->config;
-    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, BT = (size_t)B * T;
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, BT = (size_t)B * T_;
     a.encoded.alloc(ctx, BT * C); a.ln1.alloc(ctx, L * BT * C); a.ln1_mean.alloc(ctx, L * BT);
     a.ln1_rstd.alloc(ctx, L * BT); a.qkv.alloc(ctx, L * BT * 3 * C); a.atty.alloc(ctx, L * BT * C);
     a.lse.alloc(ctx, L * BT * NH); a.residual2.alloc(ctx, L * BT * C); a.ln2.alloc(ctx, L * BT * C);
@@ -270,36 +275,36 @@ inline void gpt_ensure_activations(const Ctx& ctx, GPT* g, int B, int T) {
     a.dfch.alloc(ctx, BT * 4 * C);
     a.tokens.alloc(ctx, BT); a.targets.alloc(ctx, BT);
     a.tokens_host.assign(BT, 0); a.losses_host.assign(BT, 0.0f);
-    a.B = B; a.T = T;
+    a.B = B; a.T = T_;
 }
 
 // The input of block l: the encoder output for l = 0, else the output of block l−1.
-inline float* block_input(GPT* g, int l, size_t BTC) {
+template <class T> inline T* block_input(GPT<T>* g, int l, size_t BTC) {
     return l == 0 ? g->acts.encoded.data() : g->acts.residual3.data() + (size_t)(l - 1) * BTC;
 }
 
-inline void acquire(GPT* g, int u) { if (g->hooks) g->hooks->acquire(u); }
-inline void release(GPT* g, int u) { if (g->hooks) g->hooks->release(u); }
-inline void grads_ready(GPT* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
+template <class T> inline void acquire(GPT<T>* g, int u) { if (g->hooks) g->hooks->acquire(u); }
+template <class T> inline void release(GPT<T>* g, int u) { if (g->hooks) g->hooks->release(u); }
+template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
 
-inline void gpt_block_forward(const Ctx& ctx, GPT* g, int l, int B, int T) {
+template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
     const GPTConfig& c = g->config;
-    Activations& a = g->acts;
-    const int C = c.channels, NH = c.num_heads, BT = B * T;
+    Activations<T>& a = g->acts;
+    const int C = c.channels, NH = c.num_heads, BT = B * T_;
     const size_t BTC = (size_t)BT * C;
-    BlockView w = block_view(g->layout, g->params[unit_of_block(l)]);
-    float* x = block_input(g, l, BTC);
-    float* ln1 = a.ln1.data() + l * BTC;
-    float* qkv = a.qkv.data() + l * BTC * 3;
-    float* atty = a.atty.data() + l * BTC;
-    float* res2 = a.residual2.data() + l * BTC;
-    float* ln2 = a.ln2.data() + l * BTC;
-    float* fch = a.fch.data() + l * BTC * 4;
-    float* fch_gelu = a.fch_gelu.data() + l * BTC * 4;
-    float* res3 = a.residual3.data() + l * BTC;
+    BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
+    T* x = block_input(g, l, BTC);
+    T* ln1 = a.ln1.data() + l * BTC;
+    T* qkv = a.qkv.data() + l * BTC * 3;
+    T* atty = a.atty.data() + l * BTC;
+    T* res2 = a.residual2.data() + l * BTC;
+    T* ln2 = a.ln2.data() + l * BTC;
+    T* fch = a.fch.data() + l * BTC * 4;
+    T* fch_gelu = a.fch_gelu.data() + l * BTC * 4;
+    T* res3 = a.residual3.data() + l * BTC;
     layernorm_forward(ctx, ln1, a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, x, w.ln1w, w.ln1b, BT, C);
     matmul_forward(ctx, qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * C);
-    attention_forward(ctx, atty, a.lse.data() + (size_t)l * BT * NH, qkv, B, T, C, NH);
+    attention_forward(ctx, atty, a.lse.data() + (size_t)l * BT * NH, qkv, B, T_, C, NH);
     matmul_forward(ctx, a.scratch.data(), atty, w.attprojw, w.attprojb, BT, C, C);
     residual_forward(ctx, res2, x, a.scratch.data(), BTC);
     layernorm_forward(ctx, ln2, a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, res2, w.ln2w, w.ln2b, BT, C);
@@ -311,15 +316,15 @@ inline void gpt_block_forward(const Ctx& ctx, GPT* g, int l, int B, int T) {
 
 // Backward of block l. On entry acts.dresidual holds ∂loss/∂(block output); on exit it holds
 // ∂loss/∂(block input). Parameter gradients are accumulated into the block's gradient unit.
-inline void gpt_block_backward(const Ctx& ctx, GPT* g, int l, int B, int T) {
+template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
     const GPTConfig& c = g->config;
-    Activations& a = g->acts;
-    const int C = c.channels, NH = c.num_heads, BT = B * T;
+    Activations<T>& a = g->acts;
+    const int C = c.channels, NH = c.num_heads, BT = B * T_;
     const size_t BTC = (size_t)BT * C;
-    BlockView w = block_view(g->layout, g->params[unit_of_block(l)]);
-    BlockView dw = block_view(g->layout, g->grads[unit_of_block(l)]);
-    float* x = block_input(g, l, BTC);
-    float* dres = a.dresidual.data();
+    BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
+    BlockView<T> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
+    T* x = block_input(g, l, BTC);
+    T* dres = a.dresidual.data();
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
     matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dres, a.fch_gelu.data() + l * BTC * 4, w.fcprojw, BT, 4 * C, C);
     gelu_backward(ctx, a.dfch.data(), a.fch.data() + l * BTC * 4, a.dfch.data(), BTC * 4);
@@ -329,7 +334,7 @@ inline void gpt_block_backward(const Ctx& ctx, GPT* g, int l, int B, int T) {
     // attention: res2 = x + attproj(attention(qkv(ln1(x))))
     matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, dres, a.atty.data() + l * BTC, w.attprojw, BT, C, C);
     attention_backward(ctx, a.dqkv.data(), a.dbtc.data(), a.qkv.data() + l * BTC * 3, a.atty.data() + l * BTC,
-                       a.lse.data() + (size_t)l * BT * NH, B, T, C, NH);
+                       a.lse.data() + (size_t)l * BT * NH, B, T_, C, NH);
     matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), a.ln1.data() + l * BTC, w.qkvw, BT, C, 3 * C);
     layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, a.dbtc.data(), x, w.ln1w,
                        a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, BT, C);
@@ -338,27 +343,28 @@ inline void gpt_block_backward(const Ctx& ctx, GPT* g, int l, int B, int T) {
 // Forward over B×T tokens. With targets, returns the mean loss; with dloss ≠ 0 the logits
 // buffer is left holding ∂loss/∂logits (scaled by dloss) for gpt_backward. Without targets,
 // the logits are left for sampling and the return value is 0.
-inline float gpt_forward(const Ctx& ctx, GPT* g, const int* tokens, const int* targets, int B, int T, float dloss) {
+template <class T>
+inline float gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int* targets, int B, int T_, float dloss) {
     const GPTConfig& c = g->config;
-    if (T > c.max_seq_len) fatal("sequence length %d exceeds the model's maximum %d", T, c.max_seq_len);
-    gpt_ensure_activations(ctx, g, B, T);
-    Activations& a = g->acts;
-    const int C = c.channels, BT = B * T, L = c.num_layers;
+    if (T_ > c.max_seq_len) fatal("sequence length %d exceeds the model's maximum %d", T_, c.max_seq_len);
+    gpt_ensure_activations(ctx, g, B, T_);
+    Activations<T>& a = g->acts;
+    const int C = c.channels, BT = B * T_, L = c.num_layers;
     const size_t BTC = (size_t)BT * C;
     const ParamLayout& p = g->layout;
     memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
     ctx_copy(ctx, a.tokens.data(), tokens, BT * sizeof(int));
     acquire(g, 0);
-    encoder_forward(ctx, a.encoded.data(), a.tokens.data(), g->params[0] + p.wte, g->params[0] + p.wpe, B, T, C);
+    encoder_forward(ctx, a.encoded.data(), a.tokens.data(), g->params[0] + p.wte, g->params[0] + p.wpe, B, T_, C);
     release(g, 0);
     for (int l = 0; l < L; l++) {
         acquire(g, unit_of_block(l));
-        gpt_block_forward(ctx, g, l, B, T);
+        gpt_block_forward(ctx, g, l, B, T_);
         release(g, unit_of_block(l));
     }
-    float* last = a.residual3.data() + (size_t)(L - 1) * BTC;
+    T* last = a.residual3.data() + (size_t)(L - 1) * BTC;
     acquire(g, unit_lnf(c));
-    float* lnf = g->params[unit_lnf(c)];
+    T* lnf = g->params[unit_lnf(c)];
     layernorm_forward(ctx, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, lnf, lnf + C, BT, C);
     release(g, unit_lnf(c));
     acquire(g, 0);
@@ -379,30 +385,31 @@ inline float gpt_forward(const Ctx& ctx, GPT* g, const int* tokens, const int* t
 // Backward of the last gpt_forward (which must have had targets and dloss ≠ 0).
 // Gradients are *accumulated* into g->grads: the owner zeroes them once per optimizer step.
 // Units become ready in the order lnf, block L−1, …, block 0, embeddings.
-inline void gpt_backward(const Ctx& ctx, GPT* g, int B, int T) {
+template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, int T_) {
     const GPTConfig& c = g->config;
-    Activations& a = g->acts;
-    const int C = c.channels, BT = B * T, L = c.num_layers;
+    Activations<T>& a = g->acts;
+    const int C = c.channels, BT = B * T_, L = c.num_layers;
     const size_t BTC = (size_t)BT * C;
     const ParamLayout& p = g->layout;
-    float* last = a.residual3.data() + (size_t)(L - 1) * BTC;
+    T* last = a.residual3.data() + (size_t)(L - 1) * BTC;
     acquire(g, 0);  // the classifier is the tied embedding
     matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), a.lnf.data(), g->params[0] + p.wte,
                     BT, C, c.padded_vocab_size);
     release(g, 0);
-    ctx_zero(ctx, a.dresidual.data(), BTC * sizeof(float));
+    ctx_zero(ctx, a.dresidual.data(), BTC * sizeof(T));
     acquire(g, unit_lnf(c));
-    float *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
+    T *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
     layernorm_backward(ctx, a.dresidual.data(), dlnf, dlnf + C, a.dbtc.data(), last, lnf, a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
     release(g, unit_lnf(c));
     grads_ready(g, unit_lnf(c));
     for (int l = L - 1; l >= 0; l--) {
         acquire(g, unit_of_block(l));
-        gpt_block_backward(ctx, g, l, B, T);
+        gpt_block_backward(ctx, g, l, B, T_);
         release(g, unit_of_block(l));
         grads_ready(g, unit_of_block(l));
     }
     // the encoder's backward reads no parameters: no acquire
-    encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, a.dresidual.data(), a.tokens_host.data(), B, T, C);
+    encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, a.dresidual.data(), a.tokens_host.data(), B, T_, C,
+                     (size_t)c.padded_vocab_size);
     grads_ready(g, 0);
 }

@@ -5,11 +5,20 @@ shapes (odd sizes included). Needs a GPU; `make gpucheck` runs it (CI only compi
 Each output buffer the op writes is poisoned with NaN on the GPU first, so an element the
 kernel forgets to write fails; outputs the op accumulates into (+=) start from the same random
 values on both sides, so the accumulation is checked too.
-Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per op (fp32 both
-sides; the bounds are round-off of a different summation order / exp implementation):
-  elementwise (encoder, residual, GELU, AdamW)          1e-6 … 1e-5
-  reductions over C or K ≤ 4096 (layernorm, matmul)     1e-5
-  softmax over V or T (classifier, attention)           1e-4
+Every op runs in both dtypes: fp32 (GPU fp32 against the CPU fp32 op) and bf16 (GPU bf16
+kernels against the CPU's bf16 op, which is the fp32 op with each output rounded once to bf16,
+common.h: F32View; the inputs are the same bf16 values on both sides).
+Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per op:
+  fp32 (round-off of a different summation order / exp implementation):
+    elementwise (encoder, residual, GELU, AdamW)          1e-6 … 1e-5
+    reductions over C or K ≤ 4096 (layernorm, matmul)     1e-5
+    softmax over V or T (classifier, attention)           1e-4
+  bf16: 1e-2 for every output stored in bf16 — both sides round each output once to 8
+    significant bits (half an ulp is 2^-9 relative), and a different fp32 summation order on
+    the GPU can move a value across a rounding boundary: one bf16 ulp, 2^-8 ≈ 4e-3 of the value,
+    under 1e-2 of the output's scale; fp32 outputs (mean, rstd, lse, losses, the AdamW master,
+    m, v, the norm) keep their fp32 bounds ×10 (their inputs were read from bf16 on both sides,
+    but the GPU rounds its bf16 intermediates in a different order).
 Prints "ok"/"not ok" lines and a summary.
 */
 #include <cmath>
@@ -21,23 +30,35 @@ static int n_pass = 0, n_fail = 0;
 static Ctx cpu, gpu;
 static Rng rng(1234);
 
-static std::vector<float> randn(size_t n, float scale = 1.0f) {
+// Random values, exact in bf16 when X is bf16 (so both sides see the same inputs).
+template <class X> static std::vector<float> randn(size_t n, float scale = 1.0f) {
     std::vector<float> v(n);
-    for (auto& x : v) x = scale * rng.normal();
+    for (auto& x : v) x = to_f(from_f<X>(scale * rng.normal()));
     return v;
 }
+template <class X> static std::vector<X> cast(const std::vector<float>& v) {
+    std::vector<X> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = from_f<X>(v[i]);
+    return r;
+}
+template <class X> static std::vector<float> widen(const std::vector<X>& v) {
+    std::vector<float> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = to_f(v[i]);
+    return r;
+}
 
-// a GPU copy of a host vector (or NaN-poisoned when poison)
-struct Dev {
-    Buf<float> b;
+// a GPU copy of a host vector (or NaN-poisoned when poison), stored as X
+template <class X> struct Dev {
+    Buf<X> b;
     Dev(const std::vector<float>& h, bool poison = false) {
         b.alloc(gpu, h.size());
-        if (poison) { std::vector<float> nan(h.size(), NAN); ctx_copy(gpu, b.data(), nan.data(), h.size() * 4); }
-        else ctx_copy(gpu, b.data(), h.data(), h.size() * 4);
+        std::vector<X> x = cast<X>(poison ? std::vector<float>(h.size(), NAN) : h);
+        ctx_copy(gpu, b.data(), x.data(), h.size() * sizeof(X));
     }
-    float* p() { return b.data(); }
-    std::vector<float> host() { std::vector<float> h(b.size()); ctx_copy(gpu, h.data(), b.data(), h.size() * 4); return h; }
+    X* p() { return b.data(); }
+    std::vector<float> host() { std::vector<X> h(b.size()); ctx_copy(gpu, h.data(), b.data(), h.size() * sizeof(X)); return widen(h); }
 };
+using DevF = Dev<float>;
 
 static void compare(const char* op, const char* what, const std::vector<float>& want, const std::vector<float>& got, double bound) {
     double err = 0, scale = 1e-6;
@@ -53,144 +74,166 @@ static void compare(const char* op, const char* what, const std::vector<float>& 
     (ok ? n_pass : n_fail)++;
 }
 
-static void check_encoder(int B, int T, int C, int V) {
-    char name[64]; snprintf(name, sizeof(name), "encoder B=%d T=%d C=%d", B, T, C);
-    auto wte = randn((size_t)V * C), wpe = randn((size_t)T * C), dout = randn((size_t)B * T * C);
+// The bound for an output stored as X (fp32 bound given) and for an fp32 side output.
+template <class X> static double bx(double fp32_bound) { return std::is_same_v<X, float> ? fp32_bound : 1e-2; }
+template <class X> static double bs(double fp32_bound) { return std::is_same_v<X, float> ? fp32_bound : 10 * fp32_bound; }
+
+template <class X> static void check_encoder(int B, int T, int C, int V) {
+    char name[80]; snprintf(name, sizeof(name), "%s encoder B=%d T=%d C=%d", dtype_name<X>(), B, T, C);
+    auto wte = randn<X>((size_t)V * C), wpe = randn<X>((size_t)T * C), dout = randn<X>((size_t)B * T * C);
     std::vector<int> tok(B * T);
     for (auto& t : tok) t = (int)rng.below(V / 2);  // repeats
-    std::vector<float> out((size_t)B * T * C);
-    encoder_forward(cpu, out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    std::vector<X> out((size_t)B * T * C), cwte = cast<X>(wte), cwpe = cast<X>(wpe);
+    encoder_forward(cpu, out.data(), tok.data(), cwte.data(), cwpe.data(), B, T, C);
     Buf<int> dtok; dtok.alloc(gpu, tok.size()); ctx_copy(gpu, dtok.data(), tok.data(), tok.size() * 4);
-    Dev gwte(wte), gwpe(wpe), gout(out, true);
+    Dev<X> gwte(wte), gwpe(wpe), gout(widen(out), true);
     encoder_forward(gpu, gout.p(), dtok.data(), gwte.p(), gwpe.p(), B, T, C);
-    compare(name, "forward", out, gout.host(), 1e-6);
-    auto dwte = randn((size_t)V * C), dwpe = randn((size_t)T * C);
-    Dev gdwte(dwte), gdwpe(dwpe), gdout(dout);
-    encoder_backward(cpu, dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
-    encoder_backward(gpu, gdwte.p(), gdwpe.p(), gdout.p(), tok.data(), B, T, C);
-    compare(name, "dwte (+=)", dwte, gdwte.host(), 1e-5);
-    compare(name, "dwpe (+=)", dwpe, gdwpe.host(), 1e-5);
+    compare(name, "forward", widen(out), gout.host(), bx<X>(1e-6));
+    auto dwte = randn<X>((size_t)V * C), dwpe = randn<X>((size_t)T * C);
+    Dev<X> gdwte(dwte), gdwpe(dwpe), gdout(dout);
+    std::vector<X> cdwte = cast<X>(dwte), cdwpe = cast<X>(dwpe), cdout = cast<X>(dout);
+    encoder_backward(cpu, cdwte.data(), cdwpe.data(), cdout.data(), tok.data(), B, T, C, (size_t)V);
+    encoder_backward(gpu, gdwte.p(), gdwpe.p(), gdout.p(), tok.data(), B, T, C, (size_t)V);
+    compare(name, "dwte (+=)", widen(cdwte), gdwte.host(), bx<X>(1e-5));
+    compare(name, "dwpe (+=)", widen(cdwpe), gdwpe.host(), bx<X>(1e-5));
 }
 
-static void check_layernorm(int N, int C) {
-    char name[64]; snprintf(name, sizeof(name), "layernorm N=%d C=%d", N, C);
-    auto x = randn((size_t)N * C), w = randn(C), b = randn(C), dout = randn((size_t)N * C);
-    std::vector<float> out((size_t)N * C), mean(N), rstd(N);
-    layernorm_forward(cpu, out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-    Dev gx(x), gw(w), gb(b), gout(out, true), gmean(mean, true), grstd(rstd, true), gdout(dout);
+template <class X> static void check_layernorm(int N, int C) {
+    char name[80]; snprintf(name, sizeof(name), "%s layernorm N=%d C=%d", dtype_name<X>(), N, C);
+    auto x = randn<X>((size_t)N * C), w = randn<X>(C), b = randn<X>(C), dout = randn<X>((size_t)N * C);
+    std::vector<X> out((size_t)N * C), cx = cast<X>(x), cw = cast<X>(w), cb = cast<X>(b), cdout = cast<X>(dout);
+    std::vector<float> mean(N), rstd(N);
+    layernorm_forward(cpu, out.data(), mean.data(), rstd.data(), cx.data(), cw.data(), cb.data(), N, C);
+    Dev<X> gx(x), gw(w), gb(b), gout(widen(out), true), gdout(dout);
+    DevF gmean(mean, true), grstd(rstd, true);
     layernorm_forward(gpu, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C);
-    compare(name, "forward", out, gout.host(), 1e-5);
-    compare(name, "mean", mean, gmean.host(), 1e-5);
-    compare(name, "rstd", rstd, grstd.host(), 1e-5);
-    auto dx = randn((size_t)N * C), dw = randn(C), db = randn(C);
-    Dev gdx(dx), gdw(dw), gdb(db);
-    layernorm_backward(cpu, dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    compare(name, "forward", widen(out), gout.host(), bx<X>(1e-5));
+    compare(name, "mean", mean, gmean.host(), bs<X>(1e-5));
+    compare(name, "rstd", rstd, grstd.host(), bs<X>(1e-5));
+    auto dx = randn<X>((size_t)N * C), dw = randn<X>(C), db = randn<X>(C);
+    Dev<X> gdx(dx), gdw(dw), gdb(db);
+    std::vector<X> cdx = cast<X>(dx), cdw = cast<X>(dw), cdb = cast<X>(db);
+    layernorm_backward(cpu, cdx.data(), cdw.data(), cdb.data(), cdout.data(), cx.data(), cw.data(), mean.data(), rstd.data(), N, C);
     layernorm_backward(gpu, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C);
-    compare(name, "dinp (+=)", dx, gdx.host(), 1e-5);
-    compare(name, "dw (+=)", dw, gdw.host(), 1e-5);
-    compare(name, "db (+=)", db, gdb.host(), 1e-5);
+    compare(name, "dinp (+=)", widen(cdx), gdx.host(), bx<X>(1e-5));
+    compare(name, "dw (+=)", widen(cdw), gdw.host(), bx<X>(1e-5));
+    compare(name, "db (+=)", widen(cdb), gdb.host(), bx<X>(1e-5));
 }
 
-static void check_matmul(int N, int C, int OC, bool bias) {
-    char name[80]; snprintf(name, sizeof(name), "matmul N=%d C=%d OC=%d%s", N, C, OC, bias ? " +bias" : "");
-    auto x = randn((size_t)N * C), W = randn((size_t)OC * C, 0.1f), bv = randn(OC), dout = randn((size_t)N * OC);
-    std::vector<float> out((size_t)N * OC);
-    matmul_forward(cpu, out.data(), x.data(), W.data(), bias ? bv.data() : nullptr, N, C, OC);
-    Dev gx(x), gW(W), gb(bv), gout(out, true), gdout(dout);
+template <class X> static void check_matmul(int N, int C, int OC, bool bias) {
+    char name[96]; snprintf(name, sizeof(name), "%s matmul N=%d C=%d OC=%d%s", dtype_name<X>(), N, C, OC, bias ? " +bias" : "");
+    auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC);
+    std::vector<X> out((size_t)N * OC), cx = cast<X>(x), cW = cast<X>(W), cbv = cast<X>(bv), cdout = cast<X>(dout);
+    matmul_forward(cpu, out.data(), cx.data(), cW.data(), bias ? cbv.data() : nullptr, N, C, OC);
+    Dev<X> gx(x), gW(W), gb(bv), gout(widen(out), true), gdout(dout);
     matmul_forward(gpu, gout.p(), gx.p(), gW.p(), bias ? gb.p() : nullptr, N, C, OC);
-    compare(name, "forward", out, gout.host(), 1e-5);
-    std::vector<float> dx((size_t)N * C);
-    auto dW = randn((size_t)OC * C), db = randn(OC);
-    Dev gdx(dx, true), gdW(dW), gdb(db);
-    matmul_backward(cpu, dx.data(), dW.data(), bias ? db.data() : nullptr, dout.data(), x.data(), W.data(), N, C, OC);
+    compare(name, "forward", widen(out), gout.host(), bx<X>(1e-5));
+    std::vector<X> dx((size_t)N * C);
+    auto dW = randn<X>((size_t)OC * C), db = randn<X>(OC);
+    Dev<X> gdx(widen(dx), true), gdW(dW), gdb(db);
+    std::vector<X> cdW = cast<X>(dW), cdb = cast<X>(db);
+    matmul_backward(cpu, dx.data(), cdW.data(), bias ? cdb.data() : nullptr, cdout.data(), cx.data(), cW.data(), N, C, OC);
     matmul_backward(gpu, gdx.p(), gdW.p(), bias ? gdb.p() : nullptr, gdout.p(), gx.p(), gW.p(), N, C, OC);
-    compare(name, "dinp", dx, gdx.host(), 1e-5);
-    compare(name, "dW (+=)", dW, gdW.host(), 1e-5);
-    if (bias) compare(name, "dbias (+=)", db, gdb.host(), 1e-5);
+    compare(name, "dinp", widen(dx), gdx.host(), bx<X>(1e-5));
+    compare(name, "dW (+=)", widen(cdW), gdW.host(), bx<X>(1e-5));
+    if (bias) compare(name, "dbias (+=)", widen(cdb), gdb.host(), bx<X>(1e-5));
 }
 
-static void check_attention(int B, int T, int C, int NH) {
-    char name[80]; snprintf(name, sizeof(name), "attention B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    auto qkv = randn((size_t)B * T * 3 * C), dout = randn((size_t)B * T * C);
-    std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T), dqkv((size_t)B * T * 3 * C);
-    attention_forward(cpu, out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    Dev gqkv(qkv), gout(out, true), glse(lse, true), gdout(dout), gdqkv(dqkv, true);
+template <class X> static void check_attention(int B, int T, int C, int NH) {
+    char name[96]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d", dtype_name<X>(), B, T, C, NH);
+    auto qkv = randn<X>((size_t)B * T * 3 * C), dout = randn<X>((size_t)B * T * C);
+    std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * 3 * C), cqkv = cast<X>(qkv), cdout = cast<X>(dout);
+    std::vector<float> lse((size_t)B * NH * T);
+    attention_forward(cpu, out.data(), lse.data(), cqkv.data(), B, T, C, NH);
+    Dev<X> gqkv(qkv), gout(widen(out), true), gdout(dout), gdqkv(widen(dqkv), true);
+    DevF glse(lse, true);
     attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH);
-    compare(name, "forward", out, gout.host(), 1e-4);
-    compare(name, "lse", lse, glse.host(), 1e-5);
-    attention_backward(cpu, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    compare(name, "forward", widen(out), gout.host(), bx<X>(1e-4));
+    compare(name, "lse", lse, glse.host(), bs<X>(1e-5));
+    attention_backward(cpu, dqkv.data(), cdout.data(), cqkv.data(), out.data(), lse.data(), B, T, C, NH);
     attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
-    compare(name, "dqkv", dqkv, gdqkv.host(), 1e-4);
+    compare(name, "dqkv", widen(dqkv), gdqkv.host(), bx<X>(1e-4));
 }
 
-static void check_elementwise(size_t N) {
-    char name[64]; snprintf(name, sizeof(name), "elementwise N=%zu", N);
-    auto x = randn(N, 2.0f), y = randn(N), dout = randn(N);
-    std::vector<float> out(N), d(N);
-    gelu_forward(cpu, out.data(), x.data(), N);
-    Dev gx(x), gy(y), gout(out, true), gdout(dout), gd(d, true);
+template <class X> static void check_elementwise(size_t N) {
+    char name[64]; snprintf(name, sizeof(name), "%s elementwise N=%zu", dtype_name<X>(), N);
+    auto x = randn<X>(N, 2.0f), y = randn<X>(N), dout = randn<X>(N);
+    std::vector<X> out(N), d(N), cx = cast<X>(x), cy = cast<X>(y), cdout = cast<X>(dout);
+    gelu_forward(cpu, out.data(), cx.data(), N);
+    Dev<X> gx(x), gy(y), gout(widen(out), true), gdout(dout), gd(widen(d), true);
     gelu_forward(gpu, gout.p(), gx.p(), N);
-    compare(name, "gelu forward", out, gout.host(), 1e-5);
-    gelu_backward(cpu, d.data(), x.data(), dout.data(), N);
+    compare(name, "gelu forward", widen(out), gout.host(), bx<X>(1e-5));
+    gelu_backward(cpu, d.data(), cx.data(), cdout.data(), N);
     gelu_backward(gpu, gd.p(), gx.p(), gdout.p(), N);
-    compare(name, "gelu backward", d, gd.host(), 1e-5);
-    residual_forward(cpu, out.data(), x.data(), y.data(), N);
-    Dev gres(out, true);
+    compare(name, "gelu backward", widen(d), gd.host(), bx<X>(1e-5));
+    residual_forward(cpu, out.data(), cx.data(), cy.data(), N);
+    Dev<X> gres(widen(out), true);
     residual_forward(gpu, gres.p(), gx.p(), gy.p(), N);
-    compare(name, "residual", out, gres.host(), 1e-6);
-    add_inplace(cpu, x.data(), y.data(), N);
+    compare(name, "residual", widen(out), gres.host(), bx<X>(1e-6));
+    add_inplace(cpu, cx.data(), cy.data(), N);
     add_inplace(gpu, gx.p(), gy.p(), N);
-    compare(name, "add_inplace", x, gx.host(), 1e-6);
+    compare(name, "add_inplace", widen(cx), gx.host(), bx<X>(1e-6));
 }
 
-static void check_classifier(int N, int V, int Vp) {
-    char name[64]; snprintf(name, sizeof(name), "fused_classifier N=%d V=%d Vp=%d", N, V, Vp);
-    auto logits = randn((size_t)N * Vp, 4.0f);
+template <class X> static void check_classifier(int N, int V, int Vp) {
+    char name[80]; snprintf(name, sizeof(name), "%s fused_classifier N=%d V=%d Vp=%d", dtype_name<X>(), N, V, Vp);
+    auto logits = randn<X>((size_t)N * Vp, 4.0f);
     std::vector<int> tgt(N);
     for (auto& t : tgt) t = (int)rng.below(V);
     Buf<int> dt; dt.alloc(gpu, N); ctx_copy(gpu, dt.data(), tgt.data(), N * 4);
     std::vector<float> losses(N);
-    Dev glog(logits), gloss(losses, true);
-    fused_classifier(cpu, logits.data(), losses.data(), tgt.data(), N, V, Vp, 1.0f / N);
+    std::vector<X> clog = cast<X>(logits);
+    Dev<X> glog(logits);
+    DevF gloss(losses, true);
+    fused_classifier(cpu, clog.data(), losses.data(), tgt.data(), N, V, Vp, 1.0f / N);
     fused_classifier(gpu, glog.p(), gloss.p(), dt.data(), N, V, Vp, 1.0f / N);
-    compare(name, "losses", losses, gloss.host(), 1e-5);
-    compare(name, "dlogits (in place)", logits, glog.host(), 1e-4);
+    compare(name, "losses", losses, gloss.host(), bs<X>(1e-5));
+    compare(name, "dlogits (in place)", widen(clog), glog.host(), bx<X>(1e-4));
 }
 
-static void check_adamw_norm(size_t n) {
-    char name[64]; snprintf(name, sizeof(name), "adamw+norm n=%zu", n);
-    auto p = randn(n), g = randn(n), m = randn(n, 0.1f), v = randn(n, 0.1f);
+template <class X> static void check_adamw_norm(size_t n) {
+    char name[64]; snprintf(name, sizeof(name), "%s adamw+norm n=%zu", dtype_name<X>(), n);
+    auto p = randn<float>(n), g = randn<X>(n), m = randn<float>(n, 0.1f), v = randn<float>(n, 0.1f);
     for (auto& x : v) x = x * x;
-    Dev gp(p), gg(g), gm(m), gv(v);
-    adamw_update(cpu, p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 0.7f);
-    adamw_update(gpu, gp.p(), gg.p(), gm.p(), gv.p(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 0.7f);
+    std::vector<X> cg = cast<X>(g), ccopy(n);
+    DevF gp(p), gm(m), gv(v);
+    Dev<X> gg(g), gcopy(std::vector<float>(n), true);
+    constexpr bool copy = !std::is_same_v<X, float>;  // bf16: the update also writes the working copy
+    adamw_update(cpu, p.data(), cg.data(), m.data(), v.data(), copy ? ccopy.data() : nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 0.7f);
+    adamw_update(gpu, gp.p(), gg.p(), gm.p(), gv.p(), copy ? gcopy.p() : nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 0.7f);
     compare(name, "params", p, gp.host(), 1e-6);
     compare(name, "m", m, gm.host(), 1e-6);
     compare(name, "v", v, gv.host(), 1e-6);
-    double a = global_norm_squared(cpu, g.data(), n), b = global_norm_squared(gpu, gg.p(), n);
+    if (copy) compare(name, "bf16 working copy", widen(ccopy), gcopy.host(), 1e-2);
+    double a = global_norm_squared(cpu, cg.data(), n), b = global_norm_squared(gpu, gg.p(), n);
     compare(name, "norm squared", {(float)a}, {(float)b}, 1e-6);
+}
+
+template <class X> static void check_all() {
+    check_encoder<X>(2, 7, 13, 50);
+    check_encoder<X>(4, 64, 768, 50257);
+    check_layernorm<X>(7, 13);
+    check_layernorm<X>(256, 768);
+    check_matmul<X>(9, 11, 70, true);
+    check_matmul<X>(256, 768, 2304, true);
+    check_matmul<X>(128, 3072, 768, false);
+    check_attention<X>(2, 9, 12, 3);
+    check_attention<X>(2, 128, 768, 12);
+    check_attention<X>(1, 64, 256, 2);   // head size 128
+    check_elementwise<X>(1);
+    check_elementwise<X>(100003);
+    check_classifier<X>(3, 37, 40);
+    check_classifier<X>(64, 50257, 50304);
+    check_adamw_norm<X>(17);
+    check_adamw_norm<X>(1000003);
 }
 
 int main() {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { printf("not ok - gpucheck_ops: no usable GPU\n"); return 1; }
     cuda_ctx_init(&gpu, 0);
-    check_encoder(2, 7, 13, 50);
-    check_encoder(4, 64, 768, 50257);
-    check_layernorm(7, 13);
-    check_layernorm(256, 768);
-    check_matmul(9, 11, 70, true);
-    check_matmul(256, 768, 2304, true);
-    check_matmul(128, 3072, 768, false);
-    check_attention(2, 9, 12, 3);
-    check_attention(2, 128, 768, 12);
-    check_attention(1, 64, 256, 2);   // head size 128
-    check_elementwise(1);
-    check_elementwise(100003);
-    check_classifier(3, 37, 40);
-    check_classifier(64, 50257, 50304);
-    check_adamw_norm(17);
-    check_adamw_norm(1000003);
+    check_all<float>();
+    check_all<bf16>();
     printf("# gpucheck_ops: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

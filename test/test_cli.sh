@@ -58,7 +58,7 @@ expect_fail "batch tokens not divisible" 2 "--total-batch-tokens 100 is not a mu
 expect_fail "--device cuda without CUDA" 2 "--device cuda" "${base[@]}" --device cuda
 expect_fail "world size not divisible by tp" 2 "world size 1 is not divisible by tp*pp*cp = 2*1*1 = 2" "${base[@]}" --tp 2
 expect_fail "sequence parallel (later)" 2 "not yet supported" "${base[@]}" --sp 1
-expect_fail "bf16 on CPU (later)" 2 "not yet supported" "${base[@]}" --precision bf16
+expect_fail "fp16 (later)" 2 "not yet supported" "${base[@]}" --precision fp16
 expect_fail "missing model file" 2 "neither a preset" "${base[@]}" --model "$tmp/nope.bin"
 expect_fail "model file with wrong magic" 1 "is not a model file" "${base[@]}" --model "$tmp/model_badmagic.bin"
 expect_fail "model file with unknown version" 1 "version 4 is not supported" "${base[@]}" --model "$tmp/model_badversion.bin"
