@@ -6,7 +6,7 @@
 # Prints a markdown table. usage: dev/bench/bench_train.sh [PRECISION] [MODELS...]
 set -u
 cd "$(dirname "$0")/../.."
-prec=${1:-fp32}; shift || true
+prec=${1:-bf16}; shift || true
 models=${*:-gpt2:124M gpt2:350M gpt2:774M gpt2:1558M}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, commit $(git rev-parse --short HEAD), $(date -u +%F)"
