@@ -26,7 +26,24 @@ CUDA: the same online-softmax algorithm, one warp per query row, lanes splitting
 head dimension; never a T×T buffer. The backward is split so that nothing is accumulated by
 two warps (deterministic, no atomics): D_t first, then one warp per query row for dq and one
 warp per key row for dk and dv, each recomputing p from lse. (The bf16 tensor-core flash
-attention is the next step; this is the exact path, fp32 math for either dtype.)
+attention is below; this is the exact path, fp32 math for either dtype.)
+
+CUDA bf16 flash attention (FlashAttention-2's algorithm, written here; used for bf16 when the
+head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 accumulate).
+  forward   block = 64 queries of one (b, h), 4 warps × 16 rows; Q fragments in registers; key
+            tiles of 64 (K, V staged in shared memory) up to the diagonal; S = QKᵀ, online
+            softmax in base 2 on the accumulators, P rounded to bf16 and fed back as the A
+            operand of O += P·V; lse written for the backward. Shared memory 2·64·(hs+8)·2 B.
+  backward  two deterministic passes, no atomics (like the fp32 path): (1) a block per 64 keys
+            (4 warps × 16) walks the query tiles of 32 from the diagonal down and accumulates
+            dK, dV in registers, computing the transposed products Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ so
+            that Pᵀ and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q;
+            (2) a block per 64 queries walks the key tiles of 32 and accumulates dQ += dS·K.
+            P is recomputed from lse each time; D_t = dout_t·out_t comes from the fp32 pass.
+Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4): A (16×16, row-major) regs
+{(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B (16×8, "col") regs {(k=2t..2t+1,
+n=g), (k=2t+8.., n=g)}; C (16×8 fp32) {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. The C
+fragments of two adjacent n-tiles are exactly the A fragment of one 16-wide k-chunk.
 
 Tests: test/test_ops.cpp (finite differences, lse against a direct evaluation),
 test/gpucheck_ops.cu (CUDA vs CPU).
@@ -225,12 +242,296 @@ __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* q
     store_lanes(dko, dk, lane, hs, per);
     store_lanes(dko + C, dv, lane, hs, per);
 }
+// ---- bf16 tensor-core flash attention (see the header)
+
+__device__ inline void mma_bf16_16816(float* c, const uint32_t* a, const uint32_t* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ inline uint32_t pack_bf16(float lo, float hi) {  // two floats → bf16 pair, lo in the low half
+    return (uint32_t)from_f<bf16>(lo).bits | ((uint32_t)from_f<bf16>(hi).bits << 16);
+}
+__device__ inline uint32_t pack_raw(bf16 lo, bf16 hi) { return (uint32_t)lo.bits | ((uint32_t)hi.bits << 16); }
+__device__ inline uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// the A fragment of k-chunk kc from the C fragments of n-tiles 2kc and 2kc+1
+__device__ inline void c_to_a(uint32_t* a, const float* c0, const float* c1) {
+    a[0] = pack_bf16(c0[0], c0[1]); a[1] = pack_bf16(c0[2], c0[3]);
+    a[2] = pack_bf16(c1[0], c1[1]); a[3] = pack_bf16(c1[2], c1[3]);
+}
+// A fragment of rows r0, r0+8 (of a row-major matrix with stride ld, rows ≥ n are 0), columns c..c+15
+__device__ inline void load_a_rows(uint32_t* a, const bf16* m, size_t ld, int r0, int n, int c) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    int ra = r0 + g, rb = r0 + g + 8;
+    a[0] = ra < n ? ld32(m + (size_t)ra * ld + c + 2 * t) : 0u;
+    a[1] = rb < n ? ld32(m + (size_t)rb * ld + c + 2 * t) : 0u;
+    a[2] = ra < n ? ld32(m + (size_t)ra * ld + c + 2 * t + 8) : 0u;
+    a[3] = rb < n ? ld32(m + (size_t)rb * ld + c + 2 * t + 8) : 0u;
+}
+// Copies rows [row0, row0 + R) × D of a strided bf16 matrix into shared memory (row stride D+8),
+// zero past row n, with 16-byte vectors (the caller guarantees 16-byte alignment).
+template <int R, int D>
+__device__ inline void stage_rows(bf16 (*dst)[D + 8], const bf16* src, size_t ld, int row0, int n) {
+    for (int i = threadIdx.x; i < R * D / 8; i += blockDim.x) {
+        int r = i / (D / 8), c = (i % (D / 8)) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (row0 + r < n) v = *reinterpret_cast<const uint4*>(src + (size_t)(row0 + r) * ld + c);
+        *reinterpret_cast<uint4*>(&dst[r][c]) = v;
+    }
+}
+static const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+
+template <int D>
+__global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH) {
+    __shared__ __align__(16) bf16 Ks[64][D + 8];
+    __shared__ __align__(16) bf16 Vs[64][D + 8];
+    const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3; k = q + C, v = q + 2C
+    const float sl2 = rsqrtf((float)D) * LOG2E;         // scores in base 2: s·log2(e)/√hs
+    const int row0 = qt * 64 + warp * 16, rows[2] = {row0 + g, row0 + g + 8};
+    uint32_t qf[D / 16][4];
+    for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {
+        __syncthreads();  // the previous tile is no longer read
+        stage_rows<64, D>(Ks, q + C, C3, kt * 64, T_);
+        stage_rows<64, D>(Vs, q + 2 * C, C3, kt * 64, T_);
+        __syncthreads();
+        float s[8][4];
+        for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        for (int kc = 0; kc < D / 16; kc++)
+            for (int nt = 0; nt < 8; nt++) {
+                uint32_t kb[2] = {ld32(&Ks[nt * 8 + g][kc * 16 + 2 * t]), ld32(&Ks[nt * 8 + g][kc * 16 + 2 * t + 8])};
+                mma_bf16_16816(s[nt], qf[kc], kb);
+            }
+        float mx[2] = {m[0], m[1]};
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                int key = kt * 64 + nt * 8 + 2 * t + (e & 1), row = rows[e / 2];
+                float v = (key <= row && key < T_) ? s[nt][e] * sl2 : -INFINITY;
+                s[nt][e] = v;
+                mx[e / 2] = fmaxf(mx[e / 2], v);
+            }
+        float mu[2], rs[2] = {0.0f, 0.0f};
+        for (int i = 0; i < 2; i++) {  // the row's max over its 4 threads; rescale what came before
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            mu[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+            float corr = exp2f(m[i] - mu[i]);
+            m[i] = mx[i];
+            l[i] *= corr;
+            for (int dt = 0; dt < D / 8; dt++) { o[dt][2 * i] *= corr; o[dt][2 * i + 1] *= corr; }
+        }
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 4; e++) { float p = exp2f(s[nt][e] - mu[e / 2]); s[nt][e] = p; rs[e / 2] += p; }
+        l[0] += rs[0]; l[1] += rs[1];  // per-thread partial sums, added across the row at the end
+        for (int kc = 0; kc < 4; kc++) {  // O += P·V over the tile's 64 keys, 16 at a time
+            uint32_t pa[4];
+            c_to_a(pa, s[2 * kc], s[2 * kc + 1]);
+            const int k0 = kc * 16 + 2 * t;
+            for (int dt = 0; dt < D / 8; dt++) {
+                const int n = dt * 8 + g;
+                uint32_t vb[2] = {pack_raw(Vs[k0][n], Vs[k0 + 1][n]), pack_raw(Vs[k0 + 8][n], Vs[k0 + 9][n])};
+                mma_bf16_16816(o[dt], pa, vb);
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        if (rows[i] >= T_) continue;
+        bf16* orow = out + ((size_t)b * T_ + rows[i]) * C + h * D;
+        for (int dt = 0; dt < D / 8; dt++)
+            *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) = pack_bf16(o[dt][2 * i] / l[i], o[dt][2 * i + 1] / l[i]);
+        if (t == 0) lse[((size_t)b * NH + h) * T_ + rows[i]] = (m[i] + log2f(l[i])) * LN2;
+    }
+}
+
+// Backward pass 1: dK, dV for 64 keys per block (16 per warp), over query tiles of 32.
+template <int D>
+__global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                                                 const float* lse, const float* Dv, int T_, int C, int NH) {
+    __shared__ __align__(16) bf16 Qs[32][D + 8];
+    __shared__ __align__(16) bf16 dOs[32][D + 8];
+    __shared__ float lse2[32], Ds[32];
+    const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const bf16* dO = dout + (size_t)b * T_ * C + h * D;
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
+    const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    const int key0 = kt * 64 + warp * 16, keys[2] = {key0 + g, key0 + g + 8};
+    uint32_t kf[D / 16][4], vf[D / 16][4];
+    for (int kc = 0; kc < D / 16; kc++) {
+        load_a_rows(kf[kc], q + C, C3, key0, T_, kc * 16);
+        load_a_rows(vf[kc], q + 2 * C, C3, key0, T_, kc * 16);
+    }
+    float dk[D / 8][4], dv[D / 8][4];
+    for (int dt = 0; dt < D / 8; dt++)
+        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+    for (int q0 = kt * 64; q0 < T_; q0 += 32) {  // queries before the tile see none of its keys
+        __syncthreads();
+        stage_rows<32, D>(Qs, q, C3, q0, T_);
+        stage_rows<32, D>(dOs, dO, C, q0, T_);
+        if (threadIdx.x < 32) {
+            int r = q0 + threadIdx.x;
+            lse2[threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;  // past T: p = 0
+            Ds[threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
+        }
+        __syncthreads();
+        float st[4][4], dpt[4][4];  // Sᵀ and dPᵀ: this warp's 16 keys × 32 queries
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
+        for (int kc = 0; kc < D / 16; kc++)
+            for (int nt = 0; nt < 4; nt++) {
+                uint32_t qb[2] = {ld32(&Qs[nt * 8 + g][kc * 16 + 2 * t]), ld32(&Qs[nt * 8 + g][kc * 16 + 2 * t + 8])};
+                uint32_t ob[2] = {ld32(&dOs[nt * 8 + g][kc * 16 + 2 * t]), ld32(&dOs[nt * 8 + g][kc * 16 + 2 * t + 8])};
+                mma_bf16_16816(st[nt], kf[kc], qb);
+                mma_bf16_16816(dpt[nt], vf[kc], ob);
+            }
+        for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt
+            for (int e = 0; e < 4; e++) {
+                int col = nt * 8 + 2 * t + (e & 1), query = q0 + col, key = keys[e / 2];
+                float p = (key <= query && key < T_) ? exp2f(st[nt][e] * sl2 - lse2[col]) : 0.0f;
+                st[nt][e] = p;
+                dpt[nt][e] = p * (dpt[nt][e] - Ds[col]);
+            }
+        for (int kc = 0; kc < 2; kc++) {  // dV += Pᵀ·dO, dK += dSᵀ·Q over the 32 queries
+            uint32_t pa[4], sa[4];
+            c_to_a(pa, st[2 * kc], st[2 * kc + 1]);
+            c_to_a(sa, dpt[2 * kc], dpt[2 * kc + 1]);
+            const int k0 = kc * 16 + 2 * t;
+            for (int dt = 0; dt < D / 8; dt++) {
+                const int n = dt * 8 + g;
+                uint32_t ob[2] = {pack_raw(dOs[k0][n], dOs[k0 + 1][n]), pack_raw(dOs[k0 + 8][n], dOs[k0 + 9][n])};
+                uint32_t qb[2] = {pack_raw(Qs[k0][n], Qs[k0 + 1][n]), pack_raw(Qs[k0 + 8][n], Qs[k0 + 9][n])};
+                mma_bf16_16816(dv[dt], pa, ob);
+                mma_bf16_16816(dk[dt], sa, qb);
+            }
+        }
+    }
+    const float scale = rsqrtf((float)D);
+    for (int i = 0; i < 2; i++) {
+        if (keys[i] >= T_) continue;
+        bf16* krow = dqkv + ((size_t)b * T_ + keys[i]) * C3 + C + h * D;
+        for (int dt = 0; dt < D / 8; dt++) {
+            *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * t) = pack_bf16(dk[dt][2 * i] * scale, dk[dt][2 * i + 1] * scale);
+            *reinterpret_cast<uint32_t*>(krow + C + dt * 8 + 2 * t) = pack_bf16(dv[dt][2 * i], dv[dt][2 * i + 1]);
+        }
+    }
+}
+
+// Backward pass 2: dQ for 64 queries per block (16 per warp), over key tiles of 32.
+template <int D>
+__global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                                                const float* lse, const float* Dv, int T_, int C, int NH) {
+    __shared__ __align__(16) bf16 Ks[32][D + 8];
+    __shared__ __align__(16) bf16 Vs[32][D + 8];
+    const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const bf16* dO = dout + (size_t)b * T_ * C + h * D;
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    const int row0 = qt * 64 + warp * 16, rows[2] = {row0 + g, row0 + g + 8};
+    float lse2[2], Dr[2];
+    for (int i = 0; i < 2; i++) {
+        bool in = rows[i] < T_;
+        lse2[i] = in ? lse[((size_t)b * NH + h) * T_ + rows[i]] * LOG2E : INFINITY;
+        Dr[i] = in ? Dv[((size_t)b * NH + h) * T_ + rows[i]] : 0.0f;
+    }
+    uint32_t qf[D / 16][4], of[D / 16][4];
+    for (int kc = 0; kc < D / 16; kc++) {
+        load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
+        load_a_rows(of[kc], dO, C, row0, T_, kc * 16);
+    }
+    float dq[D / 8][4];
+    for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+    const int key_end = min(T_, (qt + 1) * 64);  // causal: no key after the block's last query
+    for (int k0t = 0; k0t < key_end; k0t += 32) {
+        __syncthreads();
+        stage_rows<32, D>(Ks, q + C, C3, k0t, T_);
+        stage_rows<32, D>(Vs, q + 2 * C, C3, k0t, T_);
+        __syncthreads();
+        float s[4][4], dp[4][4];
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+        for (int kc = 0; kc < D / 16; kc++)
+            for (int nt = 0; nt < 4; nt++) {
+                uint32_t kb[2] = {ld32(&Ks[nt * 8 + g][kc * 16 + 2 * t]), ld32(&Ks[nt * 8 + g][kc * 16 + 2 * t + 8])};
+                uint32_t vb[2] = {ld32(&Vs[nt * 8 + g][kc * 16 + 2 * t]), ld32(&Vs[nt * 8 + g][kc * 16 + 2 * t + 8])};
+                mma_bf16_16816(s[nt], qf[kc], kb);
+                mma_bf16_16816(dp[nt], of[kc], vb);
+            }
+        for (int nt = 0; nt < 4; nt++)  // dS into dp
+            for (int e = 0; e < 4; e++) {
+                int key = k0t + nt * 8 + 2 * t + (e & 1), row = rows[e / 2];
+                float p = (key <= row && key < T_) ? exp2f(s[nt][e] * sl2 - lse2[e / 2]) : 0.0f;
+                dp[nt][e] = p * (dp[nt][e] - Dr[e / 2]);
+            }
+        for (int kc = 0; kc < 2; kc++) {  // dQ += dS·K over the 32 keys
+            uint32_t sa[4];
+            c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
+            const int k0 = kc * 16 + 2 * t;
+            for (int dt = 0; dt < D / 8; dt++) {
+                const int n = dt * 8 + g;
+                uint32_t kb[2] = {pack_raw(Ks[k0][n], Ks[k0 + 1][n]), pack_raw(Ks[k0 + 8][n], Ks[k0 + 9][n])};
+                mma_bf16_16816(dq[dt], sa, kb);
+            }
+        }
+    }
+    const float scale = rsqrtf((float)D);
+    for (int i = 0; i < 2; i++) {
+        if (rows[i] >= T_) continue;
+        bf16* qrow = dqkv + ((size_t)b * T_ + rows[i]) * C3 + h * D;
+        for (int dt = 0; dt < D / 8; dt++)
+            *reinterpret_cast<uint32_t*>(qrow + dt * 8 + 2 * t) = pack_bf16(dq[dt][2 * i] * scale, dq[dt][2 * i + 1] * scale);
+    }
+}
+
+// The flash kernels run bf16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
+// g_flash_attention = false forces the warp-per-row kernels (for comparison in dev/cuda).
+inline bool g_flash_attention = true;
+template <class T> inline bool use_flash(int C, int NH) {
+    int hs = C / NH;
+    return std::is_same_v<T, bf16> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
+}
+template <class T>
+inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
+    if constexpr (std::is_same_v<T, bf16>) {
+        dim3 grid(ceil_div(T_, 64), NH, B);
+        if (C / NH == 64) flash_forward_kernel<64><<<grid, 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+        else flash_forward_kernel<128><<<grid, 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+        CUDA_LAUNCH_CHECK();
+    }
+}
+template <class T>
+inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
+                           int B, int T_, int C, int NH) {
+    if constexpr (std::is_same_v<T, bf16>) {
+        dim3 grid(ceil_div(T_, 64), NH, B);
+        if (C / NH == 64) {
+            flash_backward_dkv_kernel<64><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH);
+            flash_backward_dq_kernel<64><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH);
+        } else {
+            flash_backward_dkv_kernel<128><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH);
+            flash_backward_dq_kernel<128><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH);
+        }
+        CUDA_LAUNCH_CHECK();
+    }
+}
 #endif
 
 template <class T>
 inline void attention_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
 #ifdef __CUDACC__
     if (ctx.device == Device::CUDA) {
+        if (use_flash<T>(C, NH)) { flash_forward(ctx, out, lse, qkv, B, T_, C, NH); return; }
         if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
         attention_forward_kernel<<<ceil_div((size_t)B * NH * T_, 8), 256, 0, ctx.stream>>>(out, lse, qkv, B, T_, C, NH);
         CUDA_LAUNCH_CHECK();
@@ -252,6 +553,7 @@ inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* 
         float* D = gpu_scratch(D_buf, ctx, rows);
         int grid = (int)ceil_div(rows, 8);
         attention_backward_D_kernel<<<grid, 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+        if (use_flash<T>(C, NH)) { flash_backward(ctx, dqkv, dout, qkv, lse, D, B, T_, C, NH); return; }
         attention_backward_dq_kernel<<<grid, 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, C, NH);
         attention_backward_dkv_kernel<<<grid, 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, C, NH);
         CUDA_LAUNCH_CHECK();

@@ -139,8 +139,10 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias) {
     if (bias) compare(name, "dbias (+=)", widen(cdb), gdb.host(), bx<X>(1e-5));
 }
 
-template <class X> static void check_attention(int B, int T, int C, int NH) {
-    char name[96]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d", dtype_name<X>(), B, T, C, NH);
+template <class X> static void check_attention(int B, int T, int C, int NH, bool flash = true) {
+    g_flash_attention = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
+    char name[112]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d%s", dtype_name<X>(), B, T, C, NH,
+                             use_flash<X>(C, NH) ? " (flash, tensor cores)" : "");
     auto qkv = randn<X>((size_t)B * T * 3 * C), dout = randn<X>((size_t)B * T * C);
     std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * 3 * C), cqkv = cast<X>(qkv), cdout = cast<X>(dout);
     std::vector<float> lse((size_t)B * NH * T);
@@ -153,6 +155,7 @@ template <class X> static void check_attention(int B, int T, int C, int NH) {
     attention_backward(cpu, dqkv.data(), cdout.data(), cqkv.data(), out.data(), lse.data(), B, T, C, NH);
     attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
     compare(name, "dqkv", widen(dqkv), gdqkv.host(), bx<X>(1e-4));
+    g_flash_attention = true;
 }
 
 template <class X> static void check_elementwise(size_t N) {
@@ -220,6 +223,9 @@ template <class X> static void check_all() {
     check_attention<X>(2, 9, 12, 3);
     check_attention<X>(2, 128, 768, 12);
     check_attention<X>(1, 64, 256, 2);   // head size 128
+    check_attention<X>(2, 100, 768, 12);  // T not a multiple of the tiles
+    check_attention<X>(1, 200, 512, 4);   // head size 128, T not a multiple of the tiles
+    check_attention<X>(2, 100, 768, 12, false);  // bf16: the warp-per-row kernels too
     check_elementwise<X>(1);
     check_elementwise<X>(100003);
     check_classifier<X>(3, 37, 40);

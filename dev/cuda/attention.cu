@@ -2,6 +2,10 @@
 dev/cuda/attention.cu — causal attention, forward and backward: CPU reference vs CUDA versions.
   v1: llmc/attention.cuh's fp32 online-softmax kernels (one warp per query row; backward split
       into dq and dk/dv passes, no atomics)
+  v2: the same kernels on bf16 data (fp32 math)
+  v3: bf16 flash attention on tensor cores (mma.sync m16n8k16; head size 64 or 128), the default
+      for bf16 in the trainer
+The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
 Reports each version's max relative error against the CPU op and its time and TFLOP/s
 (causal attention: 2·B·NH·T²·hs FLOPs forward — QKᵀ and PV over the lower triangle — and
 2.5× that for the backward).
@@ -30,4 +34,30 @@ int main(int argc, char** argv) {
         float ms = time_ms(v.run);
         printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", v.name, rel_err(dqkv, gdqkv.host()), ms, 2.5 * flops_fwd / ms / 1e9);
     }
+
+    // bf16: the same inputs rounded to bf16, against the CPU's bf16 op
+    auto to_bf = [](const std::vector<float>& v) { std::vector<bf16> r(v.size()); for (size_t i = 0; i < v.size(); i++) r[i] = from_f<bf16>(v[i]); return r; };
+    auto to_f32 = [](const std::vector<bf16>& v) { std::vector<float> r(v.size()); for (size_t i = 0; i < v.size(); i++) r[i] = to_f(v[i]); return r; };
+    std::vector<bf16> bqkv = to_bf(qkv), bdout = to_bf(dout), bout(out.size()), bdqkv(dqkv.size());
+    attention_forward(cpu_ctx, bout.data(), lse.data(), bqkv.data(), B, T, C, NH);
+    attention_backward(cpu_ctx, bdqkv.data(), bdout.data(), bqkv.data(), bout.data(), lse.data(), B, T, C, NH);
+    Buf<bf16> g_qkv, g_out, g_dout, g_dqkv;
+    for (auto* pr : {&g_qkv, &g_dqkv}) pr->alloc(gpu_ctx, qkv.size());
+    for (auto* pr : {&g_out, &g_dout}) pr->alloc(gpu_ctx, out.size());
+    ctx_copy(gpu_ctx, g_qkv.data(), bqkv.data(), bqkv.size() * 2);
+    ctx_copy(gpu_ctx, g_dout.data(), bdout.data(), bdout.size() * 2);
+    auto host_of = [&](Buf<bf16>& b) { std::vector<bf16> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * 2); return to_f32(h); };
+    auto want_out = to_f32(bout), want_dqkv = to_f32(bdqkv);
+    for (bool flash : {false, true}) {
+        g_flash_attention = flash;
+        const char* name = flash ? "v3 bf16 flash (mma.sync)" : "v2 bf16 warp-per-row";
+        if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
+        auto f = [&] { attention_forward(gpu_ctx, g_out.data(), glse.p(), g_qkv.data(), B, T, C, NH); };
+        auto b = [&] { attention_backward(gpu_ctx, g_dqkv.data(), g_dout.data(), g_qkv.data(), g_out.data(), glse.p(), B, T, C, NH); };
+        float msf = time_ms(f);
+        printf("forward  %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_out, host_of(g_out)), msf, flops_fwd / msf / 1e9);
+        float msb = time_ms(b);
+        printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_dqkv, host_of(g_dqkv)), msb, 2.5 * flops_fwd / msb / 1e9);
+    }
+    g_flash_attention = true;
 }
