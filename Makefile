@@ -21,6 +21,12 @@ MPI_FLAGS := -DLLMC_MPI $(addprefix -I,$(shell mpicxx --showme:incdirs))
 MPI_LIBS  := $(addprefix -L,$(shell mpicxx --showme:libdirs)) $(addprefix -l,$(shell mpicxx --showme:libs))
 endif
 NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
+# NCCL (with the CUDA toolkit, or libnccl-dev): GPU collectives. Needs MPI for its bootstrap.
+NCCL_H   := $(firstword $(wildcard $(dir $(NVCC))../include/nccl.h /usr/include/nccl.h))
+ifneq ($(and $(NCCL_H),$(MPICXX)),)
+NCCL_FLAGS := -DLLMC_NCCL
+NCCL_LIBS  := -L$(dir $(NCCL_H))../lib64 -lnccl
+endif
 HEADERS  := $(wildcard llmc/*.h llmc/*.cuh)
 
 ifeq ($(NO_CUDA),1)
@@ -40,7 +46,7 @@ deps:
 
 ifneq ($(NVCC),)
 train_gpt: train_gpt.cu $(HEADERS)
-	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp,-march=native $(MPI_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) -lcublasLt -lgomp
+	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp,-march=native $(MPI_FLAGS) $(NCCL_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lgomp
 else
 train_gpt: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)

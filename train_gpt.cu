@@ -85,6 +85,7 @@ static const FlagDef FLAGS[] = {
     {"save-model", "", "write the final model to this llm.c model file", false},
     {"save-precision", "fp32", "fp32 | bf16: dtype of --save-model", false},
     {"threads", "0", "CPU threads per rank (0: all cores, or OMP_NUM_THREADS)", false},
+    {"comm", "auto", "auto | mpi | nccl: collectives on GPU buffers (auto: nccl when every rank has its own GPU)", false},
     {"comm-stats", "0", "print the bytes each collective sent per step (also in the JSON log)", true},
 };
 
@@ -338,6 +339,12 @@ int main(int argc, char** argv) {
     int nthreads = 1;
 #endif
     Ctx ctx = make_ctx(device, mesh);
+    // --- the communication backend for GPU buffers: NCCL, or MPI staged through host memory
+    std::string comm_backend = f.choice("comm", {"auto", "mpi", "nccl"});
+    if (comm_backend == "nccl" && ctx.device != Device::CUDA) usage_error("--comm nccl: needs --device cuda (NCCL moves GPU buffers)");
+    bool use_nccl = ctx.device == Device::CUDA && mesh.world > 1 &&
+                    (comm_backend == "nccl" || (comm_backend == "auto" && comm_have_nccl() && mesh.local_size <= cuda_device_count()));
+    if (use_nccl) comm_nccl_init(&mesh, ctx);
 
     const bool bf16_run = precision == "bf16" || (precision == "auto" && ctx.device == Device::CUDA);
 

@@ -17,9 +17,18 @@ owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.
 Element types: float and bf16 (common.h). MPI has no bf16, so bf16 travels as 16-bit words
 and is summed by our own MPI operation (fp32 add, rounded to bf16 at each step — what NCCL's
 bf16 reductions do); sums are in the reduce-scatter's order, the same on every run.
-Backends: MPI here, for CPU buffers, and for GPU buffers staged through host memory (so several
-ranks can share one GPU in tests). (NCCL, for GPU buffers on a communication stream, is next.)
-A group of one rank never calls MPI, so a build without MPI runs everything single-process.
+Backends. MPI, for CPU buffers, and for GPU buffers staged through host memory (so several
+ranks can share one GPU in tests). NCCL (a CUDA build with nccl.h; --comm nccl, or auto when
+every rank has a GPU of its own), for GPU buffers: one NCCL communicator per group,
+bootstrapped over MPI (rank 0 of the group makes the unique id, MPI_Bcast sends it). NCCL's
+reduce-scatter and all-gather want equal chunks, so uneven ones go through a buffer padded to
+P·⌈S/P⌉ (two device copies, cheap next to the wire). Blocking collectives run on the compute
+stream, in order with the kernels around them. comm_all_gather_start (ZeRO-3's prefetch) and
+comm_all_reduce_start (DDP's per-unit gradient all-reduce) run on the group's communication
+stream: it waits for an event recorded on the compute stream (the data is ready), and
+comm_wait / comm_join make the compute stream wait for the communication stream's event —
+the host never blocks, and the backward or forward of the next unit overlaps the transfer.
+A group of one rank never communicates, so a build without MPI runs everything single-process.
 
 Byte counters. Each call adds the bytes one rank sends under the ring algorithm, the standard
 cost model (and what NCCL's rings move): for a buffer of M bytes on P ranks
@@ -38,6 +47,11 @@ Tests: test/test_comm.cpp (each collective under mpirun, counters), test/test_dp
 #ifdef LLMC_MPI
 #include <mpi.h>
 #endif
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#include <nccl.h>
+#define NCCL_CHECK(call) do { ncclResult_t r_ = (call); \
+    if (r_ != ncclSuccess) fatal("NCCL error at %s:%d: %s", __FILE__, __LINE__, ncclGetErrorString(r_)); } while (0)
+#endif
 
 enum CommOp { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, SEND_RECV, ALL_TO_ALL, BARRIER, NUM_COMM_OPS };
 inline const char* const COMM_OP_NAMES[NUM_COMM_OPS] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
@@ -51,7 +65,23 @@ struct Group {
 #endif
     double bytes[NUM_COMM_OPS] = {0};  // sent by this rank, ring model, since the last reset
     int calls[NUM_COMM_OPS] = {0};
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    ncclComm_t nccl = nullptr;                 // set by comm_nccl_init for GPU buffers
+    cudaStream_t compute = 0, stream = 0;      // the trainer's stream; this group's communication stream
+    cudaEvent_t comm_done = nullptr;           // recorded after the last asynchronous collective
+    void* pad[2] = {nullptr, nullptr};         // padded buffers for uneven chunks (grow): [0] for the
+    size_t pad_bytes[2] = {0, 0};              // compute stream, [1] for the communication stream
+#endif
 };
+
+// True when this group's collective on buf goes through NCCL.
+inline bool comm_uses_nccl(const Group& g, const void* buf) {
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    return g.nccl != nullptr && is_device_ptr(buf);
+#else
+    (void)g; (void)buf; return false;
+#endif
+}
 
 inline void comm_count(Group& g, CommOp op, double bytes) { g.bytes[op] += bytes; g.calls[op]++; }
 inline void comm_reset_stats(Group& g) { for (int i = 0; i < NUM_COMM_OPS; i++) { g.bytes[i] = 0; g.calls[i] = 0; } }
@@ -117,6 +147,28 @@ template <class T> inline MPI_Op mpi_sum() {
 }
 #endif
 
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+template <class T> inline ncclDataType_t nccl_type() { return std::is_same_v<T, float> ? ncclFloat32 : ncclBfloat16; }
+// At least n elements of device scratch for the compute stream (which = 0) or the communication
+// stream (1): two buffers, so a prefetch in flight never shares one with a blocking collective.
+template <class T> inline T* nccl_pad(Group& g, int which, size_t n) {
+    if (g.pad_bytes[which] < n * sizeof(T)) {
+        if (g.pad[which]) { CUDA_CHECK(cudaDeviceSynchronize()); CUDA_CHECK(cudaFree(g.pad[which])); }
+        g.pad_bytes[which] = n * sizeof(T);
+        CUDA_CHECK(cudaMalloc(&g.pad[which], g.pad_bytes[which]));
+    }
+    return (T*)g.pad[which];
+}
+// The communication stream waits until the compute stream has produced the data.
+inline void nccl_stream_waits_compute(Group& g) {
+    cudaEvent_t ready;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ready, g.compute));
+    CUDA_CHECK(cudaStreamWaitEvent(g.stream, ready, 0));
+    CUDA_CHECK(cudaEventDestroy(ready));
+}
+#endif
+
 // ----------------------------------------------------------------------------
 // collectives
 
@@ -124,6 +176,17 @@ template <class T> inline MPI_Op mpi_sum() {
 template <class T> inline void comm_reduce_scatter_sum(Group& g, const T* send, T* recv, size_t S) {
     comm_count(g, REDUCE_SCATTER, (double)sizeof(T) * S * (g.size - 1) / g.size);
     if (g.size == 1) { ctx_copy(Ctx(), recv, send, S * sizeof(T)); return; }  // host or device, no staging
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (comm_uses_nccl(g, send)) {  // padded to P equal chunks of c, reduced into the pad's first chunk slot
+        const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
+        T* pad = nccl_pad<T>(g, 0, (size_t)g.size * c + c);
+        CUDA_CHECK(cudaMemcpyAsync(pad, send, S * sizeof(T), cudaMemcpyDeviceToDevice, g.compute));
+        CUDA_CHECK(cudaMemsetAsync(pad + S, 0, ((size_t)g.size * c - S) * sizeof(T), g.compute));
+        NCCL_CHECK(ncclReduceScatter(pad, pad + (size_t)g.size * c, c, nccl_type<T>(), ncclSum, g.nccl, g.compute));
+        CUDA_CHECK(cudaMemcpyAsync(recv, pad + (size_t)g.size * c, (e - b) * sizeof(T), cudaMemcpyDeviceToDevice, g.compute));
+        return;
+    }
+#endif
 #ifdef LLMC_MPI
     std::vector<int> displs, counts = chunk_counts(S, g.size, &displs);
     Staged<T> s(send, S, true), r(recv, counts[g.rank], false);
@@ -138,6 +201,10 @@ struct CommHandle {
     MPI_Request req = MPI_REQUEST_NULL;
     std::vector<int> counts, displs;  // must outlive the request
 #endif
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    cudaEvent_t done = nullptr;       // NCCL: recorded on the communication stream after the transfer
+    cudaStream_t compute = 0;
+#endif
     bool active = false;
 };
 
@@ -146,6 +213,23 @@ template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S,
     comm_count(g, ALL_GATHER, (double)sizeof(T) * S * (g.size - 1) / g.size);
     h->active = false;
     if (g.size == 1) return;
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (comm_uses_nccl(g, buf)) {  // on the communication stream: every rank's chunk into a padded buffer, then back
+        const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
+        T* send = nccl_pad<T>(g, 1, (size_t)g.size * c + c);  // [P·c gathered | c my chunk]
+        T* gathered = send;
+        send += (size_t)g.size * c;
+        nccl_stream_waits_compute(g);
+        CUDA_CHECK(cudaMemcpyAsync(send, buf + b, (e - b) * sizeof(T), cudaMemcpyDeviceToDevice, g.stream));
+        NCCL_CHECK(ncclAllGather(send, gathered, c, nccl_type<T>(), g.nccl, g.stream));
+        CUDA_CHECK(cudaMemcpyAsync(buf, gathered, S * sizeof(T), cudaMemcpyDeviceToDevice, g.stream));
+        if (!h->done) CUDA_CHECK(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventRecord(h->done, g.stream));
+        h->compute = g.compute;
+        h->active = true;
+        return;
+    }
+#endif
 #ifdef LLMC_MPI
     h->counts = chunk_counts(S, g.size, &h->displs);
     if (is_device_ptr(buf)) {  // staged through the host: done now (NCCL will overlap it)
@@ -158,7 +242,11 @@ template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S,
     h->active = true;
 #endif
 }
+// Completes a started collective: MPI waits on the host; NCCL makes the compute stream wait.
 inline void comm_wait(CommHandle* h) {
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (h->active && h->done) { CUDA_CHECK(cudaStreamWaitEvent(h->compute, h->done, 0)); h->active = false; return; }
+#endif
 #ifdef LLMC_MPI
     if (h->active) MPI_Wait(&h->req, MPI_STATUS_IGNORE);
 #endif
@@ -173,6 +261,13 @@ template <class T> inline void comm_all_gather(Group& g, T* buf, size_t S) {
 // buf ← Σ_ranks buf, identical on every rank (reduce-scatter, then all-gather).
 template <class T> inline void comm_all_reduce_sum(Group& g, T* buf, size_t S, std::vector<T>* scratch) {
     if (g.size == 1) { comm_count(g, ALL_REDUCE, 0); return; }
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (comm_uses_nccl(g, buf)) {  // NCCL's ring all-reduce: every rank ends with the same bits too
+        comm_count(g, ALL_REDUCE, 2.0 * sizeof(T) * S * (g.size - 1) / g.size);
+        NCCL_CHECK(ncclAllReduce(buf, buf, S, nccl_type<T>(), ncclSum, g.nccl, g.compute));
+        return;
+    }
+#endif
     size_t b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
     Staged<T> all(buf, S, true);  // one staging for both halves when buf is on a GPU
     scratch->resize(std::max<size_t>(e - b, 1));
@@ -185,6 +280,30 @@ template <class T> inline void comm_all_reduce_sum(Group& g, T* buf, size_t S, s
     g.bytes[REDUCE_SCATTER] -= half; g.calls[REDUCE_SCATTER]--;
     g.bytes[ALL_GATHER] -= half; g.calls[ALL_GATHER]--;
     comm_count(g, ALL_REDUCE, 2 * half);
+}
+
+// The same, started on the communication stream when it goes through NCCL (DDP: one unit's
+// gradients while the backward goes on); otherwise done now. comm_join completes them all.
+template <class T> inline void comm_all_reduce_sum_start(Group& g, T* buf, size_t S, std::vector<T>* scratch) {
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (g.size > 1 && comm_uses_nccl(g, buf)) {
+        comm_count(g, ALL_REDUCE, 2.0 * sizeof(T) * S * (g.size - 1) / g.size);
+        nccl_stream_waits_compute(g);
+        NCCL_CHECK(ncclAllReduce(buf, buf, S, nccl_type<T>(), ncclSum, g.nccl, g.stream));
+        if (!g.comm_done) CUDA_CHECK(cudaEventCreateWithFlags(&g.comm_done, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventRecord(g.comm_done, g.stream));
+        return;
+    }
+#endif
+    comm_all_reduce_sum(g, buf, S, scratch);
+}
+// The compute stream waits for every collective started on the group's communication stream.
+inline void comm_join(Group& g) {
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (g.comm_done) CUDA_CHECK(cudaStreamWaitEvent(g.compute, g.comm_done, 0));
+#else
+    (void)g;
+#endif
 }
 
 // v[i] ← Σ_ranks v[i] for a few doubles, summed in rank order: identical everywhere, and the
@@ -205,6 +324,9 @@ inline void comm_sum_doubles(Group& g, double* v, int n) {
 template <class T> inline void comm_broadcast(Group& g, T* buf, size_t n, int root) {
     comm_count(g, BROADCAST, g.size > 1 ? (double)sizeof(T) * n : 0);
     if (g.size == 1) return;
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, g.nccl, g.compute)); return; }
+#endif
 #ifdef LLMC_MPI
     Staged<T> b(buf, n, true);
     MPI_Bcast(b.ptr, (int)n, mpi_type<T>(), root, g.comm);
@@ -213,12 +335,18 @@ template <class T> inline void comm_broadcast(Group& g, T* buf, size_t n, int ro
 }
 template <class T> inline void comm_send(Group& g, const T* buf, size_t n, int peer) {
     comm_count(g, SEND_RECV, (double)sizeof(T) * n);
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclSend(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
+#endif
 #ifdef LLMC_MPI
     Staged<T> b(buf, n, true);
     MPI_Send(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm);
 #endif
 }
 template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
+#endif
 #ifdef LLMC_MPI
     Staged<T> b(buf, n, false);
     MPI_Recv(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm, MPI_STATUS_IGNORE);
@@ -228,6 +356,17 @@ template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
 // send holds P blocks of n elements, block r for rank r; recv gets block `rank` of every rank.
 template <class T> inline void comm_all_to_all(Group& g, const T* send, T* recv, size_t n) {
     comm_count(g, ALL_TO_ALL, (double)sizeof(T) * n * (g.size - 1));
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (g.size > 1 && comm_uses_nccl(g, send)) {  // P sends and receives in one group
+        NCCL_CHECK(ncclGroupStart());
+        for (int r = 0; r < g.size; r++) {
+            NCCL_CHECK(ncclSend(send + (size_t)r * n, n, nccl_type<T>(), r, g.nccl, g.compute));
+            NCCL_CHECK(ncclRecv(recv + (size_t)r * n, n, nccl_type<T>(), r, g.nccl, g.compute));
+        }
+        NCCL_CHECK(ncclGroupEnd());
+        return;
+    }
+#endif
 #ifdef LLMC_MPI
     if (g.size > 1) {
         Staged<T> s(send, n * g.size, true), r(recv, n * g.size, false);
@@ -249,7 +388,7 @@ inline void comm_barrier(Group& g) {
 // the process mesh
 
 struct Mesh {
-    int rank = 0, world = 1, local_rank = 0;   // local_rank: index among this node's ranks (→ GPU)
+    int rank = 0, world = 1, local_rank = 0, local_size = 1;  // local: among this node's ranks (→ GPU)
     int dp = 1, pp = 1, cp = 1, tp = 1;
     int dp_rank = 0, pp_rank = 0, cp_rank = 0, tp_rank = 0;
     Group world_group, dp_group, pp_group, cp_group, tp_group;
@@ -272,6 +411,7 @@ inline void mesh_start(Mesh* m, int* argc, char*** argv) {
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &m->local_rank);
+    MPI_Comm_size(node, &m->local_size);
     MPI_Comm_free(&node);
     g_leave_collectively = comm_leave_collectively;
 #else
@@ -308,6 +448,32 @@ inline void mesh_build(Mesh* m, int tp, int pp, int cp) {
     make(&m->pp_group, "pp", (m->dp_rank * cp + m->cp_rank) * tp + m->tp_rank, m->pp_rank, pp);
     make(&m->cp_group, "cp", (m->dp_rank * pp + m->pp_rank) * tp + m->tp_rank, m->cp_rank, cp);
     make(&m->tp_group, "tp", (m->dp_rank * pp + m->pp_rank) * cp + m->cp_rank, m->tp_rank, tp);
+}
+
+// Gives every group of more than one rank an NCCL communicator on ctx's GPU, bootstrapped over
+// MPI, with its own communication stream. Collective over the world.
+inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
+#if defined(__CUDACC__) && defined(LLMC_NCCL) && defined(LLMC_MPI)
+    for (Group* g : {&m->world_group, &m->dp_group, &m->pp_group, &m->cp_group, &m->tp_group}) {
+        if (g->size == 1) continue;
+        ncclUniqueId id;
+        if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, g->comm);
+        NCCL_CHECK(ncclCommInitRank(&g->nccl, g->size, id, g->rank));
+        g->compute = ctx.stream;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    }
+#else
+    (void)m; (void)ctx;
+    usage_error("--comm nccl: this build has no NCCL (a CUDA build finds it through nccl.h); use --comm mpi");
+#endif
+}
+inline bool comm_have_nccl() {
+#if defined(__CUDACC__) && defined(LLMC_NCCL) && defined(LLMC_MPI)
+    return true;
+#else
+    return false;
+#endif
 }
 
 inline void mesh_finish(Mesh*) {

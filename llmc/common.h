@@ -314,6 +314,10 @@ template <class T> struct Buf {
     size_t size() const { return n; }
 };
 
+#ifndef __CUDACC__
+inline int cuda_device_count() { return 0; }
+#endif
+
 #ifdef __CUDACC__
 // Launch geometry for elementwise kernels and the check after every launch.
 inline int grid_for(size_t n, int block = 256) { return (int)std::max<size_t>(1, std::min<size_t>(ceil_div(n, block), 65535u * 32u)); }
@@ -324,6 +328,12 @@ inline int grid_for(size_t n, int block = 256) { return (int)std::max<size_t>(1,
 template <class T> inline T* gpu_scratch(Buf<T>& b, const Ctx& ctx, size_t n) {
     if (b.size() < n) b.alloc(ctx, n);
     return b.data();
+}
+
+inline int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
+    return n;
 }
 
 // Makes ctx the CUDA context of GPU `index`: its stream, cuBLASLt handle and workspace.

@@ -43,6 +43,11 @@ Determinism. Every stage reduces the same per-rank gradients with the same reduc
 and the gradient norm is summed over the same chunks in rank order; so without accumulation
 stages 0-3 produce bit-identical runs, and each run is bit-reproducible.
 
+Overlap (NCCL). DDP starts each unit's all-reduce on the communication stream as soon as the
+unit's gradient is complete and the backward of the next unit goes on; the optimizer step
+joins them. ZeRO-3's prefetch all-gather runs on the communication stream while the current
+unit computes. (With MPI the same calls complete at once: correct, without overlap.)
+
 The owner of the storage is this file: it points the model's per-unit pointers at it and
 follows the model's use of units through ParamHooks (model.h). A single process is dp = 1.
 Tests: test/test_dp.sh (dp = 2 and 4, every stage, against one process; memory and bytes
@@ -217,7 +222,7 @@ template <class T> inline void DataParallel<T>::grads_ready(int u) {
     size_t S = units[u].size, off = units[u].offset;
     if (zero < 2) {
         if (!last_micro) return;  // accumulate locally; reduce once per step
-        if (zero == 0) comm_all_reduce_sum(*group, grads_full.data() + off, S, &scratch);
+        if (zero == 0) comm_all_reduce_sum_start(*group, grads_full.data() + off, S, &scratch);  // NCCL: overlaps the backward
         else {
             comm_reduce_scatter_sum(*group, grads_full.data() + off, chunk_tmp.data(), S);
             ctx_copy(ctx, grads_full.data() + off + own_begin[u], chunk_tmp.data(), (own_end[u] - own_begin[u]) * sizeof(T));
@@ -240,6 +245,7 @@ template <class T> inline void dp_zero_grad(DataParallel<T>* d) {
 // rank order. Every stage holds (at least) its chunk of the reduced gradient, so the norm is
 // the same number in every stage.
 template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
+    comm_join(*d->group);  // DDP's per-unit all-reduces, if they ran asynchronously (NCCL)
     double s = 0.0;
     for (size_t u = 0; u < d->units.size(); u++) {
         size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);

@@ -59,6 +59,7 @@ expect_fail "--device cuda without CUDA" 2 "--device cuda" "${base[@]}" --device
 expect_fail "world size not divisible by tp" 2 "world size 1 is not divisible by tp*pp*cp = 2*1*1 = 2" "${base[@]}" --tp 2
 expect_fail "sequence parallel (later)" 2 "not yet supported" "${base[@]}" --sp 1
 expect_fail "fp16 (later)" 2 "not yet supported" "${base[@]}" --precision fp16
+expect_fail "--comm nccl on the CPU" 2 "--comm nccl: needs --device cuda" "${base[@]}" --device cpu --comm nccl
 expect_fail "missing model file" 2 "neither a preset" "${base[@]}" --model "$tmp/nope.bin"
 expect_fail "model file with wrong magic" 1 "is not a model file" "${base[@]}" --model "$tmp/model_badmagic.bin"
 expect_fail "model file with unknown version" 1 "version 4 is not supported" "${base[@]}" --model "$tmp/model_badversion.bin"
@@ -88,7 +89,7 @@ n=$(grep -c '^  --' "$tmp/help")
 for flag in device model train-data val-data batch-size seq-len total-batch-tokens steps lr warmup-steps lr-schedule \
             final-lr-frac weight-decay beta1 beta2 eps grad-clip seed shuffle precision recompute zero tp sp pp \
             pp-schedule vpp cp cp-layout output-dir checkpoint-every resume val-every val-steps sample-every \
-            gen-tokens log-file; do
+            gen-tokens log-file comm comm-stats; do
     grep -q -- "--$flag " "$tmp/help" || { echo "not ok - --help lists --$flag"; rc=1; }
 done
 [ $rc = 0 ] && echo "ok - --help lists all $n flags" || echo "not ok - --help"
