@@ -148,9 +148,8 @@ static Flags parse_flags(int argc, char** argv) {
 static Ctx make_ctx(const std::string& device, const Mesh& mesh) {
     Ctx ctx;
 #ifdef __CUDACC__
-    int n = 0;
-    bool have_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-    cudaGetLastError();
+    int n = cuda_device_count();
+    bool have_gpu = n > 0;
     if (device == "cuda" && !have_gpu) usage_error("--device cuda: no usable GPU on this machine; use --device cpu");
     if (device == "cpu" || !have_gpu) return ctx;
     cuda_ctx_init(&ctx, mesh.local_rank % n);
@@ -169,8 +168,7 @@ static GPTConfig model_config_from_spec(const std::string& spec, bool* is_file) 
         FILE* probe = fopen(spec.c_str(), "rb");
         if (!probe) usage_error("--model: '%s' is neither a preset (d12, gpt2:124M, ...) nor a readable model file", spec.c_str());
         fclose(probe);
-        bool bf16;
-        c = model_file_config(spec.c_str(), &bf16);
+        c = model_file_config(spec.c_str());
     }
     return c;
 }
@@ -300,8 +298,7 @@ int main(int argc, char** argv) {
     if (resume) {
         resume_dir = checkpoint_latest(out_dir);
         if (resume_dir.empty()) fatal("--resume: no checkpoint (step_*/) in '%s'", out_dir.c_str());
-        bool bf16;
-        GPTConfig saved = model_file_config((resume_dir + "/model.bin").c_str(), &bf16);
+        GPTConfig saved = model_file_config((resume_dir + "/model.bin").c_str());
         if (!gpt_same_shape(saved, config))
             usage_error("--resume: the checkpoint in '%s' holds an L=%d C=%d V=%d model, but --model %s is L=%d C=%d V=%d",
                         resume_dir.c_str(), saved.num_layers, saved.channels, saved.vocab_size, model_spec.c_str(),

@@ -35,8 +35,8 @@ test/test_dp.sh (sharded checkpoints in every ZeRO stage, resharding).
 static const int MODEL_MAGIC = 20240326;
 static const int64_t STATE_MAGIC = 20241121;
 
-// Reads and checks a model file's header. Returns its config; *bf16 tells the dtype.
-inline GPTConfig model_file_config(const char* path, bool* bf16) {
+// Reads and checks a model file's header. Returns its config; *file_bf16 (if given) tells the dtype.
+inline GPTConfig model_file_config(const char* path, bool* file_bf16 = nullptr) {
     FILE* f = fopen_or_die(path, "rb");
     int h[256];
     fread_or_die(h, sizeof(int), 256, f, path);
@@ -50,8 +50,8 @@ inline GPTConfig model_file_config(const char* path, bool* bf16) {
         c.channels % c.num_heads != 0 || c.padded_vocab_size < c.vocab_size)
         fatal("'%s': inconsistent model header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path, c.max_seq_len,
               c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size);
-    *bf16 = h[1] == 5;
-    long long expect = 1024 + (long long)make_layout(c).total * (*bf16 ? 2 : 4);
+    if (file_bf16) *file_bf16 = h[1] == 5;
+    long long expect = 1024 + (long long)make_layout(c).total * (h[1] == 5 ? 2 : 4);
     long long actual = file_size_or_die(path);
     if (actual != expect)
         fatal("'%s': header describes a %lld-byte file (L=%d C=%d V=%d), but the file has %lld bytes",
@@ -61,13 +61,13 @@ inline GPTConfig model_file_config(const char* path, bool* bf16) {
 
 // Reads (or writes) unit u of an open model file from (into) unit, converting between the file's
 // tensor-major order and the unit's layer-major one (model.h: unit_file_pieces).
-template <class T>
-inline void model_file_unit_io(FILE* f, const char* path, const GPT<T>& g, int u, float* unit, bool write, bool bf16) {
+inline void model_file_unit_io(FILE* f, const char* path, const GPTConfig& c, const ParamLayout& p, int u, float* unit,
+                               bool write, bool file_bf16) {
     std::vector<uint16_t> h;
-    for (const FilePiece& pc : unit_file_pieces(g.config, g.layout, u)) {
-        fseek(f, 1024 + (long)(pc.file_off * (bf16 ? 2 : 4)), SEEK_SET);
+    for (const FilePiece& pc : unit_file_pieces(c, p, u)) {
+        fseek(f, 1024 + (long)(pc.file_off * (file_bf16 ? 2 : 4)), SEEK_SET);
         float* x = unit + pc.unit_off;
-        if (!bf16) {
+        if (!file_bf16) {
             if (write) fwrite_or_die(x, 4, pc.n, f, path); else fread_or_die(x, 4, pc.n, f, path);
             continue;
         }
@@ -82,17 +82,17 @@ inline void model_file_unit_io(FILE* f, const char* path, const GPT<T>& g, int u
     }
 }
 
-inline void model_file_write_header(FILE* f, const char* path, const GPTConfig& c, bool bf16) {
+inline void model_file_write_header(FILE* f, const char* path, const GPTConfig& c, bool file_bf16) {
     int h[256] = {0};
-    h[0] = MODEL_MAGIC; h[1] = bf16 ? 5 : 3; h[2] = c.max_seq_len; h[3] = c.vocab_size; h[4] = c.num_layers;
+    h[0] = MODEL_MAGIC; h[1] = file_bf16 ? 5 : 3; h[2] = c.max_seq_len; h[3] = c.vocab_size; h[4] = c.num_layers;
     h[5] = c.num_heads; h[6] = c.channels; h[7] = c.padded_vocab_size;
     fwrite_or_die(h, sizeof(int), 256, f, path);
 }
 
 // Loads a model file into the data-parallel storage (each rank keeps what its stage keeps).
 template <class T> inline void model_file_load(DataParallel<T>* d, const char* path) {
-    bool bf16;
-    GPTConfig c = model_file_config(path, &bf16);
+    bool file_bf16;
+    GPTConfig c = model_file_config(path, &file_bf16);
     const GPT<T>& g = *d->g;
     if (!gpt_same_shape(c, g.config))
         fatal("'%s' does not match the model being loaded (file: L=%d C=%d NH=%d V=%d maxT=%d)", path,
@@ -101,7 +101,7 @@ template <class T> inline void model_file_load(DataParallel<T>* d, const char* p
     avec<float> unit;
     for (int u = 0; u < gpt_num_units(c); u++) {
         unit.resize(d->units[u].size);
-        model_file_unit_io(f, path, g, u, unit.data(), false, bf16);
+        model_file_unit_io(f, path, g.config, g.layout, u, unit.data(), false, file_bf16);
         dp_set_unit(d, u, unit.data());
     }
     fclose(f);
@@ -110,19 +110,19 @@ template <class T> inline void model_file_load(DataParallel<T>* d, const char* p
 // Writes the model as an llm.c model file from dp rank 0 (written to PATH.tmp, then renamed).
 // Collective: where the weights are sharded (data_parallel.h: dp_get_unit) every dp rank takes
 // part in gathering each unit. The weights written are the fp32 master.
-template <class T> inline void model_file_save(DataParallel<T>* d, const std::string& path, bool bf16) {
+template <class T> inline void model_file_save(DataParallel<T>* d, const std::string& path, bool file_bf16) {
     const GPT<T>& g = *d->g;
     std::string tmp = path + ".tmp";
     FILE* f = nullptr;
     if (d->rank == 0) {
         f = fopen_or_die(tmp.c_str(), "wb");
-        model_file_write_header(f, tmp.c_str(), g.config, bf16);
+        model_file_write_header(f, tmp.c_str(), g.config, file_bf16);
     }
     avec<float> unit;
     for (int u = 0; u < gpt_num_units(g.config); u++) {
         unit.resize(d->units[u].size);
         dp_get_unit(d, u, unit.data());
-        if (f) model_file_unit_io(f, tmp.c_str(), g, u, unit.data(), true, bf16);
+        if (f) model_file_unit_io(f, tmp.c_str(), g.config, g.layout, u, unit.data(), true, file_bf16);
     }
     if (f && (fclose(f) != 0 || rename(tmp.c_str(), path.c_str()) != 0)) fatal("cannot write model file '%s'", path.c_str());
 }

@@ -68,6 +68,7 @@ struct Group {
 #if defined(__CUDACC__) && defined(LLMC_NCCL)
     ncclComm_t nccl = nullptr;                 // set by comm_nccl_init for GPU buffers
     cudaStream_t compute = 0, stream = 0;      // the trainer's stream; this group's communication stream
+    cudaEvent_t ready = nullptr;               // recorded on the compute stream: the data is there
     cudaEvent_t comm_done = nullptr;           // recorded after the last asynchronous collective
     void* pad[2] = {nullptr, nullptr};         // padded buffers for uneven chunks (grow): [0] for the
     size_t pad_bytes[2] = {0, 0};              // compute stream, [1] for the communication stream
@@ -161,11 +162,8 @@ template <class T> inline T* nccl_pad(Group& g, int which, size_t n) {
 }
 // The communication stream waits until the compute stream has produced the data.
 inline void nccl_stream_waits_compute(Group& g) {
-    cudaEvent_t ready;
-    CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(ready, g.compute));
-    CUDA_CHECK(cudaStreamWaitEvent(g.stream, ready, 0));
-    CUDA_CHECK(cudaEventDestroy(ready));
+    CUDA_CHECK(cudaEventRecord(g.ready, g.compute));
+    CUDA_CHECK(cudaStreamWaitEvent(g.stream, g.ready, 0));
 }
 #endif
 
@@ -209,21 +207,28 @@ struct CommHandle {
 };
 
 // Starts gathering every rank's chunk of buf (S elements, in place). Wait with comm_wait.
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+// Every rank's chunk of buf (S elements, in place) through a padded buffer [P·c gathered | my chunk],
+// on `stream` with pad buffer `which` (0: compute stream, 1: communication stream).
+template <class T> inline void nccl_all_gather(Group& g, T* buf, size_t S, cudaStream_t stream, int which) {
+    const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
+    T* gathered = nccl_pad<T>(g, which, (size_t)g.size * c + c);
+    T* mine = gathered + (size_t)g.size * c;
+    CUDA_CHECK(cudaMemcpyAsync(mine, buf + b, (e - b) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+    NCCL_CHECK(ncclAllGather(mine, gathered, c, nccl_type<T>(), g.nccl, stream));
+    CUDA_CHECK(cudaMemcpyAsync(buf, gathered, S * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+}
+#endif
+
 template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S, CommHandle* h) {
     comm_count(g, ALL_GATHER, (double)sizeof(T) * S * (g.size - 1) / g.size);
     h->active = false;
     if (g.size == 1) return;
 #if defined(__CUDACC__) && defined(LLMC_NCCL)
-    if (comm_uses_nccl(g, buf)) {  // on the communication stream: every rank's chunk into a padded buffer, then back
-        const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
-        T* send = nccl_pad<T>(g, 1, (size_t)g.size * c + c);  // [P·c gathered | c my chunk]
-        T* gathered = send;
-        send += (size_t)g.size * c;
+    if (comm_uses_nccl(g, buf)) {  // on the communication stream, once the compute stream has written buf
         nccl_stream_waits_compute(g);
-        CUDA_CHECK(cudaMemcpyAsync(send, buf + b, (e - b) * sizeof(T), cudaMemcpyDeviceToDevice, g.stream));
-        NCCL_CHECK(ncclAllGather(send, gathered, c, nccl_type<T>(), g.nccl, g.stream));
-        CUDA_CHECK(cudaMemcpyAsync(buf, gathered, S * sizeof(T), cudaMemcpyDeviceToDevice, g.stream));
-        if (!h->done) CUDA_CHECK(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+        nccl_all_gather(g, buf, S, g.stream, 1);
+        if (!h->done) CUDA_CHECK(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));  // once per handle
         CUDA_CHECK(cudaEventRecord(h->done, g.stream));
         h->compute = g.compute;
         h->active = true;
@@ -253,6 +258,13 @@ inline void comm_wait(CommHandle* h) {
     h->active = false;
 }
 template <class T> inline void comm_all_gather(Group& g, T* buf, size_t S) {
+#if defined(__CUDACC__) && defined(LLMC_NCCL)
+    if (g.size > 1 && comm_uses_nccl(g, buf)) {  // blocking: on the compute stream, in order, no events
+        comm_count(g, ALL_GATHER, (double)sizeof(T) * S * (g.size - 1) / g.size);
+        nccl_all_gather(g, buf, S, g.compute, 0);
+        return;
+    }
+#endif
     CommHandle h;
     comm_all_gather_start(g, buf, S, &h);
     comm_wait(&h);
@@ -290,7 +302,6 @@ template <class T> inline void comm_all_reduce_sum_start(Group& g, T* buf, size_
         comm_count(g, ALL_REDUCE, 2.0 * sizeof(T) * S * (g.size - 1) / g.size);
         nccl_stream_waits_compute(g);
         NCCL_CHECK(ncclAllReduce(buf, buf, S, nccl_type<T>(), ncclSum, g.nccl, g.stream));
-        if (!g.comm_done) CUDA_CHECK(cudaEventCreateWithFlags(&g.comm_done, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventRecord(g.comm_done, g.stream));
         return;
     }
@@ -300,7 +311,7 @@ template <class T> inline void comm_all_reduce_sum_start(Group& g, T* buf, size_
 // The compute stream waits for every collective started on the group's communication stream.
 inline void comm_join(Group& g) {
 #if defined(__CUDACC__) && defined(LLMC_NCCL)
-    if (g.comm_done) CUDA_CHECK(cudaStreamWaitEvent(g.compute, g.comm_done, 0));
+    if (g.nccl) CUDA_CHECK(cudaStreamWaitEvent(g.compute, g.comm_done, 0));
 #else
     (void)g;
 #endif
@@ -462,6 +473,8 @@ inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
         NCCL_CHECK(ncclCommInitRank(&g->nccl, g->size, id, g->rank));
         g->compute = ctx.stream;
         CUDA_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&g->comm_done, cudaEventDisableTiming));
     }
 #else
     (void)m; (void)ctx;

@@ -235,8 +235,7 @@ template <class X> static void check_all() {
 }
 
 int main() {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { printf("not ok - gpucheck_ops: no usable GPU\n"); return 1; }
+    if (cuda_device_count() == 0) { printf("not ok - gpucheck_ops: no usable GPU\n"); return 1; }
     cuda_ctx_init(&gpu, 0);
     check_all<float>();
     check_all<bf16>();

@@ -96,6 +96,20 @@ same_across_stages() {
                   || echo "not ok - $2: ZeRO stages differ"
 }
 
+# resume_check PRECISION Z: dp=2, accumulation 2, shuffling; 6 straight steps == 3, resume, 3
+resume_check() {
+    local p=$1 z=$2 a="$tmp/ra_$1_$2" b="$tmp/rb_$1_$2"
+    local run=(--precision "$p" --batch-size 4 --total-batch-tokens 512 --steps 6 --zero "$z" --shuffle 1)
+    mpi 2 "${common[@]}" "${run[@]}" --output-dir "$a" --checkpoint-every 3 --log-file "$a.jsonl" --save-model "$a.bin" >"$a.txt" 2>&1
+    mkdir -p "$b" && cp -r "$a/step_00000003" "$b/"
+    mpi 2 "${common[@]}" "${run[@]}" --output-dir "$b" --checkpoint-every 3 --log-file "$b.jsonl" --resume --save-model "$b.bin" >"$b.txt" 2>&1
+    if [ "$(wc -l <"$b.jsonl" 2>/dev/null)" = 3 ] && cmp -s <(fields "$a.jsonl" | tail -3) <(fields "$b.jsonl") && cmp -s "$a.bin" "$b.bin"; then
+        echo "ok - $p dp=2 zero=$z: resuming at step 3 continues bit for bit (losses, norms, final weights)"
+    else
+        echo "not ok - $p dp=2 zero=$z: resume differs"; tail -2 "$b.txt" | sed 's/^/#   /'
+    fi
+}
+
 # --- one-process references: the global batch of dp × B, with and without accumulation
 for acc in 1 2; do
     "$BIN" "${common[@]}" --batch-size 8 --total-batch-tokens $((8*32*acc)) --steps $STEPS \
@@ -141,37 +155,11 @@ PY
     same_across_stages "$tmp/b${N}" "bf16 dp=$N"
     check_memory_and_bytes "$tmp/b${N}" "$N" bf16
 done
-for z in 1 3; do  # bf16 resume: the working copy is rebuilt from the fp32 master in model.bin
-    run=(--precision bf16 --batch-size 4 --total-batch-tokens 512 --steps 6 --zero $z --shuffle 1)
-    mpi 2 "${common[@]}" "${run[@]}" --output-dir "$tmp/qa$z" --checkpoint-every 3 --log-file "$tmp/qa$z.jsonl" \
-        --save-model "$tmp/qa$z.bin" >"$tmp/qa$z.txt" 2>&1
-    mkdir -p "$tmp/qb$z" && cp -r "$tmp/qa$z/step_00000003" "$tmp/qb$z/"
-    mpi 2 "${common[@]}" "${run[@]}" --output-dir "$tmp/qb$z" --checkpoint-every 3 --log-file "$tmp/qb$z.jsonl" --resume \
-        --save-model "$tmp/qb$z.bin" >"$tmp/qb$z.txt" 2>&1
-    if [ "$(wc -l <"$tmp/qb$z.jsonl" 2>/dev/null)" = 3 ] && cmp -s <(fields "$tmp/qa$z.jsonl" | tail -3) <(fields "$tmp/qb$z.jsonl") \
-       && cmp -s "$tmp/qa$z.bin" "$tmp/qb$z.bin"; then
-        echo "ok - bf16 dp=2 zero=$z: resuming at step 3 continues bit for bit (losses, norms, final weights)"
-    else
-        echo "not ok - bf16 dp=2 zero=$z: resume differs"; tail -2 "$tmp/qb$z.txt" | sed 's/^/#   /'
-    fi
-done
+for z in 1 3; do resume_check bf16 $z; done  # the bf16 working copy is rebuilt from the fp32 master in model.bin
 
 # --- resume: bit-exact in every stage (dp=2, accumulation 2, shuffling)
-for z in 0 1 2 3; do
-    run=(--batch-size 4 --total-batch-tokens 512 --steps 6 --zero $z --shuffle 1)
-    mpi 2 "${common[@]}" "${run[@]}" --output-dir "$tmp/ra$z" --checkpoint-every 3 --log-file "$tmp/ra$z.jsonl" \
-        --save-model "$tmp/ra$z.bin" >"$tmp/ra$z.txt" 2>&1
-    mkdir -p "$tmp/rb$z" && cp -r "$tmp/ra$z/step_00000003" "$tmp/rb$z/"
-    mpi 2 "${common[@]}" "${run[@]}" --output-dir "$tmp/rb$z" --checkpoint-every 3 --log-file "$tmp/rb$z.jsonl" --resume \
-        --save-model "$tmp/rb$z.bin" >"$tmp/rb$z.txt" 2>&1
-    if [ "$(wc -l <"$tmp/rb$z.jsonl" 2>/dev/null)" = 3 ] && cmp -s <(fields "$tmp/ra$z.jsonl" | tail -3) <(fields "$tmp/rb$z.jsonl") \
-       && cmp -s "$tmp/ra$z.bin" "$tmp/rb$z.bin"; then
-        echo "ok - dp=2 zero=$z: resuming at step 3 continues bit for bit (losses, norms, final weights)"
-    else
-        echo "not ok - dp=2 zero=$z: resume differs"; tail -2 "$tmp/rb$z.txt" | sed 's/^/#   /'
-    fi
-done
-ls "$tmp/ra3/step_00000006" | grep -q "state_rank00001.bin" && echo "ok - each dp rank writes its own optimizer shard" \
+for z in 0 1 2 3; do resume_check fp32 $z; done
+ls "$tmp/ra_fp32_3/step_00000006" | grep -q "state_rank00001.bin" && echo "ok - each dp rank writes its own optimizer shard" \
     || echo "not ok - sharded checkpoint files missing"
 
 # --- resharding: saved at dp=4 ZeRO-3, resumed at dp=2 ZeRO-1 (and at dp=1) with the same global batch

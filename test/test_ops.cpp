@@ -316,7 +316,7 @@ static void test_bf16_ops() {
         layernorm_backward(ctx, dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
         layernorm_backward(ctx, bdx.data(), bdw.data(), bdb.data(), bd.data(), bx.data(), bw.data(), bmean.data(), brstd.data(), N, C);
         check_rounded_once("bf16 layernorm backward dinp (accumulated)", dx, bdx);
-        check_rounded_once("bf16 layernorm backward dw, db (accumulated)", dw, bdw);
+        check_rounded_once("bf16 layernorm backward dw (accumulated)", dw, bdw);
         check_rounded_once("bf16 layernorm backward db (accumulated)", db, bdb);
     }
     {   // matmul

@@ -17,8 +17,7 @@ static Ctx cpu_ctx, gpu_ctx;
 static Rng dev_rng(7);
 
 inline void dev_init() {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) { fprintf(stderr, "error: no usable GPU\n"); exit(2); }
+    if (cuda_device_count() == 0) { fprintf(stderr, "error: no usable GPU\n"); exit(2); }
     cuda_ctx_init(&gpu_ctx, 0);
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
