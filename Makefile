@@ -102,8 +102,23 @@ dev-cuda: $(DEV_CUDA)
 
 GPU_TEST_BINARIES := $(if $(NVCC),build/gpucheck_ops $(DEV_CUDA))
 
+# The same op checks without a GPU: g++ compiles the CUDA backend against test/simt.h, which runs
+# every kernel on CPU fibers (and emulates cuBLASLt). Launches `k<<<cfg>>>(args);` become
+# simt::launch("k", {cfg}, [&] { k(args); }); in copies under build/simt (lines kept: errors
+# point at the original line). Needs no nvcc; `make test` runs it.
+SIMT_LAUNCH := s/\b(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*)\);/simt::launch("$$1", simt::Cfg{$$2}, [&] { $$1($$3); });/g
+build/simcheck_ops: test/gpucheck_ops.cu test/simt.h $(HEADERS)
+	@mkdir -p build/simt/llmc build/simt/test
+	@for f in $(HEADERS) test/gpucheck_ops.cu; do \
+	    { echo "#line 1 \"$$f\""; perl -pe '$(SIMT_LAUNCH)' $$f; } > build/simt/$$f; done
+	$(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing -Wno-unused-function -DLLMC_SIMT -include test/simt.h \
+	    -x c++ build/simt/test/gpucheck_ops.cu -o $@ $(LDLIBS)
+build/test_simt: test/test_simt.cpp test/simt.h
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing $< -o $@
+
 test: all test-deps
-	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm $(GPU_TEST_BINARIES)
+	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm build/test_simt build/simcheck_ops $(GPU_TEST_BINARIES)
 	bash test/run_tests.sh
 
 gpucheck: all test-deps

@@ -43,7 +43,7 @@ inline void adamw_update_cpu(float* params, const T* grads, float* m, float* v, 
     }
 }
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 template <class T>
 __global__ void adamw_kernel(float* params, const T* grads, float* m, float* v, T* copy, size_t n, float lr, float beta1,
                              float beta2, float eps, float wd, float bc1, float bc2, float grad_scale) {
@@ -65,7 +65,7 @@ template <class T>
 inline void adamw_update(const Ctx& ctx, float* params, const T* grads, float* m, float* v, NoDeduce<T>* copy, size_t n,
                          float lr, float beta1, float beta2, float eps, float wd, int t,
                          float grad_scale) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
         adamw_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale);

@@ -130,7 +130,7 @@ inline void attention_backward_cpu(float* dqkv, const float* dout, const float* 
         }
 }
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 static const int ATT_MAX_PER_LANE = 8;  // head size up to 256
 
 // r[k] = p[lane + 32k] for the head channels this lane holds (0 past the head size)
@@ -245,9 +245,13 @@ __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* q
 // ---- bf16 tensor-core flash attention (see the header)
 
 __device__ inline void mma_bf16_16816(float* c, const uint32_t* a, const uint32_t* b) {
+#ifdef LLMC_SIMT
+    simt::mma_m16n8k16_bf16(c, a, b);  // the CPU emulator's warp-wide product (test/simt.h)
+#else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 __device__ inline uint32_t pack_bf16(float lo, float hi) {  // two floats → bf16 pair, lo in the low half
     return (uint32_t)from_f<bf16>(lo).bits | ((uint32_t)from_f<bf16>(hi).bits << 16);
@@ -529,7 +533,7 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
 
 template <class T>
 inline void attention_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if (use_flash<T>(C, NH)) { flash_forward(ctx, out, lse, qkv, B, T_, C, NH); return; }
         if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
@@ -546,7 +550,7 @@ inline void attention_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, 
 template <class T>
 inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
                                int B, int T_, int C, int NH) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         size_t rows = (size_t)B * NH * T_;
         static Buf<float> D_buf;

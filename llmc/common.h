@@ -106,10 +106,18 @@ inline long long file_size_or_die(const char* path) {
 
 enum class Device { CPU, CUDA };
 
+// LLMC_CUDA: the CUDA backend is compiled. By nvcc (__CUDACC__), or by g++ under test/simt.h
+// (LLMC_SIMT), which runs the same kernels on CPU fibers so that `make test` executes them.
+#if defined(__CUDACC__) || defined(LLMC_SIMT)
+#define LLMC_CUDA 1
+#endif
+
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublasLt.h>
+#endif
+#ifdef LLMC_CUDA
 #define CUDA_CHECK(call) do { cudaError_t e_ = (call); \
     if (e_ != cudaSuccess) fatal("CUDA error at %s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e_)); } while (0)
 #define CUBLAS_CHECK(call) do { cublasStatus_t s_ = (call); \
@@ -118,7 +126,7 @@ enum class Device { CPU, CUDA };
 
 struct Ctx {
     Device device = Device::CPU;
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     cudaStream_t stream = 0;
     cublasLtHandle_t lt = nullptr;
     void* workspace = nullptr;     // cuBLASLt workspace
@@ -129,7 +137,7 @@ struct Ctx {
 // ----------------------------------------------------------------------------
 // bf16 <-> fp32 (round to nearest even; NaN stays NaN)
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 #define HD __host__ __device__
 #else
 #define HD
@@ -234,7 +242,7 @@ template <class T> struct F32View {
 inline bool g_cuda_active = false;  // set once the CUDA backend is initialized
 
 inline bool is_device_ptr(const void* p) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (!g_cuda_active || !p) return false;
     cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) { cudaGetLastError(); return false; }
@@ -247,7 +255,7 @@ inline bool is_device_ptr(const void* p) {
 // dst ← src (bytes), host or device on either side; complete when it returns.
 inline void ctx_copy(const Ctx& ctx, void* dst, const void* src, size_t bytes) {
     if (bytes == 0 || dst == src) return;
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA || is_device_ptr(dst) || is_device_ptr(src)) {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream));
         CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
@@ -260,7 +268,7 @@ inline void ctx_copy(const Ctx& ctx, void* dst, const void* src, size_t bytes) {
 
 inline void ctx_zero(const Ctx& ctx, void* p, size_t bytes) {
     if (bytes == 0) return;
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx.stream)); return; }
 #endif
     (void)ctx;
@@ -285,7 +293,7 @@ template <class T> struct Buf {
     ~Buf() { release(); }
     void release() {
         if (!ptr) return;
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
         if (dev == Device::CUDA) { cudaFree(ptr); g_gpu_bytes -= ceil_div(n * sizeof(T), 64) * 64; } else
 #endif
         free(ptr);
@@ -296,7 +304,7 @@ template <class T> struct Buf {
         dev = ctx.device; n = count;
         if (count == 0) return;
         size_t bytes = ceil_div(count * sizeof(T), 64) * 64;
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
         if (dev == Device::CUDA) {
             if (cudaMalloc((void**)&ptr, bytes) != cudaSuccess)
                 fatal("out of GPU memory allocating %.1f MiB", bytes / 1048576.0);
@@ -314,11 +322,11 @@ template <class T> struct Buf {
     size_t size() const { return n; }
 };
 
-#ifndef __CUDACC__
+#ifndef LLMC_CUDA
 inline int cuda_device_count() { return 0; }
 #endif
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 // Launch geometry for elementwise kernels and the check after every launch.
 inline int grid_for(size_t n, int block = 256) { return (int)std::max<size_t>(1, std::min<size_t>(ceil_div(n, block), 65535u * 32u)); }
 #define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())

@@ -42,7 +42,7 @@ inline void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, co
         }
 }
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 template <class T>
 __global__ void encoder_forward_kernel(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
     size_t n = (size_t)B * T_ * C;
@@ -99,7 +99,7 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
 
 template <class T>
 inline void encoder_forward(const Ctx& ctx, T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         encoder_forward_kernel<<<grid_for((size_t)B * T_ * C), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T_, C);
         CUDA_LAUNCH_CHECK();
@@ -112,7 +112,7 @@ inline void encoder_forward(const Ctx& ctx, T* out, const int* tok, const T* wte
 template <class T>
 inline void encoder_backward(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C,
                              size_t V) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T_, C); return; }
 #endif
     (void)V;

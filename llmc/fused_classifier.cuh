@@ -44,7 +44,7 @@ inline void fused_classifier_cpu(T* logits, float* losses, const int* targets, i
     }
 }
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 // block-wide reduction of one value per thread (blockDim.x a multiple of 32, ≤ 1024)
 template <bool MAX> __device__ inline float block_reduce(float v) {
     __shared__ float shared[32];
@@ -78,7 +78,7 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
 
 template <class T>
 inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         fused_classifier_kernel<<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         CUDA_LAUNCH_CHECK();

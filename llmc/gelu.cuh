@@ -33,7 +33,7 @@ template <class T> inline void gelu_backward_cpu(T* dinp, const T* inp, const T*
     }
 }
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 template <class T> __global__ void gelu_forward_kernel(T* out, const T* inp, size_t N) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
         float x = to_f(inp[i]);
@@ -51,7 +51,7 @@ template <class T> __global__ void gelu_backward_kernel(T* dinp, const T* inp, c
 #endif
 
 template <class T> inline void gelu_forward(const Ctx& ctx, T* out, const T* inp, size_t N) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         gelu_forward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(out, inp, N);
         CUDA_LAUNCH_CHECK();
@@ -61,7 +61,7 @@ template <class T> inline void gelu_forward(const Ctx& ctx, T* out, const T* inp
     gelu_forward_cpu(out, inp, N);
 }
 template <class T> inline void gelu_backward(const Ctx& ctx, T* dinp, const T* inp, const T* dout, size_t N) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         gelu_backward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(dinp, inp, dout, N);
         CUDA_LAUNCH_CHECK();

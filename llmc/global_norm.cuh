@@ -34,7 +34,7 @@ template <class T> inline double global_norm_squared_cpu(const T* g, size_t n) {
     return total;
 }
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 template <class T> __global__ void norm_squared_chunks_kernel(double* part, const T* g, size_t n, size_t chunk) {
     __shared__ double shared[256];
     size_t c = blockIdx.x, end = min(n, (c + 1) * chunk);
@@ -51,7 +51,7 @@ template <class T> __global__ void norm_squared_chunks_kernel(double* part, cons
 #endif
 
 template <class T> inline double global_norm_squared(const Ctx& ctx, const T* g, size_t n) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         const size_t chunk = 1 << 16, nchunks = ceil_div(n, chunk);
         if (nchunks == 0) return 0.0;

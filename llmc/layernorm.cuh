@@ -95,7 +95,7 @@ template <class T> inline void add_inplace_cpu(T* dst, const T* src, size_t N) {
     for (size_t i = 0; i < N; i++) dst[i] = from_f<T>(to_f(dst[i]) + to_f(src[i]));
 }
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 // one warp per row
 template <class T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
@@ -164,7 +164,7 @@ template <class T> __global__ void add_inplace_kernel(T* dst, const T* src, size
 
 template <class T>
 inline void layernorm_forward(const Ctx& ctx, T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
         CUDA_LAUNCH_CHECK();
@@ -176,7 +176,7 @@ inline void layernorm_forward(const Ctx& ctx, T* out, float* mean, float* rstd, 
 template <class T>
 inline void layernorm_backward(const Ctx& ctx, T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                                const float* mean, const float* rstd, int N, int C) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         layernorm_backward_dinp_kernel<<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
         const int K = std::min(N, 64), rows = (int)ceil_div(N, K);
@@ -195,7 +195,7 @@ inline void layernorm_backward(const Ctx& ctx, T* dinp, T* dw, T* db, const T* d
     di.store(); dW.store(); dB.store();
 }
 template <class T> inline void residual_forward(const Ctx& ctx, T* out, const T* a, const T* b, size_t N) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         residual_forward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(out, a, b, N);
         CUDA_LAUNCH_CHECK();
@@ -205,7 +205,7 @@ template <class T> inline void residual_forward(const Ctx& ctx, T* out, const T*
     residual_forward_cpu(out, a, b, N);
 }
 template <class T> inline void add_inplace(const Ctx& ctx, T* dst, const T* src, size_t N) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if (N) add_inplace_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(dst, src, N);
         CUDA_LAUNCH_CHECK();

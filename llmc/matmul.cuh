@@ -142,7 +142,7 @@ inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const floa
     }
 }
 
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
 #include <map>
 #include <tuple>
 
@@ -256,7 +256,7 @@ inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const
 
 template <class T>
 inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, const NoDeduce<T>* bias, int N, int C, int OC) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) { matmul_forward_cuda<T>(ctx, out, inp, W, bias, N, C, OC); return; }
 #endif
     F32View<T> o(out, (size_t)N * OC, false), x(inp, (size_t)N * C), w(W, (size_t)OC * C), b(bias, OC);
@@ -266,7 +266,7 @@ inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, con
 template <class T>
 inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, const T* dout, const T* inp, const T* W,
                             int N, int C, int OC) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) { matmul_backward_cuda<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC); return; }
 #endif
     F32View<T> di(dinp, (size_t)N * C, false), dw(dW, (size_t)OC * C), db(dbias, OC), d(dout, (size_t)N * OC),

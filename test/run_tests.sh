@@ -10,6 +10,10 @@
 #   test_comm           every collective under mpirun (4 and 3 ranks), byte counters, the mesh
 #   test_dp             DDP and ZeRO-1/2/3 on 2 and 4 CPU ranks against one process; memory and
 #                       bytes against the formulas; resume and resharding
+#   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
+#                       races, deadlocks, out-of-bounds accesses
+#   simcheck_ops        every CUDA kernel run by that emulator against its CPU op (gpucheck_ops
+#                       compiled with g++), in both schedules
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both.
 set -u
@@ -46,8 +50,11 @@ for b in "${binaries[@]}"; do
     part "test_dp ($b)" bash test/test_dp.sh "$b"
 done
 part test_tokenizer bash test/test_tokenizer.sh
+part test_simt build/test_simt
+part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
+part "simcheck_ops (CUDA kernels emulated, reverse order)" env SIMT_ORDER=reverse build/simcheck_ops
 if [ -x build/gpucheck_ops ]; then
-    echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80); they run on a GPU machine with 'make gpucheck' (skipped here)"
+    echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"
 else
     echo "== GPU checks: skipped (no nvcc: the CUDA code was not compiled)"
 fi

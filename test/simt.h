@@ -1,0 +1,561 @@
+/*
+simt.h — runs the project's CUDA kernels on the CPU, so that `make test` executes them on a
+machine without a GPU: a SIMT emulator, the CUDA runtime calls the backend makes, and cuBLASLt's
+matmul. It is a test tool, not a backend: slow (every CUDA thread is a fiber), exact in what it
+checks, silent about speed.
+
+How it is used. `make test` builds build/simcheck_ops: test/gpucheck_ops.cu (every CUDA op
+against its CPU op) compiled by g++ with this header forced in first (-include) and -DLLMC_SIMT.
+common.h then defines LLMC_CUDA, which compiles the CUDA backend's code (kernels, launches,
+Ctx's stream) exactly as nvcc would, except that
+  - kernel launches `k<<<grid, block, smem, stream>>>(args);` are rewritten by the Makefile (one
+    perl substitution, line numbers kept) into simt::launch("k", {grid, block, smem, stream},
+    [&] { k(args); });
+  - the one inline-PTX instruction, mma.sync (attention.cuh), calls simt::mma_m16n8k16_bf16.
+
+The model of a GPU:
+  - A launch runs its blocks one after another on each OpenMP thread (blocks are independent).
+    A block's threads are fibers (their own stacks, switched by a few instructions on x86-64)
+    that run one at a time until they reach a barrier.
+  - __syncthreads() releases when every live thread of the block has arrived; a warp collective
+    (__shfl_*_sync, mma) when every lane of the warp has. Threads waiting at different barriers
+    with nothing left to run is a deadlock on a GPU too: it is reported, with the kernel's name.
+    So is a warp collective that some lanes of its warp have exited before.
+  - Scheduling: one warp at a time runs as far as it can (to the next __syncthreads), its lanes
+    in thread order between warp collectives; the warps in order, or all of it in reverse order
+    with SIMT_ORDER=reverse. Both are legal GPU schedules with the most skew between threads, so
+    a kernel that reads what another thread writes without a barrier between them (within a
+    warp or across warps) gives a different result in one of them; `make test` runs both.
+  - __shared__ variables are per block (static thread_local: one block at a time per OS thread).
+  - cudaMalloc places each buffer so that its end (rounded to 256 bytes, cudaMalloc's alignment)
+    touches an inaccessible page: a kernel reading or writing past a buffer crashes, and the
+    SIGSEGV handler names the kernel, block and thread.
+  - mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32: D = A·B + C over the whole warp, with the
+    fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point
+    type"; g = lane/4, t = lane%4, element i of a register pair holds the low half first):
+      A 16×16: reg r holds row g + 8·(r%2), columns 2t + 8·(r/2) + {0, 1}
+      B 16×8:  reg r holds rows (k) 2t + 8·r + {0, 1}, column (n) g
+      C, D 16×8 fp32: c[e] is row g + 8·(e/2), column 2t + e%2
+    Products of bf16 are exact in fp32; the sum runs in fp32 in k order (the tensor core's
+    internal order differs: last-bit differences, within every bound of gpucheck_ops).
+  - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
+    bf16 outputs rounded once) with the bias epilogue, after checking that every matrix layout
+    agrees with m, n, k and the transposes, and that each pointer has the alignment promised to
+    the heuristic. The algorithm is a placeholder.
+Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, streams
+(every call completes before it returns), atomics (none of the kernels uses them).
+
+Test: make test (run_tests.sh: "simcheck_ops", both orders); the emulator's own checks in
+test/test_simt.cpp.
+*/
+#pragma once
+#ifndef LLMC_SIMT
+#define LLMC_SIMT 1
+#endif
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+#include <sys/mman.h>
+#include <unistd.h>
+#ifndef __x86_64__
+#include <ucontext.h>
+#endif
+
+// ---- the CUDA C++ dialect, as g++ sees it
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static thread_local
+
+struct uint3 { unsigned x = 0, y = 0, z = 0; };
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// CUDA's integer min/max take mixed operands
+template <class A, class B> inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }
+template <class A, class B> inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
+
+inline thread_local uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
+
+namespace simt {
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) inline void die(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "simt: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stderr);
+    _exit(3);
+}
+
+// ---- fibers: a stack and a saved stack pointer each; switch(save, to) stores the callee-saved
+// registers on the current stack, saves its pointer in *save and resumes the fiber at `to`.
+#ifdef __x86_64__
+extern "C" void simt_switch(void** save, void* to);
+asm(R"(
+    .pushsection .text
+    .weak simt_switch
+    .type simt_switch, @function
+simt_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size simt_switch, .-simt_switch
+    .popsection
+)");
+#endif
+
+enum State : uint8_t { READY, AT_WARP, AT_BLOCK, DONE };
+struct Fiber {
+    void* sp = nullptr;
+    State state = READY;
+    unsigned warp_ops = 0;  // warp collectives passed: lanes must agree at each one
+#ifndef __x86_64__
+    ucontext_t uc;
+#endif
+};
+struct WarpSlots {             // what the lanes of a warp exchange, double-buffered by parity
+    uint32_t x[2][32];         // shuffles
+    uint32_t a[2][32][4], b[2][32][2];  // mma operands
+};
+struct BlockRun {              // one OS thread's block in flight
+    const char* kernel = "";
+    const std::function<void()>* fn = nullptr;
+    int nthreads = 0, cur = 0;
+    std::vector<Fiber> fibers;
+    std::vector<WarpSlots> warps;
+    char* stacks = nullptr;
+    size_t stack_bytes = 0, nstacks = 0;
+    void* sched_sp = nullptr;
+#ifndef __x86_64__
+    ucontext_t sched_uc;
+#endif
+    Fiber& me() { return fibers[cur]; }
+};
+inline thread_local BlockRun* tl_run = nullptr;
+inline bool g_reverse = [] { const char* e = getenv("SIMT_ORDER"); return e && !strcmp(e, "reverse"); }();
+static const size_t STACK_BYTES = 128 << 10, PAGE = 4096;
+
+inline void resume(BlockRun& r, int i) {  // scheduler → fiber i, until it blocks or ends
+    r.cur = i;
+    threadIdx.x = i % blockDim.x; threadIdx.y = i / blockDim.x % blockDim.y; threadIdx.z = i / (blockDim.x * blockDim.y);
+#ifdef __x86_64__
+    simt_switch(&r.sched_sp, r.fibers[i].sp);
+#else
+    swapcontext(&r.sched_uc, &r.fibers[i].uc);
+#endif
+}
+inline void block_on(State s) {  // fiber → scheduler
+    BlockRun& r = *tl_run;
+    r.me().state = s;
+#ifdef __x86_64__
+    simt_switch(&r.me().sp, r.sched_sp);
+#else
+    swapcontext(&r.me().uc, &r.sched_uc);
+#endif
+}
+inline void fiber_main() {
+    BlockRun& r = *tl_run;
+    (*r.fn)();
+    block_on(DONE);  // never resumed
+    die("a finished fiber was resumed");
+}
+
+inline void start_fibers(BlockRun& r) {
+    if (r.nstacks < (size_t)r.nthreads) {  // stacks with an inaccessible page below each
+        if (r.stacks) munmap(r.stacks, r.nstacks * (STACK_BYTES + PAGE));
+        r.nstacks = r.nthreads;
+        r.stacks = (char*)mmap(nullptr, r.nstacks * (STACK_BYTES + PAGE), PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (r.stacks == MAP_FAILED) die("cannot map fiber stacks");
+        for (size_t i = 0; i < r.nstacks; i++) mprotect(r.stacks + i * (STACK_BYTES + PAGE), PAGE, PROT_NONE);
+    }
+    r.fibers.assign(r.nthreads, Fiber{});
+    r.warps.resize((r.nthreads + 31) / 32);
+    for (int i = 0; i < r.nthreads; i++) {
+        char* top = r.stacks + (size_t)(i + 1) * (STACK_BYTES + PAGE);
+#ifdef __x86_64__
+        // what simt_switch pops: fp control (mxcsr, x87), six registers, then fiber_main as the
+        // return address, placed so that fiber_main starts with the ABI's stack alignment
+        uintptr_t* s = (uintptr_t*)(((uintptr_t)top & ~(uintptr_t)15) - 16);
+        s[0] = (uintptr_t)&fiber_main;
+        s -= 6;
+        for (int k = 0; k < 6; k++) s[k] = 0;
+        s -= 1;
+        uint32_t csr[2] = {0x1f80u, 0x037fu};  // default MXCSR and x87 control word
+        memcpy(s, csr, 8);
+        r.fibers[i].sp = s;
+#else
+        getcontext(&r.fibers[i].uc);
+        r.fibers[i].uc.uc_stack.ss_sp = top - STACK_BYTES;
+        r.fibers[i].uc.uc_stack.ss_size = STACK_BYTES;
+        r.fibers[i].uc.uc_link = nullptr;
+        makecontext(&r.fibers[i].uc, fiber_main, 0);
+#endif
+    }
+}
+
+// Runs one block to completion. Each warp in turn runs as far as it can: its lanes in thread
+// order until each blocks, then its warp collective, again and again, until every lane waits at
+// __syncthreads or has ended. Then the next warp. When no warp can move, a block barrier that
+// every live thread has reached is released. One warp running far ahead of the others is a
+// legal schedule on a GPU, and the one that exposes a missing __syncthreads between warps.
+inline bool release_warp(BlockRun& r, int w) {  // true if warp w's lanes all reached a collective
+    const int n = r.nthreads, lanes = std::min(32, n - w * 32);
+    int live = 0, at_warp = 0;
+    for (int l = 0; l < lanes; l++) {
+        State s = r.fibers[w * 32 + l].state;
+        live += s != DONE;
+        at_warp += s == AT_WARP;
+    }
+    if (at_warp == 0 || at_warp < live) return false;
+    if (live < 32) die("%s: a warp collective (shuffle/mma) with lanes that exited or do not exist (warp %d)", r.kernel, w);
+    for (int l = 1; l < 32; l++)
+        if (r.fibers[w * 32 + l].warp_ops != r.fibers[w * 32].warp_ops)
+            die("%s: lanes of warp %d reach different warp collectives (divergent shuffle/mma, lane %d)", r.kernel, w, l);
+    for (int l = 0; l < 32; l++) r.fibers[w * 32 + l].state = READY;
+    return true;
+}
+inline void run_block(BlockRun& r) {
+    start_fibers(r);
+    const int n = r.nthreads, nwarps = (n + 31) / 32;
+    for (;;) {
+        for (int k = 0; k < nwarps; k++) {
+            const int w = g_reverse ? nwarps - 1 - k : k, lanes = std::min(32, n - w * 32);
+            do {
+                for (int j = 0; j < lanes; j++) {
+                    int i = w * 32 + (g_reverse ? lanes - 1 - j : j);
+                    if (r.fibers[i].state == READY) resume(r, i);
+                }
+            } while (release_warp(r, w));
+        }
+        int live = 0, at_block = 0;
+        for (const Fiber& f : r.fibers) { live += f.state != DONE; at_block += f.state == AT_BLOCK; }
+        if (live == 0) return;
+        if (at_block < live)
+            die("%s: deadlock: threads wait at different barriers (__syncthreads or a collective in divergent code), block (%u,%u,%u)",
+                r.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
+        for (Fiber& f : r.fibers) if (f.state == AT_BLOCK) f.state = READY;
+    }
+}
+
+// ---- what the kernels call
+inline void syncthreads() { block_on(AT_BLOCK); }
+inline void warp_barrier() { tl_run->me().warp_ops++; block_on(AT_WARP); }
+inline int lane_id() { return tl_run->cur % 32; }
+inline WarpSlots& my_warp() { return tl_run->warps[tl_run->cur / 32]; }
+
+template <class T> inline T shfl(unsigned mask, T v, int src_of_lane(int, int), int arg, int width) {
+    static_assert(sizeof(T) == 4, "simt: shuffles of 4-byte values only");
+    if (mask != 0xffffffffu) die("%s: shuffle with a partial mask is not emulated", tl_run->kernel);
+    if (width != 32) die("%s: shuffle with width != 32 is not emulated", tl_run->kernel);
+    WarpSlots& w = my_warp();
+    const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
+    memcpy(&w.x[buf][lane], &v, 4);
+    warp_barrier();
+    int src = src_of_lane(lane, arg);
+    T r;
+    memcpy(&r, &w.x[buf][(src >= 0 && src < 32) ? src : lane], 4);
+    return r;
+}
+
+inline void mma_m16n8k16_bf16(float* c, const uint32_t* a, const uint32_t* b) {
+    WarpSlots& w = my_warp();
+    const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
+    memcpy(w.a[buf][lane], a, 16);
+    memcpy(w.b[buf][lane], b, 8);
+    warp_barrier();
+    auto half = [](uint32_t reg, int hi) {  // the bf16 in the low (hi = 0) or high half, as fp32
+        uint32_t u = (hi ? reg >> 16 : reg & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f;
+    };
+    auto A = [&](int row, int k) { return half(w.a[buf][(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2); };
+    auto B = [&](int k, int n) { return half(w.b[buf][n * 4 + (k % 8) / 2][k / 8], k % 2); };
+    const int g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+        float s = c[e];
+        for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
+        c[e] = s;
+    }
+}
+
+// ---- launches
+struct Cfg { dim3 grid, block; size_t smem = 0; void* stream = nullptr; };
+
+struct Where { const char* kernel; uint3 block, thread; };
+inline thread_local Where tl_where{"(host code)", {}, {}};
+inline void on_segv(int) {
+    const Where& w = tl_where;
+    char msg[256];
+    int len = snprintf(msg, sizeof(msg), "simt: invalid memory access (past a buffer's end?) in %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
+                       w.kernel, w.block.x, w.block.y, w.block.z, threadIdx.x, threadIdx.y, threadIdx.z);
+    if (write(2, msg, len) < 0) {}
+    _exit(3);
+}
+inline bool g_segv_installed = [] {
+    stack_t ss;  // the handler runs on its own stack (a fiber's may be the one that overflowed)
+    ss.ss_sp = malloc(1 << 16); ss.ss_size = 1 << 16; ss.ss_flags = 0;
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_segv;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+    return true;
+}();
+
+inline void launch(const char* kernel, const Cfg& cfg, const std::function<void()>& fn) {
+    const long nthreads = (long)cfg.block.x * cfg.block.y * cfg.block.z;
+    const long nblocks = (long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
+    if (nthreads < 1 || nthreads > 1024) die("%s: %ld threads per block (1 to 1024 allowed)", kernel, nthreads);
+    if (cfg.grid.y > 65535 || cfg.grid.z > 65535 || cfg.grid.x > 2147483647u || nblocks < 1)
+        die("%s: grid (%u, %u, %u) out of CUDA's limits", kernel, cfg.grid.x, cfg.grid.y, cfg.grid.z);
+    if (cfg.smem) die("%s: dynamic shared memory is not emulated", kernel);
+    #pragma omp parallel if (nblocks > 1)
+    {
+        static thread_local BlockRun run;
+        // each OS thread has its own signal stack (the handler may run on any of them)
+        static thread_local bool alt = [] {
+            stack_t ss; ss.ss_sp = malloc(1 << 16); ss.ss_size = 1 << 16; ss.ss_flags = 0;
+            return sigaltstack(&ss, nullptr) == 0;
+        }();
+        (void)alt;
+        run.kernel = kernel; run.fn = &fn; run.nthreads = (int)nthreads;
+        tl_run = &run;
+        blockDim = cfg.block; gridDim = cfg.grid;
+        #pragma omp for schedule(dynamic, 1)
+        for (long i = 0; i < nblocks; i++) {
+            blockIdx.x = (unsigned)(i % cfg.grid.x);
+            blockIdx.y = (unsigned)(i / cfg.grid.x % cfg.grid.y);
+            blockIdx.z = (unsigned)(i / ((long)cfg.grid.x * cfg.grid.y));
+            tl_where = Where{kernel, blockIdx, {}};
+            run_block(run);
+        }
+        tl_where = Where{"(host code)", {}, {}};
+        tl_run = nullptr;
+    }
+}
+
+// ---- device memory: host pages, each buffer's (256-rounded) end against an inaccessible page
+struct Alloc { char* map; size_t map_bytes; size_t bytes; };
+inline std::mutex g_alloc_mu;
+inline std::map<uintptr_t, Alloc> g_allocs;  // by start address
+inline void* device_alloc(size_t bytes) {
+    size_t body = (bytes + 255) / 256 * 256, pages = (body + PAGE - 1) / PAGE * PAGE;
+    char* m = (char*)mmap(nullptr, pages + PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    mprotect(m + pages, PAGE, PROT_NONE);
+    char* p = m + pages - body;
+    memset(p, 0xff, body);  // fresh device memory is garbage (here: NaN), not zeros
+    std::lock_guard<std::mutex> lock(g_alloc_mu);
+    g_allocs[(uintptr_t)p] = Alloc{m, pages + PAGE, bytes};
+    return p;
+}
+inline bool device_owns(const void* p) {
+    std::lock_guard<std::mutex> lock(g_alloc_mu);
+    auto it = g_allocs.upper_bound((uintptr_t)p);
+    if (it == g_allocs.begin()) return false;
+    --it;
+    return (uintptr_t)p < it->first + it->second.bytes;
+}
+inline void device_free(void* p) {
+    std::lock_guard<std::mutex> lock(g_alloc_mu);
+    auto it = g_allocs.find((uintptr_t)p);
+    if (it == g_allocs.end()) die("cudaFree of a pointer cudaMalloc did not return");
+    munmap(it->second.map, it->second.map_bytes);
+    g_allocs.erase(it);
+}
+}  // namespace simt
+
+inline void __syncthreads() { simt::syncthreads(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { simt::warp_barrier(); }
+template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    return simt::shfl(mask, v, [](int lane, int m) { return lane ^ m; }, lane_mask, width);
+}
+template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    return simt::shfl(mask, v, [](int lane, int d) { return lane + d; }, (int)delta, width);
+}
+template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    return simt::shfl(mask, v, [](int, int s) { return s; }, src, width);
+}
+
+// ---- the CUDA runtime calls of the backend (every call completes before it returns)
+enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1 };
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaMemoryType { cudaMemoryTypeUnregistered, cudaMemoryTypeHost, cudaMemoryTypeDevice, cudaMemoryTypeManaged };
+struct cudaPointerAttributes { cudaMemoryType type; int device; void* devicePointer; void* hostPointer; };
+typedef struct CUstream_st* cudaStream_t;
+inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated CUDA error"; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { static char dummy; *s = (cudaStream_t)&dummy; return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
+    *p = (T*)simt::device_alloc(bytes);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFree(void* p) { if (p) simt::device_free(p); return cudaSuccess; }
+inline cudaError_t cudaMemset(void* p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { memmove(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) { memmove(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+    memset(a, 0, sizeof(*a));
+    a->type = simt::device_owns(p) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    return cudaSuccess;
+}
+
+// ---- cuBLASLt: the matmul with its layouts, transposes, bias epilogue and alignment contract
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
+enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
+enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
+enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
+enum cublasLtMatmulDescAttributes_t {
+    CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8
+};
+enum cublasLtMatmulPreferenceAttributes_t {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+};
+struct SimtLtDesc { cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N; cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT; const void* bias = nullptr; };
+struct SimtLtLayout { cudaDataType_t type; uint64_t rows, cols; int64_t ld; };
+struct SimtLtPref { uint32_t align[4] = {256, 256, 256, 256}; };  // A, B, C, D
+struct cublasLtMatmulAlgo_t { uint32_t align[4]; };
+struct cublasLtMatmulHeuristicResult_t { cublasLtMatmulAlgo_t algo; size_t workspaceSize; cublasStatus_t state; float wavesCount; };
+typedef void* cublasLtHandle_t;
+typedef SimtLtDesc* cublasLtMatmulDesc_t;
+typedef SimtLtLayout* cublasLtMatrixLayout_t;
+typedef SimtLtPref* cublasLtMatmulPreference_t;
+
+inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { static char dummy; *h = &dummy; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t, cudaDataType_t scale) {
+    if (scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    *d = new SimtLtDesc; return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void* v, size_t n) {
+    switch (a) {
+        case CUBLASLT_MATMUL_DESC_TRANSA: if (n != sizeof(d->ta)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->ta, v, n); break;
+        case CUBLASLT_MATMUL_DESC_TRANSB: if (n != sizeof(d->tb)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->tb, v, n); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE: if (n != sizeof(d->epi)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->epi, v, n); break;
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias, v, n); break;
+        default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t t, uint64_t rows, uint64_t cols, int64_t ld) {
+    if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;  // column-major: ld ≥ rows
+    *l = new SimtLtLayout{t, rows, cols, ld}; return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) { *p = new SimtLtPref; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const void* v, size_t n) {
+    if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return n == sizeof(size_t) || n == 8 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    if (a < CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES || a > CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (n != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(&p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], v, n);
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p,
+                                                     int requested, cublasLtMatmulHeuristicResult_t* res, int* found) {
+    if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(res, 0, sizeof(*res));
+    memcpy(res->algo.align, p->align, sizeof(p->align));
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+namespace simt {
+inline float lt_read(const void* base, cudaDataType_t t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float*)base)[i];
+    uint32_t u = (uint32_t)((const uint16_t*)base)[i] << 16; float f; memcpy(&f, &u, 4); return f;
+}
+inline void lt_write(void* base, cudaDataType_t t, size_t i, float v) {
+    if (t == CUDA_R_32F) { ((float*)base)[i] = v; return; }
+    uint32_t u; memcpy(&u, &v, 4);  // round to nearest even (NaN stays NaN)
+    if ((u & 0x7fffffffu) > 0x7f800000u) u = (u | 0x400000u);
+    else u += 0x7fffu + ((u >> 16) & 1u);
+    ((uint16_t*)base)[i] = (uint16_t)(u >> 16);
+}
+}  // namespace simt
+inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha, const void* A, cublasLtMatrixLayout_t la,
+                                     const void* B, cublasLtMatrixLayout_t lb, const void* beta, const void* C, cublasLtMatrixLayout_t lc,
+                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+    using simt::die;
+    const bool ta = op->ta == CUBLAS_OP_T, tb = op->tb == CUBLAS_OP_T;
+    const size_t m = ld->rows, n = ld->cols, k = ta ? la->rows : la->cols;
+    if ((ta ? la->cols : la->rows) != m) die("cublasLtMatmul: A's layout (%lu × %lu, %s) does not give op(A) the %zu rows of D", (unsigned long)la->rows, (unsigned long)la->cols, ta ? "T" : "N", m);
+    if ((tb ? lb->rows : lb->cols) != n || (tb ? lb->cols : lb->rows) != k)
+        die("cublasLtMatmul: B's layout (%lu × %lu, %s) does not match op(A) (%zu × %zu) and D (%zu × %zu)", (unsigned long)lb->rows, (unsigned long)lb->cols, tb ? "T" : "N", m, k, m, n);
+    if (lc->rows != m || lc->cols != n) die("cublasLtMatmul: C's layout differs from D's");
+    if (la->type != lb->type || lc->type != ld->type) die("cublasLtMatmul: mixed operand types are not emulated");
+    const void* ptrs[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)ptrs[i] % algo->align[i]) die("cublasLtMatmul: matrix %c is less aligned than the %u bytes promised to the heuristic", "ABCD"[i], algo->align[i]);
+    if (op->epi == CUBLASLT_EPILOGUE_BIAS && !op->bias) die("cublasLtMatmul: bias epilogue without a bias pointer");
+    if (op->epi != CUBLASLT_EPILOGUE_BIAS && op->epi != CUBLASLT_EPILOGUE_DEFAULT) die("cublasLtMatmul: epilogue %d not emulated", (int)op->epi);
+    const float al = *(const float*)alpha, be = *(const float*)beta;
+    const cudaDataType_t t = la->type, to = ld->type;
+    // op(A) as rows of k (m of them) and op(B) as columns of k (n of them), fp32
+    std::vector<float> a(m * k), b(n * k);
+    for (size_t i = 0; i < m; i++)
+        for (size_t p = 0; p < k; p++) a[i * k + p] = simt::lt_read(A, t, ta ? p + i * la->ld : i + p * la->ld);
+    for (size_t j = 0; j < n; j++)
+        for (size_t p = 0; p < k; p++) b[j * k + p] = simt::lt_read(B, t, tb ? j + p * lb->ld : p + j * lb->ld);
+    #pragma omp parallel for schedule(static)
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < m; i++) {
+            float s = 0.0f;
+            for (size_t p = 0; p < k; p++) s += a[i * k + p] * b[j * k + p];
+            float v = al * s;
+            if (be != 0.0f) v += be * simt::lt_read(C, lc->type, i + j * lc->ld);
+            if (op->epi == CUBLASLT_EPILOGUE_BIAS) v += simt::lt_read(op->bias, to, i);
+            simt::lt_write(D, to, i + j * ld->ld, v);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}

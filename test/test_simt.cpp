@@ -1,0 +1,168 @@
+/*
+test_simt — the CPU SIMT emulator (test/simt.h) checked on its own, so that "the CUDA kernels pass
+under the emulator" (build/simcheck_ops) means something:
+  - mma.m16n8k16: fragments loaded with the PTX ISA's index formulas (written out again here)
+    multiply to the plain product A·B + C;
+  - shuffles (xor, down, indexed) return the source lane's value;
+  - __syncthreads: a block reduction through shared memory is right in both schedules, and the
+    same reduction with its barrier removed is wrong in at least one of them (the race is seen);
+  - the failures a GPU would show are reported, each in a child process that must exit with
+    status 3 and name the kernel (one block each: libgomp's threads do not survive fork): a
+    __syncthreads that half a warp reaches while the other half waits at a shuffle (deadlock), a
+    shuffle after some lanes of the warp returned, reading past the end of a cudaMalloc buffer;
+  - cuBLASLt: a layout that does not match the transposes is refused.
+Prints "ok"/"not ok" lines. Build: make build/test_simt (g++, no GPU).
+*/
+#include "simt.h"
+#include <string>
+#include <sys/wait.h>
+
+static int n_pass = 0, n_fail = 0;
+static void check(bool ok, const char* what) {
+    printf("%s - simt: %s\n", ok ? "ok" : "not ok", what);
+    (ok ? n_pass : n_fail)++;
+}
+
+static uint16_t bf(float x) { uint32_t u; memcpy(&u, &x, 4); return (uint16_t)(u >> 16); }  // exact for the values used
+static float fl(uint16_t h) { uint32_t u = (uint32_t)h << 16; float x; memcpy(&x, &u, 4); return x; }
+
+// The PTX ISA's formulas for mma.m16n8k16 with .bf16 (g = lane>>2, t = lane%4; element i of the
+// fragment, two per 32-bit register, low half first).
+static int a_row(int lane, int i) { return lane / 4 + ((i >= 2 && i < 4) || i >= 6 ? 8 : 0); }
+static int a_col(int lane, int i) { return (lane % 4) * 2 + (i & 1) + (i >= 4 ? 8 : 0); }
+static int b_row(int lane, int i) { return (lane % 4) * 2 + (i & 1) + (i >= 2 ? 8 : 0); }
+static int b_col(int lane, int) { return lane / 4; }
+static int c_row(int lane, int i) { return lane / 4 + (i >= 2 ? 8 : 0); }
+static int c_col(int lane, int i) { return (lane % 4) * 2 + (i & 1); }
+
+static void test_mma() {
+    float A[16][16], B[16][8], C[16][8], D[16][8];
+    for (int r = 0; r < 16; r++) for (int k = 0; k < 16; k++) A[r][k] = fl(bf((float)((r * 7 + k * 3) % 11) - 5.0f));
+    for (int k = 0; k < 16; k++) for (int n = 0; n < 8; n++) B[k][n] = fl(bf((float)((k * 5 + n) % 9) - 4.0f) * 0.5f);
+    for (int r = 0; r < 16; r++) for (int n = 0; n < 8; n++) C[r][n] = (float)(r - n);
+    simt::launch("mma_test", simt::Cfg{1, 32}, [&] {
+        int lane = threadIdx.x;
+        uint32_t a[4], b[2];
+        uint16_t ah[8], bh[4];
+        for (int i = 0; i < 8; i++) ah[i] = bf(A[a_row(lane, i)][a_col(lane, i)]);
+        for (int i = 0; i < 4; i++) bh[i] = bf(B[b_row(lane, i)][b_col(lane, i)]);
+        for (int r = 0; r < 4; r++) a[r] = ah[2 * r] | ((uint32_t)ah[2 * r + 1] << 16);
+        for (int r = 0; r < 2; r++) b[r] = bh[2 * r] | ((uint32_t)bh[2 * r + 1] << 16);
+        float c[4];
+        for (int i = 0; i < 4; i++) c[i] = C[c_row(lane, i)][c_col(lane, i)];
+        simt::mma_m16n8k16_bf16(c, a, b);
+        for (int i = 0; i < 4; i++) D[c_row(lane, i)][c_col(lane, i)] = c[i];
+    });
+    bool ok = true;
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 8; n++) {
+            double s = C[r][n];
+            for (int k = 0; k < 16; k++) s += (double)A[r][k] * B[k][n];
+            ok &= D[r][n] == (float)s;  // small integers and halves: exact in fp32
+        }
+    check(ok, "mma m16n8k16 with the ISA's fragment layout equals A·B + C");
+}
+
+static void test_shuffles() {
+    int got[3][64];
+    simt::launch("shuffle_test", simt::Cfg{1, 64}, [&] {
+        int i = threadIdx.x, lane = i % 32;
+        got[0][i] = __shfl_xor_sync(0xffffffffu, 100 * (i / 32) + lane, 5);
+        got[1][i] = __shfl_down_sync(0xffffffffu, lane, 3);
+        got[2][i] = __shfl_sync(0xffffffffu, lane * lane, 7);
+    });
+    bool ok = true;
+    for (int i = 0; i < 64; i++) {
+        int lane = i % 32;
+        ok &= got[0][i] == 100 * (i / 32) + (lane ^ 5);
+        ok &= got[1][i] == (lane + 3 < 32 ? lane + 3 : lane);  // past the warp: own value
+        ok &= got[2][i] == 49;
+    }
+    check(ok, "shuffles (xor, down, indexed) read the source lane, per warp");
+}
+
+// sum of 0..255 by a block of 256 through shared memory; `barrier` false drops the one that
+// separates the writes from the reads
+static long block_sum(bool barrier) {
+    long result = -1;
+    simt::launch("block_sum", simt::Cfg{1, 256}, [&] {
+        __shared__ int s[256];
+        s[threadIdx.x] = threadIdx.x;
+        if (barrier) __syncthreads();
+        if (threadIdx.x == 0) { long t = 0; for (int i = 0; i < 256; i++) t += s[i]; result = t; }
+        __syncthreads();
+        s[threadIdx.x] = -1;  // the next block would see garbage, as on a GPU
+    });
+    return result;
+}
+static void test_races() {
+    const long want = 255 * 256 / 2;
+    bool saved = simt::g_reverse;
+    simt::g_reverse = false; long f = block_sum(true), f_race = block_sum(false);
+    simt::g_reverse = true;  long r = block_sum(true), r_race = block_sum(false);
+    simt::g_reverse = saved;
+    check(f == want && r == want, "a block reduction with its barrier is right in both schedules");
+    check(f_race != want || r_race != want, "the same reduction without the barrier is wrong in one schedule (the race is seen)");
+}
+
+// runs fn in a child; true if it exits with status 3 and its stderr mentions `needle`
+static bool dies_with(const std::function<void()>& fn, const char* needle) {
+    int pipefd[2];
+    if (pipe(pipefd)) return false;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2); close(pipefd[0]);
+        fn();
+        _exit(0);
+    }
+    close(pipefd[1]);
+    std::string err; char buf[512]; ssize_t k;
+    while ((k = read(pipefd[0], buf, sizeof(buf))) > 0) err.append(buf, k);
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 3 && err.find(needle) != std::string::npos;
+}
+
+static void test_failures() {
+    check(dies_with([] {
+              simt::launch("divergent", simt::Cfg{1, 64}, [] {  // half a warp at the barrier, half at a shuffle
+                  if (threadIdx.x % 32 < 16) __syncthreads(); else (void)__shfl_xor_sync(0xffffffffu, 1, 1);
+              });
+          }, "divergent: deadlock"),
+          "__syncthreads in divergent code is reported as a deadlock, with the kernel's name");
+    check(dies_with([] {
+              simt::launch("early_exit", simt::Cfg{1, 32}, [] { if (threadIdx.x == 3) return; (void)__shfl_xor_sync(0xffffffffu, 1.0f, 1); });
+          }, "early_exit: a warp collective"),
+          "a shuffle after some lanes of the warp returned is reported");
+    check(dies_with([] {
+              float* p; cudaMalloc(&p, 100 * sizeof(float));
+              simt::launch("past_the_end", simt::Cfg{1, 128}, [&] { volatile float x = p[threadIdx.x * 64]; (void)x; });
+          }, "in past_the_end, block"),
+          "reading past a cudaMalloc buffer's end is caught and names the kernel");
+    check(dies_with([] {
+              cublasLtHandle_t h; cublasLtCreate(&h);
+              cublasLtMatmulDesc_t op; cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+              cublasLtMatrixLayout_t la, lb, ld;  // D 4×3 = A(4×5)·B(5×3), but A declared 5×4 without TRANSA
+              cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, 5, 4, 5);
+              cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, 5, 3, 5);
+              cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, 4, 3, 4);
+              cublasLtMatmulPreference_t pref; cublasLtMatmulPreferenceCreate(&pref);
+              cublasLtMatmulHeuristicResult_t heur; int found;
+              cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &heur, &found);
+              float *A, *B, *D; cudaMalloc(&A, 80); cudaMalloc(&B, 60); cudaMalloc(&D, 48);
+              float one = 1, zero = 0;
+              cublasLtMatmul(h, op, &one, A, la, B, lb, &zero, D, ld, D, ld, &heur.algo, nullptr, 0, nullptr);
+          }, "A's layout"),
+          "cuBLASLt: a layout that disagrees with the transposes is refused");
+}
+
+int main() {
+    test_mma();
+    test_shuffles();
+    test_races();
+    test_failures();
+    printf("# test_simt: %d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
