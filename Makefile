@@ -104,21 +104,25 @@ GPU_TEST_BINARIES := $(if $(NVCC),build/gpucheck_ops $(DEV_CUDA))
 
 # The same op checks without a GPU: g++ compiles the CUDA backend against test/simt.h, which runs
 # every kernel on CPU fibers (and emulates cuBLASLt). Launches `k<<<cfg>>>(args);` become
-# simt::launch("k", {cfg}, [&] { k(args); }); in copies under build/simt (lines kept: errors
+# simt::launch("k", {cfg}, [&] { k(args); }, args); in copies under build/simt (lines kept: errors
 # point at the original line). Needs no nvcc; `make test` runs it.
-SIMT_LAUNCH := s/\b(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*)\);/simt::launch("$$1", simt::Cfg{$$2}, [&] { $$1($$3); });/g
-build/simcheck_ops: test/gpucheck_ops.cu test/simt.h $(HEADERS)
-	@mkdir -p build/simt/llmc build/simt/test
-	@for f in $(HEADERS) test/gpucheck_ops.cu; do \
-	    { echo "#line 1 \"$$f\""; perl -pe '$(SIMT_LAUNCH)' $$f; } > build/simt/$$f; done
-	$(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing -Wno-unused-function -DLLMC_SIMT -include test/simt.h \
-	    -x c++ build/simt/test/gpucheck_ops.cu -o $@ $(LDLIBS)
+SIMT_LAUNCH := s/\b(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*)\);/simt::launch("$$1", simt::Cfg{$$2}, [&] { $$1($$3); }, $$3);/g
+SIMT_CXX := $(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing -Wno-unused-function -DLLMC_SIMT -include test/simt.h
+build/simt/%: %
+	@mkdir -p $(dir $@)
+	@{ echo "#line 1 \"$<\""; perl -pe '$(SIMT_LAUNCH)' $<; } > $@
+SIMT_HEADERS := $(addprefix build/simt/,$(HEADERS))
+build/simcheck_ops: build/simt/test/gpucheck_ops.cu test/simt.h $(SIMT_HEADERS)
+	$(SIMT_CXX) -x c++ $< -o $@ $(LDLIBS)
+# the trainer on the emulated GPU: `--device cuda` runs whole (small) trainings on the CPU
+build/train_gpt_simt: build/simt/train_gpt.cu test/simt.h $(SIMT_HEADERS)
+	$(SIMT_CXX) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
 build/test_simt: test/test_simt.cpp test/simt.h
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing $< -o $@
 
 test: all test-deps
-	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm build/test_simt build/simcheck_ops $(GPU_TEST_BINARIES)
+	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm build/test_simt build/simcheck_ops build/train_gpt_simt $(GPU_TEST_BINARIES)
 	bash test/run_tests.sh
 
 gpucheck: all test-deps

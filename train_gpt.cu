@@ -147,7 +147,7 @@ static Flags parse_flags(int argc, char** argv) {
 // its stream, cuBLASLt handle and workspace. "auto" picks the GPU when there is a usable one.
 static Ctx make_ctx(const std::string& device, const Mesh& mesh) {
     Ctx ctx;
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     int n = cuda_device_count();
     bool have_gpu = n > 0;
     if (device == "cuda" && !have_gpu) usage_error("--device cuda: no usable GPU on this machine; use --device cpu");

@@ -100,7 +100,7 @@ template <class T> struct Staged {
     T* ptr;
     size_t n;
     Staged(const T* p, size_t count, bool copy_in) : ptr(const_cast<T*>(p)), n(count) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
         if (count && is_device_ptr(p)) {
             dev = const_cast<T*>(p);
             host.resize(count);
@@ -112,7 +112,7 @@ template <class T> struct Staged {
 #endif
     }
     void copy_out() {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
         if (dev) CUDA_CHECK(cudaMemcpy(dev, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
 #endif
     }

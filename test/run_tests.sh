@@ -14,6 +14,9 @@
 #                       races, deadlocks, out-of-bounds accesses
 #   simcheck_ops        every CUDA kernel run by that emulator against its CPU op (gpucheck_ops
 #                       compiled with g++), in both schedules
+#   emulated GPU        build/train_gpt_simt (the trainer on the emulator) with --device cuda:
+#                       test_gpu_train (vs the CPU run), test_train, test_vs_pytorch — the GPU
+#                       suite's training checks, on the CUDA code path, without a GPU
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both.
 set -u
@@ -53,6 +56,9 @@ part test_tokenizer bash test/test_tokenizer.sh
 part test_simt build/test_simt
 part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
 part "simcheck_ops (CUDA kernels emulated, reverse order)" env SIMT_ORDER=reverse build/simcheck_ops
+part "test_gpu_train (emulated GPU)" bash test/test_gpu_train.sh build/train_gpt_simt
+part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/train_gpt_simt
+part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
 if [ -x build/gpucheck_ops ]; then
     echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"
 else

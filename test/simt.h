@@ -5,12 +5,14 @@ matmul. It is a test tool, not a backend: slow (every CUDA thread is a fiber), e
 checks, silent about speed.
 
 How it is used. `make test` builds build/simcheck_ops: test/gpucheck_ops.cu (every CUDA op
-against its CPU op) compiled by g++ with this header forced in first (-include) and -DLLMC_SIMT.
+against its CPU op) compiled by g++ with this header forced in first (-include) and -DLLMC_SIMT;
+and build/train_gpt_simt, the trainer built the same way, whose `--device cuda` runs whole
+trainings on the emulated GPU (test/gpucheck.sh's GPU-vs-CPU checks run on it in make test).
 common.h then defines LLMC_CUDA, which compiles the CUDA backend's code (kernels, launches,
 Ctx's stream) exactly as nvcc would, except that
   - kernel launches `k<<<grid, block, smem, stream>>>(args);` are rewritten by the Makefile (one
     perl substitution, line numbers kept) into simt::launch("k", {grid, block, smem, stream},
-    [&] { k(args); });
+    [&] { k(args); }, args);  — the trailing args are checked to be device pointers;
   - the one inline-PTX instruction, mma.sync (attention.cuh), calls simt::mma_m16n8k16_bf16.
 
 The model of a GPU:
@@ -343,7 +345,20 @@ inline bool g_segv_installed = [] {
     return true;
 }();
 
-inline void launch(const char* kernel, const Cfg& cfg, const std::function<void()>& fn) {
+inline bool device_owns(const void* p);
+// A pointer argument of a kernel must be device memory: a host pointer is an illegal access on a
+// GPU, but host memory is readable here, so it is refused at the launch.
+template <class A> inline void check_arg(const char* kernel, int i, const A& a) {
+    if constexpr (std::is_pointer_v<A>)
+        if (a && !device_owns((const void*)a)) die("%s: argument %d is not device memory (a host pointer passed to a kernel)", kernel, i);
+}
+inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::function<void()>& fn);
+template <class... A> inline void launch(const char* kernel, const Cfg& cfg, const std::function<void()>& fn, const A&... args) {
+    int i = 0;
+    (check_arg(kernel, i++, args), ...);
+    launch_blocks(kernel, cfg, fn);
+}
+inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::function<void()>& fn) {
     const long nthreads = (long)cfg.block.x * cfg.block.y * cfg.block.z;
     const long nblocks = (long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
     if (nthreads < 1 || nthreads > 1024) die("%s: %ld threads per block (1 to 1024 allowed)", kernel, nthreads);
@@ -550,8 +565,10 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
     #pragma omp parallel for schedule(static)
     for (size_t j = 0; j < n; j++)
         for (size_t i = 0; i < m; i++) {
+            const float *ai = &a[i * k], *bj = &b[j * k];
             float s = 0.0f;
-            for (size_t p = 0; p < k; p++) s += a[i * k + p] * b[j * k + p];
+            #pragma omp simd reduction(+ : s)
+            for (size_t p = 0; p < k; p++) s += ai[p] * bj[p];
             float v = al * s;
             if (be != 0.0f) v += be * simt::lt_read(C, lc->type, i + j * lc->ld);
             if (op->epi == CUBLASLT_EPILOGUE_BIAS) v += simt::lt_read(op->bias, to, i);

@@ -27,7 +27,8 @@ mpi() { local n=$1; shift; mpirun --oversubscribe -np "$n" "$BIN" "$@"; }
 C=64; L=1; Vp=50304; maxT=1024
 PSI=$(( Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C ))
 LR=3e-3; STEPS=5
-common=(--device "${DEVICE:-cpu}" --model d1 --seq-len 32 --lr $LR --warmup-steps 2 --weight-decay 0.1 --seed 7 --val-data "" --comm-stats)
+# fp32 unless a part says bf16 (a later --precision wins); on cuda "auto" would mean bf16
+common=(--device "${DEVICE:-cpu}" --precision fp32 --model d1 --seq-len 32 --lr $LR --warmup-steps 2 --weight-decay 0.1 --seed 7 --val-data "" --comm-stats)
 
 fields() { $PY -c "
 import json, sys

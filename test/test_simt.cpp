@@ -9,7 +9,8 @@ under the emulator" (build/simcheck_ops) means something:
   - the failures a GPU would show are reported, each in a child process that must exit with
     status 3 and name the kernel (one block each: libgomp's threads do not survive fork): a
     __syncthreads that half a warp reaches while the other half waits at a shuffle (deadlock), a
-    shuffle after some lanes of the warp returned, reading past the end of a cudaMalloc buffer;
+    shuffle after some lanes of the warp returned, reading past the end of a cudaMalloc buffer,
+    a host pointer given to a kernel;
   - cuBLASLt: a layout that does not match the transposes is refused.
 Prints "ok"/"not ok" lines. Build: make build/test_simt (g++, no GPU).
 */
@@ -141,6 +142,12 @@ static void test_failures() {
               simt::launch("past_the_end", simt::Cfg{1, 128}, [&] { volatile float x = p[threadIdx.x * 64]; (void)x; });
           }, "in past_the_end, block"),
           "reading past a cudaMalloc buffer's end is caught and names the kernel");
+    check(dies_with([] {
+              static float host[4];
+              float* p = host;
+              simt::launch("given_host_memory", simt::Cfg{1, 32}, [&] { p[threadIdx.x % 4] = 0; }, p);
+          }, "given_host_memory: argument 0 is not device memory"),
+          "a host pointer passed to a kernel is refused at the launch");
     check(dies_with([] {
               cublasLtHandle_t h; cublasLtCreate(&h);
               cublasLtMatmulDesc_t op; cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);

@@ -46,7 +46,7 @@ def run_case(binary, tmp, name, cfg, B, T, accum, steps, opt, version=3):
     ref.write_shard(shard, tokens.tolist())
     log = os.path.join(tmp, f"{name}.jsonl")
     final = os.path.join(tmp, f"{name}_final.bin")
-    cmd = [binary, "--device", os.environ.get("DEVICE", "cpu"), "--model", model_path, "--train-data", shard, "--val-data", "",
+    cmd = [binary, "--device", os.environ.get("DEVICE", "cpu"), "--precision", "fp32", "--model", model_path, "--train-data", shard, "--val-data", "",
            "--batch-size", str(B), "--seq-len", str(T), "--total-batch-tokens", str(B * T * accum),
            "--steps", str(steps), "--lr", str(opt["lr"]), "--warmup-steps", str(opt["warmup"]),
            "--lr-schedule", opt["kind"], "--final-lr-frac", str(opt["final"]),
