@@ -16,7 +16,15 @@ CUDA: cuBLASLt, column-major, so each row-major product is issued transposed:
   dinp     dinpᵀ(C×N) = Wᵀ(C×OC) · doutᵀ      (A = W, op N; B = dout, op N; β = 0)
   dW       dWᵀ(C×OC) += inpᵀ(C×N) · dout       (A = inp, op N; B = dout, op T; β = 1)
 with fp32 compute (no TF32: --precision fp32 is the tight check). dbias is a column sum in a
-deterministic two-stage reduction. The algorithm cuBLASLt's heuristic picks is cached per shape
+deterministic two-stage reduction.
+
+The MLP's GELU rides along (gelu_pre): matmul_forward(…, gelu_pre) computes
+  gelu_pre = inp·Wᵀ + b,  out = gelu(gelu_pre)               (the fc layer and its activation)
+and matmul_backward(…, gelu_pre) returns dinp = (dout·W) ⊙ gelu′(gelu_pre) (the fcproj layer's
+input gradient, through the GELU). The CPU runs the two ops one after the other (the spec); CUDA
+fuses them into the matmul's epilogue — cuBLASLt's GELU_AUX_BIAS (bias, GELU, and the
+pre-activation stored as the aux matrix) and DGELU — saving a read and a write of the 4C-wide
+activation each way. g_gelu_fusion = false runs the matmul and the GELU kernel separately. The algorithm cuBLASLt's heuristic picks is cached per shape
 (a GPT-2 step issues ~150 matmuls of a dozen distinct shapes).
 
 Dtype T (float | bf16): with bf16 the matrices are bf16 and the accumulator fp32 (cuBLASLt
@@ -28,6 +36,7 @@ whole model against PyTorch.
 */
 #pragma once
 #include "common.h"
+#include "gelu.cuh"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -162,11 +171,18 @@ template <class T> __global__ void add_bias_kernel(T* D, const T* bias, int m, i
     }
 }
 
-// D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column), column-major, T matrices, fp32 accumulate.
+// The GELU in the epilogue: none; forward (D = gelu(x), aux = x, x = the product + bias); or
+// backward (D = x ⊙ gelu′(aux), x = the product).
+enum class GeluEpi { None, Forward, Backward };
+
+// D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column) (then the GELU epilogue, aux m×n with
+// leading dimension m), column-major, T matrices, fp32 accumulate.
 template <class T>
 inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bias,
-                          int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta) {
+                          int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta,
+                          GeluEpi gelu = GeluEpi::None, T* aux = nullptr) {
     if (bias && alignment_of(bias) < 16) {  // the epilogue wants an aligned bias: add it separately
+        if (gelu != GeluEpi::None) fatal("cublaslt_gemm: a GELU epilogue needs a 16-byte aligned bias");
         cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta);
         add_bias_kernel<<<grid_for((size_t)m * n), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
         CUDA_LAUNCH_CHECK();
@@ -178,10 +194,16 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (gelu == GeluEpi::Backward && bias) fatal("cublaslt_gemm: the DGELU epilogue takes no bias");
+    cublasLtEpilogue_t epi = gelu == GeluEpi::Forward ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                           : gelu == GeluEpi::Backward ? CUBLASLT_EPILOGUE_DGELU
+                           : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (gelu != GeluEpi::None) {
+        const int64_t aux_ld = m;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
     cublasLtMatrixLayout_t la, lb, ld;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, transA ? k : m, transA ? m : k, lda));
@@ -190,9 +212,9 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T
     // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; our unit pointers are not.
     // The algorithm depends on the shape, the options and the alignments: cache it by all of them.
     uint32_t align_a = alignment_of(A), align_b = alignment_of(Bm), align_d = alignment_of(D);
-    using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, uint32_t, uint32_t, uint32_t>;
+    using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t>;
     static std::map<Key, cublasLtMatmulAlgo_t> algos;
-    Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, align_a, align_b, align_d};
+    Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d};
     auto it = algos.find(key);
     if (it == algos.end()) {
         cublasLtMatmulPreference_t pref;
@@ -234,14 +256,33 @@ template <class T> __global__ void column_sum_final(T* dbias, const float* parti
     dbias[o] = from_f<T>(to_f(dbias[o]) + s);
 }
 
+// The GELU goes into the epilogue when its aux matrix (rows of `rows` elements) is one cuBLASLt
+// takes: rows a multiple of 8 and 16-byte aligned pointers (and a bias the epilogue can read).
+inline bool g_gelu_fusion = true;
+template <class T> inline bool gelu_fusable(int rows, const T* aux, const T* D, const T* bias) {
+    return g_gelu_fusion && rows % 8 == 0 && alignment_of(aux) >= 16 && alignment_of(D) >= 16 && (!bias || alignment_of(bias) >= 16);
+}
+
 template <class T>
-inline void matmul_forward_cuda(const Ctx& ctx, T* out, const T* inp, const T* W, const T* bias, int N, int C, int OC) {
-    cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
+inline void matmul_forward_cuda(const Ctx& ctx, T* out, const T* inp, const T* W, const T* bias, int N, int C, int OC,
+                                T* gelu_pre) {
+    if (!gelu_pre) { cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f); return; }
+    if (gelu_fusable(OC, gelu_pre, out, bias)) {
+        cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f, GeluEpi::Forward, gelu_pre);
+        return;
+    }
+    cublaslt_gemm<T>(ctx, gelu_pre, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
+    gelu_forward(ctx, out, gelu_pre, (size_t)N * OC);
 }
 template <class T>
 inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const T* dout, const T* inp, const T* W,
-                                 int N, int C, int OC) {
-    if (dinp) cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
+                                 int N, int C, int OC, const T* gelu_pre) {
+    if (dinp && gelu_pre && gelu_fusable(C, gelu_pre, dinp, (const T*)nullptr)) {
+        cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward, const_cast<T*>(gelu_pre));
+    } else if (dinp) {
+        cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
+        if (gelu_pre) gelu_backward(ctx, dinp, gelu_pre, dinp, (size_t)N * C);
+    }
     cublaslt_gemm<T>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
     if (dbias) {
         const int K = std::min(N, 32), rows = (int)ceil_div(N, K);
@@ -254,23 +295,31 @@ inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const
 }
 #endif
 
+// With gelu_pre: gelu_pre = inp·Wᵀ + b and out = gelu(gelu_pre) (see the header).
 template <class T>
-inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, const NoDeduce<T>* bias, int N, int C, int OC) {
+inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, const NoDeduce<T>* bias, int N, int C, int OC,
+                           NoDeduce<T>* gelu_pre = nullptr) {
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) { matmul_forward_cuda<T>(ctx, out, inp, W, bias, N, C, OC); return; }
+    if (ctx.device == Device::CUDA) { matmul_forward_cuda<T>(ctx, out, inp, W, bias, N, C, OC, gelu_pre); return; }
 #endif
-    F32View<T> o(out, (size_t)N * OC, false), x(inp, (size_t)N * C), w(W, (size_t)OC * C), b(bias, OC);
+    T* y = gelu_pre ? gelu_pre : out;
+    F32View<T> o(y, (size_t)N * OC, false), x(inp, (size_t)N * C), w(W, (size_t)OC * C), b(bias, OC);
     matmul_forward_cpu(o.p, x.p, w.p, b.p, N, C, OC);
     o.store();
+    if (gelu_pre) gelu_forward(ctx, out, gelu_pre, (size_t)N * OC);
 }
+// With gelu_pre: dinp = (dout·W) ⊙ gelu′(gelu_pre), the gradient through the GELU before this layer.
 template <class T>
 inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, const T* dout, const T* inp, const T* W,
-                            int N, int C, int OC) {
+                            int N, int C, int OC, const NoDeduce<T>* gelu_pre = nullptr) {
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) { matmul_backward_cuda<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC); return; }
+    if (ctx.device == Device::CUDA) { matmul_backward_cuda<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC, gelu_pre); return; }
 #endif
-    F32View<T> di(dinp, (size_t)N * C, false), dw(dW, (size_t)OC * C), db(dbias, OC), d(dout, (size_t)N * OC),
-        x(inp, (size_t)N * C), w(W, (size_t)OC * C);
-    matmul_backward_cpu(di.p, dw.p, db.p, d.p, x.p, w.p, N, C, OC);
-    di.store(); dw.store(); db.store();
+    {
+        F32View<T> di(dinp, (size_t)N * C, false), dw(dW, (size_t)OC * C), db(dbias, OC), d(dout, (size_t)N * OC),
+            x(inp, (size_t)N * C), w(W, (size_t)OC * C);
+        matmul_backward_cpu(di.p, dw.p, db.p, d.p, x.p, w.p, N, C, OC);
+        di.store(); dw.store(); db.store();
+    }
+    if (gelu_pre && dinp) gelu_backward(ctx, dinp, gelu_pre, dinp, (size_t)N * C);
 }

@@ -308,8 +308,7 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     matmul_forward(ctx, a.scratch.data(), atty, w.attprojw, w.attprojb, BT, C, C);
     residual_forward(ctx, res2, x, a.scratch.data(), BTC);
     layernorm_forward(ctx, ln2, a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, res2, w.ln2w, w.ln2b, BT, C);
-    matmul_forward(ctx, fch, ln2, w.fcw, w.fcb, BT, C, 4 * C);
-    gelu_forward(ctx, fch_gelu, fch, BTC * 4);
+    matmul_forward(ctx, fch_gelu, ln2, w.fcw, w.fcb, BT, C, 4 * C, fch);  // fch = pre-GELU, fch_gelu = GELU(fch)
     matmul_forward(ctx, a.scratch.data(), fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C);
     residual_forward(ctx, res3, res2, a.scratch.data(), BTC);
 }
@@ -326,8 +325,8 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
     T* x = block_input(g, l, BTC);
     T* dres = a.dresidual.data();
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dres, a.fch_gelu.data() + l * BTC * 4, w.fcprojw, BT, 4 * C, C);
-    gelu_backward(ctx, a.dfch.data(), a.fch.data() + l * BTC * 4, a.dfch.data(), BTC * 4);
+    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dres, a.fch_gelu.data() + l * BTC * 4, w.fcprojw, BT, 4 * C, C,
+                    a.fch.data() + l * BTC * 4);  // dfch: through the GELU
     matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), a.ln2.data() + l * BTC, w.fcw, BT, C, 4 * C);
     layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, a.dbtc.data(), a.residual2.data() + l * BTC, w.ln2w,
                        a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, BT, C);

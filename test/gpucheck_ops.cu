@@ -139,6 +139,34 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias) {
     if (bias) compare(name, "dbias (+=)", widen(cdb), gdb.host(), bx<X>(1e-5));
 }
 
+// The MLP's matmul with its GELU (matmul.cuh): forward out = gelu(pre), pre = x·Wᵀ + b; backward
+// dinp through the GELU of the layer's input. fused: cuBLASLt's GELU epilogues where the shape
+// allows (rows % 8 == 0), else the separate GELU kernel, which `fused = false` forces.
+template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fused) {
+    g_gelu_fusion = fused;
+    char name[112]; snprintf(name, sizeof(name), "%s matmul+gelu N=%d C=%d OC=%d (%s)", dtype_name<X>(), N, C, OC,
+                             fused && OC % 8 == 0 && C % 8 == 0 ? "GELU in the cuBLASLt epilogue" : "separate GELU kernel");
+    auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC);
+    auto pre_in = randn<X>((size_t)N * C);  // backward: the pre-GELU values of this layer's input
+    std::vector<X> out((size_t)N * OC), pre((size_t)N * OC), cx = cast<X>(x), cW = cast<X>(W), cb = cast<X>(bv),
+        cdout = cast<X>(dout), cpre_in = cast<X>(pre_in);
+    matmul_forward(cpu, out.data(), cx.data(), cW.data(), cb.data(), N, C, OC, pre.data());
+    Dev<X> gx(x), gW(W), gb(bv), gout(widen(out), true), gpre(widen(pre), true), gdout(dout), gpre_in(pre_in);
+    matmul_forward(gpu, gout.p(), gx.p(), gW.p(), gb.p(), N, C, OC, gpre.p());
+    compare(name, "forward gelu(x·Wᵀ+b)", widen(out), gout.host(), bx<X>(1e-5));
+    compare(name, "forward pre-activation", widen(pre), gpre.host(), bx<X>(1e-5));
+    std::vector<X> dx((size_t)N * C);
+    auto dW = randn<X>((size_t)OC * C), db = randn<X>(OC);
+    Dev<X> gdx(widen(dx), true), gdW(dW), gdb(db);
+    std::vector<X> cdW = cast<X>(dW), cdb = cast<X>(db);
+    matmul_backward(cpu, dx.data(), cdW.data(), cdb.data(), cdout.data(), cx.data(), cW.data(), N, C, OC, cpre_in.data());
+    matmul_backward(gpu, gdx.p(), gdW.p(), gdb.p(), gdout.p(), gx.p(), gW.p(), N, C, OC, gpre_in.p());
+    compare(name, "dinp through the GELU", widen(dx), gdx.host(), bx<X>(1e-5));
+    compare(name, "dW (+=)", widen(cdW), gdW.host(), bx<X>(1e-5));
+    compare(name, "dbias (+=)", widen(cdb), gdb.host(), bx<X>(1e-5));
+    g_gelu_fusion = true;
+}
+
 template <class X> static void check_attention(int B, int T, int C, int NH, bool flash = true) {
     g_flash_attention = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
     char name[112]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d%s", dtype_name<X>(), B, T, C, NH,
@@ -220,6 +248,9 @@ template <class X> static void check_all() {
     check_matmul<X>(9, 11, 70, true);
     check_matmul<X>(256, 768, 2304, true);
     check_matmul<X>(128, 3072, 768, false);
+    check_matmul_gelu<X>(64, 96, 384, true);    // fused both ways
+    check_matmul_gelu<X>(64, 96, 384, false);
+    check_matmul_gelu<X>(9, 12, 70, true);      // OC % 8 != 0: the separate kernel
     check_attention<X>(2, 9, 12, 3);
     check_attention<X>(2, 128, 768, 12);
     check_attention<X>(1, 64, 256, 2);   // head size 128

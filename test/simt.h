@@ -41,9 +41,10 @@ The model of a GPU:
     Products of bf16 are exact in fp32; the sum runs in fp32 in k order (the tensor core's
     internal order differs: last-bit differences, within every bound of gpucheck_ops).
   - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
-    bf16 outputs rounded once) with the bias epilogue, after checking that every matrix layout
-    agrees with m, n, k and the transposes, and that each pointer has the alignment promised to
-    the heuristic. The algorithm is a placeholder.
+    bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
+    the GELU's input, D = its tanh-approximation GELU) and DGELU (D = x·gelu′(aux)). It checks
+    first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
+    has the alignment promised to the heuristic. The algorithm is a placeholder.
 Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, streams
 (every call completes before it returns), atomics (none of the kernels uses them).
 
@@ -466,17 +467,26 @@ enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
-enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
+enum cublasLtEpilogue_t {
+    CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU_AUX = 160,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164, CUBLASLT_EPILOGUE_DGELU = 192
+};
 enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12
 };
 enum cublasLtMatmulPreferenceAttributes_t {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
 };
-struct SimtLtDesc { cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N; cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT; const void* bias = nullptr; };
+struct SimtLtDesc {
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void* bias = nullptr;
+    void* aux = nullptr;
+    int64_t aux_ld = 0;
+};
 struct SimtLtLayout { cudaDataType_t type; uint64_t rows, cols; int64_t ld; };
 struct SimtLtPref { uint32_t align[4] = {256, 256, 256, 256}; };  // A, B, C, D
 struct cublasLtMatmulAlgo_t { uint32_t align[4]; };
@@ -498,6 +508,8 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
         case CUBLASLT_MATMUL_DESC_TRANSB: if (n != sizeof(d->tb)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->tb, v, n); break;
         case CUBLASLT_MATMUL_DESC_EPILOGUE: if (n != sizeof(d->epi)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->epi, v, n); break;
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias, v, n); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->aux, v, n); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: if (n != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->aux_ld, v, n); break;
         default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -537,6 +549,12 @@ inline void lt_write(void* base, cudaDataType_t t, size_t i, float v) {
     else u += 0x7fffu + ((u >> 16) & 1u);
     ((uint16_t*)base)[i] = (uint16_t)(u >> 16);
 }
+// cuBLASLt's GELU is the tanh approximation (GPT-2's): ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
+inline float gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))); }
+inline float gelu_tanh_grad(float x) {
+    float th = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
+}
 }  // namespace simt
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha, const void* A, cublasLtMatrixLayout_t la,
                                      const void* B, cublasLtMatrixLayout_t lb, const void* beta, const void* C, cublasLtMatrixLayout_t lc,
@@ -552,8 +570,13 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
     const void* ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
         if ((uintptr_t)ptrs[i] % algo->align[i]) die("cublasLtMatmul: matrix %c is less aligned than the %u bytes promised to the heuristic", "ABCD"[i], algo->align[i]);
-    if (op->epi == CUBLASLT_EPILOGUE_BIAS && !op->bias) die("cublasLtMatmul: bias epilogue without a bias pointer");
-    if (op->epi != CUBLASLT_EPILOGUE_BIAS && op->epi != CUBLASLT_EPILOGUE_DEFAULT) die("cublasLtMatmul: epilogue %d not emulated", (int)op->epi);
+    const bool has_bias = op->epi == CUBLASLT_EPILOGUE_BIAS || op->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const bool gelu_fwd = op->epi == CUBLASLT_EPILOGUE_GELU_AUX || op->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const bool gelu_bwd = op->epi == CUBLASLT_EPILOGUE_DGELU;
+    if (!has_bias && !gelu_fwd && !gelu_bwd && op->epi != CUBLASLT_EPILOGUE_DEFAULT) die("cublasLtMatmul: epilogue %d not emulated", (int)op->epi);
+    if (has_bias && !op->bias) die("cublasLtMatmul: bias epilogue without a bias pointer");
+    if ((gelu_fwd || gelu_bwd) && (!op->aux || op->aux_ld < (int64_t)m))
+        die("cublasLtMatmul: GELU epilogue without an aux matrix of leading dimension >= %zu", m);
     const float al = *(const float*)alpha, be = *(const float*)beta;
     const cudaDataType_t t = la->type, to = ld->type;
     // op(A) as rows of k (m of them) and op(B) as columns of k (n of them), fp32
@@ -571,7 +594,13 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
             for (size_t p = 0; p < k; p++) s += ai[p] * bj[p];
             float v = al * s;
             if (be != 0.0f) v += be * simt::lt_read(C, lc->type, i + j * lc->ld);
-            if (op->epi == CUBLASLT_EPILOGUE_BIAS) v += simt::lt_read(op->bias, to, i);
+            if (has_bias) v += simt::lt_read(op->bias, to, i);
+            const size_t aux_i = i + j * op->aux_ld;
+            if (gelu_fwd) {  // aux = the GELU's input, D = GELU(it), in fp32, each stored once
+                simt::lt_write(op->aux, to, aux_i, v);
+                v = simt::gelu_tanh(v);
+            }
+            if (gelu_bwd) v *= simt::gelu_tanh_grad(simt::lt_read(op->aux, to, aux_i));
             simt::lt_write(D, to, i + j * ld->ld, v);
         }
     return CUBLAS_STATUS_SUCCESS;
