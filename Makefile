@@ -143,5 +143,6 @@ clean:
 
 bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
+	@$(MAKE) --no-print-directory build/dev_attention
 	@mkdir -p dev/gpu_results
-	{ bash dev/bench/bench_train.sh bf16; echo; bash dev/bench/bench_train.sh fp32 gpt2:124M; } 2>&1 | tee dev/gpu_results/$$(date -u +%F)-$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')-$$(git rev-parse --short HEAD)-bench.md
+	{ bash dev/bench/bench_train.sh bf16; echo; bash dev/bench/bench_train.sh fp32 gpt2:124M; echo; bash dev/bench/bench_vs_torch.sh; } 2>&1 | tee dev/gpu_results/$$(date -u +%F)-$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')-$$(git rev-parse --short HEAD)-bench.md

@@ -11,6 +11,10 @@
 set -u
 cd "$(dirname "$0")/.."
 BIN=./train_gpt
+# the reference checks need PyTorch: the python3 on PATH if it has it (GPU images ship their own),
+# else the system one (where `make test-deps` installs python3-torch)
+PY=/usr/bin/python3
+python3 -c "import torch" 2>/dev/null && PY=$(command -v python3)
 pass=0; fail=0
 part() {
     local name=$1; shift
@@ -28,7 +32,7 @@ part gpucheck_ops build/gpucheck_ops
 
 part "GPU vs CPU training (fp32, bf16)" bash test/test_gpu_train.sh "$BIN"
 part "test_train (cuda)" env DEVICE=cuda bash test/test_train.sh "$BIN"
-part "test_vs_pytorch (cuda)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py "$BIN"
+part "test_vs_pytorch (cuda)" env DEVICE=cuda "$PY" test/test_vs_pytorch.py "$BIN"
 if command -v mpirun >/dev/null; then part "test_dp (cuda, ranks share the GPU)" env DEVICE=cuda bash test/test_dp.sh "$BIN"; fi
 # kernel playgrounds: correctness and timings for the log (informational, not counted)
 for p in build/dev_attention build/dev_layernorm build/dev_classifier build/dev_adamw; do

@@ -9,21 +9,39 @@ The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each outpu
 Reports each version's max relative error against the CPU op and its time and TFLOP/s
 (causal attention: 2·B·NH·T²·hs FLOPs forward — QKᵀ and PV over the lower triangle — and
 2.5× that for the backward).
-usage: ./build/dev_attention [B T C NH]   (default GPT-2 124M: 8 1024 768 12)
+usage: ./build/dev_attention [B T C NH [time]]   (default GPT-2 124M: 8 1024 768 12)
+  "time": only the trainer's bf16 kernels (v3 where it applies, else v2), no CPU reference —
+          for long sequences (dev/bench/bench_vs_torch.sh)
 */
 #include "common.cuh"
 
 int main(int argc, char** argv) {
     dev_init();
     int B = 8, T = 1024, C = 768, NH = 12;
-    if (argc == 5) { B = atoi(argv[1]); T = atoi(argv[2]); C = atoi(argv[3]); NH = atoi(argv[4]); }
+    if (argc >= 5) { B = atoi(argv[1]); T = atoi(argv[2]); C = atoi(argv[3]); NH = atoi(argv[4]); }
     printf("# attention B=%d T=%d C=%d NH=%d (head size %d)\n", B, T, C, NH, C / NH);
+    double flops_fwd = 2.0 * B * NH * (double)T * T * (C / NH);  // 4·T²/2·hs per head
+    if (argc == 6 && !strcmp(argv[5], "time")) {
+        Buf<bf16> q, o, d, dq;
+        Buf<float> l;
+        q.alloc(gpu_ctx, (size_t)B * T * 3 * C); dq.alloc(gpu_ctx, (size_t)B * T * 3 * C);
+        o.alloc(gpu_ctx, (size_t)B * T * C); d.alloc(gpu_ctx, (size_t)B * T * C); l.alloc(gpu_ctx, (size_t)B * NH * T);
+        std::vector<bf16> r(q.size());
+        for (size_t i = 0; i < r.size(); i++) r[i] = from_f<bf16>((float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
+        ctx_copy(gpu_ctx, q.data(), r.data(), r.size() * 2);
+        ctx_copy(gpu_ctx, d.data(), r.data(), d.size() * 2);
+        const char* name = use_flash<bf16>(C, NH) ? "v3 bf16 flash (mma.sync)" : "v2 bf16 warp-per-row";
+        float msf = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH); });
+        float msb = time_ms([&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH); });
+        printf("forward  %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msf, flops_fwd / msf / 1e9);
+        printf("backward %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msb, 2.5 * flops_fwd / msb / 1e9);
+        return 0;
+    }
     auto qkv = dev_randn((size_t)B * T * 3 * C), dout = dev_randn((size_t)B * T * C);
     std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T), dqkv((size_t)B * T * 3 * C);
     attention_forward(cpu_ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH);
     attention_backward(cpu_ctx, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
     DevBuf gqkv(qkv), gout(out), glse(lse), gdout(dout), gdqkv(dqkv);
-    double flops_fwd = 2.0 * B * NH * (double)T * T * (C / NH);  // 4·T²/2·hs per head
     Version fwd[] = {{"v1 fp32 warp-per-row", [&] { attention_forward(gpu_ctx, gout.p(), glse.p(), gqkv.p(), B, T, C, NH); }}};
     Version bwd[] = {{"v1 fp32 dq + dkv passes", [&] { attention_backward(gpu_ctx, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH); }}};
     for (auto& v : fwd) {
