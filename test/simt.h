@@ -333,10 +333,15 @@ inline void on_segv(int) {
     if (write(2, msg, len) < 0) {}
     _exit(3);
 }
-inline bool g_segv_installed = [] {
-    stack_t ss;  // the handler runs on its own stack (a fiber's may be the one that overflowed)
+// The handler runs on a stack of its own (a fiber's may be the one that overflowed); each OS
+// thread needs one.
+inline bool use_signal_stack() {
+    stack_t ss;
     ss.ss_sp = malloc(1 << 16); ss.ss_size = 1 << 16; ss.ss_flags = 0;
-    sigaltstack(&ss, nullptr);
+    return sigaltstack(&ss, nullptr) == 0;
+}
+inline bool g_segv_installed = [] {
+    use_signal_stack();
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_segv;
@@ -369,11 +374,7 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
     #pragma omp parallel if (nblocks > 1)
     {
         static thread_local BlockRun run;
-        // each OS thread has its own signal stack (the handler may run on any of them)
-        static thread_local bool alt = [] {
-            stack_t ss; ss.ss_sp = malloc(1 << 16); ss.ss_size = 1 << 16; ss.ss_flags = 0;
-            return sigaltstack(&ss, nullptr) == 0;
-        }();
+        static thread_local bool alt = use_signal_stack();
         (void)alt;
         run.kernel = kernel; run.fn = &fn; run.nthreads = (int)nthreads;
         tl_run = &run;
