@@ -264,25 +264,13 @@ template <class T> inline bool gelu_fusable(int rows, const T* aux, const T* D, 
 }
 
 template <class T>
-inline void matmul_forward_cuda(const Ctx& ctx, T* out, const T* inp, const T* W, const T* bias, int N, int C, int OC,
-                                T* gelu_pre) {
-    if (!gelu_pre) { cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f); return; }
-    if (gelu_fusable(OC, gelu_pre, out, bias)) {
-        cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f, GeluEpi::Forward, gelu_pre);
-        return;
-    }
-    cublaslt_gemm<T>(ctx, gelu_pre, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
-    gelu_forward(ctx, out, gelu_pre, (size_t)N * OC);
+inline void matmul_forward_cuda(const Ctx& ctx, T* out, const T* inp, const T* W, const T* bias, int N, int C, int OC) {
+    cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
 }
 template <class T>
 inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const T* dout, const T* inp, const T* W,
-                                 int N, int C, int OC, const T* gelu_pre) {
-    if (dinp && gelu_pre && gelu_fusable(C, gelu_pre, dinp, (const T*)nullptr)) {
-        cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward, const_cast<T*>(gelu_pre));
-    } else if (dinp) {
-        cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
-        if (gelu_pre) gelu_backward(ctx, dinp, gelu_pre, dinp, (size_t)N * C);
-    }
+                                 int N, int C, int OC) {
+    if (dinp) cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
     cublaslt_gemm<T>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
     if (dbias) {
         const int K = std::min(N, 32), rows = (int)ceil_div(N, K);
@@ -295,31 +283,52 @@ inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const
 }
 #endif
 
-// With gelu_pre: gelu_pre = inp·Wᵀ + b and out = gelu(gelu_pre) (see the header).
+// With gelu_pre: gelu_pre = inp·Wᵀ + b and out = gelu(gelu_pre) (see the header): in the
+// cuBLASLt epilogue where it can be, else the matmul and then the GELU op.
 template <class T>
 inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, const NoDeduce<T>* bias, int N, int C, int OC,
                            NoDeduce<T>* gelu_pre = nullptr) {
+    if (gelu_pre) {
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) { matmul_forward_cuda<T>(ctx, out, inp, W, bias, N, C, OC, gelu_pre); return; }
+        if (ctx.device == Device::CUDA && gelu_fusable(OC, gelu_pre, out, bias)) {
+            cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f, GeluEpi::Forward, gelu_pre);
+            return;
+        }
 #endif
-    T* y = gelu_pre ? gelu_pre : out;
-    F32View<T> o(y, (size_t)N * OC, false), x(inp, (size_t)N * C), w(W, (size_t)OC * C), b(bias, OC);
+        matmul_forward<T>(ctx, gelu_pre, inp, W, bias, N, C, OC);
+        gelu_forward(ctx, out, gelu_pre, (size_t)N * OC);
+        return;
+    }
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) { matmul_forward_cuda<T>(ctx, out, inp, W, bias, N, C, OC); return; }
+#endif
+    F32View<T> o(out, (size_t)N * OC, false), x(inp, (size_t)N * C), w(W, (size_t)OC * C), b(bias, OC);
     matmul_forward_cpu(o.p, x.p, w.p, b.p, N, C, OC);
     o.store();
-    if (gelu_pre) gelu_forward(ctx, out, gelu_pre, (size_t)N * OC);
 }
-// With gelu_pre: dinp = (dout·W) ⊙ gelu′(gelu_pre), the gradient through the GELU before this layer.
+// With gelu_pre: dinp = (dout·W) ⊙ gelu′(gelu_pre), the gradient through the GELU before this
+// layer: in the cuBLASLt epilogue (DGELU) where it can be, else the matmul and then the GELU op.
 template <class T>
 inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, const T* dout, const T* inp, const T* W,
                             int N, int C, int OC, const NoDeduce<T>* gelu_pre = nullptr) {
+    if (gelu_pre && dinp) {
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) { matmul_backward_cuda<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC, gelu_pre); return; }
+        if (ctx.device == Device::CUDA && gelu_fusable(C, gelu_pre, dinp, (const T*)nullptr)) {
+            cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward,
+                             const_cast<T*>(gelu_pre));
+            matmul_backward<T>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias
+            return;
+        }
 #endif
-    {
-        F32View<T> di(dinp, (size_t)N * C, false), dw(dW, (size_t)OC * C), db(dbias, OC), d(dout, (size_t)N * OC),
-            x(inp, (size_t)N * C), w(W, (size_t)OC * C);
-        matmul_backward_cpu(di.p, dw.p, db.p, d.p, x.p, w.p, N, C, OC);
-        di.store(); dw.store(); db.store();
+        matmul_backward<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC);
+        gelu_backward(ctx, dinp, gelu_pre, dinp, (size_t)N * C);
+        return;
     }
-    if (gelu_pre && dinp) gelu_backward(ctx, dinp, gelu_pre, dinp, (size_t)N * C);
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) { matmul_backward_cuda<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC); return; }
+#endif
+    F32View<T> di(dinp, (size_t)N * C, false), dw(dW, (size_t)OC * C), db(dbias, OC), d(dout, (size_t)N * OC),
+        x(inp, (size_t)N * C), w(W, (size_t)OC * C);
+    matmul_backward_cpu(di.p, dw.p, db.p, d.p, x.p, w.p, N, C, OC);
+    di.store(); dw.store(); db.store();
 }

@@ -1,6 +1,7 @@
 /*
 gpucheck_ops — every CUDA op against its CPU reference op, on fresh random inputs at several
-shapes (odd sizes included). Needs a GPU; `make gpucheck` runs it (CI only compiles it).
+shapes (odd sizes included). On a GPU `make gpucheck` runs it (nvcc build); `make test` runs
+the same file compiled by g++ against the CPU SIMT emulator (test/simt.h): build/simcheck_ops.
 
 Each output buffer the op writes is poisoned with NaN on the GPU first, so an element the
 kernel forgets to write fails; outputs the op accumulates into (+=) start from the same random

@@ -12,7 +12,8 @@ common.h then defines LLMC_CUDA, which compiles the CUDA backend's code (kernels
 Ctx's stream) exactly as nvcc would, except that
   - kernel launches `k<<<grid, block, smem, stream>>>(args);` are rewritten by the Makefile (one
     perl substitution, line numbers kept) into simt::launch("k", {grid, block, smem, stream},
-    [&] { k(args); }, args);  — the trailing args are checked to be device pointers;
+    [&] { k(args); }, args); — each pointer among the trailing args must be device memory
+    (a host pointer is an illegal access on a GPU, but readable here, so the launch refuses it);
   - the one inline-PTX instruction, mma.sync (attention.cuh), calls simt::mma_m16n8k16_bf16.
 
 The model of a GPU:
@@ -323,8 +324,8 @@ inline void mma_m16n8k16_bf16(float* c, const uint32_t* a, const uint32_t* b) {
 // ---- launches
 struct Cfg { dim3 grid, block; size_t smem = 0; void* stream = nullptr; };
 
-struct Where { const char* kernel; uint3 block, thread; };
-inline thread_local Where tl_where{"(host code)", {}, {}};
+struct Where { const char* kernel; uint3 block; };  // for the SIGSEGV report (the thread is threadIdx)
+inline thread_local Where tl_where{"(host code)", {}};
 inline void on_segv(int) {
     const Where& w = tl_where;
     char msg[256];
@@ -384,10 +385,10 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
             blockIdx.x = (unsigned)(i % cfg.grid.x);
             blockIdx.y = (unsigned)(i / cfg.grid.x % cfg.grid.y);
             blockIdx.z = (unsigned)(i / ((long)cfg.grid.x * cfg.grid.y));
-            tl_where = Where{kernel, blockIdx, {}};
+            tl_where = Where{kernel, blockIdx};
             run_block(run);
         }
-        tl_where = Where{"(host code)", {}, {}};
+        tl_where = Where{"(host code)", {}};
         tl_run = nullptr;
     }
 }
