@@ -14,14 +14,15 @@ Ctx's stream) exactly as nvcc would, except that
     perl substitution, line numbers kept) into simt::launch("k", {grid, block, smem, stream},
     [&] { k(args); }, args); — each pointer among the trailing args must be device memory
     (a host pointer is an illegal access on a GPU, but readable here, so the launch refuses it);
-  - the one inline-PTX instruction, mma.sync (attention.cuh), calls simt::mma_m16n8k16_bf16.
+  - the inline-PTX instructions of attention.cuh call their emulations: mma.sync calls
+    simt::mma_m16n8k16_bf16, ldmatrix simt::ldmatrix.
 
 The model of a GPU:
   - A launch runs its blocks one after another on each OpenMP thread (blocks are independent).
     A block's threads are fibers (their own stacks, switched by a few instructions on x86-64)
     that run one at a time until they reach a barrier.
   - __syncthreads() releases when every live thread of the block has arrived; a warp collective
-    (__shfl_*_sync, mma) when every lane of the warp has. Threads waiting at different barriers
+    (__shfl_*_sync, mma, ldmatrix) when every lane of the warp has. Threads waiting at different barriers
     with nothing left to run is a deadlock on a GPU too: it is reported, with the kernel's name.
     So is a warp collective that some lanes of its warp have exited before.
   - Scheduling: one warp at a time runs as far as it can (to the next __syncthreads), its lanes
@@ -41,6 +42,8 @@ The model of a GPU:
       C, D 16×8 fp32: c[e] is row g + 8·(e/2), column 2t + e%2
     Products of bf16 are exact in fp32; the sum runs in fp32 in k order (the tensor core's
     internal order differs: last-bit differences, within every bound of gpucheck_ops).
+  - ldmatrix.m8n8.x{1,2,4}{.trans}.b16: the PTX ISA's "Warp-level matrix load" (see ldmatrix
+    below); a row address that is not 16-byte aligned, or in global memory, is reported.
   - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
     bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
     the GELU's input, D = its tanh-approximation GELU) and DGELU (D = x·gelu′(aux)). It checks
@@ -159,6 +162,7 @@ struct Fiber {
 struct WarpSlots {             // what the lanes of a warp exchange, double-buffered by parity
     uint32_t x[2][32];         // shuffles
     uint32_t a[2][32][4], b[2][32][2];  // mma operands
+    const void* row[2][32];             // ldmatrix row addresses
 };
 struct BlockRun {              // one OS thread's block in flight
     const char* kernel = "";
@@ -319,6 +323,26 @@ inline void mma_m16n8k16_bf16(float* c, const uint32_t* a, const uint32_t* b) {
         for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
         c[e] = s;
     }
+}
+
+// ldmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16: lanes 8i..8i+7 give the addresses of
+// rows 0..7 of matrix i (8 b16 each, 16-byte aligned, in shared memory); register i of lane l
+// gets matrix i's elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1), low half first, or with .trans
+// its elements (2(l%4), l/4) and (2(l%4)+1, l/4).
+inline bool device_owns(const void* p);
+inline void ldmatrix(uint32_t* r, int num, bool trans, const void* row_addr) {
+    WarpSlots& w = my_warp();
+    const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
+    if (lane < 8 * num) {
+        if ((uintptr_t)row_addr % 16) die("%s: ldmatrix row address %p is not 16-byte aligned (lane %d)", tl_run->kernel, row_addr, lane);
+        if (device_owns(row_addr)) die("%s: ldmatrix from global memory (lane %d): it reads shared memory only", tl_run->kernel, lane);
+    }
+    w.row[buf][lane] = row_addr;
+    warp_barrier();
+    const int g = lane / 4, t = lane % 4;
+    auto elem = [&](int i, int row, int col) { uint16_t v; memcpy(&v, (const char*)w.row[buf][8 * i + row] + 2 * col, 2); return (uint32_t)v; };
+    for (int i = 0; i < num; i++)
+        r[i] = trans ? elem(i, 2 * t, g) | elem(i, 2 * t + 1, g) << 16 : elem(i, g, 2 * t) | elem(i, g, 2 * t + 1) << 16;
 }
 
 // ---- launches

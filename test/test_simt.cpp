@@ -3,6 +3,8 @@ test_simt — the CPU SIMT emulator (test/simt.h) checked on its own, so that "t
 under the emulator" (build/simcheck_ops) means something:
   - mma.m16n8k16: fragments loaded with the PTX ISA's index formulas (written out again here)
     multiply to the plain product A·B + C;
+  - ldmatrix(.trans) .x4, addressed as the flash kernels address it, yields those same B
+    fragments (rows laid out in reverse so that a row taken from the wrong lane shows);
   - shuffles (xor, down, indexed) return the source lane's value;
   - __syncthreads: a block reduction through shared memory is right in both schedules, and the
     same reduction with its barrier removed is wrong in at least one of them (the race is seen);
@@ -62,6 +64,40 @@ static void test_mma() {
             ok &= D[r][n] == (float)s;  // small integers and halves: exact in fp32
         }
     check(ok, "mma m16n8k16 with the ISA's fragment layout equals A·B + C");
+}
+
+// ldmatrix as the flash kernels use it (attention.cuh): one .x4 gives the mma B fragments of two
+// adjacent n-tiles (b[j][r], j = tile, r = register), read from a 16×16 tile of shared memory
+// stored either as M[n][k] (plain) or as M[k][n] (.trans). Expected: the B formulas above.
+// Lane l addresses row l%8 of matrix l/8; the rows are laid out in memory in reverse order
+// (stride −24 elements), so a row taken from the wrong lane shows.
+static void test_ldmatrix() {
+    static uint16_t want[2][32][2][2][2];  // [trans][lane][j][r][half]
+    static uint16_t got[2][32][2][2][2];
+    auto val = [](int row, int col) { return (uint16_t)(row * 16 + col + 1); };
+    simt::launch("ldmatrix_test", simt::Cfg{1, 32}, [&] {
+        __shared__ __align__(16) uint16_t tile[16 * 24];  // 16 rows of 16 (+8 padding), last row first
+        const int lane = threadIdx.x;
+        for (int i = lane; i < 16 * 16; i += 32) tile[(15 - i / 16) * 24 + i % 16] = val(i / 16, i % 16);
+        __syncthreads();
+        auto at = [&](int row, int col) { return &tile[(15 - row) * 24 + col]; };
+        for (int trans = 0; trans < 2; trans++) {
+            // plain: M[n][k], lane → row n = 8·(l/16) + l%8, column k = 8·((l/8)%2)
+            // trans: M[k][n], lane → row k = 8·((l/8)%2) + l%8, column n = 8·(l/16)
+            int a = lane % 8 + 8 * (trans ? (lane / 8) % 2 : lane / 16), b = 8 * (trans ? lane / 16 : (lane / 8) % 2);
+            uint32_t r[4];
+            simt::ldmatrix(r, 4, trans, at(a, b));
+            for (int j = 0; j < 2; j++)
+                for (int q = 0; q < 2; q++)
+                    for (int h = 0; h < 2; h++) {
+                        int k = b_row(lane, 2 * q + h), n = 8 * j + b_col(lane, 2 * q + h);
+                        got[trans][lane][j][q][h] = (uint16_t)(r[2 * j + q] >> (16 * h));
+                        want[trans][lane][j][q][h] = trans ? val(k, n) : val(n, k);
+                    }
+        }
+    });
+    check(!memcmp(got[0], want[0], sizeof(got[0])), "ldmatrix.x4 of M[n][k] gives the mma B fragments of two n-tiles");
+    check(!memcmp(got[1], want[1], sizeof(got[1])), "ldmatrix.x4.trans of M[k][n] gives the mma B fragments of two n-tiles");
 }
 
 static void test_shuffles() {
@@ -163,10 +199,19 @@ static void test_failures() {
               cublasLtMatmul(h, op, &one, A, la, B, lb, &zero, D, ld, D, ld, &heur.algo, nullptr, 0, nullptr);
           }, "A's layout"),
           "cuBLASLt: a layout that disagrees with the transposes is refused");
+    check(dies_with([] {
+              simt::launch("ldmatrix_unaligned", simt::Cfg{1, 32}, [] {
+                  __shared__ __align__(16) uint16_t s[8 * 16];
+                  uint32_t r[1];
+                  simt::ldmatrix(r, 1, false, &s[(threadIdx.x % 8) * 16 + 4]);
+              });
+          }, "ldmatrix_unaligned: ldmatrix row address"),
+          "ldmatrix from a row address that is not 16-byte aligned is reported");
 }
 
 int main() {
     test_mma();
+    test_ldmatrix();
     test_shuffles();
     test_races();
     test_failures();
