@@ -117,12 +117,16 @@ build/simcheck_ops: build/simt/test/gpucheck_ops.cu test/simt.h $(SIMT_HEADERS)
 # the trainer on the emulated GPU: `--device cuda` runs whole (small) trainings on the CPU
 build/train_gpt_simt: build/simt/train_gpt.cu test/simt.h $(SIMT_HEADERS)
 	$(SIMT_CXX) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
+# the kernel playgrounds on the emulator (their checks, not their timings): ./build/simt_dev_attention 1 100 256 2
+SIMT_DEV := $(patsubst build/dev_%,build/simt_dev_%,$(DEV_CUDA))
+build/simt_dev_%: build/simt/dev/cuda/%.cu build/simt/dev/cuda/common.cuh test/simt.h $(SIMT_HEADERS)
+	$(SIMT_CXX) -x c++ $< -o $@ $(LDLIBS)
 build/test_simt: test/test_simt.cpp test/simt.h
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing $< -o $@
 
 test: all test-deps
-	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm build/test_simt build/simcheck_ops build/train_gpt_simt $(GPU_TEST_BINARIES)
+	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm build/test_simt build/simcheck_ops build/train_gpt_simt $(SIMT_DEV) $(GPU_TEST_BINARIES)
 	bash test/run_tests.sh
 
 gpucheck: all test-deps

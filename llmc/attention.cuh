@@ -40,6 +40,13 @@ head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 a
             that Pᵀ and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q;
             (2) a block per 64 queries walks the key tiles of 32 and accumulates dQ += dS·K.
             P is recomputed from lse each time; D_t = dout_t·out_t comes from the fp32 pass.
+  shared    B operands come from shared memory by ldmatrix.x4: one instruction per warp loads
+            the fragments of two n-tiles (.trans for tiles stored k-major, e.g. V in P·V, where a
+            lane would otherwise need four 16-bit loads per fragment). Rows are padded to hs+8
+            elements, so the 8 rows of each 8×8 matrix fall in distinct banks.
+  order     grid (NH, B, tiles) with the tile slowest: the blocks with the most work (the last
+            query tiles; for dK/dV the first key tiles) start first and the short ones fill the
+            tail of the last wave.
 Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4): A (16×16, row-major) regs
 {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B (16×8, "col") regs {(k=2t..2t+1,
 n=g), (k=2t+8.., n=g)}; C (16×8 fp32) {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. The C
@@ -263,6 +270,51 @@ __device__ inline void c_to_a(uint32_t* a, const float* c0, const float* c1) {
     a[0] = pack_bf16(c0[0], c0[1]); a[1] = pack_bf16(c0[2], c0[3]);
     a[2] = pack_bf16(c1[0], c1[1]); a[3] = pack_bf16(c1[2], c1[3]);
 }
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: four 8×8 bf16 matrices from shared memory in
+// one instruction; lane l gives the address of row l%8 of matrix l/8 (16 bytes, 16-byte aligned),
+// and r[i] receives matrix i's elements (g, 2t..2t+1), or (2t..2t+1, g) transposed.
+template <bool TRANS> __device__ inline void ldsm_x4(uint32_t* r, const bf16* row) {
+#ifdef LLMC_SIMT
+    simt::ldmatrix(r, 4, TRANS, row);  // the CPU emulator's warp-wide load (test/simt.h)
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+#endif
+}
+// The B fragments (k16 × n8) of the two n-tiles n0 and n0+8, for k = k0..k0+15, from a shared tile.
+// LDSM: one ldmatrix.x4 per warp; otherwise each lane loads its own elements (what the
+// instruction does for it; kept for comparison in dev/cuda/attention.cu and gpucheck_ops).
+// b_frags_nk: the tile holds Bᵀ, row n, column k (K for S = Q·Kᵀ): pairs along a row, 32-bit loads.
+template <bool LDSM, int LD> __device__ inline void b_frags_nk(uint32_t (*b)[2], const bf16 (*M)[LD], int n0, int k0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    if constexpr (LDSM) {
+        ldsm_x4<false>(&b[0][0], &M[n0 + 8 * (lane / 16) + lane % 8][k0 + 8 * ((lane / 8) % 2)]);
+    } else {
+        for (int j = 0; j < 2; j++) {
+            b[j][0] = ld32(&M[n0 + 8 * j + g][k0 + 2 * t]);
+            b[j][1] = ld32(&M[n0 + 8 * j + g][k0 + 2 * t + 8]);
+        }
+    }
+}
+// b_frags_kn: the tile holds B itself, row k, column n (V for O = P·V): pairs down a column,
+// which ldmatrix.trans reads as rows; per lane that is four 16-bit loads per fragment.
+template <bool LDSM, int LD> __device__ inline void b_frags_kn(uint32_t (*b)[2], const bf16 (*M)[LD], int k0, int n0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    if constexpr (LDSM) {
+        ldsm_x4<true>(&b[0][0], &M[k0 + 8 * ((lane / 8) % 2) + lane % 8][n0 + 8 * (lane / 16)]);
+    } else {
+        for (int j = 0; j < 2; j++) {
+            const int n = n0 + 8 * j + g, k = k0 + 2 * t;
+            b[j][0] = pack_raw(M[k][n], M[k + 1][n]);
+            b[j][1] = pack_raw(M[k + 8][n], M[k + 9][n]);
+        }
+    }
+}
 // A fragment of rows r0, r0+8 (of a row-major matrix with stride ld, rows ≥ n are 0), columns c..c+15
 __device__ inline void load_a_rows(uint32_t* a, const bf16* m, size_t ld, int r0, int n, int c) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
@@ -285,11 +337,11 @@ __device__ inline void stage_rows(bf16 (*dst)[D + 8], const bf16* src, size_t ld
 }
 static const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-template <int D>
+template <int D, bool LDSM>
 __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH) {
     __shared__ __align__(16) bf16 Ks[64][D + 8];
     __shared__ __align__(16) bf16 Vs[64][D + 8];
-    const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3; k = q + C, v = q + 2C
@@ -307,9 +359,11 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
         float s[8][4];
         for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         for (int kc = 0; kc < D / 16; kc++)
-            for (int nt = 0; nt < 8; nt++) {
-                uint32_t kb[2] = {ld32(&Ks[nt * 8 + g][kc * 16 + 2 * t]), ld32(&Ks[nt * 8 + g][kc * 16 + 2 * t + 8])};
-                mma_bf16_16816(s[nt], qf[kc], kb);
+            for (int nt = 0; nt < 8; nt += 2) {
+                uint32_t kb[2][2];
+                b_frags_nk<LDSM>(kb, Ks, nt * 8, kc * 16);
+                mma_bf16_16816(s[nt], qf[kc], kb[0]);
+                mma_bf16_16816(s[nt + 1], qf[kc], kb[1]);
             }
         float mx[2] = {m[0], m[1]};
         for (int nt = 0; nt < 8; nt++)
@@ -335,11 +389,11 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
         for (int kc = 0; kc < 4; kc++) {  // O += P·V over the tile's 64 keys, 16 at a time
             uint32_t pa[4];
             c_to_a(pa, s[2 * kc], s[2 * kc + 1]);
-            const int k0 = kc * 16 + 2 * t;
-            for (int dt = 0; dt < D / 8; dt++) {
-                const int n = dt * 8 + g;
-                uint32_t vb[2] = {pack_raw(Vs[k0][n], Vs[k0 + 1][n]), pack_raw(Vs[k0 + 8][n], Vs[k0 + 9][n])};
-                mma_bf16_16816(o[dt], pa, vb);
+            for (int dt = 0; dt < D / 8; dt += 2) {
+                uint32_t vb[2][2];
+                b_frags_kn<LDSM>(vb, Vs, kc * 16, dt * 8);
+                mma_bf16_16816(o[dt], pa, vb[0]);
+                mma_bf16_16816(o[dt + 1], pa, vb[1]);
             }
         }
     }
@@ -355,13 +409,13 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
 }
 
 // Backward pass 1: dK, dV for 64 keys per block (16 per warp), over query tiles of 32.
-template <int D>
+template <int D, bool LDSM>
 __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                  const float* lse, const float* Dv, int T_, int C, int NH) {
     __shared__ __align__(16) bf16 Qs[32][D + 8];
     __shared__ __align__(16) bf16 dOs[32][D + 8];
     __shared__ float lse2[32], Ds[32];
-    const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int kt = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
@@ -392,11 +446,14 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
         for (int nt = 0; nt < 4; nt++)
             for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
         for (int kc = 0; kc < D / 16; kc++)
-            for (int nt = 0; nt < 4; nt++) {
-                uint32_t qb[2] = {ld32(&Qs[nt * 8 + g][kc * 16 + 2 * t]), ld32(&Qs[nt * 8 + g][kc * 16 + 2 * t + 8])};
-                uint32_t ob[2] = {ld32(&dOs[nt * 8 + g][kc * 16 + 2 * t]), ld32(&dOs[nt * 8 + g][kc * 16 + 2 * t + 8])};
-                mma_bf16_16816(st[nt], kf[kc], qb);
-                mma_bf16_16816(dpt[nt], vf[kc], ob);
+            for (int nt = 0; nt < 4; nt += 2) {
+                uint32_t qb[2][2], ob[2][2];
+                b_frags_nk<LDSM>(qb, Qs, nt * 8, kc * 16);
+                b_frags_nk<LDSM>(ob, dOs, nt * 8, kc * 16);
+                for (int j = 0; j < 2; j++) {
+                    mma_bf16_16816(st[nt + j], kf[kc], qb[j]);
+                    mma_bf16_16816(dpt[nt + j], vf[kc], ob[j]);
+                }
             }
         for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt
             for (int e = 0; e < 4; e++) {
@@ -409,13 +466,14 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
             uint32_t pa[4], sa[4];
             c_to_a(pa, st[2 * kc], st[2 * kc + 1]);
             c_to_a(sa, dpt[2 * kc], dpt[2 * kc + 1]);
-            const int k0 = kc * 16 + 2 * t;
-            for (int dt = 0; dt < D / 8; dt++) {
-                const int n = dt * 8 + g;
-                uint32_t ob[2] = {pack_raw(dOs[k0][n], dOs[k0 + 1][n]), pack_raw(dOs[k0 + 8][n], dOs[k0 + 9][n])};
-                uint32_t qb[2] = {pack_raw(Qs[k0][n], Qs[k0 + 1][n]), pack_raw(Qs[k0 + 8][n], Qs[k0 + 9][n])};
-                mma_bf16_16816(dv[dt], pa, ob);
-                mma_bf16_16816(dk[dt], sa, qb);
+            for (int dt = 0; dt < D / 8; dt += 2) {
+                uint32_t ob[2][2], qb[2][2];
+                b_frags_kn<LDSM>(ob, dOs, kc * 16, dt * 8);
+                b_frags_kn<LDSM>(qb, Qs, kc * 16, dt * 8);
+                for (int j = 0; j < 2; j++) {
+                    mma_bf16_16816(dv[dt + j], pa, ob[j]);
+                    mma_bf16_16816(dk[dt + j], sa, qb[j]);
+                }
             }
         }
     }
@@ -431,12 +489,12 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
 }
 
 // Backward pass 2: dQ for 64 queries per block (16 per warp), over key tiles of 32.
-template <int D>
+template <int D, bool LDSM>
 __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                 const float* lse, const float* Dv, int T_, int C, int NH) {
     __shared__ __align__(16) bf16 Ks[32][D + 8];
     __shared__ __align__(16) bf16 Vs[32][D + 8];
-    const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
@@ -466,11 +524,14 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
         for (int nt = 0; nt < 4; nt++)
             for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
         for (int kc = 0; kc < D / 16; kc++)
-            for (int nt = 0; nt < 4; nt++) {
-                uint32_t kb[2] = {ld32(&Ks[nt * 8 + g][kc * 16 + 2 * t]), ld32(&Ks[nt * 8 + g][kc * 16 + 2 * t + 8])};
-                uint32_t vb[2] = {ld32(&Vs[nt * 8 + g][kc * 16 + 2 * t]), ld32(&Vs[nt * 8 + g][kc * 16 + 2 * t + 8])};
-                mma_bf16_16816(s[nt], qf[kc], kb);
-                mma_bf16_16816(dp[nt], of[kc], vb);
+            for (int nt = 0; nt < 4; nt += 2) {
+                uint32_t kb[2][2], vb[2][2];
+                b_frags_nk<LDSM>(kb, Ks, nt * 8, kc * 16);
+                b_frags_nk<LDSM>(vb, Vs, nt * 8, kc * 16);
+                for (int j = 0; j < 2; j++) {
+                    mma_bf16_16816(s[nt + j], qf[kc], kb[j]);
+                    mma_bf16_16816(dp[nt + j], of[kc], vb[j]);
+                }
             }
         for (int nt = 0; nt < 4; nt++)  // dS into dp
             for (int e = 0; e < 4; e++) {
@@ -481,11 +542,11 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
         for (int kc = 0; kc < 2; kc++) {  // dQ += dS·K over the 32 keys
             uint32_t sa[4];
             c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
-            const int k0 = kc * 16 + 2 * t;
-            for (int dt = 0; dt < D / 8; dt++) {
-                const int n = dt * 8 + g;
-                uint32_t kb[2] = {pack_raw(Ks[k0][n], Ks[k0 + 1][n]), pack_raw(Ks[k0 + 8][n], Ks[k0 + 9][n])};
-                mma_bf16_16816(dq[dt], sa, kb);
+            for (int dt = 0; dt < D / 8; dt += 2) {
+                uint32_t kb[2][2];
+                b_frags_kn<LDSM>(kb, Ks, kc * 16, dt * 8);
+                mma_bf16_16816(dq[dt], sa, kb[0]);
+                mma_bf16_16816(dq[dt + 1], sa, kb[1]);
             }
         }
     }
@@ -499,34 +560,41 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 }
 
 // The flash kernels run bf16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
-// g_flash_attention = false forces the warp-per-row kernels (for comparison in dev/cuda).
-inline bool g_flash_attention = true;
+// g_flash_attention = false forces the warp-per-row kernels, g_flash_ldmatrix = false the
+// per-lane shared-memory loads (both for comparison: dev/cuda/attention.cu, gpucheck_ops).
+inline bool g_flash_attention = true, g_flash_ldmatrix = true;
 template <class T> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
     return std::is_same_v<T, bf16> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
 }
+// grid (NH, B, row tiles): the tile index is the slowest, so the blocks with the most work
+// (the last query tiles; for dK/dV the first key tiles) start first and the short ones fill the tail
+template <int D, bool LDSM> inline void flash_forward_launch(const Ctx& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH) {
+    flash_forward_kernel<D, LDSM><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+    CUDA_LAUNCH_CHECK();
+}
+template <int D, bool LDSM> inline void flash_backward_launch(const Ctx& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                                                              const float* Dv, int B, int T_, int C, int NH) {
+    dim3 grid(NH, B, ceil_div(T_, 64));
+    flash_backward_dkv_kernel<D, LDSM><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+    flash_backward_dq_kernel<D, LDSM><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+    CUDA_LAUNCH_CHECK();
+}
 template <class T>
 inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
     if constexpr (std::is_same_v<T, bf16>) {
-        dim3 grid(ceil_div(T_, 64), NH, B);
-        if (C / NH == 64) flash_forward_kernel<64><<<grid, 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
-        else flash_forward_kernel<128><<<grid, 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
-        CUDA_LAUNCH_CHECK();
+        auto f = C / NH == 64 ? (g_flash_ldmatrix ? flash_forward_launch<64, true> : flash_forward_launch<64, false>)
+                              : (g_flash_ldmatrix ? flash_forward_launch<128, true> : flash_forward_launch<128, false>);
+        f(ctx, out, lse, qkv, B, T_, C, NH);
     }
 }
 template <class T>
 inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
                            int B, int T_, int C, int NH) {
     if constexpr (std::is_same_v<T, bf16>) {
-        dim3 grid(ceil_div(T_, 64), NH, B);
-        if (C / NH == 64) {
-            flash_backward_dkv_kernel<64><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH);
-            flash_backward_dq_kernel<64><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH);
-        } else {
-            flash_backward_dkv_kernel<128><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH);
-            flash_backward_dq_kernel<128><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH);
-        }
-        CUDA_LAUNCH_CHECK();
+        auto f = C / NH == 64 ? (g_flash_ldmatrix ? flash_backward_launch<64, true> : flash_backward_launch<64, false>)
+                              : (g_flash_ldmatrix ? flash_backward_launch<128, true> : flash_backward_launch<128, false>);
+        f(ctx, dqkv, dout, qkv, lse, D, B, T_, C, NH);
     }
 }
 #endif

@@ -187,6 +187,27 @@ template <class X> static void check_attention(int B, int T, int C, int NH, bool
     g_flash_attention = true;
 }
 
+// The flash kernels' two ways of loading B fragments from shared memory (ldmatrix, or each lane
+// its own elements) load the same values into the same registers and run the same mma sequence:
+// the outputs must be bit-identical (bound 0).
+static void check_flash_ldmatrix(int B, int T, int C, int NH) {
+    char name[112]; snprintf(name, sizeof(name), "bf16 flash attention B=%d T=%d C=%d NH=%d, ldmatrix vs per-lane loads", B, T, C, NH);
+    auto qkv = randn<bf16>((size_t)B * T * 3 * C), dout = randn<bf16>((size_t)B * T * C);
+    std::vector<float> outs[2], lses[2], dqkvs[2];
+    for (int ldsm = 0; ldsm < 2; ldsm++) {
+        g_flash_ldmatrix = ldsm;
+        Dev<bf16> gqkv(qkv), gout(dout, true), gdout(dout), gdqkv(qkv, true);
+        DevF glse(std::vector<float>((size_t)B * NH * T), true);
+        attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH);
+        attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
+        outs[ldsm] = gout.host(); lses[ldsm] = glse.host(); dqkvs[ldsm] = gdqkv.host();
+    }
+    g_flash_ldmatrix = true;
+    compare(name, "forward", outs[0], outs[1], 0.0);
+    compare(name, "lse", lses[0], lses[1], 0.0);
+    compare(name, "dqkv", dqkvs[0], dqkvs[1], 0.0);
+}
+
 template <class X> static void check_elementwise(size_t N) {
     char name[64]; snprintf(name, sizeof(name), "%s elementwise N=%zu", dtype_name<X>(), N);
     auto x = randn<X>(N, 2.0f), y = randn<X>(N), dout = randn<X>(N);
@@ -271,6 +292,8 @@ int main() {
     cuda_ctx_init(&gpu, 0);
     check_all<float>();
     check_all<bf16>();
+    check_flash_ldmatrix(2, 100, 768, 12);  // head size 64
+    check_flash_ldmatrix(1, 200, 512, 4);   // head size 128
     printf("# gpucheck_ops: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

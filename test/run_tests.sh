@@ -14,6 +14,8 @@
 #                       races, deadlocks, out-of-bounds accesses
 #   simcheck_ops        every CUDA kernel run by that emulator against its CPU op (gpucheck_ops
 #                       compiled with g++), in both schedules
+#   dev/cuda            the kernel playgrounds on the emulator at small shapes: every version of
+#                       each op within its bound of the CPU op
 #   emulated GPU        build/train_gpt_simt (the trainer on the emulator) with --device cuda:
 #                       test_gpu_train (vs the CPU run), test_train, test_vs_pytorch — the GPU
 #                       suite's training checks, on the CUDA code path, without a GPU
@@ -56,6 +58,15 @@ part test_tokenizer bash test/test_tokenizer.sh
 part test_simt build/test_simt
 part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
 part "simcheck_ops (CUDA kernels emulated, reverse order)" env SIMT_ORDER=reverse build/simcheck_ops
+dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/common.cuh)
+    local args out
+    for args in "attention 1 64 128 2" "attention 1 70 256 2" "layernorm 100 768" "classifier 64 1000 1024" "adamw 100003"; do
+        set -- $args
+        if out=$("build/simt_dev_$1" "${@:2}" 2>&1); then echo "ok - dev/cuda/$1.cu ${*:2}: every version within its bound"
+        else echo "$out"; echo "not ok - dev/cuda/$1.cu ${*:2}"; fi
+    done
+}
+part "dev/cuda playgrounds (emulated)" dev_playgrounds
 part "test_gpu_train (emulated GPU)" bash test/test_gpu_train.sh build/train_gpt_simt
 part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/train_gpt_simt
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt

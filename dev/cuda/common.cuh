@@ -4,8 +4,10 @@ a comparison against the CPU reference op, and a timer.
 
 A playground (llm.c's dev/cuda idea) runs the CPU reference of one op, then each CUDA version
 of it (a table of name → launcher, so a new attempt is one more row), checks each against the
-reference and times it over repeated launches with CUDA events. Build all: `make dev-cuda`;
-run one: ./build/dev_attention (needs a GPU).
+reference (a result over its bound makes the exit status 1) and times it over repeated
+launches with CUDA events. Build all: `make dev-cuda`; run one: ./build/dev_attention (needs a
+GPU). The same playgrounds build for the CPU SIMT emulator (make build/simt_dev_attention):
+their checks run there, their timings mean nothing; make test runs them at small shapes.
 */
 #pragma once
 #include <cmath>
@@ -37,11 +39,18 @@ struct DevBuf {  // a GPU copy of a host vector
     std::vector<float> host() { std::vector<float> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * 4); return h; }
 };
 
-// max |got − want| / max |want|
-inline double rel_err(const std::vector<float>& want, const std::vector<float>& got) {
+// max |got − want| / max |want|; over `bound` it is reported and the playground exits with 1
+// (dev_done). The bounds are gpucheck_ops' (test/gpucheck_ops.cu says why each).
+inline int dev_failures = 0;
+inline double rel_err(const std::vector<float>& want, const std::vector<float>& got, double bound) {
     double e = 0, s = 1e-12;
     for (size_t i = 0; i < want.size(); i++) { e = std::max(e, (double)std::fabs(got[i] - want[i])); s = std::max(s, (double)std::fabs(want[i])); }
+    if (!(e / s <= bound)) { dev_failures++; fprintf(stderr, "error: relative error %.2e over the bound %.0e\n", e / s, bound); }
     return e / s;
+}
+inline int dev_done() {
+    if (dev_failures) fprintf(stderr, "error: %d result(s) over their bound\n", dev_failures);
+    return dev_failures ? 1 : 0;
 }
 
 // average milliseconds of fn over reps launches (after one warm-up)
