@@ -115,8 +115,9 @@ SIMT_HEADERS := $(addprefix build/simt/,$(HEADERS))
 build/simcheck_ops: build/simt/test/gpucheck_ops.cu test/simt.h $(SIMT_HEADERS)
 	$(SIMT_CXX) -x c++ $< -o $@ $(LDLIBS)
 # the trainer on the emulated GPU: `--device cuda` runs whole (small) trainings on the CPU
-build/train_gpt_simt: build/simt/train_gpt.cu test/simt.h $(SIMT_HEADERS)
-	$(SIMT_CXX) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
+# With MPI it also has NCCL, emulated over MPI by test/simt_nccl.h (--comm nccl under mpirun).
+build/train_gpt_simt: build/simt/train_gpt.cu test/simt.h test/simt_nccl.h $(SIMT_HEADERS)
+	$(SIMT_CXX) $(MPI_FLAGS) $(if $(MPI_FLAGS),-DLLMC_NCCL -include test/simt_nccl.h) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
 # the kernel playgrounds on the emulator (their checks, not their timings): ./build/simt_dev_attention 1 100 256 2
 SIMT_DEV := $(patsubst build/dev_%,build/simt_dev_%,$(DEV_CUDA))
 build/simt_dev_%: build/simt/dev/cuda/%.cu build/simt/dev/cuda/common.cuh test/simt.h $(SIMT_HEADERS)

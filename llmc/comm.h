@@ -47,8 +47,14 @@ Tests: test/test_comm.cpp (each collective under mpirun, counters), test/test_dp
 #ifdef LLMC_MPI
 #include <mpi.h>
 #endif
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+// LLMC_USE_NCCL: the NCCL path is compiled — in a CUDA build that found nccl.h (LLMC_NCCL), and in
+// the trainer on the CPU SIMT emulator, where test/simt_nccl.h (forced in by the Makefile)
+// carries out each NCCL call with MPI, so that make test runs this path without GPUs.
+#if defined(LLMC_NCCL) && (defined(__CUDACC__) || defined(LLMC_SIMT))
+#define LLMC_USE_NCCL 1
+#ifndef LLMC_SIMT
 #include <nccl.h>
+#endif
 #define NCCL_CHECK(call) do { ncclResult_t r_ = (call); \
     if (r_ != ncclSuccess) fatal("NCCL error at %s:%d: %s", __FILE__, __LINE__, ncclGetErrorString(r_)); } while (0)
 #endif
@@ -65,7 +71,7 @@ struct Group {
 #endif
     double bytes[NUM_COMM_OPS] = {0};  // sent by this rank, ring model, since the last reset
     int calls[NUM_COMM_OPS] = {0};
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     ncclComm_t nccl = nullptr;                 // set by comm_nccl_init for GPU buffers
     cudaStream_t compute = 0, stream = 0;      // the trainer's stream; this group's communication stream
     cudaEvent_t ready = nullptr;               // recorded on the compute stream: the data is there
@@ -77,7 +83,7 @@ struct Group {
 
 // True when this group's collective on buf goes through NCCL.
 inline bool comm_uses_nccl(const Group& g, const void* buf) {
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     return g.nccl != nullptr && is_device_ptr(buf);
 #else
     (void)g; (void)buf; return false;
@@ -148,7 +154,7 @@ template <class T> inline MPI_Op mpi_sum() {
 }
 #endif
 
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
 template <class T> inline ncclDataType_t nccl_type() { return std::is_same_v<T, float> ? ncclFloat32 : ncclBfloat16; }
 // At least n elements of device scratch for the compute stream (which = 0) or the communication
 // stream (1): two buffers, so a prefetch in flight never shares one with a blocking collective.
@@ -174,7 +180,7 @@ inline void nccl_stream_waits_compute(Group& g) {
 template <class T> inline void comm_reduce_scatter_sum(Group& g, const T* send, T* recv, size_t S) {
     comm_count(g, REDUCE_SCATTER, (double)sizeof(T) * S * (g.size - 1) / g.size);
     if (g.size == 1) { ctx_copy(Ctx(), recv, send, S * sizeof(T)); return; }  // host or device, no staging
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, send)) {  // padded to P equal chunks of c, reduced into the pad's first chunk slot
         const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
         T* pad = nccl_pad<T>(g, 0, (size_t)g.size * c + c);
@@ -199,7 +205,7 @@ struct CommHandle {
     MPI_Request req = MPI_REQUEST_NULL;
     std::vector<int> counts, displs;  // must outlive the request
 #endif
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     cudaEvent_t done = nullptr;       // NCCL: recorded on the communication stream after the transfer
     cudaStream_t compute = 0;
 #endif
@@ -207,7 +213,7 @@ struct CommHandle {
 };
 
 // Starts gathering every rank's chunk of buf (S elements, in place). Wait with comm_wait.
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
 // Every rank's chunk of buf (S elements, in place) through a padded buffer [P·c gathered | my chunk],
 // on `stream` with pad buffer `which` (0: compute stream, 1: communication stream).
 template <class T> inline void nccl_all_gather(Group& g, T* buf, size_t S, cudaStream_t stream, int which) {
@@ -224,7 +230,7 @@ template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S,
     comm_count(g, ALL_GATHER, (double)sizeof(T) * S * (g.size - 1) / g.size);
     h->active = false;
     if (g.size == 1) return;
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) {  // on the communication stream, once the compute stream has written buf
         nccl_stream_waits_compute(g);
         nccl_all_gather(g, buf, S, g.stream, 1);
@@ -249,7 +255,7 @@ template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S,
 }
 // Completes a started collective: MPI waits on the host; NCCL makes the compute stream wait.
 inline void comm_wait(CommHandle* h) {
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (h->active && h->done) { CUDA_CHECK(cudaStreamWaitEvent(h->compute, h->done, 0)); h->active = false; return; }
 #endif
 #ifdef LLMC_MPI
@@ -258,7 +264,7 @@ inline void comm_wait(CommHandle* h) {
     h->active = false;
 }
 template <class T> inline void comm_all_gather(Group& g, T* buf, size_t S) {
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, buf)) {  // blocking: on the compute stream, in order, no events
         comm_count(g, ALL_GATHER, (double)sizeof(T) * S * (g.size - 1) / g.size);
         nccl_all_gather(g, buf, S, g.compute, 0);
@@ -273,7 +279,7 @@ template <class T> inline void comm_all_gather(Group& g, T* buf, size_t S) {
 // buf ← Σ_ranks buf, identical on every rank (reduce-scatter, then all-gather).
 template <class T> inline void comm_all_reduce_sum(Group& g, T* buf, size_t S, std::vector<T>* scratch) {
     if (g.size == 1) { comm_count(g, ALL_REDUCE, 0); return; }
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) {  // NCCL's ring all-reduce: every rank ends with the same bits too
         comm_count(g, ALL_REDUCE, 2.0 * sizeof(T) * S * (g.size - 1) / g.size);
         NCCL_CHECK(ncclAllReduce(buf, buf, S, nccl_type<T>(), ncclSum, g.nccl, g.compute));
@@ -297,7 +303,7 @@ template <class T> inline void comm_all_reduce_sum(Group& g, T* buf, size_t S, s
 // The same, started on the communication stream when it goes through NCCL (DDP: one unit's
 // gradients while the backward goes on); otherwise done now. comm_join completes them all.
 template <class T> inline void comm_all_reduce_sum_start(Group& g, T* buf, size_t S, std::vector<T>* scratch) {
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, buf)) {
         comm_count(g, ALL_REDUCE, 2.0 * sizeof(T) * S * (g.size - 1) / g.size);
         nccl_stream_waits_compute(g);
@@ -310,7 +316,7 @@ template <class T> inline void comm_all_reduce_sum_start(Group& g, T* buf, size_
 }
 // The compute stream waits for every collective started on the group's communication stream.
 inline void comm_join(Group& g) {
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (g.nccl) CUDA_CHECK(cudaStreamWaitEvent(g.compute, g.comm_done, 0));
 #else
     (void)g;
@@ -335,7 +341,7 @@ inline void comm_sum_doubles(Group& g, double* v, int n) {
 template <class T> inline void comm_broadcast(Group& g, T* buf, size_t n, int root) {
     comm_count(g, BROADCAST, g.size > 1 ? (double)sizeof(T) * n : 0);
     if (g.size == 1) return;
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, g.nccl, g.compute)); return; }
 #endif
 #ifdef LLMC_MPI
@@ -346,7 +352,7 @@ template <class T> inline void comm_broadcast(Group& g, T* buf, size_t n, int ro
 }
 template <class T> inline void comm_send(Group& g, const T* buf, size_t n, int peer) {
     comm_count(g, SEND_RECV, (double)sizeof(T) * n);
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclSend(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
 #endif
 #ifdef LLMC_MPI
@@ -355,7 +361,7 @@ template <class T> inline void comm_send(Group& g, const T* buf, size_t n, int p
 #endif
 }
 template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
 #endif
 #ifdef LLMC_MPI
@@ -367,7 +373,7 @@ template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
 // send holds P blocks of n elements, block r for rank r; recv gets block `rank` of every rank.
 template <class T> inline void comm_all_to_all(Group& g, const T* send, T* recv, size_t n) {
     comm_count(g, ALL_TO_ALL, (double)sizeof(T) * n * (g.size - 1));
-#if defined(__CUDACC__) && defined(LLMC_NCCL)
+#ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, send)) {  // P sends and receives in one group
         NCCL_CHECK(ncclGroupStart());
         for (int r = 0; r < g.size; r++) {
@@ -464,7 +470,7 @@ inline void mesh_build(Mesh* m, int tp, int pp, int cp) {
 // Gives every group of more than one rank an NCCL communicator on ctx's GPU, bootstrapped over
 // MPI, with its own communication stream. Collective over the world.
 inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
-#if defined(__CUDACC__) && defined(LLMC_NCCL) && defined(LLMC_MPI)
+#if defined(LLMC_USE_NCCL) && defined(LLMC_MPI)
     for (Group* g : {&m->world_group, &m->dp_group, &m->pp_group, &m->cp_group, &m->tp_group}) {
         if (g->size == 1) continue;
         ncclUniqueId id;
@@ -482,7 +488,7 @@ inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
 #endif
 }
 inline bool comm_have_nccl() {
-#if defined(__CUDACC__) && defined(LLMC_NCCL) && defined(LLMC_MPI)
+#if defined(LLMC_USE_NCCL) && defined(LLMC_MPI)
     return true;
 #else
     return false;

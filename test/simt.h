@@ -474,13 +474,18 @@ inline cudaError_t cudaStreamCreate(cudaStream_t* s) { static char dummy; *s = (
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 // events time the (synchronous) emulation by the host clock: meaningless as GPU timings, there
 // so that the dev/cuda playgrounds run on the emulator too
-typedef struct { double t; }* cudaEvent_t;
+struct CUevent_st { double t; };
+typedef CUevent_st* cudaEvent_t;
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = (cudaEvent_t)calloc(1, sizeof(**e)); return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
     timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6; return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+enum { cudaEventDisableTiming = 2, cudaStreamNonBlocking = 1 };
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->t - a->t); return cudaSuccess; }
 struct cudaDeviceProp { char name[256] = "CPU SIMT emulator (test/simt.h)"; };
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp{}; return cudaSuccess; }

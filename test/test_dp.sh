@@ -9,8 +9,11 @@
 #   bf16:         the mixed-precision table (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N), half the bytes on
 #                 the wire, ZeRO 0-3 bit-identical, losses within 2e-2 of one bf16 process, resume
 #   layout:       a world size that tp·pp·cp does not divide fails with one clear line
-# usage: [DEVICE=cuda] test/test_dp.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
-# With DEVICE=cuda the ranks share the GPU(s) and the collectives are staged through host memory.
+# usage: [DEVICE=cuda] [COMM=mpi|nccl] [DP_SIZES="2 4"] test/test_dp.sh [TRAIN_GPT]
+# Prints "ok"/"not ok" lines. With DEVICE=cuda the ranks share the GPU(s) and the collectives
+# are staged through host memory, or with COMM=nccl go through NCCL (one GPU per rank; on the
+# CPU SIMT emulator, build/train_gpt_simt, NCCL is emulated over MPI: test/simt_nccl.h).
+# DP_SIZES: the dp sizes of the equivalence and bf16 matrices (resharding always uses dp=4).
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
@@ -29,6 +32,7 @@ PSI=$(( Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C ))
 LR=3e-3; STEPS=5
 # fp32 unless a part says bf16 (a later --precision wins); on cuda "auto" would mean bf16
 common=(--device "${DEVICE:-cpu}" --precision fp32 --model d1 --seq-len 32 --lr $LR --warmup-steps 2 --weight-decay 0.1 --seed 7 --val-data "" --comm-stats)
+[ -n "${COMM:-}" ] && common+=(--comm "$COMM")
 
 fields() { $PY -c "
 import json, sys
@@ -117,7 +121,7 @@ for acc in 1 2; do
         --log-file "$tmp/ref_a$acc.jsonl" --save-model "$tmp/ref_a$acc.bin" >/dev/null 2>&1
 done
 
-for N in 2 4; do
+for N in ${DP_SIZES:-2 4}; do
     B=$((8 / N))
     for acc in 1 2; do
         for z in 0 1 2 3; do
@@ -136,7 +140,7 @@ done
 
 # --- bf16 (mixed precision): dp = 2 and 4 × ZeRO 0-3 against one bf16 process
 "$BIN" "${common[@]}" --precision bf16 --batch-size 8 --steps $STEPS --log-file "$tmp/bref.jsonl" >/dev/null 2>&1
-for N in 2 4; do
+for N in ${DP_SIZES:-2 4}; do
     for z in 0 1 2 3; do
         out="$tmp/b${N}_z${z}_a1"
         mpi $N "${common[@]}" --precision bf16 --batch-size $((8 / N)) --steps $STEPS --zero $z \
@@ -177,6 +181,13 @@ for target in "2 1" "1 0"; do
         echo "not ok - reshard dp=4 zero=3 -> dp=$1 zero=$2: the resumed run failed"; tail -2 "$tmp/s$1.txt" | sed 's/^/#   /'
     fi
 done
+
+# --- the runs used the collectives asked for (the trainer names them on its device line)
+if [ -n "${COMM:-}" ] && [ "${DEVICE:-cpu}" = cuda ]; then
+    f="$tmp/n$(set -- ${DP_SIZES:-2 4}; echo $1)_z0_a1.txt"
+    grep -q "(collectives: $COMM" "$f" && echo "ok - the dp runs' collectives went through $COMM" \
+        || { echo "not ok - the dp runs did not use $COMM:"; grep "^device" "$f" | sed 's/^/#   /'; }
+fi
 
 # --- bad layouts fail before allocating, with one line from rank 0
 mpi 3 "${common[@]}" --batch-size 2 --tp 2 >"$tmp/bad.out" 2>"$tmp/bad.err"; rc=$?
