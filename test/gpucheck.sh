@@ -8,6 +8,7 @@
 #   test_train       resume bit-exactness, determinism (two GPU runs identical), learning
 #   test_vs_pytorch  the GPU trainer vs PyTorch on the same weights and batches
 #   test_dp          DDP / ZeRO-1/2/3 with 2 and 4 ranks on one GPU vs one process
+#   dev/cuda         the kernel playgrounds: every version within its bound; their timings
 set -u
 cd "$(dirname "$0")/.."
 BIN=./train_gpt
@@ -34,9 +35,12 @@ part "GPU vs CPU training (fp32, bf16)" bash test/test_gpu_train.sh "$BIN"
 part "test_train (cuda)" env DEVICE=cuda bash test/test_train.sh "$BIN"
 part "test_vs_pytorch (cuda)" env DEVICE=cuda "$PY" test/test_vs_pytorch.py "$BIN"
 if command -v mpirun >/dev/null; then part "test_dp (cuda, ranks share the GPU)" env DEVICE=cuda bash test/test_dp.sh "$BIN"; fi
-# kernel playgrounds: correctness and timings for the log (informational, not counted)
+# kernel playgrounds: each version against the CPU op (counted: a playground exits 1 when one is
+# over its bound) and its timing, for the log
+playground() { "$@" && echo "ok - $*: every version within its bound of the CPU op"; }
 for p in build/dev_attention build/dev_layernorm build/dev_classifier build/dev_adamw; do
-    [ -x "$p" ] && { echo "== $p"; "$p" 2>&1; }
+    [ -x "$p" ] && part "$p" playground "$p"
 done
+[ -x build/dev_attention ] && part "build/dev_attention, head size 128" playground build/dev_attention 4 1024 1024 8
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
