@@ -408,6 +408,25 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
     }
 }
 
+// Both backward passes start a tile with two products of the same shape, 16 rows (this warp's,
+// A fragments in registers) × 32 rows of two shared tiles: c1 = A1·M1ᵀ and c2 = A2·M2ᵀ.
+template <bool LDSM, int D>
+__device__ inline void two_products_16x32(float (*c1)[4], float (*c2)[4], const uint32_t (*a1)[4], const uint32_t (*a2)[4],
+                                          const bf16 (*M1)[D + 8], const bf16 (*M2)[D + 8]) {
+    for (int nt = 0; nt < 4; nt++)
+        for (int e = 0; e < 4; e++) c1[nt][e] = c2[nt][e] = 0.0f;
+    for (int kc = 0; kc < D / 16; kc++)
+        for (int nt = 0; nt < 4; nt += 2) {
+            uint32_t b1[2][2], b2[2][2];
+            b_frags_nk<LDSM>(b1, M1, nt * 8, kc * 16);
+            b_frags_nk<LDSM>(b2, M2, nt * 8, kc * 16);
+            for (int j = 0; j < 2; j++) {
+                mma_bf16_16816(c1[nt + j], a1[kc], b1[j]);
+                mma_bf16_16816(c2[nt + j], a2[kc], b2[j]);
+            }
+        }
+}
+
 // Backward pass 1: dK, dV for 64 keys per block (16 per warp), over query tiles of 32.
 template <int D, bool LDSM>
 __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
@@ -442,19 +461,8 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
             Ds[threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
         }
         __syncthreads();
-        float st[4][4], dpt[4][4];  // Sᵀ and dPᵀ: this warp's 16 keys × 32 queries
-        for (int nt = 0; nt < 4; nt++)
-            for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
-        for (int kc = 0; kc < D / 16; kc++)
-            for (int nt = 0; nt < 4; nt += 2) {
-                uint32_t qb[2][2], ob[2][2];
-                b_frags_nk<LDSM>(qb, Qs, nt * 8, kc * 16);
-                b_frags_nk<LDSM>(ob, dOs, nt * 8, kc * 16);
-                for (int j = 0; j < 2; j++) {
-                    mma_bf16_16816(st[nt + j], kf[kc], qb[j]);
-                    mma_bf16_16816(dpt[nt + j], vf[kc], ob[j]);
-                }
-            }
+        float st[4][4], dpt[4][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: this warp's 16 keys × 32 queries
+        two_products_16x32<LDSM, D>(st, dpt, kf, vf, Qs, dOs);
         for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt
             for (int e = 0; e < 4; e++) {
                 int col = nt * 8 + 2 * t + (e & 1), query = q0 + col, key = keys[e / 2];
@@ -520,19 +528,8 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
         stage_rows<32, D>(Ks, q + C, C3, k0t, T_);
         stage_rows<32, D>(Vs, q + 2 * C, C3, k0t, T_);
         __syncthreads();
-        float s[4][4], dp[4][4];
-        for (int nt = 0; nt < 4; nt++)
-            for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
-        for (int kc = 0; kc < D / 16; kc++)
-            for (int nt = 0; nt < 4; nt += 2) {
-                uint32_t kb[2][2], vb[2][2];
-                b_frags_nk<LDSM>(kb, Ks, nt * 8, kc * 16);
-                b_frags_nk<LDSM>(vb, Vs, nt * 8, kc * 16);
-                for (int j = 0; j < 2; j++) {
-                    mma_bf16_16816(s[nt + j], qf[kc], kb[j]);
-                    mma_bf16_16816(dp[nt + j], of[kc], vb[j]);
-                }
-            }
+        float s[4][4], dp[4][4];  // S = Q·Kᵀ and dP = dO·Vᵀ: this warp's 16 queries × 32 keys
+        two_products_16x32<LDSM, D>(s, dp, qf, of, Ks, Vs);
         for (int nt = 0; nt < 4; nt++)  // dS into dp
             for (int e = 0; e < 4; e++) {
                 int key = k0t + nt * 8 + 2 * t + (e & 1), row = rows[e / 2];
