@@ -147,6 +147,16 @@ template <class T> __device__ inline void load_lanes(float* r, const T* p, int l
 template <class T> __device__ inline void store_lanes(T* p, const float* r, int lane, int hs, int per) {
     for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) p[i] = from_f<T>(r[k]); }
 }
+// r · p over the head channels (r in the lanes' registers, p in memory), summed over the warp
+template <class T> __device__ inline float lane_dot(const float* r, const T* p, int lane, int hs, int per) {
+    float d = 0.0f;
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) d += r[k] * to_f(p[i]); }
+    return warp_sum(d);
+}
+// r += a · p over the lane's head channels
+template <class T> __device__ inline void lane_axpy(float* r, float a, const T* p, int lane, int hs, int per) {
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) r[k] += a * to_f(p[i]); }
+}
 
 // one warp per (b, h, t); lane i holds head channels i, i+32, ...
 template <class T>
@@ -165,9 +175,7 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int B
     for (int j = 0; j <= t; j++) {
         const T* kj = qkv + ((size_t)b * T_ + j) * C3 + C + h * hs;
         const T* vj = kj + C;
-        float d = 0.0f;
-        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) d += qr[k] * to_f(kj[i]); }
-        float s = warp_sum(d) * scale;
+        float s = lane_dot(qr, kj, lane, hs, per) * scale;
         float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
         l = l * corr + p;
         for (int k = 0; k < per; k++) { int i = lane + 32 * k; acc[k] = acc[k] * corr + (i < hs ? p * to_f(vj[i]) : 0.0f); }
@@ -211,11 +219,9 @@ __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qk
     for (int j = 0; j <= t; j++) {
         const T* kj = qkv + ((size_t)b * T_ + j) * C3 + C + h * hs;
         const T* vj = kj + C;
-        float sc = 0.0f, dp = 0.0f;
-        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) { sc += qr[k] * to_f(kj[i]); dp += dor[k] * to_f(vj[i]); } }
-        sc = warp_sum(sc); dp = warp_sum(dp);
+        float sc = lane_dot(qr, kj, lane, hs, per), dp = lane_dot(dor, vj, lane, hs, per);
         float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
-        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) dq[k] += ds * to_f(kj[i]); }
+        lane_axpy(dq, ds, kj, lane, hs, per);
     }
     store_lanes(dqkv + ((size_t)b * T_ + t) * C3 + h * hs, dq, lane, hs, per);
 }
@@ -239,11 +245,10 @@ __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* q
     for (int t = j; t < T_; t++) {
         const T* q = qkv + ((size_t)b * T_ + t) * C3 + h * hs;
         const T* dO = dout + ((size_t)b * T_ + t) * C + h * hs;
-        float sc = 0.0f, dp = 0.0f;
-        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) { sc += to_f(q[i]) * kr[k]; dp += to_f(dO[i]) * vr[k]; } }
-        sc = warp_sum(sc); dp = warp_sum(dp);
+        float sc = lane_dot(kr, q, lane, hs, per), dp = lane_dot(vr, dO, lane, hs, per);
         float p = expf(sc * scale - lse[head_row0 + t]), ds = p * (dp - D[head_row0 + t]) * scale;
-        for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) { dv[k] += p * to_f(dO[i]); dk[k] += ds * to_f(q[i]); } }
+        lane_axpy(dv, p, dO, lane, hs, per);
+        lane_axpy(dk, ds, q, lane, hs, per);
     }
     T* dko = dqkv + ((size_t)b * T_ + j) * C3 + C + h * hs;
     store_lanes(dko, dk, lane, hs, per);

@@ -38,7 +38,9 @@ so DDP moves 2(P−1)/P·Ψ·s bytes of gradients a step and ZeRO-3 3(P−1)/P·
 the element size (4 for fp32, 2 for bf16).
 --comm-stats prints them per step; the JSON log carries them.
 
-Tests: test/test_comm.cpp (each collective under mpirun, counters), test/test_dp.sh.
+Tests: test/test_comm.cpp (each collective under mpirun, counters), test/test_dp.sh; the NCCL
+path by test_dp.sh with COMM=nccl on the trainer built for the CPU SIMT emulator, where
+test/simt_nccl.h carries out the NCCL calls with MPI (make test).
 */
 #pragma once
 #include <string>

@@ -20,6 +20,8 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     under 1e-2 of the output's scale; fp32 outputs (mean, rstd, lse, losses, the AdamW master,
     m, v, the norm) keep their fp32 bounds ×10 (their inputs were read from bf16 on both sides,
     but the GPU rounds its bf16 intermediates in a different order).
+  exact (bound 0): flash attention's two ways of loading shared-memory fragments (ldmatrix and
+    per-lane loads) load the same values and run the same mma sequence: bit-identical outputs.
 Prints "ok"/"not ok" lines and a summary.
 */
 #include <cmath>
