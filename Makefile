@@ -33,7 +33,7 @@ ifeq ($(NO_CUDA),1)
 NVCC :=
 endif
 
-.PHONY: all binaries train test deps test-deps data clean gpucheck bench dev-cuda
+.PHONY: all binaries train test deps test-deps gpu-deps data clean gpucheck bench dev-cuda
 
 # deps first, then a fresh make that sees what deps installed (nvcc, mpicxx)
 all: deps
@@ -86,6 +86,8 @@ train: all
 
 test-deps:
 	@bash scripts/install_deps.sh test
+gpu-deps:
+	@bash scripts/install_deps.sh gpu
 
 # the GPU op checks: compiled by `make test` wherever nvcc exists (so CUDA that does not compile
 # fails CI), run by `make gpucheck`
@@ -130,11 +132,16 @@ test: all test-deps
 	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm build/test_simt build/simcheck_ops build/train_gpt_simt $(SIMT_DEV) $(GPU_TEST_BINARIES)
 	bash test/run_tests.sh
 
-gpucheck: all test-deps
+# a GPU log's name: dev/gpu_results/<date>-<GPU>-<commit>; LLMC_COMMIT names the commit where the
+# tree has no .git (a copy sent to a GPU machine)
+export LLMC_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+GPU_LOG = dev/gpu_results/$(shell date -u +%F)-$(shell nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')-$(LLMC_COMMIT)
+
+gpucheck: all gpu-deps
 	@test -n "$(NVCC)" || { echo "make gpucheck needs nvcc (the CUDA toolkit)"; exit 1; }
 	@$(MAKE) --no-print-directory build/gpucheck_ops $(DEV_CUDA)
 	@mkdir -p dev/gpu_results
-	bash test/gpucheck.sh 2>&1 | tee dev/gpu_results/$$(date -u +%F)-$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')-$$(git rev-parse --short HEAD).log
+	bash -o pipefail -c "bash test/gpucheck.sh 2>&1 | tee $(GPU_LOG).log"
 
 data: tokenize
 	@bash scripts/install_deps.sh data
@@ -146,8 +153,9 @@ data: tokenize
 clean:
 	rm -rf train_gpt tokenize build
 
+BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
 bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
 	@$(MAKE) --no-print-directory build/dev_attention
 	@mkdir -p dev/gpu_results
-	{ bash dev/bench/bench_train.sh bf16; echo; bash dev/bench/bench_train.sh fp32 gpt2:124M; echo; bash dev/bench/bench_vs_torch.sh; } 2>&1 | tee dev/gpu_results/$$(date -u +%F)-$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')-$$(git rev-parse --short HEAD)-bench.md
+	{ bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS); echo; bash dev/bench/bench_train.sh fp32 gpt2:124M; echo; bash dev/bench/bench_vs_torch.sh; } 2>&1 | tee $(GPU_LOG)-bench.md

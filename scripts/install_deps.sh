@@ -5,6 +5,7 @@
 #   build: g++, PCRE2 (the tokenizer's regex library) and OpenMPI (multi-process runs, tests)
 #   test:  + PyTorch for the reference checks (Debian's python3-torch, run by /usr/bin/python3)
 #          + Node.js/npm and the npm package gpt-3-encoder (the reference GPT-2 BPE), in build/
+#   gpu:   build + PyTorch and numpy in the python3 on PATH or in /usr/bin/python3 (`make gpucheck`)
 #   data:  + the King James Bible text (bible-kjv) and gpt-3-encoder, to regenerate data/
 set -euo pipefail
 what=${1:-build}
@@ -18,6 +19,10 @@ command -v mpicxx >/dev/null && command -v mpirun >/dev/null || missing+=(libope
 if [ "$what" = test ]; then
     /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
 fi
+if [ "$what" = gpu ]; then
+    python3 -c "import torch, numpy" >/dev/null 2>&1 || /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 ||
+        missing+=(python3-torch python3-numpy)
+fi
 if [ "$what" = test ] || [ "$what" = data ]; then
     command -v node >/dev/null || missing+=(nodejs)
     command -v npm >/dev/null || missing+=(npm)
@@ -28,8 +33,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "installing: ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >/dev/null
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >/dev/null 2>&1; then
+            echo "could not install ${missing[*]}: apt-get failed (no package mirror reachable?); on a machine" \
+                 "without one, carry them: scripts/offline_debs.sh" >&2
+            exit 1
+        fi
     else
         echo "missing packages: ${missing[*]} (install them with: sudo apt-get install ${missing[*]})" >&2
         exit 1

@@ -17,7 +17,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}  # PYTHON: another python3 with torch and numpy (a GPU image's)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if ! command -v mpirun >/dev/null || ! "$BIN" --help | grep -q -- "--comm-stats"; then
     echo "not ok - test_dp needs mpirun and a train_gpt built with MPI"; exit 1

@@ -15,7 +15,7 @@ gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND
     "$BIN" --device cpu "${flags[@]}" --log-file "$tmp/cpu.jsonl" >/dev/null 2>&1
     "$BIN" --device cuda "${flags[@]}" --log-file "$tmp/gpu.jsonl" >"$tmp/gpu.out" 2>&1 || tail -3 "$tmp/gpu.out" | sed 's/^/# /'
     "$BIN" --device cuda "${flags[@]}" --log-file "$tmp/gpu2.jsonl" >/dev/null 2>&1
-    /usr/bin/python3 - "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" "$tmp/gpu2.jsonl" "$prec" "$bound" <<'PY'
+    ${PYTHON:-/usr/bin/python3} - "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" "$tmp/gpu2.jsonl" "$prec" "$bound" <<'PY'
 import json, sys
 def load(p):
     try: return [json.loads(l) for l in open(p)]

@@ -12,7 +12,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}  # PYTHON: another python3 with torch and numpy (a GPU image's)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # fp32 unless a part says bf16 (a later --precision wins); on cuda "auto" would mean bf16
 common=(--device "${DEVICE:-cpu}" --precision fp32 --model d1 --seq-len 32 --lr 3e-3 --warmup-steps 2 --weight-decay 0.1 --seed 7)

@@ -3,22 +3,26 @@
 # For each GPT-2 size: the largest micro-batch (of 32, 16, 8, 4, 2, 1 at T=1024) that fits, a
 # few steps on the shipped data, and the median of the steps after the first: tokens/s, MFU
 # (llmc/mfu.h: 6Ψ + 6·L·C·T FLOPs per token against the dense bf16 peak) and peak GPU memory.
-# Prints a markdown table. usage: dev/bench/bench_train.sh [PRECISION] [MODELS...]
+# Each run is cut off after RUN_LIMIT seconds (default 300). Prints a markdown table.
+# usage: dev/bench/bench_train.sh [PRECISION] [MODELS...]
 set -u
 cd "$(dirname "$0")/../.."
 prec=${1:-bf16}; shift || true
 models=${*:-gpt2:124M gpt2:350M gpt2:774M gpt2:1558M}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, commit $(git rev-parse --short HEAD), $(date -u +%F)"
+echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 echo
 echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
 echo "|---|---|---|---|---|---|"
 for m in $models; do
     done_one=0
     for B in 32 16 8 4 2 1; do
-        ./train_gpt --device cuda --precision "$prec" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
-            --val-data "" --log-file "$tmp/log.jsonl" >"$tmp/out.txt" 2>&1 || continue
-        /usr/bin/python3 - "$tmp/log.jsonl" "$tmp/out.txt" "$m" "$B" <<'PY'
+        timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision "$prec" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
+            --val-data "" --log-file "$tmp/log.jsonl" >"$tmp/out.txt" 2>&1
+        rc=$?
+        if [ $rc = 124 ] || [ $rc = 137 ]; then echo "| $m | ${B}×1024 | timed out after ${RUN_LIMIT:-300} s | | | |"; done_one=1; break; fi
+        [ $rc = 0 ] || continue
+        ${PYTHON:-python3} - "$tmp/log.jsonl" "$tmp/out.txt" "$m" "$B" <<'PY'
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]
 mem = re.search(r"peak GPU memory.*?: ([\d.]+) MiB", open(sys.argv[2]).read())

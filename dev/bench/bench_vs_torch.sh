@@ -7,7 +7,8 @@
 #              is ≥ 0.8 at T = 1024, head size 64)
 #   step       one GPT-2 124M training step (B = 16, T = 1024, bf16) of ./train_gpt against a
 #              compiled PyTorch GPT-2 of the same shape; ratio = its step time / ours
-# Needs a python3 with PyTorch ≥ 2.0 and CUDA (the GPU image's). Prints markdown tables.
+# Needs a python3 with PyTorch ≥ 2.0 and CUDA (the GPU image's). Each program is cut off after
+# RUN_LIMIT seconds (default 300). Prints markdown tables.
 set -u
 cd "$(dirname "$0")/../.."
 PY=python3
@@ -15,15 +16,15 @@ if ! $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() and hasa
     echo "bench_vs_torch: skipped (no python3 with PyTorch >= 2.0 and CUDA)"; exit 0
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-echo "# bench_vs_torch on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD), $(date -u +%F), $($PY -c 'import torch; print("torch", torch.__version__)')"
+echo "# bench_vs_torch on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), $($PY -c 'import torch; print("torch", torch.__version__)')"
 echo
 echo "| attention (bf16, causal) | ours fwd / bwd ms | ours TFLOP/s fwd / bwd | SDPA fwd / bwd ms | SDPA TFLOP/s fwd / bwd | SDPA time / ours |"
 echo "|---|---|---|---|---|---|"
 for hs in 64 128; do
     for T in 1024 2048 4096 8192; do
         B=$((16384 / T)); NH=$((768 / hs)); C=768
-        ./build/dev_attention $B $T $C $NH time >"$tmp/ours.txt" 2>&1
-        $PY dev/bench/torch_baselines.py sdpa $B $T $NH $hs >"$tmp/torch.json" 2>"$tmp/torch.err"
+        timeout -k 10 "${RUN_LIMIT:-300}" ./build/dev_attention $B $T $C $NH time >"$tmp/ours.txt" 2>&1
+        timeout -k 10 "${RUN_LIMIT:-300}" $PY dev/bench/torch_baselines.py sdpa $B $T $NH $hs >"$tmp/torch.json" 2>"$tmp/torch.err"
         $PY - "$tmp/ours.txt" "$tmp/torch.json" "$B" "$T" "$hs" <<'PY'
 import json, re, sys
 ours = open(sys.argv[1]).read()
@@ -46,9 +47,9 @@ done
 echo
 echo "| training step, GPT-2 124M, B=16 T=1024 bf16 | step ms | tokens/s | peak GPU memory |"
 echo "|---|---|---|---|"
-./train_gpt --device cuda --precision bf16 --model gpt2:124M --batch-size 16 --seq-len 1024 --steps 8 --val-data "" \
+timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision bf16 --model gpt2:124M --batch-size 16 --seq-len 1024 --steps 8 --val-data "" \
     --log-file "$tmp/ours.jsonl" >"$tmp/ours_train.txt" 2>&1
-$PY dev/bench/torch_baselines.py gpt2 124M 16 1024 >"$tmp/torch_gpt2.json" 2>"$tmp/torch_gpt2.err"
+timeout -k 10 "${RUN_LIMIT:-300}" $PY dev/bench/torch_baselines.py gpt2 124M 16 1024 >"$tmp/torch_gpt2.json" 2>"$tmp/torch_gpt2.err"
 $PY - "$tmp/ours.jsonl" "$tmp/ours_train.txt" "$tmp/torch_gpt2.json" "$tmp/torch_gpt2.err" <<'PY'
 import json, re, statistics, sys
 try:
