@@ -158,4 +158,4 @@ bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
 	@$(MAKE) --no-print-directory build/dev_attention
 	@mkdir -p dev/gpu_results
-	{ bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS); echo; bash dev/bench/bench_train.sh fp32 gpt2:124M; echo; bash dev/bench/bench_vs_torch.sh; } 2>&1 | tee $(GPU_LOG)-bench.md
+	{ bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS); echo; bash dev/bench/bench_train.sh fp32 gpt2:124M; echo; bash dev/bench/bench_vs_torch.sh; echo; bash dev/bench/bench_overlap.sh; } 2>&1 | tee $(GPU_LOG)-bench.md

@@ -87,6 +87,7 @@ static const FlagDef FLAGS[] = {
     {"threads", "0", "CPU threads per rank (0: all cores, or OMP_NUM_THREADS)", false},
     {"comm", "auto", "auto | mpi | nccl: collectives on GPU buffers (auto: nccl when every rank has its own GPU)", false},
     {"comm-stats", "0", "print the bytes each collective sent per step (also in the JSON log)", true},
+    {"overlap", "1", "0 | 1: overlap DDP's gradient all-reduces and ZeRO-3's parameter prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
 };
 
 static void print_help() {
@@ -282,6 +283,7 @@ int main(int argc, char** argv) {
         usage_error("--precision %s: not yet supported; use bf16 or fp32", precision.c_str());
     if (recompute != "none") usage_error("--recompute %s: activation checkpointing is not yet supported", recompute.c_str());
     bool comm_stats = f.integer("comm-stats", 0, 1);
+    bool overlap = f.integer("overlap", 0, 1);
     if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
 
     // --- the process mesh: dp = world / (tp·pp·cp)
@@ -354,6 +356,7 @@ int main(int argc, char** argv) {
         gpt_build(&model, config);
         DataParallel<floatX> dpar;
         dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
+        dpar.overlap = overlap;
         TrainState state;
         Rng sampler(seed, 0x5a3b1e);
         if (resume) {
@@ -384,7 +387,8 @@ int main(int argc, char** argv) {
             print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, dtype_name<floatX>(), zero, out_dir_note.c_str());
         else
             print0("device: cuda, %d rank(s)%s, %s, zero %d%s\n", mesh.world,
-                   mesh.world == 1 ? "" : use_nccl ? " (collectives: nccl)" : " (collectives: mpi, staged through host memory)",
+                   mesh.world == 1 ? "" : use_nccl ? (overlap ? " (collectives: nccl)" : " (collectives: nccl, not overlapped)")
+                                                   : " (collectives: mpi, staged through host memory)",
                    dtype_name<floatX>(), zero, out_dir_note.c_str());
         const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
         DPMemory mem = dp_memory(dpar);

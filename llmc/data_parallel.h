@@ -47,6 +47,8 @@ Overlap (NCCL). DDP starts each unit's all-reduce on the communication stream as
 unit's gradient is complete and the backward of the next unit goes on; the optimizer step
 joins them. ZeRO-3's prefetch all-gather runs on the communication stream while the current
 unit computes. (With MPI the same calls complete at once: correct, without overlap.)
+--overlap 0 turns both off (each all-reduce joined at once, no prefetch) with the same results
+and bytes, so that the time overlap saves is measured: dev/bench/bench_overlap.sh.
 
 The owner of the storage is this file: it points the model's per-unit pointers at it and
 follows the model's use of units through ParamHooks (model.h). A single process is dp = 1.
@@ -79,6 +81,7 @@ template <class T> struct DataParallel : ParamHooks {
     // stage 3: two gather buffers, the unit each holds, and a pending prefetch
     Buf<T> slot[2];
     int slot_unit[2] = {-1, -1};
+    int last_slot = 1;                        // the slot acquire handed out last
     CommHandle slot_req[2];
     int prev_unit = -1;
     // stages 2-3: gradient working buffers (the embedding unit | any other unit)
@@ -86,6 +89,7 @@ template <class T> struct DataParallel : ParamHooks {
     Buf<T> chunk_tmp;                         // one reduce-scattered chunk
     std::vector<T> scratch;                   // comm_all_reduce_sum's
     bool last_micro = true;                   // set by the trainer: reduce now (stages 0-1)?
+    bool overlap = true;                      // --overlap 0: wait for each transfer at once, no prefetch
 
     // ---- ParamHooks
     void acquire(int u) override;
@@ -206,14 +210,15 @@ template <class T> inline void dp_gather_into(DataParallel<T>* d, int s, int u, 
 template <class T> inline void DataParallel<T>::acquire(int u) {
     if (zero < 3) return;
     int s = slot_unit[0] == u ? 0 : slot_unit[1] == u ? 1 : -1;
-    if (s < 0) {  // not prefetched: gather now into the slot that is not the pending prefetch
-        s = slot_req[0].active ? 1 : 0;
+    if (s < 0) {  // not there: gather now, keeping a pending prefetch, else the unit used last
+        s = slot_req[0].active ? 1 : slot_req[1].active ? 0 : 1 - last_slot;
         dp_gather_into(this, s, u, true);
     } else comm_wait(&slot_req[s]);
     g->params[u] = slot[s].data();
+    last_slot = s;
     int next = dp_predict_next(g->config, u, prev_unit);
     prev_unit = u;
-    if (next >= 0 && next != u && slot_unit[1 - s] != next) dp_gather_into(this, 1 - s, next, false);
+    if (overlap && next >= 0 && next != u && slot_unit[1 - s] != next) dp_gather_into(this, 1 - s, next, false);
 }
 
 // ---- gradients
@@ -222,8 +227,10 @@ template <class T> inline void DataParallel<T>::grads_ready(int u) {
     size_t S = units[u].size, off = units[u].offset;
     if (zero < 2) {
         if (!last_micro) return;  // accumulate locally; reduce once per step
-        if (zero == 0) comm_all_reduce_sum_start(*group, grads_full.data() + off, S, &scratch);  // NCCL: overlaps the backward
-        else {
+        if (zero == 0) {
+            comm_all_reduce_sum_start(*group, grads_full.data() + off, S, &scratch);  // NCCL: overlaps the backward
+            if (!overlap) comm_join(*group);  // the backward waits for it
+        } else {
             comm_reduce_scatter_sum(*group, grads_full.data() + off, chunk_tmp.data(), S);
             ctx_copy(ctx, grads_full.data() + off + own_begin[u], chunk_tmp.data(), (own_end[u] - own_begin[u]) * sizeof(T));
         }

@@ -7,7 +7,8 @@
 #                    the loss falls, and two GPU runs are bit-identical
 #   test_train       resume bit-exactness, determinism (two GPU runs identical), learning
 #   test_vs_pytorch  the GPU trainer vs PyTorch on the same weights and batches
-#   test_dp          DDP / ZeRO-1/2/3 with 2 and 4 ranks on one GPU vs one process
+#   test_dp          DDP / ZeRO-1/2/3 with 2 and 4 ranks vs one process: MPI staged through host
+#                    memory (ranks may share a GPU), and NCCL where there are 4 GPUs
 #   dev/cuda         the kernel playgrounds: every version within its bound; their timings
 set -u
 cd "$(dirname "$0")/.."
@@ -48,8 +49,14 @@ if want playgrounds; then
     done
     [ -x build/dev_attention ] && part "build/dev_attention, head size 128" "${playground[@]}" build/dev_attention 4 1024 1024 8
 fi
+# the dp matrix twice: collectives staged through host memory (MPI; the ranks may share a GPU),
+# and NCCL with one rank per GPU where there are 4 GPUs (the matrix goes up to dp = 4)
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if want dp; then
-    if command -v mpirun >/dev/null; then part "test_dp (cuda, ranks share the GPU)" env DEVICE=cuda bash test/test_dp.sh "$BIN"
+    if command -v mpirun >/dev/null; then
+        part "test_dp (cuda, mpi staged through host memory)" env DEVICE=cuda COMM=mpi bash test/test_dp.sh "$BIN"
+        if [ "$ngpu" -ge 4 ]; then part "test_dp (cuda, nccl, one rank per GPU)" env DEVICE=cuda COMM=nccl bash test/test_dp.sh "$BIN"
+        else echo "# test_dp over NCCL skipped: it needs 4 GPUs (one rank per GPU), this machine has $ngpu"; fi
     else echo "# test_dp skipped: no mpirun (OpenMPI) on this machine"; fi
 fi
 echo "$pass passed, $fail failed"

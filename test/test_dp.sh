@@ -5,6 +5,7 @@
 #   identity:     without accumulation, ZeRO 0-3 give bit-identical runs (same reductions)
 #   memory:       each rank's parameter / gradient / optimizer bytes match the ZeRO table (5%)
 #   volume:       DDP's bytes per step match the ring all-reduce 2(N−1)/N·sΨ; ZeRO-3 moves 1.5×
+#   overlap:      --overlap 0 (no overlap, no prefetch) gives the same run and bytes (DDP, ZeRO-3)
 #   resume:       bit-exact in every stage; resharding dp=4 ZeRO-3 → dp=2 ZeRO-1 continues the run
 #   bf16:         the mixed-precision table (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N), half the bytes on
 #                 the wire, ZeRO 0-3 bit-identical, losses within 2e-2 of one bf16 process, resume
@@ -136,6 +137,27 @@ for N in ${DP_SIZES:-2 4}; do
         [ $acc = 1 ] && same_across_stages "$tmp/n${N}" "dp=$N"
     done
     check_memory_and_bytes "$tmp/n${N}" "$N" fp32
+done
+
+# --- --overlap 0 (what bench_overlap.sh times against the default): DDP joins each all-reduce at
+# once and ZeRO-3 gathers each unit when it is used; the runs and the bytes must not change
+N=$(set -- ${DP_SIZES:-2 4}; echo $1)
+for z in 0 3; do
+    ref="$tmp/n${N}_z${z}_a2" out="$tmp/ov${N}_z${z}"
+    mpi $N "${common[@]}" --batch-size $((8 / N)) --total-batch-tokens 512 --steps $STEPS --zero $z --overlap 0 \
+        --log-file "$out.jsonl" --save-model "$out.bin" >"$out.txt" 2>&1
+    $PY - "$ref.jsonl" "$out.jsonl" "dp=$N zero=$z accum=2" <<'PY'
+import json, sys
+keep = ("step", "loss", "lr", "grad_norm", "comm_bytes")  # not the timings
+def rows(p):
+    try: return [{k: d.get(k) for k in keep} for d in map(json.loads, open(p))]
+    except (OSError, ValueError): return None
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+same = a is not None and a == b and len(a) > 0
+print(("ok" if same else "not ok") + f" - {sys.argv[3]} --overlap 0: the same run as with overlap (losses, norms, bytes per collective)")
+PY
+    cmp -s "$ref.bin" "$out.bin" && echo "ok - dp=$N zero=$z --overlap 0: bit-identical final weights" \
+        || { echo "not ok - dp=$N zero=$z --overlap 0: final weights differ"; tail -2 "$out.txt" | sed 's/^/#   /'; }
 done
 
 # --- bf16 (mixed precision): dp = 2 and 4 × ZeRO 0-3 against one bf16 process
