@@ -43,6 +43,7 @@ Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -353,6 +354,32 @@ inline void cuda_ctx_init(Ctx* ctx, int index) {
     ctx->workspace_size = 32u << 20;
     CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_size));
     g_cuda_active = true;
+}
+
+// 16-byte vectors: one load or store instruction (LDG.128/STG.128) moves V = 16 / sizeof(T)
+// elements, a quarter (fp32) or an eighth (bf16) of the instructions of element-wise access
+// for the same bytes. A row of C elements can be read in packs when C is a multiple of V and
+// the row's pointer is 16-byte aligned (pack_width checks both at launch; the emulator checks
+// every pack's address).
+template <class T> constexpr int PACK = 16 / (int)sizeof(T);
+template <class T, int V> struct alignas(sizeof(T) * V) Pack { T v[V]; };
+template <int V, class T> __device__ inline Pack<T, V> load_pack(const T* p) {
+#ifdef LLMC_SIMT
+    if ((uintptr_t)p % sizeof(Pack<T, V>)) fatal("load_pack: address %p is not %zu-byte aligned", (const void*)p, sizeof(Pack<T, V>));
+#endif
+    return *reinterpret_cast<const Pack<T, V>*>(p);
+}
+template <int V, class T> __device__ inline void store_pack(T* p, const Pack<T, V>& x) {
+#ifdef LLMC_SIMT
+    if ((uintptr_t)p % sizeof(Pack<T, V>)) fatal("store_pack: address %p is not %zu-byte aligned", (const void*)p, sizeof(Pack<T, V>));
+#endif
+    *reinterpret_cast<Pack<T, V>*>(p) = x;
+}
+// PACK<T> when every row (C elements) at each of these pointers starts 16-byte aligned, else 1
+template <class T> inline int pack_width(size_t C, std::initializer_list<const void*> ptrs) {
+    if (C % PACK<T>) return 1;
+    for (const void* p : ptrs) if ((uintptr_t)p % 16) return 1;
+    return PACK<T>;
 }
 
 __device__ inline float warp_sum(float v) {

@@ -20,7 +20,10 @@ Dtype T (float | bf16, common.h): statistics (mean, rstd) are fp32 and all math 
 output is rounded to T once (the backward's sums over rows too: on the CPU via F32View).
 
 CUDA: one warp per row for the forward and the input gradient; the parameter gradients are a
-two-stage deterministic reduction (row chunks → partial sums → summed in chunk order).
+two-stage deterministic reduction (chunks of 128 rows → partial sums → summed in chunk order).
+Every kernel moves 16 bytes per load or store where C and the pointers allow (common.h: Pack):
+these are memory-bound (the forward moves 4·N·C bytes in bf16, the backward 10·N·C), so the
+aim is bandwidth, and 2-byte loads cost 8× the instructions for the same bytes.
 Tests: test/test_ops.cpp (finite differences; eps and the variance use fp32 like PyTorch),
 test/gpucheck_ops.cu (CUDA vs CPU).
 */
@@ -96,23 +99,38 @@ template <class T> inline void add_inplace_cpu(T* dst, const T* src, size_t N) {
 }
 
 #ifdef LLMC_CUDA
-// one warp per row
-template <class T>
+// The kernels take V, the elements each lane moves per load: PACK<T> (16 bytes, common.h) where
+// C and the pointers allow, else 1. g_layernorm_packs = false forces V = 1 (for dev/cuda's
+// comparison); the sums per lane then run in another order, the math is the same.
+inline bool g_layernorm_packs = true;
+
+// one warp per row; lane l reads elements [l·V, l·V + V), then 32·V further on, ...
+template <class T, int V>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const T* x = inp + (size_t)row * C;
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += to_f(x[c]);
+    for (int c = lane * V; c < C; c += 32 * V) {
+        Pack<T, V> xp = load_pack<V>(x + c);
+        for (int k = 0; k < V; k++) s += to_f(xp.v[k]);
+    }
     float m = warp_sum(s) / C;
     float v = 0.0f;
-    for (int c = lane; c < C; c += 32) { float d = to_f(x[c]) - m; v += d * d; }
+    for (int c = lane * V; c < C; c += 32 * V) {
+        Pack<T, V> xp = load_pack<V>(x + c);
+        for (int k = 0; k < V; k++) { float d = to_f(xp.v[k]) - m; v += d * d; }
+    }
     float r = rsqrtf(warp_sum(v) / C + 1e-5f);
     T* o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = from_f<T>((to_f(x[c]) - m) * r * to_f(w[c]) + to_f(b[c]));
+    for (int c = lane * V; c < C; c += 32 * V) {
+        Pack<T, V> xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), bp = load_pack<V>(b + c), op;
+        for (int k = 0; k < V; k++) op.v[k] = from_f<T>((to_f(xp.v[k]) - m) * r * to_f(wp.v[k]) + to_f(bp.v[k]));
+        store_pack<V>(o + c, op);
+    }
     if (lane == 0) { mean[row] = m; rstd[row] = r; }
 }
-template <class T>
+template <class T, int V>
 __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w,
                                                const float* mean, const float* rstd, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -120,27 +138,47 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
     const T* d = dout + (size_t)row * C;
     const T* x = inp + (size_t)row * C;
     float m = mean[row], r = rstd[row], g_sum = 0.0f, gn_sum = 0.0f;
-    for (int c = lane; c < C; c += 32) { float g = to_f(d[c]) * to_f(w[c]); g_sum += g; gn_sum += g * (to_f(x[c]) - m) * r; }
+    for (int c = lane * V; c < C; c += 32 * V) {
+        Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
+        for (int k = 0; k < V; k++) { float g = to_f(dp.v[k]) * to_f(wp.v[k]); g_sum += g; gn_sum += g * (to_f(xp.v[k]) - m) * r; }
+    }
     float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
     T* di = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32)
-        di[c] = from_f<T>(to_f(di[c]) + r * (to_f(d[c]) * to_f(w[c]) - g_mean - (to_f(x[c]) - m) * r * gn_mean));
-}
-// stage 1: chunk k of rows → partial[k][c] (dw) and partial[K + k][c] (db)
-template <class T>
-__global__ void layernorm_backward_params_partial(float* partial, const T* dout, const T* inp,
-                                                  const float* mean, const float* rstd, int N, int C, int rows_per_chunk) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y, K = gridDim.y;
-    if (c >= C) return;
-    float sw = 0.0f, sb = 0.0f;
-    int r1 = min(N, (k + 1) * rows_per_chunk);
-    for (int i = k * rows_per_chunk; i < r1; i++) {
-        float d = to_f(dout[(size_t)i * C + c]);
-        sw += d * (to_f(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
-        sb += d;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
+        for (int k = 0; k < V; k++)
+            ip.v[k] = from_f<T>(to_f(ip.v[k]) + r * (to_f(dp.v[k]) * to_f(wp.v[k]) - g_mean - (to_f(xp.v[k]) - m) * r * gn_mean));
+        store_pack<V>(di + c, ip);
     }
-    partial[(size_t)k * C + c] = sw;
-    partial[(size_t)(K + k) * C + c] = sb;
+}
+// Parameter gradients, stage 1: a block of 8 warps takes a chunk of LN_CHUNK rows and 32·V
+// channels; warp w sums rows w, w + 8, ... of the chunk for its lane's V channels, then the 8
+// warps' sums are added in warp order (shared memory) → partial[k][c] (dw), partial[K + k][c] (db).
+constexpr int LN_CHUNK = 128, LN_WARPS = 8;
+template <class T, int V>
+__global__ void layernorm_backward_params_partial(float* partial, const T* dout, const T* inp,
+                                                  const float* mean, const float* rstd, int N, int C) {
+    __shared__ float sw_all[LN_WARPS][32 * V], sb_all[LN_WARPS][32 * V];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, k = blockIdx.y, K = gridDim.y;
+    const int c0 = blockIdx.x * 32 * V, c = c0 + lane * V;
+    float sw[V], sb[V];
+    for (int j = 0; j < V; j++) sw[j] = sb[j] = 0.0f;
+    if (c < C) {
+        const int r1 = min(N, (k + 1) * LN_CHUNK);
+        for (int i = k * LN_CHUNK + w; i < r1; i += LN_WARPS) {
+            Pack<T, V> dp = load_pack<V>(dout + (size_t)i * C + c), xp = load_pack<V>(inp + (size_t)i * C + c);
+            const float m = mean[i], r = rstd[i];
+            for (int j = 0; j < V; j++) { float dv = to_f(dp.v[j]); sw[j] += dv * (to_f(xp.v[j]) - m) * r; sb[j] += dv; }
+        }
+    }
+    for (int j = 0; j < V; j++) { sw_all[w][lane * V + j] = sw[j]; sb_all[w][lane * V + j] = sb[j]; }
+    __syncthreads();
+    for (int t = threadIdx.x; t < 32 * V && c0 + t < C; t += blockDim.x) {
+        float a = 0.0f, b = 0.0f;
+        for (int u = 0; u < LN_WARPS; u++) { a += sw_all[u][t]; b += sb_all[u][t]; }
+        partial[(size_t)k * C + c0 + t] = a;
+        partial[(size_t)(K + k) * C + c0 + t] = b;
+    }
 }
 // stage 2: dw[c] += Σ_k partial, in chunk order
 template <class T>
@@ -152,13 +190,30 @@ __global__ void layernorm_backward_params_final(T* dw, T* db, const float* parti
     dw[c] = from_f<T>(to_f(dw[c]) + sw);
     db[c] = from_f<T>(to_f(db[c]) + sb);
 }
-template <class T> __global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t N) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+// out = a + b and dst += src, V elements per thread per step (the tail, N mod V, by thread 0)
+template <class T, int V> __global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t N) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x * V, main = N / V * V;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < main; i += stride) {
+        Pack<T, V> ap = load_pack<V>(a + i), bp = load_pack<V>(b + i), op;
+        for (int k = 0; k < V; k++) op.v[k] = from_f<T>(to_f(ap.v[k]) + to_f(bp.v[k]));
+        store_pack<V>(out + i, op);
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        for (size_t i = main; i < N; i++) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
 }
-template <class T> __global__ void add_inplace_kernel(T* dst, const T* src, size_t N) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = from_f<T>(to_f(dst[i]) + to_f(src[i]));
+template <class T, int V> __global__ void add_inplace_kernel(T* dst, const T* src, size_t N) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x * V, main = N / V * V;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < main; i += stride) {
+        Pack<T, V> dp = load_pack<V>(dst + i), sp = load_pack<V>(src + i);
+        for (int k = 0; k < V; k++) dp.v[k] = from_f<T>(to_f(dp.v[k]) + to_f(sp.v[k]));
+        store_pack<V>(dst + i, dp);
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        for (size_t i = main; i < N; i++) dst[i] = from_f<T>(to_f(dst[i]) + to_f(src[i]));
+}
+// the vector width for rows of C elements at these pointers (1 when packs are switched off)
+template <class T> inline int layernorm_pack(size_t C, std::initializer_list<const void*> ptrs) {
+    return g_layernorm_packs ? pack_width<T>(C, ptrs) : 1;
 }
 #endif
 
@@ -166,26 +221,40 @@ template <class T>
 inline void layernorm_forward(const Ctx& ctx, T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
+        constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
+        if (layernorm_pack<T>(C, {out, inp, w, b}) > 1)
+            layernorm_forward_kernel<T, P><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
+        else
+            layernorm_forward_kernel<T, 1><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
     layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);
 }
+#ifdef LLMC_CUDA
+template <class T, int V>
+inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                                      const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward_dinp_kernel<T, V><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    const int K = (int)ceil_div(N, LN_CHUNK);
+    static Buf<float> partial_buf;
+    float* partial = gpu_scratch(partial_buf, ctx, 2 * (size_t)K * C);
+    dim3 grid(ceil_div(C, 32 * V), K);
+    layernorm_backward_params_partial<T, V><<<grid, 32 * LN_WARPS, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C);
+    layernorm_backward_params_final<<<ceil_div(C, 128), 128, 0, ctx.stream>>>(dw, db, partial, C, K);
+    CUDA_LAUNCH_CHECK();
+}
+#endif
 template <class T>
 inline void layernorm_backward(const Ctx& ctx, T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                                const float* mean, const float* rstd, int N, int C) {
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        layernorm_backward_dinp_kernel<<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
-        const int K = std::min(N, 64), rows = (int)ceil_div(N, K);
-        static Buf<float> partial_buf;
-        float* partial = gpu_scratch(partial_buf, ctx, 2 * (size_t)K * C);
-        dim3 grid(ceil_div(C, 128), K);
-        layernorm_backward_params_partial<<<grid, 128, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C, rows);
-        layernorm_backward_params_final<<<ceil_div(C, 128), 128, 0, ctx.stream>>>(dw, db, partial, C, K);
-        CUDA_LAUNCH_CHECK();
+        if (layernorm_pack<T>(C, {dinp, dout, inp, w}) > 1)
+            layernorm_backward_launch<T, PACK<T>>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        else
+            layernorm_backward_launch<T, 1>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
         return;
     }
 #endif
@@ -197,7 +266,11 @@ inline void layernorm_backward(const Ctx& ctx, T* dinp, T* dw, T* db, const T* d
 template <class T> inline void residual_forward(const Ctx& ctx, T* out, const T* a, const T* b, size_t N) {
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        residual_forward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(out, a, b, N);
+        constexpr int P = PACK<T>;
+        if (layernorm_pack<T>(0, {out, a, b}) > 1)
+            residual_forward_kernel<T, P><<<grid_for(ceil_div(N, (size_t)P)), 256, 0, ctx.stream>>>(out, a, b, N);
+        else
+            residual_forward_kernel<T, 1><<<grid_for(N), 256, 0, ctx.stream>>>(out, a, b, N);
         CUDA_LAUNCH_CHECK();
         return;
     }
@@ -207,7 +280,11 @@ template <class T> inline void residual_forward(const Ctx& ctx, T* out, const T*
 template <class T> inline void add_inplace(const Ctx& ctx, T* dst, const T* src, size_t N) {
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        if (N) add_inplace_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(dst, src, N);
+        constexpr int P = PACK<T>;
+        if (N && layernorm_pack<T>(0, {dst, src}) > 1)
+            add_inplace_kernel<T, P><<<grid_for(ceil_div(N, (size_t)P)), 256, 0, ctx.stream>>>(dst, src, N);
+        else if (N)
+            add_inplace_kernel<T, 1><<<grid_for(N), 256, 0, ctx.stream>>>(dst, src, N);
         CUDA_LAUNCH_CHECK();
         return;
     }

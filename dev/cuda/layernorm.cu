@@ -1,30 +1,77 @@
 /*
-dev/cuda/layernorm.cu — LayerNorm forward and backward: CPU reference vs CUDA versions.
-  v1: llmc/layernorm.cuh (warp per row; parameter gradients by a two-stage reduction)
-Reports max relative error and time and effective bandwidth (bytes that must move: forward
-reads x and writes out, 8·N·C bytes; backward reads dout and x, read-modify-writes dinp: 16·N·C).
-usage: ./build/dev_layernorm [N C]   (default 8192 768)
+dev/cuda/layernorm.cu — LayerNorm forward and backward, and the residual add: CPU reference vs
+CUDA versions, in fp32 and bf16.
+  v1: llmc/layernorm.cuh with g_layernorm_packs = false: one element per load (a warp reads
+      32 consecutive elements, coalesced, but 2 or 4 bytes per lane and instruction)
+  v2: the same kernels moving 16 bytes per load and store (common.h: Pack; the trainer's):
+      8 bf16 or 4 fp32 elements per instruction; the parameter gradients' row chunks are
+      split over the 8 warps of a block
+All three ops are memory-bound, so each line reports bandwidth over the bytes that must move
+(s = the element size): forward reads x and writes out, 2·N·C·s; backward reads dout and x and
+read-modify-writes dinp, 4·N·C·s (the parameter pass reads dout and x again: not counted, so
+a fused kernel would score higher); residual reads two and writes one, 3·N·C·s. The bf16
+versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
+usage: ./build/dev_layernorm [N C]   (default GPT-2 124M at B=16, T=1024: 16384 768)
 */
 #include "common.cuh"
 
-int main(int argc, char** argv) {
-    dev_init();
-    int N = 8192, C = 768;
-    if (argc == 3) { N = atoi(argv[1]); C = atoi(argv[2]); }
-    printf("# layernorm N=%d C=%d\n", N, C);
-    auto x = dev_randn((size_t)N * C), w = dev_randn(C), b = dev_randn(C), dout = dev_randn((size_t)N * C);
-    std::vector<float> out((size_t)N * C), mean(N), rstd(N), dx((size_t)N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
+template <class X> static std::vector<X> as(const std::vector<float>& v) {
+    std::vector<X> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = from_f<X>(v[i]);
+    return r;
+}
+template <class X> static std::vector<float> widen(const std::vector<X>& v) {
+    std::vector<float> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = to_f(v[i]);
+    return r;
+}
+template <class X> struct DevX {  // a GPU copy of a host vector, stored as X
+    Buf<X> b;
+    explicit DevX(const std::vector<X>& h) { b.alloc(gpu_ctx, h.size()); set(h); }
+    void set(const std::vector<X>& h) { ctx_copy(gpu_ctx, b.data(), h.data(), h.size() * sizeof(X)); }
+    X* p() { return b.data(); }
+    std::vector<float> host() { std::vector<X> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * sizeof(X)); return widen(h); }
+};
+
+template <class X> static void run(int N, int C) {
+    const double s = sizeof(X), NC = (double)N * C;
+    const double bound = std::is_same_v<X, float> ? 1e-5 : 1e-2;  // gpucheck_ops' bounds
+    // inputs exact in X, so both sides see the same values
+    auto x = as<X>(dev_randn((size_t)N * C)), w = as<X>(dev_randn(C)), b = as<X>(dev_randn(C));
+    auto dout = as<X>(dev_randn((size_t)N * C)), dx0 = as<X>(dev_randn((size_t)N * C)), y = as<X>(dev_randn((size_t)N * C));
+    std::vector<X> out((size_t)N * C), dx = dx0, dw(C, from_f<X>(0.0f)), db(C, from_f<X>(0.0f)), res((size_t)N * C);
+    std::vector<float> mean(N), rstd(N);
     layernorm_forward(cpu_ctx, out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
     layernorm_backward(cpu_ctx, dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
-    DevBuf gx(x), gw(w), gb(b), gdout(dout), gout(out), gmean(mean), grstd(rstd), gdx(std::vector<float>(dx.size(), 0.0f)),
-        gdw(std::vector<float>(C, 0.0f)), gdb(std::vector<float>(C, 0.0f));
-    layernorm_forward(gpu_ctx, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C);
-    layernorm_backward(gpu_ctx, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C);
-    printf("v1 rel err: out %.2e, dinp %.2e, dw %.2e, db %.2e\n", rel_err(out, gout.host(), 1e-5), rel_err(dx, gdx.host(), 1e-5),
-           rel_err(dw, gdw.host(), 1e-5), rel_err(db, gdb.host(), 1e-5));
-    float f = time_ms([&] { layernorm_forward(gpu_ctx, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C); });
-    float bk = time_ms([&] { layernorm_backward(gpu_ctx, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C); });
-    printf("v1 forward  %8.3f ms  %7.1f GB/s\n", f, 8.0 * N * C / f / 1e6);
-    printf("v1 backward %8.3f ms  %7.1f GB/s\n", bk, 16.0 * N * C / bk / 1e6);
+    residual_forward(cpu_ctx, res.data(), x.data(), y.data(), (size_t)N * C);
+    DevX<X> gx(x), gw(w), gb(b), gdout(dout), gout(out), gdx(dx0), gdw(dw), gdb(db), gy(y), gres(res);
+    DevBuf gmean(mean), grstd(rstd);
+    for (int v = 1; v <= 2; v++) {
+        g_layernorm_packs = v == 2;
+        const char* name = v == 1 ? "v1 one element per load" : "v2 16-byte packs";
+        gdx.set(dx0); gdw.set(std::vector<X>(C, from_f<X>(0.0f))); gdb.set(std::vector<X>(C, from_f<X>(0.0f)));
+        auto f = [&] { layernorm_forward(gpu_ctx, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C); };
+        auto bk = [&] { layernorm_backward(gpu_ctx, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C); };
+        auto r = [&] { residual_forward(gpu_ctx, gres.p(), gx.p(), gy.p(), (size_t)N * C); };
+        f(); bk(); r();  // once for the check (the backward accumulates into dinp, dw, db)
+        double e_out = rel_err(widen(out), gout.host(), bound), e_dx = rel_err(widen(dx), gdx.host(), bound);
+        double e_dw = rel_err(widen(dw), gdw.host(), bound), e_db = rel_err(widen(db), gdb.host(), bound);
+        double e_res = rel_err(widen(res), gres.host(), bound);
+        float mf = time_ms(f), mb = time_ms(bk), mr = time_ms(r);
+        printf("%s %-24s forward  rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_out, mf, 2 * NC * s / mf / 1e6);
+        printf("%s %-24s backward rel err %.2e (dinp) %.2e (dw) %.2e (db)  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name,
+               e_dx, e_dw, e_db, mb, 4 * NC * s / mb / 1e6);
+        printf("%s %-24s residual rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_res, mr, 3 * NC * s / mr / 1e6);
+    }
+    g_layernorm_packs = true;
+}
+
+int main(int argc, char** argv) {
+    dev_init();
+    int N = 16384, C = 768;
+    if (argc == 3) { N = atoi(argv[1]); C = atoi(argv[2]); }
+    printf("# layernorm N=%d C=%d\n", N, C);
+    run<float>(N, C);
+    run<bf16>(N, C);
     return dev_done();
 }
