@@ -133,7 +133,8 @@ test: all test-deps
 	bash test/run_tests.sh
 
 # a GPU log's name: dev/gpu_results/<date>-<GPU>-<commit>; LLMC_COMMIT names the commit where the
-# tree has no .git (a copy sent to a GPU machine)
+# tree has no .git (a copy sent to a GPU machine). Runs append, so a suite run in parts
+# (GPUCHECK_PARTS, BENCH_MODELS) ends up in one log.
 export LLMC_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 GPU_LOG = dev/gpu_results/$(shell date -u +%F)-$(shell nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')-$(LLMC_COMMIT)
 
@@ -141,7 +142,7 @@ gpucheck: all gpu-deps
 	@test -n "$(NVCC)" || { echo "make gpucheck needs nvcc (the CUDA toolkit)"; exit 1; }
 	@$(MAKE) --no-print-directory build/gpucheck_ops $(DEV_CUDA)
 	@mkdir -p dev/gpu_results
-	bash -o pipefail -c "bash test/gpucheck.sh 2>&1 | tee $(GPU_LOG).log"
+	bash -o pipefail -c "bash test/gpucheck.sh 2>&1 | tee -a $(GPU_LOG).log"
 
 data: tokenize
 	@bash scripts/install_deps.sh data
@@ -158,4 +159,4 @@ bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
 	@$(MAKE) --no-print-directory build/dev_attention
 	@mkdir -p dev/gpu_results
-	{ bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS); echo; bash dev/bench/bench_train.sh fp32 gpt2:124M; echo; bash dev/bench/bench_vs_torch.sh; echo; bash dev/bench/bench_overlap.sh; } 2>&1 | tee $(GPU_LOG)-bench.md
+	{ bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS); echo; bash dev/bench/bench_train.sh fp32 gpt2:124M; echo; bash dev/bench/bench_vs_torch.sh; echo; bash dev/bench/bench_overlap.sh; } 2>&1 | tee -a $(GPU_LOG)-bench.md
