@@ -175,6 +175,18 @@ template <> HD inline bf16 from_f<bf16>(float x) {
 #endif
 }
 
+// Host vectors converted element by element (tests and kernel playgrounds): rounded to T once, and back.
+template <class T> inline std::vector<T> vec_cast(const std::vector<float>& v) {
+    std::vector<T> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = from_f<T>(v[i]);
+    return r;
+}
+template <class T> inline std::vector<float> vec_widen(const std::vector<T>& v) {
+    std::vector<float> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = to_f(v[i]);
+    return r;
+}
+
 enum class DType { FP32, BF16 };
 template <class T> inline DType dtype_of();
 template <> inline DType dtype_of<float>() { return DType::FP32; }

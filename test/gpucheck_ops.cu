@@ -39,27 +39,17 @@ template <class X> static std::vector<float> randn(size_t n, float scale = 1.0f)
     for (auto& x : v) x = to_f(from_f<X>(scale * rng.normal()));
     return v;
 }
-template <class X> static std::vector<X> cast(const std::vector<float>& v) {
-    std::vector<X> r(v.size());
-    for (size_t i = 0; i < v.size(); i++) r[i] = from_f<X>(v[i]);
-    return r;
-}
-template <class X> static std::vector<float> widen(const std::vector<X>& v) {
-    std::vector<float> r(v.size());
-    for (size_t i = 0; i < v.size(); i++) r[i] = to_f(v[i]);
-    return r;
-}
 
 // a GPU copy of a host vector (or NaN-poisoned when poison), stored as X
 template <class X> struct Dev {
     Buf<X> b;
     Dev(const std::vector<float>& h, bool poison = false) {
         b.alloc(gpu, h.size());
-        std::vector<X> x = cast<X>(poison ? std::vector<float>(h.size(), NAN) : h);
+        std::vector<X> x = vec_cast<X>(poison ? std::vector<float>(h.size(), NAN) : h);
         ctx_copy(gpu, b.data(), x.data(), h.size() * sizeof(X));
     }
     X* p() { return b.data(); }
-    std::vector<float> host() { std::vector<X> h(b.size()); ctx_copy(gpu, h.data(), b.data(), h.size() * sizeof(X)); return widen(h); }
+    std::vector<float> host() { std::vector<X> h(b.size()); ctx_copy(gpu, h.data(), b.data(), h.size() * sizeof(X)); return vec_widen(h); }
 };
 using DevF = Dev<float>;
 
@@ -86,60 +76,60 @@ template <class X> static void check_encoder(int B, int T, int C, int V) {
     auto wte = randn<X>((size_t)V * C), wpe = randn<X>((size_t)T * C), dout = randn<X>((size_t)B * T * C);
     std::vector<int> tok(B * T);
     for (auto& t : tok) t = (int)rng.below(V / 2);  // repeats
-    std::vector<X> out((size_t)B * T * C), cwte = cast<X>(wte), cwpe = cast<X>(wpe);
+    std::vector<X> out((size_t)B * T * C), cwte = vec_cast<X>(wte), cwpe = vec_cast<X>(wpe);
     encoder_forward(cpu, out.data(), tok.data(), cwte.data(), cwpe.data(), B, T, C);
     Buf<int> dtok; dtok.alloc(gpu, tok.size()); ctx_copy(gpu, dtok.data(), tok.data(), tok.size() * 4);
-    Dev<X> gwte(wte), gwpe(wpe), gout(widen(out), true);
+    Dev<X> gwte(wte), gwpe(wpe), gout(vec_widen(out), true);
     encoder_forward(gpu, gout.p(), dtok.data(), gwte.p(), gwpe.p(), B, T, C);
-    compare(name, "forward", widen(out), gout.host(), bx<X>(1e-6));
+    compare(name, "forward", vec_widen(out), gout.host(), bx<X>(1e-6));
     auto dwte = randn<X>((size_t)V * C), dwpe = randn<X>((size_t)T * C);
     Dev<X> gdwte(dwte), gdwpe(dwpe), gdout(dout);
-    std::vector<X> cdwte = cast<X>(dwte), cdwpe = cast<X>(dwpe), cdout = cast<X>(dout);
+    std::vector<X> cdwte = vec_cast<X>(dwte), cdwpe = vec_cast<X>(dwpe), cdout = vec_cast<X>(dout);
     encoder_backward(cpu, cdwte.data(), cdwpe.data(), cdout.data(), tok.data(), B, T, C, (size_t)V);
     encoder_backward(gpu, gdwte.p(), gdwpe.p(), gdout.p(), tok.data(), B, T, C, (size_t)V);
-    compare(name, "dwte (+=)", widen(cdwte), gdwte.host(), bx<X>(1e-5));
-    compare(name, "dwpe (+=)", widen(cdwpe), gdwpe.host(), bx<X>(1e-5));
+    compare(name, "dwte (+=)", vec_widen(cdwte), gdwte.host(), bx<X>(1e-5));
+    compare(name, "dwpe (+=)", vec_widen(cdwpe), gdwpe.host(), bx<X>(1e-5));
 }
 
 template <class X> static void check_layernorm(int N, int C) {
     char name[80]; snprintf(name, sizeof(name), "%s layernorm N=%d C=%d", dtype_name<X>(), N, C);
     auto x = randn<X>((size_t)N * C), w = randn<X>(C), b = randn<X>(C), dout = randn<X>((size_t)N * C);
-    std::vector<X> out((size_t)N * C), cx = cast<X>(x), cw = cast<X>(w), cb = cast<X>(b), cdout = cast<X>(dout);
+    std::vector<X> out((size_t)N * C), cx = vec_cast<X>(x), cw = vec_cast<X>(w), cb = vec_cast<X>(b), cdout = vec_cast<X>(dout);
     std::vector<float> mean(N), rstd(N);
     layernorm_forward(cpu, out.data(), mean.data(), rstd.data(), cx.data(), cw.data(), cb.data(), N, C);
-    Dev<X> gx(x), gw(w), gb(b), gout(widen(out), true), gdout(dout);
+    Dev<X> gx(x), gw(w), gb(b), gout(vec_widen(out), true), gdout(dout);
     DevF gmean(mean, true), grstd(rstd, true);
     layernorm_forward(gpu, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C);
-    compare(name, "forward", widen(out), gout.host(), bx<X>(1e-5));
+    compare(name, "forward", vec_widen(out), gout.host(), bx<X>(1e-5));
     compare(name, "mean", mean, gmean.host(), bs<X>(1e-5));
     compare(name, "rstd", rstd, grstd.host(), bs<X>(1e-5));
     auto dx = randn<X>((size_t)N * C), dw = randn<X>(C), db = randn<X>(C);
     Dev<X> gdx(dx), gdw(dw), gdb(db);
-    std::vector<X> cdx = cast<X>(dx), cdw = cast<X>(dw), cdb = cast<X>(db);
+    std::vector<X> cdx = vec_cast<X>(dx), cdw = vec_cast<X>(dw), cdb = vec_cast<X>(db);
     layernorm_backward(cpu, cdx.data(), cdw.data(), cdb.data(), cdout.data(), cx.data(), cw.data(), mean.data(), rstd.data(), N, C);
     layernorm_backward(gpu, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C);
-    compare(name, "dinp (+=)", widen(cdx), gdx.host(), bx<X>(1e-5));
-    compare(name, "dw (+=)", widen(cdw), gdw.host(), bx<X>(1e-5));
-    compare(name, "db (+=)", widen(cdb), gdb.host(), bx<X>(1e-5));
+    compare(name, "dinp (+=)", vec_widen(cdx), gdx.host(), bx<X>(1e-5));
+    compare(name, "dw (+=)", vec_widen(cdw), gdw.host(), bx<X>(1e-5));
+    compare(name, "db (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
 }
 
 template <class X> static void check_matmul(int N, int C, int OC, bool bias) {
     char name[96]; snprintf(name, sizeof(name), "%s matmul N=%d C=%d OC=%d%s", dtype_name<X>(), N, C, OC, bias ? " +bias" : "");
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC);
-    std::vector<X> out((size_t)N * OC), cx = cast<X>(x), cW = cast<X>(W), cbv = cast<X>(bv), cdout = cast<X>(dout);
+    std::vector<X> out((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cbv = vec_cast<X>(bv), cdout = vec_cast<X>(dout);
     matmul_forward(cpu, out.data(), cx.data(), cW.data(), bias ? cbv.data() : nullptr, N, C, OC);
-    Dev<X> gx(x), gW(W), gb(bv), gout(widen(out), true), gdout(dout);
+    Dev<X> gx(x), gW(W), gb(bv), gout(vec_widen(out), true), gdout(dout);
     matmul_forward(gpu, gout.p(), gx.p(), gW.p(), bias ? gb.p() : nullptr, N, C, OC);
-    compare(name, "forward", widen(out), gout.host(), bx<X>(1e-5));
+    compare(name, "forward", vec_widen(out), gout.host(), bx<X>(1e-5));
     std::vector<X> dx((size_t)N * C);
     auto dW = randn<X>((size_t)OC * C), db = randn<X>(OC);
-    Dev<X> gdx(widen(dx), true), gdW(dW), gdb(db);
-    std::vector<X> cdW = cast<X>(dW), cdb = cast<X>(db);
+    Dev<X> gdx(vec_widen(dx), true), gdW(dW), gdb(db);
+    std::vector<X> cdW = vec_cast<X>(dW), cdb = vec_cast<X>(db);
     matmul_backward(cpu, dx.data(), cdW.data(), bias ? cdb.data() : nullptr, cdout.data(), cx.data(), cW.data(), N, C, OC);
     matmul_backward(gpu, gdx.p(), gdW.p(), bias ? gdb.p() : nullptr, gdout.p(), gx.p(), gW.p(), N, C, OC);
-    compare(name, "dinp", widen(dx), gdx.host(), bx<X>(1e-5));
-    compare(name, "dW (+=)", widen(cdW), gdW.host(), bx<X>(1e-5));
-    if (bias) compare(name, "dbias (+=)", widen(cdb), gdb.host(), bx<X>(1e-5));
+    compare(name, "dinp", vec_widen(dx), gdx.host(), bx<X>(1e-5));
+    compare(name, "dW (+=)", vec_widen(cdW), gdW.host(), bx<X>(1e-5));
+    if (bias) compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
 }
 
 // The MLP's matmul with its GELU (matmul.cuh): forward out = gelu(pre), pre = x·Wᵀ + b; backward
@@ -151,22 +141,22 @@ template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fuse
                              fused && OC % 8 == 0 && C % 8 == 0 ? "GELU in the cuBLASLt epilogue" : "separate GELU kernel");
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC);
     auto pre_in = randn<X>((size_t)N * C);  // backward: the pre-GELU values of this layer's input
-    std::vector<X> out((size_t)N * OC), pre((size_t)N * OC), cx = cast<X>(x), cW = cast<X>(W), cb = cast<X>(bv),
-        cdout = cast<X>(dout), cpre_in = cast<X>(pre_in);
+    std::vector<X> out((size_t)N * OC), pre((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cb = vec_cast<X>(bv),
+        cdout = vec_cast<X>(dout), cpre_in = vec_cast<X>(pre_in);
     matmul_forward(cpu, out.data(), cx.data(), cW.data(), cb.data(), N, C, OC, pre.data());
-    Dev<X> gx(x), gW(W), gb(bv), gout(widen(out), true), gpre(widen(pre), true), gdout(dout), gpre_in(pre_in);
+    Dev<X> gx(x), gW(W), gb(bv), gout(vec_widen(out), true), gpre(vec_widen(pre), true), gdout(dout), gpre_in(pre_in);
     matmul_forward(gpu, gout.p(), gx.p(), gW.p(), gb.p(), N, C, OC, gpre.p());
-    compare(name, "forward gelu(x·Wᵀ+b)", widen(out), gout.host(), bx<X>(1e-5));
-    compare(name, "forward pre-activation", widen(pre), gpre.host(), bx<X>(1e-5));
+    compare(name, "forward gelu(x·Wᵀ+b)", vec_widen(out), gout.host(), bx<X>(1e-5));
+    compare(name, "forward pre-activation", vec_widen(pre), gpre.host(), bx<X>(1e-5));
     std::vector<X> dx((size_t)N * C);
     auto dW = randn<X>((size_t)OC * C), db = randn<X>(OC);
-    Dev<X> gdx(widen(dx), true), gdW(dW), gdb(db);
-    std::vector<X> cdW = cast<X>(dW), cdb = cast<X>(db);
+    Dev<X> gdx(vec_widen(dx), true), gdW(dW), gdb(db);
+    std::vector<X> cdW = vec_cast<X>(dW), cdb = vec_cast<X>(db);
     matmul_backward(cpu, dx.data(), cdW.data(), cdb.data(), cdout.data(), cx.data(), cW.data(), N, C, OC, cpre_in.data());
     matmul_backward(gpu, gdx.p(), gdW.p(), gdb.p(), gdout.p(), gx.p(), gW.p(), N, C, OC, gpre_in.p());
-    compare(name, "dinp through the GELU", widen(dx), gdx.host(), bx<X>(1e-5));
-    compare(name, "dW (+=)", widen(cdW), gdW.host(), bx<X>(1e-5));
-    compare(name, "dbias (+=)", widen(cdb), gdb.host(), bx<X>(1e-5));
+    compare(name, "dinp through the GELU", vec_widen(dx), gdx.host(), bx<X>(1e-5));
+    compare(name, "dW (+=)", vec_widen(cdW), gdW.host(), bx<X>(1e-5));
+    compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
     g_gelu_fusion = true;
 }
 
@@ -175,17 +165,17 @@ template <class X> static void check_attention(int B, int T, int C, int NH, bool
     char name[112]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d%s", dtype_name<X>(), B, T, C, NH,
                              use_flash<X>(C, NH) ? " (flash, tensor cores)" : "");
     auto qkv = randn<X>((size_t)B * T * 3 * C), dout = randn<X>((size_t)B * T * C);
-    std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * 3 * C), cqkv = cast<X>(qkv), cdout = cast<X>(dout);
+    std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * 3 * C), cqkv = vec_cast<X>(qkv), cdout = vec_cast<X>(dout);
     std::vector<float> lse((size_t)B * NH * T);
     attention_forward(cpu, out.data(), lse.data(), cqkv.data(), B, T, C, NH);
-    Dev<X> gqkv(qkv), gout(widen(out), true), gdout(dout), gdqkv(widen(dqkv), true);
+    Dev<X> gqkv(qkv), gout(vec_widen(out), true), gdout(dout), gdqkv(vec_widen(dqkv), true);
     DevF glse(lse, true);
     attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH);
-    compare(name, "forward", widen(out), gout.host(), bx<X>(1e-4));
+    compare(name, "forward", vec_widen(out), gout.host(), bx<X>(1e-4));
     compare(name, "lse", lse, glse.host(), bs<X>(1e-5));
     attention_backward(cpu, dqkv.data(), cdout.data(), cqkv.data(), out.data(), lse.data(), B, T, C, NH);
     attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
-    compare(name, "dqkv", widen(dqkv), gdqkv.host(), bx<X>(1e-4));
+    compare(name, "dqkv", vec_widen(dqkv), gdqkv.host(), bx<X>(1e-4));
     g_flash_attention = true;
 }
 
@@ -213,21 +203,21 @@ static void check_flash_ldmatrix(int B, int T, int C, int NH) {
 template <class X> static void check_elementwise(size_t N) {
     char name[64]; snprintf(name, sizeof(name), "%s elementwise N=%zu", dtype_name<X>(), N);
     auto x = randn<X>(N, 2.0f), y = randn<X>(N), dout = randn<X>(N);
-    std::vector<X> out(N), d(N), cx = cast<X>(x), cy = cast<X>(y), cdout = cast<X>(dout);
+    std::vector<X> out(N), d(N), cx = vec_cast<X>(x), cy = vec_cast<X>(y), cdout = vec_cast<X>(dout);
     gelu_forward(cpu, out.data(), cx.data(), N);
-    Dev<X> gx(x), gy(y), gout(widen(out), true), gdout(dout), gd(widen(d), true);
+    Dev<X> gx(x), gy(y), gout(vec_widen(out), true), gdout(dout), gd(vec_widen(d), true);
     gelu_forward(gpu, gout.p(), gx.p(), N);
-    compare(name, "gelu forward", widen(out), gout.host(), bx<X>(1e-5));
+    compare(name, "gelu forward", vec_widen(out), gout.host(), bx<X>(1e-5));
     gelu_backward(cpu, d.data(), cx.data(), cdout.data(), N);
     gelu_backward(gpu, gd.p(), gx.p(), gdout.p(), N);
-    compare(name, "gelu backward", widen(d), gd.host(), bx<X>(1e-5));
+    compare(name, "gelu backward", vec_widen(d), gd.host(), bx<X>(1e-5));
     residual_forward(cpu, out.data(), cx.data(), cy.data(), N);
-    Dev<X> gres(widen(out), true);
+    Dev<X> gres(vec_widen(out), true);
     residual_forward(gpu, gres.p(), gx.p(), gy.p(), N);
-    compare(name, "residual", widen(out), gres.host(), bx<X>(1e-6));
+    compare(name, "residual", vec_widen(out), gres.host(), bx<X>(1e-6));
     add_inplace(cpu, cx.data(), cy.data(), N);
     add_inplace(gpu, gx.p(), gy.p(), N);
-    compare(name, "add_inplace", widen(cx), gx.host(), bx<X>(1e-6));
+    compare(name, "add_inplace", vec_widen(cx), gx.host(), bx<X>(1e-6));
 }
 
 template <class X> static void check_classifier(int N, int V, int Vp) {
@@ -237,20 +227,20 @@ template <class X> static void check_classifier(int N, int V, int Vp) {
     for (auto& t : tgt) t = (int)rng.below(V);
     Buf<int> dt; dt.alloc(gpu, N); ctx_copy(gpu, dt.data(), tgt.data(), N * 4);
     std::vector<float> losses(N);
-    std::vector<X> clog = cast<X>(logits);
+    std::vector<X> clog = vec_cast<X>(logits);
     Dev<X> glog(logits);
     DevF gloss(losses, true);
     fused_classifier(cpu, clog.data(), losses.data(), tgt.data(), N, V, Vp, 1.0f / N);
     fused_classifier(gpu, glog.p(), gloss.p(), dt.data(), N, V, Vp, 1.0f / N);
     compare(name, "losses", losses, gloss.host(), bs<X>(1e-5));
-    compare(name, "dlogits (in place)", widen(clog), glog.host(), bx<X>(1e-4));
+    compare(name, "dlogits (in place)", vec_widen(clog), glog.host(), bx<X>(1e-4));
 }
 
 template <class X> static void check_adamw_norm(size_t n) {
     char name[64]; snprintf(name, sizeof(name), "%s adamw+norm n=%zu", dtype_name<X>(), n);
     auto p = randn<float>(n), g = randn<X>(n), m = randn<float>(n, 0.1f), v = randn<float>(n, 0.1f);
     for (auto& x : v) x = x * x;
-    std::vector<X> cg = cast<X>(g), ccopy(n);
+    std::vector<X> cg = vec_cast<X>(g), ccopy(n);
     DevF gp(p), gm(m), gv(v);
     Dev<X> gg(g), gcopy(std::vector<float>(n), true);
     constexpr bool copy = !std::is_same_v<X, float>;  // bf16: the update also writes the working copy
@@ -259,7 +249,7 @@ template <class X> static void check_adamw_norm(size_t n) {
     compare(name, "params", p, gp.host(), 1e-6);
     compare(name, "m", m, gm.host(), 1e-6);
     compare(name, "v", v, gv.host(), 1e-6);
-    if (copy) compare(name, "bf16 working copy", widen(ccopy), gcopy.host(), 1e-2);
+    if (copy) compare(name, "bf16 working copy", vec_widen(ccopy), gcopy.host(), 1e-2);
     double a = global_norm_squared(cpu, cg.data(), n), b = global_norm_squared(gpu, gg.p(), n);
     compare(name, "norm squared", {(float)a}, {(float)b}, 1e-6);
 }

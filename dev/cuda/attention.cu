@@ -57,9 +57,7 @@ int main(int argc, char** argv) {
     }
 
     // bf16: the same inputs rounded to bf16, against the CPU's bf16 op
-    auto to_bf = [](const std::vector<float>& v) { std::vector<bf16> r(v.size()); for (size_t i = 0; i < v.size(); i++) r[i] = from_f<bf16>(v[i]); return r; };
-    auto to_f32 = [](const std::vector<bf16>& v) { std::vector<float> r(v.size()); for (size_t i = 0; i < v.size(); i++) r[i] = to_f(v[i]); return r; };
-    std::vector<bf16> bqkv = to_bf(qkv), bdout = to_bf(dout), bout(out.size()), bdqkv(dqkv.size());
+    std::vector<bf16> bqkv = vec_cast<bf16>(qkv), bdout = vec_cast<bf16>(dout), bout(out.size()), bdqkv(dqkv.size());
     attention_forward(cpu_ctx, bout.data(), lse.data(), bqkv.data(), B, T, C, NH);
     attention_backward(cpu_ctx, bdqkv.data(), bdout.data(), bqkv.data(), bout.data(), lse.data(), B, T, C, NH);
     Buf<bf16> g_qkv, g_out, g_dout, g_dqkv;
@@ -67,8 +65,8 @@ int main(int argc, char** argv) {
     for (auto* pr : {&g_out, &g_dout}) pr->alloc(gpu_ctx, out.size());
     ctx_copy(gpu_ctx, g_qkv.data(), bqkv.data(), bqkv.size() * 2);
     ctx_copy(gpu_ctx, g_dout.data(), bdout.data(), bdout.size() * 2);
-    auto host_of = [&](Buf<bf16>& b) { std::vector<bf16> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * 2); return to_f32(h); };
-    auto want_out = to_f32(bout), want_dqkv = to_f32(bdqkv);
+    auto host_of = [&](Buf<bf16>& b) { std::vector<bf16> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * 2); return vec_widen(h); };
+    auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     for (int v = 2; v <= 4; v++) {
         const bool flash = v >= 3;
         g_flash_attention = flash;

@@ -15,30 +15,20 @@ usage: ./build/dev_layernorm [N C]   (default GPT-2 124M at B=16, T=1024: 16384 
 */
 #include "common.cuh"
 
-template <class X> static std::vector<X> as(const std::vector<float>& v) {
-    std::vector<X> r(v.size());
-    for (size_t i = 0; i < v.size(); i++) r[i] = from_f<X>(v[i]);
-    return r;
-}
-template <class X> static std::vector<float> widen(const std::vector<X>& v) {
-    std::vector<float> r(v.size());
-    for (size_t i = 0; i < v.size(); i++) r[i] = to_f(v[i]);
-    return r;
-}
 template <class X> struct DevX {  // a GPU copy of a host vector, stored as X
     Buf<X> b;
     explicit DevX(const std::vector<X>& h) { b.alloc(gpu_ctx, h.size()); set(h); }
     void set(const std::vector<X>& h) { ctx_copy(gpu_ctx, b.data(), h.data(), h.size() * sizeof(X)); }
     X* p() { return b.data(); }
-    std::vector<float> host() { std::vector<X> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * sizeof(X)); return widen(h); }
+    std::vector<float> host() { std::vector<X> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * sizeof(X)); return vec_widen(h); }
 };
 
 template <class X> static void run(int N, int C) {
     const double s = sizeof(X), NC = (double)N * C;
     const double bound = std::is_same_v<X, float> ? 1e-5 : 1e-2;  // gpucheck_ops' bounds
     // inputs exact in X, so both sides see the same values
-    auto x = as<X>(dev_randn((size_t)N * C)), w = as<X>(dev_randn(C)), b = as<X>(dev_randn(C));
-    auto dout = as<X>(dev_randn((size_t)N * C)), dx0 = as<X>(dev_randn((size_t)N * C)), y = as<X>(dev_randn((size_t)N * C));
+    auto x = vec_cast<X>(dev_randn((size_t)N * C)), w = vec_cast<X>(dev_randn(C)), b = vec_cast<X>(dev_randn(C));
+    auto dout = vec_cast<X>(dev_randn((size_t)N * C)), dx0 = vec_cast<X>(dev_randn((size_t)N * C)), y = vec_cast<X>(dev_randn((size_t)N * C));
     std::vector<X> out((size_t)N * C), dx = dx0, dw(C, from_f<X>(0.0f)), db(C, from_f<X>(0.0f)), res((size_t)N * C);
     std::vector<float> mean(N), rstd(N);
     layernorm_forward(cpu_ctx, out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
@@ -54,9 +44,9 @@ template <class X> static void run(int N, int C) {
         auto bk = [&] { layernorm_backward(gpu_ctx, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C); };
         auto r = [&] { residual_forward(gpu_ctx, gres.p(), gx.p(), gy.p(), (size_t)N * C); };
         f(); bk(); r();  // once for the check (the backward accumulates into dinp, dw, db)
-        double e_out = rel_err(widen(out), gout.host(), bound), e_dx = rel_err(widen(dx), gdx.host(), bound);
-        double e_dw = rel_err(widen(dw), gdw.host(), bound), e_db = rel_err(widen(db), gdb.host(), bound);
-        double e_res = rel_err(widen(res), gres.host(), bound);
+        double e_out = rel_err(vec_widen(out), gout.host(), bound), e_dx = rel_err(vec_widen(dx), gdx.host(), bound);
+        double e_dw = rel_err(vec_widen(dw), gdw.host(), bound), e_db = rel_err(vec_widen(db), gdb.host(), bound);
+        double e_res = rel_err(vec_widen(res), gres.host(), bound);
         float mf = time_ms(f), mb = time_ms(bk), mr = time_ms(r);
         printf("%s %-24s forward  rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_out, mf, 2 * NC * s / mf / 1e6);
         printf("%s %-24s backward rel err %.2e (dinp) %.2e (dw) %.2e (db)  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name,
