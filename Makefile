@@ -135,7 +135,10 @@ test: all test-deps
 # a GPU log's name: dev/gpu_results/<date>-<GPU>-<commit>; LLMC_COMMIT names the commit where the
 # tree has no .git (a copy sent to a GPU machine). Runs append, so a suite run in parts
 # (GPUCHECK_PARTS, BENCH_MODELS) ends up in one log.
-export LLMC_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+ifndef LLMC_COMMIT
+LLMC_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+endif
+export LLMC_COMMIT
 GPU_LOG = dev/gpu_results/$(shell date -u +%F)-$(shell nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')-$(LLMC_COMMIT)
 
 gpucheck: all gpu-deps

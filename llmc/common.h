@@ -34,7 +34,12 @@ once (F32View): fp32 math, bf16 storage — what the GPU kernels do, and what cu
 bf16 matrices and an fp32 accumulator. So the CPU reference stays one set of fp32 loops, and
 the whole bf16 training (its rounding, its memory, its communication) runs and is tested on CPU.
 
-Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there.
+Kernel helpers (CUDA builds, LLMC_CUDA: nvcc, or g++ against the emulator test/simt.h):
+grid_for, gpu_scratch, warp_sum/warp_max, and Pack / load_pack / store_pack / pack_width for
+16-byte loads and stores. vec_cast / vec_widen convert host vectors for tests and playgrounds.
+
+Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there; the kernel
+helpers run in every kernel of test/gpucheck_ops.cu (emulated in make test).
 */
 #pragma once
 #include <cerrno>

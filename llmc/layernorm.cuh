@@ -14,7 +14,8 @@ result does not depend on the number of threads.
 
 residual_forward(out, a, b, N): out = a + b. Its backward is the identity on both inputs, which
 the model gets for free by accumulating into one residual-gradient buffer.
-add_inplace(dst, src, N): dst += src (ZeRO-2/3 add each micro-batch's reduced gradient chunk).
+add_inplace(dst, src, N): dst += src, which is residual_forward(dst, dst, src) (ZeRO-2/3 add each
+micro-batch's reduced gradient chunk).
 
 Dtype T (float | bf16, common.h): statistics (mean, rstd) are fp32 and all math is fp32; each
 output is rounded to T once (the backward's sums over rows too: on the CPU via F32View).
@@ -91,11 +92,6 @@ inline void layernorm_backward_cpu(float* dinp, float* dw, float* db, const floa
 template <class T> inline void residual_forward_cpu(T* out, const T* a, const T* b, size_t N) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
-}
-
-template <class T> inline void add_inplace_cpu(T* dst, const T* src, size_t N) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < N; i++) dst[i] = from_f<T>(to_f(dst[i]) + to_f(src[i]));
 }
 
 #ifdef LLMC_CUDA
@@ -190,7 +186,7 @@ __global__ void layernorm_backward_params_final(T* dw, T* db, const float* parti
     dw[c] = from_f<T>(to_f(dw[c]) + sw);
     db[c] = from_f<T>(to_f(db[c]) + sb);
 }
-// out = a + b and dst += src, V elements per thread per step (the tail, N mod V, by thread 0)
+// out = a + b, V elements per thread per step (the tail, N mod V, by thread 0); out may be a
 template <class T, int V> __global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t N) {
     const size_t stride = (size_t)gridDim.x * blockDim.x * V, main = N / V * V;
     for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < main; i += stride) {
@@ -201,17 +197,8 @@ template <class T, int V> __global__ void residual_forward_kernel(T* out, const 
     if (blockIdx.x == 0 && threadIdx.x == 0)
         for (size_t i = main; i < N; i++) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
 }
-template <class T, int V> __global__ void add_inplace_kernel(T* dst, const T* src, size_t N) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x * V, main = N / V * V;
-    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < main; i += stride) {
-        Pack<T, V> dp = load_pack<V>(dst + i), sp = load_pack<V>(src + i);
-        for (int k = 0; k < V; k++) dp.v[k] = from_f<T>(to_f(dp.v[k]) + to_f(sp.v[k]));
-        store_pack<V>(dst + i, dp);
-    }
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-        for (size_t i = main; i < N; i++) dst[i] = from_f<T>(to_f(dst[i]) + to_f(src[i]));
-}
-// the vector width for rows of C elements at these pointers (1 when packs are switched off)
+// the vector width for rows of C elements at these pointers (1 when packs are switched off);
+// C = 0 for a flat array, where only the pointers matter
 template <class T> inline int layernorm_pack(size_t C, std::initializer_list<const void*> ptrs) {
     return g_layernorm_packs ? pack_width<T>(C, ptrs) : 1;
 }
@@ -277,17 +264,7 @@ template <class T> inline void residual_forward(const Ctx& ctx, T* out, const T*
 #endif
     residual_forward_cpu(out, a, b, N);
 }
+// dst += src: the residual add in place (each thread reads its pack before it writes it back)
 template <class T> inline void add_inplace(const Ctx& ctx, T* dst, const T* src, size_t N) {
-#ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) {
-        constexpr int P = PACK<T>;
-        if (N && layernorm_pack<T>(0, {dst, src}) > 1)
-            add_inplace_kernel<T, P><<<grid_for(ceil_div(N, (size_t)P)), 256, 0, ctx.stream>>>(dst, src, N);
-        else if (N)
-            add_inplace_kernel<T, 1><<<grid_for(N), 256, 0, ctx.stream>>>(dst, src, N);
-        CUDA_LAUNCH_CHECK();
-        return;
-    }
-#endif
-    add_inplace_cpu(dst, src, N);
+    residual_forward(ctx, dst, dst, src, N);
 }
