@@ -34,12 +34,19 @@ head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 a
             tiles of 64 (K, V staged in shared memory) up to the diagonal; S = QKᵀ, online
             softmax in base 2 on the accumulators, P rounded to bf16 and fed back as the A
             operand of O += P·V; lse written for the backward. Shared memory 2·64·(hs+8)·2 B.
+            K and V take turns in flight: V(kt) is copied in while S = Q·K(kt)ᵀ is computed,
+            K(kt+1) while O += P·V(kt) is, so the loads hide behind the mma work.
   backward  two deterministic passes, no atomics (like the fp32 path): (1) a block per 64 keys
             (4 warps × 16) walks the query tiles of 32 from the diagonal down and accumulates
             dK, dV in registers, computing the transposed products Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ so
             that Pᵀ and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q;
             (2) a block per 64 queries walks the key tiles of 32 and accumulates dQ += dS·K.
             P is recomputed from lse each time; D_t = dout_t·out_t comes from the fp32 pass.
+            Both passes double-buffer their tiles: the next one is copied in during this one.
+  copies    global → shared by cp.async (16 bytes, no register round trip), started a tile
+            ahead and waited for (cp.async.wait_all + __syncthreads) just before use.
+  mask      only the tiles that reach the diagonal are masked (key > query → −∞); every other
+            tile is entirely in the past. Scores enter exp2 as one FMA: exp2(s·log2e/√hs − m).
   shared    B operands come from shared memory by ldmatrix.x4: one instruction per warp loads
             the fragments of two n-tiles (.trans for tiles stored k-major, e.g. V in P·V, where a
             lane would otherwise need four 16-bit loads per fragment). Rows are padded to hs+8
@@ -329,38 +336,76 @@ __device__ inline void load_a_rows(uint32_t* a, const bf16* m, size_t ld, int r0
     a[2] = ra < n ? ld32(m + (size_t)ra * ld + c + 2 * t + 8) : 0u;
     a[3] = rb < n ? ld32(m + (size_t)rb * ld + c + 2 * t + 8) : 0u;
 }
+// cp.async.cg.shared.global (sm_80+): 16 bytes from global to shared memory without passing
+// through registers; `bytes` < 16 fills the rest with zeros (0: nothing is read). A thread's copies
+// are in shared memory after its cp_async_wait_all; a __syncthreads after that shows them to all.
+__device__ inline void cp_async16(void* dst, const void* src, unsigned bytes) {
+#ifdef LLMC_SIMT
+    simt::cp_async16(dst, src, bytes);  // the CPU emulator's: the copy lands at the wait (test/simt.h)
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(bytes) : "memory");
+#endif
+}
+__device__ inline void cp_async_wait_all() {
+#ifdef LLMC_SIMT
+    simt::cp_async_wait_all();
+#else
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
 // Copies rows [row0, row0 + R) × D of a strided bf16 matrix into shared memory (row stride D+8),
-// zero past row n, with 16-byte vectors (the caller guarantees 16-byte alignment).
-template <int R, int D>
+// zero past row n, 16 bytes at a time (the caller guarantees 16-byte alignment). ASYNC: by
+// cp.async, so the copy runs while the warps compute; it is there after stage_wait<true>() and a
+// __syncthreads. Otherwise through registers, there when this returns.
+template <int R, int D, bool ASYNC = false>
 __device__ inline void stage_rows(bf16 (*dst)[D + 8], const bf16* src, size_t ld, int row0, int n) {
     for (int i = threadIdx.x; i < R * D / 8; i += blockDim.x) {
-        int r = i / (D / 8), c = (i % (D / 8)) * 8;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (row0 + r < n) v = *reinterpret_cast<const uint4*>(src + (size_t)(row0 + r) * ld + c);
-        *reinterpret_cast<uint4*>(&dst[r][c]) = v;
+        const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+        const bool in = row0 + r < n;
+        const bf16* from = src + (size_t)(in ? row0 + r : 0) * ld + c;
+        if constexpr (ASYNC) cp_async16(&dst[r][c], from, in ? 16 : 0);
+        else *reinterpret_cast<uint4*>(&dst[r][c]) = in ? *reinterpret_cast<const uint4*>(from) : make_uint4(0, 0, 0, 0);
     }
+}
+template <bool ASYNC> __device__ inline void stage_wait() {
+    if constexpr (ASYNC) cp_async_wait_all();
+}
+// The causal mask, applied only to the tiles that reach the diagonal (the others need none): the
+// entries of NT fragments (this warp's 16 rows from row0 × NT·8 columns from col0, C layout)
+// whose key comes after its query become −∞, so that their probability is exp2(−∞) = 0. Rows are
+// queries and columns keys, or the other way round (KEY_ROWS) in the transposed products.
+template <int NT, bool KEY_ROWS> __device__ inline void mask_future(float (*c)[4], int row0, int col0) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    for (int nt = 0; nt < NT; nt++)
+        for (int e = 0; e < 4; e++) {
+            const int row = row0 + g + 8 * (e / 2), col = col0 + nt * 8 + 2 * t + (e & 1);
+            if (KEY_ROWS ? row > col : col > row) c[nt][e] = -INFINITY;
+        }
 }
 static const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-template <int D, bool LDSM>
+template <int D, bool LDSM, bool ASYNC>
 __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH) {
     __shared__ __align__(16) bf16 Ks[64][D + 8];
     __shared__ __align__(16) bf16 Vs[64][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const size_t C3 = 3 * (size_t)C;
-    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3; k = q + C, v = q + 2C
+    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3
+    const bf16 *k = q + C, *v = q + 2 * C;
     const float sl2 = rsqrtf((float)D) * LOG2E;         // scores in base 2: s·log2(e)/√hs
     const int row0 = qt * 64 + warp * 16, rows[2] = {row0 + g, row0 + g + 8};
     uint32_t qf[D / 16][4];
     for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
-    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: the running max in base 2
     for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    // K and V take turns: V(kt) is copied in while S = Q·K(kt)ᵀ is computed, K(kt+1) while O += P·V(kt)
+    stage_rows<64, D, ASYNC>(Ks, k, C3, 0, T_);
     for (int kt = 0; kt <= qt; kt++) {
-        __syncthreads();  // the previous tile is no longer read
-        stage_rows<64, D>(Ks, q + C, C3, kt * 64, T_);
-        stage_rows<64, D>(Vs, q + 2 * C, C3, kt * 64, T_);
-        __syncthreads();
+        stage_wait<ASYNC>();
+        __syncthreads();  // K(kt) is in, and every warp is done with V(kt−1)
+        stage_rows<64, D, ASYNC>(Vs, v, C3, kt * 64, T_);
         float s[8][4];
         for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         for (int kc = 0; kc < D / 16; kc++)
@@ -370,27 +415,30 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
                 mma_bf16_16816(s[nt], qf[kc], kb[0]);
                 mma_bf16_16816(s[nt + 1], qf[kc], kb[1]);
             }
-        float mx[2] = {m[0], m[1]};
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                int key = kt * 64 + nt * 8 + 2 * t + (e & 1), row = rows[e / 2];
-                float v = (key <= row && key < T_) ? s[nt][e] * sl2 : -INFINITY;
-                s[nt][e] = v;
-                mx[e / 2] = fmaxf(mx[e / 2], v);
-            }
+        if (kt == qt) mask_future<8, false>(s, row0, kt * 64);  // also the keys past T (they come after every row)
         float mu[2], rs[2] = {0.0f, 0.0f};
-        for (int i = 0; i < 2; i++) {  // the row's max over its 4 threads; rescale what came before
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            mu[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
-            float corr = exp2f(m[i] - mu[i]);
-            m[i] = mx[i];
+        for (int i = 0; i < 2; i++) {  // the row's new max over its 4 threads; rescale what came before
+            float mx = -INFINITY;
+            for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * i], s[nt][2 * i + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[i], mx * sl2);
+            mu[i] = m_new == -INFINITY ? 0.0f : m_new;
+            const float corr = exp2f(m[i] - mu[i]);
+            m[i] = m_new;
             l[i] *= corr;
             for (int dt = 0; dt < D / 8; dt++) { o[dt][2 * i] *= corr; o[dt][2 * i + 1] *= corr; }
         }
         for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) { float p = exp2f(s[nt][e] - mu[e / 2]); s[nt][e] = p; rs[e / 2] += p; }
+            for (int e = 0; e < 4; e++) {
+                const float p = exp2f(fmaf(s[nt][e], sl2, -mu[e / 2]));
+                s[nt][e] = p;
+                rs[e / 2] += p;
+            }
         l[0] += rs[0]; l[1] += rs[1];  // per-thread partial sums, added across the row at the end
+        stage_wait<ASYNC>();
+        __syncthreads();  // V(kt) is in, and every warp is done with K(kt)
+        if (kt < qt) stage_rows<64, D, ASYNC>(Ks, k, C3, (kt + 1) * 64, T_);
         for (int kc = 0; kc < 4; kc++) {  // O += P·V over the tile's 64 keys, 16 at a time
             uint32_t pa[4];
             c_to_a(pa, s[2 * kc], s[2 * kc + 1]);
@@ -433,12 +481,12 @@ __device__ inline void two_products_16x32(float (*c1)[4], float (*c2)[4], const 
 }
 
 // Backward pass 1: dK, dV for 64 keys per block (16 per warp), over query tiles of 32.
-template <int D, bool LDSM>
+template <int D, bool LDSM, bool ASYNC>
 __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                  const float* lse, const float* Dv, int T_, int C, int NH) {
-    __shared__ __align__(16) bf16 Qs[32][D + 8];
-    __shared__ __align__(16) bf16 dOs[32][D + 8];
-    __shared__ float lse2[32], Ds[32];
+    __shared__ __align__(16) bf16 Qs[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
+    __shared__ __align__(16) bf16 dOs[2][32][D + 8];
+    __shared__ float lse2[2][32], Ds[2][32];
     const int kt = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const size_t C3 = 3 * (size_t)C;
@@ -456,24 +504,29 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
     float dk[D / 8][4], dv[D / 8][4];
     for (int dt = 0; dt < D / 8; dt++)
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
-    for (int q0 = kt * 64; q0 < T_; q0 += 32) {  // queries before the tile see none of its keys
-        __syncthreads();
-        stage_rows<32, D>(Qs, q, C3, q0, T_);
-        stage_rows<32, D>(dOs, dO, C, q0, T_);
+    auto stage = [&](int buf, int q0) {  // the query tile from q0 into buffer buf
+        stage_rows<32, D, ASYNC>(Qs[buf], q, C3, q0, T_);
+        stage_rows<32, D, ASYNC>(dOs[buf], dO, C, q0, T_);
         if (threadIdx.x < 32) {
-            int r = q0 + threadIdx.x;
-            lse2[threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;  // past T: p = 0
-            Ds[threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
+            const int r = q0 + threadIdx.x;
+            lse2[buf][threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;  // past T: p = 0
+            Ds[buf][threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
         }
-        __syncthreads();
+    };
+    stage(0, kt * 64);  // queries before the block's keys see none of them
+    for (int q0 = kt * 64, buf = 0; q0 < T_; q0 += 32, buf ^= 1) {
+        stage_wait<ASYNC>();
+        __syncthreads();  // this tile is in buffer buf, and every warp is done with the other one
+        if (q0 + 32 < T_) stage(buf ^ 1, q0 + 32);  // the next tile arrives while this one is used
         float st[4][4], dpt[4][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: this warp's 16 keys × 32 queries
-        two_products_16x32<LDSM, D>(st, dpt, kf, vf, Qs, dOs);
-        for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt
+        two_products_16x32<LDSM, D>(st, dpt, kf, vf, Qs[buf], dOs[buf]);
+        if (q0 < kt * 64 + 64) mask_future<4, true>(st, key0, q0);  // the tiles that reach the diagonal
+        for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt (queries past T: lse2 = ∞, p = 0)
             for (int e = 0; e < 4; e++) {
-                int col = nt * 8 + 2 * t + (e & 1), query = q0 + col, key = keys[e / 2];
-                float p = (key <= query && key < T_) ? exp2f(st[nt][e] * sl2 - lse2[col]) : 0.0f;
+                const int col = nt * 8 + 2 * t + (e & 1);
+                const float p = exp2f(fmaf(st[nt][e], sl2, -lse2[buf][col]));
                 st[nt][e] = p;
-                dpt[nt][e] = p * (dpt[nt][e] - Ds[col]);
+                dpt[nt][e] = p * (dpt[nt][e] - Ds[buf][col]);
             }
         for (int kc = 0; kc < 2; kc++) {  // dV += Pᵀ·dO, dK += dSᵀ·Q over the 32 queries
             uint32_t pa[4], sa[4];
@@ -481,8 +534,8 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
             c_to_a(sa, dpt[2 * kc], dpt[2 * kc + 1]);
             for (int dt = 0; dt < D / 8; dt += 2) {
                 uint32_t ob[2][2], qb[2][2];
-                b_frags_kn<LDSM>(ob, dOs, kc * 16, dt * 8);
-                b_frags_kn<LDSM>(qb, Qs, kc * 16, dt * 8);
+                b_frags_kn<LDSM>(ob, dOs[buf], kc * 16, dt * 8);
+                b_frags_kn<LDSM>(qb, Qs[buf], kc * 16, dt * 8);
                 for (int j = 0; j < 2; j++) {
                     mma_bf16_16816(dv[dt + j], pa, ob[j]);
                     mma_bf16_16816(dk[dt + j], sa, qb[j]);
@@ -502,11 +555,11 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
 }
 
 // Backward pass 2: dQ for 64 queries per block (16 per warp), over key tiles of 32.
-template <int D, bool LDSM>
+template <int D, bool LDSM, bool ASYNC>
 __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                 const float* lse, const float* Dv, int T_, int C, int NH) {
-    __shared__ __align__(16) bf16 Ks[32][D + 8];
-    __shared__ __align__(16) bf16 Vs[32][D + 8];
+    __shared__ __align__(16) bf16 Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
+    __shared__ __align__(16) bf16 Vs[2][32][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const size_t C3 = 3 * (size_t)C;
@@ -528,17 +581,21 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
     float dq[D / 8][4];
     for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
     const int key_end = min(T_, (qt + 1) * 64);  // causal: no key after the block's last query
-    for (int k0t = 0; k0t < key_end; k0t += 32) {
-        __syncthreads();
-        stage_rows<32, D>(Ks, q + C, C3, k0t, T_);
-        stage_rows<32, D>(Vs, q + 2 * C, C3, k0t, T_);
-        __syncthreads();
+    auto stage = [&](int buf, int k0) {  // the key tile from k0 into buffer buf
+        stage_rows<32, D, ASYNC>(Ks[buf], q + C, C3, k0, T_);
+        stage_rows<32, D, ASYNC>(Vs[buf], q + 2 * C, C3, k0, T_);
+    };
+    stage(0, 0);
+    for (int k0t = 0, buf = 0; k0t < key_end; k0t += 32, buf ^= 1) {
+        stage_wait<ASYNC>();
+        __syncthreads();  // this tile is in buffer buf, and every warp is done with the other one
+        if (k0t + 32 < key_end) stage(buf ^ 1, k0t + 32);  // the next tile arrives while this one is used
         float s[4][4], dp[4][4];  // S = Q·Kᵀ and dP = dO·Vᵀ: this warp's 16 queries × 32 keys
-        two_products_16x32<LDSM, D>(s, dp, qf, of, Ks, Vs);
+        two_products_16x32<LDSM, D>(s, dp, qf, of, Ks[buf], Vs[buf]);
+        if (k0t + 31 > qt * 64) mask_future<4, false>(s, row0, k0t);  // the tiles that reach the diagonal (and T)
         for (int nt = 0; nt < 4; nt++)  // dS into dp
             for (int e = 0; e < 4; e++) {
-                int key = k0t + nt * 8 + 2 * t + (e & 1), row = rows[e / 2];
-                float p = (key <= row && key < T_) ? exp2f(s[nt][e] * sl2 - lse2[e / 2]) : 0.0f;
+                const float p = exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
                 dp[nt][e] = p * (dp[nt][e] - Dr[e / 2]);
             }
         for (int kc = 0; kc < 2; kc++) {  // dQ += dS·K over the 32 keys
@@ -546,7 +603,7 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
             c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
             for (int dt = 0; dt < D / 8; dt += 2) {
                 uint32_t kb[2][2];
-                b_frags_kn<LDSM>(kb, Ks, kc * 16, dt * 8);
+                b_frags_kn<LDSM>(kb, Ks[buf], kc * 16, dt * 8);
                 mma_bf16_16816(dq[dt], sa, kb[0]);
                 mma_bf16_16816(dq[dt + 1], sa, kb[1]);
             }
@@ -562,42 +619,49 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 }
 
 // The flash kernels run bf16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
-// g_flash_attention = false forces the warp-per-row kernels, g_flash_ldmatrix = false the
-// per-lane shared-memory loads (both for comparison: dev/cuda/attention.cu, gpucheck_ops).
-inline bool g_flash_attention = true, g_flash_ldmatrix = true;
+// Switches, for comparison (dev/cuda/attention.cu, gpucheck_ops): g_flash_attention = false forces
+// the warp-per-row kernels; g_flash_ldmatrix = false the per-lane shared-memory loads;
+// g_flash_async = false stages tiles through registers, each before its use (no cp.async).
+inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
 template <class T> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
     return std::is_same_v<T, bf16> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
 }
+// Calls f(D, LDSM, ASYNC) with std::integral_constant arguments (so that f can name a kernel
+// instance) for head size hs and the switches above.
+template <class F> inline void flash_dispatch(int hs, const F& f) {
+    auto with = [&](auto d) {
+        using std::true_type, std::false_type;
+        if (g_flash_ldmatrix) g_flash_async ? f(d, true_type{}, true_type{}) : f(d, true_type{}, false_type{});
+        else g_flash_async ? f(d, false_type{}, true_type{}) : f(d, false_type{}, false_type{});
+    };
+    if (hs == 64) with(std::integral_constant<int, 64>{});
+    else with(std::integral_constant<int, 128>{});
+}
 // grid (NH, B, row tiles): the tile index is the slowest, so the blocks with the most work
 // (the last query tiles; for dK/dV the first key tiles) start first and the short ones fill the tail
-template <int D, bool LDSM> inline void flash_forward_launch(const Ctx& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH) {
-    flash_forward_kernel<D, LDSM><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
-    CUDA_LAUNCH_CHECK();
-}
-template <int D, bool LDSM> inline void flash_backward_launch(const Ctx& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                                              const float* Dv, int B, int T_, int C, int NH) {
-    dim3 grid(NH, B, ceil_div(T_, 64));
-    flash_backward_dkv_kernel<D, LDSM><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
-    flash_backward_dq_kernel<D, LDSM><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
-    CUDA_LAUNCH_CHECK();
-}
 template <class T>
 inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
-    if constexpr (std::is_same_v<T, bf16>) {
-        auto f = C / NH == 64 ? (g_flash_ldmatrix ? flash_forward_launch<64, true> : flash_forward_launch<64, false>)
-                              : (g_flash_ldmatrix ? flash_forward_launch<128, true> : flash_forward_launch<128, false>);
-        f(ctx, out, lse, qkv, B, T_, C, NH);
-    }
+    if constexpr (std::is_same_v<T, bf16>)
+        flash_dispatch(C / NH, [&](auto d, auto ldsm, auto async) {
+            constexpr int D = decltype(d)::value;
+            constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
+            flash_forward_kernel<D, L, A><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+            CUDA_LAUNCH_CHECK();
+        });
 }
 template <class T>
-inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
+inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const float* lse, const float* Dv,
                            int B, int T_, int C, int NH) {
-    if constexpr (std::is_same_v<T, bf16>) {
-        auto f = C / NH == 64 ? (g_flash_ldmatrix ? flash_backward_launch<64, true> : flash_backward_launch<64, false>)
-                              : (g_flash_ldmatrix ? flash_backward_launch<128, true> : flash_backward_launch<128, false>);
-        f(ctx, dqkv, dout, qkv, lse, D, B, T_, C, NH);
-    }
+    if constexpr (std::is_same_v<T, bf16>)
+        flash_dispatch(C / NH, [&](auto d, auto ldsm, auto async) {
+            constexpr int D = decltype(d)::value;
+            constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
+            const dim3 grid(NH, B, ceil_div(T_, 64));
+            flash_backward_dkv_kernel<D, L, A><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+            flash_backward_dq_kernel<D, L, A><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+            CUDA_LAUNCH_CHECK();
+        });
 }
 #endif
 

@@ -20,8 +20,9 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     under 1e-2 of the output's scale; fp32 outputs (mean, rstd, lse, losses, the AdamW master,
     m, v, the norm) keep their fp32 bounds ×10 (their inputs were read from bf16 on both sides,
     but the GPU rounds its bf16 intermediates in a different order).
-  exact (bound 0): flash attention's two ways of loading shared-memory fragments (ldmatrix and
-    per-lane loads) load the same values and run the same mma sequence: bit-identical outputs.
+  exact (bound 0): flash attention's variants (fragments by ldmatrix or per-lane loads, tiles
+    staged by cp.async or through registers) load the same values and run the same mma
+    sequence: bit-identical outputs.
 Prints "ok"/"not ok" lines and a summary.
 */
 #include <cmath>
@@ -179,25 +180,33 @@ template <class X> static void check_attention(int B, int T, int C, int NH, bool
     g_flash_attention = true;
 }
 
-// The flash kernels' two ways of loading B fragments from shared memory (ldmatrix, or each lane
-// its own elements) load the same values into the same registers and run the same mma sequence:
-// the outputs must be bit-identical (bound 0).
-static void check_flash_ldmatrix(int B, int T, int C, int NH) {
-    char name[112]; snprintf(name, sizeof(name), "bf16 flash attention B=%d T=%d C=%d NH=%d, ldmatrix vs per-lane loads", B, T, C, NH);
+// The flash kernels' variants — B fragments by ldmatrix or by each lane's own loads; tiles staged
+// by cp.async while the previous one is used, or through registers before their use — load the
+// same values into the same registers and run the same mma sequence: the outputs must be
+// bit-identical (bound 0) to those of the default (ldmatrix, cp.async).
+static void check_flash_variants(int B, int T, int C, int NH) {
     auto qkv = randn<bf16>((size_t)B * T * 3 * C), dout = randn<bf16>((size_t)B * T * C);
-    std::vector<float> outs[2], lses[2], dqkvs[2];
-    for (int ldsm = 0; ldsm < 2; ldsm++) {
-        g_flash_ldmatrix = ldsm;
+    auto run = [&](bool ldsm, bool async, std::vector<float>* res) {
+        g_flash_ldmatrix = ldsm; g_flash_async = async;
         Dev<bf16> gqkv(qkv), gout(dout, true), gdout(dout), gdqkv(qkv, true);
         DevF glse(std::vector<float>((size_t)B * NH * T), true);
         attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH);
         attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
-        outs[ldsm] = gout.host(); lses[ldsm] = glse.host(); dqkvs[ldsm] = gdqkv.host();
+        res[0] = gout.host(); res[1] = glse.host(); res[2] = gdqkv.host();
+        g_flash_ldmatrix = g_flash_async = true;
+    };
+    std::vector<float> want[3], got[3];
+    run(true, true, want);
+    const struct { bool ldsm, async; const char* what; } variants[] = {
+        {true, false, "ldmatrix, tiles staged through registers"}, {false, true, "per-lane loads, cp.async"},
+        {false, false, "per-lane loads, tiles staged through registers"}};
+    for (const auto& v : variants) {
+        run(v.ldsm, v.async, got);
+        char name[160]; snprintf(name, sizeof(name), "bf16 flash attention B=%d T=%d C=%d NH=%d, %s vs ldmatrix + cp.async", B, T, C, NH, v.what);
+        compare(name, "forward", want[0], got[0], 0.0);
+        compare(name, "lse", want[1], got[1], 0.0);
+        compare(name, "dqkv", want[2], got[2], 0.0);
     }
-    g_flash_ldmatrix = true;
-    compare(name, "forward", outs[0], outs[1], 0.0);
-    compare(name, "lse", lses[0], lses[1], 0.0);
-    compare(name, "dqkv", dqkvs[0], dqkvs[1], 0.0);
 }
 
 template <class X> static void check_elementwise(size_t N) {
@@ -285,8 +294,8 @@ int main() {
     cuda_ctx_init(&gpu, 0);
     check_all<float>();
     check_all<bf16>();
-    check_flash_ldmatrix(2, 100, 768, 12);  // head size 64
-    check_flash_ldmatrix(1, 200, 512, 4);   // head size 128
+    check_flash_variants(2, 100, 768, 12);  // head size 64
+    check_flash_variants(1, 200, 512, 4);   // head size 128
     printf("# gpucheck_ops: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

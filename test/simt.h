@@ -15,7 +15,8 @@ Ctx's stream) exactly as nvcc would, except that
     [&] { k(args); }, args); — each pointer among the trailing args must be device memory
     (a host pointer is an illegal access on a GPU, but readable here, so the launch refuses it);
   - the inline-PTX instructions of attention.cuh call their emulations: mma.sync calls
-    simt::mma_m16n8k16_bf16, ldmatrix simt::ldmatrix.
+    simt::mma_m16n8k16_bf16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
+    simt::cp_async_wait_all.
 
 The model of a GPU:
   - A launch runs its blocks one after another on each OpenMP thread (blocks are independent).
@@ -44,6 +45,8 @@ The model of a GPU:
     internal order differs: last-bit differences, within every bound of gpucheck_ops).
   - ldmatrix.m8n8.x{1,2,4}{.trans}.b16: the PTX ISA's "Warp-level matrix load" (see ldmatrix
     below); a row address that is not 16-byte aligned, or in global memory, is reported.
+  - cp.async (16 bytes, global → shared) lands only at the thread's cp.async.wait_all, the
+    latest a GPU may land it: a tile read without that wait holds its old contents.
   - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
     bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
     the GELU's input, D = its tanh-approximation GELU) and DGELU (D = x·gelu′(aux)). It checks
@@ -151,10 +154,12 @@ simt_switch:
 #endif
 
 enum State : uint8_t { READY, AT_WARP, AT_BLOCK, DONE };
+struct AsyncCopy { void* dst; const void* src; unsigned bytes; };  // a cp.async not yet waited for
 struct Fiber {
     void* sp = nullptr;
     State state = READY;
     unsigned warp_ops = 0;  // warp collectives passed: lanes must agree at each one
+    std::vector<AsyncCopy> copies;  // this thread's cp.async in flight: they land at its wait
 #ifndef __x86_64__
     ucontext_t uc;
 #endif
@@ -203,6 +208,7 @@ inline void block_on(State s) {  // fiber → scheduler
 inline void fiber_main() {
     BlockRun& r = *tl_run;
     (*r.fn)();
+    if (!r.me().copies.empty()) die("%s: a thread ended with cp.async copies it never waited for", r.kernel);
     block_on(DONE);  // never resumed
     die("a finished fiber was resumed");
 }
@@ -343,6 +349,26 @@ inline void ldmatrix(uint32_t* r, int num, bool trans, const void* row_addr) {
     auto elem = [&](int i, int row, int col) { uint16_t v; memcpy(&v, (const char*)w.row[buf][8 * i + row] + 2 * col, 2); return (uint32_t)v; };
     for (int i = 0; i < num; i++)
         r[i] = trans ? elem(i, 2 * t, g) | elem(i, 2 * t + 1, g) << 16 : elem(i, g, 2 * t) | elem(i, g, 2 * t + 1) << 16;
+}
+
+// cp.async.cg.shared.global [dst], [src], 16, bytes: 16 bytes from global to shared memory, the
+// last 16 − bytes of them zeros (bytes = 0: no read, all zeros), asynchronously: the data is
+// in shared memory only after this thread's cp.async.wait_all. Here every copy waits until then
+// (the latest a GPU may land it), so a kernel that reads the tile after a __syncthreads but
+// without the wait reads the old contents, and its test fails.
+inline void cp_async16(void* dst, const void* src, unsigned bytes) {
+    if ((uintptr_t)dst % 16 || (bytes && (uintptr_t)src % 16))
+        die("%s: cp.async with an address that is not 16-byte aligned", tl_run->kernel);
+    if (device_owns(dst)) die("%s: cp.async into global memory: it writes shared memory only", tl_run->kernel);
+    if (bytes > 16 || (bytes && !device_owns(src))) die("%s: cp.async from outside device memory or of more than 16 bytes", tl_run->kernel);
+    tl_run->me().copies.push_back({dst, src, bytes});
+}
+inline void cp_async_wait_all() {
+    for (const AsyncCopy& c : tl_run->me().copies) {
+        memcpy(c.dst, c.src, c.bytes);
+        memset((char*)c.dst + c.bytes, 0, 16 - c.bytes);
+    }
+    tl_run->me().copies.clear();
 }
 
 // ---- launches

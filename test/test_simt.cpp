@@ -8,11 +8,13 @@ under the emulator" (build/simcheck_ops) means something:
   - shuffles (xor, down, indexed) return the source lane's value;
   - __syncthreads: a block reduction through shared memory is right in both schedules, and the
     same reduction with its barrier removed is wrong in at least one of them (the race is seen);
+  - cp.async lands at the thread's wait (not at a __syncthreads before it), zero-filling short
+    copies;
   - the failures a GPU would show are reported, each in a child process that must exit with
     status 3 and name the kernel (one block each: libgomp's threads do not survive fork): a
     __syncthreads that half a warp reaches while the other half waits at a shuffle (deadlock), a
     shuffle after some lanes of the warp returned, reading past the end of a cudaMalloc buffer,
-    a host pointer given to a kernel;
+    a host pointer given to a kernel, a thread ending with a cp.async it never waited for;
   - cuBLASLt: a layout that does not match the transposes is refused.
 Prints "ok"/"not ok" lines. Build: make build/test_simt (g++, no GPU).
 */
@@ -142,6 +144,38 @@ static void test_races() {
     check(f_race != want || r_race != want, "the same reduction without the barrier is wrong in one schedule (the race is seen)");
 }
 
+// cp.async: a 16-byte copy into shared memory lands at the thread's wait, not before (not at a
+// __syncthreads either), and a short copy fills the rest of its 16 bytes with zeros
+static void test_cp_async() {
+    int* src; cudaMalloc(&src, 256 * sizeof(int));
+    std::vector<int> h(256);
+    for (int i = 0; i < 256; i++) h[i] = 1000 + i;
+    cudaMemcpy(src, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice);
+    int before[64], after[64];
+    simt::launch("cp_async_test", simt::Cfg{1, 64}, [&] {
+        __shared__ __align__(16) int s[256];
+        for (int k = 0; k < 4; k++) s[threadIdx.x * 4 + k] = -1;
+        __syncthreads();
+        const unsigned bytes = threadIdx.x == 5 ? 8 : threadIdx.x == 6 ? 0 : 16;  // thread 5 half a copy, 6 none
+        simt::cp_async16(&s[threadIdx.x * 4], src + threadIdx.x * 4, bytes);
+        __syncthreads();
+        before[threadIdx.x] = s[(threadIdx.x * 4 + 4) % 256];  // the neighbour's first element, copy still pending
+        __syncthreads();
+        simt::cp_async_wait_all();
+        __syncthreads();
+        after[threadIdx.x] = s[(threadIdx.x * 4 + 4) % 256];
+    });
+    bool pending = true, landed = true;
+    for (int i = 0; i < 64; i++) {
+        const int n = (i + 1) % 64;
+        pending &= before[i] == -1;
+        landed &= after[i] == (n == 6 ? 0 : 1000 + 4 * n);
+    }
+    check(pending, "cp.async has not landed at a __syncthreads before its wait");
+    check(landed, "cp.async has landed after the wait, short copies zero-filled");
+    cudaFree(src);
+}
+
 // runs fn in a child; true if it exits with status 3 and its stderr mentions `needle`
 static bool dies_with(const std::function<void()>& fn, const char* needle) {
     int pipefd[2];
@@ -207,6 +241,14 @@ static void test_failures() {
               });
           }, "ldmatrix_unaligned: ldmatrix row address"),
           "ldmatrix from a row address that is not 16-byte aligned is reported");
+    check(dies_with([] {
+              float* p; cudaMalloc(&p, 64 * sizeof(float));
+              simt::launch("cp_async_never_waited", simt::Cfg{1, 32}, [&] {
+                  __shared__ __align__(16) float s[128];
+                  simt::cp_async16(&s[threadIdx.x * 4], p, 16);
+              });
+          }, "cp_async_never_waited: a thread ended with cp.async copies"),
+          "a thread that ends with a cp.async it never waited for is reported");
 }
 
 int main() {
@@ -214,6 +256,7 @@ int main() {
     test_ldmatrix();
     test_shuffles();
     test_races();
+    test_cp_async();
     test_failures();
     printf("# test_simt: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -7,13 +7,18 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       loading its own B-fragment elements from shared memory (2 32-bit loads per fragment of K,
       Q, dO read along rows; 4 16-bit loads for V, Q, dO, K read down columns)
   v4: v3 with ldmatrix(.trans).x4: the B fragments of two n-tiles in one instruction per warp;
-      blocks ordered longest first (the default for bf16 in the trainer)
+      blocks ordered longest first
+  v5: v4 with tiles copied to shared memory by cp.async while the warps compute (forward: V(kt)
+      during S = Q·K(kt)ᵀ, K(kt+1) during O += P·V(kt); backward: double-buffered tiles) — the
+      default for bf16 in the trainer. v3 and v4 stage each tile through registers before use.
+  Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
+  folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
 Reports each version's max relative error against the CPU op and its time and TFLOP/s
 (causal attention: 2·B·NH·T²·hs FLOPs forward — QKᵀ and PV over the lower triangle — and
 2.5× that for the backward).
 usage: ./build/dev_attention [B T C NH [time]]   (default GPT-2 124M: 8 1024 768 12)
-  "time": only the trainer's bf16 kernels (v3 where it applies, else v2), no CPU reference —
+  "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
           for long sequences (dev/bench/bench_vs_torch.sh)
 */
 #include "common.cuh"
@@ -33,7 +38,7 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < r.size(); i++) r[i] = from_f<bf16>((float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
         ctx_copy(gpu_ctx, q.data(), r.data(), r.size() * 2);
         ctx_copy(gpu_ctx, d.data(), r.data(), d.size() * 2);
-        const char* name = use_flash<bf16>(C, NH) ? "v4 bf16 flash ldmatrix" : "v2 bf16 warp-per-row";
+        const char* name = use_flash<bf16>(C, NH) ? "v5 bf16 flash cp.async" : "v2 bf16 warp-per-row";
         float msf = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH); });
         float msb = time_ms([&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH); });
         printf("forward  %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msf, flops_fwd / msf / 1e9);
@@ -67,11 +72,13 @@ int main(int argc, char** argv) {
     ctx_copy(gpu_ctx, g_dout.data(), bdout.data(), bdout.size() * 2);
     auto host_of = [&](Buf<bf16>& b) { std::vector<bf16> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * 2); return vec_widen(h); };
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
-    for (int v = 2; v <= 4; v++) {
+    const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async"};
+    for (int v = 2; v <= 5; v++) {
         const bool flash = v >= 3;
         g_flash_attention = flash;
-        g_flash_ldmatrix = v == 4;
-        const char* name = v == 2 ? "v2 bf16 warp-per-row" : v == 3 ? "v3 bf16 flash per-lane loads" : "v4 bf16 flash ldmatrix";
+        g_flash_ldmatrix = v >= 4;
+        g_flash_async = v == 5;
+        const char* name = names[v];
         if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
         auto f = [&] { attention_forward(gpu_ctx, g_out.data(), glse.p(), g_qkv.data(), B, T, C, NH); };
         auto b = [&] { attention_backward(gpu_ctx, g_dqkv.data(), g_dout.data(), g_qkv.data(), g_out.data(), glse.p(), B, T, C, NH); };
@@ -80,6 +87,6 @@ int main(int argc, char** argv) {
         float msb = time_ms(b);
         printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_dqkv, host_of(g_dqkv), 1e-2), msb, 2.5 * flops_fwd / msb / 1e9);
     }
-    g_flash_attention = g_flash_ldmatrix = true;
+    g_flash_attention = g_flash_ldmatrix = g_flash_async = true;
     return dev_done();
 }
