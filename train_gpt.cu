@@ -34,6 +34,7 @@ Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 #include "llmc/schedulers.h"
 #include "llmc/logger.h"
 #include "llmc/mfu.h"
+#include "llmc/profiler.h"
 
 // ----------------------------------------------------------------------------
 // command line: one table gives every flag, its default and its help
@@ -87,6 +88,7 @@ static const FlagDef FLAGS[] = {
     {"threads", "0", "CPU threads per rank (0: all cores, or OMP_NUM_THREADS)", false},
     {"comm", "auto", "auto | mpi | nccl: collectives on GPU buffers (auto: nccl when every rank has its own GPU)", false},
     {"comm-stats", "0", "print the bytes each collective sent per step (also in the JSON log)", true},
+    {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op", false},
     {"overlap", "1", "0 | 1: overlap DDP's gradient all-reduces and ZeRO-3's parameter prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
 };
 
@@ -284,6 +286,7 @@ int main(int argc, char** argv) {
     if (recompute != "none") usage_error("--recompute %s: activation checkpointing is not yet supported", recompute.c_str());
     bool comm_stats = f.integer("comm-stats", 0, 1);
     bool overlap = f.integer("overlap", 0, 1);
+    const bool profile = f.integer("profile", 0, 1);
     if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
 
     // --- the process mesh: dp = world / (tp·pp·cp)
@@ -338,6 +341,8 @@ int main(int argc, char** argv) {
     int nthreads = 1;
 #endif
     Ctx ctx = make_ctx(device, mesh);
+    Profiler profiler;  // --profile: every copy of ctx (the model's, the storage owner's) reports to it
+    if (profile) ctx.prof = &profiler;
     // --- the communication backend for GPU buffers: NCCL, or MPI staged through host memory
     std::string comm_backend = f.choice("comm", {"auto", "mpi", "nccl"});
     if (comm_backend == "nccl" && ctx.device != Device::CUDA) usage_error("--comm nccl: needs --device cuda (NCCL moves GPU buffers)");
@@ -404,7 +409,11 @@ int main(int argc, char** argv) {
         std::vector<int> x((size_t)B * T), y((size_t)B * T);
         const float dloss = 1.0f / ((float)B * T * accum * dp);  // the dp sum of gradients is then the mean
 
-        for (int step = (int)state.step + 1; step <= steps; step++) {
+        const int first_step = (int)state.step + 1;
+        for (int step = first_step; step <= steps; step++) {
+            // --profile measures the steps after the first (which sets up cuBLASLt and buffers)
+            const bool measured = profile && (step > first_step || steps == first_step);
+            if (measured) { ctx_sync(ctx); profile_step_begin(&profiler); }
             double t0 = now_seconds();
             comm_reset_stats(mesh.dp_group);
             dp_zero_grad(&dpar);
@@ -420,7 +429,9 @@ int main(int argc, char** argv) {
             float norm = dp_grad_norm(&dpar);
             float lr = lr_at(sched, step - 1);
             dp_update(&dpar, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
+            if (measured) ctx_sync(ctx);  // the step's GPU work, all of it inside its time
             double ms = (now_seconds() - t0) * 1000.0;
+            if (measured) profile_step_end(&profiler, ms);
             double tok_s = total_batch / (ms / 1000.0);
             double mfu = peak > 0 ? tok_s / mesh.world * flops_tok / peak : -1.0;  // per GPU
             if (!std::isfinite(loss)) fatal("step %d: the loss is %f (diverged); lower --lr or check the data", step, loss);
@@ -452,6 +463,7 @@ int main(int argc, char** argv) {
             model_file_save(&dpar, f.str("save-model"), save_bf16);
             print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
         }
+        if (profile && mesh.rank == 0) profile_report(profiler, stdout, peak);
         if (ctx.device == Device::CUDA)
             print0("peak GPU memory (model, activations, optimizer, buffers): %.1f MiB\n", g_gpu_bytes_peak / 1048576.0);
         logger_close(&log);

@@ -23,6 +23,7 @@ test/gpucheck_ops.cu (CUDA vs CPU).
 #pragma once
 #include <cmath>
 #include "common.h"
+#include "profiler.h"
 
 template <class T>
 inline void adamw_update_cpu(float* params, const T* grads, float* m, float* v, T* copy, size_t n,
@@ -65,6 +66,8 @@ template <class T>
 inline void adamw_update(const Ctx& ctx, float* params, const T* grads, float* m, float* v, NoDeduce<T>* copy, size_t n,
                          float lr, float beta1, float beta2, float eps, float wd, int t,
                          float grad_scale) {
+    // bytes: grad in; master, m, v in and out; the working copy out
+    OpScope prof(ctx, 0, (double)n * (sizeof(T) + 24 + (copy ? sizeof(T) : 0)), "adamw");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);

@@ -66,6 +66,7 @@ test/gpucheck_ops.cu (CUDA vs CPU).
 #include <cmath>
 #include <vector>
 #include "common.h"
+#include "profiler.h"
 
 // (fp32; the dtype wrapper attention_forward gives it fp32 views of bf16 buffers)
 inline void attention_forward_cpu(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
@@ -667,6 +668,7 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
 
 template <class T>
 inline void attention_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
+    OpScope prof(ctx, 2.0 * B * T_ * T_ * C, 0, "attention forward");  // Q·Kᵀ and P·V over the causal half
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if (use_flash<T>(C, NH)) { flash_forward(ctx, out, lse, qkv, B, T_, C, NH); return; }
@@ -684,6 +686,7 @@ inline void attention_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, 
 template <class T>
 inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
                                int B, int T_, int C, int NH) {
+    OpScope prof(ctx, 2.5 * 2.0 * B * T_ * T_ * C, 0, "attention backward");  // the usual 2.5× the forward (dS, dP, dQ, dK, dV)
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         size_t rows = (size_t)B * NH * T_;

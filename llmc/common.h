@@ -130,6 +130,7 @@ enum class Device { CPU, CUDA };
     if (s_ != CUBLAS_STATUS_SUCCESS) fatal("cuBLAS error %d at %s:%d", (int)s_, __FILE__, __LINE__); } while (0)
 #endif
 
+struct Profiler;  // profiler.h: per-op times, when --profile asks for them
 struct Ctx {
     Device device = Device::CPU;
 #ifdef LLMC_CUDA
@@ -138,6 +139,7 @@ struct Ctx {
     void* workspace = nullptr;     // cuBLASLt workspace
     size_t workspace_size = 0;
 #endif
+    Profiler* prof = nullptr;
 };
 
 // ----------------------------------------------------------------------------
@@ -282,6 +284,14 @@ inline void ctx_copy(const Ctx& ctx, void* dst, const void* src, size_t bytes) {
 #endif
     (void)ctx;
     memcpy(dst, src, bytes);
+}
+
+// Waits for the work queued on the ctx (a no-op on the CPU, where every op is synchronous).
+inline void ctx_sync(const Ctx& ctx) {
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+#endif
+    (void)ctx;
 }
 
 inline void ctx_zero(const Ctx& ctx, void* p, size_t bytes) {

@@ -17,6 +17,7 @@ Tests: test/test_ops.cpp (finite differences of the forward), test/gpucheck_ops.
 #pragma once
 #include <algorithm>
 #include "common.h"
+#include "profiler.h"
 
 template <class T>
 inline void encoder_forward_cpu(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
@@ -99,6 +100,8 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
 
 template <class T>
 inline void encoder_forward(const Ctx& ctx, T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
+    // bytes: the B·T rows of wte, T rows of wpe, the tokens; the output
+    OpScope prof(ctx, 0, (2.0 * B * T_ + T_) * C * sizeof(T) + 4.0 * B * T_, "encoder forward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         encoder_forward_kernel<<<grid_for((size_t)B * T_ * C), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T_, C);
@@ -112,6 +115,8 @@ inline void encoder_forward(const Ctx& ctx, T* out, const int* tok, const T* wte
 template <class T>
 inline void encoder_backward(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C,
                              size_t V) {
+    // bytes: dout; the touched rows of dwte (≤ B·T) and dwpe read and written
+    OpScope prof(ctx, 0, (3.0 * B * T_ + 2.0 * T_) * C * sizeof(T), "encoder backward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T_, C); return; }
 #endif

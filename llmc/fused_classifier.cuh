@@ -21,6 +21,7 @@ the model against PyTorch.
 #pragma once
 #include <cmath>
 #include "common.h"
+#include "profiler.h"
 
 template <class T>
 inline void fused_classifier_cpu(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
@@ -78,6 +79,7 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
 
 template <class T>
 inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    OpScope prof(ctx, 0, 2.0 * N * Vp * sizeof(T) + 8.0 * N, "classifier (loss, dlogits)");  // logits in, dlogits out
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         fused_classifier_kernel<<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);

@@ -11,6 +11,7 @@ Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU
 #pragma once
 #include <cmath>
 #include "common.h"
+#include "profiler.h"
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
 
@@ -51,6 +52,7 @@ template <class T> __global__ void gelu_backward_kernel(T* dinp, const T* inp, c
 #endif
 
 template <class T> inline void gelu_forward(const Ctx& ctx, T* out, const T* inp, size_t N) {
+    OpScope prof(ctx, 0, 2.0 * N * sizeof(T), "gelu forward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         gelu_forward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(out, inp, N);
@@ -61,6 +63,7 @@ template <class T> inline void gelu_forward(const Ctx& ctx, T* out, const T* inp
     gelu_forward_cpu(out, inp, N);
 }
 template <class T> inline void gelu_backward(const Ctx& ctx, T* dinp, const T* inp, const T* dout, size_t N) {
+    OpScope prof(ctx, 0, 3.0 * N * sizeof(T), "gelu backward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         gelu_backward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(dinp, inp, dout, N);

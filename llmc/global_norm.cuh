@@ -17,6 +17,7 @@ Tests: test/test_ops.cpp (against a plain double loop), test/gpucheck_ops.cu (CU
 #pragma once
 #include <cmath>
 #include "common.h"
+#include "profiler.h"
 
 template <class T> inline double global_norm_squared_cpu(const T* g, size_t n) {
     const size_t chunk = 1 << 16;
@@ -51,6 +52,7 @@ template <class T> __global__ void norm_squared_chunks_kernel(double* part, cons
 #endif
 
 template <class T> inline double global_norm_squared(const Ctx& ctx, const T* g, size_t n) {
+    OpScope prof(ctx, 0, (double)n * sizeof(T), "gradient norm");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         const size_t chunk = 1 << 16, nchunks = ceil_div(n, chunk);

@@ -31,6 +31,7 @@ test/gpucheck_ops.cu (CUDA vs CPU).
 #pragma once
 #include <cmath>
 #include "common.h"
+#include "profiler.h"
 
 template <class T>
 inline void layernorm_forward_cpu(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
@@ -206,6 +207,7 @@ template <class T> inline int layernorm_pack(size_t C, std::initializer_list<con
 
 template <class T>
 inline void layernorm_forward(const Ctx& ctx, T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
+    OpScope prof(ctx, 0, 2.0 * N * C * sizeof(T) + 8.0 * N, "layernorm forward");  // inp → out, mean, rstd
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
@@ -236,6 +238,7 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
 template <class T>
 inline void layernorm_backward(const Ctx& ctx, T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                                const float* mean, const float* rstd, int N, int C) {
+    OpScope prof(ctx, 0, 4.0 * N * C * sizeof(T) + 8.0 * N, "layernorm backward");  // dout, inp, mean, rstd; dinp +=
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if (layernorm_pack<T>(C, {dinp, dout, inp, w}) > 1)
@@ -251,6 +254,7 @@ inline void layernorm_backward(const Ctx& ctx, T* dinp, T* dw, T* db, const T* d
     di.store(); dW.store(); dB.store();
 }
 template <class T> inline void residual_forward(const Ctx& ctx, T* out, const T* a, const T* b, size_t N) {
+    OpScope prof(ctx, 0, 3.0 * N * sizeof(T), "residual add");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         constexpr int P = PACK<T>;

@@ -36,6 +36,7 @@ whole model against PyTorch.
 */
 #pragma once
 #include "common.h"
+#include "profiler.h"
 #include "gelu.cuh"
 #ifdef _OPENMP
 #include <omp.h>
@@ -288,6 +289,7 @@ inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const
 template <class T>
 inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, const NoDeduce<T>* bias, int N, int C, int OC,
                            NoDeduce<T>* gelu_pre = nullptr) {
+    OpScope prof(ctx, 2.0 * N * C * OC, 0, "matmul%s forward %d->%d", gelu_pre ? "+gelu" : "", C, OC);
     if (gelu_pre) {
 #ifdef LLMC_CUDA
         if (ctx.device == Device::CUDA && gelu_fusable(OC, gelu_pre, out, bias)) {
@@ -311,6 +313,8 @@ inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, con
 template <class T>
 inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, const T* dout, const T* inp, const T* W,
                             int N, int C, int OC, const NoDeduce<T>* gelu_pre = nullptr) {
+    OpScope prof(ctx, ((dinp ? 2.0 : 0.0) + (dW ? 2.0 : 0.0)) * N * C * OC, 0, "matmul backward%s %d->%d",
+                 gelu_pre && dinp ? "+dgelu" : "", C, OC);
     if (gelu_pre && dinp) {
 #ifdef LLMC_CUDA
         if (ctx.device == Device::CUDA && gelu_fusable(C, gelu_pre, dinp, (const T*)nullptr)) {

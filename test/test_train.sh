@@ -8,6 +8,8 @@
 #   progress:      the validation loss falls
 #   bf16:          --precision bf16 resumes bit-exactly too, its per-step losses stay within 2e-2
 #                  of the fp32 run's over 10 steps, and its loss keeps falling
+#   --profile:     every op of the measured steps timed once (each op's calls per step are the
+#                  model's), and the times add up to no more than the step
 # usage: [DEVICE=cuda] test/test_train.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -104,3 +106,31 @@ print(("ok" if falling else "not ok") + f" - bf16: the loss keeps falling ({b[0]
 PY
 grep -q "device: ${DEVICE:-cpu}, 1 rank(s).*, bf16" "$tmp/p16.out" && echo "ok - bf16: the run reports its precision" \
     || echo "not ok - bf16: precision line missing"
+
+# --- --profile: every op of a step is timed once (d1, 2 micro-batches per step, 3 steps)
+"$BIN" "${common[@]}" --batch-size 4 --total-batch-tokens 256 --steps 3 --val-data "" --profile 1 >"$tmp/prof.out" 2>&1
+$PY - "$tmp/prof.out" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+L, A = 1, 2  # layers, micro-batches per step
+# the model's calls per optimizer step (model.h): a missing scope or a doubly counted one shows here
+want = {"encoder forward": A, "encoder backward": A, "layernorm forward": (2 * L + 1) * A,
+        "layernorm backward": (2 * L + 1) * A, "residual add": 2 * L * A, "attention forward": L * A,
+        "attention backward": L * A, "classifier (loss, dlogits)": A, "matmul forward": (4 * L + 1) * A,
+        "matmul backward": (4 * L + 1) * A, "adamw": 12 * L + 4, "gradient norm": L + 2}
+head = re.search(r"^profile: (\d+) steps?, ([\d.]+) ms per step$", text, re.M)
+rows = re.findall(r"^  (\S.*?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%", text, re.M)
+other = re.search(r"^  other \(host, communication, gaps\)\s+(-?[\d.]+)", text, re.M)
+got, ms = {}, 0.0
+for name, calls, t, _ in rows:
+    key = "matmul " + ("forward" if "forward" in name else "backward") if name.startswith("matmul") else name
+    got[key] = got.get(key, 0) + float(calls)
+    ms += float(t)
+ok = head and int(head.group(1)) == 2 and got == {k: float(v) for k, v in want.items()}
+print(("ok" if ok else "not ok") + " - --profile: the steps after the first, every op once, at the model's calls per step"
+      + ("" if ok else f" (got {got})"))
+# the scopes are disjoint and inside the step: their sum cannot exceed it (0.01 ms: the rounding of
+# the printed rows)
+fits = head and other and ms <= float(head.group(2)) + 0.01 and float(other.group(1)) >= -0.01
+print(("ok" if fits else "not ok") + f" - --profile: the ops' times add up to no more than the step ({ms:.2f} of {float(head.group(2)) if head else 0:.2f} ms)")
+PY
