@@ -253,11 +253,12 @@ template <class T> inline void dp_zero_grad(DataParallel<T>* d) {
 // the same number in every stage.
 template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
     comm_join(*d->group);  // DDP's per-unit all-reduces, if they ran asynchronously (NCCL)
-    double s = 0.0;
+    std::vector<NormPiece<T>> pieces;
     for (size_t u = 0; u < d->units.size(); u++) {
         size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
-        if (e > b) s += global_norm_squared(d->ctx, dp_grad_at(d, (int)u, b), e - b);
+        if (e > b) pieces.push_back({dp_grad_at(d, (int)u, b), e - b});
     }
+    double s = global_norm_squared(d->ctx, pieces);
     comm_sum_doubles(*d->group, &s, 1);
     return (float)sqrt(s);
 }

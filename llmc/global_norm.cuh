@@ -11,11 +11,13 @@ per thread, so the result does not depend on the thread count.
 Dtype T (float | bf16): the gradient's; the sum is double either way.
 
 CUDA: the same fixed chunks, one block per chunk, summed in double inside the block; the
-per-chunk sums come back to the host and are added there in order.
+per-chunk sums come back to the host and are added there in order. A list of pieces (a step's
+gradient, one per unit) comes back in one copy: one wait for the GPU per step.
 Tests: test/test_ops.cpp (against a plain double loop), test/gpucheck_ops.cu (CUDA vs CPU).
 */
 #pragma once
 #include <cmath>
+#include <vector>
 #include "common.h"
 #include "profiler.h"
 
@@ -51,24 +53,46 @@ template <class T> __global__ void norm_squared_chunks_kernel(double* part, cons
 }
 #endif
 
-template <class T> inline double global_norm_squared(const Ctx& ctx, const T* g, size_t n) {
-    OpScope prof(ctx, 0, (double)n * sizeof(T), "gradient norm");
+// Σ over the pieces (in order) of each piece's norm² (its chunks in order). On CUDA one launch
+// per piece writes every chunk's sum into one buffer and one copy brings them all back: a single
+// wait for the GPU, however many pieces (a step's gradient is one piece per unit).
+template <class T> struct NormPiece { const T* g; size_t n; };
+template <class T> inline double global_norm_squared(const Ctx& ctx, const std::vector<NormPiece<T>>& pieces) {
+    double bytes = 0;
+    for (const NormPiece<T>& p : pieces) bytes += (double)p.n * sizeof(T);
+    OpScope prof(ctx, 0, bytes, "gradient norm");
+    double total = 0.0;
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        const size_t chunk = 1 << 16, nchunks = ceil_div(n, chunk);
+        const size_t chunk = 1 << 16;
+        size_t nchunks = 0;
+        for (const NormPiece<T>& p : pieces) nchunks += ceil_div(p.n, chunk);
         if (nchunks == 0) return 0.0;
         static Buf<double> part_buf;
         double* part = gpu_scratch(part_buf, ctx, nchunks);
-        norm_squared_chunks_kernel<<<(unsigned)nchunks, 256, 0, ctx.stream>>>(part, g, n, chunk);
+        size_t at = 0;
+        for (const NormPiece<T>& p : pieces) {
+            if (p.n == 0) continue;
+            norm_squared_chunks_kernel<<<(unsigned)ceil_div(p.n, chunk), 256, 0, ctx.stream>>>(part + at, p.g, p.n, chunk);
+            at += ceil_div(p.n, chunk);
+        }
         CUDA_LAUNCH_CHECK();
         std::vector<double> host(nchunks);
         ctx_copy(ctx, host.data(), part, nchunks * sizeof(double));
-        double total = 0.0;
-        for (double p : host) total += p;
+        at = 0;
+        for (const NormPiece<T>& p : pieces) {  // each piece's sum, then the pieces' (as on the CPU)
+            double s = 0.0;
+            for (size_t c = 0; c < ceil_div(p.n, chunk); c++) s += host[at++];
+            total += s;
+        }
         return total;
     }
 #endif
-    return global_norm_squared_cpu(g, n);
+    for (const NormPiece<T>& p : pieces) total += global_norm_squared_cpu(p.g, p.n);
+    return total;
+}
+template <class T> inline double global_norm_squared(const Ctx& ctx, const T* g, size_t n) {
+    return global_norm_squared(ctx, std::vector<NormPiece<T>>{{g, n}});
 }
 
 inline float grad_clip_factor(float norm, float max_norm) {
