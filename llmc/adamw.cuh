@@ -5,8 +5,9 @@ For step t ≥ 1, gradient g (already multiplied by grad_scale, the clipping fac
   m = β1·m + (1−β1)·g            v = β2·v + (1−β2)·g²
   m̂ = m / (1−β1ᵗ)                v̂ = v / (1−β2ᵗ)
   θ = θ − lr·( m̂ / (√v̂ + ε) + wd·θ )
-wd is the weight decay of this tensor: the caller passes 0 for biases, LayerNorm parameters
-(1-D tensors) and — like llm.c and nanoGPT — applies it to the 2-D weights only.
+wd is the weight decay: like llm.c and nanoGPT it applies to the 2-D weights only, not to
+biases and LayerNorm parameters. One call updates a whole unit (a block's 12 tensors), with the
+runs of elements that decay (DecayRuns) — one launch per unit rather than one per tensor.
 
 Precision. θ (the master), m and v are fp32 always; the gradient has the run's dtype T. With
 T = bf16 the model reads a bf16 working copy of the weights, which the update writes too:
@@ -16,7 +17,7 @@ the parameters are their own master and copy is null.
 Memory per parameter: fp32 — θ 4 + gradient 4 + m, v 8 = 16 bytes; bf16 — copy 2 + gradient 2
 + master, m, v 12 = 16 bytes. Both are the ZeRO table's 16Ψ (data_parallel.h shards them).
 
-CUDA: the same formula, one thread per element.
+CUDA: the same formula, one thread per element (its wd from the runs: ≤ 8 comparisons).
 Tests: the model against PyTorch's AdamW (test/test_vs_pytorch.py), test/test_ops.cpp,
 test/gpucheck_ops.cu (CUDA vs CPU).
 */
@@ -25,21 +26,42 @@ test/gpucheck_ops.cu (CUDA vs CPU).
 #include "common.h"
 #include "profiler.h"
 
+// The elements of an update's span that weight decay applies to: up to MAX runs [begin, end),
+// in order (a GPT-2 block, updated in one call, has 4: qkvw, attprojw, fcw, fcprojw). The
+// other elements (biases, LayerNorm) get wd = 0.
+struct DecayRuns {
+    static const int MAX = 8;
+    int n = 0;
+    size_t begin[MAX] = {}, end[MAX] = {};
+    void add(size_t b, size_t e) {  // appends [b, e), merged with the last run if they touch
+        if (e <= b) return;
+        if (n > 0 && end[n - 1] == b) { end[n - 1] = e; return; }
+        if (n == MAX) fatal("adamw: more than %d weight-decay runs in one update", MAX);
+        begin[n] = b; end[n] = e; n++;
+    }
+};
+HD inline bool decays(const DecayRuns& r, size_t i) {
+    for (int k = 0; k < r.n; k++)
+        if (i >= r.begin[k] && i < r.end[k]) return true;
+    return false;
+}
+
 template <class T>
 inline void adamw_update_cpu(float* params, const T* grads, float* m, float* v, T* copy, size_t n,
-                             float lr, float beta1, float beta2, float eps, float wd, int t,
+                             float lr, float beta1, float beta2, float eps, float wd, const DecayRuns& decay, int t,
                              float grad_scale) {
     const float bc1 = 1.0f - powf(beta1, (float)t);
     const float bc2 = 1.0f - powf(beta2, (float)t);
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
+        const float wd_i = decays(decay, i) ? wd : 0.0f;
         float g = to_f(grads[i]) * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;
         v[i] = vi;
         float mhat = mi / bc1, vhat = vi / bc2;
-        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * params[i]);
+        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd_i * params[i]);
         if (copy) copy[i] = from_f<T>(params[i]);
     }
 }
@@ -47,34 +69,44 @@ inline void adamw_update_cpu(float* params, const T* grads, float* m, float* v, 
 #ifdef LLMC_CUDA
 template <class T>
 __global__ void adamw_kernel(float* params, const T* grads, float* m, float* v, T* copy, size_t n, float lr, float beta1,
-                             float beta2, float eps, float wd, float bc1, float bc2, float grad_scale) {
+                             float beta2, float eps, float wd, DecayRuns decay, float bc1, float bc2, float grad_scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float wd_i = decays(decay, i) ? wd : 0.0f;
         float g = to_f(grads[i]) * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;
         v[i] = vi;
-        float p = params[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * params[i]);
+        float p = params[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd_i * params[i]);
         params[i] = p;
         if (copy) copy[i] = from_f<T>(p);
     }
 }
 #endif
 
-// params: the fp32 master; copy: its T working copy to write (null when the master is the parameters)
+// params: the fp32 master; copy: its T working copy to write (null when the master is the
+// parameters). wd applies to the elements in `decay`.
 template <class T>
 inline void adamw_update(const Ctx& ctx, float* params, const T* grads, float* m, float* v, NoDeduce<T>* copy, size_t n,
-                         float lr, float beta1, float beta2, float eps, float wd, int t,
+                         float lr, float beta1, float beta2, float eps, float wd, const DecayRuns& decay, int t,
                          float grad_scale) {
     // bytes: grad in; master, m, v in and out; the working copy out
     OpScope prof(ctx, 0, (double)n * (sizeof(T) + 24 + (copy ? sizeof(T) : 0)), "adamw");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-        adamw_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale);
+        adamw_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, decay, bc1, bc2, grad_scale);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    adamw_update_cpu(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, t, grad_scale);
+    adamw_update_cpu(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, decay, t, grad_scale);
+}
+// The same with wd on every element (one tensor).
+template <class T>
+inline void adamw_update(const Ctx& ctx, float* params, const T* grads, float* m, float* v, NoDeduce<T>* copy, size_t n,
+                         float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
+    DecayRuns all;
+    all.add(0, n);
+    adamw_update(ctx, params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, all, t, grad_scale);
 }

@@ -263,22 +263,24 @@ template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
     return (float)sqrt(s);
 }
 
-// AdamW on this rank's part, then (stages 1-2) all-gather the updated parameters.
+// AdamW on this rank's part, then (stages 1-2) all-gather the updated parameters. One update
+// per unit: its part is contiguous in every buffer, and the tensors that decay are runs in it.
 template <class T>
 inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
     for (size_t u = 0; u < d->units.size(); u++) {
-        size_t base = d->units[u].offset;
-        for (const ParamRange& r : d->ranges) {  // the tensors' pieces inside my part of this unit
-            size_t b = std::max(r.offset, base + d->own_begin[u]), e = std::min(r.offset + r.size, base + d->own_end[u]);
-            if (e <= b) continue;
-            size_t x = b - base;
-            float* theta;  // the fp32 master of these elements, and the working copy to rewrite (if separate)
-            T* copy;
-            if constexpr (DataParallel<T>::has_master) { theta = dp_opt_at(d, d->master, (int)u, x); copy = dp_param_at(d, (int)u, x); }
-            else { theta = dp_param_at(d, (int)u, x); copy = nullptr; }
-            adamw_update(d->ctx, theta, dp_grad_at(d, (int)u, x), dp_opt_at(d, d->m, (int)u, x),
-                         dp_opt_at(d, d->v, (int)u, x), copy, e - b, lr, beta1, beta2, eps, r.decay ? wd : 0.0f, t, grad_scale);
+        const size_t base = d->units[u].offset, x0 = d->own_begin[u], x1 = d->own_end[u];
+        if (x1 <= x0) continue;
+        DecayRuns decay;  // the 2-D weights inside my part, relative to its start
+        for (const ParamRange& r : d->ranges) {
+            size_t b = std::max(r.offset, base + x0), e = std::min(r.offset + r.size, base + x1);
+            if (r.decay && e > b) decay.add(b - base - x0, e - base - x0);
         }
+        float* theta;  // the fp32 master of my part, and the working copy to rewrite (if separate)
+        T* copy;
+        if constexpr (DataParallel<T>::has_master) { theta = dp_opt_at(d, d->master, (int)u, x0); copy = dp_param_at(d, (int)u, x0); }
+        else { theta = dp_param_at(d, (int)u, x0); copy = nullptr; }
+        adamw_update(d->ctx, theta, dp_grad_at(d, (int)u, x0), dp_opt_at(d, d->m, (int)u, x0), dp_opt_at(d, d->v, (int)u, x0),
+                     copy, x1 - x0, lr, beta1, beta2, eps, wd, decay, t, grad_scale);
     }
     if (d->zero == 1 || d->zero == 2)
         for (size_t u = 0; u < d->units.size(); u++)

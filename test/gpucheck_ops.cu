@@ -253,13 +253,17 @@ template <class X> static void check_adamw_norm(size_t n) {
     DevF gp(p), gm(m), gv(v);
     Dev<X> gg(g), gcopy(std::vector<float>(n), true);
     constexpr bool copy = !std::is_same_v<X, float>;  // bf16: the update also writes the working copy
-    adamw_update(cpu, p.data(), cg.data(), m.data(), v.data(), copy ? ccopy.data() : nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 0.7f);
-    adamw_update(gpu, gp.p(), gg.p(), gm.p(), gv.p(), copy ? gcopy.p() : nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 0.7f);
+    DecayRuns decay;  // weight decay on two runs of the span, as for a block's matrices
+    decay.add(n / 7, n / 3); decay.add(n / 2, n / 2 + 1);
+    adamw_update(cpu, p.data(), cg.data(), m.data(), v.data(), copy ? ccopy.data() : nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, decay, 5, 0.7f);
+    adamw_update(gpu, gp.p(), gg.p(), gm.p(), gv.p(), copy ? gcopy.p() : nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, decay, 5, 0.7f);
     compare(name, "params", p, gp.host(), 1e-6);
     compare(name, "m", m, gm.host(), 1e-6);
     compare(name, "v", v, gv.host(), 1e-6);
     if (copy) compare(name, "bf16 working copy", vec_widen(ccopy), gcopy.host(), 1e-2);
-    double a = global_norm_squared(cpu, cg.data(), n), b = global_norm_squared(gpu, gg.p(), n);
+    // in two pieces (one launch each, one copy back)
+    double a = global_norm_squared<X>(cpu, {{cg.data(), n / 3}, {cg.data() + n / 3, n - n / 3}}),
+           b = global_norm_squared<X>(gpu, {{gg.p(), n / 3}, {gg.p() + n / 3, n - n / 3}});
     compare(name, "norm squared", {(float)a}, {(float)b}, 1e-6);
 }
 

@@ -223,11 +223,28 @@ static void test_adamw_and_norm() {
     }
     // fp32 vs double: a few ulps of each term; relative to one step's size lr
     report(worst < 1e-4, "adamw matches the double-precision formula", "max error / lr %.2g", worst);
+    {  // one update with decay runs == one update per tensor (wd or 0), bit for bit
+        avec<float> p3 = p, m3 = m, v3 = v, p4 = p, m4 = m, v4 = v;
+        const size_t cut[] = {0, 100, 300, 500, 501, n};  // tensors; odd ones decay
+        DecayRuns decay;
+        for (int k = 0; k < 5; k++) {
+            const size_t b = cut[k], e = cut[k + 1];
+            if (k % 2) decay.add(b, e);
+            adamw_update(ctx, p3.data() + b, gr.data() + b, m3.data() + b, v3.data() + b, nullptr, e - b, lr, b1, b2, eps,
+                         k % 2 ? wd : 0.0f, t, scale);
+        }
+        adamw_update(ctx, p4.data(), gr.data(), m4.data(), v4.data(), nullptr, n, lr, b1, b2, eps, wd, decay, t, scale);
+        report(p3 == p4 && m3 == m4 && v3 == v4 && decay.n == 2, "adamw over decay runs equals one update per tensor, bit for bit");
+    }
     avec<float> big = randn(300001);
     double ref = 0;
     for (float x : big) ref += (double)x * x;
     double got = global_norm_squared(ctx, big.data(), big.size());
     report(std::fabs(got - ref) <= 1e-12 * ref, "global norm squared (double accumulation)", "rel error %.2g", std::fabs(got - ref) / ref);
+    const size_t h = 100000;  // pieces: each piece's sum, added in order
+    double pieces = global_norm_squared<float>(ctx, {{big.data(), h}, {big.data() + h, big.size() - h}});
+    report(pieces == global_norm_squared(ctx, big.data(), h) + global_norm_squared(ctx, big.data() + h, big.size() - h),
+           "global norm squared of two pieces is the pieces' sums added");
     report(grad_clip_factor(2.0f, 1.0f) == 0.5f && grad_clip_factor(0.5f, 1.0f) == 1.0f && grad_clip_factor(5.0f, 0.0f) == 1.0f,
            "grad clip factor");
 }
