@@ -16,7 +16,8 @@ CUDA: cuBLASLt, column-major, so each row-major product is issued transposed:
   dinp     dinpᵀ(C×N) = Wᵀ(C×OC) · doutᵀ      (A = W, op N; B = dout, op N; β = 0)
   dW       dWᵀ(C×OC) += inpᵀ(C×N) · dout       (A = inp, op N; B = dout, op T; β = 1)
 with fp32 compute (no TF32: --precision fp32 is the tight check). dbias is a column sum in a
-deterministic two-stage reduction.
+deterministic two-stage reduction (chunks of rows, then the chunks in order), reading dout in
+16-byte packs where OC allows.
 
 The MLP's GELU rides along (gelu_pre): matmul_forward(…, gelu_pre) computes
   gelu_pre = inp·Wᵀ + b,  out = gelu(gelu_pre)               (the fc layer and its activation)
@@ -241,13 +242,21 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T
 }
 
 // dbias[o] += Σ_n dout[n, o]: chunk k of rows → partial[k][o], then summed in chunk order
-template <class T> __global__ void column_sum_partial(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
-    int o = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+// dbias: stage 1, block (x, k) sums rows [k·R, (k+1)·R) of dout for V·blockDim.x columns, each
+// thread V adjacent columns read as one 16-byte pack per row (V = 1 where OC or the pointer does
+// not allow packs); stage 2 adds the K partial rows in order. Every column is summed in a fixed
+// order: deterministic.
+template <class T, int V> __global__ void column_sum_partial(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
+    const int o = (blockIdx.x * blockDim.x + threadIdx.x) * V, k = blockIdx.y;
     if (o >= OC) return;
-    float s = 0.0f;
-    int r1 = min(N, (k + 1) * rows_per_chunk);
-    for (int n = k * rows_per_chunk; n < r1; n++) s += to_f(dout[(size_t)n * OC + o]);
-    partial[(size_t)k * OC + o] = s;
+    float s[V];
+    for (int j = 0; j < V; j++) s[j] = 0.0f;
+    const int r1 = min(N, (k + 1) * rows_per_chunk);
+    for (int n = k * rows_per_chunk; n < r1; n++) {
+        const Pack<T, V> x = load_pack<V>(dout + (size_t)n * OC + o);
+        for (int j = 0; j < V; j++) s[j] += to_f(x.v[j]);
+    }
+    for (int j = 0; j < V; j++) partial[(size_t)k * OC + o + j] = s[j];
 }
 template <class T> __global__ void column_sum_final(T* dbias, const float* partial, int OC, int K) {
     int o = blockIdx.x * blockDim.x + threadIdx.x;
@@ -273,11 +282,15 @@ inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const
                                  int N, int C, int OC) {
     if (dinp) cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
     cublaslt_gemm<T>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
-    if (dbias) {
-        const int K = std::min(N, 32), rows = (int)ceil_div(N, K);
+    if (dbias) {  // K chunks of rows (up to 256: enough blocks to fill the GPU when OC is small)
+        const int K = std::min(N, 256), rows = (int)ceil_div(N, K);
         static Buf<float> partial_buf;
         float* partial = gpu_scratch(partial_buf, ctx, (size_t)K * OC);
-        column_sum_partial<<<dim3(ceil_div(OC, 128), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
+        constexpr int P = PACK<T>;
+        if (pack_width<T>(OC, {dout}) > 1)
+            column_sum_partial<T, P><<<dim3(ceil_div(OC, 128 * P), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
+        else
+            column_sum_partial<T, 1><<<dim3(ceil_div(OC, 128), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
         column_sum_final<<<ceil_div(OC, 128), 128, 0, ctx.stream>>>(dbias, partial, OC, K);
         CUDA_LAUNCH_CHECK();
     }
