@@ -622,8 +622,10 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 // The flash kernels run bf16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
 // Switches, for comparison (dev/cuda/attention.cu, gpucheck_ops): g_flash_attention = false forces
 // the warp-per-row kernels; g_flash_ldmatrix = false the per-lane shared-memory loads;
-// g_flash_async = false stages tiles through registers, each before its use (no cp.async).
+// g_flash_async = false stages tiles through registers, each before its use (no cp.async);
+// g_flash_backward_passes runs one backward pass alone (its dqkv part only: timing).
 inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
+inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ pass (to time them apart)
 template <class T> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
     return std::is_same_v<T, bf16> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
@@ -659,8 +661,10 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
             constexpr int D = decltype(d)::value;
             constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
             const dim3 grid(NH, B, ceil_div(T_, 64));
-            flash_backward_dkv_kernel<D, L, A><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
-            flash_backward_dq_kernel<D, L, A><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+            if (g_flash_backward_passes & 1)
+                flash_backward_dkv_kernel<D, L, A><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+            if (g_flash_backward_passes & 2)
+                flash_backward_dq_kernel<D, L, A><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
             CUDA_LAUNCH_CHECK();
         });
 }

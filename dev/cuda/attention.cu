@@ -20,8 +20,24 @@ Reports each version's max relative error against the CPU op and its time and TF
 usage: ./build/dev_attention [B T C NH [time]]   (default GPT-2 124M: 8 1024 768 12)
   "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
           for long sequences (dev/bench/bench_vs_torch.sh)
+For v5 the backward's time is also split between its two passes (backward_split below).
 */
 #include "common.cuh"
+
+// The flash backward's time split between its two passes (each run alone, after the D kernel),
+// with each pass's own tensor-core FLOPs: the dK/dV pass computes 4 products (Sᵀ, dPᵀ, dV, dK),
+// the dQ pass 3 (S, dP, dQ) — 7 against the 5 of a single pass with atomic dQ updates; this says
+// what the deterministic split costs.
+static void backward_split(const std::function<void()>& backward, double flops_fwd, float ms_all) {
+    g_flash_backward_passes = 1;
+    const float kv = time_ms(backward);
+    g_flash_backward_passes = 2;
+    const float q = time_ms(backward);
+    g_flash_backward_passes = 3;
+    const float d = std::max(0.0f, kv + q - ms_all);  // the D = dout·out kernel, in both runs
+    printf("  backward split: dK/dV pass %.3f ms (%.1f TFLOP/s), dQ pass %.3f ms (%.1f TFLOP/s), D kernel ~%.3f ms\n",
+           kv - d, 2.0 * flops_fwd / (kv - d) / 1e9, q - d, 1.5 * flops_fwd / (q - d) / 1e9, d);
+}
 
 int main(int argc, char** argv) {
     dev_init();
@@ -43,6 +59,8 @@ int main(int argc, char** argv) {
         float msb = time_ms([&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH); });
         printf("forward  %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msf, flops_fwd / msf / 1e9);
         printf("backward %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msb, 2.5 * flops_fwd / msb / 1e9);
+        if (use_flash<bf16>(C, NH))
+            backward_split([&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH); }, flops_fwd, msb);
         return 0;
     }
     auto qkv = dev_randn((size_t)B * T * 3 * C), dout = dev_randn((size_t)B * T * C);
@@ -86,6 +104,7 @@ int main(int argc, char** argv) {
         printf("forward  %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_out, host_of(g_out), 1e-2), msf, flops_fwd / msf / 1e9);
         float msb = time_ms(b);
         printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_dqkv, host_of(g_dqkv), 1e-2), msb, 2.5 * flops_fwd / msb / 1e9);
+        if (v == 5) backward_split(b, flops_fwd, msb);
     }
     g_flash_attention = g_flash_ldmatrix = g_flash_async = true;
     return dev_done();
