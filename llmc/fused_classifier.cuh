@@ -12,8 +12,12 @@ where dloss is ∂(total loss)/∂(loss[n]) — 1/(B·T·accumulation steps) for
 Writing the gradient in place of the logits means the (N, Vp) buffer — the largest activation of
 the model — exists once. The normalizer is summed in double (50k terms).
 
-CUDA: one block per row; max and normalizer by block reductions (fixed tree: deterministic),
-then the same in-place write. The normalizer is summed in fp32 per thread and across the block.
+CUDA: one block per row, two passes over it in 16-byte packs: (1) the max and the normalizer
+together (online softmax: each thread rescales its running sum when its max grows; the threads'
+pairs are combined by fixed-tree block reductions: deterministic), (2) the in-place gradient.
+The normalizer is summed in fp32 per thread and across the block. Bytes: the logits read twice
+(the second time mostly from L2) and written once. dev/cuda/classifier.cu keeps the first
+version (three passes: max, sum, gradient; one element per load) for comparison.
 
 Tests: test/test_ops.cpp (finite differences of the loss), test/gpucheck_ops.cu (CUDA vs CPU),
 the model against PyTorch.
@@ -58,22 +62,39 @@ template <bool MAX> __device__ inline float block_reduce(float v) {
     return MAX ? warp_max(v) : warp_sum(v);
 }
 
-template <class T>
+// One block per row, two passes over it. Pass 1: each thread's running max m and Σ exp(x − m)
+// (online: a larger x rescales the sum so far by exp(m_old − x)), combined over the block by
+// fixed trees — the max, then each thread's sum rescaled to it — so the result is deterministic.
+// Pass 2: the gradient, written in place. The row moves in 16-byte packs of P elements where Vp
+// and the pointer allow (P = 1 otherwise); columns ≥ V in a pack are padding.
+template <class T, int P>
 __global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
-    int n = blockIdx.x;
+    const int n = blockIdx.x;
     T* row = logits + (size_t)n * Vp;
-    float m = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, to_f(row[v]));
-    m = block_reduce<true>(m);
-    float s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(to_f(row[v]) - m);
-    float log_sum = logf(block_reduce<false>(s));
-    int tgt = targets[n];
-    if (threadIdx.x == 0) losses[n] = -(to_f(row[tgt]) - m - log_sum);
+    float m = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x * P; i < V; i += blockDim.x * P) {  // a pack starting below V ends within Vp
+        const Pack<T, P> x = load_pack<P>(row + i);
+        for (int j = 0; j < P && i + j < V; j++) {
+            const float z = to_f(x.v[j]);
+            if (z > m) { s = s * expf(m - z) + 1.0f; m = z; }
+            else s += expf(z - m);
+        }
+    }
+    const float mb = block_reduce<true>(m);
+    const float log_sum = logf(block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - mb)));
+    const int tgt = targets[n];
+    if (threadIdx.x == 0) losses[n] = -(to_f(row[tgt]) - mb - log_sum);
     if (dloss == 0.0f) return;
     __syncthreads();  // every thread has read row[tgt] before it is overwritten
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x)
-        row[v] = from_f<T>(v < V ? dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+    for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) {
+        const Pack<T, P> x = load_pack<P>(row + i);
+        Pack<T, P> g;
+        for (int j = 0; j < P; j++) {
+            const int v = i + j;
+            g.v[j] = from_f<T>(v < V ? dloss * (expf(to_f(x.v[j]) - mb - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+        }
+        store_pack<P>(row + i, g);
+    }
 }
 #endif
 
@@ -82,7 +103,11 @@ inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int
     OpScope prof(ctx, 0, 2.0 * N * Vp * sizeof(T) + 8.0 * N, "classifier (loss, dlogits)");  // logits in, dlogits out
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        fused_classifier_kernel<<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+        constexpr int P = PACK<T>;
+        if (pack_width<T>(Vp, {logits}) > 1)
+            fused_classifier_kernel<T, P><<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+        else
+            fused_classifier_kernel<T, 1><<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         CUDA_LAUNCH_CHECK();
         return;
     }

@@ -1,31 +1,76 @@
 /*
 dev/cuda/classifier.cu — the fused classifier (softmax + cross-entropy + dlogits in place):
-CPU reference vs CUDA versions.
-  v1: llmc/fused_classifier.cuh (one block per row, three passes over the row)
-Reports max relative error and time and effective bandwidth (the logits are read twice and
-written once: 12·N·Vp bytes).
+CPU reference vs CUDA versions, in fp32 and bf16.
+  v1: the first kernel (kept here): one block per row, three passes over it (max, normalizer,
+      gradient), one element per load
+  v2: llmc/fused_classifier.cuh: two passes (max and normalizer together by online softmax,
+      then the gradient), 16-byte packs
+Reports max relative error and time and effective bandwidth over the bytes that must move (the
+logits read once and written once: 2·N·Vp·sizeof(T); a version reading them more often shows a
+lower number).
 usage: ./build/dev_classifier [N V Vp]   (default 8192 50257 50304)
 */
 #include "common.cuh"
+
+// v1 (see the header); block_reduce is the library's
+template <class T>
+__global__ void classifier_v1_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+    int n = blockIdx.x;
+    T* row = logits + (size_t)n * Vp;
+    float m = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, to_f(row[v]));
+    m = block_reduce<true>(m);
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(to_f(row[v]) - m);
+    float log_sum = logf(block_reduce<false>(s));
+    int tgt = targets[n];
+    if (threadIdx.x == 0) losses[n] = -(to_f(row[tgt]) - m - log_sum);
+    if (dloss == 0.0f) return;
+    __syncthreads();
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x)
+        row[v] = from_f<T>(v < V ? dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+}
+
+template <class T> static void run(int N, int V, int Vp) {
+    const char* dt = std::is_same_v<T, float> ? "fp32" : "bf16";
+    auto logits = dev_randn((size_t)N * Vp, 3.0f);
+    std::vector<int> tgt(N);
+    for (auto& t : tgt) t = (int)dev_rng.below(V);
+    Buf<int> gt; gt.alloc(gpu_ctx, N); ctx_copy(gpu_ctx, gt.data(), tgt.data(), N * 4);
+    // the CPU op on the same T values (for bf16: the fp32 op with each output rounded once)
+    std::vector<T> clog = vec_cast<T>(logits);
+    std::vector<float> losses(N);
+    fused_classifier(cpu_ctx, clog.data(), losses.data(), tgt.data(), N, V, Vp, 1.0f / N);
+    const std::vector<float> want = vec_widen(clog);
+    Buf<T> fresh, glog;
+    fresh.alloc(gpu_ctx, logits.size()); glog.alloc(gpu_ctx, logits.size());
+    const std::vector<T> start = vec_cast<T>(logits);
+    ctx_copy(gpu_ctx, fresh.data(), start.data(), start.size() * sizeof(T));
+    DevBuf gloss(losses);
+    const double lbound = std::is_same_v<T, float> ? 1e-5 : 1e-4, gbound = std::is_same_v<T, float> ? 1e-4 : 1e-2;
+    Version versions[] = {
+        {"v1 three passes, 1 element/load", [&] { classifier_v1_kernel<<<N, 512, 0, gpu_ctx.stream>>>(glog.data(), gloss.p(), gt.data(), V, Vp, 1.0f / N); }},
+        {"v2 online softmax, 16-byte packs", [&] { fused_classifier(gpu_ctx, glog.data(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N); }},
+    };
+    auto restore = [&] { ctx_copy(gpu_ctx, glog.data(), fresh.data(), start.size() * sizeof(T)); };
+    for (auto& v : versions) {
+        restore();
+        v.run();
+        std::vector<T> got(start.size());
+        ctx_copy(gpu_ctx, got.data(), glog.data(), got.size() * sizeof(T));
+        const double el = rel_err(losses, gloss.host(), lbound), eg = rel_err(want, vec_widen(got), gbound);
+        const float ms = time_ms([&] { restore(); v.run(); }, 10) - time_ms(restore, 10);
+        printf("%s %-34s rel err: losses %.2e, dlogits %.2e  %8.3f ms  %7.1f GB/s\n", dt, v.name, el, eg, ms,
+               2.0 * N * Vp * sizeof(T) / ms / 1e6);
+    }
+}
 
 int main(int argc, char** argv) {
     dev_init();
     int N = 8192, V = 50257, Vp = 50304;
     if (argc == 4) { N = atoi(argv[1]); V = atoi(argv[2]); Vp = atoi(argv[3]); }
-    printf("# fused classifier N=%d V=%d Vp=%d\n", N, V, Vp);
-    auto logits = dev_randn((size_t)N * Vp, 3.0f);
-    std::vector<int> tgt(N);
-    for (auto& t : tgt) t = (int)dev_rng.below(V);
-    Buf<int> gt; gt.alloc(gpu_ctx, N); ctx_copy(gpu_ctx, gt.data(), tgt.data(), N * 4);
-    std::vector<float> losses(N), grad = logits;
-    fused_classifier(cpu_ctx, grad.data(), losses.data(), tgt.data(), N, V, Vp, 1.0f / N);
-    DevBuf glog(logits), gloss(losses);
-    fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N);
-    printf("v1 rel err: losses %.2e, dlogits %.2e\n", rel_err(losses, gloss.host(), 1e-5), rel_err(grad, glog.host(), 1e-4));
-    DevBuf fresh(logits);
-    float ms = time_ms([&] { ctx_copy(gpu_ctx, glog.p(), fresh.p(), logits.size() * 4); fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N); }, 10);
-    float copy = time_ms([&] { ctx_copy(gpu_ctx, glog.p(), fresh.p(), logits.size() * 4); }, 10);
-    float k = ms - copy;
-    printf("v1 %8.3f ms  %7.1f GB/s (restoring the logits before each launch is subtracted)\n", k, 12.0 * N * Vp / k / 1e6);
+    printf("# fused classifier N=%d V=%d Vp=%d (restoring the logits before each launch is subtracted)\n", N, V, Vp);
+    run<float>(N, V, Vp);
+    run<bf16>(N, V, Vp);
     return dev_done();
 }
