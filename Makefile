@@ -134,7 +134,7 @@ test: all test-deps
 
 # a GPU log's name: dev/gpu_results/<date>-<GPU>-<commit>; LLMC_COMMIT names the commit where the
 # tree has no .git (a copy sent to a GPU machine). Runs append, so a suite run in parts
-# (GPUCHECK_PARTS, BENCH_MODELS) ends up in one log.
+# (GPUCHECK_PARTS, BENCH_PARTS, BENCH_MODELS) ends up in one log.
 ifndef LLMC_COMMIT
 LLMC_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 endif
@@ -157,9 +157,17 @@ data: tokenize
 clean:
 	rm -rf train_gpt tokenize build
 
+# BENCH_PARTS picks parts (in this order): train (bf16, BENCH_MODELS, and the first one's
+# per-op profile), fp32 (124M), torch (attention and a step against PyTorch), overlap (≥ 2 GPUs)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
+BENCH_PARTS ?= train fp32 torch overlap
 bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
 	@$(MAKE) --no-print-directory build/dev_attention
 	@mkdir -p dev/gpu_results
-	{ bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS); echo; bash dev/bench/bench_train.sh fp32 gpt2:124M; echo; bash dev/bench/bench_vs_torch.sh; echo; bash dev/bench/bench_overlap.sh; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	{ for part in $(BENCH_PARTS); do case $$part in \
+	    train) bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
+	    fp32) bash dev/bench/bench_train.sh fp32 gpt2:124M ;; \
+	    torch) bash dev/bench/bench_vs_torch.sh ;; \
+	    overlap) bash dev/bench/bench_overlap.sh ;; \
+	    *) echo "make bench: unknown part '$$part' (train fp32 torch overlap)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

@@ -4,9 +4,10 @@
 #
 #   dev/gpu_session.sh STEPS [OUTDIR]
 #     STEPS  comma-separated, run in this order: build, check, bench; or all (= the three).
-#            check honours GPUCHECK_PARTS (test/gpucheck.sh), bench BENCH_MODELS (Makefile).
-#     OUTDIR where each finished log is copied at once, so a machine taken back mid-run still
-#            leaves the logs of the steps before (e.g. a mounted folder).
+#            check honours GPUCHECK_PARTS (test/gpucheck.sh), bench BENCH_PARTS and
+#            BENCH_MODELS (Makefile).
+#     OUTDIR where the logs are copied every 10 s while a step runs and when it ends, so a
+#            machine taken back (or a command cut off) mid-step still leaves what was written.
 #
 # Set up: OpenMPI and PCRE2 from .debs/ when that folder exists (scripts/offline_debs.sh: for
 # machines without a package mirror); the CUDA code is built only for this GPU's architecture
@@ -35,11 +36,14 @@ note() { echo "$*" | tee -a "$summary"; save "$summary"; }
 note "# gpu_session $steps on $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)," \
      "commit $LLMC_COMMIT, $(date -u '+%F %T') UTC, nvcc $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*'), $gencode"
 status=0
+save_logs() { save dev/gpu_results/*"-$LLMC_COMMIT".log dev/gpu_results/*"-$LLMC_COMMIT"-bench.md; }
 run_step() {  # run_step NAME COMMAND...: runs it, notes its time and exit status, saves new logs
-    local name=$1 t0=$SECONDS rc; shift
+    local name=$1 t0=$SECONDS rc saver; shift
+    if [ -n "$outdir" ]; then (while sleep 10; do save_logs; done) & saver=$!; fi
     "$@"; rc=$?
+    [ -n "$outdir" ] && { kill "$saver" 2>/dev/null; wait "$saver" 2>/dev/null; }
     note "$name: exit $rc, $((SECONDS - t0)) s"
-    save dev/gpu_results/*"-$LLMC_COMMIT".log dev/gpu_results/*"-$LLMC_COMMIT"-bench.md
+    save_logs
     [ $rc = 0 ] || status=1
 }
 for step in ${steps//,/ }; do
