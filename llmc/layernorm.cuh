@@ -21,7 +21,9 @@ Dtype T (float | bf16, common.h): statistics (mean, rstd) are fp32 and all math 
 output is rounded to T once (the backward's sums over rows too: on the CPU via F32View).
 
 CUDA: one warp per row for the forward and the input gradient; the parameter gradients are a
-two-stage deterministic reduction (chunks of 128 rows → partial sums → summed in chunk order).
+two-stage deterministic reduction (chunks of 32 rows → partial sums → summed in a fixed order).
+The backward is one kernel where C allows (the input gradient and the chunk's parameter sums
+together, reading dout and x once), else the input gradient and the parameter pass apart.
 Every kernel moves 16 bytes per load or store where C and the pointers allow (common.h: Pack):
 these are memory-bound (the forward moves 4·N·C bytes in bf16, the backward 10·N·C), so the
 aim is bandwidth, and 2-byte loads cost 8× the instructions for the same bytes.
@@ -151,7 +153,8 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
 // Parameter gradients, stage 1: a block of 8 warps takes a chunk of LN_CHUNK rows and 32·V
 // channels; warp w sums rows w, w + 8, ... of the chunk for its lane's V channels, then the 8
 // warps' sums are added in warp order (shared memory) → partial[k][c] (dw), partial[K + k][c] (db).
-constexpr int LN_CHUNK = 128, LN_WARPS = 8;
+// (32 rows: enough chunks to fill the GPU in the fused kernel below, which has one per block.)
+constexpr int LN_CHUNK = 32, LN_WARPS = 8;
 template <class T, int V>
 __global__ void layernorm_backward_params_partial(float* partial, const T* dout, const T* inp,
                                                   const float* mean, const float* rstd, int N, int C) {
@@ -177,15 +180,81 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
         partial[(size_t)(K + k) * C + c0 + t] = b;
     }
 }
-// stage 2: dw[c] += Σ_k partial, in chunk order
+// Stage 2: dw[c] += Σ_k partial[k][c] (db likewise). A block of 8 warps takes 32 channels, a
+// lane one channel; warp w sums chunks k = w, w + 8, ... in order, then the warps' sums are added
+// in warp order: a fixed order, and 8 loads in flight per channel rather than one.
 template <class T>
 __global__ void layernorm_backward_params_final(T* dw, T* db, const float* partial, int C, int K) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sw_all[LN_WARPS][32], sb_all[LN_WARPS][32];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     float sw = 0.0f, sb = 0.0f;
-    for (int k = 0; k < K; k++) { sw += partial[(size_t)k * C + c]; sb += partial[(size_t)(K + k) * C + c]; }
-    dw[c] = from_f<T>(to_f(dw[c]) + sw);
-    db[c] = from_f<T>(to_f(db[c]) + sb);
+    if (c < C)
+        for (int k = w; k < K; k += LN_WARPS) { sw += partial[(size_t)k * C + c]; sb += partial[(size_t)(K + k) * C + c]; }
+    sw_all[w][lane] = sw; sb_all[w][lane] = sb;
+    __syncthreads();
+    if (w == 0 && c < C) {
+        float a = 0.0f, b = 0.0f;
+        for (int u = 0; u < LN_WARPS; u++) { a += sw_all[u][lane]; b += sb_all[u][lane]; }
+        dw[c] = from_f<T>(to_f(dw[c]) + a);
+        db[c] = from_f<T>(to_f(db[c]) + b);
+    }
+}
+// The whole backward in one kernel, where C ≤ 32·V·NP (the launch takes NP·V = 32: C ≤ 1024,
+// GPT-2 124M and 350M; wider rows would need more registers than leave room for two blocks per
+// SM, and take the two kernels above): a block of 8 warps takes a chunk of
+// LN_CHUNK rows; warp w does rows w, w + 8, ... of it one at a time as the dinp kernel does, and
+// keeps the parameter sums of its lane's channels in registers (pack p: channels (lane + 32p)·V
+// onwards); then the 8 warps' sums are added in warp order, 32·V channels at a time, into
+// partial[k] and partial[K + k]. The same rows in the same order as the two kernels above, so the
+// results are bit-identical to them; but dout and x are read once (the dinp pass's second read
+// of a row hits the cache), 4·N·C·s bytes instead of 6·N·C·s.
+template <class T, int V, int NP>
+__global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* w,
+                                                                      const float* mean, const float* rstd, int N, int C) {
+    __shared__ float sw_all[LN_WARPS][32 * V], sb_all[LN_WARPS][32 * V];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, k = blockIdx.x, K = gridDim.x;
+    float sw[NP][V], sb[NP][V];
+    for (int p = 0; p < NP; p++)
+        for (int j = 0; j < V; j++) sw[p][j] = sb[p][j] = 0.0f;
+    const int r1 = min(N, (k + 1) * LN_CHUNK);
+    for (int row = k * LN_CHUNK + warp; row < r1; row += LN_WARPS) {
+        const T* d = dout + (size_t)row * C;
+        const T* x = inp + (size_t)row * C;
+        const float m = mean[row], r = rstd[row];
+        float g_sum = 0.0f, gn_sum = 0.0f;
+        for (int p = 0; p < NP; p++) {
+            const int c = (lane + 32 * p) * V;
+            if (c >= C) break;
+            Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
+            for (int j = 0; j < V; j++) { float g = to_f(dp.v[j]) * to_f(wp.v[j]); g_sum += g; gn_sum += g * (to_f(xp.v[j]) - m) * r; }
+        }
+        const float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
+        T* di = dinp + (size_t)row * C;
+        for (int p = 0; p < NP; p++) {
+            const int c = (lane + 32 * p) * V;
+            if (c >= C) break;
+            Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
+            for (int j = 0; j < V; j++) {
+                const float dv = to_f(dp.v[j]);
+                ip.v[j] = from_f<T>(to_f(ip.v[j]) + r * (dv * to_f(wp.v[j]) - g_mean - (to_f(xp.v[j]) - m) * r * gn_mean));
+                sw[p][j] += dv * (to_f(xp.v[j]) - m) * r;
+                sb[p][j] += dv;
+            }
+            store_pack<V>(di + c, ip);
+        }
+    }
+    for (int p = 0; p < NP && 32 * V * p < C; p++) {  // slice p: channels [32·V·p, 32·V·(p+1))
+        const int c0 = 32 * V * p;
+        for (int j = 0; j < V; j++) { sw_all[warp][lane * V + j] = sw[p][j]; sb_all[warp][lane * V + j] = sb[p][j]; }
+        __syncthreads();
+        for (int t = threadIdx.x; t < 32 * V && c0 + t < C; t += blockDim.x) {
+            float a = 0.0f, b = 0.0f;
+            for (int u = 0; u < LN_WARPS; u++) { a += sw_all[u][t]; b += sb_all[u][t]; }
+            partial[(size_t)k * C + c0 + t] = a;
+            partial[(size_t)(K + k) * C + c0 + t] = b;
+        }
+        __syncthreads();
+    }
 }
 // out = a + b, V elements per thread per step (the tail, N mod V, by thread 0); out may be a
 template <class T, int V> __global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t N) {
@@ -222,16 +291,24 @@ inline void layernorm_forward(const Ctx& ctx, T* out, float* mean, float* rstd, 
     layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);
 }
 #ifdef LLMC_CUDA
+// g_layernorm_fused = false runs the backward as two kernels, dinp and the parameter pass (for
+// dev/cuda's comparison; the results are the same bits).
+inline bool g_layernorm_fused = true;
 template <class T, int V>
 inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                                       const float* mean, const float* rstd, int N, int C) {
-    layernorm_backward_dinp_kernel<T, V><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    const int K = (int)ceil_div(N, LN_CHUNK);
+    const int K = (int)ceil_div(N, LN_CHUNK), np = (int)ceil_div(C, 32 * V);
     static Buf<float> partial_buf;
     float* partial = gpu_scratch(partial_buf, ctx, 2 * (size_t)K * C);
-    dim3 grid(ceil_div(C, 32 * V), K);
-    layernorm_backward_params_partial<T, V><<<grid, 32 * LN_WARPS, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C);
-    layernorm_backward_params_final<<<ceil_div(C, 128), 128, 0, ctx.stream>>>(dw, db, partial, C, K);
+    constexpr int NP = 32 / V;  // 32 channels per lane: 64 fp32 sums in registers (C ≤ 1024; ~100 registers)
+    if (g_layernorm_fused && V > 1 && np <= NP) {
+        layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C);
+    } else {
+        layernorm_backward_dinp_kernel<T, V><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        dim3 grid(ceil_div(C, 32 * V), K);
+        layernorm_backward_params_partial<T, V><<<grid, 32 * LN_WARPS, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C);
+    }
+    layernorm_backward_params_final<<<ceil_div(C, 32), 32 * LN_WARPS, 0, ctx.stream>>>(dw, db, partial, C, K);
     CUDA_LAUNCH_CHECK();
 }
 #endif

@@ -20,7 +20,7 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     under 1e-2 of the output's scale; fp32 outputs (mean, rstd, lse, losses, the AdamW master,
     m, v, the norm) keep their fp32 bounds ×10 (their inputs were read from bf16 on both sides,
     but the GPU rounds its bf16 intermediates in a different order).
-  exact (bound 0): flash attention's variants (fragments by ldmatrix or per-lane loads, tiles
+  exact (bound 0): LayerNorm's backward in one kernel and in two; flash attention's variants (fragments by ldmatrix or per-lane loads, tiles
     staged by cp.async or through registers) load the same values and run the same mma
     sequence: bit-identical outputs.
 Prints "ok"/"not ok" lines and a summary.
@@ -92,6 +92,8 @@ template <class X> static void check_encoder(int B, int T, int C, int V) {
     compare(name, "dwpe (+=)", vec_widen(cdwpe), gdwpe.host(), bx<X>(1e-5));
 }
 
+static std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) { a.insert(a.end(), b.begin(), b.end()); return a; }
+
 template <class X> static void check_layernorm(int N, int C) {
     char name[80]; snprintf(name, sizeof(name), "%s layernorm N=%d C=%d", dtype_name<X>(), N, C);
     auto x = randn<X>((size_t)N * C), w = randn<X>(C), b = randn<X>(C), dout = randn<X>((size_t)N * C);
@@ -112,6 +114,13 @@ template <class X> static void check_layernorm(int N, int C) {
     compare(name, "dinp (+=)", vec_widen(cdx), gdx.host(), bx<X>(1e-5));
     compare(name, "dw (+=)", vec_widen(cdw), gdw.host(), bx<X>(1e-5));
     compare(name, "db (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
+    // the one-kernel backward and the two-kernel one sum the same rows in the same order: bit-identical
+    Dev<X> gdx2(dx), gdw2(dw), gdb2(db);
+    g_layernorm_fused = false;
+    layernorm_backward(gpu, gdx2.p(), gdw2.p(), gdb2.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C);
+    g_layernorm_fused = true;
+    compare(name, "backward in one kernel vs two: dinp", gdx2.host(), gdx.host(), 0.0);
+    compare(name, "backward in one kernel vs two: dw, db", concat(gdw2.host(), gdb2.host()), concat(gdw.host(), gdb.host()), 0.0);
 }
 
 template <class X> static void check_matmul(int N, int C, int OC, bool bias) {
@@ -272,7 +281,9 @@ template <class X> static void check_all() {
     check_encoder<X>(4, 64, 768, 50257);
     check_layernorm<X>(7, 13);
     check_layernorm<X>(256, 768);
-    check_layernorm<X>(300, 200);  // bf16 packs: lanes past C, a last chunk of 44 rows
+    check_layernorm<X>(300, 200);  // bf16 packs: lanes past C, a last chunk of 12 rows
+    check_layernorm<X>(40, 1024);  // the widest rows of the one-kernel backward (32 channels per lane)
+    check_layernorm<X>(40, 1600);  // GPT-2 1558M's width: the two-kernel backward
     check_matmul<X>(9, 11, 70, true);
     check_matmul<X>(256, 768, 2304, true);
     check_matmul<X>(128, 3072, 768, false);

@@ -3,13 +3,15 @@ dev/cuda/layernorm.cu — LayerNorm forward and backward, and the residual add: 
 CUDA versions, in fp32 and bf16.
   v1: llmc/layernorm.cuh with g_layernorm_packs = false: one element per load (a warp reads
       32 consecutive elements, coalesced, but 2 or 4 bytes per lane and instruction)
-  v2: the same kernels moving 16 bytes per load and store (common.h: Pack; the trainer's):
-      8 bf16 or 4 fp32 elements per instruction; the parameter gradients' row chunks are
-      split over the 8 warps of a block
+  v2: the same kernels moving 16 bytes per load and store (common.h: Pack): 8 bf16 or 4 fp32
+      elements per instruction; the parameter gradients' row chunks are split over the 8 warps
+      of a block
+  v3: v2 with the backward in one kernel (input gradient and the chunk's parameter sums
+      together: dout and x read once; C ≤ 1024) — the trainer's. Forward and residual are v2's.
 All three ops are memory-bound, so each line reports bandwidth over the bytes that must move
 (s = the element size): forward reads x and writes out, 2·N·C·s; backward reads dout and x and
-read-modify-writes dinp, 4·N·C·s (the parameter pass reads dout and x again: not counted, so
-a fused kernel would score higher); residual reads two and writes one, 3·N·C·s. The bf16
+read-modify-writes dinp, 4·N·C·s (v1 and v2's parameter pass reads dout and x again: not
+counted, which is why v3 scores higher); residual reads two and writes one, 3·N·C·s. The bf16
 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
 usage: ./build/dev_layernorm [N C]   (default GPT-2 124M at B=16, T=1024: 16384 768)
 */
@@ -36,9 +38,11 @@ template <class X> static void run(int N, int C) {
     residual_forward(cpu_ctx, res.data(), x.data(), y.data(), (size_t)N * C);
     DevX<X> gx(x), gw(w), gb(b), gdout(dout), gout(out), gdx(dx0), gdw(dw), gdb(db), gy(y), gres(res);
     DevBuf gmean(mean), grstd(rstd);
-    for (int v = 1; v <= 2; v++) {
-        g_layernorm_packs = v == 2;
-        const char* name = v == 1 ? "v1 one element per load" : "v2 16-byte packs";
+    const char* names[] = {"", "v1 one element per load", "v2 16-byte packs", "v3 one-kernel backward"};
+    for (int v = 1; v <= 3; v++) {
+        g_layernorm_packs = v >= 2;
+        g_layernorm_fused = v == 3;
+        const char* name = names[v];
         gdx.set(dx0); gdw.set(std::vector<X>(C, from_f<X>(0.0f))); gdb.set(std::vector<X>(C, from_f<X>(0.0f)));
         auto f = [&] { layernorm_forward(gpu_ctx, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C); };
         auto bk = [&] { layernorm_backward(gpu_ctx, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C); };
@@ -53,7 +57,7 @@ template <class X> static void run(int N, int C) {
                e_dx, e_dw, e_db, mb, 4 * NC * s / mb / 1e6);
         printf("%s %-24s residual rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_res, mr, 3 * NC * s / mr / 1e6);
     }
-    g_layernorm_packs = true;
+    g_layernorm_packs = g_layernorm_fused = true;
 }
 
 int main(int argc, char** argv) {
