@@ -155,6 +155,22 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
 // warps' sums are added in warp order (shared memory) → partial[k][c] (dw), partial[K + k][c] (db).
 // (32 rows: enough chunks to fill the GPU in the fused kernel below, which has one per block.)
 constexpr int LN_CHUNK = 32, LN_WARPS = 8;
+// The 8 warps' parameter sums for the 32·V channels from c0 (each lane's V in sw, sb), added in
+// warp order through shared memory into partial[k][c0 + t] (dw) and partial[K + k][c0 + t] (db).
+template <int V>
+__device__ inline void ln_warps_to_partial(float (*sw_all)[32 * V], float (*sb_all)[32 * V], const float* sw, const float* sb,
+                                           float* partial, int k, int K, int c0, int C) {
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    for (int j = 0; j < V; j++) { sw_all[w][lane * V + j] = sw[j]; sb_all[w][lane * V + j] = sb[j]; }
+    __syncthreads();
+    for (int t = threadIdx.x; t < 32 * V && c0 + t < C; t += blockDim.x) {
+        float a = 0.0f, b = 0.0f;
+        for (int u = 0; u < LN_WARPS; u++) { a += sw_all[u][t]; b += sb_all[u][t]; }
+        partial[(size_t)k * C + c0 + t] = a;
+        partial[(size_t)(K + k) * C + c0 + t] = b;
+    }
+    __syncthreads();  // the shared sums are read before they are written again
+}
 template <class T, int V>
 __global__ void layernorm_backward_params_partial(float* partial, const T* dout, const T* inp,
                                                   const float* mean, const float* rstd, int N, int C) {
@@ -171,14 +187,7 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
             for (int j = 0; j < V; j++) { float dv = to_f(dp.v[j]); sw[j] += dv * (to_f(xp.v[j]) - m) * r; sb[j] += dv; }
         }
     }
-    for (int j = 0; j < V; j++) { sw_all[w][lane * V + j] = sw[j]; sb_all[w][lane * V + j] = sb[j]; }
-    __syncthreads();
-    for (int t = threadIdx.x; t < 32 * V && c0 + t < C; t += blockDim.x) {
-        float a = 0.0f, b = 0.0f;
-        for (int u = 0; u < LN_WARPS; u++) { a += sw_all[u][t]; b += sb_all[u][t]; }
-        partial[(size_t)k * C + c0 + t] = a;
-        partial[(size_t)(K + k) * C + c0 + t] = b;
-    }
+    ln_warps_to_partial<V>(sw_all, sb_all, sw, sb, partial, k, K, c0, C);
 }
 // Stage 2: dw[c] += Σ_k partial[k][c] (db likewise). A block of 8 warps takes 32 channels, a
 // lane one channel; warp w sums chunks k = w, w + 8, ... in order, then the warps' sums are added
@@ -243,18 +252,8 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
             store_pack<V>(di + c, ip);
         }
     }
-    for (int p = 0; p < NP && 32 * V * p < C; p++) {  // slice p: channels [32·V·p, 32·V·(p+1))
-        const int c0 = 32 * V * p;
-        for (int j = 0; j < V; j++) { sw_all[warp][lane * V + j] = sw[p][j]; sb_all[warp][lane * V + j] = sb[p][j]; }
-        __syncthreads();
-        for (int t = threadIdx.x; t < 32 * V && c0 + t < C; t += blockDim.x) {
-            float a = 0.0f, b = 0.0f;
-            for (int u = 0; u < LN_WARPS; u++) { a += sw_all[u][t]; b += sb_all[u][t]; }
-            partial[(size_t)k * C + c0 + t] = a;
-            partial[(size_t)(K + k) * C + c0 + t] = b;
-        }
-        __syncthreads();
-    }
+    for (int p = 0; p < NP && 32 * V * p < C; p++)  // slice p: channels [32·V·p, 32·V·(p+1))
+        ln_warps_to_partial<V>(sw_all, sb_all, sw[p], sb[p], partial, k, K, 32 * V * p, C);
 }
 // out = a + b, V elements per thread per step (the tail, N mod V, by thread 0); out may be a
 template <class T, int V> __global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t N) {
