@@ -62,6 +62,7 @@ against the tables; resume; resharding), test/test_ops.cpp (model gradient).
 #include "model.h"
 #include "adamw.cuh"
 #include "global_norm.cuh"
+#include "profiler.h"
 
 template <class T> struct DataParallel : ParamHooks {
     static constexpr bool has_master = !std::is_same_v<T, float>;  // a separate fp32 master copy?
@@ -244,6 +245,8 @@ template <class T> inline void DataParallel<T>::grads_ready(int u) {
 }
 
 template <class T> inline void dp_zero_grad(DataParallel<T>* d) {
+    const double bytes = (double)sizeof(T) * (d->grads_full.size() + d->grads_shard.size() + d->emb_grad.size() + d->unit_grad.size());
+    OpScope prof(d->ctx, 0, bytes, "zero gradients");
     for (Buf<T>* b : {&d->grads_full, &d->grads_shard, &d->emb_grad, &d->unit_grad})
         ctx_zero(d->ctx, b->data(), b->size() * sizeof(T));
 }

@@ -117,7 +117,7 @@ L, A = 1, 2  # layers, micro-batches per step
 want = {"encoder forward": A, "encoder backward": A, "layernorm forward": (2 * L + 1) * A,
         "layernorm backward": (2 * L + 1) * A, "residual add": 2 * L * A, "attention forward": L * A,
         "attention backward": L * A, "classifier (loss, dlogits)": A, "matmul forward": (4 * L + 1) * A,
-        "matmul backward": (4 * L + 1) * A, "adamw": L + 2, "gradient norm": 1}
+        "matmul backward": (4 * L + 1) * A, "adamw": L + 2, "gradient norm": 1, "zero gradients": 1}
 head = re.search(r"^profile: (\d+) steps?, ([\d.]+) ms per step$", text, re.M)
 rows = re.findall(r"^  (\S.*?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%", text, re.M)
 other = re.search(r"^  other \(host, communication, gaps\)\s+(-?[\d.]+)", text, re.M)
