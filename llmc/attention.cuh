@@ -30,7 +30,9 @@ attention is below; this is the exact path, fp32 math for either dtype.)
 
 CUDA bf16 flash attention (FlashAttention-2's algorithm, written here; used for bf16 when the
 head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 accumulate).
-  forward   block = 64 queries of one (b, h), 4 warps × 16 rows; Q fragments in registers; key
+  forward   block = 64 queries of one (b, h), 4 warps × 16 rows (or, g_flash_forward_rows = 32
+            with head size 64, 128 queries, 4 warps × 32: each B fragment feeds two mma, and an
+            m-tile wholly before a key tile skips it); Q fragments in registers; key
             tiles of 64 (K, V staged in shared memory) up to the diagonal; S = QKᵀ, online
             softmax in base 2 on the accumulators, P rounded to bf16 and fed back as the A
             operand of O += P·V; lse written for the backward. Shared memory 2·64·(hs+8)·2 B.
@@ -386,7 +388,9 @@ template <int NT, bool KEY_ROWS> __device__ inline void mask_future(float (*c)[4
 }
 static const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-template <int D, bool LDSM, bool ASYNC>
+// MT m-tiles of 16 query rows per warp (1, or 2 for hs 64: each K and V fragment loaded from
+// shared memory then feeds two mma instead of one); a block has 4 warps, 64·MT query rows.
+template <int D, bool LDSM, bool ASYNC, int MT>
 __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH) {
     __shared__ __align__(16) bf16 Ks[64][D + 8];
     __shared__ __align__(16) bf16 Vs[64][D + 8];
@@ -396,70 +400,99 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3
     const bf16 *k = q + C, *v = q + 2 * C;
     const float sl2 = rsqrtf((float)D) * LOG2E;         // scores in base 2: s·log2(e)/√hs
-    const int row0 = qt * 64 + warp * 16, rows[2] = {row0 + g, row0 + g + 8};
-    uint32_t qf[D / 16][4];
-    for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
-    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: the running max in base 2
-    for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-    // K and V take turns: V(kt) is copied in while S = Q·K(kt)ᵀ is computed, K(kt+1) while O += P·V(kt)
+    int row0[MT];                                       // m-tile i: rows row0[i] + g and + g + 8
+    uint32_t qf[MT][D / 16][4];
+    float o[MT][D / 8][4], m[MT][2], l[MT][2];          // m: the running max in base 2
+    #pragma unroll
+    for (int i = 0; i < MT; i++) {
+        row0[i] = qt * 64 * MT + (warp * MT + i) * 16;
+        for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[i][kc], q, C3, row0[i], T_, kc * 16);
+        for (int dt = 0; dt < D / 8; dt++) o[i][dt][0] = o[i][dt][1] = o[i][dt][2] = o[i][dt][3] = 0.0f;
+        m[i][0] = m[i][1] = -INFINITY;
+        l[i][0] = l[i][1] = 0.0f;
+    }
+    // key tiles up to the block's last row (and T); K and V take turns: V(kt) is copied in while
+    // S = Q·K(kt)ᵀ is computed, K(kt+1) while O += P·V(kt)
+    const int nkt = min((qt + 1) * MT, (T_ + 63) / 64);
     stage_rows<64, D, ASYNC>(Ks, k, C3, 0, T_);
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = 0; kt < nkt; kt++) {
         stage_wait<ASYNC>();
         __syncthreads();  // K(kt) is in, and every warp is done with V(kt−1)
         stage_rows<64, D, ASYNC>(Vs, v, C3, kt * 64, T_);
-        float s[8][4];
-        for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        bool live[MT];  // m-tile i sees some key of this tile (else every one is after its rows)
+        #pragma unroll
+        for (int i = 0; i < MT; i++) live[i] = kt * 64 <= row0[i] + 15;
+        float s[MT][8][4];
+        #pragma unroll
+        for (int i = 0; i < MT; i++)
+            for (int nt = 0; nt < 8; nt++) s[i][nt][0] = s[i][nt][1] = s[i][nt][2] = s[i][nt][3] = 0.0f;
         for (int kc = 0; kc < D / 16; kc++)
             for (int nt = 0; nt < 8; nt += 2) {
                 uint32_t kb[2][2];
                 b_frags_nk<LDSM>(kb, Ks, nt * 8, kc * 16);
-                mma_bf16_16816(s[nt], qf[kc], kb[0]);
-                mma_bf16_16816(s[nt + 1], qf[kc], kb[1]);
+                #pragma unroll
+                for (int i = 0; i < MT; i++)
+                    if (live[i]) {
+                        mma_bf16_16816(s[i][nt], qf[i][kc], kb[0]);
+                        mma_bf16_16816(s[i][nt + 1], qf[i][kc], kb[1]);
+                    }
             }
-        if (kt == qt) mask_future<8, false>(s, row0, kt * 64);  // also the keys past T (they come after every row)
-        float mu[2], rs[2] = {0.0f, 0.0f};
-        for (int i = 0; i < 2; i++) {  // the row's new max over its 4 threads; rescale what came before
-            float mx = -INFINITY;
-            for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * i], s[nt][2 * i + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[i], mx * sl2);
-            mu[i] = m_new == -INFINITY ? 0.0f : m_new;
-            const float corr = exp2f(m[i] - mu[i]);
-            m[i] = m_new;
-            l[i] *= corr;
-            for (int dt = 0; dt < D / 8; dt++) { o[dt][2 * i] *= corr; o[dt][2 * i + 1] *= corr; }
+        #pragma unroll
+        for (int i = 0; i < MT; i++) {
+            if (!live[i]) continue;
+            if (kt * 64 + 63 > row0[i]) mask_future<8, false>(s[i], row0[i], kt * 64);  // the diagonal (and keys past T)
+            float rs[2] = {0.0f, 0.0f}, mu[2];
+            for (int r = 0; r < 2; r++) {  // the row's new max over its 4 threads; rescale what came before
+                float mx = -INFINITY;
+                for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[i][nt][2 * r], s[i][nt][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m[i][r], mx * sl2);
+                mu[r] = m_new == -INFINITY ? 0.0f : m_new;
+                const float corr = exp2f(m[i][r] - mu[r]);
+                m[i][r] = m_new;
+                l[i][r] *= corr;
+                for (int dt = 0; dt < D / 8; dt++) { o[i][dt][2 * r] *= corr; o[i][dt][2 * r + 1] *= corr; }
+            }
+            for (int nt = 0; nt < 8; nt++)
+                for (int e = 0; e < 4; e++) {
+                    const float p = exp2f(fmaf(s[i][nt][e], sl2, -mu[e / 2]));
+                    s[i][nt][e] = p;
+                    rs[e / 2] += p;
+                }
+            l[i][0] += rs[0]; l[i][1] += rs[1];  // per-thread partial sums, added across the row at the end
         }
-        for (int nt = 0; nt < 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(fmaf(s[nt][e], sl2, -mu[e / 2]));
-                s[nt][e] = p;
-                rs[e / 2] += p;
-            }
-        l[0] += rs[0]; l[1] += rs[1];  // per-thread partial sums, added across the row at the end
         stage_wait<ASYNC>();
         __syncthreads();  // V(kt) is in, and every warp is done with K(kt)
-        if (kt < qt) stage_rows<64, D, ASYNC>(Ks, k, C3, (kt + 1) * 64, T_);
+        if (kt + 1 < nkt) stage_rows<64, D, ASYNC>(Ks, k, C3, (kt + 1) * 64, T_);
         for (int kc = 0; kc < 4; kc++) {  // O += P·V over the tile's 64 keys, 16 at a time
-            uint32_t pa[4];
-            c_to_a(pa, s[2 * kc], s[2 * kc + 1]);
+            uint32_t pa[MT][4];
+            #pragma unroll
+            for (int i = 0; i < MT; i++) c_to_a(pa[i], s[i][2 * kc], s[i][2 * kc + 1]);
             for (int dt = 0; dt < D / 8; dt += 2) {
                 uint32_t vb[2][2];
                 b_frags_kn<LDSM>(vb, Vs, kc * 16, dt * 8);
-                mma_bf16_16816(o[dt], pa, vb[0]);
-                mma_bf16_16816(o[dt + 1], pa, vb[1]);
+                #pragma unroll
+                for (int i = 0; i < MT; i++)
+                    if (live[i]) {
+                        mma_bf16_16816(o[i][dt], pa[i], vb[0]);
+                        mma_bf16_16816(o[i][dt + 1], pa[i], vb[1]);
+                    }
             }
         }
     }
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-        if (rows[i] >= T_) continue;
-        bf16* orow = out + ((size_t)b * T_ + rows[i]) * C + h * D;
-        for (int dt = 0; dt < D / 8; dt++)
-            *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) = pack_bf16(o[dt][2 * i] / l[i], o[dt][2 * i + 1] / l[i]);
-        if (t == 0) lse[((size_t)b * NH + h) * T_ + rows[i]] = (m[i] + log2f(l[i])) * LN2;
-    }
+    #pragma unroll
+    for (int i = 0; i < MT; i++)
+        for (int r = 0; r < 2; r++) {
+            l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 1);
+            l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 2);
+            const int row = row0[i] + g + 8 * r;
+            if (row >= T_) continue;
+            bf16* orow = out + ((size_t)b * T_ + row) * C + h * D;
+            for (int dt = 0; dt < D / 8; dt++)
+                *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) = pack_bf16(o[i][dt][2 * r] / l[i][r], o[i][dt][2 * r + 1] / l[i][r]);
+            if (t == 0) lse[((size_t)b * NH + h) * T_ + row] = (m[i][r] + log2f(l[i][r])) * LN2;
+        }
 }
 
 // Both backward passes start a tile with two products of the same shape, 16 rows (this warp's,
@@ -626,6 +659,7 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 // g_flash_backward_passes runs one backward pass alone (its dqkv part only: timing).
 inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
 inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ pass (to time them apart)
+inline int g_flash_forward_rows = 16;    // query rows per warp in the forward: 16, or 32 (head size 64 only)
 template <class T> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
     return std::is_same_v<T, bf16> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
@@ -649,7 +683,13 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
         flash_dispatch(C / NH, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
-            flash_forward_kernel<D, L, A><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+            if constexpr (D == 64)
+                if (g_flash_forward_rows == 32) {
+                    flash_forward_kernel<D, L, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+                    CUDA_LAUNCH_CHECK();
+                    return;
+                }
+            flash_forward_kernel<D, L, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
             CUDA_LAUNCH_CHECK();
         });
 }

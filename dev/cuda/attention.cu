@@ -11,6 +11,8 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
   v5: v4 with tiles copied to shared memory by cp.async while the warps compute (forward: V(kt)
       during S = Q·K(kt)ᵀ, K(kt+1) during O += P·V(kt); backward: double-buffered tiles) — the
       default for bf16 in the trainer. v3 and v4 stage each tile through registers before use.
+  v6: v5 with 32 query rows per warp in the forward (head size 64): each K and V fragment read
+      from shared memory feeds two mma (the backward is v5's)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -90,14 +92,17 @@ int main(int argc, char** argv) {
     ctx_copy(gpu_ctx, g_dout.data(), bdout.data(), bdout.size() * 2);
     auto host_of = [&](Buf<bf16>& b) { std::vector<bf16> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * 2); return vec_widen(h); };
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
-    const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async"};
-    for (int v = 2; v <= 5; v++) {
+    const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
+                           "v6 v5 + 32 rows/warp forward"};
+    for (int v = 2; v <= 6; v++) {
         const bool flash = v >= 3;
         g_flash_attention = flash;
         g_flash_ldmatrix = v >= 4;
-        g_flash_async = v == 5;
+        g_flash_async = v >= 5;
+        g_flash_forward_rows = v == 6 ? 32 : 16;
         const char* name = names[v];
         if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
+        if (v == 6 && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
         auto f = [&] { attention_forward(gpu_ctx, g_out.data(), glse.p(), g_qkv.data(), B, T, C, NH); };
         auto b = [&] { attention_backward(gpu_ctx, g_dqkv.data(), g_dout.data(), g_qkv.data(), g_out.data(), glse.p(), B, T, C, NH); };
         float msf = time_ms(f);
@@ -107,5 +112,6 @@ int main(int argc, char** argv) {
         if (v == 5) backward_split(b, flops_fwd, msb);
     }
     g_flash_attention = g_flash_ldmatrix = g_flash_async = true;
+    g_flash_forward_rows = 16;
     return dev_done();
 }
