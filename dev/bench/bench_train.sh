@@ -4,7 +4,8 @@
 # few steps on the shipped data, and the median of the steps after the first: tokens/s, MFU
 # (llmc/mfu.h: 6Ψ + 6·L·C·T FLOPs per token against the dense bf16 peak) and peak GPU memory.
 # Each run is cut off after RUN_LIMIT seconds (default 300). Prints a markdown table, then where
-# the first model's step goes, op by op (a --profile run at the same B: llmc/profiler.h).
+# the step of the first and of the last model that fit goes, op by op (a --profile run at the
+# same B: llmc/profiler.h).
 # usage: dev/bench/bench_train.sh [PRECISION] [MODELS...]
 set -u
 cd "$(dirname "$0")/../.."
@@ -15,7 +16,7 @@ echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | hea
 echo
 echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
 echo "|---|---|---|---|---|---|"
-prof_model=""; prof_B=""
+fits=()  # "model B" of each model that ran
 for m in $models; do
     done_one=0
     for B in 32 16 8 4 2 1; do
@@ -34,17 +35,21 @@ ms = statistics.median(r["ms"] for r in rows)
 print(f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | {float(mem.group(1)) / 1024:.1f} GiB |" if mem else f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | ? |")
 PY
         done_one=1
-        [ -n "$prof_model" ] || { prof_model=$m; prof_B=$B; }
+        fits+=("$m $B")
         break
     done
     [ $done_one = 1 ] || echo "| $m | — | does not fit (or failed: $(tail -1 "$tmp/out.txt")) | | | |"
 done
-if [ -n "$prof_model" ]; then
+profiled=()
+[ ${#fits[@]} -gt 0 ] && profiled=("${fits[0]}")
+[ ${#fits[@]} -gt 1 ] && profiled+=("${fits[${#fits[@]}-1]}")
+for mb in "${profiled[@]}"; do
+    set -- $mb
     echo
-    echo "Where a step of $prof_model (B=$prof_B, T=1024, $prec) goes (--profile 1: CUDA events around each op, the steps after the first):"
+    echo "Where a step of $1 (B=$2, T=1024, $prec) goes (--profile 1: CUDA events around each op, the steps after the first):"
     echo
     echo '```'
-    timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision "$prec" --model "$prof_model" --batch-size "$prof_B" --seq-len 1024 \
+    timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision "$prec" --model "$1" --batch-size "$2" --seq-len 1024 \
         --steps 6 --val-data "" --profile 1 2>&1 | sed -n '/^profile:/,/^  other/p'
     echo '```'
-fi
+done
