@@ -85,12 +85,7 @@ int main(int argc, char** argv) {
     std::vector<bf16> bqkv = vec_cast<bf16>(qkv), bdout = vec_cast<bf16>(dout), bout(out.size()), bdqkv(dqkv.size());
     attention_forward(cpu_ctx, bout.data(), lse.data(), bqkv.data(), B, T, C, NH);
     attention_backward(cpu_ctx, bdqkv.data(), bdout.data(), bqkv.data(), bout.data(), lse.data(), B, T, C, NH);
-    Buf<bf16> g_qkv, g_out, g_dout, g_dqkv;
-    for (auto* pr : {&g_qkv, &g_dqkv}) pr->alloc(gpu_ctx, qkv.size());
-    for (auto* pr : {&g_out, &g_dout}) pr->alloc(gpu_ctx, out.size());
-    ctx_copy(gpu_ctx, g_qkv.data(), bqkv.data(), bqkv.size() * 2);
-    ctx_copy(gpu_ctx, g_dout.data(), bdout.data(), bdout.size() * 2);
-    auto host_of = [&](Buf<bf16>& b) { std::vector<bf16> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * 2); return vec_widen(h); };
+    DevBuf<bf16> g_qkv(bqkv), g_out(bout), g_dout(bdout), g_dqkv(bdqkv);
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
                            "v6 v5 + 32 rows/warp forward"};
@@ -103,12 +98,12 @@ int main(int argc, char** argv) {
         const char* name = names[v];
         if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
         if (v == 6 && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
-        auto f = [&] { attention_forward(gpu_ctx, g_out.data(), glse.p(), g_qkv.data(), B, T, C, NH); };
-        auto b = [&] { attention_backward(gpu_ctx, g_dqkv.data(), g_dout.data(), g_qkv.data(), g_out.data(), glse.p(), B, T, C, NH); };
+        auto f = [&] { attention_forward(gpu_ctx, g_out.p(), glse.p(), g_qkv.p(), B, T, C, NH); };
+        auto b = [&] { attention_backward(gpu_ctx, g_dqkv.p(), g_dout.p(), g_qkv.p(), g_out.p(), glse.p(), B, T, C, NH); };
         float msf = time_ms(f);
-        printf("forward  %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_out, host_of(g_out), 1e-2), msf, flops_fwd / msf / 1e9);
+        printf("forward  %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_out, g_out.host(), 1e-2), msf, flops_fwd / msf / 1e9);
         float msb = time_ms(b);
-        printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_dqkv, host_of(g_dqkv), 1e-2), msb, 2.5 * flops_fwd / msb / 1e9);
+        printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_dqkv, g_dqkv.host(), 1e-2), msb, 2.5 * flops_fwd / msb / 1e9);
         if (v == 5) backward_split(b, flops_fwd, msb);
     }
     g_flash_attention = g_flash_ldmatrix = g_flash_async = true;

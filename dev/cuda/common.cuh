@@ -32,11 +32,12 @@ inline std::vector<float> dev_randn(size_t n, float scale = 1.0f) {
     return v;
 }
 
-struct DevBuf {  // a GPU copy of a host vector
-    Buf<float> b;
-    explicit DevBuf(const std::vector<float>& h) { b.alloc(gpu_ctx, h.size()); ctx_copy(gpu_ctx, b.data(), h.data(), h.size() * 4); }
-    float* p() { return b.data(); }
-    std::vector<float> host() { std::vector<float> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * 4); return h; }
+template <class X = float> struct DevBuf {  // a GPU copy of a host vector of X; host() reads it back widened to fp32
+    Buf<X> b;
+    explicit DevBuf(const std::vector<X>& h) { b.alloc(gpu_ctx, h.size()); set(h); }
+    void set(const std::vector<X>& h) { ctx_copy(gpu_ctx, b.data(), h.data(), h.size() * sizeof(X)); }
+    X* p() { return b.data(); }
+    std::vector<float> host() { std::vector<X> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * sizeof(X)); return vec_widen(h); }
 };
 
 // max |got − want| / max |want|; over `bound` it is reported and the playground exits with 1

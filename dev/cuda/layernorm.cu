@@ -17,14 +17,6 @@ usage: ./build/dev_layernorm [N C]   (default GPT-2 124M at B=16, T=1024: 16384 
 */
 #include "common.cuh"
 
-template <class X> struct DevX {  // a GPU copy of a host vector, stored as X
-    Buf<X> b;
-    explicit DevX(const std::vector<X>& h) { b.alloc(gpu_ctx, h.size()); set(h); }
-    void set(const std::vector<X>& h) { ctx_copy(gpu_ctx, b.data(), h.data(), h.size() * sizeof(X)); }
-    X* p() { return b.data(); }
-    std::vector<float> host() { std::vector<X> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * sizeof(X)); return vec_widen(h); }
-};
-
 template <class X> static void run(int N, int C) {
     const double s = sizeof(X), NC = (double)N * C;
     const double bound = std::is_same_v<X, float> ? 1e-5 : 1e-2;  // gpucheck_ops' bounds
@@ -36,7 +28,7 @@ template <class X> static void run(int N, int C) {
     layernorm_forward(cpu_ctx, out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
     layernorm_backward(cpu_ctx, dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
     residual_forward(cpu_ctx, res.data(), x.data(), y.data(), (size_t)N * C);
-    DevX<X> gx(x), gw(w), gb(b), gdout(dout), gout(out), gdx(dx0), gdw(dw), gdb(db), gy(y), gres(res);
+    DevBuf<X> gx(x), gw(w), gb(b), gdout(dout), gout(out), gdx(dx0), gdw(dw), gdb(db), gy(y), gres(res);
     DevBuf gmean(mean), grstd(rstd);
     const char* names[] = {"", "v1 one element per load", "v2 16-byte packs", "v3 one-kernel backward"};
     for (int v = 1; v <= 3; v++) {
