@@ -35,8 +35,8 @@ bf16 matrices and an fp32 accumulator. So the CPU reference stays one set of fp3
 the whole bf16 training (its rounding, its memory, its communication) runs and is tested on CPU.
 
 Kernel helpers (CUDA builds, LLMC_CUDA: nvcc, or g++ against the emulator test/simt.h):
-grid_for, gpu_scratch, warp_sum/warp_max, and Pack / load_pack / store_pack / pack_width for
-16-byte loads and stores. vec_cast / vec_widen convert host vectors for tests and playgrounds.
+grid_for, gpu_scratch, warp_sum/warp_max, column_sum_add (the fixed-order second stage of
+column sums), and Pack / load_pack / store_pack / pack_width for 16-byte loads and stores. vec_cast / vec_widen convert host vectors for tests and playgrounds.
 
 Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there; the kernel
 helpers run in every kernel of test/gpucheck_ops.cu (emulated in make test).
@@ -416,6 +416,29 @@ __device__ inline float warp_sum(float v) {
 __device__ inline float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+// out[c] += Σ_k partial[k·C + c], k = 0 … K−1: the second stage of the deterministic column sums
+// (matmul's dbias, LayerNorm's dw and db). A block of 8 warps takes 32 columns, a lane one column;
+// warp w sums k = w, w + 8, … in order, then the 8 warps' sums are added in warp order — a fixed
+// order, with 8 loads in flight per column rather than one.
+template <class T> __global__ void column_sum_add_kernel(T* out, const float* partial, int C, int K) {
+    __shared__ float part[8][32];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
+    float s = 0.0f;
+    if (c < C)
+        for (int k = w; k < K; k += 8) s += partial[(size_t)k * C + c];
+    part[w][lane] = s;
+    __syncthreads();
+    if (w == 0 && c < C) {
+        float total = 0.0f;
+        for (int u = 0; u < 8; u++) total += part[u][lane];
+        out[c] = from_f<T>(to_f(out[c]) + total);
+    }
+}
+template <class T> inline void column_sum_add(const Ctx& ctx, T* out, const float* partial, int C, int K) {
+    column_sum_add_kernel<<<(unsigned)ceil_div(C, 32), 256, 0, ctx.stream>>>(out, partial, C, K);
+    CUDA_LAUNCH_CHECK();
 }
 #endif
 

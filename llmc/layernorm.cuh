@@ -189,25 +189,6 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
     }
     ln_warps_to_partial<V>(sw_all, sb_all, sw, sb, partial, k, K, c0, C);
 }
-// Stage 2: dw[c] += Σ_k partial[k][c] (db likewise). A block of 8 warps takes 32 channels, a
-// lane one channel; warp w sums chunks k = w, w + 8, ... in order, then the warps' sums are added
-// in warp order: a fixed order, and 8 loads in flight per channel rather than one.
-template <class T>
-__global__ void layernorm_backward_params_final(T* dw, T* db, const float* partial, int C, int K) {
-    __shared__ float sw_all[LN_WARPS][32], sb_all[LN_WARPS][32];
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
-    float sw = 0.0f, sb = 0.0f;
-    if (c < C)
-        for (int k = w; k < K; k += LN_WARPS) { sw += partial[(size_t)k * C + c]; sb += partial[(size_t)(K + k) * C + c]; }
-    sw_all[w][lane] = sw; sb_all[w][lane] = sb;
-    __syncthreads();
-    if (w == 0 && c < C) {
-        float a = 0.0f, b = 0.0f;
-        for (int u = 0; u < LN_WARPS; u++) { a += sw_all[u][lane]; b += sb_all[u][lane]; }
-        dw[c] = from_f<T>(to_f(dw[c]) + a);
-        db[c] = from_f<T>(to_f(db[c]) + b);
-    }
-}
 // The whole backward in one kernel, where C ≤ 32·V·NP (the launch takes NP·V = 32: C ≤ 1024,
 // GPT-2 124M and 350M; wider rows would need more registers than leave room for two blocks per
 // SM, and take the two kernels above): a block of 8 warps takes a chunk of
@@ -307,8 +288,9 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
         dim3 grid(ceil_div(C, 32 * V), K);
         layernorm_backward_params_partial<T, V><<<grid, 32 * LN_WARPS, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C);
     }
-    layernorm_backward_params_final<<<ceil_div(C, 32), 32 * LN_WARPS, 0, ctx.stream>>>(dw, db, partial, C, K);
     CUDA_LAUNCH_CHECK();
+    column_sum_add(ctx, dw, partial, C, K);  // stage 2 (common.h), in a fixed order
+    column_sum_add(ctx, db, partial + (size_t)K * C, C, K);
 }
 #endif
 template <class T>

@@ -241,11 +241,10 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T
     cublasLtMatmulDescDestroy(op);
 }
 
-// dbias[o] += Σ_n dout[n, o]: chunk k of rows → partial[k][o], then summed in chunk order
-// dbias: stage 1, block (x, k) sums rows [k·R, (k+1)·R) of dout for V·blockDim.x columns, each
-// thread V adjacent columns read as one 16-byte pack per row (V = 1 where OC or the pointer does
-// not allow packs); stage 2 adds the K partial rows in order. Every column is summed in a fixed
-// order: deterministic.
+// dbias[o] += Σ_n dout[n, o]. Stage 1: block (x, k) sums rows [k·R, (k+1)·R) of dout for
+// V·blockDim.x columns, each thread V adjacent columns read as one 16-byte pack per row (V = 1
+// where OC or the pointer does not allow packs). Stage 2 (common.h: column_sum_add) adds the K
+// partial rows in a fixed order: deterministic.
 template <class T, int V> __global__ void column_sum_partial(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
     const int o = (blockIdx.x * blockDim.x + threadIdx.x) * V, k = blockIdx.y;
     if (o >= OC) return;
@@ -257,13 +256,6 @@ template <class T, int V> __global__ void column_sum_partial(float* partial, con
         for (int j = 0; j < V; j++) s[j] += to_f(x.v[j]);
     }
     for (int j = 0; j < V; j++) partial[(size_t)k * OC + o + j] = s[j];
-}
-template <class T> __global__ void column_sum_final(T* dbias, const float* partial, int OC, int K) {
-    int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= OC) return;
-    float s = 0.0f;
-    for (int k = 0; k < K; k++) s += partial[(size_t)k * OC + o];
-    dbias[o] = from_f<T>(to_f(dbias[o]) + s);
 }
 
 // The GELU goes into the epilogue when its aux matrix (rows of `rows` elements) is one cuBLASLt
@@ -291,8 +283,8 @@ inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const
             column_sum_partial<T, P><<<dim3(ceil_div(OC, 128 * P), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
         else
             column_sum_partial<T, 1><<<dim3(ceil_div(OC, 128), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
-        column_sum_final<<<ceil_div(OC, 128), 128, 0, ctx.stream>>>(dbias, partial, OC, K);
         CUDA_LAUNCH_CHECK();
+        column_sum_add(ctx, dbias, partial, OC, K);
     }
 }
 #endif
