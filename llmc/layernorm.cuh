@@ -14,6 +14,8 @@ result does not depend on the number of threads.
 
 residual_forward(out, a, b, N): out = a + b. Its backward is the identity on both inputs, which
 the model gets for free by accumulating into one residual-gradient buffer.
+residual_layernorm_forward(res, out, ..., a, b, ...): res = a + b, out = LayerNorm(res), the two
+above in one pass on the GPU (the model's every residual add feeds a LayerNorm).
 add_inplace(dst, src, N): dst += src, which is residual_forward(dst, dst, src) (ZeRO-2/3 add each
 micro-batch's reduced gradient chunk).
 
@@ -104,14 +106,23 @@ template <class T> inline void residual_forward_cpu(T* out, const T* a, const T*
 inline bool g_layernorm_packs = true;
 
 // one warp per row; lane l reads elements [l·V, l·V + V), then 32·V further on, ...
-template <class T, int V>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
+// ADD: the row normalized is res = inp + add, formed (rounded to T) and written in the first pass;
+// the later passes read it back, each lane its own elements, from cache. Else inp is normalized.
+template <class T, int V, bool ADD>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* res, const T* inp, const T* add,
+                                         const T* w, const T* b, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    const T* x = inp + (size_t)row * C;
+    const size_t off = (size_t)row * C;
+    const T* x = (ADD ? res : inp) + off;
     float s = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
-        Pack<T, V> xp = load_pack<V>(x + c);
+        Pack<T, V> xp = load_pack<V>(inp + off + c);
+        if constexpr (ADD) {
+            Pack<T, V> ap = load_pack<V>(add + off + c);
+            for (int k = 0; k < V; k++) xp.v[k] = from_f<T>(to_f(xp.v[k]) + to_f(ap.v[k]));
+            store_pack<V>(res + off + c, xp);
+        }
         for (int k = 0; k < V; k++) s += to_f(xp.v[k]);
     }
     float m = warp_sum(s) / C;
@@ -121,7 +132,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
         for (int k = 0; k < V; k++) { float d = to_f(xp.v[k]) - m; v += d * d; }
     }
     float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-    T* o = out + (size_t)row * C;
+    T* o = out + off;
     for (int c = lane * V; c < C; c += 32 * V) {
         Pack<T, V> xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), bp = load_pack<V>(b + c), op;
         for (int k = 0; k < V; k++) op.v[k] = from_f<T>((to_f(xp.v[k]) - m) * r * to_f(wp.v[k]) + to_f(bp.v[k]));
@@ -254,21 +265,40 @@ template <class T> inline int layernorm_pack(size_t C, std::initializer_list<con
 }
 #endif
 
+#ifdef LLMC_CUDA
+template <class T, bool ADD>
+inline void layernorm_forward_launch(const Ctx& ctx, T* out, float* mean, float* rstd, T* res, const T* inp, const T* add,
+                                     const T* w, const T* b, int N, int C) {
+    constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
+    if (layernorm_pack<T>(C, {out, res, inp, add, w, b}) > 1)
+        layernorm_forward_kernel<T, P, ADD><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, res, inp, add, w, b, N, C);
+    else
+        layernorm_forward_kernel<T, 1, ADD><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, res, inp, add, w, b, N, C);
+    CUDA_LAUNCH_CHECK();
+}
+#endif
 template <class T>
 inline void layernorm_forward(const Ctx& ctx, T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
     OpScope prof(ctx, 0, 2.0 * N * C * sizeof(T) + 8.0 * N, "layernorm forward");  // inp → out, mean, rstd
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) {
-        constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
-        if (layernorm_pack<T>(C, {out, inp, w, b}) > 1)
-            layernorm_forward_kernel<T, P><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
-        else
-            layernorm_forward_kernel<T, 1><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
-        CUDA_LAUNCH_CHECK();
-        return;
-    }
+    if (ctx.device == Device::CUDA)
+        return layernorm_forward_launch<T, false>(ctx, out, mean, rstd, nullptr, inp, nullptr, w, b, N, C);
 #endif
     layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);
+}
+// res = a + b, then out = LayerNorm(res): the residual add and the LayerNorm that reads its sum.
+// On the GPU one kernel does both, so res is not read back from memory: 4·N·C elements move
+// instead of the 5·N·C of residual_forward then layernorm_forward. The same bits as those two.
+template <class T>
+inline void residual_layernorm_forward(const Ctx& ctx, T* res, T* out, float* mean, float* rstd, const T* a, const T* b,
+                                       const T* w, const T* bias, int N, int C) {
+    OpScope prof(ctx, 0, 4.0 * N * C * sizeof(T) + 8.0 * N, "residual + layernorm forward");  // a, b → res, out, mean, rstd
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA)
+        return layernorm_forward_launch<T, true>(ctx, out, mean, rstd, res, a, b, w, bias, N, C);
+#endif
+    residual_forward_cpu(res, a, b, (size_t)N * C);
+    layernorm_forward_cpu(out, mean, rstd, res, w, bias, N, C);
 }
 #ifdef LLMC_CUDA
 // g_layernorm_fused = false runs the backward as two kernels, dinp and the parameter pass (for

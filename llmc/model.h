@@ -287,6 +287,11 @@ template <class T> inline void acquire(GPT<T>* g, int u) { if (g->hooks) g->hook
 template <class T> inline void release(GPT<T>* g, int u) { if (g->hooks) g->hooks->release(u); }
 template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
 
+// Forward of block l. Every residual add feeds a LayerNorm, so the two run as one op
+// (residual_layernorm_forward): res2 = x + attproj(…) with ln2, and the block's output
+// res3 = res2 + fcproj(…) with the next LayerNorm, which is block l+1's ln1 or lnf. So block l
+// begins by forming its input x = res3 of block l−1 from that block's res2 and the MLP output
+// it left in acts.scratch, and the last block's output is formed by gpt_forward with lnf.
 template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
@@ -301,16 +306,20 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     T* ln2 = a.ln2.data() + l * BTC;
     T* fch = a.fch.data() + l * BTC * 4;
     T* fch_gelu = a.fch_gelu.data() + l * BTC * 4;
-    T* res3 = a.residual3.data() + l * BTC;
-    layernorm_forward(ctx, ln1, a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, x, w.ln1w, w.ln1b, BT, C);
+    float *ln1_mean = a.ln1_mean.data() + l * BT, *ln1_rstd = a.ln1_rstd.data() + l * BT;
+    if (l == 0)  // x is the encoder's output
+        layernorm_forward(ctx, ln1, ln1_mean, ln1_rstd, x, w.ln1w, w.ln1b, BT, C);
+    else         // x = res3 of block l−1 = its res2 + its MLP output
+        residual_layernorm_forward(ctx, x, ln1, ln1_mean, ln1_rstd, a.residual2.data() + (l - 1) * BTC, a.scratch.data(),
+                                   w.ln1w, w.ln1b, BT, C);
     matmul_forward(ctx, qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * C);
     attention_forward(ctx, atty, a.lse.data() + (size_t)l * BT * NH, qkv, B, T_, C, NH);
     matmul_forward(ctx, a.scratch.data(), atty, w.attprojw, w.attprojb, BT, C, C);
-    residual_forward(ctx, res2, x, a.scratch.data(), BTC);
-    layernorm_forward(ctx, ln2, a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, res2, w.ln2w, w.ln2b, BT, C);
+    residual_layernorm_forward(ctx, res2, ln2, a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, x, a.scratch.data(),
+                               w.ln2w, w.ln2b, BT, C);
     matmul_forward(ctx, fch_gelu, ln2, w.fcw, w.fcb, BT, C, 4 * C, fch);  // fch = pre-GELU, fch_gelu = GELU(fch)
     matmul_forward(ctx, a.scratch.data(), fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C);
-    residual_forward(ctx, res3, res2, a.scratch.data(), BTC);
+    // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
 }
 
 // Backward of block l. On entry acts.dresidual holds ∂loss/∂(block output); on exit it holds
@@ -361,10 +370,11 @@ inline float gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int
         gpt_block_forward(ctx, g, l, B, T_);
         release(g, unit_of_block(l));
     }
-    T* last = a.residual3.data() + (size_t)(L - 1) * BTC;
+    T* last = a.residual3.data() + (size_t)(L - 1) * BTC;  // the last block's output, formed here with lnf
     acquire(g, unit_lnf(c));
     T* lnf = g->params[unit_lnf(c)];
-    layernorm_forward(ctx, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, lnf, lnf + C, BT, C);
+    residual_layernorm_forward(ctx, last, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
+                               a.residual2.data() + (size_t)(L - 1) * BTC, a.scratch.data(), lnf, lnf + C, BT, C);
     release(g, unit_lnf(c));
     acquire(g, 0);
     matmul_forward(ctx, a.logits.data(), a.lnf.data(), g->params[0] + p.wte, nullptr, BT, C, c.padded_vocab_size);

@@ -20,7 +20,8 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     under 1e-2 of the output's scale; fp32 outputs (mean, rstd, lse, losses, the AdamW master,
     m, v, the norm) keep their fp32 bounds ×10 (their inputs were read from bf16 on both sides,
     but the GPU rounds its bf16 intermediates in a different order).
-  exact (bound 0): LayerNorm's backward in one kernel and in two; flash attention's variants (fragments by ldmatrix or per-lane loads, tiles
+  exact (bound 0): LayerNorm's backward in one kernel and in two, its forward fused with the
+    residual add and apart; flash attention's variants (fragments by ldmatrix or per-lane loads, tiles
     staged by cp.async or through registers) load the same values and run the same mma
     sequence: bit-identical outputs.
 Prints "ok"/"not ok" lines and a summary.
@@ -121,6 +122,22 @@ template <class X> static void check_layernorm(int N, int C) {
     g_layernorm_fused = true;
     compare(name, "backward in one kernel vs two: dinp", gdx2.host(), gdx.host(), 0.0);
     compare(name, "backward in one kernel vs two: dw, db", concat(gdw2.host(), gdb2.host()), concat(gdw.host(), gdb.host()), 0.0);
+    // the residual add fused with the LayerNorm that reads it: res = x + y, out = LayerNorm(res)
+    auto y = randn<X>((size_t)N * C);
+    std::vector<X> res((size_t)N * C), cy = vec_cast<X>(y);
+    residual_layernorm_forward(cpu, res.data(), out.data(), mean.data(), rstd.data(), cx.data(), cy.data(), cw.data(), cb.data(), N, C);
+    Dev<X> gy(y), gres(vec_widen(res), true), gout2(vec_widen(out), true);
+    DevF gmean2(mean, true), grstd2(rstd, true);
+    residual_layernorm_forward(gpu, gres.p(), gout2.p(), gmean2.p(), grstd2.p(), gx.p(), gy.p(), gw.p(), gb.p(), N, C);
+    compare(name, "residual + forward: res", vec_widen(res), gres.host(), bx<X>(1e-6));
+    compare(name, "residual + forward: out", vec_widen(out), gout2.host(), bx<X>(1e-5));
+    compare(name, "residual + forward: mean, rstd", concat(mean, rstd), concat(gmean2.host(), grstd2.host()), bs<X>(1e-5));
+    // ... and the same bits as the two ops apart (the sum is rounded to X once, then normalized alike)
+    residual_forward(gpu, gres.p(), gx.p(), gy.p(), (size_t)N * C);
+    layernorm_forward(gpu, gout.p(), gmean.p(), grstd.p(), gres.p(), gw.p(), gb.p(), N, C);
+    compare(name, "residual + forward in one kernel vs two: out", gout.host(), gout2.host(), 0.0);
+    compare(name, "residual + forward in one kernel vs two: mean, rstd", concat(gmean.host(), grstd.host()),
+            concat(gmean2.host(), grstd2.host()), 0.0);
 }
 
 template <class X> static void check_matmul(int N, int C, int OC, bool bias) {

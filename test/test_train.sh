@@ -114,8 +114,9 @@ import re, sys
 text = open(sys.argv[1]).read()
 L, A = 1, 2  # layers, micro-batches per step
 # the model's calls per optimizer step (model.h): a missing scope or a doubly counted one shows here
-want = {"encoder forward": A, "encoder backward": A, "layernorm forward": (2 * L + 1) * A,
-        "layernorm backward": (2 * L + 1) * A, "residual add": 2 * L * A, "attention forward": L * A,
+# (every residual add is fused with the LayerNorm after it; only block 0's ln1 reads no sum)
+want = {"encoder forward": A, "encoder backward": A, "layernorm forward": A, "residual + layernorm forward": 2 * L * A,
+        "layernorm backward": (2 * L + 1) * A, "attention forward": L * A,
         "attention backward": L * A, "classifier (loss, dlogits)": A, "matmul forward": (4 * L + 1) * A,
         "matmul backward": (4 * L + 1) * A, "adamw": L + 2, "gradient norm": 1, "zero gradients": 1}
 head = re.search(r"^profile: (\d+) steps?, ([\d.]+) ms per step$", text, re.M)

@@ -7,11 +7,15 @@ CUDA versions, in fp32 and bf16.
       elements per instruction; the parameter gradients' row chunks are split over the 8 warps
       of a block
   v3: v2 with the backward in one kernel (input gradient and the chunk's parameter sums
-      together: dout and x read once; C ≤ 1024) — the trainer's. Forward and residual are v2's.
+      together: dout and x read once; C ≤ 1024). Forward and residual are v2's.
+  v4: v3 with the residual add and the LayerNorm after it in one kernel (residual_layernorm_forward:
+      the sum is written and normalized in one pass, not read back from memory) — the trainer's.
+      The "res+fwd" row times the residual add then the forward: two kernels in v1-v3, one in v4.
 All three ops are memory-bound, so each line reports bandwidth over the bytes that must move
 (s = the element size): forward reads x and writes out, 2·N·C·s; backward reads dout and x and
 read-modify-writes dinp, 4·N·C·s (v1 and v2's parameter pass reads dout and x again: not
-counted, which is why v3 scores higher); residual reads two and writes one, 3·N·C·s. The bf16
+counted, which is why v3 scores higher); residual reads two and writes one, 3·N·C·s; res+fwd
+reads two and writes two, 4·N·C·s (v1-v3 read the sum back: not counted). The bf16
 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
 usage: ./build/dev_layernorm [N C]   (default GPT-2 124M at B=16, T=1024: 16384 768)
 */
@@ -28,26 +32,39 @@ template <class X> static void run(int N, int C) {
     layernorm_forward(cpu_ctx, out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
     layernorm_backward(cpu_ctx, dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
     residual_forward(cpu_ctx, res.data(), x.data(), y.data(), (size_t)N * C);
-    DevBuf<X> gx(x), gw(w), gb(b), gdout(dout), gout(out), gdx(dx0), gdw(dw), gdb(db), gy(y), gres(res);
-    DevBuf gmean(mean), grstd(rstd);
-    const char* names[] = {"", "v1 one element per load", "v2 16-byte packs", "v3 one-kernel backward"};
-    for (int v = 1; v <= 3; v++) {
+    std::vector<X> out2((size_t)N * C);  // res+fwd: res = x + y, out2 = LayerNorm(res)
+    std::vector<float> mean2(N), rstd2(N);
+    residual_layernorm_forward(cpu_ctx, res.data(), out2.data(), mean2.data(), rstd2.data(), x.data(), y.data(), w.data(), b.data(), N, C);
+    DevBuf<X> gx(x), gw(w), gb(b), gdout(dout), gout(out), gdx(dx0), gdw(dw), gdb(db), gy(y), gres(res), gres2(res), gout2(out2);
+    DevBuf gmean(mean), grstd(rstd), gmean2(mean2), grstd2(rstd2);
+    const char* names[] = {"", "v1 one element per load", "v2 16-byte packs", "v3 one-kernel backward", "v4 residual fused"};
+    for (int v = 1; v <= 4; v++) {
         g_layernorm_packs = v >= 2;
-        g_layernorm_fused = v == 3;
+        g_layernorm_fused = v >= 3;
         const char* name = names[v];
         gdx.set(dx0); gdw.set(std::vector<X>(C, from_f<X>(0.0f))); gdb.set(std::vector<X>(C, from_f<X>(0.0f)));
         auto f = [&] { layernorm_forward(gpu_ctx, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C); };
         auto bk = [&] { layernorm_backward(gpu_ctx, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C); };
         auto r = [&] { residual_forward(gpu_ctx, gres.p(), gx.p(), gy.p(), (size_t)N * C); };
-        f(); bk(); r();  // once for the check (the backward accumulates into dinp, dw, db)
+        auto rf = [&] {
+            if (v == 4) {
+                residual_layernorm_forward(gpu_ctx, gres2.p(), gout2.p(), gmean2.p(), grstd2.p(), gx.p(), gy.p(), gw.p(), gb.p(), N, C);
+            } else {
+                residual_forward(gpu_ctx, gres2.p(), gx.p(), gy.p(), (size_t)N * C);
+                layernorm_forward(gpu_ctx, gout2.p(), gmean2.p(), grstd2.p(), gres2.p(), gw.p(), gb.p(), N, C);
+            }
+        };
+        f(); bk(); r(); rf();  // once for the check (the backward accumulates into dinp, dw, db)
         double e_out = rel_err(vec_widen(out), gout.host(), bound), e_dx = rel_err(vec_widen(dx), gdx.host(), bound);
         double e_dw = rel_err(vec_widen(dw), gdw.host(), bound), e_db = rel_err(vec_widen(db), gdb.host(), bound);
-        double e_res = rel_err(vec_widen(res), gres.host(), bound);
-        float mf = time_ms(f), mb = time_ms(bk), mr = time_ms(r);
+        double e_res = rel_err(vec_widen(res), gres.host(), bound), e_rf = rel_err(vec_widen(out2), gout2.host(), bound);
+        e_rf = std::max(e_rf, rel_err(vec_widen(res), gres2.host(), bound));
+        float mf = time_ms(f), mb = time_ms(bk), mr = time_ms(r), mrf = time_ms(rf);
         printf("%s %-24s forward  rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_out, mf, 2 * NC * s / mf / 1e6);
         printf("%s %-24s backward rel err %.2e (dinp) %.2e (dw) %.2e (db)  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name,
                e_dx, e_dw, e_db, mb, 4 * NC * s / mb / 1e6);
         printf("%s %-24s residual rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_res, mr, 3 * NC * s / mr / 1e6);
+        printf("%s %-24s res+fwd  rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_rf, mrf, 4 * NC * s / mrf / 1e6);
     }
     g_layernorm_packs = g_layernorm_fused = true;
 }
