@@ -158,16 +158,18 @@ clean:
 	rm -rf train_gpt tokenize build
 
 # BENCH_PARTS picks parts (in this order): train (bf16, BENCH_MODELS, and the first one's
-# per-op profile), fp32 (124M), torch (attention and a step against PyTorch), overlap (≥ 2 GPUs)
+# per-op profile), fp32 (124M), torch (attention and a step against PyTorch), kernels (the
+# memory-bound ops against PyTorch eager and compiled), overlap (≥ 2 GPUs)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
-BENCH_PARTS ?= train fp32 torch overlap
+BENCH_PARTS ?= train fp32 torch kernels overlap
 bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
-	@$(MAKE) --no-print-directory build/dev_attention
+	@$(MAKE) --no-print-directory $(DEV_CUDA)
 	@mkdir -p dev/gpu_results
 	{ for part in $(BENCH_PARTS); do case $$part in \
 	    train) bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    fp32) bash dev/bench/bench_train.sh fp32 gpt2:124M ;; \
 	    torch) bash dev/bench/bench_vs_torch.sh ;; \
+	    kernels) bash dev/bench/bench_kernels.sh ;; \
 	    overlap) bash dev/bench/bench_overlap.sh ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 torch overlap)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    *) echo "make bench: unknown part '$$part' (train fp32 torch kernels overlap)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

@@ -16,6 +16,7 @@
 #                       compiled with g++), in both schedules
 #   dev/cuda            the kernel playgrounds on the emulator at small shapes: every version of
 #                       each op within its bound of the CPU op
+#   dev/bench           make bench's PyTorch baselines on tiny CPU shapes (the script runs)
 #   emulated GPU        build/train_gpt_simt (the trainer on the emulator) with --device cuda:
 #                       test_gpu_train (vs the CPU run), test_train, test_vs_pytorch — the GPU
 #                       suite's training checks, on the CUDA code path, without a GPU; and
@@ -69,6 +70,21 @@ dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/com
     done
 }
 part "dev/cuda playgrounds (emulated)" dev_playgrounds
+torch_baselines() {  # make bench's PyTorch side (dev/bench/torch_baselines.py) on tiny CPU shapes
+    local args out
+    for args in "sdpa 1 32 2 16" "gpt2 124M 1 16" "kernels 64 48 16 100 104 1000"; do
+        set -- $args
+        out=$(/usr/bin/python3 dev/bench/torch_baselines.py "$@" --cpu 2>&1)
+        if echo "$out" | tail -1 | /usr/bin/python3 -c "
+import json, sys
+r = json.loads(sys.stdin.read())
+times = [v for k, v in r.items() if k.endswith('_ms')]
+sys.exit(0 if r['kind'] == sys.argv[1] and times and all(t > 0 for t in times) else 1)" "$1" 2>/dev/null
+        then echo "ok - torch_baselines.py $args --cpu: one JSON line, every time > 0"
+        else echo "$out"; echo "not ok - torch_baselines.py $args --cpu"; fi
+    done
+}
+part "dev/bench PyTorch baselines (CPU, tiny shapes)" torch_baselines
 part "test_gpu_train (emulated GPU)" bash test/test_gpu_train.sh build/train_gpt_simt
 part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/train_gpt_simt
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt

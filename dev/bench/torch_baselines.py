@@ -11,6 +11,13 @@ torch_baselines.py — the PyTorch numbers `make bench` compares ours against, o
                    with SDPA attention, bf16 autocast over fp32 weights, fused AdamW, compiled
                    with torch.compile: the usual fast PyTorch baseline. Median step time after
                    warm-up.
+  kernels N C NC V Vp P
+                   the memory-bound ops of a step, each as PyTorch runs it eagerly and under
+                   torch.compile (whose generated kernels fuse what the eager ops leave apart):
+                   LayerNorm forward, and forward + backward (dx, dw, db), on N×C bf16; the
+                   residual add and the LayerNorm after it; cross-entropy over NC rows of V
+                   bf16 logits (padded to Vp) with its gradient, as under autocast (fp32 loss);
+                   AdamW with fused=True over P fp32 parameters. Median times in ms.
 Each prints one JSON line. Needs PyTorch ≥ 2.0 with CUDA (the GPU image's python3). On a CPU
 machine `--cpu` runs tiny shapes uncompiled, to check that the script works.
 """
@@ -69,6 +76,37 @@ def sdpa(B, T, NH, HS, device):
     flops = 2.0 * B * NH * T * T * HS
     return {"kind": "sdpa", "B": B, "T": T, "NH": NH, "HS": HS, "fwd_ms": ms_f, "bwd_ms": ms_b,
             "fwd_tflops": flops / ms_f / 1e9, "bwd_tflops": 2.5 * flops / ms_b / 1e9}
+
+
+def kernels(N, C, NC, V, Vp, P, device):
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    t, r = timer(device), {}
+    compile_ = torch.compile if device == "cuda" else (lambda f: f)
+    def both(name, fn, *args):  # fn(*args) eagerly and compiled, 3 warm-ups (compilation) then timed
+        for mode, f in (("eager", fn), ("compiled", compile_(fn))):
+            for _ in range(3): f(*args)
+            r[f"{name}_{mode}_ms"] = t(lambda: f(*args), 20)
+    x, y, dout = (torch.randn(N, C, device=device, dtype=dt) for _ in range(3))
+    w, b = (torch.randn(C, device=device, dtype=dt) for _ in range(2))
+    xg, wg, bg = (v.clone().requires_grad_() for v in (x, w, b))
+    with torch.no_grad():
+        both("layernorm_fwd", lambda x, w, b: F.layer_norm(x, (C,), w, b), x, w, b)
+        def res_ln(x, y, w, b):
+            res = x + y
+            return res, F.layer_norm(res, (C,), w, b)
+        both("residual_layernorm_fwd", res_ln, x, y, w, b)
+    both("layernorm_fwdbwd", lambda x, w, b: F.layer_norm(x, (C,), w, b).backward(dout), xg, wg, bg)  # grads accumulate, as ours
+    logits = torch.randn(NC, Vp, device=device, dtype=dt).mul_(3.0).requires_grad_()
+    tgt = torch.randint(0, V, (NC,), device=device)
+    both("classifier", lambda lg: F.cross_entropy(lg[:, :V].float(), tgt).backward(), logits)
+    p = torch.randn(P, device=device, requires_grad=True)
+    p.grad = torch.randn(P, device=device)
+    opt = torch.optim.AdamW([p], lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                            **({"fused": True} if device == "cuda" else {}))  # (fused needs PyTorch >= 2.0 and CUDA)
+    for _ in range(3): opt.step()
+    r["adamw_fused_ms"] = t(opt.step, 20)
+    r.update({"kind": "kernels", "N": N, "C": C, "NC": NC, "V": V, "Vp": Vp, "P": P})
+    return r
 
 
 class Block(nn.Module):
@@ -143,8 +181,10 @@ def main():
         r = sdpa(*(int(a) for a in args[1:]), device)
     elif args and args[0] == "gpt2" and len(args) == 4 and args[1] in GPT2:
         r = gpt2_step(args[1], int(args[2]), int(args[3]), device)
+    elif args and args[0] == "kernels" and len(args) == 7:
+        r = kernels(*(int(a) for a in args[1:]), device)
     else:
-        sys.exit("usage: torch_baselines.py sdpa B T NH HS | gpt2 {124M,350M,774M,1558M} B T   [--cpu]")
+        sys.exit("usage: torch_baselines.py sdpa B T NH HS | gpt2 {124M,350M,774M,1558M} B T | kernels N C NC V Vp P   [--cpu]")
     r["device"] = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     r["torch"] = torch.__version__
     print(json.dumps(r))

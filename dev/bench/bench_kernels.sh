@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bench_kernels.sh — our memory-bound kernels against PyTorch's on this GPU (`make bench`, part
+# `kernels`), at GPT-2 124M's shapes (B=16, T=1024: N = 16384 rows of C = 768).
+#   ours     the trainer's version in each playground (dev/cuda/*.cu, which also checks it
+#            against the CPU op): layernorm.cu's v4, classifier.cu's v2, adamw.cu's v1
+#   PyTorch  dev/bench/torch_baselines.py kernels: the same op eagerly and under torch.compile
+#            (Inductor's generated kernels fuse what the eager ops leave apart)
+# ratio = the faster PyTorch time / ours (≥ 1: ours faster). These ops move bytes, so the
+# table also gives ours in GB/s over the bytes that must move (each playground's header says
+# which); against the device-to-device copy rate (~3 TB/s on an H100 SXM) it says how much is
+# left. Matmuls are cuBLASLt on both sides, and attention has its own table (bench_vs_torch.sh).
+# Needs a python3 with PyTorch ≥ 2.0 and CUDA. Prints a markdown table.
+set -u
+cd "$(dirname "$0")/../.."
+PY=python3
+if ! $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() and hasattr(torch, 'compile') else 1)" 2>/dev/null; then
+    echo "bench_kernels: skipped (no python3 with PyTorch >= 2.0 and CUDA)"; exit 0
+fi
+N=16384 C=768 NC=8192 V=50257 Vp=50304 P=124475904  # NC: the classifier playground's default rows
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+limit=${RUN_LIMIT:-300}
+timeout -k 10 "$limit" ./build/dev_layernorm $N $C >"$tmp/layernorm.txt" 2>&1
+timeout -k 10 "$limit" ./build/dev_classifier $NC $V $Vp >"$tmp/classifier.txt" 2>&1
+timeout -k 10 "$limit" ./build/dev_adamw $P >"$tmp/adamw.txt" 2>&1
+timeout -k 10 "$limit" $PY dev/bench/torch_baselines.py kernels $N $C $NC $V $Vp $P >"$tmp/torch.json" 2>"$tmp/torch.err"
+echo "# bench_kernels on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), $($PY -c 'import torch; print("torch", torch.__version__)')"
+echo
+$PY - "$tmp" $N $C $NC $Vp $P <<'PY'
+import json, re, sys
+tmp, N, C, NC, Vp, P = sys.argv[1], *(int(a) for a in sys.argv[2:])
+def ours(name, pattern):  # the first number after `pattern` in a playground's output, or None
+    try:
+        m = re.search(pattern, open(f"{tmp}/{name}.txt").read(), re.M)
+        return float(m.group(1)) if m else None
+    except OSError:
+        return None
+try:
+    t = json.loads(open(f"{tmp}/torch.json").read().strip().splitlines()[-1])
+except Exception:
+    t = {}
+    err = open(f"{tmp}/torch.err").read().strip().splitlines()
+    print(f"PyTorch failed: {err[-1] if err else 'no output'}\n")
+ln_f = ours("layernorm", r"^bf16 v4 .*? forward\s+rel err \S+\s+([\d.]+) ms")
+ln_b = ours("layernorm", r"^bf16 v4 .*? backward rel err .*?\s([\d.]+) ms")
+# (name, ours ms, PyTorch key, bytes that must move)
+rows = [
+    (f"LayerNorm forward, bf16 {N}×{C}", ln_f, "layernorm_fwd", 2 * N * C * 2),
+    (f"LayerNorm forward + backward (dx, dw, db)", ln_f + ln_b if ln_f and ln_b else None, "layernorm_fwdbwd", 6 * N * C * 2),
+    (f"residual add + LayerNorm forward", ours("layernorm", r"^bf16 v4 .*? res\+fwd\s+rel err \S+\s+([\d.]+) ms"),
+     "residual_layernorm_fwd", 4 * N * C * 2),
+    (f"cross-entropy loss + dlogits, bf16 {NC}×{Vp}", ours("classifier", r"^bf16 v2 .*?\s([\d.]+) ms"), "classifier", 2 * NC * Vp * 2),
+    (f"AdamW, fp32, {P / 1e6:.1f}M parameters", ours("adamw", r"^v1\s+([\d.]+) ms"), "adamw_fused", 28 * P),
+]
+print("| op (GPT-2 124M shapes) | ours ms | ours GB/s | PyTorch eager ms | PyTorch compiled ms | PyTorch best / ours |")
+print("|---|---|---|---|---|---|")
+fmt = lambda x: f"{x:.3f}" if x is not None else "failed"
+for name, ms, key, nbytes in rows:
+    if key == "adamw_fused":  # fused=True is PyTorch's fastest AdamW; nothing to compile
+        eager, comp = t.get("adamw_fused_ms"), None
+    else:
+        eager, comp = t.get(f"{key}_eager_ms"), t.get(f"{key}_compiled_ms")
+    best = min((x for x in (eager, comp) if x is not None), default=None)
+    print(f"| {name} | {fmt(ms)} | {nbytes / ms / 1e6:.0f} |" if ms else f"| {name} | failed | |", end="")
+    print(f" {fmt(eager)} | {'n/a (fused=True)' if key == 'adamw_fused' else fmt(comp)} |", end="")
+    print(f" {best / ms:.2f}× |" if ms and best else " |")
+PY
+for p in layernorm classifier adamw; do
+    grep -q "over the bound\|error" "$tmp/$p.txt" && { echo; echo "dev_$p reported:"; grep "error" "$tmp/$p.txt"; }
+done
+exit 0
