@@ -88,7 +88,7 @@ static const FlagDef FLAGS[] = {
     {"threads", "0", "CPU threads per rank (0: all cores, or OMP_NUM_THREADS)", false},
     {"comm", "auto", "auto | mpi | nccl: collectives on GPU buffers (auto: nccl when every rank has its own GPU)", false},
     {"comm-stats", "0", "print the bytes each collective sent per step (also in the JSON log)", true},
-    {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op", false},
+    {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op and per kind of communication", false},
     {"overlap", "1", "0 | 1: overlap DDP's gradient all-reduces and ZeRO-3's parameter prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
 };
 
@@ -424,7 +424,7 @@ int main(int argc, char** argv) {
                 loss_sum += gpt_forward(ctx, &model, x.data(), y.data(), B, T, dloss);
                 gpt_backward(ctx, &model, B, T);
             }
-            comm_sum_doubles(mesh.dp_group, &loss_sum, 1);
+            { CommScope prof(ctx, mesh.dp_group, "loss and norm sums"); comm_sum_doubles(mesh.dp_group, &loss_sum, 1); }
             float loss = (float)(loss_sum / (accum * dp));
             float norm = dp_grad_norm(&dpar);
             float lr = lr_at(sched, step - 1);

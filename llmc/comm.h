@@ -94,6 +94,7 @@ inline bool comm_uses_nccl(const Group& g, const void* buf) {
 
 inline void comm_count(Group& g, CommOp op, double bytes) { g.bytes[op] += bytes; g.calls[op]++; }
 inline void comm_reset_stats(Group& g) { for (int i = 0; i < NUM_COMM_OPS; i++) { g.bytes[i] = 0; g.calls[i] = 0; } }
+inline double comm_bytes_sent(const Group& g) { double s = 0; for (double b : g.bytes) s += b; return s; }
 
 // The chunk of an S-element buffer owned by rank r of P: [begin, end).
 inline size_t chunk_size(size_t S, int P) { return ceil_div(S, (size_t)P); }

@@ -56,6 +56,7 @@ Tests: test/test_dp.sh (dp = 2 and 4, every stage, against one process; memory a
 against the tables; resume; resharding), test/test_ops.cpp (model gradient).
 */
 #pragma once
+#include <optional>
 #include <vector>
 #include "common.h"
 #include "comm.h"
@@ -63,6 +64,21 @@ against the tables; resume; resharding), test/test_ops.cpp (model gradient).
 #include "adamw.cuh"
 #include "global_norm.cuh"
 #include "profiler.h"
+
+// --profile: a row per kind of communication, "comm: <what>" (profiler.h), with the bytes this
+// rank sent meanwhile by the group's counters; none for a group of one rank (which never
+// communicates). What a row's time means: for a blocking collective, all of it; for an
+// asynchronous start (NCCL), only the start; for a wait, the part of a transfer that overlap
+// did not hide.
+struct CommScope {
+    Group& g;
+    double before;
+    std::optional<OpScope> op;
+    CommScope(const Ctx& ctx, Group& grp, const char* what) : g(grp), before(comm_bytes_sent(grp)) {
+        if (grp.size > 1) op.emplace(ctx, 0, 0, "comm: %s", what);
+    }
+    ~CommScope() { if (op) op->add_bytes(comm_bytes_sent(g) - before); }
+};
 
 template <class T> struct DataParallel : ParamHooks {
     static constexpr bool has_master = !std::is_same_v<T, float>;  // a separate fp32 master copy?
@@ -200,6 +216,7 @@ inline int dp_predict_next(const GPTConfig& c, int u, int prev) {
 
 // Puts my chunk of unit u into slot s and starts the all-gather (async unless wait).
 template <class T> inline void dp_gather_into(DataParallel<T>* d, int s, int u, bool wait) {
+    CommScope prof(d->ctx, *d->group, "all-gather parameters");
     comm_wait(&d->slot_req[s]);
     T* buf = d->slot[s].data();
     ctx_copy(d->ctx, buf + d->own_begin[u], d->params_shard.data() + d->shard_off[u], (d->own_end[u] - d->own_begin[u]) * sizeof(T));
@@ -214,7 +231,10 @@ template <class T> inline void DataParallel<T>::acquire(int u) {
     if (s < 0) {  // not there: gather now, keeping a pending prefetch, else the unit used last
         s = slot_req[0].active ? 1 : slot_req[1].active ? 0 : 1 - last_slot;
         dp_gather_into(this, s, u, true);
-    } else comm_wait(&slot_req[s]);
+    } else {
+        CommScope prof(ctx, *group, "wait (not overlapped)");
+        comm_wait(&slot_req[s]);
+    }
     g->params[u] = slot[s].data();
     last_slot = s;
     int next = dp_predict_next(g->config, u, prev_unit);
@@ -229,17 +249,18 @@ template <class T> inline void DataParallel<T>::grads_ready(int u) {
     if (zero < 2) {
         if (!last_micro) return;  // accumulate locally; reduce once per step
         if (zero == 0) {
+            CommScope prof(ctx, *group, "all-reduce gradients");
             comm_all_reduce_sum_start(*group, grads_full.data() + off, S, &scratch);  // NCCL: overlaps the backward
             if (!overlap) comm_join(*group);  // the backward waits for it
         } else {
-            comm_reduce_scatter_sum(*group, grads_full.data() + off, chunk_tmp.data(), S);
+            { CommScope prof(ctx, *group, "reduce-scatter gradients"); comm_reduce_scatter_sum(*group, grads_full.data() + off, chunk_tmp.data(), S); }
             ctx_copy(ctx, grads_full.data() + off + own_begin[u], chunk_tmp.data(), (own_end[u] - own_begin[u]) * sizeof(T));
         }
         return;
     }
     // stages 2-3: reduce-scatter this unit now, add my chunk to the shard, clear the work buffer
     T* work = g->grads[u];
-    comm_reduce_scatter_sum(*group, work, chunk_tmp.data(), S);
+    { CommScope prof(ctx, *group, "reduce-scatter gradients"); comm_reduce_scatter_sum(*group, work, chunk_tmp.data(), S); }
     add_inplace(ctx, grads_shard.data() + shard_off[u], chunk_tmp.data(), own_end[u] - own_begin[u]);
     ctx_zero(ctx, work, S * sizeof(T));
 }
@@ -255,13 +276,14 @@ template <class T> inline void dp_zero_grad(DataParallel<T>* d) {
 // rank order. Every stage holds (at least) its chunk of the reduced gradient, so the norm is
 // the same number in every stage.
 template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
-    comm_join(*d->group);  // DDP's per-unit all-reduces, if they ran asynchronously (NCCL)
+    { CommScope prof(d->ctx, *d->group, "wait (not overlapped)"); comm_join(*d->group); }  // DDP's per-unit all-reduces, if asynchronous (NCCL)
     std::vector<NormPiece<T>> pieces;
     for (size_t u = 0; u < d->units.size(); u++) {
         size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
         if (e > b) pieces.push_back({dp_grad_at(d, (int)u, b), e - b});
     }
     double s = global_norm_squared(d->ctx, pieces);
+    CommScope prof(d->ctx, *d->group, "loss and norm sums");
     comm_sum_doubles(*d->group, &s, 1);
     return (float)sqrt(s);
 }
@@ -286,9 +308,12 @@ inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, fl
                      copy, x1 - x0, lr, beta1, beta2, eps, wd, decay, t, grad_scale);
     }
     if (d->zero == 1 || d->zero == 2)
-        for (size_t u = 0; u < d->units.size(); u++)
+        for (size_t u = 0; u < d->units.size(); u++) {
+            CommScope prof(d->ctx, *d->group, "all-gather parameters");
             comm_all_gather(*d->group, d->params_full.data() + d->units[u].offset, d->units[u].size);
+        }
     if (d->zero == 3) {  // the gathered copies are stale now
+        CommScope prof(d->ctx, *d->group, "wait (not overlapped)");
         for (int s = 0; s < 2; s++) { comm_wait(&d->slot_req[s]); d->slot_unit[s] = -1; }
         d->prev_unit = -1;
     }

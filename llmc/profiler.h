@@ -12,12 +12,17 @@ With profiling off (ctx.prof null, or not active) the scope does nothing.
 Only the outermost scope counts (an op that calls another op is timed once, as itself). At the
 end, profile_report prints one row per op name, with the whole step as the reference:
     calls/step   ms/step   % of step   TFLOP/s = flops / time   GB/s = bytes / time
-What the rows do not cover is "other": host work, waits for communication, data loading,
-launch gaps between kernels. Comparing TFLOP/s with the GPU's peak and GB/s with its memory
-bandwidth says which ops are far from their limit.
+Communication has rows of its own ("comm: …", data_parallel.h's CommScope), timed as the compute
+stream sees it (with MPI, the host): a blocking collective's whole time, an asynchronous one's
+start only, and a wait's time is what overlap left exposed; their GB/s is over the bytes this
+rank sent (the ring model, comm.h).
+What the rows do not cover is "other": host work, data loading, launch gaps between kernels.
+Comparing TFLOP/s with the GPU's peak and GB/s with its memory bandwidth says which ops are far
+from their limit.
 
 Tests: test/test_train.sh (--profile 1: the rows' calls per step are the model's — so every op
-is covered — and they add up to no more than the step).
+is covered — and they add up to no more than the step), test/test_dp.sh (the communication
+rows' calls per step in each ZeRO stage).
 */
 #pragma once
 #include <algorithm>
@@ -91,6 +96,8 @@ struct OpScope {
         on = true;
         index = profile_begin(c, name, flops, bytes);
     }
+    // bytes known only when the work is done (a collective's, from its counters)
+    void add_bytes(double b) { if (index >= 0) ctx.prof->open[index].bytes += b; }
     ~OpScope() { if (on) profile_end(ctx, index); }
     OpScope(const OpScope&) = delete;
     OpScope& operator=(const OpScope&) = delete;
@@ -146,5 +153,5 @@ inline void profile_report(const Profiler& p, FILE* out, double peak_flops = 0) 
         if (r.bytes > 0 && r.ms > 0) snprintf(gb, sizeof(gb), "%.3g", r.bytes / (r.ms / 1000.0) / 1e9);
         fprintf(out, "  %-36s %10.1f %10.3f %7.1f%% %9s %9s\n", name.c_str(), (double)r.calls / p.steps, ms, 100.0 * ms / step, tf, gb);
     }
-    fprintf(out, "  %-36s %10s %10.3f %7.1f%%\n", "other (host, communication, gaps)", "", step - covered, 100.0 * (step - covered) / step);
+    fprintf(out, "  %-36s %10s %10.3f %7.1f%%\n", "other (host, gaps)", "", step - covered, 100.0 * (step - covered) / step);
 }

@@ -6,6 +6,7 @@
 #   memory:       each rank's parameter / gradient / optimizer bytes match the ZeRO table (5%)
 #   volume:       DDP's bytes per step match the ring all-reduce 2(N−1)/N·sΨ; ZeRO-3 moves 1.5×
 #   overlap:      --overlap 0 (no overlap, no prefetch) gives the same run and bytes (DDP, ZeRO-3)
+#   profile:      --profile gives communication rows of its own, at each stage's calls per step
 #   resume:       bit-exact in every stage; resharding dp=4 ZeRO-3 → dp=2 ZeRO-1 continues the run
 #   bf16:         the mixed-precision table (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N), half the bytes on
 #                 the wire, ZeRO 0-3 bit-identical, losses within 2e-2 of one bf16 process, resume
@@ -158,6 +159,36 @@ print(("ok" if same else "not ok") + f" - {sys.argv[3]} --overlap 0: the same ru
 PY
     cmp -s "$ref.bin" "$out.bin" && echo "ok - dp=$N zero=$z --overlap 0: bit-identical final weights" \
         || { echo "not ok - dp=$N zero=$z --overlap 0: final weights differ"; tail -2 "$out.txt" | sed 's/^/#   /'; }
+done
+
+# --- --profile: communication has rows of its own, at the calls per step each stage makes
+# (d1: U = 3 units, accumulation A = 2). Stages 0-1 reduce each unit on the last micro-batch,
+# 2-3 on every one; 1-2 all-gather each unit after the update; every stage waits once for the
+# gradient norm and sums the loss and the norm. ZeRO-3 takes each unit it uses, 2L + 5 = 7 per
+# micro-batch, from a prefetch (a wait) or by gathering it now, and waits once more after the
+# update (how many prefetches hit depends on the order: at least every use is counted).
+for z in 0 1 2 3; do
+    out="$tmp/prof${N}_z${z}"
+    mpi $N "${common[@]}" --batch-size $((8 / N)) --total-batch-tokens 512 --steps 2 --zero $z --profile 1 >"$out.txt" 2>&1
+    $PY - "$out.txt" "$z" "dp=$N zero=$z" <<'PY'
+import re, sys
+text, z, name = open(sys.argv[1]).read(), int(sys.argv[2]), sys.argv[3]
+U, A = 3, 2
+rows = {n: float(c) for n, c in re.findall(r"^  comm: (.*?)\s+([\d.]+)\s+[\d.]+\s+[\d.]+%", text, re.M)}
+want = {"loss and norm sums": 2, "wait (not overlapped)": 1}
+if z == 0: want["all-reduce gradients"] = U
+if z >= 1: want["reduce-scatter gradients"] = U * (A if z >= 2 else 1)
+if z in (1, 2): want["all-gather parameters"] = U
+if z == 3:
+    uses = 7 * A
+    ok = (set(rows) == {"loss and norm sums", "wait (not overlapped)", "reduce-scatter gradients", "all-gather parameters"}
+          and rows["loss and norm sums"] == 2 and rows["reduce-scatter gradients"] == U * A
+          and rows["wait (not overlapped)"] + rows["all-gather parameters"] >= uses + 2)
+else:
+    ok = rows == {k: float(v) for k, v in want.items()}
+print(("ok" if ok else "not ok") + f" - {name} --profile: a row per kind of communication, at the stage's calls per step"
+      + ("" if ok else f" (got {rows})"))
+PY
 done
 
 # --- bf16 (mixed precision): dp = 2 and 4 × ZeRO 0-3 against one bf16 process
