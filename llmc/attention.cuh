@@ -42,7 +42,12 @@ head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 a
             (4 warps × 16) walks the query tiles of 32 from the diagonal down and accumulates
             dK, dV in registers, computing the transposed products Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ so
             that Pᵀ and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q;
-            (2) a block per 64 queries walks the key tiles of 32 and accumulates dQ += dS·K.
+            (2) a block per 64 queries walks the key tiles of 32 and accumulates dQ += dS·K
+            (g_flash_dq_rows = 32 with head size 64: 128 queries, 4 warps × 32 rows, as the
+            forward's variant). A B fragment (k16×n8, 256 bytes) read from shared memory feeds
+            2·16·8·16 flops per 16 rows of the warp: 16 flops per byte at 16 rows, 32 at 32.
+            At an SM's 128 bytes/clock of shared memory, 16 caps the mma units near half
+            their peak; 32 lifts that cap.
             P is recomputed from lse each time; D_t = dout_t·out_t comes from the fp32 pass.
             Both passes double-buffer their tiles: the next one is copied in during this one.
   copies    global → shared by cp.async (16 bytes, no register round trip), started a tile
@@ -495,22 +500,29 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
         }
 }
 
-// Both backward passes start a tile with two products of the same shape, 16 rows (this warp's,
-// A fragments in registers) × 32 rows of two shared tiles: c1 = A1·M1ᵀ and c2 = A2·M2ᵀ.
-template <bool LDSM, int D>
-__device__ inline void two_products_16x32(float (*c1)[4], float (*c2)[4], const uint32_t (*a1)[4], const uint32_t (*a2)[4],
+// Both backward passes start a tile with two products of the same shape, 16 rows (A fragments in
+// registers) × 32 rows of two shared tiles: c1 = A1·M1ᵀ and c2 = A2·M2ᵀ, for each of the warp's MT
+// m-tiles that is live (each B fragment loaded from shared memory feeds all of them).
+template <bool LDSM, int D, int MT>
+__device__ inline void two_products_16x32(float (*c1)[4][4], float (*c2)[4][4], const uint32_t (*a1)[D / 16][4],
+                                          const uint32_t (*a2)[D / 16][4], const bool* live,
                                           const bf16 (*M1)[D + 8], const bf16 (*M2)[D + 8]) {
-    for (int nt = 0; nt < 4; nt++)
-        for (int e = 0; e < 4; e++) c1[nt][e] = c2[nt][e] = 0.0f;
+    #pragma unroll
+    for (int i = 0; i < MT; i++)
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) c1[i][nt][e] = c2[i][nt][e] = 0.0f;
     for (int kc = 0; kc < D / 16; kc++)
         for (int nt = 0; nt < 4; nt += 2) {
             uint32_t b1[2][2], b2[2][2];
             b_frags_nk<LDSM>(b1, M1, nt * 8, kc * 16);
             b_frags_nk<LDSM>(b2, M2, nt * 8, kc * 16);
-            for (int j = 0; j < 2; j++) {
-                mma_bf16_16816(c1[nt + j], a1[kc], b1[j]);
-                mma_bf16_16816(c2[nt + j], a2[kc], b2[j]);
-            }
+            #pragma unroll
+            for (int i = 0; i < MT; i++)
+                if (live[i])
+                    for (int j = 0; j < 2; j++) {
+                        mma_bf16_16816(c1[i][nt + j], a1[i][kc], b1[j]);
+                        mma_bf16_16816(c2[i][nt + j], a2[i][kc], b2[j]);
+                    }
         }
 }
 
@@ -553,7 +565,8 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
         __syncthreads();  // this tile is in buffer buf, and every warp is done with the other one
         if (q0 + 32 < T_) stage(buf ^ 1, q0 + 32);  // the next tile arrives while this one is used
         float st[4][4], dpt[4][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: this warp's 16 keys × 32 queries
-        two_products_16x32<LDSM, D>(st, dpt, kf, vf, Qs[buf], dOs[buf]);
+        const bool live = true;  // every query tile here reaches some of the block's keys
+        two_products_16x32<LDSM, D, 1>(&st, &dpt, &kf, &vf, &live, Qs[buf], dOs[buf]);
         if (q0 < kt * 64 + 64) mask_future<4, true>(st, key0, q0);  // the tiles that reach the diagonal
         for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt (queries past T: lse2 = ∞, p = 0)
             for (int e = 0; e < 4; e++) {
@@ -588,8 +601,9 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
     }
 }
 
-// Backward pass 2: dQ for 64 queries per block (16 per warp), over key tiles of 32.
-template <int D, bool LDSM, bool ASYNC>
+// Backward pass 2: dQ for 64·MT queries per block, MT m-tiles of 16 rows per warp (1, or 2 for hs
+// 64: each K fragment from shared memory feeds two mma, as in the forward), over key tiles of 32.
+template <int D, bool LDSM, bool ASYNC, int MT>
 __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                 const float* lse, const float* Dv, int T_, int C, int NH) {
     __shared__ __align__(16) bf16 Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
@@ -600,21 +614,25 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
     const bf16* dO = dout + (size_t)b * T_ * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
-    const int row0 = qt * 64 + warp * 16, rows[2] = {row0 + g, row0 + g + 8};
-    float lse2[2], Dr[2];
-    for (int i = 0; i < 2; i++) {
-        bool in = rows[i] < T_;
-        lse2[i] = in ? lse[((size_t)b * NH + h) * T_ + rows[i]] * LOG2E : INFINITY;
-        Dr[i] = in ? Dv[((size_t)b * NH + h) * T_ + rows[i]] : 0.0f;
+    int row0[MT];  // m-tile i: rows row0[i] + g and + g + 8
+    float lse2[MT][2], Dr[MT][2];
+    uint32_t qf[MT][D / 16][4], of[MT][D / 16][4];
+    float dq[MT][D / 8][4];
+    #pragma unroll
+    for (int i = 0; i < MT; i++) {
+        row0[i] = qt * 64 * MT + (warp * MT + i) * 16;
+        for (int r = 0; r < 2; r++) {
+            const int row = row0[i] + g + 8 * r;
+            lse2[i][r] = row < T_ ? lse[((size_t)b * NH + h) * T_ + row] * LOG2E : INFINITY;
+            Dr[i][r] = row < T_ ? Dv[((size_t)b * NH + h) * T_ + row] : 0.0f;
+        }
+        for (int kc = 0; kc < D / 16; kc++) {
+            load_a_rows(qf[i][kc], q, C3, row0[i], T_, kc * 16);
+            load_a_rows(of[i][kc], dO, C, row0[i], T_, kc * 16);
+        }
+        for (int dt = 0; dt < D / 8; dt++) dq[i][dt][0] = dq[i][dt][1] = dq[i][dt][2] = dq[i][dt][3] = 0.0f;
     }
-    uint32_t qf[D / 16][4], of[D / 16][4];
-    for (int kc = 0; kc < D / 16; kc++) {
-        load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
-        load_a_rows(of[kc], dO, C, row0, T_, kc * 16);
-    }
-    float dq[D / 8][4];
-    for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
-    const int key_end = min(T_, (qt + 1) * 64);  // causal: no key after the block's last query
+    const int key_end = min(T_, (qt + 1) * 64 * MT);  // causal: no key after the block's last query
     auto stage = [&](int buf, int k0) {  // the key tile from k0 into buffer buf
         stage_rows<32, D, ASYNC>(Ks[buf], q + C, C3, k0, T_);
         stage_rows<32, D, ASYNC>(Vs[buf], q + 2 * C, C3, k0, T_);
@@ -624,42 +642,58 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
         stage_wait<ASYNC>();
         __syncthreads();  // this tile is in buffer buf, and every warp is done with the other one
         if (k0t + 32 < key_end) stage(buf ^ 1, k0t + 32);  // the next tile arrives while this one is used
-        float s[4][4], dp[4][4];  // S = Q·Kᵀ and dP = dO·Vᵀ: this warp's 16 queries × 32 keys
-        two_products_16x32<LDSM, D>(s, dp, qf, of, Ks[buf], Vs[buf]);
-        if (k0t + 31 > qt * 64) mask_future<4, false>(s, row0, k0t);  // the tiles that reach the diagonal (and T)
-        for (int nt = 0; nt < 4; nt++)  // dS into dp
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
-                dp[nt][e] = p * (dp[nt][e] - Dr[e / 2]);
-            }
-        for (int kc = 0; kc < 2; kc++) {  // dQ += dS·K over the 32 keys
-            uint32_t sa[4];
-            c_to_a(sa, dp[2 * kc], dp[2 * kc + 1]);
+        bool live[MT];  // m-tile i sees some key of this tile (else every one is after its rows)
+        #pragma unroll
+        for (int i = 0; i < MT; i++) live[i] = k0t <= row0[i] + 15;
+        float s[MT][4][4], dp[MT][4][4];  // S = Q·Kᵀ and dP = dO·Vᵀ: each m-tile's 16 queries × 32 keys
+        two_products_16x32<LDSM, D, MT>(s, dp, qf, of, live, Ks[buf], Vs[buf]);
+        uint32_t sa[MT][2][4];  // dS as the A operand of dQ += dS·K, 16 keys at a time
+        #pragma unroll
+        for (int i = 0; i < MT; i++) {
+            if (!live[i]) continue;
+            if (k0t + 31 > row0[i]) mask_future<4, false>(s[i], row0[i], k0t);  // the tiles that reach the diagonal (and T)
+            for (int nt = 0; nt < 4; nt++)  // dS into dp
+                for (int e = 0; e < 4; e++) {
+                    const float p = exp2f(fmaf(s[i][nt][e], sl2, -lse2[i][e / 2]));
+                    dp[i][nt][e] = p * (dp[i][nt][e] - Dr[i][e / 2]);
+                }
+            for (int kc = 0; kc < 2; kc++) c_to_a(sa[i][kc], dp[i][2 * kc], dp[i][2 * kc + 1]);
+        }
+        for (int kc = 0; kc < 2; kc++)  // dQ += dS·K over the 32 keys
             for (int dt = 0; dt < D / 8; dt += 2) {
                 uint32_t kb[2][2];
                 b_frags_kn<LDSM>(kb, Ks[buf], kc * 16, dt * 8);
-                mma_bf16_16816(dq[dt], sa, kb[0]);
-                mma_bf16_16816(dq[dt + 1], sa, kb[1]);
+                #pragma unroll
+                for (int i = 0; i < MT; i++)
+                    if (live[i]) {
+                        mma_bf16_16816(dq[i][dt], sa[i][kc], kb[0]);
+                        mma_bf16_16816(dq[i][dt + 1], sa[i][kc], kb[1]);
+                    }
             }
-        }
     }
     const float scale = rsqrtf((float)D);
-    for (int i = 0; i < 2; i++) {
-        if (rows[i] >= T_) continue;
-        bf16* qrow = dqkv + ((size_t)b * T_ + rows[i]) * C3 + h * D;
-        for (int dt = 0; dt < D / 8; dt++)
-            *reinterpret_cast<uint32_t*>(qrow + dt * 8 + 2 * t) = pack_bf16(dq[dt][2 * i] * scale, dq[dt][2 * i + 1] * scale);
-    }
+    #pragma unroll
+    for (int i = 0; i < MT; i++)
+        for (int r = 0; r < 2; r++) {
+            const int row = row0[i] + g + 8 * r;
+            if (row >= T_) continue;
+            bf16* qrow = dqkv + ((size_t)b * T_ + row) * C3 + h * D;
+            for (int dt = 0; dt < D / 8; dt++)
+                *reinterpret_cast<uint32_t*>(qrow + dt * 8 + 2 * t) = pack_bf16(dq[i][dt][2 * r] * scale, dq[i][dt][2 * r + 1] * scale);
+        }
 }
 
 // The flash kernels run bf16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
 // Switches, for comparison (dev/cuda/attention.cu, gpucheck_ops): g_flash_attention = false forces
 // the warp-per-row kernels; g_flash_ldmatrix = false the per-lane shared-memory loads;
 // g_flash_async = false stages tiles through registers, each before its use (no cp.async);
-// g_flash_backward_passes runs one backward pass alone (its dqkv part only: timing).
+// g_flash_backward_passes runs one backward pass alone (its dqkv part only: timing);
+// g_flash_forward_rows and g_flash_dq_rows = 32 give head size 64 two m-tiles per warp (the
+// same bits; 190-240 registers, so half the blocks per SM: which is faster is for the GPU to say).
 inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
 inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ pass (to time them apart)
 inline int g_flash_forward_rows = 16;    // query rows per warp in the forward: 16, or 32 (head size 64 only)
+inline int g_flash_dq_rows = 16;         // query rows per warp in the backward's dQ pass: 16, or 32 (head size 64 only)
 template <class T> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
     return std::is_same_v<T, bf16> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
@@ -703,8 +737,14 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
             const dim3 grid(NH, B, ceil_div(T_, 64));
             if (g_flash_backward_passes & 1)
                 flash_backward_dkv_kernel<D, L, A><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
-            if (g_flash_backward_passes & 2)
-                flash_backward_dq_kernel<D, L, A><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+            if (g_flash_backward_passes & 2) [&] {
+                if constexpr (D == 64)
+                    if (g_flash_dq_rows == 32) {
+                        flash_backward_dq_kernel<D, L, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        return;
+                    }
+                flash_backward_dq_kernel<D, L, A, 1><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+            }();
             CUDA_LAUNCH_CHECK();
         });
 }

@@ -11,8 +11,8 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
   v5: v4 with tiles copied to shared memory by cp.async while the warps compute (forward: V(kt)
       during S = Q·K(kt)ᵀ, K(kt+1) during O += P·V(kt); backward: double-buffered tiles) — the
       default for bf16 in the trainer. v3 and v4 stage each tile through registers before use.
-  v6: v5 with 32 query rows per warp in the forward (head size 64): each K and V fragment read
-      from shared memory feeds two mma (the backward is v5's)
+  v6: v5 with 32 query rows per warp in the forward and in the backward's dQ pass (head size
+      64): each K and V fragment read from shared memory feeds two mma (the dK/dV pass is v5's)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -21,8 +21,8 @@ Reports each version's max relative error against the CPU op and its time and TF
 2.5× that for the backward).
 usage: ./build/dev_attention [B T C NH [time]]   (default GPT-2 124M: 8 1024 768 12)
   "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
-          for long sequences (dev/bench/bench_vs_torch.sh)
-For v5 the backward's time is also split between its two passes (backward_split below).
+          for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times
+For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
 #include "common.cuh"
 
@@ -61,8 +61,16 @@ int main(int argc, char** argv) {
         float msb = time_ms([&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH); });
         printf("forward  %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msf, flops_fwd / msf / 1e9);
         printf("backward %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msb, 2.5 * flops_fwd / msb / 1e9);
-        if (use_flash<bf16>(C, NH))
-            backward_split([&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH); }, flops_fwd, msb);
+        auto bwd = [&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH); };
+        if (use_flash<bf16>(C, NH)) backward_split(bwd, flops_fwd, msb);
+        if (use_flash<bf16>(C, NH) && C / NH == 64) {  // v6: 32 query rows per warp in the forward and the dQ pass
+            g_flash_forward_rows = g_flash_dq_rows = 32;
+            float f32 = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH); }), b32 = time_ms(bwd);
+            printf("  with 32 query rows per warp (v6): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
+                   f32, flops_fwd / f32 / 1e9, b32, 2.5 * flops_fwd / b32 / 1e9);
+            backward_split(bwd, flops_fwd, b32);
+            g_flash_forward_rows = g_flash_dq_rows = 16;
+        }
         return 0;
     }
     auto qkv = dev_randn((size_t)B * T * 3 * C), dout = dev_randn((size_t)B * T * C);
@@ -88,13 +96,13 @@ int main(int argc, char** argv) {
     DevBuf<bf16> g_qkv(bqkv), g_out(bout), g_dout(bdout), g_dqkv(bdqkv);
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
-                           "v6 v5 + 32 rows/warp forward"};
+                           "v6 v5 + 32 rows/warp fwd, dQ"};
     for (int v = 2; v <= 6; v++) {
         const bool flash = v >= 3;
         g_flash_attention = flash;
         g_flash_ldmatrix = v >= 4;
         g_flash_async = v >= 5;
-        g_flash_forward_rows = v == 6 ? 32 : 16;
+        g_flash_forward_rows = g_flash_dq_rows = v == 6 ? 32 : 16;
         const char* name = names[v];
         if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
         if (v == 6 && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
@@ -104,9 +112,9 @@ int main(int argc, char** argv) {
         printf("forward  %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_out, g_out.host(), 1e-2), msf, flops_fwd / msf / 1e9);
         float msb = time_ms(b);
         printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_dqkv, g_dqkv.host(), 1e-2), msb, 2.5 * flops_fwd / msb / 1e9);
-        if (v == 5) backward_split(b, flops_fwd, msb);
+        if (v >= 5) backward_split(b, flops_fwd, msb);
     }
     g_flash_attention = g_flash_ldmatrix = g_flash_async = true;
-    g_flash_forward_rows = 16;
+    g_flash_forward_rows = g_flash_dq_rows = 16;
     return dev_done();
 }
