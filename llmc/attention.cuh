@@ -39,7 +39,8 @@ head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 a
             K and V take turns in flight: V(kt) is copied in while S = Q·K(kt)ᵀ is computed,
             K(kt+1) while O += P·V(kt) is, so the loads hide behind the mma work.
   backward  two deterministic passes, no atomics (like the fp32 path): (1) a block per 64 keys
-            (4 warps × 16) walks the query tiles of 32 from the diagonal down and accumulates
+            (4 warps × 16) walks the query tiles of 32 from the diagonal down (a warp skips a
+            tile whose queries all come before its keys) and accumulates
             dK, dV in registers, computing the transposed products Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ so
             that Pᵀ and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q;
             (2) a block per 64 queries walks the key tiles of 32 and accumulates dQ += dS·K
@@ -565,9 +566,10 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
         __syncthreads();  // this tile is in buffer buf, and every warp is done with the other one
         if (q0 + 32 < T_) stage(buf ^ 1, q0 + 32);  // the next tile arrives while this one is used
         float st[4][4], dpt[4][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: this warp's 16 keys × 32 queries
-        const bool live = true;  // every query tile here reaches some of the block's keys
+        const bool live = q0 + 31 >= key0;  // some query of the tile comes at or after some of this warp's keys
+        if (!live) continue;  // (the first tile, for the block's last 16 or 32 keys: every entry would be masked)
         two_products_16x32<LDSM, D, 1>(&st, &dpt, &kf, &vf, &live, Qs[buf], dOs[buf]);
-        if (q0 < kt * 64 + 64) mask_future<4, true>(st, key0, q0);  // the tiles that reach the diagonal
+        if (q0 < key0 + 15) mask_future<4, true>(st, key0, q0);  // the tiles that reach the diagonal
         for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt (queries past T: lse2 = ∞, p = 0)
             for (int e = 0; e < 4; e++) {
                 const int col = nt * 8 + 2 * t + (e & 1);
