@@ -202,18 +202,25 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int B
     if (lane == 0) lse[((size_t)b * NH + h) * T_ + t] = m + logf(l);
 }
 
-// D[b,h,t] = dout_t · out_t
-template <class T>
+// D[b,h,t] = dout_t · out_t over the head's channels. 8 lanes per (b, t, h) row, 4 rows per warp,
+// rows in memory order (b, t, h: row r's channels are elements [r·hs, r·hs + hs) of dout and of
+// out), so a warp reads one contiguous stretch of each; V elements per load (16 bytes where hs
+// and the pointers allow).
+template <class T, int V>
 __global__ void attention_backward_D_kernel(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= B * NH * T_) return;
-    int t = row % T_, h = (row / T_) % NH, b = row / (T_ * NH), hs = C / NH;
-    const T* dO = dout + ((size_t)b * T_ + t) * C + h * hs;
-    const T* O = out + ((size_t)b * T_ + t) * C + h * hs;
+    const size_t rows = (size_t)B * T_ * NH, r = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 8;
+    const int sub = threadIdx.x % 8, hs = C / NH;
     float s = 0.0f;
-    for (int i = lane; i < hs; i += 32) s += to_f(dO[i]) * to_f(O[i]);
-    s = warp_sum(s);
-    if (lane == 0) D[row] = s;
+    if (r < rows)
+        for (int c = sub * V; c < hs; c += 8 * V) {
+            Pack<T, V> dp = load_pack<V>(dout + r * hs + c), op = load_pack<V>(out + r * hs + c);
+            for (int k = 0; k < V; k++) s += to_f(dp.v[k]) * to_f(op.v[k]);
+        }
+    for (int o = 4; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);  // the row's 8 lanes
+    if (r < rows && sub == 0) {
+        const size_t bt = r / NH, b = bt / T_, t = bt % T_, h = r % NH;
+        D[(b * NH + h) * T_ + t] = s;
+    }
 }
 
 // one warp per query row t: dq_t = Σ_{j≤t} ds_j · k_j / √hs
@@ -779,7 +786,11 @@ inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* 
         static Buf<float> D_buf;
         float* D = gpu_scratch(D_buf, ctx, rows);
         int grid = (int)ceil_div(rows, 8);
-        attention_backward_D_kernel<<<grid, 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+        constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
+        if (pack_width<T>(C / NH, {dout, out}) > 1)
+            attention_backward_D_kernel<T, P><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+        else
+            attention_backward_D_kernel<T, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
         if (use_flash<T>(C, NH)) { flash_backward(ctx, dqkv, dout, qkv, lse, D, B, T_, C, NH); return; }
         attention_backward_dq_kernel<<<grid, 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, C, NH);
         attention_backward_dkv_kernel<<<grid, 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, C, NH);
