@@ -574,8 +574,8 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
         if (q0 + 32 < T_) stage(buf ^ 1, q0 + 32);  // the next tile arrives while this one is used
         float st[4][4], dpt[4][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: this warp's 16 keys × 32 queries
         const bool live = q0 + 31 >= key0;  // some query of the tile comes at or after some of this warp's keys
-        if (!live) continue;  // (the first tile, for the block's last 16 or 32 keys: every entry would be masked)
-        two_products_16x32<LDSM, D, 1>(&st, &dpt, &kf, &vf, &live, Qs[buf], dOs[buf]);
+        if (!live) continue;  // (only the first tile, for warps 2 and 3: every entry would be masked)
+        two_products_16x32<LDSM, D, 1>(&st, &dpt, &kf, &vf, &live, Qs[buf], dOs[buf]);  // (live: true here)
         if (q0 < key0 + 15) mask_future<4, true>(st, key0, q0);  // the tiles that reach the diagonal
         for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt (queries past T: lse2 = ∞, p = 0)
             for (int e = 0; e < 4; e++) {
