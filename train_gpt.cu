@@ -186,7 +186,8 @@ static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, int steps, std
     double sum = 0.0;
     for (int i = 0; i < steps; i++) {
         dataloader_next(val, x.data(), y.data());
-        sum += gpt_forward(ctx, g, x.data(), y.data(), val->B, val->T, 0.0f);
+        gpt_forward(ctx, g, x.data(), y.data(), val->B, val->T, 0.0f);
+        sum += gpt_mean_loss(g);
     }
     comm_sum_doubles(dp, &sum, 1);
     return (float)(sum / (steps * dp.size));
@@ -421,8 +422,9 @@ int main(int argc, char** argv) {
             for (int micro = 0; micro < accum; micro++) {
                 dpar.last_micro = micro == accum - 1;
                 dataloader_next(&train_loader, x.data(), y.data());
-                loss_sum += gpt_forward(ctx, &model, x.data(), y.data(), B, T, dloss);
+                gpt_forward(ctx, &model, x.data(), y.data(), B, T, dloss);
                 gpt_backward(ctx, &model, B, T);
+                loss_sum += gpt_mean_loss(&model);  // waits for the loss copy alone: the backward is still running
             }
             { CommScope prof(ctx, mesh.dp_group, "loss and norm sums"); comm_sum_doubles(mesh.dp_group, &loss_sum, 1); }
             float loss = (float)(loss_sum / (accum * dp));

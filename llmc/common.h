@@ -303,6 +303,109 @@ inline void ctx_zero(const Ctx& ctx, void* p, size_t bytes) {
     memset(p, 0, bytes);
 }
 
+// Copies the host does not wait for. ctx_copy waits for the whole stream: inside a micro-step
+// that drains the GPU's queue, which then idles while the host launches the next kernels. A
+// HostStage is a page-locked host buffer and an event: stage_upload copies host bytes into it
+// and queues the copy to the device; stage_download queues a copy from the device into it, and
+// stage_wait waits for that copy alone (not for the work queued after it) before the host reads.
+// The next use of a stage first waits for its last copy, since the copy engine reads or writes
+// the buffer after the call has returned; in a training loop that copy is long done by then.
+// On the CPU the stage is plain memory and every copy is complete when it returns.
+struct HostStage {
+    void* host = nullptr;
+    size_t cap = 0;
+    Device dev = Device::CPU;
+#ifdef LLMC_CUDA
+    cudaEvent_t done = nullptr;
+    bool pending = false;  // a copy into or out of `host` may still be running
+#endif
+    HostStage() = default;
+    HostStage(const HostStage&) = delete;
+    HostStage& operator=(const HostStage&) = delete;
+    HostStage(HostStage&& o) noexcept { *this = std::move(o); }
+    HostStage& operator=(HostStage&& o) noexcept {
+        if (this != &o) {
+            release();
+            host = o.host; cap = o.cap; dev = o.dev; o.host = nullptr; o.cap = 0;
+#ifdef LLMC_CUDA
+            done = o.done; pending = o.pending; o.done = nullptr; o.pending = false;
+#endif
+        }
+        return *this;
+    }
+    ~HostStage() { release(); }
+    void release() {  // (unchecked: a static stage may outlive the CUDA runtime at exit)
+#ifdef LLMC_CUDA
+        if (dev == Device::CUDA) {
+            if (done) { cudaEventSynchronize(done); cudaEventDestroy(done); }
+            if (host) cudaFreeHost(host);
+            done = nullptr; pending = false; host = nullptr; cap = 0;
+            return;
+        }
+#endif
+        free(host); host = nullptr; cap = 0;
+    }
+};
+
+// Waits for the stage's last copy; its host buffer may then be read (after a download) or reused.
+inline const void* stage_wait(HostStage& s) {
+#ifdef LLMC_CUDA
+    if (s.pending) { CUDA_CHECK(cudaEventSynchronize(s.done)); s.pending = false; }
+#endif
+    return s.host;
+}
+
+// The stage's host buffer, at least `bytes` long, on ctx's device kind, free to write.
+inline void* stage_reserve(const Ctx& ctx, HostStage& s, size_t bytes) {
+    stage_wait(s);
+    if (s.cap >= bytes && s.dev == ctx.device) return s.host;
+    s.release();
+    s.dev = ctx.device;
+    size_t alloc = std::max<size_t>(64, ceil_div(bytes, 64) * 64);
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        if (cudaMallocHost(&s.host, alloc) != cudaSuccess) fatal("out of page-locked host memory allocating %zu bytes", alloc);
+        CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+        s.cap = alloc;
+        return s.host;
+    }
+#endif
+    s.host = aligned_alloc(64, alloc);
+    if (!s.host) fatal("out of memory allocating %zu bytes", alloc);
+    s.cap = alloc;
+    return s.host;
+}
+
+// dst (on ctx's device) ← src (host), without waiting; src may be reused as soon as it returns.
+inline void stage_upload(const Ctx& ctx, HostStage& s, void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        memcpy(stage_reserve(ctx, s, bytes), src, bytes);
+        CUDA_CHECK(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, ctx.stream));
+        CUDA_CHECK(cudaEventRecord(s.done, ctx.stream));
+        s.pending = true;
+        return;
+    }
+#endif
+    (void)s;
+    memcpy(dst, src, bytes);
+}
+
+// stage ← src (on ctx's device), without waiting; stage_wait(s) then returns the bytes.
+inline void stage_download(const Ctx& ctx, HostStage& s, const void* src, size_t bytes) {
+    void* h = stage_reserve(ctx, s, bytes);
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        CUDA_CHECK(cudaMemcpyAsync(h, src, bytes, cudaMemcpyDeviceToHost, ctx.stream));
+        CUDA_CHECK(cudaEventRecord(s.done, ctx.stream));
+        s.pending = true;
+        return;
+    }
+#endif
+    memcpy(h, src, bytes);
+}
+
 inline size_t g_gpu_bytes = 0, g_gpu_bytes_peak = 0;  // Buf's GPU memory now, and its high-water mark
 
 // An owned, zero-initialized array of n T on a device. Move-only.

@@ -93,9 +93,12 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
     idx.insert(idx.end(), uniq.begin(), uniq.end());
     idx.insert(idx.end(), start.begin(), start.end());
     idx.insert(idx.end(), order.begin(), order.end());
+    // uploaded without waiting for the GPU (common.h's HostStage); sized for any U ≤ BT, so the
+    // buffer a queued kernel may still read is never reallocated
     static Buf<int> dev_idx;
-    int* d = gpu_scratch(dev_idx, ctx, idx.size());
-    ctx_copy(ctx, d, idx.data(), idx.size() * sizeof(int));
+    static HostStage stage;
+    int* d = gpu_scratch(dev_idx, ctx, 3 * (size_t)BT + 1);
+    stage_upload(ctx, stage, d, idx.data(), idx.size() * sizeof(int));
     dim3 grid_wte(U, ceil_div(C, 128)), grid_wpe(ceil_div(C, 128), T_);
     encoder_backward_wte_kernel<<<grid_wte, 128, 0, ctx.stream>>>(dwte, dout, d, d + U, d + 2 * U + 1, C);
     encoder_backward_wpe_kernel<<<grid_wpe, 128, 0, ctx.stream>>>(dwpe, dout, B, T_, C);

@@ -192,8 +192,9 @@ template <class floatX> struct Activations {  // on the Ctx's device, for B·T p
     Buf<floatX> dresidual, dbtc, dqkv, dfch;
     Buf<int> tokens, targets;
     std::vector<int> tokens_host;   // the same tokens in host memory (the encoder backward groups by them)
-    std::vector<float> losses_host;
+    HostStage tokens_in, targets_in, losses_out;  // copies the host does not wait for (common.h)
     int B = 0, T = 0;
+    int loss_count = 0;  // positions whose losses the last gpt_forward is copying back (0: it had no targets)
 };
 
 // How the owner of the parameters follows the model's use of them (see the header).
@@ -274,7 +275,7 @@ template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g,
     a.dresidual.alloc(ctx, BT * C); a.dbtc.alloc(ctx, BT * C); a.dqkv.alloc(ctx, BT * 3 * C);
     a.dfch.alloc(ctx, BT * 4 * C);
     a.tokens.alloc(ctx, BT); a.targets.alloc(ctx, BT);
-    a.tokens_host.assign(BT, 0); a.losses_host.assign(BT, 0.0f);
+    a.tokens_host.assign(BT, 0);
     a.B = B; a.T = T_;
 }
 
@@ -348,11 +349,14 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
                        a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, BT, C);
 }
 
-// Forward over B×T tokens. With targets, returns the mean loss; with dloss ≠ 0 the logits
-// buffer is left holding ∂loss/∂logits (scaled by dloss) for gpt_backward. Without targets,
-// the logits are left for sampling and the return value is 0.
+// Forward over B×T tokens. With targets, the per-position losses are on their way to the host
+// when it returns, and gpt_mean_loss gives their mean; with dloss ≠ 0 the logits buffer is left
+// holding ∂loss/∂logits (scaled by dloss) for gpt_backward. Without targets, the logits are left
+// for sampling. On a GPU nothing here waits for the GPU: a training loop calls gpt_forward,
+// gpt_backward, then gpt_mean_loss, which waits only for the loss copy queued before the
+// backward, so the GPU's queue never runs dry inside a step.
 template <class T>
-inline float gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int* targets, int B, int T_, float dloss) {
+inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int* targets, int B, int T_, float dloss) {
     const GPTConfig& c = g->config;
     if (T_ > c.max_seq_len) fatal("sequence length %d exceeds the model's maximum %d", T_, c.max_seq_len);
     gpt_ensure_activations(ctx, g, B, T_);
@@ -361,7 +365,7 @@ inline float gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int
     const size_t BTC = (size_t)BT * C;
     const ParamLayout& p = g->layout;
     memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
-    ctx_copy(ctx, a.tokens.data(), tokens, BT * sizeof(int));
+    stage_upload(ctx, a.tokens_in, a.tokens.data(), tokens, BT * sizeof(int));
     acquire(g, 0);
     encoder_forward(ctx, a.encoded.data(), a.tokens.data(), g->params[0] + p.wte, g->params[0] + p.wpe, B, T_, C);
     release(g, 0);
@@ -379,16 +383,25 @@ inline float gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int
     acquire(g, 0);
     matmul_forward(ctx, a.logits.data(), a.lnf.data(), g->params[0] + p.wte, nullptr, BT, C, c.padded_vocab_size);
     release(g, 0);
-    if (!targets) return 0.0f;
+    a.loss_count = targets ? BT : 0;
+    if (!targets) return;
     for (int i = 0; i < BT; i++)
         if (targets[i] < 0 || targets[i] >= c.vocab_size)
             fatal("target token %d at position %d is outside the model's vocabulary (V=%d)", targets[i], i, c.vocab_size);
-    ctx_copy(ctx, a.targets.data(), targets, BT * sizeof(int));
+    stage_upload(ctx, a.targets_in, a.targets.data(), targets, BT * sizeof(int));
     fused_classifier(ctx, a.logits.data(), a.losses.data(), a.targets.data(), BT, c.vocab_size, c.padded_vocab_size, dloss);
-    ctx_copy(ctx, a.losses_host.data(), a.losses.data(), BT * sizeof(float));
+    stage_download(ctx, a.losses_out, a.losses.data(), BT * sizeof(float));
+}
+
+// The mean loss of the last gpt_forward (which must have had targets), summed in a fixed order
+// in double on the host. Waits for the loss copy alone, not for what was queued after it.
+template <class T> inline float gpt_mean_loss(GPT<T>* g) {
+    Activations<T>& a = g->acts;
+    CHECK(a.loss_count > 0, "gpt_mean_loss: the last gpt_forward had no targets");
+    const float* losses = (const float*)stage_wait(a.losses_out);
     double sum = 0.0;
-    for (int i = 0; i < BT; i++) sum += a.losses_host[i];
-    return (float)(sum / BT);
+    for (int i = 0; i < a.loss_count; i++) sum += losses[i];
+    return (float)(sum / a.loss_count);
 }
 
 // Backward of the last gpt_forward (which must have had targets and dloss ≠ 0).

@@ -63,6 +63,7 @@ test/test_simt.cpp.
 #define LLMC_SIMT 1
 #endif
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdarg>
@@ -497,7 +498,22 @@ inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { static char dummy; *s = (cudaStream_t)&dummy; return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// Calls after which the host has waited for all queued GPU work (a stream or device sync, a
+// synchronous cudaMemcpy, cudaFree): on a GPU each drains the queue, and the GPU idles until the
+// host launches again. Everything is synchronous here, so they are only counted; with
+// SIMT_COUNT_WAITS set the count is printed at exit (test_gpu_train.sh checks that a step's
+// count does not grow with its micro-steps). Waiting for an event is not counted: it waits
+// only for the work queued before the event.
+namespace simt {
+inline std::atomic<long> g_full_waits{0};
+struct FullWaitReport {
+    ~FullWaitReport() {
+        if (getenv("SIMT_COUNT_WAITS")) fprintf(stderr, "simt: the host waited for all queued GPU work %ld times\n", g_full_waits.load());
+    }
+};
+inline FullWaitReport g_full_wait_report;
+}  // namespace simt
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { simt::g_full_waits++; return cudaSuccess; }
 // events time the (synchronous) emulation by the host clock: meaningless as GPU timings, there
 // so that the dev/cuda playgrounds run on the emulator too
 struct CUevent_st { double t; };
@@ -515,15 +531,21 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->t - a->t); return cudaSuccess; }
 struct cudaDeviceProp { char name[256] = "CPU SIMT emulator (test/simt.h)"; };
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp{}; return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; return cudaSuccess; }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
     *p = (T*)simt::device_alloc(bytes);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
-inline cudaError_t cudaFree(void* p) { if (p) simt::device_free(p); return cudaSuccess; }
+inline cudaError_t cudaFree(void* p) { simt::g_full_waits++; if (p) simt::device_free(p); return cudaSuccess; }
+// page-locked host memory is plain host memory here (copies are synchronous anyway)
+inline cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { memset(p, v, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { memmove(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { simt::g_full_waits++; memmove(d, s, n); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) { memmove(d, s, n); return cudaSuccess; }
 inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
     memset(a, 0, sizeof(*a));

@@ -2,6 +2,9 @@
 # test_gpu_train — whole trainings on --device cuda against the CPU run of the same flags.
 #   fp32  10 steps, per-step loss within 1e-4 of the CPU (fp32 both sides; the GPU sums in other
 #         orders: ~1e-6 observed), the loss falls, two GPU runs are bit-identical
+#   waits (emulator only) the host waits for all queued GPU work at most once per optimizer step
+#         (the gradient norm, which it needs to clip), however many micro-steps the step has:
+#         inside a step nothing drains the GPU's queue (model.h's gpt_forward / gpt_mean_loss)
 #   bf16  the same in bf16 (GPU kernels vs the CPU's bf16 emulation): within 2e-2 (the CUDA
 #         issue's bf16 bound; the flash kernel's bf16 P·V and different rounding points move a
 #         2-layer model's loss by ~1e-4), falling, bit-identical runs
@@ -33,3 +36,15 @@ PY
 }
 gpu_vs_cpu fp32 1e-4
 gpu_vs_cpu bf16 2e-2
+host_waits() {  # host_waits STEPS TOTAL_BATCH_TOKENS: the emulator's count of full waits (empty on a GPU)
+    SIMT_COUNT_WAITS=1 "$BIN" --device cuda --model d2 --batch-size 4 --seq-len 64 --steps "$1" --val-data "" \
+        --total-batch-tokens "$2" 2>&1 >/dev/null | sed -n 's/^simt: the host waited for all queued GPU work \([0-9]*\) times$/\1/p'
+}
+w31=$(host_waits 3 256)
+if [ -n "$w31" ]; then
+    w34=$(host_waits 3 1024) w61=$(host_waits 6 256)
+    [ "$w34" = "$w31" ] && r=ok || r="not ok"
+    echo "$r - host waits for the whole GPU queue do not grow with micro-steps (3 steps: $w31 with 1 micro-step each, $w34 with 4)"
+    [ $((w61 - w31)) -le 3 ] && r=ok || r="not ok"
+    echo "$r - at most one host wait for the whole GPU queue per optimizer step (3 more steps: $((w61 - w31)) more)"
+fi
