@@ -44,7 +44,7 @@ want pytorch && part "test_vs_pytorch (cuda)" env DEVICE=cuda "$PY" test/test_vs
 # over its bound) and its timing, for the log
 playground=(bash -c '"$@" && echo "ok - $*: every version within its bound of the CPU op"' playground)
 if want playgrounds; then
-    for p in build/dev_attention build/dev_layernorm build/dev_classifier build/dev_adamw; do
+    for p in build/dev_attention build/dev_layernorm build/dev_classifier build/dev_adamw build/dev_matmul; do
         [ -x "$p" ] && part "$p" "${playground[@]}" "$p"
     done
     [ -x build/dev_attention ] && part "build/dev_attention, head size 128" "${playground[@]}" build/dev_attention 4 1024 1024 8

@@ -63,7 +63,7 @@ part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward
 part "simcheck_ops (CUDA kernels emulated, reverse order)" env SIMT_ORDER=reverse build/simcheck_ops
 dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/common.cuh)
     local args out
-    for args in "attention 1 64 128 2" "attention 1 70 256 2" "layernorm 100 768" "layernorm 300 200" "classifier 64 1000 1024" "adamw 100003"; do
+    for args in "attention 1 64 128 2" "attention 1 70 256 2" "layernorm 100 768" "layernorm 300 200" "classifier 64 1000 1024" "adamw 100003" "matmul 64 48 104" "matmul 40 24 56 17"; do
         set -- $args
         if out=$("build/simt_dev_$1" "${@:2}" 2>&1); then echo "ok - dev/cuda/$1.cu ${*:2}: every version within its bound"
         else echo "$out"; echo "not ok - dev/cuda/$1.cu ${*:2}"; fi
@@ -72,7 +72,7 @@ dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/com
 part "dev/cuda playgrounds (emulated)" dev_playgrounds
 torch_baselines() {  # make bench's PyTorch side (dev/bench/torch_baselines.py) on tiny CPU shapes
     local args out
-    for args in "sdpa 1 32 2 16" "gpt2 124M 1 16" "kernels 64 48 16 100 104 1000"; do
+    for args in "sdpa 1 32 2 16" "gpt2 124M 1 16" "kernels 64 48 16 100 104 1000" "matmul 64 48 104"; do
         set -- $args
         out=$(/usr/bin/python3 dev/bench/torch_baselines.py "$@" --cpu 2>&1)
         if echo "$out" | tail -1 | /usr/bin/python3 -c "

@@ -8,7 +8,9 @@
 # ratio = the faster PyTorch time / ours (≥ 1: ours faster). These ops move bytes, so the
 # table also gives ours in GB/s over the bytes that must move (each playground's header says
 # which); against the device-to-device copy rate (~3 TB/s on an H100 SXM) it says how much is
-# left. Matmuls are cuBLASLt on both sides, and attention has its own table (bench_vs_torch.sh).
+# left. A second table does the same for the linear layers (dev/cuda/matmul.cu; cuBLASLt with
+# the GELU in its epilogues here, cuBLAS through F.linear there), forward + backward in TFLOP/s.
+# Attention has its own table (bench_vs_torch.sh).
 # Needs a python3 with PyTorch ≥ 2.0 and CUDA. Prints a markdown table.
 set -u
 cd "$(dirname "$0")/../.."
@@ -22,7 +24,9 @@ limit=${RUN_LIMIT:-300}
 timeout -k 10 "$limit" ./build/dev_layernorm $N $C >"$tmp/layernorm.txt" 2>&1
 timeout -k 10 "$limit" ./build/dev_classifier $NC $V $Vp >"$tmp/classifier.txt" 2>&1
 timeout -k 10 "$limit" ./build/dev_adamw $P >"$tmp/adamw.txt" 2>&1
+timeout -k 10 "$limit" ./build/dev_matmul $N $C $Vp >"$tmp/matmul.txt" 2>&1
 timeout -k 10 "$limit" $PY dev/bench/torch_baselines.py kernels $N $C $NC $V $Vp $P >"$tmp/torch.json" 2>"$tmp/torch.err"
+timeout -k 10 "$limit" $PY dev/bench/torch_baselines.py matmul $N $C $Vp >"$tmp/torch_matmul.json" 2>"$tmp/torch_matmul.err"
 echo "# bench_kernels on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), $($PY -c 'import torch; print("torch", torch.__version__)')"
 echo
 $PY - "$tmp" $N $C $NC $Vp $P <<'PY'
@@ -63,8 +67,30 @@ for name, ms, key, nbytes in rows:
     print(f"| {name} | {fmt(ms)} | {nbytes / ms / 1e6:.0f} |" if ms else f"| {name} | failed | |", end="")
     print(f" {fmt(eager)} | {'n/a (fused=True)' if key == 'adamw_fused' else fmt(comp)} |", end="")
     print(f" {best / ms:.2f}× |" if ms and best else " |")
+
+# the linear layers: forward + backward, TFLOP/s over 2·N·C·OC per product (three per layer)
+try:
+    tm = json.loads(open(f"{tmp}/torch_matmul.json").read().strip().splitlines()[-1])
+except Exception:
+    tm = {}
+    err = open(f"{tmp}/torch_matmul.err").read().strip().splitlines()
+    print(f"\nPyTorch (matmul) failed: {err[-1] if err else 'no output'}")
+print()
+print("| linear layer, forward + backward (bf16, GPT-2 124M shapes) | ours ms | ours TFLOP/s | PyTorch eager ms | PyTorch compiled ms | PyTorch best / ours |")
+print("|---|---|---|---|---|---|")
+layers = [("qkv", f"qkv {N}×{C} → {3 * C}", C * 3 * C), ("attproj", f"attproj {N}×{C} → {C}", C * C),
+          ("mlp", f"MLP {N}×{C} → {4 * C}, GELU, → {C}", 2 * C * 4 * C), ("classifier", f"classifier {N}×{C} → {Vp}", C * Vp)]
+for key, name, products in layers:
+    ms = ours("matmul", rf"^v1 {key}\s.*?both\s+([\d.]+) ms")
+    eager, comp = tm.get(f"matmul_{key}_eager_ms"), tm.get(f"matmul_{key}_compiled_ms")
+    best = min((x for x in (eager, comp) if x is not None), default=None)
+    tflops = f"{6 * N * products / ms / 1e9:.0f}" if ms else ""
+    print(f"| {name} | {fmt(ms)} | {tflops} | {fmt(eager)} | {fmt(comp)} |" + (f" {best / ms:.2f}× |" if ms and best else " |"))
+v2 = ours("matmul", r"^v2 mlp\s.*?both\s+([\d.]+) ms")
+if v2:
+    print(f"\n(MLP with the GELU apart, dev/cuda/matmul.cu v2: {v2:.3f} ms.)")
 PY
-for p in layernorm classifier adamw; do
+for p in layernorm classifier adamw matmul; do
     grep -q "over the bound\|error" "$tmp/$p.txt" && { echo; echo "dev_$p reported:"; grep "error" "$tmp/$p.txt"; }
 done
 exit 0

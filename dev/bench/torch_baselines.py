@@ -18,6 +18,10 @@ torch_baselines.py — the PyTorch numbers `make bench` compares ours against, o
                    residual add and the LayerNorm after it; cross-entropy over NC rows of V
                    bf16 logits (padded to Vp) with its gradient, as under autocast (fp32 loss);
                    AdamW with fused=True over P fp32 parameters. Median times in ms.
+  matmul N C Vp    the linear layers of dev/cuda/matmul.cu on N×C bf16 rows, forward and
+                   backward together (dinp, dW, dbias; grads accumulate, as ours), eagerly and
+                   under torch.compile: qkv (C → 3C), attproj (C → C), the MLP (C → 4C, GELU
+                   tanh, 4C → C) and the classifier (C → Vp, no bias). Median times in ms.
 Each prints one JSON line. Needs PyTorch ≥ 2.0 with CUDA (the GPU image's python3). On a CPU
 machine `--cpu` runs tiny shapes uncompiled, to check that the script works.
 """
@@ -109,6 +113,27 @@ def kernels(N, C, NC, V, Vp, P, device):
     return r
 
 
+def matmul(N, C, Vp, device):
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    t, r = timer(device), {}
+    compile_ = torch.compile if device == "cuda" else (lambda f: f)
+    def both(name, fn, *args):  # as in kernels(): eagerly and compiled, 3 warm-ups then timed
+        for mode, f in (("eager", fn), ("compiled", compile_(fn))):
+            for _ in range(3): f(*args)
+            r[f"{name}_{mode}_ms"] = t(lambda: f(*args), 20)
+    rand = lambda *shape, scale=1.0: (scale * torch.randn(*shape, device=device, dtype=dt)).requires_grad_()
+    x = rand(N, C)
+    for name, OC, bias in (("qkv", 3 * C, True), ("attproj", C, True), ("classifier", Vp, False)):
+        W, b, dout = rand(OC, C, scale=0.05), rand(OC) if bias else None, torch.randn(N, OC, device=device, dtype=dt)
+        both(f"matmul_{name}", lambda x, W, b: F.linear(x, W, b).backward(dout), x, W, b)
+    W1, b1, W2, b2 = rand(4 * C, C, scale=0.05), rand(4 * C), rand(C, 4 * C, scale=0.05), rand(C)
+    dout = torch.randn(N, C, device=device, dtype=dt)
+    mlp = lambda x, W1, b1, W2, b2: F.linear(F.gelu(F.linear(x, W1, b1), approximate="tanh"), W2, b2).backward(dout)
+    both("matmul_mlp", mlp, x, W1, b1, W2, b2)
+    r.update({"kind": "matmul", "N": N, "C": C, "Vp": Vp})
+    return r
+
+
 class Block(nn.Module):
     def __init__(self, C, NH):
         super().__init__()
@@ -183,8 +208,11 @@ def main():
         r = gpt2_step(args[1], int(args[2]), int(args[3]), device)
     elif args and args[0] == "kernels" and len(args) == 7:
         r = kernels(*(int(a) for a in args[1:]), device)
+    elif args and args[0] == "matmul" and len(args) == 4:
+        r = matmul(*(int(a) for a in args[1:]), device)
     else:
-        sys.exit("usage: torch_baselines.py sdpa B T NH HS | gpt2 {124M,350M,774M,1558M} B T | kernels N C NC V Vp P   [--cpu]")
+        sys.exit("usage: torch_baselines.py sdpa B T NH HS | gpt2 {124M,350M,774M,1558M} B T | kernels N C NC V Vp P"
+                 " | matmul N C Vp   [--cpu]")
     r["device"] = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     r["torch"] = torch.__version__
     print(json.dumps(r))

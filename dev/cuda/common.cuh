@@ -41,11 +41,16 @@ template <class X = float> struct DevBuf {  // a GPU copy of a host vector of X;
 };
 
 // max |got − want| / max |want|; over `bound` it is reported and the playground exits with 1
-// (dev_done). The bounds are gpucheck_ops' (test/gpucheck_ops.cu says why each).
+// (dev_done). The bounds are gpucheck_ops' (test/gpucheck_ops.cu says why each). A NaN where
+// the reference has a number (an element never written, from a poisoned buffer) is an infinite error.
 inline int dev_failures = 0;
 inline double rel_err(const std::vector<float>& want, const std::vector<float>& got, double bound) {
     double e = 0, s = 1e-12;
-    for (size_t i = 0; i < want.size(); i++) { e = std::max(e, (double)std::fabs(got[i] - want[i])); s = std::max(s, (double)std::fabs(want[i])); }
+    for (size_t i = 0; i < want.size(); i++) {
+        const double d = std::fabs((double)got[i] - want[i]);
+        e = d <= e ? e : std::isnan(d) && !std::isnan(want[i]) ? INFINITY : std::isnan(d) ? e : d;
+        s = std::max(s, (double)std::fabs(want[i]));
+    }
     if (!(e / s <= bound)) { dev_failures++; fprintf(stderr, "error: relative error %.2e over the bound %.0e\n", e / s, bound); }
     return e / s;
 }

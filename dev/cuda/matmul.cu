@@ -1,0 +1,140 @@
+/*
+dev/cuda/matmul.cu — GPT-2's linear layers through cuBLASLt (llmc/matmul.cuh): CPU reference vs
+CUDA versions, in bf16 (the trainer's GPU precision; fp32 matmuls are gpucheck_ops' tight
+checks, not a speed path).
+  v1: the trainer's: the MLP's GELU rides in cuBLASLt's epilogues (GELU_AUX_BIAS forward, the
+      pre-activation stored as the aux matrix; DGELU backward)
+  v2: the GELU apart (g_gelu_fusion = false): the matmul, then llmc/gelu.cuh's kernel, which
+      reads and writes the 4C-wide activation once more each way
+The layers of one block and the classifier, at N = B·T rows:
+  qkv         C → 3C, bias
+  attproj     C → C, bias
+  mlp         fc C → 4C with bias and GELU, then fcproj 4C → C with bias; its backward goes
+              through the GELU (fcproj's dinp is the gradient of fc's pre-activation)
+  classifier  C → Vp, no bias (the tied embedding; dinp and dW, no dbias)
+Only mlp differs between v1 and v2. Each layer's forward and backward (dinp written; dW and
+dbias accumulated onto random values, as in gradient accumulation) is checked against the CPU
+op on its first `check` rows, from outputs poisoned with NaN (the CPU would take minutes at
+N), then timed at N: forward, backward, and both. TFLOP/s counts 2·N·C·OC per product: one
+product forward, two backward (dinp and dW; the dbias column sum and the GELU are not counted).
+usage: ./build/dev_matmul [N C Vp [check]]   (default GPT-2 124M at B=16, T=1024: 16384 768 50304 64)
+*/
+#include <memory>
+#include "common.cuh"
+
+using X = bf16;
+static const double BOUND = 1e-2;  // gpucheck_ops' bf16 bound (its header says why)
+
+// One layer's tensors, on both devices: host vectors (the CPU run) and GPU copies. Inputs are
+// random and exact in bf16; outputs are poisoned with NaN before each check (sync), so an
+// element nobody writes fails it; accumulated gradients start from the same values on both sides.
+struct Tensors {
+    std::vector<std::vector<X>> host;
+    std::vector<std::unique_ptr<DevBuf<X>>> dev;
+    std::vector<bool> output;
+    int add(size_t n, bool is_output, float scale = 1.0f) {
+        host.push_back(is_output ? std::vector<X>(n) : vec_cast<X>(dev_randn(n, scale)));
+        dev.push_back(std::make_unique<DevBuf<X>>(host.back()));
+        output.push_back(is_output);
+        return (int)host.size() - 1;
+    }
+    X* p(const Ctx& ctx, int i) { return ctx.device == Device::CPU ? host[i].data() : dev[i]->p(); }
+    void sync() {  // outputs to NaN, then the GPU copies to the host's values
+        for (size_t i = 0; i < host.size(); i++) {
+            if (output[i]) std::fill(host[i].begin(), host[i].end(), from_f<X>(NAN));
+            dev[i]->set(host[i]);
+        }
+    }
+};
+
+// A layer: its tensors, its forward and backward on the first n rows on a Ctx, and the outputs
+// to compare (cols: the row width of an activation, of which the first `check` rows are
+// compared; 0 for a parameter gradient, compared whole).
+struct Output { const char* name; int index, cols; };
+struct Layer {
+    const char* name;
+    double products = 0;  // Σ C·OC over its matmuls: forward FLOPs = 2·N·products
+    std::shared_ptr<Tensors> t = std::make_shared<Tensors>();
+    std::function<void(const Ctx&, int)> forward, backward;
+    std::vector<Output> outputs;
+};
+
+static Layer linear(const char* name, int N, int C, int OC, bool bias) {
+    Layer L{name, (double)C * OC};
+    auto t = L.t;
+    const int x = t->add((size_t)N * C, false), W = t->add((size_t)OC * C, false, 0.05f), b = t->add(OC, false);
+    const int dout = t->add((size_t)N * OC, false, 0.01f), out = t->add((size_t)N * OC, true), dx = t->add((size_t)N * C, true);
+    const int dW = t->add((size_t)OC * C, false), db = t->add(OC, false);
+    L.forward = [=](const Ctx& c, int n) {
+        matmul_forward(c, t->p(c, out), t->p(c, x), t->p(c, W), bias ? t->p(c, b) : nullptr, n, C, OC);
+    };
+    L.backward = [=](const Ctx& c, int n) {
+        matmul_backward(c, t->p(c, dx), t->p(c, dW), bias ? t->p(c, db) : nullptr, t->p(c, dout), t->p(c, x), t->p(c, W), n, C, OC);
+    };
+    L.outputs = {{"out", out, OC}, {"dinp", dx, C}, {"dW", dW, 0}};
+    if (bias) L.outputs.push_back({"dbias", db, 0});
+    return L;
+}
+
+static Layer mlp(int N, int C) {
+    const int H = 4 * C;
+    Layer L{"mlp", 2.0 * C * H};
+    auto t = L.t;
+    const int x = t->add((size_t)N * C, false), W1 = t->add((size_t)H * C, false, 0.05f), b1 = t->add(H, false);
+    const int W2 = t->add((size_t)C * H, false, 0.05f), b2 = t->add(C, false), dout = t->add((size_t)N * C, false, 0.01f);
+    const int pre = t->add((size_t)N * H, true), h = t->add((size_t)N * H, true), y = t->add((size_t)N * C, true);
+    const int dh = t->add((size_t)N * H, true), dx = t->add((size_t)N * C, true);
+    const int dW1 = t->add((size_t)H * C, false), db1 = t->add(H, false), dW2 = t->add((size_t)C * H, false), db2 = t->add(C, false);
+    L.forward = [=](const Ctx& c, int n) {
+        matmul_forward(c, t->p(c, h), t->p(c, x), t->p(c, W1), t->p(c, b1), n, C, H, t->p(c, pre));  // h = gelu(pre)
+        matmul_forward(c, t->p(c, y), t->p(c, h), t->p(c, W2), t->p(c, b2), n, H, C);
+    };
+    L.backward = [=](const Ctx& c, int n) {  // fcproj's dinp goes through the GELU: dh = ∂/∂pre
+        matmul_backward(c, t->p(c, dh), t->p(c, dW2), t->p(c, db2), t->p(c, dout), t->p(c, h), t->p(c, W2), n, H, C, t->p(c, pre));
+        matmul_backward(c, t->p(c, dx), t->p(c, dW1), t->p(c, db1), t->p(c, dh), t->p(c, x), t->p(c, W1), n, C, H);
+    };
+    L.outputs = {{"pre", pre, H}, {"gelu", h, H}, {"out", y, C}, {"dpre", dh, H}, {"dinp", dx, C},
+                 {"dW fc", dW1, 0}, {"db fc", db1, 0}, {"dW fcproj", dW2, 0}, {"db fcproj", db2, 0}};
+    return L;
+}
+
+static void run(Layer& L, int version, int N, int check) {
+    g_gelu_fusion = version == 1;
+    Tensors& t = *L.t;
+    t.sync();  // both devices from the same state: the first `check` rows of each
+    L.forward(cpu_ctx, check); L.backward(cpu_ctx, check);
+    L.forward(gpu_ctx, check); L.backward(gpu_ctx, check);
+    double worst = 0;
+    std::string which;
+    for (const Output& o : L.outputs) {
+        std::vector<float> want = vec_widen(t.host[o.index]), got = t.dev[o.index]->host();
+        if (o.cols) { want.resize((size_t)check * o.cols); got.resize((size_t)check * o.cols); }
+        const double e = rel_err(want, got, BOUND);
+        if (!(e <= worst)) { worst = e; which = o.name; }
+    }
+    auto fwd = [&] { L.forward(gpu_ctx, N); };
+    auto bwd = [&] { L.backward(gpu_ctx, N); };  // (the timed runs keep accumulating dW and dbias)
+    const float mf = time_ms(fwd), mb = time_ms(bwd), mfb = time_ms([&] { fwd(); bwd(); });
+    const double f = 2.0 * N * L.products;  // forward FLOPs; the backward's are twice that
+    printf("v%d %-10s rel err %.2e (worst: %-9s)  forward %8.3f ms %6.1f TFLOP/s  backward %8.3f ms %6.1f TFLOP/s"
+           "  both %8.3f ms %6.1f TFLOP/s\n", version, L.name, worst, which.c_str(), mf, f / mf / 1e9, mb, 2 * f / mb / 1e9,
+           mfb, 3 * f / mfb / 1e9);
+    g_gelu_fusion = true;
+}
+
+int main(int argc, char** argv) {
+    dev_init();
+    int N = 16384, C = 768, Vp = 50304, check = 64;
+    if (argc >= 4) { N = atoi(argv[1]); C = atoi(argv[2]); Vp = atoi(argv[3]); }
+    if (argc >= 5) check = atoi(argv[4]);
+    check = std::min(check, N);
+    printf("# matmul bf16 N=%d C=%d Vp=%d (checked on %d rows)\n", N, C, Vp, check);
+    std::vector<Layer> layers;
+    layers.push_back(linear("qkv", N, C, 3 * C, true));
+    layers.push_back(linear("attproj", N, C, C, true));
+    layers.push_back(mlp(N, C));
+    layers.push_back(linear("classifier", N, C, Vp, false));
+    for (Layer& L : layers) run(L, 1, N, check);
+    run(layers[2], 2, N, check);  // the MLP with its GELU apart
+    return dev_done();
+}
