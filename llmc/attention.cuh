@@ -42,7 +42,9 @@ head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 a
             (4 warps × 16) walks the query tiles of 32 from the diagonal down (a warp skips a
             tile whose queries all come before its keys) and accumulates
             dK, dV in registers, computing the transposed products Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ so
-            that Pᵀ and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q;
+            that Pᵀ and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q
+            (g_flash_dkv_keys = 32 with head size 64: 2 warps × 32 keys, K and V read from shared
+            memory per use, since registers hold dK and dV for 32 keys and little else);
             (2) a block per 64 queries walks the key tiles of 32 and accumulates dQ += dS·K
             (g_flash_dq_rows = 32 with head size 64: 128 queries, 4 warps × 32 rows, as the
             forward's variant). A B fragment (k16×n8, 256 bytes) read from shared memory feeds
@@ -343,6 +345,20 @@ template <bool LDSM, int LD> __device__ inline void b_frags_kn(uint32_t (*b)[2],
         }
     }
 }
+// The A fragment (16 × k16) of rows r0..r0+15, columns k0..k0+15 of a shared tile (row-major: K
+// or V rows in the dK/dV pass with 32 keys per warp). LDSM: one ldmatrix.x4, matrix i = rows
+// r0 + 8·(i%2), columns k0 + 8·(i/2), as the A layout orders them; otherwise per-lane 32-bit loads.
+template <bool LDSM, int LD> __device__ inline void a_frag_smem(uint32_t* a, const bf16 (*M)[LD], int r0, int k0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    if constexpr (LDSM) {
+        ldsm_x4<false>(a, &M[r0 + lane % 8 + 8 * ((lane / 8) % 2)][k0 + 8 * (lane / 16)]);
+    } else {
+        a[0] = ld32(&M[r0 + g][k0 + 2 * t]);
+        a[1] = ld32(&M[r0 + g + 8][k0 + 2 * t]);
+        a[2] = ld32(&M[r0 + g][k0 + 2 * t + 8]);
+        a[3] = ld32(&M[r0 + g + 8][k0 + 2 * t + 8]);
+    }
+}
 // A fragment of rows r0, r0+8 (of a row-major matrix with stride ld, rows ≥ n are 0), columns c..c+15
 __device__ inline void load_a_rows(uint32_t* a, const bf16* m, size_t ld, int r0, int n, int c) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
@@ -508,18 +524,25 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
         }
 }
 
-// Both backward passes start a tile with two products of the same shape, 16 rows (A fragments in
-// registers) × 32 rows of two shared tiles: c1 = A1·M1ᵀ and c2 = A2·M2ᵀ, for each of the warp's MT
-// m-tiles that is live (each B fragment loaded from shared memory feeds all of them).
-template <bool LDSM, int D, int MT>
-__device__ inline void two_products_16x32(float (*c1)[4][4], float (*c2)[4][4], const uint32_t (*a1)[D / 16][4],
-                                          const uint32_t (*a2)[D / 16][4], const bool* live,
-                                          const bf16 (*M1)[D + 8], const bf16 (*M2)[D + 8]) {
+// Both backward passes start a tile with two products of the same shape, 16 rows × 32 rows of two
+// shared tiles: c1 = A1·M1ᵀ and c2 = A2·M2ᵀ, for each of the warp's MT m-tiles that is live (each B
+// fragment loaded from shared memory feeds all of them). a1(i, kc, buf) and a2 return m-tile i's
+// A fragment for k-chunk kc: one held in registers, or one read from shared memory into buf where
+// registers cannot hold them.
+template <bool LDSM, int D, int MT, class FragA1, class FragA2>
+__device__ inline void two_products_16x32(float (*c1)[4][4], float (*c2)[4][4], const FragA1& a1, const FragA2& a2,
+                                          const bool* live, const bf16 (*M1)[D + 8], const bf16 (*M2)[D + 8]) {
     #pragma unroll
     for (int i = 0; i < MT; i++)
         for (int nt = 0; nt < 4; nt++)
             for (int e = 0; e < 4; e++) c1[i][nt][e] = c2[i][nt][e] = 0.0f;
-    for (int kc = 0; kc < D / 16; kc++)
+    #pragma unroll
+    for (int kc = 0; kc < D / 16; kc++) {  // (unrolled: register fragments are indexed by constants)
+        uint32_t buf1[MT][4], buf2[MT][4];
+        const uint32_t *f1[MT], *f2[MT];
+        #pragma unroll
+        for (int i = 0; i < MT; i++)
+            f1[i] = a1(i, kc, buf1[i]), f2[i] = a2(i, kc, buf2[i]);  // (a dead m-tile's: unused)
         for (int nt = 0; nt < 4; nt += 2) {
             uint32_t b1[2][2], b2[2][2];
             b_frags_nk<LDSM>(b1, M1, nt * 8, kc * 16);
@@ -528,18 +551,24 @@ __device__ inline void two_products_16x32(float (*c1)[4][4], float (*c2)[4][4], 
             for (int i = 0; i < MT; i++)
                 if (live[i])
                     for (int j = 0; j < 2; j++) {
-                        mma_bf16_16816(c1[i][nt + j], a1[i][kc], b1[j]);
-                        mma_bf16_16816(c2[i][nt + j], a2[i][kc], b2[j]);
+                        mma_bf16_16816(c1[i][nt + j], f1[i], b1[j]);
+                        mma_bf16_16816(c2[i][nt + j], f2[i], b2[j]);
                     }
         }
+    }
 }
-
-// Backward pass 1: dK, dV for 64 keys per block (16 per warp), over query tiles of 32.
-template <int D, bool LDSM, bool ASYNC>
+// Backward pass 1: dK, dV for 64 keys per block, over query tiles of 32. MT = 1: 4 warps × 16
+// keys, their K and V fragments held in registers. MT = 2 (head size 64): 2 warps × 32 keys, so
+// that each Q and dO fragment read from shared memory feeds two mma; K and V then wait in shared
+// memory and are read per use (registers cannot hold them beside dK and dV for 32 keys).
+template <int D, bool LDSM, bool ASYNC, int MT>
 __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                  const float* lse, const float* Dv, int T_, int C, int NH) {
+    constexpr bool KV_SHARED = MT > 1;
     __shared__ __align__(16) bf16 Qs[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) bf16 dOs[2][32][D + 8];
+    __shared__ __align__(16) bf16 Ks[KV_SHARED ? 64 : 1][D + 8];  // the block's keys and values (MT = 2)
+    __shared__ __align__(16) bf16 Vs[KV_SHARED ? 64 : 1][D + 8];
     __shared__ float lse2[2][32], Ds[2][32];
     const int kt = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -549,15 +578,32 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
     const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
     const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
     const float sl2 = rsqrtf((float)D) * LOG2E;
-    const int key0 = kt * 64 + warp * 16, keys[2] = {key0 + g, key0 + g + 8};
-    uint32_t kf[D / 16][4], vf[D / 16][4];
-    for (int kc = 0; kc < D / 16; kc++) {
-        load_a_rows(kf[kc], q + C, C3, key0, T_, kc * 16);
-        load_a_rows(vf[kc], q + 2 * C, C3, key0, T_, kc * 16);
+    int key0[MT];  // m-tile i: keys key0[i] + g and + g + 8, rows (key0[i] − kt·64) of Ks and Vs
+    #pragma unroll
+    for (int i = 0; i < MT; i++) key0[i] = kt * 64 + (warp * MT + i) * 16;
+    uint32_t kf[KV_SHARED ? 1 : D / 16][4], vf[KV_SHARED ? 1 : D / 16][4];
+    if constexpr (KV_SHARED) {  // (there for every warp after the loop's first stage_wait and __syncthreads)
+        stage_rows<64, D, ASYNC>(Ks, q + C, C3, kt * 64, T_);
+        stage_rows<64, D, ASYNC>(Vs, q + 2 * C, C3, kt * 64, T_);
+    } else {
+        for (int kc = 0; kc < D / 16; kc++) {
+            load_a_rows(kf[kc], q + C, C3, key0[0], T_, kc * 16);
+            load_a_rows(vf[kc], q + 2 * C, C3, key0[0], T_, kc * 16);
+        }
     }
-    float dk[D / 8][4], dv[D / 8][4];
-    for (int dt = 0; dt < D / 8; dt++)
-        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+    auto k_frag = [&](int i, int kc, uint32_t* buf) -> const uint32_t* {
+        if constexpr (KV_SHARED) { a_frag_smem<LDSM>(buf, Ks, key0[i] - kt * 64, kc * 16); return buf; }
+        else return kf[kc];
+    };
+    auto v_frag = [&](int i, int kc, uint32_t* buf) -> const uint32_t* {
+        if constexpr (KV_SHARED) { a_frag_smem<LDSM>(buf, Vs, key0[i] - kt * 64, kc * 16); return buf; }
+        else return vf[kc];
+    };
+    float dk[MT][D / 8][4], dv[MT][D / 8][4];
+    #pragma unroll
+    for (int i = 0; i < MT; i++)
+        for (int dt = 0; dt < D / 8; dt++)
+            for (int e = 0; e < 4; e++) dk[i][dt][e] = dv[i][dt][e] = 0.0f;
     auto stage = [&](int buf, int q0) {  // the query tile from q0 into buffer buf
         stage_rows<32, D, ASYNC>(Qs[buf], q, C3, q0, T_);
         stage_rows<32, D, ASYNC>(dOs[buf], dO, C, q0, T_);
@@ -572,42 +618,55 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
         stage_wait<ASYNC>();
         __syncthreads();  // this tile is in buffer buf, and every warp is done with the other one
         if (q0 + 32 < T_) stage(buf ^ 1, q0 + 32);  // the next tile arrives while this one is used
-        float st[4][4], dpt[4][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: this warp's 16 keys × 32 queries
-        const bool live = q0 + 31 >= key0;  // some query of the tile comes at or after some of this warp's keys
-        if (!live) continue;  // (only the first tile, for warps 2 and 3: every entry would be masked)
-        two_products_16x32<LDSM, D, 1>(&st, &dpt, &kf, &vf, &live, Qs[buf], dOs[buf]);  // (live: true here)
-        if (q0 < key0 + 15) mask_future<4, true>(st, key0, q0);  // the tiles that reach the diagonal
-        for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt (queries past T: lse2 = ∞, p = 0)
-            for (int e = 0; e < 4; e++) {
-                const int col = nt * 8 + 2 * t + (e & 1);
-                const float p = exp2f(fmaf(st[nt][e], sl2, -lse2[buf][col]));
-                st[nt][e] = p;
-                dpt[nt][e] = p * (dpt[nt][e] - Ds[buf][col]);
+        bool live[MT];  // some query of the tile comes at or after some of m-tile i's keys
+        #pragma unroll
+        for (int i = 0; i < MT; i++) live[i] = q0 + 31 >= key0[i];
+        if (!live[0]) continue;  // (only the first tile, for the warp's last 32 keys of the block)
+        float st[MT][4][4], dpt[MT][4][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: each m-tile's 16 keys × 32 queries
+        two_products_16x32<LDSM, D, MT>(st, dpt, k_frag, v_frag, live, Qs[buf], dOs[buf]);
+        uint32_t pa[MT][2][4], sa[MT][2][4];  // Pᵀ and dSᵀ as A operands, 16 queries at a time
+        #pragma unroll
+        for (int i = 0; i < MT; i++) {
+            if (!live[i]) continue;
+            if (q0 < key0[i] + 15) mask_future<4, true>(st[i], key0[i], q0);  // the tiles that reach the diagonal
+            for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt (queries past T: lse2 = ∞, p = 0)
+                for (int e = 0; e < 4; e++) {
+                    const int col = nt * 8 + 2 * t + (e & 1);
+                    const float p = exp2f(fmaf(st[i][nt][e], sl2, -lse2[buf][col]));
+                    st[i][nt][e] = p;
+                    dpt[i][nt][e] = p * (dpt[i][nt][e] - Ds[buf][col]);
+                }
+            for (int kc = 0; kc < 2; kc++) {
+                c_to_a(pa[i][kc], st[i][2 * kc], st[i][2 * kc + 1]);
+                c_to_a(sa[i][kc], dpt[i][2 * kc], dpt[i][2 * kc + 1]);
             }
-        for (int kc = 0; kc < 2; kc++) {  // dV += Pᵀ·dO, dK += dSᵀ·Q over the 32 queries
-            uint32_t pa[4], sa[4];
-            c_to_a(pa, st[2 * kc], st[2 * kc + 1]);
-            c_to_a(sa, dpt[2 * kc], dpt[2 * kc + 1]);
+        }
+        for (int kc = 0; kc < 2; kc++)  // dV += Pᵀ·dO, dK += dSᵀ·Q over the 32 queries
             for (int dt = 0; dt < D / 8; dt += 2) {
                 uint32_t ob[2][2], qb[2][2];
                 b_frags_kn<LDSM>(ob, dOs[buf], kc * 16, dt * 8);
                 b_frags_kn<LDSM>(qb, Qs[buf], kc * 16, dt * 8);
-                for (int j = 0; j < 2; j++) {
-                    mma_bf16_16816(dv[dt + j], pa, ob[j]);
-                    mma_bf16_16816(dk[dt + j], sa, qb[j]);
-                }
+                #pragma unroll
+                for (int i = 0; i < MT; i++)
+                    if (live[i])
+                        for (int j = 0; j < 2; j++) {
+                            mma_bf16_16816(dv[i][dt + j], pa[i][kc], ob[j]);
+                            mma_bf16_16816(dk[i][dt + j], sa[i][kc], qb[j]);
+                        }
             }
-        }
     }
     const float scale = rsqrtf((float)D);
-    for (int i = 0; i < 2; i++) {
-        if (keys[i] >= T_) continue;
-        bf16* krow = dqkv + ((size_t)b * T_ + keys[i]) * C3 + C + h * D;
-        for (int dt = 0; dt < D / 8; dt++) {
-            *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * t) = pack_bf16(dk[dt][2 * i] * scale, dk[dt][2 * i + 1] * scale);
-            *reinterpret_cast<uint32_t*>(krow + C + dt * 8 + 2 * t) = pack_bf16(dv[dt][2 * i], dv[dt][2 * i + 1]);
+    #pragma unroll
+    for (int i = 0; i < MT; i++)
+        for (int r = 0; r < 2; r++) {
+            const int key = key0[i] + g + 8 * r;
+            if (key >= T_) continue;
+            bf16* krow = dqkv + ((size_t)b * T_ + key) * C3 + C + h * D;
+            for (int dt = 0; dt < D / 8; dt++) {
+                *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * t) = pack_bf16(dk[i][dt][2 * r] * scale, dk[i][dt][2 * r + 1] * scale);
+                *reinterpret_cast<uint32_t*>(krow + C + dt * 8 + 2 * t) = pack_bf16(dv[i][dt][2 * r], dv[i][dt][2 * r + 1]);
+            }
         }
-    }
 }
 
 // Backward pass 2: dQ for 64·MT queries per block, MT m-tiles of 16 rows per warp (1, or 2 for hs
@@ -655,7 +714,9 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
         #pragma unroll
         for (int i = 0; i < MT; i++) live[i] = k0t <= row0[i] + 15;
         float s[MT][4][4], dp[MT][4][4];  // S = Q·Kᵀ and dP = dO·Vᵀ: each m-tile's 16 queries × 32 keys
-        two_products_16x32<LDSM, D, MT>(s, dp, qf, of, live, Ks[buf], Vs[buf]);
+        auto q_frag = [&](int i, int kc, uint32_t*) -> const uint32_t* { return qf[i][kc]; };
+        auto o_frag = [&](int i, int kc, uint32_t*) -> const uint32_t* { return of[i][kc]; };
+        two_products_16x32<LDSM, D, MT>(s, dp, q_frag, o_frag, live, Ks[buf], Vs[buf]);
         uint32_t sa[MT][2][4];  // dS as the A operand of dQ += dS·K, 16 keys at a time
         #pragma unroll
         for (int i = 0; i < MT; i++) {
@@ -697,12 +758,14 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 // the warp-per-row kernels; g_flash_ldmatrix = false the per-lane shared-memory loads;
 // g_flash_async = false stages tiles through registers, each before its use (no cp.async);
 // g_flash_backward_passes runs one backward pass alone (its dqkv part only: timing);
-// g_flash_forward_rows and g_flash_dq_rows = 32 give head size 64 two m-tiles per warp (the
-// same bits; 190-240 registers, so half the blocks per SM: which is faster is for the GPU to say).
+// g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys = 32 give head size 64 two m-tiles
+// per warp (the same bits; 190-255 registers, so fewer warps per SM: which is faster is for the
+// GPU to say).
 inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
 inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ pass (to time them apart)
 inline int g_flash_forward_rows = 16;    // query rows per warp in the forward: 16, or 32 (head size 64 only)
 inline int g_flash_dq_rows = 16;         // query rows per warp in the backward's dQ pass: 16, or 32 (head size 64 only)
+inline int g_flash_dkv_keys = 16;        // keys per warp in the backward's dK/dV pass: 16, or 32 (head size 64 only)
 template <class T> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
     return std::is_same_v<T, bf16> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
@@ -744,8 +807,14 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
             constexpr int D = decltype(d)::value;
             constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
             const dim3 grid(NH, B, ceil_div(T_, 64));
-            if (g_flash_backward_passes & 1)
-                flash_backward_dkv_kernel<D, L, A><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+            if (g_flash_backward_passes & 1) [&] {
+                if constexpr (D == 64)
+                    if (g_flash_dkv_keys == 32) {  // 2 warps × 32 keys: 64 threads a block
+                        flash_backward_dkv_kernel<D, L, A, 2><<<grid, 64, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        return;
+                    }
+                flash_backward_dkv_kernel<D, L, A, 1><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+            }();
             if (g_flash_backward_passes & 2) [&] {
                 if constexpr (D == 64)
                     if (g_flash_dq_rows == 32) {

@@ -213,26 +213,29 @@ template <class X> static void check_attention(int B, int T, int C, int NH, bool
 // default (ldmatrix, cp.async, 16 rows).
 static void check_flash_variants(int B, int T, int C, int NH) {
     auto qkv = randn<bf16>((size_t)B * T * 3 * C), dout = randn<bf16>((size_t)B * T * C);
-    auto run = [&](bool ldsm, bool async, std::vector<float>* res, int rows = 16, int dq_rows = 16) {
+    auto run = [&](bool ldsm, bool async, std::vector<float>* res, int rows = 16, int dq_rows = 16, int dkv_keys = 16) {
         g_flash_ldmatrix = ldsm; g_flash_async = async; g_flash_forward_rows = rows; g_flash_dq_rows = dq_rows;
+        g_flash_dkv_keys = dkv_keys;
         Dev<bf16> gqkv(qkv), gout(dout, true), gdout(dout), gdqkv(qkv, true);
         DevF glse(std::vector<float>((size_t)B * NH * T), true);
         attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH);
         attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
         res[0] = gout.host(); res[1] = glse.host(); res[2] = gdqkv.host();
         g_flash_ldmatrix = g_flash_async = true;
-        g_flash_forward_rows = g_flash_dq_rows = 16;
+        g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
     };
     std::vector<float> want[3], got[3];
     run(true, true, want);
-    const struct { bool ldsm, async; int rows, dq_rows; const char* what; } variants[] = {
-        {true, false, 16, 16, "ldmatrix, tiles staged through registers"}, {false, true, 16, 16, "per-lane loads, cp.async"},
-        {false, false, 16, 16, "per-lane loads, tiles staged through registers"},
-        {true, true, 32, 16, "forward with 32 query rows per warp"}, {true, true, 16, 32, "dQ pass with 32 query rows per warp"},
-        {false, false, 16, 32, "dQ pass with 32 query rows per warp, per-lane loads, through registers"}};
+    const struct { bool ldsm, async; int rows, dq_rows, dkv_keys; const char* what; } variants[] = {
+        {true, false, 16, 16, 16, "ldmatrix, tiles staged through registers"}, {false, true, 16, 16, 16, "per-lane loads, cp.async"},
+        {false, false, 16, 16, 16, "per-lane loads, tiles staged through registers"},
+        {true, true, 32, 16, 16, "forward with 32 query rows per warp"}, {true, true, 16, 32, 16, "dQ pass with 32 query rows per warp"},
+        {false, false, 16, 32, 16, "dQ pass with 32 query rows per warp, per-lane loads, through registers"},
+        {true, true, 16, 16, 32, "dK/dV pass with 32 keys per warp"},
+        {false, false, 16, 16, 32, "dK/dV pass with 32 keys per warp, per-lane loads, through registers"}};
     for (const auto& v : variants) {
-        if ((v.rows == 32 || v.dq_rows == 32) && C / NH != 64) continue;  // (head size 64 only)
-        run(v.ldsm, v.async, got, v.rows, v.dq_rows);
+        if ((v.rows == 32 || v.dq_rows == 32 || v.dkv_keys == 32) && C / NH != 64) continue;  // (head size 64 only)
+        run(v.ldsm, v.async, got, v.rows, v.dq_rows, v.dkv_keys);
         char name[160]; snprintf(name, sizeof(name), "bf16 flash attention B=%d T=%d C=%d NH=%d, %s vs ldmatrix + cp.async", B, T, C, NH, v.what);
         compare(name, "forward", want[0], got[0], 0.0);
         compare(name, "lse", want[1], got[1], 0.0);

@@ -25,8 +25,8 @@ for hs in 64 128; do
         B=$((16384 / T)); NH=$((768 / hs)); C=768
         timeout -k 10 "${RUN_LIMIT:-300}" ./build/dev_attention $B $T $C $NH time >"$tmp/ours.txt" 2>&1
         grep "backward split" "$tmp/ours.txt" | head -1 | sed "s/^ *backward split: /- B=$B T=$T hs=$hs: /" >>"$tmp/splits.txt"
-        # head size 64: the 32-rows-per-warp variant (v6: g_flash_forward_rows = g_flash_dq_rows = 32)
-        grep -A1 "with 32 query rows" "$tmp/ours.txt" | tr -d '\n' | sed "s/^ *with 32 query rows per warp (v6): /- B=$B T=$T hs=$hs: /; s/ *backward split: /; split: /" \
+        # head size 64: the 32-rows-per-warp variant (v6: g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 32)
+        grep -A1 "with 32 rows per warp" "$tmp/ours.txt" | tr -d '\n' | sed "s/^ *with 32 rows per warp (v6): /- B=$B T=$T hs=$hs: /; s/ *backward split: /; split: /" \
             | grep . >>"$tmp/v6.txt"
         timeout -k 10 "${RUN_LIMIT:-300}" $PY dev/bench/torch_baselines.py sdpa $B $T $NH $hs >"$tmp/torch.json" 2>"$tmp/torch.err"
         $PY - "$tmp/ours.txt" "$tmp/torch.json" "$B" "$T" "$hs" <<'PY'
@@ -56,7 +56,7 @@ if [ -s "$tmp/splits.txt" ]; then
 fi
 if [ -s "$tmp/v6.txt" ]; then
     echo
-    echo "Head size 64 with 32 query rows per warp in the forward and the dQ pass (v6, the switches g_flash_forward_rows and g_flash_dq_rows; the default is 16):"
+    echo "Head size 64 with 32 rows per warp: query rows in the forward and the dQ pass, keys in the dK/dV pass (v6, the switches g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys; the default is 16):"
     echo
     cat "$tmp/v6.txt"
 fi

@@ -11,8 +11,9 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
   v5: v4 with tiles copied to shared memory by cp.async while the warps compute (forward: V(kt)
       during S = Q·K(kt)ᵀ, K(kt+1) during O += P·V(kt); backward: double-buffered tiles) — the
       default for bf16 in the trainer. v3 and v4 stage each tile through registers before use.
-  v6: v5 with 32 query rows per warp in the forward and in the backward's dQ pass (head size
-      64): each K and V fragment read from shared memory feeds two mma (the dK/dV pass is v5's)
+  v6: v5 with two m-tiles per warp (head size 64): 32 query rows in the forward and in the
+      backward's dQ pass, 32 keys in its dK/dV pass (2 warps a block, K and V read from shared
+      memory): each fragment read from shared memory feeds two mma
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -63,13 +64,13 @@ int main(int argc, char** argv) {
         printf("backward %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msb, 2.5 * flops_fwd / msb / 1e9);
         auto bwd = [&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH); };
         if (use_flash<bf16>(C, NH)) backward_split(bwd, flops_fwd, msb);
-        if (use_flash<bf16>(C, NH) && C / NH == 64) {  // v6: 32 query rows per warp in the forward and the dQ pass
-            g_flash_forward_rows = g_flash_dq_rows = 32;
+        if (use_flash<bf16>(C, NH) && C / NH == 64) {  // v6: 32 rows (keys) per warp in the forward and both passes
+            g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 32;
             float f32 = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH); }), b32 = time_ms(bwd);
-            printf("  with 32 query rows per warp (v6): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
+            printf("  with 32 rows per warp (v6): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
                    f32, flops_fwd / f32 / 1e9, b32, 2.5 * flops_fwd / b32 / 1e9);
             backward_split(bwd, flops_fwd, b32);
-            g_flash_forward_rows = g_flash_dq_rows = 16;
+            g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
         }
         return 0;
     }
@@ -96,13 +97,13 @@ int main(int argc, char** argv) {
     DevBuf<bf16> g_qkv(bqkv), g_out(bout), g_dout(bdout), g_dqkv(bdqkv);
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
-                           "v6 v5 + 32 rows/warp fwd, dQ"};
+                           "v6 v5 + 32 rows/warp"};
     for (int v = 2; v <= 6; v++) {
         const bool flash = v >= 3;
         g_flash_attention = flash;
         g_flash_ldmatrix = v >= 4;
         g_flash_async = v >= 5;
-        g_flash_forward_rows = g_flash_dq_rows = v == 6 ? 32 : 16;
+        g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = v == 6 ? 32 : 16;
         const char* name = names[v];
         if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
         if (v == 6 && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
@@ -115,6 +116,6 @@ int main(int argc, char** argv) {
         if (v >= 5) backward_split(b, flops_fwd, msb);
     }
     g_flash_attention = g_flash_ldmatrix = g_flash_async = true;
-    g_flash_forward_rows = g_flash_dq_rows = 16;
+    g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
     return dev_done();
 }
