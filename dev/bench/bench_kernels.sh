@@ -38,12 +38,14 @@ def ours(name, pattern):  # the first number after `pattern` in a playground's o
         return float(m.group(1)) if m else None
     except OSError:
         return None
-try:
-    t = json.loads(open(f"{tmp}/torch.json").read().strip().splitlines()[-1])
-except Exception:
-    t = {}
-    err = open(f"{tmp}/torch.err").read().strip().splitlines()
-    print(f"PyTorch failed: {err[-1] if err else 'no output'}\n")
+def torch_times(name):  # torch_baselines.py's JSON line from {name}.json, or {} and its last error line
+    try:
+        return json.loads(open(f"{tmp}/{name}.json").read().strip().splitlines()[-1])
+    except Exception:
+        err = open(f"{tmp}/{name}.err").read().strip().splitlines()
+        print(f"PyTorch ({name}) failed: {err[-1] if err else 'no output'}\n")
+        return {}
+t = torch_times("torch")
 ln_f = ours("layernorm", r"^bf16 v4 .*? forward\s+rel err \S+\s+([\d.]+) ms")
 ln_b = ours("layernorm", r"^bf16 v4 .*? backward rel err .*?\s([\d.]+) ms")
 # (name, ours ms, PyTorch key, bytes that must move)
@@ -69,13 +71,8 @@ for name, ms, key, nbytes in rows:
     print(f" {best / ms:.2f}× |" if ms and best else " |")
 
 # the linear layers: forward + backward, TFLOP/s over 2·N·C·OC per product (three per layer)
-try:
-    tm = json.loads(open(f"{tmp}/torch_matmul.json").read().strip().splitlines()[-1])
-except Exception:
-    tm = {}
-    err = open(f"{tmp}/torch_matmul.err").read().strip().splitlines()
-    print(f"\nPyTorch (matmul) failed: {err[-1] if err else 'no output'}")
 print()
+tm = torch_times("torch_matmul")
 print("| linear layer, forward + backward (bf16, GPT-2 124M shapes) | ours ms | ours TFLOP/s | PyTorch eager ms | PyTorch compiled ms | PyTorch best / ours |")
 print("|---|---|---|---|---|---|")
 layers = [("qkv", f"qkv {N}×{C} → {3 * C}", C * 3 * C), ("attproj", f"attproj {N}×{C} → {C}", C * C),
