@@ -159,7 +159,8 @@ clean:
 
 # BENCH_PARTS picks parts (in this order): train (bf16, BENCH_MODELS, and the first one's
 # per-op profile), fp32 (124M), torch (attention and a step against PyTorch), kernels (the
-# memory-bound ops against PyTorch eager and compiled), overlap (≥ 2 GPUs)
+# memory-bound ops and the linear layers against PyTorch eager and compiled), overlap (≥ 2
+# GPUs); not by default: flash32 (train with --flash-rows 32)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
 BENCH_PARTS ?= train fp32 torch kernels overlap
 bench: all
@@ -169,7 +170,8 @@ bench: all
 	{ for part in $(BENCH_PARTS); do case $$part in \
 	    train) bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    fp32) bash dev/bench/bench_train.sh fp32 gpt2:124M ;; \
+	    flash32) FLASH_ROWS=32 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    torch) bash dev/bench/bench_vs_torch.sh ;; \
 	    kernels) bash dev/bench/bench_kernels.sh ;; \
 	    overlap) bash dev/bench/bench_overlap.sh ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 torch kernels overlap)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 torch kernels overlap)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

@@ -90,6 +90,7 @@ static const FlagDef FLAGS[] = {
     {"comm-stats", "0", "print the bytes each collective sent per step (also in the JSON log)", true},
     {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op and per kind of communication", false},
     {"overlap", "1", "0 | 1: overlap DDP's gradient all-reduces and ZeRO-3's parameter prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
+    {"flash-rows", "16", "16 | 32: rows per warp in the bf16 flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread (same results)", false},
 };
 
 static void print_help() {
@@ -288,6 +289,12 @@ int main(int argc, char** argv) {
     bool comm_stats = f.integer("comm-stats", 0, 1);
     bool overlap = f.integer("overlap", 0, 1);
     const bool profile = f.integer("profile", 0, 1);
+    const int flash_rows = std::stoi(f.choice("flash-rows", {"16", "32"}));
+#ifdef LLMC_CUDA
+    g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = flash_rows;  // (llmc/attention.cuh)
+#else
+    (void)flash_rows;
+#endif
     if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
 
     // --- the process mesh: dp = world / (tp·pp·cp)

@@ -2,12 +2,14 @@
 # test_gpu_train — whole trainings on --device cuda against the CPU run of the same flags.
 #   fp32  10 steps, per-step loss within 1e-4 of the CPU (fp32 both sides; the GPU sums in other
 #         orders: ~1e-6 observed), the loss falls, two GPU runs are bit-identical
-#   waits (emulator only) the host waits for all queued GPU work at most once per optimizer step
-#         (the gradient norm, which it needs to clip), however many micro-steps the step has:
-#         inside a step nothing drains the GPU's queue (model.h's gpt_forward / gpt_mean_loss)
 #   bf16  the same in bf16 (GPU kernels vs the CPU's bf16 emulation): within 2e-2 (the CUDA
 #         issue's bf16 bound; the flash kernel's bf16 P·V and different rounding points move a
 #         2-layer model's loss by ~1e-4), falling, bit-identical runs
+#   flash-rows  bf16 with --flash-rows 32 (two m-tiles per warp in flash attention) bit-identical
+#         to 16
+#   waits (emulator only) the host waits for all queued GPU work at most once per optimizer step
+#         (the gradient norm, which it needs to clip), however many micro-steps the step has:
+#         inside a step nothing drains the GPU's queue (model.h's gpt_forward / gpt_mean_loss)
 # usage: test/test_gpu_train.sh TRAIN_GPT     (a CUDA build on a GPU, or build/train_gpt_simt,
 # the trainer on the CPU SIMT emulator). Prints "ok"/"not ok" lines.
 set -u
@@ -36,6 +38,24 @@ PY
 }
 gpu_vs_cpu fp32 1e-4
 gpu_vs_cpu bf16 2e-2
+# --flash-rows 32 (two m-tiles per warp in every flash attention pass, head size 64 here: d2 has
+# C=128, NH=2) runs the same mma sequences on the same values: the whole training bit-identical
+flash_rows() {
+    local tmp; tmp=$(mktemp -d)
+    local flags=(--device cuda --model d2 --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
+    "$BIN" "${flags[@]}" --flash-rows 16 --log-file "$tmp/16.jsonl" >/dev/null 2>&1
+    "$BIN" "${flags[@]}" --flash-rows 32 --log-file "$tmp/32.jsonl" >"$tmp/32.out" 2>&1 || tail -3 "$tmp/32.out" | sed 's/^/# /'
+    ${PYTHON:-/usr/bin/python3} - "$tmp/16.jsonl" "$tmp/32.jsonl" <<'PY'
+import json, sys
+def load(p):
+    try: return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
+    except OSError: return []
+a, b = load(sys.argv[1]), load(sys.argv[2])
+print(("ok" if len(a) == 4 and a == b else "not ok") + " - bf16: --flash-rows 32 trains bit-identically to 16 (4 steps, losses and norms)")
+PY
+    rm -rf "$tmp"
+}
+flash_rows
 host_waits() {  # host_waits STEPS TOTAL_BATCH_TOKENS: the emulator's count of full waits (empty on a GPU)
     SIMT_COUNT_WAITS=1 "$BIN" --device cuda --model d2 --batch-size 4 --seq-len 64 --steps "$1" --val-data "" \
         --total-batch-tokens "$2" 2>&1 >/dev/null | sed -n 's/^simt: the host waited for all queued GPU work \([0-9]*\) times$/\1/p'
