@@ -26,6 +26,10 @@ gradients (common.h): float for --precision fp32, bf16 for --precision bf16. Sta
 (LayerNorm mean/rstd, attention lse, losses) are fp32 either way; the fp32 master weights and
 the optimizer live with the storage owner (data_parallel.h).
 
+One micro-step is gpt_forward, gpt_backward, then gpt_mean_loss: on a GPU the host queues all
+of it without waiting (tokens and targets go up, the losses come back, through common.h's
+HostStage), and gpt_mean_loss waits only for the loss copy, queued before the backward.
+
 Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C; per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
 Activation memory per micro-batch: O(B·T·(L·16C + Vp)) floats; the attention matrix is never
 stored (see attention.cuh).
