@@ -48,9 +48,10 @@ head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 a
             (2) a block per 64 queries walks the key tiles of 32 and accumulates dQ += dS·K
             (g_flash_dq_rows = 32 with head size 64: 128 queries, 4 warps × 32 rows, as the
             forward's variant). A B fragment (k16×n8, 256 bytes) read from shared memory feeds
-            2·16·8·16 flops per 16 rows of the warp: 16 flops per byte at 16 rows, 32 at 32.
+            2·16·8·16 flops per 16 rows of the warp: 16 flops per byte at 16 rows, 32 at 32
+            (about 21 in the dK/dV variant, which reads its K and V fragments there too).
             At an SM's 128 bytes/clock of shared memory, 16 caps the mma units near half
-            their peak; 32 lifts that cap.
+            their peak; more rows per warp lift that cap.
             P is recomputed from lse each time; D_t = dout_t·out_t comes from the fp32 pass.
             Both passes double-buffer their tiles: the next one is copied in during this one.
   copies    global → shared by cp.async (16 bytes, no register round trip), started a tile

@@ -38,7 +38,8 @@ the whole bf16 training (its rounding, its memory, its communication) runs and i
 
 Kernel helpers (CUDA builds, LLMC_CUDA: nvcc, or g++ against the emulator test/simt.h):
 grid_for, gpu_scratch, warp_sum/warp_max, column_sum_add (the fixed-order second stage of
-column sums), and Pack / load_pack / store_pack / pack_width for 16-byte loads and stores. vec_cast / vec_widen convert host vectors for tests and playgrounds.
+column sums), and Pack / load_pack / store_pack / pack_width for 16-byte loads and stores.
+vec_cast / vec_widen convert host vectors for tests and playgrounds.
 
 Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there; the kernel
 helpers run in every kernel of test/gpucheck_ops.cu (emulated in make test).

@@ -21,9 +21,9 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     m, v, the norm) keep their fp32 bounds ×10 (their inputs were read from bf16 on both sides,
     but the GPU rounds its bf16 intermediates in a different order).
   exact (bound 0): LayerNorm's backward in one kernel and in two, its forward fused with the
-    residual add and apart; flash attention's variants (fragments by ldmatrix or per-lane loads, tiles
-    staged by cp.async or through registers) load the same values and run the same mma
-    sequence: bit-identical outputs.
+    residual add and apart; flash attention's variants (fragments by ldmatrix or per-lane
+    loads, tiles staged by cp.async or through registers, 16 or 32 rows per warp) load the
+    same values and run the same mma sequence: bit-identical outputs.
 Prints "ok"/"not ok" lines and a summary.
 */
 #include <cmath>
@@ -208,9 +208,9 @@ template <class X> static void check_attention(int B, int T, int C, int NH, bool
 
 // The flash kernels' variants — B fragments by ldmatrix or by each lane's own loads; tiles staged
 // by cp.async while the previous one is used, or through registers before their use; 16 or 32
-// query rows per warp in the forward and in the backward's dQ pass — load the same values into the same registers and run the
-// same mma sequence for every row: the outputs must be bit-identical (bound 0) to those of the
-// default (ldmatrix, cp.async, 16 rows).
+// rows per warp (query rows in the forward and the dQ pass, keys in the dK/dV pass) — load the
+// same values and run the same mma sequence for every row: the outputs must be bit-identical
+// (bound 0) to those of the default (ldmatrix, cp.async, 16 rows).
 static void check_flash_variants(int B, int T, int C, int NH) {
     auto qkv = randn<bf16>((size_t)B * T * 3 * C), dout = randn<bf16>((size_t)B * T * C);
     auto run = [&](bool ldsm, bool async, std::vector<float>* res, int rows = 16, int dq_rows = 16, int dkv_keys = 16) {

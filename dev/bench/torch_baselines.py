@@ -82,14 +82,21 @@ def sdpa(B, T, NH, HS, device):
             "fwd_tflops": flops / ms_f / 1e9, "bwd_tflops": 2.5 * flops / ms_b / 1e9}
 
 
-def kernels(N, C, NC, V, Vp, P, device):
-    dt = torch.bfloat16 if device == "cuda" else torch.float32
+def eager_and_compiled(device):
+    """returns (r, both): both(name, fn, *args) times fn(*args) eagerly and under torch.compile
+    (uncompiled on the CPU), 3 warm-ups (compilation) then timed, into r[f"{name}_{mode}_ms"]"""
     t, r = timer(device), {}
     compile_ = torch.compile if device == "cuda" else (lambda f: f)
-    def both(name, fn, *args):  # fn(*args) eagerly and compiled, 3 warm-ups (compilation) then timed
+    def both(name, fn, *args):
         for mode, f in (("eager", fn), ("compiled", compile_(fn))):
             for _ in range(3): f(*args)
             r[f"{name}_{mode}_ms"] = t(lambda: f(*args), 20)
+    return r, both
+
+
+def kernels(N, C, NC, V, Vp, P, device):
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    r, both = eager_and_compiled(device)
     x, y, dout = (torch.randn(N, C, device=device, dtype=dt) for _ in range(3))
     w, b = (torch.randn(C, device=device, dtype=dt) for _ in range(2))
     xg, wg, bg = (v.clone().requires_grad_() for v in (x, w, b))
@@ -108,19 +115,14 @@ def kernels(N, C, NC, V, Vp, P, device):
     opt = torch.optim.AdamW([p], lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
                             **({"fused": True} if device == "cuda" else {}))  # (fused needs PyTorch >= 2.0 and CUDA)
     for _ in range(3): opt.step()
-    r["adamw_fused_ms"] = t(opt.step, 20)
+    r["adamw_fused_ms"] = timer(device)(opt.step, 20)
     r.update({"kind": "kernels", "N": N, "C": C, "NC": NC, "V": V, "Vp": Vp, "P": P})
     return r
 
 
 def matmul(N, C, Vp, device):
     dt = torch.bfloat16 if device == "cuda" else torch.float32
-    t, r = timer(device), {}
-    compile_ = torch.compile if device == "cuda" else (lambda f: f)
-    def both(name, fn, *args):  # as in kernels(): eagerly and compiled, 3 warm-ups then timed
-        for mode, f in (("eager", fn), ("compiled", compile_(fn))):
-            for _ in range(3): f(*args)
-            r[f"{name}_{mode}_ms"] = t(lambda: f(*args), 20)
+    r, both = eager_and_compiled(device)
     rand = lambda *shape, scale=1.0: (scale * torch.randn(*shape, device=device, dtype=dt)).requires_grad_()
     x = rand(N, C)
     for name, OC, bias in (("qkv", 3 * C, True), ("attproj", C, True), ("classifier", Vp, False)):
