@@ -25,8 +25,10 @@ and matmul_backward(…, gelu_pre) returns dinp = (dout·W) ⊙ gelu′(gelu_pre
 input gradient, through the GELU). The CPU runs the two ops one after the other (the spec); CUDA
 fuses them into the matmul's epilogue — cuBLASLt's GELU_AUX_BIAS (bias, GELU, and the
 pre-activation stored as the aux matrix) and DGELU — saving a read and a write of the 4C-wide
-activation each way. g_gelu_fusion = false runs the matmul and the GELU kernel separately. The algorithm cuBLASLt's heuristic picks is cached per shape
-(a GPT-2 step issues ~150 matmuls of a dozen distinct shapes).
+activation each way. g_gelu_fusion = false runs the matmul and the GELU kernel separately, and
+so does any product for which cuBLASLt's heuristic has no algorithm with the epilogue (the bias
+too: see lt_matmul). The algorithm the heuristic picks is cached per shape (a GPT-2 step issues
+~150 matmuls of a dozen distinct shapes).
 
 Dtype T (float | bf16): with bf16 the matrices are bf16 and the accumulator fp32 (cuBLASLt
 CUDA_R_16BF with CUBLAS_COMPUTE_32F); every output, an accumulated dW included, is rounded to
@@ -177,26 +179,28 @@ template <class T> __global__ void add_bias_kernel(T* D, const T* bias, int m, i
 // backward (D = x ⊙ gelu′(aux), x = the product).
 enum class GeluEpi { None, Forward, Backward };
 
-// D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column) (then the GELU epilogue, aux m×n with
-// leading dimension m), column-major, T matrices, fp32 accumulate.
+// cuBLASLt's heuristic may have no algorithm with a given epilogue (a shape, an alignment or a
+// library version it does not cover: it answers NOT_SUPPORTED or finds none). Then the product
+// runs plain and the epilogue's work in our kernels after it: the bias (add_bias_kernel), the
+// GELU (gelu_forward on the stored pre-activation) or its derivative (gelu_backward, in place),
+// with a note on stderr the first time. g_lt_epilogues = false takes that path for every
+// product, so that gpucheck_ops checks it on a GPU, where the heuristic always finds one.
+inline bool g_lt_epilogues = true;
+
+// D(m×n) = α·op(A)·op(B) + β·D with the epilogue, through cuBLASLt; false (nothing queued) when
+// it has no algorithm for it. The algorithm the heuristic picks is cached per shape, options and
+// alignments, and so is its answer that it has none.
 template <class T>
-inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bias,
-                          int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta,
-                          GeluEpi gelu = GeluEpi::None, T* aux = nullptr) {
-    if (bias && alignment_of(bias) < 16) {  // the epilogue wants an aligned bias: add it separately
-        if (gelu != GeluEpi::None) fatal("cublaslt_gemm: a GELU epilogue needs a 16-byte aligned bias");
-        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta);
-        add_bias_kernel<<<grid_for((size_t)m * n), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
-        CUDA_LAUNCH_CHECK();
-        return;
-    }
+inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bias, int m, int n, int k, bool transA,
+                      bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, T* aux) {
+    const bool epilogue = bias || gelu != GeluEpi::None;
+    if (epilogue && (!g_lt_epilogues || (bias && alignment_of(bias) < 16))) return false;  // (it wants an aligned bias)
     const cudaDataType_t dt = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
     cublasLtMatmulDesc_t op;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (gelu == GeluEpi::Backward && bias) fatal("cublaslt_gemm: the DGELU epilogue takes no bias");
     cublasLtEpilogue_t epi = gelu == GeluEpi::Forward ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                            : gelu == GeluEpi::Backward ? CUBLASLT_EPILOGUE_DGELU
                            : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -212,10 +216,10 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transB ? n : k, transB ? k : n, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd));
     // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; our unit pointers are not.
-    // The algorithm depends on the shape, the options and the alignments: cache it by all of them.
     uint32_t align_a = alignment_of(A), align_b = alignment_of(Bm), align_d = alignment_of(D);
     using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t>;
-    static std::map<Key, cublasLtMatmulAlgo_t> algos;
+    struct Found { bool any; cublasLtMatmulAlgo_t algo; };
+    static std::map<Key, Found> algos;
     Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d};
     auto it = algos.find(key);
     if (it == algos.end()) {
@@ -227,18 +231,52 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
-        cublasLtMatmulHeuristicResult_t heur;
+        cublasLtMatmulHeuristicResult_t heur{};
         int found = 0;
-        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &heur, &found);
         cublasLtMatmulPreferenceDestroy(pref);
-        if (found == 0) fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul", m, n, k, dtype_name<T>());
-        it = algos.emplace(key, heur.algo).first;
+        if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+            fatal("cuBLASLt: the algorithm heuristic failed (status %d) for a %dx%dx%d %s matmul", (int)st, m, n, k, dtype_name<T>());
+        const bool any = st == CUBLAS_STATUS_SUCCESS && found > 0;
+        if (!any && epilogue)
+            fprintf(stderr, "note: cuBLASLt has no algorithm with the %s epilogue for a %dx%dx%d %s matmul: it runs as a "
+                    "separate kernel\n", gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward" : "bias",
+                    m, n, k, dtype_name<T>());
+        it = algos.emplace(key, Found{any, heur.algo}).first;
     }
-    const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &it->second,
-                                ctx.workspace, ctx.workspace_size, ctx.stream));
+    if (it->second.any) {
+        const float alpha = 1.0f;
+        CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &it->second.algo,
+                                    ctx.workspace, ctx.workspace_size, ctx.stream));
+    }
     cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
     cublasLtMatmulDescDestroy(op);
+    return it->second.any;
+}
+
+// D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column) (then the GELU epilogue, aux m×n with
+// leading dimension m), column-major, T matrices, fp32 accumulate: in one cuBLASLt call where it
+// has an algorithm for the whole of it, else the plain product and our kernels (see above).
+template <class T>
+inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bias,
+                          int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta,
+                          GeluEpi gelu = GeluEpi::None, T* aux = nullptr) {
+    if (gelu == GeluEpi::Backward && bias) fatal("cublaslt_gemm: the DGELU epilogue takes no bias");
+    if (gelu != GeluEpi::None && (ldd != m || beta != 0.0f)) fatal("cublaslt_gemm: a GELU epilogue needs ldd = m and β = 0");
+    if (lt_matmul<T>(ctx, D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux)) return;
+    if (!bias && gelu == GeluEpi::None) fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul", m, n, k, dtype_name<T>());
+    const size_t mn = (size_t)m * n;
+    if (gelu == GeluEpi::Forward) {  // aux = the product + bias, D = gelu(aux)
+        cublaslt_gemm<T>(ctx, aux, A, Bm, bias, m, n, k, transA, transB, lda, ldb, m, 0.0f);
+        gelu_forward(ctx, D, (const T*)aux, mn);
+    } else if (gelu == GeluEpi::Backward) {  // D = the product ⊙ gelu′(aux)
+        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, 0.0f);
+        gelu_backward(ctx, D, (const T*)aux, (const T*)D, mn);
+    } else {  // the bias alone
+        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta);
+        add_bias_kernel<<<grid_for(mn), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
+        CUDA_LAUNCH_CHECK();
+    }
 }
 
 // dbias[o] += Σ_n dout[n, o]. Stage 1: block (x, k) sums rows [k·R, (k+1)·R) of dout for

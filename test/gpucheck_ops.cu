@@ -140,8 +140,12 @@ template <class X> static void check_layernorm(int N, int C) {
             concat(gmean2.host(), grstd2.host()), 0.0);
 }
 
-template <class X> static void check_matmul(int N, int C, int OC, bool bias) {
-    char name[96]; snprintf(name, sizeof(name), "%s matmul N=%d C=%d OC=%d%s", dtype_name<X>(), N, C, OC, bias ? " +bias" : "");
+// lt_epilogues = false: cuBLASLt computes plain products and the bias (and GELU) run in our kernels,
+// the path taken where its heuristic has no algorithm with the epilogue (matmul.cuh).
+template <class X> static void check_matmul(int N, int C, int OC, bool bias, bool lt_epilogues = true) {
+    g_lt_epilogues = lt_epilogues;
+    char name[128]; snprintf(name, sizeof(name), "%s matmul N=%d C=%d OC=%d%s%s", dtype_name<X>(), N, C, OC, bias ? " +bias" : "",
+                             lt_epilogues ? "" : " (no cuBLASLt epilogues)");
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC);
     std::vector<X> out((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cbv = vec_cast<X>(bv), cdout = vec_cast<X>(dout);
     matmul_forward(cpu, out.data(), cx.data(), cW.data(), bias ? cbv.data() : nullptr, N, C, OC);
@@ -157,15 +161,19 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias) {
     compare(name, "dinp", vec_widen(dx), gdx.host(), bx<X>(1e-5));
     compare(name, "dW (+=)", vec_widen(cdW), gdW.host(), bx<X>(1e-5));
     if (bias) compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
+    g_lt_epilogues = true;
 }
 
 // The MLP's matmul with its GELU (matmul.cuh): forward out = gelu(pre), pre = x·Wᵀ + b; backward
 // dinp through the GELU of the layer's input. fused: cuBLASLt's GELU epilogues where the shape
 // allows (rows % 8 == 0), else the separate GELU kernel, which `fused = false` forces.
-template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fused) {
+template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fused, bool lt_epilogues = true) {
     g_gelu_fusion = fused;
-    char name[112]; snprintf(name, sizeof(name), "%s matmul+gelu N=%d C=%d OC=%d (%s)", dtype_name<X>(), N, C, OC,
-                             fused && OC % 8 == 0 && C % 8 == 0 ? "GELU in the cuBLASLt epilogue" : "separate GELU kernel");
+    g_lt_epilogues = lt_epilogues;
+    const bool in_epilogue = fused && OC % 8 == 0 && C % 8 == 0;
+    char name[128]; snprintf(name, sizeof(name), "%s matmul+gelu N=%d C=%d OC=%d (%s)", dtype_name<X>(), N, C, OC,
+                             !in_epilogue ? "separate GELU kernel"
+                             : lt_epilogues ? "GELU in the cuBLASLt epilogue" : "epilogue asked for, none found: GELU kernel after");
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC);
     auto pre_in = randn<X>((size_t)N * C);  // backward: the pre-GELU values of this layer's input
     std::vector<X> out((size_t)N * OC), pre((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cb = vec_cast<X>(bv),
@@ -185,6 +193,7 @@ template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fuse
     compare(name, "dW (+=)", vec_widen(cdW), gdW.host(), bx<X>(1e-5));
     compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
     g_gelu_fusion = true;
+    g_lt_epilogues = true;
 }
 
 template <class X> static void check_attention(int B, int T, int C, int NH, bool flash = true) {
@@ -315,6 +324,8 @@ template <class X> static void check_all() {
     check_matmul_gelu<X>(64, 96, 384, true);    // fused both ways
     check_matmul_gelu<X>(64, 96, 384, false);
     check_matmul_gelu<X>(9, 12, 70, true);      // OC % 8 != 0: the separate kernel
+    check_matmul<X>(40, 96, 200, true, false);  // cuBLASLt without epilogues: bias kernel,
+    check_matmul_gelu<X>(64, 96, 384, true, false);  // GELU kernels after the plain products
     check_attention<X>(2, 9, 12, 3);
     check_attention<X>(2, 128, 768, 12);
     check_attention<X>(1, 64, 256, 2);   // head size 128

@@ -51,7 +51,8 @@ The model of a GPU:
     bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
     the GELU's input, D = its tanh-approximation GELU) and DGELU (D = x·gelu′(aux)). It checks
     first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
-    has the alignment promised to the heuristic. The algorithm is a placeholder.
+    has the alignment promised to the heuristic. The algorithm is a placeholder; with
+    SIMT_LT_NO_EPILOGUES=1 the heuristic finds none for a product with an epilogue.
 Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, streams
 (every call completes before it returns), atomics (none of the kernels uses them).
 
@@ -619,10 +620,15 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
     memcpy(&p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], v, n);
     return CUBLAS_STATUS_SUCCESS;
 }
-inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+// SIMT_LT_NO_EPILOGUES=1: the heuristic has no algorithm for any epilogue (it answers
+// NOT_SUPPORTED, as cuBLASLt does), so that the backend's fallback for that case runs in tests.
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                                      cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p,
                                                      int requested, cublasLtMatmulHeuristicResult_t* res, int* found) {
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    static const bool no_epilogues = getenv("SIMT_LT_NO_EPILOGUES") && strcmp(getenv("SIMT_LT_NO_EPILOGUES"), "0");
+    *found = 0;
+    if (no_epilogues && d->epi != CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(res, 0, sizeof(*res));
     memcpy(res->algo.align, p->align, sizeof(p->align));
     *found = 1;

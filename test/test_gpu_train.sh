@@ -7,6 +7,8 @@
 #         2-layer model's loss by ~1e-4), falling, bit-identical runs
 #   flash-rows  bf16 with --flash-rows 32 (two m-tiles per warp in flash attention) bit-identical
 #         to 16
+#   no epilogues (emulator only) bf16 again with a cuBLASLt that has no algorithm for the bias
+#         and GELU epilogues (SIMT_LT_NO_EPILOGUES=1): matmul.cuh's fallback kernels
 #   waits (emulator only) the host waits for all queued GPU work at most once per optimizer step
 #         (the gradient norm, which it needs to clip), however many micro-steps the step has:
 #         inside a step nothing drains the GPU's queue (model.h's gpt_forward / gpt_mean_loss)
@@ -14,13 +16,13 @@
 # the trainer on the CPU SIMT emulator). Prints "ok"/"not ok" lines.
 set -u
 BIN=${1:?usage: test/test_gpu_train.sh TRAIN_GPT}
-gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND
-    local prec=$1 bound=$2 tmp; tmp=$(mktemp -d)
+gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND [ENV=VALUE...]: the GPU runs with those variables set
+    local prec=$1 bound=$2 tmp; tmp=$(mktemp -d); shift 2
     local flags=(--model d2 --batch-size 4 --seq-len 64 --steps 10 --lr 1e-3 --warmup-steps 2 --val-data "" --seed 3 --precision "$prec")
     "$BIN" --device cpu "${flags[@]}" --log-file "$tmp/cpu.jsonl" >/dev/null 2>&1
-    "$BIN" --device cuda "${flags[@]}" --log-file "$tmp/gpu.jsonl" >"$tmp/gpu.out" 2>&1 || tail -3 "$tmp/gpu.out" | sed 's/^/# /'
-    "$BIN" --device cuda "${flags[@]}" --log-file "$tmp/gpu2.jsonl" >/dev/null 2>&1
-    ${PYTHON:-/usr/bin/python3} - "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" "$tmp/gpu2.jsonl" "$prec" "$bound" <<'PY'
+    env "$@" "$BIN" --device cuda "${flags[@]}" --log-file "$tmp/gpu.jsonl" >"$tmp/gpu.out" 2>&1 || tail -3 "$tmp/gpu.out" | sed 's/^/# /'
+    env "$@" "$BIN" --device cuda "${flags[@]}" --log-file "$tmp/gpu2.jsonl" >/dev/null 2>&1
+    ${PYTHON:-/usr/bin/python3} - "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" "$tmp/gpu2.jsonl" "$prec${1:+ ($*)}" "$bound" <<'PY'
 import json, sys
 def load(p):
     try: return [json.loads(l) for l in open(p)]
@@ -67,4 +69,7 @@ if [ -n "$w31" ]; then
     echo "$r - host waits for the whole GPU queue do not grow with micro-steps (3 steps: $w31 with 1 micro-step each, $w34 with 4)"
     [ $((w61 - w31)) -le 3 ] && r=ok || r="not ok"
     echo "$r - at most one host wait for the whole GPU queue per optimizer step (3 more steps: $((w61 - w31)) more)"
+    # where cuBLASLt has no algorithm with the bias/GELU epilogues, they run as our kernels
+    # (matmul.cuh): the same training, within the same bound of the CPU run
+    gpu_vs_cpu bf16 2e-2 SIMT_LT_NO_EPILOGUES=1
 fi

@@ -29,7 +29,7 @@ for hs in 64 128; do
         grep -A1 "with 32 rows per warp" "$tmp/ours.txt" | tr -d '\n' | sed "s/^ *with 32 rows per warp (v6): /- B=$B T=$T hs=$hs: /; s/ *backward split: /; split: /" \
             | grep . >>"$tmp/v6.txt"
         timeout -k 10 "${RUN_LIMIT:-300}" $PY dev/bench/torch_baselines.py sdpa $B $T $NH $hs >"$tmp/torch.json" 2>"$tmp/torch.err"
-        $PY - "$tmp/ours.txt" "$tmp/torch.json" "$B" "$T" "$hs" <<'PY'
+        $PY - "$tmp/ours.txt" "$tmp/torch.json" "$B" "$T" "$hs" "$tmp/backends.txt" <<'PY'
 import json, re, sys
 ours = open(sys.argv[1]).read()
 f = re.search(r"forward\s+.*?([\d.]+) ms\s+([\d.]+) TFLOP/s", ours)
@@ -45,9 +45,19 @@ else:
     ratio = (t["fwd_ms"] + t["bwd_ms"]) / (float(f.group(1)) + float(b.group(1)))
     print(f"| {shape} | {float(f.group(1)):.3f} / {float(b.group(1)):.3f} | {float(f.group(2)):.0f} / {float(b.group(2)):.0f} | "
           f"{t['fwd_ms']:.3f} / {t['bwd_ms']:.3f} | {t['fwd_tflops']:.0f} / {t['bwd_tflops']:.0f} | {ratio:.2f}× |")
+if t and t.get("backends"):
+    with open(sys.argv[6], "a") as out:
+        out.write(f"- {shape}: " + ", ".join(f"{k} " + (f"{v[0]:.3f} / {v[1]:.3f}" if v else "refused")
+                                            for k, v in t["backends"].items()) + "\n")
 PY
     done
 done
+if [ -s "$tmp/backends.txt" ]; then
+    echo
+    echo "SDPA with each backend pinned (fwd / bwd ms; the default above is the one it picks):"
+    echo
+    cat "$tmp/backends.txt"
+fi
 if [ -s "$tmp/splits.txt" ]; then
     echo
     echo "Our backward's two deterministic passes, each run alone (TFLOP/s over each pass's own products):"

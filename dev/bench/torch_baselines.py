@@ -5,7 +5,8 @@ torch_baselines.py — the PyTorch numbers `make bench` compares ours against, o
                    backend, FlashAttention-2 or cuDNN on an H100), forward and backward timed
                    separately with CUDA events; FLOPs counted as dev/cuda/attention.cu counts
                    them: 2·B·NH·T²·HS forward (QKᵀ and PV over the causal half), 2.5× that
-                   backward.
+                   backward; then each backend pinned alone (flash, cuDNN, efficient; PyTorch
+                   ≥ 2.3), to show which one the default is.
   gpt2 MODEL B T   one training step of GPT-2 (124M, 350M, 774M, 1558M: llm.c's shapes, vocab
                    padded to 50304, tied embeddings, GELU tanh) written here in plain PyTorch
                    with SDPA attention, bf16 autocast over fp32 weights, fused AdamW, compiled
@@ -65,21 +66,41 @@ def timer(device):
     return run
 
 
-def sdpa(B, T, NH, HS, device):
-    dt = torch.bfloat16 if device == "cuda" else torch.float32
-    q, k, v = (torch.randn(B, NH, T, HS, device=device, dtype=dt, requires_grad=True) for _ in range(3))
-    do = torch.randn(B, NH, T, HS, device=device, dtype=dt)
+def sdpa_ms(q, k, v, do, t):
+    """(forward ms, backward ms) of causal attention on q, k, v with the SDPA backend in force"""
     fwd = lambda: attend(q, k, v)
     out = fwd()
     def bwd():
         q.grad = k.grad = v.grad = None
         out.backward(do, retain_graph=True)
-    t = timer(device)
     for _ in range(3): fwd(); bwd()
-    ms_f, ms_b = t(fwd, 20), t(bwd, 20)
+    return t(fwd, 20), t(bwd, 20)
+
+
+def sdpa(B, T, NH, HS, device):
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    q, k, v = (torch.randn(B, NH, T, HS, device=device, dtype=dt, requires_grad=True) for _ in range(3))
+    do = torch.randn(B, NH, T, HS, device=device, dtype=dt)
+    t = timer(device)
+    ms_f, ms_b = sdpa_ms(q, k, v, do, t)
     flops = 2.0 * B * NH * T * T * HS
+    # each backend alone, where this PyTorch can pin one (≥ 2.3): which one the default picked,
+    # and how far apart they are ({name: [fwd ms, bwd ms]}, null where it refuses the shape)
+    backends = {}
+    try:
+        from torch.nn.attention import sdpa_kernel, SDPBackend
+    except ImportError:
+        sdpa_kernel = None
+    names = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION") if device == "cuda" else ("MATH",)
+    for name in names if sdpa_kernel else ():
+        if not hasattr(SDPBackend, name): continue
+        try:
+            with sdpa_kernel(getattr(SDPBackend, name)):
+                backends[name.split("_")[0].lower()] = list(sdpa_ms(q, k, v, do, t))
+        except RuntimeError:
+            backends[name.split("_")[0].lower()] = None
     return {"kind": "sdpa", "B": B, "T": T, "NH": NH, "HS": HS, "fwd_ms": ms_f, "bwd_ms": ms_b,
-            "fwd_tflops": flops / ms_f / 1e9, "bwd_tflops": 2.5 * flops / ms_b / 1e9}
+            "fwd_tflops": flops / ms_f / 1e9, "bwd_tflops": 2.5 * flops / ms_b / 1e9, "backends": backends}
 
 
 def eager_and_compiled(device):
