@@ -5,8 +5,8 @@ mfu.h — model FLOPs utilization: the fraction of the GPU's dense bf16 peak a r
       6Ψ: forward 2Ψ and backward 4Ψ multiply-adds through every weight (PaLM's appendix B);
       6·L·C·T: attention's QKᵀ and PV, forward and backward, with the causal half skipped.
   MFU = tokens/s · FLOPs per token / peak
-Peaks (dense bf16, per GPU): H100 SXM 989 TFLOP/s, H200 989, A100 312. Unknown GPUs and the CPU
-report no MFU (null in the log).
+Peaks (dense bf16, per GPU, NVIDIA's datasheets): H100 SXM 989 TFLOP/s, H100 NVL 835, H100 PCIe
+756, H200 989, A100 312. Unknown GPUs and the CPU report no MFU (null in the log).
 Test: test/test_ops.cpp (the FLOPs formula on GPT-2 124M).
 */
 #pragma once
@@ -26,6 +26,8 @@ inline double gpu_peak_flops(const Ctx& ctx) {
         cudaGetDevice(&dev);
         cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) return -1;
+        if (strstr(p.name, "H100") && strstr(p.name, "PCIe")) return 756e12;
+        if (strstr(p.name, "H100") && strstr(p.name, "NVL")) return 835e12;
         if (strstr(p.name, "H100") || strstr(p.name, "H200")) return 989e12;
         if (strstr(p.name, "A100")) return 312e12;
     }
