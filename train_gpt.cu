@@ -384,8 +384,9 @@ int main(int argc, char** argv) {
             model_file_load(&dpar, model_spec.c_str());
         } else {
             // a batch of units drawn at a time, one per thread (each from its own streams: the
-            // same values in any order; GPT-2 1558M's 1.5 G normals take ~35 s on one core)
-            const int nu = gpt_num_units(config), batch = std::min(nu, nthreads);
+            // same values in any order; GPT-2 1558M's 1.5 G normals take ~35 s on one core); at
+            // most 16 at once, ~2 GB of fp32 for 1558M on each rank of a node
+            const int nu = gpt_num_units(config), batch = std::min({nu, nthreads, 16});
             std::vector<avec<float>> units(batch);
             for (int u0 = 0; u0 < nu; u0 += batch) {
                 const int u1 = std::min(nu, u0 + batch);
