@@ -21,6 +21,9 @@ MPI_FLAGS := -DLLMC_MPI $(addprefix -I,$(shell mpicxx --showme:incdirs))
 MPI_LIBS  := $(addprefix -L,$(shell mpicxx --showme:libdirs)) $(addprefix -l,$(shell mpicxx --showme:libs))
 endif
 NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
+# -lineinfo: source lines in compute-sanitizer's and Nsight Compute's reports (the optimized
+# code is the same; only a line table is added)
+NVCC_LINEINFO := -lineinfo
 # NCCL (with the CUDA toolkit, or libnccl-dev): GPU collectives. Needs MPI for its bootstrap.
 NCCL_H   := $(firstword $(wildcard $(dir $(NVCC))../include/nccl.h /usr/include/nccl.h))
 ifneq ($(and $(NCCL_H),$(MPICXX)),)
@@ -46,7 +49,7 @@ deps:
 
 ifneq ($(NVCC),)
 train_gpt: train_gpt.cu $(HEADERS)
-	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp,-march=native $(MPI_FLAGS) $(NCCL_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lgomp
+	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -Xcompiler -fopenmp,-march=native $(MPI_FLAGS) $(NCCL_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lgomp
 else
 train_gpt: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
@@ -93,13 +96,13 @@ gpu-deps:
 # fails CI), run by `make gpucheck`
 build/gpucheck_ops: test/gpucheck_ops.cu $(HEADERS)
 	@mkdir -p build
-	$(NVCC) -O2 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp $< -o $@ $(LDLIBS) -lcublasLt -lgomp
+	$(NVCC) -O2 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -Xcompiler -fopenmp $< -o $@ $(LDLIBS) -lcublasLt -lgomp
 
 # kernel playgrounds (dev/cuda): compiled with the tests, run by hand on a GPU
 DEV_CUDA := $(patsubst dev/cuda/%.cu,build/dev_%,$(wildcard dev/cuda/*.cu))
 build/dev_%: dev/cuda/%.cu dev/cuda/common.cuh $(HEADERS)
 	@mkdir -p build
-	$(NVCC) -O2 -std=c++17 -x cu $(NVCC_GENCODE) -Xcompiler -fopenmp $< -o $@ $(LDLIBS) -lcublasLt -lgomp
+	$(NVCC) -O2 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -Xcompiler -fopenmp $< -o $@ $(LDLIBS) -lcublasLt -lgomp
 dev-cuda: $(DEV_CUDA)
 
 GPU_TEST_BINARIES := $(if $(NVCC),build/gpucheck_ops $(DEV_CUDA))

@@ -10,6 +10,8 @@
 #   test_dp          DDP / ZeRO-1/2/3 with 2 and 4 ranks vs one process: MPI staged through host
 #                    memory (ranks may share a GPU), and NCCL where there are 4 GPUs
 #   dev/cuda         the kernel playgrounds: every version within its bound; their timings
+#   sanitize         compute-sanitizer's memcheck, racecheck, synccheck and initcheck over
+#                    gpucheck_ops and a short bf16 training (test/gpu_sanitize.sh): no errors
 set -u
 cd "$(dirname "$0")/.."
 BIN=./train_gpt
@@ -34,8 +36,9 @@ part() {
 }
 echo "# gpucheck on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 
-# GPUCHECK_PARTS picks parts (default all, in this order): ops train resume pytorch playgrounds dp
-want() { [[ " ${GPUCHECK_PARTS:-ops train resume pytorch playgrounds dp} " == *" $1 "* ]]; }
+# GPUCHECK_PARTS picks parts (default all, in this order): ops train resume pytorch playgrounds
+# sanitize dp
+want() { [[ " ${GPUCHECK_PARTS:-ops train resume pytorch playgrounds sanitize dp} " == *" $1 "* ]]; }
 want ops && part gpucheck_ops build/gpucheck_ops
 want train && part "GPU vs CPU training (fp32, bf16)" bash test/test_gpu_train.sh "$BIN"
 want resume && part "test_train (cuda)" env DEVICE=cuda bash test/test_train.sh "$BIN"
@@ -48,6 +51,12 @@ if want playgrounds; then
         [ -x "$p" ] && part "$p" "${playground[@]}" "$p"
     done
     [ -x build/dev_attention ] && part "build/dev_attention, head size 128" "${playground[@]}" build/dev_attention 4 1024 1024 8
+fi
+# compute-sanitizer: 4 tools × 2 programs, each under its own limit (SANITIZE_LIMIT, 300 s), so
+# the part as a whole gets 8 of those
+if want sanitize; then
+    PATH=$PATH:/usr/local/cuda/bin PART_LIMIT=$((8 * ${SANITIZE_LIMIT:-300} + 60)) \
+        part "compute-sanitizer" bash test/gpu_sanitize.sh build/gpucheck_ops "$BIN"
 fi
 # the dp matrix twice: collectives staged through host memory (MPI; the ranks may share a GPU),
 # and NCCL with one rank per GPU where there are 4 GPUs (the matrix goes up to dp = 4)

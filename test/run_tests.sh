@@ -10,6 +10,8 @@
 #   test_comm           every collective under mpirun (4 and 3 ranks), byte counters, the mesh
 #   test_dp             DDP and ZeRO-1/2/3 on 2 and 4 CPU ranks against one process; memory and
 #                       bytes against the formulas; resume and resharding
+#   test_gpu_sanitize   make gpucheck's compute-sanitizer part: its verdicts with a stand-in
+#                       sanitizer, and its training command line on the emulated GPU
 #   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
 #                       races, deadlocks, out-of-bounds accesses
 #   simcheck_ops        every CUDA kernel run by that emulator against its CPU op (gpucheck_ops
@@ -85,6 +87,7 @@ sys.exit(0 if r['kind'] == sys.argv[1] and times and all(t > 0 for t in times) e
     done
 }
 part "dev/bench PyTorch baselines (CPU, tiny shapes)" torch_baselines
+part "gpu_sanitize's verdicts (stand-in sanitizer, emulated GPU)" bash test/test_gpu_sanitize.sh build/train_gpt_simt
 part "test_gpu_train (emulated GPU)" bash test/test_gpu_train.sh build/train_gpt_simt
 part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/train_gpt_simt
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
