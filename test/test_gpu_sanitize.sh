@@ -11,13 +11,14 @@ bin=${1:?usage: test/test_gpu_sanitize.sh TRAIN_GPT_SIMT}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 cat >"$tmp/sanitizer" <<'SH'
 #!/usr/bin/env bash
-# stand-in for compute-sanitizer: MOCK=pass (run the program), hazard:TOOL, silent
+# stand-in for compute-sanitizer: MOCK=pass (run the program), hazard:TOOL, silent, unsupported
 [ "$1" = --tool ] && [ "$3" = --error-exitcode ] || { echo "mock: unexpected arguments: $*"; exit 3; }
 tool=$2 code=$4; shift 4
 case ${MOCK:-pass} in
     hazard:$tool) echo "========= Error: Race reported between Write access at flash_forward_kernel+0x1a0"
                   echo "========= ERROR SUMMARY: 1 error"; exit "$code" ;;
     silent) "$@" >/dev/null 2>&1; exit $? ;;
+    unsupported) echo "========= Error: Device not supported"; echo "========= ERROR SUMMARY: 1 error"; exit 255 ;;
     *) "$@"; rc=$?; echo "========= ERROR SUMMARY: 0 errors"; exit $rc ;;
 esac
 SH
@@ -45,3 +46,5 @@ expect "a program past SANITIZE_LIMIT fails" \
     "$(SANITIZE_LIMIT=1 SANITIZE_TOOLS=memcheck run "$tmp/slow" /bin/true)" 1 1 "ran past 1 s"
 expect "no sanitizer on the machine: skipped with one line, nothing counted" \
     "$(SANITIZER=$tmp/none bash test/gpu_sanitize.sh /bin/true /bin/true 2>&1)" 0 0 "^# sanitize skipped"
+expect "a GPU the sanitizer cannot instrument: skipped with its words, nothing counted" \
+    "$(MOCK=unsupported run /bin/true /bin/true)" 0 0 "^# sanitize skipped: .*Device not supported"
