@@ -163,7 +163,8 @@ clean:
 # BENCH_PARTS picks parts (in this order): train (bf16, BENCH_MODELS, and the first one's
 # per-op profile), fp32 (124M), torch (attention and a step against PyTorch), kernels (the
 # memory-bound ops and the linear layers against PyTorch eager and compiled), overlap (≥ 2
-# GPUs); not by default: flash32 (train with --flash-rows 32)
+# GPUs); not by default: flash32 (train with --flash-rows 32), ncu (Nsight Compute's view of
+# each of our kernels in a 124M step: what limits it)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
 BENCH_PARTS ?= train fp32 torch kernels overlap
 bench: all
@@ -177,4 +178,5 @@ bench: all
 	    torch) bash dev/bench/bench_vs_torch.sh ;; \
 	    kernels) bash dev/bench/bench_kernels.sh ;; \
 	    overlap) bash dev/bench/bench_overlap.sh ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 torch kernels overlap)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    ncu) bash dev/bench/bench_ncu.sh ;; \
+	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 torch kernels overlap ncu)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
