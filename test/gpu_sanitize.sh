@@ -40,7 +40,8 @@ found=86   # the sanitizer's exit status when it reports an error (--error-exitc
 sanitize() {  # sanitize TOOL NAME PROGRAM ARGS...: one "ok"/"not ok" line, the report on failure
     local tool=$1 name=$2 rc out=$tmp/out; shift 2
     timeout -k 10 "${SANITIZE_LIMIT:-300}" "$san" --tool "$tool" --error-exitcode $found "$@" >"$out" 2>&1; rc=$?
-    # the program's own "ok" lines are not this check's: shown as comments, never counted
+    # the program's output stays in $out (its own "ok" lines are not this check's); on a failure
+    # the relevant part of it is shown as "# " comments, which no summary counts
     local what="$tool: $name"
     if grep -qi 'device not supported' "$out"; then  # e.g. under gVisor: the tool cannot attach
         echo "# sanitize skipped: compute-sanitizer cannot check this GPU here ($(grep -i -m1 'device not supported' "$out" | sed 's/^=* *//'))"
@@ -51,7 +52,7 @@ sanitize() {  # sanitize TOOL NAME PROGRAM ARGS...: one "ok"/"not ok" line, the 
         local summary; summary=$(grep -o 'ERROR SUMMARY: [0-9]* errors*' "$out" | tail -1)
         echo "not ok - $what: ${summary:-errors reported}"
     elif [ $rc != 0 ]; then
-        tail -5 "$out" | sed 's/^/# /'
+        { grep -m10 '^not ok' "$out"; tail -5 "$out"; } | sed 's/^/# /'
         echo "not ok - $what: the program failed under the sanitizer (exit $rc)"
     elif ! grep -q 'ERROR SUMMARY: 0 errors' "$out"; then
         tail -5 "$out" | sed 's/^/# /'
