@@ -489,6 +489,22 @@ inline void cuda_ctx_init(Ctx* ctx, int index) {
     g_cuda_active = true;
 }
 
+// The current GPU and the CUDA libraries in one line, for the start of a run (a benchmark log
+// then says what it ran on): name, architecture, SMs, memory; driver, runtime, cuBLASLt.
+inline std::string cuda_describe() {
+    int dev = 0, drv = 0, rt = 0;
+    cudaDeviceProp p;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return "unknown GPU";
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    const size_t lt = cublasLtGetVersion();  // major·10000 + minor·100 + patch
+    char s[512];
+    snprintf(s, sizeof s, "%s, sm_%d%d, %d SMs, %.1f GiB; CUDA driver %d.%d, runtime %d.%d, cuBLASLt %zu.%zu.%zu", p.name,
+             p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, drv / 1000, drv % 1000 / 10,
+             rt / 1000, rt % 1000 / 10, lt / 10000, lt / 100 % 100, lt % 100);
+    return s;
+}
+
 // 16-byte vectors: one load or store instruction (LDG.128/STG.128) moves V = 16 / sizeof(T)
 // elements, a quarter (fp32) or an eighth (bf16) of the instructions of element-wise access
 // for the same bytes. A row of C elements can be read in packs when C is a multiple of V and

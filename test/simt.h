@@ -498,6 +498,7 @@ inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ?
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { static char dummy; *s = (cudaStream_t)&dummy; return cudaSuccess; }
 // Calls after which the host has waited for all queued GPU work (a stream or device sync, a
 // synchronous cudaMemcpy, cudaFree): on a GPU each drains the queue, and the GPU idles until the
@@ -530,8 +531,15 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { re
 enum { cudaEventDisableTiming = 2, cudaStreamNonBlocking = 1 };
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->t - a->t); return cudaSuccess; }
-struct cudaDeviceProp { char name[256] = "CPU SIMT emulator (test/simt.h)"; };
+// what cuda_describe reads: the emulator names itself and reports no architecture or versions
+struct cudaDeviceProp {
+    char name[256] = "CPU SIMT emulator (test/simt.h)";
+    int major = 0, minor = 0, multiProcessorCount = 0;
+    size_t totalGlobalMem = 0;
+};
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp{}; return cudaSuccess; }
+inline cudaError_t cudaDriverGetVersion(int* v) { *v = 0; return cudaSuccess; }
+inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = 0; return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; return cudaSuccess; }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
     *p = (T*)simt::device_alloc(bytes);
@@ -588,6 +596,7 @@ typedef SimtLtDesc* cublasLtMatmulDesc_t;
 typedef SimtLtLayout* cublasLtMatrixLayout_t;
 typedef SimtLtPref* cublasLtMatmulPreference_t;
 
+inline size_t cublasLtGetVersion() { return 0; }
 inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { static char dummy; *h = &dummy; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t, cudaDataType_t scale) {
     if (scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;

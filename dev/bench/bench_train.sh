@@ -39,11 +39,13 @@ ms = statistics.median(r["ms"] for r in rows)
 print(f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | {float(mem.group(1)) / 1024:.1f} GiB |" if mem else f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | ? |")
 PY
         done_one=1
+        [ ${#fits[@]} = 0 ] && ran_on=$(grep -m1 '^device: ' "$tmp/out.txt")
         fits+=("$m $B")
         break
     done
     [ $done_one = 1 ] || echo "| $m | — | does not fit (or failed: $(tail -1 "$tmp/out.txt")) | | | |"
 done
+[ -n "${ran_on:-}" ] && { echo; echo "The trainer's own line: \`$ran_on\`"; }
 profiled=()
 [ ${#fits[@]} -gt 0 ] && profiled=("${fits[0]}")
 [ ${#fits[@]} -gt 1 ] && profiled+=("${fits[${#fits[@]}-1]}")
