@@ -407,10 +407,11 @@ int main(int argc, char** argv) {
         if (ctx.device == Device::CPU)
             print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, dtype_name<floatX>(), zero, out_dir_note.c_str());
         else
-            print0("device: cuda (%s), %d rank(s)%s, %s, zero %d%s\n", cuda_describe().c_str(), mesh.world,
+            print0("device: cuda, %d rank(s)%s, %s, zero %d%s\n", mesh.world,
                    mesh.world == 1 ? "" : use_nccl ? (overlap ? " (collectives: nccl)" : " (collectives: nccl, not overlapped)")
                                                    : " (collectives: mpi, staged through host memory)",
                    dtype_name<floatX>(), zero, out_dir_note.c_str());
+        if (ctx.device == Device::CUDA) print0("gpu: %s\n", cuda_describe().c_str());
         const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
         DPMemory mem = dp_memory(dpar);
         fflush(stdout);

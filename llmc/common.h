@@ -314,6 +314,8 @@ inline void ctx_zero(const Ctx& ctx, void* p, size_t bytes) {
 // The next use of a stage first waits for its last copy, since the copy engine reads or writes
 // the buffer after the call has returned; in a training loop that copy is long done by then.
 // On the CPU the stage is plain memory and every copy is complete when it returns.
+// Checked by every training on the emulator (test/simt.h), which protects a page-locked buffer
+// from its asynchronous copy until the host waits for it: a missing wait faults there.
 struct HostStage {
     void* host = nullptr;
     size_t cap = 0;
@@ -458,6 +460,7 @@ template <class T> struct Buf {
 
 #ifndef LLMC_CUDA
 inline int cuda_device_count() { return 0; }
+inline std::string cuda_describe() { return "none (a build without CUDA)"; }
 #endif
 
 #ifdef LLMC_CUDA

@@ -35,6 +35,11 @@ The model of a GPU:
   - cudaMalloc places each buffer so that its end (rounded to 256 bytes, cudaMalloc's alignment)
     touches an inaccessible page: a kernel reading or writing past a buffer crashes, and the
     SIGSEGV handler names the kernel, block and thread.
+  - Page-locked host memory (cudaMallocHost) used by a cudaMemcpyAsync is protected until the
+    host waits for that copy (an event recorded after it, a stream or device sync): read-only
+    after an upload, inaccessible after a download. The copy itself is done at once, as every
+    call is, so a host that touches the buffer before its wait (on a GPU: reads a result that
+    has not arrived, or overwrites bytes not yet sent) faults, and the handler says so.
   - mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32: D = A·B + C over the whole warp, with the
     fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point
     type"; g = lane/4, t = lane%4, element i of a register pair holds the low half first):
@@ -54,7 +59,8 @@ The model of a GPU:
     has the alignment promised to the heuristic. The algorithm is a placeholder; with
     SIMT_LT_NO_EPILOGUES=1 the heuristic finds none for a product with an epilogue.
 Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, streams
-(every call completes before it returns), atomics (none of the kernels uses them).
+(every call completes before it returns; only the host's side of asynchronous copies is
+checked, above), atomics (none of the kernels uses them).
 
 Test: make test (run_tests.sh: "simcheck_ops", both orders); the emulator's own checks in
 test/test_simt.cpp.
@@ -378,11 +384,14 @@ struct Cfg { dim3 grid, block; size_t smem = 0; void* stream = nullptr; };
 
 struct Where { const char* kernel; uint3 block; };  // for the SIGSEGV report (the thread is threadIdx)
 inline thread_local Where tl_where{"(host code)", {}};
-inline void on_segv(int) {
+inline const char* pinned_fault(const void* addr);  // the report for a page-locked buffer in flight, or null
+inline void on_segv(int, siginfo_t* si, void*) {
     const Where& w = tl_where;
-    char msg[256];
-    int len = snprintf(msg, sizeof(msg), "simt: invalid memory access (past a buffer's end?) in %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
-                       w.kernel, w.block.x, w.block.y, w.block.z, threadIdx.x, threadIdx.y, threadIdx.z);
+    char msg[512];
+    const char* pinned = pinned_fault(si->si_addr);
+    int len = pinned ? snprintf(msg, sizeof(msg), "simt: %s\n", pinned)
+                     : snprintf(msg, sizeof(msg), "simt: invalid memory access (past a buffer's end?) in %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
+                                w.kernel, w.block.x, w.block.y, w.block.z, threadIdx.x, threadIdx.y, threadIdx.z);
     if (write(2, msg, len) < 0) {}
     _exit(3);
 }
@@ -397,8 +406,8 @@ inline bool g_segv_installed = [] {
     use_signal_stack();
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_segv;
-    sa.sa_flags = SA_ONSTACK;
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_ONSTACK | SA_SIGINFO;
     sigaction(SIGSEGV, &sa, nullptr);
     sigaction(SIGBUS, &sa, nullptr);
     return true;
@@ -474,6 +483,35 @@ inline void device_free(void* p) {
     munmap(it->second.map, it->second.map_bytes);
     g_allocs.erase(it);
 }
+
+// ---- page-locked host memory and the asynchronous copies that use it
+// cudaMemcpyAsync returns before the copy engine has read (host → device) or written (device →
+// host) the host side, and the host may touch that memory again only after a wait that covers
+// the copy: cudaEventSynchronize on an event recorded after it, or a stream or device sync (a
+// synchronous cudaMemcpy and cudaFree wait too). Every copy is done at once here, so a missing
+// wait would change nothing; instead the page-locked buffer is protected from the copy until
+// such a wait: read-only after an upload (the host must not overwrite what the GPU may not have
+// read yet), inaccessible after a download (it must not read what may not have arrived). A host
+// access in between faults, and the SIGSEGV handler names the buffer and the missing wait.
+struct Pinned {
+    size_t map_bytes;
+    unsigned long seq = 0;  // the buffer's last copy (0: none in flight)
+    bool download = false;  // that copy wrote it (else read it)
+};
+inline std::map<uintptr_t, Pinned>& pinned() { static auto* m = new std::map<uintptr_t, Pinned>; return *m; }
+inline unsigned long g_copy_seq = 0;
+inline std::map<uintptr_t, Pinned>::iterator pinned_find(const void* p) {  // the buffer holding p, or end()
+    auto& m = pinned();
+    auto it = m.upper_bound((uintptr_t)p);
+    if (it == m.begin()) return m.end();
+    --it;
+    return (uintptr_t)p < it->first + it->second.map_bytes ? it : m.end();
+}
+inline void pinned_settle(std::map<uintptr_t, Pinned>::iterator it) {  // its copy is waited for
+    if (it->second.seq) mprotect((void*)it->first, it->second.map_bytes, PROT_READ | PROT_WRITE);
+    it->second.seq = 0;
+}
+inline void pinned_settle_all() { for (auto it = pinned().begin(); it != pinned().end(); ++it) pinned_settle(it); }
 }  // namespace simt
 
 inline void __syncthreads() { simt::syncthreads(); }
@@ -515,17 +553,28 @@ struct FullWaitReport {
 };
 inline FullWaitReport g_full_wait_report;
 }  // namespace simt
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { simt::g_full_waits++; return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { simt::g_full_waits++; simt::pinned_settle_all(); return cudaSuccess; }
 // events time the (synchronous) emulation by the host clock: meaningless as GPU timings, there
 // so that the dev/cuda playgrounds run on the emulator too
-struct CUevent_st { double t; };
+// (an event also notes the page-locked buffers whose copies were queued before it: waiting for
+// it lets the host touch those again, unless a later copy has used them since)
+struct CUevent_st { double t = 0; std::vector<std::pair<uintptr_t, unsigned long>> covers; };
 typedef CUevent_st* cudaEvent_t;
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = (cudaEvent_t)calloc(1, sizeof(**e)); return cudaSuccess; }
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st; return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
-    timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6; return cudaSuccess;
+    timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    e->covers.clear();
+    for (auto& [start, b] : simt::pinned()) if (b.seq) e->covers.push_back({start, b.seq});
+    return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    for (auto [start, seq] : e->covers) {
+        auto it = simt::pinned().find(start);
+        if (it != simt::pinned().end() && it->second.seq == seq) simt::pinned_settle(it);
+    }
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 enum { cudaEventDisableTiming = 2, cudaStreamNonBlocking = 1 };
@@ -540,22 +589,60 @@ struct cudaDeviceProp {
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp{}; return cudaSuccess; }
 inline cudaError_t cudaDriverGetVersion(int* v) { *v = 0; return cudaSuccess; }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = 0; return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; simt::pinned_settle_all(); return cudaSuccess; }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
     *p = (T*)simt::device_alloc(bytes);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
-inline cudaError_t cudaFree(void* p) { simt::g_full_waits++; if (p) simt::device_free(p); return cudaSuccess; }
-// page-locked host memory is plain host memory here (copies are synchronous anyway)
+inline cudaError_t cudaFree(void* p) { simt::g_full_waits++; simt::pinned_settle_all(); if (p) simt::device_free(p); return cudaSuccess; }
+// page-locked host memory: whole pages of its own, so that a copy in flight can protect it
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) {
-    *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    size_t map_bytes = (std::max<size_t>(bytes, 1) + simt::PAGE - 1) / simt::PAGE * simt::PAGE;
+    void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return cudaErrorMemoryAllocation;
+    simt::pinned()[(uintptr_t)m] = simt::Pinned{map_bytes};
+    *p = m;
+    return cudaSuccess;
 }
-inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaFreeHost(void* p) {
+    auto it = simt::pinned().find((uintptr_t)p);
+    if (it == simt::pinned().end()) simt::die("cudaFreeHost of a pointer cudaMallocHost did not return");
+    munmap(p, it->second.map_bytes);
+    simt::pinned().erase(it);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemset(void* p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { memset(p, v, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { simt::g_full_waits++; memmove(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) { memmove(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+    simt::g_full_waits++;
+    simt::pinned_settle_all();
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+// done at once; a page-locked host side is then protected until a wait covers this copy
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
+    auto& m = simt::pinned();
+    auto it = simt::pinned_find(d);
+    const bool download = it != m.end();
+    if (!download) it = simt::pinned_find(s);
+    if (it != m.end()) mprotect((void*)it->first, it->second.map_bytes, PROT_READ | PROT_WRITE);  // (copies queued in order)
+    memmove(d, s, n);
+    if (it != m.end()) {
+        it->second.seq = ++simt::g_copy_seq;
+        it->second.download = download;
+        mprotect((void*)it->first, it->second.map_bytes, download ? PROT_NONE : PROT_READ);
+    }
+    return cudaSuccess;
+}
+inline const char* simt::pinned_fault(const void* addr) {
+    auto it = pinned_find(addr);
+    if (it == pinned().end() || !it->second.seq) return nullptr;
+    static char msg[400];
+    snprintf(msg, sizeof(msg), "the host touched page-locked memory at %p while an asynchronous copy %s it may still be running "
+             "(cudaMemcpyAsync returns before the copy is done: wait first, with cudaEventSynchronize on an event recorded "
+             "after the copy, or a stream or device sync)", addr, it->second.download ? "into" : "out of");
+    return msg;
+}
 inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
     memset(a, 0, sizeof(*a));
     a->type = simt::device_owns(p) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;

@@ -14,7 +14,11 @@ under the emulator" (build/simcheck_ops) means something:
     status 3 and name the kernel (one block each: libgomp's threads do not survive fork): a
     __syncthreads that half a warp reaches while the other half waits at a shuffle (deadlock), a
     shuffle after some lanes of the warp returned, reading past the end of a cudaMalloc buffer,
-    a host pointer given to a kernel, a thread ending with a cp.async it never waited for;
+    a host pointer given to a kernel, a thread ending with a cp.async it never waited for, the
+    host touching a page-locked buffer before waiting for its asynchronous copy (a download's
+    read, an upload's source overwritten, a wait for an event older than the copy);
+  - page-locked buffers are the host's again after an event recorded after their copy, or a
+    stream sync;
   - cuBLASLt: a layout that does not match the transposes is refused.
 Prints "ok"/"not ok" lines. Build: make build/test_simt (g++, no GPU).
 */
@@ -196,6 +200,27 @@ static bool dies_with(const std::function<void()>& fn, const char* needle) {
     return WIFEXITED(status) && WEXITSTATUS(status) == 3 && err.find(needle) != std::string::npos;
 }
 
+// Page-locked buffers of asynchronous copies: the host may touch them only after a wait that
+// covers the copy (the runs that must fail are in test_failures).
+static void test_pinned() {
+    float *dev, *host;
+    cudaMalloc(&dev, 1000 * sizeof(float));
+    cudaMallocHost((void**)&host, 1000 * sizeof(float));
+    cudaEvent_t e; cudaEventCreate(&e);
+    for (int i = 0; i < 1000; i++) host[i] = (float)i;
+    cudaMemcpyAsync(dev, host, 1000 * sizeof(float), cudaMemcpyHostToDevice);
+    float first = host[7];  // reading an upload's source while it is in flight is allowed
+    cudaEventRecord(e); cudaEventSynchronize(e);
+    host[7] = -1;           // and, after the wait, writing it
+    cudaMemcpyAsync(host, dev, 1000 * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaEventRecord(e); cudaEventSynchronize(e);
+    check(first == 7 && host[7] == 7 && host[999] == 999, "a page-locked buffer is the host's again after an event recorded after its copy");
+    cudaMemcpyAsync(host, dev, 1000 * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaStreamSynchronize(nullptr);
+    check(host[500] == 500, "... and after a stream sync");
+    cudaEventDestroy(e); cudaFreeHost(host); cudaFree(dev);
+}
+
 static void test_failures() {
     check(dies_with([] {
               simt::launch("divergent", simt::Cfg{1, 64}, [] {  // half a warp at the barrier, half at a shuffle
@@ -249,6 +274,30 @@ static void test_failures() {
               });
           }, "cp_async_never_waited: a thread ended with cp.async copies"),
           "a thread that ends with a cp.async it never waited for is reported");
+    // a download read before its wait; an upload's source overwritten before its wait; an event
+    // recorded between two downloads into one buffer covers only the first
+    struct Bufs { float *dev, *host; Bufs() { cudaMalloc(&dev, 4096); cudaMallocHost((void**)&host, 4096); } };
+    check(dies_with([] {
+              Bufs b;
+              cudaMemcpyAsync(b.host, b.dev, 4096, cudaMemcpyDeviceToHost);
+              volatile float x = b.host[3]; (void)x;
+          }, "the host touched page-locked memory at"),
+          "reading a download's buffer before waiting for the copy is reported");
+    check(dies_with([] {
+              Bufs b;
+              cudaMemcpyAsync(b.dev, b.host, 4096, cudaMemcpyHostToDevice);
+              b.host[3] = 1;
+          }, "an asynchronous copy out of it may still be running"),
+          "overwriting an upload's source before waiting for the copy is reported");
+    check(dies_with([] {
+              Bufs b; cudaEvent_t e; cudaEventCreate(&e);
+              cudaMemcpyAsync(b.host, b.dev, 4096, cudaMemcpyDeviceToHost);
+              cudaEventRecord(e);
+              cudaMemcpyAsync(b.host, b.dev, 4096, cudaMemcpyDeviceToHost);
+              cudaEventSynchronize(e);
+              volatile float x = b.host[3]; (void)x;
+          }, "an asynchronous copy into it may still be running"),
+          "an event waits only for the copies queued before it");
 }
 
 int main() {
@@ -257,6 +306,7 @@ int main() {
     test_shuffles();
     test_races();
     test_cp_async();
+    test_pinned();
     test_failures();
     printf("# test_simt: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

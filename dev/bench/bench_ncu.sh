@@ -39,5 +39,5 @@ echo
 echo "Our kernels in one step (ncu --print-summary per-kernel; exit $rc):"
 echo
 echo '```'
-grep -v '^==PROF==\|^step \|^model:\|^data:\|^device:\|^memory rank' "$tmp/out.txt"
+grep -v '^==PROF==\|^step \|^model:\|^data:\|^device:\|^gpu:\|^memory rank' "$tmp/out.txt"
 echo '```'

@@ -39,7 +39,7 @@ ms = statistics.median(r["ms"] for r in rows)
 print(f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | {float(mem.group(1)) / 1024:.1f} GiB |" if mem else f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | ? |")
 PY
         done_one=1
-        [ ${#fits[@]} = 0 ] && ran_on=$(grep -m1 '^device: ' "$tmp/out.txt")
+        [ ${#fits[@]} = 0 ] && ran_on=$(grep -m1 '^gpu: ' "$tmp/out.txt")
         fits+=("$m $B")
         break
     done
