@@ -58,9 +58,14 @@ The model of a GPU:
     first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
     has the alignment promised to the heuristic. The algorithm is a placeholder; with
     SIMT_LT_NO_EPILOGUES=1 the heuristic finds none for a product with an epilogue.
-Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, streams
-(every call completes before it returns; only the host's side of asynchronous copies is
-checked, above), atomics (none of the kernels uses them).
+  - Streams are distinct, and the device bytes a copy, memset or NCCL collective queued on one
+    stream uses are protected from the other streams' work until one of them waits for it (an
+    event recorded after it, or a host sync): a kernel, copy or collective on another stream
+    that touches them faults, and the handler names it and both streams. Kernels do not say
+    which bytes they use, so their own writes are not protected this way.
+Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, the
+interleaving of streams (every call completes before it returns; the checks above stand in),
+atomics (none of the kernels uses them).
 
 Test: make test (run_tests.sh: "simcheck_ops", both orders); the emulator's own checks in
 test/test_simt.cpp.
@@ -385,10 +390,13 @@ struct Cfg { dim3 grid, block; size_t smem = 0; void* stream = nullptr; };
 struct Where { const char* kernel; uint3 block; };  // for the SIGSEGV report (the thread is threadIdx)
 inline thread_local Where tl_where{"(host code)", {}};
 inline const char* pinned_fault(const void* addr);  // the report for a page-locked buffer in flight, or null
+inline const char* side_fault(const void* addr);    // ... for device memory another stream's work still uses
+inline void side_enter(const void* stream, const char* op);  // an operation of that stream starts (below)
 inline void on_segv(int, siginfo_t* si, void*) {
     const Where& w = tl_where;
     char msg[512];
     const char* pinned = pinned_fault(si->si_addr);
+    if (!pinned) pinned = side_fault(si->si_addr);
     int len = pinned ? snprintf(msg, sizeof(msg), "simt: %s\n", pinned)
                      : snprintf(msg, sizeof(msg), "simt: invalid memory access (past a buffer's end?) in %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
                                 w.kernel, w.block.x, w.block.y, w.block.z, threadIdx.x, threadIdx.y, threadIdx.z);
@@ -433,6 +441,7 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
     if (cfg.grid.y > 65535 || cfg.grid.z > 65535 || cfg.grid.x > 2147483647u || nblocks < 1)
         die("%s: grid (%u, %u, %u) out of CUDA's limits", kernel, cfg.grid.x, cfg.grid.y, cfg.grid.z);
     if (cfg.smem) die("%s: dynamic shared memory is not emulated", kernel);
+    side_enter(cfg.stream, kernel);
     #pragma omp parallel if (nblocks > 1)
     {
         static thread_local BlockRun run;
@@ -512,6 +521,68 @@ inline void pinned_settle(std::map<uintptr_t, Pinned>::iterator it) {  // its co
     it->second.seq = 0;
 }
 inline void pinned_settle_all() { for (auto it = pinned().begin(); it != pinned().end(); ++it) pinned_settle(it); }
+
+// ---- streams: the bytes one stream's queued work uses while another stream runs
+// A GPU runs two streams' work in any interleaving unless one waits for the other
+// (cudaStreamWaitEvent on an event recorded in the other, or a host sync). The trainer runs
+// NCCL's collectives and their copies on a communication stream while the compute stream goes
+// on (comm.h), so a missing wait there is a race that the in-order emulation cannot show by
+// itself. Here each copy, memset and NCCL call notes the device bytes it reads or writes, with
+// its stream and its place in the queue, until a wait orders it before the other streams' later
+// work. While an operation of another stream runs (a kernel, a copy, a matmul, a collective)
+// those pages are protected: read-only where the queued work only reads them, inaccessible where
+// it writes them. Touching them faults, and the handler names the operation and both streams.
+// Pages only partly inside a range stay open (a race missed, never one invented). Kernels do not
+// say which bytes they use, so only copies and collectives are noted: a kernel's writes that a
+// collective reads too early are not caught, a collective's bytes that a kernel uses too early are.
+struct Side { uintptr_t b, e; bool writes; const void* stream; unsigned long seq; };
+inline std::vector<Side> g_side;
+inline unsigned long g_side_seq = 0;
+inline const void* g_side_running = nullptr;  // the stream whose operation runs now
+inline const char* g_side_op = "(host code)";  // and what it is, for the report
+inline bool g_side_dirty = false;             // protections to recompute (a range was released)
+inline int stream_id(const void* s);
+inline void side_protect(const Side& r, int prot) {
+    uintptr_t b = (r.b + PAGE - 1) / PAGE * PAGE, e = r.e / PAGE * PAGE;
+    if (e > b) mprotect((void*)b, e - b, prot);
+}
+inline void side_release_if(const std::function<bool(const Side&)>& done) {
+    for (size_t i = 0; i < g_side.size();)
+        if (done(g_side[i])) { side_protect(g_side[i], PROT_READ | PROT_WRITE); g_side.erase(g_side.begin() + i); g_side_dirty = true; }
+        else i++;
+}
+inline void side_release_all() { side_release_if([](const Side&) { return true; }); }
+// an operation of `stream` starts: the other streams' queued bytes are closed to it, its own open
+inline void side_enter(const void* stream, const char* op) {
+    g_side_op = op;
+    if (!stream) side_release_all();  // the legacy default stream waits for every other stream's work
+    if (stream == g_side_running && !g_side_dirty) return;
+    g_side_running = stream; g_side_dirty = false;
+    for (const Side& r : g_side) if (r.stream != stream && !r.writes) side_protect(r, PROT_READ);
+    for (const Side& r : g_side) if (r.stream != stream && r.writes) side_protect(r, PROT_NONE);
+    for (const Side& r : g_side) if (r.stream == stream) side_protect(r, PROT_READ | PROT_WRITE);
+}
+// after an operation of the running stream: it read or wrote [p, p + n) (noted once per range)
+inline void side_note(const void* stream, const void* p, size_t n, bool writes) {
+    if (!n || !stream || !device_owns(p)) return;
+    const uintptr_t b = (uintptr_t)p, e = b + n;
+    for (Side& r : g_side)
+        if (r.b == b && r.e == e && r.stream == stream) { r.writes |= writes; r.seq = ++g_side_seq; return; }
+    g_side.push_back({b, e, writes, stream, ++g_side_seq});
+}
+inline const char* side_fault(const void* addr) {
+    for (const Side& r : g_side) {
+        if ((uintptr_t)addr < r.b || (uintptr_t)addr >= r.e || r.stream == g_side_running) continue;
+        static char msg[480];
+        const char* op = strcmp(tl_where.kernel, "(host code)") ? tl_where.kernel : g_side_op;
+        snprintf(msg, sizeof(msg), "%s on stream %d touched device memory at %p that work queued on stream %d (a copy or an NCCL "
+                 "collective) may still be %s: the stream must wait for that work first (cudaStreamWaitEvent on an event "
+                 "recorded after it, or a host sync)", op, stream_id(g_side_running), addr, stream_id(r.stream),
+                 r.writes ? "writing" : "reading");
+        return msg;
+    }
+    return nullptr;
+}
 }  // namespace simt
 
 inline void __syncthreads() { simt::syncthreads(); }
@@ -537,7 +608,10 @@ inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) { static char dummy; *s = (cudaStream_t)&dummy; return cudaSuccess; }
+// each stream its own object (numbered from 1; 0 is the legacy default stream), for simt::g_side
+struct CUstream_st { int id; };
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { static int n = 0; *s = new CUstream_st{++n}; return cudaSuccess; }
+inline int simt::stream_id(const void* s) { return s ? ((const CUstream_st*)s)->id : 0; }
 // Calls after which the host has waited for all queued GPU work (a stream or device sync, a
 // synchronous cudaMemcpy, cudaFree): on a GPU each drains the queue, and the GPU idles until the
 // host launches again. Everything is synchronous here, so they are only counted; with
@@ -553,30 +627,45 @@ struct FullWaitReport {
 };
 inline FullWaitReport g_full_wait_report;
 }  // namespace simt
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { simt::g_full_waits++; simt::pinned_settle_all(); return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    simt::g_full_waits++;
+    simt::pinned_settle_all();
+    simt::side_release_if([s](const simt::Side& r) { return !s || r.stream == s; });
+    return cudaSuccess;
+}
 // events time the (synchronous) emulation by the host clock: meaningless as GPU timings, there
 // so that the dev/cuda playgrounds run on the emulator too
 // (an event also notes the page-locked buffers whose copies were queued before it: waiting for
 // it lets the host touch those again, unless a later copy has used them since)
-struct CUevent_st { double t = 0; std::vector<std::pair<uintptr_t, unsigned long>> covers; };
+struct CUevent_st {
+    double t = 0;
+    std::vector<std::pair<uintptr_t, unsigned long>> covers;
+    const void* stream = nullptr; unsigned long side_seq = 0;  // the stream's work it follows (simt::g_side)
+};
 typedef CUevent_st* cudaEvent_t;
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st; return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
     e->covers.clear();
     for (auto& [start, b] : simt::pinned()) if (b.seq) e->covers.push_back({start, b.seq});
+    e->stream = s; e->side_seq = simt::g_side_seq;
     return cudaSuccess;
+}
+// the work of e's stream queued before e is done, for whoever waits (a stream or the host)
+inline void simt_event_waited(cudaEvent_t e) {
+    simt::side_release_if([e](const simt::Side& r) { return r.stream == e->stream && r.seq <= e->side_seq; });
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     for (auto [start, seq] : e->covers) {
         auto it = simt::pinned().find(start);
         if (it != simt::pinned().end() && it->second.seq == seq) simt::pinned_settle(it);
     }
+    simt_event_waited(e);
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) { simt_event_waited(e); return cudaSuccess; }
 enum { cudaEventDisableTiming = 2, cudaStreamNonBlocking = 1 };
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->t - a->t); return cudaSuccess; }
@@ -589,12 +678,18 @@ struct cudaDeviceProp {
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp{}; return cudaSuccess; }
 inline cudaError_t cudaDriverGetVersion(int* v) { *v = 0; return cudaSuccess; }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = 0; return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; simt::pinned_settle_all(); return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; simt::pinned_settle_all(); simt::side_release_all(); return cudaSuccess; }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
     *p = (T*)simt::device_alloc(bytes);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
-inline cudaError_t cudaFree(void* p) { simt::g_full_waits++; simt::pinned_settle_all(); if (p) simt::device_free(p); return cudaSuccess; }
+inline cudaError_t cudaFree(void* p) {
+    simt::g_full_waits++;
+    simt::pinned_settle_all();
+    simt::side_release_all();
+    if (p) simt::device_free(p);
+    return cudaSuccess;
+}
 // page-locked host memory: whole pages of its own, so that a copy in flight can protect it
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) {
     size_t map_bytes = (std::max<size_t>(bytes, 1) + simt::PAGE - 1) / simt::PAGE * simt::PAGE;
@@ -611,16 +706,23 @@ inline cudaError_t cudaFreeHost(void* p) {
     simt::pinned().erase(it);
     return cudaSuccess;
 }
-inline cudaError_t cudaMemset(void* p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemset(void* p, int v, size_t n) { simt::side_release_all(); memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s = nullptr) {
+    simt::side_enter(s, "cudaMemsetAsync");
+    memset(p, v, n);
+    simt::side_note(s, p, n, true);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
     simt::g_full_waits++;
     simt::pinned_settle_all();
+    simt::side_release_all();
     memmove(d, s, n);
     return cudaSuccess;
 }
 // done at once; a page-locked host side is then protected until a wait covers this copy
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t stream = nullptr) {
+    simt::side_enter(stream, "cudaMemcpyAsync");
     auto& m = simt::pinned();
     auto it = simt::pinned_find(d);
     const bool download = it != m.end();
@@ -632,6 +734,8 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyK
         it->second.download = download;
         mprotect((void*)it->first, it->second.map_bytes, download ? PROT_NONE : PROT_READ);
     }
+    simt::side_note(stream, s, n, false);
+    simt::side_note(stream, d, n, true);
     return cudaSuccess;
 }
 inline const char* simt::pinned_fault(const void* addr) {
@@ -751,8 +855,9 @@ inline float gelu_tanh_grad(float x) {
 }  // namespace simt
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha, const void* A, cublasLtMatrixLayout_t la,
                                      const void* B, cublasLtMatrixLayout_t lb, const void* beta, const void* C, cublasLtMatrixLayout_t lc,
-                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
     using simt::die;
+    simt::side_enter(stream, "cublasLtMatmul");
     const bool ta = op->ta == CUBLAS_OP_T, tb = op->tb == CUBLAS_OP_T;
     const size_t m = ld->rows, n = ld->cols, k = ta ? la->rows : la->cols;
     if ((ta ? la->cols : la->rows) != m) die("cublasLtMatmul: A's layout (%lu × %lu, %s) does not give op(A) the %zu rows of D", (unsigned long)la->rows, (unsigned long)la->cols, ta ? "T" : "N", m);

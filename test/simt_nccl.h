@@ -16,8 +16,9 @@ communicator calling the same collective with the same count and type (checked: 
 hangs or corrupts real NCCL, here it is reported); send/recv between ncclGroupStart/End. A
 reduction adds the ranks' values in rank order in fp32 and rounds once (bf16): identical bits
 on every rank, like NCCL, though not NCCL's own rounding order. Streams are synchronous (simt.h),
-so the overlap itself is not modelled: only that the results are right when everything runs in
-order.
+so the overlap itself is not timed; but each collective's bytes stay closed to the other streams
+until one of them waits for it (simt.h, "streams"), so compute that reads a collective's result
+without cudaStreamWaitEvent (a missing comm_wait or comm_join) is reported.
 
 Test: test/test_dp.sh with DEVICE=cuda COMM=nccl on build/train_gpt_simt (run_tests.sh).
 */
@@ -65,6 +66,14 @@ inline void check_call(const char* what, ncclComm_t comm, const void* a, const v
                       comm->rank, count, r, all[4 * (size_t)r + 1]);
 }
 // [a, a + na) and [b, b + nb) are the same range or do not overlap
+// a collective on `stream`: runs as that stream's work, then notes what it read and wrote (simt.h's
+// g_side: until another stream waits for it, that stream's work may not touch these bytes)
+struct Noted {
+    const void* stream; const void* send; size_t ns; const void* recv; size_t nr;
+    Noted(const void* s, const char* op, const void* send_, size_t ns_, const void* recv_, size_t nr_)
+        : stream(s), send(send_), ns(ns_), recv(recv_), nr(nr_) { simt::side_enter(s, op); }
+    ~Noted() { if (send) simt::side_note(stream, send, ns, false); simt::side_note(stream, recv, nr, true); }
+};
 inline void check_disjoint(const char* what, const void* a, size_t na, const void* b, size_t nb) {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
     if (x != y && x < y + nb && y < x + na) simt::die("NCCL %s: send and receive buffers overlap without being in place", what);
@@ -92,10 +101,11 @@ inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
     *comm = c;
     return ncclSuccess;
 }
-inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, ncclComm_t comm, cudaStream_t stream) {
     using namespace simt_nccl;
     check_call("ncclAllReduce", comm, send, recv, count, t);
     const size_t sz = type_bytes(t);
+    Noted noted(stream, "ncclAllReduce", send, count * sz, recv, count * sz);
     check_disjoint("ncclAllReduce", send, count * sz, recv, count * sz);
     std::vector<char> all(count * sz * comm->size);
     MPI_Allgather(send, (int)(count * sz), MPI_BYTE, all.data(), (int)(count * sz), MPI_BYTE, comm->comm);
@@ -107,10 +117,11 @@ inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, nc
     return ncclSuccess;
 }
 // recv (recvcount) ← this rank's slot of Σ_ranks send (nranks · recvcount)
-inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t, ncclComm_t comm, cudaStream_t stream) {
     using namespace simt_nccl;
     check_call("ncclReduceScatter", comm, send, recv, recvcount, t);
     const size_t sz = type_bytes(t), chunk = recvcount * sz;
+    Noted noted(stream, "ncclReduceScatter", send, chunk * comm->size, recv, chunk);
     if ((char*)recv != (const char*)send + comm->rank * chunk) check_disjoint("ncclReduceScatter", send, chunk * comm->size, recv, chunk);
     std::vector<char> mine(chunk * comm->size);  // slot r of every rank's send buffer
     MPI_Alltoall(send, (int)chunk, MPI_BYTE, mine.data(), (int)chunk, MPI_BYTE, comm->comm);
@@ -122,10 +133,11 @@ inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvc
     return ncclSuccess;
 }
 // recv (nranks · sendcount) ← every rank's send, in rank order
-inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm, cudaStream_t) {
+inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm, cudaStream_t stream) {
     using namespace simt_nccl;
     check_call("ncclAllGather", comm, send, recv, sendcount, t);
     const size_t chunk = sendcount * type_bytes(t);
+    Noted noted(stream, "ncclAllGather", send, chunk, recv, chunk * comm->size);
     const bool in_place = (const char*)send == (char*)recv + comm->rank * chunk;
     if (!in_place) check_disjoint("ncclAllGather", send, chunk, recv, chunk * comm->size);
     std::vector<char> all(chunk * comm->size);
@@ -133,10 +145,11 @@ inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount
     memcpy(recv, all.data(), all.size());
     return ncclSuccess;
 }
-inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t) {
+inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t stream) {
     using namespace simt_nccl;
     check_call("ncclBroadcast", comm, comm->rank == root ? send : nullptr, recv, count, t, root);
     const size_t bytes = count * type_bytes(t);
+    Noted noted(stream, "ncclBroadcast", comm->rank == root ? send : nullptr, bytes, recv, bytes);
     if (comm->rank == root && send != recv) { check_disjoint("ncclBroadcast", send, bytes, recv, bytes); memcpy(recv, send, bytes); }
     MPI_Bcast(recv, (int)bytes, MPI_BYTE, root, comm->comm);
     return ncclSuccess;

@@ -18,7 +18,8 @@ under the emulator" (build/simcheck_ops) means something:
     host touching a page-locked buffer before waiting for its asynchronous copy (a download's
     read, an upload's source overwritten, a wait for an event older than the copy);
   - page-locked buffers are the host's again after an event recorded after their copy, or a
-    stream sync;
+    stream sync; a kernel on one stream touching what another stream's queued copy reads or
+    writes is reported, and allowed once its stream has waited for an event after the copy;
   - cuBLASLt: a layout that does not match the transposes is refused.
 Prints "ok"/"not ok" lines. Build: make build/test_simt (g++, no GPU).
 */
@@ -221,6 +222,26 @@ static void test_pinned() {
     cudaEventDestroy(e); cudaFreeHost(host); cudaFree(dev);
 }
 
+// Two streams: the bytes one stream's queued copy uses are the other stream's again once it has
+// waited for an event recorded after the copy.
+static void test_streams() {
+    const size_t n = 4 * 4096 / sizeof(float);  // whole pages inside the buffers
+    float *a, *b;
+    cudaMalloc(&a, n * sizeof(float)); cudaMalloc(&b, n * sizeof(float));
+    cudaStream_t s1, s2; cudaStreamCreate(&s1); cudaStreamCreate(&s2);
+    cudaEvent_t e; cudaEventCreate(&e);
+    cudaMemsetAsync(a, 0, n * sizeof(float), s1);
+    cudaEventRecord(e, s1);
+    cudaStreamWaitEvent(s2, e, 0);  // (without it, the copy would read what s1's memset may still write)
+    cudaMemcpyAsync(b, a, n * sizeof(float), cudaMemcpyDeviceToDevice, s2);
+    cudaEventRecord(e, s2);
+    cudaStreamWaitEvent(s1, e, 0);
+    simt::launch("after_the_wait", simt::Cfg{1, 32, 0, s1}, [&] { b[threadIdx.x * 64] = 1; a[threadIdx.x * 64] = 2; }, a, b);
+    cudaStreamSynchronize(s1);
+    check(b[64] == 1 && a[64] == 2, "a stream may write what another stream's copy used, once it waited for an event after the copy");
+    cudaEventDestroy(e); cudaFree(a); cudaFree(b);
+}
+
 static void test_failures() {
     check(dies_with([] {
               simt::launch("divergent", simt::Cfg{1, 64}, [] {  // half a warp at the barrier, half at a shuffle
@@ -298,6 +319,27 @@ static void test_failures() {
               volatile float x = b.host[3]; (void)x;
           }, "an asynchronous copy into it may still be running"),
           "an event waits only for the copies queued before it");
+    // another stream's queued copy: its destination may not be touched, its source not written
+    struct Two { float *a, *b; cudaStream_t s1, s2; Two() {
+        cudaMalloc(&a, 16384); cudaMalloc(&b, 16384); cudaStreamCreate(&s1); cudaStreamCreate(&s2);
+        cudaMemcpyAsync(b, a, 16384, cudaMemcpyDeviceToDevice, s2); } };
+    check(dies_with([] {
+              Two t; float* b = t.b;
+              simt::launch("reads_too_early", simt::Cfg{1, 32, 0, t.s1}, [&] { volatile float x = b[threadIdx.x * 64]; (void)x; }, b);
+          }, "reads_too_early on stream"),
+          "a kernel reading what another stream's queued copy writes, without waiting, is reported");
+    check(dies_with([] {
+              Two t; float* a = t.a;
+              simt::launch("writes_too_early", simt::Cfg{1, 32, 0, t.s1}, [&] { a[threadIdx.x * 64] = 0; }, a);
+          }, "may still be reading"),
+          "a kernel overwriting another stream's queued copy's source, without waiting, is reported");
+    check(dies_with([] {
+              float *a, *b; cudaStream_t s1, s2;
+              cudaMalloc(&a, 16384); cudaMalloc(&b, 16384); cudaStreamCreate(&s1); cudaStreamCreate(&s2);
+              cudaMemsetAsync(a, 0, 16384, s1);
+              cudaMemcpyAsync(b, a, 16384, cudaMemcpyDeviceToDevice, s2);
+          }, "cudaMemcpyAsync on stream"),
+          "a copy reading what another stream's queued memset writes, without waiting, is reported");
 }
 
 int main() {
@@ -307,6 +349,7 @@ int main() {
     test_races();
     test_cp_async();
     test_pinned();
+    test_streams();
     test_failures();
     printf("# test_simt: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
