@@ -502,13 +502,16 @@ inline void device_free(void* p) {
 // such a wait: read-only after an upload (the host must not overwrite what the GPU may not have
 // read yet), inaccessible after a download (it must not read what may not have arrived). A host
 // access in between faults, and the SIGSEGV handler names the buffer and the missing wait.
+// Every noted operation (these copies, and the streams' below) takes the next place in one queue
+// order, g_seq; an event recorded on a stream covers that stream's operations up to its place.
+inline unsigned long g_seq = 0;
 struct Pinned {
     size_t map_bytes;
-    unsigned long seq = 0;  // the buffer's last copy (0: none in flight)
-    bool download = false;  // that copy wrote it (else read it)
+    unsigned long seq = 0;          // the buffer's last copy (0: none in flight)
+    const void* stream = nullptr;   // the copy's stream
+    bool download = false;          // it wrote the buffer (else read it)
 };
 inline std::map<uintptr_t, Pinned>& pinned() { static auto* m = new std::map<uintptr_t, Pinned>; return *m; }
-inline unsigned long g_copy_seq = 0;
 inline std::map<uintptr_t, Pinned>::iterator pinned_find(const void* p) {  // the buffer holding p, or end()
     auto& m = pinned();
     auto it = m.upper_bound((uintptr_t)p);
@@ -520,7 +523,13 @@ inline void pinned_settle(std::map<uintptr_t, Pinned>::iterator it) {  // its co
     if (it->second.seq) mprotect((void*)it->first, it->second.map_bytes, PROT_READ | PROT_WRITE);
     it->second.seq = 0;
 }
-inline void pinned_settle_all() { for (auto it = pinned().begin(); it != pinned().end(); ++it) pinned_settle(it); }
+// the host has waited for `stream`'s work up to place `upto` (stream null: the legacy default
+// stream, which also follows every other stream's work queued before it)
+inline void pinned_settle(const void* stream, unsigned long upto) {
+    for (auto it = pinned().begin(); it != pinned().end(); ++it)
+        if (it->second.seq && it->second.seq <= upto && (!stream || it->second.stream == stream)) pinned_settle(it);
+}
+inline void pinned_settle_all() { pinned_settle(nullptr, ~0ul); }
 
 // ---- streams: the bytes one stream's queued work uses while another stream runs
 // A GPU runs two streams' work in any interleaving unless one waits for the other
@@ -537,7 +546,6 @@ inline void pinned_settle_all() { for (auto it = pinned().begin(); it != pinned(
 // collective reads too early are not caught, a collective's bytes that a kernel uses too early are.
 struct Side { uintptr_t b, e; bool writes; const void* stream; unsigned long seq; };
 inline std::vector<Side> g_side;
-inline unsigned long g_side_seq = 0;
 inline const void* g_side_running = nullptr;  // the stream whose operation runs now
 inline const char* g_side_op = "(host code)";  // and what it is, for the report
 inline bool g_side_dirty = false;             // protections to recompute (a range was released)
@@ -567,8 +575,8 @@ inline void side_note(const void* stream, const void* p, size_t n, bool writes) 
     if (!n || !stream || !device_owns(p)) return;
     const uintptr_t b = (uintptr_t)p, e = b + n;
     for (Side& r : g_side)
-        if (r.b == b && r.e == e && r.stream == stream) { r.writes |= writes; r.seq = ++g_side_seq; return; }
-    g_side.push_back({b, e, writes, stream, ++g_side_seq});
+        if (r.b == b && r.e == e && r.stream == stream) { r.writes |= writes; r.seq = ++g_seq; return; }
+    g_side.push_back({b, e, writes, stream, ++g_seq});
 }
 inline const char* side_fault(const void* addr) {
     for (const Side& r : g_side) {
@@ -629,38 +637,29 @@ inline FullWaitReport g_full_wait_report;
 }  // namespace simt
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     simt::g_full_waits++;
-    simt::pinned_settle_all();
+    simt::pinned_settle(s, ~0ul);
     simt::side_release_if([s](const simt::Side& r) { return !s || r.stream == s; });
     return cudaSuccess;
 }
 // events time the (synchronous) emulation by the host clock: meaningless as GPU timings, there
 // so that the dev/cuda playgrounds run on the emulator too
-// (an event also notes the page-locked buffers whose copies were queued before it: waiting for
-// it lets the host touch those again, unless a later copy has used them since)
-struct CUevent_st {
-    double t = 0;
-    std::vector<std::pair<uintptr_t, unsigned long>> covers;
-    const void* stream = nullptr; unsigned long side_seq = 0;  // the stream's work it follows (simt::g_side)
-};
+// (an event also marks its stream's place in simt::g_seq: waiting for it covers the page-locked
+// copies and the noted device bytes of that stream queued before it)
+struct CUevent_st { double t = 0; const void* stream = nullptr; unsigned long seq = 0; };
 typedef CUevent_st* cudaEvent_t;
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st; return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-    e->covers.clear();
-    for (auto& [start, b] : simt::pinned()) if (b.seq) e->covers.push_back({start, b.seq});
-    e->stream = s; e->side_seq = simt::g_side_seq;
+    e->stream = s; e->seq = simt::g_seq;
     return cudaSuccess;
 }
 // the work of e's stream queued before e is done, for whoever waits (a stream or the host)
 inline void simt_event_waited(cudaEvent_t e) {
-    simt::side_release_if([e](const simt::Side& r) { return r.stream == e->stream && r.seq <= e->side_seq; });
+    simt::side_release_if([e](const simt::Side& r) { return (!e->stream || r.stream == e->stream) && r.seq <= e->seq; });
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    for (auto [start, seq] : e->covers) {
-        auto it = simt::pinned().find(start);
-        if (it != simt::pinned().end() && it->second.seq == seq) simt::pinned_settle(it);
-    }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {  // the host waits: its copies too
+    simt::pinned_settle(e->stream, e->seq);
     simt_event_waited(e);
     return cudaSuccess;
 }
@@ -730,7 +729,8 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyK
     if (it != m.end()) mprotect((void*)it->first, it->second.map_bytes, PROT_READ | PROT_WRITE);  // (copies queued in order)
     memmove(d, s, n);
     if (it != m.end()) {
-        it->second.seq = ++simt::g_copy_seq;
+        it->second.seq = ++simt::g_seq;
+        it->second.stream = stream;
         it->second.download = download;
         mprotect((void*)it->first, it->second.map_bytes, download ? PROT_NONE : PROT_READ);
     }
