@@ -4,7 +4,8 @@
 # and 64 first: its activations take ~0.4 MB a token in bf16, ~55 GB at B=128) that fits, a
 # few steps on the shipped data, and the median of the steps after the first: tokens/s, MFU
 # (llmc/mfu.h: 6Ψ + 6·L·C·T FLOPs per token against the dense bf16 peak) and peak GPU memory.
-# Each run is cut off after RUN_LIMIT seconds (default 300). Prints a markdown table, then where
+# Each run is cut off after RUN_LIMIT seconds (default 300). Prints a markdown table, the
+# trainer's `gpu:` line (the GPU, CUDA driver, runtime and cuBLASLt versions), then where
 # the step of the first and of the last model that fit goes, op by op (a --profile run at the
 # same B: llmc/profiler.h). FLASH_ROWS=32 runs every step with --flash-rows 32 (two m-tiles per
 # warp in flash attention; `make bench` part flash32), to compare with the default 16.
