@@ -21,9 +21,10 @@ strategies never look at the device.
 Memory. Buf<T> is an owned array on the Ctx's device (64-byte aligned host memory, or
 cudaMalloc); ctx_copy and ctx_zero move and clear bytes wherever they live (CUDA's unified
 addressing tells host from device pointers). That is all the model and the strategies need to
-run unchanged on either device. ctx_copy waits for the GPU; inside a training step the model
-moves tokens and losses through a HostStage instead (stage_upload / stage_download /
-stage_wait: page-locked memory and an event), so the host never drains the GPU's queue there.
+run unchanged on either device. ctx_copy waits for the GPU when host memory is on either side
+(device to device it is queued in stream order); inside a training step the model moves tokens
+and losses through a HostStage instead (stage_upload / stage_download / stage_wait: page-locked
+memory and an event), so the host never drains the GPU's queue there.
 
 Dtypes. Activations, parameters and gradients have the precision's type T: float (--precision
 fp32) or bf16 (--precision bf16); master weights, optimizer state, statistics (LayerNorm mean
@@ -275,13 +276,17 @@ inline bool is_device_ptr(const void* p) {
 #endif
 }
 
-// dst ← src (bytes), host or device on either side; complete when it returns.
+// dst ← src (bytes), host or device on either side. With host memory on a side it is complete
+// when it returns (the host may read dst, or reuse src). Device to device it is only queued on
+// ctx's stream, whose later work sees it: waiting would drain the GPU's queue in the middle of a
+// step (ZeRO's per-unit copies); another stream must wait for it with an event (comm.h).
 inline void ctx_copy(const Ctx& ctx, void* dst, const void* src, size_t bytes) {
     if (bytes == 0 || dst == src) return;
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA || is_device_ptr(dst) || is_device_ptr(src)) {
+    const bool dst_dev = is_device_ptr(dst), src_dev = is_device_ptr(src);
+    if (ctx.device == Device::CUDA || dst_dev || src_dev) {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream));
-        CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        if (!(dst_dev && src_dev)) CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
         return;
     }
 #endif
@@ -306,9 +311,9 @@ inline void ctx_zero(const Ctx& ctx, void* p, size_t bytes) {
     memset(p, 0, bytes);
 }
 
-// Copies the host does not wait for. ctx_copy waits for the whole stream: inside a micro-step
-// that drains the GPU's queue, which then idles while the host launches the next kernels. A
-// HostStage is a page-locked host buffer and an event: stage_upload copies host bytes into it
+// Copies the host does not wait for. ctx_copy to or from the host waits for the whole stream:
+// inside a micro-step that drains the GPU's queue, which then idles while the host launches the
+// next kernels. A HostStage is a page-locked host buffer and an event: stage_upload copies host bytes into it
 // and queues the copy to the device; stage_download queues a copy from the device into it, and
 // stage_wait waits for that copy alone (not for the work queued after it) before the host reads.
 // The next use of a stage first waits for its last copy, since the copy engine reads or writes

@@ -59,10 +59,13 @@ The model of a GPU:
     has the alignment promised to the heuristic. The algorithm is a placeholder; with
     SIMT_LT_NO_EPILOGUES=1 the heuristic finds none for a product with an epilogue.
   - Streams are distinct, and the device bytes a copy, memset or NCCL collective queued on one
-    stream uses are protected from the other streams' work until one of them waits for it (an
-    event recorded after it, or a host sync): a kernel, copy or collective on another stream
-    that touches them faults, and the handler names it and both streams. Kernels do not say
-    which bytes they use, so their own writes are not protected this way.
+    stream uses (and the matrices a cuBLASLt matmul reads) are protected from the other streams'
+    work until one of them waits for it (an event recorded after it, or a host sync): a kernel,
+    copy or collective on another stream that touches them faults, and the handler names it and
+    both streams. While two streams exist, the pages each kernel and matmul writes are learnt
+    (device memory is read-only during the launch; the first write to a page faults and is
+    noted), and a copy or collective of another stream that uses such a page before waiting for
+    its writer is reported. Which bytes a hand-written kernel reads is not learnt.
 Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, the
 interleaving of streams (every call completes before it returns; the checks above stand in),
 atomics (none of the kernels uses them).
@@ -85,6 +88,7 @@ test/test_simt.cpp.
 #include <cstring>
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -392,11 +396,13 @@ inline thread_local Where tl_where{"(host code)", {}};
 inline const char* pinned_fault(const void* addr);  // the report for a page-locked buffer in flight, or null
 inline const char* side_fault(const void* addr);    // ... for device memory another stream's work still uses
 inline void side_enter(const void* stream, const char* op);  // an operation of that stream starts (below)
+inline bool track_write(const void* addr);          // a launch's first write to a page: noted, the page opened
 inline void on_segv(int, siginfo_t* si, void*) {
     const Where& w = tl_where;
     char msg[512];
     const char* pinned = pinned_fault(si->si_addr);
     if (!pinned) pinned = side_fault(si->si_addr);
+    if (!pinned && track_write(si->si_addr)) return;  // the write runs again, now allowed
     int len = pinned ? snprintf(msg, sizeof(msg), "simt: %s\n", pinned)
                      : snprintf(msg, sizeof(msg), "simt: invalid memory access (past a buffer's end?) in %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
                                 w.kernel, w.block.x, w.block.y, w.block.z, threadIdx.x, threadIdx.y, threadIdx.z);
@@ -429,6 +435,8 @@ template <class A> inline void check_arg(const char* kernel, int i, const A& a) 
         if (a && !device_owns((const void*)a)) die("%s: argument %d is not device memory (a host pointer passed to a kernel)", kernel, i);
 }
 inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::function<void()>& fn);
+inline void writes_arm(const void* stream);                       // before a kernel or matmul (below)
+inline void writes_disarm(const void* stream, const char* op);    // after it
 template <class... A> inline void launch(const char* kernel, const Cfg& cfg, const std::function<void()>& fn, const A&... args) {
     int i = 0;
     (check_arg(kernel, i++, args), ...);
@@ -442,6 +450,7 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
         die("%s: grid (%u, %u, %u) out of CUDA's limits", kernel, cfg.grid.x, cfg.grid.y, cfg.grid.z);
     if (cfg.smem) die("%s: dynamic shared memory is not emulated", kernel);
     side_enter(cfg.stream, kernel);
+    writes_arm(cfg.stream);
     #pragma omp parallel if (nblocks > 1)
     {
         static thread_local BlockRun run;
@@ -461,6 +470,7 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
         tl_where = Where{"(host code)", {}};
         tl_run = nullptr;
     }
+    writes_disarm(cfg.stream, kernel);
 }
 
 // ---- device memory: host pages, each buffer's (256-rounded) end against an inaccessible page
@@ -542,8 +552,7 @@ inline void pinned_settle_all() { pinned_settle(nullptr, ~0ul); }
 // those pages are protected: read-only where the queued work only reads them, inaccessible where
 // it writes them. Touching them faults, and the handler names the operation and both streams.
 // Pages only partly inside a range stay open (a race missed, never one invented). Kernels do not
-// say which bytes they use, so only copies and collectives are noted: a kernel's writes that a
-// collective reads too early are not caught, a collective's bytes that a kernel uses too early are.
+// say which bytes they use; their writes are learnt page by page below ("kernels' writes").
 struct Side { uintptr_t b, e; bool writes; const void* stream; unsigned long seq; };
 inline std::vector<Side> g_side;
 inline const void* g_side_running = nullptr;  // the stream whose operation runs now
@@ -554,12 +563,20 @@ inline void side_protect(const Side& r, int prot) {
     uintptr_t b = (r.b + PAGE - 1) / PAGE * PAGE, e = r.e / PAGE * PAGE;
     if (e > b) mprotect((void*)b, e - b, prot);
 }
-inline void side_release_if(const std::function<bool(const Side&)>& done) {
+struct Written { const void* stream; unsigned long seq; const char* op; };
+inline std::unordered_map<uintptr_t, Written> g_written;  // kernels' writes not yet waited for, by page (below)
+// a wait: the work that done(stream, place) selects is ordered before everything queued from now on
+inline void side_release_if(const std::function<bool(const void*, unsigned long)>& done) {
     for (size_t i = 0; i < g_side.size();)
-        if (done(g_side[i])) { side_protect(g_side[i], PROT_READ | PROT_WRITE); g_side.erase(g_side.begin() + i); g_side_dirty = true; }
-        else i++;
+        if (done(g_side[i].stream, g_side[i].seq)) {
+            side_protect(g_side[i], PROT_READ | PROT_WRITE);
+            g_side.erase(g_side.begin() + i);
+            g_side_dirty = true;
+        } else i++;
+    for (auto it = g_written.begin(); it != g_written.end();)
+        it = done(it->second.stream, it->second.seq) ? g_written.erase(it) : std::next(it);
 }
-inline void side_release_all() { side_release_if([](const Side&) { return true; }); }
+inline void side_release_all() { side_release_if([](const void*, unsigned long) { return true; }); }
 // an operation of `stream` starts: the other streams' queued bytes are closed to it, its own open
 inline void side_enter(const void* stream, const char* op) {
     g_side_op = op;
@@ -570,10 +587,19 @@ inline void side_enter(const void* stream, const char* op) {
     for (const Side& r : g_side) if (r.stream != stream && r.writes) side_protect(r, PROT_NONE);
     for (const Side& r : g_side) if (r.stream == stream) side_protect(r, PROT_READ | PROT_WRITE);
 }
-// after an operation of the running stream: it read or wrote [p, p + n) (noted once per range)
+// after an operation of the running stream: it read or wrote [p, p + n) (noted once per range);
+// a page wholly inside that a kernel of another stream wrote, with no wait since, is a race
 inline void side_note(const void* stream, const void* p, size_t n, bool writes) {
     if (!n || !stream || !device_owns(p)) return;
     const uintptr_t b = (uintptr_t)p, e = b + n;
+    for (uintptr_t page = (b + PAGE - 1) / PAGE * PAGE; page + PAGE <= e && !g_written.empty(); page += PAGE) {
+        auto it = g_written.find(page);
+        if (it != g_written.end() && it->second.stream != stream)
+            die("%s on stream %d %s device memory at %#lx that %s on stream %d wrote, and the stream did not wait for "
+                "it: it must wait first (cudaStreamWaitEvent on an event recorded after that work, or a host sync)",
+                g_side_op, stream_id(stream), writes ? "overwrote" : "read", (unsigned long)page, it->second.op,
+                stream_id(it->second.stream));
+    }
     for (Side& r : g_side)
         if (r.b == b && r.e == e && r.stream == stream) { r.writes |= writes; r.seq = ++g_seq; return; }
     g_side.push_back({b, e, writes, stream, ++g_seq});
@@ -583,13 +609,72 @@ inline const char* side_fault(const void* addr) {
         if ((uintptr_t)addr < r.b || (uintptr_t)addr >= r.e || r.stream == g_side_running) continue;
         static char msg[480];
         const char* op = strcmp(tl_where.kernel, "(host code)") ? tl_where.kernel : g_side_op;
-        snprintf(msg, sizeof(msg), "%s on stream %d touched device memory at %p that work queued on stream %d (a copy or an NCCL "
-                 "collective) may still be %s: the stream must wait for that work first (cudaStreamWaitEvent on an event "
+        snprintf(msg, sizeof(msg), "%s on stream %d touched device memory at %p that work queued on stream %d (a copy, a matmul or "
+                 "an NCCL collective) may still be %s: the stream must wait for that work first (cudaStreamWaitEvent on an event "
                  "recorded after it, or a host sync)", op, stream_id(g_side_running), addr, stream_id(r.stream),
                  r.writes ? "writing" : "reading");
         return msg;
     }
     return nullptr;
+}
+
+// ---- kernels' writes, for the other streams
+// A copy, memset or collective says which bytes it uses; a kernel does not. So the other half of
+// the races between streams — a collective or copy on one stream that reads or overwrites what a
+// kernel (or matmul) of another stream wrote, with no wait between them; on a GPU a missing
+// nccl_stream_waits_compute, DDP's all-reduce summing gradients the backward may still be
+// writing — is found by learning which pages each kernel writes. While two streams or more
+// exist, device memory is made read-only before each kernel and cuBLASLt matmul; the first write
+// to a page faults, and the handler notes the page and makes it writable (one fault per page per
+// launch, which is why one stream alone does not pay for it). After the launch each noted page
+// remembers its writer (stream, place in g_seq, name) until a wait releases it, as the ranges
+// above are released; a copy, memset or collective of another stream whose range wholly holds
+// such a page is reported by side_note, with both operations named. A page is the unit, so a
+// page only partly inside a range is not checked (a race missed, never one invented).
+// Reads: a matmul notes the matrices it read as a copy notes its source (cublasLtMatmul), so a
+// collective of another stream overwriting a weight that a queued matmul may still read (a ZeRO-3
+// gather into a parameter buffer, without waiting) faults. Reads by the hand-written kernels are
+// not learnt: a collective overwriting what only such a kernel reads is not caught.
+inline bool g_track = false;              // set when the second stream is created
+inline std::atomic<bool> g_armed{false};    // a launch runs with device memory read-only
+constexpr size_t MAX_DIRTY = 1 << 18;       // pages one launch may write (1 GiB)
+inline uintptr_t g_dirty[MAX_DIRTY];        // the pages it wrote (a page twice if two threads raced to it)
+inline std::atomic<size_t> g_ndirty{0};
+inline void protect_device_memory(int prot) {  // every buffer's pages, not the guard page after it
+    for (auto& [start, a] : g_allocs) mprotect(a.map, a.map_bytes - PAGE, prot);
+}
+inline void writes_arm(const void* stream) {
+    if (!g_track || !stream) return;  // (the legacy default stream waits for all: nothing to learn)
+    protect_device_memory(PROT_READ);
+    for (const Side& r : g_side) if (r.stream != stream && r.writes) side_protect(r, PROT_NONE);  // still closed
+    g_ndirty = 0;
+    g_armed = true;
+}
+// in the SIGSEGV handler (async-signal-safe: no locks, no allocation; g_allocs does not change
+// during a launch)
+inline bool track_write(const void* addr) {
+    if (!g_armed) return false;
+    const uintptr_t a = (uintptr_t)addr;
+    auto it = g_allocs.upper_bound(a);
+    if (it == g_allocs.begin()) return false;
+    --it;
+    const uintptr_t map = (uintptr_t)it->second.map, page = a / PAGE * PAGE;
+    if (a < map || a >= map + it->second.map_bytes - PAGE) return false;  // outside its pages, or the guard page
+    const size_t i = g_ndirty++;
+    if (i < MAX_DIRTY) g_dirty[i] = page;
+    mprotect((void*)page, PAGE, PROT_READ | PROT_WRITE);
+    return true;
+}
+inline void writes_disarm(const void* stream, const char* op) {
+    if (!g_armed) return;
+    g_armed = false;
+    protect_device_memory(PROT_READ | PROT_WRITE);
+    const size_t n = g_ndirty;
+    if (n > MAX_DIRTY) die("%s wrote more than %zu pages: too many for the emulator to follow (MAX_DIRTY)", op, MAX_DIRTY);
+    const unsigned long seq = ++g_seq;
+    for (size_t i = 0; i < n; i++) g_written[g_dirty[i]] = Written{stream, seq, op};
+    g_side_dirty = true;
+    side_enter(stream, op);  // the ranges' protections, which the above undid
 }
 }  // namespace simt
 
@@ -618,7 +703,12 @@ inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErro
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 // each stream its own object (numbered from 1; 0 is the legacy default stream), for simt::g_side
 struct CUstream_st { int id; };
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) { static int n = 0; *s = new CUstream_st{++n}; return cudaSuccess; }
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
+    static int n = 0;
+    *s = new CUstream_st{++n};
+    if (n >= 2) simt::g_track = true;  // from now on kernels' writes are learnt (simt.h, "kernels' writes")
+    return cudaSuccess;
+}
 inline int simt::stream_id(const void* s) { return s ? ((const CUstream_st*)s)->id : 0; }
 // Calls after which the host has waited for all queued GPU work (a stream or device sync, a
 // synchronous cudaMemcpy, cudaFree): on a GPU each drains the queue, and the GPU idles until the
@@ -638,7 +728,7 @@ inline FullWaitReport g_full_wait_report;
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     simt::g_full_waits++;
     simt::pinned_settle(s, ~0ul);
-    simt::side_release_if([s](const simt::Side& r) { return !s || r.stream == s; });
+    simt::side_release_if([s](const void* stream, unsigned long) { return !s || stream == s; });
     return cudaSuccess;
 }
 // events time the (synchronous) emulation by the host clock: meaningless as GPU timings, there
@@ -656,7 +746,7 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
 }
 // the work of e's stream queued before e is done, for whoever waits (a stream or the host)
 inline void simt_event_waited(cudaEvent_t e) {
-    simt::side_release_if([e](const simt::Side& r) { return (!e->stream || r.stream == e->stream) && r.seq <= e->seq; });
+    simt::side_release_if([e](const void* stream, unsigned long seq) { return (!e->stream || stream == e->stream) && seq <= e->seq; });
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {  // the host waits: its copies too
     simt::pinned_settle(e->stream, e->seq);
@@ -883,6 +973,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
         for (size_t p = 0; p < k; p++) a[i * k + p] = simt::lt_read(A, t, ta ? p + i * la->ld : i + p * la->ld);
     for (size_t j = 0; j < n; j++)
         for (size_t p = 0; p < k; p++) b[j * k + p] = simt::lt_read(B, t, tb ? j + p * lb->ld : p + j * lb->ld);
+    simt::writes_arm(stream);  // D's and aux's pages, learnt as a kernel's are
     #pragma omp parallel for schedule(static)
     for (size_t j = 0; j < n; j++)
         for (size_t i = 0; i < m; i++) {
@@ -901,5 +992,16 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
             if (gelu_bwd) v *= simt::gelu_tanh_grad(simt::lt_read(op->aux, to, aux_i));
             simt::lt_write(D, to, i + j * ld->ld, v);
         }
+    simt::writes_disarm(stream, "cublasLtMatmul");
+    if (simt::g_track) {  // what it read, for the other streams: each whole matrix (a strided one's gaps are not read)
+        auto read = [&](const void* p, size_t rows, size_t cols, int64_t ldim, cudaDataType_t type) {
+            if (p && ldim == (int64_t)rows) simt::side_note(stream, p, rows * cols * (type == CUDA_R_32F ? 4 : 2), false);
+        };
+        read(A, la->rows, la->cols, la->ld, la->type);
+        read(B, lb->rows, lb->cols, lb->ld, lb->type);
+        if (be != 0.0f && C != D) read(C, m, n, lc->ld, lc->type);
+        if (has_bias) read(op->bias, m, 1, m, to);
+        if (gelu_bwd) read(op->aux, m, n, op->aux_ld, to);
+    }
     return CUBLAS_STATUS_SUCCESS;
 }

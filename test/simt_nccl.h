@@ -18,7 +18,10 @@ reduction adds the ranks' values in rank order in fp32 and rounds once (bf16): i
 on every rank, like NCCL, though not NCCL's own rounding order. Streams are synchronous (simt.h),
 so the overlap itself is not timed; but each collective's bytes stay closed to the other streams
 until one of them waits for it (simt.h, "streams"), so compute that reads a collective's result
-without cudaStreamWaitEvent (a missing comm_wait or comm_join) is reported.
+without cudaStreamWaitEvent (a missing comm_wait or comm_join) is reported; and a collective
+that uses what the compute stream's kernels or matmuls wrote (or overwrites what its matmuls
+read) before waiting for them (a missing nccl_stream_waits_compute) is reported too (simt.h,
+"kernels' writes").
 
 Test: test/test_dp.sh with DEVICE=cuda COMM=nccl on build/train_gpt_simt (run_tests.sh).
 */

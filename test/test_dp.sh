@@ -10,6 +10,8 @@
 #   resume:       bit-exact in every stage; resharding dp=4 ZeRO-3 → dp=2 ZeRO-1 continues the run
 #   bf16:         the mixed-precision table (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N), half the bytes on
 #                 the wire, ZeRO 0-3 bit-identical, losses within 2e-2 of one bf16 process, resume
+#   host waits:   on the emulated GPU with NCCL, every stage waits for the whole GPU queue at
+#                 most once per optimizer step, whatever its units and micro-steps
 #   layout:       a world size that tp·pp·cp does not divide fails with one clear line
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [DP_SIZES="2 4"] test/test_dp.sh [TRAIN_GPT]
 # Prints "ok"/"not ok" lines. With DEVICE=cuda the ranks share the GPU(s) and the collectives
@@ -240,6 +242,23 @@ if [ -n "${COMM:-}" ] && [ "${DEVICE:-cpu}" = cuda ]; then
     f="$tmp/n$(set -- ${DP_SIZES:-2 4}; echo $1)_z0_a1.txt"
     grep -q "(collectives: $COMM" "$f" && echo "ok - the dp runs' collectives went through $COMM" \
         || { echo "not ok - the dp runs did not use $COMM:"; grep "^device" "$f" | sed 's/^/#   /'; }
+fi
+
+# --- on the emulated GPU (which counts them): at most one host wait for the whole GPU queue per
+# optimizer step in every stage, however many units and micro-steps (a wait inside the step
+# drains the GPU's queue, and the host's launches are then exposed: e.g. ZeRO's per-unit copies)
+f="$tmp/n$(set -- ${DP_SIZES:-2 4}; echo $1)_z0_a1.txt"
+if [ "${DEVICE:-cpu}" = cuda ] && [ "${COMM:-}" = nccl ] && grep -q "^gpu: CPU SIMT emulator" "$f"; then
+    host_waits() {  # host_waits ZERO STEPS: rank 0's count
+        SIMT_COUNT_WAITS=1 mpirun --oversubscribe -np 2 -x SIMT_COUNT_WAITS "$BIN" "${common[@]}" --batch-size 4 \
+            --total-batch-tokens 512 --zero "$1" --steps "$2" 2>&1 >/dev/null \
+            | sed -n 's/^simt: the host waited for all queued GPU work \([0-9]*\) times$/\1/p' | head -1
+    }
+    for z in 0 1 2 3; do
+        w2=$(host_waits $z 2) w4=$(host_waits $z 4)
+        [ -n "$w2" ] && [ -n "$w4" ] && [ $((w4 - w2)) -le 2 ] && r=ok || r="not ok"
+        echo "$r - dp=2 zero=$z, 3 units, 2 micro-steps: at most one host wait for the whole GPU queue per step (2 more steps: $((w4 - w2)) more)"
+    done
 fi
 
 # --- bad layouts fail before allocating, with one line from rank 0

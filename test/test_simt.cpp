@@ -16,14 +16,18 @@ under the emulator" (build/simcheck_ops) means something:
     shuffle after some lanes of the warp returned, reading past the end of a cudaMalloc buffer,
     a host pointer given to a kernel, a thread ending with a cp.async it never waited for, the
     host touching a page-locked buffer before waiting for its asynchronous copy (a download's
-    read, an upload's source overwritten, a wait for an event older than the copy);
+    read, an upload's source overwritten, a wait for an event older than the copy), and across
+    streams without a wait: a copy reading what a kernel or a matmul of another stream wrote, a
+    memset overwriting what a matmul of another stream reads;
   - page-locked buffers are the host's again after an event recorded after their copy, or a
     stream sync; a kernel on one stream touching what another stream's queued copy reads or
     writes is reported, and allowed once its stream has waited for an event after the copy;
+    a copy on another stream reads what a kernel of many blocks wrote once it has waited;
   - cuBLASLt: a layout that does not match the transposes is refused.
 Prints "ok"/"not ok" lines. Build: make build/test_simt (g++, no GPU).
 */
 #include "simt.h"
+#include <omp.h>
 #include <string>
 #include <sys/wait.h>
 
@@ -189,6 +193,7 @@ static bool dies_with(const std::function<void()>& fn, const char* needle) {
     pid_t pid = fork();
     if (pid == 0) {
         dup2(pipefd[1], 2); close(pipefd[0]);
+        omp_set_num_threads(1);  // (the parent's OpenMP threads did not come along)
         fn();
         _exit(0);
     }
@@ -239,6 +244,25 @@ static void test_streams() {
     simt::launch("after_the_wait", simt::Cfg{1, 32, 0, s1}, [&] { b[threadIdx.x * 64] = 1; a[threadIdx.x * 64] = 2; }, a, b);
     cudaStreamSynchronize(s1);
     check(b[64] == 1 && a[64] == 2, "a stream may write what another stream's copy used, once it waited for an event after the copy");
+    cudaEventDestroy(e); cudaFree(a); cudaFree(b);
+}
+
+// Two streams: what a kernel (many blocks, so several threads fault at once) wrote may be copied
+// by another stream once it has waited for an event recorded after the kernel.
+static void test_kernel_writes() {
+    const int n = 8 * 4096 / sizeof(float);
+    float *a, *b;
+    cudaMalloc(&a, n * sizeof(float)); cudaMalloc(&b, n * sizeof(float));
+    cudaStream_t s1, s2; cudaStreamCreate(&s1); cudaStreamCreate(&s2);
+    cudaEvent_t e; cudaEventCreate(&e);
+    simt::launch("fill", simt::Cfg{n / 256, 256, 0, s1}, [&] { int i = blockIdx.x * 256 + threadIdx.x; a[i] = (float)i; }, a);
+    cudaEventRecord(e, s1);
+    cudaStreamWaitEvent(s2, e, 0);
+    cudaMemcpyAsync(b, a, n * sizeof(float), cudaMemcpyDeviceToDevice, s2);
+    cudaStreamSynchronize(s2);
+    bool same = true;
+    for (int i = 0; i < n; i++) same &= b[i] == (float)i;
+    check(same, "a copy on another stream reads what a kernel wrote, once it waited for an event after the kernel");
     cudaEventDestroy(e); cudaFree(a); cudaFree(b);
 }
 
@@ -340,6 +364,31 @@ static void test_failures() {
               cudaMemcpyAsync(b, a, 16384, cudaMemcpyDeviceToDevice, s2);
           }, "cudaMemcpyAsync on stream"),
           "a copy reading what another stream's queued memset writes, without waiting, is reported");
+    // a kernel's or a matmul's writes, and a matmul's reads, are learnt: another stream's copy or
+    // memset may not use them before it waits (a missing nccl_stream_waits_compute, comm.h)
+    check(dies_with([] {
+              float *a, *b; cudaStream_t s1, s2;
+              cudaMalloc(&a, 16384); cudaMalloc(&b, 16384); cudaStreamCreate(&s1); cudaStreamCreate(&s2);
+              simt::launch("writes_a", simt::Cfg{1, 32, 0, s1}, [&] { a[threadIdx.x * 128] = 1; }, a);
+              cudaMemcpyAsync(b, a, 16384, cudaMemcpyDeviceToDevice, s2);
+          }, "read device memory at 0x"),
+          "a copy reading what a kernel of another stream wrote, without waiting, is reported");
+    struct Mm { float *A, *B, *D; cublasLtHandle_t h; cublasLtMatmulDesc_t op; cublasLtMatrixLayout_t l;
+                cublasLtMatmulHeuristicResult_t heur; cudaStream_t s1, s2;
+        Mm() {  // D = A·B, 64×64 fp32 (16 KiB each: whole pages)
+            cudaMalloc(&A, 16384); cudaMalloc(&B, 16384); cudaMalloc(&D, 16384);
+            cudaStreamCreate(&s1); cudaStreamCreate(&s2);
+            cublasLtCreate(&h); cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+            cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 64, 64, 64);
+            cublasLtMatmulPreference_t pref; cublasLtMatmulPreferenceCreate(&pref);
+            int found; cublasLtMatmulAlgoGetHeuristic(h, op, l, l, l, l, pref, 1, &heur, &found);
+            float one = 1, zero = 0;
+            cublasLtMatmul(h, op, &one, A, l, B, l, &zero, D, l, D, l, &heur.algo, nullptr, 0, s1);
+        } };
+    check(dies_with([] { Mm m; cudaMemsetAsync(m.A, 0, 16384, m.s2); }, "cudaMemsetAsync on stream"),
+          "a memset overwriting what a matmul of another stream reads, without waiting, is reported");
+    check(dies_with([] { Mm m; float* c; cudaMalloc(&c, 16384); cudaMemcpyAsync(c, m.D, 16384, cudaMemcpyDeviceToDevice, m.s2); }, "that cublasLtMatmul on stream"),
+          "a copy reading what a matmul of another stream wrote, without waiting, is reported");
 }
 
 int main() {
@@ -350,6 +399,7 @@ int main() {
     test_cp_async();
     test_pinned();
     test_streams();
+    test_kernel_writes();
     test_failures();
     printf("# test_simt: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
