@@ -46,7 +46,10 @@ stages 0-3 produce bit-identical runs, and each run is bit-reproducible.
 Overlap (NCCL). DDP starts each unit's all-reduce on the communication stream as soon as the
 unit's gradient is complete and the backward of the next unit goes on; the optimizer step
 joins them. ZeRO-3's prefetch all-gather runs on the communication stream while the current
-unit computes. (With MPI the same calls complete at once: correct, without overlap.)
+unit computes. Stages 1-3 reduce-scatter the gradients on the compute stream, in order: not
+overlapped yet (stages 2-3 would need a second unit gradient buffer, so that the next unit's
+backward does not write the one being reduced). (With MPI the same calls complete at once:
+correct, without overlap.)
 --overlap 0 turns both off (each all-reduce joined at once, no prefetch) with the same results
 and bytes, so that the time overlap saves is measured: dev/bench/bench_overlap.sh.
 
