@@ -488,12 +488,16 @@ inline void* device_alloc(size_t bytes) {
     g_allocs[(uintptr_t)p] = Alloc{m, pages + PAGE, bytes};
     return p;
 }
+// the entry of an address-keyed map with the greatest start <= a (end() if none): the buffer
+// that may hold a, once a is checked against its end
+template <class M> inline typename M::iterator floor_entry(M& m, uintptr_t a) {
+    auto it = m.upper_bound(a);
+    return it == m.begin() ? m.end() : std::prev(it);
+}
 inline bool device_owns(const void* p) {
     std::lock_guard<std::mutex> lock(g_alloc_mu);
-    auto it = g_allocs.upper_bound((uintptr_t)p);
-    if (it == g_allocs.begin()) return false;
-    --it;
-    return (uintptr_t)p < it->first + it->second.bytes;
+    auto it = floor_entry(g_allocs, (uintptr_t)p);
+    return it != g_allocs.end() && (uintptr_t)p < it->first + it->second.bytes;
 }
 inline void device_free(void* p) {
     std::lock_guard<std::mutex> lock(g_alloc_mu);
@@ -523,11 +527,8 @@ struct Pinned {
 };
 inline std::map<uintptr_t, Pinned>& pinned() { static auto* m = new std::map<uintptr_t, Pinned>; return *m; }
 inline std::map<uintptr_t, Pinned>::iterator pinned_find(const void* p) {  // the buffer holding p, or end()
-    auto& m = pinned();
-    auto it = m.upper_bound((uintptr_t)p);
-    if (it == m.begin()) return m.end();
-    --it;
-    return (uintptr_t)p < it->first + it->second.map_bytes ? it : m.end();
+    auto it = floor_entry(pinned(), (uintptr_t)p);
+    return it != pinned().end() && (uintptr_t)p < it->first + it->second.map_bytes ? it : pinned().end();
 }
 inline void pinned_settle(std::map<uintptr_t, Pinned>::iterator it) {  // its copy is waited for
     if (it->second.seq) mprotect((void*)it->first, it->second.map_bytes, PROT_READ | PROT_WRITE);
@@ -655,9 +656,8 @@ inline void writes_arm(const void* stream) {
 inline bool track_write(const void* addr) {
     if (!g_armed) return false;
     const uintptr_t a = (uintptr_t)addr;
-    auto it = g_allocs.upper_bound(a);
-    if (it == g_allocs.begin()) return false;
-    --it;
+    auto it = floor_entry(g_allocs, a);
+    if (it == g_allocs.end()) return false;
     const uintptr_t map = (uintptr_t)it->second.map, page = a / PAGE * PAGE;
     if (a < map || a >= map + it->second.map_bytes - PAGE) return false;  // outside its pages, or the guard page
     const size_t i = g_ndirty++;
