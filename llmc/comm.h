@@ -23,11 +23,13 @@ every rank has a GPU of its own), for GPU buffers: one NCCL communicator per gro
 bootstrapped over MPI (rank 0 of the group makes the unique id, MPI_Bcast sends it). NCCL's
 reduce-scatter and all-gather want equal chunks, so uneven ones go through a buffer padded to
 P·⌈S/P⌉ (two device copies, cheap next to the wire). Blocking collectives run on the compute
-stream, in order with the kernels around them. comm_all_gather_start (ZeRO-3's prefetch) and
-comm_all_reduce_start (DDP's per-unit gradient all-reduce) run on the group's communication
-stream: it waits for an event recorded on the compute stream (the data is ready), and
-comm_wait / comm_join make the compute stream wait for the communication stream's event —
-the host never blocks, and the backward or forward of the next unit overlaps the transfer.
+stream, in order with the kernels around them. The started ones run on the group's
+communication stream: comm_all_gather_start (ZeRO-3's prefetch), comm_reduce_scatter_sum_start
+(ZeRO's per-unit gradients) and comm_all_reduce_sum_start (DDP's). That stream first waits for
+an event recorded on the compute stream (the data is ready), and comm_wait / comm_join make the
+compute stream wait for the communication stream's event — the host never blocks, and the
+backward or forward of the next unit overlaps the transfer. (NCCL runs the operations of one
+communicator in the order they are issued, whatever their streams.)
 A group of one rank never communicates, so a build without MPI runs everything single-process.
 
 Byte counters. Each call adds the bytes one rank sends under the ring algorithm, the standard
@@ -179,20 +181,27 @@ inline void nccl_stream_waits_compute(Group& g) {
 // ----------------------------------------------------------------------------
 // collectives
 
+#ifdef LLMC_USE_NCCL
+// recv ← my chunk of Σ_ranks send on `stream`, through a padded buffer [P·c to reduce | my chunk]
+// (pad buffer `which`: 0 for the compute stream, 1 for the communication stream), so that
+// NCCL sees P equal chunks of c (the tail zeroed).
+template <class T> inline void nccl_reduce_scatter(Group& g, const T* send, T* recv, size_t S, cudaStream_t stream, int which) {
+    const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
+    T* pad = nccl_pad<T>(g, which, (size_t)g.size * c + c);
+    T* mine = pad + (size_t)g.size * c;
+    CUDA_CHECK(cudaMemcpyAsync(pad, send, S * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(pad + S, 0, ((size_t)g.size * c - S) * sizeof(T), stream));
+    NCCL_CHECK(ncclReduceScatter(pad, mine, c, nccl_type<T>(), ncclSum, g.nccl, stream));
+    CUDA_CHECK(cudaMemcpyAsync(recv, mine, (e - b) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+}
+#endif
+
 // recv (my chunk, chunk_end − chunk_begin elements) ← my chunk of Σ_ranks send (S elements)
 template <class T> inline void comm_reduce_scatter_sum(Group& g, const T* send, T* recv, size_t S) {
     comm_count(g, REDUCE_SCATTER, (double)sizeof(T) * S * (g.size - 1) / g.size);
     if (g.size == 1) { ctx_copy(Ctx(), recv, send, S * sizeof(T)); return; }  // host or device, no staging
 #ifdef LLMC_USE_NCCL
-    if (comm_uses_nccl(g, send)) {  // padded to P equal chunks of c, reduced into the pad's first chunk slot
-        const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
-        T* pad = nccl_pad<T>(g, 0, (size_t)g.size * c + c);
-        CUDA_CHECK(cudaMemcpyAsync(pad, send, S * sizeof(T), cudaMemcpyDeviceToDevice, g.compute));
-        CUDA_CHECK(cudaMemsetAsync(pad + S, 0, ((size_t)g.size * c - S) * sizeof(T), g.compute));
-        NCCL_CHECK(ncclReduceScatter(pad, pad + (size_t)g.size * c, c, nccl_type<T>(), ncclSum, g.nccl, g.compute));
-        CUDA_CHECK(cudaMemcpyAsync(recv, pad + (size_t)g.size * c, (e - b) * sizeof(T), cudaMemcpyDeviceToDevice, g.compute));
-        return;
-    }
+    if (comm_uses_nccl(g, send)) { nccl_reduce_scatter(g, send, recv, S, g.compute, 0); return; }
 #endif
 #ifdef LLMC_MPI
     std::vector<int> displs, counts = chunk_counts(S, g.size, &displs);
@@ -202,7 +211,8 @@ template <class T> inline void comm_reduce_scatter_sum(Group& g, const T* send, 
 #endif
 }
 
-// Handle of an all-gather started by comm_all_gather_start (a no-op handle when P = 1).
+// Handle of a collective started by comm_all_gather_start or comm_reduce_scatter_sum_start (a
+// no-op handle when it completed at once).
 struct CommHandle {
 #ifdef LLMC_MPI
     MPI_Request req = MPI_REQUEST_NULL;
@@ -215,7 +225,6 @@ struct CommHandle {
     bool active = false;
 };
 
-// Starts gathering every rank's chunk of buf (S elements, in place). Wait with comm_wait.
 #ifdef LLMC_USE_NCCL
 // Every rank's chunk of buf (S elements, in place) through a padded buffer [P·c gathered | my chunk],
 // on `stream` with pad buffer `which` (0: compute stream, 1: communication stream).
@@ -227,8 +236,17 @@ template <class T> inline void nccl_all_gather(Group& g, T* buf, size_t S, cudaS
     NCCL_CHECK(ncclAllGather(mine, gathered, c, nccl_type<T>(), g.nccl, stream));
     CUDA_CHECK(cudaMemcpyAsync(buf, gathered, S * sizeof(T), cudaMemcpyDeviceToDevice, stream));
 }
+
+// h completes with what is queued on g's communication stream so far.
+inline void nccl_handle_started(Group& g, CommHandle* h) {
+    if (!h->done) CUDA_CHECK(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));  // once per handle
+    CUDA_CHECK(cudaEventRecord(h->done, g.stream));
+    h->compute = g.compute;
+    h->active = true;
+}
 #endif
 
+// Starts gathering every rank's chunk of buf (S elements, in place). Wait with comm_wait.
 template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S, CommHandle* h) {
     comm_count(g, ALL_GATHER, (double)sizeof(T) * S * (g.size - 1) / g.size);
     h->active = false;
@@ -237,10 +255,7 @@ template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S,
     if (comm_uses_nccl(g, buf)) {  // on the communication stream, once the compute stream has written buf
         nccl_stream_waits_compute(g);
         nccl_all_gather(g, buf, S, g.stream, 1);
-        if (!h->done) CUDA_CHECK(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));  // once per handle
-        CUDA_CHECK(cudaEventRecord(h->done, g.stream));
-        h->compute = g.compute;
-        h->active = true;
+        nccl_handle_started(g, h);
         return;
     }
 #endif
@@ -256,6 +271,24 @@ template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S,
     h->active = true;
 #endif
 }
+
+// comm_reduce_scatter_sum started on the communication stream when it goes through NCCL (ZeRO:
+// one unit's gradients while the backward of the next goes on); otherwise done now. Wait with
+// comm_wait before reading recv; send must not change until then.
+template <class T> inline void comm_reduce_scatter_sum_start(Group& g, const T* send, T* recv, size_t S, CommHandle* h) {
+    h->active = false;
+#ifdef LLMC_USE_NCCL
+    if (g.size > 1 && comm_uses_nccl(g, send)) {  // once the compute stream has written send
+        comm_count(g, REDUCE_SCATTER, (double)sizeof(T) * S * (g.size - 1) / g.size);
+        nccl_stream_waits_compute(g);
+        nccl_reduce_scatter(g, send, recv, S, g.stream, 1);
+        nccl_handle_started(g, h);
+        return;
+    }
+#endif
+    comm_reduce_scatter_sum(g, send, recv, S);
+}
+
 // Completes a started collective: MPI waits on the host; NCCL makes the compute stream wait.
 inline void comm_wait(CommHandle* h) {
 #ifdef LLMC_USE_NCCL

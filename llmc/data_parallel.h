@@ -32,7 +32,7 @@ Memory per rank (Ψ parameters, N = dp), params + grads + optimizer:
     stage 2: 4Ψ + 4Ψ/N + 8Ψ/N          stage 3: 4Ψ/N + 4Ψ/N + 8Ψ/N = 16Ψ/N
 Not in the table, and printed apart: ZeRO-3's two gather buffers and ZeRO-2/3's gradient
 working buffers (the embedding unit, whose gradient builds up over the whole backward because
-the classifier shares it, plus one unit).
+the classifier shares it, plus two of the largest other unit, used by alternate units).
 Communication per step (ring model, comm.h; s = 2 bytes for bf16, 4 for fp32): stages 0-2 move
 2(N−1)/N·sΨ bytes per rank (all-reduce = reduce-scatter + all-gather), stage 3 3(N−1)/N·sΨ
 (parameters are gathered for the forward and again for the backward): 1.5× DDP. With gradient accumulation, stages 0-1
@@ -43,15 +43,21 @@ Determinism. Every stage reduces the same per-rank gradients with the same reduc
 and the gradient norm is summed over the same chunks in rank order; so without accumulation
 stages 0-3 produce bit-identical runs, and each run is bit-reproducible.
 
-Overlap (NCCL). DDP starts each unit's all-reduce on the communication stream as soon as the
-unit's gradient is complete and the backward of the next unit goes on; the optimizer step
-joins them. ZeRO-3's prefetch all-gather runs on the communication stream while the current
-unit computes. Stages 1-3 reduce-scatter the gradients on the compute stream, in order: not
-overlapped yet (stages 2-3 would need a second unit gradient buffer, so that the next unit's
-backward does not write the one being reduced). (With MPI the same calls complete at once:
-correct, without overlap.)
---overlap 0 turns both off (each all-reduce joined at once, no prefetch) with the same results
-and bytes, so that the time overlap saves is measured: dev/bench/bench_overlap.sh.
+Overlap (NCCL). The backward hands over units L+1, L, ..., 1, then the embeddings (model.h).
+As soon as a unit's gradient is complete its transfer starts on the communication stream, and
+the backward of the next unit goes on meanwhile:
+  stage 0     all-reduces it; the optimizer step joins them all;
+  stages 1-3  reduce-scatter it into chunk_tmp[u % 2]; when the next unit's gradient is
+              complete (grads_ready(u − 1)) the compute stream waits for it and takes its
+              chunk (stage 1: copies it into place; 2-3: adds it to the shard and clears the
+              working buffer). Stages 2-3 alternate two working buffers, unit_grad[u % 2], so
+              the backward of u − 1 never writes the buffer being reduced.
+ZeRO-3's prefetch all-gather also runs on the communication stream while the current unit
+computes. The last unit's transfer (the embeddings, the largest unit at GPT-2's vocabulary)
+has no backward left to hide behind. (With MPI the same calls complete at once: correct,
+without overlap.)
+--overlap 0 turns all of it off (each transfer waited for at once, no prefetch) with the same
+results and bytes, so that the time overlap saves is measured: dev/bench/bench_overlap.sh.
 
 The owner of the storage is this file: it points the model's per-unit pointers at it and
 follows the model's use of units through ParamHooks (model.h). A single process is dp = 1.
@@ -104,9 +110,14 @@ template <class T> struct DataParallel : ParamHooks {
     int last_slot = 1;                        // the slot acquire handed out last
     CommHandle slot_req[2];
     int prev_unit = -1;
-    // stages 2-3: gradient working buffers (the embedding unit | any other unit)
-    Buf<T> emb_grad, unit_grad;
-    Buf<T> chunk_tmp;                         // one reduce-scattered chunk
+    // stages 2-3: gradient working buffers: the embedding unit's, and two for the others (unit u
+    // writes unit_grad[u % 2], so that the backward of u − 1 never writes the one being reduced)
+    Buf<T> emb_grad, unit_grad[2];
+    // stages 1-3: unit u's reduce-scatter lands in chunk_tmp[u % 2] (started on the communication
+    // stream, finished when the next unit's gradients are ready; dp_reduce_*)
+    Buf<T> chunk_tmp[2];
+    CommHandle reduce_req[2];
+    int reduce_unit[2] = {-1, -1};            // the unit whose reduce-scatter is pending there
     std::vector<T> scratch;                   // comm_all_reduce_sum's
     bool last_micro = true;                   // set by the trainer: reduce now (stages 0-1)?
     bool overlap = true;                      // --overlap 0: wait for each transfer at once, no prefetch
@@ -144,10 +155,10 @@ template <class T> inline void dp_init(DataParallel<T>* d, GPT<T>* g, Group* gro
     d->m.alloc(ctx, off);
     d->v.alloc(ctx, off);
     if (DataParallel<T>::has_master) d->master.alloc(ctx, off);
-    if (zero >= 1) d->chunk_tmp.alloc(ctx, biggest_chunk);
+    if (zero >= 1) for (Buf<T>& b : d->chunk_tmp) b.alloc(ctx, biggest_chunk);
     if (zero >= 2) {
         d->emb_grad.alloc(ctx, d->units[0].size);
-        d->unit_grad.alloc(ctx, max_unit);
+        for (Buf<T>& b : d->unit_grad) b.alloc(ctx, max_unit);
     }
     if (zero == 3) {
         size_t biggest = std::max(max_unit, d->units[0].size);
@@ -158,7 +169,7 @@ template <class T> inline void dp_init(DataParallel<T>* d, GPT<T>* g, Group* gro
     for (int u = 0; u < U; u++) {
         g->params[u] = zero < 3 ? d->params_full.data() + d->units[u].offset : nullptr;  // stage 3: set by acquire
         g->grads[u] = zero < 2 ? d->grads_full.data() + d->units[u].offset
-                               : (u == 0 ? d->emb_grad.data() : d->unit_grad.data());
+                               : (u == 0 ? d->emb_grad.data() : d->unit_grad[u % 2].data());
     }
     g->hooks = d;
 }
@@ -247,31 +258,54 @@ template <class T> inline void DataParallel<T>::acquire(int u) {
 
 // ---- gradients
 
+// Stages 1-3: reduce-scatter unit u's gradient into chunk_tmp[u % 2] (NCCL: on the
+// communication stream, while the backward of the next unit runs).
+template <class T> inline void dp_reduce_start(DataParallel<T>* d, int u) {
+    CommScope prof(d->ctx, *d->group, "reduce-scatter gradients");
+    const int p = u % 2;
+    const T* grad = d->zero < 2 ? d->grads_full.data() + d->units[u].offset : d->g->grads[u];
+    comm_reduce_scatter_sum_start(*d->group, grad, d->chunk_tmp[p].data(), d->units[u].size, &d->reduce_req[p]);
+    d->reduce_unit[p] = u;
+}
+// ... and finish it (on the compute stream, after waiting for it): stage 1 puts my chunk in
+// place in the full gradient; stages 2-3 add it to my gradient shard (accumulation) and clear
+// the unit's working buffer for its next use.
+template <class T> inline void dp_reduce_finish(DataParallel<T>* d, int p) {
+    const int u = d->reduce_unit[p];
+    if (u < 0) return;
+    { CommScope prof(d->ctx, *d->group, "wait (not overlapped)"); comm_wait(&d->reduce_req[p]); }
+    const size_t n = d->own_end[u] - d->own_begin[u];
+    if (d->zero == 1) ctx_copy(d->ctx, d->grads_full.data() + d->units[u].offset + d->own_begin[u], d->chunk_tmp[p].data(), n * sizeof(T));
+    else {
+        add_inplace(d->ctx, d->grads_shard.data() + d->shard_off[u], d->chunk_tmp[p].data(), n);
+        ctx_zero(d->ctx, d->g->grads[u], d->units[u].size * sizeof(T));
+    }
+    d->reduce_unit[p] = -1;
+}
+
+// The backward calls this for units L+1, L, ..., 1, 0 (model.h): stage 0 starts the unit's
+// all-reduce; stages 1-3 start its reduce-scatter and finish the previous unit's, whose
+// transfer had this unit's backward to hide behind. The embedding unit, last, finishes both.
 template <class T> inline void DataParallel<T>::grads_ready(int u) {
-    size_t S = units[u].size, off = units[u].offset;
-    if (zero < 2) {
-        if (!last_micro) return;  // accumulate locally; reduce once per step
-        if (zero == 0) {
-            CommScope prof(ctx, *group, "all-reduce gradients");
-            comm_all_reduce_sum_start(*group, grads_full.data() + off, S, &scratch);  // NCCL: overlaps the backward
-            if (!overlap) comm_join(*group);  // the backward waits for it
-        } else {
-            { CommScope prof(ctx, *group, "reduce-scatter gradients"); comm_reduce_scatter_sum(*group, grads_full.data() + off, chunk_tmp.data(), S); }
-            ctx_copy(ctx, grads_full.data() + off + own_begin[u], chunk_tmp.data(), (own_end[u] - own_begin[u]) * sizeof(T));
-        }
+    if (zero < 2 && !last_micro) return;  // accumulate locally; reduce once per step
+    if (zero == 0) {
+        CommScope prof(ctx, *group, "all-reduce gradients");
+        comm_all_reduce_sum_start(*group, grads_full.data() + units[u].offset, units[u].size, &scratch);  // NCCL: overlaps the backward
+        if (!overlap) comm_join(*group);  // the backward waits for it
         return;
     }
-    // stages 2-3: reduce-scatter this unit now, add my chunk to the shard, clear the work buffer
-    T* work = g->grads[u];
-    { CommScope prof(ctx, *group, "reduce-scatter gradients"); comm_reduce_scatter_sum(*group, work, chunk_tmp.data(), S); }
-    add_inplace(ctx, grads_shard.data() + shard_off[u], chunk_tmp.data(), own_end[u] - own_begin[u]);
-    ctx_zero(ctx, work, S * sizeof(T));
+    const int p = u % 2;
+    dp_reduce_start(this, u);
+    if (!overlap) dp_reduce_finish(this, p);
+    dp_reduce_finish(this, 1 - p);
+    if (u == 0) dp_reduce_finish(this, p);
 }
 
 template <class T> inline void dp_zero_grad(DataParallel<T>* d) {
-    const double bytes = (double)sizeof(T) * (d->grads_full.size() + d->grads_shard.size() + d->emb_grad.size() + d->unit_grad.size());
+    const double bytes = (double)sizeof(T) * (d->grads_full.size() + d->grads_shard.size() + d->emb_grad.size() +
+                                              d->unit_grad[0].size() + d->unit_grad[1].size());
     OpScope prof(d->ctx, 0, bytes, "zero gradients");
-    for (Buf<T>* b : {&d->grads_full, &d->grads_shard, &d->emb_grad, &d->unit_grad})
+    for (Buf<T>* b : {&d->grads_full, &d->grads_shard, &d->emb_grad, &d->unit_grad[0], &d->unit_grad[1]})
         ctx_zero(d->ctx, b->data(), b->size() * sizeof(T));
 }
 
@@ -328,5 +362,5 @@ template <class T> inline DPMemory dp_memory(const DataParallel<T>& d) {
     const double s = sizeof(T);
     return {s * (d.params_full.size() + d.params_shard.size()), s * (d.grads_full.size() + d.grads_shard.size()),
             4.0 * (d.m.size() + d.v.size() + d.master.size()),
-            s * (d.slot[0].size() + d.slot[1].size() + d.emb_grad.size() + d.unit_grad.size())};
+            s * (d.slot[0].size() + d.slot[1].size() + d.emb_grad.size() + d.unit_grad[0].size() + d.unit_grad[1].size())};
 }

@@ -2,10 +2,11 @@
 # bench_overlap.sh — what overlapping communication with compute saves (`make bench`, on a node
 # with two GPUs or more; one rank per GPU, NCCL).
 #
-# For DDP (--zero 0) and ZeRO-3, a bf16 GPT-2 runs a few steps twice: with overlap (the default:
-# each unit's gradient all-reduce runs on the communication stream while the backward goes on;
-# ZeRO-3 prefetches the next unit's parameters while this one computes) and with --overlap 0
-# (each all-reduce joined at once, each unit gathered when it is used). The same run on one GPU
+# For DDP (--zero 0) and ZeRO-1, 2, 3, a bf16 GPT-2 runs a few steps twice: with overlap (the
+# default: each unit's gradient all-reduce or reduce-scatter runs on the communication stream
+# while the backward goes on; ZeRO-3 prefetches the next unit's parameters while this one
+# computes) and with --overlap 0 (each transfer waited for at once, each unit gathered when it
+# is used). The same run on one GPU
 # has no communication at all. From the median step times:
 #     exposed communication without overlap  c = t(--overlap 0) − t(1 GPU)
 #     hidden by overlap                       (t(--overlap 0) − t(overlap)) / c
@@ -38,13 +39,13 @@ echo
 one=$(run one 1)
 echo "| dp=$ngpu, NCCL | step ms, overlap | step ms, --overlap 0 | 1 GPU, no communication | exposed comm without overlap | hidden by overlap | MB sent per rank per step |"
 echo "|---|---|---|---|---|---|---|"
-for z in 0 3; do
+for z in 0 1 2 3; do
     with=$(run "z${z}_on" "$ngpu" --zero $z --comm nccl --comm-stats)
     without=$(run "z${z}_off" "$ngpu" --zero $z --comm nccl --overlap 0)
     ${PYTHON:-python3} - "$z" "$with" "$without" "$one" "$tmp/z${z}_on.jsonl" <<'PY'
 import json, sys
 z, w, wo, one, log = sys.argv[1:]
-name = "DDP (zero 0)" if z == "0" else "ZeRO-3"
+name = "DDP (zero 0)" if z == "0" else f"ZeRO-{z}"
 try:
     mb = sum(json.loads(open(log).readlines()[-1])["comm_bytes"].values()) / 1e6
 except Exception:
