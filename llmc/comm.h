@@ -22,7 +22,8 @@ ranks can share one GPU in tests). NCCL (a CUDA build with nccl.h; --comm nccl, 
 every rank has a GPU of its own), for GPU buffers: one NCCL communicator per group,
 bootstrapped over MPI (rank 0 of the group makes the unique id, MPI_Bcast sends it). NCCL's
 reduce-scatter and all-gather want equal chunks, so uneven ones go through a buffer padded to
-P·⌈S/P⌉ (two device copies, cheap next to the wire). Blocking collectives run on the compute
+P·⌈S/P⌉ (two device copies, cheap next to the wire); GPT-2's units divide evenly over 2, 4,
+8 and 16 ranks, and go straight through. Blocking collectives run on the compute
 stream, in order with the kernels around them. The started ones run on the group's
 communication stream: comm_all_gather_start (ZeRO-3's prefetch), comm_reduce_scatter_sum_start
 (ZeRO's per-unit gradients) and comm_all_reduce_sum_start (DDP's). That stream first waits for
@@ -182,11 +183,13 @@ inline void nccl_stream_waits_compute(Group& g) {
 // collectives
 
 #ifdef LLMC_USE_NCCL
-// recv ← my chunk of Σ_ranks send on `stream`, through a padded buffer [P·c to reduce | my chunk]
-// (pad buffer `which`: 0 for the compute stream, 1 for the communication stream), so that
-// NCCL sees P equal chunks of c (the tail zeroed).
+// recv ← my chunk of Σ_ranks send on `stream`. When P divides S, NCCL works on the buffers
+// themselves; otherwise through a padded buffer [P·c to reduce | my chunk] (pad buffer `which`:
+// 0 for the compute stream, 1 for the communication stream), so that it sees P equal chunks of
+// c (the tail zeroed).
 template <class T> inline void nccl_reduce_scatter(Group& g, const T* send, T* recv, size_t S, cudaStream_t stream, int which) {
     const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
+    if (S % g.size == 0) { NCCL_CHECK(ncclReduceScatter(send, recv, c, nccl_type<T>(), ncclSum, g.nccl, stream)); return; }
     T* pad = nccl_pad<T>(g, which, (size_t)g.size * c + c);
     T* mine = pad + (size_t)g.size * c;
     CUDA_CHECK(cudaMemcpyAsync(pad, send, S * sizeof(T), cudaMemcpyDeviceToDevice, stream));
@@ -226,10 +229,12 @@ struct CommHandle {
 };
 
 #ifdef LLMC_USE_NCCL
-// Every rank's chunk of buf (S elements, in place) through a padded buffer [P·c gathered | my chunk],
-// on `stream` with pad buffer `which` (0: compute stream, 1: communication stream).
+// Every rank's chunk of buf (S elements, in place) on `stream`: NCCL's in-place all-gather when P
+// divides S, otherwise through a padded buffer [P·c gathered | my chunk] (pad buffer `which`, 0:
+// compute stream, 1: communication stream).
 template <class T> inline void nccl_all_gather(Group& g, T* buf, size_t S, cudaStream_t stream, int which) {
     const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
+    if (S % g.size == 0) { NCCL_CHECK(ncclAllGather(buf + b, buf, c, nccl_type<T>(), g.nccl, stream)); return; }
     T* gathered = nccl_pad<T>(g, which, (size_t)g.size * c + c);
     T* mine = gathered + (size_t)g.size * c;
     CUDA_CHECK(cudaMemcpyAsync(mine, buf + b, (e - b) * sizeof(T), cudaMemcpyDeviceToDevice, stream));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_dp — data parallelism on CPU ranks under mpirun, against one process.
 #   equivalence:  dp = 2 and 4 × ZeRO 0, 1, 2, 3 × gradient accumulation 1 and 2: the per-step
-#                 losses and the final weights of one process with the same global batch
+#                 losses and the final weights of one process with the same global batch; and
+#                 dp = 3 (no unit divides evenly) with ZeRO 1 and 3
 #   identity:     without accumulation, ZeRO 0-3 give bit-identical runs (same reductions)
 #   memory:       each rank's parameter / gradient / optimizer bytes match the ZeRO table (5%)
 #   volume:       DDP's bytes per step match the ring all-reduce 2(N−1)/N·sΨ; ZeRO-3 moves 1.5×
@@ -140,6 +141,19 @@ for N in ${DP_SIZES:-2 4}; do
         [ $acc = 1 ] && same_across_stages "$tmp/n${N}" "dp=$N"
     done
     check_memory_and_bytes "$tmp/n${N}" "$N" fp32
+done
+
+# --- uneven chunks: on 3 ranks no unit of d1 divides evenly, so every chunk boundary is ragged
+# (NCCL goes through its padded buffers instead of the units themselves); ZeRO-1 (reduce-scatter,
+# blocking all-gather) and ZeRO-3 (started all-gathers and reduce-scatters), B = 2 per rank,
+# against one process with B = 6
+"$BIN" "${common[@]}" --batch-size 6 --steps $STEPS --log-file "$tmp/ref_b6.jsonl" --save-model "$tmp/ref_b6.bin" >/dev/null 2>&1
+for z in 1 3; do
+    name="dp=3 zero=$z (uneven chunks)" out="$tmp/n3_z${z}"
+    mpi 3 "${common[@]}" --batch-size 2 --steps $STEPS --zero $z --log-file "$out.jsonl" --save-model "$out.bin" >"$out.txt" 2>&1 ||
+        { echo "not ok - $name: run failed"; tail -3 "$out.txt" | sed 's/^/#   /'; continue; }
+    close_losses "$tmp/ref_b6.jsonl" "$out.jsonl" "$name"
+    $PY test/compare_models.py "$tmp/ref_b6.bin" "$out.bin" "$bound" | sed "s/ - / - $name: /"
 done
 
 # --- --overlap 0 (what bench_overlap.sh times against the default): DDP joins each all-reduce at
