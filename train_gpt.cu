@@ -89,7 +89,7 @@ static const FlagDef FLAGS[] = {
     {"comm", "auto", "auto | mpi | nccl: collectives on GPU buffers (auto: nccl when every rank has its own GPU)", false},
     {"comm-stats", "0", "print the bytes each collective sent per step (also in the JSON log)", true},
     {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op and per kind of communication", false},
-    {"overlap", "1", "0 | 1: overlap each unit's gradient all-reduce (DDP) or reduce-scatter (ZeRO) and ZeRO-3's parameter prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
+    {"overlap", "1", "0 | 1: overlap each unit's gradient all-reduce (DDP) or reduce-scatter (ZeRO), ZeRO-1/2's parameter all-gathers and ZeRO-3's prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
     {"flash-rows", "16", "16 | 32: rows per warp in the bf16 flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread (same results)", false},
 };
 
@@ -477,6 +477,7 @@ int main(int argc, char** argv) {
                 print0("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
             }
         }
+        dp_params_wait_all(&dpar);  // the last update's all-gathers (ZeRO-1/2), before anything reads or frees them
         if (!f.str("save-model").empty()) {
             model_file_save(&dpar, f.str("save-model"), save_bf16);
             print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");

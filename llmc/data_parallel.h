@@ -52,10 +52,14 @@ the backward of the next unit goes on meanwhile:
               chunk (stage 1: copies it into place; 2-3: adds it to the shard and clears the
               working buffer). Stages 2-3 alternate two working buffers, unit_grad[u % 2], so
               the backward of u − 1 never writes the buffer being reduced.
+After the optimizer step, stages 1-2 start each unit's parameter all-gather as soon as the
+unit is updated; the next forward waits for a unit's gather only when it reaches the unit
+(acquire), so the gathers of the later units hide behind the forward of the earlier ones.
 ZeRO-3's prefetch all-gather also runs on the communication stream while the current unit
-computes. The last unit's transfer (the embeddings, the largest unit at GPT-2's vocabulary)
-has no backward left to hide behind. (With MPI the same calls complete at once: correct,
-without overlap.)
+computes. The embeddings (the largest unit at GPT-2's vocabulary) are exposed at both ends:
+the backward's last unit, with no backward left to hide behind, and the forward's first.
+(MPI staging GPU buffers through the host completes the same calls at once: correct, without
+overlap. On CPU buffers the all-gathers are MPI's nonblocking ones, waited for the same way.)
 --overlap 0 turns all of it off (each transfer waited for at once, no prefetch) with the same
 results and bytes, so that the time overlap saves is measured: dev/bench/bench_overlap.sh.
 
@@ -118,6 +122,10 @@ template <class T> struct DataParallel : ParamHooks {
     Buf<T> chunk_tmp[2];
     CommHandle reduce_req[2];
     int reduce_unit[2] = {-1, -1};            // the unit whose reduce-scatter is pending there
+    // stages 1-2: each unit's parameter all-gather, started after its update, waited for where
+    // the unit's parameters are next read (acquire, dp_get_unit) or written (the next update)
+    std::vector<CommHandle> gather_req;
+    std::vector<char> gather_pending;
     std::vector<T> scratch;                   // comm_all_reduce_sum's
     bool last_micro = true;                   // set by the trainer: reduce now (stages 0-1)?
     bool overlap = true;                      // --overlap 0: wait for each transfer at once, no prefetch
@@ -137,6 +145,7 @@ template <class T> inline void dp_init(DataParallel<T>* d, GPT<T>* g, Group* gro
     d->ranges = param_ranges(c, g->layout);
     int U = gpt_num_units(c), P = dp_opt_parts(*d), pr = zero == 0 ? 0 : d->rank;
     d->units.resize(U); d->own_begin.resize(U); d->own_end.resize(U); d->shard_off.resize(U);
+    d->gather_req.resize(U); d->gather_pending.assign(U, 0);
     size_t off = 0, max_unit = 0;
     for (int u = 0; u < U; u++) {
         Span s = unit_span(c, g->layout, u);
@@ -176,6 +185,19 @@ template <class T> inline void dp_init(DataParallel<T>* d, GPT<T>* g, Group* gro
 
 // ---- parameters in and out, one full unit at a time
 
+// Stages 1-2: the compute stream waits for unit u's parameter all-gather, if one is pending.
+template <class T> inline void dp_params_wait(DataParallel<T>* d, int u) {
+    if (!d->gather_pending[u]) return;
+    CommScope prof(d->ctx, *d->group, "wait (not overlapped)");
+    comm_wait(&d->gather_req[u]);
+    d->gather_pending[u] = 0;
+}
+// ... for every unit: before the parameters leave the trainer's hands (the end of the run).
+template <class T> inline void dp_params_wait_all(DataParallel<T>* d) {
+    for (size_t u = 0; u < d->units.size(); u++) dp_params_wait(d, (int)u);
+}
+
+
 // Pointer to element x (unit-relative, owned by this rank) of unit u in a buffer laid out like
 // the optimizer state (full for stage 0, shard otherwise), and in the gradient / parameters.
 template <class T> inline float* dp_opt_at(DataParallel<T>* d, Buf<float>& buf, int u, size_t x) {
@@ -193,6 +215,7 @@ template <class T> inline T* dp_param_at(DataParallel<T>* d, int u, size_t x) {
 // the master in the optimizer's layout.
 template <class T> inline void dp_set_unit(DataParallel<T>* d, int u, const float* full) {
     const size_t S = d->units[u].size, b = d->own_begin[u], e = d->own_end[u];
+    dp_params_wait(d, u);
     const size_t wb = d->zero < 3 ? 0 : b, we = d->zero < 3 ? S : e;  // the working range this rank keeps
     std::vector<T> rounded(we - wb);
     for (size_t i = wb; i < we; i++) rounded[i - wb] = from_f<T>(full[i]);
@@ -205,6 +228,7 @@ template <class T> inline void dp_set_unit(DataParallel<T>* d, int u, const floa
 // stages ≥ 1.
 template <class T> inline void dp_get_unit(DataParallel<T>* d, int u, float* out) {
     const size_t S = d->units[u].size, b = d->own_begin[u], e = d->own_end[u];
+    dp_params_wait(d, u);
     if constexpr (DataParallel<T>::has_master) {
         ctx_copy(d->ctx, out + b, dp_opt_at(d, d->master, u, b), (e - b) * sizeof(float));
         if (d->zero >= 1) comm_all_gather(*d->group, out, S);
@@ -240,7 +264,7 @@ template <class T> inline void dp_gather_into(DataParallel<T>* d, int s, int u, 
 }
 
 template <class T> inline void DataParallel<T>::acquire(int u) {
-    if (zero < 3) return;
+    if (zero < 3) return dp_params_wait(this, u);
     int s = slot_unit[0] == u ? 0 : slot_unit[1] == u ? 1 : -1;
     if (s < 0) {  // not there: gather now, keeping a pending prefetch, else the unit used last
         s = slot_req[0].active ? 1 : slot_req[1].active ? 0 : 1 - last_slot;
@@ -325,30 +349,35 @@ template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
     return (float)sqrt(s);
 }
 
-// AdamW on this rank's part, then (stages 1-2) all-gather the updated parameters. One update
-// per unit: its part is contiguous in every buffer, and the tensors that decay are runs in it.
+// AdamW on this rank's part of each unit; stages 1-2 then start the unit's all-gather (NCCL: on
+// the communication stream, while the next units update and the next forward runs up to the
+// unit). One update per unit: its part is contiguous in every buffer, and the tensors that decay
+// are runs in it.
 template <class T>
 inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
     for (size_t u = 0; u < d->units.size(); u++) {
         const size_t base = d->units[u].offset, x0 = d->own_begin[u], x1 = d->own_end[u];
-        if (x1 <= x0) continue;
-        DecayRuns decay;  // the 2-D weights inside my part, relative to its start
-        for (const ParamRange& r : d->ranges) {
-            size_t b = std::max(r.offset, base + x0), e = std::min(r.offset + r.size, base + x1);
-            if (r.decay && e > b) decay.add(b - base - x0, e - base - x0);
+        dp_params_wait(d, (int)u);  // (the last step's gather, if nothing has read the unit since)
+        if (x1 > x0) {
+            DecayRuns decay;  // the 2-D weights inside my part, relative to its start
+            for (const ParamRange& r : d->ranges) {
+                size_t b = std::max(r.offset, base + x0), e = std::min(r.offset + r.size, base + x1);
+                if (r.decay && e > b) decay.add(b - base - x0, e - base - x0);
+            }
+            float* theta;  // the fp32 master of my part, and the working copy to rewrite (if separate)
+            T* copy;
+            if constexpr (DataParallel<T>::has_master) { theta = dp_opt_at(d, d->master, (int)u, x0); copy = dp_param_at(d, (int)u, x0); }
+            else { theta = dp_param_at(d, (int)u, x0); copy = nullptr; }
+            adamw_update(d->ctx, theta, dp_grad_at(d, (int)u, x0), dp_opt_at(d, d->m, (int)u, x0), dp_opt_at(d, d->v, (int)u, x0),
+                         copy, x1 - x0, lr, beta1, beta2, eps, wd, decay, t, grad_scale);
         }
-        float* theta;  // the fp32 master of my part, and the working copy to rewrite (if separate)
-        T* copy;
-        if constexpr (DataParallel<T>::has_master) { theta = dp_opt_at(d, d->master, (int)u, x0); copy = dp_param_at(d, (int)u, x0); }
-        else { theta = dp_param_at(d, (int)u, x0); copy = nullptr; }
-        adamw_update(d->ctx, theta, dp_grad_at(d, (int)u, x0), dp_opt_at(d, d->m, (int)u, x0), dp_opt_at(d, d->v, (int)u, x0),
-                     copy, x1 - x0, lr, beta1, beta2, eps, wd, decay, t, grad_scale);
+        if (d->zero == 1 || d->zero == 2) {  // (every rank, owner of a part or not: it is collective)
+            { CommScope prof(d->ctx, *d->group, "all-gather parameters");
+              comm_all_gather_start(*d->group, d->params_full.data() + base, d->units[u].size, &d->gather_req[u]); }
+            d->gather_pending[u] = 1;
+            if (!d->overlap) dp_params_wait(d, (int)u);
+        }
     }
-    if (d->zero == 1 || d->zero == 2)
-        for (size_t u = 0; u < d->units.size(); u++) {
-            CommScope prof(d->ctx, *d->group, "all-gather parameters");
-            comm_all_gather(*d->group, d->params_full.data() + d->units[u].offset, d->units[u].size);
-        }
     if (d->zero == 3) {  // the gathered copies are stale now
         CommScope prof(d->ctx, *d->group, "wait (not overlapped)");
         for (int s = 0; s < 2; s++) { comm_wait(&d->slot_req[s]); d->slot_unit[s] = -1; }

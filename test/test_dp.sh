@@ -181,7 +181,8 @@ done
 # --- --profile: communication has rows of its own, at the calls per step each stage makes
 # (d1: U = 3 units, accumulation A = 2). Stages 0-1 reduce each unit on the last micro-batch,
 # 2-3 on every one, and 1-3 wait for each reduce-scatter; 1-2 all-gather each unit after the
-# update; every stage waits once for the gradient norm and sums the loss and the norm. ZeRO-3
+# update and the next forward waits for each (the measured step waits for the previous step's);
+# every stage waits once for the gradient norm and sums the loss and the norm. ZeRO-3
 # takes each unit it uses, 2L + 5 = 7 per micro-batch, from a prefetch (a wait) or by gathering
 # it now, and waits once more after the update (how many prefetches hit depends on the order: at
 # least every use is counted).
@@ -194,7 +195,7 @@ text, z, name = open(sys.argv[1]).read(), int(sys.argv[2]), sys.argv[3]
 U, A = 3, 2
 rows = {n: float(c) for n, c in re.findall(r"^  comm: (.*?)\s+([\d.]+)\s+[\d.]+\s+[\d.]+%", text, re.M)}
 reduces = U * (A if z >= 2 else 1) if z >= 1 else 0
-want = {"loss and norm sums": 2, "wait (not overlapped)": 1 + reduces}
+want = {"loss and norm sums": 2, "wait (not overlapped)": 1 + reduces + (U if z in (1, 2) else 0)}
 if z == 0: want["all-reduce gradients"] = U
 if z >= 1: want["reduce-scatter gradients"] = reduces
 if z in (1, 2): want["all-gather parameters"] = U

@@ -4,8 +4,8 @@
 #
 # For DDP (--zero 0) and ZeRO-1, 2, 3, a bf16 GPT-2 runs a few steps twice: with overlap (the
 # default: each unit's gradient all-reduce or reduce-scatter runs on the communication stream
-# while the backward goes on; ZeRO-3 prefetches the next unit's parameters while this one
-# computes) and with --overlap 0 (each transfer waited for at once, each unit gathered when it
+# while the backward goes on; ZeRO-1/2 gather each updated unit while the next forward reaches
+# it; ZeRO-3 prefetches the next unit's parameters while this one computes) and with --overlap 0 (each transfer waited for at once, each unit gathered when it
 # is used). The same run on one GPU
 # has no communication at all. From the median step times:
 #     exposed communication without overlap  c = t(--overlap 0) − t(1 GPU)
