@@ -81,8 +81,8 @@ against the tables; resume; resharding), test/test_ops.cpp (model gradient).
 // --profile: a row per kind of communication, "comm: <what>" (profiler.h), with the bytes this
 // rank sent meanwhile by the group's counters; none for a group of one rank (which never
 // communicates). What a row's time means: for a blocking collective, all of it; for an
-// asynchronous start (NCCL), only the start; for a wait, the part of a transfer that overlap
-// did not hide.
+// asynchronous start (NCCL), only the start; for a wait ("<collective> wait (exposed)"), the
+// part of the transfers that overlap did not hide.
 struct CommScope {
     Group& g;
     double before;
@@ -188,7 +188,7 @@ template <class T> inline void dp_init(DataParallel<T>* d, GPT<T>* g, Group* gro
 // Stages 1-2: the compute stream waits for unit u's parameter all-gather, if one is pending.
 template <class T> inline void dp_params_wait(DataParallel<T>* d, int u) {
     if (!d->gather_pending[u]) return;
-    CommScope prof(d->ctx, *d->group, "wait (not overlapped)");
+    CommScope prof(d->ctx, *d->group, "all-gather wait (exposed)");
     comm_wait(&d->gather_req[u]);
     d->gather_pending[u] = 0;
 }
@@ -270,7 +270,7 @@ template <class T> inline void DataParallel<T>::acquire(int u) {
         s = slot_req[0].active ? 1 : slot_req[1].active ? 0 : 1 - last_slot;
         dp_gather_into(this, s, u, true);
     } else {
-        CommScope prof(ctx, *group, "wait (not overlapped)");
+        CommScope prof(ctx, *group, "all-gather wait (exposed)");
         comm_wait(&slot_req[s]);
     }
     g->params[u] = slot[s].data();
@@ -297,7 +297,7 @@ template <class T> inline void dp_reduce_start(DataParallel<T>* d, int u) {
 template <class T> inline void dp_reduce_finish(DataParallel<T>* d, int p) {
     const int u = d->reduce_unit[p];
     if (u < 0) return;
-    { CommScope prof(d->ctx, *d->group, "wait (not overlapped)"); comm_wait(&d->reduce_req[p]); }
+    { CommScope prof(d->ctx, *d->group, "reduce-scatter wait (exposed)"); comm_wait(&d->reduce_req[p]); }
     const size_t n = d->own_end[u] - d->own_begin[u];
     if (d->zero == 1) ctx_copy(d->ctx, d->grads_full.data() + d->units[u].offset + d->own_begin[u], d->chunk_tmp[p].data(), n * sizeof(T));
     else {
@@ -337,7 +337,10 @@ template <class T> inline void dp_zero_grad(DataParallel<T>* d) {
 // rank order. Every stage holds (at least) its chunk of the reduced gradient, so the norm is
 // the same number in every stage.
 template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
-    { CommScope prof(d->ctx, *d->group, "wait (not overlapped)"); comm_join(*d->group); }  // DDP's per-unit all-reduces, if asynchronous (NCCL)
+    if (d->zero == 0) {  // DDP's per-unit all-reduces, if asynchronous (NCCL)
+        CommScope prof(d->ctx, *d->group, "all-reduce wait (exposed)");
+        comm_join(*d->group);
+    }
     std::vector<NormPiece<T>> pieces;
     for (size_t u = 0; u < d->units.size(); u++) {
         size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
@@ -379,7 +382,7 @@ inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, fl
         }
     }
     if (d->zero == 3) {  // the gathered copies are stale now
-        CommScope prof(d->ctx, *d->group, "wait (not overlapped)");
+        CommScope prof(d->ctx, *d->group, "all-gather wait (exposed)");
         for (int s = 0; s < 2; s++) { comm_wait(&d->slot_req[s]); d->slot_unit[s] = -1; }
         d->prev_unit = -1;
     }
