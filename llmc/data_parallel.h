@@ -65,8 +65,9 @@ results and bytes, so that the time overlap saves is measured: dev/bench/bench_o
 
 The owner of the storage is this file: it points the model's per-unit pointers at it and
 follows the model's use of units through ParamHooks (model.h). A single process is dp = 1.
-Tests: test/test_dp.sh (dp = 2 and 4, every stage, against one process; memory and bytes
-against the tables; resume; resharding), test/test_ops.cpp (model gradient).
+Tests: test/test_dp.sh (dp = 2 and 4, every stage, and dp = 3 with uneven chunks, against one
+process; memory and bytes against the tables; --overlap 0 the same run; resume; resharding;
+on the emulated GPU with NCCL, the waits between the streams), test/test_ops.cpp (model gradient).
 */
 #pragma once
 #include <optional>
@@ -196,7 +197,6 @@ template <class T> inline void dp_params_wait(DataParallel<T>* d, int u) {
 template <class T> inline void dp_params_wait_all(DataParallel<T>* d) {
     for (size_t u = 0; u < d->units.size(); u++) dp_params_wait(d, (int)u);
 }
-
 
 // Pointer to element x (unit-relative, owned by this rank) of unit u in a buffer laid out like
 // the optimizer state (full for stage 0, shard otherwise), and in the gradient / parameters.
