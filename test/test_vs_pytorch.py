@@ -7,10 +7,17 @@ LR schedule, 8 optimizer steps with 2 accumulation micro-steps each. PyTorch run
 so it is the exact answer; our fp32 run must match it:
   per-step loss      |ours − torch| ≤ 1e-4   (the bound the project sets; fp32 round-off over a
                                               few thousand-term reductions is ~1e-6 here)
-  final parameters   max |ours − torch| ≤ 1e-4 · … see below.
+  final parameters   each tensor's largest and typical distance from the exact run, against
+                     PyTorch's own fp32 run of the same training (see below).
 Adam normalizes each gradient element, so a parameter moves by about lr per step whatever its
-gradient's size; fp32 noise in a near-zero gradient can change the direction of that move. We
-therefore bound the final parameters relative to the total movement: max|Δ| ≤ 2e-3·lr·steps.
+gradient's size; fp32 noise in a near-zero gradient can change the direction of that move. So
+the exact float64 run alone cannot say how far an fp32 run may land: PyTorch in float32 lands
+3e-5 away on this model (more than 2e-3·lr·steps, the bound this test once used). We therefore
+measure the fp32 round-off scale with PyTorch's fp32 run and require, per final parameter:
+  largest error  max|ours − exact| ≤ max(2e-3·lr·steps, 8 · PyTorch fp32's largest)
+  typical error  per tensor, median|ours − exact| ≤ 4 · PyTorch fp32's median
+The first catches a few elements gone wrong; the second any systematic mistake (2% off the
+weight decay, 0.1% off the learning rate: 90x to 2700x over).
 
 usage: [DEVICE=cuda] /usr/bin/python3 test/test_vs_pytorch.py TRAIN_GPT_BINARY
 Prints "ok"/"not ok" lines.
@@ -32,33 +39,9 @@ def check(ok, name, detail=""):
     return ok
 
 
-def run_case(binary, tmp, name, cfg, B, T, accum, steps, opt, version=3):
-    torch.manual_seed(0)
-    params = ref.random_params(cfg, seed=1)
-    model_path = os.path.join(tmp, f"{name}.bin")
-    ref.write_model(model_path, cfg, params, version)
-    if version == 5:  # the reference starts from the bf16-rounded weights too
-        params = {k: v.to(torch.float32).to(torch.bfloat16).to(torch.float64) for k, v in params.items()}
-    g = torch.Generator().manual_seed(2)
-    ntok = steps * accum * B * T + 1
-    tokens = torch.randint(0, cfg["V"], (ntok,), generator=g)
-    shard = os.path.join(tmp, f"{name}_train.bin")
-    ref.write_shard(shard, tokens.tolist())
-    log = os.path.join(tmp, f"{name}.jsonl")
-    final = os.path.join(tmp, f"{name}_final.bin")
-    cmd = [binary, "--device", os.environ.get("DEVICE", "cpu"), "--precision", "fp32", "--model", model_path, "--train-data", shard, "--val-data", "",
-           "--batch-size", str(B), "--seq-len", str(T), "--total-batch-tokens", str(B * T * accum),
-           "--steps", str(steps), "--lr", str(opt["lr"]), "--warmup-steps", str(opt["warmup"]),
-           "--lr-schedule", opt["kind"], "--final-lr-frac", str(opt["final"]),
-           "--weight-decay", str(opt["wd"]), "--grad-clip", str(opt["clip"]),
-           "--log-file", log, "--save-model", final]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        return check(False, f"{name}: train_gpt ran", r.stderr.strip())
-    ours = [json.loads(line) for line in open(log)]
-
-    # the reference run
-    p = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+def reference_run(params, cfg, tokens, B, T, accum, steps, opt, dtype):
+    """PyTorch's run of the same training in dtype: the per-step losses and the final parameters."""
+    p = {k: v.to(dtype).clone().requires_grad_(True) for k, v in params.items()}
     # 2-D weights decay; the per-layer stacks (L, …) hold one 2-D weight or vector per layer
     is_matrix = {k: v.dim() - (0 if k in ("wte", "wpe", "lnfw", "lnfb") else 1) >= 2 for k, v in p.items()}
     decay = [v for k, v in p.items() if is_matrix[k]]
@@ -87,6 +70,36 @@ def run_case(binary, tmp, name, cfg, B, T, accum, steps, opt, version=3):
         for group in optim.param_groups:
             group["lr"] = ref.lr_at(step, opt["lr"], opt["warmup"], steps, opt["kind"], opt["final"])
         optim.step()
+    return losses, {k: v.detach().double() for k, v in p.items()}
+
+
+def run_case(binary, tmp, name, cfg, B, T, accum, steps, opt, version=3):
+    torch.manual_seed(0)
+    params = ref.random_params(cfg, seed=1)
+    model_path = os.path.join(tmp, f"{name}.bin")
+    ref.write_model(model_path, cfg, params, version)
+    if version == 5:  # the reference starts from the bf16-rounded weights too
+        params = {k: v.to(torch.float32).to(torch.bfloat16).to(torch.float64) for k, v in params.items()}
+    g = torch.Generator().manual_seed(2)
+    ntok = steps * accum * B * T + 1
+    tokens = torch.randint(0, cfg["V"], (ntok,), generator=g)
+    shard = os.path.join(tmp, f"{name}_train.bin")
+    ref.write_shard(shard, tokens.tolist())
+    log = os.path.join(tmp, f"{name}.jsonl")
+    final = os.path.join(tmp, f"{name}_final.bin")
+    cmd = [binary, "--device", os.environ.get("DEVICE", "cpu"), "--precision", "fp32", "--model", model_path, "--train-data", shard, "--val-data", "",
+           "--batch-size", str(B), "--seq-len", str(T), "--total-batch-tokens", str(B * T * accum),
+           "--steps", str(steps), "--lr", str(opt["lr"]), "--warmup-steps", str(opt["warmup"]),
+           "--lr-schedule", opt["kind"], "--final-lr-frac", str(opt["final"]),
+           "--weight-decay", str(opt["wd"]), "--grad-clip", str(opt["clip"]),
+           "--log-file", log, "--save-model", final]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return check(False, f"{name}: train_gpt ran", r.stderr.strip())
+    ours = [json.loads(line) for line in open(log)]
+
+    losses, p = reference_run(params, cfg, tokens, B, T, accum, steps, opt, torch.float64)
+    _, p32 = reference_run(params, cfg, tokens, B, T, accum, steps, opt, torch.float32)
 
     ok = check(len(ours) == steps, f"{name}: {steps} steps logged")
     worst = max(abs(o["loss"] - t) for o, t in zip(ours, losses))
@@ -95,16 +108,42 @@ def run_case(binary, tmp, name, cfg, B, T, accum, steps, opt, version=3):
     worst_lr = max(abs(o["lr"] - ref.lr_at(i, opt["lr"], opt["warmup"], steps, opt["kind"], opt["final"])) for i, o in enumerate(ours))
     ok &= check(worst_lr <= 1e-6 * opt["lr"] + 1e-12, f"{name}: learning rate schedule", f"max diff {worst_lr:.2e}")
     _, fin = ref.read_model(final)
-    # The key bias (qkvb[:, C:2C]) has an exactly zero gradient: it adds q·b to every score of a
-    # softmax row, which the softmax ignores. Both runs therefore move it by Adam-normalized
-    # round-off noise (up to lr per step, in either direction); it is compared loosely, apart.
+    # Each tensor's distance from the exact run, ours and PyTorch's own fp32 run's (the scale of
+    # fp32 round-off after Adam, see the header). The key bias (qkvb[:, C:2C]) has an exactly zero
+    # gradient: it adds q·b to every score of a softmax row, which the softmax ignores. Every run
+    # therefore moves it by Adam-normalized round-off noise (up to lr per step, in either
+    # direction); it is compared loosely, apart.
     C = cfg["C"]
-    diff = {k: (fin[k].double() - p[k].detach()).abs() for k in p}
-    key_bias = diff["qkvb"][:, C:2 * C].max().item()
-    diff["qkvb"][:, C:2 * C] = 0.0
-    pdiff = max(d.max().item() for d in diff.values())
-    bound = 2e-3 * opt["lr"] * steps
-    ok &= check(pdiff <= bound, f"{name}: final parameters match PyTorch", f"max |diff| {pdiff:.2e} <= {bound:.1e}")
+
+    def split_key_bias(t):
+        return torch.cat([t[:, :C], t[:, 2 * C:]], dim=1), t[:, C:2 * C]
+
+    ours_d, torch32_d, key_bias = {}, {}, 0.0
+    for k in p:
+        d, d32 = (fin[k].double() - p[k]).abs(), (p32[k] - p[k]).abs()
+        if k == "qkvb":
+            (d, kb), (d32, _) = split_key_bias(d), split_key_bias(d32)
+            key_bias = kb.max().item()
+        ours_d[k], torch32_d[k] = d.flatten(), d32.flatten()
+    # largest error: within 8x PyTorch fp32's largest anywhere in the model, or 2e-3 of the total
+    # movement lr·steps, whichever is larger (the element where round-off decides the sign of a
+    # near-zero gradient differs between reduction orders, so ours may land on a more sensitive
+    # one than PyTorch does)
+    worst_k = max(ours_d, key=lambda k: ours_d[k].max().item())
+    worst = ours_d[worst_k].max().item()
+    worst32 = max(d.max().item() for d in torch32_d.values())
+    bound = max(2e-3 * opt["lr"] * steps, 8 * worst32)
+    ok &= check(worst <= bound, f"{name}: final parameters match PyTorch, largest error",
+                f"max |diff| {worst:.2e} in {worst_k} <= {bound:.1e}; PyTorch fp32's largest {worst32:.2e}")
+    # typical error: each tensor's median within 4x PyTorch fp32's median for that tensor (the
+    # medians of the two fp32 runs agree within 2x on the CPU); the floor 1e-9 is half an fp32 ulp
+    # of a weight of 0.03. A systematic mistake (weight decay, bias correction, eps, clipping on
+    # one tensor) moves every element by ~lr·steps·1e-2 and fails this by orders of magnitude.
+    ratios = {k: ours_d[k].median().item() / max(torch32_d[k].median().item(), 1e-9) for k in ours_d}
+    worst_k = max(ratios, key=ratios.get)
+    ok &= check(ratios[worst_k] <= 4, f"{name}: final parameters match PyTorch, typical error",
+                f"worst tensor {worst_k}: median |diff| {ours_d[worst_k].median().item():.2e} "
+                f"= {ratios[worst_k]:.2f}x PyTorch fp32's <= 4x")
     ok &= check(key_bias <= 2 * opt["lr"] * steps, f"{name}: key bias moved only by noise", f"max |diff| {key_bias:.2e}")
     return ok
 
