@@ -13,11 +13,12 @@ Adam normalizes each gradient element, so a parameter moves by about lr per step
 gradient's size; fp32 noise in a near-zero gradient can change the direction of that move. So
 the exact float64 run alone cannot say how far an fp32 run may land: PyTorch in float32 lands
 3e-5 away on this model (more than 2e-3·lr·steps, the bound this test once used). We therefore
-measure the fp32 round-off scale with PyTorch's fp32 run and require, per final parameter:
-  largest error  max|ours − exact| ≤ max(2e-3·lr·steps, 8 · PyTorch fp32's largest)
+measure the fp32 round-off scale with PyTorch's fp32 run and require, of the final parameters:
   typical error  per tensor, median|ours − exact| ≤ 4 · PyTorch fp32's median
-The first catches a few elements gone wrong; the second any systematic mistake (2% off the
-weight decay, 0.1% off the learning rate: 90x to 2700x over).
+  tail           over all parameters, 99th percentile of |ours − exact| ≤ 4 · PyTorch fp32's
+  largest error  max|ours − exact| ≤ 2e-2·lr·steps (where round-off decides a move's sign)
+The first catches any systematic mistake (2% off the weight decay, 0.1% off the learning rate:
+90x to 2700x over), the second a few percent of the elements gone wrong.
 
 usage: [DEVICE=cuda] /usr/bin/python3 test/test_vs_pytorch.py TRAIN_GPT_BINARY
 Prints "ok"/"not ok" lines.
@@ -125,16 +126,22 @@ def run_case(binary, tmp, name, cfg, B, T, accum, steps, opt, version=3):
             (d, kb), (d32, _) = split_key_bias(d), split_key_bias(d32)
             key_bias = kb.max().item()
         ours_d[k], torch32_d[k] = d.flatten(), d32.flatten()
-    # largest error: within 8x PyTorch fp32's largest anywhere in the model, or 2e-3 of the total
-    # movement lr·steps, whichever is larger (the element where round-off decides the sign of a
-    # near-zero gradient differs between reduction orders, so ours may land on a more sensitive
-    # one than PyTorch does)
+    # largest error: the few elements where round-off decides the direction of Adam's move differ
+    # between any two fp32 runs by up to lr per step; which elements, and how many steps, depends
+    # on the reduction order (PyTorch fp32 lands 2.4e-3·lr·steps away with one CPU build of
+    # PyTorch and 1.7e-4 with another; our H100 run 5e-3). The bound is 2e-2·lr·steps: an element
+    # off by a fiftieth of its whole movement. The two checks below catch a wrong optimizer.
     worst_k = max(ours_d, key=lambda k: ours_d[k].max().item())
     worst = ours_d[worst_k].max().item()
     worst32 = max(d.max().item() for d in torch32_d.values())
-    bound = max(2e-3 * opt["lr"] * steps, 8 * worst32)
+    bound = 2e-2 * opt["lr"] * steps
     ok &= check(worst <= bound, f"{name}: final parameters match PyTorch, largest error",
                 f"max |diff| {worst:.2e} in {worst_k} <= {bound:.1e}; PyTorch fp32's largest {worst32:.2e}")
+    # the tail: the 99th percentile over all parameters within 4x PyTorch fp32's (the two fp32
+    # runs' percentiles agree within 2x on the CPU and the emulated GPU)
+    tail, tail32 = (torch.cat(list(d.values())).quantile(0.99).item() for d in (ours_d, torch32_d))
+    ok &= check(tail <= 4 * tail32, f"{name}: final parameters match PyTorch, 99th percentile",
+                f"{tail:.2e} <= 4 x PyTorch fp32's {tail32:.2e}")
     # typical error: each tensor's median within 4x PyTorch fp32's median for that tensor (the
     # medians of the two fp32 runs agree within 2x on the CPU); the floor 1e-9 is half an fp32 ulp
     # of a weight of 0.03. A systematic mistake (weight decay, bias correction, eps, clipping on
