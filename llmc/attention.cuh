@@ -760,8 +760,8 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 // g_flash_async = false stages tiles through registers, each before its use (no cp.async);
 // g_flash_backward_passes runs one backward pass alone (its dqkv part only: timing);
 // g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys = 32 give head size 64 two m-tiles
-// per warp (the same bits; 190-255 registers, so fewer warps per SM: which is faster is for the
-// GPU to say).
+// per warp (the same bits; 190-255 registers, so fewer warps per SM). On an H100 that is slower
+// at every T: fwd + bwd 0.68 against 0.63 ms at T = 1024 (dev/gpu_results/, the bench log).
 inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
 inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ pass (to time them apart)
 inline int g_flash_forward_rows = 16;    // query rows per warp in the forward: 16, or 32 (head size 64 only)
