@@ -369,24 +369,6 @@ __device__ inline void load_a_rows(uint32_t* a, const bf16* m, size_t ld, int r0
     a[2] = ra < n ? ld32(m + (size_t)ra * ld + c + 2 * t + 8) : 0u;
     a[3] = rb < n ? ld32(m + (size_t)rb * ld + c + 2 * t + 8) : 0u;
 }
-// cp.async.cg.shared.global (sm_80+): 16 bytes from global to shared memory without passing
-// through registers; `bytes` < 16 fills the rest with zeros (0: nothing is read). A thread's copies
-// are in shared memory after its cp_async_wait_all; a __syncthreads after that shows them to all.
-__device__ inline void cp_async16(void* dst, const void* src, unsigned bytes) {
-#ifdef LLMC_SIMT
-    simt::cp_async16(dst, src, bytes);  // the CPU emulator's: the copy lands at the wait (test/simt.h)
-#else
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(bytes) : "memory");
-#endif
-}
-__device__ inline void cp_async_wait_all() {
-#ifdef LLMC_SIMT
-    simt::cp_async_wait_all();
-#else
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
-}
 // Copies rows [row0, row0 + R) × D of a strided bf16 matrix into shared memory (row stride D+8),
 // zero past row n, 16 bytes at a time (the caller guarantees 16-byte alignment). ASYNC: by
 // cp.async, so the copy runs while the warps compute; it is there after stage_wait<true>() and a

@@ -39,7 +39,8 @@ the whole bf16 training (its rounding, its memory, its communication) runs and i
 
 Kernel helpers (CUDA builds, LLMC_CUDA: nvcc, or g++ against the emulator test/simt.h):
 grid_for, gpu_scratch, warp_sum/warp_max, column_sum_add (the fixed-order second stage of
-column sums), and Pack / load_pack / store_pack / pack_width for 16-byte loads and stores.
+column sums), Pack / load_pack / store_pack / pack_width for 16-byte loads and stores, cp.async
+(cp_async16, cp_async_wait_all) and dynamic shared memory (DYNAMIC_SHARED, SHARED_OPT_IN).
 vec_cast / vec_widen convert host vectors for tests and playgrounds.
 
 Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there; the kernel
@@ -546,6 +547,50 @@ __device__ inline float warp_sum(float v) {
 __device__ inline float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+// cp.async.cg.shared.global (sm_80+): 16 bytes from global to shared memory without passing
+// through registers; `bytes` < 16 fills the rest with zeros (0: nothing is read). A thread's copies
+// are in shared memory after its cp_async_wait_all; a __syncthreads after that shows them to all.
+__device__ inline void cp_async16(void* dst, const void* src, unsigned bytes) {
+#ifdef LLMC_SIMT
+    simt::cp_async16(dst, src, bytes);  // the CPU emulator's: the copy lands at the wait (test/simt.h)
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(bytes) : "memory");
+#endif
+}
+__device__ inline void cp_async_wait_all() {
+#ifdef LLMC_SIMT
+    simt::cp_async_wait_all();
+#else
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Dynamic shared memory: the bytes a launch names as its third <<<>>> argument, for a buffer
+// whose size is known only at launch. DYNAMIC_SHARED(T, name) declares T* name pointing at it.
+// Past 48 KB a kernel must opt in first, SHARED_OPT_IN(bytes, kernel) (the kernel last, as the
+// launch writes it: the emulator matches the text); max_shared_per_block() is the device's ceiling
+// (227 KB on an H100, 163 KB on an A100).
+#ifdef LLMC_SIMT
+#define DYNAMIC_SHARED(T, name) T* name = (T*)simt::dynamic_shared()
+#define SHARED_OPT_IN(bytes, ...) simt::shared_opt_in(#__VA_ARGS__, bytes)
+#else
+#define DYNAMIC_SHARED(T, name) \
+    extern __shared__ __align__(16) unsigned char name##_bytes[]; \
+    T* name = (T*)name##_bytes
+#define SHARED_OPT_IN(bytes, ...) \
+    CUDA_CHECK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes)))
+#endif
+inline size_t max_shared_per_block() {
+    static const size_t bytes = [] {
+        int dev = 0, b = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        return (size_t)b;
+    }();
+    return bytes;
 }
 
 // out[c] += Σ_k partial[k·C + c], k = 0 … K−1: the second stage of the deterministic column sums

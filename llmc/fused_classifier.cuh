@@ -16,8 +16,13 @@ CUDA: one block per row, two passes over it in 16-byte packs: (1) the max and th
 together (online softmax: each thread rescales its running sum when its max grows; the threads'
 pairs are combined by fixed-tree block reductions: deterministic), (2) the in-place gradient.
 The normalizer is summed in fp32 per thread and across the block. Bytes: the logits read twice
-(the second time mostly from L2) and written once. dev/cuda/classifier.cu keeps the first
-version (three passes: max, sum, gradient; one element per load) for comparison.
+and written once. On an H100 (dev/gpu_results/, N=8192 rows of 98 KB) that takes 0.86 ms: 1.9
+TB/s over the bytes that must move, or 2.9 TB/s, the copy ceiling, if both reads come from
+device memory. So the second read seems to miss L2 (Nsight Compute would say). With
+g_classifier_staged the row is copied into shared memory once (cp.async) and read there: each
+logit crosses device memory twice (in, out) instead of three times. If that holds, 0.86 ms
+becomes about 0.57. dev/cuda/classifier.cu keeps the first version (three passes: max, sum,
+gradient; one element per load) for comparison, and times all three.
 
 Tests: test/test_ops.cpp (finite differences of the loss), test/gpucheck_ops.cu (CUDA vs CPU),
 the model against PyTorch.
@@ -67,13 +72,25 @@ template <bool MAX> __device__ inline float block_reduce(float v) {
 // fixed trees — the max, then each thread's sum rescaled to it — so the result is deterministic.
 // Pass 2: the gradient, written in place. The row moves in 16-byte packs of P elements where Vp
 // and the pointer allow (P = 1 otherwise); columns ≥ V in a pack are padding.
-template <class T, int P>
+// STAGED (packs only): the row is first copied into shared memory (cp.async, Vp·sizeof(T) bytes
+// of dynamic shared memory), and both passes read it there: the logits leave device memory once
+// instead of twice. Each thread handles the same packs either way, so the bits are the same.
+template <class T, int P, bool STAGED = false>
 __global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
     const int n = blockIdx.x;
     T* row = logits + (size_t)n * Vp;
+    const T* src = row;  // where both passes read the row
+    if constexpr (STAGED) {
+        static_assert(P * sizeof(T) == 16, "the staged row moves in 16-byte packs");
+        DYNAMIC_SHARED(T, srow);
+        for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) cp_async16(srow + i, row + i, 16);
+        cp_async_wait_all();
+        __syncthreads();  // the whole row is in shared memory (thread 0 reads the target's logit)
+        src = srow;
+    }
     float m = -INFINITY, s = 0.0f;
     for (int i = threadIdx.x * P; i < V; i += blockDim.x * P) {  // a pack starting below V ends within Vp
-        const Pack<T, P> x = load_pack<P>(row + i);
+        const Pack<T, P> x = load_pack<P>(src + i);
         for (int j = 0; j < P && i + j < V; j++) {
             const float z = to_f(x.v[j]);
             if (z > m) { s = s * expf(m - z) + 1.0f; m = z; }
@@ -83,11 +100,11 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
     const float mb = block_reduce<true>(m);
     const float log_sum = logf(block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - mb)));
     const int tgt = targets[n];
-    if (threadIdx.x == 0) losses[n] = -(to_f(row[tgt]) - mb - log_sum);
+    if (threadIdx.x == 0) losses[n] = -(to_f(src[tgt]) - mb - log_sum);
     if (dloss == 0.0f) return;
-    __syncthreads();  // every thread has read row[tgt] before it is overwritten
+    if constexpr (!STAGED) __syncthreads();  // every thread has read row[tgt] before it is overwritten
     for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) {
-        const Pack<T, P> x = load_pack<P>(row + i);
+        const Pack<T, P> x = load_pack<P>(src + i);
         Pack<T, P> g;
         for (int j = 0; j < P; j++) {
             const int v = i + j;
@@ -96,6 +113,9 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
         store_pack<P>(row + i, g);
     }
 }
+// g_classifier_staged: the STAGED kernel where the row fits in a block's shared memory (GPT-2's
+// bf16 row is 98 KB: two blocks per H100 SM). Off until an H100 shows it faster.
+inline bool g_classifier_staged = false;
 #endif
 
 template <class T>
@@ -104,7 +124,11 @@ inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         constexpr int P = PACK<T>;
-        if (pack_width<T>(Vp, {logits}) > 1)
+        const size_t row_bytes = (size_t)Vp * sizeof(T);
+        if (pack_width<T>(Vp, {logits}) > 1 && g_classifier_staged && row_bytes <= max_shared_per_block()) {
+            SHARED_OPT_IN(row_bytes, fused_classifier_kernel<T, P, true>);
+            fused_classifier_kernel<T, P, true><<<N, 512, row_bytes, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+        } else if (pack_width<T>(Vp, {logits}) > 1)
             fused_classifier_kernel<T, P><<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         else
             fused_classifier_kernel<T, 1><<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);

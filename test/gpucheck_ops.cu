@@ -286,6 +286,15 @@ template <class X> static void check_classifier(int N, int V, int Vp) {
     fused_classifier(gpu, glog.p(), gloss.p(), dt.data(), N, V, Vp, 1.0f / N);
     compare(name, "losses", losses, gloss.host(), bs<X>(1e-5));
     compare(name, "dlogits (in place)", vec_widen(clog), glog.host(), bx<X>(1e-4));
+    // the row staged in shared memory (where it fits and moves in packs): each thread reads the
+    // same elements in the same order, so the same bits as above
+    Dev<X> glog2(logits);
+    DevF gloss2(losses, true);
+    g_classifier_staged = true;
+    fused_classifier(gpu, glog2.p(), gloss2.p(), dt.data(), N, V, Vp, 1.0f / N);
+    g_classifier_staged = false;
+    compare(name, "row staged in shared memory vs not: losses", gloss.host(), gloss2.host(), 0.0);
+    compare(name, "row staged in shared memory vs not: dlogits", glog.host(), glog2.host(), 0.0);
 }
 
 template <class X> static void check_adamw_norm(size_t n) {

@@ -14,9 +14,9 @@ Ctx's stream) exactly as nvcc would, except that
     perl substitution, line numbers kept) into simt::launch("k", {grid, block, smem, stream},
     [&] { k(args); }, args); — each pointer among the trailing args must be device memory
     (a host pointer is an illegal access on a GPU, but readable here, so the launch refuses it);
-  - the inline-PTX instructions of attention.cuh call their emulations: mma.sync calls
-    simt::mma_m16n8k16_bf16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
-    simt::cp_async_wait_all.
+  - the inline-PTX instructions of attention.cuh and common.h call their emulations: mma.sync
+    calls simt::mma_m16n8k16_bf16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
+    simt::cp_async_wait_all; DYNAMIC_SHARED simt::dynamic_shared.
 
 The model of a GPU:
   - A launch runs its blocks one after another on each OpenMP thread (blocks are independent).
@@ -32,6 +32,11 @@ The model of a GPU:
     a kernel that reads what another thread writes without a barrier between them (within a
     warp or across warps) gives a different result in one of them; `make test` runs both.
   - __shared__ variables are per block (static thread_local: one block at a time per OS thread).
+  - Dynamic shared memory (the launch's third <<<>>> argument, DYNAMIC_SHARED in common.h) is a
+    buffer of that many bytes per block, filled with 0xff (NaN) at each block's start, so a read
+    of bytes the block never wrote shows. As on a GPU, a launch asking for more than 48 KB fails
+    unless the kernel opted in (SHARED_OPT_IN, cudaFuncSetAttribute) to at least that much, and
+    no block gets more than an H100's 227 KB.
   - cudaMalloc places each buffer so that its end (rounded to 256 bytes, cudaMalloc's alignment)
     touches an inaccessible page: a kernel reading or writing past a buffer crashes, and the
     SIGSEGV handler names the kernel, block and thread.
@@ -90,6 +95,7 @@ test/test_simt.cpp.
 #include <map>
 #include <unordered_map>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 #include <sys/mman.h>
@@ -428,6 +434,23 @@ inline bool g_segv_installed = [] {
 }();
 
 inline bool device_owns(const void* p);
+// Dynamic shared memory: a block's buffer (launch_blocks), and the kernels' opt-ins past the
+// default 48 KB, by the kernel's name as its launch writes it (SHARED_OPT_IN in common.h)
+static const size_t SHARED_DEFAULT = 48 << 10, SHARED_MAX = 227 << 10;  // an H100's per-block limits
+inline thread_local void* tl_dynamic_shared = nullptr;
+inline void* dynamic_shared() {
+    if (!tl_dynamic_shared) die("%s: uses dynamic shared memory, but its launch gave it none", tl_run ? tl_run->kernel : "?");
+    return tl_dynamic_shared;
+}
+inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: records; returns the opt-in
+    static std::mutex mu;
+    static std::map<std::string, size_t> opted;
+    std::lock_guard<std::mutex> lock(mu);
+    if (bytes > SHARED_MAX) die("%s: an opt-in to %zu bytes of shared memory, past the %zu a block may have", kernel, bytes, SHARED_MAX);
+    if (bytes) opted[kernel] = bytes;
+    auto it = opted.find(kernel);
+    return it == opted.end() ? 0 : it->second;
+}
 // A pointer argument of a kernel must be device memory: a host pointer is an illegal access on a
 // GPU, but host memory is readable here, so it is refused at the launch.
 template <class A> inline void check_arg(const char* kernel, int i, const A& a) {
@@ -448,7 +471,9 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
     if (nthreads < 1 || nthreads > 1024) die("%s: %ld threads per block (1 to 1024 allowed)", kernel, nthreads);
     if (cfg.grid.y > 65535 || cfg.grid.z > 65535 || cfg.grid.x > 2147483647u || nblocks < 1)
         die("%s: grid (%u, %u, %u) out of CUDA's limits", kernel, cfg.grid.x, cfg.grid.y, cfg.grid.z);
-    if (cfg.smem) die("%s: dynamic shared memory is not emulated", kernel);
+    if (cfg.smem > SHARED_DEFAULT && cfg.smem > shared_opt_in(kernel, 0))
+        die("%s: %zu bytes of dynamic shared memory, past the default %zu, and the kernel has not opted in to them (cudaFuncSetAttribute)",
+            kernel, cfg.smem, SHARED_DEFAULT);
     side_enter(cfg.stream, kernel);
     writes_arm(cfg.stream);
     #pragma omp parallel if (nblocks > 1)
@@ -458,6 +483,9 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
         (void)alt;
         run.kernel = kernel; run.fn = &fn; run.nthreads = (int)nthreads;
         tl_run = &run;
+        static thread_local std::vector<uint4> dyn;  // the block's dynamic shared memory
+        dyn.resize((cfg.smem + 15) / 16);
+        tl_dynamic_shared = cfg.smem ? dyn.data() : nullptr;
         blockDim = cfg.block; gridDim = cfg.grid;
         #pragma omp for schedule(dynamic, 1)
         for (long i = 0; i < nblocks; i++) {
@@ -465,6 +493,7 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
             blockIdx.y = (unsigned)(i / cfg.grid.x % cfg.grid.y);
             blockIdx.z = (unsigned)(i / ((long)cfg.grid.x * cfg.grid.y));
             tl_where = Where{kernel, blockIdx};
+            if (cfg.smem) memset(dyn.data(), 0xff, cfg.smem);
             run_block(run);
         }
         tl_where = Where{"(host code)", {}};
@@ -765,6 +794,12 @@ struct cudaDeviceProp {
     size_t totalGlobalMem = 0;
 };
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp{}; return cudaSuccess; }
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+    if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) simt::die("cudaDeviceGetAttribute: attribute %d is not emulated", (int)a);
+    *v = (int)simt::SHARED_MAX;
+    return cudaSuccess;
+}
 inline cudaError_t cudaDriverGetVersion(int* v) { *v = 0; return cudaSuccess; }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = 0; return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; simt::pinned_settle_all(); simt::side_release_all(); return cudaSuccess; }
