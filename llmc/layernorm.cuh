@@ -24,8 +24,9 @@ output is rounded to T once (the backward's sums over rows too: on the CPU via F
 
 CUDA: one warp per row for the forward and the input gradient; the parameter gradients are a
 two-stage deterministic reduction (chunks of 32 rows → partial sums → summed in a fixed order).
-The backward is one kernel where C allows (the input gradient and the chunk's parameter sums
-together, reading dout and x once), else the input gradient and the parameter pass apart.
+The backward is one kernel (the input gradient and the chunk's parameter sums together, reading
+dout and x once): its sums in registers up to C = 1024, in shared memory up to C = 3632 (on an
+H100); wider, the input gradient and the parameter pass apart.
 Every kernel moves 16 bytes per load or store where C and the pointers allow (common.h: Pack):
 these are memory-bound (the forward moves 4·N·C bytes in bf16, the backward 10·N·C), so the
 aim is bandwidth, and 2-byte loads cost 8× the instructions for the same bytes.
@@ -200,30 +201,41 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
     }
     ln_warps_to_partial<V>(sw_all, sb_all, sw, sb, partial, k, K, c0, C);
 }
-// The whole backward in one kernel, where C ≤ 32·V·NP (the launch takes NP·V = 32: C ≤ 1024,
-// GPT-2 124M and 350M; wider rows would need more registers than leave room for two blocks per
-// SM, and take the two kernels above): a block of 8 warps takes a chunk of
-// LN_CHUNK rows; warp w does rows w, w + 8, ... of it one at a time as the dinp kernel does, and
-// keeps the parameter sums of its lane's channels in registers (pack p: channels (lane + 32p)·V
-// onwards); then the 8 warps' sums are added in warp order, 32·V channels at a time, into
-// partial[k] and partial[K + k]. The same rows in the same order as the two kernels above, so the
-// results are bit-identical to them; but dout and x are read once (the dinp pass's second read
-// of a row hits the cache), 4·N·C·s bytes instead of 6·N·C·s.
+// The whole backward in one kernel: a block of 8 warps takes a chunk of LN_CHUNK rows; warp w
+// does rows w, w + 8, ... of it one at a time as the dinp kernel does, and keeps the parameter
+// sums of its lane's channels (pack p: channels (lane + 32p)·V onwards); then the 8 warps' sums
+// are added in warp order into partial[k] and partial[K + k]. The same rows in the same order as
+// the two kernels above, so the results are bit-identical to them; but dout and x are read once
+// (the dinp pass's second read of a row hits the cache), 4·N·C·s bytes instead of 6·N·C·s.
+// Where the sums live:
+//   NP > 0: in registers, NP packs per lane (the launch takes NP·V = 32: C ≤ 1024, GPT-2 124M
+//           and 350M; more would leave no room for two blocks per SM);
+//   NP = 0: in dynamic shared memory, each warp its own 2·C floats (64·C bytes a block: C ≤ 3632
+//           on an H100; GPT-2 774M and 1558M). Each lane updates only its own channels, so the
+//           warps need no barrier until the end.
 template <class T, int V, int NP>
 __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* w,
                                                                       const float* mean, const float* rstd, int N, int C) {
-    __shared__ float sw_all[LN_WARPS][32 * V], sb_all[LN_WARPS][32 * V];
+    constexpr bool SHARED_SUMS = NP == 0;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, k = blockIdx.x, K = gridDim.x;
-    float sw[NP][V], sb[NP][V];
-    for (int p = 0; p < NP; p++)
-        for (int j = 0; j < V; j++) sw[p][j] = sb[p][j] = 0.0f;
+    float sw[SHARED_SUMS ? 1 : NP][V], sb[SHARED_SUMS ? 1 : NP][V];  // (NP > 0)
+    float* sums = nullptr;  // (NP = 0) this warp's: dw sums at [0, C), db sums at [C, 2C)
+    if constexpr (SHARED_SUMS) {
+        DYNAMIC_SHARED(float, all);
+        sums = all + (size_t)warp * 2 * C;
+        for (int c = lane * V; c < C; c += 32 * V)
+            for (int j = 0; j < V; j++) sums[c + j] = sums[C + c + j] = 0.0f;
+    } else {
+        for (int p = 0; p < NP; p++)
+            for (int j = 0; j < V; j++) sw[p][j] = sb[p][j] = 0.0f;
+    }
     const int r1 = min(N, (k + 1) * LN_CHUNK);
     for (int row = k * LN_CHUNK + warp; row < r1; row += LN_WARPS) {
         const T* d = dout + (size_t)row * C;
         const T* x = inp + (size_t)row * C;
         const float m = mean[row], r = rstd[row];
         float g_sum = 0.0f, gn_sum = 0.0f;
-        for (int p = 0; p < NP; p++) {
+        for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
             Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
@@ -231,21 +243,38 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
         }
         const float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
         T* di = dinp + (size_t)row * C;
-        for (int p = 0; p < NP; p++) {
+        for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
             Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
             for (int j = 0; j < V; j++) {
                 const float dv = to_f(dp.v[j]);
                 ip.v[j] = from_f<T>(to_f(ip.v[j]) + r * (dv * to_f(wp.v[j]) - g_mean - (to_f(xp.v[j]) - m) * r * gn_mean));
-                sw[p][j] += dv * (to_f(xp.v[j]) - m) * r;
-                sb[p][j] += dv;
+                if constexpr (SHARED_SUMS) {
+                    sums[c + j] += dv * (to_f(xp.v[j]) - m) * r;
+                    sums[C + c + j] += dv;
+                } else {
+                    sw[p][j] += dv * (to_f(xp.v[j]) - m) * r;
+                    sb[p][j] += dv;
+                }
             }
             store_pack<V>(di + c, ip);
         }
     }
-    for (int p = 0; p < NP && 32 * V * p < C; p++)  // slice p: channels [32·V·p, 32·V·(p+1))
-        ln_warps_to_partial<V>(sw_all, sb_all, sw[p], sb[p], partial, k, K, 32 * V * p, C);
+    if constexpr (SHARED_SUMS) {
+        __syncthreads();  // every warp's sums are complete
+        const float* all = sums - (size_t)warp * 2 * C;
+        for (int t = threadIdx.x; t < C; t += blockDim.x) {  // the 8 warps' sums in warp order
+            float a = 0.0f, b = 0.0f;
+            for (int u = 0; u < LN_WARPS; u++) { a += all[(size_t)u * 2 * C + t]; b += all[(size_t)u * 2 * C + C + t]; }
+            partial[(size_t)k * C + t] = a;
+            partial[(size_t)(K + k) * C + t] = b;
+        }
+    } else {
+        __shared__ float sw_all[LN_WARPS][32 * V], sb_all[LN_WARPS][32 * V];
+        for (int p = 0; p < NP && 32 * V * p < C; p++)  // slice p: channels [32·V·p, 32·V·(p+1))
+            ln_warps_to_partial<V>(sw_all, sb_all, sw[p], sb[p], partial, k, K, 32 * V * p, C);
+    }
 }
 // out = a + b, V elements per thread per step (the tail, N mod V, by thread 0); out may be a
 template <class T, int V> __global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t N) {
@@ -311,8 +340,12 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
     static Buf<float> partial_buf;
     float* partial = gpu_scratch(partial_buf, ctx, 2 * (size_t)K * C);
     constexpr int NP = 32 / V;  // 32 channels per lane: 64 fp32 sums in registers (C ≤ 1024; ~100 registers)
+    const size_t sums_bytes = (size_t)LN_WARPS * 2 * C * sizeof(float);  // wider rows: the sums in shared memory
     if (g_layernorm_fused && V > 1 && np <= NP) {
         layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C);
+    } else if (g_layernorm_fused && V > 1 && sums_bytes <= max_shared_per_block()) {
+        SHARED_OPT_IN(sums_bytes, layernorm_backward_fused_kernel<T, V, 0>);
+        layernorm_backward_fused_kernel<T, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C);
     } else {
         layernorm_backward_dinp_kernel<T, V><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
         dim3 grid(ceil_div(C, 32 * V), K);

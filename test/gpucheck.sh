@@ -51,6 +51,7 @@ if want playgrounds; then
         [ -x "$p" ] && part "$p" "${playground[@]}" "$p"
     done
     [ -x build/dev_attention ] && part "build/dev_attention, head size 128" "${playground[@]}" build/dev_attention 4 1024 1024 8
+    [ -x build/dev_layernorm ] && part "build/dev_layernorm, GPT-2 1558M's width" "${playground[@]}" build/dev_layernorm 16384 1600
 fi
 # compute-sanitizer: 4 tools × 2 programs, each under its own limit (SANITIZE_LIMIT, 300 s), so
 # the part as a whole gets 8 of those

@@ -7,7 +7,8 @@ CUDA versions, in fp32 and bf16.
       elements per instruction; the parameter gradients' row chunks are split over the 8 warps
       of a block
   v3: v2 with the backward in one kernel (input gradient and the chunk's parameter sums
-      together: dout and x read once; C ≤ 1024). Forward and residual are v2's.
+      together: dout and x read once; the sums in registers up to C = 1024, in shared memory
+      up to 3632: run with C = 1600 for GPT-2 1558M's). Forward and residual are v2's.
   v4: v3 with the residual add and the LayerNorm after it in one kernel (residual_layernorm_forward:
       the sum is written and normalized in one pass, not read back from memory) — the trainer's.
       The "res+fwd" row times the residual add then the forward: two kernels in v1-v3, one in v4.
