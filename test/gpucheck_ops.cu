@@ -73,11 +73,13 @@ static void compare(const char* op, const char* what, const std::vector<float>& 
 template <class X> static double bx(double fp32_bound) { return std::is_same_v<X, float> ? fp32_bound : 1e-2; }
 template <class X> static double bs(double fp32_bound) { return std::is_same_v<X, float> ? fp32_bound : 10 * fp32_bound; }
 
-template <class X> static void check_encoder(int B, int T, int C, int V) {
-    char name[80]; snprintf(name, sizeof(name), "%s encoder B=%d T=%d C=%d", dtype_name<X>(), B, T, C);
+// used: the token ids are drawn from [0, used): few distinct ids give long runs of one token
+// (several segments of the backward's, in dwte's partial sums)
+template <class X> static void check_encoder(int B, int T, int C, int V, int used = 0) {
+    char name[96]; snprintf(name, sizeof(name), "%s encoder B=%d T=%d C=%d tokens<%d", dtype_name<X>(), B, T, C, used ? used : V / 2);
     auto wte = randn<X>((size_t)V * C), wpe = randn<X>((size_t)T * C), dout = randn<X>((size_t)B * T * C);
     std::vector<int> tok(B * T);
-    for (auto& t : tok) t = (int)rng.below(V / 2);  // repeats
+    for (auto& t : tok) t = (int)rng.below(used ? used : V / 2);  // repeats
     std::vector<X> out((size_t)B * T * C), cwte = vec_cast<X>(wte), cwpe = vec_cast<X>(wpe);
     encoder_forward(cpu, out.data(), tok.data(), cwte.data(), cwpe.data(), B, T, C);
     Buf<int> dtok; dtok.alloc(gpu, tok.size()); ctx_copy(gpu, dtok.data(), tok.data(), tok.size() * 4);
@@ -322,6 +324,8 @@ template <class X> static void check_adamw_norm(size_t n) {
 template <class X> static void check_all() {
     check_encoder<X>(2, 7, 13, 50);
     check_encoder<X>(4, 64, 768, 50257);
+    check_encoder<X>(4, 64, 200, 50257, 3);  // ~85 positions per token: 3 segments each
+    check_encoder<X>(3, 40, 100, 50, 2);     // ~60 positions per token: 2 segments; bf16 C = 100: one element per load
     check_layernorm<X>(7, 13);
     check_layernorm<X>(256, 768);
     check_layernorm<X>(300, 200);  // bf16 packs: lanes past C, a last chunk of 12 rows
