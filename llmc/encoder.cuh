@@ -9,9 +9,10 @@ Pack). The backward is a scatter-add into dwte; the CPU loop runs (b,t) in order
 deterministic. The CUDA backward is deterministic without atomics: the host (which has the
 tokens anyway) groups the positions by token id and cuts each token's run into segments of 32;
 a thread per (segment, 16 bytes of channels) sums its positions in order, and a token with
-several segments sums their partial sums in order (the first version, one thread per token
-and channel, summed a frequent token's thousands of rows one after another: 2.75 ms of a 124M
-step on an H100, dev/gpu_results/); dwpe is a sum over b, one thread per (t, channel). So the backward takes
+several segments sums their partial sums in order. (The first version, one thread per token
+and channel, summed a frequent token's thousands of rows one after another; it took 2.75 ms of
+a 124M step on an H100, dev/gpu_results/, most likely that chain: not yet measured apart.)
+dwpe is a sum over b, one thread per (t, channel). So the backward takes
 the tokens in *host* memory. Parameter gradients accumulate (+=) so gradient accumulation
 needs no copy. Templated on the dtype T (float | bf16, common.h): each sum is formed in fp32
 and rounded once when it is added to the gradient (on the CPU through F32View).
