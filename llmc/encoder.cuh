@@ -132,8 +132,9 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
     seg_start.push_back(BT);
     const int nseg = (int)seg_row.size(), M = (int)multi_row.size();
     // one upload: [seg_row | seg_slot | seg_start | pos | multi_row | multi_begin], without waiting
-    // for the GPU (common.h's HostStage); sized for the most any step can need (nseg ≤ BT; a token of
-    // n > ENC_SEGMENT positions takes ceil(n / ENC_SEGMENT) < 2n / ENC_SEGMENT slots, so M < BT / 2), so a buffer a queued kernel may still read is never reallocated
+    // for the GPU (common.h's HostStage). The buffers are sized for the most any step can need, so
+    // one that a queued kernel may still read is never reallocated: nseg ≤ BT, and a token of
+    // n > ENC_SEGMENT positions takes ceil(n / ENC_SEGMENT) < 2n / ENC_SEGMENT slots (so M < BT / 2).
     std::vector<int> idx;
     for (const std::vector<int>* v : {&seg_row, &seg_slot, &seg_start, &order, &multi_row, &multi_begin})
         idx.insert(idx.end(), v->begin(), v->end());
