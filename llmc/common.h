@@ -570,18 +570,23 @@ __device__ inline void cp_async_wait_all() {
 
 // Dynamic shared memory: the bytes a launch names as its third <<<>>> argument, for a buffer
 // whose size is known only at launch. DYNAMIC_SHARED(T, name) declares T* name pointing at it.
-// Past 48 KB a kernel must opt in first, SHARED_OPT_IN(bytes, kernel) (the kernel last, as the
-// launch writes it: the emulator matches the text); max_shared_per_block() is the device's ceiling
-// (227 KB on an H100, 163 KB on an A100).
+// Past 48 KB a kernel must opt in first: SHARED_OPT_IN(kernel) (written as its launch writes
+// it: the emulator matches the text) allows it the device's ceiling, max_shared_per_block()
+// (227 KB on an H100, 163 KB on an A100), once per kernel and process.
 #ifdef LLMC_SIMT
 #define DYNAMIC_SHARED(T, name) T* name = (T*)simt::dynamic_shared()
-#define SHARED_OPT_IN(bytes, ...) simt::shared_opt_in(#__VA_ARGS__, bytes)
+#define SHARED_OPT_IN(...) simt::shared_opt_in(#__VA_ARGS__, max_shared_per_block())
 #else
 #define DYNAMIC_SHARED(T, name) \
     extern __shared__ __align__(16) unsigned char name##_bytes[]; \
     T* name = (T*)name##_bytes
-#define SHARED_OPT_IN(bytes, ...) \
-    CUDA_CHECK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes)))
+#define SHARED_OPT_IN(...) do { \
+        static const bool opted_ = [] { \
+            CUDA_CHECK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_shared_per_block())); \
+            return true; \
+        }(); \
+        (void)opted_; \
+    } while (0)
 #endif
 inline size_t max_shared_per_block() {
     static const size_t bytes = [] {

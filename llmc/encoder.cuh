@@ -134,14 +134,14 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
     // one upload: [seg_row | seg_slot | seg_start | pos | multi_row | multi_begin], without waiting
     // for the GPU (common.h's HostStage). The buffers are sized for the most any step can need, so
     // one that a queued kernel may still read is never reallocated: nseg ≤ BT, and a token of
-    // n > ENC_SEGMENT positions takes ceil(n / ENC_SEGMENT) < 2n / ENC_SEGMENT slots (so M < BT / 2).
+    // n > ENC_SEGMENT positions takes ceil(n / ENC_SEGMENT) < 2n / ENC_SEGMENT slots (so M < BT / ENC_SEGMENT).
     std::vector<int> idx;
     for (const std::vector<int>* v : {&seg_row, &seg_slot, &seg_start, &order, &multi_row, &multi_begin})
         idx.insert(idx.end(), v->begin(), v->end());
     static Buf<int> dev_idx;
     static Buf<float> partial_buf;
     static HostStage stage;
-    int* d = gpu_scratch(dev_idx, ctx, 5 * (size_t)BT + 2 + BT / 2 + 1);
+    int* d = gpu_scratch(dev_idx, ctx, 4 * (size_t)BT + 2 + 2 * (size_t)BT / ENC_SEGMENT);  // 3·nseg + 1 + BT + 2M + 1
     float* partial = gpu_scratch(partial_buf, ctx, std::max<size_t>(1, (size_t)2 * BT / ENC_SEGMENT) * C);
     stage_upload(ctx, stage, d, idx.data(), idx.size() * sizeof(int));
     const int* d_row = d; const int* d_slot = d + nseg; const int* d_start = d + 2 * nseg;

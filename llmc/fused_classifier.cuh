@@ -125,10 +125,11 @@ inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int
     if (ctx.device == Device::CUDA) {
         constexpr int P = PACK<T>;
         const size_t row_bytes = (size_t)Vp * sizeof(T);
-        if (pack_width<T>(Vp, {logits}) > 1 && g_classifier_staged && row_bytes <= max_shared_per_block()) {
-            SHARED_OPT_IN(row_bytes, fused_classifier_kernel<T, P, true>);
+        const bool packs = pack_width<T>(Vp, {logits}) > 1;
+        if (packs && g_classifier_staged && row_bytes <= max_shared_per_block()) {
+            SHARED_OPT_IN(fused_classifier_kernel<T, P, true>);
             fused_classifier_kernel<T, P, true><<<N, 512, row_bytes, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
-        } else if (pack_width<T>(Vp, {logits}) > 1)
+        } else if (packs)
             fused_classifier_kernel<T, P><<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         else
             fused_classifier_kernel<T, 1><<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);

@@ -219,9 +219,11 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
     constexpr bool SHARED_SUMS = NP == 0;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, k = blockIdx.x, K = gridDim.x;
     float sw[SHARED_SUMS ? 1 : NP][V], sb[SHARED_SUMS ? 1 : NP][V];  // (NP > 0)
-    float* sums = nullptr;  // (NP = 0) this warp's: dw sums at [0, C), db sums at [C, 2C)
+    float* all = nullptr;   // (NP = 0) every warp's sums: warp u's dw at [2uC, 2uC + C), its db after
+    float* sums = nullptr;  // ... this warp's
     if constexpr (SHARED_SUMS) {
-        DYNAMIC_SHARED(float, all);
+        DYNAMIC_SHARED(float, dyn);
+        all = dyn;
         sums = all + (size_t)warp * 2 * C;
         for (int c = lane * V; c < C; c += 32 * V)
             for (int j = 0; j < V; j++) sums[c + j] = sums[C + c + j] = 0.0f;
@@ -263,7 +265,6 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
     }
     if constexpr (SHARED_SUMS) {
         __syncthreads();  // every warp's sums are complete
-        const float* all = sums - (size_t)warp * 2 * C;
         for (int t = threadIdx.x; t < C; t += blockDim.x) {  // the 8 warps' sums in warp order
             float a = 0.0f, b = 0.0f;
             for (int u = 0; u < LN_WARPS; u++) { a += all[(size_t)u * 2 * C + t]; b += all[(size_t)u * 2 * C + C + t]; }
@@ -344,7 +345,7 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
     if (g_layernorm_fused && V > 1 && np <= NP) {
         layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C);
     } else if (g_layernorm_fused && V > 1 && sums_bytes <= max_shared_per_block()) {
-        SHARED_OPT_IN(sums_bytes, layernorm_backward_fused_kernel<T, V, 0>);
+        SHARED_OPT_IN(layernorm_backward_fused_kernel<T, V, 0>);
         layernorm_backward_fused_kernel<T, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C);
     } else {
         layernorm_backward_dinp_kernel<T, V><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);

@@ -21,7 +21,8 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     m, v, the norm) keep their fp32 bounds ×10 (their inputs were read from bf16 on both sides,
     but the GPU rounds its bf16 intermediates in a different order).
   exact (bound 0): LayerNorm's backward in one kernel and in two, its forward fused with the
-    residual add and apart; flash attention's variants (fragments by ldmatrix or per-lane
+    residual add and apart; the classifier with its row staged in shared memory and not; flash
+    attention's variants (fragments by ldmatrix or per-lane
     loads, tiles staged by cp.async or through registers, 16 or 32 rows per warp) load the
     same values and run the same mma sequence: bit-identical outputs.
 Prints "ok"/"not ok" lines and a summary.
