@@ -17,7 +17,8 @@ CUDA: cuBLASLt, column-major, so each row-major product is issued transposed:
   dW       dWᵀ(C×OC) += inpᵀ(C×N) · dout       (A = inp, op N; B = dout, op T; β = 1)
 with fp32 compute (no TF32: --precision fp32 is the tight check). dbias is a column sum in a
 deterministic two-stage reduction (chunks of rows, then the chunks in order), reading dout in
-16-byte packs where OC allows.
+16-byte packs where OC allows; or, switched on (g_bias_grad = Epilogue), cuBLASLt's BGRADB
+epilogue takes the sums as the dW product reads dout.
 
 The MLP's GELU rides along (gelu_pre): matmul_forward(…, gelu_pre) computes
   gelu_pre = inp·Wᵀ + b,  out = gelu(gelu_pre)               (the fc layer and its activation)
@@ -188,13 +189,16 @@ enum class GeluEpi { None, Forward, Backward };
 inline bool g_lt_epilogues = true;
 
 // D(m×n) = α·op(A)·op(B) + β·D with the epilogue, through cuBLASLt; false (nothing queued) when
-// it has no algorithm for it. The algorithm the heuristic picks is cached per shape, options and
+// it has no algorithm for it. bias_grad (fp32, n): the BGRADB epilogue, bias_grad[j] = Σ_p op(B)[p, j]
+// (written, not added). The algorithm the heuristic picks is cached per shape, options and
 // alignments, and so is its answer that it has none.
 template <class T>
 inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bias, int m, int n, int k, bool transA,
-                      bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, T* aux) {
-    const bool epilogue = bias || gelu != GeluEpi::None;
-    if (epilogue && (!g_lt_epilogues || (bias && alignment_of(bias) < 16))) return false;  // (it wants an aligned bias)
+                      bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, T* aux, float* bias_grad = nullptr) {
+    const bool epilogue = bias || gelu != GeluEpi::None || bias_grad;
+    if (bias_grad && (bias || gelu != GeluEpi::None)) fatal("lt_matmul: the bias-gradient epilogue goes alone");
+    if (epilogue && (!g_lt_epilogues || (bias && alignment_of(bias) < 16) || (bias_grad && alignment_of(bias_grad) < 16)))
+        return false;  // (it wants an aligned bias)
     const cudaDataType_t dt = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
     cublasLtMatmulDesc_t op;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -203,9 +207,14 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bi
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     cublasLtEpilogue_t epi = gelu == GeluEpi::Forward ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                            : gelu == GeluEpi::Backward ? CUBLASLT_EPILOGUE_DGELU
-                           : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+                           : bias ? CUBLASLT_EPILOGUE_BIAS : bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
     if (epi != CUBLASLT_EPILOGUE_DEFAULT) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     if (bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (bias_grad) {  // the sums in fp32, whatever T is: rounded once, when they are added to dbias
+        const cudaDataType_t bt = CUDA_R_32F;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    }
     if (gelu != GeluEpi::None) {
         const int64_t aux_ld = m;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
@@ -217,10 +226,11 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bi
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd));
     // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; our unit pointers are not.
     uint32_t align_a = alignment_of(A), align_b = alignment_of(Bm), align_d = alignment_of(D);
-    using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t>;
+    using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t, bool>;
     struct Found { bool any; cublasLtMatmulAlgo_t algo; };
     static std::map<Key, Found> algos;
-    Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d};
+    Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d,
+            bias_grad != nullptr};
     auto it = algos.find(key);
     if (it == algos.end()) {
         cublasLtMatmulPreference_t pref;
@@ -240,7 +250,8 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bi
         const bool any = st == CUBLAS_STATUS_SUCCESS && found > 0;
         if (!any && epilogue)
             fprintf(stderr, "note: cuBLASLt has no algorithm with the %s epilogue for a %dx%dx%d %s matmul: it runs as a "
-                    "separate kernel\n", gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward" : "bias",
+                    "separate kernel\n", gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward"
+                    : bias_grad ? "bias-gradient" : "bias",
                     m, n, k, dtype_name<T>());
         it = algos.emplace(key, Found{any, heur.algo}).first;
     }
@@ -279,11 +290,48 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T
     }
 }
 
-// dbias[o] += Σ_n dout[n, o]. Stage 1: block (x, k) sums rows [k·R, (k+1)·R) of dout for
-// V·blockDim.x columns, each thread V adjacent columns read as one 16-byte pack per row (V = 1
-// where OC or the pointer does not allow packs). Stage 2 (common.h: column_sum_add) adds the K
-// partial rows in a fixed order: deterministic.
-template <class T, int V> __global__ void column_sum_partial(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
+// dbias[o] += Σ_n dout[n, o], in two stages: partial sums over chunks of rows, then the chunks
+// added in a fixed order (common.h: column_sum_add), so the result is deterministic. Three ways to
+// run it (g_bias_grad; dev/cuda/matmul.cu times each):
+//   Warps (default): block (x, k) takes rows [k·R, (k+1)·R) and 32·V columns. Its 8 warps split the
+//       rows (warp w: rows w, w + 8, ...), each lane V adjacent columns read as one 16-byte pack
+//       per row (a warp reads 512 contiguous bytes of a row); then the 8 warps' sums are added in
+//       warp order through shared memory. R = 128 rows, more past 128K rows so that K ≤ 1024:
+//       at N = 131072 and OC = 768 that is 3 × 1024 blocks of 256 threads, enough loads in flight
+//       to keep memory busy.
+//   Columns (the first version): one thread per column pack over N/256 rows, 256 chunks. At
+//       OC = 768 that is 96 threads a chunk, 24K in all: too few loads in flight for the memory
+//       system (Little's law), so it ran well under the bandwidth the bytes need.
+//   Epilogue: cuBLASLt's BGRADB epilogue on the dW product, which reads dout anyway: the column
+//       sums come out of the matmul into an fp32 vector, added to dbias as one more chunk.
+//       Where the heuristic has no algorithm for it, the Warps kernel runs.
+// V = 1 where OC or the pointer does not allow packs.
+enum class BiasGrad { Warps, Columns, Epilogue };
+inline BiasGrad g_bias_grad = BiasGrad::Warps;
+static const int BIAS_WARPS = 8;
+template <class T, int V> __global__ void __launch_bounds__(32 * BIAS_WARPS)
+column_sum_partial_warps(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
+    __shared__ float sums[BIAS_WARPS][32 * V];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, k = blockIdx.y;
+    const int o0 = blockIdx.x * 32 * V, o = o0 + lane * V;
+    float s[V];
+    for (int j = 0; j < V; j++) s[j] = 0.0f;
+    if (o < OC) {
+        const int r1 = min(N, (k + 1) * rows_per_chunk);
+        for (int n = k * rows_per_chunk + w; n < r1; n += BIAS_WARPS) {
+            const Pack<T, V> x = load_pack<V>(dout + (size_t)n * OC + o);
+            for (int j = 0; j < V; j++) s[j] += to_f(x.v[j]);
+        }
+    }
+    for (int j = 0; j < V; j++) sums[w][lane * V + j] = s[j];
+    __syncthreads();
+    for (int c = threadIdx.x; c < 32 * V && o0 + c < OC; c += blockDim.x) {  // the warps' sums in warp order
+        float total = 0.0f;
+        for (int u = 0; u < BIAS_WARPS; u++) total += sums[u][c];
+        partial[(size_t)k * OC + o0 + c] = total;
+    }
+}
+template <class T, int V> __global__ void column_sum_partial_columns(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
     const int o = (blockIdx.x * blockDim.x + threadIdx.x) * V, k = blockIdx.y;
     if (o >= OC) return;
     float s[V];
@@ -294,6 +342,24 @@ template <class T, int V> __global__ void column_sum_partial(float* partial, con
         for (int j = 0; j < V; j++) s[j] += to_f(x.v[j]);
     }
     for (int j = 0; j < V; j++) partial[(size_t)k * OC + o + j] = s[j];
+}
+template <class T, int V> inline void column_sum_partial(const Ctx& ctx, float* partial, const T* dout, int N, int OC, int K, int rows) {
+    if (g_bias_grad == BiasGrad::Columns)
+        column_sum_partial_columns<T, V><<<dim3(ceil_div(OC, 128 * V), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
+    else
+        column_sum_partial_warps<T, V><<<dim3(ceil_div(OC, 32 * V), K), 32 * BIAS_WARPS, 0, ctx.stream>>>(partial, dout, N, OC, rows);
+    CUDA_LAUNCH_CHECK();
+}
+// dbias += the column sums of dout (N × OC), by the kernels above
+template <class T> inline void bias_grad_kernels(const Ctx& ctx, T* dbias, const T* dout, int N, int OC) {
+    const int rows = g_bias_grad == BiasGrad::Columns ? (int)ceil_div(N, 256) : std::max(128, (int)ceil_div(N, 1024));
+    const int K = (int)ceil_div(N, rows);
+    static Buf<float> partial_buf;
+    float* partial = gpu_scratch(partial_buf, ctx, (size_t)K * OC);
+    constexpr int P = PACK<T>;
+    if (pack_width<T>(OC, {dout}) > 1) column_sum_partial<T, P>(ctx, partial, dout, N, OC, K, rows);
+    else column_sum_partial<T, 1>(ctx, partial, dout, N, OC, K, rows);
+    column_sum_add(ctx, dbias, partial, OC, K);
 }
 
 // The GELU goes into the epilogue when its aux matrix (rows of `rows` elements) is one cuBLASLt
@@ -311,19 +377,16 @@ template <class T>
 inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const T* dout, const T* inp, const T* W,
                                  int N, int C, int OC) {
     if (dinp) cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
-    cublaslt_gemm<T>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
-    if (dbias) {  // K chunks of rows (up to 256: enough blocks to fill the GPU when OC is small)
-        const int K = std::min(N, 256), rows = (int)ceil_div(N, K);
-        static Buf<float> partial_buf;
-        float* partial = gpu_scratch(partial_buf, ctx, (size_t)K * OC);
-        constexpr int P = PACK<T>;
-        if (pack_width<T>(OC, {dout}) > 1)
-            column_sum_partial<T, P><<<dim3(ceil_div(OC, 128 * P), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
-        else
-            column_sum_partial<T, 1><<<dim3(ceil_div(OC, 128), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
-        CUDA_LAUNCH_CHECK();
-        column_sum_add(ctx, dbias, partial, OC, K);
+    if (dbias && g_bias_grad == BiasGrad::Epilogue) {  // dW and dbias's column sums in one product
+        static Buf<float> sums_buf;
+        float* sums = gpu_scratch(sums_buf, ctx, (size_t)OC);
+        if (lt_matmul<T>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f, GeluEpi::None, nullptr, sums)) {
+            column_sum_add(ctx, dbias, sums, OC, 1);
+            return;
+        }
     }
+    cublaslt_gemm<T>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
+    if (dbias) bias_grad_kernels(ctx, dbias, dout, N, OC);
 }
 #endif
 

@@ -144,11 +144,14 @@ template <class X> static void check_layernorm(int N, int C) {
 }
 
 // lt_epilogues = false: cuBLASLt computes plain products and the bias (and GELU) run in our kernels,
-// the path taken where its heuristic has no algorithm with the epilogue (matmul.cuh).
-template <class X> static void check_matmul(int N, int C, int OC, bool bias, bool lt_epilogues = true) {
+// the path taken where its heuristic has no algorithm with the epilogue (matmul.cuh). bg: how the
+// backward's dbias column sum runs (matmul.cuh: BiasGrad).
+template <class X> static void check_matmul(int N, int C, int OC, bool bias, bool lt_epilogues = true, BiasGrad bg = BiasGrad::Warps) {
     g_lt_epilogues = lt_epilogues;
-    char name[128]; snprintf(name, sizeof(name), "%s matmul N=%d C=%d OC=%d%s%s", dtype_name<X>(), N, C, OC, bias ? " +bias" : "",
-                             lt_epilogues ? "" : " (no cuBLASLt epilogues)");
+    g_bias_grad = bg;
+    const char* bg_name = bg == BiasGrad::Warps ? "" : bg == BiasGrad::Columns ? ", dbias a thread per column" : ", dbias in the epilogue";
+    char name[160]; snprintf(name, sizeof(name), "%s matmul N=%d C=%d OC=%d%s%s%s", dtype_name<X>(), N, C, OC, bias ? " +bias" : "",
+                             lt_epilogues ? "" : " (no cuBLASLt epilogues)", bias ? bg_name : "");
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC);
     std::vector<X> out((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cbv = vec_cast<X>(bv), cdout = vec_cast<X>(dout);
     matmul_forward(cpu, out.data(), cx.data(), cW.data(), bias ? cbv.data() : nullptr, N, C, OC);
@@ -165,6 +168,7 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
     compare(name, "dW (+=)", vec_widen(cdW), gdW.host(), bx<X>(1e-5));
     if (bias) compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
     g_lt_epilogues = true;
+    g_bias_grad = BiasGrad::Warps;
 }
 
 // The MLP's matmul with its GELU (matmul.cuh): forward out = gelu(pre), pre = x·Wᵀ + b; backward
@@ -341,6 +345,11 @@ template <class X> static void check_all() {
     check_matmul_gelu<X>(9, 12, 70, true);      // OC % 8 != 0: the separate kernel
     check_matmul<X>(40, 96, 200, true, false);  // cuBLASLt without epilogues: bias kernel,
     check_matmul_gelu<X>(64, 96, 384, true, false);  // GELU kernels after the plain products
+    check_matmul<X>(300, 40, 72, true);  // dbias: 3 chunks of rows, the last of 44; lanes past OC
+    check_matmul<X>(300, 40, 70, true);  // bf16 OC = 70: one element per load, 3 column blocks
+    check_matmul<X>(300, 40, 72, true, true, BiasGrad::Columns);
+    check_matmul<X>(300, 40, 72, true, true, BiasGrad::Epilogue);
+    check_matmul<X>(64, 96, 200, true, false, BiasGrad::Epilogue);  // none found: the kernels
     check_attention<X>(2, 9, 12, 3);
     check_attention<X>(2, 128, 768, 12);
     check_attention<X>(1, 64, 256, 2);   // head size 128

@@ -59,7 +59,8 @@ The model of a GPU:
     latest a GPU may land it: a tile read without that wait holds its old contents.
   - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
     bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
-    the GELU's input, D = its tanh-approximation GELU) and DGELU (D = x·gelu′(aux)). It checks
+    the GELU's input, D = its tanh-approximation GELU), DGELU (D = x·gelu′(aux)) and BGRADB (the
+    bias vector, of the type BIAS_DATA_TYPE names, gets the column sums of op(B)). It checks
     first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
     has the alignment promised to the heuristic. The algorithm is a placeholder; with
     SIMT_LT_NO_EPILOGUES=1 the heuristic finds none for a product with an epilogue.
@@ -885,11 +886,12 @@ enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasLtEpilogue_t {
     CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU_AUX = 160,
-    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164, CUBLASLT_EPILOGUE_DGELU = 192
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164, CUBLASLT_EPILOGUE_DGELU = 192, CUBLASLT_EPILOGUE_BGRADB = 512
 };
 enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 };
 enum cublasLtMatmulPreferenceAttributes_t {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
@@ -900,6 +902,7 @@ struct SimtLtDesc {
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
     const void* bias = nullptr;
+    int32_t bias_type = -1;  // -1: D's type
     void* aux = nullptr;
     int64_t aux_ld = 0;
 };
@@ -927,6 +930,7 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias, v, n); break;
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->aux, v, n); break;
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: if (n != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->aux_ld, v, n); break;
+        case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: if (n != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias_type, v, n); break;
         default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -996,12 +1000,15 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
     const bool has_bias = op->epi == CUBLASLT_EPILOGUE_BIAS || op->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     const bool gelu_fwd = op->epi == CUBLASLT_EPILOGUE_GELU_AUX || op->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     const bool gelu_bwd = op->epi == CUBLASLT_EPILOGUE_DGELU;
-    if (!has_bias && !gelu_fwd && !gelu_bwd && op->epi != CUBLASLT_EPILOGUE_DEFAULT) die("cublasLtMatmul: epilogue %d not emulated", (int)op->epi);
-    if (has_bias && !op->bias) die("cublasLtMatmul: bias epilogue without a bias pointer");
+    const bool bgradb = op->epi == CUBLASLT_EPILOGUE_BGRADB;  // bias[j] = Σ_p op(B)[p, j], written
+    if (!has_bias && !gelu_fwd && !gelu_bwd && !bgradb && op->epi != CUBLASLT_EPILOGUE_DEFAULT) die("cublasLtMatmul: epilogue %d not emulated", (int)op->epi);
+    if ((has_bias || bgradb) && !op->bias) die("cublasLtMatmul: bias epilogue without a bias pointer");
     if ((gelu_fwd || gelu_bwd) && (!op->aux || op->aux_ld < (int64_t)m))
         die("cublasLtMatmul: GELU epilogue without an aux matrix of leading dimension >= %zu", m);
     const float al = *(const float*)alpha, be = *(const float*)beta;
-    const cudaDataType_t t = la->type, to = ld->type;
+    const cudaDataType_t t = la->type, to = ld->type, tbias = op->bias_type < 0 ? to : (cudaDataType_t)op->bias_type;
+    if (op->bias_type >= 0 && !bgradb) die("cublasLtMatmul: a bias data type is emulated only for the bias gradient");
+    if (bgradb && (uintptr_t)op->bias % 16) die("cublasLtMatmul: the bias gradient vector is not 16-byte aligned");
     // op(A) as rows of k (m of them) and op(B) as columns of k (n of them), fp32
     std::vector<float> a(m * k), b(n * k);
     for (size_t i = 0; i < m; i++)
@@ -1026,6 +1033,12 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
             }
             if (gelu_bwd) v *= simt::gelu_tanh_grad(simt::lt_read(op->aux, to, aux_i));
             simt::lt_write(D, to, i + j * ld->ld, v);
+        }
+    if (bgradb)
+        for (size_t j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (size_t p = 0; p < k; p++) s += b[j * k + p];
+            simt::lt_write(const_cast<void*>(op->bias), tbias, j, s);
         }
     simt::writes_disarm(stream, "cublasLtMatmul");
     if (simt::g_track) {  // what it read, for the other streams: each whole matrix (a strided one's gaps are not read)

@@ -12,7 +12,12 @@ The layers of one block and the classifier, at N = B·T rows:
   mlp         fc C → 4C with bias and GELU, then fcproj 4C → C with bias; its backward goes
               through the GELU (fcproj's dinp is the gradient of fc's pre-activation)
   classifier  C → Vp, no bias (the tied embedding; dinp and dW, no dbias)
-Only mlp differs between v1 and v2. Each layer's forward and backward (dinp written; dW and
+Only mlp differs between v1 and v2. Then the backward's dbias column sum (matmul.cuh:
+BiasGrad) three ways, for each bias width at N: alone (the Warps and Columns kernels, GB/s over
+the N·OC·2 bytes of dout) and inside the whole backward of a linear layer (all three, the
+Epilogue one being cuBLASLt's BGRADB on the dW product; when its heuristic has no
+algorithm for it: a note on stderr, and the kernels ran instead), each checked on `check` rows.
+Each layer's forward and backward (dinp written; dW and
 dbias accumulated onto random values, as in gradient accumulation) is checked against the CPU
 op on its first `check` rows, from outputs poisoned with NaN (the CPU would take minutes at
 N), then timed at N: forward, backward, and both. TFLOP/s counts 2·N·C·OC per product: one
@@ -122,6 +127,43 @@ static void run(Layer& L, int version, int N, int check) {
     g_gelu_fusion = true;
 }
 
+// dbias += the column sums of dout (N × OC): each BiasGrad way, checked on `check` rows, then timed
+// alone (the kernels) and inside the backward of a C → OC linear layer.
+static void bias_grads(int N, int C, int OC, int check) {
+    Layer L = linear("bias", N, C, OC, true);
+    Tensors& t = *L.t;
+    const int dout = 3, db = 7;  // (linear's tensor order: x, W, b, dout, out, dx, dW, db)
+    static const char* names[] = {"Warps (8 warps split each chunk's rows)", "Columns (a thread per column pack)",
+                                  "Epilogue (cuBLASLt BGRADB on dW)"};
+    for (BiasGrad bg : {BiasGrad::Warps, BiasGrad::Columns, BiasGrad::Epilogue}) {
+        g_bias_grad = bg;
+        t.sync();
+        double e = 0;
+        if (bg != BiasGrad::Epilogue) {  // the kernels alone, against the column sums on the host
+            std::vector<float> want = vec_widen(t.host[db]);
+            for (int o = 0; o < OC; o++) {
+                float s = 0.0f;
+                for (int n = 0; n < check; n++) s += to_f(t.host[dout][(size_t)n * OC + o]);
+                want[o] = to_f(from_f<X>(want[o] + s));
+            }
+            bias_grad_kernels(gpu_ctx, t.p(gpu_ctx, db), t.p(gpu_ctx, dout), check, OC);
+            e = rel_err(want, t.dev[db]->host(), BOUND);
+        }
+        t.sync();
+        L.backward(cpu_ctx, check); L.backward(gpu_ctx, check);
+        const double eb = rel_err(vec_widen(t.host[db]), t.dev[db]->host(), BOUND);
+        const float alone = bg == BiasGrad::Epilogue ? 0.0f
+                          : time_ms([&] { bias_grad_kernels(gpu_ctx, t.p(gpu_ctx, db), t.p(gpu_ctx, dout), N, OC); });
+        const float bwd = time_ms([&] { L.backward(gpu_ctx, N); });
+        if (bg == BiasGrad::Epilogue)
+            printf("OC=%-5d %-40s rel err %.2e  alone      -                    backward %8.3f ms\n", OC, names[(int)bg], eb, bwd);
+        else
+            printf("OC=%-5d %-40s rel err %.2e  alone %8.3f ms %7.1f GB/s  backward %8.3f ms\n", OC, names[(int)bg],
+                   std::max(e, eb), alone, 2.0 * N * OC / alone / 1e6, bwd);
+    }
+    g_bias_grad = BiasGrad::Warps;
+}
+
 int main(int argc, char** argv) {
     dev_init();
     int N = 16384, C = 768, Vp = 50304, check = 64;
@@ -136,5 +178,7 @@ int main(int argc, char** argv) {
     layers.push_back(linear("classifier", N, C, Vp, false));
     for (Layer& L : layers) run(L, 1, N, check);
     run(layers[2], 2, N, check);  // the MLP with its GELU apart
+    printf("# dbias column sum (bf16 dout, N=%d): alone, and the backward of the layer of that width\n", N);
+    for (int OC : {C, 3 * C, 4 * C}) bias_grads(N, C, OC, check);
     return dev_done();
 }
