@@ -599,25 +599,27 @@ inline size_t max_shared_per_block() {
 }
 
 // out[c] += Σ_k partial[k·C + c], k = 0 … K−1: the second stage of the deterministic column sums
-// (matmul's dbias, LayerNorm's dw and db). A block of 8 warps takes 32 columns, a lane one column;
-// warp w sums k = w, w + 8, … in order, then the 8 warps' sums are added in warp order — a fixed
-// order, with 8 loads in flight per column rather than one.
-template <class T> __global__ void column_sum_add_kernel(T* out, const float* partial, int C, int K) {
-    __shared__ float part[8][32];
+// (matmul's dbias, LayerNorm's dw and db). A block of 32 warps takes 32 columns, a lane one column;
+// warp w sums k = w, w + 32, … in order, then the 32 warps' sums are added in warp order — a fixed
+// order, with 32 loads in flight per column rather than one (C = 768 makes only 24 blocks: each
+// needs many loads in flight to read its K rows of partial sums quickly).
+static const int COLSUM_WARPS = 32;
+template <class T> __global__ void __launch_bounds__(32 * COLSUM_WARPS) column_sum_add_kernel(T* out, const float* partial, int C, int K) {
+    __shared__ float part[COLSUM_WARPS][32];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     float s = 0.0f;
     if (c < C)
-        for (int k = w; k < K; k += 8) s += partial[(size_t)k * C + c];
+        for (int k = w; k < K; k += COLSUM_WARPS) s += partial[(size_t)k * C + c];
     part[w][lane] = s;
     __syncthreads();
     if (w == 0 && c < C) {
         float total = 0.0f;
-        for (int u = 0; u < 8; u++) total += part[u][lane];
+        for (int u = 0; u < COLSUM_WARPS; u++) total += part[u][lane];
         out[c] = from_f<T>(to_f(out[c]) + total);
     }
 }
 template <class T> inline void column_sum_add(const Ctx& ctx, T* out, const float* partial, int C, int K) {
-    column_sum_add_kernel<<<(unsigned)ceil_div(C, 32), 256, 0, ctx.stream>>>(out, partial, C, K);
+    column_sum_add_kernel<<<(unsigned)ceil_div(C, 32), 32 * COLSUM_WARPS, 0, ctx.stream>>>(out, partial, C, K);
     CUDA_LAUNCH_CHECK();
 }
 #endif

@@ -23,7 +23,7 @@ Dtype T (float | bf16, common.h): statistics (mean, rstd) are fp32 and all math 
 output is rounded to T once (the backward's sums over rows too: on the CPU via F32View).
 
 CUDA: one warp per row for the forward and the input gradient; the parameter gradients are a
-two-stage deterministic reduction (chunks of 32 rows → partial sums → summed in a fixed order).
+two-stage deterministic reduction (chunks of 32 or more rows → partial sums → summed in a fixed order).
 The backward is one kernel (the input gradient and the chunk's parameter sums together, reading
 dout and x once): its sums in registers up to C = 1024, in shared memory up to C = 3632 (on an
 H100); wider, the input gradient and the parameter pass apart.
@@ -162,11 +162,16 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
         store_pack<V>(di + c, ip);
     }
 }
-// Parameter gradients, stage 1: a block of 8 warps takes a chunk of LN_CHUNK rows and 32·V
-// channels; warp w sums rows w, w + 8, ... of the chunk for its lane's V channels, then the 8
-// warps' sums are added in warp order (shared memory) → partial[k][c] (dw), partial[K + k][c] (db).
-// (32 rows: enough chunks to fill the GPU in the fused kernel below, which has one per block.)
-constexpr int LN_CHUNK = 32, LN_WARPS = 8;
+// Parameter gradients, stage 1: a block of 8 warps takes a chunk of R rows and 32·V channels;
+// warp w sums rows w, w + 8, ... of the chunk for its lane's V channels, then the 8 warps' sums
+// are added in warp order (shared memory) → partial[k][c] (dw), partial[K + k][c] (db).
+// R (ln_chunk_rows): 32 rows, or more where N is large, so that there are about 1024 chunks:
+// enough blocks to fill the GPU in the fused kernel below (one chunk per block), and each block's
+// fixed cost (its sums through shared memory, 2·C partial sums written and read back by stage 2)
+// spread over more rows: at N = 131072 (GPT-2 124M, B = 128) 128 rows, 16 per warp, where 32
+// rows gave each warp 4 and wrote 25 MB of partial sums.
+constexpr int LN_WARPS = 8;
+inline int ln_chunk_rows(int N) { return std::max(32, (int)ceil_div(ceil_div(N, 1024), 8) * 8); }
 // The 8 warps' parameter sums for the 32·V channels from c0 (each lane's V in sw, sb), added in
 // warp order through shared memory into partial[k][c0 + t] (dw) and partial[K + k][c0 + t] (db).
 template <int V>
@@ -185,15 +190,15 @@ __device__ inline void ln_warps_to_partial(float (*sw_all)[32 * V], float (*sb_a
 }
 template <class T, int V>
 __global__ void layernorm_backward_params_partial(float* partial, const T* dout, const T* inp,
-                                                  const float* mean, const float* rstd, int N, int C) {
+                                                  const float* mean, const float* rstd, int N, int C, int R) {
     __shared__ float sw_all[LN_WARPS][32 * V], sb_all[LN_WARPS][32 * V];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, k = blockIdx.y, K = gridDim.y;
     const int c0 = blockIdx.x * 32 * V, c = c0 + lane * V;
     float sw[V], sb[V];
     for (int j = 0; j < V; j++) sw[j] = sb[j] = 0.0f;
     if (c < C) {
-        const int r1 = min(N, (k + 1) * LN_CHUNK);
-        for (int i = k * LN_CHUNK + w; i < r1; i += LN_WARPS) {
+        const int r1 = min(N, (k + 1) * R);
+        for (int i = k * R + w; i < r1; i += LN_WARPS) {
             Pack<T, V> dp = load_pack<V>(dout + (size_t)i * C + c), xp = load_pack<V>(inp + (size_t)i * C + c);
             const float m = mean[i], r = rstd[i];
             for (int j = 0; j < V; j++) { float dv = to_f(dp.v[j]); sw[j] += dv * (to_f(xp.v[j]) - m) * r; sb[j] += dv; }
@@ -201,7 +206,7 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
     }
     ln_warps_to_partial<V>(sw_all, sb_all, sw, sb, partial, k, K, c0, C);
 }
-// The whole backward in one kernel: a block of 8 warps takes a chunk of LN_CHUNK rows; warp w
+// The whole backward in one kernel: a block of 8 warps takes a chunk of R rows; warp w
 // does rows w, w + 8, ... of it one at a time as the dinp kernel does, and keeps the parameter
 // sums of its lane's channels (pack p: channels (lane + 32p)·V onwards); then the 8 warps' sums
 // are added in warp order into partial[k] and partial[K + k]. The same rows in the same order as
@@ -215,7 +220,7 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
 //           warps need no barrier until the end.
 template <class T, int V, int NP>
 __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* w,
-                                                                      const float* mean, const float* rstd, int N, int C) {
+                                                                      const float* mean, const float* rstd, int N, int C, int R) {
     constexpr bool SHARED_SUMS = NP == 0;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, k = blockIdx.x, K = gridDim.x;
     float sw[SHARED_SUMS ? 1 : NP][V], sb[SHARED_SUMS ? 1 : NP][V];  // (NP > 0)
@@ -231,8 +236,8 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
         for (int p = 0; p < NP; p++)
             for (int j = 0; j < V; j++) sw[p][j] = sb[p][j] = 0.0f;
     }
-    const int r1 = min(N, (k + 1) * LN_CHUNK);
-    for (int row = k * LN_CHUNK + warp; row < r1; row += LN_WARPS) {
+    const int r1 = min(N, (k + 1) * R);
+    for (int row = k * R + warp; row < r1; row += LN_WARPS) {
         const T* d = dout + (size_t)row * C;
         const T* x = inp + (size_t)row * C;
         const float m = mean[row], r = rstd[row];
@@ -337,20 +342,20 @@ inline bool g_layernorm_fused = true;
 template <class T, int V>
 inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                                       const float* mean, const float* rstd, int N, int C) {
-    const int K = (int)ceil_div(N, LN_CHUNK), np = (int)ceil_div(C, 32 * V);
+    const int R = ln_chunk_rows(N), K = (int)ceil_div(N, R), np = (int)ceil_div(C, 32 * V);
     static Buf<float> partial_buf;
     float* partial = gpu_scratch(partial_buf, ctx, 2 * (size_t)K * C);
     constexpr int NP = 32 / V;  // 32 channels per lane: 64 fp32 sums in registers (C ≤ 1024; ~100 registers)
     const size_t sums_bytes = (size_t)LN_WARPS * 2 * C * sizeof(float);  // wider rows: the sums in shared memory
     if (g_layernorm_fused && V > 1 && np <= NP) {
-        layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C);
+        layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
     } else if (g_layernorm_fused && V > 1 && sums_bytes <= max_shared_per_block()) {
         SHARED_OPT_IN(layernorm_backward_fused_kernel<T, V, 0>);
-        layernorm_backward_fused_kernel<T, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C);
+        layernorm_backward_fused_kernel<T, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
     } else {
         layernorm_backward_dinp_kernel<T, V><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
         dim3 grid(ceil_div(C, 32 * V), K);
-        layernorm_backward_params_partial<T, V><<<grid, 32 * LN_WARPS, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C);
+        layernorm_backward_params_partial<T, V><<<grid, 32 * LN_WARPS, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C, R);
     }
     CUDA_LAUNCH_CHECK();
     column_sum_add(ctx, dw, partial, C, K);  // stage 2 (common.h), in a fixed order

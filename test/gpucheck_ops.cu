@@ -337,6 +337,7 @@ template <class X> static void check_all() {
     check_layernorm<X>(40, 1024);  // the widest rows of the one-kernel backward (32 channels per lane)
     check_layernorm<X>(40, 1600);  // GPT-2 1558M's width: the one-kernel backward, its sums in shared memory
     check_layernorm<X>(9, 4096);   // too wide for those: the two-kernel backward
+    check_layernorm<X>(40001, 24); // chunks of 40 rows (ln_chunk_rows), the last of 1; 1001 partial rows
     check_matmul<X>(9, 11, 70, true);
     check_matmul<X>(256, 768, 2304, true);
     check_matmul<X>(128, 3072, 768, false);
