@@ -54,7 +54,7 @@ if want playgrounds; then
     [ -x build/dev_layernorm ] && part "build/dev_layernorm, GPT-2 1558M's width" "${playground[@]}" build/dev_layernorm 16384 1600
     # the rows of GPT-2 124M's step at B = 128 (make bench): LayerNorm's chunks of 128 rows, the dbias sums' 1024 chunks
     [ -x build/dev_layernorm ] && part "build/dev_layernorm, 124M's B·T" "${playground[@]}" build/dev_layernorm 131072 768
-    [ -x build/dev_matmul ] && part "build/dev_matmul, 124M's B·T" "${playground[@]}" build/dev_matmul 131072 768 50304
+    [ -x build/dev_matmul ] && part "build/dev_matmul's dbias sums, 124M's B·T" "${playground[@]}" build/dev_matmul 131072 768 0
 fi
 # compute-sanitizer: 4 tools × 2 programs, each under its own limit (SANITIZE_LIMIT, 300 s), so
 # the part as a whole gets 8 of those

@@ -22,7 +22,8 @@ dbias accumulated onto random values, as in gradient accumulation) is checked ag
 op on its first `check` rows, from outputs poisoned with NaN (the CPU would take minutes at
 N), then timed at N: forward, backward, and both. TFLOP/s counts 2·N·C·OC per product: one
 product forward, two backward (dinp and dW; the dbias column sum and the GELU are not counted).
-usage: ./build/dev_matmul [N C Vp [check]]   (default GPT-2 124M at B=16, T=1024: 16384 768 50304 64)
+usage: ./build/dev_matmul [N C Vp [check]]   (default GPT-2 124M at B=16, T=1024: 16384 768 50304 64;
+       Vp = 0: the dbias section alone, e.g. at 124M's B = 128: 131072 768 0)
 */
 #include <memory>
 #include "common.cuh"
@@ -171,13 +172,15 @@ int main(int argc, char** argv) {
     if (argc >= 5) check = atoi(argv[4]);
     check = std::min(check, N);
     printf("# matmul bf16 N=%d C=%d Vp=%d (checked on %d rows)\n", N, C, Vp, check);
-    std::vector<Layer> layers;
-    layers.push_back(linear("qkv", N, C, 3 * C, true));
-    layers.push_back(linear("attproj", N, C, C, true));
-    layers.push_back(mlp(N, C));
-    layers.push_back(linear("classifier", N, C, Vp, false));
-    for (Layer& L : layers) run(L, 1, N, check);
-    run(layers[2], 2, N, check);  // the MLP with its GELU apart
+    if (Vp > 0) {
+        std::vector<Layer> layers;
+        layers.push_back(linear("qkv", N, C, 3 * C, true));
+        layers.push_back(linear("attproj", N, C, C, true));
+        layers.push_back(mlp(N, C));
+        layers.push_back(linear("classifier", N, C, Vp, false));
+        for (Layer& L : layers) run(L, 1, N, check);
+        run(layers[2], 2, N, check);  // the MLP with its GELU apart
+    }
     printf("# dbias column sum (bf16 dout, N=%d): alone, and the backward of the layer of that width\n", N);
     for (int OC : {C, 3 * C, 4 * C}) bias_grads(N, C, OC, check);
     return dev_done();
