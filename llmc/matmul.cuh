@@ -300,8 +300,9 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T
 //       at N = 131072 and OC = 768 that is 3 × 1024 blocks of 256 threads, enough loads in flight
 //       to keep memory busy.
 //   Columns (the first version): one thread per column pack over N/256 rows, 256 chunks. At
-//       OC = 768 that is 96 threads a chunk, 24K in all: too few loads in flight for the memory
-//       system (Little's law), so it ran well under the bandwidth the bytes need.
+//       OC = 768 that is 96 threads a chunk, 24K in all: too few loads in flight to keep memory
+//       busy (Little's law). An inference, not yet a measurement: in the H100 step profile the
+//       768-wide backwards took ~0.19 ms each beyond their two products at cuBLASLt's rate.
 //   Epilogue: cuBLASLt's BGRADB epilogue on the dW product, which reads dout anyway: the column
 //       sums come out of the matmul into an fp32 vector, added to dbias as one more chunk.
 //       Where the heuristic has no algorithm for it, the Warps kernel runs.
