@@ -38,8 +38,8 @@ bf16 matrices and an fp32 accumulator. So the CPU reference stays one set of fp3
 the whole bf16 training (its rounding, its memory, its communication) runs and is tested on CPU.
 
 Kernel helpers (CUDA builds, LLMC_CUDA: nvcc, or g++ against the emulator test/simt.h):
-grid_for, gpu_scratch, warp_sum/warp_max, column_sum_add (the fixed-order second stage of
-column sums), Pack / load_pack / store_pack / pack_width for 16-byte loads and stores, cp.async
+grid_for, gpu_scratch, warp_sum/warp_max, block_column_sums and column_sum_add (the ends of the
+first and second stages of the fixed-order column sums), Pack / load_pack / store_pack / pack_width for 16-byte loads and stores, cp.async
 (cp_async16, cp_async_wait_all) and dynamic shared memory (DYNAMIC_SHARED, SHARED_OPT_IN).
 vec_cast / vec_widen convert host vectors for tests and playgrounds.
 
@@ -617,6 +617,25 @@ template <class T> __global__ void __launch_bounds__(32 * COLSUM_WARPS) column_s
         for (int u = 0; u < COLSUM_WARPS; u++) total += part[u][lane];
         out[c] = from_f<T>(to_f(out[c]) + total);
     }
+}
+// The end of the column sums' first stage (matmul's dbias, LayerNorm's dw and db): each of a
+// block's WARPS warps holds, per lane, V sums of each of NS quantities, for columns
+// c0 + lane·V + j. They are added in warp order through shared memory `sh` (NS·WARPS·32·V
+// floats), and quantity q's total for column c0 + t goes to out[q·stride + c0 + t]
+// (t < 32·V, c0 + t < C). Every thread of the block must call it.
+template <int V, int WARPS, int NS>
+__device__ inline void block_column_sums(float* sh, const float* const (&sums)[NS], float* out, size_t stride, int c0, int C) {
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    for (int q = 0; q < NS; q++)
+        for (int j = 0; j < V; j++) sh[(q * WARPS + w) * 32 * V + lane * V + j] = sums[q][j];
+    __syncthreads();
+    for (int t = threadIdx.x; t < 32 * V && c0 + t < C; t += blockDim.x)
+        for (int q = 0; q < NS; q++) {
+            float total = 0.0f;
+            for (int u = 0; u < WARPS; u++) total += sh[(q * WARPS + u) * 32 * V + t];
+            out[q * stride + c0 + t] = total;
+        }
+    __syncthreads();  // the shared sums are read before they are written again
 }
 template <class T> inline void column_sum_add(const Ctx& ctx, T* out, const float* partial, int C, int K) {
     column_sum_add_kernel<<<(unsigned)ceil_div(C, 32), 32 * COLSUM_WARPS, 0, ctx.stream>>>(out, partial, C, K);

@@ -164,7 +164,7 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
 }
 // Parameter gradients, stage 1: a block of 8 warps takes a chunk of R rows and 32·V channels;
 // warp w sums rows w, w + 8, ... of the chunk for its lane's V channels, then the 8 warps' sums
-// are added in warp order (shared memory) → partial[k][c] (dw), partial[K + k][c] (db).
+// are added in warp order (common.h: block_column_sums) → partial[k][c] (dw), partial[K + k][c] (db).
 // R (ln_chunk_rows): 32 rows, or more where N is large, so that there are about 1024 chunks:
 // enough blocks to fill the GPU in the fused kernel below (one chunk per block), and each block's
 // fixed cost (its sums through shared memory, 2·C partial sums written and read back by stage 2)
@@ -172,26 +172,10 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
 // rows gave each warp 4 and wrote 25 MB of partial sums.
 constexpr int LN_WARPS = 8;
 inline int ln_chunk_rows(int N) { return std::max(32, (int)ceil_div(ceil_div(N, 1024), 8) * 8); }
-// The 8 warps' parameter sums for the 32·V channels from c0 (each lane's V in sw, sb), added in
-// warp order through shared memory into partial[k][c0 + t] (dw) and partial[K + k][c0 + t] (db).
-template <int V>
-__device__ inline void ln_warps_to_partial(float (*sw_all)[32 * V], float (*sb_all)[32 * V], const float* sw, const float* sb,
-                                           float* partial, int k, int K, int c0, int C) {
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    for (int j = 0; j < V; j++) { sw_all[w][lane * V + j] = sw[j]; sb_all[w][lane * V + j] = sb[j]; }
-    __syncthreads();
-    for (int t = threadIdx.x; t < 32 * V && c0 + t < C; t += blockDim.x) {
-        float a = 0.0f, b = 0.0f;
-        for (int u = 0; u < LN_WARPS; u++) { a += sw_all[u][t]; b += sb_all[u][t]; }
-        partial[(size_t)k * C + c0 + t] = a;
-        partial[(size_t)(K + k) * C + c0 + t] = b;
-    }
-    __syncthreads();  // the shared sums are read before they are written again
-}
 template <class T, int V>
 __global__ void layernorm_backward_params_partial(float* partial, const T* dout, const T* inp,
                                                   const float* mean, const float* rstd, int N, int C, int R) {
-    __shared__ float sw_all[LN_WARPS][32 * V], sb_all[LN_WARPS][32 * V];
+    __shared__ float sh[2 * LN_WARPS * 32 * V];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, k = blockIdx.y, K = gridDim.y;
     const int c0 = blockIdx.x * 32 * V, c = c0 + lane * V;
     float sw[V], sb[V];
@@ -204,7 +188,7 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
             for (int j = 0; j < V; j++) { float dv = to_f(dp.v[j]); sw[j] += dv * (to_f(xp.v[j]) - m) * r; sb[j] += dv; }
         }
     }
-    ln_warps_to_partial<V>(sw_all, sb_all, sw, sb, partial, k, K, c0, C);
+    block_column_sums<V, LN_WARPS, 2>(sh, {sw, sb}, partial + (size_t)k * C, (size_t)K * C, c0, C);  // dw, db
 }
 // The whole backward in one kernel: a block of 8 warps takes a chunk of R rows; warp w
 // does rows w, w + 8, ... of it one at a time as the dinp kernel does, and keeps the parameter
@@ -277,9 +261,10 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
             partial[(size_t)(K + k) * C + t] = b;
         }
     } else {
-        __shared__ float sw_all[LN_WARPS][32 * V], sb_all[LN_WARPS][32 * V];
-        for (int p = 0; p < NP && 32 * V * p < C; p++)  // slice p: channels [32·V·p, 32·V·(p+1))
-            ln_warps_to_partial<V>(sw_all, sb_all, sw[p], sb[p], partial, k, K, 32 * V * p, C);
+        __shared__ float sh[2 * LN_WARPS * 32 * V];
+        #pragma unroll  // (constant indices: sw and sb stay in registers)
+        for (int p = 0; p < NP; p++)  // slice p: channels [32·V·p, 32·V·(p+1))
+            if (32 * V * p < C) block_column_sums<V, LN_WARPS, 2>(sh, {sw[p], sb[p]}, partial + (size_t)k * C, (size_t)K * C, 32 * V * p, C);
     }
 }
 // out = a + b, V elements per thread per step (the tail, N mod V, by thread 0); out may be a

@@ -312,7 +312,7 @@ inline BiasGrad g_bias_grad = BiasGrad::Warps;
 static const int BIAS_WARPS = 8;
 template <class T, int V> __global__ void __launch_bounds__(32 * BIAS_WARPS)
 column_sum_partial_warps(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
-    __shared__ float sums[BIAS_WARPS][32 * V];
+    __shared__ float sh[BIAS_WARPS * 32 * V];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, k = blockIdx.y;
     const int o0 = blockIdx.x * 32 * V, o = o0 + lane * V;
     float s[V];
@@ -324,13 +324,7 @@ column_sum_partial_warps(float* partial, const T* dout, int N, int OC, int rows_
             for (int j = 0; j < V; j++) s[j] += to_f(x.v[j]);
         }
     }
-    for (int j = 0; j < V; j++) sums[w][lane * V + j] = s[j];
-    __syncthreads();
-    for (int c = threadIdx.x; c < 32 * V && o0 + c < OC; c += blockDim.x) {  // the warps' sums in warp order
-        float total = 0.0f;
-        for (int u = 0; u < BIAS_WARPS; u++) total += sums[u][c];
-        partial[(size_t)k * OC + o0 + c] = total;
-    }
+    block_column_sums<V, BIAS_WARPS, 1>(sh, {s}, partial + (size_t)k * OC, 0, o0, OC);  // (common.h)
 }
 template <class T, int V> __global__ void column_sum_partial_columns(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
     const int o = (blockIdx.x * blockDim.x + threadIdx.x) * V, k = blockIdx.y;

@@ -63,6 +63,7 @@ struct Layer {
     std::shared_ptr<Tensors> t = std::make_shared<Tensors>();
     std::function<void(const Ctx&, int)> forward, backward;
     std::vector<Output> outputs;
+    int dout = -1, dbias = -1;  // a linear layer's tensors (bias_grads times its column sum alone)
 };
 
 static Layer linear(const char* name, int N, int C, int OC, bool bias) {
@@ -79,6 +80,8 @@ static Layer linear(const char* name, int N, int C, int OC, bool bias) {
     };
     L.outputs = {{"out", out, OC}, {"dinp", dx, C}, {"dW", dW, 0}};
     if (bias) L.outputs.push_back({"dbias", db, 0});
+    L.dout = dout;
+    L.dbias = db;
     return L;
 }
 
@@ -133,7 +136,7 @@ static void run(Layer& L, int version, int N, int check) {
 static void bias_grads(int N, int C, int OC, int check) {
     Layer L = linear("bias", N, C, OC, true);
     Tensors& t = *L.t;
-    const int dout = 3, db = 7;  // (linear's tensor order: x, W, b, dout, out, dx, dW, db)
+    const int dout = L.dout, db = L.dbias;
     static const char* names[] = {"Warps (8 warps split each chunk's rows)", "Columns (a thread per column pack)",
                                   "Epilogue (cuBLASLt BGRADB on dW)"};
     for (BiasGrad bg : {BiasGrad::Warps, BiasGrad::Columns, BiasGrad::Epilogue}) {
