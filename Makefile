@@ -112,7 +112,11 @@ GPU_TEST_BINARIES := $(if $(NVCC),build/gpucheck_ops $(DEV_CUDA))
 # simt::launch("k", {cfg}, [&] { k(args); }, args); in copies under build/simt (lines kept: errors
 # point at the original line). Needs no nvcc; `make test` runs it.
 SIMT_LAUNCH := s/\b(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*)\);/simt::launch("$$1", simt::Cfg{$$2}, [&] { $$1($$3); }, $$3);/g
-SIMT_CXX := $(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing -Wno-unused-function -DLLMC_SIMT -include test/simt.h
+# -ffp-contract=off: the kernels' arithmetic as written. gpucheck_ops holds some kernels
+# bit-identical to others that compute the same sums in the same order; g++ may fuse a multiply
+# and an add into an FMA in one and not the other (it did in LayerNorm's one- and two-kernel
+# backward under -march=native on an AMD EPYC), which is a difference of the build, not the order.
+SIMT_CXX := $(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing -ffp-contract=off -Wno-unused-function -DLLMC_SIMT -include test/simt.h
 build/simt/%: %
 	@mkdir -p $(dir $@)
 	@{ echo "#line 1 \"$<\""; perl -pe '$(SIMT_LAUNCH)' $<; } > $@
