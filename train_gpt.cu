@@ -91,6 +91,7 @@ static const FlagDef FLAGS[] = {
     {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op and per kind of communication", false},
     {"overlap", "1", "0 | 1: overlap each unit's gradient all-reduce (DDP) or reduce-scatter (ZeRO), ZeRO-1/2's parameter all-gathers and ZeRO-3's prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
     {"flash-rows", "16", "16 | 32: rows per warp in the bf16 flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread (same results)", false},
+    {"flash-wgmma", "0", "0 | 1: on a compute capability 9.0 GPU (H100, H200), the bf16 flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored", false},
 };
 
 static void print_help() {
@@ -290,10 +291,12 @@ int main(int argc, char** argv) {
     bool overlap = f.integer("overlap", 0, 1);
     const bool profile = f.integer("profile", 0, 1);
     const int flash_rows = std::stoi(f.choice("flash-rows", {"16", "32"}));
+    const bool flash_wgmma = f.integer("flash-wgmma", 0, 1);
 #ifdef LLMC_CUDA
     g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = flash_rows;  // (llmc/attention.cuh)
+    g_flash_wgmma = flash_wgmma;
 #else
-    (void)flash_rows;
+    (void)flash_rows; (void)flash_wgmma;
 #endif
     if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
 

@@ -65,6 +65,14 @@ head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 a
   order     grid (NH, B, tiles) with the tile slowest: the blocks with the most work (the last
             query tiles; for dK/dV the first key tiles) start first and the short ones fill the
             tail of the last wave.
+Hopper (g_flash_wgmma, --flash-wgmma 1; compute capability 9.0, sm_90a): the same three kernels
+with warpgroup MMA. A warpgroup (4 warps) owns 64 rows; each product is a few wgmma
+m64nNk16 whose A operand (Q, dO, K, V, P, dS) is in registers in the mma fragment layout above
+and whose B operand the tensor cores read straight from shared memory, where tiles of 64 rows
+are stored as 8×16-byte core matrices (no swizzle) so that one tile serves as K-major B (K in
+S = Q·Kᵀ) and as MN-major B (V in O = P·V, by the descriptor's transpose). Two warpgroups a
+block share each tile. What goes: ldmatrix and the B fragments in registers; the mma.sync path's
+cap of 16 flops per shared byte (wgmma's shared-memory reads are the tensor cores' own).
 Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4): A (16×16, row-major) regs
 {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B (16×8, "col") regs {(k=2t..2t+1,
 n=g), (k=2t+8.., n=g)}; C (16×8 fp32) {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. The C
@@ -400,6 +408,51 @@ template <int NT, bool KEY_ROWS> __device__ inline void mask_future(float (*c)[4
 }
 static const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
+// One key tile of 64 in the forward's online softmax, for a warp's 16 query rows (row0 + g and
+// row0 + g + 8; s and o in the C layout, the keys from col0): the causal mask where the tile
+// reaches the diagonal, the rows' new running max m (base 2; each row's 4 threads agree on it),
+// what came before rescaled by exp2(m_old − m_new), and s turned into probabilities whose per-thread
+// sums go into l (added across the row's threads at the end).
+template <int D> __device__ inline void online_softmax_tile(float (*s)[4], float (*o)[4], float* m, float* l, float sl2, int row0, int col0) {
+    if (col0 + 63 > row0) mask_future<8, false>(s, row0, col0);  // the diagonal (and keys past T)
+    float rs[2] = {0.0f, 0.0f}, mu[2];
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+        for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[r], mx * sl2);
+        mu[r] = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = exp2f(m[r] - mu[r]);
+        m[r] = m_new;
+        l[r] *= corr;
+        for (int dt = 0; dt < D / 8; dt++) { o[dt][2 * r] *= corr; o[dt][2 * r + 1] *= corr; }
+    }
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 4; e++) {
+            const float p = exp2f(fmaf(s[nt][e], sl2, -mu[e / 2]));
+            s[nt][e] = p;
+            rs[e / 2] += p;
+        }
+    l[0] += rs[0]; l[1] += rs[1];
+}
+// The forward's end for a warp's 16 query rows: each row's sum over its 4 threads, out = o / l,
+// lse = (m + log2 l)·ln 2.
+template <int D> __device__ inline void forward_store_rows(bf16* out, float* lse, float (*o)[4], float* m, float* l, int row0,
+                                                          int b, int h, int T_, int C, int NH) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int row = row0 + g + 8 * r;
+        if (row >= T_) continue;
+        bf16* orow = out + ((size_t)b * T_ + row) * C + h * D;
+        for (int dt = 0; dt < D / 8; dt++)
+            *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) = pack_bf16(o[dt][2 * r] / l[r], o[dt][2 * r + 1] / l[r]);
+        if (t == 0) lse[((size_t)b * NH + h) * T_ + row] = (m[r] + log2f(l[r])) * LN2;
+    }
+}
+
 // MT m-tiles of 16 query rows per warp (1, or 2 for hs 64: each K and V fragment loaded from
 // shared memory then feeds two mma instead of one); a block has 4 warps, 64·MT query rows.
 template <int D, bool LDSM, bool ASYNC, int MT>
@@ -407,7 +460,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
     __shared__ __align__(16) bf16 Ks[64][D + 8];
     __shared__ __align__(16) bf16 Vs[64][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warp = threadIdx.x / 32;
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3
     const bf16 *k = q + C, *v = q + 2 * C;
@@ -450,30 +503,8 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
                     }
             }
         #pragma unroll
-        for (int i = 0; i < MT; i++) {
-            if (!live[i]) continue;
-            if (kt * 64 + 63 > row0[i]) mask_future<8, false>(s[i], row0[i], kt * 64);  // the diagonal (and keys past T)
-            float rs[2] = {0.0f, 0.0f}, mu[2];
-            for (int r = 0; r < 2; r++) {  // the row's new max over its 4 threads; rescale what came before
-                float mx = -INFINITY;
-                for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[i][nt][2 * r], s[i][nt][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(m[i][r], mx * sl2);
-                mu[r] = m_new == -INFINITY ? 0.0f : m_new;
-                const float corr = exp2f(m[i][r] - mu[r]);
-                m[i][r] = m_new;
-                l[i][r] *= corr;
-                for (int dt = 0; dt < D / 8; dt++) { o[i][dt][2 * r] *= corr; o[i][dt][2 * r + 1] *= corr; }
-            }
-            for (int nt = 0; nt < 8; nt++)
-                for (int e = 0; e < 4; e++) {
-                    const float p = exp2f(fmaf(s[i][nt][e], sl2, -mu[e / 2]));
-                    s[i][nt][e] = p;
-                    rs[e / 2] += p;
-                }
-            l[i][0] += rs[0]; l[i][1] += rs[1];  // per-thread partial sums, added across the row at the end
-        }
+        for (int i = 0; i < MT; i++)
+            if (live[i]) online_softmax_tile<D>(s[i], o[i], m[i], l[i], sl2, row0[i], kt * 64);
         stage_wait<ASYNC>();
         __syncthreads();  // V(kt) is in, and every warp is done with K(kt)
         if (kt + 1 < nkt) stage_rows<64, D, ASYNC>(Ks, k, C3, (kt + 1) * 64, T_);
@@ -494,19 +525,198 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
         }
     }
     #pragma unroll
-    for (int i = 0; i < MT; i++)
-        for (int r = 0; r < 2; r++) {
-            l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 1);
-            l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 2);
-            const int row = row0[i] + g + 8 * r;
-            if (row >= T_) continue;
-            bf16* orow = out + ((size_t)b * T_ + row) * C + h * D;
-            for (int dt = 0; dt < D / 8; dt++)
-                *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) = pack_bf16(o[i][dt][2 * r] / l[i][r], o[i][dt][2 * r + 1] / l[i][r]);
-            if (t == 0) lse[((size_t)b * NH + h) * T_ + row] = (m[i][r] + log2f(l[i][r])) * LN2;
-        }
+    for (int i = 0; i < MT; i++) forward_store_rows<D>(out, lse, o[i], m[i], l[i], row0[i], b, h, T_, C, NH);
 }
 
+// ---- Hopper: the forward with warpgroup MMA (wgmma, sm_90a)
+// A warpgroup (4 consecutive warps, 128 threads) issues one wgmma.mma_async for a 64 × N × 16
+// product: A from registers (each warp its 16 rows, the mma.m16n8k16 A fragment), B read by the
+// tensor cores straight from shared memory through a 64-bit descriptor, D in registers (warp w
+// rows 16w..16w+15, lane and register as mma's C fragment, n-tile j in d[4j..4j+3]). No
+// ldmatrix, no B fragments in registers: the B bytes a warp had to move itself per mma are gone.
+// The product runs asynchronously: wgmma.fence before (the registers it reads were written by
+// ordinary instructions), commit_group after, wait_group before its D is read.
+// Shared layout, no swizzle ("interleaved", PTX ISA "Shared Memory Matrix Layout"): the unit is a
+// core matrix, 8 rows × 16 bytes stored as 128 contiguous bytes. A tile of 64 rows × D (bf16)
+// puts the 16 bytes of row r, columns 8c..8c+7 at byte (r/8)·16·D + 128·c + 16·(r%8).
+//   K in S = Q·Kᵀ is B "K-major" (n = key, k = head dim): core matrices 128 B apart along k
+//     (leading byte offset, LBO) and 16·D B apart along n (stride byte offset, SBO);
+//   V in O = P·V is B "MN-major" (n = head dim, k = key; the instruction's transpose-B): core
+//     matrices 128 B apart along n (SBO) and 16·D B apart along k (LBO).
+// So one tile layout serves both, and a k-step of 16 moves the start by 256 B (K) or 32·D B (V).
+// The emulator (test/simt.h) reads B through the same descriptor fields.
+__device__ inline uint32_t smem_addr(const void* p) {  // the shared-memory window address
+#ifdef LLMC_SIMT
+    return simt::shared_offset(p);  // the emulator's: the offset in the block's dynamic shared memory
+#else
+    return (uint32_t)__cvta_generic_to_shared(p);
+#endif
+}
+// descriptor: start address, LBO, SBO (each in 16-byte units, 14 bits), base offset 0, swizzle 0
+__device__ inline uint64_t wgmma_desc(const bf16* tile, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((smem_addr(tile) & 0x3ffff) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
+}
+// The instructions exist only in the sm_90a build; another GPU's build traps (the host launches
+// these kernels only on compute capability 9.0: gpu_has_wgmma).
+#if defined(LLMC_SIMT) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LLMC_WGMMA 1
+#endif
+__device__ inline void wgmma_fence() {
+#if defined(LLMC_SIMT)
+#elif defined(LLMC_WGMMA)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+__device__ inline void wgmma_commit() {
+#if defined(LLMC_SIMT)
+    simt::wgmma_commit();
+#elif defined(LLMC_WGMMA)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ inline void wgmma_wait() {  // until at most N committed groups are in flight
+#if defined(LLMC_SIMT)
+    simt::wgmma_wait(N);  // a warpgroup collective: the emulator computes the products here
+#elif defined(LLMC_WGMMA)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Pins a D array's registers at this point of the program (the wgmma asm names them; the
+// compiler must not move their reads above a wait or their writes below a fence).
+template <int R> __device__ inline void wgmma_hold(float* d) {
+#if !defined(LLMC_SIMT)
+    #pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+// shared memory written by the generic proxy (cp.async, stores) before the tensor cores read it
+__device__ inline void fence_proxy_async() {
+#if !defined(LLMC_SIMT) && defined(LLMC_WGMMA)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// D (64 × N fp32, N/2 registers a thread) += or = A (64 × 16, registers) · B (16 × N, descriptor)
+template <int N, bool TRANS_B> __device__ inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, bool accumulate) {
+    static_assert(N == 64 || N == 128, "wgmma: N = 64 or 128");
+#if defined(LLMC_SIMT)
+    simt::wgmma_m64k16_bf16(d, a, desc, N, TRANS_B, accumulate);
+#elif defined(LLMC_WGMMA)
+    if constexpr (N == 64) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                     "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0));
+    } else {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                     "{%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0));
+    }
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+// Rows [row0, row0 + 64) × D of a strided bf16 matrix into shared memory in the core-matrix
+// layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
+// contiguous bytes: no bank conflicts) and reads row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7.
+template <int D> __device__ inline void stage_tile_cm(bf16* dst, const bf16* src, size_t ld, int row0, int n) {
+    for (int i = threadIdx.x; i < 64 * D / 8; i += blockDim.x) {
+        const int r = (i / D) * 8 + i % 8, c = ((i % D) / 8) * 8;
+        const bool in = row0 + r < n;
+        cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? row0 + r : 0) * ld + c, in ? 16 : 0);
+    }
+}
+// The forward of flash_forward_kernel (MT = 1) with wgmma: NWG warpgroups a block, each with 64
+// query rows (NWG = 2: 128 rows share each K and V tile copied in). Per key tile of 64: S = Q·Kᵀ
+// as D/16 wgmma m64n64k16 (Q in registers), the same online softmax on the accumulators (the same
+// C layout), then O += P·V as 4 wgmma m64nDk16 with P in registers (c_to_a) and V transposed
+// by the descriptor. A warpgroup whose 64 rows all come before a tile's keys skips the tile.
+// Shared memory: K and V tiles, 2·64·D·2 bytes (dynamic: the descriptors address it).
+template <int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH) {
+    DYNAMIC_SHARED(bf16, tiles);
+    bf16 *Ks = tiles, *Vs = tiles + 64 * D;
+    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const bf16 *k = q + C, *v = q + 2 * C;
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;  // the warpgroup's rows; this warp's 16
+    uint32_t qf[D / 16][4];
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
+    for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);
+    stage_tile_cm<D>(Ks, k, C3, 0, T_);
+    for (int kt = 0; kt < nkt; kt++) {
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();  // K(kt) is in, and every warpgroup is done with V(kt−1)
+        stage_tile_cm<D>(Vs, v, C3, kt * 64, T_);
+        const bool live = kt * 64 <= wrow0 + 63;  // (the same for the whole warpgroup)
+        float s[8][4];
+        if (live) {
+            wgmma_fence();
+            #pragma unroll
+            for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&s[0][0], qf[kc], wgmma_desc(Ks + kc * 128, 128, 16 * D), kc > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_hold<32>(&s[0][0]);
+            online_softmax_tile<D>(s, o, m, l, sl2, row0, kt * 64);
+        }
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();  // V(kt) is in, and every warpgroup is done with K(kt)
+        if (kt + 1 < nkt) stage_tile_cm<D>(Ks, k, C3, (kt + 1) * 64, T_);
+        if (live) {
+            uint32_t pa[4][4];
+            #pragma unroll
+            for (int kc = 0; kc < 4; kc++) c_to_a(pa[kc], s[2 * kc], s[2 * kc + 1]);
+            wgmma_hold<D / 2>(&o[0][0]);
+            wgmma_fence();
+            #pragma unroll
+            for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&o[0][0], pa[kc], wgmma_desc(Vs + kc * 16 * D, 16 * D, 128), true);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_hold<D / 2>(&o[0][0]);
+        }
+    }
+    forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T_, C, NH);
+}
+
+// A warp's 16 rows (row0 + g, row0 + g + 8) of a rows × D accumulator in the C layout, times
+// scale, as bf16 into dst + row·ld (rows < T_ only): the backward passes' dQ, dK and dV.
+template <int D> __device__ inline void store_acc_rows(bf16* dst, size_t ld, const float (*acc)[4], int row0, int T_, float scale) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + 8 * r;
+        if (row >= T_) continue;
+        bf16* d = dst + (size_t)row * ld;
+        for (int dt = 0; dt < D / 8; dt++)
+            *reinterpret_cast<uint32_t*>(d + dt * 8 + 2 * t) = pack_bf16(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
+    }
+}
 // Both backward passes start a tile with two products of the same shape, 16 rows × 32 rows of two
 // shared tiles: c1 = A1·M1ᵀ and c2 = A2·M2ᵀ, for each of the warp's MT m-tiles that is live (each B
 // fragment loaded from shared memory feeds all of them). a1(i, kc, buf) and a2 return m-tile i's
@@ -554,7 +764,7 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
     __shared__ __align__(16) bf16 Vs[KV_SHARED ? 64 : 1][D + 8];
     __shared__ float lse2[2][32], Ds[2][32];
     const int kt = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warp = threadIdx.x / 32, t = threadIdx.x % 4;
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
     const bf16* dO = dout + (size_t)b * T_ * C + h * D;
@@ -638,18 +848,12 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
                         }
             }
     }
-    const float scale = rsqrtf((float)D);
+    bf16* dk_out = dqkv + (size_t)b * T_ * C3 + C + h * D;
     #pragma unroll
-    for (int i = 0; i < MT; i++)
-        for (int r = 0; r < 2; r++) {
-            const int key = key0[i] + g + 8 * r;
-            if (key >= T_) continue;
-            bf16* krow = dqkv + ((size_t)b * T_ + key) * C3 + C + h * D;
-            for (int dt = 0; dt < D / 8; dt++) {
-                *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * t) = pack_bf16(dk[i][dt][2 * r] * scale, dk[i][dt][2 * r + 1] * scale);
-                *reinterpret_cast<uint32_t*>(krow + C + dt * 8 + 2 * t) = pack_bf16(dv[i][dt][2 * r], dv[i][dt][2 * r + 1]);
-            }
-        }
+    for (int i = 0; i < MT; i++) {
+        store_acc_rows<D>(dk_out, C3, dk[i], key0[i], T_, rsqrtf((float)D));
+        store_acc_rows<D>(dk_out + C, C3, dv[i], key0[i], T_, 1.0f);
+    }
 }
 
 // Backward pass 2: dQ for 64·MT queries per block, MT m-tiles of 16 rows per warp (1, or 2 for hs
@@ -660,7 +864,7 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
     __shared__ __align__(16) bf16 Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) bf16 Vs[2][32][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
     const bf16* dO = dout + (size_t)b * T_ * C + h * D;
@@ -724,16 +928,164 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
                     }
             }
     }
-    const float scale = rsqrtf((float)D);
     #pragma unroll
-    for (int i = 0; i < MT; i++)
-        for (int r = 0; r < 2; r++) {
-            const int row = row0[i] + g + 8 * r;
-            if (row >= T_) continue;
-            bf16* qrow = dqkv + ((size_t)b * T_ + row) * C3 + h * D;
-            for (int dt = 0; dt < D / 8; dt++)
-                *reinterpret_cast<uint32_t*>(qrow + dt * 8 + 2 * t) = pack_bf16(dq[i][dt][2 * r] * scale, dq[i][dt][2 * r + 1] * scale);
+    for (int i = 0; i < MT; i++) store_acc_rows<D>(dqkv + (size_t)b * T_ * C3 + h * D, C3, dq[i], row0[i], T_, rsqrtf((float)D));
+}
+
+// The two backward passes with wgmma (as the forward: NWG warpgroups a block, each 64 rows, the
+// A operands in registers, B tiles of 64 rows in the core-matrix layout, double-buffered).
+// dQ pass: a warpgroup's 64 queries over key tiles of 64: S = Q·Kᵀ and dP = dO·Vᵀ (K and V as
+// K-major B), dS = P∘(dP − D), dQ += dS·K (K as MN-major B, the same tile).
+// Shared memory: K and V, two buffers each, 4·64·D·2 bytes (64 KB at D = 128: opted in).
+template <int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                                                            const float* lse, const float* Dv, int T_, int C, int NH) {
+    DYNAMIC_SHARED(bf16, tiles);  // K(buf) at tiles + 2·buf·64·D, V(buf) after it
+    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const bf16* dO = dout + (size_t)b * T_ * C + h * D;
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;
+    float lse2[2], Dr[2];
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + 8 * r;
+        lse2[r] = row < T_ ? lse[((size_t)b * NH + h) * T_ + row] * LOG2E : INFINITY;
+        Dr[r] = row < T_ ? Dv[((size_t)b * NH + h) * T_ + row] : 0.0f;
+    }
+    uint32_t qf[D / 16][4], of[D / 16][4];
+    for (int kc = 0; kc < D / 16; kc++) {
+        load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
+        load_a_rows(of[kc], dO, C, row0, T_, kc * 16);
+    }
+    float dq[D / 8][4];
+    for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+    const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);  // causal: no key after the block's last query
+    auto stage = [&](int buf, int kt) {
+        stage_tile_cm<D>(tiles + 2 * buf * 64 * D, q + C, C3, kt * 64, T_);
+        stage_tile_cm<D>(tiles + (2 * buf + 1) * 64 * D, q + 2 * C, C3, kt * 64, T_);
+    };
+    stage(0, 0);
+    for (int kt = 0, buf = 0; kt < nkt; kt++, buf ^= 1) {
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();  // this tile is in buffer buf, and every warpgroup is done with the other one
+        if (kt + 1 < nkt) stage(buf ^ 1, kt + 1);
+        if (kt * 64 > wrow0 + 63) continue;  // every key of the tile after the warpgroup's rows
+        const bf16 *Ks = tiles + 2 * buf * 64 * D, *Vs = Ks + 64 * D;
+        float s[8][4], dp[8][4];
+        wgmma_fence();
+        #pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&s[0][0], qf[kc], wgmma_desc(Ks + kc * 128, 128, 16 * D), kc > 0);
+        #pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&dp[0][0], of[kc], wgmma_desc(Vs + kc * 128, 128, 16 * D), kc > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_hold<32>(&s[0][0]);
+        wgmma_hold<32>(&dp[0][0]);
+        if (kt * 64 + 63 > row0) mask_future<8, false>(s, row0, kt * 64);  // the diagonal (and T)
+        uint32_t sa[4][4];  // dS as the A operand of dQ += dS·K, 16 keys at a time
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                const float p = exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
+                dp[nt][e] = p * (dp[nt][e] - Dr[e / 2]);
+            }
+        #pragma unroll
+        for (int kc = 0; kc < 4; kc++) c_to_a(sa[kc], dp[2 * kc], dp[2 * kc + 1]);
+        wgmma_hold<D / 2>(&dq[0][0]);
+        wgmma_fence();
+        #pragma unroll
+        for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&dq[0][0], sa[kc], wgmma_desc(Ks + kc * 16 * D, 16 * D, 128), true);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_hold<D / 2>(&dq[0][0]);
+    }
+    store_acc_rows<D>(dqkv + (size_t)b * T_ * C3 + h * D, C3, dq, row0, T_, rsqrtf((float)D));
+}
+// dK/dV pass: a warpgroup's 64 keys (K and V in registers as A operands) over query tiles of 64
+// from the block's first key: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (Q and dO as K-major B), Pᵀ and
+// dSᵀ = Pᵀ∘(dPᵀ − D) in registers as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q (dO and Q as
+// MN-major B, the same tiles). Shared memory: Q and dO, two buffers each, 4·64·D·2 bytes; each
+// query's lse (base 2) and D beside them.
+template <int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                                                             const float* lse, const float* Dv, int T_, int C, int NH) {
+    DYNAMIC_SHARED(bf16, tiles);  // Q(buf) at tiles + 2·buf·64·D, dO(buf) after it
+    __shared__ float lse2[2][64], Ds[2][64];
+    const int kb = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, t = threadIdx.x % 4;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const bf16* dO = dout + (size_t)b * T_ * C + h * D;
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
+    const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    const int k0 = kb * 64 * NWG, wkey0 = k0 + wg * 64, key0 = wkey0 + warp * 16;  // the block's, warpgroup's, warp's first key
+    uint32_t kf[D / 16][4], vf[D / 16][4];
+    for (int kc = 0; kc < D / 16; kc++) {
+        load_a_rows(kf[kc], q + C, C3, key0, T_, kc * 16);
+        load_a_rows(vf[kc], q + 2 * C, C3, key0, T_, kc * 16);
+    }
+    float dk[D / 8][4], dv[D / 8][4];
+    for (int dt = 0; dt < D / 8; dt++)
+        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+    auto stage = [&](int buf, int q0) {  // the query tile from q0 into buffer buf
+        stage_tile_cm<D>(tiles + 2 * buf * 64 * D, q, C3, q0, T_);
+        stage_tile_cm<D>(tiles + (2 * buf + 1) * 64 * D, dO, C, q0, T_);
+        if (threadIdx.x < 64) {
+            const int r = q0 + threadIdx.x;
+            lse2[buf][threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;  // past T: p = 0
+            Ds[buf][threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
         }
+    };
+    stage(0, k0);  // queries before the block's keys see none of them
+    for (int q0 = k0, buf = 0; q0 < T_; q0 += 64, buf ^= 1) {
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();  // this tile is in buffer buf, and every warpgroup is done with the other one
+        if (q0 + 64 < T_) stage(buf ^ 1, q0 + 64);
+        if (q0 + 63 < wkey0) continue;  // every query of the tile before the warpgroup's keys
+        const bf16 *Qs = tiles + 2 * buf * 64 * D, *dOs = Qs + 64 * D;
+        float st[8][4], dpt[8][4];  // Sᵀ, dPᵀ: 64 keys × 64 queries
+        wgmma_fence();
+        #pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&st[0][0], kf[kc], wgmma_desc(Qs + kc * 128, 128, 16 * D), kc > 0);
+        #pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&dpt[0][0], vf[kc], wgmma_desc(dOs + kc * 128, 128, 16 * D), kc > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_hold<32>(&st[0][0]);
+        wgmma_hold<32>(&dpt[0][0]);
+        if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
+        for (int nt = 0; nt < 8; nt++)  // Pᵀ into st, dSᵀ into dpt (queries past T: lse2 = ∞, p = 0)
+            for (int e = 0; e < 4; e++) {
+                const int col = nt * 8 + 2 * t + (e & 1);
+                const float p = exp2f(fmaf(st[nt][e], sl2, -lse2[buf][col]));
+                st[nt][e] = p;
+                dpt[nt][e] = p * (dpt[nt][e] - Ds[buf][col]);
+            }
+        uint32_t pa[4][4], sa[4][4];  // Pᵀ and dSᵀ as A operands, 16 queries at a time
+        #pragma unroll
+        for (int kc = 0; kc < 4; kc++) {
+            c_to_a(pa[kc], st[2 * kc], st[2 * kc + 1]);
+            c_to_a(sa[kc], dpt[2 * kc], dpt[2 * kc + 1]);
+        }
+        wgmma_hold<D / 2>(&dv[0][0]);
+        wgmma_hold<D / 2>(&dk[0][0]);
+        wgmma_fence();
+        #pragma unroll
+        for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&dv[0][0], pa[kc], wgmma_desc(dOs + kc * 16 * D, 16 * D, 128), true);
+        #pragma unroll
+        for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&dk[0][0], sa[kc], wgmma_desc(Qs + kc * 16 * D, 16 * D, 128), true);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_hold<D / 2>(&dv[0][0]);
+        wgmma_hold<D / 2>(&dk[0][0]);
+    }
+    bf16* dk_out = dqkv + (size_t)b * T_ * C3 + C + h * D;
+    store_acc_rows<D>(dk_out, C3, dk, key0, T_, rsqrtf((float)D));
+    store_acc_rows<D>(dk_out + C, C3, dv, key0, T_, 1.0f);
 }
 
 // The flash kernels run bf16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
@@ -744,11 +1096,26 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 // g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys = 32 give head size 64 two m-tiles
 // per warp (the same bits; 190-255 registers, so fewer warps per SM). On an H100 that is slower
 // at every T: fwd + bwd 0.68 against 0.63 ms at T = 1024 (dev/gpu_results/, the bench log).
+// g_flash_wgmma = true runs the forward and both backward passes with wgmma on a compute
+// capability 9.0 GPU (elsewhere the switch is ignored), g_flash_wgmma_groups warpgroups (64 rows
+// each) a block. Off until an H100 run shows it right (gpucheck_ops) and faster (dev_attention).
 inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
+inline bool g_flash_wgmma = false;
+inline int g_flash_wgmma_groups = 2;     // 1 or 2
 inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ pass (to time them apart)
 inline int g_flash_forward_rows = 16;    // query rows per warp in the forward: 16, or 32 (head size 64 only)
 inline int g_flash_dq_rows = 16;         // query rows per warp in the backward's dQ pass: 16, or 32 (head size 64 only)
 inline int g_flash_dkv_keys = 16;        // keys per warp in the backward's dK/dV pass: 16, or 32 (head size 64 only)
+inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates it)
+    static const bool yes = [] {
+        int dev = 0, major = 0, minor = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        return major == 9 && minor == 0;
+    }();
+    return yes;
+}
 template <class T> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
     return std::is_same_v<T, bf16> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
@@ -772,6 +1139,15 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
         flash_dispatch(C / NH, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
+            if (g_flash_wgmma && gpu_has_wgmma()) {
+                const size_t smem = 2 * 64 * D * sizeof(bf16);
+                if (g_flash_wgmma_groups == 2)
+                    flash_forward_wgmma_kernel<D, 2><<<dim3(NH, B, ceil_div(T_, 128)), 256, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+                else
+                    flash_forward_wgmma_kernel<D, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+                CUDA_LAUNCH_CHECK();
+                return;
+            }
             if constexpr (D == 64)
                 if (g_flash_forward_rows == 32) {
                     flash_forward_kernel<D, L, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
@@ -789,6 +1165,28 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
         flash_dispatch(C / NH, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
+            if (g_flash_wgmma && gpu_has_wgmma()) {
+                const int rows = 64 * g_flash_wgmma_groups;  // (keys in the dK/dV pass, queries in the dQ pass)
+                const size_t smem = 4 * 64 * D * sizeof(bf16);
+                const dim3 grid(NH, B, ceil_div(T_, rows));
+                if (g_flash_wgmma_groups == 2) {
+                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<D, 2>);
+                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<D, 2>);
+                    if (g_flash_backward_passes & 1)
+                        flash_backward_dkv_wgmma_kernel<D, 2><<<grid, 256, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                    if (g_flash_backward_passes & 2)
+                        flash_backward_dq_wgmma_kernel<D, 2><<<grid, 256, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                } else {
+                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<D, 1>);
+                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<D, 1>);
+                    if (g_flash_backward_passes & 1)
+                        flash_backward_dkv_wgmma_kernel<D, 1><<<grid, 128, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                    if (g_flash_backward_passes & 2)
+                        flash_backward_dq_wgmma_kernel<D, 1><<<grid, 128, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                }
+                CUDA_LAUNCH_CHECK();
+                return;
+            }
             const dim3 grid(NH, B, ceil_div(T_, 64));
             if (g_flash_backward_passes & 1) [&] {
                 if constexpr (D == 64)

@@ -206,7 +206,8 @@ template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fuse
 template <class X> static void check_attention(int B, int T, int C, int NH, bool flash = true) {
     g_flash_attention = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
     char name[112]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d%s", dtype_name<X>(), B, T, C, NH,
-                             use_flash<X>(C, NH) ? " (flash, tensor cores)" : "");
+                             !use_flash<X>(C, NH) ? "" : g_flash_wgmma && gpu_has_wgmma() ? (g_flash_wgmma_groups == 2 ?
+                             " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
     auto qkv = randn<X>((size_t)B * T * 3 * C), dout = randn<X>((size_t)B * T * C);
     std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * 3 * C), cqkv = vec_cast<X>(qkv), cdout = vec_cast<X>(dout);
     std::vector<float> lse((size_t)B * NH * T);
@@ -257,6 +258,17 @@ static void check_flash_variants(int B, int T, int C, int NH) {
         compare(name, "lse", want[1], got[1], 0.0);
         compare(name, "dqkv", want[2], got[2], 0.0);
     }
+}
+
+// The flash kernels with wgmma (compute capability 9.0 only: the forward and both backward
+// passes) against the CPU, with one warpgroup of 64 rows a block and with two sharing each tile.
+static void check_flash_wgmma(int B, int T, int C, int NH) {
+    if (!gpu_has_wgmma()) { printf("# skip: wgmma attention B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
+    for (int groups : {1, 2}) {
+        g_flash_wgmma = true; g_flash_wgmma_groups = groups;
+        check_attention<bf16>(B, T, C, NH);
+    }
+    g_flash_wgmma = false; g_flash_wgmma_groups = 2;
 }
 
 template <class X> static void check_elementwise(size_t N) {
@@ -374,6 +386,9 @@ int main() {
     check_flash_variants(2, 100, 768, 12);  // head size 64
     check_flash_variants(1, 300, 256, 4);   // head size 64, 3 blocks of 128 query rows (the last one short)
     check_flash_variants(1, 200, 512, 4);   // head size 128
+    check_flash_wgmma(2, 100, 768, 12);     // head size 64, T not a multiple of the tiles
+    check_flash_wgmma(1, 300, 256, 4);      // head size 64: 3 blocks of 128 rows, the last short (a warpgroup with no rows)
+    check_flash_wgmma(1, 200, 512, 4);      // head size 128
     printf("# gpucheck_ops: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

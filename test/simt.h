@@ -16,7 +16,8 @@ Ctx's stream) exactly as nvcc would, except that
     (a host pointer is an illegal access on a GPU, but readable here, so the launch refuses it);
   - the inline-PTX instructions of attention.cuh and common.h call their emulations: mma.sync
     calls simt::mma_m16n8k16_bf16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
-    simt::cp_async_wait_all; DYNAMIC_SHARED simt::dynamic_shared.
+    simt::cp_async_wait_all, wgmma simt::wgmma_m64k16_bf16, simt::wgmma_commit and
+    simt::wgmma_wait; DYNAMIC_SHARED simt::dynamic_shared.
 
 The model of a GPU:
   - A launch runs its blocks one after another on each OpenMP thread (blocks are independent).
@@ -57,6 +58,10 @@ The model of a GPU:
     below); a row address that is not 16-byte aligned, or in global memory, is reported.
   - cp.async (16 bytes, global → shared) lands only at the thread's cp.async.wait_all, the
     latest a GPU may land it: a tile read without that wait holds its old contents.
+  - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers, B through a shared-memory
+    descriptor, no-swizzle layouts only): a warpgroup (128 threads) collective, computed when all
+    128 reach a wgmma.wait_group, for the groups that wait completes; B is read then, and D
+    written then (see "wgmma" below). The device reports compute capability 9.0.
   - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
     bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
     the GELU's input, D = its tanh-approximation GELU), DGELU (D = x·gelu′(aux)) and BGRADB (the
@@ -177,13 +182,18 @@ simt_switch:
 )");
 #endif
 
-enum State : uint8_t { READY, AT_WARP, AT_BLOCK, DONE };
+enum State : uint8_t { READY, AT_WARP, AT_GROUP, AT_BLOCK, DONE };
 struct AsyncCopy { void* dst; const void* src; unsigned bytes; };  // a cp.async not yet waited for
+struct WgmmaOp { float* d; uint32_t a[4]; uint64_t desc; int n; bool trans_b, accumulate; };  // issued, not yet computed
 struct Fiber {
     void* sp = nullptr;
     State state = READY;
     unsigned warp_ops = 0;  // warp collectives passed: lanes must agree at each one
     std::vector<AsyncCopy> copies;  // this thread's cp.async in flight: they land at its wait
+    std::vector<WgmmaOp> wgmma;     // its part of the wgmma products in flight (computed at a wait)
+    std::vector<size_t> wgmma_groups;  // where each committed group ends in wgmma
+    unsigned group_ops = 0;         // warpgroup collectives passed (wgmma waits)
+    int wgmma_keep = 0;             // the wait's N: groups that may stay in flight
 #ifndef __x86_64__
     ucontext_t uc;
 #endif
@@ -233,6 +243,7 @@ inline void fiber_main() {
     BlockRun& r = *tl_run;
     (*r.fn)();
     if (!r.me().copies.empty()) die("%s: a thread ended with cp.async copies it never waited for", r.kernel);
+    if (!r.me().wgmma.empty()) die("%s: a thread ended with wgmma products it never waited for", r.kernel);
     block_on(DONE);  // never resumed
     die("a finished fiber was resumed");
 }
@@ -292,6 +303,7 @@ inline bool release_warp(BlockRun& r, int w) {  // true if warp w's lanes all re
     for (int l = 0; l < 32; l++) r.fibers[w * 32 + l].state = READY;
     return true;
 }
+inline bool release_group(BlockRun& r, int g);  // (with the wgmma emulation, below)
 inline void run_block(BlockRun& r) {
     start_fibers(r);
     const int n = r.nthreads, nwarps = (n + 31) / 32;
@@ -305,6 +317,9 @@ inline void run_block(BlockRun& r) {
                 }
             } while (release_warp(r, w));
         }
+        bool moved = false;  // a warpgroup whose 128 threads all wait at a wgmma wait goes on
+        for (int g = 0; g * 128 < n; g++) moved |= release_group(r, g);
+        if (moved) continue;
         int live = 0, at_block = 0;
         for (const Fiber& f : r.fibers) { live += f.state != DONE; at_block += f.state == AT_BLOCK; }
         if (live == 0) return;
@@ -452,6 +467,121 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
     auto it = opted.find(kernel);
     return it == opted.end() ? 0 : it->second;
 }
+// ---- wgmma (sm_90a): warpgroup matrix products, from the PTX ISA ("Asynchronous Warpgroup
+// Level Matrix Multiply-Accumulate"). A warpgroup is threads 128g..128g+127 of the block.
+// wgmma.mma_async.m64nNk16.f32.bf16.bf16 with A in registers: D (64 × N fp32) = A·B (+ D):
+//   A 64×16: warp w of the group holds rows 16w..16w+15 as mma.m16n8k16's A fragment;
+//   B 16×N from shared memory, through the descriptor: start address (bits 0-13), leading byte
+//     offset LBO (16-29) and stride byte offset SBO (32-45), each in 16-byte units; base offset
+//     (49-51) and swizzle mode (62-63) must be 0 (the no-swizzle "interleaved" layout, the only
+//     one emulated). Its canonical layouts, T = 8 bf16 (16 bytes), element (k, n) at byte
+//       K-major  (trans_b 0): 16·(n%8) + SBO·(n/8) + 2·(k%8) + LBO·(k/8)
+//       MN-major (trans_b 1):  2·(n%8) + SBO·(n/8) + 16·(k%8) + LBO·(k/8)
+//     ("((8,m),(T,2k)):((1T,SBO),(1,LBO))" and "((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))");
+//   D: thread (warp w, lane l) holds d[4j + e] = row 16w + l/4 + 8·(e/2), column 8j + 2·(l%4) + e%2.
+// Each thread's issue only records it; the products are computed when the warpgroup's 128
+// threads all reach a wgmma.wait_group N, for every committed group but the newest N, in issue
+// order, reading shared memory then: the latest a GPU may read B and write D. So a kernel that
+// reads D before its wait, or overwrites B's tile before it, gets wrong results here.
+// The descriptor's address is the offset in the block's dynamic shared memory (shared_offset):
+// a kernel's wgmma operands live there. Not modelled: wgmma.fence and fence.proxy.async (their
+// omission is not detected), the async proxy's ordering apart from the waits.
+inline thread_local size_t tl_dynamic_bytes = 0;
+inline uint32_t shared_offset(const void* p) {
+    const char* base = (const char*)dynamic_shared();
+    if ((const char*)p < base || (const char*)p >= base + tl_dynamic_bytes)
+        die("%s: a shared-memory address outside the block's dynamic shared memory (the emulator's wgmma descriptors address only it)", tl_run->kernel);
+    return (uint32_t)((const char*)p - base);
+}
+inline void wgmma_m64k16_bf16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate) {
+    BlockRun& r = *tl_run;
+    if (r.nthreads % 128) die("%s: wgmma in a block of %d threads (whole warpgroups of 128 only)", r.kernel, r.nthreads);
+    WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate};
+    r.me().wgmma.push_back(op);
+}
+inline void wgmma_commit() {
+    Fiber& f = tl_run->me();
+    if (f.wgmma_groups.empty() ? !f.wgmma.empty() : f.wgmma_groups.back() < f.wgmma.size()) f.wgmma_groups.push_back(f.wgmma.size());
+}
+inline void wgmma_wait(int keep) {
+    Fiber& f = tl_run->me();
+    f.wgmma_keep = keep;
+    f.group_ops++;
+    block_on(AT_GROUP);
+}
+inline float bf16_half(uint32_t reg, int hi) {  // the bf16 in the low (hi = 0) or high half, as fp32
+    uint32_t u = (hi ? reg >> 16 : reg & 0xffffu) << 16; float x; memcpy(&x, &u, 4); return x;
+}
+inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of threads first..first+127
+    const WgmmaOp& op0 = r.fibers[first].wgmma[i];
+    for (int j = 1; j < 128; j++) {
+        const WgmmaOp& o = r.fibers[first + j].wgmma[i];
+        if (o.desc != op0.desc || o.n != op0.n || o.trans_b != op0.trans_b || o.accumulate != op0.accumulate)
+            die("%s: the threads of a warpgroup issued different wgmma (descriptor, shape or flags differ, thread %d)", r.kernel, first + j);
+    }
+    const uint64_t desc = op0.desc;
+    if ((desc >> 62) != 0 || ((desc >> 49) & 7) != 0)
+        die("%s: a wgmma descriptor with a swizzle or base offset (only the interleaved layout is emulated)", r.kernel);
+    const size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
+    const int N = op0.n;
+    std::vector<float> A(64 * 16), B(16 * N);
+    for (int row = 0; row < 64; row++)
+        for (int k = 0; k < 16; k++) {
+            const int rr = row % 16, lane = (rr % 8) * 4 + (k % 8) / 2;
+            A[row * 16 + k] = bf16_half(r.fibers[first + 32 * (row / 16) + lane].wgmma[i].a[rr / 8 + 2 * (k / 8)], k % 2);
+        }
+    const char* base = (const char*)dynamic_shared();
+    for (int k = 0; k < 16; k++)
+        for (int c = 0; c < N; c++) {
+            const size_t off = start + (op0.trans_b ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
+                                                    : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8));
+            if (off + 2 > tl_dynamic_bytes) die("%s: wgmma reads B past the block's dynamic shared memory (byte %zu of %zu)", r.kernel, off, tl_dynamic_bytes);
+            uint16_t v; memcpy(&v, base + off, 2);
+            B[k * N + c] = bf16_half(v, 0);
+        }
+    for (int j = 0; j < 128; j++) {
+        float* d = r.fibers[first + j].wgmma[i].d;
+        const int w = j / 32, g = j % 32 / 4, t = j % 4;
+        for (int nt = 0; nt < N / 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int row = 16 * w + g + 8 * (e / 2), col = 8 * nt + 2 * t + e % 2;
+                float sum = op0.accumulate ? d[4 * nt + e] : 0.0f;
+                for (int k = 0; k < 16; k++) sum += A[row * 16 + k] * B[k * N + col];
+                d[4 * nt + e] = sum;
+            }
+    }
+}
+inline bool release_group(BlockRun& r, int g) {  // true if warpgroup g's threads all waited and go on
+    const int first = g * 128, n = std::min(128, r.nthreads - first);
+    int live = 0, at = 0;
+    for (int j = 0; j < n; j++) {
+        State st = r.fibers[first + j].state;
+        live += st != DONE;
+        at += st == AT_GROUP;
+    }
+    if (at == 0 || at < live) return false;
+    if (live < 128) die("%s: a wgmma wait with threads of the warpgroup that exited or do not exist (warpgroup %d)", r.kernel, g);
+    const Fiber& f0 = r.fibers[first];
+    for (int j = 1; j < 128; j++) {
+        const Fiber& f = r.fibers[first + j];
+        if (f.group_ops != f0.group_ops || f.wgmma_keep != f0.wgmma_keep || f.wgmma.size() != f0.wgmma.size() || f.wgmma_groups != f0.wgmma_groups)
+            die("%s: the threads of warpgroup %d reach different wgmma waits or issued different products (thread %d)", r.kernel, g, first + j);
+    }
+    const size_t groups = f0.wgmma_groups.size(), keep = (size_t)f0.wgmma_keep;
+    if (groups > keep) {
+        const size_t ops = f0.wgmma_groups[groups - keep - 1];  // the products of the groups that complete
+        for (size_t i = 0; i < ops; i++) wgmma_compute(r, first, i);
+        for (int j = 0; j < 128; j++) {
+            Fiber& f = r.fibers[first + j];
+            f.wgmma.erase(f.wgmma.begin(), f.wgmma.begin() + ops);
+            f.wgmma_groups.erase(f.wgmma_groups.begin(), f.wgmma_groups.begin() + (groups - keep));
+            for (size_t& e : f.wgmma_groups) e -= ops;
+        }
+    }
+    for (int j = 0; j < 128; j++) r.fibers[first + j].state = READY;
+    return true;
+}
+
 // A pointer argument of a kernel must be device memory: a host pointer is an illegal access on a
 // GPU, but host memory is readable here, so it is refused at the launch.
 template <class A> inline void check_arg(const char* kernel, int i, const A& a) {
@@ -487,6 +617,7 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
         static thread_local std::vector<uint4> dyn;  // the block's dynamic shared memory
         dyn.resize((cfg.smem + 15) / 16);
         tl_dynamic_shared = cfg.smem ? dyn.data() : nullptr;
+        tl_dynamic_bytes = cfg.smem;
         blockDim = cfg.block; gridDim = cfg.grid;
         #pragma omp for schedule(dynamic, 1)
         for (long i = 0; i < nblocks; i++) {
@@ -795,10 +926,16 @@ struct cudaDeviceProp {
     size_t totalGlobalMem = 0;
 };
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp{}; return cudaSuccess; }
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+// The compute capability is 9.0 where a kernel asks (the emulator runs sm_90a's wgmma); the
+// shared-memory opt-in ceiling an H100's.
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-    if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) simt::die("cudaDeviceGetAttribute: attribute %d is not emulated", (int)a);
-    *v = (int)simt::SHARED_MAX;
+    switch (a) {
+        case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
+        case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)simt::SHARED_MAX; break;
+        default: simt::die("cudaDeviceGetAttribute: attribute %d is not emulated", (int)a);
+    }
     return cudaSuccess;
 }
 inline cudaError_t cudaDriverGetVersion(int* v) { *v = 0; return cudaSuccess; }

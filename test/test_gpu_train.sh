@@ -7,6 +7,8 @@
 #         2-layer model's loss by ~1e-4), falling, bit-identical runs
 #   flash-rows  bf16 with --flash-rows 32 (two m-tiles per warp in flash attention) bit-identical
 #         to 16
+#   wgmma bf16 with --flash-wgmma 1 (the wgmma flash attention, on compute capability 9.0 and the
+#         emulator; elsewhere it runs the default kernels): the bf16 checks again
 #   no epilogues (emulator only) bf16 again with a cuBLASLt that has no algorithm for the bias
 #         and GELU epilogues (SIMT_LT_NO_EPILOGUES=1): matmul.cuh's fallback kernels
 #   waits (emulator only) the host waits for all queued GPU work at most once per optimizer step
@@ -16,13 +18,15 @@
 # the trainer on the CPU SIMT emulator). Prints "ok"/"not ok" lines.
 set -u
 BIN=${1:?usage: test/test_gpu_train.sh TRAIN_GPT}
-gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND [ENV=VALUE...]: the GPU runs with those variables set
+gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND [ENV=VALUE...]: the GPU runs with those variables set (and GPU_FLAGS)
     local prec=$1 bound=$2 tmp; tmp=$(mktemp -d); shift 2
+    local gflags=(${GPU_FLAGS:-})
     local flags=(--model d2 --batch-size 4 --seq-len 64 --steps 10 --lr 1e-3 --warmup-steps 2 --val-data "" --seed 3 --precision "$prec")
     "$BIN" --device cpu "${flags[@]}" --log-file "$tmp/cpu.jsonl" >/dev/null 2>&1
-    env "$@" "$BIN" --device cuda "${flags[@]}" --log-file "$tmp/gpu.jsonl" >"$tmp/gpu.out" 2>&1 || tail -3 "$tmp/gpu.out" | sed 's/^/# /'
-    env "$@" "$BIN" --device cuda "${flags[@]}" --log-file "$tmp/gpu2.jsonl" >/dev/null 2>&1
-    ${PYTHON:-/usr/bin/python3} - "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" "$tmp/gpu2.jsonl" "$prec${1:+ ($*)}" "$bound" <<'PY'
+    env "$@" "$BIN" --device cuda "${flags[@]}" "${gflags[@]}" --log-file "$tmp/gpu.jsonl" >"$tmp/gpu.out" 2>&1 || tail -3 "$tmp/gpu.out" | sed 's/^/# /'
+    env "$@" "$BIN" --device cuda "${flags[@]}" "${gflags[@]}" --log-file "$tmp/gpu2.jsonl" >/dev/null 2>&1
+    local what="$prec${GPU_FLAGS:+ $GPU_FLAGS}"
+    ${PYTHON:-/usr/bin/python3} - "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" "$tmp/gpu2.jsonl" "$what${1:+ ($*)}" "$bound" <<'PY'
 import json, sys
 def load(p):
     try: return [json.loads(l) for l in open(p)]
@@ -58,6 +62,7 @@ PY
     rm -rf "$tmp"
 }
 flash_rows
+GPU_FLAGS="--flash-wgmma 1" gpu_vs_cpu bf16 2e-2
 host_waits() {  # host_waits STEPS TOTAL_BATCH_TOKENS: the emulator's count of full waits (empty on a GPU; "failed")
     local out
     out=$(SIMT_COUNT_WAITS=1 "$BIN" --device cuda --model d2 --batch-size 4 --seq-len 64 --steps "$1" --val-data "" \

@@ -14,6 +14,9 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
   v6: v5 with two m-tiles per warp (head size 64): 32 query rows in the forward and in the
       backward's dQ pass, 32 keys in its dK/dV pass (2 warps a block, K and V read from shared
       memory): each fragment read from shared memory feeds two mma
+  v7: (compute capability 9.0) v5 with warpgroup MMA, wgmma: forward and both backward passes
+      by warpgroups of 64 rows, two a block, B operands read by the tensor cores from tiles of 64
+      in shared memory (no ldmatrix, no B fragments in registers); v8: the same, one warpgroup a block
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -22,7 +25,8 @@ Reports each version's max relative error against the CPU op and its time and TF
 2.5× that for the backward).
 usage: ./build/dev_attention [B T C NH [time]]   (default GPT-2 124M: 8 1024 768 12)
   "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
-          for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times
+          for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times;
+          on compute capability 9.0 also v7's and v8's
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
 #include "common.cuh"
@@ -72,6 +76,15 @@ int main(int argc, char** argv) {
             backward_split(bwd, flops_fwd, b32);
             g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
         }
+        if (use_flash<bf16>(C, NH) && gpu_has_wgmma())  // v7, v8: wgmma, 2 or 1 warpgroups a block
+            for (int groups : {2, 1}) {
+                g_flash_wgmma = true; g_flash_wgmma_groups = groups;
+                float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH); }), bw = time_ms(bwd);
+                printf("  with wgmma, %d warpgroup(s) a block (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
+                       groups, groups == 2 ? 7 : 8, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
+                backward_split(bwd, flops_fwd, bw);
+                g_flash_wgmma = false; g_flash_wgmma_groups = 2;
+            }
         return 0;
     }
     auto qkv = dev_randn((size_t)B * T * 3 * C), dout = dev_randn((size_t)B * T * C);
@@ -97,14 +110,17 @@ int main(int argc, char** argv) {
     DevBuf<bf16> g_qkv(bqkv), g_out(bout), g_dout(bdout), g_dqkv(bdqkv);
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
-                           "v6 v5 + 32 rows/warp"};
-    for (int v = 2; v <= 6; v++) {
+                           "v6 v5 + 32 rows/warp", "v7 wgmma, 2 warpgroups", "v8 wgmma, 1 warpgroup"};
+    for (int v = 2; v <= 8; v++) {
         const bool flash = v >= 3;
         g_flash_attention = flash;
         g_flash_ldmatrix = v >= 4;
         g_flash_async = v >= 5;
         g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = v == 6 ? 32 : 16;
+        g_flash_wgmma = v >= 7;
+        g_flash_wgmma_groups = v == 8 ? 1 : 2;
         const char* name = names[v];
+        if (v >= 7 && !gpu_has_wgmma()) { printf("%s: compute capability 9.0 only\n", name); continue; }
         if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
         if (v == 6 && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
         auto f = [&] { attention_forward(gpu_ctx, g_out.p(), glse.p(), g_qkv.p(), B, T, C, NH); };
@@ -117,5 +133,6 @@ int main(int argc, char** argv) {
     }
     g_flash_attention = g_flash_ldmatrix = g_flash_async = true;
     g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
+    g_flash_wgmma = false; g_flash_wgmma_groups = 2;
     return dev_done();
 }
