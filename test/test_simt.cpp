@@ -10,6 +10,9 @@ under the emulator" (build/simcheck_ops) means something:
     same reduction with its barrier removed is wrong in at least one of them (the race is seen);
   - cp.async lands at the thread's wait (not at a __syncthreads before it), zero-filling short
     copies;
+  - wgmma m64n64k16: A fragments by the ISA's formulas and B stored by its canonical no-swizzle
+    layouts (K-major and MN-major, spaced by the descriptor's LBO and SBO) multiply to A·B + C,
+    written to D only at the wait; a warpgroup with a warp that never waits is reported;
   - the failures a GPU would show are reported, each in a child process that must exit with
     status 3 and name the kernel (one block each: libgomp's threads do not survive fork): a
     __syncthreads that half a warp reaches while the other half waits at a shuffle (deadlock), a
@@ -183,6 +186,56 @@ static void test_cp_async() {
     check(pending, "cp.async has not landed at a __syncthreads before its wait");
     check(landed, "cp.async has landed after the wait, short copies zero-filled");
     cudaFree(src);
+}
+
+// wgmma m64n64k16 (A in registers: warp w the mma A fragment of rows 16w..16w+15; B through a
+// descriptor in both canonical no-swizzle layouts, the core matrices spaced apart by LBO and SBO
+// with gaps so that a swapped field shows; D: warp w rows 16w.., n-tile j in d[4j..4j+3] in the
+// mma C layout) equals A·B + C, and only after the wait: D read between issue and wait is old.
+static void test_wgmma() {
+    static float A[64][16], B[16][64], C[64][64], D[64][64];
+    for (int r = 0; r < 64; r++) for (int k = 0; k < 16; k++) A[r][k] = fl(bf((float)((r * 7 + k * 3) % 11) - 5.0f));
+    for (int k = 0; k < 16; k++) for (int n = 0; n < 64; n++) B[k][n] = fl(bf((float)((k * 5 + n * 3) % 9) - 4.0f) * 0.5f);
+    for (int r = 0; r < 64; r++) for (int n = 0; n < 64; n++) C[r][n] = (float)(r - n);
+    for (int trans = 0; trans < 2; trans++) {
+        // K-major: (k, n) at 16(n%8) + SBO(n/8) + 2(k%8) + LBO(k/8); MN-major: 2(n%8) + SBO(n/8) + 16(k%8) + LBO(k/8)
+        const uint32_t lbo = trans ? 1536 : 128, sbo = trans ? 128 : 512;
+        auto at = [&](int k, int n) { return trans ? 2 * (n % 8) + sbo * (n / 8) + 16 * (k % 8) + lbo * (k / 8)
+                                                   : 16 * (n % 8) + sbo * (n / 8) + 2 * (k % 8) + lbo * (k / 8); };
+        bool stale = true;  // D between issue and wait still holds C
+        simt::launch("wgmma_test", simt::Cfg{1, 128, 4096}, [&] {
+            char* smem = (char*)simt::dynamic_shared();
+            if (threadIdx.x == 0)
+                for (int k = 0; k < 16; k++)
+                    for (int n = 0; n < 64; n++) { uint16_t v = bf(B[k][n]); memcpy(smem + at(k, n), &v, 2); }
+            __syncthreads();
+            const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+            uint32_t a[4];
+            uint16_t ah[8];
+            for (int i = 0; i < 8; i++) ah[i] = bf(A[16 * w + a_row(lane, i)][a_col(lane, i)]);
+            for (int r = 0; r < 4; r++) a[r] = ah[2 * r] | ((uint32_t)ah[2 * r + 1] << 16);
+            float d[32];
+            for (int j = 0; j < 8; j++)
+                for (int e = 0; e < 4; e++) d[4 * j + e] = C[16 * w + c_row(lane, e)][8 * j + c_col(lane, e)];
+            const uint64_t desc = (uint64_t)(simt::shared_offset(smem) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
+            simt::wgmma_m64k16_bf16(d, a, desc, 64, trans, true);
+            simt::wgmma_commit();
+            if (d[5] != C[16 * w + c_row(lane, 1)][8 + c_col(lane, 1)]) stale = false;
+            simt::wgmma_wait(0);
+            for (int j = 0; j < 8; j++)
+                for (int e = 0; e < 4; e++) D[16 * w + c_row(lane, e)][8 * j + c_col(lane, e)] = d[4 * j + e];
+        });
+        bool ok = true;
+        for (int r = 0; r < 64; r++)
+            for (int n = 0; n < 64; n++) {
+                double sum = C[r][n];
+                for (int k = 0; k < 16; k++) sum += (double)A[r][k] * B[k][n];
+                ok &= D[r][n] == (float)sum;  // small integers and halves: exact in fp32
+            }
+        check(ok, trans ? "wgmma m64n64k16, B MN-major through the descriptor, equals A·B + C"
+                        : "wgmma m64n64k16, B K-major through the descriptor, equals A·B + C");
+        check(stale, trans ? "... and its D is written only at the wait (MN-major)" : "... and its D is written only at the wait (K-major)");
+    }
 }
 
 // runs fn in a child; true if it exits with status 3 and its stderr mentions `needle`
@@ -391,12 +444,26 @@ static void test_failures() {
           "a copy reading what a matmul of another stream wrote, without waiting, is reported");
 }
 
+static void test_wgmma_failures() {
+    check(dies_with([] {
+        simt::launch("wgmma_half_wait", simt::Cfg{1, 128, 1024}, [&] {
+            float d[32] = {};
+            uint32_t a[4] = {};
+            simt::wgmma_m64k16_bf16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
+            simt::wgmma_commit();
+            if (threadIdx.x < 96) simt::wgmma_wait(0);  // warp 3 leaves without waiting
+        });
+    }, "wgmma_half_wait"), "a warpgroup whose last warp never waits for its wgmma is reported");
+}
+
 int main() {
     test_mma();
     test_ldmatrix();
     test_shuffles();
     test_races();
     test_cp_async();
+    test_wgmma();
+    test_wgmma_failures();
     test_pinned();
     test_streams();
     test_kernel_writes();
