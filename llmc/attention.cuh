@@ -646,6 +646,26 @@ template <int D> __device__ inline void stage_tile_cm(bf16* dst, const bf16* src
         cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? row0 + r : 0) * ld + c, in ? 16 : 0);
     }
 }
+// The two kinds of product in the wgmma kernels (each issued by the whole warpgroup; the caller
+// commits and waits). c (64 × 64) = A·Mᵀ: A this warp's 16 rows as D/16 A fragments in registers
+// (Q, dO, K or V), M a 64-row tile read as K-major B (K, V, Q or dO): S, dP and their transposes.
+template <int D> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const bf16* tile) {
+    #pragma unroll
+    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+}
+// acc (64 × D) += P·M: P this warp's 16 rows × 64 in C fragments (P, dS or their transposes),
+// rounded to bf16 as A fragments; M a 64-row tile read as MN-major B (V, K, dO or Q).
+template <int D> __device__ inline void wgmma_issue_pm(float (*acc)[4], const float (*p)[4], const bf16* tile) {
+    uint32_t pa[4][4];
+    #pragma unroll
+    for (int kc = 0; kc < 4; kc++) c_to_a(pa[kc], p[2 * kc], p[2 * kc + 1]);
+    wgmma_hold<D / 2>(&acc[0][0]);
+    wgmma_fence();  // (after the A fragments and acc were written)
+    #pragma unroll
+    for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&acc[0][0], pa[kc], wgmma_desc(tile + kc * 16 * D, 16 * D, 128), true);
+}
+__device__ inline void wgmma_complete() { wgmma_commit(); wgmma_wait<0>(); }  // every product issued is in its D
+
 // The forward of flash_forward_kernel (MT = 1) with wgmma: NWG warpgroups a block, each with 64
 // query rows (NWG = 2: 128 rows share each K and V tile copied in). Per key tile of 64: S = Q·Kᵀ
 // as D/16 wgmma m64n64k16 (Q in registers), the same online softmax on the accumulators (the same
@@ -678,10 +698,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* ou
         float s[8][4];
         if (live) {
             wgmma_fence();
-            #pragma unroll
-            for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&s[0][0], qf[kc], wgmma_desc(Ks + kc * 128, 128, 16 * D), kc > 0);
-            wgmma_commit();
-            wgmma_wait<0>();
+            wgmma_issue_amt<D>(s, qf, Ks);
+            wgmma_complete();
             wgmma_hold<32>(&s[0][0]);
             online_softmax_tile<D>(s, o, m, l, sl2, row0, kt * 64);
         }
@@ -690,15 +708,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* ou
         __syncthreads();  // V(kt) is in, and every warpgroup is done with K(kt)
         if (kt + 1 < nkt) stage_tile_cm<D>(Ks, k, C3, (kt + 1) * 64, T_);
         if (live) {
-            uint32_t pa[4][4];
-            #pragma unroll
-            for (int kc = 0; kc < 4; kc++) c_to_a(pa[kc], s[2 * kc], s[2 * kc + 1]);
-            wgmma_hold<D / 2>(&o[0][0]);
-            wgmma_fence();
-            #pragma unroll
-            for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&o[0][0], pa[kc], wgmma_desc(Vs + kc * 16 * D, 16 * D, 128), true);
-            wgmma_commit();
-            wgmma_wait<0>();
+            wgmma_issue_pm<D>(o, s, Vs);
+            wgmma_complete();
             wgmma_hold<D / 2>(&o[0][0]);
         }
     }
@@ -976,29 +987,19 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
         const bf16 *Ks = tiles + 2 * buf * 64 * D, *Vs = Ks + 64 * D;
         float s[8][4], dp[8][4];
         wgmma_fence();
-        #pragma unroll
-        for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&s[0][0], qf[kc], wgmma_desc(Ks + kc * 128, 128, 16 * D), kc > 0);
-        #pragma unroll
-        for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&dp[0][0], of[kc], wgmma_desc(Vs + kc * 128, 128, 16 * D), kc > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_issue_amt<D>(s, qf, Ks);
+        wgmma_issue_amt<D>(dp, of, Vs);
+        wgmma_complete();
         wgmma_hold<32>(&s[0][0]);
         wgmma_hold<32>(&dp[0][0]);
         if (kt * 64 + 63 > row0) mask_future<8, false>(s, row0, kt * 64);  // the diagonal (and T)
-        uint32_t sa[4][4];  // dS as the A operand of dQ += dS·K, 16 keys at a time
-        for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < 8; nt++)  // dS into dp
             for (int e = 0; e < 4; e++) {
                 const float p = exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
                 dp[nt][e] = p * (dp[nt][e] - Dr[e / 2]);
             }
-        #pragma unroll
-        for (int kc = 0; kc < 4; kc++) c_to_a(sa[kc], dp[2 * kc], dp[2 * kc + 1]);
-        wgmma_hold<D / 2>(&dq[0][0]);
-        wgmma_fence();
-        #pragma unroll
-        for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&dq[0][0], sa[kc], wgmma_desc(Ks + kc * 16 * D, 16 * D, 128), true);
-        wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_issue_pm<D>(dq, dp, Ks);  // dQ += dS·K
+        wgmma_complete();
         wgmma_hold<D / 2>(&dq[0][0]);
     }
     store_acc_rows<D>(dqkv + (size_t)b * T_ * C3 + h * D, C3, dq, row0, T_, rsqrtf((float)D));
@@ -1007,7 +1008,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
 // from the block's first key: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (Q and dO as K-major B), Pᵀ and
 // dSᵀ = Pᵀ∘(dPᵀ − D) in registers as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q (dO and Q as
 // MN-major B, the same tiles). Shared memory: Q and dO, two buffers each, 4·64·D·2 bytes; each
-// query's lse (base 2) and D beside them.
+// query's lse (base 2) and D beside them. Registers (ptxas): 240 at head size 64, no spills; at
+// 128, 255 with a 168-byte stack, and ptxas serializes its wgmma for want of registers (C7512).
 template <int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                              const float* lse, const float* Dv, int T_, int C, int NH) {
@@ -1049,12 +1051,9 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
         const bf16 *Qs = tiles + 2 * buf * 64 * D, *dOs = Qs + 64 * D;
         float st[8][4], dpt[8][4];  // Sᵀ, dPᵀ: 64 keys × 64 queries
         wgmma_fence();
-        #pragma unroll
-        for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&st[0][0], kf[kc], wgmma_desc(Qs + kc * 128, 128, 16 * D), kc > 0);
-        #pragma unroll
-        for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&dpt[0][0], vf[kc], wgmma_desc(dOs + kc * 128, 128, 16 * D), kc > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_issue_amt<D>(st, kf, Qs);
+        wgmma_issue_amt<D>(dpt, vf, dOs);
+        wgmma_complete();
         wgmma_hold<32>(&st[0][0]);
         wgmma_hold<32>(&dpt[0][0]);
         if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
@@ -1065,21 +1064,9 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
                 st[nt][e] = p;
                 dpt[nt][e] = p * (dpt[nt][e] - Ds[buf][col]);
             }
-        uint32_t pa[4][4], sa[4][4];  // Pᵀ and dSᵀ as A operands, 16 queries at a time
-        #pragma unroll
-        for (int kc = 0; kc < 4; kc++) {
-            c_to_a(pa[kc], st[2 * kc], st[2 * kc + 1]);
-            c_to_a(sa[kc], dpt[2 * kc], dpt[2 * kc + 1]);
-        }
-        wgmma_hold<D / 2>(&dv[0][0]);
-        wgmma_hold<D / 2>(&dk[0][0]);
-        wgmma_fence();
-        #pragma unroll
-        for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&dv[0][0], pa[kc], wgmma_desc(dOs + kc * 16 * D, 16 * D, 128), true);
-        #pragma unroll
-        for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&dk[0][0], sa[kc], wgmma_desc(Qs + kc * 16 * D, 16 * D, 128), true);
-        wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_issue_pm<D>(dv, st, dOs);   // dV += Pᵀ·dO
+        wgmma_issue_pm<D>(dk, dpt, Qs);   // dK += dSᵀ·Q
+        wgmma_complete();
         wgmma_hold<D / 2>(&dv[0][0]);
         wgmma_hold<D / 2>(&dk[0][0]);
     }
