@@ -408,6 +408,27 @@ template <int NT, bool KEY_ROWS> __device__ inline void mask_future(float (*c)[4
 }
 static const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
+// The backward's dS = P∘(dP − D) with P = exp2(s·log2e/√hs − lse·log2e), on NT n-tiles of a
+// warp's C fragments. ds_rows: rows are queries (dQ pass), each thread's two rows' lse2 and D
+// given; dp becomes dS. ds_cols: the transposed products (dK/dV pass), columns are queries whose
+// lse2 and D are read per column; st becomes Pᵀ and dpt dSᵀ (both are A operands next).
+template <int NT> __device__ inline void ds_rows(const float (*s)[4], float (*dp)[4], const float* lse2, const float* Dr, float sl2) {
+    for (int nt = 0; nt < NT; nt++)
+        for (int e = 0; e < 4; e++) {
+            const float p = exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
+            dp[nt][e] = p * (dp[nt][e] - Dr[e / 2]);
+        }
+}
+template <int NT> __device__ inline void ds_cols(float (*st)[4], float (*dpt)[4], const float* lse2, const float* Dc, float sl2) {
+    const int t = threadIdx.x % 4;
+    for (int nt = 0; nt < NT; nt++)
+        for (int e = 0; e < 4; e++) {
+            const int col = nt * 8 + 2 * t + (e & 1);
+            const float p = exp2f(fmaf(st[nt][e], sl2, -lse2[col]));
+            st[nt][e] = p;
+            dpt[nt][e] = p * (dpt[nt][e] - Dc[col]);
+        }
+}
 // One key tile of 64 in the forward's online softmax, for a warp's 16 query rows (row0 + g and
 // row0 + g + 8; s and o in the C layout, the keys from col0): the causal mask where the tile
 // reaches the diagonal, the rows' new running max m (base 2; each row's 4 threads agree on it),
@@ -528,7 +549,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
     for (int i = 0; i < MT; i++) forward_store_rows<D>(out, lse, o[i], m[i], l[i], row0[i], b, h, T_, C, NH);
 }
 
-// ---- Hopper: the forward with warpgroup MMA (wgmma, sm_90a)
+// ---- Hopper: flash attention with warpgroup MMA (wgmma, sm_90a)
 // A warpgroup (4 consecutive warps, 128 threads) issues one wgmma.mma_async for a 64 × N × 16
 // product: A from registers (each warp its 16 rows, the mma.m16n8k16 A fragment), B read by the
 // tensor cores straight from shared memory through a 64-bit descriptor, D in registers (warp w
@@ -646,10 +667,11 @@ template <int D> __device__ inline void stage_tile_cm(bf16* dst, const bf16* src
         cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? row0 + r : 0) * ld + c, in ? 16 : 0);
     }
 }
-// The two kinds of product in the wgmma kernels (each issued by the whole warpgroup; the caller
-// commits and waits). c (64 × 64) = A·Mᵀ: A this warp's 16 rows as D/16 A fragments in registers
+// The two kinds of product in the wgmma kernels (each fenced, then issued by the whole
+// warpgroup; the caller commits and waits: wgmma_complete). c (64 × 64) = A·Mᵀ: A this warp's 16 rows as D/16 A fragments in registers
 // (Q, dO, K or V), M a 64-row tile read as K-major B (K, V, Q or dO): S, dP and their transposes.
 template <int D> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const bf16* tile) {
+    wgmma_fence();
     #pragma unroll
     for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
 }
@@ -697,7 +719,6 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* ou
         const bool live = kt * 64 <= wrow0 + 63;  // (the same for the whole warpgroup)
         float s[8][4];
         if (live) {
-            wgmma_fence();
             wgmma_issue_amt<D>(s, qf, Ks);
             wgmma_complete();
             wgmma_hold<32>(&s[0][0]);
@@ -775,7 +796,7 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
     __shared__ __align__(16) bf16 Vs[KV_SHARED ? 64 : 1][D + 8];
     __shared__ float lse2[2][32], Ds[2][32];
     const int kt = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
-    const int warp = threadIdx.x / 32, t = threadIdx.x % 4;
+    const int warp = threadIdx.x / 32;
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
     const bf16* dO = dout + (size_t)b * T_ * C + h * D;
@@ -833,13 +854,7 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
         for (int i = 0; i < MT; i++) {
             if (!live[i]) continue;
             if (q0 < key0[i] + 15) mask_future<4, true>(st[i], key0[i], q0);  // the tiles that reach the diagonal
-            for (int nt = 0; nt < 4; nt++)  // Pᵀ into st, dSᵀ into dpt (queries past T: lse2 = ∞, p = 0)
-                for (int e = 0; e < 4; e++) {
-                    const int col = nt * 8 + 2 * t + (e & 1);
-                    const float p = exp2f(fmaf(st[i][nt][e], sl2, -lse2[buf][col]));
-                    st[i][nt][e] = p;
-                    dpt[i][nt][e] = p * (dpt[i][nt][e] - Ds[buf][col]);
-                }
+            ds_cols<4>(st[i], dpt[i], lse2[buf], Ds[buf], sl2);  // Pᵀ, dSᵀ (queries past T: lse2 = ∞, p = 0)
             for (int kc = 0; kc < 2; kc++) {
                 c_to_a(pa[i][kc], st[i][2 * kc], st[i][2 * kc + 1]);
                 c_to_a(sa[i][kc], dpt[i][2 * kc], dpt[i][2 * kc + 1]);
@@ -920,11 +935,7 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
         for (int i = 0; i < MT; i++) {
             if (!live[i]) continue;
             if (k0t + 31 > row0[i]) mask_future<4, false>(s[i], row0[i], k0t);  // the tiles that reach the diagonal (and T)
-            for (int nt = 0; nt < 4; nt++)  // dS into dp
-                for (int e = 0; e < 4; e++) {
-                    const float p = exp2f(fmaf(s[i][nt][e], sl2, -lse2[i][e / 2]));
-                    dp[i][nt][e] = p * (dp[i][nt][e] - Dr[i][e / 2]);
-                }
+            ds_rows<4>(s[i], dp[i], lse2[i], Dr[i], sl2);  // dS into dp
             for (int kc = 0; kc < 2; kc++) c_to_a(sa[i][kc], dp[i][2 * kc], dp[i][2 * kc + 1]);
         }
         for (int kc = 0; kc < 2; kc++)  // dQ += dS·K over the 32 keys
@@ -986,18 +997,13 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
         if (kt * 64 > wrow0 + 63) continue;  // every key of the tile after the warpgroup's rows
         const bf16 *Ks = tiles + 2 * buf * 64 * D, *Vs = Ks + 64 * D;
         float s[8][4], dp[8][4];
-        wgmma_fence();
         wgmma_issue_amt<D>(s, qf, Ks);
         wgmma_issue_amt<D>(dp, of, Vs);
         wgmma_complete();
         wgmma_hold<32>(&s[0][0]);
         wgmma_hold<32>(&dp[0][0]);
         if (kt * 64 + 63 > row0) mask_future<8, false>(s, row0, kt * 64);  // the diagonal (and T)
-        for (int nt = 0; nt < 8; nt++)  // dS into dp
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
-                dp[nt][e] = p * (dp[nt][e] - Dr[e / 2]);
-            }
+        ds_rows<8>(s, dp, lse2, Dr, sl2);  // dS into dp
         wgmma_issue_pm<D>(dq, dp, Ks);  // dQ += dS·K
         wgmma_complete();
         wgmma_hold<D / 2>(&dq[0][0]);
@@ -1008,7 +1014,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
 // from the block's first key: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (Q and dO as K-major B), Pᵀ and
 // dSᵀ = Pᵀ∘(dPᵀ − D) in registers as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q (dO and Q as
 // MN-major B, the same tiles). Shared memory: Q and dO, two buffers each, 4·64·D·2 bytes; each
-// query's lse (base 2) and D beside them. Registers (ptxas): 240 at head size 64, no spills; at
+// query's lse (base 2) and D beside them. Registers (ptxas): 236 at head size 64, no spills; at
 // 128, 255 with a 168-byte stack, and ptxas serializes its wgmma for want of registers (C7512).
 template <int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
@@ -1016,7 +1022,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
     DYNAMIC_SHARED(bf16, tiles);  // Q(buf) at tiles + 2·buf·64·D, dO(buf) after it
     __shared__ float lse2[2][64], Ds[2][64];
     const int kb = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
-    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, t = threadIdx.x % 4;
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
     const bf16* dO = dout + (size_t)b * T_ * C + h * D;
@@ -1050,20 +1056,13 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
         if (q0 + 63 < wkey0) continue;  // every query of the tile before the warpgroup's keys
         const bf16 *Qs = tiles + 2 * buf * 64 * D, *dOs = Qs + 64 * D;
         float st[8][4], dpt[8][4];  // Sᵀ, dPᵀ: 64 keys × 64 queries
-        wgmma_fence();
         wgmma_issue_amt<D>(st, kf, Qs);
         wgmma_issue_amt<D>(dpt, vf, dOs);
         wgmma_complete();
         wgmma_hold<32>(&st[0][0]);
         wgmma_hold<32>(&dpt[0][0]);
         if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
-        for (int nt = 0; nt < 8; nt++)  // Pᵀ into st, dSᵀ into dpt (queries past T: lse2 = ∞, p = 0)
-            for (int e = 0; e < 4; e++) {
-                const int col = nt * 8 + 2 * t + (e & 1);
-                const float p = exp2f(fmaf(st[nt][e], sl2, -lse2[buf][col]));
-                st[nt][e] = p;
-                dpt[nt][e] = p * (dpt[nt][e] - Ds[buf][col]);
-            }
+        ds_cols<8>(st, dpt, lse2[buf], Ds[buf], sl2);  // Pᵀ, dSᵀ (queries past T: lse2 = ∞, p = 0)
         wgmma_issue_pm<D>(dv, st, dOs);   // dV += Pᵀ·dO
         wgmma_issue_pm<D>(dk, dpt, Qs);   // dK += dSᵀ·Q
         wgmma_complete();
@@ -1118,6 +1117,11 @@ template <class F> inline void flash_dispatch(int hs, const F& f) {
     if (hs == 64) with(std::integral_constant<int, 64>{});
     else with(std::integral_constant<int, 128>{});
 }
+// Calls f with std::integral_constant<int, g_flash_wgmma_groups> (1 or 2: warpgroups a block).
+template <class F> inline void wgmma_groups_dispatch(const F& f) {
+    if (g_flash_wgmma_groups == 1) f(std::integral_constant<int, 1>{});
+    else f(std::integral_constant<int, 2>{});
+}
 // grid (NH, B, row tiles): the tile index is the slowest, so the blocks with the most work
 // (the last query tiles; for dK/dV the first key tiles) start first and the short ones fill the tail
 template <class T>
@@ -1127,11 +1131,11 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
             constexpr int D = decltype(d)::value;
             constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
             if (g_flash_wgmma && gpu_has_wgmma()) {
-                const size_t smem = 2 * 64 * D * sizeof(bf16);
-                if (g_flash_wgmma_groups == 2)
-                    flash_forward_wgmma_kernel<D, 2><<<dim3(NH, B, ceil_div(T_, 128)), 256, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH);
-                else
-                    flash_forward_wgmma_kernel<D, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+                wgmma_groups_dispatch([&](auto groups) {
+                    constexpr int G = decltype(groups)::value;
+                    const size_t smem = 2 * 64 * D * sizeof(bf16);
+                    flash_forward_wgmma_kernel<D, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+                });
                 CUDA_LAUNCH_CHECK();
                 return;
             }
@@ -1153,24 +1157,17 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
             constexpr int D = decltype(d)::value;
             constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
             if (g_flash_wgmma && gpu_has_wgmma()) {
-                const int rows = 64 * g_flash_wgmma_groups;  // (keys in the dK/dV pass, queries in the dQ pass)
-                const size_t smem = 4 * 64 * D * sizeof(bf16);
-                const dim3 grid(NH, B, ceil_div(T_, rows));
-                if (g_flash_wgmma_groups == 2) {
-                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<D, 2>);
-                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<D, 2>);
+                wgmma_groups_dispatch([&](auto groups) {
+                    constexpr int G = decltype(groups)::value;
+                    const size_t smem = 4 * 64 * D * sizeof(bf16);  // (64 KB at D = 128)
+                    const dim3 grid(NH, B, ceil_div(T_, 64 * G));    // 64·G keys (dK/dV pass) or queries (dQ pass) a block
+                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<D, G>);
+                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<D, G>);
                     if (g_flash_backward_passes & 1)
-                        flash_backward_dkv_wgmma_kernel<D, 2><<<grid, 256, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        flash_backward_dkv_wgmma_kernel<D, G><<<grid, 128 * G, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
                     if (g_flash_backward_passes & 2)
-                        flash_backward_dq_wgmma_kernel<D, 2><<<grid, 256, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
-                } else {
-                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<D, 1>);
-                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<D, 1>);
-                    if (g_flash_backward_passes & 1)
-                        flash_backward_dkv_wgmma_kernel<D, 1><<<grid, 128, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
-                    if (g_flash_backward_passes & 2)
-                        flash_backward_dq_wgmma_kernel<D, 1><<<grid, 128, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
-                }
+                        flash_backward_dq_wgmma_kernel<D, G><<<grid, 128 * G, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                });
                 CUDA_LAUNCH_CHECK();
                 return;
             }

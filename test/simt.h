@@ -350,17 +350,17 @@ template <class T> inline T shfl(unsigned mask, T v, int src_of_lane(int, int), 
     return r;
 }
 
+inline float bf16_half(uint32_t reg, int hi) {  // the bf16 in the low (hi = 0) or high half of a register, as fp32
+    uint32_t u = (hi ? reg >> 16 : reg & 0xffffu) << 16; float x; memcpy(&x, &u, 4); return x;
+}
 inline void mma_m16n8k16_bf16(float* c, const uint32_t* a, const uint32_t* b) {
     WarpSlots& w = my_warp();
     const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
     memcpy(w.a[buf][lane], a, 16);
     memcpy(w.b[buf][lane], b, 8);
     warp_barrier();
-    auto half = [](uint32_t reg, int hi) {  // the bf16 in the low (hi = 0) or high half, as fp32
-        uint32_t u = (hi ? reg >> 16 : reg & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f;
-    };
-    auto A = [&](int row, int k) { return half(w.a[buf][(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2); };
-    auto B = [&](int k, int n) { return half(w.b[buf][n * 4 + (k % 8) / 2][k / 8], k % 2); };
+    auto A = [&](int row, int k) { return bf16_half(w.a[buf][(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2); };
+    auto B = [&](int k, int n) { return bf16_half(w.b[buf][n * 4 + (k % 8) / 2][k / 8], k % 2); };
     const int g = lane / 4, t = lane % 4;
     for (int e = 0; e < 4; e++) {
         int row = g + 8 * (e / 2), col = 2 * t + e % 2;
@@ -508,9 +508,6 @@ inline void wgmma_wait(int keep) {
     f.wgmma_keep = keep;
     f.group_ops++;
     block_on(AT_GROUP);
-}
-inline float bf16_half(uint32_t reg, int hi) {  // the bf16 in the low (hi = 0) or high half, as fp32
-    uint32_t u = (hi ? reg >> 16 : reg & 0xffffu) << 16; float x; memcpy(&x, &u, 4); return x;
 }
 inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of threads first..first+127
     const WgmmaOp& op0 = r.fibers[first].wgmma[i];
