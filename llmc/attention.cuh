@@ -1132,9 +1132,9 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
             constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
             if (g_flash_wgmma && gpu_has_wgmma()) {
                 wgmma_groups_dispatch([&](auto groups) {
-                    constexpr int G = decltype(groups)::value;
-                    const size_t smem = 2 * 64 * D * sizeof(bf16);
-                    flash_forward_wgmma_kernel<D, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+                    constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
+                    const size_t smem = 2 * 64 * HS * sizeof(bf16);
+                    flash_forward_wgmma_kernel<HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
@@ -1158,15 +1158,15 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
             constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
             if (g_flash_wgmma && gpu_has_wgmma()) {
                 wgmma_groups_dispatch([&](auto groups) {
-                    constexpr int G = decltype(groups)::value;
-                    const size_t smem = 4 * 64 * D * sizeof(bf16);  // (64 KB at D = 128)
-                    const dim3 grid(NH, B, ceil_div(T_, 64 * G));    // 64·G keys (dK/dV pass) or queries (dQ pass) a block
-                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<D, G>);
-                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<D, G>);
+                    constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
+                    const size_t smem = 4 * 64 * HS * sizeof(bf16);  // (64 KB at head size 128)
+                    const dim3 grid(NH, B, ceil_div(T_, 64 * G));     // 64·G keys (dK/dV pass) or queries (dQ pass) a block
+                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<HS, G>);
+                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<HS, G>);
                     if (g_flash_backward_passes & 1)
-                        flash_backward_dkv_wgmma_kernel<D, G><<<grid, 128 * G, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        flash_backward_dkv_wgmma_kernel<HS, G><<<grid, 128 * G, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
                     if (g_flash_backward_passes & 2)
-                        flash_backward_dq_wgmma_kernel<D, G><<<grid, 128 * G, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        flash_backward_dq_wgmma_kernel<HS, G><<<grid, 128 * G, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
