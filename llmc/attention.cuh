@@ -72,7 +72,12 @@ and whose B operand the tensor cores read straight from shared memory, where til
 are stored as 8×16-byte core matrices (no swizzle) so that one tile serves as K-major B (K in
 S = Q·Kᵀ) and as MN-major B (V in O = P·V, by the descriptor's transpose). Two warpgroups a
 block share each tile. What goes: ldmatrix and the B fragments in registers; the mma.sync path's
-cap of 16 flops per shared byte (wgmma's shared-memory reads are the tensor cores' own).
+cap of 16 flops per shared byte (wgmma's shared-memory reads are the tensor cores' own). The
+products run asynchronously, so the forward and the dQ pass are software-pipelined
+(FlashAttention-3's intra-warpgroup overlap, wgmma_pipeline_step): the softmax (or dS) of key
+tile j runs while the tile j − 1 product that accumulates (O += P·V, dQ += dS·K) is still on the
+tensor cores. The dK/dV pass is not: it holds two accumulators (236 registers at head size 64)
+and has no room for a second set of A fragments.
 Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4): A (16×16, row-major) regs
 {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B (16×8, "col") regs {(k=2t..2t+1,
 n=g), (k=2t+8.., n=g)}; C (16×8 fp32) {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. The C
@@ -430,11 +435,12 @@ template <int NT> __device__ inline void ds_cols(float (*st)[4], float (*dpt)[4]
         }
 }
 // One key tile of 64 in the forward's online softmax, for a warp's 16 query rows (row0 + g and
-// row0 + g + 8; s and o in the C layout, the keys from col0): the causal mask where the tile
-// reaches the diagonal, the rows' new running max m (base 2; each row's 4 threads agree on it),
-// what came before rescaled by exp2(m_old − m_new), and s turned into probabilities whose per-thread
-// sums go into l (added across the row's threads at the end).
-template <int D> __device__ inline void online_softmax_tile(float (*s)[4], float (*o)[4], float* m, float* l, float sl2, int row0, int col0) {
+// row0 + g + 8; s in the C layout, the keys from col0): the causal mask where the tile reaches the
+// diagonal, the rows' new running max m (base 2; each row's 4 threads agree on it), the factor
+// corr = exp2(m_old − m_new) by which what came before is rescaled (l here; the output by the
+// caller: rescale_rows), and s turned into probabilities whose per-thread sums go into l (added
+// across the row's threads at the end).
+__device__ inline void online_softmax_p(float (*s)[4], float* m, float* l, float* corr, float sl2, int row0, int col0) {
     if (col0 + 63 > row0) mask_future<8, false>(s, row0, col0);  // the diagonal (and keys past T)
     float rs[2] = {0.0f, 0.0f}, mu[2];
     for (int r = 0; r < 2; r++) {
@@ -444,10 +450,9 @@ template <int D> __device__ inline void online_softmax_tile(float (*s)[4], float
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[r], mx * sl2);
         mu[r] = m_new == -INFINITY ? 0.0f : m_new;
-        const float corr = exp2f(m[r] - mu[r]);
+        corr[r] = exp2f(m[r] - mu[r]);
         m[r] = m_new;
-        l[r] *= corr;
-        for (int dt = 0; dt < D / 8; dt++) { o[dt][2 * r] *= corr; o[dt][2 * r + 1] *= corr; }
+        l[r] *= corr[r];
     }
     for (int nt = 0; nt < 8; nt++)
         for (int e = 0; e < 4; e++) {
@@ -456,6 +461,15 @@ template <int D> __device__ inline void online_softmax_tile(float (*s)[4], float
             rs[e / 2] += p;
         }
     l[0] += rs[0]; l[1] += rs[1];
+}
+template <int D> __device__ inline void rescale_rows(float (*o)[4], const float* corr) {  // row r of the C layout × corr[r]
+    for (int dt = 0; dt < D / 8; dt++)
+        for (int e = 0; e < 4; e++) o[dt][e] *= corr[e / 2];
+}
+template <int D> __device__ inline void online_softmax_tile(float (*s)[4], float (*o)[4], float* m, float* l, float sl2, int row0, int col0) {
+    float corr[2];
+    online_softmax_p(s, m, l, corr, sl2, row0, col0);
+    rescale_rows<D>(o, corr);
 }
 // The forward's end for a warp's 16 query rows: each row's sum over its 4 threads, out = o / l,
 // lse = (m + log2 l)·ln 2.
@@ -675,29 +689,75 @@ template <int D> __device__ inline void wgmma_issue_amt(float (*c)[4], const uin
     #pragma unroll
     for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
 }
-// acc (64 × D) += P·M: P this warp's 16 rows × 64 in C fragments (P, dS or their transposes),
-// rounded to bf16 as A fragments; M a 64-row tile read as MN-major B (V, K, dO or Q).
-template <int D> __device__ inline void wgmma_issue_pm(float (*acc)[4], const float (*p)[4], const bf16* tile) {
-    uint32_t pa[4][4];
-    #pragma unroll
-    for (int kc = 0; kc < 4; kc++) c_to_a(pa[kc], p[2 * kc], p[2 * kc + 1]);
+// acc (64 × D) += P·M: P this warp's 16 rows × 64 as 4 A fragments (P, dS or their transposes:
+// c_to_a_16x64), M a 64-row tile read as MN-major B (V, K, dO or Q).
+template <int D> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const bf16* tile) {
     wgmma_hold<D / 2>(&acc[0][0]);
     wgmma_fence();  // (after the A fragments and acc were written)
     #pragma unroll
     for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&acc[0][0], pa[kc], wgmma_desc(tile + kc * 16 * D, 16 * D, 128), true);
 }
+// a warp's 16 rows × 64 in C fragments (fp32) as the A fragments of its 4 k-chunks (bf16)
+__device__ inline void c_to_a_16x64(uint32_t (*a)[4], const float (*c)[4]) {
+    #pragma unroll
+    for (int kc = 0; kc < 4; kc++) c_to_a(a[kc], c[2 * kc], c[2 * kc + 1]);
+}
 __device__ inline void wgmma_complete() { wgmma_commit(); wgmma_wait<0>(); }  // every product issued is in its D
 
+// The software pipeline of the forward and the dQ pass (FlashAttention-3's intra-warpgroup
+// overlap), iteration j of a warpgroup whose key tiles are 0 .. nlive − 1: first(j) issues the
+// products of tile j (S; S and dP), second(j − 1) the accumulation that uses tile j − 1's
+// result (O += P·V; dQ += dS·K). Both are issued, then mid(j) runs on the first products' results
+// once they are in, while the second still runs on the tensor cores, and end(j) once it is in
+// too. Iteration 0 has no second product, iteration nlive only the last one (then mid is not
+// called). overlap = false waits for each group as soon as it is committed: the same operations
+// in the same order, so the same bits (what the pipeline's check compares against).
+// Each branch waits for every product it issued: where a wgmma's pipeline crosses a branch,
+// ptxas serializes them all (C7518).
+template <class First, class Mid, class Second, class End>
+__device__ inline void wgmma_pipeline_step(int j, int nlive, bool overlap, const First& first, const Mid& mid, const Second& second,
+                                           const End& end) {
+    if (j == 0) {
+        first(0);
+        wgmma_complete();
+        mid(0);
+        end(0);
+    } else if (j < nlive) {
+        first(j);
+        wgmma_commit();
+        if (!overlap) wgmma_wait<0>();
+        second(j - 1);
+        wgmma_commit();
+        if (!overlap) wgmma_wait<0>();
+        wgmma_wait<1>();  // the first products are in
+        mid(j);
+        wgmma_wait<0>();  // the second too, and it is done with its A registers
+        end(j);
+    } else if (j == nlive) {
+        second(j - 1);
+        wgmma_complete();
+        end(j);
+    }
+}
+
 // The forward of flash_forward_kernel (MT = 1) with wgmma: NWG warpgroups a block, each with 64
-// query rows (NWG = 2: 128 rows share each K and V tile copied in). Per key tile of 64: S = Q·Kᵀ
-// as D/16 wgmma m64n64k16 (Q in registers), the same online softmax on the accumulators (the same
-// C layout), then O += P·V as 4 wgmma m64nDk16 with P in registers (c_to_a) and V transposed
-// by the descriptor. A warpgroup whose 64 rows all come before a tile's keys skips the tile.
-// Shared memory: K and V tiles, 2·64·D·2 bytes (dynamic: the descriptors address it).
+// query rows (NWG = 2: 128 rows share each K and V tile copied in). Per key tile j of 64:
+// S(j) = Q·K(j)ᵀ as D/16 wgmma m64n64k16 (Q in registers), the same online softmax on the
+// accumulators (the same C layout), and O += P(j)·V(j) as 4 wgmma m64nDk16 with P in registers
+// and V transposed by the descriptor.
+// Pipelined (wgmma_pipeline_step): iteration j issues S(j) and then O += P(j−1)·V(j−1), runs the
+// softmax of tile j while the P·V product still runs, then rescales O by tile j's correction.
+// O goes through the same operations in the same order as without the pipeline
+// (O·corr(j−1) + P(j−1)·V(j−1), then ·corr(j)).
+// Shared memory, dynamic (the descriptors address it): K(j) and V(j−1) are in use in iteration j
+// while K(j+1) and V(j) are copied in, so two buffers each: 4·64·D·2 bytes (64 KB at D = 128).
+// A warpgroup skips the tiles whose keys all come after its 64 rows.
 template <int D, int NWG>
-__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH) {
+__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH,
+                                                                        bool overlap) {
     DYNAMIC_SHARED(bf16, tiles);
-    bf16 *Ks = tiles, *Vs = tiles + 64 * D;
+    auto Ks = [&](int j) { return tiles + (j % 2) * 64 * D; };
+    auto Vs = [&](int j) { return tiles + (2 + j % 2) * 64 * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const size_t C3 = 3 * (size_t)C;
@@ -705,34 +765,33 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* ou
     const bf16 *k = q + C, *v = q + 2 * C;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;  // the warpgroup's rows; this warp's 16
-    uint32_t qf[D / 16][4];
+    uint32_t qf[D / 16][4], pa[4][4];  // Q, and P of the tile before as A fragments
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
     for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-    const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);
-    stage_tile_cm<D>(Ks, k, C3, 0, T_);
-    for (int kt = 0; kt < nkt; kt++) {
+    const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);  // the block's key tiles
+    const int nlive = min(nkt, wrow0 / 64 + 1);           // the warpgroup's: tiles 0 .. nlive − 1
+    float s[8][4], corr[2];
+    stage_tile_cm<D>(Ks(0), k, C3, 0, T_);
+    for (int j = 0; j <= nkt; j++) {
         cp_async_wait_all();
         fence_proxy_async();
-        __syncthreads();  // K(kt) is in, and every warpgroup is done with V(kt−1)
-        stage_tile_cm<D>(Vs, v, C3, kt * 64, T_);
-        const bool live = kt * 64 <= wrow0 + 63;  // (the same for the whole warpgroup)
-        float s[8][4];
-        if (live) {
-            wgmma_issue_amt<D>(s, qf, Ks);
-            wgmma_complete();
-            wgmma_hold<32>(&s[0][0]);
-            online_softmax_tile<D>(s, o, m, l, sl2, row0, kt * 64);
-        }
-        cp_async_wait_all();
-        fence_proxy_async();
-        __syncthreads();  // V(kt) is in, and every warpgroup is done with K(kt)
-        if (kt + 1 < nkt) stage_tile_cm<D>(Ks, k, C3, (kt + 1) * 64, T_);
-        if (live) {
-            wgmma_issue_pm<D>(o, s, Vs);
-            wgmma_complete();
-            wgmma_hold<D / 2>(&o[0][0]);
-        }
+        __syncthreads();  // K(j) and V(j−1) are in, and every warpgroup is done with K(j−1) and V(j−2)
+        if (j + 1 < nkt) stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T_);
+        if (j < nkt) stage_tile_cm<D>(Vs(j), v, C3, j * 64, T_);
+        wgmma_pipeline_step(
+            j, nlive, overlap, [&](int j) { wgmma_issue_amt<D>(s, qf, Ks(j)); },  // S(j)
+            [&](int j) {  // P(j) into s, and corr(j) for what came before
+                wgmma_hold<32>(&s[0][0]);
+                online_softmax_p(s, m, l, corr, sl2, row0, j * 64);
+            },
+            [&](int j) { wgmma_issue_pm<D>(o, pa, Vs(j)); },  // O += P(j)·V(j)
+            [&](int j) {
+                wgmma_hold<D / 2>(&o[0][0]);
+                if (j == nlive) return;
+                rescale_rows<D>(o, corr);
+                c_to_a_16x64(pa, s);
+            });
     }
     forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T_, C, NH);
 }
@@ -955,18 +1014,25 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 }
 
 // The two backward passes with wgmma (as the forward: NWG warpgroups a block, each 64 rows, the
-// A operands in registers, B tiles of 64 rows in the core-matrix layout, double-buffered).
-// dQ pass: a warpgroup's 64 queries over key tiles of 64: S = Q·Kᵀ and dP = dO·Vᵀ (K and V as
-// K-major B), dS = P∘(dP − D), dQ += dS·K (K as MN-major B, the same tile).
-// Shared memory: K and V, two buffers each, 4·64·D·2 bytes (64 KB at D = 128: opted in).
+// A operands in registers, B tiles of 64 rows in the core-matrix layout).
+// dQ pass: a warpgroup's 64 queries over key tiles j of 64: S = Q·K(j)ᵀ and dP = dO·V(j)ᵀ (K and
+// V as K-major B), dS = P∘(dP − D), dQ += dS·K(j) (K as MN-major B, the same tile). Pipelined
+// as the forward: iteration j issues S(j) and dP(j), then dQ += dS(j−1)·K(j−1), and computes dS(j)
+// while that product runs.
+// Shared memory: K(j−1), K(j) in use and K(j+1) copied in, V(j) in use and V(j+1) copied in:
+// 5·64·D·2 bytes (80 KB at D = 128: opted in).
 template <int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                            const float* lse, const float* Dv, int T_, int C, int NH) {
-    DYNAMIC_SHARED(bf16, tiles);  // K(buf) at tiles + 2·buf·64·D, V(buf) after it
+                                                                            const float* lse, const float* Dv, int T_, int C, int NH,
+                                                                            bool overlap) {
+    DYNAMIC_SHARED(bf16, tiles);
+    auto Ks = [&](int j) { return tiles + (j % 3) * 64 * D; };
+    auto Vs = [&](int j) { return tiles + (3 + j % 2) * 64 * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4;
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const bf16 *k = q + C, *v = q + 2 * C;
     const bf16* dO = dout + (size_t)b * T_ * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;
@@ -976,7 +1042,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
         lse2[r] = row < T_ ? lse[((size_t)b * NH + h) * T_ + row] * LOG2E : INFINITY;
         Dr[r] = row < T_ ? Dv[((size_t)b * NH + h) * T_ + row] : 0.0f;
     }
-    uint32_t qf[D / 16][4], of[D / 16][4];
+    uint32_t qf[D / 16][4], of[D / 16][4], dsa[4][4];  // Q, dO, and dS of the tile before as A fragments
     for (int kc = 0; kc < D / 16; kc++) {
         load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
         load_a_rows(of[kc], dO, C, row0, T_, kc * 16);
@@ -984,29 +1050,35 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
     float dq[D / 8][4];
     for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
     const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);  // causal: no key after the block's last query
-    auto stage = [&](int buf, int kt) {
-        stage_tile_cm<D>(tiles + 2 * buf * 64 * D, q + C, C3, kt * 64, T_);
-        stage_tile_cm<D>(tiles + (2 * buf + 1) * 64 * D, q + 2 * C, C3, kt * 64, T_);
-    };
-    stage(0, 0);
-    for (int kt = 0, buf = 0; kt < nkt; kt++, buf ^= 1) {
+    const int nlive = min(nkt, wrow0 / 64 + 1);           // the warpgroup's key tiles: 0 .. nlive − 1
+    float s[8][4], dp[8][4];
+    stage_tile_cm<D>(Ks(0), k, C3, 0, T_);
+    stage_tile_cm<D>(Vs(0), v, C3, 0, T_);
+    for (int j = 0; j <= nkt; j++) {
         cp_async_wait_all();
         fence_proxy_async();
-        __syncthreads();  // this tile is in buffer buf, and every warpgroup is done with the other one
-        if (kt + 1 < nkt) stage(buf ^ 1, kt + 1);
-        if (kt * 64 > wrow0 + 63) continue;  // every key of the tile after the warpgroup's rows
-        const bf16 *Ks = tiles + 2 * buf * 64 * D, *Vs = Ks + 64 * D;
-        float s[8][4], dp[8][4];
-        wgmma_issue_amt<D>(s, qf, Ks);
-        wgmma_issue_amt<D>(dp, of, Vs);
-        wgmma_complete();
-        wgmma_hold<32>(&s[0][0]);
-        wgmma_hold<32>(&dp[0][0]);
-        if (kt * 64 + 63 > row0) mask_future<8, false>(s, row0, kt * 64);  // the diagonal (and T)
-        ds_rows<8>(s, dp, lse2, Dr, sl2);  // dS into dp
-        wgmma_issue_pm<D>(dq, dp, Ks);  // dQ += dS·K
-        wgmma_complete();
-        wgmma_hold<D / 2>(&dq[0][0]);
+        __syncthreads();  // K(j) and V(j) are in, and every warpgroup is done with K(j−2) and V(j−1)
+        if (j + 1 < nkt) {
+            stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T_);
+            stage_tile_cm<D>(Vs(j + 1), v, C3, (j + 1) * 64, T_);
+        }
+        wgmma_pipeline_step(
+            j, nlive, overlap,
+            [&](int j) {  // S(j), dP(j)
+                wgmma_issue_amt<D>(s, qf, Ks(j));
+                wgmma_issue_amt<D>(dp, of, Vs(j));
+            },
+            [&](int j) {  // dS(j) into dp
+                wgmma_hold<32>(&s[0][0]);
+                wgmma_hold<32>(&dp[0][0]);
+                if (j * 64 + 63 > row0) mask_future<8, false>(s, row0, j * 64);  // the diagonal (and T)
+                ds_rows<8>(s, dp, lse2, Dr, sl2);
+            },
+            [&](int j) { wgmma_issue_pm<D>(dq, dsa, Ks(j)); },  // dQ += dS(j)·K(j)
+            [&](int j) {
+                wgmma_hold<D / 2>(&dq[0][0]);
+                if (j < nlive) c_to_a_16x64(dsa, dp);
+            });
     }
     store_acc_rows<D>(dqkv + (size_t)b * T_ * C3 + h * D, C3, dq, row0, T_, rsqrtf((float)D));
 }
@@ -1063,8 +1135,11 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
         wgmma_hold<32>(&dpt[0][0]);
         if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
         ds_cols<8>(st, dpt, lse2[buf], Ds[buf], sl2);  // Pᵀ, dSᵀ (queries past T: lse2 = ∞, p = 0)
-        wgmma_issue_pm<D>(dv, st, dOs);   // dV += Pᵀ·dO
-        wgmma_issue_pm<D>(dk, dpt, Qs);   // dK += dSᵀ·Q
+        uint32_t pa[4][4], dsa[4][4];
+        c_to_a_16x64(pa, st);
+        c_to_a_16x64(dsa, dpt);
+        wgmma_issue_pm<D>(dv, pa, dOs);   // dV += Pᵀ·dO
+        wgmma_issue_pm<D>(dk, dsa, Qs);   // dK += dSᵀ·Q
         wgmma_complete();
         wgmma_hold<D / 2>(&dv[0][0]);
         wgmma_hold<D / 2>(&dk[0][0]);
@@ -1085,8 +1160,10 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
 // g_flash_wgmma = true runs the forward and both backward passes with wgmma on a compute
 // capability 9.0 GPU (elsewhere the switch is ignored), g_flash_wgmma_groups warpgroups (64 rows
 // each) a block. Off until an H100 run shows it right (gpucheck_ops) and faster (dev_attention).
+// g_flash_wgmma_overlap = false waits for each wgmma product as soon as it is issued (the same
+// bits: where the overlapped run differs from it, the software pipeline is wrong, not a layout).
 inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
-inline bool g_flash_wgmma = false;
+inline bool g_flash_wgmma = false, g_flash_wgmma_overlap = true;
 inline int g_flash_wgmma_groups = 2;     // 1 or 2
 inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ pass (to time them apart)
 inline int g_flash_forward_rows = 16;    // query rows per warp in the forward: 16, or 32 (head size 64 only)
@@ -1133,8 +1210,9 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
             if (g_flash_wgmma && gpu_has_wgmma()) {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
-                    const size_t smem = 2 * 64 * HS * sizeof(bf16);
-                    flash_forward_wgmma_kernel<HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+                    const size_t smem = 4 * 64 * HS * sizeof(bf16);  // (64 KB at head size 128)
+                    SHARED_OPT_IN(flash_forward_wgmma_kernel<HS, G>);
+                    flash_forward_wgmma_kernel<HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
@@ -1159,14 +1237,14 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
             if (g_flash_wgmma && gpu_has_wgmma()) {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
-                    const size_t smem = 4 * 64 * HS * sizeof(bf16);  // (64 KB at head size 128)
-                    const dim3 grid(NH, B, ceil_div(T_, 64 * G));     // 64·G keys (dK/dV pass) or queries (dQ pass) a block
+                    const size_t tile = 64 * HS * sizeof(bf16);  // shared memory: 4 tiles (dK/dV), 5 (dQ): 64 and 80 KB at head size 128
+                    const dim3 grid(NH, B, ceil_div(T_, 64 * G));  // 64·G keys (dK/dV pass) or queries (dQ pass) a block
                     SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<HS, G>);
                     SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<HS, G>);
                     if (g_flash_backward_passes & 1)
-                        flash_backward_dkv_wgmma_kernel<HS, G><<<grid, 128 * G, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        flash_backward_dkv_wgmma_kernel<HS, G><<<grid, 128 * G, 4 * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
                     if (g_flash_backward_passes & 2)
-                        flash_backward_dq_wgmma_kernel<HS, G><<<grid, 128 * G, smem, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        flash_backward_dq_wgmma_kernel<HS, G><<<grid, 128 * G, 5 * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;

@@ -26,7 +26,9 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     loads, tiles staged by cp.async or through registers, 16 or 32 rows per warp) load the
     same values and run the same mma sequence: bit-identical outputs.
 The wgmma flash attention (compute capability 9.0 and the emulator; a "# skip" line elsewhere)
-is checked against the CPU like the other attention kernels, with one and two warpgroups a block.
+is checked against the CPU like the other attention kernels, with one and two warpgroups a block,
+and bit-identical (bound 0) with its products overlapped (the software pipeline) and each waited
+for at once, and with one and two warpgroups.
 Prints "ok"/"not ok" lines and a summary.
 */
 #include <cmath>
@@ -230,16 +232,26 @@ template <class X> static void check_attention(int B, int T, int C, int NH, bool
 // rows per warp (query rows in the forward and the dQ pass, keys in the dK/dV pass) — load the
 // same values and run the same mma sequence for every row: the outputs must be bit-identical
 // (bound 0) to those of the default (ldmatrix, cp.async, 16 rows).
+// bf16 attention forward and backward on the GPU with the switches as they are: out, lse, dqkv
+static void attention_outputs(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH,
+                              std::vector<float>* res) {
+    Dev<bf16> gqkv(qkv), gout(dout, true), gdout(dout), gdqkv(qkv, true);
+    DevF glse(std::vector<float>((size_t)B * NH * T), true);
+    attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH);
+    attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
+    res[0] = gout.host(); res[1] = glse.host(); res[2] = gdqkv.host();
+}
+static void compare_bits(const char* name, const std::vector<float>* want, const std::vector<float>* got) {
+    compare(name, "forward", want[0], got[0], 0.0);
+    compare(name, "lse", want[1], got[1], 0.0);
+    compare(name, "dqkv", want[2], got[2], 0.0);
+}
 static void check_flash_variants(int B, int T, int C, int NH) {
     auto qkv = randn<bf16>((size_t)B * T * 3 * C), dout = randn<bf16>((size_t)B * T * C);
     auto run = [&](bool ldsm, bool async, std::vector<float>* res, int rows = 16, int dq_rows = 16, int dkv_keys = 16) {
         g_flash_ldmatrix = ldsm; g_flash_async = async; g_flash_forward_rows = rows; g_flash_dq_rows = dq_rows;
         g_flash_dkv_keys = dkv_keys;
-        Dev<bf16> gqkv(qkv), gout(dout, true), gdout(dout), gdqkv(qkv, true);
-        DevF glse(std::vector<float>((size_t)B * NH * T), true);
-        attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH);
-        attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
-        res[0] = gout.host(); res[1] = glse.host(); res[2] = gdqkv.host();
+        attention_outputs(qkv, dout, B, T, C, NH, res);
         g_flash_ldmatrix = g_flash_async = true;
         g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
     };
@@ -256,9 +268,7 @@ static void check_flash_variants(int B, int T, int C, int NH) {
         if ((v.rows == 32 || v.dq_rows == 32 || v.dkv_keys == 32) && C / NH != 64) continue;  // (head size 64 only)
         run(v.ldsm, v.async, got, v.rows, v.dq_rows, v.dkv_keys);
         char name[160]; snprintf(name, sizeof(name), "bf16 flash attention B=%d T=%d C=%d NH=%d, %s vs ldmatrix + cp.async", B, T, C, NH, v.what);
-        compare(name, "forward", want[0], got[0], 0.0);
-        compare(name, "lse", want[1], got[1], 0.0);
-        compare(name, "dqkv", want[2], got[2], 0.0);
+        compare_bits(name, want, got);
     }
 }
 
@@ -270,7 +280,22 @@ static void check_flash_wgmma(int B, int T, int C, int NH) {
         g_flash_wgmma = true; g_flash_wgmma_groups = groups;
         check_attention<bf16>(B, T, C, NH);
     }
-    g_flash_wgmma = false; g_flash_wgmma_groups = 2;
+    // Bit-identical (bound 0) to the run with 2 warpgroups and overlapped products: each product
+    // waited for as soon as it is issued (the same operations in the same order: a difference is a
+    // register the pipeline reads or writes too early), and 1 warpgroup a block (each row's tiles
+    // and products are the same).
+    auto qkv = randn<bf16>((size_t)B * T * 3 * C), dout = randn<bf16>((size_t)B * T * C);
+    std::vector<float> want[3], got[3];
+    attention_outputs(qkv, dout, B, T, C, NH, want);
+    const struct { int groups; bool overlap; const char* what; } variants[] = {
+        {2, false, "each product waited for"}, {1, true, "1 warpgroup a block"}};
+    for (const auto& v : variants) {
+        g_flash_wgmma_groups = v.groups; g_flash_wgmma_overlap = v.overlap;
+        attention_outputs(qkv, dout, B, T, C, NH, got);
+        char name[160]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d, %s vs 2 warpgroups overlapped", B, T, C, NH, v.what);
+        compare_bits(name, want, got);
+    }
+    g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
 }
 
 template <class X> static void check_elementwise(size_t N) {

@@ -184,7 +184,10 @@ simt_switch:
 
 enum State : uint8_t { READY, AT_WARP, AT_GROUP, AT_BLOCK, DONE };
 struct AsyncCopy { void* dst; const void* src; unsigned bytes; };  // a cp.async not yet waited for
-struct WgmmaOp { float* d; uint32_t a[4]; uint64_t desc; int n; bool trans_b, accumulate; };  // issued, not yet computed
+struct WgmmaOp {  // issued, not yet computed
+    float* d; uint32_t a[4]; uint64_t desc; int n; bool trans_b, accumulate;
+    const uint32_t* a_regs; std::vector<float> d_at_issue;  // to tell registers touched before the wait
+};
 struct Fiber {
     void* sp = nullptr;
     State state = READY;
@@ -482,7 +485,9 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 // Each thread's issue only records it; the products are computed when the warpgroup's 128
 // threads all reach a wgmma.wait_group N, for every committed group but the newest N, in issue
 // order, reading shared memory then: the latest a GPU may read B and write D. So a kernel that
-// reads D before its wait, or overwrites B's tile before it, gets wrong results here.
+// reads D before its wait, or overwrites B's tile before it, gets wrong results here; one that
+// writes the A or D registers of a product before its wait is reported (A is taken at the issue,
+// D is compared with its value then).
 // The descriptor's address is the offset in the block's dynamic shared memory (shared_offset):
 // a kernel's wgmma operands live there. Not modelled: wgmma.fence and fence.proxy.async (their
 // omission is not detected), the async proxy's ordering apart from the waits.
@@ -496,8 +501,8 @@ inline uint32_t shared_offset(const void* p) {
 inline void wgmma_m64k16_bf16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate) {
     BlockRun& r = *tl_run;
     if (r.nthreads % 128) die("%s: wgmma in a block of %d threads (whole warpgroups of 128 only)", r.kernel, r.nthreads);
-    WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate};
-    r.me().wgmma.push_back(op);
+    WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
+    r.me().wgmma.push_back(std::move(op));
 }
 inline void wgmma_commit() {
     Fiber& f = tl_run->me();
@@ -567,6 +572,14 @@ inline bool release_group(BlockRun& r, int g) {  // true if warpgroup g's thread
     const size_t groups = f0.wgmma_groups.size(), keep = (size_t)f0.wgmma_keep;
     if (groups > keep) {
         const size_t ops = f0.wgmma_groups[groups - keep - 1];  // the products of the groups that complete
+        for (int j = 0; j < 128; j++)  // their registers as they were issued (a GPU reads A and writes D any time until the wait)
+            for (size_t i = 0; i < ops; i++) {
+                const WgmmaOp& o = r.fibers[first + j].wgmma[i];
+                if (memcmp(o.a, o.a_regs, sizeof(o.a)))
+                    die("%s: thread %d wrote the A registers of a wgmma product before the wait_group that completes it", r.kernel, first + j);
+                if (memcmp(o.d_at_issue.data(), o.d, o.d_at_issue.size() * sizeof(float)))
+                    die("%s: thread %d wrote the D registers of a wgmma product before the wait_group that completes it", r.kernel, first + j);
+            }
         for (size_t i = 0; i < ops; i++) wgmma_compute(r, first, i);
         for (int j = 0; j < 128; j++) {
             Fiber& f = r.fibers[first + j];

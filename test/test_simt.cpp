@@ -12,7 +12,8 @@ under the emulator" (build/simcheck_ops) means something:
     copies;
   - wgmma m64n64k16: A fragments by the ISA's formulas and B stored by its canonical no-swizzle
     layouts (K-major and MN-major, spaced by the descriptor's LBO and SBO) multiply to A·B + C,
-    written to D only at the wait; a warpgroup with a warp that never waits is reported;
+    written to D only at the wait; a warpgroup with a warp that never waits is reported, and so
+    is a thread that writes a product's A or D registers between its issue and its wait;
   - the failures a GPU would show are reported, each in a child process that must exit with
     status 3 and name the kernel (one block each: libgomp's threads do not survive fork): a
     __syncthreads that half a warp reaches while the other half waits at a shuffle (deadlock), a
@@ -454,6 +455,20 @@ static void test_wgmma_failures() {
             if (threadIdx.x < 96) simt::wgmma_wait(0);  // warp 3 leaves without waiting
         });
     }, "wgmma_half_wait"), "a warpgroup whose last warp never waits for its wgmma is reported");
+    // registers the product is still reading (A) or will write (D) touched between issue and wait
+    for (int which = 0; which < 2; which++)
+        check(dies_with([which] {
+            simt::launch("wgmma_early_write", simt::Cfg{1, 128, 1024}, [&] {
+                float d[32] = {};
+                uint32_t a[4] = {};
+                simt::wgmma_m64k16_bf16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
+                simt::wgmma_commit();
+                if (threadIdx.x == 37) { if (which) d[5] = 1.0f; else a[2] = 7u; }
+                simt::wgmma_wait(0);
+            });
+        }, which ? "thread 37 wrote the D registers" : "thread 37 wrote the A registers"),
+              which ? "a thread writing the D registers of a wgmma before its wait is reported"
+                    : "a thread writing the A registers of a wgmma before its wait is reported");
 }
 
 int main() {

@@ -28,6 +28,9 @@ for hs in 64 128; do
         # head size 64: the 32-rows-per-warp variant (v6: g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 32)
         grep -A1 "with 32 rows per warp" "$tmp/ours.txt" | tr -d '\n' | sed "s/^ *with 32 rows per warp (v6): /- B=$B T=$T hs=$hs: /; s/ *backward split: /; split: /" \
             | grep . >>"$tmp/v6.txt"
+        # compute capability 9.0: the wgmma kernels (v7 two warpgroups a block, v8 one, v9 two without the software pipeline)
+        grep -A1 "with wgmma" "$tmp/ours.txt" | grep -v '^--$' | paste -d ' ' - - | sed "s/^ *with wgmma, /- B=$B T=$T hs=$hs: /; s/ *backward split: /; split: /" \
+            | grep . >>"$tmp/wgmma.txt"
         timeout -k 10 "${RUN_LIMIT:-300}" $PY dev/bench/torch_baselines.py sdpa $B $T $NH $hs >"$tmp/torch.json" 2>"$tmp/torch.err"
         $PY - "$tmp/ours.txt" "$tmp/torch.json" "$B" "$T" "$hs" "$tmp/backends.txt" <<'PY'
 import json, re, sys
@@ -69,6 +72,12 @@ if [ -s "$tmp/v6.txt" ]; then
     echo "Head size 64 with 32 rows per warp: query rows in the forward and the dQ pass, keys in the dK/dV pass (v6, the switches g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys; the default is 16):"
     echo
     cat "$tmp/v6.txt"
+fi
+if [ -s "$tmp/wgmma.txt" ]; then
+    echo
+    echo "Compute capability 9.0, the wgmma kernels (--flash-wgmma 1; v7 two warpgroups a block, v8 one, v9 two with each product waited for at once, g_flash_wgmma_overlap = false):"
+    echo
+    cat "$tmp/wgmma.txt"
 fi
 echo
 echo "| training step, GPT-2 124M, B=16 T=1024 bf16 | step ms | tokens/s | peak GPU memory |"

@@ -16,7 +16,10 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       memory): each fragment read from shared memory feeds two mma
   v7: (compute capability 9.0) v5 with warpgroup MMA, wgmma: forward and both backward passes
       by warpgroups of 64 rows, two a block, B operands read by the tensor cores from tiles of 64
-      in shared memory (no ldmatrix, no B fragments in registers); v8: the same, one warpgroup a block
+      in shared memory (no ldmatrix, no B fragments in registers), the forward and the dQ pass
+      software-pipelined (the softmax, or dS, of tile j while O += P·V, or dQ += dS·K, of tile
+      j − 1 runs); v8: the same, one warpgroup a block; v9: v7 with each product waited for at
+      once (no overlap: what the pipeline gains)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -26,7 +29,7 @@ Reports each version's max relative error against the CPU op and its time and TF
 usage: ./build/dev_attention [B T C NH [time]]   (default GPT-2 124M: 8 1024 768 12)
   "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
           for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times;
-          on compute capability 9.0 also v7's and v8's
+          on compute capability 9.0 also v7's, v8's and v9's
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
 #include "common.cuh"
@@ -76,14 +79,14 @@ int main(int argc, char** argv) {
             backward_split(bwd, flops_fwd, b32);
             g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
         }
-        if (use_flash<bf16>(C, NH) && gpu_has_wgmma())  // v7, v8: wgmma, 2 or 1 warpgroups a block
-            for (int groups : {2, 1}) {
-                g_flash_wgmma = true; g_flash_wgmma_groups = groups;
+        if (use_flash<bf16>(C, NH) && gpu_has_wgmma())  // v7, v8, v9: wgmma, 2 or 1 warpgroups a block, overlapped or not
+            for (int v : {7, 8, 9}) {
+                g_flash_wgmma = true; g_flash_wgmma_groups = v == 8 ? 1 : 2; g_flash_wgmma_overlap = v != 9;
                 float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH); }), bw = time_ms(bwd);
-                printf("  with wgmma, %d warpgroup(s) a block (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-                       groups, groups == 2 ? 7 : 8, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
+                printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
+                       g_flash_wgmma_groups, v == 9 ? ", no overlap" : "", v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
                 backward_split(bwd, flops_fwd, bw);
-                g_flash_wgmma = false; g_flash_wgmma_groups = 2;
+                g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
             }
         return 0;
     }
@@ -110,8 +113,9 @@ int main(int argc, char** argv) {
     DevBuf<bf16> g_qkv(bqkv), g_out(bout), g_dout(bdout), g_dqkv(bdqkv);
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
-                           "v6 v5 + 32 rows/warp", "v7 wgmma, 2 warpgroups", "v8 wgmma, 1 warpgroup"};
-    for (int v = 2; v <= 8; v++) {
+                           "v6 v5 + 32 rows/warp", "v7 wgmma, 2 warpgroups", "v8 wgmma, 1 warpgroup",
+                           "v9 wgmma, no overlap"};
+    for (int v = 2; v <= 9; v++) {
         const bool flash = v >= 3;
         g_flash_attention = flash;
         g_flash_ldmatrix = v >= 4;
@@ -119,6 +123,7 @@ int main(int argc, char** argv) {
         g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = v == 6 ? 32 : 16;
         g_flash_wgmma = v >= 7;
         g_flash_wgmma_groups = v == 8 ? 1 : 2;
+        g_flash_wgmma_overlap = v != 9;
         const char* name = names[v];
         if (v >= 7 && !gpu_has_wgmma()) { printf("%s: compute capability 9.0 only\n", name); continue; }
         if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
@@ -133,6 +138,6 @@ int main(int argc, char** argv) {
     }
     g_flash_attention = g_flash_ldmatrix = g_flash_async = true;
     g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
-    g_flash_wgmma = false; g_flash_wgmma_groups = 2;
+    g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
     return dev_done();
 }
