@@ -67,17 +67,17 @@ head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 a
             tail of the last wave.
 Hopper (g_flash_wgmma, --flash-wgmma 1; compute capability 9.0, sm_90a): the same three kernels
 with warpgroup MMA. A warpgroup (4 warps) owns 64 rows; each product is a few wgmma
-m64nNk16 whose A operand (Q, dO, K, V, P, dS) is in registers in the mma fragment layout above
+m64nNk16 whose A operand (Q, dO, P, dS) is in registers in the mma fragment layout above
 and whose B operand the tensor cores read straight from shared memory, where tiles of 64 rows
 are stored as 8×16-byte core matrices (no swizzle) so that one tile serves as K-major B (K in
-S = Q·Kᵀ) and as MN-major B (V in O = P·V, by the descriptor's transpose). Two warpgroups a
-block share each tile. What goes: ldmatrix and the B fragments in registers; the mma.sync path's
+S = Q·Kᵀ) and as MN-major B (V in O = P·V, by the descriptor's transpose); in the dK/dV pass
+K and V are A operands read from such tiles too. Two warpgroups a block share each tile. What goes: ldmatrix and the B fragments in registers; the mma.sync path's
 cap of 16 flops per shared byte (wgmma's shared-memory reads are the tensor cores' own). The
-products run asynchronously, so the forward and the dQ pass are software-pipelined
-(FlashAttention-3's intra-warpgroup overlap, wgmma_pipeline_step): the softmax (or dS) of key
-tile j runs while the tile j − 1 product that accumulates (O += P·V, dQ += dS·K) is still on the
-tensor cores. The dK/dV pass is not: it holds two accumulators (236 registers at head size 64)
-and has no room for a second set of A fragments.
+products run asynchronously, so all three kernels are software-pipelined (FlashAttention-3's
+intra-warpgroup overlap, wgmma_pipeline_step): the softmax (or dS) of tile j runs while the tile
+j − 1 products that accumulate (O += P·V; dQ += dS·K; dV and dK) are still on the tensor cores.
+Registers (ptxas, head size 64 / 128): forward 122 / 170-176, dQ 170 / 234, dK/dV 212 / 254, no
+spills, and no wgmma serialized.
 Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4): A (16×16, row-major) regs
 {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B (16×8, "col") regs {(k=2t..2t+1,
 n=g), (k=2t+8.., n=g)}; C (16×8 fp32) {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. The C
@@ -632,41 +632,46 @@ __device__ inline void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
+// The D operands of a wgmma m64n64 (32 fp32 registers a thread) and m64n128 (64), for the asm below.
+#define LLMC_WGMMA_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define LLMC_WGMMA_D32(d, i) LLMC_WGMMA_D8(d, i), LLMC_WGMMA_D8(d, i + 8), LLMC_WGMMA_D8(d, i + 16), LLMC_WGMMA_D8(d, i + 24)
+#define LLMC_WGMMA_D32_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define LLMC_WGMMA_D64_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+                            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 // D (64 × N fp32, N/2 registers a thread) += or = A (64 × 16, registers) · B (16 × N, descriptor)
 template <int N, bool TRANS_B> __device__ inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, bool accumulate) {
     static_assert(N == 64 || N == 128, "wgmma: N = 64 or 128");
 #if defined(LLMC_SIMT)
     simt::wgmma_m64k16_bf16(d, a, desc, N, TRANS_B, accumulate);
 #elif defined(LLMC_WGMMA)
-    if constexpr (N == 64) {
+    if constexpr (N == 64)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LLMC_WGMMA_D32_TEXT ", "
                      "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : LLMC_WGMMA_D32(d, 0)
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0));
-    } else {
+    else
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LLMC_WGMMA_D64_TEXT ", "
                      "{%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : LLMC_WGMMA_D32(d, 0), LLMC_WGMMA_D32(d, 32)
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0));
-    }
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+// D (64 × 64 fp32) += or = A (64 × 16, K-major in shared memory, descriptor) · B (16 × 64, K-major, descriptor)
+__device__ inline void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+#if defined(LLMC_SIMT)
+    simt::wgmma_m64k16_bf16_ss(d, desc_a, desc_b, 64, false, accumulate);
+#elif defined(LLMC_WGMMA)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LLMC_WGMMA_D32_TEXT ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : LLMC_WGMMA_D32(d, 0)
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0));
 #elif defined(__CUDA_ARCH__)
     __trap();
 #endif
@@ -682,12 +687,21 @@ template <int D> __device__ inline void stage_tile_cm(bf16* dst, const bf16* src
     }
 }
 // The two kinds of product in the wgmma kernels (each fenced, then issued by the whole
-// warpgroup; the caller commits and waits: wgmma_complete). c (64 × 64) = A·Mᵀ: A this warp's 16 rows as D/16 A fragments in registers
-// (Q, dO, K or V), M a 64-row tile read as K-major B (K, V, Q or dO): S, dP and their transposes.
+// warpgroup; the caller commits and waits: wgmma_complete). c (64 × 64) = A·Mᵀ: A this warp's
+// 16 rows as D/16 A fragments in registers (Q, dO), M a 64-row tile read as K-major B (K, V):
+// S and dP.
 template <int D> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const bf16* tile) {
     wgmma_fence();
     #pragma unroll
     for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+}
+// The same with A a 64-row tile in shared memory (the core-matrix layout, K-major like M): the
+// dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K and V would otherwise hold D/4 registers a thread each).
+template <int D> __device__ inline void wgmma_issue_amt(float (*c)[4], const bf16* a_tile, const bf16* tile) {
+    wgmma_fence();
+    #pragma unroll
+    for (int kc = 0; kc < D / 16; kc++)
+        wgmma_m64n64k16_ss(&c[0][0], wgmma_desc(a_tile + kc * 128, 128, 16 * D), wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
 }
 // acc (64 × D) += P·M: P this warp's 16 rows × 64 as 4 A fragments (P, dS or their transposes:
 // c_to_a_16x64), M a 64-row tile read as MN-major B (V, K, dO or Q).
@@ -704,26 +718,28 @@ __device__ inline void c_to_a_16x64(uint32_t (*a)[4], const float (*c)[4]) {
 }
 __device__ inline void wgmma_complete() { wgmma_commit(); wgmma_wait<0>(); }  // every product issued is in its D
 
-// The software pipeline of the forward and the dQ pass (FlashAttention-3's intra-warpgroup
-// overlap), iteration j of a warpgroup whose key tiles are 0 .. nlive − 1: first(j) issues the
-// products of tile j (S; S and dP), second(j − 1) the accumulation that uses tile j − 1's
-// result (O += P·V; dQ += dS·K). Both are issued, then mid(j) runs on the first products' results
-// once they are in, while the second still runs on the tensor cores, and end(j) once it is in
-// too. Iteration 0 has no second product, iteration nlive only the last one (then mid is not
-// called). overlap = false waits for each group as soon as it is committed: the same operations
-// in the same order, so the same bits (what the pipeline's check compares against).
+// The software pipeline of the wgmma kernels (FlashAttention-3's intra-warpgroup overlap),
+// iteration j of a warpgroup whose tiles are first .. last − 1: first_products(j) issues the
+// products of tile j (S; S and dP; Sᵀ and dPᵀ), second(j − 1) the accumulation that uses tile
+// j − 1's result (O += P·V; dQ += dS·K; dV += Pᵀ·dO and dK += dSᵀ·Q). Both are issued, then
+// mid(j) runs on the first products' results once they are in, while the second still runs on
+// the tensor cores, and end(j) once it is in too. Iteration first has no second product,
+// iteration last only the last one (then mid is not called). overlap = false waits for each
+// group as soon as it is committed: the same operations in the same order, so the same bits
+// (what the pipeline's check compares against).
 // Each branch waits for every product it issued: where a wgmma's pipeline crosses a branch,
 // ptxas serializes them all (C7518).
 template <class First, class Mid, class Second, class End>
-__device__ inline void wgmma_pipeline_step(int j, int nlive, bool overlap, const First& first, const Mid& mid, const Second& second,
-                                           const End& end) {
-    if (j == 0) {
-        first(0);
+__device__ inline void wgmma_pipeline_step(int j, int first, int last, bool overlap, const First& first_products, const Mid& mid,
+                                           const Second& second, const End& end) {
+    if (first >= last || j < first || j > last) return;
+    if (j == first) {
+        first_products(j);
         wgmma_complete();
-        mid(0);
-        end(0);
-    } else if (j < nlive) {
-        first(j);
+        mid(j);
+        end(j);
+    } else if (j < last) {
+        first_products(j);
         wgmma_commit();
         if (!overlap) wgmma_wait<0>();
         second(j - 1);
@@ -733,7 +749,7 @@ __device__ inline void wgmma_pipeline_step(int j, int nlive, bool overlap, const
         mid(j);
         wgmma_wait<0>();  // the second too, and it is done with its A registers
         end(j);
-    } else if (j == nlive) {
+    } else {
         second(j - 1);
         wgmma_complete();
         end(j);
@@ -780,7 +796,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* ou
         if (j + 1 < nkt) stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T_);
         if (j < nkt) stage_tile_cm<D>(Vs(j), v, C3, j * 64, T_);
         wgmma_pipeline_step(
-            j, nlive, overlap, [&](int j) { wgmma_issue_amt<D>(s, qf, Ks(j)); },  // S(j)
+            j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D>(s, qf, Ks(j)); },  // S(j)
             [&](int j) {  // P(j) into s, and corr(j) for what came before
                 wgmma_hold<32>(&s[0][0]);
                 online_softmax_p(s, m, l, corr, sl2, row0, j * 64);
@@ -1063,7 +1079,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
             stage_tile_cm<D>(Vs(j + 1), v, C3, (j + 1) * 64, T_);
         }
         wgmma_pipeline_step(
-            j, nlive, overlap,
+            j, 0, nlive, overlap,
             [&](int j) {  // S(j), dP(j)
                 wgmma_issue_amt<D>(s, qf, Ks(j));
                 wgmma_issue_amt<D>(dp, of, Vs(j));
@@ -1082,67 +1098,84 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
     }
     store_acc_rows<D>(dqkv + (size_t)b * T_ * C3 + h * D, C3, dq, row0, T_, rsqrtf((float)D));
 }
-// dK/dV pass: a warpgroup's 64 keys (K and V in registers as A operands) over query tiles of 64
-// from the block's first key: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (Q and dO as K-major B), Pᵀ and
-// dSᵀ = Pᵀ∘(dPᵀ − D) in registers as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q (dO and Q as
-// MN-major B, the same tiles). Shared memory: Q and dO, two buffers each, 4·64·D·2 bytes; each
-// query's lse (base 2) and D beside them. Registers (ptxas): 236 at head size 64, no spills; at
-// 128, 255 with a 168-byte stack, and ptxas serializes its wgmma for want of registers (C7512).
+// dK/dV pass: a warpgroup's 64 keys over query tiles j of 64 from the block's first key:
+// Sᵀ = K·Q(j)ᵀ and dPᵀ = V·dO(j)ᵀ (K and V as A, Q and dO as B: 64-row tiles in shared memory,
+// all K-major), Pᵀ and dSᵀ = Pᵀ∘(dPᵀ − D) in registers as A operands of dV += Pᵀ·dO(j) and
+// dK += dSᵀ·Q(j) (dO and Q as MN-major B, the same tiles). Pipelined as the others: iteration j
+// issues Sᵀ(j) and dPᵀ(j), then the dV and dK products of tile j − 1, and computes Pᵀ(j) and
+// dSᵀ(j) while those run. K and V stay in shared memory (not in registers as the others' Q and dO
+// do) to make room for that: two accumulators, Sᵀ and dPᵀ, and tile j − 1's Pᵀ and dSᵀ as A
+// fragments are 160 registers a thread at head size 64.
+// Shared memory: each warpgroup's K and V, and Q(j−1), Q(j), Q(j+1) and dO(j−1..j+1) (two in use,
+// one copied in): (2·NWG + 6)·64·D·2 bytes (80 KB at D = 64, NWG = 2; 160 KB at D = 128); each
+// query's lse (base 2) and D beside them, two buffers.
 template <int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                             const float* lse, const float* Dv, int T_, int C, int NH) {
-    DYNAMIC_SHARED(bf16, tiles);  // Q(buf) at tiles + 2·buf·64·D, dO(buf) after it
+                                                                             const float* lse, const float* Dv, int T_, int C, int NH,
+                                                                             bool overlap) {
+    DYNAMIC_SHARED(bf16, tiles);
     __shared__ float lse2[2][64], Ds[2][64];
     const int kb = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
+    const bf16 *Ks = tiles + 2 * wg * 64 * D, *Vs = Ks + 64 * D;  // this warpgroup's keys
+    auto Qs = [&](int j) { return tiles + (2 * NWG + j % 3) * 64 * D; };
+    auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
     const size_t C3 = 3 * (size_t)C;
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
     const bf16* dO = dout + (size_t)b * T_ * C + h * D;
     const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
     const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
     const float sl2 = rsqrtf((float)D) * LOG2E;
-    const int k0 = kb * 64 * NWG, wkey0 = k0 + wg * 64, key0 = wkey0 + warp * 16;  // the block's, warpgroup's, warp's first key
-    uint32_t kf[D / 16][4], vf[D / 16][4];
-    for (int kc = 0; kc < D / 16; kc++) {
-        load_a_rows(kf[kc], q + C, C3, key0, T_, kc * 16);
-        load_a_rows(vf[kc], q + 2 * C, C3, key0, T_, kc * 16);
-    }
-    float dk[D / 8][4], dv[D / 8][4];
+    const int k0 = kb * 64 * NWG, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
+    float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4];  // (Sᵀ, dPᵀ: 64 keys × 64 queries)
+    uint32_t pa[4][4], dsa[4][4];                           // Pᵀ and dSᵀ of the tile before as A fragments
     for (int dt = 0; dt < D / 8; dt++)
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
-    auto stage = [&](int buf, int q0) {  // the query tile from q0 into buffer buf
-        stage_tile_cm<D>(tiles + 2 * buf * 64 * D, q, C3, q0, T_);
-        stage_tile_cm<D>(tiles + (2 * buf + 1) * 64 * D, dO, C, q0, T_);
+    auto stage = [&](int j) {  // the query tile from k0 + 64·j (queries before the block's keys see none of them)
+        const int q0 = k0 + 64 * j;
+        stage_tile_cm<D>(Qs(j), q, C3, q0, T_);
+        stage_tile_cm<D>(dOs(j), dO, C, q0, T_);
         if (threadIdx.x < 64) {
             const int r = q0 + threadIdx.x;
-            lse2[buf][threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;  // past T: p = 0
-            Ds[buf][threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
+            lse2[j % 2][threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;  // past T: p = 0
+            Ds[j % 2][threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
         }
     };
-    stage(0, k0);  // queries before the block's keys see none of them
-    for (int q0 = k0, buf = 0; q0 < T_; q0 += 64, buf ^= 1) {
+    for (int w = 0; w < NWG; w++) {
+        stage_tile_cm<D>(tiles + 2 * w * 64 * D, q + C, C3, k0 + 64 * w, T_);
+        stage_tile_cm<D>(tiles + (2 * w + 1) * 64 * D, q + 2 * C, C3, k0 + 64 * w, T_);
+    }
+    stage(0);
+    const int nqt = (T_ - k0 + 63) / 64;  // the block's query tiles; the warpgroup's from tile wg (before: all queries before its keys)
+    for (int j = 0; j <= nqt; j++) {
         cp_async_wait_all();
         fence_proxy_async();
-        __syncthreads();  // this tile is in buffer buf, and every warpgroup is done with the other one
-        if (q0 + 64 < T_) stage(buf ^ 1, q0 + 64);
-        if (q0 + 63 < wkey0) continue;  // every query of the tile before the warpgroup's keys
-        const bf16 *Qs = tiles + 2 * buf * 64 * D, *dOs = Qs + 64 * D;
-        float st[8][4], dpt[8][4];  // Sᵀ, dPᵀ: 64 keys × 64 queries
-        wgmma_issue_amt<D>(st, kf, Qs);
-        wgmma_issue_amt<D>(dpt, vf, dOs);
-        wgmma_complete();
-        wgmma_hold<32>(&st[0][0]);
-        wgmma_hold<32>(&dpt[0][0]);
-        if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
-        ds_cols<8>(st, dpt, lse2[buf], Ds[buf], sl2);  // Pᵀ, dSᵀ (queries past T: lse2 = ∞, p = 0)
-        uint32_t pa[4][4], dsa[4][4];
-        c_to_a_16x64(pa, st);
-        c_to_a_16x64(dsa, dpt);
-        wgmma_issue_pm<D>(dv, pa, dOs);   // dV += Pᵀ·dO
-        wgmma_issue_pm<D>(dk, dsa, Qs);   // dK += dSᵀ·Q
-        wgmma_complete();
-        wgmma_hold<D / 2>(&dv[0][0]);
-        wgmma_hold<D / 2>(&dk[0][0]);
+        __syncthreads();  // tile j is in, and every warpgroup is done with tile j − 2
+        if (j + 1 < nqt) stage(j + 1);
+        wgmma_pipeline_step(
+            j, wg, nqt, overlap,
+            [&](int j) {  // Sᵀ(j), dPᵀ(j)
+                wgmma_issue_amt<D>(st, Ks, Qs(j));
+                wgmma_issue_amt<D>(dpt, Vs, dOs(j));
+            },
+            [&](int j) {  // Pᵀ(j) into st, dSᵀ(j) into dpt
+                wgmma_hold<32>(&st[0][0]);
+                wgmma_hold<32>(&dpt[0][0]);
+                const int q0 = k0 + 64 * j;
+                if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
+                ds_cols<8>(st, dpt, lse2[j % 2], Ds[j % 2], sl2);    // (queries past T: lse2 = ∞, p = 0)
+            },
+            [&](int j) {
+                wgmma_issue_pm<D>(dv, pa, dOs(j));   // dV += Pᵀ(j)·dO(j)
+                wgmma_issue_pm<D>(dk, dsa, Qs(j));   // dK += dSᵀ(j)·Q(j)
+            },
+            [&](int j) {
+                wgmma_hold<D / 2>(&dv[0][0]);
+                wgmma_hold<D / 2>(&dk[0][0]);
+                if (j == nqt) return;
+                c_to_a_16x64(pa, st);
+                c_to_a_16x64(dsa, dpt);
+            });
     }
     bf16* dk_out = dqkv + (size_t)b * T_ * C3 + C + h * D;
     store_acc_rows<D>(dk_out, C3, dk, key0, T_, rsqrtf((float)D));
@@ -1237,12 +1270,12 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
             if (g_flash_wgmma && gpu_has_wgmma()) {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
-                    const size_t tile = 64 * HS * sizeof(bf16);  // shared memory: 4 tiles (dK/dV), 5 (dQ): 64 and 80 KB at head size 128
+                    const size_t tile = 64 * HS * sizeof(bf16);  // shared memory: 2·G + 6 tiles (dK/dV), 5 (dQ)
                     const dim3 grid(NH, B, ceil_div(T_, 64 * G));  // 64·G keys (dK/dV pass) or queries (dQ pass) a block
                     SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<HS, G>);
                     SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<HS, G>);
                     if (g_flash_backward_passes & 1)
-                        flash_backward_dkv_wgmma_kernel<HS, G><<<grid, 128 * G, 4 * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        flash_backward_dkv_wgmma_kernel<HS, G><<<grid, 128 * G, (2 * G + 6) * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH, g_flash_wgmma_overlap);
                     if (g_flash_backward_passes & 2)
                         flash_backward_dq_wgmma_kernel<HS, G><<<grid, 128 * G, 5 * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH, g_flash_wgmma_overlap);
                 });

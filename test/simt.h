@@ -16,7 +16,7 @@ Ctx's stream) exactly as nvcc would, except that
     (a host pointer is an illegal access on a GPU, but readable here, so the launch refuses it);
   - the inline-PTX instructions of attention.cuh and common.h call their emulations: mma.sync
     calls simt::mma_m16n8k16_bf16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
-    simt::cp_async_wait_all, wgmma simt::wgmma_m64k16_bf16, simt::wgmma_commit and
+    simt::cp_async_wait_all, wgmma simt::wgmma_m64k16_bf16(_ss), simt::wgmma_commit and
     simt::wgmma_wait; DYNAMIC_SHARED simt::dynamic_shared.
 
 The model of a GPU:
@@ -58,9 +58,10 @@ The model of a GPU:
     below); a row address that is not 16-byte aligned, or in global memory, is reported.
   - cp.async (16 bytes, global → shared) lands only at the thread's cp.async.wait_all, the
     latest a GPU may land it: a tile read without that wait holds its old contents.
-  - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers, B through a shared-memory
-    descriptor, no-swizzle layouts only): a warpgroup (128 threads) collective, computed when all
-    128 reach a wgmma.wait_group, for the groups that wait completes; B is read then, and D
+  - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers or through a shared-memory
+    descriptor, B through one, no-swizzle layouts only): a warpgroup (128 threads) collective,
+    computed when all 128 reach a wgmma.wait_group, for the groups that wait completes; shared
+    memory is read then, and D
     written then (see "wgmma" below). The device reports compute capability 9.0.
   - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
     bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
@@ -187,6 +188,7 @@ struct AsyncCopy { void* dst; const void* src; unsigned bytes; };  // a cp.async
 struct WgmmaOp {  // issued, not yet computed
     float* d; uint32_t a[4]; uint64_t desc; int n; bool trans_b, accumulate;
     const uint32_t* a_regs; std::vector<float> d_at_issue;  // to tell registers touched before the wait
+    uint64_t desc_a = 0; bool a_shared = false;             // A from shared memory (K-major), not a_regs
 };
 struct Fiber {
     void* sp = nullptr;
@@ -472,8 +474,10 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 }
 // ---- wgmma (sm_90a): warpgroup matrix products, from the PTX ISA ("Asynchronous Warpgroup
 // Level Matrix Multiply-Accumulate"). A warpgroup is threads 128g..128g+127 of the block.
-// wgmma.mma_async.m64nNk16.f32.bf16.bf16 with A in registers: D (64 × N fp32) = A·B (+ D):
-//   A 64×16: warp w of the group holds rows 16w..16w+15 as mma.m16n8k16's A fragment;
+// wgmma.mma_async.m64nNk16.f32.bf16.bf16: D (64 × N fp32) = A·B (+ D):
+//   A 64×16 in registers: warp w of the group holds rows 16w..16w+15 as mma.m16n8k16's A
+//     fragment; or from shared memory through a descriptor like B's, K-major: element (m, k) at
+//     byte 16·(m%8) + SBO·(m/8) + 2·(k%8) + LBO·(k/8) (wgmma_m64k16_bf16_ss);
 //   B 16×N from shared memory, through the descriptor: start address (bits 0-13), leading byte
 //     offset LBO (16-29) and stride byte offset SBO (32-45), each in 16-byte units; base offset
 //     (49-51) and swizzle mode (62-63) must be 0 (the no-swizzle "interleaved" layout, the only
@@ -484,7 +488,7 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 //   D: thread (warp w, lane l) holds d[4j + e] = row 16w + l/4 + 8·(e/2), column 8j + 2·(l%4) + e%2.
 // Each thread's issue only records it; the products are computed when the warpgroup's 128
 // threads all reach a wgmma.wait_group N, for every committed group but the newest N, in issue
-// order, reading shared memory then: the latest a GPU may read B and write D. So a kernel that
+// order, reading shared memory then: the latest a GPU may read A and B there and write D. So a kernel that
 // reads D before its wait, or overwrites B's tile before it, gets wrong results here; one that
 // writes the A or D registers of a product before its wait is reported (A is taken at the issue,
 // D is compared with its value then).
@@ -504,6 +508,12 @@ inline void wgmma_m64k16_bf16(float* d, const uint32_t* a, uint64_t desc, int n,
     WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
     r.me().wgmma.push_back(std::move(op));
 }
+inline void wgmma_m64k16_bf16_ss(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool trans_b, bool accumulate) {
+    static const uint32_t none[4] = {0, 0, 0, 0};
+    wgmma_m64k16_bf16(d, none, desc_b, n, trans_b, accumulate);
+    tl_run->me().wgmma.back().desc_a = desc_a;
+    tl_run->me().wgmma.back().a_shared = true;
+}
 inline void wgmma_commit() {
     Fiber& f = tl_run->me();
     if (f.wgmma_groups.empty() ? !f.wgmma.empty() : f.wgmma_groups.back() < f.wgmma.size()) f.wgmma_groups.push_back(f.wgmma.size());
@@ -518,29 +528,32 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
     const WgmmaOp& op0 = r.fibers[first].wgmma[i];
     for (int j = 1; j < 128; j++) {
         const WgmmaOp& o = r.fibers[first + j].wgmma[i];
-        if (o.desc != op0.desc || o.n != op0.n || o.trans_b != op0.trans_b || o.accumulate != op0.accumulate)
+        if (o.desc != op0.desc || o.n != op0.n || o.trans_b != op0.trans_b || o.accumulate != op0.accumulate ||
+            o.a_shared != op0.a_shared || o.desc_a != op0.desc_a)
             die("%s: the threads of a warpgroup issued different wgmma (descriptor, shape or flags differ, thread %d)", r.kernel, first + j);
     }
-    const uint64_t desc = op0.desc;
-    if ((desc >> 62) != 0 || ((desc >> 49) & 7) != 0)
-        die("%s: a wgmma descriptor with a swizzle or base offset (only the interleaved layout is emulated)", r.kernel);
-    const size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
+    const char* base = (const char*)dynamic_shared();
+    // element (k, c) of a 16-row K-major (k fastest in a core matrix row) or MN-major operand in shared memory
+    auto shared_operand = [&](uint64_t desc, bool mn_major, int k, int c, const char* which) {
+        if ((desc >> 62) != 0 || ((desc >> 49) & 7) != 0)
+            die("%s: a wgmma descriptor with a swizzle or base offset (only the interleaved layout is emulated)", r.kernel);
+        const size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
+        const size_t off = start + (mn_major ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
+                                             : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8));
+        if (off + 2 > tl_dynamic_bytes) die("%s: wgmma reads %s past the block's dynamic shared memory (byte %zu of %zu)", r.kernel, which, off, tl_dynamic_bytes);
+        uint16_t v; memcpy(&v, base + off, 2);
+        return bf16_half(v, 0);
+    };
     const int N = op0.n;
     std::vector<float> A(64 * 16), B(16 * N);
     for (int row = 0; row < 64; row++)
         for (int k = 0; k < 16; k++) {
             const int rr = row % 16, lane = (rr % 8) * 4 + (k % 8) / 2;
-            A[row * 16 + k] = bf16_half(r.fibers[first + 32 * (row / 16) + lane].wgmma[i].a[rr / 8 + 2 * (k / 8)], k % 2);
+            A[row * 16 + k] = op0.a_shared ? shared_operand(op0.desc_a, false, k, row, "A")
+                                           : bf16_half(r.fibers[first + 32 * (row / 16) + lane].wgmma[i].a[rr / 8 + 2 * (k / 8)], k % 2);
         }
-    const char* base = (const char*)dynamic_shared();
     for (int k = 0; k < 16; k++)
-        for (int c = 0; c < N; c++) {
-            const size_t off = start + (op0.trans_b ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
-                                                    : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8));
-            if (off + 2 > tl_dynamic_bytes) die("%s: wgmma reads B past the block's dynamic shared memory (byte %zu of %zu)", r.kernel, off, tl_dynamic_bytes);
-            uint16_t v; memcpy(&v, base + off, 2);
-            B[k * N + c] = bf16_half(v, 0);
-        }
+        for (int c = 0; c < N; c++) B[k * N + c] = shared_operand(op0.desc, op0.trans_b, k, c, "B");
     for (int j = 0; j < 128; j++) {
         float* d = r.fibers[first + j].wgmma[i].d;
         const int w = j / 32, g = j % 32 / 4, t = j % 4;
@@ -575,7 +588,7 @@ inline bool release_group(BlockRun& r, int g) {  // true if warpgroup g's thread
         for (int j = 0; j < 128; j++)  // their registers as they were issued (a GPU reads A and writes D any time until the wait)
             for (size_t i = 0; i < ops; i++) {
                 const WgmmaOp& o = r.fibers[first + j].wgmma[i];
-                if (memcmp(o.a, o.a_regs, sizeof(o.a)))
+                if (!o.a_shared && memcmp(o.a, o.a_regs, sizeof(o.a)))
                     die("%s: thread %d wrote the A registers of a wgmma product before the wait_group that completes it", r.kernel, first + j);
                 if (memcmp(o.d_at_issue.data(), o.d, o.d_at_issue.size() * sizeof(float)))
                     die("%s: thread %d wrote the D registers of a wgmma product before the wait_group that completes it", r.kernel, first + j);

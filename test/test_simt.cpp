@@ -12,6 +12,7 @@ under the emulator" (build/simcheck_ops) means something:
     copies;
   - wgmma m64n64k16: A fragments by the ISA's formulas and B stored by its canonical no-swizzle
     layouts (K-major and MN-major, spaced by the descriptor's LBO and SBO) multiply to A·B + C,
+    and so do A and B both K-major in shared memory (A's LBO and SBO spaced unlike B's),
     written to D only at the wait; a warpgroup with a warp that never waits is reported, and so
     is a thread that writes a product's A or D registers between its issue and its wait;
   - the failures a GPU would show are reported, each in a child process that must exit with
@@ -198,17 +199,24 @@ static void test_wgmma() {
     for (int r = 0; r < 64; r++) for (int k = 0; k < 16; k++) A[r][k] = fl(bf((float)((r * 7 + k * 3) % 11) - 5.0f));
     for (int k = 0; k < 16; k++) for (int n = 0; n < 64; n++) B[k][n] = fl(bf((float)((k * 5 + n * 3) % 9) - 4.0f) * 0.5f);
     for (int r = 0; r < 64; r++) for (int n = 0; n < 64; n++) C[r][n] = (float)(r - n);
-    for (int trans = 0; trans < 2; trans++) {
+    for (int mode = 0; mode < 3; mode++) {  // B K-major, B MN-major (A in registers); A and B K-major from shared memory
+        const int trans = mode == 1;
         // K-major: (k, n) at 16(n%8) + SBO(n/8) + 2(k%8) + LBO(k/8); MN-major: 2(n%8) + SBO(n/8) + 16(k%8) + LBO(k/8)
         const uint32_t lbo = trans ? 1536 : 128, sbo = trans ? 128 : 512;
         auto at = [&](int k, int n) { return trans ? 2 * (n % 8) + sbo * (n / 8) + 16 * (k % 8) + lbo * (k / 8)
                                                    : 16 * (n % 8) + sbo * (n / 8) + 2 * (k % 8) + lbo * (k / 8); };
+        // A (K-major) after B, at 4096: (m, k) at 16(m%8) + SBO_A(m/8) + 2(k%8) + LBO_A(k/8), spaced unlike B's
+        const uint32_t lbo_a = 1024, sbo_a = 128;
+        auto at_a = [&](int m, int k) { return 4096 + 16 * (m % 8) + sbo_a * (m / 8) + 2 * (k % 8) + lbo_a * (k / 8); };
         bool stale = true;  // D between issue and wait still holds C
-        simt::launch("wgmma_test", simt::Cfg{1, 128, 4096}, [&] {
+        simt::launch("wgmma_test", simt::Cfg{1, 128, 8192}, [&] {
             char* smem = (char*)simt::dynamic_shared();
-            if (threadIdx.x == 0)
+            if (threadIdx.x == 0) {
                 for (int k = 0; k < 16; k++)
                     for (int n = 0; n < 64; n++) { uint16_t v = bf(B[k][n]); memcpy(smem + at(k, n), &v, 2); }
+                for (int m = 0; m < 64; m++)
+                    for (int k = 0; k < 16; k++) { uint16_t v = bf(A[m][k]); memcpy(smem + at_a(m, k), &v, 2); }
+            }
             __syncthreads();
             const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
             uint32_t a[4];
@@ -219,7 +227,9 @@ static void test_wgmma() {
             for (int j = 0; j < 8; j++)
                 for (int e = 0; e < 4; e++) d[4 * j + e] = C[16 * w + c_row(lane, e)][8 * j + c_col(lane, e)];
             const uint64_t desc = (uint64_t)(simt::shared_offset(smem) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
-            simt::wgmma_m64k16_bf16(d, a, desc, 64, trans, true);
+            const uint64_t desc_a = (uint64_t)(simt::shared_offset(smem + 4096) >> 4) | (uint64_t)(lbo_a >> 4) << 16 | (uint64_t)(sbo_a >> 4) << 32;
+            if (mode == 2) simt::wgmma_m64k16_bf16_ss(d, desc_a, desc, 64, false, true);
+            else simt::wgmma_m64k16_bf16(d, a, desc, 64, trans, true);
             simt::wgmma_commit();
             if (d[5] != C[16 * w + c_row(lane, 1)][8 + c_col(lane, 1)]) stale = false;
             simt::wgmma_wait(0);
@@ -233,9 +243,12 @@ static void test_wgmma() {
                 for (int k = 0; k < 16; k++) sum += (double)A[r][k] * B[k][n];
                 ok &= D[r][n] == (float)sum;  // small integers and halves: exact in fp32
             }
-        check(ok, trans ? "wgmma m64n64k16, B MN-major through the descriptor, equals A·B + C"
-                        : "wgmma m64n64k16, B K-major through the descriptor, equals A·B + C");
-        check(stale, trans ? "... and its D is written only at the wait (MN-major)" : "... and its D is written only at the wait (K-major)");
+        const char* what[] = {"B K-major", "B MN-major", "A and B K-major from shared memory"};
+        char name[160];
+        snprintf(name, sizeof(name), "wgmma m64n64k16, %s through the descriptor, equals A·B + C", what[mode]);
+        check(ok, name);
+        snprintf(name, sizeof(name), "... and its D is written only at the wait (%s)", what[mode]);
+        check(stale, name);
     }
 }
 

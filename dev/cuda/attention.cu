@@ -16,9 +16,9 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       memory): each fragment read from shared memory feeds two mma
   v7: (compute capability 9.0) v5 with warpgroup MMA, wgmma: forward and both backward passes
       by warpgroups of 64 rows, two a block, B operands read by the tensor cores from tiles of 64
-      in shared memory (no ldmatrix, no B fragments in registers), the forward and the dQ pass
-      software-pipelined (the softmax, or dS, of tile j while O += P·V, or dQ += dS·K, of tile
-      j − 1 runs); v8: the same, one warpgroup a block; v9: v7 with each product waited for at
+      in shared memory (no ldmatrix, no B fragments in registers; the dK/dV pass's K and V A
+      operands from there too), all three software-pipelined (the softmax, or dS, of tile j while
+      the accumulating products of tile j − 1 run); v8: the same, one warpgroup a block; v9: v7 with each product waited for at
       once (no overlap: what the pipeline gains)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
