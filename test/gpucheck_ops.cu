@@ -25,8 +25,10 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     attention's variants (fragments by ldmatrix or per-lane
     loads, tiles staged by cp.async or through registers, 16 or 32 rows per warp) load the
     same values and run the same mma sequence: bit-identical outputs.
-The wgmma flash attention (compute capability 9.0 and the emulator; a "# skip" line elsewhere)
-is checked against the CPU like the other attention kernels, with one and two warpgroups a block,
+The wgmma products alone (one warpgroup: A·Mᵀ with A in registers and in shared memory, P·V
+with V transposed by the descriptor) against a host product, exact (bound 0: inputs in halves,
+every sum exact in fp32); then the wgmma flash attention (compute capability 9.0 and the
+emulator; "# skip" lines elsewhere) is checked against the CPU like the other attention kernels, with one and two warpgroups a block,
 and bit-identical (bound 0) with its products overlapped (the software pipeline) and each waited
 for at once, and with one and two warpgroups.
 Prints "ok"/"not ok" lines and a summary.
@@ -272,6 +274,69 @@ static void check_flash_variants(int B, int T, int C, int NH) {
     }
 }
 
+// The wgmma products the flash kernels are made of, alone, on one warpgroup: c = A·Mᵀ with A in
+// registers and with A from shared memory (K-major operands: the descriptor's LBO and SBO for
+// K-major), and acc = P·V (V MN-major: the transpose bit and the other reading of LBO and SBO).
+// Where the attention checks fail on a GPU, these say which reading of the PTX ISA is wrong.
+template <int D>
+__global__ void wgmma_products_kernel(float* amt, float* amt_ss, float* pv, const bf16* A, const bf16* M, const bf16* P, const bf16* V) {
+    DYNAMIC_SHARED(bf16, tiles);  // M, A and V as 64-row tiles in the core-matrix layout
+    stage_tile_cm<D>(tiles, M, D, 0, 64);
+    stage_tile_cm<D>(tiles + 64 * D, A, D, 0, 64);
+    stage_tile_cm<D>(tiles + 128 * D, V, D, 0, 64);
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+    const int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    auto store = [&](float* dst, int n, const float (*c)[4]) {  // the C layout: warp w rows 16w + g (+8), n-tile j
+        for (int j = 0; j < n / 8; j++)
+            for (int e = 0; e < 4; e++) dst[(16 * w + g + 8 * (e / 2)) * n + 8 * j + 2 * t + e % 2] = c[j][e];
+    };
+    uint32_t af[D / 16][4], pf[4][4];
+    for (int kc = 0; kc < D / 16; kc++) load_a_rows(af[kc], A, D, 16 * w, 64, 16 * kc);
+    for (int kc = 0; kc < 4; kc++) load_a_rows(pf[kc], P, 64, 16 * w, 64, 16 * kc);
+    float c[8][4], acc[D / 8][4];
+    wgmma_issue_amt<D>(c, af, tiles);
+    wgmma_complete();
+    wgmma_hold<32>(&c[0][0]);
+    store(amt, 64, c);
+    wgmma_issue_amt<D>(c, tiles + 64 * D, tiles);
+    wgmma_complete();
+    wgmma_hold<32>(&c[0][0]);
+    store(amt_ss, 64, c);
+    for (int j = 0; j < D / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    wgmma_issue_pm<D>(acc, pf, tiles + 128 * D);
+    wgmma_complete();
+    wgmma_hold<D / 2>(&acc[0][0]);
+    store(pv, D, acc);
+}
+// Inputs are multiples of 1/2 in [−4, 4]: every product and every partial sum (|·| ≤ 4·4·128) is
+// exact in fp32, whatever the tensor cores' order: bound 0.
+template <int D> static void check_wgmma_products() {
+    if (!gpu_has_wgmma()) { printf("# skip: wgmma products (head size %d): not a compute capability 9.0 GPU\n", D); return; }
+    auto vals = [&](size_t n) {
+        std::vector<float> v(n);
+        for (auto& x : v) x = std::round(rng.normal() * 3.0f) * 0.5f, x = std::max(-4.0f, std::min(4.0f, x));
+        return v;
+    };
+    auto A = vals(64 * D), M = vals(64 * D), P = vals(64 * 64), V = vals(64 * D);
+    std::vector<float> want_amt(64 * 64, 0.0f), want_pv(64 * D, 0.0f);
+    for (int r = 0; r < 64; r++) {
+        for (int n = 0; n < 64; n++)
+            for (int k = 0; k < D; k++) want_amt[r * 64 + n] += A[r * D + k] * M[n * D + k];
+        for (int n = 0; n < D; n++)
+            for (int k = 0; k < 64; k++) want_pv[r * D + n] += P[r * 64 + k] * V[k * D + n];
+    }
+    Dev<bf16> gA(A), gM(M), gP(P), gV(V);
+    DevF amt(want_amt, true), amt_ss(want_amt, true), pv(want_pv, true);
+    wgmma_products_kernel<D><<<1, 128, 3 * 64 * D * sizeof(bf16), gpu.stream>>>(amt.p(), amt_ss.p(), pv.p(), gA.p(), gM.p(), gP.p(), gV.p());
+    CUDA_LAUNCH_CHECK();
+    char name[64]; snprintf(name, sizeof(name), "wgmma products, head size %d:", D);
+    compare(name, "A·Mᵀ, A in registers, M K-major", want_amt, amt.host(), 0.0);
+    compare(name, "A·Mᵀ, A and M K-major in shared memory", want_amt, amt_ss.host(), 0.0);
+    compare(name, "P·V, P in registers, V MN-major", want_pv, pv.host(), 0.0);
+}
+
 // The flash kernels with wgmma (compute capability 9.0 only: the forward and both backward
 // passes) against the CPU, with one warpgroup of 64 rows a block and with two sharing each tile.
 static void check_flash_wgmma(int B, int T, int C, int NH) {
@@ -413,6 +478,8 @@ int main() {
     check_flash_variants(2, 100, 768, 12);  // head size 64
     check_flash_variants(1, 300, 256, 4);   // head size 64, 3 blocks of 128 query rows (the last one short)
     check_flash_variants(1, 200, 512, 4);   // head size 128
+    check_wgmma_products<64>();
+    check_wgmma_products<128>();
     check_flash_wgmma(2, 100, 768, 12);     // head size 64, T not a multiple of the tiles
     check_flash_wgmma(1, 300, 256, 4);      // head size 64: 3 blocks of 128 rows, the last short (a warpgroup with no rows)
     check_flash_wgmma(1, 200, 512, 4);      // head size 128
