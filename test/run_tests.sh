@@ -16,6 +16,8 @@
 #                       races, deadlocks, out-of-bounds accesses
 #   simcheck_ops        every CUDA kernel run by that emulator against its CPU op (gpucheck_ops
 #                       compiled with g++), in both schedules
+#   test_ptxas          (with nvcc) the Hopper wgmma kernels compile for sm_90a without register
+#                       spills and without ptxas serializing their wgmma (its -v report)
 #   dev/cuda            the kernel playgrounds on the emulator at small shapes: every version of
 #                       each op within its bound of the CPU op
 #   dev/bench           make bench's PyTorch baselines on tiny CPU shapes (the script runs)
@@ -63,6 +65,7 @@ part test_tokenizer bash test/test_tokenizer.sh
 part test_simt build/test_simt
 part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
 part "simcheck_ops (CUDA kernels emulated, reverse order)" env SIMT_ORDER=reverse build/simcheck_ops
+part test_ptxas bash test/test_ptxas.sh
 dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/common.cuh)
     local args out
     for args in "attention 1 64 128 2" "attention 1 70 256 2" "layernorm 100 768" "layernorm 300 200" "classifier 64 1000 1024" "adamw 100003" "matmul 64 48 104" "matmul 40 24 56 17"; do

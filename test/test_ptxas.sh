@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# test_ptxas — what ptxas says about the Hopper (wgmma) kernels, checked without a GPU: each
+# compiles for sm_90a with no register spills, and ptxas serializes none of its wgmma.
+# Why: a wgmma kernel that runs out of registers, or whose asynchronous products cross a branch or
+# share registers with other instructions before their wait, still computes the right numbers,
+# but ptxas then waits for every product before the next ("C75xx: wgmma.mma_async instructions
+# are serialized ..."), silently undoing the software pipeline (llmc/attention.cuh,
+# wgmma_pipeline_step). Only its -v report shows it, so this reads that report.
+# Compiles test/gpucheck_ops.cu (which instantiates every kernel) to an sm_90a cubin with
+# -Xptxas -v; prints each wgmma kernel's registers. Needs nvcc; skips with a line without it.
+set -u
+cd "$(dirname "$0")/.."
+NVCC=${NVCC:-$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)}
+if [ -z "$NVCC" ]; then echo "# skip: test_ptxas needs nvcc"; exit 0; fi
+mkdir -p build
+report=build/ptxas_sm90a.txt
+if ! "$NVCC" -O2 -std=c++17 -x cu -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v test/gpucheck_ops.cu \
+        -o build/ptxas_sm90a.cubin >"$report" 2>&1; then
+    grep -m 20 error "$report"; echo "not ok - nvcc could not compile test/gpucheck_ops.cu for sm_90a"; exit 1
+fi
+# One line per kernel: name, registers, spill store bytes (ptxas prints the properties, then the count).
+kernels=$(awk '
+    /Compiling entry function/ { name = $0; sub(/.*function .\047?/, "", name); sub(/\047.*/, "", name); spill = "" }
+    /bytes spill stores/ { for (i = 1; i <= NF; i++) if ($i == "spill" && $(i + 1) == "stores,") spill = $(i - 2) }
+    /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") regs = $(i + 1); print name, regs, spill }
+' "$report" | grep -i wgmma)
+if [ -z "$kernels" ]; then echo "not ok - ptxas reported no wgmma kernel (are they still instantiated by gpucheck_ops?)"; exit 1; fi
+while read -r name regs spill; do
+    short=$(echo "$name" | c++filt 2>/dev/null || echo "$name")
+    if [ "${spill:-0}" = 0 ]; then echo "ok - ptxas sm_90a: $short: $regs registers, no spills"
+    else echo "not ok - ptxas sm_90a: $short: $regs registers, $spill bytes of spill stores"; fi
+    if grep -q "(C75[0-9][0-9]).*'$name'" "$report"; then
+        echo "not ok - ptxas sm_90a: $short: wgmma serialized: $(grep -o "(C75[0-9][0-9])[^']*" <(grep "'$name'" "$report") | head -1)"
+    else echo "ok - ptxas sm_90a: $short: no wgmma serialized"; fi
+done <<<"$kernels"
