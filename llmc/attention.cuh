@@ -857,6 +857,15 @@ __device__ inline void two_products_16x32(float (*c1)[4][4], float (*c2)[4][4], 
         }
     }
 }
+// The dK/dV passes' per-query values for queries q0 .. q0 + R − 1 (threads 0 .. R − 1 write
+// them): lse in base 2 (lse·log2e) and D = rowsum(dO∘O); past T, lse2 = ∞ so that p = 0.
+template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds, const float* lse_bh, const float* D_bh, int q0, int T_) {
+    if (threadIdx.x < R) {
+        const int r = q0 + threadIdx.x;
+        lse2[threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;
+        Ds[threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
+    }
+}
 // Backward pass 1: dK, dV for 64 keys per block, over query tiles of 32. MT = 1: 4 warps × 16
 // keys, their K and V fragments held in registers. MT = 2 (head size 64): 2 warps × 32 keys, so
 // that each Q and dO fragment read from shared memory feeds two mma; K and V then wait in shared
@@ -907,11 +916,7 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
     auto stage = [&](int buf, int q0) {  // the query tile from q0 into buffer buf
         stage_rows<32, D, ASYNC>(Qs[buf], q, C3, q0, T_);
         stage_rows<32, D, ASYNC>(dOs[buf], dO, C, q0, T_);
-        if (threadIdx.x < 32) {
-            const int r = q0 + threadIdx.x;
-            lse2[buf][threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;  // past T: p = 0
-            Ds[buf][threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
-        }
+        stage_query_stats<32>(lse2[buf], Ds[buf], lse_bh, D_bh, q0, T_);
     };
     stage(0, kt * 64);  // queries before the block's keys see none of them
     for (int q0 = kt * 64, buf = 0; q0 < T_; q0 += 32, buf ^= 1) {
@@ -1135,11 +1140,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
         const int q0 = k0 + 64 * j;
         stage_tile_cm<D>(Qs(j), q, C3, q0, T_);
         stage_tile_cm<D>(dOs(j), dO, C, q0, T_);
-        if (threadIdx.x < 64) {
-            const int r = q0 + threadIdx.x;
-            lse2[j % 2][threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;  // past T: p = 0
-            Ds[j % 2][threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
-        }
+        stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T_);
     };
     for (int w = 0; w < NWG; w++) {
         stage_tile_cm<D>(tiles + 2 * w * 64 * D, q + C, C3, k0 + 64 * w, T_);

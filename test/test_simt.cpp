@@ -53,6 +53,17 @@ static int b_row(int lane, int i) { return (lane % 4) * 2 + (i & 1) + (i >= 2 ? 
 static int b_col(int lane, int) { return lane / 4; }
 static int c_row(int lane, int i) { return lane / 4 + (i >= 2 ? 8 : 0); }
 static int c_col(int lane, int i) { return (lane % 4) * 2 + (i & 1); }
+// D == A·B + C exactly (the tests' inputs are small integers and halves: every sum exact in fp32)
+template <int M, int N> static bool is_ab_plus_c(const float (&A)[M][16], const float (&B)[16][N], const float (&C)[M][N], const float (&D)[M][N]) {
+    bool ok = true;
+    for (int r = 0; r < M; r++)
+        for (int n = 0; n < N; n++) {
+            double s = C[r][n];
+            for (int k = 0; k < 16; k++) s += (double)A[r][k] * B[k][n];
+            ok &= D[r][n] == (float)s;
+        }
+    return ok;
+}
 
 static void test_mma() {
     float A[16][16], B[16][8], C[16][8], D[16][8];
@@ -72,14 +83,7 @@ static void test_mma() {
         simt::mma_m16n8k16_bf16(c, a, b);
         for (int i = 0; i < 4; i++) D[c_row(lane, i)][c_col(lane, i)] = c[i];
     });
-    bool ok = true;
-    for (int r = 0; r < 16; r++)
-        for (int n = 0; n < 8; n++) {
-            double s = C[r][n];
-            for (int k = 0; k < 16; k++) s += (double)A[r][k] * B[k][n];
-            ok &= D[r][n] == (float)s;  // small integers and halves: exact in fp32
-        }
-    check(ok, "mma m16n8k16 with the ISA's fragment layout equals A·B + C");
+    check(is_ab_plus_c(A, B, C, D), "mma m16n8k16 with the ISA's fragment layout equals A·B + C");
 }
 
 // ldmatrix as the flash kernels use it (attention.cuh): one .x4 gives the mma B fragments of two
@@ -236,13 +240,7 @@ static void test_wgmma() {
             for (int j = 0; j < 8; j++)
                 for (int e = 0; e < 4; e++) D[16 * w + c_row(lane, e)][8 * j + c_col(lane, e)] = d[4 * j + e];
         });
-        bool ok = true;
-        for (int r = 0; r < 64; r++)
-            for (int n = 0; n < 64; n++) {
-                double sum = C[r][n];
-                for (int k = 0; k < 16; k++) sum += (double)A[r][k] * B[k][n];
-                ok &= D[r][n] == (float)sum;  // small integers and halves: exact in fp32
-            }
+        const bool ok = is_ab_plus_c(A, B, C, D);
         const char* what[] = {"B K-major", "B MN-major", "A and B K-major from shared memory"};
         char name[160];
         snprintf(name, sizeof(name), "wgmma m64n64k16, %s through the descriptor, equals A·B + C", what[mode]);
