@@ -17,7 +17,8 @@ the parameters are their own master and copy is null.
 Memory per parameter: fp32 — θ 4 + gradient 4 + m, v 8 = 16 bytes; bf16 — copy 2 + gradient 2
 + master, m, v 12 = 16 bytes. Both are the ZeRO table's 16Ψ (data_parallel.h shards them).
 
-CUDA: the same formula, one thread per element (its wd from the runs: ≤ 8 comparisons).
+CUDA: one thread per element (its wd from the runs: ≤ 8 comparisons); the formula is written once
+(adamw_element) and called by both loops.
 Tests: the model against PyTorch's AdamW (test/test_vs_pytorch.py), test/test_ops.cpp,
 test/gpucheck_ops.cu (CUDA vs CPU).
 */
@@ -46,6 +47,16 @@ HD inline bool decays(const DecayRuns& r, size_t i) {
     return false;
 }
 
+// One element's update, the formula above: m and v in place, the new θ returned. The CPU loop
+// and the CUDA kernel below both call it, so they differ only in how they visit the elements.
+HD inline float adamw_element(float p, float g, float& m, float& v, float lr, float beta1, float beta2, float eps,
+                              float wd, float bc1, float bc2) {
+    m = beta1 * m + (1.0f - beta1) * g;
+    v = beta2 * v + (1.0f - beta2) * g * g;
+    const float mhat = m / bc1, vhat = v / bc2;
+    return p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+}
+
 template <class T>
 inline void adamw_update_cpu(float* params, const T* grads, float* m, float* v, T* copy, size_t n,
                              float lr, float beta1, float beta2, float eps, float wd, const DecayRuns& decay, int t,
@@ -55,13 +66,7 @@ inline void adamw_update_cpu(float* params, const T* grads, float* m, float* v, 
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         const float wd_i = decays(decay, i) ? wd : 0.0f;
-        float g = to_f(grads[i]) * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd_i * params[i]);
+        params[i] = adamw_element(params[i], to_f(grads[i]) * grad_scale, m[i], v[i], lr, beta1, beta2, eps, wd_i, bc1, bc2);
         if (copy) copy[i] = from_f<T>(params[i]);
     }
 }
@@ -72,12 +77,10 @@ __global__ void adamw_kernel(float* params, const T* grads, float* m, float* v, 
                              float beta2, float eps, float wd, DecayRuns decay, float bc1, float bc2, float grad_scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float wd_i = decays(decay, i) ? wd : 0.0f;
-        float g = to_f(grads[i]) * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float mi = m[i], vi = v[i];  // each element read once and written once
+        const float p = adamw_element(params[i], to_f(grads[i]) * grad_scale, mi, vi, lr, beta1, beta2, eps, wd_i, bc1, bc2);
         m[i] = mi;
         v[i] = vi;
-        float p = params[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd_i * params[i]);
         params[i] = p;
         if (copy) copy[i] = from_f<T>(p);
     }
