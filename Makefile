@@ -168,7 +168,7 @@ clean:
 # per-op profile), fp32 (124M), torch (attention and a step against PyTorch), kernels (the
 # memory-bound ops and the linear layers against PyTorch eager and compiled), overlap (≥ 2
 # GPUs); not by default: flash32 (train with --flash-rows 32), wgmma (train with --flash-wgmma 1), ncu (Nsight Compute's view of
-# each of our kernels in a 124M step: what limits it)
+# each of our kernels in a 124M step: what limits it), ncu-wgmma (the same with --flash-wgmma 1)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
 BENCH_PARTS ?= train fp32 torch kernels overlap
 bench: all
@@ -184,4 +184,5 @@ bench: all
 	    kernels) bash dev/bench/bench_kernels.sh ;; \
 	    overlap) bash dev/bench/bench_overlap.sh ;; \
 	    ncu) bash dev/bench/bench_ncu.sh ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma torch kernels overlap ncu)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    ncu-wgmma) FLASH_WGMMA=1 bash dev/bench/bench_ncu.sh ;; \
+	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma torch kernels overlap ncu ncu-wgmma)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

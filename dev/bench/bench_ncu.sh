@@ -16,19 +16,21 @@
 # are) and replays each kernel once per group of counters, so the run takes a minute or two.
 # Skipped with one line where there is no ncu or it cannot read the counters (e.g. under gVisor).
 #   NCU_MODEL, NCU_B, NCU_T   the model and shape [gpt2:124M, 16, 1024]
+#   FLASH_WGMMA=1             the step with --flash-wgmma 1 (part ncu-wgmma): the wgmma flash
+#                             attention kernels' view, against the mma.sync ones' in part ncu
 #   NCU=path                  the ncu to use [ncu, else /usr/local/cuda/bin/ncu]
 set -u
 cd "$(dirname "$0")/../.."
 ncu=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
-model=${NCU_MODEL:-gpt2:124M} B=${NCU_B:-16} T=${NCU_T:-1024}
-echo "# bench_ncu on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $model B=$B T=$T bf16, commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
+model=${NCU_MODEL:-gpt2:124M} B=${NCU_B:-16} T=${NCU_T:-1024} wg=${FLASH_WGMMA:-0}
+echo "# bench_ncu on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $model B=$B T=$T bf16 --flash-wgmma $wg, commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 [ -x "$ncu" ] || { echo "bench_ncu: skipped (no Nsight Compute: ncu)"; exit 0; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # the kernels of llmc/*.cuh (function names, without templates or parameters)
 kernels='flash_|attention_|layernorm_|residual_|fused_classifier|adamw|encoder_|gelu_|add_bias|column_sum|norm_squared'
 timeout -k 10 "${RUN_LIMIT:-300}" "$ncu" --clock-control none --kernel-name "regex:$kernels" --launch-count 400 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --print-summary per-kernel \
-    ./train_gpt --device cuda --precision bf16 --model "$model" --batch-size "$B" --seq-len "$T" --steps 1 --val-data "" \
+    ./train_gpt --device cuda --precision bf16 --flash-wgmma "$wg" --model "$model" --batch-size "$B" --seq-len "$T" --steps 1 --val-data "" \
     >"$tmp/out.txt" 2>&1
 rc=$?
 if grep -q 'ERR_NVGPUCTRPERM\|LibraryNotLoaded\|Failed to initialize the profiler' "$tmp/out.txt"; then
