@@ -2,7 +2,8 @@
 # gpucheck — the GPU suite (`make gpucheck`, needs a GPU): the CUDA backend against the CPU
 # reference, op by op and whole runs, plus the data-parallel matrix with several ranks sharing
 # the GPU (MPI, host-staged). Prints "ok"/"not ok" lines and "N passed, N failed".
-#   gpucheck_ops     every CUDA op vs its CPU op, poisoned outputs, several shapes
+#   gpucheck_ops     every CUDA op vs its CPU op, poisoned outputs, several shapes (part ops);
+#                    the wgmma flash attention (--flash-wgmma 1) as part wgmma
 #   test_gpu_train   10 steps on the GPU vs the CPU run, fp32 (within 1e-4) and bf16 (2e-2):
 #                    the loss falls, and two GPU runs are bit-identical
 #   test_train       resume bit-exactness, determinism (two GPU runs identical), learning
@@ -36,10 +37,13 @@ part() {
 }
 echo "# gpucheck on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 
-# GPUCHECK_PARTS picks parts (default all, in this order): ops train resume pytorch playgrounds
-# sanitize dp
-want() { [[ " ${GPUCHECK_PARTS:-ops train resume pytorch playgrounds sanitize dp} " == *" $1 "* ]]; }
-want ops && part gpucheck_ops build/gpucheck_ops
+# GPUCHECK_PARTS picks parts (default all, in this order): ops wgmma train resume pytorch
+# playgrounds sanitize dp
+want() { [[ " ${GPUCHECK_PARTS:-ops wgmma train resume pytorch playgrounds sanitize dp} " == *" $1 "* ]]; }
+want ops && part gpucheck_ops build/gpucheck_ops ops
+# the Hopper flash attention (--flash-wgmma 1, off by default) apart, under its own shorter limit:
+# a fault in it names itself and costs no other part
+want wgmma && PART_LIMIT=${WGMMA_LIMIT:-180} part "gpucheck_ops wgmma" build/gpucheck_ops wgmma
 want train && part "GPU vs CPU training (fp32, bf16)" bash test/test_gpu_train.sh "$BIN"
 want resume && part "test_train (cuda)" env DEVICE=cuda bash test/test_train.sh "$BIN"
 want pytorch && part "test_vs_pytorch (cuda)" env DEVICE=cuda "$PY" test/test_vs_pytorch.py "$BIN"

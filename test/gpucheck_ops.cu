@@ -31,7 +31,8 @@ every sum exact in fp32); then the wgmma flash attention (compute capability 9.0
 emulator; "# skip" lines elsewhere) is checked against the CPU like the other attention kernels, with one and two warpgroups a block,
 and bit-identical (bound 0) with its products overlapped (the software pipeline) and each waited
 for at once, and with one and two warpgroups.
-Prints "ok"/"not ok" lines and a summary.
+Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wgmma checks,
+`gpucheck_ops wgmma` only those (test/gpucheck.sh: two parts).
 */
 #include <cmath>
 #include <functional>
@@ -470,19 +471,30 @@ template <class X> static void check_all() {
     check_adamw_norm<X>(1000003);
 }
 
-int main() {
+// usage: gpucheck_ops [all | ops | wgmma]: every check (the default), or the two groups apart —
+// ops, the kernels the trainer runs by default; wgmma, the Hopper flash attention behind
+// --flash-wgmma 1 (test/gpucheck.sh runs them as two parts, so that a fault there leaves the
+// default path's result whole and names itself).
+int main(int argc, char** argv) {
+    const char* group = argc > 1 ? argv[1] : "all";
+    const bool ops = !strcmp(group, "all") || !strcmp(group, "ops"), wgmma = !strcmp(group, "all") || !strcmp(group, "wgmma");
+    if (!ops && !wgmma) { fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops or wgmma)\n", group); return 2; }
     if (cuda_device_count() == 0) { printf("not ok - gpucheck_ops: no usable GPU\n"); return 1; }
     cuda_ctx_init(&gpu, 0);
-    check_all<float>();
-    check_all<bf16>();
-    check_flash_variants(2, 100, 768, 12);  // head size 64
-    check_flash_variants(1, 300, 256, 4);   // head size 64, 3 blocks of 128 query rows (the last one short)
-    check_flash_variants(1, 200, 512, 4);   // head size 128
-    check_wgmma_products<64>();
-    check_wgmma_products<128>();
-    check_flash_wgmma(2, 100, 768, 12);     // head size 64, T not a multiple of the tiles
-    check_flash_wgmma(1, 300, 256, 4);      // head size 64: 3 blocks of 128 rows, the last short (a warpgroup with no rows)
-    check_flash_wgmma(1, 200, 512, 4);      // head size 128
-    printf("# gpucheck_ops: %d passed, %d failed\n", n_pass, n_fail);
+    if (ops) {
+        check_all<float>();
+        check_all<bf16>();
+        check_flash_variants(2, 100, 768, 12);  // head size 64
+        check_flash_variants(1, 300, 256, 4);   // head size 64, 3 blocks of 128 query rows (the last one short)
+        check_flash_variants(1, 200, 512, 4);   // head size 128
+    }
+    if (wgmma) {
+        check_wgmma_products<64>();
+        check_wgmma_products<128>();
+        check_flash_wgmma(2, 100, 768, 12);     // head size 64, T not a multiple of the tiles
+        check_flash_wgmma(1, 300, 256, 4);      // head size 64: 3 blocks of 128 rows, the last short (a warpgroup with no rows)
+        check_flash_wgmma(1, 200, 512, 4);      // head size 128
+    }
+    printf("# gpucheck_ops %s: %d passed, %d failed\n", group, n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
