@@ -71,11 +71,12 @@ m64nNk16 whose A operand (Q, dO, P, dS) is in registers in the mma fragment layo
 and whose B operand the tensor cores read straight from shared memory, where tiles of 64 rows
 are stored as 8×16-byte core matrices (no swizzle) so that one tile serves as K-major B (K in
 S = Q·Kᵀ) and as MN-major B (V in O = P·V, by the descriptor's transpose); in the dK/dV pass
-K and V are A operands read from such tiles too. Two warpgroups a block share each tile. What goes: ldmatrix and the B fragments in registers; the mma.sync path's
-cap of 16 flops per shared byte (wgmma's shared-memory reads are the tensor cores' own). The
-products run asynchronously, so all three kernels are software-pipelined (FlashAttention-3's
-intra-warpgroup overlap, wgmma_pipeline_step): the softmax (or dS) of tile j runs while the tile
-j − 1 products that accumulate (O += P·V; dQ += dS·K; dV and dK) are still on the tensor cores.
+K and V are A operands read from such tiles too. Two warpgroups a block share each tile. What
+goes: ldmatrix and the B fragments in registers; the mma.sync path's cap of 16 flops per shared
+byte (wgmma's shared-memory reads are the tensor cores' own). The products run asynchronously,
+so all three kernels are software-pipelined (FlashAttention-3's intra-warpgroup overlap,
+wgmma_pipeline_step): the softmax (or dS) of tile j runs while the tile j − 1 products that
+accumulate (O += P·V; dQ += dS·K; dV and dK) are still on the tensor cores.
 Registers (ptxas, head size 64 / 128): forward 122 / 170-176, dQ 170 / 234, dK/dV 212 / 254, no
 spills, and no wgmma serialized.
 Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4): A (16×16, row-major) regs
@@ -1122,7 +1123,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
     __shared__ float lse2[2][64], Ds[2][64];
     const int kb = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
-    const bf16 *Ks = tiles + 2 * wg * 64 * D, *Vs = Ks + 64 * D;  // this warpgroup's keys
+    auto KVs = [&](int w) { return tiles + 2 * w * 64 * D; };  // warpgroup w's K tile, its V tile after it
+    const bf16 *Ks = KVs(wg), *Vs = Ks + 64 * D;                 // this warpgroup's keys
     auto Qs = [&](int j) { return tiles + (2 * NWG + j % 3) * 64 * D; };
     auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
     const size_t C3 = 3 * (size_t)C;
@@ -1143,8 +1145,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
         stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T_);
     };
     for (int w = 0; w < NWG; w++) {
-        stage_tile_cm<D>(tiles + 2 * w * 64 * D, q + C, C3, k0 + 64 * w, T_);
-        stage_tile_cm<D>(tiles + (2 * w + 1) * 64 * D, q + 2 * C, C3, k0 + 64 * w, T_);
+        stage_tile_cm<D>(KVs(w), q + C, C3, k0 + 64 * w, T_);
+        stage_tile_cm<D>(KVs(w) + 64 * D, q + 2 * C, C3, k0 + 64 * w, T_);
     }
     stage(0);
     const int nqt = (T_ - k0 + 63) / 64;  // the block's query tiles; the warpgroup's from tile wg (before: all queries before its keys)

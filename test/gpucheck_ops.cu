@@ -28,9 +28,9 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
 The wgmma products alone (one warpgroup: A·Mᵀ with A in registers and in shared memory, P·V
 with V transposed by the descriptor) against a host product, exact (bound 0: inputs in halves,
 every sum exact in fp32); then the wgmma flash attention (compute capability 9.0 and the
-emulator; "# skip" lines elsewhere) is checked against the CPU like the other attention kernels, with one and two warpgroups a block,
-and bit-identical (bound 0) with its products overlapped (the software pipeline) and each waited
-for at once, and with one and two warpgroups.
+emulator; "# skip" lines elsewhere) is checked against the CPU like the other attention
+kernels, with one and two warpgroups a block, and bit-identical (bound 0) with its products
+overlapped (the software pipeline) and each waited for at once, and with one and two warpgroups.
 Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wgmma checks,
 `gpucheck_ops wgmma` only those (test/gpucheck.sh: two parts).
 */
@@ -230,11 +230,6 @@ template <class X> static void check_attention(int B, int T, int C, int NH, bool
     g_flash_attention = true;
 }
 
-// The flash kernels' variants — B fragments by ldmatrix or by each lane's own loads; tiles staged
-// by cp.async while the previous one is used, or through registers before their use; 16 or 32
-// rows per warp (query rows in the forward and the dQ pass, keys in the dK/dV pass) — load the
-// same values and run the same mma sequence for every row: the outputs must be bit-identical
-// (bound 0) to those of the default (ldmatrix, cp.async, 16 rows).
 // bf16 attention forward and backward on the GPU with the switches as they are: out, lse, dqkv
 static void attention_outputs(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH,
                               std::vector<float>* res) {
@@ -249,6 +244,12 @@ static void compare_bits(const char* name, const std::vector<float>* want, const
     compare(name, "lse", want[1], got[1], 0.0);
     compare(name, "dqkv", want[2], got[2], 0.0);
 }
+
+// The flash kernels' variants — B fragments by ldmatrix or by each lane's own loads; tiles staged
+// by cp.async while the previous one is used, or through registers before their use; 16 or 32
+// rows per warp (query rows in the forward and the dQ pass, keys in the dK/dV pass) — load the
+// same values and run the same mma sequence for every row: the outputs must be bit-identical
+// (bound 0) to those of the default (ldmatrix, cp.async, 16 rows).
 static void check_flash_variants(int B, int T, int C, int NH) {
     auto qkv = randn<bf16>((size_t)B * T * 3 * C), dout = randn<bf16>((size_t)B * T * C);
     auto run = [&](bool ldsm, bool async, std::vector<float>* res, int rows = 16, int dq_rows = 16, int dkv_keys = 16) {

@@ -61,8 +61,8 @@ The model of a GPU:
   - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers or through a shared-memory
     descriptor, B through one, no-swizzle layouts only): a warpgroup (128 threads) collective,
     computed when all 128 reach a wgmma.wait_group, for the groups that wait completes; shared
-    memory is read then, and D
-    written then (see "wgmma" below). The device reports compute capability 9.0.
+    memory is read then, and D written then (see "wgmma" below). The device reports compute
+    capability 9.0.
   - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
     bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
     the GELU's input, D = its tanh-approximation GELU), DGELU (D = x·gelu′(aux)) and BGRADB (the
@@ -488,10 +488,10 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 //   D: thread (warp w, lane l) holds d[4j + e] = row 16w + l/4 + 8·(e/2), column 8j + 2·(l%4) + e%2.
 // Each thread's issue only records it; the products are computed when the warpgroup's 128
 // threads all reach a wgmma.wait_group N, for every committed group but the newest N, in issue
-// order, reading shared memory then: the latest a GPU may read A and B there and write D. So a kernel that
-// reads D before its wait, or overwrites B's tile before it, gets wrong results here; one that
-// writes the A or D registers of a product before its wait is reported (A is taken at the issue,
-// D is compared with its value then).
+// order, reading shared memory then: the latest a GPU may read A and B there and write D. So a
+// kernel that reads D before its wait, or overwrites an operand's tile before it, gets wrong
+// results here; one that writes the A or D registers of a product before its wait is reported
+// (A is taken at the issue, D is compared with its value then).
 // The descriptor's address is the offset in the block's dynamic shared memory (shared_offset):
 // a kernel's wgmma operands live there. Not modelled: wgmma.fence and fence.proxy.async (their
 // omission is not detected), the async proxy's ordering apart from the waits.

@@ -18,8 +18,8 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       by warpgroups of 64 rows, two a block, B operands read by the tensor cores from tiles of 64
       in shared memory (no ldmatrix, no B fragments in registers; the dK/dV pass's K and V A
       operands from there too), all three software-pipelined (the softmax, or dS, of tile j while
-      the accumulating products of tile j − 1 run); v8: the same, one warpgroup a block; v9: v7 with each product waited for at
-      once (no overlap: what the pipeline gains)
+      the accumulating products of tile j − 1 run); v8: the same, one warpgroup a block; v9: v7
+      with each product waited for at once (no overlap: what the pipeline gains)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
