@@ -5,6 +5,7 @@ train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
       zero grads; for each micro-batch: forward (+ fused loss gradient), backward
       grad norm → clip factor → lr(step) → AdamW
       log; every N steps: validation loss, a sample, a checkpoint
+      on SIGTERM, SIGUSR1 or SIGINT (with --output-dir): a checkpoint after the step, then exit
 
 Gradient accumulation: accum = total_batch_tokens / (B·T·dp) micro-batches per step, each
 backward scaled by 1/(B·T·accum), so the gradient is that of the mean loss over the whole batch.
@@ -72,7 +73,7 @@ static const FlagDef FLAGS[] = {
     {"vpp", "1", "virtual pipeline stages per rank (interleaved)", false},
     {"cp", "1", "context-parallel degree", false},
     {"cp-layout", "contiguous", "contiguous | zigzag", false},
-    {"output-dir", "", "directory for checkpoints (empty: none)", false},
+    {"output-dir", "", "directory for checkpoints (empty: none); with it, SIGTERM, SIGUSR1 (Slurm: --signal=USR1@300) or SIGINT stop the run after the current step with a checkpoint, exit code 128 + the signal", false},
     {"checkpoint-every", "0", "write a checkpoint every N steps (and at the end) (0: only at the end)", false},
     {"resume", "0", "continue from the newest checkpoint in --output-dir", true},
     {"val-every", "0", "evaluate every N steps (and at the end) (0: only at the end)", false},
@@ -429,6 +430,8 @@ int main(int argc, char** argv) {
         std::vector<int> x((size_t)B * T), y((size_t)B * T);
         const float dloss = 1.0f / ((float)B * T * accum * dp);  // the dp sum of gradients is then the mean
 
+        if (!out_dir.empty()) stop_signals_install();  // a stop request is then answered after the step, with a checkpoint
+        int stop = 0;                                     // the signal that stopped the run (0: none)
         const int first_step = (int)state.step + 1;
         for (int step = first_step; step <= steps; step++) {
             // --profile measures the steps after the first (which sets up cuBLASLt and buffers)
@@ -473,15 +476,24 @@ int main(int argc, char** argv) {
                 std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);
                 print0("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
             }
-            if (!out_dir.empty() && (last || (ckpt_every > 0 && step % ckpt_every == 0))) {
+            // a SIGTERM, SIGUSR1 or SIGINT that reached any rank: all stop here, with a checkpoint
+            stop = out_dir.empty() || last ? 0 : stop_signal_agreed(mesh.world_group);
+            if (!out_dir.empty() && (last || stop || (ckpt_every > 0 && step % ckpt_every == 0))) {
                 state.step = step; state.global_batches = train_loader.k * dp; state.rng_state = sampler.state;
                 state.B = B; state.T = T; state.total_batch = total_batch;
                 checkpoint_save(out_dir, &dpar, state, mesh.world_group);
                 print0("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
             }
+            if (stop) {
+                print0("stopped by %s after step %d of %d: run the same command with --resume to go on\n",
+                       stop_signal_name(stop), step, steps);
+                break;
+            }
         }
         dp_params_wait_all(&dpar);  // the last update's all-gathers (ZeRO-1/2), before anything reads or frees them
-        if (!f.str("save-model").empty()) {
+        if (!f.str("save-model").empty() && stop)
+            print0("--save-model: not written (the run stopped before its last step)\n");
+        else if (!f.str("save-model").empty()) {
             model_file_save(&dpar, f.str("save-model"), save_bf16);
             print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
         }
@@ -491,7 +503,7 @@ int main(int argc, char** argv) {
         logger_close(&log);
         if (can_sample) tokenizer_free(&tk);
         mesh_finish(&mesh);
-        return 0;
+        return stop ? 128 + stop : 0;  // the shell's code for a process the signal ended
     };
     return bf16_run ? train(bf16{}) : train(float{});
 }

@@ -580,7 +580,10 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
 //   V in O = P·V is B "MN-major" (n = head dim, k = key; the instruction's transpose-B): core
 //     matrices 128 B apart along n (SBO) and 16·D B apart along k (LBO).
 // So one tile layout serves both, and a k-step of 16 moves the start by 256 B (K) or 32·D B (V).
-// The emulator (test/simt.h) reads B through the same descriptor fields.
+// The emulator (test/simt.h) reads B through the same descriptor fields. Public no-swizzle wgmma
+// code that has run on H100s uses these values too: ThunderKittens' first "interleave" tiles
+// (this byte layout; LBO 128, SBO 16·D for K-major, the two swapped for transposed B) and
+// MMA-Sim's sm_90 tests (a 64 × 16 K-major A: LBO 128, SBO 256).
 __device__ inline uint32_t smem_addr(const void* p) {  // the shared-memory window address
 #ifdef LLMC_SIMT
     return simt::shared_offset(p);  // the emulator's: the offset in the block's dynamic shared memory

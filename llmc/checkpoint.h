@@ -21,10 +21,20 @@ new one, never half of one):
 Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one; a
 different dp or ZeRO stage reads each element from the old rank that held it (resharding).
 
+Stopping on a signal (with --output-dir): SIGTERM (a scheduler's stop), SIGUSR1 (Slurm's
+--signal=USR1@SECONDS before the time limit; mpirun forwards it to every rank, whereas it answers
+TERM and INT by killing the ranks a moment later) and SIGINT (Ctrl-C) only set a flag. After each
+step the ranks add up their flags (one small all-gather over the world), so every rank stops after
+the same step even when the signal reached only some of them; they write that step's checkpoint
+together and exit with 128 + the signal's number, and --resume continues as if nothing happened.
+A second signal of the same kind kills at once (the handler is reset when it runs).
+
 Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume bit-exactness),
-test/test_dp.sh (sharded checkpoints in every ZeRO stage, resharding).
+test/test_dp.sh (sharded checkpoints in every ZeRO stage, resharding); stopping on a signal:
+test/test_train.sh (one process), test/test_dp.sh (a signal to one rank of two, and to mpirun).
 */
 #pragma once
+#include <csignal>
 #include <filesystem>
 #include <string>
 #include "common.h"
@@ -270,4 +280,36 @@ template <class T> inline TrainState checkpoint_load(const std::string& dir, Dat
     }
     for (FILE* f : files) fclose(f);
     return s;
+}
+
+// ---- stopping on a signal, after a whole step and with a checkpoint (see the header)
+static const int STOP_SIGNALS[] = {SIGTERM, SIGUSR1, SIGINT};
+inline volatile sig_atomic_t g_stop_signal = 0;
+inline void on_stop_signal(int sig) { g_stop_signal = sig; }  // (async-signal-safe: one store)
+
+inline const char* stop_signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : "a signal";
+}
+inline void stop_signals_install() {
+    struct sigaction a = {};
+    a.sa_handler = on_stop_signal;
+    a.sa_flags = SA_RESTART | SA_RESETHAND;  // interrupted reads go on; the second signal kills
+    sigemptyset(&a.sa_mask);
+    for (int sig : STOP_SIGNALS) {
+        struct sigaction old;
+        sigaction(sig, nullptr, &old);
+        if (sig == SIGINT && old.sa_handler == SIG_IGN) continue;  // started in the background (&, nohup): stays immune
+        sigaction(sig, &a, nullptr);
+    }
+}
+// Collective over the world: the signal some rank received (the first of STOP_SIGNALS in that
+// order, if ranks got different ones), or 0 when none did. Every rank gets the same answer.
+inline int stop_signal_agreed(Group& world) {
+    const int got = g_stop_signal;
+    double n[3];
+    for (int i = 0; i < 3; i++) n[i] = got == STOP_SIGNALS[i] ? 1.0 : 0.0;
+    comm_sum_doubles(world, n, 3);
+    for (int i = 0; i < 3; i++)
+        if (n[i] > 0) return STOP_SIGNALS[i];
+    return 0;
 }

@@ -13,6 +13,8 @@
 #   NCCL_NET_GDR_LEVEL=PHB      GPUDirect RDMA when the NIC and GPU share a PCIe switch
 # OpenMPI settings: -x exports a variable to every rank; --mca btl_tcp_if_include eth0 keeps
 # MPI's own traffic off the wrong interface.
+# Stopping: `kill -USR1 <mpirun's pid>` (mpirun forwards SIGUSR1 to every rank; it answers TERM
+# and INT by killing them): with --output-dir the ranks end their step, write a checkpoint and exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hostfile=${1:?usage: $0 HOSTFILE [flags...]}; shift

@@ -9,6 +9,8 @@
 #   overlap:      --overlap 0 (no overlap, no prefetch) gives the same run and bytes, every stage
 #   profile:      --profile gives communication rows of its own, at each stage's calls per step
 #   resume:       bit-exact in every stage; resharding dp=4 ZeRO-3 → dp=2 ZeRO-1 continues the run
+#   signal:       SIGTERM to one rank, or SIGUSR1 to mpirun: both ranks stop after the same step
+#                 with its checkpoint, and --resume ends bit for bit where the straight run did
 #   bf16:         the mixed-precision table (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N), half the bytes on
 #                 the wire, ZeRO 0-3 bit-identical, losses within 2e-2 of one bf16 process, resume
 #   host waits:   on the emulated GPU with NCCL, every stage waits for the whole GPU queue at
@@ -241,6 +243,35 @@ for z in 1 3; do resume_check bf16 $z; done  # the bf16 working copy is rebuilt 
 for z in 0 1 2 3; do resume_check fp32 $z; done
 ls "$tmp/ra_fp32_3/step_00000006" | grep -q "state_rank00001.bin" && echo "ok - each dp rank writes its own optimizer shard" \
     || echo "not ok - sharded checkpoint files missing"
+
+# --- a signal: the run of resume_check fp32 1 again, signalled once step 2 is logged. To one rank
+# only (SIGTERM): both must stop after the same step and write its checkpoint together; to
+# mpirun (SIGUSR1, what it forwards to every rank). --resume then ends where the straight run did.
+signal_check() {  # signal_check SIG TARGET(rank|mpirun)
+    local c="$tmp/sig_$1" target
+    # (under a time limit: ranks that disagreed about stopping would wait for each other for ever)
+    timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${common[@]}" --precision fp32 --batch-size 4 --total-batch-tokens 512 \
+        --steps 6 --zero 1 --shuffle 1 --output-dir "$c" --log-file "$c.jsonl" --save-model "$c.bin" >"$c.txt" 2>&1 &
+    local pid=$! i
+    for i in $(seq 6000); do [ "$(cat "$c.jsonl" 2>/dev/null | wc -l)" -ge 2 ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.01; done
+    target=$(pgrep -f -- "^mpirun .*--log-file $c.jsonl")  # (pid is timeout's)
+    [ "$2" = rank ] && target=$(pgrep -f -- "^$BIN .*--log-file $c.jsonl" | head -1)
+    kill -"$1" "$target"; wait $pid
+    local rc=$? k=$(wc -l <"$c.jsonl") last=$(ls "$c" 2>/dev/null | tail -1)
+    if [ $rc = $((128 + $(kill -l "$1"))) ] && [ "$k" -ge 3 ] && [ "$k" -lt 6 ] && [ "$last" = "$(printf 'step_%08d' "$k")" ] && [ -e "$c/$last/state_rank00001.bin" ] \
+        && grep -q "^stopped by SIG$1 after step $k of 6" "$c.txt"; then
+        echo "ok - dp=2: SIG$1 to $2 at step $k: both ranks stop after it and write its checkpoint, exit $rc"
+    else
+        echo "not ok - dp=2: SIG$1 to $2: exit $rc, $k steps logged, newest checkpoint '$last'"; tail -2 "$c.txt" | sed 's/^/#   /'
+    fi
+    mpi 2 "${common[@]}" --precision fp32 --batch-size 4 --total-batch-tokens 512 --steps 6 --zero 1 --shuffle 1 \
+        --output-dir "$c" --log-file "$c.jsonl" --save-model "$c.bin" --resume >"$c.txt" 2>&1
+    cmp -s <(fields "$tmp/ra_fp32_1.jsonl") <(fields "$c.jsonl") && cmp -s "$tmp/ra_fp32_1.bin" "$c.bin" \
+        && echo "ok - dp=2: resumed after SIG$1, the run equals the uninterrupted one bit for bit" \
+        || echo "not ok - dp=2: the run resumed after SIG$1 differs from the uninterrupted one"
+}
+signal_check TERM rank
+signal_check USR1 mpirun
 
 # --- resharding: saved at dp=4 ZeRO-3, resumed at dp=2 ZeRO-1 (and at dp=1) with the same global batch
 run=(--total-batch-tokens 256 --steps 6)

@@ -3,6 +3,8 @@
 #   resume:        6 straight steps == 3 steps, checkpoint, resume, 3 steps — every logged
 #                  field and the final weights bit for bit (with shuffling, gradient
 #                  accumulation and sampling on, so the loader position and RNG state matter)
+#   signal:        SIGTERM mid-run: the step ends, a checkpoint, exit 143; --resume then
+#                  finishes the run bit for bit as if it had not stopped
 #   determinism:   two runs, and runs with 1 and 2 threads, log identical losses
 #   accumulation:  B=4 with 2 micro-steps == B=8 in one pass, to fp32 reduction-order precision
 #   progress:      the validation loss falls
@@ -54,6 +56,26 @@ resume_test() {  # resume_test PRECISION
 }
 resume_test fp32
 resume_test bf16
+
+# --- a signal stops the run after its step with a checkpoint, and --resume finishes it as if
+# nothing had happened: the same flags as the fp32 straight run above, SIGTERM once step 2 is
+# logged (steps 3-6 are left to answer it: the stop comes after the step the signal reached)
+c="$tmp/sig"
+"$BIN" "${common[@]}" "${run[@]}" --output-dir "$c" --log-file "$c.jsonl" --save-model "$c.final.bin" >"$c.out" 2>&1 &
+pid=$!
+for i in $(seq 6000); do [ "$(cat "$c.jsonl" 2>/dev/null | wc -l)" -ge 2 ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.01; done
+kill -TERM $pid; wait $pid; rc=$?
+k=$(wc -l <"$c.jsonl"); last=$(ls "$c" 2>/dev/null | tail -1)
+if [ $rc = 143 ] && [ "$k" -ge 3 ] && [ "$k" -lt 6 ] && [ "$last" = "$(printf 'step_%08d' "$k")" ] && [ ! -e "$c.final.bin" ] \
+    && grep -q "^stopped by SIGTERM after step $k of 6" "$c.out"; then
+    echo "ok - SIGTERM at step $k: the step ends, its checkpoint is written, exit 143, no final model"
+else
+    echo "not ok - SIGTERM: exit $rc, $k steps logged, newest checkpoint '$last'"; tail -2 "$c.out" | sed 's/^/#   /'
+fi
+"$BIN" "${common[@]}" "${run[@]}" --output-dir "$c" --log-file "$c.jsonl" --save-model "$c.final.bin" --resume >"$c.out" 2>&1
+cmp -s <(fields "$tmp/a_fp32.jsonl") <(fields "$c.jsonl") && cmp -s "$tmp/a_fp32.final.bin" "$c.final.bin" \
+    && echo "ok - SIGTERM, then --resume: the run equals the uninterrupted one bit for bit (log, final weights)" \
+    || echo "not ok - the run resumed after SIGTERM differs from the uninterrupted one"
 
 # --- determinism, and independence of the thread count
 det=(--batch-size 4 --steps 3 --val-data "")
