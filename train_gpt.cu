@@ -75,6 +75,7 @@ static const FlagDef FLAGS[] = {
     {"cp-layout", "contiguous", "contiguous | zigzag", false},
     {"output-dir", "", "directory for checkpoints (empty: none); with it, SIGTERM, SIGUSR1 (Slurm: --signal=USR1@300) or SIGINT stop the run after the current step with a checkpoint, exit code 128 + the signal", false},
     {"checkpoint-every", "0", "write a checkpoint every N steps (and at the end) (0: only at the end)", false},
+    {"keep-checkpoints", "0", "keep only the newest N checkpoints in --output-dir, deleting older ones (0: keep all)", false},
     {"resume", "0", "continue from the newest checkpoint in --output-dir", true},
     {"val-every", "0", "evaluate every N steps (and at the end) (0: only at the end)", false},
     {"val-steps", "20", "validation micro-batches per evaluation (capped by the data)", false},
@@ -278,6 +279,7 @@ int main(int argc, char** argv) {
     f.choice("cp-layout", {"contiguous", "zigzag"});
     std::string out_dir = f.str("output-dir");
     int ckpt_every = (int)f.integer("checkpoint-every", 0, 1 << 30);
+    int ckpt_keep = (int)f.integer("keep-checkpoints", 0, 1 << 30);
     bool resume = f.integer("resume", 0, 1);
     int val_every = (int)f.integer("val-every", 0, 1 << 30), val_steps = (int)f.integer("val-steps", 0, 1 << 30);
     int sample_every = (int)f.integer("sample-every", 0, 1 << 30), gen_tokens = (int)f.integer("gen-tokens", 0, 1 << 20);
@@ -482,6 +484,7 @@ int main(int argc, char** argv) {
                 state.step = step; state.global_batches = train_loader.k * dp; state.rng_state = sampler.state;
                 state.B = B; state.T = T; state.total_batch = total_batch;
                 checkpoint_save(out_dir, &dpar, state, mesh.world_group);
+                if (mesh.rank == 0) checkpoint_prune(out_dir, ckpt_keep);
                 print0("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
             }
             if (stop) {

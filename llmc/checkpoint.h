@@ -18,6 +18,7 @@ new one, never half of one):
                        its chunk of AdamW's m and v for every unit (the ZeRO shard layout,
                        whatever stage saved it: a stage-0 rank writes its chunk of its replica)
   manifest.json        step, layout and config, for people and tools
+--keep-checkpoints N deletes all but the newest N after each one is written.
 Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one; a
 different dp or ZeRO stage reads each element from the old rank that held it (resharding).
 
@@ -34,6 +35,7 @@ test/test_dp.sh (sharded checkpoints in every ZeRO stage, resharding); stopping 
 test/test_train.sh (one process), test/test_dp.sh (a signal to one rank of two, and to mpirun).
 */
 #pragma once
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <string>
@@ -214,18 +216,31 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
     comm_barrier(world);
 }
 
-// The newest complete checkpoint directory in out_dir, or "" if there is none.
-inline std::string checkpoint_latest(const std::string& out_dir) {
+// The complete checkpoint directories in out_dir (step_NNNNNNNN, no .tmp), oldest first: the
+// zero-padded names sort in step order.
+inline std::vector<std::string> checkpoint_list(const std::string& out_dir) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    std::string best;
+    std::vector<std::string> dirs;
     for (const auto& e : fs::directory_iterator(out_dir, ec)) {
         std::string name = e.path().filename().string();
-        if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find(".tmp") == std::string::npos &&
-            (best.empty() || name > fs::path(best).filename().string()))
-            best = e.path().string();
+        if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find(".tmp") == std::string::npos)
+            dirs.push_back(e.path().string());
     }
-    return best;
+    std::sort(dirs.begin(), dirs.end());
+    return dirs;
+}
+// The newest complete checkpoint directory in out_dir, or "" if there is none.
+inline std::string checkpoint_latest(const std::string& out_dir) {
+    std::vector<std::string> dirs = checkpoint_list(out_dir);
+    return dirs.empty() ? "" : dirs.back();
+}
+// Keeps the newest `keep` checkpoints in out_dir and deletes the older ones (keep 0: all). Rank 0
+// calls it once a checkpoint is in place, so the one just written is always kept.
+inline void checkpoint_prune(const std::string& out_dir, int keep) {
+    std::vector<std::string> dirs = checkpoint_list(out_dir);
+    std::error_code ec;
+    for (size_t i = 0; keep > 0 && i + keep < dirs.size(); i++) std::filesystem::remove_all(dirs[i], ec);
 }
 
 // Reads the header of a checkpoint's state file (rank 0's: they all agree).

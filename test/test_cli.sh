@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_cli — bad input fails with one clear line and the right exit code (never a crash, never
-# a silent wrong run), --help is complete, and model files round-trip byte for byte.
+# a silent wrong run), --help is complete, model files round-trip byte for byte, and checkpoints
+# are laid out as documented (--keep-checkpoints keeps the newest N).
 # usage: test/test_cli.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -89,7 +90,7 @@ expect_fail "resume without output dir" 2 "--resume needs --output-dir" "${base[
 n=$(grep -c '^  --' "$tmp/help")
 for flag in device model train-data val-data batch-size seq-len total-batch-tokens steps lr warmup-steps lr-schedule \
             final-lr-frac weight-decay beta1 beta2 eps grad-clip seed shuffle precision recompute zero tp sp pp \
-            pp-schedule vpp cp cp-layout output-dir checkpoint-every resume val-every val-steps sample-every \
+            pp-schedule vpp cp cp-layout output-dir checkpoint-every keep-checkpoints resume val-every val-steps sample-every \
             gen-tokens log-file comm comm-stats; do
     grep -q -- "--$flag " "$tmp/help" || { echo "not ok - --help lists --$flag"; rc=1; }
 done
@@ -114,4 +115,12 @@ cmp -s "$tmp/run/step_00000002/model.bin" "$tmp/final.bin" || ok=0
 $PY -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['step']==2 and m['model']['num_layers']==2" "$tmp/run/step_00000002/manifest.json" || ok=0
 [ $ok = 1 ] && echo "ok - checkpoints: step dirs with model, state and manifest; no temp dirs; model = saved model" \
             || echo "not ok - checkpoint directory layout"
+# --keep-checkpoints 2: only the newest two stay, through a resume too
+"$BIN" "${base[@]}" --steps 4 --checkpoint-every 1 --keep-checkpoints 2 --output-dir "$tmp/keep" >/dev/null 2>&1
+a=$(ls "$tmp/keep" | tr '\n' ' ')
+"$BIN" "${base[@]}" --steps 5 --checkpoint-every 1 --keep-checkpoints 2 --output-dir "$tmp/keep" --resume >/dev/null 2>&1
+b=$(ls "$tmp/keep" | tr '\n' ' ')
+[ "$a" = "step_00000003 step_00000004 " ] && [ "$b" = "step_00000004 step_00000005 " ] \
+    && echo "ok - --keep-checkpoints 2: the newest two checkpoints stay (steps 3-4, then 4-5 after a resume)" \
+    || echo "not ok - --keep-checkpoints 2: left '$a', then '$b'"
 expect_fail "resume with a different model" 2 "--resume: the checkpoint" "${base[@]}" --model d2 --output-dir "$tmp/run" --resume --steps 3
