@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_cli — bad input fails with one clear line and the right exit code (never a crash, never
-# a silent wrong run), --help is complete, model files round-trip byte for byte, and checkpoints
-# are laid out as documented (--keep-checkpoints keeps the newest N).
+# a silent wrong run), --help is complete, model files round-trip byte for byte, checkpoints are
+# laid out as documented (--keep-checkpoints keeps the newest N), and the scripts/gpt2.sh recipes'
+# flags run.
 # usage: test/test_cli.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -123,4 +124,19 @@ b=$(ls "$tmp/keep" | tr '\n' ' ')
 [ "$a" = "step_00000003 step_00000004 " ] && [ "$b" = "step_00000004 step_00000005 " ] \
     && echo "ok - --keep-checkpoints 2: the newest two checkpoints stay (steps 3-4, then 4-5 after a resume)" \
     || echo "not ok - --keep-checkpoints 2: left '$a', then '$b'"
+# scripts/gpt2.sh: each size's flags run (one step of the tiny model on the CPU, the later flags
+# overriding size, device and data), and its step of tokens splits evenly over 8 GPUs
+for size in 124M 350M 774M 1558M; do
+    eval "recipe=($(TOKENS=10e9 LAUNCH=print scripts/gpt2.sh $size))"
+    B=$(printf '%s\n' "${recipe[@]}" | grep -A1 -x -- --batch-size | tail -1)
+    D=$(printf '%s\n' "${recipe[@]}" | grep -A1 -x -- --total-batch-tokens | tail -1)
+    S=$(printf '%s\n' "${recipe[@]}" | grep -A1 -x -- --steps | tail -1)
+    "$BIN" "${recipe[@]}" --device cpu --precision fp32 --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "" \
+        --batch-size 2 --seq-len 16 --total-batch-tokens 64 --steps 1 --output-dir "$tmp/gpt2_$size" \
+        --log-file "$tmp/gpt2_$size.jsonl" --sample-every 0 >"$tmp/gpt2.out" 2>&1; rc=$?
+    [ $rc = 0 ] && [ "$(wc -l <"$tmp/gpt2_$size.jsonl")" = 1 ] && [ -n "$B" ] && [ $((D % (B * 1024 * 8))) = 0 ] \
+        && [ "$S" = $((10000000000 / D)) ] \
+        && echo "ok - scripts/gpt2.sh $size: its flags run; $D tokens a step = $((D / (B * 1024 * 8))) x B=$B x T=1024 x 8 GPUs; $S steps = 10B tokens" \
+        || { echo "not ok - scripts/gpt2.sh $size: exit $rc, B='$B', D='$D', steps '$S'"; tail -2 "$tmp/gpt2.out" | sed 's/^/#   /'; }
+done
 expect_fail "resume with a different model" 2 "--resume: the checkpoint" "${base[@]}" --model d2 --output-dir "$tmp/run" --resume --steps 3
