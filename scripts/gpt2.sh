@@ -42,4 +42,6 @@ if [ "${LAUNCH:-run}" = print ]; then printf '%q ' "${flags[@]}"; echo; exit 0; 
 make -s train_gpt
 mkdir -p "$out"
 if [ "$gpus" = 1 ]; then exec ./train_gpt "${flags[@]}"; fi
-exec mpirun -np "$gpus" --bind-to none ./train_gpt "${flags[@]}"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / gpus > 0 ? $(nproc) / gpus : 1 ))}  # the host's share per rank
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi  # rented nodes often log in as root
+exec mpirun -np "$gpus" --bind-to none -x OMP_NUM_THREADS ./train_gpt "${flags[@]}"
