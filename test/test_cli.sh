@@ -139,4 +139,13 @@ for size in 124M 350M 774M 1558M; do
         && echo "ok - scripts/gpt2.sh $size: its flags run; $D tokens a step = $((D / (B * 1024 * 8))) x B=$B x T=1024 x 8 GPUs; $S steps = 10B tokens" \
         || { echo "not ok - scripts/gpt2.sh $size: exit $rc, B='$B', D='$D', steps '$S'"; tail -2 "$tmp/gpt2.out" | sed 's/^/#   /'; }
 done
+# ... and its launch: 2 ranks under mpirun (GPUS=2), here on the CPU with the same overrides
+if command -v mpirun >/dev/null; then
+    GPUS=2 OUT="$tmp/gpt2_launch" scripts/gpt2.sh 124M --device cpu --precision fp32 --model "$tmp/tiny.bin" \
+        --train-data "$tmp/ok.bin" --val-data "" --batch-size 2 --seq-len 16 --total-batch-tokens 64 --steps 1 \
+        --sample-every 0 >"$tmp/gpt2_launch.out" 2>&1; rc=$?
+    [ $rc = 0 ] && grep -q "^device: cpu, 2 rank(s)" "$tmp/gpt2_launch.out" && [ "$(wc -l <"$tmp/gpt2_launch/log.jsonl")" = 1 ] \
+        && echo "ok - scripts/gpt2.sh launches GPUS=2 ranks with mpirun and logs to OUT" \
+        || { echo "not ok - scripts/gpt2.sh GPUS=2: exit $rc"; tail -2 "$tmp/gpt2_launch.out" | sed 's/^/#   /'; }
+fi
 expect_fail "resume with a different model" 2 "--resume: the checkpoint" "${base[@]}" --model d2 --output-dir "$tmp/run" --resume --steps 3
