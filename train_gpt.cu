@@ -494,11 +494,13 @@ int main(int argc, char** argv) {
             }
         }
         dp_params_wait_all(&dpar);  // the last update's all-gathers (ZeRO-1/2), before anything reads or frees them
-        if (!f.str("save-model").empty() && stop)
-            print0("--save-model: not written (the run stopped before its last step)\n");
-        else if (!f.str("save-model").empty()) {
-            model_file_save(&dpar, f.str("save-model"), save_bf16);
-            print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
+        if (!f.str("save-model").empty()) {
+            if (stop) {
+                print0("--save-model: not written (the run stopped before its last step)\n");
+            } else {
+                model_file_save(&dpar, f.str("save-model"), save_bf16);
+                print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
+            }
         }
         if (profile && mesh.rank == 0) profile_report(profiler, stdout, peak);
         if (ctx.device == Device::CUDA)

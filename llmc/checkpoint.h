@@ -38,6 +38,7 @@ test/test_train.sh (one process), test/test_dp.sh (a signal to one rank of two, 
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <iterator>
 #include <string>
 #include "common.h"
 #include "model.h"
@@ -320,11 +321,12 @@ inline void stop_signals_install() {
 // Collective over the world: the signal some rank received (the first of STOP_SIGNALS in that
 // order, if ranks got different ones), or 0 when none did. Every rank gets the same answer.
 inline int stop_signal_agreed(Group& world) {
+    constexpr int K = (int)std::size(STOP_SIGNALS);
     const int got = g_stop_signal;
-    double n[3];
-    for (int i = 0; i < 3; i++) n[i] = got == STOP_SIGNALS[i] ? 1.0 : 0.0;
-    comm_sum_doubles(world, n, 3);
-    for (int i = 0; i < 3; i++)
+    double n[K];  // how many ranks got each signal
+    for (int i = 0; i < K; i++) n[i] = got == STOP_SIGNALS[i] ? 1.0 : 0.0;
+    comm_sum_doubles(world, n, K);
+    for (int i = 0; i < K; i++)
         if (n[i] > 0) return STOP_SIGNALS[i];
     return 0;
 }

@@ -128,9 +128,8 @@ b=$(ls "$tmp/keep" | tr '\n' ' ')
 # overriding size, device and data), and its step of tokens splits evenly over 8 GPUs
 for size in 124M 350M 774M 1558M; do
     eval "recipe=($(TOKENS=10e9 LAUNCH=print scripts/gpt2.sh $size))"
-    B=$(printf '%s\n' "${recipe[@]}" | grep -A1 -x -- --batch-size | tail -1)
-    D=$(printf '%s\n' "${recipe[@]}" | grep -A1 -x -- --total-batch-tokens | tail -1)
-    S=$(printf '%s\n' "${recipe[@]}" | grep -A1 -x -- --steps | tail -1)
+    value() { printf '%s\n' "${recipe[@]}" | grep -A1 -x -- "$1" | tail -1; }  # the word after flag $1
+    B=$(value --batch-size) D=$(value --total-batch-tokens) S=$(value --steps)
     "$BIN" "${recipe[@]}" --device cpu --precision fp32 --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "" \
         --batch-size 2 --seq-len 16 --total-batch-tokens 64 --steps 1 --output-dir "$tmp/gpt2_$size" \
         --log-file "$tmp/gpt2_$size.jsonl" --sample-every 0 >"$tmp/gpt2.out" 2>&1; rc=$?

@@ -249,9 +249,10 @@ ls "$tmp/ra_fp32_3/step_00000006" | grep -q "state_rank00001.bin" && echo "ok - 
 # mpirun (SIGUSR1, what it forwards to every rank). --resume then ends where the straight run did.
 signal_check() {  # signal_check SIG TARGET(rank|mpirun)
     local c="$tmp/sig_$1" target
+    local run=("${common[@]}" --precision fp32 --batch-size 4 --total-batch-tokens 512 --steps 6 --zero 1 --shuffle 1
+               --output-dir "$c" --log-file "$c.jsonl" --save-model "$c.bin")
     # (under a time limit: ranks that disagreed about stopping would wait for each other for ever)
-    timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${common[@]}" --precision fp32 --batch-size 4 --total-batch-tokens 512 \
-        --steps 6 --zero 1 --shuffle 1 --output-dir "$c" --log-file "$c.jsonl" --save-model "$c.bin" >"$c.txt" 2>&1 &
+    timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${run[@]}" >"$c.txt" 2>&1 &
     local pid=$! i
     for i in $(seq 6000); do [ "$(cat "$c.jsonl" 2>/dev/null | wc -l)" -ge 2 ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.01; done
     target=$(pgrep -f -- "^mpirun .*--log-file $c.jsonl")  # (pid is timeout's)
@@ -264,8 +265,7 @@ signal_check() {  # signal_check SIG TARGET(rank|mpirun)
     else
         echo "not ok - dp=2: SIG$1 to $2: exit $rc, $k steps logged, newest checkpoint '$last'"; tail -2 "$c.txt" | sed 's/^/#   /'
     fi
-    mpi 2 "${common[@]}" --precision fp32 --batch-size 4 --total-batch-tokens 512 --steps 6 --zero 1 --shuffle 1 \
-        --output-dir "$c" --log-file "$c.jsonl" --save-model "$c.bin" --resume >"$c.txt" 2>&1
+    mpi 2 "${run[@]}" --resume >"$c.txt" 2>&1
     cmp -s <(fields "$tmp/ra_fp32_1.jsonl") <(fields "$c.jsonl") && cmp -s "$tmp/ra_fp32_1.bin" "$c.bin" \
         && echo "ok - dp=2: resumed after SIG$1, the run equals the uninterrupted one bit for bit" \
         || echo "not ok - dp=2: the run resumed after SIG$1 differs from the uninterrupted one"
