@@ -9,6 +9,10 @@ tokenize — text files in, GPT-2 token shards out (and back: --decode).
       cut every N tokens (default 100M, like llm.c). With a single file, the split is made at
       the line boundary that leaves F of its bytes for validation.
   ./tokenize --decode SHARD        prints the text of a shard
+  ./tokenize --hellaswag hellaswag_val.jsonl OUTPUT.bin
+      HellaSwag's examples (one JSON object a line: ctx, endings, label) as the multiple-choice
+      eval file train_gpt --hellaswag reads (llmc/hellaswag.h; llm.c's format): the context's
+      tokens, and each ending's with a space before it, as llm.c's dev/data/hellaswag.py does.
 
 The shard format and the tokenizer are described in llmc/dataloader.h and llmc/tokenizer.h.
 Test: test/test_tokenizer.sh.
@@ -18,12 +22,14 @@ Test: test/test_tokenizer.sh.
 #include "llmc/common.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
+#include "llmc/hellaswag.h"
 
 static void print_help() {
     printf(
         "usage: tokenize [options] INPUT.txt OUTPUT.bin\n"
         "       tokenize [options] --output-prefix PREFIX FILE...\n"
         "       tokenize [--tokenizer PATH] --decode SHARD\n"
+        "       tokenize [--tokenizer PATH] --hellaswag INPUT.jsonl OUTPUT.bin\n"
         "\n"
         "Writes GPT-2 token shards (256 int32 header [20240520, 1, ntok], then uint16 tokens).\n"
         "Each input file is one document, preceded by <|endoftext|> (50256).\n"
@@ -36,7 +42,154 @@ static void print_help() {
         "  --shard-tokens N       tokens per train shard (default 100000000)\n"
         "  --uint32               write llm.c's uint32 shards ([20240801, 7, ntok])\n"
         "  --decode SHARD         print the text of SHARD and exit\n"
+        "  --hellaswag            INPUT.jsonl is HellaSwag (ctx, endings, label a line; e.g. hellaswag_val.jsonl):\n"
+        "                         write train_gpt --hellaswag's eval file (llm.c's hellaswag_val.bin format)\n"
         "  --help                 this message\n");
+}
+
+// ----------------------------------------------------------------------------
+// just enough JSON for the dataset's lines: objects, arrays, strings (every escape, \uXXXX with
+// surrogate pairs, as UTF-8), numbers, true/false/null
+
+struct Json {
+    enum Kind { NUL, BOOL, NUM, STR, ARR, OBJ } kind = NUL;
+    double num = 0;
+    std::string str;
+    std::vector<Json> items;          // ARR's elements, OBJ's values
+    std::vector<std::string> keys;    // OBJ's keys
+    const Json* get(const std::string& k) const {
+        for (size_t i = 0; i < keys.size(); i++) if (keys[i] == k) return &items[i];
+        return nullptr;
+    }
+};
+
+struct JsonParser {
+    const std::string& s;
+    const std::string& where;  // "file line N", for errors
+    size_t i = 0;
+    [[noreturn]] void fail(const char* what) { fatal("%s: bad JSON at byte %zu: %s", where.c_str(), i, what); }
+    void ws() { while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++; }
+    bool eat(char c) { ws(); if (i < s.size() && s[i] == c) { i++; return true; } return false; }
+    void expect(char c) { if (!eat(c)) { char m[32]; snprintf(m, sizeof(m), "expected '%c'", c); fail(m); } }
+    unsigned hex4() {
+        if (i + 4 > s.size()) fail("short \\u escape");
+        unsigned v = 0;
+        for (int k = 0; k < 4; k++) {
+            char c = s[i++];
+            v = v * 16 + (c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : (fail("bad \\u escape"), 0));
+        }
+        return v;
+    }
+    static void utf8(std::string* out, unsigned cp) {
+        if (cp < 0x80) *out += (char)cp;
+        else if (cp < 0x800) { *out += (char)(0xC0 | cp >> 6); *out += (char)(0x80 | (cp & 63)); }
+        else if (cp < 0x10000) { *out += (char)(0xE0 | cp >> 12); *out += (char)(0x80 | (cp >> 6 & 63)); *out += (char)(0x80 | (cp & 63)); }
+        else { *out += (char)(0xF0 | cp >> 18); *out += (char)(0x80 | (cp >> 12 & 63)); *out += (char)(0x80 | (cp >> 6 & 63)); *out += (char)(0x80 | (cp & 63)); }
+    }
+    std::string string() {
+        expect('"');
+        std::string out;
+        while (true) {
+            if (i >= s.size()) fail("unterminated string");
+            char c = s[i++];
+            if (c == '"') return out;
+            if (c != '\\') { out += c; continue; }
+            if (i >= s.size()) fail("unterminated string");
+            switch (char e = s[i++]) {
+                case '"': case '\\': case '/': out += e; break;
+                case 'b': out += '\b'; break;
+                case 'f': out += '\f'; break;
+                case 'n': out += '\n'; break;
+                case 'r': out += '\r'; break;
+                case 't': out += '\t'; break;
+                case 'u': {
+                    unsigned cp = hex4();
+                    if (cp >= 0xD800 && cp < 0xDC00 && i + 6 <= s.size() && s[i] == '\\' && s[i + 1] == 'u') {
+                        size_t at = i;
+                        i += 2;
+                        unsigned lo = hex4();
+                        if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                        else i = at;  // a lone high surrogate: kept as it is, like the next escape
+                    }
+                    utf8(&out, cp);
+                    break;
+                }
+                default: fail("bad escape");
+            }
+        }
+    }
+    Json value() {
+        Json v;
+        ws();
+        if (i >= s.size()) fail("unexpected end");
+        char c = s[i];
+        if (c == '{') {
+            i++; v.kind = Json::OBJ;
+            if (eat('}')) return v;
+            do { ws(); v.keys.push_back(string()); expect(':'); v.items.push_back(value()); } while (eat(','));
+            expect('}');
+        } else if (c == '[') {
+            i++; v.kind = Json::ARR;
+            if (eat(']')) return v;
+            do v.items.push_back(value()); while (eat(','));
+            expect(']');
+        } else if (c == '"') {
+            v.kind = Json::STR; v.str = string();
+        } else if (s.compare(i, 4, "true") == 0 || s.compare(i, 5, "false") == 0) {
+            v.kind = Json::BOOL; v.num = c == 't'; i += c == 't' ? 4 : 5;
+        } else if (s.compare(i, 4, "null") == 0) {
+            i += 4;
+        } else {
+            char* end;
+            v.kind = Json::NUM; v.num = strtod(s.c_str() + i, &end);
+            if (end == s.c_str() + i) fail("expected a value");
+            i = end - s.c_str();
+        }
+        return v;
+    }
+};
+
+// HellaSwag's jsonl → the eval file: per line, the context's tokens and each ending's tokens,
+// the ending preceded by a space (it continues the context's last word).
+static void hellaswag_to_eval_file(Tokenizer* tk, const std::string& in, const std::string& out_path) {
+    FILE* f = fopen_or_die(in.c_str(), "rb");
+    std::vector<ChoiceExample> examples;
+    std::string line;
+    int lineno = 0;
+    for (int c; ; ) {
+        line.clear();
+        while ((c = fgetc(f)) != EOF && c != '\n') line += (char)c;
+        lineno++;
+        if (line.find_first_not_of(" \t\r") != std::string::npos) {
+            const std::string where = in + " line " + std::to_string(lineno);
+            JsonParser p{line, where};
+            Json ex = p.value();
+            p.ws();
+            if (p.i != line.size()) p.fail("text after the object");
+            const Json *ctx = ex.get("ctx"), *endings = ex.get("endings"), *label = ex.get("label");
+            if (ex.kind != Json::OBJ || !ctx || ctx->kind != Json::STR || !endings || endings->kind != Json::ARR || !label)
+                fatal("%s: expected an object with \"ctx\" (a string), \"endings\" (a list of strings) and \"label\"", where.c_str());
+            ChoiceExample e;
+            e.label = -1;  // a number, or a string of digits ("" in the test split)
+            if (label->kind == Json::NUM && label->num == (int)label->num) e.label = (int)label->num;
+            if (label->kind == Json::STR && !label->str.empty() && label->str.find_first_not_of("0123456789") == std::string::npos)
+                e.label = atoi(label->str.c_str());
+            if (e.label < 0 || e.label >= (int)endings->items.size())
+                fatal("%s: label must be the index of one of its %zu endings (the test split has no labels)", where.c_str(), endings->items.size());
+            tokenizer_encode(tk, ctx->str, &e.context);
+            for (const Json& end : endings->items) {
+                if (end.kind != Json::STR) fatal("%s: an ending is not a string", where.c_str());
+                e.endings.emplace_back();
+                tokenizer_encode(tk, " " + end.str, &e.endings.back());
+            }
+            examples.push_back(std::move(e));
+        }
+        if (c == EOF) break;
+    }
+    fclose(f);
+    if (examples.empty()) fatal("%s: no examples", in.c_str());
+    choice_set_write(out_path, examples);
+    fprintf(stderr, "%s: %zu examples -> %s\n", in.c_str(), examples.size(), out_path.c_str());
 }
 
 static std::string read_file(const std::string& path) {
@@ -53,7 +206,7 @@ int main(int argc, char** argv) {
     std::string tokenizer_path = "data/gpt2_tokenizer.bin", prefix, decode_path;
     double val_fraction = -1;
     long long shard_tokens = 100000000;
-    bool wide = false;
+    bool wide = false, hellaswag = false;
     std::vector<std::string> files;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -66,6 +219,7 @@ int main(int argc, char** argv) {
         else if (a == "--output-prefix") prefix = value();
         else if (a == "--decode") decode_path = value();
         else if (a == "--uint32") wide = true;
+        else if (a == "--hellaswag") hellaswag = true;
         else if (a == "--val-fraction") {
             std::string v = value(); char* end;
             val_fraction = strtod(v.c_str(), &end);
@@ -89,6 +243,12 @@ int main(int argc, char** argv) {
         if (s.ntok) dataloader_read(&d, 0, (int)s.ntok, toks.data());
         std::string text = tokenizer_decode(tk, toks.data(), toks.size());
         fwrite(text.data(), 1, text.size(), stdout);
+        return 0;
+    }
+
+    if (hellaswag) {
+        if (files.size() != 2 || !prefix.empty()) usage_error("--hellaswag: expected INPUT.jsonl OUTPUT.bin (see --help)");
+        hellaswag_to_eval_file(&tk, files[0], files[1]);
         return 0;
     }
 

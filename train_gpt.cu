@@ -4,7 +4,7 @@ train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
   flags → model (preset, model file or checkpoint) → data → for each step:
       zero grads; for each micro-batch: forward (+ fused loss gradient), backward
       grad norm → clip factor → lr(step) → AdamW
-      log; every N steps: validation loss, a sample, a checkpoint
+      log; every N steps: validation loss, HellaSwag accuracy, a sample, a checkpoint
       on SIGTERM, SIGUSR1 or SIGINT (with --output-dir): a checkpoint after the step, then exit
 
 Gradient accumulation: accum = total_batch_tokens / (B·T·dp) micro-batches per step, each
@@ -14,6 +14,9 @@ The same source builds with g++ (CPU backend) and nvcc. Every op is called throu
 (llmc/common.h); this file never touches a backend. Flags that need a later part of the
 project (the model-parallel layouts, fp16/fp8, recomputation) are accepted by the parser
 and then refused with a clear "not yet supported" error, never silently ignored.
+
+With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is
+evaluated once, e.g. `--model gpt2_124M.bin --steps 0 --hellaswag data/hellaswag_val.bin`.
 
 Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 */
@@ -29,6 +32,7 @@ Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 #include "llmc/model.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
+#include "llmc/hellaswag.h"
 #include "llmc/comm.h"
 #include "llmc/data_parallel.h"
 #include "llmc/checkpoint.h"
@@ -50,7 +54,7 @@ static const FlagDef FLAGS[] = {
     {"batch-size", "4", "micro-batch size B per rank", false},
     {"seq-len", "1024", "sequence length T (at most the model's maxT)", false},
     {"total-batch-tokens", "-1", "tokens per optimizer step; grad accumulation = D/(B*T*dp) (-1: B*T*dp)", false},
-    {"steps", "20", "optimizer steps to run (total, counting those before a resume)", false},
+    {"steps", "20", "optimizer steps to run (total, counting those before a resume; 0: only evaluate the model)", false},
     {"lr", "3e-4", "peak learning rate", false},
     {"warmup-steps", "0", "linear warmup steps", false},
     {"lr-schedule", "cosine", "cosine | linear | constant | wsd", false},
@@ -77,8 +81,9 @@ static const FlagDef FLAGS[] = {
     {"checkpoint-every", "0", "write a checkpoint every N steps (and at the end) (0: only at the end)", false},
     {"keep-checkpoints", "0", "keep only the newest N checkpoints in --output-dir, deleting older ones (0: keep all)", false},
     {"resume", "0", "continue from the newest checkpoint in --output-dir", true},
-    {"val-every", "0", "evaluate every N steps (and at the end) (0: only at the end)", false},
+    {"val-every", "0", "evaluate (--val-data, --hellaswag) every N steps (and at the end) (0: only at the end)", false},
     {"val-steps", "20", "validation micro-batches per evaluation (capped by the data)", false},
+    {"hellaswag", "", "multiple-choice eval file (llm.c's hellaswag_val.bin format; ./tokenize --hellaswag writes it): its accuracy at each evaluation, each ending scored by its mean token loss", false},
     {"sample-every", "0", "print a sample every N steps (and at the end) (0: never)", false},
     {"gen-tokens", "64", "tokens to generate per sample", false},
     {"prompt", "", "text the samples start from (after <|endoftext|>)", false},
@@ -340,6 +345,13 @@ int main(int argc, char** argv) {
         val_steps = (int)std::min<long long>(val_steps, val_loader.slots / dp);
         if (val_steps < 1) fatal("--val-data: too few tokens for one validation batch of %d x %d", B, T);
     }
+    ChoiceSet hellaswag;
+    const bool has_hellaswag = !f.str("hellaswag").empty();
+    if (has_hellaswag) {
+        hellaswag = choice_set_load("--hellaswag", f.str("hellaswag"), config.vocab_size);
+        if (hellaswag.longest_row > T)
+            usage_error("--hellaswag: its longest example needs %d positions, more than --seq-len %d", hellaswag.longest_row, T);
+    }
     Tokenizer tk;
     bool can_sample = sample_every > 0 && gen_tokens > 0;
     if (can_sample) {
@@ -432,6 +444,38 @@ int main(int argc, char** argv) {
         std::vector<int> x((size_t)B * T), y((size_t)B * T);
         const float dloss = 1.0f / ((float)B * T * accum * dp);  // the dp sum of gradients is then the mean
 
+        // the evaluations (every rank runs them: ZeRO-3 gathers parameters in each forward)
+        auto run_evals = [&]() {
+            EvalLog ev;
+            if (has_val) { ev.has_val = true; ev.val_loss = evaluate(ctx, &model, &val_loader, val_steps, x, y, mesh.dp_group); }
+            if (has_hellaswag) {
+                ChoiceResult r = choice_evaluate(ctx, &model, hellaswag, B, T, mesh.dp_group);
+                ev.has_hellaswag = true;
+                ev.hellaswag_correct = r.correct; ev.hellaswag_total = r.total; ev.hellaswag_loss = r.gold_loss;
+            }
+            return ev;
+        };
+        auto print_evals = [&](const EvalLog& ev) {
+            if (ev.has_val) print0(" | val loss %.6f", ev.val_loss);
+            if (ev.has_hellaswag)
+                print0(" | hellaswag %.4f (%d/%d)", (double)ev.hellaswag_correct / ev.hellaswag_total, ev.hellaswag_correct,
+                       ev.hellaswag_total);
+        };
+        auto sample = [&](int step) {  // every rank runs it (ZeRO-3 gathers)
+            std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);
+            print0("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
+        };
+        if (steps == 0) {  // only evaluate the model as it is
+            const int at = (int)state.step;
+            if (!has_val && !has_hellaswag && !can_sample)
+                print0("--steps 0: nothing to do (give --val-data, --hellaswag or --sample-every to evaluate the model)\n");
+            EvalLog ev = run_evals();
+            if (has_val || has_hellaswag) { print0("eval at step %d", at); print_evals(ev); print0("\n"); }
+            fflush(stdout);
+            logger_eval(&log, at, ev);
+            if (can_sample) sample(at);
+        }
+
         if (!out_dir.empty()) stop_signals_install();  // a stop request is then answered after the step, with a checkpoint
         int stop = 0;                                     // the signal that stopped the run (0: none)
         const int first_step = (int)state.step + 1;
@@ -464,20 +508,17 @@ int main(int argc, char** argv) {
             std::string comm_json = comm_stats_json(mesh.dp_group);
 
             bool last = step == steps;
-            bool do_val = has_val && (last || (val_every > 0 && step % val_every == 0));
-            float val_loss = do_val ? evaluate(ctx, &model, &val_loader, val_steps, x, y, mesh.dp_group) : 0.0f;
+            bool do_eval = last || (val_every > 0 && step % val_every == 0);
+            EvalLog ev = do_eval ? run_evals() : EvalLog{};
             print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
             if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
-            if (do_val) print0(" | val loss %.6f", val_loss);
+            print_evals(ev);
             print0("\n");
             if (comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
             fflush(stdout);
-            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, do_val, val_loss, comm_json);
+            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, ev, comm_json);
 
-            if (can_sample && (last || step % sample_every == 0)) {  // every rank runs it (ZeRO-3 gathers)
-                std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);
-                print0("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
-            }
+            if (can_sample && (last || step % sample_every == 0)) sample(step);
             // a SIGTERM, SIGUSR1 or SIGINT that reached any rank: all stop here, with a checkpoint
             stop = out_dir.empty() || last ? 0 : stop_signal_agreed(mesh.world_group);
             if (!out_dir.empty() && (last || stop || (ckpt_every > 0 && step % ckpt_every == 0))) {

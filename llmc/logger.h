@@ -1,9 +1,12 @@
 /*
 logger.h — the step log: one JSON object per line (DESIGN §3.6), appended as steps finish.
 
-Fields: step, loss, lr, grad_norm, tokens_per_s, ms, mfu (null on the CPU backend),
-val_loss on evaluation steps, and comm_bytes: the bytes each collective sent per rank this step. Floats are written with 9 significant digits, enough to read
-back the exact fp32 value: the resume test compares logs bit for bit.
+Fields: step, loss, lr, grad_norm, tokens_per_s, ms, mfu (null on the CPU backend); on
+evaluation steps val_loss (with --val-data) and hellaswag_acc, hellaswag_correct, hellaswag_total,
+hellaswag_loss (with --hellaswag, llmc/hellaswag.h); and comm_bytes: the bytes each collective
+sent per rank this step. A run with --steps 0 only evaluates: its one line is {"step": 0, and the
+evaluation's fields}. Floats are written with 9 significant digits, enough to read back the exact
+fp32 value: the resume test compares logs bit for bit.
 The file is flushed after every line, so a crash loses nothing already logged; resuming drops
 the lines after the checkpoint's step (they are about to be logged again).
 
@@ -34,15 +37,40 @@ inline void logger_open(Logger* lg, const std::string& path, long long keep_thro
     fputs(kept.c_str(), lg->f);
 }
 
+// What the evaluations of a step gave (nothing on a step that does not evaluate).
+struct EvalLog {
+    bool has_val = false;
+    float val_loss = 0.0f;
+    bool has_hellaswag = false;
+    int hellaswag_correct = 0, hellaswag_total = 0;
+    double hellaswag_loss = 0.0;
+};
+
+inline void logger_eval_fields(FILE* f, const EvalLog& ev) {
+    if (ev.has_val) fprintf(f, ", \"val_loss\": %.9g", ev.val_loss);
+    if (ev.has_hellaswag)
+        fprintf(f, ", \"hellaswag_acc\": %.9g, \"hellaswag_correct\": %d, \"hellaswag_total\": %d, \"hellaswag_loss\": %.9g",
+                (double)ev.hellaswag_correct / ev.hellaswag_total, ev.hellaswag_correct, ev.hellaswag_total, ev.hellaswag_loss);
+}
+
 // comm_json: the step's bytes per collective on the dp group ({} when there are none).
 inline void logger_step(Logger* lg, int step, float loss, float lr, float grad_norm, double tokens_per_s,
-                        double ms, double mfu, bool has_val, float val_loss, const std::string& comm_json) {
+                        double ms, double mfu, const EvalLog& ev, const std::string& comm_json) {
     if (!lg->f) return;
     fprintf(lg->f, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, \"ms\": %.3f, ",
             step, loss, lr, grad_norm, tokens_per_s, ms);
     if (mfu >= 0) fprintf(lg->f, "\"mfu\": %.4f", mfu); else fprintf(lg->f, "\"mfu\": null");
-    if (has_val) fprintf(lg->f, ", \"val_loss\": %.9g", val_loss);
+    logger_eval_fields(lg->f, ev);
     fprintf(lg->f, ", \"comm_bytes\": %s", comm_json.c_str());
+    fprintf(lg->f, "}\n");
+    fflush(lg->f);
+}
+
+// The line of an evaluation-only run (--steps 0).
+inline void logger_eval(Logger* lg, int step, const EvalLog& ev) {
+    if (!lg->f) return;
+    fprintf(lg->f, "{\"step\": %d", step);
+    logger_eval_fields(lg->f, ev);
     fprintf(lg->f, "}\n");
     fflush(lg->f);
 }

@@ -397,12 +397,17 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     stage_download(ctx, a.losses_out, a.losses.data(), BT * sizeof(float));
 }
 
-// The mean loss of the last gpt_forward (which must have had targets), summed in a fixed order
-// in double on the host. Waits for the loss copy alone, not for what was queued after it.
+// The per-position losses of the last gpt_forward (which must have had targets), on the host:
+// B·T floats, row-major. Waits for the loss copy alone, not for what was queued after it.
+template <class T> inline const float* gpt_losses(GPT<T>* g) {
+    CHECK(g->acts.loss_count > 0, "gpt_losses: the last gpt_forward had no targets");
+    return (const float*)stage_wait(g->acts.losses_out);
+}
+
+// Their mean, summed in a fixed order in double.
 template <class T> inline float gpt_mean_loss(GPT<T>* g) {
     Activations<T>& a = g->acts;
-    CHECK(a.loss_count > 0, "gpt_mean_loss: the last gpt_forward had no targets");
-    const float* losses = (const float*)stage_wait(a.losses_out);
+    const float* losses = gpt_losses(g);
     double sum = 0.0;
     for (int i = 0; i < a.loss_count; i++) sum += losses[i];
     return (float)(sum / a.loss_count);

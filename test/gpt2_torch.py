@@ -68,8 +68,25 @@ def write_shard(path, tokens):
         f.write(np.asarray(tokens, dtype="<u2").tobytes())
 
 
-def forward(p, cfg, idx, targets):
-    """Mean cross-entropy of GPT-2 on idx (B, T) against targets (B, T)."""
+def write_eval(path, examples):
+    """llm.c's multiple-choice eval file (hellaswag_val.bin): examples are (label, context, endings)."""
+    stream, longest = [], 0
+    for i, (label, ctx, endings) in enumerate(examples):
+        ex = [65535, 0, i, label, len(endings), len(ctx)] + list(ctx)
+        for e in endings:
+            ex += [len(e)] + list(e)
+        ex[1] = 2 * len(ex)
+        longest = max(longest, ex[1])
+        stream += ex
+    header = [20240522, 1, len(examples), longest] + [0] * 252
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(np.asarray(stream, dtype="<u2").tobytes())
+
+
+def forward(p, cfg, idx, targets, reduction="mean"):
+    """Cross-entropy of GPT-2 on idx (B, T) against targets (B, T): the mean, or with
+    reduction="none" each position's, (B, T)."""
     B, T = idx.shape
     C, NH, L, V = cfg["C"], cfg["NH"], cfg["L"], cfg["V"]
     hs = C // NH
@@ -89,7 +106,8 @@ def forward(p, cfg, idx, targets):
         x = x + h @ p["fcprojw"][l].T + p["fcprojb"][l]
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
     logits = x @ p["wte"][:V].T
-    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    losses = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction=reduction)
+    return losses if reduction == "mean" else losses.view(B, T)
 
 
 def lr_at(step, lr, warmup, total, kind, final_frac, cooldown=0.2):

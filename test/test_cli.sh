@@ -32,6 +32,15 @@ m = open(f"{d}/tiny.bin", "rb").read()
 open(f"{d}/model_truncated.bin", "wb").write(m[:-4])
 open(f"{d}/model_badmagic.bin", "wb").write(struct.pack("<i", 7) + m[4:])
 open(f"{d}/model_badversion.bin", "wb").write(m[:4] + struct.pack("<i", 4) + m[8:])
+# multiple-choice eval files (--hellaswag): (label, context, endings)
+hs = [(1, [5, 6, 7], [[8, 9], [10], [11, 12, 13]]), (0, [20], [[21], [22, 23]]), (3, [1, 2], [[3], [4], [5], [6]])]
+ref.write_eval(f"{d}/hs_ok.bin", hs)
+ref.write_eval(f"{d}/hs_bigtok.bin", hs[:1] + [(0, [20], [[21], [500]])])
+ref.write_eval(f"{d}/hs_badlabel.bin", hs[:2] + [(4, [1, 2], [[3], [4], [5], [6]])])
+ref.write_eval(f"{d}/hs_long.bin", hs + [(0, list(range(12)), [[1] * 6, [2]])])  # a row of 18 tokens: 17 positions
+e = open(f"{d}/hs_ok.bin", "rb").read()
+open(f"{d}/hs_truncated.bin", "wb").write(e[:-6])
+open(f"{d}/hs_badmagic.bin", "wb").write(struct.pack("<i", 20240520) + e[4:])
 PY
 
 base=(--device cpu --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "" --batch-size 2 --seq-len 16)
@@ -75,6 +84,14 @@ expect_fail "data/model vocabulary mismatch" 1 "outside the model's vocabulary (
 expect_fail "too little data for one batch" 1 "fewer than one batch needs" "${base[@]}" --batch-size 400 --seq-len 32
 expect_fail "resume without checkpoint" 1 "--resume: no checkpoint" "${base[@]}" --output-dir "$tmp/empty" --resume
 expect_fail "resume without output dir" 2 "--resume needs --output-dir" "${base[@]}" --resume
+expect_fail "--hellaswag: missing file" 1 "--hellaswag: cannot open" "${base[@]}" --hellaswag "$tmp/nope.bin"
+expect_fail "--hellaswag: not an eval file" 1 "is not a multiple-choice eval file" "${base[@]}" --hellaswag "$tmp/hs_badmagic.bin"
+expect_fail "--hellaswag: truncated file" 1 "ends inside example 2" "${base[@]}" --hellaswag "$tmp/hs_truncated.bin"
+expect_fail "--hellaswag: token outside the vocabulary" 1 "example 1: token 500 in its ending is outside the model's vocabulary (V=97)" \
+    "${base[@]}" --hellaswag "$tmp/hs_bigtok.bin"
+expect_fail "--hellaswag: label past the endings" 1 "example 2 has 4 endings and label 4" "${base[@]}" --hellaswag "$tmp/hs_badlabel.bin"
+expect_fail "--hellaswag: example longer than --seq-len" 2 "--hellaswag: its longest example needs 17 positions, more than --seq-len 16" \
+    "${base[@]}" --hellaswag "$tmp/hs_long.bin"
 ./tokenize --nope >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && echo "ok - tokenize rejects an unknown option" || echo "not ok - tokenize rejects an unknown option (exit $rc)"
 ./tokenize --decode "$tmp/badmagic.bin" >/dev/null 2>"$tmp/err"; rc=$?
@@ -92,10 +109,26 @@ n=$(grep -c '^  --' "$tmp/help")
 for flag in device model train-data val-data batch-size seq-len total-batch-tokens steps lr warmup-steps lr-schedule \
             final-lr-frac weight-decay beta1 beta2 eps grad-clip seed shuffle precision recompute zero tp sp pp \
             pp-schedule vpp cp cp-layout output-dir checkpoint-every keep-checkpoints resume val-every val-steps sample-every \
-            gen-tokens log-file comm comm-stats; do
+            gen-tokens hellaswag log-file comm comm-stats; do
     grep -q -- "--$flag " "$tmp/help" || { echo "not ok - --help lists --$flag"; rc=1; }
 done
 [ $rc = 0 ] && echo "ok - --help lists all $n flags" || echo "not ok - --help"
+
+# --steps 0 only evaluates: one line on stdout and one in the log, with HellaSwag's fields
+"$BIN" "${base[@]}" --steps 0 --hellaswag "$tmp/hs_ok.bin" --log-file "$tmp/eval.jsonl" >"$tmp/out" 2>&1; rc=$?
+$PY - "$tmp/eval.jsonl" <<'PY' >"$tmp/check" 2>&1
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+ev = json.loads(lines[0])
+assert len(lines) == 1 and ev["step"] == 0 and "loss" not in ev, lines
+assert ev["hellaswag_total"] == 3 and ev["hellaswag_acc"] == ev["hellaswag_correct"] / 3 and ev["hellaswag_loss"] > 0, ev
+PY
+[ $rc = 0 ] && [ ! -s "$tmp/check" ] && grep -q "^eval at step 0 | hellaswag 0\.[0-9]* ([0-3]/3)$" "$tmp/out" \
+    && echo "ok - --steps 0 --hellaswag: only evaluates ($(grep '^eval' "$tmp/out"))" \
+    || { echo "not ok - --steps 0 --hellaswag: exit $rc"; cat "$tmp/check" "$tmp/out" | tail -5 | sed 's/^/#   /'; }
+"$BIN" "${base[@]}" --steps 0 >"$tmp/out" 2>&1; rc=$?
+[ $rc = 0 ] && grep -q "^--steps 0: nothing to do (give --val-data, --hellaswag or --sample-every" "$tmp/out" \
+    && echo "ok - --steps 0 with nothing to evaluate says so" || echo "not ok - --steps 0 with nothing to evaluate: exit $rc"
 
 # model files: load → save is byte-identical (fp32 and bf16), and our fp32→bf16 rounding is torch's
 "$BIN" "${base[@]}" --steps 0 --save-model "$tmp/rt.bin" >/dev/null 2>&1
@@ -132,7 +165,7 @@ for size in 124M 350M 774M 1558M; do
     B=$(value --batch-size) D=$(value --total-batch-tokens) S=$(value --steps)
     "$BIN" "${recipe[@]}" --device cpu --precision fp32 --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "" \
         --batch-size 2 --seq-len 16 --total-batch-tokens 64 --steps 1 --output-dir "$tmp/gpt2_$size" \
-        --log-file "$tmp/gpt2_$size.jsonl" --sample-every 0 >"$tmp/gpt2.out" 2>&1; rc=$?
+        --log-file "$tmp/gpt2_$size.jsonl" --sample-every 0 --hellaswag "" >"$tmp/gpt2.out" 2>&1; rc=$?
     [ $rc = 0 ] && [ "$(wc -l <"$tmp/gpt2_$size.jsonl")" = 1 ] && [ -n "$B" ] && [ $((D % (B * 1024 * 8))) = 0 ] \
         && [ "$S" = $((10000000000 / D)) ] \
         && echo "ok - scripts/gpt2.sh $size: its flags run; $D tokens a step = $((D / (B * 1024 * 8))) x B=$B x T=1024 x 8 GPUs; $S steps = 10B tokens" \

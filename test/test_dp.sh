@@ -15,6 +15,7 @@
 #                 the wire, ZeRO 0-3 bit-identical, losses within 2e-2 of one bf16 process, resume
 #   host waits:   on the emulated GPU with NCCL, every stage waits for the whole GPU queue at
 #                 most once per optimizer step, whatever its units and micro-steps
+#   hellaswag:    dp = 2 (ZeRO-3) and 3 (ZeRO-1) answer --hellaswag exactly as one process
 #   layout:       a world size that tp·pp·cp does not divide fails with one clear line
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [DP_SIZES="2 4"] test/test_dp.sh [TRAIN_GPT]
 # Prints "ok"/"not ok" lines. With DEVICE=cuda the ranks share the GPU(s) and the collectives
@@ -272,6 +273,39 @@ signal_check() {  # signal_check SIG TARGET(rank|mpirun)
 }
 signal_check TERM rank
 signal_check USR1 mpirun
+
+# --- --hellaswag: the ranks split the rows (R = B·T/T' a forward, 40 rows: at dp=3 the last
+# global batch leaves rank 2 only padding) and ZeRO-3 gathers the parameters for each forward; the
+# answers are the one process's. Each row is scored by the same forward shape whichever rank runs
+# it, so the scores are bit-identical (on the CPU and the emulated GPU).
+$PY - "$tmp/hs.bin" <<'PY'
+import random, sys
+sys.path.insert(0, "test")
+import gpt2_torch as ref
+import numpy as np
+toks = np.fromfile("data/kjv_val_000000.bin", dtype="<u2", offset=1024).tolist()
+rng = random.Random(5)
+examples = []
+for _ in range(10):  # a context, its true continuation and three continuations of elsewhere
+    at = [rng.randrange(len(toks) - 20) for _ in range(4)]
+    endings = [toks[at[0] + 8:at[0] + 13]] + [toks[a:a + rng.randint(2, 6)] for a in at[1:]]
+    label = rng.randrange(4)
+    endings[0], endings[label] = endings[label], endings[0]
+    examples.append((label, toks[at[0]:at[0] + 8], endings))
+ref.write_eval(sys.argv[1], examples)
+PY
+hs_fields() { $PY -c "
+import json, sys
+d = json.loads(open(sys.argv[1]).readline())
+print(d['hellaswag_correct'], d['hellaswag_total'], repr(d['hellaswag_loss']))" "$1" 2>/dev/null; }
+"$BIN" "${common[@]}" --batch-size 4 --steps 0 --hellaswag "$tmp/hs.bin" --log-file "$tmp/hs1.jsonl" >"$tmp/hs1.txt" 2>&1
+for layout in "2 3" "3 1"; do
+    set -- $layout
+    mpi "$1" "${common[@]}" --batch-size 4 --zero "$2" --steps 0 --hellaswag "$tmp/hs.bin" --log-file "$tmp/hs$1.jsonl" >"$tmp/hs$1.txt" 2>&1
+    [ -n "$(hs_fields "$tmp/hs1.jsonl")" ] && [ "$(hs_fields "$tmp/hs1.jsonl")" = "$(hs_fields "$tmp/hs$1.jsonl")" ] \
+        && echo "ok - --hellaswag at dp=$1 zero=$2: the one process's answers and scores, bit for bit ($(hs_fields "$tmp/hs1.jsonl"))" \
+        || { echo "not ok - --hellaswag at dp=$1 zero=$2: '$(hs_fields "$tmp/hs$1.jsonl")' vs one process '$(hs_fields "$tmp/hs1.jsonl")'"; tail -2 "$tmp/hs$1.txt" | sed 's/^/#   /'; }
+done
 
 # --- resharding: saved at dp=4 ZeRO-3, resumed at dp=2 ZeRO-1 (and at dp=1) with the same global batch
 run=(--total-batch-tokens 256 --steps 6)

@@ -42,3 +42,47 @@ PY
         echo "not ok - tokenizer $f: decode(encode(x)) != x"
     fi
 done
+
+# ./tokenize --hellaswag: HellaSwag's jsonl (every JSON string escape, a string label, extra
+# fields) to the eval file. Checked against Python's own JSON reader and the reference encoder:
+# the context's tokens, and each ending's with a space before it (llm.c's dev/data/hellaswag.py).
+cat > "$tmp/hs.jsonl" <<'JSONL'
+{"ind": 24, "activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he", "ctx": "A man is sitting on a roof. he", "split": "val", "split_type": "indomain", "label": 3, "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.", "is holding a rubik's cube.", "starts pulling up roofing on a roof."], "source_id": "activitynet~v_-JhWjGDPHMY"}
+
+  {"ctx": "Caf\u00e9 \"quoted\", a \\ back\/slash,\ttab\nnewline \ud83d\ude80 then", "endings": ["one", "two \u00fcber"], "label": "1", "x": [1, -2.5e3, true, false, null, {"a": []}]}
+JSONL
+if ./tokenize --hellaswag "$tmp/hs.jsonl" "$tmp/hs.bin" 2>/dev/null; then
+    /usr/bin/python3 - "$tmp/hs.jsonl" "$tmp/hs.bin" "$tmp" <<'PY'
+import json, os, struct, subprocess, sys
+src, path, tmp = sys.argv[1:]
+data = open(path, "rb").read()
+h = struct.unpack("<256i", data[:1024])
+s = list(struct.unpack("<%dH" % ((len(data) - 1024) // 2), data[1024:]))
+
+def reference(text):
+    f = os.path.join(tmp, "piece.txt")
+    open(f, "w", encoding="utf-8").write(text)
+    return json.loads(subprocess.run(["node", "test/bpe_reference.js", f], capture_output=True, check=True).stdout)
+
+want, longest = [], 0
+for i, line in enumerate(l for l in open(src, encoding="utf-8") if l.strip()):
+    ex = json.loads(line)
+    ctx, ends = reference(ex["ctx"]), [reference(" " + e) for e in ex["endings"]]
+    stream = [65535, 0, i, int(ex["label"]), len(ends), len(ctx)] + ctx + sum(([len(e)] + e for e in ends), [])
+    stream[1] = 2 * len(stream)
+    longest = max(longest, stream[1])
+    want += stream
+ok = list(h[:4]) == [20240522, 1, 2, longest] and s == want
+print(f"{'ok' if ok else 'not ok'} - tokenize --hellaswag: the eval file holds the reference encoder's tokens"
+      + ("" if ok else f" (header {h[:4]}, {len(s)} vs {len(want)} uint16)"))
+PY
+else
+    echo "not ok - tokenize --hellaswag: failed on a good file"
+fi
+echo '{"ctx": "no label in the test split", "endings": ["a", "b"], "label": ""}' > "$tmp/nolabel.jsonl"
+out=$(./tokenize --hellaswag "$tmp/nolabel.jsonl" "$tmp/nolabel.bin" 2>&1)
+if [ $? != 0 ] && echo "$out" | grep -q "nolabel.jsonl line 1: label must be"; then
+    echo "ok - tokenize --hellaswag: an example without a label is refused, naming the line"
+else
+    echo "not ok - tokenize --hellaswag: an example without a label: $out"
+fi

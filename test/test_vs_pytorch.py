@@ -19,6 +19,8 @@ measure the fp32 round-off scale with PyTorch's fp32 run and require, of the fin
   largest error  max|ours − exact| ≤ 2e-2·lr·steps (where round-off decides a move's sign)
 The first catches any systematic mistake (2% off the weight decay, 0.1% off the learning rate:
 90x to 2700x over), the second a few percent of the elements gone wrong.
+And --hellaswag (--steps 0: only evaluate): each ending's mean token loss and the examples
+answered right, against the same scores computed here.
 
 usage: [DEVICE=cuda] /usr/bin/python3 test/test_vs_pytorch.py TRAIN_GPT_BINARY
 Prints "ok"/"not ok" lines.
@@ -155,6 +157,62 @@ def run_case(binary, tmp, name, cfg, B, T, accum, steps, opt, version=3):
     return ok
 
 
+def hellaswag_case(binary, tmp):
+    """--hellaswag (llmc/hellaswag.h) against PyTorch on a random model and random examples: each
+    ending's mean token loss given its context, the argmin against the label. 2 to 5 endings of
+    1 to 10 tokens after contexts of 1 to 12, so rows differ in length and several micro-batches
+    run, the last one partly padding."""
+    cfg = dict(maxT=32, V=97, Vp=128, L=2, NH=4, C=32)
+    params = ref.random_params(cfg, seed=3)
+    model_path = os.path.join(tmp, "hellaswag_model.bin")
+    ref.write_model(model_path, cfg, params)
+    g = torch.Generator().manual_seed(4)
+
+    def randint(lo, hi, n=None):  # one int in [lo, hi), or a list of n
+        t = torch.randint(lo, hi, (n or 1,), generator=g).tolist()
+        return t if n else t[0]
+
+    examples = []
+    for _ in range(23):
+        n = randint(2, 6)
+        examples.append((randint(0, n), randint(0, cfg["V"], randint(1, 13)),
+                         [randint(0, cfg["V"], randint(1, 11)) for _ in range(n)]))
+    eval_path = os.path.join(tmp, "hellaswag.bin")
+    ref.write_eval(eval_path, examples)
+    shard = os.path.join(tmp, "hellaswag_train.bin")
+    ref.write_shard(shard, randint(0, cfg["V"], 200))
+    log = os.path.join(tmp, "hellaswag.jsonl")
+    cmd = [binary, "--device", os.environ.get("DEVICE", "cpu"), "--precision", "fp32", "--model", model_path,
+           "--train-data", shard, "--val-data", "", "--batch-size", "2", "--seq-len", "32", "--steps", "0",
+           "--hellaswag", eval_path, "--log-file", log]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return check(False, "hellaswag: train_gpt ran", r.stderr.strip())
+    ours = json.loads(open(log).read())
+
+    correct, gold, gaps = 0, 0.0, []
+    for label, ctx, endings in examples:
+        scores = []
+        for e in endings:
+            row = torch.tensor(ctx + e)
+            losses = ref.forward(params, cfg, row[None, :-1], row[None, 1:], reduction="none")[0]
+            scores.append(losses[len(ctx) - 1:].mean().item())
+        ranked = sorted(scores)
+        gaps.append(ranked[1] - ranked[0])
+        correct += scores.index(ranked[0]) == label
+        gold += scores[label] / len(examples)
+    # the argmin is compared exactly: ours differs from the float64 reference by fp32 round-off
+    # (~1e-6), far below the closest pair of scores of any example (printed)
+    ok = check(ours.get("hellaswag_total") == len(examples) and ours.get("hellaswag_correct") == correct,
+               "hellaswag: the examples answered right are PyTorch's",
+               f"ours {ours.get('hellaswag_correct')}/{ours.get('hellaswag_total')}, PyTorch {correct}/{len(examples)}; "
+               f"closest two endings {min(gaps):.1e} apart")
+    # the gold loss is a mean of per-token fp32 losses: the same 1e-4 as the training losses
+    ok &= check(abs(ours.get("hellaswag_loss", 0) - gold) <= 1e-4, "hellaswag: mean loss of the right endings within 1e-4 of PyTorch",
+                f"{ours.get('hellaswag_loss')} vs {gold:.6f}")
+    return ok
+
+
 def main():
     binary = sys.argv[1]
     torch.set_default_dtype(torch.float64)
@@ -167,6 +225,7 @@ def main():
         cfg3 = dict(maxT=24, V=61, Vp=64, L=3, NH=2, C=24)
         run_case(binary, tmp, "linear+3layers", cfg3, B=3, T=24, accum=3, steps=5,
                  opt=dict(lr=2e-3, warmup=1, kind="linear", final=0.0, wd=0.05, clip=0.5))
+        hellaswag_case(binary, tmp)
 
 
 if __name__ == "__main__":

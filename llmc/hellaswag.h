@@ -1,0 +1,208 @@
+/*
+hellaswag.h — multiple-choice evaluation (HellaSwag), scored by the model's own loss.
+
+HellaSwag (Zellers et al., 2019) gives a context and 4 endings, one of them right: "A man is
+sitting on a roof. he" … "starts pulling up roofing on a roof." A language model picks the ending
+it finds most likely; guessing scores 25%, GPT-2 124M 29.55%, GPT-2 1558M 48.93% (as llm.c
+measured them with the scoring below).
+
+Scoring, "completion style" as llm.c and its dev/data/hellaswag.py do it (the acc_norm figure):
+every ending e is a row  context ++ e, the model runs a forward over it, and
+    score(e) = mean over e's tokens of the cross-entropy of that token given everything before it
+             = (1/|e|) Σ_{t=|c|-1}^{|c|+|e|-2} loss[t]      (position t predicts token t+1)
+The prediction is the ending with the lowest score (the first on a tie), and
+    accuracy = (# examples whose prediction is the labelled ending) / (# examples).
+Also reported, as a smooth companion of the accuracy: the mean over examples of the right ending's
+score (gold loss).
+
+File: llm.c's eval file, so its hellaswag_val.bin loads unchanged (`./tokenize --hellaswag`
+writes it from the dataset's jsonl): a 256×int32 header [20240522, 1, examples, longest example
+in bytes], then per example a stream of uint16:
+    65535, bytes of this example, its index, label, n endings, |c|, c's tokens,
+    then n times: |e|, e's tokens.
+
+Batching. A micro-batch is R rows of T' positions: T' = the longest row less its last token (which
+is never an input), R = ⌊B·T/T'⌋, so the activations the training run already holds (B×T) are
+reused; a shorter row is padded with token 0, whose losses are ignored. HellaSwag's rows are a
+few times shorter than T = 1024, so a micro-batch holds a few times B rows. The rows, in file order, form
+global batches of dp·R rows; rank r runs rows [r·R, (r+1)·R) of each (padding rows past the end),
+so every rank runs the same number of forwards (ZeRO-3 gathers parameters in each) and a row's
+score does not depend on dp. Each rank fills in its rows' scores in a vector of all rows, and one
+sum over the dp group (comm_sum_doubles: every row is non-zero on one rank only) gives every rank
+all of them.
+
+Test: test/test_vs_pytorch.py (accuracy and gold loss against PyTorch on the same model and
+examples, on the CPU and the emulated GPU), test/test_cli.sh (bad files, --steps 0), test/test_dp.sh
+(dp=2 with ZeRO-3 gives the one-process result), test/test_tokenizer.sh (./tokenize --hellaswag).
+*/
+#pragma once
+#include <algorithm>
+#include <string>
+#include <vector>
+#include "common.h"
+#include "comm.h"
+#include "model.h"
+
+static const int CHOICE_FILE_MAGIC = 20240522, CHOICE_FILE_VERSION = 1, CHOICE_EXAMPLE_START = 65535;
+
+struct ChoiceExample {
+    int label = 0;                            // index of the right ending
+    std::vector<int> context;
+    std::vector<std::vector<int>> endings;
+};
+
+struct ChoiceSet {
+    std::vector<ChoiceExample> examples;
+    int rows = 0;         // Σ endings over the examples
+    int longest_row = 0;  // max |c| + |e| - 1: the positions a row's forward needs
+};
+
+struct ChoiceResult {
+    int correct = 0, total = 0;
+    double gold_loss = 0.0;  // mean over examples of the right ending's score
+    double accuracy() const { return total ? (double)correct / total : 0.0; }
+};
+
+// Reads and checks an eval file; every problem is reported with the file, the example and what
+// was expected. `what` names the flag (for the message).
+inline ChoiceSet choice_set_load(const char* what, const std::string& path, int vocab_size) {
+    const char* p = path.c_str();
+    FILE* f = fopen(p, "rb");
+    if (!f) fatal("%s: cannot open '%s': %s", what, p, strerror(errno));
+    int header[256];
+    fread_or_die(header, sizeof(int), 256, f, p);
+    if (header[0] != CHOICE_FILE_MAGIC || header[1] != CHOICE_FILE_VERSION)
+        fatal("%s: '%s' is not a multiple-choice eval file: header starts [%d, %d], expected [%d, %d] (llm.c's "
+              "hellaswag_val.bin; ./tokenize --hellaswag writes one)", what, p, header[0], header[1], CHOICE_FILE_MAGIC,
+              CHOICE_FILE_VERSION);
+    const long long n_examples = header[2];
+    const long long size = file_size_or_die(p);
+    if (n_examples <= 0 || (size - 1024) % 2 != 0)
+        fatal("%s: '%s' has a bad header (%lld examples) or an odd size (%lld bytes)", what, p, n_examples, size);
+    std::vector<uint16_t> s((size_t)(size - 1024) / 2);
+    fread_or_die(s.data(), 2, s.size(), f, p);
+    fclose(f);
+    ChoiceSet set;
+    size_t at = 0;
+    for (long long i = 0; i < n_examples; i++) {
+        auto need = [&](size_t n) {
+            if (at + n > s.size()) fatal("%s: '%s' ends inside example %lld (of %lld)", what, p, i, n_examples);
+        };
+        need(5);
+        const size_t start = at;
+        if (s[at] != CHOICE_EXAMPLE_START)
+            fatal("%s: '%s': example %lld does not start with %d (found %d at uint16 %zu)", what, p, i, CHOICE_EXAMPLE_START,
+                  s[at], at);
+        const size_t bytes = s[at + 1];
+        ChoiceExample ex;
+        ex.label = s[at + 3];
+        const int n_endings = s[at + 4];
+        at += 5;
+        auto read_tokens = [&](std::vector<int>* out, const char* part) {
+            need(1);
+            const int n = s[at++];
+            need(n);
+            if (n == 0) fatal("%s: '%s': example %lld has an empty %s", what, p, i, part);
+            for (int k = 0; k < n; k++) {
+                const int t = s[at++];
+                if (t >= vocab_size)
+                    fatal("%s: '%s': example %lld: token %d in its %s is outside the model's vocabulary (V=%d)", what, p,
+                          i, t, part, vocab_size);
+                out->push_back(t);
+            }
+        };
+        read_tokens(&ex.context, "context");
+        ex.endings.resize(n_endings);
+        for (auto& e : ex.endings) read_tokens(&e, "ending");
+        if (n_endings < 2 || ex.label >= n_endings)
+            fatal("%s: '%s': example %lld has %d endings and label %d (expected 2 or more, label below that)", what, p, i,
+                  n_endings, ex.label);
+        if ((at - start) * 2 != bytes)
+            fatal("%s: '%s': example %lld says it has %zu bytes, but its fields take %zu", what, p, i, bytes, (at - start) * 2);
+        for (auto& e : ex.endings) set.longest_row = std::max(set.longest_row, (int)(ex.context.size() + e.size() - 1));
+        set.rows += n_endings;
+        set.examples.push_back(std::move(ex));
+    }
+    if (at != s.size()) fatal("%s: '%s' has %zu bytes after its %lld examples", what, p, (s.size() - at) * 2, n_examples);
+    return set;
+}
+
+// Writes an eval file in the format choice_set_load reads (and llm.c writes).
+inline void choice_set_write(const std::string& path, const std::vector<ChoiceExample>& examples) {
+    if (examples.empty() || examples.size() >= 65536) fatal("'%s': %zu examples (the format holds 1..65535)", path.c_str(), examples.size());
+    std::vector<uint16_t> s;
+    int longest = 0;
+    for (size_t i = 0; i < examples.size(); i++) {
+        const ChoiceExample& ex = examples[i];
+        const size_t start = s.size();
+        s.insert(s.end(), {(uint16_t)CHOICE_EXAMPLE_START, 0, (uint16_t)i, (uint16_t)ex.label, (uint16_t)ex.endings.size()});
+        auto put = [&](const std::vector<int>& toks) {
+            s.push_back((uint16_t)toks.size());
+            for (int t : toks) {
+                if (t < 0 || t >= CHOICE_EXAMPLE_START) fatal("'%s': example %zu has token %d (the format holds 0..65534)", path.c_str(), i, t);
+                s.push_back((uint16_t)t);
+            }
+        };
+        put(ex.context);
+        for (const auto& e : ex.endings) put(e);
+        const size_t bytes = (s.size() - start) * 2;
+        if (bytes >= 65536) fatal("'%s': example %zu takes %zu bytes (the format holds < 65536)", path.c_str(), i, bytes);
+        s[start + 1] = (uint16_t)bytes;
+        longest = std::max(longest, (int)bytes);
+    }
+    int header[256] = {CHOICE_FILE_MAGIC, CHOICE_FILE_VERSION, (int)examples.size(), longest};
+    std::string tmp = path + ".tmp";
+    FILE* f = fopen_or_die(tmp.c_str(), "wb");
+    fwrite_or_die(header, sizeof(int), 256, f, tmp.c_str());
+    fwrite_or_die(s.data(), 2, s.size(), f, tmp.c_str());
+    if (fclose(f) != 0 || rename(tmp.c_str(), path.c_str()) != 0) fatal("cannot write '%s': %s", path.c_str(), strerror(errno));
+}
+
+// Scores every ending of `set` with the model (B×T: the training run's micro-batch, whose
+// activations are reused) and returns the accuracy. Every rank of `dp` calls it and gets the same.
+template <class T>
+inline ChoiceResult choice_evaluate(const Ctx& ctx, GPT<T>* g, const ChoiceSet& set, int B, int T_, Group& dp) {
+    const int Tr = set.longest_row, R = (int)std::min<long long>((long long)B * T_ / Tr, set.rows);
+    // the rows in file order: (example, ending)
+    std::vector<std::pair<int, int>> rows;
+    for (int i = 0; i < (int)set.examples.size(); i++)
+        for (int e = 0; e < (int)set.examples[i].endings.size(); e++) rows.push_back({i, e});
+    std::vector<double> score(set.rows, 0.0);
+    std::vector<int> x((size_t)R * Tr), y((size_t)R * Tr);
+    const long long per_batch = (long long)R * dp.size;
+    for (long long first = 0; first < set.rows; first += per_batch) {
+        const long long mine = first + (long long)dp.rank * R;  // this rank's first row of the global batch
+        std::fill(x.begin(), x.end(), 0);
+        std::fill(y.begin(), y.end(), 0);
+        for (int r = 0; r < R && mine + r < set.rows; r++) {
+            const ChoiceExample& ex = set.examples[rows[mine + r].first];
+            std::vector<int> row = ex.context;
+            const std::vector<int>& e = ex.endings[rows[mine + r].second];
+            row.insert(row.end(), e.begin(), e.end());
+            for (size_t t = 0; t + 1 < row.size(); t++) { x[(size_t)r * Tr + t] = row[t]; y[(size_t)r * Tr + t] = row[t + 1]; }
+        }
+        gpt_forward(ctx, g, x.data(), y.data(), R, Tr, 0.0f);
+        const float* losses = gpt_losses(g);
+        for (int r = 0; r < R && mine + r < set.rows; r++) {
+            const ChoiceExample& ex = set.examples[rows[mine + r].first];
+            const size_t c = ex.context.size(), n = ex.endings[rows[mine + r].second].size();
+            double sum = 0.0;
+            for (size_t t = c - 1; t < c + n - 1; t++) sum += losses[(size_t)r * Tr + t];
+            score[mine + r] = sum / n;
+        }
+    }
+    comm_sum_doubles(dp, score.data(), set.rows);
+    ChoiceResult res;
+    size_t at = 0;
+    for (const ChoiceExample& ex : set.examples) {
+        const double* s = score.data() + at;
+        const int n = (int)ex.endings.size();
+        const int pred = (int)(std::min_element(s, s + n) - s);
+        res.correct += pred == ex.label;
+        res.gold_loss += s[ex.label];
+        res.total++;
+        at += n;
+    }
+    res.gold_loss /= res.total;
+    return res;
+}
