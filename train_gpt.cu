@@ -16,7 +16,7 @@ project (the model-parallel layouts, fp16/fp8, recomputation) are accepted by th
 and then refused with a clear "not yet supported" error, never silently ignored.
 
 With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is
-evaluated once, e.g. `--model gpt2_124M.bin --steps 0 --hellaswag data/hellaswag_val.bin`.
+evaluated once, e.g. `--model data/gpt2_124M.bin --steps 0 --hellaswag data/hellaswag_val.bin`.
 
 Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 */

@@ -32,6 +32,26 @@ m = open(f"{d}/tiny.bin", "rb").read()
 open(f"{d}/model_truncated.bin", "wb").write(m[:-4])
 open(f"{d}/model_badmagic.bin", "wb").write(struct.pack("<i", 7) + m[4:])
 open(f"{d}/model_badversion.bin", "wb").write(m[:4] + struct.pack("<i", 4) + m[8:])
+# the same model in Hugging Face's safetensors layout (Conv1D weights (in, out), "transformer."
+# on some names, the attention mask buffers, the tied lm_head), for dev/data/gpt2_weights.py
+import json
+import numpy as np
+hf = {"transformer.wte.weight": p["wte"][:cfg["V"]], "wpe.weight": p["wpe"], "ln_f.weight": p["lnfw"], "ln_f.bias": p["lnfb"],
+      "lm_head.weight": p["wte"][:cfg["V"]]}
+names = {"ln1w": "ln_1.weight", "ln1b": "ln_1.bias", "qkvw": "attn.c_attn.weight", "qkvb": "attn.c_attn.bias",
+         "attprojw": "attn.c_proj.weight", "attprojb": "attn.c_proj.bias", "ln2w": "ln_2.weight", "ln2b": "ln_2.bias",
+         "fcw": "mlp.c_fc.weight", "fcb": "mlp.c_fc.bias", "fcprojw": "mlp.c_proj.weight", "fcprojb": "mlp.c_proj.bias"}
+for l in range(cfg["L"]):
+    for ours, theirs in names.items():
+        hf[f"{'transformer.' if l % 2 else ''}h.{l}.{theirs}"] = p[ours][l].T if p[ours].dim() == 3 else p[ours][l]
+    hf[f"h.{l}.attn.bias"] = np.tril(np.ones((cfg["maxT"], cfg["maxT"])))[None, None]
+header, blob = {"__metadata__": {"format": "pt"}}, b""
+for k, v in hf.items():
+    a = np.ascontiguousarray(np.asarray(v, dtype="<f4"))
+    header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [len(blob), len(blob) + a.nbytes]}
+    blob += a.tobytes()
+h = json.dumps(header).encode()
+open(f"{d}/hf.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + blob)
 # multiple-choice eval files (--hellaswag): (label, context, endings)
 hs = [(1, [5, 6, 7], [[8, 9], [10], [11, 12, 13]]), (0, [20], [[21], [22, 23]]), (3, [1, 2], [[3], [4], [5], [6]])]
 ref.write_eval(f"{d}/hs_ok.bin", hs)
@@ -129,6 +149,17 @@ PY
 "$BIN" "${base[@]}" --steps 0 >"$tmp/out" 2>&1; rc=$?
 [ $rc = 0 ] && grep -q "^--steps 0: nothing to do (give --val-data, --hellaswag or --sample-every" "$tmp/out" \
     && echo "ok - --steps 0 with nothing to evaluate says so" || echo "not ok - --steps 0 with nothing to evaluate: exit $rc"
+
+# dev/data/gpt2_weights.py: Hugging Face's layout -> the model file, byte for byte (fp32, and bf16
+# rounded like torch)
+ok=1
+for prec in "" --bf16; do
+    want="$tmp/tiny.bin"; [ -n "$prec" ] && want="$tmp/tiny_bf16.bin"
+    $PY dev/data/gpt2_weights.py --safetensors "$tmp/hf.safetensors" --n-head 4 --out "$tmp/conv.bin" $prec >"$tmp/out" 2>&1 \
+        && cmp -s "$want" "$tmp/conv.bin" || { ok=0; sed 's/^/#   /' "$tmp/out" | tail -3; }
+done
+[ $ok = 1 ] && echo "ok - dev/data/gpt2_weights.py: a Hugging Face safetensors GPT-2 becomes its llm.c model file byte for byte (fp32, bf16)" \
+    || echo "not ok - dev/data/gpt2_weights.py: the converted model file differs"
 
 # model files: load → save is byte-identical (fp32 and bf16), and our fp32→bf16 rounding is torch's
 "$BIN" "${base[@]}" --steps 0 --save-model "$tmp/rt.bin" >/dev/null 2>&1

@@ -6,7 +6,8 @@ hellaswag_val.bin is the same format and loads too). Needs internet and a built 
 
 usage: python3 dev/data/hellaswag.py [--out-dir data] [--split val|train]
 then:  ./train_gpt --hellaswag data/hellaswag_val.bin ...   (scored at each --val-every), or
-       ./train_gpt --model gpt2_124M.bin --steps 0 --hellaswag data/hellaswag_val.bin   (only that)
+       ./train_gpt --model data/gpt2_124M.bin --steps 0 --hellaswag data/hellaswag_val.bin   (only that;
+       dev/data/gpt2_weights.py writes data/gpt2_124M.bin)
 GPT-2's scores with this scoring (llm.c's dev/data/hellaswag.py): 124M 29.55%, 1558M 48.93%; chance 25%.
 """
 import argparse
