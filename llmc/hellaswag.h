@@ -170,7 +170,13 @@ inline ChoiceResult choice_evaluate(const Ctx& ctx, GPT<T>* g, const ChoiceSet& 
     std::vector<double> score(set.rows, 0.0);
     std::vector<int> x((size_t)R * Tr), y((size_t)R * Tr);
     const long long per_batch = (long long)R * dp.size;
+    double last_note = now_seconds();  // a progress line every 10 s (a large model on the CPU takes minutes)
     for (long long first = 0; first < set.rows; first += per_batch) {
+        if (now_seconds() - last_note > 10) {
+            print0("  hellaswag: %lld of %d endings scored\n", first, set.rows);
+            fflush(stdout);
+            last_note = now_seconds();
+        }
         const long long mine = first + (long long)dp.rank * R;  // this rank's first row of the global batch
         std::fill(x.begin(), x.end(), 0);
         std::fill(y.begin(), y.end(), 0);
