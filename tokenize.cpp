@@ -73,12 +73,10 @@ struct JsonParser {
     void expect(char c) { if (!eat(c)) { char m[32]; snprintf(m, sizeof(m), "expected '%c'", c); fail(m); } }
     unsigned hex4() {
         if (i + 4 > s.size()) fail("short \\u escape");
-        unsigned v = 0;
-        for (int k = 0; k < 4; k++) {
-            char c = s[i++];
-            v = v * 16 + (c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : (fail("bad \\u escape"), 0));
-        }
-        return v;
+        const std::string digits = s.substr(i, 4);
+        if (digits.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) fail("bad \\u escape");
+        i += 4;
+        return (unsigned)std::stoul(digits, nullptr, 16);
     }
     static void utf8(std::string* out, unsigned cp) {
         if (cp < 0x80) *out += (char)cp;

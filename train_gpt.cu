@@ -458,8 +458,7 @@ int main(int argc, char** argv) {
         auto print_evals = [&](const EvalLog& ev) {
             if (ev.has_val) print0(" | val loss %.6f", ev.val_loss);
             if (ev.has_hellaswag)
-                print0(" | hellaswag %.4f (%d/%d)", (double)ev.hellaswag_correct / ev.hellaswag_total, ev.hellaswag_correct,
-                       ev.hellaswag_total);
+                print0(" | hellaswag %.4f (%d/%d)", ev.hellaswag_acc(), ev.hellaswag_correct, ev.hellaswag_total);
         };
         auto sample = [&](int step) {  // every rank runs it (ZeRO-3 gathers)
             std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);

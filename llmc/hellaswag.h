@@ -33,7 +33,7 @@ all of them.
 
 Test: test/test_vs_pytorch.py (accuracy and gold loss against PyTorch on the same model and
 examples, on the CPU and the emulated GPU), test/test_cli.sh (bad files, --steps 0), test/test_dp.sh
-(dp=2 with ZeRO-3 gives the one-process result), test/test_tokenizer.sh (./tokenize --hellaswag).
+(dp=2 with ZeRO-3 and dp=3 give the one-process result bit for bit), test/test_tokenizer.sh (./tokenize --hellaswag).
 */
 #pragma once
 #include <algorithm>
@@ -60,7 +60,6 @@ struct ChoiceSet {
 struct ChoiceResult {
     int correct = 0, total = 0;
     double gold_loss = 0.0;  // mean over examples of the right ending's score
-    double accuracy() const { return total ? (double)correct / total : 0.0; }
 };
 
 // Reads and checks an eval file; every problem is reported with the file, the example and what

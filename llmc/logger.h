@@ -44,13 +44,14 @@ struct EvalLog {
     bool has_hellaswag = false;
     int hellaswag_correct = 0, hellaswag_total = 0;
     double hellaswag_loss = 0.0;
+    double hellaswag_acc() const { return (double)hellaswag_correct / hellaswag_total; }
 };
 
 inline void logger_eval_fields(FILE* f, const EvalLog& ev) {
     if (ev.has_val) fprintf(f, ", \"val_loss\": %.9g", ev.val_loss);
     if (ev.has_hellaswag)
         fprintf(f, ", \"hellaswag_acc\": %.9g, \"hellaswag_correct\": %d, \"hellaswag_total\": %d, \"hellaswag_loss\": %.9g",
-                (double)ev.hellaswag_correct / ev.hellaswag_total, ev.hellaswag_correct, ev.hellaswag_total, ev.hellaswag_loss);
+                ev.hellaswag_acc(), ev.hellaswag_correct, ev.hellaswag_total, ev.hellaswag_loss);
 }
 
 // comm_json: the step's bytes per collective on the dp group ({} when there are none).
