@@ -1,5 +1,5 @@
 """
-gpt2_torch.py — an independent GPT-2 in PyTorch, and llm.c model/shard file helpers, for the
+gpt2_torch.py — an independent GPT-2 in PyTorch, and llm.c model/shard/eval file helpers, for the
 reference checks. It shares no code with the C++ model: if both agree, both are right.
 
 The model is written with plain torch ops (F.layer_norm, matmuls, an explicit causal softmax,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_cli — bad input fails with one clear line and the right exit code (never a crash, never
 # a silent wrong run), --help is complete, model files round-trip byte for byte, checkpoints are
-# laid out as documented (--keep-checkpoints keeps the newest N), and the scripts/gpt2.sh recipes'
-# flags run.
+# laid out as documented (--keep-checkpoints keeps the newest N), the scripts/gpt2.sh recipes'
+# flags run, --steps 0 only evaluates (--hellaswag), and dev/data/gpt2_weights.py turns a Hugging
+# Face safetensors GPT-2 into its model file byte for byte.
 # usage: test/test_cli.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."

@@ -3,7 +3,8 @@
 # token for token, and decode(encode(x)) == x byte for byte.
 # Texts: the shipped validation text (decoded), this project's own sources (Greek, math and
 # arrows in the comments), and a sample with accents, CJK, emoji, digits, contractions and
-# runs of whitespace. Prints "ok"/"not ok" lines.
+# runs of whitespace. And ./tokenize --hellaswag (JSON in, the eval file out) against Python's
+# JSON reader and the reference encoder. Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
 export NODE_PATH=build/node_modules
