@@ -1,7 +1,8 @@
 /*
 train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
 
-  flags → model (preset, model file or checkpoint) → data → for each step:
+  flags → model state (on a GPU: will a micro-batch fit? else stop, naming one that does)
+        → weights (preset, model file or checkpoint) → data → for each step:
       zero grads; for each micro-batch: forward (+ fused loss gradient), backward
       grad norm → clip factor → lr(step) → AdamW
       log; every N steps: validation loss, HellaSwag accuracy, a sample, a checkpoint
@@ -51,7 +52,7 @@ static const FlagDef FLAGS[] = {
     {"train-data", "data/kjv_train_*.bin", "token shards to train on (glob)", false},
     {"val-data", "data/kjv_val_*.bin", "token shards for validation (glob; empty = none)", false},
     {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples", false},
-    {"batch-size", "4", "micro-batch size B per rank", false},
+    {"batch-size", "4", "micro-batch size B per rank; on a GPU, one whose activations cannot fit is refused at start, naming one that does", false},
     {"seq-len", "1024", "sequence length T (at most the model's maxT)", false},
     {"total-batch-tokens", "-1", "tokens per optimizer step; grad accumulation = D/(B*T*dp) (-1: B*T*dp)", false},
     {"steps", "20", "optimizer steps to run (total, counting those before a resume; 0: only evaluate the model)", false},
@@ -252,6 +253,60 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
     return prompt + tokenizer_decode(*tk, toks.data() + start, toks.size() - start);
 }
 
+// Will a micro-batch of B×T fit on every rank's GPU? Called once the model state (parameters,
+// gradients, optimizer: data_parallel.h) is allocated, and before the weights are drawn or read
+// (a minute for the largest models). What the GPU has free must hold the activations (model.h
+// lists them, to the byte Buf allocates) and what else a step allocates:
+//   - the kernels' scratch, which also grows with B·T (attention's D rows, the column-sum
+//     partials): under 0.3% of the activations on the emulated GPU (test_gpu_train.sh checks
+//     that the peak stays within 1%), so SCRATCH_SHARE = 1%;
+//   - SCRATCH_FIXED for what a GPU rounds and loads lazily (cudaMalloc's 2 MiB pages over the ~30
+//     activation buffers, the kernels' code on first launch).
+// So too large a --batch-size is one line that names a batch size that fits, not an
+// out-of-memory error at the first forward. All ranks agree (each GPU's free memory differs),
+// then all stop or none do.
+constexpr double SCRATCH_SHARE = 0.01, SCRATCH_FIXED = 64.0 * 1048576;
+template <class floatX>
+static void check_batch_fits(const GPTConfig& c, int B, int T, int dp, long long step_tokens, bool step_given,
+                             double state_bytes, Mesh& mesh) {
+    auto need = [&](int b) { return gpt_activation_bytes<floatX>(c, b, T) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED; };
+    const double free_bytes = (double)gpu_free_bytes();
+    // the largest micro-batch that fits here (need grows with b: a binary search), and the
+    // largest that fits and splits the step's tokens into whole micro-batches
+    int lo = 0, hi = B;
+    while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need(mid) <= free_bytes) lo = mid; else hi = mid - 1; }
+    int divides = lo;
+    while (divides > 0 && step_tokens % ((long long)divides * T * dp) != 0) divides--;
+    // every rank's numbers on every rank, then the rank with the least room speaks for all
+    enum { FITS, DIVIDES, NEED, FREE, STATE, N };
+    std::vector<double> all(N * (size_t)mesh.world, 0.0);
+    double* mine = &all[N * (size_t)mesh.rank];
+    mine[FITS] = lo; mine[DIVIDES] = divides; mine[NEED] = need(B); mine[FREE] = free_bytes; mine[STATE] = state_bytes;
+    comm_sum_doubles(mesh.world_group, all.data(), (int)all.size());
+    int worst = 0, divides_all = B;
+    for (int r = 0; r < mesh.world; r++) {
+        if (all[N * r + FITS] < all[N * worst + FITS]) worst = r;
+        divides_all = std::min(divides_all, (int)all[N * r + DIVIDES]);
+    }
+    const double* w = &all[N * (size_t)worst];
+    const int fits_all = (int)w[FITS];
+    if (fits_all >= B) return;
+    std::string advice;
+    if (fits_all == 0)
+        advice = "not even --batch-size 1 fits: use a shorter --seq-len, or spread the model state over more ranks with --zero";
+    else if (divides_all == 0)
+        advice = "at most --batch-size " + std::to_string(fits_all) + " fits";
+    else
+        advice = "--batch-size " + std::to_string(divides_all) +
+                 (step_given ? "" : " --total-batch-tokens " + std::to_string(step_tokens)) + " fits, with the step's " +
+                 std::to_string(step_tokens) + " tokens in " + std::to_string(step_tokens / ((long long)divides_all * T * dp)) +
+                 " micro-batches" + (fits_all > divides_all ? " (at most --batch-size " + std::to_string(fits_all) + " fits)" : "");
+    const std::string gpu = mesh.world > 1 ? "rank " + std::to_string(worst) + "'s GPU" : "the GPU";
+    usage_error("--batch-size %d --seq-len %d: a micro-batch needs %s of activations and scratch, but %s has %s free after "
+                "the model state (%s of parameters, gradients and optimizer); %s", B, T, format_bytes(w[NEED]).c_str(),
+                gpu.c_str(), format_bytes(w[FREE]).c_str(), format_bytes(w[STATE]).c_str(), advice.c_str());
+}
+
 // ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
@@ -331,6 +386,7 @@ int main(int argc, char** argv) {
     }
     if (T > config.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, config.max_seq_len);
     long long tokens_per_micro = (long long)B * T * dp;
+    const bool total_given = total_batch != -1;
     if (total_batch == -1) total_batch = tokens_per_micro;
     if (total_batch <= 0 || total_batch % tokens_per_micro != 0)
         usage_error("--total-batch-tokens %lld is not a multiple of batch-size*seq-len*dp = %lld", total_batch, tokens_per_micro);
@@ -388,6 +444,9 @@ int main(int argc, char** argv) {
         DataParallel<floatX> dpar;
         dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
         dpar.overlap = overlap;
+        const DPMemory mem = dp_memory(dpar);
+        if (ctx.device == Device::CUDA)
+            check_batch_fits<floatX>(config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working, mesh);
         TrainState state;
         Rng sampler(seed, 0x5a3b1e);
         if (resume) {
@@ -431,10 +490,10 @@ int main(int argc, char** argv) {
                    dtype_name<floatX>(), zero, out_dir_note.c_str());
         if (ctx.device == Device::CUDA) print0("gpu: %s\n", cuda_describe().c_str());
         const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
-        DPMemory mem = dp_memory(dpar);
         fflush(stdout);
-        printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B\n", mesh.rank,
-               (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working);
+        printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B\n",
+               mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
+               (long long)gpt_activation_bytes<floatX>(config, B, T));
         fflush(stdout);
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero);
@@ -544,7 +603,8 @@ int main(int argc, char** argv) {
         }
         if (profile && mesh.rank == 0) profile_report(profiler, stdout, peak);
         if (ctx.device == Device::CUDA)
-            print0("peak GPU memory (model, activations, optimizer, buffers): %.1f MiB\n", g_gpu_bytes_peak / 1048576.0);
+            print0("peak GPU memory (model, activations, optimizer, buffers): %.1f MiB (%zu B)\n", g_gpu_bytes_peak / 1048576.0,
+                   g_gpu_bytes_peak);
         logger_close(&log);
         if (can_sample) tokenizer_free(&tk);
         mesh_finish(&mesh);

@@ -417,6 +417,14 @@ inline void stage_download(const Ctx& ctx, HostStage& s, const void* src, size_t
     memcpy(h, src, bytes);
 }
 
+// A size for people: "1.50 GiB", "26.6 MiB".
+inline std::string format_bytes(double bytes) {
+    char s[32];
+    if (bytes >= 1073741824.0) snprintf(s, sizeof s, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(s, sizeof s, "%.1f MiB", bytes / 1048576.0);
+    return s;
+}
+
 inline size_t g_gpu_bytes = 0, g_gpu_bytes_peak = 0;  // Buf's GPU memory now, and its high-water mark
 
 // An owned, zero-initialized array of n T on a device. Move-only.
@@ -436,7 +444,7 @@ template <class T> struct Buf {
     void release() {
         if (!ptr) return;
 #ifdef LLMC_CUDA
-        if (dev == Device::CUDA) { cudaFree(ptr); g_gpu_bytes -= ceil_div(n * sizeof(T), 64) * 64; } else
+        if (dev == Device::CUDA) { cudaFree(ptr); g_gpu_bytes -= bytes_for(n); } else
 #endif
         free(ptr);
         ptr = nullptr; n = 0;
@@ -445,11 +453,15 @@ template <class T> struct Buf {
         release();
         dev = ctx.device; n = count;
         if (count == 0) return;
-        size_t bytes = ceil_div(count * sizeof(T), 64) * 64;
+        size_t bytes = bytes_for(count);
 #ifdef LLMC_CUDA
         if (dev == Device::CUDA) {
-            if (cudaMalloc((void**)&ptr, bytes) != cudaSuccess)
-                fatal("out of GPU memory allocating %.1f MiB", bytes / 1048576.0);
+            if (cudaMalloc((void**)&ptr, bytes) != cudaSuccess) {
+                size_t free_b = 0, total = 0;
+                cudaMemGetInfo(&free_b, &total);
+                fatal("out of GPU memory allocating %s (%s of %s free; this process holds %s)", format_bytes(bytes).c_str(),
+                      format_bytes(free_b).c_str(), format_bytes(total).c_str(), format_bytes(g_gpu_bytes).c_str());
+            }
             CUDA_CHECK(cudaMemset(ptr, 0, bytes));
             g_gpu_bytes += bytes;
             g_gpu_bytes_peak = std::max(g_gpu_bytes_peak, g_gpu_bytes);
@@ -457,16 +469,19 @@ template <class T> struct Buf {
         }
 #endif
         ptr = (T*)aligned_alloc(64, bytes);
-        if (!ptr) fatal("out of memory allocating %.1f MiB", bytes / 1048576.0);
+        if (!ptr) fatal("out of memory allocating %s", format_bytes(bytes).c_str());
         memset(ptr, 0, bytes);
     }
     T* data() const { return ptr; }
     size_t size() const { return n; }
+    static size_t bytes_for(size_t count) { return ceil_div(count * sizeof(T), 64) * 64; }  // what alloc(count) takes
+    size_t bytes() const { return ptr ? bytes_for(n) : 0; }                                   // what this one holds
 };
 
 #ifndef LLMC_CUDA
 inline int cuda_device_count() { return 0; }
 inline std::string cuda_describe() { return "none (a build without CUDA)"; }
+inline size_t gpu_free_bytes() { return 0; }
 #endif
 
 #ifdef LLMC_CUDA
@@ -496,6 +511,14 @@ inline void cuda_ctx_init(Ctx* ctx, int index) {
     ctx->workspace_size = 32u << 20;
     CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_size));
     g_cuda_active = true;
+}
+
+// The bytes the current GPU has free (cudaMemGetInfo: after this process's allocations so far,
+// and every other process's on the same GPU).
+inline size_t gpu_free_bytes() {
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return free_bytes;
 }
 
 // The current GPU and the CUDA libraries in one line, for the start of a run (a benchmark log

@@ -388,11 +388,12 @@ inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, fl
     }
 }
 
-// Bytes this rank holds, by kind (the ZeRO table), and the working buffers outside it.
+// Bytes this rank holds, by kind (the ZeRO table), and the working buffers outside it: all of
+// the storage owner's GPU memory, as Buf allocated it.
 struct DPMemory { double params, grads, optimizer, working; };
 template <class T> inline DPMemory dp_memory(const DataParallel<T>& d) {
-    const double s = sizeof(T);
-    return {s * (d.params_full.size() + d.params_shard.size()), s * (d.grads_full.size() + d.grads_shard.size()),
-            4.0 * (d.m.size() + d.v.size() + d.master.size()),
-            s * (d.slot[0].size() + d.slot[1].size() + d.emb_grad.size() + d.unit_grad[0].size() + d.unit_grad[1].size())};
+    return {(double)(d.params_full.bytes() + d.params_shard.bytes()), (double)(d.grads_full.bytes() + d.grads_shard.bytes()),
+            (double)(d.m.bytes() + d.v.bytes() + d.master.bytes()),
+            (double)(d.slot[0].bytes() + d.slot[1].bytes() + d.emb_grad.bytes() + d.unit_grad[0].bytes() +
+                     d.unit_grad[1].bytes() + d.chunk_tmp[0].bytes() + d.chunk_tmp[1].bytes())};
 }

@@ -31,8 +31,9 @@ of it without waiting (tokens and targets go up, the losses come back, through c
 HostStage), and gpt_mean_loss waits only for the loss copy, queued before the backward.
 
 Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C; per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
-Activation memory per micro-batch: O(B·T·(L·16C + Vp)) floats; the attention matrix is never
-stored (see attention.cuh).
+Activation memory per micro-batch: (16·L·C + 12·C + Vp) elements of T per position, plus fp32
+statistics (gpt_activation_bytes, which train_gpt.cu's memory plan uses); the attention matrix
+is never stored (see attention.cuh).
 
 Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
 test/test_cli.sh (model file round trips and bad files).
@@ -264,23 +265,39 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
     }
 }
 
+// Every activation buffer with its element count for B·T positions: the one list that both
+// gpt_ensure_activations (allocating it) and gpt_activation_bytes (planning memory) walk.
+template <class T, class F> inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B, int T_, F&& f) {
+    const size_t L = c.num_layers, C = c.channels, NH = c.num_heads, BT = (size_t)B * T_;
+    f(a.encoded, BT * C);
+    f(a.ln1, L * BT * C); f(a.ln1_mean, L * BT); f(a.ln1_rstd, L * BT);       // per block
+    f(a.qkv, L * BT * 3 * C); f(a.atty, L * BT * C); f(a.lse, L * BT * NH);
+    f(a.residual2, L * BT * C); f(a.ln2, L * BT * C); f(a.ln2_mean, L * BT); f(a.ln2_rstd, L * BT);
+    f(a.fch, L * BT * 4 * C); f(a.fch_gelu, L * BT * 4 * C); f(a.residual3, L * BT * C);
+    f(a.lnf, BT * C); f(a.lnf_mean, BT); f(a.lnf_rstd, BT);                  // the head
+    f(a.logits, BT * c.padded_vocab_size); f(a.losses, BT);
+    f(a.scratch, BT * C);
+    f(a.dresidual, BT * C); f(a.dbtc, BT * C); f(a.dqkv, BT * 3 * C); f(a.dfch, BT * 4 * C);  // backward scratch
+    f(a.tokens, BT); f(a.targets, BT);
+}
+
 template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
     if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device) return;
-    const GPTConfig& c = g->config;
-    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, BT = (size_t)B * T_;
-    a.encoded.alloc(ctx, BT * C); a.ln1.alloc(ctx, L * BT * C); a.ln1_mean.alloc(ctx, L * BT);
-    a.ln1_rstd.alloc(ctx, L * BT); a.qkv.alloc(ctx, L * BT * 3 * C); a.atty.alloc(ctx, L * BT * C);
-    a.lse.alloc(ctx, L * BT * NH); a.residual2.alloc(ctx, L * BT * C); a.ln2.alloc(ctx, L * BT * C);
-    a.ln2_mean.alloc(ctx, L * BT); a.ln2_rstd.alloc(ctx, L * BT); a.fch.alloc(ctx, L * BT * 4 * C);
-    a.fch_gelu.alloc(ctx, L * BT * 4 * C); a.residual3.alloc(ctx, L * BT * C); a.lnf.alloc(ctx, BT * C);
-    a.lnf_mean.alloc(ctx, BT); a.lnf_rstd.alloc(ctx, BT); a.logits.alloc(ctx, BT * c.padded_vocab_size);
-    a.losses.alloc(ctx, BT); a.scratch.alloc(ctx, BT * C);
-    a.dresidual.alloc(ctx, BT * C); a.dbtc.alloc(ctx, BT * C); a.dqkv.alloc(ctx, BT * 3 * C);
-    a.dfch.alloc(ctx, BT * 4 * C);
-    a.tokens.alloc(ctx, BT); a.targets.alloc(ctx, BT);
-    a.tokens_host.assign(BT, 0);
+    gpt_activation_buffers(a, g->config, B, T_, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
+    a.tokens_host.assign((size_t)B * T_, 0);
     a.B = B; a.T = T_;
+}
+
+// The bytes gpt_ensure_activations allocates for B·T positions (as Buf rounds them), without
+// allocating anything: with the storage owner's bytes, what one rank's GPU must hold
+// (train_gpt.cu plans --batch-size with it). Per position: (16·L·C + 12·C + Vp) elements of T,
+// (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a token.
+template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_) {
+    Activations<T> none;  // only walked for its buffers' types: nothing is allocated
+    double bytes = 0;
+    gpt_activation_buffers(none, c, B, T_, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
+    return bytes;
 }
 
 // The input of block l: the encoder output for l = 0, else the output of block l−1.

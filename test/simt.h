@@ -658,13 +658,26 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
 }
 
 // ---- device memory: host pages, each buffer's (256-rounded) end against an inaccessible page
+// The emulated GPU holds SIMT_GPU_MEMORY bytes (default 80 GiB, an H100's): cudaMalloc past it
+// fails as a GPU's does, and cudaMemGetInfo reports what is left, so the trainer's memory
+// planning and its out-of-memory errors run in make test.
 struct Alloc { char* map; size_t map_bytes; size_t bytes; };
 inline std::mutex g_alloc_mu;
 inline std::map<uintptr_t, Alloc> g_allocs;  // by start address
+inline size_t g_device_used = 0;             // the 256-rounded bytes of the buffers in g_allocs
+inline const size_t g_device_capacity = [] {
+    const char* e = getenv("SIMT_GPU_MEMORY");
+    return e && *e ? (size_t)strtoull(e, nullptr, 10) : (size_t)80 << 30;
+}();
 inline void* device_alloc(size_t bytes) {
     size_t body = (bytes + 255) / 256 * 256, pages = (body + PAGE - 1) / PAGE * PAGE;
+    {
+        std::lock_guard<std::mutex> lock(g_alloc_mu);
+        if (g_device_used + body > g_device_capacity) return nullptr;
+        g_device_used += body;
+    }
     char* m = (char*)mmap(nullptr, pages + PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return nullptr;
+    if (m == MAP_FAILED) { std::lock_guard<std::mutex> lock(g_alloc_mu); g_device_used -= body; return nullptr; }
     mprotect(m + pages, PAGE, PROT_NONE);
     char* p = m + pages - body;
     memset(p, 0xff, body);  // fresh device memory is garbage (here: NaN), not zeros
@@ -688,6 +701,7 @@ inline void device_free(void* p) {
     auto it = g_allocs.find((uintptr_t)p);
     if (it == g_allocs.end()) die("cudaFree of a pointer cudaMalloc did not return");
     munmap(it->second.map, it->second.map_bytes);
+    g_device_used -= (it->second.bytes + 255) / 256 * 256;
     g_allocs.erase(it);
 }
 
@@ -948,7 +962,11 @@ struct cudaDeviceProp {
     int major = 0, minor = 0, multiProcessorCount = 0;
     size_t totalGlobalMem = 0;
 };
-inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp{}; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+    *p = cudaDeviceProp{};
+    p->totalGlobalMem = simt::g_device_capacity;
+    return cudaSuccess;
+}
 // The compute capability is 9.0 where a kernel asks (the emulator runs sm_90a's wgmma); the
 // shared-memory opt-in ceiling an H100's.
 enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
@@ -967,6 +985,12 @@ inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; simt::pinned_
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
     *p = (T*)simt::device_alloc(bytes);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+    std::lock_guard<std::mutex> lock(simt::g_alloc_mu);
+    *total = simt::g_device_capacity;
+    *free_bytes = simt::g_device_capacity - simt::g_device_used;
+    return cudaSuccess;
 }
 inline cudaError_t cudaFree(void* p) {
     simt::g_full_waits++;

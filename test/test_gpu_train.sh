@@ -84,3 +84,62 @@ if [ -n "$w31" ]; then
     # (matmul.cuh): the same training, within the same bound of the CPU run
     gpu_vs_cpu bf16 2e-2 SIMT_LT_NO_EPILOGUES=1
 fi
+# memory plan (train_gpt.cu's check_batch_fits, model.h's gpt_activation_bytes):
+#   the activations the memory line predicts are what the run allocates: the peak of Buf's GPU
+#   memory is the model state plus them, and the kernels' scratch stays within 1% of them (the
+#   share the plan reserves; the emulator shows under 0.3%)
+#   a --batch-size whose activations cannot fit is refused before the weights are drawn (exit 2),
+#   with a batch size that fits and keeps the step's tokens in whole micro-batches
+#   (emulator only) on a GPU of SIMT_GPU_MEMORY bytes, the suggested flags then train within it,
+#   and a model state larger than the GPU is one out-of-memory line (exit 1)
+memory_plan() {
+    local tmp; tmp=$(mktemp -d)
+    local flags=(--device cuda --model d2 --seq-len 64 --steps 1 --val-data "" --precision bf16)
+    "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/run.out" 2>&1 || tail -3 "$tmp/run.out" | sed 's/^/# /'
+    # fp32 d2 at 1000x1024 tokens needs ~229 GB of activations: more than any one GPU has
+    "$BIN" --device cuda --model d2 --seq-len 1024 --batch-size 1000 --steps 1 --val-data "" --precision fp32 >"$tmp/big.out" 2>&1
+    echo "rc $?" >>"$tmp/big.out"
+    ${PYTHON:-/usr/bin/python3} - "$tmp/run.out" "$tmp/big.out" <<'PY'
+import re, sys
+run, big = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+mem = re.search(r"^memory rank 0: (.*)$", run, re.M)
+peak = re.search(r"^peak GPU memory.*\((\d+) B\)$", run, re.M)
+if mem and peak:
+    state_acts = [int(x) for x in re.findall(r"(\d+) B", mem.group(1))]
+    acts, extra = state_acts[4], int(peak.group(1)) - sum(state_acts)
+    ok = 0 <= extra <= 0.01 * acts
+    print(("ok" if ok else "not ok") + f" - memory plan: peak GPU memory = model state + the predicted activations "
+          f"({acts} B) + {extra} B of scratch (0 <= scratch <= 1% of the activations)")
+else:
+    print("not ok - memory plan: the d2 run printed no memory or peak line")
+m = re.search(r"^error: --batch-size 1000 --seq-len 1024: a micro-batch needs .* of activations and scratch, but the GPU has .* "
+              r"free .*; --batch-size (\d+) --total-batch-tokens 1024000 fits, with the step's 1024000 tokens in (\d+) micro-batches", big, re.M)
+ok = bool(m) and "rc 2" in big and "step " not in big and int(m.group(1)) * 1024 * int(m.group(2)) == 1024000 and int(m.group(1)) < 1000
+print(("ok" if ok else "not ok") + " - memory plan: --batch-size 1000 (~229 GB of activations) is refused before training (exit 2), "
+      "naming a batch size that fits and splits the step's tokens" + ("" if ok else ": " + big.strip().splitlines()[-2][:300]))
+PY
+    if grep -q '^gpu: CPU SIMT emulator' "$tmp/run.out"; then
+        # a GPU with room for the model state and about half of B=16's activations
+        local state acts cap
+        state=$(sed -n 's/^memory rank 0: params \([0-9]*\) B, grads \([0-9]*\) B, optimizer \([0-9]*\) B, working buffers \([0-9]*\) B.*/\1+\2+\3+\4/p' "$tmp/run.out")
+        acts=$(sed -n 's/^memory rank 0: .*activations \([0-9]*\) B$/\1/p' "$tmp/run.out")
+        cap=$(( state + acts / 2 + (32 + 64) * 1048576 ))  # + the cuBLASLt workspace and the plan's fixed reserve
+        SIMT_GPU_MEMORY=$cap "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/small.out" 2>&1
+        local rc=$? advice
+        advice=$(grep -o -- '--batch-size [0-9]* --total-batch-tokens [0-9]* fits' "$tmp/small.out" | sed 's/ fits$//')
+        if [ $rc = 2 ] && [ -n "$advice" ]; then
+            SIMT_GPU_MEMORY=$cap "$BIN" "${flags[@]}" $advice >"$tmp/advised.out" 2>&1
+            rc=$?
+            [ $rc = 0 ] && r=ok || r="not ok"
+            echo "$r - memory plan: B=16 on an emulated GPU of $cap B is refused; the advised '$advice' trains there (exit $rc)"
+        else
+            echo "not ok - memory plan: B=16 on an emulated GPU of $cap B: exit $rc, no advice ($(tail -1 "$tmp/small.out"))"
+        fi
+        SIMT_GPU_MEMORY=$(( state / 2 )) "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/tiny.out" 2>&1
+        rc=$?
+        [ $rc = 1 ] && grep -q '^error: out of GPU memory allocating .* free; this process holds' "$tmp/tiny.out" && r=ok || r="not ok"
+        echo "$r - memory plan: a model state larger than the GPU is one out-of-memory line (exit $rc: $(tail -1 "$tmp/tiny.out"))"
+    fi
+    rm -rf "$tmp"
+}
+memory_plan

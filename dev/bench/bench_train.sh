@@ -4,6 +4,8 @@
 # 128 first: its activations take ~0.4 MB a token in bf16, ~55 GB at B=128) that fits, a
 # few steps on the shipped data, and the median of the steps after the first: tokens/s, MFU
 # (llmc/mfu.h: 6Ψ + 6·L·C·T FLOPs per token against the dense bf16 peak) and peak GPU memory.
+# A micro-batch that cannot fit is refused by the trainer's memory plan at once; under the
+# table, each larger micro-batch that did not run is listed with the trainer's last line.
 # Each run is cut off after RUN_LIMIT seconds (default 300). Prints a markdown table, the
 # trainer's `gpu:` line (the GPU, CUDA driver, runtime and cuBLASLt versions), then where
 # the step of the first and of the last model that fit goes, op by op (a --profile run at the
@@ -22,7 +24,8 @@ echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | hea
 echo
 echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
 echo "|---|---|---|---|---|---|"
-fits=()  # "model B" of each model that ran
+fits=()     # "model B" of each model that ran
+skipped=()  # each larger micro-batch that did not run, and why (the memory plan's refusal, an error)
 for m in $models; do
     done_one=0
     Bs="64 32 16 8 4 2 1"; [ "$m" = gpt2:124M ] && Bs="128 $Bs"
@@ -31,7 +34,7 @@ for m in $models; do
             --val-data "" --log-file "$tmp/log.jsonl" >"$tmp/out.txt" 2>&1
         rc=$?
         if [ $rc = 124 ] || [ $rc = 137 ]; then echo "| $m | ${B}×1024 | timed out after ${RUN_LIMIT:-300} s | | | |"; done_one=1; break; fi
-        [ $rc = 0 ] || continue
+        if [ $rc != 0 ]; then skipped+=("$m B=$B (exit $rc): $(tail -1 "$tmp/out.txt" | cut -c1-400)"); continue; fi
         ${PYTHON:-python3} - "$tmp/log.jsonl" "$tmp/out.txt" "$m" "$B" <<'PY'
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]
@@ -48,6 +51,10 @@ PY
     done
     [ $done_one = 1 ] || echo "| $m | — | does not fit (or failed: $(tail -1 "$tmp/out.txt")) | | | |"
 done
+if [ ${#skipped[@]} -gt 0 ]; then
+    echo; echo "Larger micro-batches that did not run:"; echo
+    for s in "${skipped[@]}"; do echo "- $s"; done
+fi
 [ -n "${ran_on:-}" ] && { echo; echo "The trainer's own line: \`$ran_on\`"; }
 profiled=()
 [ ${#fits[@]} -gt 0 ] && profiled=("${fits[0]}")
