@@ -1,7 +1,7 @@
 /*
 train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
 
-  flags → model state (on a GPU: will a micro-batch fit? else stop, naming one that does)
+  flags → model state (will a micro-batch fit beside it? else stop, naming one that does)
         → weights (preset, model file or checkpoint) → data → for each step:
       zero grads; for each micro-batch: forward (+ fused loss gradient), backward
       grad norm → clip factor → lr(step) → AdamW
@@ -52,7 +52,7 @@ static const FlagDef FLAGS[] = {
     {"train-data", "data/kjv_train_*.bin", "token shards to train on (glob)", false},
     {"val-data", "data/kjv_val_*.bin", "token shards for validation (glob; empty = none)", false},
     {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples", false},
-    {"batch-size", "4", "micro-batch size B per rank; on a GPU, one whose activations cannot fit is refused at start, naming one that does", false},
+    {"batch-size", "4", "micro-batch size B per rank; one whose activations cannot fit in the GPU's (or host's) memory is refused at start, naming one that does", false},
     {"seq-len", "1024", "sequence length T (at most the model's maxT)", false},
     {"total-batch-tokens", "-1", "tokens per optimizer step; grad accumulation = D/(B*T*dp) (-1: B*T*dp)", false},
     {"steps", "20", "optimizer steps to run (total, counting those before a resume; 0: only evaluate the model)", false},
@@ -253,35 +253,45 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
     return prompt + tokenizer_decode(*tk, toks.data() + start, toks.size() - start);
 }
 
-// Will a micro-batch of B×T fit on every rank's GPU? Called once the model state (parameters,
+// Will a micro-batch of B×T fit on every rank? Called once the model state (parameters,
 // gradients, optimizer: data_parallel.h) is allocated, and before the weights are drawn or read
-// (a minute for the largest models). What the GPU has free must hold the activations (model.h
-// lists them, to the byte Buf allocates) and what else a step allocates:
+// (a minute for the largest models). What the rank may still allocate (its GPU's free memory;
+// on the CPU its share of the host's available memory, /proc/meminfo's MemAvailable split over
+// the node's ranks; a container's or Slurm's cgroup limit is not seen) must hold the
+// activations (model.h lists them, to the byte Buf allocates) and what else a step allocates:
 //   - the kernels' scratch, which also grows with B·T (attention's D rows, the column-sum
 //     partials): under 0.3% of the activations on the emulated GPU (test_gpu_train.sh checks
 //     that the peak stays within 1%), so SCRATCH_SHARE = 1%;
 //   - SCRATCH_FIXED for what a GPU rounds and loads lazily (cudaMalloc's 2 MiB pages over the ~30
 //     activation buffers, the kernels' code on first launch).
 // So too large a --batch-size is one line that names a batch size that fits, not an
-// out-of-memory error at the first forward. All ranks agree (each GPU's free memory differs),
-// then all stop or none do.
+// out-of-memory error at the first forward (or on the CPU, the kernel's OOM killer, which says
+// nothing). All ranks agree (each GPU's free memory differs), then all stop or none do.
 constexpr double SCRATCH_SHARE = 0.01, SCRATCH_FIXED = 64.0 * 1048576;
 template <class floatX>
-static void check_batch_fits(const GPTConfig& c, int B, int T, int dp, long long step_tokens, bool step_given,
-                             double state_bytes, Mesh& mesh) {
+static void check_batch_fits(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, long long step_tokens,
+                             bool step_given, double state_bytes, Mesh& mesh) {
     auto need = [&](int b) { return gpt_activation_bytes<floatX>(c, b, T) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED; };
-    const double free_bytes = (double)gpu_free_bytes();
+    comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
+    const bool gpu = ctx.device == Device::CUDA;
+    // the ranks of this node that share this rank's memory: all of them on the host; on GPUs
+    // those with the same local rank modulo the GPU count (make_ctx), several when --comm mpi
+    // runs more ranks than the node has GPUs
+    const int n = gpu ? cuda_device_count() : 1, sharing = (mesh.local_size - mesh.local_rank % n + n - 1) / n;
+    const double room = (gpu ? (double)gpu_free_bytes() : host_available_bytes()) / sharing;
     // the largest micro-batch that fits here (need grows with b: a binary search), and the
     // largest that fits and splits the step's tokens into whole micro-batches
     int lo = 0, hi = B;
-    while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need(mid) <= free_bytes) lo = mid; else hi = mid - 1; }
+    while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need(mid) <= room) lo = mid; else hi = mid - 1; }
+    if (room <= 0) lo = B;  // the host's memory is unknown: no check
     int divides = lo;
     while (divides > 0 && step_tokens % ((long long)divides * T * dp) != 0) divides--;
     // every rank's numbers on every rank, then the rank with the least room speaks for all
-    enum { FITS, DIVIDES, NEED, FREE, STATE, N };
+    enum { FITS, DIVIDES, NEED, ROOM, STATE, SHARING, N };
     std::vector<double> all(N * (size_t)mesh.world, 0.0);
     double* mine = &all[N * (size_t)mesh.rank];
-    mine[FITS] = lo; mine[DIVIDES] = divides; mine[NEED] = need(B); mine[FREE] = free_bytes; mine[STATE] = state_bytes;
+    mine[FITS] = lo; mine[DIVIDES] = divides; mine[NEED] = need(B); mine[ROOM] = room; mine[STATE] = state_bytes;
+    mine[SHARING] = sharing;
     comm_sum_doubles(mesh.world_group, all.data(), (int)all.size());
     int worst = 0, divides_all = B;
     for (int r = 0; r < mesh.world; r++) {
@@ -301,10 +311,15 @@ static void check_batch_fits(const GPTConfig& c, int B, int T, int dp, long long
                  (step_given ? "" : " --total-batch-tokens " + std::to_string(step_tokens)) + " fits, with the step's " +
                  std::to_string(step_tokens) + " tokens in " + std::to_string(step_tokens / ((long long)divides_all * T * dp)) +
                  " micro-batches" + (fits_all > divides_all ? " (at most --batch-size " + std::to_string(fits_all) + " fits)" : "");
-    const std::string gpu = mesh.world > 1 ? "rank " + std::to_string(worst) + "'s GPU" : "the GPU";
-    usage_error("--batch-size %d --seq-len %d: a micro-batch needs %s of activations and scratch, but %s has %s free after "
-                "the model state (%s of parameters, gradients and optimizer); %s", B, T, format_bytes(w[NEED]).c_str(),
-                gpu.c_str(), format_bytes(w[FREE]).c_str(), format_bytes(w[STATE]).c_str(), advice.c_str());
+    const std::string rank = mesh.world > 1 ? "rank " + std::to_string(worst) + "'s " : "the ";
+    const int shared_by = (int)w[SHARING];
+    const std::string where = rank + (gpu ? "GPU has " : "host has ") + format_bytes(w[ROOM] * shared_by) +
+                              (gpu ? " free" : " available") +
+                              (shared_by > 1 ? " (" + format_bytes(w[ROOM]) + " for each of the " + std::to_string(shared_by) +
+                                                   " ranks that share it)" : "");
+    usage_error("--batch-size %d --seq-len %d: a micro-batch needs %s of activations and scratch, but %s after the model "
+                "state (%s of parameters, gradients and optimizer); %s", B, T, format_bytes(w[NEED]).c_str(),
+                where.c_str(), format_bytes(w[STATE]).c_str(), advice.c_str());
 }
 
 // ----------------------------------------------------------------------------
@@ -445,8 +460,7 @@ int main(int argc, char** argv) {
         dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
         dpar.overlap = overlap;
         const DPMemory mem = dp_memory(dpar);
-        if (ctx.device == Device::CUDA)
-            check_batch_fits<floatX>(config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working, mesh);
+        check_batch_fits<floatX>(ctx, config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working, mesh);
         TrainState state;
         Rng sampler(seed, 0x5a3b1e);
         if (resume) {

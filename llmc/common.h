@@ -425,6 +425,19 @@ inline std::string format_bytes(double bytes) {
     return s;
 }
 
+// The host memory Linux can still give this machine's processes: /proc/meminfo's MemAvailable
+// (free memory plus the page cache it can drop); 0 where that is unknown.
+inline double host_available_bytes() {
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    double kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024;
+}
+
 inline size_t g_gpu_bytes = 0, g_gpu_bytes_peak = 0;  // Buf's GPU memory now, and its high-water mark
 
 // An owned, zero-initialized array of n T on a device. Move-only.

@@ -59,6 +59,11 @@ ref.write_eval(f"{d}/hs_ok.bin", hs)
 ref.write_eval(f"{d}/hs_bigtok.bin", hs[:1] + [(0, [20], [[21], [500]])])
 ref.write_eval(f"{d}/hs_badlabel.bin", hs[:2] + [(4, [1, 2], [[3], [4], [5], [6]])])
 ref.write_eval(f"{d}/hs_long.bin", hs + [(0, list(range(12)), [[1] * 6, [2]])])  # a row of 18 tokens: 17 positions
+# a vocabulary of a million (Vp = 1000064) on C = 8: 32 MB of weights, but its logits take 4 MB a
+# position, so 1000 x 1024 positions need ~4 TB of activations, more than any host has
+import torch
+wide = dict(maxT=1024, V=1000000, Vp=1000064, L=1, NH=1, C=8)
+ref.write_model(f"{d}/wide_vocab.bin", wide, ref.random_params(wide, seed=5, dtype=torch.float32))
 e = open(f"{d}/hs_ok.bin", "rb").read()
 open(f"{d}/hs_truncated.bin", "wb").write(e[:-6])
 open(f"{d}/hs_badmagic.bin", "wb").write(struct.pack("<i", 20240520) + e[4:])
@@ -113,6 +118,10 @@ expect_fail "--hellaswag: token outside the vocabulary" 1 "example 1: token 500 
 expect_fail "--hellaswag: label past the endings" 1 "example 2 has 4 endings and label 4" "${base[@]}" --hellaswag "$tmp/hs_badlabel.bin"
 expect_fail "--hellaswag: example longer than --seq-len" 2 "--hellaswag: its longest example needs 17 positions, more than --seq-len 16" \
     "${base[@]}" --hellaswag "$tmp/hs_long.bin"
+expect_fail "a micro-batch larger than the host's memory" 2 \
+    "--batch-size 1000 --seq-len 1024: a micro-batch needs" --device cpu --model "$tmp/wide_vocab.bin" --val-data "" --batch-size 1000 --seq-len 1024
+grep -qE "but the host has .* available after the model state .*; --batch-size [0-9]+ --total-batch-tokens 1024000 fits, with the step's 1024000 tokens in [0-9]+ micro-batches" "$tmp/err" \
+    && echo "ok - the refusal names the host's memory and a batch size that fits the step" || echo "not ok - the refusal: $(cat "$tmp/err")"
 ./tokenize --nope >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && echo "ok - tokenize rejects an unknown option" || echo "not ok - tokenize rejects an unknown option (exit $rc)"
 ./tokenize --decode "$tmp/badmagic.bin" >/dev/null 2>"$tmp/err"; rc=$?
