@@ -283,7 +283,7 @@ static void check_batch_fits(const Ctx& ctx, const GPTConfig& c, int B, int T, i
     // largest that fits and splits the step's tokens into whole micro-batches
     int lo = 0, hi = B;
     while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need(mid) <= room) lo = mid; else hi = mid - 1; }
-    if (room <= 0) lo = B;  // the host's memory is unknown: no check
+    if (!gpu && room <= 0) lo = B;  // the host's memory is unknown: no check
     int divides = lo;
     while (divides > 0 && step_tokens % ((long long)divides * T * dp) != 0) divides--;
     // every rank's numbers on every rank, then the rank with the least room speaks for all
@@ -460,7 +460,9 @@ int main(int argc, char** argv) {
         dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
         dpar.overlap = overlap;
         const DPMemory mem = dp_memory(dpar);
-        check_batch_fits<floatX>(ctx, config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working, mesh);
+        const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
+        if (runs_forward)
+            check_batch_fits<floatX>(ctx, config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working, mesh);
         TrainState state;
         Rng sampler(seed, 0x5a3b1e);
         if (resume) {

@@ -2,8 +2,9 @@
 # test_cli — bad input fails with one clear line and the right exit code (never a crash, never
 # a silent wrong run), --help is complete, model files round-trip byte for byte, checkpoints are
 # laid out as documented (--keep-checkpoints keeps the newest N), the scripts/gpt2.sh recipes'
-# flags run, --steps 0 only evaluates (--hellaswag), and dev/data/gpt2_weights.py turns a Hugging
-# Face safetensors GPT-2 into its model file byte for byte.
+# flags run, --steps 0 only evaluates (--hellaswag), dev/data/gpt2_weights.py turns a Hugging
+# Face safetensors GPT-2 into its model file byte for byte, and a micro-batch too large for the
+# host's memory is refused at start with one that fits (train_gpt.cu's check_batch_fits).
 # usage: test/test_cli.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -122,6 +123,10 @@ expect_fail "a micro-batch larger than the host's memory" 2 \
     "--batch-size 1000 --seq-len 1024: a micro-batch needs" --device cpu --model "$tmp/wide_vocab.bin" --val-data "" --batch-size 1000 --seq-len 1024
 grep -qE "but the host has .* available after the model state .*; --batch-size [0-9]+ --total-batch-tokens 1024000 fits, with the step's 1024000 tokens in [0-9]+ micro-batches" "$tmp/err" \
     && echo "ok - the refusal names the host's memory and a batch size that fits the step" || echo "not ok - the refusal: $(cat "$tmp/err")"
+# a --steps 0 conversion runs no forward: the same flags then only read and write the model
+"$BIN" --device cpu --model "$tmp/wide_vocab.bin" --val-data "" --batch-size 1000 --seq-len 1024 --steps 0 --save-model "$tmp/wide_copy.bin" >/dev/null 2>"$tmp/err" \
+    && cmp -s "$tmp/wide_vocab.bin" "$tmp/wide_copy.bin" && echo "ok - a --steps 0 conversion needs no room for activations" \
+    || echo "not ok - a --steps 0 conversion with a large --batch-size: $(cat "$tmp/err")"
 ./tokenize --nope >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && echo "ok - tokenize rejects an unknown option" || echo "not ok - tokenize rejects an unknown option (exit $rc)"
 ./tokenize --decode "$tmp/badmagic.bin" >/dev/null 2>"$tmp/err"; rc=$?
