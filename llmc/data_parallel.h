@@ -388,8 +388,8 @@ inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, fl
     }
 }
 
-// Bytes this rank holds, by kind (the ZeRO table), and the working buffers outside it: all of
-// the storage owner's GPU memory, as Buf allocated it.
+// Bytes this rank holds, by kind (the ZeRO table), and the working buffers outside it: all the
+// storage owner holds on the Ctx's device, as Buf allocated it.
 struct DPMemory { double params, grads, optimizer, working; };
 template <class T> inline DPMemory dp_memory(const DataParallel<T>& d) {
     return {(double)(d.params_full.bytes() + d.params_shard.bytes()), (double)(d.grads_full.bytes() + d.grads_shard.bytes()),

@@ -290,7 +290,7 @@ template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g,
 }
 
 // The bytes gpt_ensure_activations allocates for B·T positions (as Buf rounds them), without
-// allocating anything: with the storage owner's bytes, what one rank's GPU must hold
+// allocating anything: with the storage owner's bytes, what one rank must hold on its device
 // (train_gpt.cu plans --batch-size with it). Per position: (16·L·C + 12·C + Vp) elements of T,
 // (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a token.
 template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_) {
