@@ -17,7 +17,9 @@
 # 774M 32 in 60.7, 1558M 16 in 62.9; 124M 128 in 52.5, but 64 already makes the 0.5M-token step
 # on 8 GPUs). The rest of a step's tokens come from gradient accumulation: (tokens a step) /
 # (B·1024·GPUS) micro-batches, a whole number for GPUS = 1, 2, 4, 8, 16, ... (the trainer says so
-# if it is not).
+# if it is not). On a GPU with less memory (an A100 40GB), the trainer refuses a B that cannot
+# fit at start and names one that does with the same tokens a step: pass it after the size, e.g.
+# `scripts/gpt2.sh 350M --batch-size 16` (a later flag wins).
 # Stop with SIGUSR1 to mpirun (a checkpoint after the step; see the README); go on with --resume.
 # Tested: test/test_cli.sh runs each size's flags for one step of a tiny model on the CPU.
 set -euo pipefail
