@@ -41,6 +41,8 @@ The model of a GPU:
   - cudaMalloc places each buffer so that its end (rounded to 256 bytes, cudaMalloc's alignment)
     touches an inaccessible page: a kernel reading or writing past a buffer crashes, and the
     SIGSEGV handler names the kernel, block and thread.
+  - The emulated GPU holds SIMT_GPU_MEMORY bytes (default 80 GiB): cudaMalloc past it fails,
+    and cudaMemGetInfo reports what is left, as on a GPU.
   - Page-locked host memory (cudaMallocHost) used by a cudaMemcpyAsync is protected until the
     host waits for that copy (an event recorded after it, a stream or device sync): read-only
     after an upload, inaccessible after a download. The copy itself is done at once, as every
@@ -662,15 +664,16 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
 // fails as a GPU's does, and cudaMemGetInfo reports what is left, so the trainer's memory
 // planning and its out-of-memory errors run in make test.
 struct Alloc { char* map; size_t map_bytes; size_t bytes; };
+inline size_t device_body(size_t bytes) { return (bytes + 255) / 256 * 256; }  // what a buffer takes
 inline std::mutex g_alloc_mu;
 inline std::map<uintptr_t, Alloc> g_allocs;  // by start address
-inline size_t g_device_used = 0;             // the 256-rounded bytes of the buffers in g_allocs
+inline size_t g_device_used = 0;             // the device_body of the buffers in g_allocs
 inline const size_t g_device_capacity = [] {
     const char* e = getenv("SIMT_GPU_MEMORY");
     return e && *e ? (size_t)strtoull(e, nullptr, 10) : (size_t)80 << 30;
 }();
 inline void* device_alloc(size_t bytes) {
-    size_t body = (bytes + 255) / 256 * 256, pages = (body + PAGE - 1) / PAGE * PAGE;
+    size_t body = device_body(bytes), pages = (body + PAGE - 1) / PAGE * PAGE;
     {
         std::lock_guard<std::mutex> lock(g_alloc_mu);
         if (g_device_used + body > g_device_capacity) return nullptr;
@@ -701,7 +704,7 @@ inline void device_free(void* p) {
     auto it = g_allocs.find((uintptr_t)p);
     if (it == g_allocs.end()) die("cudaFree of a pointer cudaMalloc did not return");
     munmap(it->second.map, it->second.map_bytes);
-    g_device_used -= (it->second.bytes + 255) / 256 * 256;
+    g_device_used -= device_body(it->second.bytes);
     g_allocs.erase(it);
 }
 

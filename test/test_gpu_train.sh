@@ -116,7 +116,7 @@ m = re.search(r"^error: --batch-size 1000 --seq-len 1024: a micro-batch needs .*
               r"free .*; --batch-size (\d+) --total-batch-tokens 1024000 fits, with the step's 1024000 tokens in (\d+) micro-batches", big, re.M)
 ok = bool(m) and "rc 2" in big and "step " not in big and int(m.group(1)) * 1024 * int(m.group(2)) == 1024000 and int(m.group(1)) < 1000
 print(("ok" if ok else "not ok") + " - memory plan: --batch-size 1000 (~229 GB of activations) is refused before training (exit 2), "
-      "naming a batch size that fits and splits the step's tokens" + ("" if ok else ": " + big.strip().splitlines()[-2][:300]))
+      "naming a batch size that fits and splits the step's tokens" + ("" if ok else ": " + " | ".join(big.strip().splitlines()[-3:])[:300]))
 PY
     if grep -q '^gpu: CPU SIMT emulator' "$tmp/run.out"; then
         # a GPU with room for the model state and about half of B=16's activations
