@@ -1,8 +1,9 @@
 /*
 train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
 
-  flags → model state (will a micro-batch fit beside it? else stop, naming one that does)
-        → weights (preset, model file or checkpoint) → data → for each step:
+  flags → model state (will a micro-batch fit beside it? else stop, naming one that does;
+          --batch-size auto: the largest that fits) → weights (preset, model file or checkpoint)
+        → data → for each step:
       zero grads; for each micro-batch: forward (+ fused loss gradient), backward
       grad norm → clip factor → lr(step) → AdamW
       log; every N steps: validation loss, HellaSwag accuracy, a sample, a checkpoint
@@ -52,7 +53,7 @@ static const FlagDef FLAGS[] = {
     {"train-data", "data/kjv_train_*.bin", "token shards to train on (glob)", false},
     {"val-data", "data/kjv_val_*.bin", "token shards for validation (glob; empty = none)", false},
     {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples", false},
-    {"batch-size", "4", "micro-batch size B per rank; one whose activations cannot fit in the GPU's (or host's) memory is refused at start, naming one that does", false},
+    {"batch-size", "4", "micro-batch size B per rank; one whose activations cannot fit in the GPU's (or host's) memory is refused at start, naming one that does. auto (with --total-batch-tokens D): the largest B that fits and splits D into whole micro-batches (on --resume: the checkpoint's B)", false},
     {"seq-len", "1024", "sequence length T (at most the model's maxT)", false},
     {"total-batch-tokens", "-1", "tokens per optimizer step; grad accumulation = D/(B*T*dp) (-1: B*T*dp)", false},
     {"steps", "20", "optimizer steps to run (total, counting those before a resume; 0: only evaluate the model)", false},
@@ -112,10 +113,14 @@ static void print_help() {
 struct Flags {
     std::map<std::string, std::string> v;
     const std::string& str(const char* name) const { return v.at(name); }
-    long long integer(const char* name, long long lo, long long hi) const {
+    // word (if given): a value the flag also takes instead of a number, e.g. "auto"; it reads as 0
+    long long integer(const char* name, long long lo, long long hi, const char* word = nullptr) const {
         const std::string& s = v.at(name); char* end;
+        if (word && s == word) return 0;
         long long x = strtoll(s.c_str(), &end, 10);
-        if (s.empty() || *end || x < lo || x > hi) usage_error("--%s: expected an integer in [%lld, %lld], got '%s'", name, lo, hi, s.c_str());
+        if (s.empty() || *end || x < lo || x > hi)
+            usage_error("--%s: expected an integer in [%lld, %lld]%s%s%s, got '%s'", name, lo, hi, word ? " or '" : "",
+                        word ? word : "", word ? "'" : "", s.c_str());
         return x;
     }
     float real(const char* name, double lo, double hi) const {
@@ -253,12 +258,13 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
     return prompt + tokenizer_decode(*tk, toks.data() + start, toks.size() - start);
 }
 
-// Will a micro-batch of B×T fit on every rank? Called once the model state (parameters,
-// gradients, optimizer: data_parallel.h) is allocated, and before the weights are drawn or read
-// (a minute for the largest models). What the rank may still allocate (its GPU's free memory;
-// on the CPU its share of the host's available memory, /proc/meminfo's MemAvailable split over
-// the node's ranks; a container's or Slurm's cgroup limit is not seen) must hold the
-// activations (model.h lists them, to the byte Buf allocates) and what else a step allocates:
+// The micro-batch: does B×T fit on every rank (or, for --batch-size auto, B = 0: which B does)?
+// Called once the model state (parameters, gradients, optimizer: data_parallel.h) is allocated,
+// and before the weights are drawn or read (a minute for the largest models). What the rank may
+// still allocate (its GPU's free memory; on the CPU its share of the host's available memory,
+// /proc/meminfo's MemAvailable split over the node's ranks; a container's or Slurm's cgroup
+// limit is not seen) must hold the activations (model.h lists them, to the byte Buf allocates)
+// and what else a step allocates:
 //   - the kernels' scratch, which also grows with B·T (attention's D rows, the column-sum
 //     partials): under 0.3% of the activations on the emulated GPU (test_gpu_train.sh checks
 //     that the peak stays within 1%), so SCRATCH_SHARE = 1%;
@@ -266,41 +272,56 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
 //     activation buffers, the kernels' code on first launch).
 // So too large a --batch-size is one line that names a batch size that fits, not an
 // out-of-memory error at the first forward (or on the CPU, the kernel's OOM killer, which says
-// nothing). All ranks agree (each GPU's free memory differs), then all stop or none do.
+// nothing). All ranks agree (each GPU's free memory differs), then all stop or none do. With
+// auto, every rank takes the largest B that fits on all of them and divides the step's
+// D/(T·dp) sequences (1 always does), so the step is the one asked for, in D/(B·T·dp) micro-batches.
 constexpr double SCRATCH_SHARE = 0.01, SCRATCH_FIXED = 64.0 * 1048576;
 template <class floatX>
-static void check_batch_fits(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, long long step_tokens,
-                             bool step_given, double state_bytes, Mesh& mesh) {
+static int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, long long step_tokens,
+                      bool step_given, double state_bytes, Mesh& mesh) {
     auto need = [&](int b) { return gpt_activation_bytes<floatX>(c, b, T) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED; };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
-    const bool gpu = ctx.device == Device::CUDA;
+    const bool gpu = ctx.device == Device::CUDA, automatic = B == 0;
     // the ranks of this node that share this rank's memory: all of them on the host; on GPUs
     // those with the same local rank modulo the GPU count (make_ctx), several when --comm mpi
     // runs more ranks than the node has GPUs
     const int n = gpu ? cuda_device_count() : 1, sharing = (mesh.local_size - mesh.local_rank % n + n - 1) / n;
     const double room = (gpu ? (double)gpu_free_bytes() : host_available_bytes()) / sharing;
-    // the largest micro-batch that fits here (need grows with b: a binary search), and the
-    // largest that fits and splits the step's tokens into whole micro-batches
-    int lo = 0, hi = B;
+    // the largest micro-batch that fits here (need grows with b: a binary search up to the one
+    // asked for, or for auto the whole step in one), and the largest that fits and splits the
+    // step's tokens into whole micro-batches
+    const int most = automatic ? (int)std::min<long long>(step_tokens / ((long long)T * dp), 1 << 20) : B;
+    int lo = 0, hi = most;
     while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need(mid) <= room) lo = mid; else hi = mid - 1; }
-    if (!gpu && room <= 0) lo = B;  // the host's memory is unknown: no check
+    if (!gpu && room <= 0) lo = most;  // the host's memory is unknown: no check
     int divides = lo;
     while (divides > 0 && step_tokens % ((long long)divides * T * dp) != 0) divides--;
     // every rank's numbers on every rank, then the rank with the least room speaks for all
     enum { FITS, DIVIDES, NEED, ROOM, STATE, SHARING, N };
     std::vector<double> all(N * (size_t)mesh.world, 0.0);
     double* mine = &all[N * (size_t)mesh.rank];
-    mine[FITS] = lo; mine[DIVIDES] = divides; mine[NEED] = need(B); mine[ROOM] = room; mine[STATE] = state_bytes;
+    mine[FITS] = lo; mine[DIVIDES] = divides; mine[NEED] = need(std::max(B, 1)); mine[ROOM] = room; mine[STATE] = state_bytes;
     mine[SHARING] = sharing;
     comm_sum_doubles(mesh.world_group, all.data(), (int)all.size());
-    int worst = 0, divides_all = B;
+    int worst = 0, divides_all = most;
     for (int r = 0; r < mesh.world; r++) {
         if (all[N * r + FITS] < all[N * worst + FITS]) worst = r;
         divides_all = std::min(divides_all, (int)all[N * r + DIVIDES]);
     }
     const double* w = &all[N * (size_t)worst];
-    const int fits_all = (int)w[FITS];
-    if (fits_all >= B) return;
+    const int fits_all = (int)w[FITS], shared_by = (int)w[SHARING];
+    const std::string rank = mesh.world > 1 ? "rank " + std::to_string(worst) + "'s " : "the ";
+    const std::string where = rank + (gpu ? "GPU has " : "host has ") + format_bytes(w[ROOM] * shared_by) +
+                              (gpu ? " free" : " available") +
+                              (shared_by > 1 ? " (" + format_bytes(w[ROOM]) + " for each of the " + std::to_string(shared_by) +
+                                                   " ranks that share it)" : "");
+    if (automatic && divides_all > 0) {
+        print0("batch: --batch-size auto: B=%d, the largest that fits (%s of activations and scratch; %s after the model "
+               "state) and splits the step's %lld tokens into %lld micro-batch(es)\n", divides_all,
+               format_bytes(need(divides_all)).c_str(), where.c_str(), step_tokens, step_tokens / ((long long)divides_all * T * dp));
+        return divides_all;
+    }
+    if (!automatic && fits_all >= B) return B;
     std::string advice;
     if (fits_all == 0)
         advice = "not even --batch-size 1 fits: use a shorter --seq-len, or spread the model state over more ranks with --zero";
@@ -311,15 +332,9 @@ static void check_batch_fits(const Ctx& ctx, const GPTConfig& c, int B, int T, i
                  (step_given ? "" : " --total-batch-tokens " + std::to_string(step_tokens)) + " fits, with the step's " +
                  std::to_string(step_tokens) + " tokens in " + std::to_string(step_tokens / ((long long)divides_all * T * dp)) +
                  " micro-batches" + (fits_all > divides_all ? " (at most --batch-size " + std::to_string(fits_all) + " fits)" : "");
-    const std::string rank = mesh.world > 1 ? "rank " + std::to_string(worst) + "'s " : "the ";
-    const int shared_by = (int)w[SHARING];
-    const std::string where = rank + (gpu ? "GPU has " : "host has ") + format_bytes(w[ROOM] * shared_by) +
-                              (gpu ? " free" : " available") +
-                              (shared_by > 1 ? " (" + format_bytes(w[ROOM]) + " for each of the " + std::to_string(shared_by) +
-                                                   " ranks that share it)" : "");
-    usage_error("--batch-size %d --seq-len %d: a micro-batch needs %s of activations and scratch, but %s after the model "
-                "state (%s of parameters, gradients and optimizer); %s", B, T, format_bytes(w[NEED]).c_str(),
-                where.c_str(), format_bytes(w[STATE]).c_str(), advice.c_str());
+    usage_error("--batch-size %s --seq-len %d: a micro-batch %sneeds %s of activations and scratch, but %s after the model "
+                "state (%s of parameters, gradients and optimizer); %s", automatic ? "auto" : std::to_string(B).c_str(), T,
+                automatic ? "of 1 " : "", format_bytes(w[NEED]).c_str(), where.c_str(), format_bytes(w[STATE]).c_str(), advice.c_str());
 }
 
 // ----------------------------------------------------------------------------
@@ -331,7 +346,8 @@ int main(int argc, char** argv) {
 
     // --- every value checked before anything large is allocated
     std::string device = f.choice("device", {"auto", "cpu", "cuda"});
-    int B = (int)f.integer("batch-size", 1, 1 << 20);
+    int B = (int)f.integer("batch-size", 1, 1 << 20, "auto");  // 0: auto, picked once the model state is allocated
+    const bool auto_batch = B == 0;
     int T = (int)f.integer("seq-len", 1, 1 << 20);
     long long total_batch = f.integer("total-batch-tokens", -1, 1LL << 40);
     int steps = (int)f.integer("steps", 0, 1 << 30);
@@ -400,22 +416,35 @@ int main(int argc, char** argv) {
         from_file = false;
     }
     if (T > config.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, config.max_seq_len);
-    long long tokens_per_micro = (long long)B * T * dp;
     const bool total_given = total_batch != -1;
-    if (total_batch == -1) total_batch = tokens_per_micro;
-    if (total_batch <= 0 || total_batch % tokens_per_micro != 0)
-        usage_error("--total-batch-tokens %lld is not a multiple of batch-size*seq-len*dp = %lld", total_batch, tokens_per_micro);
-    int accum = (int)(total_batch / tokens_per_micro);
+    if (auto_batch && !total_given)
+        usage_error("--batch-size auto: needs --total-batch-tokens (the step's tokens, which auto splits into the largest "
+                    "micro-batches that fit)");
+    if (auto_batch && total_batch > 0 && total_batch % ((long long)T * dp) != 0)
+        usage_error("--batch-size auto: --total-batch-tokens %lld is not a multiple of seq-len*dp = %lld", total_batch, (long long)T * dp);
+    if (auto_batch && resume) B = (int)checkpoint_read_header(resume_dir).B;  // the resumed run's micro-batch
+    if (total_batch == -1) total_batch = (long long)B * T * dp;
 
-    // --- data (shard headers are validated here, before the model is allocated)
+    // --- the micro-batch and the data cut into it. Shard headers are validated here, before the
+    // model is allocated; --batch-size auto opens the data again once it has picked B (after the
+    // model state: that is what it must fit beside), at first with micro-batches of one sequence.
+    int accum = 0;
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, "--train-data", f.str("train-data"), B, T, dp, mesh.dp_rank, config.vocab_size, shuffle, seed);
-    bool has_val = !f.str("val-data").empty() && val_steps > 0;
-    if (has_val) {
-        dataloader_init(&val_loader, "--val-data", f.str("val-data"), B, T, dp, mesh.dp_rank, config.vocab_size, false, seed);
-        val_steps = (int)std::min<long long>(val_steps, val_loader.slots / dp);
-        if (val_steps < 1) fatal("--val-data: too few tokens for one validation batch of %d x %d", B, T);
-    }
+    const bool has_val = !f.str("val-data").empty() && val_steps > 0;
+    const int val_steps_asked = val_steps;
+    auto open_data = [&](int b) {
+        const long long tokens_per_micro = (long long)b * T * dp;
+        if (total_batch <= 0 || total_batch % tokens_per_micro != 0)
+            usage_error("--total-batch-tokens %lld is not a multiple of batch-size*seq-len*dp = %lld", total_batch, tokens_per_micro);
+        accum = (int)(total_batch / tokens_per_micro);
+        dataloader_init(&train_loader, "--train-data", f.str("train-data"), b, T, dp, mesh.dp_rank, config.vocab_size, shuffle, seed);
+        if (has_val) {
+            dataloader_init(&val_loader, "--val-data", f.str("val-data"), b, T, dp, mesh.dp_rank, config.vocab_size, false, seed);
+            val_steps = (int)std::min<long long>(val_steps_asked, val_loader.slots / dp);
+            if (val_steps < 1) fatal("--val-data: too few tokens for one validation batch of %d x %d", b, T);
+        }
+    };
+    open_data(B > 0 ? B : 1);
     ChoiceSet hellaswag;
     const bool has_hellaswag = !f.str("hellaswag").empty();
     if (has_hellaswag) {
@@ -461,8 +490,12 @@ int main(int argc, char** argv) {
         dpar.overlap = overlap;
         const DPMemory mem = dp_memory(dpar);
         const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
-        if (runs_forward)
-            check_batch_fits<floatX>(ctx, config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working, mesh);
+        if (runs_forward) {
+            B = plan_batch<floatX>(ctx, config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working, mesh);
+            if (auto_batch && !resume) open_data(B);
+        } else if (B == 0) {
+            B = 1;  // a --steps 0 conversion reads no batch: any B would do
+        }
         TrainState state;
         Rng sampler(seed, 0x5a3b1e);
         if (resume) {

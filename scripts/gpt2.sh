@@ -19,7 +19,8 @@
 # (B·1024·GPUS) micro-batches, a whole number for GPUS = 1, 2, 4, 8, 16, ... (the trainer says so
 # if it is not). On a GPU with less memory (an A100 40GB), the trainer refuses a B that cannot
 # fit at start and names one that does with the same tokens a step: pass it after the size, e.g.
-# `scripts/gpt2.sh 350M --batch-size 16` (a later flag wins).
+# `scripts/gpt2.sh 350M --batch-size 16` (a later flag wins), or let the trainer pick the
+# largest that fits: `scripts/gpt2.sh 350M --batch-size auto` (the same tokens a step).
 # Stop with SIGUSR1 to mpirun (a checkpoint after the step; see the README); go on with --resume.
 # Tested: test/test_cli.sh runs each size's flags for one step of a tiny model on the CPU.
 set -euo pipefail

@@ -4,7 +4,7 @@
 # laid out as documented (--keep-checkpoints keeps the newest N), the scripts/gpt2.sh recipes'
 # flags run, --steps 0 only evaluates (--hellaswag), dev/data/gpt2_weights.py turns a Hugging
 # Face safetensors GPT-2 into its model file byte for byte, and a micro-batch too large for the
-# host's memory is refused at start with one that fits (train_gpt.cu's check_batch_fits).
+# host's memory is refused at start with one that fits (train_gpt.cu's plan_batch).
 # usage: test/test_cli.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -88,7 +88,10 @@ expect_fail() {
 
 expect_fail "unknown flag" 2 "unknown flag '--bogus'" "${base[@]}" --bogus 1
 expect_fail "flag without value" 2 "--steps needs a value" "${base[@]}" --steps
-expect_fail "non-integer value" 2 "--batch-size: expected an integer" "${base[@]}" --batch-size abc
+expect_fail "non-integer value" 2 "--batch-size: expected an integer in [1, 1048576] or 'auto', got 'abc'" "${base[@]}" --batch-size abc
+expect_fail "--batch-size auto without a step size" 2 "--batch-size auto: needs --total-batch-tokens" "${base[@]}" --batch-size auto
+expect_fail "--batch-size auto with a step of partial sequences" 2 "--batch-size auto: --total-batch-tokens 100 is not a multiple of seq-len*dp = 16" \
+    "${base[@]}" --batch-size auto --total-batch-tokens 100
 expect_fail "out-of-range value" 2 "--zero: expected an integer in [0, 3]" "${base[@]}" --zero 7
 expect_fail "bad choice" 2 "--lr-schedule: expected one of cosine | linear | constant | wsd" "${base[@]}" --lr-schedule exp
 expect_fail "bad --flash-rows" 2 "--flash-rows: expected one of 16 | 32" "${base[@]}" --flash-rows 24
@@ -127,6 +130,22 @@ grep -qE "but the host has .* available after the model state .*; --batch-size [
 "$BIN" --device cpu --model "$tmp/wide_vocab.bin" --val-data "" --batch-size 1000 --seq-len 1024 --steps 0 --save-model "$tmp/wide_copy.bin" >/dev/null 2>"$tmp/err" \
     && cmp -s "$tmp/wide_vocab.bin" "$tmp/wide_copy.bin" && echo "ok - a --steps 0 conversion needs no room for activations" \
     || echo "not ok - a --steps 0 conversion with a large --batch-size: $(cat "$tmp/err")"
+# --batch-size auto on the host: the whole step of 8 sequences fits in one micro-batch; on
+# --resume it takes the checkpoint's B (2 here, 4 micro-batches), and the run ends where a
+# straight run with --batch-size 2 does, bit for bit (step 4's loss, lr and gradient norm)
+"$BIN" "${base[@]}" --batch-size auto --total-batch-tokens 128 --steps 1 >"$tmp/auto.out" 2>&1; rc=$?
+[ $rc = 0 ] && grep -q "^batch: --batch-size auto: B=8, the largest that fits (.*; the host has .* available after the model state) and splits the step's 128 tokens into 1 micro-batch" "$tmp/auto.out" \
+    && grep -q "^data: .* B=8 T=16 dp=1, 1 micro-batch(es) per step = 128 tokens" "$tmp/auto.out" \
+    && echo "ok - --batch-size auto takes the whole step (B=8) where it fits" \
+    || { echo "not ok - --batch-size auto on the host: exit $rc"; tail -3 "$tmp/auto.out" | sed 's/^/#   /'; }
+"$BIN" "${base[@]}" --total-batch-tokens 128 --steps 4 --log-file "$tmp/straight.jsonl" >/dev/null 2>&1
+"$BIN" "${base[@]}" --total-batch-tokens 128 --steps 4 --checkpoint-every 2 --output-dir "$tmp/auto_ck" >/dev/null 2>&1
+rm -rf "$tmp/auto_ck/step_00000004"  # go on from step 2
+"$BIN" "${base[@]}" --batch-size auto --total-batch-tokens 128 --steps 4 --output-dir "$tmp/auto_ck" --resume --log-file "$tmp/resumed.jsonl" >"$tmp/auto.out" 2>&1; rc=$?
+[ $rc = 0 ] && grep -q "^data: .* B=2 T=16 dp=1, 4 micro-batch(es)" "$tmp/auto.out" && ! grep -q "^batch: " "$tmp/auto.out" \
+    && [ "$(tail -1 "$tmp/resumed.jsonl" | cut -d, -f1-4)" = "$(tail -1 "$tmp/straight.jsonl" | cut -d, -f1-4)" ] \
+    && echo "ok - --batch-size auto --resume takes the checkpoint's B=2 and ends where the straight run does" \
+    || { echo "not ok - --batch-size auto --resume: exit $rc"; grep "^data: " "$tmp/auto.out"; tail -2 "$tmp/auto.out" | sed 's/^/#   /'; }
 ./tokenize --nope >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && echo "ok - tokenize rejects an unknown option" || echo "not ok - tokenize rejects an unknown option (exit $rc)"
 ./tokenize --decode "$tmp/badmagic.bin" >/dev/null 2>"$tmp/err"; rc=$?

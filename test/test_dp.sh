@@ -16,6 +16,8 @@
 #   host waits:   on the emulated GPU with NCCL, every stage waits for the whole GPU queue at
 #                 most once per optimizer step, whatever its units and micro-steps
 #   hellaswag:    dp = 2 (ZeRO-3) and 3 (ZeRO-1) answer --hellaswag exactly as one process
+#   memory plan:  (emulated GPU) --batch-size auto agrees on what fits the smallest GPU, and
+#                 where nothing fits one rank, all stop with one line
 #   layout:       a world size that tp·pp·cp does not divide fails with one clear line
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [DP_SIZES="2 4"] test/test_dp.sh [TRAIN_GPT]
 # Prints "ok"/"not ok" lines. With DEVICE=cuda the ranks share the GPU(s) and the collectives
@@ -348,6 +350,30 @@ if [ "${DEVICE:-cpu}" = cuda ] && [ "${COMM:-}" = nccl ] && grep -q "^gpu: CPU S
             echo "not ok - dp=2 zero=$z: no count of host waits (the run failed?)"
         fi
     done
+fi
+
+# --- the memory plan over ranks (emulated GPU: each rank's capacity set by SIMT_GPU_MEMORY):
+# where rank 1's GPU is smaller, --batch-size auto gives every rank the B that fits on rank 1
+# (of the divisors of the step's 8 sequences a rank: 4) and names that GPU; where rank 1 has
+# room for the model state only, every rank stops with one line naming it (exit 2), none hangs
+if [ "${DEVICE:-cpu}" = cuda ] && grep -q "^gpu: CPU SIMT emulator" "$f"; then
+    # rank 1 holds the model state, the cuBLASLt workspace and, for each of the two ranks the
+    # emulator's one GPU is shared by, the plan's need at B=4 and an eighth of B=4's activations
+    state=$(sed -n 's/^memory rank 0: params \([0-9]*\) B, grads \([0-9]*\) B, optimizer \([0-9]*\) B, working buffers \([0-9]*\) B.*/\1+\2+\3+\4/p' "$f")
+    acts=$(sed -n 's/^memory rank 0: .*activations \([0-9]*\) B$/\1/p' "$f")  # B=4
+    cap=$(( state + 32 * 1048576 + 2 * (64 * 1048576 + acts * 101 / 100) + acts / 8 ))
+    two_gpus() {  # two_gpus CAPACITY_OF_RANK_1 OUT: the auto run, rank 1 on the smaller GPU
+        mpirun --oversubscribe -np 1 "$BIN" "${common[@]}" --batch-size auto --total-batch-tokens 512 --steps 1 : \
+            -np 1 -x SIMT_GPU_MEMORY="$1" "$BIN" "${common[@]}" --batch-size auto --total-batch-tokens 512 --steps 1 >"$2" 2>&1
+    }
+    two_gpus "$cap" "$tmp/auto2.txt"; rc=$?
+    [ $rc = 0 ] && grep -q "^batch: --batch-size auto: B=4, the largest that fits .*; rank 1's GPU has" "$tmp/auto2.txt" &&
+        grep -q "^data: .* B=4 T=32 dp=2, 2 micro-batch(es)" "$tmp/auto2.txt" && r=ok || r="not ok"
+    echo "$r - dp=2, rank 1's GPU smaller: --batch-size auto takes B=4 on both ranks, what fits rank 1 (exit $rc: $(grep -m1 '^batch: ' "$tmp/auto2.txt" | cut -c1-120))"
+    two_gpus $(( state + 48 * 1048576 )) "$tmp/auto2.txt"; rc=$?
+    n=$(grep -c "^error: --batch-size auto --seq-len 32: a micro-batch of 1 needs .* but rank 1's GPU has .*; not even --batch-size 1 fits" "$tmp/auto2.txt")
+    [ $rc = 2 ] && [ "$n" = 1 ] && ! grep -q "^step " "$tmp/auto2.txt" && r=ok || r="not ok"
+    echo "$r - dp=2, no room on rank 1's GPU: both ranks stop with one line naming it (exit $rc, $n such line)"
 fi
 
 # --- bad layouts fail before allocating, with one line from rank 0

@@ -84,14 +84,16 @@ if [ -n "$w31" ]; then
     # (matmul.cuh): the same training, within the same bound of the CPU run
     gpu_vs_cpu bf16 2e-2 SIMT_LT_NO_EPILOGUES=1
 fi
-# memory plan (train_gpt.cu's check_batch_fits, model.h's gpt_activation_bytes):
+# memory plan (train_gpt.cu's plan_batch, model.h's gpt_activation_bytes):
 #   the activations the memory line predicts are what the run allocates: the peak of Buf's GPU
 #   memory is the model state plus them, and the kernels' scratch stays within 1% of them (the
 #   share the plan reserves; the emulator shows under 0.3%)
 #   a --batch-size whose activations cannot fit is refused before the weights are drawn (exit 2),
 #   with a batch size that fits and keeps the step's tokens in whole micro-batches
+#   --batch-size auto takes the whole step in one micro-batch where it fits
 #   (emulator only) on a GPU of SIMT_GPU_MEMORY bytes, the suggested flags then train within it,
-#   and a model state larger than the GPU is one out-of-memory line (exit 1)
+#   --batch-size auto picks that same suggestion and trains (or, where not even B=1 fits, says
+#   so: exit 2), and a model state larger than the GPU is one out-of-memory line (exit 1)
 memory_plan() {
     local tmp; tmp=$(mktemp -d)
     local flags=(--device cuda --model d2 --seq-len 64 --steps 1 --val-data "" --precision bf16)
@@ -118,6 +120,12 @@ ok = bool(m) and "rc 2" in big and "step " not in big and int(m.group(1)) * 1024
 print(("ok" if ok else "not ok") + " - memory plan: --batch-size 1000 (~229 GB of activations) is refused before training (exit 2), "
       "naming a batch size that fits and splits the step's tokens" + ("" if ok else ": " + " | ".join(big.strip().splitlines()[-3:])[:300]))
 PY
+    # auto where the whole step fits: B = the step's 16 sequences, one micro-batch
+    "$BIN" "${flags[@]}" --batch-size auto --total-batch-tokens 1024 >"$tmp/auto.out" 2>&1
+    local rc=$?
+    [ $rc = 0 ] && grep -q '^batch: --batch-size auto: B=16, ' "$tmp/auto.out" && grep -q '^data: .* B=16 T=64 dp=1, 1 micro-batch' "$tmp/auto.out" &&
+        r=ok || r="not ok"
+    echo "$r - memory plan: --batch-size auto --total-batch-tokens 1024 takes B=16 (the whole step) where it fits (exit $rc: $(grep -m1 '^batch: ' "$tmp/auto.out" || tail -1 "$tmp/auto.out"))"
     if grep -q '^gpu: CPU SIMT emulator' "$tmp/run.out"; then
         # a GPU with room for the model state and about half of B=16's activations
         local state acts cap
@@ -125,13 +133,27 @@ PY
         acts=$(sed -n 's/^memory rank 0: .*activations \([0-9]*\) B$/\1/p' "$tmp/run.out")
         cap=$(( state + acts / 2 + (32 + 64) * 1048576 ))  # + the cuBLASLt workspace and the plan's fixed reserve
         SIMT_GPU_MEMORY=$cap "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/small.out" 2>&1
-        local rc=$? advice
+        rc=$?; local advice
         advice=$(grep -o -- '--batch-size [0-9]* --total-batch-tokens [0-9]* fits' "$tmp/small.out" | sed 's/ fits$//')
         if [ $rc = 2 ] && [ -n "$advice" ]; then
             SIMT_GPU_MEMORY=$cap "$BIN" "${flags[@]}" $advice >"$tmp/advised.out" 2>&1
             rc=$?
             [ $rc = 0 ] && r=ok || r="not ok"
             echo "$r - memory plan: B=16 on an emulated GPU of $cap B is refused; the advised '$advice' trains there (exit $rc)"
+            # auto on that GPU: the same B as the advice (the largest that fits and divides the
+            # step's 16 sequences), and it trains
+            SIMT_GPU_MEMORY=$cap "$BIN" "${flags[@]}" --batch-size auto --total-batch-tokens 1024 >"$tmp/auto_small.out" 2>&1
+            rc=$?
+            local want=${advice#--batch-size }; want=${want%% *}
+            [ $rc = 0 ] && grep -q "^batch: --batch-size auto: B=$want, " "$tmp/auto_small.out" &&
+                grep -q "^data: .* B=$want T=64 dp=1, $((16 / want)) micro-batch" "$tmp/auto_small.out" && r=ok || r="not ok"
+            echo "$r - memory plan: --batch-size auto on that GPU picks the advised B=$want and trains (exit $rc: $(grep -m1 '^batch: ' "$tmp/auto_small.out" || tail -1 "$tmp/auto_small.out"))"
+            # a GPU with room for the model state only: auto finds no B (exit 2, before training)
+            SIMT_GPU_MEMORY=$(( state + 48 * 1048576 )) "$BIN" "${flags[@]}" --batch-size auto --total-batch-tokens 1024 >"$tmp/auto_none.out" 2>&1
+            rc=$?
+            [ $rc = 2 ] && grep -q "^error: --batch-size auto --seq-len 64: a micro-batch of 1 needs .*; not even --batch-size 1 fits" "$tmp/auto_none.out" &&
+                ! grep -q '^step ' "$tmp/auto_none.out" && r=ok || r="not ok"
+            echo "$r - memory plan: --batch-size auto where not even B=1 fits beside the model state is one line (exit $rc: $(tail -1 "$tmp/auto_none.out" | cut -c1-200))"
         else
             echo "not ok - memory plan: B=16 on an emulated GPU of $cap B: exit $rc, no advice ($(tail -1 "$tmp/small.out"))"
         fi
