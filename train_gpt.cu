@@ -262,8 +262,8 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
 // Called once the model state (parameters, gradients, optimizer: data_parallel.h) is allocated,
 // and before the weights are drawn or read (a minute for the largest models). What the rank may
 // still allocate (its GPU's free memory; on the CPU its share of the host's available memory,
-// /proc/meminfo's MemAvailable split over the node's ranks; a container's or Slurm's cgroup
-// limit is not seen) must hold the activations (model.h lists them, to the byte Buf allocates)
+// /proc/meminfo's MemAvailable or what a container's or Slurm job's memory cgroup still allows,
+// split over the node's ranks) must hold the activations (model.h lists them, to the byte Buf allocates)
 // and what else a step allocates:
 //   - the kernels' scratch, which also grows with B·T (attention's D rows, the column-sum
 //     partials): under 0.3% of the activations on the emulated GPU (test_gpu_train.sh checks
@@ -286,7 +286,8 @@ static int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, 
     // those with the same local rank modulo the GPU count (make_ctx), several when --comm mpi
     // runs more ranks than the node has GPUs
     const int n = gpu ? cuda_device_count() : 1, sharing = (mesh.local_size - mesh.local_rank % n + n - 1) / n;
-    const double room = (gpu ? (double)gpu_free_bytes() : host_available_bytes()) / sharing;
+    bool by_cgroup = false;
+    const double room = (gpu ? (double)gpu_free_bytes() : host_available_bytes(&by_cgroup)) / sharing;
     // the largest micro-batch that fits here (need grows with b: a binary search up to the one
     // asked for, or for auto the whole step in one), and the largest that fits and splits the
     // step's tokens into whole micro-batches
@@ -297,11 +298,11 @@ static int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, 
     int divides = lo;
     while (divides > 0 && step_tokens % ((long long)divides * T * dp) != 0) divides--;
     // every rank's numbers on every rank, then the rank with the least room speaks for all
-    enum { FITS, DIVIDES, NEED, ROOM, STATE, SHARING, N };
+    enum { FITS, DIVIDES, NEED, ROOM, STATE, SHARING, CGROUP, N };
     std::vector<double> all(N * (size_t)mesh.world, 0.0);
     double* mine = &all[N * (size_t)mesh.rank];
     mine[FITS] = lo; mine[DIVIDES] = divides; mine[NEED] = need(std::max(B, 1)); mine[ROOM] = room; mine[STATE] = state_bytes;
-    mine[SHARING] = sharing;
+    mine[SHARING] = sharing; mine[CGROUP] = by_cgroup;
     comm_sum_doubles(mesh.world_group, all.data(), (int)all.size());
     int worst = 0, divides_all = most;
     for (int r = 0; r < mesh.world; r++) {
@@ -312,7 +313,7 @@ static int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, 
     const int fits_all = (int)w[FITS], shared_by = (int)w[SHARING];
     const std::string rank = mesh.world > 1 ? "rank " + std::to_string(worst) + "'s " : "the ";
     const std::string where = rank + (gpu ? "GPU has " : "host has ") + format_bytes(w[ROOM] * shared_by) +
-                              (gpu ? " free" : " available") +
+                              (gpu ? " free" : w[CGROUP] ? " available to this process's memory cgroup" : " available") +
                               (shared_by > 1 ? " (" + format_bytes(w[ROOM]) + " for each of the " + std::to_string(shared_by) +
                                                    " ranks that share it)" : "");
     if (automatic && divides_all > 0) {

@@ -25,8 +25,9 @@ run unchanged on either device. ctx_copy waits for the GPU when host memory is o
 (device to device it is queued in stream order); inside a training step the model moves tokens
 and losses through a HostStage instead (stage_upload / stage_download / stage_wait: page-locked
 memory and an event), so the host never drains the GPU's queue there. For planning, Buf::bytes_for says what an
-allocation takes, and gpu_free_bytes / host_available_bytes what the device still has
-(train_gpt.cu refuses a micro-batch that cannot fit); format_bytes prints sizes for people.
+allocation takes, and gpu_free_bytes / host_available_bytes what the device still has (on the
+host also within a container's or Slurm job's memory cgroup: cgroup_room_bytes); train_gpt.cu
+refuses a micro-batch that cannot fit; format_bytes prints sizes for people.
 
 Dtypes. Activations, parameters and gradients have the precision's type T: float (--precision
 fp32) or bf16 (--precision bf16); master weights, optimizer state, statistics (LayerNorm mean
@@ -427,17 +428,91 @@ inline std::string format_bytes(double bytes) {
     return s;
 }
 
-// The host memory Linux can still give this machine's processes: /proc/meminfo's MemAvailable
-// (free memory plus the page cache it can drop); 0 where that is unknown.
-inline double host_available_bytes() {
-    FILE* f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    double kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+// A number from a cgroup file: its first one (memory.max, memory.current), or with key the one
+// on the line "key N" (memory.stat). -1 where the file or the key is missing, or for "max".
+inline double cgroup_number(const std::string& path, const char* key = nullptr) {
+    FILE* f = fopen(path.c_str(), "r");
+    if (!f) return -1;
+    char line[256], name[128];
+    double v = -1, x;
+    while (fgets(line, sizeof line, f)) {
+        if (!key) { if (sscanf(line, "%lf", &x) == 1) v = x; break; }
+        if (sscanf(line, "%127s %lf", name, &x) == 2 && strcmp(name, key) == 0) { v = x; break; }
+    }
     fclose(f);
-    return kib * 1024;
+    return v;
+}
+
+// What this process's memory cgroup (a container's limit, a Slurm job's --mem) still lets it
+// allocate before the kernel kills it: the limit less what the cgroup holds, not counting the
+// file cache the kernel drops first (inactive_file); the tightest of the cgroup and its parents.
+// -1 where no limit applies. root: where cgroupfs is mounted; self: the text of /proc/self/cgroup
+// (arguments, so that test_ops runs it on made-up trees).
+//   cgroup v2: the line "0::PATH"; ROOT/PATH and each parent: memory.max ("max": none),
+//              memory.current, memory.stat's inactive_file.
+//   cgroup v1: the line "N:…memory…:PATH"; ROOT/memory/PATH (or, in a container that sees only
+//              its own, ROOT/memory): memory.limit_in_bytes (~2^63: none) and memory.stat's
+//              hierarchical_memory_limit (the parents'), memory.usage_in_bytes, total_inactive_file.
+inline double cgroup_room_bytes(const std::string& root, const std::string& self) {
+    std::string v2_path, v1_path;
+    bool v1 = false;
+    for (size_t pos = 0; pos < self.size();) {
+        size_t end = self.find('\n', pos);
+        if (end == std::string::npos) end = self.size();
+        const std::string line = self.substr(pos, end - pos);
+        pos = end + 1;
+        const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+        if (b == std::string::npos) continue;
+        const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+        if (line.compare(0, a, "0") == 0 && controllers.empty()) v2_path = path;
+        else if (("," + controllers + ",").find(",memory,") != std::string::npos) { v1 = true; v1_path = path; }
+    }
+    double room = -1;
+    auto tighten = [&](double limit, double used, double cache) {
+        if (limit < 0 || limit >= 1e18 || used < 0) return;  // no limit here
+        const double r = std::max(0.0, limit - (used - std::max(cache, 0.0)));
+        room = room < 0 ? r : std::min(room, r);
+    };
+    if (v1) {
+        std::string dir = root + "/memory" + (v1_path == "/" ? "" : v1_path);
+        if (cgroup_number(dir + "/memory.limit_in_bytes") < 0) dir = root + "/memory";
+        double limit = cgroup_number(dir + "/memory.limit_in_bytes");
+        const double parents = cgroup_number(dir + "/memory.stat", "hierarchical_memory_limit");
+        if (parents >= 0 && (limit < 0 || parents < limit)) limit = parents;
+        tighten(limit, cgroup_number(dir + "/memory.usage_in_bytes"), cgroup_number(dir + "/memory.stat", "total_inactive_file"));
+    } else if (!v2_path.empty()) {
+        for (std::string p = v2_path;;) {  // the cgroup, then each parent up to the mount's root
+            const std::string dir = root + (p == "/" ? "" : p);
+            tighten(cgroup_number(dir + "/memory.max"), cgroup_number(dir + "/memory.current"),
+                    cgroup_number(dir + "/memory.stat", "inactive_file"));
+            if (p == "/" || p.empty()) break;
+            p = p.substr(0, p.rfind('/'));
+            if (p.empty()) p = "/";
+        }
+    }
+    return room;
+}
+
+// The host memory this process can still be given: /proc/meminfo's MemAvailable (free memory
+// plus the page cache Linux can drop), or less where its memory cgroup allows less
+// (*by_cgroup then says so); 0 where neither is known.
+inline double host_available_bytes(bool* by_cgroup = nullptr) {
+    double kib = 0;
+    char line[256];
+    if (FILE* f = fopen("/proc/meminfo", "r")) {
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+        fclose(f);
+    }
+    std::string self;
+    if (FILE* f = fopen("/proc/self/cgroup", "r")) {
+        while (fgets(line, sizeof line, f)) self += line;
+        fclose(f);
+    }
+    const double cgroup = cgroup_room_bytes("/sys/fs/cgroup", self), meminfo = kib * 1024;
+    const bool tighter = cgroup >= 0 && (meminfo <= 0 || cgroup < meminfo);
+    if (by_cgroup) *by_cgroup = tighter;
+    return tighter ? cgroup : meminfo;
 }
 
 inline size_t g_gpu_bytes = 0, g_gpu_bytes_peak = 0;  // Buf's GPU memory now, and its high-water mark

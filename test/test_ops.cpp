@@ -1,6 +1,7 @@
 /*
 test_ops — every op's backward against finite differences of its forward, plus the small pieces
-(the whole model's gradient, AdamW, the global norm, bf16 rounding, LR schedules, data order).
+(the whole model's gradient, AdamW, the global norm, bf16 rounding, LR schedules, data order,
+the host memory a memory cgroup allows).
 
 Finite differences. For an op y = f(x) and a fixed random R, the scalar L(x) = Σ y·R has
 ∂L/∂x = the op's backward with dout = R. We check sampled elements of ∂L/∂x against
@@ -271,6 +272,63 @@ static void test_misc() {
     report(a.next_u64() == b.next_u64(), "rng state round trip");
 }
 
+// The host memory a memory cgroup still allows (common.h: cgroup_room_bytes), on made-up cgroupfs
+// trees of both versions: the limit less the usage, the inactive file cache counted as free, the
+// tightest level winning, no limit giving -1.
+static void write_text(const std::string& path, const std::string& text) {
+    FILE* f = fopen(path.c_str(), "w");
+    if (!f) { printf("# cannot write %s\n", path.c_str()); return; }
+    fputs(text.c_str(), f);
+    fclose(f);
+}
+static void test_cgroup_room() {
+    char tmpl[] = "/tmp/llmc_cgroup_XXXXXX";
+    const std::string root = mkdtemp(tmpl) ? tmpl : "";
+    if (root.empty()) { report(false, "cgroup room: no temporary directory"); return; }
+    const double M = 1048576;
+    // v2: job (limit 1000 MiB, holds 600 of which 100 inactive cache) inside slurm (limit 800,
+    // holds 700 of which 50 cache: room 150, the tightest) inside an unlimited root
+    system(("mkdir -p " + root + "/v2/slurm/job " + root + "/v1/memory/docker/abc").c_str());
+    write_text(root + "/v2/slurm/job/memory.max", std::to_string((long long)(1000 * M)) + "\n");
+    write_text(root + "/v2/slurm/job/memory.current", std::to_string((long long)(600 * M)) + "\n");
+    write_text(root + "/v2/slurm/job/memory.stat", "anon 1\nfile 2\ninactive_file " + std::to_string((long long)(100 * M)) + "\nactive_file 5\n");
+    write_text(root + "/v2/slurm/memory.max", std::to_string((long long)(800 * M)) + "\n");
+    write_text(root + "/v2/slurm/memory.current", std::to_string((long long)(700 * M)) + "\n");
+    write_text(root + "/v2/slurm/memory.stat", "inactive_file " + std::to_string((long long)(50 * M)) + "\n");
+    write_text(root + "/v2/memory.max", "max\n");
+    write_text(root + "/v2/memory.current", "123\n");
+    double r = cgroup_room_bytes(root + "/v2", "0::/slurm/job\n");
+    report(r == 150 * M, "cgroup v2: the tightest of a cgroup and its parents, inactive file cache counted free", "%.1f MiB (want 150)", r / M);
+    write_text(root + "/v2/slurm/memory.max", "max\n");
+    r = cgroup_room_bytes(root + "/v2", "0::/slurm/job\n");
+    report(r == 500 * M, "cgroup v2: a parent without a limit leaves the cgroup's", "%.1f MiB (want 500)", r / M);
+    report(cgroup_room_bytes(root + "/v2", "0::/\n") == -1 && cgroup_room_bytes(root + "/v2", "") == -1,
+           "cgroup v2: no limit (memory.max 'max', or no cgroup line) gives -1");
+    // v1 (hybrid: a v2 line too): limit 2000 MiB, a parent's 1500 (hierarchical), holds 1200 of
+    // which 200 inactive cache: room 500; a container that sees only its own cgroup at the mount
+    const std::string d = root + "/v1/memory/docker/abc";
+    write_text(d + "/memory.limit_in_bytes", std::to_string((long long)(2000 * M)) + "\n");
+    write_text(d + "/memory.usage_in_bytes", std::to_string((long long)(1200 * M)) + "\n");
+    write_text(d + "/memory.stat", "cache 9\nhierarchical_memory_limit " + std::to_string((long long)(1500 * M)) +
+                                       "\ntotal_inactive_file " + std::to_string((long long)(200 * M)) + "\n");
+    const std::string self = "12:pids:/docker/abc\n4:cpu,cpuacct:/docker/abc\n3:memory:/docker/abc\n0::/docker/abc\n";
+    r = cgroup_room_bytes(root + "/v1", self);
+    report(r == 500 * M, "cgroup v1: the limit or the parents' (hierarchical_memory_limit), inactive cache counted free", "%.1f MiB (want 500)", r / M);
+    write_text(root + "/v1/memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "unlimited"
+    write_text(root + "/v1/memory/memory.usage_in_bytes", "1000\n");
+    r = cgroup_room_bytes(root + "/v1", "3:memory:/elsewhere/on/the/host\n");
+    report(r == -1, "cgroup v1: a path the container cannot see falls back to the mount's cgroup; ~2^63 is no limit", "%.1f (want -1)", r);
+    write_text(root + "/v1/memory/memory.limit_in_bytes", std::to_string((long long)(300 * M)) + "\n");
+    r = cgroup_room_bytes(root + "/v1", "3:memory:/elsewhere/on/the/host\n");
+    report(r == 300 * M - 1000, "cgroup v1: the mount's cgroup's limit applies there", "%.1f MiB", r / M);
+    // what the trainer uses: never more than /proc/meminfo's MemAvailable
+    bool by_cgroup = false;
+    const double host = host_available_bytes(&by_cgroup);
+    report(host > 0, by_cgroup ? "host_available_bytes: known (this process's memory cgroup's room)"
+                               : "host_available_bytes: known (MemAvailable)", "%.1f MiB", host / M);
+    system(("rm -rf " + root).c_str());
+}
+
 // Data order (DESIGN §3.4): dp=2 with B=2 reads exactly the batches of dp=1 with B=4.
 
 // ---- bf16: each op against its fp32 op on the same (bf16-exact) inputs
@@ -489,6 +547,7 @@ int main() {
     test_model_grad();
     test_adamw_and_norm();
     test_misc();
+    test_cgroup_room();
     test_bf16_ops();
     test_bf16_model();
     test_data_order();
