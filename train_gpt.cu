@@ -556,18 +556,21 @@ int main(int argc, char** argv) {
         // the evaluations (every rank runs them: ZeRO-3 gathers parameters in each forward)
         auto run_evals = [&]() {
             EvalLog ev;
+            const double t0 = now_seconds();
             if (has_val) { ev.has_val = true; ev.val_loss = evaluate(ctx, &model, &val_loader, val_steps, x, y, mesh.dp_group); }
             if (has_hellaswag) {
                 ChoiceResult r = choice_evaluate(ctx, &model, hellaswag, B, T, mesh.dp_group);
                 ev.has_hellaswag = true;
                 ev.hellaswag_correct = r.correct; ev.hellaswag_total = r.total; ev.hellaswag_loss = r.gold_loss;
             }
+            ev.seconds = now_seconds() - t0;  // the results are on the host: the device's work is done
             return ev;
         };
         auto print_evals = [&](const EvalLog& ev) {
             if (ev.has_val) print0(" | val loss %.6f", ev.val_loss);
             if (ev.has_hellaswag)
                 print0(" | hellaswag %.4f (%d/%d)", ev.hellaswag_acc(), ev.hellaswag_correct, ev.hellaswag_total);
+            if (ev.has_val || ev.has_hellaswag) print0(" (eval %.1f s)", ev.seconds);
         };
         auto sample = [&](int step) {  // every rank runs it (ZeRO-3 gathers)
             std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);

@@ -3,7 +3,8 @@ logger.h — the step log: one JSON object per line (DESIGN §3.6), appended as 
 
 Fields: step, loss, lr, grad_norm, tokens_per_s, ms, mfu (null on the CPU backend); on
 evaluation steps val_loss (with --val-data) and hellaswag_acc, hellaswag_correct, hellaswag_total,
-hellaswag_loss (with --hellaswag, llmc/hellaswag.h); and comm_bytes: the bytes each collective
+hellaswag_loss (with --hellaswag, llmc/hellaswag.h) and eval_s (the seconds they took, which
+ms leaves out); and comm_bytes: the bytes each collective
 sent per rank this step. A run with --steps 0 only evaluates: its one line is {"step": 0, and the
 evaluation's fields}. Floats are written with 9 significant digits, enough to read back the exact
 fp32 value: the resume test compares logs bit for bit.
@@ -44,6 +45,7 @@ struct EvalLog {
     bool has_hellaswag = false;
     int hellaswag_correct = 0, hellaswag_total = 0;
     double hellaswag_loss = 0.0;
+    double seconds = 0.0;  // the wall time the evaluations took (not in the step's ms)
     double hellaswag_acc() const { return (double)hellaswag_correct / hellaswag_total; }
 };
 
@@ -52,6 +54,7 @@ inline void logger_eval_fields(FILE* f, const EvalLog& ev) {
     if (ev.has_hellaswag)
         fprintf(f, ", \"hellaswag_acc\": %.9g, \"hellaswag_correct\": %d, \"hellaswag_total\": %d, \"hellaswag_loss\": %.9g",
                 ev.hellaswag_acc(), ev.hellaswag_correct, ev.hellaswag_total, ev.hellaswag_loss);
+    if (ev.has_val || ev.has_hellaswag) fprintf(f, ", \"eval_s\": %.3f", ev.seconds);
 }
 
 // comm_json: the step's bytes per collective on the dp group ({} when there are none).

@@ -176,8 +176,9 @@ lines = open(sys.argv[1]).read().splitlines()
 ev = json.loads(lines[0])
 assert len(lines) == 1 and ev["step"] == 0 and "loss" not in ev, lines
 assert ev["hellaswag_total"] == 3 and ev["hellaswag_acc"] == ev["hellaswag_correct"] / 3 and ev["hellaswag_loss"] > 0, ev
+assert 0 <= ev["eval_s"] < 60, ev  # its wall time
 PY
-[ $rc = 0 ] && [ ! -s "$tmp/check" ] && grep -q "^eval at step 0 | hellaswag 0\.[0-9]* ([0-3]/3)$" "$tmp/out" \
+[ $rc = 0 ] && [ ! -s "$tmp/check" ] && grep -q "^eval at step 0 | hellaswag 0\.[0-9]* ([0-3]/3) (eval [0-9.]* s)$" "$tmp/out" \
     && echo "ok - --steps 0 --hellaswag: only evaluates ($(grep '^eval' "$tmp/out"))" \
     || { echo "not ok - --steps 0 --hellaswag: exit $rc"; cat "$tmp/check" "$tmp/out" | tail -5 | sed 's/^/#   /'; }
 "$BIN" "${base[@]}" --steps 0 >"$tmp/out" 2>&1; rc=$?
