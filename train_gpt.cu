@@ -263,8 +263,8 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
 // and before the weights are drawn or read (a minute for the largest models). What the rank may
 // still allocate (its GPU's free memory; on the CPU its share of the host's available memory,
 // /proc/meminfo's MemAvailable or what a container's or Slurm job's memory cgroup still allows,
-// split over the node's ranks) must hold the activations (model.h lists them, to the byte Buf allocates)
-// and what else a step allocates:
+// split over the node's ranks) must hold the activations (model.h lists them, to the byte Buf
+// allocates) and what else a step allocates:
 //   - the kernels' scratch, which also grows with B·T (attention's D rows, the column-sum
 //     partials): under 0.3% of the activations on the emulated GPU (test_gpu_train.sh checks
 //     that the peak stays within 1%), so SCRATCH_SHARE = 1%;
@@ -273,8 +273,8 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
 // So too large a --batch-size is one line that names a batch size that fits, not an
 // out-of-memory error at the first forward (or on the CPU, the kernel's OOM killer, which says
 // nothing). All ranks agree (each GPU's free memory differs), then all stop or none do. With
-// auto, every rank takes the largest B that fits on all of them and divides the step's
-// D/(T·dp) sequences (1 always does), so the step is the one asked for, in D/(B·T·dp) micro-batches.
+// auto, every rank takes the largest B that fits on all of them and divides the step's D/(T·dp)
+// sequences (1 always does), so the step is the one asked for, in D/(B·T·dp) micro-batches.
 constexpr double SCRATCH_SHARE = 0.01, SCRATCH_FIXED = 64.0 * 1048576;
 template <class floatX>
 static int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, long long step_tokens,
