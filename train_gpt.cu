@@ -84,7 +84,7 @@ static const FlagDef FLAGS[] = {
     {"keep-checkpoints", "0", "keep only the newest N checkpoints in --output-dir, deleting older ones (0: keep all)", false},
     {"resume", "0", "continue from the newest checkpoint in --output-dir", true},
     {"val-every", "0", "evaluate (--val-data, --hellaswag) every N steps (and at the end) (0: only at the end)", false},
-    {"val-steps", "20", "validation micro-batches per evaluation (capped by the data)", false},
+    {"val-steps", "20", "validation micro-batches (of B×T per rank) per evaluation (capped by the data)", false},
     {"hellaswag", "", "multiple-choice eval file (llm.c's hellaswag_val.bin format; ./tokenize --hellaswag writes it): its accuracy at each evaluation, each ending scored by its mean token loss", false},
     {"sample-every", "0", "print a sample every N steps (and at the end) (0: never)", false},
     {"gen-tokens", "64", "tokens to generate per sample", false},
