@@ -84,7 +84,7 @@ if [ -n "$w31" ]; then
     # (matmul.cuh): the same training, within the same bound of the CPU run
     gpu_vs_cpu bf16 2e-2 SIMT_LT_NO_EPILOGUES=1
 fi
-# memory plan (train_gpt.cu's plan_batch, model.h's gpt_activation_bytes):
+# memory plan (llmc/planner.h, model.h's gpt_activation_bytes):
 #   the activations the memory line predicts are what the run allocates: the peak of Buf's GPU
 #   memory is the model state plus them, and the kernels' scratch stays within 1% of them (the
 #   share the plan reserves; the emulator shows under 0.3%)

@@ -1,0 +1,102 @@
+/*
+planner.h — the memory plan: which micro-batch fits beside the model state, on every rank.
+
+A rank's memory holds the model state (data_parallel.h: parameters, gradients, optimizer, the
+ZeRO stage's working buffers; 16Ψ bytes at stage 0, 16Ψ/N at stage 3) and the activations of
+one micro-batch (model.h: gpt_activation_buffers, per position (16·L·C + 12·C + Vp) elements of
+the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T positions). The state is
+allocated first; the plan then asks what is still free (the GPU's cudaMemGetInfo, or on the CPU
+the host's MemAvailable, or less under a memory cgroup: common.h) and whether B·T positions of
+activations fit in it, with a reserve for the kernels' scratch:
+
+  need(B) = activations(B) · (1 + 1%) + 64 MiB    fits when need(B) ≤ free / (ranks sharing it)
+
+A --batch-size that does not fit is refused at start (exit 2) with one that does and keeps the
+step's tokens in whole micro-batches; --batch-size auto takes that one itself. Every rank plans
+with its own free memory, then all agree on the smallest.
+
+Tests: test/test_gpu_train.sh (the peak is the state plus the predicted activations within 1%;
+the refusal; auto on an emulated GPU of SIMT_GPU_MEMORY bytes), test/test_cli.sh (the host's
+memory), test/test_dp.sh (ranks with different GPUs agree), test/test_ops.cpp (memory cgroups).
+*/
+#pragma once
+#include <algorithm>
+#include <string>
+#include <vector>
+#include "common.h"
+#include "comm.h"
+#include "model.h"
+
+// Does B×T fit on every rank (or, for --batch-size auto, B = 0: which B does)? Returns the B to
+// run with, or stops the run with one line. Called once the model state is allocated (state_bytes
+// of it) and before the weights are drawn or read (a minute for the largest models). The reserve:
+//   - SCRATCH_SHARE for the kernels' scratch, which also grows with B·T (attention's D rows, the
+//     column-sum partials): under 0.3% of the activations on the emulated GPU, and
+//     test_gpu_train.sh checks that the peak stays within 1%;
+//   - SCRATCH_FIXED for what a GPU rounds and loads lazily (cudaMalloc's 2 MiB pages over the ~30
+//     activation buffers, the kernels' code on first launch).
+// All ranks exchange their numbers (each GPU's free memory differs), then all stop or none do.
+// With auto every rank takes the largest B that fits on all of them and divides the step's
+// D/(T·dp) sequences (1 always does), so the step is the one asked for, in D/(B·T·dp) micro-batches.
+constexpr double SCRATCH_SHARE = 0.01, SCRATCH_FIXED = 64.0 * 1048576;
+template <class floatX>
+inline int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, long long step_tokens,
+                      bool step_given, double state_bytes, Mesh& mesh) {
+    auto need = [&](int b) { return gpt_activation_bytes<floatX>(c, b, T) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED; };
+    comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
+    const bool gpu = ctx.device == Device::CUDA, automatic = B == 0;
+    // the ranks of this node that share this rank's memory: all of them on the host; on GPUs
+    // those with the same local rank modulo the GPU count (make_ctx), several when --comm mpi
+    // runs more ranks than the node has GPUs
+    const int n = gpu ? cuda_device_count() : 1, sharing = (mesh.local_size - mesh.local_rank % n + n - 1) / n;
+    bool by_cgroup = false;
+    const double room = (gpu ? (double)gpu_free_bytes() : host_available_bytes(&by_cgroup)) / sharing;
+    // the largest micro-batch that fits here (need grows with b: a binary search up to the one
+    // asked for, or for auto the whole step in one), and the largest that fits and splits the
+    // step's tokens into whole micro-batches
+    const int most = automatic ? (int)std::min<long long>(step_tokens / ((long long)T * dp), 1 << 20) : B;
+    int lo = 0, hi = most;
+    while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need(mid) <= room) lo = mid; else hi = mid - 1; }
+    if (!gpu && room <= 0) lo = most;  // the host's memory is unknown: no check
+    int divides = lo;
+    while (divides > 0 && step_tokens % ((long long)divides * T * dp) != 0) divides--;
+    // every rank's numbers on every rank, then the rank with the least room speaks for all
+    enum { FITS, DIVIDES, NEED, ROOM, STATE, SHARING, CGROUP, N };
+    std::vector<double> all(N * (size_t)mesh.world, 0.0);
+    double* mine = &all[N * (size_t)mesh.rank];
+    mine[FITS] = lo; mine[DIVIDES] = divides; mine[NEED] = need(std::max(B, 1)); mine[ROOM] = room; mine[STATE] = state_bytes;
+    mine[SHARING] = sharing; mine[CGROUP] = by_cgroup;
+    comm_sum_doubles(mesh.world_group, all.data(), (int)all.size());
+    int worst = 0, divides_all = most;
+    for (int r = 0; r < mesh.world; r++) {
+        if (all[N * r + FITS] < all[N * worst + FITS]) worst = r;
+        divides_all = std::min(divides_all, (int)all[N * r + DIVIDES]);
+    }
+    const double* w = &all[N * (size_t)worst];
+    const int fits_all = (int)w[FITS], shared_by = (int)w[SHARING];
+    const std::string rank = mesh.world > 1 ? "rank " + std::to_string(worst) + "'s " : "the ";
+    const std::string where = rank + (gpu ? "GPU has " : "host has ") + format_bytes(w[ROOM] * shared_by) +
+                              (gpu ? " free" : w[CGROUP] ? " available to this process's memory cgroup" : " available") +
+                              (shared_by > 1 ? " (" + format_bytes(w[ROOM]) + " for each of the " + std::to_string(shared_by) +
+                                                   " ranks that share it)" : "");
+    if (automatic && divides_all > 0) {
+        print0("batch: --batch-size auto: B=%d, the largest that fits (%s of activations and scratch; %s after the model "
+               "state) and splits the step's %lld tokens into %lld micro-batch(es)\n", divides_all,
+               format_bytes(need(divides_all)).c_str(), where.c_str(), step_tokens, step_tokens / ((long long)divides_all * T * dp));
+        return divides_all;
+    }
+    if (!automatic && fits_all >= B) return B;
+    std::string advice;
+    if (fits_all == 0)
+        advice = "not even --batch-size 1 fits: use a shorter --seq-len, or spread the model state over more ranks with --zero";
+    else if (divides_all == 0)
+        advice = "at most --batch-size " + std::to_string(fits_all) + " fits";
+    else
+        advice = "--batch-size " + std::to_string(divides_all) +
+                 (step_given ? "" : " --total-batch-tokens " + std::to_string(step_tokens)) + " fits, with the step's " +
+                 std::to_string(step_tokens) + " tokens in " + std::to_string(step_tokens / ((long long)divides_all * T * dp)) +
+                 " micro-batches" + (fits_all > divides_all ? " (at most --batch-size " + std::to_string(fits_all) + " fits)" : "");
+    usage_error("--batch-size %s --seq-len %d: a micro-batch %sneeds %s of activations and scratch, but %s after the model "
+                "state (%s of parameters, gradients and optimizer); %s", automatic ? "auto" : std::to_string(B).c_str(), T,
+                automatic ? "of 1 " : "", format_bytes(w[NEED]).c_str(), where.c_str(), format_bytes(w[STATE]).c_str(), advice.c_str());
+}
