@@ -54,7 +54,7 @@ static const FlagDef FLAGS[] = {
     {"train-data", "data/kjv_train_*.bin", "token shards to train on (glob)", false},
     {"val-data", "data/kjv_val_*.bin", "token shards for validation (glob; empty = none)", false},
     {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples", false},
-    {"batch-size", "4", "micro-batch size B per rank; one whose activations cannot fit in the GPU's (or host's) memory is refused at start, naming one that does. auto (with --total-batch-tokens D): the largest B that fits and splits D into whole micro-batches (on --resume: the checkpoint's B)", false},
+    {"batch-size", "4", "micro-batch size B per rank; one whose activations cannot fit in the GPU's (or host's) memory is refused at start, naming one that does. auto (with --total-batch-tokens D): the largest B that fits, that the data holds, and that splits D into whole micro-batches (on --resume: the checkpoint's B)", false},
     {"seq-len", "1024", "sequence length T (at most the model's maxT)", false},
     {"total-batch-tokens", "-1", "tokens per optimizer step; grad accumulation = D/(B*T*dp) (-1: B*T*dp)", false},
     {"steps", "20", "optimizer steps to run (total, counting those before a resume; 0: only evaluate the model)", false},
@@ -367,6 +367,9 @@ int main(int argc, char** argv) {
         }
     };
     open_data(B > 0 ? B : 1);
+    // the largest micro-batch the data holds (for auto): one of B·T+1 training tokens, and dp of
+    // them in the validation shards (the loaders are open at B = 1 then)
+    const long long data_most = std::min(train_loader.slots, has_val ? val_loader.slots / dp : train_loader.slots);
     ChoiceSet hellaswag;
     const bool has_hellaswag = !f.str("hellaswag").empty();
     if (has_hellaswag) {
@@ -413,7 +416,8 @@ int main(int argc, char** argv) {
         const DPMemory mem = dp_memory(dpar);
         const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
         if (runs_forward) {
-            B = plan_batch<floatX>(ctx, config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working, mesh);
+            B = plan_batch<floatX>(ctx, config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working,
+                                   mesh, data_most);
             if (auto_batch && !resume) open_data(B);
         } else if (B == 0) {
             B = 1;  // a --steps 0 conversion reads no batch: any B would do

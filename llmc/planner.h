@@ -12,7 +12,8 @@ activations fit in it, with a reserve for the kernels' scratch:
   need(B) = activations(B) · (1 + 1%) + 64 MiB    fits when need(B) ≤ free / (ranks sharing it)
 
 A --batch-size that does not fit is refused at start (exit 2) with one that does and keeps the
-step's tokens in whole micro-batches; --batch-size auto takes that one itself. Every rank plans
+step's tokens in whole micro-batches; --batch-size auto takes that one itself (no larger than
+the data holds: one sequence of B·T+1 training tokens, dp of them in the validation shards). Every rank plans
 with its own free memory, then all agree on the smallest.
 
 Tests: test/test_gpu_train.sh (the peak is the state plus the predicted activations within 1%;
@@ -41,7 +42,7 @@ memory), test/test_dp.sh (ranks with different GPUs agree), test/test_ops.cpp (m
 constexpr double SCRATCH_SHARE = 0.01, SCRATCH_FIXED = 64.0 * 1048576;
 template <class floatX>
 inline int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, long long step_tokens,
-                      bool step_given, double state_bytes, Mesh& mesh) {
+                      bool step_given, double state_bytes, Mesh& mesh, long long data_most) {
     auto need = [&](int b) { return gpt_activation_bytes<floatX>(c, b, T) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED; };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
     const bool gpu = ctx.device == Device::CUDA, automatic = B == 0;
@@ -52,9 +53,10 @@ inline int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, 
     bool by_cgroup = false;
     const double room = (gpu ? (double)gpu_free_bytes() : host_available_bytes(&by_cgroup)) / sharing;
     // the largest micro-batch that fits here (need grows with b: a binary search up to the one
-    // asked for, or for auto the whole step in one), and the largest that fits and splits the
-    // step's tokens into whole micro-batches
-    const int most = automatic ? (int)std::min<long long>(step_tokens / ((long long)T * dp), 1 << 20) : B;
+    // asked for, or for auto the whole step in one, if the data holds that many sequences), and
+    // the largest that fits and splits the step's tokens into whole micro-batches
+    const long long whole_step = step_tokens / ((long long)T * dp);
+    const int most = automatic ? (int)std::min({whole_step, data_most, 1LL << 20}) : B;
     int lo = 0, hi = most;
     while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need(mid) <= room) lo = mid; else hi = mid - 1; }
     if (!gpu && room <= 0) lo = most;  // the host's memory is unknown: no check
@@ -80,9 +82,11 @@ inline int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, 
                               (shared_by > 1 ? " (" + format_bytes(w[ROOM]) + " for each of the " + std::to_string(shared_by) +
                                                    " ranks that share it)" : "");
     if (automatic && divides_all > 0) {
+        const std::string data_note = data_most < whole_step ? "; the data holds at most B=" + std::to_string(data_most) : "";
         print0("batch: --batch-size auto: B=%d, the largest that fits (%s of activations and scratch; %s after the model "
-               "state) and splits the step's %lld tokens into %lld micro-batch(es)\n", divides_all,
-               format_bytes(need(divides_all)).c_str(), where.c_str(), step_tokens, step_tokens / ((long long)divides_all * T * dp));
+               "state%s) and splits the step's %lld tokens into %lld micro-batch(es)\n", divides_all,
+               format_bytes(need(divides_all)).c_str(), where.c_str(), data_note.c_str(), step_tokens,
+               step_tokens / ((long long)divides_all * T * dp));
         return divides_all;
     }
     if (!automatic && fits_all >= B) return B;

@@ -138,6 +138,13 @@ grep -qE "but the host has .* available after the model state .*; --batch-size [
     && grep -q "^data: .* B=8 T=16 dp=1, 1 micro-batch(es) per step = 128 tokens" "$tmp/auto.out" \
     && echo "ok - --batch-size auto takes the whole step (B=8) where it fits" \
     || { echo "not ok - --batch-size auto on the host: exit $rc"; tail -3 "$tmp/auto.out" | sed 's/^/#   /'; }
+# a step of 1000 sequences over 5000 tokens of data, which hold 312 sequences of 16 (+1): auto
+# takes the largest divisor of 1000 the data holds, 250, in 4 micro-batches
+"$BIN" "${base[@]}" --batch-size auto --total-batch-tokens 16000 --steps 1 >"$tmp/auto.out" 2>&1; rc=$?
+[ $rc = 0 ] && grep -q "^batch: --batch-size auto: B=250, .*; the data holds at most B=312) and splits the step's 16000 tokens into 4 micro-batch" "$tmp/auto.out" \
+    && grep -q "^data: .* B=250 T=16 dp=1, 4 micro-batch(es)" "$tmp/auto.out" \
+    && echo "ok - --batch-size auto takes no more sequences than the data holds (B=250 of a 1000-sequence step, 312 in the data)" \
+    || { echo "not ok - --batch-size auto with little data: exit $rc"; tail -3 "$tmp/auto.out" | sed 's/^/#   /'; }
 "$BIN" "${base[@]}" --total-batch-tokens 128 --steps 4 --log-file "$tmp/straight.jsonl" >/dev/null 2>&1
 "$BIN" "${base[@]}" --total-batch-tokens 128 --steps 4 --checkpoint-every 2 --output-dir "$tmp/auto_ck" >/dev/null 2>&1
 rm -rf "$tmp/auto_ck/step_00000004"  # go on from step 2
