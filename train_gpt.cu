@@ -367,9 +367,9 @@ int main(int argc, char** argv) {
         }
     };
     open_data(B > 0 ? B : 1);
-    // the largest micro-batch the data holds (for auto): one of B·T+1 training tokens, and dp of
-    // them in the validation shards (the loaders are open at B = 1 then)
-    const long long data_most = std::min(train_loader.slots, has_val ? val_loader.slots / dp : train_loader.slots);
+    // for auto, the largest micro-batch the data holds (the loaders are open at B = 1): one of
+    // B·T+1 training tokens, and dp of them in the validation shards
+    const long long data_most = !auto_batch ? 0 : has_val ? std::min(train_loader.slots, val_loader.slots / dp) : train_loader.slots;
     ChoiceSet hellaswag;
     const bool has_hellaswag = !f.str("hellaswag").empty();
     if (has_hellaswag) {

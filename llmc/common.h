@@ -24,10 +24,11 @@ addressing tells host from device pointers). That is all the model and the strat
 run unchanged on either device. ctx_copy waits for the GPU when host memory is on either side
 (device to device it is queued in stream order); inside a training step the model moves tokens
 and losses through a HostStage instead (stage_upload / stage_download / stage_wait: page-locked
-memory and an event), so the host never drains the GPU's queue there. For planning, Buf::bytes_for says what an
-allocation takes, and gpu_free_bytes / host_available_bytes what the device still has (on the
-host also within a container's or Slurm job's memory cgroup: cgroup_room_bytes); train_gpt.cu
-refuses a micro-batch that cannot fit; format_bytes prints sizes for people.
+memory and an event), so the host never drains the GPU's queue there. For planning,
+Buf::bytes_for says what an allocation takes, and gpu_free_bytes / host_available_bytes what the
+device still has (on the host also within a container's or Slurm job's memory cgroup:
+cgroup_room_bytes); planner.h refuses a micro-batch that cannot fit; format_bytes prints sizes
+for people.
 
 Dtypes. Activations, parameters and gradients have the precision's type T: float (--precision
 fp32) or bf16 (--precision bf16); master weights, optimizer state, statistics (LayerNorm mean

@@ -4,10 +4,10 @@ logger.h — the step log: one JSON object per line (DESIGN §3.6), appended as 
 Fields: step, loss, lr, grad_norm, tokens_per_s, ms, mfu (null on the CPU backend); on
 evaluation steps val_loss (with --val-data) and hellaswag_acc, hellaswag_correct, hellaswag_total,
 hellaswag_loss (with --hellaswag, llmc/hellaswag.h) and eval_s (the seconds they took, which
-ms leaves out); and comm_bytes: the bytes each collective
-sent per rank this step. A run with --steps 0 only evaluates: its one line is {"step": 0, and the
-evaluation's fields}. Floats are written with 9 significant digits, enough to read back the exact
-fp32 value: the resume test compares logs bit for bit.
+ms leaves out); and comm_bytes: the bytes each collective sent per rank this step. A run with
+--steps 0 only evaluates: its one line is {"step": 0, and the evaluation's fields}. Floats are
+written with 9 significant digits, enough to read back the exact fp32 value: the resume test
+compares logs bit for bit.
 The file is flushed after every line, so a crash loses nothing already logged; resuming drops
 the lines after the checkpoint's step (they are about to be logged again).
 

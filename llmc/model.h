@@ -32,7 +32,7 @@ HostStage), and gpt_mean_loss waits only for the loss copy, queued before the ba
 
 Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C; per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
 Activation memory per micro-batch: (16·L·C + 12·C + Vp) elements of T per position, plus fp32
-statistics (gpt_activation_bytes, which train_gpt.cu's memory plan uses); the attention matrix
+statistics (gpt_activation_bytes, which the memory plan in planner.h uses); the attention matrix
 is never stored (see attention.cuh).
 
 Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
@@ -291,7 +291,7 @@ template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g,
 
 // The bytes gpt_ensure_activations allocates for B·T positions (as Buf rounds them), without
 // allocating anything: with the storage owner's bytes, what one rank must hold on its device
-// (train_gpt.cu plans --batch-size with it). Per position: (16·L·C + 12·C + Vp) elements of T,
+// (planner.h plans --batch-size with it). Per position: (16·L·C + 12·C + Vp) elements of T,
 // (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a token.
 template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_) {
     Activations<T> none;  // only walked for its buffers' types: nothing is allocated
