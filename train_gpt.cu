@@ -14,7 +14,7 @@ backward scaled by 1/(B·T·accum), so the gradient is that of the mean loss ove
 
 The same source builds with g++ (CPU backend) and nvcc. Every op is called through a Ctx
 (llmc/common.h); this file never touches a backend. Flags that need a later part of the
-project (the model-parallel layouts, fp16/fp8, recomputation) are accepted by the parser
+project (the model-parallel layouts, fp16/fp8) are accepted by the parser
 and then refused with a clear "not yet supported" error, never silently ignored.
 
 With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is
@@ -71,7 +71,7 @@ static const FlagDef FLAGS[] = {
     {"seed", "1337", "seed for initialization, shuffling and sampling", false},
     {"shuffle", "0", "0 | 1: visit the training batches in a per-epoch random order", false},
     {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 on the CPU emulates the GPU's rounding)", false},
-    {"recompute", "none", "none | selective | full activation checkpointing", false},
+    {"recompute", "none", "activation checkpointing: none | selective (each block's backward reruns its LayerNorms and GELU: 10·C of its 16·C activations a position kept) | full (each block's backward reruns its forward: C of 16·C kept, +22% of the block's FLOPs); the same training, less memory (llmc/model.h)", false},
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
     {"tp", "1", "tensor-parallel degree", false},
     {"sp", "0", "0 | 1: sequence parallelism (with --tp)", false},
@@ -285,7 +285,9 @@ int main(int argc, char** argv) {
     uint64_t seed = (uint64_t)f.integer("seed", 0, (1LL << 62));
     bool shuffle = f.integer("shuffle", 0, 1);
     std::string precision = f.choice("precision", {"auto", "fp32", "bf16", "fp16", "fp8"});
-    std::string recompute = f.choice("recompute", {"none", "selective", "full"});
+    const std::string recompute_flag = f.choice("recompute", {"none", "selective", "full"});
+    const Recompute recompute = recompute_flag == "full" ? Recompute::Full
+                              : recompute_flag == "selective" ? Recompute::Selective : Recompute::None;
     int zero = (int)f.integer("zero", 0, 3), tp = (int)f.integer("tp", 1, 1 << 16), sp = (int)f.integer("sp", 0, 1);
     int pp = (int)f.integer("pp", 1, 1 << 16), vpp = (int)f.integer("vpp", 1, 1 << 16), cp = (int)f.integer("cp", 1, 1 << 16);
     f.choice("pp-schedule", {"gpipe", "1f1b", "interleaved"});
@@ -302,7 +304,6 @@ int main(int argc, char** argv) {
     int threads = (int)f.integer("threads", 0, 4096);
     if (precision == "fp16" || precision == "fp8")
         usage_error("--precision %s: not yet supported; use bf16 or fp32", precision.c_str());
-    if (recompute != "none") usage_error("--recompute %s: activation checkpointing is not yet supported", recompute.c_str());
     bool comm_stats = f.integer("comm-stats", 0, 1);
     bool overlap = f.integer("overlap", 0, 1);
     const bool profile = f.integer("profile", 0, 1);
@@ -410,14 +411,15 @@ int main(int argc, char** argv) {
         // --- the model, its storage (data_parallel.h) and its weights
         GPT<floatX> model;
         gpt_build(&model, config);
+        model.recompute = recompute;
         DataParallel<floatX> dpar;
         dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
         dpar.overlap = overlap;
         const DPMemory mem = dp_memory(dpar);
         const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
         if (runs_forward) {
-            B = plan_batch<floatX>(ctx, config, B, T, dp, total_batch, total_given, mem.params + mem.grads + mem.optimizer + mem.working,
-                                   mesh, data_most);
+            B = plan_batch<floatX>(ctx, config, recompute, B, T, dp, total_batch, total_given,
+                                   mem.params + mem.grads + mem.optimizer + mem.working, mesh, data_most);
             if (auto_batch && !resume) open_data(B);
         } else if (B == 0) {
             B = 1;  // a --steps 0 conversion reads no batch: any B would do
@@ -450,7 +452,8 @@ int main(int argc, char** argv) {
                 for (int u = u0; u < u1; u++) dp_set_unit(&dpar, u, units[u - u0].data());
             }
         }
-        const std::string out_dir_note = out_dir.empty() ? "" : (" -> " + out_dir);
+        const std::string out_dir_note = (recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(recompute)) +
+                                         (out_dir.empty() ? "" : " -> " + out_dir);
         print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s\n", config.num_layers, config.channels,
                config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
                from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
@@ -468,7 +471,7 @@ int main(int argc, char** argv) {
         fflush(stdout);
         printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B\n",
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
-               (long long)gpt_activation_bytes<floatX>(config, B, T));
+               (long long)gpt_activation_bytes<floatX>(config, B, T, recompute));
         fflush(stdout);
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero);

@@ -33,10 +33,13 @@ HostStage), and gpt_mean_loss waits only for the loss copy, queued before the ba
 Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C; per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
 Activation memory per micro-batch: (16·L·C + 12·C + Vp) elements of T per position, plus fp32
 statistics (gpt_activation_bytes, which the memory plan in planner.h uses); the attention matrix
-is never stored (see attention.cuh).
+is never stored (see attention.cuh). Activation checkpointing (--recompute selective | full, see
+Recompute) keeps 10·L·C + 18·C + Vp or L·C + 27·C + Vp of them and reruns the rest of each block's
+forward at the start of its backward: the same ops on the same inputs, so the same training.
 
 Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
-test/test_cli.sh (model file round trips and bad files).
+test/test_cli.sh (model file round trips and bad files), test/test_train.sh (--recompute: the
+same run bit for bit), test/test_gpu_train.sh (the activations predicted are those allocated).
 */
 #pragma once
 #include <cmath>
@@ -190,7 +193,35 @@ inline bool gpt_preset(const std::string& spec, GPTConfig* c) {
 // ----------------------------------------------------------------------------
 // the model
 
-template <class floatX> struct Activations {  // on the Ctx's device, for B·T positions; per-block buffers are [L][...]
+// Activation checkpointing (--recompute): which of a block's activations the forward keeps, one
+// copy per block, for the backward. The rest live in one block-sized buffer that every block
+// overwrites, and the backward of block l first reruns the forward ops that made them
+// (gpt_block_forward with rerun): the same kernels on the same inputs, so they give back the
+// same bits and the training is the same run, only its memory and time differ. Per position,
+// of the 16·C elements (and L·(4 + NH) floats) a block stores:
+//   none       keeps everything: no work is repeated
+//   selective  drops the LayerNorm outputs ln1, ln2 (C each) and the GELU output (4C), 6·C of
+//              the 16·C: the backward reruns two LayerNorms and a GELU, memory-bound ops (cf.
+//              llm.c's --recompute 2). The forward's GELU then runs as its own kernel, not in the
+//              matmul's epilogue, so that its rerun is the same computation (cuBLASLt's epilogue
+//              rounds and approximates differently from gelu.cuh)
+//   full       keeps only the block's output (C: it is the next block's input) and reruns the
+//              whole block forward but its last matmul: 16·C² of the block's 72·C² training
+//              FLOPs per token (+22%) and one more attention forward
+// so that the activations of a micro-batch are, per position (gpt_activation_buffers):
+//   none (16·L·C + 12·C + Vp)   selective (10·L·C + 18·C + Vp)   full (L·C + 27·C + Vp)
+// elements. MFU (mfu.h) counts the model's FLOPs, not the rerun: recomputation lowers it.
+enum class Recompute { None, Selective, Full };
+inline const char* recompute_name(Recompute r) {
+    return r == Recompute::None ? "none" : r == Recompute::Selective ? "selective" : "full";
+}
+// ln1, ln2 and the GELU output, one per block?
+inline bool keeps_cheap(Recompute r) { return r == Recompute::None; }
+// q/k/v, the attention output and its lse, the residual after attention, the pre-GELU, and the
+// LayerNorm statistics, one per block?
+inline bool keeps_inner(Recompute r) { return r != Recompute::Full; }
+
+template <class floatX> struct Activations {  // on the Ctx's device, for B·T positions; per-block buffers are [L][...], or one block's (Recompute)
     Buf<floatX> encoded, ln1, qkv, atty, residual2, ln2, fch, fch_gelu, residual3, lnf, logits, scratch;
     Buf<float> ln1_mean, ln1_rstd, lse, ln2_mean, ln2_rstd, lnf_mean, lnf_rstd, losses;  // fp32 statistics
     // gradient scratch, reused by every block
@@ -199,6 +230,7 @@ template <class floatX> struct Activations {  // on the Ctx's device, for B·T p
     std::vector<int> tokens_host;   // the same tokens in host memory (the encoder backward groups by them)
     HostStage tokens_in, targets_in, losses_out;  // copies the host does not wait for (common.h)
     int B = 0, T = 0;
+    Recompute recompute = Recompute::None;  // what the buffers were sized for
     int loss_count = 0;  // positions whose losses the last gpt_forward is copying back (0: it had no targets)
 };
 
@@ -215,6 +247,7 @@ template <class T> struct GPT {
     ParamLayout layout;
     std::vector<T*> params, grads;  // per unit, set by the storage owner
     ParamHooks* hooks = nullptr;
+    Recompute recompute = Recompute::None;  // --recompute: set before the first forward
     Activations<T> acts;
 };
 
@@ -267,13 +300,16 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
 
 // Every activation buffer with its element count for B·T positions: the one list that both
 // gpt_ensure_activations (allocating it) and gpt_activation_bytes (planning memory) walk.
-template <class T, class F> inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B, int T_, F&& f) {
+// A per-block buffer holds L blocks, or one where --recompute reruns what made it (see Recompute).
+template <class T, class F>
+inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B, int T_, Recompute r, F&& f) {
     const size_t L = c.num_layers, C = c.channels, NH = c.num_heads, BT = (size_t)B * T_;
+    const size_t Lc = keeps_cheap(r) ? L : 1, Li = keeps_inner(r) ? L : 1;
     f(a.encoded, BT * C);
-    f(a.ln1, L * BT * C); f(a.ln1_mean, L * BT); f(a.ln1_rstd, L * BT);       // per block
-    f(a.qkv, L * BT * 3 * C); f(a.atty, L * BT * C); f(a.lse, L * BT * NH);
-    f(a.residual2, L * BT * C); f(a.ln2, L * BT * C); f(a.ln2_mean, L * BT); f(a.ln2_rstd, L * BT);
-    f(a.fch, L * BT * 4 * C); f(a.fch_gelu, L * BT * 4 * C); f(a.residual3, L * BT * C);
+    f(a.ln1, Lc * BT * C); f(a.ln1_mean, Li * BT); f(a.ln1_rstd, Li * BT);    // per block
+    f(a.qkv, Li * BT * 3 * C); f(a.atty, Li * BT * C); f(a.lse, Li * BT * NH);
+    f(a.residual2, Li * BT * C); f(a.ln2, Lc * BT * C); f(a.ln2_mean, Li * BT); f(a.ln2_rstd, Li * BT);
+    f(a.fch, Li * BT * 4 * C); f(a.fch_gelu, Lc * BT * 4 * C); f(a.residual3, L * BT * C);
     f(a.lnf, BT * C); f(a.lnf_mean, BT); f(a.lnf_rstd, BT);                  // the head
     f(a.logits, BT * c.padded_vocab_size); f(a.losses, BT);
     f(a.scratch, BT * C);
@@ -283,26 +319,41 @@ template <class T, class F> inline void gpt_activation_buffers(Activations<T>& a
 
 template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
-    if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device) return;
-    gpt_activation_buffers(a, g->config, B, T_, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
+    if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device && a.recompute == g->recompute) return;
+    gpt_activation_buffers(a, g->config, B, T_, g->recompute, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
     a.tokens_host.assign((size_t)B * T_, 0);
-    a.B = B; a.T = T_;
+    a.B = B; a.T = T_; a.recompute = g->recompute;
 }
 
 // The bytes gpt_ensure_activations allocates for B·T positions (as Buf rounds them), without
 // allocating anything: with the storage owner's bytes, what one rank must hold on its device
-// (planner.h plans --batch-size with it). Per position: (16·L·C + 12·C + Vp) elements of T,
-// (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a token.
-template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_) {
+// (planner.h plans --batch-size with it). Per position, without recomputation: (16·L·C + 12·C +
+// Vp) elements of T, (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a
+// token (Recompute gives the elements with it).
+template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_, Recompute r) {
     Activations<T> none;  // only walked for its buffers' types: nothing is allocated
     double bytes = 0;
-    gpt_activation_buffers(none, c, B, T_, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
+    gpt_activation_buffers(none, c, B, T_, r, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
     return bytes;
 }
 
-// The input of block l: the encoder output for l = 0, else the output of block l−1.
-template <class T> inline T* block_input(GPT<T>* g, int l, size_t BTC) {
-    return l == 0 ? g->acts.encoded.data() : g->acts.residual3.data() + (size_t)(l - 1) * BTC;
+// Block l's activations: its slice of each per-block buffer, or the one block-sized buffer that
+// every block shares where --recompute does not keep that activation per block (see Recompute).
+template <class T> struct BlockActs {
+    T *x, *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+};
+template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T_) {
+    Activations<T>& a = g->acts;
+    const size_t BT = (size_t)B * T_, BTC = BT * g->config.channels, NH = g->config.num_heads;
+    const size_t c = keeps_cheap(g->recompute) ? l : 0, i = keeps_inner(g->recompute) ? l : 0;
+    return BlockActs<T>{
+        // x, the block's input: the encoder output for l = 0, else the output of block l−1
+        l == 0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1) * BTC,
+        a.ln1.data() + c * BTC, a.qkv.data() + i * BTC * 3, a.atty.data() + i * BTC, a.residual2.data() + i * BTC,
+        a.ln2.data() + c * BTC, a.fch.data() + i * BTC * 4, a.fch_gelu.data() + c * BTC * 4,
+        a.ln1_mean.data() + i * BT, a.ln1_rstd.data() + i * BT, a.lse.data() + i * BT * NH,
+        a.ln2_mean.data() + i * BT, a.ln2_rstd.data() + i * BT};
 }
 
 template <class T> inline void acquire(GPT<T>* g, int u) { if (g->hooks) g->hooks->acquire(u); }
@@ -314,60 +365,61 @@ template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->
 // res3 = res2 + fcproj(…) with the next LayerNorm, which is block l+1's ln1 or lnf. So block l
 // begins by forming its input x = res3 of block l−1 from that block's res2 and the MLP output
 // it left in acts.scratch, and the last block's output is formed by gpt_forward with lnf.
-template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
+// rerun (the backward of a --recompute run): only the ops whose outputs the run did not keep,
+// on the kept inputs; x exists already, and the MLP's output is not needed.
+template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_, bool rerun = false) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
     const int C = c.channels, NH = c.num_heads, BT = B * T_;
-    const size_t BTC = (size_t)BT * C;
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
-    T* x = block_input(g, l, BTC);
-    T* ln1 = a.ln1.data() + l * BTC;
-    T* qkv = a.qkv.data() + l * BTC * 3;
-    T* atty = a.atty.data() + l * BTC;
-    T* res2 = a.residual2.data() + l * BTC;
-    T* ln2 = a.ln2.data() + l * BTC;
-    T* fch = a.fch.data() + l * BTC * 4;
-    T* fch_gelu = a.fch_gelu.data() + l * BTC * 4;
-    float *ln1_mean = a.ln1_mean.data() + l * BT, *ln1_rstd = a.ln1_rstd.data() + l * BT;
-    if (l == 0)  // x is the encoder's output
-        layernorm_forward(ctx, ln1, ln1_mean, ln1_rstd, x, w.ln1w, w.ln1b, BT, C);
-    else         // x = res3 of block l−1 = its res2 + its MLP output
-        residual_layernorm_forward(ctx, x, ln1, ln1_mean, ln1_rstd, a.residual2.data() + (l - 1) * BTC, a.scratch.data(),
+    BlockActs<T> b = block_acts(g, l, B, T_);
+    const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
+    if (l > 0 && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
+        residual_layernorm_forward(ctx, b.x, b.ln1, b.ln1_mean, b.ln1_rstd, block_acts(g, l - 1, B, T_).res2, a.scratch.data(),
                                    w.ln1w, w.ln1b, BT, C);
-    matmul_forward(ctx, qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * C);
-    attention_forward(ctx, atty, a.lse.data() + (size_t)l * BT * NH, qkv, B, T_, C, NH);
-    matmul_forward(ctx, a.scratch.data(), atty, w.attprojw, w.attprojb, BT, C, C);
-    residual_layernorm_forward(ctx, res2, ln2, a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, x, a.scratch.data(),
-                               w.ln2w, w.ln2b, BT, C);
-    matmul_forward(ctx, fch_gelu, ln2, w.fcw, w.fcb, BT, C, 4 * C, fch);  // fch = pre-GELU, fch_gelu = GELU(fch)
-    matmul_forward(ctx, a.scratch.data(), fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C);
+    else                  // x is the encoder's output, or was kept
+        layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, BT, C);
+    if (inner) {
+        matmul_forward(ctx, b.qkv, b.ln1, w.qkvw, w.qkvb, BT, C, 3 * C);
+        attention_forward(ctx, b.atty, b.lse, b.qkv, B, T_, C, NH);
+        matmul_forward(ctx, a.scratch.data(), b.atty, w.attprojw, w.attprojb, BT, C, C);
+        residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, BT, C);
+    } else {              // selective: res2 was kept
+        layernorm_forward(ctx, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2w, w.ln2b, BT, C);
+    }
+    // fch = pre-GELU, fch_gelu = GELU(fch); selective reruns the GELU alone, so it runs apart here too
+    if (g->recompute == Recompute::Selective) {
+        if (inner) matmul_forward(ctx, b.fch, b.ln2, w.fcw, w.fcb, BT, C, 4 * C);
+        gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * 4 * C);
+    } else {
+        matmul_forward(ctx, b.fch_gelu, b.ln2, w.fcw, w.fcb, BT, C, 4 * C, b.fch);
+    }
+    if (!rerun) matmul_forward(ctx, a.scratch.data(), b.fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C);
     // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
 }
 
 // Backward of block l. On entry acts.dresidual holds ∂loss/∂(block output); on exit it holds
 // ∂loss/∂(block input). Parameter gradients are accumulated into the block's gradient unit.
+// With --recompute, the activations the forward did not keep are made again first.
 template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
     const int C = c.channels, NH = c.num_heads, BT = B * T_;
-    const size_t BTC = (size_t)BT * C;
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockView<T> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
-    T* x = block_input(g, l, BTC);
+    if (g->recompute != Recompute::None) gpt_block_forward(ctx, g, l, B, T_, true);
+    BlockActs<T> b = block_acts(g, l, B, T_);
     T* dres = a.dresidual.data();
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dres, a.fch_gelu.data() + l * BTC * 4, w.fcprojw, BT, 4 * C, C,
-                    a.fch.data() + l * BTC * 4);  // dfch: through the GELU
-    matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), a.ln2.data() + l * BTC, w.fcw, BT, C, 4 * C);
-    layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, a.dbtc.data(), a.residual2.data() + l * BTC, w.ln2w,
-                       a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, BT, C);
+    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dres, b.fch_gelu, w.fcprojw, BT, 4 * C, C,
+                    b.fch);  // dfch: through the GELU
+    matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), b.ln2, w.fcw, BT, C, 4 * C);
+    layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, a.dbtc.data(), b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd, BT, C);
     // attention: res2 = x + attproj(attention(qkv(ln1(x))))
-    matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, dres, a.atty.data() + l * BTC, w.attprojw, BT, C, C);
-    attention_backward(ctx, a.dqkv.data(), a.dbtc.data(), a.qkv.data() + l * BTC * 3, a.atty.data() + l * BTC,
-                       a.lse.data() + (size_t)l * BT * NH, B, T_, C, NH);
-    matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), a.ln1.data() + l * BTC, w.qkvw, BT, C, 3 * C);
-    layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, a.dbtc.data(), x, w.ln1w,
-                       a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, BT, C);
+    matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, dres, b.atty, w.attprojw, BT, C, C);
+    attention_backward(ctx, a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty, b.lse, B, T_, C, NH);
+    matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), b.ln1, w.qkvw, BT, C, 3 * C);
+    layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, a.dbtc.data(), b.x, w.ln1w, b.ln1_mean, b.ln1_rstd, BT, C);
 }
 
 // Forward over B×T tokens. With targets, the per-position losses are on their way to the host
@@ -399,7 +451,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     acquire(g, unit_lnf(c));
     T* lnf = g->params[unit_lnf(c)];
     residual_layernorm_forward(ctx, last, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
-                               a.residual2.data() + (size_t)(L - 1) * BTC, a.scratch.data(), lnf, lnf + C, BT, C);
+                               block_acts(g, L - 1, B, T_).res2, a.scratch.data(), lnf, lnf + C, BT, C);
     release(g, unit_lnf(c));
     acquire(g, 0);
     matmul_forward(ctx, a.logits.data(), a.lnf.data(), g->params[0] + p.wte, nullptr, BT, C, c.padded_vocab_size);

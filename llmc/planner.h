@@ -4,17 +4,19 @@ planner.h — the memory plan: which micro-batch fits beside the model state, on
 A rank's memory holds the model state (data_parallel.h: parameters, gradients, optimizer, the
 ZeRO stage's working buffers; 16Ψ bytes at stage 0, 16Ψ/N at stage 3) and the activations of
 one micro-batch (model.h: gpt_activation_buffers, per position (16·L·C + 12·C + Vp) elements of
-the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T positions). The state is
-allocated first; the plan then asks what is still free (the GPU's cudaMemGetInfo, or on the CPU
-the host's MemAvailable, or less under a memory cgroup: common.h) and whether B·T positions of
-activations fit in it, with a reserve for the kernels' scratch:
+the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T positions; fewer with
+--recompute, model.h's Recompute). The state is allocated first; the plan then asks what is
+still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
+memory cgroup: common.h) and whether B·T positions of activations fit in it, with a reserve for
+the kernels' scratch:
 
   need(B) = activations(B) · (1 + 1%) + 64 MiB    fits when need(B) ≤ free / (ranks sharing it)
 
 A --batch-size that does not fit is refused at start (exit 2) with one that does and keeps the
-step's tokens in whole micro-batches; --batch-size auto takes that one itself (no larger than
-the data holds: one sequence of B·T+1 training tokens, dp of them in the validation shards). Every rank plans
-with its own free memory, then all agree on the smallest.
+step's tokens in whole micro-batches, and, where --recompute full would let a larger one fit,
+how large; --batch-size auto takes the first itself (no larger than the data holds: one
+sequence of B·T+1 training tokens, dp of them in the validation shards). Every rank plans with
+its own free memory, then all agree on the smallest.
 
 Tests: test/test_gpu_train.sh (the peak is the state plus the predicted activations within 1%;
 the refusal; auto on an emulated GPU of SIMT_GPU_MEMORY bytes), test/test_cli.sh (the host's
@@ -41,9 +43,10 @@ memory), test/test_dp.sh (ranks with different GPUs agree), test/test_ops.cpp (m
 // D/(T·dp) sequences (1 always does), so the step is the one asked for, in D/(B·T·dp) micro-batches.
 constexpr double SCRATCH_SHARE = 0.01, SCRATCH_FIXED = 64.0 * 1048576;
 template <class floatX>
-inline int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, long long step_tokens,
+inline int plan_batch(const Ctx& ctx, const GPTConfig& c, Recompute recompute, int B, int T, int dp, long long step_tokens,
                       bool step_given, double state_bytes, Mesh& mesh, long long data_most) {
-    auto need = [&](int b) { return gpt_activation_bytes<floatX>(c, b, T) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED; };
+    auto need_with = [&](Recompute r, int b) { return gpt_activation_bytes<floatX>(c, b, T, r) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED; };
+    auto need = [&](int b) { return need_with(recompute, b); };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
     const bool gpu = ctx.device == Device::CUDA, automatic = B == 0;
     // the ranks of this node that share this rank's memory: all of them on the host; on GPUs
@@ -57,22 +60,26 @@ inline int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, 
     // the largest that fits and splits the step's tokens into whole micro-batches
     const long long whole_step = step_tokens / ((long long)T * dp);
     const int most = automatic ? (int)std::min({whole_step, data_most, 1LL << 20}) : B;
-    int lo = 0, hi = most;
-    while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need(mid) <= room) lo = mid; else hi = mid - 1; }
-    if (!gpu && room <= 0) lo = most;  // the host's memory is unknown: no check
+    auto largest = [&](Recompute r) {  // that fits with r's activations
+        int lo = 0, hi = most;
+        while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need_with(r, mid) <= room) lo = mid; else hi = mid - 1; }
+        return !gpu && room <= 0 ? most : lo;  // the host's memory is unknown: no check
+    };
+    const int lo = largest(recompute), lo_full = largest(Recompute::Full);  // (the second for the advice)
     int divides = lo;
     while (divides > 0 && step_tokens % ((long long)divides * T * dp) != 0) divides--;
     // every rank's numbers on every rank, then the rank with the least room speaks for all
-    enum { FITS, DIVIDES, NEED, ROOM, STATE, SHARING, CGROUP, N };
+    enum { FITS, DIVIDES, NEED, ROOM, STATE, SHARING, CGROUP, FITS_FULL, N };
     std::vector<double> all(N * (size_t)mesh.world, 0.0);
     double* mine = &all[N * (size_t)mesh.rank];
     mine[FITS] = lo; mine[DIVIDES] = divides; mine[NEED] = need(std::max(B, 1)); mine[ROOM] = room; mine[STATE] = state_bytes;
-    mine[SHARING] = sharing; mine[CGROUP] = by_cgroup;
+    mine[SHARING] = sharing; mine[CGROUP] = by_cgroup; mine[FITS_FULL] = lo_full;
     comm_sum_doubles(mesh.world_group, all.data(), (int)all.size());
-    int worst = 0, divides_all = most;
+    int worst = 0, divides_all = most, fits_full_all = most;
     for (int r = 0; r < mesh.world; r++) {
         if (all[N * r + FITS] < all[N * worst + FITS]) worst = r;
         divides_all = std::min(divides_all, (int)all[N * r + DIVIDES]);
+        fits_full_all = std::min(fits_full_all, (int)all[N * r + FITS_FULL]);
     }
     const double* w = &all[N * (size_t)worst];
     const int fits_all = (int)w[FITS], shared_by = (int)w[SHARING];
@@ -90,6 +97,11 @@ inline int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, 
         return divides_all;
     }
     if (!automatic && fits_all >= B) return B;
+    // where keeping fewer activations (model.h: Recompute) would let more fit: how many
+    // (the search stops at the B asked for: there full fits it whole)
+    const std::string with_full = recompute == Recompute::Full || fits_full_all <= fits_all ? ""
+        : "; or keep fewer activations: with --recompute full, " + std::string(!automatic && fits_full_all >= B ? "" : "up to ") +
+              "--batch-size " + std::to_string(fits_full_all) + " fits";
     std::string advice;
     if (fits_all == 0)
         advice = "not even --batch-size 1 fits: use a shorter --seq-len, or spread the model state over more ranks with --zero";
@@ -101,6 +113,7 @@ inline int plan_batch(const Ctx& ctx, const GPTConfig& c, int B, int T, int dp, 
                  std::to_string(step_tokens) + " tokens in " + std::to_string(step_tokens / ((long long)divides_all * T * dp)) +
                  " micro-batches" + (fits_all > divides_all ? " (at most --batch-size " + std::to_string(fits_all) + " fits)" : "");
     usage_error("--batch-size %s --seq-len %d: a micro-batch %sneeds %s of activations and scratch, but %s after the model "
-                "state (%s of parameters, gradients and optimizer); %s", automatic ? "auto" : std::to_string(B).c_str(), T,
-                automatic ? "of 1 " : "", format_bytes(w[NEED]).c_str(), where.c_str(), format_bytes(w[STATE]).c_str(), advice.c_str());
+                "state (%s of parameters, gradients and optimizer); %s%s", automatic ? "auto" : std::to_string(B).c_str(), T,
+                automatic ? "of 1 " : "", format_bytes(w[NEED]).c_str(), where.c_str(), format_bytes(w[STATE]).c_str(), advice.c_str(),
+                with_full.c_str());
 }

@@ -126,6 +126,28 @@ expect_fail "a micro-batch larger than the host's memory" 2 \
     "--batch-size 1000 --seq-len 1024: a micro-batch needs" --device cpu --model "$tmp/wide_vocab.bin" --val-data "" --batch-size 1000 --seq-len 1024
 grep -qE "but the host has .* available after the model state .*; --batch-size [0-9]+ --total-batch-tokens 1024000 fits, with the step's 1024000 tokens in [0-9]+ micro-batches" "$tmp/err" \
     && echo "ok - the refusal names the host's memory and a batch size that fits the step" || echo "not ok - the refusal: $(cat "$tmp/err")"
+# --recompute full keeps ~1/2.6 of GPT-2 124M's activations per position (model.h: Recompute;
+# the logits, which every mode keeps, are most of the rest): a refusal without it names the
+# larger micro-batch that fits with it, and a run with it is planned by that same count
+deep=(--device cpu --model d12 --val-data "" --batch-size 1000 --seq-len 1024)
+"$BIN" "${deep[@]}" >/dev/null 2>"$tmp/err_none"; rc1=$?
+"$BIN" "${deep[@]}" --recompute full >/dev/null 2>"$tmp/err_full"; rc2=$?
+$PY - "$tmp/err_none" "$tmp/err_full" "$rc1" "$rc2" <<'PY'
+import re, sys
+none, full = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+def most(text):  # the largest B the refusal says fits without another flag
+    m = re.search(r"\(at most --batch-size (\d+) fits\)", text) or re.search(r"--batch-size (\d+) --total-batch-tokens \d+ fits", text)
+    return int(m.group(1)) if m else None
+x, y = most(none), re.search(r"; or keep fewer activations: with --recompute full, up to --batch-size (\d+) fits$", none.strip())
+xf = most(full)
+# d12, T = 1024: 16·L·C + 12·C + Vp = 206,976 elements a position without recomputation, L·C + 27·C
+# + Vp = 80,256 with full: 2.58x as many positions fit (less the plan's fixed reserve); the two runs
+# see the host's free memory a moment apart, hence 5% between full's own count and the advice
+ok = (sys.argv[3] == sys.argv[4] == "2" and x and y and xf and int(y.group(1)) >= 2 * x and abs(xf - int(y.group(1))) <= 0.05 * xf
+      and "--recompute full," not in full)
+print(("ok" if ok else "not ok") + f" - a refused micro-batch names the larger one --recompute full fits (d12: {x} without, "
+      f"{y.group(1) if y else '?'} with; a run with it plans {xf})" + ("" if ok else ": " + none.strip()[-200:] + " | " + full.strip()[-200:]))
+PY
 # a --steps 0 conversion runs no forward: the same flags then only read and write the model
 "$BIN" --device cpu --model "$tmp/wide_vocab.bin" --val-data "" --batch-size 1000 --seq-len 1024 --steps 0 --save-model "$tmp/wide_copy.bin" >/dev/null 2>"$tmp/err" \
     && cmp -s "$tmp/wide_vocab.bin" "$tmp/wide_copy.bin" && echo "ok - a --steps 0 conversion needs no room for activations" \

@@ -16,6 +16,7 @@
 #   host waits:   on the emulated GPU with NCCL, every stage waits for the whole GPU queue at
 #                 most once per optimizer step, whatever its units and micro-steps
 #   hellaswag:    dp = 2 (ZeRO-3) and 3 (ZeRO-1) answer --hellaswag exactly as one process
+#   recompute:    dp = 2 ZeRO-3 with --recompute full is the run without it, bit for bit
 #   memory plan:  (emulated GPU) --batch-size auto agrees on what fits the smallest GPU, and
 #                 where nothing fits one rank, all stop with one line
 #   layout:       a world size that tp·pp·cp does not divide fails with one clear line
@@ -375,6 +376,17 @@ if [ "${DEVICE:-cpu}" = cuda ] && grep -q "^gpu: CPU SIMT emulator" "$f"; then
     [ $rc = 2 ] && [ "$n" = 1 ] && ! grep -q "^step " "$tmp/auto2.txt" && r=ok || r="not ok"
     echo "$r - dp=2, no room on rank 1's GPU: both ranks stop with one line naming it (exit $rc, $n such line)"
 fi
+
+# --- activation checkpointing under ZeRO-3 (model.h: Recompute): each block's backward reruns
+# its forward on the parameters ZeRO-3 gathered for that backward, and the run is the one without
+# recomputation, bit for bit (2 layers: a missing rerun would read the other block's activations)
+for r in none full; do
+    mpi 2 "${common[@]}" --model d2 --batch-size 2 --total-batch-tokens 256 --zero 3 --steps 3 --recompute $r \
+        --log-file "$tmp/rc_$r.jsonl" >"$tmp/rc_$r.txt" 2>&1 || { echo "# dp=2 zero=3 --recompute $r failed:"; tail -2 "$tmp/rc_$r.txt"; }
+done
+[ -s "$tmp/rc_full.jsonl" ] && cmp -s <(fields "$tmp/rc_none.jsonl") <(fields "$tmp/rc_full.jsonl") \
+    && echo "ok - dp=2 zero=3 --recompute full: the same run as without recomputation, bit for bit" \
+    || { echo "not ok - dp=2 zero=3 --recompute full differs from none"; diff <(fields "$tmp/rc_none.jsonl") <(fields "$tmp/rc_full.jsonl") | sed 's/^/#   /'; }
 
 # --- bad layouts fail before allocating, with one line from rank 0
 mpi 3 "${common[@]}" --batch-size 2 --tp 2 >"$tmp/bad.out" 2>"$tmp/bad.err"; rc=$?

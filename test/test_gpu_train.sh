@@ -87,7 +87,8 @@ fi
 # memory plan (llmc/planner.h, model.h's gpt_activation_bytes):
 #   the activations the memory line predicts are what the run allocates: the peak of Buf's GPU
 #   memory is the model state plus them, and the kernels' scratch stays within 1% of them (the
-#   share the plan reserves; the emulator shows under 0.3%)
+#   share the plan reserves; the emulator shows under 0.3%); so too with --recompute selective
+#   and full, whose activations are fewer
 #   a --batch-size whose activations cannot fit is refused before the weights are drawn (exit 2),
 #   with a batch size that fits and keeps the step's tokens in whole micro-batches
 #   --batch-size auto takes the whole step in one micro-batch where it fits
@@ -98,22 +99,32 @@ memory_plan() {
     local tmp; tmp=$(mktemp -d)
     local flags=(--device cuda --model d2 --seq-len 64 --steps 1 --val-data "" --precision bf16)
     "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/run.out" 2>&1 || tail -3 "$tmp/run.out" | sed 's/^/# /'
+    local r
+    for r in selective full; do  # (model.h: Recompute) fewer activations kept: the prediction follows
+        "$BIN" "${flags[@]}" --batch-size 16 --recompute $r >"$tmp/run_$r.out" 2>&1 || tail -3 "$tmp/run_$r.out" | sed 's/^/# /'
+    done
     # fp32 d2 at 1000x1024 tokens needs ~229 GB of activations: more than any one GPU has
     "$BIN" --device cuda --model d2 --seq-len 1024 --batch-size 1000 --steps 1 --val-data "" --precision fp32 >"$tmp/big.out" 2>&1
     echo "rc $?" >>"$tmp/big.out"
-    ${PYTHON:-/usr/bin/python3} - "$tmp/run.out" "$tmp/big.out" <<'PY'
+    ${PYTHON:-/usr/bin/python3} - "$tmp/run.out" "$tmp/big.out" "$tmp/run_selective.out" "$tmp/run_full.out" <<'PY'
 import re, sys
 run, big = open(sys.argv[1]).read(), open(sys.argv[2]).read()
-mem = re.search(r"^memory rank 0: (.*)$", run, re.M)
-peak = re.search(r"^peak GPU memory.*\((\d+) B\)$", run, re.M)
-if mem and peak:
-    state_acts = [int(x) for x in re.findall(r"(\d+) B", mem.group(1))]
-    acts, extra = state_acts[4], int(peak.group(1)) - sum(state_acts)
-    ok = 0 <= extra <= 0.01 * acts
-    print(("ok" if ok else "not ok") + f" - memory plan: peak GPU memory = model state + the predicted activations "
-          f"({acts} B) + {extra} B of scratch (0 <= scratch <= 1% of the activations)")
-else:
-    print("not ok - memory plan: the d2 run printed no memory or peak line")
+predicted = []
+for name, path in (("", sys.argv[1]), (" with --recompute selective", sys.argv[3]), (" with --recompute full", sys.argv[4])):
+    text = open(path).read()
+    mem = re.search(r"^memory rank 0: (.*)$", text, re.M)
+    peak = re.search(r"^peak GPU memory.*\((\d+) B\)$", text, re.M)
+    if mem and peak:
+        state_acts = [int(x) for x in re.findall(r"(\d+) B", mem.group(1))]
+        acts, extra = state_acts[4], int(peak.group(1)) - sum(state_acts)
+        predicted.append(acts)
+        ok = 0 <= extra <= 0.01 * acts
+        print(("ok" if ok else "not ok") + f" - memory plan{name}: peak GPU memory = model state + the predicted activations "
+              f"({acts} B) + {extra} B of scratch (0 <= scratch <= 1% of the activations)")
+    else:
+        print(f"not ok - memory plan{name}: the d2 run printed no memory or peak line")
+ok = len(predicted) == 3 and predicted[0] > predicted[1] > predicted[2]
+print(("ok" if ok else "not ok") + f" - memory plan: the activations shrink with --recompute (none, selective, full: {predicted} B)")
 m = re.search(r"^error: --batch-size 1000 --seq-len 1024: a micro-batch needs .* of activations and scratch, but the GPU has .* "
               r"free .*; --batch-size (\d+) --total-batch-tokens 1024000 fits, with the step's 1024000 tokens in (\d+) micro-batches", big, re.M)
 ok = bool(m) and "rc 2" in big and "step " not in big and int(m.group(1)) * 1024 * int(m.group(2)) == 1024000 and int(m.group(1)) < 1000
