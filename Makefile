@@ -167,7 +167,8 @@ clean:
 # BENCH_PARTS picks parts (in this order): train (bf16, BENCH_MODELS, and the first one's
 # per-op profile), fp32 (124M), torch (attention and a step against PyTorch), kernels (the
 # memory-bound ops and the linear layers against PyTorch eager and compiled), overlap (≥ 2
-# GPUs); not by default: flash32 (train with --flash-rows 32), wgmma (train with --flash-wgmma 1), ncu (Nsight Compute's view of
+# GPUs); not by default: flash32 (train with --flash-rows 32), wgmma (train with --flash-wgmma 1), recompute (124M
+# and 1558M with --recompute selective, then full: the micro-batches that then fit, their speed), ncu (Nsight Compute's view of
 # each of our kernels in a 124M step: what limits it), ncu-wgmma (the same with --flash-wgmma 1)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
 BENCH_PARTS ?= train fp32 torch kernels overlap
@@ -180,9 +181,10 @@ bench: all
 	    fp32) bash dev/bench/bench_train.sh fp32 gpt2:124M ;; \
 	    flash32) FLASH_ROWS=32 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    wgmma) FLASH_WGMMA=1 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
+	    recompute) for r in selective full; do RECOMPUTE=$$r bash dev/bench/bench_train.sh bf16 gpt2:124M gpt2:1558M; echo; done ;; \
 	    torch) bash dev/bench/bench_vs_torch.sh ;; \
 	    kernels) bash dev/bench/bench_kernels.sh ;; \
 	    overlap) bash dev/bench/bench_overlap.sh ;; \
 	    ncu) bash dev/bench/bench_ncu.sh ;; \
 	    ncu-wgmma) FLASH_WGMMA=1 bash dev/bench/bench_ncu.sh ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma torch kernels overlap ncu ncu-wgmma)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma recompute torch kernels overlap ncu ncu-wgmma)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

@@ -12,6 +12,8 @@
 # same B: llmc/profiler.h). FLASH_ROWS=32 runs every step with --flash-rows 32 (two m-tiles per
 # warp in flash attention; `make bench` part flash32), to compare with the default 16.
 # FLASH_WGMMA=1 runs them with --flash-wgmma 1 (the wgmma flash attention; part wgmma).
+# RECOMPUTE=selective|full runs them with --recompute (activation checkpointing, llmc/model.h;
+# part recompute): fewer activations, so larger micro-batches fit, at the cost of the reruns.
 # usage: dev/bench/bench_train.sh [PRECISION] [MODELS...]
 set -u
 cd "$(dirname "$0")/../.."
@@ -19,8 +21,9 @@ prec=${1:-bf16}; shift || true
 models=${*:-gpt2:124M gpt2:350M gpt2:774M gpt2:1558M}
 rows=${FLASH_ROWS:-16}
 wg=${FLASH_WGMMA:-0}
+rc=${RECOMPUTE:-none}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, --flash-rows $rows --flash-wgmma $wg, commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
+echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, --flash-rows $rows --flash-wgmma $wg --recompute $rc, commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 echo
 echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
 echo "|---|---|---|---|---|---|"
@@ -30,7 +33,7 @@ for m in $models; do
     done_one=0
     Bs="64 32 16 8 4 2 1"; [ "$m" = gpt2:124M ] && Bs="128 $Bs"
     for B in $Bs; do
-        timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
+        timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$rc" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
             --val-data "" --log-file "$tmp/log.jsonl" >"$tmp/out.txt" 2>&1
         rc=$?
         if [ $rc = 124 ] || [ $rc = 137 ]; then echo "| $m | ${B}×1024 | timed out after ${RUN_LIMIT:-300} s | | | |"; done_one=1; break; fi
@@ -62,10 +65,10 @@ profiled=()
 for mb in "${profiled[@]}"; do
     set -- $mb
     echo
-    echo "Where a step of $1 (B=$2, T=1024, $prec, --flash-rows $rows --flash-wgmma $wg) goes (--profile 1: CUDA events around each op, the steps after the first):"
+    echo "Where a step of $1 (B=$2, T=1024, $prec, --flash-rows $rows --flash-wgmma $wg --recompute $rc) goes (--profile 1: CUDA events around each op, the steps after the first):"
     echo
     echo '```'
-    timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --model "$1" --batch-size "$2" --seq-len 1024 \
+    timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$rc" --model "$1" --batch-size "$2" --seq-len 1024 \
         --steps 6 --val-data "" --profile 1 2>&1 | sed -n '/^profile:/,/^  other/p'
     echo '```'
 done
