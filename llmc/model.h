@@ -198,16 +198,16 @@ inline bool gpt_preset(const std::string& spec, GPTConfig* c) {
 // overwrites, and the backward of block l first reruns the forward ops that made them
 // (gpt_block_forward with rerun): the same kernels on the same inputs, so they give back the
 // same bits and the training is the same run, only its memory and time differ. Per position,
-// of the 16·C elements (and L·(4 + NH) floats) a block stores:
+// of the 16·C elements (and 4 + NH floats of statistics) a block stores:
 //   none       keeps everything: no work is repeated
 //   selective  drops the LayerNorm outputs ln1, ln2 (C each) and the GELU output (4C), 6·C of
 //              the 16·C: the backward reruns two LayerNorms and a GELU, memory-bound ops (cf.
 //              llm.c's --recompute 2). The forward's GELU then runs as its own kernel, not in the
 //              matmul's epilogue, so that its rerun is the same computation (cuBLASLt's epilogue
 //              rounds and approximates differently from gelu.cuh)
-//   full       keeps only the block's output (C: it is the next block's input) and reruns the
-//              whole block forward but its last matmul: 16·C² of the block's 72·C² training
-//              FLOPs per token (+22%) and one more attention forward
+//   full       keeps only the block's output (C: it is the next block's input; no statistics)
+//              and reruns the whole block forward but its last matmul: 16·C² of the block's
+//              72·C² training FLOPs per token (+22%) and one more attention forward
 // so that the activations of a micro-batch are, per position (gpt_activation_buffers):
 //   none (16·L·C + 12·C + Vp)   selective (10·L·C + 18·C + Vp)   full (L·C + 27·C + Vp)
 // elements. MFU (mfu.h) counts the model's FLOPs, not the rerun: recomputation lowers it.
