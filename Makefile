@@ -168,7 +168,8 @@ clean:
 # per-op profile), fp32 (124M), torch (attention and a step against PyTorch), kernels (the
 # memory-bound ops and the linear layers against PyTorch eager and compiled), overlap (≥ 2
 # GPUs); not by default: flash32 (train with --flash-rows 32), wgmma (train with --flash-wgmma 1), recompute (124M
-# and 1558M with --recompute selective, then full: the micro-batches that then fit, their speed), ncu (Nsight Compute's view of
+# and 1558M with --recompute selective, then full: the micro-batches that then fit, their speed), recipe (each
+# size at scripts/gpt2.sh's B and micro-batches a step per GPU of 8: the MFU of the real run's step), ncu (Nsight Compute's view of
 # each of our kernels in a 124M step: what limits it), ncu-wgmma (the same with --flash-wgmma 1)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
 BENCH_PARTS ?= train fp32 torch kernels overlap
@@ -182,9 +183,11 @@ bench: all
 	    flash32) FLASH_ROWS=32 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    wgmma) FLASH_WGMMA=1 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    recompute) for r in selective full; do RECOMPUTE=$$r bash dev/bench/bench_train.sh bf16 gpt2:124M gpt2:1558M; echo; done ;; \
+	    recipe) for sba in 124M,64,1 350M,32,2 774M,32,2 1558M,16,8; do set -- $$(echo $$sba | tr , ' '); \
+	        BATCH_SIZES=$$2 ACCUM=$$3 PROFILE=0 bash dev/bench/bench_train.sh bf16 gpt2:$$1; echo; done ;; \
 	    torch) bash dev/bench/bench_vs_torch.sh ;; \
 	    kernels) bash dev/bench/bench_kernels.sh ;; \
 	    overlap) bash dev/bench/bench_overlap.sh ;; \
 	    ncu) bash dev/bench/bench_ncu.sh ;; \
 	    ncu-wgmma) FLASH_WGMMA=1 bash dev/bench/bench_ncu.sh ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma recompute torch kernels overlap ncu ncu-wgmma)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma recompute recipe torch kernels overlap ncu ncu-wgmma)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

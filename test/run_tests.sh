@@ -21,6 +21,8 @@
 #   dev/cuda            the kernel playgrounds on the emulator at small shapes: every version of
 #                       each op within its bound of the CPU op
 #   dev/bench           make bench's PyTorch baselines on tiny CPU shapes (the script runs)
+#   test_bench_train    make bench's training table against a stand-in trainer: every command
+#                       line it gives is one the real trainer accepts, its options reach it
 #   emulated GPU        build/train_gpt_simt (the trainer on the emulator) with --device cuda:
 #                       test_gpu_train (vs the CPU run), test_train, test_vs_pytorch — the GPU
 #                       suite's training checks, on the CUDA code path, without a GPU; and
@@ -90,6 +92,7 @@ sys.exit(0 if r['kind'] == sys.argv[1] and times and all(t > 0 for t in times) e
     done
 }
 part "dev/bench PyTorch baselines (CPU, tiny shapes)" torch_baselines
+part "test_bench_train (make bench's training table, stand-in trainer)" bash test/test_bench_train.sh ./train_gpt
 part "gpu_sanitize's verdicts (stand-in sanitizer, emulated GPU)" bash test/test_gpu_sanitize.sh build/train_gpt_simt
 part "test_gpu_train (emulated GPU)" bash test/test_gpu_train.sh build/train_gpt_simt
 part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/train_gpt_simt

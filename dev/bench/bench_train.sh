@@ -14,6 +14,12 @@
 # FLASH_WGMMA=1 runs them with --flash-wgmma 1 (the wgmma flash attention; part wgmma).
 # RECOMPUTE=selective|full runs them with --recompute (activation checkpointing, llmc/model.h;
 # part recompute): fewer activations, so larger micro-batches fit, at the cost of the reruns.
+# ACCUM=k makes each optimizer step k micro-batches (gradient accumulation: --total-batch-tokens
+# k·B·T), so that the step's once-a-step work (gradient norm, AdamW, zeroing) weighs what it does
+# in a real run; BATCH_SIZES="B ..." the micro-batches to try; PROFILE=0 leaves out the --profile
+# tables. Part recipe: each size at scripts/gpt2.sh's B and its micro-batches a step per GPU on 8
+# GPUs (124M 1, 350M and 774M 2, 1558M 8): the MFU one GPU of the recipe's 8-GPU run sees, less
+# its communication.
 # usage: dev/bench/bench_train.sh [PRECISION] [MODELS...]
 set -u
 cd "$(dirname "$0")/../.."
@@ -21,9 +27,11 @@ prec=${1:-bf16}; shift || true
 models=${*:-gpt2:124M gpt2:350M gpt2:774M gpt2:1558M}
 rows=${FLASH_ROWS:-16}
 wg=${FLASH_WGMMA:-0}
-rc=${RECOMPUTE:-none}
+recompute=${RECOMPUTE:-none}
+accum=${ACCUM:-1}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, --flash-rows $rows --flash-wgmma $wg --recompute $rc, commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
+bin=${TRAIN_GPT:-./train_gpt}  # (test/test_bench_train.sh gives a stand-in)
+echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $accum micro-batch(es) a step, commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 echo
 echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
 echo "|---|---|---|---|---|---|"
@@ -32,20 +40,22 @@ skipped=()  # each larger micro-batch that did not run, and why (the memory plan
 for m in $models; do
     done_one=0
     Bs="64 32 16 8 4 2 1"; [ "$m" = gpt2:124M ] && Bs="128 $Bs"
+    Bs=${BATCH_SIZES:-$Bs}
     for B in $Bs; do
-        timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$rc" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
+        timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
+            --total-batch-tokens $((B * 1024 * accum)) \
             --val-data "" --log-file "$tmp/log.jsonl" >"$tmp/out.txt" 2>&1
         rc=$?
         if [ $rc = 124 ] || [ $rc = 137 ]; then echo "| $m | ${B}×1024 | timed out after ${RUN_LIMIT:-300} s | | | |"; done_one=1; break; fi
         if [ $rc != 0 ]; then skipped+=("$m B=$B (exit $rc): $(tail -1 "$tmp/out.txt" | cut -c1-400)"); continue; fi
-        ${PYTHON:-python3} - "$tmp/log.jsonl" "$tmp/out.txt" "$m" "$B" <<'PY'
+        ${PYTHON:-python3} - "$tmp/log.jsonl" "$tmp/out.txt" "$m" "${B}×1024$([ "$accum" = 1 ] || echo ", $accum a step")" <<'PY'
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]
 mem = re.search(r"peak GPU memory.*?: ([\d.]+) MiB", open(sys.argv[2]).read())
 tok = statistics.median(r["tokens_per_s"] for r in rows)
 mfu = statistics.median(r["mfu"] for r in rows) if rows[0]["mfu"] is not None else float("nan")
 ms = statistics.median(r["ms"] for r in rows)
-print(f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | {float(mem.group(1)) / 1024:.1f} GiB |" if mem else f"| {sys.argv[3]} | {sys.argv[4]}×1024 | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | ? |")
+print(f"| {sys.argv[3]} | {sys.argv[4]} | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | {float(mem.group(1)) / 1024:.1f} GiB |" if mem else f"| {sys.argv[3]} | {sys.argv[4]} | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1f} | ? |")
 PY
         done_one=1
         [ ${#fits[@]} = 0 ] && ran_on=$(grep -m1 '^gpu: ' "$tmp/out.txt")
@@ -62,13 +72,14 @@ fi
 profiled=()
 [ ${#fits[@]} -gt 0 ] && profiled=("${fits[0]}")
 [ ${#fits[@]} -gt 1 ] && profiled+=("${fits[${#fits[@]}-1]}")
+[ "${PROFILE:-1}" = 1 ] || profiled=()
 for mb in "${profiled[@]}"; do
     set -- $mb
     echo
-    echo "Where a step of $1 (B=$2, T=1024, $prec, --flash-rows $rows --flash-wgmma $wg --recompute $rc) goes (--profile 1: CUDA events around each op, the steps after the first):"
+    echo "Where a step of $1 (B=$2, T=1024, $prec, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $accum micro-batch(es) a step) goes (--profile 1: CUDA events around each op, the steps after the first):"
     echo
     echo '```'
-    timeout -k 10 "${RUN_LIMIT:-300}" ./train_gpt --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$rc" --model "$1" --batch-size "$2" --seq-len 1024 \
+    timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" --model "$1" --batch-size "$2" --seq-len 1024 --total-batch-tokens $(($2 * 1024 * accum)) \
         --steps 6 --val-data "" --profile 1 2>&1 | sed -n '/^profile:/,/^  other/p'
     echo '```'
 done

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_bench_train — dev/bench/bench_train.sh (make bench's training table) without a GPU. The
+# script runs only on GPU machines, where a bad flag it passes costs device time that is rarely
+# lent; here it runs against a stand-in trainer (it records each command line and answers as the
+# trainer does: the gpu line, a JSON log, the peak-memory line, a profile table) and a stand-in
+# nvidia-smi, and then
+#   - every command line it gave is one the real trainer accepts: each is run again by
+#     TRAIN_GPT with the size flags overridden (a later flag wins) to a tiny --steps 0 run, so an
+#     unknown flag or a bad value (e.g. a variable that held an exit code) exits 2 there
+#   - the options reach the trainer: RECOMPUTE as --recompute, ACCUM as --total-batch-tokens
+#     B·1024·ACCUM, BATCH_SIZES as the micro-batches tried, PROFILE=0 as no --profile run
+#   - its table has one row per model, from the stand-in's log (the median of steps 2-6)
+# usage: test/test_bench_train.sh TRAIN_GPT     Prints "ok"/"not ok" lines.
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:?usage: test/test_bench_train.sh TRAIN_GPT}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin"
+printf '#!/bin/sh\necho "Stand-in GPU"\n' >"$tmp/bin/nvidia-smi"
+cat >"$tmp/train_gpt" <<EOF
+#!/usr/bin/env bash
+echo "\$*" >>"$tmp/args.txt"
+log=""; prev=""
+for a in "\$@"; do [ "\$prev" = --log-file ] && log=\$a; prev=\$a; done
+echo "gpu: stand-in"
+if [ -n "\$log" ]; then
+    for i in 1 2 3 4 5 6; do echo "{\"step\": \$i, \"tokens_per_s\": \$((1000 * i)).0, \"mfu\": 0.4\$i, \"ms\": \$((10 * i)).0}" >>"\$log"; done
+fi
+echo "peak GPU memory (this rank): 2048.0 MiB (2147483648 B)"
+printf 'profile: 5 steps, 1.00 ms per step\n  other (host, gaps)  0.10\n'
+EOF
+chmod +x "$tmp/train_gpt" "$tmp/bin/nvidia-smi"
+
+bench() {  # bench NAME [VAR=VALUE...] -- MODELS...: run bench_train.sh, its output in $tmp/NAME.md
+    local name=$1; shift
+    local vars=()
+    while [ "$1" != -- ]; do vars+=("$1"); shift; done; shift
+    : >"$tmp/args.txt"
+    env PATH="$tmp/bin:$PATH" TRAIN_GPT="$tmp/train_gpt" LLMC_COMMIT=test PYTHON=/usr/bin/python3 "${vars[@]}" \
+        bash dev/bench/bench_train.sh bf16 "$@" >"$tmp/$name.md" 2>&1
+    cp "$tmp/args.txt" "$tmp/$name.args"
+}
+bench default -- gpt2:124M gpt2:1558M
+bench recompute RECOMPUTE=full -- gpt2:124M
+bench recipe BATCH_SIZES=16 ACCUM=8 PROFILE=0 -- gpt2:1558M
+
+# every command line, once more, on the real trainer: the size flags overridden to a tiny run
+accepted=0 refused=""
+while read -r line; do
+    # shellcheck disable=SC2086  # the recorded flags, one word each (none holds a space but --val-data's empty value)
+    set -- $line
+    args=()
+    while [ $# -gt 0 ]; do
+        if [ "$1" = --val-data ]; then args+=(--val-data ""); shift; case ${1:-} in --*) ;; *) shift ;; esac; continue; fi
+        args+=("$1"); shift
+    done
+    "$BIN" "${args[@]}" --device cpu --model d1 --seq-len 16 --batch-size 1 --total-batch-tokens 16 --steps 0 --log-file "" \
+        >"$tmp/real.out" 2>&1 && accepted=$((accepted + 1)) || refused+=" [$line: $(tail -1 "$tmp/real.out")]"
+done < <(cat "$tmp"/*.args)
+total=$(cat "$tmp"/*.args | wc -l)
+[ -z "$refused" ] && [ "$total" -ge 6 ] && r=ok || r="not ok"
+echo "$r - bench_train.sh: the trainer accepts every command line it gave ($accepted of $total)${refused:+:$refused}"
+
+/usr/bin/python3 - "$tmp" <<'PY'
+import re, sys
+d = sys.argv[1]
+def lines(name): return open(f"{d}/{name}.args").read().splitlines()
+def md(name): return open(f"{d}/{name}.md").read()
+def flag(line, f):
+    m = re.search(rf"--{f} (\S+)", line)
+    return m.group(1) if m else None
+ok = True
+def check(cond, what):
+    global ok
+    print(("ok" if cond else "not ok") + " - bench_train.sh: " + what)
+    ok &= bool(cond)
+default, rec, recipe = lines("default"), lines("recompute"), lines("recipe")
+# the stand-in fits every first B: one run per model and a --profile run for the first and the last
+check(len(default) == 4 and [flag(l, "batch-size") for l in default] == ["128", "64", "128", "64"]
+      and [("--profile 1" in l) for l in default] == [False, False, True, True]
+      and all(flag(l, "recompute") == "none" and int(flag(l, "total-batch-tokens")) == int(flag(l, "batch-size")) * 1024 for l in default),
+      "by default each model at the largest micro-batch tried (124M 128, 1558M 64), one micro-batch a step, "
+      "no recomputation, the first and last model profiled")
+rows = re.findall(r"^\| (gpt2:\S+) \| ([^|]+) \| ([\d,]+) \| ([\d.]+)% \| ([\d.]+) \| ([\d.]+) GiB \|$", md("default"), re.M)
+# the median of steps 2-6 of the stand-in's log: tokens/s 4000, MFU 44%, 40 ms; 2048 MiB = 2.0 GiB
+check([r[0] for r in rows] == ["gpt2:124M", "gpt2:1558M"] and all(r[2:] == ("4,000", "44.0", "40.0", "2.0") for r in rows)
+      and rows[0][1].strip() == "128×1024", f"a table row per model from the trainer's log and peak line ({rows})")
+check(rec and all(flag(l, "recompute") == "full" for l in rec) and "--recompute full" in md("recompute").splitlines()[0],
+      "RECOMPUTE=full reaches every run, the profile run included, and the title")
+check(len(recipe) == 1 and flag(recipe[0], "batch-size") == "16" and flag(recipe[0], "total-batch-tokens") == str(16 * 1024 * 8)
+      and "16×1024, 8 a step" in md("recipe") and "Where a step" not in md("recipe"),
+      "BATCH_SIZES=16 ACCUM=8 PROFILE=0: B=16 in steps of 8 micro-batches, no profile run")
+PY
