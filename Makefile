@@ -183,8 +183,7 @@ bench: all
 	    flash32) FLASH_ROWS=32 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    wgmma) FLASH_WGMMA=1 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    recompute) for r in selective full; do RECOMPUTE=$$r bash dev/bench/bench_train.sh bf16 gpt2:124M gpt2:1558M; echo; done ;; \
-	    recipe) for sba in 124M,64,1 350M,32,2 774M,32,2 1558M,16,8; do set -- $$(echo $$sba | tr , ' '); \
-	        BATCH_SIZES=$$2 ACCUM=$$3 PROFILE=0 bash dev/bench/bench_train.sh bf16 gpt2:$$1; echo; done ;; \
+	    recipe) RECIPE=1 PROFILE=0 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    torch) bash dev/bench/bench_vs_torch.sh ;; \
 	    kernels) bash dev/bench/bench_kernels.sh ;; \
 	    overlap) bash dev/bench/bench_overlap.sh ;; \

@@ -8,7 +8,8 @@
 #     TRAIN_GPT with the size flags overridden (a later flag wins) to a tiny --steps 0 run, so an
 #     unknown flag or a bad value (e.g. a variable that held an exit code) exits 2 there
 #   - the options reach the trainer: RECOMPUTE as --recompute, ACCUM as --total-batch-tokens
-#     B·1024·ACCUM, BATCH_SIZES as the micro-batches tried, PROFILE=0 as no --profile run
+#     B·1024·ACCUM, BATCH_SIZES as the micro-batches tried, PROFILE=0 as no --profile run,
+#     RECIPE=1 as scripts/gpt2.sh's B and micro-batches a step per GPU of 8
 #   - its table has one row per model, from the stand-in's log (the median of steps 2-6)
 # usage: test/test_bench_train.sh TRAIN_GPT     Prints "ok"/"not ok" lines.
 set -u
@@ -42,7 +43,8 @@ bench() {  # bench NAME [VAR=VALUE...] -- MODELS...: run bench_train.sh, its out
 }
 bench default -- gpt2:124M gpt2:1558M
 bench recompute RECOMPUTE=full -- gpt2:124M
-bench recipe BATCH_SIZES=16 ACCUM=8 PROFILE=0 -- gpt2:1558M
+bench accum BATCH_SIZES=16 ACCUM=8 PROFILE=0 -- gpt2:1558M
+bench recipe RECIPE=1 PROFILE=0 -- gpt2:124M gpt2:1558M
 
 # every command line, once more, on the real trainer: the size flags overridden to a tiny run
 accepted=0 refused=""
@@ -74,7 +76,7 @@ def check(cond, what):
     global ok
     print(("ok" if cond else "not ok") + " - bench_train.sh: " + what)
     ok &= bool(cond)
-default, rec, recipe = lines("default"), lines("recompute"), lines("recipe")
+default, rec, acc, recipe = lines("default"), lines("recompute"), lines("accum"), lines("recipe")
 # the stand-in fits every first B: one run per model and a --profile run for the first and the last
 check(len(default) == 4 and [flag(l, "batch-size") for l in default] == ["128", "64", "128", "64"]
       and [("--profile 1" in l) for l in default] == [False, False, True, True]
@@ -87,7 +89,12 @@ check([r[0] for r in rows] == ["gpt2:124M", "gpt2:1558M"] and all(r[2:] == ("4,0
       and rows[0][1].strip() == "128×1024", f"a table row per model from the trainer's log and peak line ({rows})")
 check(rec and all(flag(l, "recompute") == "full" for l in rec) and "--recompute full" in md("recompute").splitlines()[0],
       "RECOMPUTE=full reaches every run, the profile run included, and the title")
-check(len(recipe) == 1 and flag(recipe[0], "batch-size") == "16" and flag(recipe[0], "total-batch-tokens") == str(16 * 1024 * 8)
-      and "16×1024, 8 a step" in md("recipe") and "Where a step" not in md("recipe"),
+check(len(acc) == 1 and flag(acc[0], "batch-size") == "16" and flag(acc[0], "total-batch-tokens") == str(16 * 1024 * 8)
+      and "16×1024, 8 a step" in md("accum") and "Where a step" not in md("accum"),
       "BATCH_SIZES=16 ACCUM=8 PROFILE=0: B=16 in steps of 8 micro-batches, no profile run")
+# scripts/gpt2.sh on 8 GPUs: 124M B=64 in 0.5M-token steps (1 micro-batch a GPU), 1558M B=16 in 1M (8)
+check([(flag(l, "model"), flag(l, "batch-size"), flag(l, "total-batch-tokens")) for l in recipe]
+      == [("gpt2:124M", "64", str(64 * 1024)), ("gpt2:1558M", "16", str(16 * 1024 * 8))]
+      and "64×1024 |" in md("recipe") and "16×1024, 8 a step" in md("recipe"),
+      "RECIPE=1: each size at scripts/gpt2.sh's B and its micro-batches a step per GPU of 8")
 PY

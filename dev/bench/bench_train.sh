@@ -17,9 +17,9 @@
 # ACCUM=k makes each optimizer step k micro-batches (gradient accumulation: --total-batch-tokens
 # k·B·T), so that the step's once-a-step work (gradient norm, AdamW, zeroing) weighs what it does
 # in a real run; BATCH_SIZES="B ..." the micro-batches to try; PROFILE=0 leaves out the --profile
-# tables. Part recipe: each size at scripts/gpt2.sh's B and its micro-batches a step per GPU on 8
-# GPUs (124M 1, 350M and 774M 2, 1558M 8): the MFU one GPU of the recipe's 8-GPU run sees, less
-# its communication.
+# tables. RECIPE=1 (part recipe) takes both from scripts/gpt2.sh (LAUNCH=print, GPUS=8): each
+# size at the recipe's B, in steps of its micro-batches per GPU of 8 (124M 1, 350M and 774M 2,
+# 1558M 8): the MFU one GPU of the recipe's 8-GPU run sees, less its communication.
 # usage: dev/bench/bench_train.sh [PRECISION] [MODELS...]
 set -u
 cd "$(dirname "$0")/../.."
@@ -31,16 +31,21 @@ recompute=${RECOMPUTE:-none}
 accum=${ACCUM:-1}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 bin=${TRAIN_GPT:-./train_gpt}  # (test/test_bench_train.sh gives a stand-in)
-echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $accum micro-batch(es) a step, commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
+echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $([ "${RECIPE:-0}" = 1 ] && echo "scripts/gpt2.sh's B and micro-batches a step on 8 GPUs" || echo "$accum micro-batch(es) a step"), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 echo
 echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
 echo "|---|---|---|---|---|---|"
-fits=()     # "model B" of each model that ran
+fits=()     # "model B accum" of each model that ran
 skipped=()  # each larger micro-batch that did not run, and why (the memory plan's refusal, an error)
 for m in $models; do
     done_one=0
     Bs="64 32 16 8 4 2 1"; [ "$m" = gpt2:124M ] && Bs="128 $Bs"
     Bs=${BATCH_SIZES:-$Bs}
+    if [ "${RECIPE:-0}" = 1 ]; then  # the recipe's B, and its step's tokens over B·1024·8
+        recipe=$(GPUS=8 LAUNCH=print bash scripts/gpt2.sh "${m#gpt2:}")
+        Bs=$(echo "$recipe" | sed -n 's/.*--batch-size \([0-9]*\).*/\1/p')
+        accum=$(( $(echo "$recipe" | sed -n 's/.*--total-batch-tokens \([0-9]*\).*/\1/p') / (Bs * 1024 * 8) ))
+    fi
     for B in $Bs; do
         timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
             --total-batch-tokens $((B * 1024 * accum)) \
@@ -59,7 +64,7 @@ print(f"| {sys.argv[3]} | {sys.argv[4]} | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1
 PY
         done_one=1
         [ ${#fits[@]} = 0 ] && ran_on=$(grep -m1 '^gpu: ' "$tmp/out.txt")
-        fits+=("$m $B")
+        fits+=("$m $B $accum")
         break
     done
     [ $done_one = 1 ] || echo "| $m | — | does not fit (or failed: $(tail -1 "$tmp/out.txt")) | | | |"
@@ -76,10 +81,10 @@ profiled=()
 for mb in "${profiled[@]}"; do
     set -- $mb
     echo
-    echo "Where a step of $1 (B=$2, T=1024, $prec, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $accum micro-batch(es) a step) goes (--profile 1: CUDA events around each op, the steps after the first):"
+    echo "Where a step of $1 (B=$2, T=1024, $prec, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $3 micro-batch(es) a step) goes (--profile 1: CUDA events around each op, the steps after the first):"
     echo
     echo '```'
-    timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" --model "$1" --batch-size "$2" --seq-len 1024 --total-batch-tokens $(($2 * 1024 * accum)) \
+    timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" --model "$1" --batch-size "$2" --seq-len 1024 --total-batch-tokens $(($2 * 1024 * $3)) \
         --steps 6 --val-data "" --profile 1 2>&1 | sed -n '/^profile:/,/^  other/p'
     echo '```'
 done
