@@ -285,9 +285,8 @@ int main(int argc, char** argv) {
     uint64_t seed = (uint64_t)f.integer("seed", 0, (1LL << 62));
     bool shuffle = f.integer("shuffle", 0, 1);
     std::string precision = f.choice("precision", {"auto", "fp32", "bf16", "fp16", "fp8"});
-    const std::string recompute_flag = f.choice("recompute", {"none", "selective", "full"});
-    const Recompute recompute = recompute_flag == "full" ? Recompute::Full
-                              : recompute_flag == "selective" ? Recompute::Selective : Recompute::None;
+    const std::string& recompute_flag = f.choice("recompute", {RECOMPUTE_NAMES[0], RECOMPUTE_NAMES[1], RECOMPUTE_NAMES[2]});
+    const Recompute recompute = (Recompute)(std::find(RECOMPUTE_NAMES, RECOMPUTE_NAMES + 3, recompute_flag) - RECOMPUTE_NAMES);
     int zero = (int)f.integer("zero", 0, 3), tp = (int)f.integer("tp", 1, 1 << 16), sp = (int)f.integer("sp", 0, 1);
     int pp = (int)f.integer("pp", 1, 1 << 16), vpp = (int)f.integer("vpp", 1, 1 << 16), cp = (int)f.integer("cp", 1, 1 << 16);
     f.choice("pp-schedule", {"gpipe", "1f1b", "interleaved"});
@@ -452,20 +451,21 @@ int main(int argc, char** argv) {
                 for (int u = u0; u < u1; u++) dp_set_unit(&dpar, u, units[u - u0].data());
             }
         }
-        const std::string out_dir_note = (recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(recompute)) +
-                                         (out_dir.empty() ? "" : " -> " + out_dir);
+        // the device line's tail: recomputation (when on) and where checkpoints go
+        const std::string run_note = (recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(recompute)) +
+                                     (out_dir.empty() ? "" : " -> " + out_dir);
         print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s\n", config.num_layers, config.channels,
                config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
                from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
         print0("data: %lld train tokens in %zu shard(s)%s; B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
                train_loader.total_tokens, train_loader.shards.size(), has_val ? ", validation on" : "", B, T, dp, accum, total_batch);
         if (ctx.device == Device::CPU)
-            print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, dtype_name<floatX>(), zero, out_dir_note.c_str());
+            print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, dtype_name<floatX>(), zero, run_note.c_str());
         else
             print0("device: cuda, %d rank(s)%s, %s, zero %d%s\n", mesh.world,
                    mesh.world == 1 ? "" : use_nccl ? (overlap ? " (collectives: nccl)" : " (collectives: nccl, not overlapped)")
                                                    : " (collectives: mpi, staged through host memory)",
-                   dtype_name<floatX>(), zero, out_dir_note.c_str());
+                   dtype_name<floatX>(), zero, run_note.c_str());
         if (ctx.device == Device::CUDA) print0("gpu: %s\n", cuda_describe().c_str());
         const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
         fflush(stdout);

@@ -212,9 +212,8 @@ inline bool gpt_preset(const std::string& spec, GPTConfig* c) {
 //   none (16·L·C + 12·C + Vp)   selective (10·L·C + 18·C + Vp)   full (L·C + 27·C + Vp)
 // elements. MFU (mfu.h) counts the model's FLOPs, not the rerun: recomputation lowers it.
 enum class Recompute { None, Selective, Full };
-inline const char* recompute_name(Recompute r) {
-    return r == Recompute::None ? "none" : r == Recompute::Selective ? "selective" : "full";
-}
+inline const char* const RECOMPUTE_NAMES[] = {"none", "selective", "full"};  // --recompute's values, in that order
+inline const char* recompute_name(Recompute r) { return RECOMPUTE_NAMES[(int)r]; }
 // ln1, ln2 and the GELU output, one per block?
 inline bool keeps_cheap(Recompute r) { return r == Recompute::None; }
 // q/k/v, the attention output and its lse, the residual after attention, the pre-GELU, and the
