@@ -4,7 +4,8 @@
 # laid out as documented (--keep-checkpoints keeps the newest N), the scripts/gpt2.sh recipes'
 # flags run, --steps 0 only evaluates (--hellaswag), dev/data/gpt2_weights.py turns a Hugging
 # Face safetensors GPT-2 into its model file byte for byte, and a micro-batch too large for the
-# host's memory is refused at start with one that fits (llmc/planner.h).
+# host's memory is refused at start with one that fits, and with the larger one --recompute full
+# fits (llmc/planner.h).
 # usage: test/test_cli.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."

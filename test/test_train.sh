@@ -144,7 +144,8 @@ grep -q "device: ${DEVICE:-cpu}, 1 rank(s).*, bf16" "$tmp/p16.out" && echo "ok -
 rc_run=(--model d2 --batch-size 4 --total-batch-tokens 256 --steps 3 --val-every 3 --val-steps 2)
 for p in fp32 bf16; do
     for r in none selective full; do
-        "$BIN" "${common[@]}" "${rc_run[@]}" --precision $p --recompute $r --log-file "$tmp/rc_${r}_$p.jsonl"             --save-model "$tmp/rc_${r}_$p.bin" >"$tmp/rc_${r}_$p.out" 2>&1 || echo "# --recompute $r $p failed: $(tail -1 "$tmp/rc_${r}_$p.out")"
+        "$BIN" "${common[@]}" "${rc_run[@]}" --precision $p --recompute $r --log-file "$tmp/rc_${r}_$p.jsonl" \
+            --save-model "$tmp/rc_${r}_$p.bin" >"$tmp/rc_${r}_$p.out" 2>&1 || echo "# --recompute $r $p failed: $(tail -1 "$tmp/rc_${r}_$p.out")"
     done
     for r in selective full; do
         grep -q "^device: .*, recompute $r" "$tmp/rc_${r}_$p.out" || echo "not ok - --recompute $r $p: the device line does not say it"
@@ -158,7 +159,8 @@ worst = max(abs(x[k] - y[k]) for x, y in zip(a, b) for k in ("loss", "grad_norm"
 print(("ok" if worst <= bound else "not ok") + f" - --recompute selective {sys.argv[3]} (GPU): losses and norms within {bound:g} "
       f"of --recompute none over 3 steps (max diff {worst:.1e}; the GELU runs apart from the matmul)")
 PY
-        elif [ -s "$tmp/rc_${r}_$p.jsonl" ] && cmp -s <(fields "$tmp/rc_none_$p.jsonl") <(fields "$tmp/rc_${r}_$p.jsonl")             && cmp -s "$tmp/rc_none_$p.bin" "$tmp/rc_${r}_$p.bin"; then
+        elif [ -s "$tmp/rc_${r}_$p.jsonl" ] && cmp -s <(fields "$tmp/rc_none_$p.jsonl") <(fields "$tmp/rc_${r}_$p.jsonl") \
+            && cmp -s "$tmp/rc_none_$p.bin" "$tmp/rc_${r}_$p.bin"; then
             echo "ok - --recompute $r $p: the same run as none bit for bit (loss, lr, norm, val loss, final weights)"
         else
             echo "not ok - --recompute $r $p differs from none"; diff <(fields "$tmp/rc_none_$p.jsonl") <(fields "$tmp/rc_${r}_$p.jsonl") | sed 's/^/#   /'
