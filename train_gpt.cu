@@ -85,7 +85,8 @@ static const FlagDef FLAGS[] = {
     {"keep-checkpoints", "0", "keep only the newest N checkpoints in --output-dir, deleting older ones (0: keep all)", false},
     {"resume", "0", "continue from the newest checkpoint in --output-dir", true},
     {"val-every", "0", "evaluate (--val-data, --hellaswag) every N steps (and at the end) (0: only at the end)", false},
-    {"val-steps", "20", "validation micro-batches (of B×T per rank) per evaluation (capped by the data)", false},
+    {"val-steps", "20", "validation micro-batches (of B×T per rank) per evaluation: val-steps·B·T·dp tokens (capped by the data)", false},
+    {"val-tokens", "0", "tokens each evaluation reads instead: the first ⌊N/T⌋ sequences of --val-data, however B and dp split them, so runs with another B or dp (--batch-size auto, resharded resumes, other model sizes) report the same validation set (capped by the data; 0: --val-steps)", false},
     {"hellaswag", "", "multiple-choice eval file (llm.c's hellaswag_val.bin format; ./tokenize --hellaswag writes it): its accuracy at each evaluation, each ending scored by its mean token loss", false},
     {"sample-every", "0", "print a sample every N steps (and at the end) (0: never)", false},
     {"gen-tokens", "64", "tokens to generate per sample", false},
@@ -195,18 +196,32 @@ static GPTConfig model_config_from_spec(const std::string& spec, bool* is_file) 
 // ----------------------------------------------------------------------------
 // evaluation and sampling
 
-// Mean loss over `steps` validation micro-batches on each dp rank (dp·steps batches in all).
+// Mean loss over the first `seqs` sequences of the validation data (dataloader.h), in rounds of
+// B·dp: rank r takes the round's sequences r·B … r·B+B−1, the last round's as far as they go, and
+// pads its micro-batch to B (every rank runs every forward: ZeRO-3 gathers parameters in each).
+// Each sequence's loss sum lands in its own slot, and the slots are added in sequence order, so
+// the result does not depend on how B and dp cut the sequences: on the CPU, where a position's
+// loss does not depend on its batch, it is the same bits for every B and dp.
 template <class T>
-static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, int steps, std::vector<int>& x, std::vector<int>& y, Group& dp) {
-    dataloader_reset(val);
-    double sum = 0.0;
-    for (int i = 0; i < steps; i++) {
-        dataloader_next(val, x.data(), y.data());
-        gpt_forward(ctx, g, x.data(), y.data(), val->B, val->T, 0.0f);
-        sum += gpt_mean_loss(g);
+static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, long long seqs, int B, std::vector<int>& x,
+                      std::vector<int>& y, Group& dp) {
+    const int Tn = val->T;
+    std::vector<double> seq_loss(seqs, 0.0);
+    for (long long round = 0; round * B * dp.size < seqs; round++) {
+        const long long first = (round * dp.size + dp.rank) * B;
+        const int n = (int)std::max(0LL, std::min<long long>(B, seqs - first));
+        std::fill(x.begin(), x.end(), 0);
+        std::fill(y.begin(), y.end(), 0);
+        if (n > 0) dataloader_sequences(val, first, n, x.data(), y.data());
+        gpt_forward(ctx, g, x.data(), y.data(), B, Tn, 0.0f);
+        const float* losses = gpt_losses(g);
+        for (int j = 0; j < n; j++)
+            for (int t = 0; t < Tn; t++) seq_loss[first + j] += losses[(size_t)j * Tn + t];
     }
-    comm_sum_doubles(dp, &sum, 1);
-    return (float)(sum / (steps * dp.size));
+    comm_sum_doubles(dp, seq_loss.data(), seqs);  // each slot is one rank's value plus zeros: exact
+    double sum = 0.0;
+    for (long long q = 0; q < seqs; q++) sum += seq_loss[q];
+    return (float)(sum / ((double)seqs * Tn));
 }
 
 // {"all_reduce": bytes, ...} of one group's counters (the ops it used this step).
@@ -296,6 +311,7 @@ int main(int argc, char** argv) {
     int ckpt_keep = (int)f.integer("keep-checkpoints", 0, 1 << 30);
     bool resume = f.integer("resume", 0, 1);
     int val_every = (int)f.integer("val-every", 0, 1 << 30), val_steps = (int)f.integer("val-steps", 0, 1 << 30);
+    const long long val_tokens = f.integer("val-tokens", 0, 1LL << 50);
     int sample_every = (int)f.integer("sample-every", 0, 1 << 30), gen_tokens = (int)f.integer("gen-tokens", 0, 1 << 20);
     float temperature = f.real("temperature", 1e-6, 1e6);
     int top_k = (int)f.integer("top-k", 0, 1 << 30);
@@ -352,24 +368,25 @@ int main(int argc, char** argv) {
     // model state: that is what it must fit beside), at first with micro-batches of one sequence.
     int accum = 0;
     DataLoader train_loader, val_loader;
-    const bool has_val = !f.str("val-data").empty() && val_steps > 0;
-    const int val_steps_asked = val_steps;
+    const bool has_val = !f.str("val-data").empty() && (val_tokens > 0 || val_steps > 0);
+    if (has_val && val_tokens > 0 && val_tokens < T)
+        usage_error("--val-tokens %lld: fewer than one sequence of --seq-len %d", val_tokens, T);
+    long long val_seqs = 0;  // the sequences of T each evaluation reads (dataloader.h)
     auto open_data = [&](int b) {
         const long long tokens_per_micro = (long long)b * T * dp;
         if (total_batch <= 0 || total_batch % tokens_per_micro != 0)
             usage_error("--total-batch-tokens %lld is not a multiple of batch-size*seq-len*dp = %lld", total_batch, tokens_per_micro);
         accum = (int)(total_batch / tokens_per_micro);
         dataloader_init(&train_loader, "--train-data", f.str("train-data"), b, T, dp, mesh.dp_rank, config.vocab_size, shuffle, seed);
-        if (has_val) {
-            dataloader_init(&val_loader, "--val-data", f.str("val-data"), b, T, dp, mesh.dp_rank, config.vocab_size, false, seed);
-            val_steps = (int)std::min<long long>(val_steps_asked, val_loader.slots / dp);
-            if (val_steps < 1) fatal("--val-data: too few tokens for one validation batch of %d x %d", b, T);
+        if (has_val) {  // opened in sequences (B = 1): its slots are then the sequences it holds
+            dataloader_init(&val_loader, "--val-data", f.str("val-data"), 1, T, dp, mesh.dp_rank, config.vocab_size, false, seed);
+            val_seqs = std::min(val_tokens > 0 ? val_tokens / T : (long long)val_steps * b * dp, val_loader.slots);
         }
     };
     open_data(B > 0 ? B : 1);
-    // for auto, the largest micro-batch the data holds (the loaders are open at B = 1): one of
-    // B·T+1 training tokens, and dp of them in the validation shards
-    const long long data_most = !auto_batch ? 0 : has_val ? std::min(train_loader.slots, val_loader.slots / dp) : train_loader.slots;
+    // for auto, the largest micro-batch the training data holds (the loader is open at B = 1):
+    // one of B·T+1 tokens (validation pads its last micro-batches, so any B reads it)
+    const long long data_most = !auto_batch ? 0 : train_loader.slots;
     ChoiceSet hellaswag;
     const bool has_hellaswag = !f.str("hellaswag").empty();
     if (has_hellaswag) {
@@ -457,8 +474,13 @@ int main(int argc, char** argv) {
         print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s\n", config.num_layers, config.channels,
                config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
                from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
-        print0("data: %lld train tokens in %zu shard(s)%s; B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
-               train_loader.total_tokens, train_loader.shards.size(), has_val ? ", validation on" : "", B, T, dp, accum, total_batch);
+        print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
+               train_loader.total_tokens, train_loader.shards.size(), B, T, dp, accum, total_batch);
+        if (has_val) {
+            const long long asked = val_tokens > 0 ? val_tokens / T : (long long)val_steps * B * dp;
+            print0("validation: %lld sequences of %d = %lld tokens each evaluation%s\n", val_seqs, T, val_seqs * T,
+                   asked > val_seqs ? " (all that --val-data holds)" : "");
+        }
         if (ctx.device == Device::CPU)
             print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, dtype_name<floatX>(), zero, run_note.c_str());
         else
@@ -485,7 +507,7 @@ int main(int argc, char** argv) {
         auto run_evals = [&]() {
             EvalLog ev;
             const double t0 = now_seconds();
-            if (has_val) { ev.has_val = true; ev.val_loss = evaluate(ctx, &model, &val_loader, val_steps, x, y, mesh.dp_group); }
+            if (has_val) { ev.has_val = true; ev.val_loss = evaluate(ctx, &model, &val_loader, val_seqs, B, x, y, mesh.dp_group); }
             if (has_hellaswag) {
                 ChoiceResult r = choice_evaluate(ctx, &model, hellaswag, B, T, mesh.dp_group);
                 ev.has_hellaswag = true;

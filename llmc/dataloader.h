@@ -13,7 +13,13 @@ a dp=2 run with B=2 sees exactly the batches of a one-process run with B=4 (with
 With --shuffle 1 each epoch visits the slots in a permutation drawn from (seed, epoch), the same
 on every rank. The whole position is the counter k: that is what a checkpoint saves.
 
-Test: test/test_cli.sh (bad shards), test/test_train.sh (order and resume).
+Validation reads sequences rather than slots: sequence q is tokens [q·T, q·T + T] of the
+validation stream, and an evaluation reads sequences 0 … S−1 (dataloader_sequences; the trainer's
+evaluate splits them over micro-batches and ranks). Within a slot the B sequences are contiguous,
+so micro-batch k of rank r is sequences (k·dp + r)·B … +B: the order of the slots above.
+
+Test: test/test_cli.sh (bad shards), test/test_train.sh (order and resume; validation the same for
+any B), test/test_dp.sh (for any dp), test/test_vs_pytorch.py (validation against PyTorch).
 */
 #pragma once
 #include <glob.h>
@@ -155,4 +161,11 @@ inline void dataloader_next(DataLoader* d, int* inputs, int* targets) {
     d->k++;
 }
 
-inline void dataloader_reset(DataLoader* d) { d->k = 0; }
+// Fills inputs and targets (n·T each) with sequences first … first+n−1 (see the header).
+inline void dataloader_sequences(DataLoader* d, long long first, int n, int* inputs, int* targets) {
+    const long long nT = (long long)n * d->T;
+    std::vector<int> buf((size_t)nT + 1);
+    dataloader_read(d, first * d->T, (int)nT + 1, buf.data());
+    memcpy(inputs, buf.data(), nT * sizeof(int));
+    memcpy(targets, buf.data() + 1, nT * sizeof(int));
+}

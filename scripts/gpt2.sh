@@ -4,8 +4,10 @@
 #   GPUS=8          ranks (one per GPU; data parallel, ZeRO-1)
 #   TOKENS=10e9     training tokens (FineWeb sample-10BT: dev/data/fineweb.py writes data/fineweb_*.bin)
 #   OUT=runs/gpt2_SIZE   checkpoints (every 1000 steps, the newest 3 kept) and log.jsonl
-# With data/hellaswag_val.bin (dev/data/hellaswag.py), HellaSwag's accuracy is measured at every
-# validation (every 250 steps) too.
+# Every 250 steps the validation loss over the first 10,485,760 tokens of the validation shard
+# (10,240 sequences; llm.c's 20 micro-batches of 64 × 1024 on 8 GPUs): --val-tokens, so it is the
+# same set for every size, GPU count and B, and the sizes' curves compare point for point. With
+# data/hellaswag_val.bin (dev/data/hellaswag.py), HellaSwag's accuracy is measured then too.
 #   LAUNCH=print    print the train_gpt flags (shell-quoted) instead of running, e.g. for several nodes:
 #                   eval "sbatch --nodes=2 scripts/slurm.sbatch $(LAUNCH=print scripts/gpt2.sh 124M)"
 #
@@ -45,7 +47,7 @@ flags=(--device cuda --model "gpt2:$size" --train-data "data/fineweb_train_*.bin
        --batch-size $B --seq-len 1024 --total-batch-tokens $batch --steps $steps
        --lr $lr --warmup-steps $warmup --lr-schedule cosine --final-lr-frac 0.1
        --beta2 0.95 --weight-decay 0.1 --grad-clip 1.0 --zero 1
-       --val-every 250 --val-steps 20 ${hellaswag[@]+"${hellaswag[@]}"} --sample-every 5000 --gen-tokens 64
+       --val-every 250 --val-tokens 10485760 ${hellaswag[@]+"${hellaswag[@]}"} --sample-every 5000 --gen-tokens 64
        --output-dir "$out" --checkpoint-every 1000 --keep-checkpoints 3 --log-file "$out/log.jsonl" "$@")
 if [ "${LAUNCH:-run}" = print ]; then printf '%q ' "${flags[@]}"; echo; exit 0; fi
 make -s train_gpt

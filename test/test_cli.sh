@@ -102,6 +102,8 @@ expect_fail "--device cuda without CUDA" 2 "--device cuda" "${base[@]}" --device
 expect_fail "world size not divisible by tp" 2 "world size 1 is not divisible by tp*pp*cp = 2*1*1 = 2" "${base[@]}" --tp 2
 expect_fail "sequence parallel (later)" 2 "not yet supported" "${base[@]}" --sp 1
 expect_fail "fp16 (later)" 2 "not yet supported" "${base[@]}" --precision fp16
+expect_fail "--val-tokens below one sequence" 2 "--val-tokens 10: fewer than one sequence of --seq-len 16" \
+    "${base[@]}" --val-data "$tmp/ok.bin" --val-tokens 10
 expect_fail "--comm nccl on the CPU" 2 "--comm nccl: needs --device cuda" "${base[@]}" --device cpu --comm nccl
 expect_fail "missing model file" 2 "neither a preset" "${base[@]}" --model "$tmp/nope.bin"
 expect_fail "model file with wrong magic" 1 "is not a model file" "${base[@]}" --model "$tmp/model_badmagic.bin"
@@ -187,12 +189,19 @@ rm -rf "$tmp/auto_ck/step_00000004"  # go on from step 2
 [ -s "$tmp/u16.jsonl" ] && cmp -s <(cut -d, -f2 "$tmp/u16.jsonl") <(cut -d, -f2 "$tmp/u32.jsonl") \
     && echo "ok - uint32 shard trains exactly like the uint16 shard" || echo "not ok - uint32 shard differs from uint16"
 
+# --val-tokens past the data: it reads all the data holds ((5000 − 1)/16 = 312 sequences) and says so
+"$BIN" "${base[@]}" --steps 0 --val-data "$tmp/ok.bin" --val-tokens 100000 >"$tmp/out" 2>&1
+grep -q "^validation: 312 sequences of 16 = 4992 tokens each evaluation (all that --val-data holds)$" "$tmp/out" \
+    && grep -q "^eval at step 0 | val loss" "$tmp/out" \
+    && echo "ok - --val-tokens past the data: reads the 312 sequences the data holds, and says so" \
+    || { echo "not ok - --val-tokens past the data"; tail -3 "$tmp/out" | sed 's/^/#   /'; }
+
 # --help: exit 0 and every flag of the table is listed, each with its default
 "$BIN" --help >"$tmp/help"; rc=$?
 n=$(grep -c '^  --' "$tmp/help")
 for flag in device model train-data val-data batch-size seq-len total-batch-tokens steps lr warmup-steps lr-schedule \
             final-lr-frac weight-decay beta1 beta2 eps grad-clip seed shuffle precision recompute zero tp sp pp \
-            pp-schedule vpp cp cp-layout output-dir checkpoint-every keep-checkpoints resume val-every val-steps sample-every \
+            pp-schedule vpp cp cp-layout output-dir checkpoint-every keep-checkpoints resume val-every val-steps val-tokens sample-every \
             gen-tokens hellaswag log-file comm comm-stats; do
     grep -q -- "--$flag " "$tmp/help" || { echo "not ok - --help lists --$flag"; rc=1; }
 done
@@ -254,17 +263,18 @@ b=$(ls "$tmp/keep" | tr '\n' ' ')
     && echo "ok - --keep-checkpoints 2: the newest two checkpoints stay (steps 3-4, then 4-5 after a resume)" \
     || echo "not ok - --keep-checkpoints 2: left '$a', then '$b'"
 # scripts/gpt2.sh: each size's flags run (one step of the tiny model on the CPU, the later flags
-# overriding size, device and data), and its step of tokens splits evenly over 8 GPUs
+# overriding size, device and data; its --val-tokens then reads all the small shard holds), and its
+# step of tokens splits evenly over 8 GPUs
 for size in 124M 350M 774M 1558M; do
     eval "recipe=($(TOKENS=10e9 LAUNCH=print scripts/gpt2.sh $size))"
     value() { printf '%s\n' "${recipe[@]}" | grep -A1 -x -- "$1" | tail -1; }  # the word after flag $1
     B=$(value --batch-size) D=$(value --total-batch-tokens) S=$(value --steps)
-    "$BIN" "${recipe[@]}" --device cpu --precision fp32 --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "" \
+    "$BIN" "${recipe[@]}" --device cpu --precision fp32 --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "$tmp/ok.bin" \
         --batch-size 2 --seq-len 16 --total-batch-tokens 64 --steps 1 --output-dir "$tmp/gpt2_$size" \
         --log-file "$tmp/gpt2_$size.jsonl" --sample-every 0 --hellaswag "" >"$tmp/gpt2.out" 2>&1; rc=$?
-    [ $rc = 0 ] && [ "$(wc -l <"$tmp/gpt2_$size.jsonl")" = 1 ] && [ -n "$B" ] && [ $((D % (B * 1024 * 8))) = 0 ] \
+    [ $rc = 0 ] && [ "$(wc -l <"$tmp/gpt2_$size.jsonl")" = 1 ] && grep -q '"val_loss"' "$tmp/gpt2_$size.jsonl" && [ -n "$B" ] && [ $((D % (B * 1024 * 8))) = 0 ] \
         && [ "$S" = $((10000000000 / D)) ] \
-        && echo "ok - scripts/gpt2.sh $size: its flags run; $D tokens a step = $((D / (B * 1024 * 8))) x B=$B x T=1024 x 8 GPUs; $S steps = 10B tokens" \
+        && echo "ok - scripts/gpt2.sh $size: its flags run (validation too); $D tokens a step = $((D / (B * 1024 * 8))) x B=$B x T=1024 x 8 GPUs; $S steps = 10B tokens" \
         || { echo "not ok - scripts/gpt2.sh $size: exit $rc, B='$B', D='$D', steps '$S'"; tail -2 "$tmp/gpt2.out" | sed 's/^/#   /'; }
 done
 # ... and its launch: 2 ranks under mpirun (GPUS=2), here on the CPU with the same overrides

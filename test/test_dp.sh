@@ -15,7 +15,8 @@
 #                 the wire, ZeRO 0-3 bit-identical, losses within 2e-2 of one bf16 process, resume
 #   host waits:   on the emulated GPU with NCCL, every stage waits for the whole GPU queue at
 #                 most once per optimizer step, whatever its units and micro-steps
-#   hellaswag:    dp = 2 (ZeRO-3) and 3 (ZeRO-1) answer --hellaswag exactly as one process
+#   evaluation:   dp = 2 (ZeRO-3) and 3 (ZeRO-1) answer --hellaswag exactly as one process, and
+#                 give its --val-tokens validation loss bit for bit
 #   recompute:    dp = 2 ZeRO-3 with --recompute full is the run without it, bit for bit
 #   memory plan:  (emulated GPU) --batch-size auto agrees on what fits the smallest GPU, and
 #                 where nothing fits one rank, all stop with one line
@@ -277,10 +278,12 @@ signal_check() {  # signal_check SIG TARGET(rank|mpirun)
 signal_check TERM rank
 signal_check USR1 mpirun
 
-# --- --hellaswag: the ranks split the rows (R = B·T/T' a forward, 40 rows: at dp=3 the last
-# global batch leaves rank 2 only padding) and ZeRO-3 gathers the parameters for each forward; the
-# answers are the one process's. Each row is scored by the same forward shape whichever rank runs
-# it, so the scores are bit-identical (on the CPU and the emulated GPU).
+# --- evaluation: --hellaswag's ranks split the rows (R = B·T/T' a forward, 40 rows: at dp=3 the
+# last global batch leaves rank 2 only padding) and ZeRO-3 gathers the parameters for each forward;
+# the answers are the one process's. --val-tokens 700 is 21 sequences of 32, in rounds of B·dp
+# (the last round leaves some ranks one sequence or none). Each row and sequence is scored by the
+# same forward shape whichever rank runs it, and each sequence's loss is added in sequence order,
+# so the scores and the validation loss are bit-identical (on the CPU and the emulated GPU).
 $PY - "$tmp/hs.bin" <<'PY'
 import random, sys
 sys.path.insert(0, "test")
@@ -300,14 +303,15 @@ PY
 hs_fields() { $PY -c "
 import json, sys
 d = json.loads(open(sys.argv[1]).readline())
-print(d['hellaswag_correct'], d['hellaswag_total'], repr(d['hellaswag_loss']))" "$1" 2>/dev/null; }
-"$BIN" "${common[@]}" --batch-size 4 --steps 0 --hellaswag "$tmp/hs.bin" --log-file "$tmp/hs1.jsonl" >"$tmp/hs1.txt" 2>&1
+print(d['hellaswag_correct'], d['hellaswag_total'], repr(d['hellaswag_loss']), 'val', repr(d['val_loss']))" "$1" 2>/dev/null; }
+evals=(--steps 0 --hellaswag "$tmp/hs.bin" --val-data data/kjv_val_000000.bin --val-tokens 700)
+"$BIN" "${common[@]}" --batch-size 4 "${evals[@]}" --log-file "$tmp/hs1.jsonl" >"$tmp/hs1.txt" 2>&1
 for layout in "2 3" "3 1"; do
     set -- $layout
-    mpi "$1" "${common[@]}" --batch-size 4 --zero "$2" --steps 0 --hellaswag "$tmp/hs.bin" --log-file "$tmp/hs$1.jsonl" >"$tmp/hs$1.txt" 2>&1
+    mpi "$1" "${common[@]}" --batch-size 4 --zero "$2" "${evals[@]}" --log-file "$tmp/hs$1.jsonl" >"$tmp/hs$1.txt" 2>&1
     [ -n "$(hs_fields "$tmp/hs1.jsonl")" ] && [ "$(hs_fields "$tmp/hs1.jsonl")" = "$(hs_fields "$tmp/hs$1.jsonl")" ] \
-        && echo "ok - --hellaswag at dp=$1 zero=$2: the one process's answers and scores, bit for bit ($(hs_fields "$tmp/hs1.jsonl"))" \
-        || { echo "not ok - --hellaswag at dp=$1 zero=$2: '$(hs_fields "$tmp/hs$1.jsonl")' vs one process '$(hs_fields "$tmp/hs1.jsonl")'"; tail -2 "$tmp/hs$1.txt" | sed 's/^/#   /'; }
+        && echo "ok - --hellaswag and --val-tokens at dp=$1 zero=$2: the one process's answers, scores and validation loss, bit for bit ($(hs_fields "$tmp/hs1.jsonl"))" \
+        || { echo "not ok - --hellaswag and --val-tokens at dp=$1 zero=$2: '$(hs_fields "$tmp/hs$1.jsonl")' vs one process '$(hs_fields "$tmp/hs1.jsonl")'"; tail -2 "$tmp/hs$1.txt" | sed 's/^/#   /'; }
 done
 
 # --- resharding: saved at dp=4 ZeRO-3, resumed at dp=2 ZeRO-1 (and at dp=1) with the same global batch

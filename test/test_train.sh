@@ -7,6 +7,8 @@
 #                  finishes the run bit for bit as if it had not stopped
 #   determinism:   two runs, and runs with 1 and 2 threads, log identical losses
 #   accumulation:  B=4 with 2 micro-steps == B=8 in one pass, to fp32 reduction-order precision
+#   validation:    --val-tokens reads the same sequences, and gives the same loss, for any B
+#                  (its last micro-batch padded), as --val-steps gives for the same sequences
 #   progress:      the validation loss falls
 #   bf16:          --precision bf16 resumes bit-exactly too, its per-step losses stay within 2e-2
 #                  of the fp32 run's over 10 steps, and its loss keeps falling
@@ -103,6 +105,36 @@ b = [json.loads(l) for l in open(sys.argv[2])]
 # loss): fp32 reduction-order differences are ~1e-7 relative; 5 Adam steps keep them ~1e-6.
 worst = max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b)) if len(a) == len(b) == 5 else float("inf")
 print(("ok" if worst <= 1e-5 else "not ok") + f" - accumulation: B=4 x 2 == B=8 (max loss diff {worst:.1e} <= 1e-5)")
+PY
+
+# --- the validation set does not depend on B: with --val-tokens 700, B=8, 4 and 3 score the initial
+# model's first ⌊700/32⌋ = 21 sequences (each last micro-batch padded, the padding not counted), as
+# --val-steps 3 at B=7 does. On the CPU, where a position's loss does not depend on its batch, the
+# same bits. On a GPU within 1e-5: cuBLASLt may pick another algorithm (another summation order) for
+# another number of rows, fp32 rounding of ~1e-7 relative on a loss of ~11 through a few products.
+for b in 8 4 3 7; do
+    if [ $b = 7 ]; then vt=(--val-steps 3); else vt=(--val-tokens 700); fi
+    "$BIN" "${common[@]}" --batch-size $b --steps 0 --val-data data/kjv_val_000000.bin "${vt[@]}" \
+        --log-file "$tmp/vt$b.jsonl" >"$tmp/vt$b.out" 2>&1 || echo "# --val-tokens at B=$b failed: $(tail -1 "$tmp/vt$b.out")"
+done
+grep -q "^validation: 21 sequences of 32 = 672 tokens each evaluation$" "$tmp/vt3.out" \
+    && echo "ok - --val-tokens 700 at --seq-len 32: the trainer says it reads 21 sequences, 672 tokens" \
+    || echo "not ok - --val-tokens: no line 'validation: 21 sequences of 32 = 672 tokens each evaluation'"
+$PY - "$tmp"/vt8.jsonl "$tmp"/vt4.jsonl "$tmp"/vt3.jsonl "$tmp"/vt7.jsonl "${DEVICE:-cpu}" <<'PY'
+import json, sys
+vals = []
+for path in sys.argv[1:5]:
+    try: vals.append(json.loads(open(path).readline())["val_loss"])
+    except Exception: vals.append(None)
+if None in vals:
+    print(f"not ok - --val-tokens: a run logged no val_loss ({vals})")
+elif sys.argv[5] == "cuda":
+    worst = max(abs(v - vals[0]) for v in vals)
+    print(("ok" if worst <= 1e-5 else "not ok") + f" - validation independent of B (GPU): B=8, 4, 3 and --val-steps 3 at B=7 "
+          f"within 1e-5 of each other (max diff {worst:.1e})")
+else:
+    print(("ok" if len(set(map(repr, vals))) == 1 else "not ok") + " - validation independent of B: B=8, 4, 3 (padded) and "
+          f"--val-steps 3 at B=7 give the same validation loss bit for bit ({', '.join(map(repr, vals))})")
 PY
 
 # --- learning: 40 steps on the Bible lower the validation loss clearly

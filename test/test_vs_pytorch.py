@@ -19,8 +19,9 @@ measure the fp32 round-off scale with PyTorch's fp32 run and require, of the fin
   largest error  max|ours − exact| ≤ 2e-2·lr·steps (where round-off decides a move's sign)
 The first catches any systematic mistake (2% off the weight decay, 0.1% off the learning rate:
 90x to 2700x over), the second a few percent of the elements gone wrong.
-And --hellaswag (--steps 0: only evaluate): each ending's mean token loss and the examples
-answered right, against the same scores computed here.
+And the evaluations (--steps 0: only evaluate): --hellaswag's mean token loss of each ending and
+the examples answered right, and the validation loss of --val-tokens (the mean over the first
+⌊N/T⌋ sequences of the data, however B cuts them), against the same computed here.
 
 usage: [DEVICE=cuda] /usr/bin/python3 test/test_vs_pytorch.py TRAIN_GPT_BINARY
 Prints "ok"/"not ok" lines.
@@ -213,6 +214,35 @@ def hellaswag_case(binary, tmp):
     return ok
 
 
+def validation_case(binary, tmp):
+    """--val-tokens 160 at T=32 (dataloader.h, train_gpt.cu's evaluate): sequence q is tokens
+    [32q, 32q+32] of the validation data, and the loss is the mean over the first 5 sequences'
+    positions. At B=2 the third micro-batch holds one sequence and one of padding, which must not
+    count."""
+    cfg = dict(maxT=32, V=97, Vp=128, L=2, NH=4, C=32)
+    params = ref.random_params(cfg, seed=5)
+    model_path = os.path.join(tmp, "val_model.bin")
+    ref.write_model(model_path, cfg, params)
+    toks = torch.randint(0, cfg["V"], (300,), generator=torch.Generator().manual_seed(6)).tolist()
+    shard = os.path.join(tmp, "val.bin")
+    ref.write_shard(shard, toks)
+    log = os.path.join(tmp, "val.jsonl")
+    cmd = [binary, "--device", os.environ.get("DEVICE", "cpu"), "--precision", "fp32", "--model", model_path,
+           "--train-data", shard, "--val-data", shard, "--val-tokens", "160", "--batch-size", "2", "--seq-len", "32",
+           "--steps", "0", "--log-file", log]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return check(False, "validation: train_gpt ran", r.stderr.strip())
+    ours = json.loads(open(log).read()).get("val_loss", float("nan"))
+    t = torch.tensor(toks)
+    x = torch.stack([t[32 * q:32 * q + 32] for q in range(5)])
+    y = torch.stack([t[32 * q + 1:32 * q + 33] for q in range(5)])
+    exact = ref.forward(params, cfg, x, y, reduction="none").mean().item()
+    # a mean of per-token fp32 losses: the same 1e-4 as the training losses
+    return check(abs(ours - exact) <= 1e-4, "validation: --val-tokens' loss (5 sequences, the last micro-batch padded) "
+                 "within 1e-4 of PyTorch's mean over the same positions", f"{ours} vs {exact:.6f}")
+
+
 def main():
     binary = sys.argv[1]
     torch.set_default_dtype(torch.float64)
@@ -226,6 +256,7 @@ def main():
         run_case(binary, tmp, "linear+3layers", cfg3, B=3, T=24, accum=3, steps=5,
                  opt=dict(lr=2e-3, warmup=1, kind="linear", final=0.0, wd=0.05, clip=0.5))
         hellaswag_case(binary, tmp)
+        validation_case(binary, tmp)
 
 
 if __name__ == "__main__":
