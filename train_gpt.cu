@@ -5,7 +5,7 @@ train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
           naming one that does; --batch-size auto: the largest that fits)
         → weights (preset, model file or checkpoint) → data → for each step:
       zero grads; for each micro-batch: forward (+ fused loss gradient), backward
-      grad norm → clip factor → lr(step) → AdamW
+      grad norm → clip factor → lr(step) → AdamW (or, for an outlier step, no update: outliers.h)
       log; every N steps: validation loss, HellaSwag accuracy, a sample, a checkpoint
       on SIGTERM, SIGUSR1 or SIGINT (with --output-dir): a checkpoint after the step, then exit
 
@@ -38,6 +38,7 @@ Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 #include "llmc/comm.h"
 #include "llmc/data_parallel.h"
 #include "llmc/checkpoint.h"
+#include "llmc/outliers.h"
 #include "llmc/schedulers.h"
 #include "llmc/logger.h"
 #include "llmc/mfu.h"
@@ -68,6 +69,9 @@ static const FlagDef FLAGS[] = {
     {"beta2", "0.95", "AdamW beta2", false},
     {"eps", "1e-8", "AdamW epsilon", false},
     {"grad-clip", "1.0", "clip the global gradient norm to this (0 = off)", false},
+    {"skip-loss-z", "0", "skip the update of a step whose loss lies more than Z standard deviations above the mean of the last --skip-window steps' (llmc/outliers.h: a spike's gradients dropped, the step still counted) (0: never)", false},
+    {"skip-norm-z", "0", "the same for the gradient norm (before clipping); a non-finite norm is skipped from the first step (0: never)", false},
+    {"skip-window", "128", "the steps of history --skip-loss-z and --skip-norm-z judge a step against (the window is kept in checkpoints)", false},
     {"seed", "1337", "seed for initialization, shuffling and sampling", false},
     {"shuffle", "0", "0 | 1: visit the training batches in a per-epoch random order", false},
     {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 on the CPU emulates the GPU's rounding)", false},
@@ -297,6 +301,8 @@ int main(int argc, char** argv) {
     sched.total = steps;
     float wd = f.real("weight-decay", 0, 10), beta1 = f.real("beta1", 0, 0.999999), beta2 = f.real("beta2", 0, 0.999999);
     float eps = f.real("eps", 0, 1), grad_clip = f.real("grad-clip", 0, 1e30);
+    const double skip_loss_z = f.real("skip-loss-z", 0, 1e6), skip_norm_z = f.real("skip-norm-z", 0, 1e6);
+    const int skip_window = (int)f.integer("skip-window", 2, 1 << 20);
     uint64_t seed = (uint64_t)f.integer("seed", 0, (1LL << 62));
     bool shuffle = f.integer("shuffle", 0, 1);
     std::string precision = f.choice("precision", {"auto", "fp32", "bf16", "fp16", "fp8"});
@@ -539,6 +545,11 @@ int main(int argc, char** argv) {
 
         if (!out_dir.empty()) stop_signals_install();  // a stop request is then answered after the step, with a checkpoint
         int stop = 0;                                     // the signal that stopped the run (0: none)
+        // the recent losses and norms a step is judged against (outliers.h), kept through a resume
+        OutlierWindow loss_window, norm_window;
+        loss_window.size = norm_window.size = skip_window;
+        for (double v : state.loss_history) outlier_push(&loss_window, v);
+        for (double v : state.norm_history) outlier_push(&norm_window, v);
         const int first_step = (int)state.step + 1;
         for (int step = first_step; step <= steps; step++) {
             // --profile measures the steps after the first (which sets up cuBLASLt and buffers)
@@ -559,13 +570,20 @@ int main(int argc, char** argv) {
             float loss = (float)(loss_sum / (accum * dp));
             float norm = dp_grad_norm(&dpar);
             float lr = lr_at(sched, step - 1);
-            dp_update(&dpar, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
+            const double loss_z = outlier_z(loss_window, loss), norm_z = outlier_z(norm_window, norm);
+            outlier_push(&loss_window, loss);
+            outlier_push(&norm_window, norm);
+            const bool skipped = (skip_loss_z > 0 && loss_z > skip_loss_z) || (skip_norm_z > 0 && norm_z > skip_norm_z);
+            if (skipped) dp_skip_update(&dpar);  // the same on every rank: they all hold the same loss and norm
+            else dp_update(&dpar, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
             if (measured) ctx_sync(ctx);  // the step's GPU work, all of it inside its time
             double ms = (now_seconds() - t0) * 1000.0;
             if (measured) profile_step_end(&profiler, ms);
             double tok_s = total_batch / (ms / 1000.0);
             double mfu = peak > 0 ? tok_s / mesh.world * flops_tok / peak : -1.0;  // per GPU
-            if (!std::isfinite(loss)) fatal("step %d: the loss is %f (diverged); lower --lr or check the data", step, loss);
+            if (!std::isfinite(loss) && !skipped)  // (a skipped step left the weights as they were)
+                fatal("step %d: the loss is %f (diverged); lower --lr or check the data%s", step, loss,
+                      skip_loss_z > 0 || skip_norm_z > 0 ? "" : ", or skip such steps' updates with --skip-norm-z");
             std::string comm_json = comm_stats_json(mesh.dp_group);
 
             bool last = step == steps;
@@ -573,11 +591,16 @@ int main(int argc, char** argv) {
             EvalLog ev = do_eval ? run_evals() : EvalLog{};
             print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
             if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
+            if (skipped) {  // and why: the z that crossed its bound
+                print0(" | update skipped:");
+                if (skip_loss_z > 0 && loss_z > skip_loss_z) print0(" loss z %.1f > %g", loss_z, skip_loss_z);
+                if (skip_norm_z > 0 && norm_z > skip_norm_z) print0(" norm z %.1f > %g", norm_z, skip_norm_z);
+            }
             print_evals(ev);
             print0("\n");
             if (comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
             fflush(stdout);
-            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, ev, comm_json);
+            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, skipped, ev, comm_json);
 
             if (can_sample && (last || step % sample_every == 0)) sample(step);
             // a SIGTERM, SIGUSR1 or SIGINT that reached any rank: all stop here, with a checkpoint
@@ -585,6 +608,8 @@ int main(int argc, char** argv) {
             if (!out_dir.empty() && (last || stop || (ckpt_every > 0 && step % ckpt_every == 0))) {
                 state.step = step; state.global_batches = train_loader.k * dp; state.rng_state = sampler.state;
                 state.B = B; state.T = T; state.total_batch = total_batch;
+                state.loss_history.assign(loss_window.values.begin(), loss_window.values.end());
+                state.norm_history.assign(norm_window.values.begin(), norm_window.values.end());
                 checkpoint_save(out_dir, &dpar, state, mesh.world_group);
                 if (mesh.rank == 0) checkpoint_prune(out_dir, ckpt_keep);
                 print0("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());

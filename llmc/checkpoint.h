@@ -17,6 +17,11 @@ new one, never half of one):
                        (all ranks), rng state, B, T, total batch tokens, Ψ, dp, zero, 0…], then
                        its chunk of AdamW's m and v for every unit (the ZeRO shard layout,
                        whatever stage saved it: a stage-0 rank writes its chunk of its replica)
+  history.bin          the recent losses and gradient norms that --skip-loss-z / --skip-norm-z
+                       judge a step against (outliers.h), from rank 0: int64 [20261123, 1,
+                       n_loss, n_norm, 0…] (16), then n_loss and n_norm doubles, oldest first.
+                       A checkpoint without it (written before it existed) resumes with empty
+                       windows
   manifest.json        step, layout and config, for people and tools
 --keep-checkpoints N deletes all but the newest N after each one is written.
 Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one; a
@@ -149,7 +154,9 @@ struct TrainState {
     uint64_t rng_state = 0;      // the sampler's generator
     int64_t B = 0, T = 0, total_batch = 0;
     int64_t saved_dp = 1, saved_zero = 0;
+    std::vector<double> loss_history, norm_history;  // outliers.h's windows, oldest first
 };
+static const int64_t HISTORY_MAGIC = 20261123;
 
 inline std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
     char name[32]; snprintf(name, sizeof(name), "step_%08lld", (long long)step);
@@ -194,6 +201,15 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
         }
     if (fclose(f) != 0) fatal("cannot write '%s'", sp.c_str());
     if (d->rank == 0) {
+        std::string hp = tmp + "/history.bin";
+        f = fopen_or_die(hp.c_str(), "wb");
+        int64_t hh[STATE_HEADER] = {HISTORY_MAGIC, 1, (int64_t)s.loss_history.size(), (int64_t)s.norm_history.size()};
+        fwrite_or_die(hh, sizeof(int64_t), STATE_HEADER, f, hp.c_str());
+        for (const std::vector<double>* h : {&s.loss_history, &s.norm_history})
+            if (!h->empty()) fwrite_or_die(h->data(), sizeof(double), h->size(), f, hp.c_str());
+        if (fclose(f) != 0) fatal("cannot write '%s'", hp.c_str());
+    }
+    if (d->rank == 0) {
         const GPTConfig& c = d->g->config;
         std::string mp = tmp + "/manifest.json";
         f = fopen_or_die(mp.c_str(), "w");
@@ -201,7 +217,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
                    " \"model\": {\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                    "\"num_heads\": %d, \"channels\": %d},\n"
                    " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
-                   " \"files\": [\"model.bin\"",
+                   " \"files\": [\"model.bin\", \"history.bin\"",
                 (long long)s.step, world.size, dtype_name<T>(), d->N, d->zero, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
                 c.num_layers, c.num_heads, c.channels, (long long)s.B, (long long)s.T, (long long)s.total_batch);
         for (int r = 0; r < d->N; r++) fprintf(f, ", \"state_rank%05d.bin\"", r);
@@ -255,6 +271,18 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
     TrainState s;
     s.step = h[2]; s.global_batches = h[3]; s.rng_state = (uint64_t)h[4]; s.B = h[5]; s.T = h[6]; s.total_batch = h[7];
     s.saved_dp = h[9]; s.saved_zero = h[10];
+    const std::string hp = dir + "/history.bin";
+    if (FILE* hf = fopen(hp.c_str(), "rb")) {  // (absent in a checkpoint from before it existed)
+        int64_t hh[STATE_HEADER];
+        fread_or_die(hh, sizeof(int64_t), STATE_HEADER, hf, hp.c_str());
+        if (hh[0] != HISTORY_MAGIC || hh[1] != 1 || hh[2] < 0 || hh[3] < 0 || hh[2] > (1 << 24) || hh[3] > (1 << 24))
+            fatal("'%s' is not a step-history file (magic %lld, version %lld)", hp.c_str(), (long long)hh[0], (long long)hh[1]);
+        s.loss_history.resize(hh[2]);
+        s.norm_history.resize(hh[3]);
+        for (std::vector<double>* v : {&s.loss_history, &s.norm_history})
+            if (!v->empty()) fread_or_die(v->data(), sizeof(double), v->size(), hf, hp.c_str());
+        fclose(hf);
+    }
     return s;
 }
 

@@ -352,6 +352,15 @@ template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
     return (float)sqrt(s);
 }
 
+// ZeRO-3 at the end of a step: waits for a prefetch still in flight and empties both gather
+// slots, so the next forward gathers every unit afresh. (Other stages: nothing to do.)
+template <class T> inline void dp_slots_reset(DataParallel<T>* d) {
+    if (d->zero != 3) return;
+    CommScope prof(d->ctx, *d->group, "all-gather wait (exposed)");
+    for (int s = 0; s < 2; s++) { comm_wait(&d->slot_req[s]); d->slot_unit[s] = -1; }
+    d->prev_unit = -1;
+}
+
 // AdamW on this rank's part of each unit; stages 1-2 then start the unit's all-gather (NCCL: on
 // the communication stream, while the next units update and the next forward runs up to the
 // unit). One update per unit: its part is contiguous in every buffer, and the tensors that decay
@@ -381,12 +390,14 @@ inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, fl
             if (!d->overlap) dp_params_wait(d, (int)u);
         }
     }
-    if (d->zero == 3) {  // the gathered copies are stale now
-        CommScope prof(d->ctx, *d->group, "all-gather wait (exposed)");
-        for (int s = 0; s < 2; s++) { comm_wait(&d->slot_req[s]); d->slot_unit[s] = -1; }
-        d->prev_unit = -1;
-    }
+    dp_slots_reset(d);  // the gathered copies are stale now
 }
+
+// A step whose update is skipped (--skip-loss-z, --skip-norm-z: outliers.h): its gradients are
+// dropped and the weights and AdamW's moments stay as they are. Stages 1-2 have nothing to
+// gather (their full parameters are unchanged); ZeRO-3 forgets its gathered units as after an
+// update, so every step leaves the same state behind.
+template <class T> inline void dp_skip_update(DataParallel<T>* d) { dp_slots_reset(d); }
 
 // Bytes this rank holds, by kind (the ZeRO table), and the working buffers outside it: all the
 // storage owner holds on the Ctx's device, as Buf allocated it.

@@ -25,6 +25,8 @@
 # largest that fits: `scripts/gpt2.sh 350M --batch-size auto` (the same tokens a step). Where
 # even that B is small, `--recompute full` keeps ~1/4 (350M) to ~1/8 (1558M) of the activations
 # for ~22% more block FLOPs; the same training (README: activation checkpointing).
+# Loss spikes: `--skip-loss-z 5 --skip-norm-z 5` (say) drops the update of a step whose loss or
+# gradient norm lies 5 standard deviations above the last 128 steps' (llmc/outliers.h); off here.
 # Stop with SIGUSR1 to mpirun (a checkpoint after the step; see the README); go on with --resume.
 # Tested: test/test_cli.sh runs each size's flags for one step of a tiny model on the CPU.
 set -euo pipefail

@@ -201,7 +201,7 @@ grep -q "^validation: 312 sequences of 16 = 4992 tokens each evaluation (all tha
 n=$(grep -c '^  --' "$tmp/help")
 for flag in device model train-data val-data batch-size seq-len total-batch-tokens steps lr warmup-steps lr-schedule \
             final-lr-frac weight-decay beta1 beta2 eps grad-clip seed shuffle precision recompute zero tp sp pp \
-            pp-schedule vpp cp cp-layout output-dir checkpoint-every keep-checkpoints resume val-every val-steps val-tokens sample-every \
+            pp-schedule vpp cp cp-layout output-dir checkpoint-every keep-checkpoints resume val-every val-steps val-tokens skip-loss-z skip-norm-z skip-window sample-every \
             gen-tokens hellaswag log-file comm comm-stats; do
     grep -q -- "--$flag " "$tmp/help" || { echo "not ok - --help lists --$flag"; rc=1; }
 done
@@ -247,13 +247,20 @@ cmp -s "$tmp/tiny_bf16.bin" "$tmp/to16.bin" && echo "ok - fp32 -> bf16 save roun
 "$BIN" "${base[@]}" --steps 2 --checkpoint-every 1 --output-dir "$tmp/run" --save-model "$tmp/final.bin" >/dev/null 2>&1
 ok=1
 for s in 00000001 00000002; do
-    for f in model.bin state_rank00000.bin manifest.json; do [ -s "$tmp/run/step_$s/$f" ] || ok=0; done
+    for f in model.bin state_rank00000.bin history.bin manifest.json; do [ -s "$tmp/run/step_$s/$f" ] || ok=0; done
 done
 ls "$tmp/run" | grep -q tmp && ok=0
 cmp -s "$tmp/run/step_00000002/model.bin" "$tmp/final.bin" || ok=0
-$PY -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['step']==2 and m['model']['num_layers']==2" "$tmp/run/step_00000002/manifest.json" || ok=0
-[ $ok = 1 ] && echo "ok - checkpoints: step dirs with model, state and manifest; no temp dirs; model = saved model" \
+$PY -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['step']==2 and m['model']['num_layers']==2 and 'history.bin' in m['files']" "$tmp/run/step_00000002/manifest.json" || ok=0
+# history.bin (checkpoint.h): a 16-int64 header [20261123, 1, 2, 2, …] and the 2 losses and 2 norms of steps 1-2
+$PY -c "import struct,sys; b=open(sys.argv[1],'rb').read(); h=struct.unpack('<16q', b[:128]); assert h[:4]==(20261123,1,2,2) and len(b)==128+4*8" \
+    "$tmp/run/step_00000002/history.bin" || ok=0
+[ $ok = 1 ] && echo "ok - checkpoints: step dirs with model, state, step history and manifest; no temp dirs; model = saved model" \
             || echo "not ok - checkpoint directory layout"
+# a checkpoint from before history.bin existed resumes (with empty outlier windows)
+mkdir -p "$tmp/old" && cp -r "$tmp/run/step_00000002" "$tmp/old/" && rm "$tmp/old/step_00000002/history.bin"
+"$BIN" "${base[@]}" --steps 3 --output-dir "$tmp/old" --resume >"$tmp/out" 2>&1 && grep -q "^step     3/3" "$tmp/out" \
+    && echo "ok - a checkpoint without history.bin (older) resumes" || { echo "not ok - a checkpoint without history.bin"; tail -2 "$tmp/out" | sed 's/^/#   /'; }
 # --keep-checkpoints 2: only the newest two stay, through a resume too
 "$BIN" "${base[@]}" --steps 4 --checkpoint-every 1 --keep-checkpoints 2 --output-dir "$tmp/keep" >/dev/null 2>&1
 a=$(ls "$tmp/keep" | tr '\n' ' ')

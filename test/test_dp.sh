@@ -18,6 +18,7 @@
 #   evaluation:   dp = 2 (ZeRO-3) and 3 (ZeRO-1) answer --hellaswag exactly as one process, and
 #                 give its --val-tokens validation loss bit for bit
 #   recompute:    dp = 2 ZeRO-3 with --recompute full is the run without it, bit for bit
+#   outliers:     dp = 2 with --skip-norm-z: ZeRO 0-3 skip the same steps, bit-identical runs
 #   memory plan:  (emulated GPU) --batch-size auto agrees on what fits the smallest GPU, and
 #                 where nothing fits one rank, all stop with one line
 #   layout:       a world size that tp·pp·cp does not divide fails with one clear line
@@ -396,6 +397,29 @@ if ! grep -q "^gpu: CPU SIMT emulator" "$f"; then
         echo "ok - dp=2 zero=3 --recompute full: the same run as without recomputation, bit for bit"
     else
         echo "not ok - dp=2 zero=3 --recompute full differs from none"; diff <(fields "$tmp/rc_none.jsonl") <(fields "$tmp/rc_full.jsonl") | sed 's/^/#   /'
+    fi
+fi
+
+# --- skipping outliers (outliers.h): every rank judges the same all-reduced loss and norm, so all
+# skip together, and a skipped step leaves each stage's state as its update would have found it
+# (ZeRO-3 forgets its gathered units, stages 1-2 have nothing to gather): the four stages run the
+# same training, bit for bit, skips included. Not on the emulated GPU (the decision is host code;
+# test_train runs it there in one process).
+if ! grep -q "^gpu: CPU SIMT emulator" "$f"; then
+    for z in 0 1 2 3; do
+        mpi 2 "${common[@]}" --batch-size 4 --zero $z --steps 14 --lr-schedule constant --skip-norm-z 1 --skip-window 4 \
+            --log-file "$tmp/sk_$z.jsonl" >"$tmp/sk_$z.txt" 2>&1 || { echo "# dp=2 zero=$z --skip-norm-z failed:"; tail -2 "$tmp/sk_$z.txt"; }
+    done
+    sk_fields() { $PY -c "
+import json, sys
+for d in map(json.loads, open(sys.argv[1])): print(d['step'], repr(d['loss']), repr(d['grad_norm']), d.get('skipped', False))" "$1" 2>/dev/null; }
+    n=$(sk_fields "$tmp/sk_0.jsonl" | grep -c True)
+    if [ "$n" -gt 0 ] && [ "$n" -lt 10 ] && cmp -s <(sk_fields "$tmp/sk_0.jsonl") <(sk_fields "$tmp/sk_1.jsonl") \
+        && cmp -s <(sk_fields "$tmp/sk_0.jsonl") <(sk_fields "$tmp/sk_2.jsonl") && cmp -s <(sk_fields "$tmp/sk_0.jsonl") <(sk_fields "$tmp/sk_3.jsonl"); then
+        echo "ok - dp=2 --skip-norm-z: ZeRO 0-3 skip the same $n of 14 steps and run the same training, bit for bit"
+    else
+        echo "not ok - dp=2 --skip-norm-z: $n skipped steps at ZeRO 0, or the stages differ"
+        for z in 1 2 3; do diff <(sk_fields "$tmp/sk_0.jsonl") <(sk_fields "$tmp/sk_$z.jsonl") | sed "s/^/#   zero $z: /"; done
     fi
 fi
 

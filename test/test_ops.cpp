@@ -1,6 +1,7 @@
 /*
 test_ops — every op's backward against finite differences of its forward, plus the small pieces
-(the whole model's gradient, AdamW, the global norm, bf16 rounding, LR schedules, data order,
+(the whole model's gradient, AdamW, the global norm, bf16 rounding, LR schedules, the outlier
+window's z-score, data order,
 the host memory a memory cgroup allows).
 
 Finite differences. For an op y = f(x) and a fixed random R, the scalar L(x) = Σ y·R has
@@ -28,6 +29,7 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include "../llmc/model.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/schedulers.h"
+#include "../llmc/outliers.h"
 
 static int n_pass = 0, n_fail = 0;
 static void report(bool ok, const char* name, const char* fmt = "", double a = 0, double b = 0) {
@@ -267,6 +269,16 @@ static void test_misc() {
     s.kind = "wsd"; ok &= lr_at(s, 80) == 1.0f && std::fabs(lr_at(s, 100) - 0.55f) < 1e-5f;
     s.kind = "constant"; ok &= lr_at(s, 100) == 1.0f;
     report(ok, "lr schedules");
+    // outlier z (outliers.h): window {1, 2, 3, 4}: mean 2.5, population std √1.25; no z before the
+    // window is full (but +∞ for a non-finite value); the oldest value leaves first
+    OutlierWindow w; w.size = 4;
+    for (double v : {9.0, 1.0, 2.0, 3.0}) outlier_push(&w, v);
+    ok = std::isnan(outlier_z(OutlierWindow{4, {1.0, 2.0}}, 5.0)) && std::isinf(outlier_z(OutlierWindow{4, {}}, NAN));
+    outlier_push(&w, 4.0);  // pushes 9 out
+    outlier_push(&w, INFINITY);  // left out
+    ok &= w.values.size() == 4 && w.values.front() == 1.0 && std::fabs(outlier_z(w, 5.0) - 2.5 / std::sqrt(1.25)) < 1e-12;
+    ok &= outlier_z(OutlierWindow{2, {3.0, 3.0}}, 3.5) == INFINITY && outlier_z(OutlierWindow{2, {3.0, 3.0}}, 3.0) == 0.0;
+    report(ok, "outlier z-score over the window");
     // RNG state round trip
     Rng a(5); a.normal(); Rng b(0); b.state = a.state;
     report(a.next_u64() == b.next_u64(), "rng state round trip");

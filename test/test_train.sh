@@ -17,6 +17,8 @@
 #                  validation); on a GPU selective's GELU runs apart from the matmul (model.h),
 #                  so there it is held to the GPU-vs-CPU bounds; a checkpoint of a run without
 #                  recomputation resumes with --recompute full bit for bit
+#   outliers:      --skip-norm-z: a skipped step leaves weights and moments byte for byte as they
+#                  were; resumed, a run skips the straight run's steps (the window is checkpointed)
 #   --profile:     every op of the measured steps timed once (each op's calls per step are the
 #                  model's), and the times add up to no more than the step
 # usage: [DEVICE=cuda] test/test_train.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
@@ -213,6 +215,41 @@ mkdir -p "$tmp/rc_resume" && cp -r "$tmp/a_fp32/step_00000003" "$tmp/rc_resume/"
 cmp -s <(fields "$tmp/a_fp32.jsonl" | tail -3) <(fields "$tmp/rc_resume.jsonl" | tail -3) && cmp -s "$tmp/a_fp32.final.bin" "$tmp/rc_resume.bin" \
     && echo "ok - a checkpoint of a run without recomputation resumes with --recompute full bit for bit (steps 4-6, final weights)" \
     || { echo "not ok - resuming with --recompute full differs"; tail -2 "$tmp/rc_resume.out" | sed 's/^/#   /'; }
+
+# --- skipping outliers (outliers.h): with --skip-norm-z 1 over a window of 4 steps, some steps of
+# a constant-rate run are judged outliers. A skipped step's checkpoint holds the weights and AdamW
+# moments of the step before it, byte for byte, while an applied step changes them (so the
+# comparison can fail); and a run resumed at step 8 skips exactly the steps the straight run skips
+# (which needs the window saved in the checkpoint: the straight run skips one of steps 9-12, which
+# an empty window could not judge).
+sk=(--batch-size 4 --steps 16 --lr-schedule constant --val-data "" --skip-norm-z 1 --skip-window 4)
+"$BIN" "${common[@]}" "${sk[@]}" --output-dir "$tmp/sk" --checkpoint-every 1 --log-file "$tmp/sk.jsonl" >"$tmp/sk.out" 2>&1 \
+    || echo "# --skip-norm-z run failed: $(tail -1 "$tmp/sk.out")"
+skipped=$($PY -c "
+import json, sys
+print(' '.join(str(d['step']) for d in map(json.loads, open(sys.argv[1])) if d.get('skipped')))" "$tmp/sk.jsonl" 2>/dev/null)
+same_state() {  # same_state STEP_A STEP_B: the weights and (after the header) the moments are equal
+    local a="$tmp/sk/step_$(printf %08d $1)" b="$tmp/sk/step_$(printf %08d $2)"
+    cmp -s "$a/model.bin" "$b/model.bin" && cmp -s <(tail -c +129 "$a/state_rank00000.bin") <(tail -c +129 "$b/state_rank00000.bin")
+}
+ok=1; applied=0
+for s in $skipped; do same_state $((s - 1)) $s || { ok=0; echo "# step $s was skipped but changed the weights or moments"; }; done
+for s in $(seq 6 16); do
+    case " $skipped " in *" $s "*) ;; *) same_state $((s - 1)) $s && { ok=0; echo "# step $s was applied but changed nothing"; } || applied=$((applied + 1)) ;; esac
+done
+[ -n "$skipped" ] && [ $ok = 1 ] && [ $applied -gt 0 ] && grep -q "update skipped: norm z" "$tmp/sk.out" \
+    && echo "ok - --skip-norm-z: skipped steps ($skipped) leave the weights and moments byte for byte as they were; the $applied applied steps of 6-16 change them" \
+    || echo "not ok - --skip-norm-z: skipped steps '$skipped', weights and moments as expected: $ok, applied steps that changed them: $applied"
+skip_fields() { $PY -c "
+import json, sys
+for d in map(json.loads, open(sys.argv[1])): print(d['step'], repr(d['loss']), repr(d['grad_norm']), d.get('skipped', False))" "$1"; }
+mkdir -p "$tmp/sk_resume" && cp -r "$tmp/sk/step_00000008" "$tmp/sk_resume/"
+"$BIN" "${common[@]}" "${sk[@]}" --output-dir "$tmp/sk_resume" --resume --log-file "$tmp/sk_resume.jsonl" >"$tmp/sk_resume.out" 2>&1
+early=$(for s in $skipped; do [ $s -ge 9 ] && [ $s -le 12 ] && echo $s; done | head -1)
+[ -n "$early" ] && cmp -s <(skip_fields "$tmp/sk.jsonl" | tail -8) <(skip_fields "$tmp/sk_resume.jsonl") \
+    && cmp -s "$tmp/sk/step_00000016/model.bin" "$tmp/sk_resume/step_00000016/model.bin" \
+    && echo "ok - --skip-norm-z: resumed at step 8, the run skips the straight run's steps (step $early among them: the window came back) and ends with its weights" \
+    || { echo "not ok - --skip-norm-z resume: skipped steps 9-12 of the straight run '$early'"; diff <(skip_fields "$tmp/sk.jsonl" | tail -8) <(skip_fields "$tmp/sk_resume.jsonl") | sed 's/^/#   /'; }
 
 # --- --profile: every op of a step is timed once (d1, 2 micro-batches per step, 3 steps)
 "$BIN" "${common[@]}" --batch-size 4 --total-batch-tokens 256 --steps 3 --val-data "" --profile 1 >"$tmp/prof.out" 2>&1
