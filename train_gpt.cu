@@ -377,7 +377,8 @@ int main(int argc, char** argv) {
     const bool has_val = !f.str("val-data").empty() && (val_tokens > 0 || val_steps > 0);
     if (has_val && val_tokens > 0 && val_tokens < T)
         usage_error("--val-tokens %lld: fewer than one sequence of --seq-len %d", val_tokens, T);
-    long long val_seqs = 0;  // the sequences of T each evaluation reads (dataloader.h)
+    long long val_seqs = 0;   // the sequences of T each evaluation reads (dataloader.h)
+    bool val_capped = false;  // fewer than asked: all that --val-data holds
     auto open_data = [&](int b) {
         const long long tokens_per_micro = (long long)b * T * dp;
         if (total_batch <= 0 || total_batch % tokens_per_micro != 0)
@@ -386,7 +387,9 @@ int main(int argc, char** argv) {
         dataloader_init(&train_loader, "--train-data", f.str("train-data"), b, T, dp, mesh.dp_rank, config.vocab_size, shuffle, seed);
         if (has_val) {  // opened in sequences (B = 1): its slots are then the sequences it holds
             dataloader_init(&val_loader, "--val-data", f.str("val-data"), 1, T, dp, mesh.dp_rank, config.vocab_size, false, seed);
-            val_seqs = std::min(val_tokens > 0 ? val_tokens / T : (long long)val_steps * b * dp, val_loader.slots);
+            const long long asked = val_tokens > 0 ? val_tokens / T : (long long)val_steps * b * dp;
+            val_seqs = std::min(asked, val_loader.slots);
+            val_capped = asked > val_seqs;
         }
     };
     open_data(B > 0 ? B : 1);
@@ -482,11 +485,9 @@ int main(int argc, char** argv) {
                from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
         print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
                train_loader.total_tokens, train_loader.shards.size(), B, T, dp, accum, total_batch);
-        if (has_val) {
-            const long long asked = val_tokens > 0 ? val_tokens / T : (long long)val_steps * B * dp;
+        if (has_val)
             print0("validation: %lld sequences of %d = %lld tokens each evaluation%s\n", val_seqs, T, val_seqs * T,
-                   asked > val_seqs ? " (all that --val-data holds)" : "");
-        }
+                   val_capped ? " (all that --val-data holds)" : "");
         if (ctx.device == Device::CPU)
             print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, dtype_name<floatX>(), zero, run_note.c_str());
         else
@@ -573,7 +574,8 @@ int main(int argc, char** argv) {
             const double loss_z = outlier_z(loss_window, loss), norm_z = outlier_z(norm_window, norm);
             outlier_push(&loss_window, loss);
             outlier_push(&norm_window, norm);
-            const bool skipped = (skip_loss_z > 0 && loss_z > skip_loss_z) || (skip_norm_z > 0 && norm_z > skip_norm_z);
+            const bool loss_outlier = skip_loss_z > 0 && loss_z > skip_loss_z, norm_outlier = skip_norm_z > 0 && norm_z > skip_norm_z;
+            const bool skipped = loss_outlier || norm_outlier;
             if (skipped) dp_skip_update(&dpar);  // the same on every rank: they all hold the same loss and norm
             else dp_update(&dpar, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
             if (measured) ctx_sync(ctx);  // the step's GPU work, all of it inside its time
@@ -593,8 +595,8 @@ int main(int argc, char** argv) {
             if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
             if (skipped) {  // and why: the z that crossed its bound
                 print0(" | update skipped:");
-                if (skip_loss_z > 0 && loss_z > skip_loss_z) print0(" loss z %.1f > %g", loss_z, skip_loss_z);
-                if (skip_norm_z > 0 && norm_z > skip_norm_z) print0(" norm z %.1f > %g", norm_z, skip_norm_z);
+                if (loss_outlier) print0(" loss z %.1f > %g", loss_z, skip_loss_z);
+                if (norm_outlier) print0(" norm z %.1f > %g", norm_z, skip_norm_z);
             }
             print_evals(ev);
             print0("\n");

@@ -260,7 +260,8 @@ inline void checkpoint_prune(const std::string& out_dir, int keep) {
     for (size_t i = 0; keep > 0 && i + keep < dirs.size(); i++) std::filesystem::remove_all(dirs[i], ec);
 }
 
-// Reads the header of a checkpoint's state file (rank 0's: they all agree).
+// Reads the header of a checkpoint's state file (rank 0's: they all agree) and its step history
+// (history.bin, when there is one).
 inline TrainState checkpoint_read_header(const std::string& dir) {
     std::string sp = state_file(dir, 0);
     FILE* f = fopen_or_die(sp.c_str(), "rb");
