@@ -20,7 +20,16 @@ ifneq ($(MPICXX),)
 MPI_FLAGS := -DLLMC_MPI $(addprefix -I,$(shell mpicxx --showme:incdirs))
 MPI_LIBS  := $(addprefix -L,$(shell mpicxx --showme:libdirs)) $(addprefix -l,$(shell mpicxx --showme:libs))
 endif
-NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
+# What nvcc builds: machine code (SASS) for sm_80 (A100, and every 8.x GPU: A10, L4, L40S, RTX
+# 30xx/40xx) and sm_90a (H100, H200: with the wgmma flash attention), and sm_80 PTX, which the
+# driver compiles at the first launch on any newer GPU (B200's sm_100, RTX 50xx's sm_120: ptxas
+# takes ~7 s for the whole trainer, and the driver caches the result; test_ptxas checks that it
+# compiles). Built on a machine whose GPU is 8.0 or newer but neither 8.0 nor 9.0, the build adds
+# SASS for that GPU too, where this nvcc knows it (NATIVE_SASS).
+# An old driver or GPU is named at the start of a run (llmc/common.h: cuda_unusable_reason).
+GPU_CC := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | grep -xE '[0-9]+\.[0-9]+' | tr -d .))
+NATIVE_SASS := $(if $(GPU_CC),$(shell [ $(GPU_CC) -gt 80 ] && [ $(GPU_CC) != 90 ] && $(NVCC) --list-gpu-code 2>/dev/null | grep -qx sm_$(GPU_CC) && echo -gencode=arch=compute_$(GPU_CC),code=sm_$(GPU_CC)))
+NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=[sm_80,compute_80] $(NATIVE_SASS)
 # -lineinfo: source lines in compute-sanitizer's and Nsight Compute's reports (the optimized
 # code is the same; only a line table is added)
 NVCC_LINEINFO := -lineinfo

@@ -168,15 +168,21 @@ static Flags parse_flags(int argc, char** argv) {
 }
 
 // The op context for --device: the CPU, or this rank's GPU (node-local rank mod GPU count) with
-// its stream, cuBLASLt handle and workspace. "auto" picks the GPU when there is a usable one.
+// its stream, cuBLASLt handle and workspace. "auto" picks the GPU when there is a usable one, and
+// says why it runs on the CPU where there is a GPU this build cannot use (common.h:
+// cuda_unusable_reason); "cuda" refuses such a GPU with that reason.
 static Ctx make_ctx(const std::string& device, const Mesh& mesh) {
     Ctx ctx;
 #ifdef LLMC_CUDA
-    int n = cuda_device_count();
-    bool have_gpu = n > 0;
-    if (device == "cuda" && !have_gpu) usage_error("--device cuda: no usable GPU on this machine; use --device cpu");
-    if (device == "cpu" || !have_gpu) return ctx;
-    cuda_ctx_init(&ctx, mesh.local_rank % n);
+    if (device == "cpu") return ctx;
+    bool present = false;
+    const std::string why = cuda_unusable_reason(mesh.local_rank, &present);
+    if (!why.empty()) {
+        if (device == "cuda") usage_error("--device cuda: %s (or run with --device cpu)", why.c_str());
+        if (present && g_rank == 0) fprintf(stderr, "note: --device auto: running on the CPU: %s\n", why.c_str());
+        return ctx;
+    }
+    cuda_ctx_init(&ctx, mesh.local_rank % cuda_device_count());
 #else
     (void)mesh;
     if (device == "cuda") usage_error("--device cuda: this build has no CUDA backend (nvcc was not found at build time); use --device cpu");

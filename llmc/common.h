@@ -47,6 +47,11 @@ first and second stages of the fixed-order column sums), Pack / load_pack / stor
 (cp_async16, cp_async_wait_all) and dynamic shared memory (DYNAMIC_SHARED, SHARED_OPT_IN).
 vec_cast / vec_widen convert host vectors for tests and playgrounds.
 
+Devices. cuda_unusable_reason says why this build cannot run on a machine's GPU, with what to do
+(no driver or one older than the build's CUDA runtime, compute capability below 8.0, no code in
+the binary for the GPU); train_gpt refuses --device cuda with it, and --device auto falls back to
+the CPU saying it (test/test_gpu_train.sh, on the emulator made into such GPUs).
+
 Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there; the kernel
 helpers run in every kernel of test/gpucheck_ops.cu (emulated in make test).
 */
@@ -591,6 +596,68 @@ inline int cuda_device_count() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
     return n;
+}
+
+// An empty kernel: cudaFuncGetAttributes on it says whether this binary holds code that the
+// current GPU can run.
+__global__ void cuda_probe_kernel() {}
+
+// Why this build cannot run on this machine's GPU number `index` (modulo the GPU count), or ""
+// when it can (that GPU is then the current device). *present says whether there is a GPU at all
+// (a driver that is too old counts: there is one, this build cannot use it). The cases a rented
+// node meets, each with what to do:
+//   no GPU, or no NVIDIA driver
+//   a driver older than the CUDA runtime this binary links (cudaErrorInsufficientDriver)
+//   compute capability below 8.0: the kernels use bf16 tensor cores (mma.sync), ldmatrix and
+//     cp.async, which Ampere brought
+//   no code in this binary for the GPU: the Makefile builds SASS for sm_80 (which runs on every
+//     8.x GPU) and sm_90a, and sm_80 PTX that the driver compiles for newer GPUs (Blackwell) at
+//     the first launch; a build with another NVCC_GENCODE, or a driver that cannot compile
+//     that PTX, leaves a GPU without code
+inline std::string cuda_unusable_reason(int index, bool* present = nullptr) {
+    char why[512];
+    bool present_ = false;
+    if (!present) present = &present_;
+    int n = 0, driver = 0, runtime = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    cudaGetLastError();
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    // (without any NVIDIA driver, cudaGetDeviceCount also says "insufficient driver": version 0)
+    *present = (e == cudaSuccess && n > 0) || (e == cudaErrorInsufficientDriver && driver > 0);
+    if (e == cudaErrorInsufficientDriver && driver > 0) {
+        snprintf(why, sizeof why, "the NVIDIA driver supports CUDA up to %d.%d, but this build's CUDA runtime is %d.%d: "
+                 "update the driver, or rebuild with a CUDA toolkit no newer than %d.%d",
+                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, driver / 1000, driver % 1000 / 10);
+        return why;
+    }
+    if (e != cudaSuccess || n == 0) {
+        snprintf(why, sizeof why, "no usable GPU on this machine: %s",
+                 e == cudaErrorInsufficientDriver ? "no NVIDIA driver" : e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees none");
+        return why;
+    }
+    index %= n;
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index);
+    cudaDeviceProp p;
+    const char* name = cudaGetDeviceProperties(&p, index) == cudaSuccess ? p.name : "unknown";
+    if (major < 8) {
+        snprintf(why, sizeof why, "GPU %d (%s) has compute capability %d.%d, and the CUDA kernels need 8.0 or newer: "
+                 "Ampere (A100, RTX 30xx) and later, for bf16 tensor cores and cp.async", index, name, major, minor);
+        return why;
+    }
+    cudaFuncAttributes attr;
+    cudaError_t f = cudaSetDevice(index);
+    if (f == cudaSuccess) f = cudaFuncGetAttributes(&attr, cuda_probe_kernel);
+    cudaGetLastError();
+    if (f != cudaSuccess) {
+        snprintf(why, sizeof why, "this binary has no code that GPU %d (%s, compute capability %d.%d) can run (%s); rebuild it "
+                 "on this machine with make clean && make, which adds this GPU's architecture", index, name, major, minor,
+                 cudaGetErrorString(f));
+        return why;
+    }
+    return "";
 }
 
 // Makes ctx the CUDA context of GPU `index`: its stream, cuBLASLt handle and workspace.

@@ -480,7 +480,8 @@ int main(int argc, char** argv) {
     const char* group = argc > 1 ? argv[1] : "all";
     const bool ops = !strcmp(group, "all") || !strcmp(group, "ops"), wgmma = !strcmp(group, "all") || !strcmp(group, "wgmma");
     if (!ops && !wgmma) { fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops or wgmma)\n", group); return 2; }
-    if (cuda_device_count() == 0) { printf("not ok - gpucheck_ops: no usable GPU\n"); return 1; }
+    const std::string why = cuda_unusable_reason(0);
+    if (!why.empty()) { printf("not ok - gpucheck_ops: %s\n", why.c_str()); return 1; }
     cuda_ctx_init(&gpu, 0);
     if (ops) {
         check_all<float>();

@@ -17,7 +17,8 @@
 #   simcheck_ops        every CUDA kernel run by that emulator against its CPU op (gpucheck_ops
 #                       compiled with g++), in both schedules
 #   test_ptxas          (with nvcc) the Hopper wgmma kernels compile for sm_90a without register
-#                       spills and without ptxas serializing their wgmma (its -v report)
+#                       spills and without ptxas serializing their wgmma (its -v report); the
+#                       trainer's sm_80 PTX compiles for Blackwell (sm_100, sm_120)
 #   dev/cuda            the kernel playgrounds on the emulator at small shapes: every version of
 #                       each op within its bound of the CPU op
 #   dev/bench           make bench's PyTorch baselines on tiny CPU shapes (the script runs)
@@ -99,7 +100,7 @@ part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/t
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
 part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 bash test/test_dp.sh build/train_gpt_simt
 if [ -x build/gpucheck_ops ]; then
-    echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"
+    echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80, and sm_80 PTX for newer GPUs); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"
 else
     echo "== GPU checks: skipped (no nvcc: the CUDA code was not compiled)"
 fi

@@ -43,6 +43,9 @@ The model of a GPU:
     SIGSEGV handler names the kernel, block and thread.
   - The emulated GPU holds SIMT_GPU_MEMORY bytes (default 80 GiB): cudaMalloc past it fails,
     and cudaMemGetInfo reports what is left, as on a GPU.
+  - SIMT_DRIVER_VERSION, SIMT_COMPUTE_CAPABILITY and SIMT_NO_KERNEL_IMAGE make it a GPU that the
+    build cannot use (a driver too old, an architecture too old, no code for it), for the tests
+    of common.h's cuda_unusable_reason.
   - Page-locked host memory (cudaMallocHost) used by a cudaMemcpyAsync is protected until the
     host waits for that copy (an event recorded after it, a stream or device sync): read-only
     after an upload, inaccessible after a download. The copy itself is done at once, as every
@@ -892,14 +895,49 @@ template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width =
 }
 
 // ---- the CUDA runtime calls of the backend (every call completes before it returns)
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1 };
+enum cudaError_t {
+    cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35,
+    cudaErrorNoKernelImageForDevice = 209
+};
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum cudaMemoryType { cudaMemoryTypeUnregistered, cudaMemoryTypeHost, cudaMemoryTypeDevice, cudaMemoryTypeManaged };
 struct cudaPointerAttributes { cudaMemoryType type; int device; void* devicePointer; void* hostPointer; };
 typedef struct CUstream_st* cudaStream_t;
-inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated CUDA error"; }
+inline const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+        case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
+        default: return "emulated CUDA error";
+    }
+}
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+// The GPUs a rented node may have that this build cannot use, for the tests of
+// cuda_unusable_reason (common.h), each set by a variable (unset: a usable H100-like GPU):
+//   SIMT_DRIVER_VERSION=12040  a driver for CUDA 12.4 under a CUDA 13.0 runtime: too old
+//   SIMT_COMPUTE_CAPABILITY=7.0  the compute capability the device reports (default 9.0)
+//   SIMT_NO_KERNEL_IMAGE=1     the binary holds no code for the device
+namespace simt {
+inline int env_int(const char* name, int otherwise) { const char* e = getenv(name); return e && *e ? atoi(e) : otherwise; }
+inline const int g_driver_version = env_int("SIMT_DRIVER_VERSION", 0), g_runtime_version = g_driver_version ? 13000 : 0;
+inline int g_cc_major = 9, g_cc_minor = 0;
+inline const bool g_cc_read = [] {
+    const char* e = getenv("SIMT_COMPUTE_CAPABILITY");
+    if (e && *e && sscanf(e, "%d.%d", &g_cc_major, &g_cc_minor) != 2) die("SIMT_COMPUTE_CAPABILITY: expected MAJOR.MINOR, got '%s'", e);
+    return true;
+}();
+}  // namespace simt
+inline cudaError_t cudaGetDeviceCount(int* n) {
+    if (simt::g_driver_version && simt::g_driver_version / 1000 < simt::g_runtime_version / 1000) return cudaErrorInsufficientDriver;
+    *n = 1;
+    return cudaSuccess;
+}
+struct cudaFuncAttributes { int binaryVersion, ptxVersion; };
+template <class F> inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F) {
+    if (simt::env_int("SIMT_NO_KERNEL_IMAGE", 0)) return cudaErrorNoKernelImageForDevice;
+    a->binaryVersion = a->ptxVersion = simt::g_cc_major * 10 + simt::g_cc_minor;
+    return cudaSuccess;
+}
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 // each stream its own object (numbered from 1; 0 is the legacy default stream), for simt::g_side
@@ -970,20 +1008,20 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     p->totalGlobalMem = simt::g_device_capacity;
     return cudaSuccess;
 }
-// The compute capability is 9.0 where a kernel asks (the emulator runs sm_90a's wgmma); the
-// shared-memory opt-in ceiling an H100's.
+// The compute capability is 9.0 where a kernel asks (the emulator runs sm_90a's wgmma;
+// SIMT_COMPUTE_CAPABILITY sets another); the shared-memory opt-in ceiling an H100's.
 enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
     switch (a) {
-        case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
-        case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+        case cudaDevAttrComputeCapabilityMajor: *v = simt::g_cc_major; break;
+        case cudaDevAttrComputeCapabilityMinor: *v = simt::g_cc_minor; break;
         case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)simt::SHARED_MAX; break;
         default: simt::die("cudaDeviceGetAttribute: attribute %d is not emulated", (int)a);
     }
     return cudaSuccess;
 }
-inline cudaError_t cudaDriverGetVersion(int* v) { *v = 0; return cudaSuccess; }
-inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = 0; return cudaSuccess; }
+inline cudaError_t cudaDriverGetVersion(int* v) { *v = simt::g_driver_version; return cudaSuccess; }
+inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = simt::g_runtime_version; return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; simt::pinned_settle_all(); simt::side_release_all(); return cudaSuccess; }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
     *p = (T*)simt::device_alloc(bytes);

@@ -14,6 +14,9 @@
 #   waits (emulator only) the host waits for all queued GPU work at most once per optimizer step
 #         (the gradient norm, which it needs to clip), however many micro-steps the step has:
 #         inside a step nothing drains the GPU's queue (model.h's gpt_forward / gpt_mean_loss)
+#   unusable GPU (emulator only) a driver older than the runtime, a GPU below compute capability
+#         8.0, a binary without code for the GPU: --device cuda refused in one line naming the
+#         cause and the remedy (exit 2), --device auto on the CPU with a note saying why
 # usage: test/test_gpu_train.sh TRAIN_GPT     (a CUDA build on a GPU, or build/train_gpt_simt,
 # the trainer on the CPU SIMT emulator). Prints "ok"/"not ok" lines.
 set -u
@@ -176,3 +179,38 @@ PY
     rm -rf "$tmp"
 }
 memory_plan
+# a GPU this build cannot use (emulator only: test/simt.h's SIMT_DRIVER_VERSION,
+# SIMT_COMPUTE_CAPABILITY and SIMT_NO_KERNEL_IMAGE): --device cuda is refused in one line that
+# names the cause and what to do (exit 2, nothing trained); --device auto trains on the CPU and
+# says why in a note; a driver of the runtime's major version (13.x) is usable
+unusable_gpu() {
+    local tmp; tmp=$(mktemp -d)
+    local flags=(--model d2 --batch-size 2 --seq-len 32 --steps 1 --val-data "")
+    "$BIN" --device cuda "${flags[@]}" >"$tmp/probe.out" 2>&1
+    if ! grep -q '^gpu: CPU SIMT emulator' "$tmp/probe.out"; then rm -rf "$tmp"; return; fi
+    local cases=(
+        "SIMT_DRIVER_VERSION=12040|the NVIDIA driver supports CUDA up to 12\.4, but this build's CUDA runtime is 13\.0: update the driver, or rebuild with a CUDA toolkit no newer than 12\.4"
+        "SIMT_COMPUTE_CAPABILITY=7.0|GPU 0 \(.*\) has compute capability 7\.0, and the CUDA kernels need 8\.0 or newer: Ampere \(A100, RTX 30xx\) and later, for bf16 tensor cores and cp\.async"
+        "SIMT_NO_KERNEL_IMAGE=1|this binary has no code that GPU 0 \(.*, compute capability 9\.0\) can run \(no kernel image is available for execution on the device\); rebuild it on this machine with make clean && make, which adds this GPU's architecture"
+    )
+    local c env why rc r
+    for c in "${cases[@]}"; do
+        env=${c%%|*} why=${c#*|}
+        env "$env" "$BIN" --device cuda "${flags[@]}" >"$tmp/cuda.out" 2>&1
+        rc=$?
+        [ $rc = 2 ] && [ "$(wc -l <"$tmp/cuda.out")" = 1 ] && grep -qE "^error: --device cuda: $why \(or run with --device cpu\)\$" "$tmp/cuda.out" &&
+            r=ok || r="not ok"
+        echo "$r - unusable GPU ($env): --device cuda is one line naming the cause and the remedy, exit 2 (exit $rc: $(head -c 300 "$tmp/cuda.out"))"
+        env "$env" "$BIN" --device auto "${flags[@]}" >"$tmp/auto.out" 2>"$tmp/auto.err"
+        rc=$?
+        [ $rc = 0 ] && grep -q '^device: cpu, ' "$tmp/auto.out" && grep -q '^step     1/1 ' "$tmp/auto.out" &&
+            grep -qE "^note: --device auto: running on the CPU: $why" "$tmp/auto.err" && r=ok || r="not ok"
+        echo "$r - unusable GPU ($env): --device auto trains on the CPU and says why (exit $rc: $(head -c 200 "$tmp/auto.err"))"
+    done
+    SIMT_DRIVER_VERSION=13000 "$BIN" --device auto "${flags[@]}" >"$tmp/compat.out" 2>&1
+    rc=$?
+    [ $rc = 0 ] && grep -q '^device: cuda, ' "$tmp/compat.out" && ! grep -q '^note: ' "$tmp/compat.out" && r=ok || r="not ok"
+    echo "$r - a driver for CUDA 13.0 under the 13.0 runtime: --device auto runs on the GPU, without a note (exit $rc)"
+    rm -rf "$tmp"
+}
+unusable_gpu

@@ -30,6 +30,7 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include "../llmc/dataloader.h"
 #include "../llmc/schedulers.h"
 #include "../llmc/outliers.h"
+#include "../llmc/mfu.h"
 
 static int n_pass = 0, n_fail = 0;
 static void report(bool ok, const char* name, const char* fmt = "", double a = 0, double b = 0) {
@@ -549,6 +550,33 @@ static void test_data_order() {
     remove("/tmp/llmcu_order_test.bin");
 }
 
+// MFU's two halves (mfu.h): the FLOPs a token costs, and the peak a device's name gives
+static void test_mfu() {
+    // GPT-2 124M at T = 1024: Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C with Vp = 50304 (llm.c's
+    // 124,475,904), so 6Ψ + 6·L·C·T = 746,855,424 + 56,623,104 FLOPs a token
+    GPTConfig c;
+    bool ok = gpt_preset("gpt2:124M", &c);
+    GPT<float> g;
+    if (ok) gpt_build(&g, c);
+    const size_t params = ok ? gpt_num_params(g) : 0;
+    ok = ok && params == 124475904 && flops_per_token(c, 1024, params) == 803478528.0;
+    report(ok, "FLOPs a token of GPT-2 124M at T=1024: 6*124475904 + 6*12*768*1024 = 803478528", "%.0f", ok ? 803478528.0 : (double)params);
+    // the peaks by the names the CUDA runtime gives: the specific rows before the general ones,
+    // whole words only (an A100 is no A10, an L40 no L4), unknown names none
+    const struct { const char* name; double peak; } cases[] = {
+        {"NVIDIA H100 80GB HBM3", 989e12}, {"NVIDIA H100 PCIe", 756e12}, {"NVIDIA H100 NVL", 835e12},
+        {"NVIDIA GH200 480GB", 989e12}, {"NVIDIA A100-SXM4-80GB", 312e12}, {"NVIDIA A10", 125e12},
+        {"NVIDIA B200", 2250e12}, {"NVIDIA GB200", 2500e12}, {"NVIDIA L40S", 362e12}, {"NVIDIA L40", -1},
+        {"NVIDIA L4", 121e12}, {"NVIDIA A10G", -1}, {"CPU SIMT emulator (test/simt.h)", -1},
+    };
+    ok = true;
+    for (const auto& k : cases) {
+        const double got = gpu_peak_flops_named(k.name);
+        if (got != k.peak) { ok = false; printf("#   '%s': peak %g, expected %g\n", k.name, got, k.peak); }
+    }
+    report(ok, "dense bf16 peaks by device name (13 names: H100 variants, GH200, A100, A10, B200, GB200, L40S, L40, L4, A10G, none)");
+}
+
 int main() {
     test_encoder();
     test_layernorm();
@@ -559,6 +587,7 @@ int main() {
     test_model_grad();
     test_adamw_and_norm();
     test_misc();
+    test_mfu();
     test_cgroup_room();
     test_bf16_ops();
     test_bf16_model();

@@ -8,6 +8,9 @@
 # wgmma_pipeline_step). Only its -v report shows it, so this reads that report.
 # Compiles test/gpucheck_ops.cu (which instantiates every kernel) to an sm_90a cubin with
 # -Xptxas -v; prints each wgmma kernel's registers. Needs nvcc; skips with a line without it.
+# Also: the trainer's sm_80 PTX, which the build embeds for GPUs newer than its machine code,
+# compiles for Blackwell (sm_100: B200; sm_120: RTX 50xx), as the driver compiles it there at the
+# first launch (the Makefile's NVCC_GENCODE).
 set -u
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)}
@@ -33,3 +36,16 @@ while read -r name regs spill; do
         echo "not ok - ptxas sm_90a: $short: wgmma serialized: $(grep -o "(C75[0-9][0-9])[^']*" <(grep "'$name'" "$report") | head -1)"
     else echo "ok - ptxas sm_90a: $short: no wgmma serialized"; fi
 done <<<"$kernels"
+# the PTX a Blackwell GPU runs from: ptxas (the driver's compiler) for each sm this nvcc knows
+ptx=build/train_gpt_compute_80.ptx
+if ! "$NVCC" -O3 -std=c++17 -x cu -arch=compute_80 -ptx train_gpt.cu -o "$ptx" >build/ptx_compute_80.txt 2>&1; then
+    grep -m 20 error build/ptx_compute_80.txt; echo "not ok - nvcc could not write train_gpt.cu's compute_80 PTX"; exit 1
+fi
+for sm in sm_100 sm_120; do
+    if ! "$NVCC" --list-gpu-code 2>/dev/null | grep -qx "$sm"; then echo "# skip: this nvcc does not know $sm"; continue; fi
+    if "$(dirname "$NVCC")/ptxas" -arch="$sm" "$ptx" -o /dev/null >build/ptxas_$sm.txt 2>&1; then
+        echo "ok - ptxas $sm: the trainer's compute_80 PTX (what the driver compiles on a GPU newer than the build's SASS) compiles"
+    else
+        grep -m 5 error "build/ptxas_$sm.txt"; echo "not ok - ptxas $sm: the trainer's compute_80 PTX does not compile"
+    fi
+done

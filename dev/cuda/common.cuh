@@ -19,7 +19,8 @@ static Ctx cpu_ctx, gpu_ctx;
 static Rng dev_rng(7);
 
 inline void dev_init() {
-    if (cuda_device_count() == 0) { fprintf(stderr, "error: no usable GPU\n"); exit(2); }
+    const std::string why = cuda_unusable_reason(0);
+    if (!why.empty()) { fprintf(stderr, "error: %s\n", why.c_str()); exit(2); }
     cuda_ctx_init(&gpu_ctx, 0);
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
