@@ -1,8 +1,8 @@
 /*
 test_ops — every op's backward against finite differences of its forward, plus the small pieces
 (the whole model's gradient, AdamW, the global norm, bf16 rounding, LR schedules, the outlier
-window's z-score, data order,
-the host memory a memory cgroup allows).
+window's z-score, MFU's FLOPs a token and the peak a GPU's name gives, data order, the host
+memory a memory cgroup allows).
 
 Finite differences. For an op y = f(x) and a fixed random R, the scalar L(x) = Σ y·R has
 ∂L/∂x = the op's backward with dout = R. We check sampled elements of ∂L/∂x against
