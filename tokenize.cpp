@@ -9,6 +9,11 @@ tokenize — text files in, GPT-2 token shards out (and back: --decode).
       cut every N tokens (default 100M, like llm.c). With a single file, the split is made at
       the line boundary that leaves F of its bytes for validation.
   ./tokenize --decode SHARD        prints the text of a shard
+  Encoding runs on every core (--threads) and gives the same tokens for any thread count: each
+  document is cut into pieces of about --chunk-bytes where the GPT-2 regex is sure to split
+  anyway (tokenizer_next_cut), the pieces are encoded in parallel and their tokens put back in
+  order. Memory holds one batch of pieces (64 MiB of text) and the file being read, not the
+  whole input.
   ./tokenize --hellaswag hellaswag_val.jsonl OUTPUT.bin
       HellaSwag's examples (one JSON object a line: ctx, endings, label) as the multiple-choice
       eval file train_gpt --hellaswag reads (llmc/hellaswag.h; llm.c's format): the context's
@@ -17,8 +22,12 @@ tokenize — text files in, GPT-2 token shards out (and back: --decode).
 The shard format and the tokenizer are described in llmc/dataloader.h and llmc/tokenizer.h.
 Test: test/test_tokenizer.sh.
 */
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+#include <omp.h>
 #include "llmc/common.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
@@ -41,6 +50,9 @@ static void print_help() {
         "                         validation, 0 <= F < 1 (default 0.05 with --output-prefix)\n"
         "  --shard-tokens N       tokens per train shard (default 100000000)\n"
         "  --uint32               write llm.c's uint32 shards ([20240801, 7, ntok])\n"
+        "  --threads N            threads that encode (default 0: all cores, or OMP_NUM_THREADS)\n"
+        "  --chunk-bytes N        text is encoded in pieces of about N bytes, cut where a line starts\n"
+        "                         with a printable character; the same tokens for any N (default 1048576)\n"
         "  --decode SHARD         print the text of SHARD and exit\n"
         "  --hellaswag            INPUT.jsonl is HellaSwag (ctx, endings, label a line; e.g. hellaswag_val.jsonl):\n"
         "                         write train_gpt --hellaswag's eval file (llm.c's hellaswag_val.bin format)\n"
@@ -149,8 +161,10 @@ struct JsonParser {
 
 // HellaSwag's jsonl → the eval file: per line, the context's tokens and each ending's tokens,
 // the ending preceded by a space (it continues the context's last word).
-static void hellaswag_to_eval_file(Tokenizer* tk, const std::string& in, const std::string& out_path) {
+static void hellaswag_to_eval_file(const Tokenizer& tk, const std::string& in, const std::string& out_path) {
     FILE* f = fopen_or_die(in.c_str(), "rb");
+    Encoder enc(tk);
+    auto encode = [&](const std::string& text, std::vector<int>* out) { encoder_encode(&enc, text.data(), text.size(), text.size(), out); };
     std::vector<ChoiceExample> examples;
     std::string line;
     int lineno = 0;
@@ -174,11 +188,11 @@ static void hellaswag_to_eval_file(Tokenizer* tk, const std::string& in, const s
                 e.label = atoi(label->str.c_str());
             if (e.label < 0 || e.label >= (int)endings->items.size())
                 fatal("%s: label must be the index of one of its %zu endings (the test split has no labels)", where.c_str(), endings->items.size());
-            tokenizer_encode(tk, ctx->str, &e.context);
+            encode(ctx->str, &e.context);
             for (const Json& end : endings->items) {
                 if (end.kind != Json::STR) fatal("%s: an ending is not a string", where.c_str());
                 e.endings.emplace_back();
-                tokenizer_encode(tk, " " + end.str, &e.endings.back());
+                encode(" " + end.str, &e.endings.back());
             }
             examples.push_back(std::move(e));
         }
@@ -200,10 +214,92 @@ static std::string read_file(const std::string& path) {
     return s;
 }
 
+static size_t file_size(const std::string& path) {  // and dies with the path's error if it cannot be read
+    FILE* f = fopen_or_die(path.c_str(), "rb");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+// ----------------------------------------------------------------------------
+// Encoding on every core, in order. A document (a file, or one side of a single file's split)
+// is cut at tokenizer_next_cut into pieces of about --chunk-bytes; the pieces gather into a batch
+// (64 MiB of text, or 16 pieces a thread) that all threads encode at once, each with its own
+// Encoder; then the batch's tokens go out in document order, each document's <|endoftext|>
+// first. So the output is the same for any --threads and --chunk-bytes: test_tokenizer holds
+// them to each other and to the reference encoder.
+
+struct Piece {
+    std::shared_ptr<const std::string> text;  // the text its document lies in
+    size_t begin, stop, end;                  // the tokens of text[begin, stop), encoded within the document text[begin, end)
+    bool first;                               // its document's first piece: <|endoftext|> before it
+    int sink;                                 // where its tokens go (the caller's numbers)
+};
+
+struct ParallelEncoder {
+    const Tokenizer& tk;
+    size_t chunk_bytes;
+    std::function<void(int sink, const std::vector<int>& tokens)> emit;
+    std::vector<std::unique_ptr<Encoder>> encoders;  // one a thread
+    std::vector<Piece> batch;
+    size_t batch_bytes = 0, bytes_done = 0;
+    static const size_t BATCH_BYTES = 64 << 20;
+
+    ParallelEncoder(const Tokenizer& t, size_t chunk, std::function<void(int, const std::vector<int>&)> out)
+        : tk(t), chunk_bytes(chunk), emit(std::move(out)) {
+        int n = omp_get_max_threads();
+        for (int i = 0; i < n; i++) {
+            encoders.emplace_back(new Encoder(tk));
+            encoders.back()->cache_limit = std::max<size_t>(100000, 1000000 / n);  // ~100 bytes an entry
+        }
+    }
+    // the document text[begin, end): <|endoftext|>, then its tokens, to sink
+    void add_document(std::shared_ptr<const std::string> text, size_t begin, size_t end, int sink) {
+        size_t at = begin;
+        bool first = true;
+        do {  // an empty document is one empty piece (its <|endoftext|>)
+            size_t stop = end - at > chunk_bytes ? tokenizer_next_cut(text->data(), end, at + chunk_bytes) : end;
+            batch.push_back({text, at, stop, end, first, sink});
+            batch_bytes += stop - at;
+            first = false;
+            at = stop;
+            if (batch_bytes >= BATCH_BYTES || batch.size() >= 16 * encoders.size()) run();
+        } while (at < end);
+    }
+    void run() {  // encodes the batch and emits its tokens in order
+        std::vector<std::vector<int>> out(batch.size());
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (size_t i = 0; i < batch.size(); i++) {
+            const Piece& p = batch[i];
+            if (p.first) out[i].push_back(tk.eot_token);
+            encoder_encode(encoders[omp_get_thread_num()].get(), p.text->data() + p.begin, p.end - p.begin, p.stop - p.begin, &out[i]);
+        }
+        for (size_t i = 0; i < batch.size(); i++) emit(batch[i].sink, out[i]);
+        bytes_done += batch_bytes;
+        batch.clear();
+        batch_bytes = 0;
+    }
+};
+
+// A line on stderr at most every few seconds, and at the end.
+struct Progress {
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now(), last = t0;
+    void line(bool final, size_t docs_read, size_t n_docs, size_t bytes, size_t total_bytes, long long tokens) {
+        auto now = std::chrono::steady_clock::now();
+        if (!final && now - last < std::chrono::seconds(5)) return;
+        last = now;
+        double s = std::chrono::duration<double>(now - t0).count();
+        fprintf(stderr, "%s %zu/%zu documents, %.1f/%.1f MiB encoded, %lld tokens, %.1f MiB/s\n", final ? "tokenized" : "tokenizing",
+                docs_read, n_docs, bytes / 1048576.0, total_bytes / 1048576.0, tokens, s > 0 ? bytes / 1048576.0 / s : 0.0);
+    }
+};
+
 int main(int argc, char** argv) {
     std::string tokenizer_path = "data/gpt2_tokenizer.bin", prefix, decode_path;
     double val_fraction = -1;
     long long shard_tokens = 100000000;
+    long long threads = 0, chunk_bytes = 1 << 20;
     bool wide = false, hellaswag = false;
     std::vector<std::string> files;
     for (int i = 1; i < argc; i++) {
@@ -226,6 +322,11 @@ int main(int argc, char** argv) {
             std::string v = value(); char* end;
             shard_tokens = strtoll(v.c_str(), &end, 10);
             if (*end || shard_tokens < 1) usage_error("--shard-tokens: expected a positive integer, got '%s'", v.c_str());
+        } else if (a == "--threads" || a == "--chunk-bytes") {
+            std::string v = value(); char* end;
+            long long n = strtoll(v.c_str(), &end, 10);
+            if (*end || v.empty() || n < (a == "--threads" ? 0 : 1)) usage_error("%s: expected a %s integer, got '%s'", a.c_str(), a == "--threads" ? "non-negative" : "positive", v.c_str());
+            (a == "--threads" ? threads : chunk_bytes) = n;
         } else if (a.size() > 1 && a[0] == '-') usage_error("unknown option '%s' (see --help)", a.c_str());
         else files.push_back(a);
     }
@@ -244,16 +345,22 @@ int main(int argc, char** argv) {
         return 0;
     }
 
+    if (threads > 0) omp_set_num_threads((int)threads);
     if (hellaswag) {
         if (files.size() != 2 || !prefix.empty()) usage_error("--hellaswag: expected INPUT.jsonl OUTPUT.bin (see --help)");
-        hellaswag_to_eval_file(&tk, files[0], files[1]);
+        hellaswag_to_eval_file(tk, files[0], files[1]);
         return 0;
     }
+    Progress progress;
 
     if (prefix.empty()) {  // the simple form: INPUT OUTPUT
         if (files.size() != 2) usage_error("expected INPUT.txt OUTPUT.bin, or --output-prefix PREFIX FILE... (see --help)");
-        std::vector<int> toks = {tk.eot_token};
-        tokenizer_encode(&tk, read_file(files[0]), &toks);
+        auto text = std::make_shared<const std::string>(read_file(files[0]));
+        std::vector<int> toks;
+        ParallelEncoder enc(tk, chunk_bytes, [&](int, const std::vector<int>& t) { toks.insert(toks.end(), t.begin(), t.end()); });
+        enc.add_document(text, 0, text->size(), 0);
+        enc.run();
+        progress.line(true, 1, 1, enc.bytes_done, text->size(), (long long)toks.size());
         shard_write(files[1], toks, wide);
         fprintf(stderr, "%s: %zu tokens -> %s\n", files[0].c_str(), toks.size(), files[1].c_str());
         return 0;
@@ -261,23 +368,25 @@ int main(int argc, char** argv) {
 
     if (files.empty()) usage_error("--output-prefix: no input files given");
     if (val_fraction < 0) val_fraction = 0.05;
-    // documents: each file, except that a single file is cut in two at a line boundary
-    std::vector<std::string> docs;
-    size_t n_val_docs = 0;
+    // documents: each file, read when its turn comes, except that a single file is cut in two at
+    // a line boundary (F of its bytes for validation)
+    size_t total_bytes = 0, n_docs = files.size(), n_val_docs = 0;
+    for (const std::string& f : files) total_bytes += file_size(f);  // every file readable, before any shard is written
+    std::shared_ptr<const std::string> single;
+    size_t cut = 0;
     if (files.size() == 1) {
-        std::string text = read_file(files[0]);
-        size_t cut = text.size() - (size_t)(val_fraction * text.size());
+        single = std::make_shared<const std::string>(read_file(files[0]));
+        const std::string& text = *single;
+        cut = text.size() - (size_t)(val_fraction * text.size());
         while (cut > 0 && cut < text.size() && text[cut - 1] != '\n') cut++;
-        docs = {text.substr(0, cut)};
-        if (cut < text.size()) { docs.push_back(text.substr(cut)); n_val_docs = 1; }
+        if (cut < text.size()) { n_docs = 2; n_val_docs = 1; }
     } else {
-        for (const std::string& f : files) docs.push_back(read_file(f));
-        n_val_docs = val_fraction > 0 ? std::max<size_t>(1, (size_t)(val_fraction * docs.size() + 0.5)) : 0;
-        if (n_val_docs >= docs.size()) usage_error("--val-fraction %.3f leaves no training documents", val_fraction);
+        n_val_docs = val_fraction > 0 ? std::max<size_t>(1, (size_t)(val_fraction * files.size() + 0.5)) : 0;
+        if (n_val_docs >= files.size()) usage_error("--val-fraction %.3f leaves no training documents", val_fraction);
     }
+    enum { TRAIN, VAL };
     std::vector<int> train, val;
     int shard_index = 0;
-    size_t n_train_docs = docs.size() - n_val_docs;
     long long total = 0;
     auto flush_train = [&](bool final) {
         while ((long long)train.size() >= shard_tokens || (final && !train.empty())) {
@@ -288,16 +397,23 @@ int main(int argc, char** argv) {
             train.erase(train.begin(), train.begin() + n);
         }
     };
-    for (size_t i = 0; i < docs.size(); i++) {
-        std::vector<int>& out = i < n_train_docs ? train : val;
-        size_t before = out.size();
-        out.push_back(tk.eot_token);
-        tokenizer_encode(&tk, docs[i], &out);
-        total += out.size() - before;
-        if (i < n_train_docs) flush_train(false);
-        if ((i + 1) % 100 == 0 || i + 1 == docs.size())
-            fprintf(stderr, "tokenized %zu/%zu documents, %lld tokens\n", i + 1, docs.size(), total);
+    ParallelEncoder enc(tk, chunk_bytes, [&](int sink, const std::vector<int>& t) {
+        std::vector<int>& out = sink == TRAIN ? train : val;
+        out.insert(out.end(), t.begin(), t.end());
+        total += t.size();
+        if (sink == TRAIN) flush_train(false);
+    });
+    for (size_t i = 0; i < n_docs; i++) {
+        const int sink = i < n_docs - n_val_docs ? TRAIN : VAL;
+        if (single) enc.add_document(single, i == 0 ? 0 : cut, n_docs == 1 || i == 1 ? single->size() : cut, sink);
+        else {
+            auto text = std::make_shared<const std::string>(read_file(files[i]));
+            enc.add_document(text, 0, text->size(), sink);
+        }
+        progress.line(false, i + 1, n_docs, enc.bytes_done, total_bytes, total);
     }
+    enc.run();
+    progress.line(true, n_docs, n_docs, enc.bytes_done, total_bytes, total);
     flush_train(true);
     if (!val.empty()) {
         shard_write(prefix + "_val_000000.bin", val, wide);

@@ -268,7 +268,7 @@ template <class T>
 static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std::string& prompt, int n, int T_,
                             float temperature, int top_k, Rng* rng) {
     std::vector<int> toks = {tk->eot_token};
-    tokenizer_encode(tk, prompt, &toks);
+    tokenizer_encode(*tk, prompt, &toks);
     size_t start = toks.size();
     const int Vp = g->config.padded_vocab_size;
     std::vector<T> last_row(Vp);

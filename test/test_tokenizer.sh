@@ -3,7 +3,8 @@
 # token for token, and decode(encode(x)) == x byte for byte.
 # Texts: the shipped validation text (decoded), this project's own sources (Greek, math and
 # arrows in the comments), and a sample with accents, CJK, emoji, digits, contractions and
-# runs of whitespace. And ./tokenize --hellaswag (JSON in, the eval file out) against Python's
+# runs of whitespace; the same texts cut into pieces for parallel encoding, and a text of what is hardest
+# next to a cut. And ./tokenize --hellaswag (JSON in, the eval file out) against Python's
 # JSON reader and the reference encoder. Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -42,6 +43,60 @@ PY
     else
         echo "not ok - tokenizer $f: decode(encode(x)) != x"
     fi
+done
+
+# Parallel encoding (tokenize.cpp: a text cut at tokenizer_next_cut, the pieces encoded on several
+# threads, the tokens put back in order): each text above, cut into pieces of about 64 bytes and of
+# 1 byte (a cut at every place the rule allows) on 2 threads, gives the same shard as one piece on
+# one thread. Plus a text made of what is hardest next to a cut: a line's end before spaces, tabs,
+# another line's end, CRLF, an apostrophe ('s is a pre-token), NBSP and em space (whitespace to the
+# regex, not ASCII), and invalid UTF-8 (0xff, a lone 0xc3). A cut rule that allows any of these
+# cuts inside a pre-token, or cuts where the piece's end changes its last pre-token, and fails here.
+/usr/bin/python3 - "$tmp/edges.txt" <<'PY'
+import random, sys
+random.seed(7)
+parts = [b"\n", b"\n\n", b" \n", b"\r\n", b"\t", b"  ", b"word", b" word", b"'s", b"'ll", b"\n'", b"123",
+         b"\n ", b"\n\t", b"\n \n", b"\n\n  x", "\u00a0".encode(), "\u2003".encode(), "\n\u00a0".encode(),
+         "é".encode(), "日本".encode(), "🚀".encode(), b"\xff", b"\n\xff", b"\xc3", b"!!", b"\n!", b".\n"]
+open(sys.argv[1], "wb").write(b"".join(random.choice(parts) for _ in range(40000)))
+PY
+for f in kjv_val unicode readme sources edges; do
+    ./tokenize --threads 1 --chunk-bytes 100000000 "$tmp/$f.txt" "$tmp/$f.one.bin" 2>/dev/null
+    same=1
+    for c in 64 1; do
+        ./tokenize --threads 2 --chunk-bytes $c "$tmp/$f.txt" "$tmp/$f.cut.bin" 2>/dev/null
+        cmp -s "$tmp/$f.one.bin" "$tmp/$f.cut.bin" || { same=0; echo "not ok - tokenizer $f: cut into pieces of $c bytes on 2 threads, the tokens differ from one piece's"; }
+    done
+    [ $same = 1 ] && [ -s "$tmp/$f.one.bin" ] && echo "ok - tokenizer $f: the same tokens cut into pieces of 64 and of 1 bytes, on 2 threads, as in one piece"
+done
+# a dataset (--output-prefix) of several files, and of one file split for validation: the same
+# shards, cut or not, on 1 or 2 threads (shards of 20000 tokens, so that a shard ends inside a batch)
+mkdir -p "$tmp/ds1" "$tmp/ds2"
+: > "$tmp/empty.txt"
+for d in 1 2; do
+    [ $d = 1 ] && opts=(--threads 1) || opts=(--threads 2 --chunk-bytes 5)
+    ./tokenize "${opts[@]}" --output-prefix "$tmp/ds$d/many" --shard-tokens 20000 --val-fraction 0.3 \
+        "$tmp/readme.txt" "$tmp/empty.txt" "$tmp/edges.txt" "$tmp/unicode.txt" "$tmp/sources.txt" 2>/dev/null
+    ./tokenize "${opts[@]}" --output-prefix "$tmp/ds$d/one" --shard-tokens 20000 --val-fraction 0.2 "$tmp/sources.txt" 2>/dev/null
+done
+n=$(ls "$tmp/ds1" | wc -l)
+if [ "$n" -gt 4 ] && diff <(cd "$tmp/ds1" && md5sum *) <(cd "$tmp/ds2" && md5sum *) >/dev/null; then
+    echo "ok - tokenize --output-prefix: the same $n shards on 2 threads in pieces of 5 bytes as on 1 thread"
+else
+    echo "not ok - tokenize --output-prefix: the shards differ between 1 and 2 threads ($n shards)"
+fi
+# bad input: a file that cannot be read, anywhere in the list, stops the run before any shard is written
+mkdir -p "$tmp/ds3"
+out=$(./tokenize --output-prefix "$tmp/ds3/x" "$tmp/readme.txt" "$tmp/sources.txt" "$tmp/missing.txt" 2>&1); rc=$?
+if [ $rc != 0 ] && echo "$out" | grep -q "missing.txt" && [ -z "$(ls "$tmp/ds3")" ]; then
+    echo "ok - tokenize: an unreadable input file is named before any shard is written"
+else
+    echo "not ok - tokenize: an unreadable input file (exit $rc, $(ls "$tmp/ds3" | wc -l) files written): $out"
+fi
+for bad in "--threads -1" "--chunk-bytes 0" "--threads two"; do
+    out=$(./tokenize $bad "$tmp/readme.txt" "$tmp/x.bin" 2>&1); rc=$?
+    [ $rc = 2 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q -- "${bad% *}" \
+        && echo "ok - tokenize $bad: refused in one line naming the flag" || echo "not ok - tokenize $bad: exit $rc: $out"
 done
 
 # ./tokenize --hellaswag: HellaSwag's jsonl (every JSON string escape, a string label, extra
