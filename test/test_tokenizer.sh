@@ -85,6 +85,14 @@ if [ "$n" -gt 4 ] && diff <(cd "$tmp/ds1" && md5sum *) <(cd "$tmp/ds2" && md5sum
 else
     echo "not ok - tokenize --output-prefix: the shards differ between 1 and 2 threads ($n shards)"
 fi
+# the shipped dataset, rebuilt from its own text as `make data` built it (one file, 5% for
+# validation), in pieces on 2 threads: the same two shards byte for byte
+{ ./tokenize --decode data/kjv_train_000000.bin | sed '1s/^<|endoftext|>//'; cat "$tmp/kjv_val.txt"; } > "$tmp/kjv_all.txt"
+mkdir -p "$tmp/kjv"
+./tokenize --threads 2 --chunk-bytes 4096 --output-prefix "$tmp/kjv/kjv" --val-fraction 0.05 "$tmp/kjv_all.txt" 2>/dev/null
+cmp -s "$tmp/kjv/kjv_train_000000.bin" data/kjv_train_000000.bin && cmp -s "$tmp/kjv/kjv_val_000000.bin" data/kjv_val_000000.bin \
+    && echo "ok - tokenize --output-prefix rebuilds the shipped data/kjv_{train,val}_000000.bin byte for byte from their text" \
+    || echo "not ok - tokenize --output-prefix: the shipped shards rebuilt from their text differ"
 # bad input: a file that cannot be read, anywhere in the list, stops the run before any shard is written
 mkdir -p "$tmp/ds3"
 out=$(./tokenize --output-prefix "$tmp/ds3/x" "$tmp/readme.txt" "$tmp/sources.txt" "$tmp/missing.txt" 2>&1); rc=$?
