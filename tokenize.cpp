@@ -8,16 +8,22 @@ tokenize — text files in, GPT-2 token shards out (and back: --decode).
       documents (at least one) form PREFIX_val_000000.bin and the rest PREFIX_train_NNNNNN.bin,
       cut every N tokens (default 100M, like llm.c). With a single file, the split is made at
       the line boundary that leaves F of its bytes for validation.
+  ./tokenize --jsonl [--jsonl-key KEY] ...   (either form above)
+      every input file is JSON lines, one document a line, its text in the field KEY (default
+      "text"), as many corpora come (FineWeb, SlimPajama, ... decompressed); the last F of the
+      documents are then the validation split in any case.
   ./tokenize --decode SHARD        prints the text of a shard
-  Encoding runs on every core (--threads) and gives the same tokens for any thread count: each
-  document is cut into pieces of about --chunk-bytes where the GPT-2 regex is sure to split
-  anyway (tokenizer_next_cut), the pieces are encoded in parallel and their tokens put back in
-  order. Memory holds one batch of pieces (64 MiB of text) and the file being read, not the
-  whole input.
   ./tokenize --hellaswag hellaswag_val.jsonl OUTPUT.bin
       HellaSwag's examples (one JSON object a line: ctx, endings, label) as the multiple-choice
       eval file train_gpt --hellaswag reads (llmc/hellaswag.h; llm.c's format): the context's
       tokens, and each ending's with a space before it, as llm.c's dev/data/hellaswag.py does.
+
+Encoding runs on every core (--threads) and gives the same tokens for any thread count: each
+document is cut into pieces of about --chunk-bytes where the GPT-2 regex splits anyway
+(tokenizer_next_cut), the pieces are encoded in parallel and their tokens put back in order.
+One thread reads (and parses --jsonl) the next batch of pieces (64 MiB of text) while the others
+encode the last, so memory holds two batches and the document being read (a text file, or a line
+of a --jsonl file), not the whole input.
 
 The shard format and the tokenizer are described in llmc/dataloader.h and llmc/tokenizer.h.
 Test: test/test_tokenizer.sh.
@@ -26,6 +32,7 @@ Test: test/test_tokenizer.sh.
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 #include <omp.h>
 #include "llmc/common.h"
@@ -41,12 +48,12 @@ static void print_help() {
         "       tokenize [--tokenizer PATH] --hellaswag INPUT.jsonl OUTPUT.bin\n"
         "\n"
         "Writes GPT-2 token shards (256 int32 header [20240520, 1, ntok], then uint16 tokens).\n"
-        "Each input file is one document, preceded by <|endoftext|> (50256).\n"
+        "Each input file (each line, with --jsonl) is one document, preceded by <|endoftext|> (50256).\n"
         "\n"
         "options:\n"
         "  --tokenizer PATH       tokenizer file (default: data/gpt2_tokenizer.bin)\n"
         "  --output-prefix PREFIX write PREFIX_val_000000.bin and PREFIX_train_NNNNNN.bin\n"
-        "  --val-fraction F       fraction of documents (or, for one file, of its bytes) kept for\n"
+        "  --val-fraction F       fraction of documents (or, for one text file, of its bytes) kept for\n"
         "                         validation, 0 <= F < 1 (default 0.05 with --output-prefix)\n"
         "  --shard-tokens N       tokens per train shard (default 100000000)\n"
         "  --uint32               write llm.c's uint32 shards ([20240801, 7, ntok])\n"
@@ -54,6 +61,9 @@ static void print_help() {
         "  --chunk-bytes N        text is encoded in pieces of about N bytes, cut where a line starts\n"
         "                         with a printable character; the same tokens for any N (default 1048576)\n"
         "  --decode SHARD         print the text of SHARD and exit\n"
+        "  --jsonl                inputs are JSON lines: each line an object whose --jsonl-key field\n"
+        "                         (a string) is one document\n"
+        "  --jsonl-key KEY        the field of each --jsonl line that holds the text (default text)\n"
         "  --hellaswag            INPUT.jsonl is HellaSwag (ctx, endings, label a line; e.g. hellaswag_val.jsonl):\n"
         "                         write train_gpt --hellaswag's eval file (llm.c's hellaswag_val.bin format)\n"
         "  --help                 this message\n");
@@ -161,44 +171,62 @@ struct JsonParser {
 
 // HellaSwag's jsonl → the eval file: per line, the context's tokens and each ending's tokens,
 // the ending preceded by a space (it continues the context's last word).
+// Calls f(object, "PATH line N", bytes of the line) for each line of a JSON-lines file that is not
+// blank; dies naming the line if it is not one JSON value.
+static void for_each_json_line(const std::string& path, const std::function<void(Json&, const std::string&, size_t)>& f) {
+    FILE* in = fopen_or_die(path.c_str(), "rb");
+    char* buf = nullptr;
+    size_t cap = 0;
+    long long lineno = 0;
+    for (ssize_t n; (n = getline(&buf, &cap, in)) >= 0; ) {
+        lineno++;
+        std::string line(buf, n);
+        if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+        const std::string where = path + " line " + std::to_string(lineno);
+        JsonParser p{line, where};
+        Json v = p.value();
+        p.ws();
+        if (p.i != line.size()) p.fail("text after the value");
+        f(v, where, (size_t)n);
+    }
+    free(buf);
+    fclose(in);
+}
+
+static size_t count_json_lines(const std::string& path) {  // the lines for_each_json_line visits
+    FILE* in = fopen_or_die(path.c_str(), "rb");
+    char* buf = nullptr;
+    size_t cap = 0, count = 0;
+    for (ssize_t n; (n = getline(&buf, &cap, in)) >= 0; )
+        if (std::string(buf, n).find_first_not_of(" \t\r\n") != std::string::npos) count++;
+    free(buf);
+    fclose(in);
+    return count;
+}
+
 static void hellaswag_to_eval_file(const Tokenizer& tk, const std::string& in, const std::string& out_path) {
-    FILE* f = fopen_or_die(in.c_str(), "rb");
     Encoder enc(tk);
     auto encode = [&](const std::string& text, std::vector<int>* out) { encoder_encode(&enc, text.data(), text.size(), text.size(), out); };
     std::vector<ChoiceExample> examples;
-    std::string line;
-    int lineno = 0;
-    for (int c; ; ) {
-        line.clear();
-        while ((c = fgetc(f)) != EOF && c != '\n') line += (char)c;
-        lineno++;
-        if (line.find_first_not_of(" \t\r") != std::string::npos) {
-            const std::string where = in + " line " + std::to_string(lineno);
-            JsonParser p{line, where};
-            Json ex = p.value();
-            p.ws();
-            if (p.i != line.size()) p.fail("text after the object");
-            const Json *ctx = ex.get("ctx"), *endings = ex.get("endings"), *label = ex.get("label");
-            if (ex.kind != Json::OBJ || !ctx || ctx->kind != Json::STR || !endings || endings->kind != Json::ARR || !label)
-                fatal("%s: expected an object with \"ctx\" (a string), \"endings\" (a list of strings) and \"label\"", where.c_str());
-            ChoiceExample e;
-            e.label = -1;  // a number, or a string of digits ("" in the test split)
-            if (label->kind == Json::NUM && label->num == (int)label->num) e.label = (int)label->num;
-            if (label->kind == Json::STR && !label->str.empty() && label->str.find_first_not_of("0123456789") == std::string::npos)
-                e.label = atoi(label->str.c_str());
-            if (e.label < 0 || e.label >= (int)endings->items.size())
-                fatal("%s: label must be the index of one of its %zu endings (the test split has no labels)", where.c_str(), endings->items.size());
-            encode(ctx->str, &e.context);
-            for (const Json& end : endings->items) {
-                if (end.kind != Json::STR) fatal("%s: an ending is not a string", where.c_str());
-                e.endings.emplace_back();
-                encode(" " + end.str, &e.endings.back());
-            }
-            examples.push_back(std::move(e));
+    for_each_json_line(in, [&](Json& ex, const std::string& where, size_t) {
+        const Json *ctx = ex.get("ctx"), *endings = ex.get("endings"), *label = ex.get("label");
+        if (ex.kind != Json::OBJ || !ctx || ctx->kind != Json::STR || !endings || endings->kind != Json::ARR || !label)
+            fatal("%s: expected an object with \"ctx\" (a string), \"endings\" (a list of strings) and \"label\"", where.c_str());
+        ChoiceExample e;
+        e.label = -1;  // a number, or a string of digits ("" in the test split)
+        if (label->kind == Json::NUM && label->num == (int)label->num) e.label = (int)label->num;
+        if (label->kind == Json::STR && !label->str.empty() && label->str.find_first_not_of("0123456789") == std::string::npos)
+            e.label = atoi(label->str.c_str());
+        if (e.label < 0 || e.label >= (int)endings->items.size())
+            fatal("%s: label must be the index of one of its %zu endings (the test split has no labels)", where.c_str(), endings->items.size());
+        encode(ctx->str, &e.context);
+        for (const Json& end : endings->items) {
+            if (end.kind != Json::STR) fatal("%s: an ending is not a string", where.c_str());
+            e.endings.emplace_back();
+            encode(" " + end.str, &e.endings.back());
         }
-        if (c == EOF) break;
-    }
-    fclose(f);
+        examples.push_back(std::move(e));
+    });
     if (examples.empty()) fatal("%s: no examples", in.c_str());
     choice_set_write(out_path, examples);
     fprintf(stderr, "%s: %zu examples -> %s\n", in.c_str(), examples.size(), out_path.c_str());
@@ -223,12 +251,13 @@ static size_t file_size(const std::string& path) {  // and dies with the path's 
 }
 
 // ----------------------------------------------------------------------------
-// Encoding on every core, in order. A document (a file, or one side of a single file's split)
-// is cut at tokenizer_next_cut into pieces of about --chunk-bytes; the pieces gather into a batch
-// (64 MiB of text, or 16 pieces a thread) that all threads encode at once, each with its own
-// Encoder; then the batch's tokens go out in document order, each document's <|endoftext|>
-// first. So the output is the same for any --threads and --chunk-bytes: test_tokenizer holds
-// them to each other and to the reference encoder.
+// Encoding on every core, in order. A document (a file, a --jsonl line, or one side of a single
+// file's split) is cut at tokenizer_next_cut into pieces of about --chunk-bytes; the pieces gather
+// into a batch (64 MiB of text, or 4096 pieces a thread) that all threads encode at once, each
+// with its own Encoder, while this thread reads (and parses) the next batch; then the batch's
+// tokens go out in document order, each document's <|endoftext|> first. So the output is the same
+// for any --threads and --chunk-bytes (test_tokenizer holds them to each other and to the
+// reference encoder), and memory holds two batches, not the input.
 
 struct Piece {
     std::shared_ptr<const std::string> text;  // the text its document lies in
@@ -240,20 +269,23 @@ struct Piece {
 struct ParallelEncoder {
     const Tokenizer& tk;
     size_t chunk_bytes;
-    std::function<void(int sink, const std::vector<int>& tokens)> emit;
-    std::vector<std::unique_ptr<Encoder>> encoders;  // one a thread
-    std::vector<Piece> batch;
-    size_t batch_bytes = 0, bytes_done = 0;
+    std::function<void(int sink, const std::vector<int>& tokens)> emit;  // called on this thread, in order
+    std::vector<std::unique_ptr<Encoder>> encoders;  // one an encoding thread
+    std::vector<Piece> batch;                        // being gathered
+    size_t batch_bytes = 0;
+    std::vector<Piece> running;                      // being encoded, by `worker` and its OpenMP team
+    std::vector<std::vector<int>> running_tokens;
+    std::thread worker;
     static const size_t BATCH_BYTES = 64 << 20;
 
-    ParallelEncoder(const Tokenizer& t, size_t chunk, std::function<void(int, const std::vector<int>&)> out)
+    ParallelEncoder(const Tokenizer& t, size_t chunk, int threads, std::function<void(int, const std::vector<int>&)> out)
         : tk(t), chunk_bytes(chunk), emit(std::move(out)) {
-        int n = omp_get_max_threads();
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < threads; i++) {
             encoders.emplace_back(new Encoder(tk));
-            encoders.back()->cache_limit = std::max<size_t>(100000, 1000000 / n);  // ~100 bytes an entry
+            encoders.back()->cache_limit = std::max<size_t>(100000, 1000000 / threads);  // ~100 bytes an entry
         }
     }
+    ~ParallelEncoder() { if (worker.joinable()) worker.join(); }
     // the document text[begin, end): <|endoftext|>, then its tokens, to sink
     void add_document(std::shared_ptr<const std::string> text, size_t begin, size_t end, int sink) {
         size_t at = begin;
@@ -264,22 +296,32 @@ struct ParallelEncoder {
             batch_bytes += stop - at;
             first = false;
             at = stop;
-            if (batch_bytes >= BATCH_BYTES || batch.size() >= 16 * encoders.size()) run();
+            if (batch_bytes >= BATCH_BYTES || batch.size() >= 4096 * encoders.size()) start();
         } while (at < end);
     }
-    void run() {  // encodes the batch and emits its tokens in order
-        std::vector<std::vector<int>> out(batch.size());
-        #pragma omp parallel for schedule(dynamic, 1)
-        for (size_t i = 0; i < batch.size(); i++) {
-            const Piece& p = batch[i];
-            if (p.first) out[i].push_back(tk.eot_token);
-            encoder_encode(encoders[omp_get_thread_num()].get(), p.text->data() + p.begin, p.end - p.begin, p.stop - p.begin, &out[i]);
-        }
-        for (size_t i = 0; i < batch.size(); i++) emit(batch[i].sink, out[i]);
-        bytes_done += batch_bytes;
+    void start() {  // the batch to the encoding threads (once the previous one's tokens are out)
+        finish();
+        running.swap(batch);
         batch.clear();
         batch_bytes = 0;
+        running_tokens.assign(running.size(), {});
+        worker = std::thread([this] {
+            #pragma omp parallel for schedule(dynamic, 1) num_threads(encoders.size())
+            for (size_t i = 0; i < running.size(); i++) {
+                const Piece& p = running[i];
+                if (p.first) running_tokens[i].push_back(tk.eot_token);
+                encoder_encode(encoders[omp_get_thread_num()].get(), p.text->data() + p.begin, p.end - p.begin,
+                               p.stop - p.begin, &running_tokens[i]);
+            }
+        });
     }
+    void finish() {  // waits for the batch being encoded and emits its tokens
+        if (!worker.joinable()) return;
+        worker.join();
+        for (size_t i = 0; i < running.size(); i++) emit(running[i].sink, running_tokens[i]);
+        running.clear();
+    }
+    void flush() { start(); finish(); }  // at the end: every document's tokens out
 };
 
 // A line on stderr at most every few seconds, and at the end.
@@ -290,7 +332,7 @@ struct Progress {
         if (!final && now - last < std::chrono::seconds(5)) return;
         last = now;
         double s = std::chrono::duration<double>(now - t0).count();
-        fprintf(stderr, "%s %zu/%zu documents, %.1f/%.1f MiB encoded, %lld tokens, %.1f MiB/s\n", final ? "tokenized" : "tokenizing",
+        fprintf(stderr, "%s %zu/%zu documents, %.1f/%.1f MiB read, %lld tokens, %.1f MiB/s\n", final ? "tokenized" : "tokenizing",
                 docs_read, n_docs, bytes / 1048576.0, total_bytes / 1048576.0, tokens, s > 0 ? bytes / 1048576.0 / s : 0.0);
     }
 };
@@ -300,7 +342,8 @@ int main(int argc, char** argv) {
     double val_fraction = -1;
     long long shard_tokens = 100000000;
     long long threads = 0, chunk_bytes = 1 << 20;
-    bool wide = false, hellaswag = false;
+    bool wide = false, hellaswag = false, jsonl = false;
+    std::string jsonl_key = "text";
     std::vector<std::string> files;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -314,6 +357,8 @@ int main(int argc, char** argv) {
         else if (a == "--decode") decode_path = value();
         else if (a == "--uint32") wide = true;
         else if (a == "--hellaswag") hellaswag = true;
+        else if (a == "--jsonl") jsonl = true;
+        else if (a == "--jsonl-key") jsonl_key = value();
         else if (a == "--val-fraction") {
             std::string v = value(); char* end;
             val_fraction = strtod(v.c_str(), &end);
@@ -351,44 +396,42 @@ int main(int argc, char** argv) {
         hellaswag_to_eval_file(tk, files[0], files[1]);
         return 0;
     }
-    Progress progress;
-
-    if (prefix.empty()) {  // the simple form: INPUT OUTPUT
+    // the inputs and what comes of them: one shard (INPUT OUTPUT), or a dataset (--output-prefix)
+    const bool dataset = !prefix.empty();
+    std::vector<std::string> inputs = files;
+    if (!dataset) {
         if (files.size() != 2) usage_error("expected INPUT.txt OUTPUT.bin, or --output-prefix PREFIX FILE... (see --help)");
-        auto text = std::make_shared<const std::string>(read_file(files[0]));
-        std::vector<int> toks;
-        ParallelEncoder enc(tk, chunk_bytes, [&](int, const std::vector<int>& t) { toks.insert(toks.end(), t.begin(), t.end()); });
-        enc.add_document(text, 0, text->size(), 0);
-        enc.run();
-        progress.line(true, 1, 1, enc.bytes_done, text->size(), (long long)toks.size());
-        shard_write(files[1], toks, wide);
-        fprintf(stderr, "%s: %zu tokens -> %s\n", files[0].c_str(), toks.size(), files[1].c_str());
-        return 0;
+        inputs.pop_back();
     }
+    if (inputs.empty()) usage_error("--output-prefix: no input files given");
+    if (val_fraction < 0) val_fraction = dataset ? 0.05 : 0;
+    if (!dataset && val_fraction > 0) usage_error("--val-fraction: only with --output-prefix (INPUT OUTPUT writes one shard)");
 
-    if (files.empty()) usage_error("--output-prefix: no input files given");
-    if (val_fraction < 0) val_fraction = 0.05;
-    // documents: each file, read when its turn comes, except that a single file is cut in two at
-    // a line boundary (F of its bytes for validation)
-    size_t total_bytes = 0, n_docs = files.size(), n_val_docs = 0;
-    for (const std::string& f : files) total_bytes += file_size(f);  // every file readable, before any shard is written
+    // the documents, n_docs of them, the last n_val_docs for validation: each file; each line of a
+    // --jsonl file; or a single text file cut in two at the line boundary that leaves F of its
+    // bytes for validation
+    size_t total_bytes = 0, n_docs = 0, n_val_docs = 0;
+    for (const std::string& f : inputs) total_bytes += file_size(f);  // every file readable, before any shard is written
     std::shared_ptr<const std::string> single;
     size_t cut = 0;
-    if (files.size() == 1) {
-        single = std::make_shared<const std::string>(read_file(files[0]));
+    if (jsonl) for (const std::string& f : inputs) n_docs += count_json_lines(f);
+    else n_docs = inputs.size();
+    if (!jsonl && inputs.size() == 1) {
+        single = std::make_shared<const std::string>(read_file(inputs[0]));
         const std::string& text = *single;
         cut = text.size() - (size_t)(val_fraction * text.size());
         while (cut > 0 && cut < text.size() && text[cut - 1] != '\n') cut++;
         if (cut < text.size()) { n_docs = 2; n_val_docs = 1; }
-    } else {
-        n_val_docs = val_fraction > 0 ? std::max<size_t>(1, (size_t)(val_fraction * files.size() + 0.5)) : 0;
-        if (n_val_docs >= files.size()) usage_error("--val-fraction %.3f leaves no training documents", val_fraction);
+    } else if (val_fraction > 0) {
+        n_val_docs = std::max<size_t>(1, (size_t)(val_fraction * n_docs + 0.5));
+        if (n_val_docs >= n_docs) usage_error("--val-fraction %.3f leaves none of the %zu documents for training", val_fraction, n_docs);
     }
+
     enum { TRAIN, VAL };
     std::vector<int> train, val;
     int shard_index = 0;
     long long total = 0;
-    auto flush_train = [&](bool final) {
+    auto flush_train = [&](bool final) {  // writes the train shards that are full (at the end, what is left)
         while ((long long)train.size() >= shard_tokens || (final && !train.empty())) {
             size_t n = std::min<size_t>(train.size(), shard_tokens);
             char name[64]; snprintf(name, sizeof(name), "_train_%06d.bin", shard_index++);
@@ -397,23 +440,44 @@ int main(int argc, char** argv) {
             train.erase(train.begin(), train.begin() + n);
         }
     };
-    ParallelEncoder enc(tk, chunk_bytes, [&](int sink, const std::vector<int>& t) {
+    ParallelEncoder enc(tk, chunk_bytes, omp_get_max_threads(), [&](int sink, const std::vector<int>& t) {
         std::vector<int>& out = sink == TRAIN ? train : val;
         out.insert(out.end(), t.begin(), t.end());
         total += t.size();
-        if (sink == TRAIN) flush_train(false);
+        if (dataset && sink == TRAIN) flush_train(false);
     });
-    for (size_t i = 0; i < n_docs; i++) {
-        const int sink = i < n_docs - n_val_docs ? TRAIN : VAL;
-        if (single) enc.add_document(single, i == 0 ? 0 : cut, n_docs == 1 || i == 1 ? single->size() : cut, sink);
-        else {
-            auto text = std::make_shared<const std::string>(read_file(files[i]));
-            enc.add_document(text, 0, text->size(), sink);
-        }
-        progress.line(false, i + 1, n_docs, enc.bytes_done, total_bytes, total);
+    Progress progress;
+    size_t doc = 0, bytes_read = 0;
+    auto add = [&](std::shared_ptr<const std::string> text, size_t begin, size_t end, size_t input_bytes) {
+        enc.add_document(text, begin, end, doc < n_docs - n_val_docs ? TRAIN : VAL);
+        doc++;
+        bytes_read += input_bytes;
+        progress.line(false, doc, n_docs, bytes_read, total_bytes, total);
+    };
+    if (single) {
+        add(single, 0, cut, cut);
+        if (cut < single->size()) add(single, cut, single->size(), single->size() - cut);
+    } else for (const std::string& f : inputs) {
+        if (!jsonl) {
+            auto text = std::make_shared<const std::string>(read_file(f));
+            add(text, 0, text->size(), text->size());
+        } else for_each_json_line(f, [&](Json& v, const std::string& where, size_t line_bytes) {
+            const Json* t = v.get(jsonl_key);
+            if (v.kind != Json::OBJ || !t || t->kind != Json::STR)
+                fatal("%s: expected an object with a string \"%s\" (--jsonl-key)", where.c_str(), jsonl_key.c_str());
+            auto text = std::make_shared<const std::string>(t->str);
+            add(text, 0, text->size(), line_bytes);
+        });
     }
-    enc.run();
-    progress.line(true, n_docs, n_docs, enc.bytes_done, total_bytes, total);
+    enc.flush();
+    progress.line(true, doc, n_docs, bytes_read, total_bytes, total);
+    if (doc != n_docs) fatal("the inputs changed while they were read (%zu documents, %zu counted first)", doc, n_docs);
+
+    if (!dataset) {
+        shard_write(files[1], train, wide);
+        fprintf(stderr, "%s: %zu tokens -> %s\n", files[0].c_str(), train.size(), files[1].c_str());
+        return 0;
+    }
     flush_train(true);
     if (!val.empty()) {
         shard_write(prefix + "_val_000000.bin", val, wide);

@@ -93,6 +93,41 @@ mkdir -p "$tmp/kjv"
 cmp -s "$tmp/kjv/kjv_train_000000.bin" data/kjv_train_000000.bin && cmp -s "$tmp/kjv/kjv_val_000000.bin" data/kjv_val_000000.bin \
     && echo "ok - tokenize --output-prefix rebuilds the shipped data/kjv_{train,val}_000000.bin byte for byte from their text" \
     || echo "not ok - tokenize --output-prefix: the shipped shards rebuilt from their text differ"
+# --jsonl: the same texts as JSON lines (every non-ASCII character a \u escape, emoji as surrogate
+# pairs; a blank line; other fields before and after; in two files) give the same shards as the
+# texts as files, and the one-shard form the same tokens as a dataset without validation
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+docs = [open(f"{tmp}/{n}.txt", encoding="utf-8", newline="").read() for n in ("kjv_val", "unicode", "readme", "sources")]
+with open(f"{tmp}/a.jsonl", "w") as f:
+    f.write(json.dumps({"id": 0, "text": docs[0], "meta": {"x": [1, 2]}}) + "\n\n")
+    f.write(json.dumps({"text": docs[1], "id": 1}) + "\n")
+with open(f"{tmp}/b.jsonl", "w") as f:
+    for i in (2, 3): f.write(json.dumps({"content": docs[i], "text": docs[i]}) + "\n")
+with open(f"{tmp}/c.jsonl", "w") as f:
+    for d in docs: f.write(json.dumps({"content": d}) + "\n")
+PY
+mkdir -p "$tmp/js1" "$tmp/js2"
+./tokenize --output-prefix "$tmp/js1/d" --val-fraction 0.3 --shard-tokens 20000 "$tmp/kjv_val.txt" "$tmp/unicode.txt" "$tmp/readme.txt" "$tmp/sources.txt" 2>/dev/null
+./tokenize --threads 2 --chunk-bytes 1000 --jsonl --output-prefix "$tmp/js2/d" --val-fraction 0.3 --shard-tokens 20000 "$tmp/a.jsonl" "$tmp/b.jsonl" 2>/dev/null
+./tokenize --jsonl --jsonl-key content --output-prefix "$tmp/js2/c" --val-fraction 0.3 --shard-tokens 20000 "$tmp/c.jsonl" 2>/dev/null
+n=$(ls "$tmp/js1" | wc -l)
+if [ "$n" -ge 4 ] && diff <(cd "$tmp/js1" && md5sum d_*) <(cd "$tmp/js2" && md5sum d_*) >/dev/null \
+   && diff <(cd "$tmp/js1" && md5sum d_* | sed 's/ d_/ c_/') <(cd "$tmp/js2" && md5sum c_*) >/dev/null; then
+    echo "ok - tokenize --jsonl: the texts as JSON lines (escapes, two files, --jsonl-key) give the same $n shards as the texts as files"
+else
+    echo "not ok - tokenize --jsonl: the shards differ from those of the texts as files ($n shards)"
+fi
+./tokenize --output-prefix "$tmp/js1/all" --val-fraction 0 --shard-tokens 100000000 "$tmp/kjv_val.txt" "$tmp/unicode.txt" "$tmp/readme.txt" "$tmp/sources.txt" 2>/dev/null
+./tokenize --jsonl --jsonl-key content "$tmp/c.jsonl" "$tmp/js2/one.bin" 2>/dev/null
+cmp -s "$tmp/js1/all_train_000000.bin" "$tmp/js2/one.bin" && echo "ok - tokenize --jsonl INPUT OUTPUT: one shard, each document after its <|endoftext|>" \
+    || echo "not ok - tokenize --jsonl INPUT OUTPUT: differs from the dataset of the same documents"
+printf '{"text": "fine"}\n{"text": 42}\n' > "$tmp/bad.jsonl"
+out=$(./tokenize --jsonl "$tmp/bad.jsonl" "$tmp/x.bin" 2>&1); rc=$?
+[ $rc != 0 ] && echo "$out" | grep -q 'bad.jsonl line 2: expected an object with a string "text"' \
+    && echo "ok - tokenize --jsonl: a line without a string \"text\" is refused, naming the file and line" \
+    || echo "not ok - tokenize --jsonl: a line without a string text (exit $rc): $out"
 # bad input: a file that cannot be read, anywhere in the list, stops the run before any shard is written
 mkdir -p "$tmp/ds3"
 out=$(./tokenize --output-prefix "$tmp/ds3/x" "$tmp/readme.txt" "$tmp/sources.txt" "$tmp/missing.txt" 2>&1); rc=$?
@@ -101,7 +136,7 @@ if [ $rc != 0 ] && echo "$out" | grep -q "missing.txt" && [ -z "$(ls "$tmp/ds3")
 else
     echo "not ok - tokenize: an unreadable input file (exit $rc, $(ls "$tmp/ds3" | wc -l) files written): $out"
 fi
-for bad in "--threads -1" "--chunk-bytes 0" "--threads two"; do
+for bad in "--threads -1" "--chunk-bytes 0" "--threads two" "--val-fraction 0.1"; do
     out=$(./tokenize $bad "$tmp/readme.txt" "$tmp/x.bin" 2>&1); rc=$?
     [ $rc = 2 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q -- "${bad% *}" \
         && echo "ok - tokenize $bad: refused in one line naming the flag" || echo "not ok - tokenize $bad: exit $rc: $out"

@@ -7,7 +7,9 @@ is the validation split (data/fineweb_val_000000.bin), the rest training
 tokens (llmc/dataloader.h).
 
 Needs internet and `pip install datasets tiktoken numpy` (tiktoken's "gpt2" encoding is the
-same BPE as data/gpt2_tokenizer.bin; it is used here because it tokenizes in parallel).
+same BPE as data/gpt2_tokenizer.bin). A corpus you already have as JSON lines, one document a
+line, needs none of these: `./tokenize --jsonl --output-prefix data/mine FILE.jsonl...` (the last
+5% of its documents for validation).
 
 usage: python3 dev/data/fineweb.py [--version 10B|100B] [--out-dir data] [--shard-tokens N]
 """
