@@ -387,6 +387,7 @@ int main(int argc, char** argv) {
         if (s.ntok) dataloader_read(&d, 0, (int)s.ntok, toks.data());
         std::string text = tokenizer_decode(tk, toks.data(), toks.size());
         fwrite(text.data(), 1, text.size(), stdout);
+        tokenizer_free(&tk);
         return 0;
     }
 
@@ -394,6 +395,7 @@ int main(int argc, char** argv) {
     if (hellaswag) {
         if (files.size() != 2 || !prefix.empty()) usage_error("--hellaswag: expected INPUT.jsonl OUTPUT.bin (see --help)");
         hellaswag_to_eval_file(tk, files[0], files[1]);
+        tokenizer_free(&tk);
         return 0;
     }
     // the inputs and what comes of them: one shard (INPUT OUTPUT), or a dataset (--output-prefix)
@@ -476,6 +478,7 @@ int main(int argc, char** argv) {
     if (!dataset) {
         shard_write(files[1], train, wide);
         fprintf(stderr, "%s: %zu tokens -> %s\n", files[0].c_str(), train.size(), files[1].c_str());
+        tokenizer_free(&tk);
         return 0;
     }
     flush_train(true);
