@@ -418,6 +418,7 @@ int main(int argc, char** argv) {
     size_t cut = 0;
     if (jsonl) for (const std::string& f : inputs) n_docs += count_json_lines(f);
     else n_docs = inputs.size();
+    if (n_docs == 0) fatal("--jsonl: the input files hold no lines (no documents)");
     if (!jsonl && inputs.size() == 1) {
         single = std::make_shared<const std::string>(read_file(inputs[0]));
         const std::string& text = *single;

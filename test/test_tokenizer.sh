@@ -128,6 +128,11 @@ out=$(./tokenize --jsonl "$tmp/bad.jsonl" "$tmp/x.bin" 2>&1); rc=$?
 [ $rc != 0 ] && echo "$out" | grep -q 'bad.jsonl line 2: expected an object with a string "text"' \
     && echo "ok - tokenize --jsonl: a line without a string \"text\" is refused, naming the file and line" \
     || echo "not ok - tokenize --jsonl: a line without a string text (exit $rc): $out"
+: > "$tmp/none.jsonl"
+out=$(./tokenize --jsonl --output-prefix "$tmp/js2/none" "$tmp/none.jsonl" 2>&1); rc=$?
+[ $rc != 0 ] && echo "$out" | grep -q "no documents" && [ -z "$(ls "$tmp/js2" | grep none)" ] \
+    && echo "ok - tokenize --jsonl: inputs without a document are refused, no shard written" \
+    || echo "not ok - tokenize --jsonl: inputs without a document (exit $rc): $out"
 # bad input: a file that cannot be read, anywhere in the list, stops the run before any shard is written
 mkdir -p "$tmp/ds3"
 out=$(./tokenize --output-prefix "$tmp/ds3/x" "$tmp/readme.txt" "$tmp/sources.txt" "$tmp/missing.txt" 2>&1); rc=$?
