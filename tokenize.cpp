@@ -169,46 +169,46 @@ struct JsonParser {
     }
 };
 
-// HellaSwag's jsonl → the eval file: per line, the context's tokens and each ending's tokens,
-// the ending preceded by a space (it continues the context's last word).
-// Calls f(object, "PATH line N", bytes of the line) for each line of a JSON-lines file that is not
-// blank; dies naming the line if it is not one JSON value.
-static void for_each_json_line(const std::string& path, const std::function<void(Json&, const std::string&, size_t)>& f) {
+// Calls f(line, "PATH line N") for each line of a file that is not blank (the line with its '\n').
+static void for_each_line(const std::string& path, const std::function<void(const std::string&, const std::string&)>& f) {
     FILE* in = fopen_or_die(path.c_str(), "rb");
     char* buf = nullptr;
     size_t cap = 0;
     long long lineno = 0;
     for (ssize_t n; (n = getline(&buf, &cap, in)) >= 0; ) {
         lineno++;
-        std::string line(buf, n);
-        if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
-        const std::string where = path + " line " + std::to_string(lineno);
-        JsonParser p{line, where};
-        Json v = p.value();
-        p.ws();
-        if (p.i != line.size()) p.fail("text after the value");
-        f(v, where, (size_t)n);
+        const std::string line(buf, n);
+        if (line.find_first_not_of(" \t\r\n") != std::string::npos) f(line, path + " line " + std::to_string(lineno));
     }
     free(buf);
     fclose(in);
 }
 
+// Calls f(value, "PATH line N", bytes of the line) for each line of a JSON-lines file that is not
+// blank; dies naming the line if it is not one JSON value.
+static void for_each_json_line(const std::string& path, const std::function<void(const Json&, const std::string&, size_t)>& f) {
+    for_each_line(path, [&](const std::string& line, const std::string& where) {
+        JsonParser p{line, where};
+        Json v = p.value();
+        p.ws();
+        if (p.i != line.size()) p.fail("text after the value");
+        f(v, where, line.size());
+    });
+}
+
 static size_t count_json_lines(const std::string& path) {  // the lines for_each_json_line visits
-    FILE* in = fopen_or_die(path.c_str(), "rb");
-    char* buf = nullptr;
-    size_t cap = 0, count = 0;
-    for (ssize_t n; (n = getline(&buf, &cap, in)) >= 0; )
-        if (std::string(buf, n).find_first_not_of(" \t\r\n") != std::string::npos) count++;
-    free(buf);
-    fclose(in);
+    size_t count = 0;
+    for_each_line(path, [&](const std::string&, const std::string&) { count++; });
     return count;
 }
 
+// HellaSwag's jsonl → the eval file: per line, the context's tokens and each ending's tokens,
+// the ending preceded by a space (it continues the context's last word).
 static void hellaswag_to_eval_file(const Tokenizer& tk, const std::string& in, const std::string& out_path) {
     Encoder enc(tk);
     auto encode = [&](const std::string& text, std::vector<int>* out) { encoder_encode(&enc, text.data(), text.size(), text.size(), out); };
     std::vector<ChoiceExample> examples;
-    for_each_json_line(in, [&](Json& ex, const std::string& where, size_t) {
+    for_each_json_line(in, [&](const Json& ex, const std::string& where, size_t) {
         const Json *ctx = ex.get("ctx"), *endings = ex.get("endings"), *label = ex.get("label");
         if (ex.kind != Json::OBJ || !ctx || ctx->kind != Json::STR || !endings || endings->kind != Json::ARR || !label)
             fatal("%s: expected an object with \"ctx\" (a string), \"endings\" (a list of strings) and \"label\"", where.c_str());
@@ -240,14 +240,6 @@ static std::string read_file(const std::string& path) {
     while ((n = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
     fclose(f);
     return s;
-}
-
-static size_t file_size(const std::string& path) {  // and dies with the path's error if it cannot be read
-    FILE* f = fopen_or_die(path.c_str(), "rb");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fclose(f);
-    return n < 0 ? 0 : (size_t)n;
 }
 
 // ----------------------------------------------------------------------------
@@ -413,7 +405,7 @@ int main(int argc, char** argv) {
     // --jsonl file; or a single text file cut in two at the line boundary that leaves F of its
     // bytes for validation
     size_t total_bytes = 0, n_docs = 0, n_val_docs = 0;
-    for (const std::string& f : inputs) total_bytes += file_size(f);  // every file readable, before any shard is written
+    for (const std::string& f : inputs) total_bytes += file_size_or_die(f.c_str());  // every file readable, before any shard is written
     std::shared_ptr<const std::string> single;
     size_t cut = 0;
     if (jsonl) for (const std::string& f : inputs) n_docs += count_json_lines(f);
@@ -464,7 +456,7 @@ int main(int argc, char** argv) {
         if (!jsonl) {
             auto text = std::make_shared<const std::string>(read_file(f));
             add(text, 0, text->size(), text->size());
-        } else for_each_json_line(f, [&](Json& v, const std::string& where, size_t line_bytes) {
+        } else for_each_json_line(f, [&](const Json& v, const std::string& where, size_t line_bytes) {
             const Json* t = v.get(jsonl_key);
             if (v.kind != Json::OBJ || !t || t->kind != Json::STR)
                 fatal("%s: expected an object with a string \"%s\" (--jsonl-key)", where.c_str(), jsonl_key.c_str());
