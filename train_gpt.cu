@@ -14,7 +14,7 @@ backward scaled by 1/(B·T·accum), so the gradient is that of the mean loss ove
 
 The same source builds with g++ (CPU backend) and nvcc. Every op is called through a Ctx
 (llmc/common.h); this file never touches a backend. Flags that need a later part of the
-project (the model-parallel layouts, fp16/fp8) are accepted by the parser
+project (sequence, pipeline and context parallelism, fp16/fp8) are accepted by the parser
 and then refused with a clear "not yet supported" error, never silently ignored.
 
 With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is
@@ -77,8 +77,8 @@ static const FlagDef FLAGS[] = {
     {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 on the CPU emulates the GPU's rounding)", false},
     {"recompute", "none", "activation checkpointing: none | selective (each block's backward reruns its LayerNorms and GELU: 10·C of its 16·C activations a position kept) | full (each block's backward reruns its forward: C of 16·C kept, +22% of the block's FLOPs); the same training, less memory (llmc/model.h)", false},
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
-    {"tp", "1", "tensor-parallel degree", false},
-    {"sp", "0", "0 | 1: sequence parallelism (with --tp)", false},
+    {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h; must divide the heads); dp = world/tp", false},
+    {"sp", "0", "0 | 1: sequence parallelism (with --tp; not yet supported)", false},
     {"pp", "1", "pipeline-parallel degree", false},
     {"pp-schedule", "1f1b", "gpipe | 1f1b | interleaved", false},
     {"vpp", "1", "virtual pipeline stages per rank (interleaved)", false},
@@ -234,15 +234,17 @@ static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, long long seqs
     return (float)(sum / ((double)seqs * Tn));
 }
 
-// {"all_reduce": bytes, ...} of one group's counters (the ops it used this step).
-static std::string comm_stats_json(const Group& g) {
+// {"all_reduce": bytes, ...} of the dp group's counters (the ops it used this step), and the tp
+// group's as "tp_all_reduce" (tensor_parallel.h's activation sums).
+static std::string comm_stats_json(const Group& dp, const Group& tp) {
     std::string s = "{";
-    for (int op = 0; op < NUM_COMM_OPS; op++) {
-        if (!g.calls[op]) continue;
-        char buf[96];
-        snprintf(buf, sizeof(buf), "%s\"%s\": %.0f", s.size() > 1 ? ", " : "", COMM_OP_NAMES[op], g.bytes[op]);
-        s += buf;
-    }
+    for (const Group* g : {&dp, &tp})
+        for (int op = 0; op < NUM_COMM_OPS; op++) {
+            if (!g->calls[op]) continue;
+            char buf[96];
+            snprintf(buf, sizeof(buf), "%s\"%s%s\": %.0f", s.size() > 1 ? ", " : "", g == &tp ? "tp_" : "", COMM_OP_NAMES[op], g->bytes[op]);
+            s += buf;
+        }
     return s + "}";
 }
 
@@ -346,7 +348,7 @@ int main(int argc, char** argv) {
 
     // --- the process mesh: dp = world / (tp·pp·cp)
     mesh_build(&mesh, tp, pp, cp);
-    if (tp != 1 || sp != 0) usage_error("--tp/--sp: tensor and sequence parallelism are not yet supported");
+    if (sp != 0) usage_error("--sp 1: sequence parallelism is not yet supported (tensor parallelism, --tp, is)");
     if (pp != 1 || vpp != 1) usage_error("--pp/--vpp: pipeline parallelism is not yet supported");
     if (cp != 1) usage_error("--cp: context parallelism is not yet supported");
     const int dp = mesh.dp;
@@ -363,8 +365,14 @@ int main(int argc, char** argv) {
             usage_error("--resume: the checkpoint in '%s' holds an L=%d C=%d V=%d model, but --model %s is L=%d C=%d V=%d",
                         resume_dir.c_str(), saved.num_layers, saved.channels, saved.vocab_size, model_spec.c_str(),
                         config.num_layers, config.channels, config.vocab_size);
+        if (checkpoint_read_header(resume_dir).saved_tp != tp)
+            usage_error("--resume: the checkpoint in '%s' was written with --tp %lld; resume with the same --tp (AdamW's "
+                        "state is per tensor-parallel rank; dp and --zero may change)", resume_dir.c_str(),
+                        (long long)checkpoint_read_header(resume_dir).saved_tp);
         from_file = false;
     }
+    if (config.num_heads % tp != 0)
+        usage_error("--tp %d: must divide the model's %d attention heads (each tp rank computes NH/tp of them)", tp, config.num_heads);
     if (T > config.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, config.max_seq_len);
     const bool total_given = total_batch != -1;
     if (auto_batch && !total_given)
@@ -441,7 +449,7 @@ int main(int argc, char** argv) {
     using floatX = decltype(dtype_tag);
         // --- the model, its storage (data_parallel.h) and its weights
         GPT<floatX> model;
-        gpt_build(&model, config);
+        gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr);
         model.recompute = recompute;
         DataParallel<floatX> dpar;
         dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
@@ -491,6 +499,9 @@ int main(int argc, char** argv) {
                from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
         print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
                train_loader.total_tokens, train_loader.shards.size(), B, T, dp, accum, total_batch);
+        if (tp > 1)
+            print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block\n", tp,
+                   config.num_heads / tp, config.num_heads, 4 * config.channels / tp, 4 * config.channels);
         if (has_val)
             print0("validation: %lld sequences of %d = %lld tokens each evaluation%s\n", val_seqs, T, val_seqs * T,
                    val_capped ? " (all that --val-data holds)" : "");
@@ -506,10 +517,10 @@ int main(int argc, char** argv) {
         fflush(stdout);
         printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B\n",
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
-               (long long)gpt_activation_bytes<floatX>(config, B, T, recompute));
+               (long long)gpt_activation_bytes<floatX>(config, B, T, recompute, tp));
         fflush(stdout);
-        if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld)\n", resume_dir.c_str(),
-                           (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero);
+        if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld)\n", resume_dir.c_str(),
+                           (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp);
 
         Logger log;
         if (mesh.rank == 0) logger_open(&log, f.str("log-file"), resume ? state.step : -1);
@@ -564,6 +575,7 @@ int main(int argc, char** argv) {
             if (measured) { ctx_sync(ctx); profile_step_begin(&profiler); }
             double t0 = now_seconds();
             comm_reset_stats(mesh.dp_group);
+            comm_reset_stats(mesh.tp_group);
             dp_zero_grad(&dpar);
             double loss_sum = 0.0;
             for (int micro = 0; micro < accum; micro++) {
@@ -592,7 +604,7 @@ int main(int argc, char** argv) {
             if (!std::isfinite(loss) && !skipped)  // (a skipped step left the weights as they were)
                 fatal("step %d: the loss is %f (diverged); lower --lr or check the data%s", step, loss,
                       skip_loss_z > 0 || skip_norm_z > 0 ? "" : ", or skip such steps' updates with --skip-norm-z");
-            std::string comm_json = comm_stats_json(mesh.dp_group);
+            std::string comm_json = comm_stats_json(mesh.dp_group, mesh.tp_group);
 
             bool last = step == steps;
             bool do_eval = last || (val_every > 0 && step % val_every == 0);

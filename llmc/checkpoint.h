@@ -12,11 +12,14 @@ place when every rank has written its part (a crash leaves either the old checkp
 new one, never half of one):
   model.bin            the fp32 model file (loadable by llm.c and by --model), from dp rank 0:
                        the fp32 master weights, so a bf16 run resumes bit-exactly too (its
-                       working copy is the master rounded to bf16, data_parallel.h)
+                       working copy is the master rounded to bf16, data_parallel.h); with
+                       tensor parallelism each tp rank writes its slices into it
   state_rankNNNNN.bin  dp rank r's shard: int64 header [20241121, 2, step, micro-batches consumed
-                       (all ranks), rng state, B, T, total batch tokens, Ψ, dp, zero, 0…], then
-                       its chunk of AdamW's m and v for every unit (the ZeRO shard layout,
-                       whatever stage saved it: a stage-0 rank writes its chunk of its replica)
+                       (all ranks), rng state, B, T, total batch tokens, Ψ (of the rank's
+                       slice), dp, zero, tp, 0…], then its chunk of AdamW's m and v for every
+                       unit (the ZeRO shard layout, whatever stage saved it: a stage-0 rank
+                       writes its chunk of its replica). With tp > 1, state_tpTTT_rankNNNNN.bin
+                       for tp rank t (its slice's moments), and resuming needs the same tp
   history.bin          the recent losses and gradient norms that --skip-loss-z / --skip-norm-z
                        judge a step against (outliers.h), from rank 0: int64 [20261123, 1,
                        n_loss, n_norm, 0…] (16), then n_loss and n_norm doubles, oldest first.
@@ -78,11 +81,14 @@ inline GPTConfig model_file_config(const char* path, bool* file_bf16 = nullptr) 
 }
 
 // Reads (or writes) unit u of an open model file from (into) unit, converting between the file's
-// tensor-major order and the unit's layer-major one (model.h: unit_file_pieces).
+// tensor-major order and the unit's layer-major one (model.h: unit_file_pieces). With tensor
+// parallelism the unit is this rank's slice; a rank other than tp rank 0 writes only the pieces
+// that are its own (the replicated ones are tp rank 0's to write).
 inline void model_file_unit_io(FILE* f, const char* path, const GPTConfig& c, const ParamLayout& p, int u, float* unit,
                                bool write, bool file_bf16) {
     std::vector<uint16_t> h;
     for (const FilePiece& pc : unit_file_pieces(c, p, u)) {
+        if (write && pc.replicated && p.tp_rank != 0) continue;
         fseek(f, 1024 + (long)(pc.file_off * (file_bf16 ? 2 : 4)), SEEK_SET);
         float* x = unit + pc.unit_off;
         if (!file_bf16) {
@@ -127,22 +133,31 @@ template <class T> inline void model_file_load(DataParallel<T>* d, const char* p
 
 // Writes the model as an llm.c model file from dp rank 0 (written to PATH.tmp, then renamed).
 // Collective: where the weights are sharded (data_parallel.h: dp_get_unit) every dp rank takes
-// part in gathering each unit. The weights written are the fp32 master.
+// part in gathering each unit. The weights written are the fp32 master. With tensor parallelism
+// the dp rank 0 of each tp rank writes its slices into the one file (disjoint ranges of it):
+// tp rank 0 creates it, the others open it once it exists, and tp rank 0 renames it when all
+// are done.
 template <class T> inline void model_file_save(DataParallel<T>* d, const std::string& path, bool file_bf16) {
     const GPT<T>& g = *d->g;
+    const bool tp = g.tp && g.tp->size > 1, creator = d->rank == 0 && g.layout.tp_rank == 0;
     std::string tmp = path + ".tmp";
     FILE* f = nullptr;
-    if (d->rank == 0) {
+    if (creator) {
         f = fopen_or_die(tmp.c_str(), "wb");
         model_file_write_header(f, tmp.c_str(), g.config, file_bf16);
+        if (fflush(f) != 0) fatal("cannot write model file '%s'", tmp.c_str());
     }
+    if (tp) comm_barrier(*g.tp);
+    if (d->rank == 0 && !creator) f = fopen_or_die(tmp.c_str(), "r+b");
     avec<float> unit;
     for (int u = 0; u < gpt_num_units(g.config); u++) {
         unit.resize(d->units[u].size);
         dp_get_unit(d, u, unit.data());
         if (f) model_file_unit_io(f, tmp.c_str(), g.config, g.layout, u, unit.data(), true, file_bf16);
     }
-    if (f && (fclose(f) != 0 || rename(tmp.c_str(), path.c_str()) != 0)) fatal("cannot write model file '%s'", path.c_str());
+    if (f && fclose(f) != 0) fatal("cannot write model file '%s'", tmp.c_str());
+    if (tp) comm_barrier(*g.tp);
+    if (creator && rename(tmp.c_str(), path.c_str()) != 0) fatal("cannot write model file '%s'", path.c_str());
 }
 
 // ----------------------------------------------------------------------------
@@ -153,7 +168,7 @@ struct TrainState {
     int64_t global_batches = 0;  // micro-batches consumed by all dp ranks together (loader k·dp)
     uint64_t rng_state = 0;      // the sampler's generator
     int64_t B = 0, T = 0, total_batch = 0;
-    int64_t saved_dp = 1, saved_zero = 0;
+    int64_t saved_dp = 1, saved_zero = 0, saved_tp = 1;
     std::vector<double> loss_history, norm_history;  // outliers.h's windows, oldest first
 };
 static const int64_t HISTORY_MAGIC = 20261123;
@@ -162,34 +177,40 @@ inline std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
     char name[32]; snprintf(name, sizeof(name), "step_%08lld", (long long)step);
     return out_dir + "/" + name;
 }
-inline std::string state_file(const std::string& dir, int rank) {
-    char name[40]; snprintf(name, sizeof(name), "/state_rank%05d.bin", rank);
+// dp rank `rank`'s state file; with tensor parallelism (tp > 1) one per tp rank and dp rank.
+inline std::string state_file(const std::string& dir, int rank, int tp = 1, int tp_rank = 0) {
+    char name[48];
+    if (tp == 1) snprintf(name, sizeof(name), "/state_rank%05d.bin", rank);
+    else snprintf(name, sizeof(name), "/state_tp%03d_rank%05d.bin", tp_rank, rank);
     return dir + name;
 }
 
 // The state file of dp rank r holds, for every unit u, its chunk r (of N = dp) of AdamW's m,
-// padded to ⌈S_u/N⌉ elements, then the same for v. Chunk r lies in the file at element
+// padded to ⌈S_u/N⌉ elements, then the same for v (with tensor parallelism, of the units of
+// its tp rank's slice: header[11] = tp). Chunk r lies in the file at element
 // offset Σ_{v<u} ⌈S_v/N⌉ (m) and that plus Σ_all ⌈S_v/N⌉ (v), after the 128-byte header.
 static const int STATE_HEADER = 16;  // int64s
 
-// Collective over dp: every rank writes its state file, rank 0 the model and the manifest, into
-// DIR/step_N.tmp, renamed to DIR/step_N when all are written.
+// Collective over the world: every rank writes its state file, rank 0 the manifest and the
+// history, dp rank 0 (of each tp rank) the model, into DIR/step_N.tmp, renamed to DIR/step_N
+// when all are written.
 template <class T>
 inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, const TrainState& s, Group& world) {
     namespace fs = std::filesystem;
     std::string final_dir = checkpoint_dir(out_dir, s.step), tmp = final_dir + ".tmp";
     std::error_code ec;
-    if (d->rank == 0) {
+    const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank;
+    if (world.rank == 0) {
         fs::create_directories(out_dir, ec);
         fs::remove_all(tmp, ec);
         if (!fs::create_directories(tmp, ec)) fatal("--output-dir: cannot create '%s': %s", tmp.c_str(), ec.message().c_str());
     }
     comm_barrier(world);
     model_file_save(d, tmp + "/model.bin", false);
-    std::string sp = state_file(tmp, d->rank);
+    std::string sp = state_file(tmp, d->rank, tp, tp_rank);
     FILE* f = fopen_or_die(sp.c_str(), "wb");
     int64_t h[STATE_HEADER] = {STATE_MAGIC, 2, s.step, s.global_batches, (int64_t)s.rng_state, s.B, s.T, s.total_batch,
-                               (int64_t)d->g->layout.total, d->N, d->zero};
+                               (int64_t)d->g->layout.total, d->N, d->zero, tp};
     fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
     std::vector<float> chunk;  // host copy of one chunk, zero-padded to ⌈S/N⌉
     for (Buf<float>* buf : {&d->m, &d->v})
@@ -200,7 +221,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
             if (!chunk.empty()) fwrite_or_die(chunk.data(), 4, chunk.size(), f, sp.c_str());
         }
     if (fclose(f) != 0) fatal("cannot write '%s'", sp.c_str());
-    if (d->rank == 0) {
+    if (world.rank == 0) {
         std::string hp = tmp + "/history.bin";
         f = fopen_or_die(hp.c_str(), "wb");
         int64_t hh[STATE_HEADER] = {HISTORY_MAGIC, 1, (int64_t)s.loss_history.size(), (int64_t)s.norm_history.size()};
@@ -209,23 +230,24 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
             if (!h->empty()) fwrite_or_die(h->data(), sizeof(double), h->size(), f, hp.c_str());
         if (fclose(f) != 0) fatal("cannot write '%s'", hp.c_str());
     }
-    if (d->rank == 0) {
+    if (world.rank == 0) {
         const GPTConfig& c = d->g->config;
         std::string mp = tmp + "/manifest.json";
         f = fopen_or_die(mp.c_str(), "w");
-        fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"precision\": \"%s\", \"layout\": {\"dp\": %d, \"tp\": 1, \"pp\": 1, \"cp\": 1, \"zero\": %d},\n"
+        fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"precision\": \"%s\", \"layout\": {\"dp\": %d, \"tp\": %d, \"pp\": 1, \"cp\": 1, \"zero\": %d},\n"
                    " \"model\": {\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                    "\"num_heads\": %d, \"channels\": %d},\n"
                    " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
                    " \"files\": [\"model.bin\", \"history.bin\"",
-                (long long)s.step, world.size, dtype_name<T>(), d->N, d->zero, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
+                (long long)s.step, world.size, dtype_name<T>(), d->N, tp, d->zero, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
                 c.num_layers, c.num_heads, c.channels, (long long)s.B, (long long)s.T, (long long)s.total_batch);
-        for (int r = 0; r < d->N; r++) fprintf(f, ", \"state_rank%05d.bin\"", r);
+        for (int t = 0; t < tp; t++)
+            for (int r = 0; r < d->N; r++) fprintf(f, ", \"%s\"", state_file("", r, tp, t).substr(1).c_str());
         fprintf(f, "]}\n");
         if (fclose(f) != 0) fatal("cannot write '%s'", mp.c_str());
     }
     comm_barrier(world);
-    if (d->rank == 0) {
+    if (world.rank == 0) {
         fs::remove_all(final_dir, ec);
         fs::rename(tmp, final_dir, ec);
         if (ec) fatal("cannot move checkpoint into place at '%s': %s", final_dir.c_str(), ec.message().c_str());
@@ -264,6 +286,7 @@ inline void checkpoint_prune(const std::string& out_dir, int keep) {
 // (history.bin, when there is one).
 inline TrainState checkpoint_read_header(const std::string& dir) {
     std::string sp = state_file(dir, 0);
+    if (!std::filesystem::exists(sp)) sp = state_file(dir, 0, 2, 0);  // a tensor-parallel run's (any tp > 1)
     FILE* f = fopen_or_die(sp.c_str(), "rb");
     int64_t h[STATE_HEADER];
     fread_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
@@ -271,7 +294,7 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
     if (h[0] != STATE_MAGIC || h[1] != 2) fatal("'%s' is not a training-state file (magic %lld, version %lld)", sp.c_str(), (long long)h[0], (long long)h[1]);
     TrainState s;
     s.step = h[2]; s.global_batches = h[3]; s.rng_state = (uint64_t)h[4]; s.B = h[5]; s.T = h[6]; s.total_batch = h[7];
-    s.saved_dp = h[9]; s.saved_zero = h[10];
+    s.saved_dp = h[9]; s.saved_zero = h[10]; s.saved_tp = h[11] > 0 ? h[11] : 1;  // (0 before tensor parallelism)
     const std::string hp = dir + "/history.bin";
     if (FILE* hf = fopen(hp.c_str(), "rb")) {  // (absent in a checkpoint from before it existed)
         int64_t hh[STATE_HEADER];
@@ -289,14 +312,17 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
 
 // Loads the weights (model.bin) and this rank's part of AdamW's moments from a checkpoint
 // saved with any dp size and ZeRO stage: each element is read from the old rank whose chunk
-// held it. This is what makes resharding (say dp=4 ZeRO-3 → dp=2 ZeRO-1) work.
+// held it. This is what makes resharding (say dp=4 ZeRO-3 → dp=2 ZeRO-1) work. The tp size
+// must be the one it was saved with (the trainer checks): a tp rank reads its own state files.
 template <class T> inline TrainState checkpoint_load(const std::string& dir, DataParallel<T>* d) {
     TrainState s = checkpoint_read_header(dir);
+    const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank;
+    CHECK(s.saved_tp == tp, "checkpoint_load: saved with tp=%lld, loading with tp=%d", (long long)s.saved_tp, tp);
     model_file_load(d, (dir + "/model.bin").c_str());
     int old_N = (int)s.saved_dp;
     std::vector<FILE*> files(old_N);
     for (int q = 0; q < old_N; q++) {
-        std::string sp = state_file(dir, q);
+        std::string sp = state_file(dir, q, tp, tp_rank);
         files[q] = fopen_or_die(sp.c_str(), "rb");
         int64_t h[STATE_HEADER];
         fread_or_die(h, sizeof(int64_t), STATE_HEADER, files[q], sp.c_str());
@@ -317,7 +343,7 @@ template <class T> inline TrainState checkpoint_load(const std::string& dir, Dat
                 size_t elem = (size_t)part * old_total + old_off[u] + (b - (size_t)q * c_old);
                 fseek(files[q], (long)(STATE_HEADER * 8 + elem * 4), SEEK_SET);
                 piece.resize(e - b);
-                fread_or_die(piece.data(), 4, e - b, files[q], state_file(dir, q).c_str());
+                fread_or_die(piece.data(), 4, e - b, files[q], state_file(dir, q, tp, tp_rank).c_str());
                 ctx_copy(d->ctx, dp_opt_at(d, *buf, (int)u, b), piece.data(), (e - b) * sizeof(float));
             }
         }

@@ -46,9 +46,11 @@ path by test_dp.sh with COMM=nccl on the trainer built for the CPU SIMT emulator
 test/simt_nccl.h carries out the NCCL calls with MPI (make test).
 */
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 #include "common.h"
+#include "profiler.h"
 #ifdef LLMC_MPI
 #include <mpi.h>
 #endif
@@ -441,6 +443,21 @@ inline void comm_barrier(Group& g) {
     if (g.size > 1) MPI_Barrier(g.comm);
 #endif
 }
+
+// --profile: a row per kind of communication, "comm: <what>" (profiler.h), with the bytes this
+// rank sent meanwhile by the group's counters; none for a group of one rank (which never
+// communicates). What a row's time means: for a blocking collective, all of it; for an
+// asynchronous start (NCCL), only the start; for a wait ("<collective> wait (exposed)"), the
+// part of the transfers that overlap did not hide.
+struct CommScope {
+    Group& g;
+    double before;
+    std::optional<OpScope> op;
+    CommScope(const Ctx& ctx, Group& grp, const char* what) : g(grp), before(comm_bytes_sent(grp)) {
+        if (grp.size > 1) op.emplace(ctx, 0, 0, "comm: %s", what);
+    }
+    ~CommScope() { if (op) op->add_bytes(comm_bytes_sent(g) - before); }
+};
 
 // ----------------------------------------------------------------------------
 // the process mesh

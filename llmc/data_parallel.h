@@ -79,21 +79,6 @@ on the emulated GPU with NCCL, the waits between the streams), test/test_ops.cpp
 #include "global_norm.cuh"
 #include "profiler.h"
 
-// --profile: a row per kind of communication, "comm: <what>" (profiler.h), with the bytes this
-// rank sent meanwhile by the group's counters; none for a group of one rank (which never
-// communicates). What a row's time means: for a blocking collective, all of it; for an
-// asynchronous start (NCCL), only the start; for a wait ("<collective> wait (exposed)"), the
-// part of the transfers that overlap did not hide.
-struct CommScope {
-    Group& g;
-    double before;
-    std::optional<OpScope> op;
-    CommScope(const Ctx& ctx, Group& grp, const char* what) : g(grp), before(comm_bytes_sent(grp)) {
-        if (grp.size > 1) op.emplace(ctx, 0, 0, "comm: %s", what);
-    }
-    ~CommScope() { if (op) op->add_bytes(comm_bytes_sent(g) - before); }
-};
-
 template <class T> struct DataParallel : ParamHooks {
     static constexpr bool has_master = !std::is_same_v<T, float>;  // a separate fp32 master copy?
     GPT<T>* g = nullptr;
@@ -335,20 +320,27 @@ template <class T> inline void dp_zero_grad(DataParallel<T>* d) {
 
 // ‖g‖: each rank sums the squares of its dp chunk of every unit, the partial sums are added in
 // rank order. Every stage holds (at least) its chunk of the reduced gradient, so the norm is
-// the same number in every stage.
+// the same number in every stage. With tensor parallelism each tp rank sums its slice, the
+// tensors every tp rank holds a copy of counted on tp rank 0 alone (model.h: unit_norm_spans),
+// and the tp ranks' sums are added in rank order too.
 template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
     if (d->zero == 0) {  // DDP's per-unit all-reduces, if asynchronous (NCCL)
         CommScope prof(d->ctx, *d->group, "all-reduce wait (exposed)");
         comm_join(*d->group);
     }
+    const GPT<T>& g = *d->g;
     std::vector<NormPiece<T>> pieces;
     for (size_t u = 0; u < d->units.size(); u++) {
         size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
-        if (e > b) pieces.push_back({dp_grad_at(d, (int)u, b), e - b});
+        for (const Span& sp : unit_norm_spans(g.config, g.layout, (int)u)) {  // ∩ my chunk
+            const size_t x0 = std::max(b, sp.offset), x1 = std::min(e, sp.offset + sp.size);
+            if (x1 > x0) pieces.push_back({dp_grad_at(d, (int)u, x0), x1 - x0});
+        }
     }
     double s = global_norm_squared(d->ctx, pieces);
     CommScope prof(d->ctx, *d->group, "loss and norm sums");
     comm_sum_doubles(*d->group, &s, 1);
+    if (g.tp) comm_sum_doubles(*g.tp, &s, 1);
     return (float)sqrt(s);
 }
 

@@ -55,6 +55,7 @@ same run bit for bit), test/test_gpu_train.sh (the activations predicted are tho
 #include "fused_classifier.cuh"
 #include "adamw.cuh"
 #include "global_norm.cuh"
+#include "tensor_parallel.h"
 
 struct GPTConfig {
     int max_seq_len = 1024;         // maxT
@@ -79,30 +80,46 @@ enum BlockTensor { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, 
 inline const char* const BLOCK_TENSOR_NAMES[NUM_BLOCK_TENSORS] = {
     "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
 
-inline size_t block_tensor_size(BlockTensor k, size_t C) {
-    static const size_t rows[NUM_BLOCK_TENSORS] = {1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1};
-    static const size_t cols_in_C[NUM_BLOCK_TENSORS] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4, 0};
-    // weight matrices are (rows·C) × (cols·C); vectors are rows·C
-    return cols_in_C[k] ? rows[k] * C * cols_in_C[k] * C : rows[k] * C;
-}
-inline bool block_tensor_is_matrix(BlockTensor k) {
-    return k == QKVW || k == ATTPROJW || k == FCW || k == FCPROJW;
-}
+// Each tensor's shape in units of C, (rows·C) × (cols·C) for a weight, rows·C for a vector
+// (cols 0), and how tensor parallelism splits it (tensor_parallel.h): qkv and fc are
+// column-parallel (their rows; qkv's in 3 groups, q k v), attproj and fcproj row-parallel (their
+// columns), the rest replicated.
+struct BlockTensorShape { size_t rows, cols; TPSplit split; int groups; };
+inline const BlockTensorShape BLOCK_TENSOR_SHAPES[NUM_BLOCK_TENSORS] = {
+    {1, 0, TPSplit::Replicated, 1}, {1, 0, TPSplit::Replicated, 1},  // ln1w, ln1b
+    {3, 1, TPSplit::Rows, 3},       {3, 0, TPSplit::Rows, 3},        // qkvw, qkvb
+    {1, 1, TPSplit::Cols, 1},       {1, 0, TPSplit::Replicated, 1},  // attprojw, attprojb
+    {1, 0, TPSplit::Replicated, 1}, {1, 0, TPSplit::Replicated, 1},  // ln2w, ln2b
+    {4, 1, TPSplit::Rows, 1},       {4, 0, TPSplit::Rows, 1},        // fcw, fcb
+    {1, 4, TPSplit::Cols, 1},       {1, 0, TPSplit::Replicated, 1},  // fcprojw, fcprojb
+};
 
+// Elements of tensor k for channels C, as one of tp ranks holds it (tp = 1: the whole tensor).
+inline size_t block_tensor_size(BlockTensor k, size_t C, int tp = 1) {
+    const BlockTensorShape& s = BLOCK_TENSOR_SHAPES[k];
+    const size_t n = s.cols ? s.rows * C * s.cols * C : s.rows * C;
+    return s.split == TPSplit::Replicated ? n : n / tp;
+}
+inline bool block_tensor_is_matrix(BlockTensor k) { return BLOCK_TENSOR_SHAPES[k].cols != 0; }
+
+// The parameters one rank holds: all of them, or with tensor parallelism (tp > 1) tp rank
+// tp_rank's slice of each block (tensor_parallel.h); the embeddings and lnf are whole either way.
 struct ParamLayout {
     size_t wte, wpe, blocks, block_size, lnfw, lnfb, total;
     size_t in_block[NUM_BLOCK_TENSORS];  // offset of each tensor inside a block
+    int tp = 1, tp_rank = 0;
     size_t block(int l) const { return blocks + (size_t)l * block_size; }
 };
 
-inline ParamLayout make_layout(const GPTConfig& c) {
+inline ParamLayout make_layout(const GPTConfig& c, int tp = 1, int tp_rank = 0) {
     ParamLayout p;
     size_t C = c.channels;
+    p.tp = tp; p.tp_rank = tp_rank;
     p.wte = 0;
     p.wpe = p.wte + (size_t)c.padded_vocab_size * C;
     p.blocks = p.wpe + (size_t)c.max_seq_len * C;
     size_t off = 0;
-    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { p.in_block[k] = off; off += block_tensor_size((BlockTensor)k, C); }
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { p.in_block[k] = off; off += block_tensor_size((BlockTensor)k, C, tp); }
     p.block_size = off;
     p.lnfw = p.blocks + (size_t)c.num_layers * p.block_size;
     p.lnfb = p.lnfw + C;
@@ -128,7 +145,7 @@ inline std::vector<ParamRange> param_ranges(const GPTConfig& c, const ParamLayou
     r.push_back({p.wpe, p.blocks - p.wpe, true});
     for (int l = 0; l < c.num_layers; l++)
         for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
-            r.push_back({p.block(l) + p.in_block[k], block_tensor_size((BlockTensor)k, c.channels),
+            r.push_back({p.block(l) + p.in_block[k], block_tensor_size((BlockTensor)k, c.channels, p.tp),
                          block_tensor_is_matrix((BlockTensor)k)});
     r.push_back({p.lnfw, (size_t)c.channels, false});
     r.push_back({p.lnfb, (size_t)c.channels, false});
@@ -149,21 +166,45 @@ inline Span unit_span(const GPTConfig& c, const ParamLayout& p, int u) {
     return {p.lnfw, 2 * (size_t)c.channels};
 }
 
+// The runs of block tensor k that this layout's tp rank holds (tensor_parallel.h): offsets in
+// the whole tensor and in the rank's slice of it. One run, the whole tensor, without tp.
+inline std::vector<TPPiece> block_tensor_pieces(const ParamLayout& p, BlockTensor k, size_t C) {
+    const BlockTensorShape& s = BLOCK_TENSOR_SHAPES[k];
+    return tp_pieces(s.rows * C, s.cols ? s.cols * C : 1, s.split, s.groups, p.tp, p.tp_rank);
+}
+
 // Where unit u's elements lie in llm.c's tensor-major model file (element offsets after the
-// header): piece i is unit[unit_off, unit_off + n) = file[file_off, file_off + n).
-struct FilePiece { size_t file_off, unit_off, n; };
+// header): piece i is unit[unit_off, unit_off + n) = file[file_off, file_off + n). With tensor
+// parallelism a block's split tensors are many pieces (their slices' rows, or runs of columns);
+// replicated: every tp rank holds this piece (one of them writes it).
+struct FilePiece { size_t file_off, unit_off, n; bool replicated; };
 inline std::vector<FilePiece> unit_file_pieces(const GPTConfig& c, const ParamLayout& p, int u) {
-    const size_t C = c.channels, L = c.num_layers, emb = p.blocks - p.wte;
-    if (u == 0) return {{0, 0, emb}};
-    if (u == unit_lnf(c)) return {{emb + L * p.block_size, 0, 2 * C}};
+    const size_t C = c.channels, L = c.num_layers, full_block = make_layout(c).block_size, emb = p.blocks - p.wte;
+    if (u == 0) return {{0, 0, emb, true}};
+    if (u == unit_lnf(c)) return {{emb + L * full_block, 0, 2 * C, true}};
     std::vector<FilePiece> pieces;
     size_t base = emb;  // the first layer of tensor k starts here in the file
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
-        size_t n = block_tensor_size((BlockTensor)k, C);
-        pieces.push_back({base + (size_t)(u - 1) * n, p.in_block[k], n});
+        const size_t n = block_tensor_size((BlockTensor)k, C);
+        const bool replicated = BLOCK_TENSOR_SHAPES[k].split == TPSplit::Replicated;
+        for (const TPPiece& t : block_tensor_pieces(p, (BlockTensor)k, C))
+            pieces.push_back({base + (size_t)(u - 1) * n + t.full_off, p.in_block[k] + t.local_off, t.n, replicated});
         base += L * n;
     }
     return pieces;
+}
+
+// The parts of unit u whose gradients this rank counts in the gradient norm (unit-relative):
+// all of it, except that only tp rank 0 counts the tensors every tp rank holds a copy of.
+inline std::vector<Span> unit_norm_spans(const GPTConfig& c, const ParamLayout& p, int u) {
+    const Span whole = unit_span(c, p, u);
+    if (p.tp_rank == 0) return {{0, whole.size}};
+    std::vector<Span> spans;
+    if (u == 0 || u == unit_lnf(c)) return spans;
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
+        if (BLOCK_TENSOR_SHAPES[k].split != TPSplit::Replicated)
+            spans.push_back({p.in_block[k], block_tensor_size((BlockTensor)k, c.channels, p.tp)});
+    return spans;
 }
 
 // ----------------------------------------------------------------------------
@@ -248,11 +289,16 @@ template <class T> struct GPT {
     ParamHooks* hooks = nullptr;
     Recompute recompute = Recompute::None;  // --recompute: set before the first forward
     Activations<T> acts;
+    Group* tp = nullptr;          // tensor parallelism: the tp group (tensor_parallel.h); none: whole blocks
+    std::vector<T> tp_scratch;    // its all-reduces' host scratch (comm.h)
 };
 
-template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c) {
+// tp: the tp group, whose rank this process holds a slice of each block for (nullptr: no
+// tensor parallelism; the config's heads must divide over it, which the trainer checks).
+template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* tp = nullptr) {
     g->config = c;
-    g->layout = make_layout(c);
+    g->tp = tp;
+    g->layout = tp ? make_layout(c, tp->size, tp->rank) : make_layout(c);
     g->params.assign(gpt_num_units(c), nullptr);
     g->grads.assign(gpt_num_units(c), nullptr);
     g->acts = Activations<T>();
@@ -267,12 +313,23 @@ template <class T> inline void gpt_point_units(GPT<T>* g, T* params, T* grads) {
     }
 }
 
-template <class T> inline size_t gpt_num_params(const GPT<T>& g) { return g.layout.total; }
+// Ψ: the whole model's parameters (with tensor parallelism a rank holds fewer: g.layout.total).
+template <class T> inline size_t gpt_num_params(const GPT<T>& g) { return make_layout(g.config).total; }
 
 // GPT-2 init of unit u into out (its unit_span(u).size elements): weights N(0, 0.02), residual
 // projections N(0, 0.02/√(2L)), biases 0, LayerNorm 1/0. Each tensor (and each block's copy)
-// draws from its own stream (rand.h), so a unit's values do not depend on who initializes it.
+// draws from its own stream (rand.h), so a unit's values do not depend on who initializes it;
+// a tp rank's block is its slice of the whole block's values.
 inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint64_t seed, float* out) {
+    if (p.tp > 1 && u != 0 && u != unit_lnf(c)) {
+        const ParamLayout full = make_layout(c);
+        std::vector<float> block(full.block_size);
+        gpt_init_unit(c, full, u, seed, block.data());
+        for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
+            for (const TPPiece& t : block_tensor_pieces(p, (BlockTensor)k, c.channels))
+                std::copy_n(block.data() + full.in_block[k] + t.full_off, t.n, out + p.in_block[k] + t.local_off);
+        return;
+    }
     Span s = unit_span(c, p, u);
     std::fill(out, out + s.size, 0.0f);
     auto fill_normal = [&](float* dst, size_t n, float std, uint64_t stream) {
@@ -300,26 +357,28 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
 // Every activation buffer with its element count for B·T positions: the one list that both
 // gpt_ensure_activations (allocating it) and gpt_activation_bytes (planning memory) walk.
 // A per-block buffer holds L blocks, or one where --recompute reruns what made it (see Recompute).
+// With tensor parallelism (tp > 1) a rank holds its heads' q, k, v, attention output and lse,
+// and its 4C/tp of the MLP's hidden features (Ct = C/tp, NHt = NH/tp below); the rest is whole.
 template <class T, class F>
-inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B, int T_, Recompute r, F&& f) {
-    const size_t L = c.num_layers, C = c.channels, NH = c.num_heads, BT = (size_t)B * T_;
+inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B, int T_, Recompute r, int tp, F&& f) {
+    const size_t L = c.num_layers, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
     const size_t Lc = keeps_cheap(r) ? L : 1, Li = keeps_inner(r) ? L : 1;
     f(a.encoded, BT * C);
     f(a.ln1, Lc * BT * C); f(a.ln1_mean, Li * BT); f(a.ln1_rstd, Li * BT);    // per block
-    f(a.qkv, Li * BT * 3 * C); f(a.atty, Li * BT * C); f(a.lse, Li * BT * NH);
+    f(a.qkv, Li * BT * 3 * Ct); f(a.atty, Li * BT * Ct); f(a.lse, Li * BT * NHt);
     f(a.residual2, Li * BT * C); f(a.ln2, Lc * BT * C); f(a.ln2_mean, Li * BT); f(a.ln2_rstd, Li * BT);
-    f(a.fch, Li * BT * 4 * C); f(a.fch_gelu, Lc * BT * 4 * C); f(a.residual3, L * BT * C);
+    f(a.fch, Li * BT * 4 * Ct); f(a.fch_gelu, Lc * BT * 4 * Ct); f(a.residual3, L * BT * C);
     f(a.lnf, BT * C); f(a.lnf_mean, BT); f(a.lnf_rstd, BT);                  // the head
     f(a.logits, BT * c.padded_vocab_size); f(a.losses, BT);
     f(a.scratch, BT * C);
-    f(a.dresidual, BT * C); f(a.dbtc, BT * C); f(a.dqkv, BT * 3 * C); f(a.dfch, BT * 4 * C);  // backward scratch
+    f(a.dresidual, BT * C); f(a.dbtc, BT * C); f(a.dqkv, BT * 3 * Ct); f(a.dfch, BT * 4 * Ct);  // backward scratch
     f(a.tokens, BT); f(a.targets, BT);
 }
 
 template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
     if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device && a.recompute == g->recompute) return;
-    gpt_activation_buffers(a, g->config, B, T_, g->recompute, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
+    gpt_activation_buffers(a, g->config, B, T_, g->recompute, g->layout.tp, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
     a.tokens_host.assign((size_t)B * T_, 0);
     a.B = B; a.T = T_; a.recompute = g->recompute;
 }
@@ -328,11 +387,11 @@ template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g,
 // allocating anything: with the storage owner's bytes, what one rank must hold on its device
 // (planner.h plans --batch-size with it). Per position, without recomputation: (16·L·C + 12·C +
 // Vp) elements of T, (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a
-// token (Recompute gives the elements with it).
-template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_, Recompute r) {
+// token (Recompute gives the elements with it). A tp rank holds (4 + 12/tp)·C of a block's 16·C.
+template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_, Recompute r, int tp = 1) {
     Activations<T> none;  // only walked for its buffers' types: nothing is allocated
     double bytes = 0;
-    gpt_activation_buffers(none, c, B, T_, r, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
+    gpt_activation_buffers(none, c, B, T_, r, tp, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
     return bytes;
 }
 
@@ -344,14 +403,15 @@ template <class T> struct BlockActs {
 };
 template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T_) {
     Activations<T>& a = g->acts;
-    const size_t BT = (size_t)B * T_, BTC = BT * g->config.channels, NH = g->config.num_heads;
+    const int tp = g->layout.tp;
+    const size_t BT = (size_t)B * T_, BTC = BT * g->config.channels, BTCt = BTC / tp, NHt = g->config.num_heads / tp;
     const size_t c = keeps_cheap(g->recompute) ? l : 0, i = keeps_inner(g->recompute) ? l : 0;
     return BlockActs<T>{
         // x, the block's input: the encoder output for l = 0, else the output of block l−1
         l == 0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1) * BTC,
-        a.ln1.data() + c * BTC, a.qkv.data() + i * BTC * 3, a.atty.data() + i * BTC, a.residual2.data() + i * BTC,
-        a.ln2.data() + c * BTC, a.fch.data() + i * BTC * 4, a.fch_gelu.data() + c * BTC * 4,
-        a.ln1_mean.data() + i * BT, a.ln1_rstd.data() + i * BT, a.lse.data() + i * BT * NH,
+        a.ln1.data() + c * BTC, a.qkv.data() + i * BTCt * 3, a.atty.data() + i * BTCt, a.residual2.data() + i * BTC,
+        a.ln2.data() + c * BTC, a.fch.data() + i * BTCt * 4, a.fch_gelu.data() + c * BTCt * 4,
+        a.ln1_mean.data() + i * BT, a.ln1_rstd.data() + i * BT, a.lse.data() + i * BT * NHt,
         a.ln2_mean.data() + i * BT, a.ln2_rstd.data() + i * BT};
 }
 
@@ -366,10 +426,13 @@ template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->
 // it left in acts.scratch, and the last block's output is formed by gpt_forward with lnf.
 // rerun (the backward of a --recompute run): only the ops whose outputs the run did not keep,
 // on the kept inputs; x exists already, and the MLP's output is not needed.
+// Tensor parallelism (tensor_parallel.h): this rank's Ct = C/tp of the q, k, v and attention
+// features (its NH/tp heads) and 4·Ct of the MLP's; the two projections back to C give partial
+// sums, which tp_sum adds up over the tp ranks (Megatron's g). Without it Ct = C and tp_sum is a no-op.
 template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_, bool rerun = false) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
-    const int C = c.channels, NH = c.num_heads, BT = B * T_;
+    const int C = c.channels, Ct = C / g->layout.tp, NHt = c.num_heads / g->layout.tp, BT = B * T_;
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockActs<T> b = block_acts(g, l, B, T_);
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
@@ -379,45 +442,53 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     else                  // x is the encoder's output, or was kept
         layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, BT, C);
     if (inner) {
-        matmul_forward(ctx, b.qkv, b.ln1, w.qkvw, w.qkvb, BT, C, 3 * C);
-        attention_forward(ctx, b.atty, b.lse, b.qkv, B, T_, C, NH);
-        matmul_forward(ctx, a.scratch.data(), b.atty, w.attprojw, w.attprojb, BT, C, C);
+        matmul_forward(ctx, b.qkv, b.ln1, w.qkvw, w.qkvb, BT, C, 3 * Ct);
+        attention_forward(ctx, b.atty, b.lse, b.qkv, B, T_, Ct, NHt);
+        matmul_forward(ctx, a.scratch.data(), b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
+        tp_sum(ctx, g->tp, a.scratch.data(), (size_t)BT * C, &g->tp_scratch);
         residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, BT, C);
     } else {              // selective: res2 was kept
         layernorm_forward(ctx, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2w, w.ln2b, BT, C);
     }
     // fch = pre-GELU, fch_gelu = GELU(fch); selective reruns the GELU alone, so it runs apart here too
     if (g->recompute == Recompute::Selective) {
-        if (inner) matmul_forward(ctx, b.fch, b.ln2, w.fcw, w.fcb, BT, C, 4 * C);
-        gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * 4 * C);
+        if (inner) matmul_forward(ctx, b.fch, b.ln2, w.fcw, w.fcb, BT, C, 4 * Ct);
+        gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * 4 * Ct);
     } else {
-        matmul_forward(ctx, b.fch_gelu, b.ln2, w.fcw, w.fcb, BT, C, 4 * C, b.fch);
+        matmul_forward(ctx, b.fch_gelu, b.ln2, w.fcw, w.fcb, BT, C, 4 * Ct, b.fch);
     }
-    if (!rerun) matmul_forward(ctx, a.scratch.data(), b.fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C);
+    if (!rerun) {
+        matmul_forward(ctx, a.scratch.data(), b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, 4 * Ct, C);
+        tp_sum(ctx, g->tp, a.scratch.data(), (size_t)BT * C, &g->tp_scratch);
+    }
     // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
 }
 
 // Backward of block l. On entry acts.dresidual holds ∂loss/∂(block output); on exit it holds
 // ∂loss/∂(block input). Parameter gradients are accumulated into the block's gradient unit.
-// With --recompute, the activations the forward did not keep are made again first.
+// With --recompute, the activations the forward did not keep are made again first. With tensor
+// parallelism the gradient of each LayerNorm's output comes back from this rank's heads or MLP
+// features only: tp_sum adds the ranks' parts (Megatron's f) before the LayerNorm's backward.
 template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
-    const int C = c.channels, NH = c.num_heads, BT = B * T_;
+    const int C = c.channels, Ct = C / g->layout.tp, NHt = c.num_heads / g->layout.tp, BT = B * T_;
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockView<T> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
     if (g->recompute != Recompute::None) gpt_block_forward(ctx, g, l, B, T_, true);
     BlockActs<T> b = block_acts(g, l, B, T_);
     T* dres = a.dresidual.data();
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dres, b.fch_gelu, w.fcprojw, BT, 4 * C, C,
+    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dres, b.fch_gelu, w.fcprojw, BT, 4 * Ct, C,
                     b.fch);  // dfch: through the GELU
-    matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), b.ln2, w.fcw, BT, C, 4 * C);
+    matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), b.ln2, w.fcw, BT, C, 4 * Ct);
+    tp_sum(ctx, g->tp, a.dbtc.data(), (size_t)BT * C, &g->tp_scratch);
     layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, a.dbtc.data(), b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd, BT, C);
     // attention: res2 = x + attproj(attention(qkv(ln1(x))))
-    matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, dres, b.atty, w.attprojw, BT, C, C);
-    attention_backward(ctx, a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty, b.lse, B, T_, C, NH);
-    matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), b.ln1, w.qkvw, BT, C, 3 * C);
+    matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, dres, b.atty, w.attprojw, BT, Ct, C);
+    attention_backward(ctx, a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty, b.lse, B, T_, Ct, NHt);
+    matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), b.ln1, w.qkvw, BT, C, 3 * Ct);
+    tp_sum(ctx, g->tp, a.dbtc.data(), (size_t)BT * C, &g->tp_scratch);
     layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, a.dbtc.data(), b.x, w.ln1w, b.ln1_mean, b.ln1_rstd, BT, C);
 }
 

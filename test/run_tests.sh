@@ -10,6 +10,8 @@
 #   test_comm           every collective under mpirun (4 and 3 ranks), byte counters, the mesh
 #   test_dp             DDP and ZeRO-1/2/3 on 2 and 4 CPU ranks against one process; memory and
 #                       bytes against the formulas; resume and resharding
+#   test_tp             tensor parallelism: tp=2 and dp=2 x tp=2 (ZeRO 0-3) against one process;
+#                       memory and bytes against the formulas; recompute, resume, bf16
 #   test_gpu_sanitize   make gpucheck's compute-sanitizer part: its verdicts with a stand-in
 #                       sanitizer, and its training command line on the emulated GPU
 #   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
@@ -27,8 +29,9 @@
 #   emulated GPU        build/train_gpt_simt (the trainer on the emulator) with --device cuda:
 #                       test_gpu_train (vs the CPU run), test_train, test_vs_pytorch — the GPU
 #                       suite's training checks, on the CUDA code path, without a GPU; and
-#                       test_dp at dp=2 with --comm nccl (NCCL emulated over MPI,
-#                       test/simt_nccl.h): the NCCL path of comm.h, never run on one GPU
+#                       test_dp at dp=2 and test_tp's equivalence part with --comm nccl (NCCL
+#                       emulated over MPI, test/simt_nccl.h): the NCCL path of comm.h, never
+#                       run on one GPU
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both.
 set -u
@@ -64,6 +67,7 @@ for b in "${binaries[@]}"; do
     part "test_vs_pytorch ($b)" /usr/bin/python3 test/test_vs_pytorch.py "$b"
     part "test_dp ($b)" bash test/test_dp.sh "$b"
 done
+part "test_tp (./train_gpt)" bash test/test_tp.sh ./train_gpt
 part test_tokenizer bash test/test_tokenizer.sh
 part test_simt build/test_simt
 part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
@@ -99,6 +103,7 @@ part "test_gpu_train (emulated GPU)" bash test/test_gpu_train.sh build/train_gpt
 part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/train_gpt_simt
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
 part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 bash test/test_dp.sh build/train_gpt_simt
+part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt
 if [ -x build/gpucheck_ops ]; then
     echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80, and sm_80 PTX for newer GPUs); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"
 else

@@ -577,6 +577,54 @@ static void test_mfu() {
     report(ok, "dense bf16 peaks by device name (13 names: H100 variants, GH200, A100, A10, B200, GB200, L40S, L40, L4, A10G, none)");
 }
 
+// Tensor parallelism's slices (tensor_parallel.h, model.h): over the tp ranks, each block tensor's
+// elements are held exactly once (split) or by every rank (replicated), each rank's pieces fill
+// its local tensor exactly once, the model file's pieces of a block cover its range of the file
+// once when the replicated ones are written by tp rank 0 alone, and a rank's initialization is
+// its slice of the whole block's.
+static void test_tp_slices() {
+    GPTConfig c;
+    c.num_layers = 3; c.channels = 16; c.num_heads = 4; c.max_seq_len = 8; c.vocab_size = 50; c.padded_vocab_size = 64;
+    const ParamLayout full = make_layout(c);
+    for (int t : {2, 4}) {
+        bool tensors_ok = true, file_ok = true, init_ok = true;
+        std::vector<int> file_hits(full.total, 0);
+        std::vector<float> whole(full.block_size);
+        gpt_init_unit(c, full, unit_of_block(1), 7, whole.data());
+        for (int r = 0; r < t; r++) {
+            const ParamLayout p = make_layout(c, t, r);
+            for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
+                const size_t n = block_tensor_size((BlockTensor)k, c.channels), local = block_tensor_size((BlockTensor)k, c.channels, t);
+                std::vector<int> held(local, 0);
+                for (const TPPiece& q : block_tensor_pieces(p, (BlockTensor)k, c.channels)) {
+                    if (q.full_off + q.n > n || q.local_off + q.n > local) { tensors_ok = false; continue; }
+                    for (size_t i = 0; i < q.n; i++) held[q.local_off + i]++;
+                }
+                for (int h : held) tensors_ok &= h == 1;
+            }
+            for (int u = 0; u < gpt_num_units(c); u++)
+                for (const FilePiece& q : unit_file_pieces(c, p, u)) {
+                    if (q.replicated && r != 0) continue;
+                    for (size_t i = 0; i < q.n; i++) if (q.file_off + i < full.total) file_hits[q.file_off + i]++; else file_ok = false;
+                }
+            std::vector<float> mine(p.block_size);
+            gpt_init_unit(c, p, unit_of_block(1), 7, mine.data());
+            for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
+                for (const TPPiece& q : block_tensor_pieces(p, (BlockTensor)k, c.channels))
+                    for (size_t i = 0; i < q.n; i++)
+                        init_ok &= mine[p.in_block[k] + q.local_off + i] == whole[full.in_block[k] + q.full_off + i];
+        }
+        for (int h : file_hits) file_ok &= h == 1;
+        char name[160];
+        snprintf(name, sizeof(name), "tp=%d: every rank's pieces fill its slice of each block tensor once", t);
+        report(tensors_ok, name);
+        snprintf(name, sizeof(name), "tp=%d: the ranks' model-file pieces cover the file once (replicated ones from tp rank 0)", t);
+        report(file_ok, name);
+        snprintf(name, sizeof(name), "tp=%d: each rank initializes its slice of the whole block's values", t);
+        report(init_ok, name);
+    }
+}
+
 int main() {
     test_encoder();
     test_layernorm();
@@ -592,6 +640,7 @@ int main() {
     test_bf16_ops();
     test_bf16_model();
     test_data_order();
+    test_tp_slices();
     printf("# test_ops: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# test_tp — tensor parallelism (llmc/tensor_parallel.h) on CPU ranks under mpirun, against one
+# process with the same global batch (a 2-layer GPT, C = 128, 2 heads, on the shipped Bible):
+#   equivalence:  tp = 2, and dp = 2 × tp = 2 with ZeRO 0, 1, 2, 3 and accumulation 2: per-step
+#                 losses within 1e-5, and every tensor changed alike (compare_models.py
+#                 --updates: the model file the tp ranks write together against one process's)
+#   memory:       each rank's parameters are Vp·C + maxT·C + L·(12C²/t + 7C/t + 6C) + 2C, and its
+#                 activations (16 − (12 − 12/t))·C per block and position (model.h's list), bytes
+#   volume:       the tp group sends 4·L·A·2(t−1)/t·B·T·C·s bytes a step (4 all-reduces a block
+#                 per micro-batch; --recompute full 5)
+#   recompute:    tp = 2 with --recompute selective and full is the run without it, bit for bit
+#   evaluation:   tp = 2 gives one process's --val-tokens loss (1e-5) and samples; --profile
+#                 gives the tp all-reduces a row of their own
+#   resume:       dp = 2 × tp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; the same
+#                 checkpoint resumed on dp = 1 × tp = 2 continues the run (1e-5); another --tp is
+#                 refused with one line
+#   bf16:         tp = 2 in bf16 within 2e-2 of one bf16 process
+#   errors:       --tp that does not divide the heads, or the world; --sp 1
+# usage: [DEVICE=cuda] [COMM=mpi|nccl] [TP_QUICK=1] test/test_tp.sh [TRAIN_GPT]
+# TP_QUICK=1 runs the equivalence part alone, 3 steps (tp = 2, and dp = 2 × tp = 2 with ZeRO-3): what the
+# suite runs on the CPU SIMT emulator (build/train_gpt_simt, DEVICE=cuda), where the tp
+# all-reduces take the GPU path of comm.h (and NCCL's, emulated over MPI, with COMM=nccl).
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:-./train_gpt}
+PY=${PYTHON:-/usr/bin/python3}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if ! command -v mpirun >/dev/null || ! "$BIN" --help | grep -q -- "--comm-stats"; then
+    echo "not ok - test_tp needs mpirun and a train_gpt built with MPI"; exit 1
+fi
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OMP_NUM_THREADS=1   # up to 4 ranks share the cores
+mpi() { local n=$1; shift; mpirun --oversubscribe -np "$n" "$BIN" "$@"; }
+
+C=128; L=2; NH=2; Vp=50304; maxT=1024; T=32
+# fp32 unless a part says bf16 (a later --precision wins); on cuda "auto" would mean bf16
+common=(--device "${DEVICE:-cpu}" --precision fp32 --model d2 --seq-len $T --lr 3e-3 --warmup-steps 2 --weight-decay 0.1
+        --seed 7 --val-data "" --comm-stats --steps 5)
+[ -n "${COMM:-}" ] && common+=(--comm "$COMM")
+[ -n "${TP_QUICK:-}" ] && common+=(--steps 3)  # (the emulator is slow; a later --steps wins)
+
+# close_losses A.jsonl B.jsonl NAME TOL [KEY]: per-step KEY (default loss) within TOL
+close_losses() {
+    $PY - "$@" <<'PY'
+import json, sys
+a_path, b_path, name, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+key = sys.argv[5] if len(sys.argv) > 5 else "loss"
+def rows(p):
+    try: return [json.loads(l) for l in open(p)]
+    except (OSError, ValueError): return []
+a, b = rows(a_path), rows(b_path)
+pairs = [(x.get(key), y.get(key)) for x, y in zip(a, b) if x.get(key) is not None]
+worst = max(abs(x - y) for x, y in pairs) if len(a) == len(b) > 0 and pairs else float("inf")
+print(("ok" if worst <= tol else "not ok") + f" - {name}: {key} within {tol:g} of one process (max diff {worst:.1e})")
+PY
+}
+# same_run A B NAME: two runs' logs (losses, norms, lr) and final weights bit-identical
+same_run() {
+    local keep='import json, sys
+for l in open(sys.argv[1]): d = json.loads(l); print(d["step"], repr(d["loss"]), repr(d["lr"]), repr(d["grad_norm"]))'
+    if [ -s "$1.jsonl" ] && cmp -s <($PY -c "$keep" "$1.jsonl") <($PY -c "$keep" "$2.jsonl") && cmp -s "$1.bin" "$2.bin"; then
+        echo "ok - $3: bit-identical (losses, norms, final weights)"
+    else
+        echo "not ok - $3: differs"; tail -2 "$2.txt" | sed 's/^/#   /'
+    fi
+}
+# updates_alike REF.bin OUT.bin NAME: what the two trainings changed, tensor by tensor. Both
+# compute the same sums in another order (the tp ranks' partial products), so the changes agree
+# to fp32 round-off amplified by Adam (measured ~3e-5 relative, per tensor); a wrong slice, a
+# missing all-reduce or a bias added twice changes a tensor by O(1).
+updates_alike() { $PY test/compare_models.py --updates "$tmp/init.bin" "$1" "$2" 1e-3 | sed "s/ - / - $3: /"; }
+# run NAME RANKS ARGS...: one training into $tmp/NAME.{jsonl,bin,txt}
+run() {
+    local name=$1 n=$2; shift 2
+    if [ "$n" = 1 ]; then "$BIN" "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" --save-model "$tmp/$name.bin" >"$tmp/$name.txt" 2>&1
+    else mpi "$n" "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" --save-model "$tmp/$name.bin" >"$tmp/$name.txt" 2>&1; fi ||
+        { echo "not ok - $name: run failed"; tail -3 "$tmp/$name.txt" | sed 's/^/#   /'; return 1; }
+}
+
+"$BIN" "${common[@]}" --steps 0 --save-model "$tmp/init.bin" >/dev/null 2>&1  # the weights every run starts from
+
+# --- equivalence: one process with B = 8 (accumulation 1 and 2) against tp = 2, and dp = 2 × tp = 2
+val=(--val-data "data/kjv_val_*.bin" --val-tokens 256)
+[ -n "${TP_QUICK:-}" ] && val=()
+run ref_a1 1 --batch-size 8 "${val[@]}"
+run ref_a2 1 --batch-size 8 --total-batch-tokens $((2 * 8 * T))
+run tp2 2 --tp 2 --batch-size 8 "${val[@]}" &&
+    { close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2.jsonl" "tp=2" 1e-5; close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2.jsonl" "tp=2" 1e-5 grad_norm
+      updates_alike "$tmp/ref_a1.bin" "$tmp/tp2.bin" "tp=2"; }
+zeros="0 1 2 3"; [ -n "${TP_QUICK:-}" ] && zeros=3
+for z in $zeros; do
+    name="dp=2 x tp=2 zero=$z accum=2"
+    run "dp2tp2_z$z" 4 --tp 2 --zero "$z" --batch-size 4 --total-batch-tokens $((2 * 8 * T)) || continue
+    close_losses "$tmp/ref_a2.jsonl" "$tmp/dp2tp2_z$z.jsonl" "$name" 1e-5
+    updates_alike "$tmp/ref_a2.bin" "$tmp/dp2tp2_z$z.bin" "$name"
+done
+[ -n "${TP_QUICK:-}" ] && exit 0
+
+# --- memory and volume against the formulas in tensor_parallel.h's header
+$PY - "$tmp" $C $L $NH $Vp $maxT $T <<'PY'
+import json, re, sys
+tmp = sys.argv[1]
+C, L, NH, Vp, maxT, T = map(int, sys.argv[2:])
+t, s, B = 2, 4, 8
+def mem(name):  # {rank: (params, activations)} from the "memory rank" lines
+    out = {}
+    for l in open(f"{tmp}/{name}.txt"):
+        m = re.match(r"memory rank (\d+): params (\d+) B.* activations (\d+) B", l)
+        if m: out[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
+    return out
+one, two = mem("ref_a1"), mem("tp2")
+psi_t = Vp * C + maxT * C + L * (12 * C * C // t + 7 * C // t + 6 * C) + 2 * C
+ok = len(two) == 2 and all(p == s * psi_t for p, _ in two.values())
+print(("ok" if ok else "not ok") + f" - tp=2: each rank holds Vp*C + maxT*C + L*(12C^2/t + 7C/t + 6C) + 2C = {psi_t} parameters "
+      f"(one process {one[0][0] // s})")
+# per position: L blocks of (3C + C + 4C + 4C)(1 - 1/t) elements (qkv, attention output, the MLP's
+# two hidden buffers) and NH(1 - 1/t) lse floats, and the backward's dqkv + dfch scratch (7C)(1 - 1/t)
+saved = B * T * (L * 12 * C * (t - 1) // t * s + L * NH * (t - 1) // t * 4 + 7 * C * (t - 1) // t * s)
+ok = len(two) == 2 and all(a == one[0][1] - saved for _, a in two.values())
+print(("ok" if ok else "not ok") + f" - tp=2: each rank's activations are one process's less (12C + NH + 7C/L)(1-1/t) per "
+      f"block and position: {one[0][1]} - {saved} B")
+rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/tp2.jsonl")]
+want = 4 * L * 1 * 2 * (t - 1) / t * B * T * C * s
+ok = all(r.get("tp_all_reduce") == want for r in rows) and len(rows) == 5
+print(("ok" if ok else "not ok") + f" - tp=2: the tp group sends 4*L*2(t-1)/t*B*T*C*s = {want:.0f} bytes a step "
+      f"(got {rows[-1].get('tp_all_reduce') if rows else None})")
+PY
+close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2.jsonl" "tp=2 validation" 1e-5 val_loss
+
+# --- recompute: the same run bit for bit; full reruns the attention projection's all-reduce
+for r in selective full; do
+    run "tp2_$r" 2 --tp 2 --batch-size 8 "${val[@]}" --recompute $r && same_run "$tmp/tp2" "$tmp/tp2_$r" "tp=2 --recompute $r"
+done
+$PY - "$tmp/tp2.jsonl" "$tmp/tp2_full.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["comm_bytes"].get("tp_all_reduce") for l in open(p)] for p in sys.argv[1:3])
+ok = len(a) == len(b) > 0 and all(y == 5 * x / 4 for x, y in zip(a, b))
+print(("ok" if ok else "not ok") + f" - tp=2 --recompute full: 5 all-reduces a block instead of 4 ({b[-1] if b else None} bytes a step)")
+PY
+
+# --- samples and --profile
+run tp2_prof 2 --tp 2 --batch-size 8 --steps 2 --profile 1 --sample-every 2 --gen-tokens 8 &&
+if grep -q "^---- sample at step 2" "$tmp/tp2_prof.txt" && grep -q "comm: tp all-reduce" "$tmp/tp2_prof.txt"; then
+    echo "ok - tp=2: samples, and --profile shows the tp all-reduces in a row of their own"
+else
+    echo "not ok - tp=2: no sample or no 'comm: tp all-reduce' row"; tail -5 "$tmp/tp2_prof.txt" | sed 's/^/#   /'
+fi
+
+# --- resume: 6 straight steps against 3 + resume + 3 (dp = 2 × tp = 2, ZeRO-1, shuffled)
+rs=(--tp 2 --zero 1 --batch-size 2 --total-batch-tokens $((8 * T)) --steps 6 --shuffle 1 --checkpoint-every 3)
+mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/ra" --log-file "$tmp/ra.jsonl" --save-model "$tmp/ra.bin" >"$tmp/ra.txt" 2>&1
+mkdir -p "$tmp/rb" "$tmp/rc" "$tmp/rd"
+for d in rb rc rd; do cp -r "$tmp/ra/step_00000003" "$tmp/$d/"; done
+mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/rb" --resume --log-file "$tmp/rb.jsonl" --save-model "$tmp/rb.bin" >"$tmp/rb.txt" 2>&1
+if [ "$(wc -l <"$tmp/rb.jsonl" 2>/dev/null)" = 3 ] && ls "$tmp/ra/step_00000003" | grep -q "state_tp001_rank00001.bin" &&
+   cmp -s <(tail -3 "$tmp/ra.jsonl" | $PY -c "import json,sys; [print(json.loads(l)['loss'], json.loads(l)['grad_norm']) for l in sys.stdin]") \
+          <($PY -c "import json,sys; [print(json.loads(l)['loss'], json.loads(l)['grad_norm']) for l in open(sys.argv[1])]" "$tmp/rb.jsonl") &&
+   cmp -s "$tmp/ra.bin" "$tmp/rb.bin"; then
+    echo "ok - dp=2 x tp=2 zero=1: resuming at step 3 continues bit for bit (losses, norms, final weights; a state file per tp and dp rank)"
+else
+    echo "not ok - dp=2 x tp=2 zero=1: resume differs"; tail -2 "$tmp/rb.txt" | sed 's/^/#   /'
+fi
+# the same checkpoint on dp = 1 × tp = 2 (ZeRO-3): each element of AdamW's state from the old dp rank that held it
+mpi 2 "${common[@]}" "${rs[@]}" --zero 3 --output-dir "$tmp/rc" --resume --log-file "$tmp/rc.jsonl" >"$tmp/rc.txt" 2>&1
+$PY - "$tmp/ra.jsonl" "$tmp/rc.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])][3:]
+try: b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+except OSError: b = []
+worst = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 3 else float("inf")
+print(("ok" if worst <= 1e-5 else "not ok") + f" - resharded dp=2 x tp=2 zero=1 -> dp=1 x tp=2 zero=3: the run continues (max loss diff {worst:.1e} <= 1e-5)")
+PY
+mpi 4 "${common[@]}" "${rs[@]}" --tp 1 --output-dir "$tmp/rd" --resume >"$tmp/rd.txt" 2>&1; rc=$?
+if [ $rc = 2 ] && grep -q -- "written with --tp 2; resume with the same --tp" "$tmp/rd.txt"; then
+    echo "ok - a checkpoint written with --tp 2 resumed with --tp 1 is refused (exit 2, one line)"
+else
+    echo "not ok - resuming with another --tp: exit $rc"; tail -2 "$tmp/rd.txt" | sed 's/^/#   /'
+fi
+
+# --- bf16: the tp all-reduces in bf16 (one rounding per sum), the rest as one bf16 process
+run ref_bf16 1 --batch-size 8 --precision bf16
+run tp2_bf16 2 --tp 2 --batch-size 8 --precision bf16 &&
+    close_losses "$tmp/ref_bf16.jsonl" "$tmp/tp2_bf16.jsonl" "bf16 tp=2 (bf16 activations: one rounding more per sum)" 2e-2
+
+# --- errors: one line naming the flag, exit 2
+check_error() {  # check_error NAME RANKS PATTERN ARGS...
+    local name=$1 n=$2 pat=$3; shift 3
+    local out rc
+    out=$(mpi "$n" "${common[@]}" "$@" 2>&1); rc=$?
+    if [ $rc = 2 ] && echo "$out" | grep -q -- "$pat"; then echo "ok - $name: exit 2, '$pat'"
+    else echo "not ok - $name: exit $rc"; echo "$out" | tail -2 | sed 's/^/#   /'; fi
+}
+check_error "--tp 2 on a 1-head model" 2 "--tp 2: must divide the model's 1 attention heads" --model d1 --tp 2
+check_error "--tp 2 on 3 ranks" 3 "world size 3 is not divisible by tp" --tp 2
+check_error "--sp 1" 2 "--sp 1: sequence parallelism is not yet supported" --tp 2 --sp 1
