@@ -65,6 +65,9 @@ results and bytes, so that the time overlap saves is measured: dev/bench/bench_o
 
 The owner of the storage is this file: it points the model's per-unit pointers at it and
 follows the model's use of units through ParamHooks (model.h). A single process is dp = 1.
+With tensor parallelism (tensor_parallel.h) the units are the rank's tp slice and the group is
+the ranks with its tp index: everything above applies to the slice, Ψ being the slice's size;
+only the gradient norm adds up over the tp group as well (dp_grad_norm).
 Tests: test/test_dp.sh (dp = 2 and 4, every stage, and dp = 3 with uneven chunks, against one
 process; memory and bytes against the tables; --overlap 0 the same run; resume; resharding;
 on the emulated GPU with NCCL, the waits between the streams), test/test_ops.cpp (model gradient).

@@ -37,9 +37,17 @@ is never stored (see attention.cuh). Activation checkpointing (--recompute selec
 Recompute) keeps 10·L·C + 18·C + Vp or L·C + 27·C + Vp of them and reruns the rest of each block's
 forward at the start of its backward: the same ops on the same inputs, so the same training.
 
+Tensor parallelism (tensor_parallel.h) is written in here too, as the layout and two sums: with
+tp ranks, a rank's layout holds its slice of each block (its NH/tp heads' q, k, v rows and
+attention-projection columns, 4C/tp of the MLP's features), so its block holds 12C²/tp + 7C/tp
++ 6C parameters and (4 + 12/tp)·C activations a position, and its block forward and backward
+call tp_sum where the partial sums of the projections (forward) and of the LayerNorm outputs'
+gradients (backward) meet. With tp = 1 both are GPT-2's.
+
 Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
 test/test_cli.sh (model file round trips and bad files), test/test_train.sh (--recompute: the
-same run bit for bit), test/test_gpu_train.sh (the activations predicted are those allocated).
+same run bit for bit), test/test_gpu_train.sh (the activations predicted are those allocated),
+test/test_tp.sh (tensor parallelism against one process).
 */
 #pragma once
 #include <cmath>
