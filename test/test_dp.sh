@@ -31,13 +31,7 @@ set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
 PY=${PYTHON:-/usr/bin/python3}  # PYTHON: another python3 with torch and numpy (a GPU image's)
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-if ! command -v mpirun >/dev/null || ! "$BIN" --help | grep -q -- "--comm-stats"; then
-    echo "not ok - test_dp needs mpirun and a train_gpt built with MPI"; exit 1
-fi
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-export OMP_NUM_THREADS=1   # up to 4 ranks share the cores
-mpi() { local n=$1; shift; mpirun --oversubscribe -np "$n" "$BIN" "$@"; }
+TEST_NAME=test_dp; source test/mpi_setup.sh  # $tmp, mpi N ARGS...
 
 # a 1-layer GPT on the shipped Bible (real vocabulary); Ψ from its shape
 C=64; L=1; Vp=50304; maxT=1024

@@ -24,13 +24,7 @@ set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
 PY=${PYTHON:-/usr/bin/python3}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-if ! command -v mpirun >/dev/null || ! "$BIN" --help | grep -q -- "--comm-stats"; then
-    echo "not ok - test_tp needs mpirun and a train_gpt built with MPI"; exit 1
-fi
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-export OMP_NUM_THREADS=1   # up to 4 ranks share the cores
-mpi() { local n=$1; shift; mpirun --oversubscribe -np "$n" "$BIN" "$@"; }
+TEST_NAME=test_tp; source test/mpi_setup.sh  # $tmp, mpi N ARGS...
 
 C=128; L=2; NH=2; Vp=50304; maxT=1024; T=32
 # fp32 unless a part says bf16 (a later --precision wins); on cuda "auto" would mean bf16
