@@ -272,15 +272,12 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
     std::vector<int> toks = {tk->eot_token};
     tokenizer_encode(*tk, prompt, &toks);
     size_t start = toks.size();
-    const int Vp = g->config.padded_vocab_size;
-    std::vector<T> last_row(Vp);
-    std::vector<float> logits(Vp);
+    std::vector<float> logits(g->config.padded_vocab_size);
     for (int i = 0; i < n; i++) {
         int len = std::min((int)toks.size(), T_);
         const int* ctx_toks = toks.data() + toks.size() - len;
         gpt_forward(ctx, g, ctx_toks, nullptr, 1, len, 0.0f);
-        ctx_copy(ctx, last_row.data(), g->acts.logits.data() + (size_t)(len - 1) * Vp, Vp * sizeof(T));
-        for (int v = 0; v < Vp; v++) logits[v] = to_f(last_row[v]);
+        gpt_logits_row(ctx, g, len - 1, logits.data());
         toks.push_back(sample_token(logits.data(), g->config.vocab_size, temperature, top_k, rng));
     }
     return prompt + tokenizer_decode(*tk, toks.data() + start, toks.size() - start);
@@ -373,6 +370,9 @@ int main(int argc, char** argv) {
     }
     if (config.num_heads % tp != 0)
         usage_error("--tp %d: must divide the model's %d attention heads (each tp rank computes NH/tp of them)", tp, config.num_heads);
+    if (config.padded_vocab_size % tp != 0)
+        usage_error("--tp %d: must divide the model's padded vocabulary %d (each tp rank computes Vp/tp of the logits)", tp,
+                    config.padded_vocab_size);
     if (T > config.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, config.max_seq_len);
     const bool total_given = total_batch != -1;
     if (auto_batch && !total_given)

@@ -24,8 +24,19 @@ logit crosses device memory twice (in, out) instead of three times. If that hold
 becomes about 0.57. dev/cuda/classifier.cu keeps the first version (three passes: max, sum,
 gradient; one element per load) for comparison, and times all three.
 
-Tests: test/test_ops.cpp (finite differences of the loss), test/gpucheck_ops.cu (CUDA vs CPU),
-the model against PyTorch.
+Vocabulary-parallel (tensor parallelism, tensor_parallel.h): rank r of `parts` holds the
+columns [lo, lo + Vpl) of the logits, the first Vl of them real. The row's softmax needs all of
+them, so the one pass becomes two with a gather of 3 floats a row in between:
+  classifier_stats    per row, over its real columns: the max m_r, s_r = Σ exp(x − m_r), and
+                      the target's logit if the target is one of its columns (else 0)
+  (the ranks' stats gathered: [parts][N][3])
+  classifier_finish   M = max_r m_r,  S = Σ_r s_r·exp(m_r − M),  target logit = Σ_r of the parts'
+                      loss[n] = −(target − M − log S); the gradient of its columns in place
+Each rank's gradient then equals its columns of the one-rank gradient (to rounding: the parts'
+sums are fp32, combined in double on the CPU, in fp32 on the GPU).
+
+Tests: test/test_ops.cpp (finite differences of the loss; the vocabulary-parallel pair against
+the one-pass op), test/gpucheck_ops.cu (CUDA vs CPU), the model against PyTorch, test/test_tp.sh.
 */
 #pragma once
 #include <cmath>
@@ -51,6 +62,54 @@ inline void fused_classifier_cpu(T* logits, float* losses, const int* targets, i
             }
             for (int v = V; v < Vp; v++) row[v] = from_f<T>(0.0f);
         }
+    }
+}
+
+// ---- vocabulary-parallel (see the header)
+template <class T>
+inline void classifier_stats_cpu(const T* logits, float* stats, const int* targets, int N, int Vl, int Vpl, int lo) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const T* row = logits + (size_t)n * Vpl;
+        float m = -INFINITY;
+        for (int v = 0; v < Vl; v++) m = to_f(row[v]) > m ? to_f(row[v]) : m;
+        double sum = 0.0;
+        for (int v = 0; v < Vl; v++) sum += expf(to_f(row[v]) - m);
+        const int t = targets[n] - lo;
+        stats[3 * n] = m;
+        stats[3 * n + 1] = (float)sum;
+        stats[3 * n + 2] = t >= 0 && t < Vl ? to_f(row[t]) : 0.0f;
+    }
+}
+// Row n's max M, log S and target logit from the parts' stats ([parts][N][3]); a part without real
+// columns (m = −∞, s = 0) adds nothing. The CPU op and the CUDA kernel both call it.
+HD inline void classifier_combine(const float* stats, int parts, int N, int n, float* M, float* log_sum, float* target) {
+    float mx = -INFINITY, tg = 0.0f;
+    for (int r = 0; r < parts; r++) {
+        const float* st = stats + 3 * ((size_t)r * N + n);
+        mx = st[0] > mx ? st[0] : mx;
+        tg += st[2];
+    }
+    double S = 0.0;
+    for (int r = 0; r < parts; r++) {
+        const float* st = stats + 3 * ((size_t)r * N + n);
+        if (st[1] > 0.0f) S += (double)st[1] * exp((double)(st[0] - mx));
+    }
+    *M = mx; *log_sum = (float)log(S); *target = tg;
+}
+template <class T>
+inline void classifier_finish_cpu(T* logits, float* losses, const float* stats, int parts, const int* targets, int N, int Vl,
+                                  int Vpl, int lo, float dloss) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float m, log_sum, target;
+        classifier_combine(stats, parts, N, n, &m, &log_sum, &target);
+        losses[n] = -(target - m - log_sum);
+        if (dloss == 0.0f) continue;
+        T* row = logits + (size_t)n * Vpl;
+        const int tgt = targets[n] - lo;
+        for (int v = 0; v < Vl; v++) row[v] = from_f<T>(dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)));
+        for (int v = Vl; v < Vpl; v++) row[v] = from_f<T>(0.0f);
     }
 }
 
@@ -113,6 +172,41 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
         store_pack<P>(row + i, g);
     }
 }
+// The vocabulary-parallel pair (one block per row, one element per load: the rows of a rank's
+// slice need not be 16-byte aligned). Stats: pass 1 of the kernel above; finish: each thread
+// combines the parts itself (a few floats), then pass 2.
+template <class T>
+__global__ void classifier_stats_kernel(const T* logits, float* stats, const int* targets, int Vl, int Vpl, int lo) {
+    const int n = blockIdx.x;
+    const T* row = logits + (size_t)n * Vpl;
+    float m = -INFINITY, s = 0.0f;
+    for (int v = threadIdx.x; v < Vl; v += blockDim.x) {
+        const float z = to_f(row[v]);
+        if (z > m) { s = s * expf(m - z) + 1.0f; m = z; }
+        else s += expf(z - m);
+    }
+    const float mb = block_reduce<true>(m);
+    const float sum = block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - mb));
+    if (threadIdx.x == 0) {
+        const int t = targets[n] - lo;
+        stats[3 * n] = mb;
+        stats[3 * n + 1] = sum;
+        stats[3 * n + 2] = t >= 0 && t < Vl ? to_f(row[t]) : 0.0f;
+    }
+}
+template <class T>
+__global__ void classifier_finish_kernel(T* logits, float* losses, const float* stats, int parts, const int* targets, int N,
+                                         int Vl, int Vpl, int lo, float dloss) {
+    const int n = blockIdx.x;
+    float m, log_sum, target;
+    classifier_combine(stats, parts, N, n, &m, &log_sum, &target);
+    if (threadIdx.x == 0) losses[n] = -(target - m - log_sum);
+    if (dloss == 0.0f) return;
+    T* row = logits + (size_t)n * Vpl;
+    const int tgt = targets[n] - lo;
+    for (int v = threadIdx.x; v < Vpl; v += blockDim.x)
+        row[v] = from_f<T>(v < Vl ? dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+}
 // g_classifier_staged: the STAGED kernel where the row fits in a block's shared memory (GPT-2's
 // bf16 row is 98 KB: two blocks per H100 SM). Off until an H100 shows it faster.
 inline bool g_classifier_staged = false;
@@ -138,4 +232,32 @@ inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int
     }
 #endif
     fused_classifier_cpu(logits, losses, targets, N, V, Vp, dloss);
+}
+
+// The vocabulary-parallel pair (see the header): stats of this rank's columns into stats (N × 3),
+// then, once every part's stats are in all_stats ([parts][N][3]), the losses and the gradient.
+template <class T>
+inline void classifier_stats(const Ctx& ctx, const T* logits, float* stats, const int* targets, int N, int Vl, int Vpl, int lo) {
+    OpScope prof(ctx, 0, 1.0 * N * Vpl * sizeof(T) + 16.0 * N, "classifier stats (vocabulary-parallel)");
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        classifier_stats_kernel<<<N, 512, 0, ctx.stream>>>(logits, stats, targets, Vl, Vpl, lo);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    classifier_stats_cpu(logits, stats, targets, N, Vl, Vpl, lo);
+}
+template <class T>
+inline void classifier_finish(const Ctx& ctx, T* logits, float* losses, const float* all_stats, int parts, const int* targets,
+                              int N, int Vl, int Vpl, int lo, float dloss) {
+    OpScope prof(ctx, 0, 2.0 * N * Vpl * sizeof(T) + (12.0 * parts + 8) * N, "classifier (loss, dlogits; vocabulary-parallel)");
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        classifier_finish_kernel<<<N, 512, 0, ctx.stream>>>(logits, losses, all_stats, parts, targets, N, Vl, Vpl, lo, dloss);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    classifier_finish_cpu(logits, losses, all_stats, parts, targets, N, Vl, Vpl, lo, dloss);
 }

@@ -42,7 +42,8 @@ tp ranks, a rank's layout holds its slice of each block (its NH/tp heads' q, k, 
 attention-projection columns, 4C/tp of the MLP's features), so its block holds 12C²/tp + 7C/tp
 + 6C parameters and (4 + 12/tp)·C activations a position, and its block forward and backward
 call tp_sum where the partial sums of the projections (forward) and of the LayerNorm outputs'
-gradients (backward) meet. With tp = 1 both are GPT-2's.
+gradients (backward) meet; its classifier computes Vp/tp of the logits (Classifier). With
+tp = 1 all of it is GPT-2's.
 
 Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
 test/test_cli.sh (model file round trips and bad files), test/test_train.sh (--recompute: the
@@ -272,6 +273,8 @@ inline bool keeps_inner(Recompute r) { return r != Recompute::Full; }
 template <class floatX> struct Activations {  // on the Ctx's device, for B·T positions; per-block buffers are [L][...], or one block's (Recompute)
     Buf<floatX> encoded, ln1, qkv, atty, residual2, ln2, fch, fch_gelu, residual3, lnf, logits, scratch;
     Buf<float> ln1_mean, ln1_rstd, lse, ln2_mean, ln2_rstd, lnf_mean, lnf_rstd, losses;  // fp32 statistics
+    Buf<float> cls_stats;   // tensor parallelism: every tp rank's classifier stats (fused_classifier.cuh)
+    Buf<floatX> wte_grad;   // tensor parallelism: the classifier's wte gradient, gathered (Vp·C)
     // gradient scratch, reused by every block
     Buf<floatX> dresidual, dbtc, dqkv, dfch;
     Buf<int> tokens, targets;
@@ -366,7 +369,8 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
 // gpt_ensure_activations (allocating it) and gpt_activation_bytes (planning memory) walk.
 // A per-block buffer holds L blocks, or one where --recompute reruns what made it (see Recompute).
 // With tensor parallelism (tp > 1) a rank holds its heads' q, k, v, attention output and lse,
-// and its 4C/tp of the MLP's hidden features (Ct = C/tp, NHt = NH/tp below); the rest is whole.
+// its 4C/tp of the MLP's hidden features (Ct = C/tp, NHt = NH/tp below) and its Vp/tp columns
+// of the logits, plus the classifier's stats and wte gradient (Classifier); the rest is whole.
 template <class T, class F>
 inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B, int T_, Recompute r, int tp, F&& f) {
     const size_t L = c.num_layers, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
@@ -377,10 +381,11 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B,
     f(a.residual2, Li * BT * C); f(a.ln2, Lc * BT * C); f(a.ln2_mean, Li * BT); f(a.ln2_rstd, Li * BT);
     f(a.fch, Li * BT * 4 * Ct); f(a.fch_gelu, Lc * BT * 4 * Ct); f(a.residual3, L * BT * C);
     f(a.lnf, BT * C); f(a.lnf_mean, BT); f(a.lnf_rstd, BT);                  // the head
-    f(a.logits, BT * c.padded_vocab_size); f(a.losses, BT);
+    f(a.logits, BT * c.padded_vocab_size / tp); f(a.losses, BT);
     f(a.scratch, BT * C);
     f(a.dresidual, BT * C); f(a.dbtc, BT * C); f(a.dqkv, BT * 3 * Ct); f(a.dfch, BT * 4 * Ct);  // backward scratch
     f(a.tokens, BT); f(a.targets, BT);
+    if (tp > 1) { f(a.cls_stats, (size_t)tp * BT * 3); f(a.wte_grad, (size_t)c.padded_vocab_size * C); }  // the vocabulary-parallel classifier's
 }
 
 template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
@@ -500,6 +505,17 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
     layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, a.dbtc.data(), b.x, w.ln1w, b.ln1_mean, b.ln1_rstd, BT, C);
 }
 
+// The classifier's columns this rank computes. With tensor parallelism it is vocabulary-parallel
+// (tensor_parallel.h): tp rank r computes the logits of wte's rows [lo, lo + Vp/tp), Vl of them
+// real tokens, its part of the softmax (fused_classifier.cuh: stats, gathered, finish), and its
+// rows' wte gradient, which the tp ranks gather and all add (wte stays replicated: the encoder
+// reads every row). Without, one part: all Vp columns and fused_classifier.
+struct Classifier { int parts, lo, Vpl, Vl; };
+template <class T> inline Classifier classifier_slice(const GPT<T>& g) {
+    const int parts = g.layout.tp, Vp = g.config.padded_vocab_size, Vpl = Vp / parts, lo = g.layout.tp_rank * Vpl;
+    return {parts, lo, Vpl, std::max(0, std::min(Vpl, g.config.vocab_size - lo))};
+}
+
 // Forward over B×T tokens. With targets, the per-position losses are on their way to the host
 // when it returns, and gpt_mean_loss gives their mean; with dloss ≠ 0 the logits buffer is left
 // holding ∂loss/∂logits (scaled by dloss) for gpt_backward. Without targets, the logits are left
@@ -531,8 +547,9 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     residual_layernorm_forward(ctx, last, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
                                block_acts(g, L - 1, B, T_).res2, a.scratch.data(), lnf, lnf + C, BT, C);
     release(g, unit_lnf(c));
+    const Classifier k = classifier_slice(*g);
     acquire(g, 0);
-    matmul_forward(ctx, a.logits.data(), a.lnf.data(), g->params[0] + p.wte, nullptr, BT, C, c.padded_vocab_size);
+    matmul_forward(ctx, a.logits.data(), a.lnf.data(), g->params[0] + p.wte + (size_t)k.lo * C, nullptr, BT, C, k.Vpl);
     release(g, 0);
     a.loss_count = targets ? BT : 0;
     if (!targets) return;
@@ -540,7 +557,14 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
         if (targets[i] < 0 || targets[i] >= c.vocab_size)
             fatal("target token %d at position %d is outside the model's vocabulary (V=%d)", targets[i], i, c.vocab_size);
     stage_upload(ctx, a.targets_in, a.targets.data(), targets, BT * sizeof(int));
-    fused_classifier(ctx, a.logits.data(), a.losses.data(), a.targets.data(), BT, c.vocab_size, c.padded_vocab_size, dloss);
+    if (k.parts == 1) {
+        fused_classifier(ctx, a.logits.data(), a.losses.data(), a.targets.data(), BT, c.vocab_size, c.padded_vocab_size, dloss);
+    } else {  // each rank its columns' stats, gathered, then each its losses (all the same) and its columns' gradient
+        float* stats = a.cls_stats.data();
+        classifier_stats(ctx, a.logits.data(), stats + (size_t)g->tp->rank * BT * 3, a.targets.data(), BT, k.Vl, k.Vpl, k.lo);
+        { CommScope prof(ctx, *g->tp, "tp all-gather"); comm_all_gather(*g->tp, stats, (size_t)k.parts * BT * 3); }
+        classifier_finish(ctx, a.logits.data(), a.losses.data(), stats, k.parts, a.targets.data(), BT, k.Vl, k.Vpl, k.lo, dloss);
+    }
     stage_download(ctx, a.losses_out, a.losses.data(), BT * sizeof(float));
 }
 
@@ -549,6 +573,24 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
 template <class T> inline const float* gpt_losses(GPT<T>* g) {
     CHECK(g->acts.loss_count > 0, "gpt_losses: the last gpt_forward had no targets");
     return (const float*)stage_wait(g->acts.losses_out);
+}
+
+// Row `row` of the last gpt_forward's logits, all Vp of them, into out (host memory, fp32). With
+// a vocabulary-parallel classifier each tp rank holds Vp/tp of them: gathered (collective over tp).
+template <class T> inline void gpt_logits_row(const Ctx& ctx, GPT<T>* g, int row, float* out) {
+    const int Vp = g->config.padded_vocab_size;
+    const Classifier k = classifier_slice(*g);
+    const T* mine = g->acts.logits.data() + (size_t)row * k.Vpl;
+    std::vector<T> host(Vp);
+    if (k.parts == 1) {
+        ctx_copy(ctx, host.data(), mine, Vp * sizeof(T));
+    } else {
+        T* all = g->acts.wte_grad.data();  // (free between steps: Vp·C ≥ Vp elements)
+        ctx_copy(ctx, all + k.lo, mine, k.Vpl * sizeof(T));
+        comm_all_gather(*g->tp, all, (size_t)Vp);
+        ctx_copy(ctx, host.data(), all, Vp * sizeof(T));
+    }
+    for (int v = 0; v < Vp; v++) out[v] = to_f(host[v]);
 }
 
 // Their mean, summed in a fixed order in double.
@@ -570,9 +612,21 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
     const size_t BTC = (size_t)BT * C;
     const ParamLayout& p = g->layout;
     T* last = a.residual3.data() + (size_t)(L - 1) * BTC;
+    const Classifier k = classifier_slice(*g);
+    const size_t cols = (size_t)k.lo * C;  // where this rank's columns' wte rows begin
     acquire(g, 0);  // the classifier is the tied embedding
-    matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), a.lnf.data(), g->params[0] + p.wte,
-                    BT, C, c.padded_vocab_size);
+    if (k.parts == 1) {
+        matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), a.lnf.data(), g->params[0] + p.wte,
+                        BT, C, c.padded_vocab_size);
+    } else {  // dlnf is a sum over the ranks' columns; each rank's wte rows' gradient is gathered and added by all
+        T* dwte = a.wte_grad.data();
+        ctx_zero(ctx, dwte + cols, (size_t)k.Vpl * C * sizeof(T));
+        matmul_backward(ctx, a.dbtc.data(), dwte + cols, nullptr, a.logits.data(), a.lnf.data(), g->params[0] + p.wte + cols,
+                        BT, C, k.Vpl);
+        tp_sum(ctx, g->tp, a.dbtc.data(), BTC, &g->tp_scratch);
+        { CommScope prof(ctx, *g->tp, "tp all-gather"); comm_all_gather(*g->tp, dwte, (size_t)c.padded_vocab_size * C); }
+        add_inplace(ctx, g->grads[0] + p.wte, dwte, (size_t)c.padded_vocab_size * C);
+    }
     release(g, 0);
     ctx_zero(ctx, a.dresidual.data(), BTC * sizeof(T));
     acquire(g, unit_lnf(c));

@@ -19,11 +19,17 @@ a transformer block needs only two all-reduces forward (Megatron's operator g) a
   backward    the gradient of each LayerNorm output is a sum over the ranks' column-parallel
               layers that read it                                                     → all-reduce
 
-Everything else is replicated on every tp rank: the embeddings, the LayerNorms, the
-row-parallel layers' biases, the final LayerNorm and the classifier (tied to wte). Their inputs
-and output gradients are the same bits on every rank (they come out of all-reduces, which
-give every rank the same sum: comm.h), so their gradients are too, and each rank's AdamW keeps
-its copy equal to the others'. The gradient norm counts them once (tp rank 0's copy).
+The classifier is vocabulary-parallel: rank r computes the logits of its Vp/t of the vocabulary
+(wte's rows [r·Vp/t, (r+1)·Vp/t)) and the softmax is completed across the ranks from 3 floats a
+row (fused_classifier.cuh: classifier_stats, gathered, classifier_finish); its input gradient is
+a sum over the ranks' columns (one more all-reduce), and each rank's wte rows' gradient is
+gathered by all. So the B·T·Vp logits and the classifier's 6·Vp·C FLOPs a token split t ways.
+Everything else is replicated on every tp rank: the embeddings (wte too: the embedding lookup
+reads any row), the LayerNorms, the row-parallel layers' biases and the final LayerNorm. Their
+inputs and output gradients are the same bits on every rank (they come out of all-reduces and
+all-gathers, which give every rank the same values: comm.h), so their gradients are too, and
+each rank's AdamW keeps its copy equal to the others'. The gradient norm counts them once (tp
+rank 0's copy).
 
 The model (model.h) is written once: its layout gives each split tensor its local shape, and
 its block forward and backward call tp_sum (below) at the four points above; with t = 1 the
@@ -36,9 +42,13 @@ Per rank, with t tp ranks (Ψ_block = 12C² + 13C):
   block activations  (4 + 12/t)·C per position    (ln1, ln2, the two residuals stay whole;
                                                    qkv, the attention output and the MLP's
                                                    hidden features split; model.h's list)
-  communication      4 all-reduces of B·T·C elements per block per micro-batch:
-                     4·L·2(t−1)/t·B·T·C·s bytes sent per rank (s: 4 fp32, 2 bf16);
-                     --recompute full reruns the attention projection: 5 instead of 4
+  classifier         Vp/t logits per position, 3·t floats of stats, and a Vp·C buffer for
+                     the gathered wte gradient
+  communication      per micro-batch, 4L + 1 all-reduces of B·T·C elements (4 a block, and
+                     the classifier's input gradient): (4L + 1)·2(t−1)/t·B·T·C·s bytes sent
+                     per rank (s: 4 fp32, 2 bf16; --recompute full reruns the attention
+                     projection: 5L + 1), and all-gathers of the stats, (t−1)·B·T·12 bytes,
+                     and of the wte gradient, (t−1)/t·Vp·C·s
 The sums are blocking (comm_all_reduce_sum: on the compute stream, in order with the kernels)
 because the next op needs them; with NCCL they run beside data parallelism's overlapped
 collectives, which are on the dp group's communication stream. NCCL asks that operations on two
@@ -49,8 +59,10 @@ A model file is always the whole model: each tp rank writes its own slices into 
 (checkpoint.h). AdamW's state is per tp rank, so a checkpoint resumes with the same --tp (its
 dp and ZeRO stage may change).
 Not here yet: sequence parallelism (--sp: the replicated LayerNorm and residual activations
-split along T, all-reduce → reduce-scatter + all-gather) and a vocab-parallel classifier (the
-Vp·C classifier and the B·T·Vp logits are on every rank).
+split along T, all-reduce → reduce-scatter + all-gather); a vocabulary-parallel embedding (wte
+split by rows for the lookup too: its Vp·C parameters, gradient and AdamW state split t ways,
+for one all-reduce of B·T·C instead of the wte gradient's all-gather); and gathering the wte
+gradient once a step rather than once a micro-batch.
 
 Tests: test/test_tp.sh (tp = 2 and dp × tp = 2 × 2 with ZeRO against one process; memory and
 bytes against the formulas above; recompute; resume; bf16; the emulated GPU).

@@ -410,6 +410,42 @@ template <class X> static void check_classifier(int N, int V, int Vp) {
     compare(name, "row staged in shared memory vs not: dlogits", glog.host(), glog2.host(), 0.0);
 }
 
+// The vocabulary-parallel pair (tensor parallelism): part q of `parts` of the columns, its stats
+// and then (from every part's CPU stats, as the gather would give them) its losses and gradient.
+template <class X> static void check_classifier_vp(int N, int V, int Vp, int parts) {
+    const int Vpl = Vp / parts;
+    auto logits = randn<X>((size_t)N * Vp, 4.0f);
+    std::vector<int> tgt(N);
+    for (auto& t : tgt) t = (int)rng.below(V);
+    Buf<int> dt; dt.alloc(gpu, N); ctx_copy(gpu, dt.data(), tgt.data(), N * 4);
+    std::vector<std::vector<float>> slice(parts, std::vector<float>((size_t)N * Vpl));
+    std::vector<float> stats((size_t)parts * N * 3);
+    for (int q = 0; q < parts; q++) {
+        for (int n = 0; n < N; n++)
+            for (int v = 0; v < Vpl; v++) slice[q][(size_t)n * Vpl + v] = logits[(size_t)n * Vp + q * Vpl + v];
+        const int lo = q * Vpl, Vl = std::max(0, std::min(Vpl, V - lo));
+        std::vector<X> c = vec_cast<X>(slice[q]);
+        classifier_stats(cpu, c.data(), stats.data() + (size_t)q * N * 3, tgt.data(), N, Vl, Vpl, lo);
+    }
+    for (int q = 0; q < parts; q++) {
+        char name[100];
+        snprintf(name, sizeof(name), "%s vocabulary-parallel classifier N=%d V=%d Vp=%d part %d/%d", dtype_name<X>(), N, V, Vp, q, parts);
+        const int lo = q * Vpl, Vl = std::max(0, std::min(Vpl, V - lo));
+        Dev<X> glog(slice[q]);
+        DevF gstats(std::vector<float>((size_t)N * 3), true);
+        classifier_stats(gpu, glog.p(), gstats.p(), dt.data(), N, Vl, Vpl, lo);
+        std::vector<float> want(stats.begin() + (size_t)q * N * 3, stats.begin() + (size_t)(q + 1) * N * 3);
+        compare(name, "stats (max, sum, target logit)", want, gstats.host(), 1e-5);  // fp32 sums in another order
+        std::vector<X> c = vec_cast<X>(slice[q]);
+        std::vector<float> losses(N);
+        classifier_finish(cpu, c.data(), losses.data(), stats.data(), parts, tgt.data(), N, Vl, Vpl, lo, 1.0f / N);
+        DevF gall(stats), gloss(losses, true);
+        classifier_finish(gpu, glog.p(), gloss.p(), gall.p(), parts, dt.data(), N, Vl, Vpl, lo, 1.0f / N);
+        compare(name, "losses", losses, gloss.host(), bs<X>(1e-5));
+        compare(name, "dlogits (in place)", vec_widen(c), glog.host(), bx<X>(1e-4));
+    }
+}
+
 template <class X> static void check_adamw_norm(size_t n) {
     char name[64]; snprintf(name, sizeof(name), "%s adamw+norm n=%zu", dtype_name<X>(), n);
     auto p = randn<float>(n), g = randn<X>(n), m = randn<float>(n, 0.1f), v = randn<float>(n, 0.1f);
@@ -468,6 +504,8 @@ template <class X> static void check_all() {
     check_classifier<X>(3, 37, 40);      // packs, V inside the last one
     check_classifier<X>(5, 30, 33);      // Vp odd: one element per load
     check_classifier<X>(64, 50257, 50304);
+    check_classifier_vp<X>(5, 37, 40, 2);      // the last part's padding inside it
+    check_classifier_vp<X>(4, 50257, 50304, 4);
     check_adamw_norm<X>(17);
     check_adamw_norm<X>(1000003);
 }

@@ -625,6 +625,50 @@ static void test_tp_slices() {
     }
 }
 
+// The vocabulary-parallel classifier (fused_classifier.cuh): the columns of a padded vocabulary
+// split over 2 and 3 parts (the last with padding only, or none), each part's stats gathered and
+// its losses and gradient finished, against the one-pass op. The parts' sums are fp32, the
+// one-pass sum double: the losses agree to a few fp32 ulps of log S (1e-6 of ~10), the gradient
+// elements to 1e-6 of the largest (|p − 1| ≤ 1, scaled by dloss).
+static void test_classifier_vocab_parallel() {
+    const int N = 6, V = 1000, Vp = 1008;
+    Rng r(11);
+    std::vector<float> logits((size_t)N * Vp);
+    for (auto& x : logits) x = 3.0f * r.normal();
+    std::vector<int> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = n == 0 ? 0 : n == 1 ? V - 1 : n == 2 ? Vp / 2 : (int)r.below(V);  // the ends, a seam
+    std::vector<float> want = logits, want_loss(N);
+    fused_classifier(Ctx(), want.data(), want_loss.data(), tgt.data(), N, V, Vp, 0.25f);
+    for (int parts : {2, 3}) {
+        const int Vpl = Vp / parts;
+        std::vector<float> stats((size_t)parts * N * 3), got((size_t)N * Vp), loss(N);
+        std::vector<std::vector<float>> slice(parts, std::vector<float>((size_t)N * Vpl));
+        for (int q = 0; q < parts; q++) {
+            for (int n = 0; n < N; n++)
+                for (int v = 0; v < Vpl; v++) slice[q][(size_t)n * Vpl + v] = logits[(size_t)n * Vp + q * Vpl + v];
+            const int lo = q * Vpl, Vl = std::max(0, std::min(Vpl, V - lo));
+            classifier_stats(Ctx(), slice[q].data(), stats.data() + (size_t)q * N * 3, tgt.data(), N, Vl, Vpl, lo);
+        }
+        double loss_err = 0, grad_err = 0, grad_max = 0;
+        for (int q = 0; q < parts; q++) {
+            const int lo = q * Vpl, Vl = std::max(0, std::min(Vpl, V - lo));
+            classifier_finish(Ctx(), slice[q].data(), loss.data(), stats.data(), parts, tgt.data(), N, Vl, Vpl, lo, 0.25f);
+            for (int n = 0; n < N; n++) {
+                loss_err = std::max(loss_err, (double)std::fabs(loss[n] - want_loss[n]));
+                for (int v = 0; v < Vpl; v++) {
+                    const double w = want[(size_t)n * Vp + lo + v];
+                    grad_err = std::max(grad_err, std::fabs(slice[q][(size_t)n * Vpl + v] - w));
+                    grad_max = std::max(grad_max, std::fabs(w));
+                }
+            }
+        }
+        char name[120];
+        snprintf(name, sizeof(name), "vocabulary-parallel classifier, %d parts: the one-pass losses and gradient", parts);
+        report(loss_err <= 1e-5 && grad_err <= 1e-6 * grad_max, name, "loss diff %.1e, gradient diff %.1e of the largest",
+               loss_err, grad_err / grad_max);
+    }
+}
+
 int main() {
     test_encoder();
     test_layernorm();
@@ -641,6 +685,7 @@ int main() {
     test_bf16_model();
     test_data_order();
     test_tp_slices();
+    test_classifier_vocab_parallel();
     printf("# test_ops: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
