@@ -77,7 +77,7 @@ static const FlagDef FLAGS[] = {
     {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 on the CPU emulates the GPU's rounding)", false},
     {"recompute", "none", "activation checkpointing: none | selective (each block's backward reruns its LayerNorms and GELU: 10·C of its 16·C activations a position kept) | full (each block's backward reruns its forward: C of 16·C kept, +22% of the block's FLOPs); the same training, less memory (llmc/model.h)", false},
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
-    {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h; must divide the heads); dp = world/tp", false},
+    {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h), and the classifier's vocabulary; must divide the heads and the padded vocabulary; dp = world/tp", false},
     {"sp", "0", "0 | 1: sequence parallelism (with --tp; not yet supported)", false},
     {"pp", "1", "pipeline-parallel degree", false},
     {"pp-schedule", "1f1b", "gpipe | 1f1b | interleaved", false},
