@@ -53,8 +53,8 @@ The sums are blocking (comm_all_reduce_sum: on the compute stream, in order with
 because the next op needs them; with NCCL they run beside data parallelism's overlapped
 collectives, which are on the dp group's communication stream. NCCL asks that operations on two
 communicators be issued in the same order on every rank, which they are here (every rank runs
-the same program); kernels of two communicators running at once is what PyTorch's DDP with
-tensor parallelism does too, but it has not run on GPUs here yet.
+the same program); frameworks that overlap data-parallel reductions with tensor-parallel
+compute run two communicators' kernels at once the same way, but it has not run on GPUs here yet.
 A model file is always the whole model: each tp rank writes its own slices into it
 (checkpoint.h). AdamW's state is per tp rank, so a checkpoint resumes with the same --tp (its
 dp and ZeRO stage may change).
