@@ -43,25 +43,33 @@ the one-pass op), test/gpucheck_ops.cu (CUDA vs CPU), the model against PyTorch,
 #include "common.h"
 #include "profiler.h"
 
+// The two passes over a row, which the one-pass op and the vocabulary-parallel pair share:
+// the max m of its first V elements and Σ exp(x − m) (in double), and the gradient written in
+// place, dloss · (exp(x − m − log S) − [v == tgt]), 0 for the padding up to Vp.
+template <class T> inline void classifier_row_max_sum_cpu(const T* row, int V, float* m, double* sum) {
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) mx = to_f(row[v]) > mx ? to_f(row[v]) : mx;
+    double s = 0.0;
+    for (int v = 0; v < V; v++) s += expf(to_f(row[v]) - mx);
+    *m = mx; *sum = s;
+}
+template <class T> inline void classifier_row_grad_cpu(T* row, int V, int Vp, float m, float log_sum, int tgt, float dloss) {
+    for (int v = 0; v < V; v++) row[v] = from_f<T>(dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)));
+    for (int v = V; v < Vp; v++) row[v] = from_f<T>(0.0f);
+}
+
 template <class T>
 inline void fused_classifier_cpu(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         T* row = logits + (size_t)n * Vp;
-        float m = -INFINITY;
-        for (int v = 0; v < V; v++) m = to_f(row[v]) > m ? to_f(row[v]) : m;
-        double sum = 0.0;
-        for (int v = 0; v < V; v++) sum += expf(to_f(row[v]) - m);
-        float log_sum = (float)log(sum);
-        int tgt = targets[n];
+        float m;
+        double sum;
+        classifier_row_max_sum_cpu(row, V, &m, &sum);
+        const float log_sum = (float)log(sum);
+        const int tgt = targets[n];
         losses[n] = -(to_f(row[tgt]) - m - log_sum);
-        if (dloss != 0.0f) {
-            for (int v = 0; v < V; v++) {
-                float p = expf(to_f(row[v]) - m - log_sum);
-                row[v] = from_f<T>(dloss * (p - (v == tgt ? 1.0f : 0.0f)));
-            }
-            for (int v = V; v < Vp; v++) row[v] = from_f<T>(0.0f);
-        }
+        if (dloss != 0.0f) classifier_row_grad_cpu(row, V, Vp, m, log_sum, tgt, dloss);
     }
 }
 
@@ -71,10 +79,9 @@ inline void classifier_stats_cpu(const T* logits, float* stats, const int* targe
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const T* row = logits + (size_t)n * Vpl;
-        float m = -INFINITY;
-        for (int v = 0; v < Vl; v++) m = to_f(row[v]) > m ? to_f(row[v]) : m;
-        double sum = 0.0;
-        for (int v = 0; v < Vl; v++) sum += expf(to_f(row[v]) - m);
+        float m;
+        double sum;
+        classifier_row_max_sum_cpu(row, Vl, &m, &sum);
         const int t = targets[n] - lo;
         stats[3 * n] = m;
         stats[3 * n + 1] = (float)sum;
@@ -105,11 +112,7 @@ inline void classifier_finish_cpu(T* logits, float* losses, const float* stats, 
         float m, log_sum, target;
         classifier_combine(stats, parts, N, n, &m, &log_sum, &target);
         losses[n] = -(target - m - log_sum);
-        if (dloss == 0.0f) continue;
-        T* row = logits + (size_t)n * Vpl;
-        const int tgt = targets[n] - lo;
-        for (int v = 0; v < Vl; v++) row[v] = from_f<T>(dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)));
-        for (int v = Vl; v < Vpl; v++) row[v] = from_f<T>(0.0f);
+        if (dloss != 0.0f) classifier_row_grad_cpu(logits + (size_t)n * Vpl, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
     }
 }
 
@@ -124,6 +127,36 @@ template <bool MAX> __device__ inline float block_reduce(float v) {
     __syncthreads();
     v = lane < nwarps ? shared[lane] : (MAX ? -INFINITY : 0.0f);
     return MAX ? warp_max(v) : warp_sum(v);
+}
+
+// The two passes over a row, shared by the one-pass kernel and the vocabulary-parallel pair; the
+// row moves in packs of P elements (P = 1: one at a time). Pass 1: the block's max mb of the first
+// V elements of src and Σ exp(x − mb) (each thread online, then fixed-tree block reductions).
+template <class T, int P> __device__ inline void classifier_row_max_sum(const T* src, int V, float* mb, float* sum) {
+    float m = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x * P; i < V; i += blockDim.x * P) {  // a pack starting below V ends within Vp
+        const Pack<T, P> x = load_pack<P>(src + i);
+        for (int j = 0; j < P && i + j < V; j++) {
+            const float z = to_f(x.v[j]);
+            if (z > m) { s = s * expf(m - z) + 1.0f; m = z; }
+            else s += expf(z - m);
+        }
+    }
+    *mb = block_reduce<true>(m);
+    *sum = block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - *mb));
+}
+// Pass 2: the gradient of the row's Vp elements (read from src) written to row; padding gets 0.
+template <class T, int P>
+__device__ inline void classifier_row_grad(T* row, const T* src, int V, int Vp, float mb, float log_sum, int tgt, float dloss) {
+    for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) {
+        const Pack<T, P> x = load_pack<P>(src + i);
+        Pack<T, P> g;
+        for (int j = 0; j < P; j++) {
+            const int v = i + j;
+            g.v[j] = from_f<T>(v < V ? dloss * (expf(to_f(x.v[j]) - mb - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+        }
+        store_pack<P>(row + i, g);
+    }
 }
 
 // One block per row, two passes over it. Pass 1: each thread's running max m and Σ exp(x − m)
@@ -147,46 +180,24 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
         __syncthreads();  // the whole row is in shared memory (thread 0 reads the target's logit)
         src = srow;
     }
-    float m = -INFINITY, s = 0.0f;
-    for (int i = threadIdx.x * P; i < V; i += blockDim.x * P) {  // a pack starting below V ends within Vp
-        const Pack<T, P> x = load_pack<P>(src + i);
-        for (int j = 0; j < P && i + j < V; j++) {
-            const float z = to_f(x.v[j]);
-            if (z > m) { s = s * expf(m - z) + 1.0f; m = z; }
-            else s += expf(z - m);
-        }
-    }
-    const float mb = block_reduce<true>(m);
-    const float log_sum = logf(block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - mb)));
+    float mb, sum;
+    classifier_row_max_sum<T, P>(src, V, &mb, &sum);
+    const float log_sum = logf(sum);
     const int tgt = targets[n];
     if (threadIdx.x == 0) losses[n] = -(to_f(src[tgt]) - mb - log_sum);
     if (dloss == 0.0f) return;
     if constexpr (!STAGED) __syncthreads();  // every thread has read row[tgt] before it is overwritten
-    for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) {
-        const Pack<T, P> x = load_pack<P>(src + i);
-        Pack<T, P> g;
-        for (int j = 0; j < P; j++) {
-            const int v = i + j;
-            g.v[j] = from_f<T>(v < V ? dloss * (expf(to_f(x.v[j]) - mb - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
-        }
-        store_pack<P>(row + i, g);
-    }
+    classifier_row_grad<T, P>(row, src, V, Vp, mb, log_sum, tgt, dloss);
 }
 // The vocabulary-parallel pair (one block per row, one element per load: the rows of a rank's
-// slice need not be 16-byte aligned). Stats: pass 1 of the kernel above; finish: each thread
-// combines the parts itself (a few floats), then pass 2.
+// slice need not be 16-byte aligned). Stats: pass 1; finish: each thread combines the parts
+// itself (a few floats), then pass 2.
 template <class T>
 __global__ void classifier_stats_kernel(const T* logits, float* stats, const int* targets, int Vl, int Vpl, int lo) {
     const int n = blockIdx.x;
     const T* row = logits + (size_t)n * Vpl;
-    float m = -INFINITY, s = 0.0f;
-    for (int v = threadIdx.x; v < Vl; v += blockDim.x) {
-        const float z = to_f(row[v]);
-        if (z > m) { s = s * expf(m - z) + 1.0f; m = z; }
-        else s += expf(z - m);
-    }
-    const float mb = block_reduce<true>(m);
-    const float sum = block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - mb));
+    float mb, sum;
+    classifier_row_max_sum<T, 1>(row, Vl, &mb, &sum);
     if (threadIdx.x == 0) {
         const int t = targets[n] - lo;
         stats[3 * n] = mb;
@@ -203,9 +214,7 @@ __global__ void classifier_finish_kernel(T* logits, float* losses, const float* 
     if (threadIdx.x == 0) losses[n] = -(target - m - log_sum);
     if (dloss == 0.0f) return;
     T* row = logits + (size_t)n * Vpl;
-    const int tgt = targets[n] - lo;
-    for (int v = threadIdx.x; v < Vpl; v += blockDim.x)
-        row[v] = from_f<T>(v < Vl ? dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+    classifier_row_grad<T, 1>(row, row, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
 }
 // g_classifier_staged: the STAGED kernel where the row fits in a block's shared memory (GPT-2's
 // bf16 row is 98 KB: two blocks per H100 SM). Off until an H100 shows it faster.
