@@ -235,7 +235,7 @@ static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, long long seqs
 }
 
 // {"all_reduce": bytes, ...} of the dp group's counters (the ops it used this step), and the tp
-// group's as "tp_all_reduce" (tensor_parallel.h's activation sums).
+// group's prefixed "tp_" (tensor_parallel.h's sums and gathers).
 static std::string comm_stats_json(const Group& dp, const Group& tp) {
     std::string s = "{";
     for (const Group* g : {&dp, &tp})
@@ -362,10 +362,10 @@ int main(int argc, char** argv) {
             usage_error("--resume: the checkpoint in '%s' holds an L=%d C=%d V=%d model, but --model %s is L=%d C=%d V=%d",
                         resume_dir.c_str(), saved.num_layers, saved.channels, saved.vocab_size, model_spec.c_str(),
                         config.num_layers, config.channels, config.vocab_size);
-        if (checkpoint_read_header(resume_dir).saved_tp != tp)
+        const long long saved_tp = checkpoint_read_header(resume_dir).saved_tp;
+        if (saved_tp != tp)
             usage_error("--resume: the checkpoint in '%s' was written with --tp %lld; resume with the same --tp (AdamW's "
-                        "state is per tensor-parallel rank; dp and --zero may change)", resume_dir.c_str(),
-                        (long long)checkpoint_read_header(resume_dir).saved_tp);
+                        "state is per tensor-parallel rank; dp and --zero may change)", resume_dir.c_str(), saved_tp);
         from_file = false;
     }
     if (config.num_heads % tp != 0)
@@ -500,8 +500,9 @@ int main(int argc, char** argv) {
         print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
                train_loader.total_tokens, train_loader.shards.size(), B, T, dp, accum, total_batch);
         if (tp > 1)
-            print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block\n", tp,
-                   config.num_heads / tp, config.num_heads, 4 * config.channels / tp, 4 * config.channels);
+            print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block, and %d of "
+                   "the %d logits\n", tp, config.num_heads / tp, config.num_heads, 4 * config.channels / tp, 4 * config.channels,
+                   config.padded_vocab_size / tp, config.padded_vocab_size);
         if (has_val)
             print0("validation: %lld sequences of %d = %lld tokens each evaluation%s\n", val_seqs, T, val_seqs * T,
                    val_capped ? " (all that --val-data holds)" : "");
