@@ -29,9 +29,9 @@
 #   emulated GPU        build/train_gpt_simt (the trainer on the emulator) with --device cuda:
 #                       test_gpu_train (vs the CPU run), test_train, test_vs_pytorch — the GPU
 #                       suite's training checks, on the CUDA code path, without a GPU; and
-#                       test_dp at dp=2 and test_tp's equivalence part with --comm nccl (NCCL
-#                       emulated over MPI, test/simt_nccl.h): the NCCL path of comm.h, never
-#                       run on one GPU
+#                       test_dp at dp=2 (DP_QUICK: the parts that depend on the backend) and
+#                       test_tp's equivalence part with --comm nccl (NCCL emulated over MPI,
+#                       test/simt_nccl.h): the NCCL path of comm.h, never run on one GPU
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both.
 set -u
@@ -102,7 +102,7 @@ part "gpu_sanitize's verdicts (stand-in sanitizer, emulated GPU)" bash test/test
 part "test_gpu_train (emulated GPU)" bash test/test_gpu_train.sh build/train_gpt_simt
 part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/train_gpt_simt
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
-part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 bash test/test_dp.sh build/train_gpt_simt
+part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh build/train_gpt_simt
 part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt
 if [ -x build/gpucheck_ops ]; then
     echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80, and sm_80 PTX for newer GPUs); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"
