@@ -78,7 +78,7 @@ static const FlagDef FLAGS[] = {
     {"recompute", "none", "activation checkpointing: none | selective (each block's backward reruns its LayerNorms and GELU: 10·C of its 16·C activations a position kept) | full (each block's backward reruns its forward: C of 16·C kept, +22% of the block's FLOPs); the same training, less memory (llmc/model.h)", false},
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
     {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h), and the classifier's vocabulary; must divide the heads and the padded vocabulary; dp = world/tp", false},
-    {"sp", "0", "0 | 1: sequence parallelism (with --tp; not yet supported)", false},
+    {"sp", "0", "0 | 1: sequence parallelism (needs --tp > 1): the LayerNorms, the residual stream and their activations split over the tp ranks by position too (Megatron-SP: the tp all-reduces become reduce-scatters and all-gathers)", false},
     {"pp", "1", "pipeline-parallel degree", false},
     {"pp-schedule", "1f1b", "gpipe | 1f1b | interleaved", false},
     {"vpp", "1", "virtual pipeline stages per rank (interleaved)", false},
@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
 
     // --- the process mesh: dp = world / (tp·pp·cp)
     mesh_build(&mesh, tp, pp, cp);
-    if (sp != 0) usage_error("--sp 1: sequence parallelism is not yet supported (tensor parallelism, --tp, is)");
+    if (sp == 1 && tp == 1) usage_error("--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1");
     if (pp != 1 || vpp != 1) usage_error("--pp/--vpp: pipeline parallelism is not yet supported");
     if (cp != 1) usage_error("--cp: context parallelism is not yet supported");
     const int dp = mesh.dp;
@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
     using floatX = decltype(dtype_tag);
         // --- the model, its storage (data_parallel.h) and its weights
         GPT<floatX> model;
-        gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr);
+        gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr, sp == 1);
         model.recompute = recompute;
         DataParallel<floatX> dpar;
         dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
@@ -457,7 +457,7 @@ int main(int argc, char** argv) {
         const DPMemory mem = dp_memory(dpar);
         const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
         if (runs_forward) {
-            B = plan_batch<floatX>(ctx, config, recompute, B, T, dp, total_batch, total_given,
+            B = plan_batch<floatX>(ctx, model, B, T, dp, total_batch, total_given,
                                    mem.params + mem.grads + mem.optimizer + mem.working, mesh, data_most);
             if (auto_batch && !resume) open_data(B);
         } else if (B == 0) {
@@ -503,6 +503,9 @@ int main(int argc, char** argv) {
             print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block, and %d of "
                    "the %d logits\n", tp, config.num_heads / tp, config.num_heads, 4 * config.channels / tp, 4 * config.channels,
                    config.padded_vocab_size / tp, config.padded_vocab_size);
+        if (sp == 1)
+            print0("sequence parallel: each tp rank holds %d of the %d positions of the residual stream and the LayerNorms\n",
+                   (int)ceil_div((size_t)B * T, (size_t)tp), B * T);
         if (has_val)
             print0("validation: %lld sequences of %d = %lld tokens each evaluation%s\n", val_seqs, T, val_seqs * T,
                    val_capped ? " (all that --val-data holds)" : "");
@@ -518,7 +521,7 @@ int main(int argc, char** argv) {
         fflush(stdout);
         printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B\n",
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
-               (long long)gpt_activation_bytes<floatX>(config, B, T, recompute, tp));
+               (long long)gpt_activation_bytes<floatX>(config, B, T, recompute, tp, sp == 1));
         fflush(stdout);
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp);

@@ -43,12 +43,15 @@ attention-projection columns, 4C/tp of the MLP's features), so its block holds 1
 + 6C parameters and (4 + 12/tp)·C activations a position, and its block forward and backward
 call tp_sum where the partial sums of the projections (forward) and of the LayerNorm outputs'
 gradients (backward) meet; its classifier computes Vp/tp of the logits (Classifier). With
-tp = 1 all of it is GPT-2's.
+sequence parallelism (--sp) the residual stream and the LayerNorms hold this rank's rows of the
+B·T positions (SeqSplit), the sums are reduce-scatters and the LayerNorm outputs are gathered
+where a product reads them (tp_gather_rows, tp_sum_rows): a block's activations are 16·C/tp a
+position. With tp = 1 all of it is GPT-2's.
 
 Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
 test/test_cli.sh (model file round trips and bad files), test/test_train.sh (--recompute: the
 same run bit for bit), test/test_gpu_train.sh (the activations predicted are those allocated),
-test/test_tp.sh (tensor parallelism against one process).
+test/test_tp.sh (tensor and sequence parallelism against one process).
 */
 #pragma once
 #include <cmath>
@@ -275,6 +278,9 @@ template <class floatX> struct Activations {  // on the Ctx's device, for B·T p
     Buf<float> ln1_mean, ln1_rstd, lse, ln2_mean, ln2_rstd, lnf_mean, lnf_rstd, losses;  // fp32 statistics
     Buf<float> cls_stats;   // tensor parallelism: every tp rank's classifier stats (fused_classifier.cuh)
     Buf<floatX> wte_grad;   // tensor parallelism: the classifier's wte gradient, gathered (Vp·C)
+    Buf<floatX> whole;      // sequence parallelism: all positions of a LayerNorm output or of the residual
+                            // gradient (gathered), and of a row-parallel product (before its reduce-scatter)
+    Buf<floatX> ln_grad;    // sequence parallelism: one LayerNorm's parameter gradient from this rank's rows (2C)
     // gradient scratch, reused by every block
     Buf<floatX> dresidual, dbtc, dqkv, dfch;
     Buf<int> tokens, targets;
@@ -301,14 +307,17 @@ template <class T> struct GPT {
     Recompute recompute = Recompute::None;  // --recompute: set before the first forward
     Activations<T> acts;
     Group* tp = nullptr;          // tensor parallelism: the tp group (tensor_parallel.h); none: whole blocks
+    bool sp = false;              // sequence parallelism over the tp group (tensor_parallel.h)
     std::vector<T> tp_scratch;    // its all-reduces' host scratch (comm.h)
 };
 
 // tp: the tp group, whose rank this process holds a slice of each block for (nullptr: no
 // tensor parallelism; the config's heads must divide over it, which the trainer checks).
-template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* tp = nullptr) {
+// sp: sequence parallelism, the positions of the per-position activations split over tp too.
+template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* tp = nullptr, bool sp = false) {
     g->config = c;
     g->tp = tp;
+    g->sp = sp && tp && tp->size > 1;
     g->layout = tp ? make_layout(c, tp->size, tp->rank) : make_layout(c);
     g->params.assign(gpt_num_units(c), nullptr);
     g->grads.assign(gpt_num_units(c), nullptr);
@@ -371,27 +380,32 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
 // With tensor parallelism (tp > 1) a rank holds its heads' q, k, v, attention output and lse,
 // its 4C/tp of the MLP's hidden features (Ct = C/tp, NHt = NH/tp below) and its Vp/tp columns
 // of the logits, plus the classifier's stats and wte gradient (Classifier); the rest is whole.
+// With sequence parallelism (sp) the rest is split too: the LayerNorm outputs and statistics,
+// the residual stream and its gradient hold this rank's P = ⌈B·T/tp⌉ rows (SeqSplit), and one
+// gathered buffer holds all of them for the layer that needs them.
 template <class T, class F>
-inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B, int T_, Recompute r, int tp, F&& f) {
+inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B, int T_, Recompute r, int tp, bool sp, F&& f) {
     const size_t L = c.num_layers, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
     const size_t Lc = keeps_cheap(r) ? L : 1, Li = keeps_inner(r) ? L : 1;
-    f(a.encoded, BT * C);
-    f(a.ln1, Lc * BT * C); f(a.ln1_mean, Li * BT); f(a.ln1_rstd, Li * BT);    // per block
+    const size_t P = sp ? ceil_div(BT, (size_t)tp) : BT, W = sp ? P * tp : BT;  // rows: this rank's, gathered
+    f(a.encoded, P * C);
+    f(a.ln1, Lc * P * C); f(a.ln1_mean, Li * P); f(a.ln1_rstd, Li * P);      // per block
     f(a.qkv, Li * BT * 3 * Ct); f(a.atty, Li * BT * Ct); f(a.lse, Li * BT * NHt);
-    f(a.residual2, Li * BT * C); f(a.ln2, Lc * BT * C); f(a.ln2_mean, Li * BT); f(a.ln2_rstd, Li * BT);
-    f(a.fch, Li * BT * 4 * Ct); f(a.fch_gelu, Lc * BT * 4 * Ct); f(a.residual3, L * BT * C);
-    f(a.lnf, BT * C); f(a.lnf_mean, BT); f(a.lnf_rstd, BT);                  // the head
+    f(a.residual2, Li * P * C); f(a.ln2, Lc * P * C); f(a.ln2_mean, Li * P); f(a.ln2_rstd, Li * P);
+    f(a.fch, Li * BT * 4 * Ct); f(a.fch_gelu, Lc * BT * 4 * Ct); f(a.residual3, L * P * C);
+    f(a.lnf, P * C); f(a.lnf_mean, P); f(a.lnf_rstd, P);                     // the head
     f(a.logits, BT * c.padded_vocab_size / tp); f(a.losses, BT);
-    f(a.scratch, BT * C);
-    f(a.dresidual, BT * C); f(a.dbtc, BT * C); f(a.dqkv, BT * 3 * Ct); f(a.dfch, BT * 4 * Ct);  // backward scratch
+    f(a.scratch, P * C);
+    f(a.dresidual, P * C); f(a.dbtc, W * C); f(a.dqkv, BT * 3 * Ct); f(a.dfch, BT * 4 * Ct);  // backward scratch
     f(a.tokens, BT); f(a.targets, BT);
     if (tp > 1) { f(a.cls_stats, (size_t)tp * BT * 3); f(a.wte_grad, (size_t)c.padded_vocab_size * C); }  // the vocabulary-parallel classifier's
+    if (sp) { f(a.whole, W * C); f(a.ln_grad, 2 * C); }
 }
 
 template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
     if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device && a.recompute == g->recompute) return;
-    gpt_activation_buffers(a, g->config, B, T_, g->recompute, g->layout.tp, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
+    gpt_activation_buffers(a, g->config, B, T_, g->recompute, g->layout.tp, g->sp, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
     a.tokens_host.assign((size_t)B * T_, 0);
     a.B = B; a.T = T_; a.recompute = g->recompute;
 }
@@ -400,13 +414,18 @@ template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g,
 // allocating anything: with the storage owner's bytes, what one rank must hold on its device
 // (planner.h plans --batch-size with it). Per position, without recomputation: (16·L·C + 12·C +
 // Vp) elements of T, (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a
-// token (Recompute gives the elements with it). A tp rank holds (4 + 12/tp)·C of a block's 16·C.
-template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_, Recompute r, int tp = 1) {
+// token (Recompute gives the elements with it). A tp rank holds (4 + 12/tp)·C of a block's 16·C,
+// and 16·C/tp with sequence parallelism.
+template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_, Recompute r, int tp = 1, bool sp = false) {
     Activations<T> none;  // only walked for its buffers' types: nothing is allocated
     double bytes = 0;
-    gpt_activation_buffers(none, c, B, T_, r, tp, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
+    gpt_activation_buffers(none, c, B, T_, r, tp, sp && tp > 1, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
     return bytes;
 }
+
+// How this forward's B·T positions lie over the tp ranks (tensor_parallel.h: all on every rank
+// unless sequence parallelism splits them).
+template <class T> inline SeqSplit gpt_seq_split(const GPT<T>& g, int B, int T_) { return seq_split((size_t)B * T_, g.tp, g.sp); }
 
 // Block l's activations: its slice of each per-block buffer, or the one block-sized buffer that
 // every block shares where --recompute does not keep that activation per block (see Recompute).
@@ -414,18 +433,21 @@ template <class T> struct BlockActs {
     T *x, *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu;
     float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 };
+// The residual stream, the LayerNorms and their statistics hold this rank's P rows (all B·T
+// without sequence parallelism); q, k, v, the attention and the MLP's hidden features all B·T.
 template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T_) {
     Activations<T>& a = g->acts;
     const int tp = g->layout.tp;
-    const size_t BT = (size_t)B * T_, BTC = BT * g->config.channels, BTCt = BTC / tp, NHt = g->config.num_heads / tp;
+    const size_t BT = (size_t)B * T_, BTCt = BT * g->config.channels / tp, NHt = g->config.num_heads / tp;
+    const size_t P = gpt_seq_split(*g, B, T_).P, PC = P * g->config.channels;
     const size_t c = keeps_cheap(g->recompute) ? l : 0, i = keeps_inner(g->recompute) ? l : 0;
     return BlockActs<T>{
         // x, the block's input: the encoder output for l = 0, else the output of block l−1
-        l == 0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1) * BTC,
-        a.ln1.data() + c * BTC, a.qkv.data() + i * BTCt * 3, a.atty.data() + i * BTCt, a.residual2.data() + i * BTC,
-        a.ln2.data() + c * BTC, a.fch.data() + i * BTCt * 4, a.fch_gelu.data() + c * BTCt * 4,
-        a.ln1_mean.data() + i * BT, a.ln1_rstd.data() + i * BT, a.lse.data() + i * BT * NHt,
-        a.ln2_mean.data() + i * BT, a.ln2_rstd.data() + i * BT};
+        l == 0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1) * PC,
+        a.ln1.data() + c * PC, a.qkv.data() + i * BTCt * 3, a.atty.data() + i * BTCt, a.residual2.data() + i * PC,
+        a.ln2.data() + c * PC, a.fch.data() + i * BTCt * 4, a.fch_gelu.data() + c * BTCt * 4,
+        a.ln1_mean.data() + i * P, a.ln1_rstd.data() + i * P, a.lse.data() + i * BT * NHt,
+        a.ln2_mean.data() + i * P, a.ln2_rstd.data() + i * P};
 }
 
 template <class T> inline void acquire(GPT<T>* g, int u) { if (g->hooks) g->hooks->acquire(u); }
@@ -441,68 +463,100 @@ template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->
 // on the kept inputs; x exists already, and the MLP's output is not needed.
 // Tensor parallelism (tensor_parallel.h): this rank's Ct = C/tp of the q, k, v and attention
 // features (its NH/tp heads) and 4·Ct of the MLP's; the two projections back to C give partial
-// sums, which tp_sum adds up over the tp ranks (Megatron's g). Without it Ct = C and tp_sum is a no-op.
+// sums, which tp_sum_rows adds up over the tp ranks (Megatron's g). With sequence parallelism
+// the residual stream and the LayerNorms run on this rank's P rows: each LayerNorm output is
+// gathered for the layer that reads it (tp_gather_rows), and the sums are reduce-scatters.
+// Without tensor parallelism Ct = C, P = B·T, and the gathers and sums do nothing.
 template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_, bool rerun = false) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
     const int C = c.channels, Ct = C / g->layout.tp, NHt = c.num_heads / g->layout.tp, BT = B * T_;
+    const SeqSplit s = gpt_seq_split(*g, B, T_);
+    const int P = (int)s.P;                               // rows of the residual stream here
+    T* part = s.on ? a.whole.data() : a.scratch.data();  // a row-parallel layer's partial products
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockActs<T> b = block_acts(g, l, B, T_);
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
     if (l > 0 && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
         residual_layernorm_forward(ctx, b.x, b.ln1, b.ln1_mean, b.ln1_rstd, block_acts(g, l - 1, B, T_).res2, a.scratch.data(),
-                                   w.ln1w, w.ln1b, BT, C);
+                                   w.ln1w, w.ln1b, P, C);
     else                  // x is the encoder's output, or was kept
-        layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, BT, C);
+        layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, P, C);
     if (inner) {
-        matmul_forward(ctx, b.qkv, b.ln1, w.qkvw, w.qkvb, BT, C, 3 * Ct);
+        matmul_forward(ctx, b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, 3 * Ct);
         attention_forward(ctx, b.atty, b.lse, b.qkv, B, T_, Ct, NHt);
-        matmul_forward(ctx, a.scratch.data(), b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
-        tp_sum(ctx, g->tp, a.scratch.data(), (size_t)BT * C, &g->tp_scratch);
-        residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, BT, C);
+        matmul_forward(ctx, part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
+        tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);  // → acts.scratch, this rank's rows
+        residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
     } else {              // selective: res2 was kept
-        layernorm_forward(ctx, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2w, w.ln2b, BT, C);
+        layernorm_forward(ctx, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2w, w.ln2b, P, C);
     }
     // fch = pre-GELU, fch_gelu = GELU(fch); selective reruns the GELU alone, so it runs apart here too
+    // (the fc product runs whenever `inner` does: selective's rerun is the one run without it)
+    const T* ln2 = inner ? tp_gather_rows(ctx, g->tp, s, b.ln2, a.whole.data(), C) : nullptr;
     if (g->recompute == Recompute::Selective) {
-        if (inner) matmul_forward(ctx, b.fch, b.ln2, w.fcw, w.fcb, BT, C, 4 * Ct);
+        if (inner) matmul_forward(ctx, b.fch, ln2, w.fcw, w.fcb, BT, C, 4 * Ct);
         gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * 4 * Ct);
     } else {
-        matmul_forward(ctx, b.fch_gelu, b.ln2, w.fcw, w.fcb, BT, C, 4 * Ct, b.fch);
+        matmul_forward(ctx, b.fch_gelu, ln2, w.fcw, w.fcb, BT, C, 4 * Ct, b.fch);
     }
     if (!rerun) {
-        matmul_forward(ctx, a.scratch.data(), b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, 4 * Ct, C);
-        tp_sum(ctx, g->tp, a.scratch.data(), (size_t)BT * C, &g->tp_scratch);
+        matmul_forward(ctx, part, b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, 4 * Ct, C);
+        tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);
     }
     // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
+}
+
+// The backward of a LayerNorm over this rank's rows: dinp += …, and the gradients of its weight
+// and bias (dw, db) += sums over the rows. With sequence parallelism the rows are P of the B·T
+// positions, so those sums are partial: they are made apart (acts.ln_grad), summed over the tp
+// ranks, then added, and every tp rank adds the same gradient to its copy of the LayerNorm.
+template <class T>
+inline void gpt_layernorm_backward(const Ctx& ctx, GPT<T>* g, const SeqSplit& s, T* dinp, T* dw, T* db, const T* dout,
+                                   const T* inp, const T* w, const float* mean, const float* rstd) {
+    const int C = g->config.channels;
+    if (!s.on) { layernorm_backward(ctx, dinp, dw, db, dout, inp, w, mean, rstd, (int)s.P, C); return; }
+    T* part = g->acts.ln_grad.data();
+    ctx_zero(ctx, part, 2 * (size_t)C * sizeof(T));
+    layernorm_backward(ctx, dinp, part, part + C, dout, inp, w, mean, rstd, (int)s.P, C);
+    tp_sum(ctx, g->tp, part, 2 * (size_t)C, &g->tp_scratch);
+    add_inplace(ctx, dw, part, C);
+    add_inplace(ctx, db, part + C, C);
 }
 
 // Backward of block l. On entry acts.dresidual holds ∂loss/∂(block output); on exit it holds
 // ∂loss/∂(block input). Parameter gradients are accumulated into the block's gradient unit.
 // With --recompute, the activations the forward did not keep are made again first. With tensor
 // parallelism the gradient of each LayerNorm's output comes back from this rank's heads or MLP
-// features only: tp_sum adds the ranks' parts (Megatron's f) before the LayerNorm's backward.
+// features only: tp_sum_rows adds the ranks' parts (Megatron's f) before the LayerNorm's
+// backward. With sequence parallelism dresidual holds this rank's rows: it is gathered before
+// each projection's backward, and each LayerNorm output again before the product that read it
+// (the forward kept only this rank's rows: Megatron-SP's trade of an all-gather for memory).
 template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
     const int C = c.channels, Ct = C / g->layout.tp, NHt = c.num_heads / g->layout.tp, BT = B * T_;
+    const SeqSplit s = gpt_seq_split(*g, B, T_);
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockView<T> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
     if (g->recompute != Recompute::None) gpt_block_forward(ctx, g, l, B, T_, true);
     BlockActs<T> b = block_acts(g, l, B, T_);
-    T* dres = a.dresidual.data();
+    T *dres = a.dresidual.data(), *whole = a.whole.data();
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dres, b.fch_gelu, w.fcprojw, BT, 4 * Ct, C,
-                    b.fch);  // dfch: through the GELU
-    matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), b.ln2, w.fcw, BT, C, 4 * Ct);
-    tp_sum(ctx, g->tp, a.dbtc.data(), (size_t)BT * C, &g->tp_scratch);
-    layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, a.dbtc.data(), b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd, BT, C);
+    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.fch_gelu,
+                    w.fcprojw, BT, 4 * Ct, C, b.fch);  // dfch: through the GELU
+    matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), tp_gather_rows(ctx, g->tp, s, b.ln2, whole, C), w.fcw,
+                    BT, C, 4 * Ct);
+    T* dln2 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
+    gpt_layernorm_backward(ctx, g, s, dres, dw.ln2w, dw.ln2b, dln2, b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd);
     // attention: res2 = x + attproj(attention(qkv(ln1(x))))
-    matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, dres, b.atty, w.attprojw, BT, Ct, C);
+    matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
+                    w.attprojw, BT, Ct, C);
     attention_backward(ctx, a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty, b.lse, B, T_, Ct, NHt);
-    matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), b.ln1, w.qkvw, BT, C, 3 * Ct);
-    tp_sum(ctx, g->tp, a.dbtc.data(), (size_t)BT * C, &g->tp_scratch);
-    layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, a.dbtc.data(), b.x, w.ln1w, b.ln1_mean, b.ln1_rstd, BT, C);
+    matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
+                    BT, C, 3 * Ct);
+    T* dln1 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
+    gpt_layernorm_backward(ctx, g, s, dres, dw.ln1w, dw.ln1b, dln1, b.x, w.ln1w, b.ln1_mean, b.ln1_rstd);
 }
 
 // The classifier's columns this rank computes. With tensor parallelism it is vocabulary-parallel
@@ -529,27 +583,30 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     gpt_ensure_activations(ctx, g, B, T_);
     Activations<T>& a = g->acts;
     const int C = c.channels, BT = B * T_, L = c.num_layers;
-    const size_t BTC = (size_t)BT * C;
+    const SeqSplit s = gpt_seq_split(*g, B, T_);
     const ParamLayout& p = g->layout;
     memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
     stage_upload(ctx, a.tokens_in, a.tokens.data(), tokens, BT * sizeof(int));
-    acquire(g, 0);
-    encoder_forward(ctx, a.encoded.data(), a.tokens.data(), g->params[0] + p.wte, g->params[0] + p.wpe, B, T_, C);
+    acquire(g, 0);  // (with sequence parallelism: every position's embedding, and this rank keeps its rows)
+    encoder_forward(ctx, s.on ? a.whole.data() : a.encoded.data(), a.tokens.data(), g->params[0] + p.wte, g->params[0] + p.wpe,
+                    B, T_, C);
+    tp_keep_rows(ctx, g->tp, s, a.whole.data(), a.encoded.data(), C);
     release(g, 0);
     for (int l = 0; l < L; l++) {
         acquire(g, unit_of_block(l));
         gpt_block_forward(ctx, g, l, B, T_);
         release(g, unit_of_block(l));
     }
-    T* last = a.residual3.data() + (size_t)(L - 1) * BTC;  // the last block's output, formed here with lnf
+    T* last = a.residual3.data() + (size_t)(L - 1) * s.P * C;  // the last block's output, formed here with lnf
     acquire(g, unit_lnf(c));
     T* lnf = g->params[unit_lnf(c)];
     residual_layernorm_forward(ctx, last, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
-                               block_acts(g, L - 1, B, T_).res2, a.scratch.data(), lnf, lnf + C, BT, C);
+                               block_acts(g, L - 1, B, T_).res2, a.scratch.data(), lnf, lnf + C, (int)s.P, C);
     release(g, unit_lnf(c));
     const Classifier k = classifier_slice(*g);
     acquire(g, 0);
-    matmul_forward(ctx, a.logits.data(), a.lnf.data(), g->params[0] + p.wte + (size_t)k.lo * C, nullptr, BT, C, k.Vpl);
+    matmul_forward(ctx, a.logits.data(), tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C),
+                   g->params[0] + p.wte + (size_t)k.lo * C, nullptr, BT, C, k.Vpl);
     release(g, 0);
     a.loss_count = targets ? BT : 0;
     if (!targets) return;
@@ -609,29 +666,33 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
     const int C = c.channels, BT = B * T_, L = c.num_layers;
-    const size_t BTC = (size_t)BT * C;
+    const SeqSplit s = gpt_seq_split(*g, B, T_);
     const ParamLayout& p = g->layout;
-    T* last = a.residual3.data() + (size_t)(L - 1) * BTC;
+    T* last = a.residual3.data() + (size_t)(L - 1) * s.P * C;
     const Classifier k = classifier_slice(*g);
     const size_t cols = (size_t)k.lo * C;  // where this rank's columns' wte rows begin
+    // lnf's output at every position (with sequence parallelism gathered again: the forward's
+    // gathered copy is not assumed to have survived)
+    const T* lnf_out = tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C);
+    T* dx = a.dbtc.data();  // ∂loss/∂(lnf's output), this rank's rows
     acquire(g, 0);  // the classifier is the tied embedding
     if (k.parts == 1) {
-        matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), a.lnf.data(), g->params[0] + p.wte,
+        matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), lnf_out, g->params[0] + p.wte,
                         BT, C, c.padded_vocab_size);
     } else {  // dlnf is a sum over the ranks' columns; each rank's wte rows' gradient is gathered and added by all
         T* dwte = a.wte_grad.data();
         ctx_zero(ctx, dwte + cols, (size_t)k.Vpl * C * sizeof(T));
-        matmul_backward(ctx, a.dbtc.data(), dwte + cols, nullptr, a.logits.data(), a.lnf.data(), g->params[0] + p.wte + cols,
+        matmul_backward(ctx, a.dbtc.data(), dwte + cols, nullptr, a.logits.data(), lnf_out, g->params[0] + p.wte + cols,
                         BT, C, k.Vpl);
-        tp_sum(ctx, g->tp, a.dbtc.data(), BTC, &g->tp_scratch);
+        dx = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
         { CommScope prof(ctx, *g->tp, "tp all-gather"); comm_all_gather(*g->tp, dwte, (size_t)c.padded_vocab_size * C); }
         add_inplace(ctx, g->grads[0] + p.wte, dwte, (size_t)c.padded_vocab_size * C);
     }
     release(g, 0);
-    ctx_zero(ctx, a.dresidual.data(), BTC * sizeof(T));
+    ctx_zero(ctx, a.dresidual.data(), s.P * C * sizeof(T));
     acquire(g, unit_lnf(c));
     T *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
-    layernorm_backward(ctx, a.dresidual.data(), dlnf, dlnf + C, a.dbtc.data(), last, lnf, a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
+    gpt_layernorm_backward(ctx, g, s, a.dresidual.data(), dlnf, dlnf + C, dx, last, lnf, a.lnf_mean.data(), a.lnf_rstd.data());
     release(g, unit_lnf(c));
     grads_ready(g, unit_lnf(c));
     for (int l = L - 1; l >= 0; l--) {
@@ -640,8 +701,10 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
         release(g, unit_of_block(l));
         grads_ready(g, unit_of_block(l));
     }
-    // the encoder's backward reads no parameters: no acquire
-    encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, a.dresidual.data(), a.tokens_host.data(), B, T_, C,
-                     (size_t)c.padded_vocab_size);
+    // the encoder's backward reads no parameters: no acquire. With sequence parallelism every
+    // rank runs it on every position's gradient (gathered), so its wte and wpe gradients are whole
+    // and the same on every rank, as without.
+    encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, tp_gather_rows(ctx, g->tp, s, a.dresidual.data(), a.whole.data(), C),
+                     a.tokens_host.data(), B, T_, C, (size_t)c.padded_vocab_size);
     grads_ready(g, 0);
 }

@@ -43,9 +43,12 @@ memory), test/test_dp.sh (ranks with different GPUs agree), test/test_ops.cpp (m
 // D/(T·dp) sequences (1 always does), so the step is the one asked for, in D/(B·T·dp) micro-batches.
 constexpr double SCRATCH_SHARE = 0.01, SCRATCH_FIXED = 64.0 * 1048576;
 template <class floatX>
-inline int plan_batch(const Ctx& ctx, const GPTConfig& c, Recompute recompute, int B, int T, int dp, long long step_tokens,
+inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp, long long step_tokens,
                       bool step_given, double state_bytes, Mesh& mesh, long long data_most) {
-    auto need_with = [&](Recompute r, int b) { return gpt_activation_bytes<floatX>(c, b, T, r, mesh.tp) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED; };
+    const Recompute recompute = g.recompute;
+    auto need_with = [&](Recompute r, int b) {
+        return gpt_activation_bytes<floatX>(g.config, b, T, r, g.layout.tp, g.sp) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED;
+    };
     auto need = [&](int b) { return need_with(recompute, b); };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
     const bool gpu = ctx.device == Device::CUDA, automatic = B == 0;

@@ -1,6 +1,7 @@
 /*
 tensor_parallel.h — tensor parallelism (Megatron-LM: Shoeybi et al., 2019): each block's
-attention heads and MLP columns split over the t ranks of the tp group.
+attention heads and MLP columns split over the t ranks of the tp group; and sequence
+parallelism (Korthikanti et al., 2022), which splits the rest of the block by position.
 
 A linear layer y = x·Wᵀ + b (W is out × in, like torch.nn.Linear) can be split two ways:
   column-parallel   rank r keeps the rows of W (and of b) that make its slice of y's features:
@@ -57,15 +58,53 @@ the same program); frameworks that overlap data-parallel reductions with tensor-
 compute run two communicators' kernels at once the same way, but it has not run on GPUs here yet.
 A model file is always the whole model: each tp rank writes its own slices into it
 (checkpoint.h). AdamW's state is per tp rank, so a checkpoint resumes with the same --tp (its
-dp and ZeRO stage may change).
-Not here yet: sequence parallelism (--sp: the replicated LayerNorm and residual activations
-split along T, all-reduce → reduce-scatter + all-gather); a vocabulary-parallel embedding (wte
-split by rows for the lookup too: its Vp·C parameters, gradient and AdamW state split t ways,
-for one all-reduce of B·T·C instead of the wte gradient's all-gather); and gathering the wte
-gradient once a step rather than once a micro-batch.
+dp and ZeRO stage may change, and --sp, which moves no parameter).
 
-Tests: test/test_tp.sh (tp = 2 and dp × tp = 2 × 2 with ZeRO against one process; memory and
-bytes against the formulas above; recompute; resume; bf16; the emulated GPU).
+Sequence parallelism (--sp 1). Above, every tp rank runs the LayerNorms and the residual adds
+on all B·T positions and holds their activations whole: 4·C a block a position, the part of a
+block's 16·C that tensor parallelism does not split. But
+those ops work on each position alone, so they can split by position instead: rank r keeps the
+rows [r·P, r·P + P) of the flattened B·T positions, P = ⌈B·T/t⌉ (the last rank's tail is padding,
+kept zero, so any B·T splits). The all-reduce after a row-parallel layer becomes a
+reduce-scatter (each rank gets its rows of the sum), and before a column-parallel layer an
+all-gather brings every rank all rows of the LayerNorm output:
+
+  forward     LN(my rows) → all-gather → column-parallel … row-parallel → reduce-scatter → + my rows
+  backward    the conjugates: the output gradient is all-gathered before the row-parallel
+              layer's backward, the input gradient reduce-scattered after the column-parallel's
+
+An all-reduce moves what a reduce-scatter and an all-gather do, so the bytes on the wire stay
+about the same, and the per-position activations split t ways. What changes around it:
+  - the backward gathers each LayerNorm output again (the forward kept only its rows:
+    Megatron-SP's trade of an all-gather for memory), and the residual gradient;
+  - each LayerNorm's parameter gradient is now a sum over this rank's rows only: it is
+    all-reduced over tp (2C elements, in a scratch buffer of its own: the gradient buffer
+    already holds the earlier micro-batches' sums, which must not be summed again);
+  - the encoder runs on every position (its lookup reads any wte row) and each rank keeps its
+    rows; its backward all-gathers the residual gradient, so wte's and wpe's gradients come out
+    whole and the same on every rank, as without;
+  - the classifier reads lnf's output at every position (gathered; its dlnf reduce-scattered).
+The forward computes what tensor parallelism alone does, bit for bit (each row's LayerNorm is
+the same arithmetic on either path, and gathers move bits); the LayerNorms' parameter gradients
+are summed in another order.
+Per rank with sequence parallelism, a micro-batch of N = B·T positions (s bytes an element):
+  block activations  16·C/t per position (model.h's list), plus one gathered N·C buffer
+  communication      (4L + 1) reduce-scatters of N·C: (4L + 1)·(t−1)/t·N·C·s bytes sent;
+                     all-gathers of N·C, 2L + 1 forward (ln1, ln2 a block; lnf) and 4L + 2
+                     backward (a block: the residual gradient twice, ln1 and ln2; lnf; the
+                     encoder's gradient): (6L + 3)·(t−1)/t·N·C·s, besides the classifier's
+                     stats and wte gradient as above; 2L + 1 all-reduces of 2C (the LayerNorms'
+                     parameter gradients). --recompute full adds a reduce-scatter and two
+                     all-gathers a block (its rerun); selective adds nothing.
+
+Not here yet: a vocabulary-parallel embedding (wte split by rows for the lookup too: its Vp·C
+parameters, gradient and AdamW state split t ways, for one all-reduce of B·T·C instead of the
+wte gradient's all-gather); gathering the wte gradient once a step rather than once a
+micro-batch; overlapping the sequence-parallel gathers with the products that follow them.
+
+Tests: test/test_tp.sh (tp = 2 and dp × tp = 2 × 2 with ZeRO against one process, with and
+without --sp; memory and bytes against the formulas above; recompute; resume; bf16; padding;
+the emulated GPU with NCCL).
 */
 #pragma once
 #include <vector>
@@ -111,4 +150,62 @@ template <class T> inline void tp_sum(const Ctx& ctx, Group* tp, T* buf, size_t 
 // The bias of a row-parallel layer is added once, to tp rank 0's partial product.
 template <class T> inline const T* tp_row_bias(const Group* tp, const T* bias) {
     return !tp || tp->rank == 0 ? bias : nullptr;
+}
+
+// ----------------------------------------------------------------------------
+// sequence parallelism (--sp 1)
+
+// How a forward's N = B·T positions (rows of C features) lie over the tp ranks. Without
+// sequence parallelism every rank holds all N rows. With it, rank r holds rows [r·P, r·P + P)
+// of the P = ⌈N/t⌉ a rank: the last rank's run past N is padding (zero, see tp_sum_rows), so
+// that any B·T splits (sampling runs B = 1, T = any length). A gathered buffer holds t·P rows.
+struct SeqSplit {
+    size_t N;       // positions in the forward
+    size_t P;       // rows this rank holds: N, or ⌈N/t⌉ with sequence parallelism
+    size_t whole;   // rows of a gathered buffer: N, or t·P
+    bool on;        // sequence parallelism
+};
+inline SeqSplit seq_split(size_t N, const Group* tp, bool sp) {
+    if (!sp || !tp || tp->size == 1) return {N, N, N, false};
+    const size_t P = ceil_div(N, (size_t)tp->size);
+    return {N, P, P * tp->size, true};
+}
+
+// All N rows of an activation this rank holds P rows of (Megatron-SP's all-gather before a
+// column-parallel layer; its backward's, of the output gradient before a row-parallel one).
+// Without sequence parallelism that is `mine` itself; with it, `mine` goes to its place in
+// `whole` (t·P·C elements) and the ranks' rows are gathered there.
+template <class T>
+inline const T* tp_gather_rows(const Ctx& ctx, Group* tp, const SeqSplit& s, const T* mine, T* whole, size_t C) {
+    if (!s.on) return mine;
+    ctx_copy(ctx, whole + (size_t)tp->rank * s.P * C, mine, s.P * C * sizeof(T));
+    CommScope prof(ctx, *tp, "tp all-gather");
+    comm_all_gather(*tp, whole, s.whole * C);
+    return whole;
+}
+
+// Keeps this rank's rows of `whole` (all N rows written, room for t·P) in `mine`: the encoder's
+// output, which every rank computes whole (it reads any row of wte, which stays replicated).
+// The padding rows are zero. Nothing without sequence parallelism (then whole is mine).
+template <class T> inline void tp_keep_rows(const Ctx& ctx, const Group* tp, const SeqSplit& s, T* whole, T* mine, size_t C) {
+    if (!s.on) return;
+    if (s.whole > s.N) ctx_zero(ctx, whole + s.N * C, (s.whole - s.N) * C * sizeof(T));
+    ctx_copy(ctx, mine, whole + (size_t)tp->rank * s.P * C, s.P * C * sizeof(T));
+}
+
+// This rank's rows of Σ over the tp ranks of `partial` (N·C elements written, room for t·P·C):
+// a row-parallel layer's partial products (forward), or the partial gradients of the input of
+// the column-parallel layers (backward). Without sequence parallelism: Megatron's all-reduce,
+// in place, and every rank holds all of it (returns `partial`). With it: a reduce-scatter into
+// `mine` (P·C elements, returned), half the bytes of the all-reduce. The rows past N are zeroed
+// first, so the padding rows of the residual stream and of its gradient stay exactly zero and
+// add nothing to the LayerNorms' parameter gradients, whatever the buffer held before (the rows
+// of an earlier forward of more positions; the GPU's allocations are not zeroed per step).
+template <class T>
+inline T* tp_sum_rows(const Ctx& ctx, Group* tp, const SeqSplit& s, T* partial, T* mine, size_t C, std::vector<T>* scratch) {
+    if (!s.on) { tp_sum(ctx, tp, partial, s.N * C, scratch); return partial; }
+    if (s.whole > s.N) ctx_zero(ctx, partial + s.N * C, (s.whole - s.N) * C * sizeof(T));
+    CommScope prof(ctx, *tp, "tp reduce-scatter");
+    comm_reduce_scatter_sum(*tp, partial, mine, s.whole * C);
+    return mine;
 }

@@ -17,10 +17,16 @@
 #   resume:       dp = 2 × tp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; the same
 #                 checkpoint resumed on dp = 1 × tp = 2 continues the run (1e-5); another --tp is
 #                 refused with one line
-#   bf16:         tp = 2 in bf16 within 2e-2 of one bf16 process
-#   errors:       --tp that does not divide the heads, or the world; --sp 1
+#   bf16:         tp = 2 (and with --sp 1) in bf16 within 2e-2 of one bf16 process
+#   sequence par. --sp 1: tp = 2 and dp = 2 × tp = 2 (ZeRO 1, 3) against one process as above, and
+#                 step 1's loss tp = 2's bit for bit; 93 positions (a padding row); activations
+#                 and the reduce-scatter / all-gather / all-reduce bytes against the formulas;
+#                 recompute bit for bit; validation, samples, --profile; a checkpoint written
+#                 without --sp resumed with it; bf16
+#   errors:       --tp that does not divide the heads, or the world; --sp 1 without --tp
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [TP_QUICK=1] test/test_tp.sh [TRAIN_GPT]
-# TP_QUICK=1 runs the equivalence part alone, 3 steps (tp = 2, and dp = 2 × tp = 2 with ZeRO-3): what the
+# TP_QUICK=1 runs the equivalence part alone, 3 steps (tp = 2, and dp = 2 × tp = 2 with ZeRO-3, each
+# also with --sp 1, and --sp 1 over 93 positions): what the
 # suite runs on the CPU SIMT emulator (build/train_gpt_simt, DEVICE=cuda), where the tp
 # all-reduces take the GPU path of comm.h (and NCCL's, emulated over MPI, with COMM=nccl).
 set -u
@@ -99,6 +105,32 @@ for z in $zeros; do
     close_losses "$tmp/ref_a2.jsonl" "$tmp/dp2tp2_z$z.jsonl" "$name" 1e-5
     updates_alike "$tmp/ref_a2.bin" "$tmp/dp2tp2_z$z.bin" "$name"
 done
+
+# --- sequence parallelism (--sp 1): the LayerNorms and the residual stream on each rank's rows.
+# Each row's LayerNorm is the same arithmetic wherever it runs and the gathers move bits, so the
+# forward is tp = 2's bit for bit (step 1's loss); the LayerNorms' parameter gradients are sums
+# over the positions in another order (each rank's rows, then over the ranks): the rest within
+# the round-off bounds above
+run tp2sp 2 --tp 2 --sp 1 --batch-size 8 "${val[@]}" &&
+    { close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2sp.jsonl" "tp=2 --sp 1" 1e-5
+      close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2sp.jsonl" "tp=2 --sp 1" 1e-5 grad_norm rel
+      updates_alike "$tmp/ref_a1.bin" "$tmp/tp2sp.bin" "tp=2 --sp 1"
+      a=$(head -1 "$tmp/tp2.jsonl" | $PY -c "import json,sys; print(repr(json.loads(sys.stdin.read())['loss']))" 2>/dev/null)
+      b=$(head -1 "$tmp/tp2sp.jsonl" | $PY -c "import json,sys; print(repr(json.loads(sys.stdin.read())['loss']))")
+      [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok - tp=2 --sp 1: step 1's loss is tp=2's bit for bit ($b)" ||
+          echo "not ok - tp=2 --sp 1: step 1's loss $b, tp=2's $a"; }
+for z in $zeros; do
+    name="dp=2 x tp=2 --sp 1 zero=$z accum=2"
+    [ "$z" = 0 ] || [ "$z" = 2 ] && continue  # (ZeRO shards the same parameters with or without --sp: 1 and 3 suffice)
+    run "dp2tp2sp_z$z" 4 --tp 2 --sp 1 --zero "$z" --batch-size 4 --total-batch-tokens $((2 * 8 * T)) || continue
+    close_losses "$tmp/ref_a2.jsonl" "$tmp/dp2tp2sp_z$z.jsonl" "$name" 1e-5
+    updates_alike "$tmp/ref_a2.bin" "$tmp/dp2tp2sp_z$z.bin" "$name"
+done
+# B·T = 3·31 = 93 positions: 47 a rank, the last rank's 47th row padding (zero throughout)
+run ref_odd 1 --batch-size 3 --seq-len 31 "${val[@]}"
+run tp2sp_odd 2 --tp 2 --sp 1 --batch-size 3 --seq-len 31 "${val[@]}" &&
+    { close_losses "$tmp/ref_odd.jsonl" "$tmp/tp2sp_odd.jsonl" "tp=2 --sp 1, 93 positions (one padding row)" 1e-5
+      updates_alike "$tmp/ref_odd.bin" "$tmp/tp2sp_odd.bin" "tp=2 --sp 1, 93 positions"; }
 [ -n "${TP_QUICK:-}" ] && exit 0
 
 # --- memory and volume against the formulas in tensor_parallel.h's header
@@ -133,8 +165,32 @@ gather = (t - 1) * B * T * 3 * 4 + (t - 1) / t * Vp * C * s
 ok = all(r.get("tp_all_reduce") == reduce and r.get("tp_all_gather") == gather for r in rows) and len(rows) == 5
 print(("ok" if ok else "not ok") + f" - tp=2: the tp group's all-reduces send (4L+1)*2(t-1)/t*B*T*C*s = {reduce:.0f} bytes a step, "
       f"its all-gathers (t-1)*B*T*12 + (t-1)/t*Vp*C*s = {gather:.0f} (got {rows[-1] if rows else None})")
+# sequence parallelism: per position, the residual stream and LayerNorm outputs (4C a block: ln1,
+# res2, ln2, res3; and encoded, lnf, the forward's scratch and the residual gradient) and their
+# statistics (4 floats a block, 2 for lnf) are 1/t on each rank; added: the gathered buffer
+# (B·T·C) and one LayerNorm's parameter gradient (2C)
+sp = mem("tp2sp")
+cut = B * T * (t - 1) // t * ((4 * L + 4) * C * s + (4 * L + 2) * 4)
+ok = len(sp) == 2 and all(a == two[0][1] - cut + B * T * C * s + 2 * C * s for _, a in sp.values()) and \
+     all(p == s * psi_t for p, _ in sp.values())
+print(("ok" if ok else "not ok") + f" - tp=2 --sp 1: the same parameters; activations tp=2's less ((4L+4)C + 4L+2 floats)(1-1/t) a "
+      f"position, plus the gathered buffer and a LayerNorm's gradient: {two[0][1]} - {cut} + {B * T * C * s + 2 * C * s} B "
+      f"(got {sorted(a for _, a in sp.values())})")
+# volume: the 4L+1 all-reduces of B·T·C become reduce-scatters (half the bytes); the all-gathers
+# add 6L+3 of B·T·C: per block ln1 and ln2 forward, and backward the residual gradient twice and
+# ln1 and ln2 again; lnf forward and backward, and the encoder's gradient; and every LayerNorm's
+# parameter gradient (2C) is all-reduced: 2L+1 of them
+half = (t - 1) / t * B * T * C * s
+rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/tp2sp.jsonl")]
+want = {"tp_reduce_scatter": (4 * L + 1) * half, "tp_all_gather": gather + (6 * L + 3) * half,
+        "tp_all_reduce": (2 * L + 1) * 2 * (t - 1) / t * 2 * C * s}
+ok = len(rows) == 5 and all(all(r.get(k) == v for k, v in want.items()) for r in rows)
+print(("ok" if ok else "not ok") + f" - tp=2 --sp 1: reduce-scatters (4L+1)*(t-1)/t*B*T*C*s, all-gathers tp=2's + (6L+3)*(t-1)/t*B*T*C*s, "
+      f"all-reduces (2L+1)*2(t-1)/t*2C*s: {want} (got {rows[-1] if rows else None})")
 PY
 close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2.jsonl" "tp=2 validation" 1e-5 val_loss
+close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2sp.jsonl" "tp=2 --sp 1 validation" 1e-5 val_loss
+close_losses "$tmp/ref_odd.jsonl" "$tmp/tp2sp_odd.jsonl" "tp=2 --sp 1 validation, 31-token sequences" 1e-5 val_loss
 
 # --- recompute: the same run bit for bit; full reruns the attention projection's all-reduce
 for r in selective full; do
@@ -147,6 +203,24 @@ a, b = ([json.loads(l)["comm_bytes"].get("tp_all_reduce") for l in open(p)] for 
 ok = len(a) == len(b) > 0 and all(y == (5 * L + 1) * x / (4 * L + 1) for x, y in zip(a, b))
 print(("ok" if ok else "not ok") + f" - tp=2 --recompute full: 5 all-reduces a block instead of 4 ({b[-1] if b else None} bytes a step)")
 PY
+# with --sp 1: the rerun gathers ln1 and ln2 again and reduce-scatters the attention projection
+# (full: RS 5L+1, AG of B·T·C 8L+3); selective's rerun (two LayerNorms and a GELU) moves nothing
+for r in selective full; do
+    run "tp2sp_$r" 2 --tp 2 --sp 1 --batch-size 8 "${val[@]}" --recompute $r && same_run "$tmp/tp2sp" "$tmp/tp2sp_$r" "tp=2 --sp 1 --recompute $r"
+done
+$PY - "$tmp" $C $L $T <<'PY'
+import json, sys
+tmp, (C, L, T) = sys.argv[1], map(int, sys.argv[2:])
+t, s, B = 2, 4, 8
+half = (t - 1) / t * B * T * C * s
+def rows(name): return [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/{name}.jsonl")]
+base, sel, full = rows("tp2sp"), rows("tp2sp_selective"), rows("tp2sp_full")
+ok = len(base) == len(sel) == len(full) == 5 and sel == base and all(
+    f["tp_reduce_scatter"] == b["tp_reduce_scatter"] + L * half and f["tp_all_gather"] == b["tp_all_gather"] + 2 * L * half
+    for b, f in zip(base, full))
+print(("ok" if ok else "not ok") + f" - tp=2 --sp 1 --recompute: selective moves the same bytes, full 1 reduce-scatter and 2 all-gathers "
+      f"more a block ({full[-1] if full else None})")
+PY
 
 # --- samples and --profile
 run tp2_prof 2 --tp 2 --batch-size 8 --steps 2 --profile 1 --sample-every 2 --gen-tokens 8 &&
@@ -155,12 +229,19 @@ if grep -q "^---- sample at step 2" "$tmp/tp2_prof.txt" && grep -q "comm: tp all
 else
     echo "not ok - tp=2: no sample or no 'comm: tp all-reduce' row"; tail -5 "$tmp/tp2_prof.txt" | sed 's/^/#   /'
 fi
+# (sampling runs B = 1 over the prompt's length: any number of positions, padded to a multiple of tp)
+run tp2sp_prof 2 --tp 2 --sp 1 --batch-size 8 --steps 2 --profile 1 --sample-every 2 --gen-tokens 8 &&
+if grep -q "^---- sample at step 2" "$tmp/tp2sp_prof.txt" && grep -q "comm: tp reduce-scatter" "$tmp/tp2sp_prof.txt"; then
+    echo "ok - tp=2 --sp 1: samples, and --profile shows the tp reduce-scatters in a row of their own"
+else
+    echo "not ok - tp=2 --sp 1: no sample or no 'comm: tp reduce-scatter' row"; tail -5 "$tmp/tp2sp_prof.txt" | sed 's/^/#   /'
+fi
 
 # --- resume: 6 straight steps against 3 + resume + 3 (dp = 2 × tp = 2, ZeRO-1, shuffled)
 rs=(--tp 2 --zero 1 --batch-size 2 --total-batch-tokens $((8 * T)) --steps 6 --shuffle 1 --checkpoint-every 3)
 mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/ra" --log-file "$tmp/ra.jsonl" --save-model "$tmp/ra.bin" >"$tmp/ra.txt" 2>&1
-mkdir -p "$tmp/rb" "$tmp/rc" "$tmp/rd"
-for d in rb rc rd; do cp -r "$tmp/ra/step_00000003" "$tmp/$d/"; done
+mkdir -p "$tmp/rb" "$tmp/rc" "$tmp/rd" "$tmp/re"
+for d in rb rc rd re; do cp -r "$tmp/ra/step_00000003" "$tmp/$d/"; done
 mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/rb" --resume --log-file "$tmp/rb.jsonl" --save-model "$tmp/rb.bin" >"$tmp/rb.txt" 2>&1
 if [ "$(wc -l <"$tmp/rb.jsonl" 2>/dev/null)" = 3 ] && ls "$tmp/ra/step_00000003" | grep -q "state_tp001_rank00001.bin" &&
    cmp -s <(tail -3 "$tmp/ra.jsonl" | $PY -c "import json,sys; [print(json.loads(l)['loss'], json.loads(l)['grad_norm']) for l in sys.stdin]") \
@@ -180,6 +261,10 @@ except OSError: b = []
 worst = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 3 else float("inf")
 print(("ok" if worst <= 1e-5 else "not ok") + f" - resharded dp=2 x tp=2 zero=1 -> dp=1 x tp=2 zero=3: the run continues (max loss diff {worst:.1e} <= 1e-5)")
 PY
+# and with --sp 1 (the parameters and AdamW's state are laid out as without)
+mpi 4 "${common[@]}" "${rs[@]}" --sp 1 --output-dir "$tmp/re" --resume --log-file "$tmp/re.jsonl" >"$tmp/re.txt" 2>&1
+tail -3 "$tmp/ra.jsonl" > "$tmp/ra_tail.jsonl"
+close_losses "$tmp/ra_tail.jsonl" "$tmp/re.jsonl" "the dp=2 x tp=2 checkpoint resumed with --sp 1, steps 4-6" 1e-5 | sed 's/of one process/of the straight run/'
 mpi 4 "${common[@]}" "${rs[@]}" --tp 1 --output-dir "$tmp/rd" --resume >"$tmp/rd.txt" 2>&1; rc=$?
 if [ $rc = 2 ] && grep -q -- "written with --tp 2; resume with the same --tp" "$tmp/rd.txt"; then
     echo "ok - a checkpoint written with --tp 2 resumed with --tp 1 is refused (exit 2, one line)"
@@ -191,6 +276,8 @@ fi
 run ref_bf16 1 --batch-size 8 --precision bf16
 run tp2_bf16 2 --tp 2 --batch-size 8 --precision bf16 &&
     close_losses "$tmp/ref_bf16.jsonl" "$tmp/tp2_bf16.jsonl" "bf16 tp=2 (bf16 activations: one rounding more per sum)" 2e-2
+run tp2sp_bf16 2 --tp 2 --sp 1 --batch-size 8 --precision bf16 &&
+    close_losses "$tmp/ref_bf16.jsonl" "$tmp/tp2sp_bf16.jsonl" "bf16 tp=2 --sp 1 (and the LayerNorms' gradients summed in bf16)" 2e-2
 
 # --- errors: one line naming the flag, exit 2
 check_error() {  # check_error NAME RANKS PATTERN ARGS...
@@ -202,4 +289,4 @@ check_error() {  # check_error NAME RANKS PATTERN ARGS...
 }
 check_error "--tp 2 on a 1-head model" 2 "--tp 2: must divide the model's 1 attention heads" --model d1 --tp 2
 check_error "--tp 2 on 3 ranks" 3 "world size 3 is not divisible by tp" --tp 2
-check_error "--sp 1" 2 "--sp 1: sequence parallelism is not yet supported" --tp 2 --sp 1
+check_error "--sp 1 without --tp" 2 "--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1" --sp 1
