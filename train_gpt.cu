@@ -77,7 +77,7 @@ static const FlagDef FLAGS[] = {
     {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 on the CPU emulates the GPU's rounding)", false},
     {"recompute", "none", "activation checkpointing: none | selective (each block's backward reruns its LayerNorms and GELU: 10·C of its 16·C activations a position kept) | full (each block's backward reruns its forward: C of 16·C kept, +22% of the block's FLOPs); the same training, less memory (llmc/model.h)", false},
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
-    {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h), and the classifier's vocabulary; must divide the heads and the padded vocabulary; dp = world/tp", false},
+    {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h), and the vocabulary of the embedding and classifier (wte); must divide the heads and the padded vocabulary; dp = world/tp", false},
     {"sp", "0", "0 | 1: sequence parallelism (needs --tp > 1): the LayerNorms, the residual stream and their activations split over the tp ranks by position too (Megatron-SP: the tp all-reduces become reduce-scatters and all-gathers)", false},
     {"pp", "1", "pipeline-parallel degree", false},
     {"pp-schedule", "1f1b", "gpipe | 1f1b | interleaved", false},
@@ -501,7 +501,7 @@ int main(int argc, char** argv) {
                train_loader.total_tokens, train_loader.shards.size(), B, T, dp, accum, total_batch);
         if (tp > 1)
             print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block, and %d of "
-                   "the %d logits\n", tp, config.num_heads / tp, config.num_heads, 4 * config.channels / tp, 4 * config.channels,
+                   "the %d vocabulary rows (wte, the logits)\n", tp, config.num_heads / tp, config.num_heads, 4 * config.channels / tp, 4 * config.channels,
                    config.padded_vocab_size / tp, config.padded_vocab_size);
         if (sp == 1)
             print0("sequence parallel: each tp rank holds %d of the %d positions of the residual stream and the LayerNorms\n",

@@ -17,46 +17,61 @@ the tokens in *host* memory. Parameter gradients accumulate (+=) so gradient acc
 needs no copy. Templated on the dtype T (float | bf16, common.h): each sum is formed in fp32
 and rounded once when it is added to the gradient (on the CPU through F32View).
 dwte has V rows (V ≥ every token id).
-Tests: test/test_ops.cpp (finite differences of the forward), test/gpucheck_ops.cu (CUDA vs CPU).
+Vocabulary-parallel (tensor_parallel.h): a tp rank holds wte's rows [lo, lo + rows) alone, so
+its forward adds the rows of the tokens in that range and nothing for the others (zero: another
+rank adds theirs), and the position embedding only where wpe is given (one rank adds it); the
+ranks' outputs summed are the encoder's output, bit for bit (x + 0 is exact). Its backward adds
+to its rows only; dwpe is every position's sum as always.
+Tests: test/test_ops.cpp (finite differences of the forward; the vocabulary split against the
+whole), test/gpucheck_ops.cu (CUDA vs CPU).
 */
 #pragma once
 #include <algorithm>
+#include <climits>
 #include "common.h"
 #include "profiler.h"
 
+// wte: rows [lo, lo + rows) of the vocabulary (all of it: lo = 0); wpe: nullptr adds none
 template <class T>
-inline void encoder_forward_cpu(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
+inline void encoder_forward_cpu(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C, int lo, int rows) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T_; t++) {
             T* o = out + ((size_t)b * T_ + t) * C;
-            const T* te = wte + (size_t)tok[b * T_ + t] * C;
-            const T* pe = wpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) o[c] = from_f<T>(to_f(te[c]) + to_f(pe[c]));
+            const int v = tok[b * T_ + t] - lo;
+            const T* te = v >= 0 && v < rows ? wte + (size_t)v * C : nullptr;
+            const T* pe = wpe ? wpe + (size_t)t * C : nullptr;
+            for (int c = 0; c < C; c++) o[c] = from_f<T>((te ? to_f(te[c]) : 0.0f) + (pe ? to_f(pe[c]) : 0.0f));
         }
 }
 
-// (fp32; the dtype wrapper below gives it fp32 views of bf16 buffers)
+// (fp32; the dtype wrapper below gives it fp32 views of bf16 buffers) dwte: rows [lo, lo + rows)
 inline void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, const int* tok,
-                                 int B, int T, int C) {
+                                 int B, int T, int C, int lo, int rows) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float* d = dout + ((size_t)b * T + t) * C;
-            float* dte = dwte + (size_t)tok[b * T + t] * C;
+            const int v = tok[b * T + t] - lo;
             float* dpe = dwpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) { dte[c] += d[c]; dpe[c] += d[c]; }
+            for (int c = 0; c < C; c++) dpe[c] += d[c];
+            if (v < 0 || v >= rows) continue;
+            float* dte = dwte + (size_t)v * C;
+            for (int c = 0; c < C; c++) dte[c] += d[c];
         }
 }
 
 #ifdef LLMC_CUDA
 // one thread per V consecutive channels of a (b, t) row: V = 16 bytes where C and the pointers allow
+// (vocabulary-parallel: wte holds rows [lo, lo + rows), and wpe may be nullptr; see the header)
 template <class T, int V>
-__global__ void encoder_forward_kernel(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
+__global__ void encoder_forward_kernel(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C, int lo, int rows) {
     const size_t n = (size_t)B * T_ * C / V;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const size_t bt = i / (C / V);
-        const int c = (int)(i % (C / V)) * V, t = (int)(bt % T_);
-        Pack<T, V> e = load_pack<V>(wte + (size_t)tok[bt] * C + c), p = load_pack<V>(wpe + (size_t)t * C + c), o;
+        const int c = (int)(i % (C / V)) * V, t = (int)(bt % T_), v = tok[bt] - lo;
+        Pack<T, V> e = {}, p = {}, o;
+        if (v >= 0 && v < rows) e = load_pack<V>(wte + (size_t)v * C + c);
+        if (wpe) p = load_pack<V>(wpe + (size_t)t * C + c);
         for (int k = 0; k < V; k++) o.v[k] = from_f<T>(to_f(e.v[k]) + to_f(p.v[k]));
         store_pack<V>(out + bt * C + c, o);
     }
@@ -108,19 +123,22 @@ __global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int T
 }
 
 template <class T>
-inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C) {
-    // group the positions by token on the host (stable: each token's in position order), cut
-    // each token's run into segments of at most ENC_SEGMENT positions
+inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C,
+                                  int lo, int rows) {
+    // group the positions of this wte's tokens by token on the host (stable: each token's in
+    // position order), cut each token's run into segments of at most ENC_SEGMENT positions
     const int BT = B * T_;
-    std::vector<int> order(BT);
-    for (int i = 0; i < BT; i++) order[i] = i;
+    std::vector<int> order;
+    for (int i = 0; i < BT; i++)
+        if (tok_host[i] >= lo && tok_host[i] - lo < rows) order.push_back(i);
+    const int n = (int)order.size();  // positions whose rows are here (all B·T unless vocabulary-parallel)
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tok_host[a] < tok_host[b]; });
     std::vector<int> seg_row, seg_slot, seg_start, multi_row, multi_begin{0};
     int slot = 0;  // partial sums handed out so far
-    for (int i = 0; i < BT;) {
+    for (int i = 0; i < n;) {
         int end = i;
-        while (end < BT && tok_host[order[end]] == tok_host[order[i]]) end++;
-        const int row = tok_host[order[i]], nseg = (int)ceil_div(end - i, ENC_SEGMENT);
+        while (end < n && tok_host[order[end]] == tok_host[order[i]]) end++;
+        const int row = tok_host[order[i]] - lo, nseg = (int)ceil_div(end - i, ENC_SEGMENT);
         for (int k = i; k < end; k += ENC_SEGMENT) {
             seg_row.push_back(row);
             seg_slot.push_back(nseg > 1 ? slot++ : -1);
@@ -129,7 +147,7 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
         if (nseg > 1) { multi_row.push_back(row); multi_begin.push_back(slot); }
         i = end;
     }
-    seg_start.push_back(BT);
+    seg_start.push_back(n);
     const int nseg = (int)seg_row.size(), M = (int)multi_row.size();
     // one upload: [seg_row | seg_slot | seg_start | pos | multi_row | multi_begin], without waiting
     // for the GPU (common.h's HostStage). The buffers are sized for the most any step can need, so
@@ -141,13 +159,15 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
     static Buf<int> dev_idx;
     static Buf<float> partial_buf;
     static HostStage stage;
-    int* d = gpu_scratch(dev_idx, ctx, 4 * (size_t)BT + 2 + 2 * (size_t)BT / ENC_SEGMENT);  // 3·nseg + 1 + BT + 2M + 1
+    int* d = gpu_scratch(dev_idx, ctx, 4 * (size_t)BT + 2 + 2 * (size_t)BT / ENC_SEGMENT);  // 3·nseg + 1 + n + 2M + 1
     float* partial = gpu_scratch(partial_buf, ctx, std::max<size_t>(1, (size_t)2 * BT / ENC_SEGMENT) * C);
     stage_upload(ctx, stage, d, idx.data(), idx.size() * sizeof(int));
     const int* d_row = d; const int* d_slot = d + nseg; const int* d_start = d + 2 * nseg;
-    const int* d_pos = d_start + nseg + 1; const int* d_mrow = d_pos + BT; const int* d_mbegin = d_mrow + M;
+    const int* d_pos = d_start + nseg + 1; const int* d_mrow = d_pos + n; const int* d_mbegin = d_mrow + M;
     constexpr int P = PACK<T>;
-    if (pack_width<T>(C, {dwte, dout}) > 1) {
+    if (nseg == 0) {
+        // no token of this rank's rows: dwte gets nothing
+    } else if (pack_width<T>(C, {dwte, dout}) > 1) {
         dim3 grid(nseg, ceil_div(C, 128 * P));
         encoder_backward_segments_kernel<T, P><<<grid, 128, 0, ctx.stream>>>(dwte, partial, dout, d_row, d_slot, d_start, d_pos, C);
     } else {
@@ -164,34 +184,35 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
 }
 #endif
 
+// wte: the vocabulary's rows [lo, lo + rows) (default: all of it); wpe: nullptr adds none.
 template <class T>
-inline void encoder_forward(const Ctx& ctx, T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C) {
+inline void encoder_forward(const Ctx& ctx, T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C,
+                            int lo = 0, int rows = INT_MAX) {
     // bytes: the B·T rows of wte, T rows of wpe, the tokens; the output
     OpScope prof(ctx, 0, (2.0 * B * T_ + T_) * C * sizeof(T) + 4.0 * B * T_, "encoder forward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
-        if (pack_width<T>(C, {out, wte, wpe}) > 1)
-            encoder_forward_kernel<T, P><<<grid_for((size_t)B * T_ * C / P), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T_, C);
+        if (pack_width<T>(C, {out, wte, wpe ? wpe : wte}) > 1)
+            encoder_forward_kernel<T, P><<<grid_for((size_t)B * T_ * C / P), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T_, C, lo, rows);
         else
-            encoder_forward_kernel<T, 1><<<grid_for((size_t)B * T_ * C), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T_, C);
+            encoder_forward_kernel<T, 1><<<grid_for((size_t)B * T_ * C), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T_, C, lo, rows);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    encoder_forward_cpu(out, tok, wte, wpe, B, T_, C);
+    encoder_forward_cpu(out, tok, wte, wpe, B, T_, C, lo, rows);
 }
-// tok_host: the tokens in host memory.
+// tok_host: the tokens in host memory. dwte: V rows, the vocabulary's [lo, lo + V).
 template <class T>
 inline void encoder_backward(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C,
-                             size_t V) {
+                             size_t V, int lo = 0) {
     // bytes: dout; the touched rows of dwte (≤ B·T) and dwpe read and written
     OpScope prof(ctx, 0, (3.0 * B * T_ + 2.0 * T_) * C * sizeof(T), "encoder backward");
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T_, C); return; }
+    if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T_, C, lo, (int)V); return; }
 #endif
-    (void)V;
     F32View<T> te(dwte, V * C), pe(dwpe, (size_t)T_ * C), d(dout, (size_t)B * T_ * C);
-    encoder_backward_cpu(te.p, pe.p, d.p, tok_host, B, T_, C);
+    encoder_backward_cpu(te.p, pe.p, d.p, tok_host, B, T_, C, lo, (int)V);
     te.store(); pe.store();
 }

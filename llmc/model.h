@@ -37,16 +37,17 @@ is never stored (see attention.cuh). Activation checkpointing (--recompute selec
 Recompute) keeps 10·L·C + 18·C + Vp or L·C + 27·C + Vp of them and reruns the rest of each block's
 forward at the start of its backward: the same ops on the same inputs, so the same training.
 
-Tensor parallelism (tensor_parallel.h) is written in here too, as the layout and two sums: with
-tp ranks, a rank's layout holds its slice of each block (its NH/tp heads' q, k, v rows and
+Tensor parallelism (tensor_parallel.h) is written in here too, as the layout and a few sums:
+with tp ranks, a rank's layout holds its slice of each block (its NH/tp heads' q, k, v rows and
 attention-projection columns, 4C/tp of the MLP's features), so its block holds 12C²/tp + 7C/tp
 + 6C parameters and (4 + 12/tp)·C activations a position, and its block forward and backward
-call tp_sum where the partial sums of the projections (forward) and of the LayerNorm outputs'
-gradients (backward) meet; its classifier computes Vp/tp of the logits (Classifier). With
-sequence parallelism (--sp) the residual stream and the LayerNorms hold this rank's rows of the
-B·T positions (SeqSplit), the sums are reduce-scatters and the LayerNorm outputs are gathered
-where a product reads them (tp_gather_rows, tp_sum_rows): a block's activations are 16·C/tp a
-position. With tp = 1 all of it is GPT-2's.
+call tp_sum_rows where the partial sums of the projections (forward) and of the LayerNorm
+outputs' gradients (backward) meet; its embedding and classifier hold Vp/tp rows of wte and
+compute Vp/tp of the logits (Classifier). With sequence parallelism (--sp) the residual stream
+and the LayerNorms hold this rank's rows of the B·T positions (SeqSplit), the sums are
+reduce-scatters and the LayerNorm outputs are gathered where a product reads them
+(tp_gather_rows): a block's activations are 16·C/tp a position. With tp = 1 all of it is
+GPT-2's.
 
 Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
 test/test_cli.sh (model file round trips and bad files), test/test_train.sh (--recompute: the
@@ -115,7 +116,8 @@ inline size_t block_tensor_size(BlockTensor k, size_t C, int tp = 1) {
 inline bool block_tensor_is_matrix(BlockTensor k) { return BLOCK_TENSOR_SHAPES[k].cols != 0; }
 
 // The parameters one rank holds: all of them, or with tensor parallelism (tp > 1) tp rank
-// tp_rank's slice of each block (tensor_parallel.h); the embeddings and lnf are whole either way.
+// tp_rank's slice of each block and its Vp/tp rows of wte (the vocabulary-parallel embedding
+// and classifier, tensor_parallel.h); wpe and lnf are whole either way.
 struct ParamLayout {
     size_t wte, wpe, blocks, block_size, lnfw, lnfb, total;
     size_t in_block[NUM_BLOCK_TENSORS];  // offset of each tensor inside a block
@@ -128,7 +130,8 @@ inline ParamLayout make_layout(const GPTConfig& c, int tp = 1, int tp_rank = 0) 
     size_t C = c.channels;
     p.tp = tp; p.tp_rank = tp_rank;
     p.wte = 0;
-    p.wpe = p.wte + (size_t)c.padded_vocab_size * C;
+    CHECK(c.padded_vocab_size % tp == 0, "make_layout: tp %d does not divide the padded vocabulary %d", tp, c.padded_vocab_size);
+    p.wpe = p.wte + (size_t)(c.padded_vocab_size / tp) * C;
     p.blocks = p.wpe + (size_t)c.max_seq_len * C;
     size_t off = 0;
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { p.in_block[k] = off; off += block_tensor_size((BlockTensor)k, C, tp); }
@@ -191,8 +194,12 @@ inline std::vector<TPPiece> block_tensor_pieces(const ParamLayout& p, BlockTenso
 // replicated: every tp rank holds this piece (one of them writes it).
 struct FilePiece { size_t file_off, unit_off, n; bool replicated; };
 inline std::vector<FilePiece> unit_file_pieces(const GPTConfig& c, const ParamLayout& p, int u) {
-    const size_t C = c.channels, L = c.num_layers, full_block = make_layout(c).block_size, emb = p.blocks - p.wte;
-    if (u == 0) return {{0, 0, emb, true}};
+    const ParamLayout full = make_layout(c);
+    const size_t C = c.channels, L = c.num_layers, full_block = full.block_size, emb = full.blocks - full.wte;
+    if (u == 0) {  // this rank's rows of wte (all of them without tp), then wpe
+        const size_t wte_n = p.wpe - p.wte;
+        return {{(size_t)p.tp_rank * wte_n, 0, wte_n, false}, {full.wpe, wte_n, p.blocks - p.wpe, true}};
+    }
     if (u == unit_lnf(c)) return {{emb + L * full_block, 0, 2 * C, true}};
     std::vector<FilePiece> pieces;
     size_t base = emb;  // the first layer of tensor k starts here in the file
@@ -212,7 +219,8 @@ inline std::vector<Span> unit_norm_spans(const GPTConfig& c, const ParamLayout& 
     const Span whole = unit_span(c, p, u);
     if (p.tp_rank == 0) return {{0, whole.size}};
     std::vector<Span> spans;
-    if (u == 0 || u == unit_lnf(c)) return spans;
+    if (u == 0) return {{0, p.wpe - p.wte}};  // its rows of wte (wpe is replicated)
+    if (u == unit_lnf(c)) return spans;
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
         if (BLOCK_TENSOR_SHAPES[k].split != TPSplit::Replicated)
             spans.push_back({p.in_block[k], block_tensor_size((BlockTensor)k, c.channels, p.tp)});
@@ -277,7 +285,6 @@ template <class floatX> struct Activations {  // on the Ctx's device, for B·T p
     Buf<floatX> encoded, ln1, qkv, atty, residual2, ln2, fch, fch_gelu, residual3, lnf, logits, scratch;
     Buf<float> ln1_mean, ln1_rstd, lse, ln2_mean, ln2_rstd, lnf_mean, lnf_rstd, losses;  // fp32 statistics
     Buf<float> cls_stats;   // tensor parallelism: every tp rank's classifier stats (fused_classifier.cuh)
-    Buf<floatX> wte_grad;   // tensor parallelism: the classifier's wte gradient, gathered (Vp·C)
     Buf<floatX> whole;      // sequence parallelism: all positions of a LayerNorm output or of the residual
                             // gradient (gathered), and of a row-parallel product (before its reduce-scatter)
     Buf<floatX> ln_grad;    // sequence parallelism: one LayerNorm's parameter gradient from this rank's rows (2C)
@@ -339,9 +346,16 @@ template <class T> inline size_t gpt_num_params(const GPT<T>& g) { return make_l
 // GPT-2 init of unit u into out (its unit_span(u).size elements): weights N(0, 0.02), residual
 // projections N(0, 0.02/√(2L)), biases 0, LayerNorm 1/0. Each tensor (and each block's copy)
 // draws from its own stream (rand.h), so a unit's values do not depend on who initializes it;
-// a tp rank's block is its slice of the whole block's values.
+// a tp rank's block (and wte) is its slice of the whole one's values.
 inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint64_t seed, float* out) {
-    if (p.tp > 1 && u != 0 && u != unit_lnf(c)) {
+    if (p.tp > 1 && u == 0) {  // this rank's rows of the whole wte, and wpe (unit 0 lies at the file's start)
+        const ParamLayout full = make_layout(c);
+        std::vector<float> emb(full.blocks - full.wte);
+        gpt_init_unit(c, full, 0, seed, emb.data());
+        for (const FilePiece& f : unit_file_pieces(c, p, 0)) std::copy_n(emb.data() + f.file_off, f.n, out + f.unit_off);
+        return;
+    }
+    if (p.tp > 1 && u != unit_lnf(c)) {
         const ParamLayout full = make_layout(c);
         std::vector<float> block(full.block_size);
         gpt_init_unit(c, full, u, seed, block.data());
@@ -379,7 +393,7 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
 // A per-block buffer holds L blocks, or one where --recompute reruns what made it (see Recompute).
 // With tensor parallelism (tp > 1) a rank holds its heads' q, k, v, attention output and lse,
 // its 4C/tp of the MLP's hidden features (Ct = C/tp, NHt = NH/tp below) and its Vp/tp columns
-// of the logits, plus the classifier's stats and wte gradient (Classifier); the rest is whole.
+// of the logits, plus the classifier's stats (Classifier); the rest is whole.
 // With sequence parallelism (sp) the rest is split too: the LayerNorm outputs and statistics,
 // the residual stream and its gradient hold this rank's P = ⌈B·T/tp⌉ rows (SeqSplit), and one
 // gathered buffer holds all of them for the layer that needs them.
@@ -398,7 +412,7 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B,
     f(a.scratch, P * C);
     f(a.dresidual, P * C); f(a.dbtc, W * C); f(a.dqkv, BT * 3 * Ct); f(a.dfch, BT * 4 * Ct);  // backward scratch
     f(a.tokens, BT); f(a.targets, BT);
-    if (tp > 1) { f(a.cls_stats, (size_t)tp * BT * 3); f(a.wte_grad, (size_t)c.padded_vocab_size * C); }  // the vocabulary-parallel classifier's
+    if (tp > 1) f(a.cls_stats, (size_t)tp * BT * 3);  // the vocabulary-parallel classifier's
     if (sp) { f(a.whole, W * C); f(a.ln_grad, 2 * C); }
 }
 
@@ -559,11 +573,11 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln1w, dw.ln1b, dln1, b.x, w.ln1w, b.ln1_mean, b.ln1_rstd);
 }
 
-// The classifier's columns this rank computes. With tensor parallelism it is vocabulary-parallel
-// (tensor_parallel.h): tp rank r computes the logits of wte's rows [lo, lo + Vp/tp), Vl of them
-// real tokens, its part of the softmax (fused_classifier.cuh: stats, gathered, finish), and its
-// rows' wte gradient, which the tp ranks gather and all add (wte stays replicated: the encoder
-// reads every row). Without, one part: all Vp columns and fused_classifier.
+// The vocabulary this rank's wte holds, and so the classifier's columns it computes. With tensor
+// parallelism both are vocabulary-parallel (tensor_parallel.h): tp rank r holds wte's rows
+// [lo, lo + Vp/tp), Vl of them real tokens; it embeds those tokens, computes their logits, its
+// part of the softmax (fused_classifier.cuh: stats, gathered, finish), and its rows' gradient.
+// Without, one part: all Vp rows and columns, and fused_classifier.
 struct Classifier { int parts, lo, Vpl, Vl; };
 template <class T> inline Classifier classifier_slice(const GPT<T>& g) {
     const int parts = g.layout.tp, Vp = g.config.padded_vocab_size, Vpl = Vp / parts, lo = g.layout.tp_rank * Vpl;
@@ -587,10 +601,14 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     const ParamLayout& p = g->layout;
     memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
     stage_upload(ctx, a.tokens_in, a.tokens.data(), tokens, BT * sizeof(int));
-    acquire(g, 0);  // (with sequence parallelism: every position's embedding, and this rank keeps its rows)
-    encoder_forward(ctx, s.on ? a.whole.data() : a.encoded.data(), a.tokens.data(), g->params[0] + p.wte, g->params[0] + p.wpe,
-                    B, T_, C);
-    tp_keep_rows(ctx, g->tp, s, a.whole.data(), a.encoded.data(), C);
+    // The embedding. With tensor parallelism it is vocabulary-parallel: this rank's wte holds the
+    // rows [k.lo, k.lo + k.Vpl), it embeds the tokens among them (zero for the others) and tp rank
+    // 0 adds wpe, so the embeddings are partial sums, added up like a row-parallel layer's.
+    const Classifier k = classifier_slice(*g);
+    T* emb = s.on ? a.whole.data() : a.encoded.data();
+    acquire(g, 0);
+    encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->tp, g->params[0] + p.wpe), B, T_, C, k.lo, k.Vpl);
+    tp_sum_rows(ctx, g->tp, s, emb, a.encoded.data(), C, &g->tp_scratch);  // → acts.encoded, this rank's rows
     release(g, 0);
     for (int l = 0; l < L; l++) {
         acquire(g, unit_of_block(l));
@@ -603,10 +621,9 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     residual_layernorm_forward(ctx, last, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
                                block_acts(g, L - 1, B, T_).res2, a.scratch.data(), lnf, lnf + C, (int)s.P, C);
     release(g, unit_lnf(c));
-    const Classifier k = classifier_slice(*g);
-    acquire(g, 0);
-    matmul_forward(ctx, a.logits.data(), tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C),
-                   g->params[0] + p.wte + (size_t)k.lo * C, nullptr, BT, C, k.Vpl);
+    acquire(g, 0);  // the classifier is the tied embedding: this rank's rows of wte, its columns of the logits
+    matmul_forward(ctx, a.logits.data(), tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C), g->params[0] + p.wte,
+                   nullptr, BT, C, k.Vpl);
     release(g, 0);
     a.loss_count = targets ? BT : 0;
     if (!targets) return;
@@ -637,16 +654,9 @@ template <class T> inline const float* gpt_losses(GPT<T>* g) {
 template <class T> inline void gpt_logits_row(const Ctx& ctx, GPT<T>* g, int row, float* out) {
     const int Vp = g->config.padded_vocab_size;
     const Classifier k = classifier_slice(*g);
-    const T* mine = g->acts.logits.data() + (size_t)row * k.Vpl;
-    std::vector<T> host(Vp);
-    if (k.parts == 1) {
-        ctx_copy(ctx, host.data(), mine, Vp * sizeof(T));
-    } else {
-        T* all = g->acts.wte_grad.data();  // (free between steps: Vp·C ≥ Vp elements)
-        ctx_copy(ctx, all + k.lo, mine, k.Vpl * sizeof(T));
-        comm_all_gather(*g->tp, all, (size_t)Vp);
-        ctx_copy(ctx, host.data(), all, Vp * sizeof(T));
-    }
+    std::vector<T> host(Vp);  // (gathered in host memory: through MPI, which every mesh has)
+    ctx_copy(ctx, host.data() + k.lo, g->acts.logits.data() + (size_t)row * k.Vpl, k.Vpl * sizeof(T));
+    if (k.parts > 1) comm_all_gather(*g->tp, host.data(), (size_t)Vp);
     for (int v = 0; v < Vp; v++) out[v] = to_f(host[v]);
 }
 
@@ -670,25 +680,15 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
     const ParamLayout& p = g->layout;
     T* last = a.residual3.data() + (size_t)(L - 1) * s.P * C;
     const Classifier k = classifier_slice(*g);
-    const size_t cols = (size_t)k.lo * C;  // where this rank's columns' wte rows begin
     // lnf's output at every position (with sequence parallelism gathered again: the forward's
     // gathered copy is not assumed to have survived)
     const T* lnf_out = tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C);
-    T* dx = a.dbtc.data();  // ∂loss/∂(lnf's output), this rank's rows
-    acquire(g, 0);  // the classifier is the tied embedding
-    if (k.parts == 1) {
-        matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), lnf_out, g->params[0] + p.wte,
-                        BT, C, c.padded_vocab_size);
-    } else {  // dlnf is a sum over the ranks' columns; each rank's wte rows' gradient is gathered and added by all
-        T* dwte = a.wte_grad.data();
-        ctx_zero(ctx, dwte + cols, (size_t)k.Vpl * C * sizeof(T));
-        matmul_backward(ctx, a.dbtc.data(), dwte + cols, nullptr, a.logits.data(), lnf_out, g->params[0] + p.wte + cols,
-                        BT, C, k.Vpl);
-        dx = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
-        { CommScope prof(ctx, *g->tp, "tp all-gather"); comm_all_gather(*g->tp, dwte, (size_t)c.padded_vocab_size * C); }
-        add_inplace(ctx, g->grads[0] + p.wte, dwte, (size_t)c.padded_vocab_size * C);
-    }
+    acquire(g, 0);  // the classifier is the tied embedding: its gradient goes to this rank's rows of wte
+    matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), lnf_out, g->params[0] + p.wte,
+                    BT, C, k.Vpl);
     release(g, 0);
+    // ∂loss/∂(lnf's output), this rank's rows: with tensor parallelism a sum over the ranks' columns
+    T* dx = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     ctx_zero(ctx, a.dresidual.data(), s.P * C * sizeof(T));
     acquire(g, unit_lnf(c));
     T *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
@@ -701,10 +701,10 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
         release(g, unit_of_block(l));
         grads_ready(g, unit_of_block(l));
     }
-    // the encoder's backward reads no parameters: no acquire. With sequence parallelism every
-    // rank runs it on every position's gradient (gathered), so its wte and wpe gradients are whole
-    // and the same on every rank, as without.
+    // the encoder's backward reads no parameters: no acquire. It runs on every position's
+    // gradient (with sequence parallelism gathered): each tp rank adds to its rows of wte the
+    // positions of their tokens, and every rank's wpe gradient is the whole one, the same bits.
     encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, tp_gather_rows(ctx, g->tp, s, a.dresidual.data(), a.whole.data(), C),
-                     a.tokens_host.data(), B, T_, C, (size_t)c.padded_vocab_size);
+                     a.tokens_host.data(), B, T_, C, (size_t)k.Vpl, k.lo);
     grads_ready(g, 0);
 }

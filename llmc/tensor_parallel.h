@@ -20,36 +20,42 @@ a transformer block needs only two all-reduces forward (Megatron's operator g) a
   backward    the gradient of each LayerNorm output is a sum over the ranks' column-parallel
               layers that read it                                                     → all-reduce
 
-The classifier is vocabulary-parallel: rank r computes the logits of its Vp/t of the vocabulary
-(wte's rows [r·Vp/t, (r+1)·Vp/t)) and the softmax is completed across the ranks from 3 floats a
-row (fused_classifier.cuh: classifier_stats, gathered, classifier_finish); its input gradient is
-a sum over the ranks' columns (one more all-reduce), and each rank's wte rows' gradient is
-gathered by all. So the B·T·Vp logits and the classifier's 6·Vp·C FLOPs a token split t ways.
-Everything else is replicated on every tp rank: the embeddings (wte too: the embedding lookup
-reads any row), the LayerNorms, the row-parallel layers' biases and the final LayerNorm. Their
-inputs and output gradients are the same bits on every rank (they come out of all-reduces and
-all-gathers, which give every rank the same values: comm.h), so their gradients are too, and
-each rank's AdamW keeps its copy equal to the others'. The gradient norm counts them once (tp
-rank 0's copy).
+The token embedding wte and the classifier, which shares it (weight tying), are
+vocabulary-parallel: rank r holds wte's rows [r·Vp/t, (r+1)·Vp/t), its Vp/t of the vocabulary.
+  embedding   the rank embeds the tokens among its rows and writes zero for the others; tp rank
+              0 adds the position embedding; the sum over the ranks (one more all-reduce) is the
+              embedding, bit for bit (x + 0 is exact). Its backward adds each position's
+              gradient to the row of its token on the rank that holds it (encoder.cuh)
+  classifier  the rank computes the logits of its rows, and the softmax is completed across
+              the ranks from 3 floats a row (fused_classifier.cuh: classifier_stats, gathered,
+              classifier_finish); its input gradient is a sum over the ranks' columns (one more
+              all-reduce), its wte gradient lands in the rank's own rows
+So wte's Vp·C parameters, gradient and AdamW state, the B·T·Vp logits and the classifier's
+6·Vp·C FLOPs a token all split t ways (GPT-2 124M's wte is 31% of its parameters).
+Everything else is replicated on every tp rank: the position embedding, the LayerNorms, the
+row-parallel layers' biases and the final LayerNorm. Their inputs and output gradients are the
+same bits on every rank (they come out of all-reduces and all-gathers, which give every rank
+the same values: comm.h), so their gradients are too, and each rank's AdamW keeps its copy
+equal to the others'. The gradient norm counts them once (tp rank 0's copy).
 
 The model (model.h) is written once: its layout gives each split tensor its local shape, and
-its block forward and backward call tp_sum (below) at the four points above; with t = 1 the
-layout is GPT-2's and tp_sum does nothing. Data parallelism composes: the dp group of a rank
+its forward and backward call tp_sum_rows (below) at the points above; with t = 1 the layout
+is GPT-2's and the sums do nothing. Data parallelism composes: the dp group of a rank
 is the ranks with its tp index (comm.h's mesh), each holding the same slice; ZeRO shards that
 slice.
 
 Per rank, with t tp ranks (Ψ_block = 12C² + 13C):
-  block parameters   12C²/t + 7C/t + 6C           (the C² weights split, 6C of vectors not)
+  parameters         Vp·C/t + maxT·C + L·(12C²/t + 7C/t + 6C) + 2C  (wte and the blocks' C²
+                     weights split; wpe, the LayerNorms and 6C of each block's vectors not)
   block activations  (4 + 12/t)·C per position    (ln1, ln2, the two residuals stay whole;
                                                    qkv, the attention output and the MLP's
                                                    hidden features split; model.h's list)
-  classifier         Vp/t logits per position, 3·t floats of stats, and a Vp·C buffer for
-                     the gathered wte gradient
-  communication      per micro-batch, 4L + 1 all-reduces of B·T·C elements (4 a block, and
-                     the classifier's input gradient): (4L + 1)·2(t−1)/t·B·T·C·s bytes sent
-                     per rank (s: 4 fp32, 2 bf16; --recompute full reruns the attention
-                     projection: 5L + 1), and all-gathers of the stats, (t−1)·B·T·12 bytes,
-                     and of the wte gradient, (t−1)/t·Vp·C·s
+  classifier         Vp/t logits per position, and 3·t floats of stats
+  communication      per micro-batch, 4L + 2 all-reduces of B·T·C elements (4 a block, the
+                     embedding, and the classifier's input gradient): (4L + 2)·2(t−1)/t·B·T·C·s
+                     bytes sent per rank (s: 4 fp32, 2 bf16; --recompute full reruns the
+                     attention projection: 5L + 2), and an all-gather of the stats,
+                     (t−1)·B·T·12 bytes
 The sums are blocking (comm_all_reduce_sum: on the compute stream, in order with the kernels)
 because the next op needs them; with NCCL they run beside data parallelism's overlapped
 collectives, which are on the dp group's communication stream. NCCL asks that operations on two
@@ -80,27 +86,25 @@ about the same, and the per-position activations split t ways. What changes arou
   - each LayerNorm's parameter gradient is now a sum over this rank's rows only: it is
     all-reduced over tp (2C elements, in a scratch buffer of its own: the gradient buffer
     already holds the earlier micro-batches' sums, which must not be summed again);
-  - the encoder runs on every position (its lookup reads any wte row) and each rank keeps its
-    rows; its backward all-gathers the residual gradient, so wte's and wpe's gradients come out
-    whole and the same on every rank, as without;
+  - the embedding's sum is a reduce-scatter too; its backward all-gathers the residual
+    gradient (a rank's wte rows take the gradient of their tokens wherever they are);
   - the classifier reads lnf's output at every position (gathered; its dlnf reduce-scattered).
 The forward computes what tensor parallelism alone does, bit for bit (each row's LayerNorm is
 the same arithmetic on either path, and gathers move bits); the LayerNorms' parameter gradients
 are summed in another order.
 Per rank with sequence parallelism, a micro-batch of N = B·T positions (s bytes an element):
   block activations  16·C/t per position (model.h's list), plus one gathered N·C buffer
-  communication      (4L + 1) reduce-scatters of N·C: (4L + 1)·(t−1)/t·N·C·s bytes sent;
+  communication      (4L + 2) reduce-scatters of N·C: (4L + 2)·(t−1)/t·N·C·s bytes sent;
                      all-gathers of N·C, 2L + 1 forward (ln1, ln2 a block; lnf) and 4L + 2
                      backward (a block: the residual gradient twice, ln1 and ln2; lnf; the
                      encoder's gradient): (6L + 3)·(t−1)/t·N·C·s, besides the classifier's
-                     stats and wte gradient as above; 2L + 1 all-reduces of 2C (the LayerNorms'
-                     parameter gradients). --recompute full adds a reduce-scatter and two
+                     stats as above; 2L + 1 all-reduces of 2C (the LayerNorms' parameter
+                     gradients). --recompute full adds a reduce-scatter and two
                      all-gathers a block (its rerun); selective adds nothing.
 
-Not here yet: a vocabulary-parallel embedding (wte split by rows for the lookup too: its Vp·C
-parameters, gradient and AdamW state split t ways, for one all-reduce of B·T·C instead of the
-wte gradient's all-gather); gathering the wte gradient once a step rather than once a
-micro-batch; overlapping the sequence-parallel gathers with the products that follow them.
+Not here yet: overlapping the collectives with the products around them (Megatron overlaps
+the sequence-parallel all-gather with the matmul that reads it, chunk by chunk); running them
+on GPUs.
 
 Tests: test/test_tp.sh (tp = 2 and dp × tp = 2 × 2 with ZeRO against one process, with and
 without --sp; memory and bytes against the formulas above; recompute; resume; bf16; padding;
@@ -182,15 +186,6 @@ inline const T* tp_gather_rows(const Ctx& ctx, Group* tp, const SeqSplit& s, con
     CommScope prof(ctx, *tp, "tp all-gather");
     comm_all_gather(*tp, whole, s.whole * C);
     return whole;
-}
-
-// Keeps this rank's rows of `whole` (all N rows written, room for t·P) in `mine`: the encoder's
-// output, which every rank computes whole (it reads any row of wte, which stays replicated).
-// The padding rows are zero. Nothing without sequence parallelism (then whole is mine).
-template <class T> inline void tp_keep_rows(const Ctx& ctx, const Group* tp, const SeqSplit& s, T* whole, T* mine, size_t C) {
-    if (!s.on) return;
-    if (s.whole > s.N) ctx_zero(ctx, whole + s.N * C, (s.whole - s.N) * C * sizeof(T));
-    ctx_copy(ctx, mine, whole + (size_t)tp->rank * s.P * C, s.P * C * sizeof(T));
 }
 
 // This rank's rows of Σ over the tp ranks of `partial` (N·C elements written, room for t·P·C):

@@ -82,23 +82,27 @@ template <class X> static double bx(double fp32_bound) { return std::is_same_v<X
 template <class X> static double bs(double fp32_bound) { return std::is_same_v<X, float> ? fp32_bound : 10 * fp32_bound; }
 
 // used: the token ids are drawn from [0, used): few distinct ids give long runs of one token
-// (several segments of the backward's, in dwte's partial sums)
-template <class X> static void check_encoder(int B, int T, int C, int V, int used = 0) {
-    char name[96]; snprintf(name, sizeof(name), "%s encoder B=%d T=%d C=%d tokens<%d", dtype_name<X>(), B, T, C, used ? used : V / 2);
-    auto wte = randn<X>((size_t)V * C), wpe = randn<X>((size_t)T * C), dout = randn<X>((size_t)B * T * C);
+// (several segments of the backward's, in dwte's partial sums). rows > 0: a vocabulary-parallel
+// rank's encoder (tensor_parallel.h), its wte the vocabulary's rows [lo, lo + rows) and no wpe.
+template <class X> static void check_encoder(int B, int T, int C, int V, int used = 0, int lo = 0, int rows = 0) {
+    const bool part = rows > 0;
+    if (!part) rows = V;
+    char name[128]; snprintf(name, sizeof(name), "%s encoder B=%d T=%d C=%d tokens<%d%s", dtype_name<X>(), B, T, C, used ? used : V / 2,
+                             part ? (" wte rows [" + std::to_string(lo) + ", " + std::to_string(lo + rows) + "), no wpe").c_str() : "");
+    auto wte = randn<X>((size_t)rows * C), wpe = randn<X>((size_t)T * C), dout = randn<X>((size_t)B * T * C);
     std::vector<int> tok(B * T);
     for (auto& t : tok) t = (int)rng.below(used ? used : V / 2);  // repeats
     std::vector<X> out((size_t)B * T * C), cwte = vec_cast<X>(wte), cwpe = vec_cast<X>(wpe);
-    encoder_forward(cpu, out.data(), tok.data(), cwte.data(), cwpe.data(), B, T, C);
+    encoder_forward(cpu, out.data(), tok.data(), cwte.data(), part ? nullptr : cwpe.data(), B, T, C, lo, rows);
     Buf<int> dtok; dtok.alloc(gpu, tok.size()); ctx_copy(gpu, dtok.data(), tok.data(), tok.size() * 4);
     Dev<X> gwte(wte), gwpe(wpe), gout(vec_widen(out), true);
-    encoder_forward(gpu, gout.p(), dtok.data(), gwte.p(), gwpe.p(), B, T, C);
+    encoder_forward(gpu, gout.p(), dtok.data(), gwte.p(), part ? nullptr : gwpe.p(), B, T, C, lo, rows);
     compare(name, "forward", vec_widen(out), gout.host(), bx<X>(1e-6));
-    auto dwte = randn<X>((size_t)V * C), dwpe = randn<X>((size_t)T * C);
+    auto dwte = randn<X>((size_t)rows * C), dwpe = randn<X>((size_t)T * C);
     Dev<X> gdwte(dwte), gdwpe(dwpe), gdout(dout);
     std::vector<X> cdwte = vec_cast<X>(dwte), cdwpe = vec_cast<X>(dwpe), cdout = vec_cast<X>(dout);
-    encoder_backward(cpu, cdwte.data(), cdwpe.data(), cdout.data(), tok.data(), B, T, C, (size_t)V);
-    encoder_backward(gpu, gdwte.p(), gdwpe.p(), gdout.p(), tok.data(), B, T, C, (size_t)V);
+    encoder_backward(cpu, cdwte.data(), cdwpe.data(), cdout.data(), tok.data(), B, T, C, (size_t)rows, lo);
+    encoder_backward(gpu, gdwte.p(), gdwpe.p(), gdout.p(), tok.data(), B, T, C, (size_t)rows, lo);
     compare(name, "dwte (+=)", vec_widen(cdwte), gdwte.host(), bx<X>(1e-5));
     compare(name, "dwpe (+=)", vec_widen(cdwpe), gdwpe.host(), bx<X>(1e-5));
 }
@@ -473,6 +477,9 @@ template <class X> static void check_all() {
     check_encoder<X>(4, 64, 768, 50257);
     check_encoder<X>(4, 64, 200, 50257, 3);  // ~85 positions per token: 3 segments each
     check_encoder<X>(3, 40, 100, 50, 2);     // ~60 positions per token: 2 segments; bf16 C = 100: one element per load
+    check_encoder<X>(4, 64, 200, 1000, 600, 300, 250);  // vocabulary-parallel: some tokens in this rank's rows
+    check_encoder<X>(4, 64, 200, 1000, 3, 1, 1);        // one row, ~85 positions: 3 segments
+    check_encoder<X>(2, 7, 13, 50, 20, 25, 25);         // none of the tokens in this rank's rows
     check_layernorm<X>(7, 13);
     check_layernorm<X>(256, 768);
     check_layernorm<X>(300, 200);  // bf16 packs: lanes past C, a last chunk of 12 rows

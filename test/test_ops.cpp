@@ -94,6 +94,44 @@ static void test_encoder() {
     fd_check("encoder dwpe", wpe.data(), wpe.size(), dwpe.data(), loss);
 }
 
+// The vocabulary-parallel encoder (encoder.cuh): wte's rows split over t parts (t = 2, 3; Vp
+// not a multiple of 3: the parts are ⌈V/t⌉ rows, the last shorter), the position embedding
+// added by part 0 alone. The parts' outputs summed are the whole encoder's bit for bit (each
+// position gets its row from one part and exact zeros from the others), and each part's dwte
+// is its rows of the whole backward's, bit for bit (the same positions summed in the same
+// order); every part's dwpe is the whole dwpe.
+static void test_encoder_vocab_parallel() {
+    const int B = 3, T = 6, C = 5, V = 20;
+    auto wte = randn(V * C), wpe = randn(T * C), d = randn(B * T * C);
+    std::vector<int> tok(B * T);
+    for (auto& t : tok) t = (int)rng.below(V);
+    tok[4] = tok[1]; tok[9] = tok[1];  // a repeated token
+    avec<float> whole(B * T * C), dwte(V * C, 0), dwpe(T * C, 0);
+    encoder_forward(ctx, whole.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    encoder_backward(ctx, dwte.data(), dwpe.data(), d.data(), tok.data(), B, T, C, (size_t)V);
+    for (int t : {2, 3}) {
+        const int per = (V + t - 1) / t;
+        std::vector<float> sum(B * T * C, 0.0f);
+        bool grads_ok = true;
+        for (int r = 0; r < t; r++) {
+            const int lo = r * per, rows = std::min(per, V - lo);
+            avec<float> out(B * T * C), pdwte((size_t)rows * C, 0), pdwpe(T * C, 0);
+            encoder_forward(ctx, out.data(), tok.data(), wte.data() + (size_t)lo * C, r == 0 ? wpe.data() : nullptr, B, T, C, lo, rows);
+            for (size_t i = 0; i < sum.size(); i++) sum[i] += out[i];
+            encoder_backward(ctx, pdwte.data(), pdwpe.data(), d.data(), tok.data(), B, T, C, (size_t)rows, lo);
+            for (size_t i = 0; i < pdwte.size(); i++) grads_ok &= pdwte[i] == dwte[(size_t)lo * C + i];
+            for (size_t i = 0; i < pdwpe.size(); i++) grads_ok &= pdwpe[i] == dwpe[i];
+        }
+        bool out_ok = true;
+        for (size_t i = 0; i < sum.size(); i++) out_ok &= sum[i] == whole[i];
+        char name[128];
+        snprintf(name, sizeof(name), "encoder, vocabulary in %d parts: the parts' outputs sum to the whole encoder's, bit for bit", t);
+        report(out_ok, name);
+        snprintf(name, sizeof(name), "encoder, vocabulary in %d parts: each part's dwte is its rows of the whole, dwpe the whole's", t);
+        report(grads_ok, name);
+    }
+}
+
 static void test_layernorm() {
     int N = 6, C = 13;
     auto x = randn(N * C), w = randn(C), b = randn(C), R = randn(N * C);
@@ -581,7 +619,7 @@ static void test_mfu() {
 // elements are held exactly once (split) or by every rank (replicated), each rank's pieces fill
 // its local tensor exactly once, the model file's pieces of a block cover its range of the file
 // once when the replicated ones are written by tp rank 0 alone, and a rank's initialization is
-// its slice of the whole block's.
+// its slice of the whole block's (and of the whole wte: its Vp/t rows).
 static void test_tp_slices() {
     GPTConfig c;
     c.num_layers = 3; c.channels = 16; c.num_heads = 4; c.max_seq_len = 8; c.vocab_size = 50; c.padded_vocab_size = 64;
@@ -613,6 +651,14 @@ static void test_tp_slices() {
                 for (const TPPiece& q : block_tensor_pieces(p, (BlockTensor)k, c.channels))
                     for (size_t i = 0; i < q.n; i++)
                         init_ok &= mine[p.in_block[k] + q.local_off + i] == whole[full.in_block[k] + q.full_off + i];
+            // the embeddings: this rank's Vp/t rows of wte, then all of wpe
+            const size_t wte_n = p.wpe - p.wte, wpe_n = p.blocks - p.wpe;
+            std::vector<float> emb(p.blocks), whole_emb(full.blocks);
+            gpt_init_unit(c, p, 0, 7, emb.data());
+            gpt_init_unit(c, full, 0, 7, whole_emb.data());
+            init_ok &= wte_n * t == (size_t)c.padded_vocab_size * c.channels;
+            for (size_t i = 0; i < wte_n; i++) init_ok &= emb[i] == whole_emb[r * wte_n + i];
+            for (size_t i = 0; i < wpe_n; i++) init_ok &= emb[wte_n + i] == whole_emb[full.wpe + i];
         }
         for (int h : file_hits) file_ok &= h == 1;
         char name[160];
@@ -620,7 +666,7 @@ static void test_tp_slices() {
         report(tensors_ok, name);
         snprintf(name, sizeof(name), "tp=%d: the ranks' model-file pieces cover the file once (replicated ones from tp rank 0)", t);
         report(file_ok, name);
-        snprintf(name, sizeof(name), "tp=%d: each rank initializes its slice of the whole block's values", t);
+        snprintf(name, sizeof(name), "tp=%d: each rank initializes its slice of the whole block's values, and its rows of wte", t);
         report(init_ok, name);
     }
 }
@@ -686,6 +732,7 @@ int main() {
     test_data_order();
     test_tp_slices();
     test_classifier_vocab_parallel();
+    test_encoder_vocab_parallel();
     printf("# test_ops: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -4,13 +4,12 @@
 #   equivalence:  tp = 2, and dp = 2 × tp = 2 with ZeRO 0, 1, 2, 3 and accumulation 2: per-step
 #                 losses within 1e-5, and every tensor changed alike (compare_models.py
 #                 --updates: the model file the tp ranks write together against one process's)
-#   memory:       each rank's parameters are Vp·C + maxT·C + L·(12C²/t + 7C/t + 6C) + 2C, and its
-#                 activations (4 + 12/t)·C per block and Vp/t logits a position, plus the
-#                 classifier's stats and wte gradient (model.h's list), to the byte
-#   volume:       the tp group's all-reduces send (4L + 1)·A·2(t−1)/t·B·T·C·s bytes a step (4 a
-#                 block and the classifier's input gradient per micro-batch; --recompute full
-#                 5L + 1), its all-gathers A·((t−1)·B·T·12 + (t−1)/t·Vp·C·s) (the classifier's
-#                 stats and wte gradient)
+#   memory:       each rank's parameters are Vp·C/t + maxT·C + L·(12C²/t + 7C/t + 6C) + 2C, and
+#                 its activations (4 + 12/t)·C per block and Vp/t logits a position, plus the
+#                 classifier's stats (model.h's list), to the byte
+#   volume:       the tp group's all-reduces send (4L + 2)·A·2(t−1)/t·B·T·C·s bytes a step (4 a
+#                 block, the embedding and the classifier's input gradient per micro-batch;
+#                 --recompute full 5L + 2), its all-gathers A·(t−1)·B·T·12 (the classifier's stats)
 #   recompute:    tp = 2 with --recompute selective and full is the run without it, bit for bit
 #   evaluation:   tp = 2 gives one process's --val-tokens loss (1e-5) and samples; --profile
 #                 gives the tp all-reduces a row of their own
@@ -146,25 +145,24 @@ def mem(name):  # {rank: (params, activations)} from the "memory rank" lines
         if m: out[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
     return out
 one, two = mem("ref_a1"), mem("tp2")
-psi_t = Vp * C + maxT * C + L * (12 * C * C // t + 7 * C // t + 6 * C) + 2 * C
+psi_t = Vp * C // t + maxT * C + L * (12 * C * C // t + 7 * C // t + 6 * C) + 2 * C
 ok = len(two) == 2 and all(p == s * psi_t for p, _ in two.values())
-print(("ok" if ok else "not ok") + f" - tp=2: each rank holds Vp*C + maxT*C + L*(12C^2/t + 7C/t + 6C) + 2C = {psi_t} parameters "
+print(("ok" if ok else "not ok") + f" - tp=2: each rank holds Vp*C/t + maxT*C + L*(12C^2/t + 7C/t + 6C) + 2C = {psi_t} parameters "
       f"(one process {one[0][0] // s})")
 # per position: L blocks of (3C + C + 4C + 4C)(1 - 1/t) elements (qkv, attention output, the MLP's
 # two hidden buffers) and NH(1 - 1/t) lse floats, the backward's dqkv + dfch scratch (7C)(1 - 1/t)
-# and Vp(1 - 1/t) logits; added: every rank's classifier stats (3 floats a position) and the
-# gathered wte gradient (Vp·C)
+# and Vp(1 - 1/t) logits; added: every rank's classifier stats (3 floats a position)
 saved = B * T * (L * 12 * C * (t - 1) // t * s + L * NH * (t - 1) // t * 4 + 7 * C * (t - 1) // t * s + Vp * (t - 1) // t * s)
-added = t * B * T * 3 * 4 + Vp * C * s
+added = t * B * T * 3 * 4
 ok = len(two) == 2 and all(a == one[0][1] - saved + added for _, a in two.values())
 print(("ok" if ok else "not ok") + f" - tp=2: each rank's activations are one process's less (12C + NH + 7C/L + Vp/L)(1-1/t) per "
-      f"block and position, plus the classifier's stats and wte gradient: {one[0][1]} - {saved} + {added} B")
+      f"block and position, plus the classifier's stats: {one[0][1]} - {saved} + {added} B")
 rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/tp2.jsonl")]
-reduce = (4 * L + 1) * 2 * (t - 1) / t * B * T * C * s
-gather = (t - 1) * B * T * 3 * 4 + (t - 1) / t * Vp * C * s
+reduce = (4 * L + 2) * 2 * (t - 1) / t * B * T * C * s
+gather = (t - 1) * B * T * 3 * 4
 ok = all(r.get("tp_all_reduce") == reduce and r.get("tp_all_gather") == gather for r in rows) and len(rows) == 5
-print(("ok" if ok else "not ok") + f" - tp=2: the tp group's all-reduces send (4L+1)*2(t-1)/t*B*T*C*s = {reduce:.0f} bytes a step, "
-      f"its all-gathers (t-1)*B*T*12 + (t-1)/t*Vp*C*s = {gather:.0f} (got {rows[-1] if rows else None})")
+print(("ok" if ok else "not ok") + f" - tp=2: the tp group's all-reduces send (4L+2)*2(t-1)/t*B*T*C*s = {reduce:.0f} bytes a step, "
+      f"its all-gathers (t-1)*B*T*12 = {gather:.0f} (got {rows[-1] if rows else None})")
 # sequence parallelism: per position, the residual stream and LayerNorm outputs (4C a block: ln1,
 # res2, ln2, res3; and encoded, lnf, the forward's scratch and the residual gradient) and their
 # statistics (4 floats a block, 2 for lnf) are 1/t on each rank; added: the gathered buffer
@@ -176,16 +174,16 @@ ok = len(sp) == 2 and all(a == two[0][1] - cut + B * T * C * s + 2 * C * s for _
 print(("ok" if ok else "not ok") + f" - tp=2 --sp 1: the same parameters; activations tp=2's less ((4L+4)C + 4L+2 floats)(1-1/t) a "
       f"position, plus the gathered buffer and a LayerNorm's gradient: {two[0][1]} - {cut} + {B * T * C * s + 2 * C * s} B "
       f"(got {sorted(a for _, a in sp.values())})")
-# volume: the 4L+1 all-reduces of B·T·C become reduce-scatters (half the bytes); the all-gathers
+# volume: the 4L+2 all-reduces of B·T·C become reduce-scatters (half the bytes); the all-gathers
 # add 6L+3 of B·T·C: per block ln1 and ln2 forward, and backward the residual gradient twice and
 # ln1 and ln2 again; lnf forward and backward, and the encoder's gradient; and every LayerNorm's
 # parameter gradient (2C) is all-reduced: 2L+1 of them
 half = (t - 1) / t * B * T * C * s
 rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/tp2sp.jsonl")]
-want = {"tp_reduce_scatter": (4 * L + 1) * half, "tp_all_gather": gather + (6 * L + 3) * half,
+want = {"tp_reduce_scatter": (4 * L + 2) * half, "tp_all_gather": gather + (6 * L + 3) * half,
         "tp_all_reduce": (2 * L + 1) * 2 * (t - 1) / t * 2 * C * s}
 ok = len(rows) == 5 and all(all(r.get(k) == v for k, v in want.items()) for r in rows)
-print(("ok" if ok else "not ok") + f" - tp=2 --sp 1: reduce-scatters (4L+1)*(t-1)/t*B*T*C*s, all-gathers tp=2's + (6L+3)*(t-1)/t*B*T*C*s, "
+print(("ok" if ok else "not ok") + f" - tp=2 --sp 1: reduce-scatters (4L+2)*(t-1)/t*B*T*C*s, all-gathers tp=2's + (6L+3)*(t-1)/t*B*T*C*s, "
       f"all-reduces (2L+1)*2(t-1)/t*2C*s: {want} (got {rows[-1] if rows else None})")
 PY
 close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2.jsonl" "tp=2 validation" 1e-5 val_loss
@@ -200,7 +198,7 @@ $PY - "$tmp/tp2.jsonl" "$tmp/tp2_full.jsonl" <<'PY'
 import json, sys
 L = 2  # (d2)
 a, b = ([json.loads(l)["comm_bytes"].get("tp_all_reduce") for l in open(p)] for p in sys.argv[1:3])
-ok = len(a) == len(b) > 0 and all(y == (5 * L + 1) * x / (4 * L + 1) for x, y in zip(a, b))
+ok = len(a) == len(b) > 0 and all(y == (5 * L + 2) * x / (4 * L + 2) for x, y in zip(a, b))
 print(("ok" if ok else "not ok") + f" - tp=2 --recompute full: 5 all-reduces a block instead of 4 ({b[-1] if b else None} bytes a step)")
 PY
 # with --sp 1: the rerun gathers ln1 and ln2 again and reduce-scatters the attention projection
