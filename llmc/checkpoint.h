@@ -326,8 +326,10 @@ template <class T> inline TrainState checkpoint_load(const std::string& dir, Dat
         files[q] = fopen_or_die(sp.c_str(), "rb");
         int64_t h[STATE_HEADER];
         fread_or_die(h, sizeof(int64_t), STATE_HEADER, files[q], sp.c_str());
-        if (h[0] != STATE_MAGIC || h[8] != (int64_t)d->g->layout.total || h[9] != old_N)
-            fatal("'%s' does not belong to this checkpoint (or to this model)", sp.c_str());
+        if (h[0] != STATE_MAGIC || h[9] != old_N) fatal("'%s' does not belong to this checkpoint", sp.c_str());
+        if (h[8] != (int64_t)d->g->layout.total)  // (e.g. a tp checkpoint from before wte was split over the tp ranks)
+            fatal("'%s' holds AdamW state for %lld parameters a rank, this run's layout %zu: another model, or a checkpoint "
+                  "of an older layout (its model.bin loads with --model)", sp.c_str(), (long long)h[8], d->g->layout.total);
     }
     size_t old_total = 0;
     std::vector<size_t> old_off(d->units.size());

@@ -31,6 +31,7 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include "../llmc/schedulers.h"
 #include "../llmc/outliers.h"
 #include "../llmc/mfu.h"
+#include "../llmc/pipeline.h"
 
 static int n_pass = 0, n_fail = 0;
 static void report(bool ok, const char* name, const char* fmt = "", double a = 0, double b = 0) {
@@ -130,6 +131,60 @@ static void test_encoder_vocab_parallel() {
         snprintf(name, sizeof(name), "encoder, vocabulary in %d parts: each part's dwte is its rows of the whole, dwpe the whole's", t);
         report(grads_ok, name);
     }
+}
+
+// Pipeline schedules (pipeline.h): run in time by the simulator, each schedule does every forward
+// and backward once, cannot deadlock, and idles the fraction the header's formula says; each
+// stage's peak of live activations is the schedule's (gpipe m; 1f1b min(p − s, m); interleaved
+// its warm-up forwards + 1, in chunks). The times are sums of multiples of 1/v (v ≤ 4 here, and
+// 3: not exact in binary), so the bubble agrees to round-off: 1e-12. A schedule that runs a
+// backward before its forward, or drops a step, is refused.
+static void test_pipeline_schedules() {
+    struct Case { PPSchedule kind; int p, m, v; };
+    const Case cases[] = {{PPSchedule::GPipe, 4, 8, 1},       {PPSchedule::GPipe, 2, 3, 1},       {PPSchedule::OneFOneB, 4, 8, 1},
+                          {PPSchedule::OneFOneB, 4, 2, 1},    {PPSchedule::OneFOneB, 2, 5, 1},    {PPSchedule::Interleaved, 4, 8, 2},
+                          {PPSchedule::Interleaved, 2, 4, 2}, {PPSchedule::Interleaved, 4, 4, 2}, {PPSchedule::Interleaved, 4, 8, 4},
+                          {PPSchedule::Interleaved, 2, 8, 3}};
+    for (const Case& k : cases) {
+        const PPTiming t = pp_simulate(k.kind, k.p, k.m, k.v);
+        const double want = pp_bubble_formula(k.kind, k.p, k.m, k.v);
+        bool peaks_ok = t.ok && (int)t.peak_alive.size() == k.p;
+        for (int s = 0; peaks_ok && s < k.p; s++) {
+            const int peak = k.kind == PPSchedule::GPipe ? k.m
+                           : k.kind == PPSchedule::OneFOneB ? std::min(k.p - s, k.m)
+                           : std::min((k.p - s - 1) * 2 + (k.v - 1) * k.p + 1, k.m * k.v);
+            peaks_ok = t.peak_alive[s] == peak;
+        }
+        char name[200];
+        snprintf(name, sizeof(name), "pipeline %s p=%d m=%d%s: every step once, no deadlock, bubble %.4f = (p-1)/(%sm+p-1), peaks %s",
+                 PP_SCHEDULE_NAMES[(int)k.kind], k.p, k.m, k.kind == PPSchedule::Interleaved ? (" v=" + std::to_string(k.v)).c_str() : "",
+                 t.bubble, k.kind == PPSchedule::Interleaved ? "v*" : "", peaks_ok ? "as the schedule's" : "WRONG");
+        report(t.ok && std::fabs(t.bubble - want) <= 1e-12 && peaks_ok, name);
+        if (!t.ok) printf("#   %s\n", t.why.c_str());
+    }
+    std::vector<std::vector<PPStep>> steps(2);
+    for (int s = 0; s < 2; s++) steps[s] = pp_schedule(PPSchedule::OneFOneB, 2, s, 4);
+    std::swap(steps[1][0], steps[1][1]);  // the last stage's first backward before its forward
+    const PPTiming bad = pp_simulate_steps(steps, 4, 1, 1.0, 2.0);
+    steps[1] = pp_schedule(PPSchedule::OneFOneB, 2, 1, 4);
+    steps[0].pop_back();                  // a backward missing
+    const PPTiming short_list = pp_simulate_steps(steps, 4, 1, 1.0, 2.0);
+    report(!bad.ok && bad.why.find("deadlock") == 0 && !short_list.ok, "pipeline: a backward before its forward deadlocks, a missing step is refused");
+    // the layers of P virtual stages: every layer once, in order, sizes within one of each other
+    bool layers_ok = true;
+    for (int L : {12, 5, 48})
+        for (int P : {1, 2, 4, 5}) {
+            if (P > L) continue;
+            int at = 0, lo = L, hi = 0;
+            for (int vs = 0; vs < P; vs++) {
+                const LayerRange r = pp_layers(L, P, vs);
+                layers_ok &= r.first == at && r.end > r.first;
+                lo = std::min(lo, r.end - r.first); hi = std::max(hi, r.end - r.first);
+                at = r.end;
+            }
+            layers_ok &= at == L && hi - lo <= 1;
+        }
+    report(layers_ok, "pipeline: L = 12, 5, 48 layers over 1, 2, 4, 5 stages: each layer once, in order, stage sizes within one");
 }
 
 static void test_layernorm() {
@@ -733,6 +788,7 @@ int main() {
     test_tp_slices();
     test_classifier_vocab_parallel();
     test_encoder_vocab_parallel();
+    test_pipeline_schedules();
     printf("# test_ops: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

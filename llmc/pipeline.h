@@ -1,0 +1,162 @@
+/*
+pipeline.h — pipeline parallelism's plan: which layers each stage holds, and in which order each
+stage runs the forward and backward of a step's micro-batches (GPipe, 1F1B, interleaved 1F1B),
+with a simulator that measures a schedule's bubble and the activations it keeps alive.
+
+The p ranks of the pp group (comm.h's mesh) are the stages of a pipeline. Stage s holds a
+contiguous range of the L blocks (stage 0 also the embeddings, stage p−1 the final LayerNorm and
+the classifier) and hands its output activation (B·T·C elements) to stage s+1; backward, the
+gradient of that activation comes back. A step's m micro-batches flow through the stages:
+  F(s, k) needs F(s−1, k)                 (its input: the previous stage's output)
+  B(s, k) needs B(s+1, k) and F(s, k)     (its output's gradient, and its own activations)
+With interleaving (Megatron-LM, Narayanan et al., 2021) each stage holds v chunks of L/(p·v)
+layers instead of one of L/p: chunk c of stage s is the virtual stage c·p + s, so a micro-batch
+passes every stage v times, and the rules above hold for the p·v virtual stages.
+
+Schedules (pp_schedule: one stage's list of steps, run in order):
+  gpipe        every forward, then every backward (Huang et al., 2019): the activations of all
+               m micro-batches are alive at once
+  1f1b         (PipeDream-Flush, Narayanan et al., 2021) p − s − 1 forwards to fill the pipeline,
+               then one forward and one backward in turn, then the rest of the backwards: at most
+               p − s micro-batches alive on stage s, whatever m
+  interleaved  1f1b over the virtual stages, Megatron's order: forwards go through the chunks
+               p micro-batches at a time; (p − s − 1)·2 + (v − 1)·p warm-up forwards
+Bubble: with a micro-batch's forward and backward taking t_F and t_B on a stage (a chunk's,
+t_F/v and t_B/v), the first backward cannot start before the first micro-batch went through
+every stage, and the last stage waits as long at the end:
+    gpipe, 1f1b    the step takes (m + p − 1)·(t_F + t_B): idle a fraction (p − 1)/(m + p − 1)
+    interleaved    (p − 1)/(v·m + p − 1): the fill and drain are v times shorter
+(Megatron-LM's (p − 1)/m and (p − 1)/(v·m) are the same idle time relative to the busy time.)
+pp_simulate runs a schedule with those times and the dependencies above, and gives its step
+time, bubble and the peak number of micro-batch activations (chunks of them, interleaved) each
+stage holds; it also proves the schedule cannot deadlock with buffered sends.
+
+Not here yet: the executor (the trainer's --pp), which needs the model's activations per
+micro-batch in flight, the sends and receives between stages, and wte on the first and last
+stage (tied: their gradients summed). Tests: test/test_ops.cpp (every schedule: each F and B once
+and in a valid order; the simulated bubbles and peaks against the formulas above).
+*/
+#pragma once
+#include <algorithm>
+#include <string>
+#include <vector>
+#include "common.h"
+
+enum class PPSchedule { GPipe, OneFOneB, Interleaved };
+inline const char* const PP_SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved"};  // --pp-schedule's values
+
+// The layers [first, end) of virtual stage vs of P = p·v: L split as evenly as it goes (the first
+// L mod P virtual stages one more).
+struct LayerRange { int first, end; };
+inline LayerRange pp_layers(int L, int P, int vs) {
+    const int base = L / P, extra = L % P;
+    const int first = vs * base + std::min(vs, extra);
+    return {first, first + base + (vs < extra ? 1 : 0)};
+}
+
+// One step of a stage's schedule: the forward or backward of micro-batch `micro` through the
+// stage's chunk `chunk` (0 without interleaving).
+struct PPStep { bool forward; int micro, chunk; };
+
+// Stage s's steps for m micro-batches on p stages, v chunks a stage (interleaved; 1 otherwise).
+// Interleaved needs m to be a multiple of p (Megatron's order sends p micro-batches through each
+// chunk in turn).
+inline std::vector<PPStep> pp_schedule(PPSchedule kind, int p, int s, int m, int v = 1) {
+    std::vector<PPStep> out;
+    if (kind == PPSchedule::GPipe) {
+        for (int k = 0; k < m; k++) out.push_back({true, k, 0});
+        for (int k = 0; k < m; k++) out.push_back({false, k, 0});
+        return out;
+    }
+    if (kind == PPSchedule::OneFOneB) v = 1;
+    CHECK(kind != PPSchedule::Interleaved || m % p == 0, "interleaved schedule: %d micro-batches is not a multiple of %d stages", m, p);
+    // virtual micro-batch i: the forwards take p micro-batches through chunk 0, the same p through
+    // chunk 1, …, then the next p; the backwards the same, from the last chunk down
+    const int M = m * v;
+    auto micro = [&](int i) { return (i / (p * v)) * p + i % p; };
+    auto fwd = [&](int i) { return PPStep{true, micro(i), (i / p) % v}; };
+    auto bwd = [&](int i) { return PPStep{false, micro(i), v - 1 - (i / p) % v}; };
+    const int warm = std::min(M, kind == PPSchedule::OneFOneB ? p - s - 1 : (p - s - 1) * 2 + (v - 1) * p);
+    for (int i = 0; i < warm; i++) out.push_back(fwd(i));
+    for (int i = 0; i < M - warm; i++) { out.push_back(fwd(warm + i)); out.push_back(bwd(i)); }
+    for (int i = M - warm; i < M; i++) out.push_back(bwd(i));
+    return out;
+}
+
+// The result of running a schedule in time.
+struct PPTiming {
+    bool ok = true;
+    std::string why;              // when not ok: the first step found out of order, or the deadlock
+    double step_time = 0;         // from the first forward to the last backward
+    double bubble = 0;            // the fraction of step_time a stage is idle
+    std::vector<int> peak_alive;  // per stage: the most micro-batch activations (chunks) held at once
+};
+
+// Runs the p stages' lists of steps (steps[s]: stage s's, v chunks a stage) with a forward taking
+// t_F and a backward t_B per micro-batch per stage (t_F/v and t_B/v a chunk), each stage one step
+// at a time in its order, each step as soon as its stage is free and its inputs exist (sends are
+// buffered: a stage never waits for the receiver). Each step's start is the latest of those
+// times, so the order the loop finds them in does not matter; a pass that places no step while
+// some remain is a deadlock.
+inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps, int m, int v, double t_F, double t_B) {
+    const int p = (int)steps.size(), V = p * v;  // stages, virtual stages
+    PPTiming r;
+    // done_F[vs][k], done_B[vs][k]: when virtual stage vs finished micro-batch k (< 0: not yet)
+    std::vector<std::vector<double>> done_F(V, std::vector<double>(m, -1)), done_B = done_F;
+    std::vector<size_t> next(p, 0);
+    std::vector<double> free_at(p, 0.0);
+    for (int s = 0; s < p; s++) {  // every (chunk, micro-batch) once forward and once backward
+        std::vector<int> count((size_t)v * m * 2, 0);
+        for (const PPStep& st : steps[s]) {
+            if (st.micro < 0 || st.micro >= m || st.chunk < 0 || st.chunk >= v) { r.ok = false; r.why = "a step out of range"; return r; }
+            count[((size_t)st.chunk * m + st.micro) * 2 + st.forward]++;
+        }
+        for (int c : count) if (c != 1) { r.ok = false; r.why = "stage " + std::to_string(s) + " does not run every step once"; return r; }
+    }
+    for (bool placed = true; placed;) {
+        placed = false;
+        for (int s = 0; s < p; s++) {
+            while (next[s] < steps[s].size()) {
+                const PPStep st = steps[s][next[s]];
+                const int vs = st.chunk * p + s, k = st.micro;
+                double a = 0.0, b = 0.0;  // when its inputs were made (< 0: not yet)
+                if (st.forward) a = vs == 0 ? 0.0 : done_F[vs - 1][k];
+                else { a = done_F[vs][k]; b = vs == V - 1 ? 0.0 : done_B[vs + 1][k]; }
+                if (a < 0 || b < 0) break;
+                const double start = std::max({free_at[s], a, b});
+                free_at[s] = start + (st.forward ? t_F : t_B) / v;
+                (st.forward ? done_F : done_B)[vs][k] = free_at[s];
+                next[s]++;
+                placed = true;
+            }
+        }
+    }
+    for (int s = 0; s < p; s++)
+        if (next[s] < steps[s].size()) {
+            r.ok = false;
+            r.why = "deadlock: stage " + std::to_string(s) + " waits at its step " + std::to_string(next[s]);
+            return r;
+        }
+    r.step_time = *std::max_element(free_at.begin(), free_at.end());
+    r.bubble = 1.0 - m * (t_F + t_B) / r.step_time;
+    for (int s = 0; s < p; s++) {
+        int alive = 0, peak = 0;
+        for (const PPStep& st : steps[s]) { alive += st.forward ? 1 : -1; peak = std::max(peak, alive); }
+        r.peak_alive.push_back(peak);
+    }
+    return r;
+}
+
+// pp_simulate_steps of a schedule's lists.
+inline PPTiming pp_simulate(PPSchedule kind, int p, int m, int v = 1, double t_F = 1.0, double t_B = 2.0) {
+    if (kind != PPSchedule::Interleaved) v = 1;
+    std::vector<std::vector<PPStep>> steps(p);
+    for (int s = 0; s < p; s++) steps[s] = pp_schedule(kind, p, s, m, v);
+    return pp_simulate_steps(steps, m, v, t_F, t_B);
+}
+
+// The bubble the header's formulas give.
+inline double pp_bubble_formula(PPSchedule kind, int p, int m, int v = 1) {
+    if (kind != PPSchedule::Interleaved) v = 1;
+    return (double)(p - 1) / ((double)v * m + p - 1);
+}
