@@ -20,8 +20,9 @@
 #   sequence par. --sp 1: tp = 2 and dp = 2 × tp = 2 (ZeRO 1, 3) against one process as above, and
 #                 step 1's loss tp = 2's bit for bit; 93 positions (a padding row); activations
 #                 and the reduce-scatter / all-gather / all-reduce bytes against the formulas;
-#                 recompute bit for bit; validation, samples, --profile; a checkpoint written
-#                 without --sp resumed with it; bf16
+#                 recompute bit for bit; validation, samples, --profile; resume bit for bit, and
+#                 a checkpoint written without --sp resumed with it; bf16
+#   tp = 4:       d4 with --sp 1 against one process (losses 1e-5, every tensor's change 1e-4)
 #   errors:       --tp that does not divide the heads, or the world; --sp 1 without --tp
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [TP_QUICK=1] test/test_tp.sh [TRAIN_GPT]
 # TP_QUICK=1 runs the equivalence part alone, 3 steps (tp = 2, and dp = 2 × tp = 2 with ZeRO-3, each
@@ -86,6 +87,7 @@ run() {
 }
 
 "$BIN" "${common[@]}" --steps 0 --save-model "$tmp/init.bin" >/dev/null 2>&1  # the weights every run starts from
+[ -z "${TP_QUICK:-}" ] && "$BIN" "${common[@]}" --model d4 --steps 0 --save-model "$tmp/init_d4.bin" >/dev/null 2>&1
 
 # --- equivalence: one process with B = 8 (accumulation 1 and 2) against tp = 2, and dp = 2 × tp = 2
 val=(--val-data "data/kjv_val_*.bin" --val-tokens 256)
@@ -240,15 +242,24 @@ rs=(--tp 2 --zero 1 --batch-size 2 --total-batch-tokens $((8 * T)) --steps 6 --s
 mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/ra" --log-file "$tmp/ra.jsonl" --save-model "$tmp/ra.bin" >"$tmp/ra.txt" 2>&1
 mkdir -p "$tmp/rb" "$tmp/rc" "$tmp/rd" "$tmp/re"
 for d in rb rc rd re; do cp -r "$tmp/ra/step_00000003" "$tmp/$d/"; done
+# resume_same STRAIGHT RESUMED NAME: the resumed run's 3 steps and final weights are the straight run's, bit for bit
+resume_same() {
+    if [ "$(wc -l <"$tmp/$2.jsonl" 2>/dev/null)" = 3 ] && ls "$tmp/$1/step_00000003" | grep -q "state_tp001_rank00001.bin" &&
+       cmp -s <(tail -3 "$tmp/$1.jsonl" | $PY -c "import json,sys; [print(json.loads(l)['loss'], json.loads(l)['grad_norm']) for l in sys.stdin]") \
+              <($PY -c "import json,sys; [print(json.loads(l)['loss'], json.loads(l)['grad_norm']) for l in open(sys.argv[1])]" "$tmp/$2.jsonl") &&
+       cmp -s "$tmp/$1.bin" "$tmp/$2.bin"; then
+        echo "ok - $3: resuming at step 3 continues bit for bit (losses, norms, final weights; a state file per tp and dp rank)"
+    else
+        echo "not ok - $3: resume differs"; tail -2 "$tmp/$2.txt" | sed 's/^/#   /'
+    fi
+}
 mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/rb" --resume --log-file "$tmp/rb.jsonl" --save-model "$tmp/rb.bin" >"$tmp/rb.txt" 2>&1
-if [ "$(wc -l <"$tmp/rb.jsonl" 2>/dev/null)" = 3 ] && ls "$tmp/ra/step_00000003" | grep -q "state_tp001_rank00001.bin" &&
-   cmp -s <(tail -3 "$tmp/ra.jsonl" | $PY -c "import json,sys; [print(json.loads(l)['loss'], json.loads(l)['grad_norm']) for l in sys.stdin]") \
-          <($PY -c "import json,sys; [print(json.loads(l)['loss'], json.loads(l)['grad_norm']) for l in open(sys.argv[1])]" "$tmp/rb.jsonl") &&
-   cmp -s "$tmp/ra.bin" "$tmp/rb.bin"; then
-    echo "ok - dp=2 x tp=2 zero=1: resuming at step 3 continues bit for bit (losses, norms, final weights; a state file per tp and dp rank)"
-else
-    echo "not ok - dp=2 x tp=2 zero=1: resume differs"; tail -2 "$tmp/rb.txt" | sed 's/^/#   /'
-fi
+resume_same ra rb "dp=2 x tp=2 zero=1"
+# the same with --sp 1 throughout
+mpi 4 "${common[@]}" "${rs[@]}" --sp 1 --output-dir "$tmp/sa" --log-file "$tmp/sa.jsonl" --save-model "$tmp/sa.bin" >"$tmp/sa.txt" 2>&1
+mkdir -p "$tmp/sb" && cp -r "$tmp/sa/step_00000003" "$tmp/sb/"
+mpi 4 "${common[@]}" "${rs[@]}" --sp 1 --output-dir "$tmp/sb" --resume --log-file "$tmp/sb.jsonl" --save-model "$tmp/sb.bin" >"$tmp/sb.txt" 2>&1
+resume_same sa sb "dp=2 x tp=2 --sp 1 zero=1"
 # the same checkpoint on dp = 1 × tp = 2 (ZeRO-3): each element of AdamW's state from the old dp rank that held it
 mpi 2 "${common[@]}" "${rs[@]}" --zero 3 --output-dir "$tmp/rc" --resume --log-file "$tmp/rc.jsonl" >"$tmp/rc.txt" 2>&1
 $PY - "$tmp/ra.jsonl" "$tmp/rc.jsonl" <<'PY'
@@ -269,6 +280,12 @@ if [ $rc = 2 ] && grep -q -- "written with --tp 2; resume with the same --tp" "$
 else
     echo "not ok - resuming with another --tp: exit $rc"; tail -2 "$tmp/rd.txt" | sed 's/^/#   /'
 fi
+
+# --- tp = 4 (d4: 4 heads, C = 256), with --sp 1: four parts of every split, 64 of the 256 positions a rank
+run ref_d4 1 --model d4 --batch-size 8
+run tp4sp 4 --model d4 --tp 4 --sp 1 --batch-size 8 &&
+    { close_losses "$tmp/ref_d4.jsonl" "$tmp/tp4sp.jsonl" "tp=4 --sp 1 (d4)" 1e-5
+      $PY test/compare_models.py --updates "$tmp/init_d4.bin" "$tmp/ref_d4.bin" "$tmp/tp4sp.bin" 1e-4 | sed "s/ - / - tp=4 --sp 1 (d4): /"; }
 
 # --- bf16: the tp all-reduces in bf16 (one rounding per sum), the rest as one bf16 process
 run ref_bf16 1 --batch-size 8 --precision bf16
