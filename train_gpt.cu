@@ -37,6 +37,7 @@ Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 #include "llmc/hellaswag.h"
 #include "llmc/comm.h"
 #include "llmc/data_parallel.h"
+#include "llmc/pipeline.h"
 #include "llmc/checkpoint.h"
 #include "llmc/outliers.h"
 #include "llmc/schedulers.h"
@@ -79,9 +80,9 @@ static const FlagDef FLAGS[] = {
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
     {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h), and the vocabulary of the embedding and classifier (wte); must divide the heads and the padded vocabulary; dp = world/tp", false},
     {"sp", "0", "0 | 1: sequence parallelism (needs --tp > 1): the LayerNorms, the residual stream and their activations split over the tp ranks by position too (Megatron-SP: the tp all-reduces become reduce-scatters and all-gathers)", false},
-    {"pp", "1", "pipeline-parallel degree", false},
-    {"pp-schedule", "1f1b", "gpipe | 1f1b | interleaved", false},
-    {"vpp", "1", "virtual pipeline stages per rank (interleaved)", false},
+    {"pp", "1", "pipeline-parallel degree: the blocks split into pp stages, one a rank, the step's micro-batches (--total-batch-tokens / (B*T*dp)) flowing through them (llmc/pipeline.h); at most the model's layers; with --zero 0 or 1", false},
+    {"pp-schedule", "1f1b", "gpipe (every forward, then every backward: m micro-batches' activations alive) | 1f1b (one forward, one backward: at most pp) | interleaved (not yet); both idle (pp-1)/(m+pp-1) of a step", false},
+    {"vpp", "1", "virtual pipeline stages per rank (interleaved; not yet)", false},
     {"cp", "1", "context-parallel degree", false},
     {"cp-layout", "contiguous", "contiguous | zigzag", false},
     {"output-dir", "", "directory for checkpoints (empty: none); with it, SIGTERM, SIGUSR1 (Slurm: --signal=USR1@300) or SIGINT stop the run after the current step with a checkpoint, exit code 128 + the signal", false},
@@ -217,14 +218,14 @@ static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, long long seqs
                       std::vector<int>& y, Group& dp) {
     const int Tn = val->T;
     std::vector<double> seq_loss(seqs, 0.0);
+    std::vector<float> pp_losses;
     for (long long round = 0; round * B * dp.size < seqs; round++) {
         const long long first = (round * dp.size + dp.rank) * B;
         const int n = (int)std::max(0LL, std::min<long long>(B, seqs - first));
         std::fill(x.begin(), x.end(), 0);
         std::fill(y.begin(), y.end(), 0);
         if (n > 0) dataloader_sequences(val, first, n, x.data(), y.data());
-        gpt_forward(ctx, g, x.data(), y.data(), B, Tn, 0.0f);
-        const float* losses = gpt_losses(g);
+        const float* losses = pp_forward_losses(ctx, g, x.data(), y.data(), B, Tn, &pp_losses);  // (through the pipeline's stages)
         for (int j = 0; j < n; j++)
             for (int t = 0; t < Tn; t++) seq_loss[first + j] += losses[(size_t)j * Tn + t];
     }
@@ -234,15 +235,18 @@ static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, long long seqs
     return (float)(sum / ((double)seqs * Tn));
 }
 
-// {"all_reduce": bytes, ...} of the dp group's counters (the ops it used this step), and the tp
-// group's prefixed "tp_" (tensor_parallel.h's sums and gathers).
-static std::string comm_stats_json(const Group& dp, const Group& tp) {
+// {"all_reduce": bytes, ...} of the dp group's counters (the ops it used this step), the tp
+// group's prefixed "tp_" (tensor_parallel.h's sums and gathers), the pp group's "pp_"
+// (pipeline.h's sends between stages) and the tied embeddings' "emb_" (their gradients' sum
+// between the first and last stage).
+static std::string comm_stats_json(const Mesh& m) {
     std::string s = "{";
-    for (const Group* g : {&dp, &tp})
+    const std::pair<const Group*, const char*> groups[] = {{&m.dp_group, ""}, {&m.tp_group, "tp_"}, {&m.pp_group, "pp_"}, {&m.emb_group, "emb_"}};
+    for (const auto& [g, prefix] : groups)
         for (int op = 0; op < NUM_COMM_OPS; op++) {
             if (!g->calls[op]) continue;
             char buf[96];
-            snprintf(buf, sizeof(buf), "%s\"%s%s\": %.0f", s.size() > 1 ? ", " : "", g == &tp ? "tp_" : "", COMM_OP_NAMES[op], g->bytes[op]);
+            snprintf(buf, sizeof(buf), "%s\"%s%s\": %.0f", s.size() > 1 ? ", " : "", prefix, COMM_OP_NAMES[op], g->bytes[op]);
             s += buf;
         }
     return s + "}";
@@ -315,7 +319,8 @@ int main(int argc, char** argv) {
     const Recompute recompute = (Recompute)(std::find(RECOMPUTE_NAMES, RECOMPUTE_NAMES + 3, recompute_flag) - RECOMPUTE_NAMES);
     int zero = (int)f.integer("zero", 0, 3), tp = (int)f.integer("tp", 1, 1 << 16), sp = (int)f.integer("sp", 0, 1);
     int pp = (int)f.integer("pp", 1, 1 << 16), vpp = (int)f.integer("vpp", 1, 1 << 16), cp = (int)f.integer("cp", 1, 1 << 16);
-    f.choice("pp-schedule", {"gpipe", "1f1b", "interleaved"});
+    const std::string& pp_schedule_flag = f.choice("pp-schedule", {PP_SCHEDULE_NAMES[0], PP_SCHEDULE_NAMES[1], PP_SCHEDULE_NAMES[2]});
+    const PPSchedule pp_schedule = (PPSchedule)(std::find(PP_SCHEDULE_NAMES, PP_SCHEDULE_NAMES + 3, pp_schedule_flag) - PP_SCHEDULE_NAMES);
     f.choice("cp-layout", {"contiguous", "zigzag"});
     std::string out_dir = f.str("output-dir");
     int ckpt_every = (int)f.integer("checkpoint-every", 0, 1 << 30);
@@ -346,7 +351,11 @@ int main(int argc, char** argv) {
     // --- the process mesh: dp = world / (tp·pp·cp)
     mesh_build(&mesh, tp, pp, cp);
     if (sp == 1 && tp == 1) usage_error("--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1");
-    if (pp != 1 || vpp != 1) usage_error("--pp/--vpp: pipeline parallelism is not yet supported");
+    if (vpp != 1 || (pp > 1 && pp_schedule == PPSchedule::Interleaved))
+        usage_error("--pp-schedule interleaved / --vpp: not yet supported (gpipe and 1f1b are; llmc/pipeline.h has its schedule)");
+    if (pp > 1 && zero >= 2) usage_error("--zero %d with --pp: not yet supported (pipeline parallelism takes --zero 0 or 1)", zero);
+    if (pp > 1 && !out_dir.empty()) usage_error("--output-dir with --pp: checkpoints of a pipeline are not yet supported (--save-model is)");
+    if (pp > 1 && sample_every > 0) usage_error("--sample-every with --pp: sampling through a pipeline is not yet supported");
     if (cp != 1) usage_error("--cp: context parallelism is not yet supported");
     const int dp = mesh.dp;
 
@@ -374,6 +383,8 @@ int main(int argc, char** argv) {
         usage_error("--tp %d: must divide the model's padded vocabulary %d (each tp rank computes Vp/tp of the logits)", tp,
                     config.padded_vocab_size);
     if (T > config.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, config.max_seq_len);
+    if (pp > config.num_layers) usage_error("--pp %d: more stages than the model's %d blocks (each stage holds at least one)", pp, config.num_layers);
+    if (pp > 1 && auto_batch) usage_error("--batch-size auto with --pp: not yet supported (give --batch-size)");
     const bool total_given = total_batch != -1;
     if (auto_batch && !total_given)
         usage_error("--batch-size auto: needs --total-batch-tokens (the step's tokens, which auto splits into the largest "
@@ -412,6 +423,7 @@ int main(int argc, char** argv) {
     const long long data_most = !auto_batch ? 0 : train_loader.slots;
     ChoiceSet hellaswag;
     const bool has_hellaswag = !f.str("hellaswag").empty();
+    if (has_hellaswag && pp > 1) usage_error("--hellaswag with --pp: not yet supported through a pipeline (validation is)");
     if (has_hellaswag) {
         hellaswag = choice_set_load("--hellaswag", f.str("hellaswag"), config.vocab_size);
         if (hellaswag.longest_row > T)
@@ -449,11 +461,13 @@ int main(int argc, char** argv) {
     using floatX = decltype(dtype_tag);
         // --- the model, its storage (data_parallel.h) and its weights
         GPT<floatX> model;
-        gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr, sp == 1);
+        gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr, sp == 1, pp > 1 ? &mesh.pp_group : nullptr);
         model.recompute = recompute;
+        if (pp > 1) model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum);  // micro-batches alive at once (pipeline.h)
         DataParallel<floatX> dpar;
         dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
         dpar.overlap = overlap;
+        if (pp > 1) dpar.tied = &mesh.emb_group;  // the first and last stage's embeddings
         const DPMemory mem = dp_memory(dpar);
         const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
         if (runs_forward) {
@@ -503,6 +517,21 @@ int main(int argc, char** argv) {
             print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block, and %d of "
                    "the %d vocabulary rows (wte, the logits)\n", tp, config.num_heads / tp, config.num_heads, 4 * config.channels / tp, 4 * config.channels,
                    config.padded_vocab_size / tp, config.padded_vocab_size);
+        if (pp > 1) {
+            print0("pipeline parallel: pp=%d, schedule %s, %d micro-batches a step: idle (pp-1)/(m+pp-1) = %.1f%% of it; blocks",
+                   pp, PP_SCHEDULE_NAMES[(int)pp_schedule], accum, 100 * pp_bubble_formula(pp_schedule, pp, accum));
+            for (int st = 0; st < pp; st++) {
+                const LayerRange r = stage_layers(config.num_layers, pp, st);
+                print0(" [%d, %d)%s", r.first, r.end, st + 1 < pp ? "," : " a stage\n");
+            }
+        }
+        if (pp > 1) {  // each stage's own line (every rank's, like its memory line below)
+            fflush(stdout);
+            printf("pipeline rank %d: stage %d, blocks [%d, %d)%s%s, %d activation slot(s)\n", mesh.rank, mesh.pp_rank,
+                   model.layout.layer0, model.layout.layer1, model.layout.stage == 0 ? ", the embeddings" : "",
+                   model.layout.has_head ? ", lnf and the classifier (wte tied to stage 0's)" : "", model.slots);
+            fflush(stdout);
+        }
         if (sp == 1)
             print0("sequence parallel: each tp rank holds %d of the %d positions of the residual stream and the LayerNorms\n",
                    (int)ceil_div((size_t)B * T, (size_t)tp), B * T);
@@ -521,7 +550,7 @@ int main(int argc, char** argv) {
         fflush(stdout);
         printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B\n",
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
-               (long long)gpt_activation_bytes<floatX>(config, B, T, recompute, tp, sp == 1));
+               (long long)gpt_activation_bytes(model, B, T, recompute));
         fflush(stdout);
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp);
@@ -580,9 +609,14 @@ int main(int argc, char** argv) {
             double t0 = now_seconds();
             comm_reset_stats(mesh.dp_group);
             comm_reset_stats(mesh.tp_group);
+            comm_reset_stats(mesh.pp_group);
+            comm_reset_stats(mesh.emb_group);
             dp_zero_grad(&dpar);
             double loss_sum = 0.0;
-            for (int micro = 0; micro < accum; micro++) {
+            if (pp > 1)  // the micro-batches through the pipeline's stages, in its schedule (pipeline.h)
+                loss_sum = pp_train_step(ctx, &model, &dpar, pp_schedule, accum, B, T, dloss,
+                                         [&](int* xb, int* yb) { dataloader_next(&train_loader, xb, yb); });
+            else for (int micro = 0; micro < accum; micro++) {
                 dpar.last_micro = micro == accum - 1;
                 dataloader_next(&train_loader, x.data(), y.data());
                 gpt_forward(ctx, &model, x.data(), y.data(), B, T, dloss);
@@ -608,7 +642,7 @@ int main(int argc, char** argv) {
             if (!std::isfinite(loss) && !skipped)  // (a skipped step left the weights as they were)
                 fatal("step %d: the loss is %f (diverged); lower --lr or check the data%s", step, loss,
                       skip_loss_z > 0 || skip_norm_z > 0 ? "" : ", or skip such steps' updates with --skip-norm-z");
-            std::string comm_json = comm_stats_json(mesh.dp_group, mesh.tp_group);
+            std::string comm_json = comm_stats_json(mesh);
 
             bool last = step == steps;
             bool do_eval = last || (val_every > 0 && step % val_every == 0);

@@ -87,6 +87,7 @@ inline GPTConfig model_file_config(const char* path, bool* file_bf16 = nullptr) 
 inline void model_file_unit_io(FILE* f, const char* path, const GPTConfig& c, const ParamLayout& p, int u, float* unit,
                                bool write, bool file_bf16) {
     std::vector<uint16_t> h;
+    if (write && u == 0 && p.stage != 0) return;  // (the last pipeline stage's copy of the embeddings: stage 0 writes them)
     for (const FilePiece& pc : unit_file_pieces(c, p, u)) {
         if (write && pc.replicated && p.tp_rank != 0) continue;
         fseek(f, 1024 + (long)(pc.file_off * (file_bf16 ? 2 : 4)), SEEK_SET);
@@ -133,13 +134,13 @@ template <class T> inline void model_file_load(DataParallel<T>* d, const char* p
 
 // Writes the model as an llm.c model file from dp rank 0 (written to PATH.tmp, then renamed).
 // Collective: where the weights are sharded (data_parallel.h: dp_get_unit) every dp rank takes
-// part in gathering each unit. The weights written are the fp32 master. With tensor parallelism
-// the dp rank 0 of each tp rank writes its slices into the one file (disjoint ranges of it):
-// tp rank 0 creates it, the others open it once it exists, and tp rank 0 renames it when all
-// are done.
+// part in gathering each unit. The weights written are the fp32 master. With tensor (pipeline)
+// parallelism the dp rank 0 of each tp rank (pipeline stage) writes its slices (its units) into
+// the one file (disjoint ranges of it): tp rank 0 of stage 0 creates it, the others open it once
+// it exists (the barriers: over pp, then tp), and it renames it when all are done.
 template <class T> inline void model_file_save(DataParallel<T>* d, const std::string& path, bool file_bf16) {
     const GPT<T>& g = *d->g;
-    const bool tp = g.tp && g.tp->size > 1, creator = d->rank == 0 && g.layout.tp_rank == 0;
+    const bool tp = g.tp && g.tp->size > 1, creator = d->rank == 0 && g.layout.tp_rank == 0 && g.layout.stage == 0;
     std::string tmp = path + ".tmp";
     FILE* f = nullptr;
     if (creator) {
@@ -147,6 +148,7 @@ template <class T> inline void model_file_save(DataParallel<T>* d, const std::st
         model_file_write_header(f, tmp.c_str(), g.config, file_bf16);
         if (fflush(f) != 0) fatal("cannot write model file '%s'", tmp.c_str());
     }
+    if (g.pp) comm_barrier(*g.pp);
     if (tp) comm_barrier(*g.tp);
     if (d->rank == 0 && !creator) f = fopen_or_die(tmp.c_str(), "r+b");
     avec<float> unit;
@@ -157,6 +159,7 @@ template <class T> inline void model_file_save(DataParallel<T>* d, const std::st
     }
     if (f && fclose(f) != 0) fatal("cannot write model file '%s'", tmp.c_str());
     if (tp) comm_barrier(*g.tp);
+    if (g.pp) comm_barrier(*g.pp);
     if (creator && rename(tmp.c_str(), path.c_str()) != 0) fatal("cannot write model file '%s'", path.c_str());
 }
 

@@ -403,6 +403,19 @@ template <class T> inline void comm_send(Group& g, const T* buf, size_t n, int p
     MPI_Send(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm);
 #endif
 }
+// Starts sending n elements of host memory to `peer` (buf must not change until comm_wait):
+// a send that does not wait for the receiver (pipeline.h's, whose schedules assume that).
+template <class T> inline void comm_send_start(Group& g, const T* buf, size_t n, int peer, CommHandle* h) {
+    comm_count(g, SEND_RECV, (double)sizeof(T) * n);
+    h->active = false;
+#ifdef LLMC_MPI
+    if (n > 0x7fffffff) fatal("a send of %zu elements is too large for MPI's int counts", n);
+    MPI_Isend(buf, (int)n, mpi_type<T>(), peer, 0, g.comm, &h->req);
+    h->active = true;
+#else
+    (void)buf; (void)peer; fatal("comm_send_start: this build has no MPI");
+#endif
+}
 template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
@@ -467,6 +480,7 @@ struct Mesh {
     int dp = 1, pp = 1, cp = 1, tp = 1;
     int dp_rank = 0, pp_rank = 0, cp_rank = 0, tp_rank = 0;
     Group world_group, dp_group, pp_group, cp_group, tp_group;
+    Group emb_group;  // pipeline: this rank's first and last stage, which both hold the embeddings (else alone)
 };
 
 #ifdef LLMC_MPI
@@ -523,6 +537,9 @@ inline void mesh_build(Mesh* m, int tp, int pp, int cp) {
     make(&m->pp_group, "pp", (m->dp_rank * cp + m->cp_rank) * tp + m->tp_rank, m->pp_rank, pp);
     make(&m->cp_group, "cp", (m->dp_rank * pp + m->pp_rank) * tp + m->tp_rank, m->cp_rank, cp);
     make(&m->tp_group, "tp", (m->dp_rank * pp + m->pp_rank) * cp + m->cp_rank, m->tp_rank, tp);
+    const bool ends = pp > 1 && (m->pp_rank == 0 || m->pp_rank == pp - 1);  // (a color of its own otherwise)
+    make(&m->emb_group, "emb", ends ? (m->dp_rank * cp + m->cp_rank) * tp + m->tp_rank : m->world + m->rank,
+         ends ? (m->pp_rank == 0 ? 0 : 1) : 0, ends ? 2 : 1);
 }
 
 // Gives every group of more than one rank an NCCL communicator on ctx's GPU, bootstrapped over

@@ -118,6 +118,11 @@ template <class T> struct DataParallel : ParamHooks {
     std::vector<T> scratch;                   // comm_all_reduce_sum's
     bool last_micro = true;                   // set by the trainer: reduce now (stages 0-1)?
     bool overlap = true;                      // --overlap 0: wait for each transfer at once, no prefetch
+    // pipeline parallelism (pipeline.h): the first and last stage hold the embeddings (the
+    // classifier is wte); `tied` groups the two, whose gradients are summed at the step's end
+    // (dp_grads_finish), so grads_ready(0) waits for that
+    Group* tied = nullptr;
+    bool tied_summed = false;
 
     // ---- ParamHooks
     void acquire(int u) override;
@@ -299,6 +304,7 @@ template <class T> inline void dp_reduce_finish(DataParallel<T>* d, int p) {
 // all-reduce; stages 1-3 start its reduce-scatter and finish the previous unit's, whose
 // transfer had this unit's backward to hide behind. The embedding unit, last, finishes both.
 template <class T> inline void DataParallel<T>::grads_ready(int u) {
+    if (u == 0 && tied && tied->size > 1 && !tied_summed) return;  // (dp_grads_finish calls again)
     if (zero < 2 && !last_micro) return;  // accumulate locally; reduce once per step
     if (zero == 0) {
         CommScope prof(ctx, *group, "all-reduce gradients");
@@ -311,6 +317,22 @@ template <class T> inline void DataParallel<T>::grads_ready(int u) {
     if (!overlap) dp_reduce_finish(this, p);
     dp_reduce_finish(this, 1 - p);
     if (u == 0) dp_reduce_finish(this, p);
+}
+
+// Pipeline parallelism, after a stage's last backward of the step: the reduce-scatters still
+// pending finished (its backward ended with a block, not the embeddings), then the embeddings'
+// gradient of the first and the last stage (tied: the encoder's and the classifier's parts of
+// wte's) summed between the two and reduced over dp as grads_ready would have. Stages 0-1 only
+// (the sum is over the locally accumulated gradient).
+template <class T> inline void dp_grads_finish(DataParallel<T>* d) {
+    if (d->zero >= 1) { dp_reduce_finish(d, 0); dp_reduce_finish(d, 1); }  // (before unit 0 takes a slot)
+    if (d->tied && d->tied->size > 1 && d->units[0].size > 0) {
+        { CommScope prof(d->ctx, *d->tied, "all-reduce tied embeddings");
+          comm_all_reduce_sum(*d->tied, d->grads_full.data() + d->units[0].offset, d->units[0].size, &d->scratch); }
+        d->tied_summed = true;
+        d->grads_ready(0);
+        d->tied_summed = false;
+    }
 }
 
 template <class T> inline void dp_zero_grad(DataParallel<T>* d) {
@@ -344,6 +366,7 @@ template <class T> inline float dp_grad_norm(DataParallel<T>* d) {
     CommScope prof(d->ctx, *d->group, "loss and norm sums");
     comm_sum_doubles(*d->group, &s, 1);
     if (g.tp) comm_sum_doubles(*g.tp, &s, 1);
+    if (g.pp) comm_sum_doubles(*g.pp, &s, 1);  // pipeline stages: each its units (the embeddings once)
     return (float)sqrt(s);
 }
 
@@ -363,6 +386,7 @@ template <class T> inline void dp_slots_reset(DataParallel<T>* d) {
 template <class T>
 inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
     for (size_t u = 0; u < d->units.size(); u++) {
+        if (d->units[u].size == 0) continue;  // another pipeline stage's
         const size_t base = d->units[u].offset, x0 = d->own_begin[u], x1 = d->own_end[u];
         dp_params_wait(d, (int)u);  // (the last step's gather, if nothing has read the unit since)
         if (x1 > x0) {

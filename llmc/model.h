@@ -47,12 +47,16 @@ compute Vp/tp of the logits (Classifier). With sequence parallelism (--sp) the r
 and the LayerNorms hold this rank's rows of the B·T positions (SeqSplit), the sums are
 reduce-scatters and the LayerNorm outputs are gathered where a product reads them
 (tp_gather_rows): a block's activations are 16·C/tp a position. With tp = 1 all of it is
-GPT-2's.
+GPT-2's. Pipeline parallelism (pipeline.h) is the layout too: a stage's rank holds its blocks
+[layer0, layer1) (and the embeddings, lnf where they are used), its forward starts from the
+previous stage's output and its backward from the next stage's gradient, and the activations of
+each micro-batch in flight live in a slot of their own (gpt_use_slot).
 
 Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
 test/test_cli.sh (model file round trips and bad files), test/test_train.sh (--recompute: the
 same run bit for bit), test/test_gpu_train.sh (the activations predicted are those allocated),
-test/test_tp.sh (tensor and sequence parallelism against one process).
+test/test_tp.sh (tensor and sequence parallelism against one process), test/test_pp.sh
+(pipeline parallelism against one process).
 */
 #pragma once
 #include <cmath>
@@ -115,30 +119,51 @@ inline size_t block_tensor_size(BlockTensor k, size_t C, int tp = 1) {
 }
 inline bool block_tensor_is_matrix(BlockTensor k) { return BLOCK_TENSOR_SHAPES[k].cols != 0; }
 
+// The layers [first, end) of the vs-th of P pipeline stages (pipeline.h): L split as evenly as
+// it goes (the first L mod P stages one more).
+struct LayerRange { int first, end; };
+inline LayerRange stage_layers(int L, int P, int vs) {
+    const int base = L / P, extra = L % P;
+    const int first = vs * base + std::min(vs, extra);
+    return {first, first + base + (vs < extra ? 1 : 0)};
+}
+
 // The parameters one rank holds: all of them, or with tensor parallelism (tp > 1) tp rank
 // tp_rank's slice of each block and its Vp/tp rows of wte (the vocabulary-parallel embedding
-// and classifier, tensor_parallel.h); wpe and lnf are whole either way.
+// and classifier, tensor_parallel.h); wpe and lnf are whole either way. With pipeline
+// parallelism (pp > 1) only its stage's units: the blocks [layer0, layer1), the embeddings on
+// the first stage, lnf on the last, and the last stage a copy of the embeddings too (the
+// classifier is wte: pipeline.h keeps the two copies equal). The flat buffer holds the units
+// it has in unit order: [embeddings | its blocks | lnf].
 struct ParamLayout {
-    size_t wte, wpe, blocks, block_size, lnfw, lnfb, total;
+    size_t wte, wpe, blocks, block_size, lnfw, lnfb, total;  // (wte, wpe: inside the embeddings' unit)
     size_t in_block[NUM_BLOCK_TENSORS];  // offset of each tensor inside a block
     int tp = 1, tp_rank = 0;
-    size_t block(int l) const { return blocks + (size_t)l * block_size; }
+    int pp = 1, stage = 0, layer0 = 0, layer1 = 0;
+    bool has_emb = true, has_head = true;  // the embeddings' unit; lnf and the classifier
+    size_t block(int l) const { return blocks + (size_t)(l - layer0) * block_size; }
+    bool has_block(int l) const { return l >= layer0 && l < layer1; }
 };
 
-inline ParamLayout make_layout(const GPTConfig& c, int tp = 1, int tp_rank = 0) {
+inline ParamLayout make_layout(const GPTConfig& c, int tp = 1, int tp_rank = 0, int pp = 1, int stage = 0) {
     ParamLayout p;
     size_t C = c.channels;
     p.tp = tp; p.tp_rank = tp_rank;
+    p.pp = pp; p.stage = stage;
+    const LayerRange r = stage_layers(c.num_layers, pp, stage);
+    p.layer0 = r.first; p.layer1 = r.end;
+    p.has_emb = stage == 0 || stage == pp - 1;
+    p.has_head = stage == pp - 1;
     p.wte = 0;
     CHECK(c.padded_vocab_size % tp == 0, "make_layout: tp %d does not divide the padded vocabulary %d", tp, c.padded_vocab_size);
     p.wpe = p.wte + (size_t)(c.padded_vocab_size / tp) * C;
-    p.blocks = p.wpe + (size_t)c.max_seq_len * C;
+    p.blocks = p.has_emb ? p.wpe + (size_t)c.max_seq_len * C : 0;
     size_t off = 0;
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { p.in_block[k] = off; off += block_tensor_size((BlockTensor)k, C, tp); }
     p.block_size = off;
-    p.lnfw = p.blocks + (size_t)c.num_layers * p.block_size;
+    p.lnfw = p.blocks + (size_t)(p.layer1 - p.layer0) * p.block_size;
     p.lnfb = p.lnfw + C;
-    p.total = p.lnfb + C;
+    p.total = p.has_head ? p.lnfb + C : p.lnfw;
     return p;
 }
 
@@ -156,14 +181,18 @@ template <class T> inline BlockView<T> block_view(const ParamLayout& p, T* b) {
 struct ParamRange { size_t offset, size; bool decay; };
 inline std::vector<ParamRange> param_ranges(const GPTConfig& c, const ParamLayout& p) {
     std::vector<ParamRange> r;
-    r.push_back({p.wte, p.wpe - p.wte, true});
-    r.push_back({p.wpe, p.blocks - p.wpe, true});
-    for (int l = 0; l < c.num_layers; l++)
+    if (p.has_emb) {
+        r.push_back({p.wte, p.wpe - p.wte, true});
+        r.push_back({p.wpe, p.blocks - p.wpe, true});
+    }
+    for (int l = p.layer0; l < p.layer1; l++)
         for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
             r.push_back({p.block(l) + p.in_block[k], block_tensor_size((BlockTensor)k, c.channels, p.tp),
                          block_tensor_is_matrix((BlockTensor)k)});
-    r.push_back({p.lnfw, (size_t)c.channels, false});
-    r.push_back({p.lnfb, (size_t)c.channels, false});
+    if (p.has_head) {
+        r.push_back({p.lnfw, (size_t)c.channels, false});
+        r.push_back({p.lnfb, (size_t)c.channels, false});
+    }
     return r;
 }
 
@@ -175,10 +204,11 @@ inline int unit_of_block(int l) { return 1 + l; }
 inline int unit_lnf(const GPTConfig& c) { return c.num_layers + 1; }
 
 struct Span { size_t offset, size; };  // elements of the flat layer-major buffer
+// (size 0: a unit another pipeline stage holds)
 inline Span unit_span(const GPTConfig& c, const ParamLayout& p, int u) {
     if (u == 0) return {p.wte, p.blocks - p.wte};
-    if (u <= c.num_layers) return {p.block(u - 1), p.block_size};
-    return {p.lnfw, 2 * (size_t)c.channels};
+    if (u <= c.num_layers) return p.has_block(u - 1) ? Span{p.block(u - 1), p.block_size} : Span{p.blocks, 0};
+    return {p.lnfw, p.has_head ? 2 * (size_t)c.channels : 0};
 }
 
 // The runs of block tensor k that this layout's tp rank holds (tensor_parallel.h): offsets in
@@ -196,9 +226,10 @@ struct FilePiece { size_t file_off, unit_off, n; bool replicated; };
 inline std::vector<FilePiece> unit_file_pieces(const GPTConfig& c, const ParamLayout& p, int u) {
     const ParamLayout full = make_layout(c);
     const size_t C = c.channels, L = c.num_layers, full_block = full.block_size, emb = full.blocks - full.wte;
+    if (unit_span(c, p, u).size == 0) return {};  // another pipeline stage's
     if (u == 0) {  // this rank's rows of wte (all of them without tp), then wpe
         const size_t wte_n = p.wpe - p.wte;
-        return {{(size_t)p.tp_rank * wte_n, 0, wte_n, false}, {full.wpe, wte_n, p.blocks - p.wpe, true}};
+        return {{(size_t)p.tp_rank * wte_n, 0, wte_n, false}, {full.wpe, wte_n, (size_t)c.max_seq_len * C, true}};
     }
     if (u == unit_lnf(c)) return {{emb + L * full_block, 0, 2 * C, true}};
     std::vector<FilePiece> pieces;
@@ -214,9 +245,11 @@ inline std::vector<FilePiece> unit_file_pieces(const GPTConfig& c, const ParamLa
 }
 
 // The parts of unit u whose gradients this rank counts in the gradient norm (unit-relative):
-// all of it, except that only tp rank 0 counts the tensors every tp rank holds a copy of.
+// all of it, except that only tp rank 0 counts the tensors every tp rank holds a copy of, and
+// only the first pipeline stage the embeddings (the last holds a copy).
 inline std::vector<Span> unit_norm_spans(const GPTConfig& c, const ParamLayout& p, int u) {
     const Span whole = unit_span(c, p, u);
+    if (whole.size == 0 || (u == 0 && p.stage != 0)) return {};
     if (p.tp_rank == 0) return {{0, whole.size}};
     std::vector<Span> spans;
     if (u == 0) return {{0, p.wpe - p.wte}};  // its rows of wte (wpe is replicated)
@@ -316,16 +349,32 @@ template <class T> struct GPT {
     Group* tp = nullptr;          // tensor parallelism: the tp group (tensor_parallel.h); none: whole blocks
     bool sp = false;              // sequence parallelism over the tp group (tensor_parallel.h)
     std::vector<T> tp_scratch;    // its all-reduces' host scratch (comm.h)
+    Group* pp = nullptr;          // pipeline parallelism: the pp group, whose rank is this stage (pipeline.h)
+    // pipeline parallelism (pipeline.h): the activations of several micro-batches are alive at
+    // once, one set a slot; slot `slot`'s are in acts while it runs, the others parked
+    std::vector<Activations<T>> parked;
+    int slot = 0, slots = 1;      // slots: how many the schedule keeps (the memory plan counts them)
 };
+
+// Makes slot k's activations the ones the forward and backward use (pipeline.h).
+template <class T> inline void gpt_use_slot(GPT<T>* g, int k) {
+    if (k == g->slot) return;
+    if ((int)g->parked.size() <= std::max(k, g->slot)) g->parked.resize(std::max(k, g->slot) + 1);
+    std::swap(g->acts, g->parked[g->slot]);  // park the running slot's (moves: nothing is copied)
+    std::swap(g->acts, g->parked[k]);
+    g->slot = k;
+}
 
 // tp: the tp group, whose rank this process holds a slice of each block for (nullptr: no
 // tensor parallelism; the config's heads must divide over it, which the trainer checks).
 // sp: sequence parallelism, the positions of the per-position activations split over tp too.
-template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* tp = nullptr, bool sp = false) {
+// pp: the pp group, whose rank is this process's pipeline stage (nullptr: the whole model).
+template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* tp = nullptr, bool sp = false, Group* pp = nullptr) {
     g->config = c;
     g->tp = tp;
     g->sp = sp && tp && tp->size > 1;
-    g->layout = tp ? make_layout(c, tp->size, tp->rank) : make_layout(c);
+    g->pp = pp && pp->size > 1 ? pp : nullptr;
+    g->layout = make_layout(c, tp ? tp->size : 1, tp ? tp->rank : 0, pp ? pp->size : 1, pp ? pp->rank : 0);
     g->params.assign(gpt_num_units(c), nullptr);
     g->grads.assign(gpt_num_units(c), nullptr);
     g->acts = Activations<T>();
@@ -348,9 +397,10 @@ template <class T> inline size_t gpt_num_params(const GPT<T>& g) { return make_l
 // draws from its own stream (rand.h), so a unit's values do not depend on who initializes it;
 // a tp rank's block (and wte) is its slice of the whole one's values.
 inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint64_t seed, float* out) {
+    if (unit_span(c, p, u).size == 0) return;  // another pipeline stage's
     if (p.tp > 1 && u == 0) {  // this rank's rows of the whole wte, and wpe (unit 0 lies at the file's start)
         const ParamLayout full = make_layout(c);
-        std::vector<float> emb(full.blocks - full.wte);
+        std::vector<float> emb(full.blocks - full.wte);  // (unit 0 of the whole layout)
         gpt_init_unit(c, full, 0, seed, emb.data());
         for (const FilePiece& f : unit_file_pieces(c, p, 0)) std::copy_n(emb.data() + f.file_off, f.n, out + f.unit_off);
         return;
@@ -397,9 +447,13 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
 // With sequence parallelism (sp) the rest is split too: the LayerNorm outputs and statistics,
 // the residual stream and its gradient hold this rank's P = ⌈B·T/tp⌉ rows (SeqSplit), and one
 // gathered buffer holds all of them for the layer that needs them.
+// With pipeline parallelism, the blocks of this rank's stage, and the head's buffers on the last.
 template <class T, class F>
-inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B, int T_, Recompute r, int tp, bool sp, F&& f) {
-    const size_t L = c.num_layers, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
+inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const ParamLayout& p, int B, int T_, Recompute r, bool sp,
+                                   F&& f) {
+    const int tp = p.tp;
+    const size_t L = p.layer1 - p.layer0, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
+    const size_t head = p.has_head ? 1 : 0;
     const size_t Lc = keeps_cheap(r) ? L : 1, Li = keeps_inner(r) ? L : 1;
     const size_t P = sp ? ceil_div(BT, (size_t)tp) : BT, W = sp ? P * tp : BT;  // rows: this rank's, gathered
     f(a.encoded, P * C);
@@ -407,19 +461,19 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, int B,
     f(a.qkv, Li * BT * 3 * Ct); f(a.atty, Li * BT * Ct); f(a.lse, Li * BT * NHt);
     f(a.residual2, Li * P * C); f(a.ln2, Lc * P * C); f(a.ln2_mean, Li * P); f(a.ln2_rstd, Li * P);
     f(a.fch, Li * BT * 4 * Ct); f(a.fch_gelu, Lc * BT * 4 * Ct); f(a.residual3, L * P * C);
-    f(a.lnf, P * C); f(a.lnf_mean, P); f(a.lnf_rstd, P);                     // the head
-    f(a.logits, BT * c.padded_vocab_size / tp); f(a.losses, BT);
+    f(a.lnf, head * P * C); f(a.lnf_mean, head * P); f(a.lnf_rstd, head * P);  // the head
+    f(a.logits, head * BT * c.padded_vocab_size / tp); f(a.losses, head * BT);
     f(a.scratch, P * C);
     f(a.dresidual, P * C); f(a.dbtc, W * C); f(a.dqkv, BT * 3 * Ct); f(a.dfch, BT * 4 * Ct);  // backward scratch
-    f(a.tokens, BT); f(a.targets, BT);
-    if (tp > 1) f(a.cls_stats, (size_t)tp * BT * 3);  // the vocabulary-parallel classifier's
+    f(a.tokens, BT); f(a.targets, head * BT);
+    if (tp > 1) f(a.cls_stats, head * tp * BT * 3);  // the vocabulary-parallel classifier's
     if (sp) { f(a.whole, W * C); f(a.ln_grad, 2 * C); }
 }
 
 template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
     if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device && a.recompute == g->recompute) return;
-    gpt_activation_buffers(a, g->config, B, T_, g->recompute, g->layout.tp, g->sp, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
+    gpt_activation_buffers(a, g->config, g->layout, B, T_, g->recompute, g->sp, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
     a.tokens_host.assign((size_t)B * T_, 0);
     a.B = B; a.T = T_; a.recompute = g->recompute;
 }
@@ -429,12 +483,17 @@ template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g,
 // (planner.h plans --batch-size with it). Per position, without recomputation: (16·L·C + 12·C +
 // Vp) elements of T, (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a
 // token (Recompute gives the elements with it). A tp rank holds (4 + 12/tp)·C of a block's 16·C,
-// and 16·C/tp with sequence parallelism.
-template <class T> inline double gpt_activation_bytes(const GPTConfig& c, int B, int T_, Recompute r, int tp = 1, bool sp = false) {
+// and 16·C/tp with sequence parallelism; a pipeline stage its blocks' (one set per slot).
+template <class T> inline double gpt_activation_bytes(const GPTConfig& c, const ParamLayout& p, int B, int T_, Recompute r,
+                                                      bool sp = false) {
     Activations<T> none;  // only walked for its buffers' types: nothing is allocated
     double bytes = 0;
-    gpt_activation_buffers(none, c, B, T_, r, tp, sp && tp > 1, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
+    gpt_activation_buffers(none, c, p, B, T_, r, sp && p.tp > 1, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
     return bytes;
+}
+// ... of a model, all its slots
+template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, int T_, Recompute r) {
+    return g.slots * gpt_activation_bytes<T>(g.config, g.layout, B, T_, r, g.sp);
 }
 
 // How this forward's B·T positions lie over the tp ranks (tensor_parallel.h: all on every rank
@@ -454,10 +513,12 @@ template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T
     const int tp = g->layout.tp;
     const size_t BT = (size_t)B * T_, BTCt = BT * g->config.channels / tp, NHt = g->config.num_heads / tp;
     const size_t P = gpt_seq_split(*g, B, T_).P, PC = P * g->config.channels;
-    const size_t c = keeps_cheap(g->recompute) ? l : 0, i = keeps_inner(g->recompute) ? l : 0;
+    const int l0 = g->layout.layer0;  // the stage's first block (pipeline.h; 0 without)
+    const size_t c = keeps_cheap(g->recompute) ? l - l0 : 0, i = keeps_inner(g->recompute) ? l - l0 : 0;
     return BlockActs<T>{
-        // x, the block's input: the encoder output for l = 0, else the output of block l−1
-        l == 0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1) * PC,
+        // x, the block's input: the encoder's output (or the previous stage's) for the stage's
+        // first block, else the output of block l−1
+        l == l0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1 - l0) * PC,
         a.ln1.data() + c * PC, a.qkv.data() + i * BTCt * 3, a.atty.data() + i * BTCt, a.residual2.data() + i * PC,
         a.ln2.data() + c * PC, a.fch.data() + i * BTCt * 4, a.fch_gelu.data() + c * BTCt * 4,
         a.ln1_mean.data() + i * P, a.ln1_rstd.data() + i * P, a.lse.data() + i * BT * NHt,
@@ -491,7 +552,7 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockActs<T> b = block_acts(g, l, B, T_);
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
-    if (l > 0 && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
+    if (l > g->layout.layer0 && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
         residual_layernorm_forward(ctx, b.x, b.ln1, b.ln1_mean, b.ln1_rstd, block_acts(g, l - 1, B, T_).res2, a.scratch.data(),
                                    w.ln1w, w.ln1b, P, C);
     else                  // x is the encoder's output, or was kept
@@ -596,30 +657,40 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     if (T_ > c.max_seq_len) fatal("sequence length %d exceeds the model's maximum %d", T_, c.max_seq_len);
     gpt_ensure_activations(ctx, g, B, T_);
     Activations<T>& a = g->acts;
-    const int C = c.channels, BT = B * T_, L = c.num_layers;
+    const int C = c.channels, BT = B * T_;
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     const ParamLayout& p = g->layout;
+    const int l0 = p.layer0, l1 = p.layer1;  // this pipeline stage's blocks (all L without)
     memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
     stage_upload(ctx, a.tokens_in, a.tokens.data(), tokens, BT * sizeof(int));
     // The embedding. With tensor parallelism it is vocabulary-parallel: this rank's wte holds the
     // rows [k.lo, k.lo + k.Vpl), it embeds the tokens among them (zero for the others) and tp rank
     // 0 adds wpe, so the embeddings are partial sums, added up like a row-parallel layer's.
+    // A later pipeline stage starts from the previous stage's output instead, which pipeline.h
+    // has put in acts.encoded.
     const Classifier k = classifier_slice(*g);
-    T* emb = s.on ? a.whole.data() : a.encoded.data();
-    acquire(g, 0);
-    encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->tp, g->params[0] + p.wpe), B, T_, C, k.lo, k.Vpl);
-    tp_sum_rows(ctx, g->tp, s, emb, a.encoded.data(), C, &g->tp_scratch);  // → acts.encoded, this rank's rows
-    release(g, 0);
-    for (int l = 0; l < L; l++) {
+    if (p.stage == 0) {
+        T* emb = s.on ? a.whole.data() : a.encoded.data();
+        acquire(g, 0);
+        encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->tp, g->params[0] + p.wpe), B, T_, C, k.lo, k.Vpl);
+        tp_sum_rows(ctx, g->tp, s, emb, a.encoded.data(), C, &g->tp_scratch);  // → acts.encoded, this rank's rows
+        release(g, 0);
+    }
+    for (int l = l0; l < l1; l++) {
         acquire(g, unit_of_block(l));
         gpt_block_forward(ctx, g, l, B, T_);
         release(g, unit_of_block(l));
     }
-    T* last = a.residual3.data() + (size_t)(L - 1) * s.P * C;  // the last block's output, formed here with lnf
-    acquire(g, unit_lnf(c));
+    T* last = a.residual3.data() + (size_t)(l1 - 1 - l0) * s.P * C;  // the last block's output
+    a.loss_count = 0;
+    if (!p.has_head) {  // a pipeline stage before the last: its output, for the next stage (pipeline.h)
+        residual_forward(ctx, last, block_acts(g, l1 - 1, B, T_).res2, a.scratch.data(), s.P * C);
+        return;
+    }
+    acquire(g, unit_lnf(c));  // (the last block's output is formed here, with lnf)
     T* lnf = g->params[unit_lnf(c)];
     residual_layernorm_forward(ctx, last, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
-                               block_acts(g, L - 1, B, T_).res2, a.scratch.data(), lnf, lnf + C, (int)s.P, C);
+                               block_acts(g, l1 - 1, B, T_).res2, a.scratch.data(), lnf, lnf + C, (int)s.P, C);
     release(g, unit_lnf(c));
     acquire(g, 0);  // the classifier is the tied embedding: this rank's rows of wte, its columns of the logits
     matmul_forward(ctx, a.logits.data(), tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C), g->params[0] + p.wte,
@@ -660,6 +731,13 @@ template <class T> inline void gpt_logits_row(const Ctx& ctx, GPT<T>* g, int row
     for (int v = 0; v < Vp; v++) out[v] = to_f(host[v]);
 }
 
+// A pipeline stage's output of the last gpt_forward (before the last stage: its last block's
+// output, this rank's rows of the residual stream), which pipeline.h hands to the next stage.
+template <class T> inline T* gpt_stage_output(GPT<T>* g, int B, int T_) {
+    const ParamLayout& p = g->layout;
+    return g->acts.residual3.data() + (size_t)(p.layer1 - 1 - p.layer0) * gpt_seq_split(*g, B, T_).P * g->config.channels;
+}
+
 // Their mean, summed in a fixed order in double.
 template <class T> inline float gpt_mean_loss(GPT<T>* g) {
     Activations<T>& a = g->acts;
@@ -675,36 +753,42 @@ template <class T> inline float gpt_mean_loss(GPT<T>* g) {
 template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, int T_) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
-    const int C = c.channels, BT = B * T_, L = c.num_layers;
+    const int C = c.channels, BT = B * T_;
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     const ParamLayout& p = g->layout;
-    T* last = a.residual3.data() + (size_t)(L - 1) * s.P * C;
-    const Classifier k = classifier_slice(*g);
-    // lnf's output at every position (with sequence parallelism gathered again: the forward's
-    // gathered copy is not assumed to have survived)
-    const T* lnf_out = tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C);
-    acquire(g, 0);  // the classifier is the tied embedding: its gradient goes to this rank's rows of wte
-    matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), lnf_out, g->params[0] + p.wte,
-                    BT, C, k.Vpl);
-    release(g, 0);
-    // ∂loss/∂(lnf's output), this rank's rows: with tensor parallelism a sum over the ranks' columns
-    T* dx = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
-    ctx_zero(ctx, a.dresidual.data(), s.P * C * sizeof(T));
-    acquire(g, unit_lnf(c));
-    T *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
-    gpt_layernorm_backward(ctx, g, s, a.dresidual.data(), dlnf, dlnf + C, dx, last, lnf, a.lnf_mean.data(), a.lnf_rstd.data());
-    release(g, unit_lnf(c));
-    grads_ready(g, unit_lnf(c));
-    for (int l = L - 1; l >= 0; l--) {
+    const int l0 = p.layer0, l1 = p.layer1;  // this pipeline stage's blocks (all L without)
+    if (p.has_head) {
+        T* last = a.residual3.data() + (size_t)(l1 - 1 - l0) * s.P * C;
+        const Classifier k = classifier_slice(*g);
+        // lnf's output at every position (with sequence parallelism gathered again: the forward's
+        // gathered copy is not assumed to have survived)
+        const T* lnf_out = tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C);
+        acquire(g, 0);  // the classifier is the tied embedding: its gradient goes to this rank's rows of wte
+        matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), lnf_out, g->params[0] + p.wte,
+                        BT, C, k.Vpl);
+        release(g, 0);
+        // ∂loss/∂(lnf's output), this rank's rows: with tensor parallelism a sum over the ranks' columns
+        T* dx = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
+        ctx_zero(ctx, a.dresidual.data(), s.P * C * sizeof(T));
+        acquire(g, unit_lnf(c));
+        T *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
+        gpt_layernorm_backward(ctx, g, s, a.dresidual.data(), dlnf, dlnf + C, dx, last, lnf, a.lnf_mean.data(), a.lnf_rstd.data());
+        release(g, unit_lnf(c));
+        grads_ready(g, unit_lnf(c));
+    }  // (else acts.dresidual holds ∂loss/∂(this pipeline stage's output), which pipeline.h put there)
+    for (int l = l1 - 1; l >= l0; l--) {
         acquire(g, unit_of_block(l));
         gpt_block_backward(ctx, g, l, B, T_);
         release(g, unit_of_block(l));
         grads_ready(g, unit_of_block(l));
     }
-    // the encoder's backward reads no parameters: no acquire. It runs on every position's
-    // gradient (with sequence parallelism gathered): each tp rank adds to its rows of wte the
-    // positions of their tokens, and every rank's wpe gradient is the whole one, the same bits.
-    encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, tp_gather_rows(ctx, g->tp, s, a.dresidual.data(), a.whole.data(), C),
-                     a.tokens_host.data(), B, T_, C, (size_t)k.Vpl, k.lo);
-    grads_ready(g, 0);
+    if (p.stage == 0) {
+        // the encoder's backward reads no parameters: no acquire. It runs on every position's
+        // gradient (with sequence parallelism gathered): each tp rank adds to its rows of wte the
+        // positions of their tokens, and every rank's wpe gradient is the whole one, the same bits.
+        const Classifier k = classifier_slice(*g);
+        encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, tp_gather_rows(ctx, g->tp, s, a.dresidual.data(), a.whole.data(), C),
+                         a.tokens_host.data(), B, T_, C, (size_t)k.Vpl, k.lo);
+    }  // (else acts.dresidual now holds ∂loss/∂(this stage's input), for the previous stage)
+    if (p.has_emb) grads_ready(g, 0);
 }

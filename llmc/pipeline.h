@@ -1,7 +1,8 @@
 /*
-pipeline.h — pipeline parallelism's plan: which layers each stage holds, and in which order each
-stage runs the forward and backward of a step's micro-batches (GPipe, 1F1B, interleaved 1F1B),
-with a simulator that measures a schedule's bubble and the activations it keeps alive.
+pipeline.h — pipeline parallelism: which layers each stage holds, in which order each stage
+runs the forward and backward of a step's micro-batches (GPipe, 1F1B, interleaved 1F1B), a
+simulator that measures a schedule's bubble and the activations it keeps alive, and the executor
+that runs a schedule in the trainer.
 
 The p ranks of the pp group (comm.h's mesh) are the stages of a pipeline. Stage s holds a
 contiguous range of the L blocks (stage 0 also the embeddings, stage p−1 the final LayerNorm and
@@ -31,28 +32,48 @@ pp_simulate runs a schedule with those times and the dependencies above, and giv
 time, bubble and the peak number of micro-batch activations (chunks of them, interleaved) each
 stage holds; it also proves the schedule cannot deadlock with buffered sends.
 
-Not here yet: the executor (the trainer's --pp), which needs the model's activations per
-micro-batch in flight, the sends and receives between stages, and wte on the first and last
-stage (tied: their gradients summed). Tests: test/test_ops.cpp (every schedule: each F and B once
-and in a valid order; the simulated bubbles and peaks against the formulas above).
+The executor (pp_train_step, the trainer's --pp N --pp-schedule gpipe|1f1b) runs a stage's
+list. The model is written once for it: a rank's layout holds its stage's units (model.h:
+make_layout), gpt_forward and gpt_backward run its blocks, starting from the received input
+(not the embedding) or the received output gradient (not the classifier), and every micro-batch
+in flight keeps its activations in a slot of its own (gpt_use_slot). The classifier is wte, so
+the first and the last stage both hold the embeddings; the last stage's copy gets the
+classifier's part of wte's gradient, the first stage's the encoder's, and the two are summed
+between them after the step's backwards (data_parallel.h: dp_grads_finish), so both copies take
+the same update. Data parallelism composes (each stage's dp group reduces its units), and so
+does tensor parallelism (a stage's tp ranks hand their own rows of the residual stream to the
+next stage's same tp rank). Per rank, with m micro-batches of B·T positions a step:
+  parameters    its blocks' (L/p of them), + Vp·C + maxT·C on the first and last stage, + 2C
+                on the last: the embeddings are held twice, the rest once
+  activations   slots × one micro-batch's activations of its blocks: gpipe m, 1f1b p − s
+  sent          m·B·T·C·s bytes a step forward (the first stage's outputs … the last's inputs)
+                and as many backward; the tied gradient sum 2(2−1)/2·(Vp + maxT)·C·s
+Sends start without waiting for the receiver (MPI_Isend from a copy), receives wait: what
+pp_simulate assumes, so a schedule it runs cannot deadlock here. They go through host memory
+(and MPI) on a GPU too. Evaluation runs a micro-batch through the stages one after the other
+(pp_forward_losses). Not here yet: the interleaved schedule's executor (its model chunks),
+ZeRO-2/3 and checkpoints with --pp, sampling and HellaSwag through a pipeline, and NCCL sends.
+
+Tests: test/test_ops.cpp (every schedule: each F and B once and in a valid order; the simulated
+bubbles and peaks against the formulas above), test/test_pp.sh (the trainer with --pp against
+one process; memory, slots and bytes against the formulas).
 */
 #pragma once
 #include <algorithm>
+#include <list>
 #include <string>
 #include <vector>
 #include "common.h"
+#include "comm.h"
+#include "model.h"
+#include "data_parallel.h"
 
 enum class PPSchedule { GPipe, OneFOneB, Interleaved };
 inline const char* const PP_SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved"};  // --pp-schedule's values
 
-// The layers [first, end) of virtual stage vs of P = p·v: L split as evenly as it goes (the first
-// L mod P virtual stages one more).
-struct LayerRange { int first, end; };
-inline LayerRange pp_layers(int L, int P, int vs) {
-    const int base = L / P, extra = L % P;
-    const int first = vs * base + std::min(vs, extra);
-    return {first, first + base + (vs < extra ? 1 : 0)};
-}
+// The layers [first, end) of virtual stage vs of P = p·v: model.h's stage_layers, L split as
+// evenly as it goes (the first L mod P virtual stages one more).
+inline LayerRange pp_layers(int L, int P, int vs) { return stage_layers(L, P, vs); }
 
 // One step of a stage's schedule: the forward or backward of micro-batch `micro` through the
 // stage's chunk `chunk` (0 without interleaving).
@@ -159,4 +180,97 @@ inline PPTiming pp_simulate(PPSchedule kind, int p, int m, int v = 1, double t_F
 inline double pp_bubble_formula(PPSchedule kind, int p, int m, int v = 1) {
     if (kind != PPSchedule::Interleaved) v = 1;
     return (double)(p - 1) / ((double)v * m + p - 1);
+}
+
+// How many micro-batches' activations stage s's schedule keeps at once: its slots.
+inline int pp_slots(PPSchedule kind, int p, int s, int m) {
+    int alive = 0, peak = 0;
+    for (const PPStep& st : pp_schedule(kind, p, s, m)) { alive += st.forward ? 1 : -1; peak = std::max(peak, alive); }
+    return peak;
+}
+
+// ----------------------------------------------------------------------------
+// the executor
+
+// One optimizer step's forwards and backwards on this rank's stage, in its schedule's order (m
+// micro-batches; gpipe or 1f1b). next_batch(x, y) gives the next micro-batch's tokens and
+// targets: every stage reads the same batches, in order (stage 0 embeds the tokens, the last
+// scores the targets). Between stages go this rank's rows of the residual stream (B·T·C
+// elements, or its sequence-parallel rows): forward a stage's output, backward its gradient.
+// Sends do not wait for the receiver (each from a copy of its own: the schedules assume
+// buffered sends, pp_simulate), receives do; all of it through MPI, from host memory. Micro-batch
+// k's activations live in a slot (gpt_use_slot) from its forward to its backward. After the
+// last backward, the tied embeddings' gradients are summed (dp_grads_finish). Returns the sum of
+// the micro-batches' mean losses, on every stage.
+template <class T, class NextBatch>
+inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSchedule kind, int m, int B, int T_, float dloss,
+                            NextBatch&& next_batch) {
+    Group& pp = *g->pp;
+    const int p = pp.size, s = pp.rank;
+    const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels;
+    std::vector<int> x((size_t)B * T_), y((size_t)B * T_), slot_of(m, -1), free_slots;
+    for (int k = g->slots - 1; k >= 0; k--) free_slots.push_back(k);
+    struct Send { std::vector<T> host; CommHandle h; };
+    std::list<Send> sends;  // (a list: a request's buffer and handle stay where they are)
+    std::vector<T> in(n);
+    auto send = [&](const T* buf, int peer) {
+        Send& out = sends.emplace_back();
+        out.host.resize(n);
+        ctx_copy(ctx, out.host.data(), buf, n * sizeof(T));
+        CommScope prof(ctx, pp, "pp send");
+        comm_send_start(pp, out.host.data(), n, peer, &out.h);
+    };
+    auto recv = [&](T* buf, int peer) {
+        { CommScope prof(ctx, pp, "pp receive (waits)"); comm_recv(pp, in.data(), n, peer); }
+        ctx_copy(ctx, buf, in.data(), n * sizeof(T));
+    };
+    double loss_sum = 0.0;
+    int forwards = 0, backwards_left = m;
+    for (const PPStep& st : pp_schedule(kind, p, s, m)) {
+        if (st.forward) {
+            CHECK(st.micro == forwards++ && !free_slots.empty(), "pipeline: forwards out of order, or no free slot");
+            slot_of[st.micro] = free_slots.back();
+            free_slots.pop_back();
+            gpt_use_slot(g, slot_of[st.micro]);
+            next_batch(x.data(), y.data());
+            gpt_ensure_activations(ctx, g, B, T_);
+            if (s > 0) recv(g->acts.encoded.data(), s - 1);
+            gpt_forward(ctx, g, x.data(), y.data(), B, T_, dloss);
+            if (s < p - 1) send(gpt_stage_output(g, B, T_), s + 1);
+            else loss_sum += gpt_mean_loss(g);
+        } else {
+            gpt_use_slot(g, slot_of[st.micro]);
+            d->last_micro = --backwards_left == 0;  // (DDP and ZeRO-1 reduce in the stage's last backward)
+            if (s < p - 1) recv(g->acts.dresidual.data(), s + 1);
+            gpt_backward(ctx, g, B, T_);
+            if (s > 0) send(g->acts.dresidual.data(), s - 1);
+            free_slots.push_back(slot_of[st.micro]);
+        }
+    }
+    for (Send& out : sends) comm_wait(&out.h);
+    dp_grads_finish(d);
+    comm_sum_doubles(pp, &loss_sum, 1);  // (the last stage's; the others add 0)
+    return loss_sum;
+}
+
+// A forward for evaluation (no backward). Without pipeline parallelism gpt_forward and its
+// losses; with it the micro-batch goes through the stages one after the other (each receives
+// the previous one's output; slot 0's activations), and the last stage's losses are broadcast to
+// every stage. Returns the B·T losses (host memory: gpt_losses's, or buf's).
+template <class T>
+inline const float* pp_forward_losses(const Ctx& ctx, GPT<T>* g, const int* x, const int* y, int B, int T_, std::vector<float>* buf) {
+    if (!g->pp) { gpt_forward(ctx, g, x, y, B, T_, 0.0f); return gpt_losses(g); }
+    Group& pp = *g->pp;
+    const int p = pp.size, s = pp.rank;
+    const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels;
+    std::vector<T> h(n);
+    gpt_use_slot(g, 0);
+    gpt_ensure_activations(ctx, g, B, T_);
+    if (s > 0) { comm_recv(pp, h.data(), n, s - 1); ctx_copy(ctx, g->acts.encoded.data(), h.data(), n * sizeof(T)); }
+    gpt_forward(ctx, g, x, y, B, T_, 0.0f);
+    if (s < p - 1) { ctx_copy(ctx, h.data(), gpt_stage_output(g, B, T_), n * sizeof(T)); comm_send(pp, h.data(), n, s + 1); }
+    buf->resize((size_t)B * T_);
+    if (s == p - 1) memcpy(buf->data(), gpt_losses(g), buf->size() * sizeof(float));
+    comm_broadcast(pp, buf->data(), buf->size(), p - 1);
+    return buf->data();
 }

@@ -12,6 +12,8 @@
 #                    memory (ranks may share a GPU), and NCCL where there are 4 GPUs
 #   test_tp          tensor parallelism, tp = 2 and dp = 2 × tp = 2, vs one process: the same,
 #                    MPI staged (part tp)
+#   test_pp          pipeline parallelism, pp = 2 (gpipe, 1f1b) and with dp, tp, vs one process:
+#                    the same, MPI staged (part pp)
 #   dev/cuda         the kernel playgrounds: every version within its bound; their timings
 #   sanitize         compute-sanitizer's memcheck, racecheck, synccheck and initcheck over
 #                    gpucheck_ops and a short bf16 training (test/gpu_sanitize.sh): no errors
@@ -40,8 +42,8 @@ part() {
 echo "# gpucheck on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 
 # GPUCHECK_PARTS picks parts (default all, in this order): ops wgmma train resume pytorch
-# playgrounds sanitize dp tp
-want() { [[ " ${GPUCHECK_PARTS:-ops wgmma train resume pytorch playgrounds sanitize dp tp} " == *" $1 "* ]]; }
+# playgrounds sanitize dp tp pp
+want() { [[ " ${GPUCHECK_PARTS:-ops wgmma train resume pytorch playgrounds sanitize dp tp pp} " == *" $1 "* ]]; }
 want ops && part gpucheck_ops build/gpucheck_ops ops
 # the Hopper flash attention (--flash-wgmma 1, off by default) apart, under its own shorter limit:
 # a fault in it names itself and costs no other part
@@ -86,6 +88,12 @@ if want tp; then
         if [ "$ngpu" -ge 4 ]; then part "test_tp (cuda, nccl, one rank per GPU)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh "$BIN"
         else echo "# test_tp over NCCL skipped: it needs 4 GPUs (one rank per GPU), this machine has $ngpu"; fi
     else echo "# test_tp skipped: no mpirun (OpenMPI) on this machine"; fi
+fi
+# pipeline parallelism: the whole test_pp with the ranks sharing the GPU(s) (the stages' sends go
+# through host memory in any case: pipeline.h)
+if want pp; then
+    if command -v mpirun >/dev/null; then part "test_pp (cuda, mpi staged through host memory)" env DEVICE=cuda COMM=mpi bash test/test_pp.sh "$BIN"
+    else echo "# test_pp skipped: no mpirun (OpenMPI) on this machine"; fi
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -12,6 +12,8 @@
 #                       bytes against the formulas; resume and resharding
 #   test_tp             tensor parallelism: tp=2 and dp=2 x tp=2 (ZeRO 0-3) against one process;
 #                       memory and bytes against the formulas; recompute, resume, bf16
+#   test_pp             pipeline parallelism: pp=2 gpipe and 1f1b, pp=3, dp=2 x pp=2, tp=2 x pp=2
+#                       against one process; memory, slots and bytes against the formulas
 #   test_gpu_sanitize   make gpucheck's compute-sanitizer part: its verdicts with a stand-in
 #                       sanitizer, and its training command line on the emulated GPU
 #   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
@@ -31,7 +33,8 @@
 #                       suite's training checks, on the CUDA code path, without a GPU; and
 #                       test_dp at dp=2 (DP_QUICK: the parts that depend on the backend) and
 #                       test_tp's equivalence part with --comm nccl (NCCL emulated over MPI,
-#                       test/simt_nccl.h): the NCCL path of comm.h, never run on one GPU
+#                       test/simt_nccl.h): the NCCL path of comm.h, never run on one GPU; and
+#                       test_pp's (the stages' sends staged from the GPU through host memory)
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both.
 set -u
@@ -65,9 +68,12 @@ for b in "${binaries[@]}"; do
     part "test_cli ($b)" bash test/test_cli.sh "$b"
     part "test_train ($b)" bash test/test_train.sh "$b"
     part "test_vs_pytorch ($b)" /usr/bin/python3 test/test_vs_pytorch.py "$b"
-    part "test_dp ($b)" bash test/test_dp.sh "$b"
+    # (the g++ build beside an nvcc one: dp = 2 only; its dp = 4 matrix is the same code as ./train_gpt's)
+    if [ "$b" = ./train_gpt ]; then part "test_dp ($b)" bash test/test_dp.sh "$b"
+    else part "test_dp ($b, dp=2)" env DP_SIZES=2 bash test/test_dp.sh "$b"; fi
 done
 part "test_tp (./train_gpt)" bash test/test_tp.sh ./train_gpt
+part "test_pp (./train_gpt)" bash test/test_pp.sh ./train_gpt
 part test_tokenizer bash test/test_tokenizer.sh
 part test_simt build/test_simt
 part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
@@ -104,6 +110,7 @@ part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/t
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
 part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh build/train_gpt_simt
 part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt
+part "test_pp (emulated GPU, pp=2 and tp=2 x pp=2; NCCL over MPI for tp)" env DEVICE=cuda COMM=nccl PP_QUICK=1 bash test/test_pp.sh build/train_gpt_simt
 if [ -x build/gpucheck_ops ]; then
     echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80, and sm_80 PTX for newer GPUs); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"
 else

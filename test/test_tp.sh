@@ -295,13 +295,6 @@ run tp2sp_bf16 2 --tp 2 --sp 1 --batch-size 8 --precision bf16 &&
     close_losses "$tmp/ref_bf16.jsonl" "$tmp/tp2sp_bf16.jsonl" "bf16 tp=2 --sp 1 (and the LayerNorms' gradients summed in bf16)" 2e-2
 
 # --- errors: one line naming the flag, exit 2
-check_error() {  # check_error NAME RANKS PATTERN ARGS...
-    local name=$1 n=$2 pat=$3; shift 3
-    local out rc
-    out=$(mpi "$n" "${common[@]}" "$@" 2>&1); rc=$?
-    if [ $rc = 2 ] && echo "$out" | grep -q -- "$pat"; then echo "ok - $name: exit 2, '$pat'"
-    else echo "not ok - $name: exit $rc"; echo "$out" | tail -2 | sed 's/^/#   /'; fi
-}
 check_error "--tp 2 on a 1-head model" 2 "--tp 2: must divide the model's 1 attention heads" --model d1 --tp 2
 check_error "--tp 2 on 3 ranks" 3 "world size 3 is not divisible by tp" --tp 2
 check_error "--sp 1 without --tp" 2 "--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1" --sp 1

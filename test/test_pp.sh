@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# test_pp — pipeline parallelism (llmc/pipeline.h) on CPU ranks under mpirun, against one process
+# with the same global batch (GPT d2: 2 blocks, C = 128; d3 for uneven stages; the shipped Bible):
+#   equivalence:  pp = 2 with gpipe and 1f1b, m = 4 micro-batches a step: per-step losses within
+#                 1e-5, every tensor changed alike (compare_models.py --updates: the model file the
+#                 stages write together against one process's); d3 over pp = 2 (blocks 2 + 1) and
+#                 pp = 3 (gpipe); dp = 2 × pp = 2 with ZeRO 0 and 1; tp = 2 × pp = 2 with --sp 1
+#   bits:         each stage runs the same ops on the same inputs as the one process, so the losses
+#                 are the one process's bit for bit (the gradients differ only in wte's, whose two
+#                 parts the first and last stage sum at the end instead of in turn)
+#   memory:       each stage holds its blocks (stage 0 also the embeddings, the last lnf and a copy
+#                 of the embeddings), to the byte; its activation slots are the schedule's (gpipe m,
+#                 1f1b pp − s) and its activation bytes proportional to them
+#   volume:       a stage sends m·B·T·C·s bytes a step (its outputs forward, or its input's
+#                 gradients backward), and the tied embeddings' gradient sum (Vp + maxT)·C·s
+#   recompute:    --recompute full is the same run bit for bit
+#   evaluation:   --val-tokens through the pipeline: one process's validation loss
+#   bf16:         within 2e-2 of one bf16 process
+#   errors:       --pp above the layers, interleaved, ZeRO-2, checkpoints, sampling, hellaswag,
+#                 --batch-size auto: one line each, exit 2
+# usage: [DEVICE=cuda] [COMM=mpi|nccl] [PP_QUICK=1] test/test_pp.sh [TRAIN_GPT]
+# PP_QUICK=1 runs pp = 2 (1f1b) and tp = 2 × pp = 2 against one process, 3 steps: what the suite
+# runs on the CPU SIMT emulator (build/train_gpt_simt, DEVICE=cuda), where the stages' sends are
+# staged through host memory and the tp collectives take the GPU path (NCCL's with COMM=nccl).
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:-./train_gpt}
+PY=${PYTHON:-/usr/bin/python3}
+TEST_NAME=test_pp; source test/mpi_setup.sh  # $tmp, mpi N ARGS...
+
+C=128; L=2; Vp=50304; maxT=1024; T=32; B=4; M=4
+# fp32 unless a part says bf16; AdamW's ε 1e-4 for the weight comparison (test_tp.sh says why)
+common=(--device "${DEVICE:-cpu}" --precision fp32 --model d2 --seq-len $T --lr 3e-3 --warmup-steps 2 --weight-decay 0.1
+        --eps 1e-4 --seed 7 --val-data "" --comm-stats --steps 5 --batch-size $B --total-batch-tokens $((M * B * T)))
+[ -n "${COMM:-}" ] && common+=(--comm "$COMM")
+[ -n "${PP_QUICK:-}" ] && common+=(--steps 3)
+
+# close_losses A.jsonl B.jsonl NAME TOL [KEY]: per-step KEY (default loss) within TOL
+close_losses() {
+    $PY - "$@" <<'PY'
+import json, sys
+a_path, b_path, name, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+key = sys.argv[5] if len(sys.argv) > 5 else "loss"
+def rows(p):
+    try: return [json.loads(l) for l in open(p)]
+    except (OSError, ValueError): return []
+a, b = rows(a_path), rows(b_path)
+pairs = [(x.get(key), y.get(key)) for x, y in zip(a, b) if x.get(key) is not None]
+worst = max(abs(x - y) for x, y in pairs) if len(a) == len(b) > 0 and pairs else float("inf")
+print(("ok" if worst <= tol else "not ok") + f" - {name}: {key} within {tol:g} of one process (max diff {worst:.1e})")
+PY
+}
+losses() { $PY -c "import json,sys; [print(repr(json.loads(l)['loss'])) for l in open(sys.argv[1])]" "$1" 2>/dev/null; }
+# same_run A B NAME: two runs' losses, norms and final weights bit-identical
+same_run() {
+    local keep='import json, sys
+for l in open(sys.argv[1]): d = json.loads(l); print(d["step"], repr(d["loss"]), repr(d["grad_norm"]))'
+    if [ -s "$1.jsonl" ] && cmp -s <($PY -c "$keep" "$1.jsonl") <($PY -c "$keep" "$2.jsonl") && cmp -s "$1.bin" "$2.bin"; then
+        echo "ok - $3: bit-identical (losses, norms, final weights)"
+    else
+        echo "not ok - $3: differs"; tail -2 "$2.txt" | sed 's/^/#   /'
+    fi
+}
+# run NAME RANKS ARGS...: one training into $tmp/NAME.{jsonl,bin,txt}
+run() {
+    local name=$1 n=$2; shift 2
+    if [ "$n" = 1 ]; then "$BIN" "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" --save-model "$tmp/$name.bin" >"$tmp/$name.txt" 2>&1
+    else mpi "$n" "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" --save-model "$tmp/$name.bin" >"$tmp/$name.txt" 2>&1; fi ||
+        { echo "not ok - $name: run failed"; tail -3 "$tmp/$name.txt" | sed 's/^/#   /'; return 1; }
+}
+# alike REF NAME INIT LABEL: the losses (1e-5; the same math, wte's gradient summed in another
+# order) and every tensor's change (1e-4 relative, as in test_tp.sh) of run NAME against REF
+alike() {
+    close_losses "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$4" 1e-5
+    $PY test/compare_models.py --updates "$tmp/$3.bin" "$tmp/$1.bin" "$tmp/$2.bin" 1e-4 | sed "s/ - / - $4: /"
+}
+
+"$BIN" "${common[@]}" --steps 0 --save-model "$tmp/init.bin" >/dev/null 2>&1
+[ -z "${PP_QUICK:-}" ] && "$BIN" "${common[@]}" --model d3 --steps 0 --save-model "$tmp/init_d3.bin" >/dev/null 2>&1
+
+# --- equivalence: one process against the pipelines, the same 4 micro-batches a step
+run ref 1
+schedules="gpipe 1f1b"; [ -n "${PP_QUICK:-}" ] && schedules=1f1b
+for s in $schedules; do
+    run "pp2_$s" 2 --pp 2 --pp-schedule "$s" || continue
+    alike ref "pp2_$s" init "pp=2 $s"
+    [ -n "$(losses "$tmp/ref.jsonl")" ] && [ "$(losses "$tmp/ref.jsonl")" = "$(losses "$tmp/pp2_$s.jsonl")" ] &&
+        echo "ok - pp=2 $s: every step's loss is one process's bit for bit" ||
+        echo "not ok - pp=2 $s: losses differ from one process's in some bit"
+done
+run tp2pp2 4 --tp 2 --sp 1 --pp 2 && alike ref tp2pp2 init "tp=2 --sp 1 x pp=2"
+[ -n "${PP_QUICK:-}" ] && exit 0
+run ref_d3 1 --model d3
+run pp2_d3 2 --model d3 --pp 2 && alike ref_d3 pp2_d3 init_d3 "d3 over pp=2 (blocks [0, 2) and [2, 3))"
+run pp3_d3 3 --model d3 --pp 3 --pp-schedule gpipe && alike ref_d3 pp3_d3 init_d3 "d3 over pp=3, gpipe"
+run ref_b8 1 --batch-size 8 --total-batch-tokens $((M * 8 * T))  # (dp = 2 × B = 4)
+for z in 0 1; do
+    run "dp2pp2_z$z" 4 --pp 2 --zero "$z" --total-batch-tokens $((M * 8 * T)) && alike ref_b8 "dp2pp2_z$z" init "dp=2 x pp=2 zero=$z"
+done
+
+# --- memory, slots and volume against the formulas in pipeline.h's header
+$PY - "$tmp" $C $L $Vp $maxT $T $B $M <<'PY'
+import json, re, sys
+tmp = sys.argv[1]
+C, L, Vp, maxT, T, B, M = map(int, sys.argv[2:])
+s = 4  # fp32
+def lines(name, what):
+    out = {}
+    for l in open(f"{tmp}/{name}.txt"):
+        m = re.match(what, l)
+        if m: out[int(m.group(1))] = tuple(int(x) for x in m.groups()[1:])
+    return out
+mem = lambda name: lines(name, r"memory rank (\d+): params (\d+) B.* activations (\d+) B")
+slots = lambda name: lines(name, r"pipeline rank (\d+): stage \d+, blocks \[\d+, \d+\).*, (\d+) activation slot")
+block, emb, lnf = 12 * C * C + 13 * C, Vp * C + maxT * C, 2 * C
+want = {0: (emb + block) * s, 1: (emb + block + lnf) * s}  # stage 0: embeddings + block 0; stage 1: block 1, lnf, wte's copy
+for sched in ("gpipe", "1f1b"):
+    m = mem(f"pp2_{sched}")
+    ok = {r: p for r, (p, _) in m.items()} == want
+    print(("ok" if ok else "not ok") + f" - pp=2 {sched}: stage 0 holds the embeddings and block 0, stage 1 block 1, lnf and the "
+          f"embeddings' copy: {want} bytes (got {m})")
+g, o, mg, mo = slots("pp2_gpipe"), slots("pp2_1f1b"), mem("pp2_gpipe"), mem("pp2_1f1b")
+ok = g == {0: (M,), 1: (M,)} and o == {0: (2,), 1: (1,)} and all(mg[r][1] * o[r][0] == mo[r][1] * g[r][0] for r in (0, 1))
+print(("ok" if ok else "not ok") + f" - pp=2: gpipe keeps m = {M} micro-batches' activations on each stage, 1f1b pp - s (2, 1), "
+      f"and the activation bytes follow the slots (gpipe {g}, 1f1b {o})")
+rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/pp2_1f1b.jsonl")]
+send, tied = M * B * T * C * s, (Vp + maxT) * C * s  # tied: an all-reduce of 2 ranks sends 2(2-1)/2 of the unit
+ok = len(rows) == 5 and all(r.get("pp_send_recv") == send and r.get("emb_all_reduce") == tied for r in rows)
+print(("ok" if ok else "not ok") + f" - pp=2: stage 0 sends m*B*T*C*s = {send} bytes a step, and the tied embeddings' gradients "
+      f"(Vp + maxT)*C*s = {tied} (got {rows[-1] if rows else None})")
+PY
+
+# --- recompute, validation, bf16
+run pp2_full 2 --pp 2 --recompute full && same_run "$tmp/pp2_1f1b" "$tmp/pp2_full" "pp=2 1f1b --recompute full"
+val=(--val-data "data/kjv_val_*.bin" --val-tokens 256)
+run ref_val 1 "${val[@]}"
+run pp2_val 2 --pp 2 "${val[@]}" && close_losses "$tmp/ref_val.jsonl" "$tmp/pp2_val.jsonl" "pp=2 validation through the stages" 1e-5 val_loss
+run ref_bf16 1 --precision bf16
+run pp2_bf16 2 --pp 2 --precision bf16 && close_losses "$tmp/ref_bf16.jsonl" "$tmp/pp2_bf16.jsonl" "bf16 pp=2" 2e-2
+
+# --- errors: one line naming the flag, exit 2
+check_error "--pp 3 on 2 blocks" 3 "--pp 3: more stages than the model's 2 blocks" --pp 3
+check_error "interleaved" 2 "--pp-schedule interleaved / --vpp: not yet supported" --pp 2 --pp-schedule interleaved
+check_error "--zero 2 with --pp" 2 "--zero 2 with --pp: not yet supported" --pp 2 --zero 2
+check_error "checkpoints with --pp" 2 "--output-dir with --pp: checkpoints of a pipeline are not yet supported" --pp 2 --output-dir "$tmp/ck"
+check_error "sampling with --pp" 2 "--sample-every with --pp" --pp 2 --sample-every 1
+check_error "--batch-size auto with --pp" 2 "--batch-size auto with --pp: not yet supported" --pp 2 --batch-size auto
