@@ -67,10 +67,15 @@ The owner of the storage is this file: it points the model's per-unit pointers a
 follows the model's use of units through ParamHooks (model.h). A single process is dp = 1.
 With tensor parallelism (tensor_parallel.h) the units are the rank's tp slice and the group is
 the ranks with its tp index: everything above applies to the slice, Ψ being the slice's size;
-only the gradient norm adds up over the tp group as well (dp_grad_norm).
+only the gradient norm adds up over the tp group as well (dp_grad_norm). With pipeline
+parallelism (pipeline.h) the units are the rank's stage's (the others are empty), the norm adds
+up over the pp group too, and the embeddings, held by the first and the last stage, have their
+two gradients summed once the step's backwards are done (dp_grads_finish, then their dp
+reduction); stages 0-1 only.
 Tests: test/test_dp.sh (dp = 2 and 4, every stage, and dp = 3 with uneven chunks, against one
 process; memory and bytes against the tables; --overlap 0 the same run; resume; resharding;
-on the emulated GPU with NCCL, the waits between the streams), test/test_ops.cpp (model gradient).
+on the emulated GPU with NCCL, the waits between the streams), test/test_ops.cpp (model gradient),
+test/test_pp.sh (the pipeline's units, with dp = 2 and ZeRO 0-1).
 */
 #pragma once
 #include <optional>
