@@ -225,7 +225,8 @@ static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, long long seqs
         std::fill(x.begin(), x.end(), 0);
         std::fill(y.begin(), y.end(), 0);
         if (n > 0) dataloader_sequences(val, first, n, x.data(), y.data());
-        const float* losses = pp_forward_losses(ctx, g, x.data(), y.data(), B, Tn, &pp_losses);  // (through the pipeline's stages)
+        gpt_infer(ctx, g, x.data(), y.data(), B, Tn);  // (through the pipeline's stages, if any)
+        const float* losses = gpt_infer_losses(g, B, Tn, &pp_losses);
         for (int j = 0; j < n; j++)
             for (int t = 0; t < Tn; t++) seq_loss[first + j] += losses[(size_t)j * Tn + t];
     }
@@ -280,8 +281,8 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
     for (int i = 0; i < n; i++) {
         int len = std::min((int)toks.size(), T_);
         const int* ctx_toks = toks.data() + toks.size() - len;
-        gpt_forward(ctx, g, ctx_toks, nullptr, 1, len, 0.0f);
-        gpt_logits_row(ctx, g, len - 1, logits.data());
+        gpt_infer(ctx, g, ctx_toks, nullptr, 1, len);  // (through the pipeline's stages, if any)
+        gpt_infer_logits_row(ctx, g, len - 1, logits.data());
         toks.push_back(sample_token(logits.data(), g->config.vocab_size, temperature, top_k, rng));
     }
     return prompt + tokenizer_decode(*tk, toks.data() + start, toks.size() - start);
@@ -355,7 +356,6 @@ int main(int argc, char** argv) {
         usage_error("--pp-schedule interleaved / --vpp: not yet supported (gpipe and 1f1b are; llmc/pipeline.h has its schedule)");
     if (pp > 1 && zero >= 2) usage_error("--zero %d with --pp: not yet supported (pipeline parallelism takes --zero 0 or 1)", zero);
     if (pp > 1 && !out_dir.empty()) usage_error("--output-dir with --pp: checkpoints of a pipeline are not yet supported (--save-model is)");
-    if (pp > 1 && sample_every > 0) usage_error("--sample-every with --pp: sampling through a pipeline is not yet supported");
     if (cp != 1) usage_error("--cp: context parallelism is not yet supported");
     const int dp = mesh.dp;
 
@@ -423,7 +423,6 @@ int main(int argc, char** argv) {
     const long long data_most = !auto_batch ? 0 : train_loader.slots;
     ChoiceSet hellaswag;
     const bool has_hellaswag = !f.str("hellaswag").empty();
-    if (has_hellaswag && pp > 1) usage_error("--hellaswag with --pp: not yet supported through a pipeline (validation is)");
     if (has_hellaswag) {
         hellaswag = choice_set_load("--hellaswag", f.str("hellaswag"), config.vocab_size);
         if (hellaswag.longest_row > T)

@@ -168,6 +168,7 @@ inline ChoiceResult choice_evaluate(const Ctx& ctx, GPT<T>* g, const ChoiceSet& 
         for (int e = 0; e < (int)set.examples[i].endings.size(); e++) rows.push_back({i, e});
     std::vector<double> score(set.rows, 0.0);
     std::vector<int> x((size_t)R * Tr), y((size_t)R * Tr);
+    std::vector<float> pp_losses;  // (gpt_infer_losses's, with pipeline parallelism)
     const long long per_batch = (long long)R * dp.size;
     double last_note = now_seconds();  // a progress line every 10 s (a large model on the CPU takes minutes)
     for (long long first = 0; first < set.rows; first += per_batch) {
@@ -186,8 +187,8 @@ inline ChoiceResult choice_evaluate(const Ctx& ctx, GPT<T>* g, const ChoiceSet& 
             row.insert(row.end(), e.begin(), e.end());
             for (size_t t = 0; t + 1 < row.size(); t++) { x[(size_t)r * Tr + t] = row[t]; y[(size_t)r * Tr + t] = row[t + 1]; }
         }
-        gpt_forward(ctx, g, x.data(), y.data(), R, Tr, 0.0f);
-        const float* losses = gpt_losses(g);
+        gpt_infer(ctx, g, x.data(), y.data(), R, Tr);  // (through the pipeline's stages, if any)
+        const float* losses = gpt_infer_losses(g, R, Tr, &pp_losses);
         for (int r = 0; r < R && mine + r < set.rows; r++) {
             const ChoiceExample& ex = set.examples[rows[mine + r].first];
             const size_t c = ex.context.size(), n = ex.endings[rows[mine + r].second].size();

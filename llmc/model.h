@@ -738,6 +738,37 @@ template <class T> inline T* gpt_stage_output(GPT<T>* g, int B, int T_) {
     return g->acts.residual3.data() + (size_t)(p.layer1 - 1 - p.layer0) * gpt_seq_split(*g, B, T_).P * g->config.channels;
 }
 
+// A forward for evaluation or sampling (no backward, no targets needed) of the whole model:
+// gpt_forward, or with pipeline parallelism the micro-batch through the stages one after the
+// other (each receives the previous one's output, slot 0's activations; the sends wait, which a
+// chain allows). gpt_infer_losses and gpt_infer_logits_row then give every stage the last one's.
+template <class T> inline void gpt_infer(const Ctx& ctx, GPT<T>* g, const int* x, const int* y, int B, int T_) {
+    if (!g->pp) { gpt_forward(ctx, g, x, y, B, T_, 0.0f); return; }
+    Group& pp = *g->pp;
+    const int p = pp.size, s = pp.rank;
+    const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels;
+    std::vector<T> h(n);  // (through host memory: pipeline.h)
+    gpt_use_slot(g, 0);
+    gpt_ensure_activations(ctx, g, B, T_);
+    if (s > 0) { comm_recv(pp, h.data(), n, s - 1); ctx_copy(ctx, g->acts.encoded.data(), h.data(), n * sizeof(T)); }
+    gpt_forward(ctx, g, x, y, B, T_, 0.0f);
+    if (s < p - 1) { ctx_copy(ctx, h.data(), gpt_stage_output(g, B, T_), n * sizeof(T)); comm_send(pp, h.data(), n, s + 1); }
+}
+// The B·T losses of the last gpt_infer (which had targets), on every stage (host memory:
+// gpt_losses's, or buf's).
+template <class T> inline const float* gpt_infer_losses(GPT<T>* g, int B, int T_, std::vector<float>* buf) {
+    if (!g->pp) return gpt_losses(g);
+    buf->resize((size_t)B * T_);
+    if (g->layout.has_head) memcpy(buf->data(), gpt_losses(g), buf->size() * sizeof(float));
+    comm_broadcast(*g->pp, buf->data(), buf->size(), g->pp->size - 1);
+    return buf->data();
+}
+// Row `row` of the last gpt_infer's logits, all Vp of them, on every stage.
+template <class T> inline void gpt_infer_logits_row(const Ctx& ctx, GPT<T>* g, int row, float* out) {
+    if (g->layout.has_head) gpt_logits_row(ctx, g, row, out);
+    if (g->pp) comm_broadcast(*g->pp, out, (size_t)g->config.padded_vocab_size, g->pp->size - 1);
+}
+
 // Their mean, summed in a fixed order in double.
 template <class T> inline float gpt_mean_loss(GPT<T>* g) {
     Activations<T>& a = g->acts;

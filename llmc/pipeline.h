@@ -51,8 +51,8 @@ next stage's same tp rank). Per rank, with m micro-batches of B·T positions a s
 Sends start without waiting for the receiver (MPI_Isend from a copy), receives wait: what
 pp_simulate assumes, so a schedule it runs cannot deadlock here. They go through host memory
 (and MPI) on a GPU too. Evaluation runs a micro-batch through the stages one after the other
-(pp_forward_losses). Not here yet: the interleaved schedule's executor (its model chunks),
-ZeRO-2/3 and checkpoints with --pp, sampling and HellaSwag through a pipeline, and NCCL sends.
+(model.h: gpt_infer). Not here yet: the interleaved schedule's executor (its model chunks),
+ZeRO-2/3 and checkpoints with --pp, and NCCL sends.
 
 Tests: test/test_ops.cpp (every schedule: each F and B once and in a valid order; the simulated
 bubbles and peaks against the formulas above), test/test_pp.sh (the trainer with --pp against
@@ -251,26 +251,4 @@ inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSch
     dp_grads_finish(d);
     comm_sum_doubles(pp, &loss_sum, 1);  // (the last stage's; the others add 0)
     return loss_sum;
-}
-
-// A forward for evaluation (no backward). Without pipeline parallelism gpt_forward and its
-// losses; with it the micro-batch goes through the stages one after the other (each receives
-// the previous one's output; slot 0's activations), and the last stage's losses are broadcast to
-// every stage. Returns the B·T losses (host memory: gpt_losses's, or buf's).
-template <class T>
-inline const float* pp_forward_losses(const Ctx& ctx, GPT<T>* g, const int* x, const int* y, int B, int T_, std::vector<float>* buf) {
-    if (!g->pp) { gpt_forward(ctx, g, x, y, B, T_, 0.0f); return gpt_losses(g); }
-    Group& pp = *g->pp;
-    const int p = pp.size, s = pp.rank;
-    const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels;
-    std::vector<T> h(n);
-    gpt_use_slot(g, 0);
-    gpt_ensure_activations(ctx, g, B, T_);
-    if (s > 0) { comm_recv(pp, h.data(), n, s - 1); ctx_copy(ctx, g->acts.encoded.data(), h.data(), n * sizeof(T)); }
-    gpt_forward(ctx, g, x, y, B, T_, 0.0f);
-    if (s < p - 1) { ctx_copy(ctx, h.data(), gpt_stage_output(g, B, T_), n * sizeof(T)); comm_send(pp, h.data(), n, s + 1); }
-    buf->resize((size_t)B * T_);
-    if (s == p - 1) memcpy(buf->data(), gpt_losses(g), buf->size() * sizeof(float));
-    comm_broadcast(pp, buf->data(), buf->size(), p - 1);
-    return buf->data();
 }

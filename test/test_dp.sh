@@ -283,22 +283,7 @@ if [ -z "${DP_QUICK:-}" ]; then signal_check TERM rank; signal_check USR1 mpirun
 # (the last round leaves some ranks one sequence or none). Each row and sequence is scored by the
 # same forward shape whichever rank runs it, and each sequence's loss is added in sequence order,
 # so the scores and the validation loss are bit-identical (on the CPU and the emulated GPU).
-$PY - "$tmp/hs.bin" <<'PY'
-import random, sys
-sys.path.insert(0, "test")
-import gpt2_torch as ref
-import numpy as np
-toks = np.fromfile("data/kjv_val_000000.bin", dtype="<u2", offset=1024).tolist()
-rng = random.Random(5)
-examples = []
-for _ in range(10):  # a context, its true continuation and three continuations of elsewhere
-    at = [rng.randrange(len(toks) - 20) for _ in range(4)]
-    endings = [toks[at[0] + 8:at[0] + 13]] + [toks[a:a + rng.randint(2, 6)] for a in at[1:]]
-    label = rng.randrange(4)
-    endings[0], endings[label] = endings[label], endings[0]
-    examples.append((label, toks[at[0]:at[0] + 8], endings))
-ref.write_eval(sys.argv[1], examples)
-PY
+$PY test/make_choice_set.py "$tmp/hs.bin"
 hs_fields() { $PY -c "
 import json, sys
 d = json.loads(open(sys.argv[1]).readline())

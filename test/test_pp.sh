@@ -14,10 +14,11 @@
 #   volume:       a stage sends m·B·T·C·s bytes a step (its outputs forward, or its input's
 #                 gradients backward), and the tied embeddings' gradient sum (Vp + maxT)·C·s
 #   recompute:    --recompute full is the same run bit for bit
-#   evaluation:   --val-tokens through the pipeline: one process's validation loss
+#   evaluation:   --val-tokens through the pipeline: one process's validation loss; with --steps 0
+#                 (pp = 2, and tp = 2 × pp = 2) --hellaswag, --val-tokens and a sample bit for bit
 #   bf16:         within 2e-2 of one bf16 process
-#   errors:       --pp above the layers, interleaved, ZeRO-2, checkpoints, sampling, hellaswag,
-#                 --batch-size auto: one line each, exit 2
+#   errors:       --pp above the layers, interleaved, ZeRO-2, checkpoints, --batch-size auto:
+#                 one line each, exit 2
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [PP_QUICK=1] test/test_pp.sh [TRAIN_GPT]
 # PP_QUICK=1 runs pp = 2 (1f1b) and tp = 2 × pp = 2 against one process, 3 steps: what the suite
 # runs on the CPU SIMT emulator (build/train_gpt_simt, DEVICE=cuda), where the stages' sends are
@@ -135,6 +136,29 @@ run pp2_full 2 --pp 2 --recompute full && same_run "$tmp/pp2_1f1b" "$tmp/pp2_ful
 val=(--val-data "data/kjv_val_*.bin" --val-tokens 256)
 run ref_val 1 "${val[@]}"
 run pp2_val 2 --pp 2 "${val[@]}" && close_losses "$tmp/ref_val.jsonl" "$tmp/pp2_val.jsonl" "pp=2 validation through the stages" 1e-5 val_loss
+# evaluation and sampling of the initial weights (--steps 0): the forward through the stages is
+# the one process's bit for bit (tp = 2 × pp = 2's is tp = 2's: tensor parallelism sums its
+# partial products in another order), so the HellaSwag answers and scores, the validation loss
+# and the sampled text (the same generator on every rank, the same logits) are the same
+$PY test/make_choice_set.py "$tmp/hs.bin"
+ev=(--steps 0 --hellaswag "$tmp/hs.bin" --val-data data/kjv_val_000000.bin --val-tokens 256 --sample-every 1 --gen-tokens 12)
+evals() { $PY - "$1" <<'PY'
+import json, sys
+d = json.loads(open(sys.argv[1] + ".jsonl").readline())
+text = open(sys.argv[1] + ".txt", errors="replace").read()
+sample = text.split("---- sample at step 0 ----", 1)[1].split("\n---", 1)[0] if "---- sample at step 0" in text else None
+print(d["hellaswag_correct"], d["hellaswag_total"], repr(d["hellaswag_loss"]), repr(d["val_loss"]), repr(sample))
+PY
+}
+run ev1 1 "${ev[@]}"
+run ev_tp2 2 --tp 2 --sp 1 "${ev[@]}"
+for layout in "ev1 2 --pp 2" "ev_tp2 4 --pp 2 --tp 2 --sp 1"; do
+    set -- $layout
+    run "ev_pp$2" "${@:2}" "${ev[@]}" || continue
+    a=$(evals "$tmp/$1" 2>/dev/null); b=$(evals "$tmp/ev_pp$2" 2>/dev/null)
+    [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok - ${*:3}: --hellaswag, --val-tokens and a sample of the initial model are $(n=${1/ev1/one process}; echo "${n/ev_tp2/tp=2}")'s, bit for bit" ||
+        { echo "not ok - ${*:3}: evaluation or sample differ"; echo "#   without pp: $a"; echo "#   pipeline:   $b"; }
+done
 run ref_bf16 1 --precision bf16
 run pp2_bf16 2 --pp 2 --precision bf16 && close_losses "$tmp/ref_bf16.jsonl" "$tmp/pp2_bf16.jsonl" "bf16 pp=2" 2e-2
 
@@ -143,5 +167,4 @@ check_error "--pp 3 on 2 blocks" 3 "--pp 3: more stages than the model's 2 block
 check_error "interleaved" 2 "--pp-schedule interleaved / --vpp: not yet supported" --pp 2 --pp-schedule interleaved
 check_error "--zero 2 with --pp" 2 "--zero 2 with --pp: not yet supported" --pp 2 --zero 2
 check_error "checkpoints with --pp" 2 "--output-dir with --pp: checkpoints of a pipeline are not yet supported" --pp 2 --output-dir "$tmp/ck"
-check_error "sampling with --pp" 2 "--sample-every with --pp" --pp 2 --sample-every 1
 check_error "--batch-size auto with --pp" 2 "--batch-size auto with --pp: not yet supported" --pp 2 --batch-size auto
