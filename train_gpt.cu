@@ -355,7 +355,6 @@ int main(int argc, char** argv) {
     if (vpp != 1 || (pp > 1 && pp_schedule == PPSchedule::Interleaved))
         usage_error("--pp-schedule interleaved / --vpp: not yet supported (gpipe and 1f1b are; llmc/pipeline.h has its schedule)");
     if (pp > 1 && zero >= 2) usage_error("--zero %d with --pp: not yet supported (pipeline parallelism takes --zero 0 or 1)", zero);
-    if (pp > 1 && !out_dir.empty()) usage_error("--output-dir with --pp: checkpoints of a pipeline are not yet supported (--save-model is)");
     if (cp != 1) usage_error("--cp: context parallelism is not yet supported");
     const int dp = mesh.dp;
 
@@ -371,10 +370,13 @@ int main(int argc, char** argv) {
             usage_error("--resume: the checkpoint in '%s' holds an L=%d C=%d V=%d model, but --model %s is L=%d C=%d V=%d",
                         resume_dir.c_str(), saved.num_layers, saved.channels, saved.vocab_size, model_spec.c_str(),
                         config.num_layers, config.channels, config.vocab_size);
-        const long long saved_tp = checkpoint_read_header(resume_dir).saved_tp;
-        if (saved_tp != tp)
+        const TrainState saved_layout = checkpoint_read_header(resume_dir);
+        if (saved_layout.saved_tp != tp)
             usage_error("--resume: the checkpoint in '%s' was written with --tp %lld; resume with the same --tp (AdamW's "
-                        "state is per tensor-parallel rank; dp and --zero may change)", resume_dir.c_str(), saved_tp);
+                        "state is per tensor-parallel rank; dp and --zero may change)", resume_dir.c_str(), (long long)saved_layout.saved_tp);
+        if (saved_layout.saved_pp != pp)
+            usage_error("--resume: the checkpoint in '%s' was written with --pp %lld; resume with the same --pp (AdamW's "
+                        "state is per pipeline stage; dp and --zero may change)", resume_dir.c_str(), (long long)saved_layout.saved_pp);
         from_file = false;
     }
     if (config.num_heads % tp != 0)

@@ -13,13 +13,16 @@ new one, never half of one):
   model.bin            the fp32 model file (loadable by llm.c and by --model), from dp rank 0:
                        the fp32 master weights, so a bf16 run resumes bit-exactly too (its
                        working copy is the master rounded to bf16, data_parallel.h); with
-                       tensor parallelism each tp rank writes its slices into it
+                       tensor (pipeline) parallelism each tp rank (stage) writes its slices
+                       (its blocks) into it
   state_rankNNNNN.bin  dp rank r's shard: int64 header [20241121, 2, step, micro-batches consumed
                        (all ranks), rng state, B, T, total batch tokens, Ψ (of the rank's
-                       slice), dp, zero, tp, 0…], then its chunk of AdamW's m and v for every
-                       unit (the ZeRO shard layout, whatever stage saved it: a stage-0 rank
-                       writes its chunk of its replica). With tp > 1, state_tpTTT_rankNNNNN.bin
-                       for tp rank t (its slice's moments), and resuming needs the same tp
+                       slice), dp, zero, tp, pp, 0…], then its chunk of AdamW's m and v for
+                       every unit (the ZeRO shard layout, whatever stage saved it: a stage-0
+                       rank writes its chunk of its replica). With tp > 1,
+                       state_tpTTT_rankNNNNN.bin for tp rank t (its slice's moments), with pp > 1
+                       state_ppPPP_tpTTT_rankNNNNN.bin for pipeline stage p (its units'), and
+                       resuming needs the same tp and pp
   history.bin          the recent losses and gradient norms that --skip-loss-z / --skip-norm-z
                        judge a step against (outliers.h), from rank 0: int64 [20261123, 1,
                        n_loss, n_norm, 0…] (16), then n_loss and n_norm doubles, oldest first.
@@ -39,7 +42,8 @@ together and exit with 128 + the signal's number, and --resume continues as if n
 A second signal of the same kind kills at once (the handler is reset when it runs).
 
 Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume bit-exactness),
-test/test_dp.sh (sharded checkpoints in every ZeRO stage, resharding); stopping on a signal:
+test/test_dp.sh (sharded checkpoints in every ZeRO stage, resharding), test/test_tp.sh and
+test/test_pp.sh (tensor-parallel and pipeline checkpoints); stopping on a signal:
 test/test_train.sh (one process), test/test_dp.sh (a signal to one rank of two, and to mpirun).
 */
 #pragma once
@@ -171,7 +175,7 @@ struct TrainState {
     int64_t global_batches = 0;  // micro-batches consumed by all dp ranks together (loader k·dp)
     uint64_t rng_state = 0;      // the sampler's generator
     int64_t B = 0, T = 0, total_batch = 0;
-    int64_t saved_dp = 1, saved_zero = 0, saved_tp = 1;
+    int64_t saved_dp = 1, saved_zero = 0, saved_tp = 1, saved_pp = 1;
     std::vector<double> loss_history, norm_history;  // outliers.h's windows, oldest first
 };
 static const int64_t HISTORY_MAGIC = 20261123;
@@ -180,17 +184,19 @@ inline std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
     char name[32]; snprintf(name, sizeof(name), "step_%08lld", (long long)step);
     return out_dir + "/" + name;
 }
-// dp rank `rank`'s state file; with tensor parallelism (tp > 1) one per tp rank and dp rank.
-inline std::string state_file(const std::string& dir, int rank, int tp = 1, int tp_rank = 0) {
-    char name[48];
-    if (tp == 1) snprintf(name, sizeof(name), "/state_rank%05d.bin", rank);
-    else snprintf(name, sizeof(name), "/state_tp%03d_rank%05d.bin", tp_rank, rank);
+// dp rank `rank`'s state file; with tensor parallelism (tp > 1) one per tp rank and dp rank,
+// with pipeline parallelism (pp > 1) one per stage, tp rank and dp rank.
+inline std::string state_file(const std::string& dir, int rank, int tp = 1, int tp_rank = 0, int pp = 1, int stage = 0) {
+    char name[64];
+    if (pp > 1) snprintf(name, sizeof(name), "/state_pp%03d_tp%03d_rank%05d.bin", stage, tp_rank, rank);
+    else if (tp > 1) snprintf(name, sizeof(name), "/state_tp%03d_rank%05d.bin", tp_rank, rank);
+    else snprintf(name, sizeof(name), "/state_rank%05d.bin", rank);
     return dir + name;
 }
 
 // The state file of dp rank r holds, for every unit u, its chunk r (of N = dp) of AdamW's m,
 // padded to ⌈S_u/N⌉ elements, then the same for v (with tensor parallelism, of the units of
-// its tp rank's slice: header[11] = tp). Chunk r lies in the file at element
+// its tp rank's slice: header[11] = tp; of its pipeline stage's units: header[12] = pp). Chunk r lies in the file at element
 // offset Σ_{v<u} ⌈S_v/N⌉ (m) and that plus Σ_all ⌈S_v/N⌉ (v), after the 128-byte header.
 static const int STATE_HEADER = 16;  // int64s
 
@@ -202,7 +208,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
     namespace fs = std::filesystem;
     std::string final_dir = checkpoint_dir(out_dir, s.step), tmp = final_dir + ".tmp";
     std::error_code ec;
-    const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank;
+    const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank, pp = d->g->layout.pp, stage = d->g->layout.stage;
     if (world.rank == 0) {
         fs::create_directories(out_dir, ec);
         fs::remove_all(tmp, ec);
@@ -210,10 +216,10 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
     }
     comm_barrier(world);
     model_file_save(d, tmp + "/model.bin", false);
-    std::string sp = state_file(tmp, d->rank, tp, tp_rank);
+    std::string sp = state_file(tmp, d->rank, tp, tp_rank, pp, stage);
     FILE* f = fopen_or_die(sp.c_str(), "wb");
     int64_t h[STATE_HEADER] = {STATE_MAGIC, 2, s.step, s.global_batches, (int64_t)s.rng_state, s.B, s.T, s.total_batch,
-                               (int64_t)d->g->layout.total, d->N, d->zero, tp};
+                               (int64_t)d->g->layout.total, d->N, d->zero, tp, pp};
     fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
     std::vector<float> chunk;  // host copy of one chunk, zero-padded to ⌈S/N⌉
     for (Buf<float>* buf : {&d->m, &d->v})
@@ -237,15 +243,16 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
         const GPTConfig& c = d->g->config;
         std::string mp = tmp + "/manifest.json";
         f = fopen_or_die(mp.c_str(), "w");
-        fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"precision\": \"%s\", \"layout\": {\"dp\": %d, \"tp\": %d, \"pp\": 1, \"cp\": 1, \"zero\": %d},\n"
+        fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"precision\": \"%s\", \"layout\": {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": 1, \"zero\": %d},\n"
                    " \"model\": {\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                    "\"num_heads\": %d, \"channels\": %d},\n"
                    " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
                    " \"files\": [\"model.bin\", \"history.bin\"",
-                (long long)s.step, world.size, dtype_name<T>(), d->N, tp, d->zero, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
+                (long long)s.step, world.size, dtype_name<T>(), d->N, tp, pp, d->zero, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
                 c.num_layers, c.num_heads, c.channels, (long long)s.B, (long long)s.T, (long long)s.total_batch);
-        for (int t = 0; t < tp; t++)
-            for (int r = 0; r < d->N; r++) fprintf(f, ", \"%s\"", state_file("", r, tp, t).substr(1).c_str());
+        for (int q = 0; q < pp; q++)
+            for (int t = 0; t < tp; t++)
+                for (int r = 0; r < d->N; r++) fprintf(f, ", \"%s\"", state_file("", r, tp, t, pp, q).substr(1).c_str());
         fprintf(f, "]}\n");
         if (fclose(f) != 0) fatal("cannot write '%s'", mp.c_str());
     }
@@ -289,7 +296,8 @@ inline void checkpoint_prune(const std::string& out_dir, int keep) {
 // (history.bin, when there is one).
 inline TrainState checkpoint_read_header(const std::string& dir) {
     std::string sp = state_file(dir, 0);
-    if (!std::filesystem::exists(sp)) sp = state_file(dir, 0, 2, 0);  // a tensor-parallel run's (any tp > 1)
+    if (!std::filesystem::exists(sp)) sp = state_file(dir, 0, 2, 0);        // a tensor-parallel run's (any tp > 1)
+    if (!std::filesystem::exists(sp)) sp = state_file(dir, 0, 2, 0, 2, 0);  // a pipeline's (any pp > 1)
     FILE* f = fopen_or_die(sp.c_str(), "rb");
     int64_t h[STATE_HEADER];
     fread_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
@@ -298,6 +306,7 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
     TrainState s;
     s.step = h[2]; s.global_batches = h[3]; s.rng_state = (uint64_t)h[4]; s.B = h[5]; s.T = h[6]; s.total_batch = h[7];
     s.saved_dp = h[9]; s.saved_zero = h[10]; s.saved_tp = h[11] > 0 ? h[11] : 1;  // (0 before tensor parallelism)
+    s.saved_pp = h[12] > 0 ? h[12] : 1;                                            // (0 before pipeline parallelism)
     const std::string hp = dir + "/history.bin";
     if (FILE* hf = fopen(hp.c_str(), "rb")) {  // (absent in a checkpoint from before it existed)
         int64_t hh[STATE_HEADER];
@@ -315,17 +324,19 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
 
 // Loads the weights (model.bin) and this rank's part of AdamW's moments from a checkpoint
 // saved with any dp size and ZeRO stage: each element is read from the old rank whose chunk
-// held it. This is what makes resharding (say dp=4 ZeRO-3 → dp=2 ZeRO-1) work. The tp size
-// must be the one it was saved with (the trainer checks): a tp rank reads its own state files.
+// held it. This is what makes resharding (say dp=4 ZeRO-3 → dp=2 ZeRO-1) work. The tp and pp
+// sizes must be the ones it was saved with (the trainer checks): a tp rank of a pipeline stage
+// reads its own state files.
 template <class T> inline TrainState checkpoint_load(const std::string& dir, DataParallel<T>* d) {
     TrainState s = checkpoint_read_header(dir);
-    const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank;
-    CHECK(s.saved_tp == tp, "checkpoint_load: saved with tp=%lld, loading with tp=%d", (long long)s.saved_tp, tp);
+    const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank, pp = d->g->layout.pp, stage = d->g->layout.stage;
+    CHECK(s.saved_tp == tp && s.saved_pp == pp, "checkpoint_load: saved with tp=%lld pp=%lld, loading with tp=%d pp=%d",
+          (long long)s.saved_tp, (long long)s.saved_pp, tp, pp);
     model_file_load(d, (dir + "/model.bin").c_str());
     int old_N = (int)s.saved_dp;
     std::vector<FILE*> files(old_N);
     for (int q = 0; q < old_N; q++) {
-        std::string sp = state_file(dir, q, tp, tp_rank);
+        std::string sp = state_file(dir, q, tp, tp_rank, pp, stage);
         files[q] = fopen_or_die(sp.c_str(), "rb");
         int64_t h[STATE_HEADER];
         fread_or_die(h, sizeof(int64_t), STATE_HEADER, files[q], sp.c_str());
@@ -348,7 +359,7 @@ template <class T> inline TrainState checkpoint_load(const std::string& dir, Dat
                 size_t elem = (size_t)part * old_total + old_off[u] + (b - (size_t)q * c_old);
                 fseek(files[q], (long)(STATE_HEADER * 8 + elem * 4), SEEK_SET);
                 piece.resize(e - b);
-                fread_or_die(piece.data(), 4, e - b, files[q], state_file(dir, q, tp, tp_rank).c_str());
+                fread_or_die(piece.data(), 4, e - b, files[q], state_file(dir, q, tp, tp_rank, pp, stage).c_str());
                 ctx_copy(d->ctx, dp_opt_at(d, *buf, (int)u, b), piece.data(), (e - b) * sizeof(float));
             }
         }

@@ -51,8 +51,9 @@ next stage's same tp rank). Per rank, with m micro-batches of B·T positions a s
 Sends start without waiting for the receiver (MPI_Isend from a copy), receives wait: what
 pp_simulate assumes, so a schedule it runs cannot deadlock here. They go through host memory
 (and MPI) on a GPU too. Evaluation runs a micro-batch through the stages one after the other
-(model.h: gpt_infer). Not here yet: the interleaved schedule's executor (its model chunks),
-ZeRO-2/3 and checkpoints with --pp, and NCCL sends.
+(model.h: gpt_infer). Checkpoints hold a state file per stage (checkpoint.h) and resume with
+the same --pp. Not here yet: the interleaved schedule's executor (its model chunks), ZeRO-2/3
+with --pp (their per-unit reduce and gather order follows the whole model's), and NCCL sends.
 
 Tests: test/test_ops.cpp (every schedule: each F and B once and in a valid order; the simulated
 bubbles and peaks against the formulas above), test/test_pp.sh (the trainer with --pp against

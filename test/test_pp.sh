@@ -17,8 +17,10 @@
 #   evaluation:   --val-tokens through the pipeline: one process's validation loss; with --steps 0
 #                 (pp = 2, and tp = 2 × pp = 2) --hellaswag, --val-tokens and a sample bit for bit
 #   bf16:         within 2e-2 of one bf16 process
-#   errors:       --pp above the layers, interleaved, ZeRO-2, checkpoints, --batch-size auto:
-#                 one line each, exit 2
+#   resume:       dp = 2 × pp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; another
+#                 --pp refused
+#   errors:       --pp above the layers, interleaved, ZeRO-2, --batch-size auto: one line each,
+#                 exit 2
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [PP_QUICK=1] test/test_pp.sh [TRAIN_GPT]
 # PP_QUICK=1 runs pp = 2 (1f1b) and tp = 2 × pp = 2 against one process, 3 steps: what the suite
 # runs on the CPU SIMT emulator (build/train_gpt_simt, DEVICE=cuda), where the stages' sends are
@@ -162,9 +164,26 @@ done
 run ref_bf16 1 --precision bf16
 run pp2_bf16 2 --pp 2 --precision bf16 && close_losses "$tmp/ref_bf16.jsonl" "$tmp/pp2_bf16.jsonl" "bf16 pp=2" 2e-2
 
+# --- resume: dp = 2 × pp = 2 ZeRO-1 (1f1b), 6 straight steps against 3, resume, 3: bit for bit
+# (a state file per stage, tp and dp rank); the checkpoint resumed with another --pp is refused
+rs=(--pp 2 --zero 1 --total-batch-tokens $((M * 8 * T)) --steps 6 --shuffle 1 --checkpoint-every 3)
+mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/ra" --log-file "$tmp/ra.jsonl" --save-model "$tmp/ra.bin" >"$tmp/ra.txt" 2>&1
+mkdir -p "$tmp/rb" "$tmp/rc"
+for d in rb rc; do cp -r "$tmp/ra/step_00000003" "$tmp/$d/" 2>/dev/null; done
+mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/rb" --resume --log-file "$tmp/rb.jsonl" --save-model "$tmp/rb.bin" >"$tmp/rb.txt" 2>&1
+keep='import json, sys
+for l in open(sys.argv[1]): d = json.loads(l); print(repr(d["loss"]), repr(d["grad_norm"]))'
+if [ "$(wc -l <"$tmp/rb.jsonl" 2>/dev/null)" = 3 ] && ls "$tmp/ra/step_00000003" | grep -q "state_pp001_tp000_rank00001.bin" &&
+   cmp -s <($PY -c "$keep" "$tmp/ra.jsonl" | tail -3) <($PY -c "$keep" "$tmp/rb.jsonl") && cmp -s "$tmp/ra.bin" "$tmp/rb.bin"; then
+    echo "ok - dp=2 x pp=2 zero=1: resuming at step 3 continues bit for bit (losses, norms, final weights; a state file per stage and dp rank)"
+else
+    echo "not ok - dp=2 x pp=2 zero=1: resume differs"; tail -2 "$tmp/rb.txt" | sed 's/^/#   /'
+fi
+check_error "a --pp 2 checkpoint resumed with --pp 1" 4 "written with --pp 2; resume with the same --pp" \
+    "${rs[@]}" --pp 1 --output-dir "$tmp/rc" --resume
+
 # --- errors: one line naming the flag, exit 2
 check_error "--pp 3 on 2 blocks" 3 "--pp 3: more stages than the model's 2 blocks" --pp 3
 check_error "interleaved" 2 "--pp-schedule interleaved / --vpp: not yet supported" --pp 2 --pp-schedule interleaved
 check_error "--zero 2 with --pp" 2 "--zero 2 with --pp: not yet supported" --pp 2 --zero 2
-check_error "checkpoints with --pp" 2 "--output-dir with --pp: checkpoints of a pipeline are not yet supported" --pp 2 --output-dir "$tmp/ck"
 check_error "--batch-size auto with --pp" 2 "--batch-size auto with --pp: not yet supported" --pp 2 --batch-size auto
