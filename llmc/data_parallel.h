@@ -125,9 +125,8 @@ template <class T> struct DataParallel : ParamHooks {
     bool overlap = true;                      // --overlap 0: wait for each transfer at once, no prefetch
     // pipeline parallelism (pipeline.h): the first and last stage hold the embeddings (the
     // classifier is wte); `tied` groups the two, whose gradients are summed at the step's end
-    // (dp_grads_finish), so grads_ready(0) waits for that
+    // (dp_grads_finish), so grads_ready(0) leaves unit 0 to it
     Group* tied = nullptr;
-    bool tied_summed = false;
 
     // ---- ParamHooks
     void acquire(int u) override;
@@ -305,23 +304,29 @@ template <class T> inline void dp_reduce_finish(DataParallel<T>* d, int p) {
     d->reduce_unit[p] = -1;
 }
 
-// The backward calls this for units L+1, L, ..., 1, 0 (model.h): stage 0 starts the unit's
-// all-reduce; stages 1-3 start its reduce-scatter and finish the previous unit's, whose
-// transfer had this unit's backward to hide behind. The embedding unit, last, finishes both.
-template <class T> inline void DataParallel<T>::grads_ready(int u) {
-    if (u == 0 && tied && tied->size > 1 && !tied_summed) return;  // (dp_grads_finish calls again)
-    if (zero < 2 && !last_micro) return;  // accumulate locally; reduce once per step
-    if (zero == 0) {
-        CommScope prof(ctx, *group, "all-reduce gradients");
-        comm_all_reduce_sum_start(*group, grads_full.data() + units[u].offset, units[u].size, &scratch);  // NCCL: overlaps the backward
-        if (!overlap) comm_join(*group);  // the backward waits for it
+// Unit u's gradient over dp (the backward hands over the units in model.h's order): stage 0
+// starts its all-reduce; stages 1-3 start its reduce-scatter and finish the previous unit's,
+// whose transfer had this unit's backward to hide behind. The embedding unit, last, finishes both.
+template <class T> inline void dp_reduce_unit(DataParallel<T>* d, int u) {
+    if (d->zero < 2 && !d->last_micro) return;  // accumulate locally; reduce once per step
+    if (d->zero == 0) {
+        CommScope prof(d->ctx, *d->group, "all-reduce gradients");
+        comm_all_reduce_sum_start(*d->group, d->grads_full.data() + d->units[u].offset, d->units[u].size, &d->scratch);  // NCCL: overlaps the backward
+        if (!d->overlap) comm_join(*d->group);  // the backward waits for it
         return;
     }
     const int p = u % 2;
-    dp_reduce_start(this, u);
-    if (!overlap) dp_reduce_finish(this, p);
-    dp_reduce_finish(this, 1 - p);
-    if (u == 0) dp_reduce_finish(this, p);
+    dp_reduce_start(d, u);
+    if (!d->overlap) dp_reduce_finish(d, p);
+    dp_reduce_finish(d, 1 - p);
+    if (u == 0) dp_reduce_finish(d, p);
+}
+// The backward calls this for units L+1, L, ..., 1, 0. With pipeline parallelism the first and
+// last stage hold the embeddings (tied): dp_grads_finish reduces them once the two stages'
+// parts are summed.
+template <class T> inline void DataParallel<T>::grads_ready(int u) {
+    if (u == 0 && tied && tied->size > 1) return;
+    dp_reduce_unit(this, u);
 }
 
 // Pipeline parallelism, after a stage's last backward of the step: the reduce-scatters still
@@ -334,9 +339,7 @@ template <class T> inline void dp_grads_finish(DataParallel<T>* d) {
     if (d->tied && d->tied->size > 1 && d->units[0].size > 0) {
         { CommScope prof(d->ctx, *d->tied, "all-reduce tied embeddings");
           comm_all_reduce_sum(*d->tied, d->grads_full.data() + d->units[0].offset, d->units[0].size, &d->scratch); }
-        d->tied_summed = true;
-        d->grads_ready(0);
-        d->tied_summed = false;
+        dp_reduce_unit(d, 0);  // (last_micro is set: the stage's last backward has run)
     }
 }
 

@@ -525,6 +525,14 @@ template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T
         a.ln2_mean.data() + i * P, a.ln2_rstd.data() + i * P};
 }
 
+// The output of this rank's last block (of the whole model without pipeline parallelism), this
+// rank's rows of the residual stream: what pipeline.h hands to the next stage, and lnf's input
+// on the last.
+template <class T> inline T* gpt_stage_output(GPT<T>* g, int B, int T_) {
+    const ParamLayout& p = g->layout;
+    return g->acts.residual3.data() + (size_t)(p.layer1 - 1 - p.layer0) * gpt_seq_split(*g, B, T_).P * g->config.channels;
+}
+
 template <class T> inline void acquire(GPT<T>* g, int u) { if (g->hooks) g->hooks->acquire(u); }
 template <class T> inline void release(GPT<T>* g, int u) { if (g->hooks) g->hooks->release(u); }
 template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
@@ -681,7 +689,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
         gpt_block_forward(ctx, g, l, B, T_);
         release(g, unit_of_block(l));
     }
-    T* last = a.residual3.data() + (size_t)(l1 - 1 - l0) * s.P * C;  // the last block's output
+    T* last = gpt_stage_output(g, B, T_);  // the last block's output
     a.loss_count = 0;
     if (!p.has_head) {  // a pipeline stage before the last: its output, for the next stage (pipeline.h)
         residual_forward(ctx, last, block_acts(g, l1 - 1, B, T_).res2, a.scratch.data(), s.P * C);
@@ -729,13 +737,6 @@ template <class T> inline void gpt_logits_row(const Ctx& ctx, GPT<T>* g, int row
     ctx_copy(ctx, host.data() + k.lo, g->acts.logits.data() + (size_t)row * k.Vpl, k.Vpl * sizeof(T));
     if (k.parts > 1) comm_all_gather(*g->tp, host.data(), (size_t)Vp);
     for (int v = 0; v < Vp; v++) out[v] = to_f(host[v]);
-}
-
-// A pipeline stage's output of the last gpt_forward (before the last stage: its last block's
-// output, this rank's rows of the residual stream), which pipeline.h hands to the next stage.
-template <class T> inline T* gpt_stage_output(GPT<T>* g, int B, int T_) {
-    const ParamLayout& p = g->layout;
-    return g->acts.residual3.data() + (size_t)(p.layer1 - 1 - p.layer0) * gpt_seq_split(*g, B, T_).P * g->config.channels;
 }
 
 // A forward for evaluation or sampling (no backward, no targets needed) of the whole model:
@@ -789,7 +790,7 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
     const ParamLayout& p = g->layout;
     const int l0 = p.layer0, l1 = p.layer1;  // this pipeline stage's blocks (all L without)
     if (p.has_head) {
-        T* last = a.residual3.data() + (size_t)(l1 - 1 - l0) * s.P * C;
+        T* last = gpt_stage_output(g, B, T_);
         const Classifier k = classifier_slice(*g);
         // lnf's output at every position (with sequence parallelism gathered again: the forward's
         // gathered copy is not assumed to have survived)

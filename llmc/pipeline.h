@@ -72,9 +72,8 @@ one process; memory, slots and bytes against the formulas).
 enum class PPSchedule { GPipe, OneFOneB, Interleaved };
 inline const char* const PP_SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved"};  // --pp-schedule's values
 
-// The layers [first, end) of virtual stage vs of P = p·v: model.h's stage_layers, L split as
-// evenly as it goes (the first L mod P virtual stages one more).
-inline LayerRange pp_layers(int L, int P, int vs) { return stage_layers(L, P, vs); }
+// (The layers of virtual stage vs of P = p·v: model.h's stage_layers, L split as evenly as it
+// goes, the first L mod P virtual stages one more.)
 
 // One step of a stage's schedule: the forward or backward of micro-batch `micro` through the
 // stage's chunk `chunk` (0 without interleaving).
@@ -103,6 +102,14 @@ inline std::vector<PPStep> pp_schedule(PPSchedule kind, int p, int s, int m, int
     for (int i = 0; i < M - warm; i++) { out.push_back(fwd(warm + i)); out.push_back(bwd(i)); }
     for (int i = M - warm; i < M; i++) out.push_back(bwd(i));
     return out;
+}
+
+// The most micro-batch activations (chunks of them, interleaved) a stage's list keeps at once:
+// +1 at each forward, −1 at each backward.
+inline int pp_peak_alive(const std::vector<PPStep>& steps) {
+    int alive = 0, peak = 0;
+    for (const PPStep& st : steps) { alive += st.forward ? 1 : -1; peak = std::max(peak, alive); }
+    return peak;
 }
 
 // The result of running a schedule in time.
@@ -161,11 +168,7 @@ inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps,
         }
     r.step_time = *std::max_element(free_at.begin(), free_at.end());
     r.bubble = 1.0 - m * (t_F + t_B) / r.step_time;
-    for (int s = 0; s < p; s++) {
-        int alive = 0, peak = 0;
-        for (const PPStep& st : steps[s]) { alive += st.forward ? 1 : -1; peak = std::max(peak, alive); }
-        r.peak_alive.push_back(peak);
-    }
+    for (int s = 0; s < p; s++) r.peak_alive.push_back(pp_peak_alive(steps[s]));
     return r;
 }
 
@@ -184,11 +187,7 @@ inline double pp_bubble_formula(PPSchedule kind, int p, int m, int v = 1) {
 }
 
 // How many micro-batches' activations stage s's schedule keeps at once: its slots.
-inline int pp_slots(PPSchedule kind, int p, int s, int m) {
-    int alive = 0, peak = 0;
-    for (const PPStep& st : pp_schedule(kind, p, s, m)) { alive += st.forward ? 1 : -1; peak = std::max(peak, alive); }
-    return peak;
-}
+inline int pp_slots(PPSchedule kind, int p, int s, int m) { return pp_peak_alive(pp_schedule(kind, p, s, m)); }
 
 // ----------------------------------------------------------------------------
 // the executor

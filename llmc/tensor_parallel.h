@@ -68,10 +68,9 @@ dp and ZeRO stage may change, and --sp, which moves no parameter).
 
 Sequence parallelism (--sp 1). Above, every tp rank runs the LayerNorms and the residual adds
 on all B·T positions and holds their activations whole: 4·C a block a position, the part of a
-block's 16·C that tensor parallelism does not split. But
-those ops work on each position alone, so they can split by position instead: rank r keeps the
-rows [r·P, r·P + P) of the flattened B·T positions, P = ⌈B·T/t⌉ (the last rank's tail is padding,
-kept zero, so any B·T splits). The all-reduce after a row-parallel layer becomes a
+block's 16·C that tensor parallelism does not split. But those ops work on each position alone,
+so they can split by position instead: rank r keeps the rows [r·P, r·P + P) of the flattened
+B·T positions, P = ⌈B·T/t⌉ (the last rank's tail is padding, kept zero, so any B·T splits). The all-reduce after a row-parallel layer becomes a
 reduce-scatter (each rank gets its rows of the sum), and before a column-parallel layer an
 all-gather brings every rank all rows of the LayerNorm output:
 

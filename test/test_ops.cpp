@@ -177,7 +177,7 @@ static void test_pipeline_schedules() {
             if (P > L) continue;
             int at = 0, lo = L, hi = 0;
             for (int vs = 0; vs < P; vs++) {
-                const LayerRange r = pp_layers(L, P, vs);
+                const LayerRange r = stage_layers(L, P, vs);
                 layers_ok &= r.first == at && r.end > r.first;
                 lo = std::min(lo, r.end - r.first); hi = std::max(hi, r.end - r.first);
                 at = r.end;
