@@ -13,7 +13,8 @@ owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.
                       ends with bit-identical values (each chunk is summed once, by its owner)
   reduce_scatter_sum  my chunk of Σ_ranks send
   all_gather          every rank's chunk, in place (blocking, or started now and waited later)
-  broadcast, send, recv, all_to_all, barrier, and a deterministic sum of a few doubles
+  broadcast, send, recv (and send_start, which does not wait for the receiver: pipeline.h's),
+  all_to_all, barrier, and a deterministic sum of a few doubles
 Element types: float and bf16 (common.h). MPI has no bf16, so bf16 travels as 16-bit words
 and is summed by our own MPI operation (fp32 add, rounded to bf16 at each step — what NCCL's
 bf16 reductions do); sums are in the reduce-scatter's order, the same on every run.

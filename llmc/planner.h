@@ -5,7 +5,9 @@ A rank's memory holds the model state (data_parallel.h: parameters, gradients, o
 ZeRO stage's working buffers; 16Ψ bytes at stage 0, 16Ψ/N at stage 3) and the activations of
 one micro-batch (model.h: gpt_activation_buffers, per position (16·L·C + 12·C + Vp) elements of
 the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T positions; fewer with
---recompute, model.h's Recompute). The state is allocated first; the plan then asks what is
+--recompute, model.h's Recompute; a tensor-parallel rank's slice of them, a pipeline stage's
+blocks' times the micro-batches its schedule keeps alive: model.h's gpt_activation_bytes of the
+model). The state is allocated first; the plan then asks what is
 still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
 memory cgroup: common.h) and whether B·T positions of activations fit in it, with a reserve for
 the kernels' scratch:
