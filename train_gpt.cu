@@ -10,11 +10,13 @@ train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
       on SIGTERM, SIGUSR1 or SIGINT (with --output-dir): a checkpoint after the step, then exit
 
 Gradient accumulation: accum = total_batch_tokens / (B·T·dp) micro-batches per step, each
-backward scaled by 1/(B·T·accum), so the gradient is that of the mean loss over the whole batch.
+backward scaled by 1/(B·T·accum·dp), so the gradients' sum over dp is that of the mean loss over
+the whole batch. With context parallelism a rank runs T/cp of each sequence's positions and the
+sum is over dp × cp.
 
 The same source builds with g++ (CPU backend) and nvcc. Every op is called through a Ctx
 (llmc/common.h); this file never touches a backend. Flags that need a later part of the
-project (sequence, pipeline and context parallelism, fp16/fp8) are accepted by the parser
+project (the interleaved pipeline schedule, fp16/fp8) are accepted by the parser
 and then refused with a clear "not yet supported" error, never silently ignored.
 
 With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is
@@ -83,8 +85,8 @@ static const FlagDef FLAGS[] = {
     {"pp", "1", "pipeline-parallel degree: the blocks split into pp stages, one a rank, the step's micro-batches (--total-batch-tokens / (B*T*dp)) flowing through them (llmc/pipeline.h); at most the model's layers; with --zero 0 or 1", false},
     {"pp-schedule", "1f1b", "gpipe (every forward, then every backward: m micro-batches' activations alive) | 1f1b (one forward, one backward: at most pp) | interleaved (not yet); both idle (pp-1)/(m+pp-1) of a step", false},
     {"vpp", "1", "virtual pipeline stages per rank (interleaved; not yet)", false},
-    {"cp", "1", "context-parallel degree", false},
-    {"cp-layout", "contiguous", "contiguous | zigzag", false},
+    {"cp", "1", "context-parallel degree: each sequence's positions split over cp ranks, attention over all of them by ring attention (llmc/context_parallel.h); gradients summed over dp x cp; --seq-len must divide (zigzag: by 2*cp); dp = world/(tp*pp*cp)", false},
+    {"cp-layout", "contiguous", "contiguous (rank r: positions [r*T/cp, (r+1)*T/cp)) | zigzag (rank r: chunks r and 2cp-1-r of 2cp: the same causal attention work on every rank)", false},
     {"output-dir", "", "directory for checkpoints (empty: none); with it, SIGTERM, SIGUSR1 (Slurm: --signal=USR1@300) or SIGINT stop the run after the current step with a checkpoint, exit code 128 + the signal", false},
     {"checkpoint-every", "0", "write a checkpoint every N steps (and at the end) (0: only at the end)", false},
     {"keep-checkpoints", "0", "keep only the newest N checkpoints in --output-dir, deleting older ones (0: keep all)", false},
@@ -236,13 +238,14 @@ static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, long long seqs
     return (float)(sum / ((double)seqs * Tn));
 }
 
-// {"all_reduce": bytes, ...} of the dp group's counters (the ops it used this step), the tp
-// group's prefixed "tp_" (tensor_parallel.h's sums and gathers), the pp group's "pp_"
-// (pipeline.h's sends between stages) and the tied embeddings' "emb_" (their gradients' sum
-// between the first and last stage).
+// {"all_reduce": bytes, ...} of the gradients' group's counters (dp, or dp × cp; the ops it used
+// this step), the tp group's prefixed "tp_" (tensor_parallel.h's sums and gathers), the pp
+// group's "pp_" (pipeline.h's sends between stages), the tied embeddings' "emb_" (their
+// gradients' sum between the first and last stage) and the cp group's "cp_" (context_parallel.h's ring).
 static std::string comm_stats_json(const Mesh& m) {
     std::string s = "{";
-    const std::pair<const Group*, const char*> groups[] = {{&m.dp_group, ""}, {&m.tp_group, "tp_"}, {&m.pp_group, "pp_"}, {&m.emb_group, "emb_"}};
+    const std::pair<const Group*, const char*> groups[] = {{&m.grads(), ""}, {&m.tp_group, "tp_"}, {&m.pp_group, "pp_"},
+                                                           {&m.emb_group, "emb_"}, {&m.cp_group, "cp_"}};
     for (const auto& [g, prefix] : groups)
         for (int op = 0; op < NUM_COMM_OPS; op++) {
             if (!g->calls[op]) continue;
@@ -322,7 +325,7 @@ int main(int argc, char** argv) {
     int pp = (int)f.integer("pp", 1, 1 << 16), vpp = (int)f.integer("vpp", 1, 1 << 16), cp = (int)f.integer("cp", 1, 1 << 16);
     const std::string& pp_schedule_flag = f.choice("pp-schedule", {PP_SCHEDULE_NAMES[0], PP_SCHEDULE_NAMES[1], PP_SCHEDULE_NAMES[2]});
     const PPSchedule pp_schedule = (PPSchedule)(std::find(PP_SCHEDULE_NAMES, PP_SCHEDULE_NAMES + 3, pp_schedule_flag) - PP_SCHEDULE_NAMES);
-    f.choice("cp-layout", {"contiguous", "zigzag"});
+    const bool cp_zigzag = f.choice("cp-layout", {"contiguous", "zigzag"}) == "zigzag";
     std::string out_dir = f.str("output-dir");
     int ckpt_every = (int)f.integer("checkpoint-every", 0, 1 << 30);
     int ckpt_keep = (int)f.integer("keep-checkpoints", 0, 1 << 30);
@@ -355,7 +358,6 @@ int main(int argc, char** argv) {
     if (vpp != 1 || (pp > 1 && pp_schedule == PPSchedule::Interleaved))
         usage_error("--pp-schedule interleaved / --vpp: not yet supported (gpipe and 1f1b are; llmc/pipeline.h has its schedule)");
     if (pp > 1 && zero >= 2) usage_error("--zero %d with --pp: not yet supported (pipeline parallelism takes --zero 0 or 1)", zero);
-    if (cp != 1) usage_error("--cp: context parallelism is not yet supported");
     const int dp = mesh.dp;
 
     // --- model config: a preset, a model file, or (on --resume) the checkpoint's model
@@ -385,6 +387,11 @@ int main(int argc, char** argv) {
         usage_error("--tp %d: must divide the model's padded vocabulary %d (each tp rank computes Vp/tp of the logits)", tp,
                     config.padded_vocab_size);
     if (T > config.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, config.max_seq_len);
+    if (T % cp_granule(cp, cp_zigzag) != 0)
+        usage_error("--cp %d --cp-layout %s: --seq-len %d must be a multiple of %d (each cp rank holds %s)", cp,
+                    cp_zigzag ? "zigzag" : "contiguous", T, cp_granule(cp, cp_zigzag),
+                    cp_zigzag ? "two of the sequence's 2*cp equal chunks" : "seq-len/cp consecutive positions");
+    const int Tl = T / cp;  // the positions of each sequence this rank runs (context_parallel.h)
     if (pp > config.num_layers) usage_error("--pp %d: more stages than the model's %d blocks (each stage holds at least one)", pp, config.num_layers);
     if (pp > 1 && auto_batch) usage_error("--batch-size auto with --pp: not yet supported (give --batch-size)");
     const bool total_given = total_batch != -1;
@@ -462,11 +469,12 @@ int main(int argc, char** argv) {
     using floatX = decltype(dtype_tag);
         // --- the model, its storage (data_parallel.h) and its weights
         GPT<floatX> model;
-        gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr, sp == 1, pp > 1 ? &mesh.pp_group : nullptr);
+        gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr, sp == 1, pp > 1 ? &mesh.pp_group : nullptr,
+                  cp > 1 ? &mesh.cp_group : nullptr, cp_zigzag);
         model.recompute = recompute;
         if (pp > 1) model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum);  // micro-batches alive at once (pipeline.h)
         DataParallel<floatX> dpar;
-        dp_init(&dpar, &model, &mesh.dp_group, zero, ctx);
+        dp_init(&dpar, &model, &mesh.grads(), zero, ctx);  // (dp × cp: both sum gradients)
         dpar.overlap = overlap;
         if (pp > 1) dpar.tied = &mesh.emb_group;  // the first and last stage's embeddings
         const DPMemory mem = dp_memory(dpar);
@@ -533,9 +541,13 @@ int main(int argc, char** argv) {
                    model.layout.has_head ? ", lnf and the classifier (wte tied to stage 0's)" : "", model.slots);
             fflush(stdout);
         }
+        if (cp > 1)
+            print0("context parallel: cp=%d, %s: each rank holds %d of each sequence's %d positions (%s), ring attention over "
+                   "the cp group; gradients summed over dp x cp = %d ranks\n", cp, cp_zigzag ? "zigzag" : "contiguous", Tl, T,
+                   cp_zigzag ? "two chunks, r and 2*cp-1-r, of 2*cp" : "rank r: [r*T/cp, (r+1)*T/cp)", dp * cp);
         if (sp == 1)
             print0("sequence parallel: each tp rank holds %d of the %d positions of the residual stream and the LayerNorms\n",
-                   (int)ceil_div((size_t)B * T, (size_t)tp), B * T);
+                   (int)ceil_div((size_t)B * Tl, (size_t)tp), B * Tl);
         if (has_val)
             print0("validation: %lld sequences of %d = %lld tokens each evaluation%s\n", val_seqs, T, val_seqs * T,
                    val_capped ? " (all that --val-data holds)" : "");
@@ -551,7 +563,7 @@ int main(int argc, char** argv) {
         fflush(stdout);
         printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B\n",
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
-               (long long)gpt_activation_bytes(model, B, T, recompute));
+               (long long)gpt_activation_bytes(model, B, Tl, recompute));
         fflush(stdout);
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,
@@ -560,7 +572,15 @@ int main(int argc, char** argv) {
         Logger log;
         if (mesh.rank == 0) logger_open(&log, f.str("log-file"), resume ? state.step : -1);
         std::vector<int> x((size_t)B * T), y((size_t)B * T);
-        const float dloss = 1.0f / ((float)B * T * accum * dp);  // the dp sum of gradients is then the mean
+        std::vector<int> xl((size_t)B * Tl), yl((size_t)B * Tl);  // this rank's positions of them (context parallelism)
+        const std::vector<PosPiece> my_positions = cp_pieces(cp, mesh.cp_rank, cp_zigzag, Tl);
+        auto next_batch = [&](int* xb, int* yb) {  // the next micro-batch's tokens and targets at this rank's positions
+            if (cp == 1) { dataloader_next(&train_loader, xb, yb); return; }
+            dataloader_next(&train_loader, x.data(), y.data());
+            cp_take_positions(x.data(), B, T, my_positions, xb);
+            cp_take_positions(y.data(), B, T, my_positions, yb);
+        };
+        const float dloss = 1.0f / ((float)B * T * accum * dp);  // the dp (× cp) sum of gradients is then the mean
 
         // the evaluations (every rank runs them: ZeRO-3 gathers parameters in each forward)
         auto run_evals = [&]() {
@@ -609,24 +629,24 @@ int main(int argc, char** argv) {
             const bool measured = profile && (step > first_step || steps == first_step);
             if (measured) { ctx_sync(ctx); profile_step_begin(&profiler); }
             double t0 = now_seconds();
-            comm_reset_stats(mesh.dp_group);
+            comm_reset_stats(mesh.grads());
+            comm_reset_stats(mesh.cp_group);
             comm_reset_stats(mesh.tp_group);
             comm_reset_stats(mesh.pp_group);
             comm_reset_stats(mesh.emb_group);
             dp_zero_grad(&dpar);
             double loss_sum = 0.0;
             if (pp > 1)  // the micro-batches through the pipeline's stages, in its schedule (pipeline.h)
-                loss_sum = pp_train_step(ctx, &model, &dpar, pp_schedule, accum, B, T, dloss,
-                                         [&](int* xb, int* yb) { dataloader_next(&train_loader, xb, yb); });
+                loss_sum = pp_train_step(ctx, &model, &dpar, pp_schedule, accum, B, Tl, dloss, next_batch);
             else for (int micro = 0; micro < accum; micro++) {
                 dpar.last_micro = micro == accum - 1;
-                dataloader_next(&train_loader, x.data(), y.data());
-                gpt_forward(ctx, &model, x.data(), y.data(), B, T, dloss);
-                gpt_backward(ctx, &model, B, T);
+                next_batch(xl.data(), yl.data());
+                gpt_forward(ctx, &model, xl.data(), yl.data(), B, Tl, dloss);
+                gpt_backward(ctx, &model, B, Tl);
                 loss_sum += gpt_mean_loss(&model);  // waits for the loss copy alone: the backward is still running
             }
-            { CommScope prof(ctx, mesh.dp_group, "loss and norm sums"); comm_sum_doubles(mesh.dp_group, &loss_sum, 1); }
-            float loss = (float)(loss_sum / (accum * dp));
+            { CommScope prof(ctx, mesh.grads(), "loss and norm sums"); comm_sum_doubles(mesh.grads(), &loss_sum, 1); }
+            float loss = (float)(loss_sum / ((double)accum * dp * cp));  // (each cp rank's is the mean over its positions)
             float norm = dp_grad_norm(&dpar);
             float lr = lr_at(sched, step - 1);
             const double loss_z = outlier_z(loss_window, loss), norm_z = outlier_z(norm_window, norm);

@@ -170,6 +170,113 @@ inline void attention_backward_cpu(float* dqkv, const float* dout, const float* 
         }
 }
 
+// ---- ring attention's pieces (context_parallel.h)
+// A rank of a context-parallel group holds some of the sequence's positions; the keys of the
+// others arrive one block at a time (kv: (B, Tk, 2C), k then v, rows in that rank's order).
+// attention_block_forward merges the attention of the query rows [q0, q0 + nq) over the key rows
+// [k0, k0 + nk) of kv — all visible, no mask: context_parallel.h passes only blocks of keys that
+// lie wholly before the queries — into the running output o (fp32, (B, T, C)) and lse of those rows:
+//   lse_blk = log Σ_j exp(s_j),   o_blk = Σ_j exp(s_j − lse_blk) · v_j
+//   lse'    = log(exp(lse) + exp(lse_blk)),   o' = exp(lse − lse') · o + exp(lse_blk − lse') · o_blk
+// (the CUDA kernel carries on the online softmax from (lse, o) instead: the same sums).
+inline void attention_block_forward_cpu(float* o, float* lse, const float* qkv, const float* kv, int B, int T, int Tk, int C,
+                                        int NH, int q0, int nq, int k0, int nk) {
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel
+    {
+        std::vector<float> s(nk), ob(hs);
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t = q0; t < q0 + nq; t++) {
+                    const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                    float m = -INFINITY;
+                    for (int j = 0; j < nk; j++) {
+                        const float* k = kv + ((size_t)b * Tk + k0 + j) * 2 * C + h * hs;
+                        float d = 0.0f;
+                        for (int i = 0; i < hs; i++) d += q[i] * k[i];
+                        s[j] = d * scale;
+                        if (s[j] > m) m = s[j];
+                    }
+                    float sum = 0.0f;
+                    for (int j = 0; j < nk; j++) sum += expf(s[j] - m);
+                    const float lse_blk = m + logf(sum);
+                    for (int i = 0; i < hs; i++) ob[i] = 0.0f;
+                    for (int j = 0; j < nk; j++) {
+                        const float p = expf(s[j] - lse_blk);
+                        const float* v = kv + ((size_t)b * Tk + k0 + j) * 2 * C + C + h * hs;
+                        for (int i = 0; i < hs; i++) ob[i] += p * v[i];
+                    }
+                    float& l = lse[((size_t)b * NH + h) * T + t];
+                    const float mx = fmaxf(l, lse_blk), merged = mx + logf(expf(l - mx) + expf(lse_blk - mx));
+                    const float wa = expf(l - merged), wb = expf(lse_blk - merged);
+                    float* out = o + ((size_t)b * T + t) * C + h * hs;
+                    for (int i = 0; i < hs; i++) out[i] = wa * out[i] + wb * ob[i];
+                    l = merged;
+                }
+    }
+}
+
+// D_t = dout_t · out_t per (b, h, t), into D (B, NH, T): the backward's row dots (see the header).
+inline void attention_row_dots_cpu(float* D, const float* dout, const float* out, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *d = dout + ((size_t)b * T + t) * C + h * hs, *o = out + ((size_t)b * T + t) * C + h * hs;
+                float s = 0.0f;
+                for (int i = 0; i < hs; i++) s += d[i] * o[i];
+                D[((size_t)b * NH + h) * T + t] = s;
+            }
+}
+
+// The backward of a block, with the whole attention's lse and D (so p is the final probability):
+// the query rows' dq (the q columns of dx, an fp32 (B, T, 3C)) and the key rows' dk, dv (dkv, an
+// fp32 (B, Tk, 2C)) are *accumulated*, the header's formulas over this block's (t, j) pairs.
+inline void attention_block_backward_cpu(float* dx, float* dkv, const float* dout, const float* qkv, const float* kv,
+                                         const float* lse, const float* D, int B, int T, int Tk, int C, int NH, int q0, int nq,
+                                         int k0, int nk) {
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = q0; t < q0 + nq; t++) {
+                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
+                float* dq = dx + ((size_t)b * T + t) * 3 * C + h * hs;
+                const float l = lse[((size_t)b * NH + h) * T + t], Dt = D[((size_t)b * NH + h) * T + t];
+                for (int j = k0; j < k0 + nk; j++) {
+                    const float* k = kv + ((size_t)b * Tk + j) * 2 * C + h * hs;
+                    const float* v = k + C;
+                    float* dk = dkv + ((size_t)b * Tk + j) * 2 * C + h * hs;
+                    float* dv = dk + C;
+                    float sc = 0.0f, dp = 0.0f;
+                    for (int i = 0; i < hs; i++) { sc += q[i] * k[i]; dp += dO[i] * v[i]; }
+                    const float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
+                    for (int i = 0; i < hs; i++) {
+                        dv[i] += p * dO[i];
+                        dq[i] += ds * k[i];
+                        dk[i] += ds * q[i];
+                    }
+                }
+            }
+}
+
+// dst rows (pitch dst_pitch elements) = src rows (pitch src_pitch), `width` elements of each of
+// `rows` rows, converted to dst's type; or added to them (add). How the ring moves a rank's k and
+// v out of qkv, and its fp32 sums in and out of T buffers.
+template <class D, class S>
+inline void copy_rows_cpu(D* dst, size_t dst_pitch, const S* src, size_t src_pitch, size_t width, size_t rows, bool add) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < width; i++) {
+            D& d = dst[r * dst_pitch + i];
+            const float x = to_f(src[r * src_pitch + i]);
+            d = from_f<D>(add ? to_f(d) + x : x);
+        }
+}
+
 #ifdef LLMC_CUDA
 static const int ATT_MAX_PER_LANE = 8;  // head size up to 256
 
@@ -293,6 +400,98 @@ __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* q
     T* dko = dqkv + ((size_t)b * T_ + j) * C3 + C + h * hs;
     store_lanes(dko, dk, lane, hs, per);
     store_lanes(dko + C, dv, lane, hs, per);
+}
+// ---- ring attention's pieces (context_parallel.h): the exact path's warp-per-row kernels, fp32 math
+
+// one warp per query row (b, h, t in [q0, q0 + nq)): the online softmax carried on from the
+// running (lse, o) over the block's keys, which is the merge of the CPU version
+template <class T>
+__global__ void attention_block_forward_kernel(float* o, float* lse, const T* qkv, const T* kv, int B, int T_, int Tk, int C,
+                                               int NH, int q0, int nq, int k0, int nk) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * nq) return;
+    int t = q0 + row % nq, h = (row / nq) % NH, b = row / (nq * NH), hs = C / NH, per = (hs + 31) / 32;
+    const float scale = rsqrtf((float)hs);
+    float qr[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
+    load_lanes(qr, qkv + ((size_t)b * T_ + t) * 3 * C + h * hs, lane, hs, per);
+    float* orow = o + ((size_t)b * T_ + t) * C + h * hs;
+    load_lanes(acc, orow, lane, hs, per);
+    float* lrow = lse + ((size_t)b * NH + h) * T_ + t;
+    float m = *lrow, l = 1.0f;  // (acc is normalized: weight 1 at m = lse)
+    for (int j = k0; j < k0 + nk; j++) {
+        const T* kj = kv + ((size_t)b * Tk + j) * 2 * C + h * hs;
+        const T* vj = kj + C;
+        float s = lane_dot(qr, kj, lane, hs, per) * scale;
+        float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
+        l = l * corr + p;
+        for (int k = 0; k < per; k++) { int i = lane + 32 * k; acc[k] = acc[k] * corr + (i < hs ? p * to_f(vj[i]) : 0.0f); }
+        m = m_new;
+    }
+    for (int k = 0; k < per; k++) acc[k] /= l;
+    store_lanes(orow, acc, lane, hs, per);
+    if (lane == 0) *lrow = m + logf(l);
+}
+
+// one warp per query row: dq (dx's q columns) += Σ_j ds_j · k_j / √hs over the block's keys
+template <class T>
+__global__ void attention_block_backward_dq_kernel(float* dx, const T* dout, const T* qkv, const T* kv, const float* lse,
+                                                   const float* D, int B, int T_, int Tk, int C, int NH, int q0, int nq, int k0, int nk) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * nq) return;
+    int t = q0 + row % nq, h = (row / nq) % NH, b = row / (nq * NH), hs = C / NH, per = (hs + 31) / 32;
+    const float scale = rsqrtf((float)hs);
+    float qr[ATT_MAX_PER_LANE], dor[ATT_MAX_PER_LANE], dq[ATT_MAX_PER_LANE];
+    load_lanes(qr, qkv + ((size_t)b * T_ + t) * 3 * C + h * hs, lane, hs, per);
+    load_lanes(dor, dout + ((size_t)b * T_ + t) * C + h * hs, lane, hs, per);
+    float* dqrow = dx + ((size_t)b * T_ + t) * 3 * C + h * hs;
+    load_lanes(dq, dqrow, lane, hs, per);
+    const size_t st = ((size_t)b * NH + h) * T_ + t;
+    const float l = lse[st], Dt = D[st];
+    for (int j = k0; j < k0 + nk; j++) {
+        const T* kj = kv + ((size_t)b * Tk + j) * 2 * C + h * hs;
+        float sc = lane_dot(qr, kj, lane, hs, per), dp = lane_dot(dor, kj + C, lane, hs, per);
+        float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
+        lane_axpy(dq, ds, kj, lane, hs, per);
+    }
+    store_lanes(dqrow, dq, lane, hs, per);
+}
+
+// one warp per key row j in [k0, k0 + nk): dk_j += Σ_t ds · q_t / √hs, dv_j += Σ_t p · dout_t
+template <class T>
+__global__ void attention_block_backward_dkv_kernel(float* dkv, const T* dout, const T* qkv, const T* kv, const float* lse,
+                                                    const float* D, int B, int T_, int Tk, int C, int NH, int q0, int nq, int k0, int nk) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * NH * nk) return;
+    int j = k0 + row % nk, h = (row / nk) % NH, b = row / (nk * NH), hs = C / NH, per = (hs + 31) / 32;
+    const float scale = rsqrtf((float)hs);
+    const T* kj = kv + ((size_t)b * Tk + j) * 2 * C + h * hs;
+    float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE], dk[ATT_MAX_PER_LANE], dv[ATT_MAX_PER_LANE];
+    load_lanes(kr, kj, lane, hs, per);
+    load_lanes(vr, kj + C, lane, hs, per);
+    float* dkrow = dkv + ((size_t)b * Tk + j) * 2 * C + h * hs;
+    load_lanes(dk, dkrow, lane, hs, per);
+    load_lanes(dv, dkrow + C, lane, hs, per);
+    const size_t head_row0 = ((size_t)b * NH + h) * T_;
+    for (int t = q0; t < q0 + nq; t++) {
+        const T* q = qkv + ((size_t)b * T_ + t) * 3 * C + h * hs;
+        const T* dO = dout + ((size_t)b * T_ + t) * C + h * hs;
+        float sc = lane_dot(kr, q, lane, hs, per), dp = lane_dot(vr, dO, lane, hs, per);
+        float p = expf(sc * scale - lse[head_row0 + t]), ds = p * (dp - D[head_row0 + t]) * scale;
+        lane_axpy(dv, p, dO, lane, hs, per);
+        lane_axpy(dk, ds, q, lane, hs, per);
+    }
+    store_lanes(dkrow, dk, lane, hs, per);
+    store_lanes(dkrow + C, dv, lane, hs, per);
+}
+
+template <class D, class S>
+__global__ void copy_rows_kernel(D* dst, size_t dst_pitch, const S* src, size_t src_pitch, size_t width, size_t rows, bool add) {
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < width * rows; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / width, i = e % width;
+        D& d = dst[r * dst_pitch + i];
+        const float x = to_f(src[r * src_pitch + i]);
+        d = from_f<D>(add ? to_f(d) + x : x);
+    }
 }
 // ---- bf16 tensor-core flash attention (see the header)
 
@@ -1353,4 +1552,66 @@ inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* 
     F32View<T> dx(dqkv, 3 * BTC, false), d(dout, BTC), x(qkv, 3 * BTC), o(out, BTC);
     attention_backward_cpu(dx.p, d.p, x.p, o.p, lse, B, T_, C, NH);
     dx.store();
+}
+
+// ---- ring attention's pieces, for any dtype T of qkv, kv and dout (context_parallel.h)
+template <class T>
+inline void attention_block_forward(const Ctx& ctx, float* o, float* lse, const T* qkv, const T* kv, int B, int T_, int Tk, int C,
+                                    int NH, int q0, int nq, int k0, int nk) {
+    if (nq == 0 || nk == 0) return;
+    OpScope prof(ctx, 4.0 * B * nq * nk * C, 0, "attention block forward");  // Q·Kᵀ and P·V over the whole block
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
+        attention_block_forward_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(o, lse, qkv, kv, B, T_, Tk, C, NH, q0, nq, k0, nk);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    F32View<T> x(qkv, 3 * (size_t)B * T_ * C), y(kv, 2 * (size_t)B * Tk * C);
+    attention_block_forward_cpu(o, lse, x.p, y.p, B, T_, Tk, C, NH, q0, nq, k0, nk);
+}
+template <class T>
+inline void attention_row_dots(const Ctx& ctx, float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        const size_t rows = (size_t)B * NH * T_;
+        attention_backward_D_kernel<T, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    const size_t BTC = (size_t)B * T_ * C;
+    F32View<T> d(dout, BTC), o(out, BTC);
+    attention_row_dots_cpu(D, d.p, o.p, B, T_, C, NH);
+}
+template <class T>
+inline void attention_block_backward(const Ctx& ctx, float* dx, float* dkv, const T* dout, const T* qkv, const T* kv,
+                                     const float* lse, const float* D, int B, int T_, int Tk, int C, int NH, int q0, int nq,
+                                     int k0, int nk) {
+    if (nq == 0 || nk == 0) return;
+    OpScope prof(ctx, 2.5 * 4.0 * B * nq * nk * C, 0, "attention block backward");
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        attention_block_backward_dq_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, B, T_, Tk, C, NH, q0, nq, k0, nk);
+        attention_block_backward_dkv_kernel<<<ceil_div((size_t)B * NH * nk, 8), 256, 0, ctx.stream>>>(dkv, dout, qkv, kv, lse, D, B, T_, Tk, C, NH, q0, nq, k0, nk);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    const size_t BTC = (size_t)B * T_ * C;
+    F32View<T> d(dout, BTC), x(qkv, 3 * BTC), y(kv, 2 * (size_t)B * Tk * C);
+    attention_block_backward_cpu(dx, dkv, d.p, x.p, y.p, lse, D, B, T_, Tk, C, NH, q0, nq, k0, nk);
+}
+template <class D, class S>
+inline void copy_rows(const Ctx& ctx, D* dst, size_t dst_pitch, const S* src, size_t src_pitch, size_t width, size_t rows, bool add = false) {
+    OpScope prof(ctx, 0, (double)width * rows * ((add ? 2 : 1) * sizeof(D) + sizeof(S)), "copy rows");
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        copy_rows_kernel<<<grid_for(width * rows), 256, 0, ctx.stream>>>(dst, dst_pitch, src, src_pitch, width, rows, add);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    copy_rows_cpu(dst, dst_pitch, src, src_pitch, width, rows, add);
 }

@@ -14,7 +14,8 @@ owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.
   reduce_scatter_sum  my chunk of Σ_ranks send
   all_gather          every rank's chunk, in place (blocking, or started now and waited later)
   broadcast, send, recv (and send_start, which does not wait for the receiver: pipeline.h's),
-  all_to_all, barrier, and a deterministic sum of a few doubles
+  sendrecv (a send and a receive at once: context_parallel.h's ring), all_to_all, barrier, and a
+  deterministic sum of a few doubles
 Element types: float and bf16 (common.h). MPI has no bf16, so bf16 travels as 16-bit words
 and is summed by our own MPI operation (fp32 add, rounded to bf16 at each step — what NCCL's
 bf16 reductions do); sums are in the reduce-scatter's order, the same on every run.
@@ -427,6 +428,28 @@ template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
     b.copy_out();
 #endif
 }
+// Sends n elements of send to rank `to` and receives n into recv from rank `from`, at once (no
+// deadlock whatever the peers: context_parallel.h's ring, where every rank sends and receives).
+template <class T> inline void comm_sendrecv(Group& g, const T* send, size_t n, int to, T* recv, int from) {
+    comm_count(g, SEND_RECV, (double)sizeof(T) * n);
+#ifdef LLMC_USE_NCCL
+    if (comm_uses_nccl(g, send)) {
+        NCCL_CHECK(ncclGroupStart());
+        NCCL_CHECK(ncclSend(send, n, nccl_type<T>(), to, g.nccl, g.compute));
+        NCCL_CHECK(ncclRecv(recv, n, nccl_type<T>(), from, g.nccl, g.compute));
+        NCCL_CHECK(ncclGroupEnd());
+        return;
+    }
+#endif
+#ifdef LLMC_MPI
+    if (n > 0x7fffffff) fatal("a send of %zu elements is too large for MPI's int counts", n);
+    Staged<T> s(send, n, true), r(recv, n, false);
+    MPI_Sendrecv(s.ptr, (int)n, mpi_type<T>(), to, 1, r.ptr, (int)n, mpi_type<T>(), from, 1, g.comm, MPI_STATUS_IGNORE);
+    r.copy_out();
+#else
+    (void)send; (void)to; (void)recv; (void)from; fatal("comm_sendrecv: this build has no MPI");
+#endif
+}
 // send holds P blocks of n elements, block r for rank r; recv gets block `rank` of every rank.
 template <class T> inline void comm_all_to_all(Group& g, const T* send, T* recv, size_t n) {
     comm_count(g, ALL_TO_ALL, (double)sizeof(T) * n * (g.size - 1));
@@ -481,6 +504,11 @@ struct Mesh {
     int dp = 1, pp = 1, cp = 1, tp = 1;
     int dp_rank = 0, pp_rank = 0, cp_rank = 0, tp_rank = 0;
     Group world_group, dp_group, pp_group, cp_group, tp_group;
+    // the ranks that hold the same parameters: dp × cp (context-parallel ranks see parts of the
+    // same sequences, so their gradients are summed like data-parallel ones); built when cp > 1
+    Group dp_cp_group;
+    Group& grads() { return cp > 1 ? dp_cp_group : dp_group; }  // whose gradients are summed, whose optimizer shards
+    const Group& grads() const { return cp > 1 ? dp_cp_group : dp_group; }
     Group emb_group;  // pipeline: this rank's first and last stage, which both hold the embeddings (else alone)
 };
 
@@ -538,6 +566,7 @@ inline void mesh_build(Mesh* m, int tp, int pp, int cp) {
     make(&m->pp_group, "pp", (m->dp_rank * cp + m->cp_rank) * tp + m->tp_rank, m->pp_rank, pp);
     make(&m->cp_group, "cp", (m->dp_rank * pp + m->pp_rank) * tp + m->tp_rank, m->cp_rank, cp);
     make(&m->tp_group, "tp", (m->dp_rank * pp + m->pp_rank) * cp + m->cp_rank, m->tp_rank, tp);
+    if (cp > 1) make(&m->dp_cp_group, "dp_cp", m->pp_rank * tp + m->tp_rank, m->dp_rank * cp + m->cp_rank, m->dp * cp);
     const bool ends = pp > 1 && (m->pp_rank == 0 || m->pp_rank == pp - 1);  // (a color of its own otherwise)
     make(&m->emb_group, "emb", ends ? (m->dp_rank * cp + m->cp_rank) * tp + m->tp_rank : m->world + m->rank,
          ends ? (m->pp_rank == 0 ? 0 : 1) : 0, ends ? 2 : 1);
@@ -547,7 +576,7 @@ inline void mesh_build(Mesh* m, int tp, int pp, int cp) {
 // MPI, with its own communication stream. Collective over the world.
 inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
 #if defined(LLMC_USE_NCCL) && defined(LLMC_MPI)
-    for (Group* g : {&m->world_group, &m->dp_group, &m->pp_group, &m->cp_group, &m->tp_group}) {
+    for (Group* g : {&m->world_group, &m->dp_group, &m->pp_group, &m->cp_group, &m->tp_group, &m->dp_cp_group}) {
         if (g->size == 1) continue;
         ncclUniqueId id;
         if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));

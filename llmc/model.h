@@ -73,6 +73,7 @@ test/test_tp.sh (tensor and sequence parallelism against one process), test/test
 #include "adamw.cuh"
 #include "global_norm.cuh"
 #include "tensor_parallel.h"
+#include "context_parallel.h"
 
 struct GPTConfig {
     int max_seq_len = 1024;         // maxT
@@ -321,6 +322,10 @@ template <class floatX> struct Activations {  // on the Ctx's device, for B·T p
     Buf<floatX> whole;      // sequence parallelism: all positions of a LayerNorm output or of the residual
                             // gradient (gathered), and of a row-parallel product (before its reduce-scatter)
     Buf<floatX> ln_grad;    // sequence parallelism: one LayerNorm's parameter gradient from this rank's rows (2C)
+    // context parallelism (context_parallel.h): the ring's k, v buffers and fp32 sums, and wpe's rows
+    // at this rank's positions (their gradient in the backward)
+    Buf<floatX> cp_kv, cp_wpe;
+    Buf<float> cp_acc, cp_dkv, cp_D;
     // gradient scratch, reused by every block
     Buf<floatX> dresidual, dbtc, dqkv, dfch;
     Buf<int> tokens, targets;
@@ -354,7 +359,12 @@ template <class T> struct GPT {
     // once, one set a slot; slot `slot`'s are in acts while it runs, the others parked
     std::vector<Activations<T>> parked;
     int slot = 0, slots = 1;      // slots: how many the schedule keeps (the memory plan counts them)
+    Group* cp = nullptr;          // context parallelism: the cp group; its rank holds some positions (context_parallel.h)
+    bool cp_zigzag = false;       // which ones: --cp-layout zigzag, else contiguous
+    int infer_T = 0;              // the sequence length of the last gpt_infer (before padding, with cp)
 };
+// The cp ranks (1 without context parallelism).
+template <class T> inline int gpt_cp(const GPT<T>& g) { return g.cp ? g.cp->size : 1; }
 
 // Makes slot k's activations the ones the forward and backward use (pipeline.h).
 template <class T> inline void gpt_use_slot(GPT<T>* g, int k) {
@@ -369,8 +379,12 @@ template <class T> inline void gpt_use_slot(GPT<T>* g, int k) {
 // tensor parallelism; the config's heads must divide over it, which the trainer checks).
 // sp: sequence parallelism, the positions of the per-position activations split over tp too.
 // pp: the pp group, whose rank is this process's pipeline stage (nullptr: the whole model).
-template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* tp = nullptr, bool sp = false, Group* pp = nullptr) {
+// cp: the cp group, whose rank holds some positions of each sequence (zigzag: which ones).
+template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* tp = nullptr, bool sp = false, Group* pp = nullptr,
+                                         Group* cp = nullptr, bool zigzag = false) {
     g->config = c;
+    g->cp = cp && cp->size > 1 ? cp : nullptr;
+    g->cp_zigzag = zigzag;
     g->tp = tp;
     g->sp = sp && tp && tp->size > 1;
     g->pp = pp && pp->size > 1 ? pp : nullptr;
@@ -448,9 +462,10 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
 // the residual stream and its gradient hold this rank's P = ⌈B·T/tp⌉ rows (SeqSplit), and one
 // gathered buffer holds all of them for the layer that needs them.
 // With pipeline parallelism, the blocks of this rank's stage, and the head's buffers on the last.
+// With context parallelism (cp > 1) T_ is this rank's positions, and the ring's buffers are added.
 template <class T, class F>
 inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const ParamLayout& p, int B, int T_, Recompute r, bool sp,
-                                   F&& f) {
+                                   int cp, F&& f) {
     const int tp = p.tp;
     const size_t L = p.layer1 - p.layer0, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
     const size_t head = p.has_head ? 1 : 0;
@@ -468,12 +483,16 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const 
     f(a.tokens, BT); f(a.targets, head * BT);
     if (tp > 1) f(a.cls_stats, head * tp * BT * 3);  // the vocabulary-parallel classifier's
     if (sp) { f(a.whole, W * C); f(a.ln_grad, 2 * C); }
+    if (cp > 1) {
+        f(a.cp_kv, 2 * BT * 2 * Ct); f(a.cp_acc, BT * 3 * Ct); f(a.cp_dkv, 2 * BT * 2 * Ct); f(a.cp_D, BT * NHt);
+        f(a.cp_wpe, p.stage == 0 ? (size_t)T_ * C : 0);
+    }
 }
 
 template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
     if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device && a.recompute == g->recompute) return;
-    gpt_activation_buffers(a, g->config, g->layout, B, T_, g->recompute, g->sp, [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
+    gpt_activation_buffers(a, g->config, g->layout, B, T_, g->recompute, g->sp, gpt_cp(*g), [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
     a.tokens_host.assign((size_t)B * T_, 0);
     a.B = B; a.T = T_; a.recompute = g->recompute;
 }
@@ -485,15 +504,21 @@ template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g,
 // token (Recompute gives the elements with it). A tp rank holds (4 + 12/tp)·C of a block's 16·C,
 // and 16·C/tp with sequence parallelism; a pipeline stage its blocks' (one set per slot).
 template <class T> inline double gpt_activation_bytes(const GPTConfig& c, const ParamLayout& p, int B, int T_, Recompute r,
-                                                      bool sp = false) {
+                                                      bool sp = false, int cp = 1) {
     Activations<T> none;  // only walked for its buffers' types: nothing is allocated
     double bytes = 0;
-    gpt_activation_buffers(none, c, p, B, T_, r, sp && p.tp > 1, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
+    gpt_activation_buffers(none, c, p, B, T_, r, sp && p.tp > 1, cp, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
     return bytes;
 }
-// ... of a model, all its slots
+// ... of a model, all its slots; T_ is this rank's positions (T/cp with context parallelism)
 template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, int T_, Recompute r) {
-    return g.slots * gpt_activation_bytes<T>(g.config, g.layout, B, T_, r, g.sp);
+    return g.slots * gpt_activation_bytes<T>(g.config, g.layout, B, T_, r, g.sp, gpt_cp(g));
+}
+// The ring buffers of context_parallel.h, in the activations.
+template <class T> inline RingBuffers<T> gpt_ring_buffers(GPT<T>* g, int B, int T_) {
+    Activations<T>& a = g->acts;
+    const size_t kv = (size_t)B * T_ * 2 * g->config.channels / g->layout.tp;
+    return {{a.cp_kv.data(), a.cp_kv.data() + kv}, a.cp_acc.data(), {a.cp_dkv.data(), a.cp_dkv.data() + kv}, a.cp_D.data()};
 }
 
 // How this forward's B·T positions lie over the tp ranks (tensor_parallel.h: all on every rank
@@ -567,7 +592,7 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
         layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, P, C);
     if (inner) {
         matmul_forward(ctx, b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, 3 * Ct);
-        attention_forward(ctx, b.atty, b.lse, b.qkv, B, T_, Ct, NHt);
+        cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), b.atty, b.lse, b.qkv, B, T_, Ct, NHt);
         matmul_forward(ctx, part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
         tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);  // → acts.scratch, this rank's rows
         residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
@@ -635,7 +660,8 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
     // attention: res2 = x + attproj(attention(qkv(ln1(x))))
     matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
                     w.attprojw, BT, Ct, C);
-    attention_backward(ctx, a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty, b.lse, B, T_, Ct, NHt);
+    cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty,
+                          b.lse, B, T_, Ct, NHt);
     matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
                     BT, C, 3 * Ct);
     T* dln1 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
@@ -651,6 +677,21 @@ struct Classifier { int parts, lo, Vpl, Vl; };
 template <class T> inline Classifier classifier_slice(const GPT<T>& g) {
     const int parts = g.layout.tp, Vp = g.config.padded_vocab_size, Vpl = Vp / parts, lo = g.layout.tp_rank * Vpl;
     return {parts, lo, Vpl, std::max(0, std::min(Vpl, g.config.vocab_size - lo))};
+}
+
+// wpe's rows at this rank's T_ positions (context parallelism: copied into acts.cp_wpe, which
+// then stands for wpe; without, wpe itself), and for a gradient, the rows copied back.
+template <class T> inline T* gpt_wpe_rows(const Ctx& ctx, GPT<T>* g, T* wpe, int T_) {
+    if (!g->cp) return wpe;
+    const size_t C = g->config.channels;
+    for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T_))
+        ctx_copy(ctx, g->acts.cp_wpe.data() + q.local * C, wpe + q.global * C, q.n * C * sizeof(T));
+    return g->acts.cp_wpe.data();
+}
+template <class T> inline void gpt_wpe_rows_back(const Ctx& ctx, GPT<T>* g, T* wpe, int T_) {
+    const size_t C = g->config.channels;
+    for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T_))
+        ctx_copy(ctx, wpe + q.global * C, g->acts.cp_wpe.data() + q.local * C, q.n * C * sizeof(T));
 }
 
 // Forward over B×T tokens. With targets, the per-position losses are on their way to the host
@@ -680,7 +721,8 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     if (p.stage == 0) {
         T* emb = s.on ? a.whole.data() : a.encoded.data();
         acquire(g, 0);
-        encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->tp, g->params[0] + p.wpe), B, T_, C, k.lo, k.Vpl);
+        encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->tp, gpt_wpe_rows(ctx, g, g->params[0] + p.wpe, T_)),
+                        B, T_, C, k.lo, k.Vpl);
         tp_sum_rows(ctx, g->tp, s, emb, a.encoded.data(), C, &g->tp_scratch);  // → acts.encoded, this rank's rows
         release(g, 0);
     }
@@ -739,11 +781,33 @@ template <class T> inline void gpt_logits_row(const Ctx& ctx, GPT<T>* g, int row
     for (int v = 0; v < Vp; v++) out[v] = to_f(host[v]);
 }
 
-// A forward for evaluation or sampling (no backward, no targets needed) of the whole model:
-// gpt_forward, or with pipeline parallelism the micro-batch through the stages one after the
-// other (each receives the previous one's output, slot 0's activations; the sends wait, which a
-// chain allows). gpt_infer_losses and gpt_infer_logits_row then give every stage the last one's.
+// A forward for evaluation or sampling (no backward, no targets needed) of the whole model, over
+// B × T_ tokens (y: their targets, or nullptr): gpt_forward, or with pipeline parallelism the
+// micro-batch through the stages one after the other (each receives the previous one's output,
+// slot 0's activations; the sends wait, which a chain allows). With context parallelism each cp
+// rank takes its positions of the sequences, padded at their end (after every real position:
+// causal attention keeps them apart) to a length the cp ranks split, as sampling's do not.
+// gpt_infer_losses and gpt_infer_logits_row then give every rank the whole result.
 template <class T> inline void gpt_infer(const Ctx& ctx, GPT<T>* g, const int* x, const int* y, int B, int T_) {
+    g->infer_T = T_;
+    std::vector<int> xl, yl;
+    if (g->cp) {  // this rank's positions of the padded sequences
+        const int c = g->cp->size, unit = cp_granule(c, g->cp_zigzag), Tp = (int)ceil_div(T_, unit) * unit, Tl = Tp / c;
+        if (Tp > g->config.max_seq_len) fatal("gpt_infer: %d positions padded to %d exceed the model's %d", T_, Tp, g->config.max_seq_len);
+        std::vector<int> pad((size_t)B * Tp, 0);
+        const auto pieces = cp_pieces(c, g->cp->rank, g->cp_zigzag, Tl);
+        xl.resize((size_t)B * Tl);
+        for (int b = 0; b < B; b++) std::copy_n(x + (size_t)b * T_, T_, pad.begin() + (size_t)b * Tp);
+        cp_take_positions(pad.data(), B, Tp, pieces, xl.data());
+        if (y) {
+            yl.resize(xl.size());
+            for (int b = 0; b < B; b++) std::copy_n(y + (size_t)b * T_, T_, pad.begin() + (size_t)b * Tp);
+            cp_take_positions(pad.data(), B, Tp, pieces, yl.data());
+            y = yl.data();
+        }
+        x = xl.data();
+        T_ = Tl;
+    }
     if (!g->pp) { gpt_forward(ctx, g, x, y, B, T_, 0.0f); return; }
     Group& pp = *g->pp;
     const int p = pp.size, s = pp.rank;
@@ -755,19 +819,48 @@ template <class T> inline void gpt_infer(const Ctx& ctx, GPT<T>* g, const int* x
     gpt_forward(ctx, g, x, y, B, T_, 0.0f);
     if (s < p - 1) { ctx_copy(ctx, h.data(), gpt_stage_output(g, B, T_), n * sizeof(T)); comm_send(pp, h.data(), n, s + 1); }
 }
-// The B·T losses of the last gpt_infer (which had targets), on every stage (host memory:
-// gpt_losses's, or buf's).
+// This rank's positions in the last gpt_infer's padded sequences (context parallelism), and their count.
+template <class T> inline std::vector<PosPiece> gpt_infer_pieces(const GPT<T>& g, int* Tp) {
+    const int c = g.cp->size, unit = cp_granule(c, g.cp_zigzag);
+    *Tp = (int)ceil_div(g.infer_T, unit) * unit;
+    return cp_pieces(c, g.cp->rank, g.cp_zigzag, *Tp / c);
+}
+// The B·T_ losses of the last gpt_infer (which had targets), on every rank (host memory:
+// gpt_losses's, or buf's): the last stage's, and with context parallelism every cp rank's positions.
 template <class T> inline const float* gpt_infer_losses(GPT<T>* g, int B, int T_, std::vector<float>* buf) {
-    if (!g->pp) return gpt_losses(g);
-    buf->resize((size_t)B * T_);
-    if (g->layout.has_head) memcpy(buf->data(), gpt_losses(g), buf->size() * sizeof(float));
-    comm_broadcast(*g->pp, buf->data(), buf->size(), g->pp->size - 1);
+    if (!g->pp && !g->cp) return gpt_losses(g);
+    int Tp = T_;
+    const auto pieces = g->cp ? gpt_infer_pieces(*g, &Tp) : std::vector<PosPiece>{};
+    const int c = gpt_cp(*g), Tl = Tp / c;
+    const size_t n = (size_t)B * Tl;  // this rank's losses
+    std::vector<float> mine(n * c);   // every cp rank's, in cp rank order (comm.h's chunks)
+    if (g->layout.has_head) memcpy(mine.data() + n * (g->cp ? g->cp->rank : 0), gpt_losses(g), n * sizeof(float));
+    if (g->pp) comm_broadcast(*g->pp, mine.data() + n * (g->cp ? g->cp->rank : 0), n, g->pp->size - 1);
+    buf->assign((size_t)B * T_, 0.0f);
+    if (!g->cp) { memcpy(buf->data(), mine.data(), n * sizeof(float)); return buf->data(); }
+    comm_all_gather(*g->cp, mine.data(), mine.size());
+    for (int r = 0; r < c; r++)  // rank r's local position q.local + i is the sequence's q.global + i
+        for (const PosPiece& q : cp_pieces(c, r, g->cp_zigzag, Tl))
+            for (int b = 0; b < B; b++)
+                for (int i = 0; i < q.n; i++)
+                    if (q.global + i < T_) (*buf)[(size_t)b * T_ + q.global + i] = mine[n * r + (size_t)b * Tl + q.local + i];
     return buf->data();
 }
-// Row `row` of the last gpt_infer's logits, all Vp of them, on every stage.
+// Row `row` (of the B·T_ of the last gpt_infer) of its logits, all Vp of them, on every rank.
 template <class T> inline void gpt_infer_logits_row(const Ctx& ctx, GPT<T>* g, int row, float* out) {
-    if (g->layout.has_head) gpt_logits_row(ctx, g, row, out);
+    int owner = 0, local = row;  // with context parallelism: the cp rank that holds the position, and its row there
+    if (g->cp) {
+        int Tp = 0;
+        gpt_infer_pieces(*g, &Tp);
+        const int c = g->cp->size, Tl = Tp / c, b = row / g->infer_T, t = row % g->infer_T;
+        for (int r = 0; r < c; r++)
+            for (const PosPiece& q : cp_pieces(c, r, g->cp_zigzag, Tl))
+                if (t >= q.global && t < q.global + q.n) { owner = r; local = b * Tl + q.local + (t - q.global); }
+    }
+    const bool mine = !g->cp || g->cp->rank == owner;
+    if (g->layout.has_head && mine) gpt_logits_row(ctx, g, local, out);  // (collective over tp: all of this cp rank's)
     if (g->pp) comm_broadcast(*g->pp, out, (size_t)g->config.padded_vocab_size, g->pp->size - 1);
+    if (g->cp) comm_broadcast(*g->cp, out, (size_t)g->config.padded_vocab_size, owner);
 }
 
 // Their mean, summed in a fixed order in double.
@@ -819,8 +912,10 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
         // gradient (with sequence parallelism gathered): each tp rank adds to its rows of wte the
         // positions of their tokens, and every rank's wpe gradient is the whole one, the same bits.
         const Classifier k = classifier_slice(*g);
-        encoder_backward(ctx, g->grads[0] + p.wte, g->grads[0] + p.wpe, tp_gather_rows(ctx, g->tp, s, a.dresidual.data(), a.whole.data(), C),
+        T* dwpe = gpt_wpe_rows(ctx, g, g->grads[0] + p.wpe, T_);  // (with cp: this rank's positions' rows, copied)
+        encoder_backward(ctx, g->grads[0] + p.wte, dwpe, tp_gather_rows(ctx, g->tp, s, a.dresidual.data(), a.whole.data(), C),
                          a.tokens_host.data(), B, T_, C, (size_t)k.Vpl, k.lo);
+        if (g->cp) gpt_wpe_rows_back(ctx, g, g->grads[0] + p.wpe, T_);
     }  // (else acts.dresidual now holds ∂loss/∂(this stage's input), for the previous stage)
     if (p.has_emb) grads_ready(g, 0);
 }

@@ -49,7 +49,7 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
                       bool step_given, double state_bytes, Mesh& mesh, long long data_most) {
     const Recompute recompute = g.recompute;
     auto need_with = [&](Recompute r, int b) {
-        return gpt_activation_bytes(g, b, T, r) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED;
+        return gpt_activation_bytes(g, b, T / gpt_cp(g), r) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED;  // (this rank's positions)
     };
     auto need = [&](int b) { return need_with(recompute, b); };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it

@@ -234,6 +234,52 @@ template <class X> static void check_attention(int B, int T, int C, int NH, bool
     g_flash_attention = true;
 }
 
+// Ring attention's pieces (context_parallel.h): a block of Tk borrowed keys merged into the running
+// fp32 output and lse of query rows [q0, q0 + nq) (accumulating: they start from random values
+// on both sides, lse around the magnitude of a real one), its backward accumulating into dq (the
+// q columns of an fp32 (B, T, 3C)) and an fp32 dk, dv block; the row dots D; copy_rows.
+// Bounds: fp32 softmax sums in another order (1e-4, as attention), ×10 for bf16 inputs (the
+// outputs are fp32 on both sides).
+template <class X> static void check_attention_block(int B, int T, int Tk, int C, int NH, int q0, int nq, int k0, int nk) {
+    char name[128]; snprintf(name, sizeof(name), "%s attention block B=%d T=%d Tk=%d C=%d NH=%d q[%d,+%d) k[%d,+%d)", dtype_name<X>(), B, T,
+                             Tk, C, NH, q0, nq, k0, nk);
+    auto qkv = randn<X>((size_t)B * T * 3 * C), kv = randn<X>((size_t)B * Tk * 2 * C), dout = randn<X>((size_t)B * T * C);
+    auto out = randn<X>((size_t)B * T * C), o = randn<float>((size_t)B * T * C), lse = randn<float>((size_t)B * NH * T);
+    for (auto& l : lse) l = 2.0f + l;  // (a log-sum-exp over some keys)
+    std::vector<X> cqkv = vec_cast<X>(qkv), ckv = vec_cast<X>(kv), cdout = vec_cast<X>(dout), cout_ = vec_cast<X>(out);
+    std::vector<float> co = o, clse = lse;
+    attention_block_forward(cpu, co.data(), clse.data(), cqkv.data(), ckv.data(), B, T, Tk, C, NH, q0, nq, k0, nk);
+    Dev<X> gqkv(qkv), gkv(kv), gdout(dout), gout(out);
+    DevF go(o), glse(lse);
+    attention_block_forward(gpu, go.p(), glse.p(), gqkv.p(), gkv.p(), B, T, Tk, C, NH, q0, nq, k0, nk);
+    compare(name, "forward o (merged)", co, go.host(), bs<X>(1e-4));
+    compare(name, "forward lse (merged)", clse, glse.host(), bs<X>(1e-5));
+    std::vector<float> D((size_t)B * NH * T);
+    attention_row_dots(cpu, D.data(), cdout.data(), cout_.data(), B, T, C, NH);
+    DevF gD(D, true);
+    attention_row_dots(gpu, gD.p(), gdout.p(), gout.p(), B, T, C, NH);
+    compare(name, "row dots D", D, gD.host(), bs<X>(1e-5));
+    auto dx = randn<float>((size_t)B * T * 3 * C), dkv = randn<float>((size_t)B * Tk * 2 * C);
+    std::vector<float> cdx = dx, cdkv = dkv;
+    attention_block_backward(cpu, cdx.data(), cdkv.data(), cdout.data(), cqkv.data(), ckv.data(), clse.data(), D.data(), B, T, Tk, C, NH,
+                             q0, nq, k0, nk);
+    DevF gdx(dx), gdkv(dkv);
+    attention_block_backward(gpu, gdx.p(), gdkv.p(), gdout.p(), gqkv.p(), gkv.p(), glse.p(), gD.p(), B, T, Tk, C, NH, q0, nq, k0, nk);
+    compare(name, "backward dq (+=)", cdx, gdx.host(), bs<X>(1e-4));
+    compare(name, "backward dk, dv (+=)", cdkv, gdkv.host(), bs<X>(1e-4));
+    // copy_rows: k, v out of qkv (X to X), and X rows added into fp32 rows of another pitch
+    std::vector<X> ck((size_t)B * T * 2 * C);
+    copy_rows(cpu, ck.data(), 2 * C, cqkv.data() + C, 3 * C, 2 * C, (size_t)B * T);
+    Dev<X> gk(std::vector<float>(ck.size()), true);
+    copy_rows(gpu, gk.p(), 2 * C, gqkv.p() + C, 3 * C, 2 * C, (size_t)B * T);
+    compare(name, "copy_rows k, v", vec_widen(ck), gk.host(), 0);
+    std::vector<float> cadd = dx;
+    copy_rows(cpu, cadd.data() + C, 3 * C, ck.data(), 2 * C, 2 * C, (size_t)B * T, true);
+    DevF gadd(dx);
+    copy_rows(gpu, gadd.p() + C, 3 * C, gk.p(), 2 * C, 2 * C, (size_t)B * T, true);
+    compare(name, "copy_rows added", cadd, gadd.host(), 1e-7);
+}
+
 // bf16 attention forward and backward on the GPU with the switches as they are: out, lse, dqkv
 static void attention_outputs(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH,
                               std::vector<float>* res) {
@@ -506,6 +552,9 @@ template <class X> static void check_all() {
     check_attention<X>(2, 100, 768, 12);  // T not a multiple of the tiles
     check_attention<X>(1, 200, 512, 4);   // head size 128, T not a multiple of the tiles
     check_attention<X>(2, 100, 768, 12, false);  // bf16: the warp-per-row kernels too
+    check_attention_block<X>(2, 9, 9, 12, 3, 0, 9, 0, 9);         // contiguous cp: all rows, all keys
+    check_attention_block<X>(2, 64, 64, 768, 12, 0, 64, 0, 32);    // zigzag, o < r: the first chunk's keys
+    check_attention_block<X>(1, 50, 50, 256, 2, 25, 25, 0, 50);    // zigzag, o > r: the second chunk's queries; head size 128
     check_elementwise<X>(1);
     check_elementwise<X>(100003);
     check_classifier<X>(3, 37, 40);      // packs, V inside the last one

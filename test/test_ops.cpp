@@ -32,6 +32,7 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include "../llmc/outliers.h"
 #include "../llmc/mfu.h"
 #include "../llmc/pipeline.h"
+#include "../llmc/context_parallel.h"
 
 static int n_pass = 0, n_fail = 0;
 static void report(bool ok, const char* name, const char* fmt = "", double a = 0, double b = 0) {
@@ -241,6 +242,84 @@ static void test_attention() {
     bool causal = true;
     for (int i = 0; i < C; i++) causal &= std::fabs(out[i] - qkv[2 * C + i]) < 1e-6f;
     report(causal, "attention first position attends only to itself");
+}
+
+// Ring attention (context_parallel.h) with its c ranks run one after another in this process: each
+// rank's local attention, then the blocks of the others' keys cp_block says it sees, merged
+// (attention_block_forward); the backward's blocks the same way, each borrowed block's dk, dv
+// added to its owner's. Every rank's rows must be the whole sequence's attention at their
+// positions. Tolerance: the same fp32 sums in another order (the softmax split into blocks and
+// merged; dq, dk, dv summed block by block): a few ulps of O(1) values → 1e-5.
+static void test_ring_attention() {
+    const int B = 2, T = 24, C = 12, NH = 3;
+    auto qkv = randn((size_t)B * T * 3 * C), R = randn((size_t)B * T * C);
+    avec<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
+    attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    attention_backward(ctx, dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    for (int c : {2, 3, 4})
+        for (bool zz : {false, true}) {
+            const int Tl = T / c;
+            // rank r's rows of a (B, T, width) buffer, and back
+            auto take = [&](const avec<float>& full, int r, int width) {
+                avec<float> loc((size_t)B * Tl * width);
+                for (const PosPiece& q : cp_pieces(c, r, zz, Tl))
+                    for (int b = 0; b < B; b++)
+                        for (int i = 0; i < q.n; i++)
+                            std::copy_n(&full[((size_t)b * T + q.global + i) * width], width, &loc[((size_t)b * Tl + q.local + i) * width]);
+                return loc;
+            };
+            std::vector<avec<float>> q(c), o(c), l(c), d(c), dx(c), kv(c);
+            for (int r = 0; r < c; r++) {
+                q[r] = take(qkv, r, 3 * C);
+                d[r] = take(R, r, C);
+                kv[r].resize((size_t)B * Tl * 2 * C);
+                copy_rows(ctx, kv[r].data(), 2 * C, q[r].data() + C, 3 * C, 2 * C, (size_t)B * Tl);
+                o[r].resize((size_t)B * Tl * C); l[r].resize((size_t)B * NH * Tl); dx[r].resize((size_t)B * Tl * 3 * C);
+            }
+            for (int r = 0; r < c; r++) {  // (every rank's k, v are there: what the ring lends)
+                attention_forward(ctx, o[r].data(), l[r].data(), q[r].data(), B, Tl, C, NH);
+                for (int s = 1; s < c; s++) {
+                    const CPBlock k = cp_block(zz, r, (r - s + c) % c, Tl);
+                    attention_block_forward(ctx, o[r].data(), l[r].data(), q[r].data(), kv[(r - s + c) % c].data(), B, Tl, Tl, C, NH,
+                                            k.q0, k.nq, k.k0, k.nk);
+                }
+            }
+            for (int r = 0; r < c; r++) {  // the local keys' share (with the final lse and out), then the borrowed blocks
+                attention_backward(ctx, dx[r].data(), d[r].data(), q[r].data(), o[r].data(), l[r].data(), B, Tl, C, NH);
+            }
+            for (int r = 0; r < c; r++) {
+                avec<float> D((size_t)B * NH * Tl), dkv((size_t)B * Tl * 2 * C);
+                attention_row_dots(ctx, D.data(), d[r].data(), o[r].data(), B, Tl, C, NH);
+                for (int s = 1; s < c; s++) {
+                    const int own = (r - s + c) % c;
+                    const CPBlock k = cp_block(zz, r, own, Tl);
+                    std::fill(dkv.begin(), dkv.end(), 0.0f);
+                    attention_block_backward(ctx, dx[r].data(), dkv.data(), d[r].data(), q[r].data(), kv[own].data(), l[r].data(), D.data(),
+                                             B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
+                    copy_rows(ctx, dx[own].data() + C, 3 * C, dkv.data(), 2 * C, 2 * C, (size_t)B * Tl, true);
+                }
+            }
+            double eo = 0, el = 0, ed = 0;
+            for (int r = 0; r < c; r++) {
+                const avec<float> wo = take(out, r, C), wd = take(dqkv, r, 3 * C);
+                for (size_t i = 0; i < wo.size(); i++) eo = std::max(eo, (double)std::fabs(o[r][i] - wo[i]));
+                for (size_t i = 0; i < wd.size(); i++) ed = std::max(ed, (double)std::fabs(dx[r][i] - wd[i]));
+                for (const PosPiece& p : cp_pieces(c, r, zz, Tl))  // lse is (B, NH, T)
+                    for (int bh = 0; bh < B * NH; bh++)
+                        for (int i = 0; i < p.n; i++)
+                            el = std::max(el, (double)std::fabs(l[r][(size_t)bh * Tl + p.local + i] - lse[(size_t)bh * T + p.global + i]));
+            }
+            char name[120];
+            snprintf(name, sizeof(name), "ring attention, cp=%d %s: out, lse and dqkv are one attention's", c, zz ? "zigzag" : "contiguous");
+            report(eo <= 1e-5 && el <= 1e-5 && ed <= 1e-5, name, "max diff out/lse %.1e, dqkv %.1e", std::max(eo, el), ed);
+        }
+    // which blocks: zigzag's are half of the Q·Kᵀ pairs for every (r, o), contiguous's all or none
+    bool halves = true;
+    for (int c : {2, 4, 8})
+        for (int r = 0; r < c; r++)
+            for (int o = 0; o < c; o++)
+                if (o != r) { const CPBlock k = cp_block(true, r, o, 16); halves &= k.nq * k.nk == 16 * 16 / 2; }
+    report(halves, "ring attention zigzag: every borrowed block is half of the query-key pairs (balanced)");
 }
 
 static void test_gelu() {
@@ -775,6 +854,7 @@ int main() {
     test_layernorm();
     test_matmul();
     test_attention();
+    test_ring_attention();
     test_gelu();
     test_classifier();
     test_model_grad();

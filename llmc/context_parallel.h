@@ -1,0 +1,146 @@
+/*
+context_parallel.h — context parallelism: the positions of every sequence split over the c ranks
+of the cp group, and ring attention (Liu et al., 2023) so that each rank's queries still see all
+the keys before them.
+
+Every op of the model but attention works on each position alone: the embeddings, LayerNorms,
+matmuls, GELU and the classifier. So a cp rank runs the whole model on its Tl = T/c positions of
+the B sequences (the activations of T/c positions: how long sequences fit), and only attention
+needs the others' keys and values. The cp ranks of a dp index read the same batch (dataloader.h)
+and each takes its positions (cp_take_positions); their gradients are partial sums over the
+positions, summed over cp as data parallelism sums over dp (comm.h's dp × cp group, which ZeRO
+shards over), and the loss over the step's positions is their mean, the same as one process's.
+
+Which positions (cp_pieces; the model adds wpe at the global positions):
+  contiguous  rank r holds [r·Tl, (r+1)·Tl).  Causal attention makes the last rank's queries
+              see c times the keys of the first's: ranks wait for the slowest, c/(2c−1) busy.
+  zigzag      the sequence in 2c chunks of h = Tl/2; rank r holds chunks r and 2c−1−r, a cheap
+              early one and a dear late one: every rank does the same work (Brandon et al.'s
+              striped/zigzag balancing, as in Megatron's context parallelism).
+Either way a rank's positions are in increasing order, so causal attention of its queries over
+its own keys is the model's ordinary attention op on the local rows (attention.cuh) — a key
+after a query in local order is after it in the sequence.
+
+Ring attention (cp_attention_forward). The ranks pass their keys and values (k, v: B·Tl·2C/t
+elements) around the ring c − 1 times: at step s rank r holds those of rank o = r − s (mod c)
+and merges the attention of its queries over them into its running output and lse
+(attention_block_forward: out = Σ_blocks exp(lse_blk − lse)·out_blk). Which pairs see each
+other (cp_block): contiguous, all of r's queries see all of o's keys when o < r, none when o > r;
+zigzag, when o < r all of r's queries see o's first chunk, when o > r r's second chunk sees both
+of o's — half of the block either way. The running output is kept in fp32 and written once.
+The backward (cp_attention_backward) runs the local part with the final lse and output (so its
+probabilities are the whole softmax's), then passes k, v around the ring again; for each borrowed
+block it accumulates its queries' dq and the block's dk, dv, and sends those home to rank o
+(from r + s it receives its own keys' share). The sums are fp32 and in ring order: the same bits
+on every run.
+
+Per rank and per block (layer), with c cp ranks, t tp ranks, s bytes an element of the run's
+dtype, N = B·Tl positions here:
+  forward    (c−1) sends of k, v: (c−1)·N·2C/t·s bytes       (--recompute full: again in the backward)
+  backward   (c−1)·N·2C/t·s (k, v again) + (c−1)·N·2C/t·4 (dk, dv in fp32)
+  memory     2 k, v buffers (2·N·2C/t of T), the fp32 running sums (N·3C/t), 2 dk, dv
+             buffers (2·N·2C/t fp32), D (N·NH/t fp32) and T·C of wpe rows: model.h's list
+  attention  each rank ~1/c of the causal work (zigzag; contiguous as above)
+The sends are blocking (comm_sendrecv, on the compute stream with NCCL; through host memory with
+MPI): not yet overlapped with the block's attention.
+
+Tests: test/test_ops.cpp (the ring's blocks run one rank after another against one attention,
+forward and backward, both layouts), test/gpucheck_ops.cu (the block kernels against the CPU),
+test/test_cp.sh (the trainer under mpirun: cp = 2 and 4, both layouts, with dp, tp, sp and pp,
+against one process).
+*/
+#pragma once
+#include <vector>
+#include "common.h"
+#include "comm.h"
+#include "attention.cuh"
+
+// A stretch of a rank's positions: local [local, local + n) are the sequence's [global, global + n).
+struct PosPiece { int local, global, n; };
+// The positions rank r of c holds of a sequence of c·Tl (zigzag needs Tl even).
+inline std::vector<PosPiece> cp_pieces(int c, int r, bool zigzag, int Tl) {
+    if (!zigzag) return {{0, r * Tl, Tl}};
+    const int h = Tl / 2;
+    return {{0, r * h, h}, {h, (2 * c - 1 - r) * h, h}};
+}
+// The positions of a sequence that c ranks split evenly: T must be a multiple of this.
+inline int cp_granule(int c, bool zigzag) { return zigzag ? 2 * c : c; }
+
+// local (B × Tl) = this rank's positions of full (B × T), for tokens and targets.
+inline void cp_take_positions(const int* full, int B, int T, const std::vector<PosPiece>& pieces, int* local) {
+    int Tl = 0;
+    for (const PosPiece& p : pieces) Tl += p.n;
+    for (int b = 0; b < B; b++)
+        for (const PosPiece& p : pieces)
+            for (int i = 0; i < p.n; i++) local[(size_t)b * Tl + p.local + i] = full[(size_t)b * T + p.global + i];
+}
+
+// Which of rank r's queries see which of rank o's keys (o ≠ r), both holding Tl positions: rows
+// [q0, q0 + nq) of r's queries, [k0, k0 + nk) of o's keys, all visible (nq = 0: none).
+struct CPBlock { int q0, nq, k0, nk; };
+inline CPBlock cp_block(bool zigzag, int r, int o, int Tl) {
+    if (!zigzag) return o < r ? CPBlock{0, Tl, 0, Tl} : CPBlock{0, 0, 0, 0};
+    const int h = Tl / 2;
+    return o < r ? CPBlock{0, Tl, 0, h}   // o's first chunk is before both of r's; its second after both
+                 : CPBlock{h, h, 0, Tl};  // r's second chunk is after both of o's; r's first before both
+}
+
+// The ring's buffers (model.h's activations list holds them): k, v to lend and the ones borrowed;
+// the fp32 running output (N·C) or gradient (N·3C); two dk, dv blocks (going home, coming home); D.
+template <class T> struct RingBuffers { T* kv[2]; float* acc; float* dkv[2]; float* D; };
+
+// Attention over the whole sequence of this rank's queries (qkv: B × Tl × 3C, this rank's
+// positions; out, lse as attention.cuh's). cp: the cp group (nullptr or one rank: plain attention).
+template <class T>
+inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<T>& rb, T* out, float* lse,
+                                 const T* qkv, int B, int Tl, int C, int NH) {
+    attention_forward(ctx, out, lse, qkv, B, Tl, C, NH);  // the local keys: causal in local order (header)
+    if (!cp || cp->size == 1) return;
+    const int c = cp->size, r = cp->rank;
+    const size_t N = (size_t)B * Tl;
+    copy_rows(ctx, rb.acc, C, out, C, C, N);          // the running output, in fp32
+    copy_rows(ctx, rb.kv[0], 2 * C, qkv + C, 3 * C, 2 * C, N);  // this rank's k, v, to lend
+    for (int s = 1; s < c; s++) {
+        {
+            CommScope prof(ctx, *cp, "cp ring send k, v");
+            comm_sendrecv(*cp, rb.kv[(s - 1) % 2], N * 2 * C, (r + 1) % c, rb.kv[s % 2], (r - 1 + c) % c);
+        }
+        const CPBlock k = cp_block(zigzag, r, (r - s + c) % c, Tl);  // now held: rank r − s's
+        attention_block_forward(ctx, rb.acc, lse, qkv, rb.kv[s % 2], B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
+    }
+    copy_rows(ctx, out, C, rb.acc, C, C, N);
+}
+
+// Its backward: dqkv (written, like attention_backward's) from dout and the forward's out and lse.
+template <class T>
+inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<T>& rb, T* dqkv, const T* dout,
+                                  const T* qkv, const T* out, const float* lse, int B, int Tl, int C, int NH) {
+    attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH);  // the local keys' share
+    if (!cp || cp->size == 1) return;
+    const int c = cp->size, r = cp->rank;
+    const size_t N = (size_t)B * Tl;
+    copy_rows(ctx, rb.acc, 3 * C, dqkv, 3 * C, 3 * C, N);  // dq, dk, dv summed in fp32
+    attention_row_dots(ctx, rb.D, dout, out, B, Tl, C, NH);
+    copy_rows(ctx, rb.kv[0], 2 * C, qkv + C, 3 * C, 2 * C, N);
+    for (int s = 1; s < c; s++) {
+        const int o = (r - s + c) % c;
+        {
+            CommScope prof(ctx, *cp, "cp ring send k, v");
+            comm_sendrecv(*cp, rb.kv[(s - 1) % 2], N * 2 * C, (r + 1) % c, rb.kv[s % 2], (r - 1 + c) % c);
+        }
+        const CPBlock k = cp_block(zigzag, r, o, Tl);
+        ctx_zero(ctx, rb.dkv[0], N * 2 * C * sizeof(float));
+        attention_block_backward(ctx, rb.acc, rb.dkv[0], dout, qkv, rb.kv[s % 2], lse, rb.D, B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
+        {
+            CommScope prof(ctx, *cp, "cp ring send dk, dv home");
+            comm_sendrecv(*cp, rb.dkv[0], N * 2 * C, o, rb.dkv[1], (r + s) % c);
+        }
+        copy_rows(ctx, rb.acc + C, 3 * C, rb.dkv[1], 2 * C, 2 * C, N, true);  // rank r + s's share of my dk, dv
+    }
+    copy_rows(ctx, dqkv, 3 * C, rb.acc, 3 * C, 3 * C, N);
+}
+
+// Bytes one rank sends in the ring per block and micro-batch (the header's formulas): the forward's
+// and the backward's, for N = B·Tl positions, Ct = C/t channels, s bytes an element.
+inline double cp_forward_bytes(int c, size_t N, int Ct, int s) { return (double)(c - 1) * N * 2 * Ct * s; }
+inline double cp_backward_bytes(int c, size_t N, int Ct, int s) { return (double)(c - 1) * N * 2 * Ct * (s + 4); }
