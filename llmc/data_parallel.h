@@ -72,6 +72,9 @@ parallelism (pipeline.h) the units are the rank's stage's (the others are empty)
 up over the pp group too, and the embeddings, held by the first and the last stage, have their
 two gradients summed once the step's backwards are done (dp_grads_finish, then their dp
 reduction); stages 0-1 only.
+With context parallelism (context_parallel.h) the cp ranks of a dp index hold the same units and
+compute partial gradients over their positions: the group is dp × cp ranks (comm.h's
+dp_cp_group), N = dp·cp above, and every stage applies as it is.
 Tests: test/test_dp.sh (dp = 2 and 4, every stage, and dp = 3 with uneven chunks, against one
 process; memory and bytes against the tables; --overlap 0 the same run; resume; resharding;
 on the emulated GPU with NCCL, the waits between the streams), test/test_ops.cpp (model gradient),

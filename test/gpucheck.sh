@@ -14,6 +14,8 @@
 #                    MPI staged (part tp)
 #   test_pp          pipeline parallelism, pp = 2 (gpipe, 1f1b) and with dp, tp, vs one process:
 #                    the same, MPI staged (part pp)
+#   test_cp          context parallelism (ring attention), cp = 2 and 4 and with dp, tp, pp, vs
+#                    one process: the same, MPI staged (part cp)
 #   dev/cuda         the kernel playgrounds: every version within its bound; their timings
 #   sanitize         compute-sanitizer's memcheck, racecheck, synccheck and initcheck over
 #                    gpucheck_ops and a short bf16 training (test/gpu_sanitize.sh): no errors
@@ -42,8 +44,8 @@ part() {
 echo "# gpucheck on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 
 # GPUCHECK_PARTS picks parts (default all, in this order): ops wgmma train resume pytorch
-# playgrounds sanitize dp tp pp
-want() { [[ " ${GPUCHECK_PARTS:-ops wgmma train resume pytorch playgrounds sanitize dp tp pp} " == *" $1 "* ]]; }
+# playgrounds sanitize dp tp pp cp
+want() { [[ " ${GPUCHECK_PARTS:-ops wgmma train resume pytorch playgrounds sanitize dp tp pp cp} " == *" $1 "* ]]; }
 want ops && part gpucheck_ops build/gpucheck_ops ops
 # the Hopper flash attention (--flash-wgmma 1, off by default) apart, under its own shorter limit:
 # a fault in it names itself and costs no other part
@@ -94,6 +96,11 @@ fi
 if want pp; then
     if command -v mpirun >/dev/null; then part "test_pp (cuda, mpi staged through host memory)" env DEVICE=cuda COMM=mpi bash test/test_pp.sh "$BIN"
     else echo "# test_pp skipped: no mpirun (OpenMPI) on this machine"; fi
+fi
+# context parallelism: the whole test_cp with the ranks sharing the GPU(s) (MPI staged)
+if want cp; then
+    if command -v mpirun >/dev/null; then part "test_cp (cuda, mpi staged through host memory)" env DEVICE=cuda COMM=mpi bash test/test_cp.sh "$BIN"
+    else echo "# test_cp skipped: no mpirun (OpenMPI) on this machine"; fi
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -14,6 +14,8 @@
 #                       memory and bytes against the formulas; recompute, resume, bf16
 #   test_pp             pipeline parallelism: pp=2 gpipe and 1f1b, pp=3, dp=2 x pp=2, tp=2 x pp=2
 #                       against one process; memory, slots and bytes against the formulas
+#   test_cp             context parallelism (ring attention): cp=2 and 4, contiguous and zigzag,
+#                       with dp, tp+sp, pp, against one process; memory and bytes; evaluation, resume
 #   test_gpu_sanitize   make gpucheck's compute-sanitizer part: its verdicts with a stand-in
 #                       sanitizer, and its training command line on the emulated GPU
 #   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
@@ -34,7 +36,8 @@
 #                       test_dp at dp=2 (DP_QUICK: the parts that depend on the backend) and
 #                       test_tp's equivalence part with --comm nccl (NCCL emulated over MPI,
 #                       test/simt_nccl.h): the NCCL path of comm.h, never run on one GPU; and
-#                       test_pp's (the stages' sends staged from the GPU through host memory)
+#                       test_pp's (the stages' sends staged from the GPU through host memory),
+#                       and test_cp's (the ring's CUDA block kernels, its sends over NCCL)
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both.
 set -u
@@ -74,6 +77,7 @@ for b in "${binaries[@]}"; do
 done
 part "test_tp (./train_gpt)" bash test/test_tp.sh ./train_gpt
 part "test_pp (./train_gpt)" bash test/test_pp.sh ./train_gpt
+part "test_cp (./train_gpt)" bash test/test_cp.sh ./train_gpt
 part test_tokenizer bash test/test_tokenizer.sh
 part test_simt build/test_simt
 part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
@@ -111,6 +115,7 @@ part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test
 part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh build/train_gpt_simt
 part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt
 part "test_pp (emulated GPU, pp=2 and tp=2 x pp=2; NCCL over MPI for tp)" env DEVICE=cuda COMM=nccl PP_QUICK=1 bash test/test_pp.sh build/train_gpt_simt
+part "test_cp (emulated GPU, cp=2 and dp=2 x cp=2; NCCL over MPI)" env DEVICE=cuda COMM=nccl CP_QUICK=1 bash test/test_cp.sh build/train_gpt_simt
 if [ -x build/gpucheck_ops ]; then
     echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80, and sm_80 PTX for newer GPUs); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"
 else

@@ -38,46 +38,6 @@ common=(--device "${DEVICE:-cpu}" --precision fp32 --model d2 --seq-len $T --lr 
 [ -n "${COMM:-}" ] && common+=(--comm "$COMM")
 [ -n "${PP_QUICK:-}" ] && common+=(--steps 3)
 
-# close_losses A.jsonl B.jsonl NAME TOL [KEY]: per-step KEY (default loss) within TOL
-close_losses() {
-    $PY - "$@" <<'PY'
-import json, sys
-a_path, b_path, name, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-key = sys.argv[5] if len(sys.argv) > 5 else "loss"
-def rows(p):
-    try: return [json.loads(l) for l in open(p)]
-    except (OSError, ValueError): return []
-a, b = rows(a_path), rows(b_path)
-pairs = [(x.get(key), y.get(key)) for x, y in zip(a, b) if x.get(key) is not None]
-worst = max(abs(x - y) for x, y in pairs) if len(a) == len(b) > 0 and pairs else float("inf")
-print(("ok" if worst <= tol else "not ok") + f" - {name}: {key} within {tol:g} of one process (max diff {worst:.1e})")
-PY
-}
-losses() { $PY -c "import json,sys; [print(repr(json.loads(l)['loss'])) for l in open(sys.argv[1])]" "$1" 2>/dev/null; }
-# same_run A B NAME: two runs' losses, norms and final weights bit-identical
-same_run() {
-    local keep='import json, sys
-for l in open(sys.argv[1]): d = json.loads(l); print(d["step"], repr(d["loss"]), repr(d["grad_norm"]))'
-    if [ -s "$1.jsonl" ] && cmp -s <($PY -c "$keep" "$1.jsonl") <($PY -c "$keep" "$2.jsonl") && cmp -s "$1.bin" "$2.bin"; then
-        echo "ok - $3: bit-identical (losses, norms, final weights)"
-    else
-        echo "not ok - $3: differs"; tail -2 "$2.txt" | sed 's/^/#   /'
-    fi
-}
-# run NAME RANKS ARGS...: one training into $tmp/NAME.{jsonl,bin,txt}
-run() {
-    local name=$1 n=$2; shift 2
-    if [ "$n" = 1 ]; then "$BIN" "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" --save-model "$tmp/$name.bin" >"$tmp/$name.txt" 2>&1
-    else mpi "$n" "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" --save-model "$tmp/$name.bin" >"$tmp/$name.txt" 2>&1; fi ||
-        { echo "not ok - $name: run failed"; tail -3 "$tmp/$name.txt" | sed 's/^/#   /'; return 1; }
-}
-# alike REF NAME INIT LABEL: the losses (1e-5; the same math, wte's gradient summed in another
-# order) and every tensor's change (1e-4 relative, as in test_tp.sh) of run NAME against REF
-alike() {
-    close_losses "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$4" 1e-5
-    $PY test/compare_models.py --updates "$tmp/$3.bin" "$tmp/$1.bin" "$tmp/$2.bin" 1e-4 | sed "s/ - / - $4: /"
-}
-
 "$BIN" "${common[@]}" --steps 0 --save-model "$tmp/init.bin" >/dev/null 2>&1
 [ -z "${PP_QUICK:-}" ] && "$BIN" "${common[@]}" --model d3 --steps 0 --save-model "$tmp/init_d3.bin" >/dev/null 2>&1
 

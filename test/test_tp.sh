@@ -46,45 +46,11 @@ common=(--device "${DEVICE:-cpu}" --precision fp32 --model d2 --seq-len $T --lr 
 [ -n "${COMM:-}" ] && common+=(--comm "$COMM")
 [ -n "${TP_QUICK:-}" ] && common+=(--steps 3)  # (the emulator is slow; a later --steps wins)
 
-# close_losses A.jsonl B.jsonl NAME TOL [KEY [rel]]: per-step KEY (default loss) within TOL
-# (relative to A's value with rel)
-close_losses() {
-    $PY - "$@" <<'PY'
-import json, sys
-a_path, b_path, name, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-key = sys.argv[5] if len(sys.argv) > 5 else "loss"
-rel = len(sys.argv) > 6
-def rows(p):
-    try: return [json.loads(l) for l in open(p)]
-    except (OSError, ValueError): return []
-a, b = rows(a_path), rows(b_path)
-pairs = [(x.get(key), y.get(key)) for x, y in zip(a, b) if x.get(key) is not None]
-worst = max(abs(x - y) / (abs(x) if rel else 1) for x, y in pairs) if len(a) == len(b) > 0 and pairs else float("inf")
-print(("ok" if worst <= tol else "not ok") + f" - {name}: {key} within {tol:g}{' relative' if rel else ''} of one process (max diff {worst:.1e})")
-PY
-}
-# same_run A B NAME: two runs' logs (losses, norms, lr) and final weights bit-identical
-same_run() {
-    local keep='import json, sys
-for l in open(sys.argv[1]): d = json.loads(l); print(d["step"], repr(d["loss"]), repr(d["lr"]), repr(d["grad_norm"]))'
-    if [ -s "$1.jsonl" ] && cmp -s <($PY -c "$keep" "$1.jsonl") <($PY -c "$keep" "$2.jsonl") && cmp -s "$1.bin" "$2.bin"; then
-        echo "ok - $3: bit-identical (losses, norms, final weights)"
-    else
-        echo "not ok - $3: differs"; tail -2 "$2.txt" | sed 's/^/#   /'
-    fi
-}
 # updates_alike REF.bin OUT.bin NAME: what the two trainings changed, tensor by tensor. Both
 # compute the same sums in another order (the tp ranks' partial products), so the changes agree
 # to fp32 round-off carried through 5 AdamW steps (measured ≤ 6e-6 relative, per tensor, with the
 # ε above); a wrong slice, a missing all-reduce or a bias added twice changes a tensor by O(1).
 updates_alike() { $PY test/compare_models.py --updates "$tmp/init.bin" "$1" "$2" 1e-4 | sed "s/ - / - $3: /"; }
-# run NAME RANKS ARGS...: one training into $tmp/NAME.{jsonl,bin,txt}
-run() {
-    local name=$1 n=$2; shift 2
-    if [ "$n" = 1 ]; then "$BIN" "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" --save-model "$tmp/$name.bin" >"$tmp/$name.txt" 2>&1
-    else mpi "$n" "${common[@]}" "$@" --log-file "$tmp/$name.jsonl" --save-model "$tmp/$name.bin" >"$tmp/$name.txt" 2>&1; fi ||
-        { echo "not ok - $name: run failed"; tail -3 "$tmp/$name.txt" | sed 's/^/#   /'; return 1; }
-}
 
 "$BIN" "${common[@]}" --steps 0 --save-model "$tmp/init.bin" >/dev/null 2>&1  # the weights every run starts from
 [ -z "${TP_QUICK:-}" ] && "$BIN" "${common[@]}" --model d4 --steps 0 --save-model "$tmp/init_d4.bin" >/dev/null 2>&1

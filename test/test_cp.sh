@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# test_cp — context parallelism (llmc/context_parallel.h) on CPU ranks under mpirun, against one
+# process with the same global batch (GPT d2: 2 blocks, C = 128, 2 heads; the shipped Bible):
+#   equivalence:  cp = 2 contiguous and zigzag, cp = 4 zigzag, dp = 2 × cp = 2 with ZeRO 1 and 3,
+#                 tp = 2 × cp = 2 with --sp 1, pp = 2 × cp = 2: per-step losses within 1e-5 and
+#                 every tensor changed alike (compare_models.py --updates, 1e-4: the attention's
+#                 softmax is merged from blocks and the gradients summed over cp in another order)
+#   memory:       a cp rank's activations are one process's at T/cp plus the ring's buffers
+#                 (2·N·2C·s + N·3C·4 + 2·N·2C·4 + N·NH·4 + T/cp·C·s bytes, N = B·T/cp), to the byte
+#   volume:       the ring sends L·m·(c−1)·N·2C·(2s + 4) bytes a step (forward k, v; backward
+#                 k, v and fp32 dk, dv); --recompute full adds the forward's again
+#   recompute:    --recompute full is the same run bit for bit
+#   evaluation:   --val-tokens: one process's loss (1e-5); --steps 0: HellaSwag's answers, its
+#                 loss and the validation loss (1e-5) and a sample (its prompts padded to what the
+#                 cp ranks split) the same as one process's
+#   bf16:         cp = 2 zigzag within 2e-2 of one bf16 process
+#   resume:       dp = 2 × cp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit
+#   errors:       --seq-len that cp (zigzag: 2·cp) does not divide; a world cp does not divide
+# usage: [DEVICE=cuda] [COMM=mpi|nccl] [CP_QUICK=1] test/test_cp.sh [TRAIN_GPT]
+# CP_QUICK=1 runs cp = 2 zigzag and dp = 2 × cp = 2 ZeRO-3 against one process, 3 steps: what the
+# suite runs on the CPU SIMT emulator (build/train_gpt_simt, DEVICE=cuda), where the ring runs
+# the CUDA block kernels and comm.h's GPU path (NCCL's, emulated over MPI, with COMM=nccl).
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:-./train_gpt}
+PY=${PYTHON:-/usr/bin/python3}
+TEST_NAME=test_cp; source test/mpi_setup.sh  # $tmp, mpi N ARGS..., run, alike, ...
+
+C=128; L=2; NH=2; T=32; B=4
+# fp32 unless a part says bf16; AdamW's ε 1e-4 for the weight comparison (test_tp.sh says why)
+common=(--device "${DEVICE:-cpu}" --precision fp32 --model d2 --seq-len $T --lr 3e-3 --warmup-steps 2 --weight-decay 0.1
+        --eps 1e-4 --seed 7 --val-data "" --comm-stats --steps 5 --batch-size $B)
+[ -n "${COMM:-}" ] && common+=(--comm "$COMM")
+[ -n "${CP_QUICK:-}" ] && common+=(--steps 3)
+
+"$BIN" "${common[@]}" --steps 0 --save-model "$tmp/init.bin" >/dev/null 2>&1
+
+# --- equivalence: one process against the cp ranks, the same B sequences of T a micro-batch
+run ref 1
+run ref_b8 1 --batch-size 8  # (dp = 2 × B = 4)
+if [ -n "${CP_QUICK:-}" ]; then
+    run cp2_zigzag 2 --cp 2 --cp-layout zigzag && alike ref cp2_zigzag init "cp=2 zigzag"
+    run dp2cp2_z3 4 --cp 2 --cp-layout zigzag --zero 3 && alike ref_b8 dp2cp2_z3 init "dp=2 x cp=2 zigzag zero=3"
+    exit 0
+fi
+for layout in contiguous zigzag; do
+    run "cp2_$layout" 2 --cp 2 --cp-layout $layout && alike ref "cp2_$layout" init "cp=2 $layout"
+done
+run cp4_zigzag 4 --cp 4 --cp-layout zigzag && alike ref cp4_zigzag init "cp=4 zigzag (chunks of 4 positions)"
+for z in 1 3; do
+    run "dp2cp2_z$z" 4 --cp 2 --cp-layout zigzag --zero $z && alike ref_b8 "dp2cp2_z$z" init "dp=2 x cp=2 zigzag zero=$z"
+done
+run tp2cp2 4 --tp 2 --sp 1 --cp 2 --cp-layout zigzag && alike ref tp2cp2 init "tp=2 --sp 1 x cp=2 zigzag"
+run ref_m2 1 --total-batch-tokens $((2 * B * T))
+run pp2cp2 4 --pp 2 --cp 2 --total-batch-tokens $((2 * B * T)) && alike ref_m2 pp2cp2 init "pp=2 x cp=2 contiguous, 2 micro-batches"
+
+# --- memory and volume against the formulas in context_parallel.h's header
+run ref_half 1 --seq-len $((T / 2)) --steps 0  # one process's activations at T/cp
+$PY - "$tmp" $C $L $NH $T $B <<'PY'
+import json, re, sys
+tmp = sys.argv[1]
+C, L, NH, T, B = map(int, sys.argv[2:])
+s, c, N = 4, 2, B * T // 2
+def acts(name):
+    return {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"memory rank (\d+): .* activations (\d+) B", open(f"{tmp}/{name}.txt").read())}
+ring = 2 * N * 2 * C * s + N * 3 * C * 4 + 2 * N * 2 * C * 4 + N * NH * 4 + (T // c) * C * s
+half, got = acts("ref_half"), acts("cp2_zigzag")
+want = half.get(0, -1) + ring
+ok = got == {0: want, 1: want}
+print(("ok" if ok else "not ok") + f" - cp=2: each rank's activations are one process's at T/2 ({half.get(0)}) plus the ring's "
+      f"{ring} bytes (got {got})")
+want = L * (c - 1) * N * 2 * C * (2 * s + 4)  # forward k, v; backward k, v and fp32 dk, dv
+rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/cp2_zigzag.jsonl")]
+ok = len(rows) == 5 and all(r.get("cp_send_recv") == want for r in rows)
+print(("ok" if ok else "not ok") + f" - cp=2: the ring sends L*(c-1)*N*2C*(2s+4) = {want} bytes a step (got {rows[-1] if rows else None})")
+PY
+
+# --- recompute (the ring's forward again in each block's backward: the same bits, more bytes)
+run cp2_full 2 --cp 2 --cp-layout zigzag --recompute full && {
+    same_run "$tmp/cp2_zigzag" "$tmp/cp2_full" "cp=2 zigzag --recompute full"
+    $PY - "$tmp" $C $L $T $B <<'PY'
+import json, sys
+tmp = sys.argv[1]
+C, L, T, B = map(int, sys.argv[2:])
+s, c, N = 4, 2, B * T // 2
+want = L * (c - 1) * N * 2 * C * (2 * s + s + 4)  # two forwards' k, v, the backward's k, v and dk, dv
+rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/cp2_full.jsonl")]
+ok = len(rows) == 5 and all(r.get("cp_send_recv") == want for r in rows)
+print(("ok" if ok else "not ok") + f" - cp=2 --recompute full: the ring sends the forward's bytes twice, {want} a step (got {rows[-1] if rows else None})")
+PY
+}
+
+# --- evaluation and sampling
+val=(--val-data "data/kjv_val_*.bin" --val-tokens 256)
+run ref_val 1 "${val[@]}"
+run cp2_val 2 --cp 2 --cp-layout zigzag "${val[@]}" && close_losses "$tmp/ref_val.jsonl" "$tmp/cp2_val.jsonl" "cp=2 validation" 1e-5 val_loss
+$PY test/make_choice_set.py "$tmp/hs.bin"
+ev=(--steps 0 --hellaswag "$tmp/hs.bin" --val-data data/kjv_val_000000.bin --val-tokens 256 --sample-every 1 --gen-tokens 12)
+run ev1 1 "${ev[@]}"
+for layout in contiguous zigzag; do
+    run "ev_cp2_$layout" 2 --cp 2 --cp-layout $layout "${ev[@]}" || continue
+    $PY - "$tmp/ev1" "$tmp/ev_cp2_$layout" "cp=2 $layout" <<'PY'
+import json, sys
+def get(p):
+    d = json.loads(open(p + ".jsonl").readline())
+    text = open(p + ".txt", errors="replace").read()
+    sample = text.split("---- sample at step 0 ----", 1)[1].split("\n---", 1)[0] if "---- sample at step 0" in text else None
+    return d, sample
+(a, sa), (b, sb) = get(sys.argv[1]), get(sys.argv[2])
+ok = (a["hellaswag_correct"], a["hellaswag_total"]) == (b["hellaswag_correct"], b["hellaswag_total"]) and \
+     abs(a["hellaswag_loss"] - b["hellaswag_loss"]) <= 1e-5 and abs(a["val_loss"] - b["val_loss"]) <= 1e-5 and sa == sb and sa
+print(("ok" if ok else "not ok") + f" - {sys.argv[3]} --steps 0: HellaSwag {b['hellaswag_correct']}/{b['hellaswag_total']} "
+      f"(one process {a['hellaswag_correct']}/{a['hellaswag_total']}), its loss and the validation loss within 1e-5, the same sample")
+PY
+done
+run ref_bf16 1 --precision bf16
+run cp2_bf16 2 --cp 2 --cp-layout zigzag --precision bf16 && close_losses "$tmp/ref_bf16.jsonl" "$tmp/cp2_bf16.jsonl" "bf16 cp=2 zigzag" 2e-2
+
+# --- resume: dp = 2 × cp = 2 ZeRO-1, 6 straight steps against 3, resume, 3: bit for bit
+rs=(--cp 2 --cp-layout zigzag --zero 1 --batch-size 4 --steps 6 --shuffle 1 --checkpoint-every 3)
+mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/ra" --log-file "$tmp/ra.jsonl" --save-model "$tmp/ra.bin" >"$tmp/ra.txt" 2>&1
+mkdir -p "$tmp/rb"
+cp -r "$tmp/ra/step_00000003" "$tmp/rb/" 2>/dev/null
+mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/rb" --resume --log-file "$tmp/rb.jsonl" --save-model "$tmp/rb.bin" >"$tmp/rb.txt" 2>&1
+keep='import json, sys
+for l in open(sys.argv[1]): d = json.loads(l); print(repr(d["loss"]), repr(d["grad_norm"]))'
+if [ "$(wc -l <"$tmp/rb.jsonl" 2>/dev/null)" = 3 ] && cmp -s <($PY -c "$keep" "$tmp/ra.jsonl" | tail -3) <($PY -c "$keep" "$tmp/rb.jsonl") &&
+   cmp -s "$tmp/ra.bin" "$tmp/rb.bin"; then
+    echo "ok - dp=2 x cp=2 zero=1: resuming at step 3 continues bit for bit (losses, norms, final weights)"
+else
+    echo "not ok - dp=2 x cp=2 zero=1: resume differs"; tail -2 "$tmp/rb.txt" | sed 's/^/#   /'
+fi
+
+# --- errors: one line naming the flag, exit 2
+check_error "--seq-len that zigzag's 2*cp chunks do not divide" 2 "--seq-len 30 must be a multiple of 4" --cp 2 --cp-layout zigzag --seq-len 30
+check_error "--seq-len that --cp does not divide" 2 "--seq-len 31 must be a multiple of 2" --cp 2 --seq-len 31
+check_error "--cp that does not divide the world" 2 "not divisible by tp\*pp\*cp" --cp 3
