@@ -14,8 +14,8 @@ owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.
   reduce_scatter_sum  my chunk of Σ_ranks send
   all_gather          every rank's chunk, in place (blocking, or started now and waited later)
   broadcast, send, recv (and send_start, which does not wait for the receiver: pipeline.h's),
-  sendrecv (a send and a receive at once: context_parallel.h's ring), all_to_all, barrier, and a
-  deterministic sum of a few doubles
+  sendrecv (a send and a receive at once, blocking or started: context_parallel.h's ring),
+  all_to_all, barrier, and a deterministic sum of a few doubles
 Element types: float and bf16 (common.h). MPI has no bf16, so bf16 travels as 16-bit words
 and is summed by our own MPI operation (fp32 add, rounded to bf16 at each step — what NCCL's
 bf16 reductions do); sums are in the reduce-scatter's order, the same on every run.
@@ -449,6 +449,25 @@ template <class T> inline void comm_sendrecv(Group& g, const T* send, size_t n, 
 #else
     (void)send; (void)to; (void)recv; (void)from; fatal("comm_sendrecv: this build has no MPI");
 #endif
+}
+// comm_sendrecv started on the communication stream when it goes through NCCL (context_parallel.h:
+// the next block of keys and values travels while this one's attention runs); otherwise done now.
+// Wait with comm_wait before reading recv; send must not change, nor recv be read, until then.
+template <class T> inline void comm_sendrecv_start(Group& g, const T* send, size_t n, int to, T* recv, int from, CommHandle* h) {
+    h->active = false;
+#ifdef LLMC_USE_NCCL
+    if (comm_uses_nccl(g, send)) {  // once the compute stream has written send and is done reading recv
+        comm_count(g, SEND_RECV, (double)sizeof(T) * n);
+        nccl_stream_waits_compute(g);
+        NCCL_CHECK(ncclGroupStart());
+        NCCL_CHECK(ncclSend(send, n, nccl_type<T>(), to, g.nccl, g.stream));
+        NCCL_CHECK(ncclRecv(recv, n, nccl_type<T>(), from, g.nccl, g.stream));
+        NCCL_CHECK(ncclGroupEnd());
+        nccl_handle_started(g, h);
+        return;
+    }
+#endif
+    comm_sendrecv(g, send, n, to, recv, from);
 }
 // send holds P blocks of n elements, block r for rank r; recv gets block `rank` of every rank.
 template <class T> inline void comm_all_to_all(Group& g, const T* send, T* recv, size_t n) {

@@ -41,8 +41,9 @@ dtype, N = B·Tl positions here:
   memory     2 k, v buffers (2·N·2C/t of T), the fp32 running sums (N·3C/t), 2 dk, dv
              buffers (2·N·2C/t fp32), D (N·NH/t fp32) and T·C of wpe rows: model.h's list
   attention  each rank ~1/c of the causal work (zigzag; contiguous as above)
-The sends are blocking (comm_sendrecv, on the compute stream with NCCL; through host memory with
-MPI): not yet overlapped with the block's attention.
+Overlap: with NCCL the next block of k, v travels on the cp group's communication stream while
+the block in hand (and first the local keys) computes (KVRing); the dk, dv sent home do not
+overlap yet. With MPI (host memory) every send is done at once.
 
 Tests: test/test_ops.cpp (the ring's blocks run one rank after another against one attention,
 forward and backward, both layouts), test/gpucheck_ops.cu (the block kernels against the CPU),
@@ -89,48 +90,70 @@ inline CPBlock cp_block(bool zigzag, int r, int o, int Tl) {
 // the fp32 running output (N·C) or gradient (N·3C); two dk, dv blocks (going home, coming home); D.
 template <class T> struct RingBuffers { T* kv[2]; float* acc; float* dkv[2]; float* D; };
 
+// The ring's k, v exchanges: start(s) begins moving the block rank r holds at step s − 1 (its own
+// at s = 1) to rank r + 1 while rank r − 1's arrives, in buffer s % 2 (the other buffer is the one
+// being sent: its block's attention has run). Started on NCCL's communication stream, so the
+// block in hand computes meanwhile; with MPI done at once.
+template <class T> struct KVRing {
+    Group& cp;
+    const RingBuffers<T>& rb;
+    size_t n;  // elements of a block
+    CommHandle h;
+    void start(const Ctx& ctx, int s) {
+        const int c = cp.size, r = cp.rank;
+        CommScope prof(ctx, cp, "cp ring send k, v");
+        comm_sendrecv_start(cp, rb.kv[(s - 1) % 2], n, (r + 1) % c, rb.kv[s % 2], (r - 1 + c) % c, &h);
+    }
+    const T* wait(const Ctx& ctx, int s) {  // rank r − s's k, v
+        CommScope prof(ctx, cp, "cp ring wait (exposed)");
+        comm_wait(&h);
+        return rb.kv[s % 2];
+    }
+};
+
 // Attention over the whole sequence of this rank's queries (qkv: B × Tl × 3C, this rank's
 // positions; out, lse as attention.cuh's). cp: the cp group (nullptr or one rank: plain attention).
 template <class T>
 inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<T>& rb, T* out, float* lse,
                                  const T* qkv, int B, int Tl, int C, int NH) {
-    attention_forward(ctx, out, lse, qkv, B, Tl, C, NH);  // the local keys: causal in local order (header)
-    if (!cp || cp->size == 1) return;
+    if (!cp || cp->size == 1) { attention_forward(ctx, out, lse, qkv, B, Tl, C, NH); return; }
     const int c = cp->size, r = cp->rank;
     const size_t N = (size_t)B * Tl;
-    copy_rows(ctx, rb.acc, C, out, C, C, N);          // the running output, in fp32
+    KVRing<T> ring{*cp, rb, N * 2 * C, {}};
     copy_rows(ctx, rb.kv[0], 2 * C, qkv + C, 3 * C, 2 * C, N);  // this rank's k, v, to lend
+    ring.start(ctx, 1);
+    attention_forward(ctx, out, lse, qkv, B, Tl, C, NH);  // the local keys: causal in local order (header)
+    copy_rows(ctx, rb.acc, C, out, C, C, N);              // the running output, in fp32
     for (int s = 1; s < c; s++) {
-        {
-            CommScope prof(ctx, *cp, "cp ring send k, v");
-            comm_sendrecv(*cp, rb.kv[(s - 1) % 2], N * 2 * C, (r + 1) % c, rb.kv[s % 2], (r - 1 + c) % c);
-        }
-        const CPBlock k = cp_block(zigzag, r, (r - s + c) % c, Tl);  // now held: rank r − s's
-        attention_block_forward(ctx, rb.acc, lse, qkv, rb.kv[s % 2], B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
+        const T* kv = ring.wait(ctx, s);
+        if (s + 1 < c) ring.start(ctx, s + 1);
+        const CPBlock k = cp_block(zigzag, r, (r - s + c) % c, Tl);
+        attention_block_forward(ctx, rb.acc, lse, qkv, kv, B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
     }
     copy_rows(ctx, out, C, rb.acc, C, C, N);
 }
 
 // Its backward: dqkv (written, like attention_backward's) from dout and the forward's out and lse.
+// Each borrowed block's dk, dv go home before the next block's (blocking: not overlapped).
 template <class T>
 inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<T>& rb, T* dqkv, const T* dout,
                                   const T* qkv, const T* out, const float* lse, int B, int Tl, int C, int NH) {
-    attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH);  // the local keys' share
-    if (!cp || cp->size == 1) return;
+    if (!cp || cp->size == 1) { attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH); return; }
     const int c = cp->size, r = cp->rank;
     const size_t N = (size_t)B * Tl;
-    copy_rows(ctx, rb.acc, 3 * C, dqkv, 3 * C, 3 * C, N);  // dq, dk, dv summed in fp32
-    attention_row_dots(ctx, rb.D, dout, out, B, Tl, C, NH);
+    KVRing<T> ring{*cp, rb, N * 2 * C, {}};
     copy_rows(ctx, rb.kv[0], 2 * C, qkv + C, 3 * C, 2 * C, N);
+    ring.start(ctx, 1);
+    attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH);  // the local keys' share
+    copy_rows(ctx, rb.acc, 3 * C, dqkv, 3 * C, 3 * C, N);                // dq, dk, dv summed in fp32
+    attention_row_dots(ctx, rb.D, dout, out, B, Tl, C, NH);
     for (int s = 1; s < c; s++) {
         const int o = (r - s + c) % c;
-        {
-            CommScope prof(ctx, *cp, "cp ring send k, v");
-            comm_sendrecv(*cp, rb.kv[(s - 1) % 2], N * 2 * C, (r + 1) % c, rb.kv[s % 2], (r - 1 + c) % c);
-        }
+        const T* kv = ring.wait(ctx, s);
+        if (s + 1 < c) ring.start(ctx, s + 1);
         const CPBlock k = cp_block(zigzag, r, o, Tl);
         ctx_zero(ctx, rb.dkv[0], N * 2 * C * sizeof(float));
-        attention_block_backward(ctx, rb.acc, rb.dkv[0], dout, qkv, rb.kv[s % 2], lse, rb.D, B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
+        attention_block_backward(ctx, rb.acc, rb.dkv[0], dout, qkv, kv, lse, rb.D, B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
         {
             CommScope prof(ctx, *cp, "cp ring send dk, dv home");
             comm_sendrecv(*cp, rb.dkv[0], N * 2 * C, o, rb.dkv[1], (r + s) % c);
