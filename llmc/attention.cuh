@@ -298,6 +298,18 @@ template <class T> __device__ inline void lane_axpy(float* r, float a, const T* 
     for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) r[k] += a * to_f(p[i]); }
 }
 
+// One key j of the online softmax, in a warp (lanes split the head): s = q·k_j/√hs; the running
+// max m and sum l, and the output acc (unnormalized), rescaled to the new max and p·v_j added.
+template <class T>
+__device__ inline void online_softmax_key(float* acc, float& m, float& l, const float* qr, const T* kj, const T* vj, int lane, int hs,
+                                          int per, float scale) {
+    float s = lane_dot(qr, kj, lane, hs, per) * scale;
+    float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
+    l = l * corr + p;
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; acc[k] = acc[k] * corr + (i < hs ? p * to_f(vj[i]) : 0.0f); }
+    m = m_new;
+}
+
 // one warp per (b, h, t); lane i holds head channels i, i+32, ...
 template <class T>
 __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
@@ -315,11 +327,7 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int B
     for (int j = 0; j <= t; j++) {
         const T* kj = qkv + ((size_t)b * T_ + j) * C3 + C + h * hs;
         const T* vj = kj + C;
-        float s = lane_dot(qr, kj, lane, hs, per) * scale;
-        float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
-        l = l * corr + p;
-        for (int k = 0; k < per; k++) { int i = lane + 32 * k; acc[k] = acc[k] * corr + (i < hs ? p * to_f(vj[i]) : 0.0f); }
-        m = m_new;
+        online_softmax_key(acc, m, l, qr, kj, vj, lane, hs, per, scale);
     }
     for (int k = 0; k < per; k++) acc[k] /= l;
     store_lanes(out + ((size_t)b * T_ + t) * C + h * hs, acc, lane, hs, per);
@@ -421,11 +429,7 @@ __global__ void attention_block_forward_kernel(float* o, float* lse, const T* qk
     for (int j = k0; j < k0 + nk; j++) {
         const T* kj = kv + ((size_t)b * Tk + j) * 2 * C + h * hs;
         const T* vj = kj + C;
-        float s = lane_dot(qr, kj, lane, hs, per) * scale;
-        float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
-        l = l * corr + p;
-        for (int k = 0; k < per; k++) { int i = lane + 32 * k; acc[k] = acc[k] * corr + (i < hs ? p * to_f(vj[i]) : 0.0f); }
-        m = m_new;
+        online_softmax_key(acc, m, l, qr, kj, vj, lane, hs, per, scale);
     }
     for (int k = 0; k < per; k++) acc[k] /= l;
     store_lanes(orow, acc, lane, hs, per);
