@@ -12,8 +12,8 @@ positions, summed over cp as data parallelism sums over dp (comm.h's dp × cp gr
 shards over), and the loss over the step's positions is their mean, the same as one process's.
 
 Which positions (cp_pieces; the model adds wpe at the global positions):
-  contiguous  rank r holds [r·Tl, (r+1)·Tl).  Causal attention makes the last rank's queries
-              see c times the keys of the first's: ranks wait for the slowest, c/(2c−1) busy.
+  contiguous  rank r holds [r·Tl, (r+1)·Tl). Causal attention gives rank r (r + 1/2)·Tl² query-
+              key pairs, the last 2c−1 times the first's: ranks wait for the slowest, c/(2c−1) busy.
   zigzag      the sequence in 2c chunks of h = Tl/2; rank r holds chunks r and 2c−1−r, a cheap
               early one and a dear late one: every rank does the same work (Brandon et al.'s
               striped/zigzag balancing, as in Megatron's context parallelism).
@@ -27,7 +27,7 @@ and merges the attention of its queries over them into its running output and ls
 (attention_block_forward: out = Σ_blocks exp(lse_blk − lse)·out_blk). Which pairs see each
 other (cp_block): contiguous, all of r's queries see all of o's keys when o < r, none when o > r;
 zigzag, when o < r all of r's queries see o's first chunk, when o > r r's second chunk sees both
-of o's — half of the block either way. The running output is kept in fp32 and written once.
+of o's — half of the pairs either way. The running output is kept in fp32 and written once.
 The backward (cp_attention_backward) runs the local part with the final lse and output (so its
 probabilities are the whole softmax's), then passes k, v around the ring again; for each borrowed
 block it accumulates its queries' dq and the block's dk, dv, and sends those home to rank o
@@ -39,7 +39,7 @@ dtype, N = B·Tl positions here:
   forward    (c−1) sends of k, v: (c−1)·N·2C/t·s bytes       (--recompute full: again in the backward)
   backward   (c−1)·N·2C/t·s (k, v again) + (c−1)·N·2C/t·4 (dk, dv in fp32)
   memory     2 k, v buffers (2·N·2C/t of T), the fp32 running sums (N·3C/t), 2 dk, dv
-             buffers (2·N·2C/t fp32), D (N·NH/t fp32) and T·C of wpe rows: model.h's list
+             buffers (2·N·2C/t fp32), D (N·NH/t fp32) and Tl·C of wpe rows: model.h's list
   attention  each rank ~1/c of the causal work (zigzag; contiguous as above)
 Overlap: with NCCL the next block of k, v travels on the cp group's communication stream while
 the block in hand (and first the local keys) computes (KVRing); the dk, dv sent home do not
