@@ -38,12 +38,12 @@ Per rank and per block (layer), with c cp ranks, t tp ranks, s bytes an element 
 dtype, N = B·Tl positions here:
   forward    (c−1) sends of k, v: (c−1)·N·2C/t·s bytes       (--recompute full: again in the backward)
   backward   (c−1)·N·2C/t·s (k, v again) + (c−1)·N·2C/t·4 (dk, dv in fp32)
-  memory     2 k, v buffers (2·N·2C/t of T), the fp32 running sums (N·3C/t), 2 dk, dv
-             buffers (2·N·2C/t fp32), D (N·NH/t fp32) and Tl·C of wpe rows: model.h's list
+  memory     2 k, v buffers (2·N·2C/t of T), the fp32 running sums (N·3C/t), 3 dk, dv
+             buffers (3·N·2C/t fp32), D (N·NH/t fp32) and Tl·C of wpe rows: model.h's list
   attention  each rank ~1/c of the causal work (zigzag; contiguous as above)
 Overlap: with NCCL the next block of k, v travels on the cp group's communication stream while
-the block in hand (and first the local keys) computes (KVRing); the dk, dv sent home do not
-overlap yet. With MPI (host memory) every send is done at once.
+the block in hand (and first the local keys) computes (KVRing), and a block's dk, dv go home
+while the next block's backward runs. With MPI (host memory) every send is done at once.
 
 Tests: test/test_ops.cpp (the ring's blocks run one rank after another against one attention,
 forward and backward, both layouts), test/gpucheck_ops.cu (the block kernels against the CPU),
@@ -87,8 +87,9 @@ inline CPBlock cp_block(bool zigzag, int r, int o, int Tl) {
 }
 
 // The ring's buffers (model.h's activations list holds them): k, v to lend and the ones borrowed;
-// the fp32 running output (N·C) or gradient (N·3C); two dk, dv blocks (going home, coming home); D.
-template <class T> struct RingBuffers { T* kv[2]; float* acc; float* dkv[2]; float* D; };
+// the fp32 running output (N·C) or gradient (N·3C); three dk, dv blocks (two going home in turn,
+// one coming home); D.
+template <class T> struct RingBuffers { T* kv[2]; float* acc; float* dkv[3]; float* D; };
 
 // The ring's k, v exchanges: start(s) begins moving the block rank r holds at step s − 1 (its own
 // at s = 1) to rank r + 1 while rank r − 1's arrives, in buffer s % 2 (the other buffer is the one
@@ -134,7 +135,8 @@ inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const R
 }
 
 // Its backward: dqkv (written, like attention_backward's) from dout and the forward's out and lse.
-// Each borrowed block's dk, dv go home before the next block's (blocking: not overlapped).
+// Each borrowed block's dk, dv go home while the next block computes (NCCL; with MPI at once):
+// the exchange of step s is waited for, and its share added, at step s + 1.
 template <class T>
 inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<T>& rb, T* dqkv, const T* dout,
                                   const T* qkv, const T* out, const float* lse, int B, int Tl, int C, int NH) {
@@ -147,19 +149,24 @@ inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const 
     attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH);  // the local keys' share
     copy_rows(ctx, rb.acc, 3 * C, dqkv, 3 * C, 3 * C, N);                // dq, dk, dv summed in fp32
     attention_row_dots(ctx, rb.D, dout, out, B, Tl, C, NH);
+    CommHandle home;
+    auto arrived = [&] {  // the last exchange's share of my keys' dk, dv (from rank r + s)
+        { CommScope prof(ctx, *cp, "cp ring wait (exposed)"); comm_wait(&home); }
+        copy_rows(ctx, rb.acc + C, 3 * C, rb.dkv[2], 2 * C, 2 * C, N, true);
+    };
     for (int s = 1; s < c; s++) {
         const int o = (r - s + c) % c;
         const T* kv = ring.wait(ctx, s);
         if (s + 1 < c) ring.start(ctx, s + 1);
         const CPBlock k = cp_block(zigzag, r, o, Tl);
-        ctx_zero(ctx, rb.dkv[0], N * 2 * C * sizeof(float));
-        attention_block_backward(ctx, rb.acc, rb.dkv[0], dout, qkv, kv, lse, rb.D, B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
-        {
-            CommScope prof(ctx, *cp, "cp ring send dk, dv home");
-            comm_sendrecv(*cp, rb.dkv[0], N * 2 * C, o, rb.dkv[1], (r + s) % c);
-        }
-        copy_rows(ctx, rb.acc + C, 3 * C, rb.dkv[1], 2 * C, 2 * C, N, true);  // rank r + s's share of my dk, dv
+        float* dkv = rb.dkv[s % 2];  // (the other one may still be on its way home)
+        ctx_zero(ctx, dkv, N * 2 * C * sizeof(float));
+        attention_block_backward(ctx, rb.acc, dkv, dout, qkv, kv, lse, rb.D, B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
+        if (s > 1) arrived();
+        CommScope prof(ctx, *cp, "cp ring send dk, dv home");
+        comm_sendrecv_start(*cp, dkv, N * 2 * C, o, rb.dkv[2], (r + s) % c, &home);
     }
+    arrived();
     copy_rows(ctx, dqkv, 3 * C, rb.acc, 3 * C, 3 * C, N);
 }
 

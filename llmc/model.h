@@ -484,7 +484,7 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const 
     if (tp > 1) f(a.cls_stats, head * tp * BT * 3);  // the vocabulary-parallel classifier's
     if (sp) { f(a.whole, W * C); f(a.ln_grad, 2 * C); }
     if (cp > 1) {
-        f(a.cp_kv, 2 * BT * 2 * Ct); f(a.cp_acc, BT * 3 * Ct); f(a.cp_dkv, 2 * BT * 2 * Ct); f(a.cp_D, BT * NHt);
+        f(a.cp_kv, 2 * BT * 2 * Ct); f(a.cp_acc, BT * 3 * Ct); f(a.cp_dkv, 3 * BT * 2 * Ct); f(a.cp_D, BT * NHt);
         f(a.cp_wpe, p.stage == 0 ? (size_t)T_ * C : 0);
     }
 }
@@ -518,7 +518,8 @@ template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, in
 template <class T> inline RingBuffers<T> gpt_ring_buffers(GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
     const size_t kv = (size_t)B * T_ * 2 * g->config.channels / g->layout.tp;
-    return {{a.cp_kv.data(), a.cp_kv.data() + kv}, a.cp_acc.data(), {a.cp_dkv.data(), a.cp_dkv.data() + kv}, a.cp_D.data()};
+    return {{a.cp_kv.data(), a.cp_kv.data() + kv}, a.cp_acc.data(), {a.cp_dkv.data(), a.cp_dkv.data() + kv, a.cp_dkv.data() + 2 * kv},
+            a.cp_D.data()};
 }
 
 // How this forward's B·T positions lie over the tp ranks (tensor_parallel.h: all on every rank

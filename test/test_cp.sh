@@ -6,7 +6,7 @@
 #                 every tensor changed alike (compare_models.py --updates, 1e-4: the attention's
 #                 softmax is merged from blocks and the gradients summed over cp in another order)
 #   memory:       a cp rank's activations are one process's at T/cp plus the ring's buffers
-#                 (2·N·2C·s + N·3C·4 + 2·N·2C·4 + N·NH·4 + T/cp·C·s bytes, N = B·T/cp), to the byte
+#                 (2·N·2C·s + N·3C·4 + 3·N·2C·4 + N·NH·4 + T/cp·C·s bytes, N = B·T/cp), to the byte
 #   volume:       the ring sends L·m·(c−1)·N·2C·(2s + 4) bytes a step (forward k, v; backward
 #                 k, v and fp32 dk, dv); --recompute full adds the forward's again
 #   recompute:    --recompute full is the same run bit for bit
@@ -14,7 +14,8 @@
 #                 loss and the validation loss (1e-5) and a sample (its prompts padded to what the
 #                 cp ranks split) the same as one process's
 #   bf16:         cp = 2 zigzag within 2e-2 of one bf16 process
-#   resume:       dp = 2 × cp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit
+#   resume:       dp = 2 × cp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; the same
+#                 checkpoint resumed with cp = 1 (dp = 2) goes on within 1e-5
 #   errors:       --seq-len that cp (zigzag: 2·cp) does not divide; a world cp does not divide
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [CP_QUICK=1] test/test_cp.sh [TRAIN_GPT]
 # CP_QUICK=1 runs cp = 2 zigzag and dp = 2 × cp = 2 ZeRO-3 against one process, 3 steps: what the
@@ -63,7 +64,7 @@ C, L, NH, T, B = map(int, sys.argv[2:])
 s, c, N = 4, 2, B * T // 2
 def acts(name):
     return {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"memory rank (\d+): .* activations (\d+) B", open(f"{tmp}/{name}.txt").read())}
-ring = 2 * N * 2 * C * s + N * 3 * C * 4 + 2 * N * 2 * C * 4 + N * NH * 4 + (T // c) * C * s
+ring = 2 * N * 2 * C * s + N * 3 * C * 4 + 3 * N * 2 * C * 4 + N * NH * 4 + (T // c) * C * s
 half, got = acts("ref_half"), acts("cp2_zigzag")
 want = half.get(0, -1) + ring
 ok = got == {0: want, 1: want}
@@ -130,6 +131,14 @@ if [ "$(wc -l <"$tmp/rb.jsonl" 2>/dev/null)" = 3 ] && cmp -s <($PY -c "$keep" "$
 else
     echo "not ok - dp=2 x cp=2 zero=1: resume differs"; tail -2 "$tmp/rb.txt" | sed 's/^/#   /'
 fi
+
+# the same checkpoint resumed without context parallelism (dp = 2, the same sequences a step):
+# the AdamW shards of 4 ranks resharded to 2, the run goes on (1e-5: attention no longer merged)
+mkdir -p "$tmp/rd"
+cp -r "$tmp/ra/step_00000003" "$tmp/rd/" 2>/dev/null
+mpi 2 "${common[@]}" --zero 1 --batch-size 4 --steps 6 --shuffle 1 --output-dir "$tmp/rd" --resume --log-file "$tmp/rd.jsonl" >"$tmp/rd.txt" 2>&1
+tail -3 "$tmp/ra.jsonl" > "$tmp/ra_tail.jsonl"
+close_losses "$tmp/ra_tail.jsonl" "$tmp/rd.jsonl" "the dp=2 x cp=2 checkpoint resumed with cp=1, steps 4-6" 1e-5 | sed 's/of one process/of the straight run/'
 
 # --- errors: one line naming the flag, exit 2
 check_error "--seq-len that zigzag's 2*cp chunks do not divide" 2 "--seq-len 30 must be a multiple of 4" --cp 2 --cp-layout zigzag --seq-len 30
