@@ -10,9 +10,10 @@
 #   volume:       the ring sends L·m·(c−1)·N·2C·(2s + 4) bytes a step (forward k, v; backward
 #                 k, v and fp32 dk, dv); --recompute full adds the forward's again
 #   recompute:    --recompute full is the same run bit for bit
-#   evaluation:   --val-tokens: one process's loss (1e-5); --steps 0: HellaSwag's answers, its
-#                 loss and the validation loss (1e-5) and a sample (its prompts padded to what the
-#                 cp ranks split) the same as one process's
+#   evaluation:   --val-tokens: one process's loss (1e-5); --steps 0 (cp = 2 both layouts, and
+#                 pp = 2 × cp = 2): HellaSwag's answers, its loss and the validation loss (1e-5)
+#                 and a sample (its prompts padded to what the cp ranks split) one process's;
+#                 --profile rows for the ring's sends
 #   bf16:         cp = 2 zigzag within 2e-2 of one bf16 process
 #   resume:       dp = 2 × cp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; the same
 #                 checkpoint resumed with cp = 1 (dp = 2) goes on within 1e-5
@@ -98,9 +99,10 @@ run cp2_val 2 --cp 2 --cp-layout zigzag "${val[@]}" && close_losses "$tmp/ref_va
 $PY test/make_choice_set.py "$tmp/hs.bin"
 ev=(--steps 0 --hellaswag "$tmp/hs.bin" --val-data data/kjv_val_000000.bin --val-tokens 256 --sample-every 1 --gen-tokens 12)
 run ev1 1 "${ev[@]}"
-for layout in contiguous zigzag; do
-    run "ev_cp2_$layout" 2 --cp 2 --cp-layout $layout "${ev[@]}" || continue
-    $PY - "$tmp/ev1" "$tmp/ev_cp2_$layout" "cp=2 $layout" <<'PY'
+for layout in "cp2_contiguous 2 --cp 2" "cp2_zigzag 2 --cp 2 --cp-layout zigzag" "pp2cp2_zigzag 4 --pp 2 --cp 2 --cp-layout zigzag"; do
+    set -- $layout
+    run "ev_$1" "${@:2}" "${ev[@]}" || continue
+    $PY - "$tmp/ev1" "$tmp/ev_$1" "${*:3}" <<'PY'
 import json, sys
 def get(p):
     d = json.loads(open(p + ".jsonl").readline())
@@ -139,6 +141,12 @@ cp -r "$tmp/ra/step_00000003" "$tmp/rd/" 2>/dev/null
 mpi 2 "${common[@]}" --zero 1 --batch-size 4 --steps 6 --shuffle 1 --output-dir "$tmp/rd" --resume --log-file "$tmp/rd.jsonl" >"$tmp/rd.txt" 2>&1
 tail -3 "$tmp/ra.jsonl" > "$tmp/ra_tail.jsonl"
 close_losses "$tmp/ra_tail.jsonl" "$tmp/rd.jsonl" "the dp=2 x cp=2 checkpoint resumed with cp=1, steps 4-6" 1e-5 | sed 's/of one process/of the straight run/'
+
+# --profile: the ring's sends get rows of their own
+run cp2_profile 2 --cp 2 --steps 2 --profile 1 &&
+    { grep -q "comm: cp ring send k, v" "$tmp/cp2_profile.txt" && grep -q "comm: cp ring send dk, dv home" "$tmp/cp2_profile.txt" &&
+          echo "ok - cp=2 --profile: rows for the ring's k, v and its dk, dv sent home" ||
+          { echo "not ok - cp=2 --profile: no ring rows"; grep "comm:" "$tmp/cp2_profile.txt" | sed 's/^/#   /'; }; }
 
 # --- errors: one line naming the flag, exit 2
 check_error "--seq-len that zigzag's 2*cp chunks do not divide" 2 "--seq-len 30 must be a multiple of 4" --cp 2 --cp-layout zigzag --seq-len 30
