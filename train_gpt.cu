@@ -82,7 +82,7 @@ static const FlagDef FLAGS[] = {
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
     {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h), and the vocabulary of the embedding and classifier (wte); must divide the heads and the padded vocabulary; dp = world/tp", false},
     {"sp", "0", "0 | 1: sequence parallelism (needs --tp > 1): the LayerNorms, the residual stream and their activations split over the tp ranks by position too (Megatron-SP: the tp all-reduces become reduce-scatters and all-gathers)", false},
-    {"pp", "1", "pipeline-parallel degree: the blocks split into pp stages, one a rank, the step's micro-batches (--total-batch-tokens / (B*T*dp)) flowing through them (llmc/pipeline.h); at most the model's layers; with --zero 0 or 1", false},
+    {"pp", "1", "pipeline-parallel degree: the blocks split into pp stages, one a rank, the step's micro-batches (--total-batch-tokens / (B*T*dp)) flowing through them (llmc/pipeline.h); at most the model's layers", false},
     {"pp-schedule", "1f1b", "gpipe (every forward, then every backward: m micro-batches' activations alive) | 1f1b (one forward, one backward: at most pp) | interleaved (not yet); both idle (pp-1)/(m+pp-1) of a step", false},
     {"vpp", "1", "virtual pipeline stages per rank (interleaved; not yet)", false},
     {"cp", "1", "context-parallel degree: each sequence's positions split over cp ranks, attention over all of them by ring attention (llmc/context_parallel.h); gradients summed over dp x cp; --seq-len must divide (zigzag: by 2*cp); dp = world/(tp*pp*cp)", false},
@@ -357,7 +357,6 @@ int main(int argc, char** argv) {
     if (sp == 1 && tp == 1) usage_error("--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1");
     if (vpp != 1 || (pp > 1 && pp_schedule == PPSchedule::Interleaved))
         usage_error("--pp-schedule interleaved / --vpp: not yet supported (gpipe and 1f1b are; llmc/pipeline.h has its schedule)");
-    if (pp > 1 && zero >= 2) usage_error("--zero %d with --pp: not yet supported (pipeline parallelism takes --zero 0 or 1)", zero);
     const int dp = mesh.dp;
 
     // --- model config: a preset, a model file, or (on --resume) the checkpoint's model

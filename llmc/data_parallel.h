@@ -277,7 +277,8 @@ template <class T> inline void DataParallel<T>::acquire(int u) {
     last_slot = s;
     int next = dp_predict_next(g->config, u, prev_unit);
     prev_unit = u;
-    if (overlap && next >= 0 && next != u && slot_unit[1 - s] != next) dp_gather_into(this, 1 - s, next, false);
+    if (overlap && next >= 0 && next != u && slot_unit[1 - s] != next && units[next].size > 0)  // (not another pipeline stage's)
+        dp_gather_into(this, 1 - s, next, false);
 }
 
 // ---- gradients
@@ -332,16 +333,22 @@ template <class T> inline void DataParallel<T>::grads_ready(int u) {
     dp_reduce_unit(this, u);
 }
 
-// Pipeline parallelism, after a stage's last backward of the step: the reduce-scatters still
-// pending finished (its backward ended with a block, not the embeddings), then the embeddings'
-// gradient of the first and the last stage (tied: the encoder's and the classifier's parts of
-// wte's) summed between the two and reduced over dp as grads_ready would have. Stages 0-1 only
-// (the sum is over the locally accumulated gradient).
+// Pipeline parallelism, after each backward of a stage: the reduce-scatters still pending
+// finished (its backward ended with a block, not the embeddings, whose grads_ready finishes
+// both): before the next backward writes the working buffers (stages 2-3) or takes a slot.
+template <class T> inline void dp_reduces_finish(DataParallel<T>* d) {
+    if (d->zero >= 1) { dp_reduce_finish(d, 0); dp_reduce_finish(d, 1); }
+}
+// ... and after its last backward of the step, the embeddings' gradient of the first and the
+// last stage (tied: the encoder's and the classifier's parts of wte's) summed between the two and
+// reduced over dp as grads_ready would have. The two sum their parts accumulated over the step's
+// micro-batches: in the full gradient (stages 0-1) or the embeddings' working buffer, which
+// grads_ready(0) left alone (stages 2-3).
 template <class T> inline void dp_grads_finish(DataParallel<T>* d) {
-    if (d->zero >= 1) { dp_reduce_finish(d, 0); dp_reduce_finish(d, 1); }  // (before unit 0 takes a slot)
+    dp_reduces_finish(d);  // (before unit 0 takes a slot)
     if (d->tied && d->tied->size > 1 && d->units[0].size > 0) {
         { CommScope prof(d->ctx, *d->tied, "all-reduce tied embeddings");
-          comm_all_reduce_sum(*d->tied, d->grads_full.data() + d->units[0].offset, d->units[0].size, &d->scratch); }
+          comm_all_reduce_sum(*d->tied, d->g->grads[0], d->units[0].size, &d->scratch); }
         dp_reduce_unit(d, 0);  // (last_micro is set: the stage's last backward has run)
     }
 }

@@ -52,8 +52,11 @@ Sends start without waiting for the receiver (MPI_Isend from a copy), receives w
 pp_simulate assumes, so a schedule it runs cannot deadlock here. They go through host memory
 (and MPI) on a GPU too. Evaluation runs a micro-batch through the stages one after the other
 (model.h: gpt_infer). Checkpoints hold a state file per stage (checkpoint.h) and resume with
-the same --pp. Not here yet: the interleaved schedule's executor (its model chunks), ZeRO-2/3
-with --pp (their per-unit reduce and gather order follows the whole model's), and NCCL sends.
+the same --pp. Every ZeRO stage composes: a stage's backward ends with its first block, not the
+embeddings, so its units' reduce-scatters still pending are finished after each backward
+(dp_reduces_finish); ZeRO-3's prefetch guesses the whole model's order and skips the units the
+stage does not hold (a wrong guess only costs the gather it would have hidden). Not here yet: the
+interleaved schedule's executor (its model chunks) and NCCL sends.
 
 Tests: test/test_ops.cpp (every schedule: each F and B once and in a valid order; the simulated
 bubbles and peaks against the formulas above), test/test_pp.sh (the trainer with --pp against
@@ -243,6 +246,7 @@ inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSch
             d->last_micro = --backwards_left == 0;  // (DDP and ZeRO-1 reduce in the stage's last backward)
             if (s < p - 1) recv(g->acts.dresidual.data(), s + 1);
             gpt_backward(ctx, g, B, T_);
+            dp_reduces_finish(d);  // (ZeRO: the stage's last units' reduce-scatters, before the next backward)
             if (s > 0) send(g->acts.dresidual.data(), s - 1);
             free_slots.push_back(slot_of[st.micro]);
         }
