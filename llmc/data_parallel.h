@@ -71,7 +71,8 @@ only the gradient norm adds up over the tp group as well (dp_grad_norm). With pi
 parallelism (pipeline.h) the units are the rank's stage's (the others are empty), the norm adds
 up over the pp group too, and the embeddings, held by the first and the last stage, have their
 two gradients summed once the step's backwards are done (dp_grads_finish, then their dp
-reduction); stages 0-1 only.
+reduction); a stage's backward ends with a block, so its reduce-scatters still pending are
+finished after each backward (dp_reduces_finish), before the next one writes the working buffers.
 With context parallelism (context_parallel.h) the cp ranks of a dp index hold the same units and
 compute partial gradients over their positions: the group is dp × cp ranks (comm.h's
 dp_cp_group), N = dp·cp above, and every stage applies as it is.
