@@ -83,8 +83,8 @@ static const FlagDef FLAGS[] = {
     {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h), and the vocabulary of the embedding and classifier (wte); must divide the heads and the padded vocabulary; dp = world/tp", false},
     {"sp", "0", "0 | 1: sequence parallelism (needs --tp > 1): the LayerNorms, the residual stream and their activations split over the tp ranks by position too (Megatron-SP: the tp all-reduces become reduce-scatters and all-gathers)", false},
     {"pp", "1", "pipeline-parallel degree: the blocks split into pp stages, one a rank, the step's micro-batches (--total-batch-tokens / (B*T*dp)) flowing through them (llmc/pipeline.h); at most the model's layers", false},
-    {"pp-schedule", "1f1b", "gpipe (every forward, then every backward: m micro-batches' activations alive) | 1f1b (one forward, one backward: at most pp) | interleaved (not yet); both idle (pp-1)/(m+pp-1) of a step", false},
-    {"vpp", "1", "virtual pipeline stages per rank (interleaved; not yet)", false},
+    {"pp-schedule", "1f1b", "gpipe (every forward, then every backward: m micro-batches' activations alive) | 1f1b (one forward, one backward: at most pp) | interleaved (1f1b over vpp chunks a stage, Megatron's order; needs --vpp >= 2 and m a multiple of pp); gpipe and 1f1b idle (pp-1)/(m+pp-1) of a step, interleaved (pp-1)/(vpp*m+pp-1)", false},
+    {"vpp", "1", "chunks of blocks a pipeline stage holds with --pp-schedule interleaved (virtual stages; chunk k of stage s is virtual stage k*pp+s); pp*vpp at most the model's layers", false},
     {"cp", "1", "context-parallel degree: each sequence's positions split over cp ranks, attention over all of them by ring attention (llmc/context_parallel.h); gradients summed over dp x cp; --seq-len must divide (zigzag: by 2*cp); dp = world/(tp*pp*cp)", false},
     {"cp-layout", "contiguous", "contiguous (rank r: positions [r*T/cp, (r+1)*T/cp)) | zigzag (rank r: chunks r and 2cp-1-r of 2cp: the same causal attention work on every rank)", false},
     {"output-dir", "", "directory for checkpoints (empty: none); with it, SIGTERM, SIGUSR1 (Slurm: --signal=USR1@300) or SIGINT stop the run after the current step with a checkpoint, exit code 128 + the signal", false},
@@ -355,8 +355,10 @@ int main(int argc, char** argv) {
     // --- the process mesh: dp = world / (tp·pp·cp)
     mesh_build(&mesh, tp, pp, cp);
     if (sp == 1 && tp == 1) usage_error("--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1");
-    if (vpp != 1 || (pp > 1 && pp_schedule == PPSchedule::Interleaved))
-        usage_error("--pp-schedule interleaved / --vpp: not yet supported (gpipe and 1f1b are; llmc/pipeline.h has its schedule)");
+    if (vpp > 1 && (pp == 1 || pp_schedule != PPSchedule::Interleaved))
+        usage_error("--vpp %d: chunks of blocks are for the interleaved pipeline schedule; add --pp N (N > 1) --pp-schedule interleaved", vpp);
+    if (pp > 1 && pp_schedule == PPSchedule::Interleaved && vpp == 1)
+        usage_error("--pp-schedule interleaved: needs --vpp >= 2 chunks a stage (with one it is 1f1b)");
     const int dp = mesh.dp;
 
     // --- model config: a preset, a model file, or (on --resume) the checkpoint's model
@@ -378,6 +380,9 @@ int main(int argc, char** argv) {
         if (saved_layout.saved_pp != pp)
             usage_error("--resume: the checkpoint in '%s' was written with --pp %lld; resume with the same --pp (AdamW's "
                         "state is per pipeline stage; dp and --zero may change)", resume_dir.c_str(), (long long)saved_layout.saved_pp);
+        if (saved_layout.saved_vpp != (pp > 1 ? vpp : 1))
+            usage_error("--resume: the checkpoint in '%s' was written with --vpp %lld; resume with the same --vpp (a stage's "
+                        "blocks, and its AdamW state, follow it)", resume_dir.c_str(), (long long)saved_layout.saved_vpp);
         from_file = false;
     }
     if (config.num_heads % tp != 0)
@@ -392,6 +397,9 @@ int main(int argc, char** argv) {
                     cp_zigzag ? "two of the sequence's 2*cp equal chunks" : "seq-len/cp consecutive positions");
     const int Tl = T / cp;  // the positions of each sequence this rank runs (context_parallel.h)
     if (pp > config.num_layers) usage_error("--pp %d: more stages than the model's %d blocks (each stage holds at least one)", pp, config.num_layers);
+    if (pp > 1 && pp * vpp > config.num_layers)
+        usage_error("--pp %d --vpp %d: %d virtual stages, more than the model's %d blocks (each chunk holds at least one)", pp, vpp,
+                    pp * vpp, config.num_layers);
     if (pp > 1 && auto_batch) usage_error("--batch-size auto with --pp: not yet supported (give --batch-size)");
     const bool total_given = total_batch != -1;
     if (auto_batch && !total_given)
@@ -417,6 +425,9 @@ int main(int argc, char** argv) {
         if (total_batch <= 0 || total_batch % tokens_per_micro != 0)
             usage_error("--total-batch-tokens %lld is not a multiple of batch-size*seq-len*dp = %lld", total_batch, tokens_per_micro);
         accum = (int)(total_batch / tokens_per_micro);
+        if (pp > 1 && pp_schedule == PPSchedule::Interleaved && accum % pp != 0)
+            usage_error("--pp-schedule interleaved: the %d micro-batches a step (--total-batch-tokens / (batch-size*seq-len*dp)) "
+                        "must be a multiple of --pp %d (Megatron's order sends pp of them through each chunk in turn)", accum, pp);
         dataloader_init(&train_loader, "--train-data", f.str("train-data"), b, T, dp, mesh.dp_rank, config.vocab_size, shuffle, seed);
         if (has_val) {  // opened in sequences (B = 1): its slots are then the sequences it holds
             dataloader_init(&val_loader, "--val-data", f.str("val-data"), 1, T, dp, mesh.dp_rank, config.vocab_size, false, seed);
@@ -469,9 +480,9 @@ int main(int argc, char** argv) {
         // --- the model, its storage (data_parallel.h) and its weights
         GPT<floatX> model;
         gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr, sp == 1, pp > 1 ? &mesh.pp_group : nullptr,
-                  cp > 1 ? &mesh.cp_group : nullptr, cp_zigzag);
+                  cp > 1 ? &mesh.cp_group : nullptr, cp_zigzag, vpp);
         model.recompute = recompute;
-        if (pp > 1) model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum);  // micro-batches alive at once (pipeline.h)
+        if (pp > 1) model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum, vpp);  // micro-batches alive at once, per chunk (pipeline.h)
         DataParallel<floatX> dpar;
         dp_init(&dpar, &model, &mesh.grads(), zero, ctx);  // (dp × cp: both sum gradients)
         dpar.overlap = overlap;
@@ -525,19 +536,28 @@ int main(int argc, char** argv) {
             print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block, and %d of "
                    "the %d vocabulary rows (wte, the logits)\n", tp, config.num_heads / tp, config.num_heads, 4 * config.channels / tp, 4 * config.channels,
                    config.padded_vocab_size / tp, config.padded_vocab_size);
+        // a stage's blocks: "[0, 2)", or with interleaving its chunks' "[0, 1) [2, 3)"
+        auto blocks_of = [&](const ParamLayout& l) {
+            std::string out;
+            for (const LayerRange& r : l.chunks) out += (out.empty() ? "[" : " [") + std::to_string(r.first) + ", " + std::to_string(r.end) + ")";
+            return out;
+        };
         if (pp > 1) {
-            print0("pipeline parallel: pp=%d, schedule %s, %d micro-batches a step: idle (pp-1)/(m+pp-1) = %.1f%% of it; blocks",
-                   pp, PP_SCHEDULE_NAMES[(int)pp_schedule], accum, 100 * pp_bubble_formula(pp_schedule, pp, accum));
-            for (int st = 0; st < pp; st++) {
-                const LayerRange r = stage_layers(config.num_layers, pp, st);
-                print0(" [%d, %d)%s", r.first, r.end, st + 1 < pp ? "," : " a stage\n");
-            }
+            const bool il = pp_schedule == PPSchedule::Interleaved;
+            print0("pipeline parallel: pp=%d, schedule %s%s, %d micro-batches a step: idle %s = %.1f%% of it; blocks", pp,
+                   PP_SCHEDULE_NAMES[(int)pp_schedule], il ? (", vpp=" + std::to_string(vpp) + " chunks a stage").c_str() : "", accum,
+                   il ? "(pp-1)/(vpp*m+pp-1)" : "(pp-1)/(m+pp-1)", 100 * pp_bubble_formula(pp_schedule, pp, accum, vpp));
+            for (int st = 0; st < pp; st++)
+                print0(" %s%s", blocks_of(make_layout(config, 1, 0, pp, st, il ? vpp : 1)).c_str(), st + 1 < pp ? "," : " a stage\n");
         }
         if (pp > 1) {  // each stage's own line (every rank's, like its memory line below)
+            std::string slots;
+            for (int n : model.slots) slots += (slots.empty() ? "" : " + ") + std::to_string(n);
             fflush(stdout);
-            printf("pipeline rank %d: stage %d, blocks [%d, %d)%s%s, %d activation slot(s)\n", mesh.rank, mesh.pp_rank,
-                   model.layout.layer0, model.layout.layer1, model.layout.stage == 0 ? ", the embeddings" : "",
-                   model.layout.has_head ? ", lnf and the classifier (wte tied to stage 0's)" : "", model.slots);
+            printf("pipeline rank %d: stage %d, blocks %s%s%s, %s activation slot(s)%s\n", mesh.rank, mesh.pp_rank,
+                   blocks_of(model.layout).c_str(), model.layout.stage == 0 ? ", the embeddings" : "",
+                   model.layout.has_head ? ", lnf and the classifier (wte tied to stage 0's)" : "", slots.c_str(),
+                   model.slots.size() > 1 ? " (its chunks')" : "");
             fflush(stdout);
         }
         if (cp > 1)

@@ -17,12 +17,12 @@ new one, never half of one):
                        (its blocks) into it
   state_rankNNNNN.bin  dp rank r's shard: int64 header [20241121, 2, step, micro-batches consumed
                        (all ranks), rng state, B, T, total batch tokens, Ψ (of the rank's
-                       slice), dp, zero, tp, pp, 0…], then its chunk of AdamW's m and v for
+                       slice), dp, zero, tp, pp, vpp, 0…], then its chunk of AdamW's m and v for
                        every unit (the ZeRO shard layout, whatever stage saved it: a stage-0
                        rank writes its chunk of its replica). With tp > 1,
                        state_tpTTT_rankNNNNN.bin for tp rank t (its slice's moments), with pp > 1
                        state_ppPPP_tpTTT_rankNNNNN.bin for pipeline stage p (its units'), and
-                       resuming needs the same tp and pp
+                       resuming needs the same tp, pp and vpp (the interleaved schedule's chunks)
   history.bin          the recent losses and gradient norms that --skip-loss-z / --skip-norm-z
                        judge a step against (outliers.h), from rank 0: int64 [20261123, 1,
                        n_loss, n_norm, 0…] (16), then n_loss and n_norm doubles, oldest first.
@@ -175,7 +175,7 @@ struct TrainState {
     int64_t global_batches = 0;  // micro-batches consumed by all dp ranks together (loader k·dp)
     uint64_t rng_state = 0;      // the sampler's generator
     int64_t B = 0, T = 0, total_batch = 0;
-    int64_t saved_dp = 1, saved_zero = 0, saved_tp = 1, saved_pp = 1;
+    int64_t saved_dp = 1, saved_zero = 0, saved_tp = 1, saved_pp = 1, saved_vpp = 1;
     std::vector<double> loss_history, norm_history;  // outliers.h's windows, oldest first
 };
 static const int64_t HISTORY_MAGIC = 20261123;
@@ -219,7 +219,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
     std::string sp = state_file(tmp, d->rank, tp, tp_rank, pp, stage);
     FILE* f = fopen_or_die(sp.c_str(), "wb");
     int64_t h[STATE_HEADER] = {STATE_MAGIC, 2, s.step, s.global_batches, (int64_t)s.rng_state, s.B, s.T, s.total_batch,
-                               (int64_t)d->g->layout.total, d->N, d->zero, tp, pp};
+                               (int64_t)d->g->layout.total, d->N, d->zero, tp, pp, d->g->layout.vpp()};
     fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
     std::vector<float> chunk;  // host copy of one chunk, zero-padded to ⌈S/N⌉
     for (Buf<float>* buf : {&d->m, &d->v})
@@ -307,6 +307,7 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
     s.step = h[2]; s.global_batches = h[3]; s.rng_state = (uint64_t)h[4]; s.B = h[5]; s.T = h[6]; s.total_batch = h[7];
     s.saved_dp = h[9]; s.saved_zero = h[10]; s.saved_tp = h[11] > 0 ? h[11] : 1;  // (0 before tensor parallelism)
     s.saved_pp = h[12] > 0 ? h[12] : 1;                                            // (0 before pipeline parallelism)
+    s.saved_vpp = h[13] > 0 ? h[13] : 1;                                           // (0 before the interleaved schedule)
     const std::string hp = dir + "/history.bin";
     if (FILE* hf = fopen(hp.c_str(), "rb")) {  // (absent in a checkpoint from before it existed)
         int64_t hh[STATE_HEADER];
@@ -330,8 +331,9 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
 template <class T> inline TrainState checkpoint_load(const std::string& dir, DataParallel<T>* d) {
     TrainState s = checkpoint_read_header(dir);
     const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank, pp = d->g->layout.pp, stage = d->g->layout.stage;
-    CHECK(s.saved_tp == tp && s.saved_pp == pp, "checkpoint_load: saved with tp=%lld pp=%lld, loading with tp=%d pp=%d",
-          (long long)s.saved_tp, (long long)s.saved_pp, tp, pp);
+    CHECK(s.saved_tp == tp && s.saved_pp == pp && s.saved_vpp == d->g->layout.vpp(),
+          "checkpoint_load: saved with tp=%lld pp=%lld vpp=%lld, loading with tp=%d pp=%d vpp=%d", (long long)s.saved_tp,
+          (long long)s.saved_pp, (long long)s.saved_vpp, tp, pp, d->g->layout.vpp());
     model_file_load(d, (dir + "/model.bin").c_str());
     int old_N = (int)s.saved_dp;
     std::vector<FILE*> files(old_N);

@@ -406,25 +406,27 @@ template <class T> inline void comm_send(Group& g, const T* buf, size_t n, int p
 #endif
 }
 // Starts sending n elements of host memory to `peer` (buf must not change until comm_wait):
-// a send that does not wait for the receiver (pipeline.h's, whose schedules assume that).
-template <class T> inline void comm_send_start(Group& g, const T* buf, size_t n, int peer, CommHandle* h) {
+// a send that does not wait for the receiver (pipeline.h's, whose schedules assume that). The
+// receiver's comm_recv names the same tag: messages of one tag between two ranks arrive in the
+// order they were sent (MPI's rule), those of different tags are matched apart.
+template <class T> inline void comm_send_start(Group& g, const T* buf, size_t n, int peer, CommHandle* h, int tag = 0) {
     comm_count(g, SEND_RECV, (double)sizeof(T) * n);
     h->active = false;
 #ifdef LLMC_MPI
     if (n > 0x7fffffff) fatal("a send of %zu elements is too large for MPI's int counts", n);
-    MPI_Isend(buf, (int)n, mpi_type<T>(), peer, 0, g.comm, &h->req);
+    MPI_Isend(buf, (int)n, mpi_type<T>(), peer, tag, g.comm, &h->req);
     h->active = true;
 #else
-    (void)buf; (void)peer; fatal("comm_send_start: this build has no MPI");
+    (void)buf; (void)peer; (void)tag; fatal("comm_send_start: this build has no MPI");
 #endif
 }
-template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
+template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer, int tag = 0) {
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
 #endif
 #ifdef LLMC_MPI
     Staged<T> b(buf, n, false);
-    MPI_Recv(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm, MPI_STATUS_IGNORE);
+    MPI_Recv(b.ptr, (int)n, mpi_type<T>(), peer, tag, g.comm, MPI_STATUS_IGNORE);
     b.copy_out();
 #endif
 }

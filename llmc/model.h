@@ -48,9 +48,10 @@ and the LayerNorms hold this rank's rows of the B·T positions (SeqSplit), the s
 reduce-scatters and the LayerNorm outputs are gathered where a product reads them
 (tp_gather_rows): a block's activations are 16·C/tp a position. With tp = 1 all of it is
 GPT-2's. Pipeline parallelism (pipeline.h) is the layout too: a stage's rank holds its blocks
-[layer0, layer1) (and the embeddings, lnf where they are used), its forward starts from the
-previous stage's output and its backward from the next stage's gradient, and the activations of
-each micro-batch in flight live in a slot of their own (gpt_use_slot).
+(one range, or with the interleaved schedule a few chunks of them; and the embeddings, lnf where
+they are used), a forward of one chunk starts from the previous stage's output and its backward
+from the next stage's gradient, and the activations of each micro-batch in flight live in a
+slot of their own (gpt_use_slot).
 
 Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
 test/test_cli.sh (model file round trips and bad files), test/test_train.sh (--recompute: the
@@ -132,27 +133,40 @@ inline LayerRange stage_layers(int L, int P, int vs) {
 // The parameters one rank holds: all of them, or with tensor parallelism (tp > 1) tp rank
 // tp_rank's slice of each block and its Vp/tp rows of wte (the vocabulary-parallel embedding
 // and classifier, tensor_parallel.h); wpe and lnf are whole either way. With pipeline
-// parallelism (pp > 1) only its stage's units: the blocks [layer0, layer1), the embeddings on
-// the first stage, lnf on the last, and the last stage a copy of the embeddings too (the
-// classifier is wte: pipeline.h keeps the two copies equal). The flat buffer holds the units
-// it has in unit order: [embeddings | its blocks | lnf].
+// parallelism (pp > 1) only its stage's units: its blocks, the embeddings on the first stage,
+// lnf on the last, and the last stage a copy of the embeddings too (the classifier is wte:
+// pipeline.h keeps the two copies equal). A stage's blocks are one range [first, end), or with
+// the interleaved schedule (vpp > 1) vpp chunks of them: chunk k is virtual stage k·pp + stage
+// of pp·vpp, so stage 0's first chunk embeds and the last stage's last chunk holds the head.
+// The flat buffer holds the units it has in unit order: [embeddings | its blocks | lnf].
 struct ParamLayout {
     size_t wte, wpe, blocks, block_size, lnfw, lnfb, total;  // (wte, wpe: inside the embeddings' unit)
     size_t in_block[NUM_BLOCK_TENSORS];  // offset of each tensor inside a block
     int tp = 1, tp_rank = 0;
-    int pp = 1, stage = 0, layer0 = 0, layer1 = 0;
+    int pp = 1, stage = 0;
+    std::vector<LayerRange> chunks;        // its blocks: one range, or vpp of them (increasing)
     bool has_emb = true, has_head = true;  // the embeddings' unit; lnf and the classifier
-    size_t block(int l) const { return blocks + (size_t)(l - layer0) * block_size; }
-    bool has_block(int l) const { return l >= layer0 && l < layer1; }
+    int vpp() const { return (int)chunks.size(); }
+    int num_blocks() const { int n = 0; for (const LayerRange& r : chunks) n += r.end - r.first; return n; }
+    bool has_block(int l) const { for (const LayerRange& r : chunks) if (l >= r.first && l < r.end) return true; return false; }
+    size_t block(int l) const {  // block l's offset: its place among the blocks held
+        size_t i = 0;
+        for (const LayerRange& r : chunks) {
+            if (l >= r.first && l < r.end) return blocks + (i + (size_t)(l - r.first)) * block_size;
+            i += (size_t)(r.end - r.first);
+        }
+        return blocks + i * block_size;
+    }
+    bool embeds(int k) const { return stage == 0 && k == 0; }            // chunk k starts from the tokens
+    bool heads(int k) const { return has_head && k + 1 == vpp(); }       // chunk k ends with lnf and the classifier
 };
 
-inline ParamLayout make_layout(const GPTConfig& c, int tp = 1, int tp_rank = 0, int pp = 1, int stage = 0) {
+inline ParamLayout make_layout(const GPTConfig& c, int tp = 1, int tp_rank = 0, int pp = 1, int stage = 0, int vpp = 1) {
     ParamLayout p;
     size_t C = c.channels;
     p.tp = tp; p.tp_rank = tp_rank;
     p.pp = pp; p.stage = stage;
-    const LayerRange r = stage_layers(c.num_layers, pp, stage);
-    p.layer0 = r.first; p.layer1 = r.end;
+    for (int k = 0; k < vpp; k++) p.chunks.push_back(stage_layers(c.num_layers, pp * vpp, k * pp + stage));
     p.has_emb = stage == 0 || stage == pp - 1;
     p.has_head = stage == pp - 1;
     p.wte = 0;
@@ -162,7 +176,7 @@ inline ParamLayout make_layout(const GPTConfig& c, int tp = 1, int tp_rank = 0, 
     size_t off = 0;
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { p.in_block[k] = off; off += block_tensor_size((BlockTensor)k, C, tp); }
     p.block_size = off;
-    p.lnfw = p.blocks + (size_t)(p.layer1 - p.layer0) * p.block_size;
+    p.lnfw = p.blocks + (size_t)p.num_blocks() * p.block_size;
     p.lnfb = p.lnfw + C;
     p.total = p.has_head ? p.lnfb + C : p.lnfw;
     return p;
@@ -186,10 +200,11 @@ inline std::vector<ParamRange> param_ranges(const GPTConfig& c, const ParamLayou
         r.push_back({p.wte, p.wpe - p.wte, true});
         r.push_back({p.wpe, p.blocks - p.wpe, true});
     }
-    for (int l = p.layer0; l < p.layer1; l++)
-        for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
-            r.push_back({p.block(l) + p.in_block[k], block_tensor_size((BlockTensor)k, c.channels, p.tp),
-                         block_tensor_is_matrix((BlockTensor)k)});
+    for (const LayerRange& chunk : p.chunks)
+        for (int l = chunk.first; l < chunk.end; l++)
+            for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
+                r.push_back({p.block(l) + p.in_block[k], block_tensor_size((BlockTensor)k, c.channels, p.tp),
+                             block_tensor_is_matrix((BlockTensor)k)});
     if (p.has_head) {
         r.push_back({p.lnfw, (size_t)c.channels, false});
         r.push_back({p.lnfb, (size_t)c.channels, false});
@@ -331,8 +346,8 @@ template <class floatX> struct Activations {  // on the Ctx's device, for B·T p
     Buf<int> tokens, targets;
     std::vector<int> tokens_host;   // the same tokens in host memory (the encoder backward groups by them)
     HostStage tokens_in, targets_in, losses_out;  // copies the host does not wait for (common.h)
-    int B = 0, T = 0;
-    Recompute recompute = Recompute::None;  // what the buffers were sized for
+    int B = 0, T = 0, chunk = 0;
+    Recompute recompute = Recompute::None;  // what the buffers were sized for (and the chunk's blocks)
     int loss_count = 0;  // positions whose losses the last gpt_forward is copying back (0: it had no targets)
 };
 
@@ -356,9 +371,12 @@ template <class T> struct GPT {
     std::vector<T> tp_scratch;    // its all-reduces' host scratch (comm.h)
     Group* pp = nullptr;          // pipeline parallelism: the pp group, whose rank is this stage (pipeline.h)
     // pipeline parallelism (pipeline.h): the activations of several micro-batches are alive at
-    // once, one set a slot; slot `slot`'s are in acts while it runs, the others parked
+    // once, one set a slot; slot `slot`'s are in acts while it runs, the others parked. With the
+    // interleaved schedule a stage runs one of its chunks at a time (`chunk`: layout.chunks's),
+    // and each chunk has slots of its own (sized for its blocks).
     std::vector<Activations<T>> parked;
-    int slot = 0, slots = 1;      // slots: how many the schedule keeps (the memory plan counts them)
+    int slot = 0, chunk = 0;
+    std::vector<int> slots{1};    // per chunk: how many the schedule keeps (the memory plan counts them)
     Group* cp = nullptr;          // context parallelism: the cp group; its rank holds some positions (context_parallel.h)
     bool cp_zigzag = false;       // which ones: --cp-layout zigzag, else contiguous
     int infer_T = 0;              // the sequence length of the last gpt_infer (before padding, with cp)
@@ -366,13 +384,20 @@ template <class T> struct GPT {
 // The cp ranks (1 without context parallelism).
 template <class T> inline int gpt_cp(const GPT<T>& g) { return g.cp ? g.cp->size : 1; }
 
-// Makes slot k's activations the ones the forward and backward use (pipeline.h).
-template <class T> inline void gpt_use_slot(GPT<T>* g, int k) {
-    if (k == g->slot) return;
-    if ((int)g->parked.size() <= std::max(k, g->slot)) g->parked.resize(std::max(k, g->slot) + 1);
+// Slot j of chunk k (0 ≤ j < g.slots[k]): its number among all of them.
+template <class T> inline int gpt_slot_id(const GPT<T>& g, int k, int j) {
+    for (int c = 0; c < k; c++) j += g.slots[c];
+    return j;
+}
+// Makes slot `id`'s activations the ones the forward and backward use, for chunk `chunk` of
+// this stage's blocks (pipeline.h; 0 without interleaving).
+template <class T> inline void gpt_use_slot(GPT<T>* g, int id, int chunk = 0) {
+    g->chunk = chunk;
+    if (id == g->slot) return;
+    if ((int)g->parked.size() <= std::max(id, g->slot)) g->parked.resize(std::max(id, g->slot) + 1);
     std::swap(g->acts, g->parked[g->slot]);  // park the running slot's (moves: nothing is copied)
-    std::swap(g->acts, g->parked[k]);
-    g->slot = k;
+    std::swap(g->acts, g->parked[id]);
+    g->slot = id;
 }
 
 // tp: the tp group, whose rank this process holds a slice of each block for (nullptr: no
@@ -380,15 +405,18 @@ template <class T> inline void gpt_use_slot(GPT<T>* g, int k) {
 // sp: sequence parallelism, the positions of the per-position activations split over tp too.
 // pp: the pp group, whose rank is this process's pipeline stage (nullptr: the whole model).
 // cp: the cp group, whose rank holds some positions of each sequence (zigzag: which ones).
+// vpp: with pp, the stage's chunks (the interleaved schedule; 1 otherwise).
 template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* tp = nullptr, bool sp = false, Group* pp = nullptr,
-                                         Group* cp = nullptr, bool zigzag = false) {
+                                         Group* cp = nullptr, bool zigzag = false, int vpp = 1) {
     g->config = c;
     g->cp = cp && cp->size > 1 ? cp : nullptr;
     g->cp_zigzag = zigzag;
     g->tp = tp;
     g->sp = sp && tp && tp->size > 1;
     g->pp = pp && pp->size > 1 ? pp : nullptr;
-    g->layout = make_layout(c, tp ? tp->size : 1, tp ? tp->rank : 0, pp ? pp->size : 1, pp ? pp->rank : 0);
+    g->layout = make_layout(c, tp ? tp->size : 1, tp ? tp->rank : 0, pp ? pp->size : 1, pp ? pp->rank : 0, g->pp ? vpp : 1);
+    g->slots.assign(g->layout.vpp(), 1);
+    g->chunk = 0;
     g->params.assign(gpt_num_units(c), nullptr);
     g->grads.assign(gpt_num_units(c), nullptr);
     g->acts = Activations<T>();
@@ -461,14 +489,16 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
 // With sequence parallelism (sp) the rest is split too: the LayerNorm outputs and statistics,
 // the residual stream and its gradient hold this rank's P = ⌈B·T/tp⌉ rows (SeqSplit), and one
 // gathered buffer holds all of them for the layer that needs them.
-// With pipeline parallelism, the blocks of this rank's stage, and the head's buffers on the last.
+// With pipeline parallelism, the blocks of this rank's stage (of its chunk `chunk`, interleaved),
+// and the head's buffers on the last (its last chunk).
 // With context parallelism (cp > 1) T_ is this rank's positions, and the ring's buffers are added.
 template <class T, class F>
-inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const ParamLayout& p, int B, int T_, Recompute r, bool sp,
-                                   int cp, F&& f) {
+inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const ParamLayout& p, int chunk, int B, int T_, Recompute r,
+                                   bool sp, int cp, F&& f) {
     const int tp = p.tp;
-    const size_t L = p.layer1 - p.layer0, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
-    const size_t head = p.has_head ? 1 : 0;
+    const LayerRange blocks = p.chunks[chunk];
+    const size_t L = blocks.end - blocks.first, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
+    const size_t head = p.heads(chunk) ? 1 : 0;
     const size_t Lc = keeps_cheap(r) ? L : 1, Li = keeps_inner(r) ? L : 1;
     const size_t P = sp ? ceil_div(BT, (size_t)tp) : BT, W = sp ? P * tp : BT;  // rows: this rank's, gathered
     f(a.encoded, P * C);
@@ -485,16 +515,17 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const 
     if (sp) { f(a.whole, W * C); f(a.ln_grad, 2 * C); }
     if (cp > 1) {
         f(a.cp_kv, 2 * BT * 2 * Ct); f(a.cp_acc, BT * 3 * Ct); f(a.cp_dkv, 3 * BT * 2 * Ct); f(a.cp_D, BT * NHt);
-        f(a.cp_wpe, p.stage == 0 ? (size_t)T_ * C : 0);
+        f(a.cp_wpe, p.embeds(chunk) ? (size_t)T_ * C : 0);
     }
 }
 
 template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
-    if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device && a.recompute == g->recompute) return;
-    gpt_activation_buffers(a, g->config, g->layout, B, T_, g->recompute, g->sp, gpt_cp(*g), [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
+    if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device && a.recompute == g->recompute && a.chunk == g->chunk) return;
+    gpt_activation_buffers(a, g->config, g->layout, g->chunk, B, T_, g->recompute, g->sp, gpt_cp(*g),
+                           [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
     a.tokens_host.assign((size_t)B * T_, 0);
-    a.B = B; a.T = T_; a.recompute = g->recompute;
+    a.B = B; a.T = T_; a.recompute = g->recompute; a.chunk = g->chunk;
 }
 
 // The bytes gpt_ensure_activations allocates for B·T positions (as Buf rounds them), without
@@ -502,17 +533,22 @@ template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g,
 // (planner.h plans --batch-size with it). Per position, without recomputation: (16·L·C + 12·C +
 // Vp) elements of T, (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a
 // token (Recompute gives the elements with it). A tp rank holds (4 + 12/tp)·C of a block's 16·C,
-// and 16·C/tp with sequence parallelism; a pipeline stage its blocks' (one set per slot).
+// and 16·C/tp with sequence parallelism; a pipeline stage its blocks' (one set per slot), or
+// with interleaving chunk `chunk`'s.
 template <class T> inline double gpt_activation_bytes(const GPTConfig& c, const ParamLayout& p, int B, int T_, Recompute r,
-                                                      bool sp = false, int cp = 1) {
+                                                      bool sp = false, int cp = 1, int chunk = 0) {
     Activations<T> none;  // only walked for its buffers' types: nothing is allocated
     double bytes = 0;
-    gpt_activation_buffers(none, c, p, B, T_, r, sp && p.tp > 1, cp, [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
+    gpt_activation_buffers(none, c, p, chunk, B, T_, r, sp && p.tp > 1, cp,
+                           [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
     return bytes;
 }
-// ... of a model, all its slots; T_ is this rank's positions (T/cp with context parallelism)
+// ... of a model, all its slots (of every chunk); T_ is this rank's positions (T/cp with context
+// parallelism)
 template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, int T_, Recompute r) {
-    return g.slots * gpt_activation_bytes<T>(g.config, g.layout, B, T_, r, g.sp, gpt_cp(g));
+    double bytes = 0;
+    for (int k = 0; k < g.layout.vpp(); k++) bytes += g.slots[k] * gpt_activation_bytes<T>(g.config, g.layout, B, T_, r, g.sp, gpt_cp(g), k);
+    return bytes;
 }
 // The ring buffers of context_parallel.h, in the activations.
 template <class T> inline RingBuffers<T> gpt_ring_buffers(GPT<T>* g, int B, int T_) {
@@ -539,7 +575,7 @@ template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T
     const int tp = g->layout.tp;
     const size_t BT = (size_t)B * T_, BTCt = BT * g->config.channels / tp, NHt = g->config.num_heads / tp;
     const size_t P = gpt_seq_split(*g, B, T_).P, PC = P * g->config.channels;
-    const int l0 = g->layout.layer0;  // the stage's first block (pipeline.h; 0 without)
+    const int l0 = g->layout.chunks[g->chunk].first;  // the running chunk's first block (pipeline.h; 0 without)
     const size_t c = keeps_cheap(g->recompute) ? l - l0 : 0, i = keeps_inner(g->recompute) ? l - l0 : 0;
     return BlockActs<T>{
         // x, the block's input: the encoder's output (or the previous stage's) for the stage's
@@ -551,12 +587,12 @@ template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T
         a.ln2_mean.data() + i * P, a.ln2_rstd.data() + i * P};
 }
 
-// The output of this rank's last block (of the whole model without pipeline parallelism), this
-// rank's rows of the residual stream: what pipeline.h hands to the next stage, and lnf's input
-// on the last.
+// The output of this rank's last block (of the whole model without pipeline parallelism; of the
+// running chunk, interleaved), this rank's rows of the residual stream: what pipeline.h hands to
+// the next stage, and lnf's input on the last.
 template <class T> inline T* gpt_stage_output(GPT<T>* g, int B, int T_) {
-    const ParamLayout& p = g->layout;
-    return g->acts.residual3.data() + (size_t)(p.layer1 - 1 - p.layer0) * gpt_seq_split(*g, B, T_).P * g->config.channels;
+    const LayerRange r = g->layout.chunks[g->chunk];
+    return g->acts.residual3.data() + (size_t)(r.end - 1 - r.first) * gpt_seq_split(*g, B, T_).P * g->config.channels;
 }
 
 template <class T> inline void acquire(GPT<T>* g, int u) { if (g->hooks) g->hooks->acquire(u); }
@@ -586,7 +622,7 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockActs<T> b = block_acts(g, l, B, T_);
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
-    if (l > g->layout.layer0 && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
+    if (l > g->layout.chunks[g->chunk].first && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
         residual_layernorm_forward(ctx, b.x, b.ln1, b.ln1_mean, b.ln1_rstd, block_acts(g, l - 1, B, T_).res2, a.scratch.data(),
                                    w.ln1w, w.ln1b, P, C);
     else                  // x is the encoder's output, or was kept
@@ -710,7 +746,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     const int C = c.channels, BT = B * T_;
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     const ParamLayout& p = g->layout;
-    const int l0 = p.layer0, l1 = p.layer1;  // this pipeline stage's blocks (all L without)
+    const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // this pipeline stage's blocks (all L without)
     memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
     stage_upload(ctx, a.tokens_in, a.tokens.data(), tokens, BT * sizeof(int));
     // The embedding. With tensor parallelism it is vocabulary-parallel: this rank's wte holds the
@@ -719,7 +755,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     // A later pipeline stage starts from the previous stage's output instead, which pipeline.h
     // has put in acts.encoded.
     const Classifier k = classifier_slice(*g);
-    if (p.stage == 0) {
+    if (p.embeds(g->chunk)) {
         T* emb = s.on ? a.whole.data() : a.encoded.data();
         acquire(g, 0);
         encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->tp, gpt_wpe_rows(ctx, g, g->params[0] + p.wpe, T_)),
@@ -734,7 +770,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     }
     T* last = gpt_stage_output(g, B, T_);  // the last block's output
     a.loss_count = 0;
-    if (!p.has_head) {  // a pipeline stage before the last: its output, for the next stage (pipeline.h)
+    if (!p.heads(g->chunk)) {  // a pipeline stage before the last: its output, for the next stage (pipeline.h)
         residual_forward(ctx, last, block_acts(g, l1 - 1, B, T_).res2, a.scratch.data(), s.P * C);
         return;
     }
@@ -785,7 +821,8 @@ template <class T> inline void gpt_logits_row(const Ctx& ctx, GPT<T>* g, int row
 // A forward for evaluation or sampling (no backward, no targets needed) of the whole model, over
 // B × T_ tokens (y: their targets, or nullptr): gpt_forward, or with pipeline parallelism the
 // micro-batch through the stages one after the other (each receives the previous one's output,
-// slot 0's activations; the sends wait, which a chain allows). With context parallelism each cp
+// slot 0's activations; the sends wait, which a chain allows), and with interleaving through
+// the virtual stages: chunk k of stage s is virtual stage k·pp + s. With context parallelism each cp
 // rank takes its positions of the sequences, padded at their end (after every real position:
 // causal attention keeps them apart) to a length the cp ranks split, as sampling's do not.
 // gpt_infer_losses and gpt_infer_logits_row then give every rank the whole result.
@@ -811,14 +848,17 @@ template <class T> inline void gpt_infer(const Ctx& ctx, GPT<T>* g, const int* x
     }
     if (!g->pp) { gpt_forward(ctx, g, x, y, B, T_, 0.0f); return; }
     Group& pp = *g->pp;
-    const int p = pp.size, s = pp.rank;
+    const int p = pp.size, s = pp.rank, v = g->layout.vpp();
     const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels;
     std::vector<T> h(n);  // (through host memory: pipeline.h)
-    gpt_use_slot(g, 0);
-    gpt_ensure_activations(ctx, g, B, T_);
-    if (s > 0) { comm_recv(pp, h.data(), n, s - 1); ctx_copy(ctx, g->acts.encoded.data(), h.data(), n * sizeof(T)); }
-    gpt_forward(ctx, g, x, y, B, T_, 0.0f);
-    if (s < p - 1) { ctx_copy(ctx, h.data(), gpt_stage_output(g, B, T_), n * sizeof(T)); comm_send(pp, h.data(), n, s + 1); }
+    for (int k = 0; k < v; k++) {
+        const int vs = k * p + s;  // the virtual stage (s without interleaving)
+        gpt_use_slot(g, gpt_slot_id(*g, k, 0), k);
+        gpt_ensure_activations(ctx, g, B, T_);
+        if (vs > 0) { comm_recv(pp, h.data(), n, (s + p - 1) % p); ctx_copy(ctx, g->acts.encoded.data(), h.data(), n * sizeof(T)); }
+        gpt_forward(ctx, g, x, y, B, T_, 0.0f);
+        if (vs < p * v - 1) { ctx_copy(ctx, h.data(), gpt_stage_output(g, B, T_), n * sizeof(T)); comm_send(pp, h.data(), n, (s + 1) % p); }
+    }
 }
 // This rank's positions in the last gpt_infer's padded sequences (context parallelism), and their count.
 template <class T> inline std::vector<PosPiece> gpt_infer_pieces(const GPT<T>& g, int* Tp) {
@@ -882,8 +922,8 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
     const int C = c.channels, BT = B * T_;
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     const ParamLayout& p = g->layout;
-    const int l0 = p.layer0, l1 = p.layer1;  // this pipeline stage's blocks (all L without)
-    if (p.has_head) {
+    const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // this pipeline stage's blocks (all L without)
+    if (p.heads(g->chunk)) {
         T* last = gpt_stage_output(g, B, T_);
         const Classifier k = classifier_slice(*g);
         // lnf's output at every position (with sequence parallelism gathered again: the forward's
@@ -908,7 +948,7 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
         release(g, unit_of_block(l));
         grads_ready(g, unit_of_block(l));
     }
-    if (p.stage == 0) {
+    if (p.embeds(g->chunk)) {
         // the encoder's backward reads no parameters: no acquire. It runs on every position's
         // gradient (with sequence parallelism gathered): each tp rank adds to its rows of wte the
         // positions of their tokens, and every rank's wpe gradient is the whole one, the same bits.
@@ -918,5 +958,5 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
                          a.tokens_host.data(), B, T_, C, (size_t)k.Vpl, k.lo);
         if (g->cp) gpt_wpe_rows_back(ctx, g, g->grads[0] + p.wpe, T_);
     }  // (else acts.dresidual now holds ∂loss/∂(this stage's input), for the previous stage)
-    if (p.has_emb) grads_ready(g, 0);
+    if (p.embeds(g->chunk) || p.heads(g->chunk)) grads_ready(g, 0);
 }

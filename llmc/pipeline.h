@@ -32,11 +32,12 @@ pp_simulate runs a schedule with those times and the dependencies above, and giv
 time, bubble and the peak number of micro-batch activations (chunks of them, interleaved) each
 stage holds; it also proves the schedule cannot deadlock with buffered sends.
 
-The executor (pp_train_step, the trainer's --pp N --pp-schedule gpipe|1f1b) runs a stage's
-list. The model is written once for it: a rank's layout holds its stage's units (model.h:
-make_layout), gpt_forward and gpt_backward run its blocks, starting from the received input
-(not the embedding) or the received output gradient (not the classifier), and every micro-batch
-in flight keeps its activations in a slot of its own (gpt_use_slot). The classifier is wte, so
+The executor (pp_train_step, the trainer's --pp N --pp-schedule gpipe|1f1b|interleaved --vpp v)
+runs a stage's list. The model is written once for it: a rank's layout holds its stage's units
+(model.h: make_layout; with interleaving its v chunks of blocks), gpt_forward and gpt_backward
+run one chunk's blocks, starting from the received input (not the embedding) or the received
+output gradient (not the classifier), and every micro-batch in flight keeps its activations of a
+chunk in a slot of that chunk's own (gpt_use_slot). The classifier is wte, so
 the first and the last stage both hold the embeddings; the last stage's copy gets the
 classifier's part of wte's gradient, the first stage's the encoder's, and the two are summed
 between them after the step's backwards (data_parallel.h: dp_grads_finish), so both copies take
@@ -45,22 +46,31 @@ does tensor parallelism (a stage's tp ranks hand their own rows of the residual 
 next stage's same tp rank). Per rank, with m micro-batches of B·T positions a step:
   parameters    its blocks' (L/p of them), + Vp·C + maxT·C on the first and last stage, + 2C
                 on the last: the embeddings are held twice, the rest once
-  activations   slots × one micro-batch's activations of its blocks: gpipe m, 1f1b p − s
-  sent          m·B·T·C·s bytes a step forward (the first stage's outputs … the last's inputs)
-                and as many backward; the tied gradient sum 2(2−1)/2·(Vp + maxT)·C·s
+  activations   slots × one micro-batch's activations of its blocks: gpipe m, 1f1b p − s;
+                interleaved, per chunk its own peak of live micro-batches (pp_slots) × a chunk's
+                (L/(p·v) blocks). The stage's peak is (p − s − 1)·2 + (v − 1)·p + 1 chunks, on
+                stage 0 1 + (p − 1)/(p·v) times 1f1b's p micro-batches (Megatron's figure); the
+                per-chunk pools, each sized for its chunk, may hold a little more (d4, p = v = 2,
+                m = 4, stage 0: 4 + 2 slots for a peak of 5)
+  sent          by stage s a step: m·B·T·C·s bytes for each chunk output it hands on (v of
+                them, v − 1 on the last stage) and for each input gradient it hands back (v,
+                v − 1 on the first): (2v − [s = 0] − [s = p − 1])·m·B·T·C·s, so m·B·T·C·s on
+                the first stage without interleaving; the tied gradient sum 2(2−1)/2·(Vp + maxT)·C·s
 Sends start without waiting for the receiver (MPI_Isend from a copy), receives wait: what
 pp_simulate assumes, so a schedule it runs cannot deadlock here. They go through host memory
 (and MPI) on a GPU too. Evaluation runs a micro-batch through the stages one after the other
 (model.h: gpt_infer). Checkpoints hold a state file per stage (checkpoint.h) and resume with
-the same --pp. Every ZeRO stage composes: a stage's backward ends with its first block, not the
+the same --pp and --vpp. Every ZeRO stage composes: a stage's backward ends with its first block, not the
 embeddings, so its units' reduce-scatters still pending are finished after each backward
 (dp_reduces_finish); ZeRO-3's prefetch guesses the whole model's order and skips the units the
-stage does not hold (a wrong guess only costs the gather it would have hidden). Not here yet: the
-interleaved schedule's executor (its model chunks) and NCCL sends.
+stage does not hold (a wrong guess only costs the gather it would have hidden); DDP and ZeRO-1 reduce a
+chunk's units in that chunk's last backward. Not here yet: NCCL sends, and sends overlapped
+with compute (the GPU waits for each host copy).
 
 Tests: test/test_ops.cpp (every schedule: each F and B once and in a valid order; the simulated
-bubbles and peaks against the formulas above), test/test_pp.sh (the trainer with --pp against
-one process; memory, slots and bytes against the formulas).
+bubbles and peaks against the formulas above; each channel's messages received in the order
+sent; the interleaved layout), test/test_pp.sh (the trainer with --pp, gpipe, 1f1b and
+interleaved, against one process; memory, slots and bytes against the formulas).
 */
 #pragma once
 #include <algorithm>
@@ -108,10 +118,11 @@ inline std::vector<PPStep> pp_schedule(PPSchedule kind, int p, int s, int m, int
 }
 
 // The most micro-batch activations (chunks of them, interleaved) a stage's list keeps at once:
-// +1 at each forward, −1 at each backward.
-inline int pp_peak_alive(const std::vector<PPStep>& steps) {
+// +1 at each forward, −1 at each backward; of chunk `chunk`'s alone (−1: of all chunks).
+inline int pp_peak_alive(const std::vector<PPStep>& steps, int chunk = -1) {
     int alive = 0, peak = 0;
-    for (const PPStep& st : steps) { alive += st.forward ? 1 : -1; peak = std::max(peak, alive); }
+    for (const PPStep& st : steps)
+        if (chunk < 0 || st.chunk == chunk) { alive += st.forward ? 1 : -1; peak = std::max(peak, alive); }
     return peak;
 }
 
@@ -189,66 +200,88 @@ inline double pp_bubble_formula(PPSchedule kind, int p, int m, int v = 1) {
     return (double)(p - 1) / ((double)v * m + p - 1);
 }
 
-// How many micro-batches' activations stage s's schedule keeps at once: its slots.
-inline int pp_slots(PPSchedule kind, int p, int s, int m) { return pp_peak_alive(pp_schedule(kind, p, s, m)); }
+// How many micro-batches' activations of each of its chunks stage s's schedule keeps at once:
+// its slots (v chunks with interleaving, one otherwise), which model.h allocates per chunk.
+inline std::vector<int> pp_slots(PPSchedule kind, int p, int s, int m, int v = 1) {
+    if (kind != PPSchedule::Interleaved) v = 1;
+    const std::vector<PPStep> steps = pp_schedule(kind, p, s, m, v);
+    std::vector<int> slots;
+    for (int k = 0; k < v; k++) slots.push_back(pp_peak_alive(steps, k));
+    return slots;
+}
 
 // ----------------------------------------------------------------------------
 // the executor
 
 // One optimizer step's forwards and backwards on this rank's stage, in its schedule's order (m
-// micro-batches; gpipe or 1f1b). next_batch(x, y) gives the next micro-batch's tokens and
-// targets: every stage reads the same batches, in order (stage 0 embeds the tokens, the last
-// scores the targets). Between stages go this rank's rows of the residual stream (B·T·C
-// elements, or its sequence-parallel rows): forward a stage's output, backward its gradient.
-// Sends do not wait for the receiver (each from a copy of its own: the schedules assume
-// buffered sends, pp_simulate), receives do; all of it through MPI, from host memory. Micro-batch
-// k's activations live in a slot (gpt_use_slot) from its forward to its backward. After the
-// last backward, the tied embeddings' gradients are summed (dp_grads_finish). Returns the sum of
-// the micro-batches' mean losses, on every stage.
+// micro-batches; gpipe, 1f1b, or interleaved over the stage's v chunks). next_batch(x, y) gives
+// the next micro-batch's tokens and targets: every stage reads the same batches, in order, when
+// a micro-batch's first forward here runs (stage 0 embeds the tokens, the last scores the
+// targets). Between virtual stages go this rank's rows of the residual stream (B·T·C elements,
+// or its sequence-parallel rows): forward a chunk's output, backward its input's gradient.
+// Chunk k of stage s is virtual stage k·p + s, so its neighbours are stages s ± 1 (mod p:
+// stage p − 1's chunk k hands on to stage 0's chunk k + 1). Sends do not wait for the receiver
+// (each from a copy of its own: the schedules assume buffered sends, pp_simulate), receives do;
+// all of it through MPI, from host memory. Forward and backward messages have tags of their own:
+// between two stages both may go the same way (p = 2, interleaved), and the tags keep them apart
+// whatever order the two lists mix them in; within a tag both lists go in the same order
+// (pp_schedule's virtual micro-batches are the same on every stage; test_ops checks every
+// channel of every schedule it runs). Micro-batch k's activations of chunk c
+// live in one of chunk c's slots (gpt_use_slot) from its forward to its backward. After the last
+// backward, the tied embeddings' gradients are summed (dp_grads_finish). Returns the sum of the
+// micro-batches' mean losses, on every stage.
 template <class T, class NextBatch>
 inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSchedule kind, int m, int B, int T_, float dloss,
                             NextBatch&& next_batch) {
+    enum { FORWARD = 0, BACKWARD = 1 };  // the messages' tags
     Group& pp = *g->pp;
-    const int p = pp.size, s = pp.rank;
-    const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels;
-    std::vector<int> x((size_t)B * T_), y((size_t)B * T_), slot_of(m, -1), free_slots;
-    for (int k = g->slots - 1; k >= 0; k--) free_slots.push_back(k);
+    const int p = pp.size, s = pp.rank, v = g->layout.vpp(), V = p * v;
+    const int prev = (s + p - 1) % p, next = (s + 1) % p;  // the stages before and after this one
+    const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels, BT = (size_t)B * T_;
+    std::vector<int> x(m * BT), y(m * BT);  // the step's micro-batches, read at their first forward
+    // per chunk: its free slots, the slot of each micro-batch, the forwards run, the backwards left
+    std::vector<std::vector<int>> free_slots(v), slot_of(v, std::vector<int>(m, -1));
+    std::vector<int> forwards(v, 0), backwards_left(v, m);
+    for (int k = 0; k < v; k++)
+        for (int j = g->slots[k] - 1; j >= 0; j--) free_slots[k].push_back(gpt_slot_id(*g, k, j));
     struct Send { std::vector<T> host; CommHandle h; };
     std::list<Send> sends;  // (a list: a request's buffer and handle stay where they are)
     std::vector<T> in(n);
-    auto send = [&](const T* buf, int peer) {
+    auto send = [&](const T* buf, int peer, int tag) {
         Send& out = sends.emplace_back();
         out.host.resize(n);
         ctx_copy(ctx, out.host.data(), buf, n * sizeof(T));
         CommScope prof(ctx, pp, "pp send");
-        comm_send_start(pp, out.host.data(), n, peer, &out.h);
+        comm_send_start(pp, out.host.data(), n, peer, &out.h, tag);
     };
-    auto recv = [&](T* buf, int peer) {
-        { CommScope prof(ctx, pp, "pp receive (waits)"); comm_recv(pp, in.data(), n, peer); }
+    auto recv = [&](T* buf, int peer, int tag) {
+        { CommScope prof(ctx, pp, "pp receive (waits)"); comm_recv(pp, in.data(), n, peer, tag); }
         ctx_copy(ctx, buf, in.data(), n * sizeof(T));
     };
     double loss_sum = 0.0;
-    int forwards = 0, backwards_left = m;
-    for (const PPStep& st : pp_schedule(kind, p, s, m)) {
+    for (const PPStep& st : pp_schedule(kind, p, s, m, v)) {
+        const int k = st.chunk, vs = k * p + s;  // the chunk, and its virtual stage
+        int* const xk = x.data() + st.micro * BT;
+        int* const yk = y.data() + st.micro * BT;
         if (st.forward) {
-            CHECK(st.micro == forwards++ && !free_slots.empty(), "pipeline: forwards out of order, or no free slot");
-            slot_of[st.micro] = free_slots.back();
-            free_slots.pop_back();
-            gpt_use_slot(g, slot_of[st.micro]);
-            next_batch(x.data(), y.data());
+            CHECK(st.micro == forwards[k]++ && !free_slots[k].empty(), "pipeline: forwards out of order, or no free slot");
+            slot_of[k][st.micro] = free_slots[k].back();
+            free_slots[k].pop_back();
+            gpt_use_slot(g, slot_of[k][st.micro], k);
+            if (k == 0) next_batch(xk, yk);  // (chunk 0's forwards come first, in micro-batch order)
             gpt_ensure_activations(ctx, g, B, T_);
-            if (s > 0) recv(g->acts.encoded.data(), s - 1);
-            gpt_forward(ctx, g, x.data(), y.data(), B, T_, dloss);
-            if (s < p - 1) send(gpt_stage_output(g, B, T_), s + 1);
+            if (vs > 0) recv(g->acts.encoded.data(), prev, FORWARD);
+            gpt_forward(ctx, g, xk, yk, B, T_, dloss);
+            if (vs < V - 1) send(gpt_stage_output(g, B, T_), next, FORWARD);
             else loss_sum += gpt_mean_loss(g);
         } else {
-            gpt_use_slot(g, slot_of[st.micro]);
-            d->last_micro = --backwards_left == 0;  // (DDP and ZeRO-1 reduce in the stage's last backward)
-            if (s < p - 1) recv(g->acts.dresidual.data(), s + 1);
+            gpt_use_slot(g, slot_of[k][st.micro], k);
+            d->last_micro = --backwards_left[k] == 0;  // (DDP and ZeRO-1 reduce a chunk's units in its last backward)
+            if (vs < V - 1) recv(g->acts.dresidual.data(), next, BACKWARD);
             gpt_backward(ctx, g, B, T_);
-            dp_reduces_finish(d);  // (ZeRO: the stage's last units' reduce-scatters, before the next backward)
-            if (s > 0) send(g->acts.dresidual.data(), s - 1);
-            free_slots.push_back(slot_of[st.micro]);
+            dp_reduces_finish(d);  // (ZeRO: the chunk's last units' reduce-scatters, before the next backward)
+            if (vs > 0) send(g->acts.dresidual.data(), prev, BACKWARD);
+            free_slots[k].push_back(slot_of[k][st.micro]);
         }
     }
     for (Send& out : sends) comm_wait(&out.h);

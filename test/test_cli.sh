@@ -101,7 +101,7 @@ expect_fail "batch tokens not divisible" 2 "--total-batch-tokens 100 is not a mu
 expect_fail "--device cuda without CUDA" 2 "--device cuda" "${base[@]}" --device cuda
 expect_fail "world size not divisible by tp" 2 "world size 1 is not divisible by tp*pp*cp = 2*1*1 = 2" "${base[@]}" --tp 2
 expect_fail "--sp 1 without --tp" 2 "--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1" "${base[@]}" --sp 1
-expect_fail "pipeline parallel (later)" 2 "not yet supported" "${base[@]}" --vpp 2
+expect_fail "--vpp without a pipeline" 2 "--vpp 2: chunks of blocks are for the interleaved pipeline schedule" "${base[@]}" --vpp 2
 expect_fail "fp16 (later)" 2 "not yet supported" "${base[@]}" --precision fp16
 expect_fail "--val-tokens below one sequence" 2 "--val-tokens 10: fewer than one sequence of --seq-len 16" \
     "${base[@]}" --val-data "$tmp/ok.bin" --val-tokens 10

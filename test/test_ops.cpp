@@ -23,6 +23,8 @@ to these CPU ops.
 
 Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 */
+#include <map>
+#include <tuple>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -186,6 +188,66 @@ static void test_pipeline_schedules() {
             layers_ok &= at == L && hi - lo <= 1;
         }
     report(layers_ok, "pipeline: L = 12, 5, 48 layers over 1, 2, 4, 5 stages: each layer once, in order, stage sizes within one");
+
+    // The executor (pp_train_step) matches messages by sender and tag alone (forward 0, backward
+    // 1), so on each channel (from, to, tag) the receiver must take them in the order the sender
+    // sent them: walk every stage's list, the sends and receives of each step (chunk k of stage s
+    // is virtual stage k·p + s, its neighbours s ± 1 mod p), and compare per channel.
+    bool order_ok = true;
+    for (const Case& k : cases) {
+        const int v = k.kind == PPSchedule::Interleaved ? k.v : 1, V = k.p * v;
+        std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> sent, received;  // channel → (micro, virtual stage sent to)
+        for (int s = 0; s < k.p; s++)
+            for (const PPStep& st : pp_schedule(k.kind, k.p, s, k.m, v)) {
+                const int vs = st.chunk * k.p + s, up = (s + k.p - 1) % k.p, down = (s + 1) % k.p;
+                if (st.forward && vs > 0) received[{up, s, 0}].push_back({st.micro, vs});
+                if (st.forward && vs < V - 1) sent[{s, down, 0}].push_back({st.micro, vs + 1});
+                if (!st.forward && vs < V - 1) received[{down, s, 1}].push_back({st.micro, vs});
+                if (!st.forward && vs > 0) sent[{s, up, 1}].push_back({st.micro, vs - 1});
+            }
+        order_ok &= sent == received;
+    }
+    report(order_ok, "pipeline: on every channel (stage to stage, forward or backward) the receiver takes the messages in the order "
+           "they were sent, every schedule above");
+    // per-chunk slots: each chunk's peak of live micro-batches (what model.h allocates per chunk);
+    // together at least the stage's peak, and 1f1b's are the stage's
+    bool slots_ok = true;
+    for (const Case& k : cases)
+        for (int s = 0; s < k.p; s++) {
+            const std::vector<int> sl = pp_slots(k.kind, k.p, s, k.m, k.v);
+            const int v = k.kind == PPSchedule::Interleaved ? k.v : 1, peak = pp_simulate(k.kind, k.p, k.m, k.v).peak_alive[s];
+            int sum = 0;
+            for (int n : sl) { sum += n; slots_ok &= n >= 1 && n <= k.m; }
+            slots_ok &= (int)sl.size() == v && sum >= peak && (v > 1 || sum == peak);
+        }
+    report(slots_ok, "pipeline: each chunk's slots are between 1 and m, at least the stage's peak together (equal to it with one chunk)");
+    // the interleaved layout (model.h): stage s holds virtual stages s, p + s, …; every block is
+    // held by one stage, its parameters packed in increasing order after the embeddings
+    bool layout_ok = true;
+    GPTConfig lc;
+    lc.num_layers = 10; lc.channels = 64; lc.num_heads = 2; lc.vocab_size = 100; lc.padded_vocab_size = 128; lc.max_seq_len = 16;
+    for (int p : {2, 3})
+        for (int v : {1, 2, 3}) {
+            std::vector<int> holder(lc.num_layers, -1);
+            for (int s = 0; s < p; s++) {
+                const ParamLayout l = make_layout(lc, 1, 0, p, s, v);
+                layout_ok &= l.vpp() == v && l.embeds(0) == (s == 0) && l.heads(v - 1) == (s == p - 1);
+                size_t at = l.blocks;
+                for (int k2 = 0; k2 < v; k2++) {
+                    const LayerRange r = stage_layers(lc.num_layers, p * v, k2 * p + s);
+                    layout_ok &= l.chunks[k2].first == r.first && l.chunks[k2].end == r.end;
+                    for (int b = r.first; b < r.end; b++) {
+                        layout_ok &= holder[b] < 0 && l.has_block(b) && l.block(b) == at && unit_span(lc, l, unit_of_block(b)).size == l.block_size;
+                        holder[b] = s;
+                        at += l.block_size;
+                    }
+                }
+                layout_ok &= l.lnfw == at;
+            }
+            for (int h : holder) layout_ok &= h >= 0;
+        }
+    report(layout_ok, "pipeline: L = 10 over p = 2, 3 stages of v = 1, 2, 3 chunks: each block on one stage, chunk k of stage s is virtual "
+           "stage k*p + s, its blocks packed in order");
 }
 
 static void test_layernorm() {

@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
 # test_pp — pipeline parallelism (llmc/pipeline.h) on CPU ranks under mpirun, against one process
-# with the same global batch (GPT d2: 2 blocks, C = 128; d3 for uneven stages; the shipped Bible):
+# with the same global batch (GPT d2: 2 blocks, C = 128; d3 for uneven stages; d4-d6 for the
+# interleaved schedule; the shipped Bible):
 #   equivalence:  pp = 2 with gpipe and 1f1b, m = 4 micro-batches a step: per-step losses within
 #                 1e-5, every tensor changed alike (compare_models.py --updates: the model file the
 #                 stages write together against one process's); d3 over pp = 2 (blocks 2 + 1) and
-#                 pp = 3 (gpipe); dp = 2 × pp = 2 with ZeRO 0-3; tp = 2 × pp = 2 with --sp 1
+#                 pp = 3 (gpipe); dp = 2 × pp = 2 with ZeRO 0-3; tp = 2 × pp = 2 with --sp 1;
+#                 interleaved with --vpp 2: d4 over pp = 2 (also dp = 2 with ZeRO 1 and 3, and
+#                 tp = 2 --sp 1), d6 over pp = 3, d5 over pp = 2 (uneven chunks)
 #   bits:         each stage runs the same ops on the same inputs as the one process, so the losses
 #                 are the one process's bit for bit (the gradients differ only in wte's, whose two
 #                 parts the first and last stage sum at the end instead of in turn)
 #   memory:       each stage holds its blocks (stage 0 also the embeddings, the last lnf and a copy
 #                 of the embeddings), to the byte; its activation slots are the schedule's (gpipe m,
-#                 1f1b pp − s) and its activation bytes proportional to them
+#                 1f1b pp − s; interleaved per chunk) and its activation bytes proportional to them
 #   volume:       a stage sends m·B·T·C·s bytes a step (its outputs forward, or its input's
-#                 gradients backward), and the tied embeddings' gradient sum (Vp + maxT)·C·s
-#   recompute:    --recompute full is the same run bit for bit
+#                 gradients backward; interleaved stage 0 (2v − 1)·m·B·T·C·s), and the tied
+#                 embeddings' gradient sum (Vp + maxT)·C·s
+#   recompute:    --recompute full is the same run bit for bit (1f1b, interleaved)
 #   evaluation:   --val-tokens through the pipeline: one process's validation loss; with --steps 0
-#                 (pp = 2, and tp = 2 × pp = 2) --hellaswag, --val-tokens and a sample bit for bit
+#                 (pp = 2, tp = 2 × pp = 2, interleaved) --hellaswag, --val-tokens and a sample bit
+#                 for bit
 #   bf16:         within 2e-2 of one bf16 process
 #   resume:       dp = 2 × pp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; another
-#                 --pp refused
-#   errors:       --pp above the layers, interleaved, --batch-size auto: one line each,
-#                 exit 2
+#                 --pp refused; interleaved: 2 + 2 = 4 bit for bit, another --vpp refused
+#   errors:       --pp above the layers, interleaved without --vpp or m not a multiple of pp,
+#                 --vpp without interleaved, pp·vpp above the layers, --batch-size auto: one line
+#                 each, exit 2
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [PP_QUICK=1] test/test_pp.sh [TRAIN_GPT]
 # PP_QUICK=1 runs pp = 2 (1f1b) and tp = 2 × pp = 2 against one process, 3 steps: what the suite
 # runs on the CPU SIMT emulator (build/train_gpt_simt, DEVICE=cuda), where the stages' sends are
@@ -68,6 +74,33 @@ for z in 2 3; do
         alike ref_d3_b8 "dp2pp2_d3_z$z" init_d3 "d3, dp=2 x pp=2 zero=$z"
 done
 
+# --- interleaved 1F1B (--vpp 2 chunks a stage): d4 over pp = 2 (stage 0 holds blocks 0 and 2,
+# stage 1 blocks 1 and 3: every hand-over crosses a stage, stage 1's chunk 0 hands back to stage
+# 0's chunk 1, and both kinds of message go 0 -> 1), with dp = 2 and ZeRO 1 and 3, with tp = 2
+# --sp 1; d6 over pp = 3 (6 micro-batches a step: a multiple of pp), uneven d5 over pp = 2
+# ([0, 2) [3, 4) and [2, 3) [4, 5)); 3 steps each
+il=(--pp-schedule interleaved --vpp 2 --steps 3)
+"$BIN" "${common[@]}" --model d4 --steps 0 --save-model "$tmp/init_d4.bin" >/dev/null 2>&1
+run ref_d4 1 --model d4 --steps 3
+run il_d4 2 --model d4 --pp 2 "${il[@]}" && {
+    alike ref_d4 il_d4 init_d4 "d4 over pp=2 interleaved, vpp=2"
+    [ -n "$(losses "$tmp/ref_d4.jsonl")" ] && [ "$(losses "$tmp/ref_d4.jsonl")" = "$(losses "$tmp/il_d4.jsonl")" ] &&
+        echo "ok - d4 over pp=2 interleaved: every step's loss is one process's bit for bit" ||
+        echo "not ok - d4 over pp=2 interleaved: losses differ from one process's in some bit"
+}
+run ref_d4_b8 1 --model d4 --steps 3 --batch-size 8 --total-batch-tokens $((M * 8 * T))
+for z in 1 3; do
+    run "il_dp2_z$z" 4 --model d4 --pp 2 "${il[@]}" --zero "$z" --total-batch-tokens $((M * 8 * T)) &&
+        alike ref_d4_b8 "il_dp2_z$z" init_d4 "d4, dp=2 x pp=2 interleaved zero=$z"
+done
+run il_tp2 4 --model d4 --tp 2 --sp 1 --pp 2 "${il[@]}" && alike ref_d4 il_tp2 init_d4 "d4, tp=2 --sp 1 x pp=2 interleaved"
+"$BIN" "${common[@]}" --model d6 --steps 0 --save-model "$tmp/init_d6.bin" >/dev/null 2>&1
+run ref_d6 1 --model d6 --steps 3 --total-batch-tokens $((6 * B * T))
+run il_d6 3 --model d6 --pp 3 "${il[@]}" --total-batch-tokens $((6 * B * T)) && alike ref_d6 il_d6 init_d6 "d6 over pp=3 interleaved, vpp=2"
+"$BIN" "${common[@]}" --model d5 --steps 0 --save-model "$tmp/init_d5.bin" >/dev/null 2>&1
+run ref_d5 1 --model d5 --steps 3
+run il_d5 2 --model d5 --pp 2 "${il[@]}" && alike ref_d5 il_d5 init_d5 "d5 over pp=2 interleaved (uneven chunks)"
+
 # --- memory, slots and volume against the formulas in pipeline.h's header
 $PY - "$tmp" $C $L $Vp $maxT $T $B $M <<'PY'
 import json, re, sys
@@ -98,10 +131,29 @@ send, tied = M * B * T * C * s, (Vp + maxT) * C * s  # tied: an all-reduce of 2 
 ok = len(rows) == 5 and all(r.get("pp_send_recv") == send and r.get("emb_all_reduce") == tied for r in rows)
 print(("ok" if ok else "not ok") + f" - pp=2: stage 0 sends m*B*T*C*s = {send} bytes a step, and the tied embeddings' gradients "
       f"(Vp + maxT)*C*s = {tied} (got {rows[-1] if rows else None})")
+
+# interleaved, d4 (C = 256) over pp = 2, v = 2, m = 4: stage 0's list (pp_schedule, Megatron's
+# order; F/B micro.chunk) is F0.0 F1.0 F0.1 F1.1 | F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 |
+# B2.1 B3.1 B2.0 B3.0: chunk 0 keeps 4 micro-batches at once, chunk 1 2; stage 1's (2 warm-up
+# forwards) keeps 3 and 1. Each stage holds 2 of the 4 blocks.
+C4, v = 256, 2
+ilslots = lines("il_d4", r"pipeline rank (\d+): stage \d+, blocks \[\d+, \d+\) \[\d+, \d+\).*, (\d+) \+ (\d+) activation slot")
+block4, emb4 = 12 * C4 * C4 + 13 * C4, Vp * C4 + maxT * C4
+want4 = {0: (emb4 + 2 * block4) * s, 1: (emb4 + 2 * block4 + 2 * C4) * s}
+m4 = mem("il_d4")
+ok = ilslots == {0: (4, 2), 1: (3, 1)} and {r: p for r, (p, _) in m4.items()} == want4
+print(("ok" if ok else "not ok") + f" - d4 over pp=2 interleaved: slots per chunk (4, 2) and (3, 1) as the schedule keeps them, "
+      f"each stage two blocks' parameters {want4} (got {ilslots}, {m4})")
+rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/il_d4.jsonl")]
+send = (2 * v - 1) * M * B * T * C4 * s  # stage 0: v chunk outputs forward, v - 1 input gradients back, each m times
+ok = len(rows) == 3 and all(r.get("pp_send_recv") == send for r in rows)
+print(("ok" if ok else "not ok") + f" - d4 over pp=2 interleaved: stage 0 sends (2v-1)*m*B*T*C*s = {send} bytes a step "
+      f"(got {rows[-1] if rows else None})")
 PY
 
 # --- recompute, validation, bf16
 run pp2_full 2 --pp 2 --recompute full && same_run "$tmp/pp2_1f1b" "$tmp/pp2_full" "pp=2 1f1b --recompute full"
+run il_d4_full 2 --model d4 --pp 2 "${il[@]}" --recompute full && same_run "$tmp/il_d4" "$tmp/il_d4_full" "d4 over pp=2 interleaved --recompute full"
 val=(--val-data "data/kjv_val_*.bin" --val-tokens 256)
 run ref_val 1 "${val[@]}"
 run pp2_val 2 --pp 2 "${val[@]}" && close_losses "$tmp/ref_val.jsonl" "$tmp/pp2_val.jsonl" "pp=2 validation through the stages" 1e-5 val_loss
@@ -121,11 +173,13 @@ PY
 }
 run ev1 1 "${ev[@]}"
 run ev_tp2 2 --tp 2 --sp 1 "${ev[@]}"
-for layout in "ev1 2 --pp 2" "ev_tp2 4 --pp 2 --tp 2 --sp 1"; do
+run ev_d4 1 --model d4 "${ev[@]}"
+# REF RANKS FLAGS...: the pipeline's evaluation against run REF's (one process, or tp = 2)
+for layout in "ev1 2 --pp 2" "ev_tp2 4 --pp 2 --tp 2 --sp 1" "ev_d4 2 --model d4 --pp 2 --pp-schedule interleaved --vpp 2"; do
     set -- $layout
-    run "ev_pp$2" "${@:2}" "${ev[@]}" || continue
-    a=$(evals "$tmp/$1" 2>/dev/null); b=$(evals "$tmp/ev_pp$2" 2>/dev/null)
-    [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok - ${*:3}: --hellaswag, --val-tokens and a sample of the initial model are $(n=${1/ev1/one process}; echo "${n/ev_tp2/tp=2}")'s, bit for bit" ||
+    run "pp_$1" "${@:2}" "${ev[@]}" || continue
+    a=$(evals "$tmp/$1" 2>/dev/null); b=$(evals "$tmp/pp_$1" 2>/dev/null)
+    [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok - ${*:3}: --hellaswag, --val-tokens and a sample of the initial model are $([ "$1" = ev_tp2 ] && echo "tp=2" || echo "one process")'s, bit for bit" ||
         { echo "not ok - ${*:3}: evaluation or sample differ"; echo "#   without pp: $a"; echo "#   pipeline:   $b"; }
 done
 run ref_bf16 1 --precision bf16
@@ -148,8 +202,28 @@ else
 fi
 check_error "a --pp 2 checkpoint resumed with --pp 1" 4 "written with --pp 2; resume with the same --pp" \
     "${rs[@]}" --pp 1 --output-dir "$tmp/rc" --resume
+# interleaved (d4, pp = 2, vpp = 2): 4 straight steps against 2, resume, 2; the checkpoint resumed
+# with 1f1b (the same --pp, other blocks on each stage) is refused
+ri=(--model d4 --pp 2 --pp-schedule interleaved --vpp 2 --steps 4 --shuffle 1 --checkpoint-every 2)
+mpi 2 "${common[@]}" "${ri[@]}" --output-dir "$tmp/ia" --log-file "$tmp/ia.jsonl" --save-model "$tmp/ia.bin" >"$tmp/ia.txt" 2>&1
+mkdir -p "$tmp/ib" "$tmp/ic"
+for d in ib ic; do cp -r "$tmp/ia/step_00000002" "$tmp/$d/" 2>/dev/null; done
+mpi 2 "${common[@]}" "${ri[@]}" --output-dir "$tmp/ib" --resume --log-file "$tmp/ib.jsonl" --save-model "$tmp/ib.bin" >"$tmp/ib.txt" 2>&1
+if [ "$(wc -l <"$tmp/ib.jsonl" 2>/dev/null)" = 2 ] &&
+   cmp -s <($PY -c "$keep" "$tmp/ia.jsonl" | tail -2) <($PY -c "$keep" "$tmp/ib.jsonl") && cmp -s "$tmp/ia.bin" "$tmp/ib.bin"; then
+    echo "ok - pp=2 interleaved: resuming at step 2 continues bit for bit (losses, norms, final weights)"
+else
+    echo "not ok - pp=2 interleaved: resume differs"; tail -2 "$tmp/ib.txt" | sed 's/^/#   /'
+fi
+check_error "a --vpp 2 checkpoint resumed with 1f1b" 2 "written with --vpp 2; resume with the same --vpp" \
+    "${ri[@]}" --pp-schedule 1f1b --vpp 1 --output-dir "$tmp/ic" --resume
 
 # --- errors: one line naming the flag, exit 2
 check_error "--pp 3 on 2 blocks" 3 "--pp 3: more stages than the model's 2 blocks" --pp 3
-check_error "interleaved" 2 "--pp-schedule interleaved / --vpp: not yet supported" --pp 2 --pp-schedule interleaved
+check_error "interleaved without --vpp" 2 "--pp-schedule interleaved: needs --vpp >= 2" --pp 2 --pp-schedule interleaved
+check_error "--vpp without interleaved" 2 "--vpp 2: chunks of blocks are for the interleaved pipeline schedule" --pp 2 --vpp 2
+check_error "--pp 2 --vpp 2 on 2 blocks" 2 "--pp 2 --vpp 2: 4 virtual stages, more than the model's 2 blocks" \
+    --pp 2 --pp-schedule interleaved --vpp 2
+check_error "interleaved, micro-batches not a multiple of pp" 2 "the 3 micro-batches a step .* must be a multiple of --pp 2" \
+    --model d4 --pp 2 --pp-schedule interleaved --vpp 2 --total-batch-tokens $((3 * B * T))
 check_error "--batch-size auto with --pp" 2 "--batch-size auto with --pp: not yet supported" --pp 2 --batch-size auto
