@@ -16,7 +16,7 @@ sum is over dp × cp.
 
 The same source builds with g++ (CPU backend) and nvcc. Every op is called through a Ctx
 (llmc/common.h); this file never touches a backend. Flags that need a later part of the
-project (the interleaved pipeline schedule, fp16/fp8) are accepted by the parser
+project (fp16/fp8) are accepted by the parser
 and then refused with a clear "not yet supported" error, never silently ignored.
 
 With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is

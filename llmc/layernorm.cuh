@@ -1,11 +1,17 @@
 /*
-layernorm.cuh — LayerNorm over the channel dimension, and the residual add.
+layernorm.cuh — LayerNorm (and RMSNorm) over the channel dimension, and the residual add.
 
   forward:  mean = Σx/C,  rstd = 1/sqrt(Σ(x-mean)²/C + 1e-5),  n = (x-mean)·rstd,
             out = n·w + b                      (mean and rstd are saved for the backward)
   backward: with g = dout·w:
             dinp += rstd · (g − mean(g) − n·mean(g·n))
             dw   += Σ_rows dout·n              db += Σ_rows dout
+
+RMSNorm (Zhang & Sennrich, 2019; Llama's) is the same without the centering and the bias:
+mean = 0, b = 0, so n = x·rstd with rstd = 1/sqrt(Σx²/C + 1e-5), and the backward loses its
+mean(g) term (the mean it no longer subtracts) and db. The same functions and kernels run both:
+mean == nullptr selects RMSNorm (rmsnorm_forward, residual_rmsnorm_forward, rmsnorm_backward
+below pass it so), b or db == nullptr a norm without a bias.
 
 The input gradient is *added* (dinp +=): in the transformer the input of every LayerNorm is the
 residual stream, whose gradient is the sum of the path through the LayerNorm and the skip path.
@@ -38,6 +44,7 @@ test/gpucheck_ops.cu (CUDA vs CPU).
 #include "common.h"
 #include "profiler.h"
 
+// (mean == nullptr: RMSNorm, no centering; b == nullptr: no bias)
 template <class T>
 inline void layernorm_forward_cpu(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
     const float eps = 1e-5f;
@@ -45,20 +52,23 @@ inline void layernorm_forward_cpu(T* out, float* mean, float* rstd, const T* inp
     for (int i = 0; i < N; i++) {
         const T* x = inp + (size_t)i * C;
         float m = 0.0f;
-        for (int c = 0; c < C; c++) m += to_f(x[c]);
-        m /= C;
+        if (mean) {
+            for (int c = 0; c < C; c++) m += to_f(x[c]);
+            m /= C;
+        }
         float v = 0.0f;
         for (int c = 0; c < C; c++) { float d = to_f(x[c]) - m; v += d * d; }
         v /= C;
         float s = 1.0f / sqrtf(v + eps);
         T* o = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) o[c] = from_f<T>((to_f(x[c]) - m) * s * to_f(w[c]) + to_f(b[c]));
-        mean[i] = m;
+        for (int c = 0; c < C; c++) o[c] = from_f<T>((to_f(x[c]) - m) * s * to_f(w[c]) + (b ? to_f(b[c]) : 0.0f));
+        if (mean) mean[i] = m;
         rstd[i] = s;
     }
 }
 
-// (fp32; the dtype wrapper below gives it fp32 views of bf16 buffers)
+// (fp32; the dtype wrapper below gives it fp32 views of bf16 buffers. mean == nullptr:
+// RMSNorm's, no mean(g) term; db == nullptr: no bias)
 inline void layernorm_backward_cpu(float* dinp, float* dw, float* db, const float* dout,
                                    const float* inp, const float* w, const float* mean,
                                    const float* rstd, int N, int C) {
@@ -67,7 +77,7 @@ inline void layernorm_backward_cpu(float* dinp, float* dw, float* db, const floa
     for (int i = 0; i < N; i++) {
         const float* d = dout + (size_t)i * C;
         const float* x = inp + (size_t)i * C;
-        float m = mean[i], s = rstd[i];
+        float m = mean ? mean[i] : 0.0f, s = rstd[i];
         float g_mean = 0.0f, gn_mean = 0.0f;
         for (int c = 0; c < C; c++) {
             float n = (x[c] - m) * s;
@@ -75,7 +85,7 @@ inline void layernorm_backward_cpu(float* dinp, float* dw, float* db, const floa
             g_mean += g;
             gn_mean += g * n;
         }
-        g_mean /= C;
+        g_mean = mean ? g_mean / C : 0.0f;
         gn_mean /= C;
         float* di = dinp + (size_t)i * C;
         for (int c = 0; c < C; c++) {
@@ -87,10 +97,10 @@ inline void layernorm_backward_cpu(float* dinp, float* dw, float* db, const floa
     for (int i = 0; i < N; i++) {
         const float* d = dout + (size_t)i * C;
         const float* x = inp + (size_t)i * C;
-        float m = mean[i], s = rstd[i];
+        float m = mean ? mean[i] : 0.0f, s = rstd[i];
         for (int c = 0; c < C; c++) {
             dw[c] += d[c] * (x[c] - m) * s;
-            db[c] += d[c];
+            if (db) db[c] += d[c];
         }
     }
 }
@@ -109,6 +119,7 @@ inline bool g_layernorm_packs = true;
 // one warp per row; lane l reads elements [l·V, l·V + V), then 32·V further on, ...
 // ADD: the row normalized is res = inp + add, formed (rounded to T) and written in the first pass;
 // the later passes read it back, each lane its own elements, from cache. Else inp is normalized.
+// mean == nullptr: RMSNorm (the row's mean taken as 0, not stored); b == nullptr: no bias.
 template <class T, int V, bool ADD>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* res, const T* inp, const T* add,
                                          const T* w, const T* b, int N, int C) {
@@ -126,7 +137,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
         }
         for (int k = 0; k < V; k++) s += to_f(xp.v[k]);
     }
-    float m = warp_sum(s) / C;
+    const bool rms = mean == nullptr;
+    float m = rms ? 0.0f : warp_sum(s) / C;
     float v = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
         Pack<T, V> xp = load_pack<V>(x + c);
@@ -135,11 +147,12 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
     float r = rsqrtf(warp_sum(v) / C + 1e-5f);
     T* o = out + off;
     for (int c = lane * V; c < C; c += 32 * V) {
-        Pack<T, V> xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), bp = load_pack<V>(b + c), op;
-        for (int k = 0; k < V; k++) op.v[k] = from_f<T>((to_f(xp.v[k]) - m) * r * to_f(wp.v[k]) + to_f(bp.v[k]));
+        Pack<T, V> xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), bp, op;
+        if (b) bp = load_pack<V>(b + c);
+        for (int k = 0; k < V; k++) op.v[k] = from_f<T>((to_f(xp.v[k]) - m) * r * to_f(wp.v[k]) + (b ? to_f(bp.v[k]) : 0.0f));
         store_pack<V>(o + c, op);
     }
-    if (lane == 0) { mean[row] = m; rstd[row] = r; }
+    if (lane == 0) { if (!rms) mean[row] = m; rstd[row] = r; }
 }
 template <class T, int V>
 __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w,
@@ -148,12 +161,12 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
     if (row >= N) return;
     const T* d = dout + (size_t)row * C;
     const T* x = inp + (size_t)row * C;
-    float m = mean[row], r = rstd[row], g_sum = 0.0f, gn_sum = 0.0f;
+    float m = mean ? mean[row] : 0.0f, r = rstd[row], g_sum = 0.0f, gn_sum = 0.0f;  // (mean == nullptr: RMSNorm)
     for (int c = lane * V; c < C; c += 32 * V) {
         Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
         for (int k = 0; k < V; k++) { float g = to_f(dp.v[k]) * to_f(wp.v[k]); g_sum += g; gn_sum += g * (to_f(xp.v[k]) - m) * r; }
     }
-    float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
+    float g_mean = mean ? warp_sum(g_sum) / C : 0.0f, gn_mean = warp_sum(gn_sum) / C;
     T* di = dinp + (size_t)row * C;
     for (int c = lane * V; c < C; c += 32 * V) {
         Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
@@ -184,7 +197,7 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
         const int r1 = min(N, (k + 1) * R);
         for (int i = k * R + w; i < r1; i += LN_WARPS) {
             Pack<T, V> dp = load_pack<V>(dout + (size_t)i * C + c), xp = load_pack<V>(inp + (size_t)i * C + c);
-            const float m = mean[i], r = rstd[i];
+            const float m = mean ? mean[i] : 0.0f, r = rstd[i];
             for (int j = 0; j < V; j++) { float dv = to_f(dp.v[j]); sw[j] += dv * (to_f(xp.v[j]) - m) * r; sb[j] += dv; }
         }
     }
@@ -224,7 +237,7 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
     for (int row = k * R + warp; row < r1; row += LN_WARPS) {
         const T* d = dout + (size_t)row * C;
         const T* x = inp + (size_t)row * C;
-        const float m = mean[row], r = rstd[row];
+        const float m = mean ? mean[row] : 0.0f, r = rstd[row];  // (mean == nullptr: RMSNorm)
         float g_sum = 0.0f, gn_sum = 0.0f;
         for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
@@ -232,7 +245,7 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
             Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
             for (int j = 0; j < V; j++) { float g = to_f(dp.v[j]) * to_f(wp.v[j]); g_sum += g; gn_sum += g * (to_f(xp.v[j]) - m) * r; }
         }
-        const float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
+        const float g_mean = mean ? warp_sum(g_sum) / C : 0.0f, gn_mean = warp_sum(gn_sum) / C;
         T* di = dinp + (size_t)row * C;
         for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
@@ -344,7 +357,7 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
     }
     CUDA_LAUNCH_CHECK();
     column_sum_add(ctx, dw, partial, C, K);  // stage 2 (common.h), in a fixed order
-    column_sum_add(ctx, db, partial + (size_t)K * C, C, K);
+    if (db) column_sum_add(ctx, db, partial + (size_t)K * C, C, K);  // (no bias: its sums are dropped)
 }
 #endif
 template <class T>
@@ -361,9 +374,23 @@ inline void layernorm_backward(const Ctx& ctx, T* dinp, T* dw, T* db, const T* d
     }
 #endif
     const size_t NC = (size_t)N * C;
-    F32View<T> di(dinp, NC), dW(dw, C), dB(db, C), d(dout, NC), x(inp, NC), W(w, C);
-    layernorm_backward_cpu(di.p, dW.p, dB.p, d.p, x.p, W.p, mean, rstd, N, C);
-    di.store(); dW.store(); dB.store();
+    F32View<T> di(dinp, NC), dW(dw, C), dB(db, db ? C : 0), d(dout, NC), x(inp, NC), W(w, C);
+    layernorm_backward_cpu(di.p, dW.p, db ? dB.p : nullptr, d.p, x.p, W.p, mean, rstd, N, C);
+    di.store(); dW.store(); if (db) dB.store();
+}
+
+// RMSNorm (Llama's): LayerNorm without the centering and the bias (the header), through the
+// same functions and kernels with mean = b = db = nullptr.
+template <class T> inline void rmsnorm_forward(const Ctx& ctx, T* out, float* rstd, const T* inp, const T* w, int N, int C) {
+    layernorm_forward(ctx, out, (float*)nullptr, rstd, inp, w, (const T*)nullptr, N, C);
+}
+template <class T> inline void residual_rmsnorm_forward(const Ctx& ctx, T* res, T* out, float* rstd, const T* a, const T* b, const T* w,
+                                                        int N, int C) {
+    residual_layernorm_forward(ctx, res, out, (float*)nullptr, rstd, a, b, w, (const T*)nullptr, N, C);
+}
+template <class T> inline void rmsnorm_backward(const Ctx& ctx, T* dinp, T* dw, const T* dout, const T* inp, const T* w, const float* rstd,
+                                                int N, int C) {
+    layernorm_backward(ctx, dinp, dw, (T*)nullptr, dout, inp, w, (const float*)nullptr, rstd, N, C);
 }
 template <class T> inline void residual_forward(const Ctx& ctx, T* out, const T* a, const T* b, size_t N) {
     OpScope prof(ctx, 0, 3.0 * N * sizeof(T), "residual add");

@@ -11,8 +11,10 @@ kernels against the CPU's bf16 op, which is the fp32 op with each output rounded
 common.h: F32View; the inputs are the same bf16 values on both sides).
 Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per op:
   fp32 (round-off of a different summation order / exp implementation):
-    elementwise (encoder, residual, GELU, AdamW)          1e-6 … 1e-5
-    reductions over C or K ≤ 4096 (layernorm, matmul)     1e-5
+    elementwise (encoder, residual, GELU, SwiGLU, RoPE,   1e-6 … 1e-5
+    AdamW)
+    reductions over C or K ≤ 4096 (layernorm, RMSNorm,    1e-5
+    matmul)
     softmax over V or T (classifier, attention)           1e-4
   bf16: 1e-2 for every output stored in bf16 — both sides round each output once to 8
     significant bits (half an ulp is 2^-9 relative), and a different fp32 summation order on
@@ -38,6 +40,8 @@ Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wg
 #include <functional>
 #include <vector>
 #include "../llmc/model.h"
+#include "../llmc/swiglu.cuh"
+#include "../llmc/rope.cuh"
 
 static int n_pass = 0, n_fail = 0;
 static Ctx cpu, gpu;
@@ -109,49 +113,105 @@ template <class X> static void check_encoder(int B, int T, int C, int V, int use
 
 static std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) { a.insert(a.end(), b.begin(), b.end()); return a; }
 
-template <class X> static void check_layernorm(int N, int C) {
-    char name[80]; snprintf(name, sizeof(name), "%s layernorm N=%d C=%d", dtype_name<X>(), N, C);
+// LayerNorm, or with rms RMSNorm: the same functions with no mean, bias or bias gradient
+// (layernorm.cuh), so every check below runs on both.
+template <class X> static void check_layernorm(int N, int C, bool rms = false) {
+    char name[80]; snprintf(name, sizeof(name), "%s %s N=%d C=%d", dtype_name<X>(), rms ? "rmsnorm" : "layernorm", N, C);
     auto x = randn<X>((size_t)N * C), w = randn<X>(C), b = randn<X>(C), dout = randn<X>((size_t)N * C);
     std::vector<X> out((size_t)N * C), cx = vec_cast<X>(x), cw = vec_cast<X>(w), cb = vec_cast<X>(b), cdout = vec_cast<X>(dout);
     std::vector<float> mean(N), rstd(N);
-    layernorm_forward(cpu, out.data(), mean.data(), rstd.data(), cx.data(), cw.data(), cb.data(), N, C);
+    float* const cmean = rms ? nullptr : mean.data();
+    const X* const cbias = rms ? nullptr : cb.data();
+    layernorm_forward(cpu, out.data(), cmean, rstd.data(), cx.data(), cw.data(), cbias, N, C);
     Dev<X> gx(x), gw(w), gb(b), gout(vec_widen(out), true), gdout(dout);
     DevF gmean(mean, true), grstd(rstd, true);
-    layernorm_forward(gpu, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C);
+    float* const gm = rms ? nullptr : gmean.p();
+    X* const gbias = rms ? nullptr : gb.p();
+    layernorm_forward(gpu, gout.p(), gm, grstd.p(), gx.p(), gw.p(), gbias, N, C);
     compare(name, "forward", vec_widen(out), gout.host(), bx<X>(1e-5));
-    compare(name, "mean", mean, gmean.host(), bs<X>(1e-5));
+    if (!rms) compare(name, "mean", mean, gmean.host(), bs<X>(1e-5));
     compare(name, "rstd", rstd, grstd.host(), bs<X>(1e-5));
     auto dx = randn<X>((size_t)N * C), dw = randn<X>(C), db = randn<X>(C);
     Dev<X> gdx(dx), gdw(dw), gdb(db);
     std::vector<X> cdx = vec_cast<X>(dx), cdw = vec_cast<X>(dw), cdb = vec_cast<X>(db);
-    layernorm_backward(cpu, cdx.data(), cdw.data(), cdb.data(), cdout.data(), cx.data(), cw.data(), mean.data(), rstd.data(), N, C);
-    layernorm_backward(gpu, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C);
+    X* const cdbias = rms ? nullptr : cdb.data();
+    X* const gdbias = rms ? nullptr : gdb.p();
+    layernorm_backward(cpu, cdx.data(), cdw.data(), cdbias, cdout.data(), cx.data(), cw.data(), cmean, rstd.data(), N, C);
+    layernorm_backward(gpu, gdx.p(), gdw.p(), gdbias, gdout.p(), gx.p(), gw.p(), gm, grstd.p(), N, C);
     compare(name, "dinp (+=)", vec_widen(cdx), gdx.host(), bx<X>(1e-5));
     compare(name, "dw (+=)", vec_widen(cdw), gdw.host(), bx<X>(1e-5));
-    compare(name, "db (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
+    compare(name, rms ? "db untouched" : "db (+=)", vec_widen(cdb), gdb.host(), rms ? 0.0 : bx<X>(1e-5));
     // the one-kernel backward and the two-kernel one sum the same rows in the same order: bit-identical
     Dev<X> gdx2(dx), gdw2(dw), gdb2(db);
     g_layernorm_fused = false;
-    layernorm_backward(gpu, gdx2.p(), gdw2.p(), gdb2.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C);
+    layernorm_backward(gpu, gdx2.p(), gdw2.p(), rms ? nullptr : gdb2.p(), gdout.p(), gx.p(), gw.p(), gm, grstd.p(), N, C);
     g_layernorm_fused = true;
     compare(name, "backward in one kernel vs two: dinp", gdx2.host(), gdx.host(), 0.0);
     compare(name, "backward in one kernel vs two: dw, db", concat(gdw2.host(), gdb2.host()), concat(gdw.host(), gdb.host()), 0.0);
-    // the residual add fused with the LayerNorm that reads it: res = x + y, out = LayerNorm(res)
+    // the residual add fused with the norm that reads it: res = x + y, out = norm(res)
     auto y = randn<X>((size_t)N * C);
     std::vector<X> res((size_t)N * C), cy = vec_cast<X>(y);
-    residual_layernorm_forward(cpu, res.data(), out.data(), mean.data(), rstd.data(), cx.data(), cy.data(), cw.data(), cb.data(), N, C);
+    residual_layernorm_forward(cpu, res.data(), out.data(), cmean, rstd.data(), cx.data(), cy.data(), cw.data(), cbias, N, C);
     Dev<X> gy(y), gres(vec_widen(res), true), gout2(vec_widen(out), true);
     DevF gmean2(mean, true), grstd2(rstd, true);
-    residual_layernorm_forward(gpu, gres.p(), gout2.p(), gmean2.p(), grstd2.p(), gx.p(), gy.p(), gw.p(), gb.p(), N, C);
+    residual_layernorm_forward(gpu, gres.p(), gout2.p(), rms ? nullptr : gmean2.p(), grstd2.p(), gx.p(), gy.p(), gw.p(), gbias, N, C);
     compare(name, "residual + forward: res", vec_widen(res), gres.host(), bx<X>(1e-6));
     compare(name, "residual + forward: out", vec_widen(out), gout2.host(), bx<X>(1e-5));
-    compare(name, "residual + forward: mean, rstd", concat(mean, rstd), concat(gmean2.host(), grstd2.host()), bs<X>(1e-5));
+    compare(name, "residual + forward: mean, rstd", concat(rms ? std::vector<float>() : mean, rstd),
+            concat(rms ? std::vector<float>() : gmean2.host(), grstd2.host()), bs<X>(1e-5));
     // ... and the same bits as the two ops apart (the sum is rounded to X once, then normalized alike)
     residual_forward(gpu, gres.p(), gx.p(), gy.p(), (size_t)N * C);
-    layernorm_forward(gpu, gout.p(), gmean.p(), grstd.p(), gres.p(), gw.p(), gb.p(), N, C);
+    layernorm_forward(gpu, gout.p(), gm, grstd.p(), gres.p(), gw.p(), gbias, N, C);
     compare(name, "residual + forward in one kernel vs two: out", gout.host(), gout2.host(), 0.0);
-    compare(name, "residual + forward in one kernel vs two: mean, rstd", concat(gmean.host(), grstd.host()),
-            concat(gmean2.host(), grstd2.host()), 0.0);
+    compare(name, "residual + forward in one kernel vs two: mean, rstd", concat(rms ? std::vector<float>() : gmean.host(), grstd.host()),
+            concat(rms ? std::vector<float>() : gmean2.host(), grstd2.host()), 0.0);
+    if (rms) {  // the named entry points are these calls
+        Dev<X> gout3(vec_widen(out), true), gres3(vec_widen(res), true), gdx3(dx), gdw3(dw);
+        DevF grstd3(rstd, true);
+        rmsnorm_forward(gpu, gout3.p(), grstd3.p(), gres.p(), gw.p(), N, C);
+        compare(name, "rmsnorm_forward is the call with no mean and bias", gout3.host(), gout.host(), 0.0);
+        residual_rmsnorm_forward(gpu, gres3.p(), gout3.p(), grstd3.p(), gx.p(), gy.p(), gw.p(), N, C);
+        compare(name, "residual_rmsnorm_forward is the call with no mean and bias", concat(gres3.host(), gout3.host()),
+                concat(gres.host(), gout2.host()), 0.0);
+        rmsnorm_backward(gpu, gdx3.p(), gdw3.p(), gdout.p(), gx.p(), gw.p(), grstd.p(), N, C);
+        Dev<X> gdx4(dx), gdw4(dw);
+        layernorm_backward(gpu, gdx4.p(), gdw4.p(), (X*)nullptr, gdout.p(), gx.p(), gw.p(), (const float*)nullptr, grstd.p(), N, C);
+        compare(name, "rmsnorm_backward is the call with no mean and bias", concat(gdx3.host(), gdw3.host()),
+                concat(gdx4.host(), gdw4.host()), 0.0);
+    }
+}
+
+// SwiGLU (swiglu.cuh): N rows of [a | b] (2H) → N × H, and the backward into [da | db].
+template <class X> static void check_swiglu(size_t N, size_t H) {
+    char name[64]; snprintf(name, sizeof(name), "%s swiglu N=%zu H=%zu", dtype_name<X>(), N, H);
+    auto x = randn<X>(N * 2 * H, 2.0f), dout = randn<X>(N * H);
+    std::vector<X> out(N * H), d(N * 2 * H), cx = vec_cast<X>(x), cdout = vec_cast<X>(dout);
+    swiglu_forward(cpu, out.data(), cx.data(), N, H);
+    Dev<X> gx(x), gdout(dout), gout(vec_widen(out), true), gd(vec_widen(d), true);
+    swiglu_forward(gpu, gout.p(), gx.p(), N, H);
+    compare(name, "forward", vec_widen(out), gout.host(), bx<X>(1e-5));
+    swiglu_backward(cpu, d.data(), cx.data(), cdout.data(), N, H);
+    swiglu_backward(gpu, gd.p(), gx.p(), gdout.p(), N, H);
+    compare(name, "backward [da | db]", vec_widen(d), gd.host(), bx<X>(1e-5));
+}
+
+// RoPE (rope.cuh), in place on the first `heads` heads of rows of `stride` (the rest untouched),
+// the table for positions off, off + 1, ... (a context-parallel rank's are not 0, 1, ...).
+template <class X> static void check_rope(int B, int T, int heads, int hd, size_t stride, int off) {
+    char name[96]; snprintf(name, sizeof(name), "%s rope B=%d T=%d heads=%d hd=%d stride=%zu", dtype_name<X>(), B, T, heads, hd, stride);
+    std::vector<int> pos(T);
+    for (int t = 0; t < T; t++) pos[t] = off + t;
+    const std::vector<float> table = rope_table(pos.data(), T, hd, 10000.0);
+    auto x = randn<X>((size_t)B * T * stride);
+    std::vector<X> cx = vec_cast<X>(x);
+    Dev<X> gx(x);
+    DevF gtable(table);
+    rope_forward(cpu, cx.data(), table.data(), B, T, stride, heads, hd);
+    rope_forward(gpu, gx.p(), gtable.p(), B, T, stride, heads, hd);
+    compare(name, "forward (in place)", vec_widen(cx), gx.host(), bx<X>(1e-6));
+    rope_backward(cpu, cx.data(), table.data(), B, T, stride, heads, hd);
+    rope_backward(gpu, gx.p(), gtable.p(), B, T, stride, heads, hd);
+    compare(name, "backward (in place)", vec_widen(cx), gx.host(), bx<X>(1e-6));
 }
 
 // lt_epilogues = false: cuBLASLt computes plain products and the bias (and GELU) run in our kernels,
@@ -533,6 +593,15 @@ template <class X> static void check_all() {
     check_layernorm<X>(40, 1600);  // GPT-2 1558M's width: the one-kernel backward, its sums in shared memory
     check_layernorm<X>(9, 4096);   // too wide for those: the two-kernel backward
     check_layernorm<X>(40001, 24); // chunks of 40 rows (ln_chunk_rows), the last of 1; 1001 partial rows
+    check_layernorm<X>(7, 13, true);    // RMSNorm: the same shapes' paths (one lane a channel,
+    check_layernorm<X>(300, 200, true); // packs with lanes past C, sums in registers, in shared
+    check_layernorm<X>(40, 1600, true); // memory, two kernels)
+    check_layernorm<X>(9, 4096, true);
+    check_swiglu<X>(7, 13);
+    check_swiglu<X>(256, 2048);
+    check_rope<X>(2, 7, 3, 4, 20, 0);       // the v part of a row (past 3·4) untouched
+    check_rope<X>(2, 64, 12, 64, 3 * 384, 1000);  // q and k of 6 heads each of 64 (GQA-free), positions from 1000
+    check_rope<X>(1, 33, 3, 128, 3 * 128 + 2 * 128 / 2, 5);
     check_matmul<X>(9, 11, 70, true);
     check_matmul<X>(256, 768, 2304, true);
     check_matmul<X>(128, 3072, 768, false);

@@ -12,8 +12,9 @@
 #                       bytes against the formulas; resume and resharding
 #   test_tp             tensor parallelism: tp=2 and dp=2 x tp=2 (ZeRO 0-3) against one process;
 #                       memory and bytes against the formulas; recompute, resume, bf16
-#   test_pp             pipeline parallelism: pp=2 gpipe and 1f1b, pp=3, dp=2 x pp=2, tp=2 x pp=2
-#                       against one process; memory, slots and bytes against the formulas
+#   test_pp             pipeline parallelism: pp=2 gpipe and 1f1b, pp=3, dp=2 x pp=2, tp=2 x pp=2,
+#                       interleaved (vpp=2) against one process; memory, slots and bytes against
+#                       the formulas
 #   test_cp             context parallelism (ring attention): cp=2 and 4, contiguous and zigzag,
 #                       with dp, tp+sp, pp, against one process; memory and bytes; evaluation, resume
 #   test_gpu_sanitize   make gpucheck's compute-sanitizer part: its verdicts with a stand-in

@@ -26,6 +26,7 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include <map>
 #include <tuple>
 #include <cmath>
+#include <complex>
 #include <functional>
 #include <vector>
 #include "../llmc/model.h"
@@ -35,6 +36,8 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include "../llmc/mfu.h"
 #include "../llmc/pipeline.h"
 #include "../llmc/context_parallel.h"
+#include "../llmc/swiglu.cuh"
+#include "../llmc/rope.cuh"
 
 static int n_pass = 0, n_fail = 0;
 static void report(bool ok, const char* name, const char* fmt = "", double a = 0, double b = 0) {
@@ -393,6 +396,92 @@ static void test_gelu() {
     fd_check("gelu dinp", x.data(), N, dx.data(), loss);
 }
 
+// The ops of Llama-style models: RMSNorm (layernorm.cuh), SwiGLU (swiglu.cuh), RoPE (rope.cuh).
+// Each backward against finite differences; RMSNorm's and RoPE's forwards against their
+// formulas computed here in double (RoPE's from a complex multiplication, the angle t·θ^(−2i/hd),
+// not from rope_table); RoPE preserves each pair's length and makes q·k depend on the distance
+// alone. fp32 bounds: 1e-6 of the values (a few ulps of the fp32 ops' round-off).
+static void test_llama_ops() {
+    {   // RMSNorm
+        int N = 6, C = 13;
+        auto x = randn(N * C), w = randn(C), R = randn(N * C);
+        avec<float> out(N * C), rstd(N), dx(N * C, 0), dw(C, 0);
+        auto loss = [&]() { rmsnorm_forward(ctx, out.data(), rstd.data(), x.data(), w.data(), N, C); return dot_abs(out.data(), R.data(), out.size()); };
+        loss();
+        double err = 0;
+        for (int i = 0; i < N; i++) {
+            double ss = 0;
+            for (int c = 0; c < C; c++) ss += (double)x[i * C + c] * x[i * C + c];
+            const double r = 1.0 / std::sqrt(ss / C + 1e-5);
+            for (int c = 0; c < C; c++) err = std::max(err, std::fabs(out[i * C + c] - x[i * C + c] * r * w[c]) / (1 + std::fabs(x[i * C + c] * r * w[c])));
+        }
+        report(err <= 1e-6, "rmsnorm forward: x / sqrt(mean(x^2) + 1e-5) * w", "max error %.1e", err);
+        rmsnorm_backward(ctx, dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, C);
+        fd_check("rmsnorm dinp", x.data(), x.size(), dx.data(), loss);
+        fd_check("rmsnorm dw", w.data(), w.size(), dw.data(), loss);
+    }
+    {   // SwiGLU
+        size_t N = 5, H = 9;
+        auto x = randn(N * 2 * H, 2.0f), R = randn(N * H);
+        avec<float> out(N * H), dx(N * 2 * H);
+        auto loss = [&]() { swiglu_forward(ctx, out.data(), x.data(), N, H); return dot_abs(out.data(), R.data(), out.size()); };
+        loss();
+        double err = 0;
+        for (size_t i = 0; i < N; i++)
+            for (size_t j = 0; j < H; j++) {
+                const double a = x[i * 2 * H + j], b = x[i * 2 * H + H + j], want = a / (1 + std::exp(-a)) * b;
+                err = std::max(err, std::fabs(out[i * H + j] - want) / (1 + std::fabs(want)));
+            }
+        report(err <= 1e-6, "swiglu forward: silu(a) * b", "max error %.1e", err);
+        swiglu_backward(ctx, dx.data(), x.data(), R.data(), N, H);
+        fd_check("swiglu dinp [da | db]", x.data(), x.size(), dx.data(), loss);
+    }
+    {   // RoPE: rows of 3 heads of 8 (2 turned: q, k) + 5 left alone, at positions 3, 4, ...
+        const int B = 2, T = 5, heads = 2, hd = 8, stride = 3 * hd + 5, off = 3;
+        const double theta = 10000.0;
+        std::vector<int> pos(T);
+        for (int t = 0; t < T; t++) pos[t] = off + t;
+        const std::vector<float> table = rope_table(pos.data(), T, hd, theta);
+        auto x = randn((size_t)B * T * stride), R = randn((size_t)B * T * stride);
+        avec<float> y(x.size()), dx(x.size());
+        rope_forward(ctx, (y = x).data(), table.data(), B, T, stride, heads, hd);
+        double err = 0;
+        bool rest = true;
+        for (int r = 0; r < B * T; r++)
+            for (int e = 0; e < stride; e++) {
+                const size_t k = (size_t)r * stride + e;
+                if (e >= heads * hd) { rest &= y[k] == x[k]; continue; }
+                const int i = (e % hd) / 2;
+                const std::complex<double> z(x[k - e % 2], x[k - e % 2 + 1]),
+                    turned = z * std::polar(1.0, (double)pos[r % T] / std::pow(theta, 2.0 * i / hd));
+                err = std::max(err, std::fabs(y[k] - (e % 2 ? turned.imag() : turned.real())));
+            }
+        report(err <= 1e-6 && rest, "rope forward: each pair (x[2i], x[2i+1]) times e^(i t theta^(-2i/hd)); the rest of the row untouched",
+               "max error %.1e", err);
+        auto loss = [&]() { rope_forward(ctx, (y = x).data(), table.data(), B, T, stride, heads, hd); return dot_abs(y.data(), R.data(), y.size()); };
+        rope_backward(ctx, (dx = R).data(), table.data(), B, T, stride, heads, hd);
+        fd_check("rope dinp (the opposite turn)", x.data(), x.size(), dx.data(), loss);
+        // q at t, k at u: q·k after the turns depends on u - t alone (positions 3+t vs 0+t: a table from 0)
+        std::vector<int> pos0(T);
+        for (int t = 0; t < T; t++) pos0[t] = t;
+        const std::vector<float> table0 = rope_table(pos0.data(), T, hd, theta);
+        avec<float> y0 = x;
+        rope_forward(ctx, y0.data(), table0.data(), B, T, stride, heads, hd);
+        double rel = 0;
+        for (int t = 0; t < T; t++)
+            for (int u = 0; u < T; u++) {
+                double d3 = 0, d0 = 0, n = 0;
+                for (int c = 0; c < hd; c++) {
+                    d3 += (double)y[(size_t)t * stride + c] * y[(size_t)u * stride + hd + c];
+                    d0 += (double)y0[(size_t)t * stride + c] * y0[(size_t)u * stride + hd + c];
+                    n += std::fabs((double)x[(size_t)t * stride + c] * x[(size_t)u * stride + hd + c]);
+                }
+                rel = std::max(rel, std::fabs(d3 - d0) / n);
+            }
+        report(rel <= 1e-5, "rope: q.k after the turns is the same at positions shifted by 3 (it sees u - t alone)", "max diff %.1e", rel);
+    }
+}
+
 static void test_classifier() {
     int N = 5, V = 37, Vp = 40;
     auto logits = randn(N * Vp, 3.0f);
@@ -689,6 +778,34 @@ static void test_bf16_ops() {
         add_inplace(ctx, a.data(), d.data(), n); add_inplace(ctx, ba.data(), bd.data(), n);
         check_rounded_once("bf16 add_inplace", a, ba);
     }
+    {   // the Llama ops: RMSNorm (its rstd the fp32 op's), SwiGLU, RoPE
+        int N = 6, C = 13, B = 2, T = 3, hd = 4, stride = 3 * hd;
+        auto x = randn_bf(N * C), w = randn_bf(C), d = randn_bf(N * C), g = randn_bf((size_t)N * 2 * C, 2.0f);
+        auto bx = as_bf16(x), bw = as_bf16(w), bd = as_bf16(d), bg = as_bf16(g);
+        avec<float> y(N * C), rstd(N), brstd(N), dx(N * C, 0), dw(C, 0), s(N * C), ds((size_t)N * 2 * C);
+        avec<bf16> by(N * C), bdx(N * C, from_f<bf16>(0.0f)), bdw(C, from_f<bf16>(0.0f)), bs(N * C), bds((size_t)N * 2 * C);
+        rmsnorm_forward(ctx, y.data(), rstd.data(), x.data(), w.data(), N, C);
+        rmsnorm_forward(ctx, by.data(), brstd.data(), bx.data(), bw.data(), N, C);
+        check_rounded_once("bf16 rmsnorm forward", y, by);
+        report(same_fp32(rstd, brstd), "bf16 rmsnorm rstd is the fp32 op's");
+        rmsnorm_backward(ctx, dx.data(), dw.data(), d.data(), x.data(), w.data(), rstd.data(), N, C);
+        rmsnorm_backward(ctx, bdx.data(), bdw.data(), bd.data(), bx.data(), bw.data(), rstd.data(), N, C);
+        check_rounded_once("bf16 rmsnorm backward dinp", dx, bdx);
+        check_rounded_once("bf16 rmsnorm backward dw", dw, bdw);
+        swiglu_forward(ctx, s.data(), g.data(), N, C); swiglu_forward(ctx, bs.data(), bg.data(), N, C);
+        swiglu_backward(ctx, ds.data(), g.data(), d.data(), N, C); swiglu_backward(ctx, bds.data(), bg.data(), bd.data(), N, C);
+        check_rounded_once("bf16 swiglu forward", s, bs);
+        check_rounded_once("bf16 swiglu backward", ds, bds);
+        std::vector<int> pos = {0, 7, 100};
+        const std::vector<float> table = rope_table(pos.data(), T, hd, 500000.0);
+        auto q = randn_bf((size_t)B * T * stride);
+        auto bq = as_bf16(q);
+        rope_forward(ctx, q.data(), table.data(), B, T, stride, 2, hd); rope_forward(ctx, bq.data(), table.data(), B, T, stride, 2, hd);
+        check_rounded_once("bf16 rope forward", q, bq);
+        for (size_t i = 0; i < q.size(); i++) q[i] = to_f(bq[i]);  // (the same bf16 input for the backward)
+        rope_backward(ctx, q.data(), table.data(), B, T, stride, 2, hd); rope_backward(ctx, bq.data(), table.data(), B, T, stride, 2, hd);
+        check_rounded_once("bf16 rope backward", q, bq);
+    }
     {   // classifier: the losses are the fp32 op's bit for bit, dlogits rounded once
         int N = 5, V = 29, Vp = 32;
         auto logits = randn_bf(N * Vp, 3.0f);
@@ -918,6 +1035,7 @@ int main() {
     test_attention();
     test_ring_attention();
     test_gelu();
+    test_llama_ops();
     test_classifier();
     test_model_grad();
     test_adamw_and_norm();

@@ -1,0 +1,100 @@
+/*
+rope.cuh — rotary position embeddings (RoPE: Su et al., 2021; Llama's), applied in place to the
+query and key heads of each position's qkv row.
+
+A head's hd channels are hd/2 pairs (x[2i], x[2i+1]) (Meta's layout: the complex number
+x[2i] + i·x[2i+1]); at position t pair i turns by the angle a = t·θ^(−2i/hd) (θ = 10000 in
+Llama 2, 500000 in Llama 3):
+  forward:  y₀ = x₀·cos a − x₁·sin a,   y₁ = x₀·sin a + x₁·cos a
+  backward: a rotation is orthogonal, so its gradient is the rotation by −a:
+            dx₀ = dy₀·cos a + dy₁·sin a,   dx₁ = −dy₀·sin a + dy₁·cos a
+A query at t and a key at u then meet as (R(t)q)·(R(u)k) = q·R(u − t)k: attention sees their
+distance, not where they are. Both run in place: the forward on qkv before attention (which
+keeps the rotated q, k for its backward), the backward on dqkv after attention's backward.
+
+The angles come as a table (rope_table: cos a, sin a for each of a sequence's T rows and each
+pair, computed in double on the host and rounded once to fp32), so the CPU and the GPU turn by
+the same numbers, and a rank holding other positions of the sequence (context parallelism)
+builds its table from them. Rows: B·T of `stride` elements each (t = row mod T); the first
+`heads` heads of a row turn (q's heads then k's, which qkv's layout puts first; v is left).
+Dtype T (float | bf16): computed in fp32, each output rounded to T once.
+
+Tests: test/test_ops.cpp (finite differences; q·k depends on the distance alone; bf16 rounded
+once), test/gpucheck_ops.cu (CUDA vs CPU).
+*/
+#pragma once
+#include <cmath>
+#include <vector>
+#include "common.h"
+#include "profiler.h"
+
+// cos and sin of every angle, [t][i][2] for the T positions pos[0..T) and the hd/2 pairs.
+inline std::vector<float> rope_table(const int* pos, int T, int hd, double theta) {
+    std::vector<float> table((size_t)T * hd);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            const double a = pos[t] * std::pow(theta, -2.0 * i / hd);
+            table[((size_t)t * hd / 2 + i) * 2] = (float)std::cos(a);
+            table[((size_t)t * hd / 2 + i) * 2 + 1] = (float)std::sin(a);
+        }
+    return table;
+}
+
+// Pair (x₀, x₁) turned by the angle whose cos and sin are cs[0], cs[1], backward: by its negative.
+HD inline void rope_turn(float x0, float x1, const float* cs, bool backward, float* y0, float* y1) {
+    const float c = cs[0], s = backward ? -cs[1] : cs[1];
+    *y0 = x0 * c - x1 * s;
+    *y1 = x0 * s + x1 * c;
+}
+
+template <class T> inline void rope_cpu(T* x, const float* table, int B, int T_, size_t stride, int heads, int hd, bool backward) {
+    #pragma omp parallel for
+    for (int r = 0; r < B * T_; r++) {
+        const int t = r % T_;
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < hd / 2; i++) {
+                T* p = x + (size_t)r * stride + (size_t)h * hd + 2 * i;
+                float y0, y1;
+                rope_turn(to_f(p[0]), to_f(p[1]), table + ((size_t)t * hd / 2 + i) * 2, backward, &y0, &y1);
+                p[0] = from_f<T>(y0);
+                p[1] = from_f<T>(y1);
+            }
+    }
+}
+
+#ifdef LLMC_CUDA
+// one thread per pair: memory-bound (each pair read and written once, its table entry read)
+template <class T> __global__ void rope_kernel(T* x, const float* table, int B, int T_, size_t stride, int heads, int hd, bool backward) {
+    const size_t pairs = (size_t)heads * hd / 2, n = (size_t)B * T_ * pairs;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = k / pairs, in_row = k % pairs;
+        const int t = (int)(r % T_), h = (int)(in_row / (hd / 2)), i = (int)(in_row % (hd / 2));
+        T* p = x + r * stride + (size_t)h * hd + 2 * i;
+        float y0, y1;
+        rope_turn(to_f(p[0]), to_f(p[1]), table + ((size_t)t * hd / 2 + i) * 2, backward, &y0, &y1);
+        p[0] = from_f<T>(y0);
+        p[1] = from_f<T>(y1);
+    }
+}
+#endif
+
+// x: B·T rows of stride elements, the first `heads` heads of hd turned in place; table: rope_table's
+// (on the Ctx's device). backward: the gradient (the opposite turn).
+template <class T>
+inline void rope(const Ctx& ctx, T* x, const float* table, int B, int T_, size_t stride, int heads, int hd, bool backward) {
+    OpScope prof(ctx, 0, 2.0 * B * T_ * heads * hd * sizeof(T), backward ? "rope backward" : "rope forward");
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        rope_kernel<<<grid_for((size_t)B * T_ * heads * hd / 2), 256, 0, ctx.stream>>>(x, table, B, T_, stride, heads, hd, backward);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    rope_cpu(x, table, B, T_, stride, heads, hd, backward);
+}
+template <class T> inline void rope_forward(const Ctx& ctx, T* qkv, const float* table, int B, int T_, size_t stride, int heads, int hd) {
+    rope(ctx, qkv, table, B, T_, stride, heads, hd, false);
+}
+template <class T> inline void rope_backward(const Ctx& ctx, T* dqkv, const float* table, int B, int T_, size_t stride, int heads, int hd) {
+    rope(ctx, dqkv, table, B, T_, stride, heads, hd, true);
+}
