@@ -72,9 +72,10 @@ for b in "${binaries[@]}"; do
     part "test_cli ($b)" bash test/test_cli.sh "$b"
     part "test_train ($b)" bash test/test_train.sh "$b"
     part "test_vs_pytorch ($b)" /usr/bin/python3 test/test_vs_pytorch.py "$b"
-    # (the g++ build beside an nvcc one: dp = 2 only; its dp = 4 matrix is the same code as ./train_gpt's)
+    # (the g++ build beside an nvcc one: dp = 2 and DP_QUICK, the collectives of every kind; its
+    # dp = 4 matrix, other ZeRO stages, signals and resharding are the same code as ./train_gpt's)
     if [ "$b" = ./train_gpt ]; then part "test_dp ($b)" bash test/test_dp.sh "$b"
-    else part "test_dp ($b, dp=2)" env DP_SIZES=2 bash test/test_dp.sh "$b"; fi
+    else part "test_dp ($b, dp=2, quick)" env DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh "$b"; fi
 done
 part "test_tp (./train_gpt)" bash test/test_tp.sh ./train_gpt
 part "test_pp (./train_gpt)" bash test/test_pp.sh ./train_gpt

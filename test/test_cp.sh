@@ -2,7 +2,8 @@
 # test_cp — context parallelism (llmc/context_parallel.h) on CPU ranks under mpirun, against one
 # process with the same global batch (GPT d2: 2 blocks, C = 128, 2 heads; the shipped Bible):
 #   equivalence:  cp = 2 contiguous and zigzag, cp = 4 zigzag, dp = 2 × cp = 2 with ZeRO 1 and 3,
-#                 tp = 2 × cp = 2 with --sp 1, pp = 2 × cp = 2: per-step losses within 1e-5 and
+#                 tp = 2 × cp = 2 with --sp 1, pp = 2 × cp = 2 (and interleaved, d4: 2 chunks a
+#                 stage): per-step losses within 1e-5 and
 #                 every tensor changed alike (compare_models.py --updates, 1e-4: the attention's
 #                 softmax is merged from blocks and the gradients summed over cp in another order)
 #   memory:       a cp rank's activations are one process's at T/cp plus the ring's buffers
@@ -55,6 +56,11 @@ done
 run tp2cp2 4 --tp 2 --sp 1 --cp 2 --cp-layout zigzag && alike ref tp2cp2 init "tp=2 --sp 1 x cp=2 zigzag"
 run ref_m2 1 --total-batch-tokens $((2 * B * T))
 run pp2cp2 4 --pp 2 --cp 2 --total-batch-tokens $((2 * B * T)) && alike ref_m2 pp2cp2 init "pp=2 x cp=2 contiguous, 2 micro-batches"
+# the interleaved pipeline (d4: 2 chunks a stage, each its own ring buffers; the first chunk's wpe rows)
+"$BIN" "${common[@]}" --model d4 --steps 0 --save-model "$tmp/init_d4.bin" >/dev/null 2>&1
+run ref_d4 1 --model d4 --steps 3 --total-batch-tokens $((2 * B * T))
+run il_cp2 4 --model d4 --steps 3 --pp 2 --pp-schedule interleaved --vpp 2 --cp 2 --cp-layout zigzag --total-batch-tokens $((2 * B * T)) &&
+    alike ref_d4 il_cp2 init_d4 "d4, pp=2 interleaved (vpp=2) x cp=2 zigzag"
 
 # --- memory and volume against the formulas in context_parallel.h's header
 run ref_half 1 --seq-len $((T / 2)) --steps 0  # one process's activations at T/cp
