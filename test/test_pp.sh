@@ -6,6 +6,7 @@
 #                 1e-5, every tensor changed alike (compare_models.py --updates: the model file the
 #                 stages write together against one process's); d3 over pp = 2 (blocks 2 + 1) and
 #                 pp = 3 (gpipe); dp = 2 × pp = 2 with ZeRO 0-3; tp = 2 × pp = 2 with --sp 1;
+#                 dp = 2 × tp = 2 × pp = 2 (8 ranks, ZeRO-1);
 #                 interleaved with --vpp 2: d4 over pp = 2 (also dp = 2 with ZeRO 1 and 3, and
 #                 tp = 2 --sp 1), d6 over pp = 3, d5 over pp = 2 (uneven chunks)
 #   bits:         each stage runs the same ops on the same inputs as the one process, so the losses
@@ -66,6 +67,10 @@ run ref_b8 1 --batch-size 8 --total-batch-tokens $((M * 8 * T))  # (dp = 2 × B 
 for z in 0 1 2 3; do
     run "dp2pp2_z$z" 4 --pp 2 --zero "$z" --total-batch-tokens $((M * 8 * T)) && alike ref_b8 "dp2pp2_z$z" init "dp=2 x pp=2 zero=$z"
 done
+# all three: dp = 2 × tp = 2 (--sp 1) × pp = 2 on 8 ranks (each stage's tp pair hands its rows of
+# the residual stream to the next stage's; each (stage, tp rank) pair of dp ranks reduces its units)
+run dp2tp2pp2 8 --tp 2 --sp 1 --pp 2 --zero 1 --total-batch-tokens $((M * 8 * T)) &&
+    alike ref_b8 dp2tp2pp2 init "dp=2 x tp=2 --sp 1 x pp=2 (8 ranks) zero=1"
 # ZeRO-2/3 reduce each unit every micro-batch; a stage of an odd number of units leaves a reduce
 # pending in the slot its next backward takes first (d3: stage 1 holds block 2 and lnf)
 run ref_d3_b8 1 --model d3 --batch-size 8 --total-batch-tokens $((M * 8 * T))
