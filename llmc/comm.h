@@ -420,6 +420,18 @@ template <class T> inline void comm_send_start(Group& g, const T* buf, size_t n,
     (void)buf; (void)peer; (void)tag; fatal("comm_send_start: this build has no MPI");
 #endif
 }
+// Whether a send that comm_send_start began has completed (its buffer may then be freed),
+// without waiting for it.
+inline bool comm_send_done(CommHandle* h) {
+#ifdef LLMC_MPI
+    if (h->active) {
+        int flag = 0;
+        MPI_Test(&h->req, &flag, MPI_STATUS_IGNORE);
+        if (flag) h->active = false;
+    }
+#endif
+    return !h->active;
+}
 template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer, int tag = 0) {
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }

@@ -56,8 +56,8 @@ next stage's same tp rank). Per rank, with m micro-batches of B·T positions a s
                 them, v − 1 on the last stage) and for each input gradient it hands back (v,
                 v − 1 on the first): (2v − [s = 0] − [s = p − 1])·m·B·T·C·s, so m·B·T·C·s on
                 the first stage without interleaving; the tied gradient sum 2(2−1)/2·(Vp + maxT)·C·s
-Sends start without waiting for the receiver (MPI_Isend from a copy), receives wait: what
-pp_simulate assumes, so a schedule it runs cannot deadlock here. They go through host memory
+Sends start without waiting for the receiver (MPI_Isend from a copy, freed once the receiver
+has it), receives wait: what pp_simulate assumes, so a schedule it runs cannot deadlock here. They go through host memory
 (and MPI) on a GPU too. Evaluation runs a micro-batch through the stages one after the other
 (model.h: gpt_infer). Checkpoints hold a state file per stage (checkpoint.h) and resume with
 the same --pp and --vpp. Every ZeRO stage composes: a stage's backward ends with its first block, not the
@@ -248,6 +248,7 @@ inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSch
     std::list<Send> sends;  // (a list: a request's buffer and handle stay where they are)
     std::vector<T> in(n);
     auto send = [&](const T* buf, int peer, int tag) {
+        sends.remove_if([](Send& o) { return comm_send_done(&o.h); });  // (copies the receiver has taken: freed)
         Send& out = sends.emplace_back();
         out.host.resize(n);
         ctx_copy(ctx, out.host.data(), buf, n * sizeof(T));
