@@ -584,9 +584,9 @@ int main(int argc, char** argv) {
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
                (long long)gpt_activation_bytes(model, B, Tl, recompute));
         fflush(stdout);
-        if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld)\n", resume_dir.c_str(),
+        if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,
-                           (long long)state.saved_pp);
+                           (long long)state.saved_pp, (long long)state.saved_vpp);
 
         Logger log;
         if (mesh.rank == 0) logger_open(&log, f.str("log-file"), resume ? state.step : -1);

@@ -746,7 +746,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     const int C = c.channels, BT = B * T_;
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     const ParamLayout& p = g->layout;
-    const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // this pipeline stage's blocks (all L without)
+    const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // the running chunk's blocks (all L without pp)
     memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
     stage_upload(ctx, a.tokens_in, a.tokens.data(), tokens, BT * sizeof(int));
     // The embedding. With tensor parallelism it is vocabulary-parallel: this rank's wte holds the
@@ -770,7 +770,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     }
     T* last = gpt_stage_output(g, B, T_);  // the last block's output
     a.loss_count = 0;
-    if (!p.heads(g->chunk)) {  // a pipeline stage before the last: its output, for the next stage (pipeline.h)
+    if (!p.heads(g->chunk)) {  // a chunk before the model's last: its output, for the next virtual stage (pipeline.h)
         residual_forward(ctx, last, block_acts(g, l1 - 1, B, T_).res2, a.scratch.data(), s.P * C);
         return;
     }
@@ -821,7 +821,7 @@ template <class T> inline void gpt_logits_row(const Ctx& ctx, GPT<T>* g, int row
 // A forward for evaluation or sampling (no backward, no targets needed) of the whole model, over
 // B × T_ tokens (y: their targets, or nullptr): gpt_forward, or with pipeline parallelism the
 // micro-batch through the stages one after the other (each receives the previous one's output,
-// slot 0's activations; the sends wait, which a chain allows), and with interleaving through
+// each chunk's first slot's activations; the sends wait, which a chain allows), and with interleaving through
 // the virtual stages: chunk k of stage s is virtual stage k·pp + s. With context parallelism each cp
 // rank takes its positions of the sequences, padded at their end (after every real position:
 // causal attention keeps them apart) to a length the cp ranks split, as sampling's do not.
@@ -922,7 +922,7 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
     const int C = c.channels, BT = B * T_;
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     const ParamLayout& p = g->layout;
-    const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // this pipeline stage's blocks (all L without)
+    const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // the running chunk's blocks (all L without pp)
     if (p.heads(g->chunk)) {
         T* last = gpt_stage_output(g, B, T_);
         const Classifier k = classifier_slice(*g);
