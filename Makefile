@@ -179,7 +179,8 @@ clean:
 # GPUs); not by default: flash32 (train with --flash-rows 32), wgmma (train with --flash-wgmma 1), recompute (124M
 # and 1558M with --recompute selective, then full: the micro-batches that then fit, their speed), recipe (each
 # size at scripts/gpt2.sh's B and micro-batches a step per GPU of 8: the MFU of the real run's step), ncu (Nsight Compute's view of
-# each of our kernels in a 124M step: what limits it), ncu-wgmma (the same with --flash-wgmma 1)
+# each of our kernels in a 124M step: what limits it), ncu-wgmma (the same with --flash-wgmma 1), llama
+# (llama:d12 and Llama 3.2's 1B and 3B shapes: tokens/s, MFU, memory)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
 BENCH_PARTS ?= train fp32 torch kernels overlap
 bench: all
@@ -198,4 +199,5 @@ bench: all
 	    overlap) bash dev/bench/bench_overlap.sh ;; \
 	    ncu) bash dev/bench/bench_ncu.sh ;; \
 	    ncu-wgmma) FLASH_WGMMA=1 bash dev/bench/bench_ncu.sh ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma recompute recipe torch kernels overlap ncu ncu-wgmma)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    llama) bash dev/bench/bench_train.sh bf16 llama:d12 llama:1B llama:3B ;; \
+	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma recompute recipe torch kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

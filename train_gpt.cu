@@ -54,7 +54,7 @@ Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 struct FlagDef { const char* name; const char* def; const char* help; bool is_switch; };
 static const FlagDef FLAGS[] = {
     {"device", "auto", "cpu | cuda (auto: cuda when a usable GPU exists, else cpu)", false},
-    {"model", "d12", "d12-style depth (d1..d96), gpt2:124M|350M|774M|1558M, or a model file", false},
+    {"model", "d12", "d12-style depth (d1..d96), gpt2:124M|350M|774M|1558M, llama:d12-style depth, llama:1B|3B|8B, or a model file", false},
     {"train-data", "data/kjv_train_*.bin", "token shards to train on (glob)", false},
     {"val-data", "data/kjv_val_*.bin", "token shards for validation (glob; empty = none)", false},
     {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples", false},
@@ -199,7 +199,7 @@ static GPTConfig model_config_from_spec(const std::string& spec, bool* is_file) 
     *is_file = !gpt_preset(spec, &c);
     if (*is_file) {
         FILE* probe = fopen(spec.c_str(), "rb");
-        if (!probe) usage_error("--model: '%s' is neither a preset (d12, gpt2:124M, ...) nor a readable model file", spec.c_str());
+        if (!probe) usage_error("--model: '%s' is neither a preset (d12, gpt2:124M, llama:d12, llama:1B, ...) nor a readable model file", spec.c_str());
         fclose(probe);
         c = model_file_config(spec.c_str());
     }
@@ -370,9 +370,9 @@ int main(int argc, char** argv) {
         if (resume_dir.empty()) fatal("--resume: no checkpoint (step_*/) in '%s'", out_dir.c_str());
         GPTConfig saved = model_file_config((resume_dir + "/model.bin").c_str());
         if (!gpt_same_shape(saved, config))
-            usage_error("--resume: the checkpoint in '%s' holds an L=%d C=%d V=%d model, but --model %s is L=%d C=%d V=%d",
-                        resume_dir.c_str(), saved.num_layers, saved.channels, saved.vocab_size, model_spec.c_str(),
-                        config.num_layers, config.channels, config.vocab_size);
+            usage_error("--resume: the checkpoint in '%s' holds a %s L=%d C=%d V=%d model, but --model %s is %s L=%d C=%d V=%d",
+                        resume_dir.c_str(), saved.llama() ? "llama" : "gpt2", saved.num_layers, saved.channels, saved.vocab_size,
+                        model_spec.c_str(), config.llama() ? "llama" : "gpt2", config.num_layers, config.channels, config.vocab_size);
         const TrainState saved_layout = checkpoint_read_header(resume_dir);
         if (saved_layout.saved_tp != tp)
             usage_error("--resume: the checkpoint in '%s' was written with --tp %lld; resume with the same --tp (AdamW's "
@@ -387,6 +387,11 @@ int main(int argc, char** argv) {
     }
     if (config.num_heads % tp != 0)
         usage_error("--tp %d: must divide the model's %d attention heads (each tp rank computes NH/tp of them)", tp, config.num_heads);
+    if (config.kv_heads() % tp != 0)
+        usage_error("--tp %d: must divide the model's %d key/value heads (each tp rank holds NKV/tp of them, whole groups)", tp,
+                    config.kv_heads());
+    if (config.ffn() % tp != 0)
+        usage_error("--tp %d: must divide the model's %d MLP hidden features (each tp rank computes H/tp of them)", tp, config.ffn());
     if (config.padded_vocab_size % tp != 0)
         usage_error("--tp %d: must divide the model's padded vocabulary %d (each tp rank computes Vp/tp of the logits)", tp,
                     config.padded_vocab_size);
@@ -486,7 +491,7 @@ int main(int argc, char** argv) {
         DataParallel<floatX> dpar;
         dp_init(&dpar, &model, &mesh.grads(), zero, ctx);  // (dp × cp: both sum gradients)
         dpar.overlap = overlap;
-        if (pp > 1) dpar.tied = &mesh.emb_group;  // the first and last stage's embeddings
+        if (pp > 1 && config.tied) dpar.tied = &mesh.emb_group;  // the first and last stage's embeddings
         const DPMemory mem = dp_memory(dpar);
         const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
         if (runs_forward) {
@@ -527,14 +532,18 @@ int main(int argc, char** argv) {
         // the device line's tail: recomputation (when on) and where checkpoints go
         const std::string run_note = (recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(recompute)) +
                                      (out_dir.empty() ? "" : " -> " + out_dir);
-        print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s\n", config.num_layers, config.channels,
+        char arch_note[128] = "";
+        if (config.llama())
+            snprintf(arch_note, sizeof(arch_note), "; llama: NKV=%d H=%d theta=%d (RMSNorm, RoPE, SwiGLU), %s", config.kv_heads(),
+                     config.ffn(), config.rope_theta, config.tied ? "classifier tied to wte" : "lm_head apart from wte");
+        print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s%s\n", config.num_layers, config.channels,
                config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
-               from_file ? " (from file)" : resume ? " (from checkpoint)" : "");
+               from_file ? " (from file)" : resume ? " (from checkpoint)" : "", arch_note);
         print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
                train_loader.total_tokens, train_loader.shards.size(), B, T, dp, accum, total_batch);
         if (tp > 1)
             print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block, and %d of "
-                   "the %d vocabulary rows (wte, the logits)\n", tp, config.num_heads / tp, config.num_heads, 4 * config.channels / tp, 4 * config.channels,
+                   "the %d vocabulary rows (wte, the logits)\n", tp, config.num_heads / tp, config.num_heads, config.ffn() / tp, config.ffn(),
                    config.padded_vocab_size / tp, config.padded_vocab_size);
         // a stage's blocks: "[0, 2)", or with interleaving its chunks' "[0, 1) [2, 3)"
         auto blocks_of = [&](const ParamLayout& l) {
@@ -556,7 +565,8 @@ int main(int argc, char** argv) {
             fflush(stdout);
             printf("pipeline rank %d: stage %d, blocks %s%s%s, %s activation slot(s)%s\n", mesh.rank, mesh.pp_rank,
                    blocks_of(model.layout).c_str(), model.layout.stage == 0 ? ", the embeddings" : "",
-                   model.layout.has_head ? ", lnf and the classifier (wte tied to stage 0's)" : "", slots.c_str(),
+                   !model.layout.has_head ? "" : config.tied ? ", lnf and the classifier (wte tied to stage 0's)" : ", lnf and the classifier (lm_head)",
+                   slots.c_str(),
                    model.slots.size() > 1 ? " (its chunks')" : "");
             fflush(stdout);
         }

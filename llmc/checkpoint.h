@@ -3,7 +3,11 @@ checkpoint.h — model files (llm.c's format) and training checkpoints (ours).
 
 Model file (DESIGN §3.2): 256 int32 header [20240326, version, maxT, V, L, NH, C, Vp], then the
 16 tensors in llm.c's tensor-major order, fp32 (version 3) or bf16 (version 5). Its size must be
-exactly 1024 + Ψ·(4 or 2) bytes. In memory the parameters are layer-major (model.h), so load and
+exactly 1024 + Ψ·(4 or 2) bytes. A Llama model (model.h) is the same with the header
+[20261124, version, maxT, V, L, NH, C, Vp, NKV, H, θ, untied] and the tensors it has, in the same
+order: wte Vp×C, ln1w L×C, qkvw L×(NH+2·NKV)·hd×C (q, k, v rows; Meta's pair layout for RoPE),
+attprojw L×C×C, ln2w L×C, fcw L×2H×C (the gate's H rows, then the up projection's), fcprojw
+L×C×H, lnfw C, and with untied = 1 the classifier's own lm_head Vp×C. In memory the parameters are layer-major (model.h), so load and
 save convert. A bf16 file loads into fp32 masters exactly (bf16 ⊂ fp32) and saves back to the
 same bytes; fp32 → bf16 rounds to nearest even.
 
@@ -57,7 +61,7 @@ test/test_train.sh (one process), test/test_dp.sh (a signal to one rank of two, 
 #include "comm.h"
 #include "data_parallel.h"
 
-static const int MODEL_MAGIC = 20240326;
+static const int MODEL_MAGIC = 20240326, LLAMA_MODEL_MAGIC = 20261124;
 static const int64_t STATE_MAGIC = 20241121;
 
 // Reads and checks a model file's header. Returns its config; *file_bf16 (if given) tells the dtype.
@@ -66,15 +70,23 @@ inline GPTConfig model_file_config(const char* path, bool* file_bf16 = nullptr) 
     int h[256];
     fread_or_die(h, sizeof(int), 256, f, path);
     fclose(f);
-    if (h[0] != MODEL_MAGIC) fatal("'%s' is not a model file: magic %d, expected %d", path, h[0], MODEL_MAGIC);
+    if (h[0] != MODEL_MAGIC && h[0] != LLAMA_MODEL_MAGIC)
+        fatal("'%s' is not a model file: magic %d, expected %d (GPT-2) or %d (Llama)", path, h[0], MODEL_MAGIC, LLAMA_MODEL_MAGIC);
     if (h[1] != 3 && h[1] != 5) fatal("'%s': model file version %d is not supported (3 = fp32, 5 = bf16)", path, h[1]);
     GPTConfig c;
     c.max_seq_len = h[2]; c.vocab_size = h[3]; c.num_layers = h[4]; c.num_heads = h[5]; c.channels = h[6];
     c.padded_vocab_size = h[7];
+    if (h[0] == LLAMA_MODEL_MAGIC) {
+        c.arch = Arch::Llama; c.num_kv_heads = h[8]; c.hidden = h[9]; c.rope_theta = h[10]; c.tied = h[11] == 0;
+        if (h[11] != 0 && h[11] != 1) fatal("'%s': Llama header's untied flag is %d (0 or 1)", path, h[11]);
+    }
     if (c.max_seq_len < 1 || c.vocab_size < 1 || c.num_layers < 1 || c.num_heads < 1 || c.channels < 1 ||
         c.channels % c.num_heads != 0 || c.padded_vocab_size < c.vocab_size)
         fatal("'%s': inconsistent model header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path, c.max_seq_len,
               c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size);
+    if (c.llama() && (c.kv_heads() < 1 || c.num_heads % c.kv_heads() != 0 || c.hidden < 1 || c.rope_theta < 1 || c.head_dim() % 2))
+        fatal("'%s': inconsistent Llama header (NH=%d NKV=%d H=%d theta=%d hd=%d: NKV must divide NH, hd be even)", path,
+              c.num_heads, c.kv_heads(), c.hidden, c.rope_theta, c.head_dim());
     if (file_bf16) *file_bf16 = h[1] == 5;
     long long expect = 1024 + (long long)make_layout(c).total * (h[1] == 5 ? 2 : 4);
     long long actual = file_size_or_die(path);
@@ -113,8 +125,9 @@ inline void model_file_unit_io(FILE* f, const char* path, const GPTConfig& c, co
 
 inline void model_file_write_header(FILE* f, const char* path, const GPTConfig& c, bool file_bf16) {
     int h[256] = {0};
-    h[0] = MODEL_MAGIC; h[1] = file_bf16 ? 5 : 3; h[2] = c.max_seq_len; h[3] = c.vocab_size; h[4] = c.num_layers;
-    h[5] = c.num_heads; h[6] = c.channels; h[7] = c.padded_vocab_size;
+    h[0] = c.llama() ? LLAMA_MODEL_MAGIC : MODEL_MAGIC; h[1] = file_bf16 ? 5 : 3; h[2] = c.max_seq_len; h[3] = c.vocab_size;
+    h[4] = c.num_layers; h[5] = c.num_heads; h[6] = c.channels; h[7] = c.padded_vocab_size;
+    if (c.llama()) { h[8] = c.kv_heads(); h[9] = c.ffn(); h[10] = c.rope_theta; h[11] = c.tied ? 0 : 1; }
     fwrite_or_die(h, sizeof(int), 256, f, path);
 }
 
@@ -124,8 +137,8 @@ template <class T> inline void model_file_load(DataParallel<T>* d, const char* p
     GPTConfig c = model_file_config(path, &file_bf16);
     const GPT<T>& g = *d->g;
     if (!gpt_same_shape(c, g.config))
-        fatal("'%s' does not match the model being loaded (file: L=%d C=%d NH=%d V=%d maxT=%d)", path,
-              c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len);
+        fatal("'%s' does not match the model being loaded (file: %s L=%d C=%d NH=%d NKV=%d V=%d maxT=%d)", path,
+              c.llama() ? "llama" : "gpt2", c.num_layers, c.channels, c.num_heads, c.kv_heads(), c.vocab_size, c.max_seq_len);
     FILE* f = fopen_or_die(path, "rb");
     avec<float> unit;
     for (int u = 0; u < gpt_num_units(c); u++) {
@@ -244,12 +257,13 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
         std::string mp = tmp + "/manifest.json";
         f = fopen_or_die(mp.c_str(), "w");
         fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"precision\": \"%s\", \"layout\": {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": 1, \"zero\": %d},\n"
-                   " \"model\": {\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
-                   "\"num_heads\": %d, \"channels\": %d},\n"
+                   " \"model\": {\"arch\": \"%s\", \"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
+                   "\"num_heads\": %d, \"channels\": %d, \"num_kv_heads\": %d, \"hidden\": %d, \"rope_theta\": %d, \"tied\": %s},\n"
                    " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
                    " \"files\": [\"model.bin\", \"history.bin\"",
-                (long long)s.step, world.size, dtype_name<T>(), d->N, tp, pp, d->zero, c.max_seq_len, c.vocab_size, c.padded_vocab_size,
-                c.num_layers, c.num_heads, c.channels, (long long)s.B, (long long)s.T, (long long)s.total_batch);
+                (long long)s.step, world.size, dtype_name<T>(), d->N, tp, pp, d->zero, c.llama() ? "llama" : "gpt2", c.max_seq_len,
+                c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, c.kv_heads(), c.ffn(),
+                c.llama() ? c.rope_theta : 0, c.tied ? "true" : "false", (long long)s.B, (long long)s.T, (long long)s.total_batch);
         for (int q = 0; q < pp; q++)
             for (int t = 0; t < tp; t++)
                 for (int r = 0; r < d->N; r++) fprintf(f, ", \"%s\"", state_file("", r, tp, t, pp, q).substr(1).c_str());

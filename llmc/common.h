@@ -501,8 +501,16 @@ inline double cgroup_room_bytes(const std::string& root, const std::string& self
 
 // The host memory this process can still be given: /proc/meminfo's MemAvailable (free memory
 // plus the page cache Linux can drop), or less where its memory cgroup allows less
-// (*by_cgroup then says so); 0 where neither is known.
+// (*by_cgroup then says so); 0 where neither is known. LLMC_HOST_MEMORY=<bytes> in the
+// environment caps it (plan as if no more were available: a node shared with other jobs, or a
+// test that needs the same number in two runs, which MemAvailable, moving by the second, is not).
 inline double host_available_bytes(bool* by_cgroup = nullptr) {
+    double cap = -1;
+    if (const char* env = getenv("LLMC_HOST_MEMORY")) {
+        char* end = nullptr;
+        cap = strtod(env, &end);
+        if (end == env || *end != 0 || cap <= 0) usage_error("LLMC_HOST_MEMORY=%s: expected a number of bytes greater than 0", env);
+    }
     double kib = 0;
     char line[256];
     if (FILE* f = fopen("/proc/meminfo", "r")) {
@@ -518,7 +526,8 @@ inline double host_available_bytes(bool* by_cgroup = nullptr) {
     const double cgroup = cgroup_room_bytes("/sys/fs/cgroup", self), meminfo = kib * 1024;
     const bool tighter = cgroup >= 0 && (meminfo <= 0 || cgroup < meminfo);
     if (by_cgroup) *by_cgroup = tighter;
-    return tighter ? cgroup : meminfo;
+    const double room = tighter ? cgroup : meminfo;
+    return cap > 0 && (room <= 0 || cap < room) ? cap : room;
 }
 
 inline size_t g_gpu_bytes = 0, g_gpu_bytes_peak = 0;  // Buf's GPU memory now, and its high-water mark

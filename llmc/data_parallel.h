@@ -242,10 +242,13 @@ template <class T> inline void dp_get_unit(DataParallel<T>* d, int u, float* out
 // ---- stage 3: gather before use, prefetch the next unit
 
 // The unit the model will read after u, given the one before it (model.h's order: forward
-// 0, 1..L, L+1, 0 (classifier); backward 0, L+1, L..1; the encoder backward reads none).
+// 0, 1..L, L+1, 0 (classifier); backward 0, L+1, L..1; the encoder backward reads none; with an
+// untied classifier, in lnf's unit: forward 0, 1..L, L+1; backward L+1, L..1).
 // -1 when the step's parameter use ends (no prefetch across the optimizer step).
 inline int dp_predict_next(const GPTConfig& c, int u, int prev) {
     const int lnf = c.num_layers + 1;
+    if (!c.tied && u == 0) return 1;                            // encoder → block 0
+    if (!c.tied && u == lnf) return prev == lnf ? u - 1 : lnf;  // forward → its backward; backward → last block
     if (u == 0) return prev == lnf ? 0 : prev == 0 ? lnf : 1;  // classifier fwd → bwd; cls bwd → lnf; encoder → block 0
     if (u == lnf) return prev == 0 ? u - 1 : 0;                // backward → last block; forward → classifier
     if (prev == u - 1) return u + 1;                           // forward through the blocks (u + 1 = lnf after the last)

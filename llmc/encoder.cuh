@@ -52,8 +52,10 @@ inline void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, co
         for (int t = 0; t < T; t++) {
             const float* d = dout + ((size_t)b * T + t) * C;
             const int v = tok[b * T + t] - lo;
-            float* dpe = dwpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) dpe[c] += d[c];
+            if (dwpe) {
+                float* dpe = dwpe + (size_t)t * C;
+                for (int c = 0; c < C; c++) dpe[c] += d[c];
+            }
             if (v < 0 || v >= rows) continue;
             float* dte = dwte + (size_t)v * C;
             for (int c = 0; c < C; c++) dte[c] += d[c];
@@ -178,8 +180,10 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
         dim3 grid_m(M, ceil_div(C, 128));
         encoder_backward_partials_kernel<<<grid_m, 128, 0, ctx.stream>>>(dwte, partial, d_mrow, d_mbegin, C);
     }
-    dim3 grid_wpe(ceil_div(C, 128), T_);
-    encoder_backward_wpe_kernel<<<grid_wpe, 128, 0, ctx.stream>>>(dwpe, dout, B, T_, C);
+    if (dwpe) {
+        dim3 grid_wpe(ceil_div(C, 128), T_);
+        encoder_backward_wpe_kernel<<<grid_wpe, 128, 0, ctx.stream>>>(dwpe, dout, B, T_, C);
+    }
     CUDA_LAUNCH_CHECK();
 }
 #endif
@@ -203,7 +207,7 @@ inline void encoder_forward(const Ctx& ctx, T* out, const int* tok, const T* wte
 #endif
     encoder_forward_cpu(out, tok, wte, wpe, B, T_, C, lo, rows);
 }
-// tok_host: the tokens in host memory. dwte: V rows, the vocabulary's [lo, lo + V).
+// tok_host: the tokens in host memory. dwte: V rows, the vocabulary's [lo, lo + V). dwpe: nullptr for none.
 template <class T>
 inline void encoder_backward(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C,
                              size_t V, int lo = 0) {
@@ -212,7 +216,7 @@ inline void encoder_backward(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, co
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T_, C, lo, (int)V); return; }
 #endif
-    F32View<T> te(dwte, V * C), pe(dwpe, (size_t)T_ * C), d(dout, (size_t)B * T_ * C);
+    F32View<T> te(dwte, V * C), pe(dwpe, dwpe ? (size_t)T_ * C : 0), d(dout, (size_t)B * T_ * C);
     encoder_backward_cpu(te.p, pe.p, d.p, tok_host, B, T_, C, lo, (int)V);
     te.store(); pe.store();
 }

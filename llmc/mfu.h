@@ -3,7 +3,8 @@ mfu.h — model FLOPs utilization: the fraction of the GPU's dense bf16 peak a r
 
   FLOPs per token (training) = 6·Ψ + 6·L·C·T
       6Ψ: forward 2Ψ and backward 4Ψ multiply-adds through every weight (PaLM's appendix B);
-      6·L·C·T: attention's QKᵀ and PV, forward and backward, with the causal half skipped.
+      6·L·C·T: attention's QKᵀ and PV, forward and backward, with the causal half skipped
+      (a Llama's the same: its NH query heads of hd are C features, however many k, v heads).
   MFU = tokens/s · FLOPs per token / peak
 Peaks (dense bf16 with fp32 accumulation, per GPU, from NVIDIA's datasheets; the sparse figures
 there are twice these): H100 SXM 989 TFLOP/s, H100 NVL 835, H100 PCIe 756, H200 and GH200 989,

@@ -1,5 +1,5 @@
 /*
-model.h — GPT-2: configuration, parameter layout, and forward/backward, written once.
+model.h — GPT-2 and Llama: configuration, parameter layout, and forward/backward, written once.
 
 The model is a chain of ops from llmc/ (the .cuh files) called through a Ctx; nothing here knows which
 backend runs them. Per block l (pre-LayerNorm transformer, as GPT-2):
@@ -9,6 +9,17 @@ backend runs them. Per block l (pre-LayerNorm transformer, as GPT-2):
                    m   = gelu(ln2(x) · Wfcᵀ + bfc) · Wfcprojᵀ + bfcproj;       x = x + m
   logits = lnf(x) · wteᵀ                        (weight tying: the classifier is wte)
   loss   = mean cross-entropy over the B·T positions
+
+A Llama (GPTConfig::arch) is the same chain with other ops in four places, and no biases:
+  x₀ = wte[tokens]                              (no wpe: positions enter through RoPE)
+  a  = attention(rope(rmsnorm₁(x) · Wqkvᵀ)) · Wprojᵀ   q, k turned by their positions (rope.cuh);
+                                                NKV ≤ NH key/value heads, each repeated for its
+                                                NH/NKV query heads (gqa.cuh)
+  m  = swiglu(rmsnorm₂(x) · Wfcᵀ) · Wfcprojᵀ    Wfc: [gate; up], 2H × C (swiglu.cuh)
+  logits = rmsnorm_f(x) · wteᵀ                  (or · lm_headᵀ, a classifier of its own: GPTConfig::tied;
+                                                lm_head then lies in lnf's unit, after lnfw)
+RMSNorm is the LayerNorm ops with no mean and no bias (layernorm.cuh); a tensor Llama lacks has
+no elements in the layout, and its pointer is nullptr, which the ops read as "none".
 
 Parameters are laid out *layer-major*: [wte | wpe | block 0 | block 1 | … | block L−1 | lnf]
 with each block's 12 tensors contiguous. The model reads them in *units*, contiguous slices
@@ -30,10 +41,12 @@ One micro-step is gpt_forward, gpt_backward, then gpt_mean_loss: on a GPU the ho
 of it without waiting (tokens and targets go up, the losses come back, through common.h's
 HostStage), and gpt_mean_loss waits only for the loss copy, queued before the backward.
 
-Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C; per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
-Activation memory per micro-batch: (16·L·C + 12·C + Vp) elements of T per position, plus fp32
-statistics (gpt_activation_bytes, which the memory plan in planner.h uses); the attention matrix
-is never stored (see attention.cuh). Activation checkpointing (--recompute selective | full, see
+Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C (Llama: Vp·C + L·((2 + 2·NKV/NH)·C² + 3·H·C
++ 2C) + C); per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
+Activation memory per micro-batch: (16·L·C + 12·C + Vp) elements of T per position (Llama, with
+Q = (NH + 2·NKV)·hd: (L + 1)·(5C + Q + 3H) + Vp, and 6C more with grouped-query attention: one
+block's repeated q, k, v and their gradient), plus fp32 statistics (gpt_activation_bytes, which the memory plan in planner.h uses); the
+attention matrix is never stored (see attention.cuh). Activation checkpointing (--recompute selective | full, see
 Recompute) keeps 10·L·C + 18·C + Vp or L·C + 27·C + Vp of them and reruns the rest of each block's
 forward at the start of its backward: the same ops on the same inputs, so the same training.
 
@@ -53,7 +66,8 @@ they are used), a forward of one chunk starts from the previous stage's output a
 from the next stage's gradient, and the activations of each micro-batch in flight live in a
 slot of their own (gpt_use_slot).
 
-Tests: test/test_vs_pytorch.py (the whole model against PyTorch), test/test_ops.cpp,
+Tests: test/test_vs_pytorch.py (the whole model against PyTorch, GPT-2 and Llama), test/test_ops.cpp
+(finite differences through the whole model, both architectures),
 test/test_cli.sh (model file round trips and bad files), test/test_train.sh (--recompute: the
 same run bit for bit), test/test_gpu_train.sh (the activations predicted are those allocated),
 test/test_tp.sh (tensor and sequence parallelism against one process), test/test_pp.sh
@@ -70,56 +84,97 @@ test/test_tp.sh (tensor and sequence parallelism against one process), test/test
 #include "matmul.cuh"
 #include "attention.cuh"
 #include "gelu.cuh"
+#include "swiglu.cuh"
+#include "rope.cuh"
+#include "gqa.cuh"
 #include "fused_classifier.cuh"
 #include "adamw.cuh"
 #include "global_norm.cuh"
 #include "tensor_parallel.h"
 #include "context_parallel.h"
 
+// The two architectures (--model gpt2:… | llama:…). Llama (Touvron et al., 2023) changes the
+// block, not the model's plumbing: RMSNorm for LayerNorm (no centering, no bias), no bias in any
+// linear layer, no position embedding (RoPE turns q and k instead: rope.cuh), SwiGLU for GELU
+// (swiglu.cuh) over H hidden features, and grouped-query attention (NKV ≤ NH key/value heads,
+// each shared by NH/NKV query heads). Its classifier is tied to wte (as Llama 3.2's 1B and 3B)
+// or a matrix of its own, lm_head (Llama 3 8B, Llama 2).
+enum class Arch { GPT2, Llama };
+
 struct GPTConfig {
-    int max_seq_len = 1024;         // maxT
+    Arch arch = Arch::GPT2;
+    int max_seq_len = 1024;         // maxT (Llama: only a bound on T, no parameters)
     int vocab_size = 50257;         // V
     int padded_vocab_size = 50304;  // Vp, V rounded up to a multiple of 128
     int num_layers = 12;            // L
     int num_heads = 12;             // NH
     int channels = 768;             // C
+    int num_kv_heads = 0;           // NKV (Llama); 0: NH
+    int hidden = 0;                 // H, the MLP's hidden features (Llama); 0: 4C
+    int rope_theta = 10000;         // θ of RoPE's angles (Llama)
+    bool tied = true;               // the classifier is wte (else lm_head: Llama only)
+    bool llama() const { return arch == Arch::Llama; }
+    int kv_heads() const { return num_kv_heads ? num_kv_heads : num_heads; }
+    int ffn() const { return hidden ? hidden : 4 * channels; }
+    int head_dim() const { return channels / num_heads; }
+    // the rows of qkv's product (q, k, v features): 3C, or (NH + 2·NKV)·hd with grouped-query attention
+    size_t qkv_rows() const { return (size_t)(num_heads + 2 * kv_heads()) * head_dim(); }
+    // the rows of the MLP's first product: 4C (GELU's input), or 2H (SwiGLU's [gate | up])
+    size_t fc_rows() const { return (llama() ? 2 : 1) * (size_t)ffn(); }
 };
 
 inline bool gpt_same_shape(const GPTConfig& a, const GPTConfig& b) {
-    return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size && a.padded_vocab_size == b.padded_vocab_size &&
-           a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.channels == b.channels;
+    return a.arch == b.arch && a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
+           a.padded_vocab_size == b.padded_vocab_size && a.num_layers == b.num_layers && a.num_heads == b.num_heads &&
+           a.channels == b.channels && a.kv_heads() == b.kv_heads() && a.ffn() == b.ffn() &&
+           a.tied == b.tied && (!a.llama() || a.rope_theta == b.rope_theta);
 }
 
 // ----------------------------------------------------------------------------
 // parameter layout
 
-// The 12 tensors of one block, in llm.c's order; shapes for channels C.
+// The 12 tensors of one block, in llm.c's order. A Llama block has no biases and its norms no
+// shift: those tensors are there with no elements, so both architectures share one layout code.
 enum BlockTensor { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB,
                    NUM_BLOCK_TENSORS };
 inline const char* const BLOCK_TENSOR_NAMES[NUM_BLOCK_TENSORS] = {
     "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
 
-// Each tensor's shape in units of C, (rows·C) × (cols·C) for a weight, rows·C for a vector
-// (cols 0), and how tensor parallelism splits it (tensor_parallel.h): qkv and fc are
-// column-parallel (their rows; qkv's in 3 groups, q k v), attproj and fcproj row-parallel (their
-// columns), the rest replicated.
-struct BlockTensorShape { size_t rows, cols; TPSplit split; int groups; };
-inline const BlockTensorShape BLOCK_TENSOR_SHAPES[NUM_BLOCK_TENSORS] = {
-    {1, 0, TPSplit::Replicated, 1}, {1, 0, TPSplit::Replicated, 1},  // ln1w, ln1b
-    {3, 1, TPSplit::Rows, 3},       {3, 0, TPSplit::Rows, 3},        // qkvw, qkvb
-    {1, 1, TPSplit::Cols, 1},       {1, 0, TPSplit::Replicated, 1},  // attprojw, attprojb
-    {1, 0, TPSplit::Replicated, 1}, {1, 0, TPSplit::Replicated, 1},  // ln2w, ln2b
-    {4, 1, TPSplit::Rows, 1},       {4, 0, TPSplit::Rows, 1},        // fcw, fcb
-    {1, 4, TPSplit::Cols, 1},       {1, 0, TPSplit::Replicated, 1},  // fcprojw, fcprojb
-};
+// Each tensor's shape, rows × cols for a weight (out × in, like torch.nn.Linear), rows for a
+// vector (cols 0), and how tensor parallelism splits it (tensor_parallel.h): qkv and fc are
+// column-parallel (their rows, in groups: qkv's q, k, v, SwiGLU's fc its gate and up), attproj
+// and fcproj row-parallel (their columns), the rest replicated.
+//            GPT-2          Llama
+//   ln1w     C              C            ln1b, qkvb, attprojb, ln2b, fcb, fcprojb: C, …  | none
+//   qkvw     3C × C         (NH + 2·NKV)·hd × C
+//   attprojw C × C          C × C
+//   fcw      4C × C         2H × C
+//   fcprojw  C × 4C         C × H
+struct BlockTensorShape { size_t rows, cols; TPSplit split; std::vector<size_t> groups; };
+inline BlockTensorShape block_tensor_shape(const GPTConfig& c, BlockTensor k) {
+    const size_t C = c.channels, hd = c.head_dim(), F = c.fc_rows();
+    const size_t q = c.num_heads * hd, kv = (size_t)c.kv_heads() * hd, bias = c.llama() ? 0 : 1;
+    const std::vector<size_t> qkv{q, kv, kv}, fc = c.llama() ? std::vector<size_t>{F / 2, F / 2} : std::vector<size_t>{F};
+    switch (k) {
+        case LN1W: case LN2W: return {C, 0, TPSplit::Replicated, {C}};
+        case LN1B: case LN2B: case ATTPROJB: case FCPROJB: return {bias * C, 0, TPSplit::Replicated, {bias * C}};
+        case QKVW: return {q + 2 * kv, C, TPSplit::Rows, qkv};
+        case QKVB: return {bias * (q + 2 * kv), 0, TPSplit::Rows, bias ? qkv : std::vector<size_t>{0}};
+        case ATTPROJW: return {C, C, TPSplit::Cols, {C}};
+        case FCW: return {F, C, TPSplit::Rows, fc};
+        case FCB: return {bias * F, 0, TPSplit::Rows, bias ? fc : std::vector<size_t>{0}};
+        case FCPROJW: return {C, F / (c.llama() ? 2 : 1), TPSplit::Cols, {C}};
+        default: return {0, 0, TPSplit::Replicated, {0}};
+    }
+}
 
-// Elements of tensor k for channels C, as one of tp ranks holds it (tp = 1: the whole tensor).
-inline size_t block_tensor_size(BlockTensor k, size_t C, int tp = 1) {
-    const BlockTensorShape& s = BLOCK_TENSOR_SHAPES[k];
-    const size_t n = s.cols ? s.rows * C * s.cols * C : s.rows * C;
+// Elements of tensor k, as one of tp ranks holds it (tp = 1: the whole tensor).
+inline size_t block_tensor_size(const GPTConfig& c, BlockTensor k, int tp = 1) {
+    const BlockTensorShape s = block_tensor_shape(c, k);
+    const size_t n = s.cols ? s.rows * s.cols : s.rows;
     return s.split == TPSplit::Replicated ? n : n / tp;
 }
-inline bool block_tensor_is_matrix(BlockTensor k) { return BLOCK_TENSOR_SHAPES[k].cols != 0; }
+inline bool block_tensor_is_matrix(BlockTensor k) { return k == QKVW || k == ATTPROJW || k == FCW || k == FCPROJW; }
 
 // The layers [first, end) of the vs-th of P pipeline stages (pipeline.h): L split as evenly as
 // it goes (the first L mod P stages one more).
@@ -132,15 +187,17 @@ inline LayerRange stage_layers(int L, int P, int vs) {
 
 // The parameters one rank holds: all of them, or with tensor parallelism (tp > 1) tp rank
 // tp_rank's slice of each block and its Vp/tp rows of wte (the vocabulary-parallel embedding
-// and classifier, tensor_parallel.h); wpe and lnf are whole either way. With pipeline
-// parallelism (pp > 1) only its stage's units: its blocks, the embeddings on the first stage,
-// lnf on the last, and the last stage a copy of the embeddings too (the classifier is wte:
-// pipeline.h keeps the two copies equal). A stage's blocks are one range [first, end), or with
+// and classifier, tensor_parallel.h; of lm_head too, where the classifier has its own); wpe and
+// lnf are whole either way. With pipeline parallelism (pp > 1) only its stage's units: its
+// blocks, the embeddings on the first stage, lnf (and lm_head) on the last, and where the
+// classifier is wte the last stage a copy of the embeddings too (pipeline.h keeps the two
+// copies equal). A stage's blocks are one range [first, end), or with
 // the interleaved schedule (vpp > 1) vpp chunks of them: chunk k is virtual stage k·pp + stage
 // of pp·vpp, so stage 0's first chunk embeds and the last stage's last chunk holds the head.
-// The flat buffer holds the units it has in unit order: [embeddings | its blocks | lnf].
+// The flat buffer holds the units it has in unit order: [embeddings | its blocks | lnf (lm_head)].
 struct ParamLayout {
-    size_t wte, wpe, blocks, block_size, lnfw, lnfb, total;  // (wte, wpe: inside the embeddings' unit)
+    size_t wte, wpe, blocks, block_size, lnfw, lnfb, lm_head, total;  // (wte, wpe: inside the embeddings' unit;
+                                                                       // lnfw, lnfb, lm_head: inside lnf's)
     size_t in_block[NUM_BLOCK_TENSORS];  // offset of each tensor inside a block
     int tp = 1, tp_rank = 0;
     int pp = 1, stage = 0;
@@ -167,47 +224,52 @@ inline ParamLayout make_layout(const GPTConfig& c, int tp = 1, int tp_rank = 0, 
     p.tp = tp; p.tp_rank = tp_rank;
     p.pp = pp; p.stage = stage;
     for (int k = 0; k < vpp; k++) p.chunks.push_back(stage_layers(c.num_layers, pp * vpp, k * pp + stage));
-    p.has_emb = stage == 0 || stage == pp - 1;
+    p.has_emb = stage == 0 || (c.tied && stage == pp - 1);  // (tied: the last stage's classifier is wte)
     p.has_head = stage == pp - 1;
     p.wte = 0;
     CHECK(c.padded_vocab_size % tp == 0, "make_layout: tp %d does not divide the padded vocabulary %d", tp, c.padded_vocab_size);
     p.wpe = p.wte + (size_t)(c.padded_vocab_size / tp) * C;
-    p.blocks = p.has_emb ? p.wpe + (size_t)c.max_seq_len * C : 0;
+    p.blocks = p.has_emb ? p.wpe + (c.llama() ? 0 : (size_t)c.max_seq_len * C) : 0;  // (Llama: no wpe)
     size_t off = 0;
-    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { p.in_block[k] = off; off += block_tensor_size((BlockTensor)k, C, tp); }
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { p.in_block[k] = off; off += block_tensor_size(c, (BlockTensor)k, tp); }
     p.block_size = off;
     p.lnfw = p.blocks + (size_t)p.num_blocks() * p.block_size;
     p.lnfb = p.lnfw + C;
-    p.total = p.has_head ? p.lnfb + C : p.lnfw;
+    p.lm_head = p.lnfb + (c.llama() ? 0 : C);  // (Llama: RMSNorm, no lnfb)
+    p.total = p.has_head ? p.lm_head + (c.tied ? 0 : (size_t)(c.padded_vocab_size / tp) * C) : p.lnfw;
     return p;
 }
 
-// Pointers to one block's tensors, given the block's unit (parameters or gradients).
+// Pointers to one block's tensors, given the block's unit (parameters or gradients); nullptr for
+// a tensor with no elements (Llama's biases), which the ops read as "none".
 template <class T> struct BlockView {
     T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
 template <class T> inline BlockView<T> block_view(const ParamLayout& p, T* b) {
-    const size_t* o = p.in_block;
-    return BlockView<T>{b + o[LN1W], b + o[LN1B], b + o[QKVW], b + o[QKVB], b + o[ATTPROJW], b + o[ATTPROJB],
-                     b + o[LN2W], b + o[LN2B], b + o[FCW], b + o[FCB], b + o[FCPROJW], b + o[FCPROJB]};
+    T* t[NUM_BLOCK_TENSORS];
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
+        const size_t end = k + 1 < NUM_BLOCK_TENSORS ? p.in_block[k + 1] : p.block_size;
+        t[k] = end > p.in_block[k] ? b + p.in_block[k] : nullptr;
+    }
+    return BlockView<T>{t[LN1W], t[LN1B], t[QKVW], t[QKVB], t[ATTPROJW], t[ATTPROJB], t[LN2W], t[LN2B], t[FCW], t[FCB], t[FCPROJW], t[FCPROJB]};
 }
 
 // One contiguous range of the flat parameter buffer and whether AdamW decays it (2-D weights).
 struct ParamRange { size_t offset, size; bool decay; };
 inline std::vector<ParamRange> param_ranges(const GPTConfig& c, const ParamLayout& p) {
     std::vector<ParamRange> r;
+    auto add = [&](size_t offset, size_t size, bool decay) { if (size) r.push_back({offset, size, decay}); };
     if (p.has_emb) {
-        r.push_back({p.wte, p.wpe - p.wte, true});
-        r.push_back({p.wpe, p.blocks - p.wpe, true});
+        add(p.wte, p.wpe - p.wte, true);
+        add(p.wpe, p.blocks - p.wpe, true);
     }
     for (const LayerRange& chunk : p.chunks)
         for (int l = chunk.first; l < chunk.end; l++)
             for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
-                r.push_back({p.block(l) + p.in_block[k], block_tensor_size((BlockTensor)k, c.channels, p.tp),
-                             block_tensor_is_matrix((BlockTensor)k)});
+                add(p.block(l) + p.in_block[k], block_tensor_size(c, (BlockTensor)k, p.tp), block_tensor_is_matrix((BlockTensor)k));
     if (p.has_head) {
-        r.push_back({p.lnfw, (size_t)c.channels, false});
-        r.push_back({p.lnfb, (size_t)c.channels, false});
+        add(p.lnfw, p.lm_head - p.lnfw, false);  // lnfw (and lnfb)
+        add(p.lm_head, p.total - p.lm_head, true);
     }
     return r;
 }
@@ -224,14 +286,14 @@ struct Span { size_t offset, size; };  // elements of the flat layer-major buffe
 inline Span unit_span(const GPTConfig& c, const ParamLayout& p, int u) {
     if (u == 0) return {p.wte, p.blocks - p.wte};
     if (u <= c.num_layers) return p.has_block(u - 1) ? Span{p.block(u - 1), p.block_size} : Span{p.blocks, 0};
-    return {p.lnfw, p.has_head ? 2 * (size_t)c.channels : 0};
+    return {p.lnfw, p.has_head ? p.total - p.lnfw : 0};
 }
 
 // The runs of block tensor k that this layout's tp rank holds (tensor_parallel.h): offsets in
 // the whole tensor and in the rank's slice of it. One run, the whole tensor, without tp.
-inline std::vector<TPPiece> block_tensor_pieces(const ParamLayout& p, BlockTensor k, size_t C) {
-    const BlockTensorShape& s = BLOCK_TENSOR_SHAPES[k];
-    return tp_pieces(s.rows * C, s.cols ? s.cols * C : 1, s.split, s.groups, p.tp, p.tp_rank);
+inline std::vector<TPPiece> block_tensor_pieces(const GPTConfig& c, const ParamLayout& p, BlockTensor k) {
+    const BlockTensorShape s = block_tensor_shape(c, k);
+    return tp_pieces(s.groups, s.cols ? s.cols : 1, s.split, p.tp, p.tp_rank);
 }
 
 // Where unit u's elements lie in llm.c's tensor-major model file (element offsets after the
@@ -241,20 +303,28 @@ inline std::vector<TPPiece> block_tensor_pieces(const ParamLayout& p, BlockTenso
 struct FilePiece { size_t file_off, unit_off, n; bool replicated; };
 inline std::vector<FilePiece> unit_file_pieces(const GPTConfig& c, const ParamLayout& p, int u) {
     const ParamLayout full = make_layout(c);
-    const size_t C = c.channels, L = c.num_layers, full_block = full.block_size, emb = full.blocks - full.wte;
+    const size_t L = c.num_layers, full_block = full.block_size, emb = full.blocks - full.wte;
     if (unit_span(c, p, u).size == 0) return {};  // another pipeline stage's
+    std::vector<FilePiece> pieces;
+    auto add = [&](FilePiece f) { if (f.n) pieces.push_back(f); };  // (Llama's tensors of no elements: none)
     if (u == 0) {  // this rank's rows of wte (all of them without tp), then wpe
         const size_t wte_n = p.wpe - p.wte;
-        return {{(size_t)p.tp_rank * wte_n, 0, wte_n, false}, {full.wpe, wte_n, (size_t)c.max_seq_len * C, true}};
+        add({(size_t)p.tp_rank * wte_n, 0, wte_n, false});
+        add({full.wpe, wte_n, full.blocks - full.wpe, true});
+        return pieces;
     }
-    if (u == unit_lnf(c)) return {{emb + L * full_block, 0, 2 * C, true}};
-    std::vector<FilePiece> pieces;
+    if (u == unit_lnf(c)) {  // lnfw (lnfb), then this rank's rows of lm_head (an untied classifier's)
+        const size_t norm = full.lm_head - full.lnfw, head_n = p.total - p.lm_head;
+        add({emb + L * full_block, 0, norm, true});
+        add({emb + L * full_block + norm + (size_t)p.tp_rank * head_n, p.lm_head - p.lnfw, head_n, false});
+        return pieces;
+    }
     size_t base = emb;  // the first layer of tensor k starts here in the file
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
-        const size_t n = block_tensor_size((BlockTensor)k, C);
-        const bool replicated = BLOCK_TENSOR_SHAPES[k].split == TPSplit::Replicated;
-        for (const TPPiece& t : block_tensor_pieces(p, (BlockTensor)k, C))
-            pieces.push_back({base + (size_t)(u - 1) * n + t.full_off, p.in_block[k] + t.local_off, t.n, replicated});
+        const size_t n = block_tensor_size(c, (BlockTensor)k);
+        const bool replicated = block_tensor_shape(c, (BlockTensor)k).split == TPSplit::Replicated;
+        for (const TPPiece& t : block_tensor_pieces(c, p, (BlockTensor)k))
+            add({base + (size_t)(u - 1) * n + t.full_off, p.in_block[k] + t.local_off, t.n, replicated});
         base += L * n;
     }
     return pieces;
@@ -269,17 +339,22 @@ inline std::vector<Span> unit_norm_spans(const GPTConfig& c, const ParamLayout& 
     if (p.tp_rank == 0) return {{0, whole.size}};
     std::vector<Span> spans;
     if (u == 0) return {{0, p.wpe - p.wte}};  // its rows of wte (wpe is replicated)
-    if (u == unit_lnf(c)) return spans;
+    if (u == unit_lnf(c)) return {{p.lm_head - p.lnfw, p.total - p.lm_head}};  // its rows of lm_head (lnf is replicated)
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
-        if (BLOCK_TENSOR_SHAPES[k].split != TPSplit::Replicated)
-            spans.push_back({p.in_block[k], block_tensor_size((BlockTensor)k, c.channels, p.tp)});
+        if (block_tensor_shape(c, (BlockTensor)k).split != TPSplit::Replicated)
+            spans.push_back({p.in_block[k], block_tensor_size(c, (BlockTensor)k, p.tp)});
     return spans;
 }
 
 // ----------------------------------------------------------------------------
 // presets
 
-// "d12"-style depth (GPT-2 shapes at 12/24/36/48; otherwise C = 64·d, NH = d) or "gpt2:124M" etc.
+// "d12"-style depth (GPT-2 shapes at 12/24/36/48; otherwise C = 64·d, NH = d) or "gpt2:124M" etc.;
+// "llama:d12"-style depth for a Llama block of the same C, NH (hd = 64) with NKV = NH/2 key/value
+// heads (NH when odd) and H = 8C/3 rounded up to a multiple of 128 (the MLP's 8C² parameters
+// then match GPT-2's), θ = 10000; "llama:1B" and "llama:3B" for Llama 3.2's shapes (NKV = 8,
+// θ = 500000, T up to 8192), "llama:8B" for Llama 3 8B's (NKV = 8, H = 14336, lm_head apart from
+// wte). All of them with GPT-2's vocabulary (the tokenizer this trainer has).
 // Returns false if the spec is not a preset name (it may then be a model file).
 inline bool gpt_preset(const std::string& spec, GPTConfig* c) {
     std::string s = spec;
@@ -287,11 +362,29 @@ inline bool gpt_preset(const std::string& spec, GPTConfig* c) {
     else if (s == "gpt2:350M") s = "d24";
     else if (s == "gpt2:774M") s = "d36";
     else if (s == "gpt2:1558M") s = "d48";
+    if (s == "llama:1B" || s == "llama:3B" || s == "llama:8B") {
+        *c = GPTConfig();
+        c->arch = Arch::Llama;
+        c->max_seq_len = 8192; c->num_kv_heads = 8; c->hidden = 8192; c->rope_theta = 500000;
+        if (s == "llama:1B") { c->num_layers = 16; c->channels = 2048; c->num_heads = 32; }
+        else if (s == "llama:3B") { c->num_layers = 28; c->channels = 3072; c->num_heads = 24; }
+        else { c->num_layers = 32; c->channels = 4096; c->num_heads = 32; c->hidden = 14336; c->tied = false; }
+        return true;
+    }
+    const bool llama = s.rfind("llama:", 0) == 0;
+    if (llama) s = s.substr(6);
     if (s.size() < 2 || s[0] != 'd' || s.find_first_not_of("0123456789", 1) != std::string::npos) return false;
     int d = atoi(s.c_str() + 1);
     if (d < 1 || d > 96) return false;
     *c = GPTConfig();
     c->num_layers = d;
+    if (llama) {
+        c->arch = Arch::Llama;
+        c->channels = 64 * d; c->num_heads = d;
+        c->num_kv_heads = d % 2 == 0 ? d / 2 : d;
+        c->hidden = (int)ceil_div((size_t)8 * c->channels, (size_t)3 * 128) * 128;
+        return true;
+    }
     if (d == 12) { c->channels = 768; c->num_heads = 12; }
     else if (d == 24) { c->channels = 1024; c->num_heads = 16; }
     else if (d == 36) { c->channels = 1280; c->num_heads = 20; }
@@ -343,6 +436,13 @@ template <class floatX> struct Activations {  // on the Ctx's device, for B·T p
     Buf<float> cp_acc, cp_dkv, cp_D;
     // gradient scratch, reused by every block
     Buf<floatX> dresidual, dbtc, dqkv, dfch;
+    // Llama: q, k, v with each key/value head repeated for its query heads (grouped-query
+    // attention, one block's, made again in the backward) and their gradient; the gradient of
+    // the SwiGLU output; RoPE's angles for these positions (rope_T: the T they are for, 0: none)
+    Buf<floatX> qkv_rep, dqkv_rep, dhidden;
+    Buf<float> rope;
+    std::vector<float> rope_host;
+    int rope_T = 0;
     Buf<int> tokens, targets;
     std::vector<int> tokens_host;   // the same tokens in host memory (the encoder backward groups by them)
     HostStage tokens_in, targets_in, losses_out;  // copies the host does not wait for (common.h)
@@ -435,16 +535,18 @@ template <class T> inline void gpt_point_units(GPT<T>* g, T* params, T* grads) {
 template <class T> inline size_t gpt_num_params(const GPT<T>& g) { return make_layout(g.config).total; }
 
 // GPT-2 init of unit u into out (its unit_span(u).size elements): weights N(0, 0.02), residual
-// projections N(0, 0.02/√(2L)), biases 0, LayerNorm 1/0. Each tensor (and each block's copy)
+// projections N(0, 0.02/√(2L)), biases 0, LayerNorm 1/0 (Llama: the same, and it has no biases;
+// an untied lm_head N(0, 0.02) like wte). Each tensor (and each block's copy)
 // draws from its own stream (rand.h), so a unit's values do not depend on who initializes it;
 // a tp rank's block (and wte) is its slice of the whole one's values.
 inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint64_t seed, float* out) {
     if (unit_span(c, p, u).size == 0) return;  // another pipeline stage's
-    if (p.tp > 1 && u == 0) {  // this rank's rows of the whole wte, and wpe (unit 0 lies at the file's start)
+    if (p.tp > 1 && (u == 0 || u == unit_lnf(c))) {  // this rank's rows of the whole wte (lm_head), and wpe (lnf)
         const ParamLayout full = make_layout(c);
-        std::vector<float> emb(full.blocks - full.wte);  // (unit 0 of the whole layout)
-        gpt_init_unit(c, full, 0, seed, emb.data());
-        for (const FilePiece& f : unit_file_pieces(c, p, 0)) std::copy_n(emb.data() + f.file_off, f.n, out + f.unit_off);
+        std::vector<float> whole(unit_span(c, full, u).size);  // (unit u of the whole layout, in the file's order)
+        gpt_init_unit(c, full, u, seed, whole.data());
+        const size_t start = unit_file_pieces(c, full, u)[0].file_off;  // the unit's first element in the file
+        for (const FilePiece& f : unit_file_pieces(c, p, u)) std::copy_n(whole.data() + f.file_off - start, f.n, out + f.unit_off);
         return;
     }
     if (p.tp > 1 && u != unit_lnf(c)) {
@@ -452,7 +554,7 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
         std::vector<float> block(full.block_size);
         gpt_init_unit(c, full, u, seed, block.data());
         for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
-            for (const TPPiece& t : block_tensor_pieces(p, (BlockTensor)k, c.channels))
+            for (const TPPiece& t : block_tensor_pieces(c, p, (BlockTensor)k))
                 std::copy_n(block.data() + full.in_block[k] + t.full_off, t.n, out + p.in_block[k] + t.local_off);
         return;
     }
@@ -464,15 +566,16 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
     };
     if (u == 0) {
         fill_normal(out + p.wte, (size_t)c.vocab_size * c.channels, 0.02f, 1);  // padded rows stay 0
-        fill_normal(out + p.wpe, (size_t)c.max_seq_len * c.channels, 0.02f, 2);
+        fill_normal(out + p.wpe, p.blocks - p.wpe, 0.02f, 2);  // (Llama: no wpe)
     } else if (u == unit_lnf(c)) {
         for (int i = 0; i < c.channels; i++) out[i] = 1.0f;
+        fill_normal(out + p.lm_head - p.lnfw, c.tied ? 0 : (size_t)c.vocab_size * c.channels, 0.02f, 3);  // (padded rows stay 0)
     } else {
         int l = u - 1;
         float proj_std = 0.02f / sqrtf(2.0f * c.num_layers);
         for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
             float* dst = out + p.in_block[k];
-            size_t n = block_tensor_size((BlockTensor)k, c.channels);
+            size_t n = block_tensor_size(c, (BlockTensor)k);
             if (k == LN1W || k == LN2W) std::fill(dst, dst + n, 1.0f);
             else if (k == QKVW || k == FCW) fill_normal(dst, n, 0.02f, 1000 + 100 * l + k);
             else if (k == ATTPROJW || k == FCPROJW) fill_normal(dst, n, proj_std, 1000 + 100 * l + k);
@@ -498,24 +601,28 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const 
     const int tp = p.tp;
     const LayerRange blocks = p.chunks[chunk];
     const size_t L = blocks.end - blocks.first, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
-    const size_t head = p.heads(chunk) ? 1 : 0;
+    const size_t Q = c.qkv_rows() / tp, Fc = c.fc_rows() / tp, Hh = c.ffn() / tp;  // qkv's, fc's, the MLP's features
+    const size_t head = p.heads(chunk) ? 1 : 0, mean = c.llama() ? 0 : 1;       // (RMSNorm keeps no mean)
+    const bool llama = c.llama(), gqa = c.kv_heads() < c.num_heads;
     const size_t Lc = keeps_cheap(r) ? L : 1, Li = keeps_inner(r) ? L : 1;
     const size_t P = sp ? ceil_div(BT, (size_t)tp) : BT, W = sp ? P * tp : BT;  // rows: this rank's, gathered
     f(a.encoded, P * C);
-    f(a.ln1, Lc * P * C); f(a.ln1_mean, Li * P); f(a.ln1_rstd, Li * P);      // per block
-    f(a.qkv, Li * BT * 3 * Ct); f(a.atty, Li * BT * Ct); f(a.lse, Li * BT * NHt);
-    f(a.residual2, Li * P * C); f(a.ln2, Lc * P * C); f(a.ln2_mean, Li * P); f(a.ln2_rstd, Li * P);
-    f(a.fch, Li * BT * 4 * Ct); f(a.fch_gelu, Lc * BT * 4 * Ct); f(a.residual3, L * P * C);
-    f(a.lnf, head * P * C); f(a.lnf_mean, head * P); f(a.lnf_rstd, head * P);  // the head
+    f(a.ln1, Lc * P * C); f(a.ln1_mean, mean * Li * P); f(a.ln1_rstd, Li * P);      // per block
+    f(a.qkv, Li * BT * Q); f(a.atty, Li * BT * Ct); f(a.lse, Li * BT * NHt);
+    f(a.residual2, Li * P * C); f(a.ln2, Lc * P * C); f(a.ln2_mean, mean * Li * P); f(a.ln2_rstd, Li * P);
+    f(a.fch, Li * BT * Fc); f(a.fch_gelu, Lc * BT * Hh); f(a.residual3, L * P * C);
+    f(a.lnf, head * P * C); f(a.lnf_mean, mean * head * P); f(a.lnf_rstd, head * P);  // the head
     f(a.logits, head * BT * c.padded_vocab_size / tp); f(a.losses, head * BT);
     f(a.scratch, P * C);
-    f(a.dresidual, P * C); f(a.dbtc, W * C); f(a.dqkv, BT * 3 * Ct); f(a.dfch, BT * 4 * Ct);  // backward scratch
+    f(a.dresidual, P * C); f(a.dbtc, W * C); f(a.dqkv, BT * Q); f(a.dfch, BT * Fc);  // backward scratch
+    f(a.qkv_rep, gqa ? BT * 3 * Ct : 0); f(a.dqkv_rep, gqa ? BT * 3 * Ct : 0);     // Llama
+    f(a.dhidden, llama ? BT * Hh : 0); f(a.rope, llama ? (size_t)T_ * c.head_dim() : 0);
     f(a.tokens, BT); f(a.targets, head * BT);
     if (tp > 1) f(a.cls_stats, head * tp * BT * 3);  // the vocabulary-parallel classifier's
     if (sp) { f(a.whole, W * C); f(a.ln_grad, 2 * C); }
     if (cp > 1) {
         f(a.cp_kv, 2 * BT * 2 * Ct); f(a.cp_acc, BT * 3 * Ct); f(a.cp_dkv, 3 * BT * 2 * Ct); f(a.cp_D, BT * NHt);
-        f(a.cp_wpe, p.embeds(chunk) ? (size_t)T_ * C : 0);
+        f(a.cp_wpe, p.embeds(chunk) && !llama ? (size_t)T_ * C : 0);
     }
 }
 
@@ -525,7 +632,7 @@ template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g,
     gpt_activation_buffers(a, g->config, g->layout, g->chunk, B, T_, g->recompute, g->sp, gpt_cp(*g),
                            [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
     a.tokens_host.assign((size_t)B * T_, 0);
-    a.B = B; a.T = T_; a.recompute = g->recompute; a.chunk = g->chunk;
+    a.B = B; a.T = T_; a.recompute = g->recompute; a.chunk = g->chunk; a.rope_T = 0;
 }
 
 // The bytes gpt_ensure_activations allocates for B·T positions (as Buf rounds them), without
@@ -572,19 +679,22 @@ template <class T> struct BlockActs {
 // without sequence parallelism); q, k, v, the attention and the MLP's hidden features all B·T.
 template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T_) {
     Activations<T>& a = g->acts;
+    const GPTConfig& cf = g->config;
     const int tp = g->layout.tp;
-    const size_t BT = (size_t)B * T_, BTCt = BT * g->config.channels / tp, NHt = g->config.num_heads / tp;
-    const size_t P = gpt_seq_split(*g, B, T_).P, PC = P * g->config.channels;
+    const size_t BT = (size_t)B * T_, BTCt = BT * cf.channels / tp, NHt = cf.num_heads / tp;
+    const size_t Q = cf.qkv_rows() / tp, Fc = cf.fc_rows() / tp, Hh = cf.ffn() / tp;
+    const size_t P = gpt_seq_split(*g, B, T_).P, PC = P * cf.channels;
     const int l0 = g->layout.chunks[g->chunk].first;  // the running chunk's first block (pipeline.h; 0 without)
     const size_t c = keeps_cheap(g->recompute) ? l - l0 : 0, i = keeps_inner(g->recompute) ? l - l0 : 0;
+    const bool mean = !cf.llama();  // (RMSNorm: no mean)
     return BlockActs<T>{
         // x, the block's input: the encoder's output (or the previous stage's) for the stage's
         // first block, else the output of block l−1
         l == l0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1 - l0) * PC,
-        a.ln1.data() + c * PC, a.qkv.data() + i * BTCt * 3, a.atty.data() + i * BTCt, a.residual2.data() + i * PC,
-        a.ln2.data() + c * PC, a.fch.data() + i * BTCt * 4, a.fch_gelu.data() + c * BTCt * 4,
-        a.ln1_mean.data() + i * P, a.ln1_rstd.data() + i * P, a.lse.data() + i * BT * NHt,
-        a.ln2_mean.data() + i * P, a.ln2_rstd.data() + i * P};
+        a.ln1.data() + c * PC, a.qkv.data() + i * BT * Q, a.atty.data() + i * BTCt, a.residual2.data() + i * PC,
+        a.ln2.data() + c * PC, a.fch.data() + i * BT * Fc, a.fch_gelu.data() + c * BT * Hh,
+        mean ? a.ln1_mean.data() + i * P : nullptr, a.ln1_rstd.data() + i * P, a.lse.data() + i * BT * NHt,
+        mean ? a.ln2_mean.data() + i * P : nullptr, a.ln2_rstd.data() + i * P};
 }
 
 // The output of this rank's last block (of the whole model without pipeline parallelism; of the
@@ -593,6 +703,34 @@ template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T
 template <class T> inline T* gpt_stage_output(GPT<T>* g, int B, int T_) {
     const LayerRange r = g->layout.chunks[g->chunk];
     return g->acts.residual3.data() + (size_t)(r.end - 1 - r.first) * gpt_seq_split(*g, B, T_).P * g->config.channels;
+}
+
+// Llama: RoPE's angles for this forward's T_ positions (on the Ctx's device, rope.cuh), made when
+// T_ changes: positions 0…T_−1, or with context parallelism the sequence's positions this rank
+// holds (context_parallel.h), so every rank turns its q and k by their true places.
+template <class T> inline const float* gpt_rope(const Ctx& ctx, GPT<T>* g, int T_) {
+    Activations<T>& a = g->acts;
+    if (a.rope_T != T_) {
+        std::vector<int> pos(T_);
+        for (int t = 0; t < T_; t++) pos[t] = t;
+        if (g->cp)
+            for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T_))
+                for (int i = 0; i < q.n; i++) pos[q.local + i] = q.global + i;
+        a.rope_host = rope_table(pos.data(), T_, g->config.head_dim(), (double)g->config.rope_theta);
+        ctx_copy(ctx, a.rope.data(), a.rope_host.data(), a.rope_host.size() * sizeof(float));
+        a.rope_T = T_;
+    }
+    return a.rope.data();
+}
+// The rows the attention kernels read, [q | k | v] of this rank's NH/tp heads each: qkv itself,
+// or with grouped-query attention (Llama, NKV < NH) its key/value heads repeated into
+// acts.qkv_rep (gqa.cuh), one block's, which the backward makes again from the kept qkv.
+template <class T> inline const T* gpt_attention_rows(const Ctx& ctx, GPT<T>* g, const T* qkv, int BT) {
+    const GPTConfig& c = g->config;
+    if (c.kv_heads() == c.num_heads) return qkv;
+    const int tp = g->layout.tp;
+    gqa_expand(ctx, g->acts.qkv_rep.data(), qkv, (size_t)BT, c.num_heads / tp, c.kv_heads() / tp, c.head_dim());
+    return g->acts.qkv_rep.data();
 }
 
 template <class T> inline void acquire(GPT<T>* g, int u) { if (g->hooks) g->hooks->acquire(u); }
@@ -615,38 +753,48 @@ template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->
 template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_, bool rerun = false) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
-    const int C = c.channels, Ct = C / g->layout.tp, NHt = c.num_heads / g->layout.tp, BT = B * T_;
+    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = B * T_;
+    const int Q = (int)c.qkv_rows() / tp, Fc = (int)c.fc_rows() / tp, Hh = c.ffn() / tp;  // (GPT-2: 3Ct, 4Ct, 4Ct)
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     const int P = (int)s.P;                               // rows of the residual stream here
     T* part = s.on ? a.whole.data() : a.scratch.data();  // a row-parallel layer's partial products
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockActs<T> b = block_acts(g, l, B, T_);
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
+    // (Llama: the norms are RMSNorms, which the LayerNorm ops are with no mean and no bias: b.*_mean
+    // and w.*b are nullptr; the products have no biases either)
     if (l > g->layout.chunks[g->chunk].first && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
         residual_layernorm_forward(ctx, b.x, b.ln1, b.ln1_mean, b.ln1_rstd, block_acts(g, l - 1, B, T_).res2, a.scratch.data(),
                                    w.ln1w, w.ln1b, P, C);
     else                  // x is the encoder's output, or was kept
         layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, P, C);
     if (inner) {
-        matmul_forward(ctx, b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, 3 * Ct);
-        cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), b.atty, b.lse, b.qkv, B, T_, Ct, NHt);
+        matmul_forward(ctx, b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, Q);
+        if (c.llama())  // RoPE turns q's and k's heads in place (the kept qkv is the turned one)
+            rope_forward(ctx, b.qkv, gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
+        const T* qkv = gpt_attention_rows(ctx, g, b.qkv, BT);
+        cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), b.atty, b.lse, qkv, B, T_, Ct, NHt);
         matmul_forward(ctx, part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
         tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);  // → acts.scratch, this rank's rows
         residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
     } else {              // selective: res2 was kept
         layernorm_forward(ctx, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2w, w.ln2b, P, C);
     }
-    // fch = pre-GELU, fch_gelu = GELU(fch); selective reruns the GELU alone, so it runs apart here too
-    // (the fc product runs whenever `inner` does: selective's rerun is the one run without it)
+    // fch = the activation's input, fch_gelu = its output: GELU(fch), or Llama's SwiGLU over fch's
+    // [gate | up]. Selective reruns the activation alone, so it runs apart here too, and SwiGLU
+    // always does (the fc product runs whenever `inner` does: selective's rerun is the one run without it)
     const T* ln2 = inner ? tp_gather_rows(ctx, g->tp, s, b.ln2, a.whole.data(), C) : nullptr;
-    if (g->recompute == Recompute::Selective) {
-        if (inner) matmul_forward(ctx, b.fch, ln2, w.fcw, w.fcb, BT, C, 4 * Ct);
-        gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * 4 * Ct);
+    if (c.llama()) {
+        if (inner) matmul_forward(ctx, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
+        swiglu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT, (size_t)Hh);
+    } else if (g->recompute == Recompute::Selective) {
+        if (inner) matmul_forward(ctx, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
+        gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * Fc);
     } else {
-        matmul_forward(ctx, b.fch_gelu, ln2, w.fcw, w.fcb, BT, C, 4 * Ct, b.fch);
+        matmul_forward(ctx, b.fch_gelu, ln2, w.fcw, w.fcb, BT, C, Fc, b.fch);
     }
     if (!rerun) {
-        matmul_forward(ctx, part, b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, 4 * Ct, C);
+        matmul_forward(ctx, part, b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, Hh, C);
         tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);
     }
     // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
@@ -662,11 +810,12 @@ inline void gpt_layernorm_backward(const Ctx& ctx, GPT<T>* g, const SeqSplit& s,
     const int C = g->config.channels;
     if (!s.on) { layernorm_backward(ctx, dinp, dw, db, dout, inp, w, mean, rstd, (int)s.P, C); return; }
     T* part = g->acts.ln_grad.data();
-    ctx_zero(ctx, part, 2 * (size_t)C * sizeof(T));
-    layernorm_backward(ctx, dinp, part, part + C, dout, inp, w, mean, rstd, (int)s.P, C);
-    tp_sum(ctx, g->tp, part, 2 * (size_t)C, &g->tp_scratch);
+    const size_t n = (db ? 2 : 1) * (size_t)C;  // (RMSNorm: no bias, db = nullptr)
+    ctx_zero(ctx, part, n * sizeof(T));
+    layernorm_backward(ctx, dinp, part, db ? part + C : nullptr, dout, inp, w, mean, rstd, (int)s.P, C);
+    tp_sum(ctx, g->tp, part, n, &g->tp_scratch);
     add_inplace(ctx, dw, part, C);
-    add_inplace(ctx, db, part + C, C);
+    if (db) add_inplace(ctx, db, part + C, C);
 }
 
 // Backward of block l. On entry acts.dresidual holds ∂loss/∂(block output); on exit it holds
@@ -680,27 +829,39 @@ inline void gpt_layernorm_backward(const Ctx& ctx, GPT<T>* g, const SeqSplit& s,
 template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
-    const int C = c.channels, Ct = C / g->layout.tp, NHt = c.num_heads / g->layout.tp, BT = B * T_;
+    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = B * T_;
+    const int Q = (int)c.qkv_rows() / tp, Fc = (int)c.fc_rows() / tp, Hh = c.ffn() / tp;  // (GPT-2: 3Ct, 4Ct, 4Ct)
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockView<T> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
     if (g->recompute != Recompute::None) gpt_block_forward(ctx, g, l, B, T_, true);
     BlockActs<T> b = block_acts(g, l, B, T_);
     T *dres = a.dresidual.data(), *whole = a.whole.data();
-    // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-    matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.fch_gelu,
-                    w.fcprojw, BT, 4 * Ct, C, b.fch);  // dfch: through the GELU
+    // MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))), act = GELU (through which the fcproj
+    // product's backward takes dfch at once) or Llama's SwiGLU (its own op, from dhidden)
+    const T* dmlp = tp_gather_rows(ctx, g->tp, s, dres, whole, C);
+    if (c.llama()) {
+        matmul_backward(ctx, a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C);
+        swiglu_backward(ctx, a.dfch.data(), b.fch, a.dhidden.data(), (size_t)BT, (size_t)Hh);
+    } else {
+        matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C, b.fch);
+    }
     matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), tp_gather_rows(ctx, g->tp, s, b.ln2, whole, C), w.fcw,
-                    BT, C, 4 * Ct);
+                    BT, C, Fc);
     T* dln2 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln2w, dw.ln2b, dln2, b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd);
-    // attention: res2 = x + attproj(attention(qkv(ln1(x))))
+    // attention: res2 = x + attproj(attention(qkv(ln1(x)))) (Llama: the attention of the turned,
+    // repeated rows; its gradient comes back through the repeat, summed per group, then the turn)
     matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
                     w.attprojw, BT, Ct, C);
-    cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty,
-                          b.lse, B, T_, Ct, NHt);
+    const bool gqa = c.kv_heads() < c.num_heads;
+    T* datt = gqa ? a.dqkv_rep.data() : a.dqkv.data();  // the gradient of the rows attention read
+    cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), datt, a.dbtc.data(),
+                          gpt_attention_rows(ctx, g, b.qkv, BT), b.atty, b.lse, B, T_, Ct, NHt);
+    if (gqa) gqa_reduce(ctx, a.dqkv.data(), datt, (size_t)BT, NHt, c.kv_heads() / tp, c.head_dim());
+    if (c.llama()) rope_backward(ctx, a.dqkv.data(), gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
     matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
-                    BT, C, 3 * Ct);
+                    BT, C, Q);
     T* dln1 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln1w, dw.ln1b, dln1, b.x, w.ln1w, b.ln1_mean, b.ln1_rstd);
 }
@@ -716,9 +877,18 @@ template <class T> inline Classifier classifier_slice(const GPT<T>& g) {
     return {parts, lo, Vpl, std::max(0, std::min(Vpl, g.config.vocab_size - lo))};
 }
 
+// The classifier's weights (given the units' parameters) or their gradient (given the gradients'):
+// this rank's rows of wte where it is tied, else of lm_head, in lnf's unit; and that unit.
+template <class T> inline int gpt_classifier_unit(const GPT<T>& g) { return g.config.tied ? 0 : unit_lnf(g.config); }
+template <class T> inline T* gpt_classifier(const GPT<T>& g, const std::vector<T*>& units) {
+    const ParamLayout& p = g.layout;
+    return g.config.tied ? units[0] + p.wte : units[unit_lnf(g.config)] + (p.lm_head - p.lnfw);
+}
+
 // wpe's rows at this rank's T_ positions (context parallelism: copied into acts.cp_wpe, which
 // then stands for wpe; without, wpe itself), and for a gradient, the rows copied back.
 template <class T> inline T* gpt_wpe_rows(const Ctx& ctx, GPT<T>* g, T* wpe, int T_) {
+    if (g->config.llama()) return nullptr;  // (no position embedding: RoPE)
     if (!g->cp) return wpe;
     const size_t C = g->config.channels;
     for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T_))
@@ -776,13 +946,14 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     }
     acquire(g, unit_lnf(c));  // (the last block's output is formed here, with lnf)
     T* lnf = g->params[unit_lnf(c)];
-    residual_layernorm_forward(ctx, last, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
-                               block_acts(g, l1 - 1, B, T_).res2, a.scratch.data(), lnf, lnf + C, (int)s.P, C);
-    release(g, unit_lnf(c));
-    acquire(g, 0);  // the classifier is the tied embedding: this rank's rows of wte, its columns of the logits
-    matmul_forward(ctx, a.logits.data(), tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C), g->params[0] + p.wte,
-                   nullptr, BT, C, k.Vpl);
-    release(g, 0);
+    const bool ln = !c.llama();  // (Llama: RMSNorm, no mean, no bias)
+    residual_layernorm_forward(ctx, last, a.lnf.data(), ln ? a.lnf_mean.data() : nullptr, a.lnf_rstd.data(),
+                               block_acts(g, l1 - 1, B, T_).res2, a.scratch.data(), lnf, ln ? lnf + C : nullptr, (int)s.P, C);
+    const int cu = gpt_classifier_unit(*g);  // the tied embedding (this rank's rows of wte), or lm_head in lnf's unit
+    if (cu != unit_lnf(c)) { release(g, unit_lnf(c)); acquire(g, cu); }
+    matmul_forward(ctx, a.logits.data(), tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C), gpt_classifier(*g, g->params),
+                   nullptr, BT, C, k.Vpl);  // (its columns of the logits)
+    release(g, cu);
     a.loss_count = targets ? BT : 0;
     if (!targets) return;
     for (int i = 0; i < BT; i++)
@@ -929,16 +1100,18 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
         // lnf's output at every position (with sequence parallelism gathered again: the forward's
         // gathered copy is not assumed to have survived)
         const T* lnf_out = tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C);
-        acquire(g, 0);  // the classifier is the tied embedding: its gradient goes to this rank's rows of wte
-        matmul_backward(ctx, a.dbtc.data(), g->grads[0] + p.wte, nullptr, a.logits.data(), lnf_out, g->params[0] + p.wte,
+        const int cu = gpt_classifier_unit(*g);  // the tied embedding: its gradient goes to this rank's rows of wte (or lm_head)
+        acquire(g, cu);
+        matmul_backward(ctx, a.dbtc.data(), gpt_classifier(*g, g->grads), nullptr, a.logits.data(), lnf_out, gpt_classifier(*g, g->params),
                         BT, C, k.Vpl);
-        release(g, 0);
+        if (cu != unit_lnf(c)) { release(g, cu); acquire(g, unit_lnf(c)); }
         // ∂loss/∂(lnf's output), this rank's rows: with tensor parallelism a sum over the ranks' columns
         T* dx = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
         ctx_zero(ctx, a.dresidual.data(), s.P * C * sizeof(T));
-        acquire(g, unit_lnf(c));
         T *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
-        gpt_layernorm_backward(ctx, g, s, a.dresidual.data(), dlnf, dlnf + C, dx, last, lnf, a.lnf_mean.data(), a.lnf_rstd.data());
+        const bool ln = !c.llama();  // (Llama: RMSNorm, no mean, no bias)
+        gpt_layernorm_backward(ctx, g, s, a.dresidual.data(), dlnf, ln ? dlnf + C : nullptr, dx, last, lnf,
+                               ln ? a.lnf_mean.data() : nullptr, a.lnf_rstd.data());
         release(g, unit_lnf(c));
         grads_ready(g, unit_lnf(c));
     }  // (else acts.dresidual holds ∂loss/∂(this pipeline stage's output), which pipeline.h put there)
@@ -956,7 +1129,7 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
         T* dwpe = gpt_wpe_rows(ctx, g, g->grads[0] + p.wpe, T_);  // (with cp: this rank's positions' rows, copied)
         encoder_backward(ctx, g->grads[0] + p.wte, dwpe, tp_gather_rows(ctx, g->tp, s, a.dresidual.data(), a.whole.data(), C),
                          a.tokens_host.data(), B, T_, C, (size_t)k.Vpl, k.lo);
-        if (g->cp) gpt_wpe_rows_back(ctx, g, g->grads[0] + p.wpe, T_);
+        if (g->cp && dwpe) gpt_wpe_rows_back(ctx, g, g->grads[0] + p.wpe, T_);
     }  // (else acts.dresidual now holds ∂loss/∂(this stage's input), for the previous stage)
-    if (p.embeds(g->chunk) || p.heads(g->chunk)) grads_ready(g, 0);
+    if (p.embeds(g->chunk) || (p.heads(g->chunk) && c.tied)) grads_ready(g, 0);
 }

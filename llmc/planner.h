@@ -9,7 +9,7 @@ the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T position
 blocks' times the micro-batches its schedule keeps alive: model.h's gpt_activation_bytes of the
 model). The state is allocated first; the plan then asks what is
 still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
-memory cgroup: common.h) and whether B·T positions of activations fit in it, with a reserve for
+memory cgroup or a lower LLMC_HOST_MEMORY: common.h) and whether B·T positions of activations fit in it, with a reserve for
 the kernels' scratch:
 
   need(B) = activations(B) · (1 + 1%) + 64 MiB    fits when need(B) ≤ free / (ranks sharing it)

@@ -19,6 +19,10 @@ a transformer block needs only two all-reduces forward (Megatron's operator g) a
               proj   row-parallel (C × 4C/t)                                           → all-reduce
   backward    the gradient of each LayerNorm output is a sum over the ranks' column-parallel
               layers that read it                                                     → all-reduce
+A Llama block (model.h) splits the same way: qkv's rows are NH/t query heads and NKV/t key/value
+heads (t must divide NKV, so each rank holds whole groups), fc's are H/t of SwiGLU's gate and
+the same H/t of its up projection (2 groups), and its RMSNorms are replicated like LayerNorms;
+a classifier of its own (lm_head) is vocabulary-parallel as wte is: rank r its Vp/t rows.
 
 The token embedding wte and the classifier, which shares it (weight tying), are
 vocabulary-parallel: rank r holds wte's rows [r·Vp/t, (r+1)·Vp/t), its Vp/t of the vocabulary.
@@ -124,16 +128,23 @@ enum class TPSplit {
 // One contiguous run of a split tensor: full[full_off, +n) = local[local_off, +n).
 struct TPPiece { size_t full_off, local_off, n; };
 
-// The runs of an R × K tensor (a vector: K = 1) that tp rank r of t holds, in its local order.
-// Rows splits each of `groups` equal blocks of rows on its own: qkv's rows are the q, k and v of
-// every head, and a rank takes its heads' rows from each of the three.
-inline std::vector<TPPiece> tp_pieces(size_t R, size_t K, TPSplit split, int groups, int t, int r) {
+// The runs of a tensor of K columns (a vector: K = 1) that tp rank r of t holds, in its local
+// order. Its rows come in groups (group_rows: each group's row count) and Rows splits each group
+// on its own: qkv's rows are the q, k and v of every head (NH·hd, NKV·hd, NKV·hd: with grouped
+// query attention the k, v groups are smaller), and a rank takes its heads' rows from each.
+inline std::vector<TPPiece> tp_pieces(const std::vector<size_t>& group_rows, size_t K, TPSplit split, int t, int r) {
     std::vector<TPPiece> p;
+    size_t R = 0;
+    for (size_t g : group_rows) R += g;
     if (split == TPSplit::Replicated || t == 1) {
-        p.push_back({0, 0, R * K});
+        if (R * K != 0) p.push_back({0, 0, R * K});
     } else if (split == TPSplit::Rows) {
-        const size_t per_group = R / groups, mine = per_group / t;
-        for (int j = 0; j < groups; j++) p.push_back({(j * per_group + r * mine) * K, j * mine * K, mine * K});
+        size_t full = 0, local = 0;  // the group's first row in the whole tensor and in the slice
+        for (size_t g : group_rows) {
+            const size_t mine = g / t;
+            p.push_back({(full + r * mine) * K, local * K, mine * K});
+            full += g; local += mine;
+        }
     } else {
         const size_t mine = K / t;
         for (size_t i = 0; i < R; i++) p.push_back({i * K + r * mine, i * mine, mine});

@@ -42,6 +42,7 @@ Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wg
 #include "../llmc/model.h"
 #include "../llmc/swiglu.cuh"
 #include "../llmc/rope.cuh"
+#include "../llmc/gqa.cuh"
 
 static int n_pass = 0, n_fail = 0;
 static Ctx cpu, gpu;
@@ -212,6 +213,22 @@ template <class X> static void check_rope(int B, int T, int heads, int hd, size_
     rope_backward(cpu, cx.data(), table.data(), B, T, stride, heads, hd);
     rope_backward(gpu, gx.p(), gtable.p(), B, T, stride, heads, hd);
     compare(name, "backward (in place)", vec_widen(cx), gx.host(), bx<X>(1e-6));
+}
+
+// Grouped-query attention's rows (gqa.cuh): expand (copies) and reduce (each group's sum in fp32, in
+// the CPU's order, rounded once: no multiply to fuse, so the same bits): both exact.
+template <class X> static void check_gqa(size_t N, int NH, int NKV, int hd) {
+    char name[96]; snprintf(name, sizeof(name), "%s gqa N=%zu NH=%d NKV=%d hd=%d", dtype_name<X>(), N, NH, NKV, hd);
+    const size_t narrow = (size_t)(NH + 2 * NKV) * hd, wide = 3 * (size_t)NH * hd;
+    auto x = randn<X>(N * narrow), dout = randn<X>(N * wide);
+    std::vector<X> out(N * wide), d(N * narrow), cx = vec_cast<X>(x), cdout = vec_cast<X>(dout);
+    gqa_expand(cpu, out.data(), cx.data(), N, NH, NKV, hd);
+    Dev<X> gx(x), gdout(dout), gout(vec_widen(out), true), gd(vec_widen(d), true);
+    gqa_expand(gpu, gout.p(), gx.p(), N, NH, NKV, hd);
+    compare(name, "expand", vec_widen(out), gout.host(), 0.0);
+    gqa_reduce(cpu, d.data(), cdout.data(), N, NH, NKV, hd);
+    gqa_reduce(gpu, gd.p(), gdout.p(), N, NH, NKV, hd);
+    compare(name, "reduce", vec_widen(d), gd.host(), 0.0);
 }
 
 // lt_epilogues = false: cuBLASLt computes plain products and the bias (and GELU) run in our kernels,
@@ -602,6 +619,8 @@ template <class X> static void check_all() {
     check_rope<X>(2, 7, 3, 4, 20, 0);       // the v part of a row (past 3·4) untouched
     check_rope<X>(2, 64, 12, 64, 3 * 384, 1000);  // q and k of 6 heads each of 64 (GQA-free), positions from 1000
     check_rope<X>(1, 33, 3, 128, 3 * 128 + 2 * 128 / 2, 5);
+    check_gqa<X>(7, 6, 2, 4);      // groups of 3
+    check_gqa<X>(2048, 12, 4, 64);  // llama:d12's heads, 3 to a key/value head
     check_matmul<X>(9, 11, 70, true);
     check_matmul<X>(256, 768, 2304, true);
     check_matmul<X>(128, 3072, 768, false);

@@ -4,7 +4,7 @@
 # TEST_NAME, and exit 1), OpenMPI allowed to run as root, one OpenMP thread a rank, mpi N ARGS...
 # to run BIN on N ranks, check_error for a flag the trainer must refuse (with the test's "common"
 # flags), and the helpers that compare a parallel run with one process (run, close_losses,
-# losses, same_run, alike).
+# losses, same_run, alike); untied_llama writes a model file of a Llama whose classifier is its own.
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if ! command -v mpirun >/dev/null || ! "$BIN" --help | grep -q -- "--comm-stats"; then
     echo "not ok - $TEST_NAME needs mpirun and a train_gpt built with MPI"; exit 1
@@ -64,5 +64,17 @@ run() {
 alike() {
     close_losses "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$4" 1e-5
     $PY test/compare_models.py --updates "$tmp/$3.bin" "$tmp/$1.bin" "$tmp/$2.bin" 1e-4 | sed "s/ - / - $4: /"
+}
+# untied_llama PATH: a Llama model file (GPT-2's vocabulary; 4 blocks, C = 128, 4 query heads
+# sharing 2 key/value heads, H = 384) with a classifier of its own (lm_head), random weights
+# (test/gpt2_torch.py): no preset has one this small
+untied_llama() {
+    $PY - "$1" <<'PY'
+import sys
+sys.path.insert(0, "test")
+import gpt2_torch as ref
+cfg = dict(arch="llama", maxT=1024, V=50257, Vp=50304, L=4, NH=4, NKV=2, C=128, H=384, theta=10000, tied=False)
+ref.write_model(sys.argv[1], cfg, ref.random_params(cfg, seed=11))
+PY
 }
 

@@ -40,7 +40,8 @@
 #                       test_pp's (the stages' sends staged from the GPU through host memory),
 #                       and test_cp's (the ring's CUDA block kernels, its sends over NCCL)
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
-# trainer tests run on both.
+# trainer tests run on both (the g++ build's test_dp and test_train quick: the Llama runs and the
+# dp = 4 matrix once, on ./train_gpt; the emulated GPU runs Llama in fp32 alone, GPU_TRAIN_QUICK).
 set -u
 cd "$(dirname "$0")/.."
 log=build/test.log
@@ -70,7 +71,8 @@ part "test_comm (4 ranks)" mpirun --oversubscribe -np 4 build/test_comm
 part "test_comm (3 ranks)" mpirun --oversubscribe -np 3 build/test_comm
 for b in "${binaries[@]}"; do
     part "test_cli ($b)" bash test/test_cli.sh "$b"
-    part "test_train ($b)" bash test/test_train.sh "$b"
+    if [ "$b" = ./train_gpt ]; then part "test_train ($b)" bash test/test_train.sh "$b"
+    else part "test_train ($b, quick)" env TRAIN_QUICK=1 bash test/test_train.sh "$b"; fi
     part "test_vs_pytorch ($b)" /usr/bin/python3 test/test_vs_pytorch.py "$b"
     # (the g++ build beside an nvcc one: dp = 2 and DP_QUICK, the collectives of every kind; its
     # dp = 4 matrix, other ZeRO stages, signals and resharding are the same code as ./train_gpt's)
@@ -111,8 +113,8 @@ sys.exit(0 if r['kind'] == sys.argv[1] and times and all(t > 0 for t in times) e
 part "dev/bench PyTorch baselines (CPU, tiny shapes)" torch_baselines
 part "test_bench_train (make bench's training table, stand-in trainer)" bash test/test_bench_train.sh ./train_gpt
 part "gpu_sanitize's verdicts (stand-in sanitizer, emulated GPU)" bash test/test_gpu_sanitize.sh build/train_gpt_simt
-part "test_gpu_train (emulated GPU)" bash test/test_gpu_train.sh build/train_gpt_simt
-part "test_train (emulated GPU)" env DEVICE=cuda bash test/test_train.sh build/train_gpt_simt
+part "test_gpu_train (emulated GPU)" env GPU_TRAIN_QUICK=1 bash test/test_gpu_train.sh build/train_gpt_simt
+part "test_train (emulated GPU)" env DEVICE=cuda TRAIN_QUICK=1 bash test/test_train.sh build/train_gpt_simt
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
 part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh build/train_gpt_simt
 part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt

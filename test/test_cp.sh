@@ -3,7 +3,8 @@
 # process with the same global batch (GPT d2: 2 blocks, C = 128, 2 heads; the shipped Bible):
 #   equivalence:  cp = 2 contiguous and zigzag, cp = 4 zigzag, dp = 2 × cp = 2 with ZeRO 1 and 3,
 #                 tp = 2 × cp = 2 with --sp 1, pp = 2 × cp = 2 (and interleaved, d4: 2 chunks a
-#                 stage): per-step losses within 1e-5 and
+#                 stage), a Llama (llama:d4: RoPE at global positions, grouped-query
+#                 attention) at cp = 2 zigzag and pp = 2 × cp = 2: per-step losses within 1e-5 and
 #                 every tensor changed alike (compare_models.py --updates, 1e-4: the attention's
 #                 softmax is merged from blocks and the gradients summed over cp in another order)
 #   memory:       a cp rank's activations are one process's at T/cp plus the ring's buffers
@@ -61,6 +62,15 @@ run pp2cp2 4 --pp 2 --cp 2 --total-batch-tokens $((2 * B * T)) && alike ref_m2 p
 run ref_d4 1 --model d4 --steps 3 --total-batch-tokens $((2 * B * T))
 run il_cp2 4 --model d4 --steps 3 --pp 2 --pp-schedule interleaved --vpp 2 --cp 2 --cp-layout zigzag --total-batch-tokens $((2 * B * T)) &&
     alike ref_d4 il_cp2 init_d4 "d4, pp=2 interleaved (vpp=2) x cp=2 zigzag"
+# a Llama (llama:d4): RoPE turns each rank's q, k by their global positions (zigzag: not
+# contiguous), and the ring carries the repeated key/value heads (grouped-query attention); with
+# pp = 2, the stages hand on RMSNorm's stream and no wpe
+"$BIN" "${common[@]}" --model llama:d4 --steps 0 --save-model "$tmp/init_llama.bin" >/dev/null 2>&1
+run ref_llama 1 --model llama:d4 --steps 3 --total-batch-tokens $((2 * B * T))
+run llama_cp2 2 --model llama:d4 --steps 3 --cp 2 --cp-layout zigzag --total-batch-tokens $((2 * B * T)) &&
+    alike ref_llama llama_cp2 init_llama "llama:d4, cp=2 zigzag"
+run llama_pp2cp2 4 --model llama:d4 --steps 3 --pp 2 --cp 2 --cp-layout zigzag --total-batch-tokens $((2 * B * T)) &&
+    alike ref_llama llama_pp2cp2 init_llama "llama:d4, pp=2 x cp=2 zigzag"
 
 # --- memory and volume against the formulas in context_parallel.h's header
 run ref_half 1 --seq-len $((T / 2)) --steps 0  # one process's activations at T/cp

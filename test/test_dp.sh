@@ -21,6 +21,8 @@
 #   outliers:     dp = 2 with --skip-norm-z: ZeRO 0-3 skip the same steps, bit-identical runs
 #   memory plan:  (emulated GPU) --batch-size auto agrees on what fits the smallest GPU, and
 #                 where nothing fits one rank, all stop with one line
+#   llama:        llama:d4 at dp = 2 with ZeRO 1 and 3, and one with its own classifier at ZeRO-3, against
+#                 one process (losses, every tensor's change)
 #   layout:       a world size that tp·pp·cp does not divide fails with one clear line
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [DP_SIZES="2 4"] [DP_QUICK=1] test/test_dp.sh [TRAIN_GPT]
 # Prints "ok"/"not ok" lines. With DEVICE=cuda the ranks share the GPU(s) and the collectives
@@ -405,6 +407,25 @@ for d in map(json.loads, open(sys.argv[1])): print(d['step'], repr(d['loss']), r
         echo "not ok - dp=2 --skip-norm-z: $n skipped steps at ZeRO 0, or the stages differ"
         for z in 1 2 3; do diff <(sk_fields "$tmp/sk_0.jsonl") <(sk_fields "$tmp/sk_$z.jsonl") | sed "s/^/#   zero $z: /"; done
     fi
+fi
+
+# --- a Llama (llama:d4: blocks with no biases, so its units' shards fall elsewhere) at dp = 2 with
+# ZeRO 1-3 and accumulation 2 against one process: losses 1e-5, every tensor's change 1e-4
+# (mpi_setup.sh's alike; AdamW's ε 1e-4 as test_tp.sh says why)
+if [ -z "${DP_QUICK:-}" ]; then
+    lcommon=("${common[@]}"); common=(--device "${DEVICE:-cpu}" --precision fp32 --model llama:d4 --seq-len 32 --lr 3e-3
+        --warmup-steps 2 --weight-decay 0.1 --eps 1e-4 --seed 7 --val-data "" --steps 3)
+    [ -n "${COMM:-}" ] && common+=(--comm "$COMM")
+    "$BIN" "${common[@]}" --steps 0 --save-model "$tmp/llama_init.bin" >/dev/null 2>&1
+    run llama_ref 1 --batch-size 8 --total-batch-tokens 512
+    for z in 1 3; do  # (ZeRO-2 shards as 1 and 3 do)
+        run llama_z$z 2 --batch-size 4 --zero $z --total-batch-tokens 512 && alike llama_ref llama_z$z llama_init "llama:d4 dp=2 zero=$z accum=2"
+    done
+    untied_llama "$tmp/untied_init.bin"  # (ZeRO-3 gathers lm_head with lnf, and prefetches by the untied order)
+    run untied_ref 1 --model "$tmp/untied_init.bin" --batch-size 8 --total-batch-tokens 512
+    run untied_z3 2 --model "$tmp/untied_init.bin" --batch-size 4 --zero 3 --total-batch-tokens 512 &&
+        alike untied_ref untied_z3 untied_init "llama (untied) dp=2 zero=3 accum=2"
+    common=("${lcommon[@]}")
 fi
 
 # --- bad layouts fail before allocating, with one line from rank 0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_gpu_train — whole trainings on --device cuda against the CPU run of the same flags.
-#   fp32  10 steps, per-step loss within 1e-4 of the CPU (fp32 both sides; the GPU sums in other
+#   fp32  10 steps (d2, and llama:d2), per-step loss within 1e-4 of the CPU (fp32 both sides; the GPU sums in other
 #         orders: ~1e-6 observed), the loss falls, two GPU runs are bit-identical
 #   bf16  the same in bf16 (GPU kernels vs the CPU's bf16 emulation): within 2e-2 (the CUDA
 #         issue's bf16 bound; the flash kernel's bf16 P·V and different rounding points move a
@@ -17,18 +17,18 @@
 #   unusable GPU (emulator only) a driver older than the runtime, a GPU below compute capability
 #         8.0, a binary without code for the GPU: --device cuda refused in one line naming the
 #         cause and the remedy (exit 2), --device auto on the CPU with a note saying why
-# usage: test/test_gpu_train.sh TRAIN_GPT     (a CUDA build on a GPU, or build/train_gpt_simt,
+# usage: [GPU_TRAIN_QUICK=1] test/test_gpu_train.sh TRAIN_GPT     (a CUDA build on a GPU, or build/train_gpt_simt,
 # the trainer on the CPU SIMT emulator). Prints "ok"/"not ok" lines.
 set -u
 BIN=${1:?usage: test/test_gpu_train.sh TRAIN_GPT}
-gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND [ENV=VALUE...]: the GPU runs with those variables set (and GPU_FLAGS)
+gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND [ENV=VALUE...]: the GPU runs with those variables set (and GPU_FLAGS; MODEL: d2)
     local prec=$1 bound=$2 tmp; tmp=$(mktemp -d); shift 2
     local gflags=(${GPU_FLAGS:-})
-    local flags=(--model d2 --batch-size 4 --seq-len 64 --steps 10 --lr 1e-3 --warmup-steps 2 --val-data "" --seed 3 --precision "$prec")
+    local flags=(--model "${MODEL:-d2}" --batch-size 4 --seq-len 64 --steps 10 --lr 1e-3 --warmup-steps 2 --val-data "" --seed 3 --precision "$prec")
     "$BIN" --device cpu "${flags[@]}" --log-file "$tmp/cpu.jsonl" >/dev/null 2>&1
     env "$@" "$BIN" --device cuda "${flags[@]}" "${gflags[@]}" --log-file "$tmp/gpu.jsonl" >"$tmp/gpu.out" 2>&1 || tail -3 "$tmp/gpu.out" | sed 's/^/# /'
     env "$@" "$BIN" --device cuda "${flags[@]}" "${gflags[@]}" --log-file "$tmp/gpu2.jsonl" >/dev/null 2>&1
-    local what="$prec${GPU_FLAGS:+ $GPU_FLAGS}"
+    local what="$prec${MODEL:+ $MODEL}${GPU_FLAGS:+ $GPU_FLAGS}"
     ${PYTHON:-/usr/bin/python3} - "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" "$tmp/gpu2.jsonl" "$what${1:+ ($*)}" "$bound" <<'PY'
 import json, sys
 def load(p):
@@ -47,6 +47,10 @@ PY
 }
 gpu_vs_cpu fp32 1e-4
 gpu_vs_cpu bf16 2e-2
+# a Llama (llama:d2: RMSNorm, RoPE, SwiGLU, 2 query heads sharing 1 key/value head): the same bounds
+# (GPU_TRAIN_QUICK=1, the suite's emulated run: fp32 alone; the same kernels' bf16 paths are in simcheck_ops)
+MODEL=llama:d2 gpu_vs_cpu fp32 1e-4
+[ -z "${GPU_TRAIN_QUICK:-}" ] && MODEL=llama:d2 gpu_vs_cpu bf16 2e-2
 # --flash-rows 32 (two m-tiles per warp in every flash attention pass, head size 64 here: d2 has
 # C=128, NH=2) runs the same mma sequences on the same values: the whole training bit-identical
 flash_rows() {

@@ -38,6 +38,7 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include "../llmc/context_parallel.h"
 #include "../llmc/swiglu.cuh"
 #include "../llmc/rope.cuh"
+#include "../llmc/gqa.cuh"
 
 static int n_pass = 0, n_fail = 0;
 static void report(bool ok, const char* name, const char* fmt = "", double a = 0, double b = 0) {
@@ -480,6 +481,29 @@ static void test_llama_ops() {
             }
         report(rel <= 1e-5, "rope: q.k after the turns is the same at positions shifted by 3 (it sees u - t alone)", "max diff %.1e", rel);
     }
+    {   // grouped-query attention's rows (gqa.cuh): 6 query heads, 2 key/value heads (groups of 3), hd 4
+        const int N = 5, NH = 6, NKV = 2, hd = 4, G = NH / NKV, narrow = (NH + 2 * NKV) * hd, wide = 3 * NH * hd;
+        auto x = randn((size_t)N * narrow), R = randn((size_t)N * wide);
+        avec<float> y((size_t)N * wide), dx((size_t)N * narrow);
+        gqa_expand(ctx, y.data(), x.data(), N, NH, NKV, hd);
+        bool def = true;  // q as it is; k, v head h is head h / G of the grouped row's k, v
+        for (int n = 0; n < N; n++)
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < hd; i++) {
+                    const float* in = x.data() + (size_t)n * narrow;
+                    const float* out = y.data() + (size_t)n * wide;
+                    def &= out[h * hd + i] == in[h * hd + i];
+                    def &= out[NH * hd + h * hd + i] == in[NH * hd + (h / G) * hd + i];
+                    def &= out[2 * NH * hd + h * hd + i] == in[(NH + NKV) * hd + (h / G) * hd + i];
+                }
+        report(def, "gqa expand: q copied, key/value head h / (NH/NKV) repeated for query head h");
+        gqa_reduce(ctx, dx.data(), R.data(), N, NH, NKV, hd);  // the transpose: <expand(x), R> = <x, reduce(R)>
+        double lhs = 0, rhs = 0, mag = 0;
+        for (size_t i = 0; i < y.size(); i++) { lhs += (double)y[i] * R[i]; mag += std::fabs((double)y[i] * R[i]); }
+        for (size_t i = 0; i < x.size(); i++) rhs += (double)x[i] * dx[i];
+        report(std::fabs(lhs - rhs) <= 1e-6 * mag, "gqa reduce is expand's transpose (<expand(x), r> = <x, reduce(r)>)",
+               "%.2e vs %.2e", lhs, rhs);
+    }
 }
 
 static void test_classifier() {
@@ -503,10 +527,14 @@ static void test_classifier() {
     report(pad_zero, "fused_classifier padded vocab gets zero gradient");
 }
 
-// The whole model: gradient of the mean loss w.r.t. sampled parameters of every tensor kind.
-static void test_model_grad() {
+// The whole model: gradient of the mean loss w.r.t. sampled parameters of every tensor kind, of
+// GPT-2 and of a Llama (RMSNorm, RoPE, SwiGLU, 4 query heads sharing 2 key/value heads), whose
+// classifier is wte (tied) or its own lm_head.
+static void test_model_grad(bool llama, bool tied = true) {
+    const char* arch = !llama ? "gpt2" : tied ? "llama" : "llama (untied)";
     GPTConfig c;
     c.max_seq_len = 8; c.vocab_size = 50; c.padded_vocab_size = 64; c.num_layers = 2; c.num_heads = 2; c.channels = 16;
+    if (llama) { c.arch = Arch::Llama; c.num_heads = 4; c.num_kv_heads = 2; c.hidden = 24; c.rope_theta = 10000; c.tied = tied; }
     GPT<float> g;
     gpt_build(&g, c);
     const ParamLayout& p = g.layout;
@@ -514,6 +542,9 @@ static void test_model_grad() {
     gpt_point_units(&g, params.data(), grads.data());
     for (int u = 0; u < gpt_num_units(c); u++) gpt_init_unit(c, p, u, 7, params.data() + unit_span(c, p, u).offset);
     for (auto& x : params) x += 0.05f * rng.normal();  // break the zero biases / unit LayerNorms
+    if (llama)  // sharp attention, so that q and k (and RoPE's turn of them) move the loss well above round-off
+        for (int l = 0; l < c.num_layers; l++)
+            for (size_t i = 0; i < block_tensor_size(c, QKVW); i++) params[p.block(l) + p.in_block[QKVW] + i] *= 5.0f;
     int B = 2, T = 8;
     std::vector<int> x(B * T), y(B * T);
     for (int i = 0; i < B * T; i++) { x[i] = (int)rng.below(50); y[i] = (int)rng.below(50); }
@@ -524,14 +555,31 @@ static void test_model_grad() {
         double l = gpt_mean_loss(&g);
         return std::make_pair(l, 64.0 * std::fabs(l));  // the mean of B·T losses, each a deep fp32 chain
     };
-    fd_check("model dwte (tied embedding + classifier)", params.data() + p.wte, (size_t)50 * 16, grads.data() + p.wte, loss, 24);
-    fd_check("model dwpe", params.data() + p.wpe, (size_t)8 * 16, grads.data() + p.wpe, loss, 24);
+    char name[96];
+    snprintf(name, sizeof(name), "%s model dwte (%s)", arch, tied ? "tied embedding + classifier" : "the embedding alone");
+    fd_check(name, params.data() + p.wte, (size_t)50 * 16, grads.data() + p.wte, loss, 24);
+    snprintf(name, sizeof(name), "%s model dwpe", arch);
+    if (!llama) fd_check(name, params.data() + p.wpe, (size_t)8 * 16, grads.data() + p.wpe, loss, 24);
+    else report(p.blocks == p.wpe, "llama model: no wpe (RoPE)");
+    size_t held = 0;
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
-        char name[64]; snprintf(name, sizeof(name), "model block0 %s", BLOCK_TENSOR_NAMES[k]);
+        const size_t n = block_tensor_size(c, (BlockTensor)k);
+        held += n;
+        if (n == 0) continue;  // (Llama's biases)
+        snprintf(name, sizeof(name), "%s model block0 %s", arch, BLOCK_TENSOR_NAMES[k]);
         size_t off = p.block(0) + p.in_block[k];
-        fd_check(name, params.data() + off, block_tensor_size((BlockTensor)k, 16), grads.data() + off, loss, 12);
+        fd_check(name, params.data() + off, n, grads.data() + off, loss, 12);
     }
-    fd_check("model dlnfw", params.data() + p.lnfw, 16, grads.data() + p.lnfw, loss, 16);
+    // a Llama block: 2C norms, (NH + 2·NKV)·hd·C + C² attention, 3·H·C MLP weights, no biases
+    snprintf(name, sizeof(name), "%s block holds its %zu parameters", arch, held);
+    report(held == p.block_size && (!llama || held == 2 * 16 + (4 + 2 * 2) * 4 * 16 + 16 * 16 + 3 * 24 * 16), name);
+    snprintf(name, sizeof(name), "%s model dlnfw", arch);
+    fd_check(name, params.data() + p.lnfw, 16, grads.data() + p.lnfw, loss, 16);
+    if (!tied) {
+        snprintf(name, sizeof(name), "%s model dlm_head (the classifier), apart from dwte (the embedding)", arch);
+        fd_check(name, params.data() + p.lm_head, (size_t)50 * 16, grads.data() + p.lm_head, loss, 24);
+        report(p.total == p.lm_head + (size_t)64 * 16, "llama (untied): lm_head's Vp x C rows end the layout");
+    }
 }
 
 static void test_adamw_and_norm() {
@@ -805,6 +853,13 @@ static void test_bf16_ops() {
         for (size_t i = 0; i < q.size(); i++) q[i] = to_f(bq[i]);  // (the same bf16 input for the backward)
         rope_backward(ctx, q.data(), table.data(), B, T, stride, 2, hd); rope_backward(ctx, bq.data(), table.data(), B, T, stride, 2, hd);
         check_rounded_once("bf16 rope backward", q, bq);
+        const int NH = 4, NKV = 2;  // gqa: copies exact, group sums rounded once
+        auto e = randn_bf((size_t)B * T * 3 * NH * hd);
+        auto be = as_bf16(e);
+        avec<float> r((size_t)B * T * (NH + 2 * NKV) * hd);
+        avec<bf16> br(r.size());
+        gqa_reduce(ctx, r.data(), e.data(), (size_t)B * T, NH, NKV, hd); gqa_reduce(ctx, br.data(), be.data(), (size_t)B * T, NH, NKV, hd);
+        check_rounded_once("bf16 gqa reduce", r, br);
     }
     {   // classifier: the losses are the fp32 op's bit for bit, dlogits rounded once
         int N = 5, V = 29, Vp = 32;
@@ -933,9 +988,12 @@ static void test_mfu() {
 // its local tensor exactly once, the model file's pieces of a block cover its range of the file
 // once when the replicated ones are written by tp rank 0 alone, and a rank's initialization is
 // its slice of the whole block's (and of the whole wte: its Vp/t rows).
-static void test_tp_slices() {
+// The same for a Llama with grouped-query attention, whose qkv rows are 3 groups of unequal size.
+// And for a Llama with its own classifier, lm_head: each rank's Vp/t rows of it, like wte's.
+static void test_tp_slices(bool llama, bool tied = true) {
     GPTConfig c;
     c.num_layers = 3; c.channels = 16; c.num_heads = 4; c.max_seq_len = 8; c.vocab_size = 50; c.padded_vocab_size = 64;
+    if (llama) { c.arch = Arch::Llama; c.channels = 32; c.num_heads = 8; c.num_kv_heads = 4; c.hidden = 48; c.tied = tied; }
     const ParamLayout full = make_layout(c);
     for (int t : {2, 4}) {
         bool tensors_ok = true, file_ok = true, init_ok = true;
@@ -945,9 +1003,9 @@ static void test_tp_slices() {
         for (int r = 0; r < t; r++) {
             const ParamLayout p = make_layout(c, t, r);
             for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
-                const size_t n = block_tensor_size((BlockTensor)k, c.channels), local = block_tensor_size((BlockTensor)k, c.channels, t);
+                const size_t n = block_tensor_size(c, (BlockTensor)k), local = block_tensor_size(c, (BlockTensor)k, t);
                 std::vector<int> held(local, 0);
-                for (const TPPiece& q : block_tensor_pieces(p, (BlockTensor)k, c.channels)) {
+                for (const TPPiece& q : block_tensor_pieces(c, p, (BlockTensor)k)) {
                     if (q.full_off + q.n > n || q.local_off + q.n > local) { tensors_ok = false; continue; }
                     for (size_t i = 0; i < q.n; i++) held[q.local_off + i]++;
                 }
@@ -961,7 +1019,7 @@ static void test_tp_slices() {
             std::vector<float> mine(p.block_size);
             gpt_init_unit(c, p, unit_of_block(1), 7, mine.data());
             for (int k = 0; k < NUM_BLOCK_TENSORS; k++)
-                for (const TPPiece& q : block_tensor_pieces(p, (BlockTensor)k, c.channels))
+                for (const TPPiece& q : block_tensor_pieces(c, p, (BlockTensor)k))
                     for (size_t i = 0; i < q.n; i++)
                         init_ok &= mine[p.in_block[k] + q.local_off + i] == whole[full.in_block[k] + q.full_off + i];
             // the embeddings: this rank's Vp/t rows of wte, then all of wpe
@@ -972,14 +1030,24 @@ static void test_tp_slices() {
             init_ok &= wte_n * t == (size_t)c.padded_vocab_size * c.channels;
             for (size_t i = 0; i < wte_n; i++) init_ok &= emb[i] == whole_emb[r * wte_n + i];
             for (size_t i = 0; i < wpe_n; i++) init_ok &= emb[wte_n + i] == whole_emb[full.wpe + i];
+            // lnf's unit: lnfw whole, then (untied) this rank's Vp/t rows of lm_head
+            std::vector<float> head(unit_span(c, p, unit_lnf(c)).size), whole_head(unit_span(c, full, unit_lnf(c)).size);
+            gpt_init_unit(c, p, unit_lnf(c), 7, head.data());
+            gpt_init_unit(c, full, unit_lnf(c), 7, whole_head.data());
+            const size_t norm = p.lm_head - p.lnfw, head_n = p.total - p.lm_head;
+            init_ok &= head_n * t == (tied ? 0 : (size_t)c.padded_vocab_size * c.channels);
+            for (size_t i = 0; i < norm; i++) init_ok &= head[i] == whole_head[i];
+            for (size_t i = 0; i < head_n; i++) init_ok &= head[norm + i] == whole_head[norm + r * head_n + i];
         }
         for (int h : file_hits) file_ok &= h == 1;
         char name[160];
-        snprintf(name, sizeof(name), "tp=%d: every rank's pieces fill its slice of each block tensor once", t);
+        const char* arch = !llama ? "" : tied ? "llama (NKV = NH/2) " : "llama (NKV = NH/2, untied) ";
+        snprintf(name, sizeof(name), "%stp=%d: every rank's pieces fill its slice of each block tensor once", arch, t);
         report(tensors_ok, name);
-        snprintf(name, sizeof(name), "tp=%d: the ranks' model-file pieces cover the file once (replicated ones from tp rank 0)", t);
+        snprintf(name, sizeof(name), "%stp=%d: the ranks' model-file pieces cover the file once (replicated ones from tp rank 0)", arch, t);
         report(file_ok, name);
-        snprintf(name, sizeof(name), "tp=%d: each rank initializes its slice of the whole block's values, and its rows of wte", t);
+        snprintf(name, sizeof(name), "%stp=%d: each rank initializes its slice of the whole block's values, and its rows of wte%s", arch, t,
+                 tied ? "" : " and lm_head");
         report(init_ok, name);
     }
 }
@@ -1037,7 +1105,9 @@ int main() {
     test_gelu();
     test_llama_ops();
     test_classifier();
-    test_model_grad();
+    test_model_grad(false);
+    test_model_grad(true);
+    test_model_grad(true, false);
     test_adamw_and_norm();
     test_misc();
     test_mfu();
@@ -1045,7 +1115,9 @@ int main() {
     test_bf16_ops();
     test_bf16_model();
     test_data_order();
-    test_tp_slices();
+    test_tp_slices(false);
+    test_tp_slices(true);
+    test_tp_slices(true, false);
     test_classifier_vocab_parallel();
     test_encoder_vocab_parallel();
     test_pipeline_schedules();

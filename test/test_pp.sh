@@ -8,7 +8,9 @@
 #                 pp = 3 (gpipe); dp = 2 × pp = 2 with ZeRO 0-3; tp = 2 × pp = 2 with --sp 1;
 #                 dp = 2 × tp = 2 × pp = 2 (8 ranks, ZeRO-1);
 #                 interleaved with --vpp 2: d4 over pp = 2 (also dp = 2 with ZeRO 1 and 3, and
-#                 tp = 2 --sp 1), d6 over pp = 3, d5 over pp = 2 (uneven chunks)
+#                 tp = 2 --sp 1), d6 over pp = 3, d5 over pp = 2 (uneven chunks); a Llama
+#                 (llama:d4) over tp = 2 --sp 1 × pp = 2 interleaved, and one with its own
+#                 classifier (lm_head) over pp = 2
 #   bits:         each stage runs the same ops on the same inputs as the one process, so the losses
 #                 are the one process's bit for bit (the gradients differ only in wte's, whose two
 #                 parts the first and last stage sum at the end instead of in turn)
@@ -105,6 +107,17 @@ run il_d6 3 --model d6 --pp 3 "${il[@]}" --total-batch-tokens $((6 * B * T)) && 
 "$BIN" "${common[@]}" --model d5 --steps 0 --save-model "$tmp/init_d5.bin" >/dev/null 2>&1
 run ref_d5 1 --model d5 --steps 3
 run il_d5 2 --model d5 --pp 2 "${il[@]}" && alike ref_d5 il_d5 init_d5 "d5 over pp=2 interleaved (uneven chunks)"
+# a Llama (llama:d4: no wpe, RMSNorm's head, grouped-query attention) over pp = 2 interleaved,
+# with tp = 2 --sp 1 (the stages' chunks of unequal qkv groups)
+"$BIN" "${common[@]}" --model llama:d4 --steps 0 --save-model "$tmp/init_llama.bin" >/dev/null 2>&1
+run ref_llama 1 --model llama:d4 --steps 3
+run il_tp2_llama 4 --model llama:d4 --tp 2 --sp 1 --pp 2 "${il[@]}" &&
+    alike ref_llama il_tp2_llama init_llama "llama:d4, tp=2 --sp 1 x pp=2 interleaved"
+# ... and one whose classifier is its own (lm_head): the last stage holds no copy of the
+# embeddings, and no gradient is summed between the first and the last
+untied_llama "$tmp/init_untied.bin"
+run ref_untied 1 --model "$tmp/init_untied.bin" --steps 3
+run pp2_untied 2 --model "$tmp/init_untied.bin" --pp 2 --steps 3 && alike ref_untied pp2_untied init_untied "llama (untied) over pp=2 1f1b"
 
 # --- memory, slots and volume against the formulas in pipeline.h's header
 $PY - "$tmp" $C $L $Vp $maxT $T $B $M <<'PY'

@@ -23,7 +23,10 @@
 #                 recompute bit for bit; validation, samples, --profile; resume bit for bit, and
 #                 a checkpoint written without --sp resumed with it; bf16
 #   tp = 4:       d4 with --sp 1 against one process (losses 1e-5, every tensor's change 1e-4)
-#   errors:       --tp that does not divide the heads, or the world; --sp 1 without --tp
+#   llama:        llama:d4 (grouped-query attention, SwiGLU, RMSNorm) tp = 2 --sp 1, and a Llama with
+#                 its own classifier (lm_head, vocabulary-parallel) at tp = 2: the same bounds
+#   errors:       --tp that does not divide the heads (or a Llama's key/value heads), or the world;
+#                 --sp 1 without --tp
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [TP_QUICK=1] test/test_tp.sh [TRAIN_GPT]
 # TP_QUICK=1 runs the equivalence part alone, 3 steps (tp = 2, and dp = 2 × tp = 2 with ZeRO-3, each
 # also with --sp 1, and --sp 1 over 93 positions): what the
@@ -253,6 +256,17 @@ run tp4sp 4 --model d4 --tp 4 --sp 1 --batch-size 8 &&
     { close_losses "$tmp/ref_d4.jsonl" "$tmp/tp4sp.jsonl" "tp=4 --sp 1 (d4)" 1e-5
       $PY test/compare_models.py --updates "$tmp/init_d4.bin" "$tmp/ref_d4.bin" "$tmp/tp4sp.bin" 1e-4 | sed "s/ - / - tp=4 --sp 1 (d4): /"; }
 
+# --- a Llama (llama:d4: 4 query heads sharing 2 key/value heads, so qkv's rows split in 3 unequal
+# groups; SwiGLU's gate and up split alike; RMSNorm with no bias, RoPE), tp = 2 with --sp 1
+if [ -z "${TP_QUICK:-}" ]; then
+    "$BIN" "${common[@]}" --model llama:d4 --steps 0 --save-model "$tmp/init_llama.bin" >/dev/null 2>&1
+    run ref_llama 1 --model llama:d4 --batch-size 8
+    run tp2sp_llama 2 --model llama:d4 --tp 2 --sp 1 --batch-size 8 && alike ref_llama tp2sp_llama init_llama "llama:d4 tp=2 --sp 1"
+    untied_llama "$tmp/init_untied.bin"  # (lm_head vocabulary-parallel like wte)
+    run ref_untied 1 --model "$tmp/init_untied.bin" --batch-size 8
+    run tp2_untied 2 --model "$tmp/init_untied.bin" --tp 2 --batch-size 8 && alike ref_untied tp2_untied init_untied "llama (untied) tp=2"
+fi
+
 # --- bf16: the tp all-reduces in bf16 (one rounding per sum), the rest as one bf16 process
 run ref_bf16 1 --batch-size 8 --precision bf16
 run tp2_bf16 2 --tp 2 --batch-size 8 --precision bf16 &&
@@ -262,5 +276,6 @@ run tp2sp_bf16 2 --tp 2 --sp 1 --batch-size 8 --precision bf16 &&
 
 # --- errors: one line naming the flag, exit 2
 check_error "--tp 2 on a 1-head model" 2 "--tp 2: must divide the model's 1 attention heads" --model d1 --tp 2
+check_error "--tp 2 on llama:d2 (2 query heads, 1 key/value head)" 2 "--tp 2: must divide the model's 1 key/value heads" --model llama:d2 --tp 2
 check_error "--tp 2 on 3 ranks" 3 "world size 3 is not divisible by tp" --tp 2
 check_error "--sp 1 without --tp" 2 "--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1" --sp 1

@@ -21,7 +21,9 @@
 #                  were; resumed, a run skips the straight run's steps (the window is checkpointed)
 #   --profile:     every op of the measured steps timed once (each op's calls per step are the
 #                  model's), and the times add up to no more than the step
-# usage: [DEVICE=cuda] test/test_train.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
+# usage: [DEVICE=cuda] [TRAIN_QUICK=1] test/test_train.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
+# TRAIN_QUICK=1 leaves out the Llama runs (resume, recompute), which the suite runs once, on
+# ./train_gpt: the second build and the emulator run the same model code.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
@@ -40,15 +42,18 @@ for line in open(sys.argv[1]):
 # --- resume bit-exactness (fp32, and bf16: its working copy is rebuilt from the fp32 master)
 run=(--batch-size 4 --total-batch-tokens 256 --steps 6 --shuffle 1 --val-every 3 --val-steps 2
      --sample-every 3 --gen-tokens 8 --prompt "In the beginning")
-resume_test() {  # resume_test PRECISION
-    local p=$1 a="$tmp/a_$1" b="$tmp/b_$1"
-    "$BIN" "${common[@]}" "${run[@]}" --precision "$p" --output-dir "$a" --checkpoint-every 3 --log-file "$a.jsonl" \
+resume_test() {  # resume_test PRECISION [NAME FLAGS...]: with FLAGS added (another model), NAME in the lines
+    local p=$1 name=${2:-}; shift; [ $# -gt 0 ] && shift
+    local a="$tmp/a_$p${name:+_${name//:/}}" b="$tmp/b_$p${name:+_${name//:/}}" extra=("$@")
+    p="$p${name:+ $name}"
+    local prec=${p%% *}
+    "$BIN" "${common[@]}" "${run[@]}" "${extra[@]}" --precision "$prec" --output-dir "$a" --checkpoint-every 3 --log-file "$a.jsonl" \
         --save-model "$a.final.bin" >"$a.out" 2>&1 || echo "# $p straight run failed: $(tail -1 "$a.out")"
     mkdir -p "$b" && cp -r "$a/step_00000003" "$b/"
     # as if the interrupted run had logged steps 4-6 (with other numbers) before dying: the resumed
     # run must drop those lines and log the steps again
     { head -3 "$a.jsonl"; tail -n +4 "$a.jsonl" | sed 's/"loss": [^,]*/"loss": 0.0/'; } > "$b.jsonl"
-    "$BIN" "${common[@]}" "${run[@]}" --precision "$p" --output-dir "$b" --checkpoint-every 3 --log-file "$b.jsonl" --resume \
+    "$BIN" "${common[@]}" "${run[@]}" "${extra[@]}" --precision "$prec" --output-dir "$b" --checkpoint-every 3 --log-file "$b.jsonl" --resume \
         --save-model "$b.final.bin" >"$b.out" 2>&1 || echo "# $p resumed run failed: $(tail -1 "$b.out")"
     if [ "$(wc -l <"$a.jsonl")" = 6 ] && cmp -s <(fields "$a.jsonl") <(fields "$b.jsonl"); then
         echo "ok - $p resume: steps 4-6 after resuming at 3 equal the straight run bit for bit (loss, lr, norm, val loss)"
@@ -65,6 +70,7 @@ resume_test() {  # resume_test PRECISION
 }
 resume_test fp32
 resume_test bf16
+[ -z "${TRAIN_QUICK:-}" ] && resume_test fp32 llama:d2 --model llama:d2  # (RoPE's table, SwiGLU, the model file with Llama's header)
 
 # --- a signal stops the run after its step with a checkpoint, and --resume finishes it as if
 # nothing had happened: the same flags as the fp32 straight run above, SIGTERM once step 2 is
@@ -175,15 +181,18 @@ grep -q "device: ${DEVICE:-cpu}, 1 rank(s).*, bf16" "$tmp/p16.out" && echo "ok -
 # apart from the matmul (cuBLASLt's epilogue computes the GELU in its own way), so there it is the
 # same model to within the GPU-vs-CPU bounds: 1e-4 in fp32 (the GELU's two formulas differ by
 # float rounding), 2e-2 in bf16 (the CUDA issue's bf16 bound; a different rounding point)
+# A Llama (llama:d2, fp32) is bit for bit everywhere: its SwiGLU always runs apart.
 rc_run=(--model d2 --batch-size 4 --total-batch-tokens 256 --steps 3 --val-every 3 --val-steps 2)
-for p in fp32 bf16; do
+llama=fp32_llama; [ -n "${TRAIN_QUICK:-}" ] && llama=
+for p in fp32 bf16 $llama; do
+    model=d2; [ $p = fp32_llama ] && model=llama:d2
     for r in none selective full; do
-        "$BIN" "${common[@]}" "${rc_run[@]}" --precision $p --recompute $r --log-file "$tmp/rc_${r}_$p.jsonl" \
+        "$BIN" "${common[@]}" "${rc_run[@]}" --model $model --precision ${p%_llama} --recompute $r --log-file "$tmp/rc_${r}_$p.jsonl" \
             --save-model "$tmp/rc_${r}_$p.bin" >"$tmp/rc_${r}_$p.out" 2>&1 || echo "# --recompute $r $p failed: $(tail -1 "$tmp/rc_${r}_$p.out")"
     done
     for r in selective full; do
         grep -q "^device: .*, recompute $r" "$tmp/rc_${r}_$p.out" || echo "not ok - --recompute $r $p: the device line does not say it"
-        if [ "${DEVICE:-cpu}" = cuda ] && [ $r = selective ]; then
+        if [ "${DEVICE:-cpu}" = cuda ] && [ $r = selective ] && [ $model = d2 ]; then
             $PY - "$tmp/rc_none_$p.jsonl" "$tmp/rc_${r}_$p.jsonl" "$p" <<'PY'
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
