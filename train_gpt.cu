@@ -1,8 +1,9 @@
 /*
 train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
 
-  flags → model state → micro-batch (llmc/planner.h: does it fit beside the state? else stop,
-          naming one that does; --batch-size auto: the largest that fits)
+  flags → model state (llmc/planner.h: does it fit? else stop, naming the --zero 3 that does)
+        → micro-batch (does it fit beside the state? else stop, naming one that does;
+          --batch-size auto: the largest that fits)
         → weights (preset, model file or checkpoint) → data → for each step:
       zero grads; for each micro-batch: forward (+ fused loss gradient), backward
       grad norm → clip factor → lr(step) → AdamW (or, for an outlier step, no update: outliers.h)
@@ -489,14 +490,20 @@ int main(int argc, char** argv) {
         model.recompute = recompute;
         if (pp > 1) model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum, vpp);  // micro-batches alive at once, per chunk (pipeline.h)
         DataParallel<floatX> dpar;
-        dp_init(&dpar, &model, &mesh.grads(), zero, ctx);  // (dp × cp: both sum gradients)
+        dp_layout(&dpar, &model, &mesh.grads(), zero, ctx);  // (dp × cp: both sum gradients)
+        {   // does the state fit? (and what --zero 3 would take a rank, for the advice)
+            DataParallel<floatX> at3;
+            if (zero < 3) dp_layout(&at3, &model, &mesh.grads(), 3, ctx);
+            plan_state(ctx, dp_memory(dpar), zero, mesh.grads().size, zero < 3 ? dp_memory(at3).total() : 0, mesh);
+        }
+        dp_alloc(&dpar);
         dpar.overlap = overlap;
         if (pp > 1 && config.tied) dpar.tied = &mesh.emb_group;  // the first and last stage's embeddings
         const DPMemory mem = dp_memory(dpar);
         const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
         if (runs_forward) {
             B = plan_batch<floatX>(ctx, model, B, T, dp, total_batch, total_given,
-                                   mem.params + mem.grads + mem.optimizer + mem.working, mesh, data_most);
+                                   mem.total(), mesh, data_most);
             if (auto_batch && !resume) open_data(B);
         } else if (B == 0) {
             B = 1;  // a --steps 0 conversion reads no batch: any B would do

@@ -102,6 +102,7 @@ template <class T> struct DataParallel : ParamHooks {
     std::vector<size_t> own_begin, own_end;   // unit-relative range this rank's optimizer updates
     std::vector<size_t> shard_off;            // where unit u's owned range starts in shard buffers
     size_t shard_size = 0;
+    size_t max_unit = 0, biggest_chunk = 0;   // the largest unit but the embeddings; the largest chunk
     Buf<T> params_full, grads_full;           // stages < 3 / stages < 2   (all on the Ctx's device)
     Buf<T> params_shard, grads_shard;         // stage 3 / stages ≥ 2
     Buf<float> m, v;                          // AdamW moments, sharded for stages ≥ 1
@@ -141,14 +142,18 @@ template <class T> struct DataParallel : ParamHooks {
 // The optimizer partition: stage 0 updates everything on every rank, stages ≥ 1 one chunk.
 template <class T> inline int dp_opt_parts(const DataParallel<T>& d) { return d.zero == 0 ? 1 : d.N; }
 
-template <class T> inline void dp_init(DataParallel<T>* d, GPT<T>* g, Group* group, int zero, const Ctx& ctx) {
+// The layout: each unit's place, the chunk of it this rank owns, and the sizes of the buffers
+// that hold them (no memory yet: dp_memory can then say what dp_alloc will take, and the trainer
+// refuse a model state that cannot fit before allocating it: planner.h's plan_state).
+template <class T> inline void dp_layout(DataParallel<T>* d, GPT<T>* g, Group* group, int zero, const Ctx& ctx) {
     d->g = g; d->group = group; d->zero = zero; d->N = group->size; d->rank = group->rank; d->ctx = ctx;
     const GPTConfig& c = g->config;
     d->ranges = param_ranges(c, g->layout);
     int U = gpt_num_units(c), P = dp_opt_parts(*d), pr = zero == 0 ? 0 : d->rank;
     d->units.resize(U); d->own_begin.resize(U); d->own_end.resize(U); d->shard_off.resize(U);
     d->gather_req.resize(U); d->gather_pending.assign(U, 0);
-    size_t off = 0, max_unit = 0;
+    size_t off = 0;
+    d->max_unit = d->biggest_chunk = 0;
     for (int u = 0; u < U; u++) {
         Span s = unit_span(c, g->layout, u);
         d->units[u] = s;
@@ -156,33 +161,47 @@ template <class T> inline void dp_init(DataParallel<T>* d, GPT<T>* g, Group* gro
         d->own_end[u] = chunk_end(s.size, P, pr);
         d->shard_off[u] = off;
         off += chunk_size(s.size, P);
-        if (u > 0) max_unit = std::max(max_unit, s.size);
+        if (u > 0) d->max_unit = std::max(d->max_unit, s.size);
+        d->biggest_chunk = std::max(d->biggest_chunk, chunk_size(s.size, P));
     }
     d->shard_size = off;
-    size_t total = g->layout.total, biggest_chunk = 0;
-    for (int u = 0; u < U; u++) biggest_chunk = std::max(biggest_chunk, chunk_size(d->units[u].size, P));
-    if (zero < 3) d->params_full.alloc(ctx, total); else d->params_shard.alloc(ctx, off);
-    if (zero < 2) d->grads_full.alloc(ctx, total); else d->grads_shard.alloc(ctx, off);
-    d->m.alloc(ctx, off);
-    d->v.alloc(ctx, off);
-    if (DataParallel<T>::has_master) d->master.alloc(ctx, off);
-    if (zero >= 1) for (Buf<T>& b : d->chunk_tmp) b.alloc(ctx, biggest_chunk);
-    if (zero >= 2) {
-        d->emb_grad.alloc(ctx, d->units[0].size);
-        for (Buf<T>& b : d->unit_grad) b.alloc(ctx, max_unit);
-    }
-    if (zero == 3) {
-        size_t biggest = std::max(max_unit, d->units[0].size);
-        d->slot[0].alloc(ctx, biggest);
-        d->slot[1].alloc(ctx, biggest);
-    }
-    // point the model at the storage
-    for (int u = 0; u < U; u++) {
+}
+
+// Elements of each buffer the stage keeps (the last four: each of a pair) — the table above.
+struct DPSizes { size_t params_full, params_shard, grads_full, grads_shard, moment, master, chunk_tmp, emb_grad, unit_grad, slot; };
+template <class T> inline DPSizes dp_sizes(const DataParallel<T>& d) {
+    const size_t total = d.g->layout.total, off = d.shard_size, emb = d.units[0].size;
+    const int z = d.zero;
+    return {z < 3 ? total : 0, z < 3 ? 0 : off, z < 2 ? total : 0, z < 2 ? 0 : off, off, DataParallel<T>::has_master ? off : 0,
+            z >= 1 ? d.biggest_chunk : 0, z >= 2 ? emb : 0, z >= 2 ? d.max_unit : 0, z == 3 ? std::max(d.max_unit, emb) : 0};
+}
+
+// Allocates dp_sizes' buffers and points the model at them.
+template <class T> inline void dp_alloc(DataParallel<T>* d) {
+    const DPSizes n = dp_sizes(*d);
+    const Ctx& ctx = d->ctx;
+    d->params_full.alloc(ctx, n.params_full); d->params_shard.alloc(ctx, n.params_shard);
+    d->grads_full.alloc(ctx, n.grads_full); d->grads_shard.alloc(ctx, n.grads_shard);
+    d->m.alloc(ctx, n.moment);
+    d->v.alloc(ctx, n.moment);
+    d->master.alloc(ctx, n.master);
+    for (Buf<T>& b : d->chunk_tmp) b.alloc(ctx, n.chunk_tmp);
+    d->emb_grad.alloc(ctx, n.emb_grad);
+    for (Buf<T>& b : d->unit_grad) b.alloc(ctx, n.unit_grad);
+    for (Buf<T>& b : d->slot) b.alloc(ctx, n.slot);
+    GPT<T>* g = d->g;
+    const int zero = d->zero;
+    for (size_t u = 0; u < d->units.size(); u++) {
         g->params[u] = zero < 3 ? d->params_full.data() + d->units[u].offset : nullptr;  // stage 3: set by acquire
         g->grads[u] = zero < 2 ? d->grads_full.data() + d->units[u].offset
                                : (u == 0 ? d->emb_grad.data() : d->unit_grad[u % 2].data());
     }
     g->hooks = d;
+}
+
+template <class T> inline void dp_init(DataParallel<T>* d, GPT<T>* g, Group* group, int zero, const Ctx& ctx) {
+    dp_layout(d, g, group, zero, ctx);
+    dp_alloc(d);
 }
 
 // ---- parameters in and out, one full unit at a time
@@ -441,11 +460,16 @@ inline void dp_update(DataParallel<T>* d, float lr, float beta1, float beta2, fl
 template <class T> inline void dp_skip_update(DataParallel<T>* d) { dp_slots_reset(d); }
 
 // Bytes this rank holds, by kind (the ZeRO table), and the working buffers outside it: all the
-// storage owner holds on the Ctx's device, as Buf allocated it.
-struct DPMemory { double params, grads, optimizer, working; };
+// storage owner holds on the Ctx's device, as Buf allocates it (known from the layout, before
+// dp_alloc; test_dp.sh holds it to the tables and to the allocator's count).
+struct DPMemory {
+    double params, grads, optimizer, working;
+    double total() const { return params + grads + optimizer + working; }
+};
 template <class T> inline DPMemory dp_memory(const DataParallel<T>& d) {
-    return {(double)(d.params_full.bytes() + d.params_shard.bytes()), (double)(d.grads_full.bytes() + d.grads_shard.bytes()),
-            (double)(d.m.bytes() + d.v.bytes() + d.master.bytes()),
-            (double)(d.slot[0].bytes() + d.slot[1].bytes() + d.emb_grad.bytes() + d.unit_grad[0].bytes() +
-                     d.unit_grad[1].bytes() + d.chunk_tmp[0].bytes() + d.chunk_tmp[1].bytes())};
+    const DPSizes n = dp_sizes(d);
+    auto b = [](size_t count) { return (double)Buf<T>::bytes_for(count); };
+    auto f = [](size_t count) { return (double)Buf<float>::bytes_for(count); };
+    return {b(n.params_full) + b(n.params_shard), b(n.grads_full) + b(n.grads_shard), 2 * f(n.moment) + f(n.master),
+            2 * b(n.slot) + b(n.emb_grad) + 2 * b(n.unit_grad) + 2 * b(n.chunk_tmp)};
 }

@@ -1,6 +1,11 @@
 /*
 planner.h — the memory plan: which micro-batch fits beside the model state, on every rank.
 
+First the state: before anything is allocated, the layout says what the model state will take
+(dp_memory), and a state that cannot fit in what is free is refused at once (exit 2) with the
+--zero 3 that would shard it, or more ranks (plan_state) — not an allocator's failure after a
+minute of allocating. Then the micro-batch.
+
 A rank's memory holds the model state (data_parallel.h: parameters, gradients, optimizer, the
 ZeRO stage's working buffers; 16Ψ bytes at stage 0, 16Ψ/N at stage 3) and the activations of
 one micro-batch (model.h: gpt_activation_buffers, per position (16·L·C + 12·C + Vp) elements of
@@ -21,8 +26,9 @@ sequence of B·T+1 training tokens, dp of them in the validation shards). Every 
 its own free memory, then all agree on the smallest.
 
 Tests: test/test_gpu_train.sh (the peak is the state plus the predicted activations within 1%;
-the refusal; auto on an emulated GPU of SIMT_GPU_MEMORY bytes), test/test_cli.sh (the host's
-memory), test/test_dp.sh (ranks with different GPUs agree), test/test_ops.cpp (memory cgroups).
+the refusal; auto on an emulated GPU of SIMT_GPU_MEMORY bytes; a state larger than that GPU),
+test/test_cli.sh (the host's memory, capped by LLMC_HOST_MEMORY: the state, the micro-batch),
+test/test_dp.sh (ranks with different GPUs agree; --zero 3 advised where it fits), test/test_ops.cpp (memory cgroups).
 */
 #pragma once
 #include <algorithm>
@@ -30,6 +36,7 @@ memory), test/test_dp.sh (ranks with different GPUs agree), test/test_ops.cpp (m
 #include <vector>
 #include "common.h"
 #include "comm.h"
+#include "data_parallel.h"
 #include "model.h"
 
 // Does B×T fit on every rank (or, for --batch-size auto, B = 0: which B does)? Returns the B to
@@ -44,6 +51,58 @@ memory), test/test_dp.sh (ranks with different GPUs agree), test/test_ops.cpp (m
 // With auto every rank takes the largest B that fits on all of them and divides the step's
 // D/(T·dp) sequences (1 always does), so the step is the one asked for, in D/(B·T·dp) micro-batches.
 constexpr double SCRATCH_SHARE = 0.01, SCRATCH_FIXED = 64.0 * 1048576;
+
+// What this rank may still be given: the GPU's free memory, or the host's available memory, split
+// over the ranks of this node that share it (all of them on the host; on GPUs those with the same
+// local rank modulo the GPU count (make_ctx), several when --comm mpi runs more ranks than the
+// node has GPUs). bytes ≤ 0 on the host: unknown, no check.
+struct Room { double bytes; int sharing; bool by_cgroup; };
+inline Room rank_room(const Ctx& ctx, const Mesh& mesh) {
+    const bool gpu = ctx.device == Device::CUDA;
+    const int n = gpu ? cuda_device_count() : 1, sharing = (mesh.local_size - mesh.local_rank % n + n - 1) / n;
+    bool by_cgroup = false;
+    const double bytes = gpu ? (double)gpu_free_bytes() : host_available_bytes(&by_cgroup);
+    return {bytes / sharing, sharing, by_cgroup};
+}
+// "rank 3's GPU has 10.0 GiB free (2.5 GiB for each of the 4 ranks that share it)", of the rank
+// with the least room (rank < 0: a single process)
+inline std::string room_words(const Ctx& ctx, int rank, const Room& r) {
+    const bool gpu = ctx.device == Device::CUDA;
+    return (rank >= 0 ? "rank " + std::to_string(rank) + "'s " : "the ") + (gpu ? "GPU has " : "host has ") +
+           format_bytes(r.bytes * r.sharing) +
+           (gpu ? " free" : r.by_cgroup ? " available to this process's memory cgroup" : " available") +
+           (r.sharing > 1 ? " (" + format_bytes(r.bytes) + " for each of the " + std::to_string(r.sharing) + " ranks that share it)" : "");
+}
+
+// Does the model state (data_parallel.h's dp_memory, from the layout: nothing allocated yet) fit
+// on every rank? If not, every rank stops with one line saying what it needs, what there is, and
+// what would spread it: --zero 3 (zero3_bytes a rank, the layout at stage 3) where there are
+// several data-parallel ranks and that fits, else more ranks. Every rank checks its own room; all
+// agree, so all stop or none do.
+inline void plan_state(const Ctx& ctx, const DPMemory& mem, int zero, int dp_ranks, double zero3_bytes, Mesh& mesh) {
+    const Room room = rank_room(ctx, mesh);
+    const bool fits = room.bytes <= 0 && ctx.device != Device::CUDA ? true : mem.total() <= room.bytes;
+    enum { FITS, ROOM, SHARING, CGROUP, N };
+    std::vector<double> all(N * (size_t)mesh.world, 0.0);
+    double* mine = &all[N * (size_t)mesh.rank];
+    mine[FITS] = fits; mine[ROOM] = room.bytes; mine[SHARING] = room.sharing; mine[CGROUP] = room.by_cgroup;
+    comm_sum_doubles(mesh.world_group, all.data(), (int)all.size());
+    int worst = -1;
+    for (int r = 0; r < mesh.world; r++)
+        if (!all[N * r + FITS] && (worst < 0 || all[N * r + ROOM] < all[N * worst + ROOM])) worst = r;
+    if (worst < 0) return;
+    const double* w = &all[N * (size_t)worst];
+    const Room least{w[ROOM], (int)w[SHARING], w[CGROUP] != 0};
+    const std::string spread = zero < 3 && dp_ranks > 1 && zero3_bytes <= least.bytes
+        ? "--zero 3 shards it over the " + std::to_string(dp_ranks) + " data-parallel ranks: " + format_bytes(zero3_bytes) + " a rank"
+        : "spread it over more ranks (--zero 3 with more data-parallel ranks, --tp, --pp)";
+    const std::string working = mem.working > 0 ? ", working buffers " + format_bytes(mem.working) : "";
+    usage_error("the model state needs %s a rank (parameters %s, gradients %s, optimizer %s%s at --zero %d), but %s; %s",
+                format_bytes(mem.total()).c_str(), format_bytes(mem.params).c_str(), format_bytes(mem.grads).c_str(),
+                format_bytes(mem.optimizer).c_str(), working.c_str(), zero, room_words(ctx, mesh.world > 1 ? worst : -1, least).c_str(),
+                spread.c_str());
+}
+
 template <class floatX>
 inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp, long long step_tokens,
                       bool step_given, double state_bytes, Mesh& mesh, long long data_most) {
@@ -54,12 +113,10 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
     auto need = [&](int b) { return need_with(recompute, b); };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
     const bool gpu = ctx.device == Device::CUDA, automatic = B == 0;
-    // the ranks of this node that share this rank's memory: all of them on the host; on GPUs
-    // those with the same local rank modulo the GPU count (make_ctx), several when --comm mpi
-    // runs more ranks than the node has GPUs
-    const int n = gpu ? cuda_device_count() : 1, sharing = (mesh.local_size - mesh.local_rank % n + n - 1) / n;
-    bool by_cgroup = false;
-    const double room = (gpu ? (double)gpu_free_bytes() : host_available_bytes(&by_cgroup)) / sharing;
+    const Room here = rank_room(ctx, mesh);
+    const double room = here.bytes;
+    const int sharing = here.sharing;
+    const bool by_cgroup = here.by_cgroup;
     // the largest micro-batch that fits here (need grows with b: a binary search up to the one
     // asked for, or for auto the whole step in one, if the data holds that many sequences), and
     // the largest that fits and splits the step's tokens into whole micro-batches
@@ -87,12 +144,8 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
         fits_full_all = std::min(fits_full_all, (int)all[N * r + FITS_FULL]);
     }
     const double* w = &all[N * (size_t)worst];
-    const int fits_all = (int)w[FITS], shared_by = (int)w[SHARING];
-    const std::string rank = mesh.world > 1 ? "rank " + std::to_string(worst) + "'s " : "the ";
-    const std::string where = rank + (gpu ? "GPU has " : "host has ") + format_bytes(w[ROOM] * shared_by) +
-                              (gpu ? " free" : w[CGROUP] ? " available to this process's memory cgroup" : " available") +
-                              (shared_by > 1 ? " (" + format_bytes(w[ROOM]) + " for each of the " + std::to_string(shared_by) +
-                                                   " ranks that share it)" : "");
+    const int fits_all = (int)w[FITS];
+    const std::string where = room_words(ctx, mesh.world > 1 ? worst : -1, Room{w[ROOM], (int)w[SHARING], w[CGROUP] != 0});
     if (automatic && divides_all > 0) {
         const std::string data_note = data_most < whole_step ? "; the data holds at most B=" + std::to_string(data_most) : "";
         print0("batch: --batch-size auto: B=%d, the largest that fits (%s of activations and scratch; %s after the model "

@@ -139,6 +139,11 @@ expect_fail "a micro-batch larger than the host's memory" 2 \
     "--batch-size 1000 --seq-len 1024: a micro-batch needs" --device cpu --model "$tmp/wide_vocab.bin" --val-data "" --batch-size 1000 --seq-len 1024
 grep -qE "but the host has .* available after the model state .*; --batch-size [0-9]+ --total-batch-tokens 1024000 fits, with the step's 1024000 tokens in [0-9]+ micro-batches" "$tmp/err" \
     && echo "ok - the refusal names the host's memory and a batch size that fits the step" || echo "not ok - the refusal: $(cat "$tmp/err")"
+# a model state larger than the host's memory is refused before anything is allocated (planner.h:
+# plan_state): d12 in fp32 keeps 16 bytes a parameter, 1.85 GiB, under LLMC_HOST_MEMORY's 1 GiB
+LLMC_HOST_MEMORY=1073741824 expect_fail "a model state larger than the host's memory" 2 \
+    "the model state needs 1.85 GiB a rank (parameters 474.8 MiB, gradients 474.8 MiB, optimizer 949.7 MiB at --zero 0), but the host has 1.00 GiB available; spread it over more ranks" \
+    --device cpu --model d12 --val-data "" --steps 1
 # --recompute full keeps ~1/2.6 of GPT-2 124M's activations per position (model.h: Recompute;
 # the logits, which every mode keeps, are most of the rest): a refusal without it names the
 # larger micro-batch that fits with it, and a run with it is planned by that same count. Both
