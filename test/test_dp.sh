@@ -379,7 +379,7 @@ if [ "${DEVICE:-cpu}" = cpu ] && [ -z "${DP_QUICK:-}" ]; then
     cap=3435973837  # 3.2 GiB
     state=(--device cpu --model d12 --val-data "" --seq-len 64 --steps 0)
     mpirun --oversubscribe -np 2 -x LLMC_HOST_MEMORY=$cap "$BIN" "${state[@]}" --zero 0 >"$tmp/st0.txt" 2>&1; rc=$?
-    advice=$(sed -n 's/^error: the model state needs \(.*\) a rank (.* at --zero 0), but the host has .*; --zero 3 shards it over the 2 data-parallel ranks: \(.*\) a rank$/\1 \2/p' "$tmp/st0.txt")
+    advice=$(sed -n 's/^error: the model state needs \(.*\) a rank (.* at --zero 0), but .* has .*; --zero 3 shards it over the 2 data-parallel ranks: \(.*\) a rank$/\1 \2/p' "$tmp/st0.txt")
     [ $rc = 2 ] && [ "$(grep -c '^error' "$tmp/st0.txt")" = 1 ] && [ -n "$advice" ] && r=ok || r="not ok"
     echo "$r - dp=2, d12's ZeRO-0 state larger than each rank's 1.6 GiB: refused in one line naming --zero 3 (exit $rc; needs, and at --zero 3: ${advice:-$(tail -1 "$tmp/st0.txt")})"
     mpirun --oversubscribe -np 2 -x LLMC_HOST_MEMORY=$cap "$BIN" "${state[@]}" --zero 3 >"$tmp/st3.txt" 2>&1; rc=$?
