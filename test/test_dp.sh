@@ -363,7 +363,10 @@ if [ "${DEVICE:-cpu}" = cuda ] && grep -q "^gpu: CPU SIMT emulator" "$f"; then
     [ $rc = 0 ] && grep -q "^batch: --batch-size auto: B=4, the largest that fits .*; rank 1's GPU has" "$tmp/auto2.txt" &&
         grep -q "^data: .* B=4 T=32 dp=2, 2 micro-batch(es)" "$tmp/auto2.txt" && r=ok || r="not ok"
     echo "$r - dp=2, rank 1's GPU smaller: --batch-size auto takes B=4 on both ranks, what fits rank 1 (exit $rc: $(grep -m1 '^batch: ' "$tmp/auto2.txt" | cut -c1-120))"
-    two_gpus $(( state + 48 * 1048576 )) "$tmp/auto2.txt"; rc=$?
+    # (room for the state only: the plan counts both ranks' states on the one GPU they share, which
+    # on the emulator is each process's own, so 2·state; planner.h's plan_state checks it before
+    # allocating, plan_batch what is left after)
+    two_gpus $(( 2 * state + 48 * 1048576 )) "$tmp/auto2.txt"; rc=$?
     n=$(grep -c "^error: --batch-size auto --seq-len 32: a micro-batch of 1 needs .* but rank 1's GPU has .*; not even --batch-size 1 fits" "$tmp/auto2.txt")
     [ $rc = 2 ] && [ "$n" = 1 ] && ! grep -q "^step " "$tmp/auto2.txt" && r=ok || r="not ok"
     echo "$r - dp=2, no room on rank 1's GPU: both ranks stop with one line naming it (exit $rc, $n such line)"
