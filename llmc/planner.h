@@ -14,8 +14,8 @@ the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T position
 blocks' times the micro-batches its schedule keeps alive: model.h's gpt_activation_bytes of the
 model). The state is allocated first; the plan then asks what is
 still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
-memory cgroup or a lower LLMC_HOST_MEMORY: common.h) and whether B·T positions of activations fit in it, with a reserve for
-the kernels' scratch:
+memory cgroup or a lower LLMC_HOST_MEMORY: common.h) and whether B·T positions of activations
+fit in it, with a reserve for the kernels' scratch:
 
   need(B) = activations(B) · (1 + 1%) + 64 MiB    fits when need(B) ≤ free / (ranks sharing it)
 
@@ -28,7 +28,8 @@ its own free memory, then all agree on the smallest.
 Tests: test/test_gpu_train.sh (the peak is the state plus the predicted activations within 1%;
 the refusal; auto on an emulated GPU of SIMT_GPU_MEMORY bytes; a state larger than that GPU),
 test/test_cli.sh (the host's memory, capped by LLMC_HOST_MEMORY: the state, the micro-batch),
-test/test_dp.sh (ranks with different GPUs agree; --zero 3 advised where it fits), test/test_ops.cpp (memory cgroups).
+test/test_dp.sh (ranks with different GPUs agree; --zero 3 advised where it fits),
+test/test_ops.cpp (memory cgroups).
 */
 #pragma once
 #include <algorithm>

@@ -106,7 +106,8 @@ fi
 #   --batch-size auto takes the whole step in one micro-batch where it fits
 #   (emulator only) on a GPU of SIMT_GPU_MEMORY bytes, the suggested flags then train within it,
 #   --batch-size auto picks that same suggestion and trains (or, where not even B=1 fits, says
-#   so: exit 2), and a model state larger than the GPU is one out-of-memory line (exit 1)
+#   so: exit 2), and a model state larger than the GPU is refused before it is allocated
+#   (planner.h: plan_state; exit 2, one line)
 memory_plan() {
     local tmp; tmp=$(mktemp -d)
     local flags=(--device cuda --model d2 --seq-len 64 --steps 1 --val-data "" --precision bf16)
