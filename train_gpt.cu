@@ -56,6 +56,7 @@ struct FlagDef { const char* name; const char* def; const char* help; bool is_sw
 static const FlagDef FLAGS[] = {
     {"device", "auto", "cpu | cuda (auto: cuda when a usable GPU exists, else cpu)", false},
     {"model", "d12", "d12-style depth (d1..d96), gpt2:124M|350M|774M|1558M, llama:d12-style depth, llama:1B|3B|8B, or a model file", false},
+    {"vocab-size", "0", "a preset's vocabulary V, for token shards from another tokenizer (0: GPT-2's 50257); its rows are padded to Vp, a multiple of 128. A model file has its own", false},
     {"train-data", "data/kjv_train_*.bin", "token shards to train on (glob)", false},
     {"val-data", "data/kjv_val_*.bin", "token shards for validation (glob; empty = none)", false},
     {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples", false},
@@ -194,8 +195,9 @@ static Ctx make_ctx(const std::string& device, const Mesh& mesh) {
     return ctx;
 }
 
-// --model: a preset name or a model file (only its header is read here).
-static GPTConfig model_config_from_spec(const std::string& spec, bool* is_file) {
+// --model: a preset name or a model file (only its header is read here); --vocab-size V (> 0)
+// gives a preset V rows of wte (padded to a multiple of 128), and must match a model file's.
+static GPTConfig model_config_from_spec(const std::string& spec, int vocab, bool* is_file) {
     GPTConfig c;
     *is_file = !gpt_preset(spec, &c);
     if (*is_file) {
@@ -203,6 +205,12 @@ static GPTConfig model_config_from_spec(const std::string& spec, bool* is_file) 
         if (!probe) usage_error("--model: '%s' is neither a preset (d12, gpt2:124M, llama:d12, llama:1B, ...) nor a readable model file", spec.c_str());
         fclose(probe);
         c = model_file_config(spec.c_str());
+        if (vocab > 0 && vocab != c.vocab_size)
+            usage_error("--vocab-size %d: the model file '%s' has a vocabulary of %d (--vocab-size is for presets)", vocab,
+                        spec.c_str(), c.vocab_size);
+    } else if (vocab > 0) {
+        c.vocab_size = vocab;
+        c.padded_vocab_size = (int)ceil_div((size_t)vocab, (size_t)128) * 128;
     }
     return c;
 }
@@ -365,15 +373,22 @@ int main(int argc, char** argv) {
     // --- model config: a preset, a model file, or (on --resume) the checkpoint's model
     std::string model_spec = f.str("model"), resume_dir;
     bool from_file = false;
-    GPTConfig config = model_config_from_spec(model_spec, &from_file);
+    GPTConfig config = model_config_from_spec(model_spec, (int)f.integer("vocab-size", 0, 65536), &from_file);
     if (resume) {
         resume_dir = checkpoint_latest(out_dir);
         if (resume_dir.empty()) fatal("--resume: no checkpoint (step_*/) in '%s'", out_dir.c_str());
         GPTConfig saved = model_file_config((resume_dir + "/model.bin").c_str());
-        if (!gpt_same_shape(saved, config))
-            usage_error("--resume: the checkpoint in '%s' holds a %s L=%d C=%d V=%d model, but --model %s is %s L=%d C=%d V=%d",
+        if (!gpt_same_shape(saved, config)) {
+            bool file = false;  // (a preset that differs only in V: name the flag that fixes it)
+            char hint[64] = "";
+            if (!from_file && saved.vocab_size != config.vocab_size &&
+                gpt_same_shape(saved, model_config_from_spec(model_spec, saved.vocab_size, &file)))
+                snprintf(hint, sizeof hint, " (resume with --vocab-size %d)", saved.vocab_size);
+            usage_error("--resume: the checkpoint in '%s' holds a %s L=%d C=%d V=%d model, but --model %s is %s L=%d C=%d V=%d%s",
                         resume_dir.c_str(), saved.llama() ? "llama" : "gpt2", saved.num_layers, saved.channels, saved.vocab_size,
-                        model_spec.c_str(), config.llama() ? "llama" : "gpt2", config.num_layers, config.channels, config.vocab_size);
+                        model_spec.c_str(), config.llama() ? "llama" : "gpt2", config.num_layers, config.channels, config.vocab_size,
+                        hint);
+        }
         const TrainState saved_layout = checkpoint_read_header(resume_dir);
         if (saved_layout.saved_tp != tp)
             usage_error("--resume: the checkpoint in '%s' was written with --tp %lld; resume with the same --tp (AdamW's "

@@ -1,5 +1,6 @@
-"""make_choice_set.py OUT: a small multiple-choice eval file (llm.c's hellaswag_val.bin format,
-test/gpt2_torch.py: write_eval) from the shipped validation text, for the tests of --hellaswag
+"""make_choice_set.py OUT [SHARD]: a small multiple-choice eval file (llm.c's hellaswag_val.bin
+format, test/gpt2_torch.py: write_eval) from a validation shard (default the shipped one; or its
+small-vocabulary fold, test/small_vocab.py), for the tests of --hellaswag
 (test_dp.sh, test_pp.sh): 10 examples, each a context of 8 tokens, its true continuation of 5
 and three continuations taken from elsewhere (2-6 tokens), the label at a random place. Always
 the same file (seeded)."""
@@ -11,7 +12,8 @@ import numpy as np
 sys.path.insert(0, "test")
 import gpt2_torch as ref  # noqa: E402
 
-toks = np.fromfile("data/kjv_val_000000.bin", dtype="<u2", offset=1024).tolist()
+shard = sys.argv[2] if len(sys.argv) > 2 else "data/kjv_val_000000.bin"
+toks = np.fromfile(shard, dtype="<u2", offset=1024).tolist()
 rng = random.Random(5)
 examples = []
 for _ in range(10):

@@ -65,15 +65,16 @@ alike() {
     close_losses "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$4" 1e-5
     $PY test/compare_models.py --updates "$tmp/$3.bin" "$tmp/$1.bin" "$tmp/$2.bin" 1e-4 | sed "s/ - / - $4: /"
 }
-# untied_llama PATH: a Llama model file (GPT-2's vocabulary; 4 blocks, C = 128, 4 query heads
-# sharing 2 key/value heads, H = 384) with a classifier of its own (lm_head), random weights
-# (test/gpt2_torch.py): no preset has one this small
+# untied_llama PATH [V]: a Llama model file (a vocabulary of V, default GPT-2's 50257, padded to a
+# multiple of 128; 4 blocks, C = 128, 4 query heads sharing 2 key/value heads, H = 384) with a
+# classifier of its own (lm_head), random weights (test/gpt2_torch.py): no preset has one
 untied_llama() {
-    $PY - "$1" <<'PY'
+    $PY - "$1" "${2:-50257}" <<'PY'
 import sys
 sys.path.insert(0, "test")
 import gpt2_torch as ref
-cfg = dict(arch="llama", maxT=1024, V=50257, Vp=50304, L=4, NH=4, NKV=2, C=128, H=384, theta=10000, tied=False)
+V = int(sys.argv[2])
+cfg = dict(arch="llama", maxT=1024, V=V, Vp=(V + 127) // 128 * 128, L=4, NH=4, NKV=2, C=128, H=384, theta=10000, tied=False)
 ref.write_model(sys.argv[1], cfg, ref.random_params(cfg, seed=11))
 PY
 }

@@ -124,6 +124,23 @@ expect_fail "shard with wrong magic" 1 "is not a token shard" "${base[@]}" --tra
 expect_fail "truncated shard" 1 "header says 5000 tokens" "${base[@]}" --train-data "$tmp/truncated.bin"
 expect_fail "shard longer than its header" 1 "header says 5000 tokens" "${base[@]}" --train-data "$tmp/toolong.bin"
 expect_fail "data/model vocabulary mismatch" 1 "outside the model's vocabulary (V=97)" "${base[@]}" --train-data "$tmp/bigtok.bin"
+expect_fail "--vocab-size that differs from the model file's" 2 "--vocab-size 250: the model file '$tmp/tiny.bin' has a vocabulary of 97" \
+    "${base[@]}" --vocab-size 250
+expect_fail "--vocab-size past 16-bit tokens" 2 "--vocab-size: expected an integer in [0, 65536], got '70000'" "${base[@]}" --model d1 --vocab-size 70000
+# a preset with --vocab-size 97: V = 97 rows of wte padded to Vp = 128 (the header, the file's size),
+# trained on the 97-token shard
+"$BIN" "${base[@]}" --model d1 --vocab-size 97 --steps 1 --save-model "$tmp/v97.bin" --output-dir "$tmp/v97ck" >"$tmp/out" 2>&1
+$PY - "$tmp/v97.bin" <<'PY'
+import os, struct, sys
+h = struct.unpack("<256i", open(sys.argv[1], "rb").read(1024)) if os.path.exists(sys.argv[1]) else (0,) * 256
+V, L, C, Vp, maxT = h[3], h[4], h[6], h[7], h[2]
+params = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
+ok = (V, Vp, L, C) == (97, 128, 1, 64) and os.path.getsize(sys.argv[1]) == 1024 + 4 * params
+print(("ok" if ok else "not ok") + f" - --model d1 --vocab-size 97: a model of V=97 rows padded to Vp=128 trains and saves (header V={V} Vp={Vp})")
+PY
+# its checkpoint resumed without --vocab-size: the mismatch names the flag that fixes it
+expect_fail "resume of a --vocab-size 97 checkpoint without it" 2 "V=97 model, but --model d1 is gpt2 L=1 C=64 V=50257 (resume with --vocab-size 97)" \
+    "${base[@]}" --model d1 --steps 2 --output-dir "$tmp/v97ck" --resume
 expect_fail "too little data for one batch" 1 "fewer than one batch needs" "${base[@]}" --batch-size 400 --seq-len 32
 expect_fail "resume without checkpoint" 1 "--resume: no checkpoint" "${base[@]}" --output-dir "$tmp/empty" --resume
 expect_fail "resume without output dir" 2 "--resume needs --output-dir" "${base[@]}" --resume

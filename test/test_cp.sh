@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test_cp — context parallelism (llmc/context_parallel.h) on CPU ranks under mpirun, against one
-# process with the same global batch (GPT d2: 2 blocks, C = 128, 2 heads; the shipped Bible):
+# process with the same global batch (GPT d2: 2 blocks, C = 128, 2 heads; the shipped Bible folded
+# to 250 tokens, test/small_vocab.py, so that the blocks make the runs' cost; the evaluation and
+# sampling part in GPT-2's vocabulary, the tokenizer's):
 #   equivalence:  cp = 2 contiguous and zigzag, cp = 4 zigzag, dp = 2 × cp = 2 with ZeRO 1 and 3,
 #                 tp = 2 × cp = 2 with --sp 1, pp = 2 × cp = 2 (and interleaved, d4: 2 chunks a
 #                 stage), a Llama (llama:d4: RoPE at global positions, grouped-query
@@ -30,9 +32,10 @@ BIN=${1:-./train_gpt}
 PY=${PYTHON:-/usr/bin/python3}
 TEST_NAME=test_cp; source test/mpi_setup.sh  # $tmp, mpi N ARGS..., run, alike, ...
 
-C=128; L=2; NH=2; T=32; B=4
+C=128; L=2; NH=2; T=32; B=4; V=250
+$PY test/small_vocab.py build/data $V || { echo "not ok - test_cp: test/small_vocab.py could not fold the Bible to $V tokens"; exit 1; }
 # fp32 unless a part says bf16; AdamW's ε 1e-4 for the weight comparison (test_tp.sh says why)
-common=(--device "${DEVICE:-cpu}" --precision fp32 --model d2 --seq-len $T --lr 3e-3 --warmup-steps 2 --weight-decay 0.1
+common=(--device "${DEVICE:-cpu}" --precision fp32 --model d2 --vocab-size $V --train-data "build/data/kjv${V}_train_*.bin" --seq-len $T --lr 3e-3 --warmup-steps 2 --weight-decay 0.1
         --eps 1e-4 --seed 7 --val-data "" --comm-stats --steps 5 --batch-size $B)
 [ -n "${COMM:-}" ] && common+=(--comm "$COMM")
 [ -n "${CP_QUICK:-}" ] && common+=(--steps 3)
@@ -109,11 +112,12 @@ PY
 }
 
 # --- evaluation and sampling
-val=(--val-data "data/kjv_val_*.bin" --val-tokens 256)
+val=(--val-data "build/data/kjv${V}_val_*.bin" --val-tokens 256)
 run ref_val 1 "${val[@]}"
 run cp2_val 2 --cp 2 --cp-layout zigzag "${val[@]}" && close_losses "$tmp/ref_val.jsonl" "$tmp/cp2_val.jsonl" "cp=2 validation" 1e-5 val_loss
 $PY test/make_choice_set.py "$tmp/hs.bin"
-ev=(--steps 0 --hellaswag "$tmp/hs.bin" --val-data data/kjv_val_000000.bin --val-tokens 256 --sample-every 1 --gen-tokens 12)
+ev=(--steps 0 --vocab-size 0 --train-data "data/kjv_train_*.bin" --hellaswag "$tmp/hs.bin" --val-data data/kjv_val_000000.bin
+    --val-tokens 256 --sample-every 1 --gen-tokens 12)
 run ev1 1 "${ev[@]}"
 for layout in "cp2_contiguous 2 --cp 2" "cp2_zigzag 2 --cp 2 --cp-layout zigzag" "pp2cp2_zigzag 4 --pp 2 --cp 2 --cp-layout zigzag"; do
     set -- $layout

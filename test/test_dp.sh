@@ -40,12 +40,15 @@ BIN=${1:-./train_gpt}
 PY=${PYTHON:-/usr/bin/python3}  # PYTHON: another python3 with torch and numpy (a GPU image's)
 TEST_NAME=test_dp; source test/mpi_setup.sh  # $tmp, mpi N ARGS...
 
-# a 1-layer GPT on the shipped Bible (real vocabulary); Ψ from its shape
-C=64; L=1; Vp=50304; maxT=1024
+# a 1-layer GPT on the shipped Bible folded to 250 tokens (test/small_vocab.py: a 50257-wide
+# classifier would be 98% of Ψ and most of each run's time); Ψ from its shape
+C=64; L=1; V=250; Vp=256; maxT=1024
+$PY test/small_vocab.py build/data $V || { echo "not ok - test_dp: test/small_vocab.py could not fold the Bible to $V tokens"; exit 1; }
+small=(--vocab-size $V --train-data "build/data/kjv${V}_train_*.bin")
 PSI=$(( Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C ))
 LR=3e-3; STEPS=5; [ -n "${DP_QUICK:-}" ] && STEPS=3  # (DP_QUICK: runs of 3 steps)
 # fp32 unless a part says bf16 (a later --precision wins); on cuda "auto" would mean bf16
-common=(--device "${DEVICE:-cpu}" --precision fp32 --model d1 --seq-len 32 --lr $LR --warmup-steps 2 --weight-decay 0.1 --seed 7 --val-data "" --comm-stats)
+common=(--device "${DEVICE:-cpu}" --precision fp32 --model d1 "${small[@]}" --seq-len 32 --lr $LR --warmup-steps 2 --weight-decay 0.1 --seed 7 --val-data "" --comm-stats)
 [ -n "${COMM:-}" ] && common+=(--comm "$COMM")
 
 fields() { $PY -c "
@@ -286,12 +289,12 @@ if [ -z "${DP_QUICK:-}" ]; then signal_check TERM rank; signal_check USR1 mpirun
 # (the last round leaves some ranks one sequence or none). Each row and sequence is scored by the
 # same forward shape whichever rank runs it, and each sequence's loss is added in sequence order,
 # so the scores and the validation loss are bit-identical (on the CPU and the emulated GPU).
-$PY test/make_choice_set.py "$tmp/hs.bin"
+$PY test/make_choice_set.py "$tmp/hs.bin" "build/data/kjv${V}_val_000000.bin"
 hs_fields() { $PY -c "
 import json, sys
 d = json.loads(open(sys.argv[1]).readline())
 print(d['hellaswag_correct'], d['hellaswag_total'], repr(d['hellaswag_loss']), 'val', repr(d['val_loss']))" "$1" 2>/dev/null; }
-evals=(--steps 0 --hellaswag "$tmp/hs.bin" --val-data data/kjv_val_000000.bin --val-tokens 700)
+evals=(--steps 0 --hellaswag "$tmp/hs.bin" --val-data "build/data/kjv${V}_val_000000.bin" --val-tokens 700)
 "$BIN" "${common[@]}" --batch-size 4 "${evals[@]}" --log-file "$tmp/hs1.jsonl" >"$tmp/hs1.txt" 2>&1
 for layout in "2 3" "3 1"; do
     set -- $layout
@@ -435,7 +438,7 @@ fi
 # ZeRO 1-3 and accumulation 2 against one process: losses 1e-5, every tensor's change 1e-4
 # (mpi_setup.sh's alike; AdamW's ε 1e-4 as test_tp.sh says why)
 if [ -z "${DP_QUICK:-}" ]; then
-    lcommon=("${common[@]}"); common=(--device "${DEVICE:-cpu}" --precision fp32 --model llama:d4 --seq-len 32 --lr 3e-3
+    lcommon=("${common[@]}"); common=(--device "${DEVICE:-cpu}" --precision fp32 --model llama:d4 "${small[@]}" --seq-len 32 --lr 3e-3
         --warmup-steps 2 --weight-decay 0.1 --eps 1e-4 --seed 7 --val-data "" --steps 3)
     [ -n "${COMM:-}" ] && common+=(--comm "$COMM")
     "$BIN" "${common[@]}" --steps 0 --save-model "$tmp/llama_init.bin" >/dev/null 2>&1
@@ -443,7 +446,7 @@ if [ -z "${DP_QUICK:-}" ]; then
     for z in 1 3; do  # (ZeRO-2 shards as 1 and 3 do)
         run llama_z$z 2 --batch-size 4 --zero $z --total-batch-tokens 512 && alike llama_ref llama_z$z llama_init "llama:d4 dp=2 zero=$z accum=2"
     done
-    untied_llama "$tmp/untied_init.bin"  # (ZeRO-3 gathers lm_head with lnf, and prefetches by the untied order)
+    untied_llama "$tmp/untied_init.bin" $V  # (ZeRO-3 gathers lm_head with lnf, and prefetches by the untied order)
     run untied_ref 1 --model "$tmp/untied_init.bin" --batch-size 8 --total-batch-tokens 512
     run untied_z3 2 --model "$tmp/untied_init.bin" --batch-size 4 --zero 3 --total-batch-tokens 512 &&
         alike untied_ref untied_z3 untied_init "llama (untied) dp=2 zero=3 accum=2"

@@ -17,15 +17,24 @@
 #   unusable GPU (emulator only) a driver older than the runtime, a GPU below compute capability
 #         8.0, a binary without code for the GPU: --device cuda refused in one line naming the
 #         cause and the remedy (exit 2), --device auto on the CPU with a note saying why
-# usage: [GPU_TRAIN_QUICK=1] test/test_gpu_train.sh TRAIN_GPT     (a CUDA build on a GPU, or build/train_gpt_simt,
+# usage: [GPU_TRAIN_QUICK=1] [GPU_TRAIN_VOCAB=V] test/test_gpu_train.sh TRAIN_GPT     (a CUDA build on a GPU, or build/train_gpt_simt,
 # the trainer on the CPU SIMT emulator). Prints "ok"/"not ok" lines. GPU_TRAIN_QUICK=1 (the suite's
 # emulated run): Llama in fp32 alone, and the Llama, wgmma and no-epilogue cases one GPU run each.
 set -u
 BIN=${1:?usage: test/test_gpu_train.sh TRAIN_GPT}
+# GPU_TRAIN_VOCAB=V (the suite's emulated run): the runs train presets of V tokens on the Bible
+# folded to them (test/small_vocab.py), where a 50257-wide classifier would be most of the
+# emulator's time; unset (make gpucheck on a GPU): GPT-2's vocabulary, the classifier at full width
+voc=()
+if [ -n "${GPU_TRAIN_VOCAB:-}" ]; then
+    ${PYTHON:-/usr/bin/python3} test/small_vocab.py build/data "$GPU_TRAIN_VOCAB" ||
+        { echo "not ok - test_gpu_train: test/small_vocab.py could not fold the Bible to $GPU_TRAIN_VOCAB tokens"; exit 1; }
+    voc=(--vocab-size "$GPU_TRAIN_VOCAB" --train-data "build/data/kjv${GPU_TRAIN_VOCAB}_train_*.bin")
+fi
 gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND [ENV=VALUE...]: the GPU runs with those variables set (and GPU_FLAGS; MODEL: d2)
     local prec=$1 bound=$2 tmp; tmp=$(mktemp -d); shift 2
     local gflags=(${GPU_FLAGS:-})
-    local flags=(--model "${MODEL:-d2}" --batch-size 4 --seq-len 64 --steps 10 --lr 1e-3 --warmup-steps 2 --val-data "" --seed 3 --precision "$prec")
+    local flags=(--model "${MODEL:-d2}" "${voc[@]}" --batch-size 4 --seq-len 64 --steps 10 --lr 1e-3 --warmup-steps 2 --val-data "" --seed 3 --precision "$prec")
     "$BIN" --device cpu "${flags[@]}" --log-file "$tmp/cpu.jsonl" >/dev/null 2>&1
     env "$@" "$BIN" --device cuda "${flags[@]}" "${gflags[@]}" --log-file "$tmp/gpu.jsonl" >"$tmp/gpu.out" 2>&1 || tail -3 "$tmp/gpu.out" | sed 's/^/# /'
     [ -z "${ONCE:-}" ] && env "$@" "$BIN" --device cuda "${flags[@]}" "${gflags[@]}" --log-file "$tmp/gpu2.jsonl" >/dev/null 2>&1
@@ -60,7 +69,7 @@ MODEL=llama:d2 ONCE=$quick gpu_vs_cpu fp32 1e-4
 # C=128, NH=2) runs the same mma sequences on the same values: the whole training bit-identical
 flash_rows() {
     local tmp; tmp=$(mktemp -d)
-    local flags=(--device cuda --model d2 --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
+    local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
     "$BIN" "${flags[@]}" --flash-rows 16 --log-file "$tmp/16.jsonl" >/dev/null 2>&1
     "$BIN" "${flags[@]}" --flash-rows 32 --log-file "$tmp/32.jsonl" >"$tmp/32.out" 2>&1 || tail -3 "$tmp/32.out" | sed 's/^/# /'
     ${PYTHON:-/usr/bin/python3} - "$tmp/16.jsonl" "$tmp/32.jsonl" <<'PY'
@@ -77,7 +86,7 @@ flash_rows
 GPU_FLAGS="--flash-wgmma 1" ONCE=$quick gpu_vs_cpu bf16 2e-2
 host_waits() {  # host_waits STEPS TOTAL_BATCH_TOKENS: the emulator's count of full waits (empty on a GPU; "failed")
     local out
-    out=$(SIMT_COUNT_WAITS=1 "$BIN" --device cuda --model d2 --batch-size 4 --seq-len 64 --steps "$1" --val-data "" \
+    out=$(SIMT_COUNT_WAITS=1 "$BIN" --device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps "$1" --val-data "" \
         --total-batch-tokens "$2" 2>&1 >/dev/null) || { echo failed; return; }
     sed -n 's/^simt: the host waited for all queued GPU work \([0-9]*\) times$/\1/p' <<<"$out"
 }
@@ -108,6 +117,10 @@ fi
 #   --batch-size auto picks that same suggestion and trains (or, where not even B=1 fits, says
 #   so: exit 2), and a model state larger than the GPU is refused before it is allocated
 #   (planner.h: plan_state; exit 2, one line)
+# GPT-2's vocabulary here even under GPU_TRAIN_VOCAB: with 250 tokens a d2 keeps ~8-12 KB of
+# activations a position, and the kernels' scratch (~104 B a position: attention's D rows, the
+# encoder's indices, the column-sum partials) is 0.9-1.3% of them, which the plan's fixed 64 MiB
+# covers but its 1% share does not; and the state would be smaller than the cuBLASLt workspace
 memory_plan() {
     local tmp; tmp=$(mktemp -d)
     local flags=(--device cuda --model d2 --seq-len 64 --steps 1 --val-data "" --precision bf16)
@@ -196,7 +209,7 @@ memory_plan
 # says why in a note; a driver of the runtime's major version (13.x) is usable
 unusable_gpu() {
     local tmp; tmp=$(mktemp -d)
-    local flags=(--model d2 --batch-size 2 --seq-len 32 --steps 1 --val-data "")
+    local flags=(--model d2 "${voc[@]}" --batch-size 2 --seq-len 32 --steps 1 --val-data "")
     "$BIN" --device cuda "${flags[@]}" >"$tmp/probe.out" 2>&1
     if ! grep -q '^gpu: CPU SIMT emulator' "$tmp/probe.out"; then rm -rf "$tmp"; return; fi
     local cases=(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_tp — tensor parallelism (llmc/tensor_parallel.h) on CPU ranks under mpirun, against one
-# process with the same global batch (a 2-layer GPT, C = 128, 2 heads, on the shipped Bible):
+# process with the same global batch (a 2-layer GPT, C = 128, 2 heads, on the shipped Bible folded
+# to 250 tokens, test/small_vocab.py, so that the blocks make the runs' cost; samples in GPT-2's):
 #   equivalence:  tp = 2, and dp = 2 × tp = 2 with ZeRO 0, 1, 2, 3 and accumulation 2: per-step
 #                 losses within 1e-5, and every tensor changed alike (compare_models.py
 #                 --updates: the model file the tp ranks write together against one process's)
@@ -38,13 +39,14 @@ BIN=${1:-./train_gpt}
 PY=${PYTHON:-/usr/bin/python3}
 TEST_NAME=test_tp; source test/mpi_setup.sh  # $tmp, mpi N ARGS...
 
-C=128; L=2; NH=2; Vp=50304; maxT=1024; T=32
+C=128; L=2; NH=2; V=250; Vp=256; maxT=1024; T=32
+$PY test/small_vocab.py build/data $V || { echo "not ok - test_tp: test/small_vocab.py could not fold the Bible to $V tokens"; exit 1; }
 # fp32 unless a part says bf16 (a later --precision wins); on cuda "auto" would mean bf16.
 # AdamW's ε is 1e-4, not 1e-8: Adam divides each gradient by its own RMS, so an element whose
 # gradient is at the round-off level would move by a sizeable part of lr in a direction the
 # summation order decides (one such element of attprojw moved 2.8e-4 apart at ε = 1e-8); ε caps
 # that amplification, so that the comparison of the weights measures the gradients' sums
-common=(--device "${DEVICE:-cpu}" --precision fp32 --model d2 --seq-len $T --lr 3e-3 --warmup-steps 2 --weight-decay 0.1
+common=(--device "${DEVICE:-cpu}" --precision fp32 --model d2 --vocab-size $V --train-data "build/data/kjv${V}_train_*.bin" --seq-len $T --lr 3e-3 --warmup-steps 2 --weight-decay 0.1
         --eps 1e-4 --seed 7 --val-data "" --comm-stats --steps 5)
 [ -n "${COMM:-}" ] && common+=(--comm "$COMM")
 [ -n "${TP_QUICK:-}" ] && common+=(--steps 3)  # (the emulator is slow; a later --steps wins)
@@ -59,13 +61,13 @@ updates_alike() { $PY test/compare_models.py --updates "$tmp/init.bin" "$1" "$2"
 [ -z "${TP_QUICK:-}" ] && "$BIN" "${common[@]}" --model d4 --steps 0 --save-model "$tmp/init_d4.bin" >/dev/null 2>&1
 
 # --- equivalence: one process with B = 8 (accumulation 1 and 2) against tp = 2, and dp = 2 × tp = 2
-val=(--val-data "data/kjv_val_*.bin" --val-tokens 256)
+val=(--val-data "build/data/kjv${V}_val_*.bin" --val-tokens 256)
 [ -n "${TP_QUICK:-}" ] && val=()
 run ref_a1 1 --batch-size 8 "${val[@]}"
 run ref_a2 1 --batch-size 8 --total-batch-tokens $((2 * 8 * T))
 run tp2 2 --tp 2 --batch-size 8 "${val[@]}" &&
-    # the gradient norm: one sum of squares over 7M elements, whose gradients differ by the run's
-    # round-off from step 2 on (largest at step 4's spike of the norm: 1.8e-6 relative)
+    # the gradient norm: one sum of squares over all elements, whose gradients differ by the run's
+    # round-off from step 2 on (measured at most 7e-8 relative on the 250-token Bible)
     { close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2.jsonl" "tp=2" 1e-5; close_losses "$tmp/ref_a1.jsonl" "$tmp/tp2.jsonl" "tp=2" 1e-5 grad_norm rel
       updates_alike "$tmp/ref_a1.bin" "$tmp/tp2.bin" "tp=2"; }
 zeros="0 1 2 3"; [ -n "${TP_QUICK:-}" ] && zeros=3
@@ -191,15 +193,16 @@ print(("ok" if ok else "not ok") + f" - tp=2 --sp 1 --recompute: selective moves
       f"more a block ({full[-1] if full else None})")
 PY
 
-# --- samples and --profile
-run tp2_prof 2 --tp 2 --batch-size 8 --steps 2 --profile 1 --sample-every 2 --gen-tokens 8 &&
+# --- samples and --profile (in GPT-2's vocabulary: the tokenizer's)
+gpt2=(--vocab-size 0 --train-data "data/kjv_train_*.bin")
+run tp2_prof 2 --tp 2 --batch-size 8 --steps 2 --profile 1 --sample-every 2 --gen-tokens 8 "${gpt2[@]}" &&
 if grep -q "^---- sample at step 2" "$tmp/tp2_prof.txt" && grep -q "comm: tp all-reduce" "$tmp/tp2_prof.txt"; then
     echo "ok - tp=2: samples, and --profile shows the tp all-reduces in a row of their own"
 else
     echo "not ok - tp=2: no sample or no 'comm: tp all-reduce' row"; tail -5 "$tmp/tp2_prof.txt" | sed 's/^/#   /'
 fi
 # (sampling runs B = 1 over the prompt's length: any number of positions, padded to a multiple of tp)
-run tp2sp_prof 2 --tp 2 --sp 1 --batch-size 8 --steps 2 --profile 1 --sample-every 2 --gen-tokens 8 &&
+run tp2sp_prof 2 --tp 2 --sp 1 --batch-size 8 --steps 2 --profile 1 --sample-every 2 --gen-tokens 8 "${gpt2[@]}" &&
 if grep -q "^---- sample at step 2" "$tmp/tp2sp_prof.txt" && grep -q "comm: tp reduce-scatter" "$tmp/tp2sp_prof.txt"; then
     echo "ok - tp=2 --sp 1: samples, and --profile shows the tp reduce-scatters in a row of their own"
 else
@@ -262,7 +265,7 @@ if [ -z "${TP_QUICK:-}" ]; then
     "$BIN" "${common[@]}" --model llama:d4 --steps 0 --save-model "$tmp/init_llama.bin" >/dev/null 2>&1
     run ref_llama 1 --model llama:d4 --batch-size 8
     run tp2sp_llama 2 --model llama:d4 --tp 2 --sp 1 --batch-size 8 && alike ref_llama tp2sp_llama init_llama "llama:d4 tp=2 --sp 1"
-    untied_llama "$tmp/init_untied.bin"  # (lm_head vocabulary-parallel like wte)
+    untied_llama "$tmp/init_untied.bin" $V  # (lm_head vocabulary-parallel like wte)
     run ref_untied 1 --model "$tmp/init_untied.bin" --batch-size 8
     run tp2_untied 2 --model "$tmp/init_untied.bin" --tp 2 --batch-size 8 && alike ref_untied tp2_untied init_untied "llama (untied) tp=2"
 fi
