@@ -255,19 +255,24 @@ for z in $stages; do resume_check fp32 $z; done
 ls "$tmp/ra_bf16_3/step_00000006" | grep -q "state_rank00001.bin" && echo "ok - each dp rank writes its own optimizer shard" \
     || echo "not ok - sharded checkpoint files missing"
 
-# --- a signal: the run of resume_check fp32 1 again, signalled once step 2 is logged. To one rank
-# only (SIGTERM): both must stop after the same step and write its checkpoint together; to
-# mpirun (SIGUSR1, what it forwards to every rank). --resume then ends where the straight run did.
+# --- a signal, once step 2 is logged, to one rank only (SIGTERM): both must stop after the same
+# step and write its checkpoint together; to mpirun (SIGUSR1, what it forwards to every rank).
+# --resume then ends where a straight run did. On GPT-2's vocabulary: a step of the 250-token
+# model takes milliseconds, and the 4 steps left could end before the signal lands.
+sig_run=("${common[@]}" --vocab-size 0 --train-data "data/kjv_train_*.bin" --precision fp32 --batch-size 4
+         --total-batch-tokens 512 --steps 6 --zero 1 --shuffle 1)
 signal_check() {  # signal_check SIG TARGET(rank|mpirun)
-    local c="$tmp/sig_$1" target
-    local run=("${common[@]}" --precision fp32 --batch-size 4 --total-batch-tokens 512 --steps 6 --zero 1 --shuffle 1
-               --output-dir "$c" --log-file "$c.jsonl" --save-model "$c.bin")
+    local c="$tmp/sig_$1" target= i
+    local run=("${sig_run[@]}" --output-dir "$c" --log-file "$c.jsonl" --save-model "$c.bin")
     # (under a time limit: ranks that disagreed about stopping would wait for each other for ever)
     timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${run[@]}" >"$c.txt" 2>&1 &
-    local pid=$! i
-    for i in $(seq 6000); do [ "$(cat "$c.jsonl" 2>/dev/null | wc -l)" -ge 2 ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.01; done
-    target=$(pgrep -f -- "^mpirun .*--log-file $c.jsonl")  # (pid is timeout's)
-    [ "$2" = rank ] && target=$(pgrep -f -- "^$BIN .*--log-file $c.jsonl" | head -1)
+    local pid=$!  # (timeout's: the target is found first, so that the signal follows step 2 at once)
+    for i in $(seq 3000); do
+        if [ "$2" = rank ]; then target=$(pgrep -f -- "^$BIN .*--log-file $c.jsonl" | head -1)
+        else target=$(pgrep -f -- "^mpirun .*--log-file $c.jsonl"); fi
+        [ -n "$target" ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.01
+    done
+    for i in $(seq 6000); do [ "$(cat "$c.jsonl" 2>/dev/null | wc -l)" -ge 2 ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.005; done
     kill -"$1" "$target"; wait $pid
     local rc=$? k=$(wc -l <"$c.jsonl") last=$(ls "$c" 2>/dev/null | tail -1)
     if [ $rc = $((128 + $(kill -l "$1"))) ] && [ "$k" -ge 3 ] && [ "$k" -lt 6 ] && [ "$last" = "$(printf 'step_%08d' "$k")" ] && [ -e "$c/$last/state_rank00001.bin" ] \
@@ -277,11 +282,15 @@ signal_check() {  # signal_check SIG TARGET(rank|mpirun)
         echo "not ok - dp=2: SIG$1 to $2: exit $rc, $k steps logged, newest checkpoint '$last'"; tail -2 "$c.txt" | sed 's/^/#   /'
     fi
     mpi 2 "${run[@]}" --resume >"$c.txt" 2>&1
-    cmp -s <(fields "$tmp/ra_fp32_1.jsonl") <(fields "$c.jsonl") && cmp -s "$tmp/ra_fp32_1.bin" "$c.bin" \
+    cmp -s <(fields "$tmp/sig_straight.jsonl") <(fields "$c.jsonl") && cmp -s "$tmp/sig_straight.bin" "$c.bin" \
         && echo "ok - dp=2: resumed after SIG$1, the run equals the uninterrupted one bit for bit" \
         || echo "not ok - dp=2: the run resumed after SIG$1 differs from the uninterrupted one"
 }
-if [ -z "${DP_QUICK:-}" ]; then signal_check TERM rank; signal_check USR1 mpirun; fi
+if [ -z "${DP_QUICK:-}" ]; then
+    mpi 2 "${sig_run[@]}" --log-file "$tmp/sig_straight.jsonl" --save-model "$tmp/sig_straight.bin" >"$tmp/sig_straight.txt" 2>&1 ||
+        echo "not ok - dp=2: the straight run for the signal checks failed"
+    signal_check TERM rank; signal_check USR1 mpirun
+fi
 
 # --- evaluation: --hellaswag's ranks split the rows (R = B·T/T' a forward, 40 rows: at dp=3 the
 # last global batch leaves rank 2 only padding) and ZeRO-3 gathers the parameters for each forward;
