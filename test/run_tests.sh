@@ -42,8 +42,9 @@
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both (the g++ build's test_dp and test_train quick: the Llama runs and the
 # dp = 4 matrix once, on ./train_gpt; the emulated GPU runs Llama in fp32 alone, GPU_TRAIN_QUICK).
-# The multi-rank tests and the emulated test_gpu_train train on the Bible folded to 250 tokens
-# (test/small_vocab.py, --vocab-size 250): with GPT-2's 50257 the classifier is ~16x a d2's blocks.
+# The multi-rank tests, the emulated test_gpu_train and most of test_train train on the Bible
+# folded to 250 tokens (test/small_vocab.py, --vocab-size 250): with GPT-2's 50257 the classifier
+# is ~16x a d2's blocks.
 set -u
 cd "$(dirname "$0")/.."
 log=build/test.log
