@@ -83,6 +83,14 @@ def read_model(path):
     return cfg, p
 
 
+def read_shard(path):
+    """llm.c's token shard: a header of 256 int32 (magic 20240520, version 1, token count), uint16 tokens."""
+    header = np.fromfile(path, dtype="<i4", count=256)
+    if len(header) < 3 or header[0] != 20240520 or header[1] != 1:
+        raise ValueError(f"{path} is not a token shard (its header begins {header[:2].tolist()})")
+    return np.fromfile(path, dtype="<u2", offset=256 * 4, count=int(header[2]))
+
+
 def write_shard(path, tokens):
     header = [20240520, 1, len(tokens)] + [0] * 253
     with open(path, "wb") as f:

@@ -10,7 +10,7 @@ structure (a model's loss still falls on it). The default V = 250 pads to Vp = 2
 Writes OUT/kjv{V}_train_000000.bin and OUT/kjv{V}_val_000000.bin (llm.c's token shard format)
 unless they are there; each is written under a temporary name and renamed, so tests that start
 together never read half a file. Used by test_pp.sh, test_dp.sh, test_tp.sh, test_cp.sh,
-test_gpu_train.sh with the trainer's --vocab-size V.
+test_gpu_train.sh, test_train.sh with the trainer's --vocab-size V.
 usage: test/small_vocab.py OUT_DIR [V]
 """
 import os
@@ -18,24 +18,7 @@ import sys
 
 import numpy as np
 
-MAGIC, VERSION = 20240520, 1
-
-
-def read_shard(path):
-    header = np.fromfile(path, dtype="<i4", count=256)
-    if header[0] != MAGIC or header[1] != VERSION:
-        sys.exit(f"small_vocab.py: {path} is not a token shard (magic {header[0]}, version {header[1]})")
-    return np.fromfile(path, dtype="<u2", offset=256 * 4, count=int(header[2]))
-
-
-def write_shard(path, tokens):
-    header = np.zeros(256, dtype="<i4")
-    header[:3] = [MAGIC, VERSION, len(tokens)]
-    part = f"{path}.{os.getpid()}.part"
-    with open(part, "wb") as f:
-        f.write(header.tobytes())
-        f.write(tokens.astype("<u2").tobytes())
-    os.replace(part, path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main():
@@ -47,15 +30,21 @@ def main():
     paths = {split: os.path.join(out, f"kjv{V}_{split}_000000.bin") for split in ("train", "val")}
     if all(os.path.exists(p) for p in paths.values()):
         return
+    import gpt2_torch as ref  # (only when there is work: it imports torch)
     os.makedirs(out, exist_ok=True)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
-    shards = {split: read_shard(os.path.join(root, f"kjv_{split}_000000.bin")) for split in paths}
+    try:
+        shards = {split: ref.read_shard(os.path.join(root, f"kjv_{split}_000000.bin")) for split in paths}
+    except (OSError, ValueError) as e:
+        sys.exit(f"small_vocab.py: {e}")
     counts = np.bincount(shards["train"], minlength=65536)
     by_rank = sorted(range(65536), key=lambda t: (-counts[t], t))[: V - 1]
     fold = np.full(65536, V - 1, dtype=np.int64)
     fold[by_rank] = np.arange(V - 1)
     for split, path in paths.items():
-        write_shard(path, fold[shards[split]])
+        part = f"{path}.{os.getpid()}.part"
+        ref.write_shard(part, fold[shards[split]])
+        os.replace(part, path)
 
 
 if __name__ == "__main__":
