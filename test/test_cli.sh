@@ -5,7 +5,8 @@
 # flags run, --steps 0 only evaluates (--hellaswag), dev/data/gpt2_weights.py turns a Hugging
 # Face safetensors GPT-2 into its model file byte for byte, and a micro-batch too large for the
 # host's memory is refused at start with one that fits, and with the larger one --recompute full
-# fits (llmc/planner.h).
+# fits (llmc/planner.h); --vocab-size gives a preset V rows padded to a multiple of 128 (a model
+# file of another V, or a resume without it, refused naming the flag).
 # usage: test/test_cli.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
