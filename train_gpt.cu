@@ -761,6 +761,14 @@ int main(int argc, char** argv) {
             }
         }
         if (profile && mesh.rank == 0) profile_report(profiler, stdout, peak);
+        if (pp > 1 && !model.pp_sends.empty()) {  // (every rank's: pipeline.h's copies for its sends)
+            size_t bytes = 0;
+            for (const auto& o : model.pp_sends) bytes += o.copy.bytes();
+            fflush(stdout);
+            printf("pipeline rank %d: %zu send buffer(s), %s%s\n", mesh.rank, model.pp_sends.size(), format_bytes(bytes).c_str(),
+                   ctx.device == Device::CUDA ? " of GPU memory" : "");
+            fflush(stdout);
+        }
         if (ctx.device == Device::CUDA)
             print0("peak GPU memory (model, activations, optimizer, buffers): %.1f MiB (%zu B)\n", g_gpu_bytes_peak / 1048576.0,
                    g_gpu_bytes_peak);

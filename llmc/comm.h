@@ -13,7 +13,8 @@ owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.
                       ends with bit-identical values (each chunk is summed once, by its owner)
   reduce_scatter_sum  my chunk of Σ_ranks send
   all_gather          every rank's chunk, in place (blocking, or started now and waited later)
-  broadcast, send, recv (and send_start, which does not wait for the receiver: pipeline.h's),
+  broadcast, send, recv, and the ring's: comm_ring_send_start (to rank ± 1; it does not wait
+                      for the receiver) and comm_ring_recv (pipeline.h's stages),
   sendrecv (a send and a receive at once, blocking or started: context_parallel.h's ring),
   all_to_all, barrier, and a deterministic sum of a few doubles
 Element types: float and bf16 (common.h). MPI has no bf16, so bf16 travels as 16-bit words
@@ -32,7 +33,8 @@ communication stream: comm_all_gather_start (ZeRO-3's prefetch), comm_reduce_sca
 an event recorded on the compute stream (the data is ready), and comm_wait / comm_join make the
 compute stream wait for the communication stream's event — the host never blocks, and the
 backward or forward of the next unit overlaps the transfer. (NCCL runs the operations of one
-communicator in the order they are issued, whatever their streams.)
+communicator in the order they are issued, whatever their streams.) The pp group's ring sends
+go on streams of their own, through communicators of their own ("the ring", below).
 A group of one rank never communicates, so a build without MPI runs everything single-process.
 
 Byte counters. Each call adds the bytes one rank sends under the ring algorithm, the standard
@@ -44,7 +46,8 @@ the element size (4 for fp32, 2 for bf16).
 --comm-stats prints them per step; the JSON log carries them.
 
 Tests: test/test_comm.cpp (each collective under mpirun, counters), test/test_dp.sh; the NCCL
-path by test_dp.sh with COMM=nccl on the trainer built for the CPU SIMT emulator, where
+path by test_dp.sh, test_tp.sh, test_pp.sh (the ring) and test_cp.sh with COMM=nccl on the trainer
+built for the CPU SIMT emulator, where
 test/simt_nccl.h carries out the NCCL calls with MPI (make test).
 */
 #pragma once
@@ -87,6 +90,8 @@ struct Group {
     cudaEvent_t comm_done = nullptr;           // recorded after the last asynchronous collective
     void* pad[2] = {nullptr, nullptr};         // padded buffers for uneven chunks (grow): [0] for the
     size_t pad_bytes[2] = {0, 0};              // compute stream, [1] for the communication stream
+    ncclComm_t ring[2][3] = {};                // the ring's communicators, per way and colour (pp group)
+    cudaStream_t ring_stream[2] = {0, 0};      // and its sends' streams, per way (comm_ring_send_start)
 #endif
 };
 
@@ -224,6 +229,7 @@ struct CommHandle {
 #ifdef LLMC_MPI
     MPI_Request req = MPI_REQUEST_NULL;
     std::vector<int> counts, displs;  // must outlive the request
+    std::vector<char> staged;         // a ring send's host copy of a GPU buffer (comm_ring_send_start)
 #endif
 #ifdef LLMC_USE_NCCL
     cudaEvent_t done = nullptr;       // NCCL: recorded on the communication stream after the transfer
@@ -405,24 +411,83 @@ template <class T> inline void comm_send(Group& g, const T* buf, size_t n, int p
     MPI_Send(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm);
 #endif
 }
-// Starts sending n elements of host memory to `peer` (buf must not change until comm_wait):
-// a send that does not wait for the receiver (pipeline.h's, whose schedules assume that). The
-// receiver's comm_recv names the same tag: messages of one tag between two ranks arrive in the
-// order they were sent (MPI's rule), those of different tags are matched apart.
-template <class T> inline void comm_send_start(Group& g, const T* buf, size_t n, int peer, CommHandle* h, int tag = 0) {
-    comm_count(g, SEND_RECV, (double)sizeof(T) * n);
-    h->active = false;
+template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
+#ifdef LLMC_USE_NCCL
+    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
+#endif
 #ifdef LLMC_MPI
-    if (n > 0x7fffffff) fatal("a send of %zu elements is too large for MPI's int counts", n);
-    MPI_Isend(buf, (int)n, mpi_type<T>(), peer, tag, g.comm, &h->req);
-    h->active = true;
-#else
-    (void)buf; (void)peer; (void)tag; fatal("comm_send_start: this build has no MPI");
+    Staged<T> b(buf, n, false);
+    MPI_Recv(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm, MPI_STATUS_IGNORE);
+    b.copy_out();
 #endif
 }
-// Whether a send that comm_send_start began has completed (its buffer may then be freed),
-// without waiting for it.
+
+// ---- the ring: messages to the next rank or the previous one, sent without waiting
+// (pipeline.h's: a stage hands its output to rank + 1 and its input's gradient to rank − 1, and
+// its schedule assumes a send never waits for the receiver). A message goes one way round the
+// ring, dir = +1 (to rank + 1 mod P) or −1; messages of one way between two ranks arrive in the
+// order they were sent, those of the two ways are matched apart.
+// MPI: an MPI_Isend (from a host copy when buf is on a GPU), tag = the way.
+// NCCL runs the operations of one communicator in the order they are issued: a rank's send
+// queued before its receive would hold the receive until the peer took the send, which the
+// schedules do not assume. So each link of the ring (rank j → j + 1 mod P, and back) gets
+// communicators whose only traffic that way is its: link j's colour is j mod 2, and with P odd
+// the last link (P − 1 → 0) a third colour, so the two links at a rank differ in colour (a
+// rank's sends one way use its outgoing link's colour, its receives that way the incoming
+// link's). Per way and colour one communicator over the group (comm_nccl_init, for the pp
+// group): on each rank it only sends or only receives. Sends run on the way's stream (after
+// the compute stream's event: the data is there), receives on the compute stream (whose later
+// kernels read what arrives) — the receives wait, the sends do not, on the GPU; the host waits
+// for neither.
+inline int ring_way(int dir) { return dir > 0 ? 0 : 1; }
+inline int ring_colors(int P) { return P % 2 == 0 ? 2 : 3; }
+inline int ring_color(int P, int link) { return P % 2 == 1 && link == P - 1 ? 2 : link % 2; }
+// Starts sending n elements of buf to rank + dir (mod P); buf must not change until the send is
+// done (comm_send_done, or comm_wait: MPI waits on the host, NCCL makes the compute stream wait).
+template <class T> inline void comm_ring_send_start(Group& g, const T* buf, size_t n, int dir, CommHandle* h) {
+    comm_count(g, SEND_RECV, (double)sizeof(T) * n);
+    h->active = false;
+    const int peer = (g.rank + dir + g.size) % g.size;
+#ifdef LLMC_USE_NCCL
+    if (g.ring[0][0] && is_device_ptr(buf)) {
+        const int way = ring_way(dir), link = dir > 0 ? g.rank : peer;  // (link j joins j and j + 1)
+        CUDA_CHECK(cudaEventRecord(g.ready, g.compute));
+        CUDA_CHECK(cudaStreamWaitEvent(g.ring_stream[way], g.ready, 0));
+        NCCL_CHECK(ncclSend(buf, n, nccl_type<T>(), peer, g.ring[way][ring_color(g.size, link)], g.ring_stream[way]));
+        if (!h->done) CUDA_CHECK(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventRecord(h->done, g.ring_stream[way]));
+        h->compute = g.compute;
+        h->active = true;
+        return;
+    }
+#endif
+#ifdef LLMC_MPI
+    if (n > 0x7fffffff) fatal("a send of %zu elements is too large for MPI's int counts", n);
+    const void* from = buf;
+#ifdef LLMC_CUDA
+    if (is_device_ptr(buf)) {  // (through host memory: a GPU the ranks share, or no NCCL)
+        h->staged.resize(n * sizeof(T));
+        CUDA_CHECK(cudaMemcpy(h->staged.data(), buf, n * sizeof(T), cudaMemcpyDeviceToHost));
+        from = h->staged.data();
+    }
+#endif
+    MPI_Isend(from, (int)n, mpi_type<T>(), peer, ring_way(dir), g.comm, &h->req);
+    h->active = true;
+#else
+    (void)buf; (void)peer; fatal("comm_ring_send_start: this build has no MPI");
+#endif
+}
+// Whether a send that comm_ring_send_start began is done (buf may then change), without waiting.
 inline bool comm_send_done(CommHandle* h) {
+#ifdef LLMC_USE_NCCL
+    if (h->active && h->done) {
+        const cudaError_t e = cudaEventQuery(h->done);
+        if (e == cudaSuccess) h->active = false;
+        else if (e == cudaErrorNotReady) (void)cudaGetLastError();  // (not an error: clear it)
+        else CUDA_CHECK(e);
+        return !h->active;
+    }
+#endif
 #ifdef LLMC_MPI
     if (h->active) {
         int flag = 0;
@@ -432,14 +497,23 @@ inline bool comm_send_done(CommHandle* h) {
 #endif
     return !h->active;
 }
-template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer, int tag = 0) {
+// Receives into buf (n elements) the next message that came this way round the ring: from rank −
+// dir (mod P). On a GPU with NCCL it is queued on the compute stream, which waits for it.
+template <class T> inline void comm_ring_recv(Group& g, T* buf, size_t n, int dir) {
+    const int peer = (g.rank - dir + g.size) % g.size;
 #ifdef LLMC_USE_NCCL
-    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
+    if (g.ring[0][0] && is_device_ptr(buf)) {
+        const int way = ring_way(dir), link = dir > 0 ? peer : g.rank;
+        NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.ring[way][ring_color(g.size, link)], g.compute));
+        return;
+    }
 #endif
 #ifdef LLMC_MPI
     Staged<T> b(buf, n, false);
-    MPI_Recv(b.ptr, (int)n, mpi_type<T>(), peer, tag, g.comm, MPI_STATUS_IGNORE);
+    MPI_Recv(b.ptr, (int)n, mpi_type<T>(), peer, ring_way(dir), g.comm, MPI_STATUS_IGNORE);
     b.copy_out();
+#else
+    (void)buf; (void)peer; fatal("comm_ring_recv: this build has no MPI");
 #endif
 }
 // Sends n elements of send to rank `to` and receives n into recv from rank `from`, at once (no
@@ -619,6 +693,16 @@ inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
         CUDA_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
         CUDA_CHECK(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&g->comm_done, cudaEventDisableTiming));
+    }
+    Group& pp = m->pp_group;  // the pipeline's ring (comm_ring_send_start): per way, a communicator a colour
+    for (int way = 0; pp.size > 1 && way < 2; way++) {
+        for (int c = 0; c < ring_colors(pp.size); c++) {
+            ncclUniqueId id;
+            if (pp.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+            MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, pp.comm);
+            NCCL_CHECK(ncclCommInitRank(&pp.ring[way][c], pp.size, id, pp.rank));
+        }
+        CUDA_CHECK(cudaStreamCreateWithFlags(&pp.ring_stream[way], cudaStreamNonBlocking));
     }
 #else
     (void)m; (void)ctx;

@@ -74,7 +74,9 @@ test/test_tp.sh (tensor and sequence parallelism against one process), test/test
 (pipeline parallelism against one process).
 */
 #pragma once
+#include <algorithm>
 #include <cmath>
+#include <list>
 #include <string>
 #include <vector>
 #include "common.h"
@@ -470,6 +472,8 @@ template <class T> struct GPT {
     bool sp = false;              // sequence parallelism over the tp group (tensor_parallel.h)
     std::vector<T> tp_scratch;    // its all-reduces' host scratch (comm.h)
     Group* pp = nullptr;          // pipeline parallelism: the pp group, whose rank is this stage (pipeline.h)
+    struct Send { Buf<T> copy; CommHandle h; };
+    std::list<Send> pp_sends;     // the stages' sends, each from a copy reused once its receiver has it (pipeline.h)
     // pipeline parallelism (pipeline.h): the activations of several micro-batches are alive at
     // once, one set a slot; slot `slot`'s are in acts while it runs, the others parked. With the
     // interleaved schedule a stage runs one of its chunks at a time (`chunk`: layout.chunks's),
@@ -499,6 +503,18 @@ template <class T> inline void gpt_use_slot(GPT<T>* g, int id, int chunk = 0) {
     std::swap(g->acts, g->parked[id]);
     g->slot = id;
 }
+// Pipeline parallelism: sends n elements of buf to the stage `dir` (+1 or −1) away round the pp
+// group's ring (comm.h: comm_ring_send_start) without waiting for the receiver, from a copy of
+// its own on ctx's device (buf may change at once); a copy is reused once its receiver has it.
+// gpt_stage_sends_wait waits for them all (MPI on the host; NCCL: the compute stream).
+template <class T> inline void gpt_stage_send(const Ctx& ctx, GPT<T>* g, const T* buf, size_t n, int dir) {
+    auto it = std::find_if(g->pp_sends.begin(), g->pp_sends.end(), [](auto& o) { return comm_send_done(&o.h); });
+    if (it == g->pp_sends.end()) it = g->pp_sends.emplace(it);
+    if (it->copy.size() < n) it->copy.alloc(ctx, n);
+    ctx_copy(ctx, it->copy.data(), buf, n * sizeof(T));
+    comm_ring_send_start(*g->pp, it->copy.data(), n, dir, &it->h);
+}
+template <class T> inline void gpt_stage_sends_wait(GPT<T>* g) { for (auto& o : g->pp_sends) comm_wait(&o.h); }
 
 // tp: the tp group, whose rank this process holds a slice of each block for (nullptr: no
 // tensor parallelism; the config's heads must divide over it, which the trainer checks).
@@ -1021,15 +1037,15 @@ template <class T> inline void gpt_infer(const Ctx& ctx, GPT<T>* g, const int* x
     Group& pp = *g->pp;
     const int p = pp.size, s = pp.rank, v = g->layout.vpp();
     const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels;
-    std::vector<T> h(n);  // (through host memory: pipeline.h)
-    for (int k = 0; k < v; k++) {
+    for (int k = 0; k < v; k++) {  // (round the ring as in training: pipeline.h)
         const int vs = k * p + s;  // the virtual stage (s without interleaving)
         gpt_use_slot(g, gpt_slot_id(*g, k, 0), k);
         gpt_ensure_activations(ctx, g, B, T_);
-        if (vs > 0) { comm_recv(pp, h.data(), n, (s + p - 1) % p); ctx_copy(ctx, g->acts.encoded.data(), h.data(), n * sizeof(T)); }
+        if (vs > 0) comm_ring_recv(pp, g->acts.encoded.data(), n, +1);
         gpt_forward(ctx, g, x, y, B, T_, 0.0f);
-        if (vs < p * v - 1) { ctx_copy(ctx, h.data(), gpt_stage_output(g, B, T_), n * sizeof(T)); comm_send(pp, h.data(), n, (s + 1) % p); }
+        if (vs < p * v - 1) gpt_stage_send(ctx, g, gpt_stage_output(g, B, T_), n, +1);
     }
+    gpt_stage_sends_wait(g);
 }
 // This rank's positions in the last gpt_infer's padded sequences (context parallelism), and their count.
 template <class T> inline std::vector<PosPiece> gpt_infer_pieces(const GPT<T>& g, int* Tp) {

@@ -56,21 +56,28 @@ next stage's same tp rank). Per rank, with m micro-batches of B·T positions a s
                 them, v − 1 on the last stage) and for each input gradient it hands back (v,
                 v − 1 on the first): (2v − [s = 0] − [s = p − 1])·m·B·T·C·s, so m·B·T·C·s on
                 the first stage without interleaving; the tied gradient sum 2(2−1)/2·(Vp + maxT)·C·s
-Sends start without waiting for the receiver (MPI_Isend from a copy, freed once the receiver
-has it), receives wait: what pp_simulate assumes, so a schedule it runs cannot deadlock here. They go through host memory
-(and MPI) on a GPU too. Evaluation runs a micro-batch through the stages one after the other
+Sends start without waiting for the receiver (from a copy, reused once the receiver has it),
+receives wait: what pp_simulate assumes, so a schedule it runs cannot deadlock here. On GPUs
+with NCCL both are device to device: a send is queued on a stream of its own, so it overlaps
+the compute stream's next forward or backward, and a receive on the compute stream, which waits
+for it there (the host waits for neither); each way of each link of the ring has communicators
+of its own (comm.h: "the ring"), because NCCL runs one communicator's operations in order and a
+send queued there would hold back a receive. With MPI (CPU ranks, or ranks sharing a GPU) they
+go from host memory. The copies cost one device copy of B·T·C elements a message (~40 µs for
+50 MB at an H100's bandwidth) and as many buffers as the most sends in flight at once
+(allocated as needed and kept; "pipeline rank r: ... send buffers" reports them). Evaluation runs a micro-batch through the stages one after the other
 (model.h: gpt_infer). Checkpoints hold a state file per stage (checkpoint.h) and resume with
 the same --pp and --vpp. Every ZeRO stage composes: a stage's backward ends with its first block, not the
 embeddings, so its units' reduce-scatters still pending are finished after each backward
 (dp_reduces_finish); ZeRO-3's prefetch guesses the whole model's order and skips the units the
 stage does not hold (a wrong guess only costs the gather it would have hidden); DDP and ZeRO-1 reduce a
-chunk's units in that chunk's last backward. Not here yet: NCCL sends, and sends overlapped
-with compute (the GPU waits for each host copy).
+chunk's units in that chunk's last backward.
 
 Tests: test/test_ops.cpp (every schedule: each F and B once and in a valid order; the simulated
 bubbles and peaks against the formulas above; each channel's messages received in the order
 sent; the interleaved layout), test/test_pp.sh (the trainer with --pp, gpipe, 1f1b and
-interleaved, against one process; memory, slots and bytes against the formulas).
+interleaved, against one process; memory, slots and bytes against the formulas; on the CPU SIMT
+emulator with --comm nccl the ring's NCCL path, p = 2 and 3, interleaved included).
 */
 #pragma once
 #include <algorithm>
@@ -220,23 +227,21 @@ inline std::vector<int> pp_slots(PPSchedule kind, int p, int s, int m, int v = 1
 // targets). Between virtual stages go this rank's rows of the residual stream (B·T·C elements,
 // or its sequence-parallel rows): forward a chunk's output, backward its input's gradient.
 // Chunk k of stage s is virtual stage k·p + s, so its neighbours are stages s ± 1 (mod p:
-// stage p − 1's chunk k hands on to stage 0's chunk k + 1). Sends do not wait for the receiver
-// (each from a copy of its own: the schedules assume buffered sends, pp_simulate), receives do;
-// all of it through MPI, from host memory. Forward and backward messages have tags of their own:
-// between two stages both may go the same way (p = 2, interleaved), and the tags keep them apart
-// whatever order the two lists mix them in; within a tag both lists go in the same order
-// (pp_schedule's virtual micro-batches are the same on every stage; test_ops checks every
-// channel of every schedule it runs). Micro-batch k's activations of chunk c
+// stage p − 1's chunk k hands on to stage 0's chunk k + 1). They go round the pp group's ring
+// (comm.h), forward messages to rank + 1, backward ones to rank − 1. Sends do not wait for the
+// receiver (each from a copy of its own, model.h's gpt_stage_send: the schedules assume buffered
+// sends, pp_simulate), receives do. The two ways are matched apart: between two stages both may
+// go the same way (p = 2, interleaved), whatever order the two lists mix them in; within a way
+// both lists go in the same order (pp_schedule's virtual micro-batches are the same on every
+// stage; test_ops checks every channel of every schedule it runs). Micro-batch k's activations of chunk c
 // live in one of chunk c's slots (gpt_use_slot) from its forward to its backward. After the last
 // backward, the tied embeddings' gradients are summed (dp_grads_finish). Returns the sum of the
 // micro-batches' mean losses, on every stage.
 template <class T, class NextBatch>
 inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSchedule kind, int m, int B, int T_, float dloss,
                             NextBatch&& next_batch) {
-    enum { FORWARD = 0, BACKWARD = 1 };  // the messages' tags
     Group& pp = *g->pp;
     const int p = pp.size, s = pp.rank, v = g->layout.vpp(), V = p * v;
-    const int prev = (s + p - 1) % p, next = (s + 1) % p;  // the stages before and after this one
     const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels, BT = (size_t)B * T_;
     std::vector<int> x(m * BT), y(m * BT);  // the step's micro-batches, read at their first forward
     // per chunk: its free slots, the slot of each micro-batch, the forwards run, the backwards left
@@ -244,21 +249,8 @@ inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSch
     std::vector<int> forwards(v, 0), backwards_left(v, m);
     for (int k = 0; k < v; k++)
         for (int j = g->slots[k] - 1; j >= 0; j--) free_slots[k].push_back(gpt_slot_id(*g, k, j));
-    struct Send { std::vector<T> host; CommHandle h; };
-    std::list<Send> sends;  // (a list: a request's buffer and handle stay where they are)
-    std::vector<T> in(n);
-    auto send = [&](const T* buf, int peer, int tag) {
-        sends.remove_if([](Send& o) { return comm_send_done(&o.h); });  // (copies the receiver has taken: freed)
-        Send& out = sends.emplace_back();
-        out.host.resize(n);
-        ctx_copy(ctx, out.host.data(), buf, n * sizeof(T));
-        CommScope prof(ctx, pp, "pp send");
-        comm_send_start(pp, out.host.data(), n, peer, &out.h, tag);
-    };
-    auto recv = [&](T* buf, int peer, int tag) {
-        { CommScope prof(ctx, pp, "pp receive (waits)"); comm_recv(pp, in.data(), n, peer, tag); }
-        ctx_copy(ctx, buf, in.data(), n * sizeof(T));
-    };
+    auto send = [&](const T* buf, int dir) { CommScope prof(ctx, pp, "pp send"); gpt_stage_send(ctx, g, buf, n, dir); };
+    auto recv = [&](T* buf, int dir) { CommScope prof(ctx, pp, "pp receive (waits)"); comm_ring_recv(pp, buf, n, dir); };
     double loss_sum = 0.0;
     for (const PPStep& st : pp_schedule(kind, p, s, m, v)) {
         const int k = st.chunk, vs = k * p + s;  // the chunk, and its virtual stage
@@ -271,21 +263,21 @@ inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSch
             gpt_use_slot(g, slot_of[k][st.micro], k);
             if (k == 0) next_batch(xk, yk);  // (chunk 0's forwards come first, in micro-batch order)
             gpt_ensure_activations(ctx, g, B, T_);
-            if (vs > 0) recv(g->acts.encoded.data(), prev, FORWARD);
+            if (vs > 0) recv(g->acts.encoded.data(), +1);
             gpt_forward(ctx, g, xk, yk, B, T_, dloss);
-            if (vs < V - 1) send(gpt_stage_output(g, B, T_), next, FORWARD);
+            if (vs < V - 1) send(gpt_stage_output(g, B, T_), +1);
             else loss_sum += gpt_mean_loss(g);
         } else {
             gpt_use_slot(g, slot_of[k][st.micro], k);
             d->last_micro = --backwards_left[k] == 0;  // (DDP and ZeRO-1 reduce a chunk's units in its last backward)
-            if (vs < V - 1) recv(g->acts.dresidual.data(), next, BACKWARD);
+            if (vs < V - 1) recv(g->acts.dresidual.data(), -1);
             gpt_backward(ctx, g, B, T_);
             dp_reduces_finish(d);  // (ZeRO: the chunk's last units' reduce-scatters, before the next backward)
-            if (vs > 0) send(g->acts.dresidual.data(), prev, BACKWARD);
+            if (vs > 0) send(g->acts.dresidual.data(), -1);
             free_slots[k].push_back(slot_of[k][st.micro]);
         }
     }
-    for (Send& out : sends) comm_wait(&out.h);
+    gpt_stage_sends_wait(g);
     dp_grads_finish(d);
     comm_sum_doubles(pp, &loss_sum, 1);  // (the last stage's; the others add 0)
     return loss_sum;

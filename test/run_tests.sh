@@ -37,7 +37,7 @@
 #                       test_dp at dp=2 (DP_QUICK: the parts that depend on the backend) and
 #                       test_tp's equivalence part with --comm nccl (NCCL emulated over MPI,
 #                       test/simt_nccl.h): the NCCL path of comm.h, never run on one GPU; and
-#                       test_pp's (the stages' sends staged from the GPU through host memory),
+#                       test_pp's (the stages' sends and receives over NCCL: pp = 2, 3, interleaved),
 #                       and test_cp's (the ring's CUDA block kernels, its sends over NCCL)
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both (the g++ build's test_dp and test_train quick: the Llama runs and the
@@ -121,7 +121,7 @@ part "test_train (emulated GPU)" env DEVICE=cuda TRAIN_QUICK=1 bash test/test_tr
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
 part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh build/train_gpt_simt
 part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt
-part "test_pp (emulated GPU, pp=2 and tp=2 x pp=2; NCCL over MPI for tp)" env DEVICE=cuda COMM=nccl PP_QUICK=1 bash test/test_pp.sh build/train_gpt_simt
+part "test_pp (emulated GPU, pp=2, tp=2 x pp=2, interleaved pp=2 and 3; NCCL over MPI)" env DEVICE=cuda COMM=nccl PP_QUICK=1 bash test/test_pp.sh build/train_gpt_simt
 part "test_cp (emulated GPU, cp=2 and dp=2 x cp=2; NCCL over MPI)" env DEVICE=cuda COMM=nccl CP_QUICK=1 bash test/test_cp.sh build/train_gpt_simt
 if [ -x build/gpucheck_ops ]; then
     echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80, and sm_80 PTX for newer GPUs); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"

@@ -84,7 +84,8 @@ The model of a GPU:
     noted), and a copy or collective of another stream that uses such a page before waiting for
     its writer is reported. Which bytes a hand-written kernel reads is not learnt.
 Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, the
-interleaving of streams (every call completes before it returns; the checks above stand in),
+interleaving of streams (every call completes before it returns, but for test/simt_nccl.h's
+sends outside a group, which stay in flight until a wait covers them: g_settle; the checks above stand in),
 atomics (none of the kernels uses them).
 
 Test: make test (run_tests.sh: "simcheck_ops", both orders); the emulator's own checks in
@@ -897,7 +898,7 @@ template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width =
 // ---- the CUDA runtime calls of the backend (every call completes before it returns)
 enum cudaError_t {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35,
-    cudaErrorNoKernelImageForDevice = 209
+    cudaErrorNoKernelImageForDevice = 209, cudaErrorNotReady = 600
 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum cudaMemoryType { cudaMemoryTypeUnregistered, cudaMemoryTypeHost, cudaMemoryTypeDevice, cudaMemoryTypeManaged };
@@ -940,6 +941,12 @@ template <class F> inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* 
 }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+// Work that really is asynchronous here: test/simt_nccl.h's ncclSend outside a group starts the
+// transfer and leaves it in flight on its stream (a send that does not wait for its receiver,
+// pipeline.h's), to be finished by the waits that cover that stream's place: settle(stream,
+// upto, block) finishes (block) or tests those queued on `stream` (null: on any) up to place
+// `upto`, and says whether none is left.
+namespace simt { inline bool (*g_settle)(const void* stream, unsigned long upto, bool block) = nullptr; }
 // each stream its own object (numbered from 1; 0 is the legacy default stream), for simt::g_side
 struct CUstream_st { int id; };
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
@@ -966,6 +973,7 @@ inline FullWaitReport g_full_wait_report;
 }  // namespace simt
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     simt::g_full_waits++;
+    if (simt::g_settle) simt::g_settle(s, ~0ul, true);
     simt::pinned_settle(s, ~0ul);
     simt::side_release_if([s](const void* stream, unsigned long) { return !s || stream == s; });
     return cudaSuccess;
@@ -985,12 +993,18 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
 }
 // the work of e's stream queued before e is done, for whoever waits (a stream or the host)
 inline void simt_event_waited(cudaEvent_t e) {
+    if (simt::g_settle) simt::g_settle(e->stream, e->seq, true);
     simt::side_release_if([e](const void* stream, unsigned long seq) { return (!e->stream || stream == e->stream) && seq <= e->seq; });
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {  // the host waits: its copies too
     simt::pinned_settle(e->stream, e->seq);
     simt_event_waited(e);
     return cudaSuccess;
+}
+// done when the work queued before e is (a send in flight may not be: cudaErrorNotReady)
+inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (simt::g_settle && !simt::g_settle(e->stream, e->seq, false)) return cudaErrorNotReady;
+    return cudaEventSynchronize(e);  // (the host now knows that work is done: as after a wait)
 }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) { simt_event_waited(e); return cudaSuccess; }
@@ -1022,7 +1036,12 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
 }
 inline cudaError_t cudaDriverGetVersion(int* v) { *v = simt::g_driver_version; return cudaSuccess; }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = simt::g_runtime_version; return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { simt::g_full_waits++; simt::pinned_settle_all(); simt::side_release_all(); return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() {
+    simt::g_full_waits++;
+    if (simt::g_settle) simt::g_settle(nullptr, ~0ul, true);
+    simt::pinned_settle_all(); simt::side_release_all();
+    return cudaSuccess;
+}
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
     *p = (T*)simt::device_alloc(bytes);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;

@@ -13,7 +13,8 @@ What it models: the data each call moves, and the contract NCCL's documentation 
 buffers in device memory; send and receive buffers either identical (in place; for all-gather,
 the send buffer at the rank's slot of the receive buffer) or disjoint; every rank of a
 communicator calling the same collective with the same count and type (checked: a mismatch
-hangs or corrupts real NCCL, here it is reported); send/recv between ncclGroupStart/End. A
+hangs or corrupts real NCCL, here it is reported); send/recv between ncclGroupStart/End, or a
+send alone that stays in flight on its stream (below: pipeline.h's, whose sends do not wait). A
 reduction adds the ranks' values in rank order in fp32 and rounds once (bf16): identical bits
 on every rank, like NCCL, though not NCCL's own rounding order. Streams are synchronous (simt.h),
 so the overlap itself is not timed; but each collective's bytes stay closed to the other streams
@@ -23,7 +24,8 @@ that uses what the compute stream's kernels or matmuls wrote (or overwrites what
 read) before waiting for them (a missing nccl_stream_waits_compute) is reported too (simt.h,
 "kernels' writes").
 
-Test: test/test_dp.sh with DEVICE=cuda COMM=nccl on build/train_gpt_simt (run_tests.sh).
+Test: test/test_dp.sh, test_tp.sh, test_pp.sh and test_cp.sh with DEVICE=cuda COMM=nccl on
+build/train_gpt_simt (run_tests.sh).
 */
 #pragma once
 #include <mpi.h>
@@ -165,18 +167,49 @@ inline ncclResult_t ncclGroupEnd() {
     }
     return ncclSuccess;
 }
-// point to point: queued in the open group (or a group of one call), completed at its end
-inline ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
-    if (!comm || !simt::device_owns(buf)) simt::die("ncclSend: no communicator, or a buffer that is not device memory");
-    ncclGroupStart();
-    simt_nccl::pending.emplace_back();
-    MPI_Isend(buf, (int)(count * simt_nccl::type_bytes(t)), MPI_BYTE, peer, 77, comm->comm, &simt_nccl::pending.back());
-    return ncclGroupEnd();
+// Point to point: in an open group, queued and finished at its end (with the group's receives:
+// context_parallel.h's ring, all-to-all). A send outside a group is what NCCL does with it on a
+// GPU: queued on its stream, done once the receiver has taken it — not when the call returns —
+// so it is started here and left in flight (simt.h's g_settle): only a wait that covers its
+// stream's place finishes it (cudaStreamWaitEvent, cudaEventSynchronize, a sync), and
+// cudaEventQuery says cudaErrorNotReady until the receiver took it. Its buffer stays noted as
+// read on its stream meanwhile, so writing it before such a wait is reported (simt.h,
+// "streams"). A receive outside a group waits for its message (it runs on the stream whose
+// later work reads it).
+namespace simt_nccl {
+struct InFlight { MPI_Request req; const void* stream; unsigned long seq; };
+inline std::vector<InFlight> in_flight;  // the sends started outside a group, not yet finished
+inline bool settle(const void* stream, unsigned long upto, bool block) {
+    bool none_left = true;
+    for (size_t i = 0; i < in_flight.size();) {
+        InFlight& f = in_flight[i];
+        if ((stream && f.stream != stream) || f.seq > upto) { i++; continue; }
+        int done = 1;
+        if (block) MPI_Wait(&f.req, MPI_STATUS_IGNORE); else MPI_Test(&f.req, &done, MPI_STATUS_IGNORE);
+        if (done) in_flight.erase(in_flight.begin() + i); else { none_left = false; i++; }
+    }
+    return none_left;
 }
-inline ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+inline const bool settle_hooked = (simt::g_settle = settle, true);
+}  // namespace simt_nccl
+inline ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
+    using namespace simt_nccl;
+    if (!comm || !simt::device_owns(buf)) simt::die("ncclSend: no communicator, or a buffer that is not device memory");
+    const size_t bytes = count * type_bytes(t);
+    { Noted noted(stream, "ncclSend", buf, bytes, nullptr, 0); }
+    MPI_Request req;
+    MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, 77, comm->comm, &req);
+    if (group_depth > 0) pending.push_back(req);
+    else in_flight.push_back({req, stream, ++simt::g_seq});
+    return ncclSuccess;
+}
+inline ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
+    using namespace simt_nccl;
     if (!comm || !simt::device_owns(buf)) simt::die("ncclRecv: no communicator, or a buffer that is not device memory");
+    const size_t bytes = count * type_bytes(t);
+    Noted noted(stream, "ncclRecv", nullptr, 0, buf, bytes);
     ncclGroupStart();
-    simt_nccl::pending.emplace_back();
-    MPI_Irecv(buf, (int)(count * simt_nccl::type_bytes(t)), MPI_BYTE, peer, 77, comm->comm, &simt_nccl::pending.back());
+    pending.emplace_back();
+    MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, 77, comm->comm, &pending.back());
     return ncclGroupEnd();
 }

@@ -22,6 +22,7 @@
 #   volume:       a stage sends m·B·T·C·s bytes a step (its outputs forward, or its input's
 #                 gradients backward; interleaved stage 0 (2v − 1)·m·B·T·C·s), and the tied
 #                 embeddings' gradient sum (Vp + maxT)·C·s
+#   send buffers: each stage reuses the copies its sends go from: it keeps at most one step's sends
 #   recompute:    --recompute full is the same run bit for bit (1f1b, interleaved)
 #   evaluation:   --val-tokens through the pipeline: one process's validation loss; with --steps 0
 #                 (pp = 2, tp = 2 × pp = 2, interleaved) --hellaswag, --val-tokens and a sample bit
@@ -33,9 +34,12 @@
 #                 --vpp without interleaved, pp·vpp above the layers, --batch-size auto: one line
 #                 each, exit 2
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [PP_QUICK=1] test/test_pp.sh [TRAIN_GPT]
-# Runs take 3 steps. PP_QUICK=1 runs pp = 2 (1f1b) and tp = 2 × pp = 2 against one process: what the suite
-# runs on the CPU SIMT emulator (build/train_gpt_simt, DEVICE=cuda), where the stages' sends are
-# staged through host memory and the tp collectives take the GPU path (NCCL's with COMM=nccl).
+# Runs take 3 steps. PP_QUICK=1 runs pp = 2 (1f1b), tp = 2 × pp = 2, and interleaved 4 and 6 blocks
+# of C = 64 over pp = 2 and 3 (2 steps) against one process: what the suite runs on the CPU SIMT
+# emulator (build/train_gpt_simt, DEVICE=cuda), where with COMM=nccl the stages' sends and
+# receives and the tp collectives take the GPU path (NCCL's, test/simt_nccl.h: the sends left in
+# flight until a wait covers them, as on a GPU), and pp = 2 once more with --comm mpi (ranks
+# sharing a GPU: the sends staged through host memory).
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
@@ -60,15 +64,58 @@ first_loss_same() {
     [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok - $3: step 1's loss is one process's bit for bit ($a)" ||
         echo "not ok - $3: step 1's loss $b, one process's $a"
 }
+# send_buffers NAME RANKS SENDS LABEL: each of the RANKS stages of run NAME reused its sends'
+# copies (model.h's gpt_stage_send, one freed once its receiver has it): over the 3 steps it kept
+# at most SENDS, one step's sends (never reusing them would keep 3 steps' worth)
+send_buffers() {
+    local counts; counts=$(sed -n 's/^pipeline rank [0-9]*: \([0-9]*\) send buffer(s).*/\1/p' "$tmp/$1.txt" | sort -n | tr '\n' ' ')
+    [ "$(echo $counts | wc -w)" = "$2" ] && [ "$(echo $counts | tr ' ' '\n' | tail -1)" -le "$3" ] &&
+        echo "ok - $4: every stage reused its send buffers (kept $counts<= $3, one step's sends)" ||
+        echo "not ok - $4: send buffers kept per stage: '$counts' (want $2 stages, each <= $3)"
+}
 run ref 1
 schedules="gpipe 1f1b"; [ -n "${PP_QUICK:-}" ] && schedules=1f1b
 for s in $schedules; do
     run "pp2_$s" 2 --pp 2 --pp-schedule "$s" || continue
     alike ref "pp2_$s" init "pp=2 $s"
     first_loss_same ref "pp2_$s" "pp=2 $s"
+    send_buffers "pp2_$s" 2 $M "pp=2 $s"
 done
 run tp2pp2 4 --tp 2 --sp 1 --pp 2 && alike ref tp2pp2 init "tp=2 --sp 1 x pp=2"
-[ -n "${PP_QUICK:-}" ] && exit 0
+# interleaved 1F1B (--vpp 2 chunks a stage): a 4-block model (d4) over pp = 2 (stage 0 holds
+# blocks 0 and 2, stage 1 blocks 1 and 3: every hand-over crosses a stage, stage 1's chunk 0
+# hands back to stage 0's chunk 1, and both kinds of message go 0 -> 1: the ring's two links both
+# ways), and a 6-block one (d6) over pp = 3 (6 micro-batches a step: a multiple of pp; an odd
+# ring, whose NCCL path takes a third communicator a way: comm.h). interleaved_core M4 M6 STEPS
+# runs them (models: presets or files) for STEPS steps.
+interleaved_core() {
+    local a=${1##*/} b=${2##*/}; a=${a%.bin}; b=${b%.bin}  # (the labels: presets, or files' names)
+    il=(--pp-schedule interleaved --vpp 2 --steps "$3")
+    "$BIN" "${common[@]}" --model "$1" --steps 0 --save-model "$tmp/init_d4.bin" >/dev/null 2>&1
+    run ref_d4 1 --model "$1" --steps "$3"
+    run il_d4 2 --model "$1" --pp 2 "${il[@]}" && {
+        alike ref_d4 il_d4 init_d4 "$a over pp=2 interleaved, vpp=2"
+        first_loss_same ref_d4 il_d4 "$a over pp=2 interleaved"
+        send_buffers il_d4 2 $((3 * M)) "$a over pp=2 interleaved"  # ((2v - 1)·m sends a step a stage)
+    }
+    "$BIN" "${common[@]}" --model "$2" --steps 0 --save-model "$tmp/init_d6.bin" >/dev/null 2>&1
+    run ref_d6 1 --model "$2" --steps "$3" --total-batch-tokens $((6 * B * T))
+    run il_d6 3 --model "$2" --pp 3 "${il[@]}" --total-batch-tokens $((6 * B * T)) && alike ref_d6 il_d6 init_d6 "$b over pp=3 interleaved, vpp=2"
+}
+if [ -n "${PP_QUICK:-}" ]; then  # (emulated: blocks of C = 64, one head, 2 steps, for the emulator's time)
+    $PY - "$tmp" $V <<'PY'
+import sys
+sys.path.insert(0, "test")
+import gpt2_torch as ref
+for L in (4, 6):
+    cfg = dict(maxT=1024, V=int(sys.argv[2]), Vp=(int(sys.argv[2]) + 127) // 128 * 128, L=L, NH=1, C=64)
+    ref.write_model(f"{sys.argv[1]}/blocks{L}.bin", cfg, ref.random_params(cfg, seed=5))
+PY
+    interleaved_core "$tmp/blocks4.bin" "$tmp/blocks6.bin" 2
+    # and ranks that share a GPU: --comm mpi, the sends staged from the GPU through host memory
+    [ "${COMM:-}" = nccl ] && run pp2_mpi 2 --pp 2 --comm mpi && alike ref pp2_mpi init "pp=2 1f1b, --comm mpi"
+    exit 0
+fi
 run ref_d3 1 --model d3
 run pp2_d3 2 --model d3 --pp 2 && alike ref_d3 pp2_d3 init_d3 "d3 over pp=2 (blocks [0, 2) and [2, 3))"
 run pp3_d3 3 --model d3 --pp 3 --pp-schedule gpipe && alike ref_d3 pp3_d3 init_d3 "d3 over pp=3, gpipe"
@@ -88,27 +135,15 @@ for z in 2 3; do
         alike ref_d3_b8 "dp2pp2_d3_z$z" init_d3 "d3, dp=2 x pp=2 zero=$z"
 done
 
-# --- interleaved 1F1B (--vpp 2 chunks a stage): d4 over pp = 2 (stage 0 holds blocks 0 and 2,
-# stage 1 blocks 1 and 3: every hand-over crosses a stage, stage 1's chunk 0 hands back to stage
-# 0's chunk 1, and both kinds of message go 0 -> 1), with dp = 2 and ZeRO 1 and 3, with tp = 2
-# --sp 1; d6 over pp = 3 (6 micro-batches a step: a multiple of pp), uneven d5 over pp = 2
-# ([0, 2) [3, 4) and [2, 3) [4, 5)); 3 steps each
-il=(--pp-schedule interleaved --vpp 2 --steps 3)
-"$BIN" "${common[@]}" --model d4 --steps 0 --save-model "$tmp/init_d4.bin" >/dev/null 2>&1
-run ref_d4 1 --model d4 --steps 3
-run il_d4 2 --model d4 --pp 2 "${il[@]}" && {
-    alike ref_d4 il_d4 init_d4 "d4 over pp=2 interleaved, vpp=2"
-    first_loss_same ref_d4 il_d4 "d4 over pp=2 interleaved"
-}
+# --- interleaved 1F1B: interleaved_core (above) with d4 and d6, then d4 with dp = 2 and ZeRO 1
+# and 3, with tp = 2 --sp 1, and uneven d5 over pp = 2 ([0, 2) [3, 4) and [2, 3) [4, 5)); 3 steps each
+interleaved_core d4 d6 3
 run ref_d4_b8 1 --model d4 --steps 3 --batch-size 8 --total-batch-tokens $((M * 8 * T))
 for z in 1 3; do
     run "il_dp2_z$z" 4 --model d4 --pp 2 "${il[@]}" --zero "$z" --total-batch-tokens $((M * 8 * T)) &&
         alike ref_d4_b8 "il_dp2_z$z" init_d4 "d4, dp=2 x pp=2 interleaved zero=$z"
 done
 run il_tp2 4 --model d4 --tp 2 --sp 1 --pp 2 "${il[@]}" && alike ref_d4 il_tp2 init_d4 "d4, tp=2 --sp 1 x pp=2 interleaved"
-"$BIN" "${common[@]}" --model d6 --steps 0 --save-model "$tmp/init_d6.bin" >/dev/null 2>&1
-run ref_d6 1 --model d6 --steps 3 --total-batch-tokens $((6 * B * T))
-run il_d6 3 --model d6 --pp 3 "${il[@]}" --total-batch-tokens $((6 * B * T)) && alike ref_d6 il_d6 init_d6 "d6 over pp=3 interleaved, vpp=2"
 "$BIN" "${common[@]}" --model d5 --steps 0 --save-model "$tmp/init_d5.bin" >/dev/null 2>&1
 run ref_d5 1 --model d5 --steps 3
 run il_d5 2 --model d5 --pp 2 "${il[@]}" && alike ref_d5 il_d5 init_d5 "d5 over pp=2 interleaved (uneven chunks)"
