@@ -438,7 +438,9 @@ template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
 // group): on each rank it only sends or only receives. Sends run on the way's stream (after
 // the compute stream's event: the data is there), receives on the compute stream (whose later
 // kernels read what arrives) — the receives wait, the sends do not, on the GPU; the host waits
-// for neither.
+// for neither. (This needs the GPU to run the two streams' kernels side by side: with
+// CUDA_DEVICE_MAX_CONNECTIONS=1, which puts every stream in one hardware queue, a receive
+// waiting there ahead of a send its peer needs first could hang.)
 inline int ring_way(int dir) { return dir > 0 ? 0 : 1; }
 inline int ring_colors(int P) { return P % 2 == 0 ? 2 : 3; }
 inline int ring_color(int P, int link) { return P % 2 == 1 && link == P - 1 ? 2 : link % 2; }
