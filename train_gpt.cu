@@ -490,6 +490,10 @@ int main(int argc, char** argv) {
     if (comm_backend == "nccl" && ctx.device != Device::CUDA) usage_error("--comm nccl: needs --device cuda (NCCL moves GPU buffers)");
     bool use_nccl = ctx.device == Device::CUDA && mesh.world > 1 &&
                     (comm_backend == "nccl" || (comm_backend == "auto" && comm_have_nccl() && mesh.local_size <= cuda_device_count()));
+    const char* one_queue = getenv("CUDA_DEVICE_MAX_CONNECTIONS");  // (comm.h, "the ring": why)
+    if (use_nccl && pp > 1 && one_queue && atoi(one_queue) == 1)
+        usage_error("--pp %d over NCCL with CUDA_DEVICE_MAX_CONNECTIONS=1: every stream in one queue could hang the stages' "
+                    "sends behind their receives; unset it (or --comm mpi)", pp);
     if (use_nccl) comm_nccl_init(&mesh, ctx);
 
     const bool bf16_run = precision == "bf16" || (precision == "auto" && ctx.device == Device::CUDA);

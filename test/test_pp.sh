@@ -114,6 +114,9 @@ PY
     interleaved_core "$tmp/blocks4.bin" "$tmp/blocks6.bin" 2
     # and ranks that share a GPU: --comm mpi, the sends staged from the GPU through host memory
     [ "${COMM:-}" = nccl ] && run pp2_mpi 2 --pp 2 --comm mpi && alike ref pp2_mpi init "pp=2 1f1b, --comm mpi"
+    # every stream in one hardware queue could hang the ring's sends behind receives (comm.h): refused
+    [ "${COMM:-}" = nccl ] && CUDA_DEVICE_MAX_CONNECTIONS=1 check_error "--pp over NCCL with CUDA_DEVICE_MAX_CONNECTIONS=1" 2 \
+        "CUDA_DEVICE_MAX_CONNECTIONS=1: every stream in one queue" --pp 2
     exit 0
 fi
 run ref_d3 1 --model d3
