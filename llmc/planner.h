@@ -12,7 +12,10 @@ one micro-batch (model.h: gpt_activation_buffers, per position (16·L·C + 12·C
 the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T positions; fewer with
 --recompute, model.h's Recompute; a tensor-parallel rank's slice of them, a pipeline stage's
 blocks' times the micro-batches its schedule keeps alive: model.h's gpt_activation_bytes of the
-model). The state is allocated first; the plan then asks what is
+model; not counted: on GPUs with NCCL, a stage's copies for its sends, pipeline.h's, B·T·C
+elements each and as many as its sends in flight — a few, which the reserve below covers only
+where a stage keeps tens of blocks' activations; a run's last lines say how many it kept). The
+state is allocated first; the plan then asks what is
 still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
 memory cgroup or a lower LLMC_HOST_MEMORY: common.h) and whether B·T positions of activations
 fit in it, with a reserve for the kernels' scratch:
