@@ -181,10 +181,11 @@ template <class T> inline T* nccl_pad(Group& g, int which, size_t n) {
     }
     return (T*)g.pad[which];
 }
-// The communication stream waits until the compute stream has produced the data.
-inline void nccl_stream_waits_compute(Group& g) {
+// The communication stream (or another of the group's: the ring's) waits until the compute
+// stream has produced the data.
+inline void nccl_stream_waits_compute(Group& g, cudaStream_t stream = nullptr) {
     CUDA_CHECK(cudaEventRecord(g.ready, g.compute));
-    CUDA_CHECK(cudaStreamWaitEvent(g.stream, g.ready, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(stream ? stream : g.stream, g.ready, 0));
 }
 #endif
 
@@ -252,10 +253,10 @@ template <class T> inline void nccl_all_gather(Group& g, T* buf, size_t S, cudaS
     CUDA_CHECK(cudaMemcpyAsync(buf, gathered, S * sizeof(T), cudaMemcpyDeviceToDevice, stream));
 }
 
-// h completes with what is queued on g's communication stream so far.
-inline void nccl_handle_started(Group& g, CommHandle* h) {
+// h completes with what is queued on g's communication stream (or `stream`) so far.
+inline void nccl_handle_started(Group& g, CommHandle* h, cudaStream_t stream = nullptr) {
     if (!h->done) CUDA_CHECK(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));  // once per handle
-    CUDA_CHECK(cudaEventRecord(h->done, g.stream));
+    CUDA_CHECK(cudaEventRecord(h->done, stream ? stream : g.stream));
     h->compute = g.compute;
     h->active = true;
 }
@@ -453,13 +454,9 @@ template <class T> inline void comm_ring_send_start(Group& g, const T* buf, size
 #ifdef LLMC_USE_NCCL
     if (g.ring[0][0] && is_device_ptr(buf)) {
         const int way = ring_way(dir), link = dir > 0 ? g.rank : peer;  // (link j joins j and j + 1)
-        CUDA_CHECK(cudaEventRecord(g.ready, g.compute));
-        CUDA_CHECK(cudaStreamWaitEvent(g.ring_stream[way], g.ready, 0));
+        nccl_stream_waits_compute(g, g.ring_stream[way]);
         NCCL_CHECK(ncclSend(buf, n, nccl_type<T>(), peer, g.ring[way][ring_color(g.size, link)], g.ring_stream[way]));
-        if (!h->done) CUDA_CHECK(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventRecord(h->done, g.ring_stream[way]));
-        h->compute = g.compute;
-        h->active = true;
+        nccl_handle_started(g, h, g.ring_stream[way]);
         return;
     }
 #endif
@@ -685,12 +682,15 @@ inline void mesh_build(Mesh* m, int tp, int pp, int cp) {
 // MPI, with its own communication stream. Collective over the world.
 inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
 #if defined(LLMC_USE_NCCL) && defined(LLMC_MPI)
+    auto make = [](Group& g, ncclComm_t* c) {  // a communicator over g's ranks (collective over them)
+        ncclUniqueId id;
+        if (g.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, g.comm);
+        NCCL_CHECK(ncclCommInitRank(c, g.size, id, g.rank));
+    };
     for (Group* g : {&m->world_group, &m->dp_group, &m->pp_group, &m->cp_group, &m->tp_group, &m->dp_cp_group}) {
         if (g->size == 1) continue;
-        ncclUniqueId id;
-        if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, g->comm);
-        NCCL_CHECK(ncclCommInitRank(&g->nccl, g->size, id, g->rank));
+        make(*g, &g->nccl);
         g->compute = ctx.stream;
         CUDA_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
         CUDA_CHECK(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
@@ -698,12 +698,7 @@ inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
     }
     Group& pp = m->pp_group;  // the pipeline's ring (comm_ring_send_start): per way, a communicator a colour
     for (int way = 0; pp.size > 1 && way < 2; way++) {
-        for (int c = 0; c < ring_colors(pp.size); c++) {
-            ncclUniqueId id;
-            if (pp.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-            MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, pp.comm);
-            NCCL_CHECK(ncclCommInitRank(&pp.ring[way][c], pp.size, id, pp.rank));
-        }
+        for (int c = 0; c < ring_colors(pp.size); c++) make(pp, &pp.ring[way][c]);
         CUDA_CHECK(cudaStreamCreateWithFlags(&pp.ring_stream[way], cudaStreamNonBlocking));
     }
 #else

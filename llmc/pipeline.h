@@ -63,8 +63,8 @@ the compute stream's next forward or backward, and a receive on the compute stre
 for it there (the host waits for neither); each way of each link of the ring has communicators
 of its own (comm.h: "the ring"), because NCCL runs one communicator's operations in order and a
 send queued there would hold back a receive. With MPI (CPU ranks, or ranks sharing a GPU) they
-go from host memory. The copies cost one device copy of B·T·C elements a message (~40 µs for
-50 MB at an H100's bandwidth) and as many buffers as the most sends in flight at once
+go from host memory. The copies cost one device copy of B·T·C elements a message (for 50 MB,
+100 MB read and written: ~35 µs at an H100's ~3 TB/s, an estimate, not measured) and as many buffers as the most sends in flight at once
 (allocated as needed and kept; "pipeline rank r: ... send buffers" reports them). Evaluation runs a micro-batch through the stages one after the other
 (model.h: gpt_infer). Checkpoints hold a state file per stage (checkpoint.h) and resume with
 the same --pp and --vpp. Every ZeRO stage composes: a stage's backward ends with its first block, not the
