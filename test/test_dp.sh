@@ -258,7 +258,9 @@ ls "$tmp/ra_bf16_3/step_00000006" | grep -q "state_rank00001.bin" && echo "ok - 
 # --- a signal, once step 2 is logged, to one rank only (SIGTERM): both must stop after the same
 # step and write its checkpoint together; to mpirun (SIGUSR1, what it forwards to every rank).
 # --resume then ends where a straight run did. On GPT-2's vocabulary: a step of the 250-token
-# model takes milliseconds, and the 4 steps left could end before the signal lands.
+# model takes milliseconds, and the 4 steps left could end before the signal lands. The ranks look
+# for a signal just after a step's log line, so one sent once step 2 is logged can stop the run
+# after step 2 itself (it landed before that look) or after a later step: k >= 2.
 sig_run=("${common[@]}" --vocab-size 0 --train-data "data/kjv_train_*.bin" --precision fp32 --batch-size 4
          --total-batch-tokens 512 --steps 6 --zero 1 --shuffle 1)
 signal_check() {  # signal_check SIG TARGET(rank|mpirun)
@@ -275,7 +277,7 @@ signal_check() {  # signal_check SIG TARGET(rank|mpirun)
     for i in $(seq 6000); do [ "$(cat "$c.jsonl" 2>/dev/null | wc -l)" -ge 2 ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.005; done
     kill -"$1" "$target"; wait $pid
     local rc=$? k=$(wc -l <"$c.jsonl") last=$(ls "$c" 2>/dev/null | tail -1)
-    if [ $rc = $((128 + $(kill -l "$1"))) ] && [ "$k" -ge 3 ] && [ "$k" -lt 6 ] && [ "$last" = "$(printf 'step_%08d' "$k")" ] && [ -e "$c/$last/state_rank00001.bin" ] \
+    if [ $rc = $((128 + $(kill -l "$1"))) ] && [ "$k" -ge 2 ] && [ "$k" -lt 6 ] && [ "$last" = "$(printf 'step_%08d' "$k")" ] && [ -e "$c/$last/state_rank00001.bin" ] \
         && grep -q "^stopped by SIG$1 after step $k of 6" "$c.txt"; then
         echo "ok - dp=2: SIG$1 to $2 at step $k: both ranks stop after it and write its checkpoint, exit $rc"
     else
