@@ -60,7 +60,7 @@ static const FlagDef FLAGS[] = {
     {"train-data", "data/kjv_train_*.bin", "token shards to train on (glob)", false},
     {"val-data", "data/kjv_val_*.bin", "token shards for validation (glob; empty = none)", false},
     {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples", false},
-    {"batch-size", "4", "micro-batch size B per rank; one whose activations cannot fit in the GPU's (or host's) memory is refused at start, naming one that does. auto (with --total-batch-tokens D): the largest B that fits, that the data holds, and that splits D into whole micro-batches (on --resume: the checkpoint's B)", false},
+    {"batch-size", "4", "micro-batch size B per rank; one whose activations cannot fit in the GPU's (or host's) memory is refused at start, naming one that does. auto (with --total-batch-tokens D): the largest B that fits, that the data holds, and that splits D into whole micro-batches (with --pp-schedule interleaved, a multiple of --pp of them; on --resume: the checkpoint's B)", false},
     {"seq-len", "1024", "sequence length T (at most the model's maxT)", false},
     {"total-batch-tokens", "-1", "tokens per optimizer step; grad accumulation = D/(B*T*dp) (-1: B*T*dp)", false},
     {"steps", "20", "optimizer steps to run (total, counting those before a resume; 0: only evaluate the model)", false},
@@ -421,13 +421,15 @@ int main(int argc, char** argv) {
     if (pp > 1 && pp * vpp > config.num_layers)
         usage_error("--pp %d --vpp %d: %d virtual stages, more than the model's %d blocks (each chunk holds at least one)", pp, vpp,
                     pp * vpp, config.num_layers);
-    if (pp > 1 && auto_batch) usage_error("--batch-size auto with --pp: not yet supported (give --batch-size)");
     const bool total_given = total_batch != -1;
     if (auto_batch && !total_given)
         usage_error("--batch-size auto: needs --total-batch-tokens (the step's tokens, which auto splits into the largest "
                     "micro-batches that fit)");
     if (auto_batch && total_batch > 0 && total_batch % ((long long)T * dp) != 0)
         usage_error("--batch-size auto: --total-batch-tokens %lld is not a multiple of seq-len*dp = %lld", total_batch, (long long)T * dp);
+    if (auto_batch && pp > 1 && pp_schedule == PPSchedule::Interleaved && total_batch > 0 && total_batch % ((long long)T * dp * pp) != 0)
+        usage_error("--batch-size auto --pp-schedule interleaved: --total-batch-tokens %lld is not a multiple of seq-len*dp*pp = %lld "
+                    "(the step's micro-batches must be a multiple of --pp %d, whatever the batch size)", total_batch, (long long)T * dp * pp, pp);
     if (auto_batch && resume) B = (int)checkpoint_read_header(resume_dir).B;  // the resumed run's micro-batch
     if (total_batch == -1) total_batch = (long long)B * T * dp;
 
@@ -507,7 +509,6 @@ int main(int argc, char** argv) {
         gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr, sp == 1, pp > 1 ? &mesh.pp_group : nullptr,
                   cp > 1 ? &mesh.cp_group : nullptr, cp_zigzag, vpp);
         model.recompute = recompute;
-        if (pp > 1) model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum, vpp);  // micro-batches alive at once, per chunk (pipeline.h)
         DataParallel<floatX> dpar;
         dp_layout(&dpar, &model, &mesh.grads(), zero, ctx);  // (dp × cp: both sum gradients)
         {   // does the state fit? (and what --zero 3 would take a rank, for the advice)
@@ -521,11 +522,16 @@ int main(int argc, char** argv) {
         const DPMemory mem = dp_memory(dpar);
         const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
         if (runs_forward) {
+            const PPPlan stage{pp_schedule, pp, mesh.pp_rank, vpp};
             B = plan_batch<floatX>(ctx, model, B, T, dp, total_batch, total_given,
-                                   mem.total(), mesh, data_most);
+                                   mem.total(), mesh, data_most, pp > 1 ? &stage : nullptr);
             if (auto_batch && !resume) open_data(B);
         } else if (B == 0) {
             B = 1;  // a --steps 0 conversion reads no batch: any B would do
+        }
+        if (pp > 1) {  // the step's accum micro-batches: how many each chunk keeps alive at once, and the copies its sends keep (pipeline.h)
+            model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum, vpp);
+            model.pp_send_cap = pp_send_buffers(pp_schedule, pp, mesh.pp_rank, accum, vpp);
         }
         TrainState state;
         Rng sampler(seed, 0x5a3b1e);
@@ -589,11 +595,10 @@ int main(int argc, char** argv) {
             std::string slots;
             for (int n : model.slots) slots += (slots.empty() ? "" : " + ") + std::to_string(n);
             fflush(stdout);
-            printf("pipeline rank %d: stage %d, blocks %s%s%s, %s activation slot(s)%s\n", mesh.rank, mesh.pp_rank,
-                   blocks_of(model.layout).c_str(), model.layout.stage == 0 ? ", the embeddings" : "",
+            printf("pipeline rank %d: stage %d, blocks %s%s%s, %s activation slot(s)%s, send copies at most %d + %d (forward + backward)\n",
+                   mesh.rank, mesh.pp_rank, blocks_of(model.layout).c_str(), model.layout.stage == 0 ? ", the embeddings" : "",
                    !model.layout.has_head ? "" : config.tied ? ", lnf and the classifier (wte tied to stage 0's)" : ", lnf and the classifier (lm_head)",
-                   slots.c_str(),
-                   model.slots.size() > 1 ? " (its chunks')" : "");
+                   slots.c_str(), model.slots.size() > 1 ? " (its chunks')" : "", model.pp_send_cap[0], model.pp_send_cap[1]);
             fflush(stdout);
         }
         if (cp > 1)
@@ -616,9 +621,10 @@ int main(int argc, char** argv) {
         if (ctx.device == Device::CUDA) print0("gpu: %s\n", cuda_describe().c_str());
         const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
         fflush(stdout);
-        printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B\n",
+        printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B%s\n",
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
-               (long long)gpt_activation_bytes(model, B, Tl, recompute));
+               (long long)gpt_activation_bytes(model, B, Tl, recompute),
+               pp > 1 ? (", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, B, Tl)) + " B").c_str() : "");
         fflush(stdout);
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,
@@ -765,11 +771,13 @@ int main(int argc, char** argv) {
             }
         }
         if (profile && mesh.rank == 0) profile_report(profiler, stdout, peak);
-        if (pp > 1 && !model.pp_sends.empty()) {  // (every rank's: pipeline.h's copies for its sends)
-            size_t bytes = 0;
-            for (const auto& o : model.pp_sends) bytes += o.copy.bytes();
+        if (pp > 1) {  // (every rank's: pipeline.h's copies for its sends, each way's)
+            size_t bytes = 0, kept[2] = {model.pp_sends[0].size(), model.pp_sends[1].size()};
+            for (const auto& pool : model.pp_sends)
+                for (const auto& o : pool) bytes += o.copy.bytes();
             fflush(stdout);
-            printf("pipeline rank %d: %zu send buffer(s), %s%s\n", mesh.rank, model.pp_sends.size(), format_bytes(bytes).c_str(),
+            printf("pipeline rank %d: %zu + %zu send buffer(s) (forward + backward; at most %d + %d), %s%s\n", mesh.rank, kept[0],
+                   kept[1], model.pp_send_cap[0], model.pp_send_cap[1], format_bytes(bytes).c_str(),
                    ctx.device == Device::CUDA ? " of GPU memory" : "");
             fflush(stdout);
         }

@@ -75,6 +75,7 @@ test/test_tp.sh (tensor and sequence parallelism against one process), test/test
 */
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <list>
 #include <string>
@@ -473,7 +474,11 @@ template <class T> struct GPT {
     std::vector<T> tp_scratch;    // its all-reduces' host scratch (comm.h)
     Group* pp = nullptr;          // pipeline parallelism: the pp group, whose rank is this stage (pipeline.h)
     struct Send { Buf<T> copy; CommHandle h; };
-    std::list<Send> pp_sends;     // the stages' sends, each from a copy reused once its receiver has it (pipeline.h)
+    // the stage's sends per way (0: forward, to stage + 1; 1: backward), each from a copy of its
+    // own, oldest first, reused once its receiver has it; at most pp_send_cap[way] of them
+    // (pipeline.h's pp_send_buffers; 0: no cap)
+    std::list<Send> pp_sends[2];
+    std::array<int, 2> pp_send_cap{0, 0};
     // pipeline parallelism (pipeline.h): the activations of several micro-batches are alive at
     // once, one set a slot; slot `slot`'s are in acts while it runs, the others parked. With the
     // interleaved schedule a stage runs one of its chunks at a time (`chunk`: layout.chunks's),
@@ -505,16 +510,28 @@ template <class T> inline void gpt_use_slot(GPT<T>* g, int id, int chunk = 0) {
 }
 // Pipeline parallelism: sends n elements of buf to the stage `dir` (+1 or −1) away round the pp
 // group's ring (comm.h: comm_ring_send_start) without waiting for the receiver, from a copy of
-// its own on ctx's device (buf may change at once); a copy is reused once its receiver has it.
-// gpt_stage_sends_wait waits for them all (MPI on the host; NCCL: the compute stream).
+// its own on ctx's device (buf may change at once). The way's copies go round in send order: the
+// oldest is reused once its receiver has it, else a new one is made while fewer than the cap
+// exist, else the copy waits for the oldest's receiver (comm_wait: on the GPU with NCCL the
+// compute stream waits, not the host; with MPI the host). gpt_stage_sends_wait waits for them all.
 template <class T> inline void gpt_stage_send(const Ctx& ctx, GPT<T>* g, const T* buf, size_t n, int dir) {
-    auto it = std::find_if(g->pp_sends.begin(), g->pp_sends.end(), [](auto& o) { return comm_send_done(&o.h); });
-    if (it == g->pp_sends.end()) it = g->pp_sends.emplace(it);
-    if (it->copy.size() < n) it->copy.alloc(ctx, n);
-    ctx_copy(ctx, it->copy.data(), buf, n * sizeof(T));
-    comm_ring_send_start(*g->pp, it->copy.data(), n, dir, &it->h);
+    const int way = dir > 0 ? 0 : 1, cap = g->pp_send_cap[way];
+    auto& pool = g->pp_sends[way];
+    if (pool.empty() || (!comm_send_done(&pool.front().h) && (cap <= 0 || (int)pool.size() < cap))) {
+        pool.emplace_back();
+    } else {
+        comm_wait(&pool.front().h);
+        pool.splice(pool.end(), pool, pool.begin());  // the oldest becomes the newest (nothing moves)
+    }
+    typename GPT<T>::Send& o = pool.back();
+    if (o.copy.size() < n) o.copy.alloc(ctx, n);
+    ctx_copy(ctx, o.copy.data(), buf, n * sizeof(T));
+    comm_ring_send_start(*g->pp, o.copy.data(), n, dir, &o.h);
 }
-template <class T> inline void gpt_stage_sends_wait(GPT<T>* g) { for (auto& o : g->pp_sends) comm_wait(&o.h); }
+template <class T> inline void gpt_stage_sends_wait(GPT<T>* g) {
+    for (auto& pool : g->pp_sends)
+        for (auto& o : pool) comm_wait(&o.h);
+}
 
 // tp: the tp group, whose rank this process holds a slice of each block for (nullptr: no
 // tensor parallelism; the config's heads must divide over it, which the trainer checks).
@@ -666,11 +683,12 @@ template <class T> inline double gpt_activation_bytes(const GPTConfig& c, const 
                            [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
     return bytes;
 }
-// ... of a model, all its slots (of every chunk); T_ is this rank's positions (T/cp with context
-// parallelism)
-template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, int T_, Recompute r) {
+// ... of a model, all its slots (of every chunk: g.slots, or the slots given); T_ is this rank's
+// positions (T/cp with context parallelism)
+template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, int T_, Recompute r, const std::vector<int>* slots = nullptr) {
     double bytes = 0;
-    for (int k = 0; k < g.layout.vpp(); k++) bytes += g.slots[k] * gpt_activation_bytes<T>(g.config, g.layout, B, T_, r, g.sp, gpt_cp(g), k);
+    for (int k = 0; k < g.layout.vpp(); k++)
+        bytes += (slots ? *slots : g.slots)[k] * gpt_activation_bytes<T>(g.config, g.layout, B, T_, r, g.sp, gpt_cp(g), k);
     return bytes;
 }
 // The ring buffers of context_parallel.h, in the activations.
@@ -684,6 +702,13 @@ template <class T> inline RingBuffers<T> gpt_ring_buffers(GPT<T>* g, int B, int 
 // How this forward's B·T positions lie over the tp ranks (tensor_parallel.h: all on every rank
 // unless sequence parallelism splits them).
 template <class T> inline SeqSplit gpt_seq_split(const GPT<T>& g, int B, int T_) { return seq_split((size_t)B * T_, g.tp, g.sp); }
+// The send copies a stage may keep at their caps (g.pp_send_cap, or the caps given), for
+// micro-batches of B·T_ positions (this rank's rows of the residual stream, n elements each):
+// what the memory plan counts (planner.h).
+template <class T> inline double gpt_send_copy_bytes(const GPT<T>& g, int B, int T_, const std::array<int, 2>* caps = nullptr) {
+    const std::array<int, 2>& c = caps ? *caps : g.pp_send_cap;
+    return (double)(c[0] + c[1]) * gpt_seq_split(g, B, T_).P * g.config.channels * sizeof(T);
+}
 
 // Block l's activations: its slice of each per-block buffer, or the one block-sized buffer that
 // every block shares where --recompute does not keep that activation per block (see Recompute).

@@ -64,8 +64,14 @@ for it there (the host waits for neither); each way of each link of the ring has
 of its own (comm.h: "the ring"), because NCCL runs one communicator's operations in order and a
 send queued there would hold back a receive. With MPI (CPU ranks, or ranks sharing a GPU) they
 go from host memory. The copies cost one device copy of B·T·C elements a message (for 50 MB,
-100 MB read and written: ~35 µs at an H100's ~3 TB/s, an estimate, not measured) and as many buffers as the most sends in flight at once
-(allocated as needed and kept; "pipeline rank r: ... send buffers" reports them). Evaluation runs a micro-batch through the stages one after the other
+100 MB read and written: ~35 µs at an H100's ~3 TB/s, an estimate, not measured) and memory:
+each way's copies go round, the oldest reused once its receiver has it, at most
+pp_send_buffers of them (the most the schedule keeps in flight when run in time, + 1), which
+the memory plan counts (planner.h); at the cap a copy waits for the oldest's receiver (on the
+GPU the compute stream waits, not the host). That cannot deadlock: the stages' messages are
+the same whatever the timing (each list runs in its order and each way's messages are taken in
+the order sent), so the run is decided by its dataflow alone — and pp_simulate, with the caps,
+completes it. "pipeline rank r: ... send buffers" reports the copies a run made. Evaluation runs a micro-batch through the stages one after the other
 (model.h: gpt_infer). Checkpoints hold a state file per stage (checkpoint.h) and resume with
 the same --pp and --vpp. Every ZeRO stage composes: a stage's backward ends with its first block, not the
 embeddings, so its units' reduce-scatters still pending are finished after each backward
@@ -75,12 +81,16 @@ chunk's units in that chunk's last backward.
 
 Tests: test/test_ops.cpp (every schedule: each F and B once and in a valid order; the simulated
 bubbles and peaks against the formulas above; each channel's messages received in the order
-sent; the interleaved layout), test/test_pp.sh (the trainer with --pp, gpipe, 1f1b and
-interleaved, against one process; memory, slots and bytes against the formulas; on the CPU SIMT
-emulator with --comm nccl the ring's NCCL path, p = 2 and 3, interleaved included).
+sent; with the send caps the same timeline, under other timings no deadlock, with one fewer a
+later send or a deadlock; the
+interleaved layout), test/test_pp.sh (the trainer with --pp, gpipe, 1f1b and interleaved,
+against one process; memory, slots, send copies and bytes against the formulas; on the CPU
+SIMT emulator with --comm nccl the ring's NCCL path, p = 2 and 3, interleaved included, and the
+peak GPU memory against the plan).
 */
 #pragma once
 #include <algorithm>
+#include <array>
 #include <list>
 #include <string>
 #include <vector>
@@ -140,21 +150,33 @@ struct PPTiming {
     double step_time = 0;         // from the first forward to the last backward
     double bubble = 0;            // the fraction of step_time a stage is idle
     std::vector<int> peak_alive;  // per stage: the most micro-batch activations (chunks) held at once
+    // per stage, per way (0: forward, to stage s + 1; 1: backward, to s − 1): the most of its
+    // messages sent and not yet taken at once, each of which keeps its send copy (0: none sent)
+    std::vector<std::array<int, 2>> peak_sends;
+    std::vector<std::array<std::vector<double>, 2>> sent_at;  // per stage, per way: when each message went
 };
 
 // Runs the p stages' lists of steps (steps[s]: stage s's, v chunks a stage) with a forward taking
 // t_F and a backward t_B per micro-batch per stage (t_F/v and t_B/v a chunk), each stage one step
-// at a time in its order, each step as soon as its stage is free and its inputs exist (sends are
-// buffered: a stage never waits for the receiver). Each step's start is the latest of those
-// times, so the order the loop finds them in does not matter; a pass that places no step while
-// some remain is a deadlock.
-inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps, int m, int v, double t_F, double t_B) {
+// at a time in its order, each step as soon as its stage is free and its inputs exist. Each
+// step's start is the latest of those times, so the order the loop finds them in does not
+// matter; a pass that places no step while some remain is a deadlock.
+// Sends: a message is sent at the end of the step that makes it and taken at the start of the
+// step that needs it (a stage takes each way's messages in the order they were sent: test_ops).
+// Without caps they are buffered: a stage never waits for the receiver. With caps (per stage,
+// per way: how many send copies it may keep, model.h's gpt_stage_send) the n-th message of a way
+// needs the copy of message n − cap, so it waits, and its stage with it, until that one is taken.
+inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps, int m, int v, double t_F, double t_B,
+                                  const std::vector<std::array<int, 2>>& caps = {}) {
     const int p = (int)steps.size(), V = p * v;  // stages, virtual stages
     PPTiming r;
     // done_F[vs][k], done_B[vs][k]: when virtual stage vs finished micro-batch k (< 0: not yet)
     std::vector<std::vector<double>> done_F(V, std::vector<double>(m, -1)), done_B = done_F;
     std::vector<size_t> next(p, 0);
     std::vector<double> free_at(p, 0.0);
+    // per stage and way: when each of its messages was sent, and when each was taken
+    std::vector<std::array<std::vector<double>, 2>> sent(p), taken(p);
+    std::vector<bool> took(p, false);  // the stage's next step took its message and waits to send
     for (int s = 0; s < p; s++) {  // every (chunk, micro-batch) once forward and once backward
         std::vector<int> count((size_t)v * m * 2, 0);
         for (const PPStep& st : steps[s]) {
@@ -173,8 +195,21 @@ inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps,
                 if (st.forward) a = vs == 0 ? 0.0 : done_F[vs - 1][k];
                 else { a = done_F[vs][k]; b = vs == V - 1 ? 0.0 : done_B[vs + 1][k]; }
                 if (a < 0 || b < 0) break;
+                // the message it takes (from stage s − 1's forward way, or s + 1's backward), the
+                // way it sends on (−1: none), and for a capped way the message whose copy it reuses
+                const int from = st.forward ? (vs > 0 ? (s + p - 1) % p : -1) : (vs < V - 1 ? (s + 1) % p : -1);
+                const int way = st.forward ? (vs < V - 1 ? 0 : -1) : (vs > 0 ? 1 : -1);
                 const double start = std::max({free_at[s], a, b});
-                free_at[s] = start + (st.forward ? t_F : t_B) / v;
+                if (from >= 0 && !took[s]) { taken[from][st.forward ? 0 : 1].push_back(start); took[s] = true; }
+                double copy_free = 0.0;  // (the step takes its message and runs; only its send waits)
+                if (way >= 0 && !caps.empty()) {
+                    const long reuse = (long)sent[s][way].size() - caps[s][way];
+                    if (reuse >= 0 && (long)taken[s][way].size() <= reuse) break;  // not taken yet
+                    if (reuse >= 0) copy_free = taken[s][way][reuse];
+                }
+                took[s] = false;
+                free_at[s] = std::max(start + (st.forward ? t_F : t_B) / v, copy_free);
+                if (way >= 0) sent[s][way].push_back(free_at[s]);
                 (st.forward ? done_F : done_B)[vs][k] = free_at[s];
                 next[s]++;
                 placed = true;
@@ -190,16 +225,47 @@ inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps,
     r.step_time = *std::max_element(free_at.begin(), free_at.end());
     r.bubble = 1.0 - m * (t_F + t_B) / r.step_time;
     for (int s = 0; s < p; s++) r.peak_alive.push_back(pp_peak_alive(steps[s]));
+    // message n of a way is sent while those before it not yet taken still hold their copies
+    // (one taken at the very moment n is sent has given its copy back): messages j..n, where j is
+    // the first taken after n was sent (a way's messages are taken, and sent, in order)
+    for (int s = 0; s < p; s++) {
+        std::array<int, 2> peak{0, 0};
+        for (int w = 0; w < 2; w++)
+            for (size_t n = 0, j = 0; n < sent[s][w].size(); n++) {
+                while (j < n && taken[s][w][j] <= sent[s][w][n]) j++;
+                peak[w] = std::max(peak[w], (int)(n - j + 1));
+            }
+        r.peak_sends.push_back(peak);
+    }
+    r.sent_at = sent;
     return r;
 }
 
 // pp_simulate_steps of a schedule's lists.
-inline PPTiming pp_simulate(PPSchedule kind, int p, int m, int v = 1, double t_F = 1.0, double t_B = 2.0) {
+inline PPTiming pp_simulate(PPSchedule kind, int p, int m, int v = 1, double t_F = 1.0, double t_B = 2.0,
+                            const std::vector<std::array<int, 2>>& caps = {}) {
     if (kind != PPSchedule::Interleaved) v = 1;
     std::vector<std::vector<PPStep>> steps(p);
     for (int s = 0; s < p; s++) steps[s] = pp_schedule(kind, p, s, m, v);
-    return pp_simulate_steps(steps, m, v, t_F, t_B);
+    return pp_simulate_steps(steps, m, v, t_F, t_B, caps);
 }
+
+// How many send copies stage s keeps per way (0: forward, 1: backward; model.h's
+// gpt_stage_send, planned by planner.h): the most messages of that way in flight at once when
+// the schedule runs in time as above (t_B = 2·t_F), + 1 for a transfer the timeline takes as
+// instant, which may still be running when the next copy is due; 0 on a way it does not send.
+// With them the timeline above runs unchanged (test_ops), so no stage waits for a copy there;
+// and since a stage's messages go in its list's order whatever the timing, a run that completes
+// under one timing with these caps completes under all: the caps cannot deadlock a real run.
+inline std::array<int, 2> pp_send_buffers(PPSchedule kind, int p, int s, int m, int v = 1) {
+    std::array<int, 2> k = pp_simulate(kind, p, m, v).peak_sends[s];
+    for (int& n : k) n = n > 0 ? n + 1 : 0;
+    return k;
+}
+
+// A stage's schedule, for the memory plan (planner.h: what it keeps depends on the micro-batches
+// a step, which the micro-batch's size decides).
+struct PPPlan { PPSchedule kind; int p, s, v; };
 
 // The bubble the header's formulas give.
 inline double pp_bubble_formula(PPSchedule kind, int p, int m, int v = 1) {

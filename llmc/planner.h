@@ -12,15 +12,14 @@ one micro-batch (model.h: gpt_activation_buffers, per position (16·L·C + 12·C
 the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T positions; fewer with
 --recompute, model.h's Recompute; a tensor-parallel rank's slice of them, a pipeline stage's
 blocks' times the micro-batches its schedule keeps alive: model.h's gpt_activation_bytes of the
-model; not counted: on GPUs with NCCL, a stage's copies for its sends, pipeline.h's, B·T·C
-elements each and as many as its sends in flight — a few, which the reserve below covers only
-where a stage keeps tens of blocks' activations; a run's last lines say how many it kept). The
+model), and a pipeline stage's copies for its sends (model.h's gpt_send_copy_bytes: B·T·C
+elements each, as many as pipeline.h's pp_send_buffers lets its schedule keep, a few). The
 state is allocated first; the plan then asks what is
 still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
 memory cgroup or a lower LLMC_HOST_MEMORY: common.h) and whether B·T positions of activations
 fit in it, with a reserve for the kernels' scratch:
 
-  need(B) = activations(B) · (1 + 1%) + 64 MiB    fits when need(B) ≤ free / (ranks sharing it)
+  need(B) = activations(B) · (1 + 1%) + send copies(B) + 64 MiB    fits when need(B) ≤ free / (ranks sharing it)
 
 A --batch-size that does not fit is refused at start (exit 2) with one that does and keeps the
 step's tokens in whole micro-batches, and, where --recompute full would let a larger one fit,
@@ -32,6 +31,8 @@ Tests: test/test_gpu_train.sh (the peak is the state plus the predicted activati
 the refusal; auto on an emulated GPU of SIMT_GPU_MEMORY bytes; a state larger than that GPU),
 test/test_cli.sh (the host's memory, capped by LLMC_HOST_MEMORY: the state, the micro-batch),
 test/test_dp.sh (ranks with different GPUs agree; --zero 3 advised where it fits),
+test/test_pp.sh (each stage's send copies within its plan, rank 0's peak against it on the
+emulated GPU; auto with --pp: 1f1b's B = 8 as large as B = 16, so a GPU too small for them gets B = 4),
 test/test_ops.cpp (memory cgroups).
 */
 #pragma once
@@ -42,6 +43,7 @@ test/test_ops.cpp (memory cgroups).
 #include "comm.h"
 #include "data_parallel.h"
 #include "model.h"
+#include "pipeline.h"
 
 // Does B×T fit on every rank (or, for --batch-size auto, B = 0: which B does)? Returns the B to
 // run with, or stops the run with one line. Called once the model state is allocated (state_bytes
@@ -107,12 +109,26 @@ inline void plan_state(const Ctx& ctx, const DPMemory& mem, int zero, int dp_ran
                 spread.c_str());
 }
 
+// pp: this rank's pipeline stage (nullptr: none). What a stage keeps depends on the micro-batch:
+// a micro-batch of b sequences makes the step m = step_tokens/(b·T·dp) of them, and the stage
+// keeps as many micro-batches' activations (pp_slots) and send copies (pp_send_buffers) as its
+// schedule does with m; only a b that splits the step into whole micro-batches (with the
+// interleaved schedule, a multiple of p of them) can run there, so those are the b it tries.
 template <class floatX>
 inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp, long long step_tokens,
-                      bool step_given, double state_bytes, Mesh& mesh, long long data_most) {
+                      bool step_given, double state_bytes, Mesh& mesh, long long data_most, const PPPlan* pp = nullptr) {
     const Recompute recompute = g.recompute;
+    const long long whole_step = step_tokens / ((long long)T * dp);
+    auto pp_runs = [&](int b) {
+        return step_tokens % ((long long)b * T * dp) == 0 && (pp->kind != PPSchedule::Interleaved || (whole_step / b) % pp->p == 0);
+    };
     auto need_with = [&](Recompute r, int b) {
-        return gpt_activation_bytes(g, b, T / gpt_cp(g), r) * (1 + SCRATCH_SHARE) + SCRATCH_FIXED;  // (this rank's positions)
+        const int Tl = T / gpt_cp(g);  // (this rank's positions)
+        if (!pp) return gpt_activation_bytes(g, b, Tl, r) * (1 + SCRATCH_SHARE) + gpt_send_copy_bytes(g, b, Tl) + SCRATCH_FIXED;
+        const int m = (int)(whole_step / b);
+        const std::vector<int> slots = pp_slots(pp->kind, pp->p, pp->s, m, pp->v);
+        const std::array<int, 2> caps = pp_send_buffers(pp->kind, pp->p, pp->s, m, pp->v);
+        return gpt_activation_bytes(g, b, Tl, r, &slots) * (1 + SCRATCH_SHARE) + gpt_send_copy_bytes(g, b, Tl, &caps) + SCRATCH_FIXED;
     };
     auto need = [&](int b) { return need_with(recompute, b); };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
@@ -124,9 +140,13 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
     // the largest micro-batch that fits here (need grows with b: a binary search up to the one
     // asked for, or for auto the whole step in one, if the data holds that many sequences), and
     // the largest that fits and splits the step's tokens into whole micro-batches
-    const long long whole_step = step_tokens / ((long long)T * dp);
     const int most = automatic ? (int)std::min({whole_step, data_most, 1LL << 20}) : B;
     auto largest = [&](Recompute r) {  // that fits with r's activations
+        if (pp) {  // (not monotone in b: m, and with it the slots, shrink as b grows) the b that can run, largest first
+            for (int b = most; b >= 1; b--)
+                if (pp_runs(b) && ((!gpu && room <= 0) || need_with(r, b) <= room)) return b;
+            return 0;
+        }
         int lo = 0, hi = most;
         while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need_with(r, mid) <= room) lo = mid; else hi = mid - 1; }
         return !gpu && room <= 0 ? most : lo;  // the host's memory is unknown: no check

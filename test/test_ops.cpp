@@ -225,6 +225,51 @@ static void test_pipeline_schedules() {
             slots_ok &= (int)sl.size() == v && sum >= peak && (v > 1 || sum == peak);
         }
     report(slots_ok, "pipeline: each chunk's slots are between 1 and m, at least the stage's peak together (equal to it with one chunk)");
+    // send copies (pipeline.h's pp_send_buffers, model.h's gpt_stage_send): capped at the peak
+    // the timeline keeps in flight, every message goes when it went unbounded (times are sums of
+    // multiples of 1/v: compared exactly after the same additions); the caps pp_send_buffers
+    // gives (one more) complete under other timings too (t_B = t_F, 3·t_F; a dataflow that
+    // completes once completes always: the claim in pipeline.h); and one fewer than the peak on
+    // a way that keeps two or more sends some message of that way later, or deadlocks (max-plus:
+    // a constraint only delays, and message n waits for the one the peak said was still held).
+    bool caps_same = true, caps_other_ok = true, fewer_later = true;
+    int fewer_cases = 0, most = 0;
+    for (const Case& k : cases) {
+        const PPTiming free_run = pp_simulate(k.kind, k.p, k.m, k.v);
+        std::vector<std::array<int, 2>> peak = free_run.peak_sends, given;
+        for (int s = 0; s < k.p; s++) {
+            given.push_back(pp_send_buffers(k.kind, k.p, s, k.m, k.v));
+            for (int w = 0; w < 2; w++) {
+                caps_same &= given[s][w] == (peak[s][w] > 0 ? peak[s][w] + 1 : 0);
+                caps_same &= (peak[s][w] > 0) == !free_run.sent_at[s][w].empty();
+                most = std::max(most, peak[s][w]);
+            }
+        }
+        std::vector<std::array<int, 2>> at_peak = peak;
+        for (auto& c : at_peak) for (int& n : c) n = std::max(n, 1);  // (a way with no sends: any cap)
+        const PPTiming capped = pp_simulate(k.kind, k.p, k.m, k.v, 1.0, 2.0, at_peak), capped_given = pp_simulate(k.kind, k.p, k.m, k.v, 1.0, 2.0, given);
+        caps_same &= capped.ok && capped.sent_at == free_run.sent_at && capped.step_time == free_run.step_time;
+        caps_same &= capped_given.ok && capped_given.sent_at == free_run.sent_at;
+        for (double t_B : {1.0, 3.0}) caps_other_ok &= pp_simulate(k.kind, k.p, k.m, k.v, 1.0, t_B, given).ok;
+        for (int s = 0; s < k.p; s++)
+            for (int w = 0; w < 2; w++) {
+                if (peak[s][w] < 2) continue;
+                std::vector<std::array<int, 2>> fewer = at_peak;
+                fewer[s][w]--;
+                const PPTiming f = pp_simulate(k.kind, k.p, k.m, k.v, 1.0, 2.0, fewer);
+                bool later = !f.ok;
+                for (size_t n = 0; f.ok && n < f.sent_at[s][w].size(); n++) later |= f.sent_at[s][w][n] > free_run.sent_at[s][w][n];
+                fewer_later &= later;
+                fewer_cases++;
+            }
+    }
+    report(caps_same, "pipeline: with its sends capped at the timeline's peak in flight (or pp_send_buffers' one more), every "
+           "schedule above sends each message when it did unbounded");
+    report(caps_other_ok, "pipeline: with pp_send_buffers' caps every schedule above completes with t_B = t_F and t_B = 3 t_F too");
+    char fewer_name[200];
+    snprintf(fewer_name, sizeof(fewer_name), "pipeline: one copy fewer than the peak delays a send of that way or deadlocks (%d stage-ways "
+             "keep >= 2; the most in flight: %d)", fewer_cases, most);
+    report(fewer_later && fewer_cases > 0, fewer_name);
     // the interleaved layout (model.h): stage s holds virtual stages s, p + s, …; every block is
     // held by one stage, its parameters packed in increasing order after the embeddings
     bool layout_ok = true;

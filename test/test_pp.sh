@@ -22,7 +22,9 @@
 #   volume:       a stage sends m·B·T·C·s bytes a step (its outputs forward, or its input's
 #                 gradients backward; interleaved stage 0 (2v − 1)·m·B·T·C·s), and the tied
 #                 embeddings' gradient sum (Vp + maxT)·C·s
-#   send buffers: each stage reuses the copies its sends go from: it keeps at most one step's sends
+#   send buffers: each stage keeps at most its cap of copies for its sends a way (pipeline.h's
+#                 pp_send_buffers), and its memory line plans them; on the emulated GPU rank 0's
+#                 peak GPU memory is its state + activations + send copies, within 1%
 #   recompute:    --recompute full is the same run bit for bit (1f1b, interleaved)
 #   evaluation:   --val-tokens through the pipeline: one process's validation loss; with --steps 0
 #                 (pp = 2, tp = 2 × pp = 2, interleaved) --hellaswag, --val-tokens and a sample bit
@@ -31,8 +33,13 @@
 #   resume:       dp = 2 × pp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; another
 #                 --pp refused; interleaved: 2 + 2 = 4 bit for bit, another --vpp refused
 #   errors:       --pp above the layers, interleaved without --vpp or m not a multiple of pp,
-#                 --vpp without interleaved, pp·vpp above the layers, --batch-size auto: one line
-#                 each, exit 2
+#                 --vpp without interleaved, pp·vpp above the layers, --batch-size auto with
+#                 interleaved and a step not a multiple of pp sequences: one line each, exit 2
+#   auto:         --batch-size auto with --pp takes the largest batch size that splits the step
+#                 (interleaved: into a multiple of pp micro-batches); on the emulated GPU, one
+#                 that holds a stage's slots at that size: 1f1b's min(m, p − s) slots make B = 8
+#                 as large as B = 16, so on a GPU too small for them auto takes B = 4, which
+#                 trains, and --batch-size 8 is refused naming it
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [PP_QUICK=1] test/test_pp.sh [TRAIN_GPT]
 # Runs take 3 steps. PP_QUICK=1 runs pp = 2 (1f1b), tp = 2 × pp = 2, and interleaved 4 and 6 blocks
 # of C = 64 over pp = 2 and 3 (2 steps) against one process: what the suite runs on the CPU SIMT
@@ -64,14 +71,33 @@ first_loss_same() {
     [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok - $3: step 1's loss is one process's bit for bit ($a)" ||
         echo "not ok - $3: step 1's loss $b, one process's $a"
 }
-# send_buffers NAME RANKS SENDS LABEL: each of the RANKS stages of run NAME reused its sends'
-# copies (model.h's gpt_stage_send, one freed once its receiver has it): over the 3 steps it kept
-# at most SENDS, one step's sends (never reusing them would keep 3 steps' worth)
+# send_buffers NAME RANKS CHANNELS LABEL: each of the RANKS stages of run NAME kept no more send
+# copies a way than its cap (model.h's gpt_stage_send, pipeline.h's pp_send_buffers: the oldest
+# reused once its receiver has it, the copy waiting for it at the cap), and its memory line
+# counts the caps' copies: (forward + backward)·B·T·CHANNELS·4 bytes (fp32). On the emulated GPU
+# also rank 0's peak GPU memory: its model state + activations + the send copies it made (the
+# emulator takes each message at once: fewer than the cap), and the kernels' scratch within 1%
+# of the activations (test_gpu_train.sh's bound for one GPU).
 send_buffers() {
-    local counts; counts=$(sed -n 's/^pipeline rank [0-9]*: \([0-9]*\) send buffer(s).*/\1/p' "$tmp/$1.txt" | sort -n | tr '\n' ' ')
-    [ "$(echo $counts | wc -w)" = "$2" ] && [ "$(echo $counts | tr ' ' '\n' | tail -1)" -le "$3" ] &&
-        echo "ok - $4: every stage reused its send buffers (kept $counts<= $3, one step's sends)" ||
-        echo "not ok - $4: send buffers kept per stage: '$counts' (want $2 stages, each <= $3)"
+    $PY - "$tmp/$1.txt" "$2" "$(( B * T * $3 * 4 ))" "$4" <<'PY'
+import re, sys
+text, ranks, copy, label = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+kept = {int(r): tuple(map(int, g)) for r, *g in re.findall(r"^pipeline rank (\d+): (\d+) \+ (\d+) send buffer\(s\) \(forward \+ backward; at most (\d+) \+ (\d+)\)", text, re.M)}
+caps = {int(r): (int(a), int(b)) for r, a, b in re.findall(r"^pipeline rank (\d+): stage .*, send copies at most (\d+) \+ (\d+) \(forward \+ backward\)$", text, re.M)}
+planned = {int(r): int(n) for r, n in re.findall(r"^memory rank (\d+): .* send copies (\d+) B$", text, re.M)}
+ok = len(kept) == ranks and all(kept[r][0] <= kept[r][2] and kept[r][1] <= kept[r][3] and caps.get(r) == kept[r][2:]
+                                 and planned.get(r) == (kept[r][2] + kept[r][3]) * copy for r in kept)
+print(("ok" if ok else "not ok") + f" - {label}: each stage kept at most its cap of send copies a way, which its memory line counts "
+      f"(rank: kept forward, backward, caps: {kept}; planned bytes {planned})")
+mem, peak = re.search(r"^memory rank 0: (.*)$", text, re.M), re.search(r"^peak GPU memory.*\((\d+) B\)$", text, re.M)
+if peak:
+    parts = [int(x) for x in re.findall(r"(\d+) B", mem.group(1))] if mem else []
+    made = (kept[0][0] + kept[0][1]) * copy if 0 in kept else 0  # (the copies it made: at most the planned)
+    extra = int(peak.group(1)) - sum(parts[:5]) - made if len(parts) == 6 else -1
+    ok = len(parts) == 6 and 0 <= extra <= 0.01 * parts[4]
+    print(("ok" if ok else "not ok") + f" - {label}: rank 0's peak GPU memory is its model state + activations + the send copies "
+          f"it made ({parts[:5]}, {made}) + {extra} B of scratch (0 <= scratch <= 1% of the activations)")
+PY
 }
 run ref 1
 schedules="gpipe 1f1b"; [ -n "${PP_QUICK:-}" ] && schedules=1f1b
@@ -79,15 +105,15 @@ for s in $schedules; do
     run "pp2_$s" 2 --pp 2 --pp-schedule "$s" || continue
     alike ref "pp2_$s" init "pp=2 $s"
     first_loss_same ref "pp2_$s" "pp=2 $s"
-    send_buffers "pp2_$s" 2 $M "pp=2 $s"
+    send_buffers "pp2_$s" 2 $C "pp=2 $s"
 done
 run tp2pp2 4 --tp 2 --sp 1 --pp 2 && alike ref tp2pp2 init "tp=2 --sp 1 x pp=2"
 # interleaved 1F1B (--vpp 2 chunks a stage): a 4-block model (d4) over pp = 2 (stage 0 holds
 # blocks 0 and 2, stage 1 blocks 1 and 3: every hand-over crosses a stage, stage 1's chunk 0
 # hands back to stage 0's chunk 1, and both kinds of message go 0 -> 1: the ring's two links both
 # ways), and a 6-block one (d6) over pp = 3 (6 micro-batches a step: a multiple of pp; an odd
-# ring, whose NCCL path takes a third communicator a way: comm.h). interleaved_core M4 M6 STEPS
-# runs them (models: presets or files) for STEPS steps.
+# ring, whose NCCL path takes a third communicator a way: comm.h). interleaved_core M4 M6 STEPS C4
+# runs them (models: presets or files; M4's channels C4) for STEPS steps.
 interleaved_core() {
     local a=${1##*/} b=${2##*/}; a=${a%.bin}; b=${b%.bin}  # (the labels: presets, or files' names)
     il=(--pp-schedule interleaved --vpp 2 --steps "$3")
@@ -96,7 +122,7 @@ interleaved_core() {
     run il_d4 2 --model "$1" --pp 2 "${il[@]}" && {
         alike ref_d4 il_d4 init_d4 "$a over pp=2 interleaved, vpp=2"
         first_loss_same ref_d4 il_d4 "$a over pp=2 interleaved"
-        send_buffers il_d4 2 $((3 * M)) "$a over pp=2 interleaved"  # ((2v - 1)·m sends a step a stage)
+        send_buffers il_d4 2 "$4" "$a over pp=2 interleaved"
     }
     "$BIN" "${common[@]}" --model "$2" --steps 0 --save-model "$tmp/init_d6.bin" >/dev/null 2>&1
     run ref_d6 1 --model "$2" --steps "$3" --total-batch-tokens $((6 * B * T))
@@ -111,9 +137,36 @@ for L in (4, 6):
     cfg = dict(maxT=1024, V=int(sys.argv[2]), Vp=(int(sys.argv[2]) + 127) // 128 * 128, L=L, NH=1, C=64)
     ref.write_model(f"{sys.argv[1]}/blocks{L}.bin", cfg, ref.random_params(cfg, seed=5))
 PY
-    interleaved_core "$tmp/blocks4.bin" "$tmp/blocks6.bin" 2
+    interleaved_core "$tmp/blocks4.bin" "$tmp/blocks6.bin" 2 64
     # and ranks that share a GPU: --comm mpi, the sends staged from the GPU through host memory
     [ "${COMM:-}" = nccl ] && run pp2_mpi 2 --pp 2 --comm mpi && alike ref pp2_mpi init "pp=2 1f1b, --comm mpi"
+    # --batch-size auto with --pp (planner.h: a stage keeps as many micro-batches as its schedule
+    # does with the m the batch size makes): the step's 16 sequences, 1f1b over pp = 2. With the
+    # emulated GPU's 80 GiB the whole step is one micro-batch (B=16). Stage 0 keeps min(m, 2)
+    # micro-batches, so B = 16 (m = 1) and B = 8 (m = 2) both keep 16 sequences' activations, B = 4
+    # (m = 4) 8: on a GPU with room for B = 4's (+ a margin of a quarter of B = 16's, for its send
+    # copies) but not B = 8's, auto takes B = 4, that trains within the plan, and --batch-size 8
+    # is refused naming it. (Both ranks share the emulator's one GPU in the plan: room = free / 2.)
+    if [ "${DEVICE:-cpu}" = cuda ] && grep -q "^gpu: CPU SIMT emulator" "$tmp/ref.txt"; then
+        auto=(--pp 2 --batch-size auto --total-batch-tokens $((16 * T)) --steps 1)
+        run auto_pp 2 "${auto[@]}"
+        grep -q "^batch: --batch-size auto: B=16, the largest that fits" "$tmp/auto_pp.txt" &&
+            grep -q "^data: .* B=16 T=$T dp=1, 1 micro-batch(es)" "$tmp/auto_pp.txt" && r=ok || r="not ok"
+        echo "$r - --batch-size auto --pp 2 on an 80 GiB GPU: the step's 16 sequences in one micro-batch ($(grep -m1 '^batch: ' "$tmp/auto_pp.txt" | cut -c1-60))"
+        state=$(sed -n 's/^memory rank 0: params \([0-9]*\) B, grads \([0-9]*\) B, optimizer \([0-9]*\) B, working buffers \([0-9]*\) B.*/\1+\2+\3+\4/p' "$tmp/auto_pp.txt")
+        acts16=$(sed -n 's/^memory rank 0: .*activations \([0-9]*\) B, send copies.*/\1/p' "$tmp/auto_pp.txt")
+        cap=$(( state + 32 * 1048576 + 2 * (64 * 1048576 + acts16 / 2 * 101 / 100 + acts16 / 4) ))
+        SIMT_GPU_MEMORY=$cap run auto_pp4 2 "${auto[@]}" && {
+            grep -q "^batch: --batch-size auto: B=4, the largest that fits" "$tmp/auto_pp4.txt" &&
+                grep -q "^data: .* B=4 T=$T dp=1, 4 micro-batch(es)" "$tmp/auto_pp4.txt" &&
+                grep -q "^pipeline rank 0: stage 0, .* 2 activation slot(s)" "$tmp/auto_pp4.txt" && grep -q "^step " "$tmp/auto_pp4.txt" && r=ok || r="not ok"
+            echo "$r - --batch-size auto --pp 2 on a GPU that holds B=4's 2 slots but not B=8's: B=4, 4 micro-batches, trains ($(grep -m1 '^batch: ' "$tmp/auto_pp4.txt" | cut -c1-60))"
+            send_buffers auto_pp4 2 $C "--batch-size auto --pp 2 (B=4)"
+        }
+        out=$(SIMT_GPU_MEMORY=$cap mpi 2 "${common[@]}" --pp 2 --batch-size 8 --total-batch-tokens $((16 * T)) --steps 1 2>&1); rc=$?
+        [ $rc = 2 ] && echo "$out" | grep -q "^error: --batch-size 8 --seq-len $T: a micro-batch needs .*; --batch-size 4 fits" && r=ok || r="not ok"
+        echo "$r - --pp 2 --batch-size 8 on that GPU: refused (exit $rc), naming --batch-size 4"
+    fi
     # every stream in one hardware queue could hang the ring's sends behind receives (comm.h): refused
     [ "${COMM:-}" = nccl ] && CUDA_DEVICE_MAX_CONNECTIONS=1 check_error "--pp over NCCL with CUDA_DEVICE_MAX_CONNECTIONS=1" 2 \
         "CUDA_DEVICE_MAX_CONNECTIONS=1: every stream in one queue" --pp 2
@@ -140,7 +193,7 @@ done
 
 # --- interleaved 1F1B: interleaved_core (above) with d4 and d6, then d4 with dp = 2 and ZeRO 1
 # and 3, with tp = 2 --sp 1, and uneven d5 over pp = 2 ([0, 2) [3, 4) and [2, 3) [4, 5)); 3 steps each
-interleaved_core d4 d6 3
+interleaved_core d4 d6 3 256
 run ref_d4_b8 1 --model d4 --steps 3 --batch-size 8 --total-batch-tokens $((M * 8 * T))
 for z in 1 3; do
     run "il_dp2_z$z" 4 --model d4 --pp 2 "${il[@]}" --zero "$z" --total-batch-tokens $((M * 8 * T)) &&
@@ -289,4 +342,15 @@ check_error "--pp 2 --vpp 2 on 2 blocks" 2 "--pp 2 --vpp 2: 4 virtual stages, mo
     --pp 2 --pp-schedule interleaved --vpp 2
 check_error "interleaved, micro-batches not a multiple of pp" 2 "the 3 micro-batches a step .* must be a multiple of --pp 2" \
     --model d4 --pp 2 --pp-schedule interleaved --vpp 2 --total-batch-tokens $((3 * B * T))
-check_error "--batch-size auto with --pp" 2 "--batch-size auto with --pp: not yet supported" --pp 2 --batch-size auto
+check_error "--batch-size auto, interleaved, a step not a multiple of pp sequences" 2 \
+    "--batch-size auto --pp-schedule interleaved: --total-batch-tokens $((3 * T)) is not a multiple of seq-len" \
+    --model d4 --pp 2 --pp-schedule interleaved --vpp 2 --batch-size auto --total-batch-tokens $((3 * T))
+# --batch-size auto with --pp on the host (CPU ranks; room unknown or ample): the largest batch
+# size that splits the step, and for interleaved one that leaves m a multiple of pp (the step's 6
+# sequences over pp = 2: B = 6 would leave m = 1, so B = 3, m = 2)
+run auto_cpu 2 --pp 2 --batch-size auto --total-batch-tokens $((16 * T)) --steps 1 &&
+    grep -q "^data: .* B=16 T=$T dp=1, 1 micro-batch(es)" "$tmp/auto_cpu.txt" && r=ok || r="not ok"
+echo "$r - --batch-size auto --pp 2 (1f1b): the step's 16 sequences in one micro-batch"
+run auto_il 2 --model d4 --pp 2 --pp-schedule interleaved --vpp 2 --batch-size auto --total-batch-tokens $((6 * T)) --steps 1 &&
+    grep -q "^data: .* B=3 T=$T dp=1, 2 micro-batch(es)" "$tmp/auto_il.txt" && r=ok || r="not ok"
+echo "$r - --batch-size auto --pp 2 interleaved, a step of 6 sequences: B=3, 2 micro-batches (a multiple of pp)"
