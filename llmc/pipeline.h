@@ -91,6 +91,7 @@ peak GPU memory against the plan).
 #pragma once
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <list>
 #include <string>
 #include <vector>
@@ -257,9 +258,17 @@ inline PPTiming pp_simulate(PPSchedule kind, int p, int m, int v = 1, double t_F
 // With them the timeline above runs unchanged (test_ops), so no stage waits for a copy there;
 // and since a stage's messages go in its list's order whatever the timing, a run that completes
 // under one timing with these caps completes under all: the caps cannot deadlock a real run.
+// LLMC_PP_SEND_COPIES=N sets every cap a stage sends on to N instead (test_pp.sh: at 1 each
+// send after the first waits for the one before it, and the run is the same).
 inline std::array<int, 2> pp_send_buffers(PPSchedule kind, int p, int s, int m, int v = 1) {
     std::array<int, 2> k = pp_simulate(kind, p, m, v).peak_sends[s];
-    for (int& n : k) n = n > 0 ? n + 1 : 0;
+    int forced = 0;
+    if (const char* e = getenv("LLMC_PP_SEND_COPIES"); e && *e) {
+        char* end = nullptr;
+        forced = (int)strtol(e, &end, 10);
+        if (*end != 0 || forced < 1) usage_error("LLMC_PP_SEND_COPIES=%s: expected a number of send copies a way, at least 1", e);
+    }
+    for (int& n : k) n = n > 0 ? (forced ? forced : n + 1) : 0;
     return k;
 }
 

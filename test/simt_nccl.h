@@ -29,7 +29,9 @@ build/train_gpt_simt (run_tests.sh).
 */
 #pragma once
 #include <mpi.h>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 typedef enum { ncclSuccess = 0, ncclInvalidArgument = 4 } ncclResult_t;
@@ -175,7 +177,8 @@ inline ncclResult_t ncclGroupEnd() {
 // cudaEventQuery says cudaErrorNotReady until the receiver took it. Its buffer stays noted as
 // read on its stream meanwhile, so writing it before such a wait is reported (simt.h,
 // "streams"). A receive outside a group waits for its message (it runs on the stream whose
-// later work reads it).
+// later work reads it); SIMT_NCCL_RECV_DELAY_MS=N makes each such receive start N ms late, a
+// slow receiver, so that its sender finds its sends still in flight (test_pp.sh).
 namespace simt_nccl {
 struct InFlight { MPI_Request req; const void* stream; unsigned long seq; };
 inline std::vector<InFlight> in_flight;  // the sends started outside a group, not yet finished
@@ -208,6 +211,8 @@ inline ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer
     if (!comm || !simt::device_owns(buf)) simt::die("ncclRecv: no communicator, or a buffer that is not device memory");
     const size_t bytes = count * type_bytes(t);
     Noted noted(stream, "ncclRecv", nullptr, 0, buf, bytes);
+    static const int delay_ms = simt::env_int("SIMT_NCCL_RECV_DELAY_MS", 0);
+    if (delay_ms > 0 && group_depth == 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     ncclGroupStart();
     pending.emplace_back();
     MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, 77, comm->comm, &pending.back());

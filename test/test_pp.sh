@@ -24,7 +24,9 @@
 #                 embeddings' gradient sum (Vp + maxT)·C·s
 #   send buffers: each stage keeps at most its cap of copies for its sends a way (pipeline.h's
 #                 pp_send_buffers), and its memory line plans them; on the emulated GPU rank 0's
-#                 peak GPU memory is its state + activations + send copies, within 1%
+#                 peak GPU memory is its state + activations + send copies, within 1%; with one
+#                 copy a way (LLMC_PP_SEND_COPIES=1: each send waits for the one before) the
+#                 interleaved run is the same bit for bit
 #   recompute:    --recompute full is the same run bit for bit (1f1b, interleaved)
 #   evaluation:   --val-tokens through the pipeline: one process's validation loss; with --steps 0
 #                 (pp = 2, tp = 2 × pp = 2, interleaved) --hellaswag, --val-tokens and a sample bit
@@ -124,6 +126,16 @@ interleaved_core() {
         first_loss_same ref_d4 il_d4 "$a over pp=2 interleaved"
         send_buffers il_d4 2 "$4" "$a over pp=2 interleaved"
     }
+    # one send copy a way (LLMC_PP_SEND_COPIES, pipeline.h): each send after the first waits for
+    # the one before it to be taken (on the emulated GPU the compute stream waits for its event;
+    # a copy overwritten while its send still reads it is an error there), and the run is the same
+    # (emulated NCCL: each receive 300 ms late, longer than a forward there, so the sender finds the
+    # send before still in flight: without the wait at the cap the emulator reports the overwrite)
+    LLMC_PP_SEND_COPIES=1 SIMT_NCCL_RECV_DELAY_MS=300 run il_d4_cap1 2 --model "$1" --pp 2 "${il[@]}" &&
+        same_run "$tmp/il_d4" "$tmp/il_d4_cap1" "$a over pp=2 interleaved with one send copy a way (LLMC_PP_SEND_COPIES=1)" &&
+        grep -q "^pipeline rank 0: 1 + 1 send buffer(s) (forward + backward; at most 1 + 1)" "$tmp/il_d4_cap1.txt" &&
+        echo "ok - $a over pp=2 interleaved, LLMC_PP_SEND_COPIES=1: stage 0 kept one copy a way" ||
+        echo "not ok - $a over pp=2 interleaved, LLMC_PP_SEND_COPIES=1: $(grep '^pipeline rank 0: .* send buffer' "$tmp/il_d4_cap1.txt")"
     "$BIN" "${common[@]}" --model "$2" --steps 0 --save-model "$tmp/init_d6.bin" >/dev/null 2>&1
     run ref_d6 1 --model "$2" --steps "$3" --total-batch-tokens $((6 * B * T))
     run il_d6 3 --model "$2" --pp 3 "${il[@]}" --total-batch-tokens $((6 * B * T)) && alike ref_d6 il_d6 init_d6 "$b over pp=3 interleaved, vpp=2"
