@@ -523,7 +523,7 @@ template <class T> inline void gpt_stage_send(const Ctx& ctx, GPT<T>* g, const T
         comm_wait(&pool.front().h);
         pool.splice(pool.end(), pool, pool.begin());  // the oldest becomes the newest (nothing moves)
     }
-    typename GPT<T>::Send& o = pool.back();
+    auto& o = pool.back();
     if (o.copy.size() < n) o.copy.alloc(ctx, n);
     ctx_copy(ctx, o.copy.data(), buf, n * sizeof(T));
     comm_ring_send_start(*g->pp, o.copy.data(), n, dir, &o.h);

@@ -259,17 +259,24 @@ inline PPTiming pp_simulate(PPSchedule kind, int p, int m, int v = 1, double t_F
 // and since a stage's messages go in its list's order whatever the timing, a run that completes
 // under one timing with these caps completes under all: the caps cannot deadlock a real run.
 // LLMC_PP_SEND_COPIES=N sets every cap a stage sends on to N instead (test_pp.sh: at 1 each
-// send after the first waits for the one before it, and the run is the same).
+// send after the first waits for the one before it, and the run is the same); caps the
+// simulator cannot complete the schedule with are refused, since the run would deadlock.
 inline std::array<int, 2> pp_send_buffers(PPSchedule kind, int p, int s, int m, int v = 1) {
-    std::array<int, 2> k = pp_simulate(kind, p, m, v).peak_sends[s];
+    const PPTiming t = pp_simulate(kind, p, m, v);
+    const char* e = getenv("LLMC_PP_SEND_COPIES");
     int forced = 0;
-    if (const char* e = getenv("LLMC_PP_SEND_COPIES"); e && *e) {
+    if (e && *e) {
         char* end = nullptr;
         forced = (int)strtol(e, &end, 10);
         if (*end != 0 || forced < 1) usage_error("LLMC_PP_SEND_COPIES=%s: expected a number of send copies a way, at least 1", e);
     }
-    for (int& n : k) n = n > 0 ? (forced ? forced : n + 1) : 0;
-    return k;
+    std::vector<std::array<int, 2>> caps = t.peak_sends;
+    for (auto& c : caps)
+        for (int& n : c) n = n > 0 ? (forced ? forced : n + 1) : 0;
+    if (forced && !pp_simulate(kind, p, m, v, 1.0, 2.0, caps).ok)
+        usage_error("LLMC_PP_SEND_COPIES=%s: the %s schedule (pp %d, %d micro-batches) deadlocks with that few send copies", e,
+                    PP_SCHEDULE_NAMES[(int)kind], p, m);
+    return caps[s];
 }
 
 // A stage's schedule, for the memory plan (planner.h: what it keeps depends on the micro-batches

@@ -124,11 +124,15 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
     };
     auto need_with = [&](Recompute r, int b) {
         const int Tl = T / gpt_cp(g);  // (this rank's positions)
-        if (!pp) return gpt_activation_bytes(g, b, Tl, r) * (1 + SCRATCH_SHARE) + gpt_send_copy_bytes(g, b, Tl) + SCRATCH_FIXED;
-        const int m = (int)(whole_step / b);
-        const std::vector<int> slots = pp_slots(pp->kind, pp->p, pp->s, m, pp->v);
-        const std::array<int, 2> caps = pp_send_buffers(pp->kind, pp->p, pp->s, m, pp->v);
-        return gpt_activation_bytes(g, b, Tl, r, &slots) * (1 + SCRATCH_SHARE) + gpt_send_copy_bytes(g, b, Tl, &caps) + SCRATCH_FIXED;
+        std::vector<int> slots;
+        std::array<int, 2> caps{};
+        if (pp) {
+            const int m = (int)(whole_step / b);
+            slots = pp_slots(pp->kind, pp->p, pp->s, m, pp->v);
+            caps = pp_send_buffers(pp->kind, pp->p, pp->s, m, pp->v);
+        }
+        return gpt_activation_bytes(g, b, Tl, r, pp ? &slots : nullptr) * (1 + SCRATCH_SHARE) +
+               gpt_send_copy_bytes(g, b, Tl, pp ? &caps : nullptr) + SCRATCH_FIXED;
     };
     auto need = [&](int b) { return need_with(recompute, b); };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
