@@ -1,8 +1,12 @@
 /*
 attention.cuh — causal multi-head self-attention that never stores the T×T matrix.
 
-Layout: qkv is (B, T, 3C) with q = [0, C), k = [C, 2C), v = [2C, 3C); head h owns channels
-[h·hs, (h+1)·hs) of each, hs = C/NH. out is (B, T, C), lse is (B, NH, T).
+Layout: qkv is (B, T, C + 2·KV): each row [q | k | v], q of NH heads and k, v of NKV heads each,
+hs = C/NH features a head (KV = NKV·hs). Query head h reads key/value head h / G, G = NH/NKV:
+grouped-query attention (Ainslie et al., 2023; Llama 2 70B, Llama 3), where G query heads share
+one key/value head; NKV = NH (G = 1) is GPT-2's multi-head attention, rows [q | k | v] of C each.
+Head h owns channels [h·hs, (h+1)·hs) of q and out; key/value head j channels [j·hs, (j+1)·hs) of
+k and of v (QKVLayout below). out is (B, T, C), lse is (B, NH, T).
 
   forward, per (b, h, t):  s_j = q_t·k_j / √hs  for j ≤ t        (causal)
                            lse_t = log Σ_j exp(s_j)               (saved: one float per row)
@@ -13,20 +17,24 @@ Layout: qkv is (B, T, 3C) with q = [0, C), k = [C, 2C), v = [2C, 3C); head h own
                            dv_j += p_j · dout_t
                            ds_j = p_j · (dout_t·v_j − D_t)
                            dq_t += ds_j · k_j / √hs,   dk_j += ds_j · q_t / √hs
+  (k_j, v_j: key/value head h / G; so dk_j, dv_j of that head sum over the G query heads of its
+  group, in fp32, and are rounded once: nothing repeats k and v per query head.)
 
 The log-sum-exp is the forward's second output because ring attention (context parallelism)
 merges partial attention over key blocks with it: out = Σ_blocks exp(lse_blk − lse) · out_blk.
 Memory is O(B·T·C) for any T; the CPU loops do the same O(T²) work as the math above.
-(b, h) pairs are independent and own disjoint slices of dqkv: parallel and deterministic.
+(b, key/value head) pairs are independent and own disjoint slices of dqkv (the dq of their group's
+query heads, and their own dk, dv): parallel and deterministic.
 
 Dtype T (float | bf16): qkv, out and their gradients are T, lse is fp32, all math is fp32. The
 CPU runs the fp32 loops below on F32View copies (each output rounded once).
 
-CUDA: the same online-softmax algorithm, one warp per query row, lanes splitting the
-head dimension; never a T×T buffer. The backward is split so that nothing is accumulated by
-two warps (deterministic, no atomics): D_t first, then one warp per query row for dq and one
-warp per key row for dk and dv, each recomputing p from lse. (The bf16 tensor-core flash
-attention is below; this is the exact path, fp32 math for either dtype.)
+CUDA: the same online-softmax algorithm, one warp per query row, lanes splitting the head
+dimension; never a T×T buffer. The backward is split so that nothing is accumulated by two warps
+(deterministic, no atomics): D_t first, then one warp per query row for dq and one warp per key
+row (of a key/value head, over its group's query heads) for dk and dv, each recomputing p from
+lse. (The bf16 tensor-core flash attention is below; this is the exact path, fp32 math for
+either dtype.)
 
 CUDA bf16 flash attention (FlashAttention-2's algorithm, written here; used for bf16 when the
 head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 accumulate).
@@ -65,6 +73,10 @@ head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 a
   order     grid (NH, B, tiles) with the tile slowest: the blocks with the most work (the last
             query tiles; for dK/dV the first key tiles) start first and the short ones fill the
             tail of the last wave.
+  groups    (grouped-query attention) the forward and the dQ pass read query head h's keys and
+            values from key/value head h/G's columns of qkv; a dK/dV block belongs to a key/value
+            head and runs its loop over the query tiles once for each of its G query heads, so
+            dK and dV sum over the group in registers and are written once.
 Hopper (g_flash_wgmma, --flash-wgmma 1; compute capability 9.0, sm_90a): the same three kernels
 with warpgroup MMA. A warpgroup (4 warps) owns 64 rows; each product is a few wgmma
 m64nNk16 whose A operand (Q, dO, P, dS) is in registers in the mma fragment layout above
@@ -77,7 +89,7 @@ byte (wgmma's shared-memory reads are the tensor cores' own). The products run a
 so all three kernels are software-pipelined (FlashAttention-3's intra-warpgroup overlap,
 wgmma_pipeline_step): the softmax (or dS) of tile j runs while the tile j − 1 products that
 accumulate (O += P·V; dQ += dS·K; dV and dK) are still on the tensor cores.
-Registers (ptxas, head size 64 / 128): forward 122 / 170-176, dQ 170 / 234, dK/dV 212 / 254, no
+Registers (ptxas, head size 64 / 128): forward 123 / 170-173, dQ 170 / 234, dK/dV 220 / 252, no
 spills, and no wgmma serialized.
 Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4): A (16×16, row-major) regs
 {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B (16×8, "col") regs {(k=2t..2t+1,
@@ -93,11 +105,24 @@ test/gpucheck_ops.cu (CUDA vs CPU).
 #include "common.h"
 #include "profiler.h"
 
+// Where head h's q, k and v lie in a row of qkv (see the header): q at h·hs, k at C + (h/G)·hs,
+// v at C + KV + (h/G)·hs, in rows of C + 2·KV elements.
+struct QKVLayout {
+    int C, NH, NKV, hs;
+    HD QKVLayout(int C_, int NH_, int NKV_) : C(C_), NH(NH_), NKV(NKV_), hs(C_ / NH_) {}
+    HD int kv() const { return NKV * hs; }                   // KV: k's width, and v's
+    HD size_t row() const { return (size_t)C + 2 * kv(); }   // a row of qkv
+    HD int group() const { return NH / NKV; }                // G: query heads per key/value head
+    HD int k(int h) const { return C + h / group() * hs; }  // query head h's key head, in a row
+    HD int v(int h) const { return C + kv() + h / group() * hs; }
+};
+
 // (fp32; the dtype wrapper attention_forward gives it fp32 views of bf16 buffers)
-inline void attention_forward_cpu(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-    const int hs = C / NH;
+inline void attention_forward_cpu(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int NKV) {
+    const QKVLayout L(C, NH, NKV);
+    const int hs = L.hs;
     const float scale = 1.0f / sqrtf((float)hs);
-    const size_t C3 = 3 * (size_t)C;
+    const size_t W = L.row();
     #pragma omp parallel
     {
         std::vector<float> s(T);
@@ -105,10 +130,10 @@ inline void attention_forward_cpu(float* out, float* lse, const float* qkv, int 
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int t = 0; t < T; t++) {
-                    const float* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+                    const float* q = qkv + ((size_t)b * T + t) * W + h * hs;
                     float m = -INFINITY;
                     for (int j = 0; j <= t; j++) {
-                        const float* k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+                        const float* k = qkv + ((size_t)b * T + j) * W + L.k(h);
                         float d = 0.0f;
                         for (int i = 0; i < hs; i++) d += q[i] * k[i];
                         s[j] = d * scale;
@@ -122,7 +147,7 @@ inline void attention_forward_cpu(float* out, float* lse, const float* qkv, int 
                     for (int i = 0; i < hs; i++) o[i] = 0.0f;
                     for (int j = 0; j <= t; j++) {
                         float p = expf(s[j] - l);
-                        const float* v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * hs;
+                        const float* v = qkv + ((size_t)b * T + j) * W + L.v(h);
                         for (int i = 0; i < hs; i++) o[i] += p * v[i];
                     }
                 }
@@ -130,49 +155,53 @@ inline void attention_forward_cpu(float* out, float* lse, const float* qkv, int 
 }
 
 // dqkv is written (not accumulated): it is a scratch buffer, consumed by the qkv matmul backward.
+// A (b, key/value head kh) pair owns its dk, dv and its group's dq: parallel over those pairs.
 inline void attention_backward_cpu(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                   const float* lse, int B, int T, int C, int NH) {
-    const int hs = C / NH;
+                                   const float* lse, int B, int T, int C, int NH, int NKV) {
+    const QKVLayout L(C, NH, NKV);
+    const int hs = L.hs, G = L.group();
     const float scale = 1.0f / sqrtf((float)hs);
-    const size_t C3 = 3 * (size_t)C;
+    const size_t W = L.row();
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < T; t++)
-                for (int part = 0; part < 3; part++) {
-                    float* d = dqkv + ((size_t)b * T + t) * C3 + part * C + h * hs;
-                    for (int i = 0; i < hs; i++) d[i] = 0.0f;
-                }
+        for (int kh = 0; kh < NKV; kh++) {
             for (int t = 0; t < T; t++) {
-                const float* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
-                const float* O = out + ((size_t)b * T + t) * C + h * hs;
-                float* dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-                float l = lse[((size_t)b * NH + h) * T + t];
-                float D = 0.0f;
-                for (int i = 0; i < hs; i++) D += dO[i] * O[i];
-                for (int j = 0; j <= t; j++) {
-                    const float* k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
-                    const float* v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * hs;
-                    float* dk = dqkv + ((size_t)b * T + j) * C3 + C + h * hs;
-                    float* dv = dqkv + ((size_t)b * T + j) * C3 + 2 * C + h * hs;
-                    float sc = 0.0f, dp = 0.0f;
-                    for (int i = 0; i < hs; i++) { sc += q[i] * k[i]; dp += dO[i] * v[i]; }
-                    float p = expf(sc * scale - l);
-                    float ds = p * (dp - D) * scale;
-                    for (int i = 0; i < hs; i++) {
-                        dv[i] += p * dO[i];
-                        dq[i] += ds * k[i];
-                        dk[i] += ds * q[i];
+                float* row = dqkv + ((size_t)b * T + t) * W;
+                for (int i = 0; i < hs; i++) row[L.k(kh * G) + i] = row[L.v(kh * G) + i] = 0.0f;
+                for (int h = kh * G; h < kh * G + G; h++)
+                    for (int i = 0; i < hs; i++) row[h * hs + i] = 0.0f;
+            }
+            for (int h = kh * G; h < kh * G + G; h++)
+                for (int t = 0; t < T; t++) {
+                    const float* q = qkv + ((size_t)b * T + t) * W + h * hs;
+                    const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
+                    const float* O = out + ((size_t)b * T + t) * C + h * hs;
+                    float* dq = dqkv + ((size_t)b * T + t) * W + h * hs;
+                    float l = lse[((size_t)b * NH + h) * T + t];
+                    float D = 0.0f;
+                    for (int i = 0; i < hs; i++) D += dO[i] * O[i];
+                    for (int j = 0; j <= t; j++) {
+                        const float* k = qkv + ((size_t)b * T + j) * W + L.k(h);
+                        const float* v = qkv + ((size_t)b * T + j) * W + L.v(h);
+                        float* dk = dqkv + ((size_t)b * T + j) * W + L.k(h);
+                        float* dv = dqkv + ((size_t)b * T + j) * W + L.v(h);
+                        float sc = 0.0f, dp = 0.0f;
+                        for (int i = 0; i < hs; i++) { sc += q[i] * k[i]; dp += dO[i] * v[i]; }
+                        float p = expf(sc * scale - l);
+                        float ds = p * (dp - D) * scale;
+                        for (int i = 0; i < hs; i++) {
+                            dv[i] += p * dO[i];
+                            dq[i] += ds * k[i];
+                            dk[i] += ds * q[i];
+                        }
                     }
                 }
-            }
         }
 }
 
 // ---- ring attention's pieces (context_parallel.h)
 // A rank of a context-parallel group holds some of the sequence's positions; the keys of the
-// others arrive one block at a time (kv: (B, Tk, 2C), k then v, rows in that rank's order).
+// others arrive one block at a time (kv: (B, Tk, 2·KV), k then v, rows in that rank's order).
 // attention_block_forward merges the attention of the query rows [q0, q0 + nq) over the key rows
 // [k0, k0 + nk) of kv — all visible, no mask: context_parallel.h passes only blocks of keys that
 // lie wholly before the queries — into the running output o (fp32, (B, T, C)) and lse of those rows:
@@ -180,8 +209,9 @@ inline void attention_backward_cpu(float* dqkv, const float* dout, const float* 
 //   lse'    = log(exp(lse) + exp(lse_blk)),   o' = exp(lse − lse') · o + exp(lse_blk − lse') · o_blk
 // (the CUDA kernel carries on the online softmax from (lse, o) instead: the same sums).
 inline void attention_block_forward_cpu(float* o, float* lse, const float* qkv, const float* kv, int B, int T, int Tk, int C,
-                                        int NH, int q0, int nq, int k0, int nk) {
-    const int hs = C / NH;
+                                        int NH, int NKV, int q0, int nq, int k0, int nk) {
+    const QKVLayout L(C, NH, NKV);
+    const int hs = L.hs, KV = L.kv();
     const float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel
     {
@@ -190,10 +220,11 @@ inline void attention_block_forward_cpu(float* o, float* lse, const float* qkv, 
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int t = q0; t < q0 + nq; t++) {
-                    const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                    const float* q = qkv + ((size_t)b * T + t) * L.row() + h * hs;
+                    const int kh = h / L.group();
                     float m = -INFINITY;
                     for (int j = 0; j < nk; j++) {
-                        const float* k = kv + ((size_t)b * Tk + k0 + j) * 2 * C + h * hs;
+                        const float* k = kv + ((size_t)b * Tk + k0 + j) * 2 * KV + kh * hs;
                         float d = 0.0f;
                         for (int i = 0; i < hs; i++) d += q[i] * k[i];
                         s[j] = d * scale;
@@ -205,7 +236,7 @@ inline void attention_block_forward_cpu(float* o, float* lse, const float* qkv, 
                     for (int i = 0; i < hs; i++) ob[i] = 0.0f;
                     for (int j = 0; j < nk; j++) {
                         const float p = expf(s[j] - lse_blk);
-                        const float* v = kv + ((size_t)b * Tk + k0 + j) * 2 * C + C + h * hs;
+                        const float* v = kv + ((size_t)b * Tk + k0 + j) * 2 * KV + KV + kh * hs;
                         for (int i = 0; i < hs; i++) ob[i] += p * v[i];
                     }
                     float& l = lse[((size_t)b * NH + h) * T + t];
@@ -232,36 +263,39 @@ inline void attention_row_dots_cpu(float* D, const float* dout, const float* out
 }
 
 // The backward of a block, with the whole attention's lse and D (so p is the final probability):
-// the query rows' dq (the q columns of dx, an fp32 (B, T, 3C)) and the key rows' dk, dv (dkv, an
-// fp32 (B, Tk, 2C)) are *accumulated*, the header's formulas over this block's (t, j) pairs.
+// the query rows' dq (the q columns of dx, an fp32 (B, T, C + 2·KV)) and the key rows' dk, dv
+// (dkv, an fp32 (B, Tk, 2·KV)) are *accumulated*, the header's formulas over this block's (t, j)
+// pairs. Parallel over (b, key/value head): each owns its dk, dv and its group's dq.
 inline void attention_block_backward_cpu(float* dx, float* dkv, const float* dout, const float* qkv, const float* kv,
-                                         const float* lse, const float* D, int B, int T, int Tk, int C, int NH, int q0, int nq,
-                                         int k0, int nk) {
-    const int hs = C / NH;
+                                         const float* lse, const float* D, int B, int T, int Tk, int C, int NH, int NKV,
+                                         int q0, int nq, int k0, int nk) {
+    const QKVLayout L(C, NH, NKV);
+    const int hs = L.hs, KV = L.kv(), G = L.group();
     const float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = q0; t < q0 + nq; t++) {
-                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
-                float* dq = dx + ((size_t)b * T + t) * 3 * C + h * hs;
-                const float l = lse[((size_t)b * NH + h) * T + t], Dt = D[((size_t)b * NH + h) * T + t];
-                for (int j = k0; j < k0 + nk; j++) {
-                    const float* k = kv + ((size_t)b * Tk + j) * 2 * C + h * hs;
-                    const float* v = k + C;
-                    float* dk = dkv + ((size_t)b * Tk + j) * 2 * C + h * hs;
-                    float* dv = dk + C;
-                    float sc = 0.0f, dp = 0.0f;
-                    for (int i = 0; i < hs; i++) { sc += q[i] * k[i]; dp += dO[i] * v[i]; }
-                    const float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
-                    for (int i = 0; i < hs; i++) {
-                        dv[i] += p * dO[i];
-                        dq[i] += ds * k[i];
-                        dk[i] += ds * q[i];
+        for (int kh = 0; kh < NKV; kh++)
+            for (int h = kh * G; h < kh * G + G; h++)
+                for (int t = q0; t < q0 + nq; t++) {
+                    const float* q = qkv + ((size_t)b * T + t) * L.row() + h * hs;
+                    const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
+                    float* dq = dx + ((size_t)b * T + t) * L.row() + h * hs;
+                    const float l = lse[((size_t)b * NH + h) * T + t], Dt = D[((size_t)b * NH + h) * T + t];
+                    for (int j = k0; j < k0 + nk; j++) {
+                        const float* k = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
+                        const float* v = k + KV;
+                        float* dk = dkv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
+                        float* dv = dk + KV;
+                        float sc = 0.0f, dp = 0.0f;
+                        for (int i = 0; i < hs; i++) { sc += q[i] * k[i]; dp += dO[i] * v[i]; }
+                        const float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
+                        for (int i = 0; i < hs; i++) {
+                            dv[i] += p * dO[i];
+                            dq[i] += ds * k[i];
+                            dk[i] += ds * q[i];
+                        }
                     }
                 }
-            }
 }
 
 // dst rows (pitch dst_pitch elements) = src rows (pitch src_pitch), `width` elements of each of
@@ -312,25 +346,26 @@ __device__ inline void online_softmax_key(float* acc, float& m, float& l, const 
 
 // one warp per (b, h, t); lane i holds head channels i, i+32, ...
 template <class T>
-__global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
+__global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int B, int T_, QKVLayout L) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int NH = L.NH, hs = L.hs;
     if (row >= B * NH * T_) return;
-    int t = row % T_, h = (row / T_) % NH, b = row / (T_ * NH), hs = C / NH;
-    const size_t C3 = 3 * (size_t)C;
+    int t = row % T_, h = (row / T_) % NH, b = row / (T_ * NH);
+    const size_t W = L.row();
     const float scale = rsqrtf((float)hs);
-    const T* q = qkv + ((size_t)b * T_ + t) * C3 + h * hs;
+    const T* q = qkv + ((size_t)b * T_ + t) * W + h * hs;
     float qr[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
     int per = (hs + 31) / 32;
     load_lanes(qr, q, lane, hs, per);
     for (int k = 0; k < per; k++) acc[k] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int j = 0; j <= t; j++) {
-        const T* kj = qkv + ((size_t)b * T_ + j) * C3 + C + h * hs;
-        const T* vj = kj + C;
+        const T* kj = qkv + ((size_t)b * T_ + j) * W + L.k(h);
+        const T* vj = kj + L.kv();
         online_softmax_key(acc, m, l, qr, kj, vj, lane, hs, per, scale);
     }
     for (int k = 0; k < per; k++) acc[k] /= l;
-    store_lanes(out + ((size_t)b * T_ + t) * C + h * hs, acc, lane, hs, per);
+    store_lanes(out + ((size_t)b * T_ + t) * L.C + h * hs, acc, lane, hs, per);
     if (lane == 0) lse[((size_t)b * NH + h) * T_ + t] = m + logf(l);
 }
 
@@ -358,77 +393,84 @@ __global__ void attention_backward_D_kernel(float* D, const T* dout, const T* ou
 // one warp per query row t: dq_t = Σ_{j≤t} ds_j · k_j / √hs
 template <class T>
 __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                             const float* D, int B, int T_, int C, int NH) {
+                                             const float* D, int B, int T_, QKVLayout L) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int NH = L.NH, hs = L.hs, per = (hs + 31) / 32;
     if (row >= B * NH * T_) return;
-    int t = row % T_, h = (row / T_) % NH, b = row / (T_ * NH), hs = C / NH, per = (hs + 31) / 32;
-    const size_t C3 = 3 * (size_t)C;
+    int t = row % T_, h = (row / T_) % NH, b = row / (T_ * NH);
+    const size_t W = L.row();
     const float scale = rsqrtf((float)hs);
-    const T* q = qkv + ((size_t)b * T_ + t) * C3 + h * hs;
-    const T* dO = dout + ((size_t)b * T_ + t) * C + h * hs;
+    const T* q = qkv + ((size_t)b * T_ + t) * W + h * hs;
+    const T* dO = dout + ((size_t)b * T_ + t) * L.C + h * hs;
     float qr[ATT_MAX_PER_LANE], dor[ATT_MAX_PER_LANE], dq[ATT_MAX_PER_LANE];
     load_lanes(qr, q, lane, hs, per);
     load_lanes(dor, dO, lane, hs, per);
     for (int k = 0; k < per; k++) dq[k] = 0.0f;
     float l = lse[row], Dt = D[row];
     for (int j = 0; j <= t; j++) {
-        const T* kj = qkv + ((size_t)b * T_ + j) * C3 + C + h * hs;
-        const T* vj = kj + C;
+        const T* kj = qkv + ((size_t)b * T_ + j) * W + L.k(h);
+        const T* vj = kj + L.kv();
         float sc = lane_dot(qr, kj, lane, hs, per), dp = lane_dot(dor, vj, lane, hs, per);
         float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
         lane_axpy(dq, ds, kj, lane, hs, per);
     }
-    store_lanes(dqkv + ((size_t)b * T_ + t) * C3 + h * hs, dq, lane, hs, per);
+    store_lanes(dqkv + ((size_t)b * T_ + t) * W + h * hs, dq, lane, hs, per);
 }
 
-// one warp per key row j: dk_j = Σ_{t≥j} ds · q_t / √hs,  dv_j = Σ_{t≥j} p · dout_t
+// one warp per key row j of key/value head kh: dk_j = Σ_h Σ_{t≥j} ds · q_t / √hs,
+// dv_j = Σ_h Σ_{t≥j} p · dout_t over the query heads h of kh's group
 template <class T>
 __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                              const float* D, int B, int T_, int C, int NH) {
+                                              const float* D, int B, int T_, QKVLayout L) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= B * NH * T_) return;
-    int j = row % T_, h = (row / T_) % NH, b = row / (T_ * NH), hs = C / NH, per = (hs + 31) / 32;
-    const size_t C3 = 3 * (size_t)C;
+    const int NH = L.NH, NKV = L.NKV, G = L.group(), hs = L.hs, per = (hs + 31) / 32;
+    if (row >= B * NKV * T_) return;
+    int j = row % T_, kh = (row / T_) % NKV, b = row / (T_ * NKV);
+    const size_t W = L.row();
     const float scale = rsqrtf((float)hs);
-    const T* kj = qkv + ((size_t)b * T_ + j) * C3 + C + h * hs;
-    const T* vj = kj + C;
+    const T* kj = qkv + ((size_t)b * T_ + j) * W + L.k(kh * G);
+    const T* vj = kj + L.kv();
     float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE], dk[ATT_MAX_PER_LANE], dv[ATT_MAX_PER_LANE];
     load_lanes(kr, kj, lane, hs, per);
     load_lanes(vr, vj, lane, hs, per);
     for (int k = 0; k < per; k++) { dk[k] = 0.0f; dv[k] = 0.0f; }
-    const size_t head_row0 = ((size_t)b * NH + h) * T_;
-    for (int t = j; t < T_; t++) {
-        const T* q = qkv + ((size_t)b * T_ + t) * C3 + h * hs;
-        const T* dO = dout + ((size_t)b * T_ + t) * C + h * hs;
-        float sc = lane_dot(kr, q, lane, hs, per), dp = lane_dot(vr, dO, lane, hs, per);
-        float p = expf(sc * scale - lse[head_row0 + t]), ds = p * (dp - D[head_row0 + t]) * scale;
-        lane_axpy(dv, p, dO, lane, hs, per);
-        lane_axpy(dk, ds, q, lane, hs, per);
+    for (int h = kh * G; h < kh * G + G; h++) {
+        const size_t head_row0 = ((size_t)b * NH + h) * T_;
+        for (int t = j; t < T_; t++) {
+            const T* q = qkv + ((size_t)b * T_ + t) * W + h * hs;
+            const T* dO = dout + ((size_t)b * T_ + t) * L.C + h * hs;
+            float sc = lane_dot(kr, q, lane, hs, per), dp = lane_dot(vr, dO, lane, hs, per);
+            float p = expf(sc * scale - lse[head_row0 + t]), ds = p * (dp - D[head_row0 + t]) * scale;
+            lane_axpy(dv, p, dO, lane, hs, per);
+            lane_axpy(dk, ds, q, lane, hs, per);
+        }
     }
-    T* dko = dqkv + ((size_t)b * T_ + j) * C3 + C + h * hs;
+    T* dko = dqkv + ((size_t)b * T_ + j) * W + L.k(kh * G);
     store_lanes(dko, dk, lane, hs, per);
-    store_lanes(dko + C, dv, lane, hs, per);
+    store_lanes(dko + L.kv(), dv, lane, hs, per);
 }
 // ---- ring attention's pieces (context_parallel.h): the exact path's warp-per-row kernels, fp32 math
+// (kv and dkv: (B, Tk, 2·KV) rows, k then v, as the CPU version's)
 
 // one warp per query row (b, h, t in [q0, q0 + nq)): the online softmax carried on from the
 // running (lse, o) over the block's keys, which is the merge of the CPU version
 template <class T>
-__global__ void attention_block_forward_kernel(float* o, float* lse, const T* qkv, const T* kv, int B, int T_, int Tk, int C,
-                                               int NH, int q0, int nq, int k0, int nk) {
+__global__ void attention_block_forward_kernel(float* o, float* lse, const T* qkv, const T* kv, int B, int T_, int Tk, QKVLayout L,
+                                               int q0, int nq, int k0, int nk) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int NH = L.NH, hs = L.hs, KV = L.kv(), per = (hs + 31) / 32;
     if (row >= B * NH * nq) return;
-    int t = q0 + row % nq, h = (row / nq) % NH, b = row / (nq * NH), hs = C / NH, per = (hs + 31) / 32;
+    int t = q0 + row % nq, h = (row / nq) % NH, b = row / (nq * NH), kh = h / L.group();
     const float scale = rsqrtf((float)hs);
     float qr[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
-    load_lanes(qr, qkv + ((size_t)b * T_ + t) * 3 * C + h * hs, lane, hs, per);
-    float* orow = o + ((size_t)b * T_ + t) * C + h * hs;
+    load_lanes(qr, qkv + ((size_t)b * T_ + t) * L.row() + h * hs, lane, hs, per);
+    float* orow = o + ((size_t)b * T_ + t) * L.C + h * hs;
     load_lanes(acc, orow, lane, hs, per);
     float* lrow = lse + ((size_t)b * NH + h) * T_ + t;
     float m = *lrow, l = 1.0f;  // (acc is normalized: weight 1 at m = lse)
     for (int j = k0; j < k0 + nk; j++) {
-        const T* kj = kv + ((size_t)b * Tk + j) * 2 * C + h * hs;
-        const T* vj = kj + C;
+        const T* kj = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
+        const T* vj = kj + KV;
         online_softmax_key(acc, m, l, qr, kj, vj, lane, hs, per, scale);
     }
     for (int k = 0; k < per; k++) acc[k] /= l;
@@ -439,53 +481,58 @@ __global__ void attention_block_forward_kernel(float* o, float* lse, const T* qk
 // one warp per query row: dq (dx's q columns) += Σ_j ds_j · k_j / √hs over the block's keys
 template <class T>
 __global__ void attention_block_backward_dq_kernel(float* dx, const T* dout, const T* qkv, const T* kv, const float* lse,
-                                                   const float* D, int B, int T_, int Tk, int C, int NH, int q0, int nq, int k0, int nk) {
+                                                   const float* D, int B, int T_, int Tk, QKVLayout L, int q0, int nq, int k0, int nk) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int NH = L.NH, hs = L.hs, KV = L.kv(), per = (hs + 31) / 32;
     if (row >= B * NH * nq) return;
-    int t = q0 + row % nq, h = (row / nq) % NH, b = row / (nq * NH), hs = C / NH, per = (hs + 31) / 32;
+    int t = q0 + row % nq, h = (row / nq) % NH, b = row / (nq * NH), kh = h / L.group();
     const float scale = rsqrtf((float)hs);
     float qr[ATT_MAX_PER_LANE], dor[ATT_MAX_PER_LANE], dq[ATT_MAX_PER_LANE];
-    load_lanes(qr, qkv + ((size_t)b * T_ + t) * 3 * C + h * hs, lane, hs, per);
-    load_lanes(dor, dout + ((size_t)b * T_ + t) * C + h * hs, lane, hs, per);
-    float* dqrow = dx + ((size_t)b * T_ + t) * 3 * C + h * hs;
+    load_lanes(qr, qkv + ((size_t)b * T_ + t) * L.row() + h * hs, lane, hs, per);
+    load_lanes(dor, dout + ((size_t)b * T_ + t) * L.C + h * hs, lane, hs, per);
+    float* dqrow = dx + ((size_t)b * T_ + t) * L.row() + h * hs;
     load_lanes(dq, dqrow, lane, hs, per);
     const size_t st = ((size_t)b * NH + h) * T_ + t;
     const float l = lse[st], Dt = D[st];
     for (int j = k0; j < k0 + nk; j++) {
-        const T* kj = kv + ((size_t)b * Tk + j) * 2 * C + h * hs;
-        float sc = lane_dot(qr, kj, lane, hs, per), dp = lane_dot(dor, kj + C, lane, hs, per);
+        const T* kj = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
+        float sc = lane_dot(qr, kj, lane, hs, per), dp = lane_dot(dor, kj + KV, lane, hs, per);
         float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
         lane_axpy(dq, ds, kj, lane, hs, per);
     }
     store_lanes(dqrow, dq, lane, hs, per);
 }
 
-// one warp per key row j in [k0, k0 + nk): dk_j += Σ_t ds · q_t / √hs, dv_j += Σ_t p · dout_t
+// one warp per key row j in [k0, k0 + nk) of key/value head kh: dk_j += Σ_h Σ_t ds · q_t / √hs,
+// dv_j += Σ_h Σ_t p · dout_t over the query heads h of kh's group
 template <class T>
 __global__ void attention_block_backward_dkv_kernel(float* dkv, const T* dout, const T* qkv, const T* kv, const float* lse,
-                                                    const float* D, int B, int T_, int Tk, int C, int NH, int q0, int nq, int k0, int nk) {
+                                                    const float* D, int B, int T_, int Tk, QKVLayout L, int q0, int nq, int k0, int nk) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= B * NH * nk) return;
-    int j = k0 + row % nk, h = (row / nk) % NH, b = row / (nk * NH), hs = C / NH, per = (hs + 31) / 32;
+    const int NH = L.NH, NKV = L.NKV, G = L.group(), hs = L.hs, KV = L.kv(), per = (hs + 31) / 32;
+    if (row >= B * NKV * nk) return;
+    int j = k0 + row % nk, kh = (row / nk) % NKV, b = row / (nk * NKV);
     const float scale = rsqrtf((float)hs);
-    const T* kj = kv + ((size_t)b * Tk + j) * 2 * C + h * hs;
+    const T* kj = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
     float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE], dk[ATT_MAX_PER_LANE], dv[ATT_MAX_PER_LANE];
     load_lanes(kr, kj, lane, hs, per);
-    load_lanes(vr, kj + C, lane, hs, per);
-    float* dkrow = dkv + ((size_t)b * Tk + j) * 2 * C + h * hs;
+    load_lanes(vr, kj + KV, lane, hs, per);
+    float* dkrow = dkv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
     load_lanes(dk, dkrow, lane, hs, per);
-    load_lanes(dv, dkrow + C, lane, hs, per);
-    const size_t head_row0 = ((size_t)b * NH + h) * T_;
-    for (int t = q0; t < q0 + nq; t++) {
-        const T* q = qkv + ((size_t)b * T_ + t) * 3 * C + h * hs;
-        const T* dO = dout + ((size_t)b * T_ + t) * C + h * hs;
-        float sc = lane_dot(kr, q, lane, hs, per), dp = lane_dot(vr, dO, lane, hs, per);
-        float p = expf(sc * scale - lse[head_row0 + t]), ds = p * (dp - D[head_row0 + t]) * scale;
-        lane_axpy(dv, p, dO, lane, hs, per);
-        lane_axpy(dk, ds, q, lane, hs, per);
+    load_lanes(dv, dkrow + KV, lane, hs, per);
+    for (int h = kh * G; h < kh * G + G; h++) {
+        const size_t head_row0 = ((size_t)b * NH + h) * T_;
+        for (int t = q0; t < q0 + nq; t++) {
+            const T* q = qkv + ((size_t)b * T_ + t) * L.row() + h * hs;
+            const T* dO = dout + ((size_t)b * T_ + t) * L.C + h * hs;
+            float sc = lane_dot(kr, q, lane, hs, per), dp = lane_dot(vr, dO, lane, hs, per);
+            float p = expf(sc * scale - lse[head_row0 + t]), ds = p * (dp - D[head_row0 + t]) * scale;
+            lane_axpy(dv, p, dO, lane, hs, per);
+            lane_axpy(dk, ds, q, lane, hs, per);
+        }
     }
     store_lanes(dkrow, dk, lane, hs, per);
-    store_lanes(dkrow + C, dv, lane, hs, per);
+    store_lanes(dkrow + KV, dv, lane, hs, per);
 }
 
 template <class D, class S>
@@ -695,14 +742,14 @@ template <int D> __device__ inline void forward_store_rows(bf16* out, float* lse
 // MT m-tiles of 16 query rows per warp (1, or 2 for hs 64: each K and V fragment loaded from
 // shared memory then feeds two mma instead of one); a block has 4 warps, 64·MT query rows.
 template <int D, bool LDSM, bool ASYNC, int MT>
-__global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH) {
+__global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, QKVLayout L) {
     __shared__ __align__(16) bf16 Ks[64][D + 8];
     __shared__ __align__(16) bf16 Vs[64][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32;
-    const size_t C3 = 3 * (size_t)C;
+    const size_t C3 = L.row();  // (3C without grouped-query attention)
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3
-    const bf16 *k = q + C, *v = q + 2 * C;
+    const bf16 *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
     const float sl2 = rsqrtf((float)D) * LOG2E;         // scores in base 2: s·log2(e)/√hs
     int row0[MT];                                       // m-tile i: rows row0[i] + g and + g + 8
     uint32_t qf[MT][D / 16][4];
@@ -764,7 +811,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
         }
     }
     #pragma unroll
-    for (int i = 0; i < MT; i++) forward_store_rows<D>(out, lse, o[i], m[i], l[i], row0[i], b, h, T_, C, NH);
+    for (int i = 0; i < MT; i++) forward_store_rows<D>(out, lse, o[i], m[i], l[i], row0[i], b, h, T_, L.C, L.NH);
 }
 
 // ---- Hopper: flash attention with warpgroup MMA (wgmma, sm_90a)
@@ -976,16 +1023,16 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
 // while K(j+1) and V(j) are copied in, so two buffers each: 4·64·D·2 bytes (64 KB at D = 128).
 // A warpgroup skips the tiles whose keys all come after its 64 rows.
 template <int D, int NWG>
-__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH,
+__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* out, float* lse, const bf16* qkv, int T_, QKVLayout L,
                                                                         bool overlap) {
     DYNAMIC_SHARED(bf16, tiles);
     auto Ks = [&](int j) { return tiles + (j % 2) * 64 * D; };
     auto Vs = [&](int j) { return tiles + (2 + j % 2) * 64 * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
-    const size_t C3 = 3 * (size_t)C;
+    const size_t C3 = L.row();
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const bf16 *k = q + C, *v = q + 2 * C;
+    const bf16 *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;  // the warpgroup's rows; this warp's 16
     uint32_t qf[D / 16][4], pa[4][4];  // Q, and P of the tile before as A fragments
@@ -1016,7 +1063,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* ou
                 c_to_a_16x64(pa, s);
             });
     }
-    forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T_, C, NH);
+    forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T_, L.C, L.NH);
 }
 
 // A warp's 16 rows (row0 + g, row0 + g + 8) of a rows × D accumulator in the C layout, times
@@ -1073,38 +1120,37 @@ template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds
         Ds[threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
     }
 }
-// Backward pass 1: dK, dV for 64 keys per block, over query tiles of 32. MT = 1: 4 warps × 16
+// Backward pass 1: dK, dV for 64 keys of one key/value head per block, over query tiles of 32 (of
+// each query head of its group: grouped-query attention's sum, in registers). MT = 1: 4 warps × 16
 // keys, their K and V fragments held in registers. MT = 2 (head size 64): 2 warps × 32 keys, so
 // that each Q and dO fragment read from shared memory feeds two mma; K and V then wait in shared
 // memory and are read per use (registers cannot hold them beside dK and dV for 32 keys).
 template <int D, bool LDSM, bool ASYNC, int MT>
 __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                 const float* lse, const float* Dv, int T_, int C, int NH) {
+                                                                 const float* lse, const float* Dv, int T_, QKVLayout L) {
     constexpr bool KV_SHARED = MT > 1;
     __shared__ __align__(16) bf16 Qs[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) bf16 dOs[2][32][D + 8];
     __shared__ __align__(16) bf16 Ks[KV_SHARED ? 64 : 1][D + 8];  // the block's keys and values (MT = 2)
     __shared__ __align__(16) bf16 Vs[KV_SHARED ? 64 : 1][D + 8];
     __shared__ float lse2[2][32], Ds[2][32];
-    const int kt = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
-    const int warp = threadIdx.x / 32;
-    const size_t C3 = 3 * (size_t)C;
-    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const bf16* dO = dout + (size_t)b * T_ * C + h * D;
-    const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
-    const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
+    const int kt = blockIdx.z, kh = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
+    const int warp = threadIdx.x / 32, C = L.C, NH = L.NH, G = L.group();
+    const size_t C3 = L.row();
+    const bf16* qkv_b = qkv + (size_t)b * T_ * C3;  // batch b's rows
+    const bf16 *k = qkv_b + L.k(kh * G), *v = qkv_b + L.v(kh * G);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     int key0[MT];  // m-tile i: keys key0[i] + g and + g + 8, rows (key0[i] − kt·64) of Ks and Vs
     #pragma unroll
     for (int i = 0; i < MT; i++) key0[i] = kt * 64 + (warp * MT + i) * 16;
     uint32_t kf[KV_SHARED ? 1 : D / 16][4], vf[KV_SHARED ? 1 : D / 16][4];
     if constexpr (KV_SHARED) {  // (there for every warp after the loop's first stage_wait and __syncthreads)
-        stage_rows<64, D, ASYNC>(Ks, q + C, C3, kt * 64, T_);
-        stage_rows<64, D, ASYNC>(Vs, q + 2 * C, C3, kt * 64, T_);
+        stage_rows<64, D, ASYNC>(Ks, k, C3, kt * 64, T_);
+        stage_rows<64, D, ASYNC>(Vs, v, C3, kt * 64, T_);
     } else {
         for (int kc = 0; kc < D / 16; kc++) {
-            load_a_rows(kf[kc], q + C, C3, key0[0], T_, kc * 16);
-            load_a_rows(vf[kc], q + 2 * C, C3, key0[0], T_, kc * 16);
+            load_a_rows(kf[kc], k, C3, key0[0], T_, kc * 16);
+            load_a_rows(vf[kc], v, C3, key0[0], T_, kc * 16);
         }
     }
     auto k_frag = [&](int i, int kc, uint32_t* buf) -> const uint32_t* {
@@ -1120,20 +1166,28 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
     for (int i = 0; i < MT; i++)
         for (int dt = 0; dt < D / 8; dt++)
             for (int e = 0; e < 4; e++) dk[i][dt][e] = dv[i][dt][e] = 0.0f;
-    auto stage = [&](int buf, int q0) {  // the query tile from q0 into buffer buf
-        stage_rows<32, D, ASYNC>(Qs[buf], q, C3, q0, T_);
-        stage_rows<32, D, ASYNC>(dOs[buf], dO, C, q0, T_);
-        stage_query_stats<32>(lse2[buf], Ds[buf], lse_bh, D_bh, q0, T_);
+    // The query tiles of 32 from the block's first key to T (queries before it see none of its
+    // keys), for each query head of key/value head kh's group in turn, in one loop: iteration it
+    // is head kh·G + it / nqt's tile it % nqt, and dK, dV sum over them all. (ptxas, head size
+    // 128: 8 bytes spilled; a loop over heads around the loop over tiles spilled 44-60.)
+    const int nqt = (T_ - kt * 64 + 31) / 32, nit = G * nqt;
+    auto tile_q0 = [&](int it) { return kt * 64 + it % nqt * 32; };
+    auto stage = [&](int buf, int it) {  // iteration it's query tile into buffer buf
+        const int h = kh * G + it / nqt, q0 = tile_q0(it);
+        stage_rows<32, D, ASYNC>(Qs[buf], qkv_b + h * D, C3, q0, T_);
+        stage_rows<32, D, ASYNC>(dOs[buf], dout + (size_t)b * T_ * C + h * D, C, q0, T_);
+        stage_query_stats<32>(lse2[buf], Ds[buf], lse + ((size_t)b * NH + h) * T_, Dv + ((size_t)b * NH + h) * T_, q0, T_);
     };
-    stage(0, kt * 64);  // queries before the block's keys see none of them
-    for (int q0 = kt * 64, buf = 0; q0 < T_; q0 += 32, buf ^= 1) {
+    stage(0, 0);
+    for (int it = 0, buf = 0; it < nit; it++, buf ^= 1) {
+        const int q0 = tile_q0(it);
         stage_wait<ASYNC>();
         __syncthreads();  // this tile is in buffer buf, and every warp is done with the other one
-        if (q0 + 32 < T_) stage(buf ^ 1, q0 + 32);  // the next tile arrives while this one is used
+        if (it + 1 < nit) stage(buf ^ 1, it + 1);  // the next tile arrives while this one is used
         bool live[MT];  // some query of the tile comes at or after some of m-tile i's keys
         #pragma unroll
         for (int i = 0; i < MT; i++) live[i] = q0 + 31 >= key0[i];
-        if (!live[0]) continue;  // (only the first tile, for the warp's last 32 keys of the block)
+        if (!live[0]) continue;  // (only a head's first tile, for the warp's last 32 keys of the block)
         float st[MT][4][4], dpt[MT][4][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: each m-tile's 16 keys × 32 queries
         two_products_16x32<LDSM, D, MT>(st, dpt, k_frag, v_frag, live, Qs[buf], dOs[buf]);
         uint32_t pa[MT][2][4], sa[MT][2][4];  // Pᵀ and dSᵀ as A operands, 16 queries at a time
@@ -1161,11 +1215,11 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
                         }
             }
     }
-    bf16* dk_out = dqkv + (size_t)b * T_ * C3 + C + h * D;
+    bf16* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
     #pragma unroll
     for (int i = 0; i < MT; i++) {
         store_acc_rows<D>(dk_out, C3, dk[i], key0[i], T_, rsqrtf((float)D));
-        store_acc_rows<D>(dk_out + C, C3, dv[i], key0[i], T_, 1.0f);
+        store_acc_rows<D>(dk_out + L.kv(), C3, dv[i], key0[i], T_, 1.0f);
     }
 }
 
@@ -1173,13 +1227,15 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
 // 64: each K fragment from shared memory feeds two mma, as in the forward), over key tiles of 32.
 template <int D, bool LDSM, bool ASYNC, int MT>
 __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                const float* lse, const float* Dv, int T_, int C, int NH) {
+                                                                const float* lse, const float* Dv, int T_, QKVLayout L) {
     __shared__ __align__(16) bf16 Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) bf16 Vs[2][32][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
-    const size_t C3 = 3 * (size_t)C;
+    const int C = L.C, NH = L.NH;
+    const size_t C3 = L.row();
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const bf16 *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
     const bf16* dO = dout + (size_t)b * T_ * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     int row0[MT];  // m-tile i: rows row0[i] + g and + g + 8
@@ -1202,8 +1258,8 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
     }
     const int key_end = min(T_, (qt + 1) * 64 * MT);  // causal: no key after the block's last query
     auto stage = [&](int buf, int k0) {  // the key tile from k0 into buffer buf
-        stage_rows<32, D, ASYNC>(Ks[buf], q + C, C3, k0, T_);
-        stage_rows<32, D, ASYNC>(Vs[buf], q + 2 * C, C3, k0, T_);
+        stage_rows<32, D, ASYNC>(Ks[buf], k, C3, k0, T_);
+        stage_rows<32, D, ASYNC>(Vs[buf], v, C3, k0, T_);
     };
     stage(0, 0);
     for (int k0t = 0, buf = 0; k0t < key_end; k0t += 32, buf ^= 1) {
@@ -1251,16 +1307,17 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 // 5·64·D·2 bytes (80 KB at D = 128: opted in).
 template <int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                            const float* lse, const float* Dv, int T_, int C, int NH,
+                                                                            const float* lse, const float* Dv, int T_, QKVLayout L,
                                                                             bool overlap) {
     DYNAMIC_SHARED(bf16, tiles);
     auto Ks = [&](int j) { return tiles + (j % 3) * 64 * D; };
     auto Vs = [&](int j) { return tiles + (3 + j % 2) * 64 * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4;
-    const size_t C3 = 3 * (size_t)C;
+    const int C = L.C, NH = L.NH;
+    const size_t C3 = L.row();
     const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const bf16 *k = q + C, *v = q + 2 * C;
+    const bf16 *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
     const bf16* dO = dout + (size_t)b * T_ * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;
@@ -1321,74 +1378,81 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
 // Shared memory: each warpgroup's K and V, and Q(j−1), Q(j), Q(j+1) and dO(j−1..j+1) (two in use,
 // one copied in): (2·NWG + 6)·64·D·2 bytes (80 KB at D = 64, NWG = 2; 160 KB at D = 128); each
 // query's lse (base 2) and D beside them, two buffers.
+// A block belongs to key/value head kh and runs the pipeline once for each query head of its group
+// (grouped-query attention), dK and dV accumulating over them all.
 template <int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                             const float* lse, const float* Dv, int T_, int C, int NH,
+                                                                             const float* lse, const float* Dv, int T_, QKVLayout L,
                                                                              bool overlap) {
     DYNAMIC_SHARED(bf16, tiles);
     __shared__ float lse2[2][64], Ds[2][64];
-    const int kb = blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
+    const int kb = blockIdx.z, kh = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     auto KVs = [&](int w) { return tiles + 2 * w * 64 * D; };  // warpgroup w's K tile, its V tile after it
     const bf16 *Ks = KVs(wg), *Vs = Ks + 64 * D;                 // this warpgroup's keys
     auto Qs = [&](int j) { return tiles + (2 * NWG + j % 3) * 64 * D; };
     auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
-    const size_t C3 = 3 * (size_t)C;
-    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const bf16* dO = dout + (size_t)b * T_ * C + h * D;
-    const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
-    const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
+    const int C = L.C, NH = L.NH, G = L.group();
+    const size_t C3 = L.row();
+    const bf16* qkv_b = qkv + (size_t)b * T_ * C3;  // batch b's rows
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int k0 = kb * 64 * NWG, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
     float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4];  // (Sᵀ, dPᵀ: 64 keys × 64 queries)
     uint32_t pa[4][4], dsa[4][4];                           // Pᵀ and dSᵀ of the tile before as A fragments
     for (int dt = 0; dt < D / 8; dt++)
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
-    auto stage = [&](int j) {  // the query tile from k0 + 64·j (queries before the block's keys see none of them)
-        const int q0 = k0 + 64 * j;
-        stage_tile_cm<D>(Qs(j), q, C3, q0, T_);
-        stage_tile_cm<D>(dOs(j), dO, C, q0, T_);
-        stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T_);
-    };
     for (int w = 0; w < NWG; w++) {
-        stage_tile_cm<D>(KVs(w), q + C, C3, k0 + 64 * w, T_);
-        stage_tile_cm<D>(KVs(w) + 64 * D, q + 2 * C, C3, k0 + 64 * w, T_);
+        stage_tile_cm<D>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T_);
+        stage_tile_cm<D>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T_);
     }
-    stage(0);
     const int nqt = (T_ - k0 + 63) / 64;  // the block's query tiles; the warpgroup's from tile wg (before: all queries before its keys)
-    for (int j = 0; j <= nqt; j++) {
-        cp_async_wait_all();
-        fence_proxy_async();
-        __syncthreads();  // tile j is in, and every warpgroup is done with tile j − 2
-        if (j + 1 < nqt) stage(j + 1);
-        wgmma_pipeline_step(
-            j, wg, nqt, overlap,
-            [&](int j) {  // Sᵀ(j), dPᵀ(j)
-                wgmma_issue_amt<D>(st, Ks, Qs(j));
-                wgmma_issue_amt<D>(dpt, Vs, dOs(j));
-            },
-            [&](int j) {  // Pᵀ(j) into st, dSᵀ(j) into dpt
-                wgmma_hold<32>(&st[0][0]);
-                wgmma_hold<32>(&dpt[0][0]);
-                const int q0 = k0 + 64 * j;
-                if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
-                ds_cols<8>(st, dpt, lse2[j % 2], Ds[j % 2], sl2);    // (queries past T: lse2 = ∞, p = 0)
-            },
-            [&](int j) {
-                wgmma_issue_pm<D>(dv, pa, dOs(j));   // dV += Pᵀ(j)·dO(j)
-                wgmma_issue_pm<D>(dk, dsa, Qs(j));   // dK += dSᵀ(j)·Q(j)
-            },
-            [&](int j) {
-                wgmma_hold<D / 2>(&dv[0][0]);
-                wgmma_hold<D / 2>(&dk[0][0]);
-                if (j == nqt) return;
-                c_to_a_16x64(pa, st);
-                c_to_a_16x64(dsa, dpt);
-            });
+    for (int h = kh * G; h < kh * G + G; h++) {  // the query heads of key/value head kh's group, dK and dV summing over them
+        const bf16* q = qkv_b + h * D;
+        const bf16* dO = dout + (size_t)b * T_ * C + h * D;
+        const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
+        const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
+        auto stage = [&](int j) {  // the query tile from k0 + 64·j (queries before the block's keys see none of them)
+            const int q0 = k0 + 64 * j;
+            stage_tile_cm<D>(Qs(j), q, C3, q0, T_);
+            stage_tile_cm<D>(dOs(j), dO, C, q0, T_);
+            stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T_);
+        };
+        if (h > kh * G) __syncthreads();  // every warpgroup is done with the head before's tiles
+        stage(0);
+        for (int j = 0; j <= nqt; j++) {
+            cp_async_wait_all();
+            fence_proxy_async();
+            __syncthreads();  // tile j is in, and every warpgroup is done with tile j − 2
+            if (j + 1 < nqt) stage(j + 1);
+            wgmma_pipeline_step(
+                j, wg, nqt, overlap,
+                [&](int j) {  // Sᵀ(j), dPᵀ(j)
+                    wgmma_issue_amt<D>(st, Ks, Qs(j));
+                    wgmma_issue_amt<D>(dpt, Vs, dOs(j));
+                },
+                [&](int j) {  // Pᵀ(j) into st, dSᵀ(j) into dpt
+                    wgmma_hold<32>(&st[0][0]);
+                    wgmma_hold<32>(&dpt[0][0]);
+                    const int q0 = k0 + 64 * j;
+                    if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
+                    ds_cols<8>(st, dpt, lse2[j % 2], Ds[j % 2], sl2);    // (queries past T: lse2 = ∞, p = 0)
+                },
+                [&](int j) {
+                    wgmma_issue_pm<D>(dv, pa, dOs(j));   // dV += Pᵀ(j)·dO(j)
+                    wgmma_issue_pm<D>(dk, dsa, Qs(j));   // dK += dSᵀ(j)·Q(j)
+                },
+                [&](int j) {
+                    wgmma_hold<D / 2>(&dv[0][0]);
+                    wgmma_hold<D / 2>(&dk[0][0]);
+                    if (j == nqt) return;
+                    c_to_a_16x64(pa, st);
+                    c_to_a_16x64(dsa, dpt);
+                });
+        }
     }
-    bf16* dk_out = dqkv + (size_t)b * T_ * C3 + C + h * D;
+    bf16* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
     store_acc_rows<D>(dk_out, C3, dk, key0, T_, rsqrtf((float)D));
-    store_acc_rows<D>(dk_out + C, C3, dv, key0, T_, 1.0f);
+    store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T_, 1.0f);
 }
 
 // The flash kernels run bf16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
@@ -1441,139 +1505,148 @@ template <class F> inline void wgmma_groups_dispatch(const F& f) {
     if (g_flash_wgmma_groups == 1) f(std::integral_constant<int, 1>{});
     else f(std::integral_constant<int, 2>{});
 }
-// grid (NH, B, row tiles): the tile index is the slowest, so the blocks with the most work
-// (the last query tiles; for dK/dV the first key tiles) start first and the short ones fill the tail
+// grid (NH, B, row tiles) (the dK/dV pass: NKV key/value heads): the tile index is the slowest, so
+// the blocks with the most work (the last query tiles; for dK/dV the first key tiles) start first
+// and the short ones fill the tail
 template <class T>
-inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
+inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, const QKVLayout& L) {
+    const int NH = L.NH;
     if constexpr (std::is_same_v<T, bf16>)
-        flash_dispatch(C / NH, [&](auto d, auto ldsm, auto async) {
+        flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
-            constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
+            constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             if (g_flash_wgmma && gpu_has_wgmma()) {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
                     const size_t smem = 4 * 64 * HS * sizeof(bf16);  // (64 KB at head size 128)
                     SHARED_OPT_IN(flash_forward_wgmma_kernel<HS, G>);
-                    flash_forward_wgmma_kernel<HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH, g_flash_wgmma_overlap);
+                    flash_forward_wgmma_kernel<HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
             }
             if constexpr (D == 64)
                 if (g_flash_forward_rows == 32) {
-                    flash_forward_kernel<D, L, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+                    flash_forward_kernel<D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
                     CUDA_LAUNCH_CHECK();
                     return;
                 }
-            flash_forward_kernel<D, L, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, C, NH);
+            flash_forward_kernel<D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
             CUDA_LAUNCH_CHECK();
         });
 }
 template <class T>
 inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const float* lse, const float* Dv,
-                           int B, int T_, int C, int NH) {
+                           int B, int T_, const QKVLayout& L) {
+    const int NH = L.NH, NKV = L.NKV;
     if constexpr (std::is_same_v<T, bf16>)
-        flash_dispatch(C / NH, [&](auto d, auto ldsm, auto async) {
+        flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
-            constexpr bool L = decltype(ldsm)::value, A = decltype(async)::value;
+            constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             if (g_flash_wgmma && gpu_has_wgmma()) {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
                     const size_t tile = 64 * HS * sizeof(bf16);  // shared memory: 2·G + 6 tiles (dK/dV), 5 (dQ)
-                    const dim3 grid(NH, B, ceil_div(T_, 64 * G));  // 64·G keys (dK/dV pass) or queries (dQ pass) a block
+                    const dim3 kv_grid(NKV, B, ceil_div(T_, 64 * G)), q_grid(NH, B, ceil_div(T_, 64 * G));  // 64·G keys or queries a block
                     SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<HS, G>);
                     SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<HS, G>);
                     if (g_flash_backward_passes & 1)
-                        flash_backward_dkv_wgmma_kernel<HS, G><<<grid, 128 * G, (2 * G + 6) * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH, g_flash_wgmma_overlap);
+                        flash_backward_dkv_wgmma_kernel<HS, G><<<kv_grid, 128 * G, (2 * G + 6) * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
                     if (g_flash_backward_passes & 2)
-                        flash_backward_dq_wgmma_kernel<HS, G><<<grid, 128 * G, 5 * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH, g_flash_wgmma_overlap);
+                        flash_backward_dq_wgmma_kernel<HS, G><<<q_grid, 128 * G, 5 * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
             }
-            const dim3 grid(NH, B, ceil_div(T_, 64));
+            const dim3 kv_grid(NKV, B, ceil_div(T_, 64)), q_grid(NH, B, ceil_div(T_, 64));
             if (g_flash_backward_passes & 1) [&] {
                 if constexpr (D == 64)
                     if (g_flash_dkv_keys == 32) {  // 2 warps × 32 keys: 64 threads a block
-                        flash_backward_dkv_kernel<D, L, A, 2><<<grid, 64, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        flash_backward_dkv_kernel<D, LD, A, 2><<<kv_grid, 64, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
                         return;
                     }
-                flash_backward_dkv_kernel<D, L, A, 1><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                flash_backward_dkv_kernel<D, LD, A, 1><<<kv_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
             }();
             if (g_flash_backward_passes & 2) [&] {
                 if constexpr (D == 64)
                     if (g_flash_dq_rows == 32) {
-                        flash_backward_dq_kernel<D, L, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                        flash_backward_dq_kernel<D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
                         return;
                     }
-                flash_backward_dq_kernel<D, L, A, 1><<<grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, C, NH);
+                flash_backward_dq_kernel<D, LD, A, 1><<<q_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
             }();
             CUDA_LAUNCH_CHECK();
         });
 }
 #endif
 
+// The ops. NKV: key/value heads (NKV = NH: multi-head attention, qkv rows of 3C; see the header).
+// The FLOPs counted are the products' over the causal half: each query head's, whatever NKV.
 template <class T>
-inline void attention_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
+inline void attention_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV) {
     OpScope prof(ctx, 2.0 * B * T_ * T_ * C, 0, "attention forward");  // Q·Kᵀ and P·V over the causal half
+    const QKVLayout L(C, NH, NKV);
+    if (NKV < 1 || NH % NKV) fatal("attention: %d query heads are not groups of %d key/value heads", NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        if (use_flash<T>(C, NH)) { flash_forward(ctx, out, lse, qkv, B, T_, C, NH); return; }
+        if (use_flash<T>(C, NH)) { flash_forward(ctx, out, lse, qkv, B, T_, L); return; }
         if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
-        attention_forward_kernel<<<ceil_div((size_t)B * NH * T_, 8), 256, 0, ctx.stream>>>(out, lse, qkv, B, T_, C, NH);
+        attention_forward_kernel<<<ceil_div((size_t)B * NH * T_, 8), 256, 0, ctx.stream>>>(out, lse, qkv, B, T_, L);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    const size_t BTC = (size_t)B * T_ * C;
-    F32View<T> o(out, BTC, false), x(qkv, 3 * BTC);
-    attention_forward_cpu(o.p, lse, x.p, B, T_, C, NH);
+    const size_t BT = (size_t)B * T_;
+    F32View<T> o(out, BT * C, false), x(qkv, BT * L.row());
+    attention_forward_cpu(o.p, lse, x.p, B, T_, C, NH, NKV);
     o.store();
 }
 template <class T>
 inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                               int B, int T_, int C, int NH) {
+                               int B, int T_, int C, int NH, int NKV) {
     OpScope prof(ctx, 2.5 * 2.0 * B * T_ * T_ * C, 0, "attention backward");  // the usual 2.5× the forward (dS, dP, dQ, dK, dV)
+    const QKVLayout L(C, NH, NKV);
+    if (NKV < 1 || NH % NKV) fatal("attention: %d query heads are not groups of %d key/value heads", NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         size_t rows = (size_t)B * NH * T_;
         static Buf<float> D_buf;
         float* D = gpu_scratch(D_buf, ctx, rows);
-        int grid = (int)ceil_div(rows, 8);
         constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
         if (pack_width<T>(C / NH, {dout, out}) > 1)
             attention_backward_D_kernel<T, P><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
         else
             attention_backward_D_kernel<T, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
-        if (use_flash<T>(C, NH)) { flash_backward(ctx, dqkv, dout, qkv, lse, D, B, T_, C, NH); return; }
-        attention_backward_dq_kernel<<<grid, 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, C, NH);
-        attention_backward_dkv_kernel<<<grid, 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, C, NH);
+        if (use_flash<T>(C, NH)) { flash_backward(ctx, dqkv, dout, qkv, lse, D, B, T_, L); return; }
+        attention_backward_dq_kernel<<<ceil_div(rows, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, L);
+        attention_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * T_, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, L);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    const size_t BTC = (size_t)B * T_ * C;
-    F32View<T> dx(dqkv, 3 * BTC, false), d(dout, BTC), x(qkv, 3 * BTC), o(out, BTC);
-    attention_backward_cpu(dx.p, d.p, x.p, o.p, lse, B, T_, C, NH);
+    const size_t BT = (size_t)B * T_;
+    F32View<T> dx(dqkv, BT * L.row(), false), d(dout, BT * C), x(qkv, BT * L.row()), o(out, BT * C);
+    attention_backward_cpu(dx.p, d.p, x.p, o.p, lse, B, T_, C, NH, NKV);
     dx.store();
 }
 
 // ---- ring attention's pieces, for any dtype T of qkv, kv and dout (context_parallel.h)
 template <class T>
 inline void attention_block_forward(const Ctx& ctx, float* o, float* lse, const T* qkv, const T* kv, int B, int T_, int Tk, int C,
-                                    int NH, int q0, int nq, int k0, int nk) {
+                                    int NH, int NKV, int q0, int nq, int k0, int nk) {
     if (nq == 0 || nk == 0) return;
     OpScope prof(ctx, 4.0 * B * nq * nk * C, 0, "attention block forward");  // Q·Kᵀ and P·V over the whole block
+    const QKVLayout L(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
-        attention_block_forward_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(o, lse, qkv, kv, B, T_, Tk, C, NH, q0, nq, k0, nk);
+        attention_block_forward_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(o, lse, qkv, kv, B, T_, Tk, L, q0, nq, k0, nk);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    F32View<T> x(qkv, 3 * (size_t)B * T_ * C), y(kv, 2 * (size_t)B * Tk * C);
-    attention_block_forward_cpu(o, lse, x.p, y.p, B, T_, Tk, C, NH, q0, nq, k0, nk);
+    F32View<T> x(qkv, (size_t)B * T_ * L.row()), y(kv, 2 * (size_t)B * Tk * L.kv());
+    attention_block_forward_cpu(o, lse, x.p, y.p, B, T_, Tk, C, NH, NKV, q0, nq, k0, nk);
 }
 template <class T>
 inline void attention_row_dots(const Ctx& ctx, float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
@@ -1591,21 +1664,21 @@ inline void attention_row_dots(const Ctx& ctx, float* D, const T* dout, const T*
 }
 template <class T>
 inline void attention_block_backward(const Ctx& ctx, float* dx, float* dkv, const T* dout, const T* qkv, const T* kv,
-                                     const float* lse, const float* D, int B, int T_, int Tk, int C, int NH, int q0, int nq,
+                                     const float* lse, const float* D, int B, int T_, int Tk, int C, int NH, int NKV, int q0, int nq,
                                      int k0, int nk) {
     if (nq == 0 || nk == 0) return;
     OpScope prof(ctx, 2.5 * 4.0 * B * nq * nk * C, 0, "attention block backward");
+    const QKVLayout L(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        attention_block_backward_dq_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, B, T_, Tk, C, NH, q0, nq, k0, nk);
-        attention_block_backward_dkv_kernel<<<ceil_div((size_t)B * NH * nk, 8), 256, 0, ctx.stream>>>(dkv, dout, qkv, kv, lse, D, B, T_, Tk, C, NH, q0, nq, k0, nk);
+        attention_block_backward_dq_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, B, T_, Tk, L, q0, nq, k0, nk);
+        attention_block_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * nk, 8), 256, 0, ctx.stream>>>(dkv, dout, qkv, kv, lse, D, B, T_, Tk, L, q0, nq, k0, nk);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    const size_t BTC = (size_t)B * T_ * C;
-    F32View<T> d(dout, BTC), x(qkv, 3 * BTC), y(kv, 2 * (size_t)B * Tk * C);
-    attention_block_backward_cpu(dx, dkv, d.p, x.p, y.p, lse, D, B, T_, Tk, C, NH, q0, nq, k0, nk);
+    F32View<T> d(dout, (size_t)B * T_ * C), x(qkv, (size_t)B * T_ * L.row()), y(kv, 2 * (size_t)B * Tk * L.kv());
+    attention_block_backward_cpu(dx, dkv, d.p, x.p, y.p, lse, D, B, T_, Tk, C, NH, NKV, q0, nq, k0, nk);
 }
 template <class D, class S>
 inline void copy_rows(const Ctx& ctx, D* dst, size_t dst_pitch, const S* src, size_t src_pitch, size_t width, size_t rows, bool add = false) {

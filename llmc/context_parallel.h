@@ -21,8 +21,8 @@ Either way a rank's positions are in increasing order, so causal attention of it
 its own keys is the model's ordinary attention op on the local rows (attention.cuh) — a key
 after a query in local order is after it in the sequence.
 
-Ring attention (cp_attention_forward). The ranks pass their keys and values (k, v: B·Tl·2C/t
-elements) around the ring c − 1 times: at step s rank r holds those of rank o = r − s (mod c)
+Ring attention (cp_attention_forward). The ranks pass their keys and values (k, v: B·Tl·2KV/t
+elements, KV = NKV·hs: C for GPT-2, less with grouped-query attention) around the ring c − 1 times: at step s rank r holds those of rank o = r − s (mod c)
 and merges the attention of its queries over them into its running output and lse
 (attention_block_forward: out = Σ_blocks exp(lse_blk − lse)·out_blk). Which pairs see each
 other (cp_block): contiguous, all of r's queries see all of o's keys when o < r, none when o > r;
@@ -36,10 +36,10 @@ on every run.
 
 Per rank and per block (layer), with c cp ranks, t tp ranks, s bytes an element of the run's
 dtype, N = B·Tl positions here:
-  forward    (c−1) sends of k, v: (c−1)·N·2C/t·s bytes       (--recompute full: again in the backward)
-  backward   (c−1)·N·2C/t·s (k, v again) + (c−1)·N·2C/t·4 (dk, dv in fp32)
-  memory     2 k, v buffers (2·N·2C/t of T), the fp32 running sums (N·3C/t), 3 dk, dv
-             buffers (3·N·2C/t fp32), D (N·NH/t fp32) and Tl·C of wpe rows: model.h's list
+  forward    (c−1) sends of k, v: (c−1)·N·2KV/t·s bytes      (--recompute full: again in the backward)
+  backward   (c−1)·N·2KV/t·s (k, v again) + (c−1)·N·2KV/t·4 (dk, dv in fp32)
+  memory     2 k, v buffers (2·N·2KV/t of T), the fp32 running sums (N·(C + 2KV)/t), 3 dk, dv
+             buffers (3·N·2KV/t fp32), D (N·NH/t fp32) and Tl·C of wpe rows: model.h's list
   attention  each rank ~1/c of the causal work (zigzag; contiguous as above)
 Overlap: with NCCL the next block of k, v travels on the cp group's communication stream while
 the block in hand (and first the local keys) computes (KVRing), and a block's dk, dv go home
@@ -87,8 +87,8 @@ inline CPBlock cp_block(bool zigzag, int r, int o, int Tl) {
 }
 
 // The ring's buffers (model.h's activations list holds them): k, v to lend and the ones borrowed;
-// the fp32 running output (N·C) or gradient (N·3C); three dk, dv blocks (two going home in turn,
-// one coming home); D.
+// the fp32 running output (N·C) or gradient (N·(C + 2·KV)); three dk, dv blocks (two going home
+// in turn, one coming home); D. (KV = NKV·hs: the key/value heads' width; C with NKV = NH.)
 template <class T> struct RingBuffers { T* kv[2]; float* acc; float* dkv[3]; float* D; };
 
 // The ring's k, v exchanges: start(s) begins moving the block rank r holds at step s − 1 (its own
@@ -112,24 +112,26 @@ template <class T> struct KVRing {
     }
 };
 
-// Attention over the whole sequence of this rank's queries (qkv: B × Tl × 3C, this rank's
-// positions; out, lse as attention.cuh's). cp: the cp group (nullptr or one rank: plain attention).
+// Attention over the whole sequence of this rank's queries (qkv: B × Tl × (C + 2·KV), this rank's
+// positions, NH query and NKV key/value heads; out, lse as attention.cuh's). cp: the cp group
+// (nullptr or one rank: plain attention).
 template <class T>
 inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<T>& rb, T* out, float* lse,
-                                 const T* qkv, int B, int Tl, int C, int NH) {
-    if (!cp || cp->size == 1) { attention_forward(ctx, out, lse, qkv, B, Tl, C, NH); return; }
+                                 const T* qkv, int B, int Tl, int C, int NH, int NKV) {
+    if (!cp || cp->size == 1) { attention_forward(ctx, out, lse, qkv, B, Tl, C, NH, NKV); return; }
     const int c = cp->size, r = cp->rank;
-    const size_t N = (size_t)B * Tl;
-    KVRing<T> ring{*cp, rb, N * 2 * C, {}};
-    copy_rows(ctx, rb.kv[0], 2 * C, qkv + C, 3 * C, 2 * C, N);  // this rank's k, v, to lend
+    const QKVLayout L(C, NH, NKV);
+    const size_t N = (size_t)B * Tl, KV2 = 2 * (size_t)L.kv();  // a position's k and v
+    KVRing<T> ring{*cp, rb, N * KV2, {}};
+    copy_rows(ctx, rb.kv[0], KV2, qkv + C, L.row(), KV2, N);  // this rank's k, v, to lend
     ring.start(ctx, 1);
-    attention_forward(ctx, out, lse, qkv, B, Tl, C, NH);  // the local keys: causal in local order (header)
-    copy_rows(ctx, rb.acc, C, out, C, C, N);              // the running output, in fp32
+    attention_forward(ctx, out, lse, qkv, B, Tl, C, NH, NKV);  // the local keys: causal in local order (header)
+    copy_rows(ctx, rb.acc, C, out, C, C, N);                   // the running output, in fp32
     for (int s = 1; s < c; s++) {
         const T* kv = ring.wait(ctx, s);
         if (s + 1 < c) ring.start(ctx, s + 1);
         const CPBlock k = cp_block(zigzag, r, (r - s + c) % c, Tl);
-        attention_block_forward(ctx, rb.acc, lse, qkv, kv, B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
+        attention_block_forward(ctx, rb.acc, lse, qkv, kv, B, Tl, Tl, C, NH, NKV, k.q0, k.nq, k.k0, k.nk);
     }
     copy_rows(ctx, out, C, rb.acc, C, C, N);
 }
@@ -139,20 +141,21 @@ inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const R
 // the exchange of step s is waited for, and its share added, at step s + 1.
 template <class T>
 inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<T>& rb, T* dqkv, const T* dout,
-                                  const T* qkv, const T* out, const float* lse, int B, int Tl, int C, int NH) {
-    if (!cp || cp->size == 1) { attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH); return; }
+                                  const T* qkv, const T* out, const float* lse, int B, int Tl, int C, int NH, int NKV) {
+    if (!cp || cp->size == 1) { attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH, NKV); return; }
     const int c = cp->size, r = cp->rank;
-    const size_t N = (size_t)B * Tl;
-    KVRing<T> ring{*cp, rb, N * 2 * C, {}};
-    copy_rows(ctx, rb.kv[0], 2 * C, qkv + C, 3 * C, 2 * C, N);
+    const QKVLayout L(C, NH, NKV);
+    const size_t N = (size_t)B * Tl, KV2 = 2 * (size_t)L.kv(), W = L.row();
+    KVRing<T> ring{*cp, rb, N * KV2, {}};
+    copy_rows(ctx, rb.kv[0], KV2, qkv + C, W, KV2, N);
     ring.start(ctx, 1);
-    attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH);  // the local keys' share
-    copy_rows(ctx, rb.acc, 3 * C, dqkv, 3 * C, 3 * C, N);                // dq, dk, dv summed in fp32
+    attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH, NKV);  // the local keys' share
+    copy_rows(ctx, rb.acc, W, dqkv, W, W, N);                               // dq, dk, dv summed in fp32
     attention_row_dots(ctx, rb.D, dout, out, B, Tl, C, NH);
     CommHandle home;
     auto arrived = [&] {  // the last exchange's share of my keys' dk, dv (from rank r + s)
         { CommScope prof(ctx, *cp, "cp ring wait (exposed)"); comm_wait(&home); }
-        copy_rows(ctx, rb.acc + C, 3 * C, rb.dkv[2], 2 * C, 2 * C, N, true);
+        copy_rows(ctx, rb.acc + C, W, rb.dkv[2], KV2, KV2, N, true);
     };
     for (int s = 1; s < c; s++) {
         const int o = (r - s + c) % c;
@@ -160,17 +163,17 @@ inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const 
         if (s + 1 < c) ring.start(ctx, s + 1);
         const CPBlock k = cp_block(zigzag, r, o, Tl);
         float* dkv = rb.dkv[s % 2];  // (the other one may still be on its way home)
-        ctx_zero(ctx, dkv, N * 2 * C * sizeof(float));
-        attention_block_backward(ctx, rb.acc, dkv, dout, qkv, kv, lse, rb.D, B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
+        ctx_zero(ctx, dkv, N * KV2 * sizeof(float));
+        attention_block_backward(ctx, rb.acc, dkv, dout, qkv, kv, lse, rb.D, B, Tl, Tl, C, NH, NKV, k.q0, k.nq, k.k0, k.nk);
         if (s > 1) arrived();
         CommScope prof(ctx, *cp, "cp ring send dk, dv home");
-        comm_sendrecv_start(*cp, dkv, N * 2 * C, o, rb.dkv[2], (r + s) % c, &home);
+        comm_sendrecv_start(*cp, dkv, N * KV2, o, rb.dkv[2], (r + s) % c, &home);
     }
     arrived();
-    copy_rows(ctx, dqkv, 3 * C, rb.acc, 3 * C, 3 * C, N);
+    copy_rows(ctx, dqkv, W, rb.acc, W, W, N);
 }
 
 // Bytes one rank sends in the ring per block and micro-batch (the header's formulas): the forward's
-// and the backward's, for N = B·Tl positions, Ct = C/t channels, s bytes an element.
-inline double cp_forward_bytes(int c, size_t N, int Ct, int s) { return (double)(c - 1) * N * 2 * Ct * s; }
-inline double cp_backward_bytes(int c, size_t N, int Ct, int s) { return (double)(c - 1) * N * 2 * Ct * (s + 4); }
+// and the backward's, for N = B·Tl positions, KVt = KV/t of k's channels here, s bytes an element.
+inline double cp_forward_bytes(int c, size_t N, int KVt, int s) { return (double)(c - 1) * N * 2 * KVt * s; }
+inline double cp_backward_bytes(int c, size_t N, int KVt, int s) { return (double)(c - 1) * N * 2 * KVt * (s + 4); }

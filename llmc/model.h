@@ -13,8 +13,8 @@ backend runs them. Per block l (pre-LayerNorm transformer, as GPT-2):
 A Llama (GPTConfig::arch) is the same chain with other ops in four places, and no biases:
   x₀ = wte[tokens]                              (no wpe: positions enter through RoPE)
   a  = attention(rope(rmsnorm₁(x) · Wqkvᵀ)) · Wprojᵀ   q, k turned by their positions (rope.cuh);
-                                                NKV ≤ NH key/value heads, each repeated for its
-                                                NH/NKV query heads (gqa.cuh)
+                                                NKV ≤ NH key/value heads, each read by its
+                                                NH/NKV query heads (attention.cuh)
   m  = swiglu(rmsnorm₂(x) · Wfcᵀ) · Wfcprojᵀ    Wfc: [gate; up], 2H × C (swiglu.cuh)
   logits = rmsnorm_f(x) · wteᵀ                  (or · lm_headᵀ, a classifier of its own: GPTConfig::tied;
                                                 lm_head then lies in lnf's unit, after lnfw)
@@ -44,8 +44,7 @@ HostStage), and gpt_mean_loss waits only for the loss copy, queued before the ba
 Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C (Llama: Vp·C + L·((2 + 2·NKV/NH)·C² + 3·H·C
 + 2C) + C); per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
 Activation memory per micro-batch: (16·L·C + 12·C + Vp) elements of T per position (Llama, with
-Q = (NH + 2·NKV)·hd: (L + 1)·(5C + Q + 3H) + Vp, and 6C more with grouped-query attention: one
-block's repeated q, k, v and their gradient), plus fp32 statistics (gpt_activation_bytes, which the memory plan in planner.h uses); the
+Q = (NH + 2·NKV)·hd: (L + 1)·(5C + Q + 3H) + Vp), plus fp32 statistics (gpt_activation_bytes, which the memory plan in planner.h uses); the
 attention matrix is never stored (see attention.cuh). Activation checkpointing (--recompute selective | full, see
 Recompute) keeps 10·L·C + 18·C + Vp or L·C + 27·C + Vp of them and reruns the rest of each block's
 forward at the start of its backward: the same ops on the same inputs, so the same training.
@@ -89,7 +88,6 @@ test/test_tp.sh (tensor and sequence parallelism against one process), test/test
 #include "gelu.cuh"
 #include "swiglu.cuh"
 #include "rope.cuh"
-#include "gqa.cuh"
 #include "fused_classifier.cuh"
 #include "adamw.cuh"
 #include "global_norm.cuh"
@@ -439,10 +437,9 @@ template <class floatX> struct Activations {  // on the Ctx's device, for B·T p
     Buf<float> cp_acc, cp_dkv, cp_D;
     // gradient scratch, reused by every block
     Buf<floatX> dresidual, dbtc, dqkv, dfch;
-    // Llama: q, k, v with each key/value head repeated for its query heads (grouped-query
-    // attention, one block's, made again in the backward) and their gradient; the gradient of
-    // the SwiGLU output; RoPE's angles for these positions (rope_T: the T they are for, 0: none)
-    Buf<floatX> qkv_rep, dqkv_rep, dhidden;
+    // Llama: the gradient of the SwiGLU output; RoPE's angles for these positions (rope_T: the T
+    // they are for, 0: none)
+    Buf<floatX> dhidden;
     Buf<float> rope;
     std::vector<float> rope_host;
     int rope_T = 0;
@@ -636,7 +633,7 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const 
     const size_t L = blocks.end - blocks.first, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
     const size_t Q = c.qkv_rows() / tp, Fc = c.fc_rows() / tp, Hh = c.ffn() / tp;  // qkv's, fc's, the MLP's features
     const size_t head = p.heads(chunk) ? 1 : 0, mean = c.llama() ? 0 : 1;       // (RMSNorm keeps no mean)
-    const bool llama = c.llama(), gqa = c.kv_heads() < c.num_heads;
+    const bool llama = c.llama();
     const size_t Lc = keeps_cheap(r) ? L : 1, Li = keeps_inner(r) ? L : 1;
     const size_t P = sp ? ceil_div(BT, (size_t)tp) : BT, W = sp ? P * tp : BT;  // rows: this rank's, gathered
     f(a.encoded, P * C);
@@ -648,13 +645,12 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const 
     f(a.logits, head * BT * c.padded_vocab_size / tp); f(a.losses, head * BT);
     f(a.scratch, P * C);
     f(a.dresidual, P * C); f(a.dbtc, W * C); f(a.dqkv, BT * Q); f(a.dfch, BT * Fc);  // backward scratch
-    f(a.qkv_rep, gqa ? BT * 3 * Ct : 0); f(a.dqkv_rep, gqa ? BT * 3 * Ct : 0);     // Llama
     f(a.dhidden, llama ? BT * Hh : 0); f(a.rope, llama ? (size_t)T_ * c.head_dim() : 0);
     f(a.tokens, BT); f(a.targets, head * BT);
     if (tp > 1) f(a.cls_stats, head * tp * BT * 3);  // the vocabulary-parallel classifier's
     if (sp) { f(a.whole, W * C); f(a.ln_grad, 2 * C); }
     if (cp > 1) {
-        f(a.cp_kv, 2 * BT * 2 * Ct); f(a.cp_acc, BT * 3 * Ct); f(a.cp_dkv, 3 * BT * 2 * Ct); f(a.cp_D, BT * NHt);
+        f(a.cp_kv, 2 * BT * (Q - Ct)); f(a.cp_acc, BT * Q); f(a.cp_dkv, 3 * BT * (Q - Ct)); f(a.cp_D, BT * NHt);  // (Q − Ct: k and v)
         f(a.cp_wpe, p.embeds(chunk) && !llama ? (size_t)T_ * C : 0);
     }
 }
@@ -694,7 +690,7 @@ template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, in
 // The ring buffers of context_parallel.h, in the activations.
 template <class T> inline RingBuffers<T> gpt_ring_buffers(GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
-    const size_t kv = (size_t)B * T_ * 2 * g->config.channels / g->layout.tp;
+    const size_t kv = (size_t)B * T_ * (g->config.qkv_rows() - g->config.channels) / g->layout.tp;  // k and v
     return {{a.cp_kv.data(), a.cp_kv.data() + kv}, a.cp_acc.data(), {a.cp_dkv.data(), a.cp_dkv.data() + kv, a.cp_dkv.data() + 2 * kv},
             a.cp_D.data()};
 }
@@ -763,17 +759,6 @@ template <class T> inline const float* gpt_rope(const Ctx& ctx, GPT<T>* g, int T
     }
     return a.rope.data();
 }
-// The rows the attention kernels read, [q | k | v] of this rank's NH/tp heads each: qkv itself,
-// or with grouped-query attention (Llama, NKV < NH) its key/value heads repeated into
-// acts.qkv_rep (gqa.cuh), one block's, which the backward makes again from the kept qkv.
-template <class T> inline const T* gpt_attention_rows(const Ctx& ctx, GPT<T>* g, const T* qkv, int BT) {
-    const GPTConfig& c = g->config;
-    if (c.kv_heads() == c.num_heads) return qkv;
-    const int tp = g->layout.tp;
-    gqa_expand(ctx, g->acts.qkv_rep.data(), qkv, (size_t)BT, c.num_heads / tp, c.kv_heads() / tp, c.head_dim());
-    return g->acts.qkv_rep.data();
-}
-
 template <class T> inline void acquire(GPT<T>* g, int u) { if (g->hooks) g->hooks->acquire(u); }
 template <class T> inline void release(GPT<T>* g, int u) { if (g->hooks) g->hooks->release(u); }
 template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
@@ -794,7 +779,7 @@ template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->
 template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_, bool rerun = false) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
-    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = B * T_;
+    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, NKVt = c.kv_heads() / tp, BT = B * T_;
     const int Q = (int)c.qkv_rows() / tp, Fc = (int)c.fc_rows() / tp, Hh = c.ffn() / tp;  // (GPT-2: 3Ct, 4Ct, 4Ct)
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     const int P = (int)s.P;                               // rows of the residual stream here
@@ -813,8 +798,7 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
         matmul_forward(ctx, b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, Q);
         if (c.llama())  // RoPE turns q's and k's heads in place (the kept qkv is the turned one)
             rope_forward(ctx, b.qkv, gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
-        const T* qkv = gpt_attention_rows(ctx, g, b.qkv, BT);
-        cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), b.atty, b.lse, qkv, B, T_, Ct, NHt);
+        cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), b.atty, b.lse, b.qkv, B, T_, Ct, NHt, NKVt);
         matmul_forward(ctx, part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
         tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);  // → acts.scratch, this rank's rows
         residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
@@ -870,7 +854,7 @@ inline void gpt_layernorm_backward(const Ctx& ctx, GPT<T>* g, const SeqSplit& s,
 template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
     const GPTConfig& c = g->config;
     Activations<T>& a = g->acts;
-    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = B * T_;
+    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, NKVt = c.kv_heads() / tp, BT = B * T_;
     const int Q = (int)c.qkv_rows() / tp, Fc = (int)c.fc_rows() / tp, Hh = c.ffn() / tp;  // (GPT-2: 3Ct, 4Ct, 4Ct)
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
@@ -891,15 +875,12 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
                     BT, C, Fc);
     T* dln2 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln2w, dw.ln2b, dln2, b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd);
-    // attention: res2 = x + attproj(attention(qkv(ln1(x)))) (Llama: the attention of the turned,
-    // repeated rows; its gradient comes back through the repeat, summed per group, then the turn)
+    // attention: res2 = x + attproj(attention(qkv(ln1(x)))) (Llama: the attention of the turned
+    // rows, whose gradient then goes back through the turn)
     matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
                     w.attprojw, BT, Ct, C);
-    const bool gqa = c.kv_heads() < c.num_heads;
-    T* datt = gqa ? a.dqkv_rep.data() : a.dqkv.data();  // the gradient of the rows attention read
-    cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), datt, a.dbtc.data(),
-                          gpt_attention_rows(ctx, g, b.qkv, BT), b.atty, b.lse, B, T_, Ct, NHt);
-    if (gqa) gqa_reduce(ctx, a.dqkv.data(), datt, (size_t)BT, NHt, c.kv_heads() / tp, c.head_dim());
+    cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty,
+                          b.lse, B, T_, Ct, NHt, NKVt);
     if (c.llama()) rope_backward(ctx, a.dqkv.data(), gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
     matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
                     BT, C, Q);

@@ -42,7 +42,6 @@ Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wg
 #include "../llmc/model.h"
 #include "../llmc/swiglu.cuh"
 #include "../llmc/rope.cuh"
-#include "../llmc/gqa.cuh"
 
 static int n_pass = 0, n_fail = 0;
 static Ctx cpu, gpu;
@@ -215,22 +214,6 @@ template <class X> static void check_rope(int B, int T, int heads, int hd, size_
     compare(name, "backward (in place)", vec_widen(cx), gx.host(), bx<X>(1e-6));
 }
 
-// Grouped-query attention's rows (gqa.cuh): expand (copies) and reduce (each group's sum in fp32, in
-// the CPU's order, rounded once: no multiply to fuse, so the same bits): both exact.
-template <class X> static void check_gqa(size_t N, int NH, int NKV, int hd) {
-    char name[96]; snprintf(name, sizeof(name), "%s gqa N=%zu NH=%d NKV=%d hd=%d", dtype_name<X>(), N, NH, NKV, hd);
-    const size_t narrow = (size_t)(NH + 2 * NKV) * hd, wide = 3 * (size_t)NH * hd;
-    auto x = randn<X>(N * narrow), dout = randn<X>(N * wide);
-    std::vector<X> out(N * wide), d(N * narrow), cx = vec_cast<X>(x), cdout = vec_cast<X>(dout);
-    gqa_expand(cpu, out.data(), cx.data(), N, NH, NKV, hd);
-    Dev<X> gx(x), gdout(dout), gout(vec_widen(out), true), gd(vec_widen(d), true);
-    gqa_expand(gpu, gout.p(), gx.p(), N, NH, NKV, hd);
-    compare(name, "expand", vec_widen(out), gout.host(), 0.0);
-    gqa_reduce(cpu, d.data(), cdout.data(), N, NH, NKV, hd);
-    gqa_reduce(gpu, gd.p(), gdout.p(), N, NH, NKV, hd);
-    compare(name, "reduce", vec_widen(d), gd.host(), 0.0);
-}
-
 // lt_epilogues = false: cuBLASLt computes plain products and the bias (and GELU) run in our kernels,
 // the path taken where its heuristic has no algorithm with the epilogue (matmul.cuh). bg: how the
 // backward's dbias column sum runs (matmul.cuh: BiasGrad).
@@ -291,22 +274,24 @@ template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fuse
     g_lt_epilogues = true;
 }
 
-template <class X> static void check_attention(int B, int T, int C, int NH, bool flash = true) {
+// NKV < NH: grouped-query attention (the dK/dV pass sums over each key/value head's group).
+template <class X> static void check_attention(int B, int T, int C, int NH, int NKV, bool flash = true) {
     g_flash_attention = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
-    char name[112]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d%s", dtype_name<X>(), B, T, C, NH,
+    char name[128]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d NKV=%d%s", dtype_name<X>(), B, T, C, NH, NKV,
                              !use_flash<X>(C, NH) ? "" : g_flash_wgmma && gpu_has_wgmma() ? (g_flash_wgmma_groups == 2 ?
                              " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
-    auto qkv = randn<X>((size_t)B * T * 3 * C), dout = randn<X>((size_t)B * T * C);
-    std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * 3 * C), cqkv = vec_cast<X>(qkv), cdout = vec_cast<X>(dout);
+    const size_t W = QKVLayout(C, NH, NKV).row();
+    auto qkv = randn<X>((size_t)B * T * W), dout = randn<X>((size_t)B * T * C);
+    std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * W), cqkv = vec_cast<X>(qkv), cdout = vec_cast<X>(dout);
     std::vector<float> lse((size_t)B * NH * T);
-    attention_forward(cpu, out.data(), lse.data(), cqkv.data(), B, T, C, NH);
+    attention_forward(cpu, out.data(), lse.data(), cqkv.data(), B, T, C, NH, NKV);
     Dev<X> gqkv(qkv), gout(vec_widen(out), true), gdout(dout), gdqkv(vec_widen(dqkv), true);
     DevF glse(lse, true);
-    attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH);
+    attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH, NKV);
     compare(name, "forward", vec_widen(out), gout.host(), bx<X>(1e-4));
     compare(name, "lse", lse, glse.host(), bs<X>(1e-5));
-    attention_backward(cpu, dqkv.data(), cdout.data(), cqkv.data(), out.data(), lse.data(), B, T, C, NH);
-    attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
+    attention_backward(cpu, dqkv.data(), cdout.data(), cqkv.data(), out.data(), lse.data(), B, T, C, NH, NKV);
+    attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, NKV);
     compare(name, "dqkv", vec_widen(dqkv), gdqkv.host(), bx<X>(1e-4));
     g_flash_attention = true;
 }
@@ -317,18 +302,20 @@ template <class X> static void check_attention(int B, int T, int C, int NH, bool
 // q columns of an fp32 (B, T, 3C)) and an fp32 dk, dv block; the row dots D; copy_rows.
 // Bounds: fp32 softmax sums in another order (1e-4, as attention), ×10 for bf16 inputs (the
 // outputs are fp32 on both sides).
-template <class X> static void check_attention_block(int B, int T, int Tk, int C, int NH, int q0, int nq, int k0, int nk) {
-    char name[128]; snprintf(name, sizeof(name), "%s attention block B=%d T=%d Tk=%d C=%d NH=%d q[%d,+%d) k[%d,+%d)", dtype_name<X>(), B, T,
-                             Tk, C, NH, q0, nq, k0, nk);
-    auto qkv = randn<X>((size_t)B * T * 3 * C), kv = randn<X>((size_t)B * Tk * 2 * C), dout = randn<X>((size_t)B * T * C);
+template <class X> static void check_attention_block(int B, int T, int Tk, int C, int NH, int NKV, int q0, int nq, int k0, int nk) {
+    char name[140]; snprintf(name, sizeof(name), "%s attention block B=%d T=%d Tk=%d C=%d NH=%d NKV=%d q[%d,+%d) k[%d,+%d)", dtype_name<X>(), B,
+                             T, Tk, C, NH, NKV, q0, nq, k0, nk);
+    const QKVLayout L(C, NH, NKV);
+    const size_t W = L.row(), KV2 = 2 * (size_t)L.kv();
+    auto qkv = randn<X>((size_t)B * T * W), kv = randn<X>((size_t)B * Tk * KV2), dout = randn<X>((size_t)B * T * C);
     auto out = randn<X>((size_t)B * T * C), o = randn<float>((size_t)B * T * C), lse = randn<float>((size_t)B * NH * T);
     for (auto& l : lse) l = 2.0f + l;  // (a log-sum-exp over some keys)
     std::vector<X> cqkv = vec_cast<X>(qkv), ckv = vec_cast<X>(kv), cdout = vec_cast<X>(dout), cout_ = vec_cast<X>(out);
     std::vector<float> co = o, clse = lse;
-    attention_block_forward(cpu, co.data(), clse.data(), cqkv.data(), ckv.data(), B, T, Tk, C, NH, q0, nq, k0, nk);
+    attention_block_forward(cpu, co.data(), clse.data(), cqkv.data(), ckv.data(), B, T, Tk, C, NH, NKV, q0, nq, k0, nk);
     Dev<X> gqkv(qkv), gkv(kv), gdout(dout), gout(out);
     DevF go(o), glse(lse);
-    attention_block_forward(gpu, go.p(), glse.p(), gqkv.p(), gkv.p(), B, T, Tk, C, NH, q0, nq, k0, nk);
+    attention_block_forward(gpu, go.p(), glse.p(), gqkv.p(), gkv.p(), B, T, Tk, C, NH, NKV, q0, nq, k0, nk);
     compare(name, "forward o (merged)", co, go.host(), bs<X>(1e-4));
     compare(name, "forward lse (merged)", clse, glse.host(), bs<X>(1e-5));
     std::vector<float> D((size_t)B * NH * T);
@@ -336,34 +323,34 @@ template <class X> static void check_attention_block(int B, int T, int Tk, int C
     DevF gD(D, true);
     attention_row_dots(gpu, gD.p(), gdout.p(), gout.p(), B, T, C, NH);
     compare(name, "row dots D", D, gD.host(), bs<X>(1e-5));
-    auto dx = randn<float>((size_t)B * T * 3 * C), dkv = randn<float>((size_t)B * Tk * 2 * C);
+    auto dx = randn<float>((size_t)B * T * W), dkv = randn<float>((size_t)B * Tk * KV2);
     std::vector<float> cdx = dx, cdkv = dkv;
     attention_block_backward(cpu, cdx.data(), cdkv.data(), cdout.data(), cqkv.data(), ckv.data(), clse.data(), D.data(), B, T, Tk, C, NH,
-                             q0, nq, k0, nk);
+                             NKV, q0, nq, k0, nk);
     DevF gdx(dx), gdkv(dkv);
-    attention_block_backward(gpu, gdx.p(), gdkv.p(), gdout.p(), gqkv.p(), gkv.p(), glse.p(), gD.p(), B, T, Tk, C, NH, q0, nq, k0, nk);
+    attention_block_backward(gpu, gdx.p(), gdkv.p(), gdout.p(), gqkv.p(), gkv.p(), glse.p(), gD.p(), B, T, Tk, C, NH, NKV, q0, nq, k0, nk);
     compare(name, "backward dq (+=)", cdx, gdx.host(), bs<X>(1e-4));
     compare(name, "backward dk, dv (+=)", cdkv, gdkv.host(), bs<X>(1e-4));
     // copy_rows: k, v out of qkv (X to X), and X rows added into fp32 rows of another pitch
-    std::vector<X> ck((size_t)B * T * 2 * C);
-    copy_rows(cpu, ck.data(), 2 * C, cqkv.data() + C, 3 * C, 2 * C, (size_t)B * T);
+    std::vector<X> ck((size_t)B * T * KV2);
+    copy_rows(cpu, ck.data(), KV2, cqkv.data() + C, W, KV2, (size_t)B * T);
     Dev<X> gk(std::vector<float>(ck.size()), true);
-    copy_rows(gpu, gk.p(), 2 * C, gqkv.p() + C, 3 * C, 2 * C, (size_t)B * T);
+    copy_rows(gpu, gk.p(), KV2, gqkv.p() + C, W, KV2, (size_t)B * T);
     compare(name, "copy_rows k, v", vec_widen(ck), gk.host(), 0);
     std::vector<float> cadd = dx;
-    copy_rows(cpu, cadd.data() + C, 3 * C, ck.data(), 2 * C, 2 * C, (size_t)B * T, true);
+    copy_rows(cpu, cadd.data() + C, W, ck.data(), KV2, KV2, (size_t)B * T, true);
     DevF gadd(dx);
-    copy_rows(gpu, gadd.p() + C, 3 * C, gk.p(), 2 * C, 2 * C, (size_t)B * T, true);
+    copy_rows(gpu, gadd.p() + C, W, gk.p(), KV2, KV2, (size_t)B * T, true);
     compare(name, "copy_rows added", cadd, gadd.host(), 1e-7);
 }
 
 // bf16 attention forward and backward on the GPU with the switches as they are: out, lse, dqkv
-static void attention_outputs(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH,
+static void attention_outputs(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH, int NKV,
                               std::vector<float>* res) {
     Dev<bf16> gqkv(qkv), gout(dout, true), gdout(dout), gdqkv(qkv, true);
     DevF glse(std::vector<float>((size_t)B * NH * T), true);
-    attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH);
-    attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH);
+    attention_forward(gpu, gout.p(), glse.p(), gqkv.p(), B, T, C, NH, NKV);
+    attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, NKV);
     res[0] = gout.host(); res[1] = glse.host(); res[2] = gdqkv.host();
 }
 static void compare_bits(const char* name, const std::vector<float>* want, const std::vector<float>* got) {
@@ -377,12 +364,12 @@ static void compare_bits(const char* name, const std::vector<float>* want, const
 // rows per warp (query rows in the forward and the dQ pass, keys in the dK/dV pass) — load the
 // same values and run the same mma sequence for every row: the outputs must be bit-identical
 // (bound 0) to those of the default (ldmatrix, cp.async, 16 rows).
-static void check_flash_variants(int B, int T, int C, int NH) {
-    auto qkv = randn<bf16>((size_t)B * T * 3 * C), dout = randn<bf16>((size_t)B * T * C);
+static void check_flash_variants(int B, int T, int C, int NH, int NKV) {
+    auto qkv = randn<bf16>((size_t)B * T * QKVLayout(C, NH, NKV).row()), dout = randn<bf16>((size_t)B * T * C);
     auto run = [&](bool ldsm, bool async, std::vector<float>* res, int rows = 16, int dq_rows = 16, int dkv_keys = 16) {
         g_flash_ldmatrix = ldsm; g_flash_async = async; g_flash_forward_rows = rows; g_flash_dq_rows = dq_rows;
         g_flash_dkv_keys = dkv_keys;
-        attention_outputs(qkv, dout, B, T, C, NH, res);
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, res);
         g_flash_ldmatrix = g_flash_async = true;
         g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
     };
@@ -398,7 +385,8 @@ static void check_flash_variants(int B, int T, int C, int NH) {
     for (const auto& v : variants) {
         if ((v.rows == 32 || v.dq_rows == 32 || v.dkv_keys == 32) && C / NH != 64) continue;  // (head size 64 only)
         run(v.ldsm, v.async, got, v.rows, v.dq_rows, v.dkv_keys);
-        char name[160]; snprintf(name, sizeof(name), "bf16 flash attention B=%d T=%d C=%d NH=%d, %s vs ldmatrix + cp.async", B, T, C, NH, v.what);
+        char name[180]; snprintf(name, sizeof(name), "bf16 flash attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs ldmatrix + cp.async", B, T, C, NH,
+                                 NKV, v.what);
         compare_bits(name, want, got);
     }
 }
@@ -468,25 +456,26 @@ template <int D> static void check_wgmma_products() {
 
 // The flash kernels with wgmma (compute capability 9.0 only: the forward and both backward
 // passes) against the CPU, with one warpgroup of 64 rows a block and with two sharing each tile.
-static void check_flash_wgmma(int B, int T, int C, int NH) {
+static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     if (!gpu_has_wgmma()) { printf("# skip: wgmma attention B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
     for (int groups : {1, 2}) {
         g_flash_wgmma = true; g_flash_wgmma_groups = groups;
-        check_attention<bf16>(B, T, C, NH);
+        check_attention<bf16>(B, T, C, NH, NKV);
     }
     // Bit-identical (bound 0) to the run with 2 warpgroups and overlapped products: each product
     // waited for as soon as it is issued (the same operations in the same order: a difference is a
     // register the pipeline reads or writes too early), and 1 warpgroup a block (each row's tiles
     // and products are the same).
-    auto qkv = randn<bf16>((size_t)B * T * 3 * C), dout = randn<bf16>((size_t)B * T * C);
+    auto qkv = randn<bf16>((size_t)B * T * QKVLayout(C, NH, NKV).row()), dout = randn<bf16>((size_t)B * T * C);
     std::vector<float> want[3], got[3];
-    attention_outputs(qkv, dout, B, T, C, NH, want);
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
     const struct { int groups; bool overlap; const char* what; } variants[] = {
         {2, false, "each product waited for"}, {1, true, "1 warpgroup a block"}};
     for (const auto& v : variants) {
         g_flash_wgmma_groups = v.groups; g_flash_wgmma_overlap = v.overlap;
-        attention_outputs(qkv, dout, B, T, C, NH, got);
-        char name[160]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d, %s vs 2 warpgroups overlapped", B, T, C, NH, v.what);
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+        char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs 2 warpgroups overlapped", B, T, C,
+                                 NH, NKV, v.what);
         compare_bits(name, want, got);
     }
     g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
@@ -619,8 +608,6 @@ template <class X> static void check_all() {
     check_rope<X>(2, 7, 3, 4, 20, 0);       // the v part of a row (past 3·4) untouched
     check_rope<X>(2, 64, 12, 64, 3 * 384, 1000);  // q and k of 6 heads each of 64 (GQA-free), positions from 1000
     check_rope<X>(1, 33, 3, 128, 3 * 128 + 2 * 128 / 2, 5);
-    check_gqa<X>(7, 6, 2, 4);      // groups of 3
-    check_gqa<X>(2048, 12, 4, 64);  // llama:d12's heads, 3 to a key/value head
     check_matmul<X>(9, 11, 70, true);
     check_matmul<X>(256, 768, 2304, true);
     check_matmul<X>(128, 3072, 768, false);
@@ -634,15 +621,20 @@ template <class X> static void check_all() {
     check_matmul<X>(300, 40, 72, true, true, BiasGrad::Columns);
     check_matmul<X>(300, 40, 72, true, true, BiasGrad::Epilogue);
     check_matmul<X>(64, 96, 200, true, false, BiasGrad::Epilogue);  // none found: the kernels
-    check_attention<X>(2, 9, 12, 3);
-    check_attention<X>(2, 128, 768, 12);
-    check_attention<X>(1, 64, 256, 2);   // head size 128
-    check_attention<X>(2, 100, 768, 12);  // T not a multiple of the tiles
-    check_attention<X>(1, 200, 512, 4);   // head size 128, T not a multiple of the tiles
-    check_attention<X>(2, 100, 768, 12, false);  // bf16: the warp-per-row kernels too
-    check_attention_block<X>(2, 9, 9, 12, 3, 0, 9, 0, 9);         // contiguous cp: all rows, all keys
-    check_attention_block<X>(2, 64, 64, 768, 12, 0, 64, 0, 32);    // zigzag, o < r: the first chunk's keys
-    check_attention_block<X>(1, 50, 50, 256, 2, 25, 25, 0, 50);    // zigzag, o > r: the second chunk's queries; head size 128
+    check_attention<X>(2, 9, 12, 3, 3);
+    check_attention<X>(2, 128, 768, 12, 12);
+    check_attention<X>(1, 64, 256, 2, 2);   // head size 128
+    check_attention<X>(2, 100, 768, 12, 12);  // T not a multiple of the tiles
+    check_attention<X>(1, 200, 512, 4, 4);   // head size 128, T not a multiple of the tiles
+    check_attention<X>(2, 100, 768, 12, 12, false);  // bf16: the warp-per-row kernels too
+    check_attention<X>(2, 9, 24, 6, 2);       // grouped-query: groups of 3
+    check_attention<X>(2, 100, 768, 12, 4);   // llama:d12's heads (3 to a key/value head), T not a multiple of the tiles
+    check_attention<X>(1, 200, 512, 4, 1);    // head size 128, one key/value head for all 4
+    check_attention<X>(2, 100, 768, 12, 4, false);  // bf16: the warp-per-row kernels with groups
+    check_attention_block<X>(2, 9, 9, 12, 3, 3, 0, 9, 0, 9);         // contiguous cp: all rows, all keys
+    check_attention_block<X>(2, 64, 64, 768, 12, 12, 0, 64, 0, 32);    // zigzag, o < r: the first chunk's keys
+    check_attention_block<X>(1, 50, 50, 256, 2, 2, 25, 25, 0, 50);    // zigzag, o > r: the second chunk's queries; head size 128
+    check_attention_block<X>(2, 30, 30, 768, 12, 4, 0, 30, 0, 15);    // grouped-query: the ring's k, v of 4 heads
     check_elementwise<X>(1);
     check_elementwise<X>(100003);
     check_classifier<X>(3, 37, 40);      // packs, V inside the last one
@@ -668,16 +660,19 @@ int main(int argc, char** argv) {
     if (ops) {
         check_all<float>();
         check_all<bf16>();
-        check_flash_variants(2, 100, 768, 12);  // head size 64
-        check_flash_variants(1, 300, 256, 4);   // head size 64, 3 blocks of 128 query rows (the last one short)
-        check_flash_variants(1, 200, 512, 4);   // head size 128
+        check_flash_variants(2, 100, 768, 12, 12);  // head size 64
+        check_flash_variants(1, 300, 256, 4, 4);    // head size 64, 3 blocks of 128 query rows (the last one short)
+        check_flash_variants(1, 200, 512, 4, 4);    // head size 128
+        check_flash_variants(1, 300, 256, 4, 2);    // grouped-query, head size 64
     }
     if (wgmma) {
         check_wgmma_products<64>();
         check_wgmma_products<128>();
-        check_flash_wgmma(2, 100, 768, 12);     // head size 64, T not a multiple of the tiles
-        check_flash_wgmma(1, 300, 256, 4);      // head size 64: 3 blocks of 128 rows, the last short (a warpgroup with no rows)
-        check_flash_wgmma(1, 200, 512, 4);      // head size 128
+        check_flash_wgmma(2, 100, 768, 12, 12);  // head size 64, T not a multiple of the tiles
+        check_flash_wgmma(1, 300, 256, 4, 4);    // head size 64: 3 blocks of 128 rows, the last short (a warpgroup with no rows)
+        check_flash_wgmma(1, 200, 512, 4, 4);    // head size 128
+        check_flash_wgmma(1, 300, 256, 4, 2);    // grouped-query: a later head's first tile masked (the second warpgroup)
+        check_flash_wgmma(2, 100, 768, 12, 4);   // llama:d12's groups of 3
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group, n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -66,7 +66,8 @@ run ref_d4 1 --model d4 --steps 3 --total-batch-tokens $((2 * B * T))
 run il_cp2 4 --model d4 --steps 3 --pp 2 --pp-schedule interleaved --vpp 2 --cp 2 --cp-layout zigzag --total-batch-tokens $((2 * B * T)) &&
     alike ref_d4 il_cp2 init_d4 "d4, pp=2 interleaved (vpp=2) x cp=2 zigzag"
 # a Llama (llama:d4): RoPE turns each rank's q, k by their global positions (zigzag: not
-# contiguous), and the ring carries the repeated key/value heads (grouped-query attention); with
+# contiguous), and the ring carries each position's NKV key/value heads, not one a query head
+# (grouped-query attention: 2·NKV·hs numbers a position); with
 # pp = 2, the stages hand on RMSNorm's stream and no wpe
 "$BIN" "${common[@]}" --model llama:d4 --steps 0 --save-model "$tmp/init_llama.bin" >/dev/null 2>&1
 run ref_llama 1 --model llama:d4 --steps 3 --total-batch-tokens $((2 * B * T))
@@ -94,6 +95,19 @@ want = L * (c - 1) * N * 2 * C * (2 * s + 4)  # forward k, v; backward k, v and 
 rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/cp2_zigzag.jsonl")]
 ok = len(rows) == 5 and all(r.get("cp_send_recv") == want for r in rows)
 print(("ok" if ok else "not ok") + f" - cp=2: the ring sends L*(c-1)*N*2C*(2s+4) = {want} bytes a step (got {rows[-1] if rows else None})")
+# a Llama's ring carries its NKV key/value heads, KV = NKV·hs numbers each of k and v a position
+# (grouped-query attention: not one a query head); llama_cp2 runs 2 micro-batches a step
+m = re.search(r"^model: L=(\d+) C=(\d+) NH=(\d+) .* NKV=(\d+)", open(f"{tmp}/llama_cp2.txt").read(), re.M)
+if m:
+    Ll, Cl, NHl, NKVl = map(int, m.groups())
+    KV = NKVl * (Cl // NHl)
+    want = 2 * Ll * (c - 1) * N * 2 * KV * (2 * s + 4)
+    rows = [json.loads(l)["comm_bytes"] for l in open(f"{tmp}/llama_cp2.jsonl")]
+    ok = NKVl < NHl and rows and all(r.get("cp_send_recv") == want for r in rows)
+    print(("ok" if ok else "not ok") + f" - llama:d4 cp=2: the ring sends 2 micro-batches x L*(c-1)*N*2KV*(2s+4) = {want} bytes a step, "
+          f"KV = NKV*hs = {NKVl}*{Cl // NHl} of C = {Cl} (got {rows[-1] if rows else None})")
+else:
+    print("not ok - llama:d4 cp=2: no model line with NKV in its output")
 PY
 
 # --- recompute (the ring's forward again in each block's backward: the same bits, more bytes)

@@ -109,7 +109,7 @@ fi
 #   the activations the memory line predicts are what the run allocates: the peak of Buf's GPU
 #   memory is the model state plus them, and the kernels' scratch stays within 1% of them (the
 #   share the plan reserves; the emulator shows under 0.3%); so too with --recompute selective
-#   and full, whose activations are fewer
+#   and full, whose activations are fewer, and for a Llama (grouped-query attention, no repeated k, v)
 #   a --batch-size whose activations cannot fit is refused before the weights are drawn (exit 2),
 #   with a batch size that fits and keeps the step's tokens in whole micro-batches
 #   --batch-size auto takes the whole step in one micro-batch where it fits
@@ -129,14 +129,18 @@ memory_plan() {
     for r in selective full; do  # (model.h: Recompute) fewer activations kept: the prediction follows
         "$BIN" "${flags[@]}" --batch-size 16 --recompute $r >"$tmp/run_$r.out" 2>&1 || tail -3 "$tmp/run_$r.out" | sed 's/^/# /'
     done
+    # a Llama (grouped-query attention, NKV = 1 of NH = 2: qkv keeps (NH + 2·NKV)·hs a position, its
+    # kernels read it in place; RoPE's table, SwiGLU's two up-projections): the same accounting
+    "$BIN" "${flags[@]/d2/llama:d2}" --batch-size 16 >"$tmp/run_llama.out" 2>&1 || tail -3 "$tmp/run_llama.out" | sed 's/^/# /'
     # fp32 d2 at 1000x1024 tokens needs ~229 GB of activations: more than any one GPU has
     "$BIN" --device cuda --model d2 --seq-len 1024 --batch-size 1000 --steps 1 --val-data "" --precision fp32 >"$tmp/big.out" 2>&1
     echo "rc $?" >>"$tmp/big.out"
-    ${PYTHON:-/usr/bin/python3} - "$tmp/run.out" "$tmp/big.out" "$tmp/run_selective.out" "$tmp/run_full.out" <<'PY'
+    ${PYTHON:-/usr/bin/python3} - "$tmp/run.out" "$tmp/big.out" "$tmp/run_selective.out" "$tmp/run_full.out" "$tmp/run_llama.out" <<'PY'
 import re, sys
 run, big = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 predicted = []
-for name, path in (("", sys.argv[1]), (" with --recompute selective", sys.argv[3]), (" with --recompute full", sys.argv[4])):
+for name, path in (("", sys.argv[1]), (" with --recompute selective", sys.argv[3]), (" with --recompute full", sys.argv[4]),
+                   (" of llama:d2", sys.argv[5])):
     text = open(path).read()
     mem = re.search(r"^memory rank 0: (.*)$", text, re.M)
     peak = re.search(r"^peak GPU memory.*\((\d+) B\)$", text, re.M)
@@ -149,8 +153,8 @@ for name, path in (("", sys.argv[1]), (" with --recompute selective", sys.argv[3
               f"({acts} B) + {extra} B of scratch (0 <= scratch <= 1% of the activations)")
     else:
         print(f"not ok - memory plan{name}: the d2 run printed no memory or peak line")
-ok = len(predicted) == 3 and predicted[0] > predicted[1] > predicted[2]
-print(("ok" if ok else "not ok") + f" - memory plan: the activations shrink with --recompute (none, selective, full: {predicted} B)")
+ok = len(predicted) == 4 and predicted[0] > predicted[1] > predicted[2]
+print(("ok" if ok else "not ok") + f" - memory plan: the activations shrink with --recompute (none, selective, full: {predicted[:3]} B)")
 m = re.search(r"^error: --batch-size 1000 --seq-len 1024: a micro-batch needs .* of activations and scratch, but the GPU has .* "
               r"free .*; --batch-size (\d+) --total-batch-tokens 1024000 fits, with the step's 1024000 tokens in (\d+) micro-batches", big, re.M)
 ok = bool(m) and "rc 2" in big and "step " not in big and int(m.group(1)) * 1024 * int(m.group(2)) == 1024000 and int(m.group(1)) < 1000

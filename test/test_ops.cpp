@@ -38,7 +38,6 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include "../llmc/context_parallel.h"
 #include "../llmc/swiglu.cuh"
 #include "../llmc/rope.cuh"
-#include "../llmc/gqa.cuh"
 
 static int n_pass = 0, n_fail = 0;
 static void report(bool ok, const char* name, const char* fmt = "", double a = 0, double b = 0) {
@@ -328,14 +327,19 @@ static void test_matmul() {
     fd_check("matmul dbias", bias.data(), bias.size(), db.data(), loss);
 }
 
-static void test_attention() {
-    int B = 2, T = 7, C = 12, NH = 3;
-    auto qkv = randn(B * T * 3 * C), R = randn(B * T * C);
-    avec<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
-    auto loss = [&]() { attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH); return dot_abs(out.data(), R.data(), out.size()); };
+// NKV < NH: grouped-query attention (query head h reads key/value head h / (NH/NKV)).
+static void test_attention(int NH, int NKV) {
+    const int B = 2, T = 7, C = 12;
+    const QKVLayout L(C, NH, NKV);
+    const size_t W = L.row();
+    auto qkv = randn(B * T * W), R = randn(B * T * C);
+    avec<float> out(B * T * C), lse(B * NH * T), dqkv(qkv.size());
+    auto loss = [&]() { attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH, NKV); return dot_abs(out.data(), R.data(), out.size()); };
     loss();
-    attention_backward(ctx, dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
-    fd_check("attention dqkv", qkv.data(), qkv.size(), dqkv.data(), loss, 96);
+    attention_backward(ctx, dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NKV);
+    char name[96];
+    snprintf(name, sizeof(name), "attention dqkv (NH=%d, NKV=%d)", NH, NKV);
+    fd_check(name, qkv.data(), qkv.size(), dqkv.data(), loss, 96);
     // lse against a direct evaluation, and causality: row t=0 attends only to itself (out = v_0)
     loss();  // fd_check left the last perturbed forward in out/lse
     int hs = C / NH;
@@ -344,15 +348,59 @@ static void test_attention() {
         double s = 0;
         for (int j = 0; j <= t; j++) {
             double d = 0;
-            for (int i = 0; i < hs; i++) d += (double)qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + j) * 3 * C + C + h * hs + i];
+            for (int i = 0; i < hs; i++) d += (double)qkv[(b * T + t) * W + h * hs + i] * qkv[(b * T + j) * W + L.k(h) + i];
             s += std::exp(d / std::sqrt((double)hs));
         }
         worst = std::max(worst, std::fabs(std::log(s) - lse[(b * NH + h) * T + t]));
     }
-    report(worst < 1e-5, "attention lse = log sum exp", "max |error| %.2g", worst);  // fp32 exp/log: ~1e-6
+    snprintf(name, sizeof(name), "attention lse = log sum exp (NH=%d, NKV=%d)", NH, NKV);
+    report(worst < 1e-5, name, "max |error| %.2g", worst);  // fp32 exp/log: ~1e-6
     bool causal = true;
-    for (int i = 0; i < C; i++) causal &= std::fabs(out[i] - qkv[2 * C + i]) < 1e-6f;
-    report(causal, "attention first position attends only to itself");
+    for (int h = 0; h < NH; h++)
+        for (int i = 0; i < hs; i++) causal &= std::fabs(out[h * hs + i] - qkv[L.v(h) + i]) < 1e-6f;
+    snprintf(name, sizeof(name), "attention first position attends only to itself (NH=%d, NKV=%d)", NH, NKV);
+    report(causal, name);
+}
+
+// Grouped-query attention is multi-head attention over rows whose key/value head h / G is
+// repeated for each query head h (its definition): the forward the same bits (each query head's
+// loop reads the same numbers in the same order), dq the same bits, and dk, dv of a key/value head
+// the sum over its group of the repeated rows' gradients (the same terms in another order: fp32
+// rounding, a few ulps of O(1) values → 1e-5).
+static void test_gqa_is_repeated_mha() {
+    const int B = 2, T = 9, NH = 6, NKV = 2, hs = 4, C = NH * hs, G = NH / NKV;
+    const QKVLayout L(C, NH, NKV);
+    const size_t N = (size_t)B * T, W = L.row();
+    auto qkv = randn(N * W), R = randn(N * C);
+    avec<float> rep(N * 3 * C);  // the repeated rows: [q | k of each query head | v of each]
+    for (size_t n = 0; n < N; n++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < hs; i++) {
+                rep[n * 3 * C + h * hs + i] = qkv[n * W + h * hs + i];
+                rep[n * 3 * C + C + h * hs + i] = qkv[n * W + C + (h / G) * hs + i];
+                rep[n * 3 * C + 2 * C + h * hs + i] = qkv[n * W + C + NKV * hs + (h / G) * hs + i];
+            }
+    avec<float> out(N * C), lse(B * NH * T), dqkv(N * W), rout(N * C), rlse(B * NH * T), drep(N * 3 * C);
+    attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH, NKV);
+    attention_forward(ctx, rout.data(), rlse.data(), rep.data(), B, T, C, NH, NH);
+    auto identical = [](const avec<float>& a, const avec<float>& b) { return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin()); };
+    report(identical(out, rout) && identical(lse, rlse), "gqa attention forward = attention over the repeated rows (bit for bit)");
+    attention_backward(ctx, dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NKV);
+    attention_backward(ctx, drep.data(), R.data(), rep.data(), rout.data(), rlse.data(), B, T, C, NH, NH);
+    bool dq_same = true;
+    double dkv_err = 0;
+    for (size_t n = 0; n < N; n++) {
+        for (int e = 0; e < C; e++) dq_same &= dqkv[n * W + e] == drep[n * 3 * C + e];
+        for (int part = 0; part < 2; part++)
+            for (int kh = 0; kh < NKV; kh++)
+                for (int i = 0; i < hs; i++) {
+                    double sum = 0;
+                    for (int h = kh * G; h < kh * G + G; h++) sum += drep[n * 3 * C + (1 + part) * C + h * hs + i];
+                    dkv_err = std::max(dkv_err, std::fabs(sum - dqkv[n * W + C + part * NKV * hs + kh * hs + i]));
+                }
+    }
+    report(dq_same, "gqa attention dq = the repeated rows' dq (bit for bit)");
+    report(dkv_err <= 1e-5, "gqa attention dk, dv = the repeated rows' dk, dv summed over each group", "max diff %.1e", dkv_err);
 }
 
 // Ring attention (context_parallel.h) with its c ranks run one after another in this process: each
@@ -361,12 +409,15 @@ static void test_attention() {
 // added to its owner's. Every rank's rows must be the whole sequence's attention at their
 // positions. Tolerance: the same fp32 sums in another order (the softmax split into blocks and
 // merged; dq, dk, dv summed block by block): a few ulps of O(1) values → 1e-5.
-static void test_ring_attention() {
-    const int B = 2, T = 24, C = 12, NH = 3;
-    auto qkv = randn((size_t)B * T * 3 * C), R = randn((size_t)B * T * C);
-    avec<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
-    attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    attention_backward(ctx, dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+// NKV < NH: the ring carries the NKV key/value heads alone (grouped-query attention).
+static void test_ring_attention(int NH, int NKV) {
+    const int B = 2, T = 24, C = 12;
+    const QKVLayout L(C, NH, NKV);
+    const int W = (int)L.row(), KV2 = 2 * L.kv();
+    auto qkv = randn((size_t)B * T * W), R = randn((size_t)B * T * C);
+    avec<float> out(B * T * C), lse(B * NH * T), dqkv(qkv.size());
+    attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH, NKV);
+    attention_backward(ctx, dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NKV);
     for (int c : {2, 3, 4})
         for (bool zz : {false, true}) {
             const int Tl = T / c;
@@ -381,38 +432,38 @@ static void test_ring_attention() {
             };
             std::vector<avec<float>> q(c), o(c), l(c), d(c), dx(c), kv(c);
             for (int r = 0; r < c; r++) {
-                q[r] = take(qkv, r, 3 * C);
+                q[r] = take(qkv, r, W);
                 d[r] = take(R, r, C);
-                kv[r].resize((size_t)B * Tl * 2 * C);
-                copy_rows(ctx, kv[r].data(), 2 * C, q[r].data() + C, 3 * C, 2 * C, (size_t)B * Tl);
-                o[r].resize((size_t)B * Tl * C); l[r].resize((size_t)B * NH * Tl); dx[r].resize((size_t)B * Tl * 3 * C);
+                kv[r].resize((size_t)B * Tl * KV2);
+                copy_rows(ctx, kv[r].data(), KV2, q[r].data() + C, W, KV2, (size_t)B * Tl);
+                o[r].resize((size_t)B * Tl * C); l[r].resize((size_t)B * NH * Tl); dx[r].resize((size_t)B * Tl * W);
             }
             for (int r = 0; r < c; r++) {  // (every rank's k, v are there: what the ring lends)
-                attention_forward(ctx, o[r].data(), l[r].data(), q[r].data(), B, Tl, C, NH);
+                attention_forward(ctx, o[r].data(), l[r].data(), q[r].data(), B, Tl, C, NH, NKV);
                 for (int s = 1; s < c; s++) {
                     const CPBlock k = cp_block(zz, r, (r - s + c) % c, Tl);
                     attention_block_forward(ctx, o[r].data(), l[r].data(), q[r].data(), kv[(r - s + c) % c].data(), B, Tl, Tl, C, NH,
-                                            k.q0, k.nq, k.k0, k.nk);
+                                            NKV, k.q0, k.nq, k.k0, k.nk);
                 }
             }
             for (int r = 0; r < c; r++) {  // the local keys' share (with the final lse and out), then the borrowed blocks
-                attention_backward(ctx, dx[r].data(), d[r].data(), q[r].data(), o[r].data(), l[r].data(), B, Tl, C, NH);
+                attention_backward(ctx, dx[r].data(), d[r].data(), q[r].data(), o[r].data(), l[r].data(), B, Tl, C, NH, NKV);
             }
             for (int r = 0; r < c; r++) {
-                avec<float> D((size_t)B * NH * Tl), dkv((size_t)B * Tl * 2 * C);
+                avec<float> D((size_t)B * NH * Tl), dkv((size_t)B * Tl * KV2);
                 attention_row_dots(ctx, D.data(), d[r].data(), o[r].data(), B, Tl, C, NH);
                 for (int s = 1; s < c; s++) {
                     const int own = (r - s + c) % c;
                     const CPBlock k = cp_block(zz, r, own, Tl);
                     std::fill(dkv.begin(), dkv.end(), 0.0f);
                     attention_block_backward(ctx, dx[r].data(), dkv.data(), d[r].data(), q[r].data(), kv[own].data(), l[r].data(), D.data(),
-                                             B, Tl, Tl, C, NH, k.q0, k.nq, k.k0, k.nk);
-                    copy_rows(ctx, dx[own].data() + C, 3 * C, dkv.data(), 2 * C, 2 * C, (size_t)B * Tl, true);
+                                             B, Tl, Tl, C, NH, NKV, k.q0, k.nq, k.k0, k.nk);
+                    copy_rows(ctx, dx[own].data() + C, W, dkv.data(), KV2, KV2, (size_t)B * Tl, true);
                 }
             }
             double eo = 0, el = 0, ed = 0;
             for (int r = 0; r < c; r++) {
-                const avec<float> wo = take(out, r, C), wd = take(dqkv, r, 3 * C);
+                const avec<float> wo = take(out, r, C), wd = take(dqkv, r, W);
                 for (size_t i = 0; i < wo.size(); i++) eo = std::max(eo, (double)std::fabs(o[r][i] - wo[i]));
                 for (size_t i = 0; i < wd.size(); i++) ed = std::max(ed, (double)std::fabs(dx[r][i] - wd[i]));
                 for (const PosPiece& p : cp_pieces(c, r, zz, Tl))  // lse is (B, NH, T)
@@ -420,10 +471,12 @@ static void test_ring_attention() {
                         for (int i = 0; i < p.n; i++)
                             el = std::max(el, (double)std::fabs(l[r][(size_t)bh * Tl + p.local + i] - lse[(size_t)bh * T + p.global + i]));
             }
-            char name[120];
-            snprintf(name, sizeof(name), "ring attention, cp=%d %s: out, lse and dqkv are one attention's", c, zz ? "zigzag" : "contiguous");
+            char name[140];
+            snprintf(name, sizeof(name), "ring attention, cp=%d %s%s: out, lse and dqkv are one attention's", c, zz ? "zigzag" : "contiguous",
+                     NKV < NH ? ", grouped-query (NH=4, NKV=2)" : "");
             report(eo <= 1e-5 && el <= 1e-5 && ed <= 1e-5, name, "max diff out/lse %.1e, dqkv %.1e", std::max(eo, el), ed);
         }
+    if (NKV < NH) return;
     // which blocks: zigzag's are half of the Q·Kᵀ pairs for every (r, o), contiguous's all or none
     bool halves = true;
     for (int c : {2, 4, 8})
@@ -525,29 +578,6 @@ static void test_llama_ops() {
                 rel = std::max(rel, std::fabs(d3 - d0) / n);
             }
         report(rel <= 1e-5, "rope: q.k after the turns is the same at positions shifted by 3 (it sees u - t alone)", "max diff %.1e", rel);
-    }
-    {   // grouped-query attention's rows (gqa.cuh): 6 query heads, 2 key/value heads (groups of 3), hd 4
-        const int N = 5, NH = 6, NKV = 2, hd = 4, G = NH / NKV, narrow = (NH + 2 * NKV) * hd, wide = 3 * NH * hd;
-        auto x = randn((size_t)N * narrow), R = randn((size_t)N * wide);
-        avec<float> y((size_t)N * wide), dx((size_t)N * narrow);
-        gqa_expand(ctx, y.data(), x.data(), N, NH, NKV, hd);
-        bool def = true;  // q as it is; k, v head h is head h / G of the grouped row's k, v
-        for (int n = 0; n < N; n++)
-            for (int h = 0; h < NH; h++)
-                for (int i = 0; i < hd; i++) {
-                    const float* in = x.data() + (size_t)n * narrow;
-                    const float* out = y.data() + (size_t)n * wide;
-                    def &= out[h * hd + i] == in[h * hd + i];
-                    def &= out[NH * hd + h * hd + i] == in[NH * hd + (h / G) * hd + i];
-                    def &= out[2 * NH * hd + h * hd + i] == in[(NH + NKV) * hd + (h / G) * hd + i];
-                }
-        report(def, "gqa expand: q copied, key/value head h / (NH/NKV) repeated for query head h");
-        gqa_reduce(ctx, dx.data(), R.data(), N, NH, NKV, hd);  // the transpose: <expand(x), R> = <x, reduce(R)>
-        double lhs = 0, rhs = 0, mag = 0;
-        for (size_t i = 0; i < y.size(); i++) { lhs += (double)y[i] * R[i]; mag += std::fabs((double)y[i] * R[i]); }
-        for (size_t i = 0; i < x.size(); i++) rhs += (double)x[i] * dx[i];
-        report(std::fabs(lhs - rhs) <= 1e-6 * mag, "gqa reduce is expand's transpose (<expand(x), r> = <x, reduce(r)>)",
-               "%.2e vs %.2e", lhs, rhs);
     }
 }
 
@@ -840,21 +870,23 @@ static void test_bf16_ops() {
         check_rounded_once("bf16 matmul backward dW (accumulated)", dW, bdW);
         check_rounded_once("bf16 matmul backward dbias (accumulated)", dbias, bdbias);
     }
-    {   // attention
-        int B = 2, T = 7, C = 12, NH = 3;
-        auto qkv = randn_bf(B * T * 3 * C), d = randn_bf(B * T * C);
+    for (int NKV : {3, 1}) {  // attention (NKV = 1: grouped-query, dk and dv summed over 3 heads in fp32, rounded once)
+        const int B = 2, T = 7, C = 12, NH = 3;
+        const size_t W = QKVLayout(C, NH, NKV).row();
+        auto qkv = randn_bf(B * T * W), d = randn_bf(B * T * C);
         auto bqkv = as_bf16(qkv), bd = as_bf16(d);
         avec<float> out(B * T * C), lse(B * NH * T), blse(B * NH * T), dqkv(qkv.size());
         avec<bf16> bout(out.size()), bdqkv(qkv.size());
-        attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH);
-        attention_forward(ctx, bout.data(), blse.data(), bqkv.data(), B, T, C, NH);
-        check_rounded_once("bf16 attention forward", out, bout);
-        report(same_fp32(lse, blse), "bf16 attention lse is the fp32 op's");
+        const char* tag = NKV < NH ? " (grouped-query)" : "";
+        attention_forward(ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH, NKV);
+        attention_forward(ctx, bout.data(), blse.data(), bqkv.data(), B, T, C, NH, NKV);
+        check_rounded_once((std::string("bf16 attention forward") + tag).c_str(), out, bout);
+        report(same_fp32(lse, blse), (std::string("bf16 attention lse is the fp32 op's") + tag).c_str());
         // the backward reads out: give both the same (bf16-exact) values
         for (size_t i = 0; i < out.size(); i++) out[i] = to_f(bout[i]);
-        attention_backward(ctx, dqkv.data(), d.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
-        attention_backward(ctx, bdqkv.data(), bd.data(), bqkv.data(), bout.data(), blse.data(), B, T, C, NH);
-        check_rounded_once("bf16 attention backward dqkv", dqkv, bdqkv);
+        attention_backward(ctx, dqkv.data(), d.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NKV);
+        attention_backward(ctx, bdqkv.data(), bd.data(), bqkv.data(), bout.data(), blse.data(), B, T, C, NH, NKV);
+        check_rounded_once((std::string("bf16 attention backward dqkv") + tag).c_str(), dqkv, bdqkv);
     }
     {   // gelu, residual, add_inplace
         size_t n = 1000;
@@ -898,13 +930,6 @@ static void test_bf16_ops() {
         for (size_t i = 0; i < q.size(); i++) q[i] = to_f(bq[i]);  // (the same bf16 input for the backward)
         rope_backward(ctx, q.data(), table.data(), B, T, stride, 2, hd); rope_backward(ctx, bq.data(), table.data(), B, T, stride, 2, hd);
         check_rounded_once("bf16 rope backward", q, bq);
-        const int NH = 4, NKV = 2;  // gqa: copies exact, group sums rounded once
-        auto e = randn_bf((size_t)B * T * 3 * NH * hd);
-        auto be = as_bf16(e);
-        avec<float> r((size_t)B * T * (NH + 2 * NKV) * hd);
-        avec<bf16> br(r.size());
-        gqa_reduce(ctx, r.data(), e.data(), (size_t)B * T, NH, NKV, hd); gqa_reduce(ctx, br.data(), be.data(), (size_t)B * T, NH, NKV, hd);
-        check_rounded_once("bf16 gqa reduce", r, br);
     }
     {   // classifier: the losses are the fp32 op's bit for bit, dlogits rounded once
         int N = 5, V = 29, Vp = 32;
@@ -1145,8 +1170,12 @@ int main() {
     test_encoder();
     test_layernorm();
     test_matmul();
-    test_attention();
-    test_ring_attention();
+    test_attention(3, 3);
+    test_attention(4, 2);  // grouped-query
+    test_attention(4, 1);  // one key/value head (multi-query)
+    test_gqa_is_repeated_mha();
+    test_ring_attention(3, 3);
+    test_ring_attention(4, 2);
     test_gelu();
     test_llama_ops();
     test_classifier();
