@@ -1,10 +1,12 @@
 /*
-tokenize — text files in, GPT-2 token shards out (and back: --decode).
+tokenize — text files in, token shards out (and back: --decode); GPT-2's tokenizer, or Llama 3's
+kind (a tiktoken rank file: --tokenizer original/tokenizer.model).
 
   ./tokenize INPUT.txt OUTPUT.bin
-      one shard holding <|endoftext|> (50256) followed by the tokens of the text.
+      one shard holding <|endoftext|> (50256; Llama 3: <|begin_of_text|>, 128000) followed by the
+      tokens of the text.
   ./tokenize --output-prefix PREFIX [--val-fraction F] [--shard-tokens N] FILE...
-      a dataset: every file is a document, preceded by <|endoftext|>. The last F of the
+      a dataset: every file is a document, preceded by that token. The last F of the
       documents (at least one) form PREFIX_val_000000.bin and the rest PREFIX_train_NNNNNN.bin,
       cut every N tokens (default 100M, like llm.c). With a single file, the split is made at
       the line boundary that leaves F of its bytes for validation.
@@ -19,13 +21,14 @@ tokenize — text files in, GPT-2 token shards out (and back: --decode).
       tokens, and each ending's with a space before it, as llm.c's dev/data/hellaswag.py does.
 
 Encoding runs on every core (--threads) and gives the same tokens for any thread count: each
-document is cut into pieces of about --chunk-bytes where the GPT-2 regex splits anyway
+document is cut into pieces of about --chunk-bytes where the pre-tokenizer's regex splits anyway
 (tokenizer_next_cut), the pieces are encoded in parallel and their tokens put back in order.
 One thread reads (and parses --jsonl) the next batch of pieces (64 MiB of text) while the others
 encode the last, so memory holds two batches and the document being read (a text file, or a line
 of a --jsonl file), not the whole input.
 
-The shard format and the tokenizer are described in llmc/dataloader.h and llmc/tokenizer.h.
+The shard format and the tokenizer are described in llmc/dataloader.h and llmc/tokenizer.h. A
+vocabulary of more than 65536 tokens (Llama 3's 128256) is written as uint32 shards.
 Test: test/test_tokenizer.sh.
 */
 #include <chrono>
@@ -47,11 +50,15 @@ static void print_help() {
         "       tokenize [--tokenizer PATH] --decode SHARD\n"
         "       tokenize [--tokenizer PATH] --hellaswag INPUT.jsonl OUTPUT.bin\n"
         "\n"
-        "Writes GPT-2 token shards (256 int32 header [20240520, 1, ntok], then uint16 tokens).\n"
-        "Each input file (each line, with --jsonl) is one document, preceded by <|endoftext|> (50256).\n"
+        "Writes token shards (256 int32 header [20240520, 1, ntok], then uint16 tokens; uint32 tokens\n"
+        "under [20240801, 7, ntok] with --uint32 or a vocabulary of more than 65536 tokens).\n"
+        "Each input file (each line, with --jsonl) is one document, preceded by GPT-2's <|endoftext|> (50256)\n"
+        "or, with a rank file, Llama 3's <|begin_of_text|>.\n"
         "\n"
         "options:\n"
-        "  --tokenizer PATH       tokenizer file (default: data/gpt2_tokenizer.bin)\n"
+        "  --tokenizer PATH       tokenizer file (default: data/gpt2_tokenizer.bin), or a tiktoken rank file\n"
+        "                         (\"BASE64 RANK\" lines, e.g. Llama 3's original/tokenizer.model): Llama 3's\n"
+        "                         pre-tokenizer and 256 special tokens after the ranks (llmc/tokenizer.h)\n"
         "  --output-prefix PREFIX write PREFIX_val_000000.bin and PREFIX_train_NNNNNN.bin\n"
         "  --val-fraction F       fraction of documents (or, for one text file, of its bytes) kept for\n"
         "                         validation, 0 <= F < 1 (default 0.05 with --output-prefix)\n"
@@ -301,7 +308,7 @@ struct ParallelEncoder {
             #pragma omp parallel for schedule(dynamic, 1) num_threads(encoders.size())
             for (size_t i = 0; i < running.size(); i++) {
                 const Piece& p = running[i];
-                if (p.first) running_tokens[i].push_back(tk.eot_token);
+                if (p.first) running_tokens[i].push_back(tk.doc_token);
                 encoder_encode(encoders[omp_get_thread_num()].get(), p.text->data() + p.begin, p.end - p.begin,
                                p.stop - p.begin, &running_tokens[i]);
             }
@@ -369,6 +376,7 @@ int main(int argc, char** argv) {
     }
     Tokenizer tk;
     tokenizer_load(&tk, tokenizer_path.c_str());
+    if (tk.vocab.size() > 65536) wide = true;  // ids past 65535 need uint32 shards
 
     if (!decode_path.empty()) {
         DataLoader d;

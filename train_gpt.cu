@@ -56,10 +56,10 @@ struct FlagDef { const char* name; const char* def; const char* help; bool is_sw
 static const FlagDef FLAGS[] = {
     {"device", "auto", "cpu | cuda (auto: cuda when a usable GPU exists, else cpu)", false},
     {"model", "d12", "d12-style depth (d1..d96), gpt2:124M|350M|774M|1558M, llama:d12-style depth, llama:1B|3B|8B, or a model file", false},
-    {"vocab-size", "0", "a preset's vocabulary V, for token shards from another tokenizer (0: GPT-2's 50257); its rows are padded to Vp, a multiple of 128. A model file has its own", false},
+    {"vocab-size", "0", "a preset's vocabulary V, for token shards from another tokenizer (0: GPT-2's 50257; Llama 3's tokenizer: 128256), at most 2^20; its rows are padded to Vp, a multiple of 128. A model file has its own", false},
     {"train-data", "data/kjv_train_*.bin", "token shards to train on (glob)", false},
     {"val-data", "data/kjv_val_*.bin", "token shards for validation (glob; empty = none)", false},
-    {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples", false},
+    {"tokenizer", "data/gpt2_tokenizer.bin", "tokenizer file, for --prompt and samples: llm.c's GPT-2 file, or a tiktoken rank file such as Llama 3's original/tokenizer.model (llmc/tokenizer.h)", false},
     {"batch-size", "4", "micro-batch size B per rank; one whose activations cannot fit in the GPU's (or host's) memory is refused at start, naming one that does. auto (with --total-batch-tokens D): the largest B that fits, that the data holds, and that splits D into whole micro-batches (with --pp-schedule interleaved, a multiple of --pp of them; on --resume: the checkpoint's B)", false},
     {"seq-len", "1024", "sequence length T (at most the model's maxT)", false},
     {"total-batch-tokens", "-1", "tokens per optimizer step; grad accumulation = D/(B*T*dp) (-1: B*T*dp)", false},
@@ -99,7 +99,7 @@ static const FlagDef FLAGS[] = {
     {"hellaswag", "", "multiple-choice eval file (llm.c's hellaswag_val.bin format; ./tokenize --hellaswag writes it): its accuracy at each evaluation, each ending scored by its mean token loss", false},
     {"sample-every", "0", "print a sample every N steps (and at the end) (0: never)", false},
     {"gen-tokens", "64", "tokens to generate per sample", false},
-    {"prompt", "", "text the samples start from (after <|endoftext|>)", false},
+    {"prompt", "", "text the samples start from (after the tokenizer's document token: <|endoftext|>, Llama 3's <|begin_of_text|>)", false},
     {"temperature", "1.0", "sampling temperature (> 0)", false},
     {"top-k", "0", "sample from the k most likely tokens (0: all)", false},
     {"log-file", "", "write one JSON line per step here", false},
@@ -286,7 +286,7 @@ static int sample_token(const float* logits, int V, float temperature, int top_k
 template <class T>
 static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std::string& prompt, int n, int T_,
                             float temperature, int top_k, Rng* rng) {
-    std::vector<int> toks = {tk->eot_token};
+    std::vector<int> toks = {tk->doc_token};  // a document's start
     tokenizer_encode(*tk, prompt, &toks);
     size_t start = toks.size();
     std::vector<float> logits(g->config.padded_vocab_size);
@@ -373,7 +373,7 @@ int main(int argc, char** argv) {
     // --- model config: a preset, a model file, or (on --resume) the checkpoint's model
     std::string model_spec = f.str("model"), resume_dir;
     bool from_file = false;
-    GPTConfig config = model_config_from_spec(model_spec, (int)f.integer("vocab-size", 0, 65536), &from_file);
+    GPTConfig config = model_config_from_spec(model_spec, (int)f.integer("vocab-size", 0, 1 << 20), &from_file);
     if (resume) {
         resume_dir = checkpoint_latest(out_dir);
         if (resume_dir.empty()) fatal("--resume: no checkpoint (step_*/) in '%s'", out_dir.c_str());

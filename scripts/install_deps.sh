@@ -4,7 +4,8 @@
 # one line and fails. Called by the Makefile; safe to run again (it only installs what is missing).
 #   build: g++, PCRE2 (the tokenizer's regex library) and OpenMPI (multi-process runs, tests)
 #   test:  + PyTorch for the reference checks (Debian's python3-torch, run by /usr/bin/python3)
-#          + Node.js/npm and the npm package gpt-3-encoder (the reference GPT-2 BPE), in build/
+#          + Node.js/npm and the npm packages gpt-3-encoder (the reference GPT-2 BPE) and tiktoken
+#            (the reference for Llama 3's kind, with a real 100k vocabulary), in build/
 #   gpu:   build + PyTorch and numpy in the python3 on PATH or in /usr/bin/python3 (`make gpucheck`)
 #   data:  + the King James Bible text (bible-kjv) and gpt-3-encoder, to regenerate data/
 set -euo pipefail
@@ -50,4 +51,9 @@ if [ "$what" = test ] || [ "$what" = data ]; then
         mkdir -p build
         npm install --silent --no-audit --no-fund --prefix build gpt-3-encoder@1.1.4 >/dev/null
     fi
+fi
+if [ "$what" = test ] && [ ! -f build/node_modules/tiktoken/lite/tiktoken.cjs ]; then
+    echo "installing: npm tiktoken@1.0.22 (reference for Llama 3's kind of BPE, with cl100k_base's ranks) into build/"
+    mkdir -p build
+    npm install --silent --no-audit --no-fund --prefix build tiktoken@1.0.22 >/dev/null
 fi

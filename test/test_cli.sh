@@ -127,7 +127,7 @@ expect_fail "shard longer than its header" 1 "header says 5000 tokens" "${base[@
 expect_fail "data/model vocabulary mismatch" 1 "outside the model's vocabulary (V=97)" "${base[@]}" --train-data "$tmp/bigtok.bin"
 expect_fail "--vocab-size that differs from the model file's" 2 "--vocab-size 250: the model file '$tmp/tiny.bin' has a vocabulary of 97" \
     "${base[@]}" --vocab-size 250
-expect_fail "--vocab-size past 16-bit tokens" 2 "--vocab-size: expected an integer in [0, 65536], got '70000'" "${base[@]}" --model d1 --vocab-size 70000
+expect_fail "--vocab-size past 2^20" 2 "--vocab-size: expected an integer in [0, 1048576], got '2000000'" "${base[@]}" --model d1 --vocab-size 2000000
 # a preset with --vocab-size 97: V = 97 rows of wte padded to Vp = 128 (the header, the file's size),
 # trained on the 97-token shard
 "$BIN" "${base[@]}" --model d1 --vocab-size 97 --steps 1 --save-model "$tmp/v97.bin" --output-dir "$tmp/v97ck" >"$tmp/out" 2>&1

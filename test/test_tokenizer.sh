@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_tokenizer — our C++ GPT-2 BPE against the reference (npm gpt-3-encoder) on real text,
-# token for token, and decode(encode(x)) == x byte for byte.
+# token for token, and decode(encode(x)) == x byte for byte; the same for Llama 3's kind (a
+# tiktoken rank file: cl100k_base's ranks under Llama 3's regex) against tiktoken (npm tiktoken).
 # Texts: the shipped validation text (decoded), this project's own sources (Greek, math and
 # arrows in the comments), and a sample with accents, CJK, emoji, digits, contractions and
 # runs of whitespace; the same texts cut into pieces for parallel encoding, and a text of what is hardest
@@ -70,6 +71,100 @@ for f in kjv_val unicode readme sources edges; do
         cmp -s "$tmp/$f.one.bin" "$tmp/$f.cut.bin" || { same=0; echo "not ok - tokenizer $f: cut into pieces of $c bytes on 2 threads, the tokens differ from one piece's"; }
     done
     [ $same = 1 ] && [ -s "$tmp/$f.one.bin" ] && echo "ok - tokenizer $f: the same tokens cut into pieces of 64 and of 1 bytes, on 2 threads, as in one piece"
+done
+# Llama 3's kind (a tiktoken rank file, llmc/tokenizer.h): with cl100k_base's 100256 ranks (the
+# first 100k of Llama 3's 128k, shipped in the npm package tiktoken) under Llama 3's regex, token
+# for token against tiktoken itself; each shard uint32 (the vocabulary passes 65536) and led by
+# <|begin_of_text|> (rank count + 0); decode(encode(x)) == x; the same tokens cut into pieces
+ranks="$tmp/cl100k.tiktoken"
+if node test/tiktoken_reference.js ranks "$ranks"; then
+    for f in kjv_val unicode readme sources; do
+        in="$tmp/$f.txt"
+        node test/tiktoken_reference.js encode "$ranks" "$in" > "$tmp/$f.tt.json" || { echo "not ok - tokenizer (rank file) $f: tiktoken failed"; continue; }
+        ./tokenize --tokenizer "$ranks" "$in" "$tmp/$f.tt.bin" 2>/dev/null
+        /usr/bin/python3 - "$tmp/$f.tt.bin" "$tmp/$f.tt.json" "$f" <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+h = struct.unpack("<3i", data[:12])
+ours = list(struct.unpack("<%dI" % ((len(data) - 1024) // 4), data[1024:]))
+ref, name = json.load(open(sys.argv[2])), sys.argv[3]
+ok = h == (20240801, 7, len(ours)) and ours[:1] == [100256] and ours[1:] == ref
+first = next((i for i, (a, b) in enumerate(zip(ours[1:], ref)) if a != b), None)
+print(("ok" if ok else "not ok") + f" - tokenizer (rank file, Llama 3's rules) {name}: {len(ref)} tokens identical to tiktoken's, "
+      f"in a uint32 shard after <|begin_of_text|>" + ("" if ok else f" (header {h}, first {ours[:1]}, first difference at {first})"))
+PY
+        if { printf '<|begin_of_text|>'; cat "$in"; } | cmp -s - <(./tokenize --tokenizer "$ranks" --decode "$tmp/$f.tt.bin"); then
+            echo "ok - tokenizer (rank file) $f: decode(encode(x)) == x"
+        else
+            echo "not ok - tokenizer (rank file) $f: decode(encode(x)) != x"
+        fi
+    done
+    for f in unicode sources edges; do
+        ./tokenize --tokenizer "$ranks" --threads 1 --chunk-bytes 100000000 "$tmp/$f.txt" "$tmp/$f.tt1.bin" 2>/dev/null
+        same=1
+        for c in 64 1; do
+            ./tokenize --tokenizer "$ranks" --threads 2 --chunk-bytes $c "$tmp/$f.txt" "$tmp/$f.ttc.bin" 2>/dev/null
+            cmp -s "$tmp/$f.tt1.bin" "$tmp/$f.ttc.bin" || { same=0; echo "not ok - tokenizer (rank file) $f: cut into pieces of $c bytes, the tokens differ"; }
+        done
+        [ $same = 1 ] && [ -s "$tmp/$f.tt1.bin" ] && echo "ok - tokenizer (rank file) $f: the same tokens cut into pieces of 64 and of 1 bytes, on 2 threads, as in one piece"
+    done
+    # tiktoken's rule that a piece which is itself a token is that token: with ranks of the 256
+    # bytes, "abc" and "cd" only, BPE alone would leave "abc" as a, b, c (no pair of it is a token)
+    /usr/bin/python3 - "$tmp/tiny.tiktoken" "$tmp/tiny.txt" <<'PY'
+import base64, sys
+toks = [bytes([b]) for b in range(256)] + [b"abc", b"cd"]
+open(sys.argv[1], "w").write("".join(f"{base64.b64encode(t).decode()} {r}\n" for r, t in enumerate(toks)))
+open(sys.argv[2], "w").write("abc abcd xabcx abc\nabc")
+PY
+    ./tokenize --tokenizer "$tmp/tiny.tiktoken" "$tmp/tiny.txt" "$tmp/tiny.bin" 2>/dev/null
+    /usr/bin/python3 - "$tmp/tiny.bin" "$(node test/tiktoken_reference.js encode "$tmp/tiny.tiktoken" "$tmp/tiny.txt")" <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+ours = list(struct.unpack("<%dH" % ((len(data) - 1024) // 2), data[1024:]))[1:]
+ref = json.loads(sys.argv[2])
+ok = ours == ref and ours.count(256) == 2 and 257 in ours
+print(("ok" if ok else "not ok") + f" - tokenizer (rank file): a piece that is a token is that token (\"abc\" -> 256, twice), "
+      f"else BPE (\" abcd\" ends in \"cd\"), as tiktoken: {ours}" + ("" if ok else f" vs {ref}"))
+PY
+else
+    echo "not ok - tokenizer (rank file): test/tiktoken_reference.js could not write cl100k_base's ranks (npm tiktoken in build/?)"
+fi
+# the trainer on those shards (uint32, a vocabulary past 65536): a Llama of V = 100256 + 256 tokens
+# trains (its first loss near ln V: the initial logits are small), samples through the rank file
+# from <|begin_of_text|> and the prompt, and a tokenizer of another V is refused in one line
+TRAIN_GPT=${TRAIN_GPT:-./train_gpt}
+if [ -x "$TRAIN_GPT" ] && [ -s "$tmp/kjv_val.tt.bin" ]; then
+    tt=(--model llama:d1 --train-data "$tmp/kjv_val.tt.bin" --val-data "" --tokenizer "$ranks" --batch-size 2 --seq-len 32
+        --steps 2 --sample-every 2 --gen-tokens 4 --prompt "In the beginning God")
+    out=$("$TRAIN_GPT" "${tt[@]}" --vocab-size 100512 2>&1); rc=$?
+    /usr/bin/python3 - "$rc" "$out" "$tmp/kjv_val.tt.bin" <<'PY'
+import math, re, struct, sys
+rc, out = int(sys.argv[1]), sys.argv[2]
+ntok = struct.unpack("<3i", open(sys.argv[3], "rb").read(12))[2]
+data = re.search(r"^data: (\d+) train tokens", out, re.M)
+loss = re.search(r"^step +1/2 \| loss ([0-9.]+)", out, re.M)
+sample = re.search(r"---- sample at step 2 ----\n(.*)\n", out)
+ok = rc == 0 and data and int(data.group(1)) == ntok and loss and abs(float(loss.group(1)) - math.log(100512)) < 0.5 \
+     and sample and sample.group(1).startswith("In the beginning God")
+print(("ok" if ok else "not ok") + f" - train_gpt on the rank file's uint32 shard (V = 100512): {data.group(1) if data else '?'} of its {ntok} tokens read, "
+      f"first loss {loss.group(1) if loss else '?'} (ln V = {math.log(100512):.3f}), the sample decoded from the prompt"
+      + ("" if ok else f" (exit {rc}): {out[-400:]}"))
+PY
+    out=$("$TRAIN_GPT" "${tt[@]}" --vocab-size 50257 2>&1); rc=$?
+    [ $rc = 2 ] && echo "$out" | grep -q "the tokenizer has 100512 tokens but the model's vocabulary is 50257" \
+        && echo "ok - train_gpt: a rank-file tokenizer of another vocabulary is refused (exit 2)" \
+        || echo "not ok - train_gpt: a rank-file tokenizer of another vocabulary: exit $rc: $(echo "$out" | tail -1)"
+fi
+# a rank file that is not one: refused naming the file, the line and what was expected
+printf 'YQ== 0\nYg== 1\n' > "$tmp/short.tiktoken"
+printf 'YQ== 0\nnot base64! 1\n' > "$tmp/badline.tiktoken"
+printf 'YQ== 0\nYg== 0\n' > "$tmp/twice.tiktoken"
+printf 'YQ== 0\nYg== 2\n' > "$tmp/gap.tiktoken"
+for bad in "short:has no token for byte 0" "badline:line 2: expected \"BASE64 RANK\"" "twice:line 2: rank 0 given twice" "gap:no token of rank 1"; do
+    out=$(./tokenize --tokenizer "$tmp/${bad%%:*}.tiktoken" "$tmp/unicode.txt" "$tmp/x.bin" 2>&1); rc=$?
+    [ $rc != 0 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -qF "${bad%%:*}.tiktoken" && echo "$out" | grep -qF "${bad#*:}" \
+        && echo "ok - tokenizer: a bad rank file (${bad%%:*}) is refused in one line: $out" \
+        || echo "not ok - tokenizer: a bad rank file (${bad%%:*}): exit $rc: $out"
 done
 # a dataset (--output-prefix) of several files, and of one file split for validation: the same
 # shards, cut or not, on 1 or 2 threads (shards of 20000 tokens, so that a shard ends inside a batch)
