@@ -564,10 +564,15 @@ int main(int argc, char** argv) {
         // the device line's tail: recomputation (when on) and where checkpoints go
         const std::string run_note = (recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(recompute)) +
                                      (out_dir.empty() ? "" : " -> " + out_dir);
-        char arch_note[128] = "";
-        if (config.llama())
-            snprintf(arch_note, sizeof(arch_note), "; llama: NKV=%d H=%d theta=%d (RMSNorm, RoPE, SwiGLU), %s", config.kv_heads(),
-                     config.ffn(), config.rope_theta, config.tied ? "classifier tied to wte" : "lm_head apart from wte");
+        char arch_note[256] = "";
+        if (config.llama()) {
+            char scaled[96] = "";
+            if (config.rope_scaling.factor)
+                snprintf(scaled, sizeof(scaled), " scaled x%d (low %d, high %d, context %d)", config.rope_scaling.factor,
+                         config.rope_scaling.low, config.rope_scaling.high, config.rope_scaling.original);
+            snprintf(arch_note, sizeof(arch_note), "; llama: NKV=%d H=%d theta=%d%s (RMSNorm, RoPE, SwiGLU), %s", config.kv_heads(),
+                     config.ffn(), config.rope_theta, scaled, config.tied ? "classifier tied to wte" : "lm_head apart from wte");
+        }
         print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s%s\n", config.num_layers, config.channels,
                config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
                from_file ? " (from file)" : resume ? " (from checkpoint)" : "", arch_note);

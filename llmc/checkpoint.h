@@ -4,7 +4,8 @@ checkpoint.h — model files (llm.c's format) and training checkpoints (ours).
 Model file (DESIGN §3.2): 256 int32 header [20240326, version, maxT, V, L, NH, C, Vp], then the
 16 tensors in llm.c's tensor-major order, fp32 (version 3) or bf16 (version 5). Its size must be
 exactly 1024 + Ψ·(4 or 2) bytes. A Llama model (model.h) is the same with the header
-[20261124, version, maxT, V, L, NH, C, Vp, NKV, H, θ, untied] and the tensors it has, in the same
+[20261124, version, maxT, V, L, NH, C, Vp, NKV, H, θ, untied, s, l, h, N₀] (s, l, h, N₀: RoPE's
+Llama 3.1 scaling, rope.cuh; s = 0 none, as older files have) and the tensors it has, in the same
 order: wte Vp×C, ln1w L×C, qkvw L×(NH+2·NKV)·hd×C (q, k, v rows; Meta's pair layout for RoPE),
 attprojw L×C×C, ln2w L×C, fcw L×2H×C (the gate's H rows, then the up projection's), fcprojw
 L×C×H, lnfw C, and with untied = 1 the classifier's own lm_head Vp×C. In memory the parameters are layer-major (model.h), so load and
@@ -79,6 +80,10 @@ inline GPTConfig model_file_config(const char* path, bool* file_bf16 = nullptr) 
     if (h[0] == LLAMA_MODEL_MAGIC) {
         c.arch = Arch::Llama; c.num_kv_heads = h[8]; c.hidden = h[9]; c.rope_theta = h[10]; c.tied = h[11] == 0;
         if (h[11] != 0 && h[11] != 1) fatal("'%s': Llama header's untied flag is %d (0 or 1)", path, h[11]);
+        if (h[12] != 0) c.rope_scaling = {h[12], h[13], h[14], h[15]};  // (else none: the defaults)
+        if (h[12] != 0 && (h[12] < 1 || h[13] < 1 || h[14] <= h[13] || h[15] < 1))
+            fatal("'%s': Llama header's RoPE scaling (factor %d, low %d, high %d, original context %d) needs factor >= 1, "
+                  "1 <= low < high, context >= 1 (or factor 0: none)", path, h[12], h[13], h[14], h[15]);
     }
     if (c.max_seq_len < 1 || c.vocab_size < 1 || c.num_layers < 1 || c.num_heads < 1 || c.channels < 1 ||
         c.channels % c.num_heads != 0 || c.padded_vocab_size < c.vocab_size)
@@ -128,6 +133,8 @@ inline void model_file_write_header(FILE* f, const char* path, const GPTConfig& 
     h[0] = c.llama() ? LLAMA_MODEL_MAGIC : MODEL_MAGIC; h[1] = file_bf16 ? 5 : 3; h[2] = c.max_seq_len; h[3] = c.vocab_size;
     h[4] = c.num_layers; h[5] = c.num_heads; h[6] = c.channels; h[7] = c.padded_vocab_size;
     if (c.llama()) { h[8] = c.kv_heads(); h[9] = c.ffn(); h[10] = c.rope_theta; h[11] = c.tied ? 0 : 1; }
+    if (c.llama() && c.rope_scaling.factor)
+        h[12] = c.rope_scaling.factor, h[13] = c.rope_scaling.low, h[14] = c.rope_scaling.high, h[15] = c.rope_scaling.original;
     fwrite_or_die(h, sizeof(int), 256, f, path);
 }
 

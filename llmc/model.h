@@ -113,6 +113,7 @@ struct GPTConfig {
     int num_kv_heads = 0;           // NKV (Llama); 0: NH
     int hidden = 0;                 // H, the MLP's hidden features (Llama); 0: 4C
     int rope_theta = 10000;         // θ of RoPE's angles (Llama)
+    RopeScaling rope_scaling;       // Llama 3.1's stretch of the slow pairs (rope.cuh); factor 0: none
     bool tied = true;               // the classifier is wte (else lm_head: Llama only)
     bool llama() const { return arch == Arch::Llama; }
     int kv_heads() const { return num_kv_heads ? num_kv_heads : num_heads; }
@@ -128,7 +129,9 @@ inline bool gpt_same_shape(const GPTConfig& a, const GPTConfig& b) {
     return a.arch == b.arch && a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
            a.padded_vocab_size == b.padded_vocab_size && a.num_layers == b.num_layers && a.num_heads == b.num_heads &&
            a.channels == b.channels && a.kv_heads() == b.kv_heads() && a.ffn() == b.ffn() &&
-           a.tied == b.tied && (!a.llama() || a.rope_theta == b.rope_theta);
+           a.tied == b.tied && (!a.llama() || (a.rope_theta == b.rope_theta && a.rope_scaling.factor == b.rope_scaling.factor &&
+           (a.rope_scaling.factor == 0 || (a.rope_scaling.low == b.rope_scaling.low && a.rope_scaling.high == b.rope_scaling.high &&
+                                           a.rope_scaling.original == b.rope_scaling.original))));
 }
 
 // ----------------------------------------------------------------------------
@@ -753,7 +756,7 @@ template <class T> inline const float* gpt_rope(const Ctx& ctx, GPT<T>* g, int T
         if (g->cp)
             for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T_))
                 for (int i = 0; i < q.n; i++) pos[q.local + i] = q.global + i;
-        a.rope_host = rope_table(pos.data(), T_, g->config.head_dim(), (double)g->config.rope_theta);
+        a.rope_host = rope_table(pos.data(), T_, g->config.head_dim(), (double)g->config.rope_theta, g->config.rope_scaling);
         ctx_copy(ctx, a.rope.data(), a.rope_host.data(), a.rope_host.size() * sizeof(float));
         a.rope_T = T_;
     }

@@ -8,6 +8,10 @@ Llama 2, 500000 in Llama 3):
   forward:  y₀ = x₀·cos a − x₁·sin a,   y₁ = x₀·sin a + x₁·cos a
   backward: a rotation is orthogonal, so its gradient is the rotation by −a:
             dx₀ = dy₀·cos a + dy₁·sin a,   dx₁ = −dy₀·sin a + dy₁·cos a
+Llama 3.1 and 3.2 stretch the slow pairs for long contexts (RopeScaling, "llama3"): with the
+original context N₀ (8192), factors s (8 in 3.1, 32 in 3.2), l = 1 and h = 4, a pair of
+frequency f = θ^(−2i/hd) and wavelength λ = 2π/f keeps f where λ < N₀/h, turns at f/s where
+λ > N₀/l, and in between at (1 − m)·f/s + m·f with m = (N₀/λ − l)/(h − l).
 A query at t and a key at u then meet as (R(t)q)·(R(u)k) = q·R(u − t)k: attention sees their
 distance, not where they are. Both run in place: the forward on qkv before attention (which
 keeps the rotated q, k for its backward), the backward on dqkv after attention's backward.
@@ -28,12 +32,26 @@ once), test/gpucheck_ops.cu (CUDA vs CPU).
 #include "common.h"
 #include "profiler.h"
 
+// Llama 3.1's frequency scaling (the header's formula); factor 0: none.
+struct RopeScaling { int factor = 0, low = 1, high = 4, original = 8192; };
+
+// Pair i's frequency θ^(−2i/hd), scaled as the header says.
+inline double rope_frequency(int i, int hd, double theta, const RopeScaling& s) {
+    const double f = std::pow(theta, -2.0 * i / hd);
+    if (s.factor == 0) return f;
+    const double wavelen = 2 * M_PI / f;
+    if (wavelen < (double)s.original / s.high) return f;
+    if (wavelen > (double)s.original / s.low) return f / s.factor;
+    const double m = ((double)s.original / wavelen - s.low) / (double)(s.high - s.low);
+    return (1 - m) * f / s.factor + m * f;
+}
+
 // cos and sin of every angle, [t][i][2] for the T positions pos[0..T) and the hd/2 pairs.
-inline std::vector<float> rope_table(const int* pos, int T, int hd, double theta) {
+inline std::vector<float> rope_table(const int* pos, int T, int hd, double theta, const RopeScaling& scaling = {}) {
     std::vector<float> table((size_t)T * hd);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < hd / 2; i++) {
-            const double a = pos[t] * std::pow(theta, -2.0 * i / hd);
+            const double a = pos[t] * rope_frequency(i, hd, theta, scaling);
             table[((size_t)t * hd / 2 + i) * 2] = (float)std::cos(a);
             table[((size_t)t * hd / 2 + i) * 2 + 1] = (float)std::sin(a);
         }

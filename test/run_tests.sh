@@ -5,8 +5,10 @@
 #   test_ops            every op's backward vs finite differences; model gradient; AdamW; data order
 #   test_cli            bad input → one clear line; --help; model file round trips; checkpoint layout
 #   test_train          resume bit-exactness, determinism, gradient accumulation, learning
-#   test_tokenizer      C++ BPE vs the reference GPT-2 BPE, decode round trip
+#   test_tokenizer      C++ BPE vs the reference GPT-2 BPE and tiktoken (Llama 3's kind), round trips
 #   test_vs_pytorch     the trainer vs an independent PyTorch GPT-2 (losses within 1e-4)
+#   test_llama_convert  Meta's Llama 3 checkpoint layout converted (dev/data/llama3_meta_to_model.py)
+#                       and run against a forward written as Meta's model computes (scaled RoPE)
 #   test_comm           every collective under mpirun (4 and 3 ranks), byte counters, the mesh
 #   test_dp             DDP and ZeRO-1/2/3 on 2 and 4 CPU ranks against one process; memory and
 #                       bytes against the formulas; resume and resharding
@@ -77,6 +79,7 @@ for b in "${binaries[@]}"; do
     if [ "$b" = ./train_gpt ]; then part "test_train ($b)" bash test/test_train.sh "$b"
     else part "test_train ($b, quick)" env TRAIN_QUICK=1 bash test/test_train.sh "$b"; fi
     part "test_vs_pytorch ($b)" /usr/bin/python3 test/test_vs_pytorch.py "$b"
+    part "test_llama_convert ($b)" /usr/bin/python3 test/test_llama_convert.py "$b"
     # (the g++ build beside an nvcc one: dp = 2 and DP_QUICK, the collectives of every kind; its
     # dp = 4 matrix, other ZeRO stages, signals and resharding are the same code as ./train_gpt's)
     if [ "$b" = ./train_gpt ]; then part "test_dp ($b)" bash test/test_dp.sh "$b"
@@ -119,6 +122,7 @@ part "gpu_sanitize's verdicts (stand-in sanitizer, emulated GPU)" bash test/test
 part "test_gpu_train (emulated GPU)" env GPU_TRAIN_QUICK=1 GPU_TRAIN_VOCAB=250 bash test/test_gpu_train.sh build/train_gpt_simt
 part "test_train (emulated GPU)" env DEVICE=cuda TRAIN_QUICK=1 bash test/test_train.sh build/train_gpt_simt
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
+part "test_llama_convert (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_llama_convert.py build/train_gpt_simt
 part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh build/train_gpt_simt
 part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt
 part "test_pp (emulated GPU, pp=2, tp=2 x pp=2, interleaved pp=2 and 3; NCCL over MPI)" env DEVICE=cuda COMM=nccl PP_QUICK=1 bash test/test_pp.sh build/train_gpt_simt

@@ -37,12 +37,14 @@ open(f"{d}/model_truncated.bin", "wb").write(m[:-4])
 open(f"{d}/model_badmagic.bin", "wb").write(struct.pack("<i", 7) + m[4:])
 open(f"{d}/model_badversion.bin", "wb").write(m[:4] + struct.pack("<i", 4) + m[8:])
 # a tiny Llama with its own classifier (header [20261124, 3, maxT, V, L, NH, C, Vp, NKV, H, theta, untied]),
-# and two bad headers: 3 key/value heads for 4 query heads, an untied flag of 2
+# and bad headers: 3 key/value heads for 4 query heads, an untied flag of 2, a RoPE scaling of low >= high
 cl = dict(arch="llama", maxT=32, V=97, Vp=128, L=2, NH=4, NKV=2, C=32, H=48, theta=10000, tied=False)
 ref.write_model(f"{d}/llama.bin", cl, ref.random_params(cl, seed=4))
 ml = open(f"{d}/llama.bin", "rb").read()
 open(f"{d}/llama_badkv.bin", "wb").write(ml[:32] + struct.pack("<i", 3) + ml[36:])
 open(f"{d}/llama_badtied.bin", "wb").write(ml[:44] + struct.pack("<i", 2) + ml[48:])
+# RoPE scaling (header[12..15]: factor, low, high, original context) with low >= high
+open(f"{d}/llama_badrope.bin", "wb").write(ml[:48] + struct.pack("<4i", 8, 4, 4, 8192) + ml[64:])
 # the same model in Hugging Face's safetensors layout (Conv1D weights (in, out), "transformer."
 # on some names, the attention mask buffers, the tied lm_head), for dev/data/gpt2_weights.py
 import json
@@ -120,6 +122,7 @@ expect_fail "model file with unknown version" 1 "version 4 is not supported" "${
 expect_fail "truncated model file" 1 "header describes a" "${base[@]}" --model "$tmp/model_truncated.bin"
 expect_fail "Llama model file with 3 key/value heads for 4 query heads" 1 "NKV must divide NH" "${base[@]}" --model "$tmp/llama_badkv.bin"
 expect_fail "Llama model file with an untied flag of 2" 1 "untied flag is 2" "${base[@]}" --model "$tmp/llama_badtied.bin"
+expect_fail "Llama model file with RoPE scaling low 4 >= high 4" 1 "RoPE scaling (factor 8, low 4, high 4, original context 8192) needs" "${base[@]}" --model "$tmp/llama_badrope.bin"
 expect_fail "missing data" 1 "--train-data: no file matches" "${base[@]}" --train-data "$tmp/none_*.bin"
 expect_fail "shard with wrong magic" 1 "is not a token shard" "${base[@]}" --train-data "$tmp/badmagic.bin"
 expect_fail "truncated shard" 1 "header says 5000 tokens" "${base[@]}" --train-data "$tmp/truncated.bin"
