@@ -72,7 +72,8 @@ static void print_help() {
         "                         (a string) is one document\n"
         "  --jsonl-key KEY        the field of each --jsonl line that holds the text (default text)\n"
         "  --hellaswag            INPUT.jsonl is HellaSwag (ctx, endings, label a line; e.g. hellaswag_val.jsonl):\n"
-        "                         write train_gpt --hellaswag's eval file (llm.c's hellaswag_val.bin format)\n"
+        "                         write train_gpt --hellaswag's eval file (llm.c's hellaswag_val.bin format; with a\n"
+        "                         rank file: uint32, version 2, each context after <|begin_of_text|>)\n"
         "  --help                 this message\n");
 }
 
@@ -210,7 +211,9 @@ static size_t count_json_lines(const std::string& path) {  // the lines for_each
 }
 
 // HellaSwag's jsonl → the eval file: per line, the context's tokens and each ending's tokens,
-// the ending preceded by a space (it continues the context's last word).
+// the ending preceded by a space (it continues the context's last word). With a rank file
+// (Llama 3's kind) the context starts with <|begin_of_text|>, as a Llama 3 model sees every text
+// begin, and the file is uint32 (version 2): its ids pass 65535.
 static void hellaswag_to_eval_file(const Tokenizer& tk, const std::string& in, const std::string& out_path) {
     Encoder enc(tk);
     auto encode = [&](const std::string& text, std::vector<int>* out) { encoder_encode(&enc, text.data(), text.size(), text.size(), out); };
@@ -226,6 +229,7 @@ static void hellaswag_to_eval_file(const Tokenizer& tk, const std::string& in, c
             e.label = atoi(label->str.c_str());
         if (e.label < 0 || e.label >= (int)endings->items.size())
             fatal("%s: label must be the index of one of its %zu endings (the test split has no labels)", where.c_str(), endings->items.size());
+        if (tk.tiktoken) e.context.push_back(tk.doc_token);
         encode(ctx->str, &e.context);
         for (const Json& end : endings->items) {
             if (end.kind != Json::STR) fatal("%s: an ending is not a string", where.c_str());
@@ -235,7 +239,7 @@ static void hellaswag_to_eval_file(const Tokenizer& tk, const std::string& in, c
         examples.push_back(std::move(e));
     });
     if (examples.empty()) fatal("%s: no examples", in.c_str());
-    choice_set_write(out_path, examples);
+    choice_set_write(out_path, examples, tk.vocab.size() > (size_t)CHOICE_EXAMPLE_START);
     fprintf(stderr, "%s: %zu examples -> %s\n", in.c_str(), examples.size(), out_path.c_str());
 }
 

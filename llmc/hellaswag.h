@@ -20,6 +20,8 @@ writes it from the dataset's jsonl): a 256×int32 header [20240522, 1, examples,
 in bytes], then per example a stream of uint16:
     65535, bytes of this example, its index, label, n endings, |c|, c's tokens,
     then n times: |e|, e's tokens.
+Version 2 (ours, for vocabularies past 65535 tokens such as Llama 3's) is the same stream of
+uint32: header [20240522, 2, examples, longest example in bytes].
 
 Batching. A micro-batch is R rows of T' positions: T' = the longest row less its last token (which
 is never an input), R = ⌊B·T/T'⌋, so the activations the training run already holds (B×T) are
@@ -43,7 +45,7 @@ examples, on the CPU and the emulated GPU), test/test_cli.sh (bad files, --steps
 #include "comm.h"
 #include "model.h"
 
-static const int CHOICE_FILE_MAGIC = 20240522, CHOICE_FILE_VERSION = 1, CHOICE_EXAMPLE_START = 65535;
+static const int CHOICE_FILE_MAGIC = 20240522, CHOICE_FILE_VERSION = 1, CHOICE_FILE_VERSION_WIDE = 2, CHOICE_EXAMPLE_START = 65535;
 
 struct ChoiceExample {
     int label = 0;                            // index of the right ending
@@ -70,16 +72,23 @@ inline ChoiceSet choice_set_load(const char* what, const std::string& path, int 
     if (!f) fatal("%s: cannot open '%s': %s", what, p, strerror(errno));
     int header[256];
     fread_or_die(header, sizeof(int), 256, f, p);
-    if (header[0] != CHOICE_FILE_MAGIC || header[1] != CHOICE_FILE_VERSION)
+    if (header[0] != CHOICE_FILE_MAGIC || (header[1] != CHOICE_FILE_VERSION && header[1] != CHOICE_FILE_VERSION_WIDE))
         fatal("%s: '%s' is not a multiple-choice eval file: header starts [%d, %d], expected [%d, %d] (llm.c's "
-              "hellaswag_val.bin; ./tokenize --hellaswag writes one)", what, p, header[0], header[1], CHOICE_FILE_MAGIC,
-              CHOICE_FILE_VERSION);
+              "hellaswag_val.bin; ./tokenize --hellaswag writes one) or [%d, %d] (uint32)", what, p, header[0], header[1],
+              CHOICE_FILE_MAGIC, CHOICE_FILE_VERSION, CHOICE_FILE_MAGIC, CHOICE_FILE_VERSION_WIDE);
+    const size_t w = header[1] == CHOICE_FILE_VERSION_WIDE ? 4 : 2;  // bytes a word
     const long long n_examples = header[2];
     const long long size = file_size_or_die(p);
-    if (n_examples <= 0 || (size - 1024) % 2 != 0)
-        fatal("%s: '%s' has a bad header (%lld examples) or an odd size (%lld bytes)", what, p, n_examples, size);
-    std::vector<uint16_t> s((size_t)(size - 1024) / 2);
-    fread_or_die(s.data(), 2, s.size(), f, p);
+    if (n_examples <= 0 || (size - 1024) % w != 0)
+        fatal("%s: '%s' has a bad header (%lld examples) or a size (%lld bytes) not of whole %zu-byte words", what, p,
+              n_examples, size, w);
+    std::vector<uint32_t> s((size_t)(size - 1024) / w);  // the stream, widened
+    if (w == 4) fread_or_die(s.data(), 4, s.size(), f, p);
+    else {
+        std::vector<uint16_t> s16(s.size());
+        fread_or_die(s16.data(), 2, s16.size(), f, p);
+        std::copy(s16.begin(), s16.end(), s.begin());
+    }
     fclose(f);
     ChoiceSet set;
     size_t at = 0;
@@ -90,24 +99,24 @@ inline ChoiceSet choice_set_load(const char* what, const std::string& path, int 
         need(5);
         const size_t start = at;
         if (s[at] != CHOICE_EXAMPLE_START)
-            fatal("%s: '%s': example %lld does not start with %d (found %d at uint16 %zu)", what, p, i, CHOICE_EXAMPLE_START,
+            fatal("%s: '%s': example %lld does not start with %d (found %u at word %zu)", what, p, i, CHOICE_EXAMPLE_START,
                   s[at], at);
         const size_t bytes = s[at + 1];
         ChoiceExample ex;
         ex.label = s[at + 3];
-        const int n_endings = s[at + 4];
+        const int n_endings = (int)std::min<uint32_t>(s[at + 4], 1 << 20);
         at += 5;
         auto read_tokens = [&](std::vector<int>* out, const char* part) {
             need(1);
-            const int n = s[at++];
+            const size_t n = s[at++];
             need(n);
             if (n == 0) fatal("%s: '%s': example %lld has an empty %s", what, p, i, part);
-            for (int k = 0; k < n; k++) {
-                const int t = s[at++];
-                if (t >= vocab_size)
-                    fatal("%s: '%s': example %lld: token %d in its %s is outside the model's vocabulary (V=%d)", what, p,
+            for (size_t k = 0; k < n; k++) {
+                const uint32_t t = s[at++];
+                if (t >= (uint32_t)vocab_size)
+                    fatal("%s: '%s': example %lld: token %u in its %s is outside the model's vocabulary (V=%d)", what, p,
                           i, t, part, vocab_size);
-                out->push_back(t);
+                out->push_back((int)t);
             }
         };
         read_tokens(&ex.context, "context");
@@ -116,44 +125,52 @@ inline ChoiceSet choice_set_load(const char* what, const std::string& path, int 
         if (n_endings < 2 || ex.label >= n_endings)
             fatal("%s: '%s': example %lld has %d endings and label %d (expected 2 or more, label below that)", what, p, i,
                   n_endings, ex.label);
-        if ((at - start) * 2 != bytes)
-            fatal("%s: '%s': example %lld says it has %zu bytes, but its fields take %zu", what, p, i, bytes, (at - start) * 2);
+        if ((at - start) * w != bytes)
+            fatal("%s: '%s': example %lld says it has %zu bytes, but its fields take %zu", what, p, i, bytes, (at - start) * w);
         for (auto& e : ex.endings) set.longest_row = std::max(set.longest_row, (int)(ex.context.size() + e.size() - 1));
         set.rows += n_endings;
         set.examples.push_back(std::move(ex));
     }
-    if (at != s.size()) fatal("%s: '%s' has %zu bytes after its %lld examples", what, p, (s.size() - at) * 2, n_examples);
+    if (at != s.size()) fatal("%s: '%s' has %zu bytes after its %lld examples", what, p, (s.size() - at) * w, n_examples);
     return set;
 }
 
-// Writes an eval file in the format choice_set_load reads (and llm.c writes).
-inline void choice_set_write(const std::string& path, const std::vector<ChoiceExample>& examples) {
+// Writes an eval file in the format choice_set_load reads (and llm.c writes): uint16 words, or
+// uint32 (version 2) if wide.
+inline void choice_set_write(const std::string& path, const std::vector<ChoiceExample>& examples, bool wide = false) {
     if (examples.empty() || examples.size() >= 65536) fatal("'%s': %zu examples (the format holds 1..65535)", path.c_str(), examples.size());
-    std::vector<uint16_t> s;
+    const size_t w = wide ? 4 : 2;
+    const uint32_t word_max = wide ? 0xffffffffu : 0xffffu;
+    std::vector<uint32_t> s;
     int longest = 0;
     for (size_t i = 0; i < examples.size(); i++) {
         const ChoiceExample& ex = examples[i];
         const size_t start = s.size();
-        s.insert(s.end(), {(uint16_t)CHOICE_EXAMPLE_START, 0, (uint16_t)i, (uint16_t)ex.label, (uint16_t)ex.endings.size()});
+        s.insert(s.end(), {(uint32_t)CHOICE_EXAMPLE_START, 0, (uint32_t)i, (uint32_t)ex.label, (uint32_t)ex.endings.size()});
         auto put = [&](const std::vector<int>& toks) {
-            s.push_back((uint16_t)toks.size());
+            s.push_back((uint32_t)toks.size());
             for (int t : toks) {
-                if (t < 0 || t >= CHOICE_EXAMPLE_START) fatal("'%s': example %zu has token %d (the format holds 0..65534)", path.c_str(), i, t);
-                s.push_back((uint16_t)t);
+                if (t < 0 || (!wide && t >= CHOICE_EXAMPLE_START))
+                    fatal("'%s': example %zu has token %d (the uint16 format holds 0..65534)", path.c_str(), i, t);
+                s.push_back((uint32_t)t);
             }
         };
         put(ex.context);
         for (const auto& e : ex.endings) put(e);
-        const size_t bytes = (s.size() - start) * 2;
-        if (bytes >= 65536) fatal("'%s': example %zu takes %zu bytes (the format holds < 65536)", path.c_str(), i, bytes);
-        s[start + 1] = (uint16_t)bytes;
+        const size_t bytes = (s.size() - start) * w;
+        if (bytes > word_max || bytes > 0x7fffffff) fatal("'%s': example %zu takes %zu bytes (more than the format holds)", path.c_str(), i, bytes);
+        s[start + 1] = (uint32_t)bytes;
         longest = std::max(longest, (int)bytes);
     }
-    int header[256] = {CHOICE_FILE_MAGIC, CHOICE_FILE_VERSION, (int)examples.size(), longest};
+    int header[256] = {CHOICE_FILE_MAGIC, wide ? CHOICE_FILE_VERSION_WIDE : CHOICE_FILE_VERSION, (int)examples.size(), longest};
     std::string tmp = path + ".tmp";
     FILE* f = fopen_or_die(tmp.c_str(), "wb");
     fwrite_or_die(header, sizeof(int), 256, f, tmp.c_str());
-    fwrite_or_die(s.data(), 2, s.size(), f, tmp.c_str());
+    if (wide) fwrite_or_die(s.data(), 4, s.size(), f, tmp.c_str());
+    else {
+        std::vector<uint16_t> s16(s.begin(), s.end());
+        fwrite_or_die(s16.data(), 2, s16.size(), f, tmp.c_str());
+    }
     if (fclose(f) != 0 || rename(tmp.c_str(), path.c_str()) != 0) fatal("cannot write '%s': %s", path.c_str(), strerror(errno));
 }
 

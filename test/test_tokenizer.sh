@@ -280,6 +280,43 @@ PY
 else
     echo "not ok - tokenize --hellaswag: failed on a good file"
 fi
+# with the rank file (Llama 3's kind): the uint32 eval file (version 2), each context after
+# <|begin_of_text|>, tiktoken's tokens; train_gpt scores it with a model of that vocabulary
+if [ -s "$ranks" ] && ./tokenize --tokenizer "$ranks" --hellaswag "$tmp/hs.jsonl" "$tmp/hs_tt.bin" 2>/dev/null; then
+    /usr/bin/python3 - "$tmp/hs.jsonl" "$tmp/hs_tt.bin" "$tmp" "$ranks" <<'PY'
+import json, os, struct, subprocess, sys
+src, path, tmp, ranks = sys.argv[1:]
+data = open(path, "rb").read()
+h = struct.unpack("<256i", data[:1024])
+s = list(struct.unpack("<%dI" % ((len(data) - 1024) // 4), data[1024:]))
+
+def reference(text):
+    f = os.path.join(tmp, "piece.txt")
+    open(f, "w", encoding="utf-8").write(text)
+    return json.loads(subprocess.run(["node", "test/tiktoken_reference.js", "encode", ranks, f], capture_output=True, check=True).stdout)
+
+want, longest = [], 0
+for i, line in enumerate(l for l in open(src, encoding="utf-8") if l.strip()):
+    ex = json.loads(line)
+    ctx, ends = [100256] + reference(ex["ctx"]), [reference(" " + e) for e in ex["endings"]]
+    stream = [65535, 0, i, int(ex["label"]), len(ends), len(ctx)] + ctx + sum(([len(e)] + e for e in ends), [])
+    stream[1] = 4 * len(stream)
+    longest = max(longest, stream[1])
+    want += stream
+ok = list(h[:4]) == [20240522, 2, 2, longest] and s == want
+print(f"{'ok' if ok else 'not ok'} - tokenize --tokenizer RANKS --hellaswag: a uint32 eval file (version 2) of tiktoken's tokens, "
+      f"each context after <|begin_of_text|>" + ("" if ok else f" (header {h[:4]}, {len(s)} vs {len(want)} words)"))
+PY
+    if [ -x "$TRAIN_GPT" ] && [ -s "$tmp/kjv_val.tt.bin" ]; then
+        out=$("$TRAIN_GPT" --model llama:d1 --vocab-size 100512 --train-data "$tmp/kjv_val.tt.bin" --val-data "" --batch-size 2 \
+              --seq-len 64 --steps 0 --hellaswag "$tmp/hs_tt.bin" 2>&1); rc=$?
+        [ $rc = 0 ] && echo "$out" | grep -qE "hellaswag [0-9.]+ \([0-2]/2\)" \
+            && echo "ok - train_gpt --hellaswag reads the uint32 eval file ($(echo "$out" | grep -oE "hellaswag [0-9.]+ \([0-2]/2\)"))" \
+            || echo "not ok - train_gpt --hellaswag on the uint32 eval file: exit $rc: $(echo "$out" | tail -2)"
+    fi
+else
+    echo "not ok - tokenize --tokenizer RANKS --hellaswag failed on a good file"
+fi
 echo '{"ctx": "no label in the test split", "endings": ["a", "b"], "label": ""}' > "$tmp/nolabel.jsonl"
 out=$(./tokenize --hellaswag "$tmp/nolabel.jsonl" "$tmp/nolabel.bin" 2>&1)
 if [ $? != 0 ] && echo "$out" | grep -q "nolabel.jsonl line 1: label must be"; then
