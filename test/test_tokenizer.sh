@@ -252,61 +252,44 @@ cat > "$tmp/hs.jsonl" <<'JSONL'
 
   {"ctx": "Caf\u00e9 \"quoted\", a \\ back\/slash,\ttab\nnewline \ud83d\ude80 then", "endings": ["one", "two \u00fcber"], "label": "1", "x": [1, -2.5e3, true, false, null, {"a": []}]}
 JSONL
-if ./tokenize --hellaswag "$tmp/hs.jsonl" "$tmp/hs.bin" 2>/dev/null; then
-    /usr/bin/python3 - "$tmp/hs.jsonl" "$tmp/hs.bin" "$tmp" <<'PY'
+# hs_check KIND FILE: the eval file against the reference encoder of KIND (gpt2: gpt-3-encoder,
+# uint16, version 1; ranks: tiktoken with the rank file, uint32, version 2, <|begin_of_text|>
+# = 100256 before each context)
+hs_check() {
+    /usr/bin/python3 - "$1" "$tmp/hs.jsonl" "$2" "$tmp" "$ranks" <<'PY'
 import json, os, struct, subprocess, sys
-src, path, tmp = sys.argv[1:]
+kind, src, path, tmp, ranks = sys.argv[1:]
+wide = kind == "ranks"
+w, version, bos = (4, 2, [100256]) if wide else (2, 1, [])
 data = open(path, "rb").read()
 h = struct.unpack("<256i", data[:1024])
-s = list(struct.unpack("<%dH" % ((len(data) - 1024) // 2), data[1024:]))
+s = list(struct.unpack("<%d%s" % ((len(data) - 1024) // w, "I" if wide else "H"), data[1024:]))
 
 def reference(text):
     f = os.path.join(tmp, "piece.txt")
     open(f, "w", encoding="utf-8").write(text)
-    return json.loads(subprocess.run(["node", "test/bpe_reference.js", f], capture_output=True, check=True).stdout)
+    cmd = ["node", "test/tiktoken_reference.js", "encode", ranks, f] if wide else ["node", "test/bpe_reference.js", f]
+    return json.loads(subprocess.run(cmd, capture_output=True, check=True).stdout)
 
 want, longest = [], 0
 for i, line in enumerate(l for l in open(src, encoding="utf-8") if l.strip()):
     ex = json.loads(line)
-    ctx, ends = reference(ex["ctx"]), [reference(" " + e) for e in ex["endings"]]
+    ctx, ends = bos + reference(ex["ctx"]), [reference(" " + e) for e in ex["endings"]]
     stream = [65535, 0, i, int(ex["label"]), len(ends), len(ctx)] + ctx + sum(([len(e)] + e for e in ends), [])
-    stream[1] = 2 * len(stream)
+    stream[1] = w * len(stream)
     longest = max(longest, stream[1])
     want += stream
-ok = list(h[:4]) == [20240522, 1, 2, longest] and s == want
-print(f"{'ok' if ok else 'not ok'} - tokenize --hellaswag: the eval file holds the reference encoder's tokens"
-      + ("" if ok else f" (header {h[:4]}, {len(s)} vs {len(want)} uint16)"))
+ok = list(h[:4]) == [20240522, version, 2, longest] and s == want
+name = ("tokenize --tokenizer RANKS --hellaswag: a uint32 eval file (version 2) of tiktoken's tokens, each context after "
+        "<|begin_of_text|>") if wide else "tokenize --hellaswag: the eval file holds the reference encoder's tokens"
+print(f"{'ok' if ok else 'not ok'} - {name}" + ("" if ok else f" (header {h[:4]}, {len(s)} vs {len(want)} words)"))
 PY
-else
-    echo "not ok - tokenize --hellaswag: failed on a good file"
-fi
-# with the rank file (Llama 3's kind): the uint32 eval file (version 2), each context after
-# <|begin_of_text|>, tiktoken's tokens; train_gpt scores it with a model of that vocabulary
+}
+if ./tokenize --hellaswag "$tmp/hs.jsonl" "$tmp/hs.bin" 2>/dev/null; then hs_check gpt2 "$tmp/hs.bin"
+else echo "not ok - tokenize --hellaswag: failed on a good file"; fi
+# with the rank file (Llama 3's kind): train_gpt scores it with a model of that vocabulary
 if [ -s "$ranks" ] && ./tokenize --tokenizer "$ranks" --hellaswag "$tmp/hs.jsonl" "$tmp/hs_tt.bin" 2>/dev/null; then
-    /usr/bin/python3 - "$tmp/hs.jsonl" "$tmp/hs_tt.bin" "$tmp" "$ranks" <<'PY'
-import json, os, struct, subprocess, sys
-src, path, tmp, ranks = sys.argv[1:]
-data = open(path, "rb").read()
-h = struct.unpack("<256i", data[:1024])
-s = list(struct.unpack("<%dI" % ((len(data) - 1024) // 4), data[1024:]))
-
-def reference(text):
-    f = os.path.join(tmp, "piece.txt")
-    open(f, "w", encoding="utf-8").write(text)
-    return json.loads(subprocess.run(["node", "test/tiktoken_reference.js", "encode", ranks, f], capture_output=True, check=True).stdout)
-
-want, longest = [], 0
-for i, line in enumerate(l for l in open(src, encoding="utf-8") if l.strip()):
-    ex = json.loads(line)
-    ctx, ends = [100256] + reference(ex["ctx"]), [reference(" " + e) for e in ex["endings"]]
-    stream = [65535, 0, i, int(ex["label"]), len(ends), len(ctx)] + ctx + sum(([len(e)] + e for e in ends), [])
-    stream[1] = 4 * len(stream)
-    longest = max(longest, stream[1])
-    want += stream
-ok = list(h[:4]) == [20240522, 2, 2, longest] and s == want
-print(f"{'ok' if ok else 'not ok'} - tokenize --tokenizer RANKS --hellaswag: a uint32 eval file (version 2) of tiktoken's tokens, "
-      f"each context after <|begin_of_text|>" + ("" if ok else f" (header {h[:4]}, {len(s)} vs {len(want)} words)"))
-PY
+    hs_check ranks "$tmp/hs_tt.bin"
     if [ -x "$TRAIN_GPT" ] && [ -s "$tmp/kjv_val.tt.bin" ]; then
         out=$("$TRAIN_GPT" --model llama:d1 --vocab-size 100512 --train-data "$tmp/kjv_val.tt.bin" --val-data "" --batch-size 2 \
               --seq-len 64 --steps 0 --hellaswag "$tmp/hs_tt.bin" 2>&1); rc=$?
