@@ -7,8 +7,8 @@
 #   test_train          resume bit-exactness, determinism, gradient accumulation, learning
 #   test_tokenizer      C++ BPE vs the reference GPT-2 BPE and tiktoken (Llama 3's kind), round trips
 #   test_vs_pytorch     the trainer vs an independent PyTorch GPT-2 (losses within 1e-4)
-#   test_llama_convert  Meta's Llama 3 checkpoint layout converted (dev/data/llama3_meta_to_model.py)
-#                       and run against a forward written as Meta's model computes (scaled RoPE)
+#   test_llama_convert  Llama 3 checkpoints (Meta's and Hugging Face's layouts) converted
+#                       (dev/data/llama3_to_model.py) and run against forwards written as each computes
 #   test_comm           every collective under mpirun (4 and 3 ranks), byte counters, the mesh
 #   test_dp             DDP and ZeRO-1/2/3 on 2 and 4 CPU ranks against one process; memory and
 #                       bytes against the formulas; resume and resharding

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """
-test_llama_convert.py — dev/data/llama3_meta_to_model.py against a forward written the way Meta's
+test_llama_convert.py — dev/data/llama3_to_model.py against forwards written the way Meta's
 reference Llama 3 model computes (llama-models' model.py: complex RoPE over channel pairs with
-Llama 3.1's frequency scaling, grouped-query attention by repeating k and v, RMSNorm, SwiGLU).
+Llama 3.1's frequency scaling, grouped-query attention by repeating k and v, RMSNorm, SwiGLU)
+and the way Hugging Face's LlamaForCausalLM does (rotate_half: pair i is channels i and
+i + hd/2, so its q and k rows are in another order, which the converter puts back).
 
 Small random checkpoints in Meta's layout (params.json, consolidated.00.pth, bf16 weights as
 Meta ships them) are converted and given to train_gpt --model with --steps 0; its validation
@@ -12,7 +14,9 @@ context 32, so that at T = 64 the scaling moves most pairs: a file without it is
 off by more than 1e-3), tied (output.weight = tok_embeddings: no lm_head in the file) without
 scaling; the bf16 and --fp32 files of one checkpoint give the same loss bit for bit (Meta's
 weights are bf16, so both hold them exactly); a model train_gpt saves keeps the scaling. Bad input: use_scaled_rope without --rope-scale,
-another norm_eps, a missing tensor are refused in one line (exit 2).
+another norm_eps, a missing tensor are refused in one line (exit 2). Hugging Face's layout: a
+random checkpoint in two safetensors files with config.json's rope_scaling (llama3, factor 4,
+original context 32), untied, against its own forward within 1e-5.
 
 usage: python3 test/test_llama_convert.py TRAIN_GPT   (prints ok / not ok lines)
 """
@@ -29,7 +33,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_torch as ref  # noqa: E402  (write_shard)
 
-CONVERT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "dev", "data", "llama3_meta_to_model.py")
+CONVERT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "dev", "data", "llama3_to_model.py")
 results = []
 
 
@@ -39,25 +43,35 @@ def check(ok, name, detail=""):
     return ok
 
 
-def make_checkpoint(folder, params, tied, seed):
-    """A random Llama in Meta's layout: bf16 tensors named as consolidated.00.pth names them."""
-    os.makedirs(folder, exist_ok=True)
+META_NAMES = {"emb": "tok_embeddings", "norm": "norm", "out": "output", "ln1": "attention_norm", "ln2": "ffn_norm",
+              "wq": "attention.wq", "wk": "attention.wk", "wv": "attention.wv", "wo": "attention.wo",
+              "gate": "feed_forward.w1", "up": "feed_forward.w3", "down": "feed_forward.w2"}
+HF_NAMES = {"emb": "model.embed_tokens", "norm": "model.norm", "out": "lm_head", "ln1": "input_layernorm",
+            "ln2": "post_attention_layernorm", "wq": "self_attn.q_proj", "wk": "self_attn.k_proj", "wv": "self_attn.v_proj",
+            "wo": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+
+
+def random_llama(params, seed, names, layer_prefix, tied=False):
+    """A random Llama's bf16 tensors under a layout's names (layer tensors: layer_prefix.format(l) + name)."""
     g = torch.Generator().manual_seed(seed)
     C, L, NH, V = params["dim"], params["n_layers"], params["n_heads"], params["vocab_size"]
     NKV, hd, H = params["n_kv_heads"], params["dim"] // params["n_heads"], params["hidden"]
     r = lambda *s, std=0.08: (torch.randn(*s, generator=g) * std).to(torch.bfloat16)
-    sd = {"tok_embeddings.weight": r(V, C, std=0.5), "norm.weight": (1 + r(C, std=0.1).float()).to(torch.bfloat16)}
+    one = lambda: (1 + r(C, std=0.1).float()).to(torch.bfloat16)
+    sd = {names["emb"] + ".weight": r(V, C, std=0.5), names["norm"] + ".weight": one()}
+    shapes = {"ln1": None, "ln2": None, "wq": ((NH * hd, C), 0.3), "wk": ((NKV * hd, C), 0.3), "wv": ((NKV * hd, C), 0.08),
+              "wo": ((C, NH * hd), 0.08), "gate": ((H, C), 0.08), "up": ((H, C), 0.08), "down": ((C, H), 0.08)}
     for l in range(L):
-        sd[f"layers.{l}.attention_norm.weight"] = (1 + r(C, std=0.1).float()).to(torch.bfloat16)
-        sd[f"layers.{l}.ffn_norm.weight"] = (1 + r(C, std=0.1).float()).to(torch.bfloat16)
-        sd[f"layers.{l}.attention.wq.weight"] = r(NH * hd, C, std=0.3)
-        sd[f"layers.{l}.attention.wk.weight"] = r(NKV * hd, C, std=0.3)
-        sd[f"layers.{l}.attention.wv.weight"] = r(NKV * hd, C)
-        sd[f"layers.{l}.attention.wo.weight"] = r(C, NH * hd)
-        sd[f"layers.{l}.feed_forward.w1.weight"] = r(H, C)
-        sd[f"layers.{l}.feed_forward.w3.weight"] = r(H, C)
-        sd[f"layers.{l}.feed_forward.w2.weight"] = r(C, H)
-    sd["output.weight"] = sd["tok_embeddings.weight"].clone() if tied else r(V, C)
+        for role, shape in shapes.items():
+            sd[layer_prefix.format(l) + names[role] + ".weight"] = one() if shape is None else r(*shape[0], std=shape[1])
+    sd[names["out"] + ".weight"] = sd[names["emb"] + ".weight"].clone() if tied else r(V, C)
+    return sd
+
+
+def make_checkpoint(folder, params, tied, seed):
+    """A random Llama in Meta's layout: bf16 tensors named as consolidated.00.pth names them."""
+    os.makedirs(folder, exist_ok=True)
+    sd = random_llama(params, seed, META_NAMES, "layers.{}.", tied)
     torch.save(sd, os.path.join(folder, "consolidated.00.pth"))
     meta = {k: v for k, v in params.items() if k != "hidden"}
     json.dump(meta, open(os.path.join(folder, "params.json"), "w"))
@@ -119,6 +133,58 @@ def meta_forward(sd, params, tokens, scaling):
         x = rms_norm(h, p("ffn_norm"))
         h = h + (torch.nn.functional.silu(x @ p("feed_forward.w1").T) * (x @ p("feed_forward.w3").T)) @ p("feed_forward.w2").T
     return rms_norm(h, sd["norm.weight"]) @ sd["output.weight"].T
+
+
+def make_hf_checkpoint(folder, params, scaling, seed):
+    """A random Llama in Hugging Face's layout: config.json and two safetensors files of BF16 tensors."""
+    os.makedirs(folder, exist_ok=True)
+    C, L, NH, V = params["dim"], params["n_layers"], params["n_heads"], params["vocab_size"]
+    NKV, H = params["n_kv_heads"], params["hidden"]
+    sd = random_llama(params, seed, HF_NAMES, "model.layers.{}.")
+    names = list(sd)
+    for k, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+        header, blob = {"__metadata__": {"format": "pt"}}, b""
+        for n in part:
+            data = sd[n].contiguous().view(torch.int16).numpy().tobytes()
+            header[n] = {"dtype": "BF16", "shape": list(sd[n].shape), "data_offsets": [len(blob), len(blob) + len(data)]}
+            blob += data
+        h = json.dumps(header).encode()
+        with open(os.path.join(folder, f"model-0000{k + 1}-of-00002.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + blob)
+    config = {"hidden_size": C, "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV,
+              "vocab_size": V, "intermediate_size": H, "rms_norm_eps": 1e-5, "rope_theta": params["rope_theta"],
+              "tie_word_embeddings": False, "max_position_embeddings": 131072,
+              "rope_scaling": {"rope_type": "llama3", "factor": float(scaling[0]), "low_freq_factor": float(scaling[1]),
+                               "high_freq_factor": float(scaling[2]), "original_max_position_embeddings": scaling[3]}}
+    json.dump(config, open(os.path.join(folder, "config.json"), "w"))
+    return {k: v.double() for k, v in sd.items()}
+
+
+def hf_forward(sd, params, tokens, scaling):
+    """Hugging Face's LlamaForCausalLM computations, in float64: RoPE by rotate_half (pair i is channels i, i + hd/2)."""
+    C, L, NH, NKV = params["dim"], params["n_layers"], params["n_heads"], params["n_kv_heads"]
+    hd = C // NH
+    B, T = tokens.shape
+    inv_freq = 1.0 / (params["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    inv_freq = apply_scaling(inv_freq, *scaling)
+    emb = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq).repeat(1, 2)  # [freqs, freqs]
+    cos, sin = emb.cos(), emb.sin()
+    rotate_half = lambda x: torch.cat([-x[..., hd // 2:], x[..., : hd // 2]], dim=-1)
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    h = sd["model.embed_tokens.weight"][tokens]
+    for l in range(L):
+        p = lambda n: sd[f"model.layers.{l}.{n}.weight"]
+        x = rms_norm(h, p("input_layernorm"))
+        q = (x @ p("self_attn.q_proj").T).view(B, T, NH, hd).transpose(1, 2)
+        k = (x @ p("self_attn.k_proj").T).view(B, T, NKV, hd).transpose(1, 2)
+        v = (x @ p("self_attn.v_proj").T).view(B, T, NKV, hd).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
+        att = torch.softmax(q @ k.transpose(2, 3) / math.sqrt(hd) + mask, dim=-1)
+        h = h + (att @ v).transpose(1, 2).reshape(B, T, C) @ p("self_attn.o_proj").T
+        x = rms_norm(h, p("post_attention_layernorm"))
+        h = h + (torch.nn.functional.silu(x @ p("mlp.gate_proj").T) * (x @ p("mlp.up_proj").T)) @ p("mlp.down_proj").T
+    return rms_norm(h, sd["model.norm.weight"]) @ sd["lm_head.weight"].T
 
 
 def convert(folder, out, *extra):
@@ -193,6 +259,20 @@ def main():
         ours, out = our_loss(binary, os.path.join(tmp, "tied.bin"), shard, tmp, T, nseq)
         want = exact(sd, base, None)
         check(ours is not None and abs(ours - want) <= 1e-5, "tied, no scaling: train_gpt's loss within 1e-5 of Meta's forward (float64)",
+              f"{ours} vs {want:.7f}; {out if ours is None else ''}")
+
+    # Hugging Face's layout (config.json's rope_scaling; two safetensors files)
+    sd = make_hf_checkpoint(os.path.join(tmp, "hf"), base, (4, 1, 4, 32), seed=4)
+    r = convert(os.path.join(tmp, "hf"), os.path.join(tmp, "hf.bin"))
+    if check(r.returncode == 0, "converts Hugging Face's layout (two safetensors files)", r.stderr.strip()):
+        h = struct.unpack("<16i", open(os.path.join(tmp, "hf.bin"), "rb").read(64))
+        check(list(h[8:16]) == [2, 96, 500000, 1, 4, 1, 4, 32], "its header: NKV, H, theta, untied and config.json's scaling",
+              str(list(h[8:16])))
+        ours, out = our_loss(binary, os.path.join(tmp, "hf.bin"), shard, tmp, T, nseq)
+        logits = hf_forward(sd, base, x, (4, 1, 4, 32))
+        want = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+        check(ours is not None and abs(ours - want) <= 1e-5,
+              "Hugging Face's layout: train_gpt's loss within 1e-5 of LlamaForCausalLM's forward (float64, rotate_half)",
               f"{ours} vs {want:.7f}; {out if ours is None else ''}")
 
     # bad input: one line, exit 2, saying what to do
