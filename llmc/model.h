@@ -358,7 +358,8 @@ inline std::vector<Span> unit_norm_spans(const GPTConfig& c, const ParamLayout& 
 // heads (NH when odd) and H = 8C/3 rounded up to a multiple of 128 (the MLP's 8C² parameters
 // then match GPT-2's), θ = 10000; "llama:1B" and "llama:3B" for Llama 3.2's shapes (NKV = 8,
 // θ = 500000, T up to 8192), "llama:8B" for Llama 3 8B's (NKV = 8, H = 14336, lm_head apart from
-// wte). All of them with GPT-2's vocabulary (the tokenizer this trainer has).
+// wte). All of them with GPT-2's vocabulary unless --vocab-size says otherwise (128256 for Llama
+// 3's own tokenizer, a rank file: tokenizer.h).
 // Returns false if the spec is not a preset name (it may then be a model file).
 inline bool gpt_preset(const std::string& spec, GPTConfig* c) {
     std::string s = spec;
