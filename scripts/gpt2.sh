@@ -51,10 +51,5 @@ flags=(--device cuda --model "gpt2:$size" --train-data "data/fineweb_train_*.bin
        --beta2 0.95 --weight-decay 0.1 --grad-clip 1.0 --zero 1
        --val-every 250 --val-tokens 10485760 ${hellaswag[@]+"${hellaswag[@]}"} --sample-every 5000 --gen-tokens 64
        --output-dir "$out" --checkpoint-every 1000 --keep-checkpoints 3 --log-file "$out/log.jsonl" "$@")
-if [ "${LAUNCH:-run}" = print ]; then printf '%q ' "${flags[@]}"; echo; exit 0; fi
-make -s train_gpt
-mkdir -p "$out"
-if [ "$gpus" = 1 ]; then exec ./train_gpt "${flags[@]}"; fi
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / gpus > 0 ? $(nproc) / gpus : 1 ))}  # the host's share per rank
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi  # rented nodes often log in as root
-exec mpirun -np "$gpus" --bind-to none -x OMP_NUM_THREADS ./train_gpt "${flags[@]}"
+source scripts/launch.sh
+launch_train "$gpus" "$out" "${flags[@]}"

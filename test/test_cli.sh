@@ -340,4 +340,14 @@ if command -v mpirun >/dev/null; then
         && echo "ok - scripts/gpt2.sh launches GPUS=2 ranks with mpirun and logs to OUT" \
         || { echo "not ok - scripts/gpt2.sh GPUS=2: exit $rc"; tail -2 "$tmp/gpt2_launch.out" | sed 's/^/#   /'; }
 fi
+# scripts/llama3.sh: its flags run for one step of the tiny Llama (the same overrides), with the
+# model given, the largest B that fits, 1e9 tokens of 0.5M a step, and the rank file for samples
+eval "recipe=($(TOKENIZER=data/gpt2_tokenizer.bin LAUNCH=print scripts/llama3.sh "$tmp/llama.bin"))"  # (value: above)
+"$BIN" "${recipe[@]}" --device cpu --precision fp32 --train-data "$tmp/ok.bin" --val-data "$tmp/ok.bin" --batch-size 2 --seq-len 16 \
+    --total-batch-tokens 64 --steps 1 --output-dir "$tmp/llama3" --log-file "$tmp/llama3.jsonl" --sample-every 0 >"$tmp/llama3.out" 2>&1; rc=$?
+[ $rc = 0 ] && grep -q '"val_loss"' "$tmp/llama3.jsonl" && grep -q "^model: .*llama: NKV=2" "$tmp/llama3.out" \
+    && [ "$(value --model)" = "$tmp/llama.bin" ] && [ "$(value --batch-size)" = auto ] && [ "$(value --steps)" = $((1000000000 / 524288)) ] \
+    && [ "$(value --tokenizer)" = data/gpt2_tokenizer.bin ] \
+    && echo "ok - scripts/llama3.sh: its flags run on a Llama model file (validation too); --batch-size auto, $(value --steps) steps of 0.5M tokens = 1e9, samples through TOKENIZER" \
+    || { echo "not ok - scripts/llama3.sh: exit $rc, model '$(value --model)', B '$(value --batch-size)', steps '$(value --steps)'"; tail -2 "$tmp/llama3.out" | sed 's/^/#   /'; }
 expect_fail "resume with a different model" 2 "--resume: the checkpoint" "${base[@]}" --model d2 --output-dir "$tmp/run" --resume --steps 3
