@@ -26,7 +26,9 @@ The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each outpu
 Reports each version's max relative error against the CPU op and its time and TFLOP/s
 (causal attention: 2·B·NH·T²·hs FLOPs forward — QKᵀ and PV over the lower triangle — and
 2.5× that for the backward).
-usage: ./build/dev_attention [B T C NH [time]]   (default GPT-2 124M: 8 1024 768 12)
+usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 1024 768 12)
+  NKV: key/value heads (grouped-query attention, as Llama: each serves NH/NKV query heads, the
+       rows [q | k | v] are C + 2·NKV·hs wide; default NH). FLOPs are the same as NH heads'.
   "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
           for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times;
           on compute capability 9.0 also v7's, v8's and v9's
@@ -51,29 +53,34 @@ static void backward_split(const std::function<void()>& backward, double flops_f
 
 int main(int argc, char** argv) {
     dev_init();
-    int B = 8, T = 1024, C = 768, NH = 12;
+    int B = 8, T = 1024, C = 768, NH = 12, NKV = 0;
     if (argc >= 5) { B = atoi(argv[1]); T = atoi(argv[2]); C = atoi(argv[3]); NH = atoi(argv[4]); }
-    printf("# attention B=%d T=%d C=%d NH=%d (head size %d)\n", B, T, C, NH, C / NH);
+    const bool time_only = argc >= 6 && !strcmp(argv[argc - 1], "time");
+    if (argc >= 6 && strcmp(argv[5], "time")) NKV = atoi(argv[5]);
+    if (NKV <= 0) NKV = NH;
+    if (NH % NKV) { fprintf(stderr, "dev_attention: NKV %d must divide NH %d\n", NKV, NH); return 2; }
+    const size_t W = (size_t)C + 2 * (size_t)NKV * (C / NH);  // a position's [q | k | v] row
+    printf("# attention B=%d T=%d C=%d NH=%d NKV=%d (head size %d)\n", B, T, C, NH, NKV, C / NH);
     double flops_fwd = 2.0 * B * NH * (double)T * T * (C / NH);  // 4·T²/2·hs per head
-    if (argc == 6 && !strcmp(argv[5], "time")) {
+    if (time_only) {
         Buf<bf16> q, o, d, dq;
         Buf<float> l;
-        q.alloc(gpu_ctx, (size_t)B * T * 3 * C); dq.alloc(gpu_ctx, (size_t)B * T * 3 * C);
+        q.alloc(gpu_ctx, (size_t)B * T * W); dq.alloc(gpu_ctx, (size_t)B * T * W);
         o.alloc(gpu_ctx, (size_t)B * T * C); d.alloc(gpu_ctx, (size_t)B * T * C); l.alloc(gpu_ctx, (size_t)B * NH * T);
         std::vector<bf16> r(q.size());
         for (size_t i = 0; i < r.size(); i++) r[i] = from_f<bf16>((float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
         ctx_copy(gpu_ctx, q.data(), r.data(), r.size() * 2);
         ctx_copy(gpu_ctx, d.data(), r.data(), d.size() * 2);
         const char* name = use_flash<bf16>(C, NH) ? "v5 bf16 flash cp.async" : "v2 bf16 warp-per-row";
-        float msf = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NH); });
-        float msb = time_ms([&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH, NH); });
+        float msf = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); });
+        float msb = time_ms([&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH, NKV); });
         printf("forward  %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msf, flops_fwd / msf / 1e9);
         printf("backward %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msb, 2.5 * flops_fwd / msb / 1e9);
-        auto bwd = [&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH, NH); };
+        auto bwd = [&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH, NKV); };
         if (use_flash<bf16>(C, NH)) backward_split(bwd, flops_fwd, msb);
         if (use_flash<bf16>(C, NH) && C / NH == 64) {  // v6: 32 rows (keys) per warp in the forward and both passes
             g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 32;
-            float f32 = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NH); }), b32 = time_ms(bwd);
+            float f32 = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); }), b32 = time_ms(bwd);
             printf("  with 32 rows per warp (v6): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
                    f32, flops_fwd / f32 / 1e9, b32, 2.5 * flops_fwd / b32 / 1e9);
             backward_split(bwd, flops_fwd, b32);
@@ -82,7 +89,7 @@ int main(int argc, char** argv) {
         if (use_flash<bf16>(C, NH) && gpu_has_wgmma())  // v7, v8, v9: wgmma, 2 or 1 warpgroups a block, overlapped or not
             for (int v : {7, 8, 9}) {
                 g_flash_wgmma = true; g_flash_wgmma_groups = v == 8 ? 1 : 2; g_flash_wgmma_overlap = v != 9;
-                float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NH); }), bw = time_ms(bwd);
+                float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); }), bw = time_ms(bwd);
                 printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
                        g_flash_wgmma_groups, v == 9 ? ", no overlap" : "", v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
                 backward_split(bwd, flops_fwd, bw);
@@ -90,13 +97,13 @@ int main(int argc, char** argv) {
             }
         return 0;
     }
-    auto qkv = dev_randn((size_t)B * T * 3 * C), dout = dev_randn((size_t)B * T * C);
-    std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T), dqkv((size_t)B * T * 3 * C);
-    attention_forward(cpu_ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH, NH);
-    attention_backward(cpu_ctx, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NH);
+    auto qkv = dev_randn((size_t)B * T * W), dout = dev_randn((size_t)B * T * C);
+    std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T), dqkv((size_t)B * T * W);
+    attention_forward(cpu_ctx, out.data(), lse.data(), qkv.data(), B, T, C, NH, NKV);
+    attention_backward(cpu_ctx, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NKV);
     DevBuf gqkv(qkv), gout(out), glse(lse), gdout(dout), gdqkv(dqkv);
-    Version fwd[] = {{"v1 fp32 warp-per-row", [&] { attention_forward(gpu_ctx, gout.p(), glse.p(), gqkv.p(), B, T, C, NH, NH); }}};
-    Version bwd[] = {{"v1 fp32 dq + dkv passes", [&] { attention_backward(gpu_ctx, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, NH); }}};
+    Version fwd[] = {{"v1 fp32 warp-per-row", [&] { attention_forward(gpu_ctx, gout.p(), glse.p(), gqkv.p(), B, T, C, NH, NKV); }}};
+    Version bwd[] = {{"v1 fp32 dq + dkv passes", [&] { attention_backward(gpu_ctx, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, NKV); }}};
     for (auto& v : fwd) {
         float ms = time_ms(v.run);
         printf("forward  %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", v.name, rel_err(out, gout.host(), 1e-4), ms, flops_fwd / ms / 1e9);
@@ -108,8 +115,8 @@ int main(int argc, char** argv) {
 
     // bf16: the same inputs rounded to bf16, against the CPU's bf16 op
     std::vector<bf16> bqkv = vec_cast<bf16>(qkv), bdout = vec_cast<bf16>(dout), bout(out.size()), bdqkv(dqkv.size());
-    attention_forward(cpu_ctx, bout.data(), lse.data(), bqkv.data(), B, T, C, NH, NH);
-    attention_backward(cpu_ctx, bdqkv.data(), bdout.data(), bqkv.data(), bout.data(), lse.data(), B, T, C, NH, NH);
+    attention_forward(cpu_ctx, bout.data(), lse.data(), bqkv.data(), B, T, C, NH, NKV);
+    attention_backward(cpu_ctx, bdqkv.data(), bdout.data(), bqkv.data(), bout.data(), lse.data(), B, T, C, NH, NKV);
     DevBuf<bf16> g_qkv(bqkv), g_out(bout), g_dout(bdout), g_dqkv(bdqkv);
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
@@ -128,8 +135,8 @@ int main(int argc, char** argv) {
         if (v >= 7 && !gpu_has_wgmma()) { printf("%s: compute capability 9.0 only\n", name); continue; }
         if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
         if (v == 6 && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
-        auto f = [&] { attention_forward(gpu_ctx, g_out.p(), glse.p(), g_qkv.p(), B, T, C, NH, NH); };
-        auto b = [&] { attention_backward(gpu_ctx, g_dqkv.p(), g_dout.p(), g_qkv.p(), g_out.p(), glse.p(), B, T, C, NH, NH); };
+        auto f = [&] { attention_forward(gpu_ctx, g_out.p(), glse.p(), g_qkv.p(), B, T, C, NH, NKV); };
+        auto b = [&] { attention_backward(gpu_ctx, g_dqkv.p(), g_dout.p(), g_qkv.p(), g_out.p(), glse.p(), B, T, C, NH, NKV); };
         float msf = time_ms(f);
         printf("forward  %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_out, g_out.host(), 1e-2), msf, flops_fwd / msf / 1e9);
         float msb = time_ms(b);
