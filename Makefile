@@ -180,7 +180,8 @@ clean:
 # and 1558M with --recompute selective, then full: the micro-batches that then fit, their speed), recipe (each
 # size at scripts/gpt2.sh's B and micro-batches a step per GPU of 8: the MFU of the real run's step), ncu (Nsight Compute's view of
 # each of our kernels in a 124M step: what limits it), ncu-wgmma (the same with --flash-wgmma 1), llama
-# (llama:d12 and Llama 3.2's 1B and 3B shapes: tokens/s, MFU, memory)
+# (llama:d12 and Llama 3.2's 1B and 3B shapes: tokens/s, MFU, memory; attention fwd+bwd time with
+# grouped-query heads against the same heads without: build/dev_attention B T C NH NKV time)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
 BENCH_PARTS ?= train fp32 torch kernels overlap
 bench: all
@@ -199,5 +200,7 @@ bench: all
 	    overlap) bash dev/bench/bench_overlap.sh ;; \
 	    ncu) bash dev/bench/bench_ncu.sh ;; \
 	    ncu-wgmma) FLASH_WGMMA=1 bash dev/bench/bench_ncu.sh ;; \
-	    llama) bash dev/bench/bench_train.sh bf16 llama:d12 llama:1B llama:3B ;; \
+	    llama) bash dev/bench/bench_train.sh bf16 llama:d12 llama:1B llama:3B; \
+	           echo "## grouped-query attention (build/dev_attention B T C NH NKV time): Llama 3.2 1B's heads with NKV = NH and 8; 8B's"; \
+	           for s in "4 2048 2048 32 32" "4 2048 2048 32 8" "2 2048 4096 32 8"; do ./build/dev_attention $$s time; done ;; \
 	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma recompute recipe torch kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
