@@ -122,7 +122,7 @@ inline ChoiceSet choice_set_load(const char* what, const std::string& path, int 
         read_tokens(&ex.context, "context");
         ex.endings.resize(n_endings);
         for (auto& e : ex.endings) read_tokens(&e, "ending");
-        if (n_endings < 2 || ex.label >= n_endings)
+        if (n_endings < 2 || ex.label < 0 || ex.label >= n_endings)  // (a uint32 label past 2^31 reads negative)
             fatal("%s: '%s': example %lld has %d endings and label %d (expected 2 or more, label below that)", what, p, i,
                   n_endings, ex.label);
         if ((at - start) * w != bytes)

@@ -296,6 +296,14 @@ if [ -s "$ranks" ] && ./tokenize --tokenizer "$ranks" --hellaswag "$tmp/hs.jsonl
         [ $rc = 0 ] && echo "$out" | grep -qE "hellaswag [0-9.]+ \([0-2]/2\)" \
             && echo "ok - train_gpt --hellaswag reads the uint32 eval file ($(echo "$out" | grep -oE "hellaswag [0-9.]+ \([0-2]/2\)"))" \
             || echo "not ok - train_gpt --hellaswag on the uint32 eval file: exit $rc: $(echo "$out" | tail -2)"
+        # a label word of 2^32 − 1 (negative as an int) is refused, not used as an index
+        /usr/bin/python3 -c "import sys; d = bytearray(open(sys.argv[1], 'rb').read()); d[1024 + 12:1024 + 16] = b'\xff' * 4; open(sys.argv[2], 'wb').write(d)" \
+            "$tmp/hs_tt.bin" "$tmp/hs_tt_badlabel.bin"
+        out=$("$TRAIN_GPT" --model llama:d1 --vocab-size 100512 --train-data "$tmp/kjv_val.tt.bin" --val-data "" --batch-size 2 \
+              --seq-len 64 --steps 0 --hellaswag "$tmp/hs_tt_badlabel.bin" 2>&1); rc=$?
+        [ $rc = 1 ] && echo "$out" | grep -q "example 0 has 4 endings and label -1" \
+            && echo "ok - train_gpt --hellaswag: a uint32 label past 2^31 is refused in one line" \
+            || echo "not ok - train_gpt --hellaswag: a uint32 label of 2^32 - 1: exit $rc: $(echo "$out" | tail -1)"
     fi
 else
     echo "not ok - tokenize --tokenizer RANKS --hellaswag failed on a good file"
