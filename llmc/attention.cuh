@@ -116,6 +116,11 @@ struct QKVLayout {
     HD int k(int h) const { return C + h / group() * hs; }  // query head h's key head, in a row
     HD int v(int h) const { return C + kv() + h / group() * hs; }
 };
+// The ops' layout, checked once (fatal where NKV does not divide NH).
+inline QKVLayout qkv_layout(int C, int NH, int NKV) {
+    if (NKV < 1 || NH % NKV) fatal("attention: %d query heads are not groups of %d key/value heads", NH, NKV);
+    return QKVLayout(C, NH, NKV);
+}
 
 // (fp32; the dtype wrapper attention_forward gives it fp32 views of bf16 buffers)
 inline void attention_forward_cpu(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int NKV) {
@@ -1585,8 +1590,7 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
 template <class T>
 inline void attention_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV) {
     OpScope prof(ctx, 2.0 * B * T_ * T_ * C, 0, "attention forward");  // Q·Kᵀ and P·V over the causal half
-    const QKVLayout L(C, NH, NKV);
-    if (NKV < 1 || NH % NKV) fatal("attention: %d query heads are not groups of %d key/value heads", NH, NKV);
+    const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if (use_flash<T>(C, NH)) { flash_forward(ctx, out, lse, qkv, B, T_, L); return; }
@@ -1605,8 +1609,7 @@ template <class T>
 inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
                                int B, int T_, int C, int NH, int NKV) {
     OpScope prof(ctx, 2.5 * 2.0 * B * T_ * T_ * C, 0, "attention backward");  // the usual 2.5× the forward (dS, dP, dQ, dK, dV)
-    const QKVLayout L(C, NH, NKV);
-    if (NKV < 1 || NH % NKV) fatal("attention: %d query heads are not groups of %d key/value heads", NH, NKV);
+    const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         size_t rows = (size_t)B * NH * T_;
@@ -1636,7 +1639,7 @@ inline void attention_block_forward(const Ctx& ctx, float* o, float* lse, const 
                                     int NH, int NKV, int q0, int nq, int k0, int nk) {
     if (nq == 0 || nk == 0) return;
     OpScope prof(ctx, 4.0 * B * nq * nk * C, 0, "attention block forward");  // Q·Kᵀ and P·V over the whole block
-    const QKVLayout L(C, NH, NKV);
+    const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
@@ -1668,7 +1671,7 @@ inline void attention_block_backward(const Ctx& ctx, float* dx, float* dkv, cons
                                      int k0, int nk) {
     if (nq == 0 || nk == 0) return;
     OpScope prof(ctx, 2.5 * 4.0 * B * nq * nk * C, 0, "attention block backward");
-    const QKVLayout L(C, NH, NKV);
+    const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         attention_block_backward_dq_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, B, T_, Tk, L, q0, nq, k0, nk);

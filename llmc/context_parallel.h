@@ -22,7 +22,8 @@ its own keys is the model's ordinary attention op on the local rows (attention.c
 after a query in local order is after it in the sequence.
 
 Ring attention (cp_attention_forward). The ranks pass their keys and values (k, v: B·Tl·2KV/t
-elements, KV = NKV·hs: C for GPT-2, less with grouped-query attention) around the ring c − 1 times: at step s rank r holds those of rank o = r − s (mod c)
+elements, KV = NKV·hs: C for GPT-2, less with grouped-query attention) around the ring c − 1
+times: at step s rank r holds those of rank o = r − s (mod c)
 and merges the attention of its queries over them into its running output and lse
 (attention_block_forward: out = Σ_blocks exp(lse_blk − lse)·out_blk). Which pairs see each
 other (cp_block): contiguous, all of r's queries see all of o's keys when o < r, none when o > r;
@@ -120,7 +121,7 @@ inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const R
                                  const T* qkv, int B, int Tl, int C, int NH, int NKV) {
     if (!cp || cp->size == 1) { attention_forward(ctx, out, lse, qkv, B, Tl, C, NH, NKV); return; }
     const int c = cp->size, r = cp->rank;
-    const QKVLayout L(C, NH, NKV);
+    const QKVLayout L = qkv_layout(C, NH, NKV);
     const size_t N = (size_t)B * Tl, KV2 = 2 * (size_t)L.kv();  // a position's k and v
     KVRing<T> ring{*cp, rb, N * KV2, {}};
     copy_rows(ctx, rb.kv[0], KV2, qkv + C, L.row(), KV2, N);  // this rank's k, v, to lend
@@ -144,7 +145,7 @@ inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const 
                                   const T* qkv, const T* out, const float* lse, int B, int Tl, int C, int NH, int NKV) {
     if (!cp || cp->size == 1) { attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH, NKV); return; }
     const int c = cp->size, r = cp->rank;
-    const QKVLayout L(C, NH, NKV);
+    const QKVLayout L = qkv_layout(C, NH, NKV);
     const size_t N = (size_t)B * Tl, KV2 = 2 * (size_t)L.kv(), W = L.row();
     KVRing<T> ring{*cp, rb, N * KV2, {}};
     copy_rows(ctx, rb.kv[0], KV2, qkv + C, W, KV2, N);
@@ -172,8 +173,3 @@ inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const 
     arrived();
     copy_rows(ctx, dqkv, W, rb.acc, W, W, N);
 }
-
-// Bytes one rank sends in the ring per block and micro-batch (the header's formulas): the forward's
-// and the backward's, for N = B·Tl positions, KVt = KV/t of k's channels here, s bytes an element.
-inline double cp_forward_bytes(int c, size_t N, int KVt, int s) { return (double)(c - 1) * N * 2 * KVt * s; }
-inline double cp_backward_bytes(int c, size_t N, int KVt, int s) { return (double)(c - 1) * N * 2 * KVt * (s + 4); }

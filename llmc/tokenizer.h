@@ -191,7 +191,7 @@ inline void tokenizer_load_ranks(Tokenizer* tk, FILE* f, const char* path) {
             if (a != id_of.end() && b != id_of.end()) tk->ranks[(uint64_t)a->second << 32 | (uint32_t)b->second] = t;
         }
     }
-    tk->vocab = by_rank;
+    tk->vocab = std::move(by_rank);
     tk->whole = std::move(id_of);
     for (int k = 0; k < 256; k++) {
         const char* name = k == 0 ? "begin_of_text" : k == 1 ? "end_of_text" : k == 6 ? "start_header_id"
