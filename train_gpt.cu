@@ -346,8 +346,7 @@ int main(int argc, char** argv) {
     int top_k = (int)f.integer("top-k", 0, 1 << 30);
     bool save_bf16 = f.choice("save-precision", {"fp32", "bf16"}) == "bf16";
     int threads = (int)f.integer("threads", 0, 4096);
-    if (precision == "fp16" || precision == "fp8")
-        usage_error("--precision %s: not yet supported; use bf16 or fp32", precision.c_str());
+    if (precision == "fp16") usage_error("--precision fp16: not yet supported; use bf16, fp8 or fp32");
     bool comm_stats = f.integer("comm-stats", 0, 1);
     bool overlap = f.integer("overlap", 0, 1);
     const bool profile = f.integer("profile", 0, 1);
@@ -498,7 +497,13 @@ int main(int argc, char** argv) {
                     "sends behind their receives; unset it (or --comm mpi)", pp);
     if (use_nccl) comm_nccl_init(&mesh, ctx);
 
-    const bool bf16_run = precision == "bf16" || (precision == "auto" && ctx.device == Device::CUDA);
+    // fp8 is bf16 with the blocks' products in FP8 (llmc/fp8.cuh)
+    const bool fp8_run = precision == "fp8";
+    const bool bf16_run = precision == "bf16" || fp8_run || (precision == "auto" && ctx.device == Device::CUDA);
+    if (fp8_run) {
+        const std::string why = fp8_device_problem(ctx);
+        if (!why.empty()) usage_error("--precision fp8: %s", why.c_str());
+    }
 
     // The rest of main is written once and instantiated for the run's dtype floatX (llm.c's name):
     // float for --precision fp32, bf16 for --precision bf16 (common.h, model.h).
@@ -509,6 +514,7 @@ int main(int argc, char** argv) {
         gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr, sp == 1, pp > 1 ? &mesh.pp_group : nullptr,
                   cp > 1 ? &mesh.cp_group : nullptr, cp_zigzag, vpp);
         model.recompute = recompute;
+        model.fp8 = fp8_run;
         DataParallel<floatX> dpar;
         dp_layout(&dpar, &model, &mesh.grads(), zero, ctx);  // (dp × cp: both sum gradients)
         {   // does the state fit? (and what --zero 3 would take a rank, for the advice)
@@ -528,6 +534,16 @@ int main(int argc, char** argv) {
             if (auto_batch && !resume) open_data(B);
         } else if (B == 0) {
             B = 1;  // a --steps 0 conversion reads no batch: any B would do
+        }
+        if (fp8_run) {  // every FP8 product's dimensions a multiple of 16 (fp8.cuh): the B·T rows, and a block's widths on this rank
+            const int Ct = config.channels / tp, Q = (int)config.qkv_rows() / tp, Fc = (int)config.fc_rows() / tp, Hh = config.ffn() / tp;
+            for (const int* d : {&Ct, &Q, &Fc, &Hh}) {
+                const std::string why = fp8_shape_problem(B * Tl, config.channels, *d);
+                if (!why.empty())
+                    usage_error("--precision fp8: %s (B*T = %d x %d; the blocks' widths here: C %d, qkv %d, fc %d, MLP %d%s); "
+                                "use --precision bf16, or a model and batch whose sizes are multiples of 16", why.c_str(), B, Tl,
+                                config.channels, Q, Fc, Hh, tp > 1 ? ", per tp rank" : "");
+            }
         }
         if (pp > 1) {  // the step's accum micro-batches: how many each chunk keeps alive at once, and the copies its sends keep (pipeline.h)
             model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum, vpp);
@@ -561,6 +577,7 @@ int main(int argc, char** argv) {
                 for (int u = u0; u < u1; u++) dp_set_unit(&dpar, u, units[u - u0].data());
             }
         }
+        const std::string precision_note = fp8_run ? "bf16 with the blocks' products in fp8" : dtype_name<floatX>();
         // the device line's tail: recomputation (when on) and where checkpoints go
         const std::string run_note = (recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(recompute)) +
                                      (out_dir.empty() ? "" : " -> " + out_dir);
@@ -617,19 +634,20 @@ int main(int argc, char** argv) {
             print0("validation: %lld sequences of %d = %lld tokens each evaluation%s\n", val_seqs, T, val_seqs * T,
                    val_capped ? " (all that --val-data holds)" : "");
         if (ctx.device == Device::CPU)
-            print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, dtype_name<floatX>(), zero, run_note.c_str());
+            print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, precision_note.c_str(), zero, run_note.c_str());
         else
             print0("device: cuda, %d rank(s)%s, %s, zero %d%s\n", mesh.world,
                    mesh.world == 1 ? "" : use_nccl ? (overlap ? " (collectives: nccl)" : " (collectives: nccl, not overlapped)")
                                                    : " (collectives: mpi, staged through host memory)",
-                   dtype_name<floatX>(), zero, run_note.c_str());
+                   precision_note.c_str(), zero, run_note.c_str());
         if (ctx.device == Device::CUDA) print0("gpu: %s\n", cuda_describe().c_str());
         const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
         fflush(stdout);
         printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B%s\n",
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
                (long long)gpt_activation_bytes(model, B, Tl, recompute),
-               pp > 1 ? (", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, B, Tl)) + " B").c_str() : "");
+               (std::string(pp > 1 ? ", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, B, Tl)) + " B" : "") +
+                (fp8_run ? ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(model, B, Tl)) + " B" : "")).c_str());
         fflush(stdout);
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,

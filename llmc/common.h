@@ -154,6 +154,7 @@ struct Ctx {
     size_t workspace_size = 0;
 #endif
     Profiler* prof = nullptr;
+    bool fp8 = false;  // matmul_forward/backward multiply in FP8 (fp8.cuh): the model sets it for the blocks' layers
 };
 
 // ----------------------------------------------------------------------------
@@ -582,6 +583,13 @@ template <class T> struct Buf {
     static size_t bytes_for(size_t count) { return ceil_div(count * sizeof(T), 64) * 64; }  // what alloc(count) takes
     size_t bytes() const { return ptr ? bytes_for(n) : 0; }                                   // what this one holds
 };
+
+// A per-call-site scratch buffer on the ctx's device that only grows (moved to the other device
+// when a ctx of that one asks: tests run an op on both). Not thread-safe, like gpu_scratch.
+template <class T> inline T* op_scratch(Buf<T>& b, const Ctx& ctx, size_t n) {
+    if (b.size() < n || b.dev != ctx.device) b.alloc(ctx, std::max(n, b.dev == ctx.device ? b.size() : 0));
+    return b.data();
+}
 
 #ifndef LLMC_CUDA
 inline int cuda_device_count() { return 0; }

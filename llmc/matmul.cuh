@@ -42,6 +42,7 @@ whole model against PyTorch.
 #include "common.h"
 #include "profiler.h"
 #include "gelu.cuh"
+#include "fp8.cuh"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -188,13 +189,20 @@ enum class GeluEpi { None, Forward, Backward };
 // product, so that gpucheck_ops checks it on a GPU, where the heuristic always finds one.
 inline bool g_lt_epilogues = true;
 
+// FP8 operands (fp8.cuh): A and B hold codes of these formats, and cuBLASLt multiplies the fp32
+// accumulator by *a_inv · *b_inv (device pointers: the scales' inverses, as fp8_quantize wrote them).
+struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; };
+inline cudaDataType_t lt_fp8_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
 // D(m×n) = α·op(A)·op(B) + β·D with the epilogue, through cuBLASLt; false (nothing queued) when
 // it has no algorithm for it. bias_grad (fp32, n): the BGRADB epilogue, bias_grad[j] = Σ_p op(B)[p, j]
 // (written, not added). The algorithm the heuristic picks is cached per shape, options and
 // alignments, and so is its answer that it has none.
+// fp8: A and B are FP8 (D, bias and aux stay T).
 template <class T>
-inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bias, int m, int n, int k, bool transA,
-                      bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, T* aux, float* bias_grad = nullptr) {
+inline bool lt_matmul(const Ctx& ctx, T* D, const void* A, const void* Bm, const T* bias, int m, int n, int k, bool transA,
+                      bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, T* aux, float* bias_grad = nullptr,
+                      const LtFp8* fp8 = nullptr) {
     const bool epilogue = bias || gelu != GeluEpi::None || bias_grad;
     if (bias_grad && (bias || gelu != GeluEpi::None)) fatal("lt_matmul: the bias-gradient epilogue goes alone");
     if (epilogue && (!g_lt_epilogues || (bias && alignment_of(bias) < 16) || (bias_grad && alignment_of(bias_grad) < 16)))
@@ -210,6 +218,10 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bi
                            : bias ? CUBLASLT_EPILOGUE_BIAS : bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
     if (epi != CUBLASLT_EPILOGUE_DEFAULT) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     if (bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (fp8) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &fp8->a_inv, sizeof(fp8->a_inv)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &fp8->b_inv, sizeof(fp8->b_inv)));
+    }
     if (bias_grad) {  // the sums in fp32, whatever T is: rounded once, when they are added to dbias
         const cudaDataType_t bt = CUDA_R_32F;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
@@ -221,16 +233,16 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bi
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
     cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, transA ? k : m, transA ? m : k, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transB ? n : k, transB ? k : n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, fp8 ? lt_fp8_type(fp8->a) : dt, transA ? k : m, transA ? m : k, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, fp8 ? lt_fp8_type(fp8->b) : dt, transB ? n : k, transB ? k : n, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd));
     // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; our unit pointers are not.
     uint32_t align_a = alignment_of(A), align_b = alignment_of(Bm), align_d = alignment_of(D);
-    using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t, bool>;
+    using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t, bool, int>;
     struct Found { bool any; cublasLtMatmulAlgo_t algo; };
     static std::map<Key, Found> algos;
     Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d,
-            bias_grad != nullptr};
+            bias_grad != nullptr, fp8 ? 1 + 2 * (int)fp8->a + (int)fp8->b : 0};
     auto it = algos.find(key);
     if (it == algos.end()) {
         cublasLtMatmulPreference_t pref;
@@ -246,13 +258,14 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bi
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &heur, &found);
         cublasLtMatmulPreferenceDestroy(pref);
         if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
-            fatal("cuBLASLt: the algorithm heuristic failed (status %d) for a %dx%dx%d %s matmul", (int)st, m, n, k, dtype_name<T>());
+            fatal("cuBLASLt: the algorithm heuristic failed (status %d) for a %dx%dx%d %s matmul", (int)st, m, n, k,
+                  fp8 ? "fp8" : dtype_name<T>());
         const bool any = st == CUBLAS_STATUS_SUCCESS && found > 0;
         if (!any && epilogue)
             fprintf(stderr, "note: cuBLASLt has no algorithm with the %s epilogue for a %dx%dx%d %s matmul: it runs as a "
                     "separate kernel\n", gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward"
                     : bias_grad ? "bias-gradient" : "bias",
-                    m, n, k, dtype_name<T>());
+                    m, n, k, fp8 ? "fp8" : dtype_name<T>());
         it = algos.emplace(key, Found{any, heur.algo}).first;
     }
     if (it->second.any) {
@@ -268,23 +281,25 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bi
 // D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column) (then the GELU epilogue, aux m×n with
 // leading dimension m), column-major, T matrices, fp32 accumulate: in one cuBLASLt call where it
 // has an algorithm for the whole of it, else the plain product and our kernels (see above).
+// fp8: A and B are FP8 (see LtFp8).
 template <class T>
-inline void cublaslt_gemm(const Ctx& ctx, T* D, const T* A, const T* Bm, const T* bias,
+inline void cublaslt_gemm(const Ctx& ctx, T* D, const void* A, const void* Bm, const T* bias,
                           int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta,
-                          GeluEpi gelu = GeluEpi::None, T* aux = nullptr) {
+                          GeluEpi gelu = GeluEpi::None, T* aux = nullptr, const LtFp8* fp8 = nullptr) {
     if (gelu == GeluEpi::Backward && bias) fatal("cublaslt_gemm: the DGELU epilogue takes no bias");
     if (gelu != GeluEpi::None && (ldd != m || beta != 0.0f)) fatal("cublaslt_gemm: a GELU epilogue needs ldd = m and β = 0");
-    if (lt_matmul<T>(ctx, D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux)) return;
-    if (!bias && gelu == GeluEpi::None) fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul", m, n, k, dtype_name<T>());
+    if (lt_matmul<T>(ctx, D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux, nullptr, fp8)) return;
+    if (!bias && gelu == GeluEpi::None)
+        fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul", m, n, k, fp8 ? "fp8" : dtype_name<T>());
     const size_t mn = (size_t)m * n;
     if (gelu == GeluEpi::Forward) {  // aux = the product + bias, D = gelu(aux)
-        cublaslt_gemm<T>(ctx, aux, A, Bm, bias, m, n, k, transA, transB, lda, ldb, m, 0.0f);
+        cublaslt_gemm<T>(ctx, aux, A, Bm, bias, m, n, k, transA, transB, lda, ldb, m, 0.0f, GeluEpi::None, nullptr, fp8);
         gelu_forward(ctx, D, (const T*)aux, mn);
     } else if (gelu == GeluEpi::Backward) {  // D = the product ⊙ gelu′(aux)
-        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, 0.0f);
+        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, 0.0f, GeluEpi::None, nullptr, fp8);
         gelu_backward(ctx, D, (const T*)aux, (const T*)D, mn);
     } else {  // the bias alone
-        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta);
+        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta, GeluEpi::None, nullptr, fp8);
         add_bias_kernel<<<grid_for(mn), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
         CUDA_LAUNCH_CHECK();
     }
@@ -385,11 +400,119 @@ inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const
 }
 #endif
 
+// ----------------------------------------------------------------------------
+// FP8 products (ctx.fp8): fp8.cuh has the formats, the scaling and why every product takes the
+// "TN" form D[r, c] = Σ_k X[r, k]·Y[c, k].
+
+// D = sx⁻¹·sy⁻¹·(X·Yᵀ) + bias (+ D if accumulate): X (R×K) and Y (Cc×K) FP8 codes, x_inv and
+// y_inv their scales' inverses; exact fp8 products summed in fp32, D rounded to T once (the
+// CPU reference: the codes decoded, then the fp32 loops of matmul_forward_cpu).
+template <class T>
+inline void fp8_linear_cpu(T* D, const uint8_t* X, Fp8Format fx, float x_inv, const uint8_t* Y, Fp8Format fy, float y_inv,
+                           const T* bias, int R, int K, int Cc, bool accumulate) {
+    float vx[256], vy[256];
+    for (int c = 0; c < 256; c++) { vx[c] = fp8_decode((uint8_t)c, fx); vy[c] = fp8_decode((uint8_t)c, fy); }
+    avec<float> xf((size_t)R * K), yf((size_t)Cc * K), prod((size_t)R * Cc);
+    for (size_t i = 0; i < xf.size(); i++) xf[i] = vx[X[i]];
+    for (size_t i = 0; i < yf.size(); i++) yf[i] = vy[Y[i]];
+    matmul_forward_cpu(prod.data(), xf.data(), yf.data(), nullptr, R, K, Cc);
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < Cc; c++) {
+            const size_t i = (size_t)r * Cc + c;
+            float v = prod[i] * x_inv * y_inv;  // (powers of two: exact)
+            if (accumulate) v += to_f(D[i]);
+            if (bias) v += to_f(bias[c]);
+            D[i] = from_f<T>(v);
+        }
+}
+
+// The op. sx, sy: the Fp8Scales fp8_quantize wrote (device memory on the GPU, where cuBLASLt
+// reads the inverses). On the GPU: Dᵀ (Cc×R, column-major) = Y · Xᵀ, A = Y transposed and B = X,
+// the TN form; the bias in the epilogue, or after it (cublaslt_gemm).
+template <class T>
+inline void fp8_linear(const Ctx& ctx, T* D, const uint8_t* X, Fp8Format fx, const Fp8Scales* sx, const uint8_t* Y, Fp8Format fy,
+                       const Fp8Scales* sy, const NoDeduce<T>* bias, int R, int K, int Cc, bool accumulate, const char* what) {
+    OpScope prof(ctx, 2.0 * R * K * Cc, 0, "matmul fp8 %s", what);
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        const LtFp8 f{fy, fx, &sy->inv, &sx->inv};
+        cublaslt_gemm<T>(ctx, D, Y, X, bias, Cc, R, K, true, false, K, K, Cc, accumulate ? 1.0f : 0.0f, GeluEpi::None, nullptr, &f);
+        return;
+    }
+#endif
+    fp8_linear_cpu(D, X, fx, sx->inv, Y, fy, sy->inv, bias, R, K, Cc, accumulate);
+}
+
+// dbias[o] += Σ_n dout[n, o], alone (the FP8 backward's; the bf16 one sums with its products)
+template <class T> inline void bias_backward(const Ctx& ctx, T* dbias, const T* dout, int N, int OC) {
+    OpScope prof(ctx, 0, ((double)N * OC + 2.0 * OC) * sizeof(T), "bias backward %d", OC);
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) { bias_grad_kernels(ctx, dbias, dout, N, OC); return; }
+#endif
+    F32View<T> db(dbias, OC), d(dout, (size_t)N * OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) db.p[o] += d.p[(size_t)n * OC + o];
+    db.store();
+}
+
+inline void fp8_check_shape(int N, int C, int OC) {
+    const std::string why = fp8_shape_problem(N, C, OC);
+    if (!why.empty()) fatal("--precision fp8: %s", why.c_str());
+}
+
+// out = x·Wᵀ + b with x and W in E4M3
+template <class T>
+inline void matmul_forward_fp8(const Ctx& ctx, T* out, const T* inp, const T* W, const T* bias, int N, int C, int OC) {
+    fp8_check_shape(N, C, OC);
+    static Buf<uint8_t> xq_buf, wq_buf;
+    static Buf<Fp8Scales> scales_buf;
+    uint8_t* xq = op_scratch(xq_buf, ctx, (size_t)N * C);
+    uint8_t* wq = op_scratch(wq_buf, ctx, (size_t)OC * C);
+    Fp8Scales* sc = op_scratch(scales_buf, ctx, 2);
+    fp8_quantize(ctx, xq, nullptr, &sc[0], inp, N, C, Fp8Format::E4M3);
+    fp8_quantize(ctx, wq, nullptr, &sc[1], W, OC, C, Fp8Format::E4M3);
+    char what[64];
+    snprintf(what, sizeof what, "forward %d->%d", C, OC);
+    fp8_linear(ctx, out, xq, Fp8Format::E4M3, &sc[0], wq, Fp8Format::E4M3, &sc[1], bias, N, C, OC, false, what);
+}
+// dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3
+template <class T>
+inline void matmul_backward_fp8(const Ctx& ctx, T* dinp, T* dW, T* dbias, const T* dout, const T* inp, const T* W,
+                                int N, int C, int OC) {
+    fp8_check_shape(N, C, OC);
+    static Buf<uint8_t> dq_buf, dqt_buf, wt_buf, xt_buf;
+    static Buf<Fp8Scales> scales_buf;
+    Fp8Scales* sc = op_scratch(scales_buf, ctx, 3);
+    uint8_t* dq = dinp ? op_scratch(dq_buf, ctx, (size_t)N * OC) : nullptr;  // dout (N×OC)
+    uint8_t* dqt = dW ? op_scratch(dqt_buf, ctx, (size_t)N * OC) : nullptr;  // doutᵀ (OC×N)
+    fp8_quantize(ctx, dq, dqt, &sc[0], dout, N, OC, Fp8Format::E5M2);
+    char what[64];
+    if (dinp) {
+        uint8_t* wt = op_scratch(wt_buf, ctx, (size_t)OC * C);  // Wᵀ (C×OC)
+        fp8_quantize(ctx, nullptr, wt, &sc[1], W, OC, C, Fp8Format::E4M3);
+        snprintf(what, sizeof what, "backward dinp %d->%d", C, OC);
+        fp8_linear(ctx, dinp, dq, Fp8Format::E5M2, &sc[0], wt, Fp8Format::E4M3, &sc[1], nullptr, N, OC, C, false, what);
+    }
+    if (dW) {
+        uint8_t* xt = op_scratch(xt_buf, ctx, (size_t)N * C);  // xᵀ (C×N)
+        fp8_quantize(ctx, nullptr, xt, &sc[2], inp, N, C, Fp8Format::E4M3);
+        snprintf(what, sizeof what, "backward dW %d->%d", C, OC);
+        fp8_linear(ctx, dW, dqt, Fp8Format::E5M2, &sc[0], xt, Fp8Format::E4M3, &sc[2], nullptr, OC, N, C, true, what);
+    }
+    if (dbias) bias_backward(ctx, dbias, dout, N, OC);
+}
+
 // With gelu_pre: gelu_pre = inp·Wᵀ + b and out = gelu(gelu_pre) (see the header): in the
 // cuBLASLt epilogue where it can be, else the matmul and then the GELU op.
 template <class T>
 inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, const NoDeduce<T>* bias, int N, int C, int OC,
                            NoDeduce<T>* gelu_pre = nullptr) {
+    if (ctx.fp8) {  // (the quantizations and the product are timed as ops of their own)
+        matmul_forward_fp8<T>(ctx, gelu_pre ? gelu_pre : out, inp, W, bias, N, C, OC);
+        if (gelu_pre) gelu_forward(ctx, out, gelu_pre, (size_t)N * OC);
+        return;
+    }
     OpScope prof(ctx, 2.0 * N * C * OC, 0, "matmul%s forward %d->%d", gelu_pre ? "+gelu" : "", C, OC);
     if (gelu_pre) {
 #ifdef LLMC_CUDA
@@ -414,6 +537,11 @@ inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, con
 template <class T>
 inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, const T* dout, const T* inp, const T* W,
                             int N, int C, int OC, const NoDeduce<T>* gelu_pre = nullptr) {
+    if (ctx.fp8) {
+        matmul_backward_fp8<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC);
+        if (gelu_pre && dinp) gelu_backward(ctx, dinp, gelu_pre, dinp, (size_t)N * C);
+        return;
+    }
     OpScope prof(ctx, ((dinp ? 2.0 : 0.0) + (dW ? 2.0 : 0.0)) * N * C * OC, 0, "matmul backward%s %d->%d",
                  gelu_pre && dinp ? "+dgelu" : "", C, OC);
     if (gelu_pre && dinp) {

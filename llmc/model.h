@@ -469,6 +469,7 @@ template <class T> struct GPT {
     std::vector<T*> params, grads;  // per unit, set by the storage owner
     ParamHooks* hooks = nullptr;
     Recompute recompute = Recompute::None;  // --recompute: set before the first forward
+    bool fp8 = false;             // --precision fp8: the blocks' products multiply in FP8 (fp8.cuh; T is bf16)
     Activations<T> acts;
     Group* tp = nullptr;          // tensor parallelism: the tp group (tensor_parallel.h); none: whole blocks
     bool sp = false;              // sequence parallelism over the tp group (tensor_parallel.h)
@@ -691,6 +692,28 @@ template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, in
         bytes += (slots ? *slots : g.slots)[k] * gpt_activation_bytes<T>(g.config, g.layout, B, T_, r, g.sp, gpt_cp(g), k);
     return bytes;
 }
+// The FP8 products' scratch (--precision fp8): matmul.cuh's matmul_forward_fp8 and
+// matmul_backward_fp8 keep it, one buffer per operand, each growing to what the largest product
+// of a block needs — one byte an element: the forward's input and weight, the backward's dout as
+// it is and transposed, Wᵀ and xᵀ; and the scales. Not activations (nothing in it outlives a
+// product), but the memory plan counts it beside them.
+template <class T> inline double gpt_fp8_scratch_bytes(const GPT<T>& g, int B, int T_) {
+    if (!g.fp8) return 0;
+    const GPTConfig& c = g.config;
+    const size_t tp = g.layout.tp, N = (size_t)B * T_, C = c.channels, Ct = C / tp;
+    const size_t Q = c.qkv_rows() / tp, Fc = c.fc_rows() / tp, Hh = c.ffn() / tp;
+    const size_t in = N * std::max({C, Ct, Hh}), w = std::max({Q * C, C * Ct, Fc * C, C * Hh}), out = N * std::max({Q, C, Fc});
+    auto bytes = [](size_t n) { return (double)Buf<uint8_t>::bytes_for(n); };
+    return 2 * bytes(in) + 2 * bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(2) + (double)Buf<Fp8Scales>::bytes_for(3);
+}
+// The ctx the blocks' linear layers run their products with: FP8 with --precision fp8, else the
+// run's own. The classifier's product takes the plain one.
+template <class T> inline Ctx linear_ctx(const Ctx& ctx, const GPT<T>& g) {
+    Ctx c = ctx;
+    c.fp8 = g.fp8;
+    return c;
+}
+
 // The ring buffers of context_parallel.h, in the activations.
 template <class T> inline RingBuffers<T> gpt_ring_buffers(GPT<T>* g, int B, int T_) {
     Activations<T>& a = g->acts;
@@ -790,6 +813,7 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     T* part = s.on ? a.whole.data() : a.scratch.data();  // a row-parallel layer's partial products
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockActs<T> b = block_acts(g, l, B, T_);
+    const Ctx lin = linear_ctx(ctx, *g);  // the products' (FP8 with --precision fp8)
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
     // (Llama: the norms are RMSNorms, which the LayerNorm ops are with no mean and no bias: b.*_mean
     // and w.*b are nullptr; the products have no biases either)
@@ -799,11 +823,11 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     else                  // x is the encoder's output, or was kept
         layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, P, C);
     if (inner) {
-        matmul_forward(ctx, b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, Q);
+        matmul_forward(lin, b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, Q);
         if (c.llama())  // RoPE turns q's and k's heads in place (the kept qkv is the turned one)
             rope_forward(ctx, b.qkv, gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
         cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), b.atty, b.lse, b.qkv, B, T_, Ct, NHt, NKVt);
-        matmul_forward(ctx, part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
+        matmul_forward(lin, part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
         tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);  // → acts.scratch, this rank's rows
         residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
     } else {              // selective: res2 was kept
@@ -814,16 +838,16 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     // always does (the fc product runs whenever `inner` does: selective's rerun is the one run without it)
     const T* ln2 = inner ? tp_gather_rows(ctx, g->tp, s, b.ln2, a.whole.data(), C) : nullptr;
     if (c.llama()) {
-        if (inner) matmul_forward(ctx, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
+        if (inner) matmul_forward(lin, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         swiglu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT, (size_t)Hh);
     } else if (g->recompute == Recompute::Selective) {
-        if (inner) matmul_forward(ctx, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
+        if (inner) matmul_forward(lin, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * Fc);
     } else {
-        matmul_forward(ctx, b.fch_gelu, ln2, w.fcw, w.fcb, BT, C, Fc, b.fch);
+        matmul_forward(lin, b.fch_gelu, ln2, w.fcw, w.fcb, BT, C, Fc, b.fch);
     }
     if (!rerun) {
-        matmul_forward(ctx, part, b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, Hh, C);
+        matmul_forward(lin, part, b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, Hh, C);
         tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);
     }
     // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
@@ -863,6 +887,7 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockView<T> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
+    const Ctx lin = linear_ctx(ctx, *g);  // the products' (FP8 with --precision fp8)
     if (g->recompute != Recompute::None) gpt_block_forward(ctx, g, l, B, T_, true);
     BlockActs<T> b = block_acts(g, l, B, T_);
     T *dres = a.dresidual.data(), *whole = a.whole.data();
@@ -870,23 +895,23 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
     // product's backward takes dfch at once) or Llama's SwiGLU (its own op, from dhidden)
     const T* dmlp = tp_gather_rows(ctx, g->tp, s, dres, whole, C);
     if (c.llama()) {
-        matmul_backward(ctx, a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C);
+        matmul_backward(lin, a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C);
         swiglu_backward(ctx, a.dfch.data(), b.fch, a.dhidden.data(), (size_t)BT, (size_t)Hh);
     } else {
-        matmul_backward(ctx, a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C, b.fch);
+        matmul_backward(lin, a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C, b.fch);
     }
-    matmul_backward(ctx, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), tp_gather_rows(ctx, g->tp, s, b.ln2, whole, C), w.fcw,
+    matmul_backward(lin, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), tp_gather_rows(ctx, g->tp, s, b.ln2, whole, C), w.fcw,
                     BT, C, Fc);
     T* dln2 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln2w, dw.ln2b, dln2, b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd);
     // attention: res2 = x + attproj(attention(qkv(ln1(x)))) (Llama: the attention of the turned
     // rows, whose gradient then goes back through the turn)
-    matmul_backward(ctx, a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
+    matmul_backward(lin, a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
                     w.attprojw, BT, Ct, C);
     cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty,
                           b.lse, B, T_, Ct, NHt, NKVt);
     if (c.llama()) rope_backward(ctx, a.dqkv.data(), gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
-    matmul_backward(ctx, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
+    matmul_backward(lin, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
                     BT, C, Q);
     T* dln1 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln1w, dw.ln1b, dln1, b.x, w.ln1w, b.ln1_mean, b.ln1_rstd);

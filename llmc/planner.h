@@ -12,14 +12,17 @@ one micro-batch (model.h: gpt_activation_buffers, per position (16·L·C + 12·C
 the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T positions; fewer with
 --recompute, model.h's Recompute; a tensor-parallel rank's slice of them, a pipeline stage's
 blocks' times the micro-batches its schedule keeps alive: model.h's gpt_activation_bytes of the
-model), and a pipeline stage's copies for its sends (model.h's gpt_send_copy_bytes: B·T·C
-elements each, as many as pipeline.h's pp_send_buffers lets its schedule keep, a few). The
+model), a pipeline stage's copies for its sends (model.h's gpt_send_copy_bytes: B·T·C
+elements each, as many as pipeline.h's pp_send_buffers lets its schedule keep, a few), and with
+--precision fp8 the FP8 products' scratch (model.h's gpt_fp8_scratch_bytes: a byte per element
+of two copies each of a layer's input, output gradient and weight, at the largest layer's). The
 state is allocated first; the plan then asks what is
 still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
 memory cgroup or a lower LLMC_HOST_MEMORY: common.h) and whether B·T positions of activations
 fit in it, with a reserve for the kernels' scratch:
 
-  need(B) = activations(B) · (1 + 1%) + send copies(B) + 64 MiB    fits when need(B) ≤ free / (ranks sharing it)
+  need(B) = activations(B) · (1 + 1%) + send copies(B) + fp8 scratch(B) + 64 MiB
+  fits when need(B) ≤ free / (ranks sharing it)
 
 A --batch-size that does not fit is refused at start (exit 2) with one that does and keeps the
 step's tokens in whole micro-batches, and, where --recompute full would let a larger one fit,
@@ -132,7 +135,7 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
             caps = pp_send_buffers(pp->kind, pp->p, pp->s, m, pp->v);
         }
         return gpt_activation_bytes(g, b, Tl, r, pp ? &slots : nullptr) * (1 + SCRATCH_SHARE) +
-               gpt_send_copy_bytes(g, b, Tl, pp ? &caps : nullptr) + SCRATCH_FIXED;
+               gpt_send_copy_bytes(g, b, Tl, pp ? &caps : nullptr) + gpt_fp8_scratch_bytes(g, b, Tl) + SCRATCH_FIXED;
     };
     auto need = [&](int b) { return need_with(recompute, b); };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it

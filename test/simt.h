@@ -71,7 +71,10 @@ The model of a GPU:
   - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
     bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
     the GELU's input, D = its tanh-approximation GELU), DGELU (D = x·gelu′(aux)) and BGRADB (the
-    bias vector, of the type BIAS_DATA_TYPE names, gets the column sums of op(B)). It checks
+    bias vector, of the type BIAS_DATA_TYPE names, gets the column sums of op(B)), and FP8
+    operands (E4M3/E5M2 codes, decoded exactly, the A and B scale pointers multiplying the fp32
+    sum, with Hopper's rules enforced: the TN form only, no E5M2 × E5M2, leading dimensions that
+    are multiples of 16, no epilogue but the bias). It checks
     first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
     has the alignment promised to the heuristic. The algorithm is a placeholder; with
     SIMT_LT_NO_EPILOGUES=1 the heuristic finds none for a product with an epilogue.
@@ -1124,7 +1127,7 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void
 }
 
 // ---- cuBLASLt: the matmul with its layouts, transposes, bias epilogue and alignment contract
-enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14, CUDA_R_8F_E4M3 = 28, CUDA_R_8F_E5M2 = 29 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
@@ -1135,7 +1138,7 @@ enum cublasLtEpilogue_t {
 enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
-    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+    CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 };
 enum cublasLtMatmulPreferenceAttributes_t {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
@@ -1149,6 +1152,7 @@ struct SimtLtDesc {
     int32_t bias_type = -1;  // -1: D's type
     void* aux = nullptr;
     int64_t aux_ld = 0;
+    const float* scale[2] = {nullptr, nullptr};  // A's and B's (device pointers; nullptr: 1)
 };
 struct SimtLtLayout { cudaDataType_t type; uint64_t rows, cols; int64_t ld; };
 struct SimtLtPref { uint32_t align[4] = {256, 256, 256, 256}; };  // A, B, C, D
@@ -1175,6 +1179,8 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->aux, v, n); break;
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: if (n != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->aux_ld, v, n); break;
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: if (n != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias_type, v, n); break;
+        case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->scale[0], v, n); break;
+        case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->scale[1], v, n); break;
         default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -1208,7 +1214,21 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
     return CUBLAS_STATUS_SUCCESS;
 }
 namespace simt {
+// An 8-bit float from its definition (OCP FP8): E4M3 = 1.4.3, bias 7, S.1111.111 NaN, no
+// infinities; E5M2 = 1.5.2, bias 15, IEEE-like. Written apart from llmc/fp8.cuh's fp8_decode.
+inline float fp8_value(uint8_t c, cudaDataType_t t) {
+    const bool e4 = t == CUDA_R_8F_E4M3;
+    const int mbits = e4 ? 3 : 2, ebits = e4 ? 4 : 5, bias = e4 ? 7 : 15;
+    const int mant = c & ((1 << mbits) - 1), ex = (c >> mbits) & ((1 << ebits) - 1);
+    const double sgn = (c & 0x80) ? -1.0 : 1.0;
+    if (e4 && ex == 15 && mant == 7) return NAN;
+    if (!e4 && ex == 31) return mant ? NAN : (float)(sgn * INFINITY);
+    const double frac = ex ? 1.0 + mant / (double)(1 << mbits) : mant / (double)(1 << mbits);
+    return (float)(sgn * frac * pow(2.0, (ex ? ex : 1) - bias));
+}
+inline size_t lt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 1; }
 inline float lt_read(const void* base, cudaDataType_t t, size_t i) {
+    if (t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2) return fp8_value(((const uint8_t*)base)[i], t);
     if (t == CUDA_R_32F) return ((const float*)base)[i];
     uint32_t u = (uint32_t)((const uint16_t*)base)[i] << 16; float f; memcpy(&f, &u, 4); return f;
 }
@@ -1237,7 +1257,17 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
     if ((tb ? lb->rows : lb->cols) != n || (tb ? lb->cols : lb->rows) != k)
         die("cublasLtMatmul: B's layout (%lu × %lu, %s) does not match op(A) (%zu × %zu) and D (%zu × %zu)", (unsigned long)lb->rows, (unsigned long)lb->cols, tb ? "T" : "N", m, k, m, n);
     if (lc->rows != m || lc->cols != n) die("cublasLtMatmul: C's layout differs from D's");
-    if (la->type != lb->type || lc->type != ld->type) die("cublasLtMatmul: mixed operand types are not emulated");
+    const bool fp8 = la->type == CUDA_R_8F_E4M3 || la->type == CUDA_R_8F_E5M2;
+    if (lc->type != ld->type) die("cublasLtMatmul: C's and D's types differ (not emulated)");
+    if (fp8) {  // cuBLASLt's FP8 rules on Hopper (sm_90)
+        if (lb->type != CUDA_R_8F_E4M3 && lb->type != CUDA_R_8F_E5M2) die("cublasLtMatmul: A is FP8 and B is not");
+        if (la->type == CUDA_R_8F_E5M2 && lb->type == CUDA_R_8F_E5M2) die("cublasLtMatmul: E5M2 × E5M2 has no FP8 kernel");
+        if (!ta || tb) die("cublasLtMatmul: FP8 takes only the TN form (A transposed, B not)");
+        if (ld->type != CUDA_R_16BF && ld->type != CUDA_R_32F) die("cublasLtMatmul: an FP8 product's D is emulated in bf16 or fp32 only");
+        if (la->ld % 16 || lb->ld % 16) die("cublasLtMatmul: FP8 matrices need leading dimensions that are multiples of 16");
+        if (op->epi != CUBLASLT_EPILOGUE_DEFAULT && op->epi != CUBLASLT_EPILOGUE_BIAS) die("cublasLtMatmul: epilogue %d with FP8 not emulated", (int)op->epi);
+    } else if (la->type != lb->type) die("cublasLtMatmul: mixed operand types are not emulated");
+    if (!fp8 && (op->scale[0] || op->scale[1])) die("cublasLtMatmul: A/B scale pointers are emulated for FP8 operands only");
     const void* ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
         if ((uintptr_t)ptrs[i] % algo->align[i]) die("cublasLtMatmul: matrix %c is less aligned than the %u bytes promised to the heuristic", "ABCD"[i], algo->align[i]);
@@ -1249,16 +1279,17 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
     if ((has_bias || bgradb) && !op->bias) die("cublasLtMatmul: bias epilogue without a bias pointer");
     if ((gelu_fwd || gelu_bwd) && (!op->aux || op->aux_ld < (int64_t)m))
         die("cublasLtMatmul: GELU epilogue without an aux matrix of leading dimension >= %zu", m);
-    const float al = *(const float*)alpha, be = *(const float*)beta;
-    const cudaDataType_t t = la->type, to = ld->type, tbias = op->bias_type < 0 ? to : (cudaDataType_t)op->bias_type;
+    const float al = *(const float*)alpha * (op->scale[0] ? *op->scale[0] : 1.0f) * (op->scale[1] ? *op->scale[1] : 1.0f),
+                be = *(const float*)beta;
+    const cudaDataType_t ta_t = la->type, tb_t = lb->type, to = ld->type, tbias = op->bias_type < 0 ? to : (cudaDataType_t)op->bias_type;
     if (op->bias_type >= 0 && !bgradb) die("cublasLtMatmul: a bias data type is emulated only for the bias gradient");
     if (bgradb && (uintptr_t)op->bias % 16) die("cublasLtMatmul: the bias gradient vector is not 16-byte aligned");
     // op(A) as rows of k (m of them) and op(B) as columns of k (n of them), fp32
     std::vector<float> a(m * k), b(n * k);
     for (size_t i = 0; i < m; i++)
-        for (size_t p = 0; p < k; p++) a[i * k + p] = simt::lt_read(A, t, ta ? p + i * la->ld : i + p * la->ld);
+        for (size_t p = 0; p < k; p++) a[i * k + p] = simt::lt_read(A, ta_t, ta ? p + i * la->ld : i + p * la->ld);
     for (size_t j = 0; j < n; j++)
-        for (size_t p = 0; p < k; p++) b[j * k + p] = simt::lt_read(B, t, tb ? j + p * lb->ld : p + j * lb->ld);
+        for (size_t p = 0; p < k; p++) b[j * k + p] = simt::lt_read(B, tb_t, tb ? j + p * lb->ld : p + j * lb->ld);
     simt::writes_arm(stream);  // D's and aux's pages, learnt as a kernel's are
     #pragma omp parallel for schedule(static)
     for (size_t j = 0; j < n; j++)
@@ -1287,7 +1318,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
     simt::writes_disarm(stream, "cublasLtMatmul");
     if (simt::g_track) {  // what it read, for the other streams: each whole matrix (a strided one's gaps are not read)
         auto read = [&](const void* p, size_t rows, size_t cols, int64_t ldim, cudaDataType_t type) {
-            if (p && ldim == (int64_t)rows) simt::side_note(stream, p, rows * cols * (type == CUDA_R_32F ? 4 : 2), false);
+            if (p && ldim == (int64_t)rows) simt::side_note(stream, p, rows * cols * simt::lt_size(type), false);
         };
         read(A, la->rows, la->cols, la->ld, la->type);
         read(B, lb->rows, lb->cols, lb->ld, lb->type);

@@ -962,6 +962,183 @@ static void test_bf16_ops() {
 // The whole model in bf16 against fp32 on the same weights and batch: losses agree to 2e-2
 // (the bf16 training bound of the CUDA issue: ~L·a few roundings of 2^-9 each), and the
 // gradient points the same way (cosine > 0.99) and has the same size (within 5%).
+// FP8 (llmc/fp8.cuh). The formats from their definition, written here apart from fp8_decode:
+// value = (−1)^s · 2^(e − bias) · (1 + m/2^M), subnormal (e = 0) 2^(1 − bias) · m/2^M; E4M3's
+// S.1111.111 is NaN, E5M2's exponent 31 is ∞ (m = 0) or NaN.
+static double fp8_definition(int c, Fp8Format f) {
+    const int M = f == Fp8Format::E4M3 ? 3 : 2, EB = f == Fp8Format::E4M3 ? 4 : 5, bias = f == Fp8Format::E4M3 ? 7 : 15;
+    const int m = c & ((1 << M) - 1), e = (c >> M) & ((1 << EB) - 1);
+    const double sign = (c & 0x80) ? -1 : 1;
+    if (f == Fp8Format::E4M3 && e == 15 && m == 7) return NAN;
+    if (f == Fp8Format::E5M2 && e == 31) return m ? NAN : sign * INFINITY;
+    return e ? sign * std::ldexp(1.0 + m / (double)(1 << M), e - bias) : sign * std::ldexp(m / (double)(1 << M), 1 - bias);
+}
+// The code nearest x by brute force over every finite code, ties to the even code (its last
+// mantissa bit 0); past the largest, the largest (saturation).
+static int fp8_nearest(double x, Fp8Format f) {
+    const int sb = std::signbit(x) ? 0x80 : 0;
+    if (std::fabs(x) >= fp8_largest(f)) return sb | fp8_largest_code(f);
+    int best = -1;
+    double bd = INFINITY;
+    for (int c = 0; c < 128; c++) {  // the codes of x's sign
+        const double v = fp8_definition(sb | c, f), d = std::fabs(v - x);
+        if (std::isfinite(v) && (d < bd || (d == bd && (c & 1) == 0))) { bd = d; best = sb | c; }
+    }
+    return best;
+}
+// |fp8 product − exact product| ≤ bound, for the products of matmul_forward/backward with
+// ctx.fp8: each operand element, scaled by its power of two s and rounded to its format, is off
+// by at most u·|x| (u = 2^-(M+1): 2^-4 for E4M3, 2^-3 for E5M2) or, below the smallest normal,
+// by half the smallest subnormal, a = 2^(emin − M − 1), over s. So a product term x·w is off by
+// at most (ux + uw + ux·uw)·|x||w| + ax·|w| + aw·|x| + ax·aw, the fp32 sums add ≤ K·2^-24 of Σ|x||w|,
+// and the bf16 output is rounded once (2^-8 of it). The exact product is in double on the same
+// bf16 inputs. A wrong scale, format, transpose or operand fails it by orders of magnitude.
+struct Fp8Err { double u, a; };
+static Fp8Err fp8_err(Fp8Format f, float s) {
+    const int M = fp8_mantissa_bits(f), emin = 1 - fp8_bias(f);
+    return {std::ldexp(1.0, -(M + 1)), std::ldexp(1.0, emin - M - 1) / s};
+}
+static float fp8_test_scale(const avec<float>& x, Fp8Format f) {
+    float amax = 0;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    return fp8_scale_for(amax, f);
+}
+// D[r, c] (+ D0) vs Σ_k X[r, k]·Y[c, k] (+ D0), X and Y quantized in formats fx, fy
+static double fp8_worst(const avec<bf16>& got, const avec<float>& X, Fp8Format fx, const avec<float>& Y, Fp8Format fy,
+                        const avec<float>* D0, int R, int K, int Cc) {
+    const Fp8Err ex = fp8_err(fx, fp8_test_scale(X, fx)), ey = fp8_err(fy, fp8_test_scale(Y, fy));
+    double worst = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < Cc; c++) {
+            double exact = D0 ? (*D0)[(size_t)r * Cc + c] : 0, bound = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                const double x = X[(size_t)r * K + k], y = Y[(size_t)c * K + k];
+                exact += x * y;
+                mag += std::fabs(x * y);
+                bound += (ex.u + ey.u + ex.u * ey.u) * std::fabs(x * y) + ex.a * std::fabs(y) + ey.a * std::fabs(x) + ex.a * ey.a;
+            }
+            const double g = to_f(got[(size_t)r * Cc + c]);
+            bound += K * std::ldexp(mag, -24) + std::ldexp(std::fabs(g), -8);
+            worst = std::max(worst, std::fabs(g - exact) / bound);
+        }
+    return worst;
+}
+static avec<float> transposed(const avec<float>& x, int R, int Cc) {
+    avec<float> t(x.size());
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < Cc; c++) t[(size_t)c * R + r] = x[(size_t)r * Cc + c];
+    return t;
+}
+
+static void test_fp8() {
+    for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+        const char* nm = fp8_name(f);
+        char name[160];
+        // every code: decode is the definition; encode(decode(c)) = c (∞ saturates to the largest)
+        int bad_decode = 0, bad_round_trip = 0;
+        for (int c = 0; c < 256; c++) {
+            const double want = fp8_definition(c, f);
+            const float got = fp8_decode((uint8_t)c, f);
+            if (std::isnan(want) ? !std::isnan(got) : (double)got != want || std::signbit(got) != std::signbit(want)) bad_decode++;
+            if (std::isnan(want)) { if ((fp8_encode(got, f) & 0x7f) != 0x7f) bad_round_trip++; continue; }
+            const int back = fp8_encode(got, f), expect = std::isinf(want) ? (c & 0x80) | fp8_largest_code(f) : c;
+            if (back != expect) bad_round_trip++;
+        }
+        snprintf(name, sizeof name, "fp8 %s: fp8_decode of all 256 codes is the format's definition", nm);
+        report(bad_decode == 0, name, "%g codes differ", bad_decode);
+        snprintf(name, sizeof name, "fp8 %s: fp8_encode(fp8_decode(c)) = c for every code (NaN stays NaN, infinity saturates)", nm);
+        report(bad_round_trip == 0, name, "%g codes differ", bad_round_trip);
+        // between two neighbours: the midpoint goes to the even code, a hair off it to the nearer;
+        // beyond the largest, the largest; half the smallest subnormal to zero
+        int bad_ties = 0, ties = 0;
+        for (int c = 0; c + 1 < 256; c++) {
+            const double lo = fp8_definition(c, f), hi = fp8_definition(c + 1, f);
+            if (!std::isfinite(lo) || !std::isfinite(hi) || (c & 0x80) || hi <= lo) continue;
+            for (int sign : {1, -1}) {
+                const float mid = (float)(sign * (lo + hi) / 2);  // (exact: fp8 values have ≤ 4 significant bits)
+                const int sb = sign < 0 ? 0x80 : 0, even = (c & 1) ? c + 1 : c;
+                ties++;
+                if (fp8_encode(mid, f) != (sb | even)) bad_ties++;
+                if (fp8_encode(std::nextafter(mid, 0.0f), f) != (sb | c)) bad_ties++;
+                if (fp8_encode(std::nextafter(mid, sign * INFINITY), f) != (sb | (c + 1))) bad_ties++;
+            }
+        }
+        const float largest = fp8_largest(f), tiny = (float)fp8_definition(1, f);
+        const bool edges = fp8_encode(largest * 1.1f, f) == fp8_largest_code(f) && fp8_encode(-1e30f, f) == (0x80 | fp8_largest_code(f)) &&
+                           fp8_encode(INFINITY, f) == fp8_largest_code(f) && (fp8_encode(NAN, f) & 0x7f) == 0x7f &&
+                           fp8_encode(tiny / 2, f) == 0 && fp8_encode(std::nextafter(tiny / 2, 1.0f), f) == 1 &&
+                           fp8_encode(-tiny / 4, f) == 0x80 && fp8_encode(1e-40f, f) == 0;
+        snprintf(name, sizeof name, "fp8 %s: ties round to even at all %d midpoints, a hair off them to the nearer; saturation, "
+                 "subnormal and zero edges", nm, ties);
+        report(bad_ties == 0 && edges, name, "%g wrong", bad_ties);
+        // random values over the whole range (the subnormals included) against the brute-force nearest code
+        int bad_random = 0;
+        for (int i = 0; i < 20000; i++) {
+            const float x = (float)((rng.uniform() < 0.5 ? -1 : 1) * std::ldexp(1.0 + rng.uniform(), (int)rng.below(40) - (f == Fp8Format::E4M3 ? 14 : 20)));
+            if (fp8_encode(x, f) != fp8_nearest(x, f)) bad_random++;
+        }
+        snprintf(name, sizeof name, "fp8 %s: fp8_encode is the nearest code (ties to even) for 20000 random values", nm);
+        report(bad_random == 0, name, "%g differ", bad_random);
+        // the scale: a power of two that puts amax in the top binade
+        int bad_scale = 0;
+        for (int i = 0; i < 2000; i++) {
+            const float amax = (float)std::ldexp(1.0 + rng.uniform(), (int)rng.below(60) - 30);
+            const float sc = fp8_scale_for(amax, f);
+            int e;
+            if (std::frexp(sc, &e) != 0.5f || !(amax * sc <= largest) || !(amax * sc * 2 > largest)) bad_scale++;
+        }
+        const bool scale_edges = fp8_scale_for(0.0f, f) == 1.0f && fp8_scale_for(INFINITY, f) == 1.0f && fp8_scale_for(NAN, f) == 1.0f &&
+                                 fp8_scale_for(largest, f) == 1.0f;
+        snprintf(name, sizeof name, "fp8 %s: the scale is the power of two with largest/2 < amax*s <= largest (1 for 0, inf, NaN)", nm);
+        report(bad_scale == 0 && scale_edges, name, "%g wrong", bad_scale);
+        // quantize (odd sizes): q = fp8(x·s), qt its transpose, the inverse scale 1/s
+        const int R = 13, Cc = 37;
+        avec<bf16> x = as_bf16(randn_bf(R * Cc, 3.0f));
+        std::vector<uint8_t> q(R * Cc), qt(R * Cc);
+        Fp8Scales sc{};
+        fp8_quantize(ctx, q.data(), qt.data(), &sc, x.data(), R, Cc, f);
+        float amax = 0;
+        for (auto v : x) amax = std::max(amax, std::fabs(to_f(v)));
+        bool qok = sc.scale == fp8_scale_for(amax, f) && sc.inv * sc.scale == 1.0f;
+        float qmax = 0;
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < Cc; c++) {
+                const uint8_t want = fp8_encode(to_f(x[(size_t)r * Cc + c]) * sc.scale, f);
+                qok = qok && q[(size_t)r * Cc + c] == want && qt[(size_t)c * R + r] == want;
+                qmax = std::max(qmax, std::fabs(fp8_decode(want, f)));
+            }
+        snprintf(name, sizeof name, "fp8 %s: quantize writes fp8(x*s) and its transpose; the largest lands in the top binade", nm);
+        report(qok && qmax > largest / 2 && qmax <= largest, name);
+    }
+    // the products: matmul_forward/backward with ctx.fp8 against the exact products (fp8_worst)
+    Ctx c8 = ctx;
+    c8.fp8 = true;
+    const int N = 48, C = 32, OC = 80;
+    auto x = randn_bf(N * C), W = randn_bf(OC * C, 0.2f), bias = randn_bf(OC), d = randn_bf(N * OC, 1e-3f);
+    auto dW0 = randn_bf(OC * C, 1e-2f), db0 = randn_bf(OC);
+    x[5] = 40.0f;  // an outlier: the rest of x lands 3+ binades lower (the subnormal bound matters)
+    avec<bf16> bx = as_bf16(x), bW = as_bf16(W), bbias = as_bf16(bias), bd = as_bf16(d), out(N * OC), dx(N * C);
+    avec<bf16> dW = as_bf16(dW0), dbias = as_bf16(db0), dbias_ref = as_bf16(db0), dW_ref = as_bf16(dW0), dx_ref(N * C);
+    matmul_forward(c8, out.data(), bx.data(), bW.data(), bbias.data(), N, C, OC);
+    avec<float> bias_rows(N * OC);  // (the bias as a D0 of every row)
+    for (int n = 0; n < N; n++) for (int o = 0; o < OC; o++) bias_rows[(size_t)n * OC + o] = bias[o];
+    double w = fp8_worst(out, x, Fp8Format::E4M3, W, Fp8Format::E4M3, &bias_rows, N, C, OC);
+    report(w <= 1.0, "fp8 matmul forward (+bias): x and W in e4m3, within the rounding bound of the exact product", "worst error / bound = %.3f", w);
+    matmul_backward(c8, dx.data(), dW.data(), dbias.data(), bd.data(), bx.data(), bW.data(), N, C, OC);
+    const double w_dinp = w = fp8_worst(dx, d, Fp8Format::E5M2, transposed(W, OC, C), Fp8Format::E4M3, nullptr, N, OC, C);
+    report(w <= 1.0, "fp8 matmul backward dinp: dout in e5m2, W in e4m3, within the rounding bound", "worst error / bound = %.3f", w);
+    w = fp8_worst(dW, transposed(d, N, OC), Fp8Format::E5M2, transposed(x, N, C), Fp8Format::E4M3, &dW0, OC, N, C);
+    report(w <= 1.0, "fp8 matmul backward dW (accumulated): dout in e5m2, x in e4m3, within the rounding bound", "worst error / bound = %.3f", w);
+    matmul_backward(ctx, dx_ref.data(), dW_ref.data(), dbias_ref.data(), bd.data(), bx.data(), bW.data(), N, C, OC);
+    bool same_db = true;
+    for (int o = 0; o < OC; o++) same_db = same_db && dbias[o].bits == dbias_ref[o].bits;
+    report(same_db, "fp8 matmul backward dbias: the bf16 sums of dout, bit for bit the bf16 backward's");
+    // and the bound is not loose: the bf16 product's error is far inside it, FP8's near it
+    double wb = fp8_worst(dx_ref, d, Fp8Format::E5M2, transposed(W, OC, C), Fp8Format::E4M3, nullptr, N, OC, C);
+    report(w_dinp > 0.02 && wb < w_dinp / 4, "fp8: the bound is tight enough to tell fp8 from bf16 (the bf16 backward's worst dinp "
+           "error / bound is under a quarter of fp8's)", "bf16 %.4f, fp8 %.4f", wb, w_dinp);
+}
+
 static void test_bf16_model() {
     GPTConfig c;
     c.max_seq_len = 16; c.vocab_size = 50; c.padded_vocab_size = 64; c.num_layers = 2; c.num_heads = 2; c.channels = 32;
@@ -1188,6 +1365,7 @@ int main() {
     test_cgroup_room();
     test_bf16_ops();
     test_bf16_model();
+    test_fp8();
     test_data_order();
     test_tp_slices(false);
     test_tp_slices(true);
