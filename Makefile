@@ -174,7 +174,8 @@ clean:
 	rm -rf train_gpt tokenize build
 
 # BENCH_PARTS picks parts (in this order): train (bf16, BENCH_MODELS, and the first one's
-# per-op profile), fp32 (124M), torch (attention and a step against PyTorch), kernels (the
+# per-op profile), fp32 (124M), fp8 (train with --precision fp8, BENCH_MODELS: the blocks' products
+# in FP8; MFU is still against the dense bf16 peak, so FP8's gain shows as a higher MFU), torch (attention and a step against PyTorch), kernels (the
 # memory-bound ops and the linear layers against PyTorch eager and compiled), overlap (≥ 2
 # GPUs); not by default: flash32 (train with --flash-rows 32), wgmma (train with --flash-wgmma 1), recompute (124M
 # and 1558M with --recompute selective, then full: the micro-batches that then fit, their speed), recipe (each
@@ -183,7 +184,7 @@ clean:
 # (llama:d12 and Llama 3.2's 1B and 3B shapes: tokens/s, MFU, memory; attention fwd+bwd time with
 # grouped-query heads against the same heads without: build/dev_attention B T C NH NKV time)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
-BENCH_PARTS ?= train fp32 torch kernels overlap
+BENCH_PARTS ?= train fp32 fp8 torch kernels overlap
 bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
 	@$(MAKE) --no-print-directory $(DEV_CUDA)
@@ -191,6 +192,7 @@ bench: all
 	{ for part in $(BENCH_PARTS); do case $$part in \
 	    train) bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    fp32) bash dev/bench/bench_train.sh fp32 gpt2:124M ;; \
+	    fp8) bash dev/bench/bench_train.sh fp8 $(BENCH_MODELS) ;; \
 	    flash32) FLASH_ROWS=32 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    wgmma) FLASH_WGMMA=1 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    recompute) for r in selective full; do RECOMPUTE=$$r bash dev/bench/bench_train.sh bf16 gpt2:124M gpt2:1558M; echo; done ;; \
@@ -203,4 +205,4 @@ bench: all
 	    llama) bash dev/bench/bench_train.sh bf16 llama:d12 llama:1B llama:3B; \
 	           echo "## grouped-query attention (build/dev_attention B T C NH NKV time): Llama 3.2 1B's heads with NKV = NH and 8; 8B's"; \
 	           for s in "4 2048 2048 32 32" "4 2048 2048 32 8" "2 2048 4096 32 8"; do ./build/dev_attention $$s time; done ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 flash32 wgmma recompute recipe torch kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    *) echo "make bench: unknown part '$$part' (train fp32 fp8 flash32 wgmma recompute recipe torch kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

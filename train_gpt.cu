@@ -16,9 +16,10 @@ the whole batch. With context parallelism a rank runs T/cp of each sequence's po
 sum is over dp × cp.
 
 The same source builds with g++ (CPU backend) and nvcc. Every op is called through a Ctx
-(llmc/common.h); this file never touches a backend. Flags that need a later part of the
-project (fp16/fp8) are accepted by the parser
-and then refused with a clear "not yet supported" error, never silently ignored.
+(llmc/common.h); this file never touches a backend. A flag value that needs a later part of
+the project (--precision fp16) is accepted by the parser and then refused with a clear "not yet
+supported" error, never silently ignored. --precision fp8 is the bf16 run with the blocks'
+products in FP8 (llmc/fp8.cuh; model.h's linear_ctx).
 
 With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is
 evaluated once, e.g. `--model data/gpt2_124M.bin --steps 0 --hellaswag data/hellaswag_val.bin`.
@@ -79,7 +80,7 @@ static const FlagDef FLAGS[] = {
     {"skip-window", "128", "the steps of history --skip-loss-z and --skip-norm-z judge a step against (the window is kept in checkpoints)", false},
     {"seed", "1337", "seed for initialization, shuffling and sampling", false},
     {"shuffle", "0", "0 | 1: visit the training batches in a per-epoch random order", false},
-    {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 on the CPU emulates the GPU's rounding)", false},
+    {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 on the CPU emulates the GPU's rounding; fp8: bf16 with the blocks' products in FP8, E4M3/E5M2 with per-tensor scales; fp16: not yet)", false},
     {"recompute", "none", "activation checkpointing: none | selective (each block's backward reruns its LayerNorms and GELU: 10·C of its 16·C activations a position kept) | full (each block's backward reruns its forward: C of 16·C kept, +22% of the block's FLOPs); the same training, less memory (llmc/model.h)", false},
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
     {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h), and the vocabulary of the embedding and classifier (wte); must divide the heads and the padded vocabulary; dp = world/tp", false},

@@ -35,8 +35,18 @@ Dtype T (float | bf16): with bf16 the matrices are bf16 and the accumulator fp32
 CUDA_R_16BF with CUBLAS_COMPUTE_32F); every output, an accumulated dW included, is rounded to
 bf16 once. The CPU does the same through F32View: the fp32 loops below on widened copies.
 
-Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU), and the
-whole model against PyTorch.
+FP8 (ctx.fp8, which the model sets for the transformer blocks' layers under --precision fp8):
+the same three products with their operands quantized (fp8.cuh: E4M3 x and W, E5M2 dout, one
+power-of-two scale per tensor) into the "TN" form cuBLASLt's FP8 kernels take, so the backward
+multiplies transposed copies (doutᵀ, Wᵀ, xᵀ) that the quantize kernel writes:
+  forward  out  = x·Wᵀ + b             fp8_linear(x, W)
+  dinp     dinp = dout·W               fp8_linear(dout, Wᵀ)
+  dW      dW  += doutᵀ·x               fp8_linear(doutᵀ, xᵀ)
+and dbias sums the bf16 dout (bias_backward). The GELU runs apart (no FP8 epilogue is asked for).
+The CPU does the same: the codes decoded, the fp32 loops, the scales' inverses (exact).
+
+Tests: test/test_ops.cpp (finite differences; FP8 within its rounding bound), test/gpucheck_ops.cu
+(CUDA vs CPU), and the whole model against PyTorch.
 */
 #pragma once
 #include "common.h"
@@ -461,20 +471,27 @@ inline void fp8_check_shape(int N, int C, int OC) {
     if (!why.empty()) fatal("--precision fp8: %s", why.c_str());
 }
 
-// out = x·Wᵀ + b with x and W in E4M3
+// out = x·Wᵀ + b with x and W in E4M3. Rows past a multiple of 16 (an inference's: a prompt of
+// any length, hellaswag's rows; training's B·T is checked at start) are padded with zero rows,
+// whose outputs are made in a scratch and dropped.
 template <class T>
 inline void matmul_forward_fp8(const Ctx& ctx, T* out, const T* inp, const T* W, const T* bias, int N, int C, int OC) {
-    fp8_check_shape(N, C, OC);
+    const int Np = (int)ceil_div(N, 16) * 16;
+    fp8_check_shape(Np, C, OC);
     static Buf<uint8_t> xq_buf, wq_buf;
     static Buf<Fp8Scales> scales_buf;
-    uint8_t* xq = op_scratch(xq_buf, ctx, (size_t)N * C);
+    static Buf<T> padded_buf;
+    uint8_t* xq = op_scratch(xq_buf, ctx, (size_t)Np * C);
     uint8_t* wq = op_scratch(wq_buf, ctx, (size_t)OC * C);
     Fp8Scales* sc = op_scratch(scales_buf, ctx, 2);
     fp8_quantize(ctx, xq, nullptr, &sc[0], inp, N, C, Fp8Format::E4M3);
+    if (Np > N) ctx_zero(ctx, xq + (size_t)N * C, (size_t)(Np - N) * C);
     fp8_quantize(ctx, wq, nullptr, &sc[1], W, OC, C, Fp8Format::E4M3);
     char what[64];
     snprintf(what, sizeof what, "forward %d->%d", C, OC);
-    fp8_linear(ctx, out, xq, Fp8Format::E4M3, &sc[0], wq, Fp8Format::E4M3, &sc[1], bias, N, C, OC, false, what);
+    T* dst = Np > N ? op_scratch(padded_buf, ctx, (size_t)Np * OC) : out;
+    fp8_linear(ctx, dst, xq, Fp8Format::E4M3, &sc[0], wq, Fp8Format::E4M3, &sc[1], bias, Np, C, OC, false, what);
+    if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(T));
 }
 // dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3
 template <class T>

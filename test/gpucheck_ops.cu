@@ -27,6 +27,9 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     attention's variants (fragments by ldmatrix or per-lane
     loads, tiles staged by cp.async or through registers, 16 or 32 rows per warp) load the
     same values and run the same mma sequence: bit-identical outputs.
+FP8 (--precision fp8): the quantize kernels bit for bit (bound 0), fp8_encode against the GPU's
+own cvt instruction (sm_89+; nvcc builds), and the FP8 products against the CPU's emulation of
+them (1e-2: the same codes on both sides, bf16 outputs).
 The wgmma products alone (one warpgroup: A·Mᵀ with A in registers and in shared memory, P·V
 with V transposed by the descriptor) against a host product, exact (bound 0: inputs in halves,
 every sum exact in fp32); then the wgmma flash attention (compute capability 9.0 and the
@@ -42,6 +45,9 @@ Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wg
 #include "../llmc/model.h"
 #include "../llmc/swiglu.cuh"
 #include "../llmc/rope.cuh"
+#ifdef __CUDACC__
+#include <cuda_fp8.h>
+#endif
 
 static int n_pass = 0, n_fail = 0;
 static Ctx cpu, gpu;
@@ -584,6 +590,122 @@ template <class X> static void check_adamw_norm(size_t n) {
     compare(name, "norm squared", {(float)a}, {(float)b}, 1e-6);
 }
 
+// FP8 (fp8.cuh). The quantize kernels against the CPU's: the same codes, the transpose and the
+// scales, bit for bit (bound 0: the same encode on the same bf16 values, and amax is exact), the
+// outputs poisoned with NaN codes first. The products with ctx.fp8 against the CPU's: both sides
+// quantize the same bf16 inputs to the same codes, so only the fp32 summation order differs, and
+// the outputs are bf16: the bf16 bound, 1e-2.
+static void check_fp8_quantize(int R, int Cc, Fp8Format f, float scale) {
+    char name[128];
+    snprintf(name, sizeof name, "fp8 %s quantize %dx%d (x%g)", fp8_name(f), R, Cc, scale);
+    const std::vector<bf16> x = vec_cast<bf16>(randn<bf16>((size_t)R * Cc, scale));
+    const size_t n = x.size();
+    std::vector<uint8_t> q(n), qt(n);
+    Fp8Scales sc{};
+    fp8_quantize(cpu, q.data(), qt.data(), &sc, x.data(), R, Cc, f);
+    Buf<bf16> gx; gx.alloc(gpu, n);
+    Buf<uint8_t> gq, gqt; gq.alloc(gpu, n); gqt.alloc(gpu, n);
+    Buf<Fp8Scales> gsc; gsc.alloc(gpu, 1);
+    ctx_copy(gpu, gx.data(), x.data(), n * sizeof(bf16));
+    CUDA_CHECK(cudaMemset(gq.data(), 0x7f, n)); CUDA_CHECK(cudaMemset(gqt.data(), 0x7f, n));
+    fp8_quantize(gpu, gq.data(), gqt.data(), gsc.data(), gx.data(), R, Cc, f);
+    std::vector<uint8_t> hq(n), hqt(n);
+    Fp8Scales hsc{};
+    ctx_copy(gpu, hq.data(), gq.data(), n); ctx_copy(gpu, hqt.data(), gqt.data(), n); ctx_copy(gpu, &hsc, gsc.data(), sizeof hsc);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += (hq[i] != q[i]) + (hqt[i] != qt[i]);
+    const bool ok = diff == 0 && hsc.scale == sc.scale && hsc.inv == sc.inv;
+    printf("%s - %s: codes, transpose and scale bit for bit the CPU's (%zu codes differ; scale %g vs %g)\n", ok ? "ok" : "not ok", name,
+           diff, hsc.scale, sc.scale);
+    (ok ? n_pass : n_fail)++;
+}
+#ifdef __CUDACC__
+// The GPU's own conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f32, sm_89+) against fp8_encode.
+__global__ void fp8_cvt_kernel(uint8_t* hw, uint8_t* ours, const float* x, int n, Fp8Format f) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    hw[i] = (uint8_t)__nv_cvt_float_to_fp8(x[i], __NV_SATFINITE, f == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+    ours[i] = fp8_encode(x[i], f);
+}
+static void check_fp8_hardware(Fp8Format f) {
+    char name[160];
+    snprintf(name, sizeof name, "fp8 %s: fp8_encode is the GPU's cvt.rn.satfinite on 200000 values (all binades, ties, "
+             "saturation, subnormals, zeros, NaN)", fp8_name(f));
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+    if (major * 10 + minor < 89) { printf("# skip - %s: compute capability %d.%d has no FP8 conversion\n", name, major, minor); return; }
+    std::vector<float> x;
+    for (int c = 0; c < 256; c++) {  // every code's value, its neighbours' midpoints and a hair off them
+        const float v = fp8_decode((uint8_t)c, f), w = fp8_decode((uint8_t)(c + 1), f);
+        x.push_back(v);
+        if (std::isfinite(v) && std::isfinite(w) && (c & 0x7f) != 0x7f) {
+            const float mid = (v + w) / 2;
+            x.push_back(mid); x.push_back(std::nextafter(mid, 0.0f)); x.push_back(std::nextafter(mid, 2 * mid));
+        }
+    }
+    x.push_back(1e30f); x.push_back(-1e30f); x.push_back(NAN); x.push_back(0.0f); x.push_back(-0.0f);
+    while (x.size() < 200000)
+        x.push_back((float)((rng.uniform() < 0.5 ? -1 : 1) * std::ldexp(1.0 + rng.uniform(), (int)rng.below(44) - 22)));
+    const int n = (int)x.size();
+    Buf<float> gx; gx.alloc(gpu, n);
+    Buf<uint8_t> hw, ours; hw.alloc(gpu, n); ours.alloc(gpu, n);
+    ctx_copy(gpu, gx.data(), x.data(), n * sizeof(float));
+    fp8_cvt_kernel<<<(n + 255) / 256, 256, 0, gpu.stream>>>(hw.data(), ours.data(), gx.data(), n, f);
+    CUDA_LAUNCH_CHECK();
+    std::vector<uint8_t> a(n), b(n);
+    ctx_copy(gpu, a.data(), hw.data(), n); ctx_copy(gpu, b.data(), ours.data(), n);
+    int diff = 0;
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i] && !((a[i] & 0x7f) == 0x7f && (b[i] & 0x7f) == 0x7f && std::isnan(x[i]))) {  // (a NaN's sign may differ)
+            if (diff++ < 5) printf("#   x = %.9g: cvt 0x%02x, fp8_encode 0x%02x\n", x[i], a[i], b[i]);
+        }
+    printf("%s - %s (%d differ)\n", diff ? "not ok" : "ok", name, diff);
+    (diff ? n_fail : n_pass)++;
+}
+#endif
+static void check_fp8_matmul(int N, int C, int OC, bool bias, bool lt_epilogues = true) {
+    g_lt_epilogues = lt_epilogues;
+    Ctx c8 = cpu, g8 = gpu;
+    c8.fp8 = g8.fp8 = true;
+    char name[160]; snprintf(name, sizeof(name), "fp8 matmul N=%d C=%d OC=%d%s%s", N, C, OC, bias ? " +bias" : "",
+                             lt_epilogues ? "" : " (no cuBLASLt epilogues)");
+    using X = bf16;
+    auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC, 1e-3f);
+    std::vector<X> out((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cbv = vec_cast<X>(bv), cdout = vec_cast<X>(dout);
+    matmul_forward(c8, out.data(), cx.data(), cW.data(), bias ? cbv.data() : nullptr, N, C, OC);
+    Dev<X> gx(x), gW(W), gb(bv), gout(vec_widen(out), true), gdout(dout);
+    matmul_forward(g8, gout.p(), gx.p(), gW.p(), bias ? gb.p() : nullptr, N, C, OC);
+    compare(name, "forward", vec_widen(out), gout.host(), 1e-2);
+    if (N % 16) { g_lt_epilogues = true; return; }  // (an inference's rows, padded inside: the forward alone)
+    std::vector<X> dx((size_t)N * C);
+    auto dW = randn<X>((size_t)OC * C, 1e-2f), db = randn<X>(OC);
+    Dev<X> gdx(vec_widen(dx), true), gdW(dW), gdb(db);
+    std::vector<X> cdW = vec_cast<X>(dW), cdb = vec_cast<X>(db);
+    matmul_backward(c8, dx.data(), cdW.data(), bias ? cdb.data() : nullptr, cdout.data(), cx.data(), cW.data(), N, C, OC);
+    matmul_backward(g8, gdx.p(), gdW.p(), bias ? gdb.p() : nullptr, gdout.p(), gx.p(), gW.p(), N, C, OC);
+    compare(name, "dinp", vec_widen(dx), gdx.host(), 1e-2);
+    compare(name, "dW (+=)", vec_widen(cdW), gdW.host(), 1e-2);
+    if (bias) compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), 1e-2);
+    g_lt_epilogues = true;
+}
+static void check_fp8() {
+    for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+        check_fp8_quantize(13, 37, f, 1.0f);     // odd sizes: partial tiles both ways
+        check_fp8_quantize(256, 768, f, 1e-3f);  // whole tiles; a small scale (s > 1)
+        check_fp8_quantize(1000, 100, f, 1e3f);  // s < 1; rows past one tile column
+        check_fp8_quantize(4096, 2304, f, 1.0f); // 9.4M elements: the amax over 1024 blocks
+#ifdef __CUDACC__
+        check_fp8_hardware(f);
+#endif
+    }
+    check_fp8_matmul(48, 32, 80, true);
+    check_fp8_matmul(256, 768, 2304, true);    // GPT-2's qkv
+    check_fp8_matmul(128, 3072, 768, false);   // its fc projection (no bias)
+    check_fp8_matmul(64, 96, 208, true, false);  // cuBLASLt without epilogues: the bias kernel after
+    check_fp8_matmul(45, 96, 208, true);         // forward of 45 rows: padded to 48 with zero rows
+}
+
 template <class X> static void check_all() {
     check_encoder<X>(2, 7, 13, 50);
     check_encoder<X>(4, 64, 768, 50257);
@@ -664,6 +786,7 @@ int main(int argc, char** argv) {
         check_flash_variants(1, 300, 256, 4, 4);    // head size 64, 3 blocks of 128 query rows (the last one short)
         check_flash_variants(1, 200, 512, 4, 4);    // head size 128
         check_flash_variants(1, 300, 256, 4, 2);    // grouped-query, head size 64
+        check_fp8();
     }
     if (wgmma) {
         check_wgmma_products<64>();

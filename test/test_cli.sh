@@ -113,6 +113,8 @@ expect_fail "world size not divisible by tp" 2 "world size 1 is not divisible by
 expect_fail "--sp 1 without --tp" 2 "--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1" "${base[@]}" --sp 1
 expect_fail "--vpp without a pipeline" 2 "--vpp 2: chunks of blocks are for the interleaved pipeline schedule" "${base[@]}" --vpp 2
 expect_fail "fp16 (later)" 2 "not yet supported" "${base[@]}" --precision fp16
+expect_fail "--precision fp8 with B*T not a multiple of 16" 2 "--precision fp8: an FP8 product needs every dimension a multiple of 16" \
+    "${base[@]}" --precision fp8 --batch-size 1 --seq-len 8 --total-batch-tokens 8
 expect_fail "--val-tokens below one sequence" 2 "--val-tokens 10: fewer than one sequence of --seq-len 16" \
     "${base[@]}" --val-data "$tmp/ok.bin" --val-tokens 10
 expect_fail "--comm nccl on the CPU" 2 "--comm nccl: needs --device cuda" "${base[@]}" --device cpu --comm nccl

@@ -9,6 +9,11 @@
 #         to 16
 #   wgmma bf16 with --flash-wgmma 1 (the wgmma flash attention, on compute capability 9.0 and the
 #         emulator; elsewhere it runs the default kernels): the bf16 checks again
+#   fp8   --precision fp8 (llmc/fp8.cuh: the blocks' products in FP8, cuBLASLt's FP8 kernels) against
+#         the CPU's emulation of it: within bf16's 2e-2 (both sides quantize their bf16 tensors with
+#         the same encode and power-of-two scales; as the runs' bf16 values part by a last bit, a
+#         few FP8 codes part too: ~1e-3 observed on the emulator), falling, bit-identical runs;
+#         and its memory plan (the FP8 scratch counted), and its refusal below compute capability 8.9
 #   no epilogues (emulator only) bf16 again with a cuBLASLt that has no algorithm for the bias
 #         and GELU epilogues (SIMT_LT_NO_EPILOGUES=1): matmul.cuh's fallback kernels
 #   waits (emulator only) the host waits for all queued GPU work at most once per optimizer step
@@ -105,6 +110,7 @@ if [ -n "$w31" ]; then
     # (matmul.cuh): the same training, within the same bound of the CPU run
     ONCE=$quick gpu_vs_cpu bf16 2e-2 SIMT_LT_NO_EPILOGUES=1
 fi
+ONCE=$quick gpu_vs_cpu fp8 2e-2
 # memory plan (llmc/planner.h, model.h's gpt_activation_bytes):
 #   the activations the memory line predicts are what the run allocates: the peak of Buf's GPU
 #   memory is the model state plus them, and the kernels' scratch stays within 1% of them (the
@@ -132,15 +138,17 @@ memory_plan() {
     # a Llama (grouped-query attention, NKV = 1 of NH = 2: qkv keeps (NH + 2·NKV)·hs a position, its
     # kernels read it in place; RoPE's table, SwiGLU's two up-projections): the same accounting
     "$BIN" "${flags[@]/d2/llama:d2}" --batch-size 16 >"$tmp/run_llama.out" 2>&1 || tail -3 "$tmp/run_llama.out" | sed 's/^/# /'
+    # --precision fp8: the FP8 products' scratch, in the memory line beside the activations
+    "$BIN" "${flags[@]/bf16/fp8}" --batch-size 16 >"$tmp/run_fp8.out" 2>&1 || tail -3 "$tmp/run_fp8.out" | sed 's/^/# /'
     # fp32 d2 at 1000x1024 tokens needs ~229 GB of activations: more than any one GPU has
     "$BIN" --device cuda --model d2 --seq-len 1024 --batch-size 1000 --steps 1 --val-data "" --precision fp32 >"$tmp/big.out" 2>&1
     echo "rc $?" >>"$tmp/big.out"
-    ${PYTHON:-/usr/bin/python3} - "$tmp/run.out" "$tmp/big.out" "$tmp/run_selective.out" "$tmp/run_full.out" "$tmp/run_llama.out" <<'PY'
+    ${PYTHON:-/usr/bin/python3} - "$tmp/run.out" "$tmp/big.out" "$tmp/run_selective.out" "$tmp/run_full.out" "$tmp/run_llama.out" "$tmp/run_fp8.out" <<'PY'
 import re, sys
 run, big = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 predicted = []
 for name, path in (("", sys.argv[1]), (" with --recompute selective", sys.argv[3]), (" with --recompute full", sys.argv[4]),
-                   (" of llama:d2", sys.argv[5])):
+                   (" of llama:d2", sys.argv[5]), (" with --precision fp8 (its scratch in the memory line)", sys.argv[6])):
     text = open(path).read()
     mem = re.search(r"^memory rank 0: (.*)$", text, re.M)
     peak = re.search(r"^peak GPU memory.*\((\d+) B\)$", text, re.M)
@@ -153,7 +161,7 @@ for name, path in (("", sys.argv[1]), (" with --recompute selective", sys.argv[3
               f"({acts} B) + {extra} B of scratch (0 <= scratch <= 1% of the activations)")
     else:
         print(f"not ok - memory plan{name}: the d2 run printed no memory or peak line")
-ok = len(predicted) == 4 and predicted[0] > predicted[1] > predicted[2]
+ok = len(predicted) == 5 and predicted[0] > predicted[1] > predicted[2]
 print(("ok" if ok else "not ok") + f" - memory plan: the activations shrink with --recompute (none, selective, full: {predicted[:3]} B)")
 m = re.search(r"^error: --batch-size 1000 --seq-len 1024: a micro-batch needs .* of activations and scratch, but the GPU has .* "
               r"free .*; --batch-size (\d+) --total-batch-tokens 1024000 fits, with the step's 1024000 tokens in (\d+) micro-batches", big, re.M)
@@ -235,6 +243,13 @@ unusable_gpu() {
             grep -qE "^note: --device auto: running on the CPU: $why" "$tmp/auto.err" && r=ok || r="not ok"
         echo "$r - unusable GPU ($env): --device auto trains on the CPU and says why (exit $rc: $(head -c 200 "$tmp/auto.err"))"
     done
+    # --precision fp8 on a GPU without FP8 tensor cores (8.0): one line, exit 2
+    SIMT_COMPUTE_CAPABILITY=8.0 "$BIN" --device cuda "${flags[@]}" --precision fp8 >"$tmp/fp8.out" 2>&1
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <"$tmp/fp8.out")" = 1 ] &&
+        grep -qE "^error: --precision fp8: this GPU \(compute capability 8\.0\) has no FP8 tensor cores; they came with 8\.9 .* use --precision bf16\$" "$tmp/fp8.out" &&
+        r=ok || r="not ok"
+    echo "$r - --precision fp8 on compute capability 8.0: one line naming why and what to use, exit 2 (exit $rc: $(head -c 200 "$tmp/fp8.out"))"
     SIMT_DRIVER_VERSION=13000 "$BIN" --device auto "${flags[@]}" >"$tmp/compat.out" 2>&1
     rc=$?
     [ $rc = 0 ] && grep -q '^device: cuda, ' "$tmp/compat.out" && ! grep -q '^note: ' "$tmp/compat.out" && r=ok || r="not ok"

@@ -1124,6 +1124,13 @@ static void test_fp8() {
     for (int n = 0; n < N; n++) for (int o = 0; o < OC; o++) bias_rows[(size_t)n * OC + o] = bias[o];
     double w = fp8_worst(out, x, Fp8Format::E4M3, W, Fp8Format::E4M3, &bias_rows, N, C, OC);
     report(w <= 1.0, "fp8 matmul forward (+bias): x and W in e4m3, within the rounding bound of the exact product", "worst error / bound = %.3f", w);
+    {   // an inference's rows (45: not a multiple of 16) are padded with zero rows: the same codes (x's
+        // outlier, its amax, is in row 0), the same sums, the same first 45 rows bit for bit
+        avec<bf16> out45(45 * OC);
+        matmul_forward(c8, out45.data(), bx.data(), bW.data(), bbias.data(), 45, C, OC);
+        report(memcmp(out45.data(), out.data(), out45.size() * sizeof(bf16)) == 0,
+               "fp8 matmul forward of 45 rows (padded to 48 inside): the 48-row product's first 45 rows, bit for bit");
+    }
     matmul_backward(c8, dx.data(), dW.data(), dbias.data(), bd.data(), bx.data(), bW.data(), N, C, OC);
     const double w_dinp = w = fp8_worst(dx, d, Fp8Format::E5M2, transposed(W, OC, C), Fp8Format::E4M3, nullptr, N, OC, C);
     report(w <= 1.0, "fp8 matmul backward dinp: dout in e5m2, W in e4m3, within the rounding bound", "worst error / bound = %.3f", w);
