@@ -18,6 +18,7 @@
 #                 checkpoint resumed on dp = 1 × tp = 2 continues the run (1e-5); another --tp is
 #                 refused with one line
 #   bf16:         tp = 2 (and with --sp 1) in bf16 within 2e-2 of one bf16 process
+#   fp8:          tp = 2 --sp 1 in fp8 within 2e-2 of one fp8 process (per-shard FP8 scales)
 #   sequence par. --sp 1: tp = 2 and dp = 2 × tp = 2 (ZeRO 1, 3) against one process as above, and
 #                 step 1's loss tp = 2's bit for bit; 93 positions (a padding row); activations
 #                 and the reduce-scatter / all-gather / all-reduce bytes against the formulas;
@@ -276,6 +277,11 @@ run tp2_bf16 2 --tp 2 --batch-size 8 --precision bf16 &&
     close_losses "$tmp/ref_bf16.jsonl" "$tmp/tp2_bf16.jsonl" "bf16 tp=2 (bf16 activations: one rounding more per sum)" 2e-2
 run tp2sp_bf16 2 --tp 2 --sp 1 --batch-size 8 --precision bf16 &&
     close_losses "$tmp/ref_bf16.jsonl" "$tmp/tp2sp_bf16.jsonl" "bf16 tp=2 --sp 1 (and the LayerNorms' gradients summed in bf16)" 2e-2
+# --- fp8 (llmc/fp8.cuh): each tp rank scales its own shard of a weight and of a gradient (its
+# amax, not the whole tensor's), so its FP8 codes differ from one process's: bf16's bound
+run ref_fp8 1 --batch-size 8 --precision fp8
+run tp2sp_fp8 2 --tp 2 --sp 1 --batch-size 8 --precision fp8 &&
+    close_losses "$tmp/ref_fp8.jsonl" "$tmp/tp2sp_fp8.jsonl" "fp8 tp=2 --sp 1 (each rank's shards scaled by their own amax)" 2e-2
 
 # --- errors: one line naming the flag, exit 2
 check_error "--tp 2 on a 1-head model" 2 "--tp 2: must divide the model's 1 attention heads" --model d1 --tp 2
