@@ -45,6 +45,18 @@ bf16 tensors (nothing FP8 is kept between forward and backward). Every dimension
 OC) must be a multiple of 16: cuBLASLt wants 16-byte leading dimensions of the FP8 matrices.
 The bias gradient sums the bf16 dout.
 
+What it costs (arithmetic, not yet a measurement: `make bench` part fp8 and dev/cuda/matmul.cu
+v3 time it). Each quantize reads its bf16 tensor twice (the amax, then the cast) and writes a
+byte (two with the transpose). A GPT-2 block's products have 7C input features a position (C
+each for qkv, attproj and fc, 4C for fcproj) and 9C output features (3C, C, 4C, C): 5 bytes
+per input feature forward, 6 per output feature for dout and 5 per input feature for xᵀ
+backward, 124·C bytes a position a block. GPT-2 124M at B·T = 131072: ~150 GB a step,
+~50 ms at 3 TB/s, against ~57 ms saved if its ~115 ms of block products (the bf16 profile in
+dev/gpu_results) ran at twice the rate: about even. 1558M at B·T = 16384: ~52 ms against ~114
+ms saved. The known ways to shrink it: the amax from the kernel that makes the tensor (the
+LayerNorm, the GELU, the attention output) or from the previous step (delayed scaling), and
+the cast fused into that kernel's store, so that most quantizations cost nothing but a byte.
+
 Tests: test/test_ops.cpp (encode/decode over all 256 codes of each format against a decoder
 written from the definition above, rounding of ties and saturation, scale, quantize and the FP8
 linear against its definition), test/gpucheck_ops.cu (kernels and cuBLASLt against the CPU

@@ -6,13 +6,18 @@ checks, not a speed path).
       pre-activation stored as the aux matrix; DGELU backward)
   v2: the GELU apart (g_gelu_fusion = false): the matmul, then llmc/gelu.cuh's kernel, which
       reads and writes the 4C-wide activation once more each way
+  v3: FP8 (--precision fp8; llmc/fp8.cuh): each product's operands quantized (the amax pass and
+      the cast, the backward's transposed copies) and multiplied by cuBLASLt's FP8 kernels; the
+      GELU apart. The time includes the quantize kernels: what the trainer pays. Checked against
+      the CPU's FP8 emulation (the same codes on both sides: the bf16 bound)
 The layers of one block and the classifier, at N = B·T rows:
   qkv         C → 3C, bias
   attproj     C → C, bias
   mlp         fc C → 4C with bias and GELU, then fcproj 4C → C with bias; its backward goes
               through the GELU (fcproj's dinp is the gradient of fc's pre-activation)
   classifier  C → Vp, no bias (the tied embedding; dinp and dW, no dbias)
-Only mlp differs between v1 and v2. Then the backward's dbias column sum (matmul.cuh:
+Only mlp differs between v1 and v2; v3 runs qkv, attproj and mlp (not the classifier, which
+stays bf16 in the trainer). Then the backward's dbias column sum (matmul.cuh:
 BiasGrad) three ways, for each bias width at N: alone (the Warps and Columns kernels, GB/s over
 the N·OC·2 bytes of dout) and inside the whole backward of a linear layer (all three, the
 Epilogue one being cuBLASLt's BGRADB on the dW product; when its heuristic has no
@@ -109,10 +114,12 @@ static Layer mlp(int N, int C) {
 
 static void run(Layer& L, int version, int N, int check) {
     g_gelu_fusion = version == 1;
+    Ctx cpu = cpu_ctx, gpu = gpu_ctx;
+    cpu.fp8 = gpu.fp8 = version == 3;
     Tensors& t = *L.t;
     t.sync();  // both devices from the same state: the first `check` rows of each
-    L.forward(cpu_ctx, check); L.backward(cpu_ctx, check);
-    L.forward(gpu_ctx, check); L.backward(gpu_ctx, check);
+    L.forward(cpu, check); L.backward(cpu, check);
+    L.forward(gpu, check); L.backward(gpu, check);
     double worst = 0;
     std::string which;
     for (const Output& o : L.outputs) {
@@ -121,8 +128,8 @@ static void run(Layer& L, int version, int N, int check) {
         const double e = rel_err(want, got, BOUND);
         if (!(e <= worst)) { worst = e; which = o.name; }
     }
-    auto fwd = [&] { L.forward(gpu_ctx, N); };
-    auto bwd = [&] { L.backward(gpu_ctx, N); };  // (the timed runs keep accumulating dW and dbias)
+    auto fwd = [&] { L.forward(gpu, N); };
+    auto bwd = [&] { L.backward(gpu, N); };  // (the timed runs keep accumulating dW and dbias)
     const float mf = time_ms(fwd), mb = time_ms(bwd), mfb = time_ms([&] { fwd(); bwd(); });
     const double f = 2.0 * N * L.products;  // forward FLOPs; the backward's are twice that
     printf("v%d %-10s rel err %.2e (worst: %-9s)  forward %8.3f ms %6.1f TFLOP/s  backward %8.3f ms %6.1f TFLOP/s"
@@ -183,6 +190,11 @@ int main(int argc, char** argv) {
         layers.push_back(linear("classifier", N, C, Vp, false));
         for (Layer& L : layers) run(L, 1, N, check);
         run(layers[2], 2, N, check);  // the MLP with its GELU apart
+        if (fp8_device_problem(gpu_ctx).empty() && fp8_shape_problem(N, C, 16).empty() && check % 16 == 0)
+            for (int l = 0; l < 3; l++) run(layers[l], 3, N, check);  // FP8: the blocks' layers
+        else
+            printf("# v3 (fp8) skipped: %s\n", !fp8_device_problem(gpu_ctx).empty() ? fp8_device_problem(gpu_ctx).c_str()
+                                                                                    : "N, C and the checked rows must be multiples of 16");
     }
     printf("# dbias column sum (bf16 dout, N=%d): alone, and the backward of the layer of that width\n", N);
     for (int OC : {C, 3 * C, 4 * C}) bias_grads(N, C, OC, check);
