@@ -157,11 +157,13 @@ inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, Fp8Scales* scales, const T
 // shared memory), then one block over those, which writes the scales. max is exact and
 // order-free, so the result does not depend on the launch shape.
 static const int FP8_AMAX_BLOCKS = 1024;
-template <class T> __global__ void __launch_bounds__(256) fp8_amax_partial_kernel(float* partial, const T* x, size_t n) {
+template <class T, int V> __global__ void __launch_bounds__(256) fp8_amax_partial_kernel(float* partial, const T* x, size_t n) {
     __shared__ float sh[8];
     float m = 0.0f;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        m = fmaxf(m, fabsf(to_f(x[i])));
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n; i += (size_t)gridDim.x * blockDim.x * V) {
+        const Pack<T, V> p = load_pack<V>(x + i);  // (n % V == 0)
+        for (int k = 0; k < V; k++) m = fmaxf(m, fabsf(to_f(p.v[k])));
+    }
     m = warp_max(m);
     if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = m;
     __syncthreads();
@@ -183,30 +185,41 @@ __global__ void __launch_bounds__(256) fp8_scale_kernel(Fp8Scales* scales, const
         *scales = {s, 1.0f / s};
     }
 }
-// One block per 32×32 tile, 32×8 threads, each thread 4 rows of the tile. The rows are written
-// as they are read (a warp writes 32 bytes of one row); the transpose goes through shared memory
-// (a warp reads one tile column, 32 bytes at a pitch of 33). A first version: byte stores, not
-// yet timed against wider ones.
-static const int FP8_TILE = 32;
-template <class T> __global__ void __launch_bounds__(256)
+// One block per tile of 32 rows × 8·V columns, 256 threads. V = 16 bytes of x (8 bf16) where
+// the rows allow it (Cc and, for the transpose, R multiples of V; aligned pointers), else 1.
+// Thread t reads one pack of x (row t/8, columns (t%8)·V…) and stores its V codes as one store to
+// q's row; the tile's codes go through shared memory, and thread t then stores V consecutive
+// bytes of one qt row (tile column t/(32/V), rows (t%(32/V))·V…). Every row segment of q and qt
+// is 32 or 8·V bytes written by consecutive threads.
+template <class T, int V> __global__ void __launch_bounds__(256)
 fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, const T* x, int R, int Cc, Fp8Format f) {
-    __shared__ uint8_t tile[FP8_TILE][FP8_TILE + 1];
+    constexpr int TR = 32, TC = 8 * V, CH = TR / V;  // the tile's rows and columns; V-byte chunks of a qt row
+    __shared__ uint8_t tile[TR][TC + 4];
     const float s = scales->scale;
-    const int r0 = blockIdx.y * FP8_TILE, c0 = blockIdx.x * FP8_TILE, tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-    for (int i = ty; i < FP8_TILE; i += 8) {
-        const int r = r0 + i, c = c0 + tx;
-        if (r < R && c < Cc) {
-            const uint8_t v = fp8_encode(to_f(x[(size_t)r * Cc + c]) * s, f);
-            if (q) q[(size_t)r * Cc + c] = v;
-            tile[i][tx] = v;
+    const int r0 = blockIdx.y * TR, c0 = blockIdx.x * TC;
+    {
+        const int i = threadIdx.x / 8, j = threadIdx.x % 8 * V, r = r0 + i, c = c0 + j;
+        if (r < R && c < Cc) {  // (Cc % V == 0: the pack is whole)
+            const Pack<T, V> p = load_pack<V>(x + (size_t)r * Cc + c);
+            Pack<uint8_t, V> o;
+            for (int k = 0; k < V; k++) o.v[k] = fp8_encode(to_f(p.v[k]) * s, f);
+            if (q) store_pack<V>(q + (size_t)r * Cc + c, o);
+            for (int k = 0; k < V; k++) tile[i][j + k] = o.v[k];
         }
     }
     if (!qt) return;
     __syncthreads();
-    for (int i = ty; i < FP8_TILE; i += 8) {  // row c0 + i of qt: tile column i
-        const int c = c0 + i, r = r0 + tx;
-        if (r < R && c < Cc) qt[(size_t)c * R + r] = tile[tx][i];
+    const int jc = threadIdx.x / CH, k0 = threadIdx.x % CH * V, c = c0 + jc, r = r0 + k0;
+    if (c < Cc && r < R) {  // (R % V == 0: the chunk is whole)
+        Pack<uint8_t, V> o;
+        for (int k = 0; k < V; k++) o.v[k] = tile[k0 + k][jc];
+        store_pack<V>(qt + (size_t)c * R + r, o);
     }
+}
+template <class T, int V> inline void fp8_quantize_launch(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Scales* scales,
+                                                          const T* x, int R, int Cc, Fp8Format f) {
+    fp8_quantize_kernel<T, V><<<dim3(ceil_div(Cc, 8 * V), ceil_div(R, 32)), 256, 0, ctx.stream>>>(q, qt, scales, x, R, Cc, f);
+    CUDA_LAUNCH_CHECK();
 }
 #endif
 
@@ -218,15 +231,19 @@ inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, Fp8Scales* sca
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         static Buf<float> partial_buf;
-        const int P = (int)std::min<size_t>(FP8_AMAX_BLOCKS, ceil_div(n, 256));
-        float* partial = gpu_scratch(partial_buf, ctx, (size_t)std::max(P, 1));
-        fp8_amax_partial_kernel<T><<<std::max(P, 1), 256, 0, ctx.stream>>>(partial, x, n);
+        constexpr int P = PACK<T>;
+        const bool packs = pack_width<T>(n, {x}) > 1;
+        const int blocks = (int)std::max<size_t>(1, std::min<size_t>(FP8_AMAX_BLOCKS, ceil_div(n, 256 * (packs ? P : 1))));
+        float* partial = gpu_scratch(partial_buf, ctx, (size_t)blocks);
+        if (packs) fp8_amax_partial_kernel<T, P><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
+        else fp8_amax_partial_kernel<T, 1><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
         CUDA_LAUNCH_CHECK();
-        fp8_scale_kernel<<<1, 256, 0, ctx.stream>>>(scales, partial, std::max(P, 1), f);
+        fp8_scale_kernel<<<1, 256, 0, ctx.stream>>>(scales, partial, blocks, f);
         CUDA_LAUNCH_CHECK();
         if (n == 0) return;
-        fp8_quantize_kernel<T><<<dim3(ceil_div(Cc, FP8_TILE), ceil_div(R, FP8_TILE)), 256, 0, ctx.stream>>>(q, qt, scales, x, R, Cc, f);
-        CUDA_LAUNCH_CHECK();
+        const bool wide = Cc % P == 0 && (!qt || R % P == 0) && (uintptr_t)x % 16 == 0 && (uintptr_t)q % P == 0 && (uintptr_t)qt % P == 0;
+        if (wide) fp8_quantize_launch<T, P>(ctx, q, qt, scales, x, R, Cc, f);
+        else fp8_quantize_launch<T, 1>(ctx, q, qt, scales, x, R, Cc, f);
         return;
     }
 #endif

@@ -692,9 +692,10 @@ static void check_fp8_matmul(int N, int C, int OC, bool bias, bool lt_epilogues 
 static void check_fp8() {
     for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
         check_fp8_quantize(13, 37, f, 1.0f);     // odd sizes: partial tiles both ways
-        check_fp8_quantize(256, 768, f, 1e-3f);  // whole tiles; a small scale (s > 1)
+        check_fp8_quantize(256, 768, f, 1e-3f);  // whole tiles, 16-byte packs; a small scale (s > 1)
         check_fp8_quantize(1000, 100, f, 1e3f);  // s < 1; rows past one tile column
-        check_fp8_quantize(4096, 2304, f, 1.0f); // 9.4M elements: the amax over 1024 blocks
+        check_fp8_quantize(4096, 2304, f, 1.0f); // 9.4M elements: the amax over 1024 blocks; 16-byte packs
+        check_fp8_quantize(45, 64, f, 1.0f);     // rows packable, the transpose's not (45 % 8): one element a thread
 #ifdef __CUDACC__
         check_fp8_hardware(f);
 #endif
