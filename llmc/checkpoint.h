@@ -268,7 +268,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
                    "\"num_heads\": %d, \"channels\": %d, \"num_kv_heads\": %d, \"hidden\": %d, \"rope_theta\": %d, \"tied\": %s},\n"
                    " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
                    " \"files\": [\"model.bin\", \"history.bin\"",
-                (long long)s.step, world.size, dtype_name<T>(), d->N, tp, pp, d->zero, c.llama() ? "llama" : "gpt2", c.max_seq_len,
+                (long long)s.step, world.size, d->g->fp8 ? "fp8" : dtype_name<T>(), d->N, tp, pp, d->zero, c.llama() ? "llama" : "gpt2", c.max_seq_len,
                 c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, c.kv_heads(), c.ffn(),
                 c.llama() ? c.rope_theta : 0, c.tied ? "true" : "false", (long long)s.B, (long long)s.T, (long long)s.total_batch);
         for (int q = 0; q < pp; q++)

@@ -2,10 +2,11 @@
 # gpucheck — the GPU suite (`make gpucheck`, needs a GPU): the CUDA backend against the CPU
 # reference, op by op and whole runs, plus the data-parallel matrix with several ranks sharing
 # the GPU (MPI, host-staged). Prints "ok"/"not ok" lines and "N passed, N failed".
-#   gpucheck_ops     every CUDA op vs its CPU op, poisoned outputs, several shapes (part ops);
+#   gpucheck_ops     every CUDA op vs its CPU op, poisoned outputs, several shapes (part ops;
+#                    FP8's quantize kernels, cvt and cuBLASLt FP8 products among them);
 #                    the wgmma flash attention (--flash-wgmma 1) as part wgmma
-#   test_gpu_train   10 steps on the GPU vs the CPU run, fp32 (within 1e-4) and bf16 (2e-2):
-#                    the loss falls, and two GPU runs are bit-identical
+#   test_gpu_train   10 steps on the GPU vs the CPU run, fp32 (within 1e-4), bf16 and fp8
+#                    (2e-2): the loss falls, and two GPU runs are bit-identical
 #   test_train       resume bit-exactness, determinism (two GPU runs identical), learning
 #   test_vs_pytorch  the GPU trainer vs PyTorch on the same weights and batches
 #   test_dp          DDP / ZeRO-1/2/3 with 2 and 4 ranks vs one process: MPI staged through host
@@ -50,7 +51,7 @@ want ops && part gpucheck_ops build/gpucheck_ops ops
 # the Hopper flash attention (--flash-wgmma 1, off by default) apart, under its own shorter limit:
 # a fault in it names itself and costs no other part
 want wgmma && PART_LIMIT=${WGMMA_LIMIT:-180} part "gpucheck_ops wgmma" build/gpucheck_ops wgmma
-want train && part "GPU vs CPU training (fp32, bf16)" bash test/test_gpu_train.sh "$BIN"
+want train && part "GPU vs CPU training (fp32, bf16, fp8)" bash test/test_gpu_train.sh "$BIN"
 want resume && part "test_train (cuda)" env DEVICE=cuda bash test/test_train.sh "$BIN"
 want pytorch && part "test_vs_pytorch (cuda)" env DEVICE=cuda "$PY" test/test_vs_pytorch.py "$BIN"
 # kernel playgrounds: each version against the CPU op (counted: a playground exits 1 when one is
