@@ -202,6 +202,11 @@ inline bool g_lt_epilogues = true;
 // FP8 operands (fp8.cuh): A and B hold codes of these formats, and cuBLASLt multiplies the fp32
 // accumulator by *a_inv · *b_inv (device pointers: the scales' inverses, as fp8_quantize wrote them).
 struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; };
+// Hopper's FP8 tensor cores keep a narrower accumulator than fp32; by default cuBLASLt promotes it
+// to fp32 at intervals along k. g_fp8_fast_accum = true asks it not to (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
+// faster, less exact; Transformer Engine's choice for the forward). Off: dev/cuda/matmul.cu v4
+// times it, gpucheck_ops checks it; the emulator sums in fp32 either way.
+inline bool g_fp8_fast_accum = false;
 inline cudaDataType_t lt_fp8_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 
 // D(m×n) = α·op(A)·op(B) + β·D with the epilogue, through cuBLASLt; false (nothing queued) when
@@ -231,6 +236,8 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const void* A, const void* Bm, const
     if (fp8) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &fp8->a_inv, sizeof(fp8->a_inv)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &fp8->b_inv, sizeof(fp8->b_inv)));
+        const int8_t fast = g_fp8_fast_accum ? 1 : 0;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
     }
     if (bias_grad) {  // the sums in fp32, whatever T is: rounded once, when they are added to dbias
         const cudaDataType_t bt = CUDA_R_32F;
@@ -252,7 +259,7 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const void* A, const void* Bm, const
     struct Found { bool any; cublasLtMatmulAlgo_t algo; };
     static std::map<Key, Found> algos;
     Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d,
-            bias_grad != nullptr, fp8 ? 1 + 2 * (int)fp8->a + (int)fp8->b : 0};
+            bias_grad != nullptr, fp8 ? 1 + 4 * g_fp8_fast_accum + 2 * (int)fp8->a + (int)fp8->b : 0};
     auto it = algos.find(key);
     if (it == algos.end()) {
         cublasLtMatmulPreference_t pref;

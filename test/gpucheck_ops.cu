@@ -664,12 +664,14 @@ static void check_fp8_hardware(Fp8Format f) {
     (diff ? n_fail : n_pass)++;
 }
 #endif
-static void check_fp8_matmul(int N, int C, int OC, bool bias, bool lt_epilogues = true) {
+// fast: cuBLASLt's FP8 fast accumulation (matmul.cuh: g_fp8_fast_accum), within the same bound
+static void check_fp8_matmul(int N, int C, int OC, bool bias, bool lt_epilogues = true, bool fast = false) {
     g_lt_epilogues = lt_epilogues;
+    g_fp8_fast_accum = fast;
     Ctx c8 = cpu, g8 = gpu;
     c8.fp8 = g8.fp8 = true;
-    char name[160]; snprintf(name, sizeof(name), "fp8 matmul N=%d C=%d OC=%d%s%s", N, C, OC, bias ? " +bias" : "",
-                             lt_epilogues ? "" : " (no cuBLASLt epilogues)");
+    char name[160]; snprintf(name, sizeof(name), "fp8 matmul N=%d C=%d OC=%d%s%s%s", N, C, OC, bias ? " +bias" : "",
+                             lt_epilogues ? "" : " (no cuBLASLt epilogues)", fast ? " (fast accumulation)" : "");
     using X = bf16;
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC, 1e-3f);
     std::vector<X> out((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cbv = vec_cast<X>(bv), cdout = vec_cast<X>(dout);
@@ -677,7 +679,7 @@ static void check_fp8_matmul(int N, int C, int OC, bool bias, bool lt_epilogues 
     Dev<X> gx(x), gW(W), gb(bv), gout(vec_widen(out), true), gdout(dout);
     matmul_forward(g8, gout.p(), gx.p(), gW.p(), bias ? gb.p() : nullptr, N, C, OC);
     compare(name, "forward", vec_widen(out), gout.host(), 1e-2);
-    if (N % 16) { g_lt_epilogues = true; return; }  // (an inference's rows, padded inside: the forward alone)
+    if (N % 16) { g_lt_epilogues = true; g_fp8_fast_accum = false; return; }  // (an inference's rows, padded inside: the forward alone)
     std::vector<X> dx((size_t)N * C);
     auto dW = randn<X>((size_t)OC * C, 1e-2f), db = randn<X>(OC);
     Dev<X> gdx(vec_widen(dx), true), gdW(dW), gdb(db);
@@ -688,6 +690,7 @@ static void check_fp8_matmul(int N, int C, int OC, bool bias, bool lt_epilogues 
     compare(name, "dW (+=)", vec_widen(cdW), gdW.host(), 1e-2);
     if (bias) compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), 1e-2);
     g_lt_epilogues = true;
+    g_fp8_fast_accum = false;
 }
 static void check_fp8() {
     for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
@@ -705,6 +708,8 @@ static void check_fp8() {
     check_fp8_matmul(128, 3072, 768, false);   // its fc projection (no bias)
     check_fp8_matmul(64, 96, 208, true, false);  // cuBLASLt without epilogues: the bias kernel after
     check_fp8_matmul(45, 96, 208, true);         // forward of 45 rows: padded to 48 with zero rows
+    check_fp8_matmul(256, 768, 2304, true, true, true);  // fast accumulation (k = 768, 2304, 256): the switch's plumbing;
+                                                         // dev/cuda/matmul.cu v4 reports its error at GPT-2's sizes
 }
 
 template <class X> static void check_all() {

@@ -74,7 +74,8 @@ The model of a GPU:
     bias vector, of the type BIAS_DATA_TYPE names, gets the column sums of op(B)), and FP8
     operands (E4M3/E5M2 codes, decoded exactly, the A and B scale pointers multiplying the fp32
     sum, with Hopper's rules enforced: the TN form only, no E5M2 × E5M2, leading dimensions that
-    are multiples of 16, no epilogue but the bias). It checks
+    are multiples of 16, no epilogue but the bias; FAST_ACCUM is accepted, and the sums stay
+    fp32). It checks
     first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
     has the alignment promised to the heuristic. The algorithm is a placeholder; with
     SIMT_LT_NO_EPILOGUES=1 the heuristic finds none for a product with an epilogue.
@@ -1138,7 +1139,8 @@ enum cublasLtEpilogue_t {
 enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
-    CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+    CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18, CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 };
 enum cublasLtMatmulPreferenceAttributes_t {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
@@ -1181,6 +1183,7 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: if (n != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias_type, v, n); break;
         case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->scale[0], v, n); break;
         case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: if (n != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->scale[1], v, n); break;
+        case CUBLASLT_MATMUL_DESC_FAST_ACCUM: if (n != sizeof(int8_t)) return CUBLAS_STATUS_INVALID_VALUE; break;  // (fp32 sums either way)
         default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_SUCCESS;

@@ -10,6 +10,8 @@ checks, not a speed path).
       the cast, the backward's transposed copies) and multiplied by cuBLASLt's FP8 kernels; the
       GELU apart. The time includes the quantize kernels: what the trainer pays. Checked against
       the CPU's FP8 emulation (the same codes on both sides: the bf16 bound)
+  v4: v3 with cuBLASLt's FP8 fast accumulation (matmul.cuh: g_fp8_fast_accum; no periodic
+      promotion of the tensor cores' accumulator to fp32)
 The layers of one block and the classifier, at N = B·T rows:
   qkv         C → 3C, bias
   attproj     C → C, bias
@@ -115,7 +117,8 @@ static Layer mlp(int N, int C) {
 static void run(Layer& L, int version, int N, int check) {
     g_gelu_fusion = version == 1;
     Ctx cpu = cpu_ctx, gpu = gpu_ctx;
-    cpu.fp8 = gpu.fp8 = version == 3;
+    cpu.fp8 = gpu.fp8 = version >= 3;
+    g_fp8_fast_accum = version == 4;
     Tensors& t = *L.t;
     t.sync();  // both devices from the same state: the first `check` rows of each
     L.forward(cpu, check); L.backward(cpu, check);
@@ -136,6 +139,7 @@ static void run(Layer& L, int version, int N, int check) {
            "  both %8.3f ms %6.1f TFLOP/s\n", version, L.name, worst, which.c_str(), mf, f / mf / 1e9, mb, 2 * f / mb / 1e9,
            mfb, 3 * f / mfb / 1e9);
     g_gelu_fusion = true;
+    g_fp8_fast_accum = false;
 }
 
 // dbias += the column sums of dout (N × OC): each BiasGrad way, checked on `check` rows, then timed
@@ -191,9 +195,10 @@ int main(int argc, char** argv) {
         for (Layer& L : layers) run(L, 1, N, check);
         run(layers[2], 2, N, check);  // the MLP with its GELU apart
         if (fp8_device_problem(gpu_ctx).empty() && fp8_shape_problem(N, C, 16).empty() && check % 16 == 0)
-            for (int l = 0; l < 3; l++) run(layers[l], 3, N, check);  // FP8: the blocks' layers
+            for (int v : {3, 4})
+                for (int l = 0; l < 3; l++) run(layers[l], v, N, check);  // FP8: the blocks' layers
         else
-            printf("# v3 (fp8) skipped: %s\n", !fp8_device_problem(gpu_ctx).empty() ? fp8_device_problem(gpu_ctx).c_str()
+            printf("# v3, v4 (fp8) skipped: %s\n", !fp8_device_problem(gpu_ctx).empty() ? fp8_device_problem(gpu_ctx).c_str()
                                                                                     : "N, C and the checked rows must be multiples of 16");
     }
     printf("# dbias column sum (bf16 dout, N=%d): alone, and the backward of the layer of that width\n", N);
