@@ -173,42 +173,33 @@ print(("ok" if last < 8.0 and first > 10.0 else "not ok") + f" - learning: train
 PY
 fi
 
-# --- bf16 against fp32: 10 steps from the same initialization on the same batches
+# --- bf16 and fp8 against fp32: 10 steps from the same initialization on the same batches.
+# bf16 keeps 8 significant bits: every activation, weight copy and gradient is rounded to 2^-9
+# relative. fp8 is bf16 with the operands of the blocks' products rounded further, to 4
+# significant bits (E4M3) or 3 (E5M2, the gradients), each tensor scaled by a power of two into
+# the format's range; those errors average over the products' sums. Over 10 steps of a 1-layer
+# model either moves the loss by ~2e-3; the bound 2e-2 is the CUDA issue's bf16 training bound,
+# and a bug (a wrong rounding, a lost master update, a wrong FP8 scale that flushes values to zero
+# or saturates them, a wrong format or operand) moves the loss by far more.
 "$BIN" "${common[@]}" "${small[@]}" --batch-size 8 --steps 10 --val-data "" --precision fp32 --log-file "$tmp/p32.jsonl" >/dev/null 2>&1
-"$BIN" "${common[@]}" "${small[@]}" --batch-size 8 --steps 10 --val-data "" --precision bf16 --log-file "$tmp/p16.jsonl" >"$tmp/p16.out" 2>&1
-$PY - "$tmp/p32.jsonl" "$tmp/p16.jsonl" <<'PY'
+against_fp32() {  # against_fp32 PRECISION DEVICE_LINE: its losses, its fall, and the precision it reports
+    local p=$1 says=$2
+    "$BIN" "${common[@]}" "${small[@]}" --batch-size 8 --steps 10 --val-data "" --precision "$p" --log-file "$tmp/p_$p.jsonl" >"$tmp/p_$p.out" 2>&1
+    $PY - "$tmp/p32.jsonl" "$tmp/p_$p.jsonl" "$p" <<'PY'
 import json, sys
 a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
 b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-# bf16 keeps 8 significant bits: every activation, weight copy and gradient is rounded to
-# 2^-9 relative. Over 10 steps of a 1-layer model that moves the loss by ~1e-3; the bound 2e-2
-# is the CUDA issue's bf16 training bound, and a bf16 bug (a wrong rounding, a lost master
-# update) moves the loss by far more.
+p = sys.argv[3]
 worst = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 10 else float("inf")
-print(("ok" if worst <= 2e-2 else "not ok") + f" - bf16: per-step losses within 2e-2 of fp32 over 10 steps (max diff {worst:.1e})")
+print(("ok" if worst <= 2e-2 else "not ok") + f" - {p}: per-step losses within 2e-2 of fp32 over 10 steps (max diff {worst:.1e})")
 falling = len(b) == 10 and sum(b[-3:]) / 3 < sum(b[:3]) / 3 - 0.5
-print(("ok" if falling else "not ok") + f" - bf16: the loss keeps falling ({b[0]:.3f} at step 1 -> {b[-1]:.3f} at step 10)" if b else "not ok - bf16: no log")
+print(("ok" if falling else "not ok") + f" - {p}: the loss keeps falling ({b[0]:.3f} at step 1 -> {b[-1]:.3f} at step 10)" if b else f"not ok - {p}: no log")
 PY
-grep -q "device: ${DEVICE:-cpu}, 1 rank(s).*, bf16" "$tmp/p16.out" && echo "ok - bf16: the run reports its precision" \
-    || echo "not ok - bf16: precision line missing"
-# --- fp8 against fp32: the same 10 steps with the blocks' products in FP8
-"$BIN" "${common[@]}" "${small[@]}" --batch-size 8 --steps 10 --val-data "" --precision fp8 --log-file "$tmp/p8.jsonl" >"$tmp/p8.out" 2>&1
-$PY - "$tmp/p32.jsonl" "$tmp/p8.jsonl" <<'PY'
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-# fp8 is bf16 with the operands of the blocks' products rounded to 4 significant bits (E4M3) or
-# 3 (E5M2, the gradients), each tensor scaled by a power of two into the format's range. Those
-# errors average over the products' sums: ~2e-3 over these 10 steps. The bound is bf16's, the
-# training bound of the CUDA issue; a wrong scale (values flushed to zero or saturated), format or
-# operand moves the loss by far more.
-worst = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 10 else float("inf")
-print(("ok" if worst <= 2e-2 else "not ok") + f" - fp8: per-step losses within 2e-2 of fp32 over 10 steps (max diff {worst:.1e})")
-falling = len(b) == 10 and sum(b[-3:]) / 3 < sum(b[:3]) / 3 - 0.5
-print(("ok" if falling else "not ok") + f" - fp8: the loss keeps falling ({b[0]:.3f} at step 1 -> {b[-1]:.3f} at step 10)" if b else "not ok - fp8: no log")
-PY
-grep -q "device: ${DEVICE:-cpu}, 1 rank(s).*, bf16 with the blocks' products in fp8" "$tmp/p8.out" && echo "ok - fp8: the run reports its precision" \
-    || echo "not ok - fp8: precision line missing"
+    grep -q "device: ${DEVICE:-cpu}, 1 rank(s).*, $says" "$tmp/p_$p.out" && echo "ok - $p: the run reports its precision" \
+        || echo "not ok - $p: precision line missing"
+}
+against_fp32 bf16 "bf16"
+against_fp32 fp8 "bf16 with the blocks' products in fp8"
 
 # --- activation checkpointing (model.h: Recompute): the backward of each block first reruns the
 # forward ops whose outputs were not kept, with the same kernels on the same inputs, so the run
