@@ -61,7 +61,9 @@ Tests: test/test_ops.cpp (encode/decode over all 256 codes of each format agains
 written from the definition above, rounding of ties and saturation, scale, quantize and the FP8
 linear against its definition), test/gpucheck_ops.cu (kernels and cuBLASLt against the CPU
 reference, encode against the GPU's cvt), test/test_gpu_train.sh (FP8 training on the GPU
-against the CPU's), test/test_train.sh (the FP8 loss curve against bf16's).
+against the CPU's; the memory plan with the scratch; the refusal below 8.9), test/test_train.sh
+(the FP8 loss curve against fp32's, resume bit for bit), test/test_tp.sh (tp = 2 against one
+process), dev/cuda/matmul.cu (v3, v4: the products timed with their quantize passes).
 */
 #pragma once
 #include <cmath>
