@@ -537,14 +537,10 @@ int main(int argc, char** argv) {
             B = 1;  // a --steps 0 conversion reads no batch: any B would do
         }
         if (fp8_run) {  // every FP8 product's dimensions a multiple of 16 (fp8.cuh): the B·T rows, and a block's widths on this rank
-            const int Ct = config.channels / tp, Q = (int)config.qkv_rows() / tp, Fc = (int)config.fc_rows() / tp, Hh = config.ffn() / tp;
-            for (const int* d : {&Ct, &Q, &Fc, &Hh}) {
-                const std::string why = fp8_shape_problem(B * Tl, config.channels, *d);
-                if (!why.empty())
-                    usage_error("--precision fp8: %s (B*T = %d x %d; the blocks' widths here: C %d, qkv %d, fc %d, MLP %d%s); "
-                                "use --precision bf16, or a model and batch whose sizes are multiples of 16", why.c_str(), B, Tl,
-                                config.channels, Q, Fc, Hh, tp > 1 ? ", per tp rank" : "");
-            }
+            const std::string why = gpt_fp8_shape_problem(config, tp, B, Tl);
+            if (!why.empty())
+                usage_error("--precision fp8: %s (B*T = %d x %d%s); use --precision bf16, or a model and batch whose sizes are "
+                            "multiples of 16", why.c_str(), B, Tl, tp > 1 ? "; the widths are one tp rank's" : "");
         }
         if (pp > 1) {  // the step's accum micro-batches: how many each chunk keeps alive at once, and the copies its sends keep (pipeline.h)
             model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum, vpp);

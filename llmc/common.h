@@ -587,7 +587,7 @@ template <class T> struct Buf {
 // A per-call-site scratch buffer on the ctx's device that only grows (moved to the other device
 // when a ctx of that one asks: tests run an op on both). Not thread-safe, like gpu_scratch.
 template <class T> inline T* op_scratch(Buf<T>& b, const Ctx& ctx, size_t n) {
-    if (b.size() < n || b.dev != ctx.device) b.alloc(ctx, std::max(n, b.dev == ctx.device ? b.size() : 0));
+    if (b.size() < n || b.dev != ctx.device) b.alloc(ctx, n);
     return b.data();
 }
 

@@ -96,6 +96,15 @@ inline void matmul_forward_cpu(float* out, const float* inp, const float* W, con
     }
 }
 
+// dbias[o] += Σ_n dout[n, o], rows in order
+inline void bias_backward_cpu(float* dbias, const float* dout, int N, int OC) {
+    for (int n = 0; n < N; n++) {
+        const float* d = dout + (size_t)n * OC;
+        #pragma omp simd
+        for (int o = 0; o < OC; o++) dbias[o] += d[o];
+    }
+}
+
 inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const float* dout,
                                 const float* inp, const float* W, int N, int C, int OC) {
     // dinp = dout · W: each thread owns a range of rows n; the weight matrix streams through
@@ -158,13 +167,7 @@ inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const floa
             }
         }
     }
-    if (dbias) {
-        for (int n = 0; n < N; n++) {
-            const float* d = dout + (size_t)n * OC;
-            #pragma omp simd
-            for (int o = 0; o < OC; o++) dbias[o] += d[o];
-        }
-    }
+    if (dbias) bias_backward_cpu(dbias, dout, N, OC);
 }
 
 #ifdef LLMC_CUDA
@@ -449,8 +452,9 @@ inline void fp8_linear_cpu(T* D, const uint8_t* X, Fp8Format fx, float x_inv, co
 // the TN form; the bias in the epilogue, or after it (cublaslt_gemm).
 template <class T>
 inline void fp8_linear(const Ctx& ctx, T* D, const uint8_t* X, Fp8Format fx, const Fp8Scales* sx, const uint8_t* Y, Fp8Format fy,
-                       const Fp8Scales* sy, const NoDeduce<T>* bias, int R, int K, int Cc, bool accumulate, const char* what) {
-    OpScope prof(ctx, 2.0 * R * K * Cc, 0, "matmul fp8 %s", what);
+                       const Fp8Scales* sy, const NoDeduce<T>* bias, int R, int K, int Cc, bool accumulate,
+                       const char* what, int C, int OC) {  // (what, C, OC: the profile's name for it)
+    OpScope prof(ctx, 2.0 * R * K * Cc, 0, "matmul fp8 %s %d->%d", what, C, OC);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         const LtFp8 f{fy, fx, &sy->inv, &sx->inv};
@@ -468,8 +472,7 @@ template <class T> inline void bias_backward(const Ctx& ctx, T* dbias, const T* 
     if (ctx.device == Device::CUDA) { bias_grad_kernels(ctx, dbias, dout, N, OC); return; }
 #endif
     F32View<T> db(dbias, OC), d(dout, (size_t)N * OC);
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) db.p[o] += d.p[(size_t)n * OC + o];
+    bias_backward_cpu(db.p, d.p, N, OC);
     db.store();
 }
 
@@ -494,10 +497,8 @@ inline void matmul_forward_fp8(const Ctx& ctx, T* out, const T* inp, const T* W,
     fp8_quantize(ctx, xq, nullptr, &sc[0], inp, N, C, Fp8Format::E4M3);
     if (Np > N) ctx_zero(ctx, xq + (size_t)N * C, (size_t)(Np - N) * C);
     fp8_quantize(ctx, wq, nullptr, &sc[1], W, OC, C, Fp8Format::E4M3);
-    char what[64];
-    snprintf(what, sizeof what, "forward %d->%d", C, OC);
     T* dst = Np > N ? op_scratch(padded_buf, ctx, (size_t)Np * OC) : out;
-    fp8_linear(ctx, dst, xq, Fp8Format::E4M3, &sc[0], wq, Fp8Format::E4M3, &sc[1], bias, Np, C, OC, false, what);
+    fp8_linear(ctx, dst, xq, Fp8Format::E4M3, &sc[0], wq, Fp8Format::E4M3, &sc[1], bias, Np, C, OC, false, "forward", C, OC);
     if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(T));
 }
 // dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3
@@ -511,18 +512,15 @@ inline void matmul_backward_fp8(const Ctx& ctx, T* dinp, T* dW, T* dbias, const 
     uint8_t* dq = dinp ? op_scratch(dq_buf, ctx, (size_t)N * OC) : nullptr;  // dout (N×OC)
     uint8_t* dqt = dW ? op_scratch(dqt_buf, ctx, (size_t)N * OC) : nullptr;  // doutᵀ (OC×N)
     fp8_quantize(ctx, dq, dqt, &sc[0], dout, N, OC, Fp8Format::E5M2);
-    char what[64];
     if (dinp) {
         uint8_t* wt = op_scratch(wt_buf, ctx, (size_t)OC * C);  // Wᵀ (C×OC)
         fp8_quantize(ctx, nullptr, wt, &sc[1], W, OC, C, Fp8Format::E4M3);
-        snprintf(what, sizeof what, "backward dinp %d->%d", C, OC);
-        fp8_linear(ctx, dinp, dq, Fp8Format::E5M2, &sc[0], wt, Fp8Format::E4M3, &sc[1], nullptr, N, OC, C, false, what);
+        fp8_linear(ctx, dinp, dq, Fp8Format::E5M2, &sc[0], wt, Fp8Format::E4M3, &sc[1], nullptr, N, OC, C, false, "backward dinp", C, OC);
     }
     if (dW) {
         uint8_t* xt = op_scratch(xt_buf, ctx, (size_t)N * C);  // xᵀ (C×N)
         fp8_quantize(ctx, nullptr, xt, &sc[2], inp, N, C, Fp8Format::E4M3);
-        snprintf(what, sizeof what, "backward dW %d->%d", C, OC);
-        fp8_linear(ctx, dW, dqt, Fp8Format::E5M2, &sc[0], xt, Fp8Format::E4M3, &sc[2], nullptr, OC, N, C, true, what);
+        fp8_linear(ctx, dW, dqt, Fp8Format::E5M2, &sc[0], xt, Fp8Format::E4M3, &sc[2], nullptr, OC, N, C, true, "backward dW", C, OC);
     }
     if (dbias) bias_backward(ctx, dbias, dout, N, OC);
 }

@@ -702,14 +702,29 @@ template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, in
 // of a block needs — one byte an element: the forward's input and weight, the backward's dout as
 // it is and transposed, Wᵀ and xᵀ; and the scales. Not activations (nothing in it outlives a
 // product), but the memory plan counts it beside them.
+// A block's four products on this rank, as (input, output) widths: qkv C → Q, the attention
+// projection Ct → C, fc C → Fc, the fc projection Hh → C (gpt_block_forward's matmuls).
+struct ProductWidths { size_t in, out; };
+inline std::array<ProductWidths, 4> gpt_block_products(const GPTConfig& c, int tp) {
+    const size_t C = c.channels;
+    return {{{C, c.qkv_rows() / tp}, {C / tp, C}, {C, c.fc_rows() / tp}, {(size_t)c.ffn() / tp, C}}};
+}
 template <class T> inline double gpt_fp8_scratch_bytes(const GPT<T>& g, int B, int T_) {
     if (!g.fp8) return 0;
-    const GPTConfig& c = g.config;
-    const size_t tp = g.layout.tp, N = (size_t)B * T_, C = c.channels, Ct = C / tp;
-    const size_t Q = c.qkv_rows() / tp, Fc = c.fc_rows() / tp, Hh = c.ffn() / tp;
-    const size_t in = N * std::max({C, Ct, Hh}), w = std::max({Q * C, C * Ct, Fc * C, C * Hh}), out = N * std::max({Q, C, Fc});
+    const size_t N = (size_t)B * T_;
+    size_t in = 0, out = 0, w = 0;
+    for (const ProductWidths& p : gpt_block_products(g.config, g.layout.tp))
+        in = std::max(in, N * p.in), out = std::max(out, N * p.out), w = std::max(w, p.in * p.out);
     auto bytes = [](size_t n) { return (double)Buf<uint8_t>::bytes_for(n); };
     return 2 * bytes(in) + 2 * bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(2) + (double)Buf<Fp8Scales>::bytes_for(3);
+}
+// "" when every FP8 product of a block takes B·T_ rows (fp8.cuh: multiples of 16), else why not.
+inline std::string gpt_fp8_shape_problem(const GPTConfig& c, int tp, int B, int T_) {
+    for (const ProductWidths& p : gpt_block_products(c, tp)) {
+        const std::string why = fp8_shape_problem(B * T_, (int)p.in, (int)p.out);
+        if (!why.empty()) return why;
+    }
+    return "";
 }
 // The ctx the blocks' linear layers run their products with: FP8 with --precision fp8, else the
 // run's own. The classifier's product takes the plain one.
