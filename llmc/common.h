@@ -20,8 +20,9 @@ strategies never look at the device.
 
 Memory. Buf<T> is an owned array on the Ctx's device (64-byte aligned host memory, or
 cudaMalloc); ctx_copy and ctx_zero move and clear bytes wherever they live (CUDA's unified
-addressing tells host from device pointers). That is all the model and the strategies need to
-run unchanged on either device. ctx_copy waits for the GPU when host memory is on either side
+addressing tells host from device pointers). op_scratch is an op's temporary: a per-call-site
+Buf that only grows, on whichever device the ctx names. That is all the model and the strategies
+need to run unchanged on either device. ctx_copy waits for the GPU when host memory is on either side
 (device to device it is queued in stream order); inside a training step the model moves tokens
 and losses through a HostStage instead (stage_upload / stage_download / stage_wait: page-locked
 memory and an event), so the host never drains the GPU's queue there. For planning,

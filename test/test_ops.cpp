@@ -1,7 +1,7 @@
 /*
 test_ops — every op's backward against finite differences of its forward, plus the small pieces
-(the whole model's gradient, AdamW, the global norm, bf16 rounding, LR schedules, the outlier
-window's z-score, MFU's FLOPs a token and the peak a GPU's name gives, data order, the host
+(the whole model's gradient, AdamW, the global norm, bf16 rounding, FP8's formats, scaling and
+products (test_fp8), LR schedules, the outlier window's z-score, MFU's FLOPs a token and the peak a GPU's name gives, data order, the host
 memory a memory cgroup allows).
 
 Finite differences. For an op y = f(x) and a fixed random R, the scalar L(x) = Σ y·R has
