@@ -17,9 +17,10 @@ sum is over dp × cp.
 
 The same source builds with g++ (CPU backend) and nvcc. Every op is called through a Ctx
 (llmc/common.h); this file never touches a backend. A flag value that needs a later part of
-the project (--precision fp16) is accepted by the parser and then refused with a clear "not yet
-supported" error, never silently ignored. --precision fp8 is the bf16 run with the blocks'
-products in FP8 (llmc/fp8.cuh; model.h's linear_ctx).
+the project is accepted by the parser and then refused with a clear "not yet supported" error,
+never silently ignored. --precision fp16 is the bf16 run in fp16, with dynamic loss scaling
+(llmc/loss_scale.h); --precision fp8 is the bf16 run with the blocks' products in FP8
+(llmc/fp8.cuh; model.h's linear_ctx).
 
 With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is
 evaluated once, e.g. `--model data/gpt2_124M.bin --steps 0 --hellaswag data/hellaswag_val.bin`.
@@ -44,6 +45,7 @@ Run ./train_gpt --help for the flags. Tests: test/ (see the README).
 #include "llmc/pipeline.h"
 #include "llmc/checkpoint.h"
 #include "llmc/outliers.h"
+#include "llmc/loss_scale.h"
 #include "llmc/schedulers.h"
 #include "llmc/logger.h"
 #include "llmc/mfu.h"
@@ -80,7 +82,9 @@ static const FlagDef FLAGS[] = {
     {"skip-window", "128", "the steps of history --skip-loss-z and --skip-norm-z judge a step against (the window is kept in checkpoints)", false},
     {"seed", "1337", "seed for initialization, shuffling and sampling", false},
     {"shuffle", "0", "0 | 1: visit the training batches in a per-epoch random order", false},
-    {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 on the CPU emulates the GPU's rounding; fp8: bf16 with the blocks' products in FP8, E4M3/E5M2 with per-tensor scales; fp16: not yet)", false},
+    {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 and fp16 on the CPU emulate the GPU's rounding; fp16: with dynamic loss scaling, llmc/loss_scale.h; fp8: bf16 with the blocks' products in FP8, E4M3/E5M2 with per-tensor scales)", false},
+    {"loss-scale", "65536", "fp16: the first loss scale S (a power of two): the loss gradient is multiplied by S and the weight gradients divided by it; a step whose gradients overflow is skipped and halves S", false},
+    {"loss-scale-every", "2000", "fp16: S doubles after this many steps in a row without an overflow", false},
     {"recompute", "none", "activation checkpointing: none | selective (each block's backward reruns its LayerNorms and GELU: 10·C of its 16·C activations a position kept) | full (each block's backward reruns its forward: C of 16·C kept, +22% of the block's FLOPs); the same training, less memory (llmc/model.h)", false},
     {"zero", "0", "ZeRO stage: 0 (DDP) | 1 (optimizer) | 2 (+gradients) | 3 (+parameters) sharded over dp", false},
     {"tp", "1", "tensor-parallel degree: each block's attention heads and MLP features split over tp ranks (Megatron-style, llmc/tensor_parallel.h), and the vocabulary of the embedding and classifier (wte); must divide the heads and the padded vocabulary; dp = world/tp", false},
@@ -111,8 +115,8 @@ static const FlagDef FLAGS[] = {
     {"comm-stats", "0", "print the bytes each collective sent per step (also in the JSON log)", true},
     {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op and per kind of communication", false},
     {"overlap", "1", "0 | 1: overlap each unit's gradient all-reduce (DDP) or reduce-scatter (ZeRO), ZeRO-1/2's parameter all-gathers and ZeRO-3's prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
-    {"flash-rows", "16", "16 | 32: rows per warp in the bf16 flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread (same results)", false},
-    {"flash-wgmma", "0", "0 | 1: on a compute capability 9.0 GPU (H100, H200), the bf16 flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored", false},
+    {"flash-rows", "16", "16 | 32: rows per warp in the 16-bit (bf16, fp16) flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread (same results)", false},
+    {"flash-wgmma", "0", "0 | 1: on a compute capability 9.0 GPU (H100, H200), the 16-bit (bf16, fp16) flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored", false},
 };
 
 static void print_help() {
@@ -347,7 +351,13 @@ int main(int argc, char** argv) {
     int top_k = (int)f.integer("top-k", 0, 1 << 30);
     bool save_bf16 = f.choice("save-precision", {"fp32", "bf16"}) == "bf16";
     int threads = (int)f.integer("threads", 0, 4096);
-    if (precision == "fp16") usage_error("--precision fp16: not yet supported; use bf16, fp8 or fp32");
+    int ignored_exp;
+    const double loss_scale0 = f.real("loss-scale", 1, 1e30);
+    if (std::frexp(loss_scale0, &ignored_exp) != 0.5) usage_error("--loss-scale %g: must be a power of two (the scaling then rounds nothing)", loss_scale0);
+    const long long loss_scale_every = f.integer("loss-scale-every", 1, 1LL << 40);
+    if (precision != "fp16" && (loss_scale0 != 65536 || loss_scale_every != 2000))
+        usage_error("--loss-scale and --loss-scale-every are for --precision fp16 (got --precision %s, which needs no loss scaling)",
+                    precision.c_str());
     bool comm_stats = f.integer("comm-stats", 0, 1);
     bool overlap = f.integer("overlap", 0, 1);
     const bool profile = f.integer("profile", 0, 1);
@@ -499,7 +509,7 @@ int main(int argc, char** argv) {
     if (use_nccl) comm_nccl_init(&mesh, ctx);
 
     // fp8 is bf16 with the blocks' products in FP8 (llmc/fp8.cuh)
-    const bool fp8_run = precision == "fp8";
+    const bool fp8_run = precision == "fp8", fp16_run = precision == "fp16";
     const bool bf16_run = precision == "bf16" || fp8_run || (precision == "auto" && ctx.device == Device::CUDA);
     if (fp8_run) {
         const std::string why = fp8_device_problem(ctx);
@@ -507,7 +517,8 @@ int main(int argc, char** argv) {
     }
 
     // The rest of main is written once and instantiated for the run's dtype floatX (llm.c's name):
-    // float for --precision fp32, bf16 for --precision bf16 (common.h, model.h).
+    // float for --precision fp32, bf16 for --precision bf16 (and fp8), fp16 for --precision fp16
+    // (common.h, model.h).
     auto train = [&](auto dtype_tag) -> int {
     using floatX = decltype(dtype_tag);
         // --- the model, its storage (data_parallel.h) and its weights
@@ -574,7 +585,8 @@ int main(int argc, char** argv) {
                 for (int u = u0; u < u1; u++) dp_set_unit(&dpar, u, units[u - u0].data());
             }
         }
-        const std::string precision_note = fp8_run ? "bf16 with the blocks' products in fp8" : dtype_name<floatX>();
+        const std::string precision_note = fp8_run ? "bf16 with the blocks' products in fp8"
+                                         : fp16_run ? "fp16 with dynamic loss scaling" : dtype_name<floatX>();
         // the device line's tail: recomputation (when on) and where checkpoints go
         const std::string run_note = (recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(recompute)) +
                                      (out_dir.empty() ? "" : " -> " + out_dir);
@@ -704,6 +716,12 @@ int main(int argc, char** argv) {
         loss_window.size = norm_window.size = skip_window;
         for (double v : state.loss_history) outlier_push(&loss_window, v);
         for (double v : state.norm_history) outlier_push(&norm_window, v);
+        // fp16's loss scale (loss_scale.h), kept through a resume (history.bin)
+        LossScale loss_scale;
+        loss_scale.on = fp16_run;
+        loss_scale.every = loss_scale_every;
+        loss_scale.scale = state.loss_scale > 0 ? state.loss_scale : loss_scale0;
+        loss_scale.clean = state.loss_scale > 0 ? state.loss_scale_clean : 0;
         const int first_step = (int)state.step + 1;
         for (int step = first_step; step <= steps; step++) {
             // --profile measures the steps after the first (which sets up cuBLASLt and buffers)
@@ -718,25 +736,31 @@ int main(int argc, char** argv) {
             dp_zero_grad(&dpar);
             double loss_sum = 0.0;
             if (pp > 1)  // the micro-batches through the pipeline's stages, in its schedule (pipeline.h)
-                loss_sum = pp_train_step(ctx, &model, &dpar, pp_schedule, accum, B, Tl, dloss, next_batch);
+                loss_sum = pp_train_step(ctx, &model, &dpar, pp_schedule, accum, B, Tl, dloss * loss_scale_factor(loss_scale), next_batch);
             else for (int micro = 0; micro < accum; micro++) {
                 dpar.last_micro = micro == accum - 1;
                 next_batch(xl.data(), yl.data());
-                gpt_forward(ctx, &model, xl.data(), yl.data(), B, Tl, dloss);
+                gpt_forward(ctx, &model, xl.data(), yl.data(), B, Tl, dloss * loss_scale_factor(loss_scale));
                 gpt_backward(ctx, &model, B, Tl);
                 loss_sum += gpt_mean_loss(&model);  // waits for the loss copy alone: the backward is still running
             }
             { CommScope prof(ctx, mesh.grads(), "loss and norm sums"); comm_sum_doubles(mesh.grads(), &loss_sum, 1); }
             float loss = (float)(loss_sum / ((double)accum * dp * cp));  // (each cp rank's is the mean over its positions)
-            float norm = dp_grad_norm(&dpar);
+            const float scaled_norm = dp_grad_norm(&dpar);  // (of the gradients times S, with fp16)
+            const LossScaleStep scaling = loss_scale_step(&loss_scale, scaled_norm);
+            if (loss_scale_floor_hit(scaling))
+                fatal("step %d: the gradients are not finite even with the loss scale at 1 (fp16 overflows, or the run "
+                      "diverged); use --precision bf16, or lower --lr", step);
+            const float norm = (float)(scaled_norm / scaling.used);  // the gradients' own
             float lr = lr_at(sched, step - 1);
             const double loss_z = outlier_z(loss_window, loss), norm_z = outlier_z(norm_window, norm);
             outlier_push(&loss_window, loss);
-            outlier_push(&norm_window, norm);
-            const bool loss_outlier = skip_loss_z > 0 && loss_z > skip_loss_z, norm_outlier = skip_norm_z > 0 && norm_z > skip_norm_z;
-            const bool skipped = loss_outlier || norm_outlier;
+            if (!scaling.overflow) outlier_push(&norm_window, norm);  // (an overflow says nothing about the norm)
+            const bool loss_outlier = skip_loss_z > 0 && loss_z > skip_loss_z;
+            const bool norm_outlier = !scaling.overflow && skip_norm_z > 0 && norm_z > skip_norm_z;
+            const bool skipped = scaling.overflow || loss_outlier || norm_outlier;
             if (skipped) dp_skip_update(&dpar);  // the same on every rank: they all hold the same loss and norm
-            else dp_update(&dpar, lr, beta1, beta2, eps, wd, step, grad_clip_factor(norm, grad_clip));
+            else dp_update(&dpar, lr, beta1, beta2, eps, wd, step, (float)(grad_clip_factor(norm, grad_clip) / scaling.used));
             if (measured) ctx_sync(ctx);  // the step's GPU work, all of it inside its time
             double ms = (now_seconds() - t0) * 1000.0;
             if (measured) profile_step_end(&profiler, ms);
@@ -752,8 +776,10 @@ int main(int argc, char** argv) {
             EvalLog ev = do_eval ? run_evals() : EvalLog{};
             print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
             if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
+            if (fp16_run) print0(" | loss scale %g", scaling.used);
             if (skipped) {  // and why: the z that crossed its bound
                 print0(" | update skipped:");
+                if (scaling.overflow) print0(" fp16 overflow, loss scale %g -> %g", scaling.used, scaling.next);
                 if (loss_outlier) print0(" loss z %.1f > %g", loss_z, skip_loss_z);
                 if (norm_outlier) print0(" norm z %.1f > %g", norm_z, skip_norm_z);
             }
@@ -761,7 +787,7 @@ int main(int argc, char** argv) {
             print0("\n");
             if (comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
             fflush(stdout);
-            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, skipped, ev, comm_json);
+            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, skipped, ev, comm_json, fp16_run ? scaling.used : 0.0);
 
             if (can_sample && (last || step % sample_every == 0)) sample(step);
             // a SIGTERM, SIGUSR1 or SIGINT that reached any rank: all stop here, with a checkpoint
@@ -771,6 +797,7 @@ int main(int argc, char** argv) {
                 state.B = B; state.T = T; state.total_batch = total_batch;
                 state.loss_history.assign(loss_window.values.begin(), loss_window.values.end());
                 state.norm_history.assign(norm_window.values.begin(), norm_window.values.end());
+                state.loss_scale = fp16_run ? loss_scale.scale : 0.0; state.loss_scale_clean = loss_scale.clean;
                 checkpoint_save(out_dir, &dpar, state, mesh.world_group);
                 if (mesh.rank == 0) checkpoint_prune(out_dir, ckpt_keep);
                 print0("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
@@ -809,5 +836,5 @@ int main(int argc, char** argv) {
         mesh_finish(&mesh);
         return stop ? 128 + stop : 0;  // the shell's code for a process the signal ended
     };
-    return bf16_run ? train(bf16{}) : train(float{});
+    return fp16_run ? train(fp16{}) : bf16_run ? train(bf16{}) : train(float{});
 }

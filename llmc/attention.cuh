@@ -26,23 +26,24 @@ Memory is O(B·T·C) for any T; the CPU loops do the same O(T²) work as the mat
 (b, key/value head) pairs are independent and own disjoint slices of dqkv (the dq of their group's
 query heads, and their own dk, dv): parallel and deterministic.
 
-Dtype T (float | bf16): qkv, out and their gradients are T, lse is fp32, all math is fp32. The
+Dtype T (float | bf16 | fp16): qkv, out and their gradients are T, lse is fp32, all math is fp32. The
 CPU runs the fp32 loops below on F32View copies (each output rounded once).
 
 CUDA: the same online-softmax algorithm, one warp per query row, lanes splitting the head
 dimension; never a T×T buffer. The backward is split so that nothing is accumulated by two warps
 (deterministic, no atomics): D_t first, then one warp per query row for dq and one warp per key
 row (of a key/value head, over its group's query heads) for dk and dv, each recomputing p from
-lse. (The bf16 tensor-core flash attention is below; this is the exact path, fp32 math for
+lse. (The 16-bit tensor-core flash attention is below; this is the exact path, fp32 math for
 either dtype.)
 
-CUDA bf16 flash attention (FlashAttention-2's algorithm, written here; used for bf16 when the
-head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 in, fp32 accumulate).
+CUDA 16-bit flash attention (FlashAttention-2's algorithm, written here; used for bf16 and fp16
+when the head size is 64 or 128): tensor cores through mma.sync m16n8k16 (bf16 or fp16 in, fp32
+accumulate; the kernels are templates over the 16-bit type, and only the instruction differs).
   forward   block = 64 queries of one (b, h), 4 warps × 16 rows (or, g_flash_forward_rows = 32
             with head size 64, 128 queries, 4 warps × 32: each B fragment feeds two mma, and an
             m-tile wholly before a key tile skips it); Q fragments in registers; key
             tiles of 64 (K, V staged in shared memory) up to the diagonal; S = QKᵀ, online
-            softmax in base 2 on the accumulators, P rounded to bf16 and fed back as the A
+            softmax in base 2 on the accumulators, P rounded to 16 bits and fed back as the A
             operand of O += P·V; lse written for the backward. Shared memory 2·64·(hs+8)·2 B.
             K and V take turns in flight: V(kt) is copied in while S = Q·K(kt)ᵀ is computed,
             K(kt+1) while O += P·V(kt) is, so the loads hide behind the mma work.
@@ -549,31 +550,40 @@ __global__ void copy_rows_kernel(D* dst, size_t dst_pitch, const S* src, size_t 
         d = from_f<D>(add ? to_f(d) + x : x);
     }
 }
-// ---- bf16 tensor-core flash attention (see the header)
+// ---- 16-bit tensor-core flash attention (see the header)
+// The kernels are templates over H, the 16-bit type (bf16 or fp16): the tiles move H's bits
+// whatever they mean, and only the products (mma_16816, wgmma_m64k16: the instruction's input
+// type) and the rounding of fp32 values to H (pack2) look at which it is.
 
-__device__ inline void mma_bf16_16816(float* c, const uint32_t* a, const uint32_t* b) {
+template <class H> __device__ inline void mma_16816(float* c, const uint32_t* a, const uint32_t* b) {
+    static_assert(is_half_type<H>, "mma_16816: bf16 or fp16 inputs");
 #ifdef LLMC_SIMT
-    simt::mma_m16n8k16_bf16(c, a, b);  // the CPU emulator's warp-wide product (test/simt.h)
+    simt::mma_m16n8k16(c, a, b, std::is_same_v<H, fp16>);  // the CPU emulator's warp-wide product (test/simt.h)
 #else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    if constexpr (std::is_same_v<H, bf16>)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
-__device__ inline uint32_t pack_bf16(float lo, float hi) {  // two floats → bf16 pair, lo in the low half
-    return (uint32_t)from_f<bf16>(lo).bits | ((uint32_t)from_f<bf16>(hi).bits << 16);
+template <class H> __device__ inline uint32_t pack2(float lo, float hi) {  // two floats → an H pair, lo in the low half
+    return (uint32_t)from_f<H>(lo).bits | ((uint32_t)from_f<H>(hi).bits << 16);
 }
-__device__ inline uint32_t pack_raw(bf16 lo, bf16 hi) { return (uint32_t)lo.bits | ((uint32_t)hi.bits << 16); }
-__device__ inline uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+template <class H> __device__ inline uint32_t pack_raw(H lo, H hi) { return (uint32_t)lo.bits | ((uint32_t)hi.bits << 16); }
+template <class H> __device__ inline uint32_t ld32(const H* p) { return *reinterpret_cast<const uint32_t*>(p); }
 // the A fragment of k-chunk kc from the C fragments of n-tiles 2kc and 2kc+1
-__device__ inline void c_to_a(uint32_t* a, const float* c0, const float* c1) {
-    a[0] = pack_bf16(c0[0], c0[1]); a[1] = pack_bf16(c0[2], c0[3]);
-    a[2] = pack_bf16(c1[0], c1[1]); a[3] = pack_bf16(c1[2], c1[3]);
+template <class H> __device__ inline void c_to_a(uint32_t* a, const float* c0, const float* c1) {
+    a[0] = pack2<H>(c0[0], c0[1]); a[1] = pack2<H>(c0[2], c0[3]);
+    a[2] = pack2<H>(c1[0], c1[1]); a[3] = pack2<H>(c1[2], c1[3]);
 }
-// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: four 8×8 bf16 matrices from shared memory in
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: four 8×8 16-bit matrices from shared memory in
 // one instruction; lane l gives the address of row l%8 of matrix l/8 (16 bytes, 16-byte aligned),
 // and r[i] receives matrix i's elements (g, 2t..2t+1), or (2t..2t+1, g) transposed.
-template <bool TRANS> __device__ inline void ldsm_x4(uint32_t* r, const bf16* row) {
+template <bool TRANS, class H> __device__ inline void ldsm_x4(uint32_t* r, const H* row) {
 #ifdef LLMC_SIMT
     simt::ldmatrix(r, 4, TRANS, row);  // the CPU emulator's warp-wide load (test/simt.h)
 #else
@@ -590,7 +600,7 @@ template <bool TRANS> __device__ inline void ldsm_x4(uint32_t* r, const bf16* ro
 // LDSM: one ldmatrix.x4 per warp; otherwise each lane loads its own elements (what the
 // instruction does for it; kept for comparison in dev/cuda/attention.cu and gpucheck_ops).
 // b_frags_nk: the tile holds Bᵀ, row n, column k (K for S = Q·Kᵀ): pairs along a row, 32-bit loads.
-template <bool LDSM, int LD> __device__ inline void b_frags_nk(uint32_t (*b)[2], const bf16 (*M)[LD], int n0, int k0) {
+template <bool LDSM, int LD, class H> __device__ inline void b_frags_nk(uint32_t (*b)[2], const H (*M)[LD], int n0, int k0) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     if constexpr (LDSM) {
         ldsm_x4<false>(&b[0][0], &M[n0 + 8 * (lane / 16) + lane % 8][k0 + 8 * ((lane / 8) % 2)]);
@@ -603,7 +613,7 @@ template <bool LDSM, int LD> __device__ inline void b_frags_nk(uint32_t (*b)[2],
 }
 // b_frags_kn: the tile holds B itself, row k, column n (V for O = P·V): pairs down a column,
 // which ldmatrix.trans reads as rows; per lane that is four 16-bit loads per fragment.
-template <bool LDSM, int LD> __device__ inline void b_frags_kn(uint32_t (*b)[2], const bf16 (*M)[LD], int k0, int n0) {
+template <bool LDSM, int LD, class H> __device__ inline void b_frags_kn(uint32_t (*b)[2], const H (*M)[LD], int k0, int n0) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     if constexpr (LDSM) {
         ldsm_x4<true>(&b[0][0], &M[k0 + 8 * ((lane / 8) % 2) + lane % 8][n0 + 8 * (lane / 16)]);
@@ -618,7 +628,7 @@ template <bool LDSM, int LD> __device__ inline void b_frags_kn(uint32_t (*b)[2],
 // The A fragment (16 × k16) of rows r0..r0+15, columns k0..k0+15 of a shared tile (row-major: K
 // or V rows in the dK/dV pass with 32 keys per warp). LDSM: one ldmatrix.x4, matrix i = rows
 // r0 + 8·(i%2), columns k0 + 8·(i/2), as the A layout orders them; otherwise per-lane 32-bit loads.
-template <bool LDSM, int LD> __device__ inline void a_frag_smem(uint32_t* a, const bf16 (*M)[LD], int r0, int k0) {
+template <bool LDSM, int LD, class H> __device__ inline void a_frag_smem(uint32_t* a, const H (*M)[LD], int r0, int k0) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     if constexpr (LDSM) {
         ldsm_x4<false>(a, &M[r0 + lane % 8 + 8 * ((lane / 8) % 2)][k0 + 8 * (lane / 16)]);
@@ -630,7 +640,7 @@ template <bool LDSM, int LD> __device__ inline void a_frag_smem(uint32_t* a, con
     }
 }
 // A fragment of rows r0, r0+8 (of a row-major matrix with stride ld, rows ≥ n are 0), columns c..c+15
-__device__ inline void load_a_rows(uint32_t* a, const bf16* m, size_t ld, int r0, int n, int c) {
+template <class H> __device__ inline void load_a_rows(uint32_t* a, const H* m, size_t ld, int r0, int n, int c) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     int ra = r0 + g, rb = r0 + g + 8;
     a[0] = ra < n ? ld32(m + (size_t)ra * ld + c + 2 * t) : 0u;
@@ -638,16 +648,16 @@ __device__ inline void load_a_rows(uint32_t* a, const bf16* m, size_t ld, int r0
     a[2] = ra < n ? ld32(m + (size_t)ra * ld + c + 2 * t + 8) : 0u;
     a[3] = rb < n ? ld32(m + (size_t)rb * ld + c + 2 * t + 8) : 0u;
 }
-// Copies rows [row0, row0 + R) × D of a strided bf16 matrix into shared memory (row stride D+8),
+// Copies rows [row0, row0 + R) × D of a strided H matrix into shared memory (row stride D+8),
 // zero past row n, 16 bytes at a time (the caller guarantees 16-byte alignment). ASYNC: by
 // cp.async, so the copy runs while the warps compute; it is there after stage_wait<true>() and a
 // __syncthreads. Otherwise through registers, there when this returns.
-template <int R, int D, bool ASYNC = false>
-__device__ inline void stage_rows(bf16 (*dst)[D + 8], const bf16* src, size_t ld, int row0, int n) {
+template <int R, int D, bool ASYNC = false, class H>
+__device__ inline void stage_rows(H (*dst)[D + 8], const H* src, size_t ld, int row0, int n) {
     for (int i = threadIdx.x; i < R * D / 8; i += blockDim.x) {
         const int r = i / (D / 8), c = (i % (D / 8)) * 8;
         const bool in = row0 + r < n;
-        const bf16* from = src + (size_t)(in ? row0 + r : 0) * ld + c;
+        const H* from = src + (size_t)(in ? row0 + r : 0) * ld + c;
         if constexpr (ASYNC) cp_async16(&dst[r][c], from, in ? 16 : 0);
         else *reinterpret_cast<uint4*>(&dst[r][c]) = in ? *reinterpret_cast<const uint4*>(from) : make_uint4(0, 0, 0, 0);
     }
@@ -729,7 +739,7 @@ template <int D> __device__ inline void online_softmax_tile(float (*s)[4], float
 }
 // The forward's end for a warp's 16 query rows: each row's sum over its 4 threads, out = o / l,
 // lse = (m + log2 l)·ln 2.
-template <int D> __device__ inline void forward_store_rows(bf16* out, float* lse, float (*o)[4], float* m, float* l, int row0,
+template <int D, class H> __device__ inline void forward_store_rows(H* out, float* lse, float (*o)[4], float* m, float* l, int row0,
                                                           int b, int h, int T_, int C, int NH) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     for (int r = 0; r < 2; r++) {
@@ -737,24 +747,24 @@ template <int D> __device__ inline void forward_store_rows(bf16* out, float* lse
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         const int row = row0 + g + 8 * r;
         if (row >= T_) continue;
-        bf16* orow = out + ((size_t)b * T_ + row) * C + h * D;
+        H* orow = out + ((size_t)b * T_ + row) * C + h * D;
         for (int dt = 0; dt < D / 8; dt++)
-            *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) = pack_bf16(o[dt][2 * r] / l[r], o[dt][2 * r + 1] / l[r]);
+            *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) = pack2<H>(o[dt][2 * r] / l[r], o[dt][2 * r + 1] / l[r]);
         if (t == 0) lse[((size_t)b * NH + h) * T_ + row] = (m[r] + log2f(l[r])) * LN2;
     }
 }
 
 // MT m-tiles of 16 query rows per warp (1, or 2 for hs 64: each K and V fragment loaded from
 // shared memory then feeds two mma instead of one); a block has 4 warps, 64·MT query rows.
-template <int D, bool LDSM, bool ASYNC, int MT>
-__global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, QKVLayout L) {
-    __shared__ __align__(16) bf16 Ks[64][D + 8];
-    __shared__ __align__(16) bf16 Vs[64][D + 8];
+template <class H, int D, bool LDSM, bool ASYNC, int MT>
+__global__ void __launch_bounds__(128) flash_forward_kernel(H* out, float* lse, const H* qkv, int T_, QKVLayout L) {
+    __shared__ __align__(16) H Ks[64][D + 8];
+    __shared__ __align__(16) H Vs[64][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32;
     const size_t C3 = L.row();  // (3C without grouped-query attention)
-    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3
-    const bf16 *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
+    const H* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3
+    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
     const float sl2 = rsqrtf((float)D) * LOG2E;         // scores in base 2: s·log2(e)/√hs
     int row0[MT];                                       // m-tile i: rows row0[i] + g and + g + 8
     uint32_t qf[MT][D / 16][4];
@@ -789,8 +799,8 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
                 #pragma unroll
                 for (int i = 0; i < MT; i++)
                     if (live[i]) {
-                        mma_bf16_16816(s[i][nt], qf[i][kc], kb[0]);
-                        mma_bf16_16816(s[i][nt + 1], qf[i][kc], kb[1]);
+                        mma_16816<H>(s[i][nt], qf[i][kc], kb[0]);
+                        mma_16816<H>(s[i][nt + 1], qf[i][kc], kb[1]);
                     }
             }
         #pragma unroll
@@ -802,15 +812,15 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
         for (int kc = 0; kc < 4; kc++) {  // O += P·V over the tile's 64 keys, 16 at a time
             uint32_t pa[MT][4];
             #pragma unroll
-            for (int i = 0; i < MT; i++) c_to_a(pa[i], s[i][2 * kc], s[i][2 * kc + 1]);
+            for (int i = 0; i < MT; i++) c_to_a<H>(pa[i], s[i][2 * kc], s[i][2 * kc + 1]);
             for (int dt = 0; dt < D / 8; dt += 2) {
                 uint32_t vb[2][2];
                 b_frags_kn<LDSM>(vb, Vs, kc * 16, dt * 8);
                 #pragma unroll
                 for (int i = 0; i < MT; i++)
                     if (live[i]) {
-                        mma_bf16_16816(o[i][dt], pa[i], vb[0]);
-                        mma_bf16_16816(o[i][dt + 1], pa[i], vb[1]);
+                        mma_16816<H>(o[i][dt], pa[i], vb[0]);
+                        mma_16816<H>(o[i][dt + 1], pa[i], vb[1]);
                     }
             }
         }
@@ -828,7 +838,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(bf16* out, float* ls
 // The product runs asynchronously: wgmma.fence before (the registers it reads were written by
 // ordinary instructions), commit_group after, wait_group before its D is read.
 // Shared layout, no swizzle ("interleaved", PTX ISA "Shared Memory Matrix Layout"): the unit is a
-// core matrix, 8 rows × 16 bytes stored as 128 contiguous bytes. A tile of 64 rows × D (bf16)
+// core matrix, 8 rows × 16 bytes stored as 128 contiguous bytes. A tile of 64 rows × D (16-bit)
 // puts the 16 bytes of row r, columns 8c..8c+7 at byte (r/8)·16·D + 128·c + 16·(r%8).
 //   K in S = Q·Kᵀ is B "K-major" (n = key, k = head dim): core matrices 128 B apart along k
 //     (leading byte offset, LBO) and 16·D B apart along n (stride byte offset, SBO);
@@ -847,7 +857,7 @@ __device__ inline uint32_t smem_addr(const void* p) {  // the shared-memory wind
 #endif
 }
 // descriptor: start address, LBO, SBO (each in 16-byte units, 14 bits), base offset 0, swizzle 0
-__device__ inline uint64_t wgmma_desc(const bf16* tile, uint32_t lbo, uint32_t sbo) {
+template <class H> __device__ inline uint64_t wgmma_desc(const H* tile, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((smem_addr(tile) & 0x3ffff) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
 }
 // The instructions exist only in the sm_90a build; another GPU's build traps (the host launches
@@ -900,45 +910,61 @@ __device__ inline void fence_proxy_async() {
                             "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
                             "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
                             "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-// D (64 × N fp32, N/2 registers a thread) += or = A (64 × 16, registers) · B (16 × N, descriptor)
-template <int N, bool TRANS_B> __device__ inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, bool accumulate) {
+// D (64 × N fp32, N/2 registers a thread) += or = A (64 × 16, registers) · B (16 × N, descriptor),
+// A and B of type H: the instruction's .bf16.bf16 or .f16.f16
+template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, bool accumulate) {
     static_assert(N == 64 || N == 128, "wgmma: N = 64 or 128");
+    static_assert(is_half_type<H>, "wgmma: bf16 or fp16 inputs");
 #if defined(LLMC_SIMT)
-    simt::wgmma_m64k16_bf16(d, a, desc, N, TRANS_B, accumulate);
+    simt::wgmma_m64k16(d, a, desc, N, TRANS_B, accumulate, std::is_same_v<H, fp16>);
 #elif defined(LLMC_WGMMA)
-    if constexpr (N == 64)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LLMC_WGMMA_D32_TEXT ", "
-                     "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
-                     : LLMC_WGMMA_D32(d, 0)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LLMC_WGMMA_D64_TEXT ", "
-                     "{%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"
-                     : LLMC_WGMMA_D32(d, 0), LLMC_WGMMA_D32(d, 32)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0));
+#define LLMC_WGMMA_N64(TY)                                                                                              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " LLMC_WGMMA_D32_TEXT ", "                  \
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"                                                       \
+                 : LLMC_WGMMA_D32(d, 0)                                                                             \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0))
+#define LLMC_WGMMA_N128(TY)                                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " LLMC_WGMMA_D64_TEXT ", "                 \
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"                                                       \
+                 : LLMC_WGMMA_D32(d, 0), LLMC_WGMMA_D32(d, 32)                                                      \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0))
+    if constexpr (std::is_same_v<H, bf16>) {
+        if constexpr (N == 64) LLMC_WGMMA_N64("bf16");
+        else LLMC_WGMMA_N128("bf16");
+    } else {
+        if constexpr (N == 64) LLMC_WGMMA_N64("f16");
+        else LLMC_WGMMA_N128("f16");
+    }
+#undef LLMC_WGMMA_N64
+#undef LLMC_WGMMA_N128
 #elif defined(__CUDA_ARCH__)
     __trap();
 #endif
 }
 // D (64 × 64 fp32) += or = A (64 × 16, K-major in shared memory, descriptor) · B (16 × 64, K-major, descriptor)
-__device__ inline void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+template <class H> __device__ inline void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    static_assert(is_half_type<H>, "wgmma: bf16 or fp16 inputs");
 #if defined(LLMC_SIMT)
-    simt::wgmma_m64k16_bf16_ss(d, desc_a, desc_b, 64, false, accumulate);
+    simt::wgmma_m64k16_ss(d, desc_a, desc_b, 64, false, accumulate, std::is_same_v<H, fp16>);
 #elif defined(LLMC_WGMMA)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LLMC_WGMMA_D32_TEXT ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : LLMC_WGMMA_D32(d, 0)
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0));
+#define LLMC_WGMMA_SS(TY)                                                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " LLMC_WGMMA_D32_TEXT ", %32, %33, p, 1, 1, 0, 0;\n}\n" \
+                 : LLMC_WGMMA_D32(d, 0)                                                                             \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0))
+    if constexpr (std::is_same_v<H, bf16>) LLMC_WGMMA_SS("bf16");
+    else LLMC_WGMMA_SS("f16");
+#undef LLMC_WGMMA_SS
 #elif defined(__CUDA_ARCH__)
     __trap();
 #endif
 }
-// Rows [row0, row0 + 64) × D of a strided bf16 matrix into shared memory in the core-matrix
+// Rows [row0, row0 + 64) × D of a strided H matrix into shared memory in the core-matrix
 // layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
 // contiguous bytes: no bank conflicts) and reads row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7.
-template <int D> __device__ inline void stage_tile_cm(bf16* dst, const bf16* src, size_t ld, int row0, int n) {
+template <int D, class H> __device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, int n) {
     for (int i = threadIdx.x; i < 64 * D / 8; i += blockDim.x) {
         const int r = (i / D) * 8 + i % 8, c = ((i % D) / 8) * 8;
         const bool in = row0 + r < n;
@@ -949,31 +975,31 @@ template <int D> __device__ inline void stage_tile_cm(bf16* dst, const bf16* src
 // warpgroup; the caller commits and waits: wgmma_complete). c (64 × 64) = A·Mᵀ: A this warp's
 // 16 rows as D/16 A fragments in registers (Q, dO), M a 64-row tile read as K-major B (K, V):
 // S and dP.
-template <int D> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const bf16* tile) {
+template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const H* tile) {
     wgmma_fence();
     #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<64, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, 64, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
 }
 // The same with A a 64-row tile in shared memory (the core-matrix layout, K-major like M): the
 // dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K and V would otherwise hold D/4 registers a thread each).
-template <int D> __device__ inline void wgmma_issue_amt(float (*c)[4], const bf16* a_tile, const bf16* tile) {
+template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const H* a_tile, const H* tile) {
     wgmma_fence();
     #pragma unroll
     for (int kc = 0; kc < D / 16; kc++)
-        wgmma_m64n64k16_ss(&c[0][0], wgmma_desc(a_tile + kc * 128, 128, 16 * D), wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+        wgmma_m64n64k16_ss<H>(&c[0][0], wgmma_desc(a_tile + kc * 128, 128, 16 * D), wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
 }
 // acc (64 × D) += P·M: P this warp's 16 rows × 64 as 4 A fragments (P, dS or their transposes:
 // c_to_a_16x64), M a 64-row tile read as MN-major B (V, K, dO or Q).
-template <int D> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const bf16* tile) {
+template <int D, class H> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const H* tile) {
     wgmma_hold<D / 2>(&acc[0][0]);
     wgmma_fence();  // (after the A fragments and acc were written)
     #pragma unroll
-    for (int kc = 0; kc < 4; kc++) wgmma_m64k16<D, true>(&acc[0][0], pa[kc], wgmma_desc(tile + kc * 16 * D, 16 * D, 128), true);
+    for (int kc = 0; kc < 4; kc++) wgmma_m64k16<H, D, true>(&acc[0][0], pa[kc], wgmma_desc(tile + kc * 16 * D, 16 * D, 128), true);
 }
-// a warp's 16 rows × 64 in C fragments (fp32) as the A fragments of its 4 k-chunks (bf16)
-__device__ inline void c_to_a_16x64(uint32_t (*a)[4], const float (*c)[4]) {
+// a warp's 16 rows × 64 in C fragments (fp32) as the A fragments of its 4 k-chunks (H)
+template <class H> __device__ inline void c_to_a_16x64(uint32_t (*a)[4], const float (*c)[4]) {
     #pragma unroll
-    for (int kc = 0; kc < 4; kc++) c_to_a(a[kc], c[2 * kc], c[2 * kc + 1]);
+    for (int kc = 0; kc < 4; kc++) c_to_a<H>(a[kc], c[2 * kc], c[2 * kc + 1]);
 }
 __device__ inline void wgmma_complete() { wgmma_commit(); wgmma_wait<0>(); }  // every product issued is in its D
 
@@ -1027,17 +1053,17 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
 // Shared memory, dynamic (the descriptors address it): K(j) and V(j−1) are in use in iteration j
 // while K(j+1) and V(j) are copied in, so two buffers each: 4·64·D·2 bytes (64 KB at D = 128).
 // A warpgroup skips the tiles whose keys all come after its 64 rows.
-template <int D, int NWG>
-__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* out, float* lse, const bf16* qkv, int T_, QKVLayout L,
+template <class H, int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T_, QKVLayout L,
                                                                         bool overlap) {
-    DYNAMIC_SHARED(bf16, tiles);
+    DYNAMIC_SHARED(H, tiles);
     auto Ks = [&](int j) { return tiles + (j % 2) * 64 * D; };
     auto Vs = [&](int j) { return tiles + (2 + j % 2) * 64 * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const size_t C3 = L.row();
-    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const bf16 *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
+    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;  // the warpgroup's rows; this warp's 16
     uint32_t qf[D / 16][4], pa[4][4];  // Q, and P of the tile before as A fragments
@@ -1065,22 +1091,22 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(bf16* ou
                 wgmma_hold<D / 2>(&o[0][0]);
                 if (j == nlive) return;
                 rescale_rows<D>(o, corr);
-                c_to_a_16x64(pa, s);
+                c_to_a_16x64<H>(pa, s);
             });
     }
     forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T_, L.C, L.NH);
 }
 
 // A warp's 16 rows (row0 + g, row0 + g + 8) of a rows × D accumulator in the C layout, times
-// scale, as bf16 into dst + row·ld (rows < T_ only): the backward passes' dQ, dK and dV.
-template <int D> __device__ inline void store_acc_rows(bf16* dst, size_t ld, const float (*acc)[4], int row0, int T_, float scale) {
+// scale, as H into dst + row·ld (rows < T_ only): the backward passes' dQ, dK and dV.
+template <int D, class H> __device__ inline void store_acc_rows(H* dst, size_t ld, const float (*acc)[4], int row0, int T_, float scale) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     for (int r = 0; r < 2; r++) {
         const int row = row0 + g + 8 * r;
         if (row >= T_) continue;
-        bf16* d = dst + (size_t)row * ld;
+        H* d = dst + (size_t)row * ld;
         for (int dt = 0; dt < D / 8; dt++)
-            *reinterpret_cast<uint32_t*>(d + dt * 8 + 2 * t) = pack_bf16(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(d + dt * 8 + 2 * t) = pack2<H>(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
     }
 }
 // Both backward passes start a tile with two products of the same shape, 16 rows × 32 rows of two
@@ -1088,9 +1114,9 @@ template <int D> __device__ inline void store_acc_rows(bf16* dst, size_t ld, con
 // fragment loaded from shared memory feeds all of them). a1(i, kc, buf) and a2 return m-tile i's
 // A fragment for k-chunk kc: one held in registers, or one read from shared memory into buf where
 // registers cannot hold them.
-template <bool LDSM, int D, int MT, class FragA1, class FragA2>
+template <bool LDSM, int D, int MT, class FragA1, class FragA2, class H>
 __device__ inline void two_products_16x32(float (*c1)[4][4], float (*c2)[4][4], const FragA1& a1, const FragA2& a2,
-                                          const bool* live, const bf16 (*M1)[D + 8], const bf16 (*M2)[D + 8]) {
+                                          const bool* live, const H (*M1)[D + 8], const H (*M2)[D + 8]) {
     #pragma unroll
     for (int i = 0; i < MT; i++)
         for (int nt = 0; nt < 4; nt++)
@@ -1110,8 +1136,8 @@ __device__ inline void two_products_16x32(float (*c1)[4][4], float (*c2)[4][4], 
             for (int i = 0; i < MT; i++)
                 if (live[i])
                     for (int j = 0; j < 2; j++) {
-                        mma_bf16_16816(c1[i][nt + j], f1[i], b1[j]);
-                        mma_bf16_16816(c2[i][nt + j], f2[i], b2[j]);
+                        mma_16816<H>(c1[i][nt + j], f1[i], b1[j]);
+                        mma_16816<H>(c2[i][nt + j], f2[i], b2[j]);
                     }
         }
     }
@@ -1130,20 +1156,20 @@ template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds
 // keys, their K and V fragments held in registers. MT = 2 (head size 64): 2 warps × 32 keys, so
 // that each Q and dO fragment read from shared memory feeds two mma; K and V then wait in shared
 // memory and are read per use (registers cannot hold them beside dK and dV for 32 keys).
-template <int D, bool LDSM, bool ASYNC, int MT>
-__global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
+template <class H, int D, bool LDSM, bool ASYNC, int MT>
+__global__ void __launch_bounds__(128) flash_backward_dkv_kernel(H* dqkv, const H* dout, const H* qkv,
                                                                  const float* lse, const float* Dv, int T_, QKVLayout L) {
     constexpr bool KV_SHARED = MT > 1;
-    __shared__ __align__(16) bf16 Qs[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
-    __shared__ __align__(16) bf16 dOs[2][32][D + 8];
-    __shared__ __align__(16) bf16 Ks[KV_SHARED ? 64 : 1][D + 8];  // the block's keys and values (MT = 2)
-    __shared__ __align__(16) bf16 Vs[KV_SHARED ? 64 : 1][D + 8];
+    __shared__ __align__(16) H Qs[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
+    __shared__ __align__(16) H dOs[2][32][D + 8];
+    __shared__ __align__(16) H Ks[KV_SHARED ? 64 : 1][D + 8];  // the block's keys and values (MT = 2)
+    __shared__ __align__(16) H Vs[KV_SHARED ? 64 : 1][D + 8];
     __shared__ float lse2[2][32], Ds[2][32];
     const int kt = blockIdx.z, kh = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
     const int warp = threadIdx.x / 32, C = L.C, NH = L.NH, G = L.group();
     const size_t C3 = L.row();
-    const bf16* qkv_b = qkv + (size_t)b * T_ * C3;  // batch b's rows
-    const bf16 *k = qkv_b + L.k(kh * G), *v = qkv_b + L.v(kh * G);
+    const H* qkv_b = qkv + (size_t)b * T_ * C3;  // batch b's rows
+    const H *k = qkv_b + L.k(kh * G), *v = qkv_b + L.v(kh * G);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     int key0[MT];  // m-tile i: keys key0[i] + g and + g + 8, rows (key0[i] − kt·64) of Ks and Vs
     #pragma unroll
@@ -1202,8 +1228,8 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
             if (q0 < key0[i] + 15) mask_future<4, true>(st[i], key0[i], q0);  // the tiles that reach the diagonal
             ds_cols<4>(st[i], dpt[i], lse2[buf], Ds[buf], sl2);  // Pᵀ, dSᵀ (queries past T: lse2 = ∞, p = 0)
             for (int kc = 0; kc < 2; kc++) {
-                c_to_a(pa[i][kc], st[i][2 * kc], st[i][2 * kc + 1]);
-                c_to_a(sa[i][kc], dpt[i][2 * kc], dpt[i][2 * kc + 1]);
+                c_to_a<H>(pa[i][kc], st[i][2 * kc], st[i][2 * kc + 1]);
+                c_to_a<H>(sa[i][kc], dpt[i][2 * kc], dpt[i][2 * kc + 1]);
             }
         }
         for (int kc = 0; kc < 2; kc++)  // dV += Pᵀ·dO, dK += dSᵀ·Q over the 32 queries
@@ -1215,12 +1241,12 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
                 for (int i = 0; i < MT; i++)
                     if (live[i])
                         for (int j = 0; j < 2; j++) {
-                            mma_bf16_16816(dv[i][dt + j], pa[i][kc], ob[j]);
-                            mma_bf16_16816(dk[i][dt + j], sa[i][kc], qb[j]);
+                            mma_16816<H>(dv[i][dt + j], pa[i][kc], ob[j]);
+                            mma_16816<H>(dk[i][dt + j], sa[i][kc], qb[j]);
                         }
             }
     }
-    bf16* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
+    H* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
     #pragma unroll
     for (int i = 0; i < MT; i++) {
         store_acc_rows<D>(dk_out, C3, dk[i], key0[i], T_, rsqrtf((float)D));
@@ -1230,18 +1256,18 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(bf16* dqkv, con
 
 // Backward pass 2: dQ for 64·MT queries per block, MT m-tiles of 16 rows per warp (1, or 2 for hs
 // 64: each K fragment from shared memory feeds two mma, as in the forward), over key tiles of 32.
-template <int D, bool LDSM, bool ASYNC, int MT>
-__global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
+template <class H, int D, bool LDSM, bool ASYNC, int MT>
+__global__ void __launch_bounds__(128) flash_backward_dq_kernel(H* dqkv, const H* dout, const H* qkv,
                                                                 const float* lse, const float* Dv, int T_, QKVLayout L) {
-    __shared__ __align__(16) bf16 Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
-    __shared__ __align__(16) bf16 Vs[2][32][D + 8];
+    __shared__ __align__(16) H Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
+    __shared__ __align__(16) H Vs[2][32][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
     const int C = L.C, NH = L.NH;
     const size_t C3 = L.row();
-    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const bf16 *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
-    const bf16* dO = dout + (size_t)b * T_ * C + h * D;
+    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
+    const H* dO = dout + (size_t)b * T_ * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     int row0[MT];  // m-tile i: rows row0[i] + g and + g + 8
     float lse2[MT][2], Dr[MT][2];
@@ -1284,7 +1310,7 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
             if (!live[i]) continue;
             if (k0t + 31 > row0[i]) mask_future<4, false>(s[i], row0[i], k0t);  // the tiles that reach the diagonal (and T)
             ds_rows<4>(s[i], dp[i], lse2[i], Dr[i], sl2);  // dS into dp
-            for (int kc = 0; kc < 2; kc++) c_to_a(sa[i][kc], dp[i][2 * kc], dp[i][2 * kc + 1]);
+            for (int kc = 0; kc < 2; kc++) c_to_a<H>(sa[i][kc], dp[i][2 * kc], dp[i][2 * kc + 1]);
         }
         for (int kc = 0; kc < 2; kc++)  // dQ += dS·K over the 32 keys
             for (int dt = 0; dt < D / 8; dt += 2) {
@@ -1293,8 +1319,8 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
                 #pragma unroll
                 for (int i = 0; i < MT; i++)
                     if (live[i]) {
-                        mma_bf16_16816(dq[i][dt], sa[i][kc], kb[0]);
-                        mma_bf16_16816(dq[i][dt + 1], sa[i][kc], kb[1]);
+                        mma_16816<H>(dq[i][dt], sa[i][kc], kb[0]);
+                        mma_16816<H>(dq[i][dt + 1], sa[i][kc], kb[1]);
                     }
             }
     }
@@ -1310,20 +1336,20 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(bf16* dqkv, cons
 // while that product runs.
 // Shared memory: K(j−1), K(j) in use and K(j+1) copied in, V(j) in use and V(j+1) copied in:
 // 5·64·D·2 bytes (80 KB at D = 128: opted in).
-template <int D, int NWG>
-__global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
+template <class H, int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* dqkv, const H* dout, const H* qkv,
                                                                             const float* lse, const float* Dv, int T_, QKVLayout L,
                                                                             bool overlap) {
-    DYNAMIC_SHARED(bf16, tiles);
+    DYNAMIC_SHARED(H, tiles);
     auto Ks = [&](int j) { return tiles + (j % 3) * 64 * D; };
     auto Vs = [&](int j) { return tiles + (3 + j % 2) * 64 * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4;
     const int C = L.C, NH = L.NH;
     const size_t C3 = L.row();
-    const bf16* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const bf16 *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
-    const bf16* dO = dout + (size_t)b * T_ * C + h * D;
+    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
+    const H* dO = dout + (size_t)b * T_ * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;
     float lse2[2], Dr[2];
@@ -1367,7 +1393,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
             [&](int j) { wgmma_issue_pm<D>(dq, dsa, Ks(j)); },  // dQ += dS(j)·K(j)
             [&](int j) {
                 wgmma_hold<D / 2>(&dq[0][0]);
-                if (j < nlive) c_to_a_16x64(dsa, dp);
+                if (j < nlive) c_to_a_16x64<H>(dsa, dp);
             });
     }
     store_acc_rows<D>(dqkv + (size_t)b * T_ * C3 + h * D, C3, dq, row0, T_, rsqrtf((float)D));
@@ -1385,21 +1411,21 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(bf16
 // query's lse (base 2) and D beside them, two buffers.
 // A block belongs to key/value head kh and runs the pipeline once for each query head of its group
 // (grouped-query attention), dK and dV accumulating over them all.
-template <int D, int NWG>
-__global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
+template <class H, int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* dqkv, const H* dout, const H* qkv,
                                                                              const float* lse, const float* Dv, int T_, QKVLayout L,
                                                                              bool overlap) {
-    DYNAMIC_SHARED(bf16, tiles);
+    DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[2][64], Ds[2][64];
     const int kb = blockIdx.z, kh = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     auto KVs = [&](int w) { return tiles + 2 * w * 64 * D; };  // warpgroup w's K tile, its V tile after it
-    const bf16 *Ks = KVs(wg), *Vs = Ks + 64 * D;                 // this warpgroup's keys
+    const H *Ks = KVs(wg), *Vs = Ks + 64 * D;                 // this warpgroup's keys
     auto Qs = [&](int j) { return tiles + (2 * NWG + j % 3) * 64 * D; };
     auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
     const int C = L.C, NH = L.NH, G = L.group();
     const size_t C3 = L.row();
-    const bf16* qkv_b = qkv + (size_t)b * T_ * C3;  // batch b's rows
+    const H* qkv_b = qkv + (size_t)b * T_ * C3;  // batch b's rows
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int k0 = kb * 64 * NWG, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
     float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4];  // (Sᵀ, dPᵀ: 64 keys × 64 queries)
@@ -1412,8 +1438,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
     }
     const int nqt = (T_ - k0 + 63) / 64;  // the block's query tiles; the warpgroup's from tile wg (before: all queries before its keys)
     for (int h = kh * G; h < kh * G + G; h++) {  // the query heads of key/value head kh's group, dK and dV summing over them
-        const bf16* q = qkv_b + h * D;
-        const bf16* dO = dout + (size_t)b * T_ * C + h * D;
+        const H* q = qkv_b + h * D;
+        const H* dO = dout + (size_t)b * T_ * C + h * D;
         const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
         const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
         auto stage = [&](int j) {  // the query tile from k0 + 64·j (queries before the block's keys see none of them)
@@ -1450,17 +1476,17 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(bf1
                     wgmma_hold<D / 2>(&dv[0][0]);
                     wgmma_hold<D / 2>(&dk[0][0]);
                     if (j == nqt) return;
-                    c_to_a_16x64(pa, st);
-                    c_to_a_16x64(dsa, dpt);
+                    c_to_a_16x64<H>(pa, st);
+                    c_to_a_16x64<H>(dsa, dpt);
                 });
         }
     }
-    bf16* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
+    H* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
     store_acc_rows<D>(dk_out, C3, dk, key0, T_, rsqrtf((float)D));
     store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T_, 1.0f);
 }
 
-// The flash kernels run bf16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
+// The flash kernels run bf16 or fp16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
 // Switches, for comparison (dev/cuda/attention.cu, gpucheck_ops): g_flash_attention = false forces
 // the warp-per-row kernels; g_flash_ldmatrix = false the per-lane shared-memory loads;
 // g_flash_async = false stages tiles through registers, each before its use (no cp.async);
@@ -1492,7 +1518,7 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
 }
 template <class T> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
-    return std::is_same_v<T, bf16> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
+    return is_half_type<T> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
 }
 // Calls f(D, LDSM, ASYNC) with std::integral_constant arguments (so that f can name a kernel
 // instance) for head size hs and the switches above.
@@ -1516,27 +1542,27 @@ template <class F> inline void wgmma_groups_dispatch(const F& f) {
 template <class T>
 inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, const QKVLayout& L) {
     const int NH = L.NH;
-    if constexpr (std::is_same_v<T, bf16>)
+    if constexpr (is_half_type<T>)
         flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             if (g_flash_wgmma && gpu_has_wgmma()) {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
-                    const size_t smem = 4 * 64 * HS * sizeof(bf16);  // (64 KB at head size 128)
-                    SHARED_OPT_IN(flash_forward_wgmma_kernel<HS, G>);
-                    flash_forward_wgmma_kernel<HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, L, g_flash_wgmma_overlap);
+                    const size_t smem = 4 * 64 * HS * sizeof(T);  // (64 KB at head size 128)
+                    SHARED_OPT_IN(flash_forward_wgmma_kernel<T, HS, G>);
+                    flash_forward_wgmma_kernel<T, HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
             }
             if constexpr (D == 64)
                 if (g_flash_forward_rows == 32) {
-                    flash_forward_kernel<D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
+                    flash_forward_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
                     CUDA_LAUNCH_CHECK();
                     return;
                 }
-            flash_forward_kernel<D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
+            flash_forward_kernel<T, D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
             CUDA_LAUNCH_CHECK();
         });
 }
@@ -1544,21 +1570,21 @@ template <class T>
 inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const float* lse, const float* Dv,
                            int B, int T_, const QKVLayout& L) {
     const int NH = L.NH, NKV = L.NKV;
-    if constexpr (std::is_same_v<T, bf16>)
+    if constexpr (is_half_type<T>)
         flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             if (g_flash_wgmma && gpu_has_wgmma()) {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
-                    const size_t tile = 64 * HS * sizeof(bf16);  // shared memory: 2·G + 6 tiles (dK/dV), 5 (dQ)
+                    const size_t tile = 64 * HS * sizeof(T);  // shared memory: 2·G + 6 tiles (dK/dV), 5 (dQ)
                     const dim3 kv_grid(NKV, B, ceil_div(T_, 64 * G)), q_grid(NH, B, ceil_div(T_, 64 * G));  // 64·G keys or queries a block
-                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<HS, G>);
-                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<HS, G>);
+                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<T, HS, G>);
+                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<T, HS, G>);
                     if (g_flash_backward_passes & 1)
-                        flash_backward_dkv_wgmma_kernel<HS, G><<<kv_grid, 128 * G, (2 * G + 6) * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
+                        flash_backward_dkv_wgmma_kernel<T, HS, G><<<kv_grid, 128 * G, (2 * G + 6) * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
                     if (g_flash_backward_passes & 2)
-                        flash_backward_dq_wgmma_kernel<HS, G><<<q_grid, 128 * G, 5 * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
+                        flash_backward_dq_wgmma_kernel<T, HS, G><<<q_grid, 128 * G, 5 * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
@@ -1567,18 +1593,18 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
             if (g_flash_backward_passes & 1) [&] {
                 if constexpr (D == 64)
                     if (g_flash_dkv_keys == 32) {  // 2 warps × 32 keys: 64 threads a block
-                        flash_backward_dkv_kernel<D, LD, A, 2><<<kv_grid, 64, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                        flash_backward_dkv_kernel<T, D, LD, A, 2><<<kv_grid, 64, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
                         return;
                     }
-                flash_backward_dkv_kernel<D, LD, A, 1><<<kv_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                flash_backward_dkv_kernel<T, D, LD, A, 1><<<kv_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
             }();
             if (g_flash_backward_passes & 2) [&] {
                 if constexpr (D == 64)
                     if (g_flash_dq_rows == 32) {
-                        flash_backward_dq_kernel<D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                        flash_backward_dq_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
                         return;
                     }
-                flash_backward_dq_kernel<D, LD, A, 1><<<q_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                flash_backward_dq_kernel<T, D, LD, A, 1><<<q_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
             }();
             CUDA_LAUNCH_CHECK();
         });

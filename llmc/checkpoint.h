@@ -29,10 +29,12 @@ new one, never half of one):
                        state_ppPPP_tpTTT_rankNNNNN.bin for pipeline stage p (its units'), and
                        resuming needs the same tp, pp and vpp (the interleaved schedule's chunks)
   history.bin          the recent losses and gradient norms that --skip-loss-z / --skip-norm-z
-                       judge a step against (outliers.h), from rank 0: int64 [20261123, 1,
-                       n_loss, n_norm, 0…] (16), then n_loss and n_norm doubles, oldest first.
-                       A checkpoint without it (written before it existed) resumes with empty
-                       windows
+                       judge a step against (outliers.h), and fp16's loss scale (loss_scale.h),
+                       from rank 0: int64 [20261123, 2, n_loss, n_norm, S (the bits of a
+                       double; 0: not an fp16 run), S's clean steps, 0…] (16), then n_loss and
+                       n_norm doubles, oldest first. Version 1 (no S) resumes with --loss-scale;
+                       a checkpoint without the file (written before it existed) resumes with
+                       empty windows
   manifest.json        step, layout and config, for people and tools
 --keep-checkpoints N deletes all but the newest N after each one is written.
 Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one; a
@@ -197,6 +199,8 @@ struct TrainState {
     int64_t B = 0, T = 0, total_batch = 0;
     int64_t saved_dp = 1, saved_zero = 0, saved_tp = 1, saved_pp = 1, saved_vpp = 1;
     std::vector<double> loss_history, norm_history;  // outliers.h's windows, oldest first
+    double loss_scale = 0.0;      // fp16's loss scale S (loss_scale.h; 0: none saved)
+    int64_t loss_scale_clean = 0; // and its clean steps since the last change
 };
 static const int64_t HISTORY_MAGIC = 20261123;
 
@@ -253,7 +257,10 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
     if (world.rank == 0) {
         std::string hp = tmp + "/history.bin";
         f = fopen_or_die(hp.c_str(), "wb");
-        int64_t hh[STATE_HEADER] = {HISTORY_MAGIC, 1, (int64_t)s.loss_history.size(), (int64_t)s.norm_history.size()};
+        int64_t scale_bits;
+        memcpy(&scale_bits, &s.loss_scale, 8);
+        int64_t hh[STATE_HEADER] = {HISTORY_MAGIC, 2, (int64_t)s.loss_history.size(), (int64_t)s.norm_history.size(), scale_bits,
+                                    s.loss_scale_clean};
         fwrite_or_die(hh, sizeof(int64_t), STATE_HEADER, f, hp.c_str());
         for (const std::vector<double>* h : {&s.loss_history, &s.norm_history})
             if (!h->empty()) fwrite_or_die(h->data(), sizeof(double), h->size(), f, hp.c_str());
@@ -333,10 +340,11 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
     if (FILE* hf = fopen(hp.c_str(), "rb")) {  // (absent in a checkpoint from before it existed)
         int64_t hh[STATE_HEADER];
         fread_or_die(hh, sizeof(int64_t), STATE_HEADER, hf, hp.c_str());
-        if (hh[0] != HISTORY_MAGIC || hh[1] != 1 || hh[2] < 0 || hh[3] < 0 || hh[2] > (1 << 24) || hh[3] > (1 << 24))
+        if (hh[0] != HISTORY_MAGIC || (hh[1] != 1 && hh[1] != 2) || hh[2] < 0 || hh[3] < 0 || hh[2] > (1 << 24) || hh[3] > (1 << 24))
             fatal("'%s' is not a step-history file (magic %lld, version %lld)", hp.c_str(), (long long)hh[0], (long long)hh[1]);
         s.loss_history.resize(hh[2]);
         s.norm_history.resize(hh[3]);
+        if (hh[1] >= 2) { memcpy(&s.loss_scale, &hh[4], 8); s.loss_scale_clean = hh[5]; }  // (version 1: none)
         for (std::vector<double>* v : {&s.loss_history, &s.norm_history})
             if (!v->empty()) fread_or_die(v->data(), sizeof(double), v->size(), hf, hp.c_str());
         fclose(hf);

@@ -17,9 +17,9 @@ owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.
                       for the receiver) and comm_ring_recv (pipeline.h's stages),
   sendrecv (a send and a receive at once, blocking or started: context_parallel.h's ring),
   all_to_all, barrier, and a deterministic sum of a few doubles
-Element types: float and bf16 (common.h). MPI has no bf16, so bf16 travels as 16-bit words
-and is summed by our own MPI operation (fp32 add, rounded to bf16 at each step — what NCCL's
-bf16 reductions do); sums are in the reduce-scatter's order, the same on every run.
+Element types: float, bf16 and fp16 (common.h). MPI has neither 16-bit float, so they travel as
+16-bit words and are summed by our own MPI operation (fp32 add, rounded to T at each step — what
+NCCL's bf16 and fp16 reductions do); sums are in the reduce-scatter's order, the same on every run.
 Backends. MPI, for CPU buffers, and for GPU buffers staged through host memory (so several
 ranks can share one GPU in tests). NCCL (a CUDA build with nccl.h; --comm nccl, or auto when
 every rank has a GPU of its own), for GPU buffers: one NCCL communicator per group,
@@ -42,7 +42,7 @@ cost model (and what NCCL's rings move): for a buffer of M bytes on P ranks
     all-reduce 2(P−1)/P·M     reduce-scatter, all-gather, all-to-all (P−1)/P·M
     broadcast, send M        barrier 0
 so DDP moves 2(P−1)/P·Ψ·s bytes of gradients a step and ZeRO-3 3(P−1)/P·Ψ·s (1.5×), with s
-the element size (4 for fp32, 2 for bf16).
+the element size (4 for fp32, 2 for bf16 and fp16).
 --comm-stats prints them per step; the JSON log carries them.
 
 Tests: test/test_comm.cpp (each collective under mpirun, counters), test/test_dp.sh; the NCCL
@@ -153,24 +153,26 @@ inline std::vector<int> chunk_counts(size_t S, int P, std::vector<int>* displs) 
 }
 
 // MPI's name for our element types, and their sum.
-inline void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-    const bf16* a = (const bf16*)in;
-    bf16* b = (bf16*)inout;
-    for (int i = 0; i < *len; i++) b[i] = from_f<bf16>(to_f(a[i]) + to_f(b[i]));
+template <class T> inline void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {  // bf16 or fp16
+    const T* a = (const T*)in;
+    T* b = (T*)inout;
+    for (int i = 0; i < *len; i++) b[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
 }
 template <class T> inline MPI_Datatype mpi_type() { return std::is_same_v<T, float> ? MPI_FLOAT : MPI_UINT16_T; }
 template <class T> inline MPI_Op mpi_sum() {
     if constexpr (std::is_same_v<T, float>) return MPI_SUM;
     else {
-        static MPI_Op op = MPI_OP_NULL;
-        if (op == MPI_OP_NULL) MPI_Op_create(bf16_sum, /*commute=*/1, &op);
+        static MPI_Op op = MPI_OP_NULL;  // (one per type)
+        if (op == MPI_OP_NULL) MPI_Op_create(half_sum<T>, /*commute=*/1, &op);
         return op;
     }
 }
 #endif
 
 #ifdef LLMC_USE_NCCL
-template <class T> inline ncclDataType_t nccl_type() { return std::is_same_v<T, float> ? ncclFloat32 : ncclBfloat16; }
+template <class T> inline ncclDataType_t nccl_type() {
+    return std::is_same_v<T, float> ? ncclFloat32 : std::is_same_v<T, bf16> ? ncclBfloat16 : ncclFloat16;
+}
 // At least n elements of device scratch for the compute stream (which = 0) or the communication
 // stream (1): two buffers, so a prefetch in flight never shares one with a blocking collective.
 template <class T> inline T* nccl_pad(Group& g, int which, size_t n) {

@@ -32,15 +32,18 @@ cgroup_room_bytes); planner.h refuses a micro-batch that cannot fit; format_byte
 for people.
 
 Dtypes. Activations, parameters and gradients have the precision's type T: float (--precision
-fp32) or bf16 (--precision bf16); master weights, optimizer state, statistics (LayerNorm mean
-and rstd, attention's lse, losses) and norms are fp32 always. bf16 is the upper 16 bits of an
-IEEE fp32; we convert with round-to-nearest-even, like torch's .to(torch.bfloat16), on the host
-and on the GPU alike (to_f / from_f<T>). Model files may hold bf16 weights (llm.c version 5).
+fp32), bf16 (--precision bf16) or fp16 (--precision fp16); master weights, optimizer state,
+statistics (LayerNorm mean and rstd, attention's lse, losses) and norms are fp32 always. bf16 is
+the upper 16 bits of an IEEE fp32 (8 exponent bits: fp32's range, 8 significant bits); fp16 is
+IEEE binary16 (5 exponent bits: finite up to 65504, 11 significant bits: 8× finer than bf16).
+We convert with round-to-nearest-even, like torch's .to(), on the host and on the GPU alike
+(to_f / from_f<T>). Model files may hold bf16 weights (llm.c version 5).
 
-bf16 on the CPU. An op in bf16 is its fp32 op on the widened inputs, with each output rounded
-once (F32View): fp32 math, bf16 storage — what the GPU kernels do, and what cuBLASLt does with
-bf16 matrices and an fp32 accumulator. So the CPU reference stays one set of fp32 loops, and
-the whole bf16 training (its rounding, its memory, its communication) runs and is tested on CPU.
+16-bit floats on the CPU. An op in bf16 or fp16 is its fp32 op on the widened inputs, with each
+output rounded once (F32View): fp32 math, 16-bit storage — what the GPU kernels do, and what
+cuBLASLt does with 16-bit matrices and an fp32 accumulator. So the CPU reference stays one set
+of fp32 loops, and the whole bf16 or fp16 training (its rounding, its overflows, its memory,
+its communication) runs and is tested on CPU.
 
 Kernel helpers (CUDA builds, LLMC_CUDA: nvcc, or g++ against the emulator test/simt.h):
 grid_for, gpu_scratch, warp_sum/warp_max, block_column_sums and column_sum_add (the ends of the
@@ -53,7 +56,7 @@ Devices. cuda_unusable_reason says why this build cannot run on a machine's GPU,
 the binary for the GPU); train_gpt refuses --device cuda with it, and --device auto falls back to
 the CPU saying it (test/test_gpu_train.sh, on the emulator made into such GPUs).
 
-Test: test/test_ops.cpp uses everything here; bf16 rounding is checked there; the kernel
+Test: test/test_ops.cpp uses everything here; bf16 and fp16 rounding are checked there; the kernel
 helpers run in every kernel of test/gpucheck_ops.cu (emulated in make test).
 */
 #pragma once
@@ -136,6 +139,7 @@ enum class Device { CPU, CUDA };
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cublasLt.h>
 #endif
 #ifdef LLMC_CUDA
@@ -180,12 +184,55 @@ inline float bf16_to_fp32(uint16_t h) {
 // The bf16 storage type, the same 2 bytes on the host and the GPU (cuBLASLt's CUDA_R_16BF).
 struct bf16 { uint16_t bits; };
 
+// fp16 <-> fp32: IEEE binary16, 1 sign, 5 exponent (bias 15), 10 mantissa bits; largest finite
+// 65504, subnormals down to 2^-24. Round to nearest even; past the largest finite value (from
+// 65520 up) it is ±inf, as IEEE (and __float2half_rn) say — the overflow dynamic loss scaling
+// watches for (train_gpt.cu). NaN stays NaN.
+inline uint16_t fp32_to_fp16(float x) {
+    uint32_t u; memcpy(&u, &x, 4);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u;             // NaN (quiet)
+    if (a >= 0x477ff000u) return sign | 0x7c00u;            // ≥ 65520 (or inf): ±inf
+    if (a < 0x38800000u) {                                  // below 2^-14: a subnormal (or 0)
+        if (a < 0x33000000u) return sign;                   // below 2^-25: 0 (2^-25 itself ties to 0 below)
+        const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+        const int shift = 126 - (int)e;                     // value / 2^-24 = m / 2^shift, shift 14…24
+        uint32_t r = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) r++;   // (to 0x400, the smallest normal, is right too)
+        return sign | (uint16_t)r;
+    }
+    uint32_t h = (a - 0x38000000u) >> 13;                   // exponent rebiased (127 → 15), top 10 mantissa bits
+    const uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; // a carry into the exponent is right (< 65520 stays finite)
+    return sign | (uint16_t)h;
+}
+inline float fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    uint32_t u;
+    if (e == 0) { float v = (float)m * 0x1p-24f; return sign ? -v : v; }  // subnormal or zero
+    if (e == 31) u = sign | 0x7f800000u | (m << 13);                      // inf or NaN
+    else u = sign | ((e + 112) << 23) | (m << 13);
+    float x; memcpy(&x, &u, 4); return x;
+}
+
+// The fp16 storage type (cuBLASLt's CUDA_R_16F): --precision fp16, with dynamic loss scaling.
+struct fp16 { uint16_t bits; };
+
 HD inline float to_f(float x) { return x; }
 HD inline float to_f(bf16 x) {
 #ifdef __CUDA_ARCH__
     return __uint_as_float((uint32_t)x.bits << 16);
 #else
     return bf16_to_fp32(x.bits);
+#endif
+}
+HD inline float to_f(fp16 x) {
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(x.bits));
+#else
+    return fp16_to_fp32(x.bits);
 #endif
 }
 template <class T> HD inline T from_f(float x);
@@ -197,6 +244,15 @@ template <> HD inline bf16 from_f<bf16>(float x) {
     return bf16{fp32_to_bf16(x)};
 #endif
 }
+template <> HD inline fp16 from_f<fp16>(float x) {
+#ifdef __CUDA_ARCH__
+    return fp16{__half_as_ushort(__float2half_rn(x))};
+#else
+    return fp16{fp32_to_fp16(x)};
+#endif
+}
+// bf16 or fp16: the 16-bit float types, which the tensor-core kernels take (attention.cuh)
+template <class T> inline constexpr bool is_half_type = std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
 
 // Host vectors converted element by element (tests and kernel playgrounds): rounded to T once, and back.
 template <class T> inline std::vector<T> vec_cast(const std::vector<float>& v) {
@@ -210,11 +266,14 @@ template <class T> inline std::vector<float> vec_widen(const std::vector<T>& v) 
     return r;
 }
 
-enum class DType { FP32, BF16 };
+enum class DType { FP32, BF16, FP16 };
 template <class T> inline DType dtype_of();
 template <> inline DType dtype_of<float>() { return DType::FP32; }
 template <> inline DType dtype_of<bf16>() { return DType::BF16; }
-template <class T> inline const char* dtype_name() { return dtype_of<T>() == DType::FP32 ? "fp32" : "bf16"; }
+template <> inline DType dtype_of<fp16>() { return DType::FP16; }
+template <class T> inline const char* dtype_name() {
+    return dtype_of<T>() == DType::FP32 ? "fp32" : dtype_of<T>() == DType::BF16 ? "bf16" : "fp16";
+}
 
 // Keeps a parameter out of template argument deduction (a nullptr bias must not decide T).
 template <class T> struct NoDeduceT { using type = T; };

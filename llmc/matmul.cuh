@@ -31,9 +31,9 @@ so does any product for which cuBLASLt's heuristic has no algorithm with the epi
 too: see lt_matmul). The algorithm the heuristic picks is cached per shape (a GPT-2 step issues
 ~150 matmuls of a dozen distinct shapes).
 
-Dtype T (float | bf16): with bf16 the matrices are bf16 and the accumulator fp32 (cuBLASLt
-CUDA_R_16BF with CUBLAS_COMPUTE_32F); every output, an accumulated dW included, is rounded to
-bf16 once. The CPU does the same through F32View: the fp32 loops below on widened copies.
+Dtype T (float | bf16 | fp16): with bf16 (fp16) the matrices are bf16 (fp16) and the accumulator
+fp32 (cuBLASLt CUDA_R_16BF or CUDA_R_16F with CUBLAS_COMPUTE_32F); every output, an accumulated
+dW included, is rounded to T once. The CPU does the same through F32View: the fp32 loops below on widened copies.
 
 FP8 (ctx.fp8, which the model sets for the transformer blocks' layers under --precision fp8):
 the same three products with their operands quantized (fp8.cuh: E4M3 x and W, E5M2 dout, one
@@ -225,7 +225,7 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const void* A, const void* Bm, const
     if (bias_grad && (bias || gelu != GeluEpi::None)) fatal("lt_matmul: the bias-gradient epilogue goes alone");
     if (epilogue && (!g_lt_epilogues || (bias && alignment_of(bias) < 16) || (bias_grad && alignment_of(bias_grad) < 16)))
         return false;  // (it wants an aligned bias)
-    const cudaDataType_t dt = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+    const cudaDataType_t dt = std::is_same_v<T, float> ? CUDA_R_32F : std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
     cublasLtMatmulDesc_t op;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;

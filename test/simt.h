@@ -15,8 +15,8 @@ Ctx's stream) exactly as nvcc would, except that
     [&] { k(args); }, args); — each pointer among the trailing args must be device memory
     (a host pointer is an illegal access on a GPU, but readable here, so the launch refuses it);
   - the inline-PTX instructions of attention.cuh and common.h call their emulations: mma.sync
-    calls simt::mma_m16n8k16_bf16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
-    simt::cp_async_wait_all, wgmma simt::wgmma_m64k16_bf16(_ss), simt::wgmma_commit and
+    calls simt::mma_m16n8k16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
+    simt::cp_async_wait_all, wgmma simt::wgmma_m64k16(_ss), simt::wgmma_commit and
     simt::wgmma_wait; DYNAMIC_SHARED simt::dynamic_shared.
 
 The model of a GPU:
@@ -199,6 +199,7 @@ struct WgmmaOp {  // issued, not yet computed
     float* d; uint32_t a[4]; uint64_t desc; int n; bool trans_b, accumulate;
     const uint32_t* a_regs; std::vector<float> d_at_issue;  // to tell registers touched before the wait
     uint64_t desc_a = 0; bool a_shared = false;             // A from shared memory (K-major), not a_regs
+    bool fp16 = false;                                      // .f16 inputs (else .bf16)
 };
 struct Fiber {
     void* sp = nullptr;
@@ -365,17 +366,24 @@ template <class T> inline T shfl(unsigned mask, T v, int src_of_lane(int, int), 
     return r;
 }
 
-inline float bf16_half(uint32_t reg, int hi) {  // the bf16 in the low (hi = 0) or high half of a register, as fp32
-    uint32_t u = (hi ? reg >> 16 : reg & 0xffffu) << 16; float x; memcpy(&x, &u, 4); return x;
+// The 16-bit float in the low (hi = 0) or high half of a register, as fp32: bf16 (fp32's upper
+// half), or fp16 (IEEE binary16, decoded here from its definition, apart from common.h's).
+inline float half_value(uint32_t reg, int hi, bool fp16) {
+    const uint32_t h = hi ? reg >> 16 : reg & 0xffffu;
+    if (!fp16) { uint32_t u = h << 16; float x; memcpy(&x, &u, 4); return x; }
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float mag = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? std::ldexp((float)m, -24) : std::ldexp((float)(1024 + m), e - 25);
+    return (h & 0x8000u) ? -mag : mag;
 }
-inline void mma_m16n8k16_bf16(float* c, const uint32_t* a, const uint32_t* b) {
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16.bf16 | f16.f16}.f32 (fp16: the .f16 inputs)
+inline void mma_m16n8k16(float* c, const uint32_t* a, const uint32_t* b, bool fp16 = false) {
     WarpSlots& w = my_warp();
     const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
     memcpy(w.a[buf][lane], a, 16);
     memcpy(w.b[buf][lane], b, 8);
     warp_barrier();
-    auto A = [&](int row, int k) { return bf16_half(w.a[buf][(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2); };
-    auto B = [&](int k, int n) { return bf16_half(w.b[buf][n * 4 + (k % 8) / 2][k / 8], k % 2); };
+    auto A = [&](int row, int k) { return half_value(w.a[buf][(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2, fp16); };
+    auto B = [&](int k, int n) { return half_value(w.b[buf][n * 4 + (k % 8) / 2][k / 8], k % 2, fp16); };
     const int g = lane / 4, t = lane % 4;
     for (int e = 0; e < 4; e++) {
         int row = g + 8 * (e / 2), col = 2 * t + e % 2;
@@ -484,10 +492,10 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 }
 // ---- wgmma (sm_90a): warpgroup matrix products, from the PTX ISA ("Asynchronous Warpgroup
 // Level Matrix Multiply-Accumulate"). A warpgroup is threads 128g..128g+127 of the block.
-// wgmma.mma_async.m64nNk16.f32.bf16.bf16: D (64 × N fp32) = A·B (+ D):
+// wgmma.mma_async.m64nNk16.f32.{bf16.bf16 | f16.f16}: D (64 × N fp32) = A·B (+ D):
 //   A 64×16 in registers: warp w of the group holds rows 16w..16w+15 as mma.m16n8k16's A
 //     fragment; or from shared memory through a descriptor like B's, K-major: element (m, k) at
-//     byte 16·(m%8) + SBO·(m/8) + 2·(k%8) + LBO·(k/8) (wgmma_m64k16_bf16_ss);
+//     byte 16·(m%8) + SBO·(m/8) + 2·(k%8) + LBO·(k/8) (wgmma_m64k16_ss);
 //   B 16×N from shared memory, through the descriptor: start address (bits 0-13), leading byte
 //     offset LBO (16-29) and stride byte offset SBO (32-45), each in 16-byte units; base offset
 //     (49-51) and swizzle mode (62-63) must be 0 (the no-swizzle "interleaved" layout, the only
@@ -512,15 +520,16 @@ inline uint32_t shared_offset(const void* p) {
         die("%s: a shared-memory address outside the block's dynamic shared memory (the emulator's wgmma descriptors address only it)", tl_run->kernel);
     return (uint32_t)((const char*)p - base);
 }
-inline void wgmma_m64k16_bf16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate) {
+inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate, bool fp16 = false) {
     BlockRun& r = *tl_run;
     if (r.nthreads % 128) die("%s: wgmma in a block of %d threads (whole warpgroups of 128 only)", r.kernel, r.nthreads);
     WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
+    op.fp16 = fp16;
     r.me().wgmma.push_back(std::move(op));
 }
-inline void wgmma_m64k16_bf16_ss(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool trans_b, bool accumulate) {
+inline void wgmma_m64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool trans_b, bool accumulate, bool fp16 = false) {
     static const uint32_t none[4] = {0, 0, 0, 0};
-    wgmma_m64k16_bf16(d, none, desc_b, n, trans_b, accumulate);
+    wgmma_m64k16(d, none, desc_b, n, trans_b, accumulate, fp16);
     tl_run->me().wgmma.back().desc_a = desc_a;
     tl_run->me().wgmma.back().a_shared = true;
 }
@@ -539,7 +548,7 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
     for (int j = 1; j < 128; j++) {
         const WgmmaOp& o = r.fibers[first + j].wgmma[i];
         if (o.desc != op0.desc || o.n != op0.n || o.trans_b != op0.trans_b || o.accumulate != op0.accumulate ||
-            o.a_shared != op0.a_shared || o.desc_a != op0.desc_a)
+            o.a_shared != op0.a_shared || o.desc_a != op0.desc_a || o.fp16 != op0.fp16)
             die("%s: the threads of a warpgroup issued different wgmma (descriptor, shape or flags differ, thread %d)", r.kernel, first + j);
     }
     const char* base = (const char*)dynamic_shared();
@@ -552,7 +561,7 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
                                              : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8));
         if (off + 2 > tl_dynamic_bytes) die("%s: wgmma reads %s past the block's dynamic shared memory (byte %zu of %zu)", r.kernel, which, off, tl_dynamic_bytes);
         uint16_t v; memcpy(&v, base + off, 2);
-        return bf16_half(v, 0);
+        return half_value(v, 0, op0.fp16);
     };
     const int N = op0.n;
     std::vector<float> A(64 * 16), B(16 * N);
@@ -560,7 +569,7 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
         for (int k = 0; k < 16; k++) {
             const int rr = row % 16, lane = (rr % 8) * 4 + (k % 8) / 2;
             A[row * 16 + k] = op0.a_shared ? shared_operand(op0.desc_a, false, k, row, "A")
-                                           : bf16_half(r.fibers[first + 32 * (row / 16) + lane].wgmma[i].a[rr / 8 + 2 * (k / 8)], k % 2);
+                                           : half_value(r.fibers[first + 32 * (row / 16) + lane].wgmma[i].a[rr / 8 + 2 * (k / 8)], k % 2, op0.fp16);
         }
     for (int k = 0; k < 16; k++)
         for (int c = 0; c < N; c++) B[k * N + c] = shared_operand(op0.desc, op0.trans_b, k, c, "B");
@@ -1128,7 +1137,7 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void
 }
 
 // ---- cuBLASLt: the matmul with its layouts, transposes, bias epilogue and alignment contract
-enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14, CUDA_R_8F_E4M3 = 28, CUDA_R_8F_E5M2 = 29 };
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14, CUDA_R_8F_E4M3 = 28, CUDA_R_8F_E5M2 = 29 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
@@ -1229,14 +1238,33 @@ inline float fp8_value(uint8_t c, cudaDataType_t t) {
     const double frac = ex ? 1.0 + mant / (double)(1 << mbits) : mant / (double)(1 << mbits);
     return (float)(sgn * frac * pow(2.0, (ex ? ex : 1) - bias));
 }
-inline size_t lt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 1; }
+inline size_t lt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : 1; }
+// fp16 code of v, rounded to nearest even: v's multiple of the quantum (2^(e−10) in the binade
+// [2^e, 2^(e+1)), 2^-24 below 2^-14) by the FPU's own rounding, past 65504 ±inf (from
+// definitions, apart from common.h's bit arithmetic)
+inline uint16_t fp16_code(float v) {
+    if (std::isnan(v)) return 0x7e00;
+    const uint16_t s = std::signbit(v) ? 0x8000 : 0;
+    const double a = std::fabs((double)v);
+    if (std::isinf(a)) return s | 0x7c00;
+    int e;
+    std::frexp(a, &e);  // a = m·2^e, m in [0.5, 1): binade 2^(e−1)
+    const int q = std::max(e - 1 - 10, -24);
+    const double y = std::ldexp(std::nearbyint(std::ldexp(a, -q)), q);  // (round to nearest even)
+    if (y > 65504.0) return s | 0x7c00;
+    if (y < 0x1p-14) return s | (uint16_t)std::ldexp(y, 24);
+    const double m = std::frexp(y, &e);
+    return s | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)((2 * m - 1) * 1024);
+}
 inline float lt_read(const void* base, cudaDataType_t t, size_t i) {
     if (t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2) return fp8_value(((const uint8_t*)base)[i], t);
     if (t == CUDA_R_32F) return ((const float*)base)[i];
+    if (t == CUDA_R_16F) return half_value(((const uint16_t*)base)[i], 0, true);
     uint32_t u = (uint32_t)((const uint16_t*)base)[i] << 16; float f; memcpy(&f, &u, 4); return f;
 }
 inline void lt_write(void* base, cudaDataType_t t, size_t i, float v) {
     if (t == CUDA_R_32F) { ((float*)base)[i] = v; return; }
+    if (t == CUDA_R_16F) { ((uint16_t*)base)[i] = fp16_code(v); return; }
     uint32_t u; memcpy(&u, &v, 4);  // round to nearest even (NaN stays NaN)
     if ((u & 0x7fffffffu) > 0x7f800000u) u = (u | 0x400000u);
     else u += 0x7fffu + ((u >> 16) & 1u);

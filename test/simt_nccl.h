@@ -35,7 +35,7 @@ build/train_gpt_simt (run_tests.sh).
 #include <vector>
 
 typedef enum { ncclSuccess = 0, ncclInvalidArgument = 4 } ncclResult_t;
-typedef enum { ncclFloat32, ncclBfloat16 } ncclDataType_t;
+typedef enum { ncclFloat32, ncclBfloat16, ncclFloat16 } ncclDataType_t;
 typedef enum { ncclSum } ncclRedOp_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 struct ncclComm { MPI_Comm comm; int rank, size; };
@@ -48,10 +48,12 @@ inline std::vector<MPI_Request> pending;  // send/recv of the open group
 inline size_t type_bytes(ncclDataType_t t) { return t == ncclFloat32 ? 4 : 2; }
 inline float load(const void* p, size_t i, ncclDataType_t t) {
     if (t == ncclFloat32) return ((const float*)p)[i];
+    if (t == ncclFloat16) return simt::half_value(((const uint16_t*)p)[i], 0, true);  // (test/simt.h's decoder)
     uint32_t u = (uint32_t)((const uint16_t*)p)[i] << 16; float f; memcpy(&f, &u, 4); return f;
 }
 inline void store(void* p, size_t i, float f, ncclDataType_t t) {
     if (t == ncclFloat32) { ((float*)p)[i] = f; return; }
+    if (t == ncclFloat16) { ((uint16_t*)p)[i] = simt::fp16_code(f); return; }  // (round to nearest even)
     uint32_t u; memcpy(&u, &f, 4);
     uint16_t h = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40) : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
     ((uint16_t*)p)[i] = h;  // round to nearest even (NaN stays NaN)

@@ -2,7 +2,7 @@
 test_simt — the CPU SIMT emulator (test/simt.h) checked on its own, so that "the CUDA kernels pass
 under the emulator" (build/simcheck_ops) means something:
   - mma.m16n8k16: fragments loaded with the PTX ISA's index formulas (written out again here)
-    multiply to the plain product A·B + C;
+    multiply to the plain product A·B + C, in bf16 and in fp16 (values only fp16 holds);
   - ldmatrix(.trans) .x4, addressed as the flash kernels address it, yields those same B
     fragments (rows laid out in reverse so that a row taken from the wrong lane shows);
   - shuffles (xor, down, indexed) return the source lane's value;
@@ -65,25 +65,40 @@ template <int M, int N> static bool is_ab_plus_c(const float (&A)[M][16], const 
     return ok;
 }
 
-static void test_mma() {
+// fp16 (IEEE binary16) code of x, for the normal values (and zero) the tests use, exactly
+static uint16_t hf(float x) {
+    if (x == 0.0f) return 0;
+    int e;
+    const float m = std::frexp(std::fabs(x), &e);  // |x| = m·2^e, m in [0.5, 1): 1.f · 2^(e−1)
+    return (uint16_t)((x < 0 ? 0x8000 : 0) | (e - 1 + 15) << 10 | (int)((2 * m - 1) * 1024));
+}
+
+// fp16: the .f16 form, with values bf16 cannot hold (k·2^-8 on top of small integers: 10
+// mantissa bits), so that a product read as bf16 (or as fp16 through the wrong formula) fails.
+static void test_mma(bool fp16) {
     float A[16][16], B[16][8], C[16][8], D[16][8];
-    for (int r = 0; r < 16; r++) for (int k = 0; k < 16; k++) A[r][k] = fl(bf((float)((r * 7 + k * 3) % 11) - 5.0f));
-    for (int k = 0; k < 16; k++) for (int n = 0; n < 8; n++) B[k][n] = fl(bf((float)((k * 5 + n) % 9) - 4.0f) * 0.5f);
+    const float frac = fp16 ? 0x1p-8f : 0.0f;  // (fp16 holds 2^-8 up to 8; bf16 only up to 2^-1)
+    for (int r = 0; r < 16; r++) for (int k = 0; k < 16; k++) A[r][k] = (float)((r * 7 + k * 3) % 11) - 5.0f + frac * ((r + k) % 3);
+    for (int k = 0; k < 16; k++) for (int n = 0; n < 8; n++) B[k][n] = ((float)((k * 5 + n) % 9) - 4.0f) * 0.5f;
+    if (!fp16)
+        for (int r = 0; r < 16; r++) for (int k = 0; k < 16; k++) A[r][k] = fl(bf(A[r][k]));
     for (int r = 0; r < 16; r++) for (int n = 0; n < 8; n++) C[r][n] = (float)(r - n);
+    auto code = [&](float x) { return fp16 ? hf(x) : bf(x); };
     simt::launch("mma_test", simt::Cfg{1, 32}, [&] {
         int lane = threadIdx.x;
         uint32_t a[4], b[2];
         uint16_t ah[8], bh[4];
-        for (int i = 0; i < 8; i++) ah[i] = bf(A[a_row(lane, i)][a_col(lane, i)]);
-        for (int i = 0; i < 4; i++) bh[i] = bf(B[b_row(lane, i)][b_col(lane, i)]);
+        for (int i = 0; i < 8; i++) ah[i] = code(A[a_row(lane, i)][a_col(lane, i)]);
+        for (int i = 0; i < 4; i++) bh[i] = code(B[b_row(lane, i)][b_col(lane, i)]);
         for (int r = 0; r < 4; r++) a[r] = ah[2 * r] | ((uint32_t)ah[2 * r + 1] << 16);
         for (int r = 0; r < 2; r++) b[r] = bh[2 * r] | ((uint32_t)bh[2 * r + 1] << 16);
         float c[4];
         for (int i = 0; i < 4; i++) c[i] = C[c_row(lane, i)][c_col(lane, i)];
-        simt::mma_m16n8k16_bf16(c, a, b);
+        simt::mma_m16n8k16(c, a, b, fp16);
         for (int i = 0; i < 4; i++) D[c_row(lane, i)][c_col(lane, i)] = c[i];
     });
-    check(is_ab_plus_c(A, B, C, D), "mma m16n8k16 with the ISA's fragment layout equals A·B + C");
+    check(is_ab_plus_c(A, B, C, D), fp16 ? "mma m16n8k16 .f16 (values bf16 cannot hold) equals A·B + C"
+                                         : "mma m16n8k16 with the ISA's fragment layout equals A·B + C");
 }
 
 // ldmatrix as the flash kernels use it (attention.cuh): one .x4 gives the mma B fragments of two
@@ -232,8 +247,8 @@ static void test_wgmma() {
                 for (int e = 0; e < 4; e++) d[4 * j + e] = C[16 * w + c_row(lane, e)][8 * j + c_col(lane, e)];
             const uint64_t desc = (uint64_t)(simt::shared_offset(smem) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
             const uint64_t desc_a = (uint64_t)(simt::shared_offset(smem + 4096) >> 4) | (uint64_t)(lbo_a >> 4) << 16 | (uint64_t)(sbo_a >> 4) << 32;
-            if (mode == 2) simt::wgmma_m64k16_bf16_ss(d, desc_a, desc, 64, false, true);
-            else simt::wgmma_m64k16_bf16(d, a, desc, 64, trans, true);
+            if (mode == 2) simt::wgmma_m64k16_ss(d, desc_a, desc, 64, false, true);
+            else simt::wgmma_m64k16(d, a, desc, 64, trans, true);
             simt::wgmma_commit();
             if (d[5] != C[16 * w + c_row(lane, 1)][8 + c_col(lane, 1)]) stale = false;
             simt::wgmma_wait(0);
@@ -461,7 +476,7 @@ static void test_wgmma_failures() {
         simt::launch("wgmma_half_wait", simt::Cfg{1, 128, 1024}, [&] {
             float d[32] = {};
             uint32_t a[4] = {};
-            simt::wgmma_m64k16_bf16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
+            simt::wgmma_m64k16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
             simt::wgmma_commit();
             if (threadIdx.x < 96) simt::wgmma_wait(0);  // warp 3 leaves without waiting
         });
@@ -472,7 +487,7 @@ static void test_wgmma_failures() {
             simt::launch("wgmma_early_write", simt::Cfg{1, 128, 1024}, [&] {
                 float d[32] = {};
                 uint32_t a[4] = {};
-                simt::wgmma_m64k16_bf16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
+                simt::wgmma_m64k16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
                 simt::wgmma_commit();
                 if (threadIdx.x == 37) { if (which) d[5] = 1.0f; else a[2] = 7u; }
                 simt::wgmma_wait(0);
@@ -483,7 +498,8 @@ static void test_wgmma_failures() {
 }
 
 int main() {
-    test_mma();
+    test_mma(false);
+    test_mma(true);
     test_ldmatrix();
     test_shuffles();
     test_races();
