@@ -1,6 +1,7 @@
 /*
 test_ops — every op's backward against finite differences of its forward, plus the small pieces
-(the whole model's gradient, AdamW, the global norm, bf16 rounding, FP8's formats, scaling and
+(the whole model's gradient, AdamW, the global norm, bf16 and fp16 rounding (test_fp16), the
+model in fp16 with and without loss scaling and the loss scale's rules, FP8's formats, scaling and
 products (test_fp8), LR schedules, the outlier window's z-score, MFU's FLOPs a token and the peak a GPU's name gives, data order, the host
 memory a memory cgroup allows).
 
@@ -33,6 +34,7 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include "../llmc/dataloader.h"
 #include "../llmc/schedulers.h"
 #include "../llmc/outliers.h"
+#include "../llmc/loss_scale.h"
 #include "../llmc/mfu.h"
 #include "../llmc/pipeline.h"
 #include "../llmc/context_parallel.h"
@@ -1107,8 +1109,10 @@ static void test_fp8() {
                 qok = qok && q[(size_t)r * Cc + c] == want && qt[(size_t)c * R + r] == want;
                 qmax = std::max(qmax, std::fabs(fp8_decode(want, f)));
             }
-        snprintf(name, sizeof name, "fp8 %s: quantize writes fp8(x*s) and its transpose; the largest lands in the top binade", nm);
-        report(qok && qmax > largest / 2 && qmax <= largest, name);
+        // (amax·s is in (largest/2, largest]; largest/2 is a code, so the rounded amax·s is at least it —
+        // and may be it, where E5M2's binade below the top one rounds up no further)
+        snprintf(name, sizeof name, "fp8 %s: quantize writes fp8(x*s) and its transpose; the largest lands in [largest/2, largest]", nm);
+        report(qok && qmax >= largest / 2 && qmax <= largest, name);
     }
     // the products: matmul_forward/backward with ctx.fp8 against the exact products (fp8_worst)
     Ctx c8 = ctx;
@@ -1146,35 +1150,154 @@ static void test_fp8() {
            "error / bound is under a quarter of fp8's)", "bf16 %.4f, fp8 %.4f", wb, w_dinp);
 }
 
-static void test_bf16_model() {
+// The whole model in a 16-bit type T against fp32 on the same (T-exact) weights and batch, with
+// the loss gradient dloss·S (S: a loss scale) and T's gradients divided by S: the loss, the
+// gradient's cosine with fp32's and its norm ratio, and the fraction of fp32's nonzero gradients
+// that came out 0 in T (flushed: below its smallest subnormal).
+struct HalfModelResult { float l32, l16; double cosine, ratio, flushed; };
+template <class T> static HalfModelResult half_model_vs_fp32(float dloss, float S) {
     GPTConfig c;
     c.max_seq_len = 16; c.vocab_size = 50; c.padded_vocab_size = 64; c.num_layers = 2; c.num_heads = 2; c.channels = 32;
-    GPT<float> g; GPT<bf16> gb;
+    GPT<float> g; GPT<T> gb;
     gpt_build(&g, c); gpt_build(&gb, c);
     const ParamLayout& p = g.layout;
     avec<float> params(p.total), grads(p.total, 0.0f);
     for (int u = 0; u < gpt_num_units(c); u++) gpt_init_unit(c, p, u, 7, params.data() + unit_span(c, p, u).offset);
-    for (auto& x : params) x = bf16_to_fp32(fp32_to_bf16(x));  // the same weights in both
-    avec<bf16> bparams = as_bf16(params), bgrads(p.total, bf16{0});
+    for (auto& x : params) x = to_f(from_f<T>(x));  // the same weights in both
+    avec<T> bparams(p.total), bgrads(p.total, from_f<T>(0.0f));
+    for (size_t i = 0; i < p.total; i++) bparams[i] = from_f<T>(params[i]);
     gpt_point_units(&g, params.data(), grads.data());
     gpt_point_units(&gb, bparams.data(), bgrads.data());
-    int B = 2, T = 16;
-    std::vector<int> x(B * T), y(B * T);
-    for (int i = 0; i < B * T; i++) { x[i] = (int)rng.below(50); y[i] = (int)rng.below(50); }
-    gpt_forward(ctx, &g, x.data(), y.data(), B, T, 1.0f / (B * T));
-    gpt_forward(ctx, &gb, x.data(), y.data(), B, T, 1.0f / (B * T));
-    float l32 = gpt_mean_loss(&g), l16 = gpt_mean_loss(&gb);
-    gpt_backward(ctx, &g, B, T);
-    gpt_backward(ctx, &gb, B, T);
-    report(std::fabs(l32 - l16) <= 2e-2, "bf16 model loss within 2e-2 of fp32", "fp32 %.6f, bf16 %.6f", l32, l16);
-    double dot = 0, n32 = 0, n16 = 0;
+    int B = 2, T_ = 16;
+    Rng r(99);  // (the same batch for every call)
+    std::vector<int> x(B * T_), y(B * T_);
+    for (int i = 0; i < B * T_; i++) { x[i] = (int)r.below(50); y[i] = (int)r.below(50); }
+    gpt_forward(ctx, &g, x.data(), y.data(), B, T_, dloss);
+    gpt_forward(ctx, &gb, x.data(), y.data(), B, T_, dloss * S);
+    HalfModelResult res;
+    res.l32 = gpt_mean_loss(&g); res.l16 = gpt_mean_loss(&gb);
+    gpt_backward(ctx, &g, B, T_);
+    gpt_backward(ctx, &gb, B, T_);
+    double dot = 0, n32 = 0, n16 = 0, nonzero = 0, flushed = 0;
     for (size_t i = 0; i < p.total; i++) {
-        double a = grads[i], b = to_f(bgrads[i]);
+        double a = grads[i], b = to_f(bgrads[i]) / S;
         dot += a * b; n32 += a * a; n16 += b * b;
+        nonzero += a != 0; flushed += a != 0 && b == 0;
     }
-    double cosine = dot / std::sqrt(n32 * n16), ratio = std::sqrt(n16 / n32);
-    report(cosine > 0.99 && std::fabs(ratio - 1) < 0.05, "bf16 model gradient matches fp32 (cosine > 0.99, norm within 5%)",
-           "cosine %.5f, norm ratio %.4f", cosine, ratio);
+    res.cosine = dot / std::sqrt(n32 * n16); res.ratio = std::sqrt(n16 / n32); res.flushed = flushed / nonzero;
+    return res;
+}
+
+static void test_bf16_model() {
+    const HalfModelResult r = half_model_vs_fp32<bf16>(1.0f / 32, 1.0f);
+    report(std::fabs(r.l32 - r.l16) <= 2e-2, "bf16 model loss within 2e-2 of fp32", "fp32 %.6f, bf16 %.6f", r.l32, r.l16);
+    report(r.cosine > 0.99 && std::fabs(r.ratio - 1) < 0.05, "bf16 model gradient matches fp32 (cosine > 0.99, norm within 5%)",
+           "cosine %.5f, norm ratio %.4f", r.cosine, r.ratio);
+}
+
+// fp16 and why it needs loss scaling (loss_scale.h). The model's gradient with the loss gradient
+// of a large batch, 1/(B·T·2^16) (as a 2M-token batch gives each position): unscaled (S = 1) in
+// fp16 most of it falls below 2^-24 and flushes to 0, and the rest loses bits as subnormals; at
+// S = 2^16 the same gradient, divided by S in fp32, matches fp32's as bf16's does (bf16 needs no
+// scaling: it has fp32's exponent range). "Flushed": fp32's nonzero gradients that are 0 in 16
+// bits. A few are 0 by cancellation, not range — a 16-bit sum whose terms cancel to below half an
+// ulp of them (bf16 does it too: ~1e-4 of them here) — so the bound is 1%, against the ~86% the
+// range flushes unscaled.
+static void test_fp16_model() {
+    HalfModelResult r = half_model_vs_fp32<fp16>(1.0f / 32, 1.0f);
+    report(std::fabs(r.l32 - r.l16) <= 2e-2, "fp16 model loss within 2e-2 of fp32", "fp32 %.6f, fp16 %.6f", r.l32, r.l16);
+    const float tiny = 1.0f / (32 * 65536.0f);
+    const HalfModelResult unscaled = half_model_vs_fp32<fp16>(tiny, 1.0f), scaled = half_model_vs_fp32<fp16>(tiny, 65536.0f);
+    const HalfModelResult bf = half_model_vs_fp32<bf16>(tiny, 1.0f);
+    report(scaled.cosine > 0.999 && std::fabs(scaled.ratio - 1) < 0.01 && scaled.flushed < 0.01,
+           "fp16 model gradient at a large batch's loss gradient, loss scale 2^16: matches fp32 (cosine > 0.999, norm "
+           "within 1%, under 1% flushed to 0)", "cosine %.6f, flushed %.2g", scaled.cosine, scaled.flushed);
+    report(unscaled.flushed > 0.5 && unscaled.cosine < 0.9,
+           "fp16 model gradient at the same loss gradient unscaled: most of it flushed to 0, the rest off (what loss scaling prevents)",
+           "flushed %.2f, cosine %.4f", unscaled.flushed, unscaled.cosine);
+    report(bf.flushed < 0.01 && bf.cosine > 0.99, "bf16 model gradient at the same loss gradient unscaled: matches fp32, under 1% "
+           "flushed (fp32's exponent range)", "cosine %.5f, flushed %.2g", bf.cosine, bf.flushed);
+}
+
+// fp16 <-> fp32 (common.h) against the format's definition: all 65536 codes decode to
+// (−1)^s·2^(e−15)·(1 + m/1024) (normal), (−1)^s·2^-14·m/1024 (subnormal), ±inf, NaN; every
+// finite code encodes back to itself; at each midpoint between neighbours a tie goes to the even
+// code and a hair above it to the upper one; from 65520 up (the midpoint past 65504) it is inf;
+// and random values (normal, subnormal, across the range) encode to the nearest code found by
+// brute force over the sorted codes.
+static void test_fp16() {
+    bool dec_ok = true, round_trip = true;
+    std::vector<std::pair<double, uint16_t>> finite;  // (value, code) of the non-negative finite codes
+    for (uint32_t h = 0; h < 65536; h++) {
+        const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+        const double mag = e == 0 ? std::ldexp((double)m, -24) : std::ldexp(1.0 + m / 1024.0, e - 15);
+        const float got = fp16_to_fp32((uint16_t)h);
+        if (e == 31) { dec_ok &= m ? std::isnan(got) : got == (s ? -INFINITY : INFINITY); continue; }
+        dec_ok &= (double)got == (s ? -mag : mag) && std::signbit(got) == (bool)s;
+        round_trip &= fp32_to_fp16(got) == (uint16_t)h;
+        if (!s) finite.push_back({mag, (uint16_t)h});
+    }
+    report(dec_ok, "fp16: all 65536 codes decode as the format defines (normal, subnormal, ±0, ±inf, NaN)");
+    report(round_trip, "fp16: every finite code (±0 and subnormals included) encodes back to itself");
+    bool ties = true;
+    for (size_t i = 0; i + 1 < finite.size(); i++) {
+        const double mid = (finite[i].first + finite[i + 1].first) / 2;  // exact in fp32: one more bit
+        const uint16_t even = (finite[i].second & 1) ? finite[i + 1].second : finite[i].second;
+        ties &= fp32_to_fp16((float)mid) == even && fp32_to_fp16(-(float)mid) == (even | 0x8000);
+        ties &= fp32_to_fp16(std::nextafter((float)mid, INFINITY)) == finite[i + 1].second;
+        ties &= fp32_to_fp16(std::nextafter((float)mid, 0.0f)) == finite[i].second;
+    }
+    report(ties, "fp16: at every midpoint between neighbouring codes a tie rounds to even, and the fp32 values either side to the nearer");
+    const bool edges = fp32_to_fp16(65504.0f) == 0x7bff && fp32_to_fp16(65519.99f) == 0x7bff && fp32_to_fp16(65520.0f) == 0x7c00 &&
+                       fp32_to_fp16(1e30f) == 0x7c00 && fp32_to_fp16(-INFINITY) == 0xfc00 && std::isnan(fp16_to_fp32(fp32_to_fp16(NAN))) &&
+                       fp32_to_fp16(0x1p-25f) == 0 && fp32_to_fp16(std::nextafter(0x1p-25f, 1.0f)) == 1 && fp32_to_fp16(0x1p-26f) == 0 &&
+                       fp32_to_fp16(-0.0f) == 0x8000 && fp32_to_fp16(std::nextafter(0x1p-14f, 0.0f)) == 0x0400;
+    report(edges, "fp16: 65504 is the largest finite value, 65520 and up are inf, 2^-25 ties to 0, the largest subnormal's neighbour rounds up to 2^-14, -0 keeps its sign");
+    bool nearest = true;
+    for (int i = 0; i < 20000; i++) {
+        const float x = (float)(rng.normal() * std::ldexp(1.0, (int)rng.below(44) - 28));  // 2^-28 … 2^15
+        const double a = std::fabs((double)x);
+        auto it = std::lower_bound(finite.begin(), finite.end(), std::make_pair(a, (uint16_t)0));
+        uint16_t want;
+        if (it == finite.end()) want = a >= 65520.0 ? 0x7c00 : 0x7bff;
+        else if (it == finite.begin()) want = it->second;
+        else {
+            const auto lo = *(it - 1), hi = *it;
+            const double dl = a - lo.first, dh = hi.first - a;
+            want = dl < dh ? lo.second : dh < dl ? hi.second : ((lo.second & 1) ? hi.second : lo.second);
+        }
+        if (std::signbit(x)) want |= 0x8000;
+        nearest &= fp32_to_fp16(x) == want;
+    }
+    report(nearest, "fp16: 20000 random values from 2^-28 to 2^15 encode to the nearest code (brute force, ties to even)");
+}
+
+// Dynamic loss scaling's rules (loss_scale.h): an overflow skips and halves S, N clean steps in
+// a row double it (an overflow restarts the count), off means S = 1 and nothing skipped, and an
+// overflow at S = 1 is the stop.
+static void test_loss_scale() {
+    LossScale ls;
+    ls.on = true; ls.scale = 1024; ls.every = 3;
+    bool ok = loss_scale_factor(ls) == 1024.0f;
+    LossScaleStep r = loss_scale_step(&ls, INFINITY);
+    ok &= r.overflow && r.used == 1024 && r.next == 512 && ls.scale == 512 && !loss_scale_floor_hit(r);
+    r = loss_scale_step(&ls, NAN);
+    ok &= r.overflow && r.used == 512 && ls.scale == 256;
+    r = loss_scale_step(&ls, 3.0); ok &= !r.overflow && r.used == 256 && ls.scale == 256;
+    r = loss_scale_step(&ls, 3.0); ok &= !r.overflow && ls.scale == 256;
+    r = loss_scale_step(&ls, 3.0); ok &= !r.overflow && r.used == 256 && r.next == 512 && ls.scale == 512;  // the third clean step
+    r = loss_scale_step(&ls, 3.0); r = loss_scale_step(&ls, 3.0);
+    r = loss_scale_step(&ls, INFINITY); ok &= r.overflow && ls.scale == 256 && ls.clean == 0;  // two clean, then an overflow
+    r = loss_scale_step(&ls, 3.0); r = loss_scale_step(&ls, 3.0); ok &= ls.scale == 256;    // counting again from 0
+    report(ok, "loss scale: an overflow (inf or NaN norm) skips and halves S; 3 clean steps in a row double it; an overflow restarts the count");
+    LossScale off;
+    off.scale = 1024;
+    r = loss_scale_step(&off, INFINITY);
+    report(!r.overflow && r.used == 1 && loss_scale_factor(off) == 1.0f, "loss scale: off (not fp16): factor 1, nothing skipped");
+    LossScale one;
+    one.on = true; one.scale = 1;
+    r = loss_scale_step(&one, INFINITY);
+    report(loss_scale_floor_hit(r), "loss scale: an overflow at S = 1 is reported as the end (scaling cannot help)");
 }
 
 static void test_data_order() {
@@ -1372,6 +1495,9 @@ int main() {
     test_cgroup_room();
     test_bf16_ops();
     test_bf16_model();
+    test_fp16();
+    test_fp16_model();
+    test_loss_scale();
     test_fp8();
     test_data_order();
     test_tp_slices(false);
