@@ -10,11 +10,12 @@ biases and LayerNorm parameters. One call updates a whole unit (a block's 12 ten
 runs of elements that decay (DecayRuns) — one launch per unit rather than one per tensor.
 
 Precision. θ (the master), m and v are fp32 always; the gradient has the run's dtype T. With
-T = bf16 the model reads a bf16 working copy of the weights, which the update writes too:
-copy = bf16(θ) (round to nearest even), so the copy is always the rounded master. With fp32
+T = bf16 (fp16) the model reads a bf16 (fp16) working copy of the weights, which the update
+writes too: copy = T(θ) (round to nearest even), so the copy is always the rounded master.
+(fp16's loss scale reaches the update through grad_scale: clip factor / S, loss_scale.h.) With fp32
 the parameters are their own master and copy is null.
 
-Memory per parameter: fp32 — θ 4 + gradient 4 + m, v 8 = 16 bytes; bf16 — copy 2 + gradient 2
+Memory per parameter: fp32 — θ 4 + gradient 4 + m, v 8 = 16 bytes; bf16, fp16 — copy 2 + gradient 2
 + master, m, v 12 = 16 bytes. Both are the ZeRO table's 16Ψ (data_parallel.h shards them).
 
 CUDA: one thread per element (its wd from the runs: ≤ 8 comparisons); the formula is written once

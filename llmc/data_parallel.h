@@ -18,13 +18,13 @@ cut into dp chunks of ⌈S/dp⌉ (comm.h); rank r owns chunk r of every unit. It
 are the concatenation of its chunks, Σ_u ⌈S_u/dp⌉ ≈ Ψ/dp elements.
 
 Precision. The model reads and writes dtype T (model.h). With T = float (--precision fp32) the
-parameters are their own fp32 master. With T = bf16 the model reads a bf16 working copy and
-writes bf16 gradients; the fp32 master weights live beside AdamW's m and v, in the optimizer's
+parameters are their own fp32 master. With T = bf16 (or fp16) the model reads a 16-bit working
+copy and writes 16-bit gradients; the fp32 master weights live beside AdamW's m and v, in the optimizer's
 layout (replicated for stage 0, sharded for 1-3), and the update rewrites the working copy from
 them (adamw.cuh). Checkpoints and model files are written from the fp32 master.
 
 Memory per rank (Ψ parameters, N = dp), params + grads + optimizer:
-  bf16 (2-byte params and grads, 12-byte fp32 master + m + v), the ZeRO paper's table:
+  bf16 or fp16 (2-byte params and grads, 12-byte fp32 master + m + v), the ZeRO paper's table:
     stage 0: 2Ψ + 2Ψ + 12Ψ = 16Ψ       stage 1: 2Ψ + 2Ψ + 12Ψ/N = 4Ψ + 12Ψ/N
     stage 2: 2Ψ + 2Ψ/N + 12Ψ/N         stage 3: 2Ψ/N + 2Ψ/N + 12Ψ/N = 16Ψ/N
   fp32 (4-byte params = master, 4-byte grads, 8-byte m + v):
@@ -33,7 +33,7 @@ Memory per rank (Ψ parameters, N = dp), params + grads + optimizer:
 Not in the table, and printed apart: ZeRO-3's two gather buffers and ZeRO-2/3's gradient
 working buffers (the embedding unit, whose gradient builds up over the whole backward because
 the classifier shares it, plus two of the largest other unit, used by alternate units).
-Communication per step (ring model, comm.h; s = 2 bytes for bf16, 4 for fp32): stages 0-2 move
+Communication per step (ring model, comm.h; s = 2 bytes for bf16 and fp16, 4 for fp32): stages 0-2 move
 2(N−1)/N·sΨ bytes per rank (all-reduce = reduce-scatter + all-gather), stage 3 3(N−1)/N·sΨ
 (parameters are gathered for the forward and again for the backward): 1.5× DDP. With gradient accumulation, stages 0-1
 reduce on the last micro-batch only; stages 2-3 reduce every micro-batch (no full gradient

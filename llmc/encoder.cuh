@@ -14,7 +14,7 @@ and channel, summed a frequent token's thousands of rows one after another; it t
 a 124M step on an H100, dev/gpu_results/, most likely that chain: not yet measured apart.)
 dwpe is a sum over b, one thread per (t, channel). So the backward takes
 the tokens in *host* memory. Parameter gradients accumulate (+=) so gradient accumulation
-needs no copy. Templated on the dtype T (float | bf16, common.h): each sum is formed in fp32
+needs no copy. Templated on the dtype T (float | bf16 | fp16, common.h): each sum is formed in fp32
 and rounded once when it is added to the gradient (on the CPU through F32View).
 dwte has V rows (V ≥ every token id).
 Vocabulary-parallel (tensor_parallel.h): a tp rank holds wte's rows [lo, lo + rows) alone, so

@@ -8,7 +8,7 @@ The op returns the *squared* sum of the elements it is given, so a parallel layo
 partial sums of its shards (an all-reduce) before the square root. The chunking is fixed, not
 per thread, so the result does not depend on the thread count.
 
-Dtype T (float | bf16): the gradient's; the sum is double either way.
+Dtype T (float | bf16 | fp16): the gradient's; the sum is double either way.
 
 CUDA: the same fixed chunks, one block per chunk, summed in double inside the block (16-byte
 loads where the piece is aligned); the per-chunk sums come back to the host and are added there

@@ -25,7 +25,7 @@ above in one pass on the GPU (the model's every residual add feeds a LayerNorm).
 add_inplace(dst, src, N): dst += src, which is residual_forward(dst, dst, src) (ZeRO-2/3 add each
 micro-batch's reduced gradient chunk).
 
-Dtype T (float | bf16, common.h): statistics (mean, rstd) are fp32 and all math is fp32; each
+Dtype T (float | bf16 | fp16, common.h): statistics (mean, rstd) are fp32 and all math is fp32; each
 output is rounded to T once (the backward's sums over rows too: on the CPU via F32View).
 
 CUDA: one warp per row for the forward and the input gradient; the parameter gradients are a

@@ -9,13 +9,15 @@ hellaswag_loss (with --hellaswag, llmc/hellaswag.h) and eval_s (the seconds they
 ms leaves out); and comm_bytes: the bytes each collective sent per rank this step. A run with
 --steps 0 only evaluates: its one line is {"step": 0, and the evaluation's fields}. Floats are
 written with 9 significant digits, enough to read back the exact fp32 value: the resume test
-compares logs bit for bit.
+compares logs bit for bit; a loss or gradient norm that is not finite (an fp16 overflow, a
+divergence) is written as null.
 The file is flushed after every line, so a crash loses nothing already logged; resuming drops
 the lines after the checkpoint's step (they are about to be logged again).
 
 Test: test/test_train.sh reads these logs.
 */
 #pragma once
+#include <cmath>
 #include <string>
 #include "common.h"
 
@@ -59,13 +61,23 @@ inline void logger_eval_fields(FILE* f, const EvalLog& ev) {
     if (ev.has_val || ev.has_hellaswag) fprintf(f, ", \"eval_s\": %.3f", ev.seconds);
 }
 
+// A float with 9 significant digits, or null when it is not finite (an overflowing step's
+// gradient norm: JSON has no inf or NaN).
+inline void logger_number(FILE* f, double x) {
+    if (std::isfinite(x)) fprintf(f, "%.9g", x);
+    else fprintf(f, "null");
+}
+
 // comm_json: the step's bytes per collective on the dp group ({} when there are none).
 inline void logger_step(Logger* lg, int step, float loss, float lr, float grad_norm, double tokens_per_s,
                         double ms, double mfu, bool skipped, const EvalLog& ev, const std::string& comm_json,
                         double loss_scale = 0.0) {
     if (!lg->f) return;
-    fprintf(lg->f, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, \"ms\": %.3f, ",
-            step, loss, lr, grad_norm, tokens_per_s, ms);
+    fprintf(lg->f, "{\"step\": %d, \"loss\": ", step);
+    logger_number(lg->f, loss);
+    fprintf(lg->f, ", \"lr\": %.9g, \"grad_norm\": ", lr);
+    logger_number(lg->f, grad_norm);
+    fprintf(lg->f, ", \"tokens_per_s\": %.1f, \"ms\": %.3f, ", tokens_per_s, ms);
     if (mfu >= 0) fprintf(lg->f, "\"mfu\": %.4f", mfu); else fprintf(lg->f, "\"mfu\": null");
     if (skipped) fprintf(lg->f, ", \"skipped\": true");
     if (loss_scale > 0) fprintf(lg->f, ", \"loss_scale\": %.9g", loss_scale);

@@ -33,8 +33,9 @@ llm.c's model file is tensor-major (all ln1w, then all ln1b, …): unit_file_pie
 each piece of a unit lies in it.
 
 Precision. The model is a template over the dtype T of its activations, parameters and
-gradients (common.h): float for --precision fp32, bf16 for --precision bf16. Statistics
-(LayerNorm mean/rstd, attention lse, losses) are fp32 either way; the fp32 master weights and
+gradients (common.h): float for --precision fp32, bf16 for --precision bf16 (and fp8), fp16
+for --precision fp16 (whose loss gradient comes scaled: loss_scale.h; the model only sees a
+larger dloss). Statistics (LayerNorm mean/rstd, attention lse, losses) are fp32 either way; the fp32 master weights and
 the optimizer live with the storage owner (data_parallel.h).
 
 One micro-step is gpt_forward, gpt_backward, then gpt_mean_loss: on a GPU the host queues all

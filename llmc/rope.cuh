@@ -21,7 +21,7 @@ pair, computed in double on the host and rounded once to fp32), so the CPU and t
 the same numbers, and a rank holding other positions of the sequence (context parallelism)
 builds its table from them. Rows: B·T of `stride` elements each (t = row mod T); the first
 `heads` heads of a row turn (q's heads then k's, which qkv's layout puts first; v is left).
-Dtype T (float | bf16): computed in fp32, each output rounded to T once.
+Dtype T (float | bf16 | fp16): computed in fp32, each output rounded to T once.
 
 Tests: test/test_ops.cpp (finite differences; q·k depends on the distance alone; bf16 rounded
 once), test/gpucheck_ops.cu (CUDA vs CPU).

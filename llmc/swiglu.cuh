@@ -11,7 +11,7 @@ out = (silu(x·W1ᵀ) ⊙ (x·W3ᵀ))·W2ᵀ, with H = 4C·2/3 (rounded up to a 
 N rows: inp is N × 2H, out and dout N × H, dinp N × 2H. With tensor parallelism a rank holds
 its H/tp of the gate's features and the same H/tp of the up projection's (model.h: W1 and W3
 split in 2 groups, like qkv's 3), so its rows are [its a | its b] and the op runs unchanged.
-Dtype T (float | bf16): computed in fp32, each output rounded to T once.
+Dtype T (float | bf16 | fp16): computed in fp32, each output rounded to T once.
 
 Tests: test/test_ops.cpp (finite differences; bf16 rounded once), test/gpucheck_ops.cu (CUDA vs
 CPU).

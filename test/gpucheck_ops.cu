@@ -6,9 +6,9 @@ the same file compiled by g++ against the CPU SIMT emulator (test/simt.h): build
 Each output buffer the op writes is poisoned with NaN on the GPU first, so an element the
 kernel forgets to write fails; outputs the op accumulates into (+=) start from the same random
 values on both sides, so the accumulation is checked too.
-Every op runs in both dtypes: fp32 (GPU fp32 against the CPU fp32 op) and bf16 (GPU bf16
-kernels against the CPU's bf16 op, which is the fp32 op with each output rounded once to bf16,
-common.h: F32View; the inputs are the same bf16 values on both sides).
+Every op runs in three dtypes: fp32 (GPU fp32 against the CPU fp32 op), bf16 and fp16 (GPU
+16-bit kernels against the CPU's 16-bit op, which is the fp32 op with each output rounded once,
+common.h: F32View; the inputs are the same 16-bit values on both sides).
 Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per op:
   fp32 (round-off of a different summation order / exp implementation):
     elementwise (encoder, residual, GELU, SwiGLU, RoPE,   1e-6 … 1e-5
@@ -22,6 +22,9 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     under 1e-2 of the output's scale; fp32 outputs (mean, rstd, lse, losses, the AdamW master,
     m, v, the norm) keep their fp32 bounds ×10 (their inputs were read from bf16 on both sides,
     but the GPU rounds its bf16 intermediates in a different order).
+  fp16: 2.5e-3 for every output stored in fp16 — the bf16 bound's reasoning at 11 significant
+    bits: one fp16 ulp is 2^-10 ≈ 1e-3 of the value (and the flash kernels' P, rounded to 16
+    bits before P·V, errs 8× less than in bf16); fp32 outputs as for bf16.
   exact (bound 0): LayerNorm's backward in one kernel and in two, its forward fused with the
     residual add and apart; the classifier with its row staged in shared memory and not; flash
     attention's variants (fragments by ldmatrix or per-lane
@@ -83,12 +86,14 @@ static void compare(const char* op, const char* what, const std::vector<float>& 
     }
     double rel = err / scale;
     bool ok = finite && rel <= bound;
-    printf("%s - %s %s: rel err %.2e <= %.0e%s\n", ok ? "ok" : "not ok", op, what, rel, bound, finite ? "" : " (non-finite: unwritten?)");
+    printf("%s - %s %s: rel err %.2e <= %.2g%s\n", ok ? "ok" : "not ok", op, what, rel, bound, finite ? "" : " (non-finite: unwritten?)");
     (ok ? n_pass : n_fail)++;
 }
 
 // The bound for an output stored as X (fp32 bound given) and for an fp32 side output.
-template <class X> static double bx(double fp32_bound) { return std::is_same_v<X, float> ? fp32_bound : 1e-2; }
+template <class X> static double bx(double fp32_bound) {
+    return std::is_same_v<X, float> ? fp32_bound : std::is_same_v<X, bf16> ? 1e-2 : 2.5e-3;
+}
 template <class X> static double bs(double fp32_bound) { return std::is_same_v<X, float> ? fp32_bound : 10 * fp32_bound; }
 
 // used: the token ids are drawn from [0, used): few distinct ids give long runs of one token
@@ -479,6 +484,7 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     for (int groups : {1, 2}) {
         g_flash_wgmma = true; g_flash_wgmma_groups = groups;
         check_attention<bf16>(B, T, C, NH, NKV);
+        check_attention<fp16>(B, T, C, NH, NKV);  // (wgmma's .f16 form)
     }
     // Bit-identical (bound 0) to the run with 2 warpgroups and overlapped products: each product
     // waited for as soon as it is issued (the same operations in the same order: a difference is a
@@ -773,6 +779,7 @@ int main(int argc, char** argv) {
     if (ops) {
         check_all<float>();
         check_all<bf16>();
+        check_all<fp16>();
         check_flash_variants(2, 100, 768, 12, 12);  // head size 64
         check_flash_variants(1, 300, 256, 4, 4);    // head size 64, 3 blocks of 128 query rows (the last one short)
         check_flash_variants(1, 200, 512, 4, 4);    // head size 128

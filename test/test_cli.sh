@@ -112,7 +112,10 @@ expect_fail "--device cuda without CUDA" 2 "--device cuda" "${base[@]}" --device
 expect_fail "world size not divisible by tp" 2 "world size 1 is not divisible by tp*pp*cp = 2*1*1 = 2" "${base[@]}" --tp 2
 expect_fail "--sp 1 without --tp" 2 "--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1" "${base[@]}" --sp 1
 expect_fail "--vpp without a pipeline" 2 "--vpp 2: chunks of blocks are for the interleaved pipeline schedule" "${base[@]}" --vpp 2
-expect_fail "fp16 (later)" 2 "not yet supported" "${base[@]}" --precision fp16
+expect_fail "--loss-scale not a power of two" 2 "--loss-scale 1000: must be a power of two" "${base[@]}" --precision fp16 --loss-scale 1000
+expect_fail "--loss-scale below 1" 2 "--loss-scale: expected a number in [1, 1e+30], got '0.5'" "${base[@]}" --precision fp16 --loss-scale 0.5
+expect_fail "--loss-scale without fp16" 2 "--loss-scale and --loss-scale-every are for --precision fp16 (got --precision bf16" \
+    "${base[@]}" --precision bf16 --loss-scale 1024
 expect_fail "--precision fp8 with B*T not a multiple of 16" 2 "--precision fp8: an FP8 product needs every dimension a multiple of 16" \
     "${base[@]}" --precision fp8 --batch-size 1 --seq-len 8 --total-batch-tokens 8
 expect_fail "--val-tokens below one sequence" 2 "--val-tokens 10: fewer than one sequence of --seq-len 16" \
@@ -301,8 +304,9 @@ done
 ls "$tmp/run" | grep -q tmp && ok=0
 cmp -s "$tmp/run/step_00000002/model.bin" "$tmp/final.bin" || ok=0
 $PY -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['step']==2 and m['model']['num_layers']==2 and 'history.bin' in m['files']" "$tmp/run/step_00000002/manifest.json" || ok=0
-# history.bin (checkpoint.h): a 16-int64 header [20261123, 1, 2, 2, …] and the 2 losses and 2 norms of steps 1-2
-$PY -c "import struct,sys; b=open(sys.argv[1],'rb').read(); h=struct.unpack('<16q', b[:128]); assert h[:4]==(20261123,1,2,2) and len(b)==128+4*8" \
+# history.bin (checkpoint.h): a 16-int64 header [20261123, 2, 2, 2, 0 (no loss scale: not fp16), 0, …] and the 2 losses and
+# 2 norms of steps 1-2
+$PY -c "import struct,sys; b=open(sys.argv[1],'rb').read(); h=struct.unpack('<16q', b[:128]); assert h[:6]==(20261123,2,2,2,0,0) and len(b)==128+4*8" \
     "$tmp/run/step_00000002/history.bin" || ok=0
 [ $ok = 1 ] && echo "ok - checkpoints: step dirs with model, state, step history and manifest; no temp dirs; model = saved model" \
             || echo "not ok - checkpoint directory layout"

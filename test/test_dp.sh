@@ -13,6 +13,8 @@
 #                 with its checkpoint, and --resume ends bit for bit where the straight run did
 #   bf16:         the mixed-precision table (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N), half the bytes on
 #                 the wire, ZeRO 0-3 bit-identical, losses within 2e-2 of one bf16 process, resume
+#   fp16:         dp=2: the same table and bytes, ZeRO 0-3 bit-identical, losses within 2.5e-3 of
+#                 one fp16 process (the fp16 MPI sum, the loss scale)
 #   host waits:   on the emulated GPU with NCCL, every stage waits for the whole GPU queue at
 #                 most once per optimizer step, whatever its units and micro-steps
 #   evaluation:   dp = 2 (ZeRO-3) and 3 (ZeRO-1) answer --hellaswag exactly as one process, and
@@ -248,6 +250,27 @@ PY
     check_memory_and_bytes "$tmp/b${N}" "$N" bf16
 done
 for z in 1 3; do [ -n "${DP_QUICK:-}" ] && [ $z = 1 ] && continue; resume_check bf16 $z; done  # the bf16 working copy is rebuilt from the fp32 master in model.bin
+
+# --- fp16 (dynamic loss scaling): dp = 2 × ZeRO 0-3 against one fp16 process. The ranks sum
+# their fp16 gradients (times the loss scale) with our fp16 MPI sum (comm.h), each partial sum
+# rounded to fp16 as NCCL's fp16 reductions do: bf16's reasoning at 8× finer rounding, 2.5e-3.
+"$BIN" "${common[@]}" --precision fp16 --batch-size 8 --steps $STEPS --log-file "$tmp/href.jsonl" >/dev/null 2>&1
+for z in 0 1 2 3; do
+    out="$tmp/h2_z${z}_a1"
+    mpi 2 "${common[@]}" --precision fp16 --batch-size 4 --steps $STEPS --zero $z \
+        --log-file "$out.jsonl" --save-model "$out.bin" >"$out.txt" 2>&1 || { echo "not ok - fp16 dp=2 zero=$z: run failed"; tail -3 "$out.txt" | sed 's/^/#   /'; }
+done
+$PY - "$tmp/href.jsonl" "$tmp/h2_z0_a1.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+worst = max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b)) if len(a) == len(b) > 0 else float("inf")
+scaled = len(b) > 0 and all(r.get("loss_scale") == 65536 for r in b)
+print(("ok" if worst <= 2.5e-3 and scaled else "not ok") + f" - fp16 dp=2: losses within 2.5e-3 of one fp16 process, loss scale 2^16 logged (max diff {worst:.1e})")
+PY
+same_across_stages "$tmp/h2" "fp16 dp=2"
+check_memory_and_bytes "$tmp/h2" 2 fp16
+resume_check fp16 3  # (the loss scale in history.bin, read back by every rank)
 
 # --- resume: bit-exact in every stage (dp=2, accumulation 2, shuffling)
 stages="0 1 2 3"; [ -n "${DP_QUICK:-}" ] && stages=0

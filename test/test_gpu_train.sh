@@ -14,6 +14,9 @@
 #         the same encode and power-of-two scales; as the runs' bf16 values part by a last bit, a
 #         few FP8 codes part too: ~1e-3 observed on the emulator), falling, bit-identical runs;
 #         and its memory plan (the FP8 scratch counted), and its refusal below compute capability 8.9
+#   fp16  --precision fp16 (dynamic loss scaling; fp16 kernels, the flash kernels' .f16 mma and
+#         wgmma) against the CPU's fp16 emulation: within 2.5e-3 (bf16's bound at fp16's 8× finer
+#         rounding), falling, bit-identical runs
 #   no epilogues (emulator only) bf16 again with a cuBLASLt that has no algorithm for the bias
 #         and GELU epilogues (SIMT_LT_NO_EPILOGUES=1): matmul.cuh's fallback kernels
 #   waits (emulator only) the host waits for all queued GPU work at most once per optimizer step
@@ -111,6 +114,10 @@ if [ -n "$w31" ]; then
     ONCE=$quick gpu_vs_cpu bf16 2e-2 SIMT_LT_NO_EPILOGUES=1
 fi
 ONCE=$quick gpu_vs_cpu fp8 2e-2
+# fp16 (dynamic loss scaling, llmc/loss_scale.h; the flash kernels' .f16 mma, cuBLASLt's 16F):
+# bf16's reasoning at 8× finer rounding, 2.5e-3 (~1e-5 observed on the emulator)
+ONCE=$quick gpu_vs_cpu fp16 2.5e-3
+[ -z "${GPU_TRAIN_QUICK:-}" ] && GPU_FLAGS="--flash-wgmma 1" gpu_vs_cpu fp16 2.5e-3
 # memory plan (llmc/planner.h, model.h's gpt_activation_bytes):
 #   the activations the memory line predicts are what the run allocates: the peak of Buf's GPU
 #   memory is the model state plus them, and the kernels' scratch stays within 1% of them (the

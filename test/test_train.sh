@@ -15,6 +15,10 @@
 #   progress:      the validation loss falls
 #   bf16:          --precision bf16 resumes bit-exactly too, its per-step losses stay within 2e-2
 #                  of the fp32 run's over 10 steps, and its loss keeps falling
+#   fp16:          --precision fp16 resumes bit-exactly (its loss scale changing across the
+#                  checkpoint), stays within 2e-2 of fp32 and falls; started at a loss scale of
+#                  2^24 it skips the overflowing steps, halving S, then trains, S doubling after
+#                  --loss-scale-every clean steps — the logged S follows those rules exactly
 #   fp8:           --precision fp8 (the blocks' products in FP8, llmc/fp8.cuh) resumes bit-exactly,
 #                  its per-step losses stay within 2e-2 of the fp32 run's over 10 steps, it falls
 #   recompute:     --recompute selective and full train the same run as none, bit for bit (log,
@@ -49,7 +53,7 @@ fields() { $PY -c "
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)
-    print(d['step'], repr(d['loss']), repr(d['lr']), repr(d['grad_norm']), repr(d.get('val_loss')))" "$1"; }
+    print(d['step'], repr(d['loss']), repr(d['lr']), repr(d['grad_norm']), repr(d.get('val_loss')), repr(d.get('loss_scale')), d.get('skipped'))" "$1"; }
 
 # --- resume bit-exactness (fp32, and bf16: its working copy is rebuilt from the fp32 master)
 run=(--batch-size 4 --total-batch-tokens 256 --steps 6 --shuffle 1 --val-every 3 --val-steps 2
@@ -68,7 +72,7 @@ resume_test() {  # resume_test PRECISION [NAME FLAGS...]: with FLAGS added (anot
     "$BIN" "${common[@]}" "${run[@]}" "${extra[@]}" --precision "$prec" --output-dir "$b" --checkpoint-every 3 --log-file "$b.jsonl" --resume \
         --save-model "$b.final.bin" >"$b.out" 2>&1 || echo "# $p resumed run failed: $(tail -1 "$b.out")"
     if [ "$(wc -l <"$a.jsonl")" = 6 ] && cmp -s <(fields "$a.jsonl") <(fields "$b.jsonl"); then
-        echo "ok - $p resume: steps 4-6 after resuming at 3 equal the straight run bit for bit (loss, lr, norm, val loss)"
+        echo "ok - $p resume: steps 4-6 after resuming at 3 equal the straight run bit for bit (loss, lr, norm, val loss, loss scale, skips)"
     else
         echo "not ok - $p resume: logs differ"; diff <(fields "$a.jsonl") <(fields "$b.jsonl") | sed 's/^/#   /'
     fi
@@ -83,6 +87,12 @@ resume_test() {  # resume_test PRECISION [NAME FLAGS...]: with FLAGS added (anot
 resume_test fp32
 resume_test bf16
 resume_test fp8  # (current scaling keeps no state: nothing more to checkpoint)
+# fp16: the loss scale doubles every 2 clean steps, so it changes across the checkpoint (S and
+# its count are in history.bin; a power-of-two S rounds nothing, so the logged loss_scale is what
+# shows a wrong one)
+run_fp16=("${run[@]}"); run=("${run[@]}" --loss-scale-every 2)
+resume_test fp16
+run=("${run_fp16[@]}")
 [ -z "${TRAIN_QUICK:-}" ] && resume_test fp32 llama:d2 --model llama:d2  # (RoPE's table, SwiGLU, the model file with Llama's header)
 
 if [ -z "$emu_quick" ]; then
@@ -200,6 +210,39 @@ PY
 }
 against_fp32 bf16 "bf16"
 against_fp32 fp8 "bf16 with the blocks' products in fp8"
+against_fp32 fp16 "fp16 with dynamic loss scaling"
+
+# --- fp16's dynamic loss scaling (llmc/loss_scale.h): started at S = 2^24 the gradients overflow
+# fp16 (inf), so the first steps are skipped, S halving at each, until it fits; then the run
+# trains (its loss falls), and S doubles after every --loss-scale-every clean steps in a row
+# (overflowing again now and then, halving back). The log must show exactly that sequence (a
+# skipped update leaves weights and moments as they were: the outliers part checks dp_skip_update).
+"$BIN" "${common[@]}" "${small[@]}" --batch-size 8 --steps 40 --val-data "" --precision fp16 --loss-scale 16777216 \
+    --loss-scale-every 4 --log-file "$tmp/ls.jsonl" >"$tmp/ls.out" 2>&1 || tail -2 "$tmp/ls.out" | sed 's/^/# /'
+$PY - "$tmp/ls.jsonl" "$tmp/ls.out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+out = open(sys.argv[2]).read()
+ok = len(rows) == 40
+# replay the rules on the logged (S, skipped) pairs: a skip halves S, 4 clean steps double it
+S, clean, rules = 2.0 ** 24, 0, ok
+for r in rows if ok else []:
+    rules &= r.get("loss_scale") == S
+    if r.get("skipped"): S, clean = S / 2, 0
+    else:
+        clean += 1
+        if clean == 4: S, clean = S * 2, 0
+first_clean = next((i for i, r in enumerate(rows) if not r.get("skipped")), None) if ok else None
+print(("ok" if ok and rules and first_clean and first_clean >= 3 else "not ok") +
+      f" - fp16 loss scale from 2^24: {first_clean} overflowing steps skipped, S halving at each, then doubling after 4 clean steps, as logged")
+msg = "update skipped: fp16 overflow, loss scale 1.67772e+07 -> 8.38861e+06" in out
+print(("ok" if msg else "not ok") + " - fp16: the step line says an overflow skipped the update and how S moved")
+if ok and first_clean is not None:
+    a, b = rows[first_clean]["loss"], rows[-1]["loss"]
+    print(("ok" if b < a - 0.5 else "not ok") + f" - fp16: after the overflows it trains (loss {a:.3f} -> {b:.3f})")
+else:
+    print("not ok - fp16: no log, or no step without an overflow")
+PY
 
 # --- activation checkpointing (model.h: Recompute): the backward of each block first reruns the
 # forward ops whose outputs were not kept, with the same kernels on the same inputs, so the run
