@@ -6,7 +6,9 @@ train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
           --batch-size auto: the largest that fits)
         → weights (preset, model file or checkpoint) → data → for each step:
       zero grads; for each micro-batch: forward (+ fused loss gradient), backward
-      grad norm → clip factor → lr(step) → AdamW (or, for an outlier step, no update: outliers.h)
+      grad norm → clip factor → lr(step) → AdamW (or, for an outlier step, no update: outliers.h;
+      with --precision fp16 the loss gradient is scaled by S and an overflowing step skipped:
+      loss_scale.h)
       log; every N steps: validation loss, HellaSwag accuracy, a sample, a checkpoint
       on SIGTERM, SIGUSR1 or SIGINT (with --output-dir): a checkpoint after the step, then exit
 
