@@ -314,6 +314,14 @@ $PY -c "import struct,sys; b=open(sys.argv[1],'rb').read(); h=struct.unpack('<16
 mkdir -p "$tmp/old" && cp -r "$tmp/run/step_00000002" "$tmp/old/" && rm "$tmp/old/step_00000002/history.bin"
 "$BIN" "${base[@]}" --steps 3 --output-dir "$tmp/old" --resume >"$tmp/out" 2>&1 && grep -q "^step     3/3" "$tmp/out" \
     && echo "ok - a checkpoint without history.bin (older) resumes" || { echo "not ok - a checkpoint without history.bin"; tail -2 "$tmp/out" | sed 's/^/#   /'; }
+# a version-1 history.bin (before fp16's loss scale joined it) resumes, an fp16 run from --loss-scale
+mkdir -p "$tmp/v1" && cp -r "$tmp/run/step_00000002" "$tmp/v1/"
+$PY -c "import struct,sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[8:16]=struct.pack('<q',1); open(p,'wb').write(b)" \
+    "$tmp/v1/step_00000002/history.bin"
+"$BIN" "${base[@]}" --steps 3 --output-dir "$tmp/v1" --resume --precision fp16 --loss-scale 1024 >"$tmp/out" 2>&1 \
+    && grep -q "^step     3/3 .*| loss scale 1024" "$tmp/out" \
+    && echo "ok - a version-1 history.bin (no loss scale) resumes; fp16 then starts from --loss-scale" \
+    || { echo "not ok - a version-1 history.bin"; tail -2 "$tmp/out" | sed 's/^/#   /'; }
 # --keep-checkpoints 2: only the newest two stay, through a resume too
 "$BIN" "${base[@]}" --steps 4 --checkpoint-every 1 --keep-checkpoints 2 --output-dir "$tmp/keep" >/dev/null 2>&1
 a=$(ls "$tmp/keep" | tr '\n' ' ')
