@@ -92,6 +92,11 @@ wgmma_pipeline_step): the softmax (or dS) of tile j runs while the tile j − 1 
 accumulate (O += P·V; dQ += dS·K; dV and dK) are still on the tensor cores.
 Registers (ptxas, head size 64 / 128): forward 123 / 170-173, dQ 170 / 234, dK/dV 220 / 252, no
 spills, and no wgmma serialized.
+Ring attention's blocks (context_parallel.h: attention_block_forward / _backward) in 16 bits
+with head size 64 or 128 run on the same tiles and helpers (flash_block_*_kernel): queries of a
+range of qkv against a borrowed kv buffer's keys, all visible (no mask), the forward carrying
+the online softmax on from the running fp32 (o, lse), the backward adding dQ and dK, dV into fp32
+buffers; other dtypes and head sizes take the exact warp-per-row kernels.
 Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4): A (16×16, row-major) regs
 {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B (16×8, "col") regs {(k=2t..2t+1,
 n=g), (k=2t+8.., n=g)}; C (16×8 fp32) {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. The C
@@ -456,6 +461,7 @@ __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* q
     store_lanes(dko + L.kv(), dv, lane, hs, per);
 }
 // ---- ring attention's pieces (context_parallel.h): the exact path's warp-per-row kernels, fp32 math
+// (fp32 runs and head sizes other than 64 and 128; the 16-bit tensor-core ones are flash_block_*)
 // (kv and dkv: (B, Tk, 2·KV) rows, k then v, as the CPU version's)
 
 // one warp per query row (b, h, t in [q0, q0 + nq)): the online softmax carried on from the
@@ -705,9 +711,10 @@ template <int NT> __device__ inline void ds_cols(float (*st)[4], float (*dpt)[4]
 // diagonal, the rows' new running max m (base 2; each row's 4 threads agree on it), the factor
 // corr = exp2(m_old − m_new) by which what came before is rescaled (l here; the output by the
 // caller: rescale_rows), and s turned into probabilities whose per-thread sums go into l (added
-// across the row's threads at the end).
+// across the row's threads at the end). CAUSAL = false (ring attention's blocks): no mask here.
+template <bool CAUSAL = true>
 __device__ inline void online_softmax_p(float (*s)[4], float* m, float* l, float* corr, float sl2, int row0, int col0) {
-    if (col0 + 63 > row0) mask_future<8, false>(s, row0, col0);  // the diagonal (and keys past T)
+    if (CAUSAL && col0 + 63 > row0) mask_future<8, false>(s, row0, col0);  // the diagonal (and keys past T)
     float rs[2] = {0.0f, 0.0f}, mu[2];
     for (int r = 0; r < 2; r++) {
         float mx = -INFINITY;
@@ -732,9 +739,10 @@ template <int D> __device__ inline void rescale_rows(float (*o)[4], const float*
     for (int dt = 0; dt < D / 8; dt++)
         for (int e = 0; e < 4; e++) o[dt][e] *= corr[e / 2];
 }
-template <int D> __device__ inline void online_softmax_tile(float (*s)[4], float (*o)[4], float* m, float* l, float sl2, int row0, int col0) {
+template <int D, bool CAUSAL = true>
+__device__ inline void online_softmax_tile(float (*s)[4], float (*o)[4], float* m, float* l, float sl2, int row0, int col0) {
     float corr[2];
-    online_softmax_p(s, m, l, corr, sl2, row0, col0);
+    online_softmax_p<CAUSAL>(s, m, l, corr, sl2, row0, col0);
     rescale_rows<D>(o, corr);
 }
 // The forward's end for a warp's 16 query rows: each row's sum over its 4 threads, out = o / l,
@@ -1486,6 +1494,219 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
     store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T_, 1.0f);
 }
 
+// ---- ring attention's blocks (context_parallel.h) on the tensor cores
+// attention_block_forward and _backward (see them, and their CPU loops, above) with the flash
+// kernels' tiles and products: the queries [q0, q0 + nq) of qkv against the keys [k0, k0 + nk) of
+// a borrowed kv buffer ((B, Tk, 2·KV) rows: k, then v), all visible (no causal mask), the sums
+// into fp32 buffers. Keys past nk are staged as zero rows; queries past q0 + nq as zero rows
+// with lse = ∞ (p = 0), and are never stored.
+// Forward: one block per 64 queries of a (b, h), 4 warps × 16 rows, key tiles of 64. The online
+// softmax carries on from the running (o, lse): o is already normalized by its lse, so in the
+// kernel's terms its state is m = lse (base 2), row sum 1, O = o; after the block's keys,
+// o = O / l and lse = m + log2 l (ln) are the merged ones: the sums the CPU's merge formula gives.
+
+// columns ≥ n (NT n-tiles of the C layout from col0) → −∞: keys past the block's end
+template <int NT> __device__ inline void mask_cols_from(float (*c)[4], int col0, int n) {
+    const int t = threadIdx.x % 4;
+    for (int nt = 0; nt < NT; nt++)
+        for (int e = 0; e < 4; e++)
+            if (col0 + nt * 8 + 2 * t + (e & 1) >= n) c[nt][e] = -INFINITY;
+}
+// dst rows (row0 + g, row0 + g + 8, rows < n only; stride ld, fp32) += scale · acc (the C layout)
+template <int D> __device__ inline void add_acc_rows(float* dst, size_t ld, const float (*acc)[4], int row0, int n, float scale) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + 8 * r;
+        if (row >= n) continue;
+        float* d = dst + (size_t)row * ld + 2 * t;
+        for (int dt = 0; dt < D / 8; dt++)
+            for (int c = 0; c < 2; c++) d[dt * 8 + c] += acc[dt][2 * r + c] * scale;
+    }
+}
+template <class H, int D>
+__global__ void __launch_bounds__(128) flash_block_forward_kernel(float* o, float* lse, const H* qkv, const H* kv, int T_, int Tk,
+                                                                  QKVLayout L, int q0, int nq, int k0, int nk) {
+    __shared__ __align__(16) H Ks[64][D + 8];
+    __shared__ __align__(16) H Vs[64][D + 8];
+    const int h = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const size_t C3 = L.row(), KV2 = 2 * (size_t)L.kv();
+    const int qend = q0 + nq, row0 = q0 + blockIdx.z * 64 + warp * 16;  // this warp's rows: row0 + g, row0 + g + 8
+    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const H *k = kv + ((size_t)b * Tk + k0) * KV2 + (h / L.group()) * D, *v = k + L.kv();
+    float* ob = o + (size_t)b * T_ * L.C + h * D;
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    uint32_t qf[D / 16][4];
+    float acc[D / 8][4], m[2], l[2];
+    for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, qend, kc * 16);
+    for (int r = 0; r < 2; r++) {  // the running state (a row with no keys yet, lse = −∞: O = 0, l = 0)
+        const int row = row0 + g + 8 * r;
+        const float l0 = row < qend ? lse[((size_t)b * L.NH + h) * T_ + row] : -INFINITY;
+        const bool live = l0 > -INFINITY;
+        m[r] = live ? l0 * LOG2E : -INFINITY;
+        l[r] = live && t == 0 ? 1.0f : 0.0f;  // (the row's 4 threads' partial sums add up to 1)
+        for (int dt = 0; dt < D / 8; dt++)
+            for (int c = 0; c < 2; c++) acc[dt][2 * r + c] = live ? ob[(size_t)row * L.C + dt * 8 + 2 * t + c] : 0.0f;
+    }
+    const int nkt = (nk + 63) / 64;  // K and V take turns in flight, as in flash_forward_kernel
+    stage_rows<64, D, true>(Ks, k, KV2, 0, nk);
+    for (int kt = 0; kt < nkt; kt++) {
+        stage_wait<true>();
+        __syncthreads();  // K(kt) is in, and every warp is done with V(kt−1)
+        stage_rows<64, D, true>(Vs, v, KV2, kt * 64, nk);
+        float s[8][4];
+        for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        for (int kc = 0; kc < D / 16; kc++)
+            for (int nt = 0; nt < 8; nt += 2) {
+                uint32_t kb[2][2];
+                b_frags_nk<true>(kb, Ks, nt * 8, kc * 16);
+                mma_16816<H>(s[nt], qf[kc], kb[0]);
+                mma_16816<H>(s[nt + 1], qf[kc], kb[1]);
+            }
+        if (kt * 64 + 64 > nk) mask_cols_from<8>(s, kt * 64, nk);  // (their zero rows would count in l)
+        online_softmax_tile<D, false>(s, acc, m, l, sl2, row0, kt * 64);
+        stage_wait<true>();
+        __syncthreads();  // V(kt) is in, and every warp is done with K(kt)
+        if (kt + 1 < nkt) stage_rows<64, D, true>(Ks, k, KV2, (kt + 1) * 64, nk);
+        for (int kc = 0; kc < 4; kc++) {
+            uint32_t pa[4];
+            c_to_a<H>(pa, s[2 * kc], s[2 * kc + 1]);
+            for (int dt = 0; dt < D / 8; dt += 2) {
+                uint32_t vb[2][2];
+                b_frags_kn<true>(vb, Vs, kc * 16, dt * 8);
+                mma_16816<H>(acc[dt], pa, vb[0]);
+                mma_16816<H>(acc[dt + 1], pa, vb[1]);
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {  // o = O / l, lse = (m + log2 l)·ln 2
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int row = row0 + g + 8 * r;
+        if (row >= qend) continue;
+        for (int dt = 0; dt < D / 8; dt++)
+            for (int c = 0; c < 2; c++) ob[(size_t)row * L.C + dt * 8 + 2 * t + c] = acc[dt][2 * r + c] / l[r];
+        if (t == 0) lse[((size_t)b * L.NH + h) * T_ + row] = (m[r] + log2f(l[r])) * LN2;
+    }
+}
+// Backward, dQ: one block per 64 queries of a (b, h) over the block's keys in tiles of 32, as
+// flash_backward_dq_kernel (MT = 1) without the mask; dx's q columns += dQ (fp32). Keys past nk
+// need no mask here: their K rows are zero, so whatever their dS, dS·K adds nothing.
+template <class H, int D>
+__global__ void __launch_bounds__(128) flash_block_backward_dq_kernel(float* dx, const H* dout, const H* qkv, const H* kv,
+                                                                      const float* lse, const float* Dv, int T_, int Tk, QKVLayout L,
+                                                                      int q0, int nq, int k0, int nk) {
+    __shared__ __align__(16) H Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
+    __shared__ __align__(16) H Vs[2][32][D + 8];
+    const int h = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
+    const size_t C3 = L.row(), KV2 = 2 * (size_t)L.kv();
+    const int qend = q0 + nq, row0 = q0 + blockIdx.z * 64 + warp * 16;
+    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const H *k = kv + ((size_t)b * Tk + k0) * KV2 + (h / L.group()) * D, *v = k + L.kv();
+    const H* dO = dout + (size_t)b * T_ * L.C + h * D;
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    float lse2[2], Dr[2];
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + 8 * r;
+        lse2[r] = row < qend ? lse[((size_t)b * L.NH + h) * T_ + row] * LOG2E : INFINITY;
+        Dr[r] = row < qend ? Dv[((size_t)b * L.NH + h) * T_ + row] : 0.0f;
+    }
+    uint32_t qf[D / 16][4], of[D / 16][4];
+    for (int kc = 0; kc < D / 16; kc++) {
+        load_a_rows(qf[kc], q, C3, row0, qend, kc * 16);
+        load_a_rows(of[kc], dO, L.C, row0, qend, kc * 16);
+    }
+    float dq[D / 8][4];
+    for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+    auto stage = [&](int buf, int j0) {
+        stage_rows<32, D, true>(Ks[buf], k, KV2, j0, nk);
+        stage_rows<32, D, true>(Vs[buf], v, KV2, j0, nk);
+    };
+    stage(0, 0);
+    const bool live[1] = {true};
+    auto q_frag = [&](int, int kc, uint32_t*) -> const uint32_t* { return qf[kc]; };
+    auto o_frag = [&](int, int kc, uint32_t*) -> const uint32_t* { return of[kc]; };
+    for (int j0 = 0, buf = 0; j0 < nk; j0 += 32, buf ^= 1) {
+        stage_wait<true>();
+        __syncthreads();  // this tile is in buffer buf, and every warp is done with the other one
+        if (j0 + 32 < nk) stage(buf ^ 1, j0 + 32);
+        float s[1][4][4], dp[1][4][4];  // S = Q·Kᵀ, dP = dO·Vᵀ: 16 queries × 32 keys
+        two_products_16x32<true, D, 1>(s, dp, q_frag, o_frag, live, Ks[buf], Vs[buf]);
+        ds_rows<4>(s[0], dp[0], lse2, Dr, sl2);  // dS into dp
+        uint32_t sa[2][4];
+        for (int kc = 0; kc < 2; kc++) c_to_a<H>(sa[kc], dp[0][2 * kc], dp[0][2 * kc + 1]);
+        for (int kc = 0; kc < 2; kc++)  // dQ += dS·K over the 32 keys
+            for (int dt = 0; dt < D / 8; dt += 2) {
+                uint32_t kb[2][2];
+                b_frags_kn<true>(kb, Ks[buf], kc * 16, dt * 8);
+                mma_16816<H>(dq[dt], sa[kc], kb[0]);
+                mma_16816<H>(dq[dt + 1], sa[kc], kb[1]);
+            }
+    }
+    add_acc_rows<D>(dx + (size_t)b * T_ * C3 + h * D, C3, dq, row0, qend, rsqrtf((float)D));
+}
+// Backward, dK and dV: one block per 64 keys of a (b, key/value head), 4 warps × 16 keys (K and V
+// fragments in registers), over the query tiles of 32 of each query head of its group, as
+// flash_backward_dkv_kernel (MT = 1) without the mask; dkv += (fp32).
+template <class H, int D>
+__global__ void __launch_bounds__(128) flash_block_backward_dkv_kernel(float* dkv, const H* dout, const H* qkv, const H* kv,
+                                                                       const float* lse, const float* Dv, int T_, int Tk, QKVLayout L,
+                                                                       int q0, int nq, int k0, int nk) {
+    __shared__ __align__(16) H Qs[2][32][D + 8];
+    __shared__ __align__(16) H dOs[2][32][D + 8];
+    __shared__ float lse2[2][32], Ds[2][32];
+    const int kh = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, G = L.group();
+    const size_t C3 = L.row(), KV2 = 2 * (size_t)L.kv();
+    const int qend = q0 + nq, key0 = blockIdx.z * 64 + warp * 16;  // this warp's keys (of the block's nk): key0 + g, + g + 8
+    const H *k = kv + ((size_t)b * Tk + k0) * KV2 + kh * D, *v = k + L.kv();
+    const H* qkv_b = qkv + (size_t)b * T_ * C3;
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    uint32_t kf[D / 16][4], vf[D / 16][4];
+    for (int kc = 0; kc < D / 16; kc++) {
+        load_a_rows(kf[kc], k, KV2, key0, nk, kc * 16);
+        load_a_rows(vf[kc], v, KV2, key0, nk, kc * 16);
+    }
+    float dk[D / 8][4], dv[D / 8][4];
+    for (int dt = 0; dt < D / 8; dt++)
+        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+    const int nqt = (nq + 31) / 32, nit = G * nqt;  // iteration it: head kh·G + it / nqt, its query tile it % nqt
+    auto stage = [&](int buf, int it) {
+        const int h = kh * G + it / nqt, t0 = q0 + it % nqt * 32;
+        stage_rows<32, D, true>(Qs[buf], qkv_b + h * D, C3, t0, qend);
+        stage_rows<32, D, true>(dOs[buf], dout + (size_t)b * T_ * L.C + h * D, L.C, t0, qend);
+        stage_query_stats<32>(lse2[buf], Ds[buf], lse + ((size_t)b * L.NH + h) * T_, Dv + ((size_t)b * L.NH + h) * T_, t0, qend);
+    };
+    stage(0, 0);
+    const bool live[1] = {true};
+    auto k_frag = [&](int, int kc, uint32_t*) -> const uint32_t* { return kf[kc]; };
+    auto v_frag = [&](int, int kc, uint32_t*) -> const uint32_t* { return vf[kc]; };
+    for (int it = 0, buf = 0; it < nit; it++, buf ^= 1) {
+        stage_wait<true>();
+        __syncthreads();  // this tile is in buffer buf, and every warp is done with the other one
+        if (it + 1 < nit) stage(buf ^ 1, it + 1);
+        float st[1][4][4], dpt[1][4][4];  // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: 16 keys × 32 queries
+        two_products_16x32<true, D, 1>(st, dpt, k_frag, v_frag, live, Qs[buf], dOs[buf]);
+        ds_cols<4>(st[0], dpt[0], lse2[buf], Ds[buf], sl2);  // Pᵀ, dSᵀ (queries past the range: lse2 = ∞, p = 0)
+        uint32_t pa[2][4], sa[2][4];
+        for (int kc = 0; kc < 2; kc++) {
+            c_to_a<H>(pa[kc], st[0][2 * kc], st[0][2 * kc + 1]);
+            c_to_a<H>(sa[kc], dpt[0][2 * kc], dpt[0][2 * kc + 1]);
+        }
+        for (int kc = 0; kc < 2; kc++)  // dV += Pᵀ·dO, dK += dSᵀ·Q over the 32 queries
+            for (int dt = 0; dt < D / 8; dt += 2) {
+                uint32_t ob[2][2], qb[2][2];
+                b_frags_kn<true>(ob, dOs[buf], kc * 16, dt * 8);
+                b_frags_kn<true>(qb, Qs[buf], kc * 16, dt * 8);
+                for (int j = 0; j < 2; j++) {
+                    mma_16816<H>(dv[dt + j], pa[kc], ob[j]);
+                    mma_16816<H>(dk[dt + j], sa[kc], qb[j]);
+                }
+            }
+    }
+    float* dk_out = dkv + ((size_t)b * Tk + k0) * KV2 + kh * D;
+    add_acc_rows<D>(dk_out, KV2, dk, key0, nk, rsqrtf((float)D));
+    add_acc_rows<D>(dk_out + L.kv(), KV2, dv, key0, nk, 1.0f);
+}
+
 // The flash kernels run bf16 or fp16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
 // Switches, for comparison (dev/cuda/attention.cu, gpucheck_ops): g_flash_attention = false forces
 // the warp-per-row kernels; g_flash_ldmatrix = false the per-lane shared-memory loads;
@@ -1530,6 +1751,11 @@ template <class F> inline void flash_dispatch(int hs, const F& f) {
     };
     if (hs == 64) with(std::integral_constant<int, 64>{});
     else with(std::integral_constant<int, 128>{});
+}
+// Calls f with std::integral_constant<int, hs> (64 or 128: the flash kernels' head sizes).
+template <class F> inline void with_head_size(int hs, const F& f) {
+    if (hs == 64) f(std::integral_constant<int, 64>{});
+    else f(std::integral_constant<int, 128>{});
 }
 // Calls f with std::integral_constant<int, g_flash_wgmma_groups> (1 or 2: warpgroups a block).
 template <class F> inline void wgmma_groups_dispatch(const F& f) {
@@ -1668,6 +1894,15 @@ inline void attention_block_forward(const Ctx& ctx, float* o, float* lse, const 
     const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
+        if constexpr (is_half_type<T>)
+            if (use_flash<T>(C, NH)) {  // the tensor cores (bf16, fp16; head size 64, 128)
+                with_head_size(L.hs, [&](auto d) {
+                    constexpr int HS = decltype(d)::value;
+                    flash_block_forward_kernel<T, HS><<<dim3(NH, B, ceil_div(nq, 64)), 128, 0, ctx.stream>>>(o, lse, qkv, kv, T_, Tk, L, q0, nq, k0, nk);
+                });
+                CUDA_LAUNCH_CHECK();
+                return;
+            }
         if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
         attention_block_forward_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(o, lse, qkv, kv, B, T_, Tk, L, q0, nq, k0, nk);
         CUDA_LAUNCH_CHECK();
@@ -1700,6 +1935,16 @@ inline void attention_block_backward(const Ctx& ctx, float* dx, float* dkv, cons
     const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
+        if constexpr (is_half_type<T>)
+            if (use_flash<T>(C, NH)) {
+                with_head_size(L.hs, [&](auto d) {
+                    constexpr int HS = decltype(d)::value;  // (D is the row dots here)
+                    flash_block_backward_dq_kernel<T, HS><<<dim3(NH, B, ceil_div(nq, 64)), 128, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, T_, Tk, L, q0, nq, k0, nk);
+                    flash_block_backward_dkv_kernel<T, HS><<<dim3(NKV, B, ceil_div(nk, 64)), 128, 0, ctx.stream>>>(dkv, dout, qkv, kv, lse, D, T_, Tk, L, q0, nq, k0, nk);
+                });
+                CUDA_LAUNCH_CHECK();
+                return;
+            }
         attention_block_backward_dq_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, B, T_, Tk, L, q0, nq, k0, nk);
         attention_block_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * nk, 8), 256, 0, ctx.stream>>>(dkv, dout, qkv, kv, lse, D, B, T_, Tk, L, q0, nq, k0, nk);
         CUDA_LAUNCH_CHECK();

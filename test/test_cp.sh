@@ -23,9 +23,10 @@
 #                 checkpoint resumed with cp = 1 (dp = 2) goes on within 1e-5
 #   errors:       --seq-len that cp (zigzag: 2·cp) does not divide; a world cp does not divide
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [CP_QUICK=1] test/test_cp.sh [TRAIN_GPT]
-# CP_QUICK=1 runs cp = 2 zigzag and dp = 2 × cp = 2 ZeRO-3 against one process, 3 steps: what the
-# suite runs on the CPU SIMT emulator (build/train_gpt_simt, DEVICE=cuda), where the ring runs
-# the CUDA block kernels and comm.h's GPU path (NCCL's, emulated over MPI, with COMM=nccl).
+# CP_QUICK=1 runs cp = 2 zigzag and dp = 2 × cp = 2 ZeRO-3 against one process, 3 steps, and the
+# bf16 cp = 2 zigzag part: what the suite runs on the CPU SIMT emulator (build/train_gpt_simt,
+# DEVICE=cuda), where the ring runs the CUDA block kernels (fp32: warp-per-row; bf16: tensor
+# cores) and comm.h's GPU path (NCCL's, emulated over MPI, with COMM=nccl).
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}
@@ -48,6 +49,9 @@ run ref_b8 1 --batch-size 8  # (dp = 2 × B = 4)
 if [ -n "${CP_QUICK:-}" ]; then
     run cp2_zigzag 2 --cp 2 --cp-layout zigzag && alike ref cp2_zigzag init "cp=2 zigzag"
     run dp2cp2_z3 4 --cp 2 --cp-layout zigzag --zero 3 && alike ref_b8 dp2cp2_z3 init "dp=2 x cp=2 zigzag zero=3"
+    # bf16 (head size 64): on the emulated GPU the ring's blocks run on the tensor-core kernels
+    run ref_bf16 1 --precision bf16
+    run cp2_bf16 2 --cp 2 --cp-layout zigzag --precision bf16 && close_losses "$tmp/ref_bf16.jsonl" "$tmp/cp2_bf16.jsonl" "bf16 cp=2 zigzag" 2e-2
     exit 0
 fi
 for layout in contiguous zigzag; do
