@@ -31,7 +31,8 @@ usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 10
        rows [q | k | v] are C + 2·NKV·hs wide; default NH). FLOPs are the same as NH heads'.
   "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
           for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times;
-          on compute capability 9.0 also v7's, v8's and v9's
+          on compute capability 9.0 also v7's, v8's and v9's; and a ring attention block's
+          (context parallelism: T/2 queries over T/2 borrowed keys) on the tensor cores and not
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
 #include "common.cuh"
@@ -95,6 +96,26 @@ int main(int argc, char** argv) {
                 backward_split(bwd, flops_fwd, bw);
                 g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
             }
+        {   // a ring attention block (context parallelism, cp = 2 zigzag: T/2 queries over T/2 borrowed
+            // keys, all visible), on the tensor cores (16-bit, head size 64/128) and warp-per-row
+            const int h = T / 2, KV2 = (int)(W - C);
+            Buf<bf16> kv; Buf<float> ob, dx, dkv, D;
+            kv.alloc(gpu_ctx, (size_t)B * h * KV2); ob.alloc(gpu_ctx, (size_t)B * T * C); D.alloc(gpu_ctx, (size_t)B * NH * T);
+            dx.alloc(gpu_ctx, (size_t)B * T * W); dkv.alloc(gpu_ctx, (size_t)B * h * KV2);
+            ctx_copy(gpu_ctx, kv.data(), r.data(), kv.size() * 2);
+            ctx_zero(gpu_ctx, ob.data(), ob.bytes()); ctx_zero(gpu_ctx, D.data(), D.bytes());
+            const double bflops = 4.0 * B * h * (double)h * C;  // Q·Kᵀ and P·V over the whole block
+            for (bool tc : {true, false}) {
+                if (tc && !use_flash<bf16>(C, NH)) continue;
+                g_flash_attention = tc;
+                attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV);  // (a finite lse to merge into)
+                float fw = time_ms([&] { attention_block_forward(gpu_ctx, ob.data(), l.data(), q.data(), kv.data(), B, T, h, C, NH, NKV, h, h, 0, h); });
+                float bw = time_ms([&] { attention_block_backward(gpu_ctx, dx.data(), dkv.data(), d.data(), q.data(), kv.data(), l.data(), D.data(), B, T, h, C, NH, NKV, h, h, 0, h); });
+                printf("  ring block %d x %d keys (cp = 2), %s: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n", h, h,
+                       tc ? "tensor cores" : "warp-per-row", fw, bflops / fw / 1e9, bw, 2.5 * bflops / bw / 1e9);
+            }
+            g_flash_attention = true;
+        }
         return 0;
     }
     auto qkv = dev_randn((size_t)B * T * W), dout = dev_randn((size_t)B * T * C);
