@@ -30,6 +30,7 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     attention's variants (fragments by ldmatrix or per-lane
     loads, tiles staged by cp.async or through registers, 16 or 32 rows per warp) load the
     same values and run the same mma sequence: bit-identical outputs.
+The device's bf16 and fp16 conversions against the host's, bit for bit (check_half_conversion).
 FP8 (--precision fp8): the quantize kernels bit for bit (bound 0), fp8_encode against the GPU's
 own cvt instruction (sm_89+; nvcc builds), and the FP8 products against the CPU's emulation of
 them (1e-2: the same codes on both sides, bf16 outputs).
@@ -686,6 +687,55 @@ static void check_fp8_hardware(Fp8Format f) {
     (diff ? n_fail : n_pass)++;
 }
 #endif
+// The device's 16-bit conversions (from_f / to_f: __float2half_rn, __half2float; and bf16's)
+// against the host's bit arithmetic (common.h), bit for bit: every code decoded, and encoded
+// from every code's value, each midpoint between neighbours and the fp32 values either side of
+// it, overflow edges, NaN and 200000 random values across the range. (The emulator runs the
+// host's functions on both sides; on a GPU the device's are its own instructions.)
+template <class H> __global__ void half_convert_kernel(uint16_t* enc, float* dec, const float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < 65536) dec[i] = to_f(H{(uint16_t)i});
+    if (i < n) enc[i] = from_f<H>(x[i]).bits;
+}
+template <class H> static void check_half_conversion() {
+    std::vector<float> x;
+    for (uint32_t c = 0; c < 0x7c00; c++) {  // (positive finite codes; negated below)
+        const float v = to_f(H{(uint16_t)c}), w = to_f(H{(uint16_t)(c + 1)});
+        x.push_back(v);
+        if (std::isfinite(w)) {
+            const float mid = (float)(((double)v + w) / 2);
+            x.push_back(mid); x.push_back(std::nextafter(mid, 0.0f)); x.push_back(std::nextafter(mid, INFINITY));
+        }
+    }
+    if (std::is_same_v<H, bf16>) x.resize(std::min(x.size(), (size_t)120000));  // (bf16's codes run to 0x7f80; these reach far)
+    for (float e : {65504.0f, 65519.99f, 65520.0f, 1e30f, INFINITY, NAN, 0.0f, 0x1p-25f, 0x1p-26f, 3.4e38f}) x.push_back(e);
+    while (x.size() < 400000) x.push_back((float)((rng.uniform() < 0.5 ? -1 : 1) * std::ldexp(1.0 + rng.uniform(), (int)rng.below(60) - 30)));
+    const size_t half = x.size();
+    for (size_t i = 0; i < half; i++) x.push_back(-x[i]);
+    const int n = (int)x.size();
+    Buf<float> gx, gdec; Buf<uint16_t> genc;
+    gx.alloc(gpu, n); gdec.alloc(gpu, 65536); genc.alloc(gpu, n);
+    ctx_copy(gpu, gx.data(), x.data(), n * sizeof(float));
+    half_convert_kernel<H><<<(std::max(n, 65536) + 255) / 256, 256, 0, gpu.stream>>>(genc.data(), gdec.data(), gx.data(), n);
+    CUDA_LAUNCH_CHECK();
+    std::vector<uint16_t> enc(n); std::vector<float> dec(65536);
+    ctx_copy(gpu, enc.data(), genc.data(), n * sizeof(uint16_t)); ctx_copy(gpu, dec.data(), gdec.data(), 65536 * sizeof(float));
+    int diff = 0;
+    for (int i = 0; i < n; i++) {
+        const uint16_t want = from_f<H>(x[i]).bits;
+        const bool both_nan = std::isnan(x[i]) && std::isnan(to_f(H{enc[i]}));  // (a NaN's payload may differ)
+        if (enc[i] != want && !both_nan && diff++ < 5) printf("#   x = %.9g: device 0x%04x, host 0x%04x\n", x[i], enc[i], want);
+    }
+    for (uint32_t c = 0; c < 65536; c++) {
+        const float want = to_f(H{(uint16_t)c});
+        if (memcmp(&want, &dec[c], 4) && !(std::isnan(want) && std::isnan(dec[c])) && diff++ < 5)
+            printf("#   code 0x%04x: device %.9g, host %.9g\n", c, dec[c], want);
+    }
+    printf("%s - %s: the device's conversions are the host's bit for bit (%d values encoded, all 65536 codes decoded; %d differ)\n",
+           diff ? "not ok" : "ok", dtype_name<H>(), n, diff);
+    (diff ? n_fail : n_pass)++;
+}
+
 static void check_fp8() {
     for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
         check_fp8_quantize(13, 37, f, 1.0f);     // odd sizes: partial tiles both ways
@@ -786,6 +836,8 @@ int main(int argc, char** argv) {
         check_all<float>();
         check_all<bf16>();
         check_all<fp16>();
+        check_half_conversion<bf16>();
+        check_half_conversion<fp16>();
         check_flash_variants(2, 100, 768, 12, 12);  // head size 64
         check_flash_variants(1, 300, 256, 4, 4);    // head size 64, 3 blocks of 128 query rows (the last one short)
         check_flash_variants(1, 200, 512, 4, 4);    // head size 128
