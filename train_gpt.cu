@@ -781,7 +781,7 @@ int main(int argc, char** argv) {
             if (fp16_run) print0(" | loss scale %g", scaling.used);
             if (skipped) {  // and why: the z that crossed its bound
                 print0(" | update skipped:");
-                if (scaling.overflow) print0(" fp16 overflow, loss scale %g -> %g", scaling.used, scaling.next);
+                if (scaling.overflow) print0(" fp16 overflow, loss scale %g -> %g", scaling.used, loss_scale.scale);
                 if (loss_outlier) print0(" loss z %.1f > %g", loss_z, skip_loss_z);
                 if (norm_outlier) print0(" norm z %.1f > %g", norm_z, skip_norm_z);
             }

@@ -745,19 +745,21 @@ __device__ inline void online_softmax_tile(float (*s)[4], float (*o)[4], float* 
     online_softmax_p<CAUSAL>(s, m, l, corr, sl2, row0, col0);
     rescale_rows<D>(o, corr);
 }
-// The forward's end for a warp's 16 query rows: each row's sum over its 4 threads, out = o / l,
-// lse = (m + log2 l)·ln 2.
-template <int D, class H> __device__ inline void forward_store_rows(H* out, float* lse, float (*o)[4], float* m, float* l, int row0,
-                                                          int b, int h, int T_, int C, int NH) {
+// two adjacent outputs: an H pair (one 32-bit store), or two floats (ring attention's fp32 sums)
+template <class H> __device__ inline void store_pair(H* p, float lo, float hi) { *reinterpret_cast<uint32_t*>(p) = pack2<H>(lo, hi); }
+__device__ inline void store_pair(float* p, float lo, float hi) { p[0] = lo; p[1] = hi; }
+// The forward's end for a warp's 16 query rows (those below n; T_ rows a sequence): each row's
+// sum over its 4 threads, out = o / l, lse = (m + log2 l)·ln 2. out: H, or fp32 (ring blocks).
+template <int D, class O> __device__ inline void forward_store_rows(O* out, float* lse, float (*o)[4], float* m, float* l, int row0,
+                                                          int b, int h, int T_, int C, int NH, int n) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         const int row = row0 + g + 8 * r;
-        if (row >= T_) continue;
-        H* orow = out + ((size_t)b * T_ + row) * C + h * D;
-        for (int dt = 0; dt < D / 8; dt++)
-            *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) = pack2<H>(o[dt][2 * r] / l[r], o[dt][2 * r + 1] / l[r]);
+        if (row >= n) continue;
+        O* orow = out + ((size_t)b * T_ + row) * C + h * D;
+        for (int dt = 0; dt < D / 8; dt++) store_pair(orow + dt * 8 + 2 * t, o[dt][2 * r] / l[r], o[dt][2 * r + 1] / l[r]);
         if (t == 0) lse[((size_t)b * NH + h) * T_ + row] = (m[r] + log2f(l[r])) * LN2;
     }
 }
@@ -834,7 +836,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(H* out, float* lse, 
         }
     }
     #pragma unroll
-    for (int i = 0; i < MT; i++) forward_store_rows<D>(out, lse, o[i], m[i], l[i], row0[i], b, h, T_, L.C, L.NH);
+    for (int i = 0; i < MT; i++) forward_store_rows<D>(out, lse, o[i], m[i], l[i], row0[i], b, h, T_, L.C, L.NH, T_);
 }
 
 // ---- Hopper: flash attention with warpgroup MMA (wgmma, sm_90a)
@@ -1102,7 +1104,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
                 c_to_a_16x64<H>(pa, s);
             });
     }
-    forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T_, L.C, L.NH);
+    forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T_, L.C, L.NH, T_);
 }
 
 // A warp's 16 rows (row0 + g, row0 + g + 8) of a rows × D accumulator in the C layout, times
@@ -1148,6 +1150,16 @@ __device__ inline void two_products_16x32(float (*c1)[4][4], float (*c2)[4][4], 
                         mma_16816<H>(c2[i][nt + j], f2[i], b2[j]);
                     }
         }
+    }
+}
+// The dQ passes' per-query values for a warp's rows row0 + g and row0 + g + 8 (rows ≥ n: lse2 = ∞,
+// so p = 0): lse in base 2 and D = rowsum(dO∘O), from (b, h)'s rows lse_bh and D_bh.
+__device__ inline void row_stats(float* lse2, float* Dr, const float* lse_bh, const float* D_bh, int row0, int n) {
+    const int g = (threadIdx.x % 32) / 4;
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + 8 * r;
+        lse2[r] = row < n ? lse_bh[row] * LOG2E : INFINITY;
+        Dr[r] = row < n ? D_bh[row] : 0.0f;
     }
 }
 // The dK/dV passes' per-query values for queries q0 .. q0 + R − 1 (threads 0 .. R − 1 write
@@ -1270,7 +1282,7 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(H* dqkv, const H
     __shared__ __align__(16) H Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) H Vs[2][32][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
-    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
+    const int warp = threadIdx.x / 32;
     const int C = L.C, NH = L.NH;
     const size_t C3 = L.row();
     const H* q = qkv + (size_t)b * T_ * C3 + h * D;
@@ -1284,11 +1296,7 @@ __global__ void __launch_bounds__(128) flash_backward_dq_kernel(H* dqkv, const H
     #pragma unroll
     for (int i = 0; i < MT; i++) {
         row0[i] = qt * 64 * MT + (warp * MT + i) * 16;
-        for (int r = 0; r < 2; r++) {
-            const int row = row0[i] + g + 8 * r;
-            lse2[i][r] = row < T_ ? lse[((size_t)b * NH + h) * T_ + row] * LOG2E : INFINITY;
-            Dr[i][r] = row < T_ ? Dv[((size_t)b * NH + h) * T_ + row] : 0.0f;
-        }
+        row_stats(lse2[i], Dr[i], lse + ((size_t)b * NH + h) * T_, Dv + ((size_t)b * NH + h) * T_, row0[i], T_);
         for (int kc = 0; kc < D / 16; kc++) {
             load_a_rows(qf[i][kc], q, C3, row0[i], T_, kc * 16);
             load_a_rows(of[i][kc], dO, C, row0[i], T_, kc * 16);
@@ -1352,7 +1360,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
     auto Ks = [&](int j) { return tiles + (j % 3) * 64 * D; };
     auto Vs = [&](int j) { return tiles + (3 + j % 2) * 64 * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
-    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4;
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const int C = L.C, NH = L.NH;
     const size_t C3 = L.row();
     const H* q = qkv + (size_t)b * T_ * C3 + h * D;
@@ -1361,11 +1369,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;
     float lse2[2], Dr[2];
-    for (int r = 0; r < 2; r++) {
-        const int row = row0 + g + 8 * r;
-        lse2[r] = row < T_ ? lse[((size_t)b * NH + h) * T_ + row] * LOG2E : INFINITY;
-        Dr[r] = row < T_ ? Dv[((size_t)b * NH + h) * T_ + row] : 0.0f;
-    }
+    row_stats(lse2, Dr, lse + ((size_t)b * NH + h) * T_, Dv + ((size_t)b * NH + h) * T_, row0, T_);
     uint32_t qf[D / 16][4], of[D / 16][4], dsa[4][4];  // Q, dO, and dS of the tile before as A fragments
     for (int kc = 0; kc < D / 16; kc++) {
         load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
@@ -1578,15 +1582,7 @@ __global__ void __launch_bounds__(128) flash_block_forward_kernel(float* o, floa
             }
         }
     }
-    for (int r = 0; r < 2; r++) {  // o = O / l, lse = (m + log2 l)·ln 2
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        const int row = row0 + g + 8 * r;
-        if (row >= qend) continue;
-        for (int dt = 0; dt < D / 8; dt++)
-            for (int c = 0; c < 2; c++) ob[(size_t)row * L.C + dt * 8 + 2 * t + c] = acc[dt][2 * r + c] / l[r];
-        if (t == 0) lse[((size_t)b * L.NH + h) * T_ + row] = (m[r] + log2f(l[r])) * LN2;
-    }
+    forward_store_rows<D>(o, lse, acc, m, l, row0, b, h, T_, L.C, L.NH, qend);  // the merged o and lse
 }
 // Backward, dQ: one block per 64 queries of a (b, h) over the block's keys in tiles of 32, as
 // flash_backward_dq_kernel (MT = 1) without the mask; dx's q columns += dQ (fp32). Keys past nk
@@ -1597,7 +1593,7 @@ __global__ void __launch_bounds__(128) flash_block_backward_dq_kernel(float* dx,
                                                                       int q0, int nq, int k0, int nk) {
     __shared__ __align__(16) H Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) H Vs[2][32][D + 8];
-    const int h = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
+    const int h = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32;
     const size_t C3 = L.row(), KV2 = 2 * (size_t)L.kv();
     const int qend = q0 + nq, row0 = q0 + blockIdx.z * 64 + warp * 16;
     const H* q = qkv + (size_t)b * T_ * C3 + h * D;
@@ -1605,11 +1601,7 @@ __global__ void __launch_bounds__(128) flash_block_backward_dq_kernel(float* dx,
     const H* dO = dout + (size_t)b * T_ * L.C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     float lse2[2], Dr[2];
-    for (int r = 0; r < 2; r++) {
-        const int row = row0 + g + 8 * r;
-        lse2[r] = row < qend ? lse[((size_t)b * L.NH + h) * T_ + row] * LOG2E : INFINITY;
-        Dr[r] = row < qend ? Dv[((size_t)b * L.NH + h) * T_ + row] : 0.0f;
-    }
+    row_stats(lse2, Dr, lse + ((size_t)b * L.NH + h) * T_, Dv + ((size_t)b * L.NH + h) * T_, row0, qend);
     uint32_t qf[D / 16][4], of[D / 16][4];
     for (int kc = 0; kc < D / 16; kc++) {
         load_a_rows(qf[kc], q, C3, row0, qend, kc * 16);

@@ -53,7 +53,6 @@ inline float loss_scale_factor(const LossScale& ls) { return ls.on ? (float)ls.s
 struct LossScaleStep {
     bool overflow = false;       // the update is to be skipped
     double used = 1.0;           // the S this step's gradients carry (divide by it)
-    double next = 1.0;           // the S of the next step
 };
 inline LossScaleStep loss_scale_step(LossScale* ls, double scaled_norm) {
     LossScaleStep r;
@@ -67,7 +66,6 @@ inline LossScaleStep loss_scale_step(LossScale* ls, double scaled_norm) {
         ls->scale = ls->scale * 2;
         ls->clean = 0;
     }
-    r.next = ls->scale;
     return r;
 }
 // An overflow with S = 1: the gradients are not finite even unscaled (scaling cannot help).
