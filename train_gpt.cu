@@ -85,6 +85,8 @@ static const FlagDef FLAGS[] = {
     {"seed", "1337", "seed for initialization, shuffling and sampling", false},
     {"shuffle", "0", "0 | 1: visit the training batches in a per-epoch random order", false},
     {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 and fp16 on the CPU emulate the GPU's rounding; fp16: with dynamic loss scaling, llmc/loss_scale.h; fp8: bf16 with the blocks' products in FP8, E4M3/E5M2 with per-tensor scales)", false},
+    {"fp8-scaling", "current", "fp8: current (each tensor scaled from its own amax, an extra read of it) | delayed (from its amaxes of the last --fp8-amax-history steps, Transformer Engine's recipe: one pass, a tensor past its history saturates; the history is kept in checkpoints) (llmc/fp8.cuh)", false},
+    {"fp8-amax-history", "16", "fp8 with --fp8-scaling delayed: the steps each scale looks back over", false},
     {"loss-scale", "65536", "fp16: the first loss scale S (a power of two): the loss gradient is multiplied by S and the weight gradients divided by it; a step whose gradients overflow is skipped and halves S", false},
     {"loss-scale-every", "2000", "fp16: S doubles after this many steps in a row without an overflow", false},
     {"recompute", "none", "activation checkpointing: none | selective (each block's backward reruns its LayerNorms and GELU: 10·C of its 16·C activations a position kept) | full (each block's backward reruns its forward: C of 16·C kept, +22% of the block's FLOPs); the same training, less memory (llmc/model.h)", false},
@@ -360,6 +362,11 @@ int main(int argc, char** argv) {
     if (precision != "fp16" && (loss_scale0 != 65536 || loss_scale_every != 2000))
         usage_error("--loss-scale and --loss-scale-every are for --precision fp16 (got --precision %s, which needs no loss scaling)",
                     precision.c_str());
+    const bool fp8_delayed = f.choice("fp8-scaling", {"current", "delayed"}) == "delayed";
+    const int fp8_history = (int)f.integer("fp8-amax-history", 1, 1 << 16);
+    if (precision != "fp8" && (fp8_delayed || fp8_history != 16))
+        usage_error("--fp8-scaling and --fp8-amax-history are for --precision fp8 (got --precision %s)", precision.c_str());
+    if (!fp8_delayed && fp8_history != 16) usage_error("--fp8-amax-history: needs --fp8-scaling delayed (current scaling keeps no history)");
     bool comm_stats = f.integer("comm-stats", 0, 1);
     bool overlap = f.integer("overlap", 0, 1);
     const bool profile = f.integer("profile", 0, 1);
@@ -529,6 +536,7 @@ int main(int argc, char** argv) {
                   cp > 1 ? &mesh.cp_group : nullptr, cp_zigzag, vpp);
         model.recompute = recompute;
         model.fp8 = fp8_run;
+        if (fp8_delayed) fp8_delayed_init(ctx, &model.fp8_delayed, gpt_fp8_tensors(model), fp8_history);
         DataParallel<floatX> dpar;
         dp_layout(&dpar, &model, &mesh.grads(), zero, ctx);  // (dp × cp: both sum gradients)
         {   // does the state fit? (and what --zero 3 would take a rank, for the advice)
@@ -587,7 +595,8 @@ int main(int argc, char** argv) {
                 for (int u = u0; u < u1; u++) dp_set_unit(&dpar, u, units[u - u0].data());
             }
         }
-        const std::string precision_note = fp8_run ? "bf16 with the blocks' products in fp8"
+        const std::string precision_note = fp8_run ? std::string("bf16 with the blocks' products in fp8") +
+                                                         (fp8_delayed ? " (delayed scaling, amax history " + std::to_string(fp8_history) + ")" : "")
                                          : fp16_run ? "fp16 with dynamic loss scaling" : dtype_name<floatX>();
         // the device line's tail: recomputation (when on) and where checkpoints go
         const std::string run_note = (recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(recompute)) +
@@ -663,6 +672,13 @@ int main(int argc, char** argv) {
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,
                            (long long)state.saved_pp, (long long)state.saved_vpp);
+        if (resume && fp8_delayed) {
+            if (state.fp8_steps >= 0)
+                print0("fp8 delayed scaling: the amax history of %lld step(s) from the checkpoint\n", (long long)state.fp8_steps);
+            else
+                print0("fp8 delayed scaling: the checkpoint has no amax history (saved without --fp8-scaling delayed): the first "
+                       "step scales each tensor from itself\n");
+        }
 
         Logger log;
         if (mesh.rank == 0) logger_open(&log, f.str("log-file"), resume ? state.step : -1);
@@ -736,6 +752,7 @@ int main(int argc, char** argv) {
             comm_reset_stats(mesh.pp_group);
             comm_reset_stats(mesh.emb_group);
             dp_zero_grad(&dpar);
+            model.fp8_delayed.record = true;  // (delayed scaling: this step's quantizations record their amaxes)
             double loss_sum = 0.0;
             if (pp > 1)  // the micro-batches through the pipeline's stages, in its schedule (pipeline.h)
                 loss_sum = pp_train_step(ctx, &model, &dpar, pp_schedule, accum, B, Tl, dloss * loss_scale_factor(loss_scale), next_batch);
@@ -747,6 +764,12 @@ int main(int argc, char** argv) {
                 loss_sum += gpt_mean_loss(&model);  // waits for the loss copy alone: the backward is still running
             }
             { CommScope prof(ctx, mesh.grads(), "loss and norm sums"); comm_sum_doubles(mesh.grads(), &loss_sum, 1); }
+            if (model.fp8_delayed.on) {  // the step's amaxes, the max over the ranks that hold these blocks, enter the history
+                std::vector<float> amax = fp8_delayed_amaxes(ctx, model.fp8_delayed);
+                comm_max_floats(mesh.grads(), amax.data(), (int)amax.size());
+                fp8_delayed_push(ctx, &model.fp8_delayed, amax);
+                model.fp8_delayed.record = false;
+            }
             float loss = (float)(loss_sum / ((double)accum * dp * cp));  // (each cp rank's is the mean over its positions)
             const float scaled_norm = dp_grad_norm(&dpar);  // (of the gradients times S, with fp16)
             const LossScaleStep scaling = loss_scale_step(&loss_scale, scaled_norm);

@@ -35,6 +35,13 @@ new one, never half of one):
                        n_norm doubles, oldest first. Version 1 (no S) resumes with --loss-scale;
                        a checkpoint without the file (written before it existed) resumes with
                        empty windows
+  fp8_history.bin      with --precision fp8 --fp8-scaling delayed (fp8.cuh): the amax history of
+                       the blocks' products, from the first rank of each group that holds the
+                       same blocks (they agree): int64 [20261125, 1, steps recorded, H, tensors
+                       n, amaxes kept m = min(steps, H), 0…] (16), then n × m floats, each
+                       tensor's oldest first; fp8_history_tpTTT.bin / fp8_history_ppPPP_tpTTT.bin
+                       with tp > 1 / pp > 1. A checkpoint without it (current scaling's) resumes
+                       with an empty history; one of another H keeps the newest amaxes that fit
   manifest.json        step, layout and config, for people and tools
 --keep-checkpoints N deletes all but the newest N after each one is written.
 Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one; a
@@ -201,8 +208,9 @@ struct TrainState {
     std::vector<double> loss_history, norm_history;  // outliers.h's windows, oldest first
     double loss_scale = 0.0;      // fp16's loss scale S (loss_scale.h; 0: none saved)
     int64_t loss_scale_clean = 0; // and its clean steps since the last change
+    int64_t fp8_steps = -1;       // the steps FP8 delayed scaling's history had recorded (-1: no history loaded)
 };
-static const int64_t HISTORY_MAGIC = 20261123;
+static const int64_t HISTORY_MAGIC = 20261123, FP8_HISTORY_MAGIC = 20261125;
 
 inline std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
     char name[32]; snprintf(name, sizeof(name), "step_%08lld", (long long)step);
@@ -215,6 +223,14 @@ inline std::string state_file(const std::string& dir, int rank, int tp = 1, int 
     if (pp > 1) snprintf(name, sizeof(name), "/state_pp%03d_tp%03d_rank%05d.bin", stage, tp_rank, rank);
     else if (tp > 1) snprintf(name, sizeof(name), "/state_tp%03d_rank%05d.bin", tp_rank, rank);
     else snprintf(name, sizeof(name), "/state_rank%05d.bin", rank);
+    return dir + name;
+}
+// The FP8 amax history of tp rank tp_rank of stage `stage` (one file for the ranks that hold those blocks).
+inline std::string fp8_history_file(const std::string& dir, int tp = 1, int tp_rank = 0, int pp = 1, int stage = 0) {
+    char name[64];
+    if (pp > 1) snprintf(name, sizeof(name), "/fp8_history_pp%03d_tp%03d.bin", stage, tp_rank);
+    else if (tp > 1) snprintf(name, sizeof(name), "/fp8_history_tp%03d.bin", tp_rank);
+    else snprintf(name, sizeof(name), "/fp8_history.bin");
     return dir + name;
 }
 
@@ -254,6 +270,16 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
             if (!chunk.empty()) fwrite_or_die(chunk.data(), 4, chunk.size(), f, sp.c_str());
         }
     if (fclose(f) != 0) fatal("cannot write '%s'", sp.c_str());
+    const Fp8Delayed& fd = d->g->fp8_delayed;
+    if (fd.on && d->rank == 0) {  // (every rank of the group holds the same history)
+        const std::string fp = fp8_history_file(tmp, tp, tp_rank, pp, stage);
+        const std::vector<float> amaxes = fp8_delayed_saved(fd);
+        f = fopen_or_die(fp.c_str(), "wb");
+        int64_t fh[STATE_HEADER] = {FP8_HISTORY_MAGIC, 1, fd.steps, fd.H, fd.n, (int64_t)std::min<long long>(fd.steps, fd.H)};
+        fwrite_or_die(fh, sizeof(int64_t), STATE_HEADER, f, fp.c_str());
+        if (!amaxes.empty()) fwrite_or_die(amaxes.data(), sizeof(float), amaxes.size(), f, fp.c_str());
+        if (fclose(f) != 0) fatal("cannot write '%s'", fp.c_str());
+    }
     if (world.rank == 0) {
         std::string hp = tmp + "/history.bin";
         f = fopen_or_die(hp.c_str(), "wb");
@@ -279,8 +305,10 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
                 c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, c.kv_heads(), c.ffn(),
                 c.llama() ? c.rope_theta : 0, c.tied ? "true" : "false", (long long)s.B, (long long)s.T, (long long)s.total_batch);
         for (int q = 0; q < pp; q++)
-            for (int t = 0; t < tp; t++)
+            for (int t = 0; t < tp; t++) {
                 for (int r = 0; r < d->N; r++) fprintf(f, ", \"%s\"", state_file("", r, tp, t, pp, q).substr(1).c_str());
+                if (d->g->fp8_delayed.on) fprintf(f, ", \"%s\"", fp8_history_file("", tp, t, pp, q).substr(1).c_str());
+            }
         fprintf(f, "]}\n");
         if (fclose(f) != 0) fatal("cannot write '%s'", mp.c_str());
     }
@@ -397,6 +425,22 @@ template <class T> inline TrainState checkpoint_load(const std::string& dir, Dat
         part++;
     }
     for (FILE* f : files) fclose(f);
+    Fp8Delayed* fd = &d->g->fp8_delayed;
+    const std::string fp = fp8_history_file(dir, tp, tp_rank, pp, stage);
+    FILE* hf = fd->on ? fopen(fp.c_str(), "rb") : nullptr;
+    if (hf) {  // (absent: a run with current scaling saved it, and the history starts empty)
+        int64_t fh[STATE_HEADER];
+        fread_or_die(fh, sizeof(int64_t), STATE_HEADER, hf, fp.c_str());
+        if (fh[0] != FP8_HISTORY_MAGIC || fh[1] != 1 || fh[2] < 0 || fh[3] < 1 || fh[5] != std::min(fh[2], fh[3]))
+            fatal("'%s' is not an FP8 amax history (magic %lld, version %lld)", fp.c_str(), (long long)fh[0], (long long)fh[1]);
+        if (fh[4] != fd->n)
+            fatal("'%s' holds the amaxes of %lld FP8 tensors, this rank's blocks have %d", fp.c_str(), (long long)fh[4], fd->n);
+        std::vector<float> amaxes((size_t)fh[4] * fh[5]);
+        if (!amaxes.empty()) fread_or_die(amaxes.data(), sizeof(float), amaxes.size(), hf, fp.c_str());
+        fclose(hf);
+        fp8_delayed_restore(d->ctx, fd, fh[2], amaxes);
+        s.fp8_steps = fh[2];
+    }
     return s;
 }
 

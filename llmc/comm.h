@@ -16,7 +16,7 @@ owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.
   broadcast, send, recv, and the ring's: comm_ring_send_start (to rank ± 1; it does not wait
                       for the receiver) and comm_ring_recv (pipeline.h's stages),
   sendrecv (a send and a receive at once, blocking or started: context_parallel.h's ring),
-  all_to_all, barrier, and a deterministic sum of a few doubles
+  all_to_all, barrier, a deterministic sum of a few doubles and a max of a few floats
 Element types: float, bf16 and fp16 (common.h). MPI has neither 16-bit float, so they travel as
 16-bit words and are summed by our own MPI operation (fp32 add, rounded to T at each step — what
 NCCL's bf16 and fp16 reductions do); sums are in the reduce-scatter's order, the same on every run.
@@ -389,6 +389,18 @@ inline void comm_sum_doubles(Group& g, double* v, int n) {
         for (int r = 0; r < g.size; r++) s += all[(size_t)r * n + i];
         v[i] = s;
     }
+#endif
+}
+
+// v[i] ← max over the ranks of v[i] for a few floats (FP8 delayed scaling's amaxes): exact, so
+// identical everywhere.
+inline void comm_max_floats(Group& g, float* v, int n) {
+    if (g.size == 1) return;
+#ifdef LLMC_MPI
+    std::vector<float> all((size_t)n * g.size);
+    MPI_Allgather(v, n, MPI_FLOAT, all.data(), n, MPI_FLOAT, g.comm);
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < g.size; r++) v[i] = std::max(v[i], all[(size_t)r * n + i]);
 #endif
 }
 

@@ -150,6 +150,7 @@ enum class Device { CPU, CUDA };
 #endif
 
 struct Profiler;  // profiler.h: per-op times, when --profile asks for them
+struct Fp8Delayed;  // (fp8.cuh)
 struct Ctx {
     Device device = Device::CPU;
 #ifdef LLMC_CUDA
@@ -160,6 +161,8 @@ struct Ctx {
 #endif
     Profiler* prof = nullptr;
     bool fp8 = false;  // matmul_forward/backward multiply in FP8 (fp8.cuh): the model sets it for the blocks' layers
+    Fp8Delayed* fp8_delayed = nullptr;  // and with --fp8-scaling delayed, the scaling state,
+    int fp8_product = 0;                // and which of its products this is (model.h: linear_ctx)
 };
 
 // ----------------------------------------------------------------------------

@@ -27,10 +27,23 @@ the cast is the only rounding, and the product's dequantization (times 1/s_a · 
 cuBLASLt applies to the fp32 accumulator) is exact too. So the CPU emulation and cuBLASLt differ
 only in the order of the fp32 sums, like the bf16 products. Current scaling costs one more read
 of each operand (the amax pass) and keeps no state, so resume and checkpoints are unchanged.
-Transformer Engine's delayed scaling takes the scale from earlier steps' amaxes instead, saving
-that read at the cost of an amax history in the checkpoint and a scale that may lag a spike.
 With tensor parallelism each rank scales its own shard (an all-reduce of one number per product
 would give the whole tensor's), so tp > 1 rounds differently from tp = 1.
+
+Delayed scaling (--fp8-scaling delayed; Transformer Engine's recipe): the scale comes from the
+tensor's amaxes of the last H steps (--fp8-amax-history H) instead of from the tensor itself,
+  s_t = 2^⌊log₂(largest / max(amax_{t−H}, …, amax_{t−1}))⌋,   q = fp8(x · s_t) (saturating)
+so one pass casts and measures at once (the amax it records is the step's, for the steps after).
+Each operand of each product is one tensor of the state (Fp8Delayed): a block's x, W and dout
+for each of its 4 products. Within a step the scale is fixed, and the step's amax is the max over
+all its quantizations of that tensor (every micro-batch, the backward's xᵀ and Wᵀ, a --recompute
+rerun, which so quantizes exactly as the forward did). At the step's end (fp8_delayed_step) the
+ranks that hold the same parameters (dp × cp) take the max of their amaxes, so their histories
+and scales stay identical (and equal one process's: the max over the micro-batches is the
+whole batch's), and the history moves on. The first step, with nothing recorded, scales each
+tensor from itself. Evaluations quantize with the scales and record nothing. A tensor whose amax
+jumps past its history saturates at ±largest for that step (the price of the saved read); the
+history is in the checkpoint (fp8_history*.bin), so a resumed run goes on bit for bit.
 
 The products. cuBLASLt's FP8 kernels on Hopper take only the "TN" form: both operands with the
 summed dimension contiguous (row-major M×K and N×K). The three products of a linear layer
@@ -46,27 +59,31 @@ OC) must be a multiple of 16: cuBLASLt wants 16-byte leading dimensions of the F
 The bias gradient sums the bf16 dout.
 
 What it costs (arithmetic, not yet a measurement: `make bench` part fp8 and dev/cuda/matmul.cu
-v3 time it). Each quantize reads its bf16 tensor twice (the amax, then the cast) and writes a
-byte (two with the transpose). A GPT-2 block's products have 7C input features a position (C
+v3 time it). Each quantize reads its bf16 tensor twice (the amax, then the cast; delayed scaling:
+once) and writes a byte (two with the transpose). A GPT-2 block's products have 7C input features a position (C
 each for qkv, attproj and fc, 4C for fcproj) and 9C output features (3C, C, 4C, C): 5 bytes
 per input feature forward, 6 per output feature for dout and 5 per input feature for xᵀ
 backward, 124·C bytes a position a block. GPT-2 124M at B·T = 131072: ~150 GB a step,
 ~50 ms at 3 TB/s, against ~57 ms saved if its ~115 ms of block products (the bf16 profile in
 dev/gpu_results) ran at twice the rate: about even. 1558M at B·T = 16384: ~52 ms against ~114
-ms saved. The known ways to shrink it: the amax from the kernel that makes the tensor (the
-LayerNorm, the GELU, the attention output) or from the previous step (delayed scaling), and
-the cast fused into that kernel's store, so that most quantizations cost nothing but a byte.
+ms saved. Delayed scaling takes 2 of those 5 and 6 bytes away (~60 GB at 124M). The next
+step: since its scale is known before the tensor exists, the cast (and the amax) can move into
+the kernel that makes the tensor (the LayerNorm, the GELU, the attention output), so that most
+quantizations cost nothing but a byte.
 
 Tests: test/test_ops.cpp (encode/decode over all 256 codes of each format against a decoder
 written from the definition above, rounding of ties and saturation, scale, quantize and the FP8
-linear against its definition), test/gpucheck_ops.cu (kernels and cuBLASLt against the CPU
+linear against its definition; delayed scaling's quantize and history rules), test/gpucheck_ops.cu (kernels and cuBLASLt against the CPU
 reference, encode against the GPU's cvt), test/test_gpu_train.sh (FP8 training on the GPU
 against the CPU's; the memory plan with the scratch; the refusal below 8.9), test/test_train.sh
-(the FP8 loss curve against fp32's, resume bit for bit), test/test_tp.sh (tp = 2 against one
+(the FP8 loss curves, current and delayed, against fp32's; resume bit for bit; delayed scaling
+with --recompute and with micro-batches), test/test_tp.sh (tp = 2 against one
 process), dev/cuda/matmul.cu (v3, v4: the products timed with their quantize passes).
 */
 #pragma once
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include "common.h"
 #include "profiler.h"
 
@@ -134,16 +151,25 @@ HD inline float fp8_scale_for(float amax, Fp8Format f) {
 // The 2 floats a quantized tensor comes with: its scale s and 1/s (what the product multiplies by).
 struct Fp8Scales { float scale, inv; };
 
+// Where one quantization takes its scale and leaves the tensor's amax.
+struct Fp8Target {
+    Fp8Scales* scales;    // current scaling: written (from the tensor's amax); given: read
+    float* amax = nullptr;  // nullptr, or *amax = max(*amax, amax of the tensor) (delayed scaling's record)
+    bool given = false;   // delayed scaling: the scales are given, and the cast saturates past them
+};
+
 // ----------------------------------------------------------------------------
-// quantize: q (R×Cc, row-major) and/or qt (Cc×R, its transpose) = fp8(x·s), s from amax(x);
-// scales (device memory on the GPU) get s and 1/s.
+// quantize: q (R×Cc, row-major) and/or qt (Cc×R, its transpose) = fp8(x·s), s from amax(x) or
+// given (Fp8Target); the scales and the amax are device memory on the GPU.
 
 template <class T>
-inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, Fp8Scales* scales, const T* x, int R, int Cc, Fp8Format f) {
+inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const T* x, int R, int Cc, Fp8Format f) {
     const size_t n = (size_t)R * Cc;
     float amax = 0.0f;
     for (size_t i = 0; i < n; i++) amax = std::max(amax, fabsf(to_f(x[i])));  // (NaNs are skipped, as fmaxf does)
-    const float s = fp8_scale_for(amax, f);
+    if (!t.given) *t.scales = {fp8_scale_for(amax, f), 1.0f / fp8_scale_for(amax, f)};
+    if (t.amax) *t.amax = std::max(*t.amax, amax);
+    const float s = t.scales->scale;
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < R; r++)
         for (int c = 0; c < Cc; c++) {
@@ -151,13 +177,13 @@ inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, Fp8Scales* scales, const T
             if (q) q[(size_t)r * Cc + c] = v;
             if (qt) qt[(size_t)c * R + r] = v;
         }
-    *scales = {s, 1.0f / s};
 }
 
 #ifdef LLMC_CUDA
 // amax in two launches: per-block maxima (grid-stride, warp_max, then the block's warps through
-// shared memory), then one block over those, which writes the scales. max is exact and
-// order-free, so the result does not depend on the launch shape.
+// shared memory), then one block over those, which writes the scales (and maxes the amax into
+// the record, when there is one). max is exact and order-free, so the result does not depend on
+// the launch shape.
 static const int FP8_AMAX_BLOCKS = 1024;
 template <class T, int V> __global__ void __launch_bounds__(256) fp8_amax_partial_kernel(float* partial, const T* x, size_t n) {
     __shared__ float sh[8];
@@ -174,7 +200,7 @@ template <class T, int V> __global__ void __launch_bounds__(256) fp8_amax_partia
         partial[blockIdx.x] = m;
     }
 }
-__global__ void __launch_bounds__(256) fp8_scale_kernel(Fp8Scales* scales, const float* partial, int P, Fp8Format f) {
+__global__ void __launch_bounds__(256) fp8_scale_kernel(Fp8Scales* scales, float* record, const float* partial, int P, Fp8Format f) {
     __shared__ float sh[8];
     float m = 0.0f;
     for (int i = threadIdx.x; i < P; i += blockDim.x) m = fmaxf(m, partial[i]);
@@ -185,6 +211,7 @@ __global__ void __launch_bounds__(256) fp8_scale_kernel(Fp8Scales* scales, const
         for (int w = 1; w < 8; w++) m = fmaxf(m, sh[w]);
         const float s = fp8_scale_for(m, f);
         *scales = {s, 1.0f / s};
+        if (record) *record = fmaxf(*record, m);
     }
 }
 // One block per tile of 32 rows × 8·V columns, 256 threads. V = 16 bytes of x (8 bf16) where
@@ -193,20 +220,37 @@ __global__ void __launch_bounds__(256) fp8_scale_kernel(Fp8Scales* scales, const
 // q's row; the tile's codes go through shared memory, and thread t then stores V consecutive
 // bytes of one qt row (tile column t/(32/V), rows (t%(32/V))·V…). Every row segment of q and qt
 // is 32 or 8·V bytes written by consecutive threads.
+// With amax (delayed scaling: the scale is given) the block also takes the max |x| of its tile
+// and maxes it into *amax: an atomicMax on the bits, which order non-negative floats as their
+// values do (exact and order-free, so deterministic).
 template <class T, int V> __global__ void __launch_bounds__(256)
-fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, const T* x, int R, int Cc, Fp8Format f) {
+fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* amax, const T* x, int R, int Cc, Fp8Format f) {
     constexpr int TR = 32, TC = 8 * V, CH = TR / V;  // the tile's rows and columns; V-byte chunks of a qt row
     __shared__ uint8_t tile[TR][TC + 4];
+    __shared__ float warp_amax[8];
     const float s = scales->scale;
     const int r0 = blockIdx.y * TR, c0 = blockIdx.x * TC;
+    float m = 0.0f;
     {
         const int i = threadIdx.x / 8, j = threadIdx.x % 8 * V, r = r0 + i, c = c0 + j;
         if (r < R && c < Cc) {  // (Cc % V == 0: the pack is whole)
             const Pack<T, V> p = load_pack<V>(x + (size_t)r * Cc + c);
             Pack<uint8_t, V> o;
-            for (int k = 0; k < V; k++) o.v[k] = fp8_encode(to_f(p.v[k]) * s, f);
+            for (int k = 0; k < V; k++) {
+                m = fmaxf(m, fabsf(to_f(p.v[k])));
+                o.v[k] = fp8_encode(to_f(p.v[k]) * s, f);
+            }
             if (q) store_pack<V>(q + (size_t)r * Cc + c, o);
             for (int k = 0; k < V; k++) tile[i][j + k] = o.v[k];
+        }
+    }
+    if (amax) {  // (a kernel argument: the whole block takes the branch, or none of it)
+        m = warp_max(m);
+        if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = m;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < 8; w++) m = fmaxf(m, warp_amax[w]);
+            atomicMax((unsigned*)amax, __float_as_uint(m));
         }
     }
     if (!qt) return;
@@ -219,37 +263,130 @@ fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, const T* x
     }
 }
 template <class T, int V> inline void fp8_quantize_launch(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Scales* scales,
-                                                          const T* x, int R, int Cc, Fp8Format f) {
-    fp8_quantize_kernel<T, V><<<dim3(ceil_div(Cc, 8 * V), ceil_div(R, 32)), 256, 0, ctx.stream>>>(q, qt, scales, x, R, Cc, f);
+                                                          float* amax, const T* x, int R, int Cc, Fp8Format f) {
+    fp8_quantize_kernel<T, V><<<dim3(ceil_div(Cc, 8 * V), ceil_div(R, 32)), 256, 0, ctx.stream>>>(q, qt, scales, amax, x, R, Cc, f);
     CUDA_LAUNCH_CHECK();
 }
 #endif
 
-// The op: q and/or qt (nullptr: not wanted) and the scales, on ctx's device.
+// The op: q and/or qt (nullptr: not wanted), with t's scales (and amax record), on ctx's device.
 template <class T>
-inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, Fp8Scales* scales, const T* x, int R, int Cc, Fp8Format f) {
+inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, const T* x, int R, int Cc, Fp8Format f) {
     const size_t n = (size_t)R * Cc;
-    OpScope prof(ctx, 0, (double)n * (2 * sizeof(T) + (q ? 1 : 0) + (qt ? 1 : 0)), "fp8 quantize%s", qt ? "+transpose" : "");
+    OpScope prof(ctx, 0, (double)n * ((t.given ? 1 : 2) * sizeof(T) + (q ? 1 : 0) + (qt ? 1 : 0)), "fp8 quantize%s%s",
+                 qt ? "+transpose" : "", t.given ? " (delayed)" : "");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        static Buf<float> partial_buf;
         constexpr int P = PACK<T>;
-        const bool packs = pack_width<T>(n, {x}) > 1;
-        const int blocks = (int)std::max<size_t>(1, std::min<size_t>(FP8_AMAX_BLOCKS, ceil_div(n, 256 * (packs ? P : 1))));
-        float* partial = gpu_scratch(partial_buf, ctx, (size_t)blocks);
-        if (packs) fp8_amax_partial_kernel<T, P><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
-        else fp8_amax_partial_kernel<T, 1><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
-        CUDA_LAUNCH_CHECK();
-        fp8_scale_kernel<<<1, 256, 0, ctx.stream>>>(scales, partial, blocks, f);
-        CUDA_LAUNCH_CHECK();
+        if (!t.given) {
+            static Buf<float> partial_buf;
+            const bool packs = pack_width<T>(n, {x}) > 1;
+            const int blocks = (int)std::max<size_t>(1, std::min<size_t>(FP8_AMAX_BLOCKS, ceil_div(n, 256 * (packs ? P : 1))));
+            float* partial = gpu_scratch(partial_buf, ctx, (size_t)blocks);
+            if (packs) fp8_amax_partial_kernel<T, P><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
+            else fp8_amax_partial_kernel<T, 1><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
+            CUDA_LAUNCH_CHECK();
+            fp8_scale_kernel<<<1, 256, 0, ctx.stream>>>(t.scales, t.amax, partial, blocks, f);
+            CUDA_LAUNCH_CHECK();
+        }
         if (n == 0) return;
+        float* record = t.given ? t.amax : nullptr;  // (current scaling recorded it above)
         const bool wide = Cc % P == 0 && (!qt || R % P == 0) && (uintptr_t)x % 16 == 0 && (uintptr_t)q % P == 0 && (uintptr_t)qt % P == 0;
-        if (wide) fp8_quantize_launch<T, P>(ctx, q, qt, scales, x, R, Cc, f);
-        else fp8_quantize_launch<T, 1>(ctx, q, qt, scales, x, R, Cc, f);
+        if (wide) fp8_quantize_launch<T, P>(ctx, q, qt, t.scales, record, x, R, Cc, f);
+        else fp8_quantize_launch<T, 1>(ctx, q, qt, t.scales, record, x, R, Cc, f);
         return;
     }
 #endif
-    fp8_quantize_cpu(q, qt, scales, x, R, Cc, f);
+    fp8_quantize_cpu(q, qt, t, x, R, Cc, f);
+}
+// ... with current scaling: scales gets s and 1/s from x's own amax
+template <class T>
+inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, Fp8Scales* scales, const T* x, int R, int Cc, Fp8Format f) {
+    fp8_quantize(ctx, q, qt, Fp8Target{scales}, x, R, Cc, f);
+}
+
+// ----------------------------------------------------------------------------
+// Delayed scaling's state (see the header): per tensor, the scale this step quantizes with, the
+// step's amax so far, and the amaxes of the last H steps. Tensor i is operand i % 3 (Fp8Operand)
+// of product i / 3; the model numbers its products (model.h: linear_ctx).
+enum Fp8Operand { FP8_X, FP8_W, FP8_DOUT };  // x and W: E4M3; dout: E5M2
+inline Fp8Format fp8_operand_format(int i) { return i % 3 == FP8_DOUT ? Fp8Format::E5M2 : Fp8Format::E4M3; }
+
+struct Fp8Delayed {
+    bool on = false;
+    int H = 16;                  // --fp8-amax-history: the steps a scale looks back over
+    int n = 0;                   // tensors
+    long long steps = 0;         // steps recorded (0: none yet, so each quantization scales from its own tensor)
+    bool record = false;         // the quantizations running now are a training step's (an evaluation's only read)
+    Buf<Fp8Scales> scales;       // [n] on the device: what this step quantizes with
+    Buf<float> amax;             // [n] on the device: this step's max |x| of each tensor so far
+    std::vector<float> history;  // [n][H] on the host: tensor i's amax of step k at i·H + k % H (0 before any)
+};
+
+inline void fp8_delayed_init(const Ctx& ctx, Fp8Delayed* s, int n, int H) {
+    s->on = true; s->n = n; s->H = H; s->steps = 0;
+    s->scales.alloc(ctx, n);
+    s->amax.alloc(ctx, n);  // (zeroed)
+    s->history.assign((size_t)n * H, 0.0f);
+}
+
+// Sets each tensor's scale from the max of its history (amaxes are ≥ 0, so the zeros of steps
+// not yet recorded change nothing).
+inline void fp8_delayed_set_scales(const Ctx& ctx, Fp8Delayed* s) {
+    std::vector<Fp8Scales> sc(s->n);
+    for (int i = 0; i < s->n; i++) {
+        float m = 0.0f;
+        for (int k = 0; k < s->H; k++) m = fmaxf(m, s->history[(size_t)i * s->H + k]);
+        const float scale = fp8_scale_for(m, fp8_operand_format(i));
+        sc[i] = {scale, 1.0f / scale};
+    }
+    ctx_copy(ctx, s->scales.data(), sc.data(), sc.size() * sizeof(Fp8Scales));
+}
+
+// This step's amaxes, on the host (a wait for the device).
+inline std::vector<float> fp8_delayed_amaxes(const Ctx& ctx, const Fp8Delayed& s) {
+    std::vector<float> a(s.n);
+    ctx_copy(ctx, a.data(), s.amax.data(), a.size() * sizeof(float));
+    return a;
+}
+// The step's end: its amaxes (the group's max, from fp8_delayed_amaxes) enter the history, the
+// next step's scales follow from it, and the record starts again from 0.
+inline void fp8_delayed_push(const Ctx& ctx, Fp8Delayed* s, const std::vector<float>& amaxes) {
+    const int slot = (int)(s->steps % s->H);
+    for (int i = 0; i < s->n; i++) s->history[(size_t)i * s->H + slot] = amaxes[i];
+    s->steps++;
+    fp8_delayed_set_scales(ctx, s);
+    ctx_zero(ctx, s->amax.data(), (size_t)s->n * sizeof(float));
+}
+
+// The history as a checkpoint keeps it: per tensor, its last min(steps, H) amaxes oldest first;
+// and back (a history of another length keeps the newest that fit).
+inline std::vector<float> fp8_delayed_saved(const Fp8Delayed& s) {
+    const long long m = std::min<long long>(s.steps, s.H);
+    std::vector<float> out;
+    for (int i = 0; i < s.n; i++)
+        for (long long k = s.steps - m; k < s.steps; k++) out.push_back(s.history[(size_t)i * s.H + k % s.H]);
+    return out;
+}
+inline void fp8_delayed_restore(const Ctx& ctx, Fp8Delayed* s, long long steps, const std::vector<float>& saved) {
+    const long long m = saved.size() / std::max(s->n, 1), keep = std::min<long long>(m, s->H);
+    std::fill(s->history.begin(), s->history.end(), 0.0f);
+    s->steps = steps;
+    for (int i = 0; i < s->n; i++)
+        for (long long k = steps - keep; k < steps; k++) s->history[(size_t)i * s->H + k % s->H] = saved[(size_t)i * m + (k - (steps - m))];
+    fp8_delayed_set_scales(ctx, s);
+}
+
+// The target of operand o of the product ctx runs (ctx.fp8_delayed, ctx.fp8_product): the op's
+// own scratch scales under current scaling (and in delayed scaling's first step, recording),
+// else the state's.
+inline Fp8Target fp8_target(const Ctx& ctx, Fp8Operand o, Fp8Scales* scratch) {
+    Fp8Delayed* s = ctx.fp8_delayed;
+    if (!s || !s->on) return {scratch};
+    const int i = ctx.fp8_product * 3 + o;
+    float* amax = s->record ? s->amax.data() + i : nullptr;
+    if (s->steps == 0) return {scratch, amax, false};
+    return {s->scales.data() + i, amax, true};
 }
 
 // Why this ctx's device cannot multiply in FP8, or "": the CPU emulates it; a GPU needs compute

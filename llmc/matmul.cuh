@@ -37,7 +37,8 @@ dW included, is rounded to T once. The CPU does the same through F32View: the fp
 
 FP8 (ctx.fp8, which the model sets for the transformer blocks' layers under --precision fp8):
 the same three products with their operands quantized (fp8.cuh: E4M3 x and W, E5M2 dout, one
-power-of-two scale per tensor) into the "TN" form cuBLASLt's FP8 kernels take, so the backward
+power-of-two scale per tensor: from the tensor itself, or with delayed scaling from the state that
+ctx.fp8_delayed points to, at this product's place, ctx.fp8_product) into the "TN" form cuBLASLt's FP8 kernels take, so the backward
 multiplies transposed copies (doutᵀ, Wᵀ, xᵀ) that the quantize kernel writes:
   forward  out  = x·Wᵀ + b             fp8_linear(x, W)
   dinp     dinp = dout·W               fp8_linear(dout, Wᵀ)
@@ -494,11 +495,12 @@ inline void matmul_forward_fp8(const Ctx& ctx, T* out, const T* inp, const T* W,
     uint8_t* xq = op_scratch(xq_buf, ctx, (size_t)Np * C);
     uint8_t* wq = op_scratch(wq_buf, ctx, (size_t)OC * C);
     Fp8Scales* sc = op_scratch(scales_buf, ctx, 2);
-    fp8_quantize(ctx, xq, nullptr, &sc[0], inp, N, C, Fp8Format::E4M3);
+    const Fp8Target tx = fp8_target(ctx, FP8_X, &sc[0]), tw = fp8_target(ctx, FP8_W, &sc[1]);
+    fp8_quantize(ctx, xq, nullptr, tx, inp, N, C, Fp8Format::E4M3);
     if (Np > N) ctx_zero(ctx, xq + (size_t)N * C, (size_t)(Np - N) * C);
-    fp8_quantize(ctx, wq, nullptr, &sc[1], W, OC, C, Fp8Format::E4M3);
+    fp8_quantize(ctx, wq, nullptr, tw, W, OC, C, Fp8Format::E4M3);
     T* dst = Np > N ? op_scratch(padded_buf, ctx, (size_t)Np * OC) : out;
-    fp8_linear(ctx, dst, xq, Fp8Format::E4M3, &sc[0], wq, Fp8Format::E4M3, &sc[1], bias, Np, C, OC, false, "forward", C, OC);
+    fp8_linear(ctx, dst, xq, Fp8Format::E4M3, tx.scales, wq, Fp8Format::E4M3, tw.scales, bias, Np, C, OC, false, "forward", C, OC);
     if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(T));
 }
 // dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3
@@ -511,16 +513,17 @@ inline void matmul_backward_fp8(const Ctx& ctx, T* dinp, T* dW, T* dbias, const 
     Fp8Scales* sc = op_scratch(scales_buf, ctx, 3);
     uint8_t* dq = dinp ? op_scratch(dq_buf, ctx, (size_t)N * OC) : nullptr;  // dout (N×OC)
     uint8_t* dqt = dW ? op_scratch(dqt_buf, ctx, (size_t)N * OC) : nullptr;  // doutᵀ (OC×N)
-    fp8_quantize(ctx, dq, dqt, &sc[0], dout, N, OC, Fp8Format::E5M2);
+    const Fp8Target td = fp8_target(ctx, FP8_DOUT, &sc[0]), tw = fp8_target(ctx, FP8_W, &sc[1]), tx = fp8_target(ctx, FP8_X, &sc[2]);
+    fp8_quantize(ctx, dq, dqt, td, dout, N, OC, Fp8Format::E5M2);
     if (dinp) {
         uint8_t* wt = op_scratch(wt_buf, ctx, (size_t)OC * C);  // Wᵀ (C×OC)
-        fp8_quantize(ctx, nullptr, wt, &sc[1], W, OC, C, Fp8Format::E4M3);
-        fp8_linear(ctx, dinp, dq, Fp8Format::E5M2, &sc[0], wt, Fp8Format::E4M3, &sc[1], nullptr, N, OC, C, false, "backward dinp", C, OC);
+        fp8_quantize(ctx, nullptr, wt, tw, W, OC, C, Fp8Format::E4M3);
+        fp8_linear(ctx, dinp, dq, Fp8Format::E5M2, td.scales, wt, Fp8Format::E4M3, tw.scales, nullptr, N, OC, C, false, "backward dinp", C, OC);
     }
     if (dW) {
         uint8_t* xt = op_scratch(xt_buf, ctx, (size_t)N * C);  // xᵀ (C×N)
-        fp8_quantize(ctx, nullptr, xt, &sc[2], inp, N, C, Fp8Format::E4M3);
-        fp8_linear(ctx, dW, dqt, Fp8Format::E5M2, &sc[0], xt, Fp8Format::E4M3, &sc[2], nullptr, OC, N, C, true, "backward dW", C, OC);
+        fp8_quantize(ctx, nullptr, xt, tx, inp, N, C, Fp8Format::E4M3);
+        fp8_linear(ctx, dW, dqt, Fp8Format::E5M2, td.scales, xt, Fp8Format::E4M3, tx.scales, nullptr, OC, N, C, true, "backward dW", C, OC);
     }
     if (dbias) bias_backward(ctx, dbias, dout, N, OC);
 }

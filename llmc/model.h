@@ -216,6 +216,7 @@ struct ParamLayout {
     int vpp() const { return (int)chunks.size(); }
     int num_blocks() const { int n = 0; for (const LayerRange& r : chunks) n += r.end - r.first; return n; }
     bool has_block(int l) const { for (const LayerRange& r : chunks) if (l >= r.first && l < r.end) return true; return false; }
+    int local_block(int l) const { return (int)((block(l) - blocks) / block_size); }  // block l's place among those held
     size_t block(int l) const {  // block l's offset: its place among the blocks held
         size_t i = 0;
         for (const LayerRange& r : chunks) {
@@ -476,6 +477,7 @@ template <class T> struct GPT {
     ParamHooks* hooks = nullptr;
     Recompute recompute = Recompute::None;  // --recompute: set before the first forward
     bool fp8 = false;             // --precision fp8: the blocks' products multiply in FP8 (fp8.cuh; T is bf16)
+    Fp8Delayed fp8_delayed;       // and with --fp8-scaling delayed, their scaling state (linear_ctx)
     Activations<T> acts;
     Group* tp = nullptr;          // tensor parallelism: the tp group (tensor_parallel.h); none: whole blocks
     bool sp = false;              // sequence parallelism over the tp group (tensor_parallel.h)
@@ -729,11 +731,20 @@ inline std::string gpt_fp8_shape_problem(const GPTConfig& c, int tp, int B, int 
 }
 // The ctx the blocks' linear layers run their products with: FP8 with --precision fp8, else the
 // run's own. The classifier's product takes the plain one.
-template <class T> inline Ctx linear_ctx(const Ctx& ctx, const GPT<T>& g) {
-    Ctx c = ctx;
-    c.fp8 = g.fp8;
-    return c;
+// With delayed scaling (fp8.cuh) each product of each block this rank holds has its own place in
+// the scaling state: 4 per block, in the order of gpt_block_products.
+enum BlockProduct { PRODUCT_QKV, PRODUCT_ATTPROJ, PRODUCT_FC, PRODUCT_FCPROJ, NUM_BLOCK_PRODUCTS };
+template <class T> inline std::array<Ctx, NUM_BLOCK_PRODUCTS> linear_ctx(const Ctx& ctx, GPT<T>* g, int l) {
+    std::array<Ctx, NUM_BLOCK_PRODUCTS> lin;
+    for (int p = 0; p < NUM_BLOCK_PRODUCTS; p++) {
+        lin[p] = ctx;
+        lin[p].fp8 = g->fp8;
+        if (g->fp8_delayed.on) { lin[p].fp8_delayed = &g->fp8_delayed; lin[p].fp8_product = g->layout.local_block(l) * NUM_BLOCK_PRODUCTS + p; }
+    }
+    return lin;
 }
+// The tensors of delayed scaling's state on this rank: x, W and dout of each product.
+template <class T> inline int gpt_fp8_tensors(const GPT<T>& g) { return g.layout.num_blocks() * NUM_BLOCK_PRODUCTS * 3; }
 
 // The ring buffers of context_parallel.h, in the activations.
 template <class T> inline RingBuffers<T> gpt_ring_buffers(GPT<T>* g, int B, int T_) {
@@ -834,7 +845,7 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     T* part = s.on ? a.whole.data() : a.scratch.data();  // a row-parallel layer's partial products
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockActs<T> b = block_acts(g, l, B, T_);
-    const Ctx lin = linear_ctx(ctx, *g);  // the products' (FP8 with --precision fp8)
+    const std::array<Ctx, NUM_BLOCK_PRODUCTS> lin = linear_ctx(ctx, g, l);  // the products' (FP8 with --precision fp8)
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
     // (Llama: the norms are RMSNorms, which the LayerNorm ops are with no mean and no bias: b.*_mean
     // and w.*b are nullptr; the products have no biases either)
@@ -844,11 +855,11 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     else                  // x is the encoder's output, or was kept
         layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, P, C);
     if (inner) {
-        matmul_forward(lin, b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, Q);
+        matmul_forward(lin[PRODUCT_QKV], b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, Q);
         if (c.llama())  // RoPE turns q's and k's heads in place (the kept qkv is the turned one)
             rope_forward(ctx, b.qkv, gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
         cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), b.atty, b.lse, b.qkv, B, T_, Ct, NHt, NKVt);
-        matmul_forward(lin, part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
+        matmul_forward(lin[PRODUCT_ATTPROJ], part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
         tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);  // → acts.scratch, this rank's rows
         residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
     } else {              // selective: res2 was kept
@@ -859,16 +870,16 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     // always does (the fc product runs whenever `inner` does: selective's rerun is the one run without it)
     const T* ln2 = inner ? tp_gather_rows(ctx, g->tp, s, b.ln2, a.whole.data(), C) : nullptr;
     if (c.llama()) {
-        if (inner) matmul_forward(lin, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
+        if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         swiglu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT, (size_t)Hh);
     } else if (g->recompute == Recompute::Selective) {
-        if (inner) matmul_forward(lin, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
+        if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * Fc);
     } else {
-        matmul_forward(lin, b.fch_gelu, ln2, w.fcw, w.fcb, BT, C, Fc, b.fch);
+        matmul_forward(lin[PRODUCT_FC], b.fch_gelu, ln2, w.fcw, w.fcb, BT, C, Fc, b.fch);
     }
     if (!rerun) {
-        matmul_forward(lin, part, b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, Hh, C);
+        matmul_forward(lin[PRODUCT_FCPROJ], part, b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, Hh, C);
         tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);
     }
     // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
@@ -908,7 +919,7 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
     const SeqSplit s = gpt_seq_split(*g, B, T_);
     BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockView<T> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
-    const Ctx lin = linear_ctx(ctx, *g);  // the products' (FP8 with --precision fp8)
+    const std::array<Ctx, NUM_BLOCK_PRODUCTS> lin = linear_ctx(ctx, g, l);  // the products' (FP8 with --precision fp8)
     if (g->recompute != Recompute::None) gpt_block_forward(ctx, g, l, B, T_, true);
     BlockActs<T> b = block_acts(g, l, B, T_);
     T *dres = a.dresidual.data(), *whole = a.whole.data();
@@ -916,23 +927,23 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
     // product's backward takes dfch at once) or Llama's SwiGLU (its own op, from dhidden)
     const T* dmlp = tp_gather_rows(ctx, g->tp, s, dres, whole, C);
     if (c.llama()) {
-        matmul_backward(lin, a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C);
+        matmul_backward(lin[PRODUCT_FCPROJ], a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C);
         swiglu_backward(ctx, a.dfch.data(), b.fch, a.dhidden.data(), (size_t)BT, (size_t)Hh);
     } else {
-        matmul_backward(lin, a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C, b.fch);
+        matmul_backward(lin[PRODUCT_FCPROJ], a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C, b.fch);
     }
-    matmul_backward(lin, a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), tp_gather_rows(ctx, g->tp, s, b.ln2, whole, C), w.fcw,
+    matmul_backward(lin[PRODUCT_FC], a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), tp_gather_rows(ctx, g->tp, s, b.ln2, whole, C), w.fcw,
                     BT, C, Fc);
     T* dln2 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln2w, dw.ln2b, dln2, b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd);
     // attention: res2 = x + attproj(attention(qkv(ln1(x)))) (Llama: the attention of the turned
     // rows, whose gradient then goes back through the turn)
-    matmul_backward(lin, a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
+    matmul_backward(lin[PRODUCT_ATTPROJ], a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
                     w.attprojw, BT, Ct, C);
     cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty,
                           b.lse, B, T_, Ct, NHt, NKVt);
     if (c.llama()) rope_backward(ctx, a.dqkv.data(), gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
-    matmul_backward(lin, a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
+    matmul_backward(lin[PRODUCT_QKV], a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
                     BT, C, Q);
     T* dln1 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln1w, dw.ln1b, dln1, b.x, w.ln1w, b.ln1_mean, b.ln1_rstd);

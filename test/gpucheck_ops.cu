@@ -642,6 +642,45 @@ static void check_fp8_quantize(int R, int Cc, Fp8Format f, float scale) {
            diff, hsc.scale, sc.scale);
     (ok ? n_pass : n_fail)++;
 }
+// Delayed scaling's quantize (given: the scales are given, 4x what the tensor's amax gives, so a
+// part saturates; the kernel maxes its tiles' amaxes into the record with atomicMax) and current
+// scaling's with a record (the scale kernel maxes it in): codes, transpose and record bit for bit
+// the CPU's. The record starts at 0.5 (below the amax) or at 1e9 (above it: it stays).
+static void check_fp8_quantize_record(int R, int Cc, Fp8Format f, bool given, float record0) {
+    char name[160];
+    snprintf(name, sizeof name, "fp8 %s quantize %dx%d, %s, record from %g", fp8_name(f), R, Cc,
+             given ? "delayed (a given scale, past which it saturates)" : "current scaling", record0);
+    const std::vector<bf16> x = vec_cast<bf16>(randn<bf16>((size_t)R * Cc, 1.0f));
+    const size_t n = x.size();
+    float amax = 0;
+    for (bf16 v : x) amax = std::max(amax, std::fabs(to_f(v)));
+    const float s = 4 * fp8_scale_for(amax, f);
+    std::vector<uint8_t> q(n), qt(n);
+    Fp8Scales sc{s, 1 / s};
+    float rec = record0;
+    fp8_quantize(cpu, q.data(), qt.data(), Fp8Target{&sc, &rec, given}, x.data(), R, Cc, f);
+    Buf<bf16> gx; gx.alloc(gpu, n);
+    Buf<uint8_t> gq, gqt; gq.alloc(gpu, n); gqt.alloc(gpu, n);
+    Buf<Fp8Scales> gsc; gsc.alloc(gpu, 1);
+    Buf<float> grec; grec.alloc(gpu, 1);
+    const Fp8Scales sc0{s, 1 / s};
+    ctx_copy(gpu, gx.data(), x.data(), n * sizeof(bf16));
+    ctx_copy(gpu, gsc.data(), &sc0, sizeof sc0);
+    ctx_copy(gpu, grec.data(), &record0, sizeof(float));
+    CUDA_CHECK(cudaMemset(gq.data(), 0x7f, n)); CUDA_CHECK(cudaMemset(gqt.data(), 0x7f, n));
+    fp8_quantize(gpu, gq.data(), gqt.data(), Fp8Target{gsc.data(), grec.data(), given}, gx.data(), R, Cc, f);
+    std::vector<uint8_t> hq(n), hqt(n);
+    Fp8Scales hsc{};
+    float hrec = 0;
+    ctx_copy(gpu, hq.data(), gq.data(), n); ctx_copy(gpu, hqt.data(), gqt.data(), n);
+    ctx_copy(gpu, &hsc, gsc.data(), sizeof hsc); ctx_copy(gpu, &hrec, grec.data(), sizeof(float));
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += (hq[i] != q[i]) + (hqt[i] != qt[i]);
+    const bool ok = diff == 0 && hsc.scale == sc.scale && hrec == rec && rec == std::max(record0, amax);
+    printf("%s - %s: codes, transpose, scale and record bit for bit the CPU's (%zu codes differ; record %g vs %g, amax %g)\n",
+           ok ? "ok" : "not ok", name, diff, hrec, rec, amax);
+    (ok ? n_pass : n_fail)++;
+}
 #ifdef __CUDACC__
 // The GPU's own conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f32, sm_89+) against fp8_encode.
 __global__ void fp8_cvt_kernel(uint8_t* hw, uint8_t* ours, const float* x, int n, Fp8Format f) {
@@ -743,6 +782,10 @@ static void check_fp8() {
         check_fp8_quantize(1000, 100, f, 1e3f);  // s < 1; rows past one tile column
         check_fp8_quantize(4096, 2304, f, 1.0f); // 9.4M elements: the amax over 1024 blocks; 16-byte packs
         check_fp8_quantize(45, 64, f, 1.0f);     // rows packable, the transpose's not (45 % 8): one element a thread
+        check_fp8_quantize_record(13, 37, f, true, 0.5f);     // delayed, one element a thread, partial tiles
+        check_fp8_quantize_record(1024, 768, f, true, 0.5f);  // delayed, packs, 768 blocks' atomicMax
+        check_fp8_quantize_record(1024, 768, f, true, 1e9f);  // a record above the amax stays
+        check_fp8_quantize_record(1000, 100, f, false, 0.5f); // current scaling, recording through the scale kernel
 #ifdef __CUDACC__
         check_fp8_hardware(f);
 #endif

@@ -90,7 +90,7 @@ The model of a GPU:
 Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, the
 interleaving of streams (every call completes before it returns, but for test/simt_nccl.h's
 sends outside a group, which stay in flight until a wait covers them: g_settle; the checks above stand in),
-atomics (none of the kernels uses them).
+atomics other than atomicMax on 32-bit words (the only one the kernels use).
 
 Test: make test (run_tests.sh: "simcheck_ops", both orders); the emulator's own checks in
 test/test_simt.cpp.
@@ -906,6 +906,15 @@ template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta,
 }
 template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
     return simt::shfl(mask, v, [](int, int s) { return s; }, src, width);
+}
+inline unsigned __float_as_uint(float x) { unsigned u; memcpy(&u, &x, 4); return u; }
+// atomicMax on a 32-bit word (fp8.cuh's amax record): the blocks of a launch run on several
+// threads here, so it is a real atomic, a compare-and-swap loop. (The only atomic the kernels use:
+// a max is exact and order-free, so the result does not depend on the blocks' order.)
+inline unsigned atomicMax(unsigned* p, unsigned v) {
+    unsigned old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+    return old;
 }
 
 // ---- the CUDA runtime calls of the backend (every call completes before it returns)

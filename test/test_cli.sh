@@ -114,6 +114,13 @@ expect_fail "--sp 1 without --tp" 2 "--sp 1: sequence parallelism splits the pos
 expect_fail "--vpp without a pipeline" 2 "--vpp 2: chunks of blocks are for the interleaved pipeline schedule" "${base[@]}" --vpp 2
 expect_fail "--loss-scale not a power of two" 2 "--loss-scale 1000: must be a power of two" "${base[@]}" --precision fp16 --loss-scale 1000
 expect_fail "--loss-scale below 1" 2 "--loss-scale: expected a number in [1, 1e+30], got '0.5'" "${base[@]}" --precision fp16 --loss-scale 0.5
+expect_fail "--fp8-scaling without fp8" 2 "--fp8-scaling and --fp8-amax-history are for --precision fp8 (got --precision bf16)" \
+    "${base[@]}" --precision bf16 --fp8-scaling delayed
+expect_fail "--fp8-scaling of another kind" 2 "--fp8-scaling: expected one of current | delayed, got 'late'" "${base[@]}" --precision fp8 --fp8-scaling late
+expect_fail "--fp8-amax-history 0" 2 "--fp8-amax-history: expected an integer in [1, 65536], got '0'" \
+    "${base[@]}" --precision fp8 --fp8-scaling delayed --fp8-amax-history 0
+expect_fail "--fp8-amax-history without delayed scaling" 2 "--fp8-amax-history: needs --fp8-scaling delayed" \
+    "${base[@]}" --precision fp8 --fp8-amax-history 4
 expect_fail "--loss-scale without fp16" 2 "--loss-scale and --loss-scale-every are for --precision fp16 (got --precision bf16" \
     "${base[@]}" --precision bf16 --loss-scale 1024
 expect_fail "--precision fp8 with B*T not a multiple of 16" 2 "--precision fp8: an FP8 product needs every dimension a multiple of 16" \
@@ -322,6 +329,31 @@ $PY -c "import struct,sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[8:
     && grep -q "^step     3/3 .*| loss scale 1024" "$tmp/out" \
     && echo "ok - a version-1 history.bin (no loss scale) resumes; fp16 then starts from --loss-scale" \
     || { echo "not ok - a version-1 history.bin"; tail -2 "$tmp/out" | sed 's/^/#   /'; }
+# fp8 with delayed scaling (fp8.cuh): fp8_history.bin, a 16-int64 header [20261125, 1, steps 3, H 2, tensors 24
+# (2 blocks x 4 products x x, W, dout), amaxes kept 2, ...] and 24 x 2 floats, each tensor's oldest first, all > 0;
+# listed in the manifest. A checkpoint of current scaling (no such file) resumes with delayed scaling, saying so;
+# a history of another model's tensor count is refused naming the file
+d8=(--precision fp8 --fp8-scaling delayed --fp8-amax-history 2)
+"$BIN" "${base[@]}" "${d8[@]}" --steps 3 --output-dir "$tmp/d8" >"$tmp/out" 2>&1
+$PY -c "
+import json, struct, sys
+b = open(sys.argv[1] + '/fp8_history.bin', 'rb').read()
+h = struct.unpack('<16q', b[:128])
+a = struct.unpack('<48f', b[128:])
+assert h[:6] == (20261125, 1, 3, 2, 24, 2) and len(b) == 128 + 48 * 4 and all(x > 0 for x in a), (h[:6], len(b))
+assert 'fp8_history.bin' in json.load(open(sys.argv[1] + '/manifest.json'))['files']
+" "$tmp/d8/step_00000003" && grep -q "^device: cpu, .*, bf16 with the blocks' products in fp8 (delayed scaling, amax history 2)" "$tmp/out" \
+    && echo "ok - fp8 delayed scaling: the checkpoint's fp8_history.bin holds the 24 tensors' last 2 amaxes (header, size, in the manifest)" \
+    || { echo "not ok - fp8 delayed scaling: fp8_history.bin"; tail -2 "$tmp/out" | sed 's/^/#   /'; }
+"$BIN" "${base[@]}" --precision fp8 --steps 2 --output-dir "$tmp/c8" >/dev/null 2>&1
+"$BIN" "${base[@]}" "${d8[@]}" --steps 3 --output-dir "$tmp/c8" --resume >"$tmp/out" 2>&1 && grep -q "^step     3/3" "$tmp/out" \
+    && grep -q "^fp8 delayed scaling: the checkpoint has no amax history (saved without --fp8-scaling delayed): the first step scales each tensor from itself" "$tmp/out" \
+    && echo "ok - a checkpoint of fp8 current scaling resumes with delayed scaling, from an empty history (it says so)" \
+    || { echo "not ok - resuming current scaling's checkpoint with delayed scaling"; tail -2 "$tmp/out" | sed 's/^/#   /'; }
+$PY -c "import struct,sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[32:40]=struct.pack('<q',12); open(p,'wb').write(b)" \
+    "$tmp/d8/step_00000003/fp8_history.bin"
+expect_fail "an FP8 amax history of another tensor count" 1 "fp8_history.bin' holds the amaxes of 12 FP8 tensors, this rank's blocks have 24" \
+    "${base[@]}" "${d8[@]}" --steps 4 --output-dir "$tmp/d8" --resume
 # --keep-checkpoints 2: only the newest two stay, through a resume too
 "$BIN" "${base[@]}" --steps 4 --checkpoint-every 1 --keep-checkpoints 2 --output-dir "$tmp/keep" >/dev/null 2>&1
 a=$(ls "$tmp/keep" | tr '\n' ' ')

@@ -13,7 +13,8 @@
 #         the CPU's emulation of it: within bf16's 2e-2 (both sides quantize their bf16 tensors with
 #         the same encode and power-of-two scales; as the runs' bf16 values part by a last bit, a
 #         few FP8 codes part too: ~1e-3 observed on the emulator), falling, bit-identical runs;
-#         and its memory plan (the FP8 scratch counted), and its refusal below compute capability 8.9
+#         and its memory plan (the FP8 scratch counted), and its refusal below compute capability 8.9;
+#         with --fp8-scaling delayed the same checks
 #   fp16  --precision fp16 (dynamic loss scaling; fp16 kernels, the flash kernels' .f16 mma and
 #         wgmma) against the CPU's fp16 emulation: within 2.5e-3 (bf16's bound at fp16's 8× finer
 #         rounding), falling, bit-identical runs
@@ -39,14 +40,14 @@ if [ -n "${GPU_TRAIN_VOCAB:-}" ]; then
         { echo "not ok - test_gpu_train: test/small_vocab.py could not fold the Bible to $GPU_TRAIN_VOCAB tokens"; exit 1; }
     voc=(--vocab-size "$GPU_TRAIN_VOCAB" --train-data "build/data/kjv${GPU_TRAIN_VOCAB}_train_*.bin")
 fi
-gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND [ENV=VALUE...]: the GPU runs with those variables set (and GPU_FLAGS; MODEL: d2)
+gpu_vs_cpu() {  # gpu_vs_cpu PRECISION BOUND [ENV=VALUE...]: the GPU runs with those variables set (and GPU_FLAGS; MODEL: d2; FLAGS: both runs')
     local prec=$1 bound=$2 tmp; tmp=$(mktemp -d); shift 2
     local gflags=(${GPU_FLAGS:-})
-    local flags=(--model "${MODEL:-d2}" "${voc[@]}" --batch-size 4 --seq-len 64 --steps 10 --lr 1e-3 --warmup-steps 2 --val-data "" --seed 3 --precision "$prec")
+    local flags=(--model "${MODEL:-d2}" "${voc[@]}" --batch-size 4 --seq-len 64 --steps 10 --lr 1e-3 --warmup-steps 2 --val-data "" --seed 3 --precision "$prec" ${FLAGS:-})
     "$BIN" --device cpu "${flags[@]}" --log-file "$tmp/cpu.jsonl" >/dev/null 2>&1
     env "$@" "$BIN" --device cuda "${flags[@]}" "${gflags[@]}" --log-file "$tmp/gpu.jsonl" >"$tmp/gpu.out" 2>&1 || tail -3 "$tmp/gpu.out" | sed 's/^/# /'
     [ -z "${ONCE:-}" ] && env "$@" "$BIN" --device cuda "${flags[@]}" "${gflags[@]}" --log-file "$tmp/gpu2.jsonl" >/dev/null 2>&1
-    local what="$prec${MODEL:+ $MODEL}${GPU_FLAGS:+ $GPU_FLAGS}"
+    local what="$prec${MODEL:+ $MODEL}${FLAGS:+ $FLAGS}${GPU_FLAGS:+ $GPU_FLAGS}"
     ${PYTHON:-/usr/bin/python3} - "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" "$tmp/gpu2.jsonl" "$what${1:+ ($*)}" "$bound" ${ONCE:+once} <<'PY'
 import json, sys
 def load(p):
@@ -114,6 +115,9 @@ if [ -n "$w31" ]; then
     ONCE=$quick gpu_vs_cpu bf16 2e-2 SIMT_LT_NO_EPILOGUES=1
 fi
 ONCE=$quick gpu_vs_cpu fp8 2e-2
+# delayed scaling (the one-pass quantize kernel with its atomicMax record, the history on the host):
+# the same bound; both sides record the same amaxes up to the runs' last-bit differences
+FLAGS="--fp8-scaling delayed --fp8-amax-history 4" ONCE=$quick gpu_vs_cpu fp8 2e-2
 # fp16 (dynamic loss scaling, llmc/loss_scale.h; the flash kernels' .f16 mma, cuBLASLt's 16F):
 # bf16's reasoning at 8× finer rounding, 2.5e-3 (~1e-5 observed on the emulator)
 ONCE=$quick gpu_vs_cpu fp16 2.5e-3

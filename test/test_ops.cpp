@@ -1150,6 +1150,137 @@ static void test_fp8() {
            "error / bound is under a quarter of fp8's)", "bf16 %.4f, fp8 %.4f", wb, w_dinp);
 }
 
+// FP8 delayed scaling (fp8.cuh): the one-pass quantize with a given scale, the state's rules
+// (the scale from the max of the last H steps' amaxes, per format), the checkpoint's form of the
+// history, which scales an operand takes, and the products: a step that records, then one that
+// quantizes with what it recorded, multiply bit for bit as current scaling did.
+static void test_fp8_delayed() {
+    const int R = 13, Cc = 37;
+    avec<bf16> x = as_bf16(randn_bf(R * Cc, 3.0f));
+    float amax = 0;
+    for (auto v : x) amax = std::max(amax, std::fabs(to_f(v)));
+    for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+        // a scale 4x too large (as a history below this step's amax gives): x·s past largest saturates
+        const float s = 4 * fp8_scale_for(amax, f);
+        Fp8Scales given{s, 1 / s};
+        float record = 0.5f;
+        std::vector<uint8_t> q(R * Cc), qt(R * Cc);
+        fp8_quantize(ctx, q.data(), qt.data(), Fp8Target{&given, &record, true}, x.data(), R, Cc, f);
+        bool ok = given.scale == s && record == amax;
+        int saturated = 0;
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < Cc; c++) {
+                const float v = to_f(x[(size_t)r * Cc + c]);
+                const uint8_t want = fp8_encode(v * s, f);
+                ok = ok && q[(size_t)r * Cc + c] == want && qt[(size_t)c * R + r] == want;
+                saturated += std::fabs(v) * s > fp8_largest(f);
+                if (std::fabs(v) * s > fp8_largest(f)) ok = ok && (want & 0x7f) == fp8_largest_code(f);
+            }
+        char name[200];
+        snprintf(name, sizeof name, "fp8 %s delayed: quantize with a given scale writes fp8(x*s) and its transpose, saturating past "
+                 "it (%d of %d here), leaves the scale and maxes the amax into the record", fp8_name(f), saturated, R * Cc);
+        report(ok && saturated > 0, name);
+        record = 2 * amax;  // a record above this tensor's amax stays; current scaling with a record still scales from x
+        Fp8Scales own{};
+        fp8_quantize(ctx, q.data(), nullptr, Fp8Target{&own, &record, false}, x.data(), R, Cc, f);
+        snprintf(name, sizeof name, "fp8 %s: current scaling with a record scales from the tensor's own amax; the record keeps its max",
+                 fp8_name(f));
+        report(own.scale == fp8_scale_for(amax, f) && record == 2 * amax, name);
+    }
+    // the state's rules: 2 products (6 tensors), H = 3; tensor i's amax at step k is a spike (1000)
+    // at step 1, else (i + 1)·(k + 1)
+    Fp8Delayed st;
+    fp8_delayed_init(ctx, &st, 6, 3);
+    auto amax_at = [](int i, int k) { return k == 1 ? 1000.0f : (float)((i + 1) * (k + 1)); };
+    bool rules = true;
+    for (int k = 0; k < 6; k++) {
+        std::vector<float> a(6);
+        for (int i = 0; i < 6; i++) a[i] = amax_at(i, k);
+        for (int i = 0; i < 6; i++) st.amax.data()[i] = a[i];  // (as the step's quantizations would have left them)
+        fp8_delayed_push(ctx, &st, a);
+        for (int i = 0; i < 6; i++) {
+            float m = 0;
+            for (int j = std::max(0, k - 2); j <= k; j++) m = std::max(m, amax_at(i, j));  // the last 3 steps
+            const Fp8Format f = i % 3 == FP8_DOUT ? Fp8Format::E5M2 : Fp8Format::E4M3;
+            rules = rules && st.scales.data()[i].scale == fp8_scale_for(m, f) && st.scales.data()[i].inv * st.scales.data()[i].scale == 1 &&
+                    st.amax.data()[i] == 0;
+        }
+    }
+    report(rules && st.steps == 6 && st.scales.data()[0].scale != fp8_scale_for(1000, Fp8Format::E4M3),
+           "fp8 delayed: each step's scale comes from the max of the last H = 3 amaxes (a spike leaves the window after 3 steps), "
+           "e4m3 for x and W, e5m2 for dout; the record restarts from 0");
+    // the checkpoint's form: the last min(steps, H) oldest first; restored into H = 3 the same
+    // scales and, pushed on, the same next ones; into H = 2 the newest 2; into H = 5 all 3
+    const std::vector<float> saved = fp8_delayed_saved(st);
+    bool form = saved.size() == 18;
+    for (int i = 0; i < 6 && form; i++)
+        for (int j = 0; j < 3; j++) form = form && saved[(size_t)i * 3 + j] == amax_at(i, 3 + j);
+    Fp8Delayed same, shorter, longer;
+    fp8_delayed_init(ctx, &same, 6, 3); fp8_delayed_init(ctx, &shorter, 6, 2); fp8_delayed_init(ctx, &longer, 6, 5);
+    for (Fp8Delayed* d : {&same, &shorter, &longer}) fp8_delayed_restore(ctx, d, st.steps, saved);
+    bool back = same.steps == 6 && shorter.steps == 6 && longer.steps == 6;
+    for (int i = 0; i < 6; i++) {
+        const Fp8Format f = fp8_operand_format(i);
+        back = back && same.scales.data()[i].scale == st.scales.data()[i].scale && longer.scales.data()[i].scale == st.scales.data()[i].scale &&
+               shorter.scales.data()[i].scale == fp8_scale_for(std::max(amax_at(i, 4), amax_at(i, 5)), f);
+    }
+    std::vector<float> next(6, 0.25f);
+    fp8_delayed_push(ctx, &st, next);
+    fp8_delayed_push(ctx, &same, next);
+    for (int i = 0; i < 6; i++) back = back && same.scales.data()[i].scale == st.scales.data()[i].scale;
+    report(form && back, "fp8 delayed: the history a checkpoint keeps (oldest first) restores to the same scales and the same next "
+           "ones; a shorter history keeps the newest amaxes, a longer one all");
+    // which scales an operand takes: none without a state; in the first step the op's own (from
+    // the tensor), recording; after it the state's, at product·3 + operand; an evaluation records nothing
+    Fp8Delayed fresh;
+    fp8_delayed_init(ctx, &fresh, 6, 3);
+    Fp8Scales scratch{};
+    Ctx c = ctx;
+    c.fp8 = true;
+    Fp8Target t = fp8_target(c, FP8_W, &scratch);
+    bool targets = t.scales == &scratch && !t.amax && !t.given;
+    c.fp8_delayed = &fresh; c.fp8_product = 1; fresh.record = true;
+    t = fp8_target(c, FP8_DOUT, &scratch);
+    targets = targets && t.scales == &scratch && t.amax == fresh.amax.data() + 5 && !t.given;
+    c.fp8_delayed = &st; st.record = false;
+    t = fp8_target(c, FP8_X, &scratch);
+    targets = targets && t.scales == st.scales.data() + 3 && !t.amax && t.given;
+    report(targets, "fp8 delayed: an operand's scales are the op's own (current scaling, and delayed scaling's first step, which "
+           "records) or the state's at product*3 + operand; an evaluation records nothing");
+    // the products: a first step records the amaxes (scaling as current scaling does), the next
+    // quantizes with the scales they give — the same scales for the same tensors, so the same
+    // forward and backward bit for bit — and records the same amaxes again
+    const int N = 48, C = 32, OC = 80;
+    avec<bf16> bx = as_bf16(randn_bf(N * C)), bW = as_bf16(randn_bf(OC * C, 0.2f)), bb = as_bf16(randn_bf(OC)),
+               bd = as_bf16(randn_bf(N * OC, 1e-3f));
+    struct Out { avec<bf16> y, dx, dW; std::vector<float> amax; };
+    auto run = [&](const Ctx& cc, Fp8Delayed* d) {
+        Out o{avec<bf16>(N * OC), avec<bf16>(N * C), avec<bf16>(OC * C, from_f<bf16>(0.0f)), {}};
+        if (d) d->record = true;
+        matmul_forward(cc, o.y.data(), bx.data(), bW.data(), bb.data(), N, C, OC);
+        matmul_backward(cc, o.dx.data(), o.dW.data(), (bf16*)nullptr, bd.data(), bx.data(), bW.data(), N, C, OC);
+        if (d) { o.amax = fp8_delayed_amaxes(cc, *d); d->record = false; }
+        return o;
+    };
+    Ctx cur = ctx, del = ctx;
+    cur.fp8 = del.fp8 = true;
+    Fp8Delayed one;
+    fp8_delayed_init(ctx, &one, 3, 1);
+    del.fp8_delayed = &one;
+    const Out ref = run(cur, nullptr), first = run(del, &one);
+    fp8_delayed_push(ctx, &one, first.amax);
+    const Out second = run(del, &one);
+    auto same_bits = [](const avec<bf16>& a, const avec<bf16>& b) { return memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0; };
+    float ax = 0, aw = 0, ad = 0;
+    for (auto v : bx) ax = std::max(ax, std::fabs(to_f(v)));
+    for (auto v : bW) aw = std::max(aw, std::fabs(to_f(v)));
+    for (auto v : bd) ad = std::max(ad, std::fabs(to_f(v)));
+    const bool recorded = first.amax == std::vector<float>{ax, aw, ad} && second.amax == first.amax;
+    report(recorded && same_bits(ref.y, first.y) && same_bits(ref.y, second.y) && same_bits(ref.dx, second.dx) && same_bits(ref.dW, second.dW),
+           "fp8 delayed: a step records each operand's amax (x, W, dout); the next, quantizing with the scales they give, multiplies "
+           "bit for bit as current scaling (forward, dinp, dW)");
+}
+
 // The whole model in a 16-bit type T against fp32 on the same (T-exact) weights and batch, with
 // the loss gradient dloss·S (S: a loss scale) and T's gradients divided by S: the loss, the
 // gradient's cosine with fp32's and its norm ratio, and the fraction of fp32's nonzero gradients
@@ -1499,6 +1630,7 @@ int main() {
     test_fp16_model();
     test_loss_scale();
     test_fp8();
+    test_fp8_delayed();
     test_data_order();
     test_tp_slices(false);
     test_tp_slices(true);

@@ -33,7 +33,8 @@
 #                 for bit
 #   bf16:         within 2e-2 of one bf16 process
 #   resume:       dp = 2 × pp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; another
-#                 --pp refused; interleaved: 2 + 2 = 4 bit for bit, another --vpp refused
+#                 --pp refused; interleaved: 2 + 2 = 4 bit for bit, another --vpp refused; and
+#                 in fp8 with delayed scaling (an amax history per stage), within 2e-2 of one process
 #   errors:       --pp above the layers, interleaved without --vpp or m not a multiple of pp,
 #                 --vpp without interleaved, pp·vpp above the layers, --batch-size auto with
 #                 interleaved and a step not a multiple of pp sequences: one line each, exit 2
@@ -345,6 +346,23 @@ else
 fi
 check_error "a --vpp 2 checkpoint resumed with 1f1b" 2 "written with --vpp 2; resume with the same --vpp" \
     "${ri[@]}" --pp-schedule 1f1b --vpp 1 --output-dir "$tmp/ic" --resume
+# fp8 with delayed scaling (fp8.cuh) on the interleaved schedule: each stage keeps the amax history
+# of its chunks' blocks (blocks 0 and 2 on stage 0: the state's places follow the blocks a rank
+# holds, not their numbers) in a file of its own; a micro-batch's quantizations, in whatever
+# order the schedule runs them, max into the step's amaxes. Against one fp8 process with delayed
+# scaling: bf16's bound, 2e-2; resumed at step 2: bit for bit
+d8=(--precision fp8 --fp8-scaling delayed --fp8-amax-history 2)
+run ref_d8 1 --model d4 --steps 4 --shuffle 1 "${d8[@]}"
+mpi 2 "${common[@]}" "${ri[@]}" "${d8[@]}" --output-dir "$tmp/ja" --log-file "$tmp/ja.jsonl" --save-model "$tmp/ja.bin" >"$tmp/ja.txt" 2>&1
+close_losses "$tmp/ref_d8.jsonl" "$tmp/ja.jsonl" "fp8 delayed pp=2 interleaved" 2e-2
+mkdir -p "$tmp/jb" && cp -r "$tmp/ja/step_00000002" "$tmp/jb/" 2>/dev/null
+mpi 2 "${common[@]}" "${ri[@]}" "${d8[@]}" --output-dir "$tmp/jb" --resume --log-file "$tmp/jb.jsonl" --save-model "$tmp/jb.bin" >"$tmp/jb.txt" 2>&1
+if [ "$(wc -l <"$tmp/jb.jsonl" 2>/dev/null)" = 2 ] && [ -s "$tmp/ja/step_00000002/fp8_history_pp001_tp000.bin" ] &&
+   cmp -s <($PY -c "$keep" "$tmp/ja.jsonl" | tail -2) <($PY -c "$keep" "$tmp/jb.jsonl") && cmp -s "$tmp/ja.bin" "$tmp/jb.bin"; then
+    echo "ok - fp8 delayed pp=2 interleaved: resuming at step 2 continues bit for bit (an amax history file per stage)"
+else
+    echo "not ok - fp8 delayed pp=2 interleaved: resume differs"; tail -2 "$tmp/jb.txt" | sed 's/^/#   /'
+fi
 
 # --- errors: one line naming the flag, exit 2
 check_error "--pp 3 on 2 blocks" 3 "--pp 3: more stages than the model's 2 blocks" --pp 3

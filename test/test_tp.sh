@@ -18,7 +18,8 @@
 #                 checkpoint resumed on dp = 1 × tp = 2 continues the run (1e-5); another --tp is
 #                 refused with one line
 #   bf16:         tp = 2 (and with --sp 1) in bf16 within 2e-2 of one bf16 process
-#   fp8:          tp = 2 --sp 1 in fp8 within 2e-2 of one fp8 process (per-shard FP8 scales)
+#   fp8:          tp = 2 --sp 1 in fp8 within 2e-2 of one fp8 process (per-shard FP8 scales), with
+#                 current and with delayed scaling
 #   sequence par. --sp 1: tp = 2 and dp = 2 × tp = 2 (ZeRO 1, 3) against one process as above, and
 #                 step 1's loss tp = 2's bit for bit; 93 positions (a padding row); activations
 #                 and the reduce-scatter / all-gather / all-reduce bytes against the formulas;
@@ -282,6 +283,10 @@ run tp2sp_bf16 2 --tp 2 --sp 1 --batch-size 8 --precision bf16 &&
 run ref_fp8 1 --batch-size 8 --precision fp8
 run tp2sp_fp8 2 --tp 2 --sp 1 --batch-size 8 --precision fp8 &&
     close_losses "$tmp/ref_fp8.jsonl" "$tmp/tp2sp_fp8.jsonl" "fp8 tp=2 --sp 1 (each rank's shards scaled by their own amax)" 2e-2
+# delayed scaling: each tp rank keeps the amax history of its own shards
+run ref_fp8d 1 --batch-size 8 --precision fp8 --fp8-scaling delayed
+run tp2sp_fp8d 2 --tp 2 --sp 1 --batch-size 8 --precision fp8 --fp8-scaling delayed &&
+    close_losses "$tmp/ref_fp8d.jsonl" "$tmp/tp2sp_fp8d.jsonl" "fp8 delayed scaling tp=2 --sp 1 (each rank's shards' own amax histories)" 2e-2
 
 # --- errors: one line naming the flag, exit 2
 check_error "--tp 2 on a 1-head model" 2 "--tp 2: must divide the model's 1 attention heads" --model d1 --tp 2

@@ -20,10 +20,11 @@
 #                  2^24 it skips the overflowing steps, halving S, then trains, S doubling after
 #                  --loss-scale-every clean steps — the logged S follows those rules exactly
 #   fp8:           --precision fp8 (the blocks' products in FP8, llmc/fp8.cuh) resumes bit-exactly,
-#                  its per-step losses stay within 2e-2 of the fp32 run's over 10 steps, it falls
+#                  its per-step losses stay within 2e-2 of the fp32 run's over 10 steps, it falls;
+#                  the same with --fp8-scaling delayed, whose amax history the checkpoint keeps
 #   recompute:     --recompute selective and full train the same run as none, bit for bit (log,
-#                  final weights; 2 layers, fp32 and bf16, with gradient accumulation and
-#                  validation); on a GPU selective's GELU runs apart from the matmul (model.h),
+#                  final weights; 2 layers, fp32, bf16 and fp8 with delayed scaling, with gradient
+#                  accumulation and validation); on a GPU selective's GELU runs apart from the matmul (model.h),
 #                  so there it is held to the GPU-vs-CPU bounds; a checkpoint of a run without
 #                  recomputation resumes with --recompute full bit for bit
 #   outliers:      --skip-norm-z: a skipped step leaves weights and moments byte for byte as they
@@ -79,6 +80,11 @@ resume_test() {  # resume_test PRECISION [NAME FLAGS...]: with FLAGS added (anot
     cmp -s "$a.final.bin" "$b.final.bin" && cmp -s "$a/step_00000006/state_rank00000.bin" "$b/step_00000006/state_rank00000.bin" \
         && echo "ok - $p resume: final weights and optimizer state are byte-identical" \
         || echo "not ok - $p resume: final weights or optimizer state differ"
+    if [ -e "$a/step_00000003/fp8_history.bin" ]; then  # (delayed scaling's)
+        cmp -s "$a/step_00000006/fp8_history.bin" "$b/step_00000006/fp8_history.bin" && grep -q "^fp8 delayed scaling: the amax history of 3 step(s) from the checkpoint" "$b.out" \
+            && echo "ok - $p resume: the FP8 amax history is restored (3 steps) and ends byte-identical" \
+            || echo "not ok - $p resume: the FP8 amax history was not restored, or differs at step 6"
+    fi
     sample() { sed -n '/---- sample at step 6/,/^-----/p' "$1"; }
     [ -n "$(sample "$a.out")" ] && cmp -s <(sample "$a.out") <(sample "$b.out") \
         && echo "ok - $p resume: the sample at step 6 is identical (sampler RNG restored)" \
@@ -87,6 +93,8 @@ resume_test() {  # resume_test PRECISION [NAME FLAGS...]: with FLAGS added (anot
 resume_test fp32
 resume_test bf16
 resume_test fp8  # (current scaling keeps no state: nothing more to checkpoint)
+# delayed scaling: the amax history (2 steps: it has moved on by the checkpoint) is checkpointed
+resume_test fp8 delayed --fp8-scaling delayed --fp8-amax-history 2
 # fp16: the loss scale doubles every 2 clean steps, so it changes across the checkpoint (S and
 # its count are in history.bin; a power-of-two S rounds nothing, so the logged loss_scale is what
 # shows a wrong one)
@@ -192,10 +200,12 @@ fi
 # and a bug (a wrong rounding, a lost master update, a wrong FP8 scale that flushes values to zero
 # or saturates them, a wrong format or operand) moves the loss by far more.
 "$BIN" "${common[@]}" "${small[@]}" --batch-size 8 --steps 10 --val-data "" --precision fp32 --log-file "$tmp/p32.jsonl" >/dev/null 2>&1
-against_fp32() {  # against_fp32 PRECISION DEVICE_LINE: its losses, its fall, and the precision it reports
-    local p=$1 says=$2
-    "$BIN" "${common[@]}" "${small[@]}" --batch-size 8 --steps 10 --val-data "" --precision "$p" --log-file "$tmp/p_$p.jsonl" >"$tmp/p_$p.out" 2>&1
-    $PY - "$tmp/p32.jsonl" "$tmp/p_$p.jsonl" "$p" <<'PY'
+against_fp32() {  # against_fp32 PRECISION DEVICE_LINE [FLAGS...]: its losses, its fall, and the precision it reports
+    local prec=$1 says=$2; shift 2
+    local p="$prec${1:+ $*}"  # (the name in the lines)
+    local f=${p// /_}
+    "$BIN" "${common[@]}" "${small[@]}" --batch-size 8 --steps 10 --val-data "" --precision "$prec" "$@" --log-file "$tmp/p_$f.jsonl" >"$tmp/p_$f.out" 2>&1
+    $PY - "$tmp/p32.jsonl" "$tmp/p_$f.jsonl" "$p" <<'PY'
 import json, sys
 a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
 b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
@@ -205,11 +215,13 @@ print(("ok" if worst <= 2e-2 else "not ok") + f" - {p}: per-step losses within 2
 falling = len(b) == 10 and sum(b[-3:]) / 3 < sum(b[:3]) / 3 - 0.5
 print(("ok" if falling else "not ok") + f" - {p}: the loss keeps falling ({b[0]:.3f} at step 1 -> {b[-1]:.3f} at step 10)" if b else f"not ok - {p}: no log")
 PY
-    grep -q "device: ${DEVICE:-cpu}, 1 rank(s).*, $says" "$tmp/p_$p.out" && echo "ok - $p: the run reports its precision" \
+    grep -qF "$says" <(grep "^device: ${DEVICE:-cpu}, 1 rank(s)" "$tmp/p_$f.out") && echo "ok - $p: the run reports its precision" \
         || echo "not ok - $p: precision line missing"
 }
 against_fp32 bf16 "bf16"
 against_fp32 fp8 "bf16 with the blocks' products in fp8"
+# delayed scaling: each scale from the amaxes of the last 4 steps (the first step from the tensors)
+against_fp32 fp8 "bf16 with the blocks' products in fp8 (delayed scaling, amax history 4)" --fp8-scaling delayed --fp8-amax-history 4
 against_fp32 fp16 "fp16 with dynamic loss scaling"
 
 # --- fp16's dynamic loss scaling (llmc/loss_scale.h): started at S = 2^24 the gradients overflow
@@ -254,10 +266,11 @@ PY
 # A Llama (llama:d2, fp32) is bit for bit everywhere: its SwiGLU always runs apart.
 rc_run=("${small[@]}" --model d2 --batch-size 4 --total-batch-tokens 256 --steps 3 --val-every 3 --val-steps 2)
 llama=fp32_llama; [ -n "${TRAIN_QUICK:-}" ] && llama=
-for p in fp32 bf16 $llama; do
+for p in fp32 bf16 fp8_delayed $llama; do
     model=d2; [ $p = fp32_llama ] && model=llama:d2
+    prec=(--precision ${p%_llama}); [ $p = fp8_delayed ] && prec=(--precision fp8 --fp8-scaling delayed --fp8-amax-history 2)
     for r in none selective full; do
-        "$BIN" "${common[@]}" "${rc_run[@]}" --model $model --precision ${p%_llama} --recompute $r --log-file "$tmp/rc_${r}_$p.jsonl" \
+        "$BIN" "${common[@]}" "${rc_run[@]}" --model $model "${prec[@]}" --recompute $r --log-file "$tmp/rc_${r}_$p.jsonl" \
             --save-model "$tmp/rc_${r}_$p.bin" >"$tmp/rc_${r}_$p.out" 2>&1 || echo "# --recompute $r $p failed: $(tail -1 "$tmp/rc_${r}_$p.out")"
     done
     for r in selective full; do
@@ -280,7 +293,7 @@ PY
         fi
     done
     # the activations the memory line reports shrink as less is kept
-    acts() { sed -n 's/^memory rank 0: .*activations \([0-9]*\) B$/\1/p' "$tmp/rc_$1_$p.out"; }
+    acts() { sed -n 's/^memory rank 0: .*activations \([0-9]*\) B\(, fp8 scratch .*\)\{0,1\}$/\1/p' "$tmp/rc_$1_$p.out"; }
     a0=$(acts none); a1=$(acts selective); a2=$(acts full)
     [ -n "$a0" ] && [ -n "$a2" ] && [ "$a0" -gt "$a1" ] && [ "$a1" -gt "$a2" ] \
         && echo "ok - --recompute $p: activations none $a0 B > selective $a1 B > full $a2 B" \
