@@ -175,7 +175,8 @@ clean:
 
 # BENCH_PARTS picks parts (in this order): train (bf16, BENCH_MODELS, and the first one's
 # per-op profile), fp32 (124M), fp8 (train with --precision fp8, BENCH_MODELS: the blocks' products
-# in FP8; MFU is still against the dense bf16 peak, so FP8's gain shows as a higher MFU), torch (attention and a step against PyTorch), kernels (the
+# in FP8; MFU is still against the dense bf16 peak, so FP8's gain shows as a higher MFU), fp8-delayed
+# (124M and 1558M with --fp8-scaling delayed: one pass a quantization), torch (attention and a step against PyTorch), kernels (the
 # memory-bound ops and the linear layers against PyTorch eager and compiled), overlap (≥ 2
 # GPUs); not by default: fp16 (124M and 1558M with --precision fp16: the fp16 kernels and loss
 # scaling, against bf16's table), flash32 (train with --flash-rows 32), wgmma (train with --flash-wgmma 1), recompute (124M
@@ -185,7 +186,7 @@ clean:
 # (llama:d12 and Llama 3.2's 1B and 3B shapes: tokens/s, MFU, memory; attention fwd+bwd time with
 # grouped-query heads against the same heads without: build/dev_attention B T C NH NKV time)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
-BENCH_PARTS ?= train fp32 fp8 torch kernels overlap
+BENCH_PARTS ?= train fp32 fp8 fp8-delayed torch kernels overlap
 bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
 	@$(MAKE) --no-print-directory $(DEV_CUDA)
@@ -194,6 +195,7 @@ bench: all
 	    train) bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    fp32) bash dev/bench/bench_train.sh fp32 gpt2:124M ;; \
 	    fp8) bash dev/bench/bench_train.sh fp8 $(BENCH_MODELS) ;; \
+	    fp8-delayed) FP8_SCALING=delayed bash dev/bench/bench_train.sh fp8 gpt2:124M gpt2:1558M ;; \
 	    fp16) bash dev/bench/bench_train.sh fp16 gpt2:124M gpt2:1558M ;; \
 	    flash32) FLASH_ROWS=32 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    wgmma) FLASH_WGMMA=1 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
@@ -207,4 +209,4 @@ bench: all
 	    llama) bash dev/bench/bench_train.sh bf16 llama:d12 llama:1B llama:3B; \
 	           echo "## grouped-query attention (build/dev_attention B T C NH NKV time): Llama 3.2 1B's heads with NKV = NH and 8; 8B's"; \
 	           for s in "4 2048 2048 32 32" "4 2048 2048 32 8" "2 2048 4096 32 8"; do ./build/dev_attention $$s time; done ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 fp8 fp16 flash32 wgmma recompute recipe torch kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    *) echo "make bench: unknown part '$$part' (train fp32 fp8 fp8-delayed fp16 flash32 wgmma recompute recipe torch kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

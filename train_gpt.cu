@@ -8,7 +8,7 @@ train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
       zero grads; for each micro-batch: forward (+ fused loss gradient), backward
       grad norm → clip factor → lr(step) → AdamW (or, for an outlier step, no update: outliers.h;
       with --precision fp16 the loss gradient is scaled by S and an overflowing step skipped:
-      loss_scale.h)
+      loss_scale.h; with --fp8-scaling delayed the step's amaxes enter the FP8 history: fp8.cuh)
       log; every N steps: validation loss, HellaSwag accuracy, a sample, a checkpoint
       on SIGTERM, SIGUSR1 or SIGINT (with --output-dir): a checkpoint after the step, then exit
 
@@ -22,7 +22,8 @@ The same source builds with g++ (CPU backend) and nvcc. Every op is called throu
 the project is accepted by the parser and then refused with a clear "not yet supported" error,
 never silently ignored. --precision fp16 is the bf16 run in fp16, with dynamic loss scaling
 (llmc/loss_scale.h); --precision fp8 is the bf16 run with the blocks' products in FP8
-(llmc/fp8.cuh; model.h's linear_ctx).
+(llmc/fp8.cuh; model.h's linear_ctx), its scales from each tensor or, with --fp8-scaling
+delayed, from the tensor's amax history (model.fp8_delayed).
 
 With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is
 evaluated once, e.g. `--model data/gpt2_124M.bin --steps 0 --hellaswag data/hellaswag_val.bin`.
@@ -764,14 +765,15 @@ int main(int argc, char** argv) {
                 loss_sum += gpt_mean_loss(&model);  // waits for the loss copy alone: the backward is still running
             }
             { CommScope prof(ctx, mesh.grads(), "loss and norm sums"); comm_sum_doubles(mesh.grads(), &loss_sum, 1); }
+            float loss = (float)(loss_sum / ((double)accum * dp * cp));  // (each cp rank's is the mean over its positions)
+            const float scaled_norm = dp_grad_norm(&dpar);  // (of the gradients times S, with fp16)
             if (model.fp8_delayed.on) {  // the step's amaxes, the max over the ranks that hold these blocks, enter the history
+                // (here, where the norm has just emptied the GPU's queue: the copy waits for nothing)
                 std::vector<float> amax = fp8_delayed_amaxes(ctx, model.fp8_delayed);
                 comm_max_floats(mesh.grads(), amax.data(), (int)amax.size());
                 fp8_delayed_push(ctx, &model.fp8_delayed, amax);
                 model.fp8_delayed.record = false;
             }
-            float loss = (float)(loss_sum / ((double)accum * dp * cp));  // (each cp rank's is the mean over its positions)
-            const float scaled_norm = dp_grad_norm(&dpar);  // (of the gradients times S, with fp16)
             const LossScaleStep scaling = loss_scale_step(&loss_scale, scaled_norm);
             if (loss_scale_floor_hit(scaling))
                 fatal("step %d: the gradients are not finite even with the loss scale at 1 (fp16 overflows, or the run "

@@ -35,15 +35,16 @@ tensor's amaxes of the last H steps (--fp8-amax-history H) instead of from the t
   s_t = 2^⌊log₂(largest / max(amax_{t−H}, …, amax_{t−1}))⌋,   q = fp8(x · s_t) (saturating)
 so one pass casts and measures at once (the amax it records is the step's, for the steps after).
 Each operand of each product is one tensor of the state (Fp8Delayed): a block's x, W and dout
-for each of its 4 products. Within a step the scale is fixed, and the step's amax is the max over
-all its quantizations of that tensor (every micro-batch, the backward's xᵀ and Wᵀ, a --recompute
-rerun, which so quantizes exactly as the forward did). At the step's end (fp8_delayed_step) the
-ranks that hold the same parameters (dp × cp) take the max of their amaxes, so their histories
-and scales stay identical (and equal one process's: the max over the micro-batches is the
-whole batch's), and the history moves on. The first step, with nothing recorded, scales each
-tensor from itself. Evaluations quantize with the scales and record nothing. A tensor whose amax
-jumps past its history saturates at ±largest for that step (the price of the saved read); the
-history is in the checkpoint (fp8_history*.bin), so a resumed run goes on bit for bit.
+for each of its 4 products. Within a step the scale is fixed (so a --recompute rerun quantizes
+exactly as the forward did), and the step's amax is the max over all its quantizations of that
+tensor (every micro-batch, the backward's xᵀ and Wᵀ, a rerun). At the step's end the ranks that
+hold the same parameters (dp × cp) take the max of their amaxes (fp8_delayed_amaxes, then
+comm_max_floats, then fp8_delayed_push: the trainer's step), so their histories and scales stay
+identical (and equal one process's: the max over the micro-batches is the whole batch's), and
+the history moves on. The first step, with nothing recorded, scales each tensor from itself.
+Evaluations quantize with the scales and record nothing. A tensor whose amax jumps past its
+history saturates at ±largest for that step (the price of the saved read); the history is in the
+checkpoint (fp8_history*.bin), so a resumed run goes on bit for bit.
 
 The products. cuBLASLt's FP8 kernels on Hopper take only the "TN" form: both operands with the
 summed dimension contiguous (row-major M×K and N×K). The three products of a linear layer
@@ -59,26 +60,30 @@ OC) must be a multiple of 16: cuBLASLt wants 16-byte leading dimensions of the F
 The bias gradient sums the bf16 dout.
 
 What it costs (arithmetic, not yet a measurement: `make bench` part fp8 and dev/cuda/matmul.cu
-v3 time it). Each quantize reads its bf16 tensor twice (the amax, then the cast; delayed scaling:
-once) and writes a byte (two with the transpose). A GPT-2 block's products have 7C input features a position (C
-each for qkv, attproj and fc, 4C for fcproj) and 9C output features (3C, C, 4C, C): 5 bytes
-per input feature forward, 6 per output feature for dout and 5 per input feature for xᵀ
-backward, 124·C bytes a position a block. GPT-2 124M at B·T = 131072: ~150 GB a step,
-~50 ms at 3 TB/s, against ~57 ms saved if its ~115 ms of block products (the bf16 profile in
-dev/gpu_results) ran at twice the rate: about even. 1558M at B·T = 16384: ~52 ms against ~114
-ms saved. Delayed scaling takes 2 of those 5 and 6 bytes away (~60 GB at 124M). The next
-step: since its scale is known before the tensor exists, the cast (and the amax) can move into
-the kernel that makes the tensor (the LayerNorm, the GELU, the attention output), so that most
-quantizations cost nothing but a byte.
+v3-v5 time it). Each quantize reads its bf16 tensor twice (the amax, then the cast; delayed
+scaling: once) and writes a byte (two with the transpose). A GPT-2 block's products have 7C
+input features a position (C each for qkv, attproj and fc, 4C for fcproj) and 9C output features
+(3C, C, 4C, C): 5 bytes per input feature forward, 6 per output feature for dout and 5 per input
+feature for xᵀ backward, 124·C bytes a position a block. GPT-2 124M at B·T = 131072: ~150 GB a
+step, ~50 ms at 3 TB/s, against ~57 ms saved if its ~115 ms of block products (the bf16 profile
+in dev/gpu_results) ran at twice the rate: about even. 1558M at B·T = 16384: ~52 ms against ~114
+ms saved. Delayed scaling takes the amax read, 2 of each of those 5 and 6 bytes, away: 46·C of
+the 124·C, ~55 GB a step at 124M. The next step: since its scale is known before the tensor
+exists, the cast (and the amax) can move into the kernel that makes the tensor (the LayerNorm,
+the GELU, the attention output), so that most quantizations cost nothing but a byte.
 
 Tests: test/test_ops.cpp (encode/decode over all 256 codes of each format against a decoder
 written from the definition above, rounding of ties and saturation, scale, quantize and the FP8
-linear against its definition; delayed scaling's quantize and history rules), test/gpucheck_ops.cu (kernels and cuBLASLt against the CPU
-reference, encode against the GPU's cvt), test/test_gpu_train.sh (FP8 training on the GPU
-against the CPU's; the memory plan with the scratch; the refusal below 8.9), test/test_train.sh
-(the FP8 loss curves, current and delayed, against fp32's; resume bit for bit; delayed scaling
-with --recompute and with micro-batches), test/test_tp.sh (tp = 2 against one
-process), dev/cuda/matmul.cu (v3, v4: the products timed with their quantize passes).
+linear against its definition; delayed scaling: the one-pass quantize, the history's rules and
+checkpoint form, a recorded step's scales multiplying as current scaling), test/gpucheck_ops.cu
+(kernels and cuBLASLt against the CPU reference, the recording quantize too; encode against
+the GPU's cvt), test/test_gpu_train.sh (FP8 training on the GPU against the CPU's, current and
+delayed; the memory plan with the scratch; the refusal below 8.9), test/test_train.sh (the FP8
+loss curves, current and delayed, against fp32's; resume bit for bit, the history restored;
+delayed scaling under --recompute bit for bit), test/test_dp.sh (delayed: dp = 2's history is
+one process's), test/test_tp.sh and test/test_pp.sh (tp = 2, interleaved pp = 2 against one
+process), test/test_cli.sh (the history file, the flags' refusals), dev/cuda/matmul.cu (v3-v5:
+the products timed with their quantize passes, v5 with delayed scaling).
 */
 #pragma once
 #include <algorithm>

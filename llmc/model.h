@@ -51,9 +51,10 @@ Recompute) keeps 10·L·C + 18·C + Vp or L·C + 27·C + Vp of them and reruns t
 forward at the start of its backward: the same ops on the same inputs, so the same training.
 
 --precision fp8 (fp8.cuh): the blocks' linear layers run their products through linear_ctx, a
-copy of the op context with ctx.fp8 set (matmul.cuh then multiplies in FP8); the classifier's
-product and every other op stay bf16. The FP8 operands are scratch, counted by the memory plan
-(gpt_fp8_scratch_bytes), not activations.
+copy of the op context with ctx.fp8 set (matmul.cuh then multiplies in FP8), and with delayed
+scaling the product's place in the amax history (g->fp8_delayed: 4 products a block held, x, W
+and dout each); the classifier's product and every other op stay bf16. The FP8 operands are
+scratch, counted by the memory plan (gpt_fp8_scratch_bytes), not activations.
 
 Tensor parallelism (tensor_parallel.h) is written in here too, as the layout and a few sums:
 with tp ranks, a rank's layout holds its slice of each block (its NH/tp heads' q, k, v rows and

@@ -7,7 +7,7 @@
 #   - every command line it gave is one the real trainer accepts: each is run again by
 #     TRAIN_GPT with the size flags overridden (a later flag wins) to a tiny --steps 0 run, so an
 #     unknown flag or a bad value (e.g. a variable that held an exit code) exits 2 there
-#   - the options reach the trainer: RECOMPUTE as --recompute, ACCUM as --total-batch-tokens
+#   - the options reach the trainer: RECOMPUTE as --recompute, FP8_SCALING as --fp8-scaling, ACCUM as --total-batch-tokens
 #     B·1024·ACCUM, BATCH_SIZES as the micro-batches tried, PROFILE=0 as no --profile run,
 #     RECIPE=1 as scripts/gpt2.sh's B and micro-batches a step per GPU of 8
 #   - its table has one row per model, from the stand-in's log (the median of steps 2-6)
@@ -38,13 +38,14 @@ bench() {  # bench NAME [VAR=VALUE...] -- MODELS...: run bench_train.sh, its out
     while [ "$1" != -- ]; do vars+=("$1"); shift; done; shift
     : >"$tmp/args.txt"
     env PATH="$tmp/bin:$PATH" TRAIN_GPT="$tmp/train_gpt" LLMC_COMMIT=test PYTHON=/usr/bin/python3 "${vars[@]}" \
-        bash dev/bench/bench_train.sh bf16 "$@" >"$tmp/$name.md" 2>&1
+        bash dev/bench/bench_train.sh "${PREC:-bf16}" "$@" >"$tmp/$name.md" 2>&1
     cp "$tmp/args.txt" "$tmp/$name.args"
 }
 bench default -- gpt2:124M gpt2:1558M
 bench recompute RECOMPUTE=full -- gpt2:124M
 bench accum BATCH_SIZES=16 ACCUM=8 PROFILE=0 -- gpt2:1558M
 bench recipe RECIPE=1 PROFILE=0 -- gpt2:124M gpt2:1558M
+PREC=fp8 bench fp8d FP8_SCALING=delayed PROFILE=0 -- gpt2:124M
 
 # every command line, once more, on the real trainer: the size flags overridden to a tiny run
 accepted=0 refused=""
@@ -60,7 +61,7 @@ while read -r line; do
         >"$tmp/real.out" 2>&1 && accepted=$((accepted + 1)) || refused+=" [$line: $(tail -1 "$tmp/real.out")]"
 done < <(cat "$tmp"/*.args)
 total=$(cat "$tmp"/*.args | wc -l)
-[ -z "$refused" ] && [ "$total" -ge 6 ] && r=ok || r="not ok"
+[ -z "$refused" ] && [ "$total" -ge 7 ] && r=ok || r="not ok"
 echo "$r - bench_train.sh: the trainer accepts every command line it gave ($accepted of $total)${refused:+:$refused}"
 
 /usr/bin/python3 - "$tmp" <<'PY'
@@ -97,4 +98,8 @@ check([(flag(l, "model"), flag(l, "batch-size"), flag(l, "total-batch-tokens")) 
       == [("gpt2:124M", "64", str(64 * 1024)), ("gpt2:1558M", "16", str(16 * 1024 * 8))]
       and "64×1024 |" in md("recipe") and "16×1024, 8 a step" in md("recipe"),
       "RECIPE=1: each size at scripts/gpt2.sh's B and its micro-batches a step per GPU of 8")
+fp8d = lines("fp8d")
+check(fp8d and all(flag(l, "precision") == "fp8" and flag(l, "fp8-scaling") == "delayed" for l in fp8d)
+      and "precision fp8 (--fp8-scaling delayed)" in md("fp8d").splitlines()[0],
+      "FP8_SCALING=delayed (part fp8-delayed) reaches every run and the title")
 PY

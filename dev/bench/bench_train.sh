@@ -12,6 +12,8 @@
 # same B: llmc/profiler.h). FLASH_ROWS=32 runs every step with --flash-rows 32 (two m-tiles per
 # warp in flash attention; `make bench` part flash32), to compare with the default 16.
 # FLASH_WGMMA=1 runs them with --flash-wgmma 1 (the wgmma flash attention; part wgmma).
+# FP8_SCALING=delayed (with PRECISION fp8; part fp8-delayed) runs them with --fp8-scaling delayed
+# (llmc/fp8.cuh: one pass a quantization instead of two).
 # RECOMPUTE=selective|full runs them with --recompute (activation checkpointing, llmc/model.h;
 # part recompute): fewer activations, so larger micro-batches fit, at the cost of the reruns.
 # ACCUM=k makes each optimizer step k micro-batches (gradient accumulation: --total-batch-tokens
@@ -28,10 +30,11 @@ models=${*:-gpt2:124M gpt2:350M gpt2:774M gpt2:1558M}
 rows=${FLASH_ROWS:-16}
 wg=${FLASH_WGMMA:-0}
 recompute=${RECOMPUTE:-none}
+extra=(); [ -n "${FP8_SCALING:-}" ] && extra=(--fp8-scaling "$FP8_SCALING")
 accum=${ACCUM:-1}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 bin=${TRAIN_GPT:-./train_gpt}  # (test/test_bench_train.sh gives a stand-in)
-echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $([ "${RECIPE:-0}" = 1 ] && echo "scripts/gpt2.sh's B and micro-batches a step on 8 GPUs" || echo "$accum micro-batch(es) a step"), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
+echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec${FP8_SCALING:+ (--fp8-scaling $FP8_SCALING)}, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $([ "${RECIPE:-0}" = 1 ] && echo "scripts/gpt2.sh's B and micro-batches a step on 8 GPUs" || echo "$accum micro-batch(es) a step"), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 echo
 echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
 echo "|---|---|---|---|---|---|"
@@ -47,7 +50,7 @@ for m in $models; do
         accum=$(( $(echo "$recipe" | sed -n 's/.*--total-batch-tokens \([0-9]*\).*/\1/p') / (Bs * 1024 * 8) ))
     fi
     for B in $Bs; do
-        timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
+        timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" "${extra[@]}" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
             --total-batch-tokens $((B * 1024 * accum)) \
             --val-data "" --log-file "$tmp/log.jsonl" >"$tmp/out.txt" 2>&1
         rc=$?
@@ -84,7 +87,7 @@ for mb in "${profiled[@]}"; do
     echo "Where a step of $1 (B=$2, T=1024, $prec, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $3 micro-batch(es) a step) goes (--profile 1: CUDA events around each op, the steps after the first):"
     echo
     echo '```'
-    timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" --model "$1" --batch-size "$2" --seq-len 1024 --total-batch-tokens $(($2 * 1024 * $3)) \
+    timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" "${extra[@]}" --model "$1" --batch-size "$2" --seq-len 1024 --total-batch-tokens $(($2 * 1024 * $3)) \
         --steps 6 --val-data "" --profile 1 2>&1 | sed -n '/^profile:/,/^  other/p'
     echo '```'
 done

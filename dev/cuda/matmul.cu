@@ -12,13 +12,17 @@ checks, not a speed path).
       the CPU's FP8 emulation (the same codes on both sides: the bf16 bound)
   v4: v3 with cuBLASLt's FP8 fast accumulation (matmul.cuh: g_fp8_fast_accum; no periodic
       promotion of the tensor cores' accumulator to fp32)
+  v5: v3 with delayed scaling (--fp8-scaling delayed): the scales from an amax history (one
+      recording step on the checked rows, both devices), so each quantize is one pass that casts
+      and records the amax (atomicMax): one read of each bf16 operand instead of two. Checked as
+      v3 (both sides quantize with the same history's scales)
 The layers of one block and the classifier, at N = B·T rows:
   qkv         C → 3C, bias
   attproj     C → C, bias
   mlp         fc C → 4C with bias and GELU, then fcproj 4C → C with bias; its backward goes
               through the GELU (fcproj's dinp is the gradient of fc's pre-activation)
   classifier  C → Vp, no bias (the tied embedding; dinp and dW, no dbias)
-Only mlp differs between v1 and v2; v3 runs qkv, attproj and mlp (not the classifier, which
+Only mlp differs between v1 and v2; v3-v5 run qkv, attproj and mlp (not the classifier, which
 stays bf16 in the trainer). Then the backward's dbias column sum (matmul.cuh:
 BiasGrad) three ways, for each bias width at N: alone (the Warps and Columns kernels, GB/s over
 the N·OC·2 bytes of dout) and inside the whole backward of a linear layer (all three, the
@@ -92,6 +96,8 @@ static Layer linear(const char* name, int N, int C, int OC, bool bias) {
     return L;
 }
 
+// The MLP's second product (fcproj): its own place in a delayed-scaling state (fp8.cuh).
+static Ctx second(const Ctx& c) { Ctx n = c; n.fp8_product++; return n; }
 static Layer mlp(int N, int C) {
     const int H = 4 * C;
     Layer L{"mlp", 2.0 * C * H};
@@ -103,10 +109,10 @@ static Layer mlp(int N, int C) {
     const int dW1 = t->add((size_t)H * C, false), db1 = t->add(H, false), dW2 = t->add((size_t)C * H, false), db2 = t->add(C, false);
     L.forward = [=](const Ctx& c, int n) {
         matmul_forward(c, t->p(c, h), t->p(c, x), t->p(c, W1), t->p(c, b1), n, C, H, t->p(c, pre));  // h = gelu(pre)
-        matmul_forward(c, t->p(c, y), t->p(c, h), t->p(c, W2), t->p(c, b2), n, H, C);
+        matmul_forward(second(c), t->p(c, y), t->p(c, h), t->p(c, W2), t->p(c, b2), n, H, C);
     };
     L.backward = [=](const Ctx& c, int n) {  // fcproj's dinp goes through the GELU: dh = ∂/∂pre
-        matmul_backward(c, t->p(c, dh), t->p(c, dW2), t->p(c, db2), t->p(c, dout), t->p(c, h), t->p(c, W2), n, H, C, t->p(c, pre));
+        matmul_backward(second(c), t->p(c, dh), t->p(c, dW2), t->p(c, db2), t->p(c, dout), t->p(c, h), t->p(c, W2), n, H, C, t->p(c, pre));
         matmul_backward(c, t->p(c, dx), t->p(c, dW1), t->p(c, db1), t->p(c, dh), t->p(c, x), t->p(c, W1), n, C, H);
     };
     L.outputs = {{"pre", pre, H}, {"gelu", h, H}, {"out", y, C}, {"dpre", dh, H}, {"dinp", dx, C},
@@ -120,6 +126,17 @@ static void run(Layer& L, int version, int N, int check) {
     cpu.fp8 = gpu.fp8 = version >= 3;
     g_fp8_fast_accum = version == 4;
     Tensors& t = *L.t;
+    Fp8Delayed dcpu, dgpu;  // v5: each device's state, from one recording step on the checked rows
+    if (version == 5)
+        for (auto [c, d] : {std::pair{&cpu, &dcpu}, std::pair{&gpu, &dgpu}}) {
+            fp8_delayed_init(*c, d, 2 * 3, 16);  // (at most 2 products a layer, 3 operands each)
+            c->fp8_delayed = d;
+            d->record = true;
+            t.sync();
+            L.forward(*c, check); L.backward(*c, check);
+            fp8_delayed_push(*c, d, fp8_delayed_amaxes(*c, *d));
+            d->record = true;  // (the runs below record, as a training step does)
+        }
     t.sync();  // both devices from the same state: the first `check` rows of each
     L.forward(cpu, check); L.backward(cpu, check);
     L.forward(gpu, check); L.backward(gpu, check);
@@ -195,10 +212,10 @@ int main(int argc, char** argv) {
         for (Layer& L : layers) run(L, 1, N, check);
         run(layers[2], 2, N, check);  // the MLP with its GELU apart
         if (fp8_device_problem(gpu_ctx).empty() && fp8_shape_problem(N, C, 16).empty() && check % 16 == 0)
-            for (int v : {3, 4})
+            for (int v : {3, 4, 5})
                 for (int l = 0; l < 3; l++) run(layers[l], v, N, check);  // FP8: the blocks' layers
         else
-            printf("# v3, v4 (fp8) skipped: %s\n", !fp8_device_problem(gpu_ctx).empty() ? fp8_device_problem(gpu_ctx).c_str()
+            printf("# v3-v5 (fp8) skipped: %s\n", !fp8_device_problem(gpu_ctx).empty() ? fp8_device_problem(gpu_ctx).c_str()
                                                                                     : "N, C and the checked rows must be multiples of 16");
     }
     printf("# dbias column sum (bf16 dout, N=%d): alone, and the backward of the layer of that width\n", N);
