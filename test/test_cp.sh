@@ -18,7 +18,7 @@
 #                 pp = 2 × cp = 2): HellaSwag's answers, its loss and the validation loss (1e-5)
 #                 and a sample (its prompts padded to what the cp ranks split) one process's;
 #                 --profile rows for the ring's sends
-#   bf16:         cp = 2 zigzag within 2e-2 of one bf16 process
+#   bf16:         cp = 2 zigzag within 2e-2 of one bf16 process; fp8 with delayed scaling the same
 #   resume:       dp = 2 × cp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; the same
 #                 checkpoint resumed with cp = 1 (dp = 2) goes on within 1e-5
 #   errors:       --seq-len that cp (zigzag: 2·cp) does not divide; a world cp does not divide
@@ -156,6 +156,11 @@ PY
 done
 run ref_bf16 1 --precision bf16
 run cp2_bf16 2 --cp 2 --cp-layout zigzag --precision bf16 && close_losses "$tmp/ref_bf16.jsonl" "$tmp/cp2_bf16.jsonl" "bf16 cp=2 zigzag" 2e-2
+# fp8 with delayed scaling: the cp ranks hold parts of the same sequences and the same weights, and
+# take the max of their amaxes (the dp x cp group's), so one history: bf16's bound against one process
+run ref_fp8d 1 --precision fp8 --fp8-scaling delayed
+run cp2_fp8d 2 --cp 2 --cp-layout zigzag --precision fp8 --fp8-scaling delayed &&
+    close_losses "$tmp/ref_fp8d.jsonl" "$tmp/cp2_fp8d.jsonl" "fp8 delayed scaling cp=2 zigzag" 2e-2
 
 # --- resume: dp = 2 × cp = 2 ZeRO-1, 6 straight steps against 3, resume, 3: bit for bit
 rs=(--cp 2 --cp-layout zigzag --zero 1 --batch-size 4 --steps 6 --shuffle 1 --checkpoint-every 3)
