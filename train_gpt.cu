@@ -767,12 +767,16 @@ int main(int argc, char** argv) {
             { CommScope prof(ctx, mesh.grads(), "loss and norm sums"); comm_sum_doubles(mesh.grads(), &loss_sum, 1); }
             float loss = (float)(loss_sum / ((double)accum * dp * cp));  // (each cp rank's is the mean over its positions)
             const float scaled_norm = dp_grad_norm(&dpar);  // (of the gradients times S, with fp16)
+            double fp8_saturated[2] = {-1, 0};  // (delayed scaling: the tensors that saturated, of how many; all ranks')
             if (model.fp8_delayed.on) {  // the step's amaxes, the max over the ranks that hold these blocks, enter the history
                 // (here, where the norm has just emptied the GPU's queue: the copy waits for nothing)
                 std::vector<float> amax = fp8_delayed_amaxes(ctx, model.fp8_delayed);
                 comm_max_floats(mesh.grads(), amax.data(), (int)amax.size());
-                fp8_delayed_push(ctx, &model.fp8_delayed, amax);
+                fp8_saturated[0] = fp8_delayed_push(ctx, &model.fp8_delayed, amax);
+                fp8_saturated[1] = model.fp8_delayed.n;
                 model.fp8_delayed.record = false;
+                comm_sum_doubles(mesh.tp_group, fp8_saturated, 2);  // (the other blocks' shards, and stages)
+                comm_sum_doubles(mesh.pp_group, fp8_saturated, 2);
             }
             const LossScaleStep scaling = loss_scale_step(&loss_scale, scaled_norm);
             if (loss_scale_floor_hit(scaling))
@@ -804,6 +808,7 @@ int main(int argc, char** argv) {
             print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
             if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
             if (fp16_run) print0(" | loss scale %g", scaling.used);
+            if (fp8_saturated[0] > 0) print0(" | fp8 saturated %.0f of %.0f tensors", fp8_saturated[0], fp8_saturated[1]);
             if (skipped) {  // and why: the z that crossed its bound
                 print0(" | update skipped:");
                 if (scaling.overflow) print0(" fp16 overflow, loss scale %g -> %g", scaling.used, loss_scale.scale);
@@ -814,7 +819,8 @@ int main(int argc, char** argv) {
             print0("\n");
             if (comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
             fflush(stdout);
-            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, skipped, ev, comm_json, fp16_run ? scaling.used : 0.0);
+            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, skipped, ev, comm_json, fp16_run ? scaling.used : 0.0,
+                        (int)fp8_saturated[0]);
 
             if (can_sample && (last || step % sample_every == 0)) sample(step);
             // a SIGTERM, SIGUSR1 or SIGINT that reached any rank: all stop here, with a checkpoint

@@ -43,8 +43,9 @@ comm_max_floats, then fp8_delayed_push: the trainer's step), so their histories 
 identical (and equal one process's: the max over the micro-batches is the whole batch's), and
 the history moves on. The first step, with nothing recorded, scales each tensor from itself.
 Evaluations quantize with the scales and record nothing. A tensor whose amax jumps past its
-history saturates at ±largest for that step (the price of the saved read); the history is in the
-checkpoint (fp8_history*.bin), so a resumed run goes on bit for bit.
+history saturates at ±largest for that step (the price of the saved read: the step line and log
+count such tensors, "fp8_saturated"); the history is in the checkpoint (fp8_history*.bin), so a
+resumed run goes on bit for bit.
 
 The products. cuBLASLt's FP8 kernels on Hopper take only the "TN" form: both operands with the
 summed dimension contiguous (row-major M×K and N×K). The three products of a linear layer
@@ -324,6 +325,7 @@ struct Fp8Delayed {
     long long steps = 0;         // steps recorded (0: none yet, so each quantization scales from its own tensor)
     bool record = false;         // the quantizations running now are a training step's (an evaluation's only read)
     Buf<Fp8Scales> scales;       // [n] on the device: what this step quantizes with
+    std::vector<Fp8Scales> host_scales;  // [n] the same, on the host
     Buf<float> amax;             // [n] on the device: this step's max |x| of each tensor so far
     std::vector<float> history;  // [n][H] on the host: tensor i's amax of step k at i·H + k % H (0 before any)
 };
@@ -338,14 +340,14 @@ inline void fp8_delayed_init(const Ctx& ctx, Fp8Delayed* s, int n, int H) {
 // Sets each tensor's scale from the max of its history (amaxes are ≥ 0, so the zeros of steps
 // not yet recorded change nothing).
 inline void fp8_delayed_set_scales(const Ctx& ctx, Fp8Delayed* s) {
-    std::vector<Fp8Scales> sc(s->n);
+    s->host_scales.resize(s->n);
     for (int i = 0; i < s->n; i++) {
         float m = 0.0f;
         for (int k = 0; k < s->H; k++) m = fmaxf(m, s->history[(size_t)i * s->H + k]);
         const float scale = fp8_scale_for(m, fp8_operand_format(i));
-        sc[i] = {scale, 1.0f / scale};
+        s->host_scales[i] = {scale, 1.0f / scale};
     }
-    ctx_copy(ctx, s->scales.data(), sc.data(), sc.size() * sizeof(Fp8Scales));
+    ctx_copy(ctx, s->scales.data(), s->host_scales.data(), s->n * sizeof(Fp8Scales));
 }
 
 // This step's amaxes, on the host (a wait for the device).
@@ -355,13 +357,19 @@ inline std::vector<float> fp8_delayed_amaxes(const Ctx& ctx, const Fp8Delayed& s
     return a;
 }
 // The step's end: its amaxes (the group's max, from fp8_delayed_amaxes) enter the history, the
-// next step's scales follow from it, and the record starts again from 0.
-inline void fp8_delayed_push(const Ctx& ctx, Fp8Delayed* s, const std::vector<float>& amaxes) {
+// next step's scales follow from it, and the record starts again from 0. Returns how many
+// tensors saturated in the step: those whose amax times the scale they were quantized with
+// passed the format's largest (0 in the first step, which scaled each tensor from itself).
+inline int fp8_delayed_push(const Ctx& ctx, Fp8Delayed* s, const std::vector<float>& amaxes) {
+    int saturated = 0;
+    if (s->steps > 0)
+        for (int i = 0; i < s->n; i++) saturated += amaxes[i] * s->host_scales[i].scale > fp8_largest(fp8_operand_format(i));
     const int slot = (int)(s->steps % s->H);
     for (int i = 0; i < s->n; i++) s->history[(size_t)i * s->H + slot] = amaxes[i];
     s->steps++;
     fp8_delayed_set_scales(ctx, s);
     ctx_zero(ctx, s->amax.data(), (size_t)s->n * sizeof(float));
+    return saturated;
 }
 
 // The history as a checkpoint keeps it: per tensor, its last min(steps, H) amaxes oldest first;

@@ -3,7 +3,9 @@ logger.h — the step log: one JSON object per line (DESIGN §3.6), appended as 
 
 Fields: step, loss, lr, grad_norm, tokens_per_s, ms, mfu (null on the CPU backend); "skipped":
 true on a step whose update was skipped (--skip-loss-z, --skip-norm-z: outliers.h; an fp16
-overflow: loss_scale.h); "loss_scale": S with --precision fp16 (the step's, before any change); on
+overflow: loss_scale.h); "loss_scale": S with --precision fp16 (the step's, before any change);
+"fp8_saturated": with --fp8-scaling delayed, how many FP8 tensors (of all ranks') passed what
+their scale could hold this step, and saturated (fp8.cuh); on
 evaluation steps val_loss (with --val-data) and hellaswag_acc, hellaswag_correct, hellaswag_total,
 hellaswag_loss (with --hellaswag, llmc/hellaswag.h) and eval_s (the seconds they took, which
 ms leaves out); and comm_bytes: the bytes each collective sent per rank this step. A run with
@@ -71,7 +73,7 @@ inline void logger_number(FILE* f, double x) {
 // comm_json: the step's bytes per collective on the dp group ({} when there are none).
 inline void logger_step(Logger* lg, int step, float loss, float lr, float grad_norm, double tokens_per_s,
                         double ms, double mfu, bool skipped, const EvalLog& ev, const std::string& comm_json,
-                        double loss_scale = 0.0) {
+                        double loss_scale = 0.0, int fp8_saturated = -1) {
     if (!lg->f) return;
     fprintf(lg->f, "{\"step\": %d, \"loss\": ", step);
     logger_number(lg->f, loss);
@@ -81,6 +83,7 @@ inline void logger_step(Logger* lg, int step, float loss, float lr, float grad_n
     if (mfu >= 0) fprintf(lg->f, "\"mfu\": %.4f", mfu); else fprintf(lg->f, "\"mfu\": null");
     if (skipped) fprintf(lg->f, ", \"skipped\": true");
     if (loss_scale > 0) fprintf(lg->f, ", \"loss_scale\": %.9g", loss_scale);
+    if (fp8_saturated >= 0) fprintf(lg->f, ", \"fp8_saturated\": %d", fp8_saturated);
     logger_eval_fields(lg->f, ev);
     fprintf(lg->f, ", \"comm_bytes\": %s", comm_json.c_str());
     fprintf(lg->f, "}\n");

@@ -1193,11 +1193,16 @@ static void test_fp8_delayed() {
     fp8_delayed_init(ctx, &st, 6, 3);
     auto amax_at = [](int i, int k) { return k == 1 ? 1000.0f : (float)((i + 1) * (k + 1)); };
     bool rules = true;
+    std::vector<int> saturated;
     for (int k = 0; k < 6; k++) {
         std::vector<float> a(6);
         for (int i = 0; i < 6; i++) a[i] = amax_at(i, k);
         for (int i = 0; i < 6; i++) st.amax.data()[i] = a[i];  // (as the step's quantizations would have left them)
-        fp8_delayed_push(ctx, &st, a);
+        int expect = 0;  // the tensors whose amax passes what the step's scale holds (none in the first step)
+        for (int i = 0; i < 6 && k > 0; i++)
+            expect += a[i] * st.scales.data()[i].scale > fp8_largest(i % 3 == FP8_DOUT ? Fp8Format::E5M2 : Fp8Format::E4M3);
+        saturated.push_back(fp8_delayed_push(ctx, &st, a));
+        rules = rules && saturated.back() == expect;
         for (int i = 0; i < 6; i++) {
             float m = 0;
             for (int j = std::max(0, k - 2); j <= k; j++) m = std::max(m, amax_at(i, j));  // the last 3 steps
@@ -1206,9 +1211,11 @@ static void test_fp8_delayed() {
                     st.amax.data()[i] == 0;
         }
     }
-    report(rules && st.steps == 6 && st.scales.data()[0].scale != fp8_scale_for(1000, Fp8Format::E4M3),
+    report(rules && st.steps == 6 && st.scales.data()[0].scale != fp8_scale_for(1000, Fp8Format::E4M3) && saturated[0] == 0 &&
+           saturated[1] == 6 && saturated[2] == 0,
            "fp8 delayed: each step's scale comes from the max of the last H = 3 amaxes (a spike leaves the window after 3 steps), "
-           "e4m3 for x and W, e5m2 for dout; the record restarts from 0");
+           "e4m3 for x and W, e5m2 for dout; the record restarts from 0; the step counts the tensors that passed their scale "
+           "(all 6 at the spike, none the step after)");
     // the checkpoint's form: the last min(steps, H) oldest first; restored into H = 3 the same
     // scales and, pushed on, the same next ones; into H = 2 the newest 2; into H = 5 all 3
     const std::vector<float> saved = fp8_delayed_saved(st);

@@ -54,7 +54,8 @@ fields() { $PY -c "
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)
-    print(d['step'], repr(d['loss']), repr(d['lr']), repr(d['grad_norm']), repr(d.get('val_loss')), repr(d.get('loss_scale')), d.get('skipped'))" "$1"; }
+    print(d['step'], repr(d['loss']), repr(d['lr']), repr(d['grad_norm']), repr(d.get('val_loss')), repr(d.get('loss_scale')), d.get('skipped'),
+          d.get('fp8_saturated'))" "$1"; }
 
 # --- resume bit-exactness (fp32, and bf16: its working copy is rebuilt from the fp32 master)
 run=(--batch-size 4 --total-batch-tokens 256 --steps 6 --shuffle 1 --val-every 3 --val-steps 2
@@ -73,7 +74,7 @@ resume_test() {  # resume_test PRECISION [NAME FLAGS...]: with FLAGS added (anot
     "$BIN" "${common[@]}" "${run[@]}" "${extra[@]}" --precision "$prec" --output-dir "$b" --checkpoint-every 3 --log-file "$b.jsonl" --resume \
         --save-model "$b.final.bin" >"$b.out" 2>&1 || echo "# $p resumed run failed: $(tail -1 "$b.out")"
     if [ "$(wc -l <"$a.jsonl")" = 6 ] && cmp -s <(fields "$a.jsonl") <(fields "$b.jsonl"); then
-        echo "ok - $p resume: steps 4-6 after resuming at 3 equal the straight run bit for bit (loss, lr, norm, val loss, loss scale, skips)"
+        echo "ok - $p resume: steps 4-6 after resuming at 3 equal the straight run bit for bit (loss, lr, norm, val loss, loss scale, skips, fp8 saturations)"
     else
         echo "not ok - $p resume: logs differ"; diff <(fields "$a.jsonl") <(fields "$b.jsonl") | sed 's/^/#   /'
     fi
@@ -222,6 +223,15 @@ against_fp32 bf16 "bf16"
 against_fp32 fp8 "bf16 with the blocks' products in fp8"
 # delayed scaling: each scale from the amaxes of the last 4 steps (the first step from the tensors)
 against_fp32 fp8 "bf16 with the blocks' products in fp8 (delayed scaling, amax history 4)" --fp8-scaling delayed --fp8-amax-history 4
+# and its log counts the tensors that saturated each step ("fp8_saturated"): none in the first step,
+# which scales each tensor from itself; 0 to all 12 of d1's (x, W, dout of 4 products) after
+$PY - "$tmp/p_fp8_--fp8-scaling_delayed_--fp8-amax-history_4.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+sat = [r.get("fp8_saturated") for r in rows]
+ok = len(rows) == 10 and sat[0] == 0 and all(isinstance(k, int) and 0 <= k <= 12 for k in sat)
+print(("ok" if ok else "not ok") + f" - fp8 delayed scaling: each step's log counts its saturated tensors, 0 in the first ({sat})")
+PY
 against_fp32 fp16 "fp16 with dynamic loss scaling"
 
 # --- fp16's dynamic loss scaling (llmc/loss_scale.h): started at S = 2^24 the gradients overflow
