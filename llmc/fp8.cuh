@@ -173,7 +173,7 @@ inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const 
     const size_t n = (size_t)R * Cc;
     float amax = 0.0f;
     for (size_t i = 0; i < n; i++) amax = std::max(amax, fabsf(to_f(x[i])));  // (NaNs are skipped, as fmaxf does)
-    if (!t.given) *t.scales = {fp8_scale_for(amax, f), 1.0f / fp8_scale_for(amax, f)};
+    if (!t.given) { const float own = fp8_scale_for(amax, f); *t.scales = {own, 1.0f / own}; }
     if (t.amax) *t.amax = std::max(*t.amax, amax);
     const float s = t.scales->scale;
     #pragma omp parallel for schedule(static)
