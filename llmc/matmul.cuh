@@ -37,9 +37,10 @@ dW included, is rounded to T once. The CPU does the same through F32View: the fp
 
 FP8 (ctx.fp8, which the model sets for the transformer blocks' layers under --precision fp8):
 the same three products with their operands quantized (fp8.cuh: E4M3 x and W, E5M2 dout, one
-power-of-two scale per tensor: from the tensor itself, or with delayed scaling from the state that
-ctx.fp8_delayed points to, at this product's place, ctx.fp8_product) into the "TN" form cuBLASLt's FP8 kernels take, so the backward
-multiplies transposed copies (doutᵀ, Wᵀ, xᵀ) that the quantize kernel writes:
+power-of-two scale per tensor: from the tensor itself, or with delayed scaling from the state
+that ctx.fp8_delayed points to, at this product's place, ctx.fp8_product) into the "TN" form
+cuBLASLt's FP8 kernels take, so the backward multiplies transposed copies (doutᵀ, Wᵀ, xᵀ) that
+the quantize kernel writes:
   forward  out  = x·Wᵀ + b             fp8_linear(x, W)
   dinp     dinp = dout·W               fp8_linear(dout, Wᵀ)
   dW      dW  += doutᵀ·x               fp8_linear(doutᵀ, xᵀ)

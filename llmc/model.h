@@ -709,7 +709,8 @@ template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, in
 // A block's four products on this rank, as (input, output) widths: qkv C → Q, the attention
 // projection Ct → C, fc C → Fc, the fc projection Hh → C (gpt_block_forward's matmuls).
 struct ProductWidths { size_t in, out; };
-inline std::array<ProductWidths, 4> gpt_block_products(const GPTConfig& c, int tp) {
+enum BlockProduct { PRODUCT_QKV, PRODUCT_ATTPROJ, PRODUCT_FC, PRODUCT_FCPROJ, NUM_BLOCK_PRODUCTS };
+inline std::array<ProductWidths, NUM_BLOCK_PRODUCTS> gpt_block_products(const GPTConfig& c, int tp) {
     const size_t C = c.channels;
     return {{{C, c.qkv_rows() / tp}, {C / tp, C}, {C, c.fc_rows() / tp}, {(size_t)c.ffn() / tp, C}}};
 }
@@ -733,8 +734,7 @@ inline std::string gpt_fp8_shape_problem(const GPTConfig& c, int tp, int B, int 
 // The ctx the blocks' linear layers run their products with: FP8 with --precision fp8, else the
 // run's own. The classifier's product takes the plain one.
 // With delayed scaling (fp8.cuh) each product of each block this rank holds has its own place in
-// the scaling state: 4 per block, in the order of gpt_block_products.
-enum BlockProduct { PRODUCT_QKV, PRODUCT_ATTPROJ, PRODUCT_FC, PRODUCT_FCPROJ, NUM_BLOCK_PRODUCTS };
+// the scaling state: 4 per block, in the order of gpt_block_products (BlockProduct).
 template <class T> inline std::array<Ctx, NUM_BLOCK_PRODUCTS> linear_ctx(const Ctx& ctx, GPT<T>* g, int l) {
     std::array<Ctx, NUM_BLOCK_PRODUCTS> lin;
     for (int p = 0; p < NUM_BLOCK_PRODUCTS; p++) {
