@@ -1,27 +1,47 @@
 #!/usr/bin/env bash
 # gpu_session.sh — everything a GPU is needed for, in one command, for a machine held for minutes
-# (a rented node by the hour, a shared box): set up, build, `make gpucheck`, `make bench`.
+# (a rented node by the hour, a shared box, a lease of a quarter of an hour): set up, build,
+# `make gpucheck`, `make train`, `make bench`, within a time budget, every log copied out as it grows.
 #
 #   dev/gpu_session.sh STEPS [OUTDIR]
-#     STEPS  comma-separated, run in the order given: build, check, train, bench; or all (= the
-#            four). check honours GPUCHECK_PARTS (test/gpucheck.sh), bench BENCH_PARTS and
-#            BENCH_MODELS (Makefile); train is `make train` (GPT-2 124M on the shipped data,
-#            300 steps), its output kept in ...-train.log.
+#     STEPS  comma-separated, run in the order given:
+#              build        the trainer, gpucheck_ops and the dev/cuda playgrounds
+#              check        `make gpucheck` (GPUCHECK_PARTS); check:P+P+... runs those parts
+#                           (test/gpucheck.sh: ops wgmma train resume pytorch playgrounds
+#                           sanitize dp tp pp cp)
+#              train        `make train` (GPT-2 124M on the shipped data, 300 steps), its output
+#                           kept in ...-train.log
+#              bench        `make bench` (BENCH_PARTS, BENCH_MODELS); bench:P+P+... those parts
+#                           (the Makefile's list: train fp32 fp8 fp8-delayed torch kernels ...)
+#            or a preset:
+#              all          build,check,train,bench (each with its defaults)
+#              core         what the CUDA backend's acceptance needs, most telling first, ~9
+#                           minutes on an H100: build, check:ops+wgmma+train+resume+pytorch+playgrounds,
+#                           train, bench:train+torch (every GPT-2 size; attention against SDPA and
+#                           the wgmma kernels' times; a step against compiled PyTorch)
 #     OUTDIR where the logs are copied every 10 s while a step runs and when it ends, so a
 #            machine taken back (or a command cut off) mid-step still leaves what was written.
+#   GPU_SESSION_SECONDS=N  the budget: each step runs under a limit of what is left of N seconds
+#            (less 10 s to write the summary), and a step with under 30 s left is skipped and
+#            noted; set it a little under the limit of whatever runs this command.
 #
 # Set up: OpenMPI and PCRE2 from .debs/ when that folder exists (scripts/offline_debs.sh: for
 # machines without a package mirror); the CUDA code is built only for this GPU's architecture
 # (sm_90a on an H100/H200: half the compile time of the default sm_90a + sm_80), with one job
 # per core. LLMC_COMMIT names the commit in the logs where the tree has no .git.
 # Logs: dev/gpu_results/<date>-<GPU>-<commit>.log (gpucheck), ...-train.log and ...-bench.md, plus
-# <...>-session.txt with what ran and how long each step took. Exit status: 0 when every step
-# passed.
+# <...>-session.txt with what ran and how long each step took: four files. Exit status: 0 when
+# every step ran and passed. Tested without a GPU by test/test_gpu_session.sh (stand-ins).
 set -u
 cd "$(dirname "$0")/.."
-steps=${1:?usage: dev/gpu_session.sh build,check,train,bench|all [OUTDIR]}
+steps=${1:?usage: dev/gpu_session.sh build,check[:PARTS],train,bench[:PARTS]|all|core [OUTDIR]}
 outdir=${2:-}
-[ "$steps" = all ] && steps=build,check,train,bench
+case $steps in
+all) steps=build,check,train,bench ;;
+core) steps=build,check:ops+wgmma+train+resume+pytorch+playgrounds,train,bench:train+torch ;;
+esac
+budget=${GPU_SESSION_SECONDS:-0}   # 0: no budget
+[[ $budget =~ ^[0-9]+$ ]] || { echo "gpu_session: GPU_SESSION_SECONDS must be a whole number of seconds, not '$budget'"; exit 2; }
 [ -d .debs ] && source scripts/offline_debs.sh use .debs
 export PATH=$PATH:/usr/local/cuda/bin
 command -v nvidia-smi >/dev/null && nvidia-smi -L | grep -q '^GPU' || { echo "gpu_session: no GPU here (nvidia-smi lists none)"; exit 2; }
@@ -35,26 +55,36 @@ prefix=dev/gpu_results/$(date -u +%F)-$gpu-$LLMC_COMMIT
 summary=$prefix-session.txt
 save() { [ -n "$outdir" ] && mkdir -p "$outdir" && cp -f "$@" "$outdir"/ 2>/dev/null; return 0; }
 note() { echo "$*" | tee -a "$summary"; save "$summary"; }
+budget_says=; [ "$budget" -gt 0 ] && budget_says=", a budget of $budget s"
 note "# gpu_session $steps on $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)," \
-     "commit $LLMC_COMMIT, $(date -u '+%F %T') UTC, nvcc $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*'), $gencode"
+     "commit $LLMC_COMMIT, $(date -u '+%F %T') UTC, nvcc $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*'), $gencode$budget_says"
 status=0
 save_logs() { save dev/gpu_results/*"-$LLMC_COMMIT".log dev/gpu_results/*"-$LLMC_COMMIT"-train.log dev/gpu_results/*"-$LLMC_COMMIT"-bench.md; }
-run_step() {  # run_step NAME COMMAND...: runs it, notes its time and exit status, saves new logs
-    local name=$1 t0=$SECONDS rc saver; shift
+run_step() {  # run_step NAME COMMAND...: runs it (under what is left of the budget), notes its time and exit status, saves new logs
+    local name=$1 t0=$SECONDS rc saver limit=(); shift
+    if [ "$budget" -gt 0 ]; then
+        local left=$((budget - SECONDS - 10))
+        if [ $left -lt 30 ]; then note "$name: skipped, $((budget - SECONDS)) s of the $budget s budget left"; status=1; return; fi
+        limit=(timeout -k 10 $left)
+    fi
     if [ -n "$outdir" ]; then (while sleep 10; do save_logs; done) & saver=$!; fi
-    "$@"; rc=$?
+    "${limit[@]}" "$@"; rc=$?
     [ -n "$outdir" ] && { kill "$saver" 2>/dev/null; wait "$saver" 2>/dev/null; }
-    note "$name: exit $rc, $((SECONDS - t0)) s"
+    if [ ${#limit[@]} -gt 0 ] && { [ $rc = 124 ] || [ $rc = 137 ]; }; then note "$name: cut off at the budget's end, $((SECONDS - t0)) s"
+    else note "$name: exit $rc, $((SECONDS - t0)) s"; fi
     save_logs
     [ $rc = 0 ] || status=1
 }
 for step in ${steps//,/ }; do
+    parts=; [[ $step == *:* ]] && parts=${step#*:} && parts=${parts//+/ }
     case $step in
     build) run_step build make -j"$(nproc)" NVCC_GENCODE="$gencode" all build/gpucheck_ops dev-cuda ;;
     check) run_step gpucheck make gpucheck NVCC_GENCODE="$gencode" ;;
+    check:?*) run_step "gpucheck ($parts)" make gpucheck NVCC_GENCODE="$gencode" GPUCHECK_PARTS="$parts" ;;
     train) run_step train bash -o pipefail -c "make train NVCC_GENCODE='$gencode' 2>&1 | tee -a $prefix-train.log" ;;
     bench) run_step bench make bench NVCC_GENCODE="$gencode" ;;
-    *) note "unknown step '$step' (build, check, train, bench or all)"; status=1 ;;
+    bench:?*) run_step "bench ($parts)" make bench NVCC_GENCODE="$gencode" BENCH_PARTS="$parts" ;;
+    *) note "unknown step '$step' (build, check[:PARTS], train, bench[:PARTS], or all, core)"; status=1 ;;
     esac
 done
 exit $status

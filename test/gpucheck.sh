@@ -42,11 +42,15 @@ part() {
     echo "# $name: $((SECONDS - t0)) s"
     pass=$((pass + p)); fail=$((fail + f))
 }
-echo "# gpucheck on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
-
 # GPUCHECK_PARTS picks parts (default all, in this order): ops wgmma train resume pytorch
-# playgrounds sanitize dp tp pp cp
-want() { [[ " ${GPUCHECK_PARTS:-ops wgmma train resume pytorch playgrounds sanitize dp tp pp cp} " == *" $1 "* ]]; }
+# playgrounds sanitize dp tp pp cp; a name not among them is refused before anything runs
+all_parts="ops wgmma train resume pytorch playgrounds sanitize dp tp pp cp"
+parts=${GPUCHECK_PARTS:-$all_parts}
+for p in $parts; do
+    [[ " $all_parts " == *" $p "* ]] || { echo "gpucheck: GPUCHECK_PARTS has '$p', which is not a part ($all_parts)"; exit 2; }
+done
+want() { [[ " $parts " == *" $1 "* ]]; }
+echo "# gpucheck on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), parts: $(echo $parts)"
 want ops && part gpucheck_ops build/gpucheck_ops ops
 # the Hopper flash attention (--flash-wgmma 1, off by default) apart, under its own shorter limit:
 # a fault in it names itself and costs no other part
