@@ -9,6 +9,8 @@
 #   test_vs_pytorch     the trainer vs an independent PyTorch GPT-2 (losses within 1e-4)
 #   test_llama_convert  Llama 3 checkpoints (Meta's and Hugging Face's layouts) converted
 #                       (dev/data/llama3_to_model.py) and run against forwards written as each computes
+#   test_hf_export      model files as Hugging Face folders (dev/data/model_to_hf.py): GPT2LMHeadModel's
+#                       and LlamaForCausalLM's names, their forwards against train_gpt, and back
 #   test_comm           every collective under mpirun (4 and 3 ranks), byte counters, the mesh
 #   test_dp             DDP and ZeRO-1/2/3 on 2 and 4 CPU ranks against one process; memory and
 #                       bytes against the formulas; resume and resharding
@@ -87,6 +89,7 @@ for b in "${binaries[@]}"; do
     if [ "$b" = ./train_gpt ]; then part "test_dp ($b)" bash test/test_dp.sh "$b"
     else part "test_dp ($b, dp=2, quick)" env DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh "$b"; fi
 done
+part "test_hf_export (./train_gpt)" /usr/bin/python3 test/test_hf_export.py ./train_gpt
 part "test_tp (./train_gpt)" bash test/test_tp.sh ./train_gpt
 part "test_pp (./train_gpt)" bash test/test_pp.sh ./train_gpt
 part "test_cp (./train_gpt)" bash test/test_cp.sh ./train_gpt

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""
+model_to_hf.py — a model file of this trainer (--save-model, llm.c's GPT-2 format or ours for
+Llama) as a Hugging Face model folder: config.json and model.safetensors, which transformers'
+AutoModelForCausalLM.from_pretrained(OUTDIR) loads (GPT2LMHeadModel or LlamaForCausalLM), so a
+trained model can be sampled, fine-tuned or scored by tools built on it (lm-evaluation-harness).
+The reverse of dev/data/gpt2_weights.py and dev/data/llama3_to_model.py. numpy only.
+
+  python3 dev/data/model_to_hf.py runs/mine/model.bin hf/mine
+  python3 -c "from transformers import AutoModelForCausalLM as M; M.from_pretrained('hf/mine')"
+
+The tensors keep the file's precision (fp32 -> F32, bf16 -> BF16, bit for bit). What changes:
+  - the token embedding (and an untied Llama's lm_head) loses its padding rows: Vp -> V
+  - GPT-2: Hugging Face keeps the linear layers as Conv1D, y = x·W + b with W of shape
+    (in, out); the model file holds (out, in) like torch.nn.Linear, so c_attn, the attention's
+    c_proj, c_fc and the MLP's c_proj are transposed. lm_head is the tied wte (not stored).
+    Names: transformer.wte, wpe, h.l.ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj,
+    ln_f; activation gelu_new (GELU's tanh form, which llmc/gelu.cuh computes), ε 1e-5.
+  - Llama: qkvw's rows split into q_proj, k_proj, v_proj; fcw's into gate_proj and up_proj.
+    RoPE's pairs: ours are Meta's, channels (2i, 2i+1) of a head (rope.cuh); Hugging Face's
+    rotate_half pairs channel i with i + hd/2, so q and k rows are permuted: its row
+    h·hd + j·hd/2 + i is our row h·hd + 2i + j. config.json: θ, the Llama 3 RoPE scaling where
+    the header has one (rope_type llama3), tie_word_embeddings unless the file has an lm_head,
+    max_position_embeddings = the header's maxT, RMSNorm's ε 1e-5.
+The tokenizer is not written: for GPT-2's vocabulary take Hugging Face's "gpt2" tokenizer (the
+same BPE: data/gpt2_tokenizer.bin is made from its files); for a Llama 3 tokenizer, the
+tokenizer files of the model it came from.
+
+Test: test/test_hf_export.py (random GPT-2 and Llama files, fp32 and bf16, tied and untied:
+the names and shapes transformers expects, a forward written as Hugging Face's models compute
+over the exported tensors against train_gpt's loss, and back through gpt2_weights.py and
+llama3_to_model.py to the same bytes).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+GPT2_MAGIC, LLAMA_MAGIC = 20240326, 20261124
+
+
+def fail(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def read_model(path):
+    """(header as a dict, {our tensor name: array of '<f4' or '<u2' (bf16 bits)}, dtype name) of a model file."""
+    if not os.path.isfile(path):
+        fail(f"'{path}': no such model file")
+    size = os.path.getsize(path)
+    h = np.fromfile(path, dtype="<i4", count=256)
+    if len(h) < 256 or h[0] not in (GPT2_MAGIC, LLAMA_MAGIC):
+        fail(f"'{path}' is not a model file (its first int32 is {h[0] if len(h) else 'missing'}, "
+             f"expected {GPT2_MAGIC} for GPT-2 or {LLAMA_MAGIC} for Llama)")
+    if h[1] not in (3, 5):
+        fail(f"'{path}': model file version {h[1]} is not supported (3 = fp32, 5 = bf16)")
+    maxT, V, L, NH, C, Vp = (int(v) for v in h[2:8])
+    cfg = dict(llama=h[0] == LLAMA_MAGIC, maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp)
+    if cfg["llama"]:
+        NKV, H, theta, untied = (int(v) for v in h[8:12])
+        cfg.update(NKV=NKV, H=H, theta=theta, untied=untied == 1, scaling=tuple(int(v) for v in h[12:16]) if h[12] else None)
+        hd = C // NH
+        shapes = {"wte": (Vp, C), "ln1w": (L, C), "qkvw": (L, (NH + 2 * NKV) * hd, C), "attprojw": (L, C, NH * hd),
+                  "ln2w": (L, C), "fcw": (L, 2 * H, C), "fcprojw": (L, C, H), "lnfw": (C,)}
+        if cfg["untied"]:
+            shapes["lm_head"] = (Vp, C)
+    else:
+        shapes = {"wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C), "qkvw": (L, 3 * C, C),
+                  "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C), "ln2w": (L, C), "ln2b": (L, C),
+                  "fcw": (L, 4 * C, C), "fcb": (L, 4 * C), "fcprojw": (L, C, 4 * C), "fcprojb": (L, C),
+                  "lnfw": (C,), "lnfb": (C,)}
+    dtype = "<f4" if h[1] == 3 else "<u2"
+    width = np.dtype(dtype).itemsize
+    want = 1024 + width * sum(int(np.prod(s)) for s in shapes.values())
+    if size != want:
+        fail(f"'{path}': {size} bytes, but its header ({'Llama' if cfg['llama'] else 'GPT-2'} L={L} C={C} NH={NH} "
+             f"Vp={Vp}, {'fp32' if h[1] == 3 else 'bf16'}) needs {want}")
+    data = np.memmap(path, dtype=dtype, mode="r", offset=1024)
+    tensors, at = {}, 0
+    for name, s in shapes.items():
+        n = int(np.prod(s))
+        tensors[name] = np.asarray(data[at:at + n]).reshape(s)
+        at += n
+    return cfg, tensors, "F32" if h[1] == 3 else "BF16"
+
+
+def gpt2_tensors(cfg, t):
+    """{Hugging Face GPT2LMHeadModel name: array}."""
+    V, L = cfg["V"], cfg["L"]
+    out = {"transformer.wte.weight": t["wte"][:V], "transformer.wpe.weight": t["wpe"]}
+    conv1d = {"qkvw": "attn.c_attn.weight", "attprojw": "attn.c_proj.weight", "fcw": "mlp.c_fc.weight", "fcprojw": "mlp.c_proj.weight"}
+    plain = {"ln1w": "ln_1.weight", "ln1b": "ln_1.bias", "qkvb": "attn.c_attn.bias", "attprojb": "attn.c_proj.bias",
+             "ln2w": "ln_2.weight", "ln2b": "ln_2.bias", "fcb": "mlp.c_fc.bias", "fcprojb": "mlp.c_proj.bias"}
+    for l in range(L):
+        for ours, theirs in plain.items():
+            out[f"transformer.h.{l}.{theirs}"] = t[ours][l]
+        for ours, theirs in conv1d.items():
+            out[f"transformer.h.{l}.{theirs}"] = t[ours][l].T  # (out, in) -> Conv1D's (in, out)
+    out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = t["lnfw"], t["lnfb"]
+    return out
+
+
+def gpt2_config(cfg, dtype):
+    V = cfg["V"]
+    eos = 50256 if V > 50256 else None  # GPT-2's <|endoftext|>, where the vocabulary is GPT-2's
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_positions": cfg["maxT"],
+            "n_ctx": cfg["maxT"], "n_embd": cfg["C"], "n_layer": cfg["L"], "n_head": cfg["NH"], "n_inner": None,
+            "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0, "initializer_range": 0.02, "scale_attn_weights": True, "tie_word_embeddings": True,
+            "bos_token_id": eos, "eos_token_id": eos, "torch_dtype": "float32" if dtype == "F32" else "bfloat16"}
+
+
+def rotate_half_order(w, heads, hd):
+    """q or k rows from Meta's pairs (2i, 2i+1) to Hugging Face's (i, i + hd/2): its row h·hd + j·hd/2 + i is our h·hd + 2i + j."""
+    return w.reshape(heads, hd // 2, 2, -1).transpose(0, 2, 1, 3).reshape(heads * hd, -1)
+
+
+def llama_tensors(cfg, t):
+    """{Hugging Face LlamaForCausalLM name: array}."""
+    V, L, NH, NKV, H, C = cfg["V"], cfg["L"], cfg["NH"], cfg["NKV"], cfg["H"], cfg["C"]
+    hd = C // NH
+    out = {"model.embed_tokens.weight": t["wte"][:V]}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        qkv = t["qkvw"][l]
+        q, k, v = qkv[:NH * hd], qkv[NH * hd:(NH + NKV) * hd], qkv[(NH + NKV) * hd:]
+        out[p + "input_layernorm.weight"] = t["ln1w"][l]
+        out[p + "self_attn.q_proj.weight"] = rotate_half_order(q, NH, hd)
+        out[p + "self_attn.k_proj.weight"] = rotate_half_order(k, NKV, hd)
+        out[p + "self_attn.v_proj.weight"] = v
+        out[p + "self_attn.o_proj.weight"] = t["attprojw"][l]
+        out[p + "post_attention_layernorm.weight"] = t["ln2w"][l]
+        out[p + "mlp.gate_proj.weight"] = t["fcw"][l][:H]
+        out[p + "mlp.up_proj.weight"] = t["fcw"][l][H:]
+        out[p + "mlp.down_proj.weight"] = t["fcprojw"][l]
+    out["model.norm.weight"] = t["lnfw"]
+    if cfg["untied"]:
+        out["lm_head.weight"] = t["lm_head"][:V]
+    return out
+
+
+def llama_config(cfg, dtype):
+    V = cfg["V"]
+    if V >= 128256:     # Llama 3's vocabulary: <|begin_of_text|>, <|end_of_text|>
+        bos, eos = 128000, 128001
+    elif V > 50256:     # GPT-2's (llama:dN's default)
+        bos = eos = 50256
+    else:
+        bos = eos = None
+    c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": cfg["C"],
+         "intermediate_size": cfg["H"], "num_hidden_layers": cfg["L"], "num_attention_heads": cfg["NH"],
+         "num_key_value_heads": cfg["NKV"], "head_dim": cfg["C"] // cfg["NH"], "hidden_act": "silu",
+         "max_position_embeddings": cfg["maxT"], "rms_norm_eps": 1e-5, "rope_theta": float(cfg["theta"]),
+         "rope_scaling": None, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": not cfg["untied"],
+         "initializer_range": 0.02, "bos_token_id": bos, "eos_token_id": eos,
+         "torch_dtype": "float32" if dtype == "F32" else "bfloat16"}
+    if cfg["scaling"]:
+        s, lo, hi, n0 = cfg["scaling"]
+        c["rope_scaling"] = {"rope_type": "llama3", "factor": float(s), "low_freq_factor": float(lo),
+                             "high_freq_factor": float(hi), "original_max_position_embeddings": n0}
+    return c
+
+
+def write_safetensors(path, tensors, dtype):
+    """safetensors: an 8-byte little-endian header length n, n bytes of JSON {name: {dtype, shape,
+    data_offsets}} (padded with spaces to a multiple of 8, so the data is aligned), then the data."""
+    header, at = {"__metadata__": {"format": "pt"}}, 0
+    for name, a in tensors.items():
+        n = a.size * a.itemsize
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [at, at + n]}
+        at += n
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        for a in tensors.values():
+            f.write(np.ascontiguousarray(a).tobytes())
+    os.replace(path + ".tmp", path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="A model file (GPT-2 or Llama) as a Hugging Face model folder: config.json, model.safetensors")
+    ap.add_argument("model", help="a model file: train_gpt --save-model's, llm.c's GPT-2, or a Llama model file")
+    ap.add_argument("out_dir", help="the folder to write config.json and model.safetensors into (made if missing)")
+    a = ap.parse_args()
+    cfg, t, dtype = read_model(a.model)
+    if os.path.exists(a.out_dir) and not os.path.isdir(a.out_dir):
+        fail(f"'{a.out_dir}' exists and is not a folder")
+    os.makedirs(a.out_dir, exist_ok=True)
+    tensors = llama_tensors(cfg, t) if cfg["llama"] else gpt2_tensors(cfg, t)
+    config = llama_config(cfg, dtype) if cfg["llama"] else gpt2_config(cfg, dtype)
+    write_safetensors(os.path.join(a.out_dir, "model.safetensors"), tensors, dtype)
+    with open(os.path.join(a.out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    n = sum(v.size for v in tensors.values())
+    kind = "LlamaForCausalLM" if cfg["llama"] else "GPT2LMHeadModel"
+    print(f"wrote {a.out_dir}/config.json and model.safetensors: {kind} L={cfg['L']} C={cfg['C']} NH={cfg['NH']} V={cfg['V']}, "
+          f"{n / 1e6:.2f}M parameters in {'fp32' if dtype == 'F32' else 'bf16'}")
+
+
+if __name__ == "__main__":
+    main()
