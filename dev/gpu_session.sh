@@ -15,15 +15,20 @@
 #                           (the Makefile's list: train fp32 fp8 fp8-delayed torch kernels ...)
 #            or a preset:
 #              all          build,check,train,bench (each with its defaults)
-#              core         what the CUDA backend's acceptance needs, most telling first, ~9
-#                           minutes on an H100: build, check:ops+wgmma+train+resume+pytorch+playgrounds,
-#                           train, bench:train+torch (every GPT-2 size; attention against SDPA and
-#                           the wgmma kernels' times; a step against compiled PyTorch)
+#              core         what the CUDA backend's acceptance needs, most telling first:
+#                           build, check:ops+wgmma+train+resume+pytorch (every op, the wgmma
+#                           kernels, training against the CPU, resume, PyTorch), bench:train+torch
+#                           (every GPT-2 size; attention against SDPA with the wgmma kernels'
+#                           times; a step against compiled PyTorch), check:playgrounds, train.
+#                           By the 2026-11-22 H100 logs' step times (the suite has grown since)
+#                           about 10 minutes: with a budget, what does not fit is skipped and
+#                           named in the summary, for a second command (the build is kept)
 #     OUTDIR where the logs are copied every 10 s while a step runs and when it ends, so a
 #            machine taken back (or a command cut off) mid-step still leaves what was written.
 #   GPU_SESSION_SECONDS=N  the budget: each step runs under a limit of what is left of N seconds
 #            (less 10 s to write the summary), and a step with under 30 s left is skipped and
-#            noted; set it a little under the limit of whatever runs this command.
+#            noted; the summary's last line then lists the steps cut off or skipped, as the
+#            STEPS of a second command. Set it a little under the limit of whatever runs this.
 #
 # Set up: OpenMPI and PCRE2 from .debs/ when that folder exists (scripts/offline_debs.sh: for
 # machines without a package mirror); the CUDA code is built only for this GPU's architecture
@@ -38,7 +43,7 @@ steps=${1:?usage: dev/gpu_session.sh build,check[:PARTS],train,bench[:PARTS]|all
 outdir=${2:-}
 case $steps in
 all) steps=build,check,train,bench ;;
-core) steps=build,check:ops+wgmma+train+resume+pytorch+playgrounds,train,bench:train+torch ;;
+core) steps=build,check:ops+wgmma+train+resume+pytorch,bench:train+torch,check:playgrounds,train ;;
 esac
 budget=${GPU_SESSION_SECONDS:-0}   # 0: no budget
 [[ $budget =~ ^[0-9]+$ ]] || { echo "gpu_session: GPU_SESSION_SECONDS must be a whole number of seconds, not '$budget'"; exit 2; }
@@ -59,18 +64,19 @@ budget_says=; [ "$budget" -gt 0 ] && budget_says=", a budget of $budget s"
 note "# gpu_session $steps on $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)," \
      "commit $LLMC_COMMIT, $(date -u '+%F %T') UTC, nvcc $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*'), $gencode$budget_says"
 status=0
+unfinished=()   # the steps the budget cut off or skipped, to name for a second command
 save_logs() { save dev/gpu_results/*"-$LLMC_COMMIT".log dev/gpu_results/*"-$LLMC_COMMIT"-train.log dev/gpu_results/*"-$LLMC_COMMIT"-bench.md; }
 run_step() {  # run_step NAME COMMAND...: runs it (under what is left of the budget), notes its time and exit status, saves new logs
     local name=$1 t0=$SECONDS rc saver limit=(); shift
     if [ "$budget" -gt 0 ]; then
         local left=$((budget - SECONDS - 10))
-        if [ $left -lt 30 ]; then note "$name: skipped, $((budget - SECONDS)) s of the $budget s budget left"; status=1; return; fi
+        if [ $left -lt 30 ]; then note "$name: skipped, $((budget - SECONDS)) s of the $budget s budget left"; status=1; unfinished+=("$step"); return; fi
         limit=(timeout -k 10 $left)
     fi
     if [ -n "$outdir" ]; then (while sleep 10; do save_logs; done) & saver=$!; fi
     "${limit[@]}" "$@"; rc=$?
     [ -n "$outdir" ] && { kill "$saver" 2>/dev/null; wait "$saver" 2>/dev/null; }
-    if [ ${#limit[@]} -gt 0 ] && { [ $rc = 124 ] || [ $rc = 137 ]; }; then note "$name: cut off at the budget's end, $((SECONDS - t0)) s"
+    if [ ${#limit[@]} -gt 0 ] && { [ $rc = 124 ] || [ $rc = 137 ]; }; then note "$name: cut off at the budget's end, $((SECONDS - t0)) s"; unfinished+=("$step")
     else note "$name: exit $rc, $((SECONDS - t0)) s"; fi
     save_logs
     [ $rc = 0 ] || status=1
@@ -87,4 +93,5 @@ for step in ${steps//,/ }; do
     *) note "unknown step '$step' (build, check[:PARTS], train, bench[:PARTS], or all, core)"; status=1 ;;
     esac
 done
+[ ${#unfinished[@]} -gt 0 ] && note "not finished within the budget: $(IFS=,; echo "${unfinished[*]}") (dev/gpu_session.sh $(IFS=,; echo "${unfinished[*]}") OUTDIR runs them)"
 exit $status

@@ -6,13 +6,14 @@
 # it runs in a copy of the tree against a stand-in nvidia-smi, nvcc and make (the stand-in make
 # records each call, writes the log that the real target
 # writes, and sleeps or fails on request), and:
-#   - the core preset runs build, gpucheck with the backend's parts, make train and bench with
-#     train+torch, in that order, built for sm_90a on a 9.0 GPU (sm_80 on an 8.0 one)
+#   - the core preset runs build, gpucheck with the backend's parts, bench with train+torch, the
+#     playgrounds, make train, in that order, built for sm_90a on a 9.0 GPU (sm_80 on an 8.0 one)
 #   - each part the core preset names is one test/gpucheck.sh or the Makefile's bench knows, and
 #     gpucheck.sh refuses a part it does not know (exit 2, naming it) before running anything
 #   - while a step runs, its log reaches OUTDIR within the 10 s copy interval
 #   - GPU_SESSION_SECONDS: a step is cut off at the budget's end, the steps after it skipped, and
-#     each is noted in the session summary, which reaches OUTDIR; a non-number is refused
+#     each is noted in the session summary, which reaches OUTDIR and ends with those steps as a
+#     second command's STEPS; a non-number is refused
 #   - the exit status: 0 when every step passed, 1 when one failed (the later steps still run),
 #     2 without a GPU; an unknown step is named
 # usage: test/test_gpu_session.sh     Prints "ok"/"not ok" lines.
@@ -73,23 +74,24 @@ day=$(date -u +%F)
 
 session core -- core
 expected="-j$(nproc) NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a all build/gpucheck_ops dev-cuda
-gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=ops wgmma train resume pytorch playgrounds
-train NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a
-bench NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a BENCH_PARTS=train torch"
-check "core: build, gpucheck (the backend's parts), make train, bench (train torch), in order, for sm_90a" \
+gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=ops wgmma train resume pytorch
+bench NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a BENCH_PARTS=train torch
+gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=playgrounds
+train NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a"
+check "core: build, gpucheck (the backend's parts), bench (train torch), the playgrounds, make train, in order, for sm_90a" \
     diff <(echo "$expected") "$tmp/core.calls"
 check "core: exit 0 when every step passed" test "$(cat "$tmp/core.rc")" = 0
 check "core: the four logs reach OUTDIR (gpucheck's, train's, bench's and the summary)" \
     test -s "$tmp/out_core/$day-Stand-in_GPU-test.log" -a -s "$tmp/out_core/$day-Stand-in_GPU-test-train.log" \
          -a -s "$tmp/out_core/$day-Stand-in_GPU-test-bench.md" -a -s "$tmp/out_core/$day-Stand-in_GPU-test-session.txt"
 check "core: the summary names each step with its exit status" \
-    test "$(grep -cE '^(build|gpucheck \(ops wgmma train resume pytorch playgrounds\)|train|bench \(train torch\)): exit 0, [0-9]+ s$' \
-            "$tmp/out_core/$day-Stand-in_GPU-test-session.txt")" = 4
+    test "$(grep -cE '^(build|gpucheck \(ops wgmma train resume pytorch\)|bench \(train torch\)|gpucheck \(playgrounds\)|train): exit 0, [0-9]+ s$' \
+            "$tmp/out_core/$day-Stand-in_GPU-test-session.txt")" = 5
 
 # the preset's parts exist: gpucheck.sh's list, the Makefile's bench parts
 core_line=$(grep -m1 '^core) steps=' dev/gpu_session.sh)
-gparts=$(echo "$core_line" | sed -n 's/.*check:\([^,]*\).*/\1/p' | tr + ' ')
-bparts=$(echo "$core_line" | sed -n 's/.*bench:\([^ ;]*\).*/\1/p' | tr + ' ')
+gparts=$(echo "$core_line" | grep -o 'check:[a-z0-9+-]*' | cut -d: -f2 | tr '+\n' '  ')
+bparts=$(echo "$core_line" | grep -o 'bench:[a-z0-9+-]*' | cut -d: -f2 | tr '+\n' '  ')
 known_g=$(sed -n 's/^all_parts="\(.*\)"$/\1/p' test/gpucheck.sh)
 known_b=$(sed -n "s/.*make bench: unknown part '\$\$part' (\([^)]*\)).*/\1/p" Makefile)
 unknown=
@@ -114,6 +116,8 @@ check "budget: the next step is skipped and noted, the exit status 1" \
     test "$(grep -cE '^bench: skipped, [0-9]+ s of the 43 s budget left$' "$summary")" = 1 -a "$(cat "$tmp/budget.rc")" = 1 \
          -a "$(grep -c '^bench ' "$tmp/budget.calls")" = 0
 check "budget: the summary's first line states it" grep -q 'a budget of 43 s$' "$summary"
+check "budget: the summary's last line names the unfinished steps as a second command's" \
+    test "$(tail -1 "$summary")" = "not finished within the budget: check:ops,bench (dev/gpu_session.sh check:ops,bench OUTDIR runs them)"
 session nan GPU_SESSION_SECONDS=9m -- build
 check "budget: a non-number is refused (exit 2), nothing run" \
     test "$(cat "$tmp/nan.rc")" = 2 -a ! -s "$tmp/nan.calls" -a "$(grep -c "GPU_SESSION_SECONDS must be a whole number of seconds, not '9m'" "$tmp/nan.txt")" = 1

@@ -6,7 +6,8 @@ AutoModelForCausalLM.from_pretrained(OUTDIR) loads (GPT2LMHeadModel or LlamaForC
 trained model can be sampled, fine-tuned or scored by tools built on it (lm-evaluation-harness).
 The reverse of dev/data/gpt2_weights.py and dev/data/llama3_to_model.py. numpy only.
 
-  python3 dev/data/model_to_hf.py runs/mine/model.bin hf/mine
+  python3 dev/data/model_to_hf.py runs/mine/step_00002000/model.bin hf/mine   (a checkpoint's model file)
+  python3 dev/data/model_to_hf.py mine.bin hf/mine                  (train_gpt --save-model mine.bin)
   python3 -c "from transformers import AutoModelForCausalLM as M; M.from_pretrained('hf/mine')"
 
 The tensors keep the file's precision (fp32 -> F32, bf16 -> BF16, bit for bit). What changes:
