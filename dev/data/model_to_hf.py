@@ -23,14 +23,19 @@ The tensors keep the file's precision (fp32 -> F32, bf16 -> BF16, bit for bit). 
     h·hd + j·hd/2 + i is our row h·hd + 2i + j. config.json: θ, the Llama 3 RoPE scaling where
     the header has one (rope_type llama3), tie_word_embeddings unless the file has an lm_head,
     max_position_embeddings = the header's maxT, RMSNorm's ε 1e-5.
-The tokenizer is not written: for GPT-2's vocabulary take Hugging Face's "gpt2" tokenizer (the
-same BPE: data/gpt2_tokenizer.bin is made from its files); for a Llama 3 tokenizer, the
-tokenizer files of the model it came from.
+The tokenizer: a model of GPT-2's 50257 tokens (every GPT-2, and llama:dN's default) gets GPT-2's
+BPE as Hugging Face's GPT2Tokenizer reads it (vocab.json, merges.txt, tokenizer_config.json),
+written from data/gpt2_tokenizer.bin (--tokenizer: another file of that format, llmc/tokenizer.h,
+with its merges; --tokenizer none: no tokenizer files). Its tokens map to vocab.json's strings by
+GPT-2's byte-to-unicode table, and its merges, in rank order, are merges.txt's lines: together
+OpenAI's encoder.json and vocab.bpe, which the file was made from (make_tokenizer.py). For a
+Llama 3 tokenizer, copy the tokenizer files of the model it came from.
 
 Test: test/test_hf_export.py (random GPT-2 and Llama files, fp32 and bf16, tied and untied:
 the names and shapes transformers expects, a forward written as Hugging Face's models compute
 over the exported tensors against train_gpt's loss, and back through gpt2_weights.py and
-llama3_to_model.py to the same bytes).
+llama3_to_model.py to the same bytes; the tokenizer files against OpenAI's encoder.json and
+vocab.bpe).
 """
 import argparse
 import json
@@ -165,6 +170,49 @@ def llama_config(cfg, dtype):
     return c
 
 
+def byte_to_unicode():
+    """GPT-2's reversible map of the 256 bytes to printable characters (vocab.json's and merges.txt's alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def write_gpt2_tokenizer(path, out_dir, V, maxT):
+    """vocab.json, merges.txt, tokenizer_config.json from a tokenizer file with merges (header [20240328, 2, V, eot, merges])."""
+    with open(path, "rb") as f:
+        data = f.read()
+    h = np.frombuffer(data[:1024], dtype="<i4") if len(data) >= 1024 else None
+    if h is None or h[0] != 20240328:
+        fail(f"--tokenizer '{path}' is not a tokenizer file (llmc/tokenizer.h: magic 20240328)")
+    if h[2] != V:
+        fail(f"--tokenizer '{path}' has {h[2]} tokens, the model {V} (--tokenizer none writes no tokenizer files)")
+    if h[1] != 2 or h[4] <= 0:
+        fail(f"--tokenizer '{path}' has no merges (a decode-only file); make one with dev/data/make_tokenizer.py")
+    tokens, at = [], 1024
+    for _ in range(V):
+        n = data[at]
+        tokens.append(data[at + 1:at + 1 + n])
+        at += 1 + n
+    pairs = np.frombuffer(data[at:at + 8 * int(h[4])], dtype="<i4").reshape(-1, 2)
+    u = byte_to_unicode()
+    text = ["".join(u[b] for b in t) for t in tokens]
+    eot = text[int(h[3])]
+    with open(os.path.join(out_dir, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({t: i for i, t in enumerate(text)}, f, ensure_ascii=False)
+    with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{text[a]} {text[b]}\n" for a, b in pairs))
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "GPT2Tokenizer", "model_max_length": maxT, "bos_token": eot, "eos_token": eot,
+                   "unk_token": eot, "add_prefix_space": False}, f, indent=2)
+        f.write("\n")
+    return len(pairs)
+
+
 def write_safetensors(path, tensors, dtype):
     """safetensors: an 8-byte little-endian header length n, n bytes of JSON {name: {dtype, shape,
     data_offsets}} (padded with spaces to a multiple of 8, so the data is aligned), then the data."""
@@ -186,11 +234,23 @@ def main():
     ap = argparse.ArgumentParser(description="A model file (GPT-2 or Llama) as a Hugging Face model folder: config.json, model.safetensors")
     ap.add_argument("model", help="a model file: train_gpt --save-model's, llm.c's GPT-2, or a Llama model file")
     ap.add_argument("out_dir", help="the folder to write config.json and model.safetensors into (made if missing)")
+    ap.add_argument("--tokenizer", default=None,
+                    help="GPT-2's BPE files from this tokenizer file (default: data/gpt2_tokenizer.bin where the model has "
+                         "GPT-2's 50257 tokens); none: no tokenizer files")
     a = ap.parse_args()
     cfg, t, dtype = read_model(a.model)
+    tok = a.tokenizer
+    if tok is None:
+        shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "gpt2_tokenizer.bin")
+        tok = shipped if cfg["V"] == 50257 and os.path.isfile(shipped) else "none"
+    elif tok != "none" and not os.path.isfile(tok):
+        fail(f"--tokenizer '{tok}': no such file")
     if os.path.exists(a.out_dir) and not os.path.isdir(a.out_dir):
         fail(f"'{a.out_dir}' exists and is not a folder")
     os.makedirs(a.out_dir, exist_ok=True)
+    if tok != "none":
+        merges = write_gpt2_tokenizer(tok, a.out_dir, cfg["V"], cfg["maxT"])
+        print(f"wrote {a.out_dir}/vocab.json, merges.txt, tokenizer_config.json: GPT-2's BPE, {merges} merges (from {os.path.normpath(tok)})")
     tensors = llama_tensors(cfg, t) if cfg["llama"] else gpt2_tensors(cfg, t)
     config = llama_config(cfg, dtype) if cfg["llama"] else gpt2_config(cfg, dtype)
     write_safetensors(os.path.join(a.out_dir, "model.safetensors"), tensors, dtype)
