@@ -16,7 +16,8 @@ scaling; the bf16 and --fp32 files of one checkpoint give the same loss bit for 
 weights are bf16, so both hold them exactly); a model train_gpt saves keeps the scaling. Bad input: use_scaled_rope without --rope-scale,
 another norm_eps, a missing tensor are refused in one line (exit 2). Hugging Face's layout: a
 random checkpoint in two safetensors files with config.json's rope_scaling (llama3, factor 4,
-original context 32), untied, against its own forward within 1e-5.
+original context 32), untied, against its own forward within 1e-5; the same with the config.json
+transformers 5 writes (θ and the scaling in rope_parameters) gives the same file.
 
 usage: python3 test/test_llama_convert.py TRAIN_GPT   (prints ok / not ok lines)
 """
@@ -274,6 +275,18 @@ def main():
         check(ours is not None and abs(ours - want) <= 1e-5,
               "Hugging Face's layout: train_gpt's loss within 1e-5 of LlamaForCausalLM's forward (float64, rotate_half)",
               f"{ours} vs {want:.7f}; {out if ours is None else ''}")
+
+        # the same checkpoint with the config.json transformers 5 writes: θ and the scaling in rope_parameters
+        os.makedirs(os.path.join(tmp, "hf5"), exist_ok=True)
+        for f in os.listdir(os.path.join(tmp, "hf")):
+            if f.endswith(".safetensors"):
+                os.link(os.path.join(tmp, "hf", f), os.path.join(tmp, "hf5", f))
+        c = json.load(open(os.path.join(tmp, "hf", "config.json")))
+        c["rope_parameters"] = dict(c.pop("rope_scaling"), rope_theta=c.pop("rope_theta"))
+        json.dump(c, open(os.path.join(tmp, "hf5", "config.json"), "w"))
+        r = convert(os.path.join(tmp, "hf5"), os.path.join(tmp, "hf5.bin"))
+        check(r.returncode == 0 and open(os.path.join(tmp, "hf5.bin"), "rb").read() == open(os.path.join(tmp, "hf.bin"), "rb").read(),
+              "transformers 5's config.json (rope_parameters: theta and the scaling): the same model file", r.stderr.strip())
 
     # bad input: one line, exit 2, saying what to do
     r = convert(os.path.join(tmp, "scaled"), os.path.join(tmp, "x.bin"))

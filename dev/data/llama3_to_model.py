@@ -28,7 +28,7 @@ Llama's weights are bf16, so the bf16 file (the default) holds them exactly; --f
 same values in fp32. RMSNorm's ε is this trainer's 1e-5 (Llama 3's; another is refused).
 RoPE: rope_theta; Llama 3.1 and 3.2 stretch the slow pairs (rope.cuh): config.json's
 rope_scaling (rope_type llama3) gives factor, low and high frequency factors and the original
-context; Meta's params.json says only use_scaled_rope, so there give --rope-scale (8 for Llama
+context (a config.json that transformers 5 wrote has both in rope_parameters instead); Meta's params.json says only use_scaled_rope, so there give --rope-scale (8 for Llama
 3.1, 32 for Llama 3.2; low 1, high 4, original context 8192 unless --rope-low/--rope-high/
 --rope-original-context say otherwise). The tokenizer is original/tokenizer.model itself (a
 tiktoken rank file, llmc/tokenizer.h); Llama 3's 128256 ids need uint32 shards, which
@@ -97,6 +97,10 @@ def load_hf(folder, a):
                NKV=c.get("num_key_value_heads") or c["num_attention_heads"], theta=c.get("rope_theta", 10000.0),
                eps=c.get("rms_norm_eps", 1e-5), where=cj, scaling=None)
     rs = c.get("rope_scaling")
+    rp = c.get("rope_parameters")  # transformers 5 writes RoPE's θ and scaling here, not as rope_theta, rope_scaling
+    if isinstance(rp, dict) and rp:
+        cfg["theta"] = rp.get("rope_theta", cfg["theta"])
+        rs = rp if rp.get("rope_type", rp.get("type", "default")) != "default" else None
     if rs:
         if rs.get("rope_type", rs.get("type")) != "llama3":
             fail(f"{cj}: rope_scaling of type {rs.get('rope_type', rs.get('type'))!r}; only Llama 3's ('llama3') is supported")
