@@ -19,7 +19,8 @@
 #                           build, check:ops+wgmma+train+resume+pytorch (every op, the wgmma
 #                           kernels, training against the CPU, resume, PyTorch), bench:train+torch
 #                           (every GPT-2 size; attention against SDPA with the wgmma kernels'
-#                           times; a step against compiled PyTorch), check:playgrounds, train.
+#                           times; a step against compiled PyTorch), check:playgrounds+hf (the
+#                           kernel playgrounds; Hugging Face folders against transformers), train.
 #                           By the 2026-11-22 H100 logs' step times (the suite has grown since)
 #                           about 10 minutes: with a budget, what does not fit is skipped and
 #                           named in the summary, for a second command (the build is kept)
@@ -43,7 +44,7 @@ steps=${1:?usage: dev/gpu_session.sh build,check[:PARTS],train,bench[:PARTS]|all
 outdir=${2:-}
 case $steps in
 all) steps=build,check,train,bench ;;
-core) steps=build,check:ops+wgmma+train+resume+pytorch,bench:train+torch,check:playgrounds,train ;;
+core) steps=build,check:ops+wgmma+train+resume+pytorch,bench:train+torch,check:playgrounds+hf,train ;;
 esac
 budget=${GPU_SESSION_SECONDS:-0}   # 0: no budget
 [[ $budget =~ ^[0-9]+$ ]] || { echo "gpu_session: GPU_SESSION_SECONDS must be a whole number of seconds, not '$budget'"; exit 2; }

@@ -20,6 +20,8 @@
 #   dev/cuda         the kernel playgrounds: every version within its bound; their timings
 #   sanitize         compute-sanitizer's memcheck, racecheck, synccheck and initcheck over
 #                    gpucheck_ops and a short bf16 training (test/gpu_sanitize.sh): no errors
+#   hf (not by default) test_hf_export with transformers (GPU images ship it): the exported
+#                    Hugging Face folders loaded by it, models it saved read by our importers
 set -u
 cd "$(dirname "$0")/.."
 BIN=./train_gpt
@@ -42,10 +44,10 @@ part() {
     echo "# $name: $((SECONDS - t0)) s"
     pass=$((pass + p)); fail=$((fail + f))
 }
-# GPUCHECK_PARTS picks parts (default all, in this order): ops wgmma train resume pytorch
-# playgrounds sanitize dp tp pp cp; a name not among them is refused before anything runs
-all_parts="ops wgmma train resume pytorch playgrounds sanitize dp tp pp cp"
-parts=${GPUCHECK_PARTS:-$all_parts}
+# GPUCHECK_PARTS picks parts (default all but hf, in this order): ops wgmma train resume pytorch
+# playgrounds sanitize dp tp pp cp hf; a name not among them is refused before anything runs
+all_parts="ops wgmma train resume pytorch playgrounds sanitize dp tp pp cp hf"
+parts=${GPUCHECK_PARTS:-${all_parts% hf}}
 for p in $parts; do
     [[ " $all_parts " == *" $p "* ]] || { echo "gpucheck: GPUCHECK_PARTS has '$p', which is not a part ($all_parts)"; exit 2; }
 done
@@ -106,6 +108,13 @@ fi
 if want cp; then
     if command -v mpirun >/dev/null; then part "test_cp (cuda, mpi staged through host memory)" env DEVICE=cuda COMM=mpi bash test/test_cp.sh "$BIN"
     else echo "# test_cp skipped: no mpirun (OpenMPI) on this machine"; fi
+fi
+# Hugging Face interop, where transformers is (GPU images ship it; the CPU suite runs the rest of
+# test_hf_export): dev/data/model_to_hf.py's folders loaded by transformers, its tokenizer, and
+# models it saved read by our importers. Not a GPU check, so not by default.
+if want hf; then
+    if "$PY" -c "import transformers" 2>/dev/null; then part "test_hf_export with transformers" "$PY" test/test_hf_export.py "$BIN"
+    else echo "# test_hf_export with transformers skipped: $PY has no transformers"; fi
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

