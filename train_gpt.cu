@@ -409,16 +409,6 @@ int main(int argc, char** argv) {
                         model_spec.c_str(), config.llama() ? "llama" : "gpt2", config.num_layers, config.channels, config.vocab_size,
                         hint);
         }
-        const TrainState saved_layout = checkpoint_read_header(resume_dir);
-        if (saved_layout.saved_tp != tp)
-            usage_error("--resume: the checkpoint in '%s' was written with --tp %lld; resume with the same --tp (AdamW's "
-                        "state is per tensor-parallel rank; dp and --zero may change)", resume_dir.c_str(), (long long)saved_layout.saved_tp);
-        if (saved_layout.saved_pp != pp)
-            usage_error("--resume: the checkpoint in '%s' was written with --pp %lld; resume with the same --pp (AdamW's "
-                        "state is per pipeline stage; dp and --zero may change)", resume_dir.c_str(), (long long)saved_layout.saved_pp);
-        if (saved_layout.saved_vpp != (pp > 1 ? vpp : 1))
-            usage_error("--resume: the checkpoint in '%s' was written with --vpp %lld; resume with the same --vpp (a stage's "
-                        "blocks, and its AdamW state, follow it)", resume_dir.c_str(), (long long)saved_layout.saved_vpp);
         from_file = false;
     }
     if (config.num_heads % tp != 0)
@@ -674,7 +664,11 @@ int main(int argc, char** argv) {
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,
                            (long long)state.saved_pp, (long long)state.saved_vpp);
         if (resume && fp8_delayed) {
-            if (state.fp8_steps >= 0)
+            if (!state.same_layout)
+                print0("fp8 delayed scaling: the checkpoint's amax history is per tp rank and stage of its layout (tp=%lld "
+                       "pp=%lld vpp=%lld), not this one's: it starts anew, the first step scaling each tensor from itself\n",
+                       (long long)state.saved_tp, (long long)state.saved_pp, (long long)state.saved_vpp);
+            else if (state.fp8_steps >= 0)
                 print0("fp8 delayed scaling: the amax history of %lld step(s) from the checkpoint\n", (long long)state.fp8_steps);
             else
                 print0("fp8 delayed scaling: the checkpoint has no amax history (saved without --fp8-scaling delayed): the first "

@@ -26,8 +26,9 @@ new one, never half of one):
                        every unit (the ZeRO shard layout, whatever stage saved it: a stage-0
                        rank writes its chunk of its replica). With tp > 1,
                        state_tpTTT_rankNNNNN.bin for tp rank t (its slice's moments), with pp > 1
-                       state_ppPPP_tpTTT_rankNNNNN.bin for pipeline stage p (its units'), and
-                       resuming needs the same tp, pp and vpp (the interleaved schedule's chunks)
+                       state_ppPPP_tpTTT_rankNNNNN.bin for pipeline stage p (its units'); any
+                       other layout resumes from them (checkpoint_load: each element found
+                       through the model file's order)
   history.bin          the recent losses and gradient norms that --skip-loss-z / --skip-norm-z
                        judge a step against (outliers.h), and fp16's loss scale (loss_scale.h),
                        from rank 0: int64 [20261123, 2, n_loss, n_norm, S (the bits of a
@@ -45,7 +46,9 @@ new one, never half of one):
   manifest.json        step, layout and config, for people and tools
 --keep-checkpoints N deletes all but the newest N after each one is written.
 Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one; a
-different dp or ZeRO stage reads each element from the old rank that held it (resharding).
+different dp, ZeRO stage, tp, pp or vpp reads each element from the old rank that held it
+(resharding: the run goes on as the same training, its sums in the new layout's order; FP8's amax
+history, per tp rank and stage, starts anew).
 
 Stopping on a signal (with --output-dir): SIGTERM (a scheduler's stop), SIGUSR1 (Slurm's
 --signal=USR1@SECONDS before the time limit; mpirun forwards it to every rank, whereas it answers
@@ -57,7 +60,8 @@ A second signal of the same kind kills at once (the handler is reset when it run
 
 Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume bit-exactness),
 test/test_dp.sh (sharded checkpoints in every ZeRO stage, resharding), test/test_tp.sh and
-test/test_pp.sh (tensor-parallel and pipeline checkpoints); stopping on a signal:
+test/test_pp.sh (tensor-parallel and pipeline checkpoints, resumed with another tp, pp, vpp:
+every tensor's change from the checkpoint within 1e-4 of the straight run's); stopping on a signal:
 test/test_train.sh (one process), test/test_dp.sh (a signal to one rank of two, and to mpirun).
 */
 #pragma once
@@ -205,6 +209,7 @@ struct TrainState {
     uint64_t rng_state = 0;      // the sampler's generator
     int64_t B = 0, T = 0, total_batch = 0;
     int64_t saved_dp = 1, saved_zero = 0, saved_tp = 1, saved_pp = 1, saved_vpp = 1;
+    bool same_layout = true;  // (checkpoint_load) saved with this run's tp, pp and vpp
     std::vector<double> loss_history, norm_history;  // outliers.h's windows, oldest first
     double loss_scale = 0.0;      // fp16's loss scale S (loss_scale.h; 0: none saved)
     int64_t loss_scale_clean = 0; // and its clean steps since the last change
@@ -380,54 +385,124 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
     return s;
 }
 
-// Loads the weights (model.bin) and this rank's part of AdamW's moments from a checkpoint
-// saved with any dp size and ZeRO stage: each element is read from the old rank whose chunk
-// held it. This is what makes resharding (say dp=4 ZeRO-3 → dp=2 ZeRO-1) work. The tp and pp
-// sizes must be the ones it was saved with (the trainer checks): a tp rank of a pipeline stage
-// reads its own state files.
+// One (tp rank, pipeline stage) of the layout a checkpoint was saved with: its dp ranks' state
+// files and where each unit's chunk starts in them.
+struct SavedStateGroup {
+    ParamLayout layout;
+    std::vector<FILE*> files;        // one per old dp rank (opened on first use)
+    std::vector<std::string> names;
+    std::vector<size_t> unit_size, unit_off;  // each unit's size in this layout, its chunk's place in a file
+    size_t per_part = 0;             // elements of m (then of v) in a file
+};
+
+// Copies old unit elements [ob, ob + n) of unit u, part (0: m, 1: v), from the old dp ranks'
+// chunks that hold them, to `dst` (host).
+inline void saved_state_read(SavedStateGroup& g, int old_N, int part, int u, size_t ob, size_t n, float* dst) {
+    const size_t S = g.unit_size[u];
+    for (int q = 0; q < old_N && n; q++) {
+        const size_t b = std::max(ob, chunk_begin(S, old_N, q)), e = std::min(ob + n, chunk_end(S, old_N, q));
+        if (e <= b) continue;
+        const size_t elem = (size_t)part * g.per_part + g.unit_off[u] + (b - chunk_begin(S, old_N, q));
+        fseek(g.files[q], (long)(STATE_HEADER * 8 + elem * 4), SEEK_SET);
+        fread_or_die(dst + (b - ob), 4, e - b, g.files[q], g.names[q].c_str());
+    }
+}
+
+// Loads the weights (model.bin) and this rank's part of AdamW's moments from a checkpoint saved
+// with any layout: dp size, ZeRO stage, tp, pp and vpp may all differ from this run's. The weights
+// come from the model file, which every layout reads its pieces of (unit_file_pieces). The
+// moments are found through the same file order: for each piece of a unit this rank owns, the
+// pieces of that unit in the old (tp rank, stage) layouts that overlap it in model-file order, and
+// in those the old dp ranks' chunks (each old rank's state file holds its chunk of its units, as
+// checkpoint_save writes it). A piece every old tp rank held (replicated: LayerNorms, biases of
+// row-split products, wpe) is read from tp rank 0's files, the embeddings from stage 0's (the last
+// stage's tied copy holds the same). With the saved layout this reads each old chunk once, in
+// runs as long as the tensors. So dp=4 ZeRO-3 resumes as dp=2 ZeRO-1, tp=2 as tp=1, pp=2 × vpp=2
+// as pp=4. Every element of this rank's range is checked to be found exactly once.
 template <class T> inline TrainState checkpoint_load(const std::string& dir, DataParallel<T>* d) {
     TrainState s = checkpoint_read_header(dir);
+    const GPTConfig& c = d->g->config;
     const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank, pp = d->g->layout.pp, stage = d->g->layout.stage;
-    CHECK(s.saved_tp == tp && s.saved_pp == pp && s.saved_vpp == d->g->layout.vpp(),
-          "checkpoint_load: saved with tp=%lld pp=%lld vpp=%lld, loading with tp=%d pp=%d vpp=%d", (long long)s.saved_tp,
-          (long long)s.saved_pp, (long long)s.saved_vpp, tp, pp, d->g->layout.vpp());
+    const int old_N = (int)s.saved_dp, old_tp = (int)s.saved_tp, old_pp = (int)s.saved_pp, old_vpp = (int)s.saved_vpp;
+    s.same_layout = old_tp == tp && old_pp == pp && old_vpp == d->g->layout.vpp();
     model_file_load(d, (dir + "/model.bin").c_str());
-    int old_N = (int)s.saved_dp;
-    std::vector<FILE*> files(old_N);
-    for (int q = 0; q < old_N; q++) {
-        std::string sp = state_file(dir, q, tp, tp_rank, pp, stage);
-        files[q] = fopen_or_die(sp.c_str(), "rb");
-        int64_t h[STATE_HEADER];
-        fread_or_die(h, sizeof(int64_t), STATE_HEADER, files[q], sp.c_str());
-        if (h[0] != STATE_MAGIC || h[9] != old_N) fatal("'%s' does not belong to this checkpoint", sp.c_str());
-        if (h[8] != (int64_t)d->g->layout.total)  // (e.g. a tp checkpoint from before wte was split over the tp ranks)
-            fatal("'%s' holds AdamW state for %lld parameters a rank, this run's layout %zu: another model, or a checkpoint "
-                  "of an older layout (its model.bin loads with --model)", sp.c_str(), (long long)h[8], d->g->layout.total);
-    }
-    size_t old_total = 0;
-    std::vector<size_t> old_off(d->units.size());
-    for (size_t u = 0; u < d->units.size(); u++) { old_off[u] = old_total; old_total += chunk_size(d->units[u].size, old_N); }
-    int part = 0;
+    const int U = gpt_num_units(c);
+    std::vector<SavedStateGroup> old((size_t)old_tp * old_pp);
+    auto group = [&](int t, int q) -> SavedStateGroup& {  // old tp rank t of stage q, its files opened
+        SavedStateGroup& g = old[(size_t)q * old_tp + t];
+        if (!g.files.empty()) return g;
+        g.layout = make_layout(c, old_tp, t, old_pp, q, old_vpp);
+        for (int u = 0; u < U; u++) {
+            g.unit_size.push_back(unit_span(c, g.layout, u).size);
+            g.unit_off.push_back(g.per_part);
+            g.per_part += chunk_size(g.unit_size[u], old_N);
+        }
+        for (int r = 0; r < old_N; r++) {
+            g.names.push_back(state_file(dir, r, old_tp, t, old_pp, q));
+            g.files.push_back(fopen_or_die(g.names[r].c_str(), "rb"));
+            int64_t h[STATE_HEADER];
+            fread_or_die(h, sizeof(int64_t), STATE_HEADER, g.files[r], g.names[r].c_str());
+            if (h[0] != STATE_MAGIC || h[9] != old_N || std::max<int64_t>(h[11], 1) != old_tp || std::max<int64_t>(h[12], 1) != old_pp)
+                fatal("'%s' does not belong to this checkpoint", g.names[r].c_str());
+            if (h[8] != (int64_t)g.layout.total)  // (e.g. a tp checkpoint from before wte was split over the tp ranks)
+                fatal("'%s' holds AdamW state for %lld parameters a rank, its layout %zu: another model, or a checkpoint "
+                      "of an older layout (its model.bin loads with --model)", g.names[r].c_str(), (long long)h[8], g.layout.total);
+        }
+        return g;
+    };
+    auto by_file = [](const FilePiece& a, const FilePiece& b) { return a.file_off < b.file_off; };
+    struct Run { size_t unit_off, old_off, n; SavedStateGroup* g; };  // my unit [unit_off, +n) = g's unit [old_off, +n)
     std::vector<float> piece;
-    for (Buf<float>* buf : {&d->m, &d->v}) {
-        for (size_t u = 0; u < d->units.size(); u++) {
-            size_t S = d->units[u].size, c_old = chunk_size(S, old_N);
-            for (int q = 0; q < old_N; q++) {  // old chunk q ∩ my range
-                size_t b = std::max(d->own_begin[u], chunk_begin(S, old_N, q)), e = std::min(d->own_end[u], chunk_end(S, old_N, q));
-                if (e <= b) continue;
-                size_t elem = (size_t)part * old_total + old_off[u] + (b - (size_t)q * c_old);
-                fseek(files[q], (long)(STATE_HEADER * 8 + elem * 4), SEEK_SET);
-                piece.resize(e - b);
-                fread_or_die(piece.data(), 4, e - b, files[q], state_file(dir, q, tp, tp_rank, pp, stage).c_str());
-                ctx_copy(d->ctx, dp_opt_at(d, *buf, (int)u, b), piece.data(), (e - b) * sizeof(float));
+    for (int u = 0; u < U; u++) {
+        const size_t own_b = d->own_begin[u], own_e = d->own_end[u];
+        if (own_e <= own_b) continue;
+        std::vector<FilePiece> mine = unit_file_pieces(c, d->g->layout, u);
+        std::sort(mine.begin(), mine.end(), by_file);
+        std::vector<Run> runs;
+        for (int q = 0; q < old_pp; q++) {
+            const ParamLayout ql = make_layout(c, old_tp, 0, old_pp, q, old_vpp);
+            if (unit_span(c, ql, u).size == 0 || (u == 0 && q != 0)) continue;  // (not this stage's; the embeddings: stage 0's)
+            for (int t = 0; t < old_tp; t++) {
+                SavedStateGroup& g = group(t, q);
+                std::vector<FilePiece> theirs = unit_file_pieces(c, g.layout, u);
+                std::sort(theirs.begin(), theirs.end(), by_file);
+                size_t j = 0;
+                for (const FilePiece& a : mine) {  // (both sorted by their place in the file: one sweep)
+                    while (j < theirs.size() && theirs[j].file_off + theirs[j].n <= a.file_off) j++;
+                    for (size_t k = j; k < theirs.size() && theirs[k].file_off < a.file_off + a.n; k++) {
+                        const FilePiece& o = theirs[k];
+                        if (o.replicated && t != 0) continue;
+                        const size_t fb = std::max(a.file_off, o.file_off), fe = std::min(a.file_off + a.n, o.file_off + o.n);
+                        size_t ub = a.unit_off + (fb - a.file_off), ue = ub + (fe - fb);
+                        size_t ob = o.unit_off + (fb - o.file_off);
+                        if (ub < own_b) { ob += own_b - ub; ub = own_b; }  // (clipped to this rank's range)
+                        if (ue > own_e) ue = own_e;
+                        if (ue <= ub) continue;
+                        Run* last = runs.empty() ? nullptr : &runs.back();  // (one run while both sides go on)
+                        if (last && last->g == &g && last->unit_off + last->n == ub && last->old_off + last->n == ob) last->n += ue - ub;
+                        else runs.push_back(Run{ub, ob, ue - ub, &g});
+                    }
+                }
             }
         }
-        part++;
+        size_t found = 0;
+        for (const Run& r : runs) found += r.n;
+        CHECK(found == own_e - own_b, "checkpoint_load: unit %d: %zu of this rank's %zu elements of AdamW's state found in '%s'",
+              u, found, own_e - own_b, dir.c_str());
+        for (int part = 0; part < 2; part++)
+            for (const Run& r : runs) {
+                piece.resize(r.n);
+                saved_state_read(*r.g, old_N, part, u, r.old_off, r.n, piece.data());
+                ctx_copy(d->ctx, dp_opt_at(d, part == 0 ? d->m : d->v, u, r.unit_off), piece.data(), r.n * sizeof(float));
+            }
     }
-    for (FILE* f : files) fclose(f);
+    for (SavedStateGroup& g : old)
+        for (FILE* f : g.files) fclose(f);
+    // The FP8 amax history is per tp rank and stage (its tensors are the rank's slices of its
+    // blocks): with another layout it starts empty, as the first run's did.
     Fp8Delayed* fd = &d->g->fp8_delayed;
     const std::string fp = fp8_history_file(dir, tp, tp_rank, pp, stage);
-    FILE* hf = fd->on ? fopen(fp.c_str(), "rb") : nullptr;
+    FILE* hf = fd->on && s.same_layout ? fopen(fp.c_str(), "rb") : nullptr;
     if (hf) {  // (absent: a run with current scaling saved it, and the history starts empty)
         int64_t fh[STATE_HEADER];
         fread_or_die(fh, sizeof(int64_t), STATE_HEADER, hf, fp.c_str());

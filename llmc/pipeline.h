@@ -73,7 +73,7 @@ the same whatever the timing (each list runs in its order and each way's message
 the order sent), so the run is decided by its dataflow alone — and pp_simulate, with the caps,
 completes it. "pipeline rank r: ... send buffers" reports the copies a run made. Evaluation runs a micro-batch through the stages one after the other
 (model.h: gpt_infer). Checkpoints hold a state file per stage (checkpoint.h) and resume with
-the same --pp and --vpp. Every ZeRO stage composes: a stage's backward ends with its first block, not the
+any --pp and --vpp (and --tp, dp). Every ZeRO stage composes: a stage's backward ends with its first block, not the
 embeddings, so its units' reduce-scatters still pending are finished after each backward
 (dp_reduces_finish); ZeRO-3's prefetch guesses the whole model's order and skips the units the
 stage does not hold (a wrong guess only costs the gather it would have hidden); DDP and ZeRO-1 reduce a

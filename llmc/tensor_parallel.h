@@ -67,8 +67,8 @@ communicators be issued in the same order on every rank, which they are here (ev
 the same program); frameworks that overlap data-parallel reductions with tensor-parallel
 compute run two communicators' kernels at once the same way, but it has not run on GPUs here yet.
 A model file is always the whole model: each tp rank writes its own slices into it
-(checkpoint.h). AdamW's state is per tp rank, so a checkpoint resumes with the same --tp (its
-dp and ZeRO stage may change, and --sp, which moves no parameter).
+(checkpoint.h). AdamW's state is per tp rank; a checkpoint resumes with any --tp (and dp, ZeRO
+stage, --sp, pp): checkpoint_load finds each element through the model file's order.
 
 Sequence parallelism (--sp 1). Above, every tp rank runs the LayerNorms and the residual adds
 on all B·T positions and holds their activations whole: 4·C a block a position, the part of a

@@ -32,9 +32,12 @@
 #                 (pp = 2, tp = 2 × pp = 2, interleaved) --hellaswag, --val-tokens and a sample bit
 #                 for bit
 #   bf16:         within 2e-2 of one bf16 process
-#   resume:       dp = 2 × pp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; another
-#                 --pp refused; interleaved: 2 + 2 = 4 bit for bit, another --vpp refused; and
-#                 in fp8 with delayed scaling (an amax history per stage), within 2e-2 of one process
+#   resume:       dp = 2 × pp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; with
+#                 --pp 1 the run goes on as the straight one (losses 1e-5, every tensor's change
+#                 1e-4); interleaved: 2 + 2 = 4 bit for bit, and resumed as pp = 4 1f1b and as
+#                 tp = 2 without a pipeline alike; in fp8 with delayed scaling (an amax history per
+#                 stage), within 2e-2 of one process, bit for bit resumed, and resumed in one
+#                 process with a new history (said) within 2e-2
 #   errors:       --pp above the layers, interleaved without --vpp or m not a multiple of pp,
 #                 --vpp without interleaved, pp·vpp above the layers, --batch-size auto with
 #                 interleaved and a step not a multiple of pp sequences: one line each, exit 2
@@ -315,7 +318,7 @@ run ref_bf16 1 --precision bf16
 run pp2_bf16 2 --pp 2 --precision bf16 && close_losses "$tmp/ref_bf16.jsonl" "$tmp/pp2_bf16.jsonl" "bf16 pp=2" 2e-2
 
 # --- resume: dp = 2 × pp = 2 ZeRO-1 (1f1b), 6 straight steps against 3, resume, 3: bit for bit
-# (a state file per stage, tp and dp rank); the checkpoint resumed with another --pp is refused
+# (a state file per stage, tp and dp rank)
 rs=(--pp 2 --zero 1 --total-batch-tokens $((M * 8 * T)) --steps 6 --shuffle 1 --checkpoint-every 3)
 mpi 4 "${common[@]}" "${rs[@]}" --output-dir "$tmp/ra" --log-file "$tmp/ra.jsonl" --save-model "$tmp/ra.bin" >"$tmp/ra.txt" 2>&1
 mkdir -p "$tmp/rb" "$tmp/rc"
@@ -329,10 +332,14 @@ if [ "$(wc -l <"$tmp/rb.jsonl" 2>/dev/null)" = 3 ] && ls "$tmp/ra/step_00000003"
 else
     echo "not ok - dp=2 x pp=2 zero=1: resume differs"; tail -2 "$tmp/rb.txt" | sed 's/^/#   /'
 fi
-check_error "a --pp 2 checkpoint resumed with --pp 1" 4 "written with --pp 2; resume with the same --pp" \
-    "${rs[@]}" --pp 1 --output-dir "$tmp/rc" --resume
-# interleaved (d4, pp = 2, vpp = 2): 4 straight steps against 2, resume, 2; the checkpoint resumed
-# with 1f1b (the same --pp, other blocks on each stage) is refused
+# the same checkpoint with --pp 1 (dp = 2): each stage's AdamW state found through the model
+# file's order (checkpoint.h); steps 4-6 as the straight run's, every tensor's change alike
+mpi 2 "${common[@]}" "${rs[@]}" --pp 1 --output-dir "$tmp/rc" --resume --log-file "$tmp/rc.jsonl" --save-model "$tmp/rc.bin" >"$tmp/rc.txt" 2>&1
+tail -3 "$tmp/ra.jsonl" >"$tmp/ra_tail.jsonl"
+close_losses "$tmp/ra_tail.jsonl" "$tmp/rc.jsonl" "the dp=2 x pp=2 checkpoint resumed with --pp 1, steps 4-6" 1e-5 | sed 's/of one process/of the straight run/'
+$PY test/compare_models.py --updates "$tmp/ra/step_00000003/model.bin" "$tmp/ra.bin" "$tmp/rc.bin" 1e-4 |
+    sed "s/ - / - the dp=2 x pp=2 checkpoint resumed with --pp 1: steps 4-6 as the straight run's: /"
+# interleaved (d4, pp = 2, vpp = 2): 4 straight steps against 2, resume, 2
 ri=(--model d4 --pp 2 --pp-schedule interleaved --vpp 2 --steps 4 --shuffle 1 --checkpoint-every 2)
 mpi 2 "${common[@]}" "${ri[@]}" --output-dir "$tmp/ia" --log-file "$tmp/ia.jsonl" --save-model "$tmp/ia.bin" >"$tmp/ia.txt" 2>&1
 mkdir -p "$tmp/ib" "$tmp/ic"
@@ -344,8 +351,20 @@ if [ "$(wc -l <"$tmp/ib.jsonl" 2>/dev/null)" = 2 ] &&
 else
     echo "not ok - pp=2 interleaved: resume differs"; tail -2 "$tmp/ib.txt" | sed 's/^/#   /'
 fi
-check_error "a --vpp 2 checkpoint resumed with 1f1b" 2 "written with --vpp 2; resume with the same --vpp" \
-    "${ri[@]}" --pp-schedule 1f1b --vpp 1 --output-dir "$tmp/ic" --resume
+# the interleaved checkpoint (pp = 2, vpp = 2: blocks 0, 2 and 1, 3) with 1f1b over pp = 4 (a block
+# a stage) and, tensor parallel, tp = 2 in one pipeline: the run goes on as the straight one
+mpi 4 "${common[@]}" "${ri[@]}" --pp 4 --pp-schedule 1f1b --vpp 1 --output-dir "$tmp/ic" --resume --log-file "$tmp/ic.jsonl" \
+    --save-model "$tmp/ic.bin" >"$tmp/ic.txt" 2>&1
+mkdir -p "$tmp/id" && cp -r "$tmp/ia/step_00000002" "$tmp/id/"
+mpi 2 "${common[@]}" "${ri[@]}" --pp 1 --pp-schedule 1f1b --vpp 1 --tp 2 --output-dir "$tmp/id" --resume --log-file "$tmp/id.jsonl" \
+    --save-model "$tmp/id.bin" >"$tmp/id.txt" 2>&1
+tail -2 "$tmp/ia.jsonl" >"$tmp/ia_tail.jsonl"
+for r in "ic pp=4 1f1b" "id tp=2"; do
+    read -r name what <<<"$r"
+    close_losses "$tmp/ia_tail.jsonl" "$tmp/$name.jsonl" "the pp=2 interleaved checkpoint resumed with $what, steps 3-4" 1e-5 | sed 's/of one process/of the straight run/'
+    $PY test/compare_models.py --updates "$tmp/ia/step_00000002/model.bin" "$tmp/ia.bin" "$tmp/$name.bin" 1e-4 |
+        sed "s/ - / - the pp=2 interleaved checkpoint resumed with $what: steps 3-4 as the straight run's: /"
+done
 # fp8 with delayed scaling (fp8.cuh) on the interleaved schedule: each stage keeps the amax history
 # of its chunks' blocks (blocks 0 and 2 on stage 0: the state's places follow the blocks a rank
 # holds, not their numbers) in a file of its own; a micro-batch's quantizations, in whatever
@@ -362,6 +381,17 @@ if [ "$(wc -l <"$tmp/jb.jsonl" 2>/dev/null)" = 2 ] && [ -s "$tmp/ja/step_0000000
     echo "ok - fp8 delayed pp=2 interleaved: resuming at step 2 continues bit for bit (an amax history file per stage)"
 else
     echo "not ok - fp8 delayed pp=2 interleaved: resume differs"; tail -2 "$tmp/jb.txt" | sed 's/^/#   /'
+fi
+# the same checkpoint in one process: the amax history is the stages' (their blocks' slots), so it
+# starts anew, and says so; the run goes on within fp8's bound of the straight one
+mkdir -p "$tmp/jc" && cp -r "$tmp/ja/step_00000002" "$tmp/jc/" 2>/dev/null
+mpi 1 "${common[@]}" "${ri[@]}" "${d8[@]}" --pp 1 --pp-schedule 1f1b --vpp 1 --output-dir "$tmp/jc" --resume --log-file "$tmp/jc.jsonl" >"$tmp/jc.txt" 2>&1
+tail -2 "$tmp/ja.jsonl" >"$tmp/ja_tail.jsonl"
+if grep -q "amax history is per tp rank and stage of its layout (tp=1 pp=2 vpp=2), not this one's: it starts anew" "$tmp/jc.txt"; then
+    close_losses "$tmp/ja_tail.jsonl" "$tmp/jc.jsonl" "fp8 delayed pp=2 interleaved resumed in one process (a new amax history)" 2e-2 |
+        sed 's/of one process/of the straight run/'
+else
+    echo "not ok - fp8 delayed resumed in another layout: no line saying the amax history starts anew"; tail -2 "$tmp/jc.txt" | sed 's/^/#   /'
 fi
 
 # --- errors: one line naming the flag, exit 2
