@@ -416,9 +416,9 @@ inline void saved_state_read(SavedStateGroup& g, int old_N, int part, int u, siz
 // in those the old dp ranks' chunks (each old rank's state file holds its chunk of its units, as
 // checkpoint_save writes it). A piece every old tp rank held (replicated: LayerNorms, biases of
 // row-split products, wpe) is read from tp rank 0's files, the embeddings from stage 0's (the last
-// stage's tied copy holds the same). With the saved layout this reads each old chunk once, in
-// runs as long as the tensors. So dp=4 ZeRO-3 resumes as dp=2 ZeRO-1, tp=2 as tp=1, pp=2 × vpp=2
-// as pp=4. Every element of this rank's range is checked to be found exactly once.
+// stage's tied copy holds the same). Runs that go on in both layouts are read as one, so with
+// the saved layout each old chunk is one read, as before. So dp=4 ZeRO-3 resumes as dp=2 ZeRO-1,
+// tp=2 as tp=1, pp=2 × vpp=2 as pp=4. The elements found are counted against the rank's range.
 template <class T> inline TrainState checkpoint_load(const std::string& dir, DataParallel<T>* d) {
     TrainState s = checkpoint_read_header(dir);
     const GPTConfig& c = d->g->config;
