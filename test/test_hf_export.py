@@ -339,6 +339,21 @@ def main():
     check(not os.path.exists(os.path.join(tmp, "hf_gpt2_fp32", "vocab.json")),
           "a model of another vocabulary gets no tokenizer files by default")
 
+    # ---- a run's --output-dir: its newest checkpoint's model.bin
+    runs = os.path.join(tmp, "runs")
+    r = subprocess.run([binary, "--model", os.path.join(tmp, "gpt2_fp32.bin"), "--train-data", shard, "--val-data", "", "--batch-size", "2",
+                        "--seq-len", "32", "--steps", "2", "--checkpoint-every", "1", "--output-dir", runs], capture_output=True, text=True)
+    r2 = export(runs, os.path.join(tmp, "hf_runs"))
+    st = os.path.join(tmp, "hf_runs", "model.safetensors")
+    newest = as_f64(st) if r2.returncode == 0 and os.path.isfile(st) else None
+    sd = {}
+    if newest is not None:
+        export(os.path.join(runs, "step_00000002", "model.bin"), os.path.join(tmp, "hf_step2"))
+        sd = as_f64(os.path.join(tmp, "hf_step2", "model.safetensors"))
+    check(r.returncode == 0 and newest is not None and "step_00000002" in r2.stdout and
+          all(torch.equal(newest[k], sd[k]) for k in sd) and len(sd) == len(newest),
+          "an --output-dir: its newest checkpoint's model.bin (step 2 of 1, 2)", (r.stderr + r2.stderr).strip()[-300:])
+
     # ---- bad input
     r = export(shard, os.path.join(tmp, "x"))
     check(r.returncode == 2 and r.stderr.count("\n") == 1 and "is not a model file" in r.stderr

@@ -6,8 +6,8 @@ AutoModelForCausalLM.from_pretrained(OUTDIR) loads (GPT2LMHeadModel or LlamaForC
 trained model can be sampled, fine-tuned or scored by tools built on it (lm-evaluation-harness).
 The reverse of dev/data/gpt2_weights.py and dev/data/llama3_to_model.py. numpy only.
 
-  python3 dev/data/model_to_hf.py runs/mine/step_00002000/model.bin hf/mine   (a checkpoint's model file)
-  python3 dev/data/model_to_hf.py mine.bin hf/mine                  (train_gpt --save-model mine.bin)
+  python3 dev/data/model_to_hf.py mine.bin hf/mine         (train_gpt --save-model mine.bin)
+  python3 dev/data/model_to_hf.py runs/mine hf/mine        (--output-dir: its newest checkpoint's model.bin)
   python3 -c "from transformers import AutoModelForCausalLM as M; M.from_pretrained('hf/mine')"
 
 The tensors keep the file's precision (fp32 -> F32, bf16 -> BF16, bit for bit). What changes:
@@ -232,12 +232,21 @@ def write_safetensors(path, tensors, dtype):
 
 def main():
     ap = argparse.ArgumentParser(description="A model file (GPT-2 or Llama) as a Hugging Face model folder: config.json, model.safetensors")
-    ap.add_argument("model", help="a model file: train_gpt --save-model's, llm.c's GPT-2, or a Llama model file")
+    ap.add_argument("model", help="a model file (train_gpt --save-model's, llm.c's GPT-2, a Llama model file), a checkpoint "
+                                  "folder, or an --output-dir (its newest checkpoint)")
     ap.add_argument("out_dir", help="the folder to write config.json and model.safetensors into (made if missing)")
     ap.add_argument("--tokenizer", default=None,
                     help="GPT-2's BPE files from this tokenizer file (default: data/gpt2_tokenizer.bin where the model has "
                          "GPT-2's 50257 tokens); none: no tokenizer files")
     a = ap.parse_args()
+    if os.path.isdir(a.model):  # a checkpoint (step_N/), or an --output-dir: its newest checkpoint's model
+        steps = sorted(d for d in os.listdir(a.model) if d.startswith("step_") and not d.endswith(".tmp"))
+        inner = os.path.join(a.model, "model.bin") if os.path.isfile(os.path.join(a.model, "model.bin")) else \
+            os.path.join(a.model, steps[-1], "model.bin") if steps else None
+        if inner is None:
+            fail(f"'{a.model}' is a folder with neither model.bin nor checkpoints (step_*/)")
+        print(f"exporting {inner}")
+        a.model = inner
     cfg, t, dtype = read_model(a.model)
     tok = a.tokenizer
     if tok is None:
