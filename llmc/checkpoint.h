@@ -450,6 +450,8 @@ template <class T> inline TrainState checkpoint_load(const std::string& dir, Dat
         }
         return g;
     };
+    std::vector<ParamLayout> old_stage;  // each old stage's layout (its tp rank 0's): which units it held
+    for (int q = 0; q < old_pp; q++) old_stage.push_back(make_layout(c, old_tp, 0, old_pp, q, old_vpp));
     auto by_file = [](const FilePiece& a, const FilePiece& b) { return a.file_off < b.file_off; };
     struct Run { size_t unit_off, old_off, n; SavedStateGroup* g; };  // my unit [unit_off, +n) = g's unit [old_off, +n)
     std::vector<float> piece;
@@ -460,8 +462,7 @@ template <class T> inline TrainState checkpoint_load(const std::string& dir, Dat
         std::sort(mine.begin(), mine.end(), by_file);
         std::vector<Run> runs;
         for (int q = 0; q < old_pp; q++) {
-            const ParamLayout ql = make_layout(c, old_tp, 0, old_pp, q, old_vpp);
-            if (unit_span(c, ql, u).size == 0 || (u == 0 && q != 0)) continue;  // (not this stage's; the embeddings: stage 0's)
+            if (unit_span(c, old_stage[q], u).size == 0 || (u == 0 && q != 0)) continue;  // (not its unit; the embeddings: stage 0's)
             for (int t = 0; t < old_tp; t++) {
                 SavedStateGroup& g = group(t, q);
                 std::vector<FilePiece> theirs = unit_file_pieces(c, g.layout, u);

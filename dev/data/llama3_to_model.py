@@ -28,9 +28,10 @@ Llama's weights are bf16, so the bf16 file (the default) holds them exactly; --f
 same values in fp32. RMSNorm's ε is this trainer's 1e-5 (Llama 3's; another is refused).
 RoPE: rope_theta; Llama 3.1 and 3.2 stretch the slow pairs (rope.cuh): config.json's
 rope_scaling (rope_type llama3) gives factor, low and high frequency factors and the original
-context (a config.json that transformers 5 wrote has both in rope_parameters instead); Meta's params.json says only use_scaled_rope, so there give --rope-scale (8 for Llama
-3.1, 32 for Llama 3.2; low 1, high 4, original context 8192 unless --rope-low/--rope-high/
---rope-original-context say otherwise). The tokenizer is original/tokenizer.model itself (a
+context (a config.json that transformers 5 wrote has both in rope_parameters instead); Meta's
+params.json says only use_scaled_rope, so there give --rope-scale (8 for Llama 3.1, 32 for Llama
+3.2; low 1, high 4, original context 8192 unless --rope-low/--rope-high/--rope-original-context
+say otherwise). The tokenizer is original/tokenizer.model itself (a
 tiktoken rank file, llmc/tokenizer.h); Llama 3's 128256 ids need uint32 shards, which
 ./tokenize writes. Hugging Face's safetensors are read whole into fp32 (dev/data/gpt2_weights.py's
 reader): an 8B model needs ~32 GB of memory here; Meta's file is mapped.

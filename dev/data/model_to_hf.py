@@ -44,6 +44,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_tokenizer import bytes_to_unicode  # noqa: E402  (GPT-2's character -> byte table)
+
 GPT2_MAGIC, LLAMA_MAGIC = 20240326, 20261124
 
 
@@ -170,18 +173,6 @@ def llama_config(cfg, dtype):
     return c
 
 
-def byte_to_unicode():
-    """GPT-2's reversible map of the 256 bytes to printable characters (vocab.json's and merges.txt's alphabet)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 def write_gpt2_tokenizer(path, out_dir, V, maxT):
     """vocab.json, merges.txt, tokenizer_config.json from a tokenizer file with merges (header [20240328, 2, V, eot, merges])."""
     with open(path, "rb") as f:
@@ -199,7 +190,7 @@ def write_gpt2_tokenizer(path, out_dir, V, maxT):
         tokens.append(data[at + 1:at + 1 + n])
         at += 1 + n
     pairs = np.frombuffer(data[at:at + 8 * int(h[4])], dtype="<i4").reshape(-1, 2)
-    u = byte_to_unicode()
+    u = {b: ch for ch, b in bytes_to_unicode().items()}  # (GPT-2's byte -> printable character: vocab.json's alphabet)
     text = ["".join(u[b] for b in t) for t in tokens]
     eot = text[int(h[3])]
     with open(os.path.join(out_dir, "vocab.json"), "w", encoding="utf-8") as f:
