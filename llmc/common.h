@@ -836,18 +836,21 @@ __device__ inline void cp_async_wait_all() {
 // Dynamic shared memory: the bytes a launch names as its third <<<>>> argument, for a buffer
 // whose size is known only at launch. DYNAMIC_SHARED(T, name) declares T* name pointing at it.
 // Past 48 KB a kernel must opt in first: SHARED_OPT_IN(kernel) (written as its launch writes
-// it: the emulator matches the text) allows it the device's ceiling, max_shared_per_block()
-// (227 KB on an H100, 163 KB on an A100), once per kernel and process.
+// it: the emulator matches the text) allows it all it can have, dynamic_shared_ceiling(kernel):
+// the device's per-block ceiling, max_shared_per_block() (227 KB on an H100, 163 KB on an A100),
+// less the kernel's own static __shared__ arrays. (Asking for the whole ceiling for a kernel
+// that has static arrays too is refused: cudaFuncSetAttribute answers "invalid argument".)
+// Once per kernel and process.
 #ifdef LLMC_SIMT
 #define DYNAMIC_SHARED(T, name) T* name = (T*)simt::dynamic_shared()
-#define SHARED_OPT_IN(...) simt::shared_opt_in(#__VA_ARGS__, max_shared_per_block())
+#define SHARED_OPT_IN(...) simt::shared_opt_in(#__VA_ARGS__, dynamic_shared_ceiling(__VA_ARGS__))
 #else
 #define DYNAMIC_SHARED(T, name) \
     extern __shared__ __align__(16) unsigned char name##_bytes[]; \
     T* name = (T*)name##_bytes
 #define SHARED_OPT_IN(...) do { \
         static const bool opted_ = [] { \
-            CUDA_CHECK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_shared_per_block())); \
+            CUDA_CHECK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dynamic_shared_ceiling(__VA_ARGS__))); \
             return true; \
         }(); \
         (void)opted_; \
@@ -861,6 +864,18 @@ inline size_t max_shared_per_block() {
         return (size_t)b;
     }();
     return bytes;
+}
+// The most dynamic shared memory a launch of `kernel` can have (see SHARED_OPT_IN). The emulator
+// does not know a kernel's static arrays, so there it is the device's ceiling.
+template <class K> inline size_t dynamic_shared_ceiling(K* kernel) {
+#ifdef LLMC_SIMT
+    (void)kernel;
+    return max_shared_per_block();
+#else
+    cudaFuncAttributes a{};
+    CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+    return max_shared_per_block() - a.sharedSizeBytes;
+#endif
 }
 
 // out[c] += Σ_k partial[k·C + c], k = 0 … K−1: the second stage of the deterministic column sums

@@ -229,7 +229,7 @@ inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int
         constexpr int P = PACK<T>;
         const size_t row_bytes = (size_t)Vp * sizeof(T);
         const bool packs = pack_width<T>(Vp, {logits}) > 1;
-        if (packs && g_classifier_staged && row_bytes <= max_shared_per_block()) {
+        if (packs && g_classifier_staged && row_bytes <= dynamic_shared_ceiling(fused_classifier_kernel<T, P, true>)) {
             SHARED_OPT_IN(fused_classifier_kernel<T, P, true>);
             fused_classifier_kernel<T, P, true><<<N, 512, row_bytes, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         } else if (packs)

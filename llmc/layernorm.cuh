@@ -154,6 +154,25 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
     }
     if (lane == 0) { if (!rms) mean[row] = m; rstd[row] = r; }
 }
+// The backward's per-element arithmetic, shared by the two-kernel and the one-kernel backward,
+// with each rounding spelled out: __fmul_rn and __fadd_rn are never contracted into an FMA. The
+// two must give the same bits, and nvcc, left to itself, contracted the same expression
+// differently in the two kernels (RMSNorm's dinp differed in the last bit on an H100).
+//   n = (x − m)·r;  the row sums: Σ g and Σ g·n with g = dout·w;
+//   dinp += r·(g − mean(g) − n·mean(g·n));  the parameter sums: dw += dout·n, db += dout
+__device__ inline float ln_n(float x, float m, float r) { return __fmul_rn(__fsub_rn(x, m), r); }
+__device__ inline void ln_row_sums(float d, float w, float x, float m, float r, float& g_sum, float& gn_sum) {
+    const float g = __fmul_rn(d, w);
+    g_sum = __fadd_rn(g_sum, g);
+    gn_sum = __fadd_rn(gn_sum, __fmul_rn(g, ln_n(x, m, r)));
+}
+__device__ inline float ln_dinp(float di, float d, float w, float x, float m, float r, float g_mean, float gn_mean) {
+    return __fadd_rn(di, __fmul_rn(r, __fsub_rn(__fsub_rn(__fmul_rn(d, w), g_mean), __fmul_rn(ln_n(x, m, r), gn_mean))));
+}
+__device__ inline void ln_param_sums(float d, float x, float m, float r, float& sw, float& sb) {
+    sw = __fadd_rn(sw, __fmul_rn(d, ln_n(x, m, r)));
+    sb = __fadd_rn(sb, d);
+}
 template <class T, int V>
 __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w,
                                                const float* mean, const float* rstd, int N, int C) {
@@ -164,14 +183,14 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
     float m = mean ? mean[row] : 0.0f, r = rstd[row], g_sum = 0.0f, gn_sum = 0.0f;  // (mean == nullptr: RMSNorm)
     for (int c = lane * V; c < C; c += 32 * V) {
         Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
-        for (int k = 0; k < V; k++) { float g = to_f(dp.v[k]) * to_f(wp.v[k]); g_sum += g; gn_sum += g * (to_f(xp.v[k]) - m) * r; }
+        for (int k = 0; k < V; k++) ln_row_sums(to_f(dp.v[k]), to_f(wp.v[k]), to_f(xp.v[k]), m, r, g_sum, gn_sum);
     }
     float g_mean = mean ? warp_sum(g_sum) / C : 0.0f, gn_mean = warp_sum(gn_sum) / C;
     T* di = dinp + (size_t)row * C;
     for (int c = lane * V; c < C; c += 32 * V) {
         Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
         for (int k = 0; k < V; k++)
-            ip.v[k] = from_f<T>(to_f(ip.v[k]) + r * (to_f(dp.v[k]) * to_f(wp.v[k]) - g_mean - (to_f(xp.v[k]) - m) * r * gn_mean));
+            ip.v[k] = from_f<T>(ln_dinp(to_f(ip.v[k]), to_f(dp.v[k]), to_f(wp.v[k]), to_f(xp.v[k]), m, r, g_mean, gn_mean));
         store_pack<V>(di + c, ip);
     }
 }
@@ -198,7 +217,7 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
         for (int i = k * R + w; i < r1; i += LN_WARPS) {
             Pack<T, V> dp = load_pack<V>(dout + (size_t)i * C + c), xp = load_pack<V>(inp + (size_t)i * C + c);
             const float m = mean ? mean[i] : 0.0f, r = rstd[i];
-            for (int j = 0; j < V; j++) { float dv = to_f(dp.v[j]); sw[j] += dv * (to_f(xp.v[j]) - m) * r; sb[j] += dv; }
+            for (int j = 0; j < V; j++) ln_param_sums(to_f(dp.v[j]), to_f(xp.v[j]), m, r, sw[j], sb[j]);
         }
     }
     block_column_sums<V, LN_WARPS, 2>(sh, {sw, sb}, partial + (size_t)k * C, (size_t)K * C, c0, C);  // dw, db
@@ -243,7 +262,7 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
             Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
-            for (int j = 0; j < V; j++) { float g = to_f(dp.v[j]) * to_f(wp.v[j]); g_sum += g; gn_sum += g * (to_f(xp.v[j]) - m) * r; }
+            for (int j = 0; j < V; j++) ln_row_sums(to_f(dp.v[j]), to_f(wp.v[j]), to_f(xp.v[j]), m, r, g_sum, gn_sum);
         }
         const float g_mean = mean ? warp_sum(g_sum) / C : 0.0f, gn_mean = warp_sum(gn_sum) / C;
         T* di = dinp + (size_t)row * C;
@@ -252,15 +271,10 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
             if (c >= C) break;
             Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
             for (int j = 0; j < V; j++) {
-                const float dv = to_f(dp.v[j]);
-                ip.v[j] = from_f<T>(to_f(ip.v[j]) + r * (dv * to_f(wp.v[j]) - g_mean - (to_f(xp.v[j]) - m) * r * gn_mean));
-                if constexpr (SHARED_SUMS) {
-                    sums[c + j] += dv * (to_f(xp.v[j]) - m) * r;
-                    sums[C + c + j] += dv;
-                } else {
-                    sw[p][j] += dv * (to_f(xp.v[j]) - m) * r;
-                    sb[p][j] += dv;
-                }
+                const float dv = to_f(dp.v[j]), xv = to_f(xp.v[j]);
+                ip.v[j] = from_f<T>(ln_dinp(to_f(ip.v[j]), dv, to_f(wp.v[j]), xv, m, r, g_mean, gn_mean));
+                if constexpr (SHARED_SUMS) ln_param_sums(dv, xv, m, r, sums[c + j], sums[C + c + j]);
+                else ln_param_sums(dv, xv, m, r, sw[p][j], sb[p][j]);
             }
             store_pack<V>(di + c, ip);
         }
@@ -347,7 +361,7 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
     const size_t sums_bytes = (size_t)LN_WARPS * 2 * C * sizeof(float);  // wider rows: the sums in shared memory
     if (g_layernorm_fused && V > 1 && np <= NP) {
         layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
-    } else if (g_layernorm_fused && V > 1 && sums_bytes <= max_shared_per_block()) {
+    } else if (g_layernorm_fused && V > 1 && sums_bytes <= dynamic_shared_ceiling(layernorm_backward_fused_kernel<T, V, 0>)) {
         SHARED_OPT_IN(layernorm_backward_fused_kernel<T, V, 0>);
         layernorm_backward_fused_kernel<T, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
     } else {

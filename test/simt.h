@@ -138,6 +138,11 @@ struct dim3 {
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// IEEE single-precision operations that are never contracted into an FMA (-ffp-contract=off
+// makes every operation so here)
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
 // CUDA's integer min/max take mixed operands
 template <class A, class B> inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }
 template <class A, class B> inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
