@@ -154,8 +154,19 @@ HD inline float fp8_scale_for(float amax, Fp8Format f) {
     return ldexpf(1.0f, k);
 }
 
-// The 2 floats a quantized tensor comes with: its scale s and 1/s (what the product multiplies by).
-struct Fp8Scales { float scale, inv; };
+// The 2 floats a quantized tensor comes with: its scale s and 1/s (what the product multiplies
+// by, which cuBLASLt reads through a pointer). 16-byte aligned with 1/s first, so that pointer is
+// 16-byte aligned, as the scales of cuBLASLt's samples and of the frameworks are (each its own
+// allocation). With 1/s at a 4-byte offset cuBLASLt 13.1 refused every FP8 product on an H100
+// (NOT_SUPPORTED from cublasLtMatmul after its heuristic had offered an algorithm); that this was
+// the cause is a suspicion, not yet confirmed on a GPU. fp8_scales(s) makes one.
+struct alignas(16) Fp8Scales { float inv, scale; };
+HD inline Fp8Scales fp8_scales(float s) {
+    Fp8Scales r{};
+    r.scale = s;
+    r.inv = 1.0f / s;
+    return r;
+}
 
 // Where one quantization takes its scale and leaves the tensor's amax.
 struct Fp8Target {
@@ -173,7 +184,7 @@ inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const 
     const size_t n = (size_t)R * Cc;
     float amax = 0.0f;
     for (size_t i = 0; i < n; i++) amax = std::max(amax, fabsf(to_f(x[i])));  // (NaNs are skipped, as fmaxf does)
-    if (!t.given) { const float own = fp8_scale_for(amax, f); *t.scales = {own, 1.0f / own}; }
+    if (!t.given) { const float own = fp8_scale_for(amax, f); *t.scales = fp8_scales(own); }
     if (t.amax) *t.amax = std::max(*t.amax, amax);
     const float s = t.scales->scale;
     #pragma omp parallel for schedule(static)
@@ -216,7 +227,7 @@ __global__ void __launch_bounds__(256) fp8_scale_kernel(Fp8Scales* scales, float
     if (threadIdx.x == 0) {
         for (int w = 1; w < 8; w++) m = fmaxf(m, sh[w]);
         const float s = fp8_scale_for(m, f);
-        *scales = {s, 1.0f / s};
+        *scales = fp8_scales(s);
         if (record) *record = fmaxf(*record, m);
     }
 }
@@ -345,7 +356,7 @@ inline void fp8_delayed_set_scales(const Ctx& ctx, Fp8Delayed* s) {
         float m = 0.0f;
         for (int k = 0; k < s->H; k++) m = fmaxf(m, s->history[(size_t)i * s->H + k]);
         const float scale = fp8_scale_for(m, fp8_operand_format(i));
-        s->host_scales[i] = {scale, 1.0f / scale};
+        s->host_scales[i] = fp8_scales(scale);
     }
     ctx_copy(ctx, s->scales.data(), s->host_scales.data(), s->n * sizeof(Fp8Scales));
 }

@@ -23,7 +23,7 @@ template <class T> inline void gelu_forward_cpu(T* out, const T* inp, size_t N) 
     }
 }
 
-template <class T> inline void gelu_backward_cpu(T* dinp, const T* inp, const T* dout, size_t N) {
+template <class T, class G> inline void gelu_backward_cpu(T* dinp, const T* inp, const G* dout, size_t N) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
         float x = to_f(inp[i]);
@@ -41,7 +41,7 @@ template <class T> __global__ void gelu_forward_kernel(T* out, const T* inp, siz
         out[i] = from_f<T>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
     }
 }
-template <class T> __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t N) {
+template <class T, class G> __global__ void gelu_backward_kernel(T* dinp, const T* inp, const G* dout, size_t N) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
         float x = to_f(inp[i]);
         float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
@@ -62,8 +62,8 @@ template <class T> inline void gelu_forward(const Ctx& ctx, T* out, const T* inp
 #endif
     gelu_forward_cpu(out, inp, N);
 }
-template <class T> inline void gelu_backward(const Ctx& ctx, T* dinp, const T* inp, const T* dout, size_t N) {
-    OpScope prof(ctx, 0, 3.0 * N * sizeof(T), "gelu backward");
+template <class T, class G> inline void gelu_backward(const Ctx& ctx, T* dinp, const T* inp, const G* dout, size_t N) {
+    OpScope prof(ctx, 0, N * (2.0 * sizeof(T) + sizeof(G)), "gelu backward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         gelu_backward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(dinp, inp, dout, N);

@@ -144,6 +144,7 @@ inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const floa
         }
     }
     // dW += doutᵀ · inp: each thread owns a block of weight rows, inputs stream past them.
+    if (dW) {
     #pragma omp parallel for schedule(static)
     for (int o0 = 0; o0 < OC; o0 += MATMUL_BLOCK) {
         int o1 = o0 + MATMUL_BLOCK < OC ? o0 + MATMUL_BLOCK : OC;
@@ -168,6 +169,7 @@ inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const floa
                 for (int i = 0; i < C; i++) dw[i] += d * x[i];
             }
         }
+    }
     }
     if (dbias) bias_backward_cpu(dbias, dout, N, OC);
 }
@@ -199,13 +201,16 @@ enum class GeluEpi { None, Forward, Backward };
 // cuBLASLt's heuristic may have no algorithm with a given epilogue (a shape, an alignment or a
 // library version it does not cover: it answers NOT_SUPPORTED or finds none). Then the product
 // runs plain and the epilogue's work in our kernels after it: the bias (add_bias_kernel), the
-// GELU (gelu_forward on the stored pre-activation) or its derivative (gelu_backward, in place),
-// with a note on stderr the first time. g_lt_epilogues = false takes that path for every
-// product, so that gpucheck_ops checks it on a GPU, where the heuristic always finds one.
+// GELU (gelu_forward on the stored pre-activation) or its derivative (gelu_backward), with a
+// note on stderr the first time. g_lt_epilogues = false takes that path for every product, so
+// that gpucheck_ops checks it on a GPU, where the heuristic always finds one.
+// The bias-gradient epilogue (BGRADB) into an fp32 vector with a 16-bit D: cuBLASLt 13.1 on an
+// H100 answered INVALID_VALUE, which counts as none here (the column-sum kernels run).
 inline bool g_lt_epilogues = true;
 
 // FP8 operands (fp8.cuh): A and B hold codes of these formats, and cuBLASLt multiplies the fp32
-// accumulator by *a_inv · *b_inv (device pointers: the scales' inverses, as fp8_quantize wrote them).
+// accumulator by *a_inv · *b_inv (device pointers: the scales' inverses, as fp8_quantize wrote
+// them, each 16-byte aligned: fp8.cuh's Fp8Scales).
 struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; };
 // Hopper's FP8 tensor cores keep a narrower accumulator than fp32; by default cuBLASLt promotes it
 // to fp32 at intervals along k. g_fp8_fast_accum = true asks it not to (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
@@ -213,21 +218,27 @@ struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; };
 // times it, gpucheck_ops checks it; the emulator sums in fp32 either way.
 inline bool g_fp8_fast_accum = false;
 inline cudaDataType_t lt_fp8_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+template <class T> inline cudaDataType_t lt_type() {
+    return std::is_same_v<T, float> ? CUDA_R_32F : std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
+}
 
 // D(m×n) = α·op(A)·op(B) + β·D with the epilogue, through cuBLASLt; false (nothing queued) when
-// it has no algorithm for it. bias_grad (fp32, n): the BGRADB epilogue, bias_grad[j] = Σ_p op(B)[p, j]
-// (written, not added). The algorithm the heuristic picks is cached per shape, options and
-// alignments, and so is its answer that it has none.
-// fp8: A and B are FP8 (D, bias and aux stay T).
-template <class T>
-inline bool lt_matmul(const Ctx& ctx, T* D, const void* A, const void* Bm, const T* bias, int m, int n, int k, bool transA,
-                      bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, T* aux, float* bias_grad = nullptr,
+// it has no algorithm for it. A and B are T (or FP8: fp8), D, bias and aux TD (T, or float for
+// an fp32 result of 16-bit operands). bias_grad (fp32, n): the BGRADB epilogue,
+// bias_grad[j] = Σ_p op(B)[p, j] (written, not added).
+// The heuristic's first LT_ALGOS algorithms are tried in its order until cublasLtMatmul takes
+// one (it may refuse an algorithm the heuristic offered: NOT_SUPPORTED); the one that ran is
+// cached per shape, options and alignments, and so is the answer that none did.
+constexpr int LT_ALGOS = 8;
+template <class T, class TD = T>
+inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, const NoDeduce<TD>* bias, int m, int n, int k, bool transA,
+                      bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, NoDeduce<TD>* aux, float* bias_grad = nullptr,
                       const LtFp8* fp8 = nullptr) {
     const bool epilogue = bias || gelu != GeluEpi::None || bias_grad;
     if (bias_grad && (bias || gelu != GeluEpi::None)) fatal("lt_matmul: the bias-gradient epilogue goes alone");
     if (epilogue && (!g_lt_epilogues || (bias && alignment_of(bias) < 16) || (bias_grad && alignment_of(bias_grad) < 16)))
         return false;  // (it wants an aligned bias)
-    const cudaDataType_t dt = std::is_same_v<T, float> ? CUDA_R_32F : std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType_t dt = lt_type<T>(), dtd = lt_type<TD>();
     cublasLtMatmulDesc_t op;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -257,7 +268,7 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const void* A, const void* Bm, const
     cublasLtMatrixLayout_t la, lb, ld;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, fp8 ? lt_fp8_type(fp8->a) : dt, transA ? k : m, transA ? m : k, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, fp8 ? lt_fp8_type(fp8->b) : dt, transB ? n : k, transB ? k : n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dtd, m, n, ldd));
     // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; our unit pointers are not.
     uint32_t align_a = alignment_of(A), align_b = alignment_of(Bm), align_d = alignment_of(D);
     using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t, bool, int>;
@@ -265,8 +276,15 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const void* A, const void* Bm, const
     static std::map<Key, Found> algos;
     Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d,
             bias_grad != nullptr, fp8 ? 1 + 4 * g_fp8_fast_accum + 2 * (int)fp8->a + (int)fp8->b : 0};
+    const char* what = fp8 ? "fp8" : dtype_name<T>();
+    const char* epi_name = gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward"
+                         : bias_grad ? "bias-gradient" : bias ? "bias" : nullptr;
     auto it = algos.find(key);
-    if (it == algos.end()) {
+    const float alpha = 1.0f;
+    auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+        return cublasLtMatmul(ctx.lt, op, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &algo, ctx.workspace, ctx.workspace_size, ctx.stream);
+    };
+    if (it == algos.end()) {  // first time: the heuristic's candidates, each tried until one runs
         cublasLtMatmulPreference_t pref;
         CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -275,25 +293,35 @@ inline bool lt_matmul(const Ctx& ctx, T* D, const void* A, const void* Bm, const
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
-        cublasLtMatmulHeuristicResult_t heur{};
+        cublasLtMatmulHeuristicResult_t heur[LT_ALGOS] = {};
         int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &heur, &found);
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, LT_ALGOS, heur, &found);
         cublasLtMatmulPreferenceDestroy(pref);
-        if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
-            fatal("cuBLASLt: the algorithm heuristic failed (status %d) for a %dx%dx%d %s matmul", (int)st, m, n, k,
-                  fp8 ? "fp8" : dtype_name<T>());
-        const bool any = st == CUBLAS_STATUS_SUCCESS && found > 0;
-        if (!any && epilogue)
+        const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || (bias_grad && dtd != CUDA_R_32F && st == CUBLAS_STATUS_INVALID_VALUE);
+        if (st != CUBLAS_STATUS_SUCCESS && !refused)
+            fatal("cuBLASLt: the algorithm heuristic failed (status %d) for a %dx%dx%d %s matmul%s%s", (int)st, m, n, k, what,
+                  epi_name ? " with the epilogue " : "", epi_name ? epi_name : "");
+        Found f{false, {}};
+        for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && !f.any; i++) {
+            const cublasStatus_t r = run(heur[i].algo);
+            if (r == CUBLAS_STATUS_SUCCESS) f = Found{true, heur[i].algo};
+            else if (r != CUBLAS_STATUS_NOT_SUPPORTED) fatal("cuBLASLt: a %dx%dx%d %s matmul failed (status %d)", m, n, k, what, (int)r);
+        }
+        if (!f.any && found > 0 && st == CUBLAS_STATUS_SUCCESS)
+            fprintf(stderr, "note: cuBLASLt refused all %d algorithms its heuristic offered for a %dx%dx%d %s matmul%s%s (NOT_SUPPORTED)%s\n",
+                    found, m, n, k, what, epi_name ? " with the epilogue " : "", epi_name ? epi_name : "",
+                    epilogue ? ": the epilogue runs as a separate kernel" : "");
+        else if (!f.any && epilogue)
             fprintf(stderr, "note: cuBLASLt has no algorithm with the %s epilogue for a %dx%dx%d %s matmul: it runs as a "
-                    "separate kernel\n", gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward"
-                    : bias_grad ? "bias-gradient" : "bias",
-                    m, n, k, fp8 ? "fp8" : dtype_name<T>());
-        it = algos.emplace(key, Found{any, heur.algo}).first;
+                    "separate kernel\n", epi_name, m, n, k, what);
+        algos.emplace(key, f);
+        cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatmulDescDestroy(op);
+        return f.any;
     }
     if (it->second.any) {
-        const float alpha = 1.0f;
-        CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &it->second.algo,
-                                    ctx.workspace, ctx.workspace_size, ctx.stream));
+        const cublasStatus_t st = run(it->second.algo);
+        if (st != CUBLAS_STATUS_SUCCESS) fatal("cuBLASLt: a %dx%dx%d %s matmul failed (status %d)", m, n, k, what, (int)st);
     }
     cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
     cublasLtMatmulDescDestroy(op);
@@ -312,14 +340,18 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const void* A, const void* Bm, c
     if (gelu != GeluEpi::None && (ldd != m || beta != 0.0f)) fatal("cublaslt_gemm: a GELU epilogue needs ldd = m and β = 0");
     if (lt_matmul<T>(ctx, D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux, nullptr, fp8)) return;
     if (!bias && gelu == GeluEpi::None)
-        fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul", m, n, k, fp8 ? "fp8" : dtype_name<T>());
+        fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul (CUBLASLT_LOG_LEVEL=2 in the environment shows its reason)%s",
+              m, n, k, fp8 ? "fp8" : dtype_name<T>(), fp8 ? "; --precision bf16 runs without FP8 products" : "");
     const size_t mn = (size_t)m * n;
     if (gelu == GeluEpi::Forward) {  // aux = the product + bias, D = gelu(aux)
         cublaslt_gemm<T>(ctx, aux, A, Bm, bias, m, n, k, transA, transB, lda, ldb, m, 0.0f, GeluEpi::None, nullptr, fp8);
         gelu_forward(ctx, D, (const T*)aux, mn);
-    } else if (gelu == GeluEpi::Backward) {  // D = the product ⊙ gelu′(aux)
-        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, 0.0f, GeluEpi::None, nullptr, fp8);
-        gelu_backward(ctx, D, (const T*)aux, (const T*)D, mn);
+    } else if (gelu == GeluEpi::Backward) {  // D = the product ⊙ gelu′(aux), the product kept in fp32: D rounded once, as by the epilogue
+        static Buf<float> prod_buf;
+        float* prod = gpu_scratch(prod_buf, ctx, mn);
+        if (!lt_matmul<T, float>(ctx, prod, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, m, 0.0f, GeluEpi::None, nullptr, nullptr, fp8))
+            fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul with an fp32 result", m, n, k, fp8 ? "fp8" : dtype_name<T>());
+        gelu_backward(ctx, D, (const T*)aux, (const float*)prod, mn);
     } else {  // the bias alone
         cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta, GeluEpi::None, nullptr, fp8);
         add_bias_kernel<<<grid_for(mn), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
@@ -558,8 +590,24 @@ inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, con
     matmul_forward_cpu(o.p, x.p, w.p, b.p, N, C, OC);
     o.store();
 }
+// dinp = dout·W in fp32, whatever T is (the product that a GELU's gradient multiplies next)
+template <class T>
+inline void matmul_dinp_f32(const Ctx& ctx, float* dinp, const T* dout, const T* W, int N, int C, int OC) {
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        if (!lt_matmul<T, float>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::None, nullptr))
+            fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul with an fp32 result", C, N, OC, dtype_name<T>());
+        return;
+    }
+#endif
+    F32View<T> d(dout, (size_t)N * OC), w(W, (size_t)OC * C);
+    matmul_backward_cpu(dinp, nullptr, nullptr, d.p, nullptr, w.p, N, C, OC);
+}
 // With gelu_pre: dinp = (dout·W) ⊙ gelu′(gelu_pre), the gradient through the GELU before this
-// layer: in the cuBLASLt epilogue (DGELU) where it can be, else the matmul and then the GELU op.
+// layer, rounded to T once: in the cuBLASLt epilogue (DGELU) where it can be, else the product
+// in fp32 (matmul_dinp_f32) and then the GELU op. (Rounding the product to T first and then the
+// GELU's result again would differ from the epilogue, and between devices whose sums run in
+// another order, by up to two roundings: 1.1% seen in bf16 on an H100.)
 template <class T>
 inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, const T* dout, const T* inp, const T* W,
                             int N, int C, int OC, const NoDeduce<T>* gelu_pre = nullptr) {
@@ -579,8 +627,11 @@ inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, 
             return;
         }
 #endif
-        matmul_backward<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC);
-        gelu_backward(ctx, dinp, gelu_pre, dinp, (size_t)N * C);
+        static Buf<float> prod_buf;
+        float* prod = op_scratch(prod_buf, ctx, (size_t)N * C);
+        matmul_dinp_f32<T>(ctx, prod, dout, W, N, C, OC);
+        gelu_backward(ctx, dinp, gelu_pre, (const float*)prod, (size_t)N * C);
+        matmul_backward<T>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias
         return;
     }
 #ifdef LLMC_CUDA

@@ -1181,7 +1181,7 @@ struct SimtLtDesc {
 };
 struct SimtLtLayout { cudaDataType_t type; uint64_t rows, cols; int64_t ld; };
 struct SimtLtPref { uint32_t align[4] = {256, 256, 256, 256}; };  // A, B, C, D
-struct cublasLtMatmulAlgo_t { uint32_t align[4]; };
+struct cublasLtMatmulAlgo_t { uint32_t align[4]; int index; };  // (index: the heuristic's rank of it)
 struct cublasLtMatmulHeuristicResult_t { cublasLtMatmulAlgo_t algo; size_t workspaceSize; cublasStatus_t state; float wavesCount; };
 typedef void* cublasLtHandle_t;
 typedef SimtLtDesc* cublasLtMatmulDesc_t;
@@ -1225,18 +1225,26 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
     memcpy(&p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], v, n);
     return CUBLAS_STATUS_SUCCESS;
 }
+// It offers two algorithms (the same arithmetic), as cuBLASLt offers several.
 // SIMT_LT_NO_EPILOGUES=1: the heuristic has no algorithm for any epilogue (it answers
 // NOT_SUPPORTED, as cuBLASLt does), so that the backend's fallback for that case runs in tests.
+// The bias gradient (BGRADB) into an fp32 vector beside a 16-bit D: INVALID_VALUE, as cuBLASLt
+// 13.1 answered on an H100.
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t ld, cublasLtMatmulPreference_t p,
                                                      int requested, cublasLtMatmulHeuristicResult_t* res, int* found) {
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
     static const bool no_epilogues = getenv("SIMT_LT_NO_EPILOGUES") && strcmp(getenv("SIMT_LT_NO_EPILOGUES"), "0");
     *found = 0;
     if (no_epilogues && d->epi != CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_NOT_SUPPORTED;
-    memset(res, 0, sizeof(*res));
-    memcpy(res->algo.align, p->align, sizeof(p->align));
-    *found = 1;
+    if (d->epi == CUBLASLT_EPILOGUE_BGRADB && d->bias_type == CUDA_R_32F && ld->type != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
+    const int n = requested < 2 ? requested : 2;
+    for (int i = 0; i < n; i++) {
+        memset(&res[i], 0, sizeof(res[i]));
+        memcpy(res[i].algo.align, p->align, sizeof(p->align));
+        res[i].algo.index = i;
+    }
+    *found = n;
     return CUBLAS_STATUS_SUCCESS;
 }
 namespace simt {
@@ -1295,6 +1303,11 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
                                      const void* B, cublasLtMatrixLayout_t lb, const void* beta, const void* C, cublasLtMatrixLayout_t lc,
                                      void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
     using simt::die;
+    // SIMT_LT_REFUSE_FIRST=1: the heuristic's first algorithm is refused (NOT_SUPPORTED, nothing
+    // done), as cuBLASLt may refuse one its heuristic offered, so that the backend's trying the
+    // next runs in tests
+    static const bool refuse_first = getenv("SIMT_LT_REFUSE_FIRST") && strcmp(getenv("SIMT_LT_REFUSE_FIRST"), "0");
+    if (refuse_first && algo->index == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
     simt::side_enter(stream, "cublasLtMatmul");
     const bool ta = op->ta == CUBLAS_OP_T, tb = op->tb == CUBLAS_OP_T;
     const size_t m = ld->rows, n = ld->cols, k = ta ? la->rows : la->cols;

@@ -1162,7 +1162,7 @@ static void test_fp8_delayed() {
     for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
         // a scale 4x too large (as a history below this step's amax gives): x·s past largest saturates
         const float s = 4 * fp8_scale_for(amax, f);
-        Fp8Scales given{s, 1 / s};
+        Fp8Scales given = fp8_scales(s);
         float record = 0.5f;
         std::vector<uint8_t> q(R * Cc), qt(R * Cc);
         fp8_quantize(ctx, q.data(), qt.data(), Fp8Target{&given, &record, true}, x.data(), R, Cc, f);
