@@ -1171,13 +1171,22 @@ template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds
         Ds[threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
     }
 }
+// Blocks of 128 threads each SM must hold at head size 64 (MT = 1), which caps the registers:
+// 65536 / (3 · 128) → 168 for the dK/dV pass, 65536 / (4 · 128) → 128 for the dQ pass. At
+// 798ba9d nvcc gave them 168 and 128 by itself; left to itself it later gave 173 and 140 (grouped-
+// query attention's QKVLayout among the changes), one block an SM fewer each, and on an H100 the
+// dK/dV pass went from 0.258 to 0.355 ms, the dQ pass from 0.186 to 0.202 (GPT-2 124M's shape,
+// B = 16; dev/gpu_results 2026-11-22 and 2026-11-26). Within the caps ptxas spills one register
+// (4 bytes, one store, one load) in the default dK/dV variant; test/test_ptxas.sh holds that.
+#define FLASH_DKV_MIN_BLOCKS(D, MT) ((D) == 64 && (MT) == 1 ? 3 : 1)
+#define FLASH_DQ_MIN_BLOCKS(D, MT) ((D) == 64 && (MT) == 1 ? 4 : 1)
 // Backward pass 1: dK, dV for 64 keys of one key/value head per block, over query tiles of 32 (of
 // each query head of its group: grouped-query attention's sum, in registers). MT = 1: 4 warps × 16
 // keys, their K and V fragments held in registers. MT = 2 (head size 64): 2 warps × 32 keys, so
 // that each Q and dO fragment read from shared memory feeds two mma; K and V then wait in shared
 // memory and are read per use (registers cannot hold them beside dK and dV for 32 keys).
 template <class H, int D, bool LDSM, bool ASYNC, int MT>
-__global__ void __launch_bounds__(128) flash_backward_dkv_kernel(H* dqkv, const H* dout, const H* qkv,
+__global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backward_dkv_kernel(H* dqkv, const H* dout, const H* qkv,
                                                                  const float* lse, const float* Dv, int T_, QKVLayout L) {
     constexpr bool KV_SHARED = MT > 1;
     __shared__ __align__(16) H Qs[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
@@ -1277,7 +1286,7 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(H* dqkv, const 
 // Backward pass 2: dQ for 64·MT queries per block, MT m-tiles of 16 rows per warp (1, or 2 for hs
 // 64: each K fragment from shared memory feeds two mma, as in the forward), over key tiles of 32.
 template <class H, int D, bool LDSM, bool ASYNC, int MT>
-__global__ void __launch_bounds__(128) flash_backward_dq_kernel(H* dqkv, const H* dout, const H* qkv,
+__global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backward_dq_kernel(H* dqkv, const H* dout, const H* qkv,
                                                                 const float* lse, const float* Dv, int T_, QKVLayout L) {
     __shared__ __align__(16) H Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) H Vs[2][32][D + 8];

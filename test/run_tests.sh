@@ -26,9 +26,11 @@
 #   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
 #                       races, deadlocks, out-of-bounds accesses
 #   simcheck_ops        every CUDA kernel run by that emulator against its CPU op (gpucheck_ops
-#                       compiled with g++), in both schedules
+#                       compiled with g++), in both schedules (the second with the emulated
+#                       cuBLASLt refusing its first algorithm each time)
 #   test_ptxas          (with nvcc) the Hopper wgmma kernels compile for sm_90a without register
 #                       spills and without ptxas serializing their wgmma (its -v report); the
+#                       mma.sync backward passes at head size 64 within their registers cap; the
 #                       trainer's sm_80 PTX compiles for Blackwell (sm_100, sm_120)
 #   dev/cuda            the kernel playgrounds on the emulator at small shapes: every version of
 #                       each op within its bound of the CPU op

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test_ptxas — what ptxas says about the Hopper (wgmma) kernels, checked without a GPU: each
-# compiles for sm_90a with no register spills, and ptxas serializes none of its wgmma.
+# compiles for sm_90a with no register spills, and ptxas serializes none of its wgmma. Also the
+# mma.sync backward passes at head size 64 stay within the registers that keep 3 and 4 blocks on
+# an SM (below).
 # Why: a wgmma kernel that runs out of registers, or whose asynchronous products cross a branch or
 # share registers with other instructions before their wait, still computes the right numbers,
 # but ptxas then waits for every product before the next ("C75xx: wgmma.mma_async instructions
@@ -36,6 +38,25 @@ while read -r name regs spill; do
         echo "not ok - ptxas sm_90a: $short: wgmma serialized: $(grep -o "(C75[0-9][0-9])[^']*" <(grep "'$name'" "$report") | head -1)"
     else echo "ok - ptxas sm_90a: $short: no wgmma serialized"; fi
 done <<<"$kernels"
+# The mma.sync backward passes at head size 64 (attention.cuh: FLASH_DKV_MIN_BLOCKS,
+# FLASH_DQ_MIN_BLOCKS): within the registers that let 3 (dK/dV) and 4 (dQ) blocks share an SM,
+# spilling at most the 4 bytes (one register, one store and one load) of the bf16 dK/dV pass's
+# default variant when the cap came in; more would say the kernels outgrew their cap.
+all=$(awk '
+    /Compiling entry function/ { name = $0; sub(/.*function .\047?/, "", name); sub(/\047.*/, "", name); spill = 0 }
+    /bytes spill stores/ { for (i = 1; i <= NF; i++) if ($i == "spill" && $(i + 1) == "stores,") spill = $(i - 2) }
+    /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") regs = $(i + 1); print name, regs, spill }
+' "$report")
+for pass in dkv:168 dq:128; do
+    k=${pass%%:*} cap=${pass#*:} n=0
+    while read -r name regs spill; do
+        n=$((n + 1))
+        short=$(echo "$name" | c++filt 2>/dev/null || echo "$name")
+        if [ "$regs" -le "$cap" ] && [ "$spill" -le 4 ]; then echo "ok - ptxas sm_90a: $short: $regs registers (cap $cap), $spill bytes of spill stores"
+        else echo "not ok - ptxas sm_90a: $short: $regs registers (cap $cap), $spill bytes of spill stores (at most 4)"; fi
+    done < <(echo "$all" | grep -E "^_Z[0-9]+flash_backward_${k}_kernelI[A-Za-z0-9_]+Li64ELb[01]ELb[01]ELi1EE")
+    [ "$n" -gt 0 ] || echo "not ok - ptxas reported no flash_backward_${k}_kernel at head size 64 (still instantiated by gpucheck_ops?)"
+done
 # the PTX a Blackwell GPU runs from: ptxas (the driver's compiler) for each sm this nvcc knows
 ptx=build/train_gpt_compute_80.ptx
 if ! "$NVCC" -O3 -std=c++17 -x cu -arch=compute_80 -ptx train_gpt.cu -o "$ptx" >build/ptx_compute_80.txt 2>&1; then
