@@ -6,8 +6,8 @@
 # it runs in a copy of the tree against a stand-in nvidia-smi, nvcc and make (the stand-in make
 # records each call, writes the log that the real target
 # writes, and sleeps or fails on request), and:
-#   - the core preset runs build, gpucheck with the backend's parts, bench with train+torch, the
-#     playgrounds, make train, in that order, built for sm_90a on a 9.0 GPU (sm_80 on an 8.0 one)
+#   - the core preset runs build, gpucheck with the backend's parts, bench with train+torch, make
+#     train, the playgrounds, in that order, built for sm_90a on a 9.0 GPU (sm_80 on an 8.0 one)
 #   - each part the core preset names is one test/gpucheck.sh or the Makefile's bench knows, and
 #     gpucheck.sh refuses a part it does not know (exit 2, naming it) before running anything
 #   - while a step runs, its log reaches OUTDIR within the 10 s copy interval
@@ -76,9 +76,9 @@ session core -- core
 expected="-j$(nproc) NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a all build/gpucheck_ops dev-cuda
 gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=ops wgmma train resume pytorch
 bench NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a BENCH_PARTS=train torch
-gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=playgrounds hf
-train NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a"
-check "core: build, gpucheck (the backend's parts), bench (train torch), the playgrounds, make train, in order, for sm_90a" \
+train NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a
+gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=playgrounds hf"
+check "core: build, gpucheck (the backend's parts), bench (train torch), make train, the playgrounds, in order, for sm_90a" \
     diff <(echo "$expected") "$tmp/core.calls"
 check "core: exit 0 when every step passed" test "$(cat "$tmp/core.rc")" = 0
 check "core: the four logs reach OUTDIR (gpucheck's, train's, bench's and the summary)" \
