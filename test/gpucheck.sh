@@ -2,8 +2,9 @@
 # gpucheck — the GPU suite (`make gpucheck`, needs a GPU): the CUDA backend against the CPU
 # reference, op by op and whole runs, plus the data-parallel matrix with several ranks sharing
 # the GPU (MPI, host-staged). Prints "ok"/"not ok" lines and "N passed, N failed".
-#   gpucheck_ops     every CUDA op vs its CPU op, poisoned outputs, several shapes (part ops;
-#                    FP8's quantize kernels, cvt and cuBLASLt FP8 products among them);
+#   gpucheck_ops     every CUDA op vs its CPU op, poisoned outputs, several shapes (part ops,
+#                    as five processes: fp32, bf16, fp16, flash, fp8 (the quantize kernels, cvt
+#                    and cuBLASLt FP8 products), so a fatal error costs one of them);
 #                    the wgmma flash attention (--flash-wgmma 1) as part wgmma
 #   test_gpu_train   10 steps on the GPU vs the CPU run, fp32 (within 1e-4), bf16 and fp8
 #                    (2e-2): the loss falls, and two GPU runs are bit-identical
@@ -53,7 +54,8 @@ for p in $parts; do
 done
 want() { [[ " $parts " == *" $1 "* ]]; }
 echo "# gpucheck on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), parts: $(echo $parts)"
-want ops && part gpucheck_ops build/gpucheck_ops ops
+# the ops part as five processes, so that a fatal error in one dtype's checks costs only those
+if want ops; then for g in fp32 bf16 fp16 flash fp8; do part "gpucheck_ops $g" build/gpucheck_ops "$g"; done; fi
 # the Hopper flash attention (--flash-wgmma 1, off by default) apart, under its own shorter limit:
 # a fault in it names itself and costs no other part
 want wgmma && PART_LIMIT=${WGMMA_LIMIT:-180} part "gpucheck_ops wgmma" build/gpucheck_ops wgmma

@@ -41,8 +41,12 @@ emulator; "# skip" lines elsewhere) is checked against the CPU like the other at
 kernels, with one and two warpgroups a block, and bit-identical (bound 0) with its products
 overlapped (the software pipeline) and each waited for at once, and with one and two warpgroups.
 Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wgmma checks,
-`gpucheck_ops wgmma` only those (test/gpucheck.sh: two parts).
+`gpucheck_ops wgmma` only those; ops' groups one at a time: fp32, bf16, fp16 (every op in that
+dtype), flash (the half conversions and the flash variants), fp8. test/gpucheck.sh runs each
+group as a process of its own, so that an error that stops one (a fatal CUDA or cuBLASLt
+error ends the process) costs only that group's checks.
 */
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -869,25 +873,29 @@ template <class X> static void check_all() {
 // --flash-wgmma 1 (test/gpucheck.sh runs them as two parts, so that a fault there leaves the
 // default path's result whole and names itself).
 int main(int argc, char** argv) {
-    const char* group = argc > 1 ? argv[1] : "all";
-    const bool ops = !strcmp(group, "all") || !strcmp(group, "ops"), wgmma = !strcmp(group, "all") || !strcmp(group, "wgmma");
-    if (!ops && !wgmma) { fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops or wgmma)\n", group); return 2; }
+    const std::string group = argc > 1 ? argv[1] : "all";
+    const char* groups[] = {"all", "ops", "fp32", "bf16", "fp16", "flash", "fp8", "wgmma"};
+    if (std::find(std::begin(groups), std::end(groups), group) == std::end(groups)) {
+        fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops, or one of ops' fp32 bf16 fp16 flash fp8, or wgmma)\n", group.c_str());
+        return 2;
+    }
+    auto in = [&](const char* g) { return group == "all" || group == g || (group == "ops" && strcmp(g, "wgmma")); };
     const std::string why = cuda_unusable_reason(0);
     if (!why.empty()) { printf("not ok - gpucheck_ops: %s\n", why.c_str()); return 1; }
     cuda_ctx_init(&gpu, 0);
-    if (ops) {
-        check_all<float>();
-        check_all<bf16>();
-        check_all<fp16>();
+    if (in("fp32")) check_all<float>();
+    if (in("bf16")) check_all<bf16>();
+    if (in("fp16")) check_all<fp16>();
+    if (in("flash")) {
         check_half_conversion<bf16>();
         check_half_conversion<fp16>();
         check_flash_variants(2, 100, 768, 12, 12);  // head size 64
         check_flash_variants(1, 300, 256, 4, 4);    // head size 64, 3 blocks of 128 query rows (the last one short)
         check_flash_variants(1, 200, 512, 4, 4);    // head size 128
         check_flash_variants(1, 300, 256, 4, 2);    // grouped-query, head size 64
-        check_fp8();
     }
-    if (wgmma) {
+    if (in("fp8")) check_fp8();
+    if (in("wgmma")) {
         check_wgmma_products<64>();
         check_wgmma_products<128>();
         check_flash_wgmma(2, 100, 768, 12, 12);  // head size 64, T not a multiple of the tiles
@@ -896,6 +904,6 @@ int main(int argc, char** argv) {
         check_flash_wgmma(1, 300, 256, 4, 2);    // grouped-query: a later head's first tile masked (the second warpgroup)
         check_flash_wgmma(2, 100, 768, 12, 4);   // llama:d12's groups of 3
     }
-    printf("# gpucheck_ops %s: %d passed, %d failed\n", group, n_pass, n_fail);
+    printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
