@@ -307,10 +307,17 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
             if (r == CUBLAS_STATUS_SUCCESS) f = Found{true, heur[i].algo};
             else if (r != CUBLAS_STATUS_NOT_SUPPORTED) fatal("cuBLASLt: a %dx%dx%d %s matmul failed (status %d)", m, n, k, what, (int)r);
         }
-        if (!f.any && found > 0 && st == CUBLAS_STATUS_SUCCESS)
-            fprintf(stderr, "note: cuBLASLt refused all %d algorithms its heuristic offered for a %dx%dx%d %s matmul%s%s (NOT_SUPPORTED)%s\n",
-                    found, m, n, k, what, epi_name ? " with the epilogue " : "", epi_name ? epi_name : "",
+        if (!f.any && found > 0 && st == CUBLAS_STATUS_SUCCESS) {  // (what it was asked, for whoever reads the log)
+            std::string asked = std::string("op(A) ") + (transA ? "T" : "N") + ", op(B) " + (transB ? "T" : "N") + ", lda " +
+                std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldd " + std::to_string(ldd) + ", D " + dtype_name<TD>() +
+                ", alignments A " + std::to_string(align_a) + " B " + std::to_string(align_b) + " D " + std::to_string(align_d);
+            if (bias) asked += " bias " + std::to_string(alignment_of(bias));
+            if (fp8) asked += ", scale pointers " + std::to_string(alignment_of(fp8->a_inv)) + " and " + std::to_string(alignment_of(fp8->b_inv));
+            asked += ", workspace " + std::to_string(ctx.workspace_size) + " B";
+            fprintf(stderr, "note: cuBLASLt refused all %d algorithms its heuristic offered for a %dx%dx%d %s matmul%s%s (NOT_SUPPORTED: %s)%s\n",
+                    found, m, n, k, what, epi_name ? " with the epilogue " : "", epi_name ? epi_name : "", asked.c_str(),
                     epilogue ? ": the epilogue runs as a separate kernel" : "");
+        }
         else if (!f.any && epilogue)
             fprintf(stderr, "note: cuBLASLt has no algorithm with the %s epilogue for a %dx%dx%d %s matmul: it runs as a "
                     "separate kernel\n", epi_name, m, n, k, what);

@@ -54,8 +54,12 @@ for p in $parts; do
 done
 want() { [[ " $parts " == *" $1 "* ]]; }
 echo "# gpucheck on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), parts: $(echo $parts)"
-# the ops part as five processes, so that a fatal error in one dtype's checks costs only those
-if want ops; then for g in fp32 bf16 fp16 flash fp8; do part "gpucheck_ops $g" build/gpucheck_ops "$g"; done; fi
+# the ops part as five processes, so that a fatal error in one dtype's checks costs only those;
+# the FP8 products with cuBLASLt's error log on (CUBLASLT_LOG_LEVEL=1: its reason for refusing one)
+if want ops; then
+    for g in fp32 bf16 fp16 flash; do part "gpucheck_ops $g" build/gpucheck_ops "$g"; done
+    part "gpucheck_ops fp8" env CUBLASLT_LOG_LEVEL=1 build/gpucheck_ops fp8
+fi
 # the Hopper flash attention (--flash-wgmma 1, off by default) apart, under its own shorter limit:
 # a fault in it names itself and costs no other part
 want wgmma && PART_LIMIT=${WGMMA_LIMIT:-180} part "gpucheck_ops wgmma" build/gpucheck_ops wgmma

@@ -100,7 +100,7 @@ part test_simt build/test_simt
 part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
 # (the second run also has the emulated cuBLASLt refuse its heuristic's first algorithm each
 # time, as cuBLASLt may: every product then runs on the next one, matmul.cuh's lt_matmul)
-part "simcheck_ops (CUDA kernels emulated, reverse order; cuBLASLt refusing its first algorithm)" env SIMT_ORDER=reverse SIMT_LT_REFUSE_FIRST=1 build/simcheck_ops
+part "simcheck_ops (CUDA kernels emulated, reverse order; cuBLASLt refusing its first algorithm)" env SIMT_ORDER=reverse SIMT_LT_REFUSE=1 build/simcheck_ops
 part test_ptxas bash test/test_ptxas.sh
 dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/common.cuh)
     local args out

@@ -1303,11 +1303,11 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
                                      const void* B, cublasLtMatrixLayout_t lb, const void* beta, const void* C, cublasLtMatrixLayout_t lc,
                                      void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
     using simt::die;
-    // SIMT_LT_REFUSE_FIRST=1: the heuristic's first algorithm is refused (NOT_SUPPORTED, nothing
+    // SIMT_LT_REFUSE=N: the heuristic's first N algorithms are refused (NOT_SUPPORTED, nothing
     // done), as cuBLASLt may refuse one its heuristic offered, so that the backend's trying the
-    // next runs in tests
-    static const bool refuse_first = getenv("SIMT_LT_REFUSE_FIRST") && strcmp(getenv("SIMT_LT_REFUSE_FIRST"), "0");
-    if (refuse_first && algo->index == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    // next (N = 1) and its answer to a refusal of all (N = 2) run in tests
+    static const int refuse = getenv("SIMT_LT_REFUSE") ? atoi(getenv("SIMT_LT_REFUSE")) : 0;
+    if (algo->index < refuse) return CUBLAS_STATUS_NOT_SUPPORTED;
     simt::side_enter(stream, "cublasLtMatmul");
     const bool ta = op->ta == CUBLAS_OP_T, tb = op->tb == CUBLAS_OP_T;
     const size_t m = ld->rows, n = ld->cols, k = ta ? la->rows : la->cols;

@@ -261,6 +261,14 @@ unusable_gpu() {
         grep -qE "^error: --precision fp8: this GPU \(compute capability 8\.0\) has no FP8 tensor cores; they came with 8\.9 .* use --precision bf16\$" "$tmp/fp8.out" &&
         r=ok || r="not ok"
     echo "$r - --precision fp8 on compute capability 8.0: one line naming why and what to use, exit 2 (exit $rc: $(head -c 200 "$tmp/fp8.out"))"
+    # cuBLASLt refusing every algorithm its heuristic offers (the emulator's SIMT_LT_REFUSE=2): the
+    # run stops at its first product, saying which and how to see cuBLASLt's reason (exit 1)
+    SIMT_LT_REFUSE=2 "$BIN" --device cuda "${flags[@]}" >"$tmp/refuse.out" 2>&1
+    rc=$?
+    [ $rc = 1 ] && grep -q "^note: cuBLASLt refused all 2 algorithms its heuristic offered for a .* (NOT_SUPPORTED: op(A) " "$tmp/refuse.out" &&
+        grep -qE "^error: cuBLASLt has no algorithm for a [0-9]+x[0-9]+x[0-9]+ (fp32|bf16) matmul \(CUBLASLT_LOG_LEVEL=2 in the environment shows its reason\)\$" "$tmp/refuse.out" &&
+        r=ok || r="not ok"
+    echo "$r - cuBLASLt refusing every algorithm: a note with what it was asked, then one error naming the product and CUBLASLT_LOG_LEVEL, exit 1 (exit $rc: $(tail -c 300 "$tmp/refuse.out"))"
     SIMT_DRIVER_VERSION=13000 "$BIN" --device auto "${flags[@]}" >"$tmp/compat.out" 2>&1
     rc=$?
     [ $rc = 0 ] && grep -q '^device: cuda, ' "$tmp/compat.out" && ! grep -q '^note: ' "$tmp/compat.out" && r=ok || r="not ok"
