@@ -219,6 +219,10 @@ __global__ void classifier_finish_kernel(T* logits, float* losses, const float* 
 // g_classifier_staged: the STAGED kernel where the row fits in a block's shared memory (GPT-2's
 // bf16 row is 98 KB: two blocks per H100 SM). Off until an H100 shows it faster.
 inline bool g_classifier_staged = false;
+template <class T, int P> inline size_t classifier_staged_ceiling() {  // (asked of the device once)
+    static const size_t bytes = dynamic_shared_ceiling(fused_classifier_kernel<T, P, true>);
+    return bytes;
+}
 #endif
 
 template <class T>
@@ -229,7 +233,7 @@ inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int
         constexpr int P = PACK<T>;
         const size_t row_bytes = (size_t)Vp * sizeof(T);
         const bool packs = pack_width<T>(Vp, {logits}) > 1;
-        if (packs && g_classifier_staged && row_bytes <= dynamic_shared_ceiling(fused_classifier_kernel<T, P, true>)) {
+        if (packs && g_classifier_staged && row_bytes <= classifier_staged_ceiling<T, P>()) {
             SHARED_OPT_IN(fused_classifier_kernel<T, P, true>);
             fused_classifier_kernel<T, P, true><<<N, 512, row_bytes, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         } else if (packs)

@@ -4,7 +4,9 @@ gelu.cuh — GELU, tanh approximation (GPT-2's, torch's approximate='tanh').
   forward:  y = ½·x·(1 + tanh(u)),  u = √(2/π)·(x + 0.044715·x³)
   backward: dy/dx = ½(1 + tanh u) + ½·x·(1 − tanh² u)·√(2/π)·(1 + 3·0.044715·x²)
             dinp = dout · dy/dx            (written, not added: its input is a scratch buffer)
-Dtype T (float | bf16 | fp16): computed in fp32, each output rounded to T once.
+Dtype T (float | bf16 | fp16): computed in fp32, each output rounded to T once. The backward's
+dout may be T or fp32 (matmul.cuh hands it the product before the GELU unrounded, so that dinp
+is rounded once).
 
 Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU).
 */

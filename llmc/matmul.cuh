@@ -335,15 +335,16 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
     return it->second.any;
 }
 
-// D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column) (then the GELU epilogue, aux m×n with
-// leading dimension m), column-major, T matrices, fp32 accumulate: in one cuBLASLt call where it
-// has an algorithm for the whole of it, else the plain product and our kernels (see above).
+// D(m×n) = α·op(A)·op(B) + β·D (+ bias[m] per column) (then the GELU forward epilogue, aux m×n
+// with leading dimension m), column-major, T matrices, fp32 accumulate: in one cuBLASLt call where
+// it has an algorithm for the whole of it, else the plain product and our kernels (see above).
+// (The GELU's backward epilogue is matmul_backward's, whose fallback keeps the product in fp32.)
 // fp8: A and B are FP8 (see LtFp8).
 template <class T>
 inline void cublaslt_gemm(const Ctx& ctx, T* D, const void* A, const void* Bm, const T* bias,
                           int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta,
                           GeluEpi gelu = GeluEpi::None, T* aux = nullptr, const LtFp8* fp8 = nullptr) {
-    if (gelu == GeluEpi::Backward && bias) fatal("cublaslt_gemm: the DGELU epilogue takes no bias");
+    if (gelu == GeluEpi::Backward) fatal("cublaslt_gemm: the DGELU epilogue is matmul_backward's");
     if (gelu != GeluEpi::None && (ldd != m || beta != 0.0f)) fatal("cublaslt_gemm: a GELU epilogue needs ldd = m and β = 0");
     if (lt_matmul<T>(ctx, D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux, nullptr, fp8)) return;
     if (!bias && gelu == GeluEpi::None)
@@ -353,12 +354,6 @@ inline void cublaslt_gemm(const Ctx& ctx, T* D, const void* A, const void* Bm, c
     if (gelu == GeluEpi::Forward) {  // aux = the product + bias, D = gelu(aux)
         cublaslt_gemm<T>(ctx, aux, A, Bm, bias, m, n, k, transA, transB, lda, ldb, m, 0.0f, GeluEpi::None, nullptr, fp8);
         gelu_forward(ctx, D, (const T*)aux, mn);
-    } else if (gelu == GeluEpi::Backward) {  // D = the product ⊙ gelu′(aux), the product kept in fp32: D rounded once, as by the epilogue
-        static Buf<float> prod_buf;
-        float* prod = gpu_scratch(prod_buf, ctx, mn);
-        if (!lt_matmul<T, float>(ctx, prod, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, m, 0.0f, GeluEpi::None, nullptr, nullptr, fp8))
-            fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul with an fp32 result", m, n, k, fp8 ? "fp8" : dtype_name<T>());
-        gelu_backward(ctx, D, (const T*)aux, (const float*)prod, mn);
     } else {  // the bias alone
         cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta, GeluEpi::None, nullptr, fp8);
         add_bias_kernel<<<grid_for(mn), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
@@ -611,10 +606,12 @@ inline void matmul_dinp_f32(const Ctx& ctx, float* dinp, const T* dout, const T*
     matmul_backward_cpu(dinp, nullptr, nullptr, d.p, nullptr, w.p, N, C, OC);
 }
 // With gelu_pre: dinp = (dout·W) ⊙ gelu′(gelu_pre), the gradient through the GELU before this
-// layer, rounded to T once: in the cuBLASLt epilogue (DGELU) where it can be, else the product
-// in fp32 (matmul_dinp_f32) and then the GELU op. (Rounding the product to T first and then the
-// GELU's result again would differ from the epilogue, and between devices whose sums run in
-// another order, by up to two roundings: 1.1% seen in bf16 on an H100.)
+// layer, rounded to T once: in the cuBLASLt epilogue (DGELU) where it can be, else (the rows or
+// pointers do not allow it, or cuBLASLt has no algorithm for it) the product in fp32
+// (matmul_dinp_f32) and then the GELU op. (Rounding the product to T first and then the GELU's
+// result again would differ from the epilogue, and between devices whose sums run in another
+// order, by up to two roundings: 1.1% seen in bf16 on an H100. FP8's products write T, so its
+// path does round twice, within FP8's own, looser bound.)
 template <class T>
 inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, const T* dout, const T* inp, const T* W,
                             int N, int C, int OC, const NoDeduce<T>* gelu_pre = nullptr) {
@@ -627,9 +624,9 @@ inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, 
                  gelu_pre && dinp ? "+dgelu" : "", C, OC);
     if (gelu_pre && dinp) {
 #ifdef LLMC_CUDA
-        if (ctx.device == Device::CUDA && gelu_fusable(C, gelu_pre, dinp, (const T*)nullptr)) {
-            cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward,
-                             const_cast<T*>(gelu_pre));
+        if (ctx.device == Device::CUDA && gelu_fusable(C, gelu_pre, dinp, (const T*)nullptr) &&
+            lt_matmul<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward,
+                         const_cast<T*>(gelu_pre))) {
             matmul_backward<T>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias
             return;
         }

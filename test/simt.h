@@ -77,8 +77,10 @@ The model of a GPU:
     are multiples of 16, no epilogue but the bias; FAST_ACCUM is accepted, and the sums stay
     fp32). It checks
     first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
-    has the alignment promised to the heuristic. The algorithm is a placeholder; with
-    SIMT_LT_NO_EPILOGUES=1 the heuristic finds none for a product with an epilogue.
+    has the alignment promised to the heuristic. The heuristic offers two algorithms (the same
+    arithmetic); with SIMT_LT_NO_EPILOGUES=1 it finds none for a product with an epilogue, with
+    SIMT_LT_REFUSE=N cublasLtMatmul refuses the first N (NOT_SUPPORTED), and BGRADB's fp32 sums
+    beside a 16-bit D are INVALID_VALUE (cuBLASLt 13.1 on an H100 answered so).
   - Streams are distinct, and the device bytes a copy, memset or NCCL collective queued on one
     stream uses (and the matrices a cuBLASLt matmul reads) are protected from the other streams'
     work until one of them waits for it (an event recorded after it, or a host sync): a kernel,

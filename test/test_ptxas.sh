@@ -24,15 +24,16 @@ if ! "$NVCC" -O2 -std=c++17 -x cu -gencode=arch=compute_90a,code=sm_90a -cubin -
     grep -m 20 error "$report"; echo "not ok - nvcc could not compile test/gpucheck_ops.cu for sm_90a"; exit 1
 fi
 # One line per kernel: name, registers, spill store bytes (ptxas prints the properties, then the count).
-kernels=$(awk '
-    /Compiling entry function/ { name = $0; sub(/.*function .\047?/, "", name); sub(/\047.*/, "", name); spill = "" }
+all=$(awk '
+    /Compiling entry function/ { name = $0; sub(/.*function .\047?/, "", name); sub(/\047.*/, "", name); spill = 0 }
     /bytes spill stores/ { for (i = 1; i <= NF; i++) if ($i == "spill" && $(i + 1) == "stores,") spill = $(i - 2) }
     /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") regs = $(i + 1); print name, regs, spill }
-' "$report" | grep -i wgmma)
+' "$report")
+kernels=$(echo "$all" | grep -i wgmma)
 if [ -z "$kernels" ]; then echo "not ok - ptxas reported no wgmma kernel (are they still instantiated by gpucheck_ops?)"; exit 1; fi
 while read -r name regs spill; do
     short=$(echo "$name" | c++filt 2>/dev/null || echo "$name")
-    if [ "${spill:-0}" = 0 ]; then echo "ok - ptxas sm_90a: $short: $regs registers, no spills"
+    if [ "$spill" = 0 ]; then echo "ok - ptxas sm_90a: $short: $regs registers, no spills"
     else echo "not ok - ptxas sm_90a: $short: $regs registers, $spill bytes of spill stores"; fi
     if grep -q "(C75[0-9][0-9]).*'$name'" "$report"; then
         echo "not ok - ptxas sm_90a: $short: wgmma serialized: $(grep -o "(C75[0-9][0-9])[^']*" <(grep "'$name'" "$report") | head -1)"
@@ -42,11 +43,6 @@ done <<<"$kernels"
 # FLASH_DQ_MIN_BLOCKS): within the registers that let 3 (dK/dV) and 4 (dQ) blocks share an SM,
 # spilling at most the 4 bytes (one register, one store and one load) of the bf16 dK/dV pass's
 # default variant when the cap came in; more would say the kernels outgrew their cap.
-all=$(awk '
-    /Compiling entry function/ { name = $0; sub(/.*function .\047?/, "", name); sub(/\047.*/, "", name); spill = 0 }
-    /bytes spill stores/ { for (i = 1; i <= NF; i++) if ($i == "spill" && $(i + 1) == "stores,") spill = $(i - 2) }
-    /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") regs = $(i + 1); print name, regs, spill }
-' "$report")
 for pass in dkv:168 dq:128; do
     k=${pass%%:*} cap=${pass#*:} n=0
     while read -r name regs spill; do
