@@ -233,21 +233,36 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
 //           and 350M; more would leave no room for two blocks per SM);
 //   NP = 0: in dynamic shared memory, each warp its own 2·C floats (64·C bytes a block: C ≤ 3632
 //           on an H100; GPT-2 774M and 1558M). Each lane updates only its own channels, so the
-//           warps need no barrier until the end.
+//           warps need no barrier until the end. A warp's C sums of a kind are stored as V/4
+//           planes of G = C/V float4s: channel g·V + 4q + e at float (q·G + g)·4 + e
+//           (ln_sum_slot). A lane updates its pack g's sums with V/4 float4 loads and stores,
+//           and for each q the warp's lanes (g = lane + 32p) touch 32 consecutive float4s: no
+//           bank conflicts. In channel order, one float at a time (as before), lane l's sum j
+//           sat at l·V + j: lanes 32/V apart shared a bank, a V-way conflict (8 for bf16, 4 for
+//           fp32) on each of the 4 shared accesses per element. On an H100 at C = 1600
+//           (dev/gpu_results/2026-11-26-*-f31018e.log, dev_layernorm) that layout made the bf16
+//           one-kernel backward slower than the two kernels (0.179 vs 0.164 ms) while the fp32
+//           one was faster (0.234 vs 0.298 ms).
+// (NP = 0) where the float4 of sums for channels g·V + 4q .. g·V + 4q + 3 starts, of C floats
+template <int V> __device__ inline size_t ln_sum_slot(int g, int q, int C) { return ((size_t)q * (C / V) + g) * 4; }
 template <class T, int V, int NP>
 __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* w,
                                                                       const float* mean, const float* rstd, int N, int C, int R) {
     constexpr bool SHARED_SUMS = NP == 0;
+    static_assert(!SHARED_SUMS || V % 4 == 0, "the shared sums move as float4s: V = 4 (fp32) or 8 (16-bit)");
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, k = blockIdx.x, K = gridDim.x;
     float sw[SHARED_SUMS ? 1 : NP][V], sb[SHARED_SUMS ? 1 : NP][V];  // (NP > 0)
-    float* all = nullptr;   // (NP = 0) every warp's sums: warp u's dw at [2uC, 2uC + C), its db after
+    float* all = nullptr;   // (NP = 0) every warp's sums: warp u's dw in [2uC, 2uC + C), its db after (in planes)
     float* sums = nullptr;  // ... this warp's
     if constexpr (SHARED_SUMS) {
         DYNAMIC_SHARED(float, dyn);
         all = dyn;
         sums = all + (size_t)warp * 2 * C;
-        for (int c = lane * V; c < C; c += 32 * V)
-            for (int j = 0; j < V; j++) sums[c + j] = sums[C + c + j] = 0.0f;
+        for (int g = lane; g < C / V; g += 32)  // (each lane its own packs' slots)
+            for (int q = 0; q < V / 4; q++) {
+                store_pack<4>(sums + ln_sum_slot<V>(g, q, C), Pack<float, 4>{});
+                store_pack<4>(sums + C + ln_sum_slot<V>(g, q, C), Pack<float, 4>{});
+            }
     } else {
         for (int p = 0; p < NP; p++)
             for (int j = 0; j < V; j++) sw[p][j] = sb[p][j] = 0.0f;
@@ -273,17 +288,27 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
             for (int j = 0; j < V; j++) {
                 const float dv = to_f(dp.v[j]), xv = to_f(xp.v[j]);
                 ip.v[j] = from_f<T>(ln_dinp(to_f(ip.v[j]), dv, to_f(wp.v[j]), xv, m, r, g_mean, gn_mean));
-                if constexpr (SHARED_SUMS) ln_param_sums(dv, xv, m, r, sums[c + j], sums[C + c + j]);
-                else ln_param_sums(dv, xv, m, r, sw[p][j], sb[p][j]);
+                if constexpr (!SHARED_SUMS) ln_param_sums(dv, xv, m, r, sw[p][j], sb[p][j]);
             }
             store_pack<V>(di + c, ip);
+            if constexpr (SHARED_SUMS) {
+                for (int q = 0; q < V / 4; q++) {  // channels c + 4q .. c + 4q + 3
+                    float* pw = sums + ln_sum_slot<V>(c / V, q, C);
+                    Pack<float, 4> sw4 = load_pack<4>(pw), sb4 = load_pack<4>(pw + C);
+                    for (int e = 0; e < 4; e++)
+                        ln_param_sums(to_f(dp.v[4 * q + e]), to_f(xp.v[4 * q + e]), m, r, sw4.v[e], sb4.v[e]);
+                    store_pack<4>(pw, sw4);
+                    store_pack<4>(pw + C, sb4);
+                }
+            }
         }
     }
     if constexpr (SHARED_SUMS) {
         __syncthreads();  // every warp's sums are complete
         for (int t = threadIdx.x; t < C; t += blockDim.x) {  // the 8 warps' sums in warp order
+            const size_t at = ln_sum_slot<V>(t / V, t % V / 4, C) + t % 4;  // channel t's float
             float a = 0.0f, b = 0.0f;
-            for (int u = 0; u < LN_WARPS; u++) { a += all[(size_t)u * 2 * C + t]; b += all[(size_t)u * 2 * C + C + t]; }
+            for (int u = 0; u < LN_WARPS; u++) { a += all[(size_t)u * 2 * C + at]; b += all[(size_t)u * 2 * C + C + at]; }
             partial[(size_t)k * C + t] = a;
             partial[(size_t)(K + k) * C + t] = b;
         }
@@ -359,12 +384,18 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
     float* partial = gpu_scratch(partial_buf, ctx, 2 * (size_t)K * C);
     constexpr int NP = 32 / V;  // 32 channels per lane: 64 fp32 sums in registers (C ≤ 1024; ~100 registers)
     const size_t sums_bytes = (size_t)LN_WARPS * 2 * C * sizeof(float);  // wider rows: the sums in shared memory
-    if (g_layernorm_fused && V > 1 && np <= NP) {
-        layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
-    } else if (g_layernorm_fused && V > 1 && sums_bytes <= dynamic_shared_ceiling(layernorm_backward_fused_kernel<T, V, 0>)) {
-        SHARED_OPT_IN(layernorm_backward_fused_kernel<T, V, 0>);
-        layernorm_backward_fused_kernel<T, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
-    } else {
+    bool fused = false;
+    if constexpr (V > 1) {  // (V = PACK<T>: 4 or 8)
+        if (g_layernorm_fused && np <= NP) {
+            layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
+            fused = true;
+        } else if (g_layernorm_fused && sums_bytes <= dynamic_shared_ceiling(layernorm_backward_fused_kernel<T, V, 0>)) {
+            SHARED_OPT_IN(layernorm_backward_fused_kernel<T, V, 0>);
+            layernorm_backward_fused_kernel<T, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
+            fused = true;
+        }
+    }
+    if (!fused) {
         layernorm_backward_dinp_kernel<T, V><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
         dim3 grid(ceil_div(C, 32 * V), K);
         layernorm_backward_params_partial<T, V><<<grid, 32 * LN_WARPS, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C, R);

@@ -821,6 +821,7 @@ template <class X> static void check_all() {
     check_layernorm<X>(300, 200);  // bf16 packs: lanes past C, a last chunk of 12 rows
     check_layernorm<X>(40, 1024);  // the widest rows of the one-kernel backward (32 channels per lane)
     check_layernorm<X>(40, 1600);  // GPT-2 1558M's width: the one-kernel backward, its sums in shared memory
+    check_layernorm<X>(20, 1288);  // ... with an odd number of packs a row (161 bf16, 322 fp32) in its sums' planes
     check_layernorm<X>(9, 4096);   // too wide for those: the two-kernel backward
     check_layernorm<X>(40001, 24); // chunks of 40 rows (ln_chunk_rows), the last of 1; 1001 partial rows
     check_layernorm<X>(7, 13, true);    // RMSNorm: the same shapes' paths (one lane a channel,
