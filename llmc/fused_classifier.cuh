@@ -219,6 +219,12 @@ __global__ void classifier_finish_kernel(T* logits, float* losses, const float* 
 // g_classifier_staged: the STAGED kernel where the row fits in a block's shared memory (GPT-2's
 // bf16 row is 98 KB: two blocks per H100 SM). Off until an H100 shows it faster.
 inline bool g_classifier_staged = false;
+// g_classifier_threads: the block (a row) size of the one-pass kernels, a multiple of 32 ≤ 1024.
+// With 512, four blocks fit an SM: 528 rows in flight on an H100, 52 MB of GPT-2 bf16 rows,
+// more than its 50 MB L2, which may be why pass 2's re-read seems to miss it (the header). 1024
+// keeps half as many in flight (dev/cuda/classifier.cu v4 times it). Other sizes sum the row in
+// another order: results differ in the last bits, within the same bounds.
+inline int g_classifier_threads = 512;
 template <class T, int P> inline size_t classifier_staged_ceiling() {  // (asked of the device once)
     static const size_t bytes = dynamic_shared_ceiling(fused_classifier_kernel<T, P, true>);
     return bytes;
@@ -235,11 +241,11 @@ inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int
         const bool packs = pack_width<T>(Vp, {logits}) > 1;
         if (packs && g_classifier_staged && row_bytes <= classifier_staged_ceiling<T, P>()) {
             SHARED_OPT_IN(fused_classifier_kernel<T, P, true>);
-            fused_classifier_kernel<T, P, true><<<N, 512, row_bytes, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+            fused_classifier_kernel<T, P, true><<<N, g_classifier_threads, row_bytes, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         } else if (packs)
-            fused_classifier_kernel<T, P><<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+            fused_classifier_kernel<T, P><<<N, g_classifier_threads, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         else
-            fused_classifier_kernel<T, 1><<<N, 512, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+            fused_classifier_kernel<T, 1><<<N, g_classifier_threads, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         CUDA_LAUNCH_CHECK();
         return;
     }
