@@ -58,7 +58,9 @@ fp8_quantize writes either or both in one pass. Scratch: one byte per element of
 (N·C + OC·C bytes forward, 2·N·OC + OC·C + N·C backward), made again in every product from the
 bf16 tensors (nothing FP8 is kept between forward and backward). Every dimension (N = B·T, C,
 OC) must be a multiple of 16: cuBLASLt wants 16-byte leading dimensions of the FP8 matrices.
-The bias gradient sums the bf16 dout.
+The bias gradient sums the bf16 dout. Where cuBLASLt refuses an FP8 product (it once refused
+them all on an H100), its operands are dequantized (fp8_dequantize: exact) and multiplied in
+bf16: the same numbers, without FP8's speed (matmul.cuh: fp8_linear).
 
 What it costs (arithmetic, not yet a measurement: `make bench` part fp8 and dev/cuda/matmul.cu
 v3-v5 time it). Each quantize reads its bf16 tensor twice (the amax, then the cast; delayed
@@ -320,6 +322,34 @@ inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Targe
 template <class T>
 inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, Fp8Scales* scales, const T* x, int R, int Cc, Fp8Format f) {
     fp8_quantize(ctx, q, qt, Fp8Target{scales}, x, R, Cc, f);
+}
+
+// ----------------------------------------------------------------------------
+// dequantize: out = fp8 value of q · (1/s), in T (n elements). The codes carry at most 4
+// significant bits and 1/s is a power of two, so each value is exact in bf16 (and fp32): it is
+// the number the FP8 product multiplies, scaled back. matmul.cuh's fallback for FP8 products
+// that cuBLASLt refuses multiplies these.
+template <class T> inline void fp8_dequantize_cpu(T* out, const uint8_t* q, Fp8Format f, float inv, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = from_f<T>(fp8_decode(q[i], f) * inv);
+}
+#ifdef LLMC_CUDA
+template <class T> __global__ void fp8_dequantize_kernel(T* out, const uint8_t* q, Fp8Format f, const Fp8Scales* scales, size_t n) {
+    const float inv = scales->inv;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = from_f<T>(fp8_decode(q[i], f) * inv);
+}
+#endif
+template <class T> inline void fp8_dequantize(const Ctx& ctx, T* out, const uint8_t* q, Fp8Format f, const Fp8Scales* scales, size_t n) {
+    OpScope prof(ctx, 0, (double)n * (1 + sizeof(T)), "fp8 dequantize");
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        if (n == 0) return;
+        fp8_dequantize_kernel<T><<<grid_for(n), 256, 0, ctx.stream>>>(out, q, f, scales, n);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    fp8_dequantize_cpu(out, q, f, scales->inv, n);
 }
 
 // ----------------------------------------------------------------------------

@@ -339,26 +339,31 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
 // with leading dimension m), column-major, T matrices, fp32 accumulate: in one cuBLASLt call where
 // it has an algorithm for the whole of it, else the plain product and our kernels (see above).
 // (The GELU's backward epilogue is matmul_backward's, whose fallback keeps the product in fp32.)
-// fp8: A and B are FP8 (see LtFp8).
+// fp8: A and B are FP8 (see LtFp8). True: queued. False, nothing queued, only for FP8 operands
+// that cuBLASLt has no algorithm for even without the epilogue (fp8_linear then multiplies their
+// dequantized values); any other product it refuses is fatal.
 template <class T>
-inline void cublaslt_gemm(const Ctx& ctx, T* D, const void* A, const void* Bm, const T* bias,
+inline bool cublaslt_gemm(const Ctx& ctx, T* D, const void* A, const void* Bm, const T* bias,
                           int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta,
                           GeluEpi gelu = GeluEpi::None, T* aux = nullptr, const LtFp8* fp8 = nullptr) {
     if (gelu == GeluEpi::Backward) fatal("cublaslt_gemm: the DGELU epilogue is matmul_backward's");
     if (gelu != GeluEpi::None && (ldd != m || beta != 0.0f)) fatal("cublaslt_gemm: a GELU epilogue needs ldd = m and β = 0");
-    if (lt_matmul<T>(ctx, D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux, nullptr, fp8)) return;
-    if (!bias && gelu == GeluEpi::None)
-        fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul (CUBLASLT_LOG_LEVEL=2 in the environment shows its reason)%s",
-              m, n, k, fp8 ? "fp8" : dtype_name<T>(), fp8 ? "; --precision bf16 runs without FP8 products" : "");
+    if (lt_matmul<T>(ctx, D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux, nullptr, fp8)) return true;
+    if (!bias && gelu == GeluEpi::None) {
+        if (fp8) return false;
+        fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul (CUBLASLT_LOG_LEVEL=2 in the environment shows its reason)",
+              m, n, k, dtype_name<T>());
+    }
     const size_t mn = (size_t)m * n;
     if (gelu == GeluEpi::Forward) {  // aux = the product + bias, D = gelu(aux)
-        cublaslt_gemm<T>(ctx, aux, A, Bm, bias, m, n, k, transA, transB, lda, ldb, m, 0.0f, GeluEpi::None, nullptr, fp8);
+        if (!cublaslt_gemm<T>(ctx, aux, A, Bm, bias, m, n, k, transA, transB, lda, ldb, m, 0.0f, GeluEpi::None, nullptr, fp8)) return false;
         gelu_forward(ctx, D, (const T*)aux, mn);
     } else {  // the bias alone
-        cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta, GeluEpi::None, nullptr, fp8);
+        if (!cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta, GeluEpi::None, nullptr, fp8)) return false;
         add_bias_kernel<<<grid_for(mn), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
         CUDA_LAUNCH_CHECK();
     }
+    return true;
 }
 
 // dbias[o] += Σ_n dout[n, o], in two stages: partial sums over chunks of rows, then the chunks
@@ -483,6 +488,17 @@ inline void fp8_linear_cpu(T* D, const uint8_t* X, Fp8Format fx, float x_inv, co
         }
 }
 
+// FP8 products that cuBLASLt refuses (every algorithm its heuristic offered: on an H100 with
+// cuBLASLt 13.1 it once refused them all, for a reason not yet known) are not fatal: their codes
+// are dequantized (fp8.cuh: exact values in T) and multiplied as a T product. The same sums the
+// FP8 kernels make (exact products of the same numbers, fp32 accumulation, in another order),
+// without their speed, and with 2·(R + Cc)·K bytes of scratch that the memory plan does not
+// count; a note says so once. g_fp8_dequantize = true takes that path for every FP8 product
+// (gpucheck_ops checks it on a GPU); g_fp8_dequantized_products counts the products that took
+// it, so that a check can say whether cuBLASLt's FP8 kernels ran.
+inline bool g_fp8_dequantize = false;
+inline long g_fp8_dequantized_products = 0;
+
 // The op. sx, sy: the Fp8Scales fp8_quantize wrote (device memory on the GPU, where cuBLASLt
 // reads the inverses). On the GPU: Dᵀ (Cc×R, column-major) = Y · Xᵀ, A = Y transposed and B = X,
 // the TN form; the bias in the epilogue, or after it (cublaslt_gemm).
@@ -490,11 +506,26 @@ template <class T>
 inline void fp8_linear(const Ctx& ctx, T* D, const uint8_t* X, Fp8Format fx, const Fp8Scales* sx, const uint8_t* Y, Fp8Format fy,
                        const Fp8Scales* sy, const NoDeduce<T>* bias, int R, int K, int Cc, bool accumulate,
                        const char* what, int C, int OC) {  // (what, C, OC: the profile's name for it)
-    OpScope prof(ctx, 2.0 * R * K * Cc, 0, "matmul fp8 %s %d->%d", what, C, OC);
+    OpScope prof(ctx, 2.0 * R * K * Cc, 0, "matmul fp8 %s %d->%d", what, C, OC);  // (the dequantizations too, where they run)
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
+        const float beta = accumulate ? 1.0f : 0.0f;
         const LtFp8 f{fy, fx, &sy->inv, &sx->inv};
-        cublaslt_gemm<T>(ctx, D, Y, X, bias, Cc, R, K, true, false, K, K, Cc, accumulate ? 1.0f : 0.0f, GeluEpi::None, nullptr, &f);
+        if (!g_fp8_dequantize && cublaslt_gemm<T>(ctx, D, Y, X, bias, Cc, R, K, true, false, K, K, Cc, beta, GeluEpi::None, nullptr, &f))
+            return;
+        static bool noted = false;
+        if (!g_fp8_dequantize && !noted) {
+            noted = true;
+            fprintf(stderr, "note: FP8 products that cuBLASLt has no algorithm for run as %s products of their dequantized values: "
+                    "the same numbers, not FP8's speed, and scratch the memory plan does not count\n", dtype_name<T>());
+        }
+        static Buf<T> xd_buf, yd_buf;
+        T* xd = op_scratch(xd_buf, ctx, (size_t)R * K);
+        T* yd = op_scratch(yd_buf, ctx, (size_t)Cc * K);
+        fp8_dequantize(ctx, xd, X, fx, sx, (size_t)R * K);
+        fp8_dequantize(ctx, yd, Y, fy, sy, (size_t)Cc * K);
+        cublaslt_gemm<T>(ctx, D, yd, xd, bias, Cc, R, K, true, false, K, K, Cc, beta);
+        g_fp8_dequantized_products++;
         return;
     }
 #endif

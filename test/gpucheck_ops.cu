@@ -35,9 +35,10 @@ Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per 
     loads, tiles staged by cp.async or through registers, 16 or 32 rows per warp) load the
     same values and run the same mma sequence: bit-identical outputs.
 The device's bf16 and fp16 conversions against the host's, bit for bit (check_half_conversion).
-FP8 (--precision fp8): the quantize kernels bit for bit (bound 0), fp8_encode against the GPU's
-own cvt instruction (sm_89+; nvcc builds), and the FP8 products against the CPU's emulation of
-them (1e-2: the same codes on both sides, bf16 outputs).
+FP8 (--precision fp8): the quantize and dequantize kernels bit for bit (bound 0), fp8_encode
+against the GPU's own cvt instruction (sm_89+; nvcc builds), and the FP8 products against the
+CPU's emulation of them (1e-2: the same codes on both sides, bf16 outputs), on cuBLASLt's FP8
+kernels (a line says whether any product fell back) and through the dequantized fallback.
 The wgmma products alone (one warpgroup: A·Mᵀ with A in registers and in shared memory, P·V
 with V transposed by the descriptor) against a host product, exact (bound 0: inputs in halves,
 every sum exact in fp32); then the wgmma flash attention (compute capability 9.0 and the
@@ -238,20 +239,25 @@ template <class X> static void check_rope(int B, int T, int heads, int hd, size_
 // the path taken where its heuristic has no algorithm with the epilogue (matmul.cuh). bg: how the
 // backward's dbias column sum runs (matmul.cuh: BiasGrad).
 // fp8 (bf16 only): the products in FP8 (ctx.fp8 on both sides; Fast: with cuBLASLt's fast
-// accumulation, matmul.cuh's g_fp8_fast_accum); N not a multiple of 16: the forward alone (an
-// inference's rows, padded inside).
-enum class Fp8Mode { Off, On, Fast };
+// accumulation, matmul.cuh's g_fp8_fast_accum; Dequantized: the fallback for FP8 products that
+// cuBLASLt refuses, matmul.cuh's g_fp8_dequantize); N not a multiple of 16: the forward alone (an
+// inference's rows, padded inside). On and Fast also check that cuBLASLt's FP8 kernels took every
+// product (none fell back to the dequantized ones).
+enum class Fp8Mode { Off, On, Fast, Dequantized };
 template <class X> static void check_matmul(int N, int C, int OC, bool bias, bool lt_epilogues = true, BiasGrad bg = BiasGrad::Warps,
                                             Fp8Mode fp8 = Fp8Mode::Off) {
     g_lt_epilogues = lt_epilogues;
     g_bias_grad = bg;
     g_fp8_fast_accum = fp8 == Fp8Mode::Fast;
+    g_fp8_dequantize = fp8 == Fp8Mode::Dequantized;
+    const long dequantized_before = g_fp8_dequantized_products;
     Ctx c = cpu, g = gpu;
     c.fp8 = g.fp8 = fp8 != Fp8Mode::Off;
     const char* bg_name = bg == BiasGrad::Warps ? "" : bg == BiasGrad::Columns ? ", dbias a thread per column" : ", dbias in the epilogue where cuBLASLt takes it";
     char name[192]; snprintf(name, sizeof(name), "%s matmul N=%d C=%d OC=%d%s%s%s%s", dtype_name<X>(), N, C, OC, bias ? " +bias" : "",
                              lt_epilogues ? "" : " (no cuBLASLt epilogues)", bias ? bg_name : "",
-                             fp8 == Fp8Mode::On ? " in fp8" : fp8 == Fp8Mode::Fast ? " in fp8 (fast accumulation)" : "");
+                             fp8 == Fp8Mode::On ? " in fp8" : fp8 == Fp8Mode::Fast ? " in fp8 (fast accumulation)"
+                             : fp8 == Fp8Mode::Dequantized ? " in fp8, dequantized (the fallback)" : "");
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC), dout = randn<X>((size_t)N * OC);
     std::vector<X> out((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cbv = vec_cast<X>(bv), cdout = vec_cast<X>(dout);
     matmul_forward(c, out.data(), cx.data(), cW.data(), bias ? cbv.data() : nullptr, N, C, OC);
@@ -269,9 +275,16 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
         compare(name, "dW (+=)", vec_widen(cdW), gdW.host(), bx<X>(1e-5));
         if (bias) compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
     }
+    if (fp8 == Fp8Mode::On || fp8 == Fp8Mode::Fast) {
+        const long fell_back = g_fp8_dequantized_products - dequantized_before;
+        printf("%s - %s: cuBLASLt's FP8 kernels ran every product (%ld fell back to dequantized %s products)\n",
+               fell_back ? "not ok" : "ok", name, fell_back, dtype_name<X>());
+        (fell_back ? n_fail : n_pass)++;
+    }
     g_lt_epilogues = true;
     g_bias_grad = BiasGrad::Warps;
     g_fp8_fast_accum = false;
+    g_fp8_dequantize = false;
 }
 
 // The MLP's matmul with its GELU (matmul.cuh): forward out = gelu(pre), pre = x·Wᵀ + b; backward
@@ -650,6 +663,29 @@ static void check_fp8_quantize(int R, int Cc, Fp8Format f, float scale) {
            diff, hsc.scale, sc.scale);
     (ok ? n_pass : n_fail)++;
 }
+// The dequantize kernel (the fallback's, matmul.cuh) against the CPU's: every code of the format
+// (twice, and a tail) times a scale's inverse, bit for bit, into bf16 and fp32.
+template <class X> static void check_fp8_dequantize(Fp8Format f, float s) {
+    char name[128];
+    snprintf(name, sizeof name, "fp8 %s dequantize into %s (1/s = %g)", fp8_name(f), dtype_name<X>(), 1.0f / s);
+    const size_t n = 2 * 256 + 7;
+    std::vector<uint8_t> q(n);
+    for (size_t i = 0; i < n; i++) q[i] = (uint8_t)(i * 37 % 256);
+    const Fp8Scales sc = fp8_scales(s);
+    std::vector<X> want(n);
+    fp8_dequantize(cpu, want.data(), q.data(), f, &sc, n);
+    Buf<uint8_t> gq; gq.alloc(gpu, n);
+    Buf<Fp8Scales> gsc; gsc.alloc(gpu, 1);
+    ctx_copy(gpu, gq.data(), q.data(), n);
+    ctx_copy(gpu, gsc.data(), &sc, sizeof sc);
+    Dev<X> gout(std::vector<float>(n), true);
+    fp8_dequantize(gpu, gout.p(), gq.data(), f, gsc.data(), n);
+    const std::vector<float> got = gout.host(), w = vec_widen(want);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += !(got[i] == w[i] || (std::isnan(got[i]) && std::isnan(w[i])));
+    printf("%s - %s: bit for bit the CPU's (%zu of %zu differ)\n", diff ? "not ok" : "ok", name, diff, n);
+    (diff ? n_fail : n_pass)++;
+}
 // Delayed scaling's quantize (given: the scales are given, 4x what the tensor's amax gives, so a
 // part saturates; the kernel maxes its tiles' amaxes into the record with atomicMax) and current
 // scaling's with a record (the scale kernel maxes it in): codes, transpose and record bit for bit
@@ -797,6 +833,8 @@ static void check_fp8() {
 #ifdef __CUDACC__
         check_fp8_hardware(f);
 #endif
+        check_fp8_dequantize<bf16>(f, 1024.0f);
+        check_fp8_dequantize<float>(f, 0.125f);
     }
     const BiasGrad W = BiasGrad::Warps;
     check_matmul<bf16>(48, 32, 80, true, true, W, Fp8Mode::On);
@@ -806,6 +844,8 @@ static void check_fp8() {
     check_matmul<bf16>(45, 96, 208, true, true, W, Fp8Mode::On);       // forward of 45 rows: padded to 48 with zero rows
     check_matmul<bf16>(256, 768, 2304, true, true, W, Fp8Mode::Fast);  // fast accumulation (k = 768, 2304, 256): the switch's
                                                                         // plumbing; dev/cuda/matmul.cu v4 reports its error at GPT-2's sizes
+    check_matmul<bf16>(256, 768, 2304, true, true, W, Fp8Mode::Dequantized);  // the fallback for products cuBLASLt refuses
+    check_matmul<bf16>(45, 96, 208, true, true, W, Fp8Mode::Dequantized);     // ... with padded rows
 }
 
 template <class X> static void check_all() {

@@ -79,8 +79,9 @@ The model of a GPU:
     first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
     has the alignment promised to the heuristic. The heuristic offers two algorithms (the same
     arithmetic); with SIMT_LT_NO_EPILOGUES=1 it finds none for a product with an epilogue, with
-    SIMT_LT_REFUSE=N cublasLtMatmul refuses the first N (NOT_SUPPORTED), and BGRADB's fp32 sums
-    beside a 16-bit D are INVALID_VALUE (cuBLASLt 13.1 on an H100 answered so).
+    SIMT_LT_REFUSE=N cublasLtMatmul refuses the first N (NOT_SUPPORTED), with SIMT_LT_REFUSE_FP8=1
+    every FP8 product, and BGRADB's fp32 sums beside a 16-bit D are INVALID_VALUE (cuBLASLt 13.1
+    on an H100 answered so).
   - Streams are distinct, and the device bytes a copy, memset or NCCL collective queued on one
     stream uses (and the matrices a cuBLASLt matmul reads) are protected from the other streams'
     work until one of them waits for it (an event recorded after it, or a host sync): a kernel,
@@ -1310,6 +1311,10 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
     // next (N = 1) and its answer to a refusal of all (N = 2) run in tests
     static const int refuse = getenv("SIMT_LT_REFUSE") ? atoi(getenv("SIMT_LT_REFUSE")) : 0;
     if (algo->index < refuse) return CUBLAS_STATUS_NOT_SUPPORTED;
+    // SIMT_LT_REFUSE_FP8=1: every algorithm refused for FP8 operands (as cuBLASLt 13.1 did on an
+    // H100), so that the backend's dequantized products (matmul.cuh: fp8_linear) run in tests
+    static const bool refuse_fp8 = getenv("SIMT_LT_REFUSE_FP8") && strcmp(getenv("SIMT_LT_REFUSE_FP8"), "0");
+    if (refuse_fp8 && (la->type == CUDA_R_8F_E4M3 || la->type == CUDA_R_8F_E5M2)) return CUBLAS_STATUS_NOT_SUPPORTED;
     simt::side_enter(stream, "cublasLtMatmul");
     const bool ta = op->ta == CUBLAS_OP_T, tb = op->tb == CUBLAS_OP_T;
     const size_t m = ld->rows, n = ld->cols, k = ta ? la->rows : la->cols;

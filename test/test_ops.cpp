@@ -1113,6 +1113,18 @@ static void test_fp8() {
         // and may be it, where E5M2's binade below the top one rounds up no further)
         snprintf(name, sizeof name, "fp8 %s: quantize writes fp8(x*s) and its transpose; the largest lands in [largest/2, largest]", nm);
         report(qok && qmax >= largest / 2 && qmax <= largest, name);
+        // dequantize (the fallback's operands, matmul.cuh): the code's value times 1/s, exact in
+        // bf16, and within the format's rounding of x (half a quantum of x·s, over s)
+        avec<bf16> xd(R * Cc);
+        fp8_dequantize(ctx, xd.data(), q.data(), f, &sc, (size_t)R * Cc);
+        const Fp8Err e = fp8_err(f, sc.scale);
+        int bad_dq = 0;
+        for (int i = 0; i < R * Cc; i++) {
+            const double v = fp8_definition(q[i], f) / sc.scale, xv = to_f(x[i]);
+            if ((double)to_f(xd[i]) != v || std::fabs(v - xv) > e.u * std::fabs(xv) + e.a) bad_dq++;
+        }
+        snprintf(name, sizeof name, "fp8 %s: dequantize gives each code's value over s in bf16, exactly, within the format's rounding of x", nm);
+        report(bad_dq == 0, name, "%g wrong", bad_dq);
     }
     // the products: matmul_forward/backward with ctx.fp8 against the exact products (fp8_worst)
     Ctx c8 = ctx;
