@@ -126,6 +126,7 @@ static void run(Layer& L, int version, int N, int check) {
     cpu.fp8 = gpu.fp8 = version >= 3;
     g_fp8_fast_accum = version == 4;
     Tensors& t = *L.t;
+    const long dequantized_before = g_fp8_dequantized_products;
     Fp8Delayed dcpu, dgpu;  // v5: each device's state, from one recording step on the checked rows
     if (version == 5)
         for (auto [c, d] : {std::pair{&cpu, &dcpu}, std::pair{&gpu, &dgpu}}) {
@@ -155,6 +156,8 @@ static void run(Layer& L, int version, int N, int check) {
     printf("v%d %-10s rel err %.2e (worst: %-9s)  forward %8.3f ms %6.1f TFLOP/s  backward %8.3f ms %6.1f TFLOP/s"
            "  both %8.3f ms %6.1f TFLOP/s\n", version, L.name, worst, which.c_str(), mf, f / mf / 1e9, mb, 2 * f / mb / 1e9,
            mfb, 3 * f / mfb / 1e9);
+    if (g_fp8_dequantized_products > dequantized_before)  // (matmul.cuh's fallback: not FP8's speed)
+        printf("    (cuBLASLt refused these FP8 products: they ran as bf16 products of the dequantized values)\n");
     g_gelu_fusion = true;
     g_fp8_fast_accum = false;
 }
