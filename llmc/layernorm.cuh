@@ -243,13 +243,19 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
 //           (dev/gpu_results/2026-11-26-*-f31018e.log, dev_layernorm) that layout made the bf16
 //           one-kernel backward slower than the two kernels (0.179 vs 0.164 ms) while the fp32
 //           one was faster (0.234 vs 0.298 ms).
+// PF (NP > 0; g_layernorm_prefetch): dinp's packs are loaded in the first pass, beside dout's
+// and x's, and kept in registers (NP packs more a lane), so that each row waits for device memory
+// once, not twice (the second pass's dinp read was the other wait). Launch bounds hold it to two
+// blocks an SM. The same arithmetic: the same bits.
 // (NP = 0) where the float4 of sums for channels g·V + 4q .. g·V + 4q + 3 starts, of C floats
 template <int V> __device__ inline size_t ln_sum_slot(int g, int q, int C) { return ((size_t)q * (C / V) + g) * 4; }
-template <class T, int V, int NP>
-__global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* w,
-                                                                      const float* mean, const float* rstd, int N, int C, int R) {
+template <class T, int V, int NP, bool PF = false>
+__global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* w,
+                                                                                  const float* mean, const float* rstd, int N, int C, int R) {
     constexpr bool SHARED_SUMS = NP == 0;
     static_assert(!SHARED_SUMS || V % 4 == 0, "the shared sums move as float4s: V = 4 (fp32) or 8 (16-bit)");
+    static_assert(!PF || NP > 0, "the prefetch keeps dinp in registers: NP > 0");
+    Pack<T, V> ipf[PF ? NP : 1];  // (PF) this row's dinp packs
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, k = blockIdx.x, K = gridDim.x;
     float sw[SHARED_SUMS ? 1 : NP][V], sb[SHARED_SUMS ? 1 : NP][V];  // (NP > 0)
     float* all = nullptr;   // (NP = 0) every warp's sums: warp u's dw in [2uC, 2uC + C), its db after (in planes)
@@ -277,6 +283,7 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
             Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
+            if constexpr (PF) ipf[p] = load_pack<V>(dinp + (size_t)row * C + c);
             for (int j = 0; j < V; j++) ln_row_sums(to_f(dp.v[j]), to_f(wp.v[j]), to_f(xp.v[j]), m, r, g_sum, gn_sum);
         }
         const float g_mean = mean ? warp_sum(g_sum) / C : 0.0f, gn_mean = warp_sum(gn_sum) / C;
@@ -284,7 +291,9 @@ __global__ void __launch_bounds__(256) layernorm_backward_fused_kernel(T* dinp, 
         for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
-            Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
+            Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip;
+            if constexpr (PF) ip = ipf[p];
+            else ip = load_pack<V>(di + c);
             for (int j = 0; j < V; j++) {
                 const float dv = to_f(dp.v[j]), xv = to_f(xp.v[j]);
                 ip.v[j] = from_f<T>(ln_dinp(to_f(ip.v[j]), dv, to_f(wp.v[j]), xv, m, r, g_mean, gn_mean));
@@ -374,8 +383,11 @@ inline void residual_layernorm_forward(const Ctx& ctx, T* res, T* out, float* me
 }
 #ifdef LLMC_CUDA
 // g_layernorm_fused = false runs the backward as two kernels, dinp and the parameter pass (for
-// dev/cuda's comparison; the results are the same bits).
+// dev/cuda's comparison; the results are the same bits). g_layernorm_prefetch: the one-kernel
+// backward with its sums in registers (C ≤ 32·V·NP) prefetches dinp (PF above); off until an H100
+// shows it faster (dev/cuda/layernorm.cu v5). The same bits either way.
 inline bool g_layernorm_fused = true;
+inline bool g_layernorm_prefetch = false;
 template <class T, int V>
 inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                                       const float* mean, const float* rstd, int N, int C) {
@@ -386,7 +398,10 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
     const size_t sums_bytes = (size_t)LN_WARPS * 2 * C * sizeof(float);  // wider rows: the sums in shared memory
     bool fused = false;
     if constexpr (V > 1) {  // (V = PACK<T>: 4 or 8)
-        if (g_layernorm_fused && np <= NP) {
+        if (g_layernorm_fused && np <= NP && g_layernorm_prefetch) {
+            layernorm_backward_fused_kernel<T, V, NP, true><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
+            fused = true;
+        } else if (g_layernorm_fused && np <= NP) {
             layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
             fused = true;
         } else if (g_layernorm_fused && sums_bytes <= dynamic_shared_ceiling(layernorm_backward_fused_kernel<T, V, 0>)) {

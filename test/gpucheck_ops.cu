@@ -169,6 +169,13 @@ template <class X> static void check_layernorm(int N, int C, bool rms = false) {
     g_layernorm_fused = true;
     compare(name, "backward in one kernel vs two: dinp", gdx2.host(), gdx.host(), 0.0);
     compare(name, "backward in one kernel vs two: dw, db", concat(gdw2.host(), gdb2.host()), concat(gdw.host(), gdb.host()), 0.0);
+    // ... and with dinp prefetched in the first pass (g_layernorm_prefetch: where the sums are in registers)
+    Dev<X> gdx5(dx), gdw5(dw), gdb5(db);
+    g_layernorm_prefetch = true;
+    layernorm_backward(gpu, gdx5.p(), gdw5.p(), rms ? nullptr : gdb5.p(), gdout.p(), gx.p(), gw.p(), gm, grstd.p(), N, C);
+    g_layernorm_prefetch = false;
+    compare(name, "backward with dinp prefetched vs not: dinp, dw, db", concat(gdx5.host(), concat(gdw5.host(), gdb5.host())),
+            concat(gdx.host(), concat(gdw.host(), gdb.host())), 0.0);
     // the residual add fused with the norm that reads it: res = x + y, out = norm(res)
     auto y = randn<X>((size_t)N * C);
     std::vector<X> res((size_t)N * C), cy = vec_cast<X>(y);

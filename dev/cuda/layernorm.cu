@@ -13,7 +13,10 @@ CUDA versions, in fp32 and bf16.
       against 0.164 ms). Forward and residual are v2's.
   v4: v3 with the residual add and the LayerNorm after it in one kernel (residual_layernorm_forward:
       the sum is written and normalized in one pass, not read back from memory) — the trainer's.
-      The "res+fwd" row times the residual add then the forward: two kernels in v1-v3, one in v4.
+      The "res+fwd" row times the residual add then the forward: two kernels in v1-v3, one in v4 and v5.
+  v5: v4 with the one-kernel backward prefetching dinp in its first pass (g_layernorm_prefetch;
+      where the sums are in registers, C ≤ 1024: each row then waits for device memory once, not
+      twice); elsewhere the same kernels as v4.
 All three ops are memory-bound, so each line reports bandwidth over the bytes that must move
 (s = the element size): forward reads x and writes out, 2·N·C·s; backward reads dout and x and
 read-modify-writes dinp, 4·N·C·s (v1 and v2's parameter pass reads dout and x again: not
@@ -40,17 +43,19 @@ template <class X> static void run(int N, int C) {
     residual_layernorm_forward(cpu_ctx, res.data(), out2.data(), mean2.data(), rstd2.data(), x.data(), y.data(), w.data(), b.data(), N, C);
     DevBuf<X> gx(x), gw(w), gb(b), gdout(dout), gout(out), gdx(dx0), gdw(dw), gdb(db), gy(y), gres(res), gres2(res), gout2(out2);
     DevBuf gmean(mean), grstd(rstd), gmean2(mean2), grstd2(rstd2);
-    const char* names[] = {"", "v1 one element per load", "v2 16-byte packs", "v3 one-kernel backward", "v4 residual fused"};
-    for (int v = 1; v <= 4; v++) {
+    const char* names[] = {"", "v1 one element per load", "v2 16-byte packs", "v3 one-kernel backward", "v4 residual fused",
+                           "v5 v4, dinp prefetched"};
+    for (int v = 1; v <= 5; v++) {
         g_layernorm_packs = v >= 2;
         g_layernorm_fused = v >= 3;
+        g_layernorm_prefetch = v >= 5;
         const char* name = names[v];
         gdx.set(dx0); gdw.set(std::vector<X>(C, from_f<X>(0.0f))); gdb.set(std::vector<X>(C, from_f<X>(0.0f)));
         auto f = [&] { layernorm_forward(gpu_ctx, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C); };
         auto bk = [&] { layernorm_backward(gpu_ctx, gdx.p(), gdw.p(), gdb.p(), gdout.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C); };
         auto r = [&] { residual_forward(gpu_ctx, gres.p(), gx.p(), gy.p(), (size_t)N * C); };
         auto rf = [&] {
-            if (v == 4) {
+            if (v >= 4) {
                 residual_layernorm_forward(gpu_ctx, gres2.p(), gout2.p(), gmean2.p(), grstd2.p(), gx.p(), gy.p(), gw.p(), gb.p(), N, C);
             } else {
                 residual_forward(gpu_ctx, gres2.p(), gx.p(), gy.p(), (size_t)N * C);
@@ -70,6 +75,7 @@ template <class X> static void run(int N, int C) {
         printf("%s %-24s res+fwd  rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_rf, mrf, 4 * NC * s / mrf / 1e6);
     }
     g_layernorm_packs = g_layernorm_fused = true;
+    g_layernorm_prefetch = false;
 }
 
 int main(int argc, char** argv) {
