@@ -32,7 +32,8 @@ CUDA: one warp per row for the forward and the input gradient; the parameter gra
 two-stage deterministic reduction (chunks of 32 or more rows → partial sums → summed in a fixed order).
 The backward is one kernel (the input gradient and the chunk's parameter sums together, reading
 dout and x once): its sums in registers up to C = 1024, in shared memory up to C = 3632 (on an
-H100); wider, the input gradient and the parameter pass apart.
+H100; stored as float4 planes, free of bank conflicts); wider, the input gradient and the
+parameter pass apart.
 Every kernel moves 16 bytes per load or store where C and the pointers allow (common.h: Pack):
 these are memory-bound (the forward moves 4·N·C bytes in bf16, the backward 10·N·C), so the
 aim is bandwidth, and 2-byte loads cost 8× the instructions for the same bytes.
@@ -246,7 +247,7 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
 // PF (NP > 0; g_layernorm_prefetch): dinp's packs are loaded in the first pass, beside dout's
 // and x's, and kept in registers (NP packs more a lane), so that each row waits for device memory
 // once, not twice (the second pass's dinp read was the other wait). Launch bounds hold it to two
-// blocks an SM. The same arithmetic: the same bits.
+// blocks an SM (ptxas: bf16 127 registers, no spills; fp32 8 bytes spilled). The same arithmetic: the same bits.
 // (NP = 0) where the float4 of sums for channels g·V + 4q .. g·V + 4q + 3 starts, of C floats
 template <int V> __device__ inline size_t ln_sum_slot(int g, int q, int C) { return ((size_t)q * (C / V) + g) * 4; }
 template <class T, int V, int NP, bool PF = false>
@@ -278,16 +279,16 @@ __global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kern
         const T* d = dout + (size_t)row * C;
         const T* x = inp + (size_t)row * C;
         const float m = mean ? mean[row] : 0.0f, r = rstd[row];  // (mean == nullptr: RMSNorm)
+        T* di = dinp + (size_t)row * C;
         float g_sum = 0.0f, gn_sum = 0.0f;
         for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
             Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
-            if constexpr (PF) ipf[p] = load_pack<V>(dinp + (size_t)row * C + c);
+            if constexpr (PF) ipf[p] = load_pack<V>(di + c);
             for (int j = 0; j < V; j++) ln_row_sums(to_f(dp.v[j]), to_f(wp.v[j]), to_f(xp.v[j]), m, r, g_sum, gn_sum);
         }
         const float g_mean = mean ? warp_sum(g_sum) / C : 0.0f, gn_mean = warp_sum(gn_sum) / C;
-        T* di = dinp + (size_t)row * C;
         for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
@@ -398,11 +399,11 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
     const size_t sums_bytes = (size_t)LN_WARPS * 2 * C * sizeof(float);  // wider rows: the sums in shared memory
     bool fused = false;
     if constexpr (V > 1) {  // (V = PACK<T>: 4 or 8)
-        if (g_layernorm_fused && np <= NP && g_layernorm_prefetch) {
-            layernorm_backward_fused_kernel<T, V, NP, true><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
-            fused = true;
-        } else if (g_layernorm_fused && np <= NP) {
-            layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
+        if (g_layernorm_fused && np <= NP) {
+            if (g_layernorm_prefetch)
+                layernorm_backward_fused_kernel<T, V, NP, true><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
+            else
+                layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
             fused = true;
         } else if (g_layernorm_fused && sums_bytes <= dynamic_shared_ceiling(layernorm_backward_fused_kernel<T, V, 0>)) {
             SHARED_OPT_IN(layernorm_backward_fused_kernel<T, V, 0>);

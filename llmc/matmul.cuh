@@ -45,7 +45,8 @@ the quantize kernel writes:
   dinp     dinp = dout·W               fp8_linear(dout, Wᵀ)
   dW      dW  += doutᵀ·x               fp8_linear(doutᵀ, xᵀ)
 and dbias sums the bf16 dout (bias_backward). The GELU runs apart (no FP8 epilogue is asked for).
-The CPU does the same: the codes decoded, the fp32 loops, the scales' inverses (exact).
+The CPU does the same: the codes decoded, the fp32 loops, the scales' inverses (exact). A product
+cuBLASLt refuses in FP8 runs on the dequantized codes in bf16 instead (fp8_linear), with a note.
 
 Tests: test/test_ops.cpp (finite differences; FP8 within its rounding bound), test/gpucheck_ops.cu
 (CUDA vs CPU), and the whole model against PyTorch.
