@@ -541,6 +541,7 @@ int main(int argc, char** argv) {
         const DPMemory mem = dp_memory(dpar);
         const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
         if (runs_forward) {
+            if (fp8_run) fp8_products_run<floatX>(ctx);  // (matmul.cuh: refused, the fallback's scratch joins the plan)
             const PPPlan stage{pp_schedule, pp, mesh.pp_rank, vpp};
             B = plan_batch<floatX>(ctx, model, B, T, dp, total_batch, total_given,
                                    mem.total(), mesh, data_most, pp > 1 ? &stage : nullptr);

@@ -493,10 +493,12 @@ inline void fp8_linear_cpu(T* D, const uint8_t* X, Fp8Format fx, float x_inv, co
 // cuBLASLt 13.1 it once refused them all, for a reason not yet known) are not fatal: their codes
 // are dequantized (fp8.cuh: exact values in T) and multiplied as a T product. The same sums the
 // FP8 kernels make (exact products of the same numbers, fp32 accumulation, in another order),
-// without their speed, and with 2·(R + Cc)·K bytes of scratch that the memory plan does not
-// count; a note says so once. g_fp8_dequantize = true takes that path for every FP8 product
-// (gpucheck_ops checks it on a GPU); g_fp8_dequantized_products counts the products that took
-// it, so that a check can say whether cuBLASLt's FP8 kernels ran.
+// without their speed, and with (R + Cc)·K elements of T as scratch. g_fp8_dequantize = true takes
+// that path for every FP8 product: set where the trainer's one small product before its memory
+// plan was refused (fp8_products_run, below: the plan then counts the scratch), or by
+// gpucheck_ops to check the path on a GPU. A product refused without it (its shape alone) falls
+// back too, with a note that its scratch is unplanned. g_fp8_dequantized_products counts the
+// products that took the path, so that a check can say whether cuBLASLt's FP8 kernels ran.
 inline bool g_fp8_dequantize = false;
 inline long g_fp8_dequantized_products = 0;
 
@@ -515,10 +517,11 @@ inline void fp8_linear(const Ctx& ctx, T* D, const uint8_t* X, Fp8Format fx, con
         if (!g_fp8_dequantize && cublaslt_gemm<T>(ctx, D, Y, X, bias, Cc, R, K, true, false, K, K, Cc, beta, GeluEpi::None, nullptr, &f))
             return;
         static bool noted = false;
-        if (!g_fp8_dequantize && !noted) {
+        if (!g_fp8_dequantize && !noted) {  // (fp8_products_run accepted a small one: this shape alone is refused)
             noted = true;
             fprintf(stderr, "note: FP8 products that cuBLASLt has no algorithm for run as %s products of their dequantized values: "
-                    "the same numbers, not FP8's speed, and scratch the memory plan does not count\n", dtype_name<T>());
+                    "the same numbers, not FP8's speed, and scratch the memory plan does not count (a %dx%dx%d one refused)\n",
+                    dtype_name<T>(), Cc, R, K);
         }
         static Buf<T> xd_buf, yd_buf;
         T* xd = op_scratch(xd_buf, ctx, (size_t)R * K);
@@ -531,6 +534,38 @@ inline void fp8_linear(const Ctx& ctx, T* D, const uint8_t* X, Fp8Format fx, con
     }
 #endif
     fp8_linear_cpu(D, X, fx, sx->inv, Y, fy, sy->inv, bias, R, K, Cc, accumulate);
+}
+
+// Does cuBLASLt multiply FP8 operands here? The trainer asks once, before its memory plan, with
+// one small product of the forward's kind (64×64×64, E4M3 × E4M3, scales in device memory as
+// fp8_quantize leaves them). Where it is refused (cuBLASLt 13.1 on an H100 refused every FP8
+// product, 2026-11-26), g_fp8_dequantize sends every FP8 product through the fallback above from
+// the start, a note says so, and the plan counts the fallback's scratch (model.h:
+// gpt_fp8_scratch_bytes) instead of meeting it unplanned at the first product. (A shape refused
+// later, the small one taken, still falls back, with the note above.) The CPU: always true.
+template <class T> inline bool fp8_products_run(const Ctx& ctx) {
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        const int n = 64;
+        Buf<uint8_t> x, y;
+        Buf<Fp8Scales> scales;  // (zeros: any scale will do for asking; the product is dropped)
+        Buf<T> d;
+        x.alloc(ctx, (size_t)n * n); y.alloc(ctx, (size_t)n * n); scales.alloc(ctx, 2); d.alloc(ctx, (size_t)n * n);
+        const LtFp8 f{Fp8Format::E4M3, Fp8Format::E4M3, &scales.data()[1].inv, &scales.data()[0].inv};
+        const bool runs = cublaslt_gemm<T>(ctx, d.data(), y.data(), x.data(), nullptr, n, n, n, true, false, n, n, n, 0.0f,
+                                           GeluEpi::None, nullptr, &f);
+        CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // (before the buffers go)
+        if (!runs) {
+            g_fp8_dequantize = true;
+            fprintf(stderr, "note: FP8 products that cuBLASLt has no algorithm for run as %s products of their dequantized values: "
+                    "the same numbers, not FP8's speed; here it refused a %dx%dx%d one, so every FP8 product does, and the "
+                    "memory plan counts their scratch\n", dtype_name<T>(), n, n, n);
+        }
+        return runs;
+    }
+#endif
+    (void)ctx;
+    return true;
 }
 
 // dbias[o] += Σ_n dout[n, o], alone (the FP8 backward's; the bf16 one sums with its products)

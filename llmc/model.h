@@ -705,7 +705,10 @@ template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, in
 // matmul_backward_fp8 keep it, one buffer per operand, each growing to what the largest product
 // of a block needs — one byte an element: the forward's input and weight, the backward's dout as
 // it is and transposed, Wᵀ and xᵀ; and the scales. Not activations (nothing in it outlives a
-// product), but the memory plan counts it beside them.
+// product), but the memory plan counts it beside them. Where cuBLASLt multiplies no FP8 operands
+// (matmul.cuh: fp8_products_run found so, g_fp8_dequantize) each product's two operands are
+// dequantized into two more buffers, of T: the first operand's (x, N·in; dout, N·out; doutᵀ,
+// out·N) and the second's (W, out·in; Wᵀ, in·out; xᵀ, in·N), each at the largest of them.
 // A block's four products on this rank, as (input, output) widths: qkv C → Q, the attention
 // projection Ct → C, fc C → Fc, the fc projection Hh → C (gpt_block_forward's matmuls).
 struct ProductWidths { size_t in, out; };
@@ -721,7 +724,9 @@ template <class T> inline double gpt_fp8_scratch_bytes(const GPT<T>& g, int B, i
     for (const ProductWidths& p : gpt_block_products(g.config, g.layout.tp))
         in = std::max(in, N * p.in), out = std::max(out, N * p.out), w = std::max(w, p.in * p.out);
     auto bytes = [](size_t n) { return (double)Buf<uint8_t>::bytes_for(n); };
-    return 2 * bytes(in) + 2 * bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(2) + (double)Buf<Fp8Scales>::bytes_for(3);
+    const double fallback = g_fp8_dequantize ? (double)Buf<T>::bytes_for(std::max(in, out)) + (double)Buf<T>::bytes_for(std::max(w, in)) : 0;
+    return 2 * bytes(in) + 2 * bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(2) + (double)Buf<Fp8Scales>::bytes_for(3) +
+           fallback;
 }
 // "" when every FP8 product of a block takes B·T_ rows (fp8.cuh: multiples of 16), else why not.
 inline std::string gpt_fp8_shape_problem(const GPTConfig& c, int tp, int B, int T_) {

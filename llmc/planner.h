@@ -15,7 +15,8 @@ blocks' times the micro-batches its schedule keeps alive: model.h's gpt_activati
 model), a pipeline stage's copies for its sends (model.h's gpt_send_copy_bytes: B·T·C
 elements each, as many as pipeline.h's pp_send_buffers lets its schedule keep, a few), and with
 --precision fp8 the FP8 products' scratch (model.h's gpt_fp8_scratch_bytes: a byte per element
-of two copies each of a layer's input, output gradient and weight, at the largest layer's). The
+of two copies each of a layer's input, output gradient and weight, at the largest layer's; and
+where cuBLASLt refuses FP8 products, found before the plan, their operands dequantized). The
 state is allocated first; the plan then asks what is
 still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
 memory cgroup or a lower LLMC_HOST_MEMORY: common.h) and whether B·T positions of activations
