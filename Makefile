@@ -10,7 +10,10 @@
 # Dependencies are installed by scripts/install_deps.sh (apt-get as root, else named).
 
 CXX      ?= g++
-CXXFLAGS ?= -O3 -march=native
+# HOST_ARCH: the processor the host code is built for (dev/gpu_prebuild.sh: x86-64-v3, for binaries
+# built on one machine and run on another)
+HOST_ARCH ?= native
+CXXFLAGS ?= -O3 -march=$(HOST_ARCH)
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wno-unknown-pragmas
 LDLIBS   := -lpcre2-8
 NVCC     := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -58,7 +61,7 @@ deps:
 
 ifneq ($(NVCC),)
 train_gpt: train_gpt.cu $(HEADERS)
-	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -Xcompiler -fopenmp,-march=native $(MPI_FLAGS) $(NCCL_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lgomp
+	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -Xcompiler -fopenmp,-march=$(HOST_ARCH) $(MPI_FLAGS) $(NCCL_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lgomp
 else
 train_gpt: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)

@@ -16,13 +16,18 @@
 #     second command's STEPS; a non-number is refused
 #   - the exit status: 0 when every step passed, 1 when one failed (the later steps still run),
 #     2 without a GPU; an unknown step is named
+#   - dev/gpu_prebuild.sh builds the build step's binaries in a copy of the tree, for sm_90a and
+#     -march=x86-64-v3, into .prebuilt/ with a manifest of the sources' hash; the build step puts
+#     them in place where the manifest matches the tree and the GPU and ldd finds their libraries,
+#     and otherwise says why it builds (other sources, another GPU, a library missing)
 # usage: test/test_gpu_session.sh     Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/bin" "$tmp/tree/dev" "$tmp/tree/scripts"
-cp dev/gpu_session.sh "$tmp/tree/dev/"
+mkdir -p "$tmp/bin" "$tmp/tree/dev/cuda" "$tmp/tree/scripts" "$tmp/tree/llmc"
+cp dev/gpu_session.sh dev/gpu_prebuild.sh "$tmp/tree/dev/"
+echo "all:" >"$tmp/tree/Makefile"; echo "// a header" >"$tmp/tree/llmc/a.h"; echo "// a playground" >"$tmp/tree/dev/cuda/x.cu"
 cp scripts/offline_debs.sh "$tmp/tree/scripts/"
 cat >"$tmp/bin/nvidia-smi" <<'EOF'
 #!/bin/sh
@@ -50,8 +55,18 @@ gpucheck) mkdir -p dev/gpu_results; echo "ok - stand-in check" >>"$log.log" ;;
 bench) mkdir -p dev/gpu_results; echo "| stand-in bench |" >>"$log-bench.md" ;;
 train) echo "step 1/300 | loss 10.9" ;;
 esac
+if [ -n "${STANDIN_MAKE_CREATES:-}" ]; then  # (gpu_prebuild.sh's build: each target made, naming how)
+    for a in "$@"; do case $a in -*|*=*) ;; *) mkdir -p "$(dirname "$a")"; echo "built by make $*" >"$a" ;; esac; done
+fi
 [ "${STANDIN_SLEEP%%:*}" = "$target" ] && sleep "${STANDIN_SLEEP#*:}"
 [ "${STANDIN_FAIL:-}" = "$target" ] && exit 1
+exit 0
+EOF
+# the stand-in ldd: STANDIN_LDD_MISSING=1 reports a library not found
+cat >"$tmp/bin/ldd" <<'EOF'
+#!/bin/sh
+echo "	libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x0)"
+[ -n "${STANDIN_LDD_MISSING:-}" ] && echo "	libmpi.so.40 => not found"
 exit 0
 EOF
 chmod +x "$tmp/bin/"*
@@ -129,3 +144,41 @@ check "a failing step: exit 1, the later steps still run, an unknown step named"
 session nogpu STANDIN_NO_GPU=1 -- core
 check "no GPU: exit 2 with one line, nothing run" \
     test "$(cat "$tmp/nogpu.rc")" = 2 -a ! -s "$tmp/nogpu.calls" -a "$(cat "$tmp/nogpu.txt")" = "gpu_session: no GPU here (nvidia-smi lists none)"
+
+# dev/gpu_prebuild.sh (here, before a session): the build step's binaries, made in a copy of the
+# tree, into .prebuilt/ with the manifest
+: >"$STANDIN_CALLS"
+(cd "$tmp/tree" && env PATH="$tmp/bin:$PATH" STANDIN_MAKE_CREATES=1 bash dev/gpu_prebuild.sh >"$tmp/prebuild.txt" 2>&1)
+echo $? >"$tmp/prebuild.rc"; cp "$STANDIN_CALLS" "$tmp/prebuild.calls"
+pre=$tmp/tree/.prebuilt
+check "prebuild: one make in a copy of the tree, for sm_90a with the host code for x86-64-v3, of the build step's binaries" \
+    test "$(cat "$tmp/prebuild.calls")" = "-j$(nproc) --no-print-directory NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a HOST_ARCH=x86-64-v3 train_gpt tokenize build/gpucheck_ops build/dev_x" \
+         -a "$(cat "$tmp/prebuild.rc")" = 0 -a ! -e "$tmp/tree/train_gpt"
+check "prebuild: .prebuilt/ holds them at their paths, and a manifest of the sources' hash, the gencode and the host's -march" \
+    test -s "$pre/train_gpt" -a -s "$pre/tokenize" -a -s "$pre/build/gpucheck_ops" -a -s "$pre/build/dev_x" \
+         -a "$(cat "$pre/manifest")" = "sources $(cd "$tmp/tree" && bash dev/gpu_prebuild.sh --hash)
+gencode -gencode=arch=compute_90a,code=sm_90a
+host_arch x86-64-v3"
+prebuilt_session() {  # prebuilt_session NAME [VAR=VALUE...]: the build step in a tree whose binaries come only from .prebuilt/
+    rm -rf "$tmp/tree/train_gpt" "$tmp/tree/tokenize" "$tmp/tree/build"
+    local name=$1; shift
+    session "$name" "$@" -- build
+    sum="$tmp/out_$name/$day-Stand-in_GPU-test-session.txt"
+}
+prebuilt_session prebuilt
+check "prebuilt: the build step puts the 4 binaries in place, newer than the sources, says so, and make still runs (finding them made)" \
+    test "$(cat "$tmp/tree/build/dev_x")" = "$(cat "$pre/build/dev_x")" -a -s "$tmp/tree/train_gpt" -a "$tmp/tree/train_gpt" -nt "$tmp/tree/llmc/a.h" \
+         -a "$(grep -c '^prebuilt: 4 binaries from .prebuilt/ (host_arch x86-64-v3), of these sources, for -gencode=arch=compute_90a,code=sm_90a$' "$sum")" = 1 \
+         -a "$(grep -c ' all build/gpucheck_ops dev-cuda$' "$tmp/prebuilt.calls")" = 1
+echo "// changed after the prebuild" >>"$tmp/tree/llmc/a.h"
+prebuilt_session changed
+check "prebuilt: sources changed since: not used, the summary says so, make builds" \
+    test ! -e "$tmp/tree/train_gpt" -a "$(grep -c '^prebuilt: .prebuilt/ was built from other sources or for another GPU' "$sum")" = 1 \
+         -a "$(grep -c ' all build/gpucheck_ops dev-cuda$' "$tmp/changed.calls")" = 1
+(cd "$tmp/tree" && sed -i "s/^sources .*/sources $(bash dev/gpu_prebuild.sh --hash)/" .prebuilt/manifest)
+prebuilt_session a100_prebuilt STANDIN_CC=8.0
+check "prebuilt: an 8.0 GPU and binaries for sm_90a: not used" \
+    test ! -e "$tmp/tree/train_gpt" -a "$(grep -c '^prebuilt: .prebuilt/ was built from other sources or for another GPU (gencode -gencode=arch=compute_90a,code=sm_90a): building here$' "$sum")" = 1
+prebuilt_session missing STANDIN_LDD_MISSING=1
+check "prebuilt: a library ldd does not find here: not used, the library named" \
+    test ! -e "$tmp/tree/train_gpt" -a "$(grep -c '^prebuilt: a library is missing here for build/dev_x (libmpi.so.40) .*: building here$' "$sum")" = 1
