@@ -261,14 +261,17 @@ template <> HD inline fp16 from_f<fp16>(float x) {
 // bf16 or fp16: the 16-bit float types, which the tensor-core kernels take (attention.cuh)
 template <class T> inline constexpr bool is_half_type = std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
 
-// Host vectors converted element by element (tests and kernel playgrounds): rounded to T once, and back.
+// Host vectors converted element by element (tests and kernel playgrounds): rounded to T once,
+// and back. (On every core: a playground's inputs are up to ~10^9 elements.)
 template <class T> inline std::vector<T> vec_cast(const std::vector<float>& v) {
     std::vector<T> r(v.size());
+    #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < v.size(); i++) r[i] = from_f<T>(v[i]);
     return r;
 }
 template <class T> inline std::vector<float> vec_widen(const std::vector<T>& v) {
     std::vector<float> r(v.size());
+    #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < v.size(); i++) r[i] = to_f(v[i]);
     return r;
 }

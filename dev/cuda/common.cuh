@@ -27,9 +27,21 @@ inline void dev_init() {
     printf("# %s\n", p.name);
 }
 
+// n standard normals times scale, on every core: in chunks of 2^20, chunk c from its own stream
+// of the seed (rand.h), so the values do not depend on the thread count; each call takes the
+// next streams. (One stream drew ~2·10^9 normals for the playgrounds, about 40 s of a GPU
+// session on one core.)
 inline std::vector<float> dev_randn(size_t n, float scale = 1.0f) {
+    static uint64_t next_stream = 1;  // (stream 0 is dev_rng's)
+    const size_t chunk = size_t(1) << 20, chunks = ceil_div(n, chunk);
+    const uint64_t first = next_stream;
+    next_stream += chunks;
     std::vector<float> v(n);
-    for (auto& x : v) x = scale * dev_rng.normal();
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        Rng r(7, first + c);
+        for (size_t i = c * chunk; i < std::min(n, (c + 1) * chunk); i++) v[i] = scale * r.normal();
+    }
     return v;
 }
 
@@ -47,6 +59,7 @@ template <class X = float> struct DevBuf {  // a GPU copy of a host vector of X;
 inline int dev_failures = 0;
 inline double rel_err(const std::vector<float>& want, const std::vector<float>& got, double bound) {
     double e = 0, s = 1e-12;
+    #pragma omp parallel for reduction(max : e, s) schedule(static)
     for (size_t i = 0; i < want.size(); i++) {
         double d = std::fabs((double)got[i] - want[i]);
         if (std::isnan(d)) d = std::isnan(want[i]) ? 0.0 : INFINITY;  // (a NaN wanted is not checked)
