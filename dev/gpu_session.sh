@@ -23,8 +23,10 @@
 #                           check:playgrounds+hf (the kernel playgrounds; Hugging Face folders
 #                           against transformers). On an H100 on 2026-11-26: build 93 s, the
 #                           checks 132 s, bench 168 s, train 14 s, the playgrounds over 160 s:
-#                           about 10 minutes. With a budget, what does not fit is skipped and
-#                           named in the summary, for a second command (the build is kept)
+#                           about 10 minutes (the build's 93 s gone with .prebuilt/, below; the
+#                           playgrounds' random inputs now drawn on every core). With a budget,
+#                           what does not fit is skipped and named in the summary, for a second
+#                           command (the build is kept)
 #     OUTDIR where the logs are copied every 10 s while a step runs and when it ends, so a
 #            machine taken back (or a command cut off) mid-step still leaves what was written.
 #   GPU_SESSION_SECONDS=N  the budget: each step runs under a limit of what is left of N seconds
