@@ -655,11 +655,13 @@ int main(int argc, char** argv) {
         if (ctx.device == Device::CUDA) print0("gpu: %s\n", cuda_describe().c_str());
         const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
         fflush(stdout);
+        const double gelu_scratch = gpt_gelu_scratch_bytes(model, B, Tl, ctx.device == Device::CUDA);
         printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B%s\n",
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
                (long long)gpt_activation_bytes(model, B, Tl, recompute),
                (std::string(pp > 1 ? ", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, B, Tl)) + " B" : "") +
-                (fp8_run ? ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(model, B, Tl)) + " B" : "")).c_str());
+                (fp8_run ? ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(model, B, Tl)) + " B" : "") +
+                (gelu_scratch ? ", gelu scratch " + std::to_string((long long)gelu_scratch) + " B" : "")).c_str());
         fflush(stdout);
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,

@@ -728,6 +728,20 @@ template <class T> inline double gpt_fp8_scratch_bytes(const GPT<T>& g, int B, i
     return 2 * bytes(in) + 2 * bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(2) + (double)Buf<Fp8Scales>::bytes_for(3) +
            fallback;
 }
+// The GELU backward's fp32 product (matmul.cuh: matmul_backward with gelu_pre), where cuBLASLt's
+// DGELU epilogue cannot take it: the fc projection's input width on this rank, ffn/tp, not a
+// multiple of 8 (a model file of odd width C; or g_gelu_fusion off). B·T_·ffn/tp floats, held
+// from the first backward on. Counted on the GPU: the CPU takes that path always, among host
+// temporaries of its own (F32View's fp32 copies in bf16) that its plan does not count either.
+template <class T> inline double gpt_gelu_scratch_bytes(const GPT<T>& g, int B, int T_, bool gpu) {
+    const size_t Hh = (size_t)g.config.ffn() / g.layout.tp;
+    bool epilogue = true;
+#ifdef LLMC_CUDA
+    epilogue = g_gelu_fusion && Hh % 8 == 0;
+#endif
+    if (!gpu || epilogue || g.config.llama() || g.fp8) return 0;  // (Llama: SwiGLU; FP8: the GELU apart, in T)
+    return (double)Buf<float>::bytes_for((size_t)B * T_ * Hh);
+}
 // "" when every FP8 product of a block takes B·T_ rows (fp8.cuh: multiples of 16), else why not.
 inline std::string gpt_fp8_shape_problem(const GPTConfig& c, int tp, int B, int T_) {
     for (const ProductWidths& p : gpt_block_products(c, tp)) {
