@@ -137,7 +137,10 @@ ONCE=$quick gpu_vs_cpu fp16 2.5e-3
 #   the activations the memory line predicts are what the run allocates: the peak of Buf's GPU
 #   memory is the model state plus them, and the kernels' scratch stays within 1% of them (the
 #   share the plan reserves; the emulator shows under 0.3%); so too with --recompute selective
-#   and full, whose activations are fewer, and for a Llama (grouped-query attention, no repeated k, v)
+#   and full, whose activations are fewer, and for a Llama (grouped-query attention, no repeated k, v);
+#   for a GPT-2 of odd width, whose GELU backward keeps an fp32 product the plan counts; with FP8
+#   (its scratch), and (emulator only) with FP8 refused by cuBLASLt, which the trainer finds
+#   before its plan and says so (the dequantized operands counted)
 #   a --batch-size whose activations cannot fit is refused before the weights are drawn (exit 2),
 #   with a batch size that fits and keeps the step's tokens in whole micro-batches
 #   --batch-size auto takes the whole step in one micro-batch where it fits
