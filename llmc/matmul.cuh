@@ -438,9 +438,11 @@ template <class T> inline void bias_grad_kernels(const Ctx& ctx, T* dbias, const
 
 // The GELU goes into the epilogue when its aux matrix (rows of `rows` elements) is one cuBLASLt
 // takes: rows a multiple of 8 and 16-byte aligned pointers (and a bias the epilogue can read).
+// gelu_epilogue_width: the part the shapes alone decide (the memory plan asks it: model.h).
 inline bool g_gelu_fusion = true;
+inline bool gelu_epilogue_width(size_t rows) { return g_gelu_fusion && rows % 8 == 0; }
 template <class T> inline bool gelu_fusable(int rows, const T* aux, const T* D, const T* bias) {
-    return g_gelu_fusion && rows % 8 == 0 && alignment_of(aux) >= 16 && alignment_of(D) >= 16 && (!bias || alignment_of(bias) >= 16);
+    return gelu_epilogue_width(rows) && alignment_of(aux) >= 16 && alignment_of(D) >= 16 && (!bias || alignment_of(bias) >= 16);
 }
 
 template <class T>

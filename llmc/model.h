@@ -737,7 +737,7 @@ template <class T> inline double gpt_gelu_scratch_bytes(const GPT<T>& g, int B, 
     const size_t Hh = (size_t)g.config.ffn() / g.layout.tp;
     bool epilogue = true;
 #ifdef LLMC_CUDA
-    epilogue = g_gelu_fusion && Hh % 8 == 0;
+    epilogue = gelu_epilogue_width(Hh);
 #endif
     if (!gpu || epilogue || g.config.llama() || g.fp8) return 0;  // (Llama: SwiGLU; FP8: the GELU apart, in T)
     return (double)Buf<float>::bytes_for((size_t)B * T_ * Hh);
