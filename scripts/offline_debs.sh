@@ -39,6 +39,12 @@ use)
         done
         _llmc_lib=$_llmc_pre/usr/lib/x86_64-linux-gnu
         export OPAL_PREFIX=$_llmc_pre/usr   # OpenMPI finds its help files and plugins from here
+        # PMIx's directories are absolute in Debian's build (/usr/lib/<arch>/pmix2): on a machine
+        # with another PMIx installed, ours would load that one's plugins (a version apart: "undefined
+        # symbol" for each, and a warning banner). Its env component takes them from these.
+        _llmc_pmix=$_llmc_lib/pmix2
+        export PMIX_INSTALL_PREFIX=$_llmc_pmix PMIX_LIBDIR=$_llmc_pmix/lib PMIX_PKGLIBDIR=$_llmc_pmix/lib/pmix \
+               PMIX_DATADIR=$_llmc_pmix/share PMIX_PKGDATADIR=$_llmc_pmix/share/pmix PMIX_SYSCONFDIR=$_llmc_pmix/share
         export PATH=$_llmc_pre/usr/bin:$PATH
         export LD_LIBRARY_PATH=$_llmc_lib:$_llmc_lib/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         export LIBRARY_PATH=$_llmc_lib:$_llmc_lib/openmpi/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
@@ -52,4 +58,4 @@ use)
     ;;
 *) echo "usage: bash scripts/offline_debs.sh pack [DIR] | source scripts/offline_debs.sh use [DIR]" >&2 ;;
 esac
-unset _llmc_debs_verb _llmc_debs_dir _llmc_debs_pkgs _llmc_pre _llmc_lib _p _f _t
+unset _llmc_debs_verb _llmc_debs_dir _llmc_debs_pkgs _llmc_pre _llmc_lib _llmc_pmix _p _f _t

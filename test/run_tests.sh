@@ -39,6 +39,9 @@
 #                       line it gives is one the real trainer accepts, its options reach it
 #   test_gpu_session    dev/gpu_session.sh against stand-ins (nvidia-smi, nvcc, make): its steps
 #                       and parts, logs copied out while a step runs, its time budget
+#   test_offline_debs   scripts/offline_debs.sh: OpenMPI and PCRE2 as .debs, unpacked under a
+#                       prefix: mpicxx and mpirun work, and every MPI and PMIx plugin loaded is the
+#                       prefix's (skipped where apt-get cannot download)
 #   emulated GPU        build/train_gpt_simt (the trainer on the emulator) with --device cuda:
 #                       test_gpu_train (vs the CPU run), test_train, test_vs_pytorch — the GPU
 #                       suite's training checks, on the CUDA code path, without a GPU; and
@@ -128,6 +131,7 @@ sys.exit(0 if r['kind'] == sys.argv[1] and times and all(t > 0 for t in times) e
 part "dev/bench PyTorch baselines (CPU, tiny shapes)" torch_baselines
 part "test_bench_train (make bench's training table, stand-in trainer)" bash test/test_bench_train.sh ./train_gpt
 part "test_gpu_session (dev/gpu_session.sh, stand-in GPU tools)" bash test/test_gpu_session.sh
+part "test_offline_debs (OpenMPI from .debs under a prefix)" bash test/test_offline_debs.sh build/train_gpt_cpu
 part "gpu_sanitize's verdicts (stand-in sanitizer, emulated GPU)" bash test/test_gpu_sanitize.sh build/train_gpt_simt
 part "test_gpu_train (emulated GPU)" env GPU_TRAIN_QUICK=1 GPU_TRAIN_VOCAB=250 bash test/test_gpu_train.sh build/train_gpt_simt
 part "test_train (emulated GPU)" env DEVICE=cuda TRAIN_QUICK=1 bash test/test_train.sh build/train_gpt_simt
