@@ -640,9 +640,28 @@ inline void comm_leave_collectively() {
 }
 #endif
 
-// Starts the communication layer (MPI_Init under mpirun/srun; a single process otherwise).
+#ifdef LLMC_MPI
+// Was this process started by a launcher (mpirun, srun, prterun, mpiexec)? Each tells the processes
+// it starts in their environment: OpenMPI's mpirun OMPI_COMM_WORLD_SIZE, a PMIx server (srun
+// --mpi=pmix, OpenMPI 5) PMIX_RANK, PMI-1/2 (srun --mpi=pmi2, MPICH) PMI_RANK, srun itself
+// SLURM_STEP_NUM_TASKS.
+inline bool started_by_launcher() {
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"})
+        if (getenv(v)) return true;
+    return false;
+}
+#endif
+
+// Starts the communication layer: MPI_Init under a launcher; a single process otherwise, without
+// MPI (MPI_Init there is a "singleton": OpenMPI forks a daemon, orted, which costs startup time and
+// fails in some containers; every collective of a one-rank group returns before touching MPI).
 inline void mesh_start(Mesh* m, int* argc, char*** argv) {
 #ifdef LLMC_MPI
+    if (!started_by_launcher()) {
+        g_rank = 0;
+        g_world = 1;
+        return;
+    }
     MPI_Init(argc, argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &m->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m->world);

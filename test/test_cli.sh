@@ -6,7 +6,8 @@
 # Face safetensors GPT-2 into its model file byte for byte, and a micro-batch too large for the
 # host's memory is refused at start with one that fits, and with the larger one --recompute full
 # fits (llmc/planner.h); --vocab-size gives a preset V rows padded to a multiple of 128 (a model
-# file of another V, or a resume without it, refused naming the flag).
+# file of another V, or a resume without it, refused naming the flag); one process without a
+# launcher starts no MPI daemon, and logs the steps mpirun -n 1 does.
 # usage: test/test_cli.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -397,3 +398,23 @@ eval "recipe=($(TOKENIZER=data/gpt2_tokenizer.bin LAUNCH=print scripts/llama3.sh
     && echo "ok - scripts/llama3.sh: its flags run on a Llama model file (validation too); --batch-size auto, $(value --steps) steps of 0.5M tokens = 1e9, samples through TOKENIZER" \
     || { echo "not ok - scripts/llama3.sh: exit $rc, model '$(value --model)', B '$(value --batch-size)', steps '$(value --steps)'"; tail -2 "$tmp/llama3.out" | sed 's/^/#   /'; }
 expect_fail "resume with a different model" 2 "--resume: the checkpoint" "${base[@]}" --model d2 --output-dir "$tmp/run" --resume --steps 3
+# One process without a launcher runs without MPI (llmc/comm.h: mesh_start): no MPI_Init, whose
+# "singleton" start forks OpenMPI's daemon (orted); under mpirun -n 1 it is the same run
+one=("$BIN" --device cpu --precision fp32 --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "" --batch-size 2 --seq-len 16 --steps 2)
+if command -v strace >/dev/null && strace -qq -o /dev/null true 2>/dev/null; then
+    strace -f -qq -e trace=execve -o "$tmp/execs" "${one[@]}" --log-file "$tmp/one.jsonl" >"$tmp/one.out" 2>&1; rc=$?
+    progs=$(grep -v "exited with\|killed by\|resumed>" "$tmp/execs" | grep -o 'execve("[^"]*"' | sed 's/execve("//; s/"$//' | sort -u | tr '\n' ' ')
+    [ $rc = 0 ] && [ "$(grep -c 'execve(' "$tmp/execs")" = 1 ] \
+        && echo "ok - one process without mpirun starts no other program (no MPI daemon): exec'd only $progs" \
+        || echo "not ok - one process without mpirun: exit $rc, programs started: $progs"
+else
+    "${one[@]}" --log-file "$tmp/one.jsonl" >"$tmp/one.out" 2>&1
+    echo "# no usable strace here: that one process starts no MPI daemon is not checked"
+fi
+if command -v mpirun >/dev/null && [ -f "$tmp/one.jsonl" ]; then
+    mpirun -n 1 "${one[@]}" --log-file "$tmp/mpi1.jsonl" >"$tmp/mpi1.out" 2>&1; rc=$?
+    strip() { $PY -c 'import json, sys; [print(*(json.loads(l).get(k) for k in ("step", "loss", "lr", "grad_norm"))) for l in open(sys.argv[1])]' "$1"; }  # (not the timings)
+    [ $rc = 0 ] && [ -s "$tmp/mpi1.jsonl" ] && [ "$(strip "$tmp/one.jsonl")" = "$(strip "$tmp/mpi1.jsonl")" ] \
+        && echo "ok - mpirun -n 1 (MPI initialized) logs the same steps as one process without it" \
+        || { echo "not ok - mpirun -n 1 (exit $rc) logs other steps than one process:"; diff <(strip "$tmp/one.jsonl") <(strip "$tmp/mpi1.jsonl") | head -4 | sed 's/^/#   /'; }
+fi
