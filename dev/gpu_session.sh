@@ -21,7 +21,8 @@
 #                           (every GPT-2 size; attention against SDPA with the wgmma kernels'
 #                           times; a step against compiled PyTorch), train (14 s on an H100),
 #                           check:playgrounds+hf (the kernel playgrounds; Hugging Face folders
-#                           against transformers). On an H100 on 2026-11-26: build 93 s, the
+#                           against transformers), bench:wgmma (every size's step with
+#                           --flash-wgmma 1: whether it should be the default). On an H100 on 2026-11-26: build 93 s, the
 #                           checks 132 s, bench 168 s, train 14 s, the playgrounds over 160 s:
 #                           about 10 minutes (the build's 93 s gone with .prebuilt/, below; the
 #                           playgrounds' random inputs now drawn on every core). With a budget,
@@ -49,7 +50,7 @@ steps=${1:?usage: dev/gpu_session.sh build,check[:PARTS],train,bench[:PARTS]|all
 outdir=${2:-}
 case $steps in
 all) steps=build,check,train,bench ;;
-core) steps=build,check:ops+wgmma+train+resume+pytorch,bench:train+torch,train,check:playgrounds+hf ;;
+core) steps=build,check:ops+wgmma+train+resume+pytorch,bench:train+torch,train,check:playgrounds+hf,bench:wgmma ;;
 esac
 budget=${GPU_SESSION_SECONDS:-0}   # 0: no budget
 [[ $budget =~ ^[0-9]+$ ]] || { echo "gpu_session: GPU_SESSION_SECONDS must be a whole number of seconds, not '$budget'"; exit 2; }
