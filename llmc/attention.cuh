@@ -60,7 +60,8 @@ accumulate; the kernels are templates over the 16-bit type, and only the instruc
             2·16·8·16 flops per 16 rows of the warp: 16 flops per byte at 16 rows, 32 at 32
             (about 21 in the dK/dV variant, which reads its K and V fragments there too).
             At an SM's 128 bytes/clock of shared memory, 16 caps the mma units near half
-            their peak; more rows per warp lift that cap.
+            their peak; more rows per warp lift that cap, at more registers a thread (which of
+            the two wins is timed per pass when the trainer runs: --flash-rows auto).
             P is recomputed from lse each time; D_t = dout_t·out_t comes from the fp32 pass.
             Both passes double-buffer their tiles: the next one is copied in during this one.
   copies    global → shared by cp.async (16 bytes, no register round trip), started a tile
@@ -1714,8 +1715,8 @@ __global__ void __launch_bounds__(128) flash_block_backward_dkv_kernel(float* dk
 // g_flash_async = false stages tiles through registers, each before its use (no cp.async);
 // g_flash_backward_passes runs one backward pass alone (its dqkv part only: timing);
 // g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys = 32 give head size 64 two m-tiles
-// per warp (the same bits; 190-255 registers, so fewer warps per SM). On an H100 that is slower
-// at every T: fwd + bwd 0.68 against 0.63 ms at T = 1024 (dev/gpu_results/, the bench log).
+// per warp (the same bits; 190-255 registers, so fewer warps per SM): faster or slower by pass
+// and compiler (below: g_flash_rows_auto times both).
 // g_flash_wgmma = true runs the forward and both backward passes with wgmma on a compute
 // capability 9.0 GPU (elsewhere the switch is ignored), g_flash_wgmma_groups warpgroups (64 rows
 // each) a block. Off until an H100 run shows it right (gpucheck_ops) and faster (dev_attention).
@@ -1728,6 +1729,59 @@ inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ
 inline int g_flash_forward_rows = 16;    // query rows per warp in the forward: 16, or 32 (head size 64 only)
 inline int g_flash_dq_rows = 16;         // query rows per warp in the backward's dQ pass: 16, or 32 (head size 64 only)
 inline int g_flash_dkv_keys = 16;        // keys per warp in the backward's dK/dV pass: 16, or 32 (head size 64 only)
+// --flash-rows auto (g_flash_rows_auto, the trainer's default): at head size 64, each pass's first
+// launch of at least g_flash_tune_blocks blocks (a training step's, at any real size; the
+// LLMC_FLASH_TUNE_BLOCKS environment variable sets another count) is timed with 16 and with 32
+// rows a warp, and the faster is kept for the rest of the run. The two give the same bits
+// (gpucheck_ops, test_gpu_train), so only the speed depends on the choice; and which is faster
+// has gone either way by pass, GPU and compiler (on an H100, dev/gpu_results/: 16 in all three
+// passes on 2026-11-22; on 2026-11-26, with nvcc giving the 16-row backward more registers, 16
+// in the forward and 32 in both backward passes). Rank 0 prints each choice and its times.
+inline bool g_flash_rows_auto = false;
+inline long g_flash_tune_blocks = [] {
+    const char* e = getenv("LLMC_FLASH_TUNE_BLOCKS");
+    return e && atol(e) > 0 ? atol(e) : 256L;
+}();
+enum FlashPass { FLASH_FORWARD, FLASH_DKV, FLASH_DQ };
+inline bool g_flash_tuned[3] = {};  // (by FlashPass)
+
+// The faster of 16 and 32 rows a warp for one pass: launch(rows) queues it on ctx's stream (it
+// overwrites its outputs, so running it again changes nothing); each once to warm up (a kernel's
+// first launch loads its code), then the best of 3 timed by CUDA events. Sets *rows, notes it.
+template <class F>
+inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T_, int* rows, const F& launch) {
+    static const char* what[3] = {"query rows a warp in the forward", "keys a warp in the dK/dV pass", "query rows a warp in the dQ pass"};
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    float ms[2];
+    for (int v = 0; v < 2; v++) {
+        launch(16 << v);
+        ms[v] = INFINITY;
+        for (int rep = 0; rep < 3; rep++) {
+            CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
+            launch(16 << v);
+            CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float t = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+            ms[v] = fminf(ms[v], t);
+        }
+    }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    *rows = ms[1] < ms[0] ? 32 : 16;
+    g_flash_tuned[pass] = true;
+    if (g_rank == 0)
+        printf("flash attention: %d %s (--flash-rows auto, timed at B=%d T=%d: %.3f ms with 16, %.3f ms with 32)\n",
+               *rows, what[pass], B, T_, ms[0], ms[1]);
+}
+// Runs launch(rows) with this pass's rows a warp, timing both first where --flash-rows auto asks.
+template <class F>
+inline void flash_launch_rows(const Ctx& ctx, FlashPass pass, int* rows, long blocks, int B, int T_, const F& launch) {
+    if (g_flash_rows_auto && !g_flash_tuned[pass] && blocks >= g_flash_tune_blocks) flash_tune_rows(ctx, pass, B, T_, rows, launch);
+    launch(*rows);
+}
 inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates it)
     static const bool yes = [] {
         int dev = 0, major = 0, minor = 0;
@@ -1783,14 +1837,17 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
                 CUDA_LAUNCH_CHECK();
                 return;
             }
-            if constexpr (D == 64)
-                if (g_flash_forward_rows == 32) {
-                    flash_forward_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
+            if constexpr (D == 64) {
+                auto launch = [&](int rows) {
+                    if (rows == 32) flash_forward_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
+                    else flash_forward_kernel<T, D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
                     CUDA_LAUNCH_CHECK();
-                    return;
-                }
-            flash_forward_kernel<T, D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
-            CUDA_LAUNCH_CHECK();
+                };
+                flash_launch_rows(ctx, FLASH_FORWARD, &g_flash_forward_rows, (long)NH * B * ceil_div(T_, 64), B, T_, launch);
+            } else {
+                flash_forward_kernel<T, D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
+                CUDA_LAUNCH_CHECK();
+            }
         });
 }
 template <class T>
@@ -1817,23 +1874,34 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
                 return;
             }
             const dim3 kv_grid(NKV, B, ceil_div(T_, 64)), q_grid(NH, B, ceil_div(T_, 64));
-            if (g_flash_backward_passes & 1) [&] {
+            auto dkv = [&](int keys) {
                 if constexpr (D == 64)
-                    if (g_flash_dkv_keys == 32) {  // 2 warps × 32 keys: 64 threads a block
+                    if (keys == 32) {  // 2 warps × 32 keys: 64 threads a block
                         flash_backward_dkv_kernel<T, D, LD, A, 2><<<kv_grid, 64, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                        CUDA_LAUNCH_CHECK();
                         return;
                     }
                 flash_backward_dkv_kernel<T, D, LD, A, 1><<<kv_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
-            }();
-            if (g_flash_backward_passes & 2) [&] {
+                CUDA_LAUNCH_CHECK();
+            };
+            auto dq = [&](int rows) {
                 if constexpr (D == 64)
-                    if (g_flash_dq_rows == 32) {
+                    if (rows == 32) {
                         flash_backward_dq_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                        CUDA_LAUNCH_CHECK();
                         return;
                     }
                 flash_backward_dq_kernel<T, D, LD, A, 1><<<q_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
-            }();
-            CUDA_LAUNCH_CHECK();
+                CUDA_LAUNCH_CHECK();
+            };
+            if constexpr (D == 64) {  // (the 32-row variants are head size 64's)
+                const long blocks = (long)B * ceil_div(T_, 64);
+                if (g_flash_backward_passes & 1) flash_launch_rows(ctx, FLASH_DKV, &g_flash_dkv_keys, NKV * blocks, B, T_, dkv);
+                if (g_flash_backward_passes & 2) flash_launch_rows(ctx, FLASH_DQ, &g_flash_dq_rows, NH * blocks, B, T_, dq);
+            } else {
+                if (g_flash_backward_passes & 1) dkv(16);
+                if (g_flash_backward_passes & 2) dq(16);
+            }
         });
 }
 #endif

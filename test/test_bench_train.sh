@@ -10,7 +10,8 @@
 #   - the options reach the trainer: RECOMPUTE as --recompute, FP8_SCALING as --fp8-scaling, ACCUM as --total-batch-tokens
 #     B·1024·ACCUM, BATCH_SIZES as the micro-batches tried, PROFILE=0 as no --profile run,
 #     RECIPE=1 as scripts/gpt2.sh's B and micro-batches a step per GPU of 8
-#   - its table has one row per model, from the stand-in's log (the median of steps 2-6)
+#   - its table has one row per model, from the stand-in's log (the median of steps 2-6); under
+#     --flash-rows auto (the default) the rows a warp each run kept are listed under it
 # usage: test/test_bench_train.sh TRAIN_GPT     Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,6 +28,11 @@ echo "gpu: stand-in"
 if [ -n "\$log" ]; then
     for i in 1 2 3 4 5 6; do echo "{\"step\": \$i, \"tokens_per_s\": \$((1000 * i)).0, \"mfu\": 0.4\$i, \"ms\": \$((10 * i)).0}" >>"\$log"; done
 fi
+case " \$* " in *" --flash-rows auto "*)  # (the trainer's lines, llmc/attention.cuh: flash_tune_rows)
+    echo "flash attention: 16 query rows a warp in the forward (--flash-rows auto, timed at B=8 T=1024: 0.162 ms with 16, 0.178 ms with 32)"
+    echo "flash attention: 32 keys a warp in the dK/dV pass (--flash-rows auto, timed at B=8 T=1024: 0.355 ms with 16, 0.285 ms with 32)"
+    echo "flash attention: 32 query rows a warp in the dQ pass (--flash-rows auto, timed at B=8 T=1024: 0.202 ms with 16, 0.194 ms with 32)" ;;
+esac
 echo "peak GPU memory (this rank): 2048.0 MiB (2147483648 B)"
 printf 'profile: 5 steps, 1.00 ms per step\n  other (host, gaps)  0.10\n'
 EOF
@@ -46,6 +52,7 @@ bench recompute RECOMPUTE=full -- gpt2:124M
 bench accum BATCH_SIZES=16 ACCUM=8 PROFILE=0 -- gpt2:1558M
 bench recipe RECIPE=1 PROFILE=0 -- gpt2:124M gpt2:1558M
 PREC=fp8 bench fp8d FP8_SCALING=delayed PROFILE=0 -- gpt2:124M
+bench rows32 FLASH_ROWS=32 PROFILE=0 -- gpt2:124M
 
 # every command line, once more, on the real trainer: the size flags overridden to a tiny run
 accepted=0 refused=""
@@ -102,4 +109,12 @@ fp8d = lines("fp8d")
 check(fp8d and all(flag(l, "precision") == "fp8" and flag(l, "fp8-scaling") == "delayed" for l in fp8d)
       and "precision fp8 (--fp8-scaling delayed)" in md("fp8d").splitlines()[0],
       "FP8_SCALING=delayed (part fp8-delayed) reaches every run and the title")
+listed = re.findall(r"^- (gpt2:\S+ B=\d+): (.*)$", md("default"), re.M)
+check(all(flag(l, "flash-rows") == "auto" for l in default) and "--flash-rows auto" in md("default").splitlines()[0]
+      and listed == [(m, "forward 16 query rows a warp (0.162 | 0.178 ms); dK/dV pass 32 keys a warp (0.355 | 0.285 ms); "
+                         "dQ pass 32 query rows a warp (0.202 | 0.194 ms)") for m in ("gpt2:124M B=128", "gpt2:1558M B=64")],
+      f"by default --flash-rows auto, and what it kept in each model's run listed under the table ({listed})")
+r32 = lines("rows32")
+check(r32 and all(flag(l, "flash-rows") == "32" for l in r32) and "--flash-rows 32" in md("rows32").splitlines()[0]
+      and "--flash-rows auto kept" not in md("rows32"), "FLASH_ROWS=32 (part flash32) reaches every run and the title, nothing tuned")
 PY

@@ -6,7 +6,8 @@
 #         issue's bf16 bound; the flash kernel's bf16 P·V and different rounding points move a
 #         2-layer model's loss by ~1e-4), falling, bit-identical runs
 #   flash-rows  bf16 with --flash-rows 32 (two m-tiles per warp in flash attention) bit-identical
-#         to 16
+#         to 16; auto (each pass timed both ways at its first large launch, the faster kept) too,
+#         saying what it chose
 #   wgmma bf16 with --flash-wgmma 1 (the wgmma flash attention, on compute capability 9.0 and the
 #         emulator; elsewhere it runs the default kernels): the bf16 checks again
 #   fp8   --precision fp8 (llmc/fp8.cuh: the blocks' products in FP8, cuBLASLt's FP8 kernels) against
@@ -87,13 +88,26 @@ flash_rows() {
     local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
     "$BIN" "${flags[@]}" --flash-rows 16 --log-file "$tmp/16.jsonl" >/dev/null 2>&1
     "$BIN" "${flags[@]}" --flash-rows 32 --log-file "$tmp/32.jsonl" >"$tmp/32.out" 2>&1 || tail -3 "$tmp/32.out" | sed 's/^/# /'
-    ${PYTHON:-/usr/bin/python3} - "$tmp/16.jsonl" "$tmp/32.jsonl" <<'PY'
-import json, sys
+    # auto (the default): each pass's first launch of LLMC_FLASH_TUNE_BLOCKS blocks or more (1
+    # here; 256 by default, which these launches of 8 and 4 blocks are under) timed both ways
+    LLMC_FLASH_TUNE_BLOCKS=1 "$BIN" "${flags[@]}" --flash-rows auto --log-file "$tmp/auto.jsonl" >"$tmp/auto.out" 2>&1 || tail -3 "$tmp/auto.out" | sed 's/^/# /'
+    "$BIN" "${flags[@]}" --log-file "$tmp/default.jsonl" >"$tmp/default.out" 2>&1
+    ${PYTHON:-/usr/bin/python3} - "$tmp" <<'PY'
+import json, re, sys
+d = sys.argv[1]
 def load(p):
     try: return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
     except OSError: return []
-a, b = load(sys.argv[1]), load(sys.argv[2])
+a, b, c = load(f"{d}/16.jsonl"), load(f"{d}/32.jsonl"), load(f"{d}/auto.jsonl")
 print(("ok" if len(a) == 4 and a == b else "not ok") + " - bf16: --flash-rows 32 trains bit-identically to 16 (4 steps, losses and norms)")
+out = open(f"{d}/auto.out").read()
+tuned = re.findall(r"^flash attention: (16|32) (?:query rows|keys) a warp in the (forward|dK/dV pass|dQ pass) \(--flash-rows auto, "
+                   r"timed at B=4 T=64: [0-9.]+ ms with 16, [0-9.]+ ms with 32\)$", out, re.M)
+print(("ok" if sorted(p for _, p in tuned) == ["dK/dV pass", "dQ pass", "forward"] else "not ok") +
+      f" - bf16: --flash-rows auto times each pass once, at its first launch of LLMC_FLASH_TUNE_BLOCKS=1 blocks or more, and says what it keeps ({tuned})")
+print(("ok" if len(c) == 4 and c == a else "not ok") + " - bf16: --flash-rows auto (each pass's rows timed, then kept) trains bit-identically to 16")
+quiet = "flash attention:" not in open(f"{d}/default.out").read() and load(f"{d}/default.jsonl") == a
+print(("ok" if quiet else "not ok") + " - bf16: by default (auto) launches under 256 blocks are not timed (16 rows a warp: the same run)")
 PY
     rm -rf "$tmp"
 }

@@ -10,7 +10,8 @@
 # trainer's `gpu:` line (the GPU, CUDA driver, runtime and cuBLASLt versions), then where
 # the step of the first and of the last model that fit goes, op by op (a --profile run at the
 # same B: llmc/profiler.h). FLASH_ROWS=32 runs every step with --flash-rows 32 (two m-tiles per
-# warp in flash attention; `make bench` part flash32), to compare with the default 16.
+# warp in flash attention; `make bench` part flash32), FLASH_ROWS=16 with 16, to compare with the
+# default auto (each pass timed both ways at its first launch: the choices are listed).
 # FLASH_WGMMA=1 runs them with --flash-wgmma 1 (the wgmma flash attention; part wgmma).
 # FP8_SCALING=delayed (with PRECISION fp8; part fp8-delayed) runs them with --fp8-scaling delayed
 # (llmc/fp8.cuh: one pass a quantization instead of two).
@@ -27,7 +28,7 @@ set -u
 cd "$(dirname "$0")/../.."
 prec=${1:-bf16}; shift || true
 models=${*:-gpt2:124M gpt2:350M gpt2:774M gpt2:1558M}
-rows=${FLASH_ROWS:-16}
+rows=${FLASH_ROWS:-auto}
 wg=${FLASH_WGMMA:-0}
 recompute=${RECOMPUTE:-none}
 extra=(); [ -n "${FP8_SCALING:-}" ] && extra=(--fp8-scaling "$FP8_SCALING")
@@ -40,6 +41,7 @@ echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
 echo "|---|---|---|---|---|---|"
 fits=()     # "model B accum" of each model that ran
 skipped=()  # each larger micro-batch that did not run, and why (the memory plan's refusal, an error)
+tuned=()    # --flash-rows auto: what each model's run chose, pass by pass, with both times
 for m in $models; do
     done_one=0
     Bs="64 32 16 8 4 2 1"; [ "$m" = gpt2:124M ] && Bs="128 $Bs"
@@ -70,6 +72,7 @@ print(f"| {sys.argv[3]} | {sys.argv[4]} | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1
 PY
         done_one=1
         [ ${#fits[@]} = 0 ] && ran_on=$(grep -m1 '^gpu: ' "$tmp/out.txt")
+        grep -q '^flash attention: ' "$tmp/out.txt" && tuned+=("$m B=$B: $(sed -n 's/^flash attention: \([0-9]* [a-z ]*\) in the \([a-zA-Z/ ]*\) (--flash-rows auto, timed at B=[0-9]* T=[0-9]*: \([0-9.]*\) ms with 16, \([0-9.]*\) ms with 32)$/\2 \1 (\3 | \4 ms)/p' "$tmp/out.txt" | paste -sd';' | sed 's/;/; /g')")
         fits+=("$m $B $accum")
         break
     done
@@ -78,6 +81,10 @@ done
 if [ ${#skipped[@]} -gt 0 ]; then
     echo; echo "Larger micro-batches that did not run:"; echo
     for s in "${skipped[@]}"; do echo "- $s"; done
+fi
+if [ ${#tuned[@]} -gt 0 ]; then
+    echo; echo "Rows a warp in flash attention that --flash-rows auto kept (pass, rows, ms with 16 | 32):"; echo
+    for t in "${tuned[@]}"; do echo "- $t"; done
 fi
 [ -n "${ran_on:-}" ] && { echo; echo "The trainer's own line: \`$ran_on\`"; }
 profiled=()
