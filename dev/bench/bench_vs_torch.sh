@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench_vs_torch.sh — our kernels and trainer against PyTorch on this GPU (`make bench`).
-#   attention  our bf16 flash attention (build/dev_attention … time) against causal
+#   attention  our bf16 flash attention (build/dev_attention … time: the trainer's default, at head
+#              size 64 --flash-rows auto's per-pass choice of 16 or 32 rows a warp) against causal
 #              scaled_dot_product_attention (dev/bench/torch_baselines.py), 16384 tokens per
 #              call, T = 1024…8192, head size 64 (C = 768) and 128 (C = 768, 6 heads);
 #              ratio = SDPA's fwd+bwd time / ours (≥ 1: ours faster; the CUDA issue's target
@@ -25,6 +26,8 @@ for hs in 64 128; do
         B=$((16384 / T)); NH=$((768 / hs)); C=768
         timeout -k 10 "${RUN_LIMIT:-300}" ./build/dev_attention $B $T $C $NH time >"$tmp/ours.txt" 2>&1
         grep "backward split" "$tmp/ours.txt" | head -1 | sed "s/^ *backward split: /- B=$B T=$T hs=$hs: /" >>"$tmp/splits.txt"
+        # head size 64: the rows a warp --flash-rows auto kept for each pass, with both times
+        grep "^flash attention: " "$tmp/ours.txt" | sed "s/^flash attention: /- B=$B T=$T hs=$hs: /" >>"$tmp/auto.txt"
         # head size 64: the 32-rows-per-warp variant (v6: g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 32)
         grep -A1 "with 32 rows per warp" "$tmp/ours.txt" | tr -d '\n' | sed "s/^ *with 32 rows per warp (v6): /- B=$B T=$T hs=$hs: /; s/ *backward split: /; split: /" \
             | grep . >>"$tmp/v6.txt"
@@ -35,18 +38,22 @@ for hs in 64 128; do
         $PY - "$tmp/ours.txt" "$tmp/torch.json" "$B" "$T" "$hs" "$tmp/backends.txt" <<'PY'
 import json, re, sys
 ours = open(sys.argv[1]).read()
+# ours: what the trainer runs by default (head size 64: --flash-rows auto's line; else the first)
+auto = re.search(r"with --flash-rows auto .*?: forward ([\d.]+) ms \(([\d.]+) TFLOP/s\), backward ([\d.]+) ms \(([\d.]+) TFLOP/s\)", ours)
 f = re.search(r"forward\s+.*?([\d.]+) ms\s+([\d.]+) TFLOP/s", ours)
 b = re.search(r"backward\s+.*?([\d.]+) ms\s+([\d.]+) TFLOP/s", ours)
+mine = [float(x) for x in auto.groups()] if auto else [float(x) for x in f.groups() + b.groups()] if f and b else None
 try:
     t = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 except Exception:
     t = None
 shape = f"B={sys.argv[3]} T={sys.argv[4]} hs={sys.argv[5]}"
-if not (f and b and t):
-    print(f"| {shape} | {'failed' if not (f and b) else ''} | | {'failed' if not t else ''} | | |")
+if not (mine and t):
+    print(f"| {shape} | {'failed' if not mine else ''} | | {'failed' if not t else ''} | | |")
 else:
-    ratio = (t["fwd_ms"] + t["bwd_ms"]) / (float(f.group(1)) + float(b.group(1)))
-    print(f"| {shape} | {float(f.group(1)):.3f} / {float(b.group(1)):.3f} | {float(f.group(2)):.0f} / {float(b.group(2)):.0f} | "
+    fms, ftf, bms, btf = mine
+    ratio = (t["fwd_ms"] + t["bwd_ms"]) / (fms + bms)
+    print(f"| {shape} | {fms:.3f} / {bms:.3f} | {ftf:.0f} / {btf:.0f} | "
           f"{t['fwd_ms']:.3f} / {t['bwd_ms']:.3f} | {t['fwd_tflops']:.0f} / {t['bwd_tflops']:.0f} | {ratio:.2f}× |")
 if t and t.get("backends"):
     with open(sys.argv[6], "a") as out:
@@ -55,6 +62,14 @@ if t and t.get("backends"):
 PY
     done
 done
+echo
+echo "Ours: what the trainer runs by default (at head size 64, --flash-rows auto: each pass the faster of 16 and 32 rows a warp, timed at its first launch; below)."
+if [ -s "$tmp/auto.txt" ]; then
+    echo
+    echo "What --flash-rows auto kept (llmc/attention.cuh: flash_tune_rows):"
+    echo
+    cat "$tmp/auto.txt"
+fi
 if [ -s "$tmp/backends.txt" ]; then
     echo
     echo "SDPA with each backend pinned (fwd / bwd ms; the default above is the one it picks):"
@@ -69,7 +84,7 @@ if [ -s "$tmp/splits.txt" ]; then
 fi
 if [ -s "$tmp/v6.txt" ]; then
     echo
-    echo "Head size 64 with 32 rows per warp: query rows in the forward and the dQ pass, keys in the dK/dV pass (v6, the switches g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys; the default is 16):"
+    echo "Head size 64 with 32 rows per warp: query rows in the forward and the dQ pass, keys in the dK/dV pass (v6, the switches g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys; the splits above are 16's):"
     echo
     cat "$tmp/v6.txt"
 fi
