@@ -1776,10 +1776,11 @@ inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T_, int* 
         printf("flash attention: %d %s (--flash-rows auto, timed at B=%d T=%d: %.3f ms with 16, %.3f ms with 32)\n",
                *rows, what[pass], B, T_, ms[0], ms[1]);
 }
-// Runs launch(rows) with this pass's rows a warp, timing both first where --flash-rows auto asks.
+// Runs launch(rows) with this pass's rows a warp, timing both first where --flash-rows auto asks
+// and the pass has both (head size 64: `both`; launch runs 16 for 32 elsewhere).
 template <class F>
-inline void flash_launch_rows(const Ctx& ctx, FlashPass pass, int* rows, long blocks, int B, int T_, const F& launch) {
-    if (g_flash_rows_auto && !g_flash_tuned[pass] && blocks >= g_flash_tune_blocks) flash_tune_rows(ctx, pass, B, T_, rows, launch);
+inline void flash_launch_rows(const Ctx& ctx, FlashPass pass, bool both, int* rows, long blocks, int B, int T_, const F& launch) {
+    if (both && g_flash_rows_auto && !g_flash_tuned[pass] && blocks >= g_flash_tune_blocks) flash_tune_rows(ctx, pass, B, T_, rows, launch);
     launch(*rows);
 }
 inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates it)
@@ -1837,17 +1838,17 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
                 CUDA_LAUNCH_CHECK();
                 return;
             }
-            if constexpr (D == 64) {
-                auto launch = [&](int rows) {
-                    if (rows == 32) flash_forward_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
-                    else flash_forward_kernel<T, D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
-                    CUDA_LAUNCH_CHECK();
-                };
-                flash_launch_rows(ctx, FLASH_FORWARD, &g_flash_forward_rows, (long)NH * B * ceil_div(T_, 64), B, T_, launch);
-            } else {
+            auto fwd = [&](int rows) {
+                if constexpr (D == 64)
+                    if (rows == 32) {
+                        flash_forward_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
+                        CUDA_LAUNCH_CHECK();
+                        return;
+                    }
                 flash_forward_kernel<T, D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
                 CUDA_LAUNCH_CHECK();
-            }
+            };
+            flash_launch_rows(ctx, FLASH_FORWARD, D == 64, &g_flash_forward_rows, (long)NH * B * ceil_div(T_, 64), B, T_, fwd);
         });
 }
 template <class T>
@@ -1894,14 +1895,9 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
                 flash_backward_dq_kernel<T, D, LD, A, 1><<<q_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
                 CUDA_LAUNCH_CHECK();
             };
-            if constexpr (D == 64) {  // (the 32-row variants are head size 64's)
-                const long blocks = (long)B * ceil_div(T_, 64);
-                if (g_flash_backward_passes & 1) flash_launch_rows(ctx, FLASH_DKV, &g_flash_dkv_keys, NKV * blocks, B, T_, dkv);
-                if (g_flash_backward_passes & 2) flash_launch_rows(ctx, FLASH_DQ, &g_flash_dq_rows, NH * blocks, B, T_, dq);
-            } else {
-                if (g_flash_backward_passes & 1) dkv(16);
-                if (g_flash_backward_passes & 2) dq(16);
-            }
+            const long blocks = (long)B * ceil_div(T_, 64);
+            if (g_flash_backward_passes & 1) flash_launch_rows(ctx, FLASH_DKV, D == 64, &g_flash_dkv_keys, NKV * blocks, B, T_, dkv);
+            if (g_flash_backward_passes & 2) flash_launch_rows(ctx, FLASH_DQ, D == 64, &g_flash_dq_rows, NH * blocks, B, T_, dq);
         });
 }
 #endif

@@ -657,20 +657,17 @@ inline bool started_by_launcher() {
 // fails in some containers; every collective of a one-rank group returns before touching MPI).
 inline void mesh_start(Mesh* m, int* argc, char*** argv) {
 #ifdef LLMC_MPI
-    if (!started_by_launcher()) {
-        g_rank = 0;
-        g_world = 1;
-        return;
+    if (started_by_launcher()) {  // (else Mesh's defaults: rank 0 of 1)
+        MPI_Init(argc, argv);
+        MPI_Comm_rank(MPI_COMM_WORLD, &m->rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &m->world);
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &m->local_rank);
+        MPI_Comm_size(node, &m->local_size);
+        MPI_Comm_free(&node);
+        g_leave_collectively = comm_leave_collectively;
     }
-    MPI_Init(argc, argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &m->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &m->world);
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &m->local_rank);
-    MPI_Comm_size(node, &m->local_size);
-    MPI_Comm_free(&node);
-    g_leave_collectively = comm_leave_collectively;
 #else
     (void)argc; (void)argv;
 #endif
