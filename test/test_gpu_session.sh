@@ -7,7 +7,8 @@
 # records each call, writes the log that the real target
 # writes, and sleeps or fails on request), and:
 #   - the core preset runs build, gpucheck with the backend's parts, bench with train+torch, make
-#     train, the playgrounds, bench with wgmma, in that order, built for sm_90a on a 9.0 GPU (sm_80 on an 8.0 one)
+#     train, the playgrounds, bench with wgmma, in that order, built for sm_90a on a 9.0 GPU
+#     (sm_80 on an 8.0 one)
 #   - each part the core preset names is one test/gpucheck.sh or the Makefile's bench knows, and
 #     gpucheck.sh refuses a part it does not know (exit 2, naming it) before running anything
 #   - while a step runs, its log reaches OUTDIR within the 10 s copy interval
