@@ -35,7 +35,8 @@ compute stream wait for the communication stream's event — the host never bloc
 backward or forward of the next unit overlaps the transfer. (NCCL runs the operations of one
 communicator in the order they are issued, whatever their streams.) The pp group's ring sends
 go on streams of their own, through communicators of their own ("the ring", below).
-A group of one rank never communicates, so a build without MPI runs everything single-process.
+A group of one rank never communicates, so a build without MPI runs everything single-process,
+and so does an MPI build started without a launcher (mesh_start: no MPI_Init then).
 
 Byte counters. Each call adds the bytes one rank sends under the ring algorithm, the standard
 cost model (and what NCCL's rings move): for a buffer of M bytes on P ranks
