@@ -258,7 +258,7 @@ template <> HD inline fp16 from_f<fp16>(float x) {
     return fp16{fp32_to_fp16(x)};
 #endif
 }
-// bf16 or fp16: the 16-bit float types, which the tensor-core kernels take (attention.cuh)
+// bf16 or fp16: the 16-bit float types, which the tensor-core kernels take (flash_attention.cuh)
 template <class T> inline constexpr bool is_half_type = std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
 
 // Host vectors converted element by element (tests and kernel playgrounds): rounded to T once,

@@ -14,8 +14,8 @@ Ctx's stream) exactly as nvcc would, except that
     perl substitution, line numbers kept) into simt::launch("k", {grid, block, smem, stream},
     [&] { k(args); }, args); — each pointer among the trailing args must be device memory
     (a host pointer is an illegal access on a GPU, but readable here, so the launch refuses it);
-  - the inline-PTX instructions of attention.cuh and common.h call their emulations: mma.sync
-    calls simt::mma_m16n8k16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
+  - the inline-PTX instructions of flash_attention(_hopper).cuh and common.h call their
+    emulations: mma.sync calls simt::mma_m16n8k16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
     simt::cp_async_wait_all, wgmma simt::wgmma_m64k16(_ss), simt::wgmma_commit and
     simt::wgmma_wait; DYNAMIC_SHARED simt::dynamic_shared.
 

@@ -6,7 +6,7 @@
 # Why: a wgmma kernel that runs out of registers, or whose asynchronous products cross a branch or
 # share registers with other instructions before their wait, still computes the right numbers,
 # but ptxas then waits for every product before the next ("C75xx: wgmma.mma_async instructions
-# are serialized ..."), silently undoing the software pipeline (llmc/attention.cuh,
+# are serialized ..."), silently undoing the software pipeline (llmc/flash_attention_hopper.cuh,
 # wgmma_pipeline_step). Only its -v report shows it, so this reads that report.
 # Compiles test/gpucheck_ops.cu (which instantiates every kernel) to an sm_90a cubin with
 # -Xptxas -v; prints each wgmma kernel's registers. Needs nvcc; skips with a line without it.
@@ -39,7 +39,7 @@ while read -r name regs spill; do
         echo "not ok - ptxas sm_90a: $short: wgmma serialized: $(grep -o "(C75[0-9][0-9])[^']*" <(grep "'$name'" "$report") | head -1)"
     else echo "ok - ptxas sm_90a: $short: no wgmma serialized"; fi
 done <<<"$kernels"
-# The mma.sync backward passes at head size 64 (attention.cuh: FLASH_DKV_MIN_BLOCKS,
+# The mma.sync backward passes at head size 64 (flash_attention.cuh: FLASH_DKV_MIN_BLOCKS,
 # FLASH_DQ_MIN_BLOCKS): within the registers that let 3 (dK/dV) and 4 (dQ) blocks share an SM,
 # spilling at most the 4 bytes (one register, one store and one load) of the bf16 dK/dV pass's
 # default variant when the cap came in; more would say the kernels outgrew their cap.

@@ -101,7 +101,7 @@ static void test_mma(bool fp16) {
                                          : "mma m16n8k16 with the ISA's fragment layout equals A·B + C");
 }
 
-// ldmatrix as the flash kernels use it (attention.cuh): one .x4 gives the mma B fragments of two
+// ldmatrix as the flash kernels use it (flash_attention.cuh): one .x4 gives the mma B fragments of two
 // adjacent n-tiles (b[j][r], j = tile, r = register), read from a 16×16 tile of shared memory
 // stored either as M[n][k] (plain) or as M[k][n] (.trans). Expected: the B formulas above.
 // Lane l addresses row l%8 of matrix l/8; the rows are laid out in memory in reverse order

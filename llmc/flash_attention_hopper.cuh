@@ -1,0 +1,448 @@
+/*
+flash_attention_hopper.cuh — flash_attention.cuh's three kernels (forward, dK/dV, dQ) with the
+Hopper tensor cores' warpgroup MMA (wgmma, sm_90a), which attention.cuh runs under --flash-wgmma 1
+on a GPU of compute capability 9.0. Not a header on its own: attention.cuh includes it after
+flash_attention.cuh, whose pieces it shares (A fragments, the online softmax, dS, the staging and
+the stores).
+
+The same algorithm with warpgroup MMA. A warpgroup (4 warps) owns 64 rows; each product is a few
+wgmma m64nNk16 whose A operand (Q, dO, P, dS) is in registers in mma.sync's fragment layout and
+whose B operand the tensor cores read straight from shared memory, where tiles of 64 rows are
+stored as 8×16-byte core matrices (no swizzle) so that one tile serves as K-major B (K in S = Q·Kᵀ)
+and as MN-major B (V in O = P·V, by the descriptor's transpose); in the dK/dV pass K and V are A
+operands read from such tiles too. Two warpgroups a block share each tile. What goes: ldmatrix and
+the B fragments in registers; the mma.sync path's cap of 16 flops per shared byte (wgmma's
+shared-memory reads are the tensor cores' own). The products run asynchronously, so all three
+kernels are software-pipelined (FlashAttention-3's intra-warpgroup overlap, wgmma_pipeline_step):
+the softmax (or dS) of tile j runs while the tile j − 1 products that accumulate (O += P·V; dQ +=
+dS·K; dV and dK) are still on the tensor cores.
+Registers (ptxas, head size 64 / 128): forward 123 / 170-173, dQ 170 / 234, dK/dV 220 / 252, no
+spills, and no wgmma serialized.
+
+Tests: test/gpucheck_ops.cu (part wgmma: each product layout bit for bit, the kernels against
+the CPU op with 1 and 2 warpgroups, the pipeline against waiting for each product),
+test/test_ptxas.sh (no spills, no wgmma serialized), dev/cuda/attention.cu v7-v9.
+*/
+#pragma once
+
+// ---- Hopper: flash attention with warpgroup MMA (wgmma, sm_90a)
+// A warpgroup (4 consecutive warps, 128 threads) issues one wgmma.mma_async for a 64 × N × 16
+// product: A from registers (each warp its 16 rows, the mma.m16n8k16 A fragment), B read by the
+// tensor cores straight from shared memory through a 64-bit descriptor, D in registers (warp w
+// rows 16w..16w+15, lane and register as mma's C fragment, n-tile j in d[4j..4j+3]). No
+// ldmatrix, no B fragments in registers: the B bytes a warp had to move itself per mma are gone.
+// The product runs asynchronously: wgmma.fence before (the registers it reads were written by
+// ordinary instructions), commit_group after, wait_group before its D is read.
+// Shared layout, no swizzle ("interleaved", PTX ISA "Shared Memory Matrix Layout"): the unit is a
+// core matrix, 8 rows × 16 bytes stored as 128 contiguous bytes. A tile of 64 rows × D (16-bit)
+// puts the 16 bytes of row r, columns 8c..8c+7 at byte (r/8)·16·D + 128·c + 16·(r%8).
+//   K in S = Q·Kᵀ is B "K-major" (n = key, k = head dim): core matrices 128 B apart along k
+//     (leading byte offset, LBO) and 16·D B apart along n (stride byte offset, SBO);
+//   V in O = P·V is B "MN-major" (n = head dim, k = key; the instruction's transpose-B): core
+//     matrices 128 B apart along n (SBO) and 16·D B apart along k (LBO).
+// So one tile layout serves both, and a k-step of 16 moves the start by 256 B (K) or 32·D B (V).
+// The emulator (test/simt.h) reads B through the same descriptor fields. Public no-swizzle wgmma
+// code that has run on H100s uses these values too: ThunderKittens' first "interleave" tiles
+// (this byte layout; LBO 128, SBO 16·D for K-major, the two swapped for transposed B) and
+// MMA-Sim's sm_90 tests (a 64 × 16 K-major A: LBO 128, SBO 256).
+__device__ inline uint32_t smem_addr(const void* p) {  // the shared-memory window address
+#ifdef LLMC_SIMT
+    return simt::shared_offset(p);  // the emulator's: the offset in the block's dynamic shared memory
+#else
+    return (uint32_t)__cvta_generic_to_shared(p);
+#endif
+}
+// descriptor: start address, LBO, SBO (each in 16-byte units, 14 bits), base offset 0, swizzle 0
+template <class H> __device__ inline uint64_t wgmma_desc(const H* tile, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((smem_addr(tile) & 0x3ffff) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
+}
+// The instructions exist only in the sm_90a build; another GPU's build traps (the host launches
+// these kernels only on compute capability 9.0: gpu_has_wgmma).
+#if defined(LLMC_SIMT) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LLMC_WGMMA 1
+#endif
+__device__ inline void wgmma_fence() {
+#if defined(LLMC_SIMT)
+#elif defined(LLMC_WGMMA)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+__device__ inline void wgmma_commit() {
+#if defined(LLMC_SIMT)
+    simt::wgmma_commit();
+#elif defined(LLMC_WGMMA)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ inline void wgmma_wait() {  // until at most N committed groups are in flight
+#if defined(LLMC_SIMT)
+    simt::wgmma_wait(N);  // a warpgroup collective: the emulator computes the products here
+#elif defined(LLMC_WGMMA)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Pins a D array's registers at this point of the program (the wgmma asm names them; the
+// compiler must not move their reads above a wait or their writes below a fence).
+template <int R> __device__ inline void wgmma_hold(float* d) {
+#if !defined(LLMC_SIMT)
+    #pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+// shared memory written by the generic proxy (cp.async, stores) before the tensor cores read it
+__device__ inline void fence_proxy_async() {
+#if !defined(LLMC_SIMT) && defined(LLMC_WGMMA)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// The D operands of a wgmma m64n64 (32 fp32 registers a thread) and m64n128 (64), for the asm below.
+#define LLMC_WGMMA_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define LLMC_WGMMA_D32(d, i) LLMC_WGMMA_D8(d, i), LLMC_WGMMA_D8(d, i + 8), LLMC_WGMMA_D8(d, i + 16), LLMC_WGMMA_D8(d, i + 24)
+#define LLMC_WGMMA_D32_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define LLMC_WGMMA_D64_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+                            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+// D (64 × N fp32, N/2 registers a thread) += or = A (64 × 16, registers) · B (16 × N, descriptor),
+// A and B of type H: the instruction's .bf16.bf16 or .f16.f16
+template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, bool accumulate) {
+    static_assert(N == 64 || N == 128, "wgmma: N = 64 or 128");
+    static_assert(is_half_type<H>, "wgmma: bf16 or fp16 inputs");
+#if defined(LLMC_SIMT)
+    simt::wgmma_m64k16(d, a, desc, N, TRANS_B, accumulate, std::is_same_v<H, fp16>);
+#elif defined(LLMC_WGMMA)
+#define LLMC_WGMMA_N64(TY)                                                                                              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " LLMC_WGMMA_D32_TEXT ", "                  \
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"                                                       \
+                 : LLMC_WGMMA_D32(d, 0)                                                                             \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0))
+#define LLMC_WGMMA_N128(TY)                                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " LLMC_WGMMA_D64_TEXT ", "                 \
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"                                                       \
+                 : LLMC_WGMMA_D32(d, 0), LLMC_WGMMA_D32(d, 32)                                                      \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TRANS_B ? 1 : 0), "r"(accumulate ? 1 : 0))
+    if constexpr (std::is_same_v<H, bf16>) {
+        if constexpr (N == 64) LLMC_WGMMA_N64("bf16");
+        else LLMC_WGMMA_N128("bf16");
+    } else {
+        if constexpr (N == 64) LLMC_WGMMA_N64("f16");
+        else LLMC_WGMMA_N128("f16");
+    }
+#undef LLMC_WGMMA_N64
+#undef LLMC_WGMMA_N128
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+// D (64 × 64 fp32) += or = A (64 × 16, K-major in shared memory, descriptor) · B (16 × 64, K-major, descriptor)
+template <class H> __device__ inline void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    static_assert(is_half_type<H>, "wgmma: bf16 or fp16 inputs");
+#if defined(LLMC_SIMT)
+    simt::wgmma_m64k16_ss(d, desc_a, desc_b, 64, false, accumulate, std::is_same_v<H, fp16>);
+#elif defined(LLMC_WGMMA)
+#define LLMC_WGMMA_SS(TY)                                                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " LLMC_WGMMA_D32_TEXT ", %32, %33, p, 1, 1, 0, 0;\n}\n" \
+                 : LLMC_WGMMA_D32(d, 0)                                                                             \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0))
+    if constexpr (std::is_same_v<H, bf16>) LLMC_WGMMA_SS("bf16");
+    else LLMC_WGMMA_SS("f16");
+#undef LLMC_WGMMA_SS
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+// Rows [row0, row0 + 64) × D of a strided H matrix into shared memory in the core-matrix
+// layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
+// contiguous bytes: no bank conflicts) and reads row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7.
+template <int D, class H> __device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, int n) {
+    for (int i = threadIdx.x; i < 64 * D / 8; i += blockDim.x) {
+        const int r = (i / D) * 8 + i % 8, c = ((i % D) / 8) * 8;
+        const bool in = row0 + r < n;
+        cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? row0 + r : 0) * ld + c, in ? 16 : 0);
+    }
+}
+// The two kinds of product in the wgmma kernels (each fenced, then issued by the whole
+// warpgroup; the caller commits and waits: wgmma_complete). c (64 × 64) = A·Mᵀ: A this warp's
+// 16 rows as D/16 A fragments in registers (Q, dO), M a 64-row tile read as K-major B (K, V):
+// S and dP.
+template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const H* tile) {
+    wgmma_fence();
+    #pragma unroll
+    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, 64, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+}
+// The same with A a 64-row tile in shared memory (the core-matrix layout, K-major like M): the
+// dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K and V would otherwise hold D/4 registers a thread each).
+template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const H* a_tile, const H* tile) {
+    wgmma_fence();
+    #pragma unroll
+    for (int kc = 0; kc < D / 16; kc++)
+        wgmma_m64n64k16_ss<H>(&c[0][0], wgmma_desc(a_tile + kc * 128, 128, 16 * D), wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+}
+// acc (64 × D) += P·M: P this warp's 16 rows × 64 as 4 A fragments (P, dS or their transposes:
+// c_to_a_16x64), M a 64-row tile read as MN-major B (V, K, dO or Q).
+template <int D, class H> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const H* tile) {
+    wgmma_hold<D / 2>(&acc[0][0]);
+    wgmma_fence();  // (after the A fragments and acc were written)
+    #pragma unroll
+    for (int kc = 0; kc < 4; kc++) wgmma_m64k16<H, D, true>(&acc[0][0], pa[kc], wgmma_desc(tile + kc * 16 * D, 16 * D, 128), true);
+}
+// a warp's 16 rows × 64 in C fragments (fp32) as the A fragments of its 4 k-chunks (H)
+template <class H> __device__ inline void c_to_a_16x64(uint32_t (*a)[4], const float (*c)[4]) {
+    #pragma unroll
+    for (int kc = 0; kc < 4; kc++) c_to_a<H>(a[kc], c[2 * kc], c[2 * kc + 1]);
+}
+__device__ inline void wgmma_complete() { wgmma_commit(); wgmma_wait<0>(); }  // every product issued is in its D
+
+// The software pipeline of the wgmma kernels (FlashAttention-3's intra-warpgroup overlap),
+// iteration j of a warpgroup whose tiles are first .. last − 1: first_products(j) issues the
+// products of tile j (S; S and dP; Sᵀ and dPᵀ), second(j − 1) the accumulation that uses tile
+// j − 1's result (O += P·V; dQ += dS·K; dV += Pᵀ·dO and dK += dSᵀ·Q). Both are issued, then
+// mid(j) runs on the first products' results once they are in, while the second still runs on
+// the tensor cores, and end(j) once it is in too. Iteration first has no second product,
+// iteration last only the last one (then mid is not called). overlap = false waits for each
+// group as soon as it is committed: the same operations in the same order, so the same bits
+// (what the pipeline's check compares against).
+// Each branch waits for every product it issued: where a wgmma's pipeline crosses a branch,
+// ptxas serializes them all (C7518).
+template <class First, class Mid, class Second, class End>
+__device__ inline void wgmma_pipeline_step(int j, int first, int last, bool overlap, const First& first_products, const Mid& mid,
+                                           const Second& second, const End& end) {
+    if (first >= last || j < first || j > last) return;
+    if (j == first) {
+        first_products(j);
+        wgmma_complete();
+        mid(j);
+        end(j);
+    } else if (j < last) {
+        first_products(j);
+        wgmma_commit();
+        if (!overlap) wgmma_wait<0>();
+        second(j - 1);
+        wgmma_commit();
+        if (!overlap) wgmma_wait<0>();
+        wgmma_wait<1>();  // the first products are in
+        mid(j);
+        wgmma_wait<0>();  // the second too, and it is done with its A registers
+        end(j);
+    } else {
+        second(j - 1);
+        wgmma_complete();
+        end(j);
+    }
+}
+
+// The forward of flash_forward_kernel (MT = 1) with wgmma: NWG warpgroups a block, each with 64
+// query rows (NWG = 2: 128 rows share each K and V tile copied in). Per key tile j of 64:
+// S(j) = Q·K(j)ᵀ as D/16 wgmma m64n64k16 (Q in registers), the same online softmax on the
+// accumulators (the same C layout), and O += P(j)·V(j) as 4 wgmma m64nDk16 with P in registers
+// and V transposed by the descriptor.
+// Pipelined (wgmma_pipeline_step): iteration j issues S(j) and then O += P(j−1)·V(j−1), runs the
+// softmax of tile j while the P·V product still runs, then rescales O by tile j's correction.
+// O goes through the same operations in the same order as without the pipeline
+// (O·corr(j−1) + P(j−1)·V(j−1), then ·corr(j)).
+// Shared memory, dynamic (the descriptors address it): K(j) and V(j−1) are in use in iteration j
+// while K(j+1) and V(j) are copied in, so two buffers each: 4·64·D·2 bytes (64 KB at D = 128).
+// A warpgroup skips the tiles whose keys all come after its 64 rows.
+template <class H, int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T_, QKVLayout L,
+                                                                        bool overlap) {
+    DYNAMIC_SHARED(H, tiles);
+    auto Ks = [&](int j) { return tiles + (j % 2) * 64 * D; };
+    auto Vs = [&](int j) { return tiles + (2 + j % 2) * 64 * D; };
+    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
+    const size_t C3 = L.row();
+    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;  // the warpgroup's rows; this warp's 16
+    uint32_t qf[D / 16][4], pa[4][4];  // Q, and P of the tile before as A fragments
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
+    for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);  // the block's key tiles
+    const int nlive = min(nkt, wrow0 / 64 + 1);           // the warpgroup's: tiles 0 .. nlive − 1
+    float s[8][4], corr[2];
+    stage_tile_cm<D>(Ks(0), k, C3, 0, T_);
+    for (int j = 0; j <= nkt; j++) {
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();  // K(j) and V(j−1) are in, and every warpgroup is done with K(j−1) and V(j−2)
+        if (j + 1 < nkt) stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T_);
+        if (j < nkt) stage_tile_cm<D>(Vs(j), v, C3, j * 64, T_);
+        wgmma_pipeline_step(
+            j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D>(s, qf, Ks(j)); },  // S(j)
+            [&](int j) {  // P(j) into s, and corr(j) for what came before
+                wgmma_hold<32>(&s[0][0]);
+                online_softmax_p(s, m, l, corr, sl2, row0, j * 64);
+            },
+            [&](int j) { wgmma_issue_pm<D>(o, pa, Vs(j)); },  // O += P(j)·V(j)
+            [&](int j) {
+                wgmma_hold<D / 2>(&o[0][0]);
+                if (j == nlive) return;
+                rescale_rows<D>(o, corr);
+                c_to_a_16x64<H>(pa, s);
+            });
+    }
+    forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T_, L.C, L.NH, T_);
+}
+
+// The two backward passes with wgmma (as the forward: NWG warpgroups a block, each 64 rows, the
+// A operands in registers, B tiles of 64 rows in the core-matrix layout).
+// dQ pass: a warpgroup's 64 queries over key tiles j of 64: S = Q·K(j)ᵀ and dP = dO·V(j)ᵀ (K and
+// V as K-major B), dS = P∘(dP − D), dQ += dS·K(j) (K as MN-major B, the same tile). Pipelined
+// as the forward: iteration j issues S(j) and dP(j), then dQ += dS(j−1)·K(j−1), and computes dS(j)
+// while that product runs.
+// Shared memory: K(j−1), K(j) in use and K(j+1) copied in, V(j) in use and V(j+1) copied in:
+// 5·64·D·2 bytes (80 KB at D = 128: opted in).
+template <class H, int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* dqkv, const H* dout, const H* qkv,
+                                                                            const float* lse, const float* Dv, int T_, QKVLayout L,
+                                                                            bool overlap) {
+    DYNAMIC_SHARED(H, tiles);
+    auto Ks = [&](int j) { return tiles + (j % 3) * 64 * D; };
+    auto Vs = [&](int j) { return tiles + (3 + j % 2) * 64 * D; };
+    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
+    const int C = L.C, NH = L.NH;
+    const size_t C3 = L.row();
+    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
+    const H* dO = dout + (size_t)b * T_ * C + h * D;
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;
+    float lse2[2], Dr[2];
+    row_stats(lse2, Dr, lse + ((size_t)b * NH + h) * T_, Dv + ((size_t)b * NH + h) * T_, row0, T_);
+    uint32_t qf[D / 16][4], of[D / 16][4], dsa[4][4];  // Q, dO, and dS of the tile before as A fragments
+    for (int kc = 0; kc < D / 16; kc++) {
+        load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
+        load_a_rows(of[kc], dO, C, row0, T_, kc * 16);
+    }
+    float dq[D / 8][4];
+    for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+    const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);  // causal: no key after the block's last query
+    const int nlive = min(nkt, wrow0 / 64 + 1);           // the warpgroup's key tiles: 0 .. nlive − 1
+    float s[8][4], dp[8][4];
+    stage_tile_cm<D>(Ks(0), k, C3, 0, T_);
+    stage_tile_cm<D>(Vs(0), v, C3, 0, T_);
+    for (int j = 0; j <= nkt; j++) {
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();  // K(j) and V(j) are in, and every warpgroup is done with K(j−2) and V(j−1)
+        if (j + 1 < nkt) {
+            stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T_);
+            stage_tile_cm<D>(Vs(j + 1), v, C3, (j + 1) * 64, T_);
+        }
+        wgmma_pipeline_step(
+            j, 0, nlive, overlap,
+            [&](int j) {  // S(j), dP(j)
+                wgmma_issue_amt<D>(s, qf, Ks(j));
+                wgmma_issue_amt<D>(dp, of, Vs(j));
+            },
+            [&](int j) {  // dS(j) into dp
+                wgmma_hold<32>(&s[0][0]);
+                wgmma_hold<32>(&dp[0][0]);
+                if (j * 64 + 63 > row0) mask_future<8, false>(s, row0, j * 64);  // the diagonal (and T)
+                ds_rows<8>(s, dp, lse2, Dr, sl2);
+            },
+            [&](int j) { wgmma_issue_pm<D>(dq, dsa, Ks(j)); },  // dQ += dS(j)·K(j)
+            [&](int j) {
+                wgmma_hold<D / 2>(&dq[0][0]);
+                if (j < nlive) c_to_a_16x64<H>(dsa, dp);
+            });
+    }
+    store_acc_rows<D>(dqkv + (size_t)b * T_ * C3 + h * D, C3, dq, row0, T_, rsqrtf((float)D));
+}
+// dK/dV pass: a warpgroup's 64 keys over query tiles j of 64 from the block's first key:
+// Sᵀ = K·Q(j)ᵀ and dPᵀ = V·dO(j)ᵀ (K and V as A, Q and dO as B: 64-row tiles in shared memory,
+// all K-major), Pᵀ and dSᵀ = Pᵀ∘(dPᵀ − D) in registers as A operands of dV += Pᵀ·dO(j) and
+// dK += dSᵀ·Q(j) (dO and Q as MN-major B, the same tiles). Pipelined as the others: iteration j
+// issues Sᵀ(j) and dPᵀ(j), then the dV and dK products of tile j − 1, and computes Pᵀ(j) and
+// dSᵀ(j) while those run. K and V stay in shared memory (not in registers as the others' Q and dO
+// do) to make room for that: two accumulators, Sᵀ and dPᵀ, and tile j − 1's Pᵀ and dSᵀ as A
+// fragments are 160 registers a thread at head size 64.
+// Shared memory: each warpgroup's K and V, and Q(j−1), Q(j), Q(j+1) and dO(j−1..j+1) (two in use,
+// one copied in): (2·NWG + 6)·64·D·2 bytes (80 KB at D = 64, NWG = 2; 160 KB at D = 128); each
+// query's lse (base 2) and D beside them, two buffers.
+// A block belongs to key/value head kh and runs the pipeline once for each query head of its group
+// (grouped-query attention), dK and dV accumulating over them all.
+template <class H, int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* dqkv, const H* dout, const H* qkv,
+                                                                             const float* lse, const float* Dv, int T_, QKVLayout L,
+                                                                             bool overlap) {
+    DYNAMIC_SHARED(H, tiles);
+    __shared__ float lse2[2][64], Ds[2][64];
+    const int kb = blockIdx.z, kh = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
+    auto KVs = [&](int w) { return tiles + 2 * w * 64 * D; };  // warpgroup w's K tile, its V tile after it
+    const H *Ks = KVs(wg), *Vs = Ks + 64 * D;                 // this warpgroup's keys
+    auto Qs = [&](int j) { return tiles + (2 * NWG + j % 3) * 64 * D; };
+    auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
+    const int C = L.C, NH = L.NH, G = L.group();
+    const size_t C3 = L.row();
+    const H* qkv_b = qkv + (size_t)b * T_ * C3;  // batch b's rows
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    const int k0 = kb * 64 * NWG, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
+    float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4];  // (Sᵀ, dPᵀ: 64 keys × 64 queries)
+    uint32_t pa[4][4], dsa[4][4];                           // Pᵀ and dSᵀ of the tile before as A fragments
+    for (int dt = 0; dt < D / 8; dt++)
+        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+    for (int w = 0; w < NWG; w++) {
+        stage_tile_cm<D>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T_);
+        stage_tile_cm<D>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T_);
+    }
+    const int nqt = (T_ - k0 + 63) / 64;  // the block's query tiles; the warpgroup's from tile wg (before: all queries before its keys)
+    for (int h = kh * G; h < kh * G + G; h++) {  // the query heads of key/value head kh's group, dK and dV summing over them
+        const H* q = qkv_b + h * D;
+        const H* dO = dout + (size_t)b * T_ * C + h * D;
+        const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
+        const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
+        auto stage = [&](int j) {  // the query tile from k0 + 64·j (queries before the block's keys see none of them)
+            const int q0 = k0 + 64 * j;
+            stage_tile_cm<D>(Qs(j), q, C3, q0, T_);
+            stage_tile_cm<D>(dOs(j), dO, C, q0, T_);
+            stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T_);
+        };
+        if (h > kh * G) __syncthreads();  // every warpgroup is done with the head before's tiles
+        stage(0);
+        for (int j = 0; j <= nqt; j++) {
+            cp_async_wait_all();
+            fence_proxy_async();
+            __syncthreads();  // tile j is in, and every warpgroup is done with tile j − 2
+            if (j + 1 < nqt) stage(j + 1);
+            wgmma_pipeline_step(
+                j, wg, nqt, overlap,
+                [&](int j) {  // Sᵀ(j), dPᵀ(j)
+                    wgmma_issue_amt<D>(st, Ks, Qs(j));
+                    wgmma_issue_amt<D>(dpt, Vs, dOs(j));
+                },
+                [&](int j) {  // Pᵀ(j) into st, dSᵀ(j) into dpt
+                    wgmma_hold<32>(&st[0][0]);
+                    wgmma_hold<32>(&dpt[0][0]);
+                    const int q0 = k0 + 64 * j;
+                    if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
+                    ds_cols<8>(st, dpt, lse2[j % 2], Ds[j % 2], sl2);    // (queries past T: lse2 = ∞, p = 0)
+                },
+                [&](int j) {
+                    wgmma_issue_pm<D>(dv, pa, dOs(j));   // dV += Pᵀ(j)·dO(j)
+                    wgmma_issue_pm<D>(dk, dsa, Qs(j));   // dK += dSᵀ(j)·Q(j)
+                },
+                [&](int j) {
+                    wgmma_hold<D / 2>(&dv[0][0]);
+                    wgmma_hold<D / 2>(&dk[0][0]);
+                    if (j == nqt) return;
+                    c_to_a_16x64<H>(pa, st);
+                    c_to_a_16x64<H>(dsa, dpt);
+                });
+        }
+    }
+    H* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
+    store_acc_rows<D>(dk_out, C3, dk, key0, T_, rsqrtf((float)D));
+    store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T_, 1.0f);
+}
