@@ -643,7 +643,7 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
         });
 }
 template <class T>
-inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const float* lse, const float* Dv,
+inline void flash_backward(const Ctx& ctx, T* dqkv, float* Dv, const T* dout, const T* qkv, const T* out, const float* lse,
                            int B, int T_, const QKVLayout& L) {
     const int NH = L.NH, NKV = L.NKV;
     if constexpr (is_half_type<T>)
@@ -657,10 +657,10 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
                     const dim3 kv_grid(NKV, B, ceil_div(T_, 64 * G)), q_grid(NH, B, ceil_div(T_, 64 * G));  // 64·G keys or queries a block
                     SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<T, HS, G>);
                     SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<T, HS, G>);
+                    if (g_flash_backward_passes & 2)  // (first: it computes D)
+                        flash_backward_dq_wgmma_kernel<T, HS, G><<<q_grid, 128 * G, 5 * tile, ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T_, L, g_flash_wgmma_overlap);
                     if (g_flash_backward_passes & 1)
                         flash_backward_dkv_wgmma_kernel<T, HS, G><<<kv_grid, 128 * G, (2 * G + 6) * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
-                    if (g_flash_backward_passes & 2)
-                        flash_backward_dq_wgmma_kernel<T, HS, G><<<q_grid, 128 * G, 5 * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
@@ -679,16 +679,16 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv,
             auto dq = [&](int rows) {
                 if constexpr (D == 64)
                     if (rows == 32) {
-                        flash_backward_dq_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                        flash_backward_dq_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T_, L);
                         CUDA_LAUNCH_CHECK();
                         return;
                     }
-                flash_backward_dq_kernel<T, D, LD, A, 1><<<q_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                flash_backward_dq_kernel<T, D, LD, A, 1><<<q_grid, 128, 0, ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T_, L);
                 CUDA_LAUNCH_CHECK();
             };
             const long blocks = (long)B * ceil_div(T_, 64);
+            if (g_flash_backward_passes & 2) flash_launch_rows(ctx, FLASH_DQ, D == 64, &g_flash_dq_rows, NH * blocks, B, T_, dq);  // (first: D)
             if (g_flash_backward_passes & 1) flash_launch_rows(ctx, FLASH_DKV, D == 64, &g_flash_dkv_keys, NKV * blocks, B, T_, dkv);
-            if (g_flash_backward_passes & 2) flash_launch_rows(ctx, FLASH_DQ, D == 64, &g_flash_dq_rows, NH * blocks, B, T_, dq);
         });
 }
 #endif
@@ -723,12 +723,15 @@ inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* 
         size_t rows = (size_t)B * NH * T_;
         static Buf<float> D_buf;
         float* D = gpu_scratch(D_buf, ctx, rows);
-        constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
-        if (pack_width<T>(C / NH, {dout, out}) > 1)
-            attention_backward_D_kernel<T, P><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
-        else
-            attention_backward_D_kernel<T, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
-        if (use_flash<T>(C, NH)) { flash_backward(ctx, dqkv, dout, qkv, lse, D, B, T_, L); return; }
+        const bool flash = use_flash<T>(C, NH);
+        if (!flash || !(g_flash_backward_passes & 2)) {  // D = rowsum(dout∘out) first (the flash dQ pass computes it itself)
+            constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
+            if (pack_width<T>(C / NH, {dout, out}) > 1)
+                attention_backward_D_kernel<T, P><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+            else
+                attention_backward_D_kernel<T, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+        }
+        if (flash) { flash_backward(ctx, dqkv, D, dout, qkv, out, lse, B, T_, L); return; }
         attention_backward_dq_kernel<<<ceil_div(rows, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, L);
         attention_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * T_, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, L);
         CUDA_LAUNCH_CHECK();

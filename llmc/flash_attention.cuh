@@ -14,23 +14,24 @@ flash_forward and flash_backward choose among these kernels. The kernels are tem
             operand of O += P·V; lse written for the backward. Shared memory 2·64·(hs+8)·2 B.
             K and V take turns in flight: V(kt) is copied in while S = Q·K(kt)ᵀ is computed,
             K(kt+1) while O += P·V(kt) is, so the loads hide behind the mma work.
-  backward  two deterministic passes, no atomics (like the fp32 path): (1) a block per 64 keys
-            (4 warps × 16) walks the query tiles of 32 from the diagonal down (a warp skips a
-            tile whose queries all come before its keys) and accumulates
-            dK, dV in registers, computing the transposed products Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ so
-            that Pᵀ and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q
+  backward  two deterministic passes, no atomics (like the fp32 path). (1) A block per 64 queries
+            walks the key tiles of 32 and accumulates dQ += dS·K (g_flash_dq_rows = 32 with
+            head size 64: 128 queries, 4 warps × 32 rows, as the forward's variant); it first
+            computes D_t = dout_t·out_t for its rows from the dO fragments it holds anyway
+            (row_dots; no separate kernel and read of dO) and stores it for (2). (2) A block per
+            64 keys (4 warps × 16) walks the query tiles of 32 from the diagonal down (a warp
+            skips a tile whose queries all come before its keys) and accumulates dK, dV in
+            registers, computing the transposed products Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ so that Pᵀ
+            and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q
             (g_flash_dkv_keys = 32 with head size 64: 2 warps × 32 keys, K and V read from shared
-            memory per use, since registers hold dK and dV for 32 keys and little else);
-            (2) a block per 64 queries walks the key tiles of 32 and accumulates dQ += dS·K
-            (g_flash_dq_rows = 32 with head size 64: 128 queries, 4 warps × 32 rows, as the
-            forward's variant). A B fragment (k16×n8, 256 bytes) read from shared memory feeds
+            memory per use, since registers hold dK and dV for 32 keys and little else).
+            A B fragment (k16×n8, 256 bytes) read from shared memory feeds
             2·16·8·16 flops per 16 rows of the warp: 16 flops per byte at 16 rows, 32 at 32
             (about 21 in the dK/dV variant, which reads its K and V fragments there too).
             At an SM's 128 bytes/clock of shared memory, 16 caps the mma units near half
             their peak; more rows per warp lift that cap, at more registers a thread (which of
             the two wins is timed per pass when the trainer runs: --flash-rows auto).
-            P is recomputed from lse each time; D_t = dout_t·out_t comes first (attention.cuh's
-            row-dot kernel).
+            P is recomputed from lse in each pass.
             Both passes double-buffer their tiles: the next one is copied in during this one.
   copies    global → shared by cp.async (16 bytes, no register round trip), started a tile
             ahead and waited for (cp.async.wait_all + __syncthreads) just before use.
@@ -396,12 +397,41 @@ __device__ inline void two_products_16x32(float (*c1)[4][4], float (*c2)[4][4], 
 }
 // The dQ passes' per-query values for a warp's rows row0 + g and row0 + g + 8 (rows ≥ n: lse2 = ∞,
 // so p = 0): lse in base 2 and D = rowsum(dO∘O), from (b, h)'s rows lse_bh and D_bh.
+__device__ inline void row_lse2(float* lse2, const float* lse_bh, int row0, int n) {
+    const int g = (threadIdx.x % 32) / 4;
+    for (int r = 0; r < 2; r++) lse2[r] = row0 + g + 8 * r < n ? lse_bh[row0 + g + 8 * r] * LOG2E : INFINITY;
+}
 __device__ inline void row_stats(float* lse2, float* Dr, const float* lse_bh, const float* D_bh, int row0, int n) {
     const int g = (threadIdx.x % 32) / 4;
+    row_lse2(lse2, lse_bh, row0, n);
+    for (int r = 0; r < 2; r++) Dr[r] = row0 + g + 8 * r < n ? D_bh[row0 + g + 8 * r] : 0.0f;
+}
+// The causal dQ passes compute D = rowsum(dO∘O) themselves (no kernel before them, no extra read of
+// dO), for a warp's rows row0 + g and row0 + g + 8 (rows ≥ n: 0): from the dO A fragments the pass
+// holds (of, D/16 k-chunks) and O's, loaded here alike; each thread's 4·D/16 products in a chain of
+// FMAs, then the row's 4 threads added pairwise — the same order for any rows of any warp, so the
+// 16- and 32-row variants (and the wgmma pass) compute the same D bit for bit. Stored to D_bh (the
+// dK/dV pass reads it there, after this pass).
+template <int D, class H>
+__device__ inline void row_dots(float* Dr, const uint32_t (*of)[4], const H* o, size_t ld, int row0, int n, float* D_bh) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    auto lo = [](uint32_t u) { return to_f(H{(uint16_t)(u & 0xffffu)}); };
+    auto hi = [](uint32_t u) { return to_f(H{(uint16_t)(u >> 16)}); };
+    float s[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int kc = 0; kc < D / 16; kc++) {
+        uint32_t oa[4];
+        load_a_rows(oa, o, ld, row0, n, kc * 16);
+        for (int i = 0; i < 4; i++) {  // A fragment register i: row g + 8·(i % 2)
+            s[i % 2] = fmaf(lo(of[kc][i]), lo(oa[i]), s[i % 2]);
+            s[i % 2] = fmaf(hi(of[kc][i]), hi(oa[i]), s[i % 2]);
+        }
+    }
     for (int r = 0; r < 2; r++) {
-        const int row = row0 + g + 8 * r;
-        lse2[r] = row < n ? lse_bh[row] * LOG2E : INFINITY;
-        Dr[r] = row < n ? D_bh[row] : 0.0f;
+        s[r] += __shfl_xor_sync(0xffffffffu, s[r], 1);
+        s[r] += __shfl_xor_sync(0xffffffffu, s[r], 2);
+        Dr[r] = s[r];
+        if (t == 0 && row0 + g + 8 * r < n) D_bh[row0 + g + 8 * r] = s[r];
     }
 }
 // The dK/dV passes' per-query values for queries q0 .. q0 + R − 1 (threads 0 .. R − 1 write
@@ -422,7 +452,7 @@ template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds
 // (4 bytes, one store, one load) in the default dK/dV variant; test/test_ptxas.sh holds that.
 #define FLASH_DKV_MIN_BLOCKS(D, MT) ((D) == 64 && (MT) == 1 ? 3 : 1)
 #define FLASH_DQ_MIN_BLOCKS(D, MT) ((D) == 64 && (MT) == 1 ? 4 : 1)
-// Backward pass 1: dK, dV for 64 keys of one key/value head per block, over query tiles of 32 (of
+// Backward pass 1 (run after the dQ pass, whose D it reads): dK, dV for 64 keys of one key/value head per block, over query tiles of 32 (of
 // each query head of its group: grouped-query attention's sum, in registers). MT = 1: 4 warps × 16
 // keys, their K and V fragments held in registers. MT = 2 (head size 64): 2 warps × 32 keys, so
 // that each Q and dO fragment read from shared memory feeds two mma; K and V then wait in shared
@@ -525,11 +555,12 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
     }
 }
 
-// Backward pass 2: dQ for 64·MT queries per block, MT m-tiles of 16 rows per warp (1, or 2 for hs
-// 64: each K fragment from shared memory feeds two mma, as in the forward), over key tiles of 32.
+// Backward pass 2 (run first: it computes D, row_dots): dQ for 64·MT queries per block, MT m-tiles
+// of 16 rows per warp (1, or 2 for hs 64: each K fragment from shared memory feeds two mma, as in
+// the forward), over key tiles of 32.
 template <class H, int D, bool LDSM, bool ASYNC, int MT>
-__global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backward_dq_kernel(H* dqkv, const H* dout, const H* qkv,
-                                                                const float* lse, const float* Dv, int T_, QKVLayout L) {
+__global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backward_dq_kernel(H* dqkv, float* Dv, const H* dout, const H* qkv,
+                                                                const H* out, const float* lse, int T_, QKVLayout L) {
     __shared__ __align__(16) H Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) H Vs[2][32][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
@@ -538,7 +569,7 @@ __global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backwar
     const size_t C3 = L.row();
     const H* q = qkv + (size_t)b * T_ * C3 + h * D;
     const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
-    const H* dO = dout + (size_t)b * T_ * C + h * D;
+    const H *dO = dout + (size_t)b * T_ * C + h * D, *O = out + (size_t)b * T_ * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     int row0[MT];  // m-tile i: rows row0[i] + g and + g + 8
     float lse2[MT][2], Dr[MT][2];
@@ -547,11 +578,12 @@ __global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backwar
     #pragma unroll
     for (int i = 0; i < MT; i++) {
         row0[i] = qt * 64 * MT + (warp * MT + i) * 16;
-        row_stats(lse2[i], Dr[i], lse + ((size_t)b * NH + h) * T_, Dv + ((size_t)b * NH + h) * T_, row0[i], T_);
+        row_lse2(lse2[i], lse + ((size_t)b * NH + h) * T_, row0[i], T_);
         for (int kc = 0; kc < D / 16; kc++) {
             load_a_rows(qf[i][kc], q, C3, row0[i], T_, kc * 16);
             load_a_rows(of[i][kc], dO, C, row0[i], T_, kc * 16);
         }
+        row_dots<D>(Dr[i], of[i], O, C, row0[i], T_, Dv + ((size_t)b * NH + h) * T_);
         for (int dt = 0; dt < D / 8; dt++) dq[i][dt][0] = dq[i][dt][1] = dq[i][dt][2] = dq[i][dt][3] = 0.0f;
     }
     const int key_end = min(T_, (qt + 1) * 64 * MT);  // causal: no key after the block's last query

@@ -295,15 +295,15 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
 
 // The two backward passes with wgmma (as the forward: NWG warpgroups a block, each 64 rows, the
 // A operands in registers, B tiles of 64 rows in the core-matrix layout).
-// dQ pass: a warpgroup's 64 queries over key tiles j of 64: S = Q·K(j)ᵀ and dP = dO·V(j)ᵀ (K and
-// V as K-major B), dS = P∘(dP − D), dQ += dS·K(j) (K as MN-major B, the same tile). Pipelined
-// as the forward: iteration j issues S(j) and dP(j), then dQ += dS(j−1)·K(j−1), and computes dS(j)
-// while that product runs.
+// dQ pass (first, computing D as the mma.sync pass does: row_dots): a warpgroup's 64 queries
+// over key tiles j of 64: S = Q·K(j)ᵀ and dP = dO·V(j)ᵀ (K and V as K-major B), dS = P∘(dP − D),
+// dQ += dS·K(j) (K as MN-major B, the same tile). Pipelined as the forward: iteration j issues
+// S(j) and dP(j), then dQ += dS(j−1)·K(j−1), and computes dS(j) while that product runs.
 // Shared memory: K(j−1), K(j) in use and K(j+1) copied in, V(j) in use and V(j+1) copied in:
 // 5·64·D·2 bytes (80 KB at D = 128: opted in).
 template <class H, int D, int NWG>
-__global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* dqkv, const H* dout, const H* qkv,
-                                                                            const float* lse, const float* Dv, int T_, QKVLayout L,
+__global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* dqkv, float* Dv, const H* dout, const H* qkv,
+                                                                            const H* out, const float* lse, int T_, QKVLayout L,
                                                                             bool overlap) {
     DYNAMIC_SHARED(H, tiles);
     auto Ks = [&](int j) { return tiles + (j % 3) * 64 * D; };
@@ -314,16 +314,17 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
     const size_t C3 = L.row();
     const H* q = qkv + (size_t)b * T_ * C3 + h * D;
     const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
-    const H* dO = dout + (size_t)b * T_ * C + h * D;
+    const H *dO = dout + (size_t)b * T_ * C + h * D, *O = out + (size_t)b * T_ * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;
     float lse2[2], Dr[2];
-    row_stats(lse2, Dr, lse + ((size_t)b * NH + h) * T_, Dv + ((size_t)b * NH + h) * T_, row0, T_);
+    row_lse2(lse2, lse + ((size_t)b * NH + h) * T_, row0, T_);
     uint32_t qf[D / 16][4], of[D / 16][4], dsa[4][4];  // Q, dO, and dS of the tile before as A fragments
     for (int kc = 0; kc < D / 16; kc++) {
         load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
         load_a_rows(of[kc], dO, C, row0, T_, kc * 16);
     }
+    row_dots<D>(Dr, of, O, C, row0, T_, Dv + ((size_t)b * NH + h) * T_);  // D, as the mma.sync pass
     float dq[D / 8][4];
     for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
     const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);  // causal: no key after the block's last query

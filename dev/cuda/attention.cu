@@ -38,19 +38,21 @@ For v5 and v6 the backward's time is also split between its two passes (backward
 */
 #include "common.cuh"
 
-// The flash backward's time split between its two passes (each run alone, after the D kernel),
-// with each pass's own tensor-core FLOPs: the dK/dV pass computes 4 products (Sᵀ, dPᵀ, dV, dK),
-// the dQ pass 3 (S, dP, dQ) — 7 against the 5 of a single pass with atomic dQ updates; this says
-// what the deterministic split costs.
+// The flash backward's time split between its two passes, with each pass's own tensor-core
+// FLOPs: the dK/dV pass computes 4 products (Sᵀ, dPᵀ, dV, dK), the dQ pass 3 (S, dP, dQ) — 7
+// against the 5 of a single pass with atomic dQ updates; this says what the deterministic split
+// costs. The dQ pass runs first and computes D = rowsum(dout∘out) (attention.cuh), so it is timed
+// alone; the dK/dV pass is the rest of the whole backward's time. Run alone, the dK/dV pass needs
+// the D kernel before it: that run less the pass is the kernel the dQ pass's D replaces.
 static void backward_split(const std::function<void()>& backward, double flops_fwd, float ms_all) {
-    g_flash_backward_passes = 1;
-    const float kv = time_ms(backward);
     g_flash_backward_passes = 2;
     const float q = time_ms(backward);
+    g_flash_backward_passes = 1;
+    const float kv_alone = time_ms(backward);
     g_flash_backward_passes = 3;
-    const float d = std::max(0.0f, kv + q - ms_all);  // the D = dout·out kernel, in both runs
-    printf("  backward split: dK/dV pass %.3f ms (%.1f TFLOP/s), dQ pass %.3f ms (%.1f TFLOP/s), D kernel ~%.3f ms\n",
-           kv - d, 2.0 * flops_fwd / (kv - d) / 1e9, q - d, 1.5 * flops_fwd / (q - d) / 1e9, d);
+    const float kv = std::max(1e-6f, ms_all - q);
+    printf("  backward split: dK/dV pass %.3f ms (%.1f TFLOP/s), dQ pass with D %.3f ms (%.1f TFLOP/s); a D kernel instead ~%.3f ms\n",
+           kv, 2.0 * flops_fwd / kv / 1e9, q, 1.5 * flops_fwd / q / 1e9, std::max(0.0f, kv_alone - kv));
 }
 
 int main(int argc, char** argv) {
