@@ -78,7 +78,7 @@ if [ -s "$tmp/backends.txt" ]; then
 fi
 if [ -s "$tmp/splits.txt" ]; then
     echo
-    echo "Our backward's two deterministic passes, each run alone (TFLOP/s over each pass's own products):"
+    echo "Our backward's two deterministic passes (the dQ pass, which also computes D = rowsum(dO∘O), run alone; the dK/dV pass the rest of the backward), TFLOP/s over each pass's own products, and the D kernel the dQ pass replaces:"
     echo
     cat "$tmp/splits.txt"
 fi
