@@ -44,7 +44,8 @@ with V transposed by the descriptor) against a host product, exact (bound 0: inp
 every sum exact in fp32); then the wgmma flash attention (compute capability 9.0 and the
 emulator; "# skip" lines elsewhere) is checked against the CPU like the other attention
 kernels, with one and two warpgroups a block, and bit-identical (bound 0) with its products
-overlapped (the software pipeline) and each waited for at once, and with one and two warpgroups.
+overlapped (the software pipeline) and each waited for at once, and with one and two warpgroups;
+a "#" line says, for the log, whether it gives the mma.sync kernels' bits.
 Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wgmma checks,
 `gpucheck_ops wgmma` only those; ops' groups one at a time: fp32, bf16, fp16 (every op in that
 dtype), flash (the half conversions and the flash variants), fp8. test/gpucheck.sh runs each
@@ -534,6 +535,24 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
         char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs 2 warpgroups overlapped", B, T, C,
                                  NH, NKV, v.what);
         compare_bits(name, want, got);
+    }
+    // Not a check, a fact for the log: whether the wgmma kernels give the mma.sync kernels' bits.
+    // The two add the same products in the same order (16 at a time: keys, queries or head
+    // channels), so they agree where the tensor cores' two instructions round their 16-product
+    // sums alike. Where they do, --flash-wgmma could be chosen per pass by timing, as --flash-rows
+    // is, without two runs of the trainer ever differing; where not, only by a fixed default.
+    g_flash_wgmma = false;
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+    const char* what[3] = {"forward", "lse", "dqkv"};
+    printf("# bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d against mma.sync (the default), for the log, not a check:", B, T, C, NH, NKV);
+    for (int o = 0; o < 3; o++) {
+        double err = 0, scale = 1e-6;
+        for (size_t i = 0; i < want[o].size(); i++) {
+            err = std::max(err, (double)std::fabs(got[o][i] - want[o][i]));
+            scale = std::max(scale, (double)std::fabs(want[o][i]));
+        }
+        if (err == 0) printf(" %s bit-identical%s", what[o], o < 2 ? "," : "\n");
+        else printf(" %s differs (rel %.2e)%s", what[o], err / scale, o < 2 ? "," : "\n");
     }
     g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
 }
