@@ -121,7 +121,7 @@ static const FlagDef FLAGS[] = {
     {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op and per kind of communication", false},
     {"overlap", "1", "0 | 1: overlap each unit's gradient all-reduce (DDP) or reduce-scatter (ZeRO), ZeRO-1/2's parameter all-gathers and ZeRO-3's prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
     {"flash-rows", "auto", "auto | 16 | 32: rows per warp in the 16-bit (bf16, fp16) flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread; the same results either way. auto: each pass times both at its first launch of a training step's size and keeps the faster (printed)", false},
-    {"flash-wgmma", "0", "0 | 1: on a compute capability 9.0 GPU (H100, H200), the 16-bit (bf16, fp16) flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored", false},
+    {"flash-wgmma", "auto", "auto | 0 | 1: on a compute capability 9.0 GPU (H100, H200), whether the 16-bit (bf16, fp16) flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored. auto: each pass runs both ways at its first launches of a training step's size (its bits hashed) and keeps wgmma where it was faster and wrote the same bits every time (printed)", false},
 };
 
 static void print_help() {
@@ -373,11 +373,12 @@ int main(int argc, char** argv) {
     const bool profile = f.integer("profile", 0, 1);
     const std::string flash_rows_flag = f.choice("flash-rows", {"auto", "16", "32"});
     const int flash_rows = flash_rows_flag == "auto" ? 16 : std::stoi(flash_rows_flag);  // (auto: 16 until timed)
-    const bool flash_wgmma = f.integer("flash-wgmma", 0, 1);
+    const std::string flash_wgmma = f.choice("flash-wgmma", {"auto", "0", "1"});
 #ifdef LLMC_CUDA
     g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = flash_rows;  // (llmc/attention.cuh)
     g_flash_rows_auto = flash_rows_flag == "auto";
-    g_flash_wgmma = flash_wgmma;
+    g_flash_wgmma = flash_wgmma == "1";
+    g_flash_wgmma_auto = flash_wgmma == "auto";
 #else
     (void)flash_rows; (void)flash_wgmma;
 #endif

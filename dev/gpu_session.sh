@@ -22,7 +22,7 @@
 #                           times; a step against compiled PyTorch), train (14 s on an H100),
 #                           check:playgrounds+hf (the kernel playgrounds; Hugging Face folders
 #                           against transformers), bench:wgmma (every size's step with
-#                           --flash-wgmma 1: whether it should be the default). On an H100 on
+#                           --flash-wgmma 1: against auto's choices). On an H100 on
 #                           2026-11-26: build 93 s, the checks 132 s, bench 168 s, train 14 s,
 #                           the playgrounds over 160 s:
 #                           about 10 minutes (the build's 93 s gone with .prebuilt/, below; the

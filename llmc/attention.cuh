@@ -38,8 +38,9 @@ lse. This is the exact path, fp32 math for either dtype.
 CUDA, 16 bits (bf16, fp16) at head size 64 or 128: FlashAttention-2's algorithm on the tensor
 cores, written here, in two files of its own: flash_attention.cuh (mma.sync, any GPU from sm_80;
 also ring attention's blocks) and flash_attention_hopper.cuh (wgmma, compute capability 9.0:
---flash-wgmma 1). This file keeps what decides among the kernels (flash_forward, flash_backward,
-their switches, and --flash-rows auto's timing) and the ops that call them.
+--flash-wgmma 1, or pass by pass under auto). This file keeps what decides among the kernels
+(flash_forward, flash_backward, their switches, and the autotuning of --flash-rows auto and
+--flash-wgmma auto: flash_run_pass) and the ops that call them.
 
 Tests: test/test_ops.cpp (finite differences, lse against a direct evaluation),
 test/gpucheck_ops.cu (CUDA vs CPU).
@@ -510,7 +511,8 @@ __global__ void copy_rows_kernel(D* dst, size_t dst_pitch, const S* src, size_t 
 // and compiler (below: g_flash_rows_auto times both).
 // g_flash_wgmma = true runs the forward and both backward passes with wgmma on a compute
 // capability 9.0 GPU (elsewhere the switch is ignored), g_flash_wgmma_groups warpgroups (64 rows
-// each) a block. Off until an H100 run shows it right (gpucheck_ops) and faster (dev_attention).
+// each) a block; g_flash_wgmma_auto (--flash-wgmma auto, the trainer's default) decides pass by
+// pass, by time and bits (below).
 // g_flash_wgmma_overlap = false waits for each wgmma product as soon as it is issued (the same
 // bits: where the overlapped run differs from it, the software pipeline is wrong, not a layout).
 inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
@@ -520,60 +522,6 @@ inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ
 inline int g_flash_forward_rows = 16;    // query rows per warp in the forward: 16, or 32 (head size 64 only)
 inline int g_flash_dq_rows = 16;         // query rows per warp in the backward's dQ pass: 16, or 32 (head size 64 only)
 inline int g_flash_dkv_keys = 16;        // keys per warp in the backward's dK/dV pass: 16, or 32 (head size 64 only)
-// --flash-rows auto (g_flash_rows_auto, the trainer's default): at head size 64, each pass's first
-// launch of at least g_flash_tune_blocks blocks (a training step's, at any real size; the
-// LLMC_FLASH_TUNE_BLOCKS environment variable sets another count) is timed with 16 and with 32
-// rows a warp, and the faster is kept for the rest of the run. The two give the same bits
-// (gpucheck_ops, test_gpu_train), so only the speed depends on the choice; and which is faster
-// has gone either way by pass, GPU and compiler (on an H100, dev/gpu_results/: 16 in all three
-// passes on 2026-11-22; on 2026-11-26, with nvcc giving the 16-row backward more registers, 16
-// in the forward and 32 in both backward passes). Rank 0 prints each choice and its times.
-inline bool g_flash_rows_auto = false;
-inline long g_flash_tune_blocks = [] {
-    const char* e = getenv("LLMC_FLASH_TUNE_BLOCKS");
-    return e && atol(e) > 0 ? atol(e) : 256L;
-}();
-enum FlashPass { FLASH_FORWARD, FLASH_DKV, FLASH_DQ };
-inline bool g_flash_tuned[3] = {};  // (by FlashPass)
-
-// The faster of 16 and 32 rows a warp for one pass: launch(rows) queues it on ctx's stream (it
-// overwrites its outputs, so running it again changes nothing); each once to warm up (a kernel's
-// first launch loads its code), then the best of 3 timed by CUDA events. Sets *rows, notes it.
-template <class F>
-inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T_, int* rows, const F& launch) {
-    static const char* what[3] = {"query rows a warp in the forward", "keys a warp in the dK/dV pass", "query rows a warp in the dQ pass"};
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    float ms[2];
-    for (int v = 0; v < 2; v++) {
-        launch(16 << v);
-        ms[v] = INFINITY;
-        for (int rep = 0; rep < 3; rep++) {
-            CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
-            launch(16 << v);
-            CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            float t = 0;
-            CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-            ms[v] = fminf(ms[v], t);
-        }
-    }
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    *rows = ms[1] < ms[0] ? 32 : 16;
-    g_flash_tuned[pass] = true;
-    if (g_rank == 0)
-        printf("flash attention: %d %s (--flash-rows auto, timed at B=%d T=%d: %.3f ms with 16, %.3f ms with 32)\n",
-               *rows, what[pass], B, T_, ms[0], ms[1]);
-}
-// Runs launch(rows) with this pass's rows a warp, timing both first where --flash-rows auto asks
-// and the pass has both (head size 64: `both`; launch runs 16 for 32 elsewhere).
-template <class F>
-inline void flash_launch_rows(const Ctx& ctx, FlashPass pass, bool both, int* rows, long blocks, int B, int T_, const F& launch) {
-    if (both && g_flash_rows_auto && !g_flash_tuned[pass] && blocks >= g_flash_tune_blocks) flash_tune_rows(ctx, pass, B, T_, rows, launch);
-    launch(*rows);
-}
 inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates it)
     static const bool yes = [] {
         int dev = 0, major = 0, minor = 0;
@@ -583,6 +531,155 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
         return major == 9 && minor == 0;
     }();
     return yes;
+}
+// --flash-rows auto (g_flash_rows_auto, the trainer's default): at head size 64, each pass's first
+// launch of at least g_flash_tune_blocks blocks (a training step's, at any real size; the
+// LLMC_FLASH_TUNE_BLOCKS environment variable sets another count) is timed with 16 and with 32
+// rows a warp, and the faster is kept for the rest of the run. The two give the same bits
+// (gpucheck_ops, test_gpu_train), so only the speed depends on the choice; and which is faster
+// has gone either way by pass, GPU and compiler (on an H100, dev/gpu_results/: 16 in all three
+// passes on 2026-11-22; on 2026-11-26, with nvcc giving the 16-row backward more registers, 16
+// in the forward and 32 in both backward passes). Rank 0 prints each choice and its times.
+// --flash-wgmma auto (g_flash_wgmma_auto, the trainer's default; on a compute capability 9.0 GPU):
+// each pass's first FLASH_WGMMA_SAMPLES launches of that size (the first step's layers) run with
+// wgmma and then with mma.sync (at its rows, chosen first), the first of them timed both ways,
+// each followed by a hash of every bit the pass wrote (flash_bits_hash); the run goes on with
+// mma.sync's output. wgmma is then kept where it was faster and wrote the same bits every time.
+// The two add the same products in the same order, so they agree wherever the two instructions
+// round their sums alike (gpucheck_ops' wgmma part says, for the log, whether they do); where
+// they do not, mma.sync stays: a choice made by timing (which two runs, or two ranks, may make
+// differently) must not change what a run computes. Several launches, not one: a tensor whose
+// sums happen to need no rounding shows no difference (the emulator's test met one). Rank 0
+// prints each decision, its times and whether the bits agreed.
+inline bool g_flash_rows_auto = false, g_flash_wgmma_auto = false;
+inline long g_flash_tune_blocks = [] {
+    const char* e = getenv("LLMC_FLASH_TUNE_BLOCKS");
+    return e && atol(e) > 0 ? atol(e) : 256L;
+}();
+enum FlashPass { FLASH_FORWARD, FLASH_DKV, FLASH_DQ };
+inline bool g_flash_tuned[3] = {};                          // (by FlashPass) rows timed
+inline bool g_flash_wgmma_tuned[3] = {}, g_flash_wgmma_kept[3] = {};  // wgmma decided; and kept
+// auto's evidence so far, by pass: the launches whose bits were compared, the times (the first's)
+struct FlashWgmmaTrial { int samples = 0; float ms_mma = 0, ms_wgmma = 0; };
+inline FlashWgmmaTrial g_flash_wgmma_trial[3];
+constexpr int FLASH_WGMMA_SAMPLES = 3;
+// Forgets what the autotuning decided (the playground measures the trainer's first launches again).
+inline void flash_autotune_reset() {
+    for (int p = 0; p < 3; p++) g_flash_tuned[p] = g_flash_wgmma_tuned[p] = g_flash_wgmma_kept[p] = false, g_flash_wgmma_trial[p] = {};
+}
+inline const char* flash_pass_name(FlashPass pass) {
+    static const char* names[3] = {"forward", "dK/dV pass", "dQ pass"};
+    return names[pass];
+}
+
+// launch() queued on ctx's stream once to warm up (a kernel's first launch loads its code), then
+// timed 3 times by CUDA events: the best, in ms. (Every flash pass overwrites its outputs, so
+// running it again changes nothing.)
+template <class F> inline float flash_time_ms(const Ctx& ctx, const F& launch) {
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    launch();
+    float best = INFINITY;
+    for (int rep = 0; rep < 3; rep++) {
+        CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
+        launch();
+        CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        best = fminf(best, t);
+    }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    return best;
+}
+// The faster of 16 and 32 rows a warp for one pass: launch(rows) queues it. Sets *rows, notes it.
+template <class F>
+inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T_, int* rows, const F& launch) {
+    static const char* what[3] = {"query rows a warp in the forward", "keys a warp in the dK/dV pass", "query rows a warp in the dQ pass"};
+    float ms[2];
+    for (int v = 0; v < 2; v++) ms[v] = flash_time_ms(ctx, [&] { launch(16 << v); });
+    *rows = ms[1] < ms[0] ? 32 : 16;
+    g_flash_tuned[pass] = true;
+    if (g_rank == 0)
+        printf("flash attention: %d %s (--flash-rows auto, timed at B=%d T=%d: %.3f ms with 16, %.3f ms with 32)\n",
+               *rows, what[pass], B, T_, ms[0], ms[1]);
+}
+
+// A hash of the bits of n 32-bit words: Σ_i mix(mix(i) ⊕ w_i) in 64-bit integers (splitmix64's
+// mixer), whose sum is the same in any order: each block's threads' sums into partial[block].
+HD inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27; x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+__global__ void bits_hash_kernel(uint64_t* partial, const uint32_t* w, size_t n) {
+    __shared__ uint64_t sums[256];
+    uint64_t h = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) h += mix64(mix64(i) ^ w[i]);
+    sums[threadIdx.x] = h;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int t = 1; t < (int)blockDim.x; t++) h += sums[t];
+        partial[blockIdx.x] = h;
+    }
+}
+// The hash of the bytes of device buffers (each a multiple of 4 bytes), each region salted by its
+// place in the list; waits for the stream.
+struct BitsRegion { const void* p; size_t bytes; };
+inline uint64_t flash_bits_hash(const Ctx& ctx, std::initializer_list<BitsRegion> regions) {
+    const int blocks = 256;
+    Buf<uint64_t> partial;
+    partial.alloc(ctx, (size_t)blocks * regions.size());
+    uint64_t* part = partial.data();
+    for (const BitsRegion& g : regions) {
+        bits_hash_kernel<<<blocks, 256, 0, ctx.stream>>>(part, (const uint32_t*)g.p, g.bytes / 4);
+        CUDA_LAUNCH_CHECK();
+        part += blocks;
+    }
+    std::vector<uint64_t> host(partial.size());
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), partial.data(), host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    uint64_t h = 0;
+    for (size_t i = 0; i < host.size(); i++) h += mix64(host[i] + i / blocks);
+    return h;
+}
+
+// One flash pass, by the switches: wgmma() where --flash-wgmma 1 asks or auto kept it (running
+// both and comparing their bits at the pass's first large launches: above), else mma(rows) with
+// this pass's rows a warp (timing 16 against 32 first where --flash-rows auto asks and the pass
+// has both: head size 64, `both`). outs: every buffer the pass writes (auto's test of the bits).
+template <class M, class W>
+inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int* rows, long blocks, int B, int T_, const M& mma,
+                           const W& wgmma, std::initializer_list<BitsRegion> outs) {
+    const bool big = blocks >= g_flash_tune_blocks, hopper = gpu_has_wgmma();
+    if (hopper && g_flash_wgmma) { wgmma(); return; }
+    if (both && g_flash_rows_auto && !g_flash_tuned[pass] && big) flash_tune_rows(ctx, pass, B, T_, rows, mma);
+    if (hopper && g_flash_wgmma_auto) {
+        if (!g_flash_wgmma_tuned[pass] && big) {  // a sample: wgmma, then mma.sync (whose output stays)
+            FlashWgmmaTrial& t = g_flash_wgmma_trial[pass];
+            const bool timed = t.samples == 0;
+            if (timed) t.ms_wgmma = flash_time_ms(ctx, wgmma); else wgmma();
+            const uint64_t bits_wgmma = flash_bits_hash(ctx, outs);
+            if (timed) t.ms_mma = flash_time_ms(ctx, [&] { mma(*rows); }); else mma(*rows);
+            const bool same = flash_bits_hash(ctx, outs) == bits_wgmma;
+            t.samples++;
+            if (!same || t.samples == FLASH_WGMMA_SAMPLES) {
+                g_flash_wgmma_tuned[pass] = true;
+                g_flash_wgmma_kept[pass] = same && t.ms_wgmma < t.ms_mma;
+                if (g_rank == 0) {
+                    printf("flash attention: %s in the %s (--flash-wgmma auto, timed at B=%d T=%d: %.3f ms with mma.sync, %.3f ms with wgmma; ",
+                           g_flash_wgmma_kept[pass] ? "wgmma" : "mma.sync", flash_pass_name(pass), B, T_, t.ms_mma, t.ms_wgmma);
+                    if (same) printf("the same bits at its first %d launches)\n", FLASH_WGMMA_SAMPLES);
+                    else printf("the bits differ at launch %d: mma.sync kept)\n", t.samples);
+                }
+            }
+            return;
+        }
+        if (g_flash_wgmma_kept[pass]) { wgmma(); return; }
+    }
+    mma(*rows);
 }
 template <class T> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
@@ -619,7 +716,7 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
         flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
-            if (g_flash_wgmma && gpu_has_wgmma()) {
+            auto fwd_wgmma = [&] {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
                     const size_t smem = 4 * 64 * HS * sizeof(T);  // (64 KB at head size 128)
@@ -627,8 +724,7 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
                     flash_forward_wgmma_kernel<T, HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
-                return;
-            }
+            };
             auto fwd = [&](int rows) {
                 if constexpr (D == 64)
                     if (rows == 32) {
@@ -639,7 +735,8 @@ inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int 
                 flash_forward_kernel<T, D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
                 CUDA_LAUNCH_CHECK();
             };
-            flash_launch_rows(ctx, FLASH_FORWARD, D == 64, &g_flash_forward_rows, (long)NH * B * ceil_div(T_, 64), B, T_, fwd);
+            flash_run_pass(ctx, FLASH_FORWARD, D == 64, &g_flash_forward_rows, (long)NH * B * ceil_div(T_, 64), B, T_, fwd, fwd_wgmma,
+                           {{out, (size_t)B * T_ * L.C * sizeof(T)}, {lse, (size_t)B * NH * T_ * sizeof(float)}});
         });
 }
 template <class T>
@@ -650,21 +747,23 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, float* Dv, const T* dout, co
         flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
-            if (g_flash_wgmma && gpu_has_wgmma()) {
+            // wgmma: 64·G keys or queries a block; shared memory 2·G + 6 tiles (dK/dV), 5 (dQ)
+            auto dq_wgmma = [&] {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
-                    const size_t tile = 64 * HS * sizeof(T);  // shared memory: 2·G + 6 tiles (dK/dV), 5 (dQ)
-                    const dim3 kv_grid(NKV, B, ceil_div(T_, 64 * G)), q_grid(NH, B, ceil_div(T_, 64 * G));  // 64·G keys or queries a block
-                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<T, HS, G>);
                     SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<T, HS, G>);
-                    if (g_flash_backward_passes & 2)  // (first: it computes D)
-                        flash_backward_dq_wgmma_kernel<T, HS, G><<<q_grid, 128 * G, 5 * tile, ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T_, L, g_flash_wgmma_overlap);
-                    if (g_flash_backward_passes & 1)
-                        flash_backward_dkv_wgmma_kernel<T, HS, G><<<kv_grid, 128 * G, (2 * G + 6) * tile, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
+                    flash_backward_dq_wgmma_kernel<T, HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, 5 * 64 * HS * sizeof(T), ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T_, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
-                return;
-            }
+            };
+            auto dkv_wgmma = [&] {
+                wgmma_groups_dispatch([&](auto groups) {
+                    constexpr int HS = decltype(d)::value, G = decltype(groups)::value;
+                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<T, HS, G>);
+                    flash_backward_dkv_wgmma_kernel<T, HS, G><<<dim3(NKV, B, ceil_div(T_, 64 * G)), 128 * G, (2 * G + 6) * 64 * HS * sizeof(T), ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
+                });
+                CUDA_LAUNCH_CHECK();
+            };
             const dim3 kv_grid(NKV, B, ceil_div(T_, 64)), q_grid(NH, B, ceil_div(T_, 64));
             auto dkv = [&](int keys) {
                 if constexpr (D == 64)
@@ -687,8 +786,11 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, float* Dv, const T* dout, co
                 CUDA_LAUNCH_CHECK();
             };
             const long blocks = (long)B * ceil_div(T_, 64);
-            if (g_flash_backward_passes & 2) flash_launch_rows(ctx, FLASH_DQ, D == 64, &g_flash_dq_rows, NH * blocks, B, T_, dq);  // (first: D)
-            if (g_flash_backward_passes & 1) flash_launch_rows(ctx, FLASH_DKV, D == 64, &g_flash_dkv_keys, NKV * blocks, B, T_, dkv);
+            const BitsRegion dqkv_bits{dqkv, (size_t)B * T_ * L.row() * sizeof(T)}, D_bits{Dv, (size_t)B * NH * T_ * sizeof(float)};
+            if (g_flash_backward_passes & 2)  // (first: it computes D)
+                flash_run_pass(ctx, FLASH_DQ, D == 64, &g_flash_dq_rows, NH * blocks, B, T_, dq, dq_wgmma, {dqkv_bits, D_bits});
+            if (g_flash_backward_passes & 1)
+                flash_run_pass(ctx, FLASH_DKV, D == 64, &g_flash_dkv_keys, NKV * blocks, B, T_, dkv, dkv_wgmma, {dqkv_bits});
         });
 }
 #endif

@@ -1,7 +1,8 @@
 /*
 flash_attention_hopper.cuh — flash_attention.cuh's three kernels (forward, dK/dV, dQ) with the
-Hopper tensor cores' warpgroup MMA (wgmma, sm_90a), which attention.cuh runs under --flash-wgmma 1
-on a GPU of compute capability 9.0. Not a header on its own: attention.cuh includes it after
+Hopper tensor cores' warpgroup MMA (wgmma, sm_90a), which attention.cuh runs on a GPU of compute
+capability 9.0 under --flash-wgmma 1, and pass by pass under auto (the trainer's default) where
+it is faster and gives mma.sync's bits. Not a header on its own: attention.cuh includes it after
 flash_attention.cuh, whose pieces it shares (A fragments, the online softmax, dS, the staging and
 the stores).
 

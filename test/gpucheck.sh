@@ -60,7 +60,7 @@ if want ops; then
     for g in fp32 bf16 fp16 flash; do part "gpucheck_ops $g" build/gpucheck_ops "$g"; done
     part "gpucheck_ops fp8" env CUBLASLT_LOG_LEVEL=1 build/gpucheck_ops fp8
 fi
-# the Hopper flash attention (--flash-wgmma 1, off by default) apart, under its own shorter limit:
+# the Hopper flash attention (--flash-wgmma 1; by default auto) apart, under its own shorter limit:
 # a fault in it names itself and costs no other part
 want wgmma && PART_LIMIT=${WGMMA_LIMIT:-180} part "gpucheck_ops wgmma" build/gpucheck_ops wgmma
 want train && part "GPU vs CPU training (fp32, bf16, fp8)" bash test/test_gpu_train.sh "$BIN"

@@ -551,6 +551,10 @@ inline void wgmma_wait(int keep) {
     f.group_ops++;
     block_on(AT_GROUP);
 }
+// SIMT_WGMMA_REVERSE=1: each product's 16 terms added in the other order (k from 15 down), as a GPU
+// whose wgmma rounds its sums otherwise than its mma.sync would: what --flash-wgmma auto's test
+// of the bits must catch (test_gpu_train). By default the order is mma_m16n8k16's.
+inline const bool g_wgmma_reverse = [] { const char* e = getenv("SIMT_WGMMA_REVERSE"); return e && atoi(e) != 0; }();
 inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of threads first..first+127
     const WgmmaOp& op0 = r.fibers[first].wgmma[i];
     for (int j = 1; j < 128; j++) {
@@ -588,7 +592,10 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
             for (int e = 0; e < 4; e++) {
                 const int row = 16 * w + g + 8 * (e / 2), col = 8 * nt + 2 * t + e % 2;
                 float sum = op0.accumulate ? d[4 * nt + e] : 0.0f;
-                for (int k = 0; k < 16; k++) sum += A[row * 16 + k] * B[k * N + col];
+                for (int kk = 0; kk < 16; kk++) {
+                    const int k = g_wgmma_reverse ? 15 - kk : kk;
+                    sum += A[row * 16 + k] * B[k * N + col];
+                }
                 d[4 * nt + e] = sum;
             }
     }

@@ -33,6 +33,11 @@ case " \$* " in *" --flash-rows auto "*)  # (the trainer's lines, llmc/attention
     echo "flash attention: 32 keys a warp in the dK/dV pass (--flash-rows auto, timed at B=8 T=1024: 0.355 ms with 16, 0.285 ms with 32)"
     echo "flash attention: 32 query rows a warp in the dQ pass (--flash-rows auto, timed at B=8 T=1024: 0.202 ms with 16, 0.194 ms with 32)" ;;
 esac
+case " \$* " in *" --flash-wgmma auto "*)  # (llmc/attention.cuh: flash_run_pass)
+    echo "flash attention: wgmma in the forward (--flash-wgmma auto, timed at B=8 T=1024: 0.162 ms with mma.sync, 0.140 ms with wgmma; the same bits at its first 3 launches)"
+    echo "flash attention: mma.sync in the dQ pass (--flash-wgmma auto, timed at B=8 T=1024: 0.194 ms with mma.sync, 0.150 ms with wgmma; the bits differ at launch 1: mma.sync kept)"
+    echo "flash attention: mma.sync in the dK/dV pass (--flash-wgmma auto, timed at B=8 T=1024: 0.285 ms with mma.sync, 0.300 ms with wgmma; the same bits at its first 3 launches)" ;;
+esac
 echo "peak GPU memory (this rank): 2048.0 MiB (2147483648 B)"
 printf 'profile: 5 steps, 1.00 ms per step\n  other (host, gaps)  0.10\n'
 EOF
@@ -109,11 +114,22 @@ fp8d = lines("fp8d")
 check(fp8d and all(flag(l, "precision") == "fp8" and flag(l, "fp8-scaling") == "delayed" for l in fp8d)
       and "precision fp8 (--fp8-scaling delayed)" in md("fp8d").splitlines()[0],
       "FP8_SCALING=delayed (part fp8-delayed) reaches every run and the title")
-listed = re.findall(r"^- (gpt2:\S+ B=\d+): (.*)$", md("default"), re.M)
+def listing(name, heading):  # the "- model B=..: ..." lines under a heading
+    text = md(name)
+    if heading not in text: return []
+    block = text.split(heading, 1)[1].split("\n\n")[1]
+    return re.findall(r"^- (gpt2:\S+ B=\d+): (.*)$", block, re.M)
+listed = listing("default", "--flash-rows auto kept")
 check(all(flag(l, "flash-rows") == "auto" for l in default) and "--flash-rows auto" in md("default").splitlines()[0]
       and listed == [(m, "forward 16 query rows a warp (0.162 | 0.178 ms); dK/dV pass 32 keys a warp (0.355 | 0.285 ms); "
                          "dQ pass 32 query rows a warp (0.202 | 0.194 ms)") for m in ("gpt2:124M B=128", "gpt2:1558M B=64")],
       f"by default --flash-rows auto, and what it kept in each model's run listed under the table ({listed})")
+kept = listing("default", "--flash-wgmma auto kept")
+check(all(flag(l, "flash-wgmma") == "auto" for l in default) and "--flash-wgmma auto" in md("default").splitlines()[0]
+      and kept == [(m, "forward wgmma (0.162 | 0.140 ms, the same bits at its first 3 launches); "
+                       "dQ pass mma.sync (0.194 | 0.150 ms, the bits differ at launch 1: mma.sync kept); "
+                       "dK/dV pass mma.sync (0.285 | 0.300 ms, the same bits at its first 3 launches)") for m in ("gpt2:124M B=128", "gpt2:1558M B=64")],
+      f"by default --flash-wgmma auto, and the kernels it kept listed too ({kept})")
 r32 = lines("rows32")
 check(r32 and all(flag(l, "flash-rows") == "32" for l in r32) and "--flash-rows 32" in md("rows32").splitlines()[0]
       and "--flash-rows auto kept" not in md("rows32"), "FLASH_ROWS=32 (part flash32) reaches every run and the title, nothing tuned")

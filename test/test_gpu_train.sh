@@ -9,7 +9,10 @@
 #         to 16; auto (each pass timed both ways at its first large launch, the faster kept) too,
 #         saying what it chose
 #   wgmma bf16 with --flash-wgmma 1 (the wgmma flash attention, on compute capability 9.0 and the
-#         emulator; elsewhere it runs the default kernels): the bf16 checks again
+#         emulator; elsewhere it runs the default kernels): the bf16 checks again; --flash-wgmma
+#         auto (each pass run both ways at its first large launch, wgmma kept where faster and
+#         of the same bits) bit-identical to 0, saying what it chose; and (emulator only) with a
+#         wgmma that rounds otherwise (SIMT_WGMMA_REVERSE=1) it keeps mma.sync, saying why
 #   fp8   --precision fp8 (llmc/fp8.cuh: the blocks' products in FP8, cuBLASLt's FP8 kernels) against
 #         the CPU's emulation of it: within bf16's 2e-2 (both sides quantize their bf16 tensors with
 #         the same encode and power-of-two scales; as the runs' bf16 values part by a last bit, a
@@ -90,7 +93,7 @@ flash_rows() {
     "$BIN" "${flags[@]}" --flash-rows 32 --log-file "$tmp/32.jsonl" >"$tmp/32.out" 2>&1 || tail -3 "$tmp/32.out" | sed 's/^/# /'
     # auto (the default): each pass's first launch of LLMC_FLASH_TUNE_BLOCKS blocks or more (1
     # here; 256 by default, which these launches of 8 and 4 blocks are under) timed both ways
-    LLMC_FLASH_TUNE_BLOCKS=1 "$BIN" "${flags[@]}" --flash-rows auto --log-file "$tmp/auto.jsonl" >"$tmp/auto.out" 2>&1 || tail -3 "$tmp/auto.out" | sed 's/^/# /'
+    LLMC_FLASH_TUNE_BLOCKS=1 "$BIN" "${flags[@]}" --flash-rows auto --flash-wgmma 0 --log-file "$tmp/auto.jsonl" >"$tmp/auto.out" 2>&1 || tail -3 "$tmp/auto.out" | sed 's/^/# /'
     "$BIN" "${flags[@]}" --log-file "$tmp/default.jsonl" >"$tmp/default.out" 2>&1
     ${PYTHON:-/usr/bin/python3} - "$tmp" <<'PY'
 import json, re, sys
@@ -113,6 +116,48 @@ PY
 }
 flash_rows
 GPU_FLAGS="--flash-wgmma 1" ONCE=$quick gpu_vs_cpu bf16 2e-2
+# --flash-wgmma auto (the default): at each pass's first 3 launches of LLMC_FLASH_TUNE_BLOCKS blocks
+# or more, wgmma and mma.sync both run (timed at the first) and the bits they wrote are hashed;
+# wgmma is kept only where it wrote the same bits each time, so the run is --flash-wgmma 0's
+# whatever it chooses. SIMT_WGMMA_REVERSE=1
+# makes the emulator's wgmma add its 16 terms in the other order (as a GPU whose two instructions
+# round otherwise): auto must see the bits differ and keep mma.sync.
+flash_wgmma_auto() {
+    local tmp; tmp=$(mktemp -d)
+    local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
+    "$BIN" "${flags[@]}" --flash-wgmma 0 --log-file "$tmp/off.jsonl" >/dev/null 2>&1
+    LLMC_FLASH_TUNE_BLOCKS=1 "$BIN" "${flags[@]}" --flash-wgmma auto --log-file "$tmp/auto.jsonl" >"$tmp/auto.out" 2>&1 || tail -3 "$tmp/auto.out" | sed 's/^/# /'
+    SIMT_WGMMA_REVERSE=1 "$BIN" "${flags[@]}" --flash-wgmma 1 --log-file "$tmp/rev1.jsonl" >/dev/null 2>&1
+    SIMT_WGMMA_REVERSE=1 LLMC_FLASH_TUNE_BLOCKS=1 "$BIN" "${flags[@]}" --flash-wgmma auto --log-file "$tmp/revauto.jsonl" >"$tmp/revauto.out" 2>&1 \
+        || tail -3 "$tmp/revauto.out" | sed 's/^/# /'
+    ${PYTHON:-/usr/bin/python3} - "$tmp" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+def load(p):
+    try: return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
+    except OSError: return []
+off, auto, rev1, revauto = (load(f"{d}/{n}.jsonl") for n in ("off", "auto", "rev1", "revauto"))
+line = (r"^flash attention: (wgmma|mma\.sync) in the (forward|dK/dV pass|dQ pass) \(--flash-wgmma auto, timed at B=4 T=64: "
+        r"[0-9.]+ ms with mma\.sync, [0-9.]+ ms with wgmma; (the same bits at its first 3 launches|the bits differ at launch [123]: mma\.sync kept)\)$")
+chose = re.findall(line, open(f"{d}/auto.out").read(), re.M)
+if not chose:
+    print("# skip: --flash-wgmma auto chose nothing (not a compute capability 9.0 GPU)")
+    sys.exit(0)
+print(("ok" if sorted(p for _, p, _ in chose) == ["dK/dV pass", "dQ pass", "forward"] else "not ok") +
+      f" - bf16: --flash-wgmma auto runs each pass both ways at its first launches of LLMC_FLASH_TUNE_BLOCKS=1 blocks or more, and says once what it keeps ({chose})")
+print(("ok" if len(auto) == 4 and auto == off else "not ok") + " - bf16: --flash-wgmma auto trains bit-identically to --flash-wgmma 0")
+if rev1 == off:  # the variable changed nothing: a GPU, not the emulator
+    print("# skip: SIMT_WGMMA_REVERSE is the emulator's (its wgmma rounding otherwise)")
+    sys.exit(0)
+rev = re.findall(line, open(f"{d}/revauto.out").read(), re.M)
+print(("ok" if len(rev1) == 4 and rev1 != off else "not ok") + " - bf16: with SIMT_WGMMA_REVERSE=1 the emulator's wgmma rounds otherwise (--flash-wgmma 1 trains differently)")
+print(("ok" if sorted(p for k, p, b in rev if k == "mma.sync" and b.startswith("the bits differ")) == ["dK/dV pass", "dQ pass", "forward"] else "not ok") +
+      f" - bf16: --flash-wgmma auto sees each pass's bits differ there and keeps mma.sync ({rev})")
+print(("ok" if len(revauto) == 4 and revauto == off else "not ok") + " - bf16: ... and trains bit-identically to --flash-wgmma 0")
+PY
+    rm -rf "$tmp"
+}
+flash_wgmma_auto
 host_waits() {  # host_waits STEPS TOTAL_BATCH_TOKENS: the emulator's count of full waits (empty on a GPU; "failed")
     local out
     out=$(SIMT_COUNT_WAITS=1 "$BIN" --device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps "$1" --val-data "" \

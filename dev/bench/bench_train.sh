@@ -12,7 +12,9 @@
 # same B: llmc/profiler.h). FLASH_ROWS=32 runs every step with --flash-rows 32 (two m-tiles per
 # warp in flash attention; `make bench` part flash32), FLASH_ROWS=16 with 16, to compare with the
 # default auto (each pass timed both ways at its first launch: the choices are listed).
-# FLASH_WGMMA=1 runs them with --flash-wgmma 1 (the wgmma flash attention; part wgmma).
+# FLASH_WGMMA=1 runs them with --flash-wgmma 1 (the wgmma flash attention; part wgmma), 0 with
+# mma.sync alone; the default auto keeps wgmma pass by pass where it was faster and gave the same
+# bits (compute capability 9.0; its choices are listed too).
 # FP8_SCALING=delayed (with PRECISION fp8; part fp8-delayed) runs them with --fp8-scaling delayed
 # (llmc/fp8.cuh: one pass a quantization instead of two).
 # RECOMPUTE=selective|full runs them with --recompute (activation checkpointing, llmc/model.h;
@@ -29,7 +31,7 @@ cd "$(dirname "$0")/../.."
 prec=${1:-bf16}; shift || true
 models=${*:-gpt2:124M gpt2:350M gpt2:774M gpt2:1558M}
 rows=${FLASH_ROWS:-auto}
-wg=${FLASH_WGMMA:-0}
+wg=${FLASH_WGMMA:-auto}
 recompute=${RECOMPUTE:-none}
 extra=(); [ -n "${FP8_SCALING:-}" ] && extra=(--fp8-scaling "$FP8_SCALING")
 accum=${ACCUM:-1}
@@ -42,6 +44,7 @@ echo "|---|---|---|---|---|---|"
 fits=()     # "model B accum" of each model that ran
 skipped=()  # each larger micro-batch that did not run, and why (the memory plan's refusal, an error)
 tuned=()    # --flash-rows auto: what each model's run chose, pass by pass, with both times
+kernels=()  # --flash-wgmma auto: the same for wgmma against mma.sync
 for m in $models; do
     done_one=0
     Bs="64 32 16 8 4 2 1"; [ "$m" = gpt2:124M ] && Bs="128 $Bs"
@@ -72,7 +75,8 @@ print(f"| {sys.argv[3]} | {sys.argv[4]} | {tok:,.0f} | {100 * mfu:.1f}% | {ms:.1
 PY
         done_one=1
         [ ${#fits[@]} = 0 ] && ran_on=$(grep -m1 '^gpu: ' "$tmp/out.txt")
-        grep -q '^flash attention: ' "$tmp/out.txt" && tuned+=("$m B=$B: $(sed -n 's/^flash attention: \([0-9]* [a-z ]*\) in the \([a-zA-Z/ ]*\) (--flash-rows auto, timed at B=[0-9]* T=[0-9]*: \([0-9.]*\) ms with 16, \([0-9.]*\) ms with 32)$/\2 \1 (\3 | \4 ms)/p' "$tmp/out.txt" | paste -sd';' | sed 's/;/; /g')")
+        grep -q '(--flash-rows auto, ' "$tmp/out.txt" && tuned+=("$m B=$B: $(sed -n 's/^flash attention: \([0-9]* [a-z ]*\) in the \([a-zA-Z/ ]*\) (--flash-rows auto, timed at B=[0-9]* T=[0-9]*: \([0-9.]*\) ms with 16, \([0-9.]*\) ms with 32)$/\2 \1 (\3 | \4 ms)/p' "$tmp/out.txt" | paste -sd';' | sed 's/;/; /g')")
+        grep -q '(--flash-wgmma auto, ' "$tmp/out.txt" && kernels+=("$m B=$B: $(sed -n 's/^flash attention: \([a-z.]*\) in the \([a-zA-Z/ ]*\) (--flash-wgmma auto, timed at B=[0-9]* T=[0-9]*: \([0-9.]*\) ms with mma.sync, \([0-9.]*\) ms with wgmma; \(.*\))$/\2 \1 (\3 | \4 ms, \5)/p' "$tmp/out.txt" | paste -sd';' | sed 's/;/; /g')")
         fits+=("$m $B $accum")
         break
     done
@@ -85,6 +89,10 @@ fi
 if [ ${#tuned[@]} -gt 0 ]; then
     echo; echo "Rows a warp in flash attention that --flash-rows auto kept (pass, rows, ms with 16 | 32):"; echo
     for t in "${tuned[@]}"; do echo "- $t"; done
+fi
+if [ ${#kernels[@]} -gt 0 ]; then
+    echo; echo "Flash attention kernels that --flash-wgmma auto kept (pass, kernel, ms with mma.sync | wgmma, their bits):"; echo
+    for k in "${kernels[@]}"; do echo "- $k"; done
 fi
 [ -n "${ran_on:-}" ] && { echo; echo "The trainer's own line: \`$ran_on\`"; }
 profiled=()

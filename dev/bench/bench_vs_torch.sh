@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_vs_torch.sh — our kernels and trainer against PyTorch on this GPU (`make bench`).
-#   attention  our bf16 flash attention (build/dev_attention … time: the trainer's default, at head
-#              size 64 --flash-rows auto's per-pass choice of 16 or 32 rows a warp) against causal
+#   attention  our bf16 flash attention (build/dev_attention … time: the trainer's defaults, at head
+#              size 64 --flash-rows auto's per-pass choice of 16 or 32 rows a warp, on compute
+#              capability 9.0 --flash-wgmma auto's of wgmma or mma.sync) against causal
 #              scaled_dot_product_attention (dev/bench/torch_baselines.py), 16384 tokens per
 #              call, T = 1024…8192, head size 64 (C = 768) and 128 (C = 768, 6 heads);
 #              ratio = SDPA's fwd+bwd time / ours (≥ 1: ours faster; the CUDA issue's target
@@ -26,7 +27,7 @@ for hs in 64 128; do
         B=$((16384 / T)); NH=$((768 / hs)); C=768
         timeout -k 10 "${RUN_LIMIT:-300}" ./build/dev_attention $B $T $C $NH time >"$tmp/ours.txt" 2>&1
         grep "backward split" "$tmp/ours.txt" | head -1 | sed "s/^ *backward split: /- B=$B T=$T hs=$hs: /" >>"$tmp/splits.txt"
-        # head size 64: the rows a warp --flash-rows auto kept for each pass, with both times
+        # what --flash-rows auto (head size 64) and --flash-wgmma auto kept for each pass, with both times
         grep "^flash attention: " "$tmp/ours.txt" | sed "s/^flash attention: /- B=$B T=$T hs=$hs: /" >>"$tmp/auto.txt"
         # head size 64: the 32-rows-per-warp variant (v6: g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 32)
         grep -A1 "with 32 rows per warp" "$tmp/ours.txt" | tr -d '\n' | sed "s/^ *with 32 rows per warp (v6): /- B=$B T=$T hs=$hs: /; s/ *backward split: /; split: /" \
@@ -38,7 +39,7 @@ for hs in 64 128; do
         $PY - "$tmp/ours.txt" "$tmp/torch.json" "$B" "$T" "$hs" "$tmp/backends.txt" <<'PY'
 import json, re, sys
 ours = open(sys.argv[1]).read()
-# ours: what the trainer runs by default (head size 64: --flash-rows auto's line; else the first)
+# ours: what the trainer runs by default (its defaults' line; else the first)
 auto = re.search(r"with --flash-rows auto .*?: forward ([\d.]+) ms \(([\d.]+) TFLOP/s\), backward ([\d.]+) ms \(([\d.]+) TFLOP/s\)", ours)
 f = re.search(r"forward\s+.*?([\d.]+) ms\s+([\d.]+) TFLOP/s", ours)
 b = re.search(r"backward\s+.*?([\d.]+) ms\s+([\d.]+) TFLOP/s", ours)
@@ -63,10 +64,10 @@ PY
     done
 done
 echo
-echo "Ours: what the trainer runs by default (at head size 64, --flash-rows auto: each pass the faster of 16 and 32 rows a warp, timed at its first launch; below)."
+echo "Ours: what the trainer runs by default (--flash-rows auto: at head size 64 each pass the faster of 16 and 32 rows a warp; --flash-wgmma auto: on compute capability 9.0 each pass wgmma where faster and of mma.sync's bits; both decided at its first launches; below)."
 if [ -s "$tmp/auto.txt" ]; then
     echo
-    echo "What --flash-rows auto kept (llmc/attention.cuh: flash_tune_rows):"
+    echo "What --flash-rows auto and --flash-wgmma auto kept (llmc/attention.cuh: flash_tune_rows, flash_run_pass):"
     echo
     cat "$tmp/auto.txt"
 fi

@@ -30,9 +30,11 @@ usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 10
   NKV: key/value heads (grouped-query attention, as Llama: each serves NH/NKV query heads, the
        rows [q | k | v] are C + 2·NKV·hs wide; default NH). FLOPs are the same as NH heads'.
   "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
-          for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times,
-          and --flash-rows auto's (each pass the faster of v5 and v6, as the trainer runs it);
-          on compute capability 9.0 also v7's, v8's and v9's; and a ring attention block's
+          for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times;
+          the trainer's defaults' (--flash-rows auto: at head size 64 each pass the faster of v5
+          and v6; --flash-wgmma auto: on compute capability 9.0 each pass v7 where faster and of
+          the same bits; their choices printed); on compute capability 9.0 also v7's, v8's and
+          v9's; and a ring attention block's
           (context parallelism: T/2 queries over T/2 borrowed keys) on the tensor cores and not
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
@@ -88,18 +90,23 @@ int main(int argc, char** argv) {
             printf("  with 32 rows per warp (v6): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
                    f32, flops_fwd / f32 / 1e9, b32, 2.5 * flops_fwd / b32 / 1e9);
             backward_split(bwd, flops_fwd, b32);
-            // what the trainer runs by default (--flash-rows auto): each pass timed both ways at
-            // its first launch (the choices printed), the faster kept
             g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
-            g_flash_rows_auto = true;
-            g_flash_tuned[FLASH_FORWARD] = g_flash_tuned[FLASH_DKV] = g_flash_tuned[FLASH_DQ] = false;
+        }
+        if (use_flash<bf16>(C, NH)) {
+            // what the trainer runs by default: --flash-rows auto (head size 64: each pass timed
+            // with 16 and 32 rows a warp at its first launch, the faster kept) and --flash-wgmma auto
+            // (compute capability 9.0: each pass's first launches run with wgmma and mma.sync,
+            // wgmma kept where faster and of the same bits); the choices are printed
+            g_flash_rows_auto = g_flash_wgmma_auto = true;
+            flash_autotune_reset();
             auto fwd = [&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); };
-            fwd(); bwd();
+            for (int i = 0; i < FLASH_WGMMA_SAMPLES; i++) fwd(), bwd();  // (the launches that decide)
             float fa = time_ms(fwd), ba = time_ms(bwd);
-            printf("  with --flash-rows auto (the trainer's default): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
+            printf("  with --flash-rows auto --flash-wgmma auto (the trainer's defaults): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
                    fa, flops_fwd / fa / 1e9, ba, 2.5 * flops_fwd / ba / 1e9);
             backward_split(bwd, flops_fwd, ba);
-            g_flash_rows_auto = false;
+            g_flash_rows_auto = g_flash_wgmma_auto = false;
+            flash_autotune_reset();
             g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
         }
         if (use_flash<bf16>(C, NH) && gpu_has_wgmma())  // v7, v8, v9: wgmma, 2 or 1 warpgroups a block, overlapped or not
