@@ -112,12 +112,14 @@ dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/com
         if out=$("build/simt_dev_$1" "${@:2}" 2>&1); then echo "ok - dev/cuda/$1.cu ${*:2}: every version within its bound"
         else echo "$out"; echo "not ok - dev/cuda/$1.cu ${*:2}"; fi
     done
-    # time mode (make bench's attention table reads it): v5, v6, --flash-rows auto (each pass timed
-    # both ways: LLMC_FLASH_TUNE_BLOCKS=1 lets these 4-block launches be timed), wgmma, ring blocks
+    # time mode (make bench's attention table reads it): v5, v6, the trainer's defaults (--flash-rows
+    # auto and --flash-wgmma auto, each pass tried both ways: LLMC_FLASH_TUNE_BLOCKS=1 lets these
+    # 4-block launches be), wgmma, ring blocks
     if out=$(LLMC_FLASH_TUNE_BLOCKS=1 build/simt_dev_attention 1 128 128 2 time 2>&1) \
        && [ "$(grep -c '^flash attention: .* (--flash-rows auto, timed at B=1 T=128: ' <<<"$out")" = 3 ] \
-       && grep -q '^  with --flash-rows auto (the trainer.s default): forward [0-9.]* ms' <<<"$out"; then
-        echo "ok - dev/cuda/attention.cu 1 128 128 2 time: every version timed, --flash-rows auto's three choices among them"
+       && [ "$(grep -c '^flash attention: .* (--flash-wgmma auto, timed at B=1 T=128: .*; the same bits at its first 3 launches)$' <<<"$out")" = 3 ] \
+       && grep -q '^  with --flash-rows auto --flash-wgmma auto (the trainer.s defaults): forward [0-9.]* ms' <<<"$out"; then
+        echo "ok - dev/cuda/attention.cu 1 128 128 2 time: every version timed, the two autos' three choices each among them"
     else echo "$out"; echo "not ok - dev/cuda/attention.cu 1 128 128 2 time"; fi
 }
 part "dev/cuda playgrounds (emulated)" dev_playgrounds
