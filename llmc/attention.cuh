@@ -558,14 +558,14 @@ inline long g_flash_tune_blocks = [] {
 }();
 enum FlashPass { FLASH_FORWARD, FLASH_DKV, FLASH_DQ };
 inline bool g_flash_tuned[3] = {};                          // (by FlashPass) rows timed
-inline bool g_flash_wgmma_tuned[3] = {}, g_flash_wgmma_kept[3] = {};  // wgmma decided; and kept
-// auto's evidence so far, by pass: the launches whose bits were compared, the times (the first's)
-struct FlashWgmmaTrial { int samples = 0; float ms_mma = 0, ms_wgmma = 0; };
+// --flash-wgmma auto's state, by pass: the launches whose bits were compared so far, the times
+// (the first's), whether it has decided, and whether it kept wgmma
+struct FlashWgmmaTrial { int samples = 0; float ms_mma = 0, ms_wgmma = 0; bool decided = false, kept = false; };
 inline FlashWgmmaTrial g_flash_wgmma_trial[3];
 constexpr int FLASH_WGMMA_SAMPLES = 3;
 // Forgets what the autotuning decided (the playground measures the trainer's first launches again).
 inline void flash_autotune_reset() {
-    for (int p = 0; p < 3; p++) g_flash_tuned[p] = g_flash_wgmma_tuned[p] = g_flash_wgmma_kept[p] = false, g_flash_wgmma_trial[p] = {};
+    for (int p = 0; p < 3; p++) g_flash_tuned[p] = false, g_flash_wgmma_trial[p] = {};
 }
 inline const char* flash_pass_name(FlashPass pass) {
     static const char* names[3] = {"forward", "dK/dV pass", "dQ pass"};
@@ -630,15 +630,14 @@ __global__ void bits_hash_kernel(uint64_t* partial, const uint32_t* w, size_t n)
 struct BitsRegion { const void* p; size_t bytes; };
 inline uint64_t flash_bits_hash(const Ctx& ctx, std::initializer_list<BitsRegion> regions) {
     const int blocks = 256;
-    Buf<uint64_t> partial;
-    partial.alloc(ctx, (size_t)blocks * regions.size());
-    uint64_t* part = partial.data();
+    static Buf<uint64_t> partial;
+    uint64_t* part = gpu_scratch(partial, ctx, (size_t)blocks * regions.size());
     for (const BitsRegion& g : regions) {
         bits_hash_kernel<<<blocks, 256, 0, ctx.stream>>>(part, (const uint32_t*)g.p, g.bytes / 4);
         CUDA_LAUNCH_CHECK();
         part += blocks;
     }
-    std::vector<uint64_t> host(partial.size());
+    std::vector<uint64_t> host((size_t)blocks * regions.size());
     CUDA_CHECK(cudaMemcpyAsync(host.data(), partial.data(), host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, ctx.stream));
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     uint64_t h = 0;
@@ -657,8 +656,8 @@ inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int* rows,
     if (hopper && g_flash_wgmma) { wgmma(); return; }
     if (both && g_flash_rows_auto && !g_flash_tuned[pass] && big) flash_tune_rows(ctx, pass, B, T_, rows, mma);
     if (hopper && g_flash_wgmma_auto) {
-        if (!g_flash_wgmma_tuned[pass] && big) {  // a sample: wgmma, then mma.sync (whose output stays)
-            FlashWgmmaTrial& t = g_flash_wgmma_trial[pass];
+        FlashWgmmaTrial& t = g_flash_wgmma_trial[pass];
+        if (!t.decided && big) {  // a sample: wgmma, then mma.sync (whose output stays)
             const bool timed = t.samples == 0;
             if (timed) t.ms_wgmma = flash_time_ms(ctx, wgmma); else wgmma();
             const uint64_t bits_wgmma = flash_bits_hash(ctx, outs);
@@ -666,18 +665,18 @@ inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int* rows,
             const bool same = flash_bits_hash(ctx, outs) == bits_wgmma;
             t.samples++;
             if (!same || t.samples == FLASH_WGMMA_SAMPLES) {
-                g_flash_wgmma_tuned[pass] = true;
-                g_flash_wgmma_kept[pass] = same && t.ms_wgmma < t.ms_mma;
+                t.decided = true;
+                t.kept = same && t.ms_wgmma < t.ms_mma;
                 if (g_rank == 0) {
                     printf("flash attention: %s in the %s (--flash-wgmma auto, timed at B=%d T=%d: %.3f ms with mma.sync, %.3f ms with wgmma; ",
-                           g_flash_wgmma_kept[pass] ? "wgmma" : "mma.sync", flash_pass_name(pass), B, T_, t.ms_mma, t.ms_wgmma);
+                           t.kept ? "wgmma" : "mma.sync", flash_pass_name(pass), B, T_, t.ms_mma, t.ms_wgmma);
                     if (same) printf("the same bits at its first %d launches)\n", FLASH_WGMMA_SAMPLES);
                     else printf("the bits differ at launch %d: mma.sync kept)\n", t.samples);
                 }
             }
             return;
         }
-        if (g_flash_wgmma_kept[pass]) { wgmma(); return; }
+        if (t.kept) { wgmma(); return; }
     }
     mma(*rows);
 }
@@ -795,6 +794,27 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, float* Dv, const T* dout, co
 }
 #endif
 
+// D = rowsum(dout∘out) over each head's channels (B, NH, T): the backward's, and ring attention's
+// (context_parallel.h), each row's 8 lanes loading 16 bytes at a time where the pointers allow.
+template <class T>
+inline void attention_row_dots(const Ctx& ctx, float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        const size_t rows = (size_t)B * NH * T_;
+        constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
+        if (pack_width<T>(C / NH, {dout, out}) > 1)
+            attention_backward_D_kernel<T, P><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+        else
+            attention_backward_D_kernel<T, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    const size_t BTC = (size_t)B * T_ * C;
+    F32View<T> d(dout, BTC), o(out, BTC);
+    attention_row_dots_cpu(D, d.p, o.p, B, T_, C, NH);
+}
+
 // The ops. NKV: key/value heads (NKV = NH: multi-head attention, qkv rows of 3C; see the header).
 // The FLOPs counted are the products' over the causal half: each query head's, whatever NKV.
 template <class T>
@@ -826,13 +846,7 @@ inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* 
         static Buf<float> D_buf;
         float* D = gpu_scratch(D_buf, ctx, rows);
         const bool flash = use_flash<T>(C, NH);
-        if (!flash || !(g_flash_backward_passes & 2)) {  // D = rowsum(dout∘out) first (the flash dQ pass computes it itself)
-            constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
-            if (pack_width<T>(C / NH, {dout, out}) > 1)
-                attention_backward_D_kernel<T, P><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
-            else
-                attention_backward_D_kernel<T, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
-        }
+        if (!flash || !(g_flash_backward_passes & 2)) attention_row_dots(ctx, D, dout, out, B, T_, C, NH);  // (the flash dQ pass computes D itself)
         if (flash) { flash_backward(ctx, dqkv, D, dout, qkv, out, lse, B, T_, L); return; }
         attention_backward_dq_kernel<<<ceil_div(rows, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, L);
         attention_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * T_, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, L);
@@ -872,20 +886,6 @@ inline void attention_block_forward(const Ctx& ctx, float* o, float* lse, const 
 #endif
     F32View<T> x(qkv, (size_t)B * T_ * L.row()), y(kv, 2 * (size_t)B * Tk * L.kv());
     attention_block_forward_cpu(o, lse, x.p, y.p, B, T_, Tk, C, NH, NKV, q0, nq, k0, nk);
-}
-template <class T>
-inline void attention_row_dots(const Ctx& ctx, float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
-#ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) {
-        const size_t rows = (size_t)B * NH * T_;
-        attention_backward_D_kernel<T, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
-        CUDA_LAUNCH_CHECK();
-        return;
-    }
-#endif
-    const size_t BTC = (size_t)B * T_ * C;
-    F32View<T> d(dout, BTC), o(out, BTC);
-    attention_row_dots_cpu(D, d.p, o.p, B, T_, C, NH);
 }
 template <class T>
 inline void attention_block_backward(const Ctx& ctx, float* dx, float* dkv, const T* dout, const T* qkv, const T* kv,
