@@ -66,8 +66,9 @@ The model of a GPU:
   - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers or through a shared-memory
     descriptor, B through one, no-swizzle layouts only): a warpgroup (128 threads) collective,
     computed when all 128 reach a wgmma.wait_group, for the groups that wait completes; shared
-    memory is read then, and D written then (see "wgmma" below). The device reports compute
-    capability 9.0.
+    memory is read then, and D written then (see "wgmma" below); its 16 terms are added in mma's
+    order, or the other way (SIMT_WGMMA_REVERSE=1: a GPU whose two instructions round otherwise).
+    The device reports compute capability 9.0.
   - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
     bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
     the GELU's input, D = its tanh-approximation GELU), DGELU (D = x·gelu′(aux)) and BGRADB (the
