@@ -182,7 +182,8 @@ clean:
 # (124M and 1558M with --fp8-scaling delayed: one pass a quantization), torch (attention and a step against PyTorch), kernels (the
 # memory-bound ops and the linear layers against PyTorch eager and compiled), overlap (≥ 2
 # GPUs); not by default: fp16 (124M and 1558M with --precision fp16: the fp16 kernels and loss
-# scaling, against bf16's table), flash32 (train with --flash-rows 32), wgmma (train with --flash-wgmma 1), recompute (124M
+# scaling, against bf16's table), flash32 (train with --flash-rows 32), wgmma (train with --flash-wgmma 1), notune (124M
+# and 1558M with --matmul-tune 0: cuBLASLt's heuristic's first algorithm for every product), recompute (124M
 # and 1558M with --recompute selective, then full: the micro-batches that then fit, their speed), recipe (each
 # size at scripts/gpt2.sh's B and micro-batches a step per GPU of 8: the MFU of the real run's step), ncu (Nsight Compute's view of
 # each of our kernels in a 124M step: what limits it), ncu-wgmma (the same with --flash-wgmma 1), llama
@@ -202,6 +203,7 @@ bench: all
 	    fp16) bash dev/bench/bench_train.sh fp16 gpt2:124M gpt2:1558M ;; \
 	    flash32) FLASH_ROWS=32 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    wgmma) FLASH_WGMMA=1 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
+	    notune) MATMUL_TUNE=0 PROFILE=0 bash dev/bench/bench_train.sh bf16 gpt2:124M gpt2:1558M ;; \
 	    recompute) for r in selective full; do RECOMPUTE=$$r bash dev/bench/bench_train.sh bf16 gpt2:124M gpt2:1558M; echo; done ;; \
 	    recipe) RECIPE=1 PROFILE=0 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    torch) bash dev/bench/bench_vs_torch.sh ;; \
@@ -212,4 +214,4 @@ bench: all
 	    llama) bash dev/bench/bench_train.sh bf16 llama:d12 llama:1B llama:3B; \
 	           echo "## grouped-query attention (build/dev_attention B T C NH NKV time): Llama 3.2 1B's heads with NKV = NH and 8; 8B's"; \
 	           for s in "4 2048 2048 32 32" "4 2048 2048 32 8" "2 2048 4096 32 8"; do ./build/dev_attention $$s time; done ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 fp8 fp8-delayed fp16 flash32 wgmma recompute recipe torch kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    *) echo "make bench: unknown part '$$part' (train fp32 fp8 fp8-delayed fp16 flash32 wgmma notune recompute recipe torch kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

@@ -121,6 +121,8 @@ static const FlagDef FLAGS[] = {
     {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op and per kind of communication", false},
     {"overlap", "1", "0 | 1: overlap each unit's gradient all-reduce (DDP) or reduce-scatter (ZeRO), ZeRO-1/2's parameter all-gathers and ZeRO-3's prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
     {"flash-rows", "auto", "auto | 16 | 32: rows per warp in the 16-bit (bf16, fp16) flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread; the same results either way. auto: each pass times both at its first launch of a training step's size and keeps the faster (printed)", false},
+    {"matmul-tune", "1", "0 | 1: on a GPU, each matmul of at least 1e10 flops (every layer's, at a real size) runs, at its first call, each algorithm cuBLASLt's heuristic offers for it, and keeps the fastest of those that wrote the same bits as the heuristic's first (by 2%: timing noise); so the results are those of 0, which takes the heuristic's first untimed (each decision printed)", false},
+    {"classifier-staged", "auto", "auto | 0 | 1: on a GPU, whether the loss kernel (softmax, cross-entropy and dlogits in one pass over a row of logits) first copies its row into shared memory, reading device memory once instead of twice (where the row fits: GPT-2's 98 KB in bf16). auto: at its first call of 4096 rows or more it runs both ways on a copy of 4096 rows, hashing what each wrote, and keeps the staged kernel where it was faster and wrote the same bits (printed); the results are the same either way", false},
     {"flash-wgmma", "auto", "auto | 0 | 1: on a compute capability 9.0 GPU (H100, H200), whether the 16-bit (bf16, fp16) flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored. auto: each pass runs both ways at its first launches of a training step's size (its bits hashed) and keeps wgmma where it was faster and wrote the same bits every time (printed)", false},
 };
 
@@ -374,13 +376,18 @@ int main(int argc, char** argv) {
     const std::string flash_rows_flag = f.choice("flash-rows", {"auto", "16", "32"});
     const int flash_rows = flash_rows_flag == "auto" ? 16 : std::stoi(flash_rows_flag);  // (auto: 16 until timed)
     const std::string flash_wgmma = f.choice("flash-wgmma", {"auto", "0", "1"});
+    const bool matmul_tune = f.integer("matmul-tune", 0, 1);
+    const std::string classifier_staged = f.choice("classifier-staged", {"auto", "0", "1"});
 #ifdef LLMC_CUDA
+    g_matmul_tune = matmul_tune;  // (llmc/matmul.cuh)
+    g_classifier_staged = classifier_staged == "1";  // (llmc/fused_classifier.cuh)
+    g_classifier_staged_auto = classifier_staged == "auto";
     g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = flash_rows;  // (llmc/attention.cuh)
     g_flash_rows_auto = flash_rows_flag == "auto";
     g_flash_wgmma = flash_wgmma == "1";
     g_flash_wgmma_auto = flash_wgmma == "auto";
 #else
-    (void)flash_rows; (void)flash_wgmma;
+    (void)flash_rows; (void)flash_wgmma; (void)matmul_tune; (void)classifier_staged;
 #endif
     if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
 

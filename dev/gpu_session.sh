@@ -22,7 +22,8 @@
 #                           times; a step against compiled PyTorch), train (14 s on an H100),
 #                           check:playgrounds+hf (the kernel playgrounds; Hugging Face folders
 #                           against transformers), bench:wgmma (every size's step with
-#                           --flash-wgmma 1: against auto's choices). On an H100 on
+#                           --flash-wgmma 1: against auto's choices; 124M and 1558M with
+#                           --matmul-tune 0: against the tuned products). On an H100 on
 #                           2026-11-26: build 93 s, the checks 132 s, bench 168 s, train 14 s,
 #                           the playgrounds over 160 s:
 #                           about 10 minutes (the build's 93 s gone with .prebuilt/, below; the
@@ -51,7 +52,7 @@ steps=${1:?usage: dev/gpu_session.sh build,check[:PARTS],train,bench[:PARTS]|all
 outdir=${2:-}
 case $steps in
 all) steps=build,check,train,bench ;;
-core) steps=build,check:ops+wgmma+train+resume+pytorch,bench:train+torch,train,check:playgrounds+hf,bench:wgmma ;;
+core) steps=build,check:ops+wgmma+train+resume+pytorch,bench:train+torch,train,check:playgrounds+hf,bench:wgmma+notune ;;
 esac
 budget=${GPU_SESSION_SECONDS:-0}   # 0: no budget
 [[ $budget =~ ^[0-9]+$ ]] || { echo "gpu_session: GPU_SESSION_SECONDS must be a whole number of seconds, not '$budget'"; exit 2; }

@@ -50,6 +50,7 @@ test/gpucheck_ops.cu (CUDA vs CPU).
 #include <vector>
 #include "common.h"
 #include "profiler.h"
+#include "autotune.cuh"
 
 // Where head h's q, k and v lie in a row of qkv (see the header): q at h·hs, k at C + (h/G)·hs,
 // v at C + KV + (h/G)·hs, in rows of C + 2·KV elements.
@@ -543,7 +544,7 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
 // --flash-wgmma auto (g_flash_wgmma_auto, the trainer's default; on a compute capability 9.0 GPU):
 // each pass's first FLASH_WGMMA_SAMPLES launches of that size (the first step's layers) run with
 // wgmma and then with mma.sync (at its rows, chosen first), the first of them timed both ways,
-// each followed by a hash of every bit the pass wrote (flash_bits_hash); the run goes on with
+// each followed by a hash of every bit the pass wrote (gpu_bits_hash); the run goes on with
 // mma.sync's output. wgmma is then kept where it was faster and wrote the same bits every time.
 // The two add the same products in the same order, so they agree wherever the two instructions
 // round their sums alike (gpucheck_ops' wgmma part says, for the log, whether they do); where
@@ -572,77 +573,17 @@ inline const char* flash_pass_name(FlashPass pass) {
     return names[pass];
 }
 
-// launch() queued on ctx's stream once to warm up (a kernel's first launch loads its code), then
-// timed 3 times by CUDA events: the best, in ms. (Every flash pass overwrites its outputs, so
-// running it again changes nothing.)
-template <class F> inline float flash_time_ms(const Ctx& ctx, const F& launch) {
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    launch();
-    float best = INFINITY;
-    for (int rep = 0; rep < 3; rep++) {
-        CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
-        launch();
-        CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        best = fminf(best, t);
-    }
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    return best;
-}
 // The faster of 16 and 32 rows a warp for one pass: launch(rows) queues it. Sets *rows, notes it.
 template <class F>
 inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T_, int* rows, const F& launch) {
     static const char* what[3] = {"query rows a warp in the forward", "keys a warp in the dK/dV pass", "query rows a warp in the dQ pass"};
     float ms[2];
-    for (int v = 0; v < 2; v++) ms[v] = flash_time_ms(ctx, [&] { launch(16 << v); });
+    for (int v = 0; v < 2; v++) ms[v] = gpu_time_ms(ctx, [&] { launch(16 << v); });
     *rows = ms[1] < ms[0] ? 32 : 16;
     g_flash_tuned[pass] = true;
     if (g_rank == 0)
         printf("flash attention: %d %s (--flash-rows auto, timed at B=%d T=%d: %.3f ms with 16, %.3f ms with 32)\n",
                *rows, what[pass], B, T_, ms[0], ms[1]);
-}
-
-// A hash of the bits of n 32-bit words: Σ_i mix(mix(i) ⊕ w_i) in 64-bit integers (splitmix64's
-// mixer), whose sum is the same in any order: each block's threads' sums into partial[block].
-HD inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27; x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-__global__ void bits_hash_kernel(uint64_t* partial, const uint32_t* w, size_t n) {
-    __shared__ uint64_t sums[256];
-    uint64_t h = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) h += mix64(mix64(i) ^ w[i]);
-    sums[threadIdx.x] = h;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int t = 1; t < (int)blockDim.x; t++) h += sums[t];
-        partial[blockIdx.x] = h;
-    }
-}
-// The hash of the bytes of device buffers (each a multiple of 4 bytes), each region salted by its
-// place in the list; waits for the stream.
-struct BitsRegion { const void* p; size_t bytes; };
-inline uint64_t flash_bits_hash(const Ctx& ctx, std::initializer_list<BitsRegion> regions) {
-    const int blocks = 256;
-    static Buf<uint64_t> partial;
-    uint64_t* part = gpu_scratch(partial, ctx, (size_t)blocks * regions.size());
-    for (const BitsRegion& g : regions) {
-        bits_hash_kernel<<<blocks, 256, 0, ctx.stream>>>(part, (const uint32_t*)g.p, g.bytes / 4);
-        CUDA_LAUNCH_CHECK();
-        part += blocks;
-    }
-    std::vector<uint64_t> host((size_t)blocks * regions.size());
-    CUDA_CHECK(cudaMemcpyAsync(host.data(), partial.data(), host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, ctx.stream));
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    uint64_t h = 0;
-    for (size_t i = 0; i < host.size(); i++) h += mix64(host[i] + i / blocks);
-    return h;
 }
 
 // One flash pass, by the switches: wgmma() where --flash-wgmma 1 asks or auto kept it (running
@@ -659,10 +600,10 @@ inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int* rows,
         FlashWgmmaTrial& t = g_flash_wgmma_trial[pass];
         if (!t.decided && big) {  // a sample: wgmma, then mma.sync (whose output stays)
             const bool timed = t.samples == 0;
-            if (timed) t.ms_wgmma = flash_time_ms(ctx, wgmma); else wgmma();
-            const uint64_t bits_wgmma = flash_bits_hash(ctx, outs);
-            if (timed) t.ms_mma = flash_time_ms(ctx, [&] { mma(*rows); }); else mma(*rows);
-            const bool same = flash_bits_hash(ctx, outs) == bits_wgmma;
+            if (timed) t.ms_wgmma = gpu_time_ms(ctx, wgmma); else wgmma();
+            const uint64_t bits_wgmma = gpu_bits_hash(ctx, outs);
+            if (timed) t.ms_mma = gpu_time_ms(ctx, [&] { mma(*rows); }); else mma(*rows);
+            const bool same = gpu_bits_hash(ctx, outs) == bits_wgmma;
             t.samples++;
             if (!same || t.samples == FLASH_WGMMA_SAMPLES) {
                 t.decided = true;

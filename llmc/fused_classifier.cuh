@@ -21,7 +21,9 @@ TB/s over the bytes that must move, or 2.9 TB/s, the copy ceiling, if both reads
 device memory. So the second read seems to miss L2 (Nsight Compute would say). With
 g_classifier_staged the row is copied into shared memory once (cp.async) and read there: each
 logit crosses device memory twice (in, out) instead of three times. If that holds, 0.86 ms
-becomes about 0.57. dev/cuda/classifier.cu keeps the first version (three passes: max, sum,
+becomes about 0.57. Not yet timed on a GPU, so the trainer decides by timing both at its first
+call (--classifier-staged auto; the same bits either way, which the trial checks too).
+dev/cuda/classifier.cu keeps the first version (three passes: max, sum,
 gradient; one element per load) for comparison, and times all three.
 
 Vocabulary-parallel (tensor parallelism, tensor_parallel.h): rank r of `parts` holds the
@@ -36,12 +38,14 @@ Each rank's gradient then equals its columns of the one-rank gradient (to roundi
 sums are fp32, combined in double on the CPU, in fp32 on the GPU).
 
 Tests: test/test_ops.cpp (finite differences of the loss; the vocabulary-parallel pair against
-the one-pass op), test/gpucheck_ops.cu (CUDA vs CPU), the model against PyTorch, test/test_tp.sh.
+the one-pass op), test/gpucheck_ops.cu (CUDA vs CPU), the model against PyTorch, test/test_tp.sh,
+test/test_gpu_train.sh (--classifier-staged auto: the same training as 0 and 1).
 */
 #pragma once
 #include <cmath>
 #include "common.h"
 #include "profiler.h"
+#include "autotune.cuh"
 
 // The two passes over a row, which the one-pass op and the vocabulary-parallel pair share:
 // the max m of its first V elements and Σ exp(x − m) (in double), and the gradient written in
@@ -217,8 +221,22 @@ __global__ void classifier_finish_kernel(T* logits, float* losses, const float* 
     classifier_row_grad<T, 1>(row, row, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
 }
 // g_classifier_staged: the STAGED kernel where the row fits in a block's shared memory (GPT-2's
-// bf16 row is 98 KB: two blocks per H100 SM). Off until an H100 shows it faster.
-inline bool g_classifier_staged = false;
+// bf16 row is 98 KB: two blocks per H100 SM). g_classifier_staged_auto (--classifier-staged auto,
+// the trainer's default): at the first call with dlogits of at least g_classifier_tune_rows rows
+// (4096, a B·T of real size; LLMC_CLASSIFIER_TUNE_ROWS sets another), both kernels run on a copy
+// of its first CLASSIFIER_TUNE_SLICE rows (the kernel writes in place, so each run starts from
+// the rows copied again), are timed and their outputs hashed (autotune.cuh's rule): the staged
+// kernel is kept if it was faster by 2% and wrote the same bits, which it should (each thread
+// handles the same packs either way). The slice, 4096 rows, is 8 waves of the unstaged kernel's
+// rows in flight on an H100 and 16 of the staged one's: as the whole call, many rows per SM, so
+// whether pass 2 finds the row in L2 is as it is there. Rank 0 prints the decision.
+inline bool g_classifier_staged = false, g_classifier_staged_auto = false;
+inline long g_classifier_tune_rows = [] {
+    const char* e = getenv("LLMC_CLASSIFIER_TUNE_ROWS");
+    return e && atol(e) > 0 ? atol(e) : 4096L;
+}();
+constexpr int CLASSIFIER_TUNE_SLICE = 4096;
+inline int g_classifier_staged_kept = -1;  // auto's decision: −1 none yet, 0 unstaged, 1 staged
 // g_classifier_threads: the block (a row) size of the one-pass kernels, a multiple of 32 ≤ 1024.
 // With 512, four blocks fit an SM: 528 rows in flight on an H100, 52 MB of GPT-2 bf16 rows,
 // more than its 50 MB L2, which may be why pass 2's re-read seems to miss it (the header). 1024
@@ -231,6 +249,31 @@ template <class T, int P> inline size_t classifier_staged_ceiling() {  // (asked
 }
 #endif
 
+#ifdef LLMC_CUDA
+// --classifier-staged auto's trial (above): 1 if the staged kernel is kept. launch(staged, rows,
+// losses, n) runs a kernel on n rows.
+template <class T, class L> inline int classifier_tune_staged(const Ctx& ctx, const T* logits, int N, int Vp, const L& launch) {
+    const int R = std::min(N, CLASSIFIER_TUNE_SLICE);
+    const size_t bytes = (size_t)R * Vp * sizeof(T);
+    void* slice = nullptr;
+    if (cudaMalloc(&slice, bytes + R * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        if (g_rank == 0) printf("classifier: the unstaged kernel (--classifier-staged auto: no room for the %zu bytes of its trial)\n", bytes);
+        return 0;
+    }
+    T* rows = (T*)slice;
+    float* loss = (float*)((char*)slice + bytes);
+    const AutotunePick t = autotune_pick(ctx, 2,
+        [&] { CUDA_CHECK(cudaMemcpyAsync(rows, logits, bytes, cudaMemcpyDeviceToDevice, ctx.stream)); },
+        [&](int v) { return launch(v == 1, rows, loss, R); }, {{rows, bytes}, {loss, R * sizeof(float)}});
+    CUDA_CHECK(cudaFree(slice));
+    if (g_rank == 0)
+        printf("classifier: the %s kernel (--classifier-staged auto, timed on %d rows of %d: %.3f ms unstaged, %.3f ms staged%s)\n",
+               t.best == 1 ? "staged" : "unstaged", R, Vp, t.ms[0], t.ms[1], t.same ? "; the same bits" : ": the bits differ, unstaged kept");
+    return t.best == 1;
+}
+#endif
+
 template <class T>
 inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     OpScope prof(ctx, 0, 2.0 * N * Vp * sizeof(T) + 8.0 * N, "classifier (loss, dlogits)");  // logits in, dlogits out
@@ -239,11 +282,20 @@ inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int
         constexpr int P = PACK<T>;
         const size_t row_bytes = (size_t)Vp * sizeof(T);
         const bool packs = pack_width<T>(Vp, {logits}) > 1;
-        if (packs && g_classifier_staged && row_bytes <= classifier_staged_ceiling<T, P>()) {
-            SHARED_OPT_IN(fused_classifier_kernel<T, P, true>);
-            fused_classifier_kernel<T, P, true><<<N, g_classifier_threads, row_bytes, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
-        } else if (packs)
-            fused_classifier_kernel<T, P><<<N, g_classifier_threads, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+        auto launch = [&](bool staged, T* rows, float* loss, int n) {
+            constexpr int Q = PACK<T>;  // (P itself, named in here, nvcc would want captured)
+            if (staged) {
+                SHARED_OPT_IN(fused_classifier_kernel<T, Q, true>);
+                fused_classifier_kernel<T, Q, true><<<n, g_classifier_threads, row_bytes, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
+            } else
+                fused_classifier_kernel<T, Q><<<n, g_classifier_threads, 0, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
+            CUDA_LAUNCH_CHECK();
+            return true;
+        };
+        const bool stageable = packs && row_bytes <= classifier_staged_ceiling<T, P>();
+        if (stageable && g_classifier_staged_auto && g_classifier_staged_kept < 0 && N >= g_classifier_tune_rows && dloss != 0.0f)
+            g_classifier_staged_kept = classifier_tune_staged<T>(ctx, logits, N, Vp, launch);
+        if (packs) launch(stageable && (g_classifier_staged || (g_classifier_staged_auto && g_classifier_staged_kept == 1)), logits, losses, N);
         else
             fused_classifier_kernel<T, 1><<<N, g_classifier_threads, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         CUDA_LAUNCH_CHECK();

@@ -28,8 +28,10 @@ fuses them into the matmul's epilogue — cuBLASLt's GELU_AUX_BIAS (bias, GELU, 
 pre-activation stored as the aux matrix) and DGELU — saving a read and a write of the 4C-wide
 activation each way. g_gelu_fusion = false runs the matmul and the GELU kernel separately, and
 so does any product for which cuBLASLt's heuristic has no algorithm with the epilogue (the bias
-too: see lt_matmul). The algorithm the heuristic picks is cached per shape (a GPT-2 step issues
-~150 matmuls of a dozen distinct shapes).
+too: see lt_matmul). The algorithm is chosen once per shape and cached (a GPT-2 step issues
+~150 matmuls of a dozen distinct shapes): the heuristic's first that runs, or under --matmul-tune
+1 (the trainer's default) the fastest of its candidates that writes the same bits, timed at the
+first call (g_matmul_tune; autotune.cuh).
 
 Dtype T (float | bf16 | fp16): with bf16 (fp16) the matrices are bf16 (fp16) and the accumulator
 fp32 (cuBLASLt CUDA_R_16BF or CUDA_R_16F with CUBLAS_COMPUTE_32F); every output, an accumulated
@@ -49,13 +51,15 @@ The CPU does the same: the codes decoded, the fp32 loops, the scales' inverses (
 cuBLASLt refuses in FP8 runs on the dequantized codes in bf16 instead (fp8_linear), with a note.
 
 Tests: test/test_ops.cpp (finite differences; FP8 within its rounding bound), test/gpucheck_ops.cu
-(CUDA vs CPU), and the whole model against PyTorch.
+(CUDA vs CPU), the whole model against PyTorch, test/test_gpu_train.sh (--matmul-tune: tuned runs
+bit-identical to untuned ones; candidates that round otherwise refused).
 */
 #pragma once
 #include "common.h"
 #include "profiler.h"
 #include "gelu.cuh"
 #include "fp8.cuh"
+#include "autotune.cuh"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -225,6 +229,31 @@ template <class T> inline cudaDataType_t lt_type() {
     return std::is_same_v<T, float> ? CUDA_R_32F : std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
 }
 
+// --matmul-tune 1 (g_matmul_tune, the trainer's default): cuBLASLt's heuristic ranks its
+// candidate algorithms by a model of the GPU, without running them; its first is usually, not
+// always, the fastest. So at a product's first call (per shape, options and alignments: the
+// cache in lt_matmul) of at least g_matmul_tune_flops (1e10 flops, ~15 µs on an H100: every
+// layer's products in a training step of real size; LLMC_MATMUL_TUNE_FLOPS sets another), each
+// candidate that runs has its output hashed, and those that wrote the bits of the first (the
+// algorithm --matmul-tune 0 runs) are timed; the fastest is kept if it beat the first by 2%
+// (the timing's noise). autotune.cuh says why only the same bits count: tuning changes the speed,
+// never the numbers. The output: D, and the GELU's aux or the bias gradient where the epilogue
+// writes one. A product that accumulates (β ≠ 0: dW += …) runs each time on D as it was, copied
+// aside first (a temporary buffer of D's size; where it cannot be had, that product is not
+// tuned). A product whose D overlaps an operand is not tuned. Rank 0 prints each decision.
+inline bool g_matmul_tune = false;
+inline double g_matmul_tune_flops = [] {
+    const char* e = getenv("LLMC_MATMUL_TUNE_FLOPS");
+    return e && atof(e) > 0 ? atof(e) : 1e10;
+}();
+inline int g_lt_generation = 0;  // lt_algos_forget() bumps it: every product chooses its algorithm again
+inline void lt_algos_forget() { g_lt_generation++; }  // (the playground times v1's products tuned)
+// The bytes from p to the last element of a column-major rows×cols matrix with leading dimension ld.
+inline size_t lt_span(size_t rows, size_t cols, size_t ld, size_t elem) { return ((cols - 1) * ld + rows) * elem; }
+inline bool spans_overlap(const void* a, size_t na, const void* b, size_t nb) {
+    const char *x = (const char*)a, *y = (const char*)b;
+    return a && b && x < y + nb && y < x + na;
+}
 // D(m×n) = α·op(A)·op(B) + β·D with the epilogue, through cuBLASLt; false (nothing queued) when
 // it has no algorithm for it. A and B are T (or FP8: fp8), D, bias and aux TD (T, or float for
 // an fp32 result of 16-bit operands). bias_grad (fp32, n): the BGRADB epilogue,
@@ -277,6 +306,8 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
     using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t, bool, int>;
     struct Found { bool any; cublasLtMatmulAlgo_t algo; };
     static std::map<Key, Found> algos;
+    static int generation = 0;
+    if (generation != g_lt_generation) { algos.clear(); generation = g_lt_generation; }
     Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d,
             bias_grad != nullptr, fp8 ? 1 + 4 * g_fp8_fast_accum + 2 * (int)fp8->a + (int)fp8->b : 0};
     const char* what = fp8 ? "fp8" : dtype_name<T>();
@@ -305,11 +336,49 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
             fatal("cuBLASLt: the algorithm heuristic failed (status %d) for a %dx%dx%d %s matmul%s%s", (int)st, m, n, k, what,
                   epi_name ? " with the epilogue " : "", epi_name ? epi_name : "");
         Found f{false, {}};
-        for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && !f.any; i++) {
+        auto launch = [&](int i) {  // the heuristic's i-th candidate; false where cublasLtMatmul refuses it
             const cublasStatus_t r = run(heur[i].algo);
-            if (r == CUBLAS_STATUS_SUCCESS) f = Found{true, heur[i].algo};
-            else if (r != CUBLAS_STATUS_NOT_SUPPORTED) fatal("cuBLASLt: a %dx%dx%d %s matmul failed (status %d)", m, n, k, what, (int)r);
+            if (r != CUBLAS_STATUS_SUCCESS && r != CUBLAS_STATUS_NOT_SUPPORTED)
+                fatal("cuBLASLt: a %dx%dx%d %s matmul failed (status %d)", m, n, k, what, (int)r);
+            return r == CUBLAS_STATUS_SUCCESS;
+        };
+        // --matmul-tune: where the product is large enough, D can be rerun (its bytes a whole
+        // number of 32-bit words, and for β ≠ 0 contiguous and copied aside) and overlaps no input
+        const size_t ea = fp8 ? 1 : sizeof(T), d_bytes = lt_span(m, n, ldd, sizeof(TD));
+        const size_t aux_bytes = gelu != GeluEpi::None ? (size_t)m * n * sizeof(TD) : 0;
+        bool tune = g_matmul_tune && st == CUBLAS_STATUS_SUCCESS && found > 1 && 2.0 * m * n * k >= g_matmul_tune_flops &&
+                    alignment_of(D) >= 4 && d_bytes % 4 == 0 && aux_bytes % 4 == 0 && (beta == 0.0f || ldd == m) &&
+                    !spans_overlap(D, d_bytes, A, lt_span(transA ? k : m, transA ? m : k, lda, ea)) &&
+                    !spans_overlap(D, d_bytes, Bm, lt_span(transB ? n : k, transB ? k : n, ldb, ea)) &&
+                    !spans_overlap(D, d_bytes, aux, aux_bytes) && !spans_overlap(D, d_bytes, bias, (size_t)m * sizeof(TD));
+        void* saved = nullptr;
+        if (tune && beta != 0.0f) {
+            if (cudaMalloc(&saved, d_bytes) == cudaSuccess)
+                CUDA_CHECK(cudaMemcpyAsync(saved, D, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream));
+            else { cudaGetLastError(); saved = nullptr; tune = false; }  // (no room: the heuristic's first, untimed)
         }
+        if (tune) {
+            std::vector<BitsRegion> outs{{D, d_bytes}};
+            if (gelu == GeluEpi::Forward) outs.push_back({aux, aux_bytes});
+            if (bias_grad) outs.push_back({bias_grad, n * sizeof(float)});
+            auto restore = [&] {  // (β ≠ 0: D as it was)
+                if (saved) CUDA_CHECK(cudaMemcpyAsync(D, saved, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream));
+            };
+            const AutotunePick t = autotune_pick(ctx, found, restore, launch, outs);
+            if (saved) CUDA_CHECK(cudaFree(saved));
+            if (t.best >= 0) {
+                f = Found{true, heur[t.best].algo};
+                const std::string kept = t.best == t.first ? std::string("the heuristic's first kept")
+                                       : "candidate " + std::to_string(t.best + 1) + " of " + std::to_string(found) + " taken";
+                if (g_rank == 0)
+                    printf("matmul: %dx%dx%d %s%s%s%s: %s (--matmul-tune 1: %.3f ms against %.3f ms with the heuristic's first; "
+                           "%d of the %d others gave the same bits)\n", m, n, k, what, beta != 0.0f ? " accumulating" : "",
+                           epi_name ? " with the epilogue " : "", epi_name ? epi_name : "", kept.c_str(), t.ms[t.best], t.ms[t.first],
+                           t.same, found - t.first - 1);
+            }
+        }
+        for (int i = 0; !tune && st == CUBLAS_STATUS_SUCCESS && i < found && !f.any; i++)
+            if (launch(i)) f = Found{true, heur[i].algo};
         if (!f.any && found > 0 && st == CUBLAS_STATUS_SUCCESS) {  // (what it was asked, for whoever reads the log)
             std::string asked = std::string("op(A) ") + (transA ? "T" : "N") + ", op(B) " + (transB ? "T" : "N") + ", lda " +
                 std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldd " + std::to_string(ldd) + ", D " + dtype_name<TD>() +

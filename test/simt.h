@@ -79,7 +79,8 @@ The model of a GPU:
     fp32). It checks
     first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
     has the alignment promised to the heuristic. The heuristic offers two algorithms (the same
-    arithmetic); with SIMT_LT_NO_EPILOGUES=1 it finds none for a product with an epilogue, with
+    arithmetic; SIMT_LT_ALGOS=N offers N, and with SIMT_LT_ALGO_REVERSE=1 every second one sums
+    along k in reverse, other bits for --matmul-tune to refuse); with SIMT_LT_NO_EPILOGUES=1 it finds none for a product with an epilogue, with
     SIMT_LT_REFUSE=N cublasLtMatmul refuses the first N (NOT_SUPPORTED), with SIMT_LT_REFUSE_FP8=1
     every FP8 product, and BGRADB's fp32 sums beside a 16-bit D are INVALID_VALUE (cuBLASLt 13.1
     on an H100 answered so).
@@ -1236,7 +1237,10 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
     memcpy(&p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], v, n);
     return CUBLAS_STATUS_SUCCESS;
 }
-// It offers two algorithms (the same arithmetic), as cuBLASLt offers several.
+// It offers two algorithms (the same arithmetic), as cuBLASLt offers several; SIMT_LT_ALGOS=N
+// offers N (up to the number asked for), and with SIMT_LT_ALGO_REVERSE=1 the odd-numbered ones
+// (the 2nd, the 4th, …) add the products along k in the reverse order, rounding otherwise, as
+// another tiling may: --matmul-tune must then not take them (matmul.cuh).
 // SIMT_LT_NO_EPILOGUES=1: the heuristic has no algorithm for any epilogue (it answers
 // NOT_SUPPORTED, as cuBLASLt does), so that the backend's fallback for that case runs in tests.
 // The bias gradient (BGRADB) into an fp32 vector beside a 16-bit D: INVALID_VALUE, as cuBLASLt
@@ -1249,7 +1253,8 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
     *found = 0;
     if (no_epilogues && d->epi != CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d->epi == CUBLASLT_EPILOGUE_BGRADB && d->bias_type == CUDA_R_32F && ld->type != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
-    const int n = requested < 2 ? requested : 2;
+    static const int offered = getenv("SIMT_LT_ALGOS") && atoi(getenv("SIMT_LT_ALGOS")) > 0 ? atoi(getenv("SIMT_LT_ALGOS")) : 2;
+    const int n = requested < offered ? requested : offered;
     for (int i = 0; i < n; i++) {
         memset(&res[i], 0, sizeof(res[i]));
         memcpy(res[i].algo.align, p->align, sizeof(p->align));
@@ -1363,14 +1368,20 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, 
         for (size_t p = 0; p < k; p++) a[i * k + p] = simt::lt_read(A, ta_t, ta ? p + i * la->ld : i + p * la->ld);
     for (size_t j = 0; j < n; j++)
         for (size_t p = 0; p < k; p++) b[j * k + p] = simt::lt_read(B, tb_t, tb ? j + p * lb->ld : p + j * lb->ld);
+    static const bool reverse = getenv("SIMT_LT_ALGO_REVERSE") && strcmp(getenv("SIMT_LT_ALGO_REVERSE"), "0");
+    const bool backwards = reverse && algo->index % 2 == 1;
     simt::writes_arm(stream);  // D's and aux's pages, learnt as a kernel's are
     #pragma omp parallel for schedule(static)
     for (size_t j = 0; j < n; j++)
         for (size_t i = 0; i < m; i++) {
             const float *ai = &a[i * k], *bj = &b[j * k];
             float s = 0.0f;
-            #pragma omp simd reduction(+ : s)
-            for (size_t p = 0; p < k; p++) s += ai[p] * bj[p];
+            if (backwards)
+                for (size_t p = k; p-- > 0;) s += ai[p] * bj[p];
+            else {
+                #pragma omp simd reduction(+ : s)
+                for (size_t p = 0; p < k; p++) s += ai[p] * bj[p];
+            }
             float v = al * s;
             if (be != 0.0f) v += be * simt::lt_read(C, lc->type, i + j * lc->ld);
             if (has_bias) v += simt::lt_read(op->bias, to, i);

@@ -11,7 +11,9 @@
 #     B·1024·ACCUM, BATCH_SIZES as the micro-batches tried, PROFILE=0 as no --profile run,
 #     RECIPE=1 as scripts/gpt2.sh's B and micro-batches a step per GPU of 8
 #   - its table has one row per model, from the stand-in's log (the median of steps 2-6); under
-#     --flash-rows auto (the default) the rows a warp each run kept are listed under it
+#     --flash-rows auto (the default) the rows a warp each run kept are listed under it, and so are
+#     --flash-wgmma auto's kernels and the cuBLASLt candidates --matmul-tune 1 took; MATMUL_TUNE=0
+#     reaches the runs as --matmul-tune 0
 # usage: test/test_bench_train.sh TRAIN_GPT     Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -38,6 +40,12 @@ case " \$* " in *" --flash-wgmma auto "*)  # (llmc/attention.cuh: flash_run_pass
     echo "flash attention: mma.sync in the dQ pass (--flash-wgmma auto, timed at B=8 T=1024: 0.194 ms with mma.sync, 0.150 ms with wgmma; the bits differ at launch 1: mma.sync kept)"
     echo "flash attention: mma.sync in the dK/dV pass (--flash-wgmma auto, timed at B=8 T=1024: 0.285 ms with mma.sync, 0.300 ms with wgmma; the same bits at its first 3 launches)" ;;
 esac
+case " \$* " in *" --matmul-tune 1 "*)  # (llmc/matmul.cuh: lt_matmul)
+    echo "matmul: 3072x131072x768 bf16 with the epilogue bias+GELU: candidate 3 of 8 taken (--matmul-tune 1: 1.021 ms against 1.204 ms with the heuristic's first; 5 of the 7 others gave the same bits)"
+    echo "matmul: 768x131072x768 bf16 with the epilogue bias: the heuristic's first kept (--matmul-tune 1: 0.250 ms against 0.250 ms with the heuristic's first; 7 of the 7 others gave the same bits)"
+    echo "matmul: 768x768x131072 bf16 accumulating: candidate 2 of 8 taken (--matmul-tune 1: 0.540 ms against 0.560 ms with the heuristic's first; 2 of the 7 others gave the same bits)" ;;
+esac
+echo "classifier: the staged kernel (--classifier-staged auto, timed on 4096 rows of 50304: 0.430 ms unstaged, 0.290 ms staged; the same bits)"
 echo "peak GPU memory (this rank): 2048.0 MiB (2147483648 B)"
 printf 'profile: 5 steps, 1.00 ms per step\n  other (host, gaps)  0.10\n'
 EOF
@@ -58,6 +66,7 @@ bench accum BATCH_SIZES=16 ACCUM=8 PROFILE=0 -- gpt2:1558M
 bench recipe RECIPE=1 PROFILE=0 -- gpt2:124M gpt2:1558M
 PREC=fp8 bench fp8d FP8_SCALING=delayed PROFILE=0 -- gpt2:124M
 bench rows32 FLASH_ROWS=32 PROFILE=0 -- gpt2:124M
+bench notune MATMUL_TUNE=0 PROFILE=0 -- gpt2:124M
 
 # every command line, once more, on the real trainer: the size flags overridden to a tiny run
 accepted=0 refused=""
@@ -133,4 +142,16 @@ check(all(flag(l, "flash-wgmma") == "auto" for l in default) and "--flash-wgmma 
 r32 = lines("rows32")
 check(r32 and all(flag(l, "flash-rows") == "32" for l in r32) and "--flash-rows 32" in md("rows32").splitlines()[0]
       and "--flash-rows auto kept" not in md("rows32"), "FLASH_ROWS=32 (part flash32) reaches every run and the title, nothing tuned")
+algos = listing("default", "--matmul-tune 1 timed")
+check(all(flag(l, "matmul-tune") == "1" for l in default) and "--matmul-tune 1" in md("default").splitlines()[0]
+      and algos == [(m, "3 products tuned, 2 took another candidate than the heuristic's first; "
+                        "3072x131072x768 bf16 with the epilogue bias+GELU: 3 of 8 (1.021 | 1.204 ms); "
+                        "768x768x131072 bf16 accumulating: 2 of 8 (0.540 | 0.560 ms)") for m in ("gpt2:124M B=128", "gpt2:1558M B=64")],
+      f"by default --matmul-tune 1, and the candidates it took listed under the table ({algos})")
+loss = listing("default", "--classifier-staged auto kept")
+check(loss == [(m, "staged (0.430 | 0.290 ms on 4096 rows; the same bits)") for m in ("gpt2:124M B=128", "gpt2:1558M B=64")],
+      f"the loss kernel --classifier-staged auto kept, listed too ({loss})")
+nt = lines("notune")
+check(nt and all(flag(l, "matmul-tune") == "0" for l in nt) and "--matmul-tune 0" in md("notune").splitlines()[0]
+      and "--matmul-tune 1 timed" not in md("notune"), "MATMUL_TUNE=0 (part notune) reaches every run and the title, nothing listed")
 PY

@@ -7,7 +7,7 @@
 # records each call, writes the log that the real target
 # writes, and sleeps or fails on request), and:
 #   - the core preset runs build, gpucheck with the backend's parts, bench with train+torch, make
-#     train, the playgrounds, bench with wgmma, in that order, built for sm_90a on a 9.0 GPU
+#     train, the playgrounds, bench with wgmma and notune, in that order, built for sm_90a on a 9.0 GPU
 #     (sm_80 on an 8.0 one)
 #   - each part the core preset names is one test/gpucheck.sh or the Makefile's bench knows, and
 #     gpucheck.sh refuses a part it does not know (exit 2, naming it) before running anything
@@ -94,15 +94,15 @@ gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=ops w
 bench NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a BENCH_PARTS=train torch
 train NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a
 gpucheck NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a GPUCHECK_PARTS=playgrounds hf
-bench NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a BENCH_PARTS=wgmma"
-check "core: build, gpucheck (the backend's parts), bench (train torch), make train, the playgrounds, bench (wgmma), in order, for sm_90a" \
+bench NVCC_GENCODE=-gencode=arch=compute_90a,code=sm_90a BENCH_PARTS=wgmma notune"
+check "core: build, gpucheck (the backend's parts), bench (train torch), make train, the playgrounds, bench (wgmma notune), in order, for sm_90a" \
     diff <(echo "$expected") "$tmp/core.calls"
 check "core: exit 0 when every step passed" test "$(cat "$tmp/core.rc")" = 0
 check "core: the four logs reach OUTDIR (gpucheck's, train's, bench's and the summary)" \
     test -s "$tmp/out_core/$day-Stand-in_GPU-test.log" -a -s "$tmp/out_core/$day-Stand-in_GPU-test-train.log" \
          -a -s "$tmp/out_core/$day-Stand-in_GPU-test-bench.md" -a -s "$tmp/out_core/$day-Stand-in_GPU-test-session.txt"
 check "core: the summary names each step with its exit status" \
-    test "$(grep -cE '^(build|gpucheck \(ops wgmma train resume pytorch\)|bench \(train torch\)|gpucheck \(playgrounds hf\)|train|bench \(wgmma\)): exit 0, [0-9]+ s$' \
+    test "$(grep -cE '^(build|gpucheck \(ops wgmma train resume pytorch\)|bench \(train torch\)|gpucheck \(playgrounds hf\)|train|bench \(wgmma notune\)): exit 0, [0-9]+ s$' \
             "$tmp/out_core/$day-Stand-in_GPU-test-session.txt")" = 6
 
 # the preset's parts exist: gpucheck.sh's list, the Makefile's bench parts

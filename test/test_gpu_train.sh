@@ -13,6 +13,13 @@
 #         auto (each pass run both ways at its first large launch, wgmma kept where faster and
 #         of the same bits) bit-identical to 0, saying what it chose; and (emulator only) with a
 #         wgmma that rounds otherwise (SIMT_WGMMA_REVERSE=1) it keeps mma.sync, saying why
+#   matmul-tune  fp32 and bf16 with every product tuned (--matmul-tune 1 at LLMC_MATMUL_TUNE_FLOPS=1:
+#         each of cuBLASLt's candidates run, the fastest of the first's bits kept) bit-identical
+#         to --matmul-tune 0, saying what it kept; and (emulator only) with candidates that round
+#         otherwise (SIMT_LT_ALGO_REVERSE=1) it refuses them at every product
+#   classifier-staged  bf16 with the loss kernel's row staged in shared memory (1) and with
+#         auto (both kernels timed at its first call, the staged one kept where faster and of
+#         the same bits) bit-identical to 0, saying what it kept
 #   fp8   --precision fp8 (llmc/fp8.cuh: the blocks' products in FP8, cuBLASLt's FP8 kernels) against
 #         the CPU's emulation of it: within bf16's 2e-2 (both sides quantize their bf16 tensors with
 #         the same encode and power-of-two scales; as the runs' bf16 values part by a last bit, a
@@ -109,8 +116,9 @@ tuned = re.findall(r"^flash attention: (16|32) (?:query rows|keys) a warp in the
 print(("ok" if sorted(p for _, p in tuned) == ["dK/dV pass", "dQ pass", "forward"] else "not ok") +
       f" - bf16: --flash-rows auto times each pass once, at its first launch of LLMC_FLASH_TUNE_BLOCKS=1 blocks or more, and says what it keeps ({tuned})")
 print(("ok" if len(c) == 4 and c == a else "not ok") + " - bf16: --flash-rows auto (each pass's rows timed, then kept) trains bit-identically to 16")
-quiet = "flash attention:" not in open(f"{d}/default.out").read() and load(f"{d}/default.jsonl") == a
-print(("ok" if quiet else "not ok") + " - bf16: by default (auto) launches under 256 blocks are not timed (16 rows a warp: the same run)")
+quiet = all(w not in open(f"{d}/default.out").read() for w in ("flash attention:", "matmul:", "classifier:")) and load(f"{d}/default.jsonl") == a
+print(("ok" if quiet else "not ok") + " - bf16: by default (auto) launches under 256 blocks are not timed (16 rows a warp: the same run), "
+      "nor products under 1e10 flops (--matmul-tune), nor a loss kernel under 4096 rows (--classifier-staged auto): nothing printed")
 PY
     rm -rf "$tmp"
 }
@@ -159,6 +167,66 @@ PY
     rm -rf "$tmp"
 }
 flash_wgmma_auto
+# --matmul-tune 1 (the default): each product of LLMC_MATMUL_TUNE_FLOPS flops or more (1 here;
+# 1e10 by default, which d2's products are under) runs every algorithm cuBLASLt's heuristic
+# offers at its first call, and the fastest of those that wrote the first's bits is kept: the run
+# is --matmul-tune 0's whatever it chooses. On the emulator the heuristic offers 4
+# (SIMT_LT_ALGOS=4), and with SIMT_LT_ALGO_REVERSE=1 the 2nd and 4th sum along k in reverse: in
+# fp32, where no rounding to 16 bits can hide the difference, tuning must refuse both for every
+# product. (In bf16 a sum of a few hundred bf16 products is often exact in fp32, in any order:
+# the bits then agree because the results do. The default threshold keeps tuning to products
+# whose sums are long and whose outputs are millions of elements.) On a GPU the SIMT_ variables
+# are ignored, and the check is cuBLASLt's own candidates: the tuned runs bit-identical to 0.
+# --classifier-staged auto (the default), in the bf16 tuned run: at the first call of
+# LLMC_CLASSIFIER_TUNE_ROWS rows or more (1 here; 4096 by default, over d2's 256) the loss kernel
+# runs staged and not on a copy of the rows, and the staged one is kept only where it wrote the
+# same bits: 0, 1 and auto train alike, bit for bit (each thread handles the same packs either way).
+tuned_choices() {
+    local tmp; tmp=$(mktemp -d)
+    local base=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 2 --lr 1e-3 --val-data "" --seed 3)
+    local tune=(LLMC_MATMUL_TUNE_FLOPS=1 SIMT_LT_ALGOS=4)
+    "$BIN" "${base[@]}" --precision fp32 --matmul-tune 0 --log-file "$tmp/fp32-off.jsonl" >"$tmp/fp32-off.out" 2>&1
+    "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 0 --log-file "$tmp/bf16-off.jsonl" >/dev/null 2>&1
+    "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 1 --log-file "$tmp/bf16-staged.jsonl" >/dev/null 2>&1
+    env "${tune[@]}" LLMC_CLASSIFIER_TUNE_ROWS=1 "$BIN" "${base[@]}" --precision bf16 --log-file "$tmp/bf16-on.jsonl" >"$tmp/bf16-on.out" 2>&1 \
+        || tail -3 "$tmp/bf16-on.out" | sed 's/^/# /'
+    env "${tune[@]}" SIMT_LT_ALGO_REVERSE=1 "$BIN" "${base[@]}" --precision fp32 --log-file "$tmp/fp32-on.jsonl" >"$tmp/fp32-on.out" 2>&1 \
+        || tail -3 "$tmp/fp32-on.out" | sed 's/^/# /'
+    SIMT_LT_REFUSE=1 SIMT_LT_ALGO_REVERSE=1 "$BIN" "${base[@]}" --precision fp32 --matmul-tune 0 --log-file "$tmp/rev0.jsonl" >/dev/null 2>&1
+    ${PYTHON:-/usr/bin/python3} - "$tmp" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+def load(p):
+    try: return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
+    except OSError: return []
+line = re.compile(r"^matmul: \d+x\d+x\d+ (fp32|bf16)( accumulating)?( with the epilogue [a-zA-Z+ ]+)?: (the heuristic's first kept|candidate [234] of 4 taken) "
+                  r"\(--matmul-tune 1: [0-9.]+ ms against [0-9.]+ ms with the heuristic's first; ([0-3]) of the 3 others gave the same bits\)$", re.M)
+emulated = "gpu: CPU SIMT emulator" in open(f"{d}/fp32-off.out").read()
+off, on = load(f"{d}/bf16-off.jsonl"), load(f"{d}/bf16-on.jsonl")
+print(("ok" if len(off) == 2 and on == off else "not ok") + " - bf16: --matmul-tune 1 with every product tuned (and --classifier-staged auto) trains bit-identically to 0 (2 steps)")
+if emulated:
+    said = line.findall(open(f"{d}/bf16-on.out").read())
+    ok = len(said) >= 10 and all(s[4] == "3" for s in said)
+    print(("ok" if ok else "not ok") + f" - bf16: each product says once what it kept and that the 3 other candidates gave the same bits ({len(said)} products)")
+staged = load(f"{d}/bf16-staged.jsonl")
+print(("ok" if len(off) == 2 and staged == off else "not ok") + " - bf16: --classifier-staged 1 (the row in shared memory) trains bit-identically to 0")
+said = re.findall(r"^classifier: the (staged|unstaged) kernel \(--classifier-staged auto, timed on 256 rows of \d+: [0-9.]+ ms unstaged, "
+                  r"[0-9.]+ ms staged; the same bits\)$", open(f"{d}/bf16-on.out").read(), re.M)
+print(("ok" if len(said) == 1 else "not ok") + f" - bf16: --classifier-staged auto times both kernels once, at its first call of "
+      f"LLMC_CLASSIFIER_TUNE_ROWS=1 rows or more, sees the same bits and says what it keeps ({said})")
+off, on, rev0 = load(f"{d}/fp32-off.jsonl"), load(f"{d}/fp32-on.jsonl"), load(f"{d}/rev0.jsonl")
+if emulated:
+    print(("ok" if len(rev0) == 2 and rev0 != off else "not ok") + " - fp32: with SIMT_LT_ALGO_REVERSE=1 the 2nd candidate rounds otherwise (run alone, it trains differently)")
+    said = line.findall(open(f"{d}/fp32-on.out").read())
+    ok = len(said) >= 10 and all(s[4] == "1" and "candidate 2" not in s[3] and "candidate 4" not in s[3] for s in said)
+    print(("ok" if ok else "not ok") + f" - fp32: --matmul-tune 1 sees the 2nd and 4th candidates' bits differ at every product and never takes them ({len(said)} products)")
+else:
+    print("# SIMT_LT_ALGO_REVERSE is the emulator's (candidates that round otherwise): here the fp32 run tunes among this GPU's own")
+print(("ok" if len(off) == 2 and on == off else "not ok") + " - fp32: --matmul-tune 1 with every product tuned trains bit-identically to 0")
+PY
+    rm -rf "$tmp"
+}
+tuned_choices
 host_waits() {  # host_waits STEPS TOTAL_BATCH_TOKENS: the emulator's count of full waits (empty on a GPU; "failed")
     local out
     out=$(SIMT_COUNT_WAITS=1 "$BIN" --device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps "$1" --val-data "" \

@@ -15,6 +15,10 @@
 # FLASH_WGMMA=1 runs them with --flash-wgmma 1 (the wgmma flash attention; part wgmma), 0 with
 # mma.sync alone; the default auto keeps wgmma pass by pass where it was faster and gave the same
 # bits (compute capability 9.0; its choices are listed too).
+# (--classifier-staged auto's choice of loss kernel is listed too.)
+# MATMUL_TUNE=0 runs them with --matmul-tune 0 (cuBLASLt's heuristic's first algorithm, untimed;
+# part notune); the default 1 times the heuristic's candidates at each large product's first call
+# and keeps the fastest of the first's bits (llmc/matmul.cuh): the candidates it took are listed.
 # FP8_SCALING=delayed (with PRECISION fp8; part fp8-delayed) runs them with --fp8-scaling delayed
 # (llmc/fp8.cuh: one pass a quantization instead of two).
 # RECOMPUTE=selective|full runs them with --recompute (activation checkpointing, llmc/model.h;
@@ -32,12 +36,13 @@ prec=${1:-bf16}; shift || true
 models=${*:-gpt2:124M gpt2:350M gpt2:774M gpt2:1558M}
 rows=${FLASH_ROWS:-auto}
 wg=${FLASH_WGMMA:-auto}
+mt=${MATMUL_TUNE:-1}
 recompute=${RECOMPUTE:-none}
 extra=(); [ -n "${FP8_SCALING:-}" ] && extra=(--fp8-scaling "$FP8_SCALING")
 accum=${ACCUM:-1}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 bin=${TRAIN_GPT:-./train_gpt}  # (test/test_bench_train.sh gives a stand-in)
-echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec${FP8_SCALING:+ (--fp8-scaling $FP8_SCALING)}, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $([ "${RECIPE:-0}" = 1 ] && echo "scripts/gpt2.sh's B and micro-batches a step on 8 GPUs" || echo "$accum micro-batch(es) a step"), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
+echo "# bench_train on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), precision $prec${FP8_SCALING:+ (--fp8-scaling $FP8_SCALING)}, --flash-rows $rows --flash-wgmma $wg --matmul-tune $mt --recompute $recompute, $([ "${RECIPE:-0}" = 1 ] && echo "scripts/gpt2.sh's B and micro-batches a step on 8 GPUs" || echo "$accum micro-batch(es) a step"), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F)"
 echo
 echo "| model | B×T | tokens/s | MFU | step ms | peak GPU memory |"
 echo "|---|---|---|---|---|---|"
@@ -45,6 +50,8 @@ fits=()     # "model B accum" of each model that ran
 skipped=()  # each larger micro-batch that did not run, and why (the memory plan's refusal, an error)
 tuned=()    # --flash-rows auto: what each model's run chose, pass by pass, with both times
 kernels=()  # --flash-wgmma auto: the same for wgmma against mma.sync
+algos=()    # --matmul-tune 1: how many products each model's run tuned, and those that took another candidate
+staged=()   # --classifier-staged auto: the loss kernel each model's run kept
 for m in $models; do
     done_one=0
     Bs="64 32 16 8 4 2 1"; [ "$m" = gpt2:124M ] && Bs="128 $Bs"
@@ -55,7 +62,7 @@ for m in $models; do
         accum=$(( $(echo "$recipe" | sed -n 's/.*--total-batch-tokens \([0-9]*\).*/\1/p') / (Bs * 1024 * 8) ))
     fi
     for B in $Bs; do
-        timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" "${extra[@]}" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
+        timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --matmul-tune "$mt" --recompute "$recompute" "${extra[@]}" --model "$m" --batch-size $B --seq-len 1024 --steps 6 \
             --total-batch-tokens $((B * 1024 * accum)) \
             --val-data "" --log-file "$tmp/log.jsonl" >"$tmp/out.txt" 2>&1
         rc=$?
@@ -77,23 +84,25 @@ PY
         [ ${#fits[@]} = 0 ] && ran_on=$(grep -m1 '^gpu: ' "$tmp/out.txt")
         grep -q '(--flash-rows auto, ' "$tmp/out.txt" && tuned+=("$m B=$B: $(sed -n 's/^flash attention: \([0-9]* [a-z ]*\) in the \([a-zA-Z/ ]*\) (--flash-rows auto, timed at B=[0-9]* T=[0-9]*: \([0-9.]*\) ms with 16, \([0-9.]*\) ms with 32)$/\2 \1 (\3 | \4 ms)/p' "$tmp/out.txt" | paste -sd';' | sed 's/;/; /g')")
         grep -q '(--flash-wgmma auto, ' "$tmp/out.txt" && kernels+=("$m B=$B: $(sed -n 's/^flash attention: \([a-z.]*\) in the \([a-zA-Z/ ]*\) (--flash-wgmma auto, timed at B=[0-9]* T=[0-9]*: \([0-9.]*\) ms with mma.sync, \([0-9.]*\) ms with wgmma; \(.*\))$/\2 \1 (\3 | \4 ms, \5)/p' "$tmp/out.txt" | paste -sd';' | sed 's/;/; /g')")
+        n_tuned=$(grep -c '(--matmul-tune 1: ' "$tmp/out.txt")
+        [ "$n_tuned" -gt 0 ] && algos+=("$m B=$B: $n_tuned products tuned, $(grep '(--matmul-tune 1: ' "$tmp/out.txt" | grep -c ' taken (') took another candidate than the heuristic's first$(sed -n 's/^matmul: \(.*\): candidate \([0-9]* of [0-9]*\) taken (--matmul-tune 1: \([0-9.]*\) ms against \([0-9.]*\) ms .*$/; \1: \2 (\3 | \4 ms)/p' "$tmp/out.txt" | tr -d '\n')")
+        grep -q '(--classifier-staged auto, ' "$tmp/out.txt" && staged+=("$m B=$B: $(sed -n 's/^classifier: the \([a-z]*\) kernel (--classifier-staged auto, timed on \([0-9]*\) rows of [0-9]*: \([0-9.na]*\) ms unstaged, \([0-9.na]*\) ms staged\(.*\))$/\1 (\3 | \4 ms on \2 rows\5)/p' "$tmp/out.txt")")
         fits+=("$m $B $accum")
         break
     done
     [ $done_one = 1 ] || echo "| $m | — | does not fit (or failed: $(tail -1 "$tmp/out.txt")) | | | |"
 done
-if [ ${#skipped[@]} -gt 0 ]; then
-    echo; echo "Larger micro-batches that did not run:"; echo
-    for s in "${skipped[@]}"; do echo "- $s"; done
-fi
-if [ ${#tuned[@]} -gt 0 ]; then
-    echo; echo "Rows a warp in flash attention that --flash-rows auto kept (pass, rows, ms with 16 | 32):"; echo
-    for t in "${tuned[@]}"; do echo "- $t"; done
-fi
-if [ ${#kernels[@]} -gt 0 ]; then
-    echo; echo "Flash attention kernels that --flash-wgmma auto kept (pass, kernel, ms with mma.sync | wgmma, their bits):"; echo
-    for k in "${kernels[@]}"; do echo "- $k"; done
-fi
+listing() {  # listing HEADING ITEMS...: a list under the table, where there is anything to list
+    local heading=$1; shift
+    [ $# -gt 0 ] || return 0
+    echo; echo "$heading"; echo
+    printf -- '- %s\n' "$@"
+}
+listing "Larger micro-batches that did not run:" "${skipped[@]}"
+listing "Rows a warp in flash attention that --flash-rows auto kept (pass, rows, ms with 16 | 32):" "${tuned[@]}"
+listing "Flash attention kernels that --flash-wgmma auto kept (pass, kernel, ms with mma.sync | wgmma, their bits):" "${kernels[@]}"
+listing "Matmuls --matmul-tune 1 timed (the candidates it took: shape, which, ms with it | with the heuristic's first):" "${algos[@]}"
+listing "The loss kernel --classifier-staged auto kept (ms unstaged | staged):" "${staged[@]}"
 [ -n "${ran_on:-}" ] && { echo; echo "The trainer's own line: \`$ran_on\`"; }
 profiled=()
 [ ${#fits[@]} -gt 0 ] && profiled=("${fits[0]}")
@@ -102,10 +111,10 @@ profiled=()
 for mb in "${profiled[@]}"; do
     set -- $mb
     echo
-    echo "Where a step of $1 (B=$2, T=1024, $prec, --flash-rows $rows --flash-wgmma $wg --recompute $recompute, $3 micro-batch(es) a step) goes (--profile 1: CUDA events around each op, the steps after the first):"
+    echo "Where a step of $1 (B=$2, T=1024, $prec, --flash-rows $rows --flash-wgmma $wg --matmul-tune $mt --recompute $recompute, $3 micro-batch(es) a step) goes (--profile 1: CUDA events around each op, the steps after the first):"
     echo
     echo '```'
-    timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --recompute "$recompute" "${extra[@]}" --model "$1" --batch-size "$2" --seq-len 1024 --total-batch-tokens $(($2 * 1024 * $3)) \
+    timeout -k 10 "${RUN_LIMIT:-300}" "$bin" --device cuda --precision "$prec" --flash-rows "$rows" --flash-wgmma "$wg" --matmul-tune "$mt" --recompute "$recompute" "${extra[@]}" --model "$1" --batch-size "$2" --seq-len 1024 --total-batch-tokens $(($2 * 1024 * $3)) \
         --steps 6 --val-data "" --profile 1 2>&1 | sed -n '/^profile:/,/^  other/p'
     echo '```'
 done

@@ -16,6 +16,10 @@ checks, not a speed path).
       recording step on the checked rows, both devices), so each quantize is one pass that casts
       and records the amax (atomicMax): one read of each bf16 operand instead of two. Checked as
       v3 (both sides quantize with the same history's scales)
+  v6: v1 with --matmul-tune 1 (matmul.cuh: g_matmul_tune), every product tuned here (the checked
+      rows' too): at its first call each of cuBLASLt's candidates runs, and the fastest of those
+      that wrote the heuristic's first's bits is kept (each decision printed). Against v1: what
+      tuning gains at these shapes
 The layers of one block and the classifier, at N = B·T rows:
   qkv         C → 3C, bias
   attproj     C → C, bias
@@ -121,9 +125,12 @@ static Layer mlp(int N, int C) {
 }
 
 static void run(Layer& L, int version, int N, int check) {
-    g_gelu_fusion = version == 1;
+    g_gelu_fusion = version == 1 || version == 6;
+    g_matmul_tune = version == 6;
+    const double tune_flops = g_matmul_tune_flops;
+    if (version == 6) { g_matmul_tune_flops = 1; lt_algos_forget(); }
     Ctx cpu = cpu_ctx, gpu = gpu_ctx;
-    cpu.fp8 = gpu.fp8 = version >= 3;
+    cpu.fp8 = gpu.fp8 = version >= 3 && version <= 5;  // (v3-v5)
     g_fp8_fast_accum = version == 4;
     Tensors& t = *L.t;
     const long dequantized_before = g_fp8_dequantized_products;
@@ -160,6 +167,7 @@ static void run(Layer& L, int version, int N, int check) {
         printf("    (cuBLASLt refused these FP8 products: they ran as bf16 products of the dequantized values)\n");
     g_gelu_fusion = true;
     g_fp8_fast_accum = false;
+    if (version == 6) { g_matmul_tune = false; g_matmul_tune_flops = tune_flops; lt_algos_forget(); }
 }
 
 // dbias += the column sums of dout (N × OC): each BiasGrad way, checked on `check` rows, then timed
@@ -214,6 +222,7 @@ int main(int argc, char** argv) {
         layers.push_back(linear("classifier", N, C, Vp, false));
         for (Layer& L : layers) run(L, 1, N, check);
         run(layers[2], 2, N, check);  // the MLP with its GELU apart
+        for (Layer& L : layers) run(L, 6, N, check);  // tuned
         if (fp8_device_problem(gpu_ctx).empty() && fp8_shape_problem(N, C, 16).empty() && check % 16 == 0)
             for (int v : {3, 4, 5})
                 for (int l = 0; l < 3; l++) run(layers[l], v, N, check);  // FP8: the blocks' layers
