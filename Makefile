@@ -60,8 +60,11 @@ deps:
 	@bash scripts/install_deps.sh build
 
 ifneq ($(NVCC),)
+# (-keep: nvcc's intermediate files stay in build/nvcc_keep, among them the sm_80 PTX that
+# test_ptxas compiles for Blackwell, instead of its compiling the trainer again)
 train_gpt: train_gpt.cu $(HEADERS)
-	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -Xcompiler -fopenmp,-march=$(HOST_ARCH) $(MPI_FLAGS) $(NCCL_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lgomp
+	@mkdir -p build/nvcc_keep
+	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -keep -keep-dir build/nvcc_keep -Xcompiler -fopenmp,-march=$(HOST_ARCH) $(MPI_FLAGS) $(NCCL_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lgomp
 else
 train_gpt: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
@@ -105,10 +108,13 @@ gpu-deps:
 	@bash scripts/install_deps.sh gpu
 
 # the GPU op checks: compiled by `make test` wherever nvcc exists (so CUDA that does not compile
-# fails CI), run by `make gpucheck`
+# fails CI), run by `make gpucheck`. ptxas's report on every kernel (-Xptxas -v: registers,
+# spills, serialized wgmma) goes to build/gpucheck_ops.ptxas.txt, which test_ptxas reads; what
+# else the compilers say is shown.
 build/gpucheck_ops: test/gpucheck_ops.cu $(HEADERS)
 	@mkdir -p build
-	$(NVCC) -O2 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -Xcompiler -fopenmp $< -o $@ $(LDLIBS) -lcublasLt -lgomp
+	$(NVCC) -O2 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -Xptxas -v -Xcompiler -fopenmp $< -o $@ $(LDLIBS) -lcublasLt -lgomp \
+	    2>build/gpucheck_ops.ptxas.txt; rc=$$?; grep -Ev '^ptxas info|^    [0-9]+ bytes stack frame' build/gpucheck_ops.ptxas.txt >&2; exit $$rc
 
 # kernel playgrounds (dev/cuda): compiled with the tests, run by hand on a GPU
 DEV_CUDA := $(patsubst dev/cuda/%.cu,build/dev_%,$(wildcard dev/cuda/*.cu))

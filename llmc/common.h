@@ -754,7 +754,13 @@ inline void cuda_ctx_init(Ctx* ctx, int index) {
     CUDA_CHECK(cudaStreamCreate(&ctx->stream));
     CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
     ctx->workspace_size = 32u << 20;
-    CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_size));
+    if (cudaMalloc(&ctx->workspace, ctx->workspace_size) != cudaSuccess) {  // the first allocation: say why, in one line
+        cudaGetLastError();
+        size_t free_bytes = 0, total = 0;
+        cudaMemGetInfo(&free_bytes, &total);
+        fatal("GPU %d has %s free of %s, less than the %s cuBLASLt workspace the CUDA backend allocates first (other processes hold the rest?)",
+              index, format_bytes((double)free_bytes).c_str(), format_bytes((double)total).c_str(), format_bytes((double)ctx->workspace_size).c_str());
+    }
     g_cuda_active = true;
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run_tests — the whole CPU suite (`make test`). Each part prints "ok - …" / "not ok - …" lines;
-# this script runs them in order, counts, and ends with the summary line "N passed, N failed".
+# this script runs them (two at a time: TEST_JOBS, below), reports them in order, counts, and ends
+# with the summary line "N passed, N failed".
 # A part that dies without reporting counts as a failure. Exit status: 0 only if all passed.
 #   test_ops            every op's backward vs finite differences; model gradient; AdamW; data order
 #   test_cli            bad input → one clear line; --help; model file round trips; checkpoint layout
@@ -62,18 +63,45 @@ log=build/test.log
 mkdir -p build; : > "$log"
 pass=0; fail=0
 
-part() {  # part NAME COMMAND...
-    local name=$1; shift
-    local start=$SECONDS out rc
+# Parts run TEST_JOBS at a time (default 2; TEST_JOBS=1 runs them one after another), each into
+# its own file under build/test_parts; each is reported, in the order listed here, once it and
+# every part before it have ended: its failures and diagnostics (the "ok" lines go to the log),
+# then its count, its wall time and the cores it kept busy on average (CPU time over wall time).
+# Two at once fill the cores that one part leaves idle (a single-threaded step, a rank waiting
+# for another, a compiler) on a CI machine of 2 cores; the parts share no files (each works in
+# its own mktemp folder; test/small_vocab.py writes its shared data under temporary names).
+jobs_max=${TEST_JOBS:-2}
+parts=build/test_parts
+rm -rf "$parts"; mkdir -p "$parts"
+names=() started=0 shown=0
+
+run_part() {  # run_part N COMMAND... (in a subshell): N.out its output, N.end "status wall-seconds cpu-seconds"
+    local n=$1 start=$SECONDS rc; shift
+    "$@" >"$parts/$n.out" 2>&1; rc=$?
+    times >"$parts/$n.times"  # this subshell's own CPU time and its children's: the part's
+    echo "$rc $((SECONDS - start)) $(awk '{ for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } } END { printf "%d", s }' "$parts/$n.times")" \
+        >"$parts/$n.end.tmp" && mv "$parts/$n.end.tmp" "$parts/$n.end"
+}
+report() {  # report N
+    local n=$1 name=${names[$1]} rc wall cpu p f
+    read -r rc wall cpu <"$parts/$n.end"
     echo "== $name"
-    out=$("$@" 2>&1); rc=$?
-    echo "$out" | tee -a "$log" | grep -v '^ok - ' || true   # show failures and diagnostics only
-    local p f
-    p=$(echo "$out" | grep -c '^ok - ')
-    f=$(echo "$out" | grep -c '^not ok - ')
-    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then echo "not ok - $name exited with status $rc"; f=1; fi
-    echo "   $name: $p passed, $f failed ($((SECONDS - start)) s)"
+    tee -a "$log" <"$parts/$n.out" | grep -v '^ok - ' || true   # show failures and diagnostics only
+    p=$(grep -c '^ok - ' "$parts/$n.out")
+    f=$(grep -c '^not ok - ' "$parts/$n.out")
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then echo "not ok - $name exited with status $rc" | tee -a "$log"; f=1; fi
+    echo "   $name: $p passed, $f failed ($wall s, $(awk -v c="$cpu" -v w="$wall" 'BEGIN { printf "%.1f", (w > 0 ? c / w : 0) }') cores)"
     pass=$((pass + p)); fail=$((fail + f))
+}
+report_ended() {  # the parts not yet reported whose predecessors all were, as far as they have ended
+    while [ "$shown" -lt "$started" ] && [ -e "$parts/$shown.end" ]; do report "$shown"; shown=$((shown + 1)); done
+}
+part() {  # part NAME COMMAND...: started once fewer than TEST_JOBS parts run
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; report_ended; done
+    names[started]=$1; shift
+    run_part "$started" "$@" &
+    started=$((started + 1))
+    report_ended
 }
 
 binaries=(./train_gpt)
@@ -150,6 +178,7 @@ part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda CO
 part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt
 part "test_pp (emulated GPU, pp=2, tp=2 x pp=2, interleaved pp=2 and 3; NCCL over MPI)" env DEVICE=cuda COMM=nccl PP_QUICK=1 bash test/test_pp.sh build/train_gpt_simt
 part "test_cp (emulated GPU, cp=2 and dp=2 x cp=2; NCCL over MPI)" env DEVICE=cuda COMM=nccl CP_QUICK=1 bash test/test_cp.sh build/train_gpt_simt
+wait; report_ended
 if [ -x build/gpucheck_ops ]; then
     echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80, and sm_80 PTX for newer GPUs); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"
 else

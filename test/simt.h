@@ -170,6 +170,10 @@ namespace simt {
 
 // ---- fibers: a stack and a saved stack pointer each; switch(save, to) stores the callee-saved
 // registers on the current stack, saves its pointer in *save and resumes the fiber at `to`.
+// The floating-point control words (MXCSR, the x87 control word: rounding mode, flush to zero)
+// are not switched: a block's fibers share their OS thread's, which no code here changes.
+// (Saving and restoring them, as a general-purpose fiber library does, took ~80% of each switch,
+// and switches are most of an emulated run: a warp collective is two per lane.)
 #ifdef __x86_64__
 extern "C" void simt_switch(void** save, void* to);
 asm(R"(
@@ -183,14 +187,8 @@ simt_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -213,6 +211,7 @@ struct WgmmaOp {  // issued, not yet computed
 };
 struct Fiber {
     void* sp = nullptr;
+    uint3 tid{};       // its threadIdx
     State state = READY;
     unsigned warp_ops = 0;  // warp collectives passed: lanes must agree at each one
     std::vector<AsyncCopy> copies;  // this thread's cp.async in flight: they land at its wait
@@ -228,6 +227,10 @@ struct WarpSlots {             // what the lanes of a warp exchange, double-buff
     uint32_t x[2][32];         // shuffles
     uint32_t a[2][32][4], b[2][32][2];  // mma operands
     const void* row[2][32];             // ldmatrix row addresses
+    // an mma's A (16×16) and B (16×8) as fp32, decoded once by the first lane past its barrier
+    // (the op's warp_ops count, to tell), not by each lane for its own outputs
+    float af[2][16][16], bf[2][16][8];
+    unsigned mma_decoded[2];
 };
 struct BlockRun {              // one OS thread's block in flight
     const char* kernel = "";
@@ -238,6 +241,7 @@ struct BlockRun {              // one OS thread's block in flight
     char* stacks = nullptr;
     size_t stack_bytes = 0, nstacks = 0;
     void* sched_sp = nullptr;
+    uint3* thread_idx = nullptr;  // this OS thread's threadIdx (its address: no TLS wrapper call a switch)
 #ifndef __x86_64__
     ucontext_t sched_uc;
 #endif
@@ -249,7 +253,7 @@ static const size_t STACK_BYTES = 128 << 10, PAGE = 4096;
 
 inline void resume(BlockRun& r, int i) {  // scheduler → fiber i, until it blocks or ends
     r.cur = i;
-    threadIdx.x = i % blockDim.x; threadIdx.y = i / blockDim.x % blockDim.y; threadIdx.z = i / (blockDim.x * blockDim.y);
+    *r.thread_idx = r.fibers[i].tid;
 #ifdef __x86_64__
     simt_switch(&r.sched_sp, r.fibers[i].sp);
 #else
@@ -285,18 +289,18 @@ inline void start_fibers(BlockRun& r) {
     }
     r.fibers.assign(r.nthreads, Fiber{});
     r.warps.resize((r.nthreads + 31) / 32);
+    for (WarpSlots& w : r.warps) w.mma_decoded[0] = w.mma_decoded[1] = ~0u;  // (op counts restart each block)
+    r.thread_idx = &threadIdx;
     for (int i = 0; i < r.nthreads; i++) {
+        r.fibers[i].tid = {(unsigned)i % blockDim.x, (unsigned)i / blockDim.x % blockDim.y, (unsigned)i / (blockDim.x * blockDim.y)};
         char* top = r.stacks + (size_t)(i + 1) * (STACK_BYTES + PAGE);
 #ifdef __x86_64__
-        // what simt_switch pops: fp control (mxcsr, x87), six registers, then fiber_main as the
-        // return address, placed so that fiber_main starts with the ABI's stack alignment
+        // what simt_switch pops: six registers, then fiber_main as the return address, placed
+        // so that fiber_main starts with the ABI's stack alignment
         uintptr_t* s = (uintptr_t*)(((uintptr_t)top & ~(uintptr_t)15) - 16);
         s[0] = (uintptr_t)&fiber_main;
         s -= 6;
         for (int k = 0; k < 6; k++) s[k] = 0;
-        s -= 1;
-        uint32_t csr[2] = {0x1f80u, 0x037fu};  // default MXCSR and x87 control word
-        memcpy(s, csr, 8);
         r.fibers[i].sp = s;
 #else
         getcontext(&r.fibers[i].uc);
@@ -392,13 +396,19 @@ inline void mma_m16n8k16(float* c, const uint32_t* a, const uint32_t* b, bool fp
     memcpy(w.a[buf][lane], a, 16);
     memcpy(w.b[buf][lane], b, 8);
     warp_barrier();
-    auto A = [&](int row, int k) { return half_value(w.a[buf][(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2, fp16); };
-    auto B = [&](int k, int n) { return half_value(w.b[buf][n * 4 + (k % 8) / 2][k / 8], k % 2, fp16); };
+    const unsigned op = tl_run->me().warp_ops;
+    if (w.mma_decoded[buf] != op) {
+        for (int row = 0; row < 16; row++)
+            for (int k = 0; k < 16; k++) w.af[buf][row][k] = half_value(w.a[buf][(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2, fp16);
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < 8; n++) w.bf[buf][k][n] = half_value(w.b[buf][n * 4 + (k % 8) / 2][k / 8], k % 2, fp16);
+        w.mma_decoded[buf] = op;
+    }
     const int g = lane / 4, t = lane % 4;
     for (int e = 0; e < 4; e++) {
         int row = g + 8 * (e / 2), col = 2 * t + e % 2;
         float s = c[e];
-        for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
+        for (int k = 0; k < 16; k++) s += w.af[buf][row][k] * w.bf[buf][k][col];
         c[e] = s;
     }
 }

@@ -290,13 +290,17 @@ ONCE=$quick gpu_vs_cpu fp16 2.5e-3
 #   --batch-size auto picks that same suggestion and trains (or, where not even B=1 fits, says
 #   so: exit 2), and a model state larger than the GPU is refused before it is allocated
 #   (planner.h: plan_state; exit 2, one line)
-# GPT-2's vocabulary here even under GPU_TRAIN_VOCAB: with 250 tokens a d2 keeps ~8-12 KB of
-# activations a position, and the kernels' scratch (~104 B a position: attention's D rows, the
-# encoder's indices, the column-sum partials) is 0.9-1.3% of them, which the plan's fixed 64 MiB
-# covers but its 1% share does not; and the state would be smaller than the cuBLASLt workspace
+# A vocabulary of 8192 here (the Bible folded to it, test/small_vocab.py), GPU_TRAIN_VOCAB or not:
+# with 250 tokens a d2 keeps ~8-12 KB of activations a position, and the kernels' scratch (~104 B
+# a position: attention's D rows, the encoder's indices, the column-sum partials) is 0.9-1.3% of
+# them, which the plan's fixed 64 MiB covers but its 1% share does not; with 8192 the logits make
+# them ~27 KB, the scratch ~0.4%. (GPT-2's 50257 made them ~112 KB, and these 12 runs most of
+# the emulated suite's time, for a bound 10x looser.)
 memory_plan() {
     local tmp; tmp=$(mktemp -d)
-    local flags=(--device cuda --model d2 --seq-len 64 --steps 1 --val-data "" --precision bf16)
+    ${PYTHON:-/usr/bin/python3} test/small_vocab.py build/data 8192 ||
+        { echo "not ok - memory plan: test/small_vocab.py could not fold the Bible to 8192 tokens"; rm -rf "$tmp"; return; }
+    local flags=(--device cuda --model d2 --vocab-size 8192 --train-data "build/data/kjv8192_train_*.bin" --seq-len 64 --steps 1 --val-data "" --precision bf16)
     "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/run.out" 2>&1 || tail -3 "$tmp/run.out" | sed 's/^/# /'
     local r
     for r in selective full; do  # (model.h: Recompute) fewer activations kept: the prediction follows
@@ -309,18 +313,18 @@ memory_plan() {
     # at odd elements (2-byte aligned, as cuBLASLt is told), and fc projection's input, 4C = 516
     # wide, rules out cuBLASLt's DGELU epilogue (rows a multiple of 8), so the GELU backward keeps
     # its product in an fp32 scratch, B·T·4C floats, which the plan counts (model.h:
-    # gpt_gelu_scratch_bytes): 2.0% of the activations here, past the 1% were it not counted
+    # gpt_gelu_scratch_bytes): 8.7% of the activations here, past the 1% were it not counted
     ${PYTHON:-/usr/bin/python3} -c "
 import sys; sys.path.insert(0, 'test')
 import gpt2_torch as g
-cfg = dict(maxT=64, V=50257, L=1, NH=3, C=129, Vp=50304)
+cfg = dict(maxT=64, V=8192, L=1, NH=3, C=129, Vp=8192)
 g.write_model(sys.argv[1], cfg, g.random_params(cfg, 1))" "$tmp/odd.bin"
     "$BIN" "${flags[@]/d2/$tmp/odd.bin}" --batch-size 16 >"$tmp/run_odd.out" 2>&1 || tail -3 "$tmp/run_odd.out" | sed 's/^/# /'
     # --precision fp8: the FP8 products' scratch, in the memory line beside the activations
     "$BIN" "${flags[@]/bf16/fp8}" --batch-size 16 >"$tmp/run_fp8.out" 2>&1 || tail -3 "$tmp/run_fp8.out" | sed 's/^/# /'
     # (emulator only) and where cuBLASLt refuses FP8 products (SIMT_LT_REFUSE_FP8=1): the trainer
     # finds so before its plan (matmul.cuh: fp8_products_run), which then counts the dequantized
-    # fallback's bf16 operands (~2 MB here, 1.9% of the activations: past the 1% were it unplanned)
+    # fallback's bf16 operands (~2 MB here, 7.4% of the activations: past the 1% were it unplanned)
     local fallback=()
     if grep -q '^gpu: CPU SIMT emulator' "$tmp/run.out"; then
         SIMT_LT_REFUSE_FP8=1 "$BIN" "${flags[@]/bf16/fp8}" --batch-size 16 >"$tmp/run_fp8_fallback.out" 2>&1 ||
@@ -405,11 +409,18 @@ PY
         else
             echo "not ok - memory plan: B=16 on an emulated GPU of $cap B: exit $rc, no advice ($(tail -1 "$tmp/small.out"))"
         fi
-        SIMT_GPU_MEMORY=$(( state / 2 )) "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/tiny.out" 2>&1
+        # room for the cuBLASLt workspace (32 MiB, cuda_ctx_init's) and half the model state
+        SIMT_GPU_MEMORY=$(( 32 * 1048576 + state / 2 )) "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/tiny.out" 2>&1
         rc=$?
         [ $rc = 2 ] && [ "$(grep -c '^error' "$tmp/tiny.out")" = 1 ] && ! grep -q '^step ' "$tmp/tiny.out" &&
             grep -q '^error: the model state needs .* a rank (parameters .* at --zero 0), but the GPU has .* free; spread it over more ranks' "$tmp/tiny.out" && r=ok || r="not ok"
         echo "$r - memory plan: a model state larger than the GPU is refused in one line before it is allocated, nothing trained (exit $rc: $(tail -1 "$tmp/tiny.out"))"
+        # no room even for the workspace: one line saying so, before anything else
+        SIMT_GPU_MEMORY=$(( 16 * 1048576 )) "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/none.out" 2>&1
+        rc=$?
+        [ $rc = 1 ] && [ "$(wc -l <"$tmp/none.out")" = 1 ] &&
+            grep -q '^error: GPU 0 has 16.0 MiB free of 16.0 MiB, less than the 32.0 MiB cuBLASLt workspace the CUDA backend allocates first' "$tmp/none.out" && r=ok || r="not ok"
+        echo "$r - a GPU with less free memory than the cuBLASLt workspace: one line naming both, exit 1 (exit $rc: $(tail -1 "$tmp/none.out"))"
     fi
     rm -rf "$tmp"
 }

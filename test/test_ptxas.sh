@@ -8,8 +8,10 @@
 # but ptxas then waits for every product before the next ("C75xx: wgmma.mma_async instructions
 # are serialized ..."), silently undoing the software pipeline (llmc/flash_attention_hopper.cuh,
 # wgmma_pipeline_step). Only its -v report shows it, so this reads that report.
-# Compiles test/gpucheck_ops.cu (which instantiates every kernel) to an sm_90a cubin with
-# -Xptxas -v; prints each wgmma kernel's registers. Needs nvcc; skips with a line without it.
+# Reads ptxas's -v report on test/gpucheck_ops.cu (which instantiates every kernel), written by
+# the Makefile's build of build/gpucheck_ops (build/gpucheck_ops.ptxas.txt), or, where that is
+# missing, older than a source, or has no sm_90a (another NVCC_GENCODE), compiles it to an sm_90a
+# cubin for the report; prints each wgmma kernel's registers. Needs nvcc; skips with a line without it.
 # Also: the trainer's sm_80 PTX, which the build embeds for GPUs newer than its machine code,
 # compiles for Blackwell (sm_100: B200; sm_120: RTX 50xx), as the driver compiles it there at the
 # first launch (the Makefile's NVCC_GENCODE).
@@ -18,16 +20,31 @@ cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)}
 if [ -z "$NVCC" ]; then echo "# skip: test_ptxas needs nvcc"; exit 0; fi
 mkdir -p build
-report=build/ptxas_sm90a.txt
-if ! "$NVCC" -O2 -std=c++17 -x cu -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v test/gpucheck_ops.cu \
-        -o build/ptxas_sm90a.cubin >"$report" 2>&1; then
-    grep -m 20 error "$report"; echo "not ok - nvcc could not compile test/gpucheck_ops.cu for sm_90a"; exit 1
+fresh() {  # fresh FILE SOURCE...: FILE exists and no source (file or folder's files) is newer
+    [ -s "$1" ] && [ -z "$(find "${@:2}" -newer "$1" -type f 2>/dev/null | head -1)" ]
+}
+# the trainer's sm_80 PTX, for the Blackwell check at the end: the one the Makefile's nvcc build
+# of ./train_gpt keeps (build/nvcc_keep), else written here, beside the sm_90a report
+ptx=build/nvcc_keep/train_gpt.compute_80.ptx
+if ! fresh "$ptx" train_gpt.cu llmc; then
+    ptx=build/train_gpt_compute_80.ptx
+    "$NVCC" -O3 -std=c++17 -x cu -arch=compute_80 -ptx train_gpt.cu -o "$ptx" >build/ptx_compute_80.txt 2>&1 &
+    ptx_pid=$!
 fi
-# One line per kernel: name, registers, spill store bytes (ptxas prints the properties, then the count).
+report=build/gpucheck_ops.ptxas.txt
+if ! fresh "$report" test/gpucheck_ops.cu llmc || ! grep -q "for 'sm_90a'" "$report"; then
+    report=build/ptxas_sm90a.txt
+    if ! "$NVCC" -O2 -std=c++17 -x cu -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v test/gpucheck_ops.cu \
+            -o build/ptxas_sm90a.cubin >"$report" 2>&1; then
+        grep -m 20 error "$report"; echo "not ok - nvcc could not compile test/gpucheck_ops.cu for sm_90a"; exit 1
+    fi
+fi
+# One line per sm_90a kernel: name, registers, spill store bytes (ptxas prints the properties,
+# then the count; the report may hold other architectures' too).
 all=$(awk '
-    /Compiling entry function/ { name = $0; sub(/.*function .\047?/, "", name); sub(/\047.*/, "", name); spill = 0 }
+    /Compiling entry function/ { name = $0; sub(/.*function .\047?/, "", name); sub(/\047.*/, "", name); spill = 0; sm90a = /for .sm_90a.$/ }
     /bytes spill stores/ { for (i = 1; i <= NF; i++) if ($i == "spill" && $(i + 1) == "stores,") spill = $(i - 2) }
-    /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") regs = $(i + 1); print name, regs, spill }
+    /Used [0-9]+ registers/ && sm90a { for (i = 1; i <= NF; i++) if ($i == "Used") regs = $(i + 1); print name, regs, spill }
 ' "$report")
 kernels=$(echo "$all" | grep -i wgmma)
 if [ -z "$kernels" ]; then echo "not ok - ptxas reported no wgmma kernel (are they still instantiated by gpucheck_ops?)"; exit 1; fi
@@ -53,14 +70,21 @@ for pass in dkv:168 dq:128; do
     done < <(echo "$all" | grep -E "^_Z[0-9]+flash_backward_${k}_kernelI[A-Za-z0-9_]+Li64ELb[01]ELb[01]ELi1EE")
     [ "$n" -gt 0 ] || echo "not ok - ptxas reported no flash_backward_${k}_kernel at head size 64 (still instantiated by gpucheck_ops?)"
 done
-# the PTX a Blackwell GPU runs from: ptxas (the driver's compiler) for each sm this nvcc knows
-ptx=build/train_gpt_compute_80.ptx
-if ! "$NVCC" -O3 -std=c++17 -x cu -arch=compute_80 -ptx train_gpt.cu -o "$ptx" >build/ptx_compute_80.txt 2>&1; then
+# the PTX a Blackwell GPU runs from: ptxas (the driver's compiler) for each sm this nvcc knows,
+# the two at once
+if [ -n "${ptx_pid:-}" ] && ! wait "$ptx_pid"; then
     grep -m 20 error build/ptx_compute_80.txt; echo "not ok - nvcc could not write train_gpt.cu's compute_80 PTX"; exit 1
 fi
+sms=() pids=()
 for sm in sm_100 sm_120; do
     if ! "$NVCC" --list-gpu-code 2>/dev/null | grep -qx "$sm"; then echo "# skip: this nvcc does not know $sm"; continue; fi
-    if "$(dirname "$NVCC")/ptxas" -arch="$sm" "$ptx" -o /dev/null >build/ptxas_$sm.txt 2>&1; then
+    sms+=("$sm")
+    "$(dirname "$NVCC")/ptxas" -arch="$sm" "$ptx" -o /dev/null >"build/ptxas_$sm.txt" 2>&1 &
+    pids+=($!)
+done
+for i in "${!sms[@]}"; do
+    sm=${sms[$i]}
+    if wait "${pids[$i]}"; then
         echo "ok - ptxas $sm: the trainer's compute_80 PTX (what the driver compiles on a GPU newer than the build's SASS) compiles"
     else
         grep -m 5 error "build/ptxas_$sm.txt"; echo "not ok - ptxas $sm: the trainer's compute_80 PTX does not compile"
