@@ -153,8 +153,11 @@ build/test_simt: test/test_simt.cpp test/simt.h
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing $< -o $@
 
-test: all test-deps
-	@$(MAKE) --no-print-directory build/train_gpt_cpu build/test_ops build/test_comm build/test_simt build/simcheck_ops build/train_gpt_simt $(SIMT_DEV) $(GPU_TEST_BINARIES)
+# (one make for the binaries and the tests' programs, the longest compiles first, so that -j2
+# keeps both cores busy: after `all`'s make, which compiles the trainer with nvcc mostly alone)
+test: deps test-deps
+	@$(MAKE) --no-print-directory train_gpt $(GPU_TEST_BINARIES) build/simcheck_ops build/train_gpt_simt $(SIMT_DEV) \
+	    build/train_gpt_cpu tokenize build/test_ops build/test_comm build/test_simt
 	bash test/run_tests.sh
 
 # a GPU log's name: dev/gpu_results/<date>-<GPU>-<commit>; LLMC_COMMIT names the commit where the
