@@ -154,7 +154,8 @@ build/test_simt: test/test_simt.cpp test/simt.h
 	$(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing $< -o $@
 
 # (one make for the binaries and the tests' programs, the longest compiles first, so that -j2
-# keeps both cores busy: after `all`'s make, which compiles the trainer with nvcc mostly alone)
+# keeps both cores busy; a make of `all` first would compile the trainer with nvcc beside
+# ./tokenize alone)
 test: deps test-deps
 	@$(MAKE) --no-print-directory train_gpt $(GPU_TEST_BINARIES) build/simcheck_ops build/train_gpt_simt $(SIMT_DEV) \
 	    build/train_gpt_cpu tokenize build/test_ops build/test_comm build/test_simt

@@ -289,13 +289,14 @@ ONCE=$quick gpu_vs_cpu fp16 2.5e-3
 #   (emulator only) on a GPU of SIMT_GPU_MEMORY bytes, the suggested flags then train within it,
 #   --batch-size auto picks that same suggestion and trains (or, where not even B=1 fits, says
 #   so: exit 2), and a model state larger than the GPU is refused before it is allocated
-#   (planner.h: plan_state; exit 2, one line)
+#   (planner.h: plan_state; exit 2, one line), and a GPU without room for the cuBLASLt
+#   workspace is one line too (common.h: cuda_ctx_init; exit 1)
 # A vocabulary of 8192 here (the Bible folded to it, test/small_vocab.py), GPU_TRAIN_VOCAB or not:
 # with 250 tokens a d2 keeps ~8-12 KB of activations a position, and the kernels' scratch (~104 B
 # a position: attention's D rows, the encoder's indices, the column-sum partials) is 0.9-1.3% of
 # them, which the plan's fixed 64 MiB covers but its 1% share does not; with 8192 the logits make
-# them ~27 KB, the scratch ~0.4%. (GPT-2's 50257 made them ~112 KB, and these 12 runs most of
-# the emulated suite's time, for a bound 10x looser.)
+# them ~27 KB, the scratch ~0.4%. (GPT-2's 50257 made them ~112 KB, the scratch ~0.1%: a check
+# 10x less tight, and these runs most of the emulated suite's time.)
 memory_plan() {
     local tmp; tmp=$(mktemp -d)
     ${PYTHON:-/usr/bin/python3} test/small_vocab.py build/data 8192 ||

@@ -36,7 +36,8 @@ if ! fresh "$report" test/gpucheck_ops.cu llmc || ! grep -q "for 'sm_90a'" "$rep
     report=build/ptxas_sm90a.txt
     if ! "$NVCC" -O2 -std=c++17 -x cu -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v test/gpucheck_ops.cu \
             -o build/ptxas_sm90a.cubin >"$report" 2>&1; then
-        grep -m 20 error "$report"; echo "not ok - nvcc could not compile test/gpucheck_ops.cu for sm_90a"; exit 1
+        grep -m 20 error "$report"; echo "not ok - nvcc could not compile test/gpucheck_ops.cu for sm_90a"
+        [ -n "${ptx_pid:-}" ] && kill "$ptx_pid" 2>/dev/null; exit 1
     fi
 fi
 # One line per sm_90a kernel: name, registers, spill store bytes (ptxas prints the properties,
