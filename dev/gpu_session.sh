@@ -40,7 +40,7 @@
 # Set up: OpenMPI and PCRE2 from .debs/ when that folder exists (scripts/offline_debs.sh: for
 # machines without a package mirror); the binaries from .prebuilt/ when it holds this tree's for
 # this GPU (dev/gpu_prebuild.sh: built before the session, elsewhere, to save the build's minute
-# and a half); else the CUDA code is built only for this GPU's architecture
+# and a half; taken before the first step, build or not); else the CUDA code is built only for this GPU's architecture
 # (sm_90a on an H100/H200: half the compile time of the default sm_90a + sm_80), with one job
 # per core. LLMC_COMMIT names the commit in the logs where the tree has no .git.
 # Logs: dev/gpu_results/<date>-<GPU>-<commit>.log (gpucheck), ...-train.log and ...-bench.md, plus
@@ -92,7 +92,9 @@ run_step() {  # run_step NAME COMMAND...: runs it (under what is left of the bud
 }
 # .prebuilt/ (dev/gpu_prebuild.sh, made before the session on a machine with the same nvcc): its
 # binaries go into place, newer than their sources so that make keeps them, where its manifest
-# names these sources and this GPU's gencode and every library they load is found here
+# names these sources and this GPU's gencode and every library they load is found here. Before
+# the first step, whatever the steps: a second command on a fresh machine (the summary's
+# unfinished steps, without build) would otherwise have make compile everything in its first step
 use_prebuilt() {
     [ -f .prebuilt/manifest ] || return 0
     local want have f missing=
@@ -110,10 +112,11 @@ use_prebuilt() {
     for f in "${bins[@]}"; do mkdir -p "$(dirname "$f")"; cp ".prebuilt/$f" "$f"; touch "$f"; done
     note "prebuilt: ${#bins[@]} binaries from .prebuilt/ ($(grep '^host_arch' .prebuilt/manifest)), of these sources, for $gencode"
 }
+use_prebuilt
 for step in ${steps//,/ }; do
     parts=; [[ $step == *:* ]] && parts=${step#*:} && parts=${parts//+/ }
     case $step in
-    build) use_prebuilt; run_step build make -j"$(nproc)" NVCC_GENCODE="$gencode" all build/gpucheck_ops dev-cuda ;;
+    build) run_step build make -j"$(nproc)" NVCC_GENCODE="$gencode" all build/gpucheck_ops dev-cuda ;;
     check) run_step gpucheck make gpucheck NVCC_GENCODE="$gencode" ;;
     check:?*) run_step "gpucheck ($parts)" make gpucheck NVCC_GENCODE="$gencode" GPUCHECK_PARTS="$parts" ;;
     train) run_step train bash -o pipefail -c "make train NVCC_GENCODE='$gencode' 2>&1 | tee -a $prefix-train.log" ;;

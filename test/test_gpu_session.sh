@@ -18,9 +18,10 @@
 #   - the exit status: 0 when every step passed, 1 when one failed (the later steps still run),
 #     2 without a GPU; an unknown step is named
 #   - dev/gpu_prebuild.sh builds the build step's binaries in a copy of the tree, for sm_90a and
-#     -march=x86-64-v3, into .prebuilt/ with a manifest of the sources' hash; the build step puts
-#     them in place where the manifest matches the tree and the GPU and ldd finds their libraries,
-#     and otherwise says why it builds (other sources, another GPU, a library missing)
+#     -march=x86-64-v3, into .prebuilt/ with a manifest of the sources' hash; the session puts
+#     them in place before its first step (build or not) where the manifest matches the tree and
+#     the GPU and ldd finds their libraries, and otherwise says why it builds (other sources,
+#     another GPU, a library missing)
 # usage: test/test_gpu_session.sh     Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -161,10 +162,10 @@ check "prebuild: .prebuilt/ holds them at their paths, and a manifest of the sou
          -a "$(cat "$pre/manifest")" = "sources $(cd "$tmp/tree" && bash dev/gpu_prebuild.sh --hash)
 gencode -gencode=arch=compute_90a,code=sm_90a
 host_arch x86-64-v3"
-prebuilt_session() {  # prebuilt_session NAME [VAR=VALUE...]: the build step in a tree whose binaries come only from .prebuilt/
+prebuilt_session() {  # prebuilt_session NAME [VAR=VALUE...]: STEPS (build by default) in a tree whose binaries come only from .prebuilt/
     rm -rf "$tmp/tree/train_gpt" "$tmp/tree/tokenize" "$tmp/tree/build"
     local name=$1; shift
-    session "$name" "$@" -- build
+    session "$name" "$@" -- "${STEPS:-build}"
     sum="$tmp/out_$name/$day-Stand-in_GPU-test-session.txt"
 }
 prebuilt_session prebuilt
@@ -184,3 +185,8 @@ check "prebuilt: an 8.0 GPU and binaries for sm_90a: not used" \
 prebuilt_session missing STANDIN_LDD_MISSING=1
 check "prebuilt: a library ldd does not find here: not used, the library named" \
     test ! -e "$tmp/tree/train_gpt" -a "$(grep -c '^prebuilt: a library is missing here for build/dev_x (libmpi.so.40) .*: building here$' "$sum")" = 1
+STEPS=bench:wgmma prebuilt_session second_command
+check "prebuilt: a second command without build (the summary's unfinished steps) still takes them, before its first step" \
+    test "$(cat "$tmp/tree/build/dev_x")" = "$(cat "$pre/build/dev_x")" -a "$tmp/tree/train_gpt" -nt "$tmp/tree/llmc/a.h" \
+         -a "$(sed -n 2p "$sum")" = "prebuilt: 4 binaries from .prebuilt/ (host_arch x86-64-v3), of these sources, for -gencode=arch=compute_90a,code=sm_90a" \
+         -a "$(grep -c '^bench (wgmma): exit 0' "$sum")" = 1 -a "$(grep -c 'all build/gpucheck_ops dev-cuda$' "$tmp/second_command.calls")" = 0
