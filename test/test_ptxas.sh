@@ -30,6 +30,7 @@ if ! fresh "$ptx" train_gpt.cu llmc; then
     ptx=build/train_gpt_compute_80.ptx
     "$NVCC" -O3 -std=c++17 -x cu -arch=compute_80 -ptx train_gpt.cu -o "$ptx" >build/ptx_compute_80.txt 2>&1 &
     ptx_pid=$!
+    trap 'kill "$ptx_pid" 2>/dev/null' EXIT  # (an exit before its wait below stops it)
 fi
 report=build/gpucheck_ops.ptxas.txt
 if ! fresh "$report" test/gpucheck_ops.cu llmc || ! grep -q "for 'sm_90a'" "$report"; then
@@ -37,7 +38,7 @@ if ! fresh "$report" test/gpucheck_ops.cu llmc || ! grep -q "for 'sm_90a'" "$rep
     if ! "$NVCC" -O2 -std=c++17 -x cu -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v test/gpucheck_ops.cu \
             -o build/ptxas_sm90a.cubin >"$report" 2>&1; then
         grep -m 20 error "$report"; echo "not ok - nvcc could not compile test/gpucheck_ops.cu for sm_90a"
-        [ -n "${ptx_pid:-}" ] && kill "$ptx_pid" 2>/dev/null; exit 1
+        exit 1
     fi
 fi
 # One line per sm_90a kernel: name, registers, spill store bytes (ptxas prints the properties,
@@ -73,8 +74,11 @@ for pass in dkv:168 dq:128; do
 done
 # the PTX a Blackwell GPU runs from: ptxas (the driver's compiler) for each sm this nvcc knows,
 # the two at once
-if [ -n "${ptx_pid:-}" ] && ! wait "$ptx_pid"; then
-    grep -m 20 error build/ptx_compute_80.txt; echo "not ok - nvcc could not write train_gpt.cu's compute_80 PTX"; exit 1
+if [ -n "${ptx_pid:-}" ]; then
+    wait "$ptx_pid"; ptx_rc=$?; trap - EXIT
+    if [ "$ptx_rc" != 0 ]; then
+        grep -m 20 error build/ptx_compute_80.txt; echo "not ok - nvcc could not write train_gpt.cu's compute_80 PTX"; exit 1
+    fi
 fi
 sms=() pids=()
 for sm in sm_100 sm_120; do
