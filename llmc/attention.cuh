@@ -557,6 +557,48 @@ inline long g_flash_tune_blocks = [] {
     const char* e = getenv("LLMC_FLASH_TUNE_BLOCKS");
     return e && atol(e) > 0 ? atol(e) : 256L;
 }();
+// --flash-backward fused (g_flash_fused_backward; the trainer's default): where the wgmma kernels
+// run (compute capability 9.0, --flash-wgmma 1 or auto, 2 warpgroups) at head size 64, the
+// backward is one fused pass (flash_backward_fused_wgmma_kernel: 5 products instead of 7) and a
+// sum of its dQ partial sums. Its dQ adds the same products in another order than the two passes
+// do, so its bits differ from theirs; it is chosen by this fixed rule, never by timing.
+// g_flash_fused_splits > 0 sets the number of splits (tests); 0 lets flash_fused_splits choose.
+inline bool g_flash_fused_backward = false;
+inline int g_flash_fused_splits = 0;
+inline bool flash_fused_backward_runs(int hs) {
+    return g_flash_fused_backward && g_flash_attention && hs == 64 && g_flash_wgmma_groups == 2 && (g_flash_wgmma || g_flash_wgmma_auto) &&
+           gpu_has_wgmma();
+}
+inline int gpu_sm_count() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+        return v;
+    }();
+    return n;
+}
+// Splits of the fused backward's key blocks (each a block of its own): the fewest of 1, 2, 4, 8
+// (at most half the key blocks) whose blocks fill the last wave of the GPU (one block an SM) at
+// least 90%, else the fullest. More splits mean more partial sums to add up after.
+inline int flash_fused_splits(long kv_heads, int T_) {
+    if (g_flash_fused_splits > 0) return g_flash_fused_splits;
+    const int nkb = ceil_div(T_, 128), sms = std::max(1, gpu_sm_count());
+    int best = 1;
+    double best_fill = 0;
+    for (int S = 1; S <= 8 && (S == 1 || S <= nkb / 2); S *= 2) {
+        const double waves = (double)kv_heads * S / sms, fill = waves / std::ceil(waves);
+        if (fill >= 0.9) return S;
+        if (fill > best_fill + 1e-9) best = S, best_fill = fill;
+    }
+    return best;
+}
+// The fused backward's fp32 partial sums of dQ: the scratch that attention_backward takes (the
+// memory plan reserves it), or 0 where the fused backward does not run.
+template <class T> inline size_t flash_backward_scratch_bytes(int B, int T_, int C, int NH, int NKV) {
+    if (!is_half_type<T> || !flash_fused_backward_runs(C / NH) || C % 8) return 0;
+    return (size_t)flash_fused_splits((long)B * NKV, T_) * B * T_ * C * sizeof(float);
+}
 enum FlashPass { FLASH_FORWARD, FLASH_DKV, FLASH_DQ };
 inline bool g_flash_tuned[3] = {};                          // (by FlashPass) rows timed
 // --flash-wgmma auto's state, by pass: the launches whose bits were compared so far, the times
@@ -787,6 +829,22 @@ inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* 
         static Buf<float> D_buf;
         float* D = gpu_scratch(D_buf, ctx, rows);
         const bool flash = use_flash<T>(C, NH);
+        if constexpr (is_half_type<T>)
+            if (flash && flash_fused_backward_runs(L.hs)) {  // the fused pass, then its dQ partial sums added
+                flash_row_dots_kernel<T, 64><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(D, dout, out, T_, C, NH);
+                CUDA_LAUNCH_CHECK();
+                const int S = flash_fused_splits((long)B * NKV, T_);
+                static Buf<float> part_buf;
+                float* part = gpu_scratch(part_buf, ctx, (size_t)S * B * T_ * C);
+                SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<T, 64>);
+                const size_t smem = (10 * 64 * 64 + 2 * 64 * 128) * sizeof(T);
+                flash_backward_fused_wgmma_kernel<T, 64><<<dim3(NKV, B, S), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, D, T_, L, g_flash_wgmma_overlap);
+                CUDA_LAUNCH_CHECK();
+                const size_t BTC = (size_t)B * T_ * C;
+                flash_dq_sum_kernel<T><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, C, L.row(), rsqrtf((float)L.hs));
+                CUDA_LAUNCH_CHECK();
+                return;
+            }
         if (!flash || !(g_flash_backward_passes & 2)) attention_row_dots(ctx, D, dout, out, B, T_, C, NH);  // (the flash dQ pass computes D itself)
         if (flash) { flash_backward(ctx, dqkv, D, dout, qkv, out, lse, B, T_, L); return; }
         attention_backward_dq_kernel<<<ceil_div(rows, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, L);

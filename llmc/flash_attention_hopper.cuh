@@ -140,23 +140,40 @@ template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16(floa
     __trap();
 #endif
 }
-// D (64 × 64 fp32) += or = A (64 × 16, K-major in shared memory, descriptor) · B (16 × 64, K-major, descriptor)
-template <class H> __device__ inline void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+// D (64 × N fp32) += or = A (64 × 16, K-major in shared memory, descriptor) · B (16 × N through a
+// descriptor: K-major, or MN-major with TRANS_B). N = 64, or 32 (the fused backward's dQ halves).
+#define LLMC_WGMMA_D16_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    static_assert(N == 32 || N == 64, "wgmma from shared memory: N = 32 or 64");
     static_assert(is_half_type<H>, "wgmma: bf16 or fp16 inputs");
 #if defined(LLMC_SIMT)
-    simt::wgmma_m64k16_ss(d, desc_a, desc_b, 64, false, accumulate, std::is_same_v<H, fp16>);
+    simt::wgmma_m64k16_ss(d, desc_a, desc_b, N, TRANS_B, accumulate, std::is_same_v<H, fp16>);
 #elif defined(LLMC_WGMMA)
-#define LLMC_WGMMA_SS(TY)                                                                                               \
+#define LLMC_WGMMA_SS64(TY)                                                                                             \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                          \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " LLMC_WGMMA_D32_TEXT ", %32, %33, p, 1, 1, 0, 0;\n}\n" \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " LLMC_WGMMA_D32_TEXT ", %32, %33, p, 1, 1, 0, %35;\n}\n" \
                  : LLMC_WGMMA_D32(d, 0)                                                                             \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0))
-    if constexpr (std::is_same_v<H, bf16>) LLMC_WGMMA_SS("bf16");
-    else LLMC_WGMMA_SS("f16");
-#undef LLMC_WGMMA_SS
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0), "n"(TRANS_B ? 1 : 0))
+#define LLMC_WGMMA_SS32(TY)                                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " " LLMC_WGMMA_D16_TEXT ", %16, %17, p, 1, 1, 0, %19;\n}\n" \
+                 : LLMC_WGMMA_D8(d, 0), LLMC_WGMMA_D8(d, 8)                                                         \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0), "n"(TRANS_B ? 1 : 0))
+    if constexpr (std::is_same_v<H, bf16>) {
+        if constexpr (N == 64) LLMC_WGMMA_SS64("bf16");
+        else LLMC_WGMMA_SS32("bf16");
+    } else {
+        if constexpr (N == 64) LLMC_WGMMA_SS64("f16");
+        else LLMC_WGMMA_SS32("f16");
+    }
+#undef LLMC_WGMMA_SS64
+#undef LLMC_WGMMA_SS32
 #elif defined(__CUDA_ARCH__)
     __trap();
 #endif
+}
+template <class H> __device__ inline void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    wgmma_m64k16_ss<H, 64, false>(d, desc_a, desc_b, accumulate);
 }
 // Rows [row0, row0 + 64) × D of a strided H matrix into shared memory in the core-matrix
 // layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
@@ -447,4 +464,168 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
     H* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
     store_acc_rows<D>(dk_out, C3, dk, key0, T_, rsqrtf((float)D));
     store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T_, 1.0f);
+}
+
+// ---- The fused backward: FlashAttention's five products in one pass (S, dP, dV, dK, dQ), where
+// the two passes above make seven (each computes S and dP). A block owns 128 keys of key/value
+// head kh (two warpgroups of 64, as the dK/dV pass) and runs over the query tiles j of 64 as that
+// pass does. In addition, both warpgroups store dSᵀ(j) into shared memory as dS(j) (64 queries ×
+// 128 keys, the core-matrix layout: a K-major A operand), and in the next iteration, beside dV
+// and dK, warpgroup w computes columns [w·D/2, (w+1)·D/2) of dQ(j) = dS(j)·K (the block's two K
+// tiles as MN-major B). dQ(j) then goes into an fp32 partial sum in global memory:
+//
+//   dQ = Σ over splits s of  Σ over the key blocks kb of s (in order) of  dS_kb · K_kb
+//
+// Deterministic without atomics between threads: each element of a partial sum has one owner
+// thread (split s runs in one block, its key blocks in order), which stores it at its first key
+// block and adds to it (red.global.add) at the next ones, in program order. flash_dq_sum_kernel
+// then adds the splits' partial sums in split order and writes dQ. Splits exist to fill the GPU
+// when B·NKV blocks are few; key block kb belongs to split fused_split_of(kb, S), a snake order
+// that gives each split the same work. Shared memory: the dK/dV pass's 10 tiles and two dS
+// tiles, 112 KB at head size 64. Head size 64 only (at 128, dQ's registers would spill).
+__host__ __device__ inline int fused_split_of(int kb, int S) {
+    const int round = kb / S, i = kb % S;
+    return round % 2 == 0 ? i : S - 1 - i;
+}
+__device__ inline void red_add_f32(float* p, float v) {  // *p += v, in the memory system (no value returned)
+#ifdef LLMC_SIMT
+    *p += v;  // (one thread owns each element: the emulator needs no atomic)
+#else
+    asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
+#endif
+}
+template <class H, int D>
+__global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
+                                                                         const float* lse, const float* Dv, int T_, QKVLayout L,
+                                                                         bool overlap) {
+    constexpr int NWG = 2, DN = D / 2;  // warpgroups a block; the dQ columns of each
+    static_assert(D == 64, "the fused backward: head size 64");
+    DYNAMIC_SHARED(H, tiles);
+    __shared__ float lse2[2][64], Ds[2][64];
+    const int kh = blockIdx.x, b = blockIdx.y, s = blockIdx.z, S = gridDim.z;
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    auto KVs = [&](int w) { return tiles + 2 * w * 64 * D; };  // warpgroup w's K tile, its V tile after it
+    const H *Ks = KVs(wg), *Vs = Ks + 64 * D;
+    auto Qs = [&](int j) { return tiles + (2 * NWG + j % 3) * 64 * D; };
+    auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
+    auto dSs = [&](int j) { return tiles + (2 * NWG + 6) * 64 * D + (j % 2) * 64 * 128; };
+    const int C = L.C, NH = L.NH, G = L.group(), nkb = (T_ + 127) / 128;
+    const size_t C3 = L.row();
+    const H* qkv_b = qkv + (size_t)b * T_ * C3;
+    float* part_b = dq_part + (size_t)(s * gridDim.y + b) * T_ * C;  // this split's partial sum of batch b's dQ
+    const float sl2 = rsqrtf((float)D) * LOG2E;
+    int kb_first = 0;
+    while (kb_first < nkb && fused_split_of(kb_first, S) != s) kb_first++;
+    // the query rows that no key block of this split reaches: zeros in its partial sum
+    for (int h = kh * G; h < kh * G + G; h++)
+        for (int i = threadIdx.x; i < min(128 * kb_first, T_) * D / 4; i += blockDim.x)
+            *reinterpret_cast<float4*>(part_b + (size_t)(i / (D / 4)) * C + h * D + i % (D / 4) * 4) = make_float4(0, 0, 0, 0);
+    for (int kb = kb_first; kb < nkb; kb++) {
+        if (fused_split_of(kb, S) != s) continue;
+        const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
+        const bool first_kb = kb == kb_first;                       // (stores its dQ; later key blocks add)
+        float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4], dq[DN / 8][4];
+        uint32_t pa[4][4], dsa[4][4];  // Pᵀ and dSᵀ of the tile before as A fragments
+        for (int dt = 0; dt < D / 8; dt++)
+            for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+        __syncthreads();  // every warpgroup is done with the key block before's tiles
+        for (int w = 0; w < NWG; w++) {
+            stage_tile_cm<D>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T_);
+            stage_tile_cm<D>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T_);
+        }
+        const int nqt = (T_ - k0 + 63) / 64;  // the query tiles from k0 (queries before k0 see none of these keys)
+        for (int h = kh * G; h < kh * G + G; h++) {
+            const H* q = qkv_b + h * D;
+            const H* dO = dout + (size_t)b * T_ * C + h * D;
+            const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
+            const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
+            float* part = part_b + h * D + wg * DN;  // this warpgroup's dQ columns
+            auto stage = [&](int j) {
+                const int q0 = k0 + 64 * j;
+                stage_tile_cm<D>(Qs(j), q, C3, q0, T_);
+                stage_tile_cm<D>(dOs(j), dO, C, q0, T_);
+                stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T_);
+            };
+            if (h > kh * G) __syncthreads();  // every warpgroup is done with the head before's tiles
+            stage(0);
+            for (int j = 0; j <= nqt; j++) {
+                cp_async_wait_all();
+                fence_proxy_async();  // (the tiles, and dS(j − 1) stored by each thread)
+                __syncthreads();      // tile j and dS(j − 1) are in, and every warpgroup is done with tile j − 2
+                if (j + 1 < nqt) stage(j + 1);
+                wgmma_pipeline_step(
+                    j, 0, nqt, overlap,
+                    [&](int j) {  // Sᵀ(j), dPᵀ(j) (the second warpgroup's at j = 0: all masked, so zeros)
+                        wgmma_issue_amt<D>(st, Ks, Qs(j));
+                        wgmma_issue_amt<D>(dpt, Vs, dOs(j));
+                    },
+                    [&](int j) {  // Pᵀ(j) into st, dSᵀ(j) into dpt
+                        wgmma_hold<32>(&st[0][0]);
+                        wgmma_hold<32>(&dpt[0][0]);
+                        const int q0 = k0 + 64 * j;
+                        if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);
+                        ds_cols<8>(st, dpt, lse2[j % 2], Ds[j % 2], sl2);
+                    },
+                    [&](int j) {
+                        wgmma_issue_pm<D>(dv, pa, dOs(j));  // dV += Pᵀ(j)·dO(j)
+                        wgmma_issue_pm<D>(dk, dsa, Qs(j));  // dK += dSᵀ(j)·Q(j)
+                        #pragma unroll
+                        for (int kc = 0; kc < 8; kc++)     // dQ(j) = dS(j)·K, this warpgroup's columns
+                            wgmma_m64k16_ss<H, DN, true>(&dq[0][0], wgmma_desc(dSs(j) + kc * 128, 128, 2048),
+                                                         wgmma_desc(KVs(kc / 4) + (kc % 4) * 16 * D + wg * 4 * D, 16 * D, 128), kc > 0);
+                    },
+                    [&](int j) {
+                        wgmma_hold<D / 2>(&dv[0][0]);
+                        wgmma_hold<D / 2>(&dk[0][0]);
+                        wgmma_hold<DN / 2>(&dq[0][0]);
+                        if (j > 0) {  // dQ(j − 1) into the partial sum
+                            for (int r = 0; r < 2; r++) {
+                                const int row = k0 + 64 * (j - 1) + warp * 16 + g + 8 * r;
+                                if (row >= T_) continue;
+                                float* p = part + (size_t)row * C + 2 * t;
+                                for (int nt = 0; nt < DN / 8; nt++) {
+                                    if (first_kb) *reinterpret_cast<float2*>(p + nt * 8) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
+                                    else red_add_f32(p + nt * 8, dq[nt][2 * r]), red_add_f32(p + nt * 8 + 1, dq[nt][2 * r + 1]);
+                                }
+                            }
+                        }
+                        if (j == nqt) return;
+                        c_to_a_16x64<H>(pa, st);
+                        c_to_a_16x64<H>(dsa, dpt);
+                        H* ds = dSs(j);  // dSᵀ(j) stored transposed: element (query, key) of dS(j)
+                        for (int nt = 0; nt < 8; nt++)
+                            for (int e = 0; e < 4; e++)
+                                ds[nt * 1024 + (wg * 8 + warp * 2 + e / 2) * 64 + (2 * t + e % 2) * 8 + g] = from_f<H>(dpt[nt][e]);
+                    });
+            }
+        }
+        H* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
+        store_acc_rows<D>(dk_out, C3, dk, key0, T_, rsqrtf((float)D));
+        store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T_, 1.0f);
+    }
+}
+// D = rowsum(dO∘O) for the fused backward, computed as the dQ passes compute it (row_dots: the
+// same bits, so that the fused pass's dK and dV are the two passes' bit for bit). A warp per 16
+// rows, a block per 64.
+template <class H, int D>
+__global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, int T_, int C, int NH) {
+    const int h = blockIdx.x, b = blockIdx.y, row0 = blockIdx.z * 64 + threadIdx.x / 32 * 16;
+    const H *dO = dout + (size_t)b * T_ * C + h * D, *O = out + (size_t)b * T_ * C + h * D;
+    uint32_t of[D / 16][4];
+    for (int kc = 0; kc < D / 16; kc++) load_a_rows(of[kc], dO, C, row0, T_, kc * 16);
+    float Dr[2];
+    row_dots<D>(Dr, of, O, C, row0, T_, Dv + ((size_t)b * NH + h) * T_);
+}
+// dQ = scale · (the splits' partial sums added in split order), into the q columns of dqkv's rows
+template <class H>
+__global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, int S, size_t BTC, int C, size_t C3, float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < BTC / 4; i += (size_t)gridDim.x * blockDim.x) {
+        float4 a = reinterpret_cast<const float4*>(dq_part)[i];
+        for (int s = 1; s < S; s++) {
+            const float4 v = reinterpret_cast<const float4*>(dq_part + s * BTC)[i];
+            a.x += v.x; a.y += v.y; a.z += v.z; a.w += v.w;
+        }
+        const size_t row = 4 * i / C, c = 4 * i % C;
+        *reinterpret_cast<uint2*>(dqkv + row * C3 + c) = make_uint2(pack2<H>(a.x * scale, a.y * scale), pack2<H>(a.z * scale, a.w * scale));
+    }
 }

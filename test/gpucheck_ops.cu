@@ -333,11 +333,18 @@ template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fuse
     g_lt_epilogues = true;
 }
 
+static const char* fused_words(int B, int T, int NKV) {  // " (flash, wgmma, fused backward, 2 splits)"
+    static char w[96];
+    snprintf(w, sizeof(w), " (flash, wgmma, fused backward, %d split%s)", flash_fused_splits((long)B * NKV, T),
+             flash_fused_splits((long)B * NKV, T) > 1 ? "s" : "");
+    return w;
+}
 // NKV < NH: grouped-query attention (the dK/dV pass sums over each key/value head's group).
 template <class X> static void check_attention(int B, int T, int C, int NH, int NKV, bool flash = true) {
     g_flash_attention = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
     char name[128]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d NKV=%d%s", dtype_name<X>(), B, T, C, NH, NKV,
-                             !use_flash<X>(C, NH) ? "" : g_flash_wgmma && gpu_has_wgmma() ? (g_flash_wgmma_groups == 2 ?
+                             !use_flash<X>(C, NH) ? "" : flash_fused_backward_runs(C / NH) ? fused_words(B, T, NKV)
+                             : g_flash_wgmma && gpu_has_wgmma() ? (g_flash_wgmma_groups == 2 ?
                              " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<X>((size_t)B * T * W), dout = randn<X>((size_t)B * T * C);
@@ -557,6 +564,45 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
         else printf(" %s differs (rel %.2e)%s", what[o], max_rel_diff(want[o], got[o]), o < 2 ? "," : "\n");
     }
     g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
+}
+
+// The fused backward (flash_backward_fused_wgmma_kernel: head size 64, compute capability 9.0)
+// against the CPU op with 1, 2 and 3 splits of the key blocks (3: the snake order's turn); two
+// runs bit-identical (dQ's sums in a fixed order); bit-identical with each product waited for; its
+// dK and dV bit-identical to the two wgmma passes' (the same products in the same order; the
+// second warpgroup's extra first tile adds exact zeros), its dQ within bf16's bound of theirs.
+static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
+    if (!gpu_has_wgmma()) { printf("# skip: fused backward B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
+    g_flash_wgmma = true; g_flash_wgmma_groups = 2; g_flash_fused_backward = true;
+    for (int S : {1, 2, 3}) {
+        g_flash_fused_splits = S;
+        check_attention<bf16>(B, T, C, NH, NKV);
+        if (S == 2) check_attention<fp16>(B, T, C, NH, NKV);
+    }
+    g_flash_fused_splits = 2;
+    const size_t W = QKVLayout(C, NH, NKV).row();
+    auto qkv = randn<bf16>((size_t)B * T * W), dout = randn<bf16>((size_t)B * T * C);
+    std::vector<float> fused[3], got[3];
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, fused);
+    char name[180]; snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, two runs", B, T, C, NH, NKV);
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+    compare_bits(name, fused, got);
+    g_flash_wgmma_overlap = false;
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+    g_flash_wgmma_overlap = true;
+    snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, each product waited for vs overlapped", B, T, C, NH, NKV);
+    compare_bits(name, fused, got);
+    g_flash_fused_backward = false;
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+    auto columns = [&](const std::vector<float>& x, size_t c0, size_t c1) {  // columns [c0, c1) of every row of dqkv
+        std::vector<float> r;
+        for (size_t row = 0; row < (size_t)B * T; row++) r.insert(r.end(), x.begin() + row * W + c0, x.begin() + row * W + c1);
+        return r;
+    };
+    snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d vs the two wgmma passes", B, T, C, NH, NKV);
+    compare(name, "dK, dV (bit for bit)", columns(got[2], C, W), columns(fused[2], C, W), 0.0);
+    compare(name, "dQ (its sums in another order)", columns(got[2], 0, C), columns(fused[2], 0, C), bx<bf16>(1e-4));
+    g_flash_wgmma = false; g_flash_fused_splits = 0;
 }
 
 template <class X> static void check_elementwise(size_t N) {
@@ -976,6 +1022,9 @@ int main(int argc, char** argv) {
         check_flash_wgmma(1, 200, 512, 4, 4);    // head size 128
         check_flash_wgmma(1, 300, 256, 4, 2);    // grouped-query: a later head's first tile masked (the second warpgroup)
         check_flash_wgmma(2, 100, 768, 12, 4);   // llama:d12's groups of 3
+        check_flash_fused(2, 100, 768, 12, 12);  // T not a multiple of the tiles
+        check_flash_fused(1, 300, 256, 4, 4);    // 3 key blocks, the last short; 3 splits: one each
+        check_flash_fused(2, 520, 256, 4, 2);    // grouped-query; 5 key blocks (3 splits: 2, 2, 1)
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -142,6 +142,12 @@ struct dim3 {
 };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+struct alignas(8) uint2 { unsigned x, y; };
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+struct alignas(8) float2 { float x, y; };
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 // IEEE single-precision operations that are never contracted into an FMA (-ffp-contract=off
 // makes every operation so here)
@@ -1073,12 +1079,14 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
 }
 // The compute capability is 9.0 where a kernel asks (the emulator runs sm_90a's wgmma;
 // SIMT_COMPUTE_CAPABILITY sets another); the shared-memory opt-in ceiling an H100's.
-enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76,
+                      cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
     switch (a) {
         case cudaDevAttrComputeCapabilityMajor: *v = simt::g_cc_major; break;
         case cudaDevAttrComputeCapabilityMinor: *v = simt::g_cc_minor; break;
         case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)simt::SHARED_MAX; break;
+        case cudaDevAttrMultiProcessorCount: *v = 132; break;  // (an H100's)
         default: simt::die("cudaDeviceGetAttribute: attribute %d is not emulated", (int)a);
     }
     return cudaSuccess;
