@@ -123,6 +123,7 @@ static const FlagDef FLAGS[] = {
     {"flash-rows", "auto", "auto | 16 | 32: rows per warp in the 16-bit (bf16, fp16) flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread; the same results either way. auto: each pass times both at its first launch of a training step's size and keeps the faster (printed)", false},
     {"matmul-tune", "1", "0 | 1: on a GPU, each matmul of at least 1e10 flops (every layer's, at a real size) runs, at its first call, each algorithm cuBLASLt's heuristic offers for it, and keeps the fastest of those that wrote the same bits as the heuristic's first (by 2%: timing noise); so the results are those of 0, which takes the heuristic's first untimed (each decision printed)", false},
     {"classifier-staged", "auto", "auto | 0 | 1: on a GPU, whether the loss kernel (softmax, cross-entropy and dlogits in one pass over a row of logits) first copies its row into shared memory, reading device memory once instead of twice (where the row fits: GPT-2's 98 KB in bf16). auto: at its first call of 4096 rows or more it runs both ways on a copy of 4096 rows, hashing what each wrote, and keeps the staged kernel where it was faster and wrote the same bits (printed); the results are the same either way", false},
+    {"flash-backward", "fused", "fused | split: on a compute capability 9.0 GPU with the wgmma kernels (--flash-wgmma auto or 1) at head size 64, the attention backward as one fused pass that computes S and dP once (5 products; dQ summed in fp32 in a fixed order, deterministic) or as two passes (dQ, then dK and dV: 7 products). The two give the same dK and dV bits, and dQ within bf16 rounding of each other; elsewhere ignored", false},
     {"flash-wgmma", "auto", "auto | 0 | 1: on a compute capability 9.0 GPU (H100, H200), whether the 16-bit (bf16, fp16) flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored. auto: each pass runs both ways at its first launches of a training step's size (its bits hashed) and keeps wgmma where it was faster and wrote the same bits every time (printed)", false},
 };
 
@@ -376,6 +377,7 @@ int main(int argc, char** argv) {
     const std::string flash_rows_flag = f.choice("flash-rows", {"auto", "16", "32"});
     const int flash_rows = flash_rows_flag == "auto" ? 16 : std::stoi(flash_rows_flag);  // (auto: 16 until timed)
     const std::string flash_wgmma = f.choice("flash-wgmma", {"auto", "0", "1"});
+    const std::string flash_backward = f.choice("flash-backward", {"fused", "split"});
     const bool matmul_tune = f.integer("matmul-tune", 0, 1);
     const std::string classifier_staged = f.choice("classifier-staged", {"auto", "0", "1"});
 #ifdef LLMC_CUDA
@@ -386,8 +388,9 @@ int main(int argc, char** argv) {
     g_flash_rows_auto = flash_rows_flag == "auto";
     g_flash_wgmma = flash_wgmma == "1";
     g_flash_wgmma_auto = flash_wgmma == "auto";
+    g_flash_fused_backward = flash_backward == "fused";
 #else
-    (void)flash_rows; (void)flash_wgmma; (void)matmul_tune; (void)classifier_staged;
+    (void)flash_rows; (void)flash_wgmma; (void)flash_backward; (void)matmul_tune; (void)classifier_staged;
 #endif
     if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
 
@@ -666,12 +669,14 @@ int main(int argc, char** argv) {
         const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
         fflush(stdout);
         const double gelu_scratch = gpt_gelu_scratch_bytes(model, B, Tl, ctx.device == Device::CUDA);
+        const double attention_scratch = gpt_attention_scratch_bytes(model, B, Tl, ctx.device == Device::CUDA);
         printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B%s\n",
                mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
                (long long)gpt_activation_bytes(model, B, Tl, recompute),
                (std::string(pp > 1 ? ", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, B, Tl)) + " B" : "") +
                 (fp8_run ? ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(model, B, Tl)) + " B" : "") +
-                (gelu_scratch ? ", gelu scratch " + std::to_string((long long)gelu_scratch) + " B" : "")).c_str());
+                (gelu_scratch ? ", gelu scratch " + std::to_string((long long)gelu_scratch) + " B" : "") +
+                (attention_scratch ? ", attention scratch " + std::to_string((long long)attention_scratch) + " B" : "")).c_str());
         fflush(stdout);
         if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", resume_dir.c_str(),
                            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,

@@ -5,6 +5,7 @@
 #
 #   dev/gpu_session.sh STEPS [OUTDIR]
 #     STEPS  comma-separated, run in the order given:
+#              setup        nothing but the setup below (.debs/, .prebuilt/), for a script's own steps
 #              build        the trainer, gpucheck_ops and the dev/cuda playgrounds
 #              check        `make gpucheck` (GPUCHECK_PARTS); check:P+P+... runs those parts
 #                           (test/gpucheck.sh: ops wgmma train resume pytorch playgrounds
@@ -122,7 +123,8 @@ for step in ${steps//,/ }; do
     train) run_step train bash -o pipefail -c "make train NVCC_GENCODE='$gencode' 2>&1 | tee -a $prefix-train.log" ;;
     bench) run_step bench make bench NVCC_GENCODE="$gencode" ;;
     bench:?*) run_step "bench ($parts)" make bench NVCC_GENCODE="$gencode" BENCH_PARTS="$parts" ;;
-    *) note "unknown step '$step' (build, check[:PARTS], train, bench[:PARTS], or all, core)"; status=1 ;;
+    setup) ;;  # (the setup above alone: .debs/, .prebuilt/)
+    *) note "unknown step '$step' (setup, build, check[:PARTS], train, bench[:PARTS], or all, core)"; status=1 ;;
     esac
 done
 [ ${#unfinished[@]} -gt 0 ] && note "not finished within the budget: $(IFS=,; echo "${unfinished[*]}") (dev/gpu_session.sh $(IFS=,; echo "${unfinished[*]}") OUTDIR runs them)"

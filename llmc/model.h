@@ -742,6 +742,17 @@ template <class T> inline double gpt_gelu_scratch_bytes(const GPT<T>& g, int B, 
     if (!gpu || epilogue || g.config.llama() || g.fp8) return 0;  // (Llama: SwiGLU; FP8: the GELU apart, in T)
     return (double)Buf<float>::bytes_for((size_t)B * T_ * Hh);
 }
+// The fused attention backward's fp32 dQ partial sums (attention.cuh: flash_backward_scratch_bytes),
+// on a GPU where it runs: a rank's heads (NH/tp) over its positions, held from the first backward on.
+template <class T> inline double gpt_attention_scratch_bytes(const GPT<T>& g, int B, int T_, bool gpu) {
+#ifdef LLMC_CUDA
+    const GPTConfig& c = g.config;
+    const int tp = g.layout.tp;
+    if (gpu) return (double)flash_backward_scratch_bytes<T>(B, T_, c.num_heads / tp * c.head_dim(), c.num_heads / tp, c.kv_heads() / tp);
+#endif
+    (void)g; (void)B; (void)T_; (void)gpu;
+    return 0;
+}
 // "" when every FP8 product of a block takes B·T_ rows (fp8.cuh: multiples of 16), else why not.
 inline std::string gpt_fp8_shape_problem(const GPTConfig& c, int tp, int B, int T_) {
     for (const ProductWidths& p : gpt_block_products(c, tp)) {

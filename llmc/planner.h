@@ -18,12 +18,14 @@ elements each, as many as pipeline.h's pp_send_buffers lets its schedule keep, a
 of two copies each of a layer's input, output gradient and weight, at the largest layer's; and
 where cuBLASLt refuses FP8 products, found before the plan, their operands dequantized), and
 on a GPU, where the MLP's width rules out cuBLASLt's GELU epilogue, the GELU backward's fp32
-product (model.h's gpt_gelu_scratch_bytes). The state is allocated first; the plan then asks what is
+product (model.h's gpt_gelu_scratch_bytes), and where the fused attention backward runs, its
+fp32 dQ partial sums (gpt_attention_scratch_bytes). The state is allocated first; the plan then asks what is
 still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
 memory cgroup or a lower LLMC_HOST_MEMORY: common.h) and whether B·T positions of activations
 fit in it, with a reserve for the kernels' scratch:
 
-  need(B) = activations(B) · (1 + 1%) + send copies(B) + fp8 scratch(B) + GELU scratch(B) + 64 MiB
+  need(B) = activations(B) · (1 + 1%) + send copies(B) + fp8 scratch(B) + GELU scratch(B)
+            + attention scratch(B) + 64 MiB
   fits when need(B) ≤ free / (ranks sharing it)
 
 A --batch-size that does not fit is refused at start (exit 2) with one that does and keeps the
@@ -138,7 +140,8 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
         }
         return gpt_activation_bytes(g, b, Tl, r, pp ? &slots : nullptr) * (1 + SCRATCH_SHARE) +
                gpt_send_copy_bytes(g, b, Tl, pp ? &caps : nullptr) + gpt_fp8_scratch_bytes(g, b, Tl) +
-               gpt_gelu_scratch_bytes(g, b, Tl, ctx.device == Device::CUDA) + SCRATCH_FIXED;
+               gpt_gelu_scratch_bytes(g, b, Tl, ctx.device == Device::CUDA) + gpt_attention_scratch_bytes(g, b, Tl, ctx.device == Device::CUDA) +
+               SCRATCH_FIXED;
     };
     auto need = [&](int b) { return need_with(recompute, b); };
     comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it

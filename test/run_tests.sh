@@ -146,8 +146,9 @@ dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/com
     if out=$(LLMC_FLASH_TUNE_BLOCKS=1 build/simt_dev_attention 1 128 128 2 time 2>&1) \
        && [ "$(grep -c '^flash attention: .* (--flash-rows auto, timed at B=1 T=128: ' <<<"$out")" = 3 ] \
        && [ "$(grep -c '^flash attention: .* (--flash-wgmma auto, timed at B=1 T=128: .*; the same bits at its first 3 launches)$' <<<"$out")" = 3 ] \
-       && grep -q '^  with --flash-rows auto --flash-wgmma auto (the trainer.s defaults): forward [0-9.]* ms' <<<"$out"; then
-        echo "ok - dev/cuda/attention.cu 1 128 128 2 time: every version timed, the two autos' three choices each among them"
+       && grep -q '^  with --flash-rows auto --flash-wgmma auto --flash-backward fused (the trainer.s defaults; the fused backward ran): forward [0-9.]* ms' <<<"$out" \
+       && grep -q '^  with --flash-backward split (the two passes, else the same): backward [0-9.]* ms .*; fused / split time [0-9.]*$' <<<"$out"; then
+        echo "ok - dev/cuda/attention.cu 1 128 128 2 time: every version timed, the two autos' three choices each among them, the fused backward against the two passes"
     else echo "$out"; echo "not ok - dev/cuda/attention.cu 1 128 128 2 time"; fi
 }
 part "dev/cuda playgrounds (emulated)" dev_playgrounds

@@ -9,7 +9,8 @@
 #         to 16; auto (each pass timed both ways at its first large launch, the faster kept) too,
 #         saying what it chose
 #   wgmma bf16 with --flash-wgmma 1 (the wgmma flash attention, on compute capability 9.0 and the
-#         emulator; elsewhere it runs the default kernels): the bf16 checks again; --flash-wgmma
+#         emulator; elsewhere it runs the default kernels; the fused backward, and once with
+#         --flash-backward split the two passes): the bf16 checks again; --flash-wgmma
 #         auto (each pass run both ways at its first large launch, wgmma kept where faster and
 #         of the same bits) bit-identical to 0, saying what it chose; and (emulator only) with a
 #         wgmma that rounds otherwise (SIMT_WGMMA_REVERSE=1) it keeps mma.sync, saying why
@@ -95,9 +96,11 @@ MODEL=llama:d2 ONCE=$quick gpu_vs_cpu fp32 1e-4
 [ -z "${GPU_TRAIN_QUICK:-}" ] && MODEL=llama:d2 gpu_vs_cpu bf16 2e-2
 # --flash-rows 32 (two m-tiles per warp in every flash attention pass, head size 64 here: d2 has
 # C=128, NH=2) runs the same mma sequences on the same values: the whole training bit-identical
+# (--flash-backward split: the rows are those of the two backward passes; the fused pass has none)
 flash_rows() {
     local tmp; tmp=$(mktemp -d)
-    local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
+    local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16
+                 --flash-backward split)
     "$BIN" "${flags[@]}" --flash-rows 16 --log-file "$tmp/16.jsonl" >/dev/null 2>&1
     "$BIN" "${flags[@]}" --flash-rows 32 --log-file "$tmp/32.jsonl" >"$tmp/32.out" 2>&1 || tail -3 "$tmp/32.out" | sed 's/^/# /'
     # auto (the default): each pass's first launch of LLMC_FLASH_TUNE_BLOCKS blocks or more (1
@@ -126,15 +129,20 @@ PY
 }
 flash_rows
 GPU_FLAGS="--flash-wgmma 1" ONCE=$quick gpu_vs_cpu bf16 2e-2
+# (the above runs the fused backward, the default where wgmma runs; the two wgmma passes too)
+GPU_FLAGS="--flash-wgmma 1 --flash-backward split" ONCE=1 gpu_vs_cpu bf16 2e-2
 # --flash-wgmma auto (the default): at each pass's first 3 launches of LLMC_FLASH_TUNE_BLOCKS blocks
 # or more, wgmma and mma.sync both run (timed at the first) and the bits they wrote are hashed;
 # wgmma is kept only where it wrote the same bits each time, so the run is --flash-wgmma 0's
 # whatever it chooses. SIMT_WGMMA_REVERSE=1
 # makes the emulator's wgmma add its 16 terms in the other order (as a GPU whose two instructions
 # round otherwise): auto must see the bits differ and keep mma.sync.
+# (--flash-backward split: auto decides pass by pass among the two backward passes; the fused one
+# is chosen by a fixed rule, not by timing)
 flash_wgmma_auto() {
     local tmp; tmp=$(mktemp -d)
-    local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
+    local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16
+                 --flash-backward split)
     "$BIN" "${flags[@]}" --flash-wgmma 0 --log-file "$tmp/off.jsonl" >/dev/null 2>&1
     LLMC_FLASH_TUNE_BLOCKS=1 "$BIN" "${flags[@]}" --flash-wgmma auto --log-file "$tmp/auto.jsonl" >"$tmp/auto.out" 2>&1 || tail -3 "$tmp/auto.out" | sed 's/^/# /'
     SIMT_WGMMA_REVERSE=1 "$BIN" "${flags[@]}" --flash-wgmma 1 --log-file "$tmp/rev1.jsonl" >/dev/null 2>&1

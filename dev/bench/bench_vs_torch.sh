@@ -5,10 +5,11 @@
 #              capability 9.0 --flash-wgmma auto's of wgmma or mma.sync) against causal
 #              scaled_dot_product_attention (dev/bench/torch_baselines.py), 16384 tokens per
 #              call, T = 1024…8192, head size 64 (C = 768) and 128 (C = 768, 6 heads);
-#              ratio = SDPA's fwd+bwd time / ours (≥ 1: ours faster; the CUDA issue's target
-#              is ≥ 0.8 at T = 1024, head size 64)
+#              ratio = SDPA's fwd+bwd time / ours (≥ 1: ours faster), and the same against SDPA
+#              with its cuDNN backend pinned (forward, backward, both) and with its flash (FA2) one
 #   step       one GPT-2 124M training step (B = 16, T = 1024, bf16) of ./train_gpt against a
 #              compiled PyTorch GPT-2 of the same shape; ratio = its step time / ours
+# BENCH_TORCH_STEP=0: the attention tables alone.
 # Needs a python3 with PyTorch ≥ 2.0 and CUDA (the GPU image's). Each program is cut off after
 # RUN_LIMIT seconds (default 300). Prints markdown tables.
 set -u
@@ -20,13 +21,14 @@ fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "# bench_vs_torch on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), $($PY -c 'import torch; print("torch", torch.__version__)')"
 echo
-echo "| attention (bf16, causal) | ours fwd / bwd ms | ours TFLOP/s fwd / bwd | SDPA fwd / bwd ms | SDPA TFLOP/s fwd / bwd | SDPA time / ours |"
-echo "|---|---|---|---|---|---|"
+echo "| attention (bf16, causal) | ours fwd / bwd ms | ours TFLOP/s fwd / bwd | SDPA fwd / bwd ms | SDPA TFLOP/s fwd / bwd | SDPA time / ours | cuDNN fwd / bwd ms | cuDNN time / ours (fwd, bwd, both) | FA2 time / ours |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for hs in 64 128; do
     for T in 1024 2048 4096 8192; do
         B=$((16384 / T)); NH=$((768 / hs)); C=768
         timeout -k 10 "${RUN_LIMIT:-300}" ./build/dev_attention $B $T $C $NH time >"$tmp/ours.txt" 2>&1
         grep "backward split" "$tmp/ours.txt" | head -1 | sed "s/^ *backward split: /- B=$B T=$T hs=$hs: /" >>"$tmp/splits.txt"
+        grep "with --flash-backward split" "$tmp/ours.txt" | sed "s/^ *with --flash-backward split[^:]*: /- B=$B T=$T hs=$hs: /" >>"$tmp/fused.txt"
         # what --flash-rows auto (head size 64) and --flash-wgmma auto kept for each pass, with both times
         grep "^flash attention: " "$tmp/ours.txt" | sed "s/^flash attention: /- B=$B T=$T hs=$hs: /" >>"$tmp/auto.txt"
         # head size 64: the 32-rows-per-warp variant (v6: g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 32)
@@ -40,7 +42,7 @@ for hs in 64 128; do
 import json, re, sys
 ours = open(sys.argv[1]).read()
 # ours: what the trainer runs by default (its defaults' line; else the first)
-auto = re.search(r"with --flash-rows auto .*?: forward ([\d.]+) ms \(([\d.]+) TFLOP/s\), backward ([\d.]+) ms \(([\d.]+) TFLOP/s\)", ours)
+auto = re.search(r"with --flash-rows auto [^:]*?\): forward ([\d.]+) ms \(([\d.]+) TFLOP/s\), backward ([\d.]+) ms \(([\d.]+) TFLOP/s\)", ours)
 f = re.search(r"forward\s+.*?([\d.]+) ms\s+([\d.]+) TFLOP/s", ours)
 b = re.search(r"backward\s+.*?([\d.]+) ms\s+([\d.]+) TFLOP/s", ours)
 mine = [float(x) for x in auto.groups()] if auto else [float(x) for x in f.groups() + b.groups()] if f and b else None
@@ -50,12 +52,17 @@ except Exception:
     t = None
 shape = f"B={sys.argv[3]} T={sys.argv[4]} hs={sys.argv[5]}"
 if not (mine and t):
-    print(f"| {shape} | {'failed' if not mine else ''} | | {'failed' if not t else ''} | | |")
+    print(f"| {shape} | {'failed' if not mine else ''} | | {'failed' if not t else ''} | | | | | |")
 else:
     fms, ftf, bms, btf = mine
     ratio = (t["fwd_ms"] + t["bwd_ms"]) / (fms + bms)
+    be = t.get("backends") or {}
+    cu, fa = be.get("cudnn"), be.get("flash")
+    cu_cells = (f"{cu[0]:.3f} / {cu[1]:.3f} | {cu[0] / fms:.2f}×, {cu[1] / bms:.2f}×, **{(cu[0] + cu[1]) / (fms + bms):.2f}×**"
+                if cu else "refused | ")
+    fa_cell = f"{(fa[0] + fa[1]) / (fms + bms):.2f}×" if fa else "refused"
     print(f"| {shape} | {fms:.3f} / {bms:.3f} | {ftf:.0f} / {btf:.0f} | "
-          f"{t['fwd_ms']:.3f} / {t['bwd_ms']:.3f} | {t['fwd_tflops']:.0f} / {t['bwd_tflops']:.0f} | {ratio:.2f}× |")
+          f"{t['fwd_ms']:.3f} / {t['bwd_ms']:.3f} | {t['fwd_tflops']:.0f} / {t['bwd_tflops']:.0f} | {ratio:.2f}× | {cu_cells} | {fa_cell} |")
 if t and t.get("backends"):
     with open(sys.argv[6], "a") as out:
         out.write(f"- {shape}: " + ", ".join(f"{k} " + (f"{v[0]:.3f} / {v[1]:.3f}" if v else "refused")
@@ -70,6 +77,12 @@ if [ -s "$tmp/auto.txt" ]; then
     echo "What --flash-rows auto and --flash-wgmma auto kept (llmc/attention.cuh: flash_tune_rows, flash_run_pass):"
     echo
     cat "$tmp/auto.txt"
+fi
+if [ -s "$tmp/fused.txt" ]; then
+    echo
+    echo "The fused backward (the default on compute capability 9.0 at head size 64) against the two passes (--flash-backward split) in the same run:"
+    echo
+    cat "$tmp/fused.txt"
 fi
 if [ -s "$tmp/backends.txt" ]; then
     echo
@@ -95,6 +108,7 @@ if [ -s "$tmp/wgmma.txt" ]; then
     echo
     cat "$tmp/wgmma.txt"
 fi
+[ "${BENCH_TORCH_STEP:-1}" = 0 ] && exit 0  # (the attention tables alone)
 echo
 echo "| training step, GPT-2 124M, B=16 T=1024 bf16 | step ms | tokens/s | peak GPU memory |"
 echo "|---|---|---|---|"

@@ -14,6 +14,9 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
   v6: v5 with two m-tiles per warp (head size 64): 32 query rows in the forward and in the
       backward's dQ pass, 32 keys in its dK/dV pass (2 warps a block, K and V read from shared
       memory): each fragment read from shared memory feeds two mma
+  fused: (compute capability 9.0, head size 64; the trainer's default there) the backward as one
+      wgmma pass (5 products instead of 7) and a sum of its dQ partial sums, timed in "time" mode
+      against the two passes (--flash-backward split)
   v7: (compute capability 9.0) v5 with warpgroup MMA, wgmma: forward and both backward passes
       by warpgroups of 64 rows, two a block, B operands read by the tensor cores from tiles of 64
       in shared memory (no ldmatrix, no B fragments in registers; the dK/dV pass's K and V A
@@ -97,15 +100,24 @@ int main(int argc, char** argv) {
             // with 16 and 32 rows a warp at its first launch, the faster kept) and --flash-wgmma auto
             // (compute capability 9.0: each pass's first launches run with wgmma and mma.sync,
             // wgmma kept where faster and of the same bits); the choices are printed
-            g_flash_rows_auto = g_flash_wgmma_auto = true;
+            g_flash_rows_auto = g_flash_wgmma_auto = g_flash_fused_backward = true;
             flash_autotune_reset();
             auto fwd = [&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); };
             for (int i = 0; i < FLASH_WGMMA_SAMPLES; i++) fwd(), bwd();  // (the launches that decide)
             float fa = time_ms(fwd), ba = time_ms(bwd);
-            printf("  with --flash-rows auto --flash-wgmma auto (the trainer's defaults): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-                   fa, flops_fwd / fa / 1e9, ba, 2.5 * flops_fwd / ba / 1e9);
-            backward_split(bwd, flops_fwd, ba);
-            g_flash_rows_auto = g_flash_wgmma_auto = false;
+            const bool fused = flash_fused_backward_runs(C / NH);
+            printf("  with --flash-rows auto --flash-wgmma auto --flash-backward fused (the trainer's defaults%s): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
+                   fused ? "; the fused backward ran" : "; the two backward passes ran", fa, flops_fwd / fa / 1e9, ba, 2.5 * flops_fwd / ba / 1e9);
+            if (fused) {  // the same run with the two passes (--flash-backward split), for the ratio
+                g_flash_fused_backward = false;
+                for (int i = 0; i < FLASH_WGMMA_SAMPLES; i++) bwd();
+                const float bs = time_ms(bwd);
+                printf("  with --flash-backward split (the two passes, else the same): backward %.3f ms (%.1f TFLOP/s); fused / split time %.2f\n",
+                       bs, 2.5 * flops_fwd / bs / 1e9, ba / bs);
+            } else {
+                backward_split(bwd, flops_fwd, ba);
+            }
+            g_flash_rows_auto = g_flash_wgmma_auto = g_flash_fused_backward = false;
             flash_autotune_reset();
             g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
         }

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# bench_vs_llmc.sh — our trainer against llm.c's GPU trainer (the speed anchor) and against a build
+# of an earlier commit, on the same GPU in the same run (`make bench BENCH_PARTS=llmc`).
+# Each run: the same model (initialized at random), B, T = 1024, token shard and step count; the
+# median step time over steps 6..STEPS. A ratio is the other's time over ours (> 1: ours faster).
+#
+#   dev/bench/bench_vs_llmc.sh [MODEL:B ...]      default: gpt2:124M:64 gpt2:1558M:16
+#   LLMC_ANCHOR=DIR   llm.c's trainer and its run_llmc.sh (default .anchor/); skipped if absent
+#   BASELINE_BIN=F    ./train_gpt built from an earlier commit (default .baseline/train_gpt);
+#                     skipped if absent; BASELINE_NAME names it in the table
+#   OURS_ALSO=FLAGS   one more run of ours with these flags (e.g. "--flash-backward split")
+#   STEPS=N           steps a run (default 30); SHARD: the token shard (data/kjv_train_000000.bin)
+# Prints a markdown table. Tested without a GPU by test/test_bench_train.sh (stand-ins).
+set -u
+cd "$(dirname "$0")/../.."
+configs=${*:-gpt2:124M:64 gpt2:1558M:16}
+anchor=${LLMC_ANCHOR:-.anchor}
+baseline=${BASELINE_BIN:-.baseline/train_gpt}
+steps=${STEPS:-30}
+shard=${SHARD:-data/kjv_train_000000.bin}
+bin=${TRAIN_GPT:-./train_gpt}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+median_ours() {  # median_ours LOG.jsonl: the median "ms" of steps 6.. of our JSON log
+    ${PYTHON:-python3} -c '
+import json, statistics, sys
+ms = [r["ms"] for r in map(json.loads, open(sys.argv[1])) if "ms" in r][5:]
+print("%.2f" % statistics.median(ms) if ms else "")' "$1" 2>/dev/null
+}
+ours() {  # ours BIN MODEL B [FLAGS...]: prints the median step ms, or nothing
+    local b=$1 m=$2 B=$3; shift 3
+    timeout -k 10 "${RUN_LIMIT:-300}" "$b" --device cuda --precision bf16 --model "$m" --batch-size "$B" --seq-len 1024 \
+        --total-batch-tokens $((B * 1024)) --steps "$steps" --train-data "$shard" --val-data "" --log-file "$tmp/log.jsonl" "$@" \
+        >"$tmp/out.txt" 2>&1 || { tail -2 "$tmp/out.txt" | sed 's/^/# /' >&2; return; }
+    median_ours "$tmp/log.jsonl"
+}
+llmc_model() { case $1 in gpt2:124M) echo d12 ;; gpt2:350M) echo d24 ;; gpt2:774M) echo d36 ;; gpt2:1558M) echo d48 ;; esac; }
+echo "# bench_vs_llmc on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), median step of steps 6..$steps"
+echo
+echo "| model | B×T | ours ms (tok/s) | llm.c ms | llm.c / ours | ${BASELINE_NAME:-baseline} ms | baseline / ours |${OURS_ALSO:+ ours $OURS_ALSO ms | that / ours |}"
+echo "|---|---|---|---|---|---|---|${OURS_ALSO:+---|---|}"
+for cfg in $configs; do
+    m=${cfg%:*} B=${cfg##*:}
+    o=$(ours "$bin" "$m" "$B")
+    l=
+    if [ -x "$anchor/llmc_train_gpt2cu" ] && [ -n "$(llmc_model "$m")" ]; then
+        l=$(timeout -k 10 "${RUN_LIMIT:-300}" bash "$anchor/run_llmc.sh" "$shard" "$B" 1024 "$steps" "$(llmc_model "$m")" ${LLMC_FLAGS:-} 2>&1 |
+            tee "$tmp/llmc.txt" | sed -n 's/^llm.c: median \([0-9.]*\) ms.*/\1/p')
+        [ -n "$l" ] || tail -3 "$tmp/llmc.txt" | sed 's/^/# llm.c: /' >&2
+    fi
+    base=; [ -x "$baseline" ] && base=$(ours "$baseline" "$m" "$B")
+    also=; [ -n "${OURS_ALSO:-}" ] && also=$(ours "$bin" "$m" "$B" $OURS_ALSO)
+    ratio() { [ -n "$1" ] && [ -n "$o" ] && awk -v a="$1" -v b="$o" 'BEGIN { printf "%.3f×", a / b }'; }
+    tok=; [ -n "$o" ] && tok=$(awk -v ms="$o" -v n=$((B * 1024)) 'BEGIN { printf "%.0f", n / ms * 1000 }')
+    echo "| $m | ${B}×1024 | ${o:-failed}${tok:+ ($tok)} | ${l:-—} | $(ratio "$l") | ${base:-—} | $(ratio "$base") |${OURS_ALSO:+ ${also:-failed} | $(ratio "$also") |}"
+done
+echo
+echo "llm.c: $( [ -x "$anchor/llmc_train_gpt2cu" ] && echo "its trainer from $anchor (built with cuDNN attention), flags: ${LLMC_FLAGS:-its defaults}" || echo "not carried (no $anchor/llmc_train_gpt2cu)"). Baseline: $( [ -x "$baseline" ] && echo "$baseline" || echo "none")."

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# gpu_speed.sh — the speed work's GPU call, most telling first, for a machine held for minutes:
+# the wgmma checks (the fused backward against the CPU op), whole steps against llm.c and a
+# baseline (bench_vs_llmc.sh), attention against SDPA's cuDNN and flash backends
+# (bench_vs_torch.sh, attention alone), then gpucheck's flash ops and GPU training.
+#   dev/gpu_speed.sh OUTDIR       (binaries from .prebuilt/, packages from .debs/: dev/gpu_session.sh)
+# Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs.
+set -u
+cd "$(dirname "$0")/.."
+out=${1:?usage: dev/gpu_speed.sh OUTDIR}
+mkdir -p "$out"
+export LLMC_COMMIT=${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')
+log=dev/gpu_results/$(date -u +%F)-$gpu-$LLMC_COMMIT
+mkdir -p dev/gpu_results
+step() {  # step NAME LIMIT COMMAND...: its output into $log-NAME.txt, copied to OUTDIR as it grows
+    local name=$1 limit=$2 t0=$SECONDS; shift 2
+    echo "== $name (limit $limit s)"
+    (while sleep 5; do cp -f "$log-$name.txt" "$out"/ 2>/dev/null; done) & local saver=$!
+    timeout -k 5 "$limit" "$@" >"$log-$name.txt" 2>&1
+    echo "== $name: exit $?, $((SECONDS - t0)) s" | tee -a "$log-$name.txt"
+    kill $saver 2>/dev/null; cp -f "$log-$name.txt" "$out"/
+}
+# the prebuilt binaries (gpu_session.sh's setup alone: its first step is a no-op check of nothing)
+bash dev/gpu_session.sh setup "$out" >/dev/null 2>&1
+[ -x train_gpt ] && [ -x build/gpucheck_ops ] || { echo "gpu_speed: no binaries (the .prebuilt/ manifest did not match?)"; cat dev/gpu_results/*-session.txt; exit 2; }
+[ -d .debs ] && source scripts/offline_debs.sh use .debs
+step wgmma 120 build/gpucheck_ops wgmma
+STEPS=${STEPS:-20} OURS_ALSO="--flash-backward split" step llmc 240 bash dev/bench/bench_vs_llmc.sh
+BENCH_TORCH_STEP=0 step attention 200 bash dev/bench/bench_vs_torch.sh
+step flash 120 build/gpucheck_ops flash
+step bf16 120 build/gpucheck_ops bf16
+GPU_TRAIN_QUICK=1 step train 200 bash test/test_gpu_train.sh ./train_gpt
+for f in wgmma llmc attention flash bf16 train; do
+    [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|^== " "$log-$f.txt" | tail -40; }
+done
