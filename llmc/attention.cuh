@@ -578,15 +578,15 @@ inline int gpu_sm_count() {
     }();
     return n;
 }
-// Splits of the fused backward's key blocks (each a block of its own): the fewest of 1, 2, 4, 8
-// (at most half the key blocks) whose blocks fill the last wave of the GPU (one block an SM) at
-// least 90%, else the fullest. More splits mean more partial sums to add up after.
+// Splits of the fused backward's key blocks (each a block of its own): the fewest of 1, 2, 4, 8,
+// 16 (at most half the key blocks) whose blocks fill the last wave of the GPU (one block an SM)
+// at least 90%, else the fullest. More splits mean more partial sums to add up after.
 inline int flash_fused_splits(long kv_heads, int T_) {
     if (g_flash_fused_splits > 0) return g_flash_fused_splits;
     const int nkb = ceil_div(T_, 128), sms = std::max(1, gpu_sm_count());
     int best = 1;
     double best_fill = 0;
-    for (int S = 1; S <= 8 && (S == 1 || S <= nkb / 2); S *= 2) {
+    for (int S = 1; S <= 16 && (S == 1 || S <= nkb / 2); S *= 2) {
         const double waves = (double)kv_heads * S / sms, fill = waves / std::ceil(waves);
         if (fill >= 0.9) return S;
         if (fill > best_fill + 1e-9) best = S, best_fill = fill;

@@ -487,11 +487,27 @@ __host__ __device__ inline int fused_split_of(int kb, int S) {
     const int round = kb / S, i = kb % S;
     return round % 2 == 0 ? i : S - 1 - i;
 }
-__device__ inline void red_add_f32(float* p, float v) {  // *p += v, in the memory system (no value returned)
+// p[0] += a, p[1] += b, in the memory system (red: no value returned; sm_90's vector form)
+__device__ inline void red_add_f32x2(float* p, float a, float b) {
 #ifdef LLMC_SIMT
-    *p += v;  // (one thread owns each element: the emulator needs no atomic)
-#else
-    asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
+    p[0] += a, p[1] += b;  // (one thread owns each element: the emulator needs no atomic)
+#elif defined(LLMC_WGMMA)
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+// stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_90): four 8×8 16-bit matrices from the C
+// layout's registers (r[i]: row g, columns 2t, 2t+1 of matrix i) stored transposed, each to the 8
+// rows whose addresses lanes 8i..8i+7 give
+__device__ inline void stsm_x4_trans(const uint32_t* r, void* row) {
+#if defined(LLMC_SIMT)
+    simt::stmatrix(r, 4, true, row);
+#elif defined(LLMC_WGMMA)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3]) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
 #endif
 }
 template <class H, int D>
@@ -585,17 +601,22 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
                                 float* p = part + (size_t)row * C + 2 * t;
                                 for (int nt = 0; nt < DN / 8; nt++) {
                                     if (first_kb) *reinterpret_cast<float2*>(p + nt * 8) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
-                                    else red_add_f32(p + nt * 8, dq[nt][2 * r]), red_add_f32(p + nt * 8 + 1, dq[nt][2 * r + 1]);
+                                    else red_add_f32x2(p + nt * 8, dq[nt][2 * r], dq[nt][2 * r + 1]);
                                 }
                             }
                         }
                         if (j == nqt) return;
                         c_to_a_16x64<H>(pa, st);
                         c_to_a_16x64<H>(dsa, dpt);
-                        H* ds = dSs(j);  // dSᵀ(j) stored transposed: element (query, key) of dS(j)
-                        for (int nt = 0; nt < 8; nt++)
-                            for (int e = 0; e < 4; e++)
-                                ds[nt * 1024 + (wg * 8 + warp * 2 + e / 2) * 64 + (2 * t + e % 2) * 8 + g] = from_f<H>(dpt[nt][e]);
+                        // dSᵀ(j) stored transposed as dS(j): the C fragment of queries 8nt.. and keys
+                        // 8h.. of this warp's 16 (matrix 2(nt % 2) + h of an x4) is one core matrix
+                        const int m = threadIdx.x % 32 / 8, row = threadIdx.x % 8;  // the matrix and row this lane addresses
+                        #pragma unroll
+                        for (int p = 0; p < 4; p++) {
+                            uint32_t r[4];
+                            for (int i = 0; i < 4; i++) r[i] = pack2<H>(dpt[2 * p + i / 2][2 * (i % 2)], dpt[2 * p + i / 2][2 * (i % 2) + 1]);
+                            stsm_x4_trans(r, dSs(j) + (2 * p + m / 2) * 1024 + (wg * 8 + warp * 2 + m % 2) * 64 + row * 8);
+                        }
                     });
             }
         }

@@ -60,7 +60,8 @@ The model of a GPU:
     Products of bf16 are exact in fp32; the sum runs in fp32 in k order (the tensor core's
     internal order differs: last-bit differences, within every bound of gpucheck_ops).
   - ldmatrix.m8n8.x{1,2,4}{.trans}.b16: the PTX ISA's "Warp-level matrix load" (see ldmatrix
-    below); a row address that is not 16-byte aligned, or in global memory, is reported.
+    below); a row address that is not 16-byte aligned, or in global memory, is reported. Its
+    store, stmatrix (sm_90), the same way.
   - cp.async (16 bytes, global → shared) lands only at the thread's cp.async.wait_all, the
     latest a GPU may land it: a tile read without that wait holds its old contents.
   - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers or through a shared-memory
@@ -437,6 +438,28 @@ inline void ldmatrix(uint32_t* r, int num, bool trans, const void* row_addr) {
     auto elem = [&](int i, int row, int col) { uint16_t v; memcpy(&v, (const char*)w.row[buf][8 * i + row] + 2 * col, 2); return (uint32_t)v; };
     for (int i = 0; i < num; i++)
         r[i] = trans ? elem(i, 2 * t, g) | elem(i, 2 * t + 1, g) << 16 : elem(i, g, 2 * t) | elem(i, g, 2 * t + 1) << 16;
+}
+
+// stmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16 (sm_90): the other way, lane (g, t)'s
+// register i holds elements (g, 2t) and (g, 2t+1) of matrix i, stored to row g (or, .trans, to
+// rows 2t and 2t+1 at column g) of the 8 rows whose addresses lanes 8i..8i+7 give. The lanes first
+// agree on the addresses, then each writes its elements, then the warp meets again.
+inline void stmatrix(const uint32_t* r, int num, bool trans, void* row_addr) {
+    WarpSlots& w = my_warp();
+    const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
+    if (lane < 8 * num) {
+        if ((uintptr_t)row_addr % 16) die("%s: stmatrix row address %p is not 16-byte aligned (lane %d)", tl_run->kernel, row_addr, lane);
+        if (device_owns(row_addr)) die("%s: stmatrix to global memory (lane %d): it writes shared memory only", tl_run->kernel, lane);
+    }
+    w.row[buf][lane] = row_addr;
+    warp_barrier();
+    const int g = lane / 4, t = lane % 4;
+    auto put = [&](int i, int row, int col, uint32_t v) { uint16_t h = (uint16_t)v; memcpy((char*)w.row[buf][8 * i + row] + 2 * col, &h, 2); };
+    for (int i = 0; i < num; i++) {
+        if (trans) put(i, 2 * t, g, r[i]), put(i, 2 * t + 1, g, r[i] >> 16);
+        else put(i, g, 2 * t, r[i]), put(i, g, 2 * t + 1, r[i] >> 16);
+    }
+    warp_barrier();
 }
 
 // cp.async.cg.shared.global [dst], [src], 16, bytes: 16 bytes from global to shared memory, the
