@@ -28,6 +28,7 @@ print("%.2f" % statistics.median(ms) if ms else "")' "$1" 2>/dev/null
 }
 ours() {  # ours BIN MODEL B [FLAGS...]: prints the median step ms, or nothing
     local b=$1 m=$2 B=$3; shift 3
+    rm -f "$tmp/log.jsonl"
     timeout -k 10 "${RUN_LIMIT:-300}" "$b" --device cuda --precision bf16 --model "$m" --batch-size "$B" --seq-len 1024 \
         --total-batch-tokens $((B * 1024)) --steps "$steps" --train-data "$shard" --val-data "" --log-file "$tmp/log.jsonl" "$@" \
         >"$tmp/out.txt" 2>&1 || { tail -2 "$tmp/out.txt" | sed 's/^/# /' >&2; return; }
