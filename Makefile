@@ -200,7 +200,7 @@ clean:
 # (llama:d12 and Llama 3.2's 1B and 3B shapes: tokens/s, MFU, memory; attention fwd+bwd time with
 # grouped-query heads against the same heads without: build/dev_attention B T C NH NKV time)
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
-BENCH_PARTS ?= train fp32 fp8 fp8-delayed torch kernels overlap
+BENCH_PARTS ?= train fp32 fp8 fp8-delayed torch llmc kernels overlap
 bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
 	@$(MAKE) --no-print-directory $(DEV_CUDA)
@@ -217,6 +217,7 @@ bench: all
 	    recompute) for r in selective full; do RECOMPUTE=$$r bash dev/bench/bench_train.sh bf16 gpt2:124M gpt2:1558M; echo; done ;; \
 	    recipe) RECIPE=1 PROFILE=0 bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    torch) bash dev/bench/bench_vs_torch.sh ;; \
+	    llmc) bash dev/bench/bench_vs_llmc.sh ;; \
 	    kernels) bash dev/bench/bench_kernels.sh ;; \
 	    overlap) bash dev/bench/bench_overlap.sh ;; \
 	    ncu) bash dev/bench/bench_ncu.sh ;; \
@@ -224,4 +225,4 @@ bench: all
 	    llama) bash dev/bench/bench_train.sh bf16 llama:d12 llama:1B llama:3B; \
 	           echo "## grouped-query attention (build/dev_attention B T C NH NKV time): Llama 3.2 1B's heads with NKV = NH and 8; 8B's"; \
 	           for s in "4 2048 2048 32 32" "4 2048 2048 32 8" "2 2048 4096 32 8"; do ./build/dev_attention $$s time; done ;; \
-	    *) echo "make bench: unknown part '$$part' (train fp32 fp8 fp8-delayed fp16 flash32 wgmma notune recompute recipe torch kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md
+	    *) echo "make bench: unknown part '$$part' (train fp32 fp8 fp8-delayed fp16 flash32 wgmma notune recompute recipe torch llmc kernels overlap ncu ncu-wgmma llama)" ;; esac; echo; done; } 2>&1 | tee -a $(GPU_LOG)-bench.md

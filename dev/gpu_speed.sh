@@ -10,6 +10,7 @@ set -u
 cd "$(dirname "$0")/.."
 out=${1:?usage: dev/gpu_speed.sh OUTDIR}
 mkdir -p "$out"
+export PYTHON=${PYTHON:-python3}  # (the GPU image's python3 holds numpy and PyTorch; /usr/bin/python3 may not)
 export LLMC_COMMIT=${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')
 log=dev/gpu_results/$(date -u +%F)-$gpu-$LLMC_COMMIT

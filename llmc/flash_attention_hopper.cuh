@@ -1,28 +1,26 @@
 /*
-flash_attention_hopper.cuh — flash_attention.cuh's three kernels (forward, dK/dV, dQ) with the
-Hopper tensor cores' warpgroup MMA (wgmma, sm_90a), which attention.cuh runs on a GPU of compute
-capability 9.0 under --flash-wgmma 1, and pass by pass under auto (the trainer's default) where
-it is faster and gives mma.sync's bits. Not a header on its own: attention.cuh includes it after
-flash_attention.cuh, whose pieces it shares (A fragments, the online softmax, dS, the staging and
-the stores).
+flash_attention_hopper.cuh — flash attention with the Hopper tensor cores' warpgroup MMA (wgmma,
+sm_90a). attention.cuh runs these kernels on a GPU of compute capability 9.0. Not a header on its
+own: it follows flash_attention.cuh and shares its pieces (A fragments, online softmax, dS, stores).
 
-The same algorithm with warpgroup MMA. A warpgroup (4 warps) owns 64 rows; each product is a few
-wgmma m64nNk16 whose A operand (Q, dO, P, dS) is in registers in mma.sync's fragment layout and
-whose B operand the tensor cores read straight from shared memory, where tiles of 64 rows are
-stored as 8×16-byte core matrices (no swizzle) so that one tile serves as K-major B (K in S = Q·Kᵀ)
-and as MN-major B (V in O = P·V, by the descriptor's transpose); in the dK/dV pass K and V are A
-operands read from such tiles too. Two warpgroups a block share each tile. What goes: ldmatrix and
-the B fragments in registers; the mma.sync path's cap of 16 flops per shared byte (wgmma's
-shared-memory reads are the tensor cores' own). The products run asynchronously, so all three
-kernels are software-pipelined (FlashAttention-3's intra-warpgroup overlap, wgmma_pipeline_step):
-the softmax (or dS) of tile j runs while the tile j − 1 products that accumulate (O += P·V; dQ +=
-dS·K; dV and dK) are still on the tensor cores.
-Registers (ptxas, head size 64 / 128): forward 123 / 170-173, dQ 170 / 234, dK/dV 220 / 252, no
-spills, and no wgmma serialized.
+A warpgroup (4 warps) owns 64 rows. Each product is a few wgmma m64nNk16. A (Q, dO, P, dS) is in
+registers in mma.sync's fragment layout, or in shared memory. B is read by the tensor cores from
+shared memory, in tiles of 8×16-byte core matrices (no swizzle). One tile serves as K-major B (K
+in S = Q·Kᵀ) and as MN-major B (V in O = P·V). Products run asynchronously, so every kernel is
+software-pipelined: the softmax (or dS) of tile j runs while tile j − 1's products still run.
 
-Tests: test/gpucheck_ops.cu (part wgmma: each product layout bit for bit, the kernels against
-the CPU op with 1 and 2 warpgroups, the pipeline against waiting for each product),
-test/test_ptxas.sh (no spills, no wgmma serialized), dev/cuda/attention.cu v7-v9.
+The kernels:
+  flash_forward_wgmma_kernel          the forward (--flash-wgmma 1, or pass by pass under auto)
+  flash_backward_dq/dkv_wgmma_kernel  the backward as two passes: 7 products (--flash-backward split)
+  flash_backward_fused_wgmma_kernel   the backward as one pass: 5 products (the default, head size 64)
+
+    dQ = Σ over splits s of  Σ over the key blocks kb of s (in order) of  dS_kb · K_kb
+
+The fused pass adds each tile's dQ into an fp32 partial sum that one thread owns (deterministic).
+
+Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op, the
+fused pass's dK and dV bit-identical to the two passes'), test/test_ptxas.sh (no spills, no
+wgmma serialized), dev/cuda/attention.cu (v7-v9, fused). More: docs/performance.md.
 */
 #pragma once
 
