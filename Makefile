@@ -48,7 +48,7 @@ ifeq ($(NO_CUDA),1)
 NVCC :=
 endif
 
-.PHONY: all binaries train test deps test-deps gpu-deps data clean gpucheck bench dev-cuda
+.PHONY: all binaries train plot test deps test-deps gpu-deps data clean gpucheck bench dev-cuda
 
 # deps first, then a fresh make that sees what deps installed (nvcc, mpicxx)
 all: deps
@@ -101,6 +101,11 @@ endif
 train: all
 	@mkdir -p build
 	./train_gpt $(TRAIN_FLAGS)
+
+# the picture of the last `make train` (its log, build/train.jsonl) that the README shows
+plot:
+	@test -f build/train.jsonl || { echo "make plot: no build/train.jsonl (run make train first)"; exit 1; }
+	/usr/bin/python3 dev/plot.py build/train.jsonl -o docs/make_train.png --label "make train"
 
 test-deps:
 	@bash scripts/install_deps.sh test

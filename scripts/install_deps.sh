@@ -3,7 +3,8 @@
 # here. As root it installs the missing Debian packages with apt-get; otherwise it names them in
 # one line and fails. Called by the Makefile; safe to run again (it only installs what is missing).
 #   build: g++, PCRE2 (the tokenizer's regex library) and OpenMPI (multi-process runs, tests)
-#   test:  + PyTorch for the reference checks (Debian's python3-torch, run by /usr/bin/python3)
+#   test:  + PyTorch for the reference checks (Debian's python3-torch, run by /usr/bin/python3),
+#          matplotlib for dev/plot.py (python3-matplotlib)
 #          + Node.js/npm and the npm packages gpt-3-encoder (the reference GPT-2 BPE) and tiktoken
 #            (the reference for Llama 3's kind, with a real 100k vocabulary), in build/
 #   gpu:   build + PyTorch and numpy in the python3 on PATH or in /usr/bin/python3 (`make gpucheck`)
@@ -19,6 +20,7 @@ have_header pcre2.h -DPCRE2_CODE_UNIT_WIDTH=8 || missing+=(libpcre2-dev)
 command -v mpicxx >/dev/null && command -v mpirun >/dev/null || missing+=(libopenmpi-dev openmpi-bin)
 if [ "$what" = test ]; then
     /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
+    /usr/bin/python3 -c "import matplotlib" >/dev/null 2>&1 || missing+=(python3-matplotlib)
 fi
 if [ "$what" = gpu ]; then
     python3 -c "import torch, numpy" >/dev/null 2>&1 || /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 ||

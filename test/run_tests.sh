@@ -22,6 +22,7 @@
 #                       the formulas
 #   test_cp             context parallelism (ring attention): cp=2 and 4, contiguous and zigzag,
 #                       with dp, tp+sp, pp, against one process; memory and bytes; evaluation, resume
+#   plot                dev/plot.py: the PNG of make train's log and a second run; bad logs
 #   test_gpu_sanitize   make gpucheck's compute-sanitizer part: its verdicts with a stand-in
 #                       sanitizer, and its training command line on the emulated GPU
 #   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
@@ -167,6 +168,32 @@ sys.exit(0 if r['kind'] == sys.argv[1] and times and all(t > 0 for t in times) e
     done
 }
 part "dev/bench PyTorch baselines (CPU, tiny shapes)" torch_baselines
+plot() {  # dev/plot.py: a real log (make train's), two runs overlaid with HellaSwag; bad logs in one line
+    local tmp r; tmp=$(mktemp -d)
+    local log=dev/cpu_results/2026-11-21-make-train-d4.jsonl
+    # a second run: the same steps, HellaSwag at three of them, and a resume that logs steps 9-10 again
+    /usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][:10]
+for r in rows[8:]: rows.append(dict(r, loss=r['loss'] + 1))
+for r in rows[:10:4]: r['hellaswag_acc'] = 0.25 + r['step'] / 1000
+print('\n'.join(json.dumps(r) for r in rows))" "$log" >"$tmp/b.jsonl"
+    r=$(/usr/bin/python3 dev/plot.py "$log" "$tmp/b.jsonl" --label A --label B --ref 124M -o "$tmp/c.png" 2>&1)
+    if [ "$(head -c 8 "$tmp/c.png" 2>/dev/null | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ] && [ "$(stat -c %s "$tmp/c.png")" -gt 20000 ] \
+       && [ "$r" = "plot.py: 2 run(s), 5 panels -> $tmp/c.png" ]; then echo "ok - dev/plot.py: make train's log and a second run with HellaSwag: a PNG of 5 panels"
+    else echo "$r"; echo "not ok - dev/plot.py: the PNG of two runs"; fi
+    printf '{"step": 1, "loss": 2.5}\n{"step": 2, "loss": \n' >"$tmp/bad.jsonl"
+    r=$(/usr/bin/python3 dev/plot.py "$tmp/bad.jsonl" -o "$tmp/d.png" 2>&1); local rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <<<"$r")" = 1 ] && [[ $r == "plot.py: $tmp/bad.jsonl:2: not a JSON object"* ]] && [ ! -e "$tmp/d.png" ] \
+        && echo "ok - dev/plot.py: a malformed line stops it in one line naming the file and line, nothing written" \
+        || { echo "$r"; echo "not ok - dev/plot.py: a malformed line (exit $rc)"; }
+    printf '{"loss": 2.5}\n' >"$tmp/nostep.jsonl"
+    r=$(/usr/bin/python3 dev/plot.py "$tmp/nostep.jsonl" -o "$tmp/d.png" 2>&1); rc=$?
+    [ $rc = 2 ] && [[ $r == "plot.py: $tmp/nostep.jsonl:1: a log line needs an integer \"step\""* ]] \
+        && echo "ok - dev/plot.py: a line without a step is named too" || { echo "$r"; echo "not ok - dev/plot.py: a line without a step (exit $rc)"; }
+    rm -rf "$tmp"
+}
+part "dev/plot.py (a picture of runs)" plot
 part "test_bench_train (make bench's training table, stand-in trainer)" bash test/test_bench_train.sh ./train_gpt
 part "test_gpu_session (dev/gpu_session.sh, stand-in GPU tools)" bash test/test_gpu_session.sh
 part "test_offline_debs (OpenMPI from .debs under a prefix)" bash test/test_offline_debs.sh build/train_gpt_cpu
