@@ -82,6 +82,7 @@ static const FlagDef FLAGS[] = {
     {"grad-clip", "1.0", "clip the global gradient norm to this (0 = off)", false},
     {"skip-loss-z", "0", "skip the update of a step whose loss lies more than Z standard deviations above the mean of the last --skip-window steps' (llmc/outliers.h: a spike's gradients dropped, the step still counted) (0: never)", false},
     {"skip-norm-z", "0", "the same for the gradient norm (before clipping); a non-finite norm is skipped from the first step (0: never)", false},
+    {"max-skipped-steps", "16", "stop the run (exit 1) when this many steps in a row had their update skipped by --skip-loss-z or --skip-norm-z: it has stopped learning (0: never)", false},
     {"skip-window", "128", "the steps of history --skip-loss-z and --skip-norm-z judge a step against (the window is kept in checkpoints)", false},
     {"seed", "1337", "seed for initialization, shuffling and sampling", false},
     {"shuffle", "0", "0 | 1: visit the training batches in a per-epoch random order", false},
@@ -337,6 +338,8 @@ int main(int argc, char** argv) {
     float wd = f.real("weight-decay", 0, 10), beta1 = f.real("beta1", 0, 0.999999), beta2 = f.real("beta2", 0, 0.999999);
     float eps = f.real("eps", 0, 1), grad_clip = f.real("grad-clip", 0, 1e30);
     const double skip_loss_z = f.real("skip-loss-z", 0, 1e6), skip_norm_z = f.real("skip-norm-z", 0, 1e6);
+    const int max_skipped = f.integer("max-skipped-steps", 0, 1 << 30);
+    if (eps <= 0) usage_error("--eps %g: must be above 0 (AdamW divides by sqrt(v) + eps: a parameter whose gradient is 0 would get 0/0)", eps);
     const int skip_window = (int)f.integer("skip-window", 2, 1 << 20);
     uint64_t seed = (uint64_t)f.integer("seed", 0, (1LL << 62));
     bool shuffle = f.integer("shuffle", 0, 1);
@@ -754,6 +757,9 @@ int main(int argc, char** argv) {
         loss_scale.scale = state.loss_scale > 0 ? state.loss_scale : loss_scale0;
         loss_scale.clean = state.loss_scale > 0 ? state.loss_scale_clean : 0;
         const int first_step = (int)state.step + 1;
+        int skipped_in_a_row = 0;                   // updates skipped by --skip-loss-z / --skip-norm-z, in a row
+        float first_loss = NAN;                     // this run's first step's loss, and whether a climb
+        bool warned_climb = false;                  // far above it was named
         for (int step = first_step; step <= steps; step++) {
             // --profile measures the steps after the first (which sets up cuBLASLt and buffers)
             const bool measured = profile && (step > first_step || steps == first_step);
@@ -802,6 +808,18 @@ int main(int argc, char** argv) {
             const bool loss_outlier = skip_loss_z > 0 && loss_z > skip_loss_z;
             const bool norm_outlier = !scaling.overflow && skip_norm_z > 0 && norm_z > skip_norm_z;
             const bool skipped = scaling.overflow || loss_outlier || norm_outlier;
+            // a diverged step stops the run before its update (every rank holds the same loss and norm)
+            if (!skipped && !std::isfinite(loss))
+                fatal("step %d: the loss is %g (diverged); lower --lr or check the data%s", step, std::fabs(loss),
+                      skip_loss_z > 0 || skip_norm_z > 0 ? "" : ", or skip such steps' updates with --skip-norm-z");
+            if (!skipped && !std::isfinite(norm))
+                fatal("step %d: the gradient norm is %g (diverged); lower --lr%s", step, std::fabs(norm),
+                      skip_norm_z > 0 ? "" : ", or skip such steps' updates with --skip-norm-z");
+            skipped_in_a_row = loss_outlier || norm_outlier ? skipped_in_a_row + 1 : 0;
+            if (max_skipped > 0 && skipped_in_a_row >= max_skipped)
+                fatal("step %d: the last %d steps' updates were all skipped (--skip-loss-z / --skip-norm-z): the run has stopped "
+                      "learning; the weights are those of step %d. Lower --lr, or raise the z bounds (--max-skipped-steps 0: go on)",
+                      step, skipped_in_a_row, step - skipped_in_a_row);
             if (skipped) dp_skip_update(&dpar);  // the same on every rank: they all hold the same loss and norm
             else dp_update(&dpar, lr, beta1, beta2, eps, wd, step, (float)(grad_clip_factor(norm, grad_clip) / scaling.used));
             if (measured) ctx_sync(ctx);  // the step's GPU work, all of it inside its time
@@ -809,9 +827,12 @@ int main(int argc, char** argv) {
             if (measured) profile_step_end(&profiler, ms);
             double tok_s = total_batch / (ms / 1000.0);
             double mfu = peak > 0 ? tok_s / mesh.world * flops_tok / peak : -1.0;  // per GPU
-            if (!std::isfinite(loss) && !skipped)  // (a skipped step left the weights as they were)
-                fatal("step %d: the loss is %f (diverged); lower --lr or check the data%s", step, loss,
-                      skip_loss_z > 0 || skip_norm_z > 0 ? "" : ", or skip such steps' updates with --skip-norm-z");
+            if (step == first_step) first_loss = loss;
+            if (!warned_climb && loss > 1.5f * first_loss) {  // (said once; the run goes on)
+                warned_climb = true;
+                print0("warning: step %d: the loss %g is over 1.5 times the first step's (%g): the run may be diverging; "
+                       "a lower --lr, or --skip-loss-z, may help\n", step, loss, first_loss);
+            }
             std::string comm_json = comm_stats_json(mesh);
 
             bool last = step == steps;

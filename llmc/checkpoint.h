@@ -169,6 +169,13 @@ template <class T> inline void model_file_load(DataParallel<T>* d, const char* p
     fclose(f);
 }
 
+// Nothing non-finite is ever saved: a diverged run's weights or AdamW state stop the save, one
+// line naming the file (the files saved before stay as they were).
+inline void refuse_non_finite(const float* x, size_t n, const std::string& path, const char* what) {
+    for (size_t i = 0; i < n; i++)
+        if (!std::isfinite(x[i])) fatal("'%s' not written: %s hold a non-finite value (%g at element %zu): the run diverged", path.c_str(), what, x[i], i);
+}
+
 // Writes the model as an llm.c model file from dp rank 0 (written to PATH.tmp, then renamed).
 // Collective: where the weights are sharded (data_parallel.h: dp_get_unit) every dp rank takes
 // part in gathering each unit. The weights written are the fp32 master. With tensor (pipeline)
@@ -192,6 +199,7 @@ template <class T> inline void model_file_save(DataParallel<T>* d, const std::st
     for (int u = 0; u < gpt_num_units(g.config); u++) {
         unit.resize(d->units[u].size);
         dp_get_unit(d, u, unit.data());
+        if (f) refuse_non_finite(unit.data(), unit.size(), path, "the weights");
         if (f) model_file_unit_io(f, tmp.c_str(), g.config, g.layout, u, unit.data(), true, file_bf16);
     }
     if (f && fclose(f) != 0) fatal("cannot write model file '%s'", tmp.c_str());
@@ -272,6 +280,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
             size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
             chunk.assign(chunk_size(S, d->N), 0.0f);
             if (e > b) ctx_copy(d->ctx, chunk.data(), dp_opt_at(d, *buf, (int)u, b), (e - b) * sizeof(float));
+            refuse_non_finite(chunk.data(), chunk.size(), sp, "AdamW's moments");
             if (!chunk.empty()) fwrite_or_die(chunk.data(), 4, chunk.size(), f, sp.c_str());
         }
     if (fclose(f) != 0) fatal("cannot write '%s'", sp.c_str());

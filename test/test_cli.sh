@@ -37,6 +37,7 @@ m = open(f"{d}/tiny.bin", "rb").read()
 open(f"{d}/model_truncated.bin", "wb").write(m[:-4])
 open(f"{d}/model_badmagic.bin", "wb").write(struct.pack("<i", 7) + m[4:])
 open(f"{d}/model_badversion.bin", "wb").write(m[:4] + struct.pack("<i", 4) + m[8:])
+open(f"{d}/model_nan.bin", "wb").write(m[:1024] + struct.pack("<f", float("nan")) + m[1028:])  # wte[0][0]: every loss NaN
 # a tiny Llama with its own classifier (header [20261124, 3, maxT, V, L, NH, C, Vp, NKV, H, theta, untied]),
 # and bad headers: 3 key/value heads for 4 query heads, an untied flag of 2, a RoPE scaling of low >= high
 cl = dict(arch="llama", maxT=32, V=97, Vp=128, L=2, NH=4, NKV=2, C=32, H=48, theta=10000, tied=False)
@@ -122,6 +123,29 @@ expect_fail "--fp8-amax-history 0" 2 "--fp8-amax-history: expected an integer in
     "${base[@]}" --precision fp8 --fp8-scaling delayed --fp8-amax-history 0
 expect_fail "--fp8-amax-history without delayed scaling" 2 "--fp8-amax-history: needs --fp8-scaling delayed" \
     "${base[@]}" --precision fp8 --fp8-amax-history 4
+
+# Divergence is never silent. --eps 0 is refused (AdamW's 0/0 for a parameter whose gradient is 0).
+# A run whose every update is skipped (--lr far too high: its norms are soon not finite, and
+# --skip-norm-z skips those) stops after --max-skipped-steps of them in a row, exit 1, one line.
+# A loss that climbs far above the first step's is named in a warning. Nothing non-finite is saved.
+# (A model with a NaN weight stands for a run gone non-finite: every loss is NaN.)
+nan=(--device cpu --model "$tmp/model_nan.bin" --train-data "$tmp/ok.bin" --val-data "" --batch-size 2 --seq-len 16)
+expect_fail "--eps 0" 2 "--eps 0: must be above 0" "${base[@]}" --eps 0
+expect_fail "a non-finite loss" 1 "step 1: the loss is nan (diverged)" "${nan[@]}" --steps 3
+expect_fail "a run that skips every update" 1 "step 5: the last 5 steps' updates were all skipped" "${nan[@]}" --skip-loss-z 3 \
+    --max-skipped-steps 5 --steps 60 --output-dir "$tmp/skipping" --save-model "$tmp/skipping.bin"
+[ ! -e "$tmp/skipping.bin" ] && [ -z "$(ls "$tmp/skipping" 2>/dev/null | grep -v '\.tmp$')" ] && r=ok || r="not ok"
+echo "$r - a run stopped for skipping every update saves no model file and no checkpoint"
+expect_fail "saving non-finite weights" 1 "'$tmp/nan_out.bin' not written: the weights hold a non-finite value" "${nan[@]}" \
+    --skip-loss-z 3 --max-skipped-steps 0 --steps 3 --save-model "$tmp/nan_out.bin"
+expect_fail "a checkpoint of non-finite weights" 1 "not written: the weights hold a non-finite value" "${nan[@]}" \
+    --skip-loss-z 3 --max-skipped-steps 0 --steps 2 --output-dir "$tmp/nan_ckpt"
+[ ! -e "$tmp/nan_out.bin" ] && [ ! -d "$tmp/nan_ckpt/step_00000002" ] && r=ok || r="not ok"
+echo "$r - no model file or checkpoint of non-finite weights is left"
+"$BIN" "${base[@]}" --lr 10 --steps 30 --log-file "$tmp/climb.jsonl" >"$tmp/climb.out" 2>&1
+rc=$?
+grep -q "^warning: step [0-9]*: the loss [0-9.e+]* is over 1.5 times the first step's" "$tmp/climb.out" && r=ok || r="not ok"
+echo "$r - a loss that climbs far above its start is named in a warning (--lr 10, exit $rc)"
 expect_fail "--loss-scale without fp16" 2 "--loss-scale and --loss-scale-every are for --precision fp16 (got --precision bf16" \
     "${base[@]}" --precision bf16 --loss-scale 1024
 expect_fail "--precision fp8 with B*T not a multiple of 16" 2 "--precision fp8: an FP8 product needs every dimension a multiple of 16" \
