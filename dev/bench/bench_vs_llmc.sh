@@ -6,8 +6,9 @@
 #
 #   dev/bench/bench_vs_llmc.sh [MODEL:B ...]      default: gpt2:124M:64 gpt2:1558M:16
 #   LLMC_ANCHOR=DIR   llm.c's trainer and its run_llmc.sh (default .anchor/); skipped if absent
-#   BASELINE_BIN=F    ./train_gpt built from an earlier commit (default .baseline/train_gpt);
-#                     skipped if absent; BASELINE_NAME names it in the table
+#   BASELINE_BIN=F    ./train_gpt built from an earlier commit (default .baseline/train_gpt, which
+#                     dev/bench/build_baseline.sh COMMIT makes); skipped if absent; BASELINE_NAME
+#                     names it in the table (default: .baseline/commit's)
 #   OURS_ALSO=FLAGS   one more run of ours with these flags (e.g. "--flash-backward split")
 #   STEPS=N           steps a run (default 30); SHARD: the token shard (data/kjv_train_000000.bin)
 # Prints a markdown table. Tested without a GPU by test/test_bench_train.sh (stand-ins).
@@ -37,6 +38,7 @@ ours() {  # ours BIN MODEL B [FLAGS...]: prints the median step ms, or nothing
 llmc_model() { case $1 in gpt2:124M) echo d12 ;; gpt2:350M) echo d24 ;; gpt2:774M) echo d36 ;; gpt2:1558M) echo d48 ;; esac; }
 echo "# bench_vs_llmc on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), median step of steps 6..$steps"
 echo
+[ -z "${BASELINE_NAME:-}" ] && [ -f "$(dirname "$baseline")/commit" ] && BASELINE_NAME=$(cat "$(dirname "$baseline")/commit")
 echo "| model | B×T | ours ms (tok/s) | llm.c ms | llm.c / ours | ${BASELINE_NAME:-baseline} ms | baseline / ours |${OURS_ALSO:+ ours $OURS_ALSO ms | that / ours |}"
 echo "|---|---|---|---|---|---|---|${OURS_ALSO:+---|---|}"
 for cfg in $configs; do
