@@ -1,49 +1,24 @@
 /*
-attention.cuh — causal multi-head self-attention that never stores the T×T matrix.
+attention.cuh — causal self-attention that never stores the T×T matrix.
 
-Layout: qkv is (B, T, C + 2·KV): each row [q | k | v], q of NH heads and k, v of NKV heads each,
-hs = C/NH features a head (KV = NKV·hs). Query head h reads key/value head h / G, G = NH/NKV:
-grouped-query attention (Ainslie et al., 2023; Llama 2 70B, Llama 3), where G query heads share
-one key/value head; NKV = NH (G = 1) is GPT-2's multi-head attention, rows [q | k | v] of C each.
-Head h owns channels [h·hs, (h+1)·hs) of q and out; key/value head j channels [j·hs, (j+1)·hs) of
-k and of v (QKVLayout below). out is (B, T, C), lse is (B, NH, T).
+qkv is (B, T, C + 2·KV): each row [q | k | v]. Query head h reads key/value head h / G, with
+G = NH/NKV (grouped-query attention; NKV = NH is GPT-2's). out is (B, T, C), lse is (B, NH, T).
 
-  forward, per (b, h, t):  s_j = q_t·k_j / √hs  for j ≤ t        (causal)
-                           lse_t = log Σ_j exp(s_j)               (saved: one float per row)
-                           out_t = Σ_j exp(s_j − lse_t) · v_j
-  backward (the flash-attention backward, which recomputes p from lse instead of storing it):
-                           p_j  = exp(s_j − lse_t)
-                           D_t  = dout_t · out_t                  (= Σ_j p_j (dout_t·v_j))
-                           dv_j += p_j · dout_t
-                           ds_j = p_j · (dout_t·v_j − D_t)
-                           dq_t += ds_j · k_j / √hs,   dk_j += ds_j · q_t / √hs
-  (k_j, v_j: key/value head h / G; so dk_j, dv_j of that head sum over the G query heads of its
-  group, in fp32, and are rounded once: nothing repeats k and v per query head.)
+  forward:   s_j = q_t·k_j / √hs (j ≤ t),  lse_t = log Σ_j exp(s_j),  out_t = Σ_j exp(s_j − lse_t)·v_j
+  backward:  p_j = exp(s_j − lse_t),  D_t = dout_t·out_t,  ds_j = p_j·(dout_t·v_j − D_t)
+             dv_j += p_j·dout_t,  dq_t += ds_j·k_j/√hs,  dk_j += ds_j·q_t/√hs
 
-The log-sum-exp is the forward's second output because ring attention (context parallelism)
-merges partial attention over key blocks with it: out = Σ_blocks exp(lse_blk − lse) · out_blk.
-Memory is O(B·T·C) for any T; the CPU loops do the same O(T²) work as the math above.
-(b, key/value head) pairs are independent and own disjoint slices of dqkv (the dq of their group's
-query heads, and their own dk, dv): parallel and deterministic.
+lse is an output because ring attention merges partial results with it. All math is fp32.
+This file holds the math, the CPU loops, the exact fp32 kernels (a warp a row) and the choice
+among kernels. The 16-bit flash kernels live in flash_attention.cuh (mma.sync) and
+flash_attention_hopper.cuh (wgmma). Every backward is deterministic: no two threads add to one value.
 
-Dtype T (float | bf16 | fp16): qkv, out and their gradients are T, lse is fp32, all math is fp32. The
-CPU runs the fp32 loops below on F32View copies (each output rounded once).
+Main functions: attention_forward, attention_backward (the ops); flash_forward, flash_backward
+(which flash kernel runs, by the --flash-* switches); flash_run_pass (the timed choices of
+--flash-rows auto and --flash-wgmma auto); attention_block_forward/_backward (ring attention).
 
-CUDA: the same online-softmax algorithm, one warp per query row, lanes splitting the head
-dimension; never a T×T buffer. The backward is split so that nothing is accumulated by two warps
-(deterministic, no atomics): D_t first, then one warp per query row for dq and one warp per key
-row (of a key/value head, over its group's query heads) for dk and dv, each recomputing p from
-lse. This is the exact path, fp32 math for either dtype.
-
-CUDA, 16 bits (bf16, fp16) at head size 64 or 128: FlashAttention-2's algorithm on the tensor
-cores, written here, in two files of its own: flash_attention.cuh (mma.sync, any GPU from sm_80;
-also ring attention's blocks) and flash_attention_hopper.cuh (wgmma, compute capability 9.0:
---flash-wgmma 1, or pass by pass under auto). This file keeps what decides among the kernels
-(flash_forward, flash_backward, their switches, and the autotuning of --flash-rows auto and
---flash-wgmma auto: flash_run_pass) and the ops that call them.
-
-Tests: test/test_ops.cpp (finite differences, lse against a direct evaluation),
-test/gpucheck_ops.cu (CUDA vs CPU).
+Tests: test/test_ops.cpp (finite differences, lse), test/gpucheck_ops.cu (CUDA against the CPU).
+More: docs/kernels.md.
 */
 #pragma once
 #include <cmath>
@@ -537,10 +512,8 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
 // launch of at least g_flash_tune_blocks blocks (a training step's, at any real size; the
 // LLMC_FLASH_TUNE_BLOCKS environment variable sets another count) is timed with 16 and with 32
 // rows a warp, and the faster is kept for the rest of the run. The two give the same bits
-// (gpucheck_ops, test_gpu_train), so only the speed depends on the choice; and which is faster
-// has gone either way by pass, GPU and compiler (on an H100, dev/gpu_results/: 16 in all three
-// passes on 2026-11-22; on 2026-11-26, with nvcc giving the 16-row backward more registers, 16
-// in the forward and 32 in both backward passes). Rank 0 prints each choice and its times.
+// (gpucheck_ops, test_gpu_train), so only the speed depends on the choice. Which is faster has
+// gone either way by pass, GPU and compiler (docs/kernels.md). Rank 0 prints each choice.
 // --flash-wgmma auto (g_flash_wgmma_auto, the trainer's default; on a compute capability 9.0 GPU):
 // each pass's first FLASH_WGMMA_SAMPLES launches of that size (the first step's layers) run with
 // wgmma and then with mma.sync (at its rows, chosen first), the first of them timed both ways,

@@ -1,68 +1,23 @@
 /*
 flash_attention.cuh — FlashAttention-2's algorithm, written here: causal attention on the tensor
-cores through mma.sync m16n8k16 (bf16 or fp16 in, fp32 accumulate), no T×T matrix in memory. It
-is the 16-bit path (bf16, fp16; head size 64 or 128) of attention.cuh's ops, whose header has the
-math: the forward's online softmax and its saved log-sum-exp, the backward that recomputes p from
-it. Not a header on its own: attention.cuh includes it in its CUDA part (after QKVLayout), and its
-flash_forward and flash_backward choose among these kernels. The kernels are templates over the
-16-bit type; only the instruction differs.
-  forward   block = 64 queries of one (b, h), 4 warps × 16 rows (or, g_flash_forward_rows = 32
-            with head size 64, 128 queries, 4 warps × 32: each B fragment feeds two mma, and an
-            m-tile wholly before a key tile skips it); Q fragments in registers; key
-            tiles of 64 (K, V staged in shared memory) up to the diagonal; S = QKᵀ, online
-            softmax in base 2 on the accumulators, P rounded to 16 bits and fed back as the A
-            operand of O += P·V; lse written for the backward. Shared memory 2·64·(hs+8)·2 B.
-            K and V take turns in flight: V(kt) is copied in while S = Q·K(kt)ᵀ is computed,
-            K(kt+1) while O += P·V(kt) is, so the loads hide behind the mma work.
-  backward  two deterministic passes, no atomics (like the fp32 path). (1) A block per 64 queries
-            walks the key tiles of 32 and accumulates dQ += dS·K (g_flash_dq_rows = 32 with
-            head size 64: 128 queries, 4 warps × 32 rows, as the forward's variant); it first
-            computes D_t = dout_t·out_t for its rows from the dO fragments it holds anyway
-            (row_dots; no separate kernel and read of dO) and stores it for (2). (2) A block per
-            64 keys (4 warps × 16) walks the query tiles of 32 from the diagonal down (a warp
-            skips a tile whose queries all come before its keys) and accumulates dK, dV in
-            registers, computing the transposed products Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ so that Pᵀ
-            and dSᵀ come out already as A operands of dV += Pᵀ·dO and dK += dSᵀ·Q
-            (g_flash_dkv_keys = 32 with head size 64: 2 warps × 32 keys, K and V read from shared
-            memory per use, since registers hold dK and dV for 32 keys and little else).
-            A B fragment (k16×n8, 256 bytes) read from shared memory feeds
-            2·16·8·16 flops per 16 rows of the warp: 16 flops per byte at 16 rows, 32 at 32
-            (about 21 in the dK/dV variant, which reads its K and V fragments there too).
-            At an SM's 128 bytes/clock of shared memory, 16 caps the mma units near half
-            their peak; more rows per warp lift that cap, at more registers a thread (which of
-            the two wins is timed per pass when the trainer runs: --flash-rows auto).
-            P is recomputed from lse in each pass.
-            Both passes double-buffer their tiles: the next one is copied in during this one.
-  copies    global → shared by cp.async (16 bytes, no register round trip), started a tile
-            ahead and waited for (cp.async.wait_all + __syncthreads) just before use.
-  mask      only the tiles that reach the diagonal are masked (key > query → −∞); every other
-            tile is entirely in the past. Scores enter exp2 as one FMA: exp2(s·log2e/√hs − m).
-  shared    B operands come from shared memory by ldmatrix.x4: one instruction per warp loads
-            the fragments of two n-tiles (.trans for tiles stored k-major, e.g. V in P·V, where a
-            lane would otherwise need four 16-bit loads per fragment). Rows are padded to hs+8
-            elements, so the 8 rows of each 8×8 matrix fall in distinct banks.
-  order     grid (NH, B, tiles) with the tile slowest: the blocks with the most work (the last
-            query tiles; for dK/dV the first key tiles) start first and the short ones fill the
-            tail of the last wave.
-  groups    (grouped-query attention) the forward and the dQ pass read query head h's keys and
-            values from key/value head h/G's columns of qkv; a dK/dV block belongs to a key/value
-            head and runs its loop over the query tiles once for each of its G query heads, so
-            dK and dV sum over the group in registers and are written once.
+cores through mma.sync m16n8k16 (16-bit in, fp32 accumulate). It is the bf16/fp16 path of
+attention.cuh's ops at head size 64 or 128, on any GPU from sm_80. attention.cuh includes it.
 
-Ring attention's blocks (context_parallel.h: attention_block_forward / _backward) in 16 bits
-with head size 64 or 128 run on the same tiles and helpers (flash_block_*_kernel): queries of a
-range of qkv against a borrowed kv buffer's keys, all visible (no mask), the forward carrying
-the online softmax on from the running fp32 (o, lse), the backward adding dQ and dK, dV into fp32
-buffers; other dtypes and head sizes take the exact warp-per-row kernels.
+  forward   a block per 64 queries (4 warps × 16 rows), key tiles of 64 through shared memory,
+            S = Q·Kᵀ, online softmax in base 2, O += P·V; lse saved for the backward
+  backward  two passes, no atomics: dQ (a block per 64 queries; it also computes D = rowsum(dO∘O)),
+            then dK/dV (a block per 64 keys, Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ so that Pᵀ and dSᵀ are
+            A operands of dV += Pᵀ·dO and dK += dSᵀ·Q)
 
-Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4): A (16×16, row-major) regs
-{(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}; B (16×8, "col") regs {(k=2t..2t+1,
-n=g), (k=2t+8.., n=g)}; C (16×8 fp32) {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}. The C
-fragments of two adjacent n-tiles are exactly the A fragment of one 16-wide k-chunk.
+Tiles are copied by cp.async one tile ahead, read by ldmatrix, and masked only on the diagonal.
+With --flash-rows 32 (head size 64) a warp owns 32 rows: each fragment read feeds two mma.
+Ring attention's blocks (flash_block_*_kernel) use the same tiles without the mask.
 
-Tests: test/gpucheck_ops.cu (every kernel and switch against the CPU op, on the emulator in
-make test and on a GPU in make gpucheck), test/test_ptxas.sh (the backward passes' register
-caps), dev/cuda/attention.cu (the versions v3-v6 side by side, timed).
+Main kernels: flash_forward_kernel, flash_backward_dq_kernel, flash_backward_dkv_kernel,
+flash_block_forward_kernel, flash_block_backward_dq/dkv_kernel.
+
+Tests: test/gpucheck_ops.cu (every kernel and switch against the CPU op), test/test_ptxas.sh
+(register caps), dev/cuda/attention.cu (versions v3-v6, timed). More: docs/kernels.md.
 */
 #pragma once
 #include "common.h"
@@ -444,12 +399,9 @@ template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds
     }
 }
 // Blocks of 128 threads each SM must hold at head size 64 (MT = 1), which caps the registers:
-// 65536 / (3 · 128) → 168 for the dK/dV pass, 65536 / (4 · 128) → 128 for the dQ pass. At
-// 798ba9d nvcc gave them 168 and 128 by itself; left to itself it later gave 173 and 140 (grouped-
-// query attention's QKVLayout among the changes), one block an SM fewer each, and on an H100 the
-// dK/dV pass went from 0.258 to 0.355 ms, the dQ pass from 0.186 to 0.202 (GPT-2 124M's shape,
-// B = 16; dev/gpu_results 2026-11-22 and 2026-11-26). Within the caps ptxas spills one register
-// (4 bytes, one store, one load) in the default dK/dV variant; test/test_ptxas.sh holds that.
+// 65536 / (3 · 128) → 168 for the dK/dV pass, 65536 / (4 · 128) → 128 for the dQ pass. Left to
+// itself nvcc gave them 173 and 140: one block an SM fewer each, and a slower pass (docs/kernels.md).
+// Within the caps ptxas spills one register in the default dK/dV variant; test/test_ptxas.sh holds that.
 #define FLASH_DKV_MIN_BLOCKS(D, MT) ((D) == 64 && (MT) == 1 ? 3 : 1)
 #define FLASH_DQ_MIN_BLOCKS(D, MT) ((D) == 64 && (MT) == 1 ? 4 : 1)
 // Backward pass 1 (run after the dQ pass, whose D it reads): dK, dV for 64 keys of one key/value head per block, over query tiles of 32 (of
