@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# gpu_fp8_vs_bf16.sh — FP8 against bf16 at GPT-2 1558M (B = 16) in one call, and where a 124M step
+# goes (--profile), with a ./train_gpt built beforehand. Prints the medians last.
+#   dev/gpu_fp8_vs_bf16.sh BIN OUTDIR
+set -u
+bin=${1:?usage: dev/gpu_fp8_vs_bf16.sh BIN OUTDIR} out=${2:?usage: dev/gpu_fp8_vs_bf16.sh BIN OUTDIR}
+cd "$(dirname "$0")/.."
+[ -d .debs ] && source scripts/offline_debs.sh use .debs
+mkdir -p "$out"
+logs=$(mktemp -d)  # (the JSON logs stay here: OUTDIR gets each run's output and the medians)
+run() {  # run NAME MODEL B [FLAGS...]
+    local name=$1 m=$2 B=$3; shift 3
+    timeout -k 5 120 "$bin" --device cuda --model "gpt2:$m" --batch-size "$B" --seq-len 1024 --total-batch-tokens $((B * 1024)) \
+        --steps 20 --train-data data/kjv_train_000000.bin --val-data "" --log-file "$logs/$name.jsonl" "$@" >"$out/$name.txt" 2>&1
+    python3 -c '
+import json, statistics, sys
+ms = [r["ms"] for r in map(json.loads, open(sys.argv[1])) if "ms" in r][5:]
+print("%-13s %s" % (sys.argv[2], "%.2f ms" % statistics.median(ms) if ms else "failed"))' "$logs/$name.jsonl" "$name" >>"$out/medians.txt"
+}
+run bf16 1558M 16
+run fp8 1558M 16 --precision fp8
+run fp8-delayed 1558M 16 --precision fp8 --fp8-scaling delayed
+run profile-124M 124M 64 --profile 1
+cat "$out/medians.txt"
