@@ -25,8 +25,9 @@
 # largest that fits: `scripts/gpt2.sh 350M --batch-size auto` (the same tokens a step). Where
 # even that B is small, `--recompute full` keeps ~1/4 (350M) to ~1/8 (1558M) of the activations
 # for ~22% more block FLOPs; the same training (README: activation checkpointing).
-# FP8: `scripts/gpt2.sh 1558M --precision fp8` runs the blocks' products in FP8 (llmc/fp8.cuh;
-# an H100/H200 or an Ada GPU); its loss tracks bf16's in the tests, but no full run has been made.
+# FP8 (`--precision fp8`, llmc/fp8.cuh) is not recommended here: on an H200 it is slower than bf16
+# at 1558M (0.93x with current scaling, 0.98x with delayed; docs/performance.md), and no full run
+# has been made. Its loss tracks bf16's in the tests.
 # Loss spikes: `--skip-loss-z 5 --skip-norm-z 5` (say) drops the update of a step whose loss or
 # gradient norm lies 5 standard deviations above the last 128 steps' (llmc/outliers.h); off here.
 # Stop with SIGUSR1 to mpirun (a checkpoint after the step; see the README); go on with --resume.
