@@ -1,85 +1,26 @@
 /*
 data_parallel.h — data parallelism: DDP and ZeRO stages 1, 2 and 3, written once.
 
-dp ranks each run the whole model on their own micro-batches; the gradients are summed across
-them (the loss is scaled by 1/(B·T·accumulation·dp), so the sum is the mean). What differs
-between the stages is only *who keeps what* (Rajbhandari et al., ZeRO, 2020):
+dp ranks run the whole model on their own micro-batches and sum their gradients. The stages
+differ only in who keeps what (ZeRO, Rajbhandari et al., 2020):
 
-  stage  parameters     gradients                       optimizer (AdamW m, v)   after backward
-  0 DDP  replicated     replicated, all-reduced         replicated               every rank updates all
-  1      replicated     replicated, reduce-scattered    sharded                  update shard, all-gather params
-  2      replicated     sharded: each unit reduce-      sharded                  update shard, all-gather params
-                        scattered as soon as it is ready
-  3      sharded:       sharded                         sharded                  update shard
-         gathered per unit before use, freed after, the next unit prefetched (2 buffers)
+  stage  parameters   gradients                 AdamW m, v   bytes a rank (bf16, Ψ params, N ranks)
+  0      replicated   all-reduced               replicated   16Ψ
+  1      replicated   reduce-scattered          sharded      4Ψ + 12Ψ/N
+  2      replicated   sharded, a unit at a time sharded      2Ψ + 14Ψ/N
+  3      sharded      sharded                   sharded      16Ψ/N
 
-Sharding. Every unit (model.h: embeddings, each block, the final LayerNorm) of S elements is
-cut into dp chunks of ⌈S/dp⌉ (comm.h); rank r owns chunk r of every unit. Its shard buffers
-are the concatenation of its chunks, Σ_u ⌈S_u/dp⌉ ≈ Ψ/dp elements.
+Every unit (embeddings, each block, the final LayerNorm) is cut into dp chunks; rank r owns
+chunk r. With 16-bit training the fp32 master weights live beside m and v. With NCCL each unit's
+reduction starts as soon as its gradient is ready, behind the next unit's backward (--overlap).
+The four stages give bit-identical runs without accumulation.
 
-Precision. The model reads and writes dtype T (model.h). With T = float (--precision fp32) the
-parameters are their own fp32 master. With T = bf16 (or fp16) the model reads a 16-bit working
-copy and writes 16-bit gradients; the fp32 master weights live beside AdamW's m and v, in the optimizer's
-layout (replicated for stage 0, sharded for 1-3), and the update rewrites the working copy from
-them (adamw.cuh). Checkpoints and model files are written from the fp32 master.
+Main functions: dp_init (the storage and the model's pointers), dp_reduce_unit (a unit's gradient
+handed over), dp_grad_norm, dp_update, dp_skip_update, dp_get_unit / dp_set_unit (model files).
 
-Memory per rank (Ψ parameters, N = dp), params + grads + optimizer:
-  bf16 or fp16 (2-byte params and grads, 12-byte fp32 master + m + v), the ZeRO paper's table:
-    stage 0: 2Ψ + 2Ψ + 12Ψ = 16Ψ       stage 1: 2Ψ + 2Ψ + 12Ψ/N = 4Ψ + 12Ψ/N
-    stage 2: 2Ψ + 2Ψ/N + 12Ψ/N         stage 3: 2Ψ/N + 2Ψ/N + 12Ψ/N = 16Ψ/N
-  fp32 (4-byte params = master, 4-byte grads, 8-byte m + v):
-    stage 0: 4Ψ + 4Ψ + 8Ψ = 16Ψ        stage 1: 4Ψ + 4Ψ + 8Ψ/N
-    stage 2: 4Ψ + 4Ψ/N + 8Ψ/N          stage 3: 4Ψ/N + 4Ψ/N + 8Ψ/N = 16Ψ/N
-Not in the table, and printed apart: ZeRO-3's two gather buffers and ZeRO-2/3's gradient
-working buffers (the embedding unit, whose gradient builds up over the whole backward because
-the classifier shares it, plus two of the largest other unit, used by alternate units).
-Communication per step (ring model, comm.h; s = 2 bytes for bf16 and fp16, 4 for fp32): stages 0-2 move
-2(N−1)/N·sΨ bytes per rank (all-reduce = reduce-scatter + all-gather), stage 3 3(N−1)/N·sΨ
-(parameters are gathered for the forward and again for the backward): 1.5× DDP. With gradient accumulation, stages 0-1
-reduce on the last micro-batch only; stages 2-3 reduce every micro-batch (no full gradient
-buffer to accumulate in).
-
-Determinism. Every stage reduces the same per-rank gradients with the same reduce-scatter,
-and the gradient norm is summed over the same chunks in rank order; so without accumulation
-stages 0-3 produce bit-identical runs, and each run is bit-reproducible.
-
-Overlap (NCCL). The backward hands over units L+1, L, ..., 1, then the embeddings (model.h).
-As soon as a unit's gradient is complete its transfer starts on the communication stream, and
-the backward of the next unit goes on meanwhile:
-  stage 0     all-reduces it; the optimizer step joins them all;
-  stages 1-3  reduce-scatter it into chunk_tmp[u % 2]; when the next unit's gradient is
-              complete (grads_ready(u − 1)) the compute stream waits for it and takes its
-              chunk (stage 1: copies it into place; 2-3: adds it to the shard and clears the
-              working buffer). Stages 2-3 alternate two working buffers, unit_grad[u % 2], so
-              the backward of u − 1 never writes the buffer being reduced.
-After the optimizer step, stages 1-2 start each unit's parameter all-gather as soon as the
-unit is updated; the next forward waits for a unit's gather only when it reaches the unit
-(acquire), so the gathers of the later units hide behind the forward of the earlier ones.
-ZeRO-3's prefetch all-gather also runs on the communication stream while the current unit
-computes. The embeddings (the largest unit at GPT-2's vocabulary) are exposed at both ends:
-the backward's last unit, with no backward left to hide behind, and the forward's first.
-(MPI staging GPU buffers through the host completes the same calls at once: correct, without
-overlap. On CPU buffers the all-gathers are MPI's nonblocking ones, waited for the same way.)
---overlap 0 turns all of it off (each transfer waited for at once, no prefetch) with the same
-results and bytes, so that the time overlap saves is measured: dev/bench/bench_overlap.sh.
-
-The owner of the storage is this file: it points the model's per-unit pointers at it and
-follows the model's use of units through ParamHooks (model.h). A single process is dp = 1.
-With tensor parallelism (tensor_parallel.h) the units are the rank's tp slice and the group is
-the ranks with its tp index: everything above applies to the slice, Ψ being the slice's size;
-only the gradient norm adds up over the tp group as well (dp_grad_norm). With pipeline
-parallelism (pipeline.h) the units are the rank's stage's (the others are empty), the norm adds
-up over the pp group too, and the embeddings, held by the first and the last stage, have their
-two gradients summed once the step's backwards are done (dp_grads_finish, then their dp
-reduction); a stage's backward ends with a block, so its reduce-scatters still pending are
-finished after each backward (dp_reduces_finish), before the next one writes the working buffers.
-With context parallelism (context_parallel.h) the cp ranks of a dp index hold the same units and
-compute partial gradients over their positions: the group is dp × cp ranks (comm.h's
-dp_cp_group), N = dp·cp above, and every stage applies as it is.
-Tests: test/test_dp.sh (dp = 2 and 4, every stage, and dp = 3 with uneven chunks, against one
-process; memory and bytes against the tables; --overlap 0 the same run; resume; resharding;
-on the emulated GPU with NCCL, the waits between the streams), test/test_ops.cpp (model gradient),
-test/test_pp.sh (the pipeline's units, with dp = 2 and ZeRO 0-1).
+Tests: test/test_dp.sh (dp = 2, 3, 4, every stage, against one process; memory and bytes
+against the tables; overlap; resume; resharding; the emulated GPU with NCCL).
+More: docs/parallelism.md.
 */
 #pragma once
 #include <optional>

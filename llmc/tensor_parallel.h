@@ -1,117 +1,23 @@
 /*
-tensor_parallel.h — tensor parallelism (Megatron-LM: Shoeybi et al., 2019): each block's
-attention heads and MLP columns split over the t ranks of the tp group; and sequence
-parallelism (Korthikanti et al., 2022), which splits the rest of the block by position.
+tensor_parallel.h — tensor parallelism (Megatron-LM) and sequence parallelism (--tp, --sp).
 
-A linear layer y = x·Wᵀ + b (W is out × in, like torch.nn.Linear) can be split two ways:
-  column-parallel   rank r keeps the rows of W (and of b) that make its slice of y's features:
-                    it computes y_r = x·W_rᵀ + b_r from the whole x; nothing to send
-  row-parallel      rank r keeps the columns of W that read its slice of x's features:
-                    y = Σ_r x_r·W_rᵀ + b, a sum of partial products: an all-reduce (b added once)
-Chaining a column-parallel layer into a row-parallel one needs no communication in between, so
-a transformer block needs only two all-reduces forward (Megatron's operator g) and two backward
-(operator f, its conjugate):
+Each block's attention heads and MLP columns split over the t ranks of the tp group. A column-
+parallel layer (rank r: its rows of W) feeds a row-parallel one (rank r: its columns of W), so a
+block needs two all-reduces forward (g) and two backward (f):
 
-  attention   qkv    column-parallel: the q, k and v rows of this rank's NH/t heads (3C/t × C)
-              attention on those heads alone (they are independent)
-              proj   row-parallel: the C/t columns that read those heads (C × C/t)   → all-reduce
-  MLP         fc     column-parallel: 4C/t of the 4C hidden features (4C/t × C), GELU on them
-              proj   row-parallel (C × 4C/t)                                           → all-reduce
-  backward    the gradient of each LayerNorm output is a sum over the ranks' column-parallel
-              layers that read it                                                     → all-reduce
-A Llama block (model.h) splits the same way: qkv's rows are NH/t query heads and NKV/t key/value
-heads (t must divide NKV, so each rank holds whole groups), fc's are H/t of SwiGLU's gate and
-the same H/t of its up projection (2 groups), and its RMSNorms are replicated like LayerNorms;
-a classifier of its own (lm_head) is vocabulary-parallel as wte is: rank r its Vp/t rows.
+  x ─ LN ─ qkv (column) ─ attention on NH/t heads ─ proj (row) ─ all-reduce ─ + ─ LN ─ fc (column)
+    ─ GELU ─ proj (row) ─ all-reduce ─ +
 
-The token embedding wte and the classifier, which shares it (weight tying), are
-vocabulary-parallel: rank r holds wte's rows [r·Vp/t, (r+1)·Vp/t), its Vp/t of the vocabulary.
-  embedding   the rank embeds the tokens among its rows and writes zero for the others; tp rank
-              0 adds the position embedding; the sum over the ranks (one more all-reduce) is the
-              embedding, bit for bit (x + 0 is exact). Its backward adds each position's
-              gradient to the row of its token on the rank that holds it (encoder.cuh)
-  classifier  the rank computes the logits of its rows, and the softmax is completed across
-              the ranks from 3 floats a row (fused_classifier.cuh: classifier_stats, gathered,
-              classifier_finish); its input gradient is a sum over the ranks' columns (one more
-              all-reduce), its wte gradient lands in the rank's own rows
-So wte's Vp·C parameters, gradient and AdamW state, the B·T·Vp logits and the classifier's
-6·Vp·C FLOPs a token all split t ways (GPT-2 124M's wte is 31% of its parameters).
-Everything else is replicated on every tp rank: the position embedding, the LayerNorms, the
-row-parallel layers' biases and the final LayerNorm. Their inputs and output gradients are the
-same bits on every rank (they come out of all-reduces and all-gathers, which give every rank
-the same values: comm.h), so their gradients are too, and each rank's AdamW keeps its copy
-equal to the others'. The gradient norm counts them once (tp rank 0's copy).
+wte and the classifier are split by vocabulary rows (Vp/t each); the rest is replicated.
+With --sp 1 the LayerNorms and residual adds split by position: each all-reduce becomes a
+reduce-scatter, and an all-gather comes before each column-parallel layer.
 
-The model (model.h) is written once: its layout gives each split tensor its local shape, and
-its forward and backward call tp_sum_rows (below) at the points above; with t = 1 the layout
-is GPT-2's and the sums do nothing. Data parallelism composes: the dp group of a rank
-is the ranks with its tp index (comm.h's mesh), each holding the same slice; ZeRO shards that
-slice.
+Main functions: tp_sum_rows (the all-reduce, or a reduce-scatter with --sp), tp_gather_rows (the
+all-gather), seq_split (a rank's rows). The model (model.h) is written once; with t = 1 these do nothing.
 
-Per rank, with t tp ranks (Ψ_block = 12C² + 13C):
-  parameters         Vp·C/t + maxT·C + L·(12C²/t + 7C/t + 6C) + 2C  (wte and the blocks' C²
-                     weights split; wpe, the LayerNorms and 6C of each block's vectors not)
-  block activations  (4 + 12/t)·C per position    (ln1, ln2, the two residuals stay whole;
-                                                   qkv, the attention output and the MLP's
-                                                   hidden features split; model.h's list)
-  classifier         Vp/t logits per position, and 3·t floats of stats
-  communication      per micro-batch, 4L + 2 all-reduces of B·T·C elements (4 a block, the
-                     embedding, and the classifier's input gradient): (4L + 2)·2(t−1)/t·B·T·C·s
-                     bytes sent per rank (s: 4 fp32, 2 bf16; --recompute full reruns the
-                     attention projection: 5L + 2), and an all-gather of the stats,
-                     (t−1)·B·T·12 bytes
-The sums are blocking (comm_all_reduce_sum: on the compute stream, in order with the kernels)
-because the next op needs them; with NCCL they run beside data parallelism's overlapped
-collectives, which are on the dp group's communication stream. NCCL asks that operations on two
-communicators be issued in the same order on every rank, which they are here (every rank runs
-the same program); frameworks that overlap data-parallel reductions with tensor-parallel
-compute run two communicators' kernels at once the same way, but it has not run on GPUs here yet.
-A model file is always the whole model: each tp rank writes its own slices into it
-(checkpoint.h). AdamW's state is per tp rank; a checkpoint resumes with any --tp (and dp, ZeRO
-stage, --sp, pp): checkpoint_load finds each element through the model file's order.
-
-Sequence parallelism (--sp 1). Above, every tp rank runs the LayerNorms and the residual adds
-on all B·T positions and holds their activations whole: 4·C a block a position, the part of a
-block's 16·C that tensor parallelism does not split. But those ops work on each position alone,
-so they can split by position instead: rank r keeps the rows [r·P, r·P + P) of the flattened
-B·T positions, P = ⌈B·T/t⌉ (the last rank's tail is padding, kept zero, so any B·T splits). The all-reduce after a row-parallel layer becomes a
-reduce-scatter (each rank gets its rows of the sum), and before a column-parallel layer an
-all-gather brings every rank all rows of the LayerNorm output:
-
-  forward     LN(my rows) → all-gather → column-parallel … row-parallel → reduce-scatter → + my rows
-  backward    the conjugates: the output gradient is all-gathered before the row-parallel
-              layer's backward, the input gradient reduce-scattered after the column-parallel's
-
-An all-reduce moves what a reduce-scatter and an all-gather do, so the bytes on the wire stay
-about the same, and the per-position activations split t ways. What changes around it:
-  - the backward gathers each LayerNorm output again (the forward kept only its rows:
-    Megatron-SP's trade of an all-gather for memory), and the residual gradient;
-  - each LayerNorm's parameter gradient is now a sum over this rank's rows only: it is
-    all-reduced over tp (2C elements, in a scratch buffer of its own: the gradient buffer
-    already holds the earlier micro-batches' sums, which must not be summed again);
-  - the embedding's sum is a reduce-scatter too; its backward all-gathers the residual
-    gradient (a rank's wte rows take the gradient of their tokens wherever they are);
-  - the classifier reads lnf's output at every position (gathered; its dlnf reduce-scattered).
-The forward computes what tensor parallelism alone does, bit for bit (each row's LayerNorm is
-the same arithmetic on either path, and gathers move bits); the LayerNorms' parameter gradients
-are summed in another order.
-Per rank with sequence parallelism, a micro-batch of N = B·T positions (s bytes an element):
-  block activations  16·C/t per position (model.h's list), plus one gathered N·C buffer
-  communication      (4L + 2) reduce-scatters of N·C: (4L + 2)·(t−1)/t·N·C·s bytes sent;
-                     all-gathers of N·C, 2L + 1 forward (ln1, ln2 a block; lnf) and 4L + 2
-                     backward (a block: the residual gradient twice, ln1 and ln2; lnf; the
-                     encoder's gradient): (6L + 3)·(t−1)/t·N·C·s, besides the classifier's
-                     stats as above; 2L + 1 all-reduces of 2C (the LayerNorms' parameter
-                     gradients). --recompute full adds a reduce-scatter and two
-                     all-gathers a block (its rerun); selective adds nothing.
-
-Not here yet: overlapping the collectives with the products around them (Megatron overlaps
-the sequence-parallel all-gather with the matmul that reads it, chunk by chunk); running them
-on GPUs.
-
-Tests: test/test_tp.sh (tp = 2 and dp × tp = 2 × 2 with ZeRO against one process, with and
-without --sp; memory and bytes against the formulas above; recompute; resume; bf16; padding;
-the emulated GPU with NCCL).
+Tests: test/test_tp.sh (tp = 2 and dp × tp against one process, with and without --sp; memory
+and bytes against the formulas; recompute; resume; bf16; the emulated GPU with NCCL).
+More: docs/parallelism.md (who holds what, the bytes, sequence parallelism's trades).
 */
 #pragma once
 #include <vector>
