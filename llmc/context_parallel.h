@@ -1,55 +1,24 @@
 /*
-context_parallel.h — context parallelism: the positions of every sequence split over the c ranks
-of the cp group, and ring attention (Liu et al., 2023) so that each rank's queries still see all
-the keys before them.
+context_parallel.h — context parallelism (--cp, --cp-layout): each sequence's positions split
+over the c ranks of the cp group, and ring attention (Liu et al., 2023), so that each rank's
+queries still see every key before them.
 
-Every op of the model but attention works on each position alone: the embeddings, LayerNorms,
-matmuls, GELU and the classifier. So a cp rank runs the whole model on its Tl = T/c positions of
-the B sequences (the activations of T/c positions: how long sequences fit), and only attention
-needs the others' keys and values. The cp ranks of a dp index read the same batch (dataloader.h)
-and each takes its positions (cp_take_positions); their gradients are partial sums over the
-positions, summed over cp as data parallelism sums over dp (comm.h's dp × cp group, which ZeRO
-shards over), and the loss over the step's positions is their mean, the same as one process's.
+Only attention mixes positions, so a rank runs the whole model on its T/c positions. Its keys
+and values go around the ring c − 1 times; at step s rank r holds rank (r − s mod c)'s and merges
+its attention over them:
 
-Which positions (cp_pieces; the model adds wpe at the global positions):
-  contiguous  rank r holds [r·Tl, (r+1)·Tl). Causal attention gives rank r (r + 1/2)·Tl² query-
-              key pairs, the last 2c−1 times the first's: ranks wait for the slowest, c/(2c−1) busy.
-  zigzag      the sequence in 2c chunks of h = Tl/2; rank r holds chunks r and 2c−1−r, a cheap
-              early one and a dear late one: every rank does the same work (Brandon et al.'s
-              striped/zigzag balancing, as in Megatron's context parallelism).
-Either way a rank's positions are in increasing order, so causal attention of its queries over
-its own keys is the model's ordinary attention op on the local rows (attention.cuh) — a key
-after a query in local order is after it in the sequence.
+  out = Σ_blocks exp(lse_blk − lse) · out_blk
 
-Ring attention (cp_attention_forward). The ranks pass their keys and values (k, v: B·Tl·2KV/t
-elements, KV = NKV·hs: C for GPT-2, less with grouped-query attention) around the ring c − 1
-times: at step s rank r holds those of rank o = r − s (mod c)
-and merges the attention of its queries over them into its running output and lse
-(attention_block_forward: out = Σ_blocks exp(lse_blk − lse)·out_blk). Which pairs see each
-other (cp_block): contiguous, all of r's queries see all of o's keys when o < r, none when o > r;
-zigzag, when o < r all of r's queries see o's first chunk, when o > r r's second chunk sees both
-of o's — half of the pairs either way. The running output is kept in fp32 and written once.
-The backward (cp_attention_backward) runs the local part with the final lse and output (so its
-probabilities are the whole softmax's), then passes k, v around the ring again; for each borrowed
-block it accumulates its queries' dq and the block's dk, dv, and sends those home to rank o
-(from r + s it receives its own keys' share). The sums are fp32 and in ring order: the same bits
-on every run.
+contiguous: rank r holds [r·T/c, (r+1)·T/c). zigzag: 2c chunks, rank r holds chunks r and
+2c−1−r, so every rank does the same causal work. The backward passes k, v around again and
+sends each block's dk, dv home. Its sums are fp32 and in ring order: the same bits every run.
 
-Per rank and per block (layer), with c cp ranks, t tp ranks, s bytes an element of the run's
-dtype, N = B·Tl positions here:
-  forward    (c−1) sends of k, v: (c−1)·N·2KV/t·s bytes      (--recompute full: again in the backward)
-  backward   (c−1)·N·2KV/t·s (k, v again) + (c−1)·N·2KV/t·4 (dk, dv in fp32)
-  memory     2 k, v buffers (2·N·2KV/t of T), the fp32 running sums (N·(C + 2KV)/t), 3 dk, dv
-             buffers (3·N·2KV/t fp32), D (N·NH/t fp32) and Tl·C of wpe rows: model.h's list
-  attention  each rank ~1/c of the causal work (zigzag; contiguous as above)
-Overlap: with NCCL the next block of k, v travels on the cp group's communication stream while
-the block in hand (and first the local keys) computes (KVRing), and a block's dk, dv go home
-while the next block's backward runs. With MPI (host memory) every send is done at once.
+Main functions: cp_pieces and cp_take_positions (which positions), cp_block (which pairs of a
+block see each other), cp_attention_forward, cp_attention_backward.
 
-Tests: test/test_ops.cpp (the ring's blocks run one rank after another against one attention,
-forward and backward, both layouts), test/gpucheck_ops.cu (the block kernels against the CPU),
-test/test_cp.sh (the trainer under mpirun: cp = 2 and 4, both layouts, with dp, tp, sp and pp,
-against one process).
+Tests: test/test_ops.cpp (the ring's blocks against one attention), test/gpucheck_ops.cu (the
+block kernels), test/test_cp.sh (cp = 2 and 4, both layouts, with dp, tp, sp and pp, against
+one process). More: docs/parallelism.md.
 */
 #pragma once
 #include <vector>

@@ -1,92 +1,24 @@
 /*
-pipeline.h — pipeline parallelism: which layers each stage holds, in which order each stage
-runs the forward and backward of a step's micro-batches (GPipe, 1F1B, interleaved 1F1B), a
-simulator that measures a schedule's bubble and the activations it keeps alive, and the executor
-that runs a schedule in the trainer.
+pipeline.h — pipeline parallelism (--pp, --pp-schedule, --vpp): which blocks each stage holds,
+the order in which a stage runs its micro-batches' forwards and backwards, a simulator of those
+orders, and the executor that runs one in the trainer.
 
-The p ranks of the pp group (comm.h's mesh) are the stages of a pipeline. Stage s holds a
-contiguous range of the L blocks (stage 0 also the embeddings, stage p−1 the final LayerNorm and
-the classifier) and hands its output activation (B·T·C elements) to stage s+1; backward, the
-gradient of that activation comes back. A step's m micro-batches flow through the stages:
-  F(s, k) needs F(s−1, k)                 (its input: the previous stage's output)
-  B(s, k) needs B(s+1, k) and F(s, k)     (its output's gradient, and its own activations)
-With interleaving (Megatron-LM, Narayanan et al., 2021) each stage holds v chunks of L/(p·v)
-layers instead of one of L/p: chunk c of stage s is the virtual stage c·p + s, so a micro-batch
-passes every stage v times, and the rules above hold for the p·v virtual stages.
+Stage s of p holds a range of the blocks (stage 0 the embeddings too, stage p − 1 the classifier)
+and hands its output activation to stage s + 1:
 
-Schedules (pp_schedule: one stage's list of steps, run in order):
-  gpipe        every forward, then every backward (Huang et al., 2019): the activations of all
-               m micro-batches are alive at once
-  1f1b         (PipeDream-Flush, Narayanan et al., 2021) p − s − 1 forwards to fill the pipeline,
-               then one forward and one backward in turn, then the rest of the backwards: at most
-               p − s micro-batches alive on stage s, whatever m
-  interleaved  1f1b over the virtual stages, Megatron's order: forwards go through the chunks
-               p micro-batches at a time; (p − s − 1)·2 + (v − 1)·p warm-up forwards
-Bubble: with a micro-batch's forward and backward taking t_F and t_B on a stage (a chunk's,
-t_F/v and t_B/v), the first backward cannot start before the first micro-batch went through
-every stage, and the last stage waits as long at the end:
-    gpipe, 1f1b    the step takes (m + p − 1)·(t_F + t_B): idle a fraction (p − 1)/(m + p − 1)
-    interleaved    (p − 1)/(v·m + p − 1): the fill and drain are v times shorter
-(Megatron-LM's (p − 1)/m and (p − 1)/(v·m) are the same idle time relative to the busy time.)
-pp_simulate runs a schedule with those times and the dependencies above, and gives its step
-time, bubble and the peak number of micro-batch activations (chunks of them, interleaved) each
-stage holds; it also proves the schedule cannot deadlock with buffered sends.
+  F(s, k) needs F(s−1, k)          B(s, k) needs B(s+1, k) and F(s, k)
+  idle fraction (the bubble): (p − 1)/(m + p − 1) for gpipe and 1f1b, (p − 1)/(v·m + p − 1) interleaved
 
-The executor (pp_train_step, the trainer's --pp N --pp-schedule gpipe|1f1b|interleaved --vpp v)
-runs a stage's list. The model is written once for it: a rank's layout holds its stage's units
-(model.h: make_layout; with interleaving its v chunks of blocks), gpt_forward and gpt_backward
-run one chunk's blocks, starting from the received input (not the embedding) or the received
-output gradient (not the classifier), and every micro-batch in flight keeps its activations of a
-chunk in a slot of that chunk's own (gpt_use_slot). The classifier is wte, so
-the first and the last stage both hold the embeddings; the last stage's copy gets the
-classifier's part of wte's gradient, the first stage's the encoder's, and the two are summed
-between them after the step's backwards (data_parallel.h: dp_grads_finish), so both copies take
-the same update. Data parallelism composes (each stage's dp group reduces its units), and so
-does tensor parallelism (a stage's tp ranks hand their own rows of the residual stream to the
-next stage's same tp rank). Per rank, with m micro-batches of B·T positions a step:
-  parameters    its blocks' (L/p of them), + Vp·C + maxT·C on the first and last stage, + 2C
-                on the last: the embeddings are held twice, the rest once
-  activations   slots × one micro-batch's activations of its blocks: gpipe m, 1f1b p − s;
-                interleaved, per chunk its own peak of live micro-batches (pp_slots) × a chunk's
-                (L/(p·v) blocks). The stage's peak is (p − s − 1)·2 + (v − 1)·p + 1 chunks, on
-                stage 0 1 + (p − 1)/(p·v) times 1f1b's p micro-batches (Megatron's figure); the
-                per-chunk pools, each sized for its chunk, may hold a little more (d4, p = v = 2,
-                m = 4, stage 0: 4 + 2 slots for a peak of 5)
-  sent          by stage s a step: m·B·T·C·s bytes for each chunk output it hands on (v of
-                them, v − 1 on the last stage) and for each input gradient it hands back (v,
-                v − 1 on the first): (2v − [s = 0] − [s = p − 1])·m·B·T·C·s, so m·B·T·C·s on
-                the first stage without interleaving; the tied gradient sum 2(2−1)/2·(Vp + maxT)·C·s
-Sends start without waiting for the receiver (from a copy, reused once the receiver has it),
-receives wait: what pp_simulate assumes, so a schedule it runs cannot deadlock here. On GPUs
-with NCCL both are device to device: a send is queued on a stream of its own, so it overlaps
-the compute stream's next forward or backward, and a receive on the compute stream, which waits
-for it there (the host waits for neither); each way of each link of the ring has communicators
-of its own (comm.h: "the ring"), because NCCL runs one communicator's operations in order and a
-send queued there would hold back a receive. With MPI (CPU ranks, or ranks sharing a GPU) they
-go from host memory. The copies cost one device copy of B·T·C elements a message (for 50 MB,
-100 MB read and written: ~35 µs at an H100's ~3 TB/s, an estimate, not measured) and memory:
-each way's copies go round, the oldest reused once its receiver has it, at most
-pp_send_buffers of them (the most the schedule keeps in flight when run in time, + 1), which
-the memory plan counts (planner.h); at the cap a copy waits for the oldest's receiver (on the
-GPU the compute stream waits, not the host). That cannot deadlock: the stages' messages are
-the same whatever the timing (each list runs in its order and each way's messages are taken in
-the order sent), so the run is decided by its dataflow alone — and pp_simulate, with the caps,
-completes it. "pipeline rank r: ... send buffers" reports the copies a run made. Evaluation runs a micro-batch through the stages one after the other
-(model.h: gpt_infer). Checkpoints hold a state file per stage (checkpoint.h) and resume with
-any --pp and --vpp (and --tp, dp). Every ZeRO stage composes: a stage's backward ends with its first block, not the
-embeddings, so its units' reduce-scatters still pending are finished after each backward
-(dp_reduces_finish); ZeRO-3's prefetch guesses the whole model's order and skips the units the
-stage does not hold (a wrong guess only costs the gather it would have hidden); DDP and ZeRO-1 reduce a
-chunk's units in that chunk's last backward.
+gpipe keeps m micro-batches alive on a stage, 1f1b p − s. Interleaving gives each stage v chunks.
+Sends go from copies and never wait; receives wait. So a schedule that pp_simulate completes
+cannot deadlock here.
 
-Tests: test/test_ops.cpp (every schedule: each F and B once and in a valid order; the simulated
-bubbles and peaks against the formulas above; each channel's messages received in the order
-sent; with the send caps the same timeline, under other timings no deadlock, with one fewer a
-later send or a deadlock; the
-interleaved layout), test/test_pp.sh (the trainer with --pp, gpipe, 1f1b and interleaved,
-against one process; memory, slots, send copies and bytes against the formulas; on the CPU
-SIMT emulator with --comm nccl the ring's NCCL path, p = 2 and 3, interleaved included, and the
-peak GPU memory against the plan).
+Main functions: pp_schedule (a stage's list), pp_simulate (step time, bubble, peaks),
+pp_slots (activation slots a chunk needs), pp_train_step (the executor).
+
+Tests: test/test_ops.cpp (every schedule in the simulator, against the formulas),
+test/test_pp.sh (the trainer against one process; memory, slots and bytes; the NCCL path on
+the emulated GPU). More: docs/parallelism.md.
 */
 #pragma once
 #include <algorithm>
