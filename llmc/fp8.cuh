@@ -1,92 +1,23 @@
 /*
 fp8.cuh — 8-bit floats for the transformer blocks' products (--precision fp8).
 
-With --precision fp8 the model is the bf16 model (bf16 parameters and activations, fp32 master
-weights, optimizer state, statistics), except that the products of the blocks' linear layers
-(qkv, attention projection, fc, fc projection; Llama's gate|up and down) multiply 8-bit floats
-on the tensor cores, at twice bf16's rate on Hopper. The classifier's product (the logits, whose
-softmax is sensitive to small errors), attention, the norms and the optimizer stay as they were:
-the recipe of NVIDIA's Transformer Engine and of the published FP8 GPT and Llama runs.
+The model stays the bf16 model; only the blocks' linear layers multiply FP8 on the tensor cores.
+E4M3 (largest 448) in the forward, E5M2 (largest 57344) for the gradients. One power-of-two
+scale a tensor:
 
-Formats (the OCP 8-bit floats, what Hopper's tensor cores read):
-  E4M3: sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinities, S.1111.111 is NaN; the
-        largest number is 448. What the forward multiplies: activations and weights.
-  E5M2: sign, 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like (infinities, NaNs); the
-        largest finite number is 57344. What the backward multiplies the gradients in: more
-        range, less precision.
-fp8_encode rounds to nearest even and saturates at ±largest (the PTX cvt .satfinite rule): a
-number too large for the format becomes the largest, never an infinity; NaN stays NaN. It is
-integer arithmetic on the fp32 bits, the same function on the host and the GPU, so the CPU
-reference and the kernels quantize bit for bit alike (gpucheck_ops also holds it to the GPU's
-own cvt instruction).
+  amax = max |x|,   s = 2^⌊log₂(largest / amax)⌋,   q = fp8(x · s)   (rounded to nearest, saturating)
 
-Scaling: one scale per tensor, from the tensor itself ("current scaling"):
-  amax = max |x| over the tensor,   s = 2^⌊log₂(largest / amax)⌋,   q = fp8(x · s)
-so the tensor's largest element lands in the format's top binade. A power of two: x·s is exact,
-the cast is the only rounding, and the product's dequantization (times 1/s_a · 1/s_b, which
-cuBLASLt applies to the fp32 accumulator) is exact too. So the CPU emulation and cuBLASLt differ
-only in the order of the fp32 sums, like the bf16 products. Current scaling costs one more read
-of each operand (the amax pass) and keeps no state, so resume and checkpoints are unchanged.
-With tensor parallelism each rank scales its own shard (an all-reduce of one number per product
-would give the whole tensor's), so tp > 1 rounds differently from tp = 1.
+Current scaling takes amax from the tensor itself; delayed scaling (--fp8-scaling delayed) from
+its last H steps (--fp8-amax-history), kept in Fp8Delayed and in checkpoints. cuBLASLt takes
+only the "TN" form, so the backward also quantizes dout, W and x transposed.
 
-Delayed scaling (--fp8-scaling delayed; Transformer Engine's recipe): the scale comes from the
-tensor's amaxes of the last H steps (--fp8-amax-history H) instead of from the tensor itself,
-  s_t = 2^⌊log₂(largest / max(amax_{t−H}, …, amax_{t−1}))⌋,   q = fp8(x · s_t) (saturating)
-so one pass casts and measures at once (the amax it records is the step's, for the steps after).
-Each operand of each product is one tensor of the state (Fp8Delayed): a block's x, W and dout
-for each of its 4 products. Within a step the scale is fixed (so a --recompute rerun quantizes
-exactly as the forward did), and the step's amax is the max over all its quantizations of that
-tensor (every micro-batch, the backward's xᵀ and Wᵀ, a rerun). At the step's end the ranks that
-hold the same parameters (dp × cp) take the max of their amaxes (fp8_delayed_amaxes, then
-comm_max_floats, then fp8_delayed_push: the trainer's step), so their histories and scales stay
-identical (and equal one process's: the max over the micro-batches is the whole batch's), and
-the history moves on. The first step, with nothing recorded, scales each tensor from itself.
-Evaluations quantize with the scales and record nothing. A tensor whose amax jumps past its
-history saturates at ±largest for that step (the price of the saved read: the step line and log
-count such tensors, "fp8_saturated"); the history is in the checkpoint (fp8_history*.bin), so a
-resumed run goes on bit for bit.
+Main functions: fp8_encode / fp8_decode (the same integer arithmetic on host and GPU),
+fp8_quantize (amax, scale, cast, and the transpose, in one or two passes), fp8_dequantize, and
+the delayed-scaling state (fp8_delayed_amaxes, fp8_delayed_push, fp8_delayed_saved).
 
-The products. cuBLASLt's FP8 kernels on Hopper take only the "TN" form: both operands with the
-summed dimension contiguous (row-major M×K and N×K). The three products of a linear layer
-(matmul.cuh) in that form, with D[r, c] = Σ_k X[r, k]·Y[c, k]:
-  forward  out (N×OC)  = x (N×C)  · W (OC×C)ᵀ            x, W: E4M3
-  dinp     (N×C)       = dout (N×OC) · Wᵀ (C×OC)ᵀ          dout: E5M2, Wᵀ: E4M3
-  dW       (OC×C)     += doutᵀ (OC×N) · xᵀ (C×N)ᵀ          doutᵀ: E5M2, xᵀ: E4M3
-so the backward quantizes dout both as it is and transposed, and W and x transposed:
-fp8_quantize writes either or both in one pass. Scratch: one byte per element of each operand
-(N·C + OC·C bytes forward, 2·N·OC + OC·C + N·C backward), made again in every product from the
-bf16 tensors (nothing FP8 is kept between forward and backward). Every dimension (N = B·T, C,
-OC) must be a multiple of 16: cuBLASLt wants 16-byte leading dimensions of the FP8 matrices.
-The bias gradient sums the bf16 dout. Where cuBLASLt refuses an FP8 product (it once refused
-them all on an H100), its operands are dequantized (fp8_dequantize: exact) and multiplied in
-bf16: the same numbers, without FP8's speed (matmul.cuh: fp8_linear).
-
-What it costs (arithmetic, not yet a measurement: `make bench` part fp8 and dev/cuda/matmul.cu
-v3-v5 time it). Each quantize reads its bf16 tensor twice (the amax, then the cast; delayed
-scaling: once) and writes a byte (two with the transpose). A GPT-2 block's products have 7C
-input features a position (C each for qkv, attproj and fc, 4C for fcproj) and 9C output features
-(3C, C, 4C, C): 5 bytes per input feature forward, 6 per output feature for dout and 5 per input
-feature for xᵀ backward, 124·C bytes a position a block. GPT-2 124M at B·T = 131072: ~150 GB a
-step, ~50 ms at 3 TB/s, against ~57 ms saved if its ~115 ms of block products (the bf16 profile
-in dev/gpu_results) ran at twice the rate: about even. 1558M at B·T = 16384: ~52 ms against ~114
-ms saved. Delayed scaling takes the amax read, 2 of each of those 5 and 6 bytes, away: 46·C of
-the 124·C, ~55 GB a step at 124M. The next step: since its scale is known before the tensor
-exists, the cast (and the amax) can move into the kernel that makes the tensor (the LayerNorm,
-the GELU, the attention output), so that most quantizations cost nothing but a byte.
-
-Tests: test/test_ops.cpp (encode/decode over all 256 codes of each format against a decoder
-written from the definition above, rounding of ties and saturation, scale, quantize and the FP8
-linear against its definition; delayed scaling: the one-pass quantize, the history's rules and
-checkpoint form, a recorded step's scales multiplying as current scaling), test/gpucheck_ops.cu
-(kernels and cuBLASLt against the CPU reference, the recording quantize too; encode against
-the GPU's cvt), test/test_gpu_train.sh (FP8 training on the GPU against the CPU's, current and
-delayed; the memory plan with the scratch; the refusal below 8.9), test/test_train.sh (the FP8
-loss curves, current and delayed, against fp32's; resume bit for bit, the history restored;
-delayed scaling under --recompute bit for bit), test/test_dp.sh (delayed: dp = 2's history is
-one process's), test/test_tp.sh and test/test_pp.sh (tp = 2, interleaved pp = 2 against one
-process), test/test_cli.sh (the history file, the flags' refusals), dev/cuda/matmul.cu (v3-v5:
-the products timed with their quantize passes, v5 with delayed scaling).
+Tests: test/test_ops.cpp (all 256 codes of each format, ties, saturation, the quantize),
+test/gpucheck_ops.cu (kernels and cuBLASLt against the CPU), test/test_gpu_train.sh and
+test/test_train.sh (FP8 training, resume). More: docs/kernels.md (FP8), docs/performance.md.
 */
 #pragma once
 #include <algorithm>
