@@ -1,83 +1,26 @@
 /*
-model.h — GPT-2 and Llama: configuration, parameter layout, and forward/backward, written once.
+model.h — GPT-2 and Llama: configuration, parameter layout, forward and backward, written once.
 
-The model is a chain of ops from llmc/ (the .cuh files) called through a Ctx; nothing here knows which
-backend runs them. Per block l (pre-LayerNorm transformer, as GPT-2):
+A chain of ops from llmc/ called through a Ctx; nothing here knows which backend runs them:
 
   x₀ = wte[tokens] + wpe[0..T)
-  for l in 0..L:   a   = attention(ln1(x) · Wqkvᵀ + bqkv) · Wprojᵀ + bproj;   x = x + a
-                   m   = gelu(ln2(x) · Wfcᵀ + bfc) · Wfcprojᵀ + bfcproj;       x = x + m
-  logits = lnf(x) · wteᵀ                        (weight tying: the classifier is wte)
-  loss   = mean cross-entropy over the B·T positions
+  for l in 0..L:   x = x + attention(ln1(x) · Wqkvᵀ + bqkv) · Wprojᵀ + bproj
+                   x = x + gelu(ln2(x) · Wfcᵀ + bfc) · Wfcprojᵀ + bfcproj
+  logits = lnf(x) · wteᵀ,   loss = mean cross-entropy
 
-A Llama (GPTConfig::arch) is the same chain with other ops in four places, and no biases:
-  x₀ = wte[tokens]                              (no wpe: positions enter through RoPE)
-  a  = attention(rope(rmsnorm₁(x) · Wqkvᵀ)) · Wprojᵀ   q, k turned by their positions (rope.cuh);
-                                                NKV ≤ NH key/value heads, each read by its
-                                                NH/NKV query heads (attention.cuh)
-  m  = swiglu(rmsnorm₂(x) · Wfcᵀ) · Wfcprojᵀ    Wfc: [gate; up], 2H × C (swiglu.cuh)
-  logits = rmsnorm_f(x) · wteᵀ                  (or · lm_headᵀ, a classifier of its own: GPTConfig::tied;
-                                                lm_head then lies in lnf's unit, after lnfw)
-RMSNorm is the LayerNorm ops with no mean and no bias (layernorm.cuh); a tensor Llama lacks has
-no elements in the layout, and its pointer is nullptr, which the ops read as "none".
+A Llama swaps four ops: RMSNorm for LayerNorm, RoPE instead of wpe, SwiGLU for GELU, and no
+biases. Parameters are laid out layer-major and read in units (the embeddings, each block, the
+final norm) through pointers that the storage owner sets (data_parallel.h); ParamHooks tell the
+owner when a unit is read, done with, and when its gradient is complete.
 
-Parameters are laid out *layer-major*: [wte | wpe | block 0 | block 1 | … | block L−1 | lnf]
-with each block's 12 tensors contiguous. The model reads them in *units*, contiguous slices
-used together: unit 0 = the embeddings (wte, wpe), unit 1+l = block l, unit L+1 = the final
-LayerNorm. The model does not own parameter storage: it reads unit u's parameters and writes its
-gradients through the pointers g->params[u] and g->grads[u], which the owner of the storage
-(data_parallel.h: replicated for DDP, sharded for ZeRO) sets, and it tells the owner through
-ParamHooks when it is about to read a unit (ZeRO-3 gathers it), is done with it, and when a
-unit's gradient is complete (DDP/ZeRO reduce it while the backward goes on).
-llm.c's model file is tensor-major (all ln1w, then all ln1b, …): unit_file_pieces says where
-each piece of a unit lies in it.
+Main functions: gpt_build (the layout), gpt_forward, gpt_backward, gpt_mean_loss, gpt_infer
+(evaluation), gpt_activation_bytes (what the memory plan counts), unit_file_pieces (where a
+unit lies in llm.c's tensor-major model file).
 
-Precision. The model is a template over the dtype T of its activations, parameters and
-gradients (common.h): float for --precision fp32, bf16 for --precision bf16 (and fp8), fp16
-for --precision fp16 (whose loss gradient comes scaled: loss_scale.h; the model only sees a
-larger dloss). Statistics (LayerNorm mean/rstd, attention lse, losses) are fp32 either way; the fp32 master weights and
-the optimizer live with the storage owner (data_parallel.h).
-
-One micro-step is gpt_forward, gpt_backward, then gpt_mean_loss: on a GPU the host queues all
-of it without waiting (tokens and targets go up, the losses come back, through common.h's
-HostStage), and gpt_mean_loss waits only for the loss copy, queued before the backward.
-
-Parameter count Ψ = Vp·C + maxT·C + L·(12C² + 13C) + 2C (Llama: Vp·C + L·((2 + 2·NKV/NH)·C² + 3·H·C
-+ 2C) + C); per-token training FLOPs ≈ 6Ψ + 6·L·C·T.
-Activation memory per micro-batch: (16·L·C + 12·C + Vp) elements of T per position (Llama, with
-Q = (NH + 2·NKV)·hd: (L + 1)·(5C + Q + 3H) + Vp), plus fp32 statistics (gpt_activation_bytes, which the memory plan in planner.h uses); the
-attention matrix is never stored (see attention.cuh). Activation checkpointing (--recompute selective | full, see
-Recompute) keeps 10·L·C + 18·C + Vp or L·C + 27·C + Vp of them and reruns the rest of each block's
-forward at the start of its backward: the same ops on the same inputs, so the same training.
-
---precision fp8 (fp8.cuh): the blocks' linear layers run their products through linear_ctx, a
-copy of the op context with ctx.fp8 set (matmul.cuh then multiplies in FP8), and with delayed
-scaling the product's place in the amax history (g->fp8_delayed: 4 products a block held, x, W
-and dout each); the classifier's product and every other op stay bf16. The FP8 operands are
-scratch, counted by the memory plan (gpt_fp8_scratch_bytes), not activations.
-
-Tensor parallelism (tensor_parallel.h) is written in here too, as the layout and a few sums:
-with tp ranks, a rank's layout holds its slice of each block (its NH/tp heads' q, k, v rows and
-attention-projection columns, 4C/tp of the MLP's features), so its block holds 12C²/tp + 7C/tp
-+ 6C parameters and (4 + 12/tp)·C activations a position, and its block forward and backward
-call tp_sum_rows where the partial sums of the projections (forward) and of the LayerNorm
-outputs' gradients (backward) meet; its embedding and classifier hold Vp/tp rows of wte and
-compute Vp/tp of the logits (Classifier). With sequence parallelism (--sp) the residual stream
-and the LayerNorms hold this rank's rows of the B·T positions (SeqSplit), the sums are
-reduce-scatters and the LayerNorm outputs are gathered where a product reads them
-(tp_gather_rows): a block's activations are 16·C/tp a position. With tp = 1 all of it is
-GPT-2's. Pipeline parallelism (pipeline.h) is the layout too: a stage's rank holds its blocks
-(one range, or with the interleaved schedule a few chunks of them; and the embeddings, lnf where
-they are used), a forward of one chunk starts from the previous stage's output and its backward
-from the next stage's gradient, and the activations of each micro-batch in flight live in a
-slot of their own (gpt_use_slot).
-
-Tests: test/test_vs_pytorch.py (the whole model against PyTorch, GPT-2 and Llama), test/test_ops.cpp
-(finite differences through the whole model, both architectures),
-test/test_cli.sh (model file round trips and bad files), test/test_train.sh (--recompute: the
-same run bit for bit), test/test_gpu_train.sh (the activations predicted are those allocated),
-test/test_tp.sh (tensor and sequence parallelism against one process), test/test_pp.sh
-(pipeline parallelism against one process).
+Tests: test/test_vs_pytorch.py (against PyTorch, GPT-2 and Llama), test/test_ops.cpp (finite
+differences through the whole model), test/test_train.sh (--recompute bit for bit),
+test/test_tp.sh and test/test_pp.sh (the parallel layouts against one process).
+More: docs/model.md (sizes, precision, recomputation, the parallel layouts).
 */
 #pragma once
 #include <algorithm>
