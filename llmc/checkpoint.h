@@ -1,68 +1,27 @@
 /*
 checkpoint.h — model files (llm.c's format) and training checkpoints (ours).
 
-Model file (DESIGN §3.2): 256 int32 header [20240326, version, maxT, V, L, NH, C, Vp], then the
-16 tensors in llm.c's tensor-major order, fp32 (version 3) or bf16 (version 5). Its size must be
-exactly 1024 + Ψ·(4 or 2) bytes. A Llama model (model.h) is the same with the header
-[20261124, version, maxT, V, L, NH, C, Vp, NKV, H, θ, untied, s, l, h, N₀] (s, l, h, N₀: RoPE's
-Llama 3.1 scaling, rope.cuh; s = 0 none, as older files have) and the tensors it has, in the same
-order: wte Vp×C, ln1w L×C, qkvw L×(NH+2·NKV)·hd×C (q, k, v rows; Meta's pair layout for RoPE),
-attprojw L×C×C, ln2w L×C, fcw L×2H×C (the gate's H rows, then the up projection's), fcprojw
-L×C×H, lnfw C, and with untied = 1 the classifier's own lm_head Vp×C. In memory the parameters are layer-major (model.h), so load and
-save convert. A bf16 file loads into fp32 masters exactly (bf16 ⊂ fp32) and saves back to the
-same bytes; fp32 → bf16 rounds to nearest even.
+Model file: a 256-int32 header [20240326, version, maxT, V, L, NH, C, Vp] (a Llama's is longer),
+then the tensors in llm.c's tensor-major order, fp32 (version 3) or bf16 (version 5). In memory
+the parameters are layer-major, so load and save convert.
 
-Checkpoint: a directory DIR/step_NNNNNNNN/ written as DIR/step_NNNNNNNN.tmp/ and renamed into
-place when every rank has written its part (a crash leaves either the old checkpoints or the
-new one, never half of one):
-  model.bin            the fp32 model file (loadable by llm.c and by --model), from dp rank 0:
-                       the fp32 master weights, so a bf16 run resumes bit-exactly too (its
-                       working copy is the master rounded to bf16, data_parallel.h); with
-                       tensor (pipeline) parallelism each tp rank (stage) writes its slices
-                       (its blocks) into it
-  state_rankNNNNN.bin  dp rank r's shard: int64 header [20241121, 2, step, micro-batches consumed
-                       (all ranks), rng state, B, T, total batch tokens, Ψ (of the rank's
-                       slice), dp, zero, tp, pp, vpp, 0…], then its chunk of AdamW's m and v for
-                       every unit (the ZeRO shard layout, whatever stage saved it: a stage-0
-                       rank writes its chunk of its replica). With tp > 1,
-                       state_tpTTT_rankNNNNN.bin for tp rank t (its slice's moments), with pp > 1
-                       state_ppPPP_tpTTT_rankNNNNN.bin for pipeline stage p (its units'); any
-                       other layout resumes from them (checkpoint_load: each element found
-                       through the model file's order)
-  history.bin          the recent losses and gradient norms that --skip-loss-z / --skip-norm-z
-                       judge a step against (outliers.h), and fp16's loss scale (loss_scale.h),
-                       from rank 0: int64 [20261123, 2, n_loss, n_norm, S (the bits of a
-                       double; 0: not an fp16 run), S's clean steps, 0…] (16), then n_loss and
-                       n_norm doubles, oldest first. Version 1 (no S) resumes with --loss-scale;
-                       a checkpoint without the file (written before it existed) resumes with
-                       empty windows
-  fp8_history.bin      with --precision fp8 --fp8-scaling delayed (fp8.cuh): the amax history of
-                       the blocks' products, from the first rank of each group that holds the
-                       same blocks (they agree): int64 [20261125, 1, steps recorded, H, tensors
-                       n, amaxes kept m = min(steps, H), 0…] (16), then n × m floats, each
-                       tensor's oldest first; fp8_history_tpTTT.bin / fp8_history_ppPPP_tpTTT.bin
-                       with tp > 1 / pp > 1. A checkpoint without it (current scaling's) resumes
-                       with an empty history; one of another H keeps the newest amaxes that fit
-  manifest.json        step, layout and config, for people and tools
---keep-checkpoints N deletes all but the newest N after each one is written.
-Resuming loads all of it, so the continued run is bit-identical to an uninterrupted one; a
-different dp, ZeRO stage, tp, pp or vpp reads each element from the old rank that held it
-(resharding: the run goes on as the same training, its sums in the new layout's order; FP8's amax
-history, per tp rank and stage, starts anew).
+Checkpoint: DIR/step_NNNNNNNN/, written as step_NNNNNNNN.tmp/ and renamed once every rank has
+written its part:
 
-Stopping on a signal (with --output-dir): SIGTERM (a scheduler's stop), SIGUSR1 (Slurm's
---signal=USR1@SECONDS before the time limit; mpirun forwards it to every rank, whereas it answers
-TERM and INT by killing the ranks a moment later) and SIGINT (Ctrl-C) only set a flag. After each
-step the ranks add up their flags (one small all-gather over the world), so every rank stops after
-the same step even when the signal reached only some of them; they write that step's checkpoint
-together and exit with 128 + the signal's number, and --resume continues as if nothing happened.
-A second signal of the same kind kills at once (the handler is reset when it runs).
+  model.bin             the fp32 master weights, as a model file
+  state_rankNNNNN.bin   each rank's chunk of AdamW's m and v, and where the data stood
+  history.bin           the outlier windows and fp16's loss scale; fp8_history.bin: FP8's amaxes
+  manifest.json         step, layout and config
 
-Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume bit-exactness),
-test/test_dp.sh (sharded checkpoints in every ZeRO stage, resharding), test/test_tp.sh and
-test/test_pp.sh (tensor-parallel and pipeline checkpoints, resumed with another tp, pp, vpp:
-every tensor's change from the checkpoint within 1e-4 of the straight run's); stopping on a signal:
-test/test_train.sh (one process), test/test_dp.sh (a signal to one rank of two, and to mpirun).
+A resume is bit-identical to an uninterrupted run; any dp, ZeRO stage, tp, pp or vpp can resume.
+A stop signal ends every rank after the same step, with a checkpoint. Nothing non-finite is written.
+
+Main functions: model_file_config, model_file_load, model_file_save, checkpoint_save,
+checkpoint_load, checkpoint_prune, and the stop signals (stop_signals_install, stop_signal_agreed).
+
+Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume, signals),
+test/test_dp.sh, test/test_tp.sh, test/test_pp.sh (sharded checkpoints, resharding).
+More: docs/formats.md.
 */
 #pragma once
 #include <algorithm>
