@@ -1,42 +1,23 @@
 /*
-autotune.cuh — what the trainer's autotuning shares: timing a launch, and hashing the bits it wrote.
+autotune.cuh — what the trainer's choices by timing share: timing a launch, hashing its bits.
 
-Some choices between kernels can only be made by timing them on the GPU at hand: 16 or 32 rows
-a warp in flash attention (--flash-rows auto), mma.sync or wgmma (--flash-wgmma auto), which of
-cuBLASLt's candidate algorithms runs a product (--matmul-tune 1), whether the loss kernel stages
-its row in shared memory (--classifier-staged auto). Each is made once, at the first call of a
-training step's size, and kept for the run. The rule they all follow:
+Flash attention's rows a warp and wgmma, cuBLASLt's algorithm, and the loss kernel's staging are
+each chosen once, at the first call of a training step's size, by one rule:
 
     choose by time only among variants that write the same bits.
 
-Timing differs between runs, GPUs and ranks, so two runs (or two ranks of one run) may choose
-differently; if the variants' results differed in the last bit, the run's numbers would then
-depend on the timing, and "two runs are bit-identical" (make gpucheck) and a bit-exact resume
-would be luck. So a variant's output is hashed (gpu_bits_hash) and compared with the output of
-the variant the run would use without tuning; one that differs is not taken, however fast.
+So a choice never changes what a run computes, and runs stay bit-identical whatever the timing.
 
-  gpu_time_ms(ctx, launch)      launch() once to warm up (a kernel's first launch loads its
-                                code), then the best of 3 timed by CUDA events, in ms. The
-                                launch must be repeatable: it overwrites its outputs (or the
-                                caller restores them).
-  gpu_bits_hash(ctx, regions)   Σ_i mix(mix(i) ⊕ w_i) over each region's 32-bit words, in 64-bit
-                                integers (splitmix64's mixer): a sum, so the same in any order
-                                and deterministic; each region salted by its place in the list.
-                                Waits for the stream.
+Main functions:
+  gpu_time_ms(ctx, launch)       a warm-up, then the best of 3 by CUDA events, in ms
+  gpu_bits_hash(ctx, regions)    an order-free 64-bit hash of every word the regions hold
   autotune_pick(ctx, n, restore, launch, outs)
-                                the rule, for n variants of one call: each runs once (after
-                                restore(), which puts back any input a variant overwrites) and
-                                its outputs are hashed; those that wrote the bits of the first
-                                that ran (the variant the run uses untuned) are timed, and the
-                                fastest is picked if it beat the first by 2% (the timing's
-                                noise), then run once more so its output is what stays.
-                                (--matmul-tune's candidates, --classifier-staged's kernels; the
-                                flash passes, whose choice is made over several launches, follow
-                                the same rule in attention.cuh.)
+                                 the rule for n variants of one call: those with the first's
+                                 bits are timed; the fastest wins if 2% faster than the first
 
-Tests: test/test_gpu_train.sh (each tuned run trains bit-identically to the untuned one; on the
-emulator, a variant made to round otherwise — SIMT_WGMMA_REVERSE, SIMT_LT_ALGO_REVERSE — is seen
-to differ and is not taken); test/test_bench_train.sh (make bench lists the choices).
+Tests: test/test_gpu_train.sh (each tuned run bit-identical to the untuned one; on the emulator
+a variant that rounds otherwise is refused), test/test_bench_train.sh (make bench lists the
+choices). More: docs/kernels.md.
 */
 #pragma once
 #include <vector>

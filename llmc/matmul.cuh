@@ -1,58 +1,22 @@
 /*
 matmul.cuh — the linear layer, y = x·Wᵀ + b, with W stored (out, in) like torch.nn.Linear.
 
-  forward:  out[n, o]  = Σ_i inp[n, i] · W[o, i] + bias[o]          (N×OC, 2·N·C·OC flops)
-  backward: dinp[n, i] = Σ_o dout[n, o] · W[o, i]                    (written)
-            dW[o, i]  += Σ_n dout[n, o] · inp[n, i]                  (accumulated)
-            dbias[o]  += Σ_n dout[n, o]                              (accumulated)
+  forward:  out[n, o]  = Σ_i inp[n, i] · W[o, i] + bias[o]
+  backward: dinp[n, i] = Σ_o dout[n, o] · W[o, i]           (written)
+            dW[o, i]  += Σ_n dout[n, o] · inp[n, i]         (accumulated)
+            dbias[o]  += Σ_n dout[n, o]                     (accumulated)
 
-The CPU reference is three plain loop nests, blocked so the weight rows of one block stay in
-cache while every input row streams past them (a 50304×768 classifier matrix does not fit in any
-cache; without blocking each input row would reread it from memory). Each output element is
-reduced by one thread in a fixed order: results do not depend on the thread count.
+The CPU reference is blocked loop nests, each output reduced by one thread in a fixed order.
+CUDA runs cuBLASLt (column-major, so each product is issued transposed), fp32 compute. The MLP's
+GELU rides in cuBLASLt's epilogues (gelu_pre: GELU_AUX_BIAS forward, DGELU backward). With
+ctx.fp8 the blocks' products multiply FP8 codes (fp8.cuh) in cuBLASLt's "TN" form.
 
-CUDA: cuBLASLt, column-major, so each row-major product is issued transposed:
-  forward  outᵀ(OC×N) = W(OC×C) · inpᵀ        (A = W, op T; B = inp, op N; + bias epilogue)
-  dinp     dinpᵀ(C×N) = Wᵀ(C×OC) · doutᵀ      (A = W, op N; B = dout, op N; β = 0)
-  dW       dWᵀ(C×OC) += inpᵀ(C×N) · dout       (A = inp, op N; B = dout, op T; β = 1)
-with fp32 compute (no TF32: --precision fp32 is the tight check). dbias is a column sum in a
-deterministic two-stage reduction (chunks of rows, then the chunks in order), reading dout in
-16-byte packs where OC allows; or, switched on (g_bias_grad = Epilogue), cuBLASLt's BGRADB
-epilogue takes the sums as the dW product reads dout.
+Main functions: matmul_forward, matmul_backward (the ops), lt_matmul (one cuBLASLt product, its
+algorithm cached a shape: --matmul-tune), bias_backward, fp8_linear.
 
-The MLP's GELU rides along (gelu_pre): matmul_forward(…, gelu_pre) computes
-  gelu_pre = inp·Wᵀ + b,  out = gelu(gelu_pre)               (the fc layer and its activation)
-and matmul_backward(…, gelu_pre) returns dinp = (dout·W) ⊙ gelu′(gelu_pre) (the fcproj layer's
-input gradient, through the GELU). The CPU runs the two ops one after the other (the spec); CUDA
-fuses them into the matmul's epilogue — cuBLASLt's GELU_AUX_BIAS (bias, GELU, and the
-pre-activation stored as the aux matrix) and DGELU — saving a read and a write of the 4C-wide
-activation each way. g_gelu_fusion = false runs the matmul and the GELU kernel separately, and
-so does any product for which cuBLASLt's heuristic has no algorithm with the epilogue (the bias
-too: see lt_matmul). The algorithm is chosen once per shape and cached (a GPT-2 step issues
-~150 matmuls of a dozen distinct shapes): the heuristic's first that runs, or under --matmul-tune
-1 (the trainer's default) the fastest of its candidates that writes the same bits, timed at the
-first call (g_matmul_tune; autotune.cuh).
-
-Dtype T (float | bf16 | fp16): with bf16 (fp16) the matrices are bf16 (fp16) and the accumulator
-fp32 (cuBLASLt CUDA_R_16BF or CUDA_R_16F with CUBLAS_COMPUTE_32F); every output, an accumulated
-dW included, is rounded to T once. The CPU does the same through F32View: the fp32 loops below on widened copies.
-
-FP8 (ctx.fp8, which the model sets for the transformer blocks' layers under --precision fp8):
-the same three products with their operands quantized (fp8.cuh: E4M3 x and W, E5M2 dout, one
-power-of-two scale per tensor: from the tensor itself, or with delayed scaling from the state
-that ctx.fp8_delayed points to, at this product's place, ctx.fp8_product) into the "TN" form
-cuBLASLt's FP8 kernels take, so the backward multiplies transposed copies (doutᵀ, Wᵀ, xᵀ) that
-the quantize kernel writes:
-  forward  out  = x·Wᵀ + b             fp8_linear(x, W)
-  dinp     dinp = dout·W               fp8_linear(dout, Wᵀ)
-  dW      dW  += doutᵀ·x               fp8_linear(doutᵀ, xᵀ)
-and dbias sums the bf16 dout (bias_backward). The GELU runs apart (no FP8 epilogue is asked for).
-The CPU does the same: the codes decoded, the fp32 loops, the scales' inverses (exact). A product
-cuBLASLt refuses in FP8 runs on the dequantized codes in bf16 instead (fp8_linear), with a note.
-
-Tests: test/test_ops.cpp (finite differences; FP8 within its rounding bound), test/gpucheck_ops.cu
-(CUDA vs CPU), the whole model against PyTorch, test/test_gpu_train.sh (--matmul-tune: tuned runs
-bit-identical to untuned ones; candidates that round otherwise refused).
+Tests: test/test_ops.cpp (finite differences; FP8 within its rounding), test/gpucheck_ops.cu
+(CUDA against the CPU), test/test_gpu_train.sh (--matmul-tune bit-identical to untuned).
+More: docs/kernels.md.
 */
 #pragma once
 #include "common.h"
