@@ -1,29 +1,19 @@
 /*
-encoder.cuh — token + position embedding.
+encoder.cuh — token and position embedding.
 
   forward:  out[b,t,:] = wte[tok[b,t], :] + wpe[t, :]
-  backward: dwte[tok[b,t], :] += dout[b,t,:]      dwpe[t, :] += dout[b,t,:]
+  backward: dwte[tok[b,t], :] += dout[b,t,:],   dwpe[t, :] += dout[b,t,:]
 
-The CUDA forward moves 16 bytes per load and store where C and the pointers allow (common.h:
-Pack). The backward is a scatter-add into dwte; the CPU loop runs (b,t) in order so the sum is
-deterministic. The CUDA backward is deterministic without atomics: the host (which has the
-tokens anyway) groups the positions by token id and cuts each token's run into segments of 32;
-a thread per (segment, 16 bytes of channels) sums its positions in order, and a token with
-several segments sums their partial sums in order. (The first version, one thread per token
-and channel, summed a frequent token's thousands of rows one after another; it took 2.75 ms of
-a 124M step on an H100, dev/gpu_results/, most likely that chain: not yet measured apart.)
-dwpe is a sum over b, one thread per (t, channel). So the backward takes
-the tokens in *host* memory. Parameter gradients accumulate (+=) so gradient accumulation
-needs no copy. Templated on the dtype T (float | bf16 | fp16, common.h): each sum is formed in fp32
-and rounded once when it is added to the gradient (on the CPU through F32View).
-dwte has V rows (V ≥ every token id).
-Vocabulary-parallel (tensor_parallel.h): a tp rank holds wte's rows [lo, lo + rows) alone, so
-its forward adds the rows of the tokens in that range and nothing for the others (zero: another
-rank adds theirs), and the position embedding only where wpe is given (one rank adds it); the
-ranks' outputs summed are the encoder's output, bit for bit (x + 0 is exact). Its backward adds
-to its rows only; dwpe is every position's sum as always.
-Tests: test/test_ops.cpp (finite differences of the forward; the vocabulary split against the
-whole), test/gpucheck_ops.cu (CUDA vs CPU).
+The CUDA backward is deterministic without atomics: the host groups the positions by token and
+cuts each token's run into segments of 32; a thread sums a segment in order, and a token's
+segments are summed in order. So the backward takes the tokens in host memory. With tensor
+parallelism a rank embeds only the tokens among its rows of wte; the ranks' outputs sum to the
+whole, bit for bit.
+
+Main functions: encoder_forward, encoder_backward.
+
+Tests: test/test_ops.cpp (finite differences; the vocabulary split against the whole),
+test/gpucheck_ops.cu (CUDA against the CPU). More: docs/kernels.md.
 */
 #pragma once
 #include <algorithm>

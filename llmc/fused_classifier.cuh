@@ -1,45 +1,21 @@
 /*
-fused_classifier.cuh — softmax + cross-entropy + its gradient, in one pass over the logits.
-
-logits is (N, Vp): the real vocabulary is the first V columns, the rest is padding (GPT-2 pads
-50257 to 50304 so matmuls tile well) and is ignored: it gets probability 0 and gradient 0.
+fused_classifier.cuh — softmax, cross-entropy and its gradient, in one pass over the logits.
 
   p = softmax(logits[:V]),   loss[n] = −log p[target[n]]
-  if dloss != 0, the logits are overwritten by their gradient:
-      dlogits[v] = dloss · (p[v] − [v == target])   for v < V,   0 for the padding
-where dloss is ∂(total loss)/∂(loss[n]) — 1/(B·T·accumulation steps) for the mean loss.
+  dlogits[v] = dloss · (p[v] − [v == target]) for v < V, 0 for the padding   (over the logits)
 
-Writing the gradient in place of the logits means the (N, Vp) buffer — the largest activation of
-the model — exists once. The normalizer is summed in double (50k terms).
+The gradient overwrites the logits, so the largest activation exists once. CUDA: a block a row,
+two passes in 16-byte packs (an online softmax, then the gradient), fixed-tree reductions.
+--classifier-staged copies the row into shared memory first (auto: timed, kept if faster and of
+the same bits). With tensor parallelism a rank holds some columns: classifier_stats gives 3
+floats a row, the ranks gather them, classifier_finish completes the softmax.
 
-CUDA: one block per row, two passes over it in 16-byte packs: (1) the max and the normalizer
-together (online softmax: each thread rescales its running sum when its max grows; the threads'
-pairs are combined by fixed-tree block reductions: deterministic), (2) the in-place gradient.
-The normalizer is summed in fp32 per thread and across the block. Bytes: the logits read twice
-and written once. On an H100 (dev/gpu_results/, N=8192 rows of 98 KB) that takes 0.86 ms: 1.9
-TB/s over the bytes that must move, or 2.9 TB/s, the copy ceiling, if both reads come from
-device memory. So the second read seems to miss L2 (Nsight Compute would say). With
-g_classifier_staged the row is copied into shared memory once (cp.async) and read there: each
-logit crosses device memory twice (in, out) instead of three times. If that holds, 0.86 ms
-becomes about 0.57. Not yet timed on a GPU, so the trainer decides by timing both at its first
-call (--classifier-staged auto; the same bits either way, which the trial checks too).
-dev/cuda/classifier.cu keeps the first version (three passes: max, sum,
-gradient; one element per load) for comparison, and times all three.
+Main functions: fused_classifier (the op), classifier_stats and classifier_finish
+(vocabulary-parallel).
 
-Vocabulary-parallel (tensor parallelism, tensor_parallel.h): rank r of `parts` holds the
-columns [lo, lo + Vpl) of the logits, the first Vl of them real. The row's softmax needs all of
-them, so the one pass becomes two with a gather of 3 floats a row in between:
-  classifier_stats    per row, over its real columns: the max m_r, s_r = Σ exp(x − m_r), and
-                      the target's logit if the target is one of its columns (else 0)
-  (the ranks' stats gathered: [parts][N][3])
-  classifier_finish   M = max_r m_r,  S = Σ_r s_r·exp(m_r − M),  target logit = Σ_r of the parts'
-                      loss[n] = −(target − M − log S); the gradient of its columns in place
-Each rank's gradient then equals its columns of the one-rank gradient (to rounding: the parts'
-sums are fp32, combined in double on the CPU, in fp32 on the GPU).
-
-Tests: test/test_ops.cpp (finite differences of the loss; the vocabulary-parallel pair against
-the one-pass op), test/gpucheck_ops.cu (CUDA vs CPU), the model against PyTorch, test/test_tp.sh,
-test/test_gpu_train.sh (--classifier-staged auto: the same training as 0 and 1).
+Tests: test/test_ops.cpp (finite differences; the vocabulary-parallel pair against the one-pass
+op), test/gpucheck_ops.cu (CUDA against the CPU), test/test_gpu_train.sh (--classifier-staged).
+More: docs/kernels.md.
 */
 #pragma once
 #include <cmath>

@@ -1,44 +1,20 @@
 /*
 layernorm.cuh — LayerNorm (and RMSNorm) over the channel dimension, and the residual add.
 
-  forward:  mean = Σx/C,  rstd = 1/sqrt(Σ(x-mean)²/C + 1e-5),  n = (x-mean)·rstd,
-            out = n·w + b                      (mean and rstd are saved for the backward)
-  backward: with g = dout·w:
-            dinp += rstd · (g − mean(g) − n·mean(g·n))
-            dw   += Σ_rows dout·n              db += Σ_rows dout
+  forward:  mean = Σx/C,  rstd = 1/sqrt(Σ(x − mean)²/C + 1e-5),  n = (x − mean)·rstd,  out = n·w + b
+  backward: with g = dout·w:   dinp += rstd · (g − mean(g) − n·mean(g·n))
+                               dw += Σ_rows dout·n,   db += Σ_rows dout
 
-RMSNorm (Zhang & Sennrich, 2019; Llama's) is the same without the centering and the bias:
-mean = 0, b = 0, so n = x·rstd with rstd = 1/sqrt(Σx²/C + 1e-5), and the backward loses its
-mean(g) term (the mean it no longer subtracts) and db. The same functions and kernels run both:
-mean == nullptr selects RMSNorm (rmsnorm_forward, residual_rmsnorm_forward, rmsnorm_backward
-below pass it so), b or db == nullptr a norm without a bias.
+RMSNorm is the same with mean = 0 and no bias: mean == nullptr selects it. The input gradient
+is added, because a LayerNorm's input is the residual stream. Statistics and math are fp32.
+CUDA: a warp a row; the parameter gradients are a two-stage reduction in a fixed order
+(deterministic); 16-byte loads, since these kernels are memory-bound.
 
-The input gradient is *added* (dinp +=): in the transformer the input of every LayerNorm is the
-residual stream, whose gradient is the sum of the path through the LayerNorm and the skip path.
-Parameter gradients accumulate too (gradient accumulation). Rows are reduced in order, so the
-result does not depend on the number of threads.
+Main functions: layernorm_forward, residual_layernorm_forward (res = a + b, then LayerNorm, in
+one pass), layernorm_backward, the rmsnorm_* forms, residual_forward, add_inplace.
 
-residual_forward(out, a, b, N): out = a + b. Its backward is the identity on both inputs, which
-the model gets for free by accumulating into one residual-gradient buffer.
-residual_layernorm_forward(res, out, ..., a, b, ...): res = a + b, out = LayerNorm(res), the two
-above in one pass on the GPU (the model's every residual add feeds a LayerNorm).
-add_inplace(dst, src, N): dst += src, which is residual_forward(dst, dst, src) (ZeRO-2/3 add each
-micro-batch's reduced gradient chunk).
-
-Dtype T (float | bf16 | fp16, common.h): statistics (mean, rstd) are fp32 and all math is fp32; each
-output is rounded to T once (the backward's sums over rows too: on the CPU via F32View).
-
-CUDA: one warp per row for the forward and the input gradient; the parameter gradients are a
-two-stage deterministic reduction (chunks of 32 or more rows → partial sums → summed in a fixed order).
-The backward is one kernel (the input gradient and the chunk's parameter sums together, reading
-dout and x once): its sums in registers up to C = 1024, in shared memory up to C = 3632 (on an
-H100; stored as float4 planes, free of bank conflicts); wider, the input gradient and the
-parameter pass apart.
-Every kernel moves 16 bytes per load or store where C and the pointers allow (common.h: Pack):
-these are memory-bound (the forward moves 4·N·C bytes in bf16, the backward 10·N·C), so the
-aim is bandwidth, and 2-byte loads cost 8× the instructions for the same bytes.
-Tests: test/test_ops.cpp (finite differences; eps and the variance use fp32 like PyTorch),
-test/gpucheck_ops.cu (CUDA vs CPU).
+Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA against the CPU).
+More: docs/kernels.md.
 */
 #pragma once
 #include <cmath>

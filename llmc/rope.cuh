@@ -1,30 +1,19 @@
 /*
-rope.cuh — rotary position embeddings (RoPE: Su et al., 2021; Llama's), applied in place to the
-query and key heads of each position's qkv row.
+rope.cuh — rotary position embeddings (RoPE, Llama's), in place on the q and k heads of qkv.
 
-A head's hd channels are hd/2 pairs (x[2i], x[2i+1]) (Meta's layout: the complex number
-x[2i] + i·x[2i+1]); at position t pair i turns by the angle a = t·θ^(−2i/hd) (θ = 10000 in
-Llama 2, 500000 in Llama 3):
+A head's channels are pairs (x₀, x₁); at position t pair i turns by a = t·θ^(−2i/hd):
+
   forward:  y₀ = x₀·cos a − x₁·sin a,   y₁ = x₀·sin a + x₁·cos a
-  backward: a rotation is orthogonal, so its gradient is the rotation by −a:
-            dx₀ = dy₀·cos a + dy₁·sin a,   dx₁ = −dy₀·sin a + dy₁·cos a
-Llama 3.1 and 3.2 stretch the slow pairs for long contexts (RopeScaling, "llama3"): with the
-original context N₀ (8192), factors s (8 in 3.1, 32 in 3.2), l = 1 and h = 4, a pair of
-frequency f = θ^(−2i/hd) and wavelength λ = 2π/f keeps f where λ < N₀/h, turns at f/s where
-λ > N₀/l, and in between at (1 − m)·f/s + m·f with m = (N₀/λ − l)/(h − l).
-A query at t and a key at u then meet as (R(t)q)·(R(u)k) = q·R(u − t)k: attention sees their
-distance, not where they are. Both run in place: the forward on qkv before attention (which
-keeps the rotated q, k for its backward), the backward on dqkv after attention's backward.
+  backward: the rotation by −a
 
-The angles come as a table (rope_table: cos a, sin a for each of a sequence's T rows and each
-pair, computed in double on the host and rounded once to fp32), so the CPU and the GPU turn by
-the same numbers, and a rank holding other positions of the sequence (context parallelism)
-builds its table from them. Rows: B·T of `stride` elements each (t = row mod T); the first
-`heads` heads of a row turn (q's heads then k's, which qkv's layout puts first; v is left).
-Dtype T (float | bf16 | fp16): computed in fp32, each output rounded to T once.
+So q at t and k at u meet as q·R(u − t)k: attention sees their distance. Llama 3.1's scaling
+stretches the slow pairs (RopeScaling). The angles are a table computed in double on the host
+and rounded once, so the CPU and the GPU turn by the same numbers.
 
-Tests: test/test_ops.cpp (finite differences; q·k depends on the distance alone; bf16 rounded
-once), test/gpucheck_ops.cu (CUDA vs CPU).
+Main functions: rope_table, rope_forward, rope_backward.
+
+Tests: test/test_ops.cpp (finite differences; q·k depends on the distance alone),
+test/gpucheck_ops.cu (CUDA against the CPU). More: docs/kernels.md.
 */
 #pragma once
 #include <cmath>
