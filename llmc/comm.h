@@ -1,55 +1,24 @@
 /*
 comm.h — the communicator and the process mesh.
 
-Mesh. The world's ranks are laid out as dp × pp × cp × tp with tp varying fastest:
-    rank = ((dp_i · pp + pp_i) · cp + cp_i) · tp + tp_i
-so the tp peers of a rank are its neighbours (the same node, NVLink). One group per dimension
-is built once at start (MPI_Comm_split): the ranks that differ only in that coordinate.
+The world's ranks are laid out as dp × pp × cp × tp, tp varying fastest:
 
-Collectives work on (pointer, count) within a Group. The chunked ones split a buffer of S
-elements into P = group size chunks of c = ⌈S/P⌉ (the last ones shorter or empty); rank r
-owns elements [r·c, min((r+1)·c, S)) — the ZeRO shard layout (data_parallel.h).
-  all_reduce_sum      buf ← Σ_ranks buf; done as reduce-scatter + all-gather, so every rank
-                      ends with bit-identical values (each chunk is summed once, by its owner)
-  reduce_scatter_sum  my chunk of Σ_ranks send
-  all_gather          every rank's chunk, in place (blocking, or started now and waited later)
-  broadcast, send, recv, and the ring's: comm_ring_send_start (to rank ± 1; it does not wait
-                      for the receiver) and comm_ring_recv (pipeline.h's stages),
-  sendrecv (a send and a receive at once, blocking or started: context_parallel.h's ring),
-  all_to_all, barrier, a deterministic sum of a few doubles and a max of a few floats
-Element types: float, bf16 and fp16 (common.h). MPI has neither 16-bit float, so they travel as
-16-bit words and are summed by our own MPI operation (fp32 add, rounded to T at each step — what
-NCCL's bf16 and fp16 reductions do); sums are in the reduce-scatter's order, the same on every run.
-Backends. MPI, for CPU buffers, and for GPU buffers staged through host memory (so several
-ranks can share one GPU in tests). NCCL (a CUDA build with nccl.h; --comm nccl, or auto when
-every rank has a GPU of its own), for GPU buffers: one NCCL communicator per group,
-bootstrapped over MPI (rank 0 of the group makes the unique id, MPI_Bcast sends it). NCCL's
-reduce-scatter and all-gather want equal chunks, so uneven ones go through a buffer padded to
-P·⌈S/P⌉ (two device copies, cheap next to the wire); GPT-2's units divide evenly over 2, 4,
-8 and 16 ranks, and go straight through. Blocking collectives run on the compute
-stream, in order with the kernels around them. The started ones run on the group's
-communication stream: comm_all_gather_start (ZeRO-3's prefetch), comm_reduce_scatter_sum_start
-(ZeRO's per-unit gradients) and comm_all_reduce_sum_start (DDP's). That stream first waits for
-an event recorded on the compute stream (the data is ready), and comm_wait / comm_join make the
-compute stream wait for the communication stream's event — the host never blocks, and the
-backward or forward of the next unit overlaps the transfer. (NCCL runs the operations of one
-communicator in the order they are issued, whatever their streams.) The pp group's ring sends
-go on streams of their own, through communicators of their own ("the ring", below).
-A group of one rank never communicates, so a build without MPI runs everything single-process,
-and so does an MPI build started without a launcher (mesh_start: no MPI_Init then).
+  rank = ((dp_i · pp + pp_i) · cp + cp_i) · tp + tp_i
 
-Byte counters. Each call adds the bytes one rank sends under the ring algorithm, the standard
-cost model (and what NCCL's rings move): for a buffer of M bytes on P ranks
-    all-reduce 2(P−1)/P·M     reduce-scatter, all-gather, all-to-all (P−1)/P·M
-    broadcast, send M        barrier 0
-so DDP moves 2(P−1)/P·Ψ·s bytes of gradients a step and ZeRO-3 3(P−1)/P·Ψ·s (1.5×), with s
-the element size (4 for fp32, 2 for bf16 and fp16).
---comm-stats prints them per step; the JSON log carries them.
+so a rank's tp peers are its neighbours. One group a dimension: the ranks that differ only there.
+Chunked collectives give rank r chunk r of ⌈S/P⌉ elements (the ZeRO shard layout), and an
+all-reduce is a reduce-scatter plus an all-gather, so every rank ends with the same bits.
+Backends: MPI (CPU buffers, or GPU buffers through the host) and NCCL (GPU buffers; --comm).
+Started collectives run on a communication stream; the host never blocks. Each call counts the
+bytes one rank sends under the ring algorithm (--comm-stats).
 
-Tests: test/test_comm.cpp (each collective under mpirun, counters), test/test_dp.sh; the NCCL
-path by test_dp.sh, test_tp.sh, test_pp.sh (the ring) and test_cp.sh with COMM=nccl on the trainer
-built for the CPU SIMT emulator, where
-test/simt_nccl.h carries out the NCCL calls with MPI (make test).
+Main functions: mesh_start, mesh_build (the groups), comm_all_reduce_sum, comm_reduce_scatter_sum,
+comm_all_gather (and their _start forms), comm_wait, comm_ring_send_start, comm_ring_recv,
+comm_sendrecv, comm_barrier.
+
+Tests: test/test_comm.cpp (each collective under mpirun, the counters); the NCCL path by
+test_dp.sh, test_tp.sh, test_pp.sh and test_cp.sh on the CPU SIMT emulator (test/simt_nccl.h).
+More: docs/parallelism.md.
 */
 #pragma once
 #include <optional>

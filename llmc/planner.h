@@ -1,46 +1,21 @@
 /*
 planner.h — the memory plan: which micro-batch fits beside the model state, on every rank.
 
-First the state: before anything is allocated, the layout says what the model state will take
-(dp_memory), and a state that cannot fit in what is free is refused at once (exit 2) with the
---zero 3 that would shard it, or more ranks (plan_state) — not an allocator's failure after a
-minute of allocating. Then the micro-batch.
-
-A rank's memory holds the model state (data_parallel.h: parameters, gradients, optimizer, the
-ZeRO stage's working buffers; 16Ψ bytes at stage 0, 16Ψ/N at stage 3) and the activations of
-one micro-batch (model.h: gpt_activation_buffers, per position (16·L·C + 12·C + Vp) elements of
-the precision's type, (L·(4 + NH) + 3) floats and 2 ints, for all B·T positions; fewer with
---recompute, model.h's Recompute; a tensor-parallel rank's slice of them, a pipeline stage's
-blocks' times the micro-batches its schedule keeps alive: model.h's gpt_activation_bytes of the
-model), a pipeline stage's copies for its sends (model.h's gpt_send_copy_bytes: B·T·C
-elements each, as many as pipeline.h's pp_send_buffers lets its schedule keep, a few), and with
---precision fp8 the FP8 products' scratch (model.h's gpt_fp8_scratch_bytes: a byte per element
-of two copies each of a layer's input, output gradient and weight, at the largest layer's; and
-where cuBLASLt refuses FP8 products, found before the plan, their operands dequantized), and
-on a GPU, where the MLP's width rules out cuBLASLt's GELU epilogue, the GELU backward's fp32
-product (model.h's gpt_gelu_scratch_bytes), and where the fused attention backward runs, its
-fp32 dQ partial sums (gpt_attention_scratch_bytes). The state is allocated first; the plan then asks what is
-still free (the GPU's cudaMemGetInfo, or on the CPU the host's MemAvailable, or less under a
-memory cgroup or a lower LLMC_HOST_MEMORY: common.h) and whether B·T positions of activations
-fit in it, with a reserve for the kernels' scratch:
+First the state: a state that cannot fit is refused at once (exit 2), with the --zero 3 or the
+ranks that would let it fit. Then the micro-batch:
 
   need(B) = activations(B) · (1 + 1%) + send copies(B) + fp8 scratch(B) + GELU scratch(B)
-            + attention scratch(B) + 64 MiB
-  fits when need(B) ≤ free / (ranks sharing it)
+            + attention scratch(B) + 64 MiB     ≤   free / (ranks sharing it)
 
-A --batch-size that does not fit is refused at start (exit 2) with one that does and keeps the
-step's tokens in whole micro-batches, and, where --recompute full would let a larger one fit,
-how large; --batch-size auto takes the first itself (no larger than the data holds: one
-sequence of B·T+1 training tokens, dp of them in the validation shards). Every rank plans with
-its own free memory, then all agree on the smallest.
+A --batch-size that does not fit is refused at start with one that does; --batch-size auto takes
+the largest. Every rank plans with its own free memory, then all agree on the smallest.
+
+Main functions: plan_state (the state, before anything is allocated), plan_batch (the micro-batch),
+rank_room (what this rank may still be given).
 
 Tests: test/test_gpu_train.sh (the peak is the state plus the predicted activations within 1%;
-the refusal; auto on an emulated GPU of SIMT_GPU_MEMORY bytes; a state larger than that GPU),
-test/test_cli.sh (the host's memory, capped by LLMC_HOST_MEMORY: the state, the micro-batch),
-test/test_dp.sh (ranks with different GPUs agree; --zero 3 advised where it fits),
-test/test_pp.sh (each stage's send copies within its plan, rank 0's peak against it on the
-emulated GPU; auto with --pp: 1f1b's B = 8 as large as B = 16, so a GPU too small for them gets B = 4),
-test/test_ops.cpp (memory cgroups).
+the refusal; auto), test/test_cli.sh (the host's memory), test/test_dp.sh (ranks with different
+GPUs agree), test/test_pp.sh (each stage's send copies). More: docs/training.md.
 */
 #pragma once
 #include <algorithm>

@@ -1,28 +1,18 @@
 /*
 profiler.h — where a training step's time goes, op by op (--profile 1).
 
-Every op wrapper (encoder, layernorm, matmul, attention, classifier, AdamW, …) opens an OpScope
-at its top, naming itself and the work it must do: FLOPs for the compute-bound ops, the bytes it
-must move at least (each input read once, each output written once) for the memory-bound ones.
-With profiling off (ctx.prof null, or not active) the scope does nothing.
-  CPU   the scope reads the wall clock at both ends (the ops are synchronous).
-  CUDA  the scope records an event on the ctx's stream at both ends; the elapsed times are read
-        once, at the end of the step, so the ops queue as they would without profiling (each
-        event costs the host a few µs and the GPU nothing).
-Only the outermost scope counts (an op that calls another op is timed once, as itself). At the
-end, profile_report prints one row per op name, with the whole step as the reference:
-    calls/step   ms/step   % of step   TFLOP/s = flops / time   GB/s = bytes / time
-Communication has rows of its own ("comm: …", data_parallel.h's CommScope), timed as the compute
-stream sees it (with MPI, the host): a blocking collective's whole time, an asynchronous one's
-start only, and a wait's time is what overlap left exposed; their GB/s is over the bytes this
-rank sent (the ring model, comm.h).
-What the rows do not cover is "other": host work, data loading, launch gaps between kernels.
-Comparing TFLOP/s with the GPU's peak and GB/s with its memory bandwidth says which ops are far
-from their limit.
+Every op opens an OpScope naming itself and its work: FLOPs, or the bytes it must move at least.
+On the CPU the scope reads the clock; on a GPU it records CUDA events, read once at the end of
+the step. Only the outermost scope counts. profile_report prints a row an op:
 
-Tests: test/test_train.sh (--profile 1: the rows' calls per step are the model's — so every op
-is covered — and they add up to no more than the step), test/test_dp.sh (the communication
-rows' calls per step in each ZeRO stage).
+  calls/step   ms/step   % of step   TFLOP/s = flops / time   GB/s = bytes / time
+
+Communication has rows of its own (CommScope); "other" is host work and gaps between kernels.
+
+Main functions: OpScope, CommScope, profile_step_begin, profile_step_end, profile_report.
+
+Tests: test/test_train.sh (the rows' calls per step are the model's, and they add up to no more
+than the step), test/test_dp.sh (the communication rows). More: docs/training.md.
 */
 #pragma once
 #include <algorithm>
