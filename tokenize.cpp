@@ -2,34 +2,18 @@
 tokenize — text files in, token shards out (and back: --decode); GPT-2's tokenizer, or Llama 3's
 kind (a tiktoken rank file: --tokenizer original/tokenizer.model).
 
-  ./tokenize INPUT.txt OUTPUT.bin
-      one shard holding <|endoftext|> (50256; Llama 3: <|begin_of_text|>, 128000) followed by the
-      tokens of the text.
+  ./tokenize INPUT.txt OUTPUT.bin            one shard: the document token, then the text's tokens
   ./tokenize --output-prefix PREFIX [--val-fraction F] [--shard-tokens N] FILE...
-      a dataset: every file is a document, preceded by that token. The last F of the
-      documents (at least one) form PREFIX_val_000000.bin and the rest PREFIX_train_NNNNNN.bin,
-      cut every N tokens (default 100M, like llm.c). With a single file, the split is made at
-      the line boundary that leaves F of its bytes for validation.
-  ./tokenize --jsonl [--jsonl-key KEY] ...   (either form above)
-      every input file is JSON lines, one document a line, its text in the field KEY (default
-      "text"), as many corpora come (FineWeb, SlimPajama, ... decompressed); the last F of the
-      documents are then the validation split in any case.
-  ./tokenize --decode SHARD        prints the text of a shard
-  ./tokenize --hellaswag hellaswag_val.jsonl OUTPUT.bin
-      HellaSwag's examples (one JSON object a line: ctx, endings, label) as the multiple-choice
-      eval file train_gpt --hellaswag reads (llmc/hellaswag.h; llm.c's format): the context's
-      tokens, and each ending's with a space before it, as llm.c's dev/data/hellaswag.py does.
+                                             a dataset: train shards and a validation shard
+  ./tokenize --jsonl [--jsonl-key KEY] ...   JSON lines, a document a line
+  ./tokenize --decode SHARD                  prints the text of a shard
+  ./tokenize --hellaswag hellaswag_val.jsonl OUTPUT.bin    the multiple-choice eval file
 
-Encoding runs on every core (--threads) and gives the same tokens for any thread count: each
-document is cut into pieces of about --chunk-bytes where the pre-tokenizer's regex splits anyway
-(tokenizer_next_cut), the pieces are encoded in parallel and their tokens put back in order.
-One thread reads (and parses --jsonl) the next batch of pieces (64 MiB of text) while the others
-encode the last, so memory holds two batches and the document being read (a text file, or a line
-of a --jsonl file), not the whole input.
+Encoding runs on every core (--threads) and gives the same tokens for any thread count. One
+thread reads the next 64 MiB of pieces while the others encode the last, so memory holds two
+batches, not the whole input.
 
-The shard format and the tokenizer are described in llmc/dataloader.h and llmc/tokenizer.h. A
-vocabulary of more than 65536 tokens (Llama 3's 128256) is written as uint32 shards.
-Test: test/test_tokenizer.sh.
+Test: test/test_tokenizer.sh. More: docs/data.md, docs/formats.md.
 */
 #include <chrono>
 #include <functional>

@@ -1,34 +1,21 @@
 /*
-train_gpt — trains a GPT-2 model. The main loop reads top to bottom:
+train_gpt — trains a GPT-2 or Llama model. The main loop reads top to bottom:
 
-  flags → model state (llmc/planner.h: does it fit? else stop, naming the --zero 3 that does)
-        → micro-batch (does it fit beside the state? else stop, naming one that does;
-          --batch-size auto: the largest that fits)
+  flags → model state (does it fit? llmc/planner.h) → micro-batch (does it fit?)
         → weights (preset, model file or checkpoint) → data → for each step:
-      zero grads; for each micro-batch: forward (+ fused loss gradient), backward
-      grad norm → clip factor → lr(step) → AdamW (or, for an outlier step, no update: outliers.h;
-      with --precision fp16 the loss gradient is scaled by S and an overflowing step skipped:
-      loss_scale.h; with --fp8-scaling delayed the step's amaxes enter the FP8 history: fp8.cuh)
-      log; every N steps: validation loss, HellaSwag accuracy, a sample, a checkpoint
-      on SIGTERM, SIGUSR1 or SIGINT (with --output-dir): a checkpoint after the step, then exit
+      zero grads; for each micro-batch: forward (with the loss gradient), backward
+      grad norm → clip → lr(step) → AdamW (or no update for a skipped step)
+      log; every N steps: validation loss, HellaSwag, a sample, a checkpoint
+      on SIGTERM, SIGUSR1 or SIGINT (with --output-dir): a checkpoint, then exit
 
-Gradient accumulation: accum = total_batch_tokens / (B·T·dp) micro-batches per step, each
-backward scaled by 1/(B·T·accum·dp), so the gradients' sum over dp is that of the mean loss over
-the whole batch. With context parallelism a rank runs T/cp of each sequence's positions and the
-sum is over dp × cp.
+Gradient accumulation: total_batch_tokens / (B·T·dp) micro-batches a step, each backward scaled
+by 1/(B·T·accum·dp), so the sum over dp is the mean loss's gradient.
+The same source builds with g++ (the CPU backend) and nvcc. Every op is called through a Ctx
+(llmc/common.h); this file never touches a backend.
+With --steps 0 the model is only evaluated.
 
-The same source builds with g++ (CPU backend) and nvcc. Every op is called through a Ctx
-(llmc/common.h); this file never touches a backend. A flag value that needs a later part of
-the project is accepted by the parser and then refused with a clear "not yet supported" error,
-never silently ignored. --precision fp16 is the bf16 run in fp16, with dynamic loss scaling
-(llmc/loss_scale.h); --precision fp8 is the bf16 run with the blocks' products in FP8
-(llmc/fp8.cuh; model.h's linear_ctx), its scales from each tensor or, with --fp8-scaling
-delayed, from the tensor's amax history (model.fp8_delayed).
-
-With --steps 0 nothing is trained: the model (a preset's initialization, a model file) is
-evaluated once, e.g. `--model data/gpt2_124M.bin --steps 0 --hellaswag data/hellaswag_val.bin`.
-
-Run ./train_gpt --help for the flags. Tests: test/ (see the README).
+Run ./train_gpt --help for the flags. Tests: test/ (the README's table).
+More: docs/training.md, docs/model.md.
 */
 #include <algorithm>
 #include <cmath>

@@ -1,41 +1,20 @@
 /*
 hellaswag.h — multiple-choice evaluation (HellaSwag), scored by the model's own loss.
 
-HellaSwag (Zellers et al., 2019) gives a context and 4 endings, one of them right: "A man is
-sitting on a roof. he" … "starts pulling up roofing on a roof." A language model picks the ending
-it finds most likely; guessing scores 25%, GPT-2 124M 29.55%, GPT-2 1558M 48.93% (as llm.c
-measured them with the scoring below).
+Each example has a context c and 4 endings, one right. Each ending e is a row c ++ e, and
 
-Scoring, "completion style" as llm.c and its dev/data/hellaswag.py do it (the acc_norm figure):
-every ending e is a row  context ++ e, the model runs a forward over it, and
-    score(e) = mean over e's tokens of the cross-entropy of that token given everything before it
-             = (1/|e|) Σ_{t=|c|-1}^{|c|+|e|-2} loss[t]      (position t predicts token t+1)
-The prediction is the ending with the lowest score (the first on a tie), and
-    accuracy = (# examples whose prediction is the labelled ending) / (# examples).
-Also reported, as a smooth companion of the accuracy: the mean over examples of the right ending's
-score (gold loss).
+  score(e) = (1/|e|) Σ_{t=|c|−1}^{|c|+|e|−2} loss[t]     (e's tokens' mean cross-entropy)
 
-File: llm.c's eval file, so its hellaswag_val.bin loads unchanged (`./tokenize --hellaswag`
-writes it from the dataset's jsonl): a 256×int32 header [20240522, 1, examples, longest example
-in bytes], then per example a stream of uint16:
-    65535, bytes of this example, its index, label, n endings, |c|, c's tokens,
-    then n times: |e|, e's tokens.
-Version 2 (ours, for vocabularies past 65535 tokens such as Llama 3's) is the same stream of
-uint32: header [20240522, 2, examples, longest example in bytes].
+The prediction is the ending of the lowest score; accuracy is the share predicted right, and the
+right ending's mean score (gold loss) is reported too. llm.c's eval file loads unchanged.
+Rows are batched into the training run's B×T activations, and rank r of dp runs every dp-th
+group of rows, so the result does not depend on dp.
 
-Batching. A micro-batch is R rows of T' positions: T' = the longest row less its last token (which
-is never an input), R = ⌊B·T/T'⌋, so the activations the training run already holds (B×T) are
-reused; a shorter row is padded with token 0, whose losses are ignored. HellaSwag's rows are a
-few times shorter than T = 1024, so a micro-batch holds a few times B rows. The rows, in file order, form
-global batches of dp·R rows; rank r runs rows [r·R, (r+1)·R) of each (padding rows past the end),
-so every rank runs the same number of forwards (ZeRO-3 gathers parameters in each) and a row's
-score does not depend on dp. Each rank fills in its rows' scores in a vector of all rows, and one
-sum over the dp group (comm_sum_doubles: every row is non-zero on one rank only) gives every rank
-all of them.
+Main functions: choice_set_load, choice_set_write (the file), choice_evaluate (the evaluation).
 
-Test: test/test_vs_pytorch.py (accuracy and gold loss against PyTorch on the same model and
-examples, on the CPU and the emulated GPU), test/test_cli.sh (bad files, --steps 0), test/test_dp.sh
-(dp=2 with ZeRO-3 and dp=3 give the one-process result bit for bit), test/test_tokenizer.sh (./tokenize --hellaswag).
+Test: test/test_vs_pytorch.py (against PyTorch), test/test_cli.sh (bad files, --steps 0),
+test/test_dp.sh (dp = 2 and 3 bit for bit), test/test_tokenizer.sh (./tokenize --hellaswag).
+More: docs/data.md.
 */
 #pragma once
 #include <algorithm>

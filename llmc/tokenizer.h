@@ -1,45 +1,20 @@
 /*
 tokenizer.h — byte-level BPE (GPT-2's, and Llama 3's tiktoken kind): encode and decode, in C++.
 
-Encoding (exactly GPT-2's, and exactly tiktoken's for a rank file):
-  1. Pre-tokenize the text with the tokenizer's regex (PCRE2, UTF-8 + Unicode properties):
-       GPT-2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-       Llama 3 (= tiktoken's cl100k_base): (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
-                ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-  2. Each piece starts as its UTF-8 bytes, one token per byte (both have a token for every byte).
-  3. Repeatedly merge the adjacent pair with the lowest merge rank (all its occurrences, left to
-     right) until no adjacent pair has a rank. The surviving tokens are the encoding.
-Decoding concatenates the tokens' bytes. decode(encode(x)) == x for any UTF-8 text.
-A rank file (tiktoken) ranks token strings, not pairs: tiktoken merges the adjacent pair whose
-joined bytes are the token of lowest rank. That is step 3 with every split of a token t into two
-tokens a + b given t's rank (and result t): the pair of lowest rank is the same pair, and merging
-all its occurrences left to right is tiktoken's leftmost-first, since a merge makes no new pair
-of the rank just merged (its joined bytes would be longer than that token). And as tiktoken (and
-Llama 3 in Hugging Face's tokenizers: ignore_merges), a piece that is itself a token is that one
-token, whatever its merges would make.
+Encoding, exactly GPT-2's (and tiktoken's for a rank file):
+  1. pre-tokenize the text with the tokenizer's regex (PCRE2);
+  2. each piece starts as its UTF-8 bytes, one token a byte;
+  3. merge the adjacent pair of the lowest rank, all its occurrences, until none has a rank.
+Decoding joins the tokens' bytes: decode(encode(x)) == x for any UTF-8 text.
 
-Threads: the Tokenizer is read-only once loaded; an Encoder (PCRE2's match buffer, a cache of
-merged pieces) is what one thread changes. A long text splits, at tokenizer_next_cut, into pieces
-that encode independently, so tokenize.cpp encodes them on every core and joins their tokens in
-order: the same tokens as one pass.
+The Tokenizer is read-only once loaded; an Encoder is one thread's state. tokenizer_next_cut
+splits a long text where the regex splits anyway, so pieces encode on every core.
+Files: data/gpt2_tokenizer.bin (llm.c's format plus the merges) or a tiktoken rank file.
 
-Files (tokenizer_load tells them apart by their first bytes):
-  data/gpt2_tokenizer.bin: llm.c's tokenizer format, extended so it can also encode:
-    256 int32 header [20240328, 2, vocab_size, eot_token, n_merges, 0…]
-    vocab_size × (uint8 length, bytes)                      ← llm.c reads this far (decode only)
-    n_merges × (int32 left, int32 right), in rank order     ← ours: the BPE merges
-  The result of merge (a, b) is the token whose bytes are bytes(a)+bytes(b).
-  dev/data/make_tokenizer.py writes it from GPT-2's encoder.json and vocab.bpe.
-  A rank file (tiktoken's format; Llama 3's original/tokenizer.model): one line a token,
-  "base64(bytes) rank", ranks 0 … n−1 each once; the token id is its rank. Then, as Llama 3,
-  256 special tokens n … n+255: n <|begin_of_text|> (put before each document: doc_token),
-  n+1 <|end_of_text|> (eot_token), n+6 <|start_header_id|>, n+7 <|end_header_id|>, n+9 <|eot_id|>,
-  the others <|special_K|> (K = id − n). Llama 3: n = 128000, 128256 tokens (--vocab-size 128256);
-  its shards need uint32 tokens (tokenize writes them when the vocabulary passes 65536).
+Main functions: tokenizer_load, tokenizer_encode, tokenizer_decode, tokenizer_next_cut.
 
-Test: test/test_tokenizer.sh — token for token against the reference GPT-2 BPE (the npm package
-gpt-3-encoder) and against tiktoken itself (npm tiktoken) with cl100k_base's ranks under Llama 3's
-rules, on real text; the decode round trip; the same tokens cut into pieces.
+Test: test/test_tokenizer.sh (token for token against the reference GPT-2 BPE and tiktoken, on
+real text; the decode round trip; the same tokens cut into pieces). More: docs/data.md.
 */
 #pragma once
 #define PCRE2_CODE_UNIT_WIDTH 8
