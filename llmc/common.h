@@ -1,63 +1,24 @@
 /*
-common.h — the few things every file needs: errors, the op context, dtypes, timers.
+common.h — the few things every file needs: errors, the op context, memory, dtypes, kernel helpers.
 
-Errors. Three kinds, three exit codes, always one line on stderr that says what was wrong and
-where (which flag, which file, what was expected):
-  usage_error(...)  bad command line (unknown flag, bad value, impossible combination) -> exit 2
-                    Every rank sees the same flags, so in a multi-process run only rank 0
-                    prints it, and all ranks leave MPI cleanly.
-  fatal(...)        bad input data or I/O failure (wrong magic, truncated file, ...)   -> exit 1
-                    May hit one rank alone: every rank that hits it prints, prefixed with
-                    its rank when there are several, and the launcher stops the others.
-  CHECK(cond, ...)  same as fatal, for one-line invariants.
-print0(...) prints on rank 0 only (progress lines).
+Every op in llmc/ takes a Ctx first, then plain pointers and sizes:
 
-The op context (Ctx). Every op in llmc/ is a free function that takes a Ctx first, then plain
-pointers and sizes, e.g. layernorm_forward(ctx, out, mean, rstd, inp, w, b, N, C). The op body
-is the only place that looks at ctx.device: it runs the CPU reference loop or, in a CUDA build,
-launches the CUDA kernel that sits beside it in the same file. The model and the parallel
-strategies never look at the device.
+  layernorm_forward(ctx, out, mean, rstd, inp, w, b, N, C)
 
-Memory. Buf<T> is an owned array on the Ctx's device (64-byte aligned host memory, or
-cudaMalloc); ctx_copy and ctx_zero move and clear bytes wherever they live (CUDA's unified
-addressing tells host from device pointers). op_scratch is an op's temporary: a per-call-site
-Buf that only grows, on whichever device the ctx names. That is all the model and the strategies
-need to run unchanged on either device. ctx_copy waits for the GPU when host memory is on either side
-(device to device it is queued in stream order); inside a training step the model moves tokens
-and losses through a HostStage instead (stage_upload / stage_download / stage_wait: page-locked
-memory and an event), so the host never drains the GPU's queue there. For planning,
-Buf::bytes_for says what an allocation takes, and gpu_free_bytes / host_available_bytes what the
-device still has (on the host also within a container's or Slurm job's memory cgroup:
-cgroup_room_bytes); planner.h refuses a micro-batch that cannot fit; format_bytes prints sizes
-for people.
+The op's body alone looks at ctx.device: it runs the CPU loop, or launches the CUDA kernel beside
+it. The model and the parallel strategies never look at the device.
 
-Dtypes. Activations, parameters and gradients have the precision's type T: float (--precision
-fp32), bf16 (--precision bf16) or fp16 (--precision fp16); master weights, optimizer state,
-statistics (LayerNorm mean and rstd, attention's lse, losses) and norms are fp32 always. bf16 is
-the upper 16 bits of an IEEE fp32 (8 exponent bits: fp32's range, 8 significant bits); fp16 is
-IEEE binary16 (5 exponent bits: finite up to 65504, 11 significant bits: 8× finer than bf16).
-We convert with round-to-nearest-even, like torch's .to(), on the host and on the GPU alike
-(to_f / from_f<T>). Model files may hold bf16 weights (llm.c version 5).
+Errors: usage_error (a bad command line, exit 2), fatal and CHECK (bad data or I/O, exit 1),
+always one line that says what and where. Memory: Buf<T> on the Ctx's device, ctx_copy,
+ctx_zero, op_scratch, HostStage (page-locked transfers that never drain the GPU's queue).
+Dtypes: float, bf16, fp16, converted with round-to-nearest-even (to_f, from_f<T>); a 16-bit op on
+the CPU is its fp32 op with each output rounded once (F32View).
 
-16-bit floats on the CPU. An op in bf16 or fp16 is its fp32 op on the widened inputs, with each
-output rounded once (F32View): fp32 math, 16-bit storage — what the GPU kernels do, and what
-cuBLASLt does with 16-bit matrices and an fp32 accumulator. So the CPU reference stays one set
-of fp32 loops, and the whole bf16 or fp16 training (its rounding, its overflows, its memory,
-its communication) runs and is tested on CPU.
+Main pieces: Ctx, usage_error, fatal, Buf, ctx_copy, F32View, HostStage, Pack, grid_for,
+cuda_unusable_reason (why a GPU cannot be used, and what to do).
 
-Kernel helpers (CUDA builds, LLMC_CUDA: nvcc, or g++ against the emulator test/simt.h):
-grid_for, gpu_scratch, warp_sum/warp_max, block_column_sums and column_sum_add (the ends of the
-first and second stages of the fixed-order column sums), Pack / load_pack / store_pack / pack_width for 16-byte loads and stores, cp.async
-(cp_async16, cp_async_wait_all) and dynamic shared memory (DYNAMIC_SHARED, SHARED_OPT_IN).
-vec_cast / vec_widen convert host vectors for tests and playgrounds.
-
-Devices. cuda_unusable_reason says why this build cannot run on a machine's GPU, with what to do
-(no driver or one older than the build's CUDA runtime, compute capability below 8.0, no code in
-the binary for the GPU); train_gpt refuses --device cuda with it, and --device auto falls back to
-the CPU saying it (test/test_gpu_train.sh, on the emulator made into such GPUs).
-
-Test: test/test_ops.cpp uses everything here; bf16 and fp16 rounding are checked there; the kernel
-helpers run in every kernel of test/gpucheck_ops.cu (emulated in make test).
+Test: test/test_ops.cpp (everything here, bf16 and fp16 rounding), test/gpucheck_ops.cu (the
+kernel helpers in every kernel). More: docs/backends.md.
 */
 #pragma once
 #include <cerrno>
