@@ -23,6 +23,7 @@
 #   test_cp             context parallelism (ring attention): cp=2 and 4, contiguous and zigzag,
 #                       with dp, tp+sp, pp, against one process; memory and bytes; evaluation, resume
 #   plot                dev/plot.py: the PNG of make train's log and a second run; bad logs
+#   test_form           core file headers within 25 lines naming their tests; docs/ links exist
 #   test_gpu_sanitize   make gpucheck's compute-sanitizer part: its verdicts with a stand-in
 #                       sanitizer, and its training command line on the emulated GPU
 #   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
@@ -194,6 +195,7 @@ print('\n'.join(json.dumps(r) for r in rows))" "$log" >"$tmp/b.jsonl"
     rm -rf "$tmp"
 }
 part "dev/plot.py (a picture of runs)" plot
+part "test_form (headers, docs/ links)" bash test/test_form.sh
 part "test_bench_train (make bench's training table, stand-in trainer)" bash test/test_bench_train.sh ./train_gpt
 part "test_gpu_session (dev/gpu_session.sh, stand-in GPU tools)" bash test/test_gpu_session.sh
 part "test_offline_debs (OpenMPI from .debs under a prefix)" bash test/test_offline_debs.sh build/train_gpt_cpu

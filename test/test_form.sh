@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# test_form — the form a reader meets: every core file (llmc/*, train_gpt.cu, tokenize.cpp) opens
+# with a header of at most 25 lines that names its tests, and every docs/ chapter a header or the
+# README links to exists, and every log docs/ links to. Prints "ok"/"not ok" lines.
+set -u
+cd "$(dirname "$0")/.."
+long="" notest="" missing=""
+for f in llmc/*.h llmc/*.cuh train_gpt.cu tokenize.cpp; do
+    n=$(awk 'NR == 1 && !/^\/\*/ { print 0; exit } /\*\// { print NR; exit }' "$f")
+    { [ "$n" = 0 ] || [ "$n" -gt 25 ]; } && long+=" $f ($n lines)"
+    awk 'NR <= 25' "$f" | grep -q 'Tests\?:' || notest+=" $f"
+done
+[ -z "$long" ] && echo "ok - every core file's header is at most 25 lines" || echo "not ok - headers over 25 lines (or none):$long"
+[ -z "$notest" ] && echo "ok - every core file's header names its tests" || echo "not ok - headers without a Test(s): line:$notest"
+for ref in $(grep -ohE 'docs/[a-z_]+\.(md|png)' llmc/*.h llmc/*.cuh train_gpt.cu tokenize.cpp README.md docs/*.md | sort -u); do
+    [ -f "$ref" ] || missing+=" $ref"
+done
+for ref in $(grep -ohE '\]\(([a-z_]+\.md)\)' docs/*.md | sed 's/](\(.*\))/docs\/\1/' | sort -u); do
+    [ -f "$ref" ] || missing+=" $ref"
+done
+for ref in $(grep -ohE '\(\.\./dev/(gpu|cpu)_results/[^)]+\)' docs/*.md | tr -d '()' | sed 's|^\.\./||' | sort -u); do
+    [ -f "$ref" ] || missing+=" $ref"  # (each claim's log)
+done
+[ -z "$missing" ] && echo "ok - every docs/ chapter the headers, the README and docs/ name exists" || echo "not ok - missing:$missing"
