@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_form — the form a reader meets: every core file (llmc/*, train_gpt.cu, tokenize.cpp) opens
 # with a header of at most 25 lines that names its tests, and every docs/ chapter a header or the
-# README links to exists, and every log docs/ links to. Prints "ok"/"not ok" lines.
+# README links to exists, and every log docs/ and the README link to; the README is a guide of at
+# most 3,000 words with make train in its first 40 lines. Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
 long="" notest="" missing=""
@@ -21,4 +22,11 @@ done
 for ref in $(grep -ohE '\(\.\./dev/(gpu|cpu)_results/[^)]+\)' docs/*.md | tr -d '()' | sed 's|^\.\./||' | sort -u); do
     [ -f "$ref" ] || missing+=" $ref"  # (each claim's log)
 done
+for ref in $(grep -ohE '\((dev|docs)/[^) ]+\)' README.md | tr -d '()' | sort -u); do
+    [ -e "$ref" ] || missing+=" $ref"  # (the README's links)
+done
 [ -z "$missing" ] && echo "ok - every docs/ chapter the headers, the README and docs/ name exists" || echo "not ok - missing:$missing"
+words=$(wc -w <README.md)
+[ "$words" -le 3000 ] && echo "ok - README.md is a guide of at most 3,000 words ($words)" || echo "not ok - README.md has $words words (at most 3,000: the reference goes to docs/)"
+line=$(grep -n '^make train' README.md | head -1 | cut -d: -f1)
+[ -n "$line" ] && [ "$line" -le 40 ] && echo "ok - README.md shows make train in its first 40 lines (line $line)" || echo "not ok - README.md: make train not in its first 40 lines (${line:-absent})"
