@@ -48,7 +48,7 @@ ifeq ($(NO_CUDA),1)
 NVCC :=
 endif
 
-.PHONY: all binaries train plot test deps test-deps gpu-deps data clean gpucheck bench dev-cuda
+.PHONY: all binaries train plot test test-quick deps test-deps gpu-deps data clean gpucheck bench dev-cuda
 
 # deps first, then a fresh make that sees what deps installed (nvcc, mpicxx)
 all: deps
@@ -101,6 +101,14 @@ endif
 train: all
 	@mkdir -p build
 	./train_gpt $(TRAIN_FLAGS)
+
+# The quick tier, at most 8 minutes on 2 cores from a fresh clone, builds included (g++ alone):
+# every op against finite differences, the trainer against PyTorch, resume bit for bit, the
+# bad-input table, and one layout of each strategy against one process (test/run_tests.sh's
+# TEST_QUICK). `make test` stays the whole suite.
+test-quick: deps test-deps
+	@$(MAKE) --no-print-directory -j2 build/train_gpt_cpu build/test_ops tokenize
+	TEST_QUICK=1 bash test/run_tests.sh
 
 # the picture of the last `make train` (its log, build/train.jsonl) that the README shows
 plot:

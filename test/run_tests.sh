@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests — the whole CPU suite (`make test`). Each part prints "ok - …" / "not ok - …" lines;
+# run_tests — the whole CPU suite (`make test`; TEST_QUICK=1: the quick tier, `make test-quick`). Each part prints "ok - …" / "not ok - …" lines;
 # this script runs them (two at a time: TEST_JOBS, below), reports them in order, counts, and ends
 # with the summary line "N passed, N failed".
 # A part that dies without reporting counts as a failure. Exit status: 0 only if all passed.
@@ -110,6 +110,18 @@ binaries=(./train_gpt)
 if [ -x build/train_gpt_cpu ] && ! cmp -s ./train_gpt build/train_gpt_cpu; then binaries+=(build/train_gpt_cpu); fi
 
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+if [ -n "${TEST_QUICK:-}" ]; then  # make test-quick: the g++ trainer, one layout of each strategy
+    q=build/train_gpt_cpu
+    part "test_cli ($q)" bash test/test_cli.sh "$q"
+    part test_ops build/test_ops
+    part "test_vs_pytorch ($q)" /usr/bin/python3 test/test_vs_pytorch.py "$q"
+    part "test_train ($q, resume)" env TRAIN_RESUME_ONLY=1 TRAIN_QUICK=1 bash test/test_train.sh "$q"
+    part "test_dp ($q, dp=2, quick: ZeRO 0-3)" env DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh "$q"
+    part "test_tp ($q, quick: tp=2 and dp=2 x tp=2 ZeRO-3, with and without --sp)" env TP_QUICK=1 bash test/test_tp.sh "$q"
+    part "test_pp ($q, quick: 1f1b, tp x pp, interleaved)" env PP_QUICK=1 bash test/test_pp.sh "$q"
+    part "test_cp ($q, quick: zigzag, dp x cp ZeRO-3)" env CP_QUICK=1 bash test/test_cp.sh "$q"
+    part "test_form (headers, docs/ links)" bash test/test_form.sh
+else
 part test_ops build/test_ops
 part "test_comm (4 ranks)" mpirun --oversubscribe -np 4 build/test_comm
 part "test_comm (3 ranks)" mpirun --oversubscribe -np 3 build/test_comm
@@ -208,6 +220,7 @@ part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda CO
 part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt
 part "test_pp (emulated GPU, pp=2, tp=2 x pp=2, interleaved pp=2 and 3; NCCL over MPI)" env DEVICE=cuda COMM=nccl PP_QUICK=1 bash test/test_pp.sh build/train_gpt_simt
 part "test_cp (emulated GPU, cp=2 and dp=2 x cp=2; NCCL over MPI)" env DEVICE=cuda COMM=nccl CP_QUICK=1 bash test/test_cp.sh build/train_gpt_simt
+fi
 wait; report_ended
 if [ -x build/gpucheck_ops ]; then
     echo "== GPU checks: build/gpucheck_ops compiled (sm_90a, sm_80, and sm_80 PTX for newer GPUs); on a GPU they run with 'make gpucheck' (here the kernels ran emulated: simcheck_ops)"

@@ -31,7 +31,8 @@
 #                  were; resumed, a run skips the straight run's steps (the window is checkpointed)
 #   --profile:     every op of the measured steps timed once (each op's calls per step are the
 #                  model's), and the times add up to no more than the step
-# usage: [DEVICE=cuda] [TRAIN_QUICK=1] test/test_train.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
+# usage: [DEVICE=cuda] [TRAIN_QUICK=1] [TRAIN_RESUME_ONLY=1] test/test_train.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
+# TRAIN_RESUME_ONLY=1 runs the resume checks alone (make test-quick).
 # TRAIN_QUICK=1 leaves out the Llama runs (resume, recompute), which the suite runs once, on
 # ./train_gpt: the second build and the emulator run the same model code. With DEVICE=cuda it
 # also leaves out what is the host's alone (the signal, the thread count) and the 40 steps of
@@ -103,6 +104,7 @@ run_fp16=("${run[@]}"); run=("${run[@]}" --loss-scale-every 2)
 resume_test fp16
 run=("${run_fp16[@]}")
 [ -z "${TRAIN_QUICK:-}" ] && resume_test fp32 llama:d2 --model llama:d2  # (RoPE's table, SwiGLU, the model file with Llama's header)
+[ -n "${TRAIN_RESUME_ONLY:-}" ] && exit 0  # (make test-quick: the resume checks alone)
 
 if [ -z "$emu_quick" ]; then
 # --- a signal stops the run after its step with a checkpoint, and --resume finishes it as if
