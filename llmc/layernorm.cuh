@@ -214,12 +214,8 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
 //           planes of G = C/V float4s: channel g·V + 4q + e at float (q·G + g)·4 + e
 //           (ln_sum_slot). A lane updates its pack g's sums with V/4 float4 loads and stores,
 //           and for each q the warp's lanes (g = lane + 32p) touch 32 consecutive float4s: no
-//           bank conflicts. In channel order, one float at a time (as before), lane l's sum j
-//           sat at l·V + j: lanes 32/V apart shared a bank, a V-way conflict (8 for bf16, 4 for
-//           fp32) on each of the 4 shared accesses per element. On an H100 at C = 1600
-//           (dev/gpu_results/2026-11-26-*-f31018e.log, dev_layernorm) that layout made the bf16
-//           one-kernel backward slower than the two kernels (0.179 vs 0.164 ms) while the fp32
-//           one was faster (0.234 vs 0.298 ms).
+//           bank conflicts. (In channel order, lanes 32/V apart shared a bank: a V-way conflict,
+//           which made the bf16 one-kernel backward slower than two kernels; docs/kernels.md.)
 // PF (NP > 0; g_layernorm_prefetch): dinp's packs are loaded in the first pass, beside dout's
 // and x's, and kept in registers (NP packs more a lane), so that each row waits for device memory
 // once, not twice (the second pass's dinp read was the other wait). Launch bounds hold it to two

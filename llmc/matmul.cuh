@@ -575,8 +575,8 @@ inline void fp8_linear(const Ctx& ctx, T* D, const uint8_t* X, Fp8Format fx, con
 
 // Does cuBLASLt multiply FP8 operands here? The trainer asks once, before its memory plan, with
 // one small product of the forward's kind (64×64×64, E4M3 × E4M3, scales in device memory as
-// fp8_quantize leaves them). Where it is refused (cuBLASLt 13.1 on an H100 refused every FP8
-// product, 2026-11-26), g_fp8_dequantize sends every FP8 product through the fallback above from
+// fp8_quantize leaves them). Where it is refused (cuBLASLt once refused every FP8 product on an
+// H100: docs/kernels.md), g_fp8_dequantize sends every FP8 product through the fallback above from
 // the start, a note says so, and the plan counts the fallback's scratch (model.h:
 // gpt_fp8_scratch_bytes) instead of meeting it unplanned at the first product. (A shape refused
 // later, the small one taken, still falls back, with the note above.) The CPU: always true.
