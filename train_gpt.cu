@@ -759,6 +759,7 @@ int main(int argc, char** argv) {
             comm_reset_stats(mesh.emb_group);
             dp_zero_grad(&dpar);
             model.fp8_delayed.record = true;  // (delayed scaling: this step's quantizations record their amaxes)
+            // ---- train step: forward and backward over the micro-batches
             double loss_sum = 0.0;
             if (pp > 1)  // the micro-batches through the pipeline's stages, in its schedule (pipeline.h)
                 loss_sum = pp_train_step(ctx, &model, &dpar, pp_schedule, accum, B, Tl, dloss * loss_scale_factor(loss_scale), next_batch);
@@ -769,6 +770,7 @@ int main(int argc, char** argv) {
                 gpt_backward(ctx, &model, B, Tl);
                 loss_sum += gpt_mean_loss(&model);  // waits for the loss copy alone: the backward is still running
             }
+            // ---- the loss and the gradient norm, over all ranks
             { CommScope prof(ctx, mesh.grads(), "loss and norm sums"); comm_sum_doubles(mesh.grads(), &loss_sum, 1); }
             float loss = (float)(loss_sum / ((double)accum * dp * cp));  // (each cp rank's is the mean over its positions)
             const float scaled_norm = dp_grad_norm(&dpar);  // (of the gradients times S, with fp16)
@@ -783,6 +785,7 @@ int main(int argc, char** argv) {
                 comm_sum_doubles(mesh.tp_group, fp8_saturated, 2);  // (the other blocks' shards, and stages)
                 comm_sum_doubles(mesh.pp_group, fp8_saturated, 2);
             }
+            // ---- update, or skip: fp16's overflow, an outlier step, a diverged step
             const LossScaleStep scaling = loss_scale_step(&loss_scale, scaled_norm);
             if (loss_scale_floor_hit(scaling))
                 fatal("step %d: the gradients are not finite even with the loss scale at 1 (fp16 overflows, or the run "
@@ -809,6 +812,7 @@ int main(int argc, char** argv) {
                       step, skipped_in_a_row, step - skipped_in_a_row);
             if (skipped) dp_skip_update(&dpar);  // the same on every rank: they all hold the same loss and norm
             else dp_update(&dpar, lr, beta1, beta2, eps, wd, step, (float)(grad_clip_factor(norm, grad_clip) / scaling.used));
+            // ---- log
             if (measured) ctx_sync(ctx);  // the step's GPU work, all of it inside its time
             double ms = (now_seconds() - t0) * 1000.0;
             if (measured) profile_step_end(&profiler, ms);
@@ -822,6 +826,7 @@ int main(int argc, char** argv) {
             }
             std::string comm_json = comm_stats_json(mesh);
 
+            // ---- once in a while: evaluate, sample, checkpoint
             bool last = step == steps;
             bool do_eval = last || (val_every > 0 && step % val_every == 0);
             EvalLog ev = do_eval ? run_evals() : EvalLog{};
@@ -843,7 +848,7 @@ int main(int argc, char** argv) {
                         (int)fp8_saturated[0]);
 
             if (can_sample && (last || step % sample_every == 0)) sample(step);
-            // a SIGTERM, SIGUSR1 or SIGINT that reached any rank: all stop here, with a checkpoint
+            // ---- stop on a signal: a SIGTERM, SIGUSR1 or SIGINT that reached any rank stops all here, with a checkpoint
             stop = out_dir.empty() || last ? 0 : stop_signal_agreed(mesh.world_group);
             if (!out_dir.empty() && (last || stop || (ckpt_every > 0 && step % ckpt_every == 0))) {
                 state.step = step; state.global_batches = train_loader.k * dp; state.rng_state = sampler.state;
