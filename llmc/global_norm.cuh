@@ -13,8 +13,7 @@ Dtype T (float | bf16 | fp16): the gradient's; the sum is double either way.
 CUDA: the same fixed chunks, one block per chunk, summed in double inside the block (16-byte
 loads where the piece is aligned); the per-chunk sums come back to the host and are added there
 in order. A list of pieces (a step's gradient, one per unit) comes back in one copy: one wait
-for the GPU per step. The first version read one element per load: 171 GB/s at 124M on an H100
-(1.5 ms a step, dev/gpu_results/); packs should bring it near the other elementwise ops'.
+for the GPU per step.
 Tests: test/test_ops.cpp (against a plain double loop), test/gpucheck_ops.cu (CUDA vs CPU).
 */
 #pragma once
