@@ -383,6 +383,7 @@ int main(int argc, char** argv) {
     (void)flash_rows; (void)flash_wgmma; (void)flash_backward; (void)matmul_tune; (void)classifier_staged;
 #endif
     if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
+    check_output_paths(out_dir, f.str("save-model"));  // (before anything is trained)
 
     // --- the process mesh: dp = world / (tp·pp·cp)
     mesh_build(&mesh, tp, pp, cp);

@@ -27,6 +27,7 @@ More: docs/formats.md.
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <unistd.h>
 #include <iterator>
 #include <string>
 #include "common.h"
@@ -126,6 +127,28 @@ template <class T> inline void model_file_load(DataParallel<T>* d, const char* p
         dp_set_unit(d, u, unit.data());
     }
     fclose(f);
+}
+
+// The outputs are checked before the first step, so that a run never trains for hours and then
+// fails to save: --save-model's directory exists and is writable, and the path is no directory;
+// --output-dir is created now (it may exist) and is a writable directory. Every rank checks the
+// same paths, so all stop together (usage_error: exit 2, one line).
+inline void check_output_paths(const std::string& out_dir, const std::string& save_model) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!save_model.empty()) {
+        const fs::path dir = fs::path(save_model).parent_path().empty() ? fs::path(".") : fs::path(save_model).parent_path();
+        if (fs::is_directory(save_model, ec)) usage_error("--save-model %s: is a directory (a file name is expected)", save_model.c_str());
+        if (!fs::is_directory(dir, ec)) usage_error("--save-model %s: its directory '%s' does not exist", save_model.c_str(), dir.c_str());
+        if (access(dir.c_str(), W_OK) != 0)
+            usage_error("--save-model %s: cannot write in '%s' (%s)", save_model.c_str(), dir.c_str(), strerror(errno));
+    }
+    if (!out_dir.empty()) {
+        fs::create_directories(out_dir, ec);
+        if (!fs::is_directory(out_dir, ec))
+            usage_error("--output-dir %s: cannot create it (%s)", out_dir.c_str(), ec ? ec.message().c_str() : "a file is in the way");
+        if (access(out_dir.c_str(), W_OK) != 0) usage_error("--output-dir %s: cannot write in it (%s)", out_dir.c_str(), strerror(errno));
+    }
 }
 
 // Nothing non-finite is ever saved: a diverged run's weights or AdamW state stop the save, one

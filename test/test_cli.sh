@@ -142,6 +142,16 @@ expect_fail "a checkpoint of non-finite weights" 1 "not written: the weights hol
     --skip-loss-z 3 --max-skipped-steps 0 --steps 2 --output-dir "$tmp/nan_ckpt"
 [ ! -e "$tmp/nan_out.bin" ] && [ ! -d "$tmp/nan_ckpt/step_00000002" ] && r=ok || r="not ok"
 echo "$r - no model file or checkpoint of non-finite weights is left"
+
+# Outputs are checked before the first step (issue class: a trained model lost at the end): an
+# unwritable --save-model or --output-dir stops the run at once, exit 2, one line, nothing trained.
+expect_fail "--save-model in a missing directory" 2 "--save-model $tmp/nodir/m.bin: its directory '$tmp/nodir' does not exist" \
+    "${base[@]}" --steps 50 --save-model "$tmp/nodir/m.bin"
+expect_fail "--save-model naming a directory" 2 "--save-model $tmp: is a directory" "${base[@]}" --steps 50 --save-model "$tmp"
+expect_fail "--output-dir under a file" 2 "--output-dir $tmp/ok.bin/run: cannot create it" "${base[@]}" --steps 50 --output-dir "$tmp/ok.bin/run"
+"$BIN" "${base[@]}" --steps 0 --output-dir "$tmp/made/here" >/dev/null 2>&1  # (--steps 0 writes no checkpoint)
+[ -d "$tmp/made/here" ] && r=ok || r="not ok"
+echo "$r - --output-dir is created at the start of the run"
 "$BIN" "${base[@]}" --lr 10 --steps 30 --log-file "$tmp/climb.jsonl" >"$tmp/climb.out" 2>&1
 rc=$?
 grep -q "^warning: step [0-9]*: the loss [0-9.e+]* is over 1.5 times the first step's" "$tmp/climb.out" && r=ok || r="not ok"
