@@ -9,6 +9,8 @@ kind (a tiktoken rank file: --tokenizer original/tokenizer.model).
   ./tokenize --decode SHARD                  prints the text of a shard
   ./tokenize --hellaswag hellaswag_val.jsonl OUTPUT.bin    the multiple-choice eval file
 
+An input that is a directory, or is the output, is refused. A rerun with the same --output-prefix
+removes the earlier run's extra shards, naming each.
 Encoding runs on every core (--threads) and gives the same tokens for any thread count. One
 thread reads the next 64 MiB of pieces while the others encode the last, so memory holds two
 batches, not the whole input.
@@ -16,6 +18,7 @@ batches, not the whole input.
 Test: test/test_tokenizer.sh. More: docs/data.md, docs/formats.md.
 */
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -324,6 +327,28 @@ struct Progress {
     }
 };
 
+// An earlier run with the same --output-prefix may have written more shards than this one: its
+// PREFIX_train_NNNNNN.bin past the last written here (and its validation shard, when this run
+// wrote none) would otherwise be read with them. They are removed, each named.
+static void remove_stale_shards(const std::string& prefix, int n_train, bool wrote_val) {
+    namespace fs = std::filesystem;
+    const fs::path p(prefix);
+    const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+    const std::string base = p.filename().string();
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        int n = -1;
+        char kind[8] = {0}, tail[8] = {0};
+        if (name.size() <= base.size() || name.compare(0, base.size(), base) != 0) continue;
+        if (sscanf(name.c_str() + base.size(), "_%5[a-z]_%6d%4s", kind, &n, tail) != 3 || strcmp(tail, ".bin") != 0) continue;
+        if (name.size() != base.size() + strlen(kind) + 2 + 6 + 4) continue;  // (exactly PREFIX_kind_NNNNNN.bin)
+        const bool stale = (!strcmp(kind, "train") && n >= n_train) || (!strcmp(kind, "val") && !wrote_val);
+        if (!stale) continue;
+        if (fs::remove(e.path(), ec)) fprintf(stderr, "removed %s (a shard of an earlier run with this prefix)\n", e.path().c_str());
+    }
+}
+
 int main(int argc, char** argv) {
     std::string tokenizer_path = "data/gpt2_tokenizer.bin", prefix, decode_path;
     double val_fraction = -1;
@@ -349,7 +374,7 @@ int main(int argc, char** argv) {
         else if (a == "--val-fraction") {
             std::string v = value(); char* end;
             val_fraction = strtod(v.c_str(), &end);
-            if (*end || val_fraction < 0 || val_fraction >= 1) usage_error("--val-fraction: expected a number in [0, 1), got '%s'", v.c_str());
+            if (*end || !(val_fraction >= 0 && val_fraction < 1)) usage_error("--val-fraction: expected a number in [0, 1), got '%s'", v.c_str());
         } else if (a == "--shard-tokens") {
             std::string v = value(); char* end;
             shard_tokens = strtoll(v.c_str(), &end, 10);
@@ -394,6 +419,13 @@ int main(int argc, char** argv) {
         inputs.pop_back();
     }
     if (inputs.empty()) usage_error("--output-prefix: no input files given");
+    // every input a readable file, and never the output too
+    for (const std::string& in : inputs) {
+        std::error_code ec;
+        if (std::filesystem::is_directory(in, ec)) usage_error("%s: is a directory (an input is a text or JSON-lines file)", in.c_str());
+        if (!dataset && std::filesystem::equivalent(in, files[1], ec))
+            usage_error("%s: the output is the input (it would be overwritten by its own tokens)", in.c_str());
+    }
     if (val_fraction < 0) val_fraction = dataset ? 0.05 : 0;
     if (!dataset && val_fraction > 0) usage_error("--val-fraction: only with --output-prefix (INPUT OUTPUT writes one shard)");
 
@@ -475,6 +507,7 @@ int main(int argc, char** argv) {
         shard_write(prefix + "_val_000000.bin", val, wide);
         fprintf(stderr, "wrote %s_val_000000.bin (%zu tokens)\n", prefix.c_str(), val.size());
     }
+    remove_stale_shards(prefix, shard_index, !val.empty());
     tokenizer_free(&tk);
     return 0;
 }

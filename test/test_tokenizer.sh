@@ -238,6 +238,25 @@ if [ $rc != 0 ] && echo "$out" | grep -q "missing.txt" && [ -z "$(ls "$tmp/ds3")
 else
     echo "not ok - tokenize: an unreadable input file (exit $rc, $(ls "$tmp/ds3" | wc -l) files written): $out"
 fi
+# hostile inputs: the output is the input; a directory as input; --val-fraction nan
+cp "$tmp/readme.txt" "$tmp/same.txt"
+out=$(./tokenize "$tmp/same.txt" "$tmp/same.txt" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "the output is the input" && cmp -s "$tmp/readme.txt" "$tmp/same.txt" \
+    && echo "ok - tokenize IN IN: refused in one line, the text untouched" || echo "not ok - tokenize IN IN (exit $rc): $out"
+out=$(./tokenize "$tmp" "$tmp/dir.bin" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "is a directory" && [ ! -e "$tmp/dir.bin" ] \
+    && echo "ok - tokenize DIR OUT: a directory as input refused, nothing written" || echo "not ok - tokenize DIR OUT (exit $rc): $out"
+out=$(./tokenize --output-prefix "$tmp/nan/d" --val-fraction nan "$tmp/readme.txt" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q -- "--val-fraction: expected a number in \[0, 1), got 'nan'" \
+    && echo "ok - tokenize --val-fraction nan: refused" || echo "not ok - tokenize --val-fraction nan (exit $rc): $out"
+# a second run with the same --output-prefix and fewer shards removes the first run's extra ones
+mkdir -p "$tmp/rerun"
+./tokenize --output-prefix "$tmp/rerun/d" --shard-tokens 500 --val-fraction 0.2 "$tmp/readme.txt" 2>/dev/null
+first=$(ls "$tmp/rerun" | wc -l)
+out=$(./tokenize --output-prefix "$tmp/rerun/d" --shard-tokens 100000000 --val-fraction 0 "$tmp/readme.txt" 2>&1)
+[ "$first" -gt 2 ] && [ "$(ls "$tmp/rerun")" = "d_train_000000.bin" ] && [ "$(echo "$out" | grep -c '^removed ')" = $((first - 1)) ] \
+    && echo "ok - tokenize --output-prefix again: the earlier run's $((first - 1)) extra shards removed, each named" \
+    || echo "not ok - tokenize --output-prefix again: $(ls "$tmp/rerun" | tr '\n' ' '): $out"
 for bad in "--threads -1" "--chunk-bytes 0" "--threads two" "--val-fraction 0.1"; do
     out=$(./tokenize $bad "$tmp/readme.txt" "$tmp/x.bin" 2>&1); rc=$?
     [ $rc = 2 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q -- "${bad% *}" \
