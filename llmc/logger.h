@@ -13,35 +13,52 @@ ms leaves out); and comm_bytes: the bytes each collective sent per rank this ste
 written with 9 significant digits, enough to read back the exact fp32 value: the resume test
 compares logs bit for bit; a loss or gradient norm that is not finite (an fp16 overflow, a
 divergence) is written as null.
-The file is flushed after every line, so a crash loses nothing already logged; resuming drops
-the lines after the checkpoint's step (they are about to be logged again).
+The file is flushed after every line, so a crash loses nothing already logged, and a failed write
+stops the run. Resuming drops the lines after the checkpoint's step, rewriting the log through
+PATH.tmp and a rename.
 
 Test: test/test_train.sh reads these logs.
 */
 #pragma once
 #include <cmath>
+#include <fstream>
 #include <string>
+#include <unistd.h>
 #include "common.h"
 
-struct Logger { FILE* f = nullptr; };
+struct Logger { FILE* f = nullptr; std::string path; };
+
+// A write to the log that fails (a full disk) stops the run, naming the file: a run must not go on
+// with a log that silently ends mid-line.
+inline void logger_check(Logger* lg) {
+    if (ferror(lg->f) || fflush(lg->f) != 0)
+        fatal("--log-file %s: cannot write (%s)", lg->path.c_str(), errno ? strerror(errno) : "a write failed");
+}
 
 // Opens the log. On a resume (keep_through_step ≥ 0) the lines of steps after the checkpoint —
 // logged by the interrupted run, about to be run again — are dropped, so every step appears once.
+// The kept lines go to PATH.tmp, which then replaces the log in one rename: a crash at any moment
+// leaves the old log or the new one, never an empty one.
 inline void logger_open(Logger* lg, const std::string& path, long long keep_through_step) {
     if (path.empty()) return;
-    std::string kept;
+    lg->path = path;
     if (keep_through_step >= 0) {
-        if (FILE* old = fopen(path.c_str(), "r")) {
-            char line[4096];
-            long long step;
-            while (fgets(line, sizeof(line), old))
-                if (sscanf(line, "{\"step\": %lld", &step) == 1 && step <= keep_through_step) kept += line;
-            fclose(old);
-        }
+        std::string kept, line;
+        std::ifstream old(path);
+        long long step;
+        while (std::getline(old, line))
+            if (sscanf(line.c_str(), "{\"step\": %lld", &step) == 1 && step <= keep_through_step) kept += line + "\n";
+        const std::string tmp = path + ".tmp";
+        FILE* t = fopen(tmp.c_str(), "w");
+        if (!t) fatal("--log-file: cannot open '%s' for writing: %s", tmp.c_str(), strerror(errno));
+        if (fputs(kept.c_str(), t) < 0 || fflush(t) != 0 || fsync(fileno(t)) != 0 || fclose(t) != 0)
+            fatal("--log-file %s: cannot write (%s)", tmp.c_str(), strerror(errno));
+        if (rename(tmp.c_str(), path.c_str()) != 0) fatal("--log-file %s: cannot replace it (%s)", path.c_str(), strerror(errno));
+        lg->f = fopen(path.c_str(), "a");
+    } else {
+        lg->f = fopen(path.c_str(), "w");
     }
-    lg->f = fopen(path.c_str(), "w");
     if (!lg->f) fatal("--log-file: cannot open '%s' for writing: %s", path.c_str(), strerror(errno));
-    fputs(kept.c_str(), lg->f);
 }
 
 // What the evaluations of a step gave (nothing on a step that does not evaluate).
@@ -87,7 +104,7 @@ inline void logger_step(Logger* lg, int step, float loss, float lr, float grad_n
     logger_eval_fields(lg->f, ev);
     fprintf(lg->f, ", \"comm_bytes\": %s", comm_json.c_str());
     fprintf(lg->f, "}\n");
-    fflush(lg->f);
+    logger_check(lg);
 }
 
 // The line of an evaluation-only run (--steps 0).
@@ -96,7 +113,10 @@ inline void logger_eval(Logger* lg, int step, const EvalLog& ev) {
     fprintf(lg->f, "{\"step\": %d", step);
     logger_eval_fields(lg->f, ev);
     fprintf(lg->f, "}\n");
-    fflush(lg->f);
+    logger_check(lg);
 }
 
-inline void logger_close(Logger* lg) { if (lg->f) fclose(lg->f); lg->f = nullptr; }
+inline void logger_close(Logger* lg) {
+    if (lg->f && fclose(lg->f) != 0) fatal("--log-file %s: cannot write (%s)", lg->path.c_str(), strerror(errno));
+    lg->f = nullptr;
+}

@@ -143,6 +143,15 @@ expect_fail "a checkpoint of non-finite weights" 1 "not written: the weights hol
 [ ! -e "$tmp/nan_out.bin" ] && [ ! -d "$tmp/nan_ckpt/step_00000002" ] && r=ok || r="not ok"
 echo "$r - no model file or checkpoint of non-finite weights is left"
 
+# The log is never silently cut: a failed write (a full disk: /dev/full) stops the run, one line.
+expect_fail "a log that cannot be written" 1 "--log-file /dev/full: cannot write" "${base[@]}" --steps 3 --log-file /dev/full
+# A resume rewrites the log through a .tmp and a rename: the steps before the checkpoint stay, none twice, no .tmp left.
+"$BIN" "${base[@]}" --steps 4 --checkpoint-every 2 --output-dir "$tmp/logrun" --log-file "$tmp/logrun.jsonl" >/dev/null 2>&1
+rm -rf "$tmp/logrun/step_00000004"
+"$BIN" "${base[@]}" --steps 6 --checkpoint-every 2 --output-dir "$tmp/logrun" --log-file "$tmp/logrun.jsonl" --resume >/dev/null 2>&1
+[ "$(sed 's/{"step": \([0-9]*\),.*/\1/' "$tmp/logrun.jsonl" | tr '\n' ' ')" = "1 2 3 4 5 6 " ] && [ ! -e "$tmp/logrun.jsonl.tmp" ] && r=ok || r="not ok"
+echo "$r - a resumed run's log: steps 1-2 kept, 3-6 logged again once each, no .tmp left"
+
 # Outputs are checked before the first step (issue class: a trained model lost at the end): an
 # unwritable --save-model or --output-dir stops the run at once, exit 2, one line, nothing trained.
 expect_fail "--save-model in a missing directory" 2 "--save-model $tmp/nodir/m.bin: its directory '$tmp/nodir' does not exist" \
