@@ -47,6 +47,15 @@ inline GPTConfig model_file_config(const char* path, bool* file_bf16 = nullptr) 
     if (h[0] != MODEL_MAGIC && h[0] != LLAMA_MODEL_MAGIC)
         fatal("'%s' is not a model file: magic %d, expected %d (GPT-2) or %d (Llama)", path, h[0], MODEL_MAGIC, LLAMA_MODEL_MAGIC);
     if (h[1] != 3 && h[1] != 5) fatal("'%s': model file version %d is not supported (3 = fp32, 5 = bf16)", path, h[1]);
+    // every field within what a real model has, so that the size arithmetic below cannot overflow
+    const struct { const char* name; int v, lo, hi; } fields[] = {
+        {"maxT", h[2], 1, 1 << 20}, {"V", h[3], 1, 1 << 24}, {"L", h[4], 1, 1 << 12}, {"NH", h[5], 1, 1 << 12}, {"C", h[6], 1, 1 << 17},
+        {"Vp", h[7], 1, 1 << 24}};
+    for (const auto& fl : fields)
+        if (fl.v < fl.lo || fl.v > fl.hi)
+            fatal("'%s': model header's %s = %d is outside [%d, %d]", path, fl.name, fl.v, fl.lo, fl.hi);
+    if (h[0] == LLAMA_MODEL_MAGIC && (h[8] < 1 || h[8] > (1 << 12) || h[9] < 1 || h[9] > (1 << 20)))
+        fatal("'%s': Llama header's NKV = %d or H = %d is outside [1, 4096] or [1, 1048576]", path, h[8], h[9]);
     GPTConfig c;
     c.max_seq_len = h[2]; c.vocab_size = h[3]; c.num_layers = h[4]; c.num_heads = h[5]; c.channels = h[6];
     c.padded_vocab_size = h[7];
@@ -355,6 +364,15 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
     fread_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
     fclose(f);
     if (h[0] != STATE_MAGIC || h[1] != 2) fatal("'%s' is not a training-state file (magic %lld, version %lld)", sp.c_str(), (long long)h[0], (long long)h[1]);
+    // every field within what a run can have: a damaged header is named, not divided by or trusted
+    const struct { const char* name; int64_t v, lo, hi; } fields[] = {
+        {"step", h[2], 0, 1LL << 40}, {"micro-batches consumed", h[3], 0, 1LL << 50}, {"B", h[5], 1, 1 << 20}, {"T", h[6], 1, 1 << 24},
+        {"total batch tokens", h[7], 1, 1LL << 40}, {"parameters", h[8], 0, 1LL << 42}, {"dp", h[9], 1, 1 << 20}, {"zero", h[10], 0, 3},
+        {"tp", h[11], 0, 1 << 16}, {"pp", h[12], 0, 1 << 16}, {"vpp", h[13], 0, 1 << 16}};
+    for (const auto& fl : fields)
+        if (fl.v < fl.lo || fl.v > fl.hi)
+            fatal("'%s': a damaged training-state header: %s = %lld, outside [%lld, %lld]", sp.c_str(), fl.name, (long long)fl.v,
+                  (long long)fl.lo, (long long)fl.hi);
     TrainState s;
     s.step = h[2]; s.global_batches = h[3]; s.rng_state = (uint64_t)h[4]; s.B = h[5]; s.T = h[6]; s.total_batch = h[7];
     s.saved_dp = h[9]; s.saved_zero = h[10]; s.saved_tp = h[11] > 0 ? h[11] : 1;  // (0 before tensor parallelism)

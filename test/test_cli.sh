@@ -38,6 +38,7 @@ open(f"{d}/model_truncated.bin", "wb").write(m[:-4])
 open(f"{d}/model_badmagic.bin", "wb").write(struct.pack("<i", 7) + m[4:])
 open(f"{d}/model_badversion.bin", "wb").write(m[:4] + struct.pack("<i", 4) + m[8:])
 open(f"{d}/model_nan.bin", "wb").write(m[:1024] + struct.pack("<f", float("nan")) + m[1028:])  # wte[0][0]: every loss NaN
+open(f"{d}/model_hugeC.bin", "wb").write(m[:24] + struct.pack("<i", 1 << 30) + m[28:1024])  # C = 2^30, 1024 bytes: its size overflowed an int
 # a tiny Llama with its own classifier (header [20261124, 3, maxT, V, L, NH, C, Vp, NKV, H, theta, untied]),
 # and bad headers: 3 key/value heads for 4 query heads, an untied flag of 2, a RoPE scaling of low >= high
 cl = dict(arch="llama", maxT=32, V=97, Vp=128, L=2, NH=4, NKV=2, C=32, H=48, theta=10000, tied=False)
@@ -142,6 +143,17 @@ expect_fail "a checkpoint of non-finite weights" 1 "not written: the weights hol
     --skip-loss-z 3 --max-skipped-steps 0 --steps 2 --output-dir "$tmp/nan_ckpt"
 [ ! -e "$tmp/nan_out.bin" ] && [ ! -d "$tmp/nan_ckpt/step_00000002" ] && r=ok || r="not ok"
 echo "$r - no model file or checkpoint of non-finite weights is left"
+
+# Damaged headers are named, never trusted: a model header's C = 2^30 (its size once overflowed an int,
+# and saving it crashed), and a checkpoint's state file with dp = 0 (once a division by zero).
+expect_fail "a model header with C = 2^30" 1 "model header's C = 1073741824 is outside [1, 131072]" "${base[@]}" \
+    --model "$tmp/model_hugeC.bin" --steps 1 --save-model "$tmp/hugeC_out.bin"
+"$BIN" "${base[@]}" --steps 2 --output-dir "$tmp/dp0" >/dev/null 2>&1
+/usr/bin/python3 -c "
+import struct, sys
+p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[72:80] = struct.pack('<q', 0); open(p, 'wb').write(b)" "$tmp/dp0/step_00000002/state_rank00000.bin"
+expect_fail "a checkpoint whose state file says dp = 0" 1 "a damaged training-state header: dp = 0, outside [1, 1048576]" "${base[@]}" \
+    --steps 4 --output-dir "$tmp/dp0" --resume
 
 # The log is never silently cut: a failed write (a full disk: /dev/full) stops the run, one line.
 expect_fail "a log that cannot be written" 1 "--log-file /dev/full: cannot write" "${base[@]}" --steps 3 --log-file /dev/full
