@@ -391,7 +391,7 @@ PY
         # a GPU with room for the model state and about half of B=16's activations
         local state acts cap
         state=$(sed -n 's/^memory rank 0: params \([0-9]*\) B, grads \([0-9]*\) B, optimizer \([0-9]*\) B, working buffers \([0-9]*\) B.*/\1+\2+\3+\4/p' "$tmp/run.out")
-        acts=$(sed -n 's/^memory rank 0: .*activations \([0-9]*\) B$/\1/p' "$tmp/run.out")
+        acts=$(sed -n 's/^memory rank 0: .*activations \([0-9]*\) B\(, [a-z0-9 ]* scratch .*\)\{0,1\}$/\1/p' "$tmp/run.out")
         cap=$(( state + acts / 2 + (32 + 64) * 1048576 ))  # + the cuBLASLt workspace and the plan's fixed reserve
         SIMT_GPU_MEMORY=$cap "$BIN" "${flags[@]}" --batch-size 16 >"$tmp/small.out" 2>&1
         rc=$?; local advice

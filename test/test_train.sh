@@ -305,7 +305,7 @@ PY
         fi
     done
     # the activations the memory line reports shrink as less is kept
-    acts() { sed -n 's/^memory rank 0: .*activations \([0-9]*\) B\(, fp8 scratch .*\)\{0,1\}$/\1/p' "$tmp/rc_$1_$p.out"; }
+    acts() { sed -n 's/^memory rank 0: .*activations \([0-9]*\) B\(, [a-z0-9 ]* scratch .*\)\{0,1\}$/\1/p' "$tmp/rc_$1_$p.out"; }
     a0=$(acts none); a1=$(acts selective); a2=$(acts full)
     [ -n "$a0" ] && [ -n "$a2" ] && [ "$a0" -gt "$a1" ] && [ "$a1" -gt "$a2" ] \
         && echo "ok - --recompute $p: activations none $a0 B > selective $a1 B > full $a2 B" \
