@@ -170,9 +170,6 @@ template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16_ss(f
     __trap();
 #endif
 }
-template <class H> __device__ inline void wgmma_m64n64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    wgmma_m64k16_ss<H, 64, false>(d, desc_a, desc_b, accumulate);
-}
 // Rows [row0, row0 + 64) × D of a strided H matrix into shared memory in the core-matrix
 // layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
 // contiguous bytes: no bank conflicts) and reads row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7.
@@ -198,7 +195,7 @@ template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], 
     wgmma_fence();
     #pragma unroll
     for (int kc = 0; kc < D / 16; kc++)
-        wgmma_m64n64k16_ss<H>(&c[0][0], wgmma_desc(a_tile + kc * 128, 128, 16 * D), wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+        wgmma_m64k16_ss<H, 64, false>(&c[0][0], wgmma_desc(a_tile + kc * 128, 128, 16 * D), wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
 }
 // acc (64 × D) += P·M: P this warp's 16 rows × 64 as 4 A fragments (P, dS or their transposes:
 // c_to_a_16x64), M a 64-row tile read as MN-major B (V, K, dO or Q).

@@ -425,15 +425,22 @@ inline void mma_m16n8k16(float* c, const uint32_t* a, const uint32_t* b, bool fp
 // gets matrix i's elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1), low half first, or with .trans
 // its elements (2(l%4), l/4) and (2(l%4)+1, l/4).
 inline bool device_owns(const void* p);
-inline void ldmatrix(uint32_t* r, int num, bool trans, const void* row_addr) {
+// ldmatrix's and stmatrix's first half: each lane checks and posts its row address (lanes
+// 8i..8i+7 give matrix i's rows), and the warp meets; returns the slot buffer that holds them.
+inline int matrix_rows_exchange(const char* op, int num, const void* row_addr) {
     WarpSlots& w = my_warp();
     const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
     if (lane < 8 * num) {
-        if ((uintptr_t)row_addr % 16) die("%s: ldmatrix row address %p is not 16-byte aligned (lane %d)", tl_run->kernel, row_addr, lane);
-        if (device_owns(row_addr)) die("%s: ldmatrix from global memory (lane %d): it reads shared memory only", tl_run->kernel, lane);
+        if ((uintptr_t)row_addr % 16) die("%s: %s row address %p is not 16-byte aligned (lane %d)", tl_run->kernel, op, row_addr, lane);
+        if (device_owns(row_addr)) die("%s: %s with global memory (lane %d): it uses shared memory only", tl_run->kernel, op, lane);
     }
     w.row[buf][lane] = row_addr;
     warp_barrier();
+    return buf;
+}
+inline void ldmatrix(uint32_t* r, int num, bool trans, const void* row_addr) {
+    const int buf = matrix_rows_exchange("ldmatrix", num, row_addr), lane = lane_id();
+    WarpSlots& w = my_warp();
     const int g = lane / 4, t = lane % 4;
     auto elem = [&](int i, int row, int col) { uint16_t v; memcpy(&v, (const char*)w.row[buf][8 * i + row] + 2 * col, 2); return (uint32_t)v; };
     for (int i = 0; i < num; i++)
@@ -445,14 +452,8 @@ inline void ldmatrix(uint32_t* r, int num, bool trans, const void* row_addr) {
 // rows 2t and 2t+1 at column g) of the 8 rows whose addresses lanes 8i..8i+7 give. The lanes first
 // agree on the addresses, then each writes its elements, then the warp meets again.
 inline void stmatrix(const uint32_t* r, int num, bool trans, void* row_addr) {
+    const int buf = matrix_rows_exchange("stmatrix", num, row_addr), lane = lane_id();
     WarpSlots& w = my_warp();
-    const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
-    if (lane < 8 * num) {
-        if ((uintptr_t)row_addr % 16) die("%s: stmatrix row address %p is not 16-byte aligned (lane %d)", tl_run->kernel, row_addr, lane);
-        if (device_owns(row_addr)) die("%s: stmatrix to global memory (lane %d): it writes shared memory only", tl_run->kernel, lane);
-    }
-    w.row[buf][lane] = row_addr;
-    warp_barrier();
     const int g = lane / 4, t = lane % 4;
     auto put = [&](int i, int row, int col, uint32_t v) { uint16_t h = (uint16_t)v; memcpy((char*)w.row[buf][8 * i + row] + 2 * col, &h, 2); };
     for (int i = 0; i < num; i++) {
