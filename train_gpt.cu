@@ -745,9 +745,7 @@ int main(int argc, char** argv) {
         loss_scale.scale = state.loss_scale > 0 ? state.loss_scale : loss_scale0;
         loss_scale.clean = state.loss_scale > 0 ? state.loss_scale_clean : 0;
         const int first_step = (int)state.step + 1;
-        int skipped_in_a_row = 0;                   // updates skipped by --skip-loss-z / --skip-norm-z, in a row
-        float first_loss = NAN;                     // this run's first step's loss, and whether a climb
-        bool warned_climb = false;                  // far above it was named
+        Divergence divergence{max_skipped, skip_loss_z > 0, skip_norm_z > 0};  // (outliers.h)
         for (int step = first_step; step <= steps; step++) {
             // --profile measures the steps after the first (which sets up cuBLASLt and buffers)
             const bool measured = profile && (step > first_step || steps == first_step);
@@ -799,18 +797,7 @@ int main(int argc, char** argv) {
             const bool loss_outlier = skip_loss_z > 0 && loss_z > skip_loss_z;
             const bool norm_outlier = !scaling.overflow && skip_norm_z > 0 && norm_z > skip_norm_z;
             const bool skipped = scaling.overflow || loss_outlier || norm_outlier;
-            // a diverged step stops the run before its update (every rank holds the same loss and norm)
-            if (!skipped && !std::isfinite(loss))
-                fatal("step %d: the loss is %g (diverged); lower --lr or check the data%s", step, std::fabs(loss),
-                      skip_loss_z > 0 || skip_norm_z > 0 ? "" : ", or skip such steps' updates with --skip-norm-z");
-            if (!skipped && !std::isfinite(norm))
-                fatal("step %d: the gradient norm is %g (diverged); lower --lr%s", step, std::fabs(norm),
-                      skip_norm_z > 0 ? "" : ", or skip such steps' updates with --skip-norm-z");
-            skipped_in_a_row = loss_outlier || norm_outlier ? skipped_in_a_row + 1 : 0;
-            if (max_skipped > 0 && skipped_in_a_row >= max_skipped)
-                fatal("step %d: the last %d steps' updates were all skipped (--skip-loss-z / --skip-norm-z): the run has stopped "
-                      "learning; the weights are those of step %d. Lower --lr, or raise the z bounds (--max-skipped-steps 0: go on)",
-                      step, skipped_in_a_row, step - skipped_in_a_row);
+            divergence_check(&divergence, step, loss, norm, skipped, loss_outlier || norm_outlier);  // (a diverged run stops here)
             if (skipped) dp_skip_update(&dpar);  // the same on every rank: they all hold the same loss and norm
             else dp_update(&dpar, lr, beta1, beta2, eps, wd, step, (float)(grad_clip_factor(norm, grad_clip) / scaling.used));
             // ---- log
@@ -819,12 +806,6 @@ int main(int argc, char** argv) {
             if (measured) profile_step_end(&profiler, ms);
             double tok_s = total_batch / (ms / 1000.0);
             double mfu = peak > 0 ? tok_s / mesh.world * flops_tok / peak : -1.0;  // per GPU
-            if (step == first_step) first_loss = loss;
-            if (!warned_climb && loss > 1.5f * first_loss) {  // (said once; the run goes on)
-                warned_climb = true;
-                print0("warning: step %d: the loss %g is over 1.5 times the first step's (%g): the run may be diverging; "
-                       "a lower --lr, or --skip-loss-z, may help\n", step, loss, first_loss);
-            }
             std::string comm_json = comm_stats_json(mesh);
 
             // ---- once in a while: evaluate, sample, checkpoint
