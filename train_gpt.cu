@@ -302,579 +302,907 @@ static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std:
 }
 
 // ----------------------------------------------------------------------------
+// the run's settings: every flag, read and checked on its own (one plain struct)
+
+struct RunConfig {
+    std::string device, precision, comm, model_spec, train_data, val_data, tokenizer, hellaswag, prompt;
+    std::string out_dir, log_file, save_model;
+    int vocab = 0;             // --vocab-size (0: the preset's or the file's)
+    int B = 0;                 // micro-batch size (0: --batch-size auto, picked after the model state)
+    int T = 0;                 // sequence length
+    long long total_batch = -1;  // tokens a step (-1: B·T·dp)
+    int steps = 0;
+    LRSchedule sched;
+    float wd = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0;
+    double skip_loss_z = 0, skip_norm_z = 0;
+    int max_skipped = 0, skip_window = 0;
+    uint64_t seed = 0;
+    bool shuffle = false;
+    Recompute recompute = Recompute::None;
+    int zero = 0, tp = 1, sp = 0, pp = 1, vpp = 1, cp = 1;
+    PPSchedule pp_schedule = PPSchedule::OneFOneB;
+    bool cp_zigzag = false;
+    int ckpt_every = 0, ckpt_keep = 0;
+    bool resume = false;
+    int val_every = 0, val_steps = 0;
+    long long val_tokens = 0;
+    int sample_every = 0, gen_tokens = 0, top_k = 0;
+    float temperature = 1;
+    bool save_bf16 = false;
+    int threads = 0;
+    double loss_scale0 = 0;
+    long long loss_scale_every = 0;
+    bool fp8_delayed = false;
+    int fp8_history = 0;
+    bool comm_stats = false, overlap = true, profile = false;
+    std::string flash_rows, flash_wgmma, flash_backward, classifier_staged;  // kernel choices (GPU only)
+    bool matmul_tune = true;
+    bool auto_batch() const { return B == 0; }
+    bool total_given() const { return total_batch != -1; }
+};
+
+template <class E, size_t N>
+static E flag_enum(const Flags& f, const char* name, const char* const (&names)[N]) {
+    std::initializer_list<const char*> options = {names[0], names[1], names[2]};
+    static_assert(N == 3, "three names");
+    const std::string& s = f.choice(name, options);
+    return (E)(std::find(names, names + N, s) - names);
+}
+
+// The optimizer's, the schedule's and the outlier checks' flags.
+static void parse_optimizer_flags(const Flags& f, RunConfig* rc) {
+    rc->sched.lr = f.real("lr", 0, 10);
+    rc->sched.warmup = (int)f.integer("warmup-steps", 0, 1 << 30);
+    rc->sched.kind = f.choice("lr-schedule", {"cosine", "linear", "constant", "wsd"});
+    rc->sched.final_lr_frac = f.real("final-lr-frac", 0, 1);
+    rc->sched.cooldown_frac = f.real("cooldown-frac", 1e-6, 1);
+    rc->sched.total = rc->steps;
+    rc->wd = f.real("weight-decay", 0, 10), rc->beta1 = f.real("beta1", 0, 0.999999), rc->beta2 = f.real("beta2", 0, 0.999999);
+    rc->eps = f.real("eps", 0, 1), rc->grad_clip = f.real("grad-clip", 0, 1e30);
+    rc->skip_loss_z = f.real("skip-loss-z", 0, 1e6), rc->skip_norm_z = f.real("skip-norm-z", 0, 1e6);
+    rc->max_skipped = (int)f.integer("max-skipped-steps", 0, 1 << 30);
+    if (rc->eps <= 0)
+        usage_error("--eps %g: must be above 0 (AdamW divides by sqrt(v) + eps: a parameter whose gradient is 0 would get 0/0)", rc->eps);
+    rc->skip_window = (int)f.integer("skip-window", 2, 1 << 20);
+}
+
+// --precision and the flags of fp16's loss scaling and fp8's scaling, which need their precision.
+static void parse_precision_flags(const Flags& f, RunConfig* rc) {
+    rc->precision = f.choice("precision", {"auto", "fp32", "bf16", "fp16", "fp8"});
+    int ignored_exp;
+    rc->loss_scale0 = f.real("loss-scale", 1, 1e30);
+    if (std::frexp(rc->loss_scale0, &ignored_exp) != 0.5)
+        usage_error("--loss-scale %g: must be a power of two (the scaling then rounds nothing)", rc->loss_scale0);
+    rc->loss_scale_every = f.integer("loss-scale-every", 1, 1LL << 40);
+    if (rc->precision != "fp16" && (rc->loss_scale0 != 65536 || rc->loss_scale_every != 2000))
+        usage_error("--loss-scale and --loss-scale-every are for --precision fp16 (got --precision %s, which needs no loss scaling)",
+                    rc->precision.c_str());
+    rc->fp8_delayed = f.choice("fp8-scaling", {"current", "delayed"}) == "delayed";
+    rc->fp8_history = (int)f.integer("fp8-amax-history", 1, 1 << 16);
+    if (rc->precision != "fp8" && (rc->fp8_delayed || rc->fp8_history != 16))
+        usage_error("--fp8-scaling and --fp8-amax-history are for --precision fp8 (got --precision %s)", rc->precision.c_str());
+    if (!rc->fp8_delayed && rc->fp8_history != 16)
+        usage_error("--fp8-amax-history: needs --fp8-scaling delayed (current scaling keeps no history)");
+}
+
+// Every flag's value checked before anything large is allocated. The rules that tie flags to
+// the model and the mesh are validate_layout's.
+static RunConfig parse_run_config(const Flags& f) {
+    RunConfig rc;
+    rc.device = f.choice("device", {"auto", "cpu", "cuda"});
+    rc.B = (int)f.integer("batch-size", 1, 1 << 20, "auto");
+    rc.T = (int)f.integer("seq-len", 1, 1 << 20);
+    rc.total_batch = f.integer("total-batch-tokens", -1, 1LL << 40);
+    rc.steps = (int)f.integer("steps", 0, 1 << 30);
+    parse_optimizer_flags(f, &rc);
+    rc.seed = (uint64_t)f.integer("seed", 0, (1LL << 62));
+    rc.shuffle = f.integer("shuffle", 0, 1);
+    rc.recompute = flag_enum<Recompute>(f, "recompute", RECOMPUTE_NAMES);
+    rc.zero = (int)f.integer("zero", 0, 3), rc.tp = (int)f.integer("tp", 1, 1 << 16), rc.sp = (int)f.integer("sp", 0, 1);
+    rc.pp = (int)f.integer("pp", 1, 1 << 16), rc.vpp = (int)f.integer("vpp", 1, 1 << 16), rc.cp = (int)f.integer("cp", 1, 1 << 16);
+    rc.pp_schedule = flag_enum<PPSchedule>(f, "pp-schedule", PP_SCHEDULE_NAMES);
+    rc.cp_zigzag = f.choice("cp-layout", {"contiguous", "zigzag"}) == "zigzag";
+    rc.out_dir = f.str("output-dir");
+    rc.ckpt_every = (int)f.integer("checkpoint-every", 0, 1 << 30);
+    rc.ckpt_keep = (int)f.integer("keep-checkpoints", 0, 1 << 30);
+    rc.resume = f.integer("resume", 0, 1);
+    rc.val_every = (int)f.integer("val-every", 0, 1 << 30), rc.val_steps = (int)f.integer("val-steps", 0, 1 << 30);
+    rc.val_tokens = f.integer("val-tokens", 0, 1LL << 50);
+    rc.sample_every = (int)f.integer("sample-every", 0, 1 << 30), rc.gen_tokens = (int)f.integer("gen-tokens", 0, 1 << 20);
+    rc.temperature = f.real("temperature", 1e-6, 1e6);
+    rc.top_k = (int)f.integer("top-k", 0, 1 << 30);
+    rc.save_bf16 = f.choice("save-precision", {"fp32", "bf16"}) == "bf16";
+    rc.threads = (int)f.integer("threads", 0, 4096);
+    parse_precision_flags(f, &rc);
+    rc.comm_stats = f.integer("comm-stats", 0, 1);
+    rc.overlap = f.integer("overlap", 0, 1);
+    rc.profile = f.integer("profile", 0, 1);
+    rc.flash_rows = f.choice("flash-rows", {"auto", "16", "32"});
+    rc.flash_wgmma = f.choice("flash-wgmma", {"auto", "0", "1"});
+    rc.flash_backward = f.choice("flash-backward", {"fused", "split"});
+    rc.matmul_tune = f.integer("matmul-tune", 0, 1);
+    rc.classifier_staged = f.choice("classifier-staged", {"auto", "0", "1"});
+    if (rc.resume && rc.out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
+    rc.model_spec = f.str("model"), rc.vocab = (int)f.integer("vocab-size", 0, 1 << 20);
+    rc.train_data = f.str("train-data"), rc.val_data = f.str("val-data"), rc.hellaswag = f.str("hellaswag");
+    rc.tokenizer = f.str("tokenizer"), rc.prompt = f.str("prompt");
+    rc.log_file = f.str("log-file"), rc.save_model = f.str("save-model"), rc.comm = f.choice("comm", {"auto", "mpi", "nccl"});
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// the model to train, and the rules that tie the flags to it and to the mesh
+
+struct ModelSource {
+    GPTConfig config;
+    bool from_file = false;   // --model is a model file, whose weights are loaded
+    std::string resume_dir;   // --resume: the checkpoint the run continues (its model's shape wins)
+};
+
+// --model (a preset or a model file), or on --resume the checkpoint's model, which must have
+// the shape --model names.
+static ModelSource choose_model(const RunConfig& rc) {
+    ModelSource m;
+    m.config = model_config_from_spec(rc.model_spec, rc.vocab, &m.from_file);
+    if (!rc.resume) return m;
+    m.resume_dir = checkpoint_latest(rc.out_dir);
+    if (m.resume_dir.empty()) fatal("--resume: no checkpoint (step_*/) in '%s'", rc.out_dir.c_str());
+    const GPTConfig saved = model_file_config((m.resume_dir + "/model.bin").c_str()), &c = m.config;
+    if (!gpt_same_shape(saved, c)) {
+        bool file = false;  // (a preset that differs only in V: name the flag that fixes it)
+        char hint[64] = "";
+        if (!m.from_file && saved.vocab_size != c.vocab_size &&
+            gpt_same_shape(saved, model_config_from_spec(rc.model_spec, saved.vocab_size, &file)))
+            snprintf(hint, sizeof hint, " (resume with --vocab-size %d)", saved.vocab_size);
+        usage_error("--resume: the checkpoint in '%s' holds a %s L=%d C=%d V=%d model, but --model %s is %s L=%d C=%d V=%d%s",
+                    m.resume_dir.c_str(), saved.llama() ? "llama" : "gpt2", saved.num_layers, saved.channels, saved.vocab_size,
+                    rc.model_spec.c_str(), c.llama() ? "llama" : "gpt2", c.num_layers, c.channels, c.vocab_size, hint);
+    }
+    m.from_file = false;
+    return m;
+}
+
+// The parallel layout: how tp, sp, pp, vpp and cp fit each other, the model and the sequence.
+static void validate_parallel_layout(const RunConfig& rc, const GPTConfig& c) {
+    const int tp = rc.tp, pp = rc.pp, vpp = rc.vpp, cp = rc.cp, T = rc.T;
+    if (rc.sp == 1 && tp == 1) usage_error("--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1");
+    if (vpp > 1 && (pp == 1 || rc.pp_schedule != PPSchedule::Interleaved))
+        usage_error("--vpp %d: chunks of blocks are for the interleaved pipeline schedule; add --pp N (N > 1) --pp-schedule interleaved", vpp);
+    if (pp > 1 && rc.pp_schedule == PPSchedule::Interleaved && vpp == 1)
+        usage_error("--pp-schedule interleaved: needs --vpp >= 2 chunks a stage (with one it is 1f1b)");
+    if (c.num_heads % tp != 0)
+        usage_error("--tp %d: must divide the model's %d attention heads (each tp rank computes NH/tp of them)", tp, c.num_heads);
+    if (c.kv_heads() % tp != 0)
+        usage_error("--tp %d: must divide the model's %d key/value heads (each tp rank holds NKV/tp of them, whole groups)", tp,
+                    c.kv_heads());
+    if (c.ffn() % tp != 0)
+        usage_error("--tp %d: must divide the model's %d MLP hidden features (each tp rank computes H/tp of them)", tp, c.ffn());
+    if (c.padded_vocab_size % tp != 0)
+        usage_error("--tp %d: must divide the model's padded vocabulary %d (each tp rank computes Vp/tp of the logits)", tp,
+                    c.padded_vocab_size);
+    if (T > c.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, c.max_seq_len);
+    if (T % cp_granule(cp, rc.cp_zigzag) != 0)
+        usage_error("--cp %d --cp-layout %s: --seq-len %d must be a multiple of %d (each cp rank holds %s)", cp,
+                    rc.cp_zigzag ? "zigzag" : "contiguous", T, cp_granule(cp, rc.cp_zigzag),
+                    rc.cp_zigzag ? "two of the sequence's 2*cp equal chunks" : "seq-len/cp consecutive positions");
+    if (pp > c.num_layers) usage_error("--pp %d: more stages than the model's %d blocks (each stage holds at least one)", pp, c.num_layers);
+    if (pp > 1 && pp * vpp > c.num_layers)
+        usage_error("--pp %d --vpp %d: %d virtual stages, more than the model's %d blocks (each chunk holds at least one)", pp, vpp,
+                    pp * vpp, c.num_layers);
+}
+
+// Every rule that ties the flags to the model and the mesh: the parallel layout, then the step's
+// tokens against the micro-batches that split it.
+static void validate_layout(const RunConfig& rc, const GPTConfig& c, const Mesh& mesh) {
+    validate_parallel_layout(rc, c);
+    const long long T = rc.T, dp = mesh.dp, total = rc.total_batch;
+    if (rc.auto_batch() && !rc.total_given())
+        usage_error("--batch-size auto: needs --total-batch-tokens (the step's tokens, which auto splits into the largest "
+                    "micro-batches that fit)");
+    if (rc.auto_batch() && total > 0 && total % (T * dp) != 0)
+        usage_error("--batch-size auto: --total-batch-tokens %lld is not a multiple of seq-len*dp = %lld", total, T * dp);
+    if (rc.auto_batch() && rc.pp > 1 && rc.pp_schedule == PPSchedule::Interleaved && total > 0 && total % (T * dp * rc.pp) != 0)
+        usage_error("--batch-size auto --pp-schedule interleaved: --total-batch-tokens %lld is not a multiple of seq-len*dp*pp = %lld "
+                    "(the step's micro-batches must be a multiple of --pp %d, whatever the batch size)", total, T * dp * rc.pp, rc.pp);
+    const bool has_val = !rc.val_data.empty() && (rc.val_tokens > 0 || rc.val_steps > 0);
+    if (has_val && rc.val_tokens > 0 && rc.val_tokens < rc.T)
+        usage_error("--val-tokens %lld: fewer than one sequence of --seq-len %d", rc.val_tokens, rc.T);
+}
+
+// ----------------------------------------------------------------------------
+// the step's shape, and the data cut into it
+
+// A step: accum micro-batches of B sequences of T on each of dp ranks; each rank runs Tl = T/cp
+// positions of each sequence (context_parallel.h).
+struct StepShape {
+    int B = 0, T = 0, Tl = 0, dp = 1, accum = 0;
+    long long total = 0;  // tokens a step: accum·B·T·dp
+};
+
+// The first shape: --batch-size (on --resume with auto: the checkpoint's B; else auto's 0 until
+// plan_micro_batch picks it).
+static StepShape first_shape(const RunConfig& rc, const ModelSource& src, const Mesh& mesh) {
+    StepShape s;
+    s.B = rc.B, s.T = rc.T, s.Tl = rc.T / rc.cp, s.dp = mesh.dp, s.total = rc.total_batch;
+    if (rc.auto_batch() && rc.resume) s.B = (int)checkpoint_read_header(src.resume_dir).B;  // the resumed run's micro-batch
+    if (s.total == -1) s.total = (long long)s.B * s.T * s.dp;
+    return s;
+}
+
+// What the run reads: the token shards, the HellaSwag set and the tokenizer (for samples).
+struct RunData {
+    DataLoader train, val;
+    bool has_val = false;
+    long long val_seqs = 0;    // the sequences of T each evaluation reads (dataloader.h)
+    bool val_capped = false;   // fewer than asked: all that --val-data holds
+    long long data_most = 0;   // --batch-size auto: the most sequences the training data holds
+    bool has_hellaswag = false;
+    ChoiceSet hellaswag;
+    bool can_sample = false;
+    Tokenizer tk;
+};
+
+// Opens the shards in micro-batches of b (validates their headers) and sets the step's accum.
+static void open_shards(RunData* d, const RunConfig& rc, int b, StepShape* s, const Mesh& mesh, int vocab) {
+    const long long tokens_per_micro = (long long)b * s->T * s->dp;
+    if (s->total <= 0 || s->total % tokens_per_micro != 0)
+        usage_error("--total-batch-tokens %lld is not a multiple of batch-size*seq-len*dp = %lld", s->total, tokens_per_micro);
+    s->accum = (int)(s->total / tokens_per_micro);
+    if (rc.pp > 1 && rc.pp_schedule == PPSchedule::Interleaved && s->accum % rc.pp != 0)
+        usage_error("--pp-schedule interleaved: the %d micro-batches a step (--total-batch-tokens / (batch-size*seq-len*dp)) "
+                    "must be a multiple of --pp %d (Megatron's order sends pp of them through each chunk in turn)", s->accum, rc.pp);
+    dataloader_init(&d->train, "--train-data", rc.train_data, b, s->T, s->dp, mesh.dp_rank, vocab, rc.shuffle, rc.seed);
+    if (d->has_val) {  // opened in sequences (B = 1): its slots are then the sequences it holds
+        dataloader_init(&d->val, "--val-data", rc.val_data, 1, s->T, s->dp, mesh.dp_rank, vocab, false, rc.seed);
+        const long long asked = rc.val_tokens > 0 ? rc.val_tokens / s->T : (long long)rc.val_steps * b * s->dp;
+        d->val_seqs = std::min(asked, d->val.slots);
+        d->val_capped = asked > d->val_seqs;
+    }
+}
+
+// Everything the run reads, its headers validated before the model is allocated. --batch-size
+// auto opens the shards again once it has picked B (plan_micro_batch), at first in micro-batches
+// of one sequence.
+static void open_run_data(RunData* d, const RunConfig& rc, StepShape* s, const Mesh& mesh, int vocab) {
+    d->has_val = !rc.val_data.empty() && (rc.val_tokens > 0 || rc.val_steps > 0);
+    open_shards(d, rc, s->B > 0 ? s->B : 1, s, mesh, vocab);
+    // for auto, the largest micro-batch the training data holds (the loader is open at B = 1):
+    // one of B·T+1 tokens (validation pads its last micro-batches, so any B reads it)
+    d->data_most = !rc.auto_batch() ? 0 : d->train.slots;
+    d->has_hellaswag = !rc.hellaswag.empty();
+    if (d->has_hellaswag) {
+        d->hellaswag = choice_set_load("--hellaswag", rc.hellaswag, vocab);
+        if (d->hellaswag.longest_row > s->T)
+            usage_error("--hellaswag: its longest example needs %d positions, more than --seq-len %d", d->hellaswag.longest_row, s->T);
+    }
+    d->can_sample = rc.sample_every > 0 && rc.gen_tokens > 0;
+    if (d->can_sample) {
+        tokenizer_load(&d->tk, rc.tokenizer.c_str());
+        if ((int)d->tk.vocab.size() != vocab)
+            usage_error("--sample-every: the tokenizer has %zu tokens but the model's vocabulary is %d", d->tk.vocab.size(), vocab);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the backend: threads, the device, the collectives, the dtype
+
+struct Precision {
+    bool fp8 = false, fp16 = false, bf16 = false;  // fp8 is bf16 with the blocks' products in FP8 (llmc/fp8.cuh)
+};
+
+// Which kernels run where there is a choice (GPU only; the same results every way).
+static void set_kernel_choices(const RunConfig& rc) {
+    const int flash_rows = rc.flash_rows == "auto" ? 16 : std::stoi(rc.flash_rows);  // (auto: 16 until timed)
+#ifdef LLMC_CUDA
+    g_matmul_tune = rc.matmul_tune;  // (llmc/matmul.cuh)
+    g_classifier_staged = rc.classifier_staged == "1";  // (llmc/fused_classifier.cuh)
+    g_classifier_staged_auto = rc.classifier_staged == "auto";
+    g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = flash_rows;  // (llmc/attention.cuh)
+    g_flash_rows_auto = rc.flash_rows == "auto";
+    g_flash_wgmma = rc.flash_wgmma == "1";
+    g_flash_wgmma_auto = rc.flash_wgmma == "auto";
+    g_flash_fused_backward = rc.flash_backward == "fused";
+#else
+    (void)flash_rows;
+#endif
+}
+
+// --threads, or all cores: the threads each rank's CPU ops use.
+static int start_threads(int threads) {
+#ifdef _OPENMP
+    if (threads > 0) omp_set_num_threads(threads);
+    return omp_get_max_threads();
+#else
+    (void)threads;
+    return 1;
+#endif
+}
+
+// The communication backend for GPU buffers: NCCL, or MPI staged through host memory.
+static bool start_collectives(const RunConfig& rc, Mesh* mesh, const Ctx& ctx) {
+    if (rc.comm == "nccl" && ctx.device != Device::CUDA) usage_error("--comm nccl: needs --device cuda (NCCL moves GPU buffers)");
+    const bool use_nccl = ctx.device == Device::CUDA && mesh->world > 1 &&
+                          (rc.comm == "nccl" || (rc.comm == "auto" && comm_have_nccl() && mesh->local_size <= cuda_device_count()));
+    const char* one_queue = getenv("CUDA_DEVICE_MAX_CONNECTIONS");  // (comm.h, "the ring": why)
+    if (use_nccl && rc.pp > 1 && one_queue && atoi(one_queue) == 1)
+        usage_error("--pp %d over NCCL with CUDA_DEVICE_MAX_CONNECTIONS=1: every stream in one queue could hang the stages' "
+                    "sends behind their receives; unset it (or --comm mpi)", rc.pp);
+    if (use_nccl) comm_nccl_init(mesh, ctx);
+    return use_nccl;
+}
+
+// The run's dtype (floatX): fp32 on the CPU and bf16 on a GPU unless --precision says otherwise.
+static Precision run_precision(const RunConfig& rc, const Ctx& ctx) {
+    Precision p;
+    p.fp8 = rc.precision == "fp8", p.fp16 = rc.precision == "fp16";
+    p.bf16 = rc.precision == "bf16" || p.fp8 || (rc.precision == "auto" && ctx.device == Device::CUDA);
+    if (p.fp8) {
+        const std::string why = fp8_device_problem(ctx);
+        if (!why.empty()) usage_error("--precision fp8: %s", why.c_str());
+    }
+    return p;
+}
+
+// What run_training needs of the backend besides the Ctx.
+struct Backend {
+    int nthreads = 1;
+    bool use_nccl = false;
+    Precision precision;
+};
+
+// ----------------------------------------------------------------------------
+// the model: its layout, its storage, the micro-batch that fits beside it, its weights
+
+// The model on this rank (its share of tp, pp and cp) and its storage (data_parallel.h), once
+// the state is known to fit (planner.h).
+template <class floatX>
+static void build_model(const RunConfig& rc, const GPTConfig& config, Mesh& mesh, const Ctx& ctx, const Precision& prec,
+                        GPT<floatX>* model, DataParallel<floatX>* dpar) {
+    gpt_build(model, config, rc.tp > 1 ? &mesh.tp_group : nullptr, rc.sp == 1, rc.pp > 1 ? &mesh.pp_group : nullptr,
+              rc.cp > 1 ? &mesh.cp_group : nullptr, rc.cp_zigzag, rc.vpp);
+    model->recompute = rc.recompute;
+    model->fp8 = prec.fp8;
+    if (rc.fp8_delayed) fp8_delayed_init(ctx, &model->fp8_delayed, gpt_fp8_tensors(*model), rc.fp8_history);
+    dp_layout(dpar, model, &mesh.grads(), rc.zero, ctx);  // (dp × cp: both sum gradients)
+    {   // does the state fit? (and what --zero 3 would take a rank, for the advice)
+        DataParallel<floatX> at3;
+        if (rc.zero < 3) dp_layout(&at3, model, &mesh.grads(), 3, ctx);
+        plan_state(ctx, dp_memory(*dpar), rc.zero, mesh.grads().size, rc.zero < 3 ? dp_memory(at3).total() : 0, mesh);
+    }
+    dp_alloc(dpar);
+    dpar->overlap = rc.overlap;
+    if (rc.pp > 1 && config.tied) dpar->tied = &mesh.emb_group;  // the first and last stage's embeddings
+}
+
+// The micro-batch beside the model state (--batch-size auto picks the largest that fits), and
+// what depends on it: fp8's shapes, the pipeline's activation slots and send copies.
+template <class floatX>
+static void plan_micro_batch(const RunConfig& rc, Mesh& mesh, const Ctx& ctx, const Precision& prec, double state_bytes,
+                             GPT<floatX>* model, StepShape* s, RunData* data) {
+    const bool runs_forward = rc.steps > 0 || data->has_val || data->has_hellaswag || data->can_sample;  // not a --steps 0 conversion
+    if (runs_forward) {
+        if (prec.fp8) fp8_products_run<floatX>(ctx);  // (matmul.cuh: refused, the fallback's scratch joins the plan)
+        const PPPlan stage{rc.pp_schedule, rc.pp, mesh.pp_rank, rc.vpp};
+        s->B = plan_batch<floatX>(ctx, *model, s->B, s->T, s->dp, s->total, rc.total_given(), state_bytes, mesh, data->data_most,
+                                  rc.pp > 1 ? &stage : nullptr);
+        if (rc.auto_batch() && !rc.resume) open_shards(data, rc, s->B, s, mesh, model->config.vocab_size);
+    } else if (s->B == 0) {
+        s->B = 1;  // a --steps 0 conversion reads no batch: any B would do
+    }
+    if (prec.fp8) {  // every FP8 product's dimensions a multiple of 16 (fp8.cuh): the B·T rows, and a block's widths on this rank
+        const std::string why = gpt_fp8_shape_problem(model->config, rc.tp, s->B, s->Tl);
+        if (!why.empty())
+            usage_error("--precision fp8: %s (B*T = %d x %d%s); use --precision bf16, or a model and batch whose sizes are "
+                        "multiples of 16", why.c_str(), s->B, s->Tl, rc.tp > 1 ? "; the widths are one tp rank's" : "");
+    }
+    if (rc.pp > 1) {  // the step's accum micro-batches: how many each chunk keeps alive at once, and the copies its sends keep (pipeline.h)
+        model->slots = pp_slots(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
+        model->pp_send_cap = pp_send_buffers(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
+    }
+}
+
+// Fresh weights: a batch of units drawn at a time, one per thread (each from its own streams:
+// the same values in any order; GPT-2 1558M's 1.5 G normals take ~35 s on one core); at most 16
+// at once, ~2 GB of fp32 for 1558M on each rank of a node.
+template <class floatX>
+static void init_weights(const GPTConfig& config, const ParamLayout& layout, uint64_t seed, int nthreads, DataParallel<floatX>* dpar) {
+    const int nu = gpt_num_units(config), batch = std::min({nu, nthreads, 16});
+    std::vector<avec<float>> units(batch);
+    for (int u0 = 0; u0 < nu; u0 += batch) {
+        const int u1 = std::min(nu, u0 + batch);
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (int u = u0; u < u1; u++) {
+            units[u - u0].resize(dpar->units[u].size);
+            gpt_init_unit(config, layout, u, seed, units[u - u0].data());
+        }
+        for (int u = u0; u < u1; u++) dp_set_unit(dpar, u, units[u - u0].data());
+    }
+}
+
+// The weights: the checkpoint's (with the run's state: step, data position, sampler, histories),
+// the model file's, or fresh ones.
+template <class floatX>
+static TrainState load_weights(const RunConfig& rc, const ModelSource& src, const StepShape& s, int nthreads,
+                               DataParallel<floatX>* dpar, DataLoader* train, Rng* sampler) {
+    TrainState state;
+    if (rc.resume) {
+        state = checkpoint_load(src.resume_dir, dpar);
+        if (state.B != s.B || state.T != s.T || state.total_batch != s.total)
+            usage_error("--resume: '%s' was written with --batch-size %lld --seq-len %lld --total-batch-tokens %lld; "
+                        "resume with the same (got %d, %d, %lld)", src.resume_dir.c_str(), (long long)state.B,
+                        (long long)state.T, (long long)state.total_batch, s.B, s.T, s.total);
+        train->k = state.global_batches / s.dp;  // an exact division: both are step·D/(B·T)
+        sampler->state = state.rng_state;
+    } else if (src.from_file) {
+        model_file_load(dpar, rc.model_spec.c_str());
+    } else {
+        init_weights(src.config, dpar->g->layout, rc.seed, nthreads, dpar);
+    }
+    return state;
+}
+
+// ----------------------------------------------------------------------------
+// the run summary: what runs, where, and in how much memory
+
+// The model line and the data line.
+template <class floatX>
+static void print_model_and_data(const ModelSource& src, const GPT<floatX>& model, const RunData& data, const StepShape& s) {
+    const GPTConfig& c = src.config;
+    char arch_note[256] = "";
+    if (c.llama()) {
+        char scaled[96] = "";
+        if (c.rope_scaling.factor)
+            snprintf(scaled, sizeof(scaled), " scaled x%d (low %d, high %d, context %d)", c.rope_scaling.factor,
+                     c.rope_scaling.low, c.rope_scaling.high, c.rope_scaling.original);
+        snprintf(arch_note, sizeof(arch_note), "; llama: NKV=%d H=%d theta=%d%s (RMSNorm, RoPE, SwiGLU), %s", c.kv_heads(),
+                 c.ffn(), c.rope_theta, scaled, c.tied ? "classifier tied to wte" : "lm_head apart from wte");
+    }
+    print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s%s\n", c.num_layers, c.channels, c.num_heads,
+           c.vocab_size, c.padded_vocab_size, c.max_seq_len, gpt_num_params(model) / 1e6,
+           src.from_file ? " (from file)" : !src.resume_dir.empty() ? " (from checkpoint)" : "", arch_note);
+    print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
+           data.train.total_tokens, data.train.shards.size(), s.B, s.T, s.dp, s.accum, s.total);
+}
+
+// A stage's blocks: "[0, 2)", or with interleaving its chunks' "[0, 1) [2, 3)".
+static std::string blocks_of(const ParamLayout& l) {
+    std::string out;
+    for (const LayerRange& r : l.chunks) out += (out.empty() ? "[" : " [") + std::to_string(r.first) + ", " + std::to_string(r.end) + ")";
+    return out;
+}
+
+// The pipeline's lines: the stages' blocks (rank 0), then each stage's own (every rank's).
+template <class floatX>
+static void print_pipeline(const RunConfig& rc, const GPT<floatX>& model, const Mesh& mesh, int accum) {
+    const GPTConfig& c = model.config;
+    const bool il = rc.pp_schedule == PPSchedule::Interleaved;
+    const int pp = rc.pp;
+    print0("pipeline parallel: pp=%d, schedule %s%s, %d micro-batches a step: idle %s = %.1f%% of it; blocks", pp,
+           PP_SCHEDULE_NAMES[(int)rc.pp_schedule], il ? (", vpp=" + std::to_string(rc.vpp) + " chunks a stage").c_str() : "", accum,
+           il ? "(pp-1)/(vpp*m+pp-1)" : "(pp-1)/(m+pp-1)", 100 * pp_bubble_formula(rc.pp_schedule, pp, accum, rc.vpp));
+    for (int st = 0; st < pp; st++)
+        print0(" %s%s", blocks_of(make_layout(c, 1, 0, pp, st, il ? rc.vpp : 1)).c_str(), st + 1 < pp ? "," : " a stage\n");
+    std::string slots;
+    for (int n : model.slots) slots += (slots.empty() ? "" : " + ") + std::to_string(n);
+    fflush(stdout);
+    printf("pipeline rank %d: stage %d, blocks %s%s%s, %s activation slot(s)%s, send copies at most %d + %d (forward + backward)\n",
+           mesh.rank, mesh.pp_rank, blocks_of(model.layout).c_str(), model.layout.stage == 0 ? ", the embeddings" : "",
+           !model.layout.has_head ? "" : c.tied ? ", lnf and the classifier (wte tied to stage 0's)" : ", lnf and the classifier (lm_head)",
+           slots.c_str(), model.slots.size() > 1 ? " (its chunks')" : "", model.pp_send_cap[0], model.pp_send_cap[1]);
+    fflush(stdout);
+}
+
+// The lines of each parallelism in use, and the validation set's.
+template <class floatX>
+static void print_layout(const RunConfig& rc, const GPT<floatX>& model, const Mesh& mesh, const RunData& data, const StepShape& s) {
+    const GPTConfig& c = model.config;
+    const int tp = rc.tp, cp = rc.cp;
+    if (tp > 1)
+        print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block, and %d of "
+               "the %d vocabulary rows (wte, the logits)\n", tp, c.num_heads / tp, c.num_heads, c.ffn() / tp, c.ffn(),
+               c.padded_vocab_size / tp, c.padded_vocab_size);
+    if (rc.pp > 1) print_pipeline(rc, model, mesh, s.accum);
+    if (cp > 1)
+        print0("context parallel: cp=%d, %s: each rank holds %d of each sequence's %d positions (%s), ring attention over "
+               "the cp group; gradients summed over dp x cp = %d ranks\n", cp, rc.cp_zigzag ? "zigzag" : "contiguous", s.Tl, s.T,
+               rc.cp_zigzag ? "two chunks, r and 2*cp-1-r, of 2*cp" : "rank r: [r*T/cp, (r+1)*T/cp)", s.dp * cp);
+    if (rc.sp == 1)
+        print0("sequence parallel: each tp rank holds %d of the %d positions of the residual stream and the LayerNorms\n",
+               (int)ceil_div((size_t)s.B * s.Tl, (size_t)tp), s.B * s.Tl);
+    if (data.has_val)
+        print0("validation: %lld sequences of %d = %lld tokens each evaluation%s\n", data.val_seqs, s.T, data.val_seqs * s.T,
+               data.val_capped ? " (all that --val-data holds)" : "");
+}
+
+// The device line: where it runs, in which precision, with what.
+template <class floatX>
+static void print_device(const RunConfig& rc, const Ctx& ctx, const Mesh& mesh, const Backend& be) {
+    const Precision& p = be.precision;
+    const std::string precision_note = p.fp8 ? std::string("bf16 with the blocks' products in fp8") +
+                                                   (rc.fp8_delayed ? " (delayed scaling, amax history " + std::to_string(rc.fp8_history) + ")" : "")
+                                     : p.fp16 ? "fp16 with dynamic loss scaling" : dtype_name<floatX>();
+    // the line's tail: recomputation (when on) and where checkpoints go
+    const std::string run_note = (rc.recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(rc.recompute)) +
+                                 (rc.out_dir.empty() ? "" : " -> " + rc.out_dir);
+    if (ctx.device == Device::CPU)
+        print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, be.nthreads, precision_note.c_str(), rc.zero,
+               run_note.c_str());
+    else
+        print0("device: cuda, %d rank(s)%s, %s, zero %d%s\n", mesh.world,
+               mesh.world == 1 ? "" : be.use_nccl ? (rc.overlap ? " (collectives: nccl)" : " (collectives: nccl, not overlapped)")
+                                                  : " (collectives: mpi, staged through host memory)",
+               precision_note.c_str(), rc.zero, run_note.c_str());
+    if (ctx.device == Device::CUDA) print0("gpu: %s\n", cuda_describe().c_str());
+}
+
+// Each rank's memory line: the state, the activations, and the scratch of what is on.
+template <class floatX>
+static void print_memory(const GPT<floatX>& model, const DPMemory& mem, const Ctx& ctx, const Mesh& mesh, const StepShape& s,
+                         const Precision& prec) {
+    const bool gpu = ctx.device == Device::CUDA;
+    fflush(stdout);
+    const double gelu_scratch = gpt_gelu_scratch_bytes(model, s.B, s.Tl, gpu);
+    const double attention_scratch = gpt_attention_scratch_bytes(model, s.B, s.Tl, gpu);
+    std::string tail;
+    if (model.pp) tail += ", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, s.B, s.Tl)) + " B";
+    if (prec.fp8) tail += ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(model, s.B, s.Tl)) + " B";
+    if (gelu_scratch) tail += ", gelu scratch " + std::to_string((long long)gelu_scratch) + " B";
+    if (attention_scratch) tail += ", attention scratch " + std::to_string((long long)attention_scratch) + " B";
+    printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B%s\n",
+           mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
+           (long long)gpt_activation_bytes(model, s.B, s.Tl, model.recompute), tail.c_str());
+    fflush(stdout);
+}
+
+// On --resume: where from, and what became of fp8's amax history.
+static void print_resume(const RunConfig& rc, const ModelSource& src, const TrainState& state) {
+    print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", src.resume_dir.c_str(),
+           (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,
+           (long long)state.saved_pp, (long long)state.saved_vpp);
+    if (!rc.fp8_delayed) return;
+    if (!state.same_layout)
+        print0("fp8 delayed scaling: the checkpoint's amax history is per tp rank and stage of its layout (tp=%lld "
+               "pp=%lld vpp=%lld), not this one's: it starts anew, the first step scaling each tensor from itself\n",
+               (long long)state.saved_tp, (long long)state.saved_pp, (long long)state.saved_vpp);
+    else if (state.fp8_steps >= 0)
+        print0("fp8 delayed scaling: the amax history of %lld step(s) from the checkpoint\n", (long long)state.fp8_steps);
+    else
+        print0("fp8 delayed scaling: the checkpoint has no amax history (saved without --fp8-scaling delayed): the first "
+               "step scales each tensor from itself\n");
+}
+
+// ----------------------------------------------------------------------------
+// evaluations and samples (every rank runs them: ZeRO-3 gathers parameters in each forward)
+
+template <class floatX>
+static EvalLog run_evals(const Ctx& ctx, GPT<floatX>* model, RunData* data, const StepShape& s, Group& dp) {
+    EvalLog ev;
+    const double t0 = now_seconds();
+    if (data->has_val) {
+        std::vector<int> x((size_t)s.B * s.T), y((size_t)s.B * s.T);
+        ev.has_val = true;
+        ev.val_loss = evaluate(ctx, model, &data->val, data->val_seqs, s.B, x, y, dp);
+    }
+    if (data->has_hellaswag) {
+        ChoiceResult r = choice_evaluate(ctx, model, data->hellaswag, s.B, s.T, dp);
+        ev.has_hellaswag = true;
+        ev.hellaswag_correct = r.correct, ev.hellaswag_total = r.total, ev.hellaswag_loss = r.gold_loss;
+    }
+    ev.seconds = now_seconds() - t0;  // the results are on the host: the device's work is done
+    return ev;
+}
+
+static void print_evals(const EvalLog& ev) {
+    if (ev.has_val) print0(" | val loss %.6f", ev.val_loss);
+    if (ev.has_hellaswag) print0(" | hellaswag %.4f (%d/%d)", ev.hellaswag_acc(), ev.hellaswag_correct, ev.hellaswag_total);
+    if (ev.has_val || ev.has_hellaswag) print0(" (eval %.1f s)", ev.seconds);
+}
+
+template <class floatX>
+static void print_sample(const Ctx& ctx, GPT<floatX>* model, RunData* data, const RunConfig& rc, Rng* sampler, int step) {
+    std::string text = generate(ctx, model, &data->tk, rc.prompt, rc.gen_tokens, rc.T, rc.temperature, rc.top_k, sampler);
+    print0("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
+}
+
+// --steps 0: the model evaluated as it is, nothing trained.
+template <class floatX>
+static void evaluate_only(const Ctx& ctx, GPT<floatX>* model, RunData* data, const RunConfig& rc, const StepShape& s, Mesh& mesh,
+                          Logger* log, Rng* sampler, int at) {
+    if (!data->has_val && !data->has_hellaswag && !data->can_sample)
+        print0("--steps 0: nothing to do (give --val-data, --hellaswag or --sample-every to evaluate the model)\n");
+    EvalLog ev = run_evals(ctx, model, data, s, mesh.dp_group);
+    if (data->has_val || data->has_hellaswag) { print0("eval at step %d", at); print_evals(ev); print0("\n"); }
+    fflush(stdout);
+    logger_eval(log, at, ev);
+    if (data->can_sample) print_sample(ctx, model, data, rc, sampler, at);
+}
+
+// ----------------------------------------------------------------------------
+// one optimizer step
+
+// The next micro-batch's tokens and targets at this rank's positions: all of them, or with
+// context parallelism this rank's pieces of each sequence (context_parallel.h).
+struct BatchReader {
+    DataLoader* loader = nullptr;
+    int B = 0, T = 0, cp = 1;
+    std::vector<PosPiece> mine;
+    std::vector<int> x, y;  // a whole micro-batch, before this rank's positions are taken
+};
+
+static void next_batch(BatchReader* r, int* xb, int* yb) {
+    if (r->cp == 1) { dataloader_next(r->loader, xb, yb); return; }
+    dataloader_next(r->loader, r->x.data(), r->y.data());
+    cp_take_positions(r->x.data(), r->B, r->T, r->mine, xb);
+    cp_take_positions(r->y.data(), r->B, r->T, r->mine, yb);
+}
+
+// What a step carries to the next besides the model: the recent losses and norms a step is
+// judged against (outliers.h), fp16's loss scale (loss_scale.h), the run of skipped steps.
+// All are kept through a resume.
+struct StepGuards {
+    OutlierWindow loss_window, norm_window;
+    LossScale loss_scale;
+    Divergence divergence;
+};
+
+static StepGuards step_guards(const RunConfig& rc, const TrainState& state, bool fp16) {
+    StepGuards g;
+    g.loss_window.size = g.norm_window.size = rc.skip_window;
+    for (double v : state.loss_history) outlier_push(&g.loss_window, v);
+    for (double v : state.norm_history) outlier_push(&g.norm_window, v);
+    g.loss_scale.on = fp16;
+    g.loss_scale.every = rc.loss_scale_every;
+    g.loss_scale.scale = state.loss_scale > 0 ? state.loss_scale : rc.loss_scale0;
+    g.loss_scale.clean = state.loss_scale > 0 ? state.loss_scale_clean : 0;
+    g.divergence = Divergence{rc.max_skipped, rc.skip_loss_z > 0, rc.skip_norm_z > 0};
+    return g;
+}
+
+// What a step gives the log.
+struct StepResult {
+    float loss = 0, norm = 0, lr = 0;
+    LossScaleStep scaling;
+    bool skipped = false, loss_outlier = false, norm_outlier = false;
+    double loss_z = 0, norm_z = 0;
+    double fp8_saturated[2] = {-1, 0};  // (delayed scaling: the tensors that saturated, of how many; all ranks')
+};
+
+// Forward and backward over the step's micro-batches; returns this rank's sum of their losses.
+template <class floatX>
+static double forward_backward(const Ctx& ctx, GPT<floatX>* model, DataParallel<floatX>* dpar, const RunConfig& rc,
+                               const StepShape& s, BatchReader* batches, float dloss) {
+    double loss_sum = 0.0;
+    if (rc.pp > 1)  // the micro-batches through the pipeline's stages, in its schedule (pipeline.h)
+        return pp_train_step(ctx, model, dpar, rc.pp_schedule, s.accum, s.B, s.Tl, dloss,
+                             [batches](int* xb, int* yb) { next_batch(batches, xb, yb); });
+    std::vector<int> x((size_t)s.B * s.Tl), y((size_t)s.B * s.Tl);
+    for (int micro = 0; micro < s.accum; micro++) {
+        dpar->last_micro = micro == s.accum - 1;
+        next_batch(batches, x.data(), y.data());
+        gpt_forward(ctx, model, x.data(), y.data(), s.B, s.Tl, dloss);
+        gpt_backward(ctx, model, s.B, s.Tl);
+        loss_sum += gpt_mean_loss(model);  // waits for the loss copy alone: the backward is still running
+    }
+    return loss_sum;
+}
+
+// Delayed scaling: the step's amaxes, the max over the ranks that hold these blocks, enter the
+// history (here, where the norm has just emptied the GPU's queue: the copy waits for nothing).
+template <class floatX>
+static void fp8_record_step(const Ctx& ctx, GPT<floatX>* model, Mesh& mesh, double saturated[2]) {
+    std::vector<float> amax = fp8_delayed_amaxes(ctx, model->fp8_delayed);
+    comm_max_floats(mesh.grads(), amax.data(), (int)amax.size());
+    saturated[0] = fp8_delayed_push(ctx, &model->fp8_delayed, amax);
+    saturated[1] = model->fp8_delayed.n;
+    model->fp8_delayed.record = false;
+    comm_sum_doubles(mesh.tp_group, saturated, 2);  // (the other blocks' shards, and stages)
+    comm_sum_doubles(mesh.pp_group, saturated, 2);
+}
+
+static void comm_reset_all(Mesh& mesh) {
+    comm_reset_stats(mesh.grads());
+    comm_reset_stats(mesh.cp_group);
+    comm_reset_stats(mesh.tp_group);
+    comm_reset_stats(mesh.pp_group);
+    comm_reset_stats(mesh.emb_group);
+}
+
+// One optimizer step: the gradients of the step's tokens, their norm over all ranks, then the
+// update, or a skip (fp16's overflow, an outlier step). A diverged run stops here.
+template <class floatX>
+static StepResult train_step(const Ctx& ctx, GPT<floatX>* model, DataParallel<floatX>* dpar, const RunConfig& rc,
+                             const StepShape& s, Mesh& mesh, BatchReader* batches, StepGuards* g, int step) {
+    StepResult r;
+    comm_reset_all(mesh);
+    dp_zero_grad(dpar);
+    model->fp8_delayed.record = true;  // (delayed scaling: this step's quantizations record their amaxes)
+    // ---- forward and backward; the loss and the gradient norm, over all ranks
+    const float dloss = 1.0f / ((float)s.B * s.T * s.accum * s.dp);  // the dp (× cp) sum of gradients is then the mean
+    double loss_sum = forward_backward(ctx, model, dpar, rc, s, batches, dloss * loss_scale_factor(g->loss_scale));
+    { CommScope prof(ctx, mesh.grads(), "loss and norm sums"); comm_sum_doubles(mesh.grads(), &loss_sum, 1); }
+    r.loss = (float)(loss_sum / ((double)s.accum * s.dp * rc.cp));  // (each cp rank's is the mean over its positions)
+    const float scaled_norm = dp_grad_norm(dpar);  // (of the gradients times S, with fp16)
+    if (model->fp8_delayed.on) fp8_record_step(ctx, model, mesh, r.fp8_saturated);
+    // ---- update, or skip: fp16's overflow, an outlier step, a diverged step
+    r.scaling = loss_scale_step(&g->loss_scale, scaled_norm);
+    if (loss_scale_floor_hit(r.scaling))
+        fatal("step %d: the gradients are not finite even with the loss scale at 1 (fp16 overflows, or the run "
+              "diverged); use --precision bf16, or lower --lr", step);
+    r.norm = (float)(scaled_norm / r.scaling.used);  // the gradients' own
+    r.lr = lr_at(rc.sched, step - 1);
+    r.loss_z = outlier_z(g->loss_window, r.loss), r.norm_z = outlier_z(g->norm_window, r.norm);
+    outlier_push(&g->loss_window, r.loss);
+    if (!r.scaling.overflow) outlier_push(&g->norm_window, r.norm);  // (an overflow says nothing about the norm)
+    r.loss_outlier = rc.skip_loss_z > 0 && r.loss_z > rc.skip_loss_z;
+    r.norm_outlier = !r.scaling.overflow && rc.skip_norm_z > 0 && r.norm_z > rc.skip_norm_z;
+    r.skipped = r.scaling.overflow || r.loss_outlier || r.norm_outlier;
+    divergence_check(&g->divergence, step, r.loss, r.norm, r.skipped, r.loss_outlier || r.norm_outlier);
+    if (r.skipped) dp_skip_update(dpar);  // the same on every rank: they all hold the same loss and norm
+    else dp_update(dpar, r.lr, rc.beta1, rc.beta2, rc.eps, rc.wd, step, (float)(grad_clip_factor(r.norm, rc.grad_clip) / r.scaling.used));
+    return r;
+}
+
+// The step's line on stdout and in the JSON log.
+static void log_step(const RunConfig& rc, Logger* log, int step, const StepResult& r, const StepGuards& g, const EvalLog& ev,
+                     double ms, double tok_s, double mfu, const std::string& comm_json, bool fp16) {
+    print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, rc.steps, r.loss, r.lr, r.norm, ms, tok_s);
+    if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
+    if (fp16) print0(" | loss scale %g", r.scaling.used);
+    if (r.fp8_saturated[0] > 0) print0(" | fp8 saturated %.0f of %.0f tensors", r.fp8_saturated[0], r.fp8_saturated[1]);
+    if (r.skipped) {  // and why: the z that crossed its bound
+        print0(" | update skipped:");
+        if (r.scaling.overflow) print0(" fp16 overflow, loss scale %g -> %g", r.scaling.used, g.loss_scale.scale);
+        if (r.loss_outlier) print0(" loss z %.1f > %g", r.loss_z, rc.skip_loss_z);
+        if (r.norm_outlier) print0(" norm z %.1f > %g", r.norm_z, rc.skip_norm_z);
+    }
+    print_evals(ev);
+    print0("\n");
+    if (rc.comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
+    fflush(stdout);
+    logger_step(log, step, r.loss, r.lr, r.norm, tok_s, ms, mfu, r.skipped, ev, comm_json, fp16 ? r.scaling.used : 0.0,
+                (int)r.fp8_saturated[0]);
+}
+
+// A checkpoint of step `step`: the model, the optimizer, and the run's state (checkpoint.h).
+template <class floatX>
+static void save_checkpoint(const RunConfig& rc, const StepShape& s, int step, const DataLoader& train, const Rng& sampler,
+                            const StepGuards& g, bool fp16, DataParallel<floatX>* dpar, TrainState* state, Mesh& mesh) {
+    state->step = step, state->global_batches = train.k * s.dp, state->rng_state = sampler.state;
+    state->B = s.B, state->T = s.T, state->total_batch = s.total;
+    state->loss_history.assign(g.loss_window.values.begin(), g.loss_window.values.end());
+    state->norm_history.assign(g.norm_window.values.begin(), g.norm_window.values.end());
+    state->loss_scale = fp16 ? g.loss_scale.scale : 0.0, state->loss_scale_clean = g.loss_scale.clean;
+    checkpoint_save(rc.out_dir, dpar, *state, mesh.world_group);
+    if (mesh.rank == 0) checkpoint_prune(rc.out_dir, rc.ckpt_keep);
+    print0("checkpoint: %s\n", checkpoint_dir(rc.out_dir, step).c_str());
+}
+
+// After the last step (or a stop): the model file, the profile, the last memory lines.
+template <class floatX>
+static void finish_run(const RunConfig& rc, const Ctx& ctx, GPT<floatX>* model, DataParallel<floatX>* dpar, const Mesh& mesh,
+                       int stop, double peak) {
+    dp_params_wait_all(dpar);  // the last update's all-gathers (ZeRO-1/2), before anything reads or frees them
+    if (!rc.save_model.empty()) {
+        if (stop) {
+            print0("--save-model: not written (the run stopped before its last step)\n");
+        } else {
+            model_file_save(dpar, rc.save_model, rc.save_bf16);
+            print0("model saved to %s (%s)\n", rc.save_model.c_str(), rc.save_bf16 ? "bf16" : "fp32");
+        }
+    }
+    if (ctx.prof && mesh.rank == 0) profile_report(*ctx.prof, stdout, peak);
+    if (rc.pp > 1) {  // (every rank's: pipeline.h's copies for its sends, each way's)
+        size_t bytes = 0, kept[2] = {model->pp_sends[0].size(), model->pp_sends[1].size()};
+        for (const auto& pool : model->pp_sends)
+            for (const auto& o : pool) bytes += o.copy.bytes();
+        fflush(stdout);
+        printf("pipeline rank %d: %zu + %zu send buffer(s) (forward + backward; at most %d + %d), %s%s\n", mesh.rank, kept[0],
+               kept[1], model->pp_send_cap[0], model->pp_send_cap[1], format_bytes(bytes).c_str(),
+               ctx.device == Device::CUDA ? " of GPU memory" : "");
+        fflush(stdout);
+    }
+    if (ctx.device == Device::CUDA)
+        print0("peak GPU memory (model, activations, optimizer, buffers): %.1f MiB (%zu B)\n", g_gpu_bytes_peak / 1048576.0,
+               g_gpu_bytes_peak);
+}
+
+// ----------------------------------------------------------------------------
+// the run, written once for its dtype floatX: float (--precision fp32), bf16 (bf16 and fp8) or
+// fp16 (fp16)
+
+template <class floatX>
+static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s, RunData* data, Mesh& mesh, Ctx& ctx,
+                        const Backend& be) {
+    // --- the model, the micro-batch beside it, its weights
+    GPT<floatX> model;
+    DataParallel<floatX> dpar;
+    build_model(rc, src.config, mesh, ctx, be.precision, &model, &dpar);
+    const DPMemory mem = dp_memory(dpar);
+    plan_micro_batch(rc, mesh, ctx, be.precision, mem.total(), &model, &s, data);
+    Rng sampler(rc.seed, 0x5a3b1e);
+    TrainState state = load_weights(rc, src, s, be.nthreads, &dpar, &data->train, &sampler);
+    const bool fp16 = be.precision.fp16;
+    // --- the run summary
+    print_model_and_data(src, model, *data, s);
+    print_layout(rc, model, mesh, *data, s);
+    print_device<floatX>(rc, ctx, mesh, be);
+    const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(src.config, s.T, gpt_num_params(model));
+    print_memory(model, mem, ctx, mesh, s, be.precision);
+    if (rc.resume) print_resume(rc, src, state);
+    Logger log;
+    if (mesh.rank == 0) logger_open(&log, rc.log_file, rc.resume ? state.step : -1);
+    if (rc.steps == 0) evaluate_only(ctx, &model, data, rc, s, mesh, &log, &sampler, (int)state.step);
+
+    BatchReader batches{&data->train, s.B, s.T, rc.cp, cp_pieces(rc.cp, mesh.cp_rank, rc.cp_zigzag, s.Tl),
+                        std::vector<int>((size_t)s.B * s.T), std::vector<int>((size_t)s.B * s.T)};
+    StepGuards guards = step_guards(rc, state, fp16);
+    if (!rc.out_dir.empty()) stop_signals_install();  // a stop request is then answered after the step, with a checkpoint
+    int stop = 0;  // the signal that stopped the run (0: none)
+    const int first_step = (int)state.step + 1;
+    for (int step = first_step; step <= rc.steps; step++) {
+        // ---- train step (--profile measures the steps after the first, which sets up cuBLASLt and buffers)
+        const bool measured = rc.profile && (step > first_step || rc.steps == first_step);
+        if (measured) { ctx_sync(ctx); profile_step_begin(ctx.prof); }
+        const double t0 = now_seconds();
+        const StepResult r = train_step(ctx, &model, &dpar, rc, s, mesh, &batches, &guards, step);
+        if (measured) ctx_sync(ctx);  // the step's GPU work, all of it inside its time
+        const double ms = (now_seconds() - t0) * 1000.0;
+        if (measured) profile_step_end(ctx.prof, ms);
+        const std::string comm_json = comm_stats_json(mesh);  // (before the evaluations' own collectives)
+        // ---- once in a while: evaluate; then log
+        const bool last = step == rc.steps;
+        const EvalLog ev = last || (rc.val_every > 0 && step % rc.val_every == 0) ? run_evals(ctx, &model, data, s, mesh.dp_group) : EvalLog{};
+        const double tok_s = s.total / (ms / 1000.0);
+        const double mfu = peak > 0 ? tok_s / mesh.world * flops_tok / peak : -1.0;  // per GPU
+        log_step(rc, &log, step, r, guards, ev, ms, tok_s, mfu, comm_json, fp16);
+        // ---- once in a while: a sample
+        if (data->can_sample && (last || step % rc.sample_every == 0)) print_sample(ctx, &model, data, rc, &sampler, step);
+        // ---- stop on a signal: a SIGTERM, SIGUSR1 or SIGINT that reached any rank stops all here, with a checkpoint
+        stop = rc.out_dir.empty() || last ? 0 : stop_signal_agreed(mesh.world_group);
+        // ---- once in a while: a checkpoint
+        if (!rc.out_dir.empty() && (last || stop || (rc.ckpt_every > 0 && step % rc.ckpt_every == 0)))
+            save_checkpoint(rc, s, step, data->train, sampler, guards, fp16, &dpar, &state, mesh);
+        if (stop) {
+            print0("stopped by %s after step %d of %d: run the same command with --resume to go on\n", stop_signal_name(stop), step,
+                   rc.steps);
+            break;
+        }
+    }
+    finish_run(rc, ctx, &model, &dpar, mesh, stop, peak);
+    logger_close(&log);
+    return stop ? 128 + stop : 0;  // the shell's code for a process the signal ended
+}
+
+// ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
     Mesh mesh;
     mesh_start(&mesh, &argc, &argv);  // first, so that only rank 0 reports a bad flag
-    Flags f = parse_flags(argc, argv);
-
-    // --- every value checked before anything large is allocated
-    std::string device = f.choice("device", {"auto", "cpu", "cuda"});
-    int B = (int)f.integer("batch-size", 1, 1 << 20, "auto");  // 0: auto, picked once the model state is allocated
-    const bool auto_batch = B == 0;
-    int T = (int)f.integer("seq-len", 1, 1 << 20);
-    long long total_batch = f.integer("total-batch-tokens", -1, 1LL << 40);
-    int steps = (int)f.integer("steps", 0, 1 << 30);
-    LRSchedule sched;
-    sched.lr = f.real("lr", 0, 10);
-    sched.warmup = (int)f.integer("warmup-steps", 0, 1 << 30);
-    sched.kind = f.choice("lr-schedule", {"cosine", "linear", "constant", "wsd"});
-    sched.final_lr_frac = f.real("final-lr-frac", 0, 1);
-    sched.cooldown_frac = f.real("cooldown-frac", 1e-6, 1);
-    sched.total = steps;
-    float wd = f.real("weight-decay", 0, 10), beta1 = f.real("beta1", 0, 0.999999), beta2 = f.real("beta2", 0, 0.999999);
-    float eps = f.real("eps", 0, 1), grad_clip = f.real("grad-clip", 0, 1e30);
-    const double skip_loss_z = f.real("skip-loss-z", 0, 1e6), skip_norm_z = f.real("skip-norm-z", 0, 1e6);
-    const int max_skipped = f.integer("max-skipped-steps", 0, 1 << 30);
-    if (eps <= 0) usage_error("--eps %g: must be above 0 (AdamW divides by sqrt(v) + eps: a parameter whose gradient is 0 would get 0/0)", eps);
-    const int skip_window = (int)f.integer("skip-window", 2, 1 << 20);
-    uint64_t seed = (uint64_t)f.integer("seed", 0, (1LL << 62));
-    bool shuffle = f.integer("shuffle", 0, 1);
-    std::string precision = f.choice("precision", {"auto", "fp32", "bf16", "fp16", "fp8"});
-    const std::string& recompute_flag = f.choice("recompute", {RECOMPUTE_NAMES[0], RECOMPUTE_NAMES[1], RECOMPUTE_NAMES[2]});
-    const Recompute recompute = (Recompute)(std::find(RECOMPUTE_NAMES, RECOMPUTE_NAMES + 3, recompute_flag) - RECOMPUTE_NAMES);
-    int zero = (int)f.integer("zero", 0, 3), tp = (int)f.integer("tp", 1, 1 << 16), sp = (int)f.integer("sp", 0, 1);
-    int pp = (int)f.integer("pp", 1, 1 << 16), vpp = (int)f.integer("vpp", 1, 1 << 16), cp = (int)f.integer("cp", 1, 1 << 16);
-    const std::string& pp_schedule_flag = f.choice("pp-schedule", {PP_SCHEDULE_NAMES[0], PP_SCHEDULE_NAMES[1], PP_SCHEDULE_NAMES[2]});
-    const PPSchedule pp_schedule = (PPSchedule)(std::find(PP_SCHEDULE_NAMES, PP_SCHEDULE_NAMES + 3, pp_schedule_flag) - PP_SCHEDULE_NAMES);
-    const bool cp_zigzag = f.choice("cp-layout", {"contiguous", "zigzag"}) == "zigzag";
-    std::string out_dir = f.str("output-dir");
-    int ckpt_every = (int)f.integer("checkpoint-every", 0, 1 << 30);
-    int ckpt_keep = (int)f.integer("keep-checkpoints", 0, 1 << 30);
-    bool resume = f.integer("resume", 0, 1);
-    int val_every = (int)f.integer("val-every", 0, 1 << 30), val_steps = (int)f.integer("val-steps", 0, 1 << 30);
-    const long long val_tokens = f.integer("val-tokens", 0, 1LL << 50);
-    int sample_every = (int)f.integer("sample-every", 0, 1 << 30), gen_tokens = (int)f.integer("gen-tokens", 0, 1 << 20);
-    float temperature = f.real("temperature", 1e-6, 1e6);
-    int top_k = (int)f.integer("top-k", 0, 1 << 30);
-    bool save_bf16 = f.choice("save-precision", {"fp32", "bf16"}) == "bf16";
-    int threads = (int)f.integer("threads", 0, 4096);
-    int ignored_exp;
-    const double loss_scale0 = f.real("loss-scale", 1, 1e30);
-    if (std::frexp(loss_scale0, &ignored_exp) != 0.5) usage_error("--loss-scale %g: must be a power of two (the scaling then rounds nothing)", loss_scale0);
-    const long long loss_scale_every = f.integer("loss-scale-every", 1, 1LL << 40);
-    if (precision != "fp16" && (loss_scale0 != 65536 || loss_scale_every != 2000))
-        usage_error("--loss-scale and --loss-scale-every are for --precision fp16 (got --precision %s, which needs no loss scaling)",
-                    precision.c_str());
-    const bool fp8_delayed = f.choice("fp8-scaling", {"current", "delayed"}) == "delayed";
-    const int fp8_history = (int)f.integer("fp8-amax-history", 1, 1 << 16);
-    if (precision != "fp8" && (fp8_delayed || fp8_history != 16))
-        usage_error("--fp8-scaling and --fp8-amax-history are for --precision fp8 (got --precision %s)", precision.c_str());
-    if (!fp8_delayed && fp8_history != 16) usage_error("--fp8-amax-history: needs --fp8-scaling delayed (current scaling keeps no history)");
-    bool comm_stats = f.integer("comm-stats", 0, 1);
-    bool overlap = f.integer("overlap", 0, 1);
-    const bool profile = f.integer("profile", 0, 1);
-    const std::string flash_rows_flag = f.choice("flash-rows", {"auto", "16", "32"});
-    const int flash_rows = flash_rows_flag == "auto" ? 16 : std::stoi(flash_rows_flag);  // (auto: 16 until timed)
-    const std::string flash_wgmma = f.choice("flash-wgmma", {"auto", "0", "1"});
-    const std::string flash_backward = f.choice("flash-backward", {"fused", "split"});
-    const bool matmul_tune = f.integer("matmul-tune", 0, 1);
-    const std::string classifier_staged = f.choice("classifier-staged", {"auto", "0", "1"});
-#ifdef LLMC_CUDA
-    g_matmul_tune = matmul_tune;  // (llmc/matmul.cuh)
-    g_classifier_staged = classifier_staged == "1";  // (llmc/fused_classifier.cuh)
-    g_classifier_staged_auto = classifier_staged == "auto";
-    g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = flash_rows;  // (llmc/attention.cuh)
-    g_flash_rows_auto = flash_rows_flag == "auto";
-    g_flash_wgmma = flash_wgmma == "1";
-    g_flash_wgmma_auto = flash_wgmma == "auto";
-    g_flash_fused_backward = flash_backward == "fused";
-#else
-    (void)flash_rows; (void)flash_wgmma; (void)flash_backward; (void)matmul_tune; (void)classifier_staged;
-#endif
-    if (resume && out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
-    check_output_paths(out_dir, f.str("save-model"));  // (before anything is trained)
-
-    // --- the process mesh: dp = world / (tp·pp·cp)
-    mesh_build(&mesh, tp, pp, cp);
-    if (sp == 1 && tp == 1) usage_error("--sp 1: sequence parallelism splits the positions over the tensor-parallel ranks; it needs --tp > 1");
-    if (vpp > 1 && (pp == 1 || pp_schedule != PPSchedule::Interleaved))
-        usage_error("--vpp %d: chunks of blocks are for the interleaved pipeline schedule; add --pp N (N > 1) --pp-schedule interleaved", vpp);
-    if (pp > 1 && pp_schedule == PPSchedule::Interleaved && vpp == 1)
-        usage_error("--pp-schedule interleaved: needs --vpp >= 2 chunks a stage (with one it is 1f1b)");
-    const int dp = mesh.dp;
-
-    // --- model config: a preset, a model file, or (on --resume) the checkpoint's model
-    std::string model_spec = f.str("model"), resume_dir;
-    bool from_file = false;
-    GPTConfig config = model_config_from_spec(model_spec, (int)f.integer("vocab-size", 0, 1 << 20), &from_file);
-    if (resume) {
-        resume_dir = checkpoint_latest(out_dir);
-        if (resume_dir.empty()) fatal("--resume: no checkpoint (step_*/) in '%s'", out_dir.c_str());
-        GPTConfig saved = model_file_config((resume_dir + "/model.bin").c_str());
-        if (!gpt_same_shape(saved, config)) {
-            bool file = false;  // (a preset that differs only in V: name the flag that fixes it)
-            char hint[64] = "";
-            if (!from_file && saved.vocab_size != config.vocab_size &&
-                gpt_same_shape(saved, model_config_from_spec(model_spec, saved.vocab_size, &file)))
-                snprintf(hint, sizeof hint, " (resume with --vocab-size %d)", saved.vocab_size);
-            usage_error("--resume: the checkpoint in '%s' holds a %s L=%d C=%d V=%d model, but --model %s is %s L=%d C=%d V=%d%s",
-                        resume_dir.c_str(), saved.llama() ? "llama" : "gpt2", saved.num_layers, saved.channels, saved.vocab_size,
-                        model_spec.c_str(), config.llama() ? "llama" : "gpt2", config.num_layers, config.channels, config.vocab_size,
-                        hint);
-        }
-        from_file = false;
-    }
-    if (config.num_heads % tp != 0)
-        usage_error("--tp %d: must divide the model's %d attention heads (each tp rank computes NH/tp of them)", tp, config.num_heads);
-    if (config.kv_heads() % tp != 0)
-        usage_error("--tp %d: must divide the model's %d key/value heads (each tp rank holds NKV/tp of them, whole groups)", tp,
-                    config.kv_heads());
-    if (config.ffn() % tp != 0)
-        usage_error("--tp %d: must divide the model's %d MLP hidden features (each tp rank computes H/tp of them)", tp, config.ffn());
-    if (config.padded_vocab_size % tp != 0)
-        usage_error("--tp %d: must divide the model's padded vocabulary %d (each tp rank computes Vp/tp of the logits)", tp,
-                    config.padded_vocab_size);
-    if (T > config.max_seq_len) usage_error("--seq-len %d exceeds the model's maximum sequence length %d", T, config.max_seq_len);
-    if (T % cp_granule(cp, cp_zigzag) != 0)
-        usage_error("--cp %d --cp-layout %s: --seq-len %d must be a multiple of %d (each cp rank holds %s)", cp,
-                    cp_zigzag ? "zigzag" : "contiguous", T, cp_granule(cp, cp_zigzag),
-                    cp_zigzag ? "two of the sequence's 2*cp equal chunks" : "seq-len/cp consecutive positions");
-    const int Tl = T / cp;  // the positions of each sequence this rank runs (context_parallel.h)
-    if (pp > config.num_layers) usage_error("--pp %d: more stages than the model's %d blocks (each stage holds at least one)", pp, config.num_layers);
-    if (pp > 1 && pp * vpp > config.num_layers)
-        usage_error("--pp %d --vpp %d: %d virtual stages, more than the model's %d blocks (each chunk holds at least one)", pp, vpp,
-                    pp * vpp, config.num_layers);
-    const bool total_given = total_batch != -1;
-    if (auto_batch && !total_given)
-        usage_error("--batch-size auto: needs --total-batch-tokens (the step's tokens, which auto splits into the largest "
-                    "micro-batches that fit)");
-    if (auto_batch && total_batch > 0 && total_batch % ((long long)T * dp) != 0)
-        usage_error("--batch-size auto: --total-batch-tokens %lld is not a multiple of seq-len*dp = %lld", total_batch, (long long)T * dp);
-    if (auto_batch && pp > 1 && pp_schedule == PPSchedule::Interleaved && total_batch > 0 && total_batch % ((long long)T * dp * pp) != 0)
-        usage_error("--batch-size auto --pp-schedule interleaved: --total-batch-tokens %lld is not a multiple of seq-len*dp*pp = %lld "
-                    "(the step's micro-batches must be a multiple of --pp %d, whatever the batch size)", total_batch, (long long)T * dp * pp, pp);
-    if (auto_batch && resume) B = (int)checkpoint_read_header(resume_dir).B;  // the resumed run's micro-batch
-    if (total_batch == -1) total_batch = (long long)B * T * dp;
-
-    // --- the micro-batch and the data cut into it. Shard headers are validated here, before the
-    // model is allocated; --batch-size auto opens the data again once it has picked B (after the
-    // model state: that is what it must fit beside), at first with micro-batches of one sequence.
-    int accum = 0;
-    DataLoader train_loader, val_loader;
-    const bool has_val = !f.str("val-data").empty() && (val_tokens > 0 || val_steps > 0);
-    if (has_val && val_tokens > 0 && val_tokens < T)
-        usage_error("--val-tokens %lld: fewer than one sequence of --seq-len %d", val_tokens, T);
-    long long val_seqs = 0;   // the sequences of T each evaluation reads (dataloader.h)
-    bool val_capped = false;  // fewer than asked: all that --val-data holds
-    auto open_data = [&](int b) {
-        const long long tokens_per_micro = (long long)b * T * dp;
-        if (total_batch <= 0 || total_batch % tokens_per_micro != 0)
-            usage_error("--total-batch-tokens %lld is not a multiple of batch-size*seq-len*dp = %lld", total_batch, tokens_per_micro);
-        accum = (int)(total_batch / tokens_per_micro);
-        if (pp > 1 && pp_schedule == PPSchedule::Interleaved && accum % pp != 0)
-            usage_error("--pp-schedule interleaved: the %d micro-batches a step (--total-batch-tokens / (batch-size*seq-len*dp)) "
-                        "must be a multiple of --pp %d (Megatron's order sends pp of them through each chunk in turn)", accum, pp);
-        dataloader_init(&train_loader, "--train-data", f.str("train-data"), b, T, dp, mesh.dp_rank, config.vocab_size, shuffle, seed);
-        if (has_val) {  // opened in sequences (B = 1): its slots are then the sequences it holds
-            dataloader_init(&val_loader, "--val-data", f.str("val-data"), 1, T, dp, mesh.dp_rank, config.vocab_size, false, seed);
-            const long long asked = val_tokens > 0 ? val_tokens / T : (long long)val_steps * b * dp;
-            val_seqs = std::min(asked, val_loader.slots);
-            val_capped = asked > val_seqs;
-        }
-    };
-    open_data(B > 0 ? B : 1);
-    // for auto, the largest micro-batch the training data holds (the loader is open at B = 1):
-    // one of B·T+1 tokens (validation pads its last micro-batches, so any B reads it)
-    const long long data_most = !auto_batch ? 0 : train_loader.slots;
-    ChoiceSet hellaswag;
-    const bool has_hellaswag = !f.str("hellaswag").empty();
-    if (has_hellaswag) {
-        hellaswag = choice_set_load("--hellaswag", f.str("hellaswag"), config.vocab_size);
-        if (hellaswag.longest_row > T)
-            usage_error("--hellaswag: its longest example needs %d positions, more than --seq-len %d", hellaswag.longest_row, T);
-    }
-    Tokenizer tk;
-    bool can_sample = sample_every > 0 && gen_tokens > 0;
-    if (can_sample) {
-        tokenizer_load(&tk, f.str("tokenizer").c_str());
-        if ((int)tk.vocab.size() != config.vocab_size)
-            usage_error("--sample-every: the tokenizer has %zu tokens but the model's vocabulary is %d", tk.vocab.size(), config.vocab_size);
-    }
-
-#ifdef _OPENMP
-    if (threads > 0) omp_set_num_threads(threads);
-    int nthreads = omp_get_max_threads();
-#else
-    int nthreads = 1;
-#endif
-    Ctx ctx = make_ctx(device, mesh);
+    // --- the flags, each checked on its own; the outputs checked before anything is trained
+    const RunConfig rc = parse_run_config(parse_flags(argc, argv));
+    set_kernel_choices(rc);
+    check_output_paths(rc.out_dir, rc.save_model);
+    // --- the process mesh (dp = world / (tp·pp·cp)), the model, and the rules that tie them
+    mesh_build(&mesh, rc.tp, rc.pp, rc.cp);
+    const ModelSource src = choose_model(rc);
+    validate_layout(rc, src.config, mesh);
+    // --- the data, read in the step's shape
+    StepShape shape = first_shape(rc, src, mesh);
+    RunData data;
+    open_run_data(&data, rc, &shape, mesh, src.config.vocab_size);
+    // --- the backend: threads, device, collectives, dtype
+    Backend be;
+    be.nthreads = start_threads(rc.threads);
+    Ctx ctx = make_ctx(rc.device, mesh);
     Profiler profiler;  // --profile: every copy of ctx (the model's, the storage owner's) reports to it
-    if (profile) ctx.prof = &profiler;
-    // --- the communication backend for GPU buffers: NCCL, or MPI staged through host memory
-    std::string comm_backend = f.choice("comm", {"auto", "mpi", "nccl"});
-    if (comm_backend == "nccl" && ctx.device != Device::CUDA) usage_error("--comm nccl: needs --device cuda (NCCL moves GPU buffers)");
-    bool use_nccl = ctx.device == Device::CUDA && mesh.world > 1 &&
-                    (comm_backend == "nccl" || (comm_backend == "auto" && comm_have_nccl() && mesh.local_size <= cuda_device_count()));
-    const char* one_queue = getenv("CUDA_DEVICE_MAX_CONNECTIONS");  // (comm.h, "the ring": why)
-    if (use_nccl && pp > 1 && one_queue && atoi(one_queue) == 1)
-        usage_error("--pp %d over NCCL with CUDA_DEVICE_MAX_CONNECTIONS=1: every stream in one queue could hang the stages' "
-                    "sends behind their receives; unset it (or --comm mpi)", pp);
-    if (use_nccl) comm_nccl_init(&mesh, ctx);
-
-    // fp8 is bf16 with the blocks' products in FP8 (llmc/fp8.cuh)
-    const bool fp8_run = precision == "fp8", fp16_run = precision == "fp16";
-    const bool bf16_run = precision == "bf16" || fp8_run || (precision == "auto" && ctx.device == Device::CUDA);
-    if (fp8_run) {
-        const std::string why = fp8_device_problem(ctx);
-        if (!why.empty()) usage_error("--precision fp8: %s", why.c_str());
-    }
-
-    // The rest of main is written once and instantiated for the run's dtype floatX (llm.c's name):
-    // float for --precision fp32, bf16 for --precision bf16 (and fp8), fp16 for --precision fp16
-    // (common.h, model.h).
-    auto train = [&](auto dtype_tag) -> int {
-    using floatX = decltype(dtype_tag);
-        // --- the model, its storage (data_parallel.h) and its weights
-        GPT<floatX> model;
-        gpt_build(&model, config, tp > 1 ? &mesh.tp_group : nullptr, sp == 1, pp > 1 ? &mesh.pp_group : nullptr,
-                  cp > 1 ? &mesh.cp_group : nullptr, cp_zigzag, vpp);
-        model.recompute = recompute;
-        model.fp8 = fp8_run;
-        if (fp8_delayed) fp8_delayed_init(ctx, &model.fp8_delayed, gpt_fp8_tensors(model), fp8_history);
-        DataParallel<floatX> dpar;
-        dp_layout(&dpar, &model, &mesh.grads(), zero, ctx);  // (dp × cp: both sum gradients)
-        {   // does the state fit? (and what --zero 3 would take a rank, for the advice)
-            DataParallel<floatX> at3;
-            if (zero < 3) dp_layout(&at3, &model, &mesh.grads(), 3, ctx);
-            plan_state(ctx, dp_memory(dpar), zero, mesh.grads().size, zero < 3 ? dp_memory(at3).total() : 0, mesh);
-        }
-        dp_alloc(&dpar);
-        dpar.overlap = overlap;
-        if (pp > 1 && config.tied) dpar.tied = &mesh.emb_group;  // the first and last stage's embeddings
-        const DPMemory mem = dp_memory(dpar);
-        const bool runs_forward = steps > 0 || has_val || has_hellaswag || can_sample;  // not a --steps 0 conversion
-        if (runs_forward) {
-            if (fp8_run) fp8_products_run<floatX>(ctx);  // (matmul.cuh: refused, the fallback's scratch joins the plan)
-            const PPPlan stage{pp_schedule, pp, mesh.pp_rank, vpp};
-            B = plan_batch<floatX>(ctx, model, B, T, dp, total_batch, total_given,
-                                   mem.total(), mesh, data_most, pp > 1 ? &stage : nullptr);
-            if (auto_batch && !resume) open_data(B);
-        } else if (B == 0) {
-            B = 1;  // a --steps 0 conversion reads no batch: any B would do
-        }
-        if (fp8_run) {  // every FP8 product's dimensions a multiple of 16 (fp8.cuh): the B·T rows, and a block's widths on this rank
-            const std::string why = gpt_fp8_shape_problem(config, tp, B, Tl);
-            if (!why.empty())
-                usage_error("--precision fp8: %s (B*T = %d x %d%s); use --precision bf16, or a model and batch whose sizes are "
-                            "multiples of 16", why.c_str(), B, Tl, tp > 1 ? "; the widths are one tp rank's" : "");
-        }
-        if (pp > 1) {  // the step's accum micro-batches: how many each chunk keeps alive at once, and the copies its sends keep (pipeline.h)
-            model.slots = pp_slots(pp_schedule, pp, mesh.pp_rank, accum, vpp);
-            model.pp_send_cap = pp_send_buffers(pp_schedule, pp, mesh.pp_rank, accum, vpp);
-        }
-        TrainState state;
-        Rng sampler(seed, 0x5a3b1e);
-        if (resume) {
-            state = checkpoint_load(resume_dir, &dpar);
-            if (state.B != B || state.T != T || state.total_batch != total_batch)
-                usage_error("--resume: '%s' was written with --batch-size %lld --seq-len %lld --total-batch-tokens %lld; "
-                            "resume with the same (got %d, %d, %lld)", resume_dir.c_str(), (long long)state.B,
-                            (long long)state.T, (long long)state.total_batch, B, T, total_batch);
-            train_loader.k = state.global_batches / dp;  // an exact division: both are step·D/(B·T)
-            sampler.state = state.rng_state;
-        } else if (from_file) {
-            model_file_load(&dpar, model_spec.c_str());
-        } else {
-            // a batch of units drawn at a time, one per thread (each from its own streams: the
-            // same values in any order; GPT-2 1558M's 1.5 G normals take ~35 s on one core); at
-            // most 16 at once, ~2 GB of fp32 for 1558M on each rank of a node
-            const int nu = gpt_num_units(config), batch = std::min({nu, nthreads, 16});
-            std::vector<avec<float>> units(batch);
-            for (int u0 = 0; u0 < nu; u0 += batch) {
-                const int u1 = std::min(nu, u0 + batch);
-                #pragma omp parallel for schedule(dynamic, 1)
-                for (int u = u0; u < u1; u++) {
-                    units[u - u0].resize(dpar.units[u].size);
-                    gpt_init_unit(config, model.layout, u, seed, units[u - u0].data());
-                }
-                for (int u = u0; u < u1; u++) dp_set_unit(&dpar, u, units[u - u0].data());
-            }
-        }
-        const std::string precision_note = fp8_run ? std::string("bf16 with the blocks' products in fp8") +
-                                                         (fp8_delayed ? " (delayed scaling, amax history " + std::to_string(fp8_history) + ")" : "")
-                                         : fp16_run ? "fp16 with dynamic loss scaling" : dtype_name<floatX>();
-        // the device line's tail: recomputation (when on) and where checkpoints go
-        const std::string run_note = (recompute == Recompute::None ? "" : std::string(", recompute ") + recompute_name(recompute)) +
-                                     (out_dir.empty() ? "" : " -> " + out_dir);
-        char arch_note[256] = "";
-        if (config.llama()) {
-            char scaled[96] = "";
-            if (config.rope_scaling.factor)
-                snprintf(scaled, sizeof(scaled), " scaled x%d (low %d, high %d, context %d)", config.rope_scaling.factor,
-                         config.rope_scaling.low, config.rope_scaling.high, config.rope_scaling.original);
-            snprintf(arch_note, sizeof(arch_note), "; llama: NKV=%d H=%d theta=%d%s (RMSNorm, RoPE, SwiGLU), %s", config.kv_heads(),
-                     config.ffn(), config.rope_theta, scaled, config.tied ? "classifier tied to wte" : "lm_head apart from wte");
-        }
-        print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s%s\n", config.num_layers, config.channels,
-               config.num_heads, config.vocab_size, config.padded_vocab_size, config.max_seq_len, gpt_num_params(model) / 1e6,
-               from_file ? " (from file)" : resume ? " (from checkpoint)" : "", arch_note);
-        print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
-               train_loader.total_tokens, train_loader.shards.size(), B, T, dp, accum, total_batch);
-        if (tp > 1)
-            print0("tensor parallel: tp=%d, each rank %d of the %d heads and %d of the %d MLP features of every block, and %d of "
-                   "the %d vocabulary rows (wte, the logits)\n", tp, config.num_heads / tp, config.num_heads, config.ffn() / tp, config.ffn(),
-                   config.padded_vocab_size / tp, config.padded_vocab_size);
-        // a stage's blocks: "[0, 2)", or with interleaving its chunks' "[0, 1) [2, 3)"
-        auto blocks_of = [&](const ParamLayout& l) {
-            std::string out;
-            for (const LayerRange& r : l.chunks) out += (out.empty() ? "[" : " [") + std::to_string(r.first) + ", " + std::to_string(r.end) + ")";
-            return out;
-        };
-        if (pp > 1) {
-            const bool il = pp_schedule == PPSchedule::Interleaved;
-            print0("pipeline parallel: pp=%d, schedule %s%s, %d micro-batches a step: idle %s = %.1f%% of it; blocks", pp,
-                   PP_SCHEDULE_NAMES[(int)pp_schedule], il ? (", vpp=" + std::to_string(vpp) + " chunks a stage").c_str() : "", accum,
-                   il ? "(pp-1)/(vpp*m+pp-1)" : "(pp-1)/(m+pp-1)", 100 * pp_bubble_formula(pp_schedule, pp, accum, vpp));
-            for (int st = 0; st < pp; st++)
-                print0(" %s%s", blocks_of(make_layout(config, 1, 0, pp, st, il ? vpp : 1)).c_str(), st + 1 < pp ? "," : " a stage\n");
-        }
-        if (pp > 1) {  // each stage's own line (every rank's, like its memory line below)
-            std::string slots;
-            for (int n : model.slots) slots += (slots.empty() ? "" : " + ") + std::to_string(n);
-            fflush(stdout);
-            printf("pipeline rank %d: stage %d, blocks %s%s%s, %s activation slot(s)%s, send copies at most %d + %d (forward + backward)\n",
-                   mesh.rank, mesh.pp_rank, blocks_of(model.layout).c_str(), model.layout.stage == 0 ? ", the embeddings" : "",
-                   !model.layout.has_head ? "" : config.tied ? ", lnf and the classifier (wte tied to stage 0's)" : ", lnf and the classifier (lm_head)",
-                   slots.c_str(), model.slots.size() > 1 ? " (its chunks')" : "", model.pp_send_cap[0], model.pp_send_cap[1]);
-            fflush(stdout);
-        }
-        if (cp > 1)
-            print0("context parallel: cp=%d, %s: each rank holds %d of each sequence's %d positions (%s), ring attention over "
-                   "the cp group; gradients summed over dp x cp = %d ranks\n", cp, cp_zigzag ? "zigzag" : "contiguous", Tl, T,
-                   cp_zigzag ? "two chunks, r and 2*cp-1-r, of 2*cp" : "rank r: [r*T/cp, (r+1)*T/cp)", dp * cp);
-        if (sp == 1)
-            print0("sequence parallel: each tp rank holds %d of the %d positions of the residual stream and the LayerNorms\n",
-                   (int)ceil_div((size_t)B * Tl, (size_t)tp), B * Tl);
-        if (has_val)
-            print0("validation: %lld sequences of %d = %lld tokens each evaluation%s\n", val_seqs, T, val_seqs * T,
-                   val_capped ? " (all that --val-data holds)" : "");
-        if (ctx.device == Device::CPU)
-            print0("device: cpu, %d rank(s) x %d thread(s), %s, zero %d%s\n", mesh.world, nthreads, precision_note.c_str(), zero, run_note.c_str());
-        else
-            print0("device: cuda, %d rank(s)%s, %s, zero %d%s\n", mesh.world,
-                   mesh.world == 1 ? "" : use_nccl ? (overlap ? " (collectives: nccl)" : " (collectives: nccl, not overlapped)")
-                                                   : " (collectives: mpi, staged through host memory)",
-                   precision_note.c_str(), zero, run_note.c_str());
-        if (ctx.device == Device::CUDA) print0("gpu: %s\n", cuda_describe().c_str());
-        const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(config, T, gpt_num_params(model));
-        fflush(stdout);
-        const double gelu_scratch = gpt_gelu_scratch_bytes(model, B, Tl, ctx.device == Device::CUDA);
-        const double attention_scratch = gpt_attention_scratch_bytes(model, B, Tl, ctx.device == Device::CUDA);
-        printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B%s\n",
-               mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
-               (long long)gpt_activation_bytes(model, B, Tl, recompute),
-               (std::string(pp > 1 ? ", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, B, Tl)) + " B" : "") +
-                (fp8_run ? ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(model, B, Tl)) + " B" : "") +
-                (gelu_scratch ? ", gelu scratch " + std::to_string((long long)gelu_scratch) + " B" : "") +
-                (attention_scratch ? ", attention scratch " + std::to_string((long long)attention_scratch) + " B" : "")).c_str());
-        fflush(stdout);
-        if (resume) print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", resume_dir.c_str(),
-                           (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,
-                           (long long)state.saved_pp, (long long)state.saved_vpp);
-        if (resume && fp8_delayed) {
-            if (!state.same_layout)
-                print0("fp8 delayed scaling: the checkpoint's amax history is per tp rank and stage of its layout (tp=%lld "
-                       "pp=%lld vpp=%lld), not this one's: it starts anew, the first step scaling each tensor from itself\n",
-                       (long long)state.saved_tp, (long long)state.saved_pp, (long long)state.saved_vpp);
-            else if (state.fp8_steps >= 0)
-                print0("fp8 delayed scaling: the amax history of %lld step(s) from the checkpoint\n", (long long)state.fp8_steps);
-            else
-                print0("fp8 delayed scaling: the checkpoint has no amax history (saved without --fp8-scaling delayed): the first "
-                       "step scales each tensor from itself\n");
-        }
-
-        Logger log;
-        if (mesh.rank == 0) logger_open(&log, f.str("log-file"), resume ? state.step : -1);
-        std::vector<int> x((size_t)B * T), y((size_t)B * T);
-        std::vector<int> xl((size_t)B * Tl), yl((size_t)B * Tl);  // this rank's positions of them (context parallelism)
-        const std::vector<PosPiece> my_positions = cp_pieces(cp, mesh.cp_rank, cp_zigzag, Tl);
-        auto next_batch = [&](int* xb, int* yb) {  // the next micro-batch's tokens and targets at this rank's positions
-            if (cp == 1) { dataloader_next(&train_loader, xb, yb); return; }
-            dataloader_next(&train_loader, x.data(), y.data());
-            cp_take_positions(x.data(), B, T, my_positions, xb);
-            cp_take_positions(y.data(), B, T, my_positions, yb);
-        };
-        const float dloss = 1.0f / ((float)B * T * accum * dp);  // the dp (× cp) sum of gradients is then the mean
-
-        // the evaluations (every rank runs them: ZeRO-3 gathers parameters in each forward)
-        auto run_evals = [&]() {
-            EvalLog ev;
-            const double t0 = now_seconds();
-            if (has_val) { ev.has_val = true; ev.val_loss = evaluate(ctx, &model, &val_loader, val_seqs, B, x, y, mesh.dp_group); }
-            if (has_hellaswag) {
-                ChoiceResult r = choice_evaluate(ctx, &model, hellaswag, B, T, mesh.dp_group);
-                ev.has_hellaswag = true;
-                ev.hellaswag_correct = r.correct; ev.hellaswag_total = r.total; ev.hellaswag_loss = r.gold_loss;
-            }
-            ev.seconds = now_seconds() - t0;  // the results are on the host: the device's work is done
-            return ev;
-        };
-        auto print_evals = [&](const EvalLog& ev) {
-            if (ev.has_val) print0(" | val loss %.6f", ev.val_loss);
-            if (ev.has_hellaswag)
-                print0(" | hellaswag %.4f (%d/%d)", ev.hellaswag_acc(), ev.hellaswag_correct, ev.hellaswag_total);
-            if (ev.has_val || ev.has_hellaswag) print0(" (eval %.1f s)", ev.seconds);
-        };
-        auto sample = [&](int step) {  // every rank runs it (ZeRO-3 gathers)
-            std::string text = generate(ctx, &model, &tk, f.str("prompt"), gen_tokens, T, temperature, top_k, &sampler);
-            print0("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
-        };
-        if (steps == 0) {  // only evaluate the model as it is
-            const int at = (int)state.step;
-            if (!has_val && !has_hellaswag && !can_sample)
-                print0("--steps 0: nothing to do (give --val-data, --hellaswag or --sample-every to evaluate the model)\n");
-            EvalLog ev = run_evals();
-            if (has_val || has_hellaswag) { print0("eval at step %d", at); print_evals(ev); print0("\n"); }
-            fflush(stdout);
-            logger_eval(&log, at, ev);
-            if (can_sample) sample(at);
-        }
-
-        if (!out_dir.empty()) stop_signals_install();  // a stop request is then answered after the step, with a checkpoint
-        int stop = 0;                                     // the signal that stopped the run (0: none)
-        // the recent losses and norms a step is judged against (outliers.h), kept through a resume
-        OutlierWindow loss_window, norm_window;
-        loss_window.size = norm_window.size = skip_window;
-        for (double v : state.loss_history) outlier_push(&loss_window, v);
-        for (double v : state.norm_history) outlier_push(&norm_window, v);
-        // fp16's loss scale (loss_scale.h), kept through a resume (history.bin)
-        LossScale loss_scale;
-        loss_scale.on = fp16_run;
-        loss_scale.every = loss_scale_every;
-        loss_scale.scale = state.loss_scale > 0 ? state.loss_scale : loss_scale0;
-        loss_scale.clean = state.loss_scale > 0 ? state.loss_scale_clean : 0;
-        const int first_step = (int)state.step + 1;
-        Divergence divergence{max_skipped, skip_loss_z > 0, skip_norm_z > 0};  // (outliers.h)
-        for (int step = first_step; step <= steps; step++) {
-            // --profile measures the steps after the first (which sets up cuBLASLt and buffers)
-            const bool measured = profile && (step > first_step || steps == first_step);
-            if (measured) { ctx_sync(ctx); profile_step_begin(&profiler); }
-            double t0 = now_seconds();
-            comm_reset_stats(mesh.grads());
-            comm_reset_stats(mesh.cp_group);
-            comm_reset_stats(mesh.tp_group);
-            comm_reset_stats(mesh.pp_group);
-            comm_reset_stats(mesh.emb_group);
-            dp_zero_grad(&dpar);
-            model.fp8_delayed.record = true;  // (delayed scaling: this step's quantizations record their amaxes)
-            // ---- train step: forward and backward over the micro-batches
-            double loss_sum = 0.0;
-            if (pp > 1)  // the micro-batches through the pipeline's stages, in its schedule (pipeline.h)
-                loss_sum = pp_train_step(ctx, &model, &dpar, pp_schedule, accum, B, Tl, dloss * loss_scale_factor(loss_scale), next_batch);
-            else for (int micro = 0; micro < accum; micro++) {
-                dpar.last_micro = micro == accum - 1;
-                next_batch(xl.data(), yl.data());
-                gpt_forward(ctx, &model, xl.data(), yl.data(), B, Tl, dloss * loss_scale_factor(loss_scale));
-                gpt_backward(ctx, &model, B, Tl);
-                loss_sum += gpt_mean_loss(&model);  // waits for the loss copy alone: the backward is still running
-            }
-            // ---- the loss and the gradient norm, over all ranks
-            { CommScope prof(ctx, mesh.grads(), "loss and norm sums"); comm_sum_doubles(mesh.grads(), &loss_sum, 1); }
-            float loss = (float)(loss_sum / ((double)accum * dp * cp));  // (each cp rank's is the mean over its positions)
-            const float scaled_norm = dp_grad_norm(&dpar);  // (of the gradients times S, with fp16)
-            double fp8_saturated[2] = {-1, 0};  // (delayed scaling: the tensors that saturated, of how many; all ranks')
-            if (model.fp8_delayed.on) {  // the step's amaxes, the max over the ranks that hold these blocks, enter the history
-                // (here, where the norm has just emptied the GPU's queue: the copy waits for nothing)
-                std::vector<float> amax = fp8_delayed_amaxes(ctx, model.fp8_delayed);
-                comm_max_floats(mesh.grads(), amax.data(), (int)amax.size());
-                fp8_saturated[0] = fp8_delayed_push(ctx, &model.fp8_delayed, amax);
-                fp8_saturated[1] = model.fp8_delayed.n;
-                model.fp8_delayed.record = false;
-                comm_sum_doubles(mesh.tp_group, fp8_saturated, 2);  // (the other blocks' shards, and stages)
-                comm_sum_doubles(mesh.pp_group, fp8_saturated, 2);
-            }
-            // ---- update, or skip: fp16's overflow, an outlier step, a diverged step
-            const LossScaleStep scaling = loss_scale_step(&loss_scale, scaled_norm);
-            if (loss_scale_floor_hit(scaling))
-                fatal("step %d: the gradients are not finite even with the loss scale at 1 (fp16 overflows, or the run "
-                      "diverged); use --precision bf16, or lower --lr", step);
-            const float norm = (float)(scaled_norm / scaling.used);  // the gradients' own
-            float lr = lr_at(sched, step - 1);
-            const double loss_z = outlier_z(loss_window, loss), norm_z = outlier_z(norm_window, norm);
-            outlier_push(&loss_window, loss);
-            if (!scaling.overflow) outlier_push(&norm_window, norm);  // (an overflow says nothing about the norm)
-            const bool loss_outlier = skip_loss_z > 0 && loss_z > skip_loss_z;
-            const bool norm_outlier = !scaling.overflow && skip_norm_z > 0 && norm_z > skip_norm_z;
-            const bool skipped = scaling.overflow || loss_outlier || norm_outlier;
-            divergence_check(&divergence, step, loss, norm, skipped, loss_outlier || norm_outlier);  // (a diverged run stops here)
-            if (skipped) dp_skip_update(&dpar);  // the same on every rank: they all hold the same loss and norm
-            else dp_update(&dpar, lr, beta1, beta2, eps, wd, step, (float)(grad_clip_factor(norm, grad_clip) / scaling.used));
-            // ---- log
-            if (measured) ctx_sync(ctx);  // the step's GPU work, all of it inside its time
-            double ms = (now_seconds() - t0) * 1000.0;
-            if (measured) profile_step_end(&profiler, ms);
-            double tok_s = total_batch / (ms / 1000.0);
-            double mfu = peak > 0 ? tok_s / mesh.world * flops_tok / peak : -1.0;  // per GPU
-            std::string comm_json = comm_stats_json(mesh);
-
-            // ---- once in a while: evaluate, sample, checkpoint
-            bool last = step == steps;
-            bool do_eval = last || (val_every > 0 && step % val_every == 0);
-            EvalLog ev = do_eval ? run_evals() : EvalLog{};
-            print0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, loss, lr, norm, ms, tok_s);
-            if (mfu >= 0) print0(" | mfu %.1f%%", 100 * mfu);
-            if (fp16_run) print0(" | loss scale %g", scaling.used);
-            if (fp8_saturated[0] > 0) print0(" | fp8 saturated %.0f of %.0f tensors", fp8_saturated[0], fp8_saturated[1]);
-            if (skipped) {  // and why: the z that crossed its bound
-                print0(" | update skipped:");
-                if (scaling.overflow) print0(" fp16 overflow, loss scale %g -> %g", scaling.used, loss_scale.scale);
-                if (loss_outlier) print0(" loss z %.1f > %g", loss_z, skip_loss_z);
-                if (norm_outlier) print0(" norm z %.1f > %g", norm_z, skip_norm_z);
-            }
-            print_evals(ev);
-            print0("\n");
-            if (comm_stats) print0("  comm (bytes sent per rank, ring model): %s\n", comm_json.c_str());
-            fflush(stdout);
-            logger_step(&log, step, loss, lr, norm, tok_s, ms, mfu, skipped, ev, comm_json, fp16_run ? scaling.used : 0.0,
-                        (int)fp8_saturated[0]);
-
-            if (can_sample && (last || step % sample_every == 0)) sample(step);
-            // ---- stop on a signal: a SIGTERM, SIGUSR1 or SIGINT that reached any rank stops all here, with a checkpoint
-            stop = out_dir.empty() || last ? 0 : stop_signal_agreed(mesh.world_group);
-            if (!out_dir.empty() && (last || stop || (ckpt_every > 0 && step % ckpt_every == 0))) {
-                state.step = step; state.global_batches = train_loader.k * dp; state.rng_state = sampler.state;
-                state.B = B; state.T = T; state.total_batch = total_batch;
-                state.loss_history.assign(loss_window.values.begin(), loss_window.values.end());
-                state.norm_history.assign(norm_window.values.begin(), norm_window.values.end());
-                state.loss_scale = fp16_run ? loss_scale.scale : 0.0; state.loss_scale_clean = loss_scale.clean;
-                checkpoint_save(out_dir, &dpar, state, mesh.world_group);
-                if (mesh.rank == 0) checkpoint_prune(out_dir, ckpt_keep);
-                print0("checkpoint: %s\n", checkpoint_dir(out_dir, step).c_str());
-            }
-            if (stop) {
-                print0("stopped by %s after step %d of %d: run the same command with --resume to go on\n",
-                       stop_signal_name(stop), step, steps);
-                break;
-            }
-        }
-        dp_params_wait_all(&dpar);  // the last update's all-gathers (ZeRO-1/2), before anything reads or frees them
-        if (!f.str("save-model").empty()) {
-            if (stop) {
-                print0("--save-model: not written (the run stopped before its last step)\n");
-            } else {
-                model_file_save(&dpar, f.str("save-model"), save_bf16);
-                print0("model saved to %s (%s)\n", f.str("save-model").c_str(), save_bf16 ? "bf16" : "fp32");
-            }
-        }
-        if (profile && mesh.rank == 0) profile_report(profiler, stdout, peak);
-        if (pp > 1) {  // (every rank's: pipeline.h's copies for its sends, each way's)
-            size_t bytes = 0, kept[2] = {model.pp_sends[0].size(), model.pp_sends[1].size()};
-            for (const auto& pool : model.pp_sends)
-                for (const auto& o : pool) bytes += o.copy.bytes();
-            fflush(stdout);
-            printf("pipeline rank %d: %zu + %zu send buffer(s) (forward + backward; at most %d + %d), %s%s\n", mesh.rank, kept[0],
-                   kept[1], model.pp_send_cap[0], model.pp_send_cap[1], format_bytes(bytes).c_str(),
-                   ctx.device == Device::CUDA ? " of GPU memory" : "");
-            fflush(stdout);
-        }
-        if (ctx.device == Device::CUDA)
-            print0("peak GPU memory (model, activations, optimizer, buffers): %.1f MiB (%zu B)\n", g_gpu_bytes_peak / 1048576.0,
-                   g_gpu_bytes_peak);
-        logger_close(&log);
-        if (can_sample) tokenizer_free(&tk);
-        mesh_finish(&mesh);
-        return stop ? 128 + stop : 0;  // the shell's code for a process the signal ended
-    };
-    return fp16_run ? train(fp16{}) : bf16_run ? train(bf16{}) : train(float{});
+    if (rc.profile) ctx.prof = &profiler;
+    be.use_nccl = start_collectives(rc, &mesh, ctx);
+    be.precision = run_precision(rc, ctx);
+    // --- the training, in the run's dtype
+    const int rc_exit = be.precision.fp16 ? run_training<fp16>(rc, src, shape, &data, mesh, ctx, be)
+                      : be.precision.bf16 ? run_training<bf16>(rc, src, shape, &data, mesh, ctx, be)
+                                          : run_training<float>(rc, src, shape, &data, mesh, ctx, be);
+    if (data.can_sample) tokenizer_free(&data.tk);
+    mesh_finish(&mesh);
+    return rc_exit;
 }
