@@ -225,8 +225,8 @@ static GPTConfig model_config_from_spec(const std::string& spec, int vocab, bool
 // Each sequence's loss sum lands in its own slot, and the slots are added in sequence order, so
 // the result does not depend on how B and dp cut the sequences: on the CPU, where a position's
 // loss does not depend on its batch, it is the same bits for every B and dp.
-template <class T>
-static float evaluate(const Ctx& ctx, GPT<T>* g, DataLoader* val, long long seqs, int B, std::vector<int>& x,
+template <class floatX>
+static float evaluate(const Ctx& ctx, GPT<floatX>* g, DataLoader* val, long long seqs, int B, std::vector<int>& x,
                       std::vector<int>& y, Group& dp) {
     const int Tn = val->T;
     std::vector<double> seq_loss(seqs, 0.0);
@@ -284,15 +284,15 @@ static int sample_token(const float* logits, int V, float temperature, int top_k
     return cand.back().second;
 }
 
-template <class T>
-static std::string generate(const Ctx& ctx, GPT<T>* g, Tokenizer* tk, const std::string& prompt, int n, int T_,
+template <class floatX>
+static std::string generate(const Ctx& ctx, GPT<floatX>* g, Tokenizer* tk, const std::string& prompt, int n, int T,
                             float temperature, int top_k, Rng* rng) {
     std::vector<int> toks = {tk->doc_token};  // a document's start
     tokenizer_encode(*tk, prompt, &toks);
     size_t start = toks.size();
     std::vector<float> logits(g->config.padded_vocab_size);
     for (int i = 0; i < n; i++) {
-        int len = std::min((int)toks.size(), T_);
+        int len = std::min((int)toks.size(), T);
         const int* ctx_toks = toks.data() + toks.size() - len;
         gpt_infer(ctx, g, ctx_toks, nullptr, 1, len);  // (through the pipeline's stages, if any)
         gpt_infer_logits_row(ctx, g, len - 1, logits.data());

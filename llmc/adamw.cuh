@@ -58,8 +58,8 @@ HD inline float adamw_element(float p, float g, float& m, float& v, float lr, fl
     return p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
 }
 
-template <class T>
-inline void adamw_update_cpu(float* params, const T* grads, float* m, float* v, T* copy, size_t n,
+template <class floatX>
+inline void adamw_update_cpu(float* params, const floatX* grads, float* m, float* v, floatX* copy, size_t n,
                              float lr, float beta1, float beta2, float eps, float wd, const DecayRuns& decay, int t,
                              float grad_scale) {
     const float bc1 = 1.0f - powf(beta1, (float)t);
@@ -68,13 +68,13 @@ inline void adamw_update_cpu(float* params, const T* grads, float* m, float* v, 
     for (size_t i = 0; i < n; i++) {
         const float wd_i = decays(decay, i) ? wd : 0.0f;
         params[i] = adamw_element(params[i], to_f(grads[i]) * grad_scale, m[i], v[i], lr, beta1, beta2, eps, wd_i, bc1, bc2);
-        if (copy) copy[i] = from_f<T>(params[i]);
+        if (copy) copy[i] = from_f<floatX>(params[i]);
     }
 }
 
 #ifdef LLMC_CUDA
-template <class T>
-__global__ void adamw_kernel(float* params, const T* grads, float* m, float* v, T* copy, size_t n, float lr, float beta1,
+template <class floatX>
+__global__ void adamw_kernel(float* params, const floatX* grads, float* m, float* v, floatX* copy, size_t n, float lr, float beta1,
                              float beta2, float eps, float wd, DecayRuns decay, float bc1, float bc2, float grad_scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float wd_i = decays(decay, i) ? wd : 0.0f;
@@ -83,19 +83,19 @@ __global__ void adamw_kernel(float* params, const T* grads, float* m, float* v, 
         m[i] = mi;
         v[i] = vi;
         params[i] = p;
-        if (copy) copy[i] = from_f<T>(p);
+        if (copy) copy[i] = from_f<floatX>(p);
     }
 }
 #endif
 
 // params: the fp32 master; copy: its T working copy to write (null when the master is the
 // parameters). wd applies to the elements in `decay`.
-template <class T>
-inline void adamw_update(const Ctx& ctx, float* params, const T* grads, float* m, float* v, NoDeduce<T>* copy, size_t n,
+template <class floatX>
+inline void adamw_update(const Ctx& ctx, float* params, const floatX* grads, float* m, float* v, NoDeduce<floatX>* copy, size_t n,
                          float lr, float beta1, float beta2, float eps, float wd, const DecayRuns& decay, int t,
                          float grad_scale) {
     // bytes: grad in; master, m, v in and out; the working copy out
-    OpScope prof(ctx, 0, (double)n * (sizeof(T) + 24 + (copy ? sizeof(T) : 0)), "adamw");
+    OpScope prof(ctx, 0, (double)n * (sizeof(floatX) + 24 + (copy ? sizeof(floatX) : 0)), "adamw");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
@@ -107,8 +107,8 @@ inline void adamw_update(const Ctx& ctx, float* params, const T* grads, float* m
     adamw_update_cpu(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, decay, t, grad_scale);
 }
 // The same with wd on every element (one tensor).
-template <class T>
-inline void adamw_update(const Ctx& ctx, float* params, const T* grads, float* m, float* v, NoDeduce<T>* copy, size_t n,
+template <class floatX>
+inline void adamw_update(const Ctx& ctx, float* params, const floatX* grads, float* m, float* v, NoDeduce<floatX>* copy, size_t n,
                          float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
     DecayRuns all;
     all.add(0, n);

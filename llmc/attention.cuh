@@ -227,7 +227,7 @@ inline void attention_block_backward_cpu(float* dx, float* dkv, const float* dou
 
 // dst rows (pitch dst_pitch elements) = src rows (pitch src_pitch), `width` elements of each of
 // `rows` rows, converted to dst's type; or added to them (add). How the ring moves a rank's k and
-// v out of qkv, and its fp32 sums in and out of T buffers.
+// v out of qkv, and its fp32 sums in and out of floatX buffers.
 template <class D, class S>
 inline void copy_rows_cpu(D* dst, size_t dst_pitch, const S* src, size_t src_pitch, size_t width, size_t rows, bool add) {
     for (size_t r = 0; r < rows; r++)
@@ -242,27 +242,27 @@ inline void copy_rows_cpu(D* dst, size_t dst_pitch, const S* src, size_t src_pit
 static const int ATT_MAX_PER_LANE = 8;  // head size up to 256
 
 // r[k] = p[lane + 32k] for the head channels this lane holds (0 past the head size)
-template <class T> __device__ inline void load_lanes(float* r, const T* p, int lane, int hs, int per) {
+template <class floatX> __device__ inline void load_lanes(float* r, const floatX* p, int lane, int hs, int per) {
     for (int k = 0; k < per; k++) { int i = lane + 32 * k; r[k] = i < hs ? to_f(p[i]) : 0.0f; }
 }
-template <class T> __device__ inline void store_lanes(T* p, const float* r, int lane, int hs, int per) {
-    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) p[i] = from_f<T>(r[k]); }
+template <class floatX> __device__ inline void store_lanes(floatX* p, const float* r, int lane, int hs, int per) {
+    for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) p[i] = from_f<floatX>(r[k]); }
 }
 // r · p over the head channels (r in the lanes' registers, p in memory), summed over the warp
-template <class T> __device__ inline float lane_dot(const float* r, const T* p, int lane, int hs, int per) {
+template <class floatX> __device__ inline float lane_dot(const float* r, const floatX* p, int lane, int hs, int per) {
     float d = 0.0f;
     for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) d += r[k] * to_f(p[i]); }
     return warp_sum(d);
 }
 // r += a · p over the lane's head channels
-template <class T> __device__ inline void lane_axpy(float* r, float a, const T* p, int lane, int hs, int per) {
+template <class floatX> __device__ inline void lane_axpy(float* r, float a, const floatX* p, int lane, int hs, int per) {
     for (int k = 0; k < per; k++) { int i = lane + 32 * k; if (i < hs) r[k] += a * to_f(p[i]); }
 }
 
 // One key j of the online softmax, in a warp (lanes split the head): s = q·k_j/√hs; the running
 // max m and sum l, and the output acc (unnormalized), rescaled to the new max and p·v_j added.
-template <class T>
-__device__ inline void online_softmax_key(float* acc, float& m, float& l, const float* qr, const T* kj, const T* vj, int lane, int hs,
+template <class floatX>
+__device__ inline void online_softmax_key(float* acc, float& m, float& l, const float* qr, const floatX* kj, const floatX* vj, int lane, int hs,
                                           int per, float scale) {
     float s = lane_dot(qr, kj, lane, hs, per) * scale;
     float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
@@ -272,107 +272,107 @@ __device__ inline void online_softmax_key(float* acc, float& m, float& l, const 
 }
 
 // one warp per (b, h, t); lane i holds head channels i, i+32, ...
-template <class T>
-__global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int B, int T_, QKVLayout L) {
+template <class floatX>
+__global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int B, int T, QKVLayout L) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     const int NH = L.NH, hs = L.hs;
-    if (row >= B * NH * T_) return;
-    int t = row % T_, h = (row / T_) % NH, b = row / (T_ * NH);
+    if (row >= B * NH * T) return;
+    int t = row % T, h = (row / T) % NH, b = row / (T * NH);
     const size_t W = L.row();
     const float scale = rsqrtf((float)hs);
-    const T* q = qkv + ((size_t)b * T_ + t) * W + h * hs;
+    const floatX* q = qkv + ((size_t)b * T + t) * W + h * hs;
     float qr[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
     int per = (hs + 31) / 32;
     load_lanes(qr, q, lane, hs, per);
     for (int k = 0; k < per; k++) acc[k] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int j = 0; j <= t; j++) {
-        const T* kj = qkv + ((size_t)b * T_ + j) * W + L.k(h);
-        const T* vj = kj + L.kv();
+        const floatX* kj = qkv + ((size_t)b * T + j) * W + L.k(h);
+        const floatX* vj = kj + L.kv();
         online_softmax_key(acc, m, l, qr, kj, vj, lane, hs, per, scale);
     }
     for (int k = 0; k < per; k++) acc[k] /= l;
-    store_lanes(out + ((size_t)b * T_ + t) * L.C + h * hs, acc, lane, hs, per);
-    if (lane == 0) lse[((size_t)b * NH + h) * T_ + t] = m + logf(l);
+    store_lanes(out + ((size_t)b * T + t) * L.C + h * hs, acc, lane, hs, per);
+    if (lane == 0) lse[((size_t)b * NH + h) * T + t] = m + logf(l);
 }
 
 // D[b,h,t] = dout_t · out_t over the head's channels. 8 lanes per (b, t, h) row, 4 rows per warp,
 // rows in memory order (b, t, h: row r's channels are elements [r·hs, r·hs + hs) of dout and of
 // out), so a warp reads one contiguous stretch of each; V elements per load (16 bytes where hs
 // and the pointers allow).
-template <class T, int V>
-__global__ void attention_backward_D_kernel(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
-    const size_t rows = (size_t)B * T_ * NH, r = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 8;
+template <class floatX, int V>
+__global__ void attention_backward_D_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH) {
+    const size_t rows = (size_t)B * T * NH, r = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 8;
     const int sub = threadIdx.x % 8, hs = C / NH;
     float s = 0.0f;
     if (r < rows)
         for (int c = sub * V; c < hs; c += 8 * V) {
-            Pack<T, V> dp = load_pack<V>(dout + r * hs + c), op = load_pack<V>(out + r * hs + c);
+            Pack<floatX, V> dp = load_pack<V>(dout + r * hs + c), op = load_pack<V>(out + r * hs + c);
             for (int k = 0; k < V; k++) s += to_f(dp.v[k]) * to_f(op.v[k]);
         }
     for (int o = 4; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);  // the row's 8 lanes
     if (r < rows && sub == 0) {
-        const size_t bt = r / NH, b = bt / T_, t = bt % T_, h = r % NH;
-        D[(b * NH + h) * T_ + t] = s;
+        const size_t bt = r / NH, b = bt / T, t = bt % T, h = r % NH;
+        D[(b * NH + h) * T + t] = s;
     }
 }
 
 // one warp per query row t: dq_t = Σ_{j≤t} ds_j · k_j / √hs
-template <class T>
-__global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                             const float* D, int B, int T_, QKVLayout L) {
+template <class floatX>
+__global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                             const float* D, int B, int T, QKVLayout L) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     const int NH = L.NH, hs = L.hs, per = (hs + 31) / 32;
-    if (row >= B * NH * T_) return;
-    int t = row % T_, h = (row / T_) % NH, b = row / (T_ * NH);
+    if (row >= B * NH * T) return;
+    int t = row % T, h = (row / T) % NH, b = row / (T * NH);
     const size_t W = L.row();
     const float scale = rsqrtf((float)hs);
-    const T* q = qkv + ((size_t)b * T_ + t) * W + h * hs;
-    const T* dO = dout + ((size_t)b * T_ + t) * L.C + h * hs;
+    const floatX* q = qkv + ((size_t)b * T + t) * W + h * hs;
+    const floatX* dO = dout + ((size_t)b * T + t) * L.C + h * hs;
     float qr[ATT_MAX_PER_LANE], dor[ATT_MAX_PER_LANE], dq[ATT_MAX_PER_LANE];
     load_lanes(qr, q, lane, hs, per);
     load_lanes(dor, dO, lane, hs, per);
     for (int k = 0; k < per; k++) dq[k] = 0.0f;
     float l = lse[row], Dt = D[row];
     for (int j = 0; j <= t; j++) {
-        const T* kj = qkv + ((size_t)b * T_ + j) * W + L.k(h);
-        const T* vj = kj + L.kv();
+        const floatX* kj = qkv + ((size_t)b * T + j) * W + L.k(h);
+        const floatX* vj = kj + L.kv();
         float sc = lane_dot(qr, kj, lane, hs, per), dp = lane_dot(dor, vj, lane, hs, per);
         float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
         lane_axpy(dq, ds, kj, lane, hs, per);
     }
-    store_lanes(dqkv + ((size_t)b * T_ + t) * W + h * hs, dq, lane, hs, per);
+    store_lanes(dqkv + ((size_t)b * T + t) * W + h * hs, dq, lane, hs, per);
 }
 
 // one warp per key row j of key/value head kh: dk_j = Σ_h Σ_{t≥j} ds · q_t / √hs,
 // dv_j = Σ_h Σ_{t≥j} p · dout_t over the query heads h of kh's group
-template <class T>
-__global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                              const float* D, int B, int T_, QKVLayout L) {
+template <class floatX>
+__global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                              const float* D, int B, int T, QKVLayout L) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     const int NH = L.NH, NKV = L.NKV, G = L.group(), hs = L.hs, per = (hs + 31) / 32;
-    if (row >= B * NKV * T_) return;
-    int j = row % T_, kh = (row / T_) % NKV, b = row / (T_ * NKV);
+    if (row >= B * NKV * T) return;
+    int j = row % T, kh = (row / T) % NKV, b = row / (T * NKV);
     const size_t W = L.row();
     const float scale = rsqrtf((float)hs);
-    const T* kj = qkv + ((size_t)b * T_ + j) * W + L.k(kh * G);
-    const T* vj = kj + L.kv();
+    const floatX* kj = qkv + ((size_t)b * T + j) * W + L.k(kh * G);
+    const floatX* vj = kj + L.kv();
     float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE], dk[ATT_MAX_PER_LANE], dv[ATT_MAX_PER_LANE];
     load_lanes(kr, kj, lane, hs, per);
     load_lanes(vr, vj, lane, hs, per);
     for (int k = 0; k < per; k++) { dk[k] = 0.0f; dv[k] = 0.0f; }
     for (int h = kh * G; h < kh * G + G; h++) {
-        const size_t head_row0 = ((size_t)b * NH + h) * T_;
-        for (int t = j; t < T_; t++) {
-            const T* q = qkv + ((size_t)b * T_ + t) * W + h * hs;
-            const T* dO = dout + ((size_t)b * T_ + t) * L.C + h * hs;
+        const size_t head_row0 = ((size_t)b * NH + h) * T;
+        for (int t = j; t < T; t++) {
+            const floatX* q = qkv + ((size_t)b * T + t) * W + h * hs;
+            const floatX* dO = dout + ((size_t)b * T + t) * L.C + h * hs;
             float sc = lane_dot(kr, q, lane, hs, per), dp = lane_dot(vr, dO, lane, hs, per);
             float p = expf(sc * scale - lse[head_row0 + t]), ds = p * (dp - D[head_row0 + t]) * scale;
             lane_axpy(dv, p, dO, lane, hs, per);
             lane_axpy(dk, ds, q, lane, hs, per);
         }
     }
-    T* dko = dqkv + ((size_t)b * T_ + j) * W + L.k(kh * G);
+    floatX* dko = dqkv + ((size_t)b * T + j) * W + L.k(kh * G);
     store_lanes(dko, dk, lane, hs, per);
     store_lanes(dko + L.kv(), dv, lane, hs, per);
 }
@@ -382,8 +382,8 @@ __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* q
 
 // one warp per query row (b, h, t in [q0, q0 + nq)): the online softmax carried on from the
 // running (lse, o) over the block's keys, which is the merge of the CPU version
-template <class T>
-__global__ void attention_block_forward_kernel(float* o, float* lse, const T* qkv, const T* kv, int B, int T_, int Tk, QKVLayout L,
+template <class floatX>
+__global__ void attention_block_forward_kernel(float* o, float* lse, const floatX* qkv, const floatX* kv, int B, int T, int Tk, QKVLayout L,
                                                int q0, int nq, int k0, int nk) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     const int NH = L.NH, hs = L.hs, KV = L.kv(), per = (hs + 31) / 32;
@@ -391,14 +391,14 @@ __global__ void attention_block_forward_kernel(float* o, float* lse, const T* qk
     int t = q0 + row % nq, h = (row / nq) % NH, b = row / (nq * NH), kh = h / L.group();
     const float scale = rsqrtf((float)hs);
     float qr[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
-    load_lanes(qr, qkv + ((size_t)b * T_ + t) * L.row() + h * hs, lane, hs, per);
-    float* orow = o + ((size_t)b * T_ + t) * L.C + h * hs;
+    load_lanes(qr, qkv + ((size_t)b * T + t) * L.row() + h * hs, lane, hs, per);
+    float* orow = o + ((size_t)b * T + t) * L.C + h * hs;
     load_lanes(acc, orow, lane, hs, per);
-    float* lrow = lse + ((size_t)b * NH + h) * T_ + t;
+    float* lrow = lse + ((size_t)b * NH + h) * T + t;
     float m = *lrow, l = 1.0f;  // (acc is normalized: weight 1 at m = lse)
     for (int j = k0; j < k0 + nk; j++) {
-        const T* kj = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
-        const T* vj = kj + KV;
+        const floatX* kj = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
+        const floatX* vj = kj + KV;
         online_softmax_key(acc, m, l, qr, kj, vj, lane, hs, per, scale);
     }
     for (int k = 0; k < per; k++) acc[k] /= l;
@@ -407,23 +407,23 @@ __global__ void attention_block_forward_kernel(float* o, float* lse, const T* qk
 }
 
 // one warp per query row: dq (dx's q columns) += Σ_j ds_j · k_j / √hs over the block's keys
-template <class T>
-__global__ void attention_block_backward_dq_kernel(float* dx, const T* dout, const T* qkv, const T* kv, const float* lse,
-                                                   const float* D, int B, int T_, int Tk, QKVLayout L, int q0, int nq, int k0, int nk) {
+template <class floatX>
+__global__ void attention_block_backward_dq_kernel(float* dx, const floatX* dout, const floatX* qkv, const floatX* kv, const float* lse,
+                                                   const float* D, int B, int T, int Tk, QKVLayout L, int q0, int nq, int k0, int nk) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     const int NH = L.NH, hs = L.hs, KV = L.kv(), per = (hs + 31) / 32;
     if (row >= B * NH * nq) return;
     int t = q0 + row % nq, h = (row / nq) % NH, b = row / (nq * NH), kh = h / L.group();
     const float scale = rsqrtf((float)hs);
     float qr[ATT_MAX_PER_LANE], dor[ATT_MAX_PER_LANE], dq[ATT_MAX_PER_LANE];
-    load_lanes(qr, qkv + ((size_t)b * T_ + t) * L.row() + h * hs, lane, hs, per);
-    load_lanes(dor, dout + ((size_t)b * T_ + t) * L.C + h * hs, lane, hs, per);
-    float* dqrow = dx + ((size_t)b * T_ + t) * L.row() + h * hs;
+    load_lanes(qr, qkv + ((size_t)b * T + t) * L.row() + h * hs, lane, hs, per);
+    load_lanes(dor, dout + ((size_t)b * T + t) * L.C + h * hs, lane, hs, per);
+    float* dqrow = dx + ((size_t)b * T + t) * L.row() + h * hs;
     load_lanes(dq, dqrow, lane, hs, per);
-    const size_t st = ((size_t)b * NH + h) * T_ + t;
+    const size_t st = ((size_t)b * NH + h) * T + t;
     const float l = lse[st], Dt = D[st];
     for (int j = k0; j < k0 + nk; j++) {
-        const T* kj = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
+        const floatX* kj = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
         float sc = lane_dot(qr, kj, lane, hs, per), dp = lane_dot(dor, kj + KV, lane, hs, per);
         float p = expf(sc * scale - l), ds = p * (dp - Dt) * scale;
         lane_axpy(dq, ds, kj, lane, hs, per);
@@ -433,15 +433,15 @@ __global__ void attention_block_backward_dq_kernel(float* dx, const T* dout, con
 
 // one warp per key row j in [k0, k0 + nk) of key/value head kh: dk_j += Σ_h Σ_t ds · q_t / √hs,
 // dv_j += Σ_h Σ_t p · dout_t over the query heads h of kh's group
-template <class T>
-__global__ void attention_block_backward_dkv_kernel(float* dkv, const T* dout, const T* qkv, const T* kv, const float* lse,
-                                                    const float* D, int B, int T_, int Tk, QKVLayout L, int q0, int nq, int k0, int nk) {
+template <class floatX>
+__global__ void attention_block_backward_dkv_kernel(float* dkv, const floatX* dout, const floatX* qkv, const floatX* kv, const float* lse,
+                                                    const float* D, int B, int T, int Tk, QKVLayout L, int q0, int nq, int k0, int nk) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     const int NH = L.NH, NKV = L.NKV, G = L.group(), hs = L.hs, KV = L.kv(), per = (hs + 31) / 32;
     if (row >= B * NKV * nk) return;
     int j = k0 + row % nk, kh = (row / nk) % NKV, b = row / (nk * NKV);
     const float scale = rsqrtf((float)hs);
-    const T* kj = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
+    const floatX* kj = kv + ((size_t)b * Tk + j) * 2 * KV + kh * hs;
     float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE], dk[ATT_MAX_PER_LANE], dv[ATT_MAX_PER_LANE];
     load_lanes(kr, kj, lane, hs, per);
     load_lanes(vr, kj + KV, lane, hs, per);
@@ -449,10 +449,10 @@ __global__ void attention_block_backward_dkv_kernel(float* dkv, const T* dout, c
     load_lanes(dk, dkrow, lane, hs, per);
     load_lanes(dv, dkrow + KV, lane, hs, per);
     for (int h = kh * G; h < kh * G + G; h++) {
-        const size_t head_row0 = ((size_t)b * NH + h) * T_;
+        const size_t head_row0 = ((size_t)b * NH + h) * T;
         for (int t = q0; t < q0 + nq; t++) {
-            const T* q = qkv + ((size_t)b * T_ + t) * L.row() + h * hs;
-            const T* dO = dout + ((size_t)b * T_ + t) * L.C + h * hs;
+            const floatX* q = qkv + ((size_t)b * T + t) * L.row() + h * hs;
+            const floatX* dO = dout + ((size_t)b * T + t) * L.C + h * hs;
             float sc = lane_dot(kr, q, lane, hs, per), dp = lane_dot(vr, dO, lane, hs, per);
             float p = expf(sc * scale - lse[head_row0 + t]), ds = p * (dp - D[head_row0 + t]) * scale;
             lane_axpy(dv, p, dO, lane, hs, per);
@@ -554,9 +554,9 @@ inline int gpu_sm_count() {
 // Splits of the fused backward's key blocks (each a block of its own): the fewest of 1, 2, 4, 8,
 // 16 (at most half the key blocks) whose blocks fill the last wave of the GPU (one block an SM)
 // at least 90%, else the fullest. More splits mean more partial sums to add up after.
-inline int flash_fused_splits(long kv_heads, int T_) {
+inline int flash_fused_splits(long kv_heads, int T) {
     if (g_flash_fused_splits > 0) return g_flash_fused_splits;
-    const int nkb = ceil_div(T_, 128), sms = std::max(1, gpu_sm_count());
+    const int nkb = ceil_div(T, 128), sms = std::max(1, gpu_sm_count());
     int best = 1;
     double best_fill = 0;
     for (int S = 1; S <= 16 && (S == 1 || S <= nkb / 2); S *= 2) {
@@ -568,9 +568,9 @@ inline int flash_fused_splits(long kv_heads, int T_) {
 }
 // The fused backward's fp32 partial sums of dQ: the scratch that attention_backward takes (the
 // memory plan reserves it), or 0 where the fused backward does not run.
-template <class T> inline size_t flash_backward_scratch_bytes(int B, int T_, int C, int NH, int NKV) {
-    if (!is_half_type<T> || !flash_fused_backward_runs(C / NH) || C % 8) return 0;
-    return (size_t)flash_fused_splits((long)B * NKV, T_) * B * T_ * C * sizeof(float);
+template <class floatX> inline size_t flash_backward_scratch_bytes(int B, int T, int C, int NH, int NKV) {
+    if (!is_half_type<floatX> || !flash_fused_backward_runs(C / NH) || C % 8) return 0;
+    return (size_t)flash_fused_splits((long)B * NKV, T) * B * T * C * sizeof(float);
 }
 enum FlashPass { FLASH_FORWARD, FLASH_DKV, FLASH_DQ };
 inline bool g_flash_tuned[3] = {};                          // (by FlashPass) rows timed
@@ -590,7 +590,7 @@ inline const char* flash_pass_name(FlashPass pass) {
 
 // The faster of 16 and 32 rows a warp for one pass: launch(rows) queues it. Sets *rows, notes it.
 template <class F>
-inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T_, int* rows, const F& launch) {
+inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T, int* rows, const F& launch) {
     static const char* what[3] = {"query rows a warp in the forward", "keys a warp in the dK/dV pass", "query rows a warp in the dQ pass"};
     float ms[2];
     for (int v = 0; v < 2; v++) ms[v] = gpu_time_ms(ctx, [&] { launch(16 << v); });
@@ -598,7 +598,7 @@ inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T_, int* 
     g_flash_tuned[pass] = true;
     if (g_rank == 0)
         printf("flash attention: %d %s (--flash-rows auto, timed at B=%d T=%d: %.3f ms with 16, %.3f ms with 32)\n",
-               *rows, what[pass], B, T_, ms[0], ms[1]);
+               *rows, what[pass], B, T, ms[0], ms[1]);
 }
 
 // One flash pass, by the switches: wgmma() where --flash-wgmma 1 asks or auto kept it (running
@@ -606,11 +606,11 @@ inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T_, int* 
 // this pass's rows a warp (timing 16 against 32 first where --flash-rows auto asks and the pass
 // has both: head size 64, `both`). outs: every buffer the pass writes (auto's test of the bits).
 template <class M, class W>
-inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int* rows, long blocks, int B, int T_, const M& mma,
+inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int* rows, long blocks, int B, int T, const M& mma,
                            const W& wgmma, std::initializer_list<BitsRegion> outs) {
     const bool big = blocks >= g_flash_tune_blocks, hopper = gpu_has_wgmma();
     if (hopper && g_flash_wgmma) { wgmma(); return; }
-    if (both && g_flash_rows_auto && !g_flash_tuned[pass] && big) flash_tune_rows(ctx, pass, B, T_, rows, mma);
+    if (both && g_flash_rows_auto && !g_flash_tuned[pass] && big) flash_tune_rows(ctx, pass, B, T, rows, mma);
     if (hopper && g_flash_wgmma_auto) {
         FlashWgmmaTrial& t = g_flash_wgmma_trial[pass];
         if (!t.decided && big) {  // a sample: wgmma, then mma.sync (whose output stays)
@@ -625,7 +625,7 @@ inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int* rows,
                 t.kept = same && t.ms_wgmma < t.ms_mma;
                 if (g_rank == 0) {
                     printf("flash attention: %s in the %s (--flash-wgmma auto, timed at B=%d T=%d: %.3f ms with mma.sync, %.3f ms with wgmma; ",
-                           t.kept ? "wgmma" : "mma.sync", flash_pass_name(pass), B, T_, t.ms_mma, t.ms_wgmma);
+                           t.kept ? "wgmma" : "mma.sync", flash_pass_name(pass), B, T, t.ms_mma, t.ms_wgmma);
                     if (same) printf("the same bits at its first %d launches)\n", FLASH_WGMMA_SAMPLES);
                     else printf("the bits differ at launch %d: mma.sync kept)\n", t.samples);
                 }
@@ -636,9 +636,9 @@ inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int* rows,
     }
     mma(*rows);
 }
-template <class T> inline bool use_flash(int C, int NH) {
+template <class floatX> inline bool use_flash(int C, int NH) {
     int hs = C / NH;
-    return is_half_type<T> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
+    return is_half_type<floatX> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
 }
 // Calls f(D, LDSM, ASYNC) with std::integral_constant arguments (so that f can name a kernel
 // instance) for head size hs and the switches above.
@@ -664,41 +664,41 @@ template <class F> inline void wgmma_groups_dispatch(const F& f) {
 // grid (NH, B, row tiles) (the dK/dV pass: NKV key/value heads): the tile index is the slowest, so
 // the blocks with the most work (the last query tiles; for dK/dV the first key tiles) start first
 // and the short ones fill the tail
-template <class T>
-inline void flash_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, const QKVLayout& L) {
+template <class floatX>
+inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
     const int NH = L.NH;
-    if constexpr (is_half_type<T>)
+    if constexpr (is_half_type<floatX>)
         flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             auto fwd_wgmma = [&] {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
-                    const size_t smem = 4 * 64 * HS * sizeof(T);  // (64 KB at head size 128)
-                    SHARED_OPT_IN(flash_forward_wgmma_kernel<T, HS, G>);
-                    flash_forward_wgmma_kernel<T, HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T_, L, g_flash_wgmma_overlap);
+                    const size_t smem = 4 * 64 * HS * sizeof(floatX);  // (64 KB at head size 128)
+                    SHARED_OPT_IN(flash_forward_wgmma_kernel<floatX, HS, G>);
+                    flash_forward_wgmma_kernel<floatX, HS, G><<<dim3(NH, B, ceil_div(T, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
             };
             auto fwd = [&](int rows) {
                 if constexpr (D == 64)
                     if (rows == 32) {
-                        flash_forward_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
+                        flash_forward_kernel<floatX, D, LD, A, 2><<<dim3(NH, B, ceil_div(T, 128)), 128, 0, ctx.stream>>>(out, lse, qkv, T, L);
                         CUDA_LAUNCH_CHECK();
                         return;
                     }
-                flash_forward_kernel<T, D, LD, A, 1><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T_, L);
+                flash_forward_kernel<floatX, D, LD, A, 1><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T, L);
                 CUDA_LAUNCH_CHECK();
             };
-            flash_run_pass(ctx, FLASH_FORWARD, D == 64, &g_flash_forward_rows, (long)NH * B * ceil_div(T_, 64), B, T_, fwd, fwd_wgmma,
-                           {{out, (size_t)B * T_ * L.C * sizeof(T)}, {lse, (size_t)B * NH * T_ * sizeof(float)}});
+            flash_run_pass(ctx, FLASH_FORWARD, D == 64, &g_flash_forward_rows, (long)NH * B * ceil_div(T, 64), B, T, fwd, fwd_wgmma,
+                           {{out, (size_t)B * T * L.C * sizeof(floatX)}, {lse, (size_t)B * NH * T * sizeof(float)}});
         });
 }
-template <class T>
-inline void flash_backward(const Ctx& ctx, T* dqkv, float* Dv, const T* dout, const T* qkv, const T* out, const float* lse,
-                           int B, int T_, const QKVLayout& L) {
+template <class floatX>
+inline void flash_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                           int B, int T, const QKVLayout& L) {
     const int NH = L.NH, NKV = L.NKV;
-    if constexpr (is_half_type<T>)
+    if constexpr (is_half_type<floatX>)
         flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
@@ -706,186 +706,186 @@ inline void flash_backward(const Ctx& ctx, T* dqkv, float* Dv, const T* dout, co
             auto dq_wgmma = [&] {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
-                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<T, HS, G>);
-                    flash_backward_dq_wgmma_kernel<T, HS, G><<<dim3(NH, B, ceil_div(T_, 64 * G)), 128 * G, 5 * 64 * HS * sizeof(T), ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T_, L, g_flash_wgmma_overlap);
+                    SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<floatX, HS, G>);
+                    flash_backward_dq_wgmma_kernel<floatX, HS, G><<<dim3(NH, B, ceil_div(T, 64 * G)), 128 * G, 5 * 64 * HS * sizeof(floatX), ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
             };
             auto dkv_wgmma = [&] {
                 wgmma_groups_dispatch([&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;
-                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<T, HS, G>);
-                    flash_backward_dkv_wgmma_kernel<T, HS, G><<<dim3(NKV, B, ceil_div(T_, 64 * G)), 128 * G, (2 * G + 6) * 64 * HS * sizeof(T), ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L, g_flash_wgmma_overlap);
+                    SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<floatX, HS, G>);
+                    flash_backward_dkv_wgmma_kernel<floatX, HS, G><<<dim3(NKV, B, ceil_div(T, 64 * G)), 128 * G, (2 * G + 6) * 64 * HS * sizeof(floatX), ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T, L, g_flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
             };
-            const dim3 kv_grid(NKV, B, ceil_div(T_, 64)), q_grid(NH, B, ceil_div(T_, 64));
+            const dim3 kv_grid(NKV, B, ceil_div(T, 64)), q_grid(NH, B, ceil_div(T, 64));
             auto dkv = [&](int keys) {
                 if constexpr (D == 64)
                     if (keys == 32) {  // 2 warps × 32 keys: 64 threads a block
-                        flash_backward_dkv_kernel<T, D, LD, A, 2><<<kv_grid, 64, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                        flash_backward_dkv_kernel<floatX, D, LD, A, 2><<<kv_grid, 64, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T, L);
                         CUDA_LAUNCH_CHECK();
                         return;
                     }
-                flash_backward_dkv_kernel<T, D, LD, A, 1><<<kv_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T_, L);
+                flash_backward_dkv_kernel<floatX, D, LD, A, 1><<<kv_grid, 128, 0, ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T, L);
                 CUDA_LAUNCH_CHECK();
             };
             auto dq = [&](int rows) {
                 if constexpr (D == 64)
                     if (rows == 32) {
-                        flash_backward_dq_kernel<T, D, LD, A, 2><<<dim3(NH, B, ceil_div(T_, 128)), 128, 0, ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T_, L);
+                        flash_backward_dq_kernel<floatX, D, LD, A, 2><<<dim3(NH, B, ceil_div(T, 128)), 128, 0, ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T, L);
                         CUDA_LAUNCH_CHECK();
                         return;
                     }
-                flash_backward_dq_kernel<T, D, LD, A, 1><<<q_grid, 128, 0, ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T_, L);
+                flash_backward_dq_kernel<floatX, D, LD, A, 1><<<q_grid, 128, 0, ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T, L);
                 CUDA_LAUNCH_CHECK();
             };
-            const long blocks = (long)B * ceil_div(T_, 64);
-            const BitsRegion dqkv_bits{dqkv, (size_t)B * T_ * L.row() * sizeof(T)}, D_bits{Dv, (size_t)B * NH * T_ * sizeof(float)};
+            const long blocks = (long)B * ceil_div(T, 64);
+            const BitsRegion dqkv_bits{dqkv, (size_t)B * T * L.row() * sizeof(floatX)}, D_bits{Dv, (size_t)B * NH * T * sizeof(float)};
             if (g_flash_backward_passes & 2)  // (first: it computes D)
-                flash_run_pass(ctx, FLASH_DQ, D == 64, &g_flash_dq_rows, NH * blocks, B, T_, dq, dq_wgmma, {dqkv_bits, D_bits});
+                flash_run_pass(ctx, FLASH_DQ, D == 64, &g_flash_dq_rows, NH * blocks, B, T, dq, dq_wgmma, {dqkv_bits, D_bits});
             if (g_flash_backward_passes & 1)
-                flash_run_pass(ctx, FLASH_DKV, D == 64, &g_flash_dkv_keys, NKV * blocks, B, T_, dkv, dkv_wgmma, {dqkv_bits});
+                flash_run_pass(ctx, FLASH_DKV, D == 64, &g_flash_dkv_keys, NKV * blocks, B, T, dkv, dkv_wgmma, {dqkv_bits});
         });
 }
 #endif
 
 // D = rowsum(dout∘out) over each head's channels (B, NH, T): the backward's, and ring attention's
 // (context_parallel.h), each row's 8 lanes loading 16 bytes at a time where the pointers allow.
-template <class T>
-inline void attention_row_dots(const Ctx& ctx, float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
+template <class floatX>
+inline void attention_row_dots(const Ctx& ctx, float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH) {
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        const size_t rows = (size_t)B * NH * T_;
-        constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
-        if (pack_width<T>(C / NH, {dout, out}) > 1)
-            attention_backward_D_kernel<T, P><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+        const size_t rows = (size_t)B * NH * T;
+        constexpr int P = PACK<floatX>;  // (the launch rewriting for the emulator wants no nested <>)
+        if (pack_width<floatX>(C / NH, {dout, out}) > 1)
+            attention_backward_D_kernel<floatX, P><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T, C, NH);
         else
-            attention_backward_D_kernel<T, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T_, C, NH);
+            attention_backward_D_kernel<floatX, 1><<<ceil_div(rows, 32), 256, 0, ctx.stream>>>(D, dout, out, B, T, C, NH);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    const size_t BTC = (size_t)B * T_ * C;
-    F32View<T> d(dout, BTC), o(out, BTC);
-    attention_row_dots_cpu(D, d.p, o.p, B, T_, C, NH);
+    const size_t BTC = (size_t)B * T * C;
+    F32View<floatX> d(dout, BTC), o(out, BTC);
+    attention_row_dots_cpu(D, d.p, o.p, B, T, C, NH);
 }
 
 // The ops. NKV: key/value heads (NKV = NH: multi-head attention, qkv rows of 3C; see the header).
 // The FLOPs counted are the products' over the causal half: each query head's, whatever NKV.
-template <class T>
-inline void attention_forward(const Ctx& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV) {
-    OpScope prof(ctx, 2.0 * B * T_ * T_ * C, 0, "attention forward");  // Q·Kᵀ and P·V over the causal half
+template <class floatX>
+inline void attention_forward(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, int NKV) {
+    OpScope prof(ctx, 2.0 * B * T * T * C, 0, "attention forward");  // Q·Kᵀ and P·V over the causal half
     const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        if (use_flash<T>(C, NH)) { flash_forward(ctx, out, lse, qkv, B, T_, L); return; }
+        if (use_flash<floatX>(C, NH)) { flash_forward(ctx, out, lse, qkv, B, T, L); return; }
         if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
-        attention_forward_kernel<<<ceil_div((size_t)B * NH * T_, 8), 256, 0, ctx.stream>>>(out, lse, qkv, B, T_, L);
+        attention_forward_kernel<<<ceil_div((size_t)B * NH * T, 8), 256, 0, ctx.stream>>>(out, lse, qkv, B, T, L);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    const size_t BT = (size_t)B * T_;
-    F32View<T> o(out, BT * C, false), x(qkv, BT * L.row());
-    attention_forward_cpu(o.p, lse, x.p, B, T_, C, NH, NKV);
+    const size_t BT = (size_t)B * T;
+    F32View<floatX> o(out, BT * C, false), x(qkv, BT * L.row());
+    attention_forward_cpu(o.p, lse, x.p, B, T, C, NH, NKV);
     o.store();
 }
-template <class T>
-inline void attention_backward(const Ctx& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                               int B, int T_, int C, int NH, int NKV) {
-    OpScope prof(ctx, 2.5 * 2.0 * B * T_ * T_ * C, 0, "attention backward");  // the usual 2.5× the forward (dS, dP, dQ, dK, dV)
+template <class floatX>
+inline void attention_backward(const Ctx& ctx, floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                               int B, int T, int C, int NH, int NKV) {
+    OpScope prof(ctx, 2.5 * 2.0 * B * T * T * C, 0, "attention backward");  // the usual 2.5× the forward (dS, dP, dQ, dK, dV)
     const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        size_t rows = (size_t)B * NH * T_;
+        size_t rows = (size_t)B * NH * T;
         static Buf<float> D_buf;
         float* D = gpu_scratch(D_buf, ctx, rows);
-        const bool flash = use_flash<T>(C, NH);
-        if constexpr (is_half_type<T>)
+        const bool flash = use_flash<floatX>(C, NH);
+        if constexpr (is_half_type<floatX>)
             if (flash && flash_fused_backward_runs(L.hs)) {  // the fused pass, then its dQ partial sums added
-                flash_row_dots_kernel<T, 64><<<dim3(NH, B, ceil_div(T_, 64)), 128, 0, ctx.stream>>>(D, dout, out, T_, C, NH);
+                flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(D, dout, out, T, C, NH);
                 CUDA_LAUNCH_CHECK();
-                const int S = flash_fused_splits((long)B * NKV, T_);
+                const int S = flash_fused_splits((long)B * NKV, T);
                 static Buf<float> part_buf;
-                float* part = gpu_scratch(part_buf, ctx, (size_t)S * B * T_ * C);
-                SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<T, 64>);
-                const size_t smem = (10 * 64 * 64 + 2 * 64 * 128) * sizeof(T);
-                flash_backward_fused_wgmma_kernel<T, 64><<<dim3(NKV, B, S), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, D, T_, L, g_flash_wgmma_overlap);
+                float* part = gpu_scratch(part_buf, ctx, (size_t)S * B * T * C);
+                SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, 64>);
+                const size_t smem = (10 * 64 * 64 + 2 * 64 * 128) * sizeof(floatX);
+                flash_backward_fused_wgmma_kernel<floatX, 64><<<dim3(NKV, B, S), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, D, T, L, g_flash_wgmma_overlap);
                 CUDA_LAUNCH_CHECK();
-                const size_t BTC = (size_t)B * T_ * C;
-                flash_dq_sum_kernel<T><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, C, L.row(), rsqrtf((float)L.hs));
+                const size_t BTC = (size_t)B * T * C;
+                flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, C, L.row(), rsqrtf((float)L.hs));
                 CUDA_LAUNCH_CHECK();
                 return;
             }
-        if (!flash || !(g_flash_backward_passes & 2)) attention_row_dots(ctx, D, dout, out, B, T_, C, NH);  // (the flash dQ pass computes D itself)
-        if (flash) { flash_backward(ctx, dqkv, D, dout, qkv, out, lse, B, T_, L); return; }
-        attention_backward_dq_kernel<<<ceil_div(rows, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, L);
-        attention_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * T_, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T_, L);
+        if (!flash || !(g_flash_backward_passes & 2)) attention_row_dots(ctx, D, dout, out, B, T, C, NH);  // (the flash dQ pass computes D itself)
+        if (flash) { flash_backward(ctx, dqkv, D, dout, qkv, out, lse, B, T, L); return; }
+        attention_backward_dq_kernel<<<ceil_div(rows, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T, L);
+        attention_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * T, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T, L);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    const size_t BT = (size_t)B * T_;
-    F32View<T> dx(dqkv, BT * L.row(), false), d(dout, BT * C), x(qkv, BT * L.row()), o(out, BT * C);
-    attention_backward_cpu(dx.p, d.p, x.p, o.p, lse, B, T_, C, NH, NKV);
+    const size_t BT = (size_t)B * T;
+    F32View<floatX> dx(dqkv, BT * L.row(), false), d(dout, BT * C), x(qkv, BT * L.row()), o(out, BT * C);
+    attention_backward_cpu(dx.p, d.p, x.p, o.p, lse, B, T, C, NH, NKV);
     dx.store();
 }
 
 // ---- ring attention's pieces, for any dtype T of qkv, kv and dout (context_parallel.h)
-template <class T>
-inline void attention_block_forward(const Ctx& ctx, float* o, float* lse, const T* qkv, const T* kv, int B, int T_, int Tk, int C,
+template <class floatX>
+inline void attention_block_forward(const Ctx& ctx, float* o, float* lse, const floatX* qkv, const floatX* kv, int B, int T, int Tk, int C,
                                     int NH, int NKV, int q0, int nq, int k0, int nk) {
     if (nq == 0 || nk == 0) return;
     OpScope prof(ctx, 4.0 * B * nq * nk * C, 0, "attention block forward");  // Q·Kᵀ and P·V over the whole block
     const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        if constexpr (is_half_type<T>)
-            if (use_flash<T>(C, NH)) {  // the tensor cores (bf16, fp16; head size 64, 128)
+        if constexpr (is_half_type<floatX>)
+            if (use_flash<floatX>(C, NH)) {  // the tensor cores (bf16, fp16; head size 64, 128)
                 with_head_size(L.hs, [&](auto d) {
                     constexpr int HS = decltype(d)::value;
-                    flash_block_forward_kernel<T, HS><<<dim3(NH, B, ceil_div(nq, 64)), 128, 0, ctx.stream>>>(o, lse, qkv, kv, T_, Tk, L, q0, nq, k0, nk);
+                    flash_block_forward_kernel<floatX, HS><<<dim3(NH, B, ceil_div(nq, 64)), 128, 0, ctx.stream>>>(o, lse, qkv, kv, T, Tk, L, q0, nq, k0, nk);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
             }
         if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
-        attention_block_forward_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(o, lse, qkv, kv, B, T_, Tk, L, q0, nq, k0, nk);
+        attention_block_forward_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(o, lse, qkv, kv, B, T, Tk, L, q0, nq, k0, nk);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    F32View<T> x(qkv, (size_t)B * T_ * L.row()), y(kv, 2 * (size_t)B * Tk * L.kv());
-    attention_block_forward_cpu(o, lse, x.p, y.p, B, T_, Tk, C, NH, NKV, q0, nq, k0, nk);
+    F32View<floatX> x(qkv, (size_t)B * T * L.row()), y(kv, 2 * (size_t)B * Tk * L.kv());
+    attention_block_forward_cpu(o, lse, x.p, y.p, B, T, Tk, C, NH, NKV, q0, nq, k0, nk);
 }
-template <class T>
-inline void attention_block_backward(const Ctx& ctx, float* dx, float* dkv, const T* dout, const T* qkv, const T* kv,
-                                     const float* lse, const float* D, int B, int T_, int Tk, int C, int NH, int NKV, int q0, int nq,
+template <class floatX>
+inline void attention_block_backward(const Ctx& ctx, float* dx, float* dkv, const floatX* dout, const floatX* qkv, const floatX* kv,
+                                     const float* lse, const float* D, int B, int T, int Tk, int C, int NH, int NKV, int q0, int nq,
                                      int k0, int nk) {
     if (nq == 0 || nk == 0) return;
     OpScope prof(ctx, 2.5 * 4.0 * B * nq * nk * C, 0, "attention block backward");
     const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        if constexpr (is_half_type<T>)
-            if (use_flash<T>(C, NH)) {
+        if constexpr (is_half_type<floatX>)
+            if (use_flash<floatX>(C, NH)) {
                 with_head_size(L.hs, [&](auto d) {
                     constexpr int HS = decltype(d)::value;  // (D is the row dots here)
-                    flash_block_backward_dq_kernel<T, HS><<<dim3(NH, B, ceil_div(nq, 64)), 128, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, T_, Tk, L, q0, nq, k0, nk);
-                    flash_block_backward_dkv_kernel<T, HS><<<dim3(NKV, B, ceil_div(nk, 64)), 128, 0, ctx.stream>>>(dkv, dout, qkv, kv, lse, D, T_, Tk, L, q0, nq, k0, nk);
+                    flash_block_backward_dq_kernel<floatX, HS><<<dim3(NH, B, ceil_div(nq, 64)), 128, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, T, Tk, L, q0, nq, k0, nk);
+                    flash_block_backward_dkv_kernel<floatX, HS><<<dim3(NKV, B, ceil_div(nk, 64)), 128, 0, ctx.stream>>>(dkv, dout, qkv, kv, lse, D, T, Tk, L, q0, nq, k0, nk);
                 });
                 CUDA_LAUNCH_CHECK();
                 return;
             }
-        attention_block_backward_dq_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, B, T_, Tk, L, q0, nq, k0, nk);
-        attention_block_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * nk, 8), 256, 0, ctx.stream>>>(dkv, dout, qkv, kv, lse, D, B, T_, Tk, L, q0, nq, k0, nk);
+        attention_block_backward_dq_kernel<<<ceil_div((size_t)B * NH * nq, 8), 256, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, B, T, Tk, L, q0, nq, k0, nk);
+        attention_block_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * nk, 8), 256, 0, ctx.stream>>>(dkv, dout, qkv, kv, lse, D, B, T, Tk, L, q0, nq, k0, nk);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    F32View<T> d(dout, (size_t)B * T_ * C), x(qkv, (size_t)B * T_ * L.row()), y(kv, 2 * (size_t)B * Tk * L.kv());
-    attention_block_backward_cpu(dx, dkv, d.p, x.p, y.p, lse, D, B, T_, Tk, C, NH, NKV, q0, nq, k0, nk);
+    F32View<floatX> d(dout, (size_t)B * T * C), x(qkv, (size_t)B * T * L.row()), y(kv, 2 * (size_t)B * Tk * L.kv());
+    attention_block_backward_cpu(dx, dkv, d.p, x.p, y.p, lse, D, B, T, Tk, C, NH, NKV, q0, nq, k0, nk);
 }
 template <class D, class S>
 inline void copy_rows(const Ctx& ctx, D* dst, size_t dst_pitch, const S* src, size_t src_pitch, size_t width, size_t rows, bool add = false) {

@@ -121,10 +121,10 @@ inline void model_file_write_header(FILE* f, const char* path, const GPTConfig& 
 }
 
 // Loads a model file into the data-parallel storage (each rank keeps what its stage keeps).
-template <class T> inline void model_file_load(DataParallel<T>* d, const char* path) {
+template <class floatX> inline void model_file_load(DataParallel<floatX>* d, const char* path) {
     bool file_bf16;
     GPTConfig c = model_file_config(path, &file_bf16);
-    const GPT<T>& g = *d->g;
+    const GPT<floatX>& g = *d->g;
     if (!gpt_same_shape(c, g.config))
         fatal("'%s' does not match the model being loaded (file: %s L=%d C=%d NH=%d NKV=%d V=%d maxT=%d)", path,
               c.llama() ? "llama" : "gpt2", c.num_layers, c.channels, c.num_heads, c.kv_heads(), c.vocab_size, c.max_seq_len);
@@ -173,8 +173,8 @@ inline void refuse_non_finite(const float* x, size_t n, const std::string& path,
 // parallelism the dp rank 0 of each tp rank (pipeline stage) writes its slices (its units) into
 // the one file (disjoint ranges of it): tp rank 0 of stage 0 creates it, the others open it once
 // it exists (the barriers: over pp, then tp), and it renames it when all are done.
-template <class T> inline void model_file_save(DataParallel<T>* d, const std::string& path, bool file_bf16) {
-    const GPT<T>& g = *d->g;
+template <class floatX> inline void model_file_save(DataParallel<floatX>* d, const std::string& path, bool file_bf16) {
+    const GPT<floatX>& g = *d->g;
     const bool tp = g.tp && g.tp->size > 1, creator = d->rank == 0 && g.layout.tp_rank == 0 && g.layout.stage == 0;
     std::string tmp = path + ".tmp";
     FILE* f = nullptr;
@@ -247,8 +247,8 @@ static const int STATE_HEADER = 16;  // int64s
 // Collective over the world: every rank writes its state file, rank 0 the manifest and the
 // history, dp rank 0 (of each tp rank) the model, into DIR/step_N.tmp, renamed to DIR/step_N
 // when all are written.
-template <class T>
-inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, const TrainState& s, Group& world) {
+template <class floatX>
+inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d, const TrainState& s, Group& world) {
     namespace fs = std::filesystem;
     std::string final_dir = checkpoint_dir(out_dir, s.step), tmp = final_dir + ".tmp";
     std::error_code ec;
@@ -306,7 +306,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<T>* d, cons
                    "\"num_heads\": %d, \"channels\": %d, \"num_kv_heads\": %d, \"hidden\": %d, \"rope_theta\": %d, \"tied\": %s},\n"
                    " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
                    " \"files\": [\"model.bin\", \"history.bin\"",
-                (long long)s.step, world.size, d->g->fp8 ? "fp8" : dtype_name<T>(), d->N, tp, pp, d->zero, c.llama() ? "llama" : "gpt2", c.max_seq_len,
+                (long long)s.step, world.size, d->g->fp8 ? "fp8" : dtype_name<floatX>(), d->N, tp, pp, d->zero, c.llama() ? "llama" : "gpt2", c.max_seq_len,
                 c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, c.kv_heads(), c.ffn(),
                 c.llama() ? c.rope_theta : 0, c.tied ? "true" : "false", (long long)s.B, (long long)s.T, (long long)s.total_batch);
         for (int q = 0; q < pp; q++)
@@ -428,7 +428,7 @@ inline void saved_state_read(SavedStateGroup& g, int old_N, int part, int u, siz
 // stage's tied copy holds the same). Runs that go on in both layouts are read as one, so with
 // the saved layout each old chunk is one read, as before. So dp=4 ZeRO-3 resumes as dp=2 ZeRO-1,
 // tp=2 as tp=1, pp=2 × vpp=2 as pp=4. The elements found are counted against the rank's range.
-template <class T> inline TrainState checkpoint_load(const std::string& dir, DataParallel<T>* d) {
+template <class floatX> inline TrainState checkpoint_load(const std::string& dir, DataParallel<floatX>* d) {
     TrainState s = checkpoint_read_header(dir);
     const GPTConfig& c = d->g->config;
     const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank, pp = d->g->layout.pp, stage = d->g->layout.stage;

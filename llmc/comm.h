@@ -85,17 +85,17 @@ inline size_t chunk_end(size_t S, int P, int r) { size_t e = (size_t)(r + 1) * c
 
 // A host copy of a device buffer for the MPI calls (a no-op view of a host buffer). The copies
 // use the legacy default stream, which waits for the work queued on the trainer's stream.
-template <class T> struct Staged {
-    T* dev = nullptr;
-    std::vector<T> host;
-    T* ptr;
+template <class floatX> struct Staged {
+    floatX* dev = nullptr;
+    std::vector<floatX> host;
+    floatX* ptr;
     size_t n;
-    Staged(const T* p, size_t count, bool copy_in) : ptr(const_cast<T*>(p)), n(count) {
+    Staged(const floatX* p, size_t count, bool copy_in) : ptr(const_cast<floatX*>(p)), n(count) {
 #ifdef LLMC_CUDA
         if (count && is_device_ptr(p)) {
-            dev = const_cast<T*>(p);
+            dev = const_cast<floatX*>(p);
             host.resize(count);
-            if (copy_in) CUDA_CHECK(cudaMemcpy(host.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+            if (copy_in) CUDA_CHECK(cudaMemcpy(host.data(), p, count * sizeof(floatX), cudaMemcpyDeviceToHost));
             ptr = host.data();
         }
 #else
@@ -104,7 +104,7 @@ template <class T> struct Staged {
     }
     void copy_out() {
 #ifdef LLMC_CUDA
-        if (dev) CUDA_CHECK(cudaMemcpy(dev, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+        if (dev) CUDA_CHECK(cudaMemcpy(dev, host.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
 #endif
     }
 };
@@ -123,35 +123,35 @@ inline std::vector<int> chunk_counts(size_t S, int P, std::vector<int>* displs) 
 }
 
 // MPI's name for our element types, and their sum.
-template <class T> inline void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {  // bf16 or fp16
-    const T* a = (const T*)in;
-    T* b = (T*)inout;
-    for (int i = 0; i < *len; i++) b[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+template <class floatX> inline void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {  // bf16 or fp16
+    const floatX* a = (const floatX*)in;
+    floatX* b = (floatX*)inout;
+    for (int i = 0; i < *len; i++) b[i] = from_f<floatX>(to_f(a[i]) + to_f(b[i]));
 }
-template <class T> inline MPI_Datatype mpi_type() { return std::is_same_v<T, float> ? MPI_FLOAT : MPI_UINT16_T; }
-template <class T> inline MPI_Op mpi_sum() {
-    if constexpr (std::is_same_v<T, float>) return MPI_SUM;
+template <class floatX> inline MPI_Datatype mpi_type() { return std::is_same_v<floatX, float> ? MPI_FLOAT : MPI_UINT16_T; }
+template <class floatX> inline MPI_Op mpi_sum() {
+    if constexpr (std::is_same_v<floatX, float>) return MPI_SUM;
     else {
         static MPI_Op op = MPI_OP_NULL;  // (one per type)
-        if (op == MPI_OP_NULL) MPI_Op_create(half_sum<T>, /*commute=*/1, &op);
+        if (op == MPI_OP_NULL) MPI_Op_create(half_sum<floatX>, /*commute=*/1, &op);
         return op;
     }
 }
 #endif
 
 #ifdef LLMC_USE_NCCL
-template <class T> inline ncclDataType_t nccl_type() {
-    return std::is_same_v<T, float> ? ncclFloat32 : std::is_same_v<T, bf16> ? ncclBfloat16 : ncclFloat16;
+template <class floatX> inline ncclDataType_t nccl_type() {
+    return std::is_same_v<floatX, float> ? ncclFloat32 : std::is_same_v<floatX, bf16> ? ncclBfloat16 : ncclFloat16;
 }
 // At least n elements of device scratch for the compute stream (which = 0) or the communication
 // stream (1): two buffers, so a prefetch in flight never shares one with a blocking collective.
-template <class T> inline T* nccl_pad(Group& g, int which, size_t n) {
-    if (g.pad_bytes[which] < n * sizeof(T)) {
+template <class floatX> inline floatX* nccl_pad(Group& g, int which, size_t n) {
+    if (g.pad_bytes[which] < n * sizeof(floatX)) {
         if (g.pad[which]) { CUDA_CHECK(cudaDeviceSynchronize()); CUDA_CHECK(cudaFree(g.pad[which])); }
-        g.pad_bytes[which] = n * sizeof(T);
+        g.pad_bytes[which] = n * sizeof(floatX);
         CUDA_CHECK(cudaMalloc(&g.pad[which], g.pad_bytes[which]));
     }
-    return (T*)g.pad[which];
+    return (floatX*)g.pad[which];
 }
 // The communication stream (or another of the group's: the ring's) waits until the compute
 // stream has produced the data.
@@ -169,29 +169,29 @@ inline void nccl_stream_waits_compute(Group& g, cudaStream_t stream = nullptr) {
 // themselves; otherwise through a padded buffer [P·c to reduce | my chunk] (pad buffer `which`:
 // 0 for the compute stream, 1 for the communication stream), so that it sees P equal chunks of
 // c (the tail zeroed).
-template <class T> inline void nccl_reduce_scatter(Group& g, const T* send, T* recv, size_t S, cudaStream_t stream, int which) {
+template <class floatX> inline void nccl_reduce_scatter(Group& g, const floatX* send, floatX* recv, size_t S, cudaStream_t stream, int which) {
     const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
-    if (S % g.size == 0) { NCCL_CHECK(ncclReduceScatter(send, recv, c, nccl_type<T>(), ncclSum, g.nccl, stream)); return; }
-    T* pad = nccl_pad<T>(g, which, (size_t)g.size * c + c);
-    T* mine = pad + (size_t)g.size * c;
-    CUDA_CHECK(cudaMemcpyAsync(pad, send, S * sizeof(T), cudaMemcpyDeviceToDevice, stream));
-    CUDA_CHECK(cudaMemsetAsync(pad + S, 0, ((size_t)g.size * c - S) * sizeof(T), stream));
-    NCCL_CHECK(ncclReduceScatter(pad, mine, c, nccl_type<T>(), ncclSum, g.nccl, stream));
-    CUDA_CHECK(cudaMemcpyAsync(recv, mine, (e - b) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+    if (S % g.size == 0) { NCCL_CHECK(ncclReduceScatter(send, recv, c, nccl_type<floatX>(), ncclSum, g.nccl, stream)); return; }
+    floatX* pad = nccl_pad<floatX>(g, which, (size_t)g.size * c + c);
+    floatX* mine = pad + (size_t)g.size * c;
+    CUDA_CHECK(cudaMemcpyAsync(pad, send, S * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(pad + S, 0, ((size_t)g.size * c - S) * sizeof(floatX), stream));
+    NCCL_CHECK(ncclReduceScatter(pad, mine, c, nccl_type<floatX>(), ncclSum, g.nccl, stream));
+    CUDA_CHECK(cudaMemcpyAsync(recv, mine, (e - b) * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
 }
 #endif
 
 // recv (my chunk, chunk_end − chunk_begin elements) ← my chunk of Σ_ranks send (S elements)
-template <class T> inline void comm_reduce_scatter_sum(Group& g, const T* send, T* recv, size_t S) {
-    comm_count(g, REDUCE_SCATTER, (double)sizeof(T) * S * (g.size - 1) / g.size);
-    if (g.size == 1) { ctx_copy(Ctx(), recv, send, S * sizeof(T)); return; }  // host or device, no staging
+template <class floatX> inline void comm_reduce_scatter_sum(Group& g, const floatX* send, floatX* recv, size_t S) {
+    comm_count(g, REDUCE_SCATTER, (double)sizeof(floatX) * S * (g.size - 1) / g.size);
+    if (g.size == 1) { ctx_copy(Ctx(), recv, send, S * sizeof(floatX)); return; }  // host or device, no staging
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, send)) { nccl_reduce_scatter(g, send, recv, S, g.compute, 0); return; }
 #endif
 #ifdef LLMC_MPI
     std::vector<int> displs, counts = chunk_counts(S, g.size, &displs);
-    Staged<T> s(send, S, true), r(recv, counts[g.rank], false);
-    MPI_Reduce_scatter(s.ptr, r.ptr, counts.data(), mpi_type<T>(), mpi_sum<T>(), g.comm);
+    Staged<floatX> s(send, S, true), r(recv, counts[g.rank], false);
+    MPI_Reduce_scatter(s.ptr, r.ptr, counts.data(), mpi_type<floatX>(), mpi_sum<floatX>(), g.comm);
     r.copy_out();
 #endif
 }
@@ -215,14 +215,14 @@ struct CommHandle {
 // Every rank's chunk of buf (S elements, in place) on `stream`: NCCL's in-place all-gather when P
 // divides S, otherwise through a padded buffer [P·c gathered | my chunk] (pad buffer `which`, 0:
 // compute stream, 1: communication stream).
-template <class T> inline void nccl_all_gather(Group& g, T* buf, size_t S, cudaStream_t stream, int which) {
+template <class floatX> inline void nccl_all_gather(Group& g, floatX* buf, size_t S, cudaStream_t stream, int which) {
     const size_t c = chunk_size(S, g.size), b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
-    if (S % g.size == 0) { NCCL_CHECK(ncclAllGather(buf + b, buf, c, nccl_type<T>(), g.nccl, stream)); return; }
-    T* gathered = nccl_pad<T>(g, which, (size_t)g.size * c + c);
-    T* mine = gathered + (size_t)g.size * c;
-    CUDA_CHECK(cudaMemcpyAsync(mine, buf + b, (e - b) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
-    NCCL_CHECK(ncclAllGather(mine, gathered, c, nccl_type<T>(), g.nccl, stream));
-    CUDA_CHECK(cudaMemcpyAsync(buf, gathered, S * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+    if (S % g.size == 0) { NCCL_CHECK(ncclAllGather(buf + b, buf, c, nccl_type<floatX>(), g.nccl, stream)); return; }
+    floatX* gathered = nccl_pad<floatX>(g, which, (size_t)g.size * c + c);
+    floatX* mine = gathered + (size_t)g.size * c;
+    CUDA_CHECK(cudaMemcpyAsync(mine, buf + b, (e - b) * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+    NCCL_CHECK(ncclAllGather(mine, gathered, c, nccl_type<floatX>(), g.nccl, stream));
+    CUDA_CHECK(cudaMemcpyAsync(buf, gathered, S * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
 }
 
 // h completes with what is queued on g's communication stream (or `stream`) so far.
@@ -235,8 +235,8 @@ inline void nccl_handle_started(Group& g, CommHandle* h, cudaStream_t stream = n
 #endif
 
 // Starts gathering every rank's chunk of buf (S elements, in place). Wait with comm_wait.
-template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S, CommHandle* h) {
-    comm_count(g, ALL_GATHER, (double)sizeof(T) * S * (g.size - 1) / g.size);
+template <class floatX> inline void comm_all_gather_start(Group& g, floatX* buf, size_t S, CommHandle* h) {
+    comm_count(g, ALL_GATHER, (double)sizeof(floatX) * S * (g.size - 1) / g.size);
     h->active = false;
     if (g.size == 1) return;
 #ifdef LLMC_USE_NCCL
@@ -250,12 +250,12 @@ template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S,
 #ifdef LLMC_MPI
     h->counts = chunk_counts(S, g.size, &h->displs);
     if (is_device_ptr(buf)) {  // staged through the host: done now (NCCL will overlap it)
-        Staged<T> b(buf, S, true);
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.ptr, h->counts.data(), h->displs.data(), mpi_type<T>(), g.comm);
+        Staged<floatX> b(buf, S, true);
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.ptr, h->counts.data(), h->displs.data(), mpi_type<floatX>(), g.comm);
         b.copy_out();
         return;
     }
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, h->counts.data(), h->displs.data(), mpi_type<T>(), g.comm, &h->req);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, h->counts.data(), h->displs.data(), mpi_type<floatX>(), g.comm, &h->req);
     h->active = true;
 #endif
 }
@@ -263,11 +263,11 @@ template <class T> inline void comm_all_gather_start(Group& g, T* buf, size_t S,
 // comm_reduce_scatter_sum started on the communication stream when it goes through NCCL (ZeRO:
 // one unit's gradients while the backward of the next goes on); otherwise done now. Wait with
 // comm_wait before reading recv; send must not change until then.
-template <class T> inline void comm_reduce_scatter_sum_start(Group& g, const T* send, T* recv, size_t S, CommHandle* h) {
+template <class floatX> inline void comm_reduce_scatter_sum_start(Group& g, const floatX* send, floatX* recv, size_t S, CommHandle* h) {
     h->active = false;
 #ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, send)) {  // once the compute stream has written send
-        comm_count(g, REDUCE_SCATTER, (double)sizeof(T) * S * (g.size - 1) / g.size);
+        comm_count(g, REDUCE_SCATTER, (double)sizeof(floatX) * S * (g.size - 1) / g.size);
         nccl_stream_waits_compute(g);
         nccl_reduce_scatter(g, send, recv, S, g.stream, 1);
         nccl_handle_started(g, h);
@@ -287,10 +287,10 @@ inline void comm_wait(CommHandle* h) {
 #endif
     h->active = false;
 }
-template <class T> inline void comm_all_gather(Group& g, T* buf, size_t S) {
+template <class floatX> inline void comm_all_gather(Group& g, floatX* buf, size_t S) {
 #ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, buf)) {  // blocking: on the compute stream, in order, no events
-        comm_count(g, ALL_GATHER, (double)sizeof(T) * S * (g.size - 1) / g.size);
+        comm_count(g, ALL_GATHER, (double)sizeof(floatX) * S * (g.size - 1) / g.size);
         nccl_all_gather(g, buf, S, g.compute, 0);
         return;
     }
@@ -301,24 +301,24 @@ template <class T> inline void comm_all_gather(Group& g, T* buf, size_t S) {
 }
 
 // buf ← Σ_ranks buf, identical on every rank (reduce-scatter, then all-gather).
-template <class T> inline void comm_all_reduce_sum(Group& g, T* buf, size_t S, std::vector<T>* scratch) {
+template <class floatX> inline void comm_all_reduce_sum(Group& g, floatX* buf, size_t S, std::vector<floatX>* scratch) {
     if (g.size == 1) { comm_count(g, ALL_REDUCE, 0); return; }
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) {  // NCCL's ring all-reduce: every rank ends with the same bits too
-        comm_count(g, ALL_REDUCE, 2.0 * sizeof(T) * S * (g.size - 1) / g.size);
-        NCCL_CHECK(ncclAllReduce(buf, buf, S, nccl_type<T>(), ncclSum, g.nccl, g.compute));
+        comm_count(g, ALL_REDUCE, 2.0 * sizeof(floatX) * S * (g.size - 1) / g.size);
+        NCCL_CHECK(ncclAllReduce(buf, buf, S, nccl_type<floatX>(), ncclSum, g.nccl, g.compute));
         return;
     }
 #endif
     size_t b = chunk_begin(S, g.size, g.rank), e = chunk_end(S, g.size, g.rank);
-    Staged<T> all(buf, S, true);  // one staging for both halves when buf is on a GPU
+    Staged<floatX> all(buf, S, true);  // one staging for both halves when buf is on a GPU
     scratch->resize(std::max<size_t>(e - b, 1));
     comm_reduce_scatter_sum(g, all.ptr, scratch->data(), S);
-    memcpy(all.ptr + b, scratch->data(), (e - b) * sizeof(T));
+    memcpy(all.ptr + b, scratch->data(), (e - b) * sizeof(floatX));
     comm_all_gather(g, all.ptr, S);
     all.copy_out();
     // book it as one all-reduce (2(P−1)/P·M), not as its two halves
-    const double half = (double)sizeof(T) * S * (g.size - 1) / g.size;
+    const double half = (double)sizeof(floatX) * S * (g.size - 1) / g.size;
     g.bytes[REDUCE_SCATTER] -= half; g.calls[REDUCE_SCATTER]--;
     g.bytes[ALL_GATHER] -= half; g.calls[ALL_GATHER]--;
     comm_count(g, ALL_REDUCE, 2 * half);
@@ -326,12 +326,12 @@ template <class T> inline void comm_all_reduce_sum(Group& g, T* buf, size_t S, s
 
 // The same, started on the communication stream when it goes through NCCL (DDP: one unit's
 // gradients while the backward goes on); otherwise done now. comm_join completes them all.
-template <class T> inline void comm_all_reduce_sum_start(Group& g, T* buf, size_t S, std::vector<T>* scratch) {
+template <class floatX> inline void comm_all_reduce_sum_start(Group& g, floatX* buf, size_t S, std::vector<floatX>* scratch) {
 #ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, buf)) {
-        comm_count(g, ALL_REDUCE, 2.0 * sizeof(T) * S * (g.size - 1) / g.size);
+        comm_count(g, ALL_REDUCE, 2.0 * sizeof(floatX) * S * (g.size - 1) / g.size);
         nccl_stream_waits_compute(g);
-        NCCL_CHECK(ncclAllReduce(buf, buf, S, nccl_type<T>(), ncclSum, g.nccl, g.stream));
+        NCCL_CHECK(ncclAllReduce(buf, buf, S, nccl_type<floatX>(), ncclSum, g.nccl, g.stream));
         CUDA_CHECK(cudaEventRecord(g.comm_done, g.stream));
         return;
     }
@@ -374,35 +374,35 @@ inline void comm_max_floats(Group& g, float* v, int n) {
 #endif
 }
 
-template <class T> inline void comm_broadcast(Group& g, T* buf, size_t n, int root) {
-    comm_count(g, BROADCAST, g.size > 1 ? (double)sizeof(T) * n : 0);
+template <class floatX> inline void comm_broadcast(Group& g, floatX* buf, size_t n, int root) {
+    comm_count(g, BROADCAST, g.size > 1 ? (double)sizeof(floatX) * n : 0);
     if (g.size == 1) return;
 #ifdef LLMC_USE_NCCL
-    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, g.nccl, g.compute)); return; }
+    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclBroadcast(buf, buf, n, nccl_type<floatX>(), root, g.nccl, g.compute)); return; }
 #endif
 #ifdef LLMC_MPI
-    Staged<T> b(buf, n, true);
-    MPI_Bcast(b.ptr, (int)n, mpi_type<T>(), root, g.comm);
+    Staged<floatX> b(buf, n, true);
+    MPI_Bcast(b.ptr, (int)n, mpi_type<floatX>(), root, g.comm);
     b.copy_out();
 #endif
 }
-template <class T> inline void comm_send(Group& g, const T* buf, size_t n, int peer) {
-    comm_count(g, SEND_RECV, (double)sizeof(T) * n);
+template <class floatX> inline void comm_send(Group& g, const floatX* buf, size_t n, int peer) {
+    comm_count(g, SEND_RECV, (double)sizeof(floatX) * n);
 #ifdef LLMC_USE_NCCL
-    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclSend(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
+    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclSend(buf, n, nccl_type<floatX>(), peer, g.nccl, g.compute)); return; }
 #endif
 #ifdef LLMC_MPI
-    Staged<T> b(buf, n, true);
-    MPI_Send(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm);
+    Staged<floatX> b(buf, n, true);
+    MPI_Send(b.ptr, (int)n, mpi_type<floatX>(), peer, 0, g.comm);
 #endif
 }
-template <class T> inline void comm_recv(Group& g, T* buf, size_t n, int peer) {
+template <class floatX> inline void comm_recv(Group& g, floatX* buf, size_t n, int peer) {
 #ifdef LLMC_USE_NCCL
-    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.nccl, g.compute)); return; }
+    if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<floatX>(), peer, g.nccl, g.compute)); return; }
 #endif
 #ifdef LLMC_MPI
-    Staged<T> b(buf, n, false);
-    MPI_Recv(b.ptr, (int)n, mpi_type<T>(), peer, 0, g.comm, MPI_STATUS_IGNORE);
+    Staged<floatX> b(buf, n, false);
+    MPI_Recv(b.ptr, (int)n, mpi_type<floatX>(), peer, 0, g.comm, MPI_STATUS_IGNORE);
     b.copy_out();
 #endif
 }
@@ -431,15 +431,15 @@ inline int ring_colors(int P) { return P % 2 == 0 ? 2 : 3; }
 inline int ring_color(int P, int link) { return P % 2 == 1 && link == P - 1 ? 2 : link % 2; }
 // Starts sending n elements of buf to rank + dir (mod P); buf must not change until the send is
 // done (comm_send_done, or comm_wait: MPI waits on the host, NCCL makes the compute stream wait).
-template <class T> inline void comm_ring_send_start(Group& g, const T* buf, size_t n, int dir, CommHandle* h) {
-    comm_count(g, SEND_RECV, (double)sizeof(T) * n);
+template <class floatX> inline void comm_ring_send_start(Group& g, const floatX* buf, size_t n, int dir, CommHandle* h) {
+    comm_count(g, SEND_RECV, (double)sizeof(floatX) * n);
     h->active = false;
     const int peer = (g.rank + dir + g.size) % g.size;
 #ifdef LLMC_USE_NCCL
     if (g.ring[0][0] && is_device_ptr(buf)) {
         const int way = ring_way(dir), link = dir > 0 ? g.rank : peer;  // (link j joins j and j + 1)
         nccl_stream_waits_compute(g, g.ring_stream[way]);
-        NCCL_CHECK(ncclSend(buf, n, nccl_type<T>(), peer, g.ring[way][ring_color(g.size, link)], g.ring_stream[way]));
+        NCCL_CHECK(ncclSend(buf, n, nccl_type<floatX>(), peer, g.ring[way][ring_color(g.size, link)], g.ring_stream[way]));
         nccl_handle_started(g, h, g.ring_stream[way]);
         return;
     }
@@ -449,12 +449,12 @@ template <class T> inline void comm_ring_send_start(Group& g, const T* buf, size
     const void* from = buf;
 #ifdef LLMC_CUDA
     if (is_device_ptr(buf)) {  // (through host memory: a GPU the ranks share, or no NCCL)
-        h->staged.resize(n * sizeof(T));
-        CUDA_CHECK(cudaMemcpy(h->staged.data(), buf, n * sizeof(T), cudaMemcpyDeviceToHost));
+        h->staged.resize(n * sizeof(floatX));
+        CUDA_CHECK(cudaMemcpy(h->staged.data(), buf, n * sizeof(floatX), cudaMemcpyDeviceToHost));
         from = h->staged.data();
     }
 #endif
-    MPI_Isend(from, (int)n, mpi_type<T>(), peer, ring_way(dir), g.comm, &h->req);
+    MPI_Isend(from, (int)n, mpi_type<floatX>(), peer, ring_way(dir), g.comm, &h->req);
     h->active = true;
 #else
     (void)buf; (void)peer; fatal("comm_ring_send_start: this build has no MPI");
@@ -482,18 +482,18 @@ inline bool comm_send_done(CommHandle* h) {
 }
 // Receives into buf (n elements) the next message that came this way round the ring: from rank −
 // dir (mod P). On a GPU with NCCL it is queued on the compute stream, which waits for it.
-template <class T> inline void comm_ring_recv(Group& g, T* buf, size_t n, int dir) {
+template <class floatX> inline void comm_ring_recv(Group& g, floatX* buf, size_t n, int dir) {
     const int peer = (g.rank - dir + g.size) % g.size;
 #ifdef LLMC_USE_NCCL
     if (g.ring[0][0] && is_device_ptr(buf)) {
         const int way = ring_way(dir), link = dir > 0 ? peer : g.rank;
-        NCCL_CHECK(ncclRecv(buf, n, nccl_type<T>(), peer, g.ring[way][ring_color(g.size, link)], g.compute));
+        NCCL_CHECK(ncclRecv(buf, n, nccl_type<floatX>(), peer, g.ring[way][ring_color(g.size, link)], g.compute));
         return;
     }
 #endif
 #ifdef LLMC_MPI
-    Staged<T> b(buf, n, false);
-    MPI_Recv(b.ptr, (int)n, mpi_type<T>(), peer, ring_way(dir), g.comm, MPI_STATUS_IGNORE);
+    Staged<floatX> b(buf, n, false);
+    MPI_Recv(b.ptr, (int)n, mpi_type<floatX>(), peer, ring_way(dir), g.comm, MPI_STATUS_IGNORE);
     b.copy_out();
 #else
     (void)buf; (void)peer; fatal("comm_ring_recv: this build has no MPI");
@@ -501,21 +501,21 @@ template <class T> inline void comm_ring_recv(Group& g, T* buf, size_t n, int di
 }
 // Sends n elements of send to rank `to` and receives n into recv from rank `from`, at once (no
 // deadlock whatever the peers: context_parallel.h's ring, where every rank sends and receives).
-template <class T> inline void comm_sendrecv(Group& g, const T* send, size_t n, int to, T* recv, int from) {
-    comm_count(g, SEND_RECV, (double)sizeof(T) * n);
+template <class floatX> inline void comm_sendrecv(Group& g, const floatX* send, size_t n, int to, floatX* recv, int from) {
+    comm_count(g, SEND_RECV, (double)sizeof(floatX) * n);
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, send)) {
         NCCL_CHECK(ncclGroupStart());
-        NCCL_CHECK(ncclSend(send, n, nccl_type<T>(), to, g.nccl, g.compute));
-        NCCL_CHECK(ncclRecv(recv, n, nccl_type<T>(), from, g.nccl, g.compute));
+        NCCL_CHECK(ncclSend(send, n, nccl_type<floatX>(), to, g.nccl, g.compute));
+        NCCL_CHECK(ncclRecv(recv, n, nccl_type<floatX>(), from, g.nccl, g.compute));
         NCCL_CHECK(ncclGroupEnd());
         return;
     }
 #endif
 #ifdef LLMC_MPI
     if (n > 0x7fffffff) fatal("a send of %zu elements is too large for MPI's int counts", n);
-    Staged<T> s(send, n, true), r(recv, n, false);
-    MPI_Sendrecv(s.ptr, (int)n, mpi_type<T>(), to, 1, r.ptr, (int)n, mpi_type<T>(), from, 1, g.comm, MPI_STATUS_IGNORE);
+    Staged<floatX> s(send, n, true), r(recv, n, false);
+    MPI_Sendrecv(s.ptr, (int)n, mpi_type<floatX>(), to, 1, r.ptr, (int)n, mpi_type<floatX>(), from, 1, g.comm, MPI_STATUS_IGNORE);
     r.copy_out();
 #else
     (void)send; (void)to; (void)recv; (void)from; fatal("comm_sendrecv: this build has no MPI");
@@ -524,15 +524,15 @@ template <class T> inline void comm_sendrecv(Group& g, const T* send, size_t n, 
 // comm_sendrecv started on the communication stream when it goes through NCCL (context_parallel.h:
 // the next block of keys and values travels while this one's attention runs); otherwise done now.
 // Wait with comm_wait before reading recv; send must not change, nor recv be read, until then.
-template <class T> inline void comm_sendrecv_start(Group& g, const T* send, size_t n, int to, T* recv, int from, CommHandle* h) {
+template <class floatX> inline void comm_sendrecv_start(Group& g, const floatX* send, size_t n, int to, floatX* recv, int from, CommHandle* h) {
     h->active = false;
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, send)) {  // once the compute stream has written send and is done reading recv
-        comm_count(g, SEND_RECV, (double)sizeof(T) * n);
+        comm_count(g, SEND_RECV, (double)sizeof(floatX) * n);
         nccl_stream_waits_compute(g);
         NCCL_CHECK(ncclGroupStart());
-        NCCL_CHECK(ncclSend(send, n, nccl_type<T>(), to, g.nccl, g.stream));
-        NCCL_CHECK(ncclRecv(recv, n, nccl_type<T>(), from, g.nccl, g.stream));
+        NCCL_CHECK(ncclSend(send, n, nccl_type<floatX>(), to, g.nccl, g.stream));
+        NCCL_CHECK(ncclRecv(recv, n, nccl_type<floatX>(), from, g.nccl, g.stream));
         NCCL_CHECK(ncclGroupEnd());
         nccl_handle_started(g, h);
         return;
@@ -541,14 +541,14 @@ template <class T> inline void comm_sendrecv_start(Group& g, const T* send, size
     comm_sendrecv(g, send, n, to, recv, from);
 }
 // send holds P blocks of n elements, block r for rank r; recv gets block `rank` of every rank.
-template <class T> inline void comm_all_to_all(Group& g, const T* send, T* recv, size_t n) {
-    comm_count(g, ALL_TO_ALL, (double)sizeof(T) * n * (g.size - 1));
+template <class floatX> inline void comm_all_to_all(Group& g, const floatX* send, floatX* recv, size_t n) {
+    comm_count(g, ALL_TO_ALL, (double)sizeof(floatX) * n * (g.size - 1));
 #ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, send)) {  // P sends and receives in one group
         NCCL_CHECK(ncclGroupStart());
         for (int r = 0; r < g.size; r++) {
-            NCCL_CHECK(ncclSend(send + (size_t)r * n, n, nccl_type<T>(), r, g.nccl, g.compute));
-            NCCL_CHECK(ncclRecv(recv + (size_t)r * n, n, nccl_type<T>(), r, g.nccl, g.compute));
+            NCCL_CHECK(ncclSend(send + (size_t)r * n, n, nccl_type<floatX>(), r, g.nccl, g.compute));
+            NCCL_CHECK(ncclRecv(recv + (size_t)r * n, n, nccl_type<floatX>(), r, g.nccl, g.compute));
         }
         NCCL_CHECK(ncclGroupEnd());
         return;
@@ -556,13 +556,13 @@ template <class T> inline void comm_all_to_all(Group& g, const T* send, T* recv,
 #endif
 #ifdef LLMC_MPI
     if (g.size > 1) {
-        Staged<T> s(send, n * g.size, true), r(recv, n * g.size, false);
-        MPI_Alltoall(s.ptr, (int)n, mpi_type<T>(), r.ptr, (int)n, mpi_type<T>(), g.comm);
+        Staged<floatX> s(send, n * g.size, true), r(recv, n * g.size, false);
+        MPI_Alltoall(s.ptr, (int)n, mpi_type<floatX>(), r.ptr, (int)n, mpi_type<floatX>(), g.comm);
         r.copy_out();
         return;
     }
 #endif
-    ctx_copy(Ctx(), recv, send, n * sizeof(T));
+    ctx_copy(Ctx(), recv, send, n * sizeof(floatX));
 }
 inline void comm_barrier(Group& g) {
     comm_count(g, BARRIER, 0);

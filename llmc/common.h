@@ -203,7 +203,7 @@ HD inline float to_f(fp16 x) {
     return fp16_to_fp32(x.bits);
 #endif
 }
-template <class T> HD inline T from_f(float x);
+template <class floatX> HD inline floatX from_f(float x);
 template <> HD inline float from_f<float>(float x) { return x; }
 template <> HD inline bf16 from_f<bf16>(float x) {
 #ifdef __CUDA_ARCH__
@@ -220,17 +220,17 @@ template <> HD inline fp16 from_f<fp16>(float x) {
 #endif
 }
 // bf16 or fp16: the 16-bit float types, which the tensor-core kernels take (flash_attention.cuh)
-template <class T> inline constexpr bool is_half_type = std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
+template <class floatX> inline constexpr bool is_half_type = std::is_same_v<floatX, bf16> || std::is_same_v<floatX, fp16>;
 
 // Host vectors converted element by element (tests and kernel playgrounds): rounded to T once,
 // and back. (On every core: a playground's inputs are up to ~10^9 elements.)
-template <class T> inline std::vector<T> vec_cast(const std::vector<float>& v) {
-    std::vector<T> r(v.size());
+template <class floatX> inline std::vector<floatX> vec_cast(const std::vector<float>& v) {
+    std::vector<floatX> r(v.size());
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < v.size(); i++) r[i] = from_f<T>(v[i]);
+    for (size_t i = 0; i < v.size(); i++) r[i] = from_f<floatX>(v[i]);
     return r;
 }
-template <class T> inline std::vector<float> vec_widen(const std::vector<T>& v) {
+template <class floatX> inline std::vector<float> vec_widen(const std::vector<floatX>& v) {
     std::vector<float> r(v.size());
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < v.size(); i++) r[i] = to_f(v[i]);
@@ -238,17 +238,17 @@ template <class T> inline std::vector<float> vec_widen(const std::vector<T>& v) 
 }
 
 enum class DType { FP32, BF16, FP16 };
-template <class T> inline DType dtype_of();
+template <class floatX> inline DType dtype_of();
 template <> inline DType dtype_of<float>() { return DType::FP32; }
 template <> inline DType dtype_of<bf16>() { return DType::BF16; }
 template <> inline DType dtype_of<fp16>() { return DType::FP16; }
-template <class T> inline const char* dtype_name() {
-    return dtype_of<T>() == DType::FP32 ? "fp32" : dtype_of<T>() == DType::BF16 ? "bf16" : "fp16";
+template <class floatX> inline const char* dtype_name() {
+    return dtype_of<floatX>() == DType::FP32 ? "fp32" : dtype_of<floatX>() == DType::BF16 ? "bf16" : "fp16";
 }
 
-// Keeps a parameter out of template argument deduction (a nullptr bias must not decide T).
-template <class T> struct NoDeduceT { using type = T; };
-template <class T> using NoDeduce = typename NoDeduceT<T>::type;
+// Keeps a parameter out of template argument deduction (a nullptr bias must not decide the dtype).
+template <class E> struct NoDeduceT { using type = E; };
+template <class E> using NoDeduce = typename NoDeduceT<E>::type;
 
 // ----------------------------------------------------------------------------
 // time
@@ -264,32 +264,32 @@ inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 // 64-byte aligned vectors. Every buffer of the model is one, so vectorized loops see the same
 // alignment in every run: reductions are then bit-identical from run to run (resume relies on it).
 
-template <class T> struct AlignedAlloc {
-    using value_type = T;
+template <class E> struct AlignedAlloc {
+    using value_type = E;
     AlignedAlloc() = default;
     template <class U> AlignedAlloc(const AlignedAlloc<U>&) {}
-    T* allocate(size_t n) {
-        size_t bytes = ceil_div(n * sizeof(T), 64) * 64;
+    E* allocate(size_t n) {
+        size_t bytes = ceil_div(n * sizeof(E), 64) * 64;
         void* p = aligned_alloc(64, bytes ? bytes : 64);
-        if (!p) fatal("out of memory allocating %zu bytes", n * sizeof(T));
-        return (T*)p;
+        if (!p) fatal("out of memory allocating %zu bytes", n * sizeof(E));
+        return (E*)p;
     }
-    void deallocate(T* p, size_t) { free(p); }
+    void deallocate(E* p, size_t) { free(p); }
     template <class U> bool operator==(const AlignedAlloc<U>&) const { return true; }
     template <class U> bool operator!=(const AlignedAlloc<U>&) const { return false; }
 };
-template <class T> using avec = std::vector<T, AlignedAlloc<T>>;
+template <class E> using avec = std::vector<E, AlignedAlloc<E>>;
 
-// An fp32 view of n elements of a host buffer of T, for running the fp32 CPU reference of an op
-// on T data. For float it is the buffer itself (no copy: the fp32 path is untouched). For bf16
+// An fp32 view of n elements of a host buffer of floatX, for running the fp32 CPU reference of an op
+// on floatX data. For float it is the buffer itself (no copy: the fp32 path is untouched). For bf16
 // it is a widened copy (if `read`), and store() rounds it back once: the op's result, to bf16.
-template <class T> struct F32View {
+template <class floatX> struct F32View {
     float* p;
     avec<float> tmp;
-    T* dst;
+    floatX* dst;
     size_t n;
-    F32View(const T* src, size_t count, bool read = true) : p(nullptr), dst(const_cast<T*>(src)), n(count) {
-        if constexpr (std::is_same_v<T, float>) { p = dst; (void)read; }
+    F32View(const floatX* src, size_t count, bool read = true) : p(nullptr), dst(const_cast<floatX*>(src)), n(count) {
+        if constexpr (std::is_same_v<floatX, float>) { p = dst; (void)read; }
         else {
             if (!src) return;
             tmp.resize(count);
@@ -298,7 +298,7 @@ template <class T> struct F32View {
         }
     }
     void store() {
-        if constexpr (!std::is_same_v<T, float>) if (dst) for (size_t i = 0; i < n; i++) dst[i] = from_f<T>(tmp[i]);
+        if constexpr (!std::is_same_v<floatX, float>) if (dst) for (size_t i = 0; i < n; i++) dst[i] = from_f<floatX>(tmp[i]);
     }
 };
 
@@ -564,9 +564,9 @@ inline double host_available_bytes(bool* by_cgroup = nullptr) {
 
 inline size_t g_gpu_bytes = 0, g_gpu_bytes_peak = 0;  // Buf's GPU memory now, and its high-water mark
 
-// An owned, zero-initialized array of n T on a device. Move-only.
-template <class T> struct Buf {
-    T* ptr = nullptr;
+// An owned, zero-initialized array of n elements E on a device. Move-only.
+template <class E> struct Buf {
+    E* ptr = nullptr;
     size_t n = 0;
     Device dev = Device::CPU;
     Buf() = default;
@@ -605,19 +605,19 @@ template <class T> struct Buf {
             return;
         }
 #endif
-        ptr = (T*)aligned_alloc(64, bytes);
+        ptr = (E*)aligned_alloc(64, bytes);
         if (!ptr) fatal("out of memory allocating %s", format_bytes(bytes).c_str());
         memset(ptr, 0, bytes);
     }
-    T* data() const { return ptr; }
+    E* data() const { return ptr; }
     size_t size() const { return n; }
-    static size_t bytes_for(size_t count) { return ceil_div(count * sizeof(T), 64) * 64; }  // what alloc(count) takes
+    static size_t bytes_for(size_t count) { return ceil_div(count * sizeof(E), 64) * 64; }  // what alloc(count) takes
     size_t bytes() const { return ptr ? bytes_for(n) : 0; }                                   // what this one holds
 };
 
 // A per-call-site scratch buffer on the ctx's device that only grows (moved to the other device
 // when a ctx of that one asks: tests run an op on both). Not thread-safe, like gpu_scratch.
-template <class T> inline T* op_scratch(Buf<T>& b, const Ctx& ctx, size_t n) {
+template <class floatX> inline floatX* op_scratch(Buf<floatX>& b, const Ctx& ctx, size_t n) {
     if (b.size() < n || b.dev != ctx.device) b.alloc(ctx, n);
     return b.data();
 }
@@ -635,7 +635,7 @@ inline int grid_for(size_t n, int block = 256) { return (int)std::max<size_t>(1,
 
 // A per-call-site scratch buffer on the GPU that only grows (for small temporaries of the
 // kernels: partial sums, index lists). Not thread-safe; the trainer is single-threaded on the host.
-template <class T> inline T* gpu_scratch(Buf<T>& b, const Ctx& ctx, size_t n) {
+template <class floatX> inline floatX* gpu_scratch(Buf<floatX>& b, const Ctx& ctx, size_t n) {
     if (b.size() < n) b.alloc(ctx, n);
     return b.data();
 }
@@ -754,25 +754,25 @@ inline std::string cuda_describe() {
 // for the same bytes. A row of C elements can be read in packs when C is a multiple of V and
 // the row's pointer is 16-byte aligned (pack_width checks both at launch; the emulator checks
 // every pack's address).
-template <class T> constexpr int PACK = 16 / (int)sizeof(T);
-template <class T, int V> struct alignas(sizeof(T) * V) Pack { T v[V]; };
-template <int V, class T> __device__ inline Pack<T, V> load_pack(const T* p) {
+template <class floatX> constexpr int PACK = 16 / (int)sizeof(floatX);
+template <class E, int V> struct alignas(sizeof(E) * V) Pack { E v[V]; };
+template <int V, class E> __device__ inline Pack<E, V> load_pack(const E* p) {
 #ifdef LLMC_SIMT
-    if ((uintptr_t)p % sizeof(Pack<T, V>)) fatal("load_pack: address %p is not %zu-byte aligned", (const void*)p, sizeof(Pack<T, V>));
+    if ((uintptr_t)p % sizeof(Pack<E, V>)) fatal("load_pack: address %p is not %zu-byte aligned", (const void*)p, sizeof(Pack<E, V>));
 #endif
-    return *reinterpret_cast<const Pack<T, V>*>(p);
+    return *reinterpret_cast<const Pack<E, V>*>(p);
 }
-template <int V, class T> __device__ inline void store_pack(T* p, const Pack<T, V>& x) {
+template <int V, class E> __device__ inline void store_pack(E* p, const Pack<E, V>& x) {
 #ifdef LLMC_SIMT
-    if ((uintptr_t)p % sizeof(Pack<T, V>)) fatal("store_pack: address %p is not %zu-byte aligned", (const void*)p, sizeof(Pack<T, V>));
+    if ((uintptr_t)p % sizeof(Pack<E, V>)) fatal("store_pack: address %p is not %zu-byte aligned", (const void*)p, sizeof(Pack<E, V>));
 #endif
-    *reinterpret_cast<Pack<T, V>*>(p) = x;
+    *reinterpret_cast<Pack<E, V>*>(p) = x;
 }
-// PACK<T> when every row (C elements) at each of these pointers starts 16-byte aligned, else 1
-template <class T> inline int pack_width(size_t C, std::initializer_list<const void*> ptrs) {
-    if (C % PACK<T>) return 1;
+// PACK<floatX> when every row (C elements) at each of these pointers starts 16-byte aligned, else 1
+template <class floatX> inline int pack_width(size_t C, std::initializer_list<const void*> ptrs) {
+    if (C % PACK<floatX>) return 1;
     for (const void* p : ptrs) if ((uintptr_t)p % 16) return 1;
-    return PACK<T>;
+    return PACK<floatX>;
 }
 
 __device__ inline float warp_sum(float v) {
@@ -804,7 +804,7 @@ __device__ inline void cp_async_wait_all() {
 }
 
 // Dynamic shared memory: the bytes a launch names as its third <<<>>> argument, for a buffer
-// whose size is known only at launch. DYNAMIC_SHARED(T, name) declares T* name pointing at it.
+// whose size is known only at launch. DYNAMIC_SHARED(E, name) declares E* name pointing at it.
 // Past 48 KB a kernel must opt in first: SHARED_OPT_IN(kernel) (written as its launch writes
 // it: the emulator matches the text) allows it all it can have, dynamic_shared_ceiling(kernel):
 // the device's per-block ceiling, max_shared_per_block() (227 KB on an H100, 163 KB on an A100),
@@ -812,12 +812,12 @@ __device__ inline void cp_async_wait_all() {
 // that has static arrays too is refused: cudaFuncSetAttribute answers "invalid argument".)
 // Once per kernel and process.
 #ifdef LLMC_SIMT
-#define DYNAMIC_SHARED(T, name) T* name = (T*)simt::dynamic_shared()
+#define DYNAMIC_SHARED(E, name) E* name = (E*)simt::dynamic_shared()
 #define SHARED_OPT_IN(...) simt::shared_opt_in(#__VA_ARGS__, dynamic_shared_ceiling(__VA_ARGS__))
 #else
-#define DYNAMIC_SHARED(T, name) \
+#define DYNAMIC_SHARED(E, name) \
     extern __shared__ __align__(16) unsigned char name##_bytes[]; \
-    T* name = (T*)name##_bytes
+    E* name = (E*)name##_bytes
 #define SHARED_OPT_IN(...) do { \
         static const bool opted_ = [] { \
             CUDA_CHECK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dynamic_shared_ceiling(__VA_ARGS__))); \
@@ -854,7 +854,7 @@ template <class K> inline size_t dynamic_shared_ceiling(K* kernel) {
 // order, with 32 loads in flight per column rather than one (C = 768 makes only 24 blocks: each
 // needs many loads in flight to read its K rows of partial sums quickly).
 static const int COLSUM_WARPS = 32;
-template <class T> __global__ void __launch_bounds__(32 * COLSUM_WARPS) column_sum_add_kernel(T* out, const float* partial, int C, int K) {
+template <class floatX> __global__ void __launch_bounds__(32 * COLSUM_WARPS) column_sum_add_kernel(floatX* out, const float* partial, int C, int K) {
     __shared__ float part[COLSUM_WARPS][32];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     float s = 0.0f;
@@ -865,7 +865,7 @@ template <class T> __global__ void __launch_bounds__(32 * COLSUM_WARPS) column_s
     if (w == 0 && c < C) {
         float total = 0.0f;
         for (int u = 0; u < COLSUM_WARPS; u++) total += part[u][lane];
-        out[c] = from_f<T>(to_f(out[c]) + total);
+        out[c] = from_f<floatX>(to_f(out[c]) + total);
     }
 }
 // The end of the column sums' first stage (matmul's dbias, LayerNorm's dw and db): each of a
@@ -887,7 +887,7 @@ __device__ inline void block_column_sums(float* sh, const float* const (&sums)[N
         }
     __syncthreads();  // the shared sums are read before they are written again
 }
-template <class T> inline void column_sum_add(const Ctx& ctx, T* out, const float* partial, int C, int K) {
+template <class floatX> inline void column_sum_add(const Ctx& ctx, floatX* out, const float* partial, int C, int K) {
     column_sum_add_kernel<<<(unsigned)ceil_div(C, 32), 32 * COLSUM_WARPS, 0, ctx.stream>>>(out, partial, C, K);
     CUDA_LAUNCH_CHECK();
 }

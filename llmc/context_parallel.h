@@ -59,15 +59,15 @@ inline CPBlock cp_block(bool zigzag, int r, int o, int Tl) {
 // The ring's buffers (model.h's activations list holds them): k, v to lend and the ones borrowed;
 // the fp32 running output (N·C) or gradient (N·(C + 2·KV)); three dk, dv blocks (two going home
 // in turn, one coming home); D. (KV = NKV·hs: the key/value heads' width; C with NKV = NH.)
-template <class T> struct RingBuffers { T* kv[2]; float* acc; float* dkv[3]; float* D; };
+template <class floatX> struct RingBuffers { floatX* kv[2]; float* acc; float* dkv[3]; float* D; };
 
 // The ring's k, v exchanges: start(s) begins moving the block rank r holds at step s − 1 (its own
 // at s = 1) to rank r + 1 while rank r − 1's arrives, in buffer s % 2 (the other buffer is the one
 // being sent: its block's attention has run). Started on NCCL's communication stream, so the
 // block in hand computes meanwhile; with MPI done at once.
-template <class T> struct KVRing {
+template <class floatX> struct KVRing {
     Group& cp;
-    const RingBuffers<T>& rb;
+    const RingBuffers<floatX>& rb;
     size_t n;  // elements of a block
     CommHandle h;
     void start(const Ctx& ctx, int s) {
@@ -75,7 +75,7 @@ template <class T> struct KVRing {
         CommScope prof(ctx, cp, "cp ring send k, v");
         comm_sendrecv_start(cp, rb.kv[(s - 1) % 2], n, (r + 1) % c, rb.kv[s % 2], (r - 1 + c) % c, &h);
     }
-    const T* wait(const Ctx& ctx, int s) {  // rank r − s's k, v
+    const floatX* wait(const Ctx& ctx, int s) {  // rank r − s's k, v
         CommScope prof(ctx, cp, "cp ring wait (exposed)");
         comm_wait(&h);
         return rb.kv[s % 2];
@@ -85,20 +85,20 @@ template <class T> struct KVRing {
 // Attention over the whole sequence of this rank's queries (qkv: B × Tl × (C + 2·KV), this rank's
 // positions, NH query and NKV key/value heads; out, lse as attention.cuh's). cp: the cp group
 // (nullptr or one rank: plain attention).
-template <class T>
-inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<T>& rb, T* out, float* lse,
-                                 const T* qkv, int B, int Tl, int C, int NH, int NKV) {
+template <class floatX>
+inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<floatX>& rb, floatX* out, float* lse,
+                                 const floatX* qkv, int B, int Tl, int C, int NH, int NKV) {
     if (!cp || cp->size == 1) { attention_forward(ctx, out, lse, qkv, B, Tl, C, NH, NKV); return; }
     const int c = cp->size, r = cp->rank;
     const QKVLayout L = qkv_layout(C, NH, NKV);
     const size_t N = (size_t)B * Tl, KV2 = 2 * (size_t)L.kv();  // a position's k and v
-    KVRing<T> ring{*cp, rb, N * KV2, {}};
+    KVRing<floatX> ring{*cp, rb, N * KV2, {}};
     copy_rows(ctx, rb.kv[0], KV2, qkv + C, L.row(), KV2, N);  // this rank's k, v, to lend
     ring.start(ctx, 1);
     attention_forward(ctx, out, lse, qkv, B, Tl, C, NH, NKV);  // the local keys: causal in local order (header)
     copy_rows(ctx, rb.acc, C, out, C, C, N);                   // the running output, in fp32
     for (int s = 1; s < c; s++) {
-        const T* kv = ring.wait(ctx, s);
+        const floatX* kv = ring.wait(ctx, s);
         if (s + 1 < c) ring.start(ctx, s + 1);
         const CPBlock k = cp_block(zigzag, r, (r - s + c) % c, Tl);
         attention_block_forward(ctx, rb.acc, lse, qkv, kv, B, Tl, Tl, C, NH, NKV, k.q0, k.nq, k.k0, k.nk);
@@ -109,14 +109,14 @@ inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const R
 // Its backward: dqkv (written, like attention_backward's) from dout and the forward's out and lse.
 // Each borrowed block's dk, dv go home while the next block computes (NCCL; with MPI at once):
 // the exchange of step s is waited for, and its share added, at step s + 1.
-template <class T>
-inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<T>& rb, T* dqkv, const T* dout,
-                                  const T* qkv, const T* out, const float* lse, int B, int Tl, int C, int NH, int NKV) {
+template <class floatX>
+inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<floatX>& rb, floatX* dqkv, const floatX* dout,
+                                  const floatX* qkv, const floatX* out, const float* lse, int B, int Tl, int C, int NH, int NKV) {
     if (!cp || cp->size == 1) { attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH, NKV); return; }
     const int c = cp->size, r = cp->rank;
     const QKVLayout L = qkv_layout(C, NH, NKV);
     const size_t N = (size_t)B * Tl, KV2 = 2 * (size_t)L.kv(), W = L.row();
-    KVRing<T> ring{*cp, rb, N * KV2, {}};
+    KVRing<floatX> ring{*cp, rb, N * KV2, {}};
     copy_rows(ctx, rb.kv[0], KV2, qkv + C, W, KV2, N);
     ring.start(ctx, 1);
     attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH, NKV);  // the local keys' share
@@ -129,7 +129,7 @@ inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const 
     };
     for (int s = 1; s < c; s++) {
         const int o = (r - s + c) % c;
-        const T* kv = ring.wait(ctx, s);
+        const floatX* kv = ring.wait(ctx, s);
         if (s + 1 < c) ring.start(ctx, s + 1);
         const CPBlock k = cp_block(zigzag, r, o, Tl);
         float* dkv = rb.dkv[s % 2];  // (the other one may still be on its way home)

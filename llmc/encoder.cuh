@@ -22,16 +22,16 @@ test/gpucheck_ops.cu (CUDA against the CPU). More: docs/kernels.md.
 #include "profiler.h"
 
 // wte: rows [lo, lo + rows) of the vocabulary (all of it: lo = 0); wpe: nullptr adds none
-template <class T>
-inline void encoder_forward_cpu(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C, int lo, int rows) {
+template <class floatX>
+inline void encoder_forward_cpu(floatX* out, const int* tok, const floatX* wte, const floatX* wpe, int B, int T, int C, int lo, int rows) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T_; t++) {
-            T* o = out + ((size_t)b * T_ + t) * C;
-            const int v = tok[b * T_ + t] - lo;
-            const T* te = v >= 0 && v < rows ? wte + (size_t)v * C : nullptr;
-            const T* pe = wpe ? wpe + (size_t)t * C : nullptr;
-            for (int c = 0; c < C; c++) o[c] = from_f<T>((te ? to_f(te[c]) : 0.0f) + (pe ? to_f(pe[c]) : 0.0f));
+        for (int t = 0; t < T; t++) {
+            floatX* o = out + ((size_t)b * T + t) * C;
+            const int v = tok[b * T + t] - lo;
+            const floatX* te = v >= 0 && v < rows ? wte + (size_t)v * C : nullptr;
+            const floatX* pe = wpe ? wpe + (size_t)t * C : nullptr;
+            for (int c = 0; c < C; c++) o[c] = from_f<floatX>((te ? to_f(te[c]) : 0.0f) + (pe ? to_f(pe[c]) : 0.0f));
         }
 }
 
@@ -55,16 +55,16 @@ inline void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, co
 #ifdef LLMC_CUDA
 // one thread per V consecutive channels of a (b, t) row: V = 16 bytes where C and the pointers allow
 // (vocabulary-parallel: wte holds rows [lo, lo + rows), and wpe may be nullptr; see the header)
-template <class T, int V>
-__global__ void encoder_forward_kernel(T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C, int lo, int rows) {
-    const size_t n = (size_t)B * T_ * C / V;
+template <class floatX, int V>
+__global__ void encoder_forward_kernel(floatX* out, const int* tok, const floatX* wte, const floatX* wpe, int B, int T, int C, int lo, int rows) {
+    const size_t n = (size_t)B * T * C / V;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const size_t bt = i / (C / V);
-        const int c = (int)(i % (C / V)) * V, t = (int)(bt % T_), v = tok[bt] - lo;
-        Pack<T, V> e = {}, p = {}, o;
+        const int c = (int)(i % (C / V)) * V, t = (int)(bt % T), v = tok[bt] - lo;
+        Pack<floatX, V> e = {}, p = {}, o;
         if (v >= 0 && v < rows) e = load_pack<V>(wte + (size_t)v * C + c);
         if (wpe) p = load_pack<V>(wpe + (size_t)t * C + c);
-        for (int k = 0; k < V; k++) o.v[k] = from_f<T>(to_f(e.v[k]) + to_f(p.v[k]));
+        for (int k = 0; k < V; k++) o.v[k] = from_f<floatX>(to_f(e.v[k]) + to_f(p.v[k]));
         store_pack<V>(out + bt * C + c, o);
     }
 }
@@ -76,50 +76,50 @@ __global__ void encoder_forward_kernel(T* out, const int* tok, const T* wte, con
 // of one segment adds it to dwte at once (slot < 0), else it goes to partial[slot].
 // Stage 2, one thread per (token of several segments, channel): its partials in order, into dwte.
 constexpr int ENC_SEGMENT = 32;
-template <class T, int V>
-__global__ void encoder_backward_segments_kernel(T* dwte, float* partial, const T* dout, const int* seg_row, const int* seg_slot,
+template <class floatX, int V>
+__global__ void encoder_backward_segments_kernel(floatX* dwte, float* partial, const floatX* dout, const int* seg_row, const int* seg_slot,
                                                  const int* seg_start, const int* pos, int C) {
     const int s = blockIdx.x, c = (blockIdx.y * blockDim.x + threadIdx.x) * V;
     if (c >= C) return;
     float sum[V] = {};
     for (int k = seg_start[s]; k < seg_start[s + 1]; k++) {
-        const Pack<T, V> d = load_pack<V>(dout + (size_t)pos[k] * C + c);
+        const Pack<floatX, V> d = load_pack<V>(dout + (size_t)pos[k] * C + c);
         for (int j = 0; j < V; j++) sum[j] += to_f(d.v[j]);
     }
     if (seg_slot[s] < 0) {
-        T* w = dwte + (size_t)seg_row[s] * C + c;
-        Pack<T, V> x = load_pack<V>(w);
-        for (int j = 0; j < V; j++) x.v[j] = from_f<T>(to_f(x.v[j]) + sum[j]);
+        floatX* w = dwte + (size_t)seg_row[s] * C + c;
+        Pack<floatX, V> x = load_pack<V>(w);
+        for (int j = 0; j < V; j++) x.v[j] = from_f<floatX>(to_f(x.v[j]) + sum[j]);
         store_pack<V>(w, x);
     } else {
         for (int j = 0; j < V; j++) partial[(size_t)seg_slot[s] * C + c + j] = sum[j];
     }
 }
-template <class T>
-__global__ void encoder_backward_partials_kernel(T* dwte, const float* partial, const int* multi_row, const int* multi_begin, int C) {
+template <class floatX>
+__global__ void encoder_backward_partials_kernel(floatX* dwte, const float* partial, const int* multi_row, const int* multi_begin, int C) {
     const int m = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
     for (int k = multi_begin[m]; k < multi_begin[m + 1]; k++) s += partial[(size_t)k * C + c];
-    T* d = dwte + (size_t)multi_row[m] * C + c;
-    *d = from_f<T>(to_f(*d) + s);
+    floatX* d = dwte + (size_t)multi_row[m] * C + c;
+    *d = from_f<floatX>(to_f(*d) + s);
 }
-template <class T>
-__global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int T_, int C) {
+template <class floatX>
+__global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C) {
     int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
-    for (int b = 0; b < B; b++) s += to_f(dout[((size_t)b * T_ + t) * C + c]);
-    T* d = dwpe + (size_t)t * C + c;
-    *d = from_f<T>(to_f(*d) + s);
+    for (int b = 0; b < B; b++) s += to_f(dout[((size_t)b * T + t) * C + c]);
+    floatX* d = dwpe + (size_t)t * C + c;
+    *d = from_f<floatX>(to_f(*d) + s);
 }
 
-template <class T>
-inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C,
+template <class floatX>
+inline void encoder_backward_cuda(const Ctx& ctx, floatX* dwte, floatX* dwpe, const floatX* dout, const int* tok_host, int B, int T, int C,
                                   int lo, int rows) {
     // group the positions of this wte's tokens by token on the host (stable: each token's in
     // position order), cut each token's run into segments of at most ENC_SEGMENT positions
-    const int BT = B * T_;
+    const int BT = B * T;
     std::vector<int> order;
     for (int i = 0; i < BT; i++)
         if (tok_host[i] >= lo && tok_host[i] - lo < rows) order.push_back(i);
@@ -156,57 +156,57 @@ inline void encoder_backward_cuda(const Ctx& ctx, T* dwte, T* dwpe, const T* dou
     stage_upload(ctx, stage, d, idx.data(), idx.size() * sizeof(int));
     const int* d_row = d; const int* d_slot = d + nseg; const int* d_start = d + 2 * nseg;
     const int* d_pos = d_start + nseg + 1; const int* d_mrow = d_pos + n; const int* d_mbegin = d_mrow + M;
-    constexpr int P = PACK<T>;
+    constexpr int P = PACK<floatX>;
     if (nseg == 0) {
         // no token of this rank's rows: dwte gets nothing
-    } else if (pack_width<T>(C, {dwte, dout}) > 1) {
+    } else if (pack_width<floatX>(C, {dwte, dout}) > 1) {
         dim3 grid(nseg, ceil_div(C, 128 * P));
-        encoder_backward_segments_kernel<T, P><<<grid, 128, 0, ctx.stream>>>(dwte, partial, dout, d_row, d_slot, d_start, d_pos, C);
+        encoder_backward_segments_kernel<floatX, P><<<grid, 128, 0, ctx.stream>>>(dwte, partial, dout, d_row, d_slot, d_start, d_pos, C);
     } else {
         dim3 grid(nseg, ceil_div(C, 128));
-        encoder_backward_segments_kernel<T, 1><<<grid, 128, 0, ctx.stream>>>(dwte, partial, dout, d_row, d_slot, d_start, d_pos, C);
+        encoder_backward_segments_kernel<floatX, 1><<<grid, 128, 0, ctx.stream>>>(dwte, partial, dout, d_row, d_slot, d_start, d_pos, C);
     }
     if (M > 0) {
         dim3 grid_m(M, ceil_div(C, 128));
         encoder_backward_partials_kernel<<<grid_m, 128, 0, ctx.stream>>>(dwte, partial, d_mrow, d_mbegin, C);
     }
     if (dwpe) {
-        dim3 grid_wpe(ceil_div(C, 128), T_);
-        encoder_backward_wpe_kernel<<<grid_wpe, 128, 0, ctx.stream>>>(dwpe, dout, B, T_, C);
+        dim3 grid_wpe(ceil_div(C, 128), T);
+        encoder_backward_wpe_kernel<<<grid_wpe, 128, 0, ctx.stream>>>(dwpe, dout, B, T, C);
     }
     CUDA_LAUNCH_CHECK();
 }
 #endif
 
 // wte: the vocabulary's rows [lo, lo + rows) (default: all of it); wpe: nullptr adds none.
-template <class T>
-inline void encoder_forward(const Ctx& ctx, T* out, const int* tok, const T* wte, const T* wpe, int B, int T_, int C,
+template <class floatX>
+inline void encoder_forward(const Ctx& ctx, floatX* out, const int* tok, const floatX* wte, const floatX* wpe, int B, int T, int C,
                             int lo = 0, int rows = INT_MAX) {
     // bytes: the B·T rows of wte, T rows of wpe, the tokens; the output
-    OpScope prof(ctx, 0, (2.0 * B * T_ + T_) * C * sizeof(T) + 4.0 * B * T_, "encoder forward");
+    OpScope prof(ctx, 0, (2.0 * B * T + T) * C * sizeof(floatX) + 4.0 * B * T, "encoder forward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
-        if (pack_width<T>(C, {out, wte, wpe ? wpe : wte}) > 1)
-            encoder_forward_kernel<T, P><<<grid_for((size_t)B * T_ * C / P), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T_, C, lo, rows);
+        constexpr int P = PACK<floatX>;  // (the launch rewriting for the emulator wants no nested <>)
+        if (pack_width<floatX>(C, {out, wte, wpe ? wpe : wte}) > 1)
+            encoder_forward_kernel<floatX, P><<<grid_for((size_t)B * T * C / P), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T, C, lo, rows);
         else
-            encoder_forward_kernel<T, 1><<<grid_for((size_t)B * T_ * C), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T_, C, lo, rows);
+            encoder_forward_kernel<floatX, 1><<<grid_for((size_t)B * T * C), 256, 0, ctx.stream>>>(out, tok, wte, wpe, B, T, C, lo, rows);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    encoder_forward_cpu(out, tok, wte, wpe, B, T_, C, lo, rows);
+    encoder_forward_cpu(out, tok, wte, wpe, B, T, C, lo, rows);
 }
 // tok_host: the tokens in host memory. dwte: V rows, the vocabulary's [lo, lo + V). dwpe: nullptr for none.
-template <class T>
-inline void encoder_backward(const Ctx& ctx, T* dwte, T* dwpe, const T* dout, const int* tok_host, int B, int T_, int C,
+template <class floatX>
+inline void encoder_backward(const Ctx& ctx, floatX* dwte, floatX* dwpe, const floatX* dout, const int* tok_host, int B, int T, int C,
                              size_t V, int lo = 0) {
     // bytes: dout; the touched rows of dwte (≤ B·T) and dwpe read and written
-    OpScope prof(ctx, 0, (3.0 * B * T_ + 2.0 * T_) * C * sizeof(T), "encoder backward");
+    OpScope prof(ctx, 0, (3.0 * B * T + 2.0 * T) * C * sizeof(floatX), "encoder backward");
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T_, C, lo, (int)V); return; }
+    if (ctx.device == Device::CUDA) { encoder_backward_cuda(ctx, dwte, dwpe, dout, tok_host, B, T, C, lo, (int)V); return; }
 #endif
-    F32View<T> te(dwte, V * C), pe(dwpe, dwpe ? (size_t)T_ * C : 0), d(dout, (size_t)B * T_ * C);
-    encoder_backward_cpu(te.p, pe.p, d.p, tok_host, B, T_, C, lo, (int)V);
+    F32View<floatX> te(dwte, V * C), pe(dwpe, dwpe ? (size_t)T * C : 0), d(dout, (size_t)B * T * C);
+    encoder_backward_cpu(te.p, pe.p, d.p, tok_host, B, T, C, lo, (int)V);
     te.store(); pe.store();
 }

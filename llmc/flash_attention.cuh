@@ -214,33 +214,33 @@ __device__ inline void online_softmax_tile(float (*s)[4], float (*o)[4], float* 
 // two adjacent outputs: an H pair (one 32-bit store), or two floats (ring attention's fp32 sums)
 template <class H> __device__ inline void store_pair(H* p, float lo, float hi) { *reinterpret_cast<uint32_t*>(p) = pack2<H>(lo, hi); }
 __device__ inline void store_pair(float* p, float lo, float hi) { p[0] = lo; p[1] = hi; }
-// The forward's end for a warp's 16 query rows (those below n; T_ rows a sequence): each row's
+// The forward's end for a warp's 16 query rows (those below n; T rows a sequence): each row's
 // sum over its 4 threads, out = o / l, lse = (m + log2 l)·ln 2. out: H, or fp32 (ring blocks).
 template <int D, class O> __device__ inline void forward_store_rows(O* out, float* lse, float (*o)[4], float* m, float* l, int row0,
-                                                          int b, int h, int T_, int C, int NH, int n) {
+                                                          int b, int h, int T, int C, int NH, int n) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         const int row = row0 + g + 8 * r;
         if (row >= n) continue;
-        O* orow = out + ((size_t)b * T_ + row) * C + h * D;
+        O* orow = out + ((size_t)b * T + row) * C + h * D;
         for (int dt = 0; dt < D / 8; dt++) store_pair(orow + dt * 8 + 2 * t, o[dt][2 * r] / l[r], o[dt][2 * r + 1] / l[r]);
-        if (t == 0) lse[((size_t)b * NH + h) * T_ + row] = (m[r] + log2f(l[r])) * LN2;
+        if (t == 0) lse[((size_t)b * NH + h) * T + row] = (m[r] + log2f(l[r])) * LN2;
     }
 }
 
 // MT m-tiles of 16 query rows per warp (1, or 2 for hs 64: each K and V fragment loaded from
 // shared memory then feeds two mma instead of one); a block has 4 warps, 64·MT query rows.
 template <class H, int D, bool LDSM, bool ASYNC, int MT>
-__global__ void __launch_bounds__(128) flash_forward_kernel(H* out, float* lse, const H* qkv, int T_, QKVLayout L) {
+__global__ void __launch_bounds__(128) flash_forward_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L) {
     __shared__ __align__(16) H Ks[64][D + 8];
     __shared__ __align__(16) H Vs[64][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32;
     const size_t C3 = L.row();  // (3C without grouped-query attention)
-    const H* q = qkv + (size_t)b * T_ * C3 + h * D;  // row i of q: q + i·C3
-    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
+    const H* q = qkv + (size_t)b * T * C3 + h * D;  // row i of q: q + i·C3
+    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
     const float sl2 = rsqrtf((float)D) * LOG2E;         // scores in base 2: s·log2(e)/√hs
     int row0[MT];                                       // m-tile i: rows row0[i] + g and + g + 8
     uint32_t qf[MT][D / 16][4];
@@ -248,19 +248,19 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(H* out, float* lse, 
     #pragma unroll
     for (int i = 0; i < MT; i++) {
         row0[i] = qt * 64 * MT + (warp * MT + i) * 16;
-        for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[i][kc], q, C3, row0[i], T_, kc * 16);
+        for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[i][kc], q, C3, row0[i], T, kc * 16);
         for (int dt = 0; dt < D / 8; dt++) o[i][dt][0] = o[i][dt][1] = o[i][dt][2] = o[i][dt][3] = 0.0f;
         m[i][0] = m[i][1] = -INFINITY;
         l[i][0] = l[i][1] = 0.0f;
     }
     // key tiles up to the block's last row (and T); K and V take turns: V(kt) is copied in while
     // S = Q·K(kt)ᵀ is computed, K(kt+1) while O += P·V(kt)
-    const int nkt = min((qt + 1) * MT, (T_ + 63) / 64);
-    stage_rows<64, D, ASYNC>(Ks, k, C3, 0, T_);
+    const int nkt = min((qt + 1) * MT, (T + 63) / 64);
+    stage_rows<64, D, ASYNC>(Ks, k, C3, 0, T);
     for (int kt = 0; kt < nkt; kt++) {
         stage_wait<ASYNC>();
         __syncthreads();  // K(kt) is in, and every warp is done with V(kt−1)
-        stage_rows<64, D, ASYNC>(Vs, v, C3, kt * 64, T_);
+        stage_rows<64, D, ASYNC>(Vs, v, C3, kt * 64, T);
         bool live[MT];  // m-tile i sees some key of this tile (else every one is after its rows)
         #pragma unroll
         for (int i = 0; i < MT; i++) live[i] = kt * 64 <= row0[i] + 15;
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(H* out, float* lse, 
             if (live[i]) online_softmax_tile<D>(s[i], o[i], m[i], l[i], sl2, row0[i], kt * 64);
         stage_wait<ASYNC>();
         __syncthreads();  // V(kt) is in, and every warp is done with K(kt)
-        if (kt + 1 < nkt) stage_rows<64, D, ASYNC>(Ks, k, C3, (kt + 1) * 64, T_);
+        if (kt + 1 < nkt) stage_rows<64, D, ASYNC>(Ks, k, C3, (kt + 1) * 64, T);
         for (int kc = 0; kc < 4; kc++) {  // O += P·V over the tile's 64 keys, 16 at a time
             uint32_t pa[MT][4];
             #pragma unroll
@@ -302,16 +302,16 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(H* out, float* lse, 
         }
     }
     #pragma unroll
-    for (int i = 0; i < MT; i++) forward_store_rows<D>(out, lse, o[i], m[i], l[i], row0[i], b, h, T_, L.C, L.NH, T_);
+    for (int i = 0; i < MT; i++) forward_store_rows<D>(out, lse, o[i], m[i], l[i], row0[i], b, h, T, L.C, L.NH, T);
 }
 
 // A warp's 16 rows (row0 + g, row0 + g + 8) of a rows × D accumulator in the C layout, times
-// scale, as H into dst + row·ld (rows < T_ only): the backward passes' dQ, dK and dV.
-template <int D, class H> __device__ inline void store_acc_rows(H* dst, size_t ld, const float (*acc)[4], int row0, int T_, float scale) {
+// scale, as H into dst + row·ld (rows < T only): the backward passes' dQ, dK and dV.
+template <int D, class H> __device__ inline void store_acc_rows(H* dst, size_t ld, const float (*acc)[4], int row0, int T, float scale) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     for (int r = 0; r < 2; r++) {
         const int row = row0 + g + 8 * r;
-        if (row >= T_) continue;
+        if (row >= T) continue;
         H* d = dst + (size_t)row * ld;
         for (int dt = 0; dt < D / 8; dt++)
             *reinterpret_cast<uint32_t*>(d + dt * 8 + 2 * t) = pack2<H>(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
@@ -391,11 +391,11 @@ __device__ inline void row_dots(float* Dr, const uint32_t (*of)[4], const H* o, 
 }
 // The dK/dV passes' per-query values for queries q0 .. q0 + R − 1 (threads 0 .. R − 1 write
 // them): lse in base 2 (lse·log2e) and D = rowsum(dO∘O); past T, lse2 = ∞ so that p = 0.
-template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds, const float* lse_bh, const float* D_bh, int q0, int T_) {
+template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds, const float* lse_bh, const float* D_bh, int q0, int T) {
     if (threadIdx.x < R) {
         const int r = q0 + threadIdx.x;
-        lse2[threadIdx.x] = r < T_ ? lse_bh[r] * LOG2E : INFINITY;
-        Ds[threadIdx.x] = r < T_ ? D_bh[r] : 0.0f;
+        lse2[threadIdx.x] = r < T ? lse_bh[r] * LOG2E : INFINITY;
+        Ds[threadIdx.x] = r < T ? D_bh[r] : 0.0f;
     }
 }
 // Blocks of 128 threads each SM must hold at head size 64 (MT = 1), which caps the registers:
@@ -411,7 +411,7 @@ template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds
 // memory and are read per use (registers cannot hold them beside dK and dV for 32 keys).
 template <class H, int D, bool LDSM, bool ASYNC, int MT>
 __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backward_dkv_kernel(H* dqkv, const H* dout, const H* qkv,
-                                                                 const float* lse, const float* Dv, int T_, QKVLayout L) {
+                                                                 const float* lse, const float* Dv, int T, QKVLayout L) {
     constexpr bool KV_SHARED = MT > 1;
     __shared__ __align__(16) H Qs[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) H dOs[2][32][D + 8];
@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
     const int kt = blockIdx.z, kh = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
     const int warp = threadIdx.x / 32, C = L.C, NH = L.NH, G = L.group();
     const size_t C3 = L.row();
-    const H* qkv_b = qkv + (size_t)b * T_ * C3;  // batch b's rows
+    const H* qkv_b = qkv + (size_t)b * T * C3;  // batch b's rows
     const H *k = qkv_b + L.k(kh * G), *v = qkv_b + L.v(kh * G);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     int key0[MT];  // m-tile i: keys key0[i] + g and + g + 8, rows (key0[i] − kt·64) of Ks and Vs
@@ -429,12 +429,12 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
     for (int i = 0; i < MT; i++) key0[i] = kt * 64 + (warp * MT + i) * 16;
     uint32_t kf[KV_SHARED ? 1 : D / 16][4], vf[KV_SHARED ? 1 : D / 16][4];
     if constexpr (KV_SHARED) {  // (there for every warp after the loop's first stage_wait and __syncthreads)
-        stage_rows<64, D, ASYNC>(Ks, k, C3, kt * 64, T_);
-        stage_rows<64, D, ASYNC>(Vs, v, C3, kt * 64, T_);
+        stage_rows<64, D, ASYNC>(Ks, k, C3, kt * 64, T);
+        stage_rows<64, D, ASYNC>(Vs, v, C3, kt * 64, T);
     } else {
         for (int kc = 0; kc < D / 16; kc++) {
-            load_a_rows(kf[kc], k, C3, key0[0], T_, kc * 16);
-            load_a_rows(vf[kc], v, C3, key0[0], T_, kc * 16);
+            load_a_rows(kf[kc], k, C3, key0[0], T, kc * 16);
+            load_a_rows(vf[kc], v, C3, key0[0], T, kc * 16);
         }
     }
     auto k_frag = [&](int i, int kc, uint32_t* buf) -> const uint32_t* {
@@ -454,13 +454,13 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
     // keys), for each query head of key/value head kh's group in turn, in one loop: iteration it
     // is head kh·G + it / nqt's tile it % nqt, and dK, dV sum over them all. (ptxas, head size
     // 128: 8 bytes spilled; a loop over heads around the loop over tiles spilled 44-60.)
-    const int nqt = (T_ - kt * 64 + 31) / 32, nit = G * nqt;
+    const int nqt = (T - kt * 64 + 31) / 32, nit = G * nqt;
     auto tile_q0 = [&](int it) { return kt * 64 + it % nqt * 32; };
     auto stage = [&](int buf, int it) {  // iteration it's query tile into buffer buf
         const int h = kh * G + it / nqt, q0 = tile_q0(it);
-        stage_rows<32, D, ASYNC>(Qs[buf], qkv_b + h * D, C3, q0, T_);
-        stage_rows<32, D, ASYNC>(dOs[buf], dout + (size_t)b * T_ * C + h * D, C, q0, T_);
-        stage_query_stats<32>(lse2[buf], Ds[buf], lse + ((size_t)b * NH + h) * T_, Dv + ((size_t)b * NH + h) * T_, q0, T_);
+        stage_rows<32, D, ASYNC>(Qs[buf], qkv_b + h * D, C3, q0, T);
+        stage_rows<32, D, ASYNC>(dOs[buf], dout + (size_t)b * T * C + h * D, C, q0, T);
+        stage_query_stats<32>(lse2[buf], Ds[buf], lse + ((size_t)b * NH + h) * T, Dv + ((size_t)b * NH + h) * T, q0, T);
     };
     stage(0, 0);
     for (int it = 0, buf = 0; it < nit; it++, buf ^= 1) {
@@ -499,11 +499,11 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
                         }
             }
     }
-    H* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
+    H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
     #pragma unroll
     for (int i = 0; i < MT; i++) {
-        store_acc_rows<D>(dk_out, C3, dk[i], key0[i], T_, rsqrtf((float)D));
-        store_acc_rows<D>(dk_out + L.kv(), C3, dv[i], key0[i], T_, 1.0f);
+        store_acc_rows<D>(dk_out, C3, dk[i], key0[i], T, rsqrtf((float)D));
+        store_acc_rows<D>(dk_out + L.kv(), C3, dv[i], key0[i], T, 1.0f);
     }
 }
 
@@ -512,16 +512,16 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
 // the forward), over key tiles of 32.
 template <class H, int D, bool LDSM, bool ASYNC, int MT>
 __global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backward_dq_kernel(H* dqkv, float* Dv, const H* dout, const H* qkv,
-                                                                const H* out, const float* lse, int T_, QKVLayout L) {
+                                                                const H* out, const float* lse, int T, QKVLayout L) {
     __shared__ __align__(16) H Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) H Vs[2][32][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32;
     const int C = L.C, NH = L.NH;
     const size_t C3 = L.row();
-    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
-    const H *dO = dout + (size_t)b * T_ * C + h * D, *O = out + (size_t)b * T_ * C + h * D;
+    const H* q = qkv + (size_t)b * T * C3 + h * D;
+    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
+    const H *dO = dout + (size_t)b * T * C + h * D, *O = out + (size_t)b * T * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     int row0[MT];  // m-tile i: rows row0[i] + g and + g + 8
     float lse2[MT][2], Dr[MT][2];
@@ -530,18 +530,18 @@ __global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backwar
     #pragma unroll
     for (int i = 0; i < MT; i++) {
         row0[i] = qt * 64 * MT + (warp * MT + i) * 16;
-        row_lse2(lse2[i], lse + ((size_t)b * NH + h) * T_, row0[i], T_);
+        row_lse2(lse2[i], lse + ((size_t)b * NH + h) * T, row0[i], T);
         for (int kc = 0; kc < D / 16; kc++) {
-            load_a_rows(qf[i][kc], q, C3, row0[i], T_, kc * 16);
-            load_a_rows(of[i][kc], dO, C, row0[i], T_, kc * 16);
+            load_a_rows(qf[i][kc], q, C3, row0[i], T, kc * 16);
+            load_a_rows(of[i][kc], dO, C, row0[i], T, kc * 16);
         }
-        row_dots<D>(Dr[i], of[i], O, C, row0[i], T_, Dv + ((size_t)b * NH + h) * T_);
+        row_dots<D>(Dr[i], of[i], O, C, row0[i], T, Dv + ((size_t)b * NH + h) * T);
         for (int dt = 0; dt < D / 8; dt++) dq[i][dt][0] = dq[i][dt][1] = dq[i][dt][2] = dq[i][dt][3] = 0.0f;
     }
-    const int key_end = min(T_, (qt + 1) * 64 * MT);  // causal: no key after the block's last query
+    const int key_end = min(T, (qt + 1) * 64 * MT);  // causal: no key after the block's last query
     auto stage = [&](int buf, int k0) {  // the key tile from k0 into buffer buf
-        stage_rows<32, D, ASYNC>(Ks[buf], k, C3, k0, T_);
-        stage_rows<32, D, ASYNC>(Vs[buf], v, C3, k0, T_);
+        stage_rows<32, D, ASYNC>(Ks[buf], k, C3, k0, T);
+        stage_rows<32, D, ASYNC>(Vs[buf], v, C3, k0, T);
     };
     stage(0, 0);
     for (int k0t = 0, buf = 0; k0t < key_end; k0t += 32, buf ^= 1) {
@@ -576,7 +576,7 @@ __global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backwar
             }
     }
     #pragma unroll
-    for (int i = 0; i < MT; i++) store_acc_rows<D>(dqkv + (size_t)b * T_ * C3 + h * D, C3, dq[i], row0[i], T_, rsqrtf((float)D));
+    for (int i = 0; i < MT; i++) store_acc_rows<D>(dqkv + (size_t)b * T * C3 + h * D, C3, dq[i], row0[i], T, rsqrtf((float)D));
 }
 
 // ---- ring attention's blocks (context_parallel.h) on the tensor cores
@@ -609,23 +609,23 @@ template <int D> __device__ inline void add_acc_rows(float* dst, size_t ld, cons
     }
 }
 template <class H, int D>
-__global__ void __launch_bounds__(128) flash_block_forward_kernel(float* o, float* lse, const H* qkv, const H* kv, int T_, int Tk,
+__global__ void __launch_bounds__(128) flash_block_forward_kernel(float* o, float* lse, const H* qkv, const H* kv, int T, int Tk,
                                                                   QKVLayout L, int q0, int nq, int k0, int nk) {
     __shared__ __align__(16) H Ks[64][D + 8];
     __shared__ __align__(16) H Vs[64][D + 8];
     const int h = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     const size_t C3 = L.row(), KV2 = 2 * (size_t)L.kv();
     const int qend = q0 + nq, row0 = q0 + blockIdx.z * 64 + warp * 16;  // this warp's rows: row0 + g, row0 + g + 8
-    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const H* q = qkv + (size_t)b * T * C3 + h * D;
     const H *k = kv + ((size_t)b * Tk + k0) * KV2 + (h / L.group()) * D, *v = k + L.kv();
-    float* ob = o + (size_t)b * T_ * L.C + h * D;
+    float* ob = o + (size_t)b * T * L.C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     uint32_t qf[D / 16][4];
     float acc[D / 8][4], m[2], l[2];
     for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, qend, kc * 16);
     for (int r = 0; r < 2; r++) {  // the running state (a row with no keys yet, lse = −∞: O = 0, l = 0)
         const int row = row0 + g + 8 * r;
-        const float l0 = row < qend ? lse[((size_t)b * L.NH + h) * T_ + row] : -INFINITY;
+        const float l0 = row < qend ? lse[((size_t)b * L.NH + h) * T + row] : -INFINITY;
         const bool live = l0 > -INFINITY;
         m[r] = live ? l0 * LOG2E : -INFINITY;
         l[r] = live && t == 0 ? 1.0f : 0.0f;  // (the row's 4 threads' partial sums add up to 1)
@@ -663,26 +663,26 @@ __global__ void __launch_bounds__(128) flash_block_forward_kernel(float* o, floa
             }
         }
     }
-    forward_store_rows<D>(o, lse, acc, m, l, row0, b, h, T_, L.C, L.NH, qend);  // the merged o and lse
+    forward_store_rows<D>(o, lse, acc, m, l, row0, b, h, T, L.C, L.NH, qend);  // the merged o and lse
 }
 // Backward, dQ: one block per 64 queries of a (b, h) over the block's keys in tiles of 32, as
 // flash_backward_dq_kernel (MT = 1) without the mask; dx's q columns += dQ (fp32). Keys past nk
 // need no mask here: their K rows are zero, so whatever their dS, dS·K adds nothing.
 template <class H, int D>
 __global__ void __launch_bounds__(128) flash_block_backward_dq_kernel(float* dx, const H* dout, const H* qkv, const H* kv,
-                                                                      const float* lse, const float* Dv, int T_, int Tk, QKVLayout L,
+                                                                      const float* lse, const float* Dv, int T, int Tk, QKVLayout L,
                                                                       int q0, int nq, int k0, int nk) {
     __shared__ __align__(16) H Ks[2][32][D + 8];  // two buffers: the tile in use, the next one arriving
     __shared__ __align__(16) H Vs[2][32][D + 8];
     const int h = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32;
     const size_t C3 = L.row(), KV2 = 2 * (size_t)L.kv();
     const int qend = q0 + nq, row0 = q0 + blockIdx.z * 64 + warp * 16;
-    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
+    const H* q = qkv + (size_t)b * T * C3 + h * D;
     const H *k = kv + ((size_t)b * Tk + k0) * KV2 + (h / L.group()) * D, *v = k + L.kv();
-    const H* dO = dout + (size_t)b * T_ * L.C + h * D;
+    const H* dO = dout + (size_t)b * T * L.C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     float lse2[2], Dr[2];
-    row_stats(lse2, Dr, lse + ((size_t)b * L.NH + h) * T_, Dv + ((size_t)b * L.NH + h) * T_, row0, qend);
+    row_stats(lse2, Dr, lse + ((size_t)b * L.NH + h) * T, Dv + ((size_t)b * L.NH + h) * T, row0, qend);
     uint32_t qf[D / 16][4], of[D / 16][4];
     for (int kc = 0; kc < D / 16; kc++) {
         load_a_rows(qf[kc], q, C3, row0, qend, kc * 16);
@@ -715,14 +715,14 @@ __global__ void __launch_bounds__(128) flash_block_backward_dq_kernel(float* dx,
                 mma_16816<H>(dq[dt + 1], sa[kc], kb[1]);
             }
     }
-    add_acc_rows<D>(dx + (size_t)b * T_ * C3 + h * D, C3, dq, row0, qend, rsqrtf((float)D));
+    add_acc_rows<D>(dx + (size_t)b * T * C3 + h * D, C3, dq, row0, qend, rsqrtf((float)D));
 }
 // Backward, dK and dV: one block per 64 keys of a (b, key/value head), 4 warps × 16 keys (K and V
 // fragments in registers), over the query tiles of 32 of each query head of its group, as
 // flash_backward_dkv_kernel (MT = 1) without the mask; dkv += (fp32).
 template <class H, int D>
 __global__ void __launch_bounds__(128) flash_block_backward_dkv_kernel(float* dkv, const H* dout, const H* qkv, const H* kv,
-                                                                       const float* lse, const float* Dv, int T_, int Tk, QKVLayout L,
+                                                                       const float* lse, const float* Dv, int T, int Tk, QKVLayout L,
                                                                        int q0, int nq, int k0, int nk) {
     __shared__ __align__(16) H Qs[2][32][D + 8];
     __shared__ __align__(16) H dOs[2][32][D + 8];
@@ -731,7 +731,7 @@ __global__ void __launch_bounds__(128) flash_block_backward_dkv_kernel(float* dk
     const size_t C3 = L.row(), KV2 = 2 * (size_t)L.kv();
     const int qend = q0 + nq, key0 = blockIdx.z * 64 + warp * 16;  // this warp's keys (of the block's nk): key0 + g, + g + 8
     const H *k = kv + ((size_t)b * Tk + k0) * KV2 + kh * D, *v = k + L.kv();
-    const H* qkv_b = qkv + (size_t)b * T_ * C3;
+    const H* qkv_b = qkv + (size_t)b * T * C3;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     uint32_t kf[D / 16][4], vf[D / 16][4];
     for (int kc = 0; kc < D / 16; kc++) {
@@ -745,8 +745,8 @@ __global__ void __launch_bounds__(128) flash_block_backward_dkv_kernel(float* dk
     auto stage = [&](int buf, int it) {
         const int h = kh * G + it / nqt, t0 = q0 + it % nqt * 32;
         stage_rows<32, D, true>(Qs[buf], qkv_b + h * D, C3, t0, qend);
-        stage_rows<32, D, true>(dOs[buf], dout + (size_t)b * T_ * L.C + h * D, L.C, t0, qend);
-        stage_query_stats<32>(lse2[buf], Ds[buf], lse + ((size_t)b * L.NH + h) * T_, Dv + ((size_t)b * L.NH + h) * T_, t0, qend);
+        stage_rows<32, D, true>(dOs[buf], dout + (size_t)b * T * L.C + h * D, L.C, t0, qend);
+        stage_query_stats<32>(lse2[buf], Ds[buf], lse + ((size_t)b * L.NH + h) * T, Dv + ((size_t)b * L.NH + h) * T, t0, qend);
     };
     stage(0, 0);
     const bool live[1] = {true};

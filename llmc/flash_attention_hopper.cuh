@@ -263,7 +263,7 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
 // while K(j+1) and V(j) are copied in, so two buffers each: 4·64·D·2 bytes (64 KB at D = 128).
 // A warpgroup skips the tiles whose keys all come after its 64 rows.
 template <class H, int D, int NWG>
-__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T_, QKVLayout L,
+__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
                                                                         bool overlap) {
     DYNAMIC_SHARED(H, tiles);
     auto Ks = [&](int j) { return tiles + (j % 2) * 64 * D; };
@@ -271,24 +271,24 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const size_t C3 = L.row();
-    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
+    const H* q = qkv + (size_t)b * T * C3 + h * D;
+    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;  // the warpgroup's rows; this warp's 16
     uint32_t qf[D / 16][4], pa[4][4];  // Q, and P of the tile before as A fragments
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
+    for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, T, kc * 16);
     for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-    const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);  // the block's key tiles
+    const int nkt = min((qt + 1) * NWG, (T + 63) / 64);  // the block's key tiles
     const int nlive = min(nkt, wrow0 / 64 + 1);           // the warpgroup's: tiles 0 .. nlive − 1
     float s[8][4], corr[2];
-    stage_tile_cm<D>(Ks(0), k, C3, 0, T_);
+    stage_tile_cm<D>(Ks(0), k, C3, 0, T);
     for (int j = 0; j <= nkt; j++) {
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();  // K(j) and V(j−1) are in, and every warpgroup is done with K(j−1) and V(j−2)
-        if (j + 1 < nkt) stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T_);
-        if (j < nkt) stage_tile_cm<D>(Vs(j), v, C3, j * 64, T_);
+        if (j + 1 < nkt) stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T);
+        if (j < nkt) stage_tile_cm<D>(Vs(j), v, C3, j * 64, T);
         wgmma_pipeline_step(
             j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D>(s, qf, Ks(j)); },  // S(j)
             [&](int j) {  // P(j) into s, and corr(j) for what came before
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
                 c_to_a_16x64<H>(pa, s);
             });
     }
-    forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T_, L.C, L.NH, T_);
+    forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T, L.C, L.NH, T);
 }
 
 // The two backward passes with wgmma (as the forward: NWG warpgroups a block, each 64 rows, the
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
 // 5·64·D·2 bytes (80 KB at D = 128: opted in).
 template <class H, int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* dqkv, float* Dv, const H* dout, const H* qkv,
-                                                                            const H* out, const float* lse, int T_, QKVLayout L,
+                                                                            const H* out, const float* lse, int T, QKVLayout L,
                                                                             bool overlap) {
     DYNAMIC_SHARED(H, tiles);
     auto Ks = [&](int j) { return tiles + (j % 3) * 64 * D; };
@@ -325,33 +325,33 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const int C = L.C, NH = L.NH;
     const size_t C3 = L.row();
-    const H* q = qkv + (size_t)b * T_ * C3 + h * D;
-    const H *k = qkv + (size_t)b * T_ * C3 + L.k(h), *v = qkv + (size_t)b * T_ * C3 + L.v(h);
-    const H *dO = dout + (size_t)b * T_ * C + h * D, *O = out + (size_t)b * T_ * C + h * D;
+    const H* q = qkv + (size_t)b * T * C3 + h * D;
+    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
+    const H *dO = dout + (size_t)b * T * C + h * D, *O = out + (size_t)b * T * C + h * D;
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;
     float lse2[2], Dr[2];
-    row_lse2(lse2, lse + ((size_t)b * NH + h) * T_, row0, T_);
+    row_lse2(lse2, lse + ((size_t)b * NH + h) * T, row0, T);
     uint32_t qf[D / 16][4], of[D / 16][4], dsa[4][4];  // Q, dO, and dS of the tile before as A fragments
     for (int kc = 0; kc < D / 16; kc++) {
-        load_a_rows(qf[kc], q, C3, row0, T_, kc * 16);
-        load_a_rows(of[kc], dO, C, row0, T_, kc * 16);
+        load_a_rows(qf[kc], q, C3, row0, T, kc * 16);
+        load_a_rows(of[kc], dO, C, row0, T, kc * 16);
     }
-    row_dots<D>(Dr, of, O, C, row0, T_, Dv + ((size_t)b * NH + h) * T_);  // D, as the mma.sync pass
+    row_dots<D>(Dr, of, O, C, row0, T, Dv + ((size_t)b * NH + h) * T);  // D, as the mma.sync pass
     float dq[D / 8][4];
     for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
-    const int nkt = min((qt + 1) * NWG, (T_ + 63) / 64);  // causal: no key after the block's last query
+    const int nkt = min((qt + 1) * NWG, (T + 63) / 64);  // causal: no key after the block's last query
     const int nlive = min(nkt, wrow0 / 64 + 1);           // the warpgroup's key tiles: 0 .. nlive − 1
     float s[8][4], dp[8][4];
-    stage_tile_cm<D>(Ks(0), k, C3, 0, T_);
-    stage_tile_cm<D>(Vs(0), v, C3, 0, T_);
+    stage_tile_cm<D>(Ks(0), k, C3, 0, T);
+    stage_tile_cm<D>(Vs(0), v, C3, 0, T);
     for (int j = 0; j <= nkt; j++) {
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();  // K(j) and V(j) are in, and every warpgroup is done with K(j−2) and V(j−1)
         if (j + 1 < nkt) {
-            stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T_);
-            stage_tile_cm<D>(Vs(j + 1), v, C3, (j + 1) * 64, T_);
+            stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T);
+            stage_tile_cm<D>(Vs(j + 1), v, C3, (j + 1) * 64, T);
         }
         wgmma_pipeline_step(
             j, 0, nlive, overlap,
@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
                 if (j < nlive) c_to_a_16x64<H>(dsa, dp);
             });
     }
-    store_acc_rows<D>(dqkv + (size_t)b * T_ * C3 + h * D, C3, dq, row0, T_, rsqrtf((float)D));
+    store_acc_rows<D>(dqkv + (size_t)b * T * C3 + h * D, C3, dq, row0, T, rsqrtf((float)D));
 }
 // dK/dV pass: a warpgroup's 64 keys over query tiles j of 64 from the block's first key:
 // Sᵀ = K·Q(j)ᵀ and dPᵀ = V·dO(j)ᵀ (K and V as A, Q and dO as B: 64-row tiles in shared memory,
@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
 // (grouped-query attention), dK and dV accumulating over them all.
 template <class H, int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* dqkv, const H* dout, const H* qkv,
-                                                                             const float* lse, const float* Dv, int T_, QKVLayout L,
+                                                                             const float* lse, const float* Dv, int T, QKVLayout L,
                                                                              bool overlap) {
     DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[2][64], Ds[2][64];
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
     auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
     const int C = L.C, NH = L.NH, G = L.group();
     const size_t C3 = L.row();
-    const H* qkv_b = qkv + (size_t)b * T_ * C3;  // batch b's rows
+    const H* qkv_b = qkv + (size_t)b * T * C3;  // batch b's rows
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int k0 = kb * 64 * NWG, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
     float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4];  // (Sᵀ, dPᵀ: 64 keys × 64 queries)
@@ -408,20 +408,20 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
     for (int dt = 0; dt < D / 8; dt++)
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
     for (int w = 0; w < NWG; w++) {
-        stage_tile_cm<D>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T_);
-        stage_tile_cm<D>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T_);
+        stage_tile_cm<D>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T);
+        stage_tile_cm<D>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T);
     }
-    const int nqt = (T_ - k0 + 63) / 64;  // the block's query tiles; the warpgroup's from tile wg (before: all queries before its keys)
+    const int nqt = (T - k0 + 63) / 64;  // the block's query tiles; the warpgroup's from tile wg (before: all queries before its keys)
     for (int h = kh * G; h < kh * G + G; h++) {  // the query heads of key/value head kh's group, dK and dV summing over them
         const H* q = qkv_b + h * D;
-        const H* dO = dout + (size_t)b * T_ * C + h * D;
-        const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
-        const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
+        const H* dO = dout + (size_t)b * T * C + h * D;
+        const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+        const float* D_bh = Dv + ((size_t)b * NH + h) * T;
         auto stage = [&](int j) {  // the query tile from k0 + 64·j (queries before the block's keys see none of them)
             const int q0 = k0 + 64 * j;
-            stage_tile_cm<D>(Qs(j), q, C3, q0, T_);
-            stage_tile_cm<D>(dOs(j), dO, C, q0, T_);
-            stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T_);
+            stage_tile_cm<D>(Qs(j), q, C3, q0, T);
+            stage_tile_cm<D>(dOs(j), dO, C, q0, T);
+            stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T);
         };
         if (h > kh * G) __syncthreads();  // every warpgroup is done with the head before's tiles
         stage(0);
@@ -456,9 +456,9 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
                 });
         }
     }
-    H* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
-    store_acc_rows<D>(dk_out, C3, dk, key0, T_, rsqrtf((float)D));
-    store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T_, 1.0f);
+    H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
+    store_acc_rows<D>(dk_out, C3, dk, key0, T, rsqrtf((float)D));
+    store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T, 1.0f);
 }
 
 // ---- The fused backward: FlashAttention's five products in one pass (S, dP, dV, dK, dQ), where
@@ -507,7 +507,7 @@ __device__ inline void stsm_x4_trans(const uint32_t* r, void* row) {
 }
 template <class H, int D>
 __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
-                                                                         const float* lse, const float* Dv, int T_, QKVLayout L,
+                                                                         const float* lse, const float* Dv, int T, QKVLayout L,
                                                                          bool overlap) {
     constexpr int NWG = 2, DN = D / 2;  // warpgroups a block; the dQ columns of each
     static_assert(D == 64, "the fused backward: head size 64");
@@ -520,16 +520,16 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
     auto Qs = [&](int j) { return tiles + (2 * NWG + j % 3) * 64 * D; };
     auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
     auto dSs = [&](int j) { return tiles + (2 * NWG + 6) * 64 * D + (j % 2) * 64 * 128; };
-    const int C = L.C, NH = L.NH, G = L.group(), nkb = (T_ + 127) / 128;
+    const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
     const size_t C3 = L.row();
-    const H* qkv_b = qkv + (size_t)b * T_ * C3;
-    float* part_b = dq_part + (size_t)(s * gridDim.y + b) * T_ * C;  // this split's partial sum of batch b's dQ
+    const H* qkv_b = qkv + (size_t)b * T * C3;
+    float* part_b = dq_part + (size_t)(s * gridDim.y + b) * T * C;  // this split's partial sum of batch b's dQ
     const float sl2 = rsqrtf((float)D) * LOG2E;
     int kb_first = 0;
     while (kb_first < nkb && fused_split_of(kb_first, S) != s) kb_first++;
     // the query rows that no key block of this split reaches: zeros in its partial sum
     for (int h = kh * G; h < kh * G + G; h++)
-        for (int i = threadIdx.x; i < min(128 * kb_first, T_) * D / 4; i += blockDim.x)
+        for (int i = threadIdx.x; i < min(128 * kb_first, T) * D / 4; i += blockDim.x)
             *reinterpret_cast<float4*>(part_b + (size_t)(i / (D / 4)) * C + h * D + i % (D / 4) * 4) = make_float4(0, 0, 0, 0);
     for (int kb = kb_first; kb < nkb; kb++) {
         if (fused_split_of(kb, S) != s) continue;
@@ -541,21 +541,21 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
             for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
         __syncthreads();  // every warpgroup is done with the key block before's tiles
         for (int w = 0; w < NWG; w++) {
-            stage_tile_cm<D>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T_);
-            stage_tile_cm<D>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T_);
+            stage_tile_cm<D>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T);
+            stage_tile_cm<D>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T);
         }
-        const int nqt = (T_ - k0 + 63) / 64;  // the query tiles from k0 (queries before k0 see none of these keys)
+        const int nqt = (T - k0 + 63) / 64;  // the query tiles from k0 (queries before k0 see none of these keys)
         for (int h = kh * G; h < kh * G + G; h++) {
             const H* q = qkv_b + h * D;
-            const H* dO = dout + (size_t)b * T_ * C + h * D;
-            const float* lse_bh = lse + ((size_t)b * NH + h) * T_;
-            const float* D_bh = Dv + ((size_t)b * NH + h) * T_;
+            const H* dO = dout + (size_t)b * T * C + h * D;
+            const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+            const float* D_bh = Dv + ((size_t)b * NH + h) * T;
             float* part = part_b + h * D + wg * DN;  // this warpgroup's dQ columns
             auto stage = [&](int j) {
                 const int q0 = k0 + 64 * j;
-                stage_tile_cm<D>(Qs(j), q, C3, q0, T_);
-                stage_tile_cm<D>(dOs(j), dO, C, q0, T_);
-                stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T_);
+                stage_tile_cm<D>(Qs(j), q, C3, q0, T);
+                stage_tile_cm<D>(dOs(j), dO, C, q0, T);
+                stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T);
             };
             if (h > kh * G) __syncthreads();  // every warpgroup is done with the head before's tiles
             stage(0);
@@ -592,7 +592,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
                         if (j > 0) {  // dQ(j − 1) into the partial sum
                             for (int r = 0; r < 2; r++) {
                                 const int row = k0 + 64 * (j - 1) + warp * 16 + g + 8 * r;
-                                if (row >= T_) continue;
+                                if (row >= T) continue;
                                 float* p = part + (size_t)row * C + 2 * t;
                                 for (int nt = 0; nt < DN / 8; nt++) {
                                     if (first_kb) *reinterpret_cast<float2*>(p + nt * 8) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
@@ -615,22 +615,22 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
                     });
             }
         }
-        H* dk_out = dqkv + (size_t)b * T_ * C3 + L.k(kh * G);
-        store_acc_rows<D>(dk_out, C3, dk, key0, T_, rsqrtf((float)D));
-        store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T_, 1.0f);
+        H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
+        store_acc_rows<D>(dk_out, C3, dk, key0, T, rsqrtf((float)D));
+        store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T, 1.0f);
     }
 }
 // D = rowsum(dO∘O) for the fused backward, computed as the dQ passes compute it (row_dots: the
 // same bits, so that the fused pass's dK and dV are the two passes' bit for bit). A warp per 16
 // rows, a block per 64.
 template <class H, int D>
-__global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, int T_, int C, int NH) {
+__global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, int T, int C, int NH) {
     const int h = blockIdx.x, b = blockIdx.y, row0 = blockIdx.z * 64 + threadIdx.x / 32 * 16;
-    const H *dO = dout + (size_t)b * T_ * C + h * D, *O = out + (size_t)b * T_ * C + h * D;
+    const H *dO = dout + (size_t)b * T * C + h * D, *O = out + (size_t)b * T * C + h * D;
     uint32_t of[D / 16][4];
-    for (int kc = 0; kc < D / 16; kc++) load_a_rows(of[kc], dO, C, row0, T_, kc * 16);
+    for (int kc = 0; kc < D / 16; kc++) load_a_rows(of[kc], dO, C, row0, T, kc * 16);
     float Dr[2];
-    row_dots<D>(Dr, of, O, C, row0, T_, Dv + ((size_t)b * NH + h) * T_);
+    row_dots<D>(Dr, of, O, C, row0, T, Dv + ((size_t)b * NH + h) * T);
 }
 // dQ = scale · (the splits' partial sums added in split order), into the q columns of dqkv's rows
 template <class H>

@@ -112,8 +112,8 @@ struct Fp8Target {
 // quantize: q (R×Cc, row-major) and/or qt (Cc×R, its transpose) = fp8(x·s), s from amax(x) or
 // given (Fp8Target); the scales and the amax are device memory on the GPU.
 
-template <class T>
-inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const T* x, int R, int Cc, Fp8Format f) {
+template <class floatX>
+inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const floatX* x, int R, int Cc, Fp8Format f) {
     const size_t n = (size_t)R * Cc;
     float amax = 0.0f;
     for (size_t i = 0; i < n; i++) amax = std::max(amax, fabsf(to_f(x[i])));  // (NaNs are skipped, as fmaxf does)
@@ -135,11 +135,11 @@ inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const 
 // the record, when there is one). max is exact and order-free, so the result does not depend on
 // the launch shape.
 static const int FP8_AMAX_BLOCKS = 1024;
-template <class T, int V> __global__ void __launch_bounds__(256) fp8_amax_partial_kernel(float* partial, const T* x, size_t n) {
+template <class floatX, int V> __global__ void __launch_bounds__(256) fp8_amax_partial_kernel(float* partial, const floatX* x, size_t n) {
     __shared__ float sh[8];
     float m = 0.0f;
     for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n; i += (size_t)gridDim.x * blockDim.x * V) {
-        const Pack<T, V> p = load_pack<V>(x + i);  // (n % V == 0)
+        const Pack<floatX, V> p = load_pack<V>(x + i);  // (n % V == 0)
         for (int k = 0; k < V; k++) m = fmaxf(m, fabsf(to_f(p.v[k])));
     }
     m = warp_max(m);
@@ -173,8 +173,8 @@ __global__ void __launch_bounds__(256) fp8_scale_kernel(Fp8Scales* scales, float
 // With amax (delayed scaling: the scale is given) the block also takes the max |x| of its tile
 // and maxes it into *amax: an atomicMax on the bits, which order non-negative floats as their
 // values do (exact and order-free, so deterministic).
-template <class T, int V> __global__ void __launch_bounds__(256)
-fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* amax, const T* x, int R, int Cc, Fp8Format f) {
+template <class floatX, int V> __global__ void __launch_bounds__(256)
+fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* amax, const floatX* x, int R, int Cc, Fp8Format f) {
     constexpr int TR = 32, TC = 8 * V, CH = TR / V;  // the tile's rows and columns; V-byte chunks of a qt row
     __shared__ uint8_t tile[TR][TC + 4];
     __shared__ float warp_amax[8];
@@ -184,7 +184,7 @@ fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* ama
     {
         const int i = threadIdx.x / 8, j = threadIdx.x % 8 * V, r = r0 + i, c = c0 + j;
         if (r < R && c < Cc) {  // (Cc % V == 0: the pack is whole)
-            const Pack<T, V> p = load_pack<V>(x + (size_t)r * Cc + c);
+            const Pack<floatX, V> p = load_pack<V>(x + (size_t)r * Cc + c);
             Pack<uint8_t, V> o;
             for (int k = 0; k < V; k++) {
                 m = fmaxf(m, fabsf(to_f(p.v[k])));
@@ -212,29 +212,29 @@ fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* ama
         store_pack<V>(qt + (size_t)c * R + r, o);
     }
 }
-template <class T, int V> inline void fp8_quantize_launch(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Scales* scales,
-                                                          float* amax, const T* x, int R, int Cc, Fp8Format f) {
-    fp8_quantize_kernel<T, V><<<dim3(ceil_div(Cc, 8 * V), ceil_div(R, 32)), 256, 0, ctx.stream>>>(q, qt, scales, amax, x, R, Cc, f);
+template <class floatX, int V> inline void fp8_quantize_launch(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Scales* scales,
+                                                          float* amax, const floatX* x, int R, int Cc, Fp8Format f) {
+    fp8_quantize_kernel<floatX, V><<<dim3(ceil_div(Cc, 8 * V), ceil_div(R, 32)), 256, 0, ctx.stream>>>(q, qt, scales, amax, x, R, Cc, f);
     CUDA_LAUNCH_CHECK();
 }
 #endif
 
 // The op: q and/or qt (nullptr: not wanted), with t's scales (and amax record), on ctx's device.
-template <class T>
-inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, const T* x, int R, int Cc, Fp8Format f) {
+template <class floatX>
+inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, const floatX* x, int R, int Cc, Fp8Format f) {
     const size_t n = (size_t)R * Cc;
-    OpScope prof(ctx, 0, (double)n * ((t.given ? 1 : 2) * sizeof(T) + (q ? 1 : 0) + (qt ? 1 : 0)), "fp8 quantize%s%s",
+    OpScope prof(ctx, 0, (double)n * ((t.given ? 1 : 2) * sizeof(floatX) + (q ? 1 : 0) + (qt ? 1 : 0)), "fp8 quantize%s%s",
                  qt ? "+transpose" : "", t.given ? " (delayed)" : "");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        constexpr int P = PACK<T>;
+        constexpr int P = PACK<floatX>;
         if (!t.given) {
             static Buf<float> partial_buf;
-            const bool packs = pack_width<T>(n, {x}) > 1;
+            const bool packs = pack_width<floatX>(n, {x}) > 1;
             const int blocks = (int)std::max<size_t>(1, std::min<size_t>(FP8_AMAX_BLOCKS, ceil_div(n, 256 * (packs ? P : 1))));
             float* partial = gpu_scratch(partial_buf, ctx, (size_t)blocks);
-            if (packs) fp8_amax_partial_kernel<T, P><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
-            else fp8_amax_partial_kernel<T, 1><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
+            if (packs) fp8_amax_partial_kernel<floatX, P><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
+            else fp8_amax_partial_kernel<floatX, 1><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
             CUDA_LAUNCH_CHECK();
             fp8_scale_kernel<<<1, 256, 0, ctx.stream>>>(t.scales, t.amax, partial, blocks, f);
             CUDA_LAUNCH_CHECK();
@@ -242,40 +242,40 @@ inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Targe
         if (n == 0) return;
         float* record = t.given ? t.amax : nullptr;  // (current scaling recorded it above)
         const bool wide = Cc % P == 0 && (!qt || R % P == 0) && (uintptr_t)x % 16 == 0 && (uintptr_t)q % P == 0 && (uintptr_t)qt % P == 0;
-        if (wide) fp8_quantize_launch<T, P>(ctx, q, qt, t.scales, record, x, R, Cc, f);
-        else fp8_quantize_launch<T, 1>(ctx, q, qt, t.scales, record, x, R, Cc, f);
+        if (wide) fp8_quantize_launch<floatX, P>(ctx, q, qt, t.scales, record, x, R, Cc, f);
+        else fp8_quantize_launch<floatX, 1>(ctx, q, qt, t.scales, record, x, R, Cc, f);
         return;
     }
 #endif
     fp8_quantize_cpu(q, qt, t, x, R, Cc, f);
 }
 // ... with current scaling: scales gets s and 1/s from x's own amax
-template <class T>
-inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, Fp8Scales* scales, const T* x, int R, int Cc, Fp8Format f) {
+template <class floatX>
+inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, Fp8Scales* scales, const floatX* x, int R, int Cc, Fp8Format f) {
     fp8_quantize(ctx, q, qt, Fp8Target{scales}, x, R, Cc, f);
 }
 
 // ----------------------------------------------------------------------------
-// dequantize: out = fp8 value of q · (1/s), in T (n elements). The codes carry at most 4
+// dequantize: out = fp8 value of q · (1/s), in floatX (n elements). The codes carry at most 4
 // significant bits and 1/s is a power of two, so each value is exact in bf16 (and fp32): it is
 // the number the FP8 product multiplies, scaled back. matmul.cuh's fallback for FP8 products
 // that cuBLASLt refuses multiplies these.
-template <class T> inline void fp8_dequantize_cpu(T* out, const uint8_t* q, Fp8Format f, float inv, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = from_f<T>(fp8_decode(q[i], f) * inv);
+template <class floatX> inline void fp8_dequantize_cpu(floatX* out, const uint8_t* q, Fp8Format f, float inv, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = from_f<floatX>(fp8_decode(q[i], f) * inv);
 }
 #ifdef LLMC_CUDA
-template <class T> __global__ void fp8_dequantize_kernel(T* out, const uint8_t* q, Fp8Format f, const Fp8Scales* scales, size_t n) {
+template <class floatX> __global__ void fp8_dequantize_kernel(floatX* out, const uint8_t* q, Fp8Format f, const Fp8Scales* scales, size_t n) {
     const float inv = scales->inv;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = from_f<T>(fp8_decode(q[i], f) * inv);
+        out[i] = from_f<floatX>(fp8_decode(q[i], f) * inv);
 }
 #endif
-template <class T> inline void fp8_dequantize(const Ctx& ctx, T* out, const uint8_t* q, Fp8Format f, const Fp8Scales* scales, size_t n) {
-    OpScope prof(ctx, 0, (double)n * (1 + sizeof(T)), "fp8 dequantize");
+template <class floatX> inline void fp8_dequantize(const Ctx& ctx, floatX* out, const uint8_t* q, Fp8Format f, const Fp8Scales* scales, size_t n) {
+    OpScope prof(ctx, 0, (double)n * (1 + sizeof(floatX)), "fp8 dequantize");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if (n == 0) return;
-        fp8_dequantize_kernel<T><<<grid_for(n), 256, 0, ctx.stream>>>(out, q, f, scales, n);
+        fp8_dequantize_kernel<floatX><<<grid_for(n), 256, 0, ctx.stream>>>(out, q, f, scales, n);
         CUDA_LAUNCH_CHECK();
         return;
     }

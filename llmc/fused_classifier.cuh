@@ -26,23 +26,23 @@ More: docs/kernels.md.
 // The two passes over a row, which the one-pass op and the vocabulary-parallel pair share:
 // the max m of its first V elements and Σ exp(x − m) (in double), and the gradient written in
 // place, dloss · (exp(x − m − log S) − [v == tgt]), 0 for the padding up to Vp.
-template <class T> inline void classifier_row_max_sum_cpu(const T* row, int V, float* m, double* sum) {
+template <class floatX> inline void classifier_row_max_sum_cpu(const floatX* row, int V, float* m, double* sum) {
     float mx = -INFINITY;
     for (int v = 0; v < V; v++) mx = to_f(row[v]) > mx ? to_f(row[v]) : mx;
     double s = 0.0;
     for (int v = 0; v < V; v++) s += expf(to_f(row[v]) - mx);
     *m = mx; *sum = s;
 }
-template <class T> inline void classifier_row_grad_cpu(T* row, int V, int Vp, float m, float log_sum, int tgt, float dloss) {
-    for (int v = 0; v < V; v++) row[v] = from_f<T>(dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)));
-    for (int v = V; v < Vp; v++) row[v] = from_f<T>(0.0f);
+template <class floatX> inline void classifier_row_grad_cpu(floatX* row, int V, int Vp, float m, float log_sum, int tgt, float dloss) {
+    for (int v = 0; v < V; v++) row[v] = from_f<floatX>(dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)));
+    for (int v = V; v < Vp; v++) row[v] = from_f<floatX>(0.0f);
 }
 
-template <class T>
-inline void fused_classifier_cpu(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+template <class floatX>
+inline void fused_classifier_cpu(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        T* row = logits + (size_t)n * Vp;
+        floatX* row = logits + (size_t)n * Vp;
         float m;
         double sum;
         classifier_row_max_sum_cpu(row, V, &m, &sum);
@@ -54,11 +54,11 @@ inline void fused_classifier_cpu(T* logits, float* losses, const int* targets, i
 }
 
 // ---- vocabulary-parallel (see the header)
-template <class T>
-inline void classifier_stats_cpu(const T* logits, float* stats, const int* targets, int N, int Vl, int Vpl, int lo) {
+template <class floatX>
+inline void classifier_stats_cpu(const floatX* logits, float* stats, const int* targets, int N, int Vl, int Vpl, int lo) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const T* row = logits + (size_t)n * Vpl;
+        const floatX* row = logits + (size_t)n * Vpl;
         float m;
         double sum;
         classifier_row_max_sum_cpu(row, Vl, &m, &sum);
@@ -84,8 +84,8 @@ HD inline void classifier_combine(const float* stats, int parts, int N, int n, f
     }
     *M = mx; *log_sum = (float)log(S); *target = tg;
 }
-template <class T>
-inline void classifier_finish_cpu(T* logits, float* losses, const float* stats, int parts, const int* targets, int N, int Vl,
+template <class floatX>
+inline void classifier_finish_cpu(floatX* logits, float* losses, const float* stats, int parts, const int* targets, int N, int Vl,
                                   int Vpl, int lo, float dloss) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -112,10 +112,10 @@ template <bool MAX> __device__ inline float block_reduce(float v) {
 // The two passes over a row, shared by the one-pass kernel and the vocabulary-parallel pair; the
 // row moves in packs of P elements (P = 1: one at a time). Pass 1: the block's max mb of the first
 // V elements of src and Σ exp(x − mb) (each thread online, then fixed-tree block reductions).
-template <class T, int P> __device__ inline void classifier_row_max_sum(const T* src, int V, float* mb, float* sum) {
+template <class floatX, int P> __device__ inline void classifier_row_max_sum(const floatX* src, int V, float* mb, float* sum) {
     float m = -INFINITY, s = 0.0f;
     for (int i = threadIdx.x * P; i < V; i += blockDim.x * P) {  // a pack starting below V ends within Vp
-        const Pack<T, P> x = load_pack<P>(src + i);
+        const Pack<floatX, P> x = load_pack<P>(src + i);
         for (int j = 0; j < P && i + j < V; j++) {
             const float z = to_f(x.v[j]);
             if (z > m) { s = s * expf(m - z) + 1.0f; m = z; }
@@ -126,14 +126,14 @@ template <class T, int P> __device__ inline void classifier_row_max_sum(const T*
     *sum = block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - *mb));
 }
 // Pass 2: the gradient of the row's Vp elements (read from src) written to row; padding gets 0.
-template <class T, int P>
-__device__ inline void classifier_row_grad(T* row, const T* src, int V, int Vp, float mb, float log_sum, int tgt, float dloss) {
+template <class floatX, int P>
+__device__ inline void classifier_row_grad(floatX* row, const floatX* src, int V, int Vp, float mb, float log_sum, int tgt, float dloss) {
     for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) {
-        const Pack<T, P> x = load_pack<P>(src + i);
-        Pack<T, P> g;
+        const Pack<floatX, P> x = load_pack<P>(src + i);
+        Pack<floatX, P> g;
         for (int j = 0; j < P; j++) {
             const int v = i + j;
-            g.v[j] = from_f<T>(v < V ? dloss * (expf(to_f(x.v[j]) - mb - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+            g.v[j] = from_f<floatX>(v < V ? dloss * (expf(to_f(x.v[j]) - mb - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
         }
         store_pack<P>(row + i, g);
     }
@@ -147,37 +147,37 @@ __device__ inline void classifier_row_grad(T* row, const T* src, int V, int Vp, 
 // STAGED (packs only): the row is first copied into shared memory (cp.async, Vp·sizeof(T) bytes
 // of dynamic shared memory), and both passes read it there: the logits leave device memory once
 // instead of twice. Each thread handles the same packs either way, so the bits are the same.
-template <class T, int P, bool STAGED = false>
-__global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+template <class floatX, int P, bool STAGED = false>
+__global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
     const int n = blockIdx.x;
-    T* row = logits + (size_t)n * Vp;
-    const T* src = row;  // where both passes read the row
+    floatX* row = logits + (size_t)n * Vp;
+    const floatX* src = row;  // where both passes read the row
     if constexpr (STAGED) {
-        static_assert(P * sizeof(T) == 16, "the staged row moves in 16-byte packs");
-        DYNAMIC_SHARED(T, srow);
+        static_assert(P * sizeof(floatX) == 16, "the staged row moves in 16-byte packs");
+        DYNAMIC_SHARED(floatX, srow);
         for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) cp_async16(srow + i, row + i, 16);
         cp_async_wait_all();
         __syncthreads();  // the whole row is in shared memory (thread 0 reads the target's logit)
         src = srow;
     }
     float mb, sum;
-    classifier_row_max_sum<T, P>(src, V, &mb, &sum);
+    classifier_row_max_sum<floatX, P>(src, V, &mb, &sum);
     const float log_sum = logf(sum);
     const int tgt = targets[n];
     if (threadIdx.x == 0) losses[n] = -(to_f(src[tgt]) - mb - log_sum);
     if (dloss == 0.0f) return;
     if constexpr (!STAGED) __syncthreads();  // every thread has read row[tgt] before it is overwritten
-    classifier_row_grad<T, P>(row, src, V, Vp, mb, log_sum, tgt, dloss);
+    classifier_row_grad<floatX, P>(row, src, V, Vp, mb, log_sum, tgt, dloss);
 }
 // The vocabulary-parallel pair (one block per row, one element per load: the rows of a rank's
 // slice need not be 16-byte aligned). Stats: pass 1; finish: each thread combines the parts
 // itself (a few floats), then pass 2.
-template <class T>
-__global__ void classifier_stats_kernel(const T* logits, float* stats, const int* targets, int Vl, int Vpl, int lo) {
+template <class floatX>
+__global__ void classifier_stats_kernel(const floatX* logits, float* stats, const int* targets, int Vl, int Vpl, int lo) {
     const int n = blockIdx.x;
-    const T* row = logits + (size_t)n * Vpl;
+    const floatX* row = logits + (size_t)n * Vpl;
     float mb, sum;
-    classifier_row_max_sum<T, 1>(row, Vl, &mb, &sum);
+    classifier_row_max_sum<floatX, 1>(row, Vl, &mb, &sum);
     if (threadIdx.x == 0) {
         const int t = targets[n] - lo;
         stats[3 * n] = mb;
@@ -185,16 +185,16 @@ __global__ void classifier_stats_kernel(const T* logits, float* stats, const int
         stats[3 * n + 2] = t >= 0 && t < Vl ? to_f(row[t]) : 0.0f;
     }
 }
-template <class T>
-__global__ void classifier_finish_kernel(T* logits, float* losses, const float* stats, int parts, const int* targets, int N,
+template <class floatX>
+__global__ void classifier_finish_kernel(floatX* logits, float* losses, const float* stats, int parts, const int* targets, int N,
                                          int Vl, int Vpl, int lo, float dloss) {
     const int n = blockIdx.x;
     float m, log_sum, target;
     classifier_combine(stats, parts, N, n, &m, &log_sum, &target);
     if (threadIdx.x == 0) losses[n] = -(target - m - log_sum);
     if (dloss == 0.0f) return;
-    T* row = logits + (size_t)n * Vpl;
-    classifier_row_grad<T, 1>(row, row, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
+    floatX* row = logits + (size_t)n * Vpl;
+    classifier_row_grad<floatX, 1>(row, row, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
 }
 // g_classifier_staged: the STAGED kernel where the row fits in a block's shared memory (GPT-2's
 // bf16 row is 98 KB: two blocks per H100 SM). g_classifier_staged_auto (--classifier-staged auto,
@@ -219,8 +219,8 @@ inline int g_classifier_staged_kept = -1;  // auto's decision: −1 none yet, 0 
 // keeps half as many in flight (dev/cuda/classifier.cu v4 times it). Other sizes sum the row in
 // another order: results differ in the last bits, within the same bounds.
 inline int g_classifier_threads = 512;
-template <class T, int P> inline size_t classifier_staged_ceiling() {  // (asked of the device once)
-    static const size_t bytes = dynamic_shared_ceiling(fused_classifier_kernel<T, P, true>);
+template <class floatX, int P> inline size_t classifier_staged_ceiling() {  // (asked of the device once)
+    static const size_t bytes = dynamic_shared_ceiling(fused_classifier_kernel<floatX, P, true>);
     return bytes;
 }
 #endif
@@ -228,16 +228,16 @@ template <class T, int P> inline size_t classifier_staged_ceiling() {  // (asked
 #ifdef LLMC_CUDA
 // --classifier-staged auto's trial (above): 1 if the staged kernel is kept. launch(staged, rows,
 // losses, n) runs a kernel on n rows.
-template <class T, class L> inline int classifier_tune_staged(const Ctx& ctx, const T* logits, int N, int Vp, const L& launch) {
+template <class floatX, class L> inline int classifier_tune_staged(const Ctx& ctx, const floatX* logits, int N, int Vp, const L& launch) {
     const int R = std::min(N, CLASSIFIER_TUNE_SLICE);
-    const size_t bytes = (size_t)R * Vp * sizeof(T);
+    const size_t bytes = (size_t)R * Vp * sizeof(floatX);
     void* slice = nullptr;
     if (cudaMalloc(&slice, bytes + R * sizeof(float)) != cudaSuccess) {
         cudaGetLastError();
         if (g_rank == 0) printf("classifier: the unstaged kernel (--classifier-staged auto: no room for the %zu bytes of its trial)\n", bytes);
         return 0;
     }
-    T* rows = (T*)slice;
+    floatX* rows = (floatX*)slice;
     float* loss = (float*)((char*)slice + bytes);
     const AutotunePick t = autotune_pick(ctx, 2,
         [&] { CUDA_CHECK(cudaMemcpyAsync(rows, logits, bytes, cudaMemcpyDeviceToDevice, ctx.stream)); },
@@ -250,30 +250,30 @@ template <class T, class L> inline int classifier_tune_staged(const Ctx& ctx, co
 }
 #endif
 
-template <class T>
-inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
-    OpScope prof(ctx, 0, 2.0 * N * Vp * sizeof(T) + 8.0 * N, "classifier (loss, dlogits)");  // logits in, dlogits out
+template <class floatX>
+inline void fused_classifier(const Ctx& ctx, floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    OpScope prof(ctx, 0, 2.0 * N * Vp * sizeof(floatX) + 8.0 * N, "classifier (loss, dlogits)");  // logits in, dlogits out
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        constexpr int P = PACK<T>;
-        const size_t row_bytes = (size_t)Vp * sizeof(T);
-        const bool packs = pack_width<T>(Vp, {logits}) > 1;
-        auto launch = [&](bool staged, T* rows, float* loss, int n) {
-            constexpr int Q = PACK<T>;  // (P itself, named in here, nvcc would want captured)
+        constexpr int P = PACK<floatX>;
+        const size_t row_bytes = (size_t)Vp * sizeof(floatX);
+        const bool packs = pack_width<floatX>(Vp, {logits}) > 1;
+        auto launch = [&](bool staged, floatX* rows, float* loss, int n) {
+            constexpr int Q = PACK<floatX>;  // (P itself, named in here, nvcc would want captured)
             if (staged) {
-                SHARED_OPT_IN(fused_classifier_kernel<T, Q, true>);
-                fused_classifier_kernel<T, Q, true><<<n, g_classifier_threads, row_bytes, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
+                SHARED_OPT_IN(fused_classifier_kernel<floatX, Q, true>);
+                fused_classifier_kernel<floatX, Q, true><<<n, g_classifier_threads, row_bytes, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
             } else
-                fused_classifier_kernel<T, Q><<<n, g_classifier_threads, 0, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
+                fused_classifier_kernel<floatX, Q><<<n, g_classifier_threads, 0, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
             CUDA_LAUNCH_CHECK();
             return true;
         };
-        const bool stageable = packs && row_bytes <= classifier_staged_ceiling<T, P>();
+        const bool stageable = packs && row_bytes <= classifier_staged_ceiling<floatX, P>();
         if (stageable && g_classifier_staged_auto && g_classifier_staged_kept < 0 && N >= g_classifier_tune_rows && dloss != 0.0f)
-            g_classifier_staged_kept = classifier_tune_staged<T>(ctx, logits, N, Vp, launch);
+            g_classifier_staged_kept = classifier_tune_staged<floatX>(ctx, logits, N, Vp, launch);
         if (packs) launch(stageable && (g_classifier_staged || (g_classifier_staged_auto && g_classifier_staged_kept == 1)), logits, losses, N);
         else
-            fused_classifier_kernel<T, 1><<<N, g_classifier_threads, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+            fused_classifier_kernel<floatX, 1><<<N, g_classifier_threads, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         CUDA_LAUNCH_CHECK();
         return;
     }
@@ -283,9 +283,9 @@ inline void fused_classifier(const Ctx& ctx, T* logits, float* losses, const int
 
 // The vocabulary-parallel pair (see the header): stats of this rank's columns into stats (N × 3),
 // then, once every part's stats are in all_stats ([parts][N][3]), the losses and the gradient.
-template <class T>
-inline void classifier_stats(const Ctx& ctx, const T* logits, float* stats, const int* targets, int N, int Vl, int Vpl, int lo) {
-    OpScope prof(ctx, 0, 1.0 * N * Vpl * sizeof(T) + 16.0 * N, "classifier stats (vocabulary-parallel)");
+template <class floatX>
+inline void classifier_stats(const Ctx& ctx, const floatX* logits, float* stats, const int* targets, int N, int Vl, int Vpl, int lo) {
+    OpScope prof(ctx, 0, 1.0 * N * Vpl * sizeof(floatX) + 16.0 * N, "classifier stats (vocabulary-parallel)");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         classifier_stats_kernel<<<N, 512, 0, ctx.stream>>>(logits, stats, targets, Vl, Vpl, lo);
@@ -295,10 +295,10 @@ inline void classifier_stats(const Ctx& ctx, const T* logits, float* stats, cons
 #endif
     classifier_stats_cpu(logits, stats, targets, N, Vl, Vpl, lo);
 }
-template <class T>
-inline void classifier_finish(const Ctx& ctx, T* logits, float* losses, const float* all_stats, int parts, const int* targets,
+template <class floatX>
+inline void classifier_finish(const Ctx& ctx, floatX* logits, float* losses, const float* all_stats, int parts, const int* targets,
                               int N, int Vl, int Vpl, int lo, float dloss) {
-    OpScope prof(ctx, 0, 2.0 * N * Vpl * sizeof(T) + (12.0 * parts + 8) * N, "classifier (loss, dlogits; vocabulary-parallel)");
+    OpScope prof(ctx, 0, 2.0 * N * Vpl * sizeof(floatX) + (12.0 * parts + 8) * N, "classifier (loss, dlogits; vocabulary-parallel)");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         classifier_finish_kernel<<<N, 512, 0, ctx.stream>>>(logits, losses, all_stats, parts, targets, N, Vl, Vpl, lo, dloss);

@@ -17,44 +17,44 @@ Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
 
-template <class T> inline void gelu_forward_cpu(T* out, const T* inp, size_t N) {
+template <class floatX> inline void gelu_forward_cpu(floatX* out, const floatX* inp, size_t N) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
         float x = to_f(inp[i]);
-        out[i] = from_f<T>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+        out[i] = from_f<floatX>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
     }
 }
 
-template <class T, class G> inline void gelu_backward_cpu(T* dinp, const T* inp, const G* dout, size_t N) {
+template <class floatX, class G> inline void gelu_backward_cpu(floatX* dinp, const floatX* inp, const G* dout, size_t N) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
         float x = to_f(inp[i]);
         float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
         float sech2 = 1.0f - th * th;
         float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = from_f<T>(grad * to_f(dout[i]));
+        dinp[i] = from_f<floatX>(grad * to_f(dout[i]));
     }
 }
 
 #ifdef LLMC_CUDA
-template <class T> __global__ void gelu_forward_kernel(T* out, const T* inp, size_t N) {
+template <class floatX> __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t N) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
         float x = to_f(inp[i]);
-        out[i] = from_f<T>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+        out[i] = from_f<floatX>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
     }
 }
-template <class T, class G> __global__ void gelu_backward_kernel(T* dinp, const T* inp, const G* dout, size_t N) {
+template <class floatX, class G> __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const G* dout, size_t N) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
         float x = to_f(inp[i]);
         float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
         float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = from_f<T>(grad * to_f(dout[i]));
+        dinp[i] = from_f<floatX>(grad * to_f(dout[i]));
     }
 }
 #endif
 
-template <class T> inline void gelu_forward(const Ctx& ctx, T* out, const T* inp, size_t N) {
-    OpScope prof(ctx, 0, 2.0 * N * sizeof(T), "gelu forward");
+template <class floatX> inline void gelu_forward(const Ctx& ctx, floatX* out, const floatX* inp, size_t N) {
+    OpScope prof(ctx, 0, 2.0 * N * sizeof(floatX), "gelu forward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         gelu_forward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(out, inp, N);
@@ -64,8 +64,8 @@ template <class T> inline void gelu_forward(const Ctx& ctx, T* out, const T* inp
 #endif
     gelu_forward_cpu(out, inp, N);
 }
-template <class T, class G> inline void gelu_backward(const Ctx& ctx, T* dinp, const T* inp, const G* dout, size_t N) {
-    OpScope prof(ctx, 0, N * (2.0 * sizeof(T) + sizeof(G)), "gelu backward");
+template <class floatX, class G> inline void gelu_backward(const Ctx& ctx, floatX* dinp, const floatX* inp, const G* dout, size_t N) {
+    OpScope prof(ctx, 0, N * (2.0 * sizeof(floatX) + sizeof(G)), "gelu backward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         gelu_backward_kernel<<<grid_for(N), 256, 0, ctx.stream>>>(dinp, inp, dout, N);

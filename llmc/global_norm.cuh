@@ -22,7 +22,7 @@ Tests: test/test_ops.cpp (against a plain double loop), test/gpucheck_ops.cu (CU
 #include "common.h"
 #include "profiler.h"
 
-template <class T> inline double global_norm_squared_cpu(const T* g, size_t n) {
+template <class floatX> inline double global_norm_squared_cpu(const floatX* g, size_t n) {
     const size_t chunk = 1 << 16;
     size_t nchunks = ceil_div(n, chunk);
     std::vector<double> part(nchunks, 0.0);
@@ -43,13 +43,13 @@ template <class T> inline double global_norm_squared_cpu(const T* g, size_t n) {
 // threads are added by a fixed tree. P > 1: the thread reads 16-byte packs (P elements each; the
 // chunks start at multiples of P, so only a piece's last chunk can end inside a pack: thread 0
 // takes those last elements), several loads in flight; P = 1 where the piece is not 16-byte aligned.
-template <class T, int P> __global__ void norm_squared_chunks_kernel(double* part, const T* g, size_t n, size_t chunk) {
+template <class floatX, int P> __global__ void norm_squared_chunks_kernel(double* part, const floatX* g, size_t n, size_t chunk) {
     __shared__ double shared[256];
     const size_t c = blockIdx.x, begin = c * chunk, end = min(n, begin + chunk), full = begin + (end - begin) / P * P;
     double s = 0.0;
     #pragma unroll 4
     for (size_t i = begin + threadIdx.x * P; i < full; i += blockDim.x * P) {
-        const Pack<T, P> x = load_pack<P>(g + i);
+        const Pack<floatX, P> x = load_pack<P>(g + i);
         for (int j = 0; j < P; j++) { const double v = to_f(x.v[j]); s += v * v; }
     }
     if (threadIdx.x == 0)
@@ -67,36 +67,36 @@ template <class T, int P> __global__ void norm_squared_chunks_kernel(double* par
 // Σ over the pieces (in order) of each piece's norm² (its chunks in order). On CUDA one launch
 // per piece writes every chunk's sum into one buffer and one copy brings them all back: a single
 // wait for the GPU, however many pieces (a step's gradient is one piece per unit).
-template <class T> struct NormPiece { const T* g; size_t n; };
-template <class T> inline double global_norm_squared(const Ctx& ctx, const std::vector<NormPiece<T>>& pieces) {
+template <class floatX> struct NormPiece { const floatX* g; size_t n; };
+template <class floatX> inline double global_norm_squared(const Ctx& ctx, const std::vector<NormPiece<floatX>>& pieces) {
     double bytes = 0;
-    for (const NormPiece<T>& p : pieces) bytes += (double)p.n * sizeof(T);
+    for (const NormPiece<floatX>& p : pieces) bytes += (double)p.n * sizeof(floatX);
     OpScope prof(ctx, 0, bytes, "gradient norm");
     double total = 0.0;
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         const size_t chunk = 1 << 16;
         size_t nchunks = 0;
-        for (const NormPiece<T>& p : pieces) nchunks += ceil_div(p.n, chunk);
+        for (const NormPiece<floatX>& p : pieces) nchunks += ceil_div(p.n, chunk);
         if (nchunks == 0) return 0.0;
         static Buf<double> part_buf;
         double* part = gpu_scratch(part_buf, ctx, nchunks);
         size_t at = 0;
-        for (const NormPiece<T>& p : pieces) {
+        for (const NormPiece<floatX>& p : pieces) {
             if (p.n == 0) continue;
             const unsigned blocks = (unsigned)ceil_div(p.n, chunk);
-            constexpr int P = PACK<T>;
-            if (pack_width<T>(chunk, {p.g}) > 1)
-                norm_squared_chunks_kernel<T, P><<<blocks, 256, 0, ctx.stream>>>(part + at, p.g, p.n, chunk);
+            constexpr int P = PACK<floatX>;
+            if (pack_width<floatX>(chunk, {p.g}) > 1)
+                norm_squared_chunks_kernel<floatX, P><<<blocks, 256, 0, ctx.stream>>>(part + at, p.g, p.n, chunk);
             else
-                norm_squared_chunks_kernel<T, 1><<<blocks, 256, 0, ctx.stream>>>(part + at, p.g, p.n, chunk);
+                norm_squared_chunks_kernel<floatX, 1><<<blocks, 256, 0, ctx.stream>>>(part + at, p.g, p.n, chunk);
             at += ceil_div(p.n, chunk);
         }
         CUDA_LAUNCH_CHECK();
         std::vector<double> host(nchunks);
         ctx_copy(ctx, host.data(), part, nchunks * sizeof(double));
         at = 0;
-        for (const NormPiece<T>& p : pieces) {  // each piece's sum, then the pieces' (as on the CPU)
+        for (const NormPiece<floatX>& p : pieces) {  // each piece's sum, then the pieces' (as on the CPU)
             double s = 0.0;
             for (size_t c = 0; c < ceil_div(p.n, chunk); c++) s += host[at++];
             total += s;
@@ -104,11 +104,11 @@ template <class T> inline double global_norm_squared(const Ctx& ctx, const std::
         return total;
     }
 #endif
-    for (const NormPiece<T>& p : pieces) total += global_norm_squared_cpu(p.g, p.n);
+    for (const NormPiece<floatX>& p : pieces) total += global_norm_squared_cpu(p.g, p.n);
     return total;
 }
-template <class T> inline double global_norm_squared(const Ctx& ctx, const T* g, size_t n) {
-    return global_norm_squared(ctx, std::vector<NormPiece<T>>{{g, n}});
+template <class floatX> inline double global_norm_squared(const Ctx& ctx, const floatX* g, size_t n) {
+    return global_norm_squared(ctx, std::vector<NormPiece<floatX>>{{g, n}});
 }
 
 inline float grad_clip_factor(float norm, float max_norm) {

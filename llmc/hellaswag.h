@@ -155,9 +155,9 @@ inline void choice_set_write(const std::string& path, const std::vector<ChoiceEx
 
 // Scores every ending of `set` with the model (B×T: the training run's micro-batch, whose
 // activations are reused) and returns the accuracy. Every rank of `dp` calls it and gets the same.
-template <class T>
-inline ChoiceResult choice_evaluate(const Ctx& ctx, GPT<T>* g, const ChoiceSet& set, int B, int T_, Group& dp) {
-    const int Tr = set.longest_row, R = (int)std::min<long long>((long long)B * T_ / Tr, set.rows);
+template <class floatX>
+inline ChoiceResult choice_evaluate(const Ctx& ctx, GPT<floatX>* g, const ChoiceSet& set, int B, int T, Group& dp) {
+    const int Tr = set.longest_row, R = (int)std::min<long long>((long long)B * T / Tr, set.rows);
     // the rows in file order: (example, ending)
     std::vector<std::pair<int, int>> rows;
     for (int i = 0; i < (int)set.examples.size(); i++)

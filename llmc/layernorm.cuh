@@ -22,12 +22,12 @@ More: docs/kernels.md.
 #include "profiler.h"
 
 // (mean == nullptr: RMSNorm, no centering; b == nullptr: no bias)
-template <class T>
-inline void layernorm_forward_cpu(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
+template <class floatX>
+inline void layernorm_forward_cpu(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w, const floatX* b, int N, int C) {
     const float eps = 1e-5f;
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
-        const T* x = inp + (size_t)i * C;
+        const floatX* x = inp + (size_t)i * C;
         float m = 0.0f;
         if (mean) {
             for (int c = 0; c < C; c++) m += to_f(x[c]);
@@ -37,8 +37,8 @@ inline void layernorm_forward_cpu(T* out, float* mean, float* rstd, const T* inp
         for (int c = 0; c < C; c++) { float d = to_f(x[c]) - m; v += d * d; }
         v /= C;
         float s = 1.0f / sqrtf(v + eps);
-        T* o = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) o[c] = from_f<T>((to_f(x[c]) - m) * s * to_f(w[c]) + (b ? to_f(b[c]) : 0.0f));
+        floatX* o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = from_f<floatX>((to_f(x[c]) - m) * s * to_f(w[c]) + (b ? to_f(b[c]) : 0.0f));
         if (mean) mean[i] = m;
         rstd[i] = s;
     }
@@ -82,13 +82,13 @@ inline void layernorm_backward_cpu(float* dinp, float* dw, float* db, const floa
     }
 }
 
-template <class T> inline void residual_forward_cpu(T* out, const T* a, const T* b, size_t N) {
+template <class floatX> inline void residual_forward_cpu(floatX* out, const floatX* a, const floatX* b, size_t N) {
     #pragma omp parallel for
-    for (size_t i = 0; i < N; i++) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+    for (size_t i = 0; i < N; i++) out[i] = from_f<floatX>(to_f(a[i]) + to_f(b[i]));
 }
 
 #ifdef LLMC_CUDA
-// The kernels take V, the elements each lane moves per load: PACK<T> (16 bytes, common.h) where
+// The kernels take V, the elements each lane moves per load: PACK<floatX> (16 bytes, common.h) where
 // C and the pointers allow, else 1. g_layernorm_packs = false forces V = 1 (for dev/cuda's
 // comparison); the sums per lane then run in another order, the math is the same.
 inline bool g_layernorm_packs = true;
@@ -97,19 +97,19 @@ inline bool g_layernorm_packs = true;
 // ADD: the row normalized is res = inp + add, formed (rounded to T) and written in the first pass;
 // the later passes read it back, each lane its own elements, from cache. Else inp is normalized.
 // mean == nullptr: RMSNorm (the row's mean taken as 0, not stored); b == nullptr: no bias.
-template <class T, int V, bool ADD>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* res, const T* inp, const T* add,
-                                         const T* w, const T* b, int N, int C) {
+template <class floatX, int V, bool ADD>
+__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, floatX* res, const floatX* inp, const floatX* add,
+                                         const floatX* w, const floatX* b, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const size_t off = (size_t)row * C;
-    const T* x = (ADD ? res : inp) + off;
+    const floatX* x = (ADD ? res : inp) + off;
     float s = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
-        Pack<T, V> xp = load_pack<V>(inp + off + c);
+        Pack<floatX, V> xp = load_pack<V>(inp + off + c);
         if constexpr (ADD) {
-            Pack<T, V> ap = load_pack<V>(add + off + c);
-            for (int k = 0; k < V; k++) xp.v[k] = from_f<T>(to_f(xp.v[k]) + to_f(ap.v[k]));
+            Pack<floatX, V> ap = load_pack<V>(add + off + c);
+            for (int k = 0; k < V; k++) xp.v[k] = from_f<floatX>(to_f(xp.v[k]) + to_f(ap.v[k]));
             store_pack<V>(res + off + c, xp);
         }
         for (int k = 0; k < V; k++) s += to_f(xp.v[k]);
@@ -118,15 +118,15 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
     float m = rms ? 0.0f : warp_sum(s) / C;
     float v = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
-        Pack<T, V> xp = load_pack<V>(x + c);
+        Pack<floatX, V> xp = load_pack<V>(x + c);
         for (int k = 0; k < V; k++) { float d = to_f(xp.v[k]) - m; v += d * d; }
     }
     float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-    T* o = out + off;
+    floatX* o = out + off;
     for (int c = lane * V; c < C; c += 32 * V) {
-        Pack<T, V> xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), bp, op;
+        Pack<floatX, V> xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), bp, op;
         if (b) bp = load_pack<V>(b + c);
-        for (int k = 0; k < V; k++) op.v[k] = from_f<T>((to_f(xp.v[k]) - m) * r * to_f(wp.v[k]) + (b ? to_f(bp.v[k]) : 0.0f));
+        for (int k = 0; k < V; k++) op.v[k] = from_f<floatX>((to_f(xp.v[k]) - m) * r * to_f(wp.v[k]) + (b ? to_f(bp.v[k]) : 0.0f));
         store_pack<V>(o + c, op);
     }
     if (lane == 0) { if (!rms) mean[row] = m; rstd[row] = r; }
@@ -150,24 +150,24 @@ __device__ inline void ln_param_sums(float d, float x, float m, float r, float& 
     sw = __fadd_rn(sw, __fmul_rn(d, ln_n(x, m, r)));
     sb = __fadd_rn(sb, d);
 }
-template <class T, int V>
-__global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w,
+template <class floatX, int V>
+__global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* w,
                                                const float* mean, const float* rstd, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    const T* d = dout + (size_t)row * C;
-    const T* x = inp + (size_t)row * C;
+    const floatX* d = dout + (size_t)row * C;
+    const floatX* x = inp + (size_t)row * C;
     float m = mean ? mean[row] : 0.0f, r = rstd[row], g_sum = 0.0f, gn_sum = 0.0f;  // (mean == nullptr: RMSNorm)
     for (int c = lane * V; c < C; c += 32 * V) {
-        Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
+        Pack<floatX, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
         for (int k = 0; k < V; k++) ln_row_sums(to_f(dp.v[k]), to_f(wp.v[k]), to_f(xp.v[k]), m, r, g_sum, gn_sum);
     }
     float g_mean = mean ? warp_sum(g_sum) / C : 0.0f, gn_mean = warp_sum(gn_sum) / C;
-    T* di = dinp + (size_t)row * C;
+    floatX* di = dinp + (size_t)row * C;
     for (int c = lane * V; c < C; c += 32 * V) {
-        Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
+        Pack<floatX, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
         for (int k = 0; k < V; k++)
-            ip.v[k] = from_f<T>(ln_dinp(to_f(ip.v[k]), to_f(dp.v[k]), to_f(wp.v[k]), to_f(xp.v[k]), m, r, g_mean, gn_mean));
+            ip.v[k] = from_f<floatX>(ln_dinp(to_f(ip.v[k]), to_f(dp.v[k]), to_f(wp.v[k]), to_f(xp.v[k]), m, r, g_mean, gn_mean));
         store_pack<V>(di + c, ip);
     }
 }
@@ -181,8 +181,8 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
 // rows gave each warp 4 and wrote 25 MB of partial sums.
 constexpr int LN_WARPS = 8;
 inline int ln_chunk_rows(int N) { return std::max(32, (int)ceil_div(ceil_div(N, 1024), 8) * 8); }
-template <class T, int V>
-__global__ void layernorm_backward_params_partial(float* partial, const T* dout, const T* inp,
+template <class floatX, int V>
+__global__ void layernorm_backward_params_partial(float* partial, const floatX* dout, const floatX* inp,
                                                   const float* mean, const float* rstd, int N, int C, int R) {
     __shared__ float sh[2 * LN_WARPS * 32 * V];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, k = blockIdx.y, K = gridDim.y;
@@ -192,7 +192,7 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
     if (c < C) {
         const int r1 = min(N, (k + 1) * R);
         for (int i = k * R + w; i < r1; i += LN_WARPS) {
-            Pack<T, V> dp = load_pack<V>(dout + (size_t)i * C + c), xp = load_pack<V>(inp + (size_t)i * C + c);
+            Pack<floatX, V> dp = load_pack<V>(dout + (size_t)i * C + c), xp = load_pack<V>(inp + (size_t)i * C + c);
             const float m = mean ? mean[i] : 0.0f, r = rstd[i];
             for (int j = 0; j < V; j++) ln_param_sums(to_f(dp.v[j]), to_f(xp.v[j]), m, r, sw[j], sb[j]);
         }
@@ -222,13 +222,13 @@ __global__ void layernorm_backward_params_partial(float* partial, const T* dout,
 // blocks an SM (ptxas: bf16 127 registers, no spills; fp32 8 bytes spilled). The same arithmetic: the same bits.
 // (NP = 0) where the float4 of sums for channels g·V + 4q .. g·V + 4q + 3 starts, of C floats
 template <int V> __device__ inline size_t ln_sum_slot(int g, int q, int C) { return ((size_t)q * (C / V) + g) * 4; }
-template <class T, int V, int NP, bool PF = false>
-__global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* w,
+template <class floatX, int V, int NP, bool PF = false>
+__global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kernel(floatX* dinp, float* partial, const floatX* dout, const floatX* inp, const floatX* w,
                                                                                   const float* mean, const float* rstd, int N, int C, int R) {
     constexpr bool SHARED_SUMS = NP == 0;
     static_assert(!SHARED_SUMS || V % 4 == 0, "the shared sums move as float4s: V = 4 (fp32) or 8 (16-bit)");
     static_assert(!PF || NP > 0, "the prefetch keeps dinp in registers: NP > 0");
-    Pack<T, V> ipf[PF ? NP : 1];  // (PF) this row's dinp packs
+    Pack<floatX, V> ipf[PF ? NP : 1];  // (PF) this row's dinp packs
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, k = blockIdx.x, K = gridDim.x;
     float sw[SHARED_SUMS ? 1 : NP][V], sb[SHARED_SUMS ? 1 : NP][V];  // (NP > 0)
     float* all = nullptr;   // (NP = 0) every warp's sums: warp u's dw in [2uC, 2uC + C), its db after (in planes)
@@ -248,15 +248,15 @@ __global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kern
     }
     const int r1 = min(N, (k + 1) * R);
     for (int row = k * R + warp; row < r1; row += LN_WARPS) {
-        const T* d = dout + (size_t)row * C;
-        const T* x = inp + (size_t)row * C;
+        const floatX* d = dout + (size_t)row * C;
+        const floatX* x = inp + (size_t)row * C;
         const float m = mean ? mean[row] : 0.0f, r = rstd[row];  // (mean == nullptr: RMSNorm)
-        T* di = dinp + (size_t)row * C;
+        floatX* di = dinp + (size_t)row * C;
         float g_sum = 0.0f, gn_sum = 0.0f;
         for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
-            Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
+            Pack<floatX, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
             if constexpr (PF) ipf[p] = load_pack<V>(di + c);
             for (int j = 0; j < V; j++) ln_row_sums(to_f(dp.v[j]), to_f(wp.v[j]), to_f(xp.v[j]), m, r, g_sum, gn_sum);
         }
@@ -264,12 +264,12 @@ __global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kern
         for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
-            Pack<T, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip;
+            Pack<floatX, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip;
             if constexpr (PF) ip = ipf[p];
             else ip = load_pack<V>(di + c);
             for (int j = 0; j < V; j++) {
                 const float dv = to_f(dp.v[j]), xv = to_f(xp.v[j]);
-                ip.v[j] = from_f<T>(ln_dinp(to_f(ip.v[j]), dv, to_f(wp.v[j]), xv, m, r, g_mean, gn_mean));
+                ip.v[j] = from_f<floatX>(ln_dinp(to_f(ip.v[j]), dv, to_f(wp.v[j]), xv, m, r, g_mean, gn_mean));
                 if constexpr (!SHARED_SUMS) ln_param_sums(dv, xv, m, r, sw[p][j], sb[p][j]);
             }
             store_pack<V>(di + c, ip);
@@ -302,54 +302,54 @@ __global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kern
     }
 }
 // out = a + b, V elements per thread per step (the tail, N mod V, by thread 0); out may be a
-template <class T, int V> __global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t N) {
+template <class floatX, int V> __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t N) {
     const size_t stride = (size_t)gridDim.x * blockDim.x * V, main = N / V * V;
     for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < main; i += stride) {
-        Pack<T, V> ap = load_pack<V>(a + i), bp = load_pack<V>(b + i), op;
-        for (int k = 0; k < V; k++) op.v[k] = from_f<T>(to_f(ap.v[k]) + to_f(bp.v[k]));
+        Pack<floatX, V> ap = load_pack<V>(a + i), bp = load_pack<V>(b + i), op;
+        for (int k = 0; k < V; k++) op.v[k] = from_f<floatX>(to_f(ap.v[k]) + to_f(bp.v[k]));
         store_pack<V>(out + i, op);
     }
     if (blockIdx.x == 0 && threadIdx.x == 0)
-        for (size_t i = main; i < N; i++) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+        for (size_t i = main; i < N; i++) out[i] = from_f<floatX>(to_f(a[i]) + to_f(b[i]));
 }
 // the vector width for rows of C elements at these pointers (1 when packs are switched off);
 // C = 0 for a flat array, where only the pointers matter
-template <class T> inline int layernorm_pack(size_t C, std::initializer_list<const void*> ptrs) {
-    return g_layernorm_packs ? pack_width<T>(C, ptrs) : 1;
+template <class floatX> inline int layernorm_pack(size_t C, std::initializer_list<const void*> ptrs) {
+    return g_layernorm_packs ? pack_width<floatX>(C, ptrs) : 1;
 }
 #endif
 
 #ifdef LLMC_CUDA
-template <class T, bool ADD>
-inline void layernorm_forward_launch(const Ctx& ctx, T* out, float* mean, float* rstd, T* res, const T* inp, const T* add,
-                                     const T* w, const T* b, int N, int C) {
-    constexpr int P = PACK<T>;  // (the launch rewriting for the emulator wants no nested <>)
-    if (layernorm_pack<T>(C, {out, res, inp, add, w, b}) > 1)
-        layernorm_forward_kernel<T, P, ADD><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, res, inp, add, w, b, N, C);
+template <class floatX, bool ADD>
+inline void layernorm_forward_launch(const Ctx& ctx, floatX* out, float* mean, float* rstd, floatX* res, const floatX* inp, const floatX* add,
+                                     const floatX* w, const floatX* b, int N, int C) {
+    constexpr int P = PACK<floatX>;  // (the launch rewriting for the emulator wants no nested <>)
+    if (layernorm_pack<floatX>(C, {out, res, inp, add, w, b}) > 1)
+        layernorm_forward_kernel<floatX, P, ADD><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, res, inp, add, w, b, N, C);
     else
-        layernorm_forward_kernel<T, 1, ADD><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, res, inp, add, w, b, N, C);
+        layernorm_forward_kernel<floatX, 1, ADD><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, res, inp, add, w, b, N, C);
     CUDA_LAUNCH_CHECK();
 }
 #endif
-template <class T>
-inline void layernorm_forward(const Ctx& ctx, T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C) {
-    OpScope prof(ctx, 0, 2.0 * N * C * sizeof(T) + 8.0 * N, "layernorm forward");  // inp → out, mean, rstd
+template <class floatX>
+inline void layernorm_forward(const Ctx& ctx, floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w, const floatX* b, int N, int C) {
+    OpScope prof(ctx, 0, 2.0 * N * C * sizeof(floatX) + 8.0 * N, "layernorm forward");  // inp → out, mean, rstd
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA)
-        return layernorm_forward_launch<T, false>(ctx, out, mean, rstd, nullptr, inp, nullptr, w, b, N, C);
+        return layernorm_forward_launch<floatX, false>(ctx, out, mean, rstd, nullptr, inp, nullptr, w, b, N, C);
 #endif
     layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);
 }
 // res = a + b, then out = LayerNorm(res): the residual add and the LayerNorm that reads its sum.
 // On the GPU one kernel does both, so res is not read back from memory: 4·N·C elements move
 // instead of the 5·N·C of residual_forward then layernorm_forward. The same bits as those two.
-template <class T>
-inline void residual_layernorm_forward(const Ctx& ctx, T* res, T* out, float* mean, float* rstd, const T* a, const T* b,
-                                       const T* w, const T* bias, int N, int C) {
-    OpScope prof(ctx, 0, 4.0 * N * C * sizeof(T) + 8.0 * N, "residual + layernorm forward");  // a, b → res, out, mean, rstd
+template <class floatX>
+inline void residual_layernorm_forward(const Ctx& ctx, floatX* res, floatX* out, float* mean, float* rstd, const floatX* a, const floatX* b,
+                                       const floatX* w, const floatX* bias, int N, int C) {
+    OpScope prof(ctx, 0, 4.0 * N * C * sizeof(floatX) + 8.0 * N, "residual + layernorm forward");  // a, b → res, out, mean, rstd
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA)
-        return layernorm_forward_launch<T, true>(ctx, out, mean, rstd, res, a, b, w, bias, N, C);
+        return layernorm_forward_launch<floatX, true>(ctx, out, mean, rstd, res, a, b, w, bias, N, C);
 #endif
     residual_forward_cpu(res, a, b, (size_t)N * C);
     layernorm_forward_cpu(out, mean, rstd, res, w, bias, N, C);
@@ -361,8 +361,8 @@ inline void residual_layernorm_forward(const Ctx& ctx, T* res, T* out, float* me
 // shows it faster (dev/cuda/layernorm.cu v5). The same bits either way.
 inline bool g_layernorm_fused = true;
 inline bool g_layernorm_prefetch = false;
-template <class T, int V>
-inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+template <class floatX, int V>
+inline void layernorm_backward_launch(const Ctx& ctx, floatX* dinp, floatX* dw, floatX* db, const floatX* dout, const floatX* inp, const floatX* w,
                                       const float* mean, const float* rstd, int N, int C) {
     const int R = ln_chunk_rows(N), K = (int)ceil_div(N, R), np = (int)ceil_div(C, 32 * V);
     static Buf<float> partial_buf;
@@ -370,70 +370,70 @@ inline void layernorm_backward_launch(const Ctx& ctx, T* dinp, T* dw, T* db, con
     constexpr int NP = 32 / V;  // 32 channels per lane: 64 fp32 sums in registers (C ≤ 1024; ~100 registers)
     const size_t sums_bytes = (size_t)LN_WARPS * 2 * C * sizeof(float);  // wider rows: the sums in shared memory
     bool fused = false;
-    if constexpr (V > 1) {  // (V = PACK<T>: 4 or 8)
+    if constexpr (V > 1) {  // (V = PACK<floatX>: 4 or 8)
         if (g_layernorm_fused && np <= NP) {
             if (g_layernorm_prefetch)
-                layernorm_backward_fused_kernel<T, V, NP, true><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
+                layernorm_backward_fused_kernel<floatX, V, NP, true><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
             else
-                layernorm_backward_fused_kernel<T, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
+                layernorm_backward_fused_kernel<floatX, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
             fused = true;
-        } else if (g_layernorm_fused && sums_bytes <= dynamic_shared_ceiling(layernorm_backward_fused_kernel<T, V, 0>)) {
-            SHARED_OPT_IN(layernorm_backward_fused_kernel<T, V, 0>);
-            layernorm_backward_fused_kernel<T, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
+        } else if (g_layernorm_fused && sums_bytes <= dynamic_shared_ceiling(layernorm_backward_fused_kernel<floatX, V, 0>)) {
+            SHARED_OPT_IN(layernorm_backward_fused_kernel<floatX, V, 0>);
+            layernorm_backward_fused_kernel<floatX, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
             fused = true;
         }
     }
     if (!fused) {
-        layernorm_backward_dinp_kernel<T, V><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        layernorm_backward_dinp_kernel<floatX, V><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
         dim3 grid(ceil_div(C, 32 * V), K);
-        layernorm_backward_params_partial<T, V><<<grid, 32 * LN_WARPS, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C, R);
+        layernorm_backward_params_partial<floatX, V><<<grid, 32 * LN_WARPS, 0, ctx.stream>>>(partial, dout, inp, mean, rstd, N, C, R);
     }
     CUDA_LAUNCH_CHECK();
     column_sum_add(ctx, dw, partial, C, K);  // stage 2 (common.h), in a fixed order
     if (db) column_sum_add(ctx, db, partial + (size_t)K * C, C, K);  // (no bias: its sums are dropped)
 }
 #endif
-template <class T>
-inline void layernorm_backward(const Ctx& ctx, T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+template <class floatX>
+inline void layernorm_backward(const Ctx& ctx, floatX* dinp, floatX* dw, floatX* db, const floatX* dout, const floatX* inp, const floatX* w,
                                const float* mean, const float* rstd, int N, int C) {
-    OpScope prof(ctx, 0, 4.0 * N * C * sizeof(T) + 8.0 * N, "layernorm backward");  // dout, inp, mean, rstd; dinp +=
+    OpScope prof(ctx, 0, 4.0 * N * C * sizeof(floatX) + 8.0 * N, "layernorm backward");  // dout, inp, mean, rstd; dinp +=
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        if (layernorm_pack<T>(C, {dinp, dout, inp, w}) > 1)
-            layernorm_backward_launch<T, PACK<T>>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        if (layernorm_pack<floatX>(C, {dinp, dout, inp, w}) > 1)
+            layernorm_backward_launch<floatX, PACK<floatX>>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
         else
-            layernorm_backward_launch<T, 1>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+            layernorm_backward_launch<floatX, 1>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
         return;
     }
 #endif
     const size_t NC = (size_t)N * C;
-    F32View<T> di(dinp, NC), dW(dw, C), dB(db, db ? C : 0), d(dout, NC), x(inp, NC), W(w, C);
+    F32View<floatX> di(dinp, NC), dW(dw, C), dB(db, db ? C : 0), d(dout, NC), x(inp, NC), W(w, C);
     layernorm_backward_cpu(di.p, dW.p, db ? dB.p : nullptr, d.p, x.p, W.p, mean, rstd, N, C);
     di.store(); dW.store(); if (db) dB.store();
 }
 
 // RMSNorm (Llama's): LayerNorm without the centering and the bias (the header), through the
 // same functions and kernels with mean = b = db = nullptr.
-template <class T> inline void rmsnorm_forward(const Ctx& ctx, T* out, float* rstd, const T* inp, const T* w, int N, int C) {
-    layernorm_forward(ctx, out, (float*)nullptr, rstd, inp, w, (const T*)nullptr, N, C);
+template <class floatX> inline void rmsnorm_forward(const Ctx& ctx, floatX* out, float* rstd, const floatX* inp, const floatX* w, int N, int C) {
+    layernorm_forward(ctx, out, (float*)nullptr, rstd, inp, w, (const floatX*)nullptr, N, C);
 }
-template <class T> inline void residual_rmsnorm_forward(const Ctx& ctx, T* res, T* out, float* rstd, const T* a, const T* b, const T* w,
+template <class floatX> inline void residual_rmsnorm_forward(const Ctx& ctx, floatX* res, floatX* out, float* rstd, const floatX* a, const floatX* b, const floatX* w,
                                                         int N, int C) {
-    residual_layernorm_forward(ctx, res, out, (float*)nullptr, rstd, a, b, w, (const T*)nullptr, N, C);
+    residual_layernorm_forward(ctx, res, out, (float*)nullptr, rstd, a, b, w, (const floatX*)nullptr, N, C);
 }
-template <class T> inline void rmsnorm_backward(const Ctx& ctx, T* dinp, T* dw, const T* dout, const T* inp, const T* w, const float* rstd,
+template <class floatX> inline void rmsnorm_backward(const Ctx& ctx, floatX* dinp, floatX* dw, const floatX* dout, const floatX* inp, const floatX* w, const float* rstd,
                                                 int N, int C) {
-    layernorm_backward(ctx, dinp, dw, (T*)nullptr, dout, inp, w, (const float*)nullptr, rstd, N, C);
+    layernorm_backward(ctx, dinp, dw, (floatX*)nullptr, dout, inp, w, (const float*)nullptr, rstd, N, C);
 }
-template <class T> inline void residual_forward(const Ctx& ctx, T* out, const T* a, const T* b, size_t N) {
-    OpScope prof(ctx, 0, 3.0 * N * sizeof(T), "residual add");
+template <class floatX> inline void residual_forward(const Ctx& ctx, floatX* out, const floatX* a, const floatX* b, size_t N) {
+    OpScope prof(ctx, 0, 3.0 * N * sizeof(floatX), "residual add");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        constexpr int P = PACK<T>;
-        if (layernorm_pack<T>(0, {out, a, b}) > 1)
-            residual_forward_kernel<T, P><<<grid_for(ceil_div(N, (size_t)P)), 256, 0, ctx.stream>>>(out, a, b, N);
+        constexpr int P = PACK<floatX>;
+        if (layernorm_pack<floatX>(0, {out, a, b}) > 1)
+            residual_forward_kernel<floatX, P><<<grid_for(ceil_div(N, (size_t)P)), 256, 0, ctx.stream>>>(out, a, b, N);
         else
-            residual_forward_kernel<T, 1><<<grid_for(N), 256, 0, ctx.stream>>>(out, a, b, N);
+            residual_forward_kernel<floatX, 1><<<grid_for(N), 256, 0, ctx.stream>>>(out, a, b, N);
         CUDA_LAUNCH_CHECK();
         return;
     }
@@ -441,7 +441,7 @@ template <class T> inline void residual_forward(const Ctx& ctx, T* out, const T*
     residual_forward_cpu(out, a, b, N);
 }
 // dst += src: the residual add in place (each thread reads its pack before it writes it back)
-template <class T> inline void add_inplace(const Ctx& ctx, T* dst, const T* src, size_t N) {
-    OpScope prof(ctx, 0, 3.0 * N * sizeof(T), "add in place");  // (not the model's residual add)
+template <class floatX> inline void add_inplace(const Ctx& ctx, floatX* dst, const floatX* src, size_t N) {
+    OpScope prof(ctx, 0, 3.0 * N * sizeof(floatX), "add in place");  // (not the model's residual add)
     residual_forward(ctx, dst, dst, src, N);
 }

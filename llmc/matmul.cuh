@@ -157,11 +157,11 @@ inline uint32_t alignment_of(const void* p) {
     return al;
 }
 // D[:, j] += bias for every column j of a column-major m×n matrix
-template <class T> __global__ void add_bias_kernel(T* D, const T* bias, int m, int n, int ldd) {
+template <class floatX> __global__ void add_bias_kernel(floatX* D, const floatX* bias, int m, int n, int ldd) {
     size_t total = (size_t)m * n;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        T* d = D + (i / m) * ldd + i % m;
-        *d = from_f<T>(to_f(*d) + to_f(bias[i % m]));
+        floatX* d = D + (i / m) * ldd + i % m;
+        *d = from_f<floatX>(to_f(*d) + to_f(bias[i % m]));
     }
 }
 
@@ -189,8 +189,8 @@ struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; };
 // times it, gpucheck_ops checks it; the emulator sums in fp32 either way.
 inline bool g_fp8_fast_accum = false;
 inline cudaDataType_t lt_fp8_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
-template <class T> inline cudaDataType_t lt_type() {
-    return std::is_same_v<T, float> ? CUDA_R_32F : std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
+template <class floatX> inline cudaDataType_t lt_type() {
+    return std::is_same_v<floatX, float> ? CUDA_R_32F : std::is_same_v<floatX, bf16> ? CUDA_R_16BF : CUDA_R_16F;
 }
 
 // --matmul-tune 1 (g_matmul_tune, the trainer's default): cuBLASLt's heuristic ranks its
@@ -226,7 +226,7 @@ inline bool spans_overlap(const void* a, size_t na, const void* b, size_t nb) {
 // one (it may refuse an algorithm the heuristic offered: NOT_SUPPORTED); the one that ran is
 // cached per shape, options and alignments, and so is the answer that none did.
 constexpr int LT_ALGOS = 8;
-template <class T, class TD = T>
+template <class floatX, class TD = floatX>
 inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, const NoDeduce<TD>* bias, int m, int n, int k, bool transA,
                       bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, NoDeduce<TD>* aux, float* bias_grad = nullptr,
                       const LtFp8* fp8 = nullptr) {
@@ -234,7 +234,7 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
     if (bias_grad && (bias || gelu != GeluEpi::None)) fatal("lt_matmul: the bias-gradient epilogue goes alone");
     if (epilogue && (!g_lt_epilogues || (bias && alignment_of(bias) < 16) || (bias_grad && alignment_of(bias_grad) < 16)))
         return false;  // (it wants an aligned bias)
-    const cudaDataType_t dt = lt_type<T>(), dtd = lt_type<TD>();
+    const cudaDataType_t dt = lt_type<floatX>(), dtd = lt_type<TD>();
     cublasLtMatmulDesc_t op;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -251,7 +251,7 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
         const int8_t fast = g_fp8_fast_accum ? 1 : 0;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
     }
-    if (bias_grad) {  // the sums in fp32, whatever T is: rounded once, when they are added to dbias
+    if (bias_grad) {  // the sums in fp32, whatever floatX is: rounded once, when they are added to dbias
         const cudaDataType_t bt = CUDA_R_32F;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
@@ -274,7 +274,7 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
     if (generation != g_lt_generation) { algos.clear(); generation = g_lt_generation; }
     Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d,
             bias_grad != nullptr, fp8 ? 1 + 4 * g_fp8_fast_accum + 2 * (int)fp8->a + (int)fp8->b : 0};
-    const char* what = fp8 ? "fp8" : dtype_name<T>();
+    const char* what = fp8 ? "fp8" : dtype_name<floatX>();
     const char* epi_name = gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward"
                          : bias_grad ? "bias-gradient" : bias ? "bias" : nullptr;
     auto it = algos.find(key);
@@ -308,7 +308,7 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
         };
         // --matmul-tune: where the product is large enough, D can be rerun (its bytes a whole
         // number of 32-bit words, and for β ≠ 0 contiguous and copied aside) and overlaps no input
-        const size_t ea = fp8 ? 1 : sizeof(T), d_bytes = lt_span(m, n, ldd, sizeof(TD));
+        const size_t ea = fp8 ? 1 : sizeof(floatX), d_bytes = lt_span(m, n, ldd, sizeof(TD));
         const size_t aux_bytes = gelu != GeluEpi::None ? (size_t)m * n * sizeof(TD) : 0;
         bool tune = g_matmul_tune && st == CUBLAS_STATUS_SUCCESS && found > 1 && 2.0 * m * n * k >= g_matmul_tune_flops &&
                     alignment_of(D) >= 4 && d_bytes % 4 == 0 && aux_bytes % 4 == 0 && (beta == 0.0f || ldd == m) &&
@@ -378,24 +378,24 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
 // fp8: A and B are FP8 (see LtFp8). True: queued. False, nothing queued, only for FP8 operands
 // that cuBLASLt has no algorithm for even without the epilogue (fp8_linear then multiplies their
 // dequantized values); any other product it refuses is fatal.
-template <class T>
-inline bool cublaslt_gemm(const Ctx& ctx, T* D, const void* A, const void* Bm, const T* bias,
+template <class floatX>
+inline bool cublaslt_gemm(const Ctx& ctx, floatX* D, const void* A, const void* Bm, const floatX* bias,
                           int m, int n, int k, bool transA, bool transB, int lda, int ldb, int ldd, float beta,
-                          GeluEpi gelu = GeluEpi::None, T* aux = nullptr, const LtFp8* fp8 = nullptr) {
+                          GeluEpi gelu = GeluEpi::None, floatX* aux = nullptr, const LtFp8* fp8 = nullptr) {
     if (gelu == GeluEpi::Backward) fatal("cublaslt_gemm: the DGELU epilogue is matmul_backward's");
     if (gelu != GeluEpi::None && (ldd != m || beta != 0.0f)) fatal("cublaslt_gemm: a GELU epilogue needs ldd = m and β = 0");
-    if (lt_matmul<T>(ctx, D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux, nullptr, fp8)) return true;
+    if (lt_matmul<floatX>(ctx, D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux, nullptr, fp8)) return true;
     if (!bias && gelu == GeluEpi::None) {
         if (fp8) return false;
         fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul (CUBLASLT_LOG_LEVEL=2 in the environment shows its reason)",
-              m, n, k, dtype_name<T>());
+              m, n, k, dtype_name<floatX>());
     }
     const size_t mn = (size_t)m * n;
     if (gelu == GeluEpi::Forward) {  // aux = the product + bias, D = gelu(aux)
-        if (!cublaslt_gemm<T>(ctx, aux, A, Bm, bias, m, n, k, transA, transB, lda, ldb, m, 0.0f, GeluEpi::None, nullptr, fp8)) return false;
-        gelu_forward(ctx, D, (const T*)aux, mn);
+        if (!cublaslt_gemm<floatX>(ctx, aux, A, Bm, bias, m, n, k, transA, transB, lda, ldb, m, 0.0f, GeluEpi::None, nullptr, fp8)) return false;
+        gelu_forward(ctx, D, (const floatX*)aux, mn);
     } else {  // the bias alone
-        if (!cublaslt_gemm<T>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta, GeluEpi::None, nullptr, fp8)) return false;
+        if (!cublaslt_gemm<floatX>(ctx, D, A, Bm, nullptr, m, n, k, transA, transB, lda, ldb, ldd, beta, GeluEpi::None, nullptr, fp8)) return false;
         add_bias_kernel<<<grid_for(mn), 256, 0, ctx.stream>>>(D, bias, m, n, ldd);
         CUDA_LAUNCH_CHECK();
     }
@@ -422,8 +422,8 @@ inline bool cublaslt_gemm(const Ctx& ctx, T* D, const void* A, const void* Bm, c
 enum class BiasGrad { Warps, Columns, Epilogue };
 inline BiasGrad g_bias_grad = BiasGrad::Warps;
 static const int BIAS_WARPS = 8;
-template <class T, int V> __global__ void __launch_bounds__(32 * BIAS_WARPS)
-column_sum_partial_warps(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
+template <class floatX, int V> __global__ void __launch_bounds__(32 * BIAS_WARPS)
+column_sum_partial_warps(float* partial, const floatX* dout, int N, int OC, int rows_per_chunk) {
     __shared__ float sh[BIAS_WARPS * 32 * V];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, k = blockIdx.y;
     const int o0 = blockIdx.x * 32 * V, o = o0 + lane * V;
@@ -432,40 +432,40 @@ column_sum_partial_warps(float* partial, const T* dout, int N, int OC, int rows_
     if (o < OC) {
         const int r1 = min(N, (k + 1) * rows_per_chunk);
         for (int n = k * rows_per_chunk + w; n < r1; n += BIAS_WARPS) {
-            const Pack<T, V> x = load_pack<V>(dout + (size_t)n * OC + o);
+            const Pack<floatX, V> x = load_pack<V>(dout + (size_t)n * OC + o);
             for (int j = 0; j < V; j++) s[j] += to_f(x.v[j]);
         }
     }
     block_column_sums<V, BIAS_WARPS, 1>(sh, {s}, partial + (size_t)k * OC, 0, o0, OC);  // (common.h)
 }
-template <class T, int V> __global__ void column_sum_partial_columns(float* partial, const T* dout, int N, int OC, int rows_per_chunk) {
+template <class floatX, int V> __global__ void column_sum_partial_columns(float* partial, const floatX* dout, int N, int OC, int rows_per_chunk) {
     const int o = (blockIdx.x * blockDim.x + threadIdx.x) * V, k = blockIdx.y;
     if (o >= OC) return;
     float s[V];
     for (int j = 0; j < V; j++) s[j] = 0.0f;
     const int r1 = min(N, (k + 1) * rows_per_chunk);
     for (int n = k * rows_per_chunk; n < r1; n++) {
-        const Pack<T, V> x = load_pack<V>(dout + (size_t)n * OC + o);
+        const Pack<floatX, V> x = load_pack<V>(dout + (size_t)n * OC + o);
         for (int j = 0; j < V; j++) s[j] += to_f(x.v[j]);
     }
     for (int j = 0; j < V; j++) partial[(size_t)k * OC + o + j] = s[j];
 }
-template <class T, int V> inline void column_sum_partial(const Ctx& ctx, float* partial, const T* dout, int N, int OC, int K, int rows) {
+template <class floatX, int V> inline void column_sum_partial(const Ctx& ctx, float* partial, const floatX* dout, int N, int OC, int K, int rows) {
     if (g_bias_grad == BiasGrad::Columns)
-        column_sum_partial_columns<T, V><<<dim3(ceil_div(OC, 128 * V), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
+        column_sum_partial_columns<floatX, V><<<dim3(ceil_div(OC, 128 * V), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
     else
-        column_sum_partial_warps<T, V><<<dim3(ceil_div(OC, 32 * V), K), 32 * BIAS_WARPS, 0, ctx.stream>>>(partial, dout, N, OC, rows);
+        column_sum_partial_warps<floatX, V><<<dim3(ceil_div(OC, 32 * V), K), 32 * BIAS_WARPS, 0, ctx.stream>>>(partial, dout, N, OC, rows);
     CUDA_LAUNCH_CHECK();
 }
 // dbias += the column sums of dout (N × OC), by the kernels above
-template <class T> inline void bias_grad_kernels(const Ctx& ctx, T* dbias, const T* dout, int N, int OC) {
+template <class floatX> inline void bias_grad_kernels(const Ctx& ctx, floatX* dbias, const floatX* dout, int N, int OC) {
     const int rows = g_bias_grad == BiasGrad::Columns ? (int)ceil_div(N, 256) : std::max(128, (int)ceil_div(N, 1024));
     const int K = (int)ceil_div(N, rows);
     static Buf<float> partial_buf;
     float* partial = gpu_scratch(partial_buf, ctx, (size_t)K * OC);
-    constexpr int P = PACK<T>;
-    if (pack_width<T>(OC, {dout}) > 1) column_sum_partial<T, P>(ctx, partial, dout, N, OC, K, rows);
-    else column_sum_partial<T, 1>(ctx, partial, dout, N, OC, K, rows);
+    constexpr int P = PACK<floatX>;
+    if (pack_width<floatX>(OC, {dout}) > 1) column_sum_partial<floatX, P>(ctx, partial, dout, N, OC, K, rows);
+    else column_sum_partial<floatX, 1>(ctx, partial, dout, N, OC, K, rows);
     column_sum_add(ctx, dbias, partial, OC, K);
 }
 
@@ -474,27 +474,27 @@ template <class T> inline void bias_grad_kernels(const Ctx& ctx, T* dbias, const
 // gelu_epilogue_width: the part the shapes alone decide (the memory plan asks it: model.h).
 inline bool g_gelu_fusion = true;
 inline bool gelu_epilogue_width(size_t rows) { return g_gelu_fusion && rows % 8 == 0; }
-template <class T> inline bool gelu_fusable(int rows, const T* aux, const T* D, const T* bias) {
+template <class floatX> inline bool gelu_fusable(int rows, const floatX* aux, const floatX* D, const floatX* bias) {
     return gelu_epilogue_width(rows) && alignment_of(aux) >= 16 && alignment_of(D) >= 16 && (!bias || alignment_of(bias) >= 16);
 }
 
-template <class T>
-inline void matmul_forward_cuda(const Ctx& ctx, T* out, const T* inp, const T* W, const T* bias, int N, int C, int OC) {
-    cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
+template <class floatX>
+inline void matmul_forward_cuda(const Ctx& ctx, floatX* out, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC) {
+    cublaslt_gemm<floatX>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
 }
-template <class T>
-inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const T* dout, const T* inp, const T* W,
+template <class floatX>
+inline void matmul_backward_cuda(const Ctx& ctx, floatX* dinp, floatX* dW, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* W,
                                  int N, int C, int OC) {
-    if (dinp) cublaslt_gemm<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
+    if (dinp) cublaslt_gemm<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
     if (dbias && g_bias_grad == BiasGrad::Epilogue) {  // dW and dbias's column sums in one product
         static Buf<float> sums_buf;
         float* sums = gpu_scratch(sums_buf, ctx, (size_t)OC);
-        if (lt_matmul<T>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f, GeluEpi::None, nullptr, sums)) {
+        if (lt_matmul<floatX>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f, GeluEpi::None, nullptr, sums)) {
             column_sum_add(ctx, dbias, sums, OC, 1);
             return;
         }
     }
-    cublaslt_gemm<T>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
+    cublaslt_gemm<floatX>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
     if (dbias) bias_grad_kernels(ctx, dbias, dout, N, OC);
 }
 #endif
@@ -506,9 +506,9 @@ inline void matmul_backward_cuda(const Ctx& ctx, T* dinp, T* dW, T* dbias, const
 // D = sx⁻¹·sy⁻¹·(X·Yᵀ) + bias (+ D if accumulate): X (R×K) and Y (Cc×K) FP8 codes, x_inv and
 // y_inv their scales' inverses; exact fp8 products summed in fp32, D rounded to T once (the
 // CPU reference: the codes decoded, then the fp32 loops of matmul_forward_cpu).
-template <class T>
-inline void fp8_linear_cpu(T* D, const uint8_t* X, Fp8Format fx, float x_inv, const uint8_t* Y, Fp8Format fy, float y_inv,
-                           const T* bias, int R, int K, int Cc, bool accumulate) {
+template <class floatX>
+inline void fp8_linear_cpu(floatX* D, const uint8_t* X, Fp8Format fx, float x_inv, const uint8_t* Y, Fp8Format fy, float y_inv,
+                           const floatX* bias, int R, int K, int Cc, bool accumulate) {
     float vx[256], vy[256];
     for (int c = 0; c < 256; c++) { vx[c] = fp8_decode((uint8_t)c, fx); vy[c] = fp8_decode((uint8_t)c, fy); }
     avec<float> xf((size_t)R * K), yf((size_t)Cc * K), prod((size_t)R * Cc);
@@ -522,15 +522,15 @@ inline void fp8_linear_cpu(T* D, const uint8_t* X, Fp8Format fx, float x_inv, co
             float v = prod[i] * x_inv * y_inv;  // (powers of two: exact)
             if (accumulate) v += to_f(D[i]);
             if (bias) v += to_f(bias[c]);
-            D[i] = from_f<T>(v);
+            D[i] = from_f<floatX>(v);
         }
 }
 
 // FP8 products that cuBLASLt refuses (every algorithm its heuristic offered: on an H100 with
 // cuBLASLt 13.1 it once refused them all, for a reason not yet known) are not fatal: their codes
-// are dequantized (fp8.cuh: exact values in T) and multiplied as a T product. The same sums the
+// are dequantized (fp8.cuh: exact values in floatX) and multiplied as a floatX product. The same sums the
 // FP8 kernels make (exact products of the same numbers, fp32 accumulation, in another order),
-// without their speed, and with (R + Cc)·K elements of T as scratch. g_fp8_dequantize = true takes
+// without their speed, and with (R + Cc)·K elements of floatX as scratch. g_fp8_dequantize = true takes
 // that path for every FP8 product: set where the trainer's one small product before its memory
 // plan was refused (fp8_products_run, below: the plan then counts the scratch), or by
 // gpucheck_ops to check the path on a GPU. A product refused without it (its shape alone) falls
@@ -542,30 +542,30 @@ inline long g_fp8_dequantized_products = 0;
 // The op. sx, sy: the Fp8Scales fp8_quantize wrote (device memory on the GPU, where cuBLASLt
 // reads the inverses). On the GPU: Dᵀ (Cc×R, column-major) = Y · Xᵀ, A = Y transposed and B = X,
 // the TN form; the bias in the epilogue, or after it (cublaslt_gemm).
-template <class T>
-inline void fp8_linear(const Ctx& ctx, T* D, const uint8_t* X, Fp8Format fx, const Fp8Scales* sx, const uint8_t* Y, Fp8Format fy,
-                       const Fp8Scales* sy, const NoDeduce<T>* bias, int R, int K, int Cc, bool accumulate,
+template <class floatX>
+inline void fp8_linear(const Ctx& ctx, floatX* D, const uint8_t* X, Fp8Format fx, const Fp8Scales* sx, const uint8_t* Y, Fp8Format fy,
+                       const Fp8Scales* sy, const NoDeduce<floatX>* bias, int R, int K, int Cc, bool accumulate,
                        const char* what, int C, int OC) {  // (what, C, OC: the profile's name for it)
     OpScope prof(ctx, 2.0 * R * K * Cc, 0, "matmul fp8 %s %d->%d", what, C, OC);  // (the dequantizations too, where they run)
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         const float beta = accumulate ? 1.0f : 0.0f;
         const LtFp8 f{fy, fx, &sy->inv, &sx->inv};
-        if (!g_fp8_dequantize && cublaslt_gemm<T>(ctx, D, Y, X, bias, Cc, R, K, true, false, K, K, Cc, beta, GeluEpi::None, nullptr, &f))
+        if (!g_fp8_dequantize && cublaslt_gemm<floatX>(ctx, D, Y, X, bias, Cc, R, K, true, false, K, K, Cc, beta, GeluEpi::None, nullptr, &f))
             return;
         static bool noted = false;
         if (!g_fp8_dequantize && !noted) {  // (fp8_products_run accepted a small one: this shape alone is refused)
             noted = true;
             fprintf(stderr, "note: FP8 products that cuBLASLt has no algorithm for run as %s products of their dequantized values: "
                     "the same numbers, not FP8's speed, and scratch the memory plan does not count (a %dx%dx%d one refused)\n",
-                    dtype_name<T>(), Cc, R, K);
+                    dtype_name<floatX>(), Cc, R, K);
         }
-        static Buf<T> xd_buf, yd_buf;
-        T* xd = op_scratch(xd_buf, ctx, (size_t)R * K);
-        T* yd = op_scratch(yd_buf, ctx, (size_t)Cc * K);
+        static Buf<floatX> xd_buf, yd_buf;
+        floatX* xd = op_scratch(xd_buf, ctx, (size_t)R * K);
+        floatX* yd = op_scratch(yd_buf, ctx, (size_t)Cc * K);
         fp8_dequantize(ctx, xd, X, fx, sx, (size_t)R * K);
         fp8_dequantize(ctx, yd, Y, fy, sy, (size_t)Cc * K);
-        cublaslt_gemm<T>(ctx, D, yd, xd, bias, Cc, R, K, true, false, K, K, Cc, beta);
+        cublaslt_gemm<floatX>(ctx, D, yd, xd, bias, Cc, R, K, true, false, K, K, Cc, beta);
         g_fp8_dequantized_products++;
         return;
     }
@@ -580,23 +580,23 @@ inline void fp8_linear(const Ctx& ctx, T* D, const uint8_t* X, Fp8Format fx, con
 // the start, a note says so, and the plan counts the fallback's scratch (model.h:
 // gpt_fp8_scratch_bytes) instead of meeting it unplanned at the first product. (A shape refused
 // later, the small one taken, still falls back, with the note above.) The CPU: always true.
-template <class T> inline bool fp8_products_run(const Ctx& ctx) {
+template <class floatX> inline bool fp8_products_run(const Ctx& ctx) {
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         const int n = 64;
         Buf<uint8_t> x, y;
         Buf<Fp8Scales> scales;  // (zeros: any scale will do for asking; the product is dropped)
-        Buf<T> d;
+        Buf<floatX> d;
         x.alloc(ctx, (size_t)n * n); y.alloc(ctx, (size_t)n * n); scales.alloc(ctx, 2); d.alloc(ctx, (size_t)n * n);
         const LtFp8 f{Fp8Format::E4M3, Fp8Format::E4M3, &scales.data()[1].inv, &scales.data()[0].inv};
-        const bool runs = cublaslt_gemm<T>(ctx, d.data(), y.data(), x.data(), nullptr, n, n, n, true, false, n, n, n, 0.0f,
+        const bool runs = cublaslt_gemm<floatX>(ctx, d.data(), y.data(), x.data(), nullptr, n, n, n, true, false, n, n, n, 0.0f,
                                            GeluEpi::None, nullptr, &f);
         CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // (before the buffers go)
         if (!runs) {
             g_fp8_dequantize = true;
             fprintf(stderr, "note: FP8 products that cuBLASLt has no algorithm for run as %s products of their dequantized values: "
                     "the same numbers, not FP8's speed; here it refused a %dx%dx%d one, so every FP8 product does, and the "
-                    "memory plan counts their scratch\n", dtype_name<T>(), n, n, n);
+                    "memory plan counts their scratch\n", dtype_name<floatX>(), n, n, n);
         }
         return runs;
     }
@@ -606,12 +606,12 @@ template <class T> inline bool fp8_products_run(const Ctx& ctx) {
 }
 
 // dbias[o] += Σ_n dout[n, o], alone (the FP8 backward's; the bf16 one sums with its products)
-template <class T> inline void bias_backward(const Ctx& ctx, T* dbias, const T* dout, int N, int OC) {
-    OpScope prof(ctx, 0, ((double)N * OC + 2.0 * OC) * sizeof(T), "bias backward %d", OC);
+template <class floatX> inline void bias_backward(const Ctx& ctx, floatX* dbias, const floatX* dout, int N, int OC) {
+    OpScope prof(ctx, 0, ((double)N * OC + 2.0 * OC) * sizeof(floatX), "bias backward %d", OC);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) { bias_grad_kernels(ctx, dbias, dout, N, OC); return; }
 #endif
-    F32View<T> db(dbias, OC), d(dout, (size_t)N * OC);
+    F32View<floatX> db(dbias, OC), d(dout, (size_t)N * OC);
     bias_backward_cpu(db.p, d.p, N, OC);
     db.store();
 }
@@ -624,13 +624,13 @@ inline void fp8_check_shape(int N, int C, int OC) {
 // out = x·Wᵀ + b with x and W in E4M3. Rows past a multiple of 16 (an inference's: a prompt of
 // any length, hellaswag's rows; training's B·T is checked at start) are padded with zero rows,
 // whose outputs are made in a scratch and dropped.
-template <class T>
-inline void matmul_forward_fp8(const Ctx& ctx, T* out, const T* inp, const T* W, const T* bias, int N, int C, int OC) {
+template <class floatX>
+inline void matmul_forward_fp8(const Ctx& ctx, floatX* out, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC) {
     const int Np = (int)ceil_div(N, 16) * 16;
     fp8_check_shape(Np, C, OC);
     static Buf<uint8_t> xq_buf, wq_buf;
     static Buf<Fp8Scales> scales_buf;
-    static Buf<T> padded_buf;
+    static Buf<floatX> padded_buf;
     uint8_t* xq = op_scratch(xq_buf, ctx, (size_t)Np * C);
     uint8_t* wq = op_scratch(wq_buf, ctx, (size_t)OC * C);
     Fp8Scales* sc = op_scratch(scales_buf, ctx, 2);
@@ -638,13 +638,13 @@ inline void matmul_forward_fp8(const Ctx& ctx, T* out, const T* inp, const T* W,
     fp8_quantize(ctx, xq, nullptr, tx, inp, N, C, Fp8Format::E4M3);
     if (Np > N) ctx_zero(ctx, xq + (size_t)N * C, (size_t)(Np - N) * C);
     fp8_quantize(ctx, wq, nullptr, tw, W, OC, C, Fp8Format::E4M3);
-    T* dst = Np > N ? op_scratch(padded_buf, ctx, (size_t)Np * OC) : out;
+    floatX* dst = Np > N ? op_scratch(padded_buf, ctx, (size_t)Np * OC) : out;
     fp8_linear(ctx, dst, xq, Fp8Format::E4M3, tx.scales, wq, Fp8Format::E4M3, tw.scales, bias, Np, C, OC, false, "forward", C, OC);
-    if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(T));
+    if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(floatX));
 }
 // dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3
-template <class T>
-inline void matmul_backward_fp8(const Ctx& ctx, T* dinp, T* dW, T* dbias, const T* dout, const T* inp, const T* W,
+template <class floatX>
+inline void matmul_backward_fp8(const Ctx& ctx, floatX* dinp, floatX* dW, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* W,
                                 int N, int C, int OC) {
     fp8_check_shape(N, C, OC);
     static Buf<uint8_t> dq_buf, dqt_buf, wt_buf, xt_buf;
@@ -669,11 +669,11 @@ inline void matmul_backward_fp8(const Ctx& ctx, T* dinp, T* dW, T* dbias, const 
 
 // With gelu_pre: gelu_pre = inp·Wᵀ + b and out = gelu(gelu_pre) (see the header): in the
 // cuBLASLt epilogue where it can be, else the matmul and then the GELU op.
-template <class T>
-inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, const NoDeduce<T>* bias, int N, int C, int OC,
-                           NoDeduce<T>* gelu_pre = nullptr) {
+template <class floatX>
+inline void matmul_forward(const Ctx& ctx, floatX* out, const floatX* inp, const floatX* W, const NoDeduce<floatX>* bias, int N, int C, int OC,
+                           NoDeduce<floatX>* gelu_pre = nullptr) {
     if (ctx.fp8) {  // (the quantizations and the product are timed as ops of their own)
-        matmul_forward_fp8<T>(ctx, gelu_pre ? gelu_pre : out, inp, W, bias, N, C, OC);
+        matmul_forward_fp8<floatX>(ctx, gelu_pre ? gelu_pre : out, inp, W, bias, N, C, OC);
         if (gelu_pre) gelu_forward(ctx, out, gelu_pre, (size_t)N * OC);
         return;
     }
@@ -681,32 +681,32 @@ inline void matmul_forward(const Ctx& ctx, T* out, const T* inp, const T* W, con
     if (gelu_pre) {
 #ifdef LLMC_CUDA
         if (ctx.device == Device::CUDA && gelu_fusable(OC, gelu_pre, out, bias)) {
-            cublaslt_gemm<T>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f, GeluEpi::Forward, gelu_pre);
+            cublaslt_gemm<floatX>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f, GeluEpi::Forward, gelu_pre);
             return;
         }
 #endif
-        matmul_forward<T>(ctx, gelu_pre, inp, W, bias, N, C, OC);
+        matmul_forward<floatX>(ctx, gelu_pre, inp, W, bias, N, C, OC);
         gelu_forward(ctx, out, gelu_pre, (size_t)N * OC);
         return;
     }
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) { matmul_forward_cuda<T>(ctx, out, inp, W, bias, N, C, OC); return; }
+    if (ctx.device == Device::CUDA) { matmul_forward_cuda<floatX>(ctx, out, inp, W, bias, N, C, OC); return; }
 #endif
-    F32View<T> o(out, (size_t)N * OC, false), x(inp, (size_t)N * C), w(W, (size_t)OC * C), b(bias, OC);
+    F32View<floatX> o(out, (size_t)N * OC, false), x(inp, (size_t)N * C), w(W, (size_t)OC * C), b(bias, OC);
     matmul_forward_cpu(o.p, x.p, w.p, b.p, N, C, OC);
     o.store();
 }
-// dinp = dout·W in fp32, whatever T is (the product that a GELU's gradient multiplies next)
-template <class T>
-inline void matmul_dinp_f32(const Ctx& ctx, float* dinp, const T* dout, const T* W, int N, int C, int OC) {
+// dinp = dout·W in fp32, whatever floatX is (the product that a GELU's gradient multiplies next)
+template <class floatX>
+inline void matmul_dinp_f32(const Ctx& ctx, float* dinp, const floatX* dout, const floatX* W, int N, int C, int OC) {
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        if (!lt_matmul<T, float>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::None, nullptr))
-            fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul with an fp32 result", C, N, OC, dtype_name<T>());
+        if (!lt_matmul<floatX, float>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::None, nullptr))
+            fatal("cuBLASLt has no algorithm for a %dx%dx%d %s matmul with an fp32 result", C, N, OC, dtype_name<floatX>());
         return;
     }
 #endif
-    F32View<T> d(dout, (size_t)N * OC), w(W, (size_t)OC * C);
+    F32View<floatX> d(dout, (size_t)N * OC), w(W, (size_t)OC * C);
     matmul_backward_cpu(dinp, nullptr, nullptr, d.p, nullptr, w.p, N, C, OC);
 }
 // With gelu_pre: dinp = (dout·W) ⊙ gelu′(gelu_pre), the gradient through the GELU before this
@@ -716,11 +716,11 @@ inline void matmul_dinp_f32(const Ctx& ctx, float* dinp, const T* dout, const T*
 // result again would differ from the epilogue, and between devices whose sums run in another
 // order, by up to two roundings: 1.1% seen in bf16 on an H100. FP8's products write T, so its
 // path does round twice, within FP8's own, looser bound.)
-template <class T>
-inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, const T* dout, const T* inp, const T* W,
-                            int N, int C, int OC, const NoDeduce<T>* gelu_pre = nullptr) {
+template <class floatX>
+inline void matmul_backward(const Ctx& ctx, floatX* dinp, floatX* dW, NoDeduce<floatX>* dbias, const floatX* dout, const floatX* inp, const floatX* W,
+                            int N, int C, int OC, const NoDeduce<floatX>* gelu_pre = nullptr) {
     if (ctx.fp8) {
-        matmul_backward_fp8<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC);
+        matmul_backward_fp8<floatX>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC);
         if (gelu_pre && dinp) gelu_backward(ctx, dinp, gelu_pre, dinp, (size_t)N * C);
         return;
     }
@@ -728,24 +728,24 @@ inline void matmul_backward(const Ctx& ctx, T* dinp, T* dW, NoDeduce<T>* dbias, 
                  gelu_pre && dinp ? "+dgelu" : "", C, OC);
     if (gelu_pre && dinp) {
 #ifdef LLMC_CUDA
-        if (ctx.device == Device::CUDA && gelu_fusable(C, gelu_pre, dinp, (const T*)nullptr) &&
-            lt_matmul<T>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward,
-                         const_cast<T*>(gelu_pre))) {
-            matmul_backward<T>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias
+        if (ctx.device == Device::CUDA && gelu_fusable(C, gelu_pre, dinp, (const floatX*)nullptr) &&
+            lt_matmul<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward,
+                         const_cast<floatX*>(gelu_pre))) {
+            matmul_backward<floatX>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias
             return;
         }
 #endif
         static Buf<float> prod_buf;
         float* prod = op_scratch(prod_buf, ctx, (size_t)N * C);
-        matmul_dinp_f32<T>(ctx, prod, dout, W, N, C, OC);
+        matmul_dinp_f32<floatX>(ctx, prod, dout, W, N, C, OC);
         gelu_backward(ctx, dinp, gelu_pre, (const float*)prod, (size_t)N * C);
-        matmul_backward<T>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias
+        matmul_backward<floatX>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias
         return;
     }
 #ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) { matmul_backward_cuda<T>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC); return; }
+    if (ctx.device == Device::CUDA) { matmul_backward_cuda<floatX>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC); return; }
 #endif
-    F32View<T> di(dinp, (size_t)N * C, false), dw(dW, (size_t)OC * C), db(dbias, OC), d(dout, (size_t)N * OC),
+    F32View<floatX> di(dinp, (size_t)N * C, false), dw(dW, (size_t)OC * C), db(dbias, OC), d(dout, (size_t)N * OC),
         x(inp, (size_t)N * C), w(W, (size_t)OC * C);
     matmul_backward_cpu(di.p, dw.p, db.p, d.p, x.p, w.p, N, C, OC);
     di.store(); dw.store(); db.store();

@@ -197,16 +197,16 @@ inline ParamLayout make_layout(const GPTConfig& c, int tp = 1, int tp_rank = 0, 
 
 // Pointers to one block's tensors, given the block's unit (parameters or gradients); nullptr for
 // a tensor with no elements (Llama's biases), which the ops read as "none".
-template <class T> struct BlockView {
-    T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+template <class floatX> struct BlockView {
+    floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
-template <class T> inline BlockView<T> block_view(const ParamLayout& p, T* b) {
-    T* t[NUM_BLOCK_TENSORS];
+template <class floatX> inline BlockView<floatX> block_view(const ParamLayout& p, floatX* b) {
+    floatX* t[NUM_BLOCK_TENSORS];
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
         const size_t end = k + 1 < NUM_BLOCK_TENSORS ? p.in_block[k + 1] : p.block_size;
         t[k] = end > p.in_block[k] ? b + p.in_block[k] : nullptr;
     }
-    return BlockView<T>{t[LN1W], t[LN1B], t[QKVW], t[QKVB], t[ATTPROJW], t[ATTPROJB], t[LN2W], t[LN2B], t[FCW], t[FCB], t[FCPROJW], t[FCPROJB]};
+    return BlockView<floatX>{t[LN1W], t[LN1B], t[QKVW], t[QKVB], t[ATTPROJW], t[ATTPROJB], t[LN2W], t[LN2B], t[FCW], t[FCB], t[FCPROJW], t[FCPROJB]};
 }
 
 // One contiguous range of the flat parameter buffer and whether AdamW decays it (2-D weights).
@@ -414,20 +414,20 @@ struct ParamHooks {
     virtual ~ParamHooks() = default;
 };
 
-template <class T> struct GPT {
+template <class floatX> struct GPT {
     GPTConfig config;
     ParamLayout layout;
-    std::vector<T*> params, grads;  // per unit, set by the storage owner
+    std::vector<floatX*> params, grads;  // per unit, set by the storage owner
     ParamHooks* hooks = nullptr;
     Recompute recompute = Recompute::None;  // --recompute: set before the first forward
-    bool fp8 = false;             // --precision fp8: the blocks' products multiply in FP8 (fp8.cuh; T is bf16)
+    bool fp8 = false;             // --precision fp8: the blocks' products multiply in FP8 (fp8.cuh; floatX is bf16)
     Fp8Delayed fp8_delayed;       // and with --fp8-scaling delayed, their scaling state (linear_ctx)
-    Activations<T> acts;
+    Activations<floatX> acts;
     Group* tp = nullptr;          // tensor parallelism: the tp group (tensor_parallel.h); none: whole blocks
     bool sp = false;              // sequence parallelism over the tp group (tensor_parallel.h)
-    std::vector<T> tp_scratch;    // its all-reduces' host scratch (comm.h)
+    std::vector<floatX> tp_scratch;    // its all-reduces' host scratch (comm.h)
     Group* pp = nullptr;          // pipeline parallelism: the pp group, whose rank is this stage (pipeline.h)
-    struct Send { Buf<T> copy; CommHandle h; };
+    struct Send { Buf<floatX> copy; CommHandle h; };
     // the stage's sends per way (0: forward, to stage + 1; 1: backward), each from a copy of its
     // own, oldest first, reused once its receiver has it; at most pp_send_cap[way] of them
     // (pipeline.h's pp_send_buffers; 0: no cap)
@@ -437,7 +437,7 @@ template <class T> struct GPT {
     // once, one set a slot; slot `slot`'s are in acts while it runs, the others parked. With the
     // interleaved schedule a stage runs one of its chunks at a time (`chunk`: layout.chunks's),
     // and each chunk has slots of its own (sized for its blocks).
-    std::vector<Activations<T>> parked;
+    std::vector<Activations<floatX>> parked;
     int slot = 0, chunk = 0;
     std::vector<int> slots{1};    // per chunk: how many the schedule keeps (the memory plan counts them)
     Group* cp = nullptr;          // context parallelism: the cp group; its rank holds some positions (context_parallel.h)
@@ -445,16 +445,16 @@ template <class T> struct GPT {
     int infer_T = 0;              // the sequence length of the last gpt_infer (before padding, with cp)
 };
 // The cp ranks (1 without context parallelism).
-template <class T> inline int gpt_cp(const GPT<T>& g) { return g.cp ? g.cp->size : 1; }
+template <class floatX> inline int gpt_cp(const GPT<floatX>& g) { return g.cp ? g.cp->size : 1; }
 
 // Slot j of chunk k (0 ≤ j < g.slots[k]): its number among all of them.
-template <class T> inline int gpt_slot_id(const GPT<T>& g, int k, int j) {
+template <class floatX> inline int gpt_slot_id(const GPT<floatX>& g, int k, int j) {
     for (int c = 0; c < k; c++) j += g.slots[c];
     return j;
 }
 // Makes slot `id`'s activations the ones the forward and backward use, for chunk `chunk` of
 // this stage's blocks (pipeline.h; 0 without interleaving).
-template <class T> inline void gpt_use_slot(GPT<T>* g, int id, int chunk = 0) {
+template <class floatX> inline void gpt_use_slot(GPT<floatX>* g, int id, int chunk = 0) {
     g->chunk = chunk;
     if (id == g->slot) return;
     if ((int)g->parked.size() <= std::max(id, g->slot)) g->parked.resize(std::max(id, g->slot) + 1);
@@ -468,7 +468,7 @@ template <class T> inline void gpt_use_slot(GPT<T>* g, int id, int chunk = 0) {
 // oldest is reused once its receiver has it, else a new one is made while fewer than the cap
 // exist, else the copy waits for the oldest's receiver (comm_wait: on the GPU with NCCL the
 // compute stream waits, not the host; with MPI the host). gpt_stage_sends_wait waits for them all.
-template <class T> inline void gpt_stage_send(const Ctx& ctx, GPT<T>* g, const T* buf, size_t n, int dir) {
+template <class floatX> inline void gpt_stage_send(const Ctx& ctx, GPT<floatX>* g, const floatX* buf, size_t n, int dir) {
     const int way = dir > 0 ? 0 : 1, cap = g->pp_send_cap[way];
     auto& pool = g->pp_sends[way];
     if (pool.empty() || (!comm_send_done(&pool.front().h) && (cap <= 0 || (int)pool.size() < cap))) {
@@ -479,10 +479,10 @@ template <class T> inline void gpt_stage_send(const Ctx& ctx, GPT<T>* g, const T
     }
     auto& o = pool.back();
     if (o.copy.size() < n) o.copy.alloc(ctx, n);
-    ctx_copy(ctx, o.copy.data(), buf, n * sizeof(T));
+    ctx_copy(ctx, o.copy.data(), buf, n * sizeof(floatX));
     comm_ring_send_start(*g->pp, o.copy.data(), n, dir, &o.h);
 }
-template <class T> inline void gpt_stage_sends_wait(GPT<T>* g) {
+template <class floatX> inline void gpt_stage_sends_wait(GPT<floatX>* g) {
     for (auto& pool : g->pp_sends)
         for (auto& o : pool) comm_wait(&o.h);
 }
@@ -493,7 +493,7 @@ template <class T> inline void gpt_stage_sends_wait(GPT<T>* g) {
 // pp: the pp group, whose rank is this process's pipeline stage (nullptr: the whole model).
 // cp: the cp group, whose rank holds some positions of each sequence (zigzag: which ones).
 // vpp: with pp, the stage's chunks (the interleaved schedule; 1 otherwise).
-template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* tp = nullptr, bool sp = false, Group* pp = nullptr,
+template <class floatX> inline void gpt_build(GPT<floatX>* g, const GPTConfig& c, Group* tp = nullptr, bool sp = false, Group* pp = nullptr,
                                          Group* cp = nullptr, bool zigzag = false, int vpp = 1) {
     g->config = c;
     g->cp = cp && cp->size > 1 ? cp : nullptr;
@@ -506,11 +506,11 @@ template <class T> inline void gpt_build(GPT<T>* g, const GPTConfig& c, Group* t
     g->chunk = 0;
     g->params.assign(gpt_num_units(c), nullptr);
     g->grads.assign(gpt_num_units(c), nullptr);
-    g->acts = Activations<T>();
+    g->acts = Activations<floatX>();
 }
 
 // Points every unit into full (replicated) parameter and gradient buffers.
-template <class T> inline void gpt_point_units(GPT<T>* g, T* params, T* grads) {
+template <class floatX> inline void gpt_point_units(GPT<floatX>* g, floatX* params, floatX* grads) {
     for (int u = 0; u < gpt_num_units(g->config); u++) {
         size_t off = unit_span(g->config, g->layout, u).offset;
         g->params[u] = params + off;
@@ -519,7 +519,7 @@ template <class T> inline void gpt_point_units(GPT<T>* g, T* params, T* grads) {
 }
 
 // Ψ: the whole model's parameters (with tensor parallelism a rank holds fewer: g.layout.total).
-template <class T> inline size_t gpt_num_params(const GPT<T>& g) { return make_layout(g.config).total; }
+template <class floatX> inline size_t gpt_num_params(const GPT<floatX>& g) { return make_layout(g.config).total; }
 
 // GPT-2 init of unit u into out (its unit_span(u).size elements): weights N(0, 0.02), residual
 // projections N(0, 0.02/√(2L)), biases 0, LayerNorm 1/0 (Llama: the same, and it has no biases;
@@ -581,13 +581,13 @@ inline void gpt_init_unit(const GPTConfig& c, const ParamLayout& p, int u, uint6
 // gathered buffer holds all of them for the layer that needs them.
 // With pipeline parallelism, the blocks of this rank's stage (of its chunk `chunk`, interleaved),
 // and the head's buffers on the last (its last chunk).
-// With context parallelism (cp > 1) T_ is this rank's positions, and the ring's buffers are added.
-template <class T, class F>
-inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const ParamLayout& p, int chunk, int B, int T_, Recompute r,
+// With context parallelism (cp > 1) T is this rank's positions, and the ring's buffers are added.
+template <class floatX, class F>
+inline void gpt_activation_buffers(Activations<floatX>& a, const GPTConfig& c, const ParamLayout& p, int chunk, int B, int T, Recompute r,
                                    bool sp, int cp, F&& f) {
     const int tp = p.tp;
     const LayerRange blocks = p.chunks[chunk];
-    const size_t L = blocks.end - blocks.first, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T_;
+    const size_t L = blocks.end - blocks.first, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, BT = (size_t)B * T;
     const size_t Q = c.qkv_rows() / tp, Fc = c.fc_rows() / tp, Hh = c.ffn() / tp;  // qkv's, fc's, the MLP's features
     const size_t head = p.heads(chunk) ? 1 : 0, mean = c.llama() ? 0 : 1;       // (RMSNorm keeps no mean)
     const bool llama = c.llama();
@@ -602,46 +602,46 @@ inline void gpt_activation_buffers(Activations<T>& a, const GPTConfig& c, const 
     f(a.logits, head * BT * c.padded_vocab_size / tp); f(a.losses, head * BT);
     f(a.scratch, P * C);
     f(a.dresidual, P * C); f(a.dbtc, W * C); f(a.dqkv, BT * Q); f(a.dfch, BT * Fc);  // backward scratch
-    f(a.dhidden, llama ? BT * Hh : 0); f(a.rope, llama ? (size_t)T_ * c.head_dim() : 0);
+    f(a.dhidden, llama ? BT * Hh : 0); f(a.rope, llama ? (size_t)T * c.head_dim() : 0);
     f(a.tokens, BT); f(a.targets, head * BT);
     if (tp > 1) f(a.cls_stats, head * tp * BT * 3);  // the vocabulary-parallel classifier's
     if (sp) { f(a.whole, W * C); f(a.ln_grad, 2 * C); }
     if (cp > 1) {
         f(a.cp_kv, 2 * BT * (Q - Ct)); f(a.cp_acc, BT * Q); f(a.cp_dkv, 3 * BT * (Q - Ct)); f(a.cp_D, BT * NHt);  // (Q − Ct: k and v)
-        f(a.cp_wpe, p.embeds(chunk) && !llama ? (size_t)T_ * C : 0);
+        f(a.cp_wpe, p.embeds(chunk) && !llama ? (size_t)T * C : 0);
     }
 }
 
-template <class T> inline void gpt_ensure_activations(const Ctx& ctx, GPT<T>* g, int B, int T_) {
-    Activations<T>& a = g->acts;
-    if (a.B * a.T >= B * T_ && a.T >= T_ && a.logits.dev == ctx.device && a.recompute == g->recompute && a.chunk == g->chunk) return;
-    gpt_activation_buffers(a, g->config, g->layout, g->chunk, B, T_, g->recompute, g->sp, gpt_cp(*g),
+template <class floatX> inline void gpt_ensure_activations(const Ctx& ctx, GPT<floatX>* g, int B, int T) {
+    Activations<floatX>& a = g->acts;
+    if (a.B * a.T >= B * T && a.T >= T && a.logits.dev == ctx.device && a.recompute == g->recompute && a.chunk == g->chunk) return;
+    gpt_activation_buffers(a, g->config, g->layout, g->chunk, B, T, g->recompute, g->sp, gpt_cp(*g),
                            [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
-    a.tokens_host.assign((size_t)B * T_, 0);
-    a.B = B; a.T = T_; a.recompute = g->recompute; a.chunk = g->chunk; a.rope_T = 0;
+    a.tokens_host.assign((size_t)B * T, 0);
+    a.B = B; a.T = T; a.recompute = g->recompute; a.chunk = g->chunk; a.rope_T = 0;
 }
 
 // The bytes gpt_ensure_activations allocates for B·T positions (as Buf rounds them), without
 // allocating anything: with the storage owner's bytes, what one rank must hold on its device
 // (planner.h plans --batch-size with it). Per position, without recomputation: (16·L·C + 12·C +
-// Vp) elements of T, (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a
+// Vp) elements of floatX, (L·(4 + NH) + 3) floats and 2 ints; GPT-2 124M in bf16 needs ~0.415 MB a
 // token (Recompute gives the elements with it). A tp rank holds (4 + 12/tp)·C of a block's 16·C,
 // and 16·C/tp with sequence parallelism; a pipeline stage its blocks' (one set per slot), or
 // with interleaving chunk `chunk`'s.
-template <class T> inline double gpt_activation_bytes(const GPTConfig& c, const ParamLayout& p, int B, int T_, Recompute r,
+template <class floatX> inline double gpt_activation_bytes(const GPTConfig& c, const ParamLayout& p, int B, int T, Recompute r,
                                                       bool sp = false, int cp = 1, int chunk = 0) {
-    Activations<T> none;  // only walked for its buffers' types: nothing is allocated
+    Activations<floatX> none;  // only walked for its buffers' types: nothing is allocated
     double bytes = 0;
-    gpt_activation_buffers(none, c, p, chunk, B, T_, r, sp && p.tp > 1, cp,
+    gpt_activation_buffers(none, c, p, chunk, B, T, r, sp && p.tp > 1, cp,
                            [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
     return bytes;
 }
-// ... of a model, all its slots (of every chunk: g.slots, or the slots given); T_ is this rank's
+// ... of a model, all its slots (of every chunk: g.slots, or the slots given); T is this rank's
 // positions (T/cp with context parallelism)
-template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, int T_, Recompute r, const std::vector<int>* slots = nullptr) {
+template <class floatX> inline double gpt_activation_bytes(const GPT<floatX>& g, int B, int T, Recompute r, const std::vector<int>* slots = nullptr) {
     double bytes = 0;
     for (int k = 0; k < g.layout.vpp(); k++)
-        bytes += (slots ? *slots : g.slots)[k] * gpt_activation_bytes<T>(g.config, g.layout, B, T_, r, g.sp, gpt_cp(g), k);
+        bytes += (slots ? *slots : g.slots)[k] * gpt_activation_bytes<floatX>(g.config, g.layout, B, T, r, g.sp, gpt_cp(g), k);
     return bytes;
 }
 // The FP8 products' scratch (--precision fp8): matmul.cuh's matmul_forward_fp8 and
@@ -650,7 +650,7 @@ template <class T> inline double gpt_activation_bytes(const GPT<T>& g, int B, in
 // it is and transposed, Wᵀ and xᵀ; and the scales. Not activations (nothing in it outlives a
 // product), but the memory plan counts it beside them. Where cuBLASLt multiplies no FP8 operands
 // (matmul.cuh: fp8_products_run found so, g_fp8_dequantize) each product's two operands are
-// dequantized into two more buffers, of T: the first operand's (x, N·in; dout, N·out; doutᵀ,
+// dequantized into two more buffers, of floatX: the first operand's (x, N·in; dout, N·out; doutᵀ,
 // out·N) and the second's (W, out·in; Wᵀ, in·out; xᵀ, in·N), each at the largest of them.
 // A block's four products on this rank, as (input, output) widths: qkv C → Q, the attention
 // projection Ct → C, fc C → Fc, the fc projection Hh → C (gpt_block_forward's matmuls).
@@ -660,46 +660,46 @@ inline std::array<ProductWidths, NUM_BLOCK_PRODUCTS> gpt_block_products(const GP
     const size_t C = c.channels;
     return {{{C, c.qkv_rows() / tp}, {C / tp, C}, {C, c.fc_rows() / tp}, {(size_t)c.ffn() / tp, C}}};
 }
-template <class T> inline double gpt_fp8_scratch_bytes(const GPT<T>& g, int B, int T_) {
+template <class floatX> inline double gpt_fp8_scratch_bytes(const GPT<floatX>& g, int B, int T) {
     if (!g.fp8) return 0;
-    const size_t N = (size_t)B * T_;
+    const size_t N = (size_t)B * T;
     size_t in = 0, out = 0, w = 0;
     for (const ProductWidths& p : gpt_block_products(g.config, g.layout.tp))
         in = std::max(in, N * p.in), out = std::max(out, N * p.out), w = std::max(w, p.in * p.out);
     auto bytes = [](size_t n) { return (double)Buf<uint8_t>::bytes_for(n); };
-    const double fallback = g_fp8_dequantize ? (double)Buf<T>::bytes_for(std::max(in, out)) + (double)Buf<T>::bytes_for(std::max(w, in)) : 0;
+    const double fallback = g_fp8_dequantize ? (double)Buf<floatX>::bytes_for(std::max(in, out)) + (double)Buf<floatX>::bytes_for(std::max(w, in)) : 0;
     return 2 * bytes(in) + 2 * bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(2) + (double)Buf<Fp8Scales>::bytes_for(3) +
            fallback;
 }
 // The GELU backward's fp32 product (matmul.cuh: matmul_backward with gelu_pre), where cuBLASLt's
 // DGELU epilogue cannot take it: the fc projection's input width on this rank, ffn/tp, not a
-// multiple of 8 (a model file of odd width C; or g_gelu_fusion off). B·T_·ffn/tp floats, held
+// multiple of 8 (a model file of odd width C; or g_gelu_fusion off). B·T·ffn/tp floats, held
 // from the first backward on. Counted on the GPU: the CPU takes that path always, among host
 // temporaries of its own (F32View's fp32 copies in bf16) that its plan does not count either.
-template <class T> inline double gpt_gelu_scratch_bytes(const GPT<T>& g, int B, int T_, bool gpu) {
+template <class floatX> inline double gpt_gelu_scratch_bytes(const GPT<floatX>& g, int B, int T, bool gpu) {
     const size_t Hh = (size_t)g.config.ffn() / g.layout.tp;
     bool epilogue = true;
 #ifdef LLMC_CUDA
     epilogue = gelu_epilogue_width(Hh);
 #endif
-    if (!gpu || epilogue || g.config.llama() || g.fp8) return 0;  // (Llama: SwiGLU; FP8: the GELU apart, in T)
-    return (double)Buf<float>::bytes_for((size_t)B * T_ * Hh);
+    if (!gpu || epilogue || g.config.llama() || g.fp8) return 0;  // (Llama: SwiGLU; FP8: the GELU apart, in floatX)
+    return (double)Buf<float>::bytes_for((size_t)B * T * Hh);
 }
 // The fused attention backward's fp32 dQ partial sums (attention.cuh: flash_backward_scratch_bytes),
 // on a GPU where it runs: a rank's heads (NH/tp) over its positions, held from the first backward on.
-template <class T> inline double gpt_attention_scratch_bytes(const GPT<T>& g, int B, int T_, bool gpu) {
+template <class floatX> inline double gpt_attention_scratch_bytes(const GPT<floatX>& g, int B, int T, bool gpu) {
 #ifdef LLMC_CUDA
     const GPTConfig& c = g.config;
     const int tp = g.layout.tp;
-    if (gpu) return (double)flash_backward_scratch_bytes<T>(B, T_, c.num_heads / tp * c.head_dim(), c.num_heads / tp, c.kv_heads() / tp);
+    if (gpu) return (double)flash_backward_scratch_bytes<floatX>(B, T, c.num_heads / tp * c.head_dim(), c.num_heads / tp, c.kv_heads() / tp);
 #endif
-    (void)g; (void)B; (void)T_; (void)gpu;
+    (void)g; (void)B; (void)T; (void)gpu;
     return 0;
 }
-// "" when every FP8 product of a block takes B·T_ rows (fp8.cuh: multiples of 16), else why not.
-inline std::string gpt_fp8_shape_problem(const GPTConfig& c, int tp, int B, int T_) {
+// "" when every FP8 product of a block takes B·T rows (fp8.cuh: multiples of 16), else why not.
+inline std::string gpt_fp8_shape_problem(const GPTConfig& c, int tp, int B, int T) {
     for (const ProductWidths& p : gpt_block_products(c, tp)) {
-        const std::string why = fp8_shape_problem(B * T_, (int)p.in, (int)p.out);
+        const std::string why = fp8_shape_problem(B * T, (int)p.in, (int)p.out);
         if (!why.empty()) return why;
     }
     return "";
@@ -708,7 +708,7 @@ inline std::string gpt_fp8_shape_problem(const GPTConfig& c, int tp, int B, int 
 // run's own. The classifier's product takes the plain one.
 // With delayed scaling (fp8.cuh) each product of each block this rank holds has its own place in
 // the scaling state: 4 per block, in the order of gpt_block_products (BlockProduct).
-template <class T> inline std::array<Ctx, NUM_BLOCK_PRODUCTS> linear_ctx(const Ctx& ctx, GPT<T>* g, int l) {
+template <class floatX> inline std::array<Ctx, NUM_BLOCK_PRODUCTS> linear_ctx(const Ctx& ctx, GPT<floatX>* g, int l) {
     std::array<Ctx, NUM_BLOCK_PRODUCTS> lin;
     for (int p = 0; p < NUM_BLOCK_PRODUCTS; p++) {
         lin[p] = ctx;
@@ -718,46 +718,46 @@ template <class T> inline std::array<Ctx, NUM_BLOCK_PRODUCTS> linear_ctx(const C
     return lin;
 }
 // The tensors of delayed scaling's state on this rank: x, W and dout of each product.
-template <class T> inline int gpt_fp8_tensors(const GPT<T>& g) { return g.layout.num_blocks() * NUM_BLOCK_PRODUCTS * 3; }
+template <class floatX> inline int gpt_fp8_tensors(const GPT<floatX>& g) { return g.layout.num_blocks() * NUM_BLOCK_PRODUCTS * 3; }
 
 // The ring buffers of context_parallel.h, in the activations.
-template <class T> inline RingBuffers<T> gpt_ring_buffers(GPT<T>* g, int B, int T_) {
-    Activations<T>& a = g->acts;
-    const size_t kv = (size_t)B * T_ * (g->config.qkv_rows() - g->config.channels) / g->layout.tp;  // k and v
+template <class floatX> inline RingBuffers<floatX> gpt_ring_buffers(GPT<floatX>* g, int B, int T) {
+    Activations<floatX>& a = g->acts;
+    const size_t kv = (size_t)B * T * (g->config.qkv_rows() - g->config.channels) / g->layout.tp;  // k and v
     return {{a.cp_kv.data(), a.cp_kv.data() + kv}, a.cp_acc.data(), {a.cp_dkv.data(), a.cp_dkv.data() + kv, a.cp_dkv.data() + 2 * kv},
             a.cp_D.data()};
 }
 
 // How this forward's B·T positions lie over the tp ranks (tensor_parallel.h: all on every rank
 // unless sequence parallelism splits them).
-template <class T> inline SeqSplit gpt_seq_split(const GPT<T>& g, int B, int T_) { return seq_split((size_t)B * T_, g.tp, g.sp); }
+template <class floatX> inline SeqSplit gpt_seq_split(const GPT<floatX>& g, int B, int T) { return seq_split((size_t)B * T, g.tp, g.sp); }
 // The send copies a stage may keep at their caps (g.pp_send_cap, or the caps given), for
-// micro-batches of B·T_ positions (this rank's rows of the residual stream, n elements each):
+// micro-batches of B·T positions (this rank's rows of the residual stream, n elements each):
 // what the memory plan counts (planner.h).
-template <class T> inline double gpt_send_copy_bytes(const GPT<T>& g, int B, int T_, const std::array<int, 2>* caps = nullptr) {
+template <class floatX> inline double gpt_send_copy_bytes(const GPT<floatX>& g, int B, int T, const std::array<int, 2>* caps = nullptr) {
     const std::array<int, 2>& c = caps ? *caps : g.pp_send_cap;
-    return (double)(c[0] + c[1]) * gpt_seq_split(g, B, T_).P * g.config.channels * sizeof(T);
+    return (double)(c[0] + c[1]) * gpt_seq_split(g, B, T).P * g.config.channels * sizeof(floatX);
 }
 
 // Block l's activations: its slice of each per-block buffer, or the one block-sized buffer that
 // every block shares where --recompute does not keep that activation per block (see Recompute).
-template <class T> struct BlockActs {
-    T *x, *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu;
+template <class floatX> struct BlockActs {
+    floatX *x, *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu;
     float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 };
 // The residual stream, the LayerNorms and their statistics hold this rank's P rows (all B·T
 // without sequence parallelism); q, k, v, the attention and the MLP's hidden features all B·T.
-template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T_) {
-    Activations<T>& a = g->acts;
+template <class floatX> inline BlockActs<floatX> block_acts(GPT<floatX>* g, int l, int B, int T) {
+    Activations<floatX>& a = g->acts;
     const GPTConfig& cf = g->config;
     const int tp = g->layout.tp;
-    const size_t BT = (size_t)B * T_, BTCt = BT * cf.channels / tp, NHt = cf.num_heads / tp;
+    const size_t BT = (size_t)B * T, BTCt = BT * cf.channels / tp, NHt = cf.num_heads / tp;
     const size_t Q = cf.qkv_rows() / tp, Fc = cf.fc_rows() / tp, Hh = cf.ffn() / tp;
-    const size_t P = gpt_seq_split(*g, B, T_).P, PC = P * cf.channels;
+    const size_t P = gpt_seq_split(*g, B, T).P, PC = P * cf.channels;
     const int l0 = g->layout.chunks[g->chunk].first;  // the running chunk's first block (pipeline.h; 0 without)
     const size_t c = keeps_cheap(g->recompute) ? l - l0 : 0, i = keeps_inner(g->recompute) ? l - l0 : 0;
     const bool mean = !cf.llama();  // (RMSNorm: no mean)
-    return BlockActs<T>{
+    return BlockActs<floatX>{
         // x, the block's input: the encoder's output (or the previous stage's) for the stage's
         // first block, else the output of block l−1
         l == l0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1 - l0) * PC,
@@ -770,31 +770,31 @@ template <class T> inline BlockActs<T> block_acts(GPT<T>* g, int l, int B, int T
 // The output of this rank's last block (of the whole model without pipeline parallelism; of the
 // running chunk, interleaved), this rank's rows of the residual stream: what pipeline.h hands to
 // the next stage, and lnf's input on the last.
-template <class T> inline T* gpt_stage_output(GPT<T>* g, int B, int T_) {
+template <class floatX> inline floatX* gpt_stage_output(GPT<floatX>* g, int B, int T) {
     const LayerRange r = g->layout.chunks[g->chunk];
-    return g->acts.residual3.data() + (size_t)(r.end - 1 - r.first) * gpt_seq_split(*g, B, T_).P * g->config.channels;
+    return g->acts.residual3.data() + (size_t)(r.end - 1 - r.first) * gpt_seq_split(*g, B, T).P * g->config.channels;
 }
 
-// Llama: RoPE's angles for this forward's T_ positions (on the Ctx's device, rope.cuh), made when
-// T_ changes: positions 0…T_−1, or with context parallelism the sequence's positions this rank
+// Llama: RoPE's angles for this forward's T positions (on the Ctx's device, rope.cuh), made when
+// T changes: positions 0…T−1, or with context parallelism the sequence's positions this rank
 // holds (context_parallel.h), so every rank turns its q and k by their true places.
-template <class T> inline const float* gpt_rope(const Ctx& ctx, GPT<T>* g, int T_) {
-    Activations<T>& a = g->acts;
-    if (a.rope_T != T_) {
-        std::vector<int> pos(T_);
-        for (int t = 0; t < T_; t++) pos[t] = t;
+template <class floatX> inline const float* gpt_rope(const Ctx& ctx, GPT<floatX>* g, int T) {
+    Activations<floatX>& a = g->acts;
+    if (a.rope_T != T) {
+        std::vector<int> pos(T);
+        for (int t = 0; t < T; t++) pos[t] = t;
         if (g->cp)
-            for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T_))
+            for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T))
                 for (int i = 0; i < q.n; i++) pos[q.local + i] = q.global + i;
-        a.rope_host = rope_table(pos.data(), T_, g->config.head_dim(), (double)g->config.rope_theta, g->config.rope_scaling);
+        a.rope_host = rope_table(pos.data(), T, g->config.head_dim(), (double)g->config.rope_theta, g->config.rope_scaling);
         ctx_copy(ctx, a.rope.data(), a.rope_host.data(), a.rope_host.size() * sizeof(float));
-        a.rope_T = T_;
+        a.rope_T = T;
     }
     return a.rope.data();
 }
-template <class T> inline void acquire(GPT<T>* g, int u) { if (g->hooks) g->hooks->acquire(u); }
-template <class T> inline void release(GPT<T>* g, int u) { if (g->hooks) g->hooks->release(u); }
-template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
+template <class floatX> inline void acquire(GPT<floatX>* g, int u) { if (g->hooks) g->hooks->acquire(u); }
+template <class floatX> inline void release(GPT<floatX>* g, int u) { if (g->hooks) g->hooks->release(u); }
+template <class floatX> inline void grads_ready(GPT<floatX>* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
 
 // Forward of block l. Every residual add feeds a LayerNorm, so the two run as one op
 // (residual_layernorm_forward): res2 = x + attproj(…) with ln2, and the block's output
@@ -809,30 +809,30 @@ template <class T> inline void grads_ready(GPT<T>* g, int u) { if (g->hooks) g->
 // the residual stream and the LayerNorms run on this rank's P rows: each LayerNorm output is
 // gathered for the layer that reads it (tp_gather_rows), and the sums are reduce-scatters.
 // Without tensor parallelism Ct = C, P = B·T, and the gathers and sums do nothing.
-template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_, bool rerun = false) {
+template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX>* g, int l, int B, int T, bool rerun = false) {
     const GPTConfig& c = g->config;
-    Activations<T>& a = g->acts;
-    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, NKVt = c.kv_heads() / tp, BT = B * T_;
+    Activations<floatX>& a = g->acts;
+    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, NKVt = c.kv_heads() / tp, BT = B * T;
     const int Q = (int)c.qkv_rows() / tp, Fc = (int)c.fc_rows() / tp, Hh = c.ffn() / tp;  // (GPT-2: 3Ct, 4Ct, 4Ct)
-    const SeqSplit s = gpt_seq_split(*g, B, T_);
+    const SeqSplit s = gpt_seq_split(*g, B, T);
     const int P = (int)s.P;                               // rows of the residual stream here
-    T* part = s.on ? a.whole.data() : a.scratch.data();  // a row-parallel layer's partial products
-    BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
-    BlockActs<T> b = block_acts(g, l, B, T_);
+    floatX* part = s.on ? a.whole.data() : a.scratch.data();  // a row-parallel layer's partial products
+    BlockView<floatX> w = block_view(g->layout, g->params[unit_of_block(l)]);
+    BlockActs<floatX> b = block_acts(g, l, B, T);
     const std::array<Ctx, NUM_BLOCK_PRODUCTS> lin = linear_ctx(ctx, g, l);  // the products' (FP8 with --precision fp8)
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
     // (Llama: the norms are RMSNorms, which the LayerNorm ops are with no mean and no bias: b.*_mean
     // and w.*b are nullptr; the products have no biases either)
     if (l > g->layout.chunks[g->chunk].first && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
-        residual_layernorm_forward(ctx, b.x, b.ln1, b.ln1_mean, b.ln1_rstd, block_acts(g, l - 1, B, T_).res2, a.scratch.data(),
+        residual_layernorm_forward(ctx, b.x, b.ln1, b.ln1_mean, b.ln1_rstd, block_acts(g, l - 1, B, T).res2, a.scratch.data(),
                                    w.ln1w, w.ln1b, P, C);
     else                  // x is the encoder's output, or was kept
         layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, P, C);
     if (inner) {
         matmul_forward(lin[PRODUCT_QKV], b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, Q);
         if (c.llama())  // RoPE turns q's and k's heads in place (the kept qkv is the turned one)
-            rope_forward(ctx, b.qkv, gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
-        cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), b.atty, b.lse, b.qkv, B, T_, Ct, NHt, NKVt);
+            rope_forward(ctx, b.qkv, gpt_rope(ctx, g, T), B, T, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
+        cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T), b.atty, b.lse, b.qkv, B, T, Ct, NHt, NKVt);
         matmul_forward(lin[PRODUCT_ATTPROJ], part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
         tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);  // → acts.scratch, this rank's rows
         residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
@@ -842,7 +842,7 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
     // fch = the activation's input, fch_gelu = its output: GELU(fch), or Llama's SwiGLU over fch's
     // [gate | up]. Selective reruns the activation alone, so it runs apart here too, and SwiGLU
     // always does (the fc product runs whenever `inner` does: selective's rerun is the one run without it)
-    const T* ln2 = inner ? tp_gather_rows(ctx, g->tp, s, b.ln2, a.whole.data(), C) : nullptr;
+    const floatX* ln2 = inner ? tp_gather_rows(ctx, g->tp, s, b.ln2, a.whole.data(), C) : nullptr;
     if (c.llama()) {
         if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         swiglu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT, (size_t)Hh);
@@ -863,14 +863,14 @@ template <class T> inline void gpt_block_forward(const Ctx& ctx, GPT<T>* g, int 
 // and bias (dw, db) += sums over the rows. With sequence parallelism the rows are P of the B·T
 // positions, so those sums are partial: they are made apart (acts.ln_grad), summed over the tp
 // ranks, then added, and every tp rank adds the same gradient to its copy of the LayerNorm.
-template <class T>
-inline void gpt_layernorm_backward(const Ctx& ctx, GPT<T>* g, const SeqSplit& s, T* dinp, T* dw, T* db, const T* dout,
-                                   const T* inp, const T* w, const float* mean, const float* rstd) {
+template <class floatX>
+inline void gpt_layernorm_backward(const Ctx& ctx, GPT<floatX>* g, const SeqSplit& s, floatX* dinp, floatX* dw, floatX* db, const floatX* dout,
+                                   const floatX* inp, const floatX* w, const float* mean, const float* rstd) {
     const int C = g->config.channels;
     if (!s.on) { layernorm_backward(ctx, dinp, dw, db, dout, inp, w, mean, rstd, (int)s.P, C); return; }
-    T* part = g->acts.ln_grad.data();
+    floatX* part = g->acts.ln_grad.data();
     const size_t n = (db ? 2 : 1) * (size_t)C;  // (RMSNorm: no bias, db = nullptr)
-    ctx_zero(ctx, part, n * sizeof(T));
+    ctx_zero(ctx, part, n * sizeof(floatX));
     layernorm_backward(ctx, dinp, part, db ? part + C : nullptr, dout, inp, w, mean, rstd, (int)s.P, C);
     tp_sum(ctx, g->tp, part, n, &g->tp_scratch);
     add_inplace(ctx, dw, part, C);
@@ -885,21 +885,21 @@ inline void gpt_layernorm_backward(const Ctx& ctx, GPT<T>* g, const SeqSplit& s,
 // backward. With sequence parallelism dresidual holds this rank's rows: it is gathered before
 // each projection's backward, and each LayerNorm output again before the product that read it
 // (the forward kept only this rank's rows: Megatron-SP's trade of an all-gather for memory).
-template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int l, int B, int T_) {
+template <class floatX> inline void gpt_block_backward(const Ctx& ctx, GPT<floatX>* g, int l, int B, int T) {
     const GPTConfig& c = g->config;
-    Activations<T>& a = g->acts;
-    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, NKVt = c.kv_heads() / tp, BT = B * T_;
+    Activations<floatX>& a = g->acts;
+    const int tp = g->layout.tp, C = c.channels, Ct = C / tp, NHt = c.num_heads / tp, NKVt = c.kv_heads() / tp, BT = B * T;
     const int Q = (int)c.qkv_rows() / tp, Fc = (int)c.fc_rows() / tp, Hh = c.ffn() / tp;  // (GPT-2: 3Ct, 4Ct, 4Ct)
-    const SeqSplit s = gpt_seq_split(*g, B, T_);
-    BlockView<T> w = block_view(g->layout, g->params[unit_of_block(l)]);
-    BlockView<T> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
+    const SeqSplit s = gpt_seq_split(*g, B, T);
+    BlockView<floatX> w = block_view(g->layout, g->params[unit_of_block(l)]);
+    BlockView<floatX> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
     const std::array<Ctx, NUM_BLOCK_PRODUCTS> lin = linear_ctx(ctx, g, l);  // the products' (FP8 with --precision fp8)
-    if (g->recompute != Recompute::None) gpt_block_forward(ctx, g, l, B, T_, true);
-    BlockActs<T> b = block_acts(g, l, B, T_);
-    T *dres = a.dresidual.data(), *whole = a.whole.data();
+    if (g->recompute != Recompute::None) gpt_block_forward(ctx, g, l, B, T, true);
+    BlockActs<floatX> b = block_acts(g, l, B, T);
+    floatX *dres = a.dresidual.data(), *whole = a.whole.data();
     // MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))), act = GELU (through which the fcproj
     // product's backward takes dfch at once) or Llama's SwiGLU (its own op, from dhidden)
-    const T* dmlp = tp_gather_rows(ctx, g->tp, s, dres, whole, C);
+    const floatX* dmlp = tp_gather_rows(ctx, g->tp, s, dres, whole, C);
     if (c.llama()) {
         matmul_backward(lin[PRODUCT_FCPROJ], a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C);
         swiglu_backward(ctx, a.dfch.data(), b.fch, a.dhidden.data(), (size_t)BT, (size_t)Hh);
@@ -908,18 +908,18 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
     }
     matmul_backward(lin[PRODUCT_FC], a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), tp_gather_rows(ctx, g->tp, s, b.ln2, whole, C), w.fcw,
                     BT, C, Fc);
-    T* dln2 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
+    floatX* dln2 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln2w, dw.ln2b, dln2, b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd);
     // attention: res2 = x + attproj(attention(qkv(ln1(x)))) (Llama: the attention of the turned
     // rows, whose gradient then goes back through the turn)
     matmul_backward(lin[PRODUCT_ATTPROJ], a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
                     w.attprojw, BT, Ct, C);
-    cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T_), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty,
-                          b.lse, B, T_, Ct, NHt, NKVt);
-    if (c.llama()) rope_backward(ctx, a.dqkv.data(), gpt_rope(ctx, g, T_), B, T_, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
+    cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty,
+                          b.lse, B, T, Ct, NHt, NKVt);
+    if (c.llama()) rope_backward(ctx, a.dqkv.data(), gpt_rope(ctx, g, T), B, T, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
     matmul_backward(lin[PRODUCT_QKV], a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
                     BT, C, Q);
-    T* dln1 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
+    floatX* dln1 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln1w, dw.ln1b, dln1, b.x, w.ln1w, b.ln1_mean, b.ln1_rstd);
 }
 
@@ -929,33 +929,33 @@ template <class T> inline void gpt_block_backward(const Ctx& ctx, GPT<T>* g, int
 // part of the softmax (fused_classifier.cuh: stats, gathered, finish), and its rows' gradient.
 // Without, one part: all Vp rows and columns, and fused_classifier.
 struct Classifier { int parts, lo, Vpl, Vl; };
-template <class T> inline Classifier classifier_slice(const GPT<T>& g) {
+template <class floatX> inline Classifier classifier_slice(const GPT<floatX>& g) {
     const int parts = g.layout.tp, Vp = g.config.padded_vocab_size, Vpl = Vp / parts, lo = g.layout.tp_rank * Vpl;
     return {parts, lo, Vpl, std::max(0, std::min(Vpl, g.config.vocab_size - lo))};
 }
 
 // The classifier's weights (given the units' parameters) or their gradient (given the gradients'):
 // this rank's rows of wte where it is tied, else of lm_head, in lnf's unit; and that unit.
-template <class T> inline int gpt_classifier_unit(const GPT<T>& g) { return g.config.tied ? 0 : unit_lnf(g.config); }
-template <class T> inline T* gpt_classifier(const GPT<T>& g, const std::vector<T*>& units) {
+template <class floatX> inline int gpt_classifier_unit(const GPT<floatX>& g) { return g.config.tied ? 0 : unit_lnf(g.config); }
+template <class floatX> inline floatX* gpt_classifier(const GPT<floatX>& g, const std::vector<floatX*>& units) {
     const ParamLayout& p = g.layout;
     return g.config.tied ? units[0] + p.wte : units[unit_lnf(g.config)] + (p.lm_head - p.lnfw);
 }
 
-// wpe's rows at this rank's T_ positions (context parallelism: copied into acts.cp_wpe, which
+// wpe's rows at this rank's T positions (context parallelism: copied into acts.cp_wpe, which
 // then stands for wpe; without, wpe itself), and for a gradient, the rows copied back.
-template <class T> inline T* gpt_wpe_rows(const Ctx& ctx, GPT<T>* g, T* wpe, int T_) {
+template <class floatX> inline floatX* gpt_wpe_rows(const Ctx& ctx, GPT<floatX>* g, floatX* wpe, int T) {
     if (g->config.llama()) return nullptr;  // (no position embedding: RoPE)
     if (!g->cp) return wpe;
     const size_t C = g->config.channels;
-    for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T_))
-        ctx_copy(ctx, g->acts.cp_wpe.data() + q.local * C, wpe + q.global * C, q.n * C * sizeof(T));
+    for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T))
+        ctx_copy(ctx, g->acts.cp_wpe.data() + q.local * C, wpe + q.global * C, q.n * C * sizeof(floatX));
     return g->acts.cp_wpe.data();
 }
-template <class T> inline void gpt_wpe_rows_back(const Ctx& ctx, GPT<T>* g, T* wpe, int T_) {
+template <class floatX> inline void gpt_wpe_rows_back(const Ctx& ctx, GPT<floatX>* g, floatX* wpe, int T) {
     const size_t C = g->config.channels;
-    for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T_))
-        ctx_copy(ctx, wpe + q.global * C, g->acts.cp_wpe.data() + q.local * C, q.n * C * sizeof(T));
+    for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T))
+        ctx_copy(ctx, wpe + q.global * C, g->acts.cp_wpe.data() + q.local * C, q.n * C * sizeof(floatX));
 }
 
 // Forward over B×T tokens. With targets, the per-position losses are on their way to the host
@@ -964,14 +964,14 @@ template <class T> inline void gpt_wpe_rows_back(const Ctx& ctx, GPT<T>* g, T* w
 // for sampling. On a GPU nothing here waits for the GPU: a training loop calls gpt_forward,
 // gpt_backward, then gpt_mean_loss, which waits only for the loss copy queued before the
 // backward, so the GPU's queue never runs dry inside a step.
-template <class T>
-inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int* targets, int B, int T_, float dloss) {
+template <class floatX>
+inline void gpt_forward(const Ctx& ctx, GPT<floatX>* g, const int* tokens, const int* targets, int B, int T, float dloss) {
     const GPTConfig& c = g->config;
-    if (T_ > c.max_seq_len) fatal("sequence length %d exceeds the model's maximum %d", T_, c.max_seq_len);
-    gpt_ensure_activations(ctx, g, B, T_);
-    Activations<T>& a = g->acts;
-    const int C = c.channels, BT = B * T_;
-    const SeqSplit s = gpt_seq_split(*g, B, T_);
+    if (T > c.max_seq_len) fatal("sequence length %d exceeds the model's maximum %d", T, c.max_seq_len);
+    gpt_ensure_activations(ctx, g, B, T);
+    Activations<floatX>& a = g->acts;
+    const int C = c.channels, BT = B * T;
+    const SeqSplit s = gpt_seq_split(*g, B, T);
     const ParamLayout& p = g->layout;
     const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // the running chunk's blocks (all L without pp)
     memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
@@ -983,29 +983,29 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
     // has put in acts.encoded.
     const Classifier k = classifier_slice(*g);
     if (p.embeds(g->chunk)) {
-        T* emb = s.on ? a.whole.data() : a.encoded.data();
+        floatX* emb = s.on ? a.whole.data() : a.encoded.data();
         acquire(g, 0);
-        encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->tp, gpt_wpe_rows(ctx, g, g->params[0] + p.wpe, T_)),
-                        B, T_, C, k.lo, k.Vpl);
+        encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->tp, gpt_wpe_rows(ctx, g, g->params[0] + p.wpe, T)),
+                        B, T, C, k.lo, k.Vpl);
         tp_sum_rows(ctx, g->tp, s, emb, a.encoded.data(), C, &g->tp_scratch);  // → acts.encoded, this rank's rows
         release(g, 0);
     }
     for (int l = l0; l < l1; l++) {
         acquire(g, unit_of_block(l));
-        gpt_block_forward(ctx, g, l, B, T_);
+        gpt_block_forward(ctx, g, l, B, T);
         release(g, unit_of_block(l));
     }
-    T* last = gpt_stage_output(g, B, T_);  // the last block's output
+    floatX* last = gpt_stage_output(g, B, T);  // the last block's output
     a.loss_count = 0;
     if (!p.heads(g->chunk)) {  // a chunk before the model's last: its output, for the next virtual stage (pipeline.h)
-        residual_forward(ctx, last, block_acts(g, l1 - 1, B, T_).res2, a.scratch.data(), s.P * C);
+        residual_forward(ctx, last, block_acts(g, l1 - 1, B, T).res2, a.scratch.data(), s.P * C);
         return;
     }
     acquire(g, unit_lnf(c));  // (the last block's output is formed here, with lnf)
-    T* lnf = g->params[unit_lnf(c)];
+    floatX* lnf = g->params[unit_lnf(c)];
     const bool ln = !c.llama();  // (Llama: RMSNorm, no mean, no bias)
     residual_layernorm_forward(ctx, last, a.lnf.data(), ln ? a.lnf_mean.data() : nullptr, a.lnf_rstd.data(),
-                               block_acts(g, l1 - 1, B, T_).res2, a.scratch.data(), lnf, ln ? lnf + C : nullptr, (int)s.P, C);
+                               block_acts(g, l1 - 1, B, T).res2, a.scratch.data(), lnf, ln ? lnf + C : nullptr, (int)s.P, C);
     const int cu = gpt_classifier_unit(*g);  // the tied embedding (this rank's rows of wte), or lm_head in lnf's unit
     if (cu != unit_lnf(c)) { release(g, unit_lnf(c)); acquire(g, cu); }
     matmul_forward(ctx, a.logits.data(), tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C), gpt_classifier(*g, g->params),
@@ -1030,93 +1030,93 @@ inline void gpt_forward(const Ctx& ctx, GPT<T>* g, const int* tokens, const int*
 
 // The per-position losses of the last gpt_forward (which must have had targets), on the host:
 // B·T floats, row-major. Waits for the loss copy alone, not for what was queued after it.
-template <class T> inline const float* gpt_losses(GPT<T>* g) {
+template <class floatX> inline const float* gpt_losses(GPT<floatX>* g) {
     CHECK(g->acts.loss_count > 0, "gpt_losses: the last gpt_forward had no targets");
     return (const float*)stage_wait(g->acts.losses_out);
 }
 
 // Row `row` of the last gpt_forward's logits, all Vp of them, into out (host memory, fp32). With
 // a vocabulary-parallel classifier each tp rank holds Vp/tp of them: gathered (collective over tp).
-template <class T> inline void gpt_logits_row(const Ctx& ctx, GPT<T>* g, int row, float* out) {
+template <class floatX> inline void gpt_logits_row(const Ctx& ctx, GPT<floatX>* g, int row, float* out) {
     const int Vp = g->config.padded_vocab_size;
     const Classifier k = classifier_slice(*g);
-    std::vector<T> host(Vp);  // (gathered in host memory: through MPI, which every mesh has)
-    ctx_copy(ctx, host.data() + k.lo, g->acts.logits.data() + (size_t)row * k.Vpl, k.Vpl * sizeof(T));
+    std::vector<floatX> host(Vp);  // (gathered in host memory: through MPI, which every mesh has)
+    ctx_copy(ctx, host.data() + k.lo, g->acts.logits.data() + (size_t)row * k.Vpl, k.Vpl * sizeof(floatX));
     if (k.parts > 1) comm_all_gather(*g->tp, host.data(), (size_t)Vp);
     for (int v = 0; v < Vp; v++) out[v] = to_f(host[v]);
 }
 
 // A forward for evaluation or sampling (no backward, no targets needed) of the whole model, over
-// B × T_ tokens (y: their targets, or nullptr): gpt_forward, or with pipeline parallelism the
+// B × T tokens (y: their targets, or nullptr): gpt_forward, or with pipeline parallelism the
 // micro-batch through the stages one after the other (each receives the previous one's output,
 // each chunk's first slot's activations; the sends wait, which a chain allows), and with interleaving through
 // the virtual stages: chunk k of stage s is virtual stage k·pp + s. With context parallelism each cp
 // rank takes its positions of the sequences, padded at their end (after every real position:
 // causal attention keeps them apart) to a length the cp ranks split, as sampling's do not.
 // gpt_infer_losses and gpt_infer_logits_row then give every rank the whole result.
-template <class T> inline void gpt_infer(const Ctx& ctx, GPT<T>* g, const int* x, const int* y, int B, int T_) {
-    g->infer_T = T_;
+template <class floatX> inline void gpt_infer(const Ctx& ctx, GPT<floatX>* g, const int* x, const int* y, int B, int T) {
+    g->infer_T = T;
     std::vector<int> xl, yl;
     if (g->cp) {  // this rank's positions of the padded sequences
-        const int c = g->cp->size, unit = cp_granule(c, g->cp_zigzag), Tp = (int)ceil_div(T_, unit) * unit, Tl = Tp / c;
-        if (Tp > g->config.max_seq_len) fatal("gpt_infer: %d positions padded to %d exceed the model's %d", T_, Tp, g->config.max_seq_len);
+        const int c = g->cp->size, unit = cp_granule(c, g->cp_zigzag), Tp = (int)ceil_div(T, unit) * unit, Tl = Tp / c;
+        if (Tp > g->config.max_seq_len) fatal("gpt_infer: %d positions padded to %d exceed the model's %d", T, Tp, g->config.max_seq_len);
         std::vector<int> pad((size_t)B * Tp, 0);
         const auto pieces = cp_pieces(c, g->cp->rank, g->cp_zigzag, Tl);
         xl.resize((size_t)B * Tl);
-        for (int b = 0; b < B; b++) std::copy_n(x + (size_t)b * T_, T_, pad.begin() + (size_t)b * Tp);
+        for (int b = 0; b < B; b++) std::copy_n(x + (size_t)b * T, T, pad.begin() + (size_t)b * Tp);
         cp_take_positions(pad.data(), B, Tp, pieces, xl.data());
         if (y) {
             yl.resize(xl.size());
-            for (int b = 0; b < B; b++) std::copy_n(y + (size_t)b * T_, T_, pad.begin() + (size_t)b * Tp);
+            for (int b = 0; b < B; b++) std::copy_n(y + (size_t)b * T, T, pad.begin() + (size_t)b * Tp);
             cp_take_positions(pad.data(), B, Tp, pieces, yl.data());
             y = yl.data();
         }
         x = xl.data();
-        T_ = Tl;
+        T = Tl;
     }
-    if (!g->pp) { gpt_forward(ctx, g, x, y, B, T_, 0.0f); return; }
+    if (!g->pp) { gpt_forward(ctx, g, x, y, B, T, 0.0f); return; }
     Group& pp = *g->pp;
     const int p = pp.size, s = pp.rank, v = g->layout.vpp();
-    const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels;
+    const size_t n = gpt_seq_split(*g, B, T).P * g->config.channels;
     for (int k = 0; k < v; k++) {  // (round the ring as in training: pipeline.h)
         const int vs = k * p + s;  // the virtual stage (s without interleaving)
         gpt_use_slot(g, gpt_slot_id(*g, k, 0), k);
-        gpt_ensure_activations(ctx, g, B, T_);
+        gpt_ensure_activations(ctx, g, B, T);
         if (vs > 0) comm_ring_recv(pp, g->acts.encoded.data(), n, +1);
-        gpt_forward(ctx, g, x, y, B, T_, 0.0f);
-        if (vs < p * v - 1) gpt_stage_send(ctx, g, gpt_stage_output(g, B, T_), n, +1);
+        gpt_forward(ctx, g, x, y, B, T, 0.0f);
+        if (vs < p * v - 1) gpt_stage_send(ctx, g, gpt_stage_output(g, B, T), n, +1);
     }
     gpt_stage_sends_wait(g);
 }
 // This rank's positions in the last gpt_infer's padded sequences (context parallelism), and their count.
-template <class T> inline std::vector<PosPiece> gpt_infer_pieces(const GPT<T>& g, int* Tp) {
+template <class floatX> inline std::vector<PosPiece> gpt_infer_pieces(const GPT<floatX>& g, int* Tp) {
     const int c = g.cp->size, unit = cp_granule(c, g.cp_zigzag);
     *Tp = (int)ceil_div(g.infer_T, unit) * unit;
     return cp_pieces(c, g.cp->rank, g.cp_zigzag, *Tp / c);
 }
-// The B·T_ losses of the last gpt_infer (which had targets), on every rank (host memory:
+// The B·T losses of the last gpt_infer (which had targets), on every rank (host memory:
 // gpt_losses's, or buf's): the last stage's, and with context parallelism every cp rank's positions.
-template <class T> inline const float* gpt_infer_losses(GPT<T>* g, int B, int T_, std::vector<float>* buf) {
+template <class floatX> inline const float* gpt_infer_losses(GPT<floatX>* g, int B, int T, std::vector<float>* buf) {
     if (!g->pp && !g->cp) return gpt_losses(g);
-    int Tp = T_;
+    int Tp = T;
     const auto pieces = g->cp ? gpt_infer_pieces(*g, &Tp) : std::vector<PosPiece>{};
     const int c = gpt_cp(*g), Tl = Tp / c;
     const size_t n = (size_t)B * Tl;  // this rank's losses
     std::vector<float> mine(n * c);   // every cp rank's, in cp rank order (comm.h's chunks)
     if (g->layout.has_head) memcpy(mine.data() + n * (g->cp ? g->cp->rank : 0), gpt_losses(g), n * sizeof(float));
     if (g->pp) comm_broadcast(*g->pp, mine.data() + n * (g->cp ? g->cp->rank : 0), n, g->pp->size - 1);
-    buf->assign((size_t)B * T_, 0.0f);
+    buf->assign((size_t)B * T, 0.0f);
     if (!g->cp) { memcpy(buf->data(), mine.data(), n * sizeof(float)); return buf->data(); }
     comm_all_gather(*g->cp, mine.data(), mine.size());
     for (int r = 0; r < c; r++)  // rank r's local position q.local + i is the sequence's q.global + i
         for (const PosPiece& q : cp_pieces(c, r, g->cp_zigzag, Tl))
             for (int b = 0; b < B; b++)
                 for (int i = 0; i < q.n; i++)
-                    if (q.global + i < T_) (*buf)[(size_t)b * T_ + q.global + i] = mine[n * r + (size_t)b * Tl + q.local + i];
+                    if (q.global + i < T) (*buf)[(size_t)b * T + q.global + i] = mine[n * r + (size_t)b * Tl + q.local + i];
     return buf->data();
 }
-// Row `row` (of the B·T_ of the last gpt_infer) of its logits, all Vp of them, on every rank.
-template <class T> inline void gpt_infer_logits_row(const Ctx& ctx, GPT<T>* g, int row, float* out) {
+// Row `row` (of the B·T of the last gpt_infer) of its logits, all Vp of them, on every rank.
+template <class floatX> inline void gpt_infer_logits_row(const Ctx& ctx, GPT<floatX>* g, int row, float* out) {
     int owner = 0, local = row;  // with context parallelism: the cp rank that holds the position, and its row there
     if (g->cp) {
         int Tp = 0;
@@ -1133,8 +1133,8 @@ template <class T> inline void gpt_infer_logits_row(const Ctx& ctx, GPT<T>* g, i
 }
 
 // Their mean, summed in a fixed order in double.
-template <class T> inline float gpt_mean_loss(GPT<T>* g) {
-    Activations<T>& a = g->acts;
+template <class floatX> inline float gpt_mean_loss(GPT<floatX>* g) {
+    Activations<floatX>& a = g->acts;
     const float* losses = gpt_losses(g);
     double sum = 0.0;
     for (int i = 0; i < a.loss_count; i++) sum += losses[i];
@@ -1144,28 +1144,28 @@ template <class T> inline float gpt_mean_loss(GPT<T>* g) {
 // Backward of the last gpt_forward (which must have had targets and dloss ≠ 0).
 // Gradients are *accumulated* into g->grads: the owner zeroes them once per optimizer step.
 // Units become ready in the order lnf, block L−1, …, block 0, embeddings.
-template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, int T_) {
+template <class floatX> inline void gpt_backward(const Ctx& ctx, GPT<floatX>* g, int B, int T) {
     const GPTConfig& c = g->config;
-    Activations<T>& a = g->acts;
-    const int C = c.channels, BT = B * T_;
-    const SeqSplit s = gpt_seq_split(*g, B, T_);
+    Activations<floatX>& a = g->acts;
+    const int C = c.channels, BT = B * T;
+    const SeqSplit s = gpt_seq_split(*g, B, T);
     const ParamLayout& p = g->layout;
     const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // the running chunk's blocks (all L without pp)
     if (p.heads(g->chunk)) {
-        T* last = gpt_stage_output(g, B, T_);
+        floatX* last = gpt_stage_output(g, B, T);
         const Classifier k = classifier_slice(*g);
         // lnf's output at every position (with sequence parallelism gathered again: the forward's
         // gathered copy is not assumed to have survived)
-        const T* lnf_out = tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C);
+        const floatX* lnf_out = tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C);
         const int cu = gpt_classifier_unit(*g);  // the tied embedding: its gradient goes to this rank's rows of wte (or lm_head)
         acquire(g, cu);
         matmul_backward(ctx, a.dbtc.data(), gpt_classifier(*g, g->grads), nullptr, a.logits.data(), lnf_out, gpt_classifier(*g, g->params),
                         BT, C, k.Vpl);
         if (cu != unit_lnf(c)) { release(g, cu); acquire(g, unit_lnf(c)); }
         // ∂loss/∂(lnf's output), this rank's rows: with tensor parallelism a sum over the ranks' columns
-        T* dx = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
-        ctx_zero(ctx, a.dresidual.data(), s.P * C * sizeof(T));
-        T *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
+        floatX* dx = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
+        ctx_zero(ctx, a.dresidual.data(), s.P * C * sizeof(floatX));
+        floatX *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
         const bool ln = !c.llama();  // (Llama: RMSNorm, no mean, no bias)
         gpt_layernorm_backward(ctx, g, s, a.dresidual.data(), dlnf, ln ? dlnf + C : nullptr, dx, last, lnf,
                                ln ? a.lnf_mean.data() : nullptr, a.lnf_rstd.data());
@@ -1174,7 +1174,7 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
     }  // (else acts.dresidual holds ∂loss/∂(this pipeline stage's output), which pipeline.h put there)
     for (int l = l1 - 1; l >= l0; l--) {
         acquire(g, unit_of_block(l));
-        gpt_block_backward(ctx, g, l, B, T_);
+        gpt_block_backward(ctx, g, l, B, T);
         release(g, unit_of_block(l));
         grads_ready(g, unit_of_block(l));
     }
@@ -1183,10 +1183,10 @@ template <class T> inline void gpt_backward(const Ctx& ctx, GPT<T>* g, int B, in
         // gradient (with sequence parallelism gathered): each tp rank adds to its rows of wte the
         // positions of their tokens, and every rank's wpe gradient is the whole one, the same bits.
         const Classifier k = classifier_slice(*g);
-        T* dwpe = gpt_wpe_rows(ctx, g, g->grads[0] + p.wpe, T_);  // (with cp: this rank's positions' rows, copied)
+        floatX* dwpe = gpt_wpe_rows(ctx, g, g->grads[0] + p.wpe, T);  // (with cp: this rank's positions' rows, copied)
         encoder_backward(ctx, g->grads[0] + p.wte, dwpe, tp_gather_rows(ctx, g->tp, s, a.dresidual.data(), a.whole.data(), C),
-                         a.tokens_host.data(), B, T_, C, (size_t)k.Vpl, k.lo);
-        if (g->cp && dwpe) gpt_wpe_rows_back(ctx, g, g->grads[0] + p.wpe, T_);
+                         a.tokens_host.data(), B, T, C, (size_t)k.Vpl, k.lo);
+        if (g->cp && dwpe) gpt_wpe_rows_back(ctx, g, g->grads[0] + p.wpe, T);
     }  // (else acts.dresidual now holds ∂loss/∂(this stage's input), for the previous stage)
     if (p.embeds(g->chunk) || (p.heads(g->chunk) && c.tied)) grads_ready(g, 0);
 }

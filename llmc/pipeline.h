@@ -251,20 +251,20 @@ inline std::vector<int> pp_slots(PPSchedule kind, int p, int s, int m, int v = 1
 // live in one of chunk c's slots (gpt_use_slot) from its forward to its backward. After the last
 // backward, the tied embeddings' gradients are summed (dp_grads_finish). Returns the sum of the
 // micro-batches' mean losses, on every stage.
-template <class T, class NextBatch>
-inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSchedule kind, int m, int B, int T_, float dloss,
+template <class floatX, class NextBatch>
+inline double pp_train_step(const Ctx& ctx, GPT<floatX>* g, DataParallel<floatX>* d, PPSchedule kind, int m, int B, int T, float dloss,
                             NextBatch&& next_batch) {
     Group& pp = *g->pp;
     const int p = pp.size, s = pp.rank, v = g->layout.vpp(), V = p * v;
-    const size_t n = gpt_seq_split(*g, B, T_).P * g->config.channels, BT = (size_t)B * T_;
+    const size_t n = gpt_seq_split(*g, B, T).P * g->config.channels, BT = (size_t)B * T;
     std::vector<int> x(m * BT), y(m * BT);  // the step's micro-batches, read at their first forward
     // per chunk: its free slots, the slot of each micro-batch, the forwards run, the backwards left
     std::vector<std::vector<int>> free_slots(v), slot_of(v, std::vector<int>(m, -1));
     std::vector<int> forwards(v, 0), backwards_left(v, m);
     for (int k = 0; k < v; k++)
         for (int j = g->slots[k] - 1; j >= 0; j--) free_slots[k].push_back(gpt_slot_id(*g, k, j));
-    auto send = [&](const T* buf, int dir) { CommScope prof(ctx, pp, "pp send"); gpt_stage_send(ctx, g, buf, n, dir); };
-    auto recv = [&](T* buf, int dir) { CommScope prof(ctx, pp, "pp receive (waits)"); comm_ring_recv(pp, buf, n, dir); };
+    auto send = [&](const floatX* buf, int dir) { CommScope prof(ctx, pp, "pp send"); gpt_stage_send(ctx, g, buf, n, dir); };
+    auto recv = [&](floatX* buf, int dir) { CommScope prof(ctx, pp, "pp receive (waits)"); comm_ring_recv(pp, buf, n, dir); };
     double loss_sum = 0.0;
     for (const PPStep& st : pp_schedule(kind, p, s, m, v)) {
         const int k = st.chunk, vs = k * p + s;  // the chunk, and its virtual stage
@@ -276,16 +276,16 @@ inline double pp_train_step(const Ctx& ctx, GPT<T>* g, DataParallel<T>* d, PPSch
             free_slots[k].pop_back();
             gpt_use_slot(g, slot_of[k][st.micro], k);
             if (k == 0) next_batch(xk, yk);  // (chunk 0's forwards come first, in micro-batch order)
-            gpt_ensure_activations(ctx, g, B, T_);
+            gpt_ensure_activations(ctx, g, B, T);
             if (vs > 0) recv(g->acts.encoded.data(), +1);
-            gpt_forward(ctx, g, xk, yk, B, T_, dloss);
-            if (vs < V - 1) send(gpt_stage_output(g, B, T_), +1);
+            gpt_forward(ctx, g, xk, yk, B, T, dloss);
+            if (vs < V - 1) send(gpt_stage_output(g, B, T), +1);
             else loss_sum += gpt_mean_loss(g);
         } else {
             gpt_use_slot(g, slot_of[k][st.micro], k);
             d->last_micro = --backwards_left[k] == 0;  // (DDP and ZeRO-1 reduce a chunk's units in its last backward)
             if (vs < V - 1) recv(g->acts.dresidual.data(), -1);
-            gpt_backward(ctx, g, B, T_);
+            gpt_backward(ctx, g, B, T);
             dp_reduces_finish(d);  // (ZeRO: the chunk's last units' reduce-scatters, before the next backward)
             if (vs > 0) send(g->acts.dresidual.data(), -1);
             free_slots[k].push_back(slot_of[k][st.micro]);

@@ -54,54 +54,54 @@ HD inline void rope_turn(float x0, float x1, const float* cs, bool backward, flo
     *y1 = x0 * s + x1 * c;
 }
 
-template <class T> inline void rope_cpu(T* x, const float* table, int B, int T_, size_t stride, int heads, int hd, bool backward) {
+template <class floatX> inline void rope_cpu(floatX* x, const float* table, int B, int T, size_t stride, int heads, int hd, bool backward) {
     #pragma omp parallel for
-    for (int r = 0; r < B * T_; r++) {
-        const int t = r % T_;
+    for (int r = 0; r < B * T; r++) {
+        const int t = r % T;
         for (int h = 0; h < heads; h++)
             for (int i = 0; i < hd / 2; i++) {
-                T* p = x + (size_t)r * stride + (size_t)h * hd + 2 * i;
+                floatX* p = x + (size_t)r * stride + (size_t)h * hd + 2 * i;
                 float y0, y1;
                 rope_turn(to_f(p[0]), to_f(p[1]), table + ((size_t)t * hd / 2 + i) * 2, backward, &y0, &y1);
-                p[0] = from_f<T>(y0);
-                p[1] = from_f<T>(y1);
+                p[0] = from_f<floatX>(y0);
+                p[1] = from_f<floatX>(y1);
             }
     }
 }
 
 #ifdef LLMC_CUDA
 // one thread per pair: memory-bound (each pair read and written once, its table entry read)
-template <class T> __global__ void rope_kernel(T* x, const float* table, int B, int T_, size_t stride, int heads, int hd, bool backward) {
-    const size_t pairs = (size_t)heads * hd / 2, n = (size_t)B * T_ * pairs;
+template <class floatX> __global__ void rope_kernel(floatX* x, const float* table, int B, int T, size_t stride, int heads, int hd, bool backward) {
+    const size_t pairs = (size_t)heads * hd / 2, n = (size_t)B * T * pairs;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
         const size_t r = k / pairs, in_row = k % pairs;
-        const int t = (int)(r % T_), h = (int)(in_row / (hd / 2)), i = (int)(in_row % (hd / 2));
-        T* p = x + r * stride + (size_t)h * hd + 2 * i;
+        const int t = (int)(r % T), h = (int)(in_row / (hd / 2)), i = (int)(in_row % (hd / 2));
+        floatX* p = x + r * stride + (size_t)h * hd + 2 * i;
         float y0, y1;
         rope_turn(to_f(p[0]), to_f(p[1]), table + ((size_t)t * hd / 2 + i) * 2, backward, &y0, &y1);
-        p[0] = from_f<T>(y0);
-        p[1] = from_f<T>(y1);
+        p[0] = from_f<floatX>(y0);
+        p[1] = from_f<floatX>(y1);
     }
 }
 #endif
 
 // x: B·T rows of stride elements, the first `heads` heads of hd turned in place; table: rope_table's
 // (on the Ctx's device). backward: the gradient (the opposite turn).
-template <class T>
-inline void rope(const Ctx& ctx, T* x, const float* table, int B, int T_, size_t stride, int heads, int hd, bool backward) {
-    OpScope prof(ctx, 0, 2.0 * B * T_ * heads * hd * sizeof(T), backward ? "rope backward" : "rope forward");
+template <class floatX>
+inline void rope(const Ctx& ctx, floatX* x, const float* table, int B, int T, size_t stride, int heads, int hd, bool backward) {
+    OpScope prof(ctx, 0, 2.0 * B * T * heads * hd * sizeof(floatX), backward ? "rope backward" : "rope forward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        rope_kernel<<<grid_for((size_t)B * T_ * heads * hd / 2), 256, 0, ctx.stream>>>(x, table, B, T_, stride, heads, hd, backward);
+        rope_kernel<<<grid_for((size_t)B * T * heads * hd / 2), 256, 0, ctx.stream>>>(x, table, B, T, stride, heads, hd, backward);
         CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    rope_cpu(x, table, B, T_, stride, heads, hd, backward);
+    rope_cpu(x, table, B, T, stride, heads, hd, backward);
 }
-template <class T> inline void rope_forward(const Ctx& ctx, T* qkv, const float* table, int B, int T_, size_t stride, int heads, int hd) {
-    rope(ctx, qkv, table, B, T_, stride, heads, hd, false);
+template <class floatX> inline void rope_forward(const Ctx& ctx, floatX* qkv, const float* table, int B, int T, size_t stride, int heads, int hd) {
+    rope(ctx, qkv, table, B, T, stride, heads, hd, false);
 }
-template <class T> inline void rope_backward(const Ctx& ctx, T* dqkv, const float* table, int B, int T_, size_t stride, int heads, int hd) {
-    rope(ctx, dqkv, table, B, T_, stride, heads, hd, true);
+template <class floatX> inline void rope_backward(const Ctx& ctx, floatX* dqkv, const float* table, int B, int T, size_t stride, int heads, int hd) {
+    rope(ctx, dqkv, table, B, T, stride, heads, hd, true);
 }

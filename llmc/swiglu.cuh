@@ -29,45 +29,45 @@ HD inline void swiglu_grads(float a, float b, float dout, float* da, float* db) 
     *db = dout * a * s;
 }
 
-template <class T> inline void swiglu_forward_cpu(T* out, const T* inp, size_t N, size_t H) {
+template <class floatX> inline void swiglu_forward_cpu(floatX* out, const floatX* inp, size_t N, size_t H) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++)
         for (size_t j = 0; j < H; j++)
-            out[i * H + j] = from_f<T>(swiglu_value(to_f(inp[i * 2 * H + j]), to_f(inp[i * 2 * H + H + j])));
+            out[i * H + j] = from_f<floatX>(swiglu_value(to_f(inp[i * 2 * H + j]), to_f(inp[i * 2 * H + H + j])));
 }
 
-template <class T> inline void swiglu_backward_cpu(T* dinp, const T* inp, const T* dout, size_t N, size_t H) {
+template <class floatX> inline void swiglu_backward_cpu(floatX* dinp, const floatX* inp, const floatX* dout, size_t N, size_t H) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++)
         for (size_t j = 0; j < H; j++) {
             float da, db;
             swiglu_grads(to_f(inp[i * 2 * H + j]), to_f(inp[i * 2 * H + H + j]), to_f(dout[i * H + j]), &da, &db);
-            dinp[i * 2 * H + j] = from_f<T>(da);
-            dinp[i * 2 * H + H + j] = from_f<T>(db);
+            dinp[i * 2 * H + j] = from_f<floatX>(da);
+            dinp[i * 2 * H + H + j] = from_f<floatX>(db);
         }
 }
 
 #ifdef LLMC_CUDA
-// one thread per output element (i, j): memory-bound, 3 reads and 2 writes of T a feature backward
-template <class T> __global__ void swiglu_forward_kernel(T* out, const T* inp, size_t N, size_t H) {
+// one thread per output element (i, j): memory-bound, 3 reads and 2 writes of floatX a feature backward
+template <class floatX> __global__ void swiglu_forward_kernel(floatX* out, const floatX* inp, size_t N, size_t H) {
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < N * H; k += (size_t)gridDim.x * blockDim.x) {
         const size_t i = k / H, j = k % H;
-        out[k] = from_f<T>(swiglu_value(to_f(inp[i * 2 * H + j]), to_f(inp[i * 2 * H + H + j])));
+        out[k] = from_f<floatX>(swiglu_value(to_f(inp[i * 2 * H + j]), to_f(inp[i * 2 * H + H + j])));
     }
 }
-template <class T> __global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t N, size_t H) {
+template <class floatX> __global__ void swiglu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t N, size_t H) {
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < N * H; k += (size_t)gridDim.x * blockDim.x) {
         const size_t i = k / H, j = k % H;
         float da, db;
         swiglu_grads(to_f(inp[i * 2 * H + j]), to_f(inp[i * 2 * H + H + j]), to_f(dout[k]), &da, &db);
-        dinp[i * 2 * H + j] = from_f<T>(da);
-        dinp[i * 2 * H + H + j] = from_f<T>(db);
+        dinp[i * 2 * H + j] = from_f<floatX>(da);
+        dinp[i * 2 * H + H + j] = from_f<floatX>(db);
     }
 }
 #endif
 
-template <class T> inline void swiglu_forward(const Ctx& ctx, T* out, const T* inp, size_t N, size_t H) {
-    OpScope prof(ctx, 0, 3.0 * N * H * sizeof(T), "swiglu forward");
+template <class floatX> inline void swiglu_forward(const Ctx& ctx, floatX* out, const floatX* inp, size_t N, size_t H) {
+    OpScope prof(ctx, 0, 3.0 * N * H * sizeof(floatX), "swiglu forward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         swiglu_forward_kernel<<<grid_for(N * H), 256, 0, ctx.stream>>>(out, inp, N, H);
@@ -77,8 +77,8 @@ template <class T> inline void swiglu_forward(const Ctx& ctx, T* out, const T* i
 #endif
     swiglu_forward_cpu(out, inp, N, H);
 }
-template <class T> inline void swiglu_backward(const Ctx& ctx, T* dinp, const T* inp, const T* dout, size_t N, size_t H) {
-    OpScope prof(ctx, 0, 5.0 * N * H * sizeof(T), "swiglu backward");
+template <class floatX> inline void swiglu_backward(const Ctx& ctx, floatX* dinp, const floatX* inp, const floatX* dout, size_t N, size_t H) {
+    OpScope prof(ctx, 0, 5.0 * N * H * sizeof(floatX), "swiglu backward");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         swiglu_backward_kernel<<<grid_for(N * H), 256, 0, ctx.stream>>>(dinp, inp, dout, N, H);

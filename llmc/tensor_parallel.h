@@ -61,14 +61,14 @@ inline std::vector<TPPiece> tp_pieces(const std::vector<size_t>& group_rows, siz
 // Megatron's f and g: buf ← Σ over the tp ranks of buf, the same bits on every rank. Forward
 // it sums the row-parallel layers' partial products; backward, the partial gradients of the
 // input the column-parallel layers share. No-op without tensor parallelism.
-template <class T> inline void tp_sum(const Ctx& ctx, Group* tp, T* buf, size_t n, std::vector<T>* scratch) {
+template <class floatX> inline void tp_sum(const Ctx& ctx, Group* tp, floatX* buf, size_t n, std::vector<floatX>* scratch) {
     if (!tp || tp->size == 1) return;
     CommScope prof(ctx, *tp, "tp all-reduce");
     comm_all_reduce_sum(*tp, buf, n, scratch);
 }
 
 // The bias of a row-parallel layer is added once, to tp rank 0's partial product.
-template <class T> inline const T* tp_row_bias(const Group* tp, const T* bias) {
+template <class floatX> inline const floatX* tp_row_bias(const Group* tp, const floatX* bias) {
     return !tp || tp->rank == 0 ? bias : nullptr;
 }
 
@@ -95,10 +95,10 @@ inline SeqSplit seq_split(size_t N, const Group* tp, bool sp) {
 // column-parallel layer; its backward's, of the output gradient before a row-parallel one).
 // Without sequence parallelism that is `mine` itself; with it, `mine` goes to its place in
 // `whole` (t·P·C elements) and the ranks' rows are gathered there.
-template <class T>
-inline const T* tp_gather_rows(const Ctx& ctx, Group* tp, const SeqSplit& s, const T* mine, T* whole, size_t C) {
+template <class floatX>
+inline const floatX* tp_gather_rows(const Ctx& ctx, Group* tp, const SeqSplit& s, const floatX* mine, floatX* whole, size_t C) {
     if (!s.on) return mine;
-    ctx_copy(ctx, whole + (size_t)tp->rank * s.P * C, mine, s.P * C * sizeof(T));
+    ctx_copy(ctx, whole + (size_t)tp->rank * s.P * C, mine, s.P * C * sizeof(floatX));
     CommScope prof(ctx, *tp, "tp all-gather");
     comm_all_gather(*tp, whole, s.whole * C);
     return whole;
@@ -112,10 +112,10 @@ inline const T* tp_gather_rows(const Ctx& ctx, Group* tp, const SeqSplit& s, con
 // first, so the padding rows of the residual stream and of its gradient stay exactly zero and
 // add nothing to the LayerNorms' parameter gradients, whatever the buffer held before (the rows
 // of an earlier forward of more positions; the GPU's allocations are not zeroed per step).
-template <class T>
-inline T* tp_sum_rows(const Ctx& ctx, Group* tp, const SeqSplit& s, T* partial, T* mine, size_t C, std::vector<T>* scratch) {
+template <class floatX>
+inline floatX* tp_sum_rows(const Ctx& ctx, Group* tp, const SeqSplit& s, floatX* partial, floatX* mine, size_t C, std::vector<floatX>* scratch) {
     if (!s.on) { tp_sum(ctx, tp, partial, s.N * C, scratch); return partial; }
-    if (s.whole > s.N) ctx_zero(ctx, partial + s.N * C, (s.whole - s.N) * C * sizeof(T));
+    if (s.whole > s.N) ctx_zero(ctx, partial + s.N * C, (s.whole - s.N) * C * sizeof(floatX));
     CommScope prof(ctx, *tp, "tp reduce-scatter");
     comm_reduce_scatter_sum(*tp, partial, mine, s.whole * C);
     return mine;

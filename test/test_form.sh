@@ -2,7 +2,9 @@
 # test_form — the form a reader meets: every core file (llmc/*, train_gpt.cu, tokenize.cpp) opens
 # with a header of at most 25 lines that names its tests, and every docs/ chapter a header or the
 # README links to exists, and every log docs/ and the README link to; the README is a guide of at
-# most 3,000 words with make train in its first 40 lines. Prints "ok"/"not ok" lines.
+# most 3,000 words with make train in its first 40 lines; the code's shape: train_gpt.cu's main at
+# most 80 lines, no function of train_gpt.cu or llmc/ over 120 (test/function_lengths.awk), the
+# dtype template parameter named floatX so that T is the sequence length. Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
 long="" notest="" missing=""
@@ -30,3 +32,10 @@ words=$(wc -w <README.md)
 [ "$words" -le 3000 ] && echo "ok - README.md is a guide of at most 3,000 words ($words)" || echo "not ok - README.md has $words words (at most 3,000: the reference goes to docs/)"
 line=$(grep -n '^make train' README.md | head -1 | cut -d: -f1)
 [ -n "$line" ] && [ "$line" -le 40 ] && echo "ok - README.md shows make train in its first 40 lines (line $line)" || echo "not ok - README.md: make train not in its first 40 lines (${line:-absent})"
+main_lines=$(awk '/^int main\(/ { s = NR } s && /^}/ { print NR - s + 1; exit }' train_gpt.cu)
+[ "${main_lines:-999}" -le 80 ] && echo "ok - train_gpt.cu's main is $main_lines lines (at most 80: named phases)" ||
+    echo "not ok - train_gpt.cu's main is ${main_lines:-?} lines (at most 80: move its work into named phases)"
+tparam=$(grep -nE "template *<[^>]*\b(class|typename) T\b" llmc/*.h llmc/*.cuh train_gpt.cu | head -3)
+tvar=$(grep -nwE "T_" llmc/*.h llmc/*.cuh train_gpt.cu | head -3)
+[ -z "$tparam$tvar" ] && echo "ok - the dtype template parameter is floatX and T is the sequence length (no T_)" ||
+    echo "not ok - a template parameter T or a T_ is back: $tparam $tvar"

@@ -1305,29 +1305,29 @@ static void test_fp8_delayed() {
 // gradient's cosine with fp32's and its norm ratio, and the fraction of fp32's nonzero gradients
 // that came out 0 in T (flushed: below its smallest subnormal).
 struct HalfModelResult { float l32, l16; double cosine, ratio, flushed; };
-template <class T> static HalfModelResult half_model_vs_fp32(float dloss, float S) {
+template <class floatX> static HalfModelResult half_model_vs_fp32(float dloss, float S) {
     GPTConfig c;
     c.max_seq_len = 16; c.vocab_size = 50; c.padded_vocab_size = 64; c.num_layers = 2; c.num_heads = 2; c.channels = 32;
-    GPT<float> g; GPT<T> gb;
+    GPT<float> g; GPT<floatX> gb;
     gpt_build(&g, c); gpt_build(&gb, c);
     const ParamLayout& p = g.layout;
     avec<float> params(p.total), grads(p.total, 0.0f);
     for (int u = 0; u < gpt_num_units(c); u++) gpt_init_unit(c, p, u, 7, params.data() + unit_span(c, p, u).offset);
-    for (auto& x : params) x = to_f(from_f<T>(x));  // the same weights in both
-    avec<T> bparams(p.total), bgrads(p.total, from_f<T>(0.0f));
-    for (size_t i = 0; i < p.total; i++) bparams[i] = from_f<T>(params[i]);
+    for (auto& x : params) x = to_f(from_f<floatX>(x));  // the same weights in both
+    avec<floatX> bparams(p.total), bgrads(p.total, from_f<floatX>(0.0f));
+    for (size_t i = 0; i < p.total; i++) bparams[i] = from_f<floatX>(params[i]);
     gpt_point_units(&g, params.data(), grads.data());
     gpt_point_units(&gb, bparams.data(), bgrads.data());
-    int B = 2, T_ = 16;
+    int B = 2, T = 16;
     Rng r(99);  // (the same batch for every call)
-    std::vector<int> x(B * T_), y(B * T_);
-    for (int i = 0; i < B * T_; i++) { x[i] = (int)r.below(50); y[i] = (int)r.below(50); }
-    gpt_forward(ctx, &g, x.data(), y.data(), B, T_, dloss);
-    gpt_forward(ctx, &gb, x.data(), y.data(), B, T_, dloss * S);
+    std::vector<int> x(B * T), y(B * T);
+    for (int i = 0; i < B * T; i++) { x[i] = (int)r.below(50); y[i] = (int)r.below(50); }
+    gpt_forward(ctx, &g, x.data(), y.data(), B, T, dloss);
+    gpt_forward(ctx, &gb, x.data(), y.data(), B, T, dloss * S);
     HalfModelResult res;
     res.l32 = gpt_mean_loss(&g); res.l16 = gpt_mean_loss(&gb);
-    gpt_backward(ctx, &g, B, T_);
-    gpt_backward(ctx, &gb, B, T_);
+    gpt_backward(ctx, &g, B, T);
+    gpt_backward(ctx, &gb, B, T);
     double dot = 0, n32 = 0, n16 = 0, nonzero = 0, flushed = 0;
     for (size_t i = 0; i < p.total; i++) {
         double a = grads[i], b = to_f(bgrads[i]) / S;

@@ -19,10 +19,10 @@ usage: ./build/dev_classifier [N V Vp]   (default 8192 50257 50304)
 #include "common.cuh"
 
 // v1 (see the header); block_reduce is the library's
-template <class T>
-__global__ void classifier_v1_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+template <class floatX>
+__global__ void classifier_v1_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
     int n = blockIdx.x;
-    T* row = logits + (size_t)n * Vp;
+    floatX* row = logits + (size_t)n * Vp;
     float m = -INFINITY;
     for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, to_f(row[v]));
     m = block_reduce<true>(m);
@@ -34,24 +34,24 @@ __global__ void classifier_v1_kernel(T* logits, float* losses, const int* target
     if (dloss == 0.0f) return;
     __syncthreads();
     for (int v = threadIdx.x; v < Vp; v += blockDim.x)
-        row[v] = from_f<T>(v < V ? dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+        row[v] = from_f<floatX>(v < V ? dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
 }
 
-template <class T> static void run(int N, int V, int Vp) {
-    const char* dt = std::is_same_v<T, float> ? "fp32" : "bf16";
+template <class floatX> static void run(int N, int V, int Vp) {
+    const char* dt = std::is_same_v<floatX, float> ? "fp32" : "bf16";
     auto logits = dev_randn((size_t)N * Vp, 3.0f);
     std::vector<int> tgt(N);
     for (auto& t : tgt) t = (int)dev_rng.below(V);
     Buf<int> gt; gt.alloc(gpu_ctx, N); ctx_copy(gpu_ctx, gt.data(), tgt.data(), N * 4);
     // the CPU op on the same T values (for bf16: the fp32 op with each output rounded once)
-    std::vector<T> clog = vec_cast<T>(logits);
+    std::vector<floatX> clog = vec_cast<floatX>(logits);
     std::vector<float> losses(N);
     fused_classifier(cpu_ctx, clog.data(), losses.data(), tgt.data(), N, V, Vp, 1.0f / N);
     const std::vector<float> want = vec_widen(clog);
-    const std::vector<T> start = vec_cast<T>(logits);
-    DevBuf<T> fresh(start), glog(start);
+    const std::vector<floatX> start = vec_cast<floatX>(logits);
+    DevBuf<floatX> fresh(start), glog(start);
     DevBuf gloss(losses);
-    const double lbound = std::is_same_v<T, float> ? 1e-5 : 1e-4, gbound = std::is_same_v<T, float> ? 1e-4 : 1e-2;
+    const double lbound = std::is_same_v<floatX, float> ? 1e-5 : 1e-4, gbound = std::is_same_v<floatX, float> ? 1e-4 : 1e-2;
     Version versions[] = {
         {"v1 three passes, 1 element/load", [&] { classifier_v1_kernel<<<N, 512, 0, gpu_ctx.stream>>>(glog.p(), gloss.p(), gt.data(), V, Vp, 1.0f / N); }},
         {"v2 online softmax, 16-byte packs", [&] { fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N); }},
@@ -66,14 +66,14 @@ template <class T> static void run(int N, int V, int Vp) {
             g_classifier_threads = 512;
         }},
     };
-    auto restore = [&] { ctx_copy(gpu_ctx, glog.p(), fresh.p(), start.size() * sizeof(T)); };
+    auto restore = [&] { ctx_copy(gpu_ctx, glog.p(), fresh.p(), start.size() * sizeof(floatX)); };
     for (auto& v : versions) {
         restore();
         v.run();
         const double el = rel_err(losses, gloss.host(), lbound), eg = rel_err(want, glog.host(), gbound);
         const float ms = time_ms([&] { restore(); v.run(); }, 10) - time_ms(restore, 10);
         printf("%s %-38s rel err: losses %.2e, dlogits %.2e  %8.3f ms  %7.1f GB/s\n", dt, v.name, el, eg, ms,
-               2.0 * N * Vp * sizeof(T) / ms / 1e6);
+               2.0 * N * Vp * sizeof(floatX) / ms / 1e6);
     }
 }
 
