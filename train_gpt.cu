@@ -590,21 +590,16 @@ struct Precision {
     bool fp8 = false, fp16 = false, bf16 = false;  // fp8 is bf16 with the blocks' products in FP8 (llmc/fp8.cuh)
 };
 
-// Which kernels run where there is a choice (GPU only; the same results every way).
-static void set_kernel_choices(const RunConfig& rc) {
-    const int flash_rows = rc.flash_rows == "auto" ? 16 : std::stoi(rc.flash_rows);  // (auto: 16 until timed)
-#ifdef LLMC_CUDA
-    g_matmul_tune = rc.matmul_tune;  // (llmc/matmul.cuh)
-    g_classifier_staged = rc.classifier_staged == "1";  // (llmc/fused_classifier.cuh)
-    g_classifier_staged_auto = rc.classifier_staged == "auto";
-    g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = flash_rows;  // (llmc/attention.cuh)
-    g_flash_rows_auto = rc.flash_rows == "auto";
-    g_flash_wgmma = rc.flash_wgmma == "1";
-    g_flash_wgmma_auto = rc.flash_wgmma == "auto";
-    g_flash_fused_backward = rc.flash_backward == "fused";
-#else
-    (void)flash_rows;
-#endif
+// Which kernels run where there is a choice (kernel_options.h; GPU only; the same results every way).
+static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
+    o->matmul_tune = rc.matmul_tune;
+    o->classifier_staged = rc.classifier_staged == "1";
+    o->classifier_staged_auto = rc.classifier_staged == "auto";
+    o->flash_forward_rows = o->flash_dq_rows = o->flash_dkv_keys = rc.flash_rows == "auto" ? 16 : std::stoi(rc.flash_rows);  // (auto: 16 until timed)
+    o->flash_rows_auto = rc.flash_rows == "auto";
+    o->flash_wgmma = rc.flash_wgmma == "1";
+    o->flash_wgmma_auto = rc.flash_wgmma == "auto";
+    o->flash_fused_backward = rc.flash_backward == "fused";
 }
 
 // --threads, or all cores: the threads each rank's CPU ops use.
@@ -839,13 +834,12 @@ static void print_device(const RunConfig& rc, const Ctx& ctx, const Mesh& mesh, 
 template <class floatX>
 static void print_memory(const GPT<floatX>& model, const DPMemory& mem, const Ctx& ctx, const Mesh& mesh, const StepShape& s,
                          const Precision& prec) {
-    const bool gpu = ctx.device == Device::CUDA;
     fflush(stdout);
-    const double gelu_scratch = gpt_gelu_scratch_bytes(model, s.B, s.Tl, gpu);
-    const double attention_scratch = gpt_attention_scratch_bytes(model, s.B, s.Tl, gpu);
+    const double gelu_scratch = gpt_gelu_scratch_bytes(ctx, model, s.B, s.Tl);
+    const double attention_scratch = gpt_attention_scratch_bytes(ctx, model, s.B, s.Tl);
     std::string tail;
     if (model.pp) tail += ", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, s.B, s.Tl)) + " B";
-    if (prec.fp8) tail += ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(model, s.B, s.Tl)) + " B";
+    if (prec.fp8) tail += ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(ctx, model, s.B, s.Tl)) + " B";
     if (gelu_scratch) tail += ", gelu scratch " + std::to_string((long long)gelu_scratch) + " B";
     if (attention_scratch) tail += ", attention scratch " + std::to_string((long long)attention_scratch) + " B";
     printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B%s\n",
@@ -1180,7 +1174,6 @@ int main(int argc, char** argv) {
     mesh_start(&mesh, &argc, &argv);  // first, so that only rank 0 reports a bad flag
     // --- the flags, each checked on its own; the outputs checked before anything is trained
     const RunConfig rc = parse_run_config(parse_flags(argc, argv));
-    set_kernel_choices(rc);
     check_output_paths(rc.out_dir, rc.save_model);
     // --- the process mesh (dp = world / (tp·pp·cp)), the model, and the rules that tie them
     mesh_build(&mesh, rc.tp, rc.pp, rc.cp);
@@ -1194,6 +1187,7 @@ int main(int argc, char** argv) {
     Backend be;
     be.nthreads = start_threads(rc.threads);
     Ctx ctx = make_ctx(rc.device, mesh);
+    set_kernel_choices(rc, &ctx.kernels);
     Profiler profiler;  // --profile: every copy of ctx (the model's, the storage owner's) reports to it
     if (rc.profile) ctx.prof = &profiler;
     be.use_nccl = start_collectives(rc, &mesh, ctx);

@@ -478,26 +478,13 @@ __global__ void copy_rows_kernel(D* dst, size_t dst_pitch, const S* src, size_t 
 #include "flash_attention_hopper.cuh"
 
 // The flash kernels run bf16 or fp16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
-// Switches, for comparison (dev/cuda/attention.cu, gpucheck_ops): g_flash_attention = false forces
-// the warp-per-row kernels; g_flash_ldmatrix = false the per-lane shared-memory loads;
-// g_flash_async = false stages tiles through registers, each before its use (no cp.async);
-// g_flash_backward_passes runs one backward pass alone (its dqkv part only: timing);
-// g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys = 32 give head size 64 two m-tiles
-// per warp (the same bits; 190-255 registers, so fewer warps per SM): faster or slower by pass
-// and compiler (below: g_flash_rows_auto times both).
-// g_flash_wgmma = true runs the forward and both backward passes with wgmma on a compute
-// capability 9.0 GPU (elsewhere the switch is ignored), g_flash_wgmma_groups warpgroups (64 rows
-// each) a block; g_flash_wgmma_auto (--flash-wgmma auto, the trainer's default) decides pass by
-// pass, by time and bits (below).
-// g_flash_wgmma_overlap = false waits for each wgmma product as soon as it is issued (the same
-// bits: where the overlapped run differs from it, the software pipeline is wrong, not a layout).
-inline bool g_flash_attention = true, g_flash_ldmatrix = true, g_flash_async = true;
-inline bool g_flash_wgmma = false, g_flash_wgmma_overlap = true;
-inline int g_flash_wgmma_groups = 2;     // 1 or 2
-inline int g_flash_backward_passes = 3;  // bit 0: the dK/dV pass, bit 1: the dQ pass (to time them apart)
-inline int g_flash_forward_rows = 16;    // query rows per warp in the forward: 16, or 32 (head size 64 only)
-inline int g_flash_dq_rows = 16;         // query rows per warp in the backward's dQ pass: 16, or 32 (head size 64 only)
-inline int g_flash_dkv_keys = 16;        // keys per warp in the backward's dK/dV pass: 16, or 32 (head size 64 only)
+// Which of them runs is ctx.kernels' choice (kernel_options.h): the warp-per-row kernels
+// (flash = false), per-lane shared-memory loads (flash_ldmatrix = false), tiles staged through
+// registers (flash_async = false), one backward pass alone (flash_backward_passes, for timing),
+// two m-tiles a warp at head size 64 (flash_*_rows = 32: the same bits, 190-255 registers), wgmma
+// on a compute capability 9.0 GPU (flash_wgmma, flash_wgmma_groups warpgroups of 64 rows a block;
+// elsewhere ignored), each wgmma waited for at once (flash_wgmma_overlap = false: the same bits;
+// where they differ, the software pipeline is wrong).
 inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates it)
     static const bool yes = [] {
         int dev = 0, major = 0, minor = 0;
@@ -508,13 +495,12 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
     }();
     return yes;
 }
-// --flash-rows auto (g_flash_rows_auto, the trainer's default): at head size 64, each pass's first
-// launch of at least g_flash_tune_blocks blocks (a training step's, at any real size; the
-// LLMC_FLASH_TUNE_BLOCKS environment variable sets another count) is timed with 16 and with 32
+// --flash-rows auto (flash_rows_auto, the trainer's default): at head size 64, each pass's first
+// launch of at least flash_tune_blocks blocks (a training step's, at any real size) is timed with 16 and with 32
 // rows a warp, and the faster is kept for the rest of the run. The two give the same bits
 // (gpucheck_ops, test_gpu_train), so only the speed depends on the choice. Which is faster has
 // gone either way by pass, GPU and compiler (docs/kernels.md). Rank 0 prints each choice.
-// --flash-wgmma auto (g_flash_wgmma_auto, the trainer's default; on a compute capability 9.0 GPU):
+// --flash-wgmma auto (flash_wgmma_auto, the trainer's default; on a compute capability 9.0 GPU):
 // each pass's first FLASH_WGMMA_SAMPLES launches of that size (the first step's layers) run with
 // wgmma and then with mma.sync (at its rows, chosen first), the first of them timed both ways,
 // each followed by a hash of every bit the pass wrote (gpu_bits_hash); the run goes on with
@@ -525,21 +511,14 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
 // differently) must not change what a run computes. Several launches, not one: a tensor whose
 // sums happen to need no rounding shows no difference (the emulator's test met one). Rank 0
 // prints each decision, its times and whether the bits agreed.
-inline bool g_flash_rows_auto = false, g_flash_wgmma_auto = false;
-inline long g_flash_tune_blocks = [] {
-    const char* e = getenv("LLMC_FLASH_TUNE_BLOCKS");
-    return e && atol(e) > 0 ? atol(e) : 256L;
-}();
-// --flash-backward fused (g_flash_fused_backward; the trainer's default): where the wgmma kernels
+// --flash-backward fused (flash_fused_backward; the trainer's default): where the wgmma kernels
 // run (compute capability 9.0, --flash-wgmma 1 or auto, 2 warpgroups) at head size 64, the
 // backward is one fused pass (flash_backward_fused_wgmma_kernel: 5 products instead of 7) and a
 // sum of its dQ partial sums. Its dQ adds the same products in another order than the two passes
 // do, so its bits differ from theirs; it is chosen by this fixed rule, never by timing.
-// g_flash_fused_splits > 0 sets the number of splits (tests); 0 lets flash_fused_splits choose.
-inline bool g_flash_fused_backward = false;
-inline int g_flash_fused_splits = 0;
-inline bool flash_fused_backward_runs(int hs) {
-    return g_flash_fused_backward && g_flash_attention && hs == 64 && g_flash_wgmma_groups == 2 && (g_flash_wgmma || g_flash_wgmma_auto) &&
+// flash_fused_splits > 0 sets the number of splits (tests); 0 lets flash_fused_splits choose.
+inline bool flash_fused_backward_runs(const KernelOptions& o, int hs) {
+    return o.flash_fused_backward && o.flash && hs == 64 && o.flash_wgmma_groups == 2 && (o.flash_wgmma || o.flash_wgmma_auto) &&
            gpu_has_wgmma();
 }
 inline int gpu_sm_count() {
@@ -554,8 +533,8 @@ inline int gpu_sm_count() {
 // Splits of the fused backward's key blocks (each a block of its own): the fewest of 1, 2, 4, 8,
 // 16 (at most half the key blocks) whose blocks fill the last wave of the GPU (one block an SM)
 // at least 90%, else the fullest. More splits mean more partial sums to add up after.
-inline int flash_fused_splits(long kv_heads, int T) {
-    if (g_flash_fused_splits > 0) return g_flash_fused_splits;
+inline int flash_fused_splits(const KernelOptions& o, long kv_heads, int T) {
+    if (o.flash_fused_splits > 0) return o.flash_fused_splits;
     const int nkb = ceil_div(T, 128), sms = std::max(1, gpu_sm_count());
     int best = 1;
     double best_fill = 0;
@@ -568,85 +547,72 @@ inline int flash_fused_splits(long kv_heads, int T) {
 }
 // The fused backward's fp32 partial sums of dQ: the scratch that attention_backward takes (the
 // memory plan reserves it), or 0 where the fused backward does not run.
-template <class floatX> inline size_t flash_backward_scratch_bytes(int B, int T, int C, int NH, int NKV) {
-    if (!is_half_type<floatX> || !flash_fused_backward_runs(C / NH) || C % 8) return 0;
-    return (size_t)flash_fused_splits((long)B * NKV, T) * B * T * C * sizeof(float);
+template <class floatX> inline size_t flash_backward_scratch_bytes(const KernelOptions& o, int B, int T, int C, int NH, int NKV) {
+    if (!is_half_type<floatX> || !flash_fused_backward_runs(o, C / NH) || C % 8) return 0;
+    return (size_t)flash_fused_splits(o, (long)B * NKV, T) * B * T * C * sizeof(float);
 }
-enum FlashPass { FLASH_FORWARD, FLASH_DKV, FLASH_DQ };
-inline bool g_flash_tuned[3] = {};                          // (by FlashPass) rows timed
-// --flash-wgmma auto's state, by pass: the launches whose bits were compared so far, the times
-// (the first's), whether it has decided, and whether it kept wgmma
-struct FlashWgmmaTrial { int samples = 0; float ms_mma = 0, ms_wgmma = 0; bool decided = false, kept = false; };
-inline FlashWgmmaTrial g_flash_wgmma_trial[3];
+enum FlashPass { FLASH_FORWARD, FLASH_DKV, FLASH_DQ };  // (autotune.cuh keeps each pass's decisions)
 constexpr int FLASH_WGMMA_SAMPLES = 3;
-// Forgets what the autotuning decided (the playground measures the trainer's first launches again).
-inline void flash_autotune_reset() {
-    for (int p = 0; p < 3; p++) g_flash_tuned[p] = false, g_flash_wgmma_trial[p] = {};
-}
 inline const char* flash_pass_name(FlashPass pass) {
     static const char* names[3] = {"forward", "dK/dV pass", "dQ pass"};
     return names[pass];
 }
 
-// The faster of 16 and 32 rows a warp for one pass: launch(rows) queues it. Sets *rows, notes it.
+// The faster of 16 and 32 rows a warp for one pass (launch(rows) queues it), printed.
 template <class F>
-inline void flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T, int* rows, const F& launch) {
+inline int flash_tune_rows(const Ctx& ctx, FlashPass pass, int B, int T, const F& launch) {
     static const char* what[3] = {"query rows a warp in the forward", "keys a warp in the dK/dV pass", "query rows a warp in the dQ pass"};
     float ms[2];
-    for (int v = 0; v < 2; v++) ms[v] = gpu_time_ms(ctx, [&] { launch(16 << v); });
-    *rows = ms[1] < ms[0] ? 32 : 16;
-    g_flash_tuned[pass] = true;
+    const int rows = 16 << autotune_faster(ctx, [&](int v) { launch(16 << v); }, ms);
     if (g_rank == 0)
         printf("flash attention: %d %s (--flash-rows auto, timed at B=%d T=%d: %.3f ms with 16, %.3f ms with 32)\n",
-               *rows, what[pass], B, T, ms[0], ms[1]);
+               rows, what[pass], B, T, ms[0], ms[1]);
+    return rows;
 }
 
-// One flash pass, by the switches: wgmma() where --flash-wgmma 1 asks or auto kept it (running
-// both and comparing their bits at the pass's first large launches: above), else mma(rows) with
-// this pass's rows a warp (timing 16 against 32 first where --flash-rows auto asks and the pass
-// has both: head size 64, `both`). outs: every buffer the pass writes (auto's test of the bits).
+// --flash-wgmma auto's decision for one pass, printed.
+inline void flash_print_wgmma_trial(const AutotuneTrial& t, FlashPass pass, int B, int T) {
+    if (g_rank != 0) return;
+    printf("flash attention: %s in the %s (--flash-wgmma auto, timed at B=%d T=%d: %.3f ms with mma.sync, %.3f ms with wgmma; ",
+           t.kept ? "wgmma" : "mma.sync", flash_pass_name(pass), B, T, t.ms_default, t.ms_candidate);
+    if (t.same) printf("the same bits at its first %d launches)\n", t.samples);
+    else printf("the bits differ at launch %d: mma.sync kept)\n", t.samples);
+}
+
+// One flash pass, by ctx.kernels: wgmma() where flash_wgmma asks or auto kept it (running both and
+// comparing their bits at the pass's first large launches: above), else mma(rows) with this
+// pass's rows a warp (timing 16 against 32 first where flash_rows_auto asks and the pass has
+// both: head size 64, `both`). outs: every buffer the pass writes (auto's test of the bits).
 template <class M, class W>
-inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int* rows, long blocks, int B, int T, const M& mma,
+inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int rows, long blocks, int B, int T, const M& mma,
                            const W& wgmma, std::initializer_list<BitsRegion> outs) {
-    const bool big = blocks >= g_flash_tune_blocks, hopper = gpu_has_wgmma();
-    if (hopper && g_flash_wgmma) { wgmma(); return; }
-    if (both && g_flash_rows_auto && !g_flash_tuned[pass] && big) flash_tune_rows(ctx, pass, B, T, rows, mma);
-    if (hopper && g_flash_wgmma_auto) {
-        FlashWgmmaTrial& t = g_flash_wgmma_trial[pass];
+    const KernelOptions& o = ctx.kernels;
+    Autotuned& tuned = *ctx.tuned;
+    const bool big = blocks >= o.flash_tune_blocks, hopper = gpu_has_wgmma();
+    if (hopper && o.flash_wgmma) { wgmma(); return; }
+    if (both && o.flash_rows_auto && !tuned.flash_rows[pass] && big) tuned.flash_rows[pass] = flash_tune_rows(ctx, pass, B, T, mma);
+    if (o.flash_rows_auto && tuned.flash_rows[pass]) rows = tuned.flash_rows[pass];
+    if (hopper && o.flash_wgmma_auto) {
+        AutotuneTrial& t = tuned.flash_wgmma[pass];
         if (!t.decided && big) {  // a sample: wgmma, then mma.sync (whose output stays)
-            const bool timed = t.samples == 0;
-            if (timed) t.ms_wgmma = gpu_time_ms(ctx, wgmma); else wgmma();
-            const uint64_t bits_wgmma = gpu_bits_hash(ctx, outs);
-            if (timed) t.ms_mma = gpu_time_ms(ctx, [&] { mma(*rows); }); else mma(*rows);
-            const bool same = gpu_bits_hash(ctx, outs) == bits_wgmma;
-            t.samples++;
-            if (!same || t.samples == FLASH_WGMMA_SAMPLES) {
-                t.decided = true;
-                t.kept = same && t.ms_wgmma < t.ms_mma;
-                if (g_rank == 0) {
-                    printf("flash attention: %s in the %s (--flash-wgmma auto, timed at B=%d T=%d: %.3f ms with mma.sync, %.3f ms with wgmma; ",
-                           t.kept ? "wgmma" : "mma.sync", flash_pass_name(pass), B, T, t.ms_mma, t.ms_wgmma);
-                    if (same) printf("the same bits at its first %d launches)\n", FLASH_WGMMA_SAMPLES);
-                    else printf("the bits differ at launch %d: mma.sync kept)\n", t.samples);
-                }
-            }
+            if (autotune_trial(ctx, &t, FLASH_WGMMA_SAMPLES, wgmma, [&] { mma(rows); }, outs)) flash_print_wgmma_trial(t, pass, B, T);
             return;
         }
         if (t.kept) { wgmma(); return; }
     }
-    mma(*rows);
+    mma(rows);
 }
-template <class floatX> inline bool use_flash(int C, int NH) {
+template <class floatX> inline bool use_flash(const KernelOptions& o, int C, int NH) {
     int hs = C / NH;
-    return is_half_type<floatX> && g_flash_attention && (hs == 64 || hs == 128) && C % 8 == 0;
+    return is_half_type<floatX> && o.flash && (hs == 64 || hs == 128) && C % 8 == 0;
 }
 // Calls f(D, LDSM, ASYNC) with std::integral_constant arguments (so that f can name a kernel
-// instance) for head size hs and the switches above.
-template <class F> inline void flash_dispatch(int hs, const F& f) {
+// instance) for head size hs and the options above.
+template <class F> inline void flash_dispatch(const KernelOptions& o, int hs, const F& f) {
     auto with = [&](auto d) {
         using std::true_type, std::false_type;
-        if (g_flash_ldmatrix) g_flash_async ? f(d, true_type{}, true_type{}) : f(d, true_type{}, false_type{});
-        else g_flash_async ? f(d, false_type{}, true_type{}) : f(d, false_type{}, false_type{});
+        if (o.flash_ldmatrix) o.flash_async ? f(d, true_type{}, true_type{}) : f(d, true_type{}, false_type{});
+        else o.flash_async ? f(d, false_type{}, true_type{}) : f(d, false_type{}, false_type{});
     };
     if (hs == 64) with(std::integral_constant<int, 64>{});
     else with(std::integral_constant<int, 128>{});
@@ -656,9 +622,9 @@ template <class F> inline void with_head_size(int hs, const F& f) {
     if (hs == 64) f(std::integral_constant<int, 64>{});
     else f(std::integral_constant<int, 128>{});
 }
-// Calls f with std::integral_constant<int, g_flash_wgmma_groups> (1 or 2: warpgroups a block).
-template <class F> inline void wgmma_groups_dispatch(const F& f) {
-    if (g_flash_wgmma_groups == 1) f(std::integral_constant<int, 1>{});
+// Calls f with std::integral_constant<int, flash_wgmma_groups> (1 or 2: warpgroups a block).
+template <class F> inline void wgmma_groups_dispatch(const KernelOptions& o, const F& f) {
+    if (o.flash_wgmma_groups == 1) f(std::integral_constant<int, 1>{});
     else f(std::integral_constant<int, 2>{});
 }
 // grid (NH, B, row tiles) (the dK/dV pass: NKV key/value heads): the tile index is the slowest, so
@@ -668,15 +634,15 @@ template <class floatX>
 inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
     const int NH = L.NH;
     if constexpr (is_half_type<floatX>)
-        flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
+        flash_dispatch(ctx.kernels, L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             auto fwd_wgmma = [&] {
-                wgmma_groups_dispatch([&](auto groups) {
+                wgmma_groups_dispatch(ctx.kernels, [&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
                     const size_t smem = 4 * 64 * HS * sizeof(floatX);  // (64 KB at head size 128)
                     SHARED_OPT_IN(flash_forward_wgmma_kernel<floatX, HS, G>);
-                    flash_forward_wgmma_kernel<floatX, HS, G><<<dim3(NH, B, ceil_div(T, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T, L, g_flash_wgmma_overlap);
+                    flash_forward_wgmma_kernel<floatX, HS, G><<<dim3(NH, B, ceil_div(T, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
             };
@@ -690,7 +656,7 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
                 flash_forward_kernel<floatX, D, LD, A, 1><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(out, lse, qkv, T, L);
                 CUDA_LAUNCH_CHECK();
             };
-            flash_run_pass(ctx, FLASH_FORWARD, D == 64, &g_flash_forward_rows, (long)NH * B * ceil_div(T, 64), B, T, fwd, fwd_wgmma,
+            flash_run_pass(ctx, FLASH_FORWARD, D == 64, ctx.kernels.flash_forward_rows, (long)NH * B * ceil_div(T, 64), B, T, fwd, fwd_wgmma,
                            {{out, (size_t)B * T * L.C * sizeof(floatX)}, {lse, (size_t)B * NH * T * sizeof(float)}});
         });
 }
@@ -699,23 +665,23 @@ inline void flash_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX
                            int B, int T, const QKVLayout& L) {
     const int NH = L.NH, NKV = L.NKV;
     if constexpr (is_half_type<floatX>)
-        flash_dispatch(L.hs, [&](auto d, auto ldsm, auto async) {
+        flash_dispatch(ctx.kernels, L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             // wgmma: 64·G keys or queries a block; shared memory 2·G + 6 tiles (dK/dV), 5 (dQ)
             auto dq_wgmma = [&] {
-                wgmma_groups_dispatch([&](auto groups) {
+                wgmma_groups_dispatch(ctx.kernels, [&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
                     SHARED_OPT_IN(flash_backward_dq_wgmma_kernel<floatX, HS, G>);
-                    flash_backward_dq_wgmma_kernel<floatX, HS, G><<<dim3(NH, B, ceil_div(T, 64 * G)), 128 * G, 5 * 64 * HS * sizeof(floatX), ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T, L, g_flash_wgmma_overlap);
+                    flash_backward_dq_wgmma_kernel<floatX, HS, G><<<dim3(NH, B, ceil_div(T, 64 * G)), 128 * G, 5 * 64 * HS * sizeof(floatX), ctx.stream>>>(dqkv, Dv, dout, qkv, out, lse, T, L, ctx.kernels.flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
             };
             auto dkv_wgmma = [&] {
-                wgmma_groups_dispatch([&](auto groups) {
+                wgmma_groups_dispatch(ctx.kernels, [&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;
                     SHARED_OPT_IN(flash_backward_dkv_wgmma_kernel<floatX, HS, G>);
-                    flash_backward_dkv_wgmma_kernel<floatX, HS, G><<<dim3(NKV, B, ceil_div(T, 64 * G)), 128 * G, (2 * G + 6) * 64 * HS * sizeof(floatX), ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T, L, g_flash_wgmma_overlap);
+                    flash_backward_dkv_wgmma_kernel<floatX, HS, G><<<dim3(NKV, B, ceil_div(T, 64 * G)), 128 * G, (2 * G + 6) * 64 * HS * sizeof(floatX), ctx.stream>>>(dqkv, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap);
                 });
                 CUDA_LAUNCH_CHECK();
             };
@@ -742,10 +708,10 @@ inline void flash_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX
             };
             const long blocks = (long)B * ceil_div(T, 64);
             const BitsRegion dqkv_bits{dqkv, (size_t)B * T * L.row() * sizeof(floatX)}, D_bits{Dv, (size_t)B * NH * T * sizeof(float)};
-            if (g_flash_backward_passes & 2)  // (first: it computes D)
-                flash_run_pass(ctx, FLASH_DQ, D == 64, &g_flash_dq_rows, NH * blocks, B, T, dq, dq_wgmma, {dqkv_bits, D_bits});
-            if (g_flash_backward_passes & 1)
-                flash_run_pass(ctx, FLASH_DKV, D == 64, &g_flash_dkv_keys, NKV * blocks, B, T, dkv, dkv_wgmma, {dqkv_bits});
+            if (ctx.kernels.flash_backward_passes & 2)  // (first: it computes D)
+                flash_run_pass(ctx, FLASH_DQ, D == 64, ctx.kernels.flash_dq_rows, NH * blocks, B, T, dq, dq_wgmma, {dqkv_bits, D_bits});
+            if (ctx.kernels.flash_backward_passes & 1)
+                flash_run_pass(ctx, FLASH_DKV, D == 64, ctx.kernels.flash_dkv_keys, NKV * blocks, B, T, dkv, dkv_wgmma, {dqkv_bits});
         });
 }
 #endif
@@ -779,7 +745,7 @@ inline void attention_forward(const Ctx& ctx, floatX* out, float* lse, const flo
     const QKVLayout L = qkv_layout(C, NH, NKV);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        if (use_flash<floatX>(C, NH)) { flash_forward(ctx, out, lse, qkv, B, T, L); return; }
+        if (use_flash<floatX>(ctx.kernels, C, NH)) { flash_forward(ctx, out, lse, qkv, B, T, L); return; }
         if (C / NH > 32 * ATT_MAX_PER_LANE) fatal("attention: head size %d > %d is not supported on CUDA", C / NH, 32 * ATT_MAX_PER_LANE);
         attention_forward_kernel<<<ceil_div((size_t)B * NH * T, 8), 256, 0, ctx.stream>>>(out, lse, qkv, B, T, L);
         CUDA_LAUNCH_CHECK();
@@ -801,24 +767,24 @@ inline void attention_backward(const Ctx& ctx, floatX* dqkv, const floatX* dout,
         size_t rows = (size_t)B * NH * T;
         static Buf<float> D_buf;
         float* D = gpu_scratch(D_buf, ctx, rows);
-        const bool flash = use_flash<floatX>(C, NH);
+        const bool flash = use_flash<floatX>(ctx.kernels, C, NH);
         if constexpr (is_half_type<floatX>)
-            if (flash && flash_fused_backward_runs(L.hs)) {  // the fused pass, then its dQ partial sums added
+            if (flash && flash_fused_backward_runs(ctx.kernels, L.hs)) {  // the fused pass, then its dQ partial sums added
                 flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(D, dout, out, T, C, NH);
                 CUDA_LAUNCH_CHECK();
-                const int S = flash_fused_splits((long)B * NKV, T);
+                const int S = flash_fused_splits(ctx.kernels, (long)B * NKV, T);
                 static Buf<float> part_buf;
                 float* part = gpu_scratch(part_buf, ctx, (size_t)S * B * T * C);
                 SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, 64>);
                 const size_t smem = (10 * 64 * 64 + 2 * 64 * 128) * sizeof(floatX);
-                flash_backward_fused_wgmma_kernel<floatX, 64><<<dim3(NKV, B, S), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, D, T, L, g_flash_wgmma_overlap);
+                flash_backward_fused_wgmma_kernel<floatX, 64><<<dim3(NKV, B, S), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, D, T, L, ctx.kernels.flash_wgmma_overlap);
                 CUDA_LAUNCH_CHECK();
                 const size_t BTC = (size_t)B * T * C;
                 flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, C, L.row(), rsqrtf((float)L.hs));
                 CUDA_LAUNCH_CHECK();
                 return;
             }
-        if (!flash || !(g_flash_backward_passes & 2)) attention_row_dots(ctx, D, dout, out, B, T, C, NH);  // (the flash dQ pass computes D itself)
+        if (!flash || !(ctx.kernels.flash_backward_passes & 2)) attention_row_dots(ctx, D, dout, out, B, T, C, NH);  // (the flash dQ pass computes D itself)
         if (flash) { flash_backward(ctx, dqkv, D, dout, qkv, out, lse, B, T, L); return; }
         attention_backward_dq_kernel<<<ceil_div(rows, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T, L);
         attention_backward_dkv_kernel<<<ceil_div((size_t)B * NKV * T, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T, L);
@@ -842,7 +808,7 @@ inline void attention_block_forward(const Ctx& ctx, float* o, float* lse, const 
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if constexpr (is_half_type<floatX>)
-            if (use_flash<floatX>(C, NH)) {  // the tensor cores (bf16, fp16; head size 64, 128)
+            if (use_flash<floatX>(ctx.kernels, C, NH)) {  // the tensor cores (bf16, fp16; head size 64, 128)
                 with_head_size(L.hs, [&](auto d) {
                     constexpr int HS = decltype(d)::value;
                     flash_block_forward_kernel<floatX, HS><<<dim3(NH, B, ceil_div(nq, 64)), 128, 0, ctx.stream>>>(o, lse, qkv, kv, T, Tk, L, q0, nq, k0, nk);
@@ -869,7 +835,7 @@ inline void attention_block_backward(const Ctx& ctx, float* dx, float* dkv, cons
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         if constexpr (is_half_type<floatX>)
-            if (use_flash<floatX>(C, NH)) {
+            if (use_flash<floatX>(ctx.kernels, C, NH)) {
                 with_head_size(L.hs, [&](auto d) {
                     constexpr int HS = decltype(d)::value;  // (D is the row dots here)
                     flash_block_backward_dq_kernel<floatX, HS><<<dim3(NH, B, ceil_div(nq, 64)), 128, 0, ctx.stream>>>(dx, dout, qkv, kv, lse, D, T, Tk, L, q0, nq, k0, nk);

@@ -8,18 +8,24 @@ each chosen once, at the first call of a training step's size, by one rule:
 
 So a choice never changes what a run computes, and runs stay bit-identical whatever the timing.
 
+What was chosen is kept in one Autotuned per GPU, which every copy of its Ctx points to.
+
 Main functions:
   gpu_time_ms(ctx, launch)       a warm-up, then the best of 3 by CUDA events, in ms
   gpu_bits_hash(ctx, regions)    an order-free 64-bit hash of every word the regions hold
   autotune_pick(ctx, n, restore, launch, outs)
                                  the rule for n variants of one call: those with the first's
                                  bits are timed; the fastest wins if 2% faster than the first
+  autotune_trial(...)            the same rule over several calls (flash attention's wgmma)
+  autotune_forget(ctx)           every choice made again (the playgrounds)
 
 Tests: test/test_gpu_train.sh (each tuned run bit-identical to the untuned one; on the emulator
 a variant that rounds otherwise is refused), test/test_bench_train.sh (make bench lists the
 choices). More: docs/kernels.md.
 */
 #pragma once
+#include <map>
+#include <tuple>
 #include <vector>
 #include "common.h"
 
@@ -103,5 +109,56 @@ inline AutotunePick autotune_pick(const Ctx& ctx, int n, const R& restore, const
     }
     if (p.best >= 0) { restore(); launch(p.best); }
     return p;
+}
+
+// The faster of two variants (launch(0), launch(1)) known to write the same bits; ms: their times.
+template <class L> inline int autotune_faster(const Ctx& ctx, const L& launch, float ms[2]) {
+    for (int v = 0; v < 2; v++) ms[v] = gpu_time_ms(ctx, [&] { launch(v); });
+    return ms[1] < ms[0] ? 1 : 0;
+}
+
+// A candidate tried against the default over the first `samples` large calls: each sample runs
+// the candidate, then the default (whose output stays), and compares their bits; the first is
+// timed. Decided when the bits differ (the default kept) or after the last sample (the candidate
+// kept where it was faster).
+struct AutotuneTrial {
+    int samples = 0;
+    float ms_default = 0, ms_candidate = 0;
+    bool same = true, decided = false, kept = false;
+};
+// One sample; true when the trial decided at it.
+template <class C, class D>
+inline bool autotune_trial(const Ctx& ctx, AutotuneTrial* t, int samples, const C& candidate, const D& dflt, std::initializer_list<BitsRegion> outs) {
+    const bool timed = t->samples == 0;
+    if (timed) t->ms_candidate = gpu_time_ms(ctx, candidate); else candidate();
+    const uint64_t bits_candidate = gpu_bits_hash(ctx, outs);
+    if (timed) t->ms_default = gpu_time_ms(ctx, dflt); else dflt();
+    t->same = gpu_bits_hash(ctx, outs) == bits_candidate;
+    t->samples++;
+    if (t->same && t->samples < samples) return false;
+    t->decided = true;
+    t->kept = t->same && t->ms_candidate < t->ms_default;
+    return true;
+}
+
+// cuBLASLt's algorithm for one product (matmul.cuh), by dtypes, shape, options and alignments.
+using LtKey = std::tuple<int, int, int, int, int, bool, bool, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t, bool, int>;
+struct LtAlgo { bool any; cublasLtMatmulAlgo_t algo; };  // (any: false where none ran)
+
+// Everything a GPU's run has chosen or learned, shared by every copy of its Ctx.
+struct Autotuned {
+    int flash_rows[3] = {};             // flash attention, by pass: the rows a warp timing kept (0: not yet)
+    AutotuneTrial flash_wgmma[3];       // --flash-wgmma auto's trial, by pass
+    int classifier_staged = -1;         // --classifier-staged auto: -1 not yet, 0 unstaged, 1 staged
+    std::map<LtKey, LtAlgo> lt_algos;   // each product's cuBLASLt algorithm
+    bool fp8_dequantize = false;        // cuBLASLt refused FP8: every FP8 product dequantized (matmul.cuh)
+    long fp8_dequantized_products = 0;  // the products that took that path
+};
+inline Autotuned* autotuned_new() { return new Autotuned(); }
+// Forgets what the timing chose (the playgrounds measure the trainer's first calls again).
+inline void autotune_forget(const Ctx& ctx) {
+    const bool dequantize = ctx.tuned->fp8_dequantize;
+    *ctx.tuned = Autotuned{};
+    ctx.tuned->fp8_dequantize = dequantize;
 }
 #endif

@@ -33,6 +33,7 @@ kernel helpers in every kernel). More: docs/backends.md.
 #include <string>
 #include <type_traits>
 #include <vector>
+#include "kernel_options.h"
 
 // ----------------------------------------------------------------------------
 // errors
@@ -112,6 +113,7 @@ enum class Device { CPU, CUDA };
 
 struct Profiler;  // profiler.h: per-op times, when --profile asks for them
 struct Fp8Delayed;  // (fp8.cuh)
+struct Autotuned;  // (autotune.cuh: what a GPU's run has chosen by timing)
 struct Ctx {
     Device device = Device::CPU;
 #ifdef LLMC_CUDA
@@ -121,6 +123,8 @@ struct Ctx {
     size_t workspace_size = 0;
 #endif
     Profiler* prof = nullptr;
+    KernelOptions kernels = kernel_options_from_env();  // which kernel runs where there are several (GPU)
+    Autotuned* tuned = nullptr;  // (GPU) shared by every copy: set by cuda_ctx_init
     bool fp8 = false;  // matmul_forward/backward multiply in FP8 (fp8.cuh): the model sets it for the blocks' layers
     Fp8Delayed* fp8_delayed = nullptr;  // and with --fp8-scaling delayed, the scaling state,
     int fp8_product = 0;                // and which of its products this is (model.h: linear_ctx)
@@ -709,6 +713,7 @@ inline std::string cuda_unusable_reason(int index, bool* present = nullptr) {
 }
 
 // Makes ctx the CUDA context of GPU `index`: its stream, cuBLASLt handle and workspace.
+inline Autotuned* autotuned_new();  // (autotune.cuh, included at the end of this file)
 inline void cuda_ctx_init(Ctx* ctx, int index) {
     ctx->device = Device::CUDA;
     CUDA_CHECK(cudaSetDevice(index));
@@ -722,6 +727,7 @@ inline void cuda_ctx_init(Ctx* ctx, int index) {
         fatal("GPU %d has %s free of %s, less than the %s cuBLASLt workspace the CUDA backend allocates first (other processes hold the rest?)",
               index, format_bytes((double)free_bytes).c_str(), format_bytes((double)total).c_str(), format_bytes((double)ctx->workspace_size).c_str());
     }
+    ctx->tuned = autotuned_new();
     g_cuda_active = true;
 }
 
@@ -893,3 +899,6 @@ template <class floatX> inline void column_sum_add(const Ctx& ctx, floatX* out, 
 }
 #endif
 
+#ifdef LLMC_CUDA
+#include "autotune.cuh"  // (cuda_ctx_init makes each GPU's Autotuned)
+#endif

@@ -196,29 +196,22 @@ __global__ void classifier_finish_kernel(floatX* logits, float* losses, const fl
     floatX* row = logits + (size_t)n * Vpl;
     classifier_row_grad<floatX, 1>(row, row, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
 }
-// g_classifier_staged: the STAGED kernel where the row fits in a block's shared memory (GPT-2's
-// bf16 row is 98 KB: two blocks per H100 SM). g_classifier_staged_auto (--classifier-staged auto,
-// the trainer's default): at the first call with dlogits of at least g_classifier_tune_rows rows
-// (4096, a B·T of real size; LLMC_CLASSIFIER_TUNE_ROWS sets another), both kernels run on a copy
-// of its first CLASSIFIER_TUNE_SLICE rows (the kernel writes in place, so each run starts from
-// the rows copied again), are timed and their outputs hashed (autotune.cuh's rule): the staged
-// kernel is kept if it was faster by 2% and wrote the same bits, which it should (each thread
-// handles the same packs either way). The slice, 4096 rows, is 8 waves of the unstaged kernel's
-// rows in flight on an H100 and 16 of the staged one's: as the whole call, many rows per SM, so
-// whether pass 2 finds the row in L2 is as it is there. Rank 0 prints the decision.
-inline bool g_classifier_staged = false, g_classifier_staged_auto = false;
-inline long g_classifier_tune_rows = [] {
-    const char* e = getenv("LLMC_CLASSIFIER_TUNE_ROWS");
-    return e && atol(e) > 0 ? atol(e) : 4096L;
-}();
+// ctx.kernels.classifier_staged: the STAGED kernel where the row fits in a block's shared memory
+// (GPT-2's bf16 row is 98 KB: two blocks per H100 SM). classifier_staged_auto (--classifier-staged
+// auto, the trainer's default): at the first call with dlogits of at least classifier_tune_rows
+// rows (a B·T of real size), both kernels run on a copy of its first CLASSIFIER_TUNE_SLICE rows
+// (the kernel writes in place, so each run starts from the rows copied again), are timed and
+// their outputs hashed (autotune.cuh's rule): the staged kernel is kept if it was faster by 2% and
+// wrote the same bits, which it should (each thread handles the same packs either way). The
+// slice, 4096 rows, is 8 waves of the unstaged kernel's rows in flight on an H100 and 16 of the
+// staged one's: as the whole call, many rows per SM, so whether pass 2 finds the row in L2 is as
+// it is there. Rank 0 prints the decision.
 constexpr int CLASSIFIER_TUNE_SLICE = 4096;
-inline int g_classifier_staged_kept = -1;  // auto's decision: −1 none yet, 0 unstaged, 1 staged
-// g_classifier_threads: the block (a row) size of the one-pass kernels, a multiple of 32 ≤ 1024.
+// classifier_threads: the block (a row) size of the one-pass kernels, a multiple of 32 ≤ 1024.
 // With 512, four blocks fit an SM: 528 rows in flight on an H100, 52 MB of GPT-2 bf16 rows,
 // more than its 50 MB L2, which may be why pass 2's re-read seems to miss it (the header). 1024
 // keeps half as many in flight (dev/cuda/classifier.cu v4 times it). Other sizes sum the row in
 // another order: results differ in the last bits, within the same bounds.
-inline int g_classifier_threads = 512;
 template <class floatX, int P> inline size_t classifier_staged_ceiling() {  // (asked of the device once)
     static const size_t bytes = dynamic_shared_ceiling(fused_classifier_kernel<floatX, P, true>);
     return bytes;
@@ -262,18 +255,20 @@ inline void fused_classifier(const Ctx& ctx, floatX* logits, float* losses, cons
             constexpr int Q = PACK<floatX>;  // (P itself, named in here, nvcc would want captured)
             if (staged) {
                 SHARED_OPT_IN(fused_classifier_kernel<floatX, Q, true>);
-                fused_classifier_kernel<floatX, Q, true><<<n, g_classifier_threads, row_bytes, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
+                fused_classifier_kernel<floatX, Q, true><<<n, ctx.kernels.classifier_threads, row_bytes, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
             } else
-                fused_classifier_kernel<floatX, Q><<<n, g_classifier_threads, 0, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
+                fused_classifier_kernel<floatX, Q><<<n, ctx.kernels.classifier_threads, 0, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
             CUDA_LAUNCH_CHECK();
             return true;
         };
         const bool stageable = packs && row_bytes <= classifier_staged_ceiling<floatX, P>();
-        if (stageable && g_classifier_staged_auto && g_classifier_staged_kept < 0 && N >= g_classifier_tune_rows && dloss != 0.0f)
-            g_classifier_staged_kept = classifier_tune_staged<floatX>(ctx, logits, N, Vp, launch);
-        if (packs) launch(stageable && (g_classifier_staged || (g_classifier_staged_auto && g_classifier_staged_kept == 1)), logits, losses, N);
+        const KernelOptions& o = ctx.kernels;
+        int& kept = ctx.tuned->classifier_staged;  // (−1: not decided yet)
+        if (stageable && o.classifier_staged_auto && kept < 0 && N >= o.classifier_tune_rows && dloss != 0.0f)
+            kept = classifier_tune_staged<floatX>(ctx, logits, N, Vp, launch);
+        if (packs) launch(stageable && (o.classifier_staged || (o.classifier_staged_auto && kept == 1)), logits, losses, N);
         else
-            fused_classifier_kernel<floatX, 1><<<N, g_classifier_threads, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
+            fused_classifier_kernel<floatX, 1><<<N, ctx.kernels.classifier_threads, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         CUDA_LAUNCH_CHECK();
         return;
     }

@@ -89,9 +89,8 @@ template <class floatX> inline void residual_forward_cpu(floatX* out, const floa
 
 #ifdef LLMC_CUDA
 // The kernels take V, the elements each lane moves per load: PACK<floatX> (16 bytes, common.h) where
-// C and the pointers allow, else 1. g_layernorm_packs = false forces V = 1 (for dev/cuda's
-// comparison); the sums per lane then run in another order, the math is the same.
-inline bool g_layernorm_packs = true;
+// C and the pointers allow, else 1. ctx.kernels.layernorm_packs = false forces V = 1 (for
+// dev/cuda's comparison); the sums per lane then run in another order, the math is the same.
 
 // one warp per row; lane l reads elements [l·V, l·V + V), then 32·V further on, ...
 // ADD: the row normalized is res = inp + add, formed (rounded to T) and written in the first pass;
@@ -216,7 +215,7 @@ __global__ void layernorm_backward_params_partial(float* partial, const floatX* 
 //           and for each q the warp's lanes (g = lane + 32p) touch 32 consecutive float4s: no
 //           bank conflicts. (In channel order, lanes 32/V apart shared a bank: a V-way conflict,
 //           which made the bf16 one-kernel backward slower than two kernels; docs/kernels.md.)
-// PF (NP > 0; g_layernorm_prefetch): dinp's packs are loaded in the first pass, beside dout's
+// PF (NP > 0; ctx.kernels.layernorm_prefetch): dinp's packs are loaded in the first pass, beside dout's
 // and x's, and kept in registers (NP packs more a lane), so that each row waits for device memory
 // once, not twice (the second pass's dinp read was the other wait). Launch bounds hold it to two
 // blocks an SM (ptxas: bf16 127 registers, no spills; fp32 8 bytes spilled). The same arithmetic: the same bits.
@@ -314,8 +313,8 @@ template <class floatX, int V> __global__ void residual_forward_kernel(floatX* o
 }
 // the vector width for rows of C elements at these pointers (1 when packs are switched off);
 // C = 0 for a flat array, where only the pointers matter
-template <class floatX> inline int layernorm_pack(size_t C, std::initializer_list<const void*> ptrs) {
-    return g_layernorm_packs ? pack_width<floatX>(C, ptrs) : 1;
+template <class floatX> inline int layernorm_pack(const Ctx& ctx, size_t C, std::initializer_list<const void*> ptrs) {
+    return ctx.kernels.layernorm_packs ? pack_width<floatX>(C, ptrs) : 1;
 }
 #endif
 
@@ -324,7 +323,7 @@ template <class floatX, bool ADD>
 inline void layernorm_forward_launch(const Ctx& ctx, floatX* out, float* mean, float* rstd, floatX* res, const floatX* inp, const floatX* add,
                                      const floatX* w, const floatX* b, int N, int C) {
     constexpr int P = PACK<floatX>;  // (the launch rewriting for the emulator wants no nested <>)
-    if (layernorm_pack<floatX>(C, {out, res, inp, add, w, b}) > 1)
+    if (layernorm_pack<floatX>(ctx, C, {out, res, inp, add, w, b}) > 1)
         layernorm_forward_kernel<floatX, P, ADD><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, res, inp, add, w, b, N, C);
     else
         layernorm_forward_kernel<floatX, 1, ADD><<<ceil_div(N, 8), 256, 0, ctx.stream>>>(out, mean, rstd, res, inp, add, w, b, N, C);
@@ -355,12 +354,10 @@ inline void residual_layernorm_forward(const Ctx& ctx, floatX* res, floatX* out,
     layernorm_forward_cpu(out, mean, rstd, res, w, bias, N, C);
 }
 #ifdef LLMC_CUDA
-// g_layernorm_fused = false runs the backward as two kernels, dinp and the parameter pass (for
-// dev/cuda's comparison; the results are the same bits). g_layernorm_prefetch: the one-kernel
-// backward with its sums in registers (C ≤ 32·V·NP) prefetches dinp (PF above); off until an H100
-// shows it faster (dev/cuda/layernorm.cu v5). The same bits either way.
-inline bool g_layernorm_fused = true;
-inline bool g_layernorm_prefetch = false;
+// ctx.kernels.layernorm_fused = false runs the backward as two kernels, dinp and the parameter
+// pass (for dev/cuda's comparison; the results are the same bits). layernorm_prefetch: the
+// one-kernel backward with its sums in registers (C ≤ 32·V·NP) prefetches dinp (PF above); off
+// until an H100 shows it faster (dev/cuda/layernorm.cu v5). The same bits either way.
 template <class floatX, int V>
 inline void layernorm_backward_launch(const Ctx& ctx, floatX* dinp, floatX* dw, floatX* db, const floatX* dout, const floatX* inp, const floatX* w,
                                       const float* mean, const float* rstd, int N, int C) {
@@ -371,13 +368,13 @@ inline void layernorm_backward_launch(const Ctx& ctx, floatX* dinp, floatX* dw, 
     const size_t sums_bytes = (size_t)LN_WARPS * 2 * C * sizeof(float);  // wider rows: the sums in shared memory
     bool fused = false;
     if constexpr (V > 1) {  // (V = PACK<floatX>: 4 or 8)
-        if (g_layernorm_fused && np <= NP) {
-            if (g_layernorm_prefetch)
+        if (ctx.kernels.layernorm_fused && np <= NP) {
+            if (ctx.kernels.layernorm_prefetch)
                 layernorm_backward_fused_kernel<floatX, V, NP, true><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
             else
                 layernorm_backward_fused_kernel<floatX, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
             fused = true;
-        } else if (g_layernorm_fused && sums_bytes <= dynamic_shared_ceiling(layernorm_backward_fused_kernel<floatX, V, 0>)) {
+        } else if (ctx.kernels.layernorm_fused && sums_bytes <= dynamic_shared_ceiling(layernorm_backward_fused_kernel<floatX, V, 0>)) {
             SHARED_OPT_IN(layernorm_backward_fused_kernel<floatX, V, 0>);
             layernorm_backward_fused_kernel<floatX, V, 0><<<K, 32 * LN_WARPS, sums_bytes, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
             fused = true;
@@ -399,7 +396,7 @@ inline void layernorm_backward(const Ctx& ctx, floatX* dinp, floatX* dw, floatX*
     OpScope prof(ctx, 0, 4.0 * N * C * sizeof(floatX) + 8.0 * N, "layernorm backward");  // dout, inp, mean, rstd; dinp +=
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        if (layernorm_pack<floatX>(C, {dinp, dout, inp, w}) > 1)
+        if (layernorm_pack<floatX>(ctx, C, {dinp, dout, inp, w}) > 1)
             layernorm_backward_launch<floatX, PACK<floatX>>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
         else
             layernorm_backward_launch<floatX, 1>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
@@ -430,7 +427,7 @@ template <class floatX> inline void residual_forward(const Ctx& ctx, floatX* out
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         constexpr int P = PACK<floatX>;
-        if (layernorm_pack<floatX>(0, {out, a, b}) > 1)
+        if (layernorm_pack<floatX>(ctx, 0, {out, a, b}) > 1)
             residual_forward_kernel<floatX, P><<<grid_for(ceil_div(N, (size_t)P)), 256, 0, ctx.stream>>>(out, a, b, N);
         else
             residual_forward_kernel<floatX, 1><<<grid_for(N), 256, 0, ctx.stream>>>(out, a, b, N);

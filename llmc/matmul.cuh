@@ -173,201 +173,237 @@ enum class GeluEpi { None, Forward, Backward };
 // library version it does not cover: it answers NOT_SUPPORTED or finds none). Then the product
 // runs plain and the epilogue's work in our kernels after it: the bias (add_bias_kernel), the
 // GELU (gelu_forward on the stored pre-activation) or its derivative (gelu_backward), with a
-// note on stderr the first time. g_lt_epilogues = false takes that path for every product, so
-// that gpucheck_ops checks it on a GPU, where the heuristic always finds one.
+// note on stderr the first time. ctx.kernels.lt_epilogues = false takes that path for every
+// product, so that gpucheck_ops checks it on a GPU, where the heuristic always finds one.
 // The bias-gradient epilogue (BGRADB) into an fp32 vector with a 16-bit D: cuBLASLt 13.1 on an
 // H100 answered INVALID_VALUE, which counts as none here (the column-sum kernels run).
-inline bool g_lt_epilogues = true;
 
 // FP8 operands (fp8.cuh): A and B hold codes of these formats, and cuBLASLt multiplies the fp32
 // accumulator by *a_inv · *b_inv (device pointers: the scales' inverses, as fp8_quantize wrote
 // them, each 16-byte aligned: fp8.cuh's Fp8Scales).
 struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; };
 // Hopper's FP8 tensor cores keep a narrower accumulator than fp32; by default cuBLASLt promotes it
-// to fp32 at intervals along k. g_fp8_fast_accum = true asks it not to (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
-// faster, less exact; Transformer Engine's choice for the forward). Off: dev/cuda/matmul.cu v4
-// times it, gpucheck_ops checks it; the emulator sums in fp32 either way.
-inline bool g_fp8_fast_accum = false;
+// to fp32 at intervals along k. ctx.kernels.fp8_fast_accum asks it not to
+// (CUBLASLT_MATMUL_DESC_FAST_ACCUM: faster, less exact; Transformer Engine's choice for the
+// forward). Off: dev/cuda/matmul.cu v4 times it, gpucheck_ops checks it; the emulator sums in
+// fp32 either way.
 inline cudaDataType_t lt_fp8_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 template <class floatX> inline cudaDataType_t lt_type() {
     return std::is_same_v<floatX, float> ? CUDA_R_32F : std::is_same_v<floatX, bf16> ? CUDA_R_16BF : CUDA_R_16F;
 }
 
-// --matmul-tune 1 (g_matmul_tune, the trainer's default): cuBLASLt's heuristic ranks its
-// candidate algorithms by a model of the GPU, without running them; its first is usually, not
+// --matmul-tune 1 (ctx.kernels.matmul_tune, the trainer's default): cuBLASLt's heuristic ranks
+// its candidate algorithms by a model of the GPU, without running them; its first is usually, not
 // always, the fastest. So at a product's first call (per shape, options and alignments: the
-// cache in lt_matmul) of at least g_matmul_tune_flops (1e10 flops, ~15 µs on an H100: every
-// layer's products in a training step of real size; LLMC_MATMUL_TUNE_FLOPS sets another), each
-// candidate that runs has its output hashed, and those that wrote the bits of the first (the
-// algorithm --matmul-tune 0 runs) are timed; the fastest is kept if it beat the first by 2%
-// (the timing's noise). autotune.cuh says why only the same bits count: tuning changes the speed,
-// never the numbers. The output: D, and the GELU's aux or the bias gradient where the epilogue
-// writes one. A product that accumulates (β ≠ 0: dW += …) runs each time on D as it was, copied
-// aside first (a temporary buffer of D's size; where it cannot be had, that product is not
-// tuned). A product whose D overlaps an operand is not tuned. Rank 0 prints each decision.
-inline bool g_matmul_tune = false;
-inline double g_matmul_tune_flops = [] {
-    const char* e = getenv("LLMC_MATMUL_TUNE_FLOPS");
-    return e && atof(e) > 0 ? atof(e) : 1e10;
-}();
-inline int g_lt_generation = 0;  // lt_algos_forget() bumps it: every product chooses its algorithm again
-inline void lt_algos_forget() { g_lt_generation++; }  // (the playground times v1's products tuned)
+// cache in Autotuned) of at least matmul_tune_flops (1e10 flops, ~15 µs on an H100: every
+// layer's products in a training step of real size), each candidate that runs has its output
+// hashed, and those that wrote the bits of the first (the algorithm --matmul-tune 0 runs) are
+// timed; the fastest is kept if it beat the first by 2% (the timing's noise). autotune.cuh says
+// why only the same bits count: tuning changes the speed, never the numbers. The output: D, and
+// the GELU's aux or the bias gradient where the epilogue writes one. A product that accumulates
+// (β ≠ 0: dW += …) runs each time on D as it was, copied aside first (a temporary buffer of D's
+// size; where it cannot be had, that product is not tuned). A product whose D overlaps an
+// operand is not tuned. Rank 0 prints each decision.
+
 // The bytes from p to the last element of a column-major rows×cols matrix with leading dimension ld.
 inline size_t lt_span(size_t rows, size_t cols, size_t ld, size_t elem) { return ((cols - 1) * ld + rows) * elem; }
 inline bool spans_overlap(const void* a, size_t na, const void* b, size_t nb) {
     const char *x = (const char*)a, *y = (const char*)b;
     return a && b && x < y + nb && y < x + na;
 }
-// D(m×n) = α·op(A)·op(B) + β·D with the epilogue, through cuBLASLt; false (nothing queued) when
-// it has no algorithm for it. A and B are T (or FP8: fp8), D, bias and aux TD (T, or float for
-// an fp32 result of 16-bit operands). bias_grad (fp32, n): the BGRADB epilogue,
-// bias_grad[j] = Σ_p op(B)[p, j] (written, not added).
-// The heuristic's first LT_ALGOS algorithms are tried in its order until cublasLtMatmul takes
-// one (it may refuse an algorithm the heuristic offered: NOT_SUPPORTED); the one that ran is
-// cached per shape, options and alignments, and so is the answer that none did.
+
+// One product as cuBLASLt is asked it: D(m×n) = op(A)·op(B) + β·D with the epilogue; elem_a the
+// bytes of an A or B element, elem_d of a D element; what, epi, d_name: its names for messages.
+struct LtCall {
+    void* D; const void* A; const void* Bm; const void* bias;
+    int m, n, k;
+    bool transA, transB;
+    int lda, ldb, ldd;
+    float beta;
+    GeluEpi gelu;
+    void* aux;
+    float* bias_grad;
+    const LtFp8* fp8;
+    cudaDataType_t dt, dtd;
+    size_t elem_a, elem_d;
+    const char *what, *epi, *d_name;
+    bool epilogue() const { return bias || gelu != GeluEpi::None || bias_grad; }
+};
+// Its cuBLASLt objects: the operation (epilogue, scales) and the layouts of A, B and D.
+struct LtProduct {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+    LtProduct() = default;
+    LtProduct(const LtProduct&) = delete;
+    ~LtProduct() {
+        cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatmulDescDestroy(op);
+    }
+};
+template <class A> inline void lt_set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t what, const A& v) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, what, &v, sizeof(v)));
+}
+inline void lt_describe(const Ctx& ctx, const LtCall& c, LtProduct* p) {
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    lt_set(p->op, CUBLASLT_MATMUL_DESC_TRANSA, c.transA ? CUBLAS_OP_T : CUBLAS_OP_N);
+    lt_set(p->op, CUBLASLT_MATMUL_DESC_TRANSB, c.transB ? CUBLAS_OP_T : CUBLAS_OP_N);
+    const cublasLtEpilogue_t epi = c.gelu == GeluEpi::Forward ? (c.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                 : c.gelu == GeluEpi::Backward ? CUBLASLT_EPILOGUE_DGELU
+                                 : c.bias ? CUBLASLT_EPILOGUE_BIAS : c.bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT) lt_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
+    if (c.bias) lt_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+    if (c.fp8) {
+        lt_set(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, c.fp8->a_inv);
+        lt_set(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, c.fp8->b_inv);
+        lt_set(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, (int8_t)(ctx.kernels.fp8_fast_accum ? 1 : 0));
+    }
+    if (c.bias_grad) {  // the sums in fp32, whatever floatX is: rounded once, when they are added to dbias
+        lt_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias_grad);
+        lt_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_32F);
+    }
+    if (c.gelu != GeluEpi::None) {
+        lt_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
+        lt_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)c.m);
+    }
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, c.fp8 ? lt_fp8_type(c.fp8->a) : c.dt, c.transA ? c.k : c.m, c.transA ? c.m : c.k, c.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, c.fp8 ? lt_fp8_type(c.fp8->b) : c.dt, c.transB ? c.n : c.k, c.transB ? c.k : c.n, c.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, c.dtd, c.m, c.n, c.ldd));
+}
+inline cublasStatus_t lt_run(const Ctx& ctx, const LtCall& c, const LtProduct& p, const cublasLtMatmulAlgo_t& algo) {
+    const float alpha = 1.0f;
+    return cublasLtMatmul(ctx.lt, p.op, &alpha, c.A, p.la, c.Bm, p.lb, &c.beta, c.D, p.ld, c.D, p.ld, &algo, ctx.workspace,
+                          ctx.workspace_size, ctx.stream);
+}
+
+// The heuristic's first LT_ALGOS candidates, for the alignments the pointers have (cuBLASLt
+// assumes 256 bytes unless told; our unit pointers are not). Refused: none where it answers
+// NOT_SUPPORTED (or INVALID_VALUE for the bias-gradient epilogue into fp32 with a 16-bit D).
 constexpr int LT_ALGOS = 8;
+inline int lt_candidates(const Ctx& ctx, const LtCall& c, const LtProduct& p, cublasLtMatmulHeuristicResult_t* heur) {
+    const uint32_t align_a = alignment_of(c.A), align_b = alignment_of(c.Bm), align_d = alignment_of(c.D);
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_size,
+                                                      sizeof(ctx.workspace_size)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, p.op, p.la, p.lb, p.ld, p.ld, pref, LT_ALGOS, heur, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || (c.bias_grad && c.dtd != CUDA_R_32F && st == CUBLAS_STATUS_INVALID_VALUE);
+    if (st != CUBLAS_STATUS_SUCCESS && !refused)
+        fatal("cuBLASLt: the algorithm heuristic failed (status %d) for a %dx%dx%d %s matmul%s%s", (int)st, c.m, c.n, c.k, c.what,
+              c.epi ? " with the epilogue " : "", c.epi ? c.epi : "");
+    return st == CUBLAS_STATUS_SUCCESS ? found : 0;
+}
+
+// --matmul-tune: where the product is large enough, D can be rerun (its bytes a whole number of
+// 32-bit words, and for β ≠ 0 contiguous) and overlaps no input.
+inline bool lt_tunable(const Ctx& ctx, const LtCall& c, int found) {
+    const size_t d_bytes = lt_span(c.m, c.n, c.ldd, c.elem_d), aux_bytes = c.gelu != GeluEpi::None ? (size_t)c.m * c.n * c.elem_d : 0;
+    return ctx.kernels.matmul_tune && found > 1 && 2.0 * c.m * c.n * c.k >= ctx.kernels.matmul_tune_flops && alignment_of(c.D) >= 4 &&
+           d_bytes % 4 == 0 && aux_bytes % 4 == 0 && (c.beta == 0.0f || c.ldd == c.m) &&
+           !spans_overlap(c.D, d_bytes, c.A, lt_span(c.transA ? c.k : c.m, c.transA ? c.m : c.k, c.lda, c.elem_a)) &&
+           !spans_overlap(c.D, d_bytes, c.Bm, lt_span(c.transB ? c.n : c.k, c.transB ? c.k : c.n, c.ldb, c.elem_a)) &&
+           !spans_overlap(c.D, d_bytes, c.aux, aux_bytes) && !spans_overlap(c.D, d_bytes, c.bias, (size_t)c.m * c.elem_d);
+}
+
+// The fastest candidate of those that write the first's bits (autotune_pick), its output left in
+// D; -1 where it cannot be timed (no room for D's copy, or none ran). Printed.
+template <class L>
+inline int lt_tune(const Ctx& ctx, const LtCall& c, int found, const L& launch) {
+    const size_t d_bytes = lt_span(c.m, c.n, c.ldd, c.elem_d);
+    void* saved = nullptr;  // (β ≠ 0: D as it was, for each candidate to start from)
+    if (c.beta != 0.0f) {
+        if (cudaMalloc(&saved, d_bytes) != cudaSuccess) { cudaGetLastError(); return -1; }  // (no room: the heuristic's first, untimed)
+        CUDA_CHECK(cudaMemcpyAsync(saved, c.D, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream));
+    }
+    std::vector<BitsRegion> outs{{c.D, d_bytes}};
+    if (c.gelu == GeluEpi::Forward) outs.push_back({c.aux, (size_t)c.m * c.n * c.elem_d});
+    if (c.bias_grad) outs.push_back({c.bias_grad, c.n * sizeof(float)});
+    auto restore = [&] { if (saved) CUDA_CHECK(cudaMemcpyAsync(c.D, saved, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream)); };
+    const AutotunePick t = autotune_pick(ctx, found, restore, launch, outs);
+    if (saved) CUDA_CHECK(cudaFree(saved));
+    if (t.best >= 0 && g_rank == 0) {
+        const std::string kept = t.best == t.first ? std::string("the heuristic's first kept")
+                               : "candidate " + std::to_string(t.best + 1) + " of " + std::to_string(found) + " taken";
+        printf("matmul: %dx%dx%d %s%s%s%s: %s (--matmul-tune 1: %.3f ms against %.3f ms with the heuristic's first; "
+               "%d of the %d others gave the same bits)\n", c.m, c.n, c.k, c.what, c.beta != 0.0f ? " accumulating" : "",
+               c.epi ? " with the epilogue " : "", c.epi ? c.epi : "", kept.c_str(), t.ms[t.best], t.ms[t.first], t.same,
+               found - t.first - 1);
+    }
+    return t.best;
+}
+
+// Why a product found no algorithm, on stderr: what it asked of cuBLASLt.
+inline void lt_note_none(const Ctx& ctx, const LtCall& c, int found) {
+    if (found > 0) {
+        std::string asked = std::string("op(A) ") + (c.transA ? "T" : "N") + ", op(B) " + (c.transB ? "T" : "N") + ", lda " +
+            std::to_string(c.lda) + ", ldb " + std::to_string(c.ldb) + ", ldd " + std::to_string(c.ldd) + ", D " + c.d_name +
+            ", alignments A " + std::to_string(alignment_of(c.A)) + " B " + std::to_string(alignment_of(c.Bm)) + " D " +
+            std::to_string(alignment_of(c.D));
+        if (c.bias) asked += " bias " + std::to_string(alignment_of(c.bias));
+        if (c.fp8) asked += ", scale pointers " + std::to_string(alignment_of(c.fp8->a_inv)) + " and " + std::to_string(alignment_of(c.fp8->b_inv));
+        asked += ", workspace " + std::to_string(ctx.workspace_size) + " B";
+        fprintf(stderr, "note: cuBLASLt refused all %d algorithms its heuristic offered for a %dx%dx%d %s matmul%s%s (NOT_SUPPORTED: %s)%s\n",
+                found, c.m, c.n, c.k, c.what, c.epi ? " with the epilogue " : "", c.epi ? c.epi : "", asked.c_str(),
+                c.epilogue() ? ": the epilogue runs as a separate kernel" : "");
+    } else if (c.epilogue()) {
+        fprintf(stderr, "note: cuBLASLt has no algorithm with the %s epilogue for a %dx%dx%d %s matmul: it runs as a "
+                "separate kernel\n", c.epi, c.m, c.n, c.k, c.what);
+    }
+}
+
+// A product's first call: its algorithm chosen (tuned, or the heuristic's first that runs) and
+// the product run with it; {false} where none runs.
+inline LtAlgo lt_first_call(const Ctx& ctx, const LtCall& c, const LtProduct& p) {
+    cublasLtMatmulHeuristicResult_t heur[LT_ALGOS] = {};
+    const int found = lt_candidates(ctx, c, p, heur);
+    auto launch = [&](int i) {  // the heuristic's i-th candidate; false where cublasLtMatmul refuses it
+        const cublasStatus_t r = lt_run(ctx, c, p, heur[i].algo);
+        if (r != CUBLAS_STATUS_SUCCESS && r != CUBLAS_STATUS_NOT_SUPPORTED)
+            fatal("cuBLASLt: a %dx%dx%d %s matmul failed (status %d)", c.m, c.n, c.k, c.what, (int)r);
+        return r == CUBLAS_STATUS_SUCCESS;
+    };
+    const int tuned = lt_tunable(ctx, c, found) ? lt_tune(ctx, c, found, launch) : -1;
+    if (tuned >= 0) return LtAlgo{true, heur[tuned].algo};
+    for (int i = 0; i < found; i++)
+        if (launch(i)) return LtAlgo{true, heur[i].algo};
+    lt_note_none(ctx, c, found);
+    return LtAlgo{false, {}};
+}
+
+// D(m×n) = α·op(A)·op(B) + β·D with the epilogue, through cuBLASLt; false (nothing queued) when
+// it has no algorithm for it. A and B are floatX (or FP8: fp8), D, bias and aux TD (floatX, or
+// float for an fp32 result of 16-bit operands). bias_grad (fp32, n): the BGRADB epilogue,
+// bias_grad[j] = Σ_p op(B)[p, j] (written, not added). The algorithm that ran at a product's
+// first call is kept per dtypes, shape, options and alignments (Autotuned), and so is the
+// answer that none did.
 template <class floatX, class TD = floatX>
 inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, const NoDeduce<TD>* bias, int m, int n, int k, bool transA,
                       bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, NoDeduce<TD>* aux, float* bias_grad = nullptr,
                       const LtFp8* fp8 = nullptr) {
-    const bool epilogue = bias || gelu != GeluEpi::None || bias_grad;
+    const char* epi = gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward"
+                    : bias_grad ? "bias-gradient" : bias ? "bias" : nullptr;
+    const LtCall c{D, A, Bm, bias, m, n, k, transA, transB, lda, ldb, ldd, beta, gelu, aux, bias_grad, fp8, lt_type<floatX>(),
+                   lt_type<TD>(), fp8 ? 1 : sizeof(floatX), sizeof(TD), fp8 ? "fp8" : dtype_name<floatX>(), epi, dtype_name<TD>()};
     if (bias_grad && (bias || gelu != GeluEpi::None)) fatal("lt_matmul: the bias-gradient epilogue goes alone");
-    if (epilogue && (!g_lt_epilogues || (bias && alignment_of(bias) < 16) || (bias_grad && alignment_of(bias_grad) < 16)))
+    if (c.epilogue() && (!ctx.kernels.lt_epilogues || (bias && alignment_of(bias) < 16) || (bias_grad && alignment_of(bias_grad) < 16)))
         return false;  // (it wants an aligned bias)
-    const cudaDataType_t dt = lt_type<floatX>(), dtd = lt_type<TD>();
-    cublasLtMatmulDesc_t op;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    cublasLtEpilogue_t epi = gelu == GeluEpi::Forward ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                           : gelu == GeluEpi::Backward ? CUBLASLT_EPILOGUE_DGELU
-                           : bias ? CUBLASLT_EPILOGUE_BIAS : bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
-    if (epi != CUBLASLT_EPILOGUE_DEFAULT) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    if (bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    if (fp8) {
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &fp8->a_inv, sizeof(fp8->a_inv)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &fp8->b_inv, sizeof(fp8->b_inv)));
-        const int8_t fast = g_fp8_fast_accum ? 1 : 0;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
-    }
-    if (bias_grad) {  // the sums in fp32, whatever floatX is: rounded once, when they are added to dbias
-        const cudaDataType_t bt = CUDA_R_32F;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
-    }
-    if (gelu != GeluEpi::None) {
-        const int64_t aux_ld = m;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-    }
-    cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, fp8 ? lt_fp8_type(fp8->a) : dt, transA ? k : m, transA ? m : k, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, fp8 ? lt_fp8_type(fp8->b) : dt, transB ? n : k, transB ? k : n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dtd, m, n, ldd));
-    // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; our unit pointers are not.
-    uint32_t align_a = alignment_of(A), align_b = alignment_of(Bm), align_d = alignment_of(D);
-    using Key = std::tuple<int, int, int, int, int, int, int, int, bool, bool, int, uint32_t, uint32_t, uint32_t, bool, int>;
-    struct Found { bool any; cublasLtMatmulAlgo_t algo; };
-    static std::map<Key, Found> algos;
-    static int generation = 0;
-    if (generation != g_lt_generation) { algos.clear(); generation = g_lt_generation; }
-    Key key{m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu, align_a, align_b, align_d,
-            bias_grad != nullptr, fp8 ? 1 + 4 * g_fp8_fast_accum + 2 * (int)fp8->a + (int)fp8->b : 0};
-    const char* what = fp8 ? "fp8" : dtype_name<floatX>();
-    const char* epi_name = gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward"
-                         : bias_grad ? "bias-gradient" : bias ? "bias" : nullptr;
+    const LtKey key{(int)c.dt, (int)c.dtd, m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu,
+                    alignment_of(A), alignment_of(Bm), alignment_of(D), bias_grad != nullptr,
+                    fp8 ? 1 + 4 * ctx.kernels.fp8_fast_accum + 2 * (int)fp8->a + (int)fp8->b : 0};
+    LtProduct p;
+    lt_describe(ctx, c, &p);
+    std::map<LtKey, LtAlgo>& algos = ctx.tuned->lt_algos;
     auto it = algos.find(key);
-    const float alpha = 1.0f;
-    auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-        return cublasLtMatmul(ctx.lt, op, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &algo, ctx.workspace, ctx.workspace_size, ctx.stream);
-    };
-    if (it == algos.end()) {  // first time: the heuristic's candidates, each tried until one runs
-        cublasLtMatmulPreference_t pref;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                          &ctx.workspace_size, sizeof(ctx.workspace_size)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
-        cublasLtMatmulHeuristicResult_t heur[LT_ALGOS] = {};
-        int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, LT_ALGOS, heur, &found);
-        cublasLtMatmulPreferenceDestroy(pref);
-        const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || (bias_grad && dtd != CUDA_R_32F && st == CUBLAS_STATUS_INVALID_VALUE);
-        if (st != CUBLAS_STATUS_SUCCESS && !refused)
-            fatal("cuBLASLt: the algorithm heuristic failed (status %d) for a %dx%dx%d %s matmul%s%s", (int)st, m, n, k, what,
-                  epi_name ? " with the epilogue " : "", epi_name ? epi_name : "");
-        Found f{false, {}};
-        auto launch = [&](int i) {  // the heuristic's i-th candidate; false where cublasLtMatmul refuses it
-            const cublasStatus_t r = run(heur[i].algo);
-            if (r != CUBLAS_STATUS_SUCCESS && r != CUBLAS_STATUS_NOT_SUPPORTED)
-                fatal("cuBLASLt: a %dx%dx%d %s matmul failed (status %d)", m, n, k, what, (int)r);
-            return r == CUBLAS_STATUS_SUCCESS;
-        };
-        // --matmul-tune: where the product is large enough, D can be rerun (its bytes a whole
-        // number of 32-bit words, and for β ≠ 0 contiguous and copied aside) and overlaps no input
-        const size_t ea = fp8 ? 1 : sizeof(floatX), d_bytes = lt_span(m, n, ldd, sizeof(TD));
-        const size_t aux_bytes = gelu != GeluEpi::None ? (size_t)m * n * sizeof(TD) : 0;
-        bool tune = g_matmul_tune && st == CUBLAS_STATUS_SUCCESS && found > 1 && 2.0 * m * n * k >= g_matmul_tune_flops &&
-                    alignment_of(D) >= 4 && d_bytes % 4 == 0 && aux_bytes % 4 == 0 && (beta == 0.0f || ldd == m) &&
-                    !spans_overlap(D, d_bytes, A, lt_span(transA ? k : m, transA ? m : k, lda, ea)) &&
-                    !spans_overlap(D, d_bytes, Bm, lt_span(transB ? n : k, transB ? k : n, ldb, ea)) &&
-                    !spans_overlap(D, d_bytes, aux, aux_bytes) && !spans_overlap(D, d_bytes, bias, (size_t)m * sizeof(TD));
-        void* saved = nullptr;
-        if (tune && beta != 0.0f) {
-            if (cudaMalloc(&saved, d_bytes) == cudaSuccess)
-                CUDA_CHECK(cudaMemcpyAsync(saved, D, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream));
-            else { cudaGetLastError(); saved = nullptr; tune = false; }  // (no room: the heuristic's first, untimed)
-        }
-        if (tune) {
-            std::vector<BitsRegion> outs{{D, d_bytes}};
-            if (gelu == GeluEpi::Forward) outs.push_back({aux, aux_bytes});
-            if (bias_grad) outs.push_back({bias_grad, n * sizeof(float)});
-            auto restore = [&] {  // (β ≠ 0: D as it was)
-                if (saved) CUDA_CHECK(cudaMemcpyAsync(D, saved, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream));
-            };
-            const AutotunePick t = autotune_pick(ctx, found, restore, launch, outs);
-            if (saved) CUDA_CHECK(cudaFree(saved));
-            if (t.best >= 0) {
-                f = Found{true, heur[t.best].algo};
-                const std::string kept = t.best == t.first ? std::string("the heuristic's first kept")
-                                       : "candidate " + std::to_string(t.best + 1) + " of " + std::to_string(found) + " taken";
-                if (g_rank == 0)
-                    printf("matmul: %dx%dx%d %s%s%s%s: %s (--matmul-tune 1: %.3f ms against %.3f ms with the heuristic's first; "
-                           "%d of the %d others gave the same bits)\n", m, n, k, what, beta != 0.0f ? " accumulating" : "",
-                           epi_name ? " with the epilogue " : "", epi_name ? epi_name : "", kept.c_str(), t.ms[t.best], t.ms[t.first],
-                           t.same, found - t.first - 1);
-            }
-        }
-        for (int i = 0; !tune && st == CUBLAS_STATUS_SUCCESS && i < found && !f.any; i++)
-            if (launch(i)) f = Found{true, heur[i].algo};
-        if (!f.any && found > 0 && st == CUBLAS_STATUS_SUCCESS) {  // (what it was asked, for whoever reads the log)
-            std::string asked = std::string("op(A) ") + (transA ? "T" : "N") + ", op(B) " + (transB ? "T" : "N") + ", lda " +
-                std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldd " + std::to_string(ldd) + ", D " + dtype_name<TD>() +
-                ", alignments A " + std::to_string(align_a) + " B " + std::to_string(align_b) + " D " + std::to_string(align_d);
-            if (bias) asked += " bias " + std::to_string(alignment_of(bias));
-            if (fp8) asked += ", scale pointers " + std::to_string(alignment_of(fp8->a_inv)) + " and " + std::to_string(alignment_of(fp8->b_inv));
-            asked += ", workspace " + std::to_string(ctx.workspace_size) + " B";
-            fprintf(stderr, "note: cuBLASLt refused all %d algorithms its heuristic offered for a %dx%dx%d %s matmul%s%s (NOT_SUPPORTED: %s)%s\n",
-                    found, m, n, k, what, epi_name ? " with the epilogue " : "", epi_name ? epi_name : "", asked.c_str(),
-                    epilogue ? ": the epilogue runs as a separate kernel" : "");
-        }
-        else if (!f.any && epilogue)
-            fprintf(stderr, "note: cuBLASLt has no algorithm with the %s epilogue for a %dx%dx%d %s matmul: it runs as a "
-                    "separate kernel\n", epi_name, m, n, k, what);
-        algos.emplace(key, f);
-        cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
-        cublasLtMatmulDescDestroy(op);
-        return f.any;
-    }
+    if (it == algos.end()) return algos.emplace(key, lt_first_call(ctx, c, p)).first->second.any;  // (it ran the product)
     if (it->second.any) {
-        const cublasStatus_t st = run(it->second.algo);
-        if (st != CUBLAS_STATUS_SUCCESS) fatal("cuBLASLt: a %dx%dx%d %s matmul failed (status %d)", m, n, k, what, (int)st);
+        const cublasStatus_t st = lt_run(ctx, c, p, it->second.algo);
+        if (st != CUBLAS_STATUS_SUCCESS) fatal("cuBLASLt: a %dx%dx%d %s matmul failed (status %d)", m, n, k, c.what, (int)st);
     }
-    cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(op);
     return it->second.any;
 }
 
@@ -404,7 +440,7 @@ inline bool cublaslt_gemm(const Ctx& ctx, floatX* D, const void* A, const void* 
 
 // dbias[o] += Σ_n dout[n, o], in two stages: partial sums over chunks of rows, then the chunks
 // added in a fixed order (common.h: column_sum_add), so the result is deterministic. Three ways to
-// run it (g_bias_grad; dev/cuda/matmul.cu times each):
+// run it (ctx.kernels.bias_grad; dev/cuda/matmul.cu times each):
 //   Warps (default): block (x, k) takes rows [k·R, (k+1)·R) and 32·V columns. Its 8 warps split the
 //       rows (warp w: rows w, w + 8, ...), each lane V adjacent columns read as one 16-byte pack
 //       per row (a warp reads 512 contiguous bytes of a row); then the 8 warps' sums are added in
@@ -419,8 +455,7 @@ inline bool cublaslt_gemm(const Ctx& ctx, floatX* D, const void* A, const void* 
 //       sums come out of the matmul into an fp32 vector, added to dbias as one more chunk.
 //       Where the heuristic has no algorithm for it, the Warps kernel runs.
 // V = 1 where OC or the pointer does not allow packs.
-enum class BiasGrad { Warps, Columns, Epilogue };
-inline BiasGrad g_bias_grad = BiasGrad::Warps;
+// (BiasGrad: kernel_options.h)
 static const int BIAS_WARPS = 8;
 template <class floatX, int V> __global__ void __launch_bounds__(32 * BIAS_WARPS)
 column_sum_partial_warps(float* partial, const floatX* dout, int N, int OC, int rows_per_chunk) {
@@ -451,7 +486,7 @@ template <class floatX, int V> __global__ void column_sum_partial_columns(float*
     for (int j = 0; j < V; j++) partial[(size_t)k * OC + o + j] = s[j];
 }
 template <class floatX, int V> inline void column_sum_partial(const Ctx& ctx, float* partial, const floatX* dout, int N, int OC, int K, int rows) {
-    if (g_bias_grad == BiasGrad::Columns)
+    if (ctx.kernels.bias_grad == BiasGrad::Columns)
         column_sum_partial_columns<floatX, V><<<dim3(ceil_div(OC, 128 * V), K), 128, 0, ctx.stream>>>(partial, dout, N, OC, rows);
     else
         column_sum_partial_warps<floatX, V><<<dim3(ceil_div(OC, 32 * V), K), 32 * BIAS_WARPS, 0, ctx.stream>>>(partial, dout, N, OC, rows);
@@ -459,7 +494,7 @@ template <class floatX, int V> inline void column_sum_partial(const Ctx& ctx, fl
 }
 // dbias += the column sums of dout (N × OC), by the kernels above
 template <class floatX> inline void bias_grad_kernels(const Ctx& ctx, floatX* dbias, const floatX* dout, int N, int OC) {
-    const int rows = g_bias_grad == BiasGrad::Columns ? (int)ceil_div(N, 256) : std::max(128, (int)ceil_div(N, 1024));
+    const int rows = ctx.kernels.bias_grad == BiasGrad::Columns ? (int)ceil_div(N, 256) : std::max(128, (int)ceil_div(N, 1024));
     const int K = (int)ceil_div(N, rows);
     static Buf<float> partial_buf;
     float* partial = gpu_scratch(partial_buf, ctx, (size_t)K * OC);
@@ -471,11 +506,10 @@ template <class floatX> inline void bias_grad_kernels(const Ctx& ctx, floatX* db
 
 // The GELU goes into the epilogue when its aux matrix (rows of `rows` elements) is one cuBLASLt
 // takes: rows a multiple of 8 and 16-byte aligned pointers (and a bias the epilogue can read).
-// gelu_epilogue_width: the part the shapes alone decide (the memory plan asks it: model.h).
-inline bool g_gelu_fusion = true;
-inline bool gelu_epilogue_width(size_t rows) { return g_gelu_fusion && rows % 8 == 0; }
-template <class floatX> inline bool gelu_fusable(int rows, const floatX* aux, const floatX* D, const floatX* bias) {
-    return gelu_epilogue_width(rows) && alignment_of(aux) >= 16 && alignment_of(D) >= 16 && (!bias || alignment_of(bias) >= 16);
+// gelu_epilogue_width: the part the options and shapes alone decide (the memory plan asks it: model.h).
+inline bool gelu_epilogue_width(const KernelOptions& o, size_t rows) { return o.gelu_fusion && rows % 8 == 0; }
+template <class floatX> inline bool gelu_fusable(const Ctx& ctx, int rows, const floatX* aux, const floatX* D, const floatX* bias) {
+    return gelu_epilogue_width(ctx.kernels, rows) && alignment_of(aux) >= 16 && alignment_of(D) >= 16 && (!bias || alignment_of(bias) >= 16);
 }
 
 template <class floatX>
@@ -486,7 +520,7 @@ template <class floatX>
 inline void matmul_backward_cuda(const Ctx& ctx, floatX* dinp, floatX* dW, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* W,
                                  int N, int C, int OC) {
     if (dinp) cublaslt_gemm<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
-    if (dbias && g_bias_grad == BiasGrad::Epilogue) {  // dW and dbias's column sums in one product
+    if (dbias && ctx.kernels.bias_grad == BiasGrad::Epilogue) {  // dW and dbias's column sums in one product
         static Buf<float> sums_buf;
         float* sums = gpu_scratch(sums_buf, ctx, (size_t)OC);
         if (lt_matmul<floatX>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f, GeluEpi::None, nullptr, sums)) {
@@ -530,14 +564,12 @@ inline void fp8_linear_cpu(floatX* D, const uint8_t* X, Fp8Format fx, float x_in
 // cuBLASLt 13.1 it once refused them all, for a reason not yet known) are not fatal: their codes
 // are dequantized (fp8.cuh: exact values in floatX) and multiplied as a floatX product. The same sums the
 // FP8 kernels make (exact products of the same numbers, fp32 accumulation, in another order),
-// without their speed, and with (R + Cc)·K elements of floatX as scratch. g_fp8_dequantize = true takes
-// that path for every FP8 product: set where the trainer's one small product before its memory
-// plan was refused (fp8_products_run, below: the plan then counts the scratch), or by
+// without their speed, and with (R + Cc)·K elements of floatX as scratch. ctx.tuned->fp8_dequantize
+// = true takes that path for every FP8 product: set where the trainer's one small product before
+// its memory plan was refused (fp8_products_run, below: the plan then counts the scratch), or by
 // gpucheck_ops to check the path on a GPU. A product refused without it (its shape alone) falls
-// back too, with a note that its scratch is unplanned. g_fp8_dequantized_products counts the
-// products that took the path, so that a check can say whether cuBLASLt's FP8 kernels ran.
-inline bool g_fp8_dequantize = false;
-inline long g_fp8_dequantized_products = 0;
+// back too, with a note that its scratch is unplanned. ctx.tuned->fp8_dequantized_products counts
+// the products that took the path, so that a check can say whether cuBLASLt's FP8 kernels ran.
 
 // The op. sx, sy: the Fp8Scales fp8_quantize wrote (device memory on the GPU, where cuBLASLt
 // reads the inverses). On the GPU: Dᵀ (Cc×R, column-major) = Y · Xᵀ, A = Y transposed and B = X,
@@ -551,10 +583,10 @@ inline void fp8_linear(const Ctx& ctx, floatX* D, const uint8_t* X, Fp8Format fx
     if (ctx.device == Device::CUDA) {
         const float beta = accumulate ? 1.0f : 0.0f;
         const LtFp8 f{fy, fx, &sy->inv, &sx->inv};
-        if (!g_fp8_dequantize && cublaslt_gemm<floatX>(ctx, D, Y, X, bias, Cc, R, K, true, false, K, K, Cc, beta, GeluEpi::None, nullptr, &f))
+        if (!ctx.tuned->fp8_dequantize && cublaslt_gemm<floatX>(ctx, D, Y, X, bias, Cc, R, K, true, false, K, K, Cc, beta, GeluEpi::None, nullptr, &f))
             return;
         static bool noted = false;
-        if (!g_fp8_dequantize && !noted) {  // (fp8_products_run accepted a small one: this shape alone is refused)
+        if (!ctx.tuned->fp8_dequantize && !noted) {  // (fp8_products_run accepted a small one: this shape alone is refused)
             noted = true;
             fprintf(stderr, "note: FP8 products that cuBLASLt has no algorithm for run as %s products of their dequantized values: "
                     "the same numbers, not FP8's speed, and scratch the memory plan does not count (a %dx%dx%d one refused)\n",
@@ -566,7 +598,7 @@ inline void fp8_linear(const Ctx& ctx, floatX* D, const uint8_t* X, Fp8Format fx
         fp8_dequantize(ctx, xd, X, fx, sx, (size_t)R * K);
         fp8_dequantize(ctx, yd, Y, fy, sy, (size_t)Cc * K);
         cublaslt_gemm<floatX>(ctx, D, yd, xd, bias, Cc, R, K, true, false, K, K, Cc, beta);
-        g_fp8_dequantized_products++;
+        ctx.tuned->fp8_dequantized_products++;
         return;
     }
 #endif
@@ -576,7 +608,7 @@ inline void fp8_linear(const Ctx& ctx, floatX* D, const uint8_t* X, Fp8Format fx
 // Does cuBLASLt multiply FP8 operands here? The trainer asks once, before its memory plan, with
 // one small product of the forward's kind (64×64×64, E4M3 × E4M3, scales in device memory as
 // fp8_quantize leaves them). Where it is refused (cuBLASLt once refused every FP8 product on an
-// H100: docs/kernels.md), g_fp8_dequantize sends every FP8 product through the fallback above from
+// H100: docs/kernels.md), ctx.tuned->fp8_dequantize sends every FP8 product through the fallback above from
 // the start, a note says so, and the plan counts the fallback's scratch (model.h:
 // gpt_fp8_scratch_bytes) instead of meeting it unplanned at the first product. (A shape refused
 // later, the small one taken, still falls back, with the note above.) The CPU: always true.
@@ -593,7 +625,7 @@ template <class floatX> inline bool fp8_products_run(const Ctx& ctx) {
                                            GeluEpi::None, nullptr, &f);
         CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // (before the buffers go)
         if (!runs) {
-            g_fp8_dequantize = true;
+            ctx.tuned->fp8_dequantize = true;
             fprintf(stderr, "note: FP8 products that cuBLASLt has no algorithm for run as %s products of their dequantized values: "
                     "the same numbers, not FP8's speed; here it refused a %dx%dx%d one, so every FP8 product does, and the "
                     "memory plan counts their scratch\n", dtype_name<floatX>(), n, n, n);
@@ -680,7 +712,7 @@ inline void matmul_forward(const Ctx& ctx, floatX* out, const floatX* inp, const
     OpScope prof(ctx, 2.0 * N * C * OC, 0, "matmul%s forward %d->%d", gelu_pre ? "+gelu" : "", C, OC);
     if (gelu_pre) {
 #ifdef LLMC_CUDA
-        if (ctx.device == Device::CUDA && gelu_fusable(OC, gelu_pre, out, bias)) {
+        if (ctx.device == Device::CUDA && gelu_fusable(ctx, OC, gelu_pre, out, bias)) {
             cublaslt_gemm<floatX>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f, GeluEpi::Forward, gelu_pre);
             return;
         }
@@ -728,7 +760,7 @@ inline void matmul_backward(const Ctx& ctx, floatX* dinp, floatX* dW, NoDeduce<f
                  gelu_pre && dinp ? "+dgelu" : "", C, OC);
     if (gelu_pre && dinp) {
 #ifdef LLMC_CUDA
-        if (ctx.device == Device::CUDA && gelu_fusable(C, gelu_pre, dinp, (const floatX*)nullptr) &&
+        if (ctx.device == Device::CUDA && gelu_fusable(ctx, C, gelu_pre, dinp, (const floatX*)nullptr) &&
             lt_matmul<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward,
                          const_cast<floatX*>(gelu_pre))) {
             matmul_backward<floatX>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias

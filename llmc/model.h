@@ -649,7 +649,7 @@ template <class floatX> inline double gpt_activation_bytes(const GPT<floatX>& g,
 // of a block needs — one byte an element: the forward's input and weight, the backward's dout as
 // it is and transposed, Wᵀ and xᵀ; and the scales. Not activations (nothing in it outlives a
 // product), but the memory plan counts it beside them. Where cuBLASLt multiplies no FP8 operands
-// (matmul.cuh: fp8_products_run found so, g_fp8_dequantize) each product's two operands are
+// (matmul.cuh: fp8_products_run found so, ctx.tuned->fp8_dequantize) each product's two operands are
 // dequantized into two more buffers, of floatX: the first operand's (x, N·in; dout, N·out; doutᵀ,
 // out·N) and the second's (W, out·in; Wᵀ, in·out; xᵀ, in·N), each at the largest of them.
 // A block's four products on this rank, as (input, output) widths: qkv C → Q, the attention
@@ -660,40 +660,46 @@ inline std::array<ProductWidths, NUM_BLOCK_PRODUCTS> gpt_block_products(const GP
     const size_t C = c.channels;
     return {{{C, c.qkv_rows() / tp}, {C / tp, C}, {C, c.fc_rows() / tp}, {(size_t)c.ffn() / tp, C}}};
 }
-template <class floatX> inline double gpt_fp8_scratch_bytes(const GPT<floatX>& g, int B, int T) {
+template <class floatX> inline double gpt_fp8_scratch_bytes(const Ctx& ctx, const GPT<floatX>& g, int B, int T) {
     if (!g.fp8) return 0;
     const size_t N = (size_t)B * T;
     size_t in = 0, out = 0, w = 0;
     for (const ProductWidths& p : gpt_block_products(g.config, g.layout.tp))
         in = std::max(in, N * p.in), out = std::max(out, N * p.out), w = std::max(w, p.in * p.out);
     auto bytes = [](size_t n) { return (double)Buf<uint8_t>::bytes_for(n); };
-    const double fallback = g_fp8_dequantize ? (double)Buf<floatX>::bytes_for(std::max(in, out)) + (double)Buf<floatX>::bytes_for(std::max(w, in)) : 0;
+    bool dequantize = false;
+#ifdef LLMC_CUDA
+    dequantize = ctx.tuned && ctx.tuned->fp8_dequantize;
+#endif
+    const double fallback = dequantize ? (double)Buf<floatX>::bytes_for(std::max(in, out)) + (double)Buf<floatX>::bytes_for(std::max(w, in)) : 0;
     return 2 * bytes(in) + 2 * bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(2) + (double)Buf<Fp8Scales>::bytes_for(3) +
            fallback;
 }
 // The GELU backward's fp32 product (matmul.cuh: matmul_backward with gelu_pre), where cuBLASLt's
 // DGELU epilogue cannot take it: the fc projection's input width on this rank, ffn/tp, not a
-// multiple of 8 (a model file of odd width C; or g_gelu_fusion off). B·T·ffn/tp floats, held
+// multiple of 8 (a model file of odd width C; or ctx.kernels.gelu_fusion off). B·T·ffn/tp floats, held
 // from the first backward on. Counted on the GPU: the CPU takes that path always, among host
 // temporaries of its own (F32View's fp32 copies in bf16) that its plan does not count either.
-template <class floatX> inline double gpt_gelu_scratch_bytes(const GPT<floatX>& g, int B, int T, bool gpu) {
+template <class floatX> inline double gpt_gelu_scratch_bytes(const Ctx& ctx, const GPT<floatX>& g, int B, int T) {
     const size_t Hh = (size_t)g.config.ffn() / g.layout.tp;
+    const bool gpu = ctx.device == Device::CUDA;
     bool epilogue = true;
 #ifdef LLMC_CUDA
-    epilogue = gelu_epilogue_width(Hh);
+    epilogue = gelu_epilogue_width(ctx.kernels, Hh);
 #endif
     if (!gpu || epilogue || g.config.llama() || g.fp8) return 0;  // (Llama: SwiGLU; FP8: the GELU apart, in floatX)
     return (double)Buf<float>::bytes_for((size_t)B * T * Hh);
 }
 // The fused attention backward's fp32 dQ partial sums (attention.cuh: flash_backward_scratch_bytes),
 // on a GPU where it runs: a rank's heads (NH/tp) over its positions, held from the first backward on.
-template <class floatX> inline double gpt_attention_scratch_bytes(const GPT<floatX>& g, int B, int T, bool gpu) {
+template <class floatX> inline double gpt_attention_scratch_bytes(const Ctx& ctx, const GPT<floatX>& g, int B, int T) {
 #ifdef LLMC_CUDA
     const GPTConfig& c = g.config;
     const int tp = g.layout.tp;
-    if (gpu) return (double)flash_backward_scratch_bytes<floatX>(B, T, c.num_heads / tp * c.head_dim(), c.num_heads / tp, c.kv_heads() / tp);
+    if (ctx.device == Device::CUDA)
+        return (double)flash_backward_scratch_bytes<floatX>(ctx.kernels, B, T, c.num_heads / tp * c.head_dim(), c.num_heads / tp, c.kv_heads() / tp);
 #endif
-    (void)g; (void)B; (void)T; (void)gpu;
+    (void)ctx; (void)g; (void)B; (void)T;
     return 0;
 }
 // "" when every FP8 product of a block takes B·T rows (fp8.cuh: multiples of 16), else why not.

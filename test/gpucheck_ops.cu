@@ -171,16 +171,16 @@ template <class X> static void check_layernorm(int N, int C, bool rms = false) {
     compare(name, rms ? "db untouched" : "db (+=)", vec_widen(cdb), gdb.host(), rms ? 0.0 : bx<X>(1e-5));
     // the one-kernel backward and the two-kernel one sum the same rows in the same order: bit-identical
     Dev<X> gdx2(dx), gdw2(dw), gdb2(db);
-    g_layernorm_fused = false;
+    gpu.kernels.layernorm_fused = false;
     layernorm_backward(gpu, gdx2.p(), gdw2.p(), rms ? nullptr : gdb2.p(), gdout.p(), gx.p(), gw.p(), gm, grstd.p(), N, C);
-    g_layernorm_fused = true;
+    gpu.kernels.layernorm_fused = true;
     compare(name, "backward in one kernel vs two: dinp", gdx2.host(), gdx.host(), 0.0);
     compare(name, "backward in one kernel vs two: dw, db", concat(gdw2.host(), gdb2.host()), concat(gdw.host(), gdb.host()), 0.0);
-    // ... and with dinp prefetched in the first pass (g_layernorm_prefetch: where the sums are in registers)
+    // ... and with dinp prefetched in the first pass (kernels.layernorm_prefetch: where the sums are in registers)
     Dev<X> gdx5(dx), gdw5(dw), gdb5(db);
-    g_layernorm_prefetch = true;
+    gpu.kernels.layernorm_prefetch = true;
     layernorm_backward(gpu, gdx5.p(), gdw5.p(), rms ? nullptr : gdb5.p(), gdout.p(), gx.p(), gw.p(), gm, grstd.p(), N, C);
-    g_layernorm_prefetch = false;
+    gpu.kernels.layernorm_prefetch = false;
     compare(name, "backward with dinp prefetched vs not: dinp, dw, db", concat(gdx5.host(), concat(gdw5.host(), gdb5.host())),
             concat(gdx.host(), concat(gdw.host(), gdb.host())), 0.0);
     // the residual add fused with the norm that reads it: res = x + y, out = norm(res)
@@ -253,18 +253,18 @@ template <class X> static void check_rope(int B, int T, int heads, int hd, size_
 // the path taken where its heuristic has no algorithm with the epilogue (matmul.cuh). bg: how the
 // backward's dbias column sum runs (matmul.cuh: BiasGrad).
 // fp8 (bf16 only): the products in FP8 (ctx.fp8 on both sides; Fast: with cuBLASLt's fast
-// accumulation, matmul.cuh's g_fp8_fast_accum; Dequantized: the fallback for FP8 products that
-// cuBLASLt refuses, matmul.cuh's g_fp8_dequantize); N not a multiple of 16: the forward alone (an
+// accumulation, matmul.cuh's kernels.fp8_fast_accum; Dequantized: the fallback for FP8 products that
+// cuBLASLt refuses, matmul.cuh's tuned->fp8_dequantize); N not a multiple of 16: the forward alone (an
 // inference's rows, padded inside). On and Fast also check that cuBLASLt's FP8 kernels took every
 // product (none fell back to the dequantized ones).
 enum class Fp8Mode { Off, On, Fast, Dequantized };
 template <class X> static void check_matmul(int N, int C, int OC, bool bias, bool lt_epilogues = true, BiasGrad bg = BiasGrad::Warps,
                                             Fp8Mode fp8 = Fp8Mode::Off) {
-    g_lt_epilogues = lt_epilogues;
-    g_bias_grad = bg;
-    g_fp8_fast_accum = fp8 == Fp8Mode::Fast;
-    g_fp8_dequantize = fp8 == Fp8Mode::Dequantized;
-    const long dequantized_before = g_fp8_dequantized_products;
+    gpu.kernels.lt_epilogues = lt_epilogues;
+    gpu.kernels.bias_grad = bg;
+    gpu.kernels.fp8_fast_accum = fp8 == Fp8Mode::Fast;
+    gpu.tuned->fp8_dequantize = fp8 == Fp8Mode::Dequantized;
+    const long dequantized_before = gpu.tuned->fp8_dequantized_products;
     Ctx c = cpu, g = gpu;
     c.fp8 = g.fp8 = fp8 != Fp8Mode::Off;
     const char* bg_name = bg == BiasGrad::Warps ? "" : bg == BiasGrad::Columns ? ", dbias a thread per column" : ", dbias in the epilogue where cuBLASLt takes it";
@@ -290,23 +290,23 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
         if (bias) compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
     }
     if (fp8 == Fp8Mode::On || fp8 == Fp8Mode::Fast) {
-        const long fell_back = g_fp8_dequantized_products - dequantized_before;
+        const long fell_back = gpu.tuned->fp8_dequantized_products - dequantized_before;
         printf("%s - %s: cuBLASLt's FP8 kernels ran every product (%ld fell back to dequantized %s products)\n",
                fell_back ? "not ok" : "ok", name, fell_back, dtype_name<X>());
         (fell_back ? n_fail : n_pass)++;
     }
-    g_lt_epilogues = true;
-    g_bias_grad = BiasGrad::Warps;
-    g_fp8_fast_accum = false;
-    g_fp8_dequantize = false;
+    gpu.kernels.lt_epilogues = true;
+    gpu.kernels.bias_grad = BiasGrad::Warps;
+    gpu.kernels.fp8_fast_accum = false;
+    gpu.tuned->fp8_dequantize = false;
 }
 
 // The MLP's matmul with its GELU (matmul.cuh): forward out = gelu(pre), pre = x·Wᵀ + b; backward
 // dinp through the GELU of the layer's input. fused: cuBLASLt's GELU epilogues where the shape
 // allows (rows % 8 == 0), else the separate GELU kernel, which `fused = false` forces.
 template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fused, bool lt_epilogues = true) {
-    g_gelu_fusion = fused;
-    g_lt_epilogues = lt_epilogues;
+    gpu.kernels.gelu_fusion = fused;
+    gpu.kernels.lt_epilogues = lt_epilogues;
     const bool in_epilogue = fused && OC % 8 == 0 && C % 8 == 0;
     char name[128]; snprintf(name, sizeof(name), "%s matmul+gelu N=%d C=%d OC=%d (%s)", dtype_name<X>(), N, C, OC,
                              !in_epilogue ? "separate GELU kernel"
@@ -329,22 +329,22 @@ template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fuse
     compare(name, "dinp through the GELU", vec_widen(dx), gdx.host(), bx<X>(1e-5));
     compare(name, "dW (+=)", vec_widen(cdW), gdW.host(), bx<X>(1e-5));
     compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
-    g_gelu_fusion = true;
-    g_lt_epilogues = true;
+    gpu.kernels.gelu_fusion = true;
+    gpu.kernels.lt_epilogues = true;
 }
 
 static const char* fused_words(int B, int T, int NKV) {  // " (flash, wgmma, fused backward, 2 splits)"
     static char w[96];
-    snprintf(w, sizeof(w), " (flash, wgmma, fused backward, %d split%s)", flash_fused_splits((long)B * NKV, T),
-             flash_fused_splits((long)B * NKV, T) > 1 ? "s" : "");
+    snprintf(w, sizeof(w), " (flash, wgmma, fused backward, %d split%s)", flash_fused_splits(gpu.kernels, (long)B * NKV, T),
+             flash_fused_splits(gpu.kernels, (long)B * NKV, T) > 1 ? "s" : "");
     return w;
 }
 // NKV < NH: grouped-query attention (the dK/dV pass sums over each key/value head's group).
 template <class X> static void check_attention(int B, int T, int C, int NH, int NKV, bool flash = true) {
-    g_flash_attention = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
+    gpu.kernels.flash = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
     char name[128]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d NKV=%d%s", dtype_name<X>(), B, T, C, NH, NKV,
-                             !use_flash<X>(C, NH) ? "" : flash_fused_backward_runs(C / NH) ? fused_words(B, T, NKV)
-                             : g_flash_wgmma && gpu_has_wgmma() ? (g_flash_wgmma_groups == 2 ?
+                             !use_flash<X>(gpu.kernels, C, NH) ? "" : flash_fused_backward_runs(gpu.kernels, C / NH) ? fused_words(B, T, NKV)
+                             : gpu.kernels.flash_wgmma && gpu_has_wgmma() ? (gpu.kernels.flash_wgmma_groups == 2 ?
                              " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<X>((size_t)B * T * W), dout = randn<X>((size_t)B * T * C);
@@ -359,7 +359,7 @@ template <class X> static void check_attention(int B, int T, int C, int NH, int 
     attention_backward(cpu, dqkv.data(), cdout.data(), cqkv.data(), out.data(), lse.data(), B, T, C, NH, NKV);
     attention_backward(gpu, gdqkv.p(), gdout.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, NKV);
     compare(name, "dqkv", vec_widen(dqkv), gdqkv.host(), bx<X>(1e-4));
-    g_flash_attention = true;
+    gpu.kernels.flash = true;
 }
 
 // Ring attention's pieces (context_parallel.h): a block of Tk borrowed keys merged into the running
@@ -370,7 +370,7 @@ template <class X> static void check_attention(int B, int T, int C, int NH, int 
 // outputs are fp32 on both sides).
 template <class X> static void check_attention_block(int B, int T, int Tk, int C, int NH, int NKV, int q0, int nq, int k0, int nk) {
     char name[160]; snprintf(name, sizeof(name), "%s attention block B=%d T=%d Tk=%d C=%d NH=%d NKV=%d q[%d,+%d) k[%d,+%d)%s", dtype_name<X>(), B,
-                             T, Tk, C, NH, NKV, q0, nq, k0, nk, use_flash<X>(C, NH) ? " (tensor cores)" : "");
+                             T, Tk, C, NH, NKV, q0, nq, k0, nk, use_flash<X>(gpu.kernels, C, NH) ? " (tensor cores)" : "");
     const QKVLayout L(C, NH, NKV);
     const size_t W = L.row(), KV2 = 2 * (size_t)L.kv();
     auto qkv = randn<X>((size_t)B * T * W), kv = randn<X>((size_t)B * Tk * KV2), dout = randn<X>((size_t)B * T * C);
@@ -385,7 +385,7 @@ template <class X> static void check_attention_block(int B, int T, int Tk, int C
     // The tensor-core kernels (16-bit, head size 64 or 128) round P and dS to X before their
     // products, as flash attention does: the bound of an X output (bx) for o, dq, dk, dv; the
     // warp-per-row kernels keep fp32 throughout: the fp32 side-output bound (bs)
-    const double sums = use_flash<X>(C, NH) ? bx<X>(1e-4) : bs<X>(1e-4);
+    const double sums = use_flash<X>(gpu.kernels, C, NH) ? bx<X>(1e-4) : bs<X>(1e-4);
     compare(name, "forward o (merged)", co, go.host(), sums);
     compare(name, "forward lse (merged)", clse, glse.host(), bs<X>(1e-5));
     std::vector<float> D((size_t)B * NH * T);
@@ -437,11 +437,11 @@ static void compare_bits(const char* name, const std::vector<float>* want, const
 static void check_flash_variants(int B, int T, int C, int NH, int NKV) {
     auto qkv = randn<bf16>((size_t)B * T * QKVLayout(C, NH, NKV).row()), dout = randn<bf16>((size_t)B * T * C);
     auto run = [&](bool ldsm, bool async, std::vector<float>* res, int rows = 16, int dq_rows = 16, int dkv_keys = 16) {
-        g_flash_ldmatrix = ldsm; g_flash_async = async; g_flash_forward_rows = rows; g_flash_dq_rows = dq_rows;
-        g_flash_dkv_keys = dkv_keys;
+        gpu.kernels.flash_ldmatrix = ldsm; gpu.kernels.flash_async = async; gpu.kernels.flash_forward_rows = rows; gpu.kernels.flash_dq_rows = dq_rows;
+        gpu.kernels.flash_dkv_keys = dkv_keys;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, res);
-        g_flash_ldmatrix = g_flash_async = true;
-        g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
+        gpu.kernels.flash_ldmatrix = gpu.kernels.flash_async = true;
+        gpu.kernels.flash_forward_rows = gpu.kernels.flash_dq_rows = gpu.kernels.flash_dkv_keys = 16;
     };
     std::vector<float> want[3], got[3];
     run(true, true, want);
@@ -529,7 +529,7 @@ template <int D> static void check_wgmma_products() {
 static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     if (!gpu_has_wgmma()) { printf("# skip: wgmma attention B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
     for (int groups : {1, 2}) {
-        g_flash_wgmma = true; g_flash_wgmma_groups = groups;
+        gpu.kernels.flash_wgmma = true; gpu.kernels.flash_wgmma_groups = groups;
         check_attention<bf16>(B, T, C, NH, NKV);
         check_attention<fp16>(B, T, C, NH, NKV);  // (wgmma's .f16 form)
     }
@@ -543,7 +543,7 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     const struct { int groups; bool overlap; const char* what; } variants[] = {
         {2, false, "each product waited for"}, {1, true, "1 warpgroup a block"}};
     for (const auto& v : variants) {
-        g_flash_wgmma_groups = v.groups; g_flash_wgmma_overlap = v.overlap;
+        gpu.kernels.flash_wgmma_groups = v.groups; gpu.kernels.flash_wgmma_overlap = v.overlap;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs 2 warpgroups overlapped", B, T, C,
                                  NH, NKV, v.what);
@@ -554,7 +554,7 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     // channels), so they agree where the tensor cores' two instructions round their 16-product
     // sums alike. Where they do, --flash-wgmma could be chosen per pass by timing, as --flash-rows
     // is, without two runs of the trainer ever differing; where not, only by a fixed default.
-    g_flash_wgmma = false;
+    gpu.kernels.flash_wgmma = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
     const char* what[3] = {"forward", "lse", "dqkv"};
     printf("# bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d against mma.sync (the default), for the log, not a check:", B, T, C, NH, NKV);
@@ -563,7 +563,7 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
         if (same) printf(" %s bit-identical%s", what[o], o < 2 ? "," : "\n");
         else printf(" %s differs (rel %.2e)%s", what[o], max_rel_diff(want[o], got[o]), o < 2 ? "," : "\n");
     }
-    g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
+    gpu.kernels.flash_wgmma = false; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true;
 }
 
 // The fused backward (flash_backward_fused_wgmma_kernel: head size 64, compute capability 9.0)
@@ -573,13 +573,13 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
 // second warpgroup's extra first tile adds exact zeros), its dQ within bf16's bound of theirs.
 static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     if (!gpu_has_wgmma()) { printf("# skip: fused backward B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
-    g_flash_wgmma = true; g_flash_wgmma_groups = 2; g_flash_fused_backward = true;
+    gpu.kernels.flash_wgmma = true; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_fused_backward = true;
     for (int S : {1, 2, 3}) {
-        g_flash_fused_splits = S;
+        gpu.kernels.flash_fused_splits = S;
         check_attention<bf16>(B, T, C, NH, NKV);
         if (S == 2) check_attention<fp16>(B, T, C, NH, NKV);
     }
-    g_flash_fused_splits = 2;
+    gpu.kernels.flash_fused_splits = 2;
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<bf16>((size_t)B * T * W), dout = randn<bf16>((size_t)B * T * C);
     std::vector<float> fused[3], got[3];
@@ -587,12 +587,12 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     char name[180]; snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, two runs", B, T, C, NH, NKV);
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
     compare_bits(name, fused, got);
-    g_flash_wgmma_overlap = false;
+    gpu.kernels.flash_wgmma_overlap = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
-    g_flash_wgmma_overlap = true;
+    gpu.kernels.flash_wgmma_overlap = true;
     snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, each product waited for vs overlapped", B, T, C, NH, NKV);
     compare_bits(name, fused, got);
-    g_flash_fused_backward = false;
+    gpu.kernels.flash_fused_backward = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
     auto columns = [&](const std::vector<float>& x, size_t c0, size_t c1) {  // columns [c0, c1) of every row of dqkv
         std::vector<float> r;
@@ -602,7 +602,7 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d vs the two wgmma passes", B, T, C, NH, NKV);
     compare(name, "dK, dV (bit for bit)", columns(got[2], C, W), columns(fused[2], C, W), 0.0);
     compare(name, "dQ (its sums in another order)", columns(got[2], 0, C), columns(fused[2], 0, C), bx<bf16>(1e-4));
-    g_flash_wgmma = false; g_flash_fused_splits = 0;
+    gpu.kernels.flash_wgmma = false; gpu.kernels.flash_fused_splits = 0;
 }
 
 template <class X> static void check_elementwise(size_t N) {
@@ -643,9 +643,9 @@ template <class X> static void check_classifier(int N, int V, int Vp) {
     // same elements in the same order, so the same bits as above
     Dev<X> glog2(logits);
     DevF gloss2(losses, true);
-    g_classifier_staged = true;
+    gpu.kernels.classifier_staged = true;
     fused_classifier(gpu, glog2.p(), gloss2.p(), dt.data(), N, V, Vp, 1.0f / N);
-    g_classifier_staged = false;
+    gpu.kernels.classifier_staged = false;
     compare(name, "row staged in shared memory vs not: losses", gloss.host(), gloss2.host(), 0.0);
     compare(name, "row staged in shared memory vs not: dlogits", glog.host(), glog2.host(), 0.0);
 }

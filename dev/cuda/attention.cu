@@ -50,11 +50,11 @@ For v5 and v6 the backward's time is also split between its two passes (backward
 // alone; the dK/dV pass is the rest of the whole backward's time. Run alone, the dK/dV pass needs
 // the D kernel before it: that run less the pass is the kernel the dQ pass's D replaces.
 static void backward_split(const std::function<void()>& backward, double flops_fwd, float ms_all) {
-    g_flash_backward_passes = 2;
+    gpu_ctx.kernels.flash_backward_passes = 2;
     const float q = time_ms(backward);
-    g_flash_backward_passes = 1;
+    gpu_ctx.kernels.flash_backward_passes = 1;
     const float kv_alone = time_ms(backward);
-    g_flash_backward_passes = 3;
+    gpu_ctx.kernels.flash_backward_passes = 3;
     const float kv = std::max(1e-6f, ms_all - q);
     printf("  backward split: dK/dV pass %.3f ms (%.1f TFLOP/s), dQ pass with D %.3f ms (%.1f TFLOP/s); a D kernel instead ~%.3f ms\n",
            kv, 2.0 * flops_fwd / kv / 1e9, q, 1.5 * flops_fwd / q / 1e9, std::max(0.0f, kv_alone - kv));
@@ -80,36 +80,36 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < r.size(); i++) r[i] = from_f<bf16>((float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
         ctx_copy(gpu_ctx, q.data(), r.data(), r.size() * 2);
         ctx_copy(gpu_ctx, d.data(), r.data(), d.size() * 2);
-        const char* name = use_flash<bf16>(C, NH) ? "v5 bf16 flash cp.async" : "v2 bf16 warp-per-row";
+        const char* name = use_flash<bf16>(gpu_ctx.kernels, C, NH) ? "v5 bf16 flash cp.async" : "v2 bf16 warp-per-row";
         float msf = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); });
         float msb = time_ms([&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH, NKV); });
         printf("forward  %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msf, flops_fwd / msf / 1e9);
         printf("backward %-28s %8.3f ms  %6.2f TFLOP/s\n", name, msb, 2.5 * flops_fwd / msb / 1e9);
         auto bwd = [&] { attention_backward(gpu_ctx, dq.data(), d.data(), q.data(), o.data(), l.data(), B, T, C, NH, NKV); };
-        if (use_flash<bf16>(C, NH)) backward_split(bwd, flops_fwd, msb);
-        if (use_flash<bf16>(C, NH) && C / NH == 64) {  // v6: 32 rows (keys) per warp in the forward and both passes
-            g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 32;
+        if (use_flash<bf16>(gpu_ctx.kernels, C, NH)) backward_split(bwd, flops_fwd, msb);
+        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && C / NH == 64) {  // v6: 32 rows (keys) per warp in the forward and both passes
+            gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 32;
             float f32 = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); }), b32 = time_ms(bwd);
             printf("  with 32 rows per warp (v6): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
                    f32, flops_fwd / f32 / 1e9, b32, 2.5 * flops_fwd / b32 / 1e9);
             backward_split(bwd, flops_fwd, b32);
-            g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
+            gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        if (use_flash<bf16>(C, NH)) {
+        if (use_flash<bf16>(gpu_ctx.kernels, C, NH)) {
             // what the trainer runs by default: --flash-rows auto (head size 64: each pass timed
             // with 16 and 32 rows a warp at its first launch, the faster kept) and --flash-wgmma auto
             // (compute capability 9.0: each pass's first launches run with wgmma and mma.sync,
             // wgmma kept where faster and of the same bits); the choices are printed
-            g_flash_rows_auto = g_flash_wgmma_auto = g_flash_fused_backward = true;
-            flash_autotune_reset();
+            gpu_ctx.kernels.flash_rows_auto = gpu_ctx.kernels.flash_wgmma_auto = gpu_ctx.kernels.flash_fused_backward = true;
+            autotune_forget(gpu_ctx);
             auto fwd = [&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); };
             for (int i = 0; i < FLASH_WGMMA_SAMPLES; i++) fwd(), bwd();  // (the launches that decide)
             float fa = time_ms(fwd), ba = time_ms(bwd);
-            const bool fused = flash_fused_backward_runs(C / NH);
+            const bool fused = flash_fused_backward_runs(gpu_ctx.kernels, C / NH);
             printf("  with --flash-rows auto --flash-wgmma auto --flash-backward fused (the trainer's defaults%s): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
                    fused ? "; the fused backward ran" : "; the two backward passes ran", fa, flops_fwd / fa / 1e9, ba, 2.5 * flops_fwd / ba / 1e9);
             if (fused) {  // the same run with the two passes (--flash-backward split), for the ratio
-                g_flash_fused_backward = false;
+                gpu_ctx.kernels.flash_fused_backward = false;
                 for (int i = 0; i < FLASH_WGMMA_SAMPLES; i++) bwd();
                 const float bs = time_ms(bwd);
                 printf("  with --flash-backward split (the two passes, else the same): backward %.3f ms (%.1f TFLOP/s); fused / split time %.2f\n",
@@ -117,18 +117,18 @@ int main(int argc, char** argv) {
             } else {
                 backward_split(bwd, flops_fwd, ba);
             }
-            g_flash_rows_auto = g_flash_wgmma_auto = g_flash_fused_backward = false;
-            flash_autotune_reset();
-            g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
+            gpu_ctx.kernels.flash_rows_auto = gpu_ctx.kernels.flash_wgmma_auto = gpu_ctx.kernels.flash_fused_backward = false;
+            autotune_forget(gpu_ctx);
+            gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        if (use_flash<bf16>(C, NH) && gpu_has_wgmma())  // v7, v8, v9: wgmma, 2 or 1 warpgroups a block, overlapped or not
+        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())  // v7, v8, v9: wgmma, 2 or 1 warpgroups a block, overlapped or not
             for (int v : {7, 8, 9}) {
-                g_flash_wgmma = true; g_flash_wgmma_groups = v == 8 ? 1 : 2; g_flash_wgmma_overlap = v != 9;
+                gpu_ctx.kernels.flash_wgmma = true; gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : 2; gpu_ctx.kernels.flash_wgmma_overlap = v != 9;
                 float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); }), bw = time_ms(bwd);
                 printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-                       g_flash_wgmma_groups, v == 9 ? ", no overlap" : "", v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
+                       gpu_ctx.kernels.flash_wgmma_groups, v == 9 ? ", no overlap" : "", v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
                 backward_split(bwd, flops_fwd, bw);
-                g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
+                gpu_ctx.kernels.flash_wgmma = false; gpu_ctx.kernels.flash_wgmma_groups = 2; gpu_ctx.kernels.flash_wgmma_overlap = true;
             }
         {   // a ring attention block (context parallelism, cp = 2 zigzag: T/2 queries over T/2 borrowed
             // keys, all visible), on the tensor cores (16-bit, head size 64/128) and warp-per-row
@@ -140,15 +140,15 @@ int main(int argc, char** argv) {
             ctx_zero(gpu_ctx, ob.data(), ob.bytes()); ctx_zero(gpu_ctx, D.data(), D.bytes());
             const double bflops = 4.0 * B * h * (double)h * C;  // Q·Kᵀ and P·V over the whole block
             for (bool tc : {true, false}) {
-                if (tc && !use_flash<bf16>(C, NH)) continue;
-                g_flash_attention = tc;
+                if (tc && !use_flash<bf16>(gpu_ctx.kernels, C, NH)) continue;
+                gpu_ctx.kernels.flash = tc;
                 attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV);  // (a finite lse to merge into)
                 float fw = time_ms([&] { attention_block_forward(gpu_ctx, ob.data(), l.data(), q.data(), kv.data(), B, T, h, C, NH, NKV, h, h, 0, h); });
                 float bw = time_ms([&] { attention_block_backward(gpu_ctx, dx.data(), dkv.data(), d.data(), q.data(), kv.data(), l.data(), D.data(), B, T, h, C, NH, NKV, h, h, 0, h); });
                 printf("  ring block %d x %d keys (cp = 2), %s: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n", h, h,
                        tc ? "tensor cores" : "warp-per-row", fw, bflops / fw / 1e9, bw, 2.5 * bflops / bw / 1e9);
             }
-            g_flash_attention = true;
+            gpu_ctx.kernels.flash = true;
         }
         return 0;
     }
@@ -179,16 +179,16 @@ int main(int argc, char** argv) {
                            "v9 wgmma, no overlap"};
     for (int v = 2; v <= 9; v++) {
         const bool flash = v >= 3;
-        g_flash_attention = flash;
-        g_flash_ldmatrix = v >= 4;
-        g_flash_async = v >= 5;
-        g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = v == 6 ? 32 : 16;
-        g_flash_wgmma = v >= 7;
-        g_flash_wgmma_groups = v == 8 ? 1 : 2;
-        g_flash_wgmma_overlap = v != 9;
+        gpu_ctx.kernels.flash = flash;
+        gpu_ctx.kernels.flash_ldmatrix = v >= 4;
+        gpu_ctx.kernels.flash_async = v >= 5;
+        gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = v == 6 ? 32 : 16;
+        gpu_ctx.kernels.flash_wgmma = v >= 7;
+        gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : 2;
+        gpu_ctx.kernels.flash_wgmma_overlap = v != 9;
         const char* name = names[v];
         if (v >= 7 && !gpu_has_wgmma()) { printf("%s: compute capability 9.0 only\n", name); continue; }
-        if (flash && !use_flash<bf16>(C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
+        if (flash && !use_flash<bf16>(gpu_ctx.kernels, C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
         if (v == 6 && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
         auto f = [&] { attention_forward(gpu_ctx, g_out.p(), glse.p(), g_qkv.p(), B, T, C, NH, NKV); };
         auto b = [&] { attention_backward(gpu_ctx, g_dqkv.p(), g_dout.p(), g_qkv.p(), g_out.p(), glse.p(), B, T, C, NH, NKV); };
@@ -198,8 +198,8 @@ int main(int argc, char** argv) {
         printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_dqkv, g_dqkv.host(), 1e-2), msb, 2.5 * flops_fwd / msb / 1e9);
         if (v >= 5) backward_split(b, flops_fwd, msb);
     }
-    g_flash_attention = g_flash_ldmatrix = g_flash_async = true;
-    g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 16;
-    g_flash_wgmma = false; g_flash_wgmma_groups = 2; g_flash_wgmma_overlap = true;
+    gpu_ctx.kernels.flash = gpu_ctx.kernels.flash_ldmatrix = gpu_ctx.kernels.flash_async = true;
+    gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
+    gpu_ctx.kernels.flash_wgmma = false; gpu_ctx.kernels.flash_wgmma_groups = 2; gpu_ctx.kernels.flash_wgmma_overlap = true;
     return dev_done();
 }

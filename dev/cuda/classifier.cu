@@ -6,9 +6,9 @@ CPU reference vs CUDA versions, in fp32 and bf16.
   v2: llmc/fused_classifier.cuh: two passes (max and normalizer together by online softmax,
       then the gradient), 16-byte packs
   v3: v2 with the row copied into shared memory first (cp.async) and both passes reading it
-      there (g_classifier_staged): the logits cross device memory twice (in, out), not three
+      there (gpu_ctx.kernels.classifier_staged): the logits cross device memory twice (in, out), not three
       times; the same bits as v2
-  v4: v2 with 1024 threads a row (g_classifier_threads) instead of 512: two rows an SM in flight
+  v4: v2 with 1024 threads a row (gpu_ctx.kernels.classifier_threads) instead of 512: two rows an SM in flight
       instead of four, 26 MB of bf16 GPT-2 rows on an H100 rather than 52, under its 50 MB L2,
       so that pass 2's re-read of the row may hit it; the row summed in another order
 Reports max relative error and time and effective bandwidth over the bytes that must move (the
@@ -56,14 +56,14 @@ template <class floatX> static void run(int N, int V, int Vp) {
         {"v1 three passes, 1 element/load", [&] { classifier_v1_kernel<<<N, 512, 0, gpu_ctx.stream>>>(glog.p(), gloss.p(), gt.data(), V, Vp, 1.0f / N); }},
         {"v2 online softmax, 16-byte packs", [&] { fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N); }},
         {"v3 v2, the row staged in shared memory", [&] {
-            g_classifier_staged = true;
+            gpu_ctx.kernels.classifier_staged = true;
             fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N);
-            g_classifier_staged = false;
+            gpu_ctx.kernels.classifier_staged = false;
         }},
         {"v4 v2, 1024 threads a row", [&] {
-            g_classifier_threads = 1024;
+            gpu_ctx.kernels.classifier_threads = 1024;
             fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N);
-            g_classifier_threads = 512;
+            gpu_ctx.kernels.classifier_threads = 512;
         }},
     };
     auto restore = [&] { ctx_copy(gpu_ctx, glog.p(), fresh.p(), start.size() * sizeof(floatX)); };

@@ -1,7 +1,7 @@
 /*
 dev/cuda/layernorm.cu — LayerNorm forward and backward, and the residual add: CPU reference vs
 CUDA versions, in fp32 and bf16.
-  v1: llmc/layernorm.cuh with g_layernorm_packs = false: one element per load (a warp reads
+  v1: llmc/layernorm.cuh with gpu_ctx.kernels.layernorm_packs = false: one element per load (a warp reads
       32 consecutive elements, coalesced, but 2 or 4 bytes per lane and instruction)
   v2: the same kernels moving 16 bytes per load and store (common.h: Pack): 8 bf16 or 4 fp32
       elements per instruction; the parameter gradients' row chunks are split over the 8 warps
@@ -14,7 +14,7 @@ CUDA versions, in fp32 and bf16.
   v4: v3 with the residual add and the LayerNorm after it in one kernel (residual_layernorm_forward:
       the sum is written and normalized in one pass, not read back from memory) — the trainer's.
       The "res+fwd" row times the residual add then the forward: two kernels in v1-v3, one in v4 and v5.
-  v5: v4 with the one-kernel backward prefetching dinp in its first pass (g_layernorm_prefetch;
+  v5: v4 with the one-kernel backward prefetching dinp in its first pass (gpu_ctx.kernels.layernorm_prefetch;
       where the sums are in registers, C ≤ 1024: each row then waits for device memory once, not
       twice); elsewhere the same kernels as v4.
 All three ops are memory-bound, so each line reports bandwidth over the bytes that must move
@@ -46,9 +46,9 @@ template <class X> static void run(int N, int C) {
     const char* names[] = {"", "v1 one element per load", "v2 16-byte packs", "v3 one-kernel backward", "v4 residual fused",
                            "v5 v4, dinp prefetched"};
     for (int v = 1; v <= 5; v++) {
-        g_layernorm_packs = v >= 2;
-        g_layernorm_fused = v >= 3;
-        g_layernorm_prefetch = v >= 5;
+        gpu_ctx.kernels.layernorm_packs = v >= 2;
+        gpu_ctx.kernels.layernorm_fused = v >= 3;
+        gpu_ctx.kernels.layernorm_prefetch = v >= 5;
         const char* name = names[v];
         gdx.set(dx0); gdw.set(std::vector<X>(C, from_f<X>(0.0f))); gdb.set(std::vector<X>(C, from_f<X>(0.0f)));
         auto f = [&] { layernorm_forward(gpu_ctx, gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C); };
@@ -74,8 +74,8 @@ template <class X> static void run(int N, int C) {
         printf("%s %-24s residual rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_res, mr, 3 * NC * s / mr / 1e6);
         printf("%s %-24s res+fwd  rel err %.2e  %8.3f ms %7.1f GB/s\n", dtype_name<X>(), name, e_rf, mrf, 4 * NC * s / mrf / 1e6);
     }
-    g_layernorm_packs = g_layernorm_fused = true;
-    g_layernorm_prefetch = false;
+    gpu_ctx.kernels.layernorm_packs = gpu_ctx.kernels.layernorm_fused = true;
+    gpu_ctx.kernels.layernorm_prefetch = false;
 }
 
 int main(int argc, char** argv) {

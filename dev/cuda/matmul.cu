@@ -4,19 +4,19 @@ CUDA versions, in bf16 (the trainer's GPU precision; fp32 matmuls are gpucheck_o
 checks, not a speed path).
   v1: the trainer's: the MLP's GELU rides in cuBLASLt's epilogues (GELU_AUX_BIAS forward, the
       pre-activation stored as the aux matrix; DGELU backward)
-  v2: the GELU apart (g_gelu_fusion = false): the matmul, then llmc/gelu.cuh's kernel, which
+  v2: the GELU apart (gpu_ctx.kernels.gelu_fusion = false): the matmul, then llmc/gelu.cuh's kernel, which
       reads and writes the 4C-wide activation once more each way
   v3: FP8 (--precision fp8; llmc/fp8.cuh): each product's operands quantized (the amax pass and
       the cast, the backward's transposed copies) and multiplied by cuBLASLt's FP8 kernels; the
       GELU apart. The time includes the quantize kernels: what the trainer pays. Checked against
       the CPU's FP8 emulation (the same codes on both sides: the bf16 bound)
-  v4: v3 with cuBLASLt's FP8 fast accumulation (matmul.cuh: g_fp8_fast_accum; no periodic
+  v4: v3 with cuBLASLt's FP8 fast accumulation (matmul.cuh: gpu_ctx.kernels.fp8_fast_accum; no periodic
       promotion of the tensor cores' accumulator to fp32)
   v5: v3 with delayed scaling (--fp8-scaling delayed): the scales from an amax history (one
       recording step on the checked rows, both devices), so each quantize is one pass that casts
       and records the amax (atomicMax): one read of each bf16 operand instead of two. Checked as
       v3 (both sides quantize with the same history's scales)
-  v6: v1 with --matmul-tune 1 (matmul.cuh: g_matmul_tune), every product tuned here (the checked
+  v6: v1 with --matmul-tune 1 (matmul.cuh: gpu_ctx.kernels.matmul_tune), every product tuned here (the checked
       rows' too): at its first call each of cuBLASLt's candidates runs, and the fastest of those
       that wrote the heuristic's first's bits is kept (each decision printed). Against v1: what
       tuning gains at these shapes
@@ -125,15 +125,15 @@ static Layer mlp(int N, int C) {
 }
 
 static void run(Layer& L, int version, int N, int check) {
-    g_gelu_fusion = version == 1 || version == 6;
-    g_matmul_tune = version == 6;
-    const double tune_flops = g_matmul_tune_flops;
-    if (version == 6) { g_matmul_tune_flops = 1; lt_algos_forget(); }
+    gpu_ctx.kernels.gelu_fusion = version == 1 || version == 6;
+    gpu_ctx.kernels.matmul_tune = version == 6;
+    const double tune_flops = gpu_ctx.kernels.matmul_tune_flops;
+    if (version == 6) { gpu_ctx.kernels.matmul_tune_flops = 1; autotune_forget(gpu_ctx); }
+    gpu_ctx.kernels.fp8_fast_accum = version == 4;
     Ctx cpu = cpu_ctx, gpu = gpu_ctx;
     cpu.fp8 = gpu.fp8 = version >= 3 && version <= 5;  // (v3-v5)
-    g_fp8_fast_accum = version == 4;
     Tensors& t = *L.t;
-    const long dequantized_before = g_fp8_dequantized_products;
+    const long dequantized_before = gpu_ctx.tuned->fp8_dequantized_products;
     Fp8Delayed dcpu, dgpu;  // v5: each device's state, from one recording step on the checked rows
     if (version == 5)
         for (auto [c, d] : {std::pair{&cpu, &dcpu}, std::pair{&gpu, &dgpu}}) {
@@ -163,11 +163,11 @@ static void run(Layer& L, int version, int N, int check) {
     printf("v%d %-10s rel err %.2e (worst: %-9s)  forward %8.3f ms %6.1f TFLOP/s  backward %8.3f ms %6.1f TFLOP/s"
            "  both %8.3f ms %6.1f TFLOP/s\n", version, L.name, worst, which.c_str(), mf, f / mf / 1e9, mb, 2 * f / mb / 1e9,
            mfb, 3 * f / mfb / 1e9);
-    if (g_fp8_dequantized_products > dequantized_before)  // (matmul.cuh's fallback: not FP8's speed)
+    if (gpu_ctx.tuned->fp8_dequantized_products > dequantized_before)  // (matmul.cuh's fallback: not FP8's speed)
         printf("    (cuBLASLt refused these FP8 products: they ran as bf16 products of the dequantized values)\n");
-    g_gelu_fusion = true;
-    g_fp8_fast_accum = false;
-    if (version == 6) { g_matmul_tune = false; g_matmul_tune_flops = tune_flops; lt_algos_forget(); }
+    gpu_ctx.kernels.gelu_fusion = true;
+    gpu_ctx.kernels.fp8_fast_accum = false;
+    if (version == 6) { gpu_ctx.kernels.matmul_tune = false; gpu_ctx.kernels.matmul_tune_flops = tune_flops; autotune_forget(gpu_ctx); }
 }
 
 // dbias += the column sums of dout (N × OC): each BiasGrad way, checked on `check` rows, then timed
@@ -179,7 +179,7 @@ static void bias_grads(int N, int C, int OC, int check) {
     static const char* names[] = {"Warps (8 warps split each chunk's rows)", "Columns (a thread per column pack)",
                                   "Epilogue (cuBLASLt BGRADB on dW)"};
     for (BiasGrad bg : {BiasGrad::Warps, BiasGrad::Columns, BiasGrad::Epilogue}) {
-        g_bias_grad = bg;
+        gpu_ctx.kernels.bias_grad = bg;
         t.sync();
         double e = 0;
         if (bg != BiasGrad::Epilogue) {  // the kernels alone, against the column sums on the host
@@ -204,7 +204,7 @@ static void bias_grads(int N, int C, int OC, int check) {
             printf("OC=%-5d %-40s rel err %.2e  alone %8.3f ms %7.1f GB/s  backward %8.3f ms\n", OC, names[(int)bg],
                    std::max(e, eb), alone, 2.0 * N * OC / alone / 1e6, bwd);
     }
-    g_bias_grad = BiasGrad::Warps;
+    gpu_ctx.kernels.bias_grad = BiasGrad::Warps;
 }
 
 int main(int argc, char** argv) {

@@ -1,0 +1,71 @@
+/*
+kernel_options.h — which kernel runs where an op has more than one (GPU only).
+
+Every op call takes a Ctx (common.h), and the Ctx carries one KernelOptions. The trainer sets it
+once from its flags (--flash-rows, --flash-wgmma, --flash-backward, --matmul-tune,
+--classifier-staged); the playgrounds (dev/cuda) and gpucheck_ops set other fields to compare
+the variants. Every variant computes the same function, and most give the same bits; the ones
+that do not (flash_fused_backward, classifier_threads) say so below.
+
+An "auto" option is decided by timing at the op's first large call, among variants that write
+the same bits (autotune.cuh). Its thresholds come from the environment, read here in one place:
+  LLMC_FLASH_TUNE_BLOCKS       flash launches of at least this many blocks are timed (256)
+  LLMC_MATMUL_TUNE_FLOPS       products of at least this many flops are tuned (1e10)
+  LLMC_CLASSIFIER_TUNE_ROWS    loss calls of at least this many rows are timed (4096)
+
+Main functions: kernel_options_from_env (the defaults, with those thresholds).
+Tests: test/gpucheck_ops.cu (each variant against the CPU op), test/test_gpu_train.sh (each
+trainer choice bit-identical to the default). More: docs/kernels.md.
+*/
+#pragma once
+#include <cstdlib>
+
+// dbias's column sums (matmul.cuh): our warp kernel, a thread per column, or cuBLASLt's epilogue.
+enum class BiasGrad { Warps, Columns, Epilogue };
+
+struct KernelOptions {
+    // flash attention (attention.cuh)
+    bool flash = true;                 // false: the warp-per-row kernels
+    bool flash_ldmatrix = true;        // false: per-lane shared-memory loads
+    bool flash_async = true;           // false: tiles staged through registers (no cp.async)
+    int flash_forward_rows = 16;       // query rows a warp in the forward: 16, or 32 (head size 64)
+    int flash_dq_rows = 16;            // query rows a warp in the dQ pass: 16 or 32
+    int flash_dkv_keys = 16;           // keys a warp in the dK/dV pass: 16 or 32
+    bool flash_rows_auto = false;      // --flash-rows auto: time 16 and 32 per pass, keep the faster
+    bool flash_wgmma = false;          // wgmma kernels on compute capability 9.0
+    bool flash_wgmma_auto = false;     // --flash-wgmma auto: wgmma where faster and of the same bits
+    bool flash_wgmma_overlap = true;   // false: wait for each wgmma at once (same bits; a check)
+    int flash_wgmma_groups = 2;        // warpgroups a block: 1 or 2
+    int flash_backward_passes = 3;     // bit 0: the dK/dV pass, bit 1: the dQ pass (timing one alone)
+    bool flash_fused_backward = false; // one fused backward pass at head size 64 (dQ in another order)
+    int flash_fused_splits = 0;        // its key-block splits (0: flash_fused_splits chooses)
+    long flash_tune_blocks = 256;
+    // matmuls (matmul.cuh)
+    bool matmul_tune = false;          // --matmul-tune: time cuBLASLt's candidates (same bits only)
+    double matmul_tune_flops = 1e10;
+    bool lt_epilogues = true;          // false: bias and GELU in our kernels after a plain product
+    bool fp8_fast_accum = false;       // FP8 products without fp32 promotion (Hopper; faster, less exact)
+    bool gelu_fusion = true;           // the GELU in the matmul's epilogue where cuBLASLt takes it
+    BiasGrad bias_grad = BiasGrad::Warps;
+    // the loss kernel (fused_classifier.cuh)
+    bool classifier_staged = false;      // the row staged in shared memory where it fits
+    bool classifier_staged_auto = false; // --classifier-staged auto: staged where faster, same bits
+    int classifier_threads = 512;        // a row's block size (another size sums in another order)
+    long classifier_tune_rows = 4096;
+    // LayerNorm (layernorm.cuh)
+    bool layernorm_packs = true;       // false: one element a load
+    bool layernorm_fused = true;       // false: the backward as two kernels (same bits)
+    bool layernorm_prefetch = false;   // the fused backward loads dinp in its first pass
+};
+
+inline KernelOptions kernel_options_from_env() {
+    KernelOptions o;
+    auto env = [](const char* name, double dflt) {
+        const char* e = getenv(name);
+        return e && atof(e) > 0 ? atof(e) : dflt;
+    };
+    o.flash_tune_blocks = (long)env("LLMC_FLASH_TUNE_BLOCKS", 256);
+    o.matmul_tune_flops = env("LLMC_MATMUL_TUNE_FLOPS", 1e10);
+    o.classifier_tune_rows = (long)env("LLMC_CLASSIFIER_TUNE_ROWS", 4096);
+    return o;
+}
