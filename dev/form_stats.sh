@@ -14,7 +14,7 @@ ctags --fields=+ne --c++-kinds=f --language-force=c++ -o - "${files[@]}" 2>/dev/
             if ($1 == "main" && $2 == "train_gpt.cu") print "main: " n " lines";
             if (n > max) print "over " max " lines: " $2 ":" line " " $1 " (" n ")" }
     }'
-globals=$(grep -hoE "^(inline|static)[^(]*\bg_[a-z0-9_]+ *(=|;|\[|\{|,)" "${files[@]}" | grep -oE "\bg_[a-z0-9_]+" | sort -u)
+globals=$(grep -hoE "^(inline|static)[^(]*(\(\*)?\bg_[a-z0-9_]+\)? *(=|;|\[|\{|,|\()" "${files[@]}" | grep -oE "\bg_[a-z0-9_]+" | sort -u)
 echo "g_ globals: $(echo "$globals" | grep -c .) ($(echo $globals))"
 code=$(grep -vE '^\s*(//|$|\*|/\*)' llmc/model.h | wc -l)
 par=$(grep -vE '^\s*(//|$|\*|/\*)' llmc/model.h | grep -ciE '\b(tp|sp|pp|cp|vpp)\b|tp_|_tp\b|sp_|pp_|cp_|stage|slot|chunk')

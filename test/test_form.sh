@@ -3,8 +3,9 @@
 # with a header of at most 25 lines that names its tests, and every docs/ chapter a header or the
 # README links to exists, and every log docs/ and the README link to; the README is a guide of at
 # most 3,000 words with make train in its first 40 lines; the code's shape: train_gpt.cu's main at
-# most 80 lines, no function of train_gpt.cu or llmc/ over 120 (test/function_lengths.awk), the
-# dtype template parameter named floatX so that T is the sequence length. Prints "ok"/"not ok" lines.
+# most 80 lines, no function of train_gpt.cu or llmc/ over 120 (test/function_lengths.awk), at
+# most 8 process-wide g_ globals (kernel choices live in Ctx: llmc/kernel_options.h), the dtype
+# template parameter named floatX so that T is the sequence length. Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
 long="" notest="" missing=""
@@ -39,3 +40,11 @@ tparam=$(grep -nE "template *<[^>]*\b(class|typename) T\b" llmc/*.h llmc/*.cuh t
 tvar=$(grep -nwE "T_" llmc/*.h llmc/*.cuh train_gpt.cu | head -3)
 [ -z "$tparam$tvar" ] && echo "ok - the dtype template parameter is floatX and T is the sequence length (no T_)" ||
     echo "not ok - a template parameter T or a T_ is back: $tparam $tvar"
+long_fns=$(awk -v max=120 -f test/function_lengths.awk train_gpt.cu llmc/*.h llmc/*.cuh)
+[ -z "$long_fns" ] && echo "ok - no function of train_gpt.cu or llmc/ is over 120 lines" ||
+    echo "not ok - functions over 120 lines: $long_fns"
+globals=$(grep -hoE "^(inline|static)[^(]*(\(\*)?\bg_[a-z0-9_]+\)? *(=|;|\[|\{|,|\()" train_gpt.cu llmc/*.h llmc/*.cuh |
+          grep -oE "\bg_[a-z0-9_]+" | sort -u | tr '\n' ' ')
+n=$(wc -w <<<"$globals")
+[ "$n" -le 8 ] && echo "ok - $n process-wide g_ globals (at most 8: process state only): $globals" ||
+    echo "not ok - $n process-wide g_ globals (at most 8; a kernel choice belongs in KernelOptions): $globals"

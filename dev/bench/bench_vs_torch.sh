@@ -31,7 +31,7 @@ for hs in 64 128; do
         grep "with --flash-backward split" "$tmp/ours.txt" | sed "s/^ *with --flash-backward split[^:]*: /- B=$B T=$T hs=$hs: /" >>"$tmp/fused.txt"
         # what --flash-rows auto (head size 64) and --flash-wgmma auto kept for each pass, with both times
         grep "^flash attention: " "$tmp/ours.txt" | sed "s/^flash attention: /- B=$B T=$T hs=$hs: /" >>"$tmp/auto.txt"
-        # head size 64: the 32-rows-per-warp variant (v6: g_flash_forward_rows = g_flash_dq_rows = g_flash_dkv_keys = 32)
+        # head size 64: the 32-rows-per-warp variant (v6: kernels.flash_forward_rows = flash_dq_rows = flash_dkv_keys = 32)
         grep -A1 "with 32 rows per warp" "$tmp/ours.txt" | tr -d '\n' | sed "s/^ *with 32 rows per warp (v6): /- B=$B T=$T hs=$hs: /; s/ *backward split: /; split: /" \
             | grep . >>"$tmp/v6.txt"
         # compute capability 9.0: the wgmma kernels (v7 two warpgroups a block, v8 one, v9 two without the software pipeline)
@@ -98,13 +98,13 @@ if [ -s "$tmp/splits.txt" ]; then
 fi
 if [ -s "$tmp/v6.txt" ]; then
     echo
-    echo "Head size 64 with 32 rows per warp: query rows in the forward and the dQ pass, keys in the dK/dV pass (v6, the switches g_flash_forward_rows, g_flash_dq_rows and g_flash_dkv_keys; the splits above are 16's):"
+    echo "Head size 64 with 32 rows per warp: query rows in the forward and the dQ pass, keys in the dK/dV pass (v6, the options flash_forward_rows, flash_dq_rows and flash_dkv_keys of KernelOptions; the splits above are 16's):"
     echo
     cat "$tmp/v6.txt"
 fi
 if [ -s "$tmp/wgmma.txt" ]; then
     echo
-    echo "Compute capability 9.0, the wgmma kernels (--flash-wgmma 1; v7 two warpgroups a block, v8 one, v9 two with each product waited for at once, g_flash_wgmma_overlap = false):"
+    echo "Compute capability 9.0, the wgmma kernels (--flash-wgmma 1; v7 two warpgroups a block, v8 one, v9 two with each product waited for at once, flash_wgmma_overlap = false):"
     echo
     cat "$tmp/wgmma.txt"
 fi
