@@ -1,0 +1,91 @@
+/*
+errors.h — one-line errors, checked file I/O, the clock and sizes for people.
+
+Every error is one line that says what and where, then an exit: usage_error for a bad command
+line (exit 2; only rank 0 prints, and every rank leaves together), fatal and CHECK for bad data
+or I/O (exit 1; the rank prints, prefixed with its number). print0: rank 0 alone prints.
+fopen_or_die, fread_or_die, fwrite_or_die: every file operation checked, the file named.
+
+Main functions: usage_error, fatal, CHECK, print0, fopen_or_die, now_seconds, ceil_div,
+format_bytes.
+
+Tests: test/test_cli.sh (the messages and exit codes), test/test_ops.cpp. More: docs/backends.md.
+*/
+#pragma once
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <chrono>
+#include <string>
+
+// ----------------------------------------------------------------------------
+// errors
+
+inline int g_rank = 0, g_world = 1;        // this process in the world (set by comm.h)
+inline void (*g_leave_collectively)() = nullptr;  // comm.h: finalize MPI when all ranks exit
+
+[[noreturn]] inline void die_with(int code, bool collective, const char* fmt, va_list ap) {
+    fflush(stdout);
+    if (!collective || g_rank == 0) {
+        if (g_world > 1 && !collective) fprintf(stderr, "[rank %d] ", g_rank);
+        fprintf(stderr, "error: ");
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n");
+    }
+    if (collective && g_leave_collectively) g_leave_collectively();
+    exit(code);
+}
+[[noreturn]] inline void usage_error(const char* fmt, ...) {
+    va_list ap; va_start(ap, fmt); die_with(2, true, fmt, ap);
+}
+[[noreturn]] inline void fatal(const char* fmt, ...) {
+    va_list ap; va_start(ap, fmt); die_with(1, false, fmt, ap);
+}
+inline void print0(const char* fmt, ...) {
+    if (g_rank != 0) return;
+    va_list ap; va_start(ap, fmt); vprintf(fmt, ap); va_end(ap);
+}
+#define CHECK(cond, ...) do { if (!(cond)) fatal(__VA_ARGS__); } while (0)
+
+// ----------------------------------------------------------------------------
+// files: every open/read/write checked, with the file name in the message
+
+inline FILE* fopen_or_die(const char* path, const char* mode) {
+    FILE* f = fopen(path, mode);
+    if (!f) fatal("cannot open '%s' (%s): %s", path, mode, strerror(errno));
+    return f;
+}
+inline void fread_or_die(void* dst, size_t size, size_t n, FILE* f, const char* path) {
+    size_t got = fread(dst, size, n, f);
+    if (got != n) fatal("'%s' is truncated: expected %zu more bytes, got %zu", path, size * n, size * got);
+}
+inline void fwrite_or_die(const void* src, size_t size, size_t n, FILE* f, const char* path) {
+    if (fwrite(src, size, n, f) != n) fatal("cannot write '%s': %s", path, strerror(errno));
+}
+inline long long file_size_or_die(const char* path) {
+    FILE* f = fopen_or_die(path, "rb");
+    fseek(f, 0, SEEK_END);
+    long long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+// ----------------------------------------------------------------------------
+// time
+
+inline double now_seconds() {
+    using namespace std::chrono;
+    return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// A size for people: "1.50 GiB", "26.6 MiB".
+inline std::string format_bytes(double bytes) {
+    char s[32];
+    if (bytes >= 1073741824.0) snprintf(s, sizeof s, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(s, sizeof s, "%.1f MiB", bytes / 1048576.0);
+    return s;
+}
