@@ -1067,7 +1067,7 @@ static void save_checkpoint(const RunConfig& rc, const StepShape& s, int step, c
     state->norm_history.assign(g.norm_window.values.begin(), g.norm_window.values.end());
     state->loss_scale = fp16 ? g.loss_scale.scale : 0.0, state->loss_scale_clean = g.loss_scale.clean;
     checkpoint_save(rc.out_dir, dpar, *state, mesh.world_group);
-    if (mesh.rank == 0) checkpoint_prune(rc.out_dir, rc.ckpt_keep);
+    if (mesh.rank == 0) checkpoint_prune(rc.out_dir, rc.ckpt_keep, step);
     print0("checkpoint: %s\n", checkpoint_dir(rc.out_dir, step).c_str());
 }
 
@@ -1177,6 +1177,7 @@ int main(int argc, char** argv) {
     check_output_paths(rc.out_dir, rc.save_model);
     // --- the process mesh (dp = world / (tp·pp·cp)), the model, and the rules that tie them
     mesh_build(&mesh, rc.tp, rc.pp, rc.cp);
+    output_dir_claim(rc.out_dir, rc.resume, mesh.world_group);  // (this run's alone: llmc/checkpoint.h)
     const ModelSource src = choose_model(rc);
     validate_layout(rc, src.config, mesh);
     // --- the data, read in the step's shape

@@ -27,6 +27,8 @@ More: docs/formats.md.
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <iterator>
 #include <string>
@@ -138,6 +140,19 @@ template <class floatX> inline void model_file_load(DataParallel<floatX>* d, con
     fclose(f);
 }
 
+// A written file on the disk before anything names it complete: flushed, fsynced, closed. False
+// where any of them failed (the caller names the file).
+inline bool close_synced(FILE* f) {
+    const bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    return fclose(f) == 0 && ok;
+}
+// A directory's entries (a file created or renamed in it) on the disk.
+inline void sync_dir(const std::string& dir) {
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) fatal("cannot sync the directory '%s': %s", dir.c_str(), strerror(errno));
+    close(fd);
+}
+
 // The outputs are checked before the first step, so that a run never trains for hours and then
 // fails to save: --save-model's directory exists and is writable, and the path is no directory;
 // --output-dir is created now (it may exist) and is a writable directory. Every rank checks the
@@ -193,10 +208,11 @@ template <class floatX> inline void model_file_save(DataParallel<floatX>* d, con
         if (f) refuse_non_finite(unit.data(), unit.size(), path, "the weights");
         if (f) model_file_unit_io(f, tmp.c_str(), g.config, g.layout, u, unit.data(), true, file_bf16);
     }
-    if (f && fclose(f) != 0) fatal("cannot write model file '%s'", tmp.c_str());
+    if (f && !close_synced(f)) fatal("cannot write model file '%s'", tmp.c_str());
     if (tp) comm_barrier(*g.tp);
     if (g.pp) comm_barrier(*g.pp);
     if (creator && rename(tmp.c_str(), path.c_str()) != 0) fatal("cannot write model file '%s'", path.c_str());
+    if (creator) sync_dir(std::filesystem::path(path).parent_path().empty() ? "." : std::filesystem::path(path).parent_path().string());
 }
 
 // ----------------------------------------------------------------------------
@@ -274,7 +290,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
             refuse_non_finite(chunk.data(), chunk.size(), sp, "AdamW's moments");
             if (!chunk.empty()) fwrite_or_die(chunk.data(), 4, chunk.size(), f, sp.c_str());
         }
-    if (fclose(f) != 0) fatal("cannot write '%s'", sp.c_str());
+    if (!close_synced(f)) fatal("cannot write '%s'", sp.c_str());
     const Fp8Delayed& fd = d->g->fp8_delayed;
     if (fd.on && d->rank == 0) {  // (every rank of the group holds the same history)
         const std::string fp = fp8_history_file(tmp, tp, tp_rank, pp, stage);
@@ -283,7 +299,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
         int64_t fh[STATE_HEADER] = {FP8_HISTORY_MAGIC, 1, fd.steps, fd.H, fd.n, (int64_t)std::min<long long>(fd.steps, fd.H)};
         fwrite_or_die(fh, sizeof(int64_t), STATE_HEADER, f, fp.c_str());
         if (!amaxes.empty()) fwrite_or_die(amaxes.data(), sizeof(float), amaxes.size(), f, fp.c_str());
-        if (fclose(f) != 0) fatal("cannot write '%s'", fp.c_str());
+        if (!close_synced(f)) fatal("cannot write '%s'", fp.c_str());
     }
     if (world.rank == 0) {
         std::string hp = tmp + "/history.bin";
@@ -295,7 +311,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
         fwrite_or_die(hh, sizeof(int64_t), STATE_HEADER, f, hp.c_str());
         for (const std::vector<double>* h : {&s.loss_history, &s.norm_history})
             if (!h->empty()) fwrite_or_die(h->data(), sizeof(double), h->size(), f, hp.c_str());
-        if (fclose(f) != 0) fatal("cannot write '%s'", hp.c_str());
+        if (!close_synced(f)) fatal("cannot write '%s'", hp.c_str());
     }
     if (world.rank == 0) {
         const GPTConfig& c = d->g->config;
@@ -315,28 +331,34 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
                 if (d->g->fp8_delayed.on) fprintf(f, ", \"%s\"", fp8_history_file("", tp, t, pp, q).substr(1).c_str());
             }
         fprintf(f, "]}\n");
-        if (fclose(f) != 0) fatal("cannot write '%s'", mp.c_str());
+        if (!close_synced(f)) fatal("cannot write '%s'", mp.c_str());
     }
     comm_barrier(world);
-    if (world.rank == 0) {
+    if (world.rank == 0) {  // (every file is fsynced: then its directory, the rename, and the rename's directory)
+        sync_dir(tmp);
         fs::remove_all(final_dir, ec);
         fs::rename(tmp, final_dir, ec);
         if (ec) fatal("cannot move checkpoint into place at '%s': %s", final_dir.c_str(), ec.message().c_str());
+        sync_dir(out_dir);
     }
     comm_barrier(world);
 }
 
-// The complete checkpoint directories in out_dir (step_NNNNNNNN, no .tmp), oldest first: the
-// zero-padded names sort in step order.
+// Whether a directory name is a complete checkpoint's: step_ and 8 digits, nothing else (not
+// step_N.tmp, not a step_N.broken a person renamed).
+inline bool checkpoint_name(const std::string& name) {
+    if (name.size() != 13 || name.rfind("step_", 0) != 0) return false;
+    for (size_t i = 5; i < 13; i++) if (name[i] < '0' || name[i] > '9') return false;
+    return true;
+}
+// The complete checkpoint directories in out_dir, oldest first: the zero-padded names sort in
+// step order.
 inline std::vector<std::string> checkpoint_list(const std::string& out_dir) {
     namespace fs = std::filesystem;
     std::error_code ec;
     std::vector<std::string> dirs;
-    for (const auto& e : fs::directory_iterator(out_dir, ec)) {
-        std::string name = e.path().filename().string();
-        if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find(".tmp") == std::string::npos)
-            dirs.push_back(e.path().string());
-    }
+    for (const auto& e : fs::directory_iterator(out_dir, ec))
+        if (e.is_directory() && checkpoint_name(e.path().filename().string())) dirs.push_back(e.path().string());
     std::sort(dirs.begin(), dirs.end());
     return dirs;
 }
@@ -345,12 +367,60 @@ inline std::string checkpoint_latest(const std::string& out_dir) {
     std::vector<std::string> dirs = checkpoint_list(out_dir);
     return dirs.empty() ? "" : dirs.back();
 }
-// Keeps the newest `keep` checkpoints in out_dir and deletes the older ones (keep 0: all). Rank 0
-// calls it once a checkpoint is in place, so the one just written is always kept.
-inline void checkpoint_prune(const std::string& out_dir, int keep) {
-    std::vector<std::string> dirs = checkpoint_list(out_dir);
+// Keeps this run's newest `keep` checkpoints, up to step `step` (the one just written), and
+// deletes its older ones (keep 0: all). Rank 0 calls it once that checkpoint is in place. Every
+// checkpoint in out_dir is this run's (output_dir_claim: a fresh run refuses a directory with
+// any); none newer than `step` is ever deleted, and nothing that is not a checkpoint's name.
+inline void checkpoint_prune(const std::string& out_dir, int keep, int64_t step) {
+    std::vector<std::string> dirs;
+    for (const std::string& d : checkpoint_list(out_dir))
+        if (d <= checkpoint_dir(out_dir, step)) dirs.push_back(d);
     std::error_code ec;
     for (size_t i = 0; keep > 0 && i + keep < dirs.size(); i++) std::filesystem::remove_all(dirs[i], ec);
+}
+
+// --output-dir belongs to one run at a time. Rank 0 holds an exclusive flock on DIR/.lock (with
+// its pid in it) until the process ends; a run that finds it held stops at once, naming the
+// holder. A fresh run (no --resume) refuses a directory that holds checkpoints: they are another
+// run's, which it would overwrite or mix with. Leftover step_N.tmp directories (a save that died)
+// are removed, with a note. Collective over the world (all ranks stop together).
+inline void output_dir_claim(const std::string& out_dir, bool resume, Group& world) {
+    namespace fs = std::filesystem;
+    if (out_dir.empty()) return;
+    double verdict[2] = {0, 0};  // rank 0's: 1 held by another run (pid), 2 a fresh run among checkpoints
+    std::string newest;
+    if (world.rank == 0) {
+        const std::string lock = out_dir + "/.lock";
+        const int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) usage_error("--output-dir %s: cannot create '%s': %s", out_dir.c_str(), lock.c_str(), strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            char pid[32] = "";
+            const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+            verdict[0] = 1, verdict[1] = n > 0 ? atof(pid) : 0;
+        } else {  // (held until the process ends: the descriptor is never closed)
+            const std::string me = std::to_string((long long)getpid()) + "\n";
+            if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != (ssize_t)me.size())
+                usage_error("--output-dir %s: cannot write '%s': %s", out_dir.c_str(), lock.c_str(), strerror(errno));
+            const std::vector<std::string> dirs = checkpoint_list(out_dir);
+            if (!resume && !dirs.empty()) verdict[0] = 2, newest = fs::path(dirs.back()).filename().string();
+        }
+    }
+    comm_sum_doubles(world, verdict, 2);  // (rank 0's alone are non-zero: a broadcast)
+    if (verdict[0] == 1)
+        usage_error("--output-dir %s: another run is using it (pid %.0f holds %s/.lock); wait for it to end, or choose another "
+                    "directory", out_dir.c_str(), verdict[1], out_dir.c_str());
+    if (verdict[0] == 2)
+        usage_error("--output-dir %s: holds checkpoints of another run (the newest: %s); continue it with --resume, or choose "
+                    "another directory", out_dir.c_str(), newest.c_str());
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (world.rank != 0 || !e.is_directory() || name.size() < 4 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 4) != ".tmp")
+            continue;
+        fs::remove_all(e.path(), ec);
+        print0("note: --output-dir %s: removed %s, a checkpoint that a stopped run did not finish\n", out_dir.c_str(), name.c_str());
+    }
+    comm_barrier(world);
 }
 
 // Reads the header of a checkpoint's state file (rank 0's: they all agree) and its step history

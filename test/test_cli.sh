@@ -418,6 +418,38 @@ b=$(ls "$tmp/keep" | tr '\n' ' ')
 [ "$a" = "step_00000003 step_00000004 " ] && [ "$b" = "step_00000004 step_00000005 " ] \
     && echo "ok - --keep-checkpoints 2: the newest two checkpoints stay (steps 3-4, then 4-5 after a resume)" \
     || echo "not ok - --keep-checkpoints 2: left '$a', then '$b'"
+# --output-dir belongs to one run (llmc/checkpoint.h: output_dir_claim). A second run in a directory that a running
+# run holds is refused at once, naming the holder (rank 0 holds a flock on DIR/.lock); a fresh run (no --resume)
+# refuses a directory with checkpoints (another run's), naming the newest and the way on; only names of step_ and
+# 8 digits are checkpoints (a step_00000009.broken is neither resumed nor pruned); a step_N.tmp that a stopped save
+# left is removed at the start, saying so; --keep-checkpoints deletes only this run's older checkpoints
+"$BIN" "${base[@]}" --steps 100000000 --output-dir "$tmp/busy" >"$tmp/busy.out" 2>&1 &
+busy=$!
+for i in $(seq 200); do grep -q "^step " "$tmp/busy.out" 2>/dev/null && break; sleep 0.05; done
+expect_fail "a second run in a directory that a running run holds" 2 "--output-dir $tmp/busy: another run is using it (pid $busy" \
+    "${base[@]}" --steps 2 --output-dir "$tmp/busy" --resume
+kill $busy 2>/dev/null; wait $busy 2>/dev/null
+expect_fail "a fresh run in a directory that holds checkpoints" 2 \
+    "--output-dir $tmp/run: holds checkpoints of another run (the newest: step_00000002); continue it with --resume, or choose another directory" \
+    "${base[@]}" --steps 3 --output-dir "$tmp/run"
+mkdir -p "$tmp/names" && cp -r "$tmp/run/step_00000001" "$tmp/run/step_00000002" "$tmp/names/" \
+    && cp -r "$tmp/run/step_00000002" "$tmp/names/step_00000009.broken" && mkdir "$tmp/names/step_00000007.tmp"
+"$BIN" "${base[@]}" --steps 3 --keep-checkpoints 1 --output-dir "$tmp/names" --resume >"$tmp/out" 2>&1; rc=$?
+left=$(ls "$tmp/names" | tr '\n' ' ')
+[ $rc = 0 ] && grep -q "^resumed from $tmp/names/step_00000002 at step 2" "$tmp/out" \
+    && grep -q "^note: --output-dir $tmp/names: removed step_00000007.tmp, a checkpoint that a stopped run did not finish" "$tmp/out" \
+    && [ "$left" = "step_00000003 step_00000009.broken " ] \
+    && echo "ok - only step_ and 8 digits is a checkpoint: step_00000009.broken neither resumed nor pruned; a leftover .tmp removed, saying so" \
+    || { echo "not ok - checkpoint names and leftovers: exit $rc, left '$left'"; tail -3 "$tmp/out" | sed 's/^/#   /'; }
+# every file of a checkpoint is on disk before its directory takes its name (fsync of each file and of the .tmp
+# directory, then the rename, then fsync of --output-dir), so a power cut never leaves a named but partial one
+if command -v strace >/dev/null && strace -qq -o /dev/null true 2>/dev/null; then
+    strace -f -qq -e trace=fsync,rename,renameat,renameat2 -o "$tmp/sync.trace" "$BIN" "${base[@]}" --steps 1 --output-dir "$tmp/synced" >/dev/null 2>&1
+    before=$(awk '/rename.*step_00000001\.tmp", / { exit } /fsync\(/ { n++ } END { print n + 0 }' "$tmp/sync.trace")
+    after=$(awk '/rename.*step_00000001\.tmp", / { seen = 1; next } seen && /fsync\(/ { n++ } END { print n + 0 }' "$tmp/sync.trace")
+    [ "$before" -ge 5 ] && [ "$after" -ge 1 ] && echo "ok - a checkpoint's 4 files and its directory are fsynced before the rename ($before fsyncs), the parent after ($after)" \
+        || echo "not ok - fsync before a checkpoint's rename: $before before, $after after"
+fi
 # scripts/gpt2.sh: each size's flags run (one step of the tiny model on the CPU, the later flags
 # overriding size, device and data; its --val-tokens then reads all the small shard holds), and its
 # step of tokens splits evenly over 8 GPUs
