@@ -485,6 +485,32 @@ eval "recipe=($(TOKENIZER=data/gpt2_tokenizer.bin LAUNCH=print scripts/llama3.sh
     && echo "ok - scripts/llama3.sh: its flags run on a Llama model file (validation too); --batch-size auto, $(value --steps) steps of 0.5M tokens = 1e9, samples through TOKENIZER" \
     || { echo "not ok - scripts/llama3.sh: exit $rc, model '$(value --model)', B '$(value --batch-size)', steps '$(value --steps)'"; tail -2 "$tmp/llama3.out" | sed 's/^/#   /'; }
 expect_fail "resume with a different model" 2 "--resume: the checkpoint" "${base[@]}" --model d2 --output-dir "$tmp/run" --resume --steps 3
+# scripts/run_until_done.sh: the trainer killed (kill -9) twice under it, each time soon after a new checkpoint;
+# the script restarts it with --resume until it is done, and the run ends as an unbroken run does (the same
+# model file, bit for bit, and the same logged steps); a refused command (exit 2) is not retried
+cat >"$tmp/flaky.sh" <<FLAKY
+#!/usr/bin/env bash
+n=\$(cat "$tmp/flaky.n" 2>/dev/null || echo 0); echo \$((n + 1)) >"$tmp/flaky.n"
+[ "\$n" -ge 2 ] && exec "$BIN" "\$@"
+before=\$(ls -d "$tmp/relaunch"/step_???????? 2>/dev/null | wc -l)
+"$BIN" "\$@" & pid=\$!
+while kill -0 \$pid 2>/dev/null && [ "\$(ls -d "$tmp/relaunch"/step_???????? 2>/dev/null | wc -l)" -le "\$before" ]; do sleep 0.005; done
+kill -9 \$pid 2>/dev/null; wait \$pid
+FLAKY
+chmod +x "$tmp/flaky.sh"
+long=("${base[@]}" --steps 300 --checkpoint-every 20)
+"$BIN" "${long[@]}" --save-model "$tmp/unbroken.bin" --log-file "$tmp/unbroken.jsonl" >/dev/null 2>&1
+RESTART_WAIT=0 scripts/run_until_done.sh "$tmp/flaky.sh" "${long[@]}" --output-dir "$tmp/relaunch" --save-model "$tmp/relaunched.bin" \
+    --log-file "$tmp/relaunched.jsonl" >"$tmp/relaunch.out" 2>"$tmp/relaunch.err"; rc=$?
+steps() { $PY -c 'import json, sys; [print(r["step"], r["loss"]) for r in map(json.loads, open(sys.argv[1]))]' "$1"; }
+[ $rc = 0 ] && [ "$(grep -c '^run_until_done: the run ended with exit 137; restart [12] of at most 100' "$tmp/relaunch.err")" = 2 ] \
+    && grep -q "^run_until_done: the run is done (after 2 restart(s))" "$tmp/relaunch.err" && cmp -s "$tmp/unbroken.bin" "$tmp/relaunched.bin" \
+    && [ "$(steps "$tmp/unbroken.jsonl")" = "$(steps "$tmp/relaunched.jsonl")" ] \
+    && echo "ok - scripts/run_until_done.sh: the trainer killed twice, restarted with --resume each time: the same model and steps as an unbroken run" \
+    || { echo "not ok - scripts/run_until_done.sh: exit $rc"; sed 's/^/#   /' "$tmp/relaunch.err" | tail -4; }
+RESTART_WAIT=0 scripts/run_until_done.sh "$BIN" "${base[@]}" --zero 9 --output-dir "$tmp/refused" >/dev/null 2>"$tmp/relaunch.err"; rc=$?
+[ $rc = 2 ] && grep -q "^run_until_done: the command was refused (exit 2): not retried" "$tmp/relaunch.err" \
+    && echo "ok - scripts/run_until_done.sh: a refused command (exit 2) is not retried" || echo "not ok - scripts/run_until_done.sh: a refused command (exit $rc)"
 # One process without a launcher runs without MPI (llmc/comm.h: mesh_start): no MPI_Init, whose
 # "singleton" start forks OpenMPI's daemon (orted); under mpirun -n 1 it is the same run
 one=("$BIN" --device cpu --precision fp32 --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "" --batch-size 2 --seq-len 16 --steps 2)
