@@ -36,6 +36,7 @@ More: docs/formats.md.
 #include "model.h"
 #include "comm.h"
 #include "data_parallel.h"
+#include "checksum.h"
 
 static const int MODEL_MAGIC = 20240326, LLAMA_MODEL_MAGIC = 20261124;
 static const int64_t STATE_MAGIC = 20241121;
@@ -130,6 +131,7 @@ template <class floatX> inline void model_file_load(DataParallel<floatX>* d, con
     if (!gpt_same_shape(c, g.config))
         fatal("'%s' does not match the model being loaded (file: %s L=%d C=%d NH=%d NKV=%d V=%d maxT=%d)", path,
               c.llama() ? "llama" : "gpt2", c.num_layers, c.channels, c.num_heads, c.kv_heads(), c.vocab_size, c.max_seq_len);
+    sidecar_verify(path);  // (its PATH.crc32c, where it has one)
     FILE* f = fopen_or_die(path, "rb");
     avec<float> unit;
     for (int u = 0; u < gpt_num_units(c); u++) {
@@ -182,7 +184,8 @@ inline void refuse_non_finite(const float* x, size_t n, const std::string& path,
         if (!std::isfinite(x[i])) fatal("'%s' not written: %s hold a non-finite value (%g at element %zu): the run diverged", path.c_str(), what, x[i], i);
 }
 
-// Writes the model as an llm.c model file from dp rank 0 (written to PATH.tmp, then renamed).
+// Writes the model as an llm.c model file from dp rank 0 (written to PATH.tmp, then renamed), and
+// its CRC32C beside it in PATH.crc32c (checksum.h).
 // Collective: where the weights are sharded (data_parallel.h: dp_get_unit) every dp rank takes
 // part in gathering each unit. The weights written are the fp32 master. With tensor (pipeline)
 // parallelism the dp rank 0 of each tp rank (pipeline stage) writes its slices (its units) into
@@ -211,8 +214,13 @@ template <class floatX> inline void model_file_save(DataParallel<floatX>* d, con
     if (f && !close_synced(f)) fatal("cannot write model file '%s'", tmp.c_str());
     if (tp) comm_barrier(*g.tp);
     if (g.pp) comm_barrier(*g.pp);
-    if (creator && rename(tmp.c_str(), path.c_str()) != 0) fatal("cannot write model file '%s'", path.c_str());
-    if (creator) sync_dir(std::filesystem::path(path).parent_path().empty() ? "." : std::filesystem::path(path).parent_path().string());
+    if (creator) {  // its checksum beside it (checksum.h), each renamed into place, then their directory synced
+        const std::string side = path + ".crc32c";
+        sidecar_write(tmp, side + ".tmp");
+        if (rename(tmp.c_str(), path.c_str()) != 0 || rename((side + ".tmp").c_str(), side.c_str()) != 0)
+            fatal("cannot write model file '%s': %s", path.c_str(), strerror(errno));
+        sync_dir(std::filesystem::path(path).parent_path().empty() ? "." : std::filesystem::path(path).parent_path().string());
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -291,6 +299,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
             if (!chunk.empty()) fwrite_or_die(chunk.data(), 4, chunk.size(), f, sp.c_str());
         }
     if (!close_synced(f)) fatal("cannot write '%s'", sp.c_str());
+    header_seal(sp);
     const Fp8Delayed& fd = d->g->fp8_delayed;
     if (fd.on && d->rank == 0) {  // (every rank of the group holds the same history)
         const std::string fp = fp8_history_file(tmp, tp, tp_rank, pp, stage);
@@ -300,6 +309,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
         fwrite_or_die(fh, sizeof(int64_t), STATE_HEADER, f, fp.c_str());
         if (!amaxes.empty()) fwrite_or_die(amaxes.data(), sizeof(float), amaxes.size(), f, fp.c_str());
         if (!close_synced(f)) fatal("cannot write '%s'", fp.c_str());
+        header_seal(fp);
     }
     if (world.rank == 0) {
         std::string hp = tmp + "/history.bin";
@@ -312,6 +322,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
         for (const std::vector<double>* h : {&s.loss_history, &s.norm_history})
             if (!h->empty()) fwrite_or_die(h->data(), sizeof(double), h->size(), f, hp.c_str());
         if (!close_synced(f)) fatal("cannot write '%s'", hp.c_str());
+        header_seal(hp);
     }
     if (world.rank == 0) {
         const GPTConfig& c = d->g->config;
@@ -321,7 +332,7 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
                    " \"model\": {\"arch\": \"%s\", \"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                    "\"num_heads\": %d, \"channels\": %d, \"num_kv_heads\": %d, \"hidden\": %d, \"rope_theta\": %d, \"tied\": %s},\n"
                    " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
-                   " \"files\": [\"model.bin\", \"history.bin\"",
+                   " \"files\": [\"model.bin\", \"model.bin.crc32c\", \"history.bin\"",
                 (long long)s.step, world.size, d->g->fp8 ? "fp8" : dtype_name<floatX>(), d->N, tp, pp, d->zero, c.llama() ? "llama" : "gpt2", c.max_seq_len,
                 c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, c.kv_heads(), c.ffn(),
                 c.llama() ? c.rope_theta : 0, c.tied ? "true" : "false", (long long)s.B, (long long)s.T, (long long)s.total_batch);
@@ -454,6 +465,7 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
         fread_or_die(hh, sizeof(int64_t), STATE_HEADER, hf, hp.c_str());
         if (hh[0] != HISTORY_MAGIC || (hh[1] != 1 && hh[1] != 2) || hh[2] < 0 || hh[3] < 0 || hh[2] > (1 << 24) || hh[3] > (1 << 24))
             fatal("'%s' is not a step-history file (magic %lld, version %lld)", hp.c_str(), (long long)hh[0], (long long)hh[1]);
+        header_verify(hp, hh);
         s.loss_history.resize(hh[2]);
         s.norm_history.resize(hh[3]);
         if (hh[1] >= 2) { memcpy(&s.loss_scale, &hh[4], 8); s.loss_scale_clean = hh[5]; }  // (version 1: none)
@@ -470,6 +482,8 @@ struct SavedStateGroup {
     ParamLayout layout;
     std::vector<FILE*> files;        // one per old dp rank (opened on first use)
     std::vector<std::string> names;
+    std::vector<std::array<int64_t, STATE_HEADER>> headers;  // each file's, and whether its checksum was checked
+    std::vector<bool> verified;
     std::vector<size_t> unit_size, unit_off;  // each unit's size in this layout, its chunk's place in a file
     size_t per_part = 0;             // elements of m (then of v) in a file
 };
@@ -482,6 +496,7 @@ inline void saved_state_read(SavedStateGroup& g, int old_N, int part, int u, siz
         const size_t b = std::max(ob, chunk_begin(S, old_N, q)), e = std::min(ob + n, chunk_end(S, old_N, q));
         if (e <= b) continue;
         const size_t elem = (size_t)part * g.per_part + g.unit_off[u] + (b - chunk_begin(S, old_N, q));
+        if (!g.verified[q]) header_verify(g.names[q], g.headers[q].data()), g.verified[q] = true;  // (before its first use)
         fseek(g.files[q], (long)(STATE_HEADER * 8 + elem * 4), SEEK_SET);
         fread_or_die(dst + (b - ob), 4, e - b, g.files[q], g.names[q].c_str());
     }
@@ -519,7 +534,8 @@ template <class floatX> inline TrainState checkpoint_load(const std::string& dir
         for (int r = 0; r < old_N; r++) {
             g.names.push_back(state_file(dir, r, old_tp, t, old_pp, q));
             g.files.push_back(fopen_or_die(g.names[r].c_str(), "rb"));
-            int64_t h[STATE_HEADER];
+            int64_t* h = g.headers.emplace_back().data();
+            g.verified.push_back(false);
             fread_or_die(h, sizeof(int64_t), STATE_HEADER, g.files[r], g.names[r].c_str());
             if (h[0] != STATE_MAGIC || h[9] != old_N || std::max<int64_t>(h[11], 1) != old_tp || std::max<int64_t>(h[12], 1) != old_pp)
                 fatal("'%s' does not belong to this checkpoint", g.names[r].c_str());
@@ -590,6 +606,7 @@ template <class floatX> inline TrainState checkpoint_load(const std::string& dir
             fatal("'%s' is not an FP8 amax history (magic %lld, version %lld)", fp.c_str(), (long long)fh[0], (long long)fh[1]);
         if (fh[4] != fd->n)
             fatal("'%s' holds the amaxes of %lld FP8 tensors, this rank's blocks have %d", fp.c_str(), (long long)fh[4], fd->n);
+        header_verify(fp, fh);
         std::vector<float> amaxes((size_t)fh[4] * fh[5]);
         if (!amaxes.empty()) fread_or_die(amaxes.data(), sizeof(float), amaxes.size(), hf, fp.c_str());
         fclose(hf);

@@ -373,6 +373,22 @@ $PY -c "import struct,sys; b=open(sys.argv[1],'rb').read(); h=struct.unpack('<16
     "$tmp/run/step_00000002/history.bin" || ok=0
 [ $ok = 1 ] && echo "ok - checkpoints: step dirs with model, state, step history and manifest; no temp dirs; model = saved model" \
             || echo "not ok - checkpoint directory layout"
+# every file a run writes has a checksum (llmc/checksum.h): a model file PATH its PATH.crc32c, a checkpoint's
+# state, history and FP8 history files theirs in their headers. One flipped byte in the data of any of them stops
+# a resume or a load (exit 1), one line naming the file; a model file without a .crc32c (llm.c's) still loads
+flip() { $PY -c "import sys; p, o = sys.argv[1], int(sys.argv[2]); b = bytearray(open(p, 'rb').read()); b[o] ^= 0x10; open(p, 'wb').write(b)" "$1" "$2"; }
+for f in model.bin state_rank00000.bin history.bin; do
+    rm -rf "$tmp/bad_$f" && mkdir -p "$tmp/bad_$f" && cp -r "$tmp/run/step_00000002" "$tmp/bad_$f/"
+    flip "$tmp/bad_$f/step_00000002/$f" $(($(stat -c %s "$tmp/bad_$f/step_00000002/$f") - 3))
+    expect_fail "a checkpoint whose $f has a flipped byte" 1 "$tmp/bad_$f/step_00000002/$f' is damaged" \
+        "${base[@]}" --steps 3 --output-dir "$tmp/bad_$f" --resume
+done
+cp "$tmp/final.bin" "$tmp/flipped.bin" && cp "$tmp/final.bin.crc32c" "$tmp/flipped.bin.crc32c" && flip "$tmp/flipped.bin" 2000
+expect_fail "a model file with a flipped byte" 1 "'$tmp/flipped.bin' is damaged: its CRC32C is" "${base[@]}" --model "$tmp/flipped.bin" --steps 1
+rm "$tmp/flipped.bin.crc32c"
+"$BIN" "${base[@]}" --model "$tmp/flipped.bin" --steps 1 >/dev/null 2>&1 && [ "$(cat "$tmp/final.bin.crc32c" | wc -w)" = 3 ] \
+    && echo "ok - a model file without its .crc32c (as llm.c writes them) loads unchecked; ours have one: 'crc32c HEX BYTES'" \
+    || echo "not ok - a model file without a .crc32c, or the .crc32c's form"
 # a checkpoint from before history.bin existed resumes (with empty outlier windows)
 mkdir -p "$tmp/old" && cp -r "$tmp/run/step_00000002" "$tmp/old/" && rm "$tmp/old/step_00000002/history.bin"
 "$BIN" "${base[@]}" --steps 3 --output-dir "$tmp/old" --resume >"$tmp/out" 2>&1 && grep -q "^step     3/3" "$tmp/out" \

@@ -40,6 +40,7 @@ Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 #include "../llmc/context_parallel.h"
 #include "../llmc/swiglu.cuh"
 #include "../llmc/rope.cuh"
+#include "../llmc/checksum.h"
 
 static int n_pass = 0, n_fail = 0;
 static void report(bool ok, const char* name, const char* fmt = "", double a = 0, double b = 0) {
@@ -788,6 +789,30 @@ static void test_cgroup_room() {
     report(host > 0, by_cgroup ? "host_available_bytes: known (this process's memory cgroup's room)"
                                : "host_available_bytes: known (MemAvailable)", "%.1f MiB", host / M);
     system(("rm -rf " + root).c_str());
+}
+
+// CRC32C (checksum.h): the standard check value of "123456789" (0xE3069283), the same CRC over
+// any cut of the bytes into pieces, and the 8-byte path against a bit-by-bit one on odd lengths.
+static uint32_t crc32c_bitwise(const uint8_t* p, size_t n) {
+    uint32_t c = ~0u;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return ~c;
+}
+static void test_crc32c() {
+    report(crc32c(0, "123456789", 9) == 0xE3069283u, "crc32c: the check value of \"123456789\" is e3069283", "%.0f", crc32c(0, "123456789", 9));
+    std::vector<uint8_t> b(1000);
+    uint64_t x = 12345;
+    for (auto& v : b) { x = x * 6364136223846793005ull + 1442695040888963407ull; v = (uint8_t)(x >> 56); }
+    bool same = true;
+    for (size_t n : {0, 1, 7, 8, 9, 63, 999, 1000}) same = same && crc32c(0, b.data(), n) == crc32c_bitwise(b.data(), n);
+    for (size_t cut : {1, 5, 8, 13, 500}) same = same && crc32c(crc32c(0, b.data(), cut), b.data() + cut, 1000 - cut) == crc32c(0, b.data(), 1000);
+    report(same, "crc32c: 8 bytes at a time = bit by bit (lengths 0..1000), and over any cut into two pieces");
+    const uint32_t before = crc32c(0, b.data(), 1000);
+    b[500] ^= 4;
+    report(crc32c(0, b.data(), 1000) != before, "crc32c: one flipped bit changes it");
 }
 
 // Data order (DESIGN §3.4): dp=2 with B=2 reads exactly the batches of dp=1 with B=4.
@@ -1643,6 +1668,7 @@ int main() {
     test_misc();
     test_mfu();
     test_cgroup_room();
+    test_crc32c();
     test_bf16_ops();
     test_bf16_model();
     test_fp16();
