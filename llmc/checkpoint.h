@@ -137,6 +137,8 @@ template <class floatX> inline void model_file_load(DataParallel<floatX>* d, con
     for (int u = 0; u < gpt_num_units(c); u++) {
         unit.resize(d->units[u].size);
         model_file_unit_io(f, path, g.config, g.layout, u, unit.data(), false, file_bf16);
+        for (size_t i = 0; i < unit.size(); i++)  // (a damaged llm.c file has no checksum: its weights still must be numbers)
+            if (!std::isfinite(unit[i])) fatal("'%s' holds a non-finite weight (%g): a damaged model file", path, unit[i]);
         dp_set_unit(d, u, unit.data());
     }
     fclose(f);
@@ -454,6 +456,8 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
         if (fl.v < fl.lo || fl.v > fl.hi)
             fatal("'%s': a damaged training-state header: %s = %lld, outside [%lld, %lld]", sp.c_str(), fl.name, (long long)fl.v,
                   (long long)fl.lo, (long long)fl.hi);
+    const bool sealed = std::filesystem::exists(dir + "/model.bin.crc32c");  // (a checkpoint with checksums: checksum.h)
+    header_verify(sp, h, sealed);  // (its fields are used below)
     TrainState s;
     s.step = h[2]; s.global_batches = h[3]; s.rng_state = (uint64_t)h[4]; s.B = h[5]; s.T = h[6]; s.total_batch = h[7];
     s.saved_dp = h[9]; s.saved_zero = h[10]; s.saved_tp = h[11] > 0 ? h[11] : 1;  // (0 before tensor parallelism)
@@ -465,7 +469,7 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
         fread_or_die(hh, sizeof(int64_t), STATE_HEADER, hf, hp.c_str());
         if (hh[0] != HISTORY_MAGIC || (hh[1] != 1 && hh[1] != 2) || hh[2] < 0 || hh[3] < 0 || hh[2] > (1 << 24) || hh[3] > (1 << 24))
             fatal("'%s' is not a step-history file (magic %lld, version %lld)", hp.c_str(), (long long)hh[0], (long long)hh[1]);
-        header_verify(hp, hh);
+        header_verify(hp, hh, sealed);
         s.loss_history.resize(hh[2]);
         s.norm_history.resize(hh[3]);
         if (hh[1] >= 2) { memcpy(&s.loss_scale, &hh[4], 8); s.loss_scale_clean = hh[5]; }  // (version 1: none)
@@ -484,6 +488,7 @@ struct SavedStateGroup {
     std::vector<std::string> names;
     std::vector<std::array<int64_t, STATE_HEADER>> headers;  // each file's, and whether its checksum was checked
     std::vector<bool> verified;
+    bool sealed = false;             // its checkpoint has checksums (a model.bin.crc32c): every file has one
     std::vector<size_t> unit_size, unit_off;  // each unit's size in this layout, its chunk's place in a file
     size_t per_part = 0;             // elements of m (then of v) in a file
 };
@@ -496,7 +501,7 @@ inline void saved_state_read(SavedStateGroup& g, int old_N, int part, int u, siz
         const size_t b = std::max(ob, chunk_begin(S, old_N, q)), e = std::min(ob + n, chunk_end(S, old_N, q));
         if (e <= b) continue;
         const size_t elem = (size_t)part * g.per_part + g.unit_off[u] + (b - chunk_begin(S, old_N, q));
-        if (!g.verified[q]) header_verify(g.names[q], g.headers[q].data()), g.verified[q] = true;  // (before its first use)
+        if (!g.verified[q]) header_verify(g.names[q], g.headers[q].data(), g.sealed), g.verified[q] = true;  // (before its first use)
         fseek(g.files[q], (long)(STATE_HEADER * 8 + elem * 4), SEEK_SET);
         fread_or_die(dst + (b - ob), 4, e - b, g.files[q], g.names[q].c_str());
     }
@@ -526,6 +531,7 @@ template <class floatX> inline TrainState checkpoint_load(const std::string& dir
         SavedStateGroup& g = old[(size_t)q * old_tp + t];
         if (!g.files.empty()) return g;
         g.layout = make_layout(c, old_tp, t, old_pp, q, old_vpp);
+        g.sealed = std::filesystem::exists(dir + "/model.bin.crc32c");
         for (int u = 0; u < U; u++) {
             g.unit_size.push_back(unit_span(c, g.layout, u).size);
             g.unit_off.push_back(g.per_part);
@@ -606,7 +612,7 @@ template <class floatX> inline TrainState checkpoint_load(const std::string& dir
             fatal("'%s' is not an FP8 amax history (magic %lld, version %lld)", fp.c_str(), (long long)fh[0], (long long)fh[1]);
         if (fh[4] != fd->n)
             fatal("'%s' holds the amaxes of %lld FP8 tensors, this rank's blocks have %d", fp.c_str(), (long long)fh[4], fd->n);
-        header_verify(fp, fh);
+        header_verify(fp, fh, std::filesystem::exists(dir + "/model.bin.crc32c"));
         std::vector<float> amaxes((size_t)fh[4] * fh[5]);
         if (!amaxes.empty()) fread_or_die(amaxes.data(), sizeof(float), amaxes.size(), hf, fp.c_str());
         fclose(hf);

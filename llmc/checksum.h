@@ -8,11 +8,12 @@ Two places keep a checksum:
   a model file PATH (llm.c's format, which has no room of its own): the file PATH.crc32c beside
     it, one line "crc32c HEX BYTES"; a model file without one (llm.c's) loads unchecked
   our int64-header files (a checkpoint's state, history and FP8 history): header slots 14 and 15
-    hold CRC_MAGIC and the CRC32C of everything after the header
+    hold CRC_MAGIC and the CRC32C of the whole file, slot 15 read as 0; a checkpoint that has a
+    model.bin.crc32c has them in every such file
 
 Main functions: crc32c, crc32c_file, sidecar_write, sidecar_verify, header_seal, header_verify.
 Tests: test/test_ops.cpp (the standard check value), test/test_cli.sh (a flipped byte in each
-kind of file stops the run, naming it), test/test_fuzz.sh. More: docs/formats.md.
+kind of file stops the run, naming it), test/test_fuzz.py. More: docs/formats.md.
 */
 #pragma once
 #include <cstdint>
@@ -85,32 +86,59 @@ inline void sidecar_verify(const std::string& path) {
     const std::string side = path + ".crc32c";
     FILE* f = fopen(side.c_str(), "r");
     if (!f) return;
+    char text[128] = "";
+    const size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
     unsigned want = 0;
     long long want_bytes = -1, bytes = 0;
-    const bool read = fscanf(f, "crc32c %x %lld", &want, &want_bytes) == 2;
-    fclose(f);
-    if (!read) fatal("'%s': not a checksum file (expected one line \"crc32c HEX BYTES\")", side.c_str());
+    char again[128] = "";  // (the line as sidecar_write writes it: anything else is damage)
+    if (sscanf(text, "crc32c %x %lld", &want, &want_bytes) == 2) snprintf(again, sizeof again, "crc32c %08x %lld\n", want, want_bytes);
+    if (got == 0 || got != strlen(again) || memcmp(again, text, got) != 0)
+        fatal("'%s' is damaged: not one line \"crc32c HEX BYTES\"", side.c_str());
     const uint32_t crc = crc32c_file(path, 0, &bytes);
     if (crc != want || bytes != want_bytes)
         fatal("'%s' is damaged: its CRC32C is %08x over %lld bytes, but '%s' says %08x over %lld (if the file was replaced "
               "on purpose, delete the .crc32c)", path.c_str(), crc, bytes, side.c_str(), want, want_bytes);
 }
 
-// Our int64-header files: slots 14 and 15 of the 16-int64 header get CRC_MAGIC and the CRC32C
-// of what follows the header (written after the rest of the file).
+// The CRC32C of an int64-header file: its header h (16 int64s, given) with slot 15 read as 0,
+// then the rest of the file.
+inline uint32_t header_file_crc(const std::string& path, const int64_t* h) {
+    int64_t hz[16];
+    memcpy(hz, h, sizeof hz);
+    hz[15] = 0;
+    FILE* f = fopen_or_die(path.c_str(), "rb");
+    if (fseek(f, 16 * 8, SEEK_SET) != 0) fatal("cannot read '%s'", path.c_str());
+    std::vector<char> buf(1 << 22);
+    uint32_t crc = crc32c(0, hz, sizeof hz);
+    for (size_t got; (got = fread(buf.data(), 1, buf.size(), f)) > 0;) crc = crc32c(crc, buf.data(), got);
+    if (ferror(f)) fatal("cannot read '%s': %s", path.c_str(), strerror(errno));
+    fclose(f);
+    return crc;
+}
+// Our int64-header files: slot 14 gets CRC_MAGIC and slot 15 the CRC32C of the file (written
+// after the rest of it).
 inline void header_seal(const std::string& path) {
-    const int64_t seal[2] = {CRC_MAGIC, (int64_t)crc32c_file(path, 16 * 8)};
+    int64_t h[16];
     FILE* f = fopen_or_die(path.c_str(), "r+b");
+    fread_or_die(h, sizeof(int64_t), 16, f, path.c_str());
+    h[14] = CRC_MAGIC;
+    const int64_t seal[2] = {CRC_MAGIC, (int64_t)header_file_crc(path, h)};
     if (fseek(f, 14 * 8, SEEK_SET) != 0) fatal("cannot write '%s'", path.c_str());
     fwrite_or_die(seal, sizeof(int64_t), 2, f, path.c_str());
     const bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (fclose(f) != 0 || !ok) fatal("cannot write '%s': %s", path.c_str(), strerror(errno));
 }
-// Checks such a file given its header h (read already); a header without the seal (a checkpoint
-// written before checksums) passes.
-inline void header_verify(const std::string& path, const int64_t* h) {
-    if (h[14] != CRC_MAGIC) return;
-    const uint32_t crc = crc32c_file(path, 16 * 8);
+// Checks such a file given its header h (read already). required: its checkpoint has checksums
+// (a model.bin.crc32c), so a header without the seal is damage too; else (a checkpoint from
+// before checksums) such a header passes.
+inline void header_verify(const std::string& path, const int64_t* h, bool required) {
+    if (h[14] != CRC_MAGIC) {
+        if (required) fatal("'%s' is damaged: its header has no checksum (slot 14 is %lld), though its checkpoint's files have them",
+                            path.c_str(), (long long)h[14]);
+        return;
+    }
+    const uint32_t crc = header_file_crc(path, h);
     if ((int64_t)crc != h[15])
-        fatal("'%s' is damaged: its data's CRC32C is %08x, its header says %08llx", path.c_str(), crc, (unsigned long long)h[15]);
+        fatal("'%s' is damaged: its CRC32C is %08x, its header says %08llx", path.c_str(), crc, (unsigned long long)h[15]);
 }

@@ -24,6 +24,8 @@
 #                       with dp, tp+sp, pp, against one process; memory and bytes; evaluation, resume
 #   plot                dev/plot.py: the PNG of make train's log and a second run; bad logs
 #   test_form           core file headers within 25 lines naming their tests; docs/ links exist
+#   test_fuzz           320 damaged files (token shards, model files, checkpoints, HellaSwag): exit 0, 1
+#                       or 2, one line naming the file, never training on a damaged checkpoint
 #   test_gpu_sanitize   make gpucheck's compute-sanitizer part: its verdicts with a stand-in
 #                       sanitizer, and its training command line on the emulated GPU
 #   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
@@ -121,6 +123,7 @@ if [ -n "${TEST_QUICK:-}" ]; then  # make test-quick: the g++ trainer, one layou
     part "test_pp ($q, quick: 1f1b, tp x pp, interleaved)" env PP_QUICK=1 bash test/test_pp.sh "$q"
     part "test_cp ($q, quick: zigzag, dp x cp ZeRO-3)" env CP_QUICK=1 bash test/test_cp.sh "$q"
     part "test_form (headers, docs/ links)" bash test/test_form.sh
+    part "test_fuzz ($q, 320 damaged files)" /usr/bin/python3 test/test_fuzz.py "$q" 320
 else
 part test_ops build/test_ops
 part "test_comm (4 ranks)" mpirun --oversubscribe -np 4 build/test_comm
@@ -140,6 +143,7 @@ part "test_hf_export (./train_gpt)" /usr/bin/python3 test/test_hf_export.py ./tr
 part "test_tp (./train_gpt)" bash test/test_tp.sh ./train_gpt
 part "test_pp (./train_gpt)" bash test/test_pp.sh ./train_gpt
 part "test_cp (./train_gpt)" bash test/test_cp.sh ./train_gpt
+part "test_fuzz (./train_gpt, 320 damaged files)" /usr/bin/python3 test/test_fuzz.py ./train_gpt 320
 part test_tokenizer bash test/test_tokenizer.sh
 part test_simt build/test_simt
 part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops

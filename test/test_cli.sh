@@ -393,9 +393,10 @@ rm "$tmp/flipped.bin.crc32c"
 mkdir -p "$tmp/old" && cp -r "$tmp/run/step_00000002" "$tmp/old/" && rm "$tmp/old/step_00000002/history.bin"
 "$BIN" "${base[@]}" --steps 3 --output-dir "$tmp/old" --resume >"$tmp/out" 2>&1 && grep -q "^step     3/3" "$tmp/out" \
     && echo "ok - a checkpoint without history.bin (older) resumes" || { echo "not ok - a checkpoint without history.bin"; tail -2 "$tmp/out" | sed 's/^/#   /'; }
-# a version-1 history.bin (before fp16's loss scale joined it) resumes, an fp16 run from --loss-scale
-mkdir -p "$tmp/v1" && cp -r "$tmp/run/step_00000002" "$tmp/v1/"
-$PY -c "import struct,sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[8:16]=struct.pack('<q',1); open(p,'wb').write(b)" \
+# a version-1 history.bin (before fp16's loss scale joined it, and before checksums: no model.bin.crc32c, no seal in
+# header slots 14-15) resumes, an fp16 run from --loss-scale
+mkdir -p "$tmp/v1" && cp -r "$tmp/run/step_00000002" "$tmp/v1/" && rm "$tmp/v1/step_00000002/model.bin.crc32c"
+$PY -c "import struct,sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[8:16]=struct.pack('<q',1); b[112:128]=bytes(16); open(p,'wb').write(b)" \
     "$tmp/v1/step_00000002/history.bin"
 "$BIN" "${base[@]}" --steps 3 --output-dir "$tmp/v1" --resume --precision fp16 --loss-scale 1024 >"$tmp/out" 2>&1 \
     && grep -q "^step     3/3 .*| loss scale 1024" "$tmp/out" \
