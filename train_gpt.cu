@@ -106,6 +106,7 @@ static const FlagDef FLAGS[] = {
     {"threads", "0", "CPU threads per rank (0: all cores, or OMP_NUM_THREADS)", false},
     {"comm", "auto", "auto | mpi | nccl: collectives on GPU buffers (auto: nccl when every rank has its own GPU)", false},
     {"comm-stats", "0", "print the bytes each collective sent per step (also in the JSON log)", true},
+    {"comm-timeout", "1800", "seconds a rank may wait in one collective (or on the GPU's queue) before it ends the run, naming the collective, its group and the step: a rank that stopped answering must not idle the node all night (llmc/comm_timeout.h) (0: wait forever)", false},
     {"profile", "0", "0 | 1: time every op of the steps after the first (CUDA events on a GPU) and print, at the end, where a step's time goes: ms, % of the step, TFLOP/s, GB/s per op and per kind of communication", false},
     {"overlap", "1", "0 | 1: overlap each unit's gradient all-reduce (DDP) or reduce-scatter (ZeRO), ZeRO-1/2's parameter all-gathers and ZeRO-3's prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
     {"flash-rows", "auto", "auto | 16 | 32: rows per warp in the 16-bit (bf16, fp16) flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread; the same results either way. auto: each pass times both at its first launch of a training step's size and keeps the faster (printed)", false},
@@ -335,6 +336,7 @@ struct RunConfig {
     bool fp8_delayed = false;
     int fp8_history = 0;
     bool comm_stats = false, overlap = true, profile = false;
+    double comm_timeout = 1800;
     std::string flash_rows, flash_wgmma, flash_backward, classifier_staged;  // kernel choices (GPU only)
     bool matmul_tune = true;
     bool auto_batch() const { return B == 0; }
@@ -415,6 +417,7 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.threads = (int)f.integer("threads", 0, 4096);
     parse_precision_flags(f, &rc);
     rc.comm_stats = f.integer("comm-stats", 0, 1);
+    rc.comm_timeout = f.real("comm-timeout", 0, 1e9);
     rc.overlap = f.integer("overlap", 0, 1);
     rc.profile = f.integer("profile", 0, 1);
     rc.flash_rows = f.choice("flash-rows", {"auto", "16", "32"});
@@ -1135,6 +1138,7 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
     const int first_step = (int)state.step + 1;
     for (int step = first_step; step <= rc.steps; step++) {
         // ---- train step (--profile measures the steps after the first, which sets up cuBLASLt and buffers)
+        watchdog_step(step);
         const bool measured = rc.profile && (step > first_step || rc.steps == first_step);
         if (measured) { ctx_sync(ctx); profile_step_begin(ctx.prof); }
         const double t0 = now_seconds();
@@ -1192,6 +1196,7 @@ int main(int argc, char** argv) {
     Profiler profiler;  // --profile: every copy of ctx (the model's, the storage owner's) reports to it
     if (rc.profile) ctx.prof = &profiler;
     be.use_nccl = start_collectives(rc, &mesh, ctx);
+    watchdog_start(rc.comm_timeout);  // (llmc/comm_timeout.h)
     be.precision = run_precision(rc, ctx);
     // --- the training, in the run's dtype
     const int rc_exit = be.precision.fp16 ? run_training<fp16>(rc, src, shape, &data, mesh, ctx, be)

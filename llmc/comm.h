@@ -26,6 +26,7 @@ More: docs/parallelism.md.
 #include <vector>
 #include "common.h"
 #include "profiler.h"
+#include "comm_timeout.h"
 #ifdef LLMC_MPI
 #include <mpi.h>
 #endif
@@ -183,6 +184,7 @@ template <class floatX> inline void nccl_reduce_scatter(Group& g, const floatX* 
 
 // recv (my chunk, chunk_end − chunk_begin elements) ← my chunk of Σ_ranks send (S elements)
 template <class floatX> inline void comm_reduce_scatter_sum(Group& g, const floatX* send, floatX* recv, size_t S) {
+    CommWait wait_("reduce_scatter", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     comm_count(g, REDUCE_SCATTER, (double)sizeof(floatX) * S * (g.size - 1) / g.size);
     if (g.size == 1) { ctx_copy(Ctx(), recv, send, S * sizeof(floatX)); return; }  // host or device, no staging
 #ifdef LLMC_USE_NCCL
@@ -209,6 +211,8 @@ struct CommHandle {
     cudaStream_t compute = 0;
 #endif
     bool active = false;
+    const char* op = nullptr;         // what was started, over which group (--comm-timeout's message)
+    const char* group = nullptr;
 };
 
 #ifdef LLMC_USE_NCCL
@@ -236,6 +240,8 @@ inline void nccl_handle_started(Group& g, CommHandle* h, cudaStream_t stream = n
 
 // Starts gathering every rank's chunk of buf (S elements, in place). Wait with comm_wait.
 template <class floatX> inline void comm_all_gather_start(Group& g, floatX* buf, size_t S, CommHandle* h) {
+    CommWait wait_("all_gather", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
+    h->op = "all_gather", h->group = g.name.c_str();
     comm_count(g, ALL_GATHER, (double)sizeof(floatX) * S * (g.size - 1) / g.size);
     h->active = false;
     if (g.size == 1) return;
@@ -264,6 +270,8 @@ template <class floatX> inline void comm_all_gather_start(Group& g, floatX* buf,
 // one unit's gradients while the backward of the next goes on); otherwise done now. Wait with
 // comm_wait before reading recv; send must not change until then.
 template <class floatX> inline void comm_reduce_scatter_sum_start(Group& g, const floatX* send, floatX* recv, size_t S, CommHandle* h) {
+    CommWait wait_("reduce_scatter", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
+    h->op = "reduce_scatter", h->group = g.name.c_str();
     h->active = false;
 #ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, send)) {  // once the compute stream has written send
@@ -279,6 +287,7 @@ template <class floatX> inline void comm_reduce_scatter_sum_start(Group& g, cons
 
 // Completes a started collective: MPI waits on the host; NCCL makes the compute stream wait.
 inline void comm_wait(CommHandle* h) {
+    CommWait wait_(h->op ? h->op : "a started collective", h->group);
 #ifdef LLMC_USE_NCCL
     if (h->active && h->done) { CUDA_CHECK(cudaStreamWaitEvent(h->compute, h->done, 0)); h->active = false; return; }
 #endif
@@ -288,6 +297,7 @@ inline void comm_wait(CommHandle* h) {
     h->active = false;
 }
 template <class floatX> inline void comm_all_gather(Group& g, floatX* buf, size_t S) {
+    CommWait wait_("all_gather", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
 #ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, buf)) {  // blocking: on the compute stream, in order, no events
         comm_count(g, ALL_GATHER, (double)sizeof(floatX) * S * (g.size - 1) / g.size);
@@ -302,6 +312,7 @@ template <class floatX> inline void comm_all_gather(Group& g, floatX* buf, size_
 
 // buf ← Σ_ranks buf, identical on every rank (reduce-scatter, then all-gather).
 template <class floatX> inline void comm_all_reduce_sum(Group& g, floatX* buf, size_t S, std::vector<floatX>* scratch) {
+    CommWait wait_("all_reduce", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     if (g.size == 1) { comm_count(g, ALL_REDUCE, 0); return; }
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) {  // NCCL's ring all-reduce: every rank ends with the same bits too
@@ -327,6 +338,7 @@ template <class floatX> inline void comm_all_reduce_sum(Group& g, floatX* buf, s
 // The same, started on the communication stream when it goes through NCCL (DDP: one unit's
 // gradients while the backward goes on); otherwise done now. comm_join completes them all.
 template <class floatX> inline void comm_all_reduce_sum_start(Group& g, floatX* buf, size_t S, std::vector<floatX>* scratch) {
+    CommWait wait_("all_reduce", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
 #ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, buf)) {
         comm_count(g, ALL_REDUCE, 2.0 * sizeof(floatX) * S * (g.size - 1) / g.size);
@@ -350,6 +362,7 @@ inline void comm_join(Group& g) {
 // v[i] ← Σ_ranks v[i] for a few doubles, summed in rank order: identical everywhere, and the
 // same sum for the same values whatever MPI's algorithm.
 inline void comm_sum_doubles(Group& g, double* v, int n) {
+    CommWait wait_("all_reduce (a few doubles)", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     if (g.size == 1) return;
 #ifdef LLMC_MPI
     std::vector<double> all((size_t)n * g.size);
@@ -365,6 +378,7 @@ inline void comm_sum_doubles(Group& g, double* v, int n) {
 // v[i] ← max over the ranks of v[i] for a few floats (FP8 delayed scaling's amaxes): exact, so
 // identical everywhere.
 inline void comm_max_floats(Group& g, float* v, int n) {
+    CommWait wait_("all_reduce (max of a few floats)", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     if (g.size == 1) return;
 #ifdef LLMC_MPI
     std::vector<float> all((size_t)n * g.size);
@@ -375,6 +389,7 @@ inline void comm_max_floats(Group& g, float* v, int n) {
 }
 
 template <class floatX> inline void comm_broadcast(Group& g, floatX* buf, size_t n, int root) {
+    CommWait wait_("broadcast", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     comm_count(g, BROADCAST, g.size > 1 ? (double)sizeof(floatX) * n : 0);
     if (g.size == 1) return;
 #ifdef LLMC_USE_NCCL
@@ -387,6 +402,7 @@ template <class floatX> inline void comm_broadcast(Group& g, floatX* buf, size_t
 #endif
 }
 template <class floatX> inline void comm_send(Group& g, const floatX* buf, size_t n, int peer) {
+    CommWait wait_("send", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     comm_count(g, SEND_RECV, (double)sizeof(floatX) * n);
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclSend(buf, n, nccl_type<floatX>(), peer, g.nccl, g.compute)); return; }
@@ -397,6 +413,7 @@ template <class floatX> inline void comm_send(Group& g, const floatX* buf, size_
 #endif
 }
 template <class floatX> inline void comm_recv(Group& g, floatX* buf, size_t n, int peer) {
+    CommWait wait_("recv", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, buf)) { NCCL_CHECK(ncclRecv(buf, n, nccl_type<floatX>(), peer, g.nccl, g.compute)); return; }
 #endif
@@ -432,6 +449,8 @@ inline int ring_color(int P, int link) { return P % 2 == 1 && link == P - 1 ? 2 
 // Starts sending n elements of buf to rank + dir (mod P); buf must not change until the send is
 // done (comm_send_done, or comm_wait: MPI waits on the host, NCCL makes the compute stream wait).
 template <class floatX> inline void comm_ring_send_start(Group& g, const floatX* buf, size_t n, int dir, CommHandle* h) {
+    CommWait wait_("ring send", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
+    h->op = "ring send", h->group = g.name.c_str();
     comm_count(g, SEND_RECV, (double)sizeof(floatX) * n);
     h->active = false;
     const int peer = (g.rank + dir + g.size) % g.size;
@@ -483,6 +502,7 @@ inline bool comm_send_done(CommHandle* h) {
 // Receives into buf (n elements) the next message that came this way round the ring: from rank −
 // dir (mod P). On a GPU with NCCL it is queued on the compute stream, which waits for it.
 template <class floatX> inline void comm_ring_recv(Group& g, floatX* buf, size_t n, int dir) {
+    CommWait wait_("ring recv", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     const int peer = (g.rank - dir + g.size) % g.size;
 #ifdef LLMC_USE_NCCL
     if (g.ring[0][0] && is_device_ptr(buf)) {
@@ -502,6 +522,7 @@ template <class floatX> inline void comm_ring_recv(Group& g, floatX* buf, size_t
 // Sends n elements of send to rank `to` and receives n into recv from rank `from`, at once (no
 // deadlock whatever the peers: context_parallel.h's ring, where every rank sends and receives).
 template <class floatX> inline void comm_sendrecv(Group& g, const floatX* send, size_t n, int to, floatX* recv, int from) {
+    CommWait wait_("sendrecv", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     comm_count(g, SEND_RECV, (double)sizeof(floatX) * n);
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, send)) {
@@ -525,6 +546,8 @@ template <class floatX> inline void comm_sendrecv(Group& g, const floatX* send, 
 // the next block of keys and values travels while this one's attention runs); otherwise done now.
 // Wait with comm_wait before reading recv; send must not change, nor recv be read, until then.
 template <class floatX> inline void comm_sendrecv_start(Group& g, const floatX* send, size_t n, int to, floatX* recv, int from, CommHandle* h) {
+    CommWait wait_("sendrecv", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
+    h->op = "sendrecv", h->group = g.name.c_str();
     h->active = false;
 #ifdef LLMC_USE_NCCL
     if (comm_uses_nccl(g, send)) {  // once the compute stream has written send and is done reading recv
@@ -542,6 +565,7 @@ template <class floatX> inline void comm_sendrecv_start(Group& g, const floatX* 
 }
 // send holds P blocks of n elements, block r for rank r; recv gets block `rank` of every rank.
 template <class floatX> inline void comm_all_to_all(Group& g, const floatX* send, floatX* recv, size_t n) {
+    CommWait wait_("all_to_all", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     comm_count(g, ALL_TO_ALL, (double)sizeof(floatX) * n * (g.size - 1));
 #ifdef LLMC_USE_NCCL
     if (g.size > 1 && comm_uses_nccl(g, send)) {  // P sends and receives in one group
@@ -565,6 +589,7 @@ template <class floatX> inline void comm_all_to_all(Group& g, const floatX* send
     ctx_copy(Ctx(), recv, send, n * sizeof(floatX));
 }
 inline void comm_barrier(Group& g) {
+    CommWait wait_("barrier", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     comm_count(g, BARRIER, 0);
 #ifdef LLMC_MPI
     if (g.size > 1) MPI_Barrier(g.comm);
@@ -678,15 +703,24 @@ inline void mesh_build(Mesh* m, int tp, int pp, int cp) {
          ends ? (m->pp_rank == 0 ? 0 : 1) : 0, ends ? 2 : 1);
 }
 
+#ifdef LLMC_USE_NCCL
+inline std::vector<ncclComm_t>& nccl_comms() { static std::vector<ncclComm_t> all; return all; }  // every one made
+// --comm-timeout (comm_timeout.h): every NCCL communicator aborted, so that no kernel waits on.
+inline void comm_abort_nccl() { for (ncclComm_t c : nccl_comms()) ncclCommAbort(c); }
+#endif
 // Gives every group of more than one rank an NCCL communicator on ctx's GPU, bootstrapped over
 // MPI, with its own communication stream. Collective over the world.
 inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
+#if defined(LLMC_USE_NCCL) && defined(LLMC_MPI)
+    g_watchdog.abort_comms = comm_abort_nccl;
+#endif
 #if defined(LLMC_USE_NCCL) && defined(LLMC_MPI)
     auto make = [](Group& g, ncclComm_t* c) {  // a communicator over g's ranks (collective over them)
         ncclUniqueId id;
         if (g.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, g.comm);
         NCCL_CHECK(ncclCommInitRank(c, g.size, id, g.rank));
+        nccl_comms().push_back(*c);  // (--comm-timeout aborts them all: comm_abort_nccl)
     };
     for (Group* g : {&m->world_group, &m->dp_group, &m->pp_group, &m->cp_group, &m->tp_group, &m->dp_cp_group}) {
         if (g->size == 1) continue;

@@ -9,9 +9,10 @@ The op's body alone looks at ctx.device: it runs the CPU loop, or launches the C
 it. The model and the parallel strategies never look at the device. ctx.kernels says which kernel
 runs where there are several (kernel_options.h).
 
-This file includes the rest, each with one job: errors.h (errors, files, time), dtypes.h (float,
-bf16, fp16), memory.h (buffers and copies), host_memory.h (the host's room), cuda_device.h (the
-GPU), kernel_helpers.cuh (what kernels share), autotune.cuh (choices made by timing).
+This file includes the rest, each with one job: errors.h (errors, files, time), comm_timeout.h
+(the watchdog of waits on other ranks), dtypes.h (float, bf16, fp16), memory.h (buffers and
+copies), host_memory.h (the host's room), cuda_device.h (the GPU), kernel_helpers.cuh (what
+kernels share), autotune.cuh (choices made by timing).
 
 Main pieces: Ctx, Device, LLMC_CUDA (the CUDA backend is compiled), CUDA_CHECK.
 
@@ -51,6 +52,7 @@ Tests: test/test_ops.cpp, test/gpucheck_ops.cu. More: docs/backends.md.
 #endif
 
 #include "errors.h"
+#include "comm_timeout.h"
 #include "dtypes.h"
 #include "kernel_options.h"
 

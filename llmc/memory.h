@@ -100,6 +100,7 @@ inline void ctx_copy(const Ctx& ctx, void* dst, const void* src, size_t bytes) {
 // Waits for the work queued on the ctx (a no-op on the CPU, where every op is synchronous).
 inline void ctx_sync(const Ctx& ctx) {
 #ifdef LLMC_CUDA
+    CommWait wait_("a wait for the GPU's queue (its collectives too)", nullptr);  // (--comm-timeout: comm_timeout.h)
     if (ctx.device == Device::CUDA) CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 #endif
     (void)ctx;
@@ -163,6 +164,7 @@ struct HostStage {
 // Waits for the stage's last copy; its host buffer may then be read (after a download) or reused.
 inline const void* stage_wait(HostStage& s) {
 #ifdef LLMC_CUDA
+    CommWait wait_("a wait for the GPU's queue (its collectives too)", nullptr);  // (--comm-timeout: comm_timeout.h)
     if (s.pending) { CUDA_CHECK(cudaEventSynchronize(s.done)); s.pending = false; }
 #endif
     return s.host;

@@ -314,7 +314,7 @@ n=$(grep -c '^  --' "$tmp/help")
 for flag in device model train-data val-data batch-size seq-len total-batch-tokens steps lr warmup-steps lr-schedule \
             final-lr-frac weight-decay beta1 beta2 eps grad-clip seed shuffle precision recompute zero tp sp pp \
             pp-schedule vpp cp cp-layout output-dir checkpoint-every keep-checkpoints resume val-every val-steps val-tokens skip-loss-z skip-norm-z skip-window sample-every \
-            gen-tokens hellaswag log-file comm comm-stats; do
+            gen-tokens hellaswag log-file comm comm-stats comm-timeout; do
     grep -q -- "--$flag " "$tmp/help" || { echo "not ok - --help lists --$flag"; rc=1; }
 done
 [ $rc = 0 ] && echo "ok - --help lists all $n flags" || echo "not ok - --help"

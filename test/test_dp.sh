@@ -520,3 +520,24 @@ mpi 3 "${common[@]}" --batch-size 2 --tp 2 >"$tmp/bad.out" 2>"$tmp/bad.err"; rc=
 n=$(grep -c "error: world size 3 is not divisible by tp\*pp\*cp" "$tmp/bad.err")
 [ $rc = 2 ] && [ "$n" = 1 ] && ! grep -q "^memory" "$tmp/bad.out" && echo "ok - world size 3 with --tp 2 is refused with one line (exit 2)" \
     || echo "not ok - bad layout: exit $rc, $n error lines"
+
+# --- --comm-timeout (llmc/comm_timeout.h): rank 1 stopped (SIGSTOP) in the middle of a run, the way a hung
+# GPU or a dead link leaves it; rank 0 waits in a collective no longer than the timeout (3 s), then ends the
+# run (exit 1) with one line naming the collective, its group and the step, and the launcher ends rank 1.
+# (Here with this run's backend: CPU ranks over MPI, or the emulated GPU with NCCL.)
+mpi 2 "${common[@]}" --batch-size 2 --steps 100000000 --comm-timeout 3 --log-file "$tmp/hang.jsonl" >"$tmp/hang.out" 2>&1 &
+hang=$!
+for i in $(seq 600); do [ "$(wc -l 2>/dev/null <"$tmp/hang.jsonl" || echo 0)" -ge 3 ] && break; sleep 0.1; done
+stopped=""
+for p in $(pgrep -f -- "$tmp/hang.jsonl"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && kill -STOP "$p" && stopped=$p
+done
+t0=$(date +%s)
+for i in $(seq 300); do kill -0 $hang 2>/dev/null || break; sleep 0.1; done  # (30 s at most)
+took=$(($(date +%s) - t0))
+kill -0 $hang 2>/dev/null && { kill -9 $hang; [ -n "$stopped" ] && kill -9 "$stopped"; }
+wait $hang; rc=$?
+line=$(grep "^\[rank 0\] error: --comm-timeout 3: waited [0-9]* s in .* over the .* group at step [0-9]* " "$tmp/hang.out" | head -1)
+[ -n "$stopped" ] && [ $rc != 0 ] && [ "$took" -le 15 ] && [ -n "$line" ] \
+    && echo "ok - --comm-timeout 3: rank 1 stopped, rank 0 ended the run in $took s (exit $rc): ${line#*error: }" \
+    || { echo "not ok - --comm-timeout 3: rank 1 stopped ('$stopped'), the run ended after $took s, exit $rc"; tail -3 "$tmp/hang.out" | sed 's/^/#   /'; }
