@@ -694,8 +694,8 @@ static void plan_micro_batch(const RunConfig& rc, Mesh& mesh, const Ctx& ctx, co
                         "multiples of 16", why.c_str(), s->B, s->Tl, rc.tp > 1 ? "; the widths are one tp rank's" : "");
     }
     if (rc.pp > 1) {  // the step's accum micro-batches: how many each chunk keeps alive at once, and the copies its sends keep (pipeline.h)
-        model->slots = pp_slots(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
-        model->pp_send_cap = pp_send_buffers(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
+        model->par.slots = pp_slots(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
+        model->par.pp_send_cap = pp_send_buffers(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
     }
 }
 
@@ -781,12 +781,12 @@ static void print_pipeline(const RunConfig& rc, const GPT<floatX>& model, const 
     for (int st = 0; st < pp; st++)
         print0(" %s%s", blocks_of(make_layout(c, 1, 0, pp, st, il ? rc.vpp : 1)).c_str(), st + 1 < pp ? "," : " a stage\n");
     std::string slots;
-    for (int n : model.slots) slots += (slots.empty() ? "" : " + ") + std::to_string(n);
+    for (int n : model.par.slots) slots += (slots.empty() ? "" : " + ") + std::to_string(n);
     fflush(stdout);
     printf("pipeline rank %d: stage %d, blocks %s%s%s, %s activation slot(s)%s, send copies at most %d + %d (forward + backward)\n",
            mesh.rank, mesh.pp_rank, blocks_of(model.layout).c_str(), model.layout.stage == 0 ? ", the embeddings" : "",
            !model.layout.has_head ? "" : c.tied ? ", lnf and the classifier (wte tied to stage 0's)" : ", lnf and the classifier (lm_head)",
-           slots.c_str(), model.slots.size() > 1 ? " (its chunks')" : "", model.pp_send_cap[0], model.pp_send_cap[1]);
+           slots.c_str(), model.par.slots.size() > 1 ? " (its chunks')" : "", model.par.pp_send_cap[0], model.par.pp_send_cap[1]);
     fflush(stdout);
 }
 
@@ -841,7 +841,7 @@ static void print_memory(const GPT<floatX>& model, const DPMemory& mem, const Ct
     const double gelu_scratch = gpt_gelu_scratch_bytes(ctx, model, s.B, s.Tl);
     const double attention_scratch = gpt_attention_scratch_bytes(ctx, model, s.B, s.Tl);
     std::string tail;
-    if (model.pp) tail += ", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, s.B, s.Tl)) + " B";
+    if (model.par.pp) tail += ", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, s.B, s.Tl)) + " B";
     if (prec.fp8) tail += ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(ctx, model, s.B, s.Tl)) + " B";
     if (gelu_scratch) tail += ", gelu scratch " + std::to_string((long long)gelu_scratch) + " B";
     if (attention_scratch) tail += ", attention scratch " + std::to_string((long long)attention_scratch) + " B";
@@ -1089,12 +1089,12 @@ static void finish_run(const RunConfig& rc, const Ctx& ctx, GPT<floatX>* model, 
     }
     if (ctx.prof && mesh.rank == 0) profile_report(*ctx.prof, stdout, peak);
     if (rc.pp > 1) {  // (every rank's: pipeline.h's copies for its sends, each way's)
-        size_t bytes = 0, kept[2] = {model->pp_sends[0].size(), model->pp_sends[1].size()};
-        for (const auto& pool : model->pp_sends)
+        size_t bytes = 0, kept[2] = {model->par.pp_sends[0].size(), model->par.pp_sends[1].size()};
+        for (const auto& pool : model->par.pp_sends)
             for (const auto& o : pool) bytes += o.copy.bytes();
         fflush(stdout);
         printf("pipeline rank %d: %zu + %zu send buffer(s) (forward + backward; at most %d + %d), %s%s\n", mesh.rank, kept[0],
-               kept[1], model->pp_send_cap[0], model->pp_send_cap[1], format_bytes(bytes).c_str(),
+               kept[1], model->par.pp_send_cap[0], model->par.pp_send_cap[1], format_bytes(bytes).c_str(),
                ctx.device == Device::CUDA ? " of GPU memory" : "");
         fflush(stdout);
     }

@@ -39,7 +39,7 @@ for line in open(sys.argv[1]):
     print(json.dumps(r, sort_keys=True))
 PY
     [ -f "$d/log.jsonl" ] || return 0
-    (cd "$d" && find . -type f ! -name out ! -name log.jsonl | sort | xargs -r sha256sum)
+    (cd "$d" && find . -type f ! -name out ! -name log.jsonl ! -name .lock | sort | xargs -r sha256sum)  # (.lock: the pid)
 }
 
 o=$tmp/ck   # a checkpointed run, then the same run resumed from its middle

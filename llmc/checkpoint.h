@@ -137,8 +137,6 @@ template <class floatX> inline void model_file_load(DataParallel<floatX>* d, con
     for (int u = 0; u < gpt_num_units(c); u++) {
         unit.resize(d->units[u].size);
         model_file_unit_io(f, path, g.config, g.layout, u, unit.data(), false, file_bf16);
-        for (size_t i = 0; i < unit.size(); i++)  // (a damaged llm.c file has no checksum: its weights still must be numbers)
-            if (!std::isfinite(unit[i])) fatal("'%s' holds a non-finite weight (%g): a damaged model file", path, unit[i]);
         dp_set_unit(d, u, unit.data());
     }
     fclose(f);
@@ -195,7 +193,7 @@ inline void refuse_non_finite(const float* x, size_t n, const std::string& path,
 // it exists (the barriers: over pp, then tp), and it renames it when all are done.
 template <class floatX> inline void model_file_save(DataParallel<floatX>* d, const std::string& path, bool file_bf16) {
     const GPT<floatX>& g = *d->g;
-    const bool tp = g.tp && g.tp->size > 1, creator = d->rank == 0 && g.layout.tp_rank == 0 && g.layout.stage == 0;
+    const bool tp = g.par.tp && g.par.tp->size > 1, creator = d->rank == 0 && g.layout.tp_rank == 0 && g.layout.stage == 0;
     std::string tmp = path + ".tmp";
     FILE* f = nullptr;
     if (creator) {
@@ -203,8 +201,8 @@ template <class floatX> inline void model_file_save(DataParallel<floatX>* d, con
         model_file_write_header(f, tmp.c_str(), g.config, file_bf16);
         if (fflush(f) != 0) fatal("cannot write model file '%s'", tmp.c_str());
     }
-    if (g.pp) comm_barrier(*g.pp);
-    if (tp) comm_barrier(*g.tp);
+    if (g.par.pp) comm_barrier(*g.par.pp);
+    if (tp) comm_barrier(*g.par.tp);
     if (d->rank == 0 && !creator) f = fopen_or_die(tmp.c_str(), "r+b");
     avec<float> unit;
     for (int u = 0; u < gpt_num_units(g.config); u++) {
@@ -214,8 +212,8 @@ template <class floatX> inline void model_file_save(DataParallel<floatX>* d, con
         if (f) model_file_unit_io(f, tmp.c_str(), g.config, g.layout, u, unit.data(), true, file_bf16);
     }
     if (f && !close_synced(f)) fatal("cannot write model file '%s'", tmp.c_str());
-    if (tp) comm_barrier(*g.tp);
-    if (g.pp) comm_barrier(*g.pp);
+    if (tp) comm_barrier(*g.par.tp);
+    if (g.par.pp) comm_barrier(*g.par.pp);
     if (creator) {  // its checksum beside it (checksum.h), each renamed into place, then their directory synced
         const std::string side = path + ".crc32c";
         sidecar_write(tmp, side + ".tmp");

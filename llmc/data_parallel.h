@@ -347,8 +347,8 @@ template <class floatX> inline float dp_grad_norm(DataParallel<floatX>* d) {
     double s = global_norm_squared(d->ctx, pieces);
     CommScope prof(d->ctx, *d->group, "loss and norm sums");
     comm_sum_doubles(*d->group, &s, 1);
-    if (g.tp) comm_sum_doubles(*g.tp, &s, 1);
-    if (g.pp) comm_sum_doubles(*g.pp, &s, 1);  // pipeline stages: each its units (the embeddings once)
+    if (g.par.tp) comm_sum_doubles(*g.par.tp, &s, 1);
+    if (g.par.pp) comm_sum_doubles(*g.par.pp, &s, 1);  // pipeline stages: each its units (the embeddings once)
     return (float)sqrt(s);
 }
 

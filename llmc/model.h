@@ -414,15 +414,10 @@ struct ParamHooks {
     virtual ~ParamHooks() = default;
 };
 
-template <class floatX> struct GPT {
-    GPTConfig config;
-    ParamLayout layout;
-    std::vector<floatX*> params, grads;  // per unit, set by the storage owner
-    ParamHooks* hooks = nullptr;
-    Recompute recompute = Recompute::None;  // --recompute: set before the first forward
-    bool fp8 = false;             // --precision fp8: the blocks' products multiply in FP8 (fp8.cuh; floatX is bf16)
-    Fp8Delayed fp8_delayed;       // and with --fp8-scaling delayed, their scaling state (linear_ctx)
-    Activations<floatX> acts;
+// The model's parallel state on this rank, all in one place: the groups that split it, and the
+// working state of the pipeline's stages and of context parallelism (tensor_parallel.h,
+// pipeline.h, context_parallel.h). Without parallelism every group is nullptr.
+template <class floatX> struct ModelParallel {
     Group* tp = nullptr;          // tensor parallelism: the tp group (tensor_parallel.h); none: whole blocks
     bool sp = false;              // sequence parallelism over the tp group (tensor_parallel.h)
     std::vector<floatX> tp_scratch;    // its all-reduces' host scratch (comm.h)
@@ -433,10 +428,10 @@ template <class floatX> struct GPT {
     // (pipeline.h's pp_send_buffers; 0: no cap)
     std::list<Send> pp_sends[2];
     std::array<int, 2> pp_send_cap{0, 0};
-    // pipeline parallelism (pipeline.h): the activations of several micro-batches are alive at
-    // once, one set a slot; slot `slot`'s are in acts while it runs, the others parked. With the
-    // interleaved schedule a stage runs one of its chunks at a time (`chunk`: layout.chunks's),
-    // and each chunk has slots of its own (sized for its blocks).
+    // the activations of several micro-batches are alive at once, one set a slot; slot `slot`'s
+    // are in acts while it runs, the others parked. With the interleaved schedule a stage runs one
+    // of its chunks at a time (`chunk`: layout.chunks's), and each chunk has slots of its own
+    // (sized for its blocks).
     std::vector<Activations<floatX>> parked;
     int slot = 0, chunk = 0;
     std::vector<int> slots{1};    // per chunk: how many the schedule keeps (the memory plan counts them)
@@ -444,23 +439,35 @@ template <class floatX> struct GPT {
     bool cp_zigzag = false;       // which ones: --cp-layout zigzag, else contiguous
     int infer_T = 0;              // the sequence length of the last gpt_infer (before padding, with cp)
 };
-// The cp ranks (1 without context parallelism).
-template <class floatX> inline int gpt_cp(const GPT<floatX>& g) { return g.cp ? g.cp->size : 1; }
 
-// Slot j of chunk k (0 ≤ j < g.slots[k]): its number among all of them.
+template <class floatX> struct GPT {
+    GPTConfig config;
+    ParamLayout layout;
+    std::vector<floatX*> params, grads;  // per unit, set by the storage owner
+    ParamHooks* hooks = nullptr;
+    Recompute recompute = Recompute::None;  // --recompute: set before the first forward
+    bool fp8 = false;             // --precision fp8: the blocks' products multiply in FP8 (fp8.cuh; floatX is bf16)
+    Fp8Delayed fp8_delayed;       // and with --fp8-scaling delayed, their scaling state (linear_ctx)
+    Activations<floatX> acts;
+    ModelParallel<floatX> par;    // tp, sp, pp, cp: the groups and their working state
+};
+// The cp ranks (1 without context parallelism).
+template <class floatX> inline int gpt_cp(const GPT<floatX>& g) { return g.par.cp ? g.par.cp->size : 1; }
+
+// Slot j of chunk k (0 ≤ j < g.par.slots[k]): its number among all of them.
 template <class floatX> inline int gpt_slot_id(const GPT<floatX>& g, int k, int j) {
-    for (int c = 0; c < k; c++) j += g.slots[c];
+    for (int c = 0; c < k; c++) j += g.par.slots[c];
     return j;
 }
 // Makes slot `id`'s activations the ones the forward and backward use, for chunk `chunk` of
 // this stage's blocks (pipeline.h; 0 without interleaving).
 template <class floatX> inline void gpt_use_slot(GPT<floatX>* g, int id, int chunk = 0) {
-    g->chunk = chunk;
-    if (id == g->slot) return;
-    if ((int)g->parked.size() <= std::max(id, g->slot)) g->parked.resize(std::max(id, g->slot) + 1);
-    std::swap(g->acts, g->parked[g->slot]);  // park the running slot's (moves: nothing is copied)
-    std::swap(g->acts, g->parked[id]);
-    g->slot = id;
+    g->par.chunk = chunk;
+    if (id == g->par.slot) return;
+    if ((int)g->par.parked.size() <= std::max(id, g->par.slot)) g->par.parked.resize(std::max(id, g->par.slot) + 1);
+    std::swap(g->acts, g->par.parked[g->par.slot]);  // park the running slot's (moves: nothing is copied)
+    std::swap(g->acts, g->par.parked[id]);
+    g->par.slot = id;
 }
 // Pipeline parallelism: sends n elements of buf to the stage `dir` (+1 or −1) away round the pp
 // group's ring (comm.h: comm_ring_send_start) without waiting for the receiver, from a copy of
@@ -469,8 +476,8 @@ template <class floatX> inline void gpt_use_slot(GPT<floatX>* g, int id, int chu
 // exist, else the copy waits for the oldest's receiver (comm_wait: on the GPU with NCCL the
 // compute stream waits, not the host; with MPI the host). gpt_stage_sends_wait waits for them all.
 template <class floatX> inline void gpt_stage_send(const Ctx& ctx, GPT<floatX>* g, const floatX* buf, size_t n, int dir) {
-    const int way = dir > 0 ? 0 : 1, cap = g->pp_send_cap[way];
-    auto& pool = g->pp_sends[way];
+    const int way = dir > 0 ? 0 : 1, cap = g->par.pp_send_cap[way];
+    auto& pool = g->par.pp_sends[way];
     if (pool.empty() || (!comm_send_done(&pool.front().h) && (cap <= 0 || (int)pool.size() < cap))) {
         pool.emplace_back();
     } else {
@@ -480,10 +487,10 @@ template <class floatX> inline void gpt_stage_send(const Ctx& ctx, GPT<floatX>* 
     auto& o = pool.back();
     if (o.copy.size() < n) o.copy.alloc(ctx, n);
     ctx_copy(ctx, o.copy.data(), buf, n * sizeof(floatX));
-    comm_ring_send_start(*g->pp, o.copy.data(), n, dir, &o.h);
+    comm_ring_send_start(*g->par.pp, o.copy.data(), n, dir, &o.h);
 }
 template <class floatX> inline void gpt_stage_sends_wait(GPT<floatX>* g) {
-    for (auto& pool : g->pp_sends)
+    for (auto& pool : g->par.pp_sends)
         for (auto& o : pool) comm_wait(&o.h);
 }
 
@@ -496,14 +503,14 @@ template <class floatX> inline void gpt_stage_sends_wait(GPT<floatX>* g) {
 template <class floatX> inline void gpt_build(GPT<floatX>* g, const GPTConfig& c, Group* tp = nullptr, bool sp = false, Group* pp = nullptr,
                                          Group* cp = nullptr, bool zigzag = false, int vpp = 1) {
     g->config = c;
-    g->cp = cp && cp->size > 1 ? cp : nullptr;
-    g->cp_zigzag = zigzag;
-    g->tp = tp;
-    g->sp = sp && tp && tp->size > 1;
-    g->pp = pp && pp->size > 1 ? pp : nullptr;
-    g->layout = make_layout(c, tp ? tp->size : 1, tp ? tp->rank : 0, pp ? pp->size : 1, pp ? pp->rank : 0, g->pp ? vpp : 1);
-    g->slots.assign(g->layout.vpp(), 1);
-    g->chunk = 0;
+    g->par.cp = cp && cp->size > 1 ? cp : nullptr;
+    g->par.cp_zigzag = zigzag;
+    g->par.tp = tp;
+    g->par.sp = sp && tp && tp->size > 1;
+    g->par.pp = pp && pp->size > 1 ? pp : nullptr;
+    g->layout = make_layout(c, tp ? tp->size : 1, tp ? tp->rank : 0, pp ? pp->size : 1, pp ? pp->rank : 0, g->par.pp ? vpp : 1);
+    g->par.slots.assign(g->layout.vpp(), 1);
+    g->par.chunk = 0;
     g->params.assign(gpt_num_units(c), nullptr);
     g->grads.assign(gpt_num_units(c), nullptr);
     g->acts = Activations<floatX>();
@@ -614,11 +621,11 @@ inline void gpt_activation_buffers(Activations<floatX>& a, const GPTConfig& c, c
 
 template <class floatX> inline void gpt_ensure_activations(const Ctx& ctx, GPT<floatX>* g, int B, int T) {
     Activations<floatX>& a = g->acts;
-    if (a.B * a.T >= B * T && a.T >= T && a.logits.dev == ctx.device && a.recompute == g->recompute && a.chunk == g->chunk) return;
-    gpt_activation_buffers(a, g->config, g->layout, g->chunk, B, T, g->recompute, g->sp, gpt_cp(*g),
+    if (a.B * a.T >= B * T && a.T >= T && a.logits.dev == ctx.device && a.recompute == g->recompute && a.chunk == g->par.chunk) return;
+    gpt_activation_buffers(a, g->config, g->layout, g->par.chunk, B, T, g->recompute, g->par.sp, gpt_cp(*g),
                            [&](auto& buf, size_t n) { buf.alloc(ctx, n); });
     a.tokens_host.assign((size_t)B * T, 0);
-    a.B = B; a.T = T; a.recompute = g->recompute; a.chunk = g->chunk; a.rope_T = 0;
+    a.B = B; a.T = T; a.recompute = g->recompute; a.chunk = g->par.chunk; a.rope_T = 0;
 }
 
 // The bytes gpt_ensure_activations allocates for B·T positions (as Buf rounds them), without
@@ -636,12 +643,12 @@ template <class floatX> inline double gpt_activation_bytes(const GPTConfig& c, c
                            [&](auto& buf, size_t n) { bytes += (double)buf.bytes_for(n); });
     return bytes;
 }
-// ... of a model, all its slots (of every chunk: g.slots, or the slots given); T is this rank's
+// ... of a model, all its slots (of every chunk: g.par.slots, or the slots given); T is this rank's
 // positions (T/cp with context parallelism)
 template <class floatX> inline double gpt_activation_bytes(const GPT<floatX>& g, int B, int T, Recompute r, const std::vector<int>* slots = nullptr) {
     double bytes = 0;
     for (int k = 0; k < g.layout.vpp(); k++)
-        bytes += (slots ? *slots : g.slots)[k] * gpt_activation_bytes<floatX>(g.config, g.layout, B, T, r, g.sp, gpt_cp(g), k);
+        bytes += (slots ? *slots : g.par.slots)[k] * gpt_activation_bytes<floatX>(g.config, g.layout, B, T, r, g.par.sp, gpt_cp(g), k);
     return bytes;
 }
 // The FP8 products' scratch (--precision fp8): matmul.cuh's matmul_forward_fp8 and
@@ -736,12 +743,12 @@ template <class floatX> inline RingBuffers<floatX> gpt_ring_buffers(GPT<floatX>*
 
 // How this forward's B·T positions lie over the tp ranks (tensor_parallel.h: all on every rank
 // unless sequence parallelism splits them).
-template <class floatX> inline SeqSplit gpt_seq_split(const GPT<floatX>& g, int B, int T) { return seq_split((size_t)B * T, g.tp, g.sp); }
-// The send copies a stage may keep at their caps (g.pp_send_cap, or the caps given), for
+template <class floatX> inline SeqSplit gpt_seq_split(const GPT<floatX>& g, int B, int T) { return seq_split((size_t)B * T, g.par.tp, g.par.sp); }
+// The send copies a stage may keep at their caps (g.par.pp_send_cap, or the caps given), for
 // micro-batches of B·T positions (this rank's rows of the residual stream, n elements each):
 // what the memory plan counts (planner.h).
 template <class floatX> inline double gpt_send_copy_bytes(const GPT<floatX>& g, int B, int T, const std::array<int, 2>* caps = nullptr) {
-    const std::array<int, 2>& c = caps ? *caps : g.pp_send_cap;
+    const std::array<int, 2>& c = caps ? *caps : g.par.pp_send_cap;
     return (double)(c[0] + c[1]) * gpt_seq_split(g, B, T).P * g.config.channels * sizeof(floatX);
 }
 
@@ -760,7 +767,7 @@ template <class floatX> inline BlockActs<floatX> block_acts(GPT<floatX>* g, int 
     const size_t BT = (size_t)B * T, BTCt = BT * cf.channels / tp, NHt = cf.num_heads / tp;
     const size_t Q = cf.qkv_rows() / tp, Fc = cf.fc_rows() / tp, Hh = cf.ffn() / tp;
     const size_t P = gpt_seq_split(*g, B, T).P, PC = P * cf.channels;
-    const int l0 = g->layout.chunks[g->chunk].first;  // the running chunk's first block (pipeline.h; 0 without)
+    const int l0 = g->layout.chunks[g->par.chunk].first;  // the running chunk's first block (pipeline.h; 0 without)
     const size_t c = keeps_cheap(g->recompute) ? l - l0 : 0, i = keeps_inner(g->recompute) ? l - l0 : 0;
     const bool mean = !cf.llama();  // (RMSNorm: no mean)
     return BlockActs<floatX>{
@@ -777,7 +784,7 @@ template <class floatX> inline BlockActs<floatX> block_acts(GPT<floatX>* g, int 
 // running chunk, interleaved), this rank's rows of the residual stream: what pipeline.h hands to
 // the next stage, and lnf's input on the last.
 template <class floatX> inline floatX* gpt_stage_output(GPT<floatX>* g, int B, int T) {
-    const LayerRange r = g->layout.chunks[g->chunk];
+    const LayerRange r = g->layout.chunks[g->par.chunk];
     return g->acts.residual3.data() + (size_t)(r.end - 1 - r.first) * gpt_seq_split(*g, B, T).P * g->config.channels;
 }
 
@@ -789,8 +796,8 @@ template <class floatX> inline const float* gpt_rope(const Ctx& ctx, GPT<floatX>
     if (a.rope_T != T) {
         std::vector<int> pos(T);
         for (int t = 0; t < T; t++) pos[t] = t;
-        if (g->cp)
-            for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T))
+        if (g->par.cp)
+            for (const PosPiece& q : cp_pieces(g->par.cp->size, g->par.cp->rank, g->par.cp_zigzag, T))
                 for (int i = 0; i < q.n; i++) pos[q.local + i] = q.global + i;
         a.rope_host = rope_table(pos.data(), T, g->config.head_dim(), (double)g->config.rope_theta, g->config.rope_scaling);
         ctx_copy(ctx, a.rope.data(), a.rope_host.data(), a.rope_host.size() * sizeof(float));
@@ -829,18 +836,18 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
     // (Llama: the norms are RMSNorms, which the LayerNorm ops are with no mean and no bias: b.*_mean
     // and w.*b are nullptr; the products have no biases either)
-    if (l > g->layout.chunks[g->chunk].first && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
+    if (l > g->layout.chunks[g->par.chunk].first && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
         residual_layernorm_forward(ctx, b.x, b.ln1, b.ln1_mean, b.ln1_rstd, block_acts(g, l - 1, B, T).res2, a.scratch.data(),
                                    w.ln1w, w.ln1b, P, C);
     else                  // x is the encoder's output, or was kept
         layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, P, C);
     if (inner) {
-        matmul_forward(lin[PRODUCT_QKV], b.qkv, tp_gather_rows(ctx, g->tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, Q);
+        matmul_forward(lin[PRODUCT_QKV], b.qkv, tp_gather_rows(ctx, g->par.tp, s, b.ln1, a.whole.data(), C), w.qkvw, w.qkvb, BT, C, Q);
         if (c.llama())  // RoPE turns q's and k's heads in place (the kept qkv is the turned one)
             rope_forward(ctx, b.qkv, gpt_rope(ctx, g, T), B, T, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
-        cp_attention_forward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T), b.atty, b.lse, b.qkv, B, T, Ct, NHt, NKVt);
-        matmul_forward(lin[PRODUCT_ATTPROJ], part, b.atty, w.attprojw, tp_row_bias(g->tp, w.attprojb), BT, Ct, C);
-        tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);  // → acts.scratch, this rank's rows
+        cp_attention_forward(ctx, g->par.cp, g->par.cp_zigzag, gpt_ring_buffers(g, B, T), b.atty, b.lse, b.qkv, B, T, Ct, NHt, NKVt);
+        matmul_forward(lin[PRODUCT_ATTPROJ], part, b.atty, w.attprojw, tp_row_bias(g->par.tp, w.attprojb), BT, Ct, C);
+        tp_sum_rows(ctx, g->par.tp, s, part, a.scratch.data(), C, &g->par.tp_scratch);  // → acts.scratch, this rank's rows
         residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
     } else {              // selective: res2 was kept
         layernorm_forward(ctx, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2w, w.ln2b, P, C);
@@ -848,7 +855,7 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
     // fch = the activation's input, fch_gelu = its output: GELU(fch), or Llama's SwiGLU over fch's
     // [gate | up]. Selective reruns the activation alone, so it runs apart here too, and SwiGLU
     // always does (the fc product runs whenever `inner` does: selective's rerun is the one run without it)
-    const floatX* ln2 = inner ? tp_gather_rows(ctx, g->tp, s, b.ln2, a.whole.data(), C) : nullptr;
+    const floatX* ln2 = inner ? tp_gather_rows(ctx, g->par.tp, s, b.ln2, a.whole.data(), C) : nullptr;
     if (c.llama()) {
         if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         swiglu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT, (size_t)Hh);
@@ -859,8 +866,8 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
         matmul_forward(lin[PRODUCT_FC], b.fch_gelu, ln2, w.fcw, w.fcb, BT, C, Fc, b.fch);
     }
     if (!rerun) {
-        matmul_forward(lin[PRODUCT_FCPROJ], part, b.fch_gelu, w.fcprojw, tp_row_bias(g->tp, w.fcprojb), BT, Hh, C);
-        tp_sum_rows(ctx, g->tp, s, part, a.scratch.data(), C, &g->tp_scratch);
+        matmul_forward(lin[PRODUCT_FCPROJ], part, b.fch_gelu, w.fcprojw, tp_row_bias(g->par.tp, w.fcprojb), BT, Hh, C);
+        tp_sum_rows(ctx, g->par.tp, s, part, a.scratch.data(), C, &g->par.tp_scratch);
     }
     // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
 }
@@ -878,7 +885,7 @@ inline void gpt_layernorm_backward(const Ctx& ctx, GPT<floatX>* g, const SeqSpli
     const size_t n = (db ? 2 : 1) * (size_t)C;  // (RMSNorm: no bias, db = nullptr)
     ctx_zero(ctx, part, n * sizeof(floatX));
     layernorm_backward(ctx, dinp, part, db ? part + C : nullptr, dout, inp, w, mean, rstd, (int)s.P, C);
-    tp_sum(ctx, g->tp, part, n, &g->tp_scratch);
+    tp_sum(ctx, g->par.tp, part, n, &g->par.tp_scratch);
     add_inplace(ctx, dw, part, C);
     if (db) add_inplace(ctx, db, part + C, C);
 }
@@ -905,27 +912,27 @@ template <class floatX> inline void gpt_block_backward(const Ctx& ctx, GPT<float
     floatX *dres = a.dresidual.data(), *whole = a.whole.data();
     // MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))), act = GELU (through which the fcproj
     // product's backward takes dfch at once) or Llama's SwiGLU (its own op, from dhidden)
-    const floatX* dmlp = tp_gather_rows(ctx, g->tp, s, dres, whole, C);
+    const floatX* dmlp = tp_gather_rows(ctx, g->par.tp, s, dres, whole, C);
     if (c.llama()) {
         matmul_backward(lin[PRODUCT_FCPROJ], a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C);
         swiglu_backward(ctx, a.dfch.data(), b.fch, a.dhidden.data(), (size_t)BT, (size_t)Hh);
     } else {
         matmul_backward(lin[PRODUCT_FCPROJ], a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C, b.fch);
     }
-    matmul_backward(lin[PRODUCT_FC], a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), tp_gather_rows(ctx, g->tp, s, b.ln2, whole, C), w.fcw,
+    matmul_backward(lin[PRODUCT_FC], a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), tp_gather_rows(ctx, g->par.tp, s, b.ln2, whole, C), w.fcw,
                     BT, C, Fc);
-    floatX* dln2 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
+    floatX* dln2 = tp_sum_rows(ctx, g->par.tp, s, a.dbtc.data(), a.scratch.data(), C, &g->par.tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln2w, dw.ln2b, dln2, b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd);
     // attention: res2 = x + attproj(attention(qkv(ln1(x)))) (Llama: the attention of the turned
     // rows, whose gradient then goes back through the turn)
-    matmul_backward(lin[PRODUCT_ATTPROJ], a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->tp, s, dres, whole, C), b.atty,
+    matmul_backward(lin[PRODUCT_ATTPROJ], a.dbtc.data(), dw.attprojw, dw.attprojb, tp_gather_rows(ctx, g->par.tp, s, dres, whole, C), b.atty,
                     w.attprojw, BT, Ct, C);
-    cp_attention_backward(ctx, g->cp, g->cp_zigzag, gpt_ring_buffers(g, B, T), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty,
+    cp_attention_backward(ctx, g->par.cp, g->par.cp_zigzag, gpt_ring_buffers(g, B, T), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty,
                           b.lse, B, T, Ct, NHt, NKVt);
     if (c.llama()) rope_backward(ctx, a.dqkv.data(), gpt_rope(ctx, g, T), B, T, (size_t)Q, (c.num_heads + c.kv_heads()) / tp, c.head_dim());
-    matmul_backward(lin[PRODUCT_QKV], a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->tp, s, b.ln1, whole, C), w.qkvw,
+    matmul_backward(lin[PRODUCT_QKV], a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), tp_gather_rows(ctx, g->par.tp, s, b.ln1, whole, C), w.qkvw,
                     BT, C, Q);
-    floatX* dln1 = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
+    floatX* dln1 = tp_sum_rows(ctx, g->par.tp, s, a.dbtc.data(), a.scratch.data(), C, &g->par.tp_scratch);
     gpt_layernorm_backward(ctx, g, s, dres, dw.ln1w, dw.ln1b, dln1, b.x, w.ln1w, b.ln1_mean, b.ln1_rstd);
 }
 
@@ -952,15 +959,15 @@ template <class floatX> inline floatX* gpt_classifier(const GPT<floatX>& g, cons
 // then stands for wpe; without, wpe itself), and for a gradient, the rows copied back.
 template <class floatX> inline floatX* gpt_wpe_rows(const Ctx& ctx, GPT<floatX>* g, floatX* wpe, int T) {
     if (g->config.llama()) return nullptr;  // (no position embedding: RoPE)
-    if (!g->cp) return wpe;
+    if (!g->par.cp) return wpe;
     const size_t C = g->config.channels;
-    for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T))
+    for (const PosPiece& q : cp_pieces(g->par.cp->size, g->par.cp->rank, g->par.cp_zigzag, T))
         ctx_copy(ctx, g->acts.cp_wpe.data() + q.local * C, wpe + q.global * C, q.n * C * sizeof(floatX));
     return g->acts.cp_wpe.data();
 }
 template <class floatX> inline void gpt_wpe_rows_back(const Ctx& ctx, GPT<floatX>* g, floatX* wpe, int T) {
     const size_t C = g->config.channels;
-    for (const PosPiece& q : cp_pieces(g->cp->size, g->cp->rank, g->cp_zigzag, T))
+    for (const PosPiece& q : cp_pieces(g->par.cp->size, g->par.cp->rank, g->par.cp_zigzag, T))
         ctx_copy(ctx, wpe + q.global * C, g->acts.cp_wpe.data() + q.local * C, q.n * C * sizeof(floatX));
 }
 
@@ -979,7 +986,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<floatX>* g, const int* tokens, const
     const int C = c.channels, BT = B * T;
     const SeqSplit s = gpt_seq_split(*g, B, T);
     const ParamLayout& p = g->layout;
-    const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // the running chunk's blocks (all L without pp)
+    const int l0 = p.chunks[g->par.chunk].first, l1 = p.chunks[g->par.chunk].end;  // the running chunk's blocks (all L without pp)
     memcpy(a.tokens_host.data(), tokens, BT * sizeof(int));
     stage_upload(ctx, a.tokens_in, a.tokens.data(), tokens, BT * sizeof(int));
     // The embedding. With tensor parallelism it is vocabulary-parallel: this rank's wte holds the
@@ -988,12 +995,12 @@ inline void gpt_forward(const Ctx& ctx, GPT<floatX>* g, const int* tokens, const
     // A later pipeline stage starts from the previous stage's output instead, which pipeline.h
     // has put in acts.encoded.
     const Classifier k = classifier_slice(*g);
-    if (p.embeds(g->chunk)) {
+    if (p.embeds(g->par.chunk)) {
         floatX* emb = s.on ? a.whole.data() : a.encoded.data();
         acquire(g, 0);
-        encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->tp, gpt_wpe_rows(ctx, g, g->params[0] + p.wpe, T)),
+        encoder_forward(ctx, emb, a.tokens.data(), g->params[0] + p.wte, tp_row_bias(g->par.tp, gpt_wpe_rows(ctx, g, g->params[0] + p.wpe, T)),
                         B, T, C, k.lo, k.Vpl);
-        tp_sum_rows(ctx, g->tp, s, emb, a.encoded.data(), C, &g->tp_scratch);  // → acts.encoded, this rank's rows
+        tp_sum_rows(ctx, g->par.tp, s, emb, a.encoded.data(), C, &g->par.tp_scratch);  // → acts.encoded, this rank's rows
         release(g, 0);
     }
     for (int l = l0; l < l1; l++) {
@@ -1003,7 +1010,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<floatX>* g, const int* tokens, const
     }
     floatX* last = gpt_stage_output(g, B, T);  // the last block's output
     a.loss_count = 0;
-    if (!p.heads(g->chunk)) {  // a chunk before the model's last: its output, for the next virtual stage (pipeline.h)
+    if (!p.heads(g->par.chunk)) {  // a chunk before the model's last: its output, for the next virtual stage (pipeline.h)
         residual_forward(ctx, last, block_acts(g, l1 - 1, B, T).res2, a.scratch.data(), s.P * C);
         return;
     }
@@ -1014,7 +1021,7 @@ inline void gpt_forward(const Ctx& ctx, GPT<floatX>* g, const int* tokens, const
                                block_acts(g, l1 - 1, B, T).res2, a.scratch.data(), lnf, ln ? lnf + C : nullptr, (int)s.P, C);
     const int cu = gpt_classifier_unit(*g);  // the tied embedding (this rank's rows of wte), or lm_head in lnf's unit
     if (cu != unit_lnf(c)) { release(g, unit_lnf(c)); acquire(g, cu); }
-    matmul_forward(ctx, a.logits.data(), tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C), gpt_classifier(*g, g->params),
+    matmul_forward(ctx, a.logits.data(), tp_gather_rows(ctx, g->par.tp, s, a.lnf.data(), a.whole.data(), C), gpt_classifier(*g, g->params),
                    nullptr, BT, C, k.Vpl);  // (its columns of the logits)
     release(g, cu);
     a.loss_count = targets ? BT : 0;
@@ -1027,8 +1034,8 @@ inline void gpt_forward(const Ctx& ctx, GPT<floatX>* g, const int* tokens, const
         fused_classifier(ctx, a.logits.data(), a.losses.data(), a.targets.data(), BT, c.vocab_size, c.padded_vocab_size, dloss);
     } else {  // each rank its columns' stats, gathered, then each its losses (all the same) and its columns' gradient
         float* stats = a.cls_stats.data();
-        classifier_stats(ctx, a.logits.data(), stats + (size_t)g->tp->rank * BT * 3, a.targets.data(), BT, k.Vl, k.Vpl, k.lo);
-        { CommScope prof(ctx, *g->tp, "tp all-gather"); comm_all_gather(*g->tp, stats, (size_t)k.parts * BT * 3); }
+        classifier_stats(ctx, a.logits.data(), stats + (size_t)g->par.tp->rank * BT * 3, a.targets.data(), BT, k.Vl, k.Vpl, k.lo);
+        { CommScope prof(ctx, *g->par.tp, "tp all-gather"); comm_all_gather(*g->par.tp, stats, (size_t)k.parts * BT * 3); }
         classifier_finish(ctx, a.logits.data(), a.losses.data(), stats, k.parts, a.targets.data(), BT, k.Vl, k.Vpl, k.lo, dloss);
     }
     stage_download(ctx, a.losses_out, a.losses.data(), BT * sizeof(float));
@@ -1048,7 +1055,7 @@ template <class floatX> inline void gpt_logits_row(const Ctx& ctx, GPT<floatX>* 
     const Classifier k = classifier_slice(*g);
     std::vector<floatX> host(Vp);  // (gathered in host memory: through MPI, which every mesh has)
     ctx_copy(ctx, host.data() + k.lo, g->acts.logits.data() + (size_t)row * k.Vpl, k.Vpl * sizeof(floatX));
-    if (k.parts > 1) comm_all_gather(*g->tp, host.data(), (size_t)Vp);
+    if (k.parts > 1) comm_all_gather(*g->par.tp, host.data(), (size_t)Vp);
     for (int v = 0; v < Vp; v++) out[v] = to_f(host[v]);
 }
 
@@ -1061,13 +1068,13 @@ template <class floatX> inline void gpt_logits_row(const Ctx& ctx, GPT<floatX>* 
 // causal attention keeps them apart) to a length the cp ranks split, as sampling's do not.
 // gpt_infer_losses and gpt_infer_logits_row then give every rank the whole result.
 template <class floatX> inline void gpt_infer(const Ctx& ctx, GPT<floatX>* g, const int* x, const int* y, int B, int T) {
-    g->infer_T = T;
+    g->par.infer_T = T;
     std::vector<int> xl, yl;
-    if (g->cp) {  // this rank's positions of the padded sequences
-        const int c = g->cp->size, unit = cp_granule(c, g->cp_zigzag), Tp = (int)ceil_div(T, unit) * unit, Tl = Tp / c;
+    if (g->par.cp) {  // this rank's positions of the padded sequences
+        const int c = g->par.cp->size, unit = cp_granule(c, g->par.cp_zigzag), Tp = (int)ceil_div(T, unit) * unit, Tl = Tp / c;
         if (Tp > g->config.max_seq_len) fatal("gpt_infer: %d positions padded to %d exceed the model's %d", T, Tp, g->config.max_seq_len);
         std::vector<int> pad((size_t)B * Tp, 0);
-        const auto pieces = cp_pieces(c, g->cp->rank, g->cp_zigzag, Tl);
+        const auto pieces = cp_pieces(c, g->par.cp->rank, g->par.cp_zigzag, Tl);
         xl.resize((size_t)B * Tl);
         for (int b = 0; b < B; b++) std::copy_n(x + (size_t)b * T, T, pad.begin() + (size_t)b * Tp);
         cp_take_positions(pad.data(), B, Tp, pieces, xl.data());
@@ -1080,8 +1087,8 @@ template <class floatX> inline void gpt_infer(const Ctx& ctx, GPT<floatX>* g, co
         x = xl.data();
         T = Tl;
     }
-    if (!g->pp) { gpt_forward(ctx, g, x, y, B, T, 0.0f); return; }
-    Group& pp = *g->pp;
+    if (!g->par.pp) { gpt_forward(ctx, g, x, y, B, T, 0.0f); return; }
+    Group& pp = *g->par.pp;
     const int p = pp.size, s = pp.rank, v = g->layout.vpp();
     const size_t n = gpt_seq_split(*g, B, T).P * g->config.channels;
     for (int k = 0; k < v; k++) {  // (round the ring as in training: pipeline.h)
@@ -1096,26 +1103,26 @@ template <class floatX> inline void gpt_infer(const Ctx& ctx, GPT<floatX>* g, co
 }
 // This rank's positions in the last gpt_infer's padded sequences (context parallelism), and their count.
 template <class floatX> inline std::vector<PosPiece> gpt_infer_pieces(const GPT<floatX>& g, int* Tp) {
-    const int c = g.cp->size, unit = cp_granule(c, g.cp_zigzag);
-    *Tp = (int)ceil_div(g.infer_T, unit) * unit;
-    return cp_pieces(c, g.cp->rank, g.cp_zigzag, *Tp / c);
+    const int c = g.par.cp->size, unit = cp_granule(c, g.par.cp_zigzag);
+    *Tp = (int)ceil_div(g.par.infer_T, unit) * unit;
+    return cp_pieces(c, g.par.cp->rank, g.par.cp_zigzag, *Tp / c);
 }
 // The B·T losses of the last gpt_infer (which had targets), on every rank (host memory:
 // gpt_losses's, or buf's): the last stage's, and with context parallelism every cp rank's positions.
 template <class floatX> inline const float* gpt_infer_losses(GPT<floatX>* g, int B, int T, std::vector<float>* buf) {
-    if (!g->pp && !g->cp) return gpt_losses(g);
+    if (!g->par.pp && !g->par.cp) return gpt_losses(g);
     int Tp = T;
-    const auto pieces = g->cp ? gpt_infer_pieces(*g, &Tp) : std::vector<PosPiece>{};
+    const auto pieces = g->par.cp ? gpt_infer_pieces(*g, &Tp) : std::vector<PosPiece>{};
     const int c = gpt_cp(*g), Tl = Tp / c;
     const size_t n = (size_t)B * Tl;  // this rank's losses
     std::vector<float> mine(n * c);   // every cp rank's, in cp rank order (comm.h's chunks)
-    if (g->layout.has_head) memcpy(mine.data() + n * (g->cp ? g->cp->rank : 0), gpt_losses(g), n * sizeof(float));
-    if (g->pp) comm_broadcast(*g->pp, mine.data() + n * (g->cp ? g->cp->rank : 0), n, g->pp->size - 1);
+    if (g->layout.has_head) memcpy(mine.data() + n * (g->par.cp ? g->par.cp->rank : 0), gpt_losses(g), n * sizeof(float));
+    if (g->par.pp) comm_broadcast(*g->par.pp, mine.data() + n * (g->par.cp ? g->par.cp->rank : 0), n, g->par.pp->size - 1);
     buf->assign((size_t)B * T, 0.0f);
-    if (!g->cp) { memcpy(buf->data(), mine.data(), n * sizeof(float)); return buf->data(); }
-    comm_all_gather(*g->cp, mine.data(), mine.size());
+    if (!g->par.cp) { memcpy(buf->data(), mine.data(), n * sizeof(float)); return buf->data(); }
+    comm_all_gather(*g->par.cp, mine.data(), mine.size());
     for (int r = 0; r < c; r++)  // rank r's local position q.local + i is the sequence's q.global + i
-        for (const PosPiece& q : cp_pieces(c, r, g->cp_zigzag, Tl))
+        for (const PosPiece& q : cp_pieces(c, r, g->par.cp_zigzag, Tl))
             for (int b = 0; b < B; b++)
                 for (int i = 0; i < q.n; i++)
                     if (q.global + i < T) (*buf)[(size_t)b * T + q.global + i] = mine[n * r + (size_t)b * Tl + q.local + i];
@@ -1124,18 +1131,18 @@ template <class floatX> inline const float* gpt_infer_losses(GPT<floatX>* g, int
 // Row `row` (of the B·T of the last gpt_infer) of its logits, all Vp of them, on every rank.
 template <class floatX> inline void gpt_infer_logits_row(const Ctx& ctx, GPT<floatX>* g, int row, float* out) {
     int owner = 0, local = row;  // with context parallelism: the cp rank that holds the position, and its row there
-    if (g->cp) {
+    if (g->par.cp) {
         int Tp = 0;
         gpt_infer_pieces(*g, &Tp);
-        const int c = g->cp->size, Tl = Tp / c, b = row / g->infer_T, t = row % g->infer_T;
+        const int c = g->par.cp->size, Tl = Tp / c, b = row / g->par.infer_T, t = row % g->par.infer_T;
         for (int r = 0; r < c; r++)
-            for (const PosPiece& q : cp_pieces(c, r, g->cp_zigzag, Tl))
+            for (const PosPiece& q : cp_pieces(c, r, g->par.cp_zigzag, Tl))
                 if (t >= q.global && t < q.global + q.n) { owner = r; local = b * Tl + q.local + (t - q.global); }
     }
-    const bool mine = !g->cp || g->cp->rank == owner;
+    const bool mine = !g->par.cp || g->par.cp->rank == owner;
     if (g->layout.has_head && mine) gpt_logits_row(ctx, g, local, out);  // (collective over tp: all of this cp rank's)
-    if (g->pp) comm_broadcast(*g->pp, out, (size_t)g->config.padded_vocab_size, g->pp->size - 1);
-    if (g->cp) comm_broadcast(*g->cp, out, (size_t)g->config.padded_vocab_size, owner);
+    if (g->par.pp) comm_broadcast(*g->par.pp, out, (size_t)g->config.padded_vocab_size, g->par.pp->size - 1);
+    if (g->par.cp) comm_broadcast(*g->par.cp, out, (size_t)g->config.padded_vocab_size, owner);
 }
 
 // Their mean, summed in a fixed order in double.
@@ -1156,20 +1163,20 @@ template <class floatX> inline void gpt_backward(const Ctx& ctx, GPT<floatX>* g,
     const int C = c.channels, BT = B * T;
     const SeqSplit s = gpt_seq_split(*g, B, T);
     const ParamLayout& p = g->layout;
-    const int l0 = p.chunks[g->chunk].first, l1 = p.chunks[g->chunk].end;  // the running chunk's blocks (all L without pp)
-    if (p.heads(g->chunk)) {
+    const int l0 = p.chunks[g->par.chunk].first, l1 = p.chunks[g->par.chunk].end;  // the running chunk's blocks (all L without pp)
+    if (p.heads(g->par.chunk)) {
         floatX* last = gpt_stage_output(g, B, T);
         const Classifier k = classifier_slice(*g);
         // lnf's output at every position (with sequence parallelism gathered again: the forward's
         // gathered copy is not assumed to have survived)
-        const floatX* lnf_out = tp_gather_rows(ctx, g->tp, s, a.lnf.data(), a.whole.data(), C);
+        const floatX* lnf_out = tp_gather_rows(ctx, g->par.tp, s, a.lnf.data(), a.whole.data(), C);
         const int cu = gpt_classifier_unit(*g);  // the tied embedding: its gradient goes to this rank's rows of wte (or lm_head)
         acquire(g, cu);
         matmul_backward(ctx, a.dbtc.data(), gpt_classifier(*g, g->grads), nullptr, a.logits.data(), lnf_out, gpt_classifier(*g, g->params),
                         BT, C, k.Vpl);
         if (cu != unit_lnf(c)) { release(g, cu); acquire(g, unit_lnf(c)); }
         // ∂loss/∂(lnf's output), this rank's rows: with tensor parallelism a sum over the ranks' columns
-        floatX* dx = tp_sum_rows(ctx, g->tp, s, a.dbtc.data(), a.scratch.data(), C, &g->tp_scratch);
+        floatX* dx = tp_sum_rows(ctx, g->par.tp, s, a.dbtc.data(), a.scratch.data(), C, &g->par.tp_scratch);
         ctx_zero(ctx, a.dresidual.data(), s.P * C * sizeof(floatX));
         floatX *lnf = g->params[unit_lnf(c)], *dlnf = g->grads[unit_lnf(c)];
         const bool ln = !c.llama();  // (Llama: RMSNorm, no mean, no bias)
@@ -1184,15 +1191,15 @@ template <class floatX> inline void gpt_backward(const Ctx& ctx, GPT<floatX>* g,
         release(g, unit_of_block(l));
         grads_ready(g, unit_of_block(l));
     }
-    if (p.embeds(g->chunk)) {
+    if (p.embeds(g->par.chunk)) {
         // the encoder's backward reads no parameters: no acquire. It runs on every position's
         // gradient (with sequence parallelism gathered): each tp rank adds to its rows of wte the
         // positions of their tokens, and every rank's wpe gradient is the whole one, the same bits.
         const Classifier k = classifier_slice(*g);
         floatX* dwpe = gpt_wpe_rows(ctx, g, g->grads[0] + p.wpe, T);  // (with cp: this rank's positions' rows, copied)
-        encoder_backward(ctx, g->grads[0] + p.wte, dwpe, tp_gather_rows(ctx, g->tp, s, a.dresidual.data(), a.whole.data(), C),
+        encoder_backward(ctx, g->grads[0] + p.wte, dwpe, tp_gather_rows(ctx, g->par.tp, s, a.dresidual.data(), a.whole.data(), C),
                          a.tokens_host.data(), B, T, C, (size_t)k.Vpl, k.lo);
-        if (g->cp && dwpe) gpt_wpe_rows_back(ctx, g, g->grads[0] + p.wpe, T);
+        if (g->par.cp && dwpe) gpt_wpe_rows_back(ctx, g, g->grads[0] + p.wpe, T);
     }  // (else acts.dresidual now holds ∂loss/∂(this stage's input), for the previous stage)
-    if (p.embeds(g->chunk) || (p.heads(g->chunk) && c.tied)) grads_ready(g, 0);
+    if (p.embeds(g->par.chunk) || (p.heads(g->par.chunk) && c.tied)) grads_ready(g, 0);
 }

@@ -254,7 +254,7 @@ inline std::vector<int> pp_slots(PPSchedule kind, int p, int s, int m, int v = 1
 template <class floatX, class NextBatch>
 inline double pp_train_step(const Ctx& ctx, GPT<floatX>* g, DataParallel<floatX>* d, PPSchedule kind, int m, int B, int T, float dloss,
                             NextBatch&& next_batch) {
-    Group& pp = *g->pp;
+    Group& pp = *g->par.pp;
     const int p = pp.size, s = pp.rank, v = g->layout.vpp(), V = p * v;
     const size_t n = gpt_seq_split(*g, B, T).P * g->config.channels, BT = (size_t)B * T;
     std::vector<int> x(m * BT), y(m * BT);  // the step's micro-batches, read at their first forward
@@ -262,7 +262,7 @@ inline double pp_train_step(const Ctx& ctx, GPT<floatX>* g, DataParallel<floatX>
     std::vector<std::vector<int>> free_slots(v), slot_of(v, std::vector<int>(m, -1));
     std::vector<int> forwards(v, 0), backwards_left(v, m);
     for (int k = 0; k < v; k++)
-        for (int j = g->slots[k] - 1; j >= 0; j--) free_slots[k].push_back(gpt_slot_id(*g, k, j));
+        for (int j = g->par.slots[k] - 1; j >= 0; j--) free_slots[k].push_back(gpt_slot_id(*g, k, j));
     auto send = [&](const floatX* buf, int dir) { CommScope prof(ctx, pp, "pp send"); gpt_stage_send(ctx, g, buf, n, dir); };
     auto recv = [&](floatX* buf, int dir) { CommScope prof(ctx, pp, "pp receive (waits)"); comm_ring_recv(pp, buf, n, dir); };
     double loss_sum = 0.0;

@@ -13,7 +13,8 @@ with its .crc32c (--model), a checkpoint's model.bin, model.bin.crc32c, state fi
 Every case must end with exit 0, 1 or 2 (never a signal: no crash, no abort), and a failing run
 must print exactly one line on stderr. Where the damage may leave a valid file (a flipped token,
 an llm.c model of another head count or vocabulary), the run may succeed, or fail on what the
-file now means (a token outside the new vocabulary, named in the data). A damaged checkpoint, a
+file now means (a token outside the new vocabulary, named in the data; a NaN weight in an llm.c
+file, which has no checksum: the first step's non-finite loss stops the run). A damaged checkpoint, a
 damaged model file that has a .crc32c, and a file cut short never train (exit 0 fails the case),
 and their one line names the damaged file (or its checkpoint's directory). Prints "ok"/"not ok"
 lines, then a summary.
