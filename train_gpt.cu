@@ -33,6 +33,7 @@ More: docs/training.md, docs/model.md.
 #include "llmc/comm.h"
 #include "llmc/data_parallel.h"
 #include "llmc/pipeline.h"
+#include "llmc/inference.h"
 #include "llmc/checkpoint.h"
 #include "llmc/outliers.h"
 #include "llmc/loss_scale.h"

@@ -23,6 +23,7 @@ More: docs/data.md.
 #include "common.h"
 #include "comm.h"
 #include "model.h"
+#include "inference.h"
 
 static const int CHOICE_FILE_MAGIC = 20240522, CHOICE_FILE_VERSION = 1, CHOICE_FILE_VERSION_WIDE = 2, CHOICE_EXAMPLE_START = 65535;
 

@@ -454,46 +454,6 @@ template <class floatX> struct GPT {
 // The cp ranks (1 without context parallelism).
 template <class floatX> inline int gpt_cp(const GPT<floatX>& g) { return g.par.cp ? g.par.cp->size : 1; }
 
-// Slot j of chunk k (0 ≤ j < g.par.slots[k]): its number among all of them.
-template <class floatX> inline int gpt_slot_id(const GPT<floatX>& g, int k, int j) {
-    for (int c = 0; c < k; c++) j += g.par.slots[c];
-    return j;
-}
-// Makes slot `id`'s activations the ones the forward and backward use, for chunk `chunk` of
-// this stage's blocks (pipeline.h; 0 without interleaving).
-template <class floatX> inline void gpt_use_slot(GPT<floatX>* g, int id, int chunk = 0) {
-    g->par.chunk = chunk;
-    if (id == g->par.slot) return;
-    if ((int)g->par.parked.size() <= std::max(id, g->par.slot)) g->par.parked.resize(std::max(id, g->par.slot) + 1);
-    std::swap(g->acts, g->par.parked[g->par.slot]);  // park the running slot's (moves: nothing is copied)
-    std::swap(g->acts, g->par.parked[id]);
-    g->par.slot = id;
-}
-// Pipeline parallelism: sends n elements of buf to the stage `dir` (+1 or −1) away round the pp
-// group's ring (comm.h: comm_ring_send_start) without waiting for the receiver, from a copy of
-// its own on ctx's device (buf may change at once). The way's copies go round in send order: the
-// oldest is reused once its receiver has it, else a new one is made while fewer than the cap
-// exist, else the copy waits for the oldest's receiver (comm_wait: on the GPU with NCCL the
-// compute stream waits, not the host; with MPI the host). gpt_stage_sends_wait waits for them all.
-template <class floatX> inline void gpt_stage_send(const Ctx& ctx, GPT<floatX>* g, const floatX* buf, size_t n, int dir) {
-    const int way = dir > 0 ? 0 : 1, cap = g->par.pp_send_cap[way];
-    auto& pool = g->par.pp_sends[way];
-    if (pool.empty() || (!comm_send_done(&pool.front().h) && (cap <= 0 || (int)pool.size() < cap))) {
-        pool.emplace_back();
-    } else {
-        comm_wait(&pool.front().h);
-        pool.splice(pool.end(), pool, pool.begin());  // the oldest becomes the newest (nothing moves)
-    }
-    auto& o = pool.back();
-    if (o.copy.size() < n) o.copy.alloc(ctx, n);
-    ctx_copy(ctx, o.copy.data(), buf, n * sizeof(floatX));
-    comm_ring_send_start(*g->par.pp, o.copy.data(), n, dir, &o.h);
-}
-template <class floatX> inline void gpt_stage_sends_wait(GPT<floatX>* g) {
-    for (auto& pool : g->par.pp_sends)
-        for (auto& o : pool) comm_wait(&o.h);
-}
-
 // tp: the tp group, whose rank this process holds a slice of each block for (nullptr: no
 // tensor parallelism; the config's heads must divide over it, which the trainer checks).
 // sp: sequence parallelism, the positions of the per-position activations split over tp too.
@@ -744,14 +704,6 @@ template <class floatX> inline RingBuffers<floatX> gpt_ring_buffers(GPT<floatX>*
 // How this forward's B·T positions lie over the tp ranks (tensor_parallel.h: all on every rank
 // unless sequence parallelism splits them).
 template <class floatX> inline SeqSplit gpt_seq_split(const GPT<floatX>& g, int B, int T) { return seq_split((size_t)B * T, g.par.tp, g.par.sp); }
-// The send copies a stage may keep at their caps (g.par.pp_send_cap, or the caps given), for
-// micro-batches of B·T positions (this rank's rows of the residual stream, n elements each):
-// what the memory plan counts (planner.h).
-template <class floatX> inline double gpt_send_copy_bytes(const GPT<floatX>& g, int B, int T, const std::array<int, 2>* caps = nullptr) {
-    const std::array<int, 2>& c = caps ? *caps : g.par.pp_send_cap;
-    return (double)(c[0] + c[1]) * gpt_seq_split(g, B, T).P * g.config.channels * sizeof(floatX);
-}
-
 // Block l's activations: its slice of each per-block buffer, or the one block-sized buffer that
 // every block shares where --recompute does not keep that activation per block (see Recompute).
 template <class floatX> struct BlockActs {
@@ -1057,92 +1009,6 @@ template <class floatX> inline void gpt_logits_row(const Ctx& ctx, GPT<floatX>* 
     ctx_copy(ctx, host.data() + k.lo, g->acts.logits.data() + (size_t)row * k.Vpl, k.Vpl * sizeof(floatX));
     if (k.parts > 1) comm_all_gather(*g->par.tp, host.data(), (size_t)Vp);
     for (int v = 0; v < Vp; v++) out[v] = to_f(host[v]);
-}
-
-// A forward for evaluation or sampling (no backward, no targets needed) of the whole model, over
-// B × T tokens (y: their targets, or nullptr): gpt_forward, or with pipeline parallelism the
-// micro-batch through the stages one after the other (each receives the previous one's output,
-// each chunk's first slot's activations; the sends wait, which a chain allows), and with interleaving through
-// the virtual stages: chunk k of stage s is virtual stage k·pp + s. With context parallelism each cp
-// rank takes its positions of the sequences, padded at their end (after every real position:
-// causal attention keeps them apart) to a length the cp ranks split, as sampling's do not.
-// gpt_infer_losses and gpt_infer_logits_row then give every rank the whole result.
-template <class floatX> inline void gpt_infer(const Ctx& ctx, GPT<floatX>* g, const int* x, const int* y, int B, int T) {
-    g->par.infer_T = T;
-    std::vector<int> xl, yl;
-    if (g->par.cp) {  // this rank's positions of the padded sequences
-        const int c = g->par.cp->size, unit = cp_granule(c, g->par.cp_zigzag), Tp = (int)ceil_div(T, unit) * unit, Tl = Tp / c;
-        if (Tp > g->config.max_seq_len) fatal("gpt_infer: %d positions padded to %d exceed the model's %d", T, Tp, g->config.max_seq_len);
-        std::vector<int> pad((size_t)B * Tp, 0);
-        const auto pieces = cp_pieces(c, g->par.cp->rank, g->par.cp_zigzag, Tl);
-        xl.resize((size_t)B * Tl);
-        for (int b = 0; b < B; b++) std::copy_n(x + (size_t)b * T, T, pad.begin() + (size_t)b * Tp);
-        cp_take_positions(pad.data(), B, Tp, pieces, xl.data());
-        if (y) {
-            yl.resize(xl.size());
-            for (int b = 0; b < B; b++) std::copy_n(y + (size_t)b * T, T, pad.begin() + (size_t)b * Tp);
-            cp_take_positions(pad.data(), B, Tp, pieces, yl.data());
-            y = yl.data();
-        }
-        x = xl.data();
-        T = Tl;
-    }
-    if (!g->par.pp) { gpt_forward(ctx, g, x, y, B, T, 0.0f); return; }
-    Group& pp = *g->par.pp;
-    const int p = pp.size, s = pp.rank, v = g->layout.vpp();
-    const size_t n = gpt_seq_split(*g, B, T).P * g->config.channels;
-    for (int k = 0; k < v; k++) {  // (round the ring as in training: pipeline.h)
-        const int vs = k * p + s;  // the virtual stage (s without interleaving)
-        gpt_use_slot(g, gpt_slot_id(*g, k, 0), k);
-        gpt_ensure_activations(ctx, g, B, T);
-        if (vs > 0) comm_ring_recv(pp, g->acts.encoded.data(), n, +1);
-        gpt_forward(ctx, g, x, y, B, T, 0.0f);
-        if (vs < p * v - 1) gpt_stage_send(ctx, g, gpt_stage_output(g, B, T), n, +1);
-    }
-    gpt_stage_sends_wait(g);
-}
-// This rank's positions in the last gpt_infer's padded sequences (context parallelism), and their count.
-template <class floatX> inline std::vector<PosPiece> gpt_infer_pieces(const GPT<floatX>& g, int* Tp) {
-    const int c = g.par.cp->size, unit = cp_granule(c, g.par.cp_zigzag);
-    *Tp = (int)ceil_div(g.par.infer_T, unit) * unit;
-    return cp_pieces(c, g.par.cp->rank, g.par.cp_zigzag, *Tp / c);
-}
-// The B·T losses of the last gpt_infer (which had targets), on every rank (host memory:
-// gpt_losses's, or buf's): the last stage's, and with context parallelism every cp rank's positions.
-template <class floatX> inline const float* gpt_infer_losses(GPT<floatX>* g, int B, int T, std::vector<float>* buf) {
-    if (!g->par.pp && !g->par.cp) return gpt_losses(g);
-    int Tp = T;
-    const auto pieces = g->par.cp ? gpt_infer_pieces(*g, &Tp) : std::vector<PosPiece>{};
-    const int c = gpt_cp(*g), Tl = Tp / c;
-    const size_t n = (size_t)B * Tl;  // this rank's losses
-    std::vector<float> mine(n * c);   // every cp rank's, in cp rank order (comm.h's chunks)
-    if (g->layout.has_head) memcpy(mine.data() + n * (g->par.cp ? g->par.cp->rank : 0), gpt_losses(g), n * sizeof(float));
-    if (g->par.pp) comm_broadcast(*g->par.pp, mine.data() + n * (g->par.cp ? g->par.cp->rank : 0), n, g->par.pp->size - 1);
-    buf->assign((size_t)B * T, 0.0f);
-    if (!g->par.cp) { memcpy(buf->data(), mine.data(), n * sizeof(float)); return buf->data(); }
-    comm_all_gather(*g->par.cp, mine.data(), mine.size());
-    for (int r = 0; r < c; r++)  // rank r's local position q.local + i is the sequence's q.global + i
-        for (const PosPiece& q : cp_pieces(c, r, g->par.cp_zigzag, Tl))
-            for (int b = 0; b < B; b++)
-                for (int i = 0; i < q.n; i++)
-                    if (q.global + i < T) (*buf)[(size_t)b * T + q.global + i] = mine[n * r + (size_t)b * Tl + q.local + i];
-    return buf->data();
-}
-// Row `row` (of the B·T of the last gpt_infer) of its logits, all Vp of them, on every rank.
-template <class floatX> inline void gpt_infer_logits_row(const Ctx& ctx, GPT<floatX>* g, int row, float* out) {
-    int owner = 0, local = row;  // with context parallelism: the cp rank that holds the position, and its row there
-    if (g->par.cp) {
-        int Tp = 0;
-        gpt_infer_pieces(*g, &Tp);
-        const int c = g->par.cp->size, Tl = Tp / c, b = row / g->par.infer_T, t = row % g->par.infer_T;
-        for (int r = 0; r < c; r++)
-            for (const PosPiece& q : cp_pieces(c, r, g->par.cp_zigzag, Tl))
-                if (t >= q.global && t < q.global + q.n) { owner = r; local = b * Tl + q.local + (t - q.global); }
-    }
-    const bool mine = !g->par.cp || g->par.cp->rank == owner;
-    if (g->layout.has_head && mine) gpt_logits_row(ctx, g, local, out);  // (collective over tp: all of this cp rank's)
-    if (g->par.pp) comm_broadcast(*g->par.pp, out, (size_t)g->config.padded_vocab_size, g->par.pp->size - 1);
-    if (g->par.cp) comm_broadcast(*g->par.cp, out, (size_t)g->config.padded_vocab_size, owner);
 }
 
 // Their mean, summed in a fixed order in double.

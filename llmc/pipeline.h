@@ -35,6 +35,60 @@ the emulated GPU). More: docs/parallelism.md.
 enum class PPSchedule { GPipe, OneFOneB, Interleaved };
 inline const char* const PP_SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved"};  // --pp-schedule's values
 
+// ----------------------------------------------------------------------------
+// the model's side of a stage: its activation slots and its sends (ModelParallel's fields)
+
+// Slot j of chunk k (0 ≤ j < g.par.slots[k]): its number among all of them.
+template <class floatX> inline int gpt_slot_id(const GPT<floatX>& g, int k, int j) {
+    for (int c = 0; c < k; c++) j += g.par.slots[c];
+    return j;
+}
+// Makes slot `id`'s activations the ones the forward and backward use, for chunk `chunk` of
+// this stage's blocks (pipeline.h; 0 without interleaving).
+template <class floatX> inline void gpt_use_slot(GPT<floatX>* g, int id, int chunk = 0) {
+    g->par.chunk = chunk;
+    if (id == g->par.slot) return;
+    if ((int)g->par.parked.size() <= std::max(id, g->par.slot)) g->par.parked.resize(std::max(id, g->par.slot) + 1);
+    std::swap(g->acts, g->par.parked[g->par.slot]);  // park the running slot's (moves: nothing is copied)
+    std::swap(g->acts, g->par.parked[id]);
+    g->par.slot = id;
+}
+// Pipeline parallelism: sends n elements of buf to the stage `dir` (+1 or −1) away round the pp
+// group's ring (comm.h: comm_ring_send_start) without waiting for the receiver, from a copy of
+// its own on ctx's device (buf may change at once). The way's copies go round in send order: the
+// oldest is reused once its receiver has it, else a new one is made while fewer than the cap
+// exist, else the copy waits for the oldest's receiver (comm_wait: on the GPU with NCCL the
+// compute stream waits, not the host; with MPI the host). gpt_stage_sends_wait waits for them all.
+template <class floatX> inline void gpt_stage_send(const Ctx& ctx, GPT<floatX>* g, const floatX* buf, size_t n, int dir) {
+    const int way = dir > 0 ? 0 : 1, cap = g->par.pp_send_cap[way];
+    auto& pool = g->par.pp_sends[way];
+    if (pool.empty() || (!comm_send_done(&pool.front().h) && (cap <= 0 || (int)pool.size() < cap))) {
+        pool.emplace_back();
+    } else {
+        comm_wait(&pool.front().h);
+        pool.splice(pool.end(), pool, pool.begin());  // the oldest becomes the newest (nothing moves)
+    }
+    auto& o = pool.back();
+    if (o.copy.size() < n) o.copy.alloc(ctx, n);
+    ctx_copy(ctx, o.copy.data(), buf, n * sizeof(floatX));
+    comm_ring_send_start(*g->par.pp, o.copy.data(), n, dir, &o.h);
+}
+template <class floatX> inline void gpt_stage_sends_wait(GPT<floatX>* g) {
+    for (auto& pool : g->par.pp_sends)
+        for (auto& o : pool) comm_wait(&o.h);
+}
+
+// The send copies a stage may keep at their caps (g.par.pp_send_cap, or the caps given), for
+// micro-batches of B·T positions (this rank's rows of the residual stream, n elements each):
+// what the memory plan counts (planner.h).
+template <class floatX> inline double gpt_send_copy_bytes(const GPT<floatX>& g, int B, int T, const std::array<int, 2>* caps = nullptr) {
+    const std::array<int, 2>& c = caps ? *caps : g.par.pp_send_cap;
+    return (double)(c[0] + c[1]) * gpt_seq_split(g, B, T).P * g.config.channels * sizeof(floatX);
+}
+
+// ----------------------------------------------------------------------------
+// the schedules
+
 // (The layers of virtual stage vs of P = p·v: model.h's stage_layers, L split as evenly as it
 // goes, the first L mod P virtual stages one more.)
 
@@ -97,7 +151,7 @@ struct PPTiming {
 // Sends: a message is sent at the end of the step that makes it and taken at the start of the
 // step that needs it (a stage takes each way's messages in the order they were sent: test_ops).
 // Without caps they are buffered: a stage never waits for the receiver. With caps (per stage,
-// per way: how many send copies it may keep, model.h's gpt_stage_send) the n-th message of a way
+// per way: how many send copies it may keep, gpt_stage_send, above) the n-th message of a way
 // needs the copy of message n − cap, so it waits, and its stage with it, until that one is taken.
 inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps, int m, int v, double t_F, double t_B,
                                   const std::vector<std::array<int, 2>>& caps = {}) {
@@ -243,7 +297,7 @@ inline std::vector<int> pp_slots(PPSchedule kind, int p, int s, int m, int v = 1
 // Chunk k of stage s is virtual stage k·p + s, so its neighbours are stages s ± 1 (mod p:
 // stage p − 1's chunk k hands on to stage 0's chunk k + 1). They go round the pp group's ring
 // (comm.h), forward messages to rank + 1, backward ones to rank − 1. Sends do not wait for the
-// receiver (each from a copy of its own, model.h's gpt_stage_send: the schedules assume buffered
+// receiver (each from a copy of its own, gpt_stage_send, above: the schedules assume buffered
 // sends, pp_simulate), receives do. The two ways are matched apart: between two stages both may
 // go the same way (p = 2, interleaved), whatever order the two lists mix them in; within a way
 // both lists go in the same order (pp_schedule's virtual micro-batches are the same on every
