@@ -1,11 +1,11 @@
 /*
-train_gpt — trains a GPT-2 or Llama model. The main loop reads top to bottom:
+train_gpt — trains a GPT-2 or Llama model. main reads top to bottom, one named phase a line:
 
-  flags → model state (does it fit? llmc/planner.h) → micro-batch (does it fit?)
-        → weights (preset, model file or checkpoint) → data → for each step:
-      zero grads; for each micro-batch: forward (with the loss gradient), backward
-      grad norm → clip → lr(step) → AdamW (or no update for a skipped step)
-      log; every N steps: validation loss, HellaSwag, a sample, a checkpoint
+  parse_run_config (every flag) → output_dir_claim → choose_model → validate_layout
+  → open_run_data → the backend (threads, device, collectives, dtype) → run_training<floatX>:
+      build_model, plan_micro_batch (does it fit? llmc/planner.h), load_weights, the summary;
+      each step: train_step (forward and backward over the micro-batches, norm, clip, AdamW or
+      a skipped update), log_step; once in a while run_evals, print_sample, save_checkpoint;
       on SIGTERM, SIGUSR1 or SIGINT (with --output-dir): a checkpoint, then exit
 
 Gradient accumulation: total_batch_tokens / (B·T·dp) micro-batches a step, each backward scaled
