@@ -172,7 +172,7 @@ template <class floatX> inline floatX* dp_param_at(DataParallel<floatX>* d, int 
 }
 
 // Stores a full unit's fp32 values (from init or a model file): the working parameters (stages
-// < 3 all of them, stage 3 its chunk; rounded to T) and, with a separate master, its chunk of
+// < 3 all of them, stage 3 its chunk; rounded to floatX) and, with a separate master, its chunk of
 // the master in the optimizer's layout.
 template <class floatX> inline void dp_set_unit(DataParallel<floatX>* d, int u, const float* full) {
     const size_t S = d->units[u].size, b = d->own_begin[u], e = d->own_end[u];

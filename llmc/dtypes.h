@@ -114,7 +114,7 @@ template <> HD inline fp16 from_f<fp16>(float x) {
 // bf16 or fp16: the 16-bit float types, which the tensor-core kernels take (flash_attention.cuh)
 template <class floatX> inline constexpr bool is_half_type = std::is_same_v<floatX, bf16> || std::is_same_v<floatX, fp16>;
 
-// Host vectors converted element by element (tests and kernel playgrounds): rounded to T once,
+// Host vectors converted element by element (tests and kernel playgrounds): rounded to floatX once,
 // and back. (On every core: a playground's inputs are up to ~10^9 elements.)
 template <class floatX> inline std::vector<floatX> vec_cast(const std::vector<float>& v) {
     std::vector<floatX> r(v.size());

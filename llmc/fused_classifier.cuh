@@ -144,7 +144,7 @@ __device__ inline void classifier_row_grad(floatX* row, const floatX* src, int V
 // fixed trees — the max, then each thread's sum rescaled to it — so the result is deterministic.
 // Pass 2: the gradient, written in place. The row moves in 16-byte packs of P elements where Vp
 // and the pointer allow (P = 1 otherwise); columns ≥ V in a pack are padding.
-// STAGED (packs only): the row is first copied into shared memory (cp.async, Vp·sizeof(T) bytes
+// STAGED (packs only): the row is first copied into shared memory (cp.async, Vp·sizeof(floatX) bytes
 // of dynamic shared memory), and both passes read it there: the logits leave device memory once
 // instead of twice. Each thread handles the same packs either way, so the bits are the same.
 template <class floatX, int P, bool STAGED = false>

@@ -93,7 +93,7 @@ template <class floatX> inline void residual_forward_cpu(floatX* out, const floa
 // dev/cuda's comparison); the sums per lane then run in another order, the math is the same.
 
 // one warp per row; lane l reads elements [l·V, l·V + V), then 32·V further on, ...
-// ADD: the row normalized is res = inp + add, formed (rounded to T) and written in the first pass;
+// ADD: the row normalized is res = inp + add, formed (rounded to floatX) and written in the first pass;
 // the later passes read it back, each lane its own elements, from cache. Else inp is normalized.
 // mean == nullptr: RMSNorm (the row's mean taken as 0, not stored); b == nullptr: no bias.
 template <class floatX, int V, bool ADD>

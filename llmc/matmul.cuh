@@ -538,7 +538,7 @@ inline void matmul_backward_cuda(const Ctx& ctx, floatX* dinp, floatX* dW, float
 // "TN" form D[r, c] = Σ_k X[r, k]·Y[c, k].
 
 // D = sx⁻¹·sy⁻¹·(X·Yᵀ) + bias (+ D if accumulate): X (R×K) and Y (Cc×K) FP8 codes, x_inv and
-// y_inv their scales' inverses; exact fp8 products summed in fp32, D rounded to T once (the
+// y_inv their scales' inverses; exact fp8 products summed in fp32, D rounded to floatX once (the
 // CPU reference: the codes decoded, then the fp32 loops of matmul_forward_cpu).
 template <class floatX>
 inline void fp8_linear_cpu(floatX* D, const uint8_t* X, Fp8Format fx, float x_inv, const uint8_t* Y, Fp8Format fy, float y_inv,
@@ -742,9 +742,9 @@ inline void matmul_dinp_f32(const Ctx& ctx, float* dinp, const floatX* dout, con
     matmul_backward_cpu(dinp, nullptr, nullptr, d.p, nullptr, w.p, N, C, OC);
 }
 // With gelu_pre: dinp = (dout·W) ⊙ gelu′(gelu_pre), the gradient through the GELU before this
-// layer, rounded to T once: in the cuBLASLt epilogue (DGELU) where it can be, else (the rows or
+// layer, rounded to floatX once: in the cuBLASLt epilogue (DGELU) where it can be, else (the rows or
 // pointers do not allow it, or cuBLASLt has no algorithm for it) the product in fp32
-// (matmul_dinp_f32) and then the GELU op. (Rounding the product to T first and then the GELU's
+// (matmul_dinp_f32) and then the GELU op. (Rounding the product to floatX first and then the GELU's
 // result again would differ from the epilogue, and between devices whose sums run in another
 // order, by up to two roundings: 1.1% seen in bf16 on an H100. FP8's products write T, so its
 // path does round twice, within FP8's own, looser bound.)
