@@ -142,19 +142,6 @@ template <class floatX> inline void model_file_load(DataParallel<floatX>* d, con
     fclose(f);
 }
 
-// A written file on the disk before anything names it complete: flushed, fsynced, closed. False
-// where any of them failed (the caller names the file).
-inline bool close_synced(FILE* f) {
-    const bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    return fclose(f) == 0 && ok;
-}
-// A directory's entries (a file created or renamed in it) on the disk.
-inline void sync_dir(const std::string& dir) {
-    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) fatal("cannot sync the directory '%s': %s", dir.c_str(), strerror(errno));
-    close(fd);
-}
-
 // The outputs are checked before the first step, so that a run never trains for hours and then
 // fails to save: --save-model's directory exists and is writable, and the path is no directory;
 // --output-dir is created now (it may exist) and is a writable directory. Every rank checks the
@@ -424,22 +411,28 @@ inline void output_dir_claim(const std::string& out_dir, bool resume, Group& wor
         usage_error("--output-dir %s: holds checkpoints of another run (the newest: %s); continue it with --resume, or choose "
                     "another directory", out_dir.c_str(), newest.c_str());
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(out_dir, ec)) {
-        const std::string name = e.path().filename().string();
-        if (world.rank != 0 || !e.is_directory() || name.size() < 4 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 4) != ".tmp")
-            continue;
-        fs::remove_all(e.path(), ec);
-        print0("note: --output-dir %s: removed %s, a checkpoint that a stopped run did not finish\n", out_dir.c_str(), name.c_str());
-    }
+    if (world.rank == 0)
+        for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+            const std::string name = e.path().filename().string();
+            if (!e.is_directory() || name.rfind("step_", 0) != 0 || name.size() < 9 || name.compare(name.size() - 4, 4, ".tmp") != 0)
+                continue;
+            fs::remove_all(e.path(), ec);
+            print0("note: --output-dir %s: removed %s, a checkpoint that a stopped run did not finish\n", out_dir.c_str(), name.c_str());
+        }
     comm_barrier(world);
 }
 
 // Reads the header of a checkpoint's state file (rank 0's: they all agree) and its step history
 // (history.bin, when there is one).
-inline TrainState checkpoint_read_header(const std::string& dir) {
+// The state file whose header the whole checkpoint's is: dp rank 0's, of tp rank 0 and stage 0.
+inline std::string checkpoint_first_state(const std::string& dir) {
     std::string sp = state_file(dir, 0);
     if (!std::filesystem::exists(sp)) sp = state_file(dir, 0, 2, 0);        // a tensor-parallel run's (any tp > 1)
     if (!std::filesystem::exists(sp)) sp = state_file(dir, 0, 2, 0, 2, 0);  // a pipeline's (any pp > 1)
+    return sp;
+}
+inline TrainState checkpoint_read_header(const std::string& dir) {
+    const std::string sp = checkpoint_first_state(dir);
     FILE* f = fopen_or_die(sp.c_str(), "rb");
     int64_t h[STATE_HEADER];
     fread_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
@@ -455,7 +448,7 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
             fatal("'%s': a damaged training-state header: %s = %lld, outside [%lld, %lld]", sp.c_str(), fl.name, (long long)fl.v,
                   (long long)fl.lo, (long long)fl.hi);
     const bool sealed = std::filesystem::exists(dir + "/model.bin.crc32c");  // (a checkpoint with checksums: checksum.h)
-    header_verify(sp, h, sealed);  // (its fields are used below)
+    header_verify(sp, h, sealed);  // (its fields are used below, and lay out the old state: checkpoint_load checks it once)
     TrainState s;
     s.step = h[2]; s.global_batches = h[3]; s.rng_state = (uint64_t)h[4]; s.B = h[5]; s.T = h[6]; s.total_batch = h[7];
     s.saved_dp = h[9]; s.saved_zero = h[10]; s.saved_tp = h[11] > 0 ? h[11] : 1;  // (0 before tensor parallelism)
@@ -518,6 +511,7 @@ inline void saved_state_read(SavedStateGroup& g, int old_N, int part, int u, siz
 // tp=2 as tp=1, pp=2 × vpp=2 as pp=4. The elements found are counted against the rank's range.
 template <class floatX> inline TrainState checkpoint_load(const std::string& dir, DataParallel<floatX>* d) {
     TrainState s = checkpoint_read_header(dir);
+    const std::string first_state = checkpoint_first_state(dir);
     const GPTConfig& c = d->g->config;
     const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank, pp = d->g->layout.pp, stage = d->g->layout.stage;
     const int old_N = (int)s.saved_dp, old_tp = (int)s.saved_tp, old_pp = (int)s.saved_pp, old_vpp = (int)s.saved_vpp;
@@ -539,7 +533,7 @@ template <class floatX> inline TrainState checkpoint_load(const std::string& dir
             g.names.push_back(state_file(dir, r, old_tp, t, old_pp, q));
             g.files.push_back(fopen_or_die(g.names[r].c_str(), "rb"));
             int64_t* h = g.headers.emplace_back().data();
-            g.verified.push_back(false);
+            g.verified.push_back(g.names[r] == first_state);  // (checkpoint_read_header checked that one)
             fread_or_die(h, sizeof(int64_t), STATE_HEADER, g.files[r], g.names[r].c_str());
             if (h[0] != STATE_MAGIC || h[9] != old_N || std::max<int64_t>(h[11], 1) != old_tp || std::max<int64_t>(h[12], 1) != old_pp)
                 fatal("'%s' does not belong to this checkpoint", g.names[r].c_str());

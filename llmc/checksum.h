@@ -21,7 +21,6 @@ kind of file stops the run, naming it), test/test_fuzz.py. More: docs/formats.md
 #include <cstring>
 #include <string>
 #include <vector>
-#include <unistd.h>
 #include "errors.h"
 
 static const int64_t CRC_MAGIC = 20261127;  // header slot 14 says slot 15 holds the CRC32C
@@ -57,12 +56,12 @@ inline uint32_t crc32c(uint32_t crc, const void* data, size_t n) {
     for (; n; n--) crc = (crc >> 8) ^ t[(crc ^ *p++) & 0xff];
     return ~crc;
 }
-// The CRC32C of a file's bytes from `from` to its end; *bytes (if given): the file's size.
-inline uint32_t crc32c_file(const std::string& path, long long from, long long* bytes = nullptr) {
+// The CRC32C of a file's bytes from `from` to its end, after `crc` (0 to start); *bytes (if
+// given): the file's size.
+inline uint32_t crc32c_file(const std::string& path, long long from, long long* bytes = nullptr, uint32_t crc = 0) {
     FILE* f = fopen_or_die(path.c_str(), "rb");
     std::vector<char> buf(1 << 22);
     if (fseek(f, from, SEEK_SET) != 0) fatal("cannot read '%s'", path.c_str());
-    uint32_t crc = 0;
     long long n = from;
     for (size_t got; (got = fread(buf.data(), 1, buf.size(), f)) > 0; n += (long long)got) crc = crc32c(crc, buf.data(), got);
     if (ferror(f)) fatal("cannot read '%s': %s", path.c_str(), strerror(errno));
@@ -78,8 +77,7 @@ inline void sidecar_write(const std::string& hashed, const std::string& out) {
     const uint32_t crc = crc32c_file(hashed, 0, &bytes);
     FILE* f = fopen_or_die(out.c_str(), "w");
     fprintf(f, "crc32c %08x %lld\n", crc, bytes);
-    const bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (fclose(f) != 0 || !ok) fatal("cannot write '%s': %s", out.c_str(), strerror(errno));
+    if (!close_synced(f)) fatal("cannot write '%s': %s", out.c_str(), strerror(errno));
 }
 // Checks the model file PATH against PATH.crc32c where there is one (else: an llm.c file, unchecked).
 inline void sidecar_verify(const std::string& path) {
@@ -107,14 +105,7 @@ inline uint32_t header_file_crc(const std::string& path, const int64_t* h) {
     int64_t hz[16];
     memcpy(hz, h, sizeof hz);
     hz[15] = 0;
-    FILE* f = fopen_or_die(path.c_str(), "rb");
-    if (fseek(f, 16 * 8, SEEK_SET) != 0) fatal("cannot read '%s'", path.c_str());
-    std::vector<char> buf(1 << 22);
-    uint32_t crc = crc32c(0, hz, sizeof hz);
-    for (size_t got; (got = fread(buf.data(), 1, buf.size(), f)) > 0;) crc = crc32c(crc, buf.data(), got);
-    if (ferror(f)) fatal("cannot read '%s': %s", path.c_str(), strerror(errno));
-    fclose(f);
-    return crc;
+    return crc32c_file(path, sizeof hz, nullptr, crc32c(0, hz, sizeof hz));
 }
 // Our int64-header files: slot 14 gets CRC_MAGIC and slot 15 the CRC32C of the file (written
 // after the rest of it).
@@ -126,8 +117,7 @@ inline void header_seal(const std::string& path) {
     const int64_t seal[2] = {CRC_MAGIC, (int64_t)header_file_crc(path, h)};
     if (fseek(f, 14 * 8, SEEK_SET) != 0) fatal("cannot write '%s'", path.c_str());
     fwrite_or_die(seal, sizeof(int64_t), 2, f, path.c_str());
-    const bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (fclose(f) != 0 || !ok) fatal("cannot write '%s': %s", path.c_str(), strerror(errno));
+    if (!close_synced(f)) fatal("cannot write '%s': %s", path.c_str(), strerror(errno));
 }
 // Checks such a file given its header h (read already). required: its checkpoint has checksums
 // (a model.bin.crc32c), so a header without the seal is damage too; else (a checkpoint from

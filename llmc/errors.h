@@ -6,8 +6,8 @@ line (exit 2; only rank 0 prints, and every rank leaves together), fatal and CHE
 or I/O (exit 1; the rank prints, prefixed with its number). print0: rank 0 alone prints.
 fopen_or_die, fread_or_die, fwrite_or_die: every file operation checked, the file named.
 
-Main functions: usage_error, fatal, CHECK, print0, fopen_or_die, now_seconds, ceil_div,
-format_bytes.
+Main functions: usage_error, fatal, CHECK, print0, fopen_or_die, close_synced, sync_dir,
+now_seconds, ceil_div, format_bytes.
 
 Tests: test/test_cli.sh (the messages and exit codes), test/test_ops.cpp. More: docs/backends.md.
 */
@@ -19,6 +19,8 @@ Tests: test/test_cli.sh (the messages and exit codes), test/test_ops.cpp. More: 
 #include <cstring>
 #include <chrono>
 #include <string>
+#include <fcntl.h>
+#include <unistd.h>
 
 // ----------------------------------------------------------------------------
 // errors
@@ -63,6 +65,18 @@ inline void fread_or_die(void* dst, size_t size, size_t n, FILE* f, const char* 
 }
 inline void fwrite_or_die(const void* src, size_t size, size_t n, FILE* f, const char* path) {
     if (fwrite(src, size, n, f) != n) fatal("cannot write '%s': %s", path, strerror(errno));
+}
+// A written file on the disk before anything names it complete: flushed, fsynced, closed. False
+// where any of them failed (the caller names the file).
+inline bool close_synced(FILE* f) {
+    const bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    return fclose(f) == 0 && ok;
+}
+// A directory's entries (a file created or renamed in it) on the disk.
+inline void sync_dir(const std::string& dir) {
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) fatal("cannot sync the directory '%s': %s", dir.c_str(), strerror(errno));
+    close(fd);
 }
 inline long long file_size_or_die(const char* path) {
     FILE* f = fopen_or_die(path, "rb");

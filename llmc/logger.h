@@ -51,8 +51,8 @@ inline void logger_open(Logger* lg, const std::string& path, long long keep_thro
         const std::string tmp = path + ".tmp";
         FILE* t = fopen(tmp.c_str(), "w");
         if (!t) fatal("--log-file: cannot open '%s' for writing: %s", tmp.c_str(), strerror(errno));
-        if (fputs(kept.c_str(), t) < 0 || fflush(t) != 0 || fsync(fileno(t)) != 0 || fclose(t) != 0)
-            fatal("--log-file %s: cannot write (%s)", tmp.c_str(), strerror(errno));
+        const bool wrote = fputs(kept.c_str(), t) >= 0;
+        if (!close_synced(t) || !wrote) fatal("--log-file %s: cannot write (%s)", tmp.c_str(), strerror(errno));
         if (rename(tmp.c_str(), path.c_str()) != 0) fatal("--log-file %s: cannot replace it (%s)", path.c_str(), strerror(errno));
         lg->f = fopen(path.c_str(), "a");
     } else {
