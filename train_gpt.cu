@@ -344,11 +344,11 @@ struct RunConfig {
     bool total_given() const { return total_batch != -1; }
 };
 
+// A flag whose three values name an enum's three members, in order.
 template <class E, size_t N>
 static E flag_enum(const Flags& f, const char* name, const char* const (&names)[N]) {
-    std::initializer_list<const char*> options = {names[0], names[1], names[2]};
     static_assert(N == 3, "three names");
-    const std::string& s = f.choice(name, options);
+    const std::string& s = f.choice(name, {names[0], names[1], names[2]});
     return (E)(std::find(names, names + N, s) - names);
 }
 
@@ -924,7 +924,8 @@ struct BatchReader {
     DataLoader* loader = nullptr;
     int B = 0, T = 0, cp = 1;
     std::vector<PosPiece> mine;
-    std::vector<int> x, y;  // a whole micro-batch, before this rank's positions are taken
+    std::vector<int> x, y;    // a whole micro-batch, before this rank's positions are taken
+    std::vector<int> xl, yl;  // this rank's positions of it (B·T/cp each): what the model reads
 };
 
 static void next_batch(BatchReader* r, int* xb, int* yb) {
@@ -973,11 +974,10 @@ static double forward_backward(const Ctx& ctx, GPT<floatX>* model, DataParallel<
     if (rc.pp > 1)  // the micro-batches through the pipeline's stages, in its schedule (pipeline.h)
         return pp_train_step(ctx, model, dpar, rc.pp_schedule, s.accum, s.B, s.Tl, dloss,
                              [batches](int* xb, int* yb) { next_batch(batches, xb, yb); });
-    std::vector<int> x((size_t)s.B * s.Tl), y((size_t)s.B * s.Tl);
     for (int micro = 0; micro < s.accum; micro++) {
         dpar->last_micro = micro == s.accum - 1;
-        next_batch(batches, x.data(), y.data());
-        gpt_forward(ctx, model, x.data(), y.data(), s.B, s.Tl, dloss);
+        next_batch(batches, batches->xl.data(), batches->yl.data());
+        gpt_forward(ctx, model, batches->xl.data(), batches->yl.data(), s.B, s.Tl, dloss);
         gpt_backward(ctx, model, s.B, s.Tl);
         loss_sum += gpt_mean_loss(model);  // waits for the loss copy alone: the backward is still running
     }
@@ -1131,8 +1131,9 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
     if (mesh.rank == 0) logger_open(&log, rc.log_file, rc.resume ? state.step : -1);
     if (rc.steps == 0) evaluate_only(ctx, &model, data, rc, s, mesh, &log, &sampler, (int)state.step);
 
+    const size_t BT = (size_t)s.B * s.T, BTl = (size_t)s.B * s.Tl;
     BatchReader batches{&data->train, s.B, s.T, rc.cp, cp_pieces(rc.cp, mesh.cp_rank, rc.cp_zigzag, s.Tl),
-                        std::vector<int>((size_t)s.B * s.T), std::vector<int>((size_t)s.B * s.T)};
+                        std::vector<int>(BT), std::vector<int>(BT), std::vector<int>(BTl), std::vector<int>(BTl)};
     StepGuards guards = step_guards(rc, state, fp16);
     if (!rc.out_dir.empty()) stop_signals_install();  // a stop request is then answered after the step, with a checkpoint
     int stop = 0;  // the signal that stopped the run (0: none)

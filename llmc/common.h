@@ -73,7 +73,7 @@ struct Ctx {
     size_t workspace_size = 0;
 #endif
     Profiler* prof = nullptr;
-    KernelOptions kernels = kernel_options_from_env();  // which kernel runs where there are several (GPU)
+    KernelOptions kernels;       // which kernel runs where there are several (GPU; cuda_ctx_init reads its thresholds)
     Autotuned* tuned = nullptr;  // (GPU) shared by every copy: set by cuda_ctx_init
     bool fp8 = false;  // matmul_forward/backward multiply in FP8 (fp8.cuh): the model sets it for the blocks' layers
     Fp8Delayed* fp8_delayed = nullptr;  // and with --fp8-scaling delayed, the scaling state,

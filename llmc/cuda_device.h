@@ -120,6 +120,7 @@ inline void cuda_ctx_init(Ctx* ctx, int index) {
               index, format_bytes((double)free_bytes).c_str(), format_bytes((double)total).c_str(), format_bytes((double)ctx->workspace_size).c_str());
     }
     ctx->tuned = autotuned_new();
+    ctx->kernels = kernel_options_from_env();  // (the thresholds of its choices made by timing)
     g_cuda_active = true;
 }
 

@@ -8,7 +8,8 @@ the variants. Every variant computes the same function, and most give the same b
 that do not (flash_fused_backward, classifier_threads) say so below.
 
 An "auto" option is decided by timing at the op's first large call, among variants that write
-the same bits (autotune.cuh). Its thresholds come from the environment, read here in one place:
+the same bits (autotune.cuh). Its thresholds come from the environment, read here in one place
+(by cuda_ctx_init):
   LLMC_FLASH_TUNE_BLOCKS       flash launches of at least this many blocks are timed (256)
   LLMC_MATMUL_TUNE_FLOPS       products of at least this many flops are tuned (1e10)
   LLMC_CLASSIFIER_TUNE_ROWS    loss calls of at least this many rows are timed (4096)
