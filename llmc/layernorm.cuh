@@ -55,19 +55,19 @@ inline void layernorm_backward_cpu(float* dinp, float* dw, float* db, const floa
         const float* d = dout + (size_t)i * C;
         const float* x = inp + (size_t)i * C;
         float m = mean ? mean[i] : 0.0f, s = rstd[i];
-        float g_mean = 0.0f, gn_mean = 0.0f;
+        float mean_g = 0.0f, mean_gn = 0.0f;
         for (int c = 0; c < C; c++) {
             float n = (x[c] - m) * s;
             float g = d[c] * w[c];
-            g_mean += g;
-            gn_mean += g * n;
+            mean_g += g;
+            mean_gn += g * n;
         }
-        g_mean = mean ? g_mean / C : 0.0f;
-        gn_mean /= C;
+        mean_g = mean ? mean_g / C : 0.0f;
+        mean_gn /= C;
         float* di = dinp + (size_t)i * C;
         for (int c = 0; c < C; c++) {
             float n = (x[c] - m) * s;
-            di[c] += s * (d[c] * w[c] - g_mean - n * gn_mean);
+            di[c] += s * (d[c] * w[c] - mean_g - n * mean_gn);
         }
     }
     // parameter gradients: a reduction over rows, done in row order (deterministic)
@@ -137,13 +137,13 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
 //   n = (x − m)·r;  the row sums: Σ g and Σ g·n with g = dout·w;
 //   dinp += r·(g − mean(g) − n·mean(g·n));  the parameter sums: dw += dout·n, db += dout
 __device__ inline float ln_n(float x, float m, float r) { return __fmul_rn(__fsub_rn(x, m), r); }
-__device__ inline void ln_row_sums(float d, float w, float x, float m, float r, float& g_sum, float& gn_sum) {
+__device__ inline void ln_row_sums(float d, float w, float x, float m, float r, float& sum_g, float& sum_gn) {
     const float g = __fmul_rn(d, w);
-    g_sum = __fadd_rn(g_sum, g);
-    gn_sum = __fadd_rn(gn_sum, __fmul_rn(g, ln_n(x, m, r)));
+    sum_g = __fadd_rn(sum_g, g);
+    sum_gn = __fadd_rn(sum_gn, __fmul_rn(g, ln_n(x, m, r)));
 }
-__device__ inline float ln_dinp(float di, float d, float w, float x, float m, float r, float g_mean, float gn_mean) {
-    return __fadd_rn(di, __fmul_rn(r, __fsub_rn(__fsub_rn(__fmul_rn(d, w), g_mean), __fmul_rn(ln_n(x, m, r), gn_mean))));
+__device__ inline float ln_dinp(float di, float d, float w, float x, float m, float r, float mean_g, float mean_gn) {
+    return __fadd_rn(di, __fmul_rn(r, __fsub_rn(__fsub_rn(__fmul_rn(d, w), mean_g), __fmul_rn(ln_n(x, m, r), mean_gn))));
 }
 __device__ inline void ln_param_sums(float d, float x, float m, float r, float& sw, float& sb) {
     sw = __fadd_rn(sw, __fmul_rn(d, ln_n(x, m, r)));
@@ -156,17 +156,17 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
     if (row >= N) return;
     const floatX* d = dout + (size_t)row * C;
     const floatX* x = inp + (size_t)row * C;
-    float m = mean ? mean[row] : 0.0f, r = rstd[row], g_sum = 0.0f, gn_sum = 0.0f;  // (mean == nullptr: RMSNorm)
+    float m = mean ? mean[row] : 0.0f, r = rstd[row], sum_g = 0.0f, sum_gn = 0.0f;  // (mean == nullptr: RMSNorm)
     for (int c = lane * V; c < C; c += 32 * V) {
         Pack<floatX, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
-        for (int k = 0; k < V; k++) ln_row_sums(to_f(dp.v[k]), to_f(wp.v[k]), to_f(xp.v[k]), m, r, g_sum, gn_sum);
+        for (int k = 0; k < V; k++) ln_row_sums(to_f(dp.v[k]), to_f(wp.v[k]), to_f(xp.v[k]), m, r, sum_g, sum_gn);
     }
-    float g_mean = mean ? warp_sum(g_sum) / C : 0.0f, gn_mean = warp_sum(gn_sum) / C;
+    float mean_g = mean ? warp_sum(sum_g) / C : 0.0f, mean_gn = warp_sum(sum_gn) / C;
     floatX* di = dinp + (size_t)row * C;
     for (int c = lane * V; c < C; c += 32 * V) {
         Pack<floatX, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip = load_pack<V>(di + c);
         for (int k = 0; k < V; k++)
-            ip.v[k] = from_f<floatX>(ln_dinp(to_f(ip.v[k]), to_f(dp.v[k]), to_f(wp.v[k]), to_f(xp.v[k]), m, r, g_mean, gn_mean));
+            ip.v[k] = from_f<floatX>(ln_dinp(to_f(ip.v[k]), to_f(dp.v[k]), to_f(wp.v[k]), to_f(xp.v[k]), m, r, mean_g, mean_gn));
         store_pack<V>(di + c, ip);
     }
 }
@@ -251,15 +251,15 @@ __global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kern
         const floatX* x = inp + (size_t)row * C;
         const float m = mean ? mean[row] : 0.0f, r = rstd[row];  // (mean == nullptr: RMSNorm)
         floatX* di = dinp + (size_t)row * C;
-        float g_sum = 0.0f, gn_sum = 0.0f;
+        float sum_g = 0.0f, sum_gn = 0.0f;
         for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
             Pack<floatX, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
             if constexpr (PF) ipf[p] = load_pack<V>(di + c);
-            for (int j = 0; j < V; j++) ln_row_sums(to_f(dp.v[j]), to_f(wp.v[j]), to_f(xp.v[j]), m, r, g_sum, gn_sum);
+            for (int j = 0; j < V; j++) ln_row_sums(to_f(dp.v[j]), to_f(wp.v[j]), to_f(xp.v[j]), m, r, sum_g, sum_gn);
         }
-        const float g_mean = mean ? warp_sum(g_sum) / C : 0.0f, gn_mean = warp_sum(gn_sum) / C;
+        const float mean_g = mean ? warp_sum(sum_g) / C : 0.0f, mean_gn = warp_sum(sum_gn) / C;
         for (int p = 0; SHARED_SUMS || p < NP; p++) {
             const int c = (lane + 32 * p) * V;
             if (c >= C) break;
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kern
             else ip = load_pack<V>(di + c);
             for (int j = 0; j < V; j++) {
                 const float dv = to_f(dp.v[j]), xv = to_f(xp.v[j]);
-                ip.v[j] = from_f<floatX>(ln_dinp(to_f(ip.v[j]), dv, to_f(wp.v[j]), xv, m, r, g_mean, gn_mean));
+                ip.v[j] = from_f<floatX>(ln_dinp(to_f(ip.v[j]), dv, to_f(wp.v[j]), xv, m, r, mean_g, mean_gn));
                 if constexpr (!SHARED_SUMS) ln_param_sums(dv, xv, m, r, sw[p][j], sb[p][j]);
             }
             store_pack<V>(di + c, ip);

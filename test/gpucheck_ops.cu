@@ -342,7 +342,7 @@ static const char* fused_words(int B, int T, int NKV) {  // " (flash, wgmma, fus
 // NKV < NH: grouped-query attention (the dK/dV pass sums over each key/value head's group).
 template <class X> static void check_attention(int B, int T, int C, int NH, int NKV, bool flash = true) {
     gpu.kernels.flash = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
-    char name[128]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d NKV=%d%s", dtype_name<X>(), B, T, C, NH, NKV,
+    char name[192]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d NKV=%d%s", dtype_name<X>(), B, T, C, NH, NKV,
                              !use_flash<X>(gpu.kernels, C, NH) ? "" : flash_fused_backward_runs(gpu.kernels, C / NH) ? fused_words(B, T, NKV)
                              : gpu.kernels.flash_wgmma && gpu_has_wgmma() ? (gpu.kernels.flash_wgmma_groups == 2 ?
                              " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
