@@ -6,7 +6,8 @@ others blocked in a collective, and a rented node idles until someone looks. Eac
 call (comm.h) and each host wait on the GPU's queue (ctx_sync, stage_wait: the queue holds the
 collectives NCCL runs) is a CommWait. A watchdog thread looks every 0.1 s. A wait longer than
 --comm-timeout seconds prints one line (the rank, what it waits in, the group, the step, the
-last collective started) and ends the process with exit 1, NCCL's communicators aborted first.
+last collective started) and ends the process with exit 1, NCCL's communicators aborted first
+(at most 5 s of waiting for that).
 The launcher (mpirun, srun) then ends the other ranks.
 
 Main functions: watchdog_start, CommWait (a scope), watchdog_step.
@@ -61,7 +62,11 @@ inline void watchdog_run() {
                 what, group ? " over the " : "", group ? group : "", group ? " group" : "", g_watchdog.step.load(), last ? last : "none",
                 last_group ? last_group : "-");
         fflush(stderr);
-        if (g_watchdog.abort_comms) g_watchdog.abort_comms();
+        if (g_watchdog.abort_comms) {  // (on a thread of its own: an abort that hangs too must not keep the rank alive)
+            static std::atomic<bool> aborted{false};
+            std::thread([] { g_watchdog.abort_comms(); aborted = true; }).detach();
+            for (int i = 0; i < 50 && !aborted; i++) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
         _exit(1);
     }
 }
