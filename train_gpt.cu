@@ -657,8 +657,14 @@ struct Backend {
 template <class floatX>
 static void build_model(const RunConfig& rc, const GPTConfig& config, Mesh& mesh, const Ctx& ctx, const Precision& prec,
                         GPT<floatX>* model, DataParallel<floatX>* dpar) {
-    gpt_build(model, config, rc.tp > 1 ? &mesh.tp_group : nullptr, rc.sp == 1, rc.pp > 1 ? &mesh.pp_group : nullptr,
-              rc.cp > 1 ? &mesh.cp_group : nullptr, rc.cp_zigzag, rc.vpp);
+    ParallelGroups groups;
+    groups.tp = rc.tp > 1 ? &mesh.tp_group : nullptr;
+    groups.sp = rc.sp == 1;
+    groups.pp = rc.pp > 1 ? &mesh.pp_group : nullptr;
+    groups.vpp = rc.vpp;
+    groups.cp = rc.cp > 1 ? &mesh.cp_group : nullptr;
+    groups.zigzag = rc.cp_zigzag;
+    gpt_build(model, config, groups);
     model->recompute = rc.recompute;
     model->fp8 = prec.fp8;
     if (rc.fp8_delayed) fp8_delayed_init(ctx, &model->fp8_delayed, gpt_fp8_tensors(*model), rc.fp8_history);
@@ -689,14 +695,14 @@ static void plan_micro_batch(const RunConfig& rc, Mesh& mesh, const Ctx& ctx, co
         s->B = 1;  // a --steps 0 conversion reads no batch: any B would do
     }
     if (prec.fp8) {  // every FP8 product's dimensions a multiple of 16 (fp8.cuh): the B·T rows, and a block's widths on this rank
-        const std::string why = gpt_fp8_shape_problem(model->config, rc.tp, s->B, s->Tl);
+        const std::string why = gpt_fp8_shape_problem(model->layout.widths, s->B, s->Tl);
         if (!why.empty())
             usage_error("--precision fp8: %s (B*T = %d x %d%s); use --precision bf16, or a model and batch whose sizes are "
                         "multiples of 16", why.c_str(), s->B, s->Tl, rc.tp > 1 ? "; the widths are one tp rank's" : "");
     }
     if (rc.pp > 1) {  // the step's accum micro-batches: how many each chunk keeps alive at once, and the copies its sends keep (pipeline.h)
-        model->par.slots = pp_slots(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
-        model->par.pp_send_cap = pp_send_buffers(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
+        pp_stage(model).slots = pp_slots(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
+        pp_stage(model).send_cap = pp_send_buffers(rc.pp_schedule, rc.pp, mesh.pp_rank, s->accum, rc.vpp);
     }
 }
 
@@ -782,12 +788,13 @@ static void print_pipeline(const RunConfig& rc, const GPT<floatX>& model, const 
     for (int st = 0; st < pp; st++)
         print0(" %s%s", blocks_of(make_layout(c, 1, 0, pp, st, il ? rc.vpp : 1)).c_str(), st + 1 < pp ? "," : " a stage\n");
     std::string slots;
-    for (int n : model.par.slots) slots += (slots.empty() ? "" : " + ") + std::to_string(n);
+    const PipelineStage<floatX>& stage = *model.par.stage;  // (plan_micro_batch made it)
+    for (int n : stage.slots) slots += (slots.empty() ? "" : " + ") + std::to_string(n);
     fflush(stdout);
     printf("pipeline rank %d: stage %d, blocks %s%s%s, %s activation slot(s)%s, send copies at most %d + %d (forward + backward)\n",
            mesh.rank, mesh.pp_rank, blocks_of(model.layout).c_str(), model.layout.stage == 0 ? ", the embeddings" : "",
            !model.layout.has_head ? "" : c.tied ? ", lnf and the classifier (wte tied to stage 0's)" : ", lnf and the classifier (lm_head)",
-           slots.c_str(), model.par.slots.size() > 1 ? " (its chunks')" : "", model.par.pp_send_cap[0], model.par.pp_send_cap[1]);
+           slots.c_str(), stage.slots.size() > 1 ? " (its chunks')" : "", stage.send_cap[0], stage.send_cap[1]);
     fflush(stdout);
 }
 
@@ -848,7 +855,7 @@ static void print_memory(const GPT<floatX>& model, const DPMemory& mem, const Ct
     if (attention_scratch) tail += ", attention scratch " + std::to_string((long long)attention_scratch) + " B";
     printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B%s\n",
            mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
-           (long long)gpt_activation_bytes(model, s.B, s.Tl, model.recompute), tail.c_str());
+           (long long)gpt_all_activation_bytes(model, s.B, s.Tl, model.recompute), tail.c_str());
     fflush(stdout);
 }
 
@@ -1090,12 +1097,13 @@ static void finish_run(const RunConfig& rc, const Ctx& ctx, GPT<floatX>* model, 
     }
     if (ctx.prof && mesh.rank == 0) profile_report(*ctx.prof, stdout, peak);
     if (rc.pp > 1) {  // (every rank's: pipeline.h's copies for its sends, each way's)
-        size_t bytes = 0, kept[2] = {model->par.pp_sends[0].size(), model->par.pp_sends[1].size()};
-        for (const auto& pool : model->par.pp_sends)
+        const PipelineStage<floatX>& stage = pp_stage(model);
+        size_t bytes = 0, kept[2] = {stage.sends[0].size(), stage.sends[1].size()};
+        for (const auto& pool : stage.sends)
             for (const auto& o : pool) bytes += o.copy.bytes();
         fflush(stdout);
         printf("pipeline rank %d: %zu + %zu send buffer(s) (forward + backward; at most %d + %d), %s%s\n", mesh.rank, kept[0],
-               kept[1], model->par.pp_send_cap[0], model->par.pp_send_cap[1], format_bytes(bytes).c_str(),
+               kept[1], stage.send_cap[0], stage.send_cap[1], format_bytes(bytes).c_str(),
                ctx.device == Device::CUDA ? " of GPU memory" : "");
         fflush(stdout);
     }

@@ -87,7 +87,7 @@ inline GPTConfig model_file_config(const char* path, bool* file_bf16 = nullptr) 
 }
 
 // Reads (or writes) unit u of an open model file from (into) unit, converting between the file's
-// tensor-major order and the unit's layer-major one (model.h: unit_file_pieces). With tensor
+// tensor-major order and the unit's layer-major one (params.h: unit_file_pieces). With tensor
 // parallelism the unit is this rank's slice; a rank other than tp rank 0 writes only the pieces
 // that are its own (the replicated ones are tp rank 0's to write).
 inline void model_file_unit_io(FILE* f, const char* path, const GPTConfig& c, const ParamLayout& p, int u, float* unit,
@@ -180,7 +180,7 @@ inline void refuse_non_finite(const float* x, size_t n, const std::string& path,
 // it exists (the barriers: over pp, then tp), and it renames it when all are done.
 template <class floatX> inline void model_file_save(DataParallel<floatX>* d, const std::string& path, bool file_bf16) {
     const GPT<floatX>& g = *d->g;
-    const bool tp = g.par.tp && g.par.tp->size > 1, creator = d->rank == 0 && g.layout.tp_rank == 0 && g.layout.stage == 0;
+    const bool tp = g.par.tp.size() > 1, creator = d->rank == 0 && g.layout.tp_rank == 0 && g.layout.stage == 0;
     std::string tmp = path + ".tmp";
     FILE* f = nullptr;
     if (creator) {
@@ -189,7 +189,7 @@ template <class floatX> inline void model_file_save(DataParallel<floatX>* d, con
         if (fflush(f) != 0) fatal("cannot write model file '%s'", tmp.c_str());
     }
     if (g.par.pp) comm_barrier(*g.par.pp);
-    if (tp) comm_barrier(*g.par.tp);
+    if (tp) comm_barrier(*g.par.tp.group);
     if (d->rank == 0 && !creator) f = fopen_or_die(tmp.c_str(), "r+b");
     avec<float> unit;
     for (int u = 0; u < gpt_num_units(g.config); u++) {
@@ -199,7 +199,7 @@ template <class floatX> inline void model_file_save(DataParallel<floatX>* d, con
         if (f) model_file_unit_io(f, tmp.c_str(), g.config, g.layout, u, unit.data(), true, file_bf16);
     }
     if (f && !close_synced(f)) fatal("cannot write model file '%s'", tmp.c_str());
-    if (tp) comm_barrier(*g.par.tp);
+    if (tp) comm_barrier(*g.par.tp.group);
     if (g.par.pp) comm_barrier(*g.par.pp);
     if (creator) {  // its checksum beside it (checksum.h), each renamed into place, then their directory synced
         const std::string side = path + ".crc32c";

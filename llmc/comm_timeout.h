@@ -3,7 +3,7 @@ comm_timeout.h — --comm-timeout: a rank left waiting for its peers ends the ru
 
 A rank that stops answering (a hung GPU, a dead link, a process stopped by the system) leaves the
 others blocked in a collective, and a rented node idles until someone looks. Each collective
-call (comm.h) and each host wait on the GPU's queue (ctx_sync, stage_wait: the queue holds the
+call (comm.h) and each host wait on the GPU's queue (ctx_sync, pinned_wait: the queue holds the
 collectives NCCL runs) is a CommWait. A watchdog thread looks every 0.1 s. A wait longer than
 --comm-timeout seconds prints one line (the rank, what it waits in, the group, the step, the
 last collective started) and ends the process with exit 1, NCCL's communicators aborted first

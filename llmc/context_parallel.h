@@ -14,7 +14,7 @@ contiguous: rank r holds [r·T/c, (r+1)·T/c). zigzag: 2c chunks, rank r holds c
 sends each block's dk, dv home. Its sums are fp32 and in ring order: the same bits every run.
 
 Main functions: cp_pieces and cp_take_positions (which positions), cp_block (which pairs of a
-block see each other), cp_attention_forward, cp_attention_backward.
+block see each other), ring_attention_forward, ring_attention_backward.
 
 Tests: test/test_ops.cpp (the ring's blocks against one attention), test/gpucheck_ops.cu (the
 block kernels), test/test_cp.sh (cp = 2 and 4, both layouts, with dp, tp, sp and pp, against
@@ -26,6 +26,15 @@ one process). More: docs/parallelism.md.
 #include "comm.h"
 #include "attention.cuh"
 
+// A model's context-parallel state (model.h's ModelParallel holds one).
+struct ContextParallel {
+    Group* group = nullptr;  // the cp group (nullptr: whole sequences)
+    bool zigzag = false;     // which positions a rank holds: --cp-layout zigzag, else contiguous
+    int infer_T = 0;         // the sequence length of the last gpt_infer, before padding (inference.h)
+    int size() const { return group ? group->size : 1; }
+    int rank() const { return group ? group->rank : 0; }
+};
+
 // A stretch of a rank's positions: local [local, local + n) are the sequence's [global, global + n).
 struct PosPiece { int local, global, n; };
 // The positions rank r of c holds of a sequence of c·Tl (zigzag needs Tl even).
@@ -36,6 +45,17 @@ inline std::vector<PosPiece> cp_pieces(int c, int r, bool zigzag, int Tl) {
 }
 // The positions of a sequence that c ranks split evenly: T must be a multiple of this.
 inline int cp_granule(int c, bool zigzag) { return zigzag ? 2 * c : c; }
+
+// Where this rank's Tl positions are in the sequence (RoPE's angles turn them by it): 0 … Tl − 1
+// without context parallelism.
+inline std::vector<int> cp_positions(const ContextParallel& cp, int Tl) {
+    std::vector<int> pos(Tl);
+    for (int t = 0; t < Tl; t++) pos[t] = t;
+    if (cp.size() > 1)
+        for (const PosPiece& q : cp_pieces(cp.size(), cp.rank(), cp.zigzag, Tl))
+            for (int i = 0; i < q.n; i++) pos[q.local + i] = q.global + i;
+    return pos;
+}
 
 // local (B × Tl) = this rank's positions of full (B × T), for tokens and targets.
 inline void cp_take_positions(const int* full, int B, int T, const std::vector<PosPiece>& pieces, int* local) {
@@ -56,10 +76,50 @@ inline CPBlock cp_block(bool zigzag, int r, int o, int Tl) {
                  : CPBlock{h, h, 0, Tl};  // r's second chunk is after both of o's; r's first before both
 }
 
-// The ring's buffers (model.h's activations list holds them): k, v to lend and the ones borrowed;
-// the fp32 running output (N·C) or gradient (N·(C + 2·KV)); three dk, dv blocks (two going home
-// in turn, one coming home); D. (KV = NKV·hs: the key/value heads' width; C with NKV = NH.)
-template <class floatX> struct RingBuffers { floatX* kv[2]; float* acc; float* dkv[3]; float* D; };
+// The ring's buffers in a micro-batch's activations (model.h's Activations holds them), for N
+// positions with qkv rows of Q features (Ct of them q) and NHt query heads: k, v to lend and the
+// ones borrowed; the fp32 running output (N·Ct) or gradient (N·Q); three dk, dv blocks (two going
+// home in turn, one coming home); D; and wpe's rows at this rank's positions (wpe_n elements).
+template <class floatX> struct RingActs {
+    Buf<floatX> kv, wpe;
+    Buf<float> acc, dkv, D;
+};
+template <class floatX, class F>
+inline void ring_buffers(RingActs<floatX>& a, const ContextParallel& cp, size_t N, size_t Q, size_t Ct, size_t NHt, size_t wpe_n, F&& f) {
+    if (cp.size() == 1) return;
+    f(a.kv, 2 * N * (Q - Ct)); f(a.acc, N * Q); f(a.dkv, 3 * N * (Q - Ct)); f(a.D, N * NHt);  // (Q − Ct: k and v)
+    f(a.wpe, wpe_n);
+}
+
+// What ring attention needs for one forward: the group, the layout, and pointers into RingActs.
+// (KV = NKV·hs: the key/value heads' width; C with NKV = NH.)
+template <class floatX> struct Ring {
+    Group* group;  // nullptr or one rank: plain attention
+    bool zigzag;
+    floatX* kv[2];
+    float* acc;
+    float* dkv[3];
+    float* D;
+};
+// kv_n: the elements of one block of k and v (N·2·KV).
+template <class floatX> inline Ring<floatX> ring_of(const ContextParallel& cp, RingActs<floatX>& a, size_t kv_n) {
+    return {cp.size() > 1 ? cp.group : nullptr, cp.zigzag, {a.kv.data(), a.kv.data() + kv_n}, a.acc.data(),
+            {a.dkv.data(), a.dkv.data() + kv_n, a.dkv.data() + 2 * kv_n}, a.D.data()};
+}
+
+// wpe's rows at this rank's T positions: with context parallelism copied into a.wpe, which then
+// stands for wpe; without, wpe itself. For a gradient, wpe_rows_back copies the rows back.
+template <class floatX> inline floatX* wpe_rows(const Ctx& ctx, const ContextParallel& cp, RingActs<floatX>& a, floatX* wpe, int T, size_t C) {
+    if (cp.size() == 1) return wpe;
+    for (const PosPiece& q : cp_pieces(cp.size(), cp.rank(), cp.zigzag, T))
+        ctx_copy(ctx, a.wpe.data() + q.local * C, wpe + q.global * C, q.n * C * sizeof(floatX));
+    return a.wpe.data();
+}
+template <class floatX> inline void wpe_rows_back(const Ctx& ctx, const ContextParallel& cp, RingActs<floatX>& a, floatX* wpe, int T, size_t C) {
+    if (cp.size() == 1) return;
+    for (const PosPiece& q : cp_pieces(cp.size(), cp.rank(), cp.zigzag, T))
+        ctx_copy(ctx, wpe + q.global * C, a.wpe.data() + q.local * C, q.n * C * sizeof(floatX));
+}
 
 // The ring's k, v exchanges: start(s) begins moving the block rank r holds at step s − 1 (its own
 // at s = 1) to rank r + 1 while rank r − 1's arrives, in buffer s % 2 (the other buffer is the one
@@ -67,7 +127,7 @@ template <class floatX> struct RingBuffers { floatX* kv[2]; float* acc; float* d
 // block in hand computes meanwhile; with MPI done at once.
 template <class floatX> struct KVRing {
     Group& cp;
-    const RingBuffers<floatX>& rb;
+    const Ring<floatX>& rb;
     size_t n;  // elements of a block
     CommHandle h;
     void start(const Ctx& ctx, int s) {
@@ -83,12 +143,14 @@ template <class floatX> struct KVRing {
 };
 
 // Attention over the whole sequence of this rank's queries (qkv: B × Tl × (C + 2·KV), this rank's
-// positions, NH query and NKV key/value heads; out, lse as attention.cuh's). cp: the cp group
-// (nullptr or one rank: plain attention).
+// positions, NH query and NKV key/value heads; out, lse as attention.cuh's). Without a cp group
+// in rb: plain attention.
 template <class floatX>
-inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<floatX>& rb, floatX* out, float* lse,
-                                 const floatX* qkv, int B, int Tl, int C, int NH, int NKV) {
-    if (!cp || cp->size == 1) { attention_forward(ctx, out, lse, qkv, B, Tl, C, NH, NKV); return; }
+inline void ring_attention_forward(const Ctx& ctx, const Ring<floatX>& rb, floatX* out, float* lse, const floatX* qkv, int B, int Tl, int C,
+                                   int NH, int NKV) {
+    if (!rb.group) { attention_forward(ctx, out, lse, qkv, B, Tl, C, NH, NKV); return; }
+    Group* cp = rb.group;
+    const bool zigzag = rb.zigzag;
     const int c = cp->size, r = cp->rank;
     const QKVLayout L = qkv_layout(C, NH, NKV);
     const size_t N = (size_t)B * Tl, KV2 = 2 * (size_t)L.kv();  // a position's k and v
@@ -110,9 +172,11 @@ inline void cp_attention_forward(const Ctx& ctx, Group* cp, bool zigzag, const R
 // Each borrowed block's dk, dv go home while the next block computes (NCCL; with MPI at once):
 // the exchange of step s is waited for, and its share added, at step s + 1.
 template <class floatX>
-inline void cp_attention_backward(const Ctx& ctx, Group* cp, bool zigzag, const RingBuffers<floatX>& rb, floatX* dqkv, const floatX* dout,
-                                  const floatX* qkv, const floatX* out, const float* lse, int B, int Tl, int C, int NH, int NKV) {
-    if (!cp || cp->size == 1) { attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH, NKV); return; }
+inline void ring_attention_backward(const Ctx& ctx, const Ring<floatX>& rb, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                    const floatX* out, const float* lse, int B, int Tl, int C, int NH, int NKV) {
+    if (!rb.group) { attention_backward(ctx, dqkv, dout, qkv, out, lse, B, Tl, C, NH, NKV); return; }
+    Group* cp = rb.group;
+    const bool zigzag = rb.zigzag;
     const int c = cp->size, r = cp->rank;
     const QKVLayout L = qkv_layout(C, NH, NKV);
     const size_t N = (size_t)B * Tl, KV2 = 2 * (size_t)L.kv(), W = L.row();

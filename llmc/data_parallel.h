@@ -328,7 +328,7 @@ template <class floatX> inline void dp_zero_grad(DataParallel<floatX>* d) {
 // ‖g‖: each rank sums the squares of its dp chunk of every unit, the partial sums are added in
 // rank order. Every stage holds (at least) its chunk of the reduced gradient, so the norm is
 // the same number in every stage. With tensor parallelism each tp rank sums its slice, the
-// tensors every tp rank holds a copy of counted on tp rank 0 alone (model.h: unit_norm_spans),
+// tensors every tp rank holds a copy of counted on tp rank 0 alone (params.h: unit_norm_spans),
 // and the tp ranks' sums are added in rank order too.
 template <class floatX> inline float dp_grad_norm(DataParallel<floatX>* d) {
     if (d->zero == 0) {  // DDP's per-unit all-reduces, if asynchronous (NCCL)
@@ -347,7 +347,7 @@ template <class floatX> inline float dp_grad_norm(DataParallel<floatX>* d) {
     double s = global_norm_squared(d->ctx, pieces);
     CommScope prof(d->ctx, *d->group, "loss and norm sums");
     comm_sum_doubles(*d->group, &s, 1);
-    if (g.par.tp) comm_sum_doubles(*g.par.tp, &s, 1);
+    if (g.par.tp.group) comm_sum_doubles(*g.par.tp.group, &s, 1);
     if (g.par.pp) comm_sum_doubles(*g.par.pp, &s, 1);  // pipeline stages: each its units (the embeddings once)
     return (float)sqrt(s);
 }

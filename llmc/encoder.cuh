@@ -142,7 +142,7 @@ inline void encoder_backward_cuda(const Ctx& ctx, floatX* dwte, floatX* dwpe, co
     seg_start.push_back(n);
     const int nseg = (int)seg_row.size(), M = (int)multi_row.size();
     // one upload: [seg_row | seg_slot | seg_start | pos | multi_row | multi_begin], without waiting
-    // for the GPU (common.h's HostStage). The buffers are sized for the most any step can need, so
+    // for the GPU (common.h's PinnedCopy). The buffers are sized for the most any step can need, so
     // one that a queued kernel may still read is never reallocated: nseg ≤ BT, and a token of
     // n > ENC_SEGMENT positions takes ceil(n / ENC_SEGMENT) < 2n / ENC_SEGMENT slots (so M < BT / ENC_SEGMENT).
     std::vector<int> idx;
@@ -150,10 +150,10 @@ inline void encoder_backward_cuda(const Ctx& ctx, floatX* dwte, floatX* dwpe, co
         idx.insert(idx.end(), v->begin(), v->end());
     static Buf<int> dev_idx;
     static Buf<float> partial_buf;
-    static HostStage stage;
+    static PinnedCopy pinned;
     int* d = gpu_scratch(dev_idx, ctx, 4 * (size_t)BT + 2 + 2 * (size_t)BT / ENC_SEGMENT);  // 3·nseg + 1 + n + 2M + 1
     float* partial = gpu_scratch(partial_buf, ctx, std::max<size_t>(1, (size_t)2 * BT / ENC_SEGMENT) * C);
-    stage_upload(ctx, stage, d, idx.data(), idx.size() * sizeof(int));
+    pinned_upload(ctx, pinned, d, idx.data(), idx.size() * sizeof(int));
     const int* d_row = d; const int* d_slot = d + nseg; const int* d_start = d + 2 * nseg;
     const int* d_pos = d_start + nseg + 1; const int* d_mrow = d_pos + n; const int* d_mbegin = d_mrow + M;
     constexpr int P = PACK<floatX>;

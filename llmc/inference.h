@@ -30,13 +30,13 @@ test/test_dp.sh (--val-tokens over any dp). More: docs/parallelism.md.
 // causal attention keeps them apart) to a length the cp ranks split, as sampling's do not.
 // gpt_infer_losses and gpt_infer_logits_row then give every rank the whole result.
 template <class floatX> inline void gpt_infer(const Ctx& ctx, GPT<floatX>* g, const int* x, const int* y, int B, int T) {
-    g->par.infer_T = T;
+    g->par.cp.infer_T = T;
     std::vector<int> xl, yl;
-    if (g->par.cp) {  // this rank's positions of the padded sequences
-        const int c = g->par.cp->size, unit = cp_granule(c, g->par.cp_zigzag), Tp = (int)ceil_div(T, unit) * unit, Tl = Tp / c;
+    if (g->par.cp.group) {  // this rank's positions of the padded sequences
+        const int c = g->par.cp.size(), unit = cp_granule(c, g->par.cp.zigzag), Tp = (int)ceil_div(T, unit) * unit, Tl = Tp / c;
         if (Tp > g->config.max_seq_len) fatal("gpt_infer: %d positions padded to %d exceed the model's %d", T, Tp, g->config.max_seq_len);
         std::vector<int> pad((size_t)B * Tp, 0);
-        const auto pieces = cp_pieces(c, g->par.cp->rank, g->par.cp_zigzag, Tl);
+        const auto pieces = cp_pieces(c, g->par.cp.rank(), g->par.cp.zigzag, Tl);
         xl.resize((size_t)B * Tl);
         for (int b = 0; b < B; b++) std::copy_n(x + (size_t)b * T, T, pad.begin() + (size_t)b * Tp);
         cp_take_positions(pad.data(), B, Tp, pieces, xl.data());
@@ -55,36 +55,36 @@ template <class floatX> inline void gpt_infer(const Ctx& ctx, GPT<floatX>* g, co
     const size_t n = gpt_seq_split(*g, B, T).P * g->config.channels;
     for (int k = 0; k < v; k++) {  // (round the ring as in training: pipeline.h)
         const int vs = k * p + s;  // the virtual stage (s without interleaving)
-        gpt_use_slot(g, gpt_slot_id(*g, k, 0), k);
+        gpt_use_slot(g, gpt_slot_id(g, k, 0), k);
         gpt_ensure_activations(ctx, g, B, T);
         if (vs > 0) comm_ring_recv(pp, g->acts.encoded.data(), n, +1);
         gpt_forward(ctx, g, x, y, B, T, 0.0f);
-        if (vs < p * v - 1) gpt_stage_send(ctx, g, gpt_stage_output(g, B, T), n, +1);
+        if (vs < p * v - 1) gpt_stage_send(ctx, g, gpt_part_output(g, B, T), n, +1);
     }
     gpt_stage_sends_wait(g);
 }
 // This rank's positions in the last gpt_infer's padded sequences (context parallelism), and their count.
 template <class floatX> inline std::vector<PosPiece> gpt_infer_pieces(const GPT<floatX>& g, int* Tp) {
-    const int c = g.par.cp->size, unit = cp_granule(c, g.par.cp_zigzag);
-    *Tp = (int)ceil_div(g.par.infer_T, unit) * unit;
-    return cp_pieces(c, g.par.cp->rank, g.par.cp_zigzag, *Tp / c);
+    const int c = g.par.cp.size(), unit = cp_granule(c, g.par.cp.zigzag);
+    *Tp = (int)ceil_div(g.par.cp.infer_T, unit) * unit;
+    return cp_pieces(c, g.par.cp.rank(), g.par.cp.zigzag, *Tp / c);
 }
 // The B·T losses of the last gpt_infer (which had targets), on every rank (host memory:
 // gpt_losses's, or buf's): the last stage's, and with context parallelism every cp rank's positions.
 template <class floatX> inline const float* gpt_infer_losses(GPT<floatX>* g, int B, int T, std::vector<float>* buf) {
-    if (!g->par.pp && !g->par.cp) return gpt_losses(g);
+    if (!g->par.pp && !g->par.cp.group) return gpt_losses(g);
     int Tp = T;
-    const auto pieces = g->par.cp ? gpt_infer_pieces(*g, &Tp) : std::vector<PosPiece>{};
-    const int c = gpt_cp(*g), Tl = Tp / c;
+    const auto pieces = g->par.cp.group ? gpt_infer_pieces(*g, &Tp) : std::vector<PosPiece>{};
+    const int c = g->par.cp.size(), Tl = Tp / c;
     const size_t n = (size_t)B * Tl;  // this rank's losses
     std::vector<float> mine(n * c);   // every cp rank's, in cp rank order (comm.h's chunks)
-    if (g->layout.has_head) memcpy(mine.data() + n * (g->par.cp ? g->par.cp->rank : 0), gpt_losses(g), n * sizeof(float));
-    if (g->par.pp) comm_broadcast(*g->par.pp, mine.data() + n * (g->par.cp ? g->par.cp->rank : 0), n, g->par.pp->size - 1);
+    if (g->layout.has_head) memcpy(mine.data() + n * g->par.cp.rank(), gpt_losses(g), n * sizeof(float));
+    if (g->par.pp) comm_broadcast(*g->par.pp, mine.data() + n * g->par.cp.rank(), n, g->par.pp->size - 1);
     buf->assign((size_t)B * T, 0.0f);
-    if (!g->par.cp) { memcpy(buf->data(), mine.data(), n * sizeof(float)); return buf->data(); }
-    comm_all_gather(*g->par.cp, mine.data(), mine.size());
+    if (!g->par.cp.group) { memcpy(buf->data(), mine.data(), n * sizeof(float)); return buf->data(); }
+    comm_all_gather(*g->par.cp.group, mine.data(), mine.size());
     for (int r = 0; r < c; r++)  // rank r's local position q.local + i is the sequence's q.global + i
-        for (const PosPiece& q : cp_pieces(c, r, g->par.cp_zigzag, Tl))
+        for (const PosPiece& q : cp_pieces(c, r, g->par.cp.zigzag, Tl))
             for (int b = 0; b < B; b++)
                 for (int i = 0; i < q.n; i++)
                     if (q.global + i < T) (*buf)[(size_t)b * T + q.global + i] = mine[n * r + (size_t)b * Tl + q.local + i];
@@ -93,16 +93,16 @@ template <class floatX> inline const float* gpt_infer_losses(GPT<floatX>* g, int
 // Row `row` (of the B·T of the last gpt_infer) of its logits, all Vp of them, on every rank.
 template <class floatX> inline void gpt_infer_logits_row(const Ctx& ctx, GPT<floatX>* g, int row, float* out) {
     int owner = 0, local = row;  // with context parallelism: the cp rank that holds the position, and its row there
-    if (g->par.cp) {
+    if (g->par.cp.group) {
         int Tp = 0;
         gpt_infer_pieces(*g, &Tp);
-        const int c = g->par.cp->size, Tl = Tp / c, b = row / g->par.infer_T, t = row % g->par.infer_T;
+        const int c = g->par.cp.size(), Tl = Tp / c, b = row / g->par.cp.infer_T, t = row % g->par.cp.infer_T;
         for (int r = 0; r < c; r++)
-            for (const PosPiece& q : cp_pieces(c, r, g->par.cp_zigzag, Tl))
+            for (const PosPiece& q : cp_pieces(c, r, g->par.cp.zigzag, Tl))
                 if (t >= q.global && t < q.global + q.n) { owner = r; local = b * Tl + q.local + (t - q.global); }
     }
-    const bool mine = !g->par.cp || g->par.cp->rank == owner;
+    const bool mine = !g->par.cp.group || g->par.cp.rank() == owner;
     if (g->layout.has_head && mine) gpt_logits_row(ctx, g, local, out);  // (collective over tp: all of this cp rank's)
     if (g->par.pp) comm_broadcast(*g->par.pp, out, (size_t)g->config.padded_vocab_size, g->par.pp->size - 1);
-    if (g->par.cp) comm_broadcast(*g->par.cp, out, (size_t)g->config.padded_vocab_size, owner);
+    if (g->par.cp.group) comm_broadcast(*g->par.cp.group, out, (size_t)g->config.padded_vocab_size, owner);
 }

@@ -1,14 +1,14 @@
 /*
-memory.h — memory on the Ctx's device: buffers, copies, host staging, 64-byte aligned vectors.
+memory.h — memory on the Ctx's device: buffers, copies, pinned host copies, 64-byte aligned vectors.
 
 Buf<E> owns n zero-initialized elements on the CPU or the GPU; op_scratch and gpu_scratch are
 per-call-site buffers that only grow. ctx_copy copies between host and device (complete when it
-returns, if a side is the host); a HostStage copies without draining the GPU's queue. avec is a
+returns, if a side is the host); a PinnedCopy copies without draining the GPU's queue. avec is a
 64-byte aligned std::vector, so that vectorized loops see the same alignment in every run and
 sums are bit-identical run to run. F32View runs a 16-bit op's fp32 CPU loop and rounds once.
 
-Main pieces: Buf, op_scratch, ctx_copy, ctx_zero, ctx_sync, HostStage (stage_upload,
-stage_download, stage_wait), avec, F32View.
+Main pieces: Buf, op_scratch, ctx_copy, ctx_zero, ctx_sync, PinnedCopy (pinned_upload,
+pinned_download, pinned_wait), avec, F32View.
 
 Tests: test/test_ops.cpp, every training on the emulator (test/simt.h checks each staged copy
 is waited for). More: docs/backends.md.
@@ -117,15 +117,15 @@ inline void ctx_zero(const Ctx& ctx, void* p, size_t bytes) {
 
 // Copies the host does not wait for. ctx_copy to or from the host waits for the whole stream:
 // inside a micro-step that drains the GPU's queue, which then idles while the host launches the
-// next kernels. A HostStage is a page-locked host buffer and an event: stage_upload copies host bytes into it
-// and queues the copy to the device; stage_download queues a copy from the device into it, and
-// stage_wait waits for that copy alone (not for the work queued after it) before the host reads.
-// The next use of a stage first waits for its last copy, since the copy engine reads or writes
+// next kernels. A PinnedCopy is a page-locked host buffer and an event: pinned_upload copies host bytes into it
+// and queues the copy to the device; pinned_download queues a copy from the device into it, and
+// pinned_wait waits for that copy alone (not for the work queued after it) before the host reads.
+// The next use of a PinnedCopy first waits for its last copy, since the copy engine reads or writes
 // the buffer after the call has returned; in a training loop that copy is long done by then.
-// On the CPU the stage is plain memory and every copy is complete when it returns.
+// On the CPU the buffer is plain memory and every copy is complete when it returns.
 // Checked by every training on the emulator (test/simt.h), which protects a page-locked buffer
 // from its asynchronous copy until the host waits for it: a missing wait faults there.
-struct HostStage {
+struct PinnedCopy {
     void* host = nullptr;
     size_t cap = 0;
     Device dev = Device::CPU;
@@ -133,11 +133,11 @@ struct HostStage {
     cudaEvent_t done = nullptr;
     bool pending = false;  // a copy into or out of `host` may still be running
 #endif
-    HostStage() = default;
-    HostStage(const HostStage&) = delete;
-    HostStage& operator=(const HostStage&) = delete;
-    HostStage(HostStage&& o) noexcept { *this = std::move(o); }
-    HostStage& operator=(HostStage&& o) noexcept {
+    PinnedCopy() = default;
+    PinnedCopy(const PinnedCopy&) = delete;
+    PinnedCopy& operator=(const PinnedCopy&) = delete;
+    PinnedCopy(PinnedCopy&& o) noexcept { *this = std::move(o); }
+    PinnedCopy& operator=(PinnedCopy&& o) noexcept {
         if (this != &o) {
             release();
             host = o.host; cap = o.cap; dev = o.dev; o.host = nullptr; o.cap = 0;
@@ -147,8 +147,8 @@ struct HostStage {
         }
         return *this;
     }
-    ~HostStage() { release(); }
-    void release() {  // (unchecked: a static stage may outlive the CUDA runtime at exit)
+    ~PinnedCopy() { release(); }
+    void release() {  // (unchecked: a static PinnedCopy may outlive the CUDA runtime at exit)
 #ifdef LLMC_CUDA
         if (dev == Device::CUDA) {
             if (done) { cudaEventSynchronize(done); cudaEventDestroy(done); }
@@ -161,8 +161,8 @@ struct HostStage {
     }
 };
 
-// Waits for the stage's last copy; its host buffer may then be read (after a download) or reused.
-inline const void* stage_wait(HostStage& s) {
+// Waits for the last copy; its host buffer may then be read (after a download) or reused.
+inline const void* pinned_wait(PinnedCopy& s) {
 #ifdef LLMC_CUDA
     CommWait wait_("a wait for the GPU's queue (its collectives too)", nullptr);  // (--comm-timeout: comm_timeout.h)
     if (s.pending) { CUDA_CHECK(cudaEventSynchronize(s.done)); s.pending = false; }
@@ -170,9 +170,9 @@ inline const void* stage_wait(HostStage& s) {
     return s.host;
 }
 
-// The stage's host buffer, at least `bytes` long, on ctx's device kind, free to write.
-inline void* stage_reserve(const Ctx& ctx, HostStage& s, size_t bytes) {
-    stage_wait(s);
+// The host buffer, at least `bytes` long, on ctx's device kind, free to write.
+inline void* pinned_reserve(const Ctx& ctx, PinnedCopy& s, size_t bytes) {
+    pinned_wait(s);
     if (s.cap >= bytes && s.dev == ctx.device) return s.host;
     s.release();
     s.dev = ctx.device;
@@ -192,11 +192,11 @@ inline void* stage_reserve(const Ctx& ctx, HostStage& s, size_t bytes) {
 }
 
 // dst (on ctx's device) ← src (host), without waiting; src may be reused as soon as it returns.
-inline void stage_upload(const Ctx& ctx, HostStage& s, void* dst, const void* src, size_t bytes) {
+inline void pinned_upload(const Ctx& ctx, PinnedCopy& s, void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
-        memcpy(stage_reserve(ctx, s, bytes), src, bytes);
+        memcpy(pinned_reserve(ctx, s, bytes), src, bytes);
         CUDA_CHECK(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, ctx.stream));
         CUDA_CHECK(cudaEventRecord(s.done, ctx.stream));
         s.pending = true;
@@ -207,9 +207,9 @@ inline void stage_upload(const Ctx& ctx, HostStage& s, void* dst, const void* sr
     memcpy(dst, src, bytes);
 }
 
-// stage ← src (on ctx's device), without waiting; stage_wait(s) then returns the bytes.
-inline void stage_download(const Ctx& ctx, HostStage& s, const void* src, size_t bytes) {
-    void* h = stage_reserve(ctx, s, bytes);
+// s.host ← src (on ctx's device), without waiting; pinned_wait(s) then returns the bytes.
+inline void pinned_download(const Ctx& ctx, PinnedCopy& s, const void* src, size_t bytes) {
+    void* h = pinned_reserve(ctx, s, bytes);
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         CUDA_CHECK(cudaMemcpyAsync(h, src, bytes, cudaMemcpyDeviceToHost, ctx.stream));

@@ -25,6 +25,7 @@ the emulated GPU). More: docs/parallelism.md.
 #include <array>
 #include <cstdlib>
 #include <list>
+#include <memory>
 #include <string>
 #include <vector>
 #include "common.h"
@@ -36,32 +37,64 @@ enum class PPSchedule { GPipe, OneFOneB, Interleaved };
 inline const char* const PP_SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved"};  // --pp-schedule's values
 
 // ----------------------------------------------------------------------------
-// the model's side of a stage: its activation slots and its sends (ModelParallel's fields)
+// a stage's working state: its activation slots and its sends
 
-// Slot j of chunk k (0 ≤ j < g.par.slots[k]): its number among all of them.
-template <class floatX> inline int gpt_slot_id(const GPT<floatX>& g, int k, int j) {
-    for (int c = 0; c < k; c++) j += g.par.slots[c];
+// The state a model keeps as one stage of a pipeline (model.h's ModelParallel points to it).
+// The activations of several micro-batches are alive at once, one set a slot: slot `slot`'s are
+// in the model's acts while it runs, the others parked. With the interleaved schedule a stage
+// runs one of its chunks at a time (the model's part), and each chunk has slots of its own
+// (sized for its blocks). Sends go per way (0: forward, to stage + 1; 1: backward), each from a
+// copy of its own, oldest first, reused once its receiver has it; at most send_cap[way] of them
+// (pp_send_buffers; 0: no cap).
+template <class floatX> struct PipelineStage {
+    struct Send { Buf<floatX> copy; CommHandle h; };
+    std::list<Send> sends[2];
+    std::array<int, 2> send_cap{0, 0};
+    std::vector<Activations<floatX>> parked;
+    int slot = 0;
+    std::vector<int> slots;  // per chunk: how many the schedule keeps (the memory plan counts them)
+};
+
+// The model's stage state, made on first use with one slot a chunk and no cap on sends.
+template <class floatX> inline PipelineStage<floatX>& pp_stage(GPT<floatX>* g) {
+    if (!g->par.stage) {
+        g->par.stage = std::make_shared<PipelineStage<floatX>>();
+        g->par.stage->slots.assign(g->layout.vpp(), 1);
+    }
+    return *g->par.stage;
+}
+// The slots of each chunk (one a chunk for a model that is no stage, or whose stage has no state yet).
+template <class floatX> inline std::vector<int> gpt_slots(const GPT<floatX>& g) {
+    return g.par.stage ? g.par.stage->slots : std::vector<int>(g.layout.vpp(), 1);
+}
+
+// Slot j of chunk k (0 ≤ j < slots[k]): its number among all of them.
+template <class floatX> inline int gpt_slot_id(GPT<floatX>* g, int k, int j) {
+    const std::vector<int>& slots = pp_stage(g).slots;
+    for (int c = 0; c < k; c++) j += slots[c];
     return j;
 }
 // Makes slot `id`'s activations the ones the forward and backward use, for chunk `chunk` of
-// this stage's blocks (pipeline.h; 0 without interleaving).
+// this stage's blocks (0 without interleaving).
 template <class floatX> inline void gpt_use_slot(GPT<floatX>* g, int id, int chunk = 0) {
-    g->par.chunk = chunk;
-    if (id == g->par.slot) return;
-    if ((int)g->par.parked.size() <= std::max(id, g->par.slot)) g->par.parked.resize(std::max(id, g->par.slot) + 1);
-    std::swap(g->acts, g->par.parked[g->par.slot]);  // park the running slot's (moves: nothing is copied)
-    std::swap(g->acts, g->par.parked[id]);
-    g->par.slot = id;
+    PipelineStage<floatX>& st = pp_stage(g);
+    g->part = layout_part(g->layout, chunk);
+    if (id == st.slot) return;
+    if ((int)st.parked.size() <= std::max(id, st.slot)) st.parked.resize(std::max(id, st.slot) + 1);
+    std::swap(g->acts, st.parked[st.slot]);  // park the running slot's (moves: nothing is copied)
+    std::swap(g->acts, st.parked[id]);
+    st.slot = id;
 }
-// Pipeline parallelism: sends n elements of buf to the stage `dir` (+1 or −1) away round the pp
-// group's ring (comm.h: comm_ring_send_start) without waiting for the receiver, from a copy of
-// its own on ctx's device (buf may change at once). The way's copies go round in send order: the
-// oldest is reused once its receiver has it, else a new one is made while fewer than the cap
-// exist, else the copy waits for the oldest's receiver (comm_wait: on the GPU with NCCL the
-// compute stream waits, not the host; with MPI the host). gpt_stage_sends_wait waits for them all.
+// Sends n elements of buf to the stage `dir` (+1 or −1) away round the pp group's ring (comm.h:
+// comm_ring_send_start) without waiting for the receiver, from a copy of its own on ctx's device
+// (buf may change at once). The way's copies go round in send order: the oldest is reused once
+// its receiver has it, else a new one is made while fewer than the cap exist, else the copy
+// waits for the oldest's receiver (comm_wait: on the GPU with NCCL the compute stream waits, not
+// the host; with MPI the host). gpt_stage_sends_wait waits for them all.
 template <class floatX> inline void gpt_stage_send(const Ctx& ctx, GPT<floatX>* g, const floatX* buf, size_t n, int dir) {
-    const int way = dir > 0 ? 0 : 1, cap = g->par.pp_send_cap[way];
-    auto& pool = g->par.pp_sends[way];
+    PipelineStage<floatX>& st = pp_stage(g);
+    const int way = dir > 0 ? 0 : 1, cap = st.send_cap[way];
+    auto& pool = st.sends[way];
     if (pool.empty() || (!comm_send_done(&pool.front().h) && (cap <= 0 || (int)pool.size() < cap))) {
         pool.emplace_back();
     } else {
@@ -74,22 +107,33 @@ template <class floatX> inline void gpt_stage_send(const Ctx& ctx, GPT<floatX>* 
     comm_ring_send_start(*g->par.pp, o.copy.data(), n, dir, &o.h);
 }
 template <class floatX> inline void gpt_stage_sends_wait(GPT<floatX>* g) {
-    for (auto& pool : g->par.pp_sends)
+    for (auto& pool : pp_stage(g).sends)
         for (auto& o : pool) comm_wait(&o.h);
 }
 
-// The send copies a stage may keep at their caps (g.par.pp_send_cap, or the caps given), for
+// The send copies a stage may keep at their caps (the stage's send_cap, or the caps given), for
 // micro-batches of B·T positions (this rank's rows of the residual stream, n elements each):
 // what the memory plan counts (planner.h).
 template <class floatX> inline double gpt_send_copy_bytes(const GPT<floatX>& g, int B, int T, const std::array<int, 2>* caps = nullptr) {
-    const std::array<int, 2>& c = caps ? *caps : g.par.pp_send_cap;
+    const std::array<int, 2> none{0, 0}, &c = caps ? *caps : g.par.stage ? g.par.stage->send_cap : none;
     return (double)(c[0] + c[1]) * gpt_seq_split(g, B, T).P * g.config.channels * sizeof(floatX);
+}
+
+// The activations a rank holds for micro-batches of B·T positions (T: this rank's positions):
+// one set, or with pipeline parallelism slots[k] sets of each chunk k (gpt_slots(g), or the
+// slots given).
+template <class floatX> inline double gpt_all_activation_bytes(const GPT<floatX>& g, int B, int T, Recompute r,
+                                                          const std::vector<int>* slots = nullptr) {
+    const std::vector<int> n = slots ? *slots : gpt_slots(g);
+    double bytes = 0;
+    for (int k = 0; k < g.layout.vpp(); k++) bytes += n[k] * gpt_activation_bytes(g, layout_part(g.layout, k), B, T, r);
+    return bytes;
 }
 
 // ----------------------------------------------------------------------------
 // the schedules
 
-// (The layers of virtual stage vs of P = p·v: model.h's stage_layers, L split as evenly as it
+// (The layers of virtual stage vs of P = p·v: params.h's stage_layers, L split as evenly as it
 // goes, the first L mod P virtual stages one more.)
 
 // One step of a stage's schedule: the forward or backward of micro-batch `micro` through the
@@ -237,7 +281,7 @@ inline PPTiming pp_simulate(PPSchedule kind, int p, int m, int v = 1, double t_F
     return pp_simulate_steps(steps, m, v, t_F, t_B, caps);
 }
 
-// How many send copies stage s keeps per way (0: forward, 1: backward; model.h's
+// How many send copies stage s keeps per way (0: forward, 1: backward;
 // gpt_stage_send, planned by planner.h): the most messages of that way in flight at once when
 // the schedule runs in time as above (t_B = 2·t_F), + 1 for a transfer the timeline takes as
 // instant, which may still be running when the next copy is due; 0 on a way it does not send.
@@ -276,7 +320,7 @@ inline double pp_bubble_formula(PPSchedule kind, int p, int m, int v = 1) {
 }
 
 // How many micro-batches' activations of each of its chunks stage s's schedule keeps at once:
-// its slots (v chunks with interleaving, one otherwise), which model.h allocates per chunk.
+// its slots (v chunks with interleaving, one otherwise), which PipelineStage keeps per chunk.
 inline std::vector<int> pp_slots(PPSchedule kind, int p, int s, int m, int v = 1) {
     if (kind != PPSchedule::Interleaved) v = 1;
     const std::vector<PPStep> steps = pp_schedule(kind, p, s, m, v);
@@ -316,7 +360,7 @@ inline double pp_train_step(const Ctx& ctx, GPT<floatX>* g, DataParallel<floatX>
     std::vector<std::vector<int>> free_slots(v), slot_of(v, std::vector<int>(m, -1));
     std::vector<int> forwards(v, 0), backwards_left(v, m);
     for (int k = 0; k < v; k++)
-        for (int j = g->par.slots[k] - 1; j >= 0; j--) free_slots[k].push_back(gpt_slot_id(*g, k, j));
+        for (int j = pp_stage(g).slots[k] - 1; j >= 0; j--) free_slots[k].push_back(gpt_slot_id(g, k, j));
     auto send = [&](const floatX* buf, int dir) { CommScope prof(ctx, pp, "pp send"); gpt_stage_send(ctx, g, buf, n, dir); };
     auto recv = [&](floatX* buf, int dir) { CommScope prof(ctx, pp, "pp receive (waits)"); comm_ring_recv(pp, buf, n, dir); };
     double loss_sum = 0.0;
@@ -333,7 +377,7 @@ inline double pp_train_step(const Ctx& ctx, GPT<floatX>* g, DataParallel<floatX>
             gpt_ensure_activations(ctx, g, B, T);
             if (vs > 0) recv(g->acts.encoded.data(), +1);
             gpt_forward(ctx, g, xk, yk, B, T, dloss);
-            if (vs < V - 1) send(gpt_stage_output(g, B, T), +1);
+            if (vs < V - 1) send(gpt_part_output(g, B, T), +1);
             else loss_sum += gpt_mean_loss(g);
         } else {
             gpt_use_slot(g, slot_of[k][st.micro], k);

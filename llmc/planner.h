@@ -105,7 +105,7 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
         return step_tokens % ((long long)b * T * dp) == 0 && (pp->kind != PPSchedule::Interleaved || (whole_step / b) % pp->p == 0);
     };
     auto need_with = [&](Recompute r, int b) {
-        const int Tl = T / gpt_cp(g);  // (this rank's positions)
+        const int Tl = T / g.par.cp.size();  // (this rank's positions)
         std::vector<int> slots;
         std::array<int, 2> caps{};
         if (pp) {
@@ -113,7 +113,7 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
             slots = pp_slots(pp->kind, pp->p, pp->s, m, pp->v);
             caps = pp_send_buffers(pp->kind, pp->p, pp->s, m, pp->v);
         }
-        return gpt_activation_bytes(g, b, Tl, r, pp ? &slots : nullptr) * (1 + SCRATCH_SHARE) +
+        return gpt_all_activation_bytes(g, b, Tl, r, pp ? &slots : nullptr) * (1 + SCRATCH_SHARE) +
                gpt_send_copy_bytes(g, b, Tl, pp ? &caps : nullptr) + gpt_fp8_scratch_bytes(ctx, g, b, Tl) +
                gpt_gelu_scratch_bytes(ctx, g, b, Tl) + gpt_attention_scratch_bytes(ctx, g, b, Tl) +
                SCRATCH_FIXED;

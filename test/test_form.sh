@@ -5,7 +5,8 @@
 # most 3,000 words with make train in its first 40 lines; the code's shape: train_gpt.cu's main at
 # most 80 lines, no function of train_gpt.cu or llmc/ over 120 (test/function_lengths.awk), at
 # most 8 process-wide g_ globals (kernel choices live in Ctx: llmc/kernel_options.h), the dtype
-# template parameter named floatX so that T is the sequence length. Prints "ok"/"not ok" lines.
+# template parameter named floatX so that T is the sequence length, and at most 10% of model.h's
+# code lines about the parallel layouts. Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
 long="" notest="" missing=""
@@ -48,3 +49,9 @@ globals=$(grep -hoE "^(inline|static)[^(]*(\(\*)?\bg_[a-z0-9_]+\)? *(=|;|\[|\{|,
 n=$(wc -w <<<"$globals")
 [ "$n" -le 8 ] && echo "ok - $n process-wide g_ globals (at most 8: process state only): $globals" ||
     echo "not ok - $n process-wide g_ globals (at most 8; a kernel choice belongs in KernelOptions): $globals"
+# model.h is the math plus hook calls: at most 10% of its code lines name tp/sp/pp/cp, stages,
+# slots or chunks (the same grep as dev/form_stats.sh; the layouts live in their own files)
+code=$(grep -vE '^\s*(//|$|\*|/\*)' llmc/model.h | wc -l)
+par=$(grep -vE '^\s*(//|$|\*|/\*)' llmc/model.h | grep -ciE '\b(tp|sp|pp|cp|vpp)\b|tp_|_tp\b|sp_|pp_|cp_|stage|slot|chunk')
+[ $((100 * par)) -le $((10 * code)) ] && echo "ok - model.h: $par of $code code lines about tp/sp/pp/cp (at most 10%)" ||
+    echo "not ok - model.h: $par of $code code lines about tp/sp/pp/cp (at most 10%: the layouts belong in their own files)"

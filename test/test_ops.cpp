@@ -227,7 +227,7 @@ static void test_pipeline_schedules() {
             slots_ok &= (int)sl.size() == v && sum >= peak && (v > 1 || sum == peak);
         }
     report(slots_ok, "pipeline: each chunk's slots are between 1 and m, at least the stage's peak together (equal to it with one chunk)");
-    // send copies (pipeline.h's pp_send_buffers, model.h's gpt_stage_send): capped at the peak
+    // send copies (pipeline.h's pp_send_buffers and gpt_stage_send): capped at the peak
     // the timeline keeps in flight, every message goes when it went unbounded (times are sums of
     // multiples of 1/v: compared exactly after the same additions); the caps pp_send_buffers
     // gives (one more) complete under other timings too (t_B = t_F, 3·t_F; a dataflow that
@@ -272,7 +272,7 @@ static void test_pipeline_schedules() {
     snprintf(fewer_name, sizeof(fewer_name), "pipeline: one copy fewer than the peak delays a send of that way or deadlocks (%d stage-ways "
              "keep >= 2; the most in flight: %d)", fewer_cases, most);
     report(fewer_later && fewer_cases > 0, fewer_name);
-    // the interleaved layout (model.h): stage s holds virtual stages s, p + s, …; every block is
+    // the interleaved layout (params.h): stage s holds virtual stages s, p + s, …; every block is
     // held by one stage, its parameters packed in increasing order after the embeddings
     bool layout_ok = true;
     GPTConfig lc;

@@ -78,7 +78,7 @@ first_loss_same() {
         echo "not ok - $3: step 1's loss $b, one process's $a"
 }
 # send_buffers NAME RANKS CHANNELS LABEL: each of the RANKS stages of run NAME kept no more send
-# copies a way than its cap (model.h's gpt_stage_send, pipeline.h's pp_send_buffers: the oldest
+# copies a way than its cap (pipeline.h's gpt_stage_send and pp_send_buffers: the oldest
 # reused once its receiver has it, the copy waiting for it at the cap), and its memory line
 # counts the caps' copies: (forward + backward)·B·T·CHANNELS·4 bytes (fp32). On the emulated GPU
 # also rank 0's peak GPU memory: its model state + activations + the send copies it made (the
