@@ -13,9 +13,9 @@ What was chosen is kept in one Autotuned per GPU, which every copy of its Ctx po
 Main functions:
   gpu_time_ms(ctx, launch)       a warm-up, then the best of 3 by CUDA events, in ms
   gpu_bits_hash(ctx, regions)    an order-free 64-bit hash of every word the regions hold
-  autotune_pick(ctx, n, restore, launch, outs)
-                                 the rule for n variants of one call: those with the first's
-                                 bits are timed; the fastest wins if 2% faster than the first
+  autotune_pick(ctx, n, restore, launch, outs)   the rule for n variants of one call: those with
+                                 the first's bits are timed; the fastest wins if 2% faster
+  autotune_pick_on_copy(...)     the same for an op that writes in place (the loss kernel)
   autotune_trial(...)            the same rule over several calls (flash attention's wgmma)
   autotune_forget(ctx)           every choice made again (the playgrounds)
 
@@ -108,6 +108,22 @@ inline AutotunePick autotune_pick(const Ctx& ctx, int n, const R& restore, const
         if (v == p.first || p.ms[v] < 0.98f * p.ms[p.best]) p.best = v;
     }
     if (p.best >= 0) { restore(); launch(p.best); }
+    return p;
+}
+
+// autotune_pick for an op that writes its input in place, run on a copy instead: each variant
+// starts from the first `bytes` of `input` copied into a scratch buffer, which has `extra` bytes
+// more for the op's other outputs; launch(v, scratch) runs variant v there and says whether it
+// ran. *room is false (and nothing is picked) where the scratch does not fit on the GPU.
+template <class L>
+inline AutotunePick autotune_pick_on_copy(const Ctx& ctx, int n, const void* input, size_t bytes, size_t extra, const L& launch, bool* room) {
+    void* scratch = nullptr;
+    *room = cudaMalloc(&scratch, bytes + extra) == cudaSuccess;
+    if (!*room) { cudaGetLastError(); return AutotunePick{}; }
+    const AutotunePick p = autotune_pick(ctx, n,
+        [&] { CUDA_CHECK(cudaMemcpyAsync(scratch, input, bytes, cudaMemcpyDeviceToDevice, ctx.stream)); },
+        [&](int v) { return launch(v, scratch); }, {{scratch, bytes + extra}});
+    CUDA_CHECK(cudaFree(scratch));
     return p;
 }
 

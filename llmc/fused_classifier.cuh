@@ -224,18 +224,14 @@ template <class floatX, int P> inline size_t classifier_staged_ceiling() {  // (
 template <class floatX, class L> inline int classifier_tune_staged(const Ctx& ctx, const floatX* logits, int N, int Vp, const L& launch) {
     const int R = std::min(N, CLASSIFIER_TUNE_SLICE);
     const size_t bytes = (size_t)R * Vp * sizeof(floatX);
-    void* slice = nullptr;
-    if (cudaMalloc(&slice, bytes + R * sizeof(float)) != cudaSuccess) {
-        cudaGetLastError();
+    bool room = true;
+    const AutotunePick t = autotune_pick_on_copy(ctx, 2, logits, bytes, R * sizeof(float), [&](int v, void* rows) {
+        return launch(v == 1, (floatX*)rows, (float*)((char*)rows + bytes), R);  // (the R losses after the rows)
+    }, &room);
+    if (!room) {
         if (g_rank == 0) printf("classifier: the unstaged kernel (--classifier-staged auto: no room for the %zu bytes of its trial)\n", bytes);
         return 0;
     }
-    floatX* rows = (floatX*)slice;
-    float* loss = (float*)((char*)slice + bytes);
-    const AutotunePick t = autotune_pick(ctx, 2,
-        [&] { CUDA_CHECK(cudaMemcpyAsync(rows, logits, bytes, cudaMemcpyDeviceToDevice, ctx.stream)); },
-        [&](int v) { return launch(v == 1, rows, loss, R); }, {{rows, bytes}, {loss, R * sizeof(float)}});
-    CUDA_CHECK(cudaFree(slice));
     if (g_rank == 0)
         printf("classifier: the %s kernel (--classifier-staged auto, timed on %d rows of %d: %.3f ms unstaged, %.3f ms staged%s)\n",
                t.best == 1 ? "staged" : "unstaged", R, Vp, t.ms[0], t.ms[1], t.same ? "; the same bits" : ": the bits differ, unstaged kept");
