@@ -14,7 +14,7 @@ reduce-scatter, and an all-gather comes before each column-parallel layer.
 
 Main functions: sum_rows (the all-reduce, or a reduce-scatter with --sp), gather_rows (the
 all-gather), seq_split (a rank's rows), rank_widths (a rank's part of a block), classifier_loss
-(the vocabulary-parallel softmax). The model (model.h) calls them once; with t = 1 they do nothing.
+(the vocabulary-parallel softmax). The model (model.h) calls them; with t = 1 they do nothing.
 
 Tests: test/test_tp.sh (tp = 2 and dp × tp against one process, with and without --sp; memory
 and bytes against the formulas; recompute; resume; bf16; the emulated GPU with NCCL).
