@@ -13,14 +13,15 @@ contiguous: rank r holds [r·T/c, (r+1)·T/c). zigzag: 2c chunks, rank r holds c
 2c−1−r, so every rank does the same causal work. The backward passes k, v around again and
 sends each block's dk, dv home. Its sums are fp32 and in ring order: the same bits every run.
 
-Main functions: cp_pieces and cp_take_positions (which positions), cp_block (which pairs of a
-block see each other), ring_attention_forward, ring_attention_backward.
+Main functions: cp_pieces, cp_take_positions, cp_take_padded (which positions), cp_block (which
+pairs of a block see each other), ring_attention_forward, ring_attention_backward.
 
 Tests: test/test_ops.cpp (the ring's blocks against one attention), test/gpucheck_ops.cu (the
 block kernels), test/test_cp.sh (cp = 2 and 4, both layouts, with dp, tp, sp and pp, against
 one process). More: docs/parallelism.md.
 */
 #pragma once
+#include <algorithm>
 #include <vector>
 #include "common.h"
 #include "comm.h"
@@ -66,6 +67,21 @@ inline void cp_take_positions(const int* full, int B, int T, const std::vector<P
             for (int i = 0; i < p.n; i++) local[(size_t)b * Tl + p.local + i] = full[(size_t)b * T + p.global + i];
 }
 
+// The length a sequence of T pads to so that the cp ranks split it (sampling's T is any length).
+inline int cp_padded(const ContextParallel& cp, int T) {
+    const int unit = cp_granule(cp.size(), cp.zigzag);
+    return (int)ceil_div(T, unit) * unit;
+}
+// This rank's positions (B × Tp/c) of B sequences of T tokens, each padded with 0 at its end to
+// Tp = cp_padded(cp, T): after every real position, so causal attention keeps the padding apart.
+inline std::vector<int> cp_take_padded(const ContextParallel& cp, const int* full, int B, int T) {
+    const int Tp = cp_padded(cp, T), Tl = Tp / cp.size();
+    std::vector<int> pad((size_t)B * Tp, 0), local((size_t)B * Tl);
+    for (int b = 0; b < B; b++) std::copy_n(full + (size_t)b * T, T, pad.begin() + (size_t)b * Tp);
+    cp_take_positions(pad.data(), B, Tp, cp_pieces(cp.size(), cp.rank(), cp.zigzag, Tl), local.data());
+    return local;
+}
+
 // Which of rank r's queries see which of rank o's keys (o ≠ r), both holding Tl positions: rows
 // [q0, q0 + nq) of r's queries, [k0, k0 + nk) of o's keys, all visible (nq = 0: none).
 struct CPBlock { int q0, nq, k0, nk; };
@@ -109,13 +125,15 @@ template <class floatX> inline Ring<floatX> ring_of(const ContextParallel& cp, R
 
 // wpe's rows at this rank's T positions: with context parallelism copied into a.wpe, which then
 // stands for wpe; without, wpe itself. For a gradient, wpe_rows_back copies the rows back.
-template <class floatX> inline floatX* wpe_rows(const Ctx& ctx, const ContextParallel& cp, RingActs<floatX>& a, floatX* wpe, int T, size_t C) {
+template <class floatX>
+inline floatX* wpe_rows(const Ctx& ctx, const ContextParallel& cp, RingActs<floatX>& a, floatX* wpe, int T, size_t C) {
     if (cp.size() == 1) return wpe;
     for (const PosPiece& q : cp_pieces(cp.size(), cp.rank(), cp.zigzag, T))
         ctx_copy(ctx, a.wpe.data() + q.local * C, wpe + q.global * C, q.n * C * sizeof(floatX));
     return a.wpe.data();
 }
-template <class floatX> inline void wpe_rows_back(const Ctx& ctx, const ContextParallel& cp, RingActs<floatX>& a, floatX* wpe, int T, size_t C) {
+template <class floatX>
+inline void wpe_rows_back(const Ctx& ctx, const ContextParallel& cp, RingActs<floatX>& a, floatX* wpe, int T, size_t C) {
     if (cp.size() == 1) return;
     for (const PosPiece& q : cp_pieces(cp.size(), cp.rank(), cp.zigzag, T))
         ctx_copy(ctx, wpe + q.global * C, a.wpe.data() + q.local * C, q.n * C * sizeof(floatX));

@@ -32,22 +32,13 @@ test/test_dp.sh (--val-tokens over any dp). More: docs/parallelism.md.
 template <class floatX> inline void gpt_infer(const Ctx& ctx, GPT<floatX>* g, const int* x, const int* y, int B, int T) {
     g->par.cp.infer_T = T;
     std::vector<int> xl, yl;
-    if (g->par.cp.group) {  // this rank's positions of the padded sequences
-        const int c = g->par.cp.size(), unit = cp_granule(c, g->par.cp.zigzag), Tp = (int)ceil_div(T, unit) * unit, Tl = Tp / c;
+    if (g->par.cp.group) {  // this rank's positions of the padded sequences (context_parallel.h)
+        const int Tp = cp_padded(g->par.cp, T);
         if (Tp > g->config.max_seq_len) fatal("gpt_infer: %d positions padded to %d exceed the model's %d", T, Tp, g->config.max_seq_len);
-        std::vector<int> pad((size_t)B * Tp, 0);
-        const auto pieces = cp_pieces(c, g->par.cp.rank(), g->par.cp.zigzag, Tl);
-        xl.resize((size_t)B * Tl);
-        for (int b = 0; b < B; b++) std::copy_n(x + (size_t)b * T, T, pad.begin() + (size_t)b * Tp);
-        cp_take_positions(pad.data(), B, Tp, pieces, xl.data());
-        if (y) {
-            yl.resize(xl.size());
-            for (int b = 0; b < B; b++) std::copy_n(y + (size_t)b * T, T, pad.begin() + (size_t)b * Tp);
-            cp_take_positions(pad.data(), B, Tp, pieces, yl.data());
-            y = yl.data();
-        }
+        xl = cp_take_padded(g->par.cp, x, B, T);
+        if (y) { yl = cp_take_padded(g->par.cp, y, B, T); y = yl.data(); }
         x = xl.data();
-        T = Tl;
+        T = Tp / g->par.cp.size();
     }
     if (!g->par.pp) { gpt_forward(ctx, g, x, y, B, T, 0.0f); return; }
     Group& pp = *g->par.pp;
@@ -65,9 +56,8 @@ template <class floatX> inline void gpt_infer(const Ctx& ctx, GPT<floatX>* g, co
 }
 // This rank's positions in the last gpt_infer's padded sequences (context parallelism), and their count.
 template <class floatX> inline std::vector<PosPiece> gpt_infer_pieces(const GPT<floatX>& g, int* Tp) {
-    const int c = g.par.cp.size(), unit = cp_granule(c, g.par.cp.zigzag);
-    *Tp = (int)ceil_div(g.par.cp.infer_T, unit) * unit;
-    return cp_pieces(c, g.par.cp.rank(), g.par.cp.zigzag, *Tp / c);
+    *Tp = cp_padded(g.par.cp, g.par.cp.infer_T);
+    return cp_pieces(g.par.cp.size(), g.par.cp.rank(), g.par.cp.zigzag, *Tp / g.par.cp.size());
 }
 // The B·T losses of the last gpt_infer (which had targets), on every rank (host memory:
 // gpt_losses's, or buf's): the last stage's, and with context parallelism every cp rank's positions.

@@ -478,7 +478,9 @@ template <class floatX> inline void gpt_block_backward(const Ctx& ctx, GPT<float
 
 // The vocabulary this rank's wte holds, and so the classifier's columns it computes: all of it,
 // or with tensor parallelism its slice (tensor_parallel.h: the vocabulary-parallel classifier).
-template <class floatX> inline VocabSlice gpt_vocab(const GPT<floatX>& g) { return vocab_slice(g.config, g.par.tp.size(), g.par.tp.rank()); }
+template <class floatX> inline VocabSlice gpt_vocab(const GPT<floatX>& g) {
+    return vocab_slice(g.config, g.par.tp.size(), g.par.tp.rank());
+}
 
 // The classifier's weights (given the units' parameters) or their gradient (given the gradients'):
 // this rank's rows of wte where it is tied, else of lm_head, in lnf's unit; and that unit.
