@@ -349,165 +349,207 @@ static void remove_stale_shards(const std::string& prefix, int n_train, bool wro
     }
 }
 
-int main(int argc, char** argv) {
-    std::string tokenizer_path = "data/gpt2_tokenizer.bin", prefix, decode_path;
-    double val_fraction = -1;
-    long long shard_tokens = 100000000;
-    long long threads = 0, chunk_bytes = 1 << 20;
+// ----------------------------------------------------------------------------
+// the program's phases
+
+struct Args {  // the command line (print_help)
+    std::string tokenizer_path = "data/gpt2_tokenizer.bin", prefix, decode_path, jsonl_key = "text";
+    double val_fraction = -1;  // −1: the default (0.05 for a dataset, else 0)
+    long long shard_tokens = 100000000, threads = 0, chunk_bytes = 1 << 20;
     bool wide = false, hellaswag = false, jsonl = false;
-    std::string jsonl_key = "text";
     std::vector<std::string> files;
+};
+
+static long long parse_integer(const std::string& flag, const std::string& v, long long least, const char* what) {
+    char* end;
+    const long long n = strtoll(v.c_str(), &end, 10);
+    if (*end || v.empty() || n < least) usage_error("%s: expected a %s integer, got '%s'", flag.c_str(), what, v.c_str());
+    return n;
+}
+
+// False when --help was asked for (and printed).
+static bool parse_args(int argc, char** argv, Args* o) {
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto value = [&]() -> std::string {
             if (i + 1 >= argc) usage_error("%s needs a value (see --help)", a.c_str());
             return argv[++i];
         };
-        if (a == "--help" || a == "-h") { print_help(); return 0; }
-        else if (a == "--tokenizer") tokenizer_path = value();
-        else if (a == "--output-prefix") prefix = value();
-        else if (a == "--decode") decode_path = value();
-        else if (a == "--uint32") wide = true;
-        else if (a == "--hellaswag") hellaswag = true;
-        else if (a == "--jsonl") jsonl = true;
-        else if (a == "--jsonl-key") jsonl_key = value();
+        if (a == "--help" || a == "-h") { print_help(); return false; }
+        else if (a == "--tokenizer") o->tokenizer_path = value();
+        else if (a == "--output-prefix") o->prefix = value();
+        else if (a == "--decode") o->decode_path = value();
+        else if (a == "--uint32") o->wide = true;
+        else if (a == "--hellaswag") o->hellaswag = true;
+        else if (a == "--jsonl") o->jsonl = true;
+        else if (a == "--jsonl-key") o->jsonl_key = value();
         else if (a == "--val-fraction") {
             std::string v = value(); char* end;
-            val_fraction = strtod(v.c_str(), &end);
-            if (*end || !(val_fraction >= 0 && val_fraction < 1)) usage_error("--val-fraction: expected a number in [0, 1), got '%s'", v.c_str());
+            o->val_fraction = strtod(v.c_str(), &end);
+            if (*end || !(o->val_fraction >= 0 && o->val_fraction < 1)) usage_error("--val-fraction: expected a number in [0, 1), got '%s'", v.c_str());
         } else if (a == "--shard-tokens") {
             std::string v = value(); char* end;
-            shard_tokens = strtoll(v.c_str(), &end, 10);
-            if (*end || shard_tokens < 1) usage_error("--shard-tokens: expected a positive integer, got '%s'", v.c_str());
-        } else if (a == "--threads" || a == "--chunk-bytes") {
-            std::string v = value(); char* end;
-            long long n = strtoll(v.c_str(), &end, 10);
-            if (*end || v.empty() || n < (a == "--threads" ? 0 : 1)) usage_error("%s: expected a %s integer, got '%s'", a.c_str(), a == "--threads" ? "non-negative" : "positive", v.c_str());
-            (a == "--threads" ? threads : chunk_bytes) = n;
-        } else if (a.size() > 1 && a[0] == '-') usage_error("unknown option '%s' (see --help)", a.c_str());
-        else files.push_back(a);
+            o->shard_tokens = strtoll(v.c_str(), &end, 10);
+            if (*end || o->shard_tokens < 1) usage_error("--shard-tokens: expected a positive integer, got '%s'", v.c_str());
+        } else if (a == "--threads") o->threads = parse_integer(a, value(), 0, "non-negative");
+        else if (a == "--chunk-bytes") o->chunk_bytes = parse_integer(a, value(), 1, "positive");
+        else if (a.size() > 1 && a[0] == '-') usage_error("unknown option '%s' (see --help)", a.c_str());
+        else o->files.push_back(a);
     }
-    Tokenizer tk;
-    tokenizer_load(&tk, tokenizer_path.c_str());
-    if (tk.vocab.size() > 65536) wide = true;  // ids past 65535 need uint32 shards
+    return true;
+}
 
-    if (!decode_path.empty()) {
-        DataLoader d;
-        Shard s = shard_open(decode_path);
-        d.shards = {s};
-        d.vocab_size = (int)tk.vocab.size();
-        std::vector<int> toks(s.ntok);
-        if (s.ntok) dataloader_read(&d, 0, (int)s.ntok, toks.data());
-        std::string text = tokenizer_decode(tk, toks.data(), toks.size());
-        fwrite(text.data(), 1, text.size(), stdout);
-        tokenizer_free(&tk);
-        return 0;
-    }
+// --decode: the text of a shard, to stdout.
+static void decode_shard(const Tokenizer& tk, const std::string& path) {
+    DataLoader d;
+    Shard s = shard_open(path);
+    d.shards = {s};
+    d.vocab_size = (int)tk.vocab.size();
+    std::vector<int> toks(s.ntok);
+    if (s.ntok) dataloader_read(&d, 0, (int)s.ntok, toks.data());
+    std::string text = tokenizer_decode(tk, toks.data(), toks.size());
+    fwrite(text.data(), 1, text.size(), stdout);
+}
 
-    if (threads > 0) omp_set_num_threads((int)threads);
-    if (hellaswag) {
-        if (files.size() != 2 || !prefix.empty()) usage_error("--hellaswag: expected INPUT.jsonl OUTPUT.bin (see --help)");
-        hellaswag_to_eval_file(tk, files[0], files[1]);
-        tokenizer_free(&tk);
-        return 0;
-    }
-    // the inputs and what comes of them: one shard (INPUT OUTPUT), or a dataset (--output-prefix)
-    const bool dataset = !prefix.empty();
-    std::vector<std::string> inputs = files;
-    if (!dataset) {
-        if (files.size() != 2) usage_error("expected INPUT.txt OUTPUT.bin, or --output-prefix PREFIX FILE... (see --help)");
-        inputs.pop_back();
-    }
-    if (inputs.empty()) usage_error("--output-prefix: no input files given");
-    // every input a readable file, and never the output too
-    for (const std::string& in : inputs) {
-        std::error_code ec;
-        if (std::filesystem::is_directory(in, ec)) usage_error("%s: is a directory (an input is a text or JSON-lines file)", in.c_str());
-        if (!dataset && std::filesystem::equivalent(in, files[1], ec))
-            usage_error("%s: the output is the input (it would be overwritten by its own tokens)", in.c_str());
-    }
-    if (val_fraction < 0) val_fraction = dataset ? 0.05 : 0;
-    if (!dataset && val_fraction > 0) usage_error("--val-fraction: only with --output-prefix (INPUT OUTPUT writes one shard)");
-
-    // the documents, n_docs of them, the last n_val_docs for validation: each file; each line of a
-    // --jsonl file; or a single text file cut in two at the line boundary that leaves F of its
-    // bytes for validation
-    size_t total_bytes = 0, n_docs = 0, n_val_docs = 0;
-    for (const std::string& f : inputs) total_bytes += file_size_or_die(f.c_str());  // every file readable, before any shard is written
+// The documents, n of them, the last n_val for validation: each file; each line of a --jsonl
+// file; or a single text file cut in two at the line boundary that leaves F of its bytes for
+// validation (single, cut).
+struct Documents {
+    std::vector<std::string> inputs;
+    size_t total_bytes = 0, n = 0, n_val = 0;
     std::shared_ptr<const std::string> single;
     size_t cut = 0;
-    if (jsonl) for (const std::string& f : inputs) n_docs += count_json_lines(f);
-    else n_docs = inputs.size();
-    if (n_docs == 0) fatal("--jsonl: the input files hold no lines (no documents)");
-    if (!jsonl && inputs.size() == 1) {
-        single = std::make_shared<const std::string>(read_file(inputs[0]));
-        const std::string& text = *single;
-        cut = text.size() - (size_t)(val_fraction * text.size());
-        while (cut > 0 && cut < text.size() && text[cut - 1] != '\n') cut++;
-        if (cut < text.size()) { n_docs = 2; n_val_docs = 1; }
-    } else if (val_fraction > 0) {
-        n_val_docs = std::max<size_t>(1, (size_t)(val_fraction * n_docs + 0.5));
-        if (n_val_docs >= n_docs) usage_error("--val-fraction %.3f leaves none of the %zu documents for training", val_fraction, n_docs);
-    }
+};
 
-    enum { TRAIN, VAL };
+// The inputs and what comes of them: one shard (INPUT OUTPUT), or a dataset (--output-prefix).
+// Every input a readable file, and never the output too. Sets the default --val-fraction.
+static Documents plan_documents(Args* o, bool dataset) {
+    Documents d;
+    d.inputs = o->files;
+    if (!dataset) {
+        if (o->files.size() != 2) usage_error("expected INPUT.txt OUTPUT.bin, or --output-prefix PREFIX FILE... (see --help)");
+        d.inputs.pop_back();
+    }
+    if (d.inputs.empty()) usage_error("--output-prefix: no input files given");
+    for (const std::string& in : d.inputs) {
+        std::error_code ec;
+        if (std::filesystem::is_directory(in, ec)) usage_error("%s: is a directory (an input is a text or JSON-lines file)", in.c_str());
+        if (!dataset && std::filesystem::equivalent(in, o->files[1], ec))
+            usage_error("%s: the output is the input (it would be overwritten by its own tokens)", in.c_str());
+    }
+    double& F = o->val_fraction;
+    if (F < 0) F = dataset ? 0.05 : 0;
+    if (!dataset && F > 0) usage_error("--val-fraction: only with --output-prefix (INPUT OUTPUT writes one shard)");
+    for (const std::string& f : d.inputs) d.total_bytes += file_size_or_die(f.c_str());  // every file readable, before any shard is written
+    if (o->jsonl) for (const std::string& f : d.inputs) d.n += count_json_lines(f);
+    else d.n = d.inputs.size();
+    if (d.n == 0) fatal("--jsonl: the input files hold no lines (no documents)");
+    if (!o->jsonl && d.inputs.size() == 1) {
+        d.single = std::make_shared<const std::string>(read_file(d.inputs[0]));
+        const std::string& text = *d.single;
+        d.cut = text.size() - (size_t)(F * text.size());
+        while (d.cut > 0 && d.cut < text.size() && text[d.cut - 1] != '\n') d.cut++;
+        if (d.cut < text.size()) { d.n = 2; d.n_val = 1; }
+    } else if (F > 0) {
+        d.n_val = std::max<size_t>(1, (size_t)(F * d.n + 0.5));
+        if (d.n_val >= d.n) usage_error("--val-fraction %.3f leaves none of the %zu documents for training", F, d.n);
+    }
+    return d;
+}
+
+// Where the tokens go, in document order: the train side in shards as they fill (a dataset),
+// the validation side at the end.
+enum { TRAIN, VAL };
+struct Output {
+    const Args& o;
+    bool dataset;
     std::vector<int> train, val;
     int shard_index = 0;
     long long total = 0;
-    auto flush_train = [&](bool final) {  // writes the train shards that are full (at the end, what is left)
-        while ((long long)train.size() >= shard_tokens || (final && !train.empty())) {
-            size_t n = std::min<size_t>(train.size(), shard_tokens);
-            char name[64]; snprintf(name, sizeof(name), "_train_%06d.bin", shard_index++);
-            shard_write(prefix + name, std::vector<int>(train.begin(), train.begin() + n), wide);
-            fprintf(stderr, "wrote %s%s (%zu tokens)\n", prefix.c_str(), name, n);
-            train.erase(train.begin(), train.begin() + n);
-        }
-    };
-    ParallelEncoder enc(tk, chunk_bytes, omp_get_max_threads(), [&](int sink, const std::vector<int>& t) {
+    void add(int sink, const std::vector<int>& t) {
         std::vector<int>& out = sink == TRAIN ? train : val;
         out.insert(out.end(), t.begin(), t.end());
         total += t.size();
         if (dataset && sink == TRAIN) flush_train(false);
-    });
+    }
+    void flush_train(bool final) {  // writes the train shards that are full (at the end, what is left)
+        while ((long long)train.size() >= o.shard_tokens || (final && !train.empty())) {
+            size_t n = std::min<size_t>(train.size(), o.shard_tokens);
+            char name[64]; snprintf(name, sizeof(name), "_train_%06d.bin", shard_index++);
+            shard_write(o.prefix + name, std::vector<int>(train.begin(), train.begin() + n), o.wide);
+            fprintf(stderr, "wrote %s%s (%zu tokens)\n", o.prefix.c_str(), name, n);
+            train.erase(train.begin(), train.begin() + n);
+        }
+    }
+};
+
+// Every document through the encoder into out, with a progress line now and then.
+static void encode_documents(const Tokenizer& tk, const Args& o, const Documents& d, Output* out) {
+    ParallelEncoder enc(tk, o.chunk_bytes, omp_get_max_threads(), [out](int sink, const std::vector<int>& t) { out->add(sink, t); });
     Progress progress;
     size_t doc = 0, bytes_read = 0;
     auto add = [&](std::shared_ptr<const std::string> text, size_t begin, size_t end, size_t input_bytes) {
-        enc.add_document(text, begin, end, doc < n_docs - n_val_docs ? TRAIN : VAL);
+        enc.add_document(text, begin, end, doc < d.n - d.n_val ? TRAIN : VAL);
         doc++;
         bytes_read += input_bytes;
-        progress.line(false, doc, n_docs, bytes_read, total_bytes, total);
+        progress.line(false, doc, d.n, bytes_read, d.total_bytes, out->total);
     };
-    if (single) {
-        add(single, 0, cut, cut);
-        if (cut < single->size()) add(single, cut, single->size(), single->size() - cut);
-    } else for (const std::string& f : inputs) {
-        if (!jsonl) {
+    if (d.single) {
+        add(d.single, 0, d.cut, d.cut);
+        if (d.cut < d.single->size()) add(d.single, d.cut, d.single->size(), d.single->size() - d.cut);
+    } else for (const std::string& f : d.inputs) {
+        if (!o.jsonl) {
             auto text = std::make_shared<const std::string>(read_file(f));
             add(text, 0, text->size(), text->size());
         } else for_each_json_line(f, [&](const Json& v, const std::string& where, size_t line_bytes) {
-            const Json* t = v.get(jsonl_key);
+            const Json* t = v.get(o.jsonl_key);
             if (v.kind != Json::OBJ || !t || t->kind != Json::STR)
-                fatal("%s: expected an object with a string \"%s\" (--jsonl-key)", where.c_str(), jsonl_key.c_str());
+                fatal("%s: expected an object with a string \"%s\" (--jsonl-key)", where.c_str(), o.jsonl_key.c_str());
             auto text = std::make_shared<const std::string>(t->str);
             add(text, 0, text->size(), line_bytes);
         });
     }
     enc.flush();
-    progress.line(true, doc, n_docs, bytes_read, total_bytes, total);
-    if (doc != n_docs) fatal("the inputs changed while they were read (%zu documents, %zu counted first)", doc, n_docs);
+    progress.line(true, doc, d.n, bytes_read, d.total_bytes, out->total);
+    if (doc != d.n) fatal("the inputs changed while they were read (%zu documents, %zu counted first)", doc, d.n);
+}
 
-    if (!dataset) {
-        shard_write(files[1], train, wide);
-        fprintf(stderr, "%s: %zu tokens -> %s\n", files[0].c_str(), train.size(), files[1].c_str());
-        tokenizer_free(&tk);
-        return 0;
+// The shards: the one output file, or the dataset's last train shard and its validation shard
+// (and an earlier run's extra shards removed).
+static void write_outputs(const Args& o, Output* out) {
+    if (!out->dataset) {
+        shard_write(o.files[1], out->train, o.wide);
+        fprintf(stderr, "%s: %zu tokens -> %s\n", o.files[0].c_str(), out->train.size(), o.files[1].c_str());
+        return;
     }
-    flush_train(true);
-    if (!val.empty()) {
-        shard_write(prefix + "_val_000000.bin", val, wide);
-        fprintf(stderr, "wrote %s_val_000000.bin (%zu tokens)\n", prefix.c_str(), val.size());
+    out->flush_train(true);
+    if (!out->val.empty()) {
+        shard_write(o.prefix + "_val_000000.bin", out->val, o.wide);
+        fprintf(stderr, "wrote %s_val_000000.bin (%zu tokens)\n", o.prefix.c_str(), out->val.size());
     }
-    remove_stale_shards(prefix, shard_index, !val.empty());
+    remove_stale_shards(o.prefix, out->shard_index, !out->val.empty());
+}
+
+int main(int argc, char** argv) {
+    Args o;
+    if (!parse_args(argc, argv, &o)) return 0;
+    Tokenizer tk;
+    tokenizer_load(&tk, o.tokenizer_path.c_str());
+    if (tk.vocab.size() > 65536) o.wide = true;  // ids past 65535 need uint32 shards
+    if (!o.decode_path.empty()) {  // shard → text
+        decode_shard(tk, o.decode_path);
+    } else if (o.hellaswag) {      // the multiple-choice eval file
+        if (o.threads > 0) omp_set_num_threads((int)o.threads);
+        if (o.files.size() != 2 || !o.prefix.empty()) usage_error("--hellaswag: expected INPUT.jsonl OUTPUT.bin (see --help)");
+        hellaswag_to_eval_file(tk, o.files[0], o.files[1]);
+    } else {                       // text → one shard, or a dataset's shards
+        if (o.threads > 0) omp_set_num_threads((int)o.threads);
+        const bool dataset = !o.prefix.empty();
+        const Documents d = plan_documents(&o, dataset);
+        Output out{o, dataset};
+        encode_documents(tk, o, d, &out);
+        write_outputs(o, &out);
+    }
     tokenizer_free(&tk);
     return 0;
 }

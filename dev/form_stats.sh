@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # form_stats — the code-shape figures the project holds itself to (docs/README.md, "form"):
-# main's length, the functions over 120 lines in train_gpt.cu and llmc/, the process-wide g_*
+# main's length, the functions over 120 lines in train_gpt.cu, tokenize.cpp and llmc/, the process-wide g_*
 # globals, and the share of model.h's code lines about tp/sp/pp/cp. Needs Universal Ctags.
 # usage: dev/form_stats.sh [MAX_LINES (120)]
 set -u
 max=${1:-120}
-files=(train_gpt.cu llmc/*.h llmc/*.cuh)
+files=(train_gpt.cu tokenize.cpp llmc/*.h llmc/*.cuh)
 ctags --fields=+ne --c++-kinds=f --language-force=c++ -o - "${files[@]}" 2>/dev/null |
     awk -F'\t' -v max="$max" '{
         line = ""; end = "";

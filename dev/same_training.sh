@@ -28,7 +28,8 @@ case_() {
     "${run[@]}" "${common[@]}" --log-file "$d/log.jsonl" "$@" >"$d/out" 2>&1
     echo "exit $?"
     # the lines that carry results; timings, throughput and memory addresses cut out
-    grep -av "^gpu:\|^note:\|matmul tune\|chose\|kept" "$d/out" |
+    # (and the send copies a pipeline rank made: how many depends on when the receivers took them)
+    grep -av "^gpu:\|^note:\|matmul tune\|chose\|kept\|send buffer(s)" "$d/out" |
         sed -E "s|$tmp|TMP|g" | sed -E 's/\| [0-9.]+ ms \| [0-9]+ tok\/s( \| mfu [0-9.]+%)?//; s/\(eval [0-9.]+ s\)//; s/has [0-9.]+ GiB available/has N GiB available/' |
         if [ "$n" -gt 1 ]; then sort; else cat; fi   # (ranks print their own lines in any order)
     $PY - "$d/log.jsonl" <<'PY'
