@@ -509,108 +509,140 @@ inline void saved_state_read(SavedStateGroup& g, int old_N, int part, int u, siz
 // stage's tied copy holds the same). Runs that go on in both layouts are read as one, so with
 // the saved layout each old chunk is one read, as before. So dp=4 ZeRO-3 resumes as dp=2 ZeRO-1,
 // tp=2 as tp=1, pp=2 × vpp=2 as pp=4. The elements found are counted against the rank's range.
-template <class floatX> inline TrainState checkpoint_load(const std::string& dir, DataParallel<floatX>* d) {
-    TrainState s = checkpoint_read_header(dir);
-    const std::string first_state = checkpoint_first_state(dir);
-    const GPTConfig& c = d->g->config;
-    const int tp = d->g->layout.tp, tp_rank = d->g->layout.tp_rank, pp = d->g->layout.pp, stage = d->g->layout.stage;
-    const int old_N = (int)s.saved_dp, old_tp = (int)s.saved_tp, old_pp = (int)s.saved_pp, old_vpp = (int)s.saved_vpp;
-    s.same_layout = old_tp == tp && old_pp == pp && old_vpp == d->g->layout.vpp();
-    model_file_load(d, (dir + "/model.bin").c_str());
-    const int U = gpt_num_units(c);
-    std::vector<SavedStateGroup> old((size_t)old_tp * old_pp);
-    auto group = [&](int t, int q) -> SavedStateGroup& {  // old tp rank t of stage q, its files opened
-        SavedStateGroup& g = old[(size_t)q * old_tp + t];
-        if (!g.files.empty()) return g;
-        g.layout = make_layout(c, old_tp, t, old_pp, q, old_vpp);
-        g.sealed = std::filesystem::exists(dir + "/model.bin.crc32c");
-        for (int u = 0; u < U; u++) {
-            g.unit_size.push_back(unit_span(c, g.layout, u).size);
-            g.unit_off.push_back(g.per_part);
-            g.per_part += chunk_size(g.unit_size[u], old_N);
-        }
-        for (int r = 0; r < old_N; r++) {
-            g.names.push_back(state_file(dir, r, old_tp, t, old_pp, q));
-            g.files.push_back(fopen_or_die(g.names[r].c_str(), "rb"));
-            int64_t* h = g.headers.emplace_back().data();
-            g.verified.push_back(g.names[r] == first_state);  // (checkpoint_read_header checked that one)
-            fread_or_die(h, sizeof(int64_t), STATE_HEADER, g.files[r], g.names[r].c_str());
-            if (h[0] != STATE_MAGIC || h[9] != old_N || std::max<int64_t>(h[11], 1) != old_tp || std::max<int64_t>(h[12], 1) != old_pp)
-                fatal("'%s' does not belong to this checkpoint", g.names[r].c_str());
-            if (h[8] != (int64_t)g.layout.total)  // (e.g. a tp checkpoint from before wte was split over the tp ranks)
-                fatal("'%s' holds AdamW state for %lld parameters a rank, its layout %zu: another model, or a checkpoint "
-                      "of an older layout (its model.bin loads with --model)", g.names[r].c_str(), (long long)h[8], g.layout.total);
-        }
-        return g;
-    };
-    std::vector<ParamLayout> old_stage;  // each old stage's layout (its tp rank 0's): which units it held
-    for (int q = 0; q < old_pp; q++) old_stage.push_back(make_layout(c, old_tp, 0, old_pp, q, old_vpp));
+// The saved layout's state files, group by group (old tp rank t of stage q), each group opened
+// and checked on first use; closed at the end.
+struct SavedCheckpoint {
+    std::string dir, first_state;  // (first_state: the file checkpoint_read_header checked)
+    GPTConfig c;
+    int N, tp, pp, vpp;            // the saving run's dp ranks and layout
+    std::vector<SavedStateGroup> groups;
+    std::vector<ParamLayout> stages;  // each old stage's layout (its tp rank 0's): which units it held
+    SavedCheckpoint(const std::string& dir_, const TrainState& s, const GPTConfig& c_)
+        : dir(dir_), first_state(checkpoint_first_state(dir_)), c(c_), N((int)s.saved_dp), tp((int)s.saved_tp), pp((int)s.saved_pp),
+          vpp((int)s.saved_vpp), groups((size_t)tp * pp) {
+        for (int q = 0; q < pp; q++) stages.push_back(make_layout(c, tp, 0, pp, q, vpp));
+    }
+    SavedCheckpoint(const SavedCheckpoint&) = delete;
+    SavedCheckpoint& operator=(const SavedCheckpoint&) = delete;
+    ~SavedCheckpoint() {
+        for (SavedStateGroup& g : groups)
+            for (FILE* f : g.files) fclose(f);
+    }
+    SavedStateGroup& group(int t, int q);
+};
+
+inline SavedStateGroup& SavedCheckpoint::group(int t, int q) {
+    SavedStateGroup& g = groups[(size_t)q * tp + t];
+    if (!g.files.empty()) return g;
+    g.layout = make_layout(c, tp, t, pp, q, vpp);
+    g.sealed = std::filesystem::exists(dir + "/model.bin.crc32c");
+    for (int u = 0; u < gpt_num_units(c); u++) {
+        g.unit_size.push_back(unit_span(c, g.layout, u).size);
+        g.unit_off.push_back(g.per_part);
+        g.per_part += chunk_size(g.unit_size[u], N);
+    }
+    for (int r = 0; r < N; r++) {
+        g.names.push_back(state_file(dir, r, tp, t, pp, q));
+        g.files.push_back(fopen_or_die(g.names[r].c_str(), "rb"));
+        int64_t* h = g.headers.emplace_back().data();
+        g.verified.push_back(g.names[r] == first_state);
+        fread_or_die(h, sizeof(int64_t), STATE_HEADER, g.files[r], g.names[r].c_str());
+        if (h[0] != STATE_MAGIC || h[9] != N || std::max<int64_t>(h[11], 1) != tp || std::max<int64_t>(h[12], 1) != pp)
+            fatal("'%s' does not belong to this checkpoint", g.names[r].c_str());
+        if (h[8] != (int64_t)g.layout.total)  // (e.g. a tp checkpoint from before wte was split over the tp ranks)
+            fatal("'%s' holds AdamW state for %lld parameters a rank, its layout %zu: another model, or a checkpoint "
+                  "of an older layout (its model.bin loads with --model)", g.names[r].c_str(), (long long)h[8], g.layout.total);
+    }
+    return g;
+}
+
+// A run of state: this rank's unit elements [unit_off, +n) are group g's unit elements [old_off, +n).
+struct StateRun { size_t unit_off, old_off, n; SavedStateGroup* g; };
+
+// Where the elements [own_b, own_e) of unit u in layout `mine` lie in the saved files: the pieces
+// of the old layouts that overlap them in model-file order, clipped to the range. Runs that go on
+// in both layouts are one.
+inline std::vector<StateRun> saved_state_runs(SavedCheckpoint& old, const ParamLayout& mine, int u, size_t own_b, size_t own_e) {
     auto by_file = [](const FilePiece& a, const FilePiece& b) { return a.file_off < b.file_off; };
-    struct Run { size_t unit_off, old_off, n; SavedStateGroup* g; };  // my unit [unit_off, +n) = g's unit [old_off, +n)
-    std::vector<float> piece;
-    for (int u = 0; u < U; u++) {
-        const size_t own_b = d->own_begin[u], own_e = d->own_end[u];
-        if (own_e <= own_b) continue;
-        std::vector<FilePiece> mine = unit_file_pieces(c, d->g->layout, u);
-        std::sort(mine.begin(), mine.end(), by_file);
-        std::vector<Run> runs;
-        for (int q = 0; q < old_pp; q++) {
-            if (unit_span(c, old_stage[q], u).size == 0 || (u == 0 && q != 0)) continue;  // (not its unit; the embeddings: stage 0's)
-            for (int t = 0; t < old_tp; t++) {
-                SavedStateGroup& g = group(t, q);
-                std::vector<FilePiece> theirs = unit_file_pieces(c, g.layout, u);
-                std::sort(theirs.begin(), theirs.end(), by_file);
-                size_t j = 0;
-                for (const FilePiece& a : mine) {  // (both sorted by their place in the file: one sweep)
-                    while (j < theirs.size() && theirs[j].file_off + theirs[j].n <= a.file_off) j++;
-                    for (size_t k = j; k < theirs.size() && theirs[k].file_off < a.file_off + a.n; k++) {
-                        const FilePiece& o = theirs[k];
-                        if (o.replicated && t != 0) continue;
-                        const size_t fb = std::max(a.file_off, o.file_off), fe = std::min(a.file_off + a.n, o.file_off + o.n);
-                        size_t ub = a.unit_off + (fb - a.file_off), ue = ub + (fe - fb);
-                        size_t ob = o.unit_off + (fb - o.file_off);
-                        if (ub < own_b) { ob += own_b - ub; ub = own_b; }  // (clipped to this rank's range)
-                        if (ue > own_e) ue = own_e;
-                        if (ue <= ub) continue;
-                        Run* last = runs.empty() ? nullptr : &runs.back();  // (one run while both sides go on)
-                        if (last && last->g == &g && last->unit_off + last->n == ub && last->old_off + last->n == ob) last->n += ue - ub;
-                        else runs.push_back(Run{ub, ob, ue - ub, &g});
-                    }
+    std::vector<FilePiece> want = unit_file_pieces(old.c, mine, u);
+    std::sort(want.begin(), want.end(), by_file);
+    std::vector<StateRun> runs;
+    for (int q = 0; q < old.pp; q++) {
+        if (unit_span(old.c, old.stages[q], u).size == 0 || (u == 0 && q != 0)) continue;  // (not its unit; the embeddings: stage 0's)
+        for (int t = 0; t < old.tp; t++) {
+            SavedStateGroup& g = old.group(t, q);
+            std::vector<FilePiece> theirs = unit_file_pieces(old.c, g.layout, u);
+            std::sort(theirs.begin(), theirs.end(), by_file);
+            size_t j = 0;
+            for (const FilePiece& a : want) {  // (both sorted by their place in the file: one sweep)
+                while (j < theirs.size() && theirs[j].file_off + theirs[j].n <= a.file_off) j++;
+                for (size_t k = j; k < theirs.size() && theirs[k].file_off < a.file_off + a.n; k++) {
+                    const FilePiece& o = theirs[k];
+                    if (o.replicated && t != 0) continue;
+                    const size_t fb = std::max(a.file_off, o.file_off), fe = std::min(a.file_off + a.n, o.file_off + o.n);
+                    size_t ub = a.unit_off + (fb - a.file_off), ue = ub + (fe - fb);
+                    size_t ob = o.unit_off + (fb - o.file_off);
+                    if (ub < own_b) { ob += own_b - ub; ub = own_b; }  // (clipped to this rank's range)
+                    if (ue > own_e) ue = own_e;
+                    if (ue <= ub) continue;
+                    StateRun* last = runs.empty() ? nullptr : &runs.back();  // (one run while both sides go on)
+                    if (last && last->g == &g && last->unit_off + last->n == ub && last->old_off + last->n == ob) last->n += ue - ub;
+                    else runs.push_back(StateRun{ub, ob, ue - ub, &g});
                 }
             }
         }
-        size_t found = 0;
-        for (const Run& r : runs) found += r.n;
-        CHECK(found == own_e - own_b, "checkpoint_load: unit %d: %zu of this rank's %zu elements of AdamW's state found in '%s'",
-              u, found, own_e - own_b, dir.c_str());
-        for (int part = 0; part < 2; part++)
-            for (const Run& r : runs) {
-                piece.resize(r.n);
-                saved_state_read(*r.g, old_N, part, u, r.old_off, r.n, piece.data());
-                ctx_copy(d->ctx, dp_opt_at(d, part == 0 ? d->m : d->v, u, r.unit_off), piece.data(), r.n * sizeof(float));
-            }
     }
-    for (SavedStateGroup& g : old)
-        for (FILE* f : g.files) fclose(f);
-    // The FP8 amax history is per tp rank and stage (its tensors are the rank's slices of its
-    // blocks): with another layout it starts empty, as the first run's did.
+    return runs;
+}
+
+// The FP8 amax history is per tp rank and stage (its tensors are the rank's slices of its
+// blocks): with another layout it starts empty, as the first run's did. Returns the steps it
+// holds (-1: none read).
+template <class floatX> inline int64_t fp8_history_load(const std::string& dir, DataParallel<floatX>* d, bool same_layout) {
     Fp8Delayed* fd = &d->g->fp8_delayed;
-    const std::string fp = fp8_history_file(dir, tp, tp_rank, pp, stage);
-    FILE* hf = fd->on && s.same_layout ? fopen(fp.c_str(), "rb") : nullptr;
-    if (hf) {  // (absent: a run with current scaling saved it, and the history starts empty)
-        int64_t fh[STATE_HEADER];
-        fread_or_die(fh, sizeof(int64_t), STATE_HEADER, hf, fp.c_str());
-        if (fh[0] != FP8_HISTORY_MAGIC || fh[1] != 1 || fh[2] < 0 || fh[3] < 1 || fh[5] != std::min(fh[2], fh[3]))
-            fatal("'%s' is not an FP8 amax history (magic %lld, version %lld)", fp.c_str(), (long long)fh[0], (long long)fh[1]);
-        if (fh[4] != fd->n)
-            fatal("'%s' holds the amaxes of %lld FP8 tensors, this rank's blocks have %d", fp.c_str(), (long long)fh[4], fd->n);
-        header_verify(fp, fh, std::filesystem::exists(dir + "/model.bin.crc32c"));
-        std::vector<float> amaxes((size_t)fh[4] * fh[5]);
-        if (!amaxes.empty()) fread_or_die(amaxes.data(), sizeof(float), amaxes.size(), hf, fp.c_str());
-        fclose(hf);
-        fp8_delayed_restore(d->ctx, fd, fh[2], amaxes);
-        s.fp8_steps = fh[2];
+    const ParamLayout& p = d->g->layout;
+    const std::string fp = fp8_history_file(dir, p.tp, p.tp_rank, p.pp, p.stage);
+    FILE* hf = fd->on && same_layout ? fopen(fp.c_str(), "rb") : nullptr;
+    if (!hf) return -1;  // (absent: a run with current scaling saved it, and the history starts empty)
+    int64_t fh[STATE_HEADER];
+    fread_or_die(fh, sizeof(int64_t), STATE_HEADER, hf, fp.c_str());
+    if (fh[0] != FP8_HISTORY_MAGIC || fh[1] != 1 || fh[2] < 0 || fh[3] < 1 || fh[5] != std::min(fh[2], fh[3]))
+        fatal("'%s' is not an FP8 amax history (magic %lld, version %lld)", fp.c_str(), (long long)fh[0], (long long)fh[1]);
+    if (fh[4] != fd->n)
+        fatal("'%s' holds the amaxes of %lld FP8 tensors, this rank's blocks have %d", fp.c_str(), (long long)fh[4], fd->n);
+    header_verify(fp, fh, std::filesystem::exists(dir + "/model.bin.crc32c"));
+    std::vector<float> amaxes((size_t)fh[4] * fh[5]);
+    if (!amaxes.empty()) fread_or_die(amaxes.data(), sizeof(float), amaxes.size(), hf, fp.c_str());
+    fclose(hf);
+    fp8_delayed_restore(d->ctx, fd, fh[2], amaxes);
+    return fh[2];
+}
+
+template <class floatX> inline TrainState checkpoint_load(const std::string& dir, DataParallel<floatX>* d) {
+    TrainState s = checkpoint_read_header(dir);
+    const ParamLayout& p = d->g->layout;
+    s.same_layout = s.saved_tp == p.tp && s.saved_pp == p.pp && s.saved_vpp == p.vpp();
+    model_file_load(d, (dir + "/model.bin").c_str());
+    {   // AdamW's m and v, each unit's elements this rank owns, from the saved layout's files
+        SavedCheckpoint old(dir, s, d->g->config);
+        std::vector<float> piece;
+        for (int u = 0; u < gpt_num_units(old.c); u++) {
+            const size_t own_b = d->own_begin[u], own_e = d->own_end[u];
+            if (own_e <= own_b) continue;
+            const std::vector<StateRun> runs = saved_state_runs(old, p, u, own_b, own_e);
+            size_t found = 0;
+            for (const StateRun& r : runs) found += r.n;
+            CHECK(found == own_e - own_b, "checkpoint_load: unit %d: %zu of this rank's %zu elements of AdamW's state found in '%s'",
+                  u, found, own_e - own_b, dir.c_str());
+            for (int part = 0; part < 2; part++)
+                for (const StateRun& r : runs) {
+                    piece.resize(r.n);
+                    saved_state_read(*r.g, old.N, part, u, r.old_off, r.n, piece.data());
+                    ctx_copy(d->ctx, dp_opt_at(d, part == 0 ? d->m : d->v, u, r.unit_off), piece.data(), r.n * sizeof(float));
+                }
+        }
     }
+    s.fp8_steps = fp8_history_load(dir, d, s.same_layout);
     return s;
 }
 
