@@ -638,9 +638,8 @@ static Precision run_precision(const RunConfig& rc, const Ctx& ctx) {
     if (p.fp8) {
         const std::string why = fp8_device_problem(ctx);
         if (!why.empty()) usage_error("--precision fp8: %s", why.c_str());
-        if (ctx.device == Device::CUDA && g_rank == 0)  // (docs/performance.md, from a committed log)
-            fprintf(stderr, "note: --precision fp8 is not faster than bf16 yet: 0.93x bf16's speed at GPT-2 1558M on an H200, "
-                            "0.98x with --fp8-scaling delayed (docs/performance.md)\n");
+        if (ctx.device == Device::CUDA && g_rank == 0)
+            fprintf(stderr, "note: --precision fp8 is not faster than bf16 yet where it was measured (docs/performance.md: FP8 against bf16)\n");
     }
     return p;
 }

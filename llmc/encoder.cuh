@@ -142,7 +142,7 @@ inline void encoder_backward_cuda(const Ctx& ctx, floatX* dwte, floatX* dwpe, co
     seg_start.push_back(n);
     const int nseg = (int)seg_row.size(), M = (int)multi_row.size();
     // one upload: [seg_row | seg_slot | seg_start | pos | multi_row | multi_begin], without waiting
-    // for the GPU (common.h's PinnedCopy). The buffers are sized for the most any step can need, so
+    // for the GPU (memory.h's PinnedCopy). The buffers are sized for the most any step can need, so
     // one that a queued kernel may still read is never reallocated: nseg ≤ BT, and a token of
     // n > ENC_SEGMENT positions takes ceil(n / ENC_SEGMENT) < 2n / ENC_SEGMENT slots (so M < BT / ENC_SEGMENT).
     std::vector<int> idx;

@@ -115,7 +115,7 @@ template <class floatX> inline void gpt_stage_sends_wait(GPT<floatX>* g) {
 // micro-batches of B·T positions (this rank's rows of the residual stream, n elements each):
 // what the memory plan counts (planner.h).
 template <class floatX> inline double gpt_send_copy_bytes(const GPT<floatX>& g, int B, int T, const std::array<int, 2>* caps = nullptr) {
-    const std::array<int, 2> none{0, 0}, &c = caps ? *caps : g.par.stage ? g.par.stage->send_cap : none;
+    const std::array<int, 2> c = caps ? *caps : g.par.stage ? g.par.stage->send_cap : std::array<int, 2>{0, 0};
     return (double)(c[0] + c[1]) * gpt_seq_split(g, B, T).P * g.config.channels * sizeof(floatX);
 }
 
