@@ -518,7 +518,7 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
 // do, so its bits differ from theirs; it is chosen by this fixed rule, never by timing.
 // flash_fused_splits > 0 sets the number of splits (tests); 0 lets flash_fused_splits choose.
 inline bool flash_fused_backward_runs(const KernelOptions& o, int hs) {
-    return o.flash_fused_backward && o.flash && hs == 64 && o.flash_wgmma_groups >= 2 && (o.flash_wgmma || o.flash_wgmma_auto) &&
+    return o.flash_fused_backward && o.flash && hs == 64 && o.flash_wgmma_groups == 2 && (o.flash_wgmma || o.flash_wgmma_auto) &&
            gpu_has_wgmma();
 }
 inline int gpu_sm_count() {
@@ -622,11 +622,9 @@ template <class F> inline void with_head_size(int hs, const F& f) {
     if (hs == 64) f(std::integral_constant<int, 64>{});
     else f(std::integral_constant<int, 128>{});
 }
-// Calls f with std::integral_constant<int, flash_wgmma_groups> (warpgroups a block: 1, 2, or 3
-// where MAX allows it: the forward at head size 64; elsewhere 2 runs for 3).
-template <int MAX = 2, class F> inline void wgmma_groups_dispatch(const KernelOptions& o, const F& f) {
+// Calls f with std::integral_constant<int, flash_wgmma_groups> (1 or 2: warpgroups a block).
+template <class F> inline void wgmma_groups_dispatch(const KernelOptions& o, const F& f) {
     if (o.flash_wgmma_groups == 1) f(std::integral_constant<int, 1>{});
-    else if (MAX >= 3 && o.flash_wgmma_groups == 3) f(std::integral_constant<int, MAX >= 3 ? 3 : 2>{});
     else f(std::integral_constant<int, 2>{});
 }
 // grid (NH, B, row tiles) (the dK/dV pass: NKV key/value heads): the tile index is the slowest, so
@@ -639,8 +637,8 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
         flash_dispatch(ctx.kernels, L.hs, [&](auto d, auto ldsm, auto async) {
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
-            auto fwd_wgmma = [&] {  // (3 warpgroups at head size 64 only: at 128 ptxas spills and serializes the wgmma)
-                wgmma_groups_dispatch<decltype(d)::value == 64 ? 3 : 2>(ctx.kernels, [&](auto groups) {
+            auto fwd_wgmma = [&] {
+                wgmma_groups_dispatch(ctx.kernels, [&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
                     const size_t smem = 4 * 64 * HS * sizeof(floatX);  // (64 KB at head size 128)
                     SHARED_OPT_IN(flash_forward_wgmma_kernel<floatX, HS, G>);

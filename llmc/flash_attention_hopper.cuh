@@ -171,17 +171,13 @@ template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16_ss(f
 #endif
 }
 // Rows [row0, row0 + 64) × D of a strided H matrix into shared memory in the core-matrix
-// layout above, by cp.async, zeros past row n. Each warp reads 4 rows × 128 contiguous bytes:
-// whole cache lines, so L2 serves half as many requests as for 8 rows × 64 bytes (the wgmma
-// kernels are bound by L2's throughput). Lane l takes row l%4 and 16-byte chunk l/4 of its
-// line; the writes of 8 lanes then fall on 4 rows, a 2-way bank conflict.
+// layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
+// contiguous bytes: no bank conflicts) and reads row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7.
 template <int D, class H> __device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, int n) {
-    constexpr int LINES = D / 64;  // 128-byte lines a row
     for (int i = threadIdx.x; i < 64 * D / 8; i += blockDim.x) {
-        const int lane = i % 32, w = i / 32;
-        const int r = (w / LINES) * 4 + lane % 4, chunk = (w % LINES) * 8 + lane / 4;
+        const int r = (i / D) * 8 + i % 8, c = ((i % D) / 8) * 8;
         const bool in = row0 + r < n;
-        cp_async16(dst + (r / 8) * 8 * D + chunk * 64 + (r % 8) * 8, src + (size_t)(in ? row0 + r : 0) * ld + chunk * 8, in ? 16 : 0);
+        cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? row0 + r : 0) * ld + c, in ? 16 : 0);
     }
 }
 // The two kinds of product in the wgmma kernels (each fenced, then issued by the whole
@@ -255,7 +251,7 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
 }
 
 // The forward of flash_forward_kernel (MT = 1) with wgmma: NWG warpgroups a block, each with 64
-// query rows (NWG = 2 or 3: 128 or 192 rows share each K and V tile copied in). Per key tile j of 64:
+// query rows (NWG = 2: 128 rows share each K and V tile copied in). Per key tile j of 64:
 // S(j) = Q·K(j)ᵀ as D/16 wgmma m64n64k16 (Q in registers), the same online softmax on the
 // accumulators (the same C layout), and O += P(j)·V(j) as 4 wgmma m64nDk16 with P in registers
 // and V transposed by the descriptor.
@@ -345,7 +341,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
     float dq[D / 8][4];
     for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
     const int nkt = min((qt + 1) * NWG, (T + 63) / 64);  // causal: no key after the block's last query
-    const int nlive = min(nkt, wrow0 / 64 + 1);           // the warpgroup's key tiles: 0 .. nlive − 1
+    const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / 64 + 1);  // the warpgroup's key tiles: 0 .. nlive − 1 (none past T)
     float s[8][4], dp[8][4];
     stage_tile_cm<D>(Ks(0), k, C3, 0, T);
     stage_tile_cm<D>(Vs(0), v, C3, 0, T);

@@ -339,15 +339,13 @@ static const char* fused_words(int B, int T, int NKV) {  // " (flash, wgmma, fus
              flash_fused_splits(gpu.kernels, (long)B * NKV, T) > 1 ? "s" : "");
     return w;
 }
-static const char* wgmma_words(int groups) {
-    return groups == 1 ? " (flash, wgmma, 1 warpgroup)" : groups == 2 ? " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 3 warpgroups in the forward at head size 64)";
-}
 // NKV < NH: grouped-query attention (the dK/dV pass sums over each key/value head's group).
 template <class X> static void check_attention(int B, int T, int C, int NH, int NKV, bool flash = true) {
     gpu.kernels.flash = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
     char name[192]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d NKV=%d%s", dtype_name<X>(), B, T, C, NH, NKV,
                              !use_flash<X>(gpu.kernels, C, NH) ? "" : flash_fused_backward_runs(gpu.kernels, C / NH) ? fused_words(B, T, NKV)
-                             : gpu.kernels.flash_wgmma && gpu_has_wgmma() ? wgmma_words(gpu.kernels.flash_wgmma_groups) : " (flash, tensor cores)");
+                             : gpu.kernels.flash_wgmma && gpu_has_wgmma() ? (gpu.kernels.flash_wgmma_groups == 2 ?
+                             " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<X>((size_t)B * T * W), dout = randn<X>((size_t)B * T * C);
     std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * W), cqkv = vec_cast<X>(qkv), cdout = vec_cast<X>(dout);
@@ -527,24 +525,23 @@ template <int D> static void check_wgmma_products() {
 }
 
 // The flash kernels with wgmma (compute capability 9.0 only: the forward and both backward
-// passes) against the CPU, with one warpgroup of 64 rows a block and with two or three (the
-// forward) sharing each tile.
+// passes) against the CPU, with one warpgroup of 64 rows a block and with two sharing each tile.
 static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     if (!gpu_has_wgmma()) { printf("# skip: wgmma attention B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
-    for (int groups : {1, 2, 3}) {
+    for (int groups : {1, 2}) {
         gpu.kernels.flash_wgmma = true; gpu.kernels.flash_wgmma_groups = groups;
         check_attention<bf16>(B, T, C, NH, NKV);
         check_attention<fp16>(B, T, C, NH, NKV);  // (wgmma's .f16 form)
     }
     // Bit-identical (bound 0) to the run with 2 warpgroups and overlapped products: each product
     // waited for as soon as it is issued (the same operations in the same order: a difference is a
-    // register the pipeline reads or writes too early), and 1 or 3 warpgroups a block (each row's
-    // tiles and products are the same).
+    // register the pipeline reads or writes too early), and 1 warpgroup a block (each row's tiles
+    // and products are the same).
     auto qkv = randn<bf16>((size_t)B * T * QKVLayout(C, NH, NKV).row()), dout = randn<bf16>((size_t)B * T * C);
     std::vector<float> want[3], got[3];
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
     const struct { int groups; bool overlap; const char* what; } variants[] = {
-        {2, false, "each product waited for"}, {1, true, "1 warpgroup a block"}, {3, true, "3 warpgroups a block"}};
+        {2, false, "each product waited for"}, {1, true, "1 warpgroup a block"}};
     for (const auto& v : variants) {
         gpu.kernels.flash_wgmma_groups = v.groups; gpu.kernels.flash_wgmma_overlap = v.overlap;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);

@@ -22,9 +22,7 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       in shared memory (no ldmatrix, no B fragments in registers; the dK/dV pass's K and V A
       operands from there too), all three software-pipelined (the softmax, or dS, of tile j while
       the accumulating products of tile j − 1 run); v8: the same, one warpgroup a block; v9: v7
-      with each product waited for at once (no overlap: what the pipeline gains); v10: v7 with
-      three warpgroups a block in the forward at head size 64 (192 rows share each K and V tile:
-      less L2 traffic)
+      with each product waited for at once (no overlap: what the pipeline gains)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -38,8 +36,8 @@ usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 10
           for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times;
           the trainer's defaults' (--flash-rows auto: at head size 64 each pass the faster of v5
           and v6; --flash-wgmma auto: on compute capability 9.0 each pass v7 where faster and of
-          the same bits; their choices printed); on compute capability 9.0 also v7's to
-          v10's; and a ring attention block's
+          the same bits; their choices printed); on compute capability 9.0 also v7's, v8's and
+          v9's; and a ring attention block's
           (context parallelism: T/2 queries over T/2 borrowed keys) on the tensor cores and not
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
@@ -123,10 +121,9 @@ int main(int argc, char** argv) {
             autotune_forget(gpu_ctx);
             gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())  // v7-v10: wgmma, 2, 1 or 3 warpgroups a block, overlapped or not
-            for (int v : {7, 8, 9, 10}) {
-                gpu_ctx.kernels.flash_wgmma = true; gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : v == 10 ? 3 : 2;
-                gpu_ctx.kernels.flash_wgmma_overlap = v != 9;
+        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())  // v7, v8, v9: wgmma, 2 or 1 warpgroups a block, overlapped or not
+            for (int v : {7, 8, 9}) {
+                gpu_ctx.kernels.flash_wgmma = true; gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : 2; gpu_ctx.kernels.flash_wgmma_overlap = v != 9;
                 float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); }), bw = time_ms(bwd);
                 printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
                        gpu_ctx.kernels.flash_wgmma_groups, v == 9 ? ", no overlap" : "", v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
@@ -179,15 +176,15 @@ int main(int argc, char** argv) {
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
                            "v6 v5 + 32 rows/warp", "v7 wgmma, 2 warpgroups", "v8 wgmma, 1 warpgroup",
-                           "v9 wgmma, no overlap", "v10 wgmma, 3 warpgroups"};
-    for (int v = 2; v <= 10; v++) {
+                           "v9 wgmma, no overlap"};
+    for (int v = 2; v <= 9; v++) {
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
         gpu_ctx.kernels.flash_ldmatrix = v >= 4;
         gpu_ctx.kernels.flash_async = v >= 5;
         gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = v == 6 ? 32 : 16;
         gpu_ctx.kernels.flash_wgmma = v >= 7;
-        gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : v == 10 ? 3 : 2;
+        gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : 2;
         gpu_ctx.kernels.flash_wgmma_overlap = v != 9;
         const char* name = names[v];
         if (v >= 7 && !gpu_has_wgmma()) { printf("%s: compute capability 9.0 only\n", name); continue; }
