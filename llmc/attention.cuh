@@ -627,6 +627,19 @@ template <class F> inline void wgmma_groups_dispatch(const KernelOptions& o, con
     if (o.flash_wgmma_groups == 1) f(std::integral_constant<int, 1>{});
     else f(std::integral_constant<int, 2>{});
 }
+// The forward with a producer warpgroup (flash_forward_producer slots a ring: 2 or 3): 2
+// warpgroups of 64 rows a block and the producer's.
+template <class floatX, int HS>
+inline void flash_forward_producer(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
+    auto launch = [&](auto stages) {
+        constexpr int S = decltype(stages)::value;
+        SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S>);
+        flash_forward_wgmma_producer_kernel<floatX, HS, S><<<dim3(L.NH, B, ceil_div(T, 128)), 384, 2 * S * 64 * HS * sizeof(floatX), ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
+        CUDA_LAUNCH_CHECK();
+    };
+    if (ctx.kernels.flash_forward_producer == 3) launch(std::integral_constant<int, 3>{});
+    else launch(std::integral_constant<int, 2>{});
+}
 // grid (NH, B, row tiles) (the dK/dV pass: NKV key/value heads): the tile index is the slowest, so
 // the blocks with the most work (the last query tiles; for dK/dV the first key tiles) start first
 // and the short ones fill the tail
@@ -638,6 +651,7 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             auto fwd_wgmma = [&] {
+                if (ctx.kernels.flash_forward_producer) return flash_forward_producer<floatX, decltype(d)::value>(ctx, out, lse, qkv, B, T, L);
                 wgmma_groups_dispatch(ctx.kernels, [&](auto groups) {
                     constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
                     const size_t smem = 4 * 64 * HS * sizeof(floatX);  // (64 KB at head size 128)

@@ -11,6 +11,7 @@ software-pipelined: the softmax (or dS) of tile j runs while tile j − 1's prod
 
 The kernels:
   flash_forward_wgmma_kernel          the forward (--flash-wgmma 1, or pass by pass under auto)
+  flash_forward_wgmma_producer_kernel the same with a producer warpgroup and mbarriers (being measured)
   flash_backward_dq/dkv_wgmma_kernel  the backward as two passes: 7 products (--flash-backward split)
   flash_backward_fused_wgmma_kernel   the backward as one pass: 5 products (the default, head size 64)
 
@@ -20,7 +21,7 @@ The fused pass adds each tile's dQ into an fp32 partial sum that one thread owns
 
 Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op, the
 fused pass's dK and dV bit-identical to the two passes'), test/test_ptxas.sh (no spills, no
-wgmma serialized), dev/cuda/attention.cu (v7-v9, fused). More: docs/performance.md.
+wgmma serialized), dev/cuda/attention.cu (v7-v9, v11, fused). More: docs/performance.md.
 */
 #pragma once
 
@@ -94,6 +95,52 @@ template <int R> __device__ inline void wgmma_hold(float* d) {
 __device__ inline void fence_proxy_async() {
 #if !defined(LLMC_SIMT) && defined(LLMC_WGMMA)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// mbarriers (a barrier object in shared memory): init sets the arrivals that complete a phase;
+// a wait for the phase of parity p returns once that phase has completed (at once where the
+// barrier is still in the phase before it: a producer's first wait on an empty slot).
+// mbar_arrive_on_copies arrives when this thread's cp.async copies so far have landed.
+__device__ inline void mbar_init(uint64_t* bar, unsigned count) {
+#if defined(LLMC_SIMT)
+    simt::mbar_init(bar, count);
+#elif defined(LLMC_WGMMA)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+__device__ inline void mbar_arrive(uint64_t* bar) {
+#if defined(LLMC_SIMT)
+    simt::mbar_arrive(bar);
+#elif defined(LLMC_WGMMA)
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
+__device__ inline void mbar_arrive_on_copies(uint64_t* bar) {
+#if defined(LLMC_SIMT)
+    simt::mbar_arrive_on_copies(bar);
+#elif defined(LLMC_WGMMA)
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
+__device__ inline void mbar_wait(uint64_t* bar, unsigned parity) {
+#if defined(LLMC_SIMT)
+    simt::mbar_wait(bar, parity);
+#elif defined(LLMC_WGMMA)
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+#endif
+}
+// setmaxnreg (sm_90a): this warpgroup's registers a thread become N (a producer gives some
+// back, the computing warpgroups take them). Needs a cap at the kernel's entry:
+// __launch_bounds__(threads, 1). The emulator has no register file: there it does nothing.
+template <int N, bool MORE> __device__ inline void setmaxnreg() {  // MORE: N is above the entry cap
+#if !defined(LLMC_SIMT) && defined(LLMC_WGMMA)
+    if constexpr (MORE) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+    else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 #endif
 }
 // The D operands of a wgmma m64n64 (32 fp32 registers a thread) and m64n128 (64), for the asm below.
@@ -173,8 +220,10 @@ template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16_ss(f
 // Rows [row0, row0 + 64) × D of a strided H matrix into shared memory in the core-matrix
 // layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
 // contiguous bytes: no bank conflicts) and reads row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7.
-template <int D, class H> __device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, int n) {
-    for (int i = threadIdx.x; i < 64 * D / 8; i += blockDim.x) {
+// (By default the whole block copies; first and step name another set of threads: one warp.)
+template <int D, class H>
+__device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, int n, int first = threadIdx.x, int step = blockDim.x) {
+    for (int i = first; i < 64 * D / 8; i += step) {
         const int r = (i / D) * 8 + i % 8, c = ((i % D) / 8) * 8;
         const bool in = row0 + r < n;
         cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? row0 + r : 0) * ld + c, in ? 16 : 0);
@@ -262,33 +311,18 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
 // Shared memory, dynamic (the descriptors address it): K(j) and V(j−1) are in use in iteration j
 // while K(j+1) and V(j) are copied in, so two buffers each: 4·64·D·2 bytes (64 KB at D = 128).
 // A warpgroup skips the tiles whose keys all come after its 64 rows.
-template <class H, int D, int NWG>
-__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
-                                                                        bool overlap) {
-    DYNAMIC_SHARED(H, tiles);
-    auto Ks = [&](int j) { return tiles + (j % 2) * 64 * D; };
-    auto Vs = [&](int j) { return tiles + (2 + j % 2) * 64 * D; };
-    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
-    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
-    const size_t C3 = L.row();
-    const H* q = qkv + (size_t)b * T * C3 + h * D;
-    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
-    const float sl2 = rsqrtf((float)D) * LOG2E;
-    const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;  // the warpgroup's rows; this warp's 16
+// A warp's 16 query rows of the wgmma forward: Q as A fragments, O, the softmax's running max m
+// and sum l, and one pipeline step over key tile j (Ks(j) for S, Vs(j−1) for O += P·V).
+template <class H, int D> struct ForwardRows {
     uint32_t qf[D / 16][4], pa[4][4];  // Q, and P of the tile before as A fragments
-    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, C3, row0, T, kc * 16);
-    for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-    const int nkt = min((qt + 1) * NWG, (T + 63) / 64);  // the block's key tiles
-    const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / 64 + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
-    float s[8][4], corr[2];
-    stage_tile_cm<D>(Ks(0), k, C3, 0, T);
-    for (int j = 0; j <= nkt; j++) {
-        cp_async_wait_all();
-        fence_proxy_async();
-        __syncthreads();  // K(j) and V(j−1) are in, and every warpgroup is done with K(j−1) and V(j−2)
-        if (j + 1 < nkt) stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T);
-        if (j < nkt) stage_tile_cm<D>(Vs(j), v, C3, j * 64, T);
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[8][4], corr[2];
+    float sl2;
+    int row0;
+    __device__ ForwardRows(const H* q, size_t ld, int row0_, int T) : sl2(rsqrtf((float)D) * LOG2E), row0(row0_) {
+        for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, ld, row0, T, kc * 16);
+        for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    }
+    template <class KTile, class VTile> __device__ void step(int j, int nlive, bool overlap, const KTile& Ks, const VTile& Vs) {
         wgmma_pipeline_step(
             j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D>(s, qf, Ks(j)); },  // S(j)
             [&](int j) {  // P(j) into s, and corr(j) for what came before
@@ -303,7 +337,91 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
                 c_to_a_16x64<H>(pa, s);
             });
     }
-    forward_store_rows<D>(out, lse, o, m, l, row0, b, h, T, L.C, L.NH, T);
+};
+template <class H, int D, int NWG>
+__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
+                                                                        bool overlap) {
+    DYNAMIC_SHARED(H, tiles);
+    auto Ks = [&](int j) { return tiles + (j % 2) * 64 * D; };
+    auto Vs = [&](int j) { return tiles + (2 + j % 2) * 64 * D; };
+    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
+    const size_t C3 = L.row();
+    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
+    const int wrow0 = (qt * NWG + wg) * 64;  // the warpgroup's rows
+    ForwardRows<H, D> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
+    const int nkt = min((qt + 1) * NWG, (T + 63) / 64);  // the block's key tiles
+    const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / 64 + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
+    stage_tile_cm<D>(Ks(0), k, C3, 0, T);
+    for (int j = 0; j <= nkt; j++) {
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();  // K(j) and V(j−1) are in, and every warpgroup is done with K(j−1) and V(j−2)
+        if (j + 1 < nkt) stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T);
+        if (j < nkt) stage_tile_cm<D>(Vs(j), v, C3, j * 64, T);
+        rows.step(j, nlive, overlap, Ks, Vs);
+    }
+    forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, b, h, T, L.C, L.NH, T);
+}
+
+// The same forward with a producer warpgroup (flash_forward_producer slots; v11 in
+// dev/cuda/attention.cu): warpgroup 2 copies the K and V tiles in, and warpgroups 0 and 1
+// compute, with no block barrier. The producer gives back registers (setmaxnreg: 40 a thread)
+// and the computing warpgroups take them (232). Each tile has a slot in a ring of STAGES, and
+// each slot four mbarriers:
+//   full_k, full_v    the producer's 128 threads arrive when their copies have landed
+//   empty_k, empty_v  lane 0 of each of the 8 computing warps arrives when its products are done
+// The producer waits for a slot's empty phase before refilling it; a computing warp waits for
+// K(j)'s and V(j−1)'s full phases before iteration j. Every computing warp passes through every
+// tile's barriers, also the tiles after its last one, so the producer never waits forever.
+// The products and their order are the forward's above: the same bits (gpucheck_ops).
+template <class H, int D, int STAGES>
+__global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
+                                                                        bool overlap) {
+    DYNAMIC_SHARED(H, tiles);
+    __shared__ uint64_t full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
+    auto Ks = [&](int j) { return tiles + (j % STAGES) * 64 * D; };
+    auto Vs = [&](int j) { return tiles + (STAGES + j % STAGES) * 64 * D; };
+    auto phase = [](int j) { return (unsigned)(j / STAGES) & 1; };  // the parity of tile j's turn in its slot
+    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const size_t C3 = L.row();
+    const int nkt = min((qt + 1) * 2, (T + 63) / 64);  // the block's key tiles
+    if (threadIdx.x == 0)
+        for (int i = 0; i < STAGES; i++) {
+            mbar_init(&full_k[i], 128), mbar_init(&full_v[i], 128);
+            mbar_init(&empty_k[i], 8), mbar_init(&empty_v[i], 8);
+        }
+    __syncthreads();  // (the barriers are initialized; the only block barrier)
+    if (wg == 2) {  // the producer: K(j), then V(j), each into its slot once the slot is free
+        setmaxnreg<40, false>();
+        const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
+        for (int j = 0; j < nkt; j++) {
+            mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
+            stage_tile_cm<D>(Ks(j), k, C3, j * 64, T, threadIdx.x - 256, 128);
+            mbar_arrive_on_copies(&full_k[j % STAGES]);
+            mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
+            stage_tile_cm<D>(Vs(j), v, C3, j * 64, T, threadIdx.x - 256, 128);
+            mbar_arrive_on_copies(&full_v[j % STAGES]);
+        }
+        cp_async_wait_all();  // (its copies have landed before it ends)
+    } else {
+        setmaxnreg<232, true>();
+        const int wrow0 = (qt * 2 + wg) * 64;  // the warpgroup's rows
+        ForwardRows<H, D> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
+        const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / 64 + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
+        for (int j = 0; j <= nkt; j++) {
+            if (j < nkt) mbar_wait(&full_k[j % STAGES], phase(j));
+            if (j > 0) mbar_wait(&full_v[(j - 1) % STAGES], phase(j - 1));
+            fence_proxy_async();  // (the copies were written by the generic proxy; wgmma reads them through the async one)
+            rows.step(j, nlive, overlap, Ks, Vs);
+            if (lane == 0) {  // this warp is done with K(j) and V(j−1)
+                if (j < nkt) mbar_arrive(&empty_k[j % STAGES]);
+                if (j > 0) mbar_arrive(&empty_v[(j - 1) % STAGES]);
+            }
+        }
+        forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, b, h, T, L.C, L.NH, T);
+    }
 }
 
 // The two backward passes with wgmma (as the forward: NWG warpgroups a block, each 64 rows, the

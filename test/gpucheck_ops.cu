@@ -344,6 +344,7 @@ template <class X> static void check_attention(int B, int T, int C, int NH, int 
     gpu.kernels.flash = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
     char name[192]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d NKV=%d%s", dtype_name<X>(), B, T, C, NH, NKV,
                              !use_flash<X>(gpu.kernels, C, NH) ? "" : flash_fused_backward_runs(gpu.kernels, C / NH) ? fused_words(B, T, NKV)
+                             : gpu.kernels.flash_wgmma && gpu_has_wgmma() && gpu.kernels.flash_forward_producer ? " (flash, wgmma, a producer warpgroup in the forward)"
                              : gpu.kernels.flash_wgmma && gpu_has_wgmma() ? (gpu.kernels.flash_wgmma_groups == 2 ?
                              " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
     const size_t W = QKVLayout(C, NH, NKV).row();
@@ -533,6 +534,9 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
         check_attention<bf16>(B, T, C, NH, NKV);
         check_attention<fp16>(B, T, C, NH, NKV);  // (wgmma's .f16 form)
     }
+    gpu.kernels.flash_forward_producer = 2;
+    check_attention<bf16>(B, T, C, NH, NKV);
+    gpu.kernels.flash_forward_producer = 0;
     // Bit-identical (bound 0) to the run with 2 warpgroups and overlapped products: each product
     // waited for as soon as it is issued (the same operations in the same order: a difference is a
     // register the pipeline reads or writes too early), and 1 warpgroup a block (each row's tiles
@@ -540,10 +544,13 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     auto qkv = randn<bf16>((size_t)B * T * QKVLayout(C, NH, NKV).row()), dout = randn<bf16>((size_t)B * T * C);
     std::vector<float> want[3], got[3];
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
-    const struct { int groups; bool overlap; const char* what; } variants[] = {
-        {2, false, "each product waited for"}, {1, true, "1 warpgroup a block"}};
+    // The forward with a producer warpgroup (2 and 3 slots) too: the same products in the same order.
+    const struct { int groups; bool overlap; int producer; const char* what; } variants[] = {
+        {2, false, 0, "each product waited for"}, {1, true, 0, "1 warpgroup a block"},
+        {2, true, 2, "the forward with a producer warpgroup, 2 slots"}, {2, true, 3, "the forward with a producer warpgroup, 3 slots"}};
     for (const auto& v : variants) {
         gpu.kernels.flash_wgmma_groups = v.groups; gpu.kernels.flash_wgmma_overlap = v.overlap;
+        gpu.kernels.flash_forward_producer = v.producer;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs 2 warpgroups overlapped", B, T, C,
                                  NH, NKV, v.what);
@@ -564,6 +571,7 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
         else printf(" %s differs (rel %.2e)%s", what[o], max_rel_diff(want[o], got[o]), o < 2 ? "," : "\n");
     }
     gpu.kernels.flash_wgmma = false; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true;
+    gpu.kernels.flash_forward_producer = 0;
 }
 
 // The fused backward (flash_backward_fused_wgmma_kernel: head size 64, compute capability 9.0)

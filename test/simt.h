@@ -64,6 +64,9 @@ The model of a GPU:
     store, stmatrix (sm_90), the same way.
   - cp.async (16 bytes, global → shared) lands only at the thread's cp.async.wait_all, the
     latest a GPU may land it: a tile read without that wait holds its old contents.
+  - mbarrier.init, .arrive, .try_wait.parity (in a loop) and cp.async.mbarrier.arrive.noinc:
+    a thread waiting for a phase that has not completed sleeps until its last arrival (mbar_wait
+    below); the copies of an arrive.noinc land at that instruction.
   - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers or through a shared-memory
     descriptor, B through one, no-swizzle layouts only): a warpgroup (128 threads) collective,
     computed when all 128 reach a wgmma.wait_group, for the groups that wait completes; shared
@@ -208,7 +211,7 @@ simt_switch:
 )");
 #endif
 
-enum State : uint8_t { READY, AT_WARP, AT_GROUP, AT_BLOCK, DONE };
+enum State : uint8_t { READY, AT_WARP, AT_GROUP, AT_BLOCK, AT_MBAR, DONE };
 struct AsyncCopy { void* dst; const void* src; unsigned bytes; };  // a cp.async not yet waited for
 struct WgmmaOp {  // issued, not yet computed
     float* d; uint32_t a[4]; uint64_t desc; int n; bool trans_b, accumulate;
@@ -226,6 +229,8 @@ struct Fiber {
     std::vector<size_t> wgmma_groups;  // where each committed group ends in wgmma
     unsigned group_ops = 0;         // warpgroup collectives passed (wgmma waits)
     int wgmma_keep = 0;             // the wait's N: groups that may stay in flight
+    const void* mbar = nullptr;     // AT_MBAR: the mbarrier it waits on, for the phase of parity mbar_parity
+    unsigned mbar_parity = 0;
 #ifndef __x86_64__
     ucontext_t uc;
 #endif
@@ -239,12 +244,14 @@ struct WarpSlots {             // what the lanes of a warp exchange, double-buff
     float af[2][16][16], bf[2][16][8];
     unsigned mma_decoded[2];
 };
+struct MBar { unsigned count = 0, pending = 0, phase = 0; };  // an mbarrier: arrivals a phase, left, phases completed
 struct BlockRun {              // one OS thread's block in flight
     const char* kernel = "";
     const std::function<void()>* fn = nullptr;
     int nthreads = 0, cur = 0;
     std::vector<Fiber> fibers;
     std::vector<WarpSlots> warps;
+    std::unordered_map<const void*, MBar> mbars;  // the block's mbarriers, by address
     char* stacks = nullptr;
     size_t stack_bytes = 0, nstacks = 0;
     void* sched_sp = nullptr;
@@ -295,6 +302,7 @@ inline void start_fibers(BlockRun& r) {
         for (size_t i = 0; i < r.nstacks; i++) mprotect(r.stacks + i * (STACK_BYTES + PAGE), PAGE, PROT_NONE);
     }
     r.fibers.assign(r.nthreads, Fiber{});
+    r.mbars.clear();
     r.warps.resize((r.nthreads + 31) / 32);
     for (WarpSlots& w : r.warps) w.mma_decoded[0] = w.mma_decoded[1] = ~0u;  // (op counts restart each block)
     r.thread_idx = &threadIdx;
@@ -356,12 +364,14 @@ inline void run_block(BlockRun& r) {
         }
         bool moved = false;  // a warpgroup whose 128 threads all wait at a wgmma wait goes on
         for (int g = 0; g * 128 < n; g++) moved |= release_group(r, g);
+        for (Fiber& f : r.fibers)  // and a thread whose mbarrier phase has completed
+            if (f.state == AT_MBAR && (r.mbars[f.mbar].phase & 1) != f.mbar_parity) f.state = READY, moved = true;
         if (moved) continue;
         int live = 0, at_block = 0;
         for (const Fiber& f : r.fibers) { live += f.state != DONE; at_block += f.state == AT_BLOCK; }
         if (live == 0) return;
         if (at_block < live)
-            die("%s: deadlock: threads wait at different barriers (__syncthreads or a collective in divergent code), block (%u,%u,%u)",
+            die("%s: deadlock: threads wait at different barriers (__syncthreads, a collective in divergent code, or an mbarrier phase that never completes), block (%u,%u,%u)",
                 r.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
         for (Fiber& f : r.fibers) if (f.state == AT_BLOCK) f.state = READY;
     }
@@ -483,6 +493,34 @@ inline void cp_async_wait_all() {
     tl_run->me().copies.clear();
 }
 
+// mbarrier (a shared-memory barrier object, sm_80/sm_90): init sets the arrivals a phase needs;
+// each arrive counts one, and the last one of a phase completes it. A wait for the phase of
+// parity p returns once that phase has completed (at once if the barrier's current phase has the
+// other parity: the first wait of a producer on an empty slot). cp.async.mbarrier.arrive.noinc
+// arrives when the thread's cp.async copies have landed: here they land at that instruction.
+inline MBar& mbar_of(const void* bar, const char* op) {
+    auto it = tl_run->mbars.find(bar);
+    if (it == tl_run->mbars.end()) die("%s: mbarrier %s on a barrier never initialized (mbarrier.init)", tl_run->kernel, op);
+    return it->second;
+}
+inline void mbar_init(void* bar, unsigned count) {
+    if ((uintptr_t)bar % 8 || device_owns(bar)) die("%s: mbarrier.init on an address that is not 8-byte aligned shared memory", tl_run->kernel);
+    if (count == 0 || count >= (1u << 20)) die("%s: mbarrier.init with count %u (1 to 2^20 - 1)", tl_run->kernel, count);
+    tl_run->mbars[bar] = MBar{count, count, 0};
+}
+inline void mbar_arrive(void* bar) {
+    MBar& m = mbar_of(bar, "arrive");
+    if (--m.pending == 0) m.phase++, m.pending = m.count;
+}
+inline void mbar_arrive_on_copies(void* bar) { cp_async_wait_all(); mbar_arrive(bar); }
+inline void mbar_wait(void* bar, unsigned parity) {
+    const MBar& m = mbar_of(bar, "wait");
+    if ((m.phase & 1) != (parity & 1)) return;
+    Fiber& f = tl_run->me();
+    f.mbar = bar, f.mbar_parity = parity & 1;
+    block_on(AT_MBAR);
+}
+
 // ---- launches
 struct Cfg { dim3 grid, block; size_t smem = 0; void* stream = nullptr; };
 
@@ -572,7 +610,8 @@ inline uint32_t shared_offset(const void* p) {
 }
 inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate, bool fp16 = false) {
     BlockRun& r = *tl_run;
-    if (r.nthreads % 128) die("%s: wgmma in a block of %d threads (whole warpgroups of 128 only)", r.kernel, r.nthreads);
+    if (r.cur / 128 * 128 + 128 > r.nthreads)  // (a block may have more warps: a producer warp past the warpgroups)
+        die("%s: wgmma by a warpgroup of fewer than 128 threads (block of %d threads)", r.kernel, r.nthreads);
     WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
     op.fp16 = fp16;
     r.me().wgmma.push_back(std::move(op));

@@ -10,6 +10,9 @@ under the emulator" (build/simcheck_ops) means something:
     same reduction with its barrier removed is wrong in at least one of them (the race is seen);
   - cp.async lands at the thread's wait (not at a __syncthreads before it), zero-filling short
     copies;
+  - mbarrier: a producer warp fills a 2-slot ring by cp.async and arrive.noinc, consumer warps
+    wait for each slot's phase, read it and free it; every round's data arrives whole, in both
+    schedules; a wait for a phase no one completes, and a barrier never initialized, are reported;
   - wgmma m64n64k16: A fragments by the ISA's formulas and B stored by its canonical no-swizzle
     layouts (K-major and MN-major, spaced by the descriptor's LBO and SBO) multiply to A·B + C,
     and so do A and B both K-major in shared memory (A's LBO and SBO spaced unlike B's),
@@ -207,6 +210,71 @@ static void test_cp_async() {
     check(pending, "cp.async has not landed at a __syncthreads before its wait");
     check(landed, "cp.async has landed after the wait, short copies zero-filled");
     cudaFree(src);
+}
+
+static bool dies_with(const std::function<void()>& fn, const char* needle);  // (below)
+// mbarriers: warp 2 (the producer) copies round r's 64 ints into slot r % 2 by cp.async and
+// arrives on full[slot] when they land (cp.async.mbarrier.arrive.noinc, 32 arrivals a phase);
+// warps 0 and 1 (the consumers) wait for full[slot]'s phase, sum the slot, and arrive on
+// empty[slot] (2 arrivals: lane 0 of each), which the producer waits for before refilling it.
+// A consumer that read a slot before its phase completed, or after it was refilled, sums wrong.
+static void test_mbarrier() {
+    const int rounds = 6;
+    int* src; cudaMalloc(&src, rounds * 128 * sizeof(int));
+    std::vector<int> h(rounds * 128);
+    for (int i = 0; i < rounds * 128; i++) h[i] = i;
+    cudaMemcpy(src, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice);
+    for (int reverse = 0; reverse < 2; reverse++) {
+        simt::g_reverse = reverse;
+        int sums[2][rounds] = {};
+        simt::launch("mbarrier_ring", simt::Cfg{1, 96}, [&] {
+            __shared__ __align__(16) int slot[2][128];
+            __shared__ uint64_t full[2], empty[2];
+            const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+            if (threadIdx.x == 0)
+                for (int s = 0; s < 2; s++) simt::mbar_init(&full[s], 32), simt::mbar_init(&empty[s], 2);
+            __syncthreads();
+            for (int r = 0; r < rounds; r++) {
+                const int s = r % 2;
+                const unsigned phase = (r / 2) & 1;
+                if (warp == 2) {
+                    simt::mbar_wait(&empty[s], phase ^ 1);  // (the first round of each slot passes at once)
+                    simt::cp_async16(&slot[s][lane * 4], src + r * 128 + lane * 4, 16);
+                    simt::mbar_arrive_on_copies(&full[s]);
+                } else {
+                    simt::mbar_wait(&full[s], phase);
+                    int sum = 0;
+                    for (int i = 0; i < 128; i += 32) sum += slot[s][i + lane];
+                    for (int o = 16; o; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                    if (lane == 0) sums[warp][r] = sum, simt::mbar_arrive(&empty[s]);
+                }
+            }
+        });
+        bool ok = true;
+        for (int r = 0; r < rounds; r++) {
+            const int expect = 128 * r * 128 + 127 * 128 / 2;  // the sum of r·128 .. r·128 + 127
+            ok &= sums[0][r] == expect && sums[1][r] == expect;
+        }
+        check(ok, reverse ? "mbarrier: a 2-slot producer/consumer ring delivers every round whole (reverse order)"
+                          : "mbarrier: a 2-slot producer/consumer ring delivers every round whole");
+    }
+    simt::g_reverse = false;
+    cudaFree(src);
+    check(dies_with([] {
+        simt::launch("mbarrier_never", simt::Cfg{1, 32}, [&] {
+            __shared__ uint64_t bar;
+            if (threadIdx.x == 0) simt::mbar_init(&bar, 64);
+            __syncthreads();
+            simt::mbar_arrive(&bar);  // 32 of the 64 arrivals
+            simt::mbar_wait(&bar, 0);
+        });
+    }, "mbarrier_never: deadlock"), "mbarrier: a wait for a phase that never completes is reported");
+    check(dies_with([] {
+        simt::launch("mbarrier_uninit", simt::Cfg{1, 32}, [&] {
+            __shared__ uint64_t bar;
+            simt::mbar_wait(&bar, 0);
+        });
+    }, "never initialized"), "mbarrier: a wait on a barrier never initialized is reported");
 }
 
 // wgmma m64n64k16 (A in registers: warp w the mma A fragment of rows 16w..16w+15; B through a
@@ -504,6 +572,7 @@ int main() {
     test_shuffles();
     test_races();
     test_cp_async();
+    test_mbarrier();
     test_wgmma();
     test_wgmma_failures();
     test_pinned();

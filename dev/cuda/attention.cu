@@ -22,7 +22,10 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       in shared memory (no ldmatrix, no B fragments in registers; the dK/dV pass's K and V A
       operands from there too), all three software-pipelined (the softmax, or dS, of tile j while
       the accumulating products of tile j − 1 run); v8: the same, one warpgroup a block; v9: v7
-      with each product waited for at once (no overlap: what the pipeline gains)
+      with each product waited for at once (no overlap: what the pipeline gains); v10 (commit
+      4730bf4: three warpgroups in the forward) was slower and is gone; v11, v12: v7's
+      forward with a producer warpgroup that copies the tiles in (mbarriers, no block barrier, the
+      registers moved to the computing warpgroups by setmaxnreg), 2 or 3 slots a ring
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -121,14 +124,16 @@ int main(int argc, char** argv) {
             autotune_forget(gpu_ctx);
             gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())  // v7, v8, v9: wgmma, 2 or 1 warpgroups a block, overlapped or not
-            for (int v : {7, 8, 9}) {
+        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())  // v7-v9, v11, v12: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer
+            for (int v : {7, 8, 9, 11, 12}) {
                 gpu_ctx.kernels.flash_wgmma = true; gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : 2; gpu_ctx.kernels.flash_wgmma_overlap = v != 9;
+                gpu_ctx.kernels.flash_forward_producer = v == 11 ? 2 : v == 12 ? 3 : 0;
                 float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); }), bw = time_ms(bwd);
                 printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-                       gpu_ctx.kernels.flash_wgmma_groups, v == 9 ? ", no overlap" : "", v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
+                       gpu_ctx.kernels.flash_wgmma_groups, v == 9 ? ", no overlap" : v == 11 ? ", a producer warpgroup, 2 slots" : v == 12 ? ", a producer warpgroup, 3 slots" : "", v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
                 backward_split(bwd, flops_fwd, bw);
                 gpu_ctx.kernels.flash_wgmma = false; gpu_ctx.kernels.flash_wgmma_groups = 2; gpu_ctx.kernels.flash_wgmma_overlap = true;
+                gpu_ctx.kernels.flash_forward_producer = 0;
             }
         {   // a ring attention block (context parallelism, cp = 2 zigzag: T/2 queries over T/2 borrowed
             // keys, all visible), on the tensor cores (16-bit, head size 64/128) and warp-per-row
@@ -176,8 +181,9 @@ int main(int argc, char** argv) {
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
                            "v6 v5 + 32 rows/warp", "v7 wgmma, 2 warpgroups", "v8 wgmma, 1 warpgroup",
-                           "v9 wgmma, no overlap"};
-    for (int v = 2; v <= 9; v++) {
+                           "v9 wgmma, no overlap", "v10 (removed)", "v11 wgmma, producer, 2 slots", "v12 wgmma, producer, 3 slots"};
+    for (int v = 2; v <= 12; v++) {
+        if (v == 10) continue;
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
         gpu_ctx.kernels.flash_ldmatrix = v >= 4;
@@ -186,6 +192,7 @@ int main(int argc, char** argv) {
         gpu_ctx.kernels.flash_wgmma = v >= 7;
         gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : 2;
         gpu_ctx.kernels.flash_wgmma_overlap = v != 9;
+        gpu_ctx.kernels.flash_forward_producer = v == 11 ? 2 : v == 12 ? 3 : 0;
         const char* name = names[v];
         if (v >= 7 && !gpu_has_wgmma()) { printf("%s: compute capability 9.0 only\n", name); continue; }
         if (flash && !use_flash<bf16>(gpu_ctx.kernels, C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
@@ -201,5 +208,6 @@ int main(int argc, char** argv) {
     gpu_ctx.kernels.flash = gpu_ctx.kernels.flash_ldmatrix = gpu_ctx.kernels.flash_async = true;
     gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
     gpu_ctx.kernels.flash_wgmma = false; gpu_ctx.kernels.flash_wgmma_groups = 2; gpu_ctx.kernels.flash_wgmma_overlap = true;
+    gpu_ctx.kernels.flash_forward_producer = 0;
     return dev_done();
 }
