@@ -734,7 +734,18 @@ template <class... A> inline void launch(const char* kernel, const Cfg& cfg, con
     (check_arg(kernel, i++, args), ...);
     launch_blocks(kernel, cfg, fn);
 }
+// SIMT_COUNT_LAUNCHES=NAME: at exit, how many launches had NAME in the kernel's name (a test's
+// proof that a flag reached the kernel it names).
+inline std::atomic<long> g_named_launches{0};
+inline const char* g_count_launches = getenv("SIMT_COUNT_LAUNCHES");
+struct NamedLaunchReport {
+    ~NamedLaunchReport() {
+        if (g_count_launches) fprintf(stderr, "simt: %ld launches of %s\n", g_named_launches.load(), g_count_launches);
+    }
+};
+inline NamedLaunchReport g_named_launch_report;
 inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::function<void()>& fn) {
+    if (g_count_launches && strstr(kernel, g_count_launches)) g_named_launches++;
     const long nthreads = (long)cfg.block.x * cfg.block.y * cfg.block.z;
     const long nblocks = (long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
     if (nthreads < 1 || nthreads > 1024) die("%s: %ld threads per block (1 to 1024 allowed)", kernel, nthreads);
