@@ -11,7 +11,7 @@ software-pipelined: the softmax (or dS) of tile j runs while tile j − 1's prod
 
 The kernels:
   flash_forward_wgmma_kernel          the forward (--flash-wgmma 1, or pass by pass under auto)
-  flash_forward_wgmma_producer_kernel the same with a producer warpgroup and mbarriers (being measured)
+  flash_forward_wgmma_producer_kernel the same with a producer warpgroup (--flash-forward-producer)
   flash_backward_dq/dkv_wgmma_kernel  the backward as two passes: 7 products (--flash-backward split)
   flash_backward_fused_wgmma_kernel   the backward as one pass: 5 products (the default, head size 64)
 
@@ -220,7 +220,7 @@ template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16_ss(f
 // Rows [row0, row0 + 64) × D of a strided H matrix into shared memory in the core-matrix
 // layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
 // contiguous bytes: no bank conflicts) and reads row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7.
-// (By default the whole block copies; first and step name another set of threads: one warp.)
+// (By default the whole block copies; first and step name another set of threads: a warpgroup.)
 template <int D, class H>
 __device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, int n, int first = threadIdx.x, int step = blockDim.x) {
     for (int i = first; i < 64 * D / 8; i += step) {
@@ -299,18 +299,6 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
     }
 }
 
-// The forward of flash_forward_kernel (MT = 1) with wgmma: NWG warpgroups a block, each with 64
-// query rows (NWG = 2: 128 rows share each K and V tile copied in). Per key tile j of 64:
-// S(j) = Q·K(j)ᵀ as D/16 wgmma m64n64k16 (Q in registers), the same online softmax on the
-// accumulators (the same C layout), and O += P(j)·V(j) as 4 wgmma m64nDk16 with P in registers
-// and V transposed by the descriptor.
-// Pipelined (wgmma_pipeline_step): iteration j issues S(j) and then O += P(j−1)·V(j−1), runs the
-// softmax of tile j while the P·V product still runs, then rescales O by tile j's correction.
-// O goes through the same operations in the same order as without the pipeline
-// (O·corr(j−1) + P(j−1)·V(j−1), then ·corr(j)).
-// Shared memory, dynamic (the descriptors address it): K(j) and V(j−1) are in use in iteration j
-// while K(j+1) and V(j) are copied in, so two buffers each: 4·64·D·2 bytes (64 KB at D = 128).
-// A warpgroup skips the tiles whose keys all come after its 64 rows.
 // A warp's 16 query rows of the wgmma forward: Q as A fragments, O, the softmax's running max m
 // and sum l, and one pipeline step over key tile j (Ks(j) for S, Vs(j−1) for O += P·V).
 template <class H, int D> struct ForwardRows {
@@ -338,6 +326,19 @@ template <class H, int D> struct ForwardRows {
             });
     }
 };
+
+// The forward of flash_forward_kernel (MT = 1) with wgmma: NWG warpgroups a block, each with 64
+// query rows (NWG = 2: 128 rows share each K and V tile copied in). Per key tile j of 64:
+// S(j) = Q·K(j)ᵀ as D/16 wgmma m64n64k16 (Q in registers), the same online softmax on the
+// accumulators (the same C layout), and O += P(j)·V(j) as 4 wgmma m64nDk16 with P in registers
+// and V transposed by the descriptor.
+// Pipelined (wgmma_pipeline_step): iteration j issues S(j) and then O += P(j−1)·V(j−1), runs the
+// softmax of tile j while the P·V product still runs, then rescales O by tile j's correction.
+// O goes through the same operations in the same order as without the pipeline
+// (O·corr(j−1) + P(j−1)·V(j−1), then ·corr(j)).
+// Shared memory, dynamic (the descriptors address it): K(j) and V(j−1) are in use in iteration j
+// while K(j+1) and V(j) are copied in, so two buffers each: 4·64·D·2 bytes (64 KB at D = 128).
+// A warpgroup skips the tiles whose keys all come after its 64 rows.
 template <class H, int D, int NWG>
 __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
                                                                         bool overlap) {

@@ -365,7 +365,7 @@ inline void run_block(BlockRun& r) {
         bool moved = false;  // a warpgroup whose 128 threads all wait at a wgmma wait goes on
         for (int g = 0; g * 128 < n; g++) moved |= release_group(r, g);
         for (Fiber& f : r.fibers)  // and a thread whose mbarrier phase has completed
-            if (f.state == AT_MBAR && (r.mbars[f.mbar].phase & 1) != f.mbar_parity) f.state = READY, moved = true;
+            if (f.state == AT_MBAR && (r.mbars.at(f.mbar).phase & 1) != f.mbar_parity) f.state = READY, moved = true;
         if (moved) continue;
         int live = 0, at_block = 0;
         for (const Fiber& f : r.fibers) { live += f.state != DONE; at_block += f.state == AT_BLOCK; }
@@ -610,7 +610,7 @@ inline uint32_t shared_offset(const void* p) {
 }
 inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate, bool fp16 = false) {
     BlockRun& r = *tl_run;
-    if (r.cur / 128 * 128 + 128 > r.nthreads)  // (a block may have more warps: a producer warp past the warpgroups)
+    if (r.cur / 128 * 128 + 128 > r.nthreads)  // (a block may have warps past its warpgroups: a producer's)
         die("%s: wgmma by a warpgroup of fewer than 128 threads (block of %d threads)", r.kernel, r.nthreads);
     WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
     op.fp16 = fp16;
