@@ -11,7 +11,7 @@ software-pipelined: the softmax (or dS) of tile j runs while tile j − 1's prod
 
 The kernels:
   flash_forward_wgmma_kernel          the forward (--flash-wgmma 1, or pass by pass under auto)
-  flash_forward_wgmma_producer_kernel the same with a producer warpgroup (--flash-forward-producer)
+  flash_forward_wgmma_producer_kernel with a producer warpgroup (--flash-forward-producer, -pingpong)
   flash_backward_dq/dkv_wgmma_kernel  the backward as two passes: 7 products (--flash-backward split)
   flash_backward_fused_wgmma_kernel   the backward as one pass: 5 products (the default, head size 64)
 
@@ -21,7 +21,7 @@ The fused pass adds each tile's dQ into an fp32 partial sum that one thread owns
 
 Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op, the
 fused pass's dK and dV bit-identical to the two passes'), test/test_ptxas.sh (no spills, no
-wgmma serialized), dev/cuda/attention.cu (v7-v9, v11, fused). More: docs/performance.md.
+wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v14, fused). More: docs/performance.md.
 */
 #pragma once
 
@@ -143,6 +143,22 @@ template <int N, bool MORE> __device__ inline void setmaxnreg() {  // MORE: N is
     else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 #endif
 }
+// Named barriers (bar.sync and bar.arrive with an id of 1-15 and a thread count; 0 is
+// __syncthreads'): bar_sync waits until count threads have arrived, bar_arrive only arrives.
+__device__ inline void bar_sync(int id, int count) {
+#if defined(LLMC_SIMT)
+    simt::bar_named(id, count, true);
+#elif defined(__CUDA_ARCH__)
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+__device__ inline void bar_arrive(int id, int count) {
+#if defined(LLMC_SIMT)
+    simt::bar_named(id, count, false);
+#elif defined(__CUDA_ARCH__)
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
 // The D operands of a wgmma m64n64 (32 fp32 registers a thread) and m64n128 (64), for the asm below.
 #define LLMC_WGMMA_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define LLMC_WGMMA_D32(d, i) LLMC_WGMMA_D8(d, i), LLMC_WGMMA_D8(d, i + 8), LLMC_WGMMA_D8(d, i + 16), LLMC_WGMMA_D8(d, i + 24)
@@ -261,6 +277,20 @@ template <class H> __device__ inline void c_to_a_16x64(uint32_t (*a)[4], const f
 }
 __device__ inline void wgmma_complete() { wgmma_commit(); wgmma_wait<0>(); }  // every product issued is in its D
 
+// Ping-pong (FlashAttention-3): two warpgroups take turns to issue their products, so that one's
+// softmax runs while the other's products keep the tensor cores busy. Warpgroup w waits for its
+// turn at named barrier 1 + w, issues, and passes the turn at the other's barrier. Each phase
+// has 256 threads: the 128 that wait and the other warpgroup's 128 that pass. Warpgroup 1 gives
+// the first turn (first_turn), and warpgroup 0 takes one more at the end (last_turn), so that no
+// phase is left half full. PingPong<false> does nothing: the schedule without turns.
+template <bool ON> struct PingPong {
+    int wg;  // 0 or 1
+    __device__ void wait() const { if constexpr (ON) bar_sync(1 + wg, 256); }
+    __device__ void pass() const { if constexpr (ON) bar_arrive(2 - wg, 256); }
+    __device__ void first_turn() const { if constexpr (ON) if (wg == 1) bar_arrive(1, 256); }
+    __device__ void last_turn() const { if constexpr (ON) if (wg == 0) bar_sync(1, 256); }
+};
+
 // The software pipeline of the wgmma kernels (FlashAttention-3's intra-warpgroup overlap),
 // iteration j of a warpgroup whose tiles are first .. last − 1: first_products(j) issues the
 // products of tile j (S; S and dP; Sᵀ and dPᵀ), second(j − 1) the accumulation that uses tile
@@ -269,16 +299,21 @@ __device__ inline void wgmma_complete() { wgmma_commit(); wgmma_wait<0>(); }  //
 // the tensor cores, and end(j) once it is in too. Iteration first has no second product,
 // iteration last only the last one (then mid is not called). overlap = false waits for each
 // group as soon as it is committed: the same operations in the same order, so the same bits
-// (what the pipeline's check compares against).
+// (what the pipeline's check compares against). turns (PingPong) brackets the issuing, in
+// every iteration, also one with nothing to issue.
 // Each branch waits for every product it issued: where a wgmma's pipeline crosses a branch,
 // ptxas serializes them all (C7518).
-template <class First, class Mid, class Second, class End>
+template <class First, class Mid, class Second, class End, class Turns = PingPong<false>>
 __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool overlap, const First& first_products, const Mid& mid,
-                                           const Second& second, const End& end) {
-    if (first >= last || j < first || j > last) return;
-    if (j == first) {
+                                           const Second& second, const End& end, const Turns& turns = {}) {
+    turns.wait();
+    if (first >= last || j < first || j > last) {
+        turns.pass();
+    } else if (j == first) {
         first_products(j);
-        wgmma_complete();
+        wgmma_commit();
+        turns.pass();
+        wgmma_wait<0>();
         mid(j);
         end(j);
     } else if (j < last) {
@@ -287,6 +322,7 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
         if (!overlap) wgmma_wait<0>();
         second(j - 1);
         wgmma_commit();
+        turns.pass();
         if (!overlap) wgmma_wait<0>();
         wgmma_wait<1>();  // the first products are in
         mid(j);
@@ -294,7 +330,9 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
         end(j);
     } else {
         second(j - 1);
-        wgmma_complete();
+        wgmma_commit();
+        turns.pass();
+        wgmma_wait<0>();
         end(j);
     }
 }
@@ -310,7 +348,8 @@ template <class H, int D> struct ForwardRows {
         for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, ld, row0, T, kc * 16);
         for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
     }
-    template <class KTile, class VTile> __device__ void step(int j, int nlive, bool overlap, const KTile& Ks, const VTile& Vs) {
+    template <class KTile, class VTile, class Turns = PingPong<false>>
+    __device__ void step(int j, int nlive, bool overlap, const KTile& Ks, const VTile& Vs, const Turns& turns = {}) {
         wgmma_pipeline_step(
             j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D>(s, qf, Ks(j)); },  // S(j)
             [&](int j) {  // P(j) into s, and corr(j) for what came before
@@ -323,7 +362,8 @@ template <class H, int D> struct ForwardRows {
                 if (j == nlive) return;
                 rescale_rows<D>(o, corr);
                 c_to_a_16x64<H>(pa, s);
-            });
+            },
+            turns);
     }
 };
 
@@ -375,8 +415,9 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
 // The producer waits for a slot's empty phase before refilling it; a computing warp waits for
 // K(j)'s and V(j−1)'s full phases before iteration j. Every computing warp passes through every
 // tile's barriers, also the tiles after its last one, so the producer never waits forever.
+// PINGPONG: the two computing warpgroups take turns to issue their products (PingPong).
 // The products and their order are the forward's above: the same bits (gpucheck_ops).
-template <class H, int D, int STAGES>
+template <class H, int D, int STAGES, bool PINGPONG>
 __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
                                                                         bool overlap) {
     DYNAMIC_SHARED(H, tiles);
@@ -411,16 +452,19 @@ __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H*
         const int wrow0 = (qt * 2 + wg) * 64;  // the warpgroup's rows
         ForwardRows<H, D> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
         const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / 64 + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
+        const PingPong<PINGPONG> turns{wg};
+        turns.first_turn();
         for (int j = 0; j <= nkt; j++) {
             if (j < nkt) mbar_wait(&full_k[j % STAGES], phase(j));
             if (j > 0) mbar_wait(&full_v[(j - 1) % STAGES], phase(j - 1));
             fence_proxy_async();  // (the copies were written by the generic proxy; wgmma reads them through the async one)
-            rows.step(j, nlive, overlap, Ks, Vs);
+            rows.step(j, nlive, overlap, Ks, Vs, turns);
             if (lane == 0) {  // this warp is done with K(j) and V(j−1)
                 if (j < nkt) mbar_arrive(&empty_k[j % STAGES]);
                 if (j > 0) mbar_arrive(&empty_v[(j - 1) % STAGES]);
             }
         }
+        turns.last_turn();
         forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, b, h, T, L.C, L.NH, T);
     }
 }

@@ -544,15 +544,19 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     auto qkv = randn<bf16>((size_t)B * T * QKVLayout(C, NH, NKV).row()), dout = randn<bf16>((size_t)B * T * C);
     std::vector<float> want[3], got[3];
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
-    // The forward with a producer warpgroup (2 and 3 slots) too: the same products in the same order.
-    const struct { int groups; bool overlap; int producer; const char* what; } variants[] = {
-        {2, false, 0, "each product waited for"}, {1, true, 0, "1 warpgroup a block"},
-        {2, true, 2, "the forward with a producer warpgroup, 2 slots"}, {2, true, 3, "the forward with a producer warpgroup, 3 slots"}};
+    // The forward with a producer warpgroup (2 and 3 slots, with and without ping-pong) too: the
+    // same products in the same order.
+    const struct { int groups; bool overlap; int producer; bool pingpong; const char* what; } variants[] = {
+        {2, false, 0, false, "each product waited for"}, {1, true, 0, false, "1 warpgroup a block"},
+        {2, true, 2, false, "the forward with a producer warpgroup, 2 slots"}, {2, true, 3, false, "the forward with a producer warpgroup, 3 slots"},
+        {2, true, 2, true, "the forward with a producer warpgroup, 2 slots, ping-pong"},
+        {2, true, 3, true, "the forward with a producer warpgroup, 3 slots, ping-pong"},
+        {2, false, 2, true, "the forward with a producer warpgroup, ping-pong, each product waited for"}};
     for (const auto& v : variants) {
         gpu.kernels.flash_wgmma_groups = v.groups; gpu.kernels.flash_wgmma_overlap = v.overlap;
-        gpu.kernels.flash_forward_producer = v.producer;
+        gpu.kernels.flash_forward_producer = v.producer; gpu.kernels.flash_forward_pingpong = v.pingpong;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
-        char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs 2 warpgroups overlapped", B, T, C,
+        char name[256]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs 2 warpgroups overlapped", B, T, C,
                                  NH, NKV, v.what);
         compare_bits(name, want, got);
     }
@@ -571,7 +575,7 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
         else printf(" %s differs (rel %.2e)%s", what[o], max_rel_diff(want[o], got[o]), o < 2 ? "," : "\n");
     }
     gpu.kernels.flash_wgmma = false; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true;
-    gpu.kernels.flash_forward_producer = 0;
+    gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_pingpong = false;
 }
 
 // The fused backward (flash_backward_fused_wgmma_kernel: head size 64, compute capability 9.0)

@@ -67,6 +67,8 @@ The model of a GPU:
   - mbarrier.init, .arrive, .try_wait.parity (in a loop) and cp.async.mbarrier.arrive.noinc:
     a thread waiting for a phase that has not completed sleeps until its last arrival (mbar_wait
     below); the copies of an arrive.noinc land at that instruction.
+  - bar.sync and bar.arrive with a barrier id and a thread count (named barriers, bar_named):
+    a phase completes at its count's arrival; a block that ends with one half full is reported.
   - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers or through a shared-memory
     descriptor, B through one, no-swizzle layouts only): a warpgroup (128 threads) collective,
     computed when all 128 reach a wgmma.wait_group, for the groups that wait completes; shared
@@ -211,7 +213,7 @@ simt_switch:
 )");
 #endif
 
-enum State : uint8_t { READY, AT_WARP, AT_GROUP, AT_BLOCK, AT_MBAR, DONE };
+enum State : uint8_t { READY, AT_WARP, AT_GROUP, AT_BLOCK, AT_MBAR, AT_NAMED, DONE };
 struct AsyncCopy { void* dst; const void* src; unsigned bytes; };  // a cp.async not yet waited for
 struct WgmmaOp {  // issued, not yet computed
     float* d; uint32_t a[4]; uint64_t desc; int n; bool trans_b, accumulate;
@@ -231,6 +233,7 @@ struct Fiber {
     int wgmma_keep = 0;             // the wait's N: groups that may stay in flight
     const void* mbar = nullptr;     // AT_MBAR: the mbarrier it waits on, for the phase of parity mbar_parity
     unsigned mbar_parity = 0;
+    unsigned named = 0, named_gen = 0;  // AT_NAMED: the named barrier it waits at, and that barrier's phase then
 #ifndef __x86_64__
     ucontext_t uc;
 #endif
@@ -245,6 +248,7 @@ struct WarpSlots {             // what the lanes of a warp exchange, double-buff
     unsigned mma_decoded[2];
 };
 struct MBar { unsigned count = 0, pending = 0, phase = 0; };  // an mbarrier: arrivals a phase, left, phases completed
+struct NamedBar { unsigned count = 0, arrived = 0, phase = 0; };  // bar.sync/bar.arrive id: threads a phase, arrived, phases completed
 struct BlockRun {              // one OS thread's block in flight
     const char* kernel = "";
     const std::function<void()>* fn = nullptr;
@@ -252,6 +256,7 @@ struct BlockRun {              // one OS thread's block in flight
     std::vector<Fiber> fibers;
     std::vector<WarpSlots> warps;
     std::unordered_map<const void*, MBar> mbars;  // the block's mbarriers, by address
+    NamedBar named[16];                           // the block's named barriers (0 is __syncthreads')
     char* stacks = nullptr;
     size_t stack_bytes = 0, nstacks = 0;
     void* sched_sp = nullptr;
@@ -303,6 +308,7 @@ inline void start_fibers(BlockRun& r) {
     }
     r.fibers.assign(r.nthreads, Fiber{});
     r.mbars.clear();
+    for (NamedBar& b : r.named) b = NamedBar{};
     r.warps.resize((r.nthreads + 31) / 32);
     for (WarpSlots& w : r.warps) w.mma_decoded[0] = w.mma_decoded[1] = ~0u;  // (op counts restart each block)
     r.thread_idx = &threadIdx;
@@ -365,13 +371,21 @@ inline void run_block(BlockRun& r) {
         bool moved = false;  // a warpgroup whose 128 threads all wait at a wgmma wait goes on
         for (int g = 0; g * 128 < n; g++) moved |= release_group(r, g);
         for (Fiber& f : r.fibers)  // and a thread whose mbarrier phase has completed
-            if (f.state == AT_MBAR && (r.mbars.at(f.mbar).phase & 1) != f.mbar_parity) f.state = READY, moved = true;
+            if ((f.state == AT_MBAR && (r.mbars.at(f.mbar).phase & 1) != f.mbar_parity) ||
+                (f.state == AT_NAMED && r.named[f.named].phase != f.named_gen))  // (or whose named barrier's)
+                f.state = READY, moved = true;
         if (moved) continue;
         int live = 0, at_block = 0;
         for (const Fiber& f : r.fibers) { live += f.state != DONE; at_block += f.state == AT_BLOCK; }
-        if (live == 0) return;
+        if (live == 0) {
+            for (int id = 1; id < 16; id++)
+                if (r.named[id].arrived)
+                    die("%s: the block ended with %u of %u threads arrived at named barrier %d (an arrive no bar.sync met), block (%u,%u,%u)",
+                        r.kernel, r.named[id].arrived, r.named[id].count, id, blockIdx.x, blockIdx.y, blockIdx.z);
+            return;
+        }
         if (at_block < live)
-            die("%s: deadlock: threads wait at different barriers (__syncthreads, a collective in divergent code, or an mbarrier phase that never completes), block (%u,%u,%u)",
+            die("%s: deadlock: threads wait at different barriers (__syncthreads, a collective in divergent code, or an mbarrier or named barrier phase that never completes), block (%u,%u,%u)",
                 r.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
         for (Fiber& f : r.fibers) if (f.state == AT_BLOCK) f.state = READY;
     }
@@ -519,6 +533,23 @@ inline void mbar_wait(void* bar, unsigned parity) {
     Fiber& f = tl_run->me();
     f.mbar = bar, f.mbar_parity = parity & 1;
     block_on(AT_MBAR);
+}
+
+// Named barriers (bar.sync id, n and bar.arrive id, n; id 1-15, 0 is __syncthreads'): a phase
+// completes when n threads have arrived; bar.sync waits for that, bar.arrive does not. Every
+// thread of a phase must name the same n, and a block must not end with a phase half full.
+inline void bar_named(unsigned id, unsigned n, bool wait) {
+    BlockRun& r = *tl_run;
+    if (id == 0 || id >= 16) die("%s: named barrier %u (1 to 15 here; 0 is __syncthreads')", r.kernel, id);
+    if (n == 0 || n % 32 || n > (unsigned)r.nthreads) die("%s: named barrier %u for %u threads (a multiple of 32, at most the block's)", r.kernel, id, n);
+    NamedBar& b = r.named[id];
+    if (b.arrived == 0) b.count = n;
+    else if (b.count != n) die("%s: threads give named barrier %u different thread counts (%u and %u)", r.kernel, id, b.count, n);
+    if (++b.arrived == b.count) { b.arrived = 0, b.phase++; return; }
+    if (!wait) return;
+    Fiber& f = r.me();
+    f.named = id, f.named_gen = b.phase;
+    block_on(AT_NAMED);
 }
 
 // ---- launches

@@ -13,6 +13,9 @@ under the emulator" (build/simcheck_ops) means something:
   - mbarrier: a producer warp fills a 2-slot ring by cp.async and arrive.noinc, consumer warps
     wait for each slot's phase, read it and free it; every round's data arrives whole, in both
     schedules; a wait for a phase no one completes, and a barrier never initialized, are reported;
+  - named barriers (bar.sync/bar.arrive id, n): two warps that pass the turn to each other run
+    their rounds in strict alternation in both schedules (without the barriers they do not); a
+    phase left half full at the block's end, and two thread counts for one barrier, are reported;
   - wgmma m64n64k16: A fragments by the ISA's formulas and B stored by its canonical no-swizzle
     layouts (K-major and MN-major, spaced by the descriptor's LBO and SBO) multiply to A·B + C,
     and so do A and B both K-major in shared memory (A's LBO and SBO spaced unlike B's),
@@ -275,6 +278,44 @@ static void test_mbarrier() {
             simt::mbar_wait(&bar, 0);
         });
     }, "never initialized"), "mbarrier: a wait on a barrier never initialized is reported");
+}
+
+// Named barriers as the forward's ping-pong uses them: warp w waits for its turn at barrier 1 + w
+// (bar.sync, 64 threads), logs its round, and passes the turn on (bar.arrive at the other's).
+// Warp 1 gives warp 0 the first turn; warp 0 takes one more turn at the end (warp 1's last pass).
+static std::vector<int> take_turns(bool barriers) {
+    std::vector<int> log;
+    simt::launch("take_turns", simt::Cfg{1, 64}, [&] {
+        const int w = threadIdx.x / 32;
+        if (barriers && w == 1) simt::bar_named(1, 64, false);
+        for (int r = 0; r < 4; r++) {
+            if (barriers) simt::bar_named(1 + w, 64, true);
+            if (threadIdx.x % 32 == 0) log.push_back(w);
+            if (barriers) simt::bar_named(2 - w, 64, false);
+        }
+        if (barriers && w == 0) simt::bar_named(1, 64, true);
+    });
+    return log;
+}
+static void test_named_barriers() {
+    const std::vector<int> turns = {0, 1, 0, 1, 0, 1, 0, 1};
+    for (int reverse = 0; reverse < 2; reverse++) {
+        simt::g_reverse = reverse;
+        check(take_turns(true) == turns, reverse ? "named barriers: two warps take turns, strictly alternating (reverse order)"
+                                                 : "named barriers: two warps take turns, strictly alternating");
+        check(take_turns(false) != turns, reverse ? "named barriers: without them the two warps do not alternate (reverse order)"
+                                                  : "named barriers: without them the two warps do not alternate");
+    }
+    simt::g_reverse = false;
+    check(dies_with([] {
+        simt::launch("named_half", simt::Cfg{1, 64}, [&] { if (threadIdx.x < 32) simt::bar_named(3, 64, false); });
+    }, "named barrier 3"), "named barriers: a block that ends with a phase half full is reported");
+    check(dies_with([] {
+        simt::launch("named_counts", simt::Cfg{1, 96}, [&] { simt::bar_named(4, threadIdx.x < 32 ? 64 : 96, true); });
+    }, "different thread counts"), "named barriers: two thread counts for one barrier are reported");
+    check(dies_with([] {
+        simt::launch("named_never", simt::Cfg{1, 128}, [&] { if (threadIdx.x < 64) simt::bar_named(5, 96, true); });
+    }, "named_never: deadlock"), "named barriers: a bar.sync whose phase never completes is reported");
 }
 
 // wgmma m64n64k16 (A in registers: warp w the mma A fragment of rows 16w..16w+15; B through a
@@ -573,6 +614,7 @@ int main() {
     test_races();
     test_cp_async();
     test_mbarrier();
+    test_named_barriers();
     test_wgmma();
     test_wgmma_failures();
     test_pinned();

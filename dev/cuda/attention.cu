@@ -25,7 +25,8 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       with each product waited for at once (no overlap: what the pipeline gains); v10 (commit
       4730bf4: three warpgroups in the forward) was slower and is gone; v11, v12: v7's
       forward with a producer warpgroup that copies the tiles in (mbarriers, no block barrier, the
-      registers moved to the computing warpgroups by setmaxnreg), 2 or 3 slots a ring
+      registers moved to the computing warpgroups by setmaxnreg), 2 or 3 slots a ring; v13,
+      v14: v11, v12 with ping-pong (the two computing warpgroups take turns to issue products)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -45,6 +46,18 @@ usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 10
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
 #include "common.cuh"
+
+// The kernel options of version v (7-9, 11-14: the wgmma versions; any other: wgmma off).
+static void wgmma_version(int v) {
+    KernelOptions& k = gpu_ctx.kernels;
+    k.flash_wgmma = v >= 7;
+    k.flash_wgmma_groups = v == 8 ? 1 : 2;
+    k.flash_wgmma_overlap = v != 9;
+    k.flash_forward_producer = v == 11 || v == 13 ? 2 : v == 12 || v == 14 ? 3 : 0;
+    k.flash_forward_pingpong = v == 13 || v == 14;
+}
+static const char* WGMMA_VERSION_TAIL[] = {"", "", ", no overlap", "", ", a producer warpgroup, 2 slots", ", a producer warpgroup, 3 slots",
+                                           ", a producer warpgroup, 2 slots, ping-pong", ", a producer warpgroup, 3 slots, ping-pong"};
 
 // The flash backward's time split between its two passes, with each pass's own tensor-core
 // FLOPs: the dK/dV pass computes 4 products (Sᵀ, dPᵀ, dV, dK), the dQ pass 3 (S, dP, dQ) — 7
@@ -124,16 +137,14 @@ int main(int argc, char** argv) {
             autotune_forget(gpu_ctx);
             gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())  // v7-v9, v11, v12: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer
-            for (int v : {7, 8, 9, 11, 12}) {
-                gpu_ctx.kernels.flash_wgmma = true; gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : 2; gpu_ctx.kernels.flash_wgmma_overlap = v != 9;
-                gpu_ctx.kernels.flash_forward_producer = v == 11 ? 2 : v == 12 ? 3 : 0;
+        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())  // v7-v9, v11-v14: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer
+            for (int v : {7, 8, 9, 11, 12, 13, 14}) {
+                wgmma_version(v);
                 float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); }), bw = time_ms(bwd);
                 printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-                       gpu_ctx.kernels.flash_wgmma_groups, v == 9 ? ", no overlap" : v == 11 ? ", a producer warpgroup, 2 slots" : v == 12 ? ", a producer warpgroup, 3 slots" : "", v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
+                       gpu_ctx.kernels.flash_wgmma_groups, WGMMA_VERSION_TAIL[v - 7], v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
                 backward_split(bwd, flops_fwd, bw);
-                gpu_ctx.kernels.flash_wgmma = false; gpu_ctx.kernels.flash_wgmma_groups = 2; gpu_ctx.kernels.flash_wgmma_overlap = true;
-                gpu_ctx.kernels.flash_forward_producer = 0;
+                wgmma_version(0);
             }
         {   // a ring attention block (context parallelism, cp = 2 zigzag: T/2 queries over T/2 borrowed
             // keys, all visible), on the tensor cores (16-bit, head size 64/128) and warp-per-row
@@ -181,18 +192,16 @@ int main(int argc, char** argv) {
     auto want_out = vec_widen(bout), want_dqkv = vec_widen(bdqkv);
     const char* names[] = {"", "", "v2 bf16 warp-per-row", "v3 bf16 flash per-lane loads", "v4 bf16 flash ldmatrix", "v5 bf16 flash cp.async",
                            "v6 v5 + 32 rows/warp", "v7 wgmma, 2 warpgroups", "v8 wgmma, 1 warpgroup",
-                           "v9 wgmma, no overlap", "v10 (removed)", "v11 wgmma, producer, 2 slots", "v12 wgmma, producer, 3 slots"};
-    for (int v = 2; v <= 12; v++) {
+                           "v9 wgmma, no overlap", "v10 (removed)", "v11 wgmma, producer, 2 slots", "v12 wgmma, producer, 3 slots",
+                           "v13 v11 + ping-pong", "v14 v12 + ping-pong"};
+    for (int v = 2; v <= 14; v++) {
         if (v == 10) continue;
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
         gpu_ctx.kernels.flash_ldmatrix = v >= 4;
         gpu_ctx.kernels.flash_async = v >= 5;
         gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = v == 6 ? 32 : 16;
-        gpu_ctx.kernels.flash_wgmma = v >= 7;
-        gpu_ctx.kernels.flash_wgmma_groups = v == 8 ? 1 : 2;
-        gpu_ctx.kernels.flash_wgmma_overlap = v != 9;
-        gpu_ctx.kernels.flash_forward_producer = v == 11 ? 2 : v == 12 ? 3 : 0;
+        wgmma_version(v);
         const char* name = names[v];
         if (v >= 7 && !gpu_has_wgmma()) { printf("%s: compute capability 9.0 only\n", name); continue; }
         if (flash && !use_flash<bf16>(gpu_ctx.kernels, C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
@@ -207,7 +216,6 @@ int main(int argc, char** argv) {
     }
     gpu_ctx.kernels.flash = gpu_ctx.kernels.flash_ldmatrix = gpu_ctx.kernels.flash_async = true;
     gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
-    gpu_ctx.kernels.flash_wgmma = false; gpu_ctx.kernels.flash_wgmma_groups = 2; gpu_ctx.kernels.flash_wgmma_overlap = true;
-    gpu_ctx.kernels.flash_forward_producer = 0;
+    wgmma_version(0);
     return dev_done();
 }
