@@ -150,24 +150,39 @@ template <int NT, bool KEY_ROWS> __device__ inline void mask_future(float (*c)[4
         }
 }
 static const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+// 2^x by the special function unit's ex2.approx.ftz: a result below 2^-126 (a denormal) becomes 0.
+// exp2f keeps such results at three more instructions an element. Here they are probabilities
+// of at most 1 (each row's largest is 1), so 2^-126 lies far below every sum's last bit.
+__device__ inline float exp2_ftz(float x) {
+#if defined(__CUDA_ARCH__) && !defined(LLMC_SIMT)
+    float r;
+    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    const float r = exp2f(x);
+    return r < 0x1p-126f ? 0.0f : r;  // (the emulator: flushed as on the GPU)
+#endif
+}
 
 // The backward's dS = P∘(dP − D) with P = exp2(s·log2e/√hs − lse·log2e), on NT n-tiles of a
 // warp's C fragments. ds_rows: rows are queries (dQ pass), each thread's two rows' lse2 and D
 // given; dp becomes dS. ds_cols: the transposed products (dK/dV pass), columns are queries whose
 // lse2 and D are read per column; st becomes Pᵀ and dpt dSᵀ (both are A operands next).
+// FTZ = false: exp2f, in the two kernels where exp2_ftz's schedule makes ptxas spill (test_ptxas.sh).
 template <int NT> __device__ inline void ds_rows(const float (*s)[4], float (*dp)[4], const float* lse2, const float* Dr, float sl2) {
     for (int nt = 0; nt < NT; nt++)
         for (int e = 0; e < 4; e++) {
-            const float p = exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
+            const float p = exp2_ftz(fmaf(s[nt][e], sl2, -lse2[e / 2]));
             dp[nt][e] = p * (dp[nt][e] - Dr[e / 2]);
         }
 }
-template <int NT> __device__ inline void ds_cols(float (*st)[4], float (*dpt)[4], const float* lse2, const float* Dc, float sl2) {
+template <int NT, bool FTZ = true>
+__device__ inline void ds_cols(float (*st)[4], float (*dpt)[4], const float* lse2, const float* Dc, float sl2) {
     const int t = threadIdx.x % 4;
     for (int nt = 0; nt < NT; nt++)
         for (int e = 0; e < 4; e++) {
             const int col = nt * 8 + 2 * t + (e & 1);
-            const float p = exp2f(fmaf(st[nt][e], sl2, -lse2[col]));
+            const float p = FTZ ? exp2_ftz(fmaf(st[nt][e], sl2, -lse2[col])) : exp2f(fmaf(st[nt][e], sl2, -lse2[col]));
             st[nt][e] = p;
             dpt[nt][e] = p * (dpt[nt][e] - Dc[col]);
         }
@@ -189,13 +204,13 @@ __device__ inline void online_softmax_p(float (*s)[4], float* m, float* l, float
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[r], mx * sl2);
         mu[r] = m_new == -INFINITY ? 0.0f : m_new;
-        corr[r] = exp2f(m[r] - mu[r]);
+        corr[r] = exp2_ftz(m[r] - mu[r]);
         m[r] = m_new;
         l[r] *= corr[r];
     }
     for (int nt = 0; nt < 8; nt++)
         for (int e = 0; e < 4; e++) {
-            const float p = exp2f(fmaf(s[nt][e], sl2, -mu[e / 2]));
+            const float p = exp2_ftz(fmaf(s[nt][e], sl2, -mu[e / 2]));
             s[nt][e] = p;
             rs[e / 2] += p;
         }
@@ -479,7 +494,7 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
         for (int i = 0; i < MT; i++) {
             if (!live[i]) continue;
             if (q0 < key0[i] + 15) mask_future<4, true>(st[i], key0[i], q0);  // the tiles that reach the diagonal
-            ds_cols<4>(st[i], dpt[i], lse2[buf], Ds[buf], sl2);  // Pᵀ, dSᵀ (queries past T: lse2 = ∞, p = 0)
+            ds_cols<4, false>(st[i], dpt[i], lse2[buf], Ds[buf], sl2);  // Pᵀ, dSᵀ (queries past T: lse2 = ∞, p = 0)
             for (int kc = 0; kc < 2; kc++) {
                 c_to_a<H>(pa[i][kc], st[i][2 * kc], st[i][2 * kc + 1]);
                 c_to_a<H>(sa[i][kc], dpt[i][2 * kc], dpt[i][2 * kc + 1]);

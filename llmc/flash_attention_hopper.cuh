@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
                     wgmma_hold<32>(&dpt[0][0]);
                     const int q0 = k0 + 64 * j;
                     if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);  // the tiles that reach the diagonal
-                    ds_cols<8>(st, dpt, lse2[j % 2], Ds[j % 2], sl2);    // (queries past T: lse2 = ∞, p = 0)
+                    ds_cols<8, D == 64>(st, dpt, lse2[j % 2], Ds[j % 2], sl2);  // (queries past T: lse2 = ∞, p = 0)
                 },
                 [&](int j) {
                     wgmma_issue_pm<D>(dv, pa, dOs(j));   // dV += Pᵀ(j)·dO(j)
