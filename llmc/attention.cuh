@@ -628,20 +628,25 @@ template <class F> inline void wgmma_groups_dispatch(const KernelOptions& o, con
     else f(std::integral_constant<int, 2>{});
 }
 // The forward with a producer warpgroup (flash_forward_producer slots a ring: 2 or 3): 2
-// warpgroups of 64 rows a block and the producer's; flash_forward_pingpong: the two take turns.
-template <class floatX, int HS, int S, bool PINGPONG>
+// warpgroups of 64 rows a block and the producer's; flash_forward_pingpong: the two take turns;
+// flash_forward_keys: key tiles of 64, or of 128 (with 2 slots).
+template <class floatX, int HS, int S, bool PINGPONG, int BN>
 inline void flash_forward_producer_launch(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
-    SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG>);
-    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG><<<dim3(L.NH, B, ceil_div(T, 128)), 384, 2 * S * 64 * HS * sizeof(floatX), ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
+    SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN>);
+    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN><<<dim3(L.NH, B, ceil_div(T, 128)), 384, 2 * S * BN * HS * sizeof(floatX), ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
     CUDA_LAUNCH_CHECK();
 }
 template <class floatX, int HS>
 inline void flash_forward_producer(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
-    const bool three = ctx.kernels.flash_forward_producer == 3, pingpong = ctx.kernels.flash_forward_pingpong;
-    if (three && pingpong) flash_forward_producer_launch<floatX, HS, 3, true>(ctx, out, lse, qkv, B, T, L);
-    else if (three) flash_forward_producer_launch<floatX, HS, 3, false>(ctx, out, lse, qkv, B, T, L);
-    else if (pingpong) flash_forward_producer_launch<floatX, HS, 2, true>(ctx, out, lse, qkv, B, T, L);
-    else flash_forward_producer_launch<floatX, HS, 2, false>(ctx, out, lse, qkv, B, T, L);
+    const KernelOptions& k = ctx.kernels;
+    const bool three = k.flash_forward_producer == 3, pingpong = k.flash_forward_pingpong, wide = k.flash_forward_keys == 128;
+    if (wide && three) fatal("flash attention: key tiles of 128 in the producer forward need 2 slots (flash_forward_producer = 2)");
+    if (wide && pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 128>(ctx, out, lse, qkv, B, T, L);
+    else if (wide) flash_forward_producer_launch<floatX, HS, 2, false, 128>(ctx, out, lse, qkv, B, T, L);
+    else if (three && pingpong) flash_forward_producer_launch<floatX, HS, 3, true, 64>(ctx, out, lse, qkv, B, T, L);
+    else if (three) flash_forward_producer_launch<floatX, HS, 3, false, 64>(ctx, out, lse, qkv, B, T, L);
+    else if (pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 64>(ctx, out, lse, qkv, B, T, L);
+    else flash_forward_producer_launch<floatX, HS, 2, false, 64>(ctx, out, lse, qkv, B, T, L);
 }
 // grid (NH, B, row tiles) (the dK/dV pass: NKV key/value heads): the tile index is the slowest, so
 // the blocks with the most work (the last query tiles; for dK/dV the first key tiles) start first

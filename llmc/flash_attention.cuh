@@ -187,19 +187,19 @@ __device__ inline void ds_cols(float (*st)[4], float (*dpt)[4], const float* lse
             dpt[nt][e] = p * (dpt[nt][e] - Dc[col]);
         }
 }
-// One key tile of 64 in the forward's online softmax, for a warp's 16 query rows (row0 + g and
-// row0 + g + 8; s in the C layout, the keys from col0): the causal mask where the tile reaches the
+// One key tile of NT·8 (64 or 128) in the forward's online softmax, for a warp's 16 query rows
+// (row0 + g and row0 + g + 8; s in the C layout, the keys from col0): the causal mask where the tile reaches the
 // diagonal, the rows' new running max m (base 2; each row's 4 threads agree on it), the factor
 // corr = exp2(m_old − m_new) by which what came before is rescaled (l here; the output by the
 // caller: rescale_rows), and s turned into probabilities whose per-thread sums go into l (added
 // across the row's threads at the end). CAUSAL = false (ring attention's blocks): no mask here.
-template <bool CAUSAL = true>
+template <bool CAUSAL = true, int NT = 8>
 __device__ inline void online_softmax_p(float (*s)[4], float* m, float* l, float* corr, float sl2, int row0, int col0) {
-    if (CAUSAL && col0 + 63 > row0) mask_future<8, false>(s, row0, col0);  // the diagonal (and keys past T)
+    if (CAUSAL && col0 + NT * 8 - 1 > row0) mask_future<NT, false>(s, row0, col0);  // the diagonal (and keys past T)
     float rs[2] = {0.0f, 0.0f}, mu[2];
     for (int r = 0; r < 2; r++) {
         float mx = -INFINITY;
-        for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[r], mx * sl2);
@@ -208,7 +208,7 @@ __device__ inline void online_softmax_p(float (*s)[4], float* m, float* l, float
         m[r] = m_new;
         l[r] *= corr[r];
     }
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < NT; nt++)
         for (int e = 0; e < 4; e++) {
             const float p = exp2_ftz(fmaf(s[nt][e], sl2, -mu[e / 2]));
             s[nt][e] = p;

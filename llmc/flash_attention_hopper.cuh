@@ -233,26 +233,26 @@ template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16_ss(f
     __trap();
 #endif
 }
-// Rows [row0, row0 + 64) × D of a strided H matrix into shared memory in the core-matrix
+// Rows [row0, row0 + ROWS) × D of a strided H matrix into shared memory in the core-matrix
 // layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
 // contiguous bytes: no bank conflicts) and reads row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7.
 // (By default the whole block copies; first and step name another set of threads: a warpgroup.)
-template <int D, class H>
+template <int D, int ROWS = 64, class H>
 __device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, int n, int first = threadIdx.x, int step = blockDim.x) {
-    for (int i = first; i < 64 * D / 8; i += step) {
+    for (int i = first; i < ROWS * D / 8; i += step) {
         const int r = (i / D) * 8 + i % 8, c = ((i % D) / 8) * 8;
         const bool in = row0 + r < n;
         cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? row0 + r : 0) * ld + c, in ? 16 : 0);
     }
 }
 // The two kinds of product in the wgmma kernels (each fenced, then issued by the whole
-// warpgroup; the caller commits and waits: wgmma_complete). c (64 × 64) = A·Mᵀ: A this warp's
-// 16 rows as D/16 A fragments in registers (Q, dO), M a 64-row tile read as K-major B (K, V):
-// S and dP.
-template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const H* tile) {
+// warpgroup; the caller commits and waits: wgmma_complete). c (64 × N) = A·Mᵀ: A this warp's
+// 16 rows as D/16 A fragments in registers (Q, dO), M an N-row tile (64 or 128) read as K-major B
+// (K, V): S and dP.
+template <int D, int N = 64, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const H* tile) {
     wgmma_fence();
     #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, 64, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, N, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
 }
 // The same with A a 64-row tile in shared memory (the core-matrix layout, K-major like M): the
 // dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K and V would otherwise hold D/4 registers a thread each).
@@ -262,18 +262,18 @@ template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], 
     for (int kc = 0; kc < D / 16; kc++)
         wgmma_m64k16_ss<H, 64, false>(&c[0][0], wgmma_desc(a_tile + kc * 128, 128, 16 * D), wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
 }
-// acc (64 × D) += P·M: P this warp's 16 rows × 64 as 4 A fragments (P, dS or their transposes:
-// c_to_a_16x64), M a 64-row tile read as MN-major B (V, K, dO or Q).
-template <int D, class H> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const H* tile) {
+// acc (64 × D) += P·M: P this warp's 16 rows × K as K/16 A fragments (P, dS or their
+// transposes: c_to_a_16xk), M a K-row tile (64 or 128) read as MN-major B (V, K, dO or Q).
+template <int D, int K = 64, class H> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const H* tile) {
     wgmma_hold<D / 2>(&acc[0][0]);
     wgmma_fence();  // (after the A fragments and acc were written)
     #pragma unroll
-    for (int kc = 0; kc < 4; kc++) wgmma_m64k16<H, D, true>(&acc[0][0], pa[kc], wgmma_desc(tile + kc * 16 * D, 16 * D, 128), true);
+    for (int kc = 0; kc < K / 16; kc++) wgmma_m64k16<H, D, true>(&acc[0][0], pa[kc], wgmma_desc(tile + kc * 16 * D, 16 * D, 128), true);
 }
-// a warp's 16 rows × 64 in C fragments (fp32) as the A fragments of its 4 k-chunks (H)
-template <class H> __device__ inline void c_to_a_16x64(uint32_t (*a)[4], const float (*c)[4]) {
+// a warp's 16 rows × K (64 or 128) in C fragments (fp32) as the A fragments of its K/16 k-chunks (H)
+template <class H, int K = 64> __device__ inline void c_to_a_16xk(uint32_t (*a)[4], const float (*c)[4]) {
     #pragma unroll
-    for (int kc = 0; kc < 4; kc++) c_to_a<H>(a[kc], c[2 * kc], c[2 * kc + 1]);
+    for (int kc = 0; kc < K / 16; kc++) c_to_a<H>(a[kc], c[2 * kc], c[2 * kc + 1]);
 }
 __device__ inline void wgmma_complete() { wgmma_commit(); wgmma_wait<0>(); }  // every product issued is in its D
 
@@ -338,10 +338,11 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
 }
 
 // A warp's 16 query rows of the wgmma forward: Q as A fragments, O, the softmax's running max m
-// and sum l, and one pipeline step over key tile j (Ks(j) for S, Vs(j−1) for O += P·V).
-template <class H, int D> struct ForwardRows {
-    uint32_t qf[D / 16][4], pa[4][4];  // Q, and P of the tile before as A fragments
-    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[8][4], corr[2];
+// and sum l, and one pipeline step over key tile j of BN keys (64 or 128; Ks(j) for S, Vs(j−1)
+// for O += P·V).
+template <class H, int D, int BN = 64> struct ForwardRows {
+    uint32_t qf[D / 16][4], pa[BN / 16][4];  // Q, and P of the tile before as A fragments
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[BN / 8][4], corr[2];
     float sl2;
     int row0;
     __device__ ForwardRows(const H* q, size_t ld, int row0_, int T) : sl2(rsqrtf((float)D) * LOG2E), row0(row0_) {
@@ -351,17 +352,17 @@ template <class H, int D> struct ForwardRows {
     template <class KTile, class VTile, class Turns = PingPong<false>>
     __device__ void step(int j, int nlive, bool overlap, const KTile& Ks, const VTile& Vs, const Turns& turns = {}) {
         wgmma_pipeline_step(
-            j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D>(s, qf, Ks(j)); },  // S(j)
+            j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D, BN>(s, qf, Ks(j)); },  // S(j)
             [&](int j) {  // P(j) into s, and corr(j) for what came before
-                wgmma_hold<32>(&s[0][0]);
-                online_softmax_p(s, m, l, corr, sl2, row0, j * 64);
+                wgmma_hold<BN / 2>(&s[0][0]);
+                online_softmax_p<true, BN / 8>(s, m, l, corr, sl2, row0, j * BN);
             },
-            [&](int j) { wgmma_issue_pm<D>(o, pa, Vs(j)); },  // O += P(j)·V(j)
+            [&](int j) { wgmma_issue_pm<D, BN>(o, pa, Vs(j)); },  // O += P(j)·V(j)
             [&](int j) {
                 wgmma_hold<D / 2>(&o[0][0]);
                 if (j == nlive) return;
                 rescale_rows<D>(o, corr);
-                c_to_a_16x64<H>(pa, s);
+                c_to_a_16xk<H, BN>(pa, s);
             },
             turns);
     }
@@ -416,19 +417,21 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
 // K(j)'s and V(j−1)'s full phases before iteration j. Every computing warp passes through every
 // tile's barriers, also the tiles after its last one, so the producer never waits forever.
 // PINGPONG: the two computing warpgroups take turns to issue their products (PingPong).
-// The products and their order are the forward's above: the same bits (gpucheck_ops).
-template <class H, int D, int STAGES, bool PINGPONG>
+// BN = 64: the products and their order are the forward's above, so the same bits
+// (gpucheck_ops). BN = 128: key tiles of 128 (half the softmax steps and rescales of O; not the
+// same bits, and the first warpgroup computes its last tile's masked half too).
+template <class H, int D, int STAGES, bool PINGPONG, int BN>
 __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
                                                                         bool overlap) {
     DYNAMIC_SHARED(H, tiles);
     __shared__ uint64_t full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
-    auto Ks = [&](int j) { return tiles + (j % STAGES) * 64 * D; };
-    auto Vs = [&](int j) { return tiles + (STAGES + j % STAGES) * 64 * D; };
+    auto Ks = [&](int j) { return tiles + (j % STAGES) * BN * D; };
+    auto Vs = [&](int j) { return tiles + (STAGES + j % STAGES) * BN * D; };
     auto phase = [](int j) { return (unsigned)(j / STAGES) & 1; };  // the parity of tile j's turn in its slot
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const size_t C3 = L.row();
-    const int nkt = min((qt + 1) * 2, (T + 63) / 64);  // the block's key tiles
+    const int nkt = min(((qt + 1) * 128 + BN - 1) / BN, (T + BN - 1) / BN);  // the block's key tiles
     if (threadIdx.x == 0)
         for (int i = 0; i < STAGES; i++) {
             mbar_init(&full_k[i], 128), mbar_init(&full_v[i], 128);
@@ -440,18 +443,18 @@ __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H*
         const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
         for (int j = 0; j < nkt; j++) {
             mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
-            stage_tile_cm<D>(Ks(j), k, C3, j * 64, T, threadIdx.x - 256, 128);
+            stage_tile_cm<D, BN>(Ks(j), k, C3, j * BN, T, threadIdx.x - 256, 128);
             mbar_arrive_on_copies(&full_k[j % STAGES]);
             mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
-            stage_tile_cm<D>(Vs(j), v, C3, j * 64, T, threadIdx.x - 256, 128);
+            stage_tile_cm<D, BN>(Vs(j), v, C3, j * BN, T, threadIdx.x - 256, 128);
             mbar_arrive_on_copies(&full_v[j % STAGES]);
         }
         cp_async_wait_all();  // (its copies have landed before it ends)
     } else {
         setmaxnreg<232, true>();
         const int wrow0 = (qt * 2 + wg) * 64;  // the warpgroup's rows
-        ForwardRows<H, D> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
-        const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / 64 + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
+        ForwardRows<H, D, BN> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
+        const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / BN + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
         const PingPong<PINGPONG> turns{wg};
         turns.first_turn();
         for (int j = 0; j <= nkt; j++) {
@@ -531,7 +534,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
             [&](int j) { wgmma_issue_pm<D>(dq, dsa, Ks(j)); },  // dQ += dS(j)·K(j)
             [&](int j) {
                 wgmma_hold<D / 2>(&dq[0][0]);
-                if (j < nlive) c_to_a_16x64<H>(dsa, dp);
+                if (j < nlive) c_to_a_16xk<H>(dsa, dp);
             });
     }
     store_acc_rows<D>(dqkv + (size_t)b * T * C3 + h * D, C3, dq, row0, T, rsqrtf((float)D));
@@ -614,8 +617,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
                     wgmma_hold<D / 2>(&dv[0][0]);
                     wgmma_hold<D / 2>(&dk[0][0]);
                     if (j == nqt) return;
-                    c_to_a_16x64<H>(pa, st);
-                    c_to_a_16x64<H>(dsa, dpt);
+                    c_to_a_16xk<H>(pa, st);
+                    c_to_a_16xk<H>(dsa, dpt);
                 });
         }
     }
@@ -764,8 +767,8 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
                             }
                         }
                         if (j == nqt) return;
-                        c_to_a_16x64<H>(pa, st);
-                        c_to_a_16x64<H>(dsa, dpt);
+                        c_to_a_16xk<H>(pa, st);
+                        c_to_a_16xk<H>(dsa, dpt);
                         // dSᵀ(j) stored transposed as dS(j): the C fragment of queries 8nt.. and keys
                         // 8h.. of this warp's 16 (matrix 2(nt % 2) + h of an x4) is one core matrix
                         const int m = threadIdx.x % 32 / 8, row = threadIdx.x % 8;  // the matrix and row this lane addresses
