@@ -31,7 +31,7 @@ bash dev/gpu_session.sh setup "$out" >/dev/null 2>&1
 want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,flash,bf16,train},"
 [[ $want == *,wgmma,* ]] && step wgmma 90 build/gpucheck_ops wgmma
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
-[[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} OURS_ALSO=${OURS_ALSO:-"--flash-forward-producer 2"} step llmc 200 bash dev/bench/bench_vs_llmc.sh
+[[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} OURS_ALSO=${OURS_ALSO:-"--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-keys 128"} step llmc 200 bash dev/bench/bench_vs_llmc.sh
 [[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 150 bash dev/bench/bench_vs_torch.sh
 [[ $want == *,flash,* ]] && step flash 90 build/gpucheck_ops flash
 [[ $want == *,bf16,* ]] && step bf16 90 build/gpucheck_ops bf16
