@@ -234,15 +234,23 @@ template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16_ss(f
 #endif
 }
 // Rows [row0, row0 + ROWS) × D of a strided H matrix into shared memory in the core-matrix
-// layout above, by cp.async, zeros past row n. Thread i writes bytes 16i..16i+15 (a warp's 512
-// contiguous bytes: no bank conflicts) and reads row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7.
-// (By default the whole block copies; first and step name another set of threads: a warpgroup.)
-template <int D, int ROWS = 64, class H>
-__device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, int n, int first = threadIdx.x, int step = blockDim.x) {
-    for (int i = first; i < ROWS * D / 8; i += step) {
-        const int r = (i / D) * 8 + i % 8, c = ((i % D) / 8) * 8;
-        const bool in = row0 + r < n;
-        cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? row0 + r : 0) * ld + c, in ? 16 : 0);
+// layout above, by cp.async, zeros past row n, by THREADS threads (t: this one's index among
+// them). Copy i (16 bytes) goes to bytes 16i..16i+15 (a warp's 512 contiguous bytes: no bank
+// conflicts) from row (i/D)·8 + i%8, columns 8·((i%D)/8)..+7. Thread t copies i = t + k·THREADS:
+// one column, and rows RSTEP apart, so a copy costs an add and a bounds check. FEW_REGS
+// computes each copy's row and column from i instead (more instructions, fewer registers held:
+// the fused backward, which ptxas otherwise spills).
+template <int D, int THREADS, int ROWS = 64, bool FEW_REGS = false, class H>
+__device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, int n, int t) {
+    static_assert(THREADS % D == 0 && ROWS * D / 8 % THREADS == 0, "stage_tile_cm: whole rows of copies per thread");
+    constexpr int RSTEP = THREADS / D * 8;
+    #pragma unroll 1
+    for (int k = 0; k < ROWS * D / 8 / THREADS; k++) {
+        const int i = t + k * THREADS;
+        const int r = row0 + (FEW_REGS ? (i / D) * 8 + i % 8 : (t / D) * 8 + t % 8 + k * RSTEP);
+        const int c = ((FEW_REGS ? i : t) % D / 8) * 8;
+        const bool in = r < n;
+        cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? r : 0) * ld + c, in ? 16 : 0);
     }
 }
 // The two kinds of product in the wgmma kernels (each fenced, then issued by the whole
@@ -394,13 +402,13 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
     ForwardRows<H, D> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
     const int nkt = min((qt + 1) * NWG, (T + 63) / 64);  // the block's key tiles
     const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / 64 + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
-    stage_tile_cm<D>(Ks(0), k, C3, 0, T);
+    stage_tile_cm<D, 128 * NWG>(Ks(0), k, C3, 0, T, threadIdx.x);
     for (int j = 0; j <= nkt; j++) {
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();  // K(j) and V(j−1) are in, and every warpgroup is done with K(j−1) and V(j−2)
-        if (j + 1 < nkt) stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T);
-        if (j < nkt) stage_tile_cm<D>(Vs(j), v, C3, j * 64, T);
+        if (j + 1 < nkt) stage_tile_cm<D, 128 * NWG>(Ks(j + 1), k, C3, (j + 1) * 64, T, threadIdx.x);
+        if (j < nkt) stage_tile_cm<D, 128 * NWG>(Vs(j), v, C3, j * 64, T, threadIdx.x);
         rows.step(j, nlive, overlap, Ks, Vs);
     }
     forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, b, h, T, L.C, L.NH, T);
@@ -443,10 +451,10 @@ __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H*
         const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
         for (int j = 0; j < nkt; j++) {
             mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
-            stage_tile_cm<D, BN>(Ks(j), k, C3, j * BN, T, threadIdx.x - 256, 128);
+            stage_tile_cm<D, 128, BN>(Ks(j), k, C3, j * BN, T, threadIdx.x - 256);
             mbar_arrive_on_copies(&full_k[j % STAGES]);
             mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
-            stage_tile_cm<D, BN>(Vs(j), v, C3, j * BN, T, threadIdx.x - 256, 128);
+            stage_tile_cm<D, 128, BN>(Vs(j), v, C3, j * BN, T, threadIdx.x - 256);
             mbar_arrive_on_copies(&full_v[j % STAGES]);
         }
         cp_async_wait_all();  // (its copies have landed before it ends)
@@ -509,15 +517,15 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
     const int nkt = min((qt + 1) * NWG, (T + 63) / 64);  // causal: no key after the block's last query
     const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / 64 + 1);  // the warpgroup's key tiles: 0 .. nlive − 1 (none past T)
     float s[8][4], dp[8][4];
-    stage_tile_cm<D>(Ks(0), k, C3, 0, T);
-    stage_tile_cm<D>(Vs(0), v, C3, 0, T);
+    stage_tile_cm<D, 128 * NWG>(Ks(0), k, C3, 0, T, threadIdx.x);
+    stage_tile_cm<D, 128 * NWG>(Vs(0), v, C3, 0, T, threadIdx.x);
     for (int j = 0; j <= nkt; j++) {
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();  // K(j) and V(j) are in, and every warpgroup is done with K(j−2) and V(j−1)
         if (j + 1 < nkt) {
-            stage_tile_cm<D>(Ks(j + 1), k, C3, (j + 1) * 64, T);
-            stage_tile_cm<D>(Vs(j + 1), v, C3, (j + 1) * 64, T);
+            stage_tile_cm<D, 128 * NWG>(Ks(j + 1), k, C3, (j + 1) * 64, T, threadIdx.x);
+            stage_tile_cm<D, 128 * NWG>(Vs(j + 1), v, C3, (j + 1) * 64, T, threadIdx.x);
         }
         wgmma_pipeline_step(
             j, 0, nlive, overlap,
@@ -574,8 +582,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
     for (int dt = 0; dt < D / 8; dt++)
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
     for (int w = 0; w < NWG; w++) {
-        stage_tile_cm<D>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T);
-        stage_tile_cm<D>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T);
+        stage_tile_cm<D, 128 * NWG>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T, threadIdx.x);
+        stage_tile_cm<D, 128 * NWG>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T, threadIdx.x);
     }
     const int nqt = (T - k0 + 63) / 64;  // the block's query tiles; the warpgroup's from tile wg (before: all queries before its keys)
     for (int h = kh * G; h < kh * G + G; h++) {  // the query heads of key/value head kh's group, dK and dV summing over them
@@ -585,8 +593,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
         const float* D_bh = Dv + ((size_t)b * NH + h) * T;
         auto stage = [&](int j) {  // the query tile from k0 + 64·j (queries before the block's keys see none of them)
             const int q0 = k0 + 64 * j;
-            stage_tile_cm<D>(Qs(j), q, C3, q0, T);
-            stage_tile_cm<D>(dOs(j), dO, C, q0, T);
+            stage_tile_cm<D, 128 * NWG>(Qs(j), q, C3, q0, T, threadIdx.x);
+            stage_tile_cm<D, 128 * NWG>(dOs(j), dO, C, q0, T, threadIdx.x);
             stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T);
         };
         if (h > kh * G) __syncthreads();  // every warpgroup is done with the head before's tiles
@@ -707,8 +715,8 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
             for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
         __syncthreads();  // every warpgroup is done with the key block before's tiles
         for (int w = 0; w < NWG; w++) {
-            stage_tile_cm<D>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T);
-            stage_tile_cm<D>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T);
+            stage_tile_cm<D, 256, 64, true>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T, threadIdx.x);
+            stage_tile_cm<D, 256, 64, true>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T, threadIdx.x);
         }
         const int nqt = (T - k0 + 63) / 64;  // the query tiles from k0 (queries before k0 see none of these keys)
         for (int h = kh * G; h < kh * G + G; h++) {
@@ -719,8 +727,8 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
             float* part = part_b + h * D + wg * DN;  // this warpgroup's dQ columns
             auto stage = [&](int j) {
                 const int q0 = k0 + 64 * j;
-                stage_tile_cm<D>(Qs(j), q, C3, q0, T);
-                stage_tile_cm<D>(dOs(j), dO, C, q0, T);
+                stage_tile_cm<D, 256, 64, true>(Qs(j), q, C3, q0, T, threadIdx.x);
+                stage_tile_cm<D, 256, 64, true>(dOs(j), dO, C, q0, T, threadIdx.x);
                 stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T);
             };
             if (h > kh * G) __syncthreads();  // every warpgroup is done with the head before's tiles

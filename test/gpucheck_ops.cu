@@ -477,9 +477,9 @@ static void check_flash_variants(int B, int T, int C, int NH, int NKV) {
 template <int D>
 __global__ void wgmma_products_kernel(float* amt, float* amt_ss, float* pv, const bf16* A, const bf16* M, const bf16* P, const bf16* V) {
     DYNAMIC_SHARED(bf16, tiles);  // M, A and V as 64-row tiles in the core-matrix layout
-    stage_tile_cm<D>(tiles, M, D, 0, 64);
-    stage_tile_cm<D>(tiles + 64 * D, A, D, 0, 64);
-    stage_tile_cm<D>(tiles + 128 * D, V, D, 0, 64);
+    stage_tile_cm<D, 128>(tiles, M, D, 0, 64, threadIdx.x);
+    stage_tile_cm<D, 128>(tiles + 64 * D, A, D, 0, 64, threadIdx.x);
+    stage_tile_cm<D, 128>(tiles + 128 * D, V, D, 0, 64, threadIdx.x);
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();
