@@ -35,6 +35,7 @@ Reports each version's max relative error against the CPU op and its time and TF
 (causal attention: 2·B·NH·T²·hs FLOPs forward — QKᵀ and PV over the lower triangle — and
 2.5× that for the backward).
 usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 1024 768 12)
+  DEV_ATTENTION_SKIP=13,14 leaves those versions out.
   NKV: key/value heads (grouped-query attention, as Llama: each serves NH/NKV query heads, the
        rows [q | k | v] are C + 2·NKV·hs wide; default NH). FLOPs are the same as NH heads'.
   "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
@@ -57,6 +58,12 @@ static void wgmma_version(int v) {
     k.flash_forward_producer = v == 12 || v == 14 ? 3 : v >= 11 ? 2 : 0;
     k.flash_forward_pingpong = v == 13 || v == 14 || v == 16;
     k.flash_forward_keys = v >= 15 ? 128 : 64;
+}
+// DEV_ATTENTION_SKIP="13,14": versions not to run (a GPU call skips the ones its checks failed).
+static bool skipped(int v) {
+    const char* s = getenv("DEV_ATTENTION_SKIP");
+    for (; s && *s; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) if (atoi(s) == v) return true;
+    return false;
 }
 static const char* WGMMA_VERSION_TAIL[] = {"", "", ", no overlap", "", ", a producer warpgroup, 2 slots", ", a producer warpgroup, 3 slots",
                                            ", a producer warpgroup, 2 slots, ping-pong", ", a producer warpgroup, 3 slots, ping-pong",
@@ -142,6 +149,7 @@ int main(int argc, char** argv) {
         }
         if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())  // v7-v9, v11-v16: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer
             for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16}) {
+                if (skipped(v)) continue;
                 wgmma_version(v);
                 float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); }), bw = time_ms(bwd);
                 printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
@@ -198,7 +206,7 @@ int main(int argc, char** argv) {
                            "v9 wgmma, no overlap", "v10 (removed)", "v11 wgmma, producer, 2 slots", "v12 wgmma, producer, 3 slots",
                            "v13 v11 + ping-pong", "v14 v12 + ping-pong", "v15 v11, 128 keys a tile", "v16 v13, 128 keys a tile"};
     for (int v = 2; v <= 16; v++) {
-        if (v == 10) continue;
+        if (v == 10 || skipped(v)) continue;
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
         gpu_ctx.kernels.flash_ldmatrix = v >= 4;
