@@ -254,29 +254,32 @@ __device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, 
     }
 }
 // The two kinds of product in the wgmma kernels (each fenced, then issued by the whole
-// warpgroup; the caller commits and waits: wgmma_complete). c (64 × N) = A·Mᵀ: A this warp's
-// 16 rows as D/16 A fragments in registers (Q, dO), M an N-row tile (64 or 128) read as K-major B
-// (K, V): S and dP.
+// warpgroup; the caller commits and waits: wgmma_complete). Each k-step's descriptor is the
+// first one's plus the step in 16-byte units: it adds to the start address field, which never
+// carries (the tiles lie below 256 KB). c (64 × N) = A·Mᵀ: A this warp's 16 rows as D/16 A
+// fragments in registers (Q, dO), M an N-row tile (64 or 128) read as K-major B (K, V): S and dP.
 template <int D, int N = 64, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const H* tile) {
     wgmma_fence();
+    const uint64_t b = wgmma_desc(tile, 128, 16 * D);
     #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, N, false>(&c[0][0], a[kc], wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, N, false>(&c[0][0], a[kc], b + kc * 16, kc > 0);  // (+256 B a k-step)
 }
 // The same with A a 64-row tile in shared memory (the core-matrix layout, K-major like M): the
 // dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K and V would otherwise hold D/4 registers a thread each).
 template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const H* a_tile, const H* tile) {
     wgmma_fence();
+    const uint64_t a = wgmma_desc(a_tile, 128, 16 * D), b = wgmma_desc(tile, 128, 16 * D);
     #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++)
-        wgmma_m64k16_ss<H, 64, false>(&c[0][0], wgmma_desc(a_tile + kc * 128, 128, 16 * D), wgmma_desc(tile + kc * 128, 128, 16 * D), kc > 0);
+    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16_ss<H, 64, false>(&c[0][0], a + kc * 16, b + kc * 16, kc > 0);
 }
 // acc (64 × D) += P·M: P this warp's 16 rows × K as K/16 A fragments (P, dS or their
 // transposes: c_to_a_16xk), M a K-row tile (64 or 128) read as MN-major B (V, K, dO or Q).
 template <int D, int K = 64, class H> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const H* tile) {
     wgmma_hold<D / 2>(&acc[0][0]);
     wgmma_fence();  // (after the A fragments and acc were written)
+    const uint64_t b = wgmma_desc(tile, 16 * D, 128);
     #pragma unroll
-    for (int kc = 0; kc < K / 16; kc++) wgmma_m64k16<H, D, true>(&acc[0][0], pa[kc], wgmma_desc(tile + kc * 16 * D, 16 * D, 128), true);
+    for (int kc = 0; kc < K / 16; kc++) wgmma_m64k16<H, D, true>(&acc[0][0], pa[kc], b + kc * 2 * D, true);  // (+32·D B a k-step)
 }
 // a warp's 16 rows × K (64 or 128) in C fragments (fp32) as the A fragments of its K/16 k-chunks (H)
 template <class H, int K = 64> __device__ inline void c_to_a_16xk(uint32_t (*a)[4], const float (*c)[4]) {
