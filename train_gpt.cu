@@ -116,7 +116,7 @@ static const FlagDef FLAGS[] = {
     {"flash-backward", "fused", "fused | split: on a compute capability 9.0 GPU with the wgmma kernels (--flash-wgmma auto or 1) at head size 64, the attention backward as one fused pass that computes S and dP once (5 products; dQ summed in fp32 in a fixed order, deterministic) or as two passes (dQ, then dK and dV: 7 products). The two give the same dK and dV bits, and dQ within bf16 rounding of each other; elsewhere ignored", false},
     {"flash-forward-producer", "0", "0 | 2 | 3: on a compute capability 9.0 GPU where the wgmma forward runs (--flash-wgmma 1, or auto where it keeps wgmma), the forward with a producer warpgroup: it copies the K and V tiles in through a ring of 2 or 3 slots (mbarriers), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
     {"flash-forward-pingpong", "0", "0 | 1: with --flash-forward-producer 2 or 3, its two computing warpgroups take turns to issue their products (named barriers), so that one's softmax runs while the other's products run (the same bits as 0)", false},
-    {"flash-forward-keys", "64", "64 | 128: with --flash-forward-producer 2, the forward's key tiles: 128 halves its softmax steps but gives other bits than 64 (so use it with --flash-wgmma 1: auto keeps the forward whose bits equal mma.sync's)", false},
+    {"flash-forward-keys", "64", "64 | 128: the wgmma forward's key tiles (with --flash-forward-producer 0 or 2): 128 halves its softmax steps but gives other bits than 64 (so use it with --flash-wgmma 1: auto keeps the forward whose bits equal mma.sync's)", false},
     {"flash-wgmma", "auto", "auto | 0 | 1: on a compute capability 9.0 GPU (H100, H200), whether the 16-bit (bf16, fp16) flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored. auto: each pass runs both ways at its first launches of a training step's size (its bits hashed) and keeps wgmma where it was faster and wrote the same bits every time (printed)", false},
 };
 
@@ -434,8 +434,8 @@ static RunConfig parse_run_config(const Flags& f) {
     if (rc.flash_forward_pingpong && rc.flash_forward_producer == "0")
         usage_error("--flash-forward-pingpong 1 needs --flash-forward-producer 2 or 3 (the turns are the producer forward's)");
     rc.flash_forward_keys = std::stoi(f.choice("flash-forward-keys", {"64", "128"}));
-    if (rc.flash_forward_keys == 128 && rc.flash_forward_producer != "2")
-        usage_error("--flash-forward-keys 128 needs --flash-forward-producer 2 (its tiles of 128 keys fill 2 slots)");
+    if (rc.flash_forward_keys == 128 && rc.flash_forward_producer == "3")
+        usage_error("--flash-forward-keys 128 needs --flash-forward-producer 0 or 2 (3 slots of 128 keys are not built)");
     rc.matmul_tune = f.integer("matmul-tune", 0, 1);
     rc.classifier_staged = f.choice("classifier-staged", {"auto", "0", "1"});
     if (rc.resume && rc.out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");

@@ -627,6 +627,13 @@ template <class F> inline void wgmma_groups_dispatch(const KernelOptions& o, con
     if (o.flash_wgmma_groups == 1) f(std::integral_constant<int, 1>{});
     else f(std::integral_constant<int, 2>{});
 }
+// The wgmma forward: G warpgroups of 64 rows a block, key tiles of BN.
+template <class floatX, int HS, int G, int BN>
+inline void flash_forward_wgmma_launch(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
+    SHARED_OPT_IN(flash_forward_wgmma_kernel<floatX, HS, G, BN>);
+    flash_forward_wgmma_kernel<floatX, HS, G, BN><<<dim3(L.NH, B, ceil_div(T, 64 * G)), 128 * G, 4 * BN * HS * sizeof(floatX), ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
+    CUDA_LAUNCH_CHECK();
+}
 // The forward with a producer warpgroup (flash_forward_producer slots a ring: 2 or 3): 2
 // warpgroups of 64 rows a block and the producer's; flash_forward_pingpong: the two take turns;
 // flash_forward_keys: key tiles of 64, or of 128 (with 2 slots).
@@ -659,14 +666,13 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
             constexpr int D = decltype(d)::value;
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             auto fwd_wgmma = [&] {
-                if (ctx.kernels.flash_forward_producer) return flash_forward_producer<floatX, decltype(d)::value>(ctx, out, lse, qkv, B, T, L);
+                constexpr int HS = decltype(d)::value;  // (D itself is not a constant in here)
+                if (ctx.kernels.flash_forward_producer) return flash_forward_producer<floatX, HS>(ctx, out, lse, qkv, B, T, L);
+                if (ctx.kernels.flash_forward_keys == 128 && ctx.kernels.flash_wgmma_groups == 2)
+                    return flash_forward_wgmma_launch<floatX, HS, 2, 128>(ctx, out, lse, qkv, B, T, L);
                 wgmma_groups_dispatch(ctx.kernels, [&](auto groups) {
-                    constexpr int HS = decltype(d)::value, G = decltype(groups)::value;  // (D itself is not a constant in here)
-                    const size_t smem = 4 * 64 * HS * sizeof(floatX);  // (64 KB at head size 128)
-                    SHARED_OPT_IN(flash_forward_wgmma_kernel<floatX, HS, G>);
-                    flash_forward_wgmma_kernel<floatX, HS, G><<<dim3(NH, B, ceil_div(T, 64 * G)), 128 * G, smem, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
+                    flash_forward_wgmma_launch<floatX, HS, decltype(groups)::value, 64>(ctx, out, lse, qkv, B, T, L);
                 });
-                CUDA_LAUNCH_CHECK();
             };
             auto fwd = [&](int rows) {
                 if constexpr (D == 64)

@@ -389,29 +389,30 @@ template <class H, int D, int BN = 64> struct ForwardRows {
 // O goes through the same operations in the same order as without the pipeline
 // (O·corr(j−1) + P(j−1)·V(j−1), then ·corr(j)).
 // Shared memory, dynamic (the descriptors address it): K(j) and V(j−1) are in use in iteration j
-// while K(j+1) and V(j) are copied in, so two buffers each: 4·64·D·2 bytes (64 KB at D = 128).
-// A warpgroup skips the tiles whose keys all come after its 64 rows.
-template <class H, int D, int NWG>
+// while K(j+1) and V(j) are copied in, so two buffers each: 4·BN·D·2 bytes (64 KB at D = 128).
+// A warpgroup skips the tiles whose keys all come after its 64 rows. BN = 128 (NWG = 2): key
+// tiles of 128, as the producer forward's below (other bits; 128 KB at D = 128).
+template <class H, int D, int NWG, int BN = 64>
 __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
                                                                         bool overlap) {
     DYNAMIC_SHARED(H, tiles);
-    auto Ks = [&](int j) { return tiles + (j % 2) * 64 * D; };
-    auto Vs = [&](int j) { return tiles + (2 + j % 2) * 64 * D; };
+    auto Ks = [&](int j) { return tiles + (j % 2) * BN * D; };
+    auto Vs = [&](int j) { return tiles + (2 + j % 2) * BN * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const size_t C3 = L.row();
     const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
     const int wrow0 = (qt * NWG + wg) * 64;  // the warpgroup's rows
-    ForwardRows<H, D> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
-    const int nkt = min((qt + 1) * NWG, (T + 63) / 64);  // the block's key tiles
-    const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / 64 + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
-    stage_tile_cm<D, 128 * NWG>(Ks(0), k, C3, 0, T, threadIdx.x);
+    ForwardRows<H, D, BN> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
+    const int nkt = min(((qt + 1) * 64 * NWG + BN - 1) / BN, (T + BN - 1) / BN);  // the block's key tiles
+    const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / BN + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
+    stage_tile_cm<D, 128 * NWG, BN>(Ks(0), k, C3, 0, T, threadIdx.x);
     for (int j = 0; j <= nkt; j++) {
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();  // K(j) and V(j−1) are in, and every warpgroup is done with K(j−1) and V(j−2)
-        if (j + 1 < nkt) stage_tile_cm<D, 128 * NWG>(Ks(j + 1), k, C3, (j + 1) * 64, T, threadIdx.x);
-        if (j < nkt) stage_tile_cm<D, 128 * NWG>(Vs(j), v, C3, j * 64, T, threadIdx.x);
+        if (j + 1 < nkt) stage_tile_cm<D, 128 * NWG, BN>(Ks(j + 1), k, C3, (j + 1) * BN, T, threadIdx.x);
+        if (j < nkt) stage_tile_cm<D, 128 * NWG, BN>(Vs(j), v, C3, j * BN, T, threadIdx.x);
         rows.step(j, nlive, overlap, Ks, Vs);
     }
     forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, b, h, T, L.C, L.NH, T);

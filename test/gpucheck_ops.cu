@@ -339,9 +339,10 @@ static const char* fused_words(int B, int T, int NKV) {  // " (flash, wgmma, fus
              flash_fused_splits(gpu.kernels, (long)B * NKV, T) > 1 ? "s" : "");
     return w;
 }
-// the words for the forward with a producer warpgroup, as gpu.kernels sets it
+// the words for the forward with a producer warpgroup or key tiles of 128, as gpu.kernels sets them
 static const char* producer_words() {
     const KernelOptions& k = gpu.kernels;
+    if (!k.flash_forward_producer) return " (flash, wgmma, 2 warpgroups, 128 keys a tile in the forward)";
     if (k.flash_forward_keys == 128)
         return k.flash_forward_pingpong ? " (flash, wgmma, a producer warpgroup in the forward, 128 keys a tile, ping-pong)"
                                         : " (flash, wgmma, a producer warpgroup in the forward, 128 keys a tile)";
@@ -352,7 +353,7 @@ template <class X> static void check_attention(int B, int T, int C, int NH, int 
     gpu.kernels.flash = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
     char name[256]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d NKV=%d%s", dtype_name<X>(), B, T, C, NH, NKV,
                              !use_flash<X>(gpu.kernels, C, NH) ? "" : flash_fused_backward_runs(gpu.kernels, C / NH) ? fused_words(B, T, NKV)
-                             : gpu.kernels.flash_wgmma && gpu_has_wgmma() && gpu.kernels.flash_forward_producer ? producer_words()
+                             : gpu.kernels.flash_wgmma && gpu_has_wgmma() && (gpu.kernels.flash_forward_producer || gpu.kernels.flash_forward_keys == 128) ? producer_words()
                              : gpu.kernels.flash_wgmma && gpu_has_wgmma() ? (gpu.kernels.flash_wgmma_groups == 2 ?
                              " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
     const size_t W = QKVLayout(C, NH, NKV).row();
@@ -550,8 +551,10 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     check_attention<fp16>(B, T, C, NH, NKV);
     gpu.kernels.flash_forward_pingpong = true;
     check_attention<bf16>(B, T, C, NH, NKV);
-    gpu.kernels.flash_forward_keys = 64, gpu.kernels.flash_forward_pingpong = false;
-    gpu.kernels.flash_forward_producer = 0;
+    gpu.kernels.flash_forward_pingpong = false;
+    gpu.kernels.flash_forward_producer = 0;  // (the forward without a producer, key tiles of 128)
+    check_attention<bf16>(B, T, C, NH, NKV);
+    gpu.kernels.flash_forward_keys = 64;
     // Bit-identical (bound 0) to the run with 2 warpgroups and overlapped products: each product
     // waited for as soon as it is issued (the same operations in the same order: a difference is a
     // register the pipeline reads or writes too early), and 1 warpgroup a block (each row's tiles
@@ -575,14 +578,17 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
                                  NH, NKV, v.what);
         compare_bits(name, want, got);
     }
-    // Ping-pong only changes when each warpgroup issues: with key tiles of 128 too, the same bits.
-    gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true;
-    gpu.kernels.flash_forward_producer = 2; gpu.kernels.flash_forward_keys = 128; gpu.kernels.flash_forward_pingpong = false;
+    // Key tiles of 128: the producer and ping-pong change only who copies and when each warpgroup
+    // issues, so the producer's forward, with or without ping-pong, gives the plain forward's bits.
+    gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true; gpu.kernels.flash_forward_keys = 128;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
-    gpu.kernels.flash_forward_pingpong = true;
-    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
-    char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, key tiles of 128: ping-pong vs not", B, T, C, NH, NKV);
-    compare_bits(name, want, got);
+    for (bool pingpong : {false, true}) {
+        gpu.kernels.flash_forward_producer = 2; gpu.kernels.flash_forward_pingpong = pingpong;
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+        char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, key tiles of 128: a producer%s vs none", B, T,
+                                 C, NH, NKV, pingpong ? " and ping-pong" : "");
+        compare_bits(name, want, got);
+    }
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_keys = 64; gpu.kernels.flash_forward_pingpong = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);  // (the 2 warpgroups' bits again, for the note below)
     // Not a check, a fact for the log: whether the wgmma kernels give the mma.sync kernels' bits.

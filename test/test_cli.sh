@@ -111,7 +111,7 @@ expect_fail "bad choice" 2 "--lr-schedule: expected one of cosine | linear | con
 expect_fail "bad --flash-rows" 2 "--flash-rows: expected one of auto | 16 | 32" "${base[@]}" --flash-rows 24
 expect_fail "--flash-forward-pingpong without a producer" 2 "--flash-forward-pingpong 1 needs --flash-forward-producer 2 or 3" \
     "${base[@]}" --flash-forward-pingpong 1
-expect_fail "--flash-forward-keys 128 without a producer of 2 slots" 2 "--flash-forward-keys 128 needs --flash-forward-producer 2" \
+expect_fail "--flash-forward-keys 128 with a producer of 3 slots" 2 "--flash-forward-keys 128 needs --flash-forward-producer 0 or 2" \
     "${base[@]}" --flash-forward-producer 3 --flash-forward-keys 128
 expect_fail "seq-len above the model's maxT" 2 "--seq-len 64 exceeds" "${base[@]}" --seq-len 64
 expect_fail "batch tokens not divisible" 2 "--total-batch-tokens 100 is not a multiple" "${base[@]}" --total-batch-tokens 100

@@ -16,7 +16,8 @@
 #         wgmma that rounds otherwise (SIMT_WGMMA_REVERSE=1) it keeps mma.sync, saying why;
 #         --flash-forward-producer 2 and 3 (the forward with a producer warpgroup), and 2 with
 #         --flash-forward-pingpong 1, bit-identical to --flash-wgmma 1 alone (on the emulator: its
-#         kernel counted); with --flash-forward-keys 128 (other bits) the bf16 check against the CPU
+#         kernel counted); with --flash-forward-keys 128 (other bits), with and without the
+#         producer, the bf16 check against the CPU
 #   matmul-tune  fp32 with every product tuned (--matmul-tune 1 at LLMC_MATMUL_TUNE_FLOPS=1: each of
 #         cuBLASLt's candidates run, the fastest of the first's bits kept) bit-identical to
 #         --matmul-tune 0; (emulator only) bf16 too, each product saying what it kept, and with
@@ -170,6 +171,7 @@ flash_forward_producer
 # --flash-forward-keys 128 (the producer forward with key tiles of 128: other bits) against the CPU,
 # at T = 320 (3 tiles of 128; at T = 64 one tile holds every key, and the bits equal 64's)
 FLAGS="--seq-len 320" GPU_FLAGS="--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-keys 128" ONCE=1 gpu_vs_cpu bf16 2e-2
+FLAGS="--seq-len 320" GPU_FLAGS="--flash-wgmma 1 --flash-forward-keys 128" ONCE=1 gpu_vs_cpu bf16 2e-2  # (and without a producer)
 # --flash-wgmma auto (the default): at each pass's first 3 launches of LLMC_FLASH_TUNE_BLOCKS blocks
 # or more, wgmma and mma.sync both run (timed at the first) and the bits they wrote are hashed;
 # wgmma is kept only where it wrote the same bits each time, so the run is --flash-wgmma 0's
