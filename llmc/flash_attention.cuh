@@ -182,14 +182,14 @@ __device__ inline void ds_cols(float (*st)[4], float (*dpt)[4], const float* lse
     for (int nt = 0; nt < NT; nt++)
         for (int e = 0; e < 4; e++) {
             const int col = nt * 8 + 2 * t + (e & 1);
-            const float p = FTZ ? exp2_ftz(fmaf(st[nt][e], sl2, -lse2[col])) : exp2f(fmaf(st[nt][e], sl2, -lse2[col]));
+            const float x = fmaf(st[nt][e], sl2, -lse2[col]), p = FTZ ? exp2_ftz(x) : exp2f(x);
             st[nt][e] = p;
             dpt[nt][e] = p * (dpt[nt][e] - Dc[col]);
         }
 }
 // One key tile of NT·8 (64 or 128) in the forward's online softmax, for a warp's 16 query rows
-// (row0 + g and row0 + g + 8; s in the C layout, the keys from col0): the causal mask where the tile reaches the
-// diagonal, the rows' new running max m (base 2; each row's 4 threads agree on it), the factor
+// (row0 + g and row0 + g + 8; s in the C layout, the keys from col0): the causal mask where the
+// tile reaches the diagonal, the rows' new running max m (base 2; each row's 4 threads agree on it), the factor
 // corr = exp2(m_old − m_new) by which what came before is rescaled (l here; the output by the
 // caller: rescale_rows), and s turned into probabilities whose per-thread sums go into l (added
 // across the row's threads at the end). CAUSAL = false (ring attention's blocks): no mask here.
