@@ -189,10 +189,10 @@ __device__ inline void ds_cols(float (*st)[4], float (*dpt)[4], const float* lse
 }
 // One key tile of NT·8 (64 or 128) in the forward's online softmax, for a warp's 16 query rows
 // (row0 + g and row0 + g + 8; s in the C layout, the keys from col0): the causal mask where the
-// tile reaches the diagonal, the rows' new running max m (base 2; each row's 4 threads agree on it), the factor
-// corr = exp2(m_old − m_new) by which what came before is rescaled (l here; the output by the
-// caller: rescale_rows), and s turned into probabilities whose per-thread sums go into l (added
-// across the row's threads at the end). CAUSAL = false (ring attention's blocks): no mask here.
+// tile reaches the diagonal, the rows' new running max m (base 2; each row's 4 threads agree on
+// it), the factor corr = exp2(m_old − m_new) by which what came before is rescaled (l here; the
+// output by the caller: rescale_rows), and s turned into probabilities whose per-thread sums go
+// into l (added across the row's threads at the end). CAUSAL = false (ring attention's blocks): no mask here.
 template <bool CAUSAL = true, int NT = 8>
 __device__ inline void online_softmax_p(float (*s)[4], float* m, float* l, float* corr, float sl2, int row0, int col0) {
     if (CAUSAL && col0 + NT * 8 - 1 > row0) mask_future<NT, false>(s, row0, col0);  // the diagonal (and keys past T)

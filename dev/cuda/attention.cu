@@ -61,8 +61,8 @@ static void wgmma_version(int v) {
 }
 // DEV_ATTENTION_SKIP="13,14": versions not to run (a GPU call skips the ones its checks failed).
 static bool skipped(int v) {
-    const char* s = getenv("DEV_ATTENTION_SKIP");
-    for (; s && *s; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) if (atoi(s) == v) return true;
+    for (const char* s = getenv("DEV_ATTENTION_SKIP"); s && *s; s = strchr(s, ',') ? strchr(s, ',') + 1 : "")
+        if (atoi(s) == v) return true;
     return false;
 }
 static const char* WGMMA_VERSION_TAIL[] = {"", "", ", no overlap", "", ", a producer warpgroup, 2 slots", ", a producer warpgroup, 3 slots",
