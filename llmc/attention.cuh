@@ -627,33 +627,43 @@ template <class F> inline void wgmma_groups_dispatch(const KernelOptions& o, con
     if (o.flash_wgmma_groups == 1) f(std::integral_constant<int, 1>{});
     else f(std::integral_constant<int, 2>{});
 }
-// The wgmma forward: G warpgroups of 64 rows a block, key tiles of BN.
-template <class floatX, int HS, int G, int BN>
+// The wgmma forward: G warpgroups of 64 rows a block, key tiles of BN, swizzled tiles (SW) or not.
+template <class floatX, int HS, int G, int BN, bool SW>
 inline void flash_forward_wgmma_launch(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
-    SHARED_OPT_IN(flash_forward_wgmma_kernel<floatX, HS, G, BN>);
-    flash_forward_wgmma_kernel<floatX, HS, G, BN><<<dim3(L.NH, B, ceil_div(T, 64 * G)), 128 * G, 4 * BN * HS * sizeof(floatX), ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
+    SHARED_OPT_IN(flash_forward_wgmma_kernel<floatX, HS, G, BN, SW>);
+    const size_t shared = 4 * BN * HS * sizeof(floatX) + (SW ? 1024 : 0);  // (room to align the swizzled tiles)
+    flash_forward_wgmma_kernel<floatX, HS, G, BN, SW><<<dim3(L.NH, B, ceil_div(T, 64 * G)), 128 * G, shared, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
     CUDA_LAUNCH_CHECK();
 }
 // The forward with a producer warpgroup (flash_forward_producer slots a ring: 2 or 3): 2
 // warpgroups of 64 rows a block and the producer's; flash_forward_pingpong: the two take turns;
-// flash_forward_keys: key tiles of 64, or of 128 (with 2 slots).
-template <class floatX, int HS, int S, bool PINGPONG, int BN>
+// flash_forward_keys: key tiles of 64, or of 128 (with 2 slots); SW: swizzled tiles.
+template <class floatX, int HS, int S, bool PINGPONG, int BN, bool SW>
 inline void flash_forward_producer_launch(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
-    SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN>);
-    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN><<<dim3(L.NH, B, ceil_div(T, 128)), 384, 2 * S * BN * HS * sizeof(floatX), ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
+    SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW>);
+    const size_t shared = 2 * S * BN * HS * sizeof(floatX) + (SW ? 1024 : 0);
+    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW><<<dim3(L.NH, B, ceil_div(T, 128)), 384, shared, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
     CUDA_LAUNCH_CHECK();
 }
-template <class floatX, int HS>
+template <class floatX, int HS, bool SW>
 inline void flash_forward_producer(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
     const KernelOptions& k = ctx.kernels;
     const bool three = k.flash_forward_producer == 3, pingpong = k.flash_forward_pingpong, wide = k.flash_forward_keys == 128;
     if (wide && three) fatal("flash attention: key tiles of 128 in the producer forward need 2 slots (flash_forward_producer = 2)");
-    if (wide && pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 128>(ctx, out, lse, qkv, B, T, L);
-    else if (wide) flash_forward_producer_launch<floatX, HS, 2, false, 128>(ctx, out, lse, qkv, B, T, L);
-    else if (three && pingpong) flash_forward_producer_launch<floatX, HS, 3, true, 64>(ctx, out, lse, qkv, B, T, L);
-    else if (three) flash_forward_producer_launch<floatX, HS, 3, false, 64>(ctx, out, lse, qkv, B, T, L);
-    else if (pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 64>(ctx, out, lse, qkv, B, T, L);
-    else flash_forward_producer_launch<floatX, HS, 2, false, 64>(ctx, out, lse, qkv, B, T, L);
+    if (wide && pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 128, SW>(ctx, out, lse, qkv, B, T, L);
+    else if (wide) flash_forward_producer_launch<floatX, HS, 2, false, 128, SW>(ctx, out, lse, qkv, B, T, L);
+    else if (three && pingpong) flash_forward_producer_launch<floatX, HS, 3, true, 64, SW>(ctx, out, lse, qkv, B, T, L);
+    else if (three) flash_forward_producer_launch<floatX, HS, 3, false, 64, SW>(ctx, out, lse, qkv, B, T, L);
+    else if (pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 64, SW>(ctx, out, lse, qkv, B, T, L);
+    else flash_forward_producer_launch<floatX, HS, 2, false, 64, SW>(ctx, out, lse, qkv, B, T, L);
+}
+// The wgmma forward the options name (a producer or not, key tiles, warpgroups, swizzled tiles)
+template <class floatX, int HS, bool SW>
+inline void flash_forward_wgmma(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
+    const KernelOptions& k = ctx.kernels;
+    if (k.flash_forward_producer) return flash_forward_producer<floatX, HS, SW>(ctx, out, lse, qkv, B, T, L);
+    if (k.flash_forward_keys == 128 && k.flash_wgmma_groups == 2) return flash_forward_wgmma_launch<floatX, HS, 2, 128, SW>(ctx, out, lse, qkv, B, T, L);
+    wgmma_groups_dispatch(k, [&](auto groups) { flash_forward_wgmma_launch<floatX, HS, decltype(groups)::value, 64, SW>(ctx, out, lse, qkv, B, T, L); });
 }
 // grid (NH, B, row tiles) (the dK/dV pass: NKV key/value heads): the tile index is the slowest, so
 // the blocks with the most work (the last query tiles; for dK/dV the first key tiles) start first
@@ -667,12 +677,8 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             auto fwd_wgmma = [&] {
                 constexpr int HS = decltype(d)::value;  // (D itself is not a constant in here)
-                if (ctx.kernels.flash_forward_producer) return flash_forward_producer<floatX, HS>(ctx, out, lse, qkv, B, T, L);
-                if (ctx.kernels.flash_forward_keys == 128 && ctx.kernels.flash_wgmma_groups == 2)
-                    return flash_forward_wgmma_launch<floatX, HS, 2, 128>(ctx, out, lse, qkv, B, T, L);
-                wgmma_groups_dispatch(ctx.kernels, [&](auto groups) {
-                    flash_forward_wgmma_launch<floatX, HS, decltype(groups)::value, 64>(ctx, out, lse, qkv, B, T, L);
-                });
+                if (ctx.kernels.flash_swizzle) flash_forward_wgmma<floatX, HS, true>(ctx, out, lse, qkv, B, T, L);
+                else flash_forward_wgmma<floatX, HS, false>(ctx, out, lse, qkv, B, T, L);
             };
             auto fwd = [&](int rows) {
                 if constexpr (D == 64)

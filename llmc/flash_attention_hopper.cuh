@@ -5,9 +5,10 @@ own: it follows flash_attention.cuh and shares its pieces (A fragments, online s
 
 A warpgroup (4 warps) owns 64 rows. Each product is a few wgmma m64nNk16. A (Q, dO, P, dS) is in
 registers in mma.sync's fragment layout, or in shared memory. B is read by the tensor cores from
-shared memory, in tiles of 8×16-byte core matrices (no swizzle). One tile serves as K-major B (K
-in S = Q·Kᵀ) and as MN-major B (V in O = P·V). Products run asynchronously, so every kernel is
-software-pipelined: the softmax (or dS) of tile j runs while tile j − 1's products still run.
+shared memory, in tiles of 8×16-byte core matrices (no swizzle; the forward's can be 128-byte
+swizzled). One tile serves as K-major B (K in S = Q·Kᵀ) and as MN-major B (V in O = P·V).
+Products run asynchronously, so every kernel is software-pipelined: the softmax (or dS) of tile
+j runs while tile j − 1's products still run.
 
 The kernels:
   flash_forward_wgmma_kernel          the forward (--flash-wgmma 1, or pass by pass under auto)
@@ -15,13 +16,12 @@ The kernels:
   flash_backward_dq/dkv_wgmma_kernel  the backward as two passes: 7 products (--flash-backward split)
   flash_backward_fused_wgmma_kernel   the backward as one pass: 5 products (the default, head size 64)
 
-    dQ = Σ over splits s of  Σ over the key blocks kb of s (in order) of  dS_kb · K_kb
-
-The fused pass adds each tile's dQ into an fp32 partial sum that one thread owns (deterministic).
+    dQ = Σ over splits s of  Σ over the key blocks kb of s (in order) of  dS_kb · K_kb   (each
+    split's fp32 partial sum has one owner thread an element: deterministic)
 
 Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op, the
 fused pass's dK and dV bit-identical to the two passes'), test/test_ptxas.sh (no spills, no
-wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v17, fused). More: docs/performance.md.
+wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v20, fused). More: docs/performance.md.
 */
 #pragma once
 
@@ -52,9 +52,10 @@ __device__ inline uint32_t smem_addr(const void* p) {  // the shared-memory wind
     return (uint32_t)__cvta_generic_to_shared(p);
 #endif
 }
-// descriptor: start address, LBO, SBO (each in 16-byte units, 14 bits), base offset 0, swizzle 0
-template <class H> __device__ inline uint64_t wgmma_desc(const H* tile, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((smem_addr(tile) & 0x3ffff) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
+// descriptor: start address, LBO, SBO (each in 16-byte units, 14 bits), base offset 0, and the
+// swizzle mode (0: none, 1: 128 bytes)
+template <class H> __device__ inline uint64_t wgmma_desc(const H* tile, uint32_t lbo, uint32_t sbo, uint64_t swizzle = 0) {
+    return (uint64_t)((smem_addr(tile) & 0x3ffff) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | swizzle << 62;
 }
 // The instructions exist only in the sm_90a build; another GPU's build traps (the host launches
 // these kernels only on compute capability 9.0: gpu_has_wgmma).
@@ -253,16 +254,54 @@ __device__ inline void stage_tile_cm(H* dst, const H* src, size_t ld, int row0, 
         cp_async16(dst + (size_t)i * 8, src + (size_t)(in ? r : 0) * ld + c, in ? 16 : 0);
     }
 }
+// The 128-byte swizzled layout (KernelOptions::flash_swizzle: the forward's K and V tiles). A
+// tile of ROWS × D is D/64 panels of 64 columns, ROWS·128 bytes each. Row r of a panel is 128
+// bytes at 128·r, and its 16-byte chunk c (columns 8c..8c+7) sits at 16·(c XOR r%8). So 8
+// threads copy one whole 128-byte line of global memory, and a warp's 8-thread phases write 8
+// different bank groups. wgmma reads it in swizzle mode 1: the tensor cores XOR address bits
+// 4-6 with bits 7-9, so each panel must start at a multiple of 1024 bytes (align_1024).
+template <int D, int THREADS, int ROWS = 64, class H>
+__device__ inline void stage_tile_sw(H* dst, const H* src, size_t ld, int row0, int n, int t) {
+    constexpr int CH = D / 8, RSTEP = THREADS / CH;  // 16-byte chunks a row; rows a copy step
+    static_assert(THREADS % CH == 0 && ROWS % RSTEP == 0 && RSTEP % 8 == 0, "stage_tile_sw: whole rows, the same r%8 at each step");
+    const int c = t % CH, r0 = t / CH;
+    H* d = dst + (c / 8) * ROWS * 64 + r0 * 64 + ((c % 8) ^ (r0 % 8)) * 8;  // (r%8 is r0%8 at every step)
+    #pragma unroll 1
+    for (int k = 0; k < ROWS / RSTEP; k++) {
+        const int r = row0 + r0 + k * RSTEP;
+        const bool in = r < n;
+        cp_async16(d + k * RSTEP * 64, src + (size_t)(in ? r : 0) * ld + c * 8, in ? 16 : 0);
+    }
+}
+template <int D, int THREADS, int ROWS, bool SW, class H>  // a tile in the layout SW names
+__device__ inline void stage_tile(H* dst, const H* src, size_t ld, int row0, int n, int t) {
+    if constexpr (SW) stage_tile_sw<D, THREADS, ROWS>(dst, src, ld, row0, n, t);
+    else stage_tile_cm<D, THREADS, ROWS>(dst, src, ld, row0, n, t);
+}
+// p moved up to the next multiple of 1024 bytes of the shared-memory window (a kernel with
+// swizzled tiles asks for 1 KB more)
+template <class H> __device__ inline H* align_1024(H* p) { return p + ((1024 - (smem_addr(p) & 1023)) & 1023) / sizeof(H); }
+// A tile's descriptors (ROWS × D, either layout) and each k-step's offset in 16-byte units.
+// Read as K-major B, k runs along a row: S = Q·Kᵀ. Read as MN-major B, k runs down the rows:
+// O = P·V. Swizzled, a k-step of 16 columns moves 32 bytes inside a panel's rows (the tensor
+// cores swizzle the sum), and 4 of them reach the next panel; 16 rows are 2048 bytes.
+template <int D, int ROWS, bool SW> struct TileDesc {
+    template <class H> __device__ static uint64_t k_major(const H* t) { return SW ? wgmma_desc(t, 16, 1024, 1) : wgmma_desc(t, 128, 16 * D); }
+    template <class H> __device__ static uint64_t mn_major(const H* t) { return SW ? wgmma_desc(t, ROWS * 128, 1024, 1) : wgmma_desc(t, 16 * D, 128); }
+    __host__ __device__ static constexpr int k_step(int kc) { return SW ? kc % 4 * 2 + kc / 4 * ROWS * 8 : kc * 16; }
+    __host__ __device__ static constexpr int mn_step(int kc) { return SW ? kc * 128 : kc * 2 * D; }
+};
 // The two kinds of product in the wgmma kernels (each fenced, then issued by the whole
 // warpgroup; the caller commits and waits: wgmma_complete). Each k-step's descriptor is the
 // first one's plus the step in 16-byte units: it adds to the start address field, which never
 // carries (the tiles lie below 256 KB). c (64 × N) = A·Mᵀ: A this warp's 16 rows as D/16 A
 // fragments in registers (Q, dO), M an N-row tile (64 or 128) read as K-major B (K, V): S and dP.
-template <int D, int N = 64, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const H* tile) {
+template <int D, int N = 64, bool SW = false, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const uint32_t (*a)[4], const H* tile) {
     wgmma_fence();
-    const uint64_t b = wgmma_desc(tile, 128, 16 * D);
+    using Desc = TileDesc<D, N, SW>;
+    const uint64_t b = Desc::k_major(tile);
     #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, N, false>(&c[0][0], a[kc], b + kc * 16, kc > 0);  // (+256 B a k-step)
+    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, N, false>(&c[0][0], a[kc], b + Desc::k_step(kc), kc > 0);
 }
 // The same with A a 64-row tile in shared memory (the core-matrix layout, K-major like M): the
 // dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K and V would otherwise hold D/4 registers a thread each).
@@ -274,12 +313,13 @@ template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], 
 }
 // acc (64 × D) += P·M: P this warp's 16 rows × K as K/16 A fragments (P, dS or their
 // transposes: c_to_a_16xk), M a K-row tile (64 or 128) read as MN-major B (V, K, dO or Q).
-template <int D, int K = 64, class H> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const H* tile) {
+template <int D, int K = 64, bool SW = false, class H> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const H* tile) {
     wgmma_hold<D / 2>(&acc[0][0]);
     wgmma_fence();  // (after the A fragments and acc were written)
-    const uint64_t b = wgmma_desc(tile, 16 * D, 128);
+    using Desc = TileDesc<D, K, SW>;
+    const uint64_t b = Desc::mn_major(tile);
     #pragma unroll
-    for (int kc = 0; kc < K / 16; kc++) wgmma_m64k16<H, D, true>(&acc[0][0], pa[kc], b + kc * 2 * D, true);  // (+32·D B a k-step)
+    for (int kc = 0; kc < K / 16; kc++) wgmma_m64k16<H, D, true>(&acc[0][0], pa[kc], b + Desc::mn_step(kc), true);
 }
 // a warp's 16 rows × K (64 or 128) in C fragments (fp32) as the A fragments of its K/16 k-chunks (H)
 template <class H, int K = 64> __device__ inline void c_to_a_16xk(uint32_t (*a)[4], const float (*c)[4]) {
@@ -350,8 +390,8 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
 
 // A warp's 16 query rows of the wgmma forward: Q as A fragments, O, the softmax's running max m
 // and sum l, and one pipeline step over key tile j of BN keys (64 or 128; Ks(j) for S, Vs(j−1)
-// for O += P·V).
-template <class H, int D, int BN = 64> struct ForwardRows {
+// for O += P·V; SW: the tiles are swizzled).
+template <class H, int D, int BN = 64, bool SW = false> struct ForwardRows {
     uint32_t qf[D / 16][4], pa[BN / 16][4];  // Q, and P of the tile before as A fragments
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[BN / 8][4], corr[2];
     float sl2;
@@ -363,12 +403,12 @@ template <class H, int D, int BN = 64> struct ForwardRows {
     template <class KTile, class VTile, class Turns = PingPong<false>>
     __device__ void step(int j, int nlive, bool overlap, const KTile& Ks, const VTile& Vs, const Turns& turns = {}) {
         wgmma_pipeline_step(
-            j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D, BN>(s, qf, Ks(j)); },  // S(j)
+            j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D, BN, SW>(s, qf, Ks(j)); },  // S(j)
             [&](int j) {  // P(j) into s, and corr(j) for what came before
                 wgmma_hold<BN / 2>(&s[0][0]);
                 online_softmax_p<true, BN / 8>(s, m, l, corr, sl2, row0, j * BN);
             },
-            [&](int j) { wgmma_issue_pm<D, BN>(o, pa, Vs(j)); },  // O += P(j)·V(j)
+            [&](int j) { wgmma_issue_pm<D, BN, SW>(o, pa, Vs(j)); },  // O += P(j)·V(j)
             [&](int j) {
                 wgmma_hold<D / 2>(&o[0][0]);
                 if (j == nlive) return;
@@ -391,11 +431,13 @@ template <class H, int D, int BN = 64> struct ForwardRows {
 // Shared memory, dynamic (the descriptors address it): K(j) and V(j−1) are in use in iteration j
 // while K(j+1) and V(j) are copied in, so two buffers each: 4·BN·D·2 bytes (64 KB at D = 128).
 // A warpgroup skips the tiles whose keys all come after its 64 rows. BN = 128 (NWG = 2): key
-// tiles of 128, as the producer forward's below (other bits; 128 KB at D = 128).
-template <class H, int D, int NWG, int BN = 64>
+// tiles of 128, as the producer forward's below (other bits; 128 KB at D = 128). SW: the tiles
+// in the swizzled layout (the same values, so the same bits; 1 KB more to align them).
+template <class H, int D, int NWG, int BN = 64, bool SW = false>
 __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
                                                                         bool overlap) {
-    DYNAMIC_SHARED(H, tiles);
+    DYNAMIC_SHARED(H, shared);
+    H* tiles = SW ? align_1024(shared) : shared;
     auto Ks = [&](int j) { return tiles + (j % 2) * BN * D; };
     auto Vs = [&](int j) { return tiles + (2 + j % 2) * BN * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
@@ -403,16 +445,16 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
     const size_t C3 = L.row();
     const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
     const int wrow0 = (qt * NWG + wg) * 64;  // the warpgroup's rows
-    ForwardRows<H, D, BN> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
+    ForwardRows<H, D, BN, SW> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
     const int nkt = min(((qt + 1) * 64 * NWG + BN - 1) / BN, (T + BN - 1) / BN);  // the block's key tiles
     const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / BN + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
-    stage_tile_cm<D, 128 * NWG, BN>(Ks(0), k, C3, 0, T, threadIdx.x);
+    stage_tile<D, 128 * NWG, BN, SW>(Ks(0), k, C3, 0, T, threadIdx.x);
     for (int j = 0; j <= nkt; j++) {
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();  // K(j) and V(j−1) are in, and every warpgroup is done with K(j−1) and V(j−2)
-        if (j + 1 < nkt) stage_tile_cm<D, 128 * NWG, BN>(Ks(j + 1), k, C3, (j + 1) * BN, T, threadIdx.x);
-        if (j < nkt) stage_tile_cm<D, 128 * NWG, BN>(Vs(j), v, C3, j * BN, T, threadIdx.x);
+        if (j + 1 < nkt) stage_tile<D, 128 * NWG, BN, SW>(Ks(j + 1), k, C3, (j + 1) * BN, T, threadIdx.x);
+        if (j < nkt) stage_tile<D, 128 * NWG, BN, SW>(Vs(j), v, C3, j * BN, T, threadIdx.x);
         rows.step(j, nlive, overlap, Ks, Vs);
     }
     forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, b, h, T, L.C, L.NH, T);
@@ -431,11 +473,12 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
 // PINGPONG: the two computing warpgroups take turns to issue their products (PingPong).
 // BN = 64: the products and their order are the forward's above, so the same bits
 // (gpucheck_ops). BN = 128: key tiles of 128 (half the softmax steps and rescales of O; not the
-// same bits, and the first warpgroup computes its last tile's masked half too).
-template <class H, int D, int STAGES, bool PINGPONG, int BN>
+// same bits, and the first warpgroup computes its last tile's masked half too). SW: swizzled tiles.
+template <class H, int D, int STAGES, bool PINGPONG, int BN, bool SW>
 __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
                                                                         bool overlap) {
-    DYNAMIC_SHARED(H, tiles);
+    DYNAMIC_SHARED(H, shared);
+    H* tiles = SW ? align_1024(shared) : shared;
     __shared__ uint64_t full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
     auto Ks = [&](int j) { return tiles + (j % STAGES) * BN * D; };
     auto Vs = [&](int j) { return tiles + (STAGES + j % STAGES) * BN * D; };
@@ -455,17 +498,17 @@ __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H*
         const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
         for (int j = 0; j < nkt; j++) {
             mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
-            stage_tile_cm<D, 128, BN>(Ks(j), k, C3, j * BN, T, threadIdx.x - 256);
+            stage_tile<D, 128, BN, SW>(Ks(j), k, C3, j * BN, T, threadIdx.x - 256);
             mbar_arrive_on_copies(&full_k[j % STAGES]);
             mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
-            stage_tile_cm<D, 128, BN>(Vs(j), v, C3, j * BN, T, threadIdx.x - 256);
+            stage_tile<D, 128, BN, SW>(Vs(j), v, C3, j * BN, T, threadIdx.x - 256);
             mbar_arrive_on_copies(&full_v[j % STAGES]);
         }
         cp_async_wait_all();  // (its copies have landed before it ends)
     } else {
         setmaxnreg<232, true>();
         const int wrow0 = (qt * 2 + wg) * 64;  // the warpgroup's rows
-        ForwardRows<H, D, BN> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
+        ForwardRows<H, D, BN, SW> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
         const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / BN + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
         const PingPong<PINGPONG> turns{wg};
         turns.first_turn();

@@ -70,7 +70,7 @@ The model of a GPU:
   - bar.sync and bar.arrive with a barrier id and a thread count (named barriers, bar_named):
     a phase completes at its count's arrival; a block that ends with one half full is reported.
   - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers or through a shared-memory
-    descriptor, B through one, no-swizzle layouts only): a warpgroup (128 threads) collective,
+    descriptor, B through one; no swizzle or the 128-byte one): a warpgroup (128 threads) collective,
     computed when all 128 reach a wgmma.wait_group, for the groups that wait completes; shared
     memory is read then, and D written then (see "wgmma" below); its 16 terms are added in mma's
     order, or the other way (SIMT_WGMMA_REVERSE=1: a GPU whose two instructions round otherwise).
@@ -617,11 +617,16 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 //     byte 16·(m%8) + SBO·(m/8) + 2·(k%8) + LBO·(k/8) (wgmma_m64k16_ss);
 //   B 16×N from shared memory, through the descriptor: start address (bits 0-13), leading byte
 //     offset LBO (16-29) and stride byte offset SBO (32-45), each in 16-byte units; base offset
-//     (49-51) and swizzle mode (62-63) must be 0 (the no-swizzle "interleaved" layout, the only
-//     one emulated). Its canonical layouts, T = 8 bf16 (16 bytes), element (k, n) at byte
-//       K-major  (trans_b 0): 16·(n%8) + SBO·(n/8) + 2·(k%8) + LBO·(k/8)
-//       MN-major (trans_b 1):  2·(n%8) + SBO·(n/8) + 16·(k%8) + LBO·(k/8)
+//     (49-51) must be 0, and the swizzle mode (62-63) 0 (none: "interleaved") or 1 (128 bytes),
+//     the two emulated. The canonical layouts, T = 8 bf16 (16 bytes), element (k, n) at byte
+//       none, K-major  (trans_b 0): 16·(n%8) + SBO·(n/8) + 2·(k%8) + LBO·(k/8)
+//       none, MN-major (trans_b 1):  2·(n%8) + SBO·(n/8) + 16·(k%8) + LBO·(k/8)
 //     ("((8,m),(T,2k)):((1T,SBO),(1,LBO))" and "((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))");
+//       128 B, K-major:  128·(n%8) + SBO·(n/8) + 2·k
+//       128 B, MN-major:   2·(n%64) + LBO·(n/64) + 128·(k%8) + SBO·(k/8)
+//     ("((8,m),(T,2k)):((8T,SBO),(1,T))" and "((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))"), each then
+//     swizzled: address bits 4-6 XOR bits 7-9. That needs the pattern's 1024 bytes to start at a
+//     multiple of 1024 (else a base offset): the emulator reports a start with bits 7-9 set.
 //   D: thread (warp w, lane l) holds d[4j + e] = row 16w + l/4 + 8·(e/2), column 8j + 2·(l%4) + e%2.
 // Each thread's issue only records it; the products are computed when the warpgroup's 128
 // threads all reach a wgmma.wait_group N, for every committed group but the newest N, in issue
@@ -678,11 +683,17 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
     const char* base = (const char*)dynamic_shared();
     // element (k, c) of a 16-row K-major (k fastest in a core matrix row) or MN-major operand in shared memory
     auto shared_operand = [&](uint64_t desc, bool mn_major, int k, int c, const char* which) {
-        if ((desc >> 62) != 0 || ((desc >> 49) & 7) != 0)
-            die("%s: a wgmma descriptor with a swizzle or base offset (only the interleaved layout is emulated)", r.kernel);
+        const int swizzle = (int)(desc >> 62);
+        if (swizzle > 1 || ((desc >> 49) & 7) != 0)
+            die("%s: a wgmma descriptor with a 64- or 32-byte swizzle or a base offset (not emulated)", r.kernel);
         const size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
-        const size_t off = start + (mn_major ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
-                                             : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8));
+        if (swizzle && (start & 0x380))
+            die("%s: a 128-byte swizzled wgmma operand whose 1024-byte pattern does not start at a multiple of 1024 (byte %zu)", r.kernel, start);
+        size_t off = start + (swizzle ? (mn_major ? 2 * (c % 64) + lbo * (c / 64) + 128 * (k % 8) + sbo * (k / 8)
+                                                  : 128 * (c % 8) + sbo * (c / 8) + 2 * k)
+                                      : (mn_major ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
+                                                  : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8)));
+        if (swizzle) off ^= ((off >> 7) & 7) << 4;  // the 16-byte chunk (address bits 4-6) XOR the row in 8 (bits 7-9)
         if (off + 2 > tl_dynamic_bytes) die("%s: wgmma reads %s past the block's dynamic shared memory (byte %zu of %zu)", r.kernel, which, off, tl_dynamic_bytes);
         uint16_t v; memcpy(&v, base + off, 2);
         return half_value(v, 0, op0.fp16);

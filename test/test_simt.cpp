@@ -18,9 +18,11 @@ under the emulator" (build/simcheck_ops) means something:
     phase left half full at the block's end, and two thread counts for one barrier, are reported;
   - wgmma m64n64k16: A fragments by the ISA's formulas and B stored by its canonical no-swizzle
     layouts (K-major and MN-major, spaced by the descriptor's LBO and SBO) multiply to A·B + C,
-    and so do A and B both K-major in shared memory (A's LBO and SBO spaced unlike B's),
+    and so do A and B both K-major in shared memory (A's LBO and SBO spaced unlike B's), and B
+    in the 128-byte swizzled layouts (K-major from 32 bytes into its rows, and MN-major),
     written to D only at the wait; a warpgroup with a warp that never waits is reported, and so
-    is a thread that writes a product's A or D registers between its issue and its wait;
+    is a thread that writes a product's A or D registers between its issue and its wait, and a
+    swizzled operand that does not start on its 1024-byte pattern;
   - the failures a GPU would show are reported, each in a child process that must exit with
     status 3 and name the kernel (one block each: libgomp's threads do not survive fork): a
     __syncthreads that half a warp reaches while the other half waits at a shuffle (deadlock), a
@@ -327,12 +329,19 @@ static void test_wgmma() {
     for (int r = 0; r < 64; r++) for (int k = 0; k < 16; k++) A[r][k] = fl(bf((float)((r * 7 + k * 3) % 11) - 5.0f));
     for (int k = 0; k < 16; k++) for (int n = 0; n < 64; n++) B[k][n] = fl(bf((float)((k * 5 + n * 3) % 9) - 4.0f) * 0.5f);
     for (int r = 0; r < 64; r++) for (int n = 0; n < 64; n++) C[r][n] = (float)(r - n);
-    for (int mode = 0; mode < 3; mode++) {  // B K-major, B MN-major (A in registers); A and B K-major from shared memory
-        const int trans = mode == 1;
+    // B K-major, B MN-major (A in registers); A and B K-major from shared memory; B K-major and
+    // MN-major 128-byte swizzled
+    for (int mode = 0; mode < 5; mode++) {
+        const int trans = mode == 1 || mode == 4, swizzled = mode >= 3;
         // K-major: (k, n) at 16(n%8) + SBO(n/8) + 2(k%8) + LBO(k/8); MN-major: 2(n%8) + SBO(n/8) + 16(k%8) + LBO(k/8)
-        const uint32_t lbo = trans ? 1536 : 128, sbo = trans ? 128 : 512;
-        auto at = [&](int k, int n) { return trans ? 2 * (n % 8) + sbo * (n / 8) + 16 * (k % 8) + lbo * (k / 8)
-                                                   : 16 * (n % 8) + sbo * (n / 8) + 2 * (k % 8) + lbo * (k / 8); };
+        const uint32_t lbo = swizzled ? 16 : trans ? 1536 : 128, sbo = swizzled ? 1024 : trans ? 128 : 512;
+        // Swizzled: rows of 128 bytes, 16-byte chunk c of row r at 16·(c XOR r%8). K-major B
+        // (n a row) is the second k-step of 16 columns (the descriptor starts 32 bytes in);
+        // MN-major B (k a row) is 16 rows of 64.
+        auto sw = [](int row, int col) { return 128 * row + 16 * ((col / 8) ^ (row % 8)) + 2 * (col % 8); };
+        auto at = [&](int k, int n) { return mode == 3 ? sw(n, 16 + k) : mode == 4 ? sw(k, n)
+                                             : trans ? 2 * (n % 8) + sbo * (n / 8) + 16 * (k % 8) + lbo * (k / 8)
+                                                     : 16 * (n % 8) + sbo * (n / 8) + 2 * (k % 8) + lbo * (k / 8); };
         // A (K-major) after B, at 4096: (m, k) at 16(m%8) + SBO_A(m/8) + 2(k%8) + LBO_A(k/8), spaced unlike B's
         const uint32_t lbo_a = 1024, sbo_a = 128;
         auto at_a = [&](int m, int k) { return 4096 + 16 * (m % 8) + sbo_a * (m / 8) + 2 * (k % 8) + lbo_a * (k / 8); };
@@ -342,7 +351,7 @@ static void test_wgmma() {
             if (threadIdx.x == 0) {
                 for (int k = 0; k < 16; k++)
                     for (int n = 0; n < 64; n++) { uint16_t v = bf(B[k][n]); memcpy(smem + at(k, n), &v, 2); }
-                for (int m = 0; m < 64; m++)
+                for (int m = 0; m < 64 && mode == 2; m++)  // (the swizzled K-major B fills all 8 KB)
                     for (int k = 0; k < 16; k++) { uint16_t v = bf(A[m][k]); memcpy(smem + at_a(m, k), &v, 2); }
             }
             __syncthreads();
@@ -354,7 +363,8 @@ static void test_wgmma() {
             float d[32];
             for (int j = 0; j < 8; j++)
                 for (int e = 0; e < 4; e++) d[4 * j + e] = C[16 * w + c_row(lane, e)][8 * j + c_col(lane, e)];
-            const uint64_t desc = (uint64_t)(simt::shared_offset(smem) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
+            const uint64_t desc = (uint64_t)((simt::shared_offset(smem) + (mode == 3 ? 32 : 0)) >> 4) | (uint64_t)(lbo >> 4) << 16 |
+                                  (uint64_t)(sbo >> 4) << 32 | (uint64_t)swizzled << 62;
             const uint64_t desc_a = (uint64_t)(simt::shared_offset(smem + 4096) >> 4) | (uint64_t)(lbo_a >> 4) << 16 | (uint64_t)(sbo_a >> 4) << 32;
             if (mode == 2) simt::wgmma_m64k16_ss(d, desc_a, desc, 64, false, true);
             else simt::wgmma_m64k16(d, a, desc, 64, trans, true);
@@ -365,7 +375,8 @@ static void test_wgmma() {
                 for (int e = 0; e < 4; e++) D[16 * w + c_row(lane, e)][8 * j + c_col(lane, e)] = d[4 * j + e];
         });
         const bool ok = is_ab_plus_c(A, B, C, D);
-        const char* what[] = {"B K-major", "B MN-major", "A and B K-major from shared memory"};
+        const char* what[] = {"B K-major", "B MN-major", "A and B K-major from shared memory", "B K-major 128-byte swizzled, 32 bytes in",
+                              "B MN-major 128-byte swizzled"};
         char name[160];
         snprintf(name, sizeof(name), "wgmma m64n64k16, %s through the descriptor, equals A·B + C", what[mode]);
         check(ok, name);
@@ -590,6 +601,16 @@ static void test_wgmma_failures() {
             if (threadIdx.x < 96) simt::wgmma_wait(0);  // warp 3 leaves without waiting
         });
     }, "wgmma_half_wait"), "a warpgroup whose last warp never waits for its wgmma is reported");
+    check(dies_with([] {
+        simt::launch("wgmma_swizzle_unaligned", simt::Cfg{1, 128, 4096}, [&] {
+            float d[32] = {};
+            const uint32_t a[4] = {};
+            simt::wgmma_m64k16(d, a, (uint64_t)((simt::shared_offset(simt::dynamic_shared()) + 128) >> 4) | 1ull << 16 | 64ull << 32 | 1ull << 62,
+                               64, false, true);
+            simt::wgmma_commit();
+            simt::wgmma_wait(0);
+        });
+    }, "does not start at a multiple of 1024"), "a 128-byte swizzled wgmma operand off its 1024-byte pattern is reported");
     // registers the product is still reading (A) or will write (D) touched between issue and wait
     for (int which = 0; which < 2; which++)
         check(dies_with([which] {

@@ -27,7 +27,9 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       forward with a producer warpgroup that copies the tiles in (mbarriers, no block barrier, the
       registers moved to the computing warpgroups by setmaxnreg), 2 or 3 slots a ring; v13,
       v14: v11, v12 with ping-pong (the two computing warpgroups take turns to issue products);
-      v15, v16, v17: v11, v13, v7 with key tiles of 128 (other bits: half the softmax steps)
+      v15, v16, v17: v11, v13, v7 with key tiles of 128 (other bits: half the softmax steps);
+      v18, v19, v20: v7, v13, v16 with the K and V tiles 128-byte swizzled (a whole 128-byte
+      line copied per 8 threads; the same bits)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -49,15 +51,16 @@ For v5 and v6 the backward's time is also split between its two passes (backward
 */
 #include "common.cuh"
 
-// The kernel options of version v (7-9, 11-17: the wgmma versions; any other: wgmma off).
+// The kernel options of version v (7-9, 11-20: the wgmma versions; any other: wgmma off).
 static void wgmma_version(int v) {
     KernelOptions& k = gpu_ctx.kernels;
     k.flash_wgmma = v >= 7;
     k.flash_wgmma_groups = v == 8 ? 1 : 2;
     k.flash_wgmma_overlap = v != 9;
-    k.flash_forward_producer = v == 12 || v == 14 ? 3 : v >= 11 && v <= 16 ? 2 : 0;
-    k.flash_forward_pingpong = v == 13 || v == 14 || v == 16;
-    k.flash_forward_keys = v >= 15 ? 128 : 64;
+    k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || v == 19 || v == 20 ? 2 : 0;
+    k.flash_forward_pingpong = v == 13 || v == 14 || v == 16 || v == 19 || v == 20;
+    k.flash_forward_keys = (v >= 15 && v <= 17) || v == 20 ? 128 : 64;
+    k.flash_swizzle = v >= 18;
 }
 // DEV_ATTENTION_SKIP="13,14": versions not to run (a GPU call skips the ones its checks failed).
 static bool skipped(int v) {
@@ -68,7 +71,8 @@ static bool skipped(int v) {
 static const char* WGMMA_VERSION_TAIL[] = {"", "", ", no overlap", "", ", a producer warpgroup, 2 slots", ", a producer warpgroup, 3 slots",
                                            ", a producer warpgroup, 2 slots, ping-pong", ", a producer warpgroup, 3 slots, ping-pong",
                                            ", a producer warpgroup, 2 slots of 128 keys", ", a producer warpgroup, 2 slots of 128 keys, ping-pong",
-                                           ", 128 keys a tile"};
+                                           ", 128 keys a tile", ", swizzled tiles", ", a producer warpgroup, 2 slots, ping-pong, swizzled tiles",
+                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles"};
 
 // The flash backward's time split between its two passes, with each pass's own tensor-core
 // FLOPs: the dK/dV pass computes 4 products (Sᵀ, dPᵀ, dV, dK), the dQ pass 3 (S, dP, dQ) — 7
@@ -148,14 +152,22 @@ int main(int argc, char** argv) {
             autotune_forget(gpu_ctx);
             gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())  // v7-v9, v11-v17: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer
-            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17}) {
+        // v7-v9, v11-v20: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer, swizzled
+        // tiles (v11 on change only the forward: its time alone)
+        if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())
+            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
                 if (skipped(v)) continue;
                 wgmma_version(v);
-                float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); }), bw = time_ms(bwd);
-                printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-                       gpu_ctx.kernels.flash_wgmma_groups, WGMMA_VERSION_TAIL[v - 7], v, fw, flops_fwd / fw / 1e9, bw, 2.5 * flops_fwd / bw / 1e9);
-                backward_split(bwd, flops_fwd, bw);
+                float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); });
+                printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s)", gpu_ctx.kernels.flash_wgmma_groups,
+                       WGMMA_VERSION_TAIL[v - 7], v, fw, flops_fwd / fw / 1e9);
+                if (v < 11) {
+                    const float bw = time_ms(bwd);
+                    printf(", backward %.3f ms (%.1f TFLOP/s)\n", bw, 2.5 * flops_fwd / bw / 1e9);
+                    backward_split(bwd, flops_fwd, bw);
+                } else {
+                    printf("\n");
+                }
                 wgmma_version(0);
             }
         {   // a ring attention block (context parallelism, cp = 2 zigzag: T/2 queries over T/2 borrowed
@@ -206,8 +218,8 @@ int main(int argc, char** argv) {
                            "v6 v5 + 32 rows/warp", "v7 wgmma, 2 warpgroups", "v8 wgmma, 1 warpgroup",
                            "v9 wgmma, no overlap", "v10 (removed)", "v11 wgmma, producer, 2 slots", "v12 wgmma, producer, 3 slots",
                            "v13 v11 + ping-pong", "v14 v12 + ping-pong", "v15 v11, 128 keys a tile", "v16 v13, 128 keys a tile",
-                           "v17 v7, 128 keys a tile"};
-    for (int v = 2; v <= 17; v++) {
+                           "v17 v7, 128 keys a tile", "v18 v7, swizzled tiles", "v19 v13, swizzled tiles", "v20 v16, swizzled tiles"};
+    for (int v = 2; v <= 20; v++) {
         if (v == 10 || skipped(v)) continue;
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
