@@ -33,14 +33,15 @@ want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,flash,bf16,train},"
 [[ $want == *,wgmma,* ]] && step wgmma 90 build/gpucheck_ops wgmma
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 also=${OURS_ALSO-"--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-keys 128"}
-# Failures that name only ping-pong or swizzled tiles leave out those versions; others, or a hang,
-# every opt-in forward (v11-v20).
+# Failures that name only ping-pong, swizzled tiles or TMA leave out those versions; others, or a
+# hang, every opt-in forward (v11-v22).
 if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0 failed" "$log-wgmma.txt"; then
     bad=$(grep "^not ok" "$log-wgmma.txt") skip=
-    grep -q "ping-pong" <<<"$bad" && { skip+=13,14,16,19,20,; also="--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-keys 128"; }
-    grep -q "swizzled" <<<"$bad" && skip+=18,19,20,
-    if [ -z "$bad" ] || grep -v -e "ping-pong" -e "swizzled" <<<"$bad" | grep -q . || grep -q "^== wgmma: exit 124" "$log-wgmma.txt"; then
-        skip=11,12,13,14,15,16,17,18,19,20; also=
+    grep -q "ping-pong" <<<"$bad" && { skip+=13,14,16,19,20,21,22,; also="--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-keys 128"; }
+    grep -q "by TMA" <<<"$bad" && skip+=21,22,
+    grep -v "by TMA" <<<"$bad" | grep -q "swizzled" && skip+=18,19,20,21,22,
+    if [ -z "$bad" ] || grep -v -e "ping-pong" -e "swizzled" -e "by TMA" <<<"$bad" | grep -q . || grep -q "^== wgmma: exit 124" "$log-wgmma.txt"; then
+        skip=11,12,13,14,15,16,17,18,19,20,21,22; also=
     fi
     export DEV_ATTENTION_SKIP=${skip%,}
     echo "gpu_speed: the wgmma check did not pass: versions $DEV_ATTENTION_SKIP left out; ours also: '${also}'"
@@ -52,12 +53,14 @@ fi
 [[ $want == *,bf16,* ]] && step bf16 90 build/gpucheck_ops bf16
 [[ $want == *,train,* ]] && GPU_TRAIN_QUICK=1 step train 200 bash test/test_gpu_train.sh ./train_gpt
 # ncu: the forward at head size 128, T = 8192, with interleaved tiles (v7), swizzled (v18), and
-# swizzled with a producer, ping-pong and 128 keys (v20): one launch each, L2 and stall details.
+# swizzled with a producer, ping-pong and 128 keys, by cp.async (v20) and by TMA (v22): one
+# launch each, L2 and stall details.
 ncu_forward() {
     local spec
     for spec in "6:flash_forward_wgmma_kernel<.*, 2, 64, false>" "0:flash_forward_wgmma_kernel<.*, 2, 64, true>" \
-                "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true>"; do
-        DEV_ATTENTION_SKIP=8,9,11,12,13,14,15,16,17 NCU_SKIP=${spec%%:*} NCU_COUNT=1 \
+                "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, false>" \
+                "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, true>"; do
+        DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}8,9,11,12,13,14,15,16,17,19,21 NCU_SKIP=${spec%%:*} NCU_COUNT=1 \
             bash dev/bench/bench_ncu_attention.sh 2 8192 768 6 "${spec#*:}"
     done
 }

@@ -637,31 +637,41 @@ inline void flash_forward_wgmma_launch(const Ctx& ctx, floatX* out, float* lse, 
 }
 // The forward with a producer warpgroup (flash_forward_producer slots a ring: 2 or 3): 2
 // warpgroups of 64 rows a block and the producer's; flash_forward_pingpong: the two take turns;
-// flash_forward_keys: key tiles of 64, or of 128 (with 2 slots); SW: swizzled tiles.
-template <class floatX, int HS, int S, bool PINGPONG, int BN, bool SW>
+// flash_forward_keys: key tiles of 64, or of 128 (with 2 slots); SW: swizzled tiles; TMA: copied
+// by TMA, through a tensor map of qkv as B × T × its row (boxes of 64 columns × BN rows).
+template <class floatX, int HS, int S, bool PINGPONG, int BN, bool SW, bool TMA>
 inline void flash_forward_producer_launch(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
-    SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW>);
+    SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA>);
     const size_t shared = 2 * S * BN * HS * sizeof(floatX) + (SW ? 1024 : 0);
-    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW><<<dim3(L.NH, B, ceil_div(T, 128)), 384, shared, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap);
+    CUtensorMap map{};
+    if constexpr (TMA) {
+        const uint64_t dims[3] = {L.row(), (uint64_t)T, (uint64_t)B}, strides[2] = {L.row() * sizeof(floatX), T * L.row() * sizeof(floatX)};
+        const uint32_t box[3] = {64, BN, 1};
+        map = tensor_map_3d_16bit(qkv, dims, strides, box);
+    }
+    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA><<<dim3(L.NH, B, ceil_div(T, 128)), 384, shared, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap, map);
     CUDA_LAUNCH_CHECK();
 }
-template <class floatX, int HS, bool SW>
+template <class floatX, int HS, bool SW, bool TMA>
 inline void flash_forward_producer(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
     const KernelOptions& k = ctx.kernels;
     const bool three = k.flash_forward_producer == 3, pingpong = k.flash_forward_pingpong, wide = k.flash_forward_keys == 128;
     if (wide && three) fatal("flash attention: key tiles of 128 in the producer forward need 2 slots (flash_forward_producer = 2)");
-    if (wide && pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 128, SW>(ctx, out, lse, qkv, B, T, L);
-    else if (wide) flash_forward_producer_launch<floatX, HS, 2, false, 128, SW>(ctx, out, lse, qkv, B, T, L);
-    else if (three && pingpong) flash_forward_producer_launch<floatX, HS, 3, true, 64, SW>(ctx, out, lse, qkv, B, T, L);
-    else if (three) flash_forward_producer_launch<floatX, HS, 3, false, 64, SW>(ctx, out, lse, qkv, B, T, L);
-    else if (pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 64, SW>(ctx, out, lse, qkv, B, T, L);
-    else flash_forward_producer_launch<floatX, HS, 2, false, 64, SW>(ctx, out, lse, qkv, B, T, L);
+    if (wide && pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 128, SW, TMA>(ctx, out, lse, qkv, B, T, L);
+    else if (wide) flash_forward_producer_launch<floatX, HS, 2, false, 128, SW, TMA>(ctx, out, lse, qkv, B, T, L);
+    else if (three && pingpong) flash_forward_producer_launch<floatX, HS, 3, true, 64, SW, TMA>(ctx, out, lse, qkv, B, T, L);
+    else if (three) flash_forward_producer_launch<floatX, HS, 3, false, 64, SW, TMA>(ctx, out, lse, qkv, B, T, L);
+    else if (pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 64, SW, TMA>(ctx, out, lse, qkv, B, T, L);
+    else flash_forward_producer_launch<floatX, HS, 2, false, 64, SW, TMA>(ctx, out, lse, qkv, B, T, L);
 }
-// The wgmma forward the options name (a producer or not, key tiles, warpgroups, swizzled tiles)
+// The wgmma forward the options name (a producer or not, key tiles, warpgroups, swizzled tiles, TMA)
 template <class floatX, int HS, bool SW>
 inline void flash_forward_wgmma(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
     const KernelOptions& k = ctx.kernels;
-    if (k.flash_forward_producer) return flash_forward_producer<floatX, HS, SW>(ctx, out, lse, qkv, B, T, L);
+    if (k.flash_tma && !(SW && k.flash_forward_producer)) fatal("flash attention: TMA copies need the producer forward and swizzled tiles");
+    if constexpr (SW)
+        if (k.flash_tma) return flash_forward_producer<floatX, HS, true, true>(ctx, out, lse, qkv, B, T, L);
+    if (k.flash_forward_producer) return flash_forward_producer<floatX, HS, SW, false>(ctx, out, lse, qkv, B, T, L);
     if (k.flash_forward_keys == 128 && k.flash_wgmma_groups == 2) return flash_forward_wgmma_launch<floatX, HS, 2, 128, SW>(ctx, out, lse, qkv, B, T, L);
     wgmma_groups_dispatch(k, [&](auto groups) { flash_forward_wgmma_launch<floatX, HS, decltype(groups)::value, 64, SW>(ctx, out, lse, qkv, B, T, L); });
 }

@@ -17,6 +17,9 @@ More: docs/backends.md.
 #include <algorithm>
 #include <string>
 #include "memory.h"
+#ifdef __CUDACC__
+#include <cudaTypedefs.h>  // (CUtensorMap and the type of cuTensorMapEncodeTiled)
+#endif
 
 #ifndef LLMC_CUDA
 inline int cuda_device_count() { return 0; }
@@ -146,5 +149,31 @@ inline std::string cuda_describe() {
              p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, drv / 1000, drv % 1000 / 10,
              rt / 1000, rt % 1000 / 10, lt / 10000, lt / 100 % 100, lt % 100);
     return s;
+}
+
+// A TMA tensor map (sm_90) of a 3-D tensor of 16-bit values: dims[0] contiguous, strides in
+// bytes of dims 1 and 2, copied in boxes of box[0] × box[1] × box[2] with the 128-byte swizzle,
+// zeros outside the tensor. The driver's encoder comes through the runtime (no link to libcuda).
+inline CUtensorMap tensor_map_3d_16bit(const void* base, const uint64_t dims[3], const uint64_t strides[2], const uint32_t box[3]) {
+    CUtensorMap map;
+#ifdef LLMC_SIMT
+    const bool ok = simt::tensor_map_encode(&map, 2, 3, base, dims, strides, box, true);
+#else
+    static const auto encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+        if (!fn || found != cudaDriverEntryPointSuccess) fatal("TMA: this driver has no cuTensorMapEncodeTiled (a CUDA 12 driver or newer has it)");
+        return (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }();
+    const cuuint32_t unit[3] = {1, 1, 1};
+    const bool ok = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+#endif
+    if (!ok)
+        fatal("TMA: no tensor map for %llu x %llu x %llu values (strides %llu, %llu bytes) in boxes of %u x %u x %u", (unsigned long long)dims[0],
+              (unsigned long long)dims[1], (unsigned long long)dims[2], (unsigned long long)strides[0], (unsigned long long)strides[1], box[0],
+              box[1], box[2]);
+    return map;
 }
 #endif

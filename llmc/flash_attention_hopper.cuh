@@ -12,7 +12,7 @@ j runs while tile j − 1's products still run.
 
 The kernels:
   flash_forward_wgmma_kernel          the forward (--flash-wgmma 1, or pass by pass under auto)
-  flash_forward_wgmma_producer_kernel with a producer warpgroup (--flash-forward-producer, -pingpong)
+  flash_forward_wgmma_producer_kernel with a producer warpgroup (cp.async or TMA; --flash-forward-producer)
   flash_backward_dq/dkv_wgmma_kernel  the backward as two passes: 7 products (--flash-backward split)
   flash_backward_fused_wgmma_kernel   the backward as one pass: 5 products (the default, head size 64)
 
@@ -123,6 +123,25 @@ __device__ inline void mbar_arrive_on_copies(uint64_t* bar) {
     simt::mbar_arrive_on_copies(bar);
 #elif defined(LLMC_WGMMA)
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
+// arrive, and make the phase also wait for `bytes` of TMA copies (complete_tx)
+__device__ inline void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
+#if defined(LLMC_SIMT)
+    simt::mbar_arrive_expect_tx(bar, bytes);
+#elif defined(LLMC_WGMMA)
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+// TMA: the box of map at coordinates (c0, c1, c2) into shared memory at dst, its bytes completed
+// on bar. One thread issues it; the copy engine moves the whole box.
+__device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
+#if defined(LLMC_SIMT)
+    const int c[3] = {c0, c1, c2};
+    simt::tma_load(dst, map, c, bar);
+#elif defined(LLMC_WGMMA)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+                 ::"r"(smem_addr(dst)), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)) : "memory");
 #endif
 }
 __device__ inline void mbar_wait(uint64_t* bar, unsigned parity) {
@@ -460,12 +479,20 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
     forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, b, h, T, L.C, L.NH, T);
 }
 
+// One tile of ROWS × D by TMA: D/64 boxes of 64 columns × ROWS (each a swizzled panel) from
+// column col0, row row0 of batch b in map; bar's phase expects the whole tile's bytes.
+template <int D, int ROWS, class H> __device__ inline void tma_tile(H* dst, const CUtensorMap* map, int col0, int row0, int b, uint64_t* bar) {
+    mbar_arrive_expect_tx(bar, ROWS * D * sizeof(H));
+    for (int p = 0; p < D / 64; p++) tma_load_3d(dst + p * ROWS * 64, map, col0 + p * 64, row0, b, bar);
+}
+
 // The same forward with a producer warpgroup (flash_forward_producer slots; v11 in
 // dev/cuda/attention.cu): warpgroup 2 copies the K and V tiles in, and warpgroups 0 and 1
 // compute, with no block barrier. The producer gives back registers (setmaxnreg: 40 a thread)
 // and the computing warpgroups take them (232). Each tile has a slot in a ring of STAGES, and
 // each slot four mbarriers:
-//   full_k, full_v    the producer's 128 threads arrive when their copies have landed
+//   full_k, full_v    the producer's 128 threads arrive when their copies have landed (TMA:
+//                     its first thread arrives, and the phase waits for the copies' bytes)
 //   empty_k, empty_v  lane 0 of each of the 8 computing warps arrives when its products are done
 // The producer waits for a slot's empty phase before refilling it; a computing warp waits for
 // K(j)'s and V(j−1)'s full phases before iteration j. Every computing warp passes through every
@@ -473,10 +500,13 @@ __global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, 
 // PINGPONG: the two computing warpgroups take turns to issue their products (PingPong).
 // BN = 64: the products and their order are the forward's above, so the same bits
 // (gpucheck_ops). BN = 128: key tiles of 128 (half the softmax steps and rescales of O; not the
-// same bits, and the first warpgroup computes its last tile's masked half too). SW: swizzled tiles.
-template <class H, int D, int STAGES, bool PINGPONG, int BN, bool SW>
+// same bits, and the first warpgroup computes its last tile's masked half too). SW: swizzled
+// tiles. TMA (with SW): one thread of the producer copies each tile by TMA from kv_map (qkv as
+// B × T × its row: tensor_map_3d_16bit), in place of 128 threads' cp.async.
+template <class H, int D, int STAGES, bool PINGPONG, int BN, bool SW, bool TMA>
 __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
-                                                                        bool overlap) {
+                                                                        bool overlap, const __grid_constant__ CUtensorMap kv_map) {
+    static_assert(SW || !TMA, "TMA fills the swizzled layout");
     DYNAMIC_SHARED(H, shared);
     H* tiles = SW ? align_1024(shared) : shared;
     __shared__ uint64_t full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
@@ -489,22 +519,31 @@ __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H*
     const int nkt = min(((qt + 1) * 128 + BN - 1) / BN, (T + BN - 1) / BN);  // the block's key tiles
     if (threadIdx.x == 0)
         for (int i = 0; i < STAGES; i++) {
-            mbar_init(&full_k[i], 128), mbar_init(&full_v[i], 128);
+            mbar_init(&full_k[i], TMA ? 1 : 128), mbar_init(&full_v[i], TMA ? 1 : 128);
             mbar_init(&empty_k[i], 8), mbar_init(&empty_v[i], 8);
         }
     __syncthreads();  // (the barriers are initialized; the only block barrier)
     if (wg == 2) {  // the producer: K(j), then V(j), each into its slot once the slot is free
         setmaxnreg<40, false>();
-        const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
-        for (int j = 0; j < nkt; j++) {
-            mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
-            stage_tile<D, 128, BN, SW>(Ks(j), k, C3, j * BN, T, threadIdx.x - 256);
-            mbar_arrive_on_copies(&full_k[j % STAGES]);
-            mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
-            stage_tile<D, 128, BN, SW>(Vs(j), v, C3, j * BN, T, threadIdx.x - 256);
-            mbar_arrive_on_copies(&full_v[j % STAGES]);
+        if constexpr (TMA) {
+            for (int j = 0; j < nkt && threadIdx.x == 256; j++) {
+                mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
+                tma_tile<D, BN>(Ks(j), &kv_map, L.k(h), j * BN, b, &full_k[j % STAGES]);
+                mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
+                tma_tile<D, BN>(Vs(j), &kv_map, L.v(h), j * BN, b, &full_v[j % STAGES]);
+            }
+        } else {
+            const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
+            for (int j = 0; j < nkt; j++) {
+                mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
+                stage_tile<D, 128, BN, SW>(Ks(j), k, C3, j * BN, T, threadIdx.x - 256);
+                mbar_arrive_on_copies(&full_k[j % STAGES]);
+                mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
+                stage_tile<D, 128, BN, SW>(Vs(j), v, C3, j * BN, T, threadIdx.x - 256);
+                mbar_arrive_on_copies(&full_v[j % STAGES]);
+            }
+            cp_async_wait_all();  // (its copies have landed before it ends)
         }
-        cp_async_wait_all();  // (its copies have landed before it ends)
     } else {
         setmaxnreg<232, true>();
         const int wrow0 = (qt * 2 + wg) * 64;  // the warpgroup's rows

@@ -41,6 +41,7 @@ struct KernelOptions {
     bool flash_forward_pingpong = false;  // with a producer: its two computing warpgroups take turns to issue products
     int flash_forward_keys = 64;       // the wgmma forward's key tiles: 64 or 128 (2 warpgroups; a producer: 2 slots)
     bool flash_swizzle = false;        // the wgmma forward's K and V tiles 128-byte swizzled, copied a whole line per 8 threads
+    bool flash_tma = false;            // with flash_swizzle and a producer: one thread copies each tile by TMA
     int flash_backward_passes = 3;     // bit 0: the dK/dV pass, bit 1: the dQ pass (timing one alone)
     bool flash_fused_backward = false; // one fused backward pass at head size 64 (dQ in another order)
     int flash_fused_splits = 0;        // its key-block splits (0: flash_fused_splits chooses)

@@ -356,7 +356,8 @@ template <class X> static void check_attention(int B, int T, int C, int NH, int 
                              : gpu.kernels.flash_wgmma && gpu_has_wgmma() && (gpu.kernels.flash_forward_producer || gpu.kernels.flash_forward_keys == 128) ? producer_words()
                              : gpu.kernels.flash_wgmma && gpu_has_wgmma() ? (gpu.kernels.flash_wgmma_groups == 2 ?
                              " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
-    if (gpu.kernels.flash_swizzle && gpu.kernels.flash_wgmma && use_flash<X>(gpu.kernels, C, NH)) strcat(name, ", swizzled tiles in the forward");
+    if (gpu.kernels.flash_swizzle && gpu.kernels.flash_wgmma && use_flash<X>(gpu.kernels, C, NH))
+        strcat(name, gpu.kernels.flash_tma ? ", swizzled tiles by TMA in the forward" : ", swizzled tiles in the forward");
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<X>((size_t)B * T * W), dout = randn<X>((size_t)B * T * C);
     std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * W), cqkv = vec_cast<X>(qkv), cdout = vec_cast<X>(dout);
@@ -546,7 +547,9 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     }
     gpu.kernels.flash_swizzle = true;  // (fp16: its own kernels; bf16's are compared bit for bit below)
     check_attention<fp16>(B, T, C, NH, NKV);
-    gpu.kernels.flash_swizzle = false;
+    gpu.kernels.flash_forward_producer = 2; gpu.kernels.flash_tma = true;  // (and by TMA)
+    check_attention<fp16>(B, T, C, NH, NKV);
+    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
     gpu.kernels.flash_forward_producer = 2;
     check_attention<bf16>(B, T, C, NH, NKV);
     // key tiles of 128 (other bits than 64: only against the CPU), with and without ping-pong
@@ -567,22 +570,24 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     std::vector<float> want[3], got[3];
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
     // The forward with a producer warpgroup (2 and 3 slots, with and without ping-pong) too: the
-    // same products in the same order. And with swizzled tiles: the same values elsewhere in
-    // shared memory.
-    const struct { int groups; bool overlap; int producer; bool pingpong, swizzle; const char* what; } variants[] = {
-        {2, false, 0, false, false, "each product waited for"}, {1, true, 0, false, false, "1 warpgroup a block"},
-        {2, true, 2, false, false, "the forward with a producer warpgroup, 2 slots"},
-        {2, true, 3, false, false, "the forward with a producer warpgroup, 3 slots"},
-        {2, true, 2, true, false, "the forward with a producer warpgroup, 2 slots, ping-pong"},
-        {2, true, 3, true, false, "the forward with a producer warpgroup, 3 slots, ping-pong"},
-        {2, false, 2, true, false, "the forward with a producer warpgroup, ping-pong, each product waited for"},
-        {2, true, 0, false, true, "the forward with swizzled tiles"}, {1, true, 0, false, true, "1 warpgroup a block, swizzled tiles"},
-        {2, true, 2, true, true, "the forward with a producer warpgroup, 2 slots, ping-pong, swizzled tiles"},
-        {2, true, 3, false, true, "the forward with a producer warpgroup, 3 slots, swizzled tiles"}};
+    // same products in the same order. And with swizzled tiles (the same values elsewhere in
+    // shared memory), copied by TMA too.
+    const struct { int groups; bool overlap; int producer; bool pingpong, swizzle, tma; const char* what; } variants[] = {
+        {2, false, 0, false, false, false, "each product waited for"}, {1, true, 0, false, false, false, "1 warpgroup a block"},
+        {2, true, 2, false, false, false, "the forward with a producer warpgroup, 2 slots"},
+        {2, true, 3, false, false, false, "the forward with a producer warpgroup, 3 slots"},
+        {2, true, 2, true, false, false, "the forward with a producer warpgroup, 2 slots, ping-pong"},
+        {2, true, 3, true, false, false, "the forward with a producer warpgroup, 3 slots, ping-pong"},
+        {2, false, 2, true, false, false, "the forward with a producer warpgroup, ping-pong, each product waited for"},
+        {2, true, 0, false, true, false, "the forward with swizzled tiles"}, {1, true, 0, false, true, false, "1 warpgroup a block, swizzled tiles"},
+        {2, true, 2, true, true, false, "the forward with a producer warpgroup, 2 slots, ping-pong, swizzled tiles"},
+        {2, true, 3, false, true, false, "the forward with a producer warpgroup, 3 slots, swizzled tiles"},
+        {2, true, 2, false, true, true, "the forward with a producer warpgroup, 2 slots, swizzled tiles by TMA"},
+        {2, true, 3, true, true, true, "the forward with a producer warpgroup, 3 slots, ping-pong, swizzled tiles by TMA"}};
     for (const auto& v : variants) {
         gpu.kernels.flash_wgmma_groups = v.groups; gpu.kernels.flash_wgmma_overlap = v.overlap;
         gpu.kernels.flash_forward_producer = v.producer; gpu.kernels.flash_forward_pingpong = v.pingpong;
-        gpu.kernels.flash_swizzle = v.swizzle;
+        gpu.kernels.flash_swizzle = v.swizzle; gpu.kernels.flash_tma = v.tma;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[256]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs 2 warpgroups overlapped", B, T, C,
                                  NH, NKV, v.what);
@@ -591,20 +596,22 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     // Key tiles of 128: the producer and ping-pong change only who copies and when each warpgroup
     // issues, and swizzled tiles only where the values sit, so each gives the plain forward's bits.
     gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true; gpu.kernels.flash_forward_keys = 128;
-    gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_pingpong = false; gpu.kernels.flash_swizzle = false;
+    gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_pingpong = false;
+    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
-    const struct { int producer; bool pingpong, swizzle; const char* what; } wide[] = {
-        {2, false, false, "a producer"}, {2, true, false, "a producer and ping-pong"}, {0, false, true, "swizzled tiles"},
-        {2, true, true, "a producer, ping-pong and swizzled tiles"}};
+    const struct { int producer; bool pingpong, swizzle, tma; const char* what; } wide[] = {
+        {2, false, false, false, "a producer"}, {2, true, false, false, "a producer and ping-pong"}, {0, false, true, false, "swizzled tiles"},
+        {2, true, true, false, "a producer, ping-pong and swizzled tiles"}, {2, true, true, true, "a producer, ping-pong and swizzled tiles by TMA"}};
     for (const auto& v : wide) {
         gpu.kernels.flash_forward_producer = v.producer; gpu.kernels.flash_forward_pingpong = v.pingpong; gpu.kernels.flash_swizzle = v.swizzle;
+        gpu.kernels.flash_tma = v.tma;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, key tiles of 128: %s vs none", B, T,
                                  C, NH, NKV, v.what);
         compare_bits(name, want, got);
     }
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_keys = 64; gpu.kernels.flash_forward_pingpong = false;
-    gpu.kernels.flash_swizzle = false;
+    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);  // (the 2 warpgroups' bits again, for the note below)
     // Not a check, a fact for the log: whether the wgmma kernels give the mma.sync kernels' bits.
     // The two add the same products in the same order (16 at a time: keys, queries or head
@@ -622,7 +629,7 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     }
     gpu.kernels.flash_wgmma = false; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true;
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_pingpong = false; gpu.kernels.flash_forward_keys = 64;
-    gpu.kernels.flash_swizzle = false;
+    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
 }
 
 // The fused backward (flash_backward_fused_wgmma_kernel: head size 64, compute capability 9.0)

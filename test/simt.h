@@ -66,7 +66,12 @@ The model of a GPU:
     latest a GPU may land it: a tile read without that wait holds its old contents.
   - mbarrier.init, .arrive, .try_wait.parity (in a loop) and cp.async.mbarrier.arrive.noinc:
     a thread waiting for a phase that has not completed sleeps until its last arrival (mbar_wait
-    below); the copies of an arrive.noinc land at that instruction.
+    below); the copies of an arrive.noinc land at that instruction. arrive.expect_tx adds bytes
+    that the phase also waits for.
+  - TMA: cp.async.bulk.tensor with an emulated tensor map (tensor_map_encode; 1-3 dimensions,
+    zeros outside, the 128-byte swizzle), completing its bytes on an mbarrier. It lands when no
+    thread of the block can go on, the latest a GPU may land it; one still in flight at the
+    block's end is reported.
   - bar.sync and bar.arrive with a barrier id and a thread count (named barriers, bar_named):
     a phase completes at its count's arrival; a block that ends with one half full is reported.
   - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers or through a shared-memory
@@ -140,6 +145,7 @@ test/test_simt.cpp.
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static thread_local
+#define __grid_constant__
 
 struct uint3 { unsigned x = 0, y = 0, z = 0; };
 struct dim3 {
@@ -247,7 +253,15 @@ struct WarpSlots {             // what the lanes of a warp exchange, double-buff
     float af[2][16][16], bf[2][16][8];
     unsigned mma_decoded[2];
 };
-struct MBar { unsigned count = 0, pending = 0, phase = 0; };  // an mbarrier: arrivals a phase, left, phases completed
+// A TMA tensor map (cuTensorMapEncodeTiled's, as the emulator keeps it): a tensor of up to 3
+// dimensions, dims[0] contiguous, strides in bytes, copied in boxes; swizzle128: the 128-byte swizzle.
+struct CUtensorMap { const char* base = nullptr; unsigned elem = 0, rank = 0; uint64_t dims[3] = {1, 1, 1}, strides[2] = {0, 0}; unsigned box[3] = {1, 1, 1}; bool swizzle128 = false; };
+struct BulkCopy { char* dst; CUtensorMap map; int c[3]; };  // a TMA copy in flight, completing bytes on its mbarrier
+struct MBar {  // an mbarrier: arrivals a phase, left, phases completed; transaction bytes still expected and its copies in flight
+    unsigned count = 0, pending = 0, phase = 0;
+    long tx = 0;
+    std::vector<BulkCopy> bulk;
+};
 struct NamedBar { unsigned count = 0, arrived = 0, phase = 0; };  // bar.sync/bar.arrive id: threads a phase, arrived, phases completed
 struct BlockRun {              // one OS thread's block in flight
     const char* kernel = "";
@@ -355,6 +369,7 @@ inline bool release_warp(BlockRun& r, int w) {  // true if warp w's lanes all re
     return true;
 }
 inline bool release_group(BlockRun& r, int g);  // (with the wgmma emulation, below)
+inline bool land_bulk_copies(BlockRun& r);       // (with the TMA emulation, below)
 inline void run_block(BlockRun& r) {
     start_fibers(r);
     const int n = r.nthreads, nwarps = (n + 31) / 32;
@@ -377,7 +392,11 @@ inline void run_block(BlockRun& r) {
         if (moved) continue;
         int live = 0, at_block = 0;
         for (const Fiber& f : r.fibers) { live += f.state != DONE; at_block += f.state == AT_BLOCK; }
+        if (live > at_block && land_bulk_copies(r)) continue;  // (TMA copies land when no thread can go on)
         if (live == 0) {
+            for (const auto& [bar, m] : r.mbars)
+                if (!m.bulk.empty()) die("%s: the block ended with a TMA copy in flight (no thread waited for its mbarrier), block (%u,%u,%u)",
+                                         r.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
             for (int id = 1; id < 16; id++)
                 if (r.named[id].arrived)
                     die("%s: the block ended with %u of %u threads arrived at named barrier %d (an arrive no bar.sync met), block (%u,%u,%u)",
@@ -522,9 +541,19 @@ inline void mbar_init(void* bar, unsigned count) {
     if (count == 0 || count >= (1u << 20)) die("%s: mbarrier.init with count %u (1 to 2^20 - 1)", tl_run->kernel, count);
     tl_run->mbars[bar] = MBar{count, count, 0};
 }
+inline void mbar_complete_if_done(MBar& m) {  // a phase completes at its last arrival once no transaction bytes are expected
+    if (m.pending == 0 && m.tx == 0) m.phase++, m.pending = m.count;
+}
 inline void mbar_arrive(void* bar) {
     MBar& m = mbar_of(bar, "arrive");
-    if (--m.pending == 0) m.phase++, m.pending = m.count;
+    if (m.pending == 0) die("%s: an mbarrier arrival past the phase's count (its copies' bytes are still expected)", tl_run->kernel);
+    m.pending--;
+    mbar_complete_if_done(m);
+}
+// mbarrier.arrive.expect_tx: the phase also waits for `bytes` more of its copies' transactions
+inline void mbar_arrive_expect_tx(void* bar, unsigned bytes) {
+    mbar_of(bar, "arrive.expect_tx").tx += bytes;
+    mbar_arrive(bar);
 }
 inline void mbar_arrive_on_copies(void* bar) { cp_async_wait_all(); mbar_arrive(bar); }
 inline void mbar_wait(void* bar, unsigned parity) {
@@ -644,6 +673,63 @@ inline uint32_t shared_offset(const void* p) {
         die("%s: a shared-memory address outside the block's dynamic shared memory (the emulator's wgmma descriptors address only it)", tl_run->kernel);
     return (uint32_t)((const char*)p - base);
 }
+// TMA (cp.async.bulk.tensor, sm_90): tensor_map_encode checks what cuTensorMapEncodeTiled checks
+// of the emulated maps. tma_load copies the box at coordinates c into shared memory at dst
+// (box order, dims[0] fastest; zeros outside the tensor; with the 128-byte swizzle, each
+// 16-byte chunk's address bits 4-6 XOR bits 7-9), and completes its bytes on mbarrier bar. The
+// copy lands late: when every thread of the block is blocked (land_bulk_copies), the latest a
+// GPU may land it. So a kernel that reads a tile before waiting for its barrier reads old data.
+inline bool tensor_map_encode(CUtensorMap* m, unsigned elem, unsigned rank, const void* base, const uint64_t* dims, const uint64_t* strides,
+                              const unsigned* box, bool swizzle128) {
+    if (rank < 1 || rank > 3 || (uintptr_t)base % 16) return false;
+    *m = CUtensorMap{};
+    m->base = (const char*)base, m->elem = elem, m->rank = rank, m->swizzle128 = swizzle128;
+    for (unsigned i = 0; i < rank; i++) {
+        if (dims[i] == 0 || box[i] == 0 || box[i] > 256) return false;
+        m->dims[i] = dims[i], m->box[i] = box[i];
+        if (i > 0 && (strides[i - 1] % 16 || strides[i - 1] < dims[i - 1] * elem)) return false;
+        if (i > 0) m->strides[i - 1] = strides[i - 1];
+    }
+    return (box[0] * elem) % 16 == 0 && (!swizzle128 || box[0] * elem <= 128);
+}
+inline void tma_load(void* dst, const CUtensorMap* map, const int* c, void* bar) {
+    if (device_owns(dst)) die("%s: a TMA copy into global memory: it writes shared memory only", tl_run->kernel);
+    if (map->rank == 0) die("%s: a TMA copy with a tensor map never encoded", tl_run->kernel);
+    if (!device_owns(map->base)) die("%s: a TMA copy from outside device memory", tl_run->kernel);
+    const size_t bytes = (size_t)map->box[0] * map->box[1] * map->box[2] * map->elem, off = shared_offset(dst);
+    if (off % (map->swizzle128 ? 1024 : 128) || off + bytes > tl_dynamic_bytes)
+        die("%s: a TMA copy to shared byte %zu: not %s-byte aligned or past the dynamic shared memory", tl_run->kernel, off,
+            map->swizzle128 ? "1024" : "128");
+    mbar_of(bar, "complete_tx").bulk.push_back({(char*)dst, *map, {c[0], c[1], c[2]}});
+}
+inline void land_bulk_copy(const BulkCopy& b) {
+    const CUtensorMap& m = b.map;
+    size_t off = 0;
+    for (unsigned z = 0; z < m.box[2]; z++)
+        for (unsigned y = 0; y < m.box[1]; y++)
+            for (unsigned x = 0; x < m.box[0]; x++, off += m.elem) {
+                const long g[3] = {(long)b.c[0] + x, (long)b.c[1] + y, (long)b.c[2] + z};
+                const bool in = g[0] >= 0 && g[1] >= 0 && g[2] >= 0 && (uint64_t)g[0] < m.dims[0] && (uint64_t)g[1] < m.dims[1] &&
+                                (uint64_t)g[2] < m.dims[2];
+                const size_t to = m.swizzle128 ? off ^ (((off >> 7) & 7) << 4) : off;
+                if (in) memcpy(b.dst + to, m.base + g[2] * m.strides[1] + g[1] * m.strides[0] + g[0] * m.elem, m.elem);
+                else memset(b.dst + to, 0, m.elem);
+            }
+}
+inline bool land_bulk_copies(BlockRun& r) {  // every TMA copy in flight lands; true if there was one
+    bool landed = false;
+    for (auto& [bar, m] : r.mbars) {
+        for (const BulkCopy& b : m.bulk) {
+            land_bulk_copy(b);
+            m.tx -= (long)b.map.box[0] * b.map.box[1] * b.map.box[2] * b.map.elem;
+            landed = true;
+        }
+        m.bulk.clear();
+        mbar_complete_if_done(m);
+    }
+    return landed;
+}
+
 inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate, bool fp16 = false) {
     BlockRun& r = *tl_run;
     if (r.cur / 128 * 128 + 128 > r.nthreads)  // (a block may have warps past its warpgroups: a producer's)
@@ -1044,6 +1130,7 @@ inline void writes_disarm(const void* stream, const char* op) {
     side_enter(stream, op);  // the ranges' protections, which the above undid
 }
 }  // namespace simt
+using simt::CUtensorMap;  // (the CUDA driver API's name)
 
 inline void __syncthreads() { simt::syncthreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { simt::warp_barrier(); }

@@ -16,6 +16,9 @@ under the emulator" (build/simcheck_ops) means something:
   - named barriers (bar.sync/bar.arrive id, n): two warps that pass the turn to each other run
     their rounds in strict alternation in both schedules (without the barriers they do not); a
     phase left half full at the block's end, and two thread counts for one barrier, are reported;
+  - TMA: a box of a 3-D tensor lands in box order, 128-byte swizzled, zeros outside, only
+    when no thread can go on (a read before the mbarrier wait sees the old bytes); a bad stride
+    is refused, and a copy no thread waited for at the block's end is reported;
   - wgmma m64n64k16: A fragments by the ISA's formulas and B stored by its canonical no-swizzle
     layouts (K-major and MN-major, spaced by the descriptor's LBO and SBO) multiply to A·B + C,
     and so do A and B both K-major in shared memory (A's LBO and SBO spaced unlike B's), and B
@@ -385,6 +388,64 @@ static void test_wgmma() {
     }
 }
 
+// TMA: a box of 64 × 8 × 1 of a 3-D tensor of 16-bit values (80 × 5 × 2, rows padded to 96)
+// at (16, 0, 1) lands in shared memory in box order, 128-byte swizzled, zeros past the tensor's
+// columns and rows, and only when no thread can go on: a thread that reads before its mbarrier
+// wait sees the old bytes. The phase waits for the copy's bytes after the expect_tx arrival.
+static void test_tma() {
+    const int X = 80, Y = 5, Z = 2, PITCH = 96;
+    uint16_t* src; cudaMalloc(&src, Z * Y * PITCH * sizeof(uint16_t));
+    std::vector<uint16_t> h(Z * Y * PITCH);
+    for (int i = 0; i < Z * Y * PITCH; i++) h[i] = (uint16_t)(i + 1);
+    cudaMemcpy(src, h.data(), h.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
+    const uint64_t dims[3] = {X, Y, Z}, strides[2] = {PITCH * 2, Y * PITCH * 2};
+    const unsigned box[3] = {64, 8, 1};
+    CUtensorMap map;
+    check(simt::tensor_map_encode(&map, 2, 3, src, dims, strides, box, true), "TMA: a 3-D tensor map of 16-bit values encodes");
+    const uint64_t odd[2] = {PITCH * 2 + 8, Y * PITCH * 2};
+    CUtensorMap bad;
+    check(!simt::tensor_map_encode(&bad, 2, 3, src, dims, odd, box, true), "TMA: a row stride that is not a multiple of 16 bytes is refused");
+    std::vector<uint16_t> got(8 * 64);
+    bool early_old = true;
+    simt::launch("tma_box", simt::Cfg{1, 64, 1024}, [&] {
+        __shared__ uint64_t full;
+        uint16_t* smem = (uint16_t*)simt::dynamic_shared();
+        if (threadIdx.x == 0) simt::mbar_init(&full, 1);
+        for (int i = threadIdx.x; i < 8 * 64; i += 64) smem[i] = 0xffff;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const int c[3] = {16, 0, 1};
+            simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
+            simt::tma_load(smem, &map, c, &full);
+        }
+        if (threadIdx.x == 32 && smem[0] != 0xffff) early_old = false;  // (read without waiting: the old bytes)
+        simt::mbar_wait(&full, 0);
+        if (threadIdx.x == 0)
+            for (int i = 0; i < 8 * 64; i++) got[i] = smem[i];
+    });
+    bool ok = true;
+    for (int y = 0; y < 8; y++)
+        for (int x = 0; x < 64; x++) {
+            const int gx = 16 + x, off = y * 128 + x * 2, swz = off ^ (((off >> 7) & 7) << 4);
+            const uint16_t want = gx < X && y < Y ? h[(1 * Y + y) * PITCH + gx] : 0;
+            ok &= got[swz / 2] == want;
+        }
+    check(ok, "TMA: the box lands in box order, 128-byte swizzled, zeros outside the tensor");
+    check(early_old, "TMA: a read before the mbarrier wait sees the old bytes");
+    check(dies_with([&] {
+        simt::launch("tma_unwaited", simt::Cfg{1, 32, 1024}, [&] {
+            __shared__ uint64_t full;
+            if (threadIdx.x == 0) {
+                simt::mbar_init(&full, 1);
+                const int c[3] = {0, 0, 0};
+                simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
+                simt::tma_load(simt::dynamic_shared(), &map, c, &full);
+            }
+        });
+    }, "TMA copy in flight"), "TMA: a block that ends with a copy no thread waited for is reported");
+    cudaFree(src);
+}
+
 // runs fn in a child; true if it exits with status 3 and its stderr mentions `needle`
 static bool dies_with(const std::function<void()>& fn, const char* needle) {
     int pipefd[2];
@@ -637,6 +698,7 @@ int main() {
     test_mbarrier();
     test_named_barriers();
     test_wgmma();
+    test_tma();
     test_wgmma_failures();
     test_pinned();
     test_streams();

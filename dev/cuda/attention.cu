@@ -29,7 +29,8 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       v14: v11, v12 with ping-pong (the two computing warpgroups take turns to issue products);
       v15, v16, v17: v11, v13, v7 with key tiles of 128 (other bits: half the softmax steps);
       v18, v19, v20: v7, v13, v16 with the K and V tiles 128-byte swizzled (a whole 128-byte
-      line copied per 8 threads; the same bits)
+      line copied per 8 threads; the same bits); v21, v22: v19, v20 with the tiles copied by TMA
+      (one thread of the producer issues each tile)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -51,16 +52,17 @@ For v5 and v6 the backward's time is also split between its two passes (backward
 */
 #include "common.cuh"
 
-// The kernel options of version v (7-9, 11-20: the wgmma versions; any other: wgmma off).
+// The kernel options of version v (7-9, 11-22: the wgmma versions; any other: wgmma off).
 static void wgmma_version(int v) {
     KernelOptions& k = gpu_ctx.kernels;
     k.flash_wgmma = v >= 7;
     k.flash_wgmma_groups = v == 8 ? 1 : 2;
     k.flash_wgmma_overlap = v != 9;
-    k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || v == 19 || v == 20 ? 2 : 0;
-    k.flash_forward_pingpong = v == 13 || v == 14 || v == 16 || v == 19 || v == 20;
-    k.flash_forward_keys = (v >= 15 && v <= 17) || v == 20 ? 128 : 64;
+    k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || v >= 19 ? 2 : 0;
+    k.flash_forward_pingpong = v == 13 || v == 14 || v == 16 || v >= 19;
+    k.flash_forward_keys = (v >= 15 && v <= 17) || v == 20 || v == 22 ? 128 : 64;
     k.flash_swizzle = v >= 18;
+    k.flash_tma = v >= 21;
 }
 // DEV_ATTENTION_SKIP="13,14": versions not to run (a GPU call skips the ones its checks failed).
 static bool skipped(int v) {
@@ -72,7 +74,9 @@ static const char* WGMMA_VERSION_TAIL[] = {"", "", ", no overlap", "", ", a prod
                                            ", a producer warpgroup, 2 slots, ping-pong", ", a producer warpgroup, 3 slots, ping-pong",
                                            ", a producer warpgroup, 2 slots of 128 keys", ", a producer warpgroup, 2 slots of 128 keys, ping-pong",
                                            ", 128 keys a tile", ", swizzled tiles", ", a producer warpgroup, 2 slots, ping-pong, swizzled tiles",
-                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles"};
+                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles",
+                                           ", a producer warpgroup, 2 slots, ping-pong, swizzled tiles by TMA",
+                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles by TMA"};
 
 // The flash backward's time split between its two passes, with each pass's own tensor-core
 // FLOPs: the dK/dV pass computes 4 products (Sᵀ, dPᵀ, dV, dK), the dQ pass 3 (S, dP, dQ) — 7
@@ -152,10 +156,10 @@ int main(int argc, char** argv) {
             autotune_forget(gpu_ctx);
             gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        // v7-v9, v11-v20: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer, swizzled
-        // tiles (v11 on change only the forward: its time alone)
+        // v7-v9, v11-v22: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer, swizzled
+        // tiles, TMA (v11 on change only the forward: its time alone)
         if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())
-            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
+            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}) {
                 if (skipped(v)) continue;
                 wgmma_version(v);
                 float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); });
@@ -218,8 +222,9 @@ int main(int argc, char** argv) {
                            "v6 v5 + 32 rows/warp", "v7 wgmma, 2 warpgroups", "v8 wgmma, 1 warpgroup",
                            "v9 wgmma, no overlap", "v10 (removed)", "v11 wgmma, producer, 2 slots", "v12 wgmma, producer, 3 slots",
                            "v13 v11 + ping-pong", "v14 v12 + ping-pong", "v15 v11, 128 keys a tile", "v16 v13, 128 keys a tile",
-                           "v17 v7, 128 keys a tile", "v18 v7, swizzled tiles", "v19 v13, swizzled tiles", "v20 v16, swizzled tiles"};
-    for (int v = 2; v <= 20; v++) {
+                           "v17 v7, 128 keys a tile", "v18 v7, swizzled tiles", "v19 v13, swizzled tiles", "v20 v16, swizzled tiles",
+                           "v21 v19, by TMA", "v22 v20, by TMA"};
+    for (int v = 2; v <= 22; v++) {
         if (v == 10 || skipped(v)) continue;
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
