@@ -162,7 +162,11 @@ inline CUtensorMap tensor_map_3d_16bit(const void* base, const uint64_t dims[3],
     static const auto encode = [] {
         void* fn = nullptr;
         cudaDriverEntryPointQueryResult found;
+#if CUDART_VERSION >= 12050
         CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+#else
+        CUDA_CHECK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found));
+#endif
         if (!fn || found != cudaDriverEntryPointSuccess) fatal("TMA: this driver has no cuTensorMapEncodeTiled (a CUDA 12 driver or newer has it)");
         return (PFN_cuTensorMapEncodeTiled_v12000)fn;
     }();

@@ -21,7 +21,7 @@ The kernels:
 
 Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op, the
 fused pass's dK and dV bit-identical to the two passes'), test/test_ptxas.sh (no spills, no
-wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v20, fused). More: docs/performance.md.
+wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v22, fused). More: docs/performance.md.
 */
 #pragma once
 
