@@ -255,7 +255,12 @@ struct WarpSlots {             // what the lanes of a warp exchange, double-buff
 };
 // A TMA tensor map (cuTensorMapEncodeTiled's, as the emulator keeps it): a tensor of up to 3
 // dimensions, dims[0] contiguous, strides in bytes, copied in boxes; swizzle128: the 128-byte swizzle.
-struct CUtensorMap { const char* base = nullptr; unsigned elem = 0, rank = 0; uint64_t dims[3] = {1, 1, 1}, strides[2] = {0, 0}; unsigned box[3] = {1, 1, 1}; bool swizzle128 = false; };
+struct CUtensorMap {
+    const char* base = nullptr; unsigned elem = 0, rank = 0; uint64_t dims[3] = {1, 1, 1}, strides[2] = {0, 0}; unsigned box[3] = {1, 1, 1}; bool swizzle128 = false;
+    size_t box_bytes() const { return (size_t)box[0] * box[1] * box[2] * elem; }
+};
+// The 128-byte swizzle of a byte address: its 16-byte chunk (bits 4-6) XOR its row in 8 (bits 7-9)
+inline size_t swizzle128(size_t a) { return a ^ (((a >> 7) & 7) << 4); }
 struct BulkCopy { char* dst; CUtensorMap map; int c[3]; };  // a TMA copy in flight, completing bytes on its mbarrier
 struct MBar {  // an mbarrier: arrivals a phase, left, phases completed; transaction bytes still expected and its copies in flight
     unsigned count = 0, pending = 0, phase = 0;
@@ -696,7 +701,7 @@ inline void tma_load(void* dst, const CUtensorMap* map, const int* c, void* bar)
     if (device_owns(dst)) die("%s: a TMA copy into global memory: it writes shared memory only", tl_run->kernel);
     if (map->rank == 0) die("%s: a TMA copy with a tensor map never encoded", tl_run->kernel);
     if (!device_owns(map->base)) die("%s: a TMA copy from outside device memory", tl_run->kernel);
-    const size_t bytes = (size_t)map->box[0] * map->box[1] * map->box[2] * map->elem, off = shared_offset(dst);
+    const size_t bytes = map->box_bytes(), off = shared_offset(dst);
     if (off % (map->swizzle128 ? 1024 : 128) || off + bytes > tl_dynamic_bytes)
         die("%s: a TMA copy to shared byte %zu: not %s-byte aligned or past the dynamic shared memory", tl_run->kernel, off,
             map->swizzle128 ? "1024" : "128");
@@ -711,7 +716,7 @@ inline void land_bulk_copy(const BulkCopy& b) {
                 const long g[3] = {(long)b.c[0] + x, (long)b.c[1] + y, (long)b.c[2] + z};
                 const bool in = g[0] >= 0 && g[1] >= 0 && g[2] >= 0 && (uint64_t)g[0] < m.dims[0] && (uint64_t)g[1] < m.dims[1] &&
                                 (uint64_t)g[2] < m.dims[2];
-                const size_t to = m.swizzle128 ? off ^ (((off >> 7) & 7) << 4) : off;
+                const size_t to = m.swizzle128 ? swizzle128(off) : off;
                 if (in) memcpy(b.dst + to, m.base + g[2] * m.strides[1] + g[1] * m.strides[0] + g[0] * m.elem, m.elem);
                 else memset(b.dst + to, 0, m.elem);
             }
@@ -721,7 +726,7 @@ inline bool land_bulk_copies(BlockRun& r) {  // every TMA copy in flight lands; 
     for (auto& [bar, m] : r.mbars) {
         for (const BulkCopy& b : m.bulk) {
             land_bulk_copy(b);
-            m.tx -= (long)b.map.box[0] * b.map.box[1] * b.map.box[2] * b.map.elem;
+            m.tx -= (long)b.map.box_bytes();
             landed = true;
         }
         m.bulk.clear();
@@ -779,7 +784,7 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
                                                   : 128 * (c % 8) + sbo * (c / 8) + 2 * k)
                                       : (mn_major ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
                                                   : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8)));
-        if (swizzle) off ^= ((off >> 7) & 7) << 4;  // the 16-byte chunk (address bits 4-6) XOR the row in 8 (bits 7-9)
+        if (swizzle) off = swizzle128(off);
         if (off + 2 > tl_dynamic_bytes) die("%s: wgmma reads %s past the block's dynamic shared memory (byte %zu of %zu)", r.kernel, which, off, tl_dynamic_bytes);
         uint16_t v; memcpy(&v, base + off, 2);
         return half_value(v, 0, op0.fp16);

@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
             gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
         // v7-v9, v11-v22: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer, swizzled
-        // tiles, TMA (v11 on change only the forward: its time alone)
+        // tiles, TMA (from v11 on, only the forward changes: its time alone)
         if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())
             for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}) {
                 if (skipped(v)) continue;
