@@ -115,6 +115,7 @@ static const FlagDef FLAGS[] = {
     {"classifier-staged", "auto", "auto | 0 | 1: on a GPU, whether the loss kernel (softmax, cross-entropy and dlogits in one pass over a row of logits) first copies its row into shared memory, reading device memory once instead of twice (where the row fits: GPT-2's 98 KB in bf16). auto: at its first call of 4096 rows or more it runs both ways on a copy of 4096 rows, hashing what each wrote, and keeps the staged kernel where it was faster and wrote the same bits (printed); the results are the same either way", false},
     {"flash-backward", "fused", "fused | split: on a compute capability 9.0 GPU with the wgmma kernels (--flash-wgmma auto or 1) at head size 64, the attention backward as one fused pass that computes S and dP once (5 products; dQ summed in fp32 in a fixed order, deterministic) or as two passes (dQ, then dK and dV: 7 products). The two give the same dK and dV bits, and dQ within bf16 rounding of each other; elsewhere ignored", false},
     {"flash-forward-producer", "0", "0 | 2 | 3: on a compute capability 9.0 GPU where the wgmma forward runs (--flash-wgmma 1, or auto where it keeps wgmma), the forward with a producer warpgroup: it copies the K and V tiles in through a ring of 2 or 3 slots (mbarriers), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
+    {"flash-backward-producer", "0", "0 | 3 | 4: on a compute capability 9.0 GPU where the fused backward runs (--flash-backward fused, head size 64), the fused backward with a producer warpgroup: it copies every tile in through rings of slots (mbarriers; 3 or 4 query tiles), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
     {"flash-forward-pingpong", "0", "0 | 1: with --flash-forward-producer 2 or 3, its two computing warpgroups take turns to issue their products (named barriers), so that one's softmax runs while the other's products run (the same bits as 0)", false},
     {"flash-forward-keys", "64", "64 | 128: the wgmma forward's key tiles (with --flash-forward-producer 0 or 2): 128 halves its softmax steps but gives other bits than 64 (so use it with --flash-wgmma 1: auto keeps the forward whose bits equal mma.sync's)", false},
     {"flash-wgmma", "auto", "auto | 0 | 1: on a compute capability 9.0 GPU (H100, H200), whether the 16-bit (bf16, fp16) flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored. auto: each pass runs both ways at its first launches of a training step's size (its bits hashed) and keeps wgmma where it was faster and wrote the same bits every time (printed)", false},
@@ -341,7 +342,7 @@ struct RunConfig {
     int fp8_history = 0;
     bool comm_stats = false, overlap = true, profile = false;
     double comm_timeout = 1800;
-    std::string flash_rows, flash_wgmma, flash_backward, flash_forward_producer, classifier_staged;  // kernel choices (GPU only)
+    std::string flash_rows, flash_wgmma, flash_backward, flash_forward_producer, flash_backward_producer, classifier_staged;  // kernel choices (GPU only)
     bool flash_forward_pingpong = false;
     int flash_forward_keys = 64;
     bool matmul_tune = true;
@@ -430,6 +431,9 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.flash_wgmma = f.choice("flash-wgmma", {"auto", "0", "1"});
     rc.flash_backward = f.choice("flash-backward", {"fused", "split"});
     rc.flash_forward_producer = f.choice("flash-forward-producer", {"0", "2", "3"});
+    rc.flash_backward_producer = f.choice("flash-backward-producer", {"0", "3", "4"});
+    if (rc.flash_backward_producer != "0" && rc.flash_backward == "split")
+        usage_error("--flash-backward-producer %s needs --flash-backward fused (the producer is the fused pass's)", rc.flash_backward_producer.c_str());
     rc.flash_forward_pingpong = f.integer("flash-forward-pingpong", 0, 1);
     if (rc.flash_forward_pingpong && rc.flash_forward_producer == "0")
         usage_error("--flash-forward-pingpong 1 needs --flash-forward-producer 2 or 3 (the turns are the producer forward's)");
@@ -617,6 +621,7 @@ static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->flash_wgmma_auto = rc.flash_wgmma == "auto";
     o->flash_fused_backward = rc.flash_backward == "fused";
     o->flash_forward_producer = std::stoi(rc.flash_forward_producer);
+    o->flash_backward_producer = std::stoi(rc.flash_backward_producer);
     o->flash_forward_pingpong = rc.flash_forward_pingpong;
     o->flash_forward_keys = rc.flash_forward_keys;
 }

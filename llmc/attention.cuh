@@ -704,6 +704,39 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
                            {{out, (size_t)B * T * L.C * sizeof(floatX)}, {lse, (size_t)B * NH * T * sizeof(float)}});
         });
 }
+// The fused backward (head size 64): D, the fused pass into S splits' fp32 partial sums of dQ,
+// then their sum. flash_backward_producer (3 or 4 query-tile slots): the pass with a producer
+// warpgroup (the same bits).
+template <class floatX>
+inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                 const float* lse, int B, int T, const QKVLayout& L) {
+    const int C = L.C, NH = L.NH, S = flash_fused_splits(ctx.kernels, (long)B * L.NKV, T), slots = ctx.kernels.flash_backward_producer;
+    const bool overlap = ctx.kernels.flash_wgmma_overlap;
+    const dim3 grid(L.NKV, B, S);
+    flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
+    CUDA_LAUNCH_CHECK();
+    static Buf<float> part_buf;
+    float* part = gpu_scratch(part_buf, ctx, (size_t)S * B * T * C);
+    if (slots != 0 && slots != 3 && slots != 4) fatal("flash attention: the producer backward takes 3 or 4 slots, not %d", slots);
+    if (slots == 3 || slots == 4) {
+        const size_t smem = (8 * 64 * 64 + 2 * slots * 64 * 64 + 2 * 64 * 128) * sizeof(floatX);  // 2 K/V slots, the Q and dO rings, dS
+        if (slots == 3) {
+            SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, 3>);
+            flash_backward_fused_wgmma_producer_kernel<floatX, 64, 3><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, overlap);
+        } else {
+            SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, 4>);
+            flash_backward_fused_wgmma_producer_kernel<floatX, 64, 4><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, overlap);
+        }
+    } else {
+        SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, 64>);
+        const size_t smem = (10 * 64 * 64 + 2 * 64 * 128) * sizeof(floatX);
+        flash_backward_fused_wgmma_kernel<floatX, 64><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, overlap);
+    }
+    CUDA_LAUNCH_CHECK();
+    const size_t BTC = (size_t)B * T * C;
+    flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, C, L.row(), rsqrtf((float)L.hs));
+    CUDA_LAUNCH_CHECK();
+}
 template <class floatX>
 inline void flash_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                            int B, int T, const QKVLayout& L) {
@@ -813,21 +846,7 @@ inline void attention_backward(const Ctx& ctx, floatX* dqkv, const floatX* dout,
         float* D = gpu_scratch(D_buf, ctx, rows);
         const bool flash = use_flash<floatX>(ctx.kernels, C, NH);
         if constexpr (is_half_type<floatX>)
-            if (flash && flash_fused_backward_runs(ctx.kernels, L.hs)) {  // the fused pass, then its dQ partial sums added
-                flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(D, dout, out, T, C, NH);
-                CUDA_LAUNCH_CHECK();
-                const int S = flash_fused_splits(ctx.kernels, (long)B * NKV, T);
-                static Buf<float> part_buf;
-                float* part = gpu_scratch(part_buf, ctx, (size_t)S * B * T * C);
-                SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, 64>);
-                const size_t smem = (10 * 64 * 64 + 2 * 64 * 128) * sizeof(floatX);
-                flash_backward_fused_wgmma_kernel<floatX, 64><<<dim3(NKV, B, S), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, D, T, L, ctx.kernels.flash_wgmma_overlap);
-                CUDA_LAUNCH_CHECK();
-                const size_t BTC = (size_t)B * T * C;
-                flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, C, L.row(), rsqrtf((float)L.hs));
-                CUDA_LAUNCH_CHECK();
-                return;
-            }
+            if (flash && flash_fused_backward_runs(ctx.kernels, L.hs)) { flash_fused_backward(ctx, dqkv, D, dout, qkv, out, lse, B, T, L); return; }
         if (!flash || !(ctx.kernels.flash_backward_passes & 2)) attention_row_dots(ctx, D, dout, out, B, T, C, NH);  // (the flash dQ pass computes D itself)
         if (flash) { flash_backward(ctx, dqkv, D, dout, qkv, out, lse, B, T, L); return; }
         attention_backward_dq_kernel<<<ceil_div(rows, 8), 256, 0, ctx.stream>>>(dqkv, dout, qkv, lse, D, B, T, L);

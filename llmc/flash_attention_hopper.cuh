@@ -4,24 +4,24 @@ sm_90a). attention.cuh runs these kernels on a GPU of compute capability 9.0. No
 own: it follows flash_attention.cuh and shares its pieces (A fragments, online softmax, dS, stores).
 
 A warpgroup (4 warps) owns 64 rows. Each product is a few wgmma m64nNk16. A (Q, dO, P, dS) is in
-registers in mma.sync's fragment layout, or in shared memory. B is read by the tensor cores from
-shared memory, in tiles of 8×16-byte core matrices (no swizzle; the forward's can be 128-byte
-swizzled). One tile serves as K-major B (K in S = Q·Kᵀ) and as MN-major B (V in O = P·V).
-Products run asynchronously, so every kernel is software-pipelined: the softmax (or dS) of tile
-j runs while tile j − 1's products still run.
+registers (mma.sync's fragment layout) or shared memory. B is read from shared memory, in tiles
+of 8×16-byte core matrices (the forward's can be 128-byte swizzled). One tile serves as K-major
+B (K in S = Q·Kᵀ) and as MN-major B (V in O = P·V). Products run asynchronously, so every
+kernel is software-pipelined: the softmax (or dS) of tile j runs while tile j − 1's products run.
 
-The kernels:
+The kernels (a _producer_kernel: with a producer warpgroup that copies the tiles in):
   flash_forward_wgmma_kernel          the forward (--flash-wgmma 1, or pass by pass under auto)
-  flash_forward_wgmma_producer_kernel with a producer warpgroup (cp.async or TMA; --flash-forward-producer)
+  flash_forward_wgmma_producer_kernel cp.async or TMA (--flash-forward-producer)
   flash_backward_dq/dkv_wgmma_kernel  the backward as two passes: 7 products (--flash-backward split)
   flash_backward_fused_wgmma_kernel   the backward as one pass: 5 products (the default, head size 64)
+  flash_backward_fused_wgmma_producer_kernel  (KernelOptions::flash_backward_producer)
 
     dQ = Σ over splits s of  Σ over the key blocks kb of s (in order) of  dS_kb · K_kb   (each
     split's fp32 partial sum has one owner thread an element: deterministic)
 
 Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op, the
 fused pass's dK and dV bit-identical to the two passes'), test/test_ptxas.sh (no spills, no
-wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v22, fused). More: docs/performance.md.
+wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v24, fused). More: docs/performance.md.
 */
 #pragma once
 
@@ -765,44 +765,121 @@ __device__ inline void stsm_x4_trans(const uint32_t* r, void* row) {
     __trap();
 #endif
 }
+// Where the fused backward's tiles lie in shared memory: the block's two K tiles (warpgroup w's
+// K at K(w), its V after it), and query tile j's Q, dO and row stats in slot (n + j) % SLOTS of
+// their rings (n: the slot of tile 0), then dS(j) in a ring of 2.
+template <class H, int D, int SLOTS> struct FusedTiles {
+    H *kv, *q;  // K(0), V(0), K(1), V(1); the Q ring, the dO ring, the two dS tiles
+    float (*lse2)[64], (*Ds)[64];
+    int n;
+    __device__ const H* K(int w) const { return kv + 2 * w * 64 * D; }
+    __device__ int slot(int j) const { return (n + j) % SLOTS; }
+    __device__ H* Q(int j) const { return q + slot(j) * 64 * D; }
+    __device__ H* dO(int j) const { return q + (SLOTS + slot(j)) * 64 * D; }
+    __device__ H* dS(int j) const { return q + 2 * SLOTS * 64 * D + (j % 2) * 64 * 128; }
+};
+// A warpgroup's 64 keys of the fused backward (keys key0.. of this warp): dK and dV, and one
+// pipeline step over query tile j. Iteration j issues Sᵀ(j) and dPᵀ(j), then dV, dK and dQ of
+// tile j − 1, stores dQ(j − 1) into the partial sum (part: this warpgroup's columns), and stores
+// dSᵀ(j) as dS(j) for the next iteration's dQ. dS(j − 1) must be in from both warpgroups.
+template <class H, int D> struct FusedBackwardKeys {
+    static constexpr int DN = D / 2;  // the dQ columns of each warpgroup
+    float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4], dq[DN / 8][4];
+    uint32_t pa[4][4], dsa[4][4];  // Pᵀ and dSᵀ of the tile before as A fragments
+    __device__ FusedBackwardKeys() {
+        for (int dt = 0; dt < D / 8; dt++)
+            for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+    }
+    template <class Tiles>
+    __device__ void step(int j, int nqt, bool overlap, const Tiles& tl, int wg, int k0, int key0, float sl2, float* part, int C, int T,
+                         bool first_kb) {
+        const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+        const H *Ks = tl.K(wg), *Vs = Ks + 64 * D;
+        wgmma_pipeline_step(
+            j, 0, nqt, overlap,
+            [&](int j) {  // Sᵀ(j), dPᵀ(j) (the second warpgroup's at j = 0: all masked, so zeros)
+                wgmma_issue_amt<D>(st, Ks, tl.Q(j));
+                wgmma_issue_amt<D>(dpt, Vs, tl.dO(j));
+            },
+            [&](int j) {  // Pᵀ(j) into st, dSᵀ(j) into dpt
+                wgmma_hold<32>(&st[0][0]);
+                wgmma_hold<32>(&dpt[0][0]);
+                const int q0 = k0 + 64 * j;
+                if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);
+                ds_cols<8>(st, dpt, tl.lse2[tl.slot(j)], tl.Ds[tl.slot(j)], sl2);
+            },
+            [&](int j) {
+                wgmma_issue_pm<D>(dv, pa, tl.dO(j));  // dV += Pᵀ(j)·dO(j)
+                wgmma_issue_pm<D>(dk, dsa, tl.Q(j));  // dK += dSᵀ(j)·Q(j)
+                #pragma unroll
+                for (int kc = 0; kc < 8; kc++)     // dQ(j) = dS(j)·K, this warpgroup's columns
+                    wgmma_m64k16_ss<H, DN, true>(&dq[0][0], wgmma_desc(tl.dS(j) + kc * 128, 128, 2048),
+                                                 wgmma_desc(tl.K(kc / 4) + (kc % 4) * 16 * D + wg * 4 * D, 16 * D, 128), kc > 0);
+            },
+            [&](int j) {
+                wgmma_hold<D / 2>(&dv[0][0]);
+                wgmma_hold<D / 2>(&dk[0][0]);
+                wgmma_hold<DN / 2>(&dq[0][0]);
+                if (j > 0) {  // dQ(j − 1) into the partial sum
+                    for (int r = 0; r < 2; r++) {
+                        const int row = k0 + 64 * (j - 1) + warp * 16 + g + 8 * r;
+                        if (row >= T) continue;
+                        float* p = part + (size_t)row * C + 2 * t;
+                        for (int nt = 0; nt < DN / 8; nt++) {
+                            if (first_kb) *reinterpret_cast<float2*>(p + nt * 8) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
+                            else red_add_f32x2(p + nt * 8, dq[nt][2 * r], dq[nt][2 * r + 1]);
+                        }
+                    }
+                }
+                if (j == nqt) return;
+                c_to_a_16xk<H>(pa, st);
+                c_to_a_16xk<H>(dsa, dpt);
+                // dSᵀ(j) stored transposed as dS(j): the C fragment of queries 8nt.. and keys
+                // 8h.. of this warp's 16 (matrix 2(nt % 2) + h of an x4) is one core matrix
+                const int m = threadIdx.x % 32 / 8, row = threadIdx.x % 8;  // the matrix and row this lane addresses
+                #pragma unroll
+                for (int p = 0; p < 4; p++) {
+                    uint32_t r[4];
+                    for (int i = 0; i < 4; i++) r[i] = pack2<H>(dpt[2 * p + i / 2][2 * (i % 2)], dpt[2 * p + i / 2][2 * (i % 2) + 1]);
+                    stsm_x4_trans(r, tl.dS(j) + (2 * p + m / 2) * 1024 + (wg * 8 + warp * 2 + m % 2) * 64 + row * 8);
+                }
+            });
+    }
+};
+// The split's first key block: the query rows below it are reached by none of its key blocks,
+// so zeros in its partial sum (part_b: batch b's; threads 0 .. n − 1)
+template <int D> __device__ inline int fused_zero_rows(float* part_b, int kh, int G, int s, int S, int nkb, int T, int C, int n) {
+    int kb_first = 0;
+    while (kb_first < nkb && fused_split_of(kb_first, S) != s) kb_first++;
+    for (int h = kh * G; h < kh * G + G; h++)
+        for (int i = threadIdx.x; i < min(128 * kb_first, T) * D / 4; i += n)
+            *reinterpret_cast<float4*>(part_b + (size_t)(i / (D / 4)) * C + h * D + i % (D / 4) * 4) = make_float4(0, 0, 0, 0);
+    return kb_first;
+}
 template <class H, int D>
 __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                          const float* lse, const float* Dv, int T, QKVLayout L,
                                                                          bool overlap) {
-    constexpr int NWG = 2, DN = D / 2;  // warpgroups a block; the dQ columns of each
     static_assert(D == 64, "the fused backward: head size 64");
     DYNAMIC_SHARED(H, tiles);
-    __shared__ float lse2[2][64], Ds[2][64];
+    __shared__ float lse2[3][64], Ds[3][64];
     const int kh = blockIdx.x, b = blockIdx.y, s = blockIdx.z, S = gridDim.z;
-    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    auto KVs = [&](int w) { return tiles + 2 * w * 64 * D; };  // warpgroup w's K tile, its V tile after it
-    const H *Ks = KVs(wg), *Vs = Ks + 64 * D;
-    auto Qs = [&](int j) { return tiles + (2 * NWG + j % 3) * 64 * D; };
-    auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
-    auto dSs = [&](int j) { return tiles + (2 * NWG + 6) * 64 * D + (j % 2) * 64 * 128; };
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
+    const FusedTiles<H, D, 3> tl{tiles, tiles + 4 * 64 * D, lse2, Ds, 0};
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;
     float* part_b = dq_part + (size_t)(s * gridDim.y + b) * T * C;  // this split's partial sum of batch b's dQ
     const float sl2 = rsqrtf((float)D) * LOG2E;
-    int kb_first = 0;
-    while (kb_first < nkb && fused_split_of(kb_first, S) != s) kb_first++;
-    // the query rows that no key block of this split reaches: zeros in its partial sum
-    for (int h = kh * G; h < kh * G + G; h++)
-        for (int i = threadIdx.x; i < min(128 * kb_first, T) * D / 4; i += blockDim.x)
-            *reinterpret_cast<float4*>(part_b + (size_t)(i / (D / 4)) * C + h * D + i % (D / 4) * 4) = make_float4(0, 0, 0, 0);
+    const int kb_first = fused_zero_rows<D>(part_b, kh, G, s, S, nkb, T, C, blockDim.x);
     for (int kb = kb_first; kb < nkb; kb++) {
         if (fused_split_of(kb, S) != s) continue;
         const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
-        const bool first_kb = kb == kb_first;                       // (stores its dQ; later key blocks add)
-        float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4], dq[DN / 8][4];
-        uint32_t pa[4][4], dsa[4][4];  // Pᵀ and dSᵀ of the tile before as A fragments
-        for (int dt = 0; dt < D / 8; dt++)
-            for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+        FusedBackwardKeys<H, D> keys;
         __syncthreads();  // every warpgroup is done with the key block before's tiles
-        for (int w = 0; w < NWG; w++) {
-            stage_tile_cm<D, 256, 64, true>(KVs(w), qkv_b + L.k(kh * G), C3, k0 + 64 * w, T, threadIdx.x);
-            stage_tile_cm<D, 256, 64, true>(KVs(w) + 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T, threadIdx.x);
+        for (int w = 0; w < 2; w++) {
+            stage_tile_cm<D, 256, 64, true>(tl.kv + 2 * w * 64 * D, qkv_b + L.k(kh * G), C3, k0 + 64 * w, T, threadIdx.x);
+            stage_tile_cm<D, 256, 64, true>(tl.kv + (2 * w + 1) * 64 * D, qkv_b + L.v(kh * G), C3, k0 + 64 * w, T, threadIdx.x);
         }
         const int nqt = (T - k0 + 63) / 64;  // the query tiles from k0 (queries before k0 see none of these keys)
         for (int h = kh * G; h < kh * G + G; h++) {
@@ -810,12 +887,11 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
             const H* dO = dout + (size_t)b * T * C + h * D;
             const float* lse_bh = lse + ((size_t)b * NH + h) * T;
             const float* D_bh = Dv + ((size_t)b * NH + h) * T;
-            float* part = part_b + h * D + wg * DN;  // this warpgroup's dQ columns
             auto stage = [&](int j) {
                 const int q0 = k0 + 64 * j;
-                stage_tile_cm<D, 256, 64, true>(Qs(j), q, C3, q0, T, threadIdx.x);
-                stage_tile_cm<D, 256, 64, true>(dOs(j), dO, C, q0, T, threadIdx.x);
-                stage_query_stats<64>(lse2[j % 2], Ds[j % 2], lse_bh, D_bh, q0, T);
+                stage_tile_cm<D, 256, 64, true>(tl.Q(j), q, C3, q0, T, threadIdx.x);
+                stage_tile_cm<D, 256, 64, true>(tl.dO(j), dO, C, q0, T, threadIdx.x);
+                stage_query_stats<64>(lse2[tl.slot(j)], Ds[tl.slot(j)], lse_bh, D_bh, q0, T);
             };
             if (h > kh * G) __syncthreads();  // every warpgroup is done with the head before's tiles
             stage(0);
@@ -824,60 +900,101 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
                 fence_proxy_async();  // (the tiles, and dS(j − 1) stored by each thread)
                 __syncthreads();      // tile j and dS(j − 1) are in, and every warpgroup is done with tile j − 2
                 if (j + 1 < nqt) stage(j + 1);
-                wgmma_pipeline_step(
-                    j, 0, nqt, overlap,
-                    [&](int j) {  // Sᵀ(j), dPᵀ(j) (the second warpgroup's at j = 0: all masked, so zeros)
-                        wgmma_issue_amt<D>(st, Ks, Qs(j));
-                        wgmma_issue_amt<D>(dpt, Vs, dOs(j));
-                    },
-                    [&](int j) {  // Pᵀ(j) into st, dSᵀ(j) into dpt
-                        wgmma_hold<32>(&st[0][0]);
-                        wgmma_hold<32>(&dpt[0][0]);
-                        const int q0 = k0 + 64 * j;
-                        if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);
-                        ds_cols<8>(st, dpt, lse2[j % 2], Ds[j % 2], sl2);
-                    },
-                    [&](int j) {
-                        wgmma_issue_pm<D>(dv, pa, dOs(j));  // dV += Pᵀ(j)·dO(j)
-                        wgmma_issue_pm<D>(dk, dsa, Qs(j));  // dK += dSᵀ(j)·Q(j)
-                        #pragma unroll
-                        for (int kc = 0; kc < 8; kc++)     // dQ(j) = dS(j)·K, this warpgroup's columns
-                            wgmma_m64k16_ss<H, DN, true>(&dq[0][0], wgmma_desc(dSs(j) + kc * 128, 128, 2048),
-                                                         wgmma_desc(KVs(kc / 4) + (kc % 4) * 16 * D + wg * 4 * D, 16 * D, 128), kc > 0);
-                    },
-                    [&](int j) {
-                        wgmma_hold<D / 2>(&dv[0][0]);
-                        wgmma_hold<D / 2>(&dk[0][0]);
-                        wgmma_hold<DN / 2>(&dq[0][0]);
-                        if (j > 0) {  // dQ(j − 1) into the partial sum
-                            for (int r = 0; r < 2; r++) {
-                                const int row = k0 + 64 * (j - 1) + warp * 16 + g + 8 * r;
-                                if (row >= T) continue;
-                                float* p = part + (size_t)row * C + 2 * t;
-                                for (int nt = 0; nt < DN / 8; nt++) {
-                                    if (first_kb) *reinterpret_cast<float2*>(p + nt * 8) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
-                                    else red_add_f32x2(p + nt * 8, dq[nt][2 * r], dq[nt][2 * r + 1]);
-                                }
-                            }
-                        }
-                        if (j == nqt) return;
-                        c_to_a_16xk<H>(pa, st);
-                        c_to_a_16xk<H>(dsa, dpt);
-                        // dSᵀ(j) stored transposed as dS(j): the C fragment of queries 8nt.. and keys
-                        // 8h.. of this warp's 16 (matrix 2(nt % 2) + h of an x4) is one core matrix
-                        const int m = threadIdx.x % 32 / 8, row = threadIdx.x % 8;  // the matrix and row this lane addresses
-                        #pragma unroll
-                        for (int p = 0; p < 4; p++) {
-                            uint32_t r[4];
-                            for (int i = 0; i < 4; i++) r[i] = pack2<H>(dpt[2 * p + i / 2][2 * (i % 2)], dpt[2 * p + i / 2][2 * (i % 2) + 1]);
-                            stsm_x4_trans(r, dSs(j) + (2 * p + m / 2) * 1024 + (wg * 8 + warp * 2 + m % 2) * 64 + row * 8);
-                        }
-                    });
+                keys.step(j, nqt, overlap, tl, wg, k0, key0, sl2, part_b + h * D + wg * (D / 2), C, T, kb == kb_first);
             }
         }
         H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
-        store_acc_rows<D>(dk_out, C3, dk, key0, T, rsqrtf((float)D));
-        store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T, 1.0f);
+        store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
+        store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
+    }
+}
+
+// The fused backward with a producer warpgroup (KernelOptions::flash_backward_producer; v23 in
+// dev/cuda/attention.cu): warpgroup 2 copies every tile in, and warpgroups 0 and 1 compute as
+// above, with no block barrier. The producer gives back registers (setmaxnreg), the computing
+// warpgroups take them. Two rings of slots, each slot with a full and an empty mbarrier:
+//   K and V of a key block (2 slots)  full: the producer's copies have landed; empty: the 8
+//                                     computing warps are done with the key block
+//   Q, dO and row stats of a query    full: the copies have landed and the stats are stored;
+//   tile (SLOTS, 3 or 4)              empty: the 8 warps are done with it (after iteration j + 1)
+// The two computing warpgroups still meet once an iteration (named barrier 1, 256 threads):
+// dQ(j) = dS(j)·K needs both warpgroups' dS(j). The same products in the same order as the
+// kernel above, so the same bits (gpucheck_ops).
+template <class H, int D, int SLOTS>
+__global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
+                                                                               const float* lse, const float* Dv, int T, QKVLayout L,
+                                                                               bool overlap) {
+    static_assert(D == 64 && SLOTS >= 3, "the fused backward: head size 64; a query tile is in use for two iterations");
+    DYNAMIC_SHARED(H, tiles);
+    __shared__ float lse2[SLOTS][64], Ds[SLOTS][64];
+    __shared__ uint64_t kv_full[2], kv_empty[2], q_full[SLOTS], q_empty[SLOTS];
+    auto parity = [](int n, int slots) { return (unsigned)(n / slots) & 1; };  // of use n of its slot
+    const int kh = blockIdx.x, b = blockIdx.y, s = blockIdx.z, S = gridDim.z;
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
+    const size_t C3 = L.row();
+    const H* qkv_b = qkv + (size_t)b * T * C3;
+    float* part_b = dq_part + (size_t)(s * gridDim.y + b) * T * C;  // this split's partial sum of batch b's dQ
+    auto kv = [&](int m) { return tiles + (m % 2) * 4 * 64 * D; };  // key block m's K(0), V(0), K(1), V(1)
+    H* const rings = tiles + 8 * 64 * D;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; i++) mbar_init(&kv_full[i], 128), mbar_init(&kv_empty[i], 8);
+        for (int i = 0; i < SLOTS; i++) mbar_init(&q_full[i], 128 + 64), mbar_init(&q_empty[i], 8);
+    }
+    __syncthreads();  // (the barriers are initialized; the only block barrier)
+    if (wg == 2) {  // the producer: each key block's K and V, then its query tiles, each into a free slot
+        setmaxnreg<40, false>();
+        const int t = threadIdx.x - 256;
+        const FusedTiles<H, D, SLOTS> tl{nullptr, rings, lse2, Ds, 0};
+        for (int kb = 0, m = 0, n = 0; kb < nkb; kb++) {
+            if (fused_split_of(kb, S) != s) continue;
+            const int k0 = kb * 128, nqt = (T - k0 + 63) / 64;
+            mbar_wait(&kv_empty[m % 2], parity(m, 2) ^ 1);
+            for (int i = 0; i < 4; i++)
+                stage_tile_cm<D, 128, 64, true>(kv(m) + i * 64 * D, qkv_b + (i % 2 ? L.v(kh * G) : L.k(kh * G)), C3, k0 + 64 * (i / 2), T, t);
+            mbar_arrive_on_copies(&kv_full[m % 2]);
+            m++;
+            for (int h = kh * G; h < kh * G + G; h++)
+                for (int j = 0; j < nqt; j++, n++) {
+                    const int slot = tl.slot(n), q0 = k0 + 64 * j;
+                    mbar_wait(&q_empty[slot], parity(n, SLOTS) ^ 1);
+                    stage_tile_cm<D, 128, 64, true>(tl.Q(n), qkv_b + h * D, C3, q0, T, t);
+                    stage_tile_cm<D, 128, 64, true>(tl.dO(n), dout + (size_t)b * T * C + h * D, C, q0, T, t);
+                    if (t < 64) {  // the row stats by plain stores: the release of a plain arrival publishes them
+                        const size_t bh = ((size_t)b * NH + h) * T;
+                        lse2[slot][t] = q0 + t < T ? lse[bh + q0 + t] * LOG2E : INFINITY;
+                        Ds[slot][t] = q0 + t < T ? Dv[bh + q0 + t] : 0.0f;
+                        mbar_arrive(&q_full[slot]);
+                    }
+                    mbar_arrive_on_copies(&q_full[slot]);
+                }
+        }
+        cp_async_wait_all();  // (its copies have landed before it ends)
+    } else {
+        setmaxnreg<232, true>();
+        const float sl2 = rsqrtf((float)D) * LOG2E;
+        const int kb_first = fused_zero_rows<D>(part_b, kh, G, s, S, nkb, T, C, 256);
+        for (int kb = kb_first, m = 0, n = 0; kb < nkb; kb++) {
+            if (fused_split_of(kb, S) != s) continue;
+            const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16, nqt = (T - k0 + 63) / 64;
+            FusedBackwardKeys<H, D> keys;
+            mbar_wait(&kv_full[m % 2], parity(m, 2));
+            for (int h = kh * G; h < kh * G + G; h++, n += nqt) {
+                const FusedTiles<H, D, SLOTS> tl{kv(m), rings, lse2, Ds, n % SLOTS};
+                for (int j = 0; j <= nqt; j++) {
+                    if (j < nqt) mbar_wait(&q_full[tl.slot(j)], parity(n + j, SLOTS));
+                    fence_proxy_async();  // (the copies, and dS(j − 1) stored by each thread)
+                    bar_sync(1, 256);     // dS(j − 1) is in from both warpgroups, and both are done with iteration j − 1
+                    keys.step(j, nqt, overlap, tl, wg, k0, key0, sl2, part_b + h * D + wg * (D / 2), C, T, kb == kb_first);
+                    if (lane == 0 && j > 0) mbar_arrive(&q_empty[tl.slot(j - 1)]);  // this warp is done with tile j − 1
+                }
+            }
+            if (lane == 0) mbar_arrive(&kv_empty[m % 2]);  // and with the key block's K and V
+            m++;
+            H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
+            store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
+            store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
+        }
     }
 }
 // D = rowsum(dO∘O) for the fused backward, computed as the dQ passes compute it (row_dots: the

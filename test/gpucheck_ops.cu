@@ -334,9 +334,10 @@ template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fuse
 }
 
 static const char* fused_words(int B, int T, int NKV) {  // " (flash, wgmma, fused backward, 2 splits)"
-    static char w[96];
-    snprintf(w, sizeof(w), " (flash, wgmma, fused backward, %d split%s)", flash_fused_splits(gpu.kernels, (long)B * NKV, T),
-             flash_fused_splits(gpu.kernels, (long)B * NKV, T) > 1 ? "s" : "");
+    static char w[128];
+    const int S = flash_fused_splits(gpu.kernels, (long)B * NKV, T);
+    snprintf(w, sizeof(w), " (flash, wgmma, fused backward, %d split%s%s)", S, S > 1 ? "s" : "",
+             gpu.kernels.flash_backward_producer ? ", a producer warpgroup in the backward" : "");
     return w;
 }
 // the words for the forward with a producer warpgroup or key tiles of 128, as gpu.kernels sets them
@@ -645,6 +646,9 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
         check_attention<bf16>(B, T, C, NH, NKV);
         if (S == 2) check_attention<fp16>(B, T, C, NH, NKV);
     }
+    gpu.kernels.flash_backward_producer = 3;  // the producer backward against the CPU op too (fp16: its other wgmma type)
+    check_attention<fp16>(B, T, C, NH, NKV);
+    gpu.kernels.flash_backward_producer = 0;
     gpu.kernels.flash_fused_splits = 2;
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<bf16>((size_t)B * T * W), dout = randn<bf16>((size_t)B * T * C);
@@ -658,6 +662,20 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     gpu.kernels.flash_wgmma_overlap = true;
     snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, each product waited for vs overlapped", B, T, C, NH, NKV);
     compare_bits(name, fused, got);
+    for (int slots : {3, 4}) {  // with a producer warpgroup: the same products in the same order
+        gpu.kernels.flash_backward_producer = slots;
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+        snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, a producer warpgroup in the backward, %d slots, vs none", B, T, C, NH, NKV, slots);
+        compare_bits(name, fused, got);
+    }
+    gpu.kernels.flash_fused_splits = 3;  // (and where a split has several key blocks, or none)
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+    gpu.kernels.flash_backward_producer = 0;
+    std::vector<float> fused3[3];
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, fused3);
+    snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, 3 splits, a producer warpgroup in the backward vs none", B, T, C, NH, NKV);
+    compare_bits(name, fused3, got);
+    gpu.kernels.flash_fused_splits = 2;
     gpu.kernels.flash_fused_backward = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
     auto columns = [&](const std::vector<float>& x, size_t c0, size_t c1) {  // columns [c0, c1) of every row of dqkv

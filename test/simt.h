@@ -29,7 +29,8 @@ The model of a GPU:
     So is a warp collective that some lanes of its warp have exited before.
   - Scheduling: one warp at a time runs as far as it can (to the next __syncthreads), its lanes
     in thread order between warp collectives; the warps in order, or all of it in reverse order
-    with SIMT_ORDER=reverse. Both are legal GPU schedules with the most skew between threads, so
+    with SIMT_ORDER=reverse. Warpgroups waiting for their wgmma products go on one at a time,
+    in the same order. Both are legal GPU schedules with the most skew between threads, so
     a kernel that reads what another thread writes without a barrier between them (within a
     warp or across warps) gives a different result in one of them; `make test` runs both.
   - __shared__ variables are per block (static thread_local: one block at a time per OS thread).
@@ -388,8 +389,13 @@ inline void run_block(BlockRun& r) {
                 }
             } while (release_warp(r, w));
         }
-        bool moved = false;  // a warpgroup whose 128 threads all wait at a wgmma wait goes on
-        for (int g = 0; g * 128 < n; g++) moved |= release_group(r, g);
+        // A warpgroup whose 128 threads all wait at a wgmma wait goes on: one at a time, the first
+        // in the schedule's order, which then runs ahead of the others as far as it can (a product
+        // may complete late on a GPU). So a warpgroup that reads what another writes without a
+        // barrier between them reads it too early.
+        bool moved = false;
+        const int groups = (n + 127) / 128;
+        for (int k = 0; k < groups && !moved; k++) moved = release_group(r, g_reverse ? groups - 1 - k : k);
         for (Fiber& f : r.fibers)  // and a thread whose mbarrier phase has completed
             if ((f.state == AT_MBAR && (r.mbars.at(f.mbar).phase & 1) != f.mbar_parity) ||
                 (f.state == AT_NAMED && r.named[f.named].phase != f.named_gen))  // (or whose named barrier's)

@@ -113,6 +113,9 @@ expect_fail "--flash-forward-pingpong without a producer" 2 "--flash-forward-pin
     "${base[@]}" --flash-forward-pingpong 1
 expect_fail "--flash-forward-keys 128 with a producer of 3 slots" 2 "--flash-forward-keys 128 needs --flash-forward-producer 0 or 2" \
     "${base[@]}" --flash-forward-producer 3 --flash-forward-keys 128
+expect_fail "--flash-backward-producer with the split backward" 2 "--flash-backward-producer 3 needs --flash-backward fused" \
+    "${base[@]}" --flash-backward split --flash-backward-producer 3
+expect_fail "bad --flash-backward-producer" 2 "--flash-backward-producer: expected one of 0 | 3 | 4" "${base[@]}" --flash-backward-producer 2
 expect_fail "seq-len above the model's maxT" 2 "--seq-len 64 exceeds" "${base[@]}" --seq-len 64
 expect_fail "batch tokens not divisible" 2 "--total-batch-tokens 100 is not a multiple" "${base[@]}" --total-batch-tokens 100
 expect_fail "--device cuda without CUDA" 2 "--device cuda" "${base[@]}" --device cuda

@@ -15,8 +15,9 @@
 #         of the same bits) bit-identical to 0, saying what it chose; and (emulator only) with a
 #         wgmma that rounds otherwise (SIMT_WGMMA_REVERSE=1) it keeps mma.sync, saying why;
 #         --flash-forward-producer 2 and 3 (the forward with a producer warpgroup), and 2 with
-#         --flash-forward-pingpong 1, bit-identical to --flash-wgmma 1 alone (on the emulator: its
-#         kernel counted); with --flash-forward-keys 128 (other bits), with and without the
+#         --flash-forward-pingpong 1, and --flash-backward-producer 3 and 4 (the fused backward
+#         with one), bit-identical to --flash-wgmma 1 alone (on the emulator: its kernel
+#         counted); with --flash-forward-keys 128 (other bits), with and without the
 #         producer, the bf16 check against the CPU
 #   matmul-tune  fp32 with every product tuned (--matmul-tune 1 at LLMC_MATMUL_TUNE_FLOPS=1: each of
 #         cuBLASLt's candidates run, the fastest of the first's bits kept) bit-identical to
@@ -136,17 +137,20 @@ GPU_FLAGS="--flash-wgmma 1" ONCE=$quick gpu_vs_cpu bf16 2e-2
 # (the above runs the fused backward, the default where wgmma runs; the two wgmma passes too)
 GPU_FLAGS="--flash-wgmma 1 --flash-backward split" ONCE=1 gpu_vs_cpu bf16 2e-2
 # --flash-forward-producer 2 and 3 (the wgmma forward with a producer warpgroup and a ring of 2
-# or 3 slots; "2p": 2 with ping-pong) run the wgmma forward's products in its order: the training
-# is bit-identical to --flash-wgmma 1 alone. On the emulator SIMT_COUNT_LAUNCHES shows the
+# or 3 slots; "2p": 2 with ping-pong) run the wgmma forward's products in its order, and
+# --flash-backward-producer 3 and 4 ("b3", "b4") the fused backward's: the training is
+# bit-identical to --flash-wgmma 1 alone. On the emulator SIMT_COUNT_LAUNCHES shows the
 # producer kernel ran.
 flash_forward_producer() {
     local tmp; tmp=$(mktemp -d)
     local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16
                  --flash-wgmma 1)
     "$BIN" "${flags[@]}" --log-file "$tmp/0.jsonl" >/dev/null 2>&1
-    for s in 2 3 2p; do
-        local extra=(--flash-forward-producer ${s%p}); [[ $s == *p ]] && extra+=(--flash-forward-pingpong 1)
-        SIMT_COUNT_LAUNCHES=flash_forward_wgmma_producer_kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
+    for s in 2 3 2p b3 b4; do
+        local extra=(--flash-forward-producer ${s%p}) kernel=flash_forward_wgmma_producer_kernel
+        [[ $s == *p ]] && extra+=(--flash-forward-pingpong 1)
+        [[ $s == b* ]] && extra=(--flash-backward-producer ${s#b}) kernel=flash_backward_fused_wgmma_producer_kernel
+        SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
             >"$tmp/$s.out" 2>&1 || tail -3 "$tmp/$s.out" | sed 's/^/# /'
     done
     ${PYTHON:-/usr/bin/python3} - "$tmp" "$BIN" <<'PY'
@@ -156,12 +160,14 @@ def load(p):
     try: return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
     except OSError: return []
 base = load(f"{d}/0.jsonl")
-for s in ("2", "3", "2p"):
-    ran = re.search(r"^simt: ([0-9]+) launches of flash_forward_wgmma_producer_kernel$", open(f"{d}/{s}.out").read(), re.M)
+for s in ("2", "3", "2p", "b3", "b4"):
+    ran = re.search(r"^simt: ([0-9]+) launches of flash_\w+_producer_kernel$", open(f"{d}/{s}.out").read(), re.M)
     emulated = "simt" in binary
     used = not emulated or (ran is not None and int(ran.group(1)) > 0)
+    flags = (f"--flash-backward-producer {s[1]}" if s[0] == "b" else
+             f"--flash-forward-producer {s[0]}{' --flash-forward-pingpong 1' if s.endswith('p') else ''}")
     print(("ok" if len(base) == 4 and load(f"{d}/{s}.jsonl") == base and used else "not ok") +
-          f" - bf16: --flash-forward-producer {s[0]}{' --flash-forward-pingpong 1' if s.endswith('p') else ''}" +
+          f" - bf16: {flags}" +
           " trains bit-identically to --flash-wgmma 1 alone (4 steps, losses and norms)" +
           (f"; the producer kernel ran {ran.group(1) if ran else 0} times" if emulated else ""))
 PY

@@ -25,7 +25,8 @@ under the emulator" (build/simcheck_ops) means something:
     in the 128-byte swizzled layouts (K-major from 32 bytes into its rows, and MN-major),
     written to D only at the wait; a warpgroup with a warp that never waits is reported, and so
     is a thread that writes a product's A or D registers between its issue and its wait, and a
-    swizzled operand that does not start on its 1024-byte pattern;
+    swizzled operand that does not start on its 1024-byte pattern; two warpgroups go on from
+    their waits one at a time, so one that reads another's write without a barrier reads early;
   - the failures a GPU would show are reported, each in a child process that must exit with
     status 3 and name the kernel (one block each: libgomp's threads do not survive fork): a
     __syncthreads that half a warp reaches while the other half waits at a shuffle (deadlock), a
@@ -321,6 +322,37 @@ static void test_named_barriers() {
     check(dies_with([] {
         simt::launch("named_never", simt::Cfg{1, 128}, [&] { if (threadIdx.x < 64) simt::bar_named(5, 96, true); });
     }, "named_never: deadlock"), "named barriers: a bar.sync whose phase never completes is reported");
+}
+
+// Two warpgroups, each with two wgmma waits (no products): warpgroup w writes its flag after
+// its first wait and reads the other's after its second. With a named barrier between, each sees
+// the other's flag. Without it, one of them reads too early in each schedule: a warpgroup whose
+// wait is over runs ahead of the other (as the fused backward's dS exchange would without its
+// barrier).
+static bool warpgroups_see_flags(bool barrier) {
+    bool both = true;
+    simt::launch("wg_apart", simt::Cfg{1, 256}, [&] {
+        __shared__ int flag[2];
+        const int w = threadIdx.x / 128;
+        if (threadIdx.x % 128 == 0) flag[w] = 0;
+        __syncthreads();
+        simt::wgmma_wait(0);
+        if (threadIdx.x % 128 == 0) flag[w] = 1;
+        if (barrier) simt::bar_named(1, 256, true);
+        simt::wgmma_wait(0);
+        if (threadIdx.x % 128 == 0 && flag[1 - w] != 1) both = false;
+    });
+    return both;
+}
+static void test_warpgroups_apart() {
+    for (int reverse = 0; reverse < 2; reverse++) {
+        simt::g_reverse = reverse;
+        check(warpgroups_see_flags(true), reverse ? "wgmma: two warpgroups see each other's flags across a named barrier (reverse order)"
+                                                  : "wgmma: two warpgroups see each other's flags across a named barrier");
+        check(!warpgroups_see_flags(false), reverse ? "wgmma: without it one warpgroup runs ahead and reads too early (reverse order)"
+                                                    : "wgmma: without it one warpgroup runs ahead and reads too early");
+    }
+    simt::g_reverse = false;
 }
 
 // wgmma m64n64k16 (A in registers: warp w the mma A fragment of rows 16w..16w+15; B through a
@@ -698,6 +730,7 @@ int main() {
     test_mbarrier();
     test_named_barriers();
     test_wgmma();
+    test_warpgroups_apart();
     test_tma();
     test_wgmma_failures();
     test_pinned();

@@ -30,7 +30,8 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       v15, v16, v17: v11, v13, v7 with key tiles of 128 (other bits: half the softmax steps);
       v18, v19, v20: v7, v13, v16 with the K and V tiles 128-byte swizzled (a whole 128-byte
       line copied per 8 threads; the same bits); v21, v22: v19, v20 with the tiles copied by TMA
-      (one thread of the producer issues each tile)
+      (one thread of the producer issues each tile); v23, v24: v7 with the fused backward (head
+      size 64) and a producer warpgroup in it, 3 or 4 query-tile slots (the fused backward's bits)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -52,17 +53,20 @@ For v5 and v6 the backward's time is also split between its two passes (backward
 */
 #include "common.cuh"
 
-// The kernel options of version v (7-9, 11-22: the wgmma versions; any other: wgmma off).
+// The kernel options of version v (7-9, 11-24: the wgmma versions; any other: wgmma off).
 static void wgmma_version(int v) {
     KernelOptions& k = gpu_ctx.kernels;
     k.flash_wgmma = v >= 7;
     k.flash_wgmma_groups = v == 8 ? 1 : 2;
     k.flash_wgmma_overlap = v != 9;
-    k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || v >= 19 ? 2 : 0;
-    k.flash_forward_pingpong = v == 13 || v == 14 || v == 16 || v >= 19;
+    const bool fwd = v <= 22;  // (v23, v24: v7's forward)
+    k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || (v >= 19 && fwd) ? 2 : 0;
+    k.flash_forward_pingpong = v == 13 || v == 14 || v == 16 || (v >= 19 && fwd);
     k.flash_forward_keys = (v >= 15 && v <= 17) || v == 20 || v == 22 ? 128 : 64;
-    k.flash_swizzle = v >= 18;
-    k.flash_tma = v >= 21;
+    k.flash_swizzle = v >= 18 && fwd;
+    k.flash_tma = v >= 21 && fwd;
+    k.flash_fused_backward = v >= 23;
+    k.flash_backward_producer = v == 23 ? 3 : v == 24 ? 4 : 0;
 }
 // DEV_ATTENTION_SKIP="13,14": versions not to run (a GPU call skips the ones its checks failed).
 static bool skipped(int v) {
@@ -156,12 +160,20 @@ int main(int argc, char** argv) {
             autotune_forget(gpu_ctx);
             gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        // v7-v9, v11-v22: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer, swizzled
-        // tiles, TMA (from v11 on, only the forward changes: its time alone)
+        // v7-v9, v11-v24: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer, swizzled
+        // tiles, TMA (v11-v22: only the forward changes, its time alone; v23, v24: only the fused
+        // backward, its time alone)
         if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())
-            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}) {
-                if (skipped(v)) continue;
+            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}) {
+                if (skipped(v) || (v >= 23 && C / NH != 64)) continue;
                 wgmma_version(v);
+                if (v >= 23) {
+                    const float bw = time_ms(bwd);
+                    printf("  with the fused backward and a producer warpgroup in it, %d slots (v%d): backward %.3f ms (%.1f TFLOP/s)\n",
+                           gpu_ctx.kernels.flash_backward_producer, v, bw, 2.5 * flops_fwd / bw / 1e9);
+                    wgmma_version(0);
+                    continue;
+                }
                 float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); });
                 printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s)", gpu_ctx.kernels.flash_wgmma_groups,
                        WGMMA_VERSION_TAIL[v - 7], v, fw, flops_fwd / fw / 1e9);
@@ -223,8 +235,8 @@ int main(int argc, char** argv) {
                            "v9 wgmma, no overlap", "v10 (removed)", "v11 wgmma, producer, 2 slots", "v12 wgmma, producer, 3 slots",
                            "v13 v11 + ping-pong", "v14 v12 + ping-pong", "v15 v11, 128 keys a tile", "v16 v13, 128 keys a tile",
                            "v17 v7, 128 keys a tile", "v18 v7, swizzled tiles", "v19 v13, swizzled tiles", "v20 v16, swizzled tiles",
-                           "v21 v19, by TMA", "v22 v20, by TMA"};
-    for (int v = 2; v <= 22; v++) {
+                           "v21 v19, by TMA", "v22 v20, by TMA", "v23 fused bwd, producer, 3", "v24 fused bwd, producer, 4"};
+    for (int v = 2; v <= 24; v++) {
         if (v == 10 || skipped(v)) continue;
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
@@ -235,14 +247,14 @@ int main(int argc, char** argv) {
         const char* name = names[v];
         if (v >= 7 && !gpu_has_wgmma()) { printf("%s: compute capability 9.0 only\n", name); continue; }
         if (flash && !use_flash<bf16>(gpu_ctx.kernels, C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
-        if (v == 6 && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
+        if ((v == 6 || v >= 23) && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
         auto f = [&] { attention_forward(gpu_ctx, g_out.p(), glse.p(), g_qkv.p(), B, T, C, NH, NKV); };
         auto b = [&] { attention_backward(gpu_ctx, g_dqkv.p(), g_dout.p(), g_qkv.p(), g_out.p(), glse.p(), B, T, C, NH, NKV); };
         float msf = time_ms(f);
         printf("forward  %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_out, g_out.host(), 1e-2), msf, flops_fwd / msf / 1e9);
         float msb = time_ms(b);
         printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_dqkv, g_dqkv.host(), 1e-2), msb, 2.5 * flops_fwd / msb / 1e9);
-        if (v >= 5) backward_split(b, flops_fwd, msb);
+        if (v >= 5 && v <= 22) backward_split(b, flops_fwd, msb);  // (v23, v24: one fused pass)
     }
     gpu_ctx.kernels.flash = gpu_ctx.kernels.flash_ldmatrix = gpu_ctx.kernels.flash_async = true;
     gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
