@@ -639,16 +639,19 @@ inline void flash_forward_wgmma_launch(const Ctx& ctx, floatX* out, float* lse, 
 // warpgroups of 64 rows a block and the producer's; flash_forward_pingpong: the two take turns;
 // flash_forward_keys: key tiles of 64, or of 128 (with 2 slots); SW: swizzled tiles; TMA: copied
 // by TMA, through a tensor map of qkv as B × T × its row (boxes of 64 columns × BN rows).
+// A tensor map of a B × T × W array of 16-bit values (W: a row's elements) for TMA boxes of 64
+// columns × `rows` rows, 128-byte swizzled, zeros past T
+template <class floatX> inline CUtensorMap flash_tensor_map(const floatX* base, size_t W, int T, int B, uint32_t rows) {
+    const uint64_t dims[3] = {W, (uint64_t)T, (uint64_t)B}, strides[2] = {W * sizeof(floatX), T * W * sizeof(floatX)};
+    const uint32_t box[3] = {64, rows, 1};
+    return tensor_map_3d_16bit(base, dims, strides, box);
+}
 template <class floatX, int HS, int S, bool PINGPONG, int BN, bool SW, bool TMA>
 inline void flash_forward_producer_launch(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
     SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA>);
     const size_t shared = 2 * S * BN * HS * sizeof(floatX) + (SW ? 1024 : 0);
     CUtensorMap map{};
-    if constexpr (TMA) {
-        const uint64_t dims[3] = {L.row(), (uint64_t)T, (uint64_t)B}, strides[2] = {L.row() * sizeof(floatX), T * L.row() * sizeof(floatX)};
-        const uint32_t box[3] = {64, BN, 1};
-        map = tensor_map_3d_16bit(qkv, dims, strides, box);
-    }
+    if constexpr (TMA) map = flash_tensor_map(qkv, L.row(), T, B, BN);
     flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA><<<dim3(L.NH, B, ceil_div(T, 128)), 384, shared, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap, map);
     CUDA_LAUNCH_CHECK();
 }
@@ -704,9 +707,19 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
                            {{out, (size_t)B * T * L.C * sizeof(floatX)}, {lse, (size_t)B * NH * T * sizeof(float)}});
         });
 }
+// The fused pass with a producer warpgroup, SLOTS query-tile slots, its tiles copied by TMA or not
+template <class floatX, int SLOTS, bool TMA>
+inline void flash_fused_producer_launch(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout,
+                                        const floatX* qkv, const float* lse, int B, int T, const QKVLayout& L) {
+    SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA>);
+    const size_t smem = (8 * 64 * 64 + 2 * SLOTS * 64 * 64 + 2 * 64 * 128) * sizeof(floatX) + (TMA ? 1024 : 0);  // K/V, Q and dO rings, dS
+    CUtensorMap qkv_map{}, dout_map{};
+    if constexpr (TMA) qkv_map = flash_tensor_map(qkv, L.row(), T, B, 64), dout_map = flash_tensor_map(dout, L.C, T, B, 64);
+    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, qkv_map, dout_map);
+}
 // The fused backward (head size 64): D, the fused pass into S splits' fp32 partial sums of dQ,
 // then their sum. flash_backward_producer (3 or 4 query-tile slots): the pass with a producer
-// warpgroup (the same bits).
+// warpgroup (the same bits); flash_backward_tma: its tiles swizzled and copied by TMA.
 template <class floatX>
 inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
                                  const float* lse, int B, int T, const QKVLayout& L) {
@@ -718,16 +731,13 @@ inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const 
     static Buf<float> part_buf;
     float* part = gpu_scratch(part_buf, ctx, (size_t)S * B * T * C);
     if (slots != 0 && slots != 3 && slots != 4) fatal("flash attention: the producer backward takes 3 or 4 slots, not %d", slots);
-    if (slots == 3 || slots == 4) {
-        const size_t smem = (8 * 64 * 64 + 2 * slots * 64 * 64 + 2 * 64 * 128) * sizeof(floatX);  // 2 K/V slots, the Q and dO rings, dS
-        if (slots == 3) {
-            SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, 3>);
-            flash_backward_fused_wgmma_producer_kernel<floatX, 64, 3><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, overlap);
-        } else {
-            SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, 4>);
-            flash_backward_fused_wgmma_producer_kernel<floatX, 64, 4><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, overlap);
-        }
-    } else {
+    if (ctx.kernels.flash_backward_tma && !slots) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
+    const bool tma = ctx.kernels.flash_backward_tma;
+    if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
+    else if (slots == 3) flash_fused_producer_launch<floatX, 3, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
+    else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
+    else if (slots == 4) flash_fused_producer_launch<floatX, 4, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
+    else {
         SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, 64>);
         const size_t smem = (10 * 64 * 64 + 2 * 64 * 128) * sizeof(floatX);
         flash_backward_fused_wgmma_kernel<floatX, 64><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, overlap);

@@ -5,7 +5,7 @@ own: it follows flash_attention.cuh and shares its pieces (A fragments, online s
 
 A warpgroup (4 warps) owns 64 rows. Each product is a few wgmma m64nNk16. A (Q, dO, P, dS) is in
 registers (mma.sync's fragment layout) or shared memory. B is read from shared memory, in tiles
-of 8×16-byte core matrices (the forward's can be 128-byte swizzled). One tile serves as K-major
+of 8×16-byte core matrices, or 128-byte swizzled (TMA's layout). One tile serves as K-major
 B (K in S = Q·Kᵀ) and as MN-major B (V in O = P·V). Products run asynchronously, so every
 kernel is software-pipelined: the softmax (or dS) of tile j runs while tile j − 1's products run.
 
@@ -322,13 +322,14 @@ template <int D, int N = 64, bool SW = false, class H> __device__ inline void wg
     #pragma unroll
     for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, N, false>(&c[0][0], a[kc], b + Desc::k_step(kc), kc > 0);
 }
-// The same with A a 64-row tile in shared memory (the core-matrix layout, K-major like M): the
-// dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K and V would otherwise hold D/4 registers a thread each).
-template <int D, class H> __device__ inline void wgmma_issue_amt(float (*c)[4], const H* a_tile, const H* tile) {
+// The same with A a 64-row tile in shared memory (K-major like M, both in the layout SW names):
+// the dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K and V would otherwise hold D/4 registers a thread each).
+template <int D, bool SW = false, class H> __device__ inline void wgmma_issue_ss(float (*c)[4], const H* a_tile, const H* tile) {
     wgmma_fence();
-    const uint64_t a = wgmma_desc(a_tile, 128, 16 * D), b = wgmma_desc(tile, 128, 16 * D);
+    using Desc = TileDesc<D, 64, SW>;
+    const uint64_t a = Desc::k_major(a_tile), b = Desc::k_major(tile);
     #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16_ss<H, 64, false>(&c[0][0], a + kc * 16, b + kc * 16, kc > 0);
+    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16_ss<H, 64, false>(&c[0][0], a + Desc::k_step(kc), b + Desc::k_step(kc), kc > 0);
 }
 // acc (64 × D) += P·M: P this warp's 16 rows × K as K/16 A fragments (P, dS or their
 // transposes: c_to_a_16xk), M a K-row tile (64 or 128) read as MN-major B (V, K, dO or Q).
@@ -693,8 +694,8 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
             wgmma_pipeline_step(
                 j, wg, nqt, overlap,
                 [&](int j) {  // Sᵀ(j), dPᵀ(j)
-                    wgmma_issue_amt<D>(st, Ks, Qs(j));
-                    wgmma_issue_amt<D>(dpt, Vs, dOs(j));
+                    wgmma_issue_ss<D>(st, Ks, Qs(j));
+                    wgmma_issue_ss<D>(dpt, Vs, dOs(j));
                 },
                 [&](int j) {  // Pᵀ(j) into st, dSᵀ(j) into dpt
                     wgmma_hold<32>(&st[0][0]);
@@ -782,7 +783,9 @@ template <class H, int D, int SLOTS> struct FusedTiles {
 // pipeline step over query tile j. Iteration j issues Sᵀ(j) and dPᵀ(j), then dV, dK and dQ of
 // tile j − 1, stores dQ(j − 1) into the partial sum (part: this warpgroup's columns), and stores
 // dSᵀ(j) as dS(j) for the next iteration's dQ. dS(j − 1) must be in from both warpgroups.
-template <class H, int D> struct FusedBackwardKeys {
+// SW: the K, V, Q and dO tiles are swizzled (dS is not). dQ's B is K's columns from wg·D/2:
+// swizzled, that start is wg·64 bytes into the rows (the tensor cores swizzle the sum).
+template <class H, int D, bool SW = false> struct FusedBackwardKeys {
     static constexpr int DN = D / 2;  // the dQ columns of each warpgroup
     float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4], dq[DN / 8][4];
     uint32_t pa[4][4], dsa[4][4];  // Pᵀ and dSᵀ of the tile before as A fragments
@@ -798,8 +801,8 @@ template <class H, int D> struct FusedBackwardKeys {
         wgmma_pipeline_step(
             j, 0, nqt, overlap,
             [&](int j) {  // Sᵀ(j), dPᵀ(j) (the second warpgroup's at j = 0: all masked, so zeros)
-                wgmma_issue_amt<D>(st, Ks, tl.Q(j));
-                wgmma_issue_amt<D>(dpt, Vs, tl.dO(j));
+                wgmma_issue_ss<D, SW>(st, Ks, tl.Q(j));
+                wgmma_issue_ss<D, SW>(dpt, Vs, tl.dO(j));
             },
             [&](int j) {  // Pᵀ(j) into st, dSᵀ(j) into dpt
                 wgmma_hold<32>(&st[0][0]);
@@ -809,12 +812,14 @@ template <class H, int D> struct FusedBackwardKeys {
                 ds_cols<8>(st, dpt, tl.lse2[tl.slot(j)], tl.Ds[tl.slot(j)], sl2);
             },
             [&](int j) {
-                wgmma_issue_pm<D>(dv, pa, tl.dO(j));  // dV += Pᵀ(j)·dO(j)
-                wgmma_issue_pm<D>(dk, dsa, tl.Q(j));  // dK += dSᵀ(j)·Q(j)
+                wgmma_issue_pm<D, 64, SW>(dv, pa, tl.dO(j));  // dV += Pᵀ(j)·dO(j)
+                wgmma_issue_pm<D, 64, SW>(dk, dsa, tl.Q(j));  // dK += dSᵀ(j)·Q(j)
                 #pragma unroll
-                for (int kc = 0; kc < 8; kc++)     // dQ(j) = dS(j)·K, this warpgroup's columns
-                    wgmma_m64k16_ss<H, DN, true>(&dq[0][0], wgmma_desc(tl.dS(j) + kc * 128, 128, 2048),
-                                                 wgmma_desc(tl.K(kc / 4) + (kc % 4) * 16 * D + wg * 4 * D, 16 * D, 128), kc > 0);
+                for (int kc = 0; kc < 8; kc++) {  // dQ(j) = dS(j)·K, this warpgroup's columns
+                    const H* k = tl.K(kc / 4) + (SW ? (kc % 4) * 16 * 64 + wg * DN : (kc % 4) * 16 * D + wg * 4 * D);
+                    const uint64_t b = SW ? wgmma_desc(k, 64 * 128, 1024, 1) : wgmma_desc(k, 16 * D, 128);
+                    wgmma_m64k16_ss<H, DN, true>(&dq[0][0], wgmma_desc(tl.dS(j) + kc * 128, 128, 2048), b, kc > 0);
+                }
             },
             [&](int j) {
                 wgmma_hold<D / 2>(&dv[0][0]);
@@ -909,8 +914,8 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
     }
 }
 
-// The fused backward with a producer warpgroup (KernelOptions::flash_backward_producer; v23 in
-// dev/cuda/attention.cu): warpgroup 2 copies every tile in, and warpgroups 0 and 1 compute as
+// The fused backward with a producer warpgroup (KernelOptions::flash_backward_producer; v23-v26
+// in dev/cuda/attention.cu): warpgroup 2 copies every tile in, and warpgroups 0 and 1 compute as
 // above, with no block barrier. The producer gives back registers (setmaxnreg), the computing
 // warpgroups take them. Two rings of slots, each slot with a full and an empty mbarrier:
 //   K and V of a key block (2 slots)  full: the producer's copies have landed; empty: the 8
@@ -918,14 +923,19 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
 //   Q, dO and row stats of a query    full: the copies have landed and the stats are stored;
 //   tile (SLOTS, 3 or 4)              empty: the 8 warps are done with it (after iteration j + 1)
 // The two computing warpgroups still meet once an iteration (named barrier 1, 256 threads):
-// dQ(j) = dS(j)·K needs both warpgroups' dS(j). The same products in the same order as the
-// kernel above, so the same bits (gpucheck_ops).
-template <class H, int D, int SLOTS>
+// dQ(j) = dS(j)·K needs both warpgroups' dS(j). TMA (flash_backward_tma): the tiles swizzled,
+// and one producer thread copies each by TMA from qkv_map and dout_map (B × T × a row, boxes of
+// 64 × 64). The row stats are plain stores by 64 producer threads, each then a plain arrival
+// (its release publishes them). The same products in the same order as the kernel above, so the
+// same bits (gpucheck_ops).
+template <class H, int D, int SLOTS, bool TMA>
 __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
-                                                                               const float* lse, const float* Dv, int T, QKVLayout L,
-                                                                               bool overlap) {
+                                                                                     const float* lse, const float* Dv, int T, QKVLayout L,
+                                                                                     bool overlap, const __grid_constant__ CUtensorMap qkv_map,
+                                                                                     const __grid_constant__ CUtensorMap dout_map) {
     static_assert(D == 64 && SLOTS >= 3, "the fused backward: head size 64; a query tile is in use for two iterations");
-    DYNAMIC_SHARED(H, tiles);
+    DYNAMIC_SHARED(H, shared);
+    H* tiles = TMA ? align_1024(shared) : shared;
     __shared__ float lse2[SLOTS][64], Ds[SLOTS][64];
     __shared__ uint64_t kv_full[2], kv_empty[2], q_full[SLOTS], q_empty[SLOTS];
     auto parity = [](int n, int slots) { return (unsigned)(n / slots) & 1; };  // of use n of its slot
@@ -937,9 +947,9 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     float* part_b = dq_part + (size_t)(s * gridDim.y + b) * T * C;  // this split's partial sum of batch b's dQ
     auto kv = [&](int m) { return tiles + (m % 2) * 4 * 64 * D; };  // key block m's K(0), V(0), K(1), V(1)
     H* const rings = tiles + 8 * 64 * D;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 2; i++) mbar_init(&kv_full[i], 128), mbar_init(&kv_empty[i], 8);
-        for (int i = 0; i < SLOTS; i++) mbar_init(&q_full[i], 128 + 64), mbar_init(&q_empty[i], 8);
+    if (threadIdx.x == 0) {  // (TMA: each tile's copy is one arrival with its bytes)
+        for (int i = 0; i < 2; i++) mbar_init(&kv_full[i], TMA ? 4 : 128), mbar_init(&kv_empty[i], 8);
+        for (int i = 0; i < SLOTS; i++) mbar_init(&q_full[i], (TMA ? 2 : 128) + 64), mbar_init(&q_empty[i], 8);
     }
     __syncthreads();  // (the barriers are initialized; the only block barrier)
     if (wg == 2) {  // the producer: each key block's K and V, then its query tiles, each into a free slot
@@ -950,26 +960,34 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
             if (fused_split_of(kb, S) != s) continue;
             const int k0 = kb * 128, nqt = (T - k0 + 63) / 64;
             mbar_wait(&kv_empty[m % 2], parity(m, 2) ^ 1);
-            for (int i = 0; i < 4; i++)
-                stage_tile_cm<D, 128, 64, true>(kv(m) + i * 64 * D, qkv_b + (i % 2 ? L.v(kh * G) : L.k(kh * G)), C3, k0 + 64 * (i / 2), T, t);
-            mbar_arrive_on_copies(&kv_full[m % 2]);
+            for (int i = 0; i < 4; i++) {  // K(0), V(0), K(1), V(1)
+                const int col = i % 2 ? L.v(kh * G) : L.k(kh * G), row0 = k0 + 64 * (i / 2);
+                if constexpr (TMA) { if (t == 0) tma_tile<D, 64>(kv(m) + i * 64 * D, &qkv_map, col, row0, b, &kv_full[m % 2]); }
+                else stage_tile_cm<D, 128, 64, true>(kv(m) + i * 64 * D, qkv_b + col, C3, row0, T, t);
+            }
+            if (!TMA) mbar_arrive_on_copies(&kv_full[m % 2]);
             m++;
             for (int h = kh * G; h < kh * G + G; h++)
                 for (int j = 0; j < nqt; j++, n++) {
                     const int slot = tl.slot(n), q0 = k0 + 64 * j;
                     mbar_wait(&q_empty[slot], parity(n, SLOTS) ^ 1);
-                    stage_tile_cm<D, 128, 64, true>(tl.Q(n), qkv_b + h * D, C3, q0, T, t);
-                    stage_tile_cm<D, 128, 64, true>(tl.dO(n), dout + (size_t)b * T * C + h * D, C, q0, T, t);
-                    if (t < 64) {  // the row stats by plain stores: the release of a plain arrival publishes them
+                    if constexpr (TMA) {
+                        if (t == 0) tma_tile<D, 64>(tl.Q(n), &qkv_map, h * D, q0, b, &q_full[slot]);
+                        if (t == 0) tma_tile<D, 64>(tl.dO(n), &dout_map, h * D, q0, b, &q_full[slot]);
+                    } else {
+                        stage_tile_cm<D, 128, 64, true>(tl.Q(n), qkv_b + h * D, C3, q0, T, t);
+                        stage_tile_cm<D, 128, 64, true>(tl.dO(n), dout + (size_t)b * T * C + h * D, C, q0, T, t);
+                        mbar_arrive_on_copies(&q_full[slot]);
+                    }
+                    if (t < 64) {  // the row stats
                         const size_t bh = ((size_t)b * NH + h) * T;
                         lse2[slot][t] = q0 + t < T ? lse[bh + q0 + t] * LOG2E : INFINITY;
                         Ds[slot][t] = q0 + t < T ? Dv[bh + q0 + t] : 0.0f;
                         mbar_arrive(&q_full[slot]);
                     }
-                    mbar_arrive_on_copies(&q_full[slot]);
                 }
         }
-        cp_async_wait_all();  // (its copies have landed before it ends)
+        if (!TMA) cp_async_wait_all();  // (its copies have landed before it ends)
     } else {
         setmaxnreg<232, true>();
         const float sl2 = rsqrtf((float)D) * LOG2E;
@@ -977,7 +995,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
         for (int kb = kb_first, m = 0, n = 0; kb < nkb; kb++) {
             if (fused_split_of(kb, S) != s) continue;
             const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16, nqt = (T - k0 + 63) / 64;
-            FusedBackwardKeys<H, D> keys;
+            FusedBackwardKeys<H, D, TMA> keys;
             mbar_wait(&kv_full[m % 2], parity(m, 2));
             for (int h = kh * G; h < kh * G + G; h++, n += nqt) {
                 const FusedTiles<H, D, SLOTS> tl{kv(m), rings, lse2, Ds, n % SLOTS};

@@ -46,6 +46,7 @@ struct KernelOptions {
     bool flash_fused_backward = false; // one fused backward pass at head size 64 (dQ in another order)
     int flash_fused_splits = 0;        // its key-block splits (0: flash_fused_splits chooses)
     int flash_backward_producer = 0;   // 3 or 4: the fused backward with a producer warpgroup and that many query-tile slots
+    bool flash_backward_tma = false;   // with flash_backward_producer: its tiles swizzled, one thread copies each by TMA
     long flash_tune_blocks = 256;
     // matmuls (matmul.cuh)
     bool matmul_tune = false;          // --matmul-tune: time cuBLASLt's candidates (same bits only)

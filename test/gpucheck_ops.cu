@@ -337,7 +337,8 @@ static const char* fused_words(int B, int T, int NKV) {  // " (flash, wgmma, fus
     static char w[128];
     const int S = flash_fused_splits(gpu.kernels, (long)B * NKV, T);
     snprintf(w, sizeof(w), " (flash, wgmma, fused backward, %d split%s%s)", S, S > 1 ? "s" : "",
-             gpu.kernels.flash_backward_producer ? ", a producer warpgroup in the backward" : "");
+             !gpu.kernels.flash_backward_producer ? "" : gpu.kernels.flash_backward_tma ? ", a producer warpgroup in the backward, swizzled tiles by TMA"
+                                                         : ", a producer warpgroup in the backward");
     return w;
 }
 // the words for the forward with a producer warpgroup or key tiles of 128, as gpu.kernels sets them
@@ -500,7 +501,7 @@ __global__ void wgmma_products_kernel(float* amt, float* amt_ss, float* pv, cons
     wgmma_complete();
     wgmma_hold<32>(&c[0][0]);
     store(amt, 64, c);
-    wgmma_issue_amt<D>(c, tiles + 64 * D, tiles);
+    wgmma_issue_ss<D>(c, tiles + 64 * D, tiles);
     wgmma_complete();
     wgmma_hold<32>(&c[0][0]);
     store(amt_ss, 64, c);
@@ -648,7 +649,9 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     }
     gpu.kernels.flash_backward_producer = 3;  // the producer backward against the CPU op too (fp16: its other wgmma type)
     check_attention<fp16>(B, T, C, NH, NKV);
-    gpu.kernels.flash_backward_producer = 0;
+    gpu.kernels.flash_backward_tma = true;    // (and by TMA)
+    check_attention<fp16>(B, T, C, NH, NKV);
+    gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
     gpu.kernels.flash_fused_splits = 2;
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<bf16>((size_t)B * T * W), dout = randn<bf16>((size_t)B * T * C);
@@ -662,19 +665,26 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     gpu.kernels.flash_wgmma_overlap = true;
     snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, each product waited for vs overlapped", B, T, C, NH, NKV);
     compare_bits(name, fused, got);
-    for (int slots : {3, 4}) {  // with a producer warpgroup: the same products in the same order
-        gpu.kernels.flash_backward_producer = slots;
-        attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
-        snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, a producer warpgroup in the backward, %d slots, vs none", B, T, C, NH, NKV, slots);
-        compare_bits(name, fused, got);
-    }
+    for (int tma : {0, 1})  // with a producer warpgroup (its tiles by TMA or not): the same products in the same order
+        for (int slots : {3, 4}) {
+            gpu.kernels.flash_backward_producer = slots; gpu.kernels.flash_backward_tma = tma;
+            attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+            snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, a producer warpgroup in the backward, %d slots%s, vs none",
+                     B, T, C, NH, NKV, slots, tma ? ", swizzled tiles by TMA" : "");
+            compare_bits(name, fused, got);
+        }
     gpu.kernels.flash_fused_splits = 3;  // (and where a split has several key blocks, or none)
-    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
-    gpu.kernels.flash_backward_producer = 0;
     std::vector<float> fused3[3];
+    gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, fused3);
-    snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, 3 splits, a producer warpgroup in the backward vs none", B, T, C, NH, NKV);
-    compare_bits(name, fused3, got);
+    for (int tma : {0, 1}) {
+        gpu.kernels.flash_backward_producer = 3; gpu.kernels.flash_backward_tma = tma;
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+        snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, 3 splits, a producer warpgroup in the backward%s vs none",
+                 B, T, C, NH, NKV, tma ? ", swizzled tiles by TMA," : "");
+        compare_bits(name, fused3, got);
+    }
+    gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
     gpu.kernels.flash_fused_splits = 2;
     gpu.kernels.flash_fused_backward = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
