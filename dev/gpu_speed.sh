@@ -6,7 +6,8 @@
 #   dev/gpu_speed.sh OUTDIR       (binaries from .prebuilt/, packages from .debs/: dev/gpu_session.sh)
 #   SPEED_STEPS=wgmma,llmc,...    the steps to run (default all: wgmma ab llmc attention flash bf16 train;
 #                                 ab: our attention against .baseline/dev_attention, bench_attention_ab.sh;
-#                                 ncu, not in the default: Nsight Compute on the forward's layouts)
+#                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
+#                                 layouts, on the fused backward's producers)
 # Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs.
 set -u
 cd "$(dirname "$0")/.."
@@ -69,6 +70,18 @@ ncu_forward() {
 }
 export -f ncu_forward
 [[ $want == *,ncu,* ]] && step ncu 300 bash -c ncu_forward
-for f in wgmma ab llmc attention flash bf16 train ncu; do
+# ncubwd: the fused backward at head size 64, B=16 T=1024 (GPT-2's shape): without a producer
+# (the default), with one by cp.async (v23) and by TMA (v25); one launch each.
+ncu_backward() {
+    local spec
+    for spec in "flash_backward_fused_wgmma_kernel<" "flash_backward_fused_wgmma_producer_kernel<.*, 3, false>" \
+                "flash_backward_fused_wgmma_producer_kernel<.*, 3, true>"; do
+        DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}7,8,9,11,12,13,14,15,16,17,18,19,20,21,22,24,26 NCU_SKIP=0 NCU_COUNT=1 \
+            bash dev/bench/bench_ncu_attention.sh 16 1024 768 12 "$spec"
+    done
+}
+export -f ncu_backward
+[[ $want == *,ncubwd,* ]] && step ncubwd 200 bash -c ncu_backward
+for f in wgmma ab llmc attention flash bf16 train ncu ncubwd; do
     [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|^== " "$log-$f.txt" | tail -40; }
 done
