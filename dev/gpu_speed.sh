@@ -33,16 +33,16 @@ bash dev/gpu_session.sh setup "$out" >/dev/null 2>&1
 want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,flash,bf16,train},"
 [[ $want == *,wgmma,* ]] && step wgmma 90 build/gpucheck_ops wgmma
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
-also=${OURS_ALSO-"--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-keys 128"}
+also=${OURS_ALSO-"--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-keys 128 --flash-backward-producer 3"}
 # Failures that name only ping-pong, swizzled tiles, TMA or the backward's producer leave out
 # those versions; others, or a hang, every opt-in version (v11-v26).
 if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0 failed" "$log-wgmma.txt"; then
     bad=$(grep "^not ok" "$log-wgmma.txt") skip=
-    grep -q "ping-pong" <<<"$bad" && { skip+=13,14,16,19,20,21,22,; also="--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-keys 128"; }
+    grep -q "ping-pong" <<<"$bad" && { skip+=13,14,16,19,20,21,22,; also=${also/ --flash-forward-pingpong 1/}; }
     grep -v "in the backward" <<<"$bad" | grep -q "by TMA" && skip+=21,22,
     grep -v "by TMA" <<<"$bad" | grep -q "swizzled" && skip+=18,19,20,21,22,
     grep "in the backward" <<<"$bad" | grep -q "by TMA" && skip+=25,26,
-    grep "in the backward" <<<"$bad" | grep -vq "by TMA" && skip+=23,24,25,26,
+    grep "in the backward" <<<"$bad" | grep -vq "by TMA" && { skip+=23,24,25,26,; also=${also/ --flash-backward-producer 3/}; }
     if [ -z "$bad" ] || grep -v -e "ping-pong" -e "swizzled" -e "by TMA" -e "producer warpgroup in the backward" <<<"$bad" | grep -q . ||
         grep -q "^== wgmma: exit 124" "$log-wgmma.txt"; then
         skip=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26; also=
