@@ -404,13 +404,14 @@ __device__ inline void row_dots(float* Dr, const uint32_t (*of)[4], const H* o, 
         if (t == 0 && row0 + g + 8 * r < n) D_bh[row0 + g + 8 * r] = s[r];
     }
 }
-// The dK/dV passes' per-query values for queries q0 .. q0 + R − 1 (threads 0 .. R − 1 write
+// The dK/dV passes' per-query values for queries q0 .. q0 + R − 1 (threads t = 0 .. R − 1 write
 // them): lse in base 2 (lse·log2e) and D = rowsum(dO∘O); past T, lse2 = ∞ so that p = 0.
-template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds, const float* lse_bh, const float* D_bh, int q0, int T) {
-    if (threadIdx.x < R) {
-        const int r = q0 + threadIdx.x;
-        lse2[threadIdx.x] = r < T ? lse_bh[r] * LOG2E : INFINITY;
-        Ds[threadIdx.x] = r < T ? D_bh[r] : 0.0f;
+template <int R> __device__ inline void stage_query_stats(float* lse2, float* Ds, const float* lse_bh, const float* D_bh, int q0, int T,
+                                                          int t = threadIdx.x) {
+    if (t < R) {
+        const int r = q0 + t;
+        lse2[t] = r < T ? lse_bh[r] * LOG2E : INFINITY;
+        Ds[t] = r < T ? D_bh[r] : 0.0f;
     }
 }
 // Blocks of 128 threads each SM must hold at head size 64 (MT = 1), which caps the registers:

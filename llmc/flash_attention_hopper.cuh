@@ -21,7 +21,7 @@ The kernels (a _producer_kernel: with a producer warpgroup that copies the tiles
 
 Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op, the
 fused pass's dK and dV bit-identical to the two passes'), test/test_ptxas.sh (no spills, no
-wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v24, fused). More: docs/performance.md.
+wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v26, fused). More: docs/performance.md.
 */
 #pragma once
 
@@ -979,12 +979,9 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
                         stage_tile_cm<D, 128, 64, true>(tl.dO(n), dout + (size_t)b * T * C + h * D, C, q0, T, t);
                         mbar_arrive_on_copies(&q_full[slot]);
                     }
-                    if (t < 64) {  // the row stats
-                        const size_t bh = ((size_t)b * NH + h) * T;
-                        lse2[slot][t] = q0 + t < T ? lse[bh + q0 + t] * LOG2E : INFINITY;
-                        Ds[slot][t] = q0 + t < T ? Dv[bh + q0 + t] : 0.0f;
-                        mbar_arrive(&q_full[slot]);
-                    }
+                    const size_t bh = ((size_t)b * NH + h) * T;
+                    stage_query_stats<64>(lse2[slot], Ds[slot], lse + bh, Dv + bh, q0, T, t);  // the row stats
+                    if (t < 64) mbar_arrive(&q_full[slot]);
                 }
         }
         if (!TMA) cp_async_wait_all();  // (its copies have landed before it ends)
