@@ -4,8 +4,9 @@
 # baseline (bench_vs_llmc.sh), attention against SDPA's cuDNN and flash backends
 # (bench_vs_torch.sh, attention alone), then gpucheck's flash ops and GPU training.
 #   dev/gpu_speed.sh OUTDIR       (binaries from .prebuilt/, packages from .debs/: dev/gpu_session.sh)
-#   SPEED_STEPS=wgmma,llmc,...    the steps to run (default all: wgmma ab llmc attention flash bf16 train;
+#   SPEED_STEPS=wgmma,llmc,...    the steps to run (default all: wgmma ab llmc attention classifier flash bf16 train;
 #                                 ab: our attention against .baseline/dev_attention, bench_attention_ab.sh;
+#                                 classifier: dev/cuda/classifier.cu's versions, old (v5) and new;
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
 #                                 layouts, on the fused backward's producers)
 # Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs.
@@ -30,7 +31,7 @@ step() {  # step NAME LIMIT COMMAND...: its output into $log-NAME.txt, copied to
 bash dev/gpu_session.sh setup "$out" >/dev/null 2>&1
 [ -x train_gpt ] && [ -x build/gpucheck_ops ] || { echo "gpu_speed: no binaries (the .prebuilt/ manifest did not match?)"; cat dev/gpu_results/*-session.txt; exit 2; }
 [ -d .debs ] && source scripts/offline_debs.sh use .debs
-want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,flash,bf16,train},"
+want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,flash,bf16,train},"
 [[ $want == *,wgmma,* ]] && step wgmma 90 build/gpucheck_ops wgmma
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 also=${OURS_ALSO-"--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-keys 128 --flash-backward-producer 3"}
@@ -53,6 +54,7 @@ fi
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
 [[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} OURS_ALSO=$also step llmc 200 bash dev/bench/bench_vs_llmc.sh
 [[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 150 bash dev/bench/bench_vs_torch.sh
+[[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
 [[ $want == *,flash,* ]] && step flash 90 build/gpucheck_ops flash
 [[ $want == *,bf16,* ]] && step bf16 90 build/gpucheck_ops bf16
 [[ $want == *,train,* ]] && GPU_TRAIN_QUICK=1 step train 200 bash test/test_gpu_train.sh ./train_gpt
@@ -82,6 +84,6 @@ ncu_backward() {
 }
 export -f ncu_backward
 [[ $want == *,ncubwd,* ]] && step ncubwd 200 bash -c ncu_backward
-for f in wgmma ab llmc attention flash bf16 train ncu ncubwd; do
-    [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|^== " "$log-$f.txt" | tail -40; }
+for f in wgmma ab llmc attention classifier flash bf16 train ncu ncubwd; do
+    [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|^== |^bf16 v" "$log-$f.txt" | tail -40; }
 done

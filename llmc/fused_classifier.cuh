@@ -110,58 +110,95 @@ template <bool MAX> __device__ inline float block_reduce(float v) {
 }
 
 // The two passes over a row, shared by the one-pass kernel and the vocabulary-parallel pair; the
-// row moves in packs of P elements (P = 1: one at a time). Pass 1: the block's max mb of the first
-// V elements of src and Σ exp(x − mb) (each thread online, then fixed-tree block reductions).
-template <class floatX, int P> __device__ inline void classifier_row_max_sum(const floatX* src, int V, float* mb, float* sum) {
+// row moves in packs of P elements (P = 1: one at a time). Thread t reads the packs at
+// t·P + k·stride (stride = blockDim.x·P), k = 0, 1, ..., in G groups of `per` packs each.
+// exp(z) is computed as 2^(z·log2 e) on the special function unit (exp2_fast).
+constexpr float CLASSIFIER_LOG2E = 1.4426950408889634f;
+template <int G> __device__ inline int classifier_group_packs(int Vp, int P) {  // per: packs a thread a group
+    const int stride = blockDim.x * P, packs = (Vp + stride - 1) / stride;
+    return (packs + G - 1) / G;
+}
+// Pass 1: the block's max mb of the first V elements of src and Σ exp(x − mb). Each thread keeps
+// a running max m and Σ exp(x − m): a pack whose max pm is larger first rescales the sum by
+// exp(m − pm). Fixed-tree block reductions then give the same result on every run.
+// WAIT: src is being filled by this thread's cp.async, one commit group per group of packs:
+// group g is waited for before it is read, and the padding past V at the end.
+template <class floatX, int P, int G = 1, bool WAIT = false>
+__device__ inline void classifier_row_max_sum(const floatX* src, int V, int Vp, float* mb, float* sum) {
+    const int stride = blockDim.x * P, per = classifier_group_packs<G>(Vp, P);
     float m = -INFINITY, s = 0.0f;
-    for (int i = threadIdx.x * P; i < V; i += blockDim.x * P) {  // a pack starting below V ends within Vp
-        const Pack<floatX, P> x = load_pack<P>(src + i);
-        for (int j = 0; j < P && i + j < V; j++) {
-            const float z = to_f(x.v[j]);
-            if (z > m) { s = s * expf(m - z) + 1.0f; m = z; }
-            else s += expf(z - m);
+    for (int g = 0; g < G; g++) {
+        if constexpr (WAIT) cp_async_wait_pending(G - 1 - g);
+        for (int k = g * per; k < (g + 1) * per; k++) {
+            const int i = threadIdx.x * P + k * stride;
+            if (i >= V) break;  // (a pack starting below V ends within Vp)
+            const Pack<floatX, P> x = load_pack<P>(src + i);
+            float z[P], pm = m;
+            for (int j = 0; j < P; j++) {
+                z[j] = i + j < V ? to_f(x.v[j]) : -INFINITY;  // (exp2 of −∞: 0)
+                pm = fmaxf(pm, z[j]);
+            }
+            if (pm > m) {
+                s *= exp2_fast((m - pm) * CLASSIFIER_LOG2E);
+                m = pm;
+            }
+            for (int j = 0; j < P; j++) s += exp2_fast((z[j] - m) * CLASSIFIER_LOG2E);
         }
     }
+    if constexpr (WAIT) cp_async_wait_all();
     *mb = block_reduce<true>(m);
-    *sum = block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - *mb));
+    *sum = block_reduce<false>(m == -INFINITY ? 0.0f : s * exp2_fast((m - *mb) * CLASSIFIER_LOG2E));
 }
 // Pass 2: the gradient of the row's Vp elements (read from src) written to row; padding gets 0.
+// Packs that hold neither the target nor padding skip those tests (dloss·(p − 0) = dloss·p).
 template <class floatX, int P>
 __device__ inline void classifier_row_grad(floatX* row, const floatX* src, int V, int Vp, float mb, float log_sum, int tgt, float dloss) {
+    const float c = -log_sum * CLASSIFIER_LOG2E;
     for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) {
         const Pack<floatX, P> x = load_pack<P>(src + i);
+        float p[P];
+        for (int j = 0; j < P; j++) p[j] = exp2_fast(fmaf(to_f(x.v[j]) - mb, CLASSIFIER_LOG2E, c));
         Pack<floatX, P> g;
-        for (int j = 0; j < P; j++) {
-            const int v = i + j;
-            g.v[j] = from_f<floatX>(v < V ? dloss * (expf(to_f(x.v[j]) - mb - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
-        }
+        if (i + P <= V && (unsigned)(tgt - i) >= (unsigned)P)
+            for (int j = 0; j < P; j++) g.v[j] = from_f<floatX>(dloss * p[j]);
+        else
+            for (int j = 0; j < P; j++) {
+                const int v = i + j;
+                g.v[j] = from_f<floatX>(v < V ? dloss * (p[j] - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+            }
         store_pack<P>(row + i, g);
     }
 }
 
-// One block per row, two passes over it. Pass 1: each thread's running max m and Σ exp(x − m)
-// (online: a larger x rescales the sum so far by exp(m_old − x)), combined over the block by
-// fixed trees — the max, then each thread's sum rescaled to it — so the result is deterministic.
-// Pass 2: the gradient, written in place. The row moves in 16-byte packs of P elements where Vp
-// and the pointer allow (P = 1 otherwise); columns ≥ V in a pack are padding.
-// STAGED (packs only): the row is first copied into shared memory (cp.async, Vp·sizeof(floatX) bytes
-// of dynamic shared memory), and both passes read it there: the logits leave device memory once
-// instead of twice. Each thread handles the same packs either way, so the bits are the same.
+// One block per row, two passes over it (above). The row moves in 16-byte packs of P elements
+// where Vp and the pointer allow (P = 1 otherwise); columns ≥ V in a pack are padding.
+// STAGED (packs only): each thread first copies its packs of the row into shared memory by
+// cp.async (Vp·sizeof(floatX) bytes of dynamic shared memory), in CLASSIFIER_GROUPS commit
+// groups, and both passes read them there: the logits leave device memory once instead of
+// twice. Pass 1 waits for each group just before it reads it, so it starts on the first packs
+// while the rest are in flight. Each thread handles the same packs either way: the same bits.
+constexpr int CLASSIFIER_GROUPS = 8;
 template <class floatX, int P, bool STAGED = false>
 __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
     const int n = blockIdx.x;
     floatX* row = logits + (size_t)n * Vp;
     const floatX* src = row;  // where both passes read the row
+    constexpr int G = STAGED ? CLASSIFIER_GROUPS : 1;
     if constexpr (STAGED) {
         static_assert(P * sizeof(floatX) == 16, "the staged row moves in 16-byte packs");
         DYNAMIC_SHARED(floatX, srow);
-        for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) cp_async16(srow + i, row + i, 16);
-        cp_async_wait_all();
-        __syncthreads();  // the whole row is in shared memory (thread 0 reads the target's logit)
+        const int stride = blockDim.x * P, per = classifier_group_packs<G>(Vp, P);
+        for (int g = 0; g < G; g++) {
+            for (int k = g * per; k < (g + 1) * per; k++) {
+                const int i = threadIdx.x * P + k * stride;
+                if (i < Vp) cp_async16(srow + i, row + i, 16);
+            }
+            cp_async_commit();
+        }
         src = srow;
     }
     float mb, sum;
-    classifier_row_max_sum<floatX, P>(src, V, &mb, &sum);
+    classifier_row_max_sum<floatX, P, G, STAGED>(src, V, Vp, &mb, &sum);  // (its block reductions: a __syncthreads after every wait)
     const float log_sum = logf(sum);
     const int tgt = targets[n];
     if (threadIdx.x == 0) losses[n] = -(to_f(src[tgt]) - mb - log_sum);
@@ -177,7 +214,7 @@ __global__ void classifier_stats_kernel(const floatX* logits, float* stats, cons
     const int n = blockIdx.x;
     const floatX* row = logits + (size_t)n * Vpl;
     float mb, sum;
-    classifier_row_max_sum<floatX, 1>(row, Vl, &mb, &sum);
+    classifier_row_max_sum<floatX, 1>(row, Vl, Vl, &mb, &sum);
     if (threadIdx.x == 0) {
         const int t = targets[n] - lo;
         stats[3 * n] = mb;

@@ -7,8 +7,8 @@ copies global to shared memory without registers. DYNAMIC_SHARED and SHARED_OPT_
 its dynamic shared memory, past 48 KB where it asks. column_sum_add adds partial column sums in a
 fixed order, so that every bias and LayerNorm gradient is deterministic.
 
-Main functions: load_pack, store_pack, pack_width, warp_sum, warp_max, cp_async16,
-dynamic_shared_ceiling, column_sum_add.
+Main functions: load_pack, store_pack, pack_width, warp_sum, warp_max, cp_async16 (and its
+groups), exp2_fast, dynamic_shared_ceiling, column_sum_add.
 
 Tests: test/gpucheck_ops.cu (every kernel that uses them), test/test_simt.cpp (the emulator's
 cp.async and shared memory). More: docs/kernels.md.
@@ -69,6 +69,48 @@ __device__ inline void cp_async_wait_all() {
     simt::cp_async_wait_all();
 #else
     asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// cp.async.commit_group closes a group of this thread's copies so far. cp_async_wait_pending(n)
+// waits until at most n of its newest groups are still in flight (the older ones have landed);
+// past 7 it waits as for 7: earlier than asked, never later.
+__device__ inline void cp_async_commit() {
+#ifdef LLMC_SIMT
+    simt::cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ inline void cp_async_wait_group() {
+#ifdef LLMC_SIMT
+    simt::cp_async_wait_group(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+__device__ inline void cp_async_wait_pending(int n) {
+    switch (n) {
+        case 0: cp_async_wait_group<0>(); break;
+        case 1: cp_async_wait_group<1>(); break;
+        case 2: cp_async_wait_group<2>(); break;
+        case 3: cp_async_wait_group<3>(); break;
+        case 4: cp_async_wait_group<4>(); break;
+        case 5: cp_async_wait_group<5>(); break;
+        case 6: cp_async_wait_group<6>(); break;
+        default: cp_async_wait_group<7>(); break;
+    }
+}
+
+// 2^x by the special function unit (ex2.approx.ftz.f32: relative error about 2^-22, results
+// below 2^-126 flushed to 0): two instructions fewer than expf's, which scales its argument first.
+__device__ inline float exp2_fast(float x) {
+#ifdef LLMC_SIMT
+    return exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 #endif
 }
 

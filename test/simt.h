@@ -63,8 +63,9 @@ The model of a GPU:
   - ldmatrix.m8n8.x{1,2,4}{.trans}.b16: the PTX ISA's "Warp-level matrix load" (see ldmatrix
     below); a row address that is not 16-byte aligned, or in global memory, is reported. Its
     store, stmatrix (sm_90), the same way.
-  - cp.async (16 bytes, global → shared) lands only at the thread's cp.async.wait_all, the
-    latest a GPU may land it: a tile read without that wait holds its old contents.
+  - cp.async (16 bytes, global → shared) lands only at the thread's cp.async.wait_all, or at a
+    wait_group that completes its committed group, the latest a GPU may land it: a tile read
+    without that wait holds its old contents.
   - mbarrier.init, .arrive, .try_wait.parity (in a loop) and cp.async.mbarrier.arrive.noinc:
     a thread waiting for a phase that has not completed sleeps until its last arrival (mbar_wait
     below); the copies of an arrive.noinc land at that instruction. arrive.expect_tx adds bytes
@@ -234,6 +235,7 @@ struct Fiber {
     State state = READY;
     unsigned warp_ops = 0;  // warp collectives passed: lanes must agree at each one
     std::vector<AsyncCopy> copies;  // this thread's cp.async in flight: they land at its wait
+    std::vector<size_t> copy_groups;  // where each committed group of them ends in copies
     std::vector<WgmmaOp> wgmma;     // its part of the wgmma products in flight (computed at a wait)
     std::vector<size_t> wgmma_groups;  // where each committed group ends in wgmma
     unsigned group_ops = 0;         // warpgroup collectives passed (wgmma waits)
@@ -529,12 +531,27 @@ inline void cp_async16(void* dst, const void* src, unsigned bytes) {
     if (bytes > 16 || (bytes && !device_owns(src))) die("%s: cp.async from outside device memory or of more than 16 bytes", tl_run->kernel);
     tl_run->me().copies.push_back({dst, src, bytes});
 }
-inline void cp_async_wait_all() {
-    for (const AsyncCopy& c : tl_run->me().copies) {
-        memcpy(c.dst, c.src, c.bytes);
-        memset((char*)c.dst + c.bytes, 0, 16 - c.bytes);
+inline void land_copies(size_t n) {  // this thread's first n copies land
+    Fiber& f = tl_run->me();
+    for (size_t i = 0; i < n; i++) {
+        memcpy(f.copies[i].dst, f.copies[i].src, f.copies[i].bytes);
+        memset((char*)f.copies[i].dst + f.copies[i].bytes, 0, 16 - f.copies[i].bytes);
     }
-    tl_run->me().copies.clear();
+    f.copies.erase(f.copies.begin(), f.copies.begin() + n);
+    for (size_t& e : f.copy_groups) e -= std::min(e, n);
+    while (!f.copy_groups.empty() && f.copy_groups.front() == 0) f.copy_groups.erase(f.copy_groups.begin());
+}
+inline void cp_async_wait_all() { land_copies(tl_run->me().copies.size()); }
+// cp.async.commit_group closes a group of this thread's copies; cp.async.wait_group n waits
+// until at most the n newest committed groups are in flight: the older ones land, and copies not
+// yet committed stay in flight (as the PTX ISA says).
+inline void cp_async_commit() {
+    Fiber& f = tl_run->me();
+    f.copy_groups.push_back(f.copies.size());  // (an empty group is complete at once)
+}
+inline void cp_async_wait_group(int n) {
+    const std::vector<size_t>& g = tl_run->me().copy_groups;
+    if ((int)g.size() > n) land_copies(g[g.size() - 1 - n]);
 }
 
 // mbarrier (a shared-memory barrier object, sm_80/sm_90): init sets the arrivals a phase needs;

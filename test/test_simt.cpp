@@ -9,7 +9,7 @@ under the emulator" (build/simcheck_ops) means something:
   - __syncthreads: a block reduction through shared memory is right in both schedules, and the
     same reduction with its barrier removed is wrong in at least one of them (the race is seen);
   - cp.async lands at the thread's wait (not at a __syncthreads before it), zero-filling short
-    copies;
+    copies; wait_group n lands all but the n newest committed groups;
   - mbarrier: a producer warp fills a 2-slot ring by cp.async and arrive.noinc, consumer warps
     wait for each slot's phase, read it and free it; every round's data arrives whole, in both
     schedules; a wait for a phase no one completes, and a barrier never initialized, are reported;
@@ -218,6 +218,43 @@ static void test_cp_async() {
     }
     check(pending, "cp.async has not landed at a __syncthreads before its wait");
     check(landed, "cp.async has landed after the wait, short copies zero-filled");
+    cudaFree(src);
+}
+
+// cp.async groups: a thread copies 4 ints in 4 copies, commits after the first three (groups 0,
+// 1, 2) and not after the fourth. wait_group 1 lands groups 0 and 1; wait_group 0 lands group 2;
+// the fourth copy, in no group, lands only at wait_all.
+static void test_cp_async_groups() {
+    int* src; cudaMalloc(&src, 32 * 16 * sizeof(int));
+    std::vector<int> h(32 * 16);
+    for (int i = 0; i < 32 * 16; i++) h[i] = 1 + i;
+    cudaMemcpy(src, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice);
+    int seen[3][32][4];
+    simt::launch("cp_async_groups", simt::Cfg{1, 32}, [&] {
+        __shared__ __align__(16) int s[32 * 16];  // thread t's copy k at s[(t·4 + k)·4]
+        const int t = threadIdx.x;
+        for (int k = 0; k < 4; k++) s[(t * 4 + k) * 4] = 0;
+        for (int k = 0; k < 4; k++) {
+            simt::cp_async16(&s[(t * 4 + k) * 4], src + (t * 4 + k) * 4, 16);
+            if (k < 3) simt::cp_async_commit();
+        }
+        simt::cp_async_wait_group(1);
+        for (int k = 0; k < 4; k++) seen[0][t][k] = s[(t * 4 + k) * 4];
+        simt::cp_async_wait_group(0);
+        for (int k = 0; k < 4; k++) seen[1][t][k] = s[(t * 4 + k) * 4];
+        simt::cp_async_wait_all();
+        for (int k = 0; k < 4; k++) seen[2][t][k] = s[(t * 4 + k) * 4];
+    });
+    bool ok[3] = {true, true, true};
+    for (int w = 0; w < 3; w++)
+        for (int t = 0; t < 32; t++)
+            for (int k = 0; k < 4; k++) {
+                const bool landed = k < 2 || (k == 2 && w >= 1) || w == 2;
+                ok[w] &= seen[w][t][k] == (landed ? h[(t * 4 + k) * 4] : 0);
+            }
+    check(ok[0], "cp.async wait_group 1 lands all but the newest committed group");
+    check(ok[1], "cp.async wait_group 0 lands every committed group, not a copy committed in none");
+    check(ok[2], "cp.async wait_all lands the copy in no group too");
     cudaFree(src);
 }
 
@@ -727,6 +764,7 @@ int main() {
     test_shuffles();
     test_races();
     test_cp_async();
+    test_cp_async_groups();
     test_mbarrier();
     test_named_barriers();
     test_wgmma();

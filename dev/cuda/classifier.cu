@@ -4,13 +4,16 @@ CPU reference vs CUDA versions, in fp32 and bf16.
   v1: the first kernel (kept here): one block per row, three passes over it (max, normalizer,
       gradient), one element per load
   v2: llmc/fused_classifier.cuh: two passes (max and normalizer together by online softmax,
-      then the gradient), 16-byte packs
-  v3: v2 with the row copied into shared memory first (cp.async) and both passes reading it
-      there (gpu_ctx.kernels.classifier_staged): the logits cross device memory twice (in, out), not three
-      times; the same bits as v2
+      a pack's max first, then the gradient), 16-byte packs, exp as exp2_fast
+  v3: v2 with the row copied into shared memory (cp.async, 8 commit groups) and both passes
+      reading it there (gpu_ctx.kernels.classifier_staged): the logits cross device memory twice
+      (in, out), not three times; pass 1 waits for each group as it reaches it; v2's bits
   v4: v2 with 1024 threads a row (gpu_ctx.kernels.classifier_threads) instead of 512: two rows an SM in flight
       instead of four, 26 MB of bf16 GPT-2 rows on an H100 rather than 52, under its 50 MB L2,
       so that pass 2's re-read of the row may hit it; the row summed in another order
+  v5: v2 as it was before exp2_fast (kept here, the anchor of v2's and v3's ratios): expf for
+      each element, and a running max updated element by element; v3 then waited for the whole
+      row before pass 1
 Reports max relative error and time and effective bandwidth over the bytes that must move (the
 logits read once and written once: 2·N·Vp·sizeof(T); a version reading them more often shows a
 lower number).
@@ -35,6 +38,36 @@ __global__ void classifier_v1_kernel(floatX* logits, float* losses, const int* t
     __syncthreads();
     for (int v = threadIdx.x; v < Vp; v += blockDim.x)
         row[v] = from_f<floatX>(v < V ? dloss * (expf(to_f(row[v]) - m - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+}
+
+// v5 (see the header)
+template <class floatX, int P>
+__global__ void classifier_v5_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+    floatX* row = logits + (size_t)blockIdx.x * Vp;
+    float m = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x * P; i < V; i += blockDim.x * P) {
+        const Pack<floatX, P> x = load_pack<P>(row + i);
+        for (int j = 0; j < P && i + j < V; j++) {
+            const float z = to_f(x.v[j]);
+            if (z > m) { s = s * expf(m - z) + 1.0f; m = z; }
+            else s += expf(z - m);
+        }
+    }
+    const float mb = block_reduce<true>(m);
+    const float log_sum = logf(block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - mb)));
+    const int tgt = targets[blockIdx.x];
+    if (threadIdx.x == 0) losses[blockIdx.x] = -(to_f(row[tgt]) - mb - log_sum);
+    if (dloss == 0.0f) return;
+    __syncthreads();
+    for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) {
+        const Pack<floatX, P> x = load_pack<P>(row + i);
+        Pack<floatX, P> g;
+        for (int j = 0; j < P; j++) {
+            const int v = i + j;
+            g.v[j] = from_f<floatX>(v < V ? dloss * (expf(to_f(x.v[j]) - mb - log_sum) - (v == tgt ? 1.0f : 0.0f)) : 0.0f);
+        }
+        store_pack<P>(row + i, g);
+    }
 }
 
 template <class floatX> static void run(int N, int V, int Vp) {
@@ -65,16 +98,26 @@ template <class floatX> static void run(int N, int V, int Vp) {
             fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N);
             gpu_ctx.kernels.classifier_threads = 512;
         }},
+        {"v5 v2 with expf (before exp2_fast)", [&] {
+            constexpr int P = PACK<floatX>;
+            if (Vp % P)
+                classifier_v5_kernel<floatX, 1><<<N, 512, 0, gpu_ctx.stream>>>(glog.p(), gloss.p(), gt.data(), V, Vp, 1.0f / N);
+            else
+                classifier_v5_kernel<floatX, P><<<N, 512, 0, gpu_ctx.stream>>>(glog.p(), gloss.p(), gt.data(), V, Vp, 1.0f / N);
+        }},
     };
     auto restore = [&] { ctx_copy(gpu_ctx, glog.p(), fresh.p(), start.size() * sizeof(floatX)); };
+    std::vector<double> err_l, err_g, ms;
     for (auto& v : versions) {
         restore();
         v.run();
-        const double el = rel_err(losses, gloss.host(), lbound), eg = rel_err(want, glog.host(), gbound);
-        const float ms = time_ms([&] { restore(); v.run(); }, 10) - time_ms(restore, 10);
-        printf("%s %-38s rel err: losses %.2e, dlogits %.2e  %8.3f ms  %7.1f GB/s\n", dt, v.name, el, eg, ms,
-               2.0 * N * Vp * sizeof(floatX) / ms / 1e6);
+        err_l.push_back(rel_err(losses, gloss.host(), lbound));
+        err_g.push_back(rel_err(want, glog.host(), gbound));
+        ms.push_back(time_ms([&] { restore(); v.run(); }, 10) - time_ms(restore, 10));
     }
+    for (size_t k = 0; k < ms.size(); k++)  // (the last, v5, is the kernel before exp2_fast)
+        printf("%s %-38s rel err: losses %.2e, dlogits %.2e  %8.3f ms  %7.1f GB/s  v5 / it %.3f\n", dt, versions[k].name, err_l[k],
+               err_g[k], ms[k], 2.0 * N * Vp * sizeof(floatX) / ms[k] / 1e6, ms.back() / ms[k]);
 }
 
 int main(int argc, char** argv) {
