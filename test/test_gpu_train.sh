@@ -245,7 +245,7 @@ tuned_choices() {
     local tmp; tmp=$(mktemp -d)
     local base=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 2 --lr 1e-3 --val-data "" --seed 3)
     local tune=(LLMC_MATMUL_TUNE_FLOPS=1 SIMT_LT_ALGOS=4)
-    "$BIN" "${base[@]}" --precision fp32 --matmul-tune 0 --log-file "$tmp/fp32-off.jsonl" >"$tmp/fp32-off.out" 2>&1
+    "$BIN" "${base[@]}" --precision fp32 --matmul-tune 0 --log-file "$tmp/fp32-off.jsonl" --save-model "$tmp/fp32-off.bin" >"$tmp/fp32-off.out" 2>&1
     local bf16_tune=("${tune[@]}")  # (on a GPU: the bf16 checks without --matmul-tune, the tuned bf16 run reported apart)
     grep -q "gpu: CPU SIMT emulator" "$tmp/fp32-off.out" || bf16_tune=(LLMC_MATMUL_TUNE_FLOPS=1e30)
     "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 0 --log-file "$tmp/bf16-off.jsonl" >/dev/null 2>&1
@@ -254,9 +254,9 @@ tuned_choices() {
         || tail -3 "$tmp/bf16-on.out" | sed 's/^/# /'
     grep -q "gpu: CPU SIMT emulator" "$tmp/fp32-off.out" ||
         env "${tune[@]}" "$BIN" "${base[@]}" --precision bf16 --log-file "$tmp/bf16-tuned.jsonl" >/dev/null 2>&1
-    env "${tune[@]}" SIMT_LT_ALGO_REVERSE=1 "$BIN" "${base[@]}" --precision fp32 --log-file "$tmp/fp32-on.jsonl" >"$tmp/fp32-on.out" 2>&1 \
+    env "${tune[@]}" SIMT_LT_ALGO_REVERSE=1 "$BIN" "${base[@]}" --precision fp32 --log-file "$tmp/fp32-on.jsonl" --save-model "$tmp/fp32-on.bin" >"$tmp/fp32-on.out" 2>&1 \
         || tail -3 "$tmp/fp32-on.out" | sed 's/^/# /'
-    SIMT_LT_REFUSE=1 SIMT_LT_ALGO_REVERSE=1 "$BIN" "${base[@]}" --precision fp32 --matmul-tune 0 --log-file "$tmp/rev0.jsonl" >/dev/null 2>&1
+    SIMT_LT_REFUSE=1 SIMT_LT_ALGO_REVERSE=1 "$BIN" "${base[@]}" --precision fp32 --matmul-tune 0 --log-file "$tmp/rev0.jsonl" --save-model "$tmp/rev0.bin" >/dev/null 2>&1
     ${PYTHON:-/usr/bin/python3} - "$tmp" <<'PY'
 import json, re, sys
 d = sys.argv[1]
@@ -284,14 +284,19 @@ said = re.findall(r"^classifier: the (staged|unstaged) kernel \(--classifier-sta
 print(("ok" if len(said) == 1 else "not ok") + f" - bf16: --classifier-staged auto times both kernels once, at its first call of "
       f"LLMC_CLASSIFIER_TUNE_ROWS=1 rows or more, sees the same bits and says what it keeps ({said})")
 off, on, rev0 = load(f"{d}/fp32-off.jsonl"), load(f"{d}/fp32-on.jsonl"), load(f"{d}/rev0.jsonl")
+def model(name):  # the saved weights' bytes: a last-bit difference in a loss may round away in its print
+    try: return open(f"{d}/{name}.bin", "rb").read()
+    except OSError: return b""
 if emulated:
-    print(("ok" if len(rev0) == 2 and rev0 != off else "not ok") + " - fp32: with SIMT_LT_ALGO_REVERSE=1 the 2nd candidate rounds otherwise (run alone, it trains differently)")
+    print(("ok" if len(rev0) == 2 and model("rev0") and model("rev0") != model("fp32-off") else "not ok")
+          + " - fp32: with SIMT_LT_ALGO_REVERSE=1 the 2nd candidate rounds otherwise (run alone, it trains other weights)")
     said = line.findall(open(f"{d}/fp32-on.out").read())
     ok = len(said) >= 10 and all(s[4] == "1" and "candidate 2" not in s[3] and "candidate 4" not in s[3] for s in said)
     print(("ok" if ok else "not ok") + f" - fp32: --matmul-tune 1 sees the 2nd and 4th candidates' bits differ at every product and never takes them ({len(said)} products)")
 else:
     print("# SIMT_LT_ALGO_REVERSE is the emulator's (candidates that round otherwise): here the fp32 run tunes among this GPU's own")
-print(("ok" if len(off) == 2 and on == off else "not ok") + " - fp32: --matmul-tune 1 with every product tuned trains bit-identically to 0")
+print(("ok" if len(off) == 2 and on == off and model("fp32-off") and model("fp32-on") == model("fp32-off") else "not ok")
+      + " - fp32: --matmul-tune 1 with every product tuned trains bit-identically to 0 (the losses, norms and weights)")
 PY
     rm -rf "$tmp"
 }
