@@ -149,20 +149,7 @@ template <int NT, bool KEY_ROWS> __device__ inline void mask_future(float (*c)[4
             if (KEY_ROWS ? row > col : col > row) c[nt][e] = -INFINITY;
         }
 }
-static const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
-// 2^x by the special function unit's ex2.approx.ftz: a result below 2^-126 (a denormal) becomes 0.
-// exp2f keeps such results at three more instructions an element. Here they are probabilities
-// of at most 1 (each row's largest is 1), so 2^-126 lies far below every sum's last bit.
-__device__ inline float exp2_ftz(float x) {
-#if defined(__CUDA_ARCH__) && !defined(LLMC_SIMT)
-    float r;
-    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-#else
-    const float r = exp2f(x);
-    return r < 0x1p-126f ? 0.0f : r;  // (the emulator: flushed as on the GPU)
-#endif
-}
+static const float LN2 = 0.6931471805599453f;  // (LOG2E and exp2_ftz: kernel_helpers.cuh)
 
 // The backward's dS = P∘(dP − D) with P = exp2(s·log2e/√hs − lse·log2e), on NT n-tiles of a
 // warp's C fragments. ds_rows: rows are queries (dQ pass), each thread's two rows' lse2 and D

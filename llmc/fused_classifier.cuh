@@ -112,8 +112,7 @@ template <bool MAX> __device__ inline float block_reduce(float v) {
 // The two passes over a row, shared by the one-pass kernel and the vocabulary-parallel pair; the
 // row moves in packs of P elements (P = 1: one at a time). Thread t reads the packs at
 // t·P + k·stride (stride = blockDim.x·P), k = 0, 1, ..., in G groups of `per` packs each.
-// exp(z) is computed as 2^(z·log2 e) on the special function unit (exp2_fast).
-constexpr float CLASSIFIER_LOG2E = 1.4426950408889634f;
+// exp(z) is computed as 2^(z·LOG2E) on the special function unit (exp2_ftz).
 template <int G> __device__ inline int classifier_group_packs(int Vp, int P) {  // per: packs a thread a group
     const int stride = blockDim.x * P, packs = (Vp + stride - 1) / stride;
     return (packs + G - 1) / G;
@@ -139,25 +138,25 @@ __device__ inline void classifier_row_max_sum(const floatX* src, int V, int Vp, 
                 pm = fmaxf(pm, z[j]);
             }
             if (pm > m) {
-                s *= exp2_fast((m - pm) * CLASSIFIER_LOG2E);
+                s *= exp2_ftz((m - pm) * LOG2E);
                 m = pm;
             }
-            for (int j = 0; j < P; j++) s += exp2_fast((z[j] - m) * CLASSIFIER_LOG2E);
+            for (int j = 0; j < P; j++) s += exp2_ftz((z[j] - m) * LOG2E);
         }
     }
     if constexpr (WAIT) cp_async_wait_all();
     *mb = block_reduce<true>(m);
-    *sum = block_reduce<false>(m == -INFINITY ? 0.0f : s * exp2_fast((m - *mb) * CLASSIFIER_LOG2E));
+    *sum = block_reduce<false>(m == -INFINITY ? 0.0f : s * exp2_ftz((m - *mb) * LOG2E));
 }
 // Pass 2: the gradient of the row's Vp elements (read from src) written to row; padding gets 0.
 // Packs that hold neither the target nor padding skip those tests (dloss·(p − 0) = dloss·p).
 template <class floatX, int P>
 __device__ inline void classifier_row_grad(floatX* row, const floatX* src, int V, int Vp, float mb, float log_sum, int tgt, float dloss) {
-    const float c = -log_sum * CLASSIFIER_LOG2E;
+    const float c = -log_sum * LOG2E;
     for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) {
         const Pack<floatX, P> x = load_pack<P>(src + i);
         float p[P];
-        for (int j = 0; j < P; j++) p[j] = exp2_fast(fmaf(to_f(x.v[j]) - mb, CLASSIFIER_LOG2E, c));
+        for (int j = 0; j < P; j++) p[j] = exp2_ftz(fmaf(to_f(x.v[j]) - mb, LOG2E, c));
         Pack<floatX, P> g;
         if (i + P <= V && (unsigned)(tgt - i) >= (unsigned)P)
             for (int j = 0; j < P; j++) g.v[j] = from_f<floatX>(dloss * p[j]);

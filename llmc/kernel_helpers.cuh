@@ -8,7 +8,7 @@ its dynamic shared memory, past 48 KB where it asks. column_sum_add adds partial
 fixed order, so that every bias and LayerNorm gradient is deterministic.
 
 Main functions: load_pack, store_pack, pack_width, warp_sum, warp_max, cp_async16 (and its
-groups), exp2_fast, dynamic_shared_ceiling, column_sum_add.
+groups), exp2_ftz, dynamic_shared_ceiling, column_sum_add.
 
 Tests: test/gpucheck_ops.cu (every kernel that uses them), test/test_simt.cpp (the emulator's
 cp.async and shared memory). More: docs/kernels.md.
@@ -102,15 +102,19 @@ __device__ inline void cp_async_wait_pending(int n) {
     }
 }
 
-// 2^x by the special function unit (ex2.approx.ftz.f32: relative error about 2^-22, results
-// below 2^-126 flushed to 0): two instructions fewer than expf's, which scales its argument first.
-__device__ inline float exp2_fast(float x) {
-#ifdef LLMC_SIMT
-    return exp2f(x);
+// exp(z) = 2^(z·LOG2E). exp2_ftz: 2^x by the special function unit's ex2.approx.ftz (relative
+// error about 2^-22); a result below 2^-126 (a denormal) becomes 0. exp2f keeps such results at
+// three more instructions an element. Its callers sum probabilities of at most 1 (attention,
+// the classifier), so 2^-126 lies far below every sum's last bit.
+constexpr float LOG2E = 1.4426950408889634f;
+__device__ inline float exp2_ftz(float x) {
+#if defined(__CUDA_ARCH__) && !defined(LLMC_SIMT)
+    float r;
+    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
 #else
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
+    const float r = exp2f(x);
+    return r < 0x1p-126f ? 0.0f : r;  // (the emulator: flushed as on the GPU)
 #endif
 }
 

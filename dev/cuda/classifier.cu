@@ -4,14 +4,14 @@ CPU reference vs CUDA versions, in fp32 and bf16.
   v1: the first kernel (kept here): one block per row, three passes over it (max, normalizer,
       gradient), one element per load
   v2: llmc/fused_classifier.cuh: two passes (max and normalizer together by online softmax,
-      a pack's max first, then the gradient), 16-byte packs, exp as exp2_fast
+      a pack's max first, then the gradient), 16-byte packs, exp as exp2_ftz
   v3: v2 with the row copied into shared memory (cp.async, 8 commit groups) and both passes
       reading it there (gpu_ctx.kernels.classifier_staged): the logits cross device memory twice
       (in, out), not three times; pass 1 waits for each group as it reaches it; v2's bits
   v4: v2 with 1024 threads a row (gpu_ctx.kernels.classifier_threads) instead of 512: two rows an SM in flight
       instead of four, 26 MB of bf16 GPT-2 rows on an H100 rather than 52, under its 50 MB L2,
       so that pass 2's re-read of the row may hit it; the row summed in another order
-  v5: v2 as it was before exp2_fast (kept here, the anchor of v2's and v3's ratios): expf for
+  v5: v2 as it was before exp2_ftz (kept here, the anchor of v2's and v3's ratios): expf for
       each element, and a running max updated element by element; v3 then waited for the whole
       row before pass 1
 Reports max relative error and time and effective bandwidth over the bytes that must move (the
@@ -98,7 +98,7 @@ template <class floatX> static void run(int N, int V, int Vp) {
             fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N);
             gpu_ctx.kernels.classifier_threads = 512;
         }},
-        {"v5 v2 with expf (before exp2_fast)", [&] {
+        {"v5 v2 with expf (before exp2_ftz)", [&] {
             constexpr int P = PACK<floatX>;
             if (Vp % P)
                 classifier_v5_kernel<floatX, 1><<<N, 512, 0, gpu_ctx.stream>>>(glog.p(), gloss.p(), gt.data(), V, Vp, 1.0f / N);
@@ -115,7 +115,7 @@ template <class floatX> static void run(int N, int V, int Vp) {
         err_g.push_back(rel_err(want, glog.host(), gbound));
         ms.push_back(time_ms([&] { restore(); v.run(); }, 10) - time_ms(restore, 10));
     }
-    for (size_t k = 0; k < ms.size(); k++)  // (the last, v5, is the kernel before exp2_fast)
+    for (size_t k = 0; k < ms.size(); k++)  // (the last, v5, is the kernel before exp2_ftz)
         printf("%s %-38s rel err: losses %.2e, dlogits %.2e  %8.3f ms  %7.1f GB/s  v5 / it %.3f\n", dt, versions[k].name, err_l[k],
                err_g[k], ms[k], 2.0 * N * Vp * sizeof(floatX) / ms[k] / 1e6, ms.back() / ms[k]);
 }
