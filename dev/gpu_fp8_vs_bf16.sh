@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# gpu_fp8_vs_bf16.sh — FP8 against bf16 at GPT-2 1558M (B = 16) in one call, and where a 124M step
-# goes (--profile), with a ./train_gpt built beforehand. Prints the medians last.
+# gpu_fp8_vs_bf16.sh — FP8 against bf16 at GPT-2 1558M (B = 16) in one call, where an FP8 step goes
+# (--profile: the quantizations' share) and where a 124M step goes, with a ./train_gpt built
+# beforehand. Prints the medians last.
 #   dev/gpu_fp8_vs_bf16.sh BIN OUTDIR
 set -u
 bin=${1:?usage: dev/gpu_fp8_vs_bf16.sh BIN OUTDIR} out=${2:?usage: dev/gpu_fp8_vs_bf16.sh BIN OUTDIR}
@@ -20,5 +21,6 @@ print("%-13s %s" % (sys.argv[2], "%.2f ms" % statistics.median(ms) if ms else "f
 run bf16 1558M 16
 run fp8 1558M 16 --precision fp8
 run fp8-delayed 1558M 16 --precision fp8 --fp8-scaling delayed
+run profile-fp8-1558M 1558M 16 --precision fp8 --fp8-scaling delayed --profile 1
 run profile-124M 124M 64 --profile 1
 cat "$out/medians.txt"

@@ -4,9 +4,10 @@
 # baseline (bench_vs_llmc.sh), attention against SDPA's cuDNN and flash backends
 # (bench_vs_torch.sh, attention alone), then gpucheck's flash ops and GPU training.
 #   dev/gpu_speed.sh OUTDIR       (binaries from .prebuilt/, packages from .debs/: dev/gpu_session.sh)
-#   SPEED_STEPS=wgmma,llmc,...    the steps to run (default all: wgmma ab llmc attention classifier flash bf16 train;
+#   SPEED_STEPS=wgmma,llmc,...    the steps to run (default all: wgmma ab llmc attention classifier fp8 flash bf16 train;
 #                                 ab: our attention against .baseline/dev_attention, bench_attention_ab.sh;
 #                                 classifier: dev/cuda/classifier.cu's versions, old (v5) and new;
+#                                 fp8: gpucheck's FP8 ops, then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
 #                                 layouts, on the fused backward's producers)
 # Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs.
@@ -31,7 +32,7 @@ step() {  # step NAME LIMIT COMMAND...: its output into $log-NAME.txt, copied to
 bash dev/gpu_session.sh setup "$out" >/dev/null 2>&1
 [ -x train_gpt ] && [ -x build/gpucheck_ops ] || { echo "gpu_speed: no binaries (the .prebuilt/ manifest did not match?)"; cat dev/gpu_results/*-session.txt; exit 2; }
 [ -d .debs ] && source scripts/offline_debs.sh use .debs
-want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,flash,bf16,train},"
+want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,fp8,flash,bf16,train},"
 [[ $want == *,wgmma,* ]] && step wgmma 90 build/gpucheck_ops wgmma
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 also=${OURS_ALSO-"--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-keys 128 --flash-backward-producer 3"}
@@ -55,6 +56,7 @@ fi
 [[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} OURS_ALSO=$also step llmc 200 bash dev/bench/bench_vs_llmc.sh
 [[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 150 bash dev/bench/bench_vs_torch.sh
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
+[[ $want == *,fp8,* ]] && step fp8 330 bash -c "build/gpucheck_ops fp8 && bash dev/gpu_fp8_vs_bf16.sh ./train_gpt '$out/fp8'"
 [[ $want == *,flash,* ]] && step flash 90 build/gpucheck_ops flash
 [[ $want == *,bf16,* ]] && step bf16 90 build/gpucheck_ops bf16
 [[ $want == *,train,* ]] && GPU_TRAIN_QUICK=1 step train 200 bash test/test_gpu_train.sh ./train_gpt

@@ -12,8 +12,8 @@ its last H steps (--fp8-amax-history), kept in Fp8Delayed and in checkpoints. cu
 only the "TN" form, so the backward also quantizes dout, W and x transposed.
 
 Main functions: fp8_encode / fp8_decode (the same integer arithmetic on host and GPU),
-fp8_quantize (amax, scale, cast, and the transpose, in one or two passes), fp8_dequantize, and
-the delayed-scaling state (fp8_delayed_amaxes, fp8_delayed_push, fp8_delayed_saved).
+fp8_quantize (amax, scale, cast, the transpose and dbias's column sums, in one or two passes),
+fp8_dequantize, and the delayed-scaling state (fp8_delayed_amaxes, fp8_delayed_push, fp8_delayed_saved).
 
 Tests: test/test_ops.cpp (all 256 codes of each format, ties, saturation, the quantize),
 test/gpucheck_ops.cu (kernels and cuBLASLt against the CPU), test/test_gpu_train.sh and
@@ -24,6 +24,7 @@ test/test_train.sh (FP8 training, resume). More: docs/kernels.md (FP8), docs/per
 #include <cmath>
 #include <vector>
 #include "common.h"
+#include "gelu.cuh"
 #include "profiler.h"
 
 enum class Fp8Format { E4M3, E5M2 };
@@ -112,9 +113,27 @@ struct Fp8Target {
 // quantize: q (R×Cc, row-major) and/or qt (Cc×R, its transpose) = fp8(x·s), s from amax(x) or
 // given (Fp8Target); the scales and the amax are device memory on the GPU.
 
+// What a quantization reads: x itself, GELU(x), or GELU's backward x·GELU'(pre) (x: the gradient
+// at GELU's output). The last two are rounded to floatX, as gelu.cuh's ops round what they write,
+// so the codes are those of the ops run apart; the MLP's FP8 products never write them (matmul.cuh).
+enum class Fp8Act { None, Gelu, GeluBackward };
+template <Fp8Act A, class floatX> HD inline float fp8_source_value(floatX x, floatX pre) {
+    if constexpr (A == Fp8Act::Gelu) return to_f(from_f<floatX>(gelu_of(to_f(x))));
+    else if constexpr (A == Fp8Act::GeluBackward) return to_f(from_f<floatX>(gelu_backward_of(to_f(pre), to_f(x))));
+    else return to_f(x);
+}
+
+// column_sums: nullptr, or column_sums[c] += Σ_r x[r, c] (the FP8 backward's dbias, from the same
+// read of x), the rows summed first and then added. With act, x is first made as above.
 template <class floatX>
-inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const floatX* x, int R, int Cc, Fp8Format f) {
+inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const floatX* x, int R, int Cc, Fp8Format f,
+                             floatX* column_sums, Fp8Act act, const floatX* pre) {
     const size_t n = (size_t)R * Cc;
+    std::vector<floatX> made(act == Fp8Act::None ? 0 : n);
+    for (size_t i = 0; i < made.size(); i++)
+        made[i] = from_f<floatX>(act == Fp8Act::Gelu ? fp8_source_value<Fp8Act::Gelu>(x[i], x[i])
+                                                     : fp8_source_value<Fp8Act::GeluBackward>(x[i], pre[i]));
+    if (act != Fp8Act::None) x = made.data();
     float amax = 0.0f;
     for (size_t i = 0; i < n; i++) amax = std::max(amax, fabsf(to_f(x[i])));  // (NaNs are skipped, as fmaxf does)
     if (!t.given) { const float own = fp8_scale_for(amax, f); *t.scales = fp8_scales(own); }
@@ -127,6 +146,11 @@ inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const 
             if (q) q[(size_t)r * Cc + c] = v;
             if (qt) qt[(size_t)c * R + r] = v;
         }
+    if (!column_sums) return;
+    std::vector<float> sums(Cc, 0.0f);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < Cc; c++) sums[c] += to_f(x[(size_t)r * Cc + c]);
+    for (int c = 0; c < Cc; c++) column_sums[c] = from_f<floatX>(to_f(column_sums[c]) + sums[c]);
 }
 
 #ifdef LLMC_CUDA
@@ -135,12 +159,13 @@ inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const 
 // the record, when there is one). max is exact and order-free, so the result does not depend on
 // the launch shape.
 static const int FP8_AMAX_BLOCKS = 1024;
-template <class floatX, int V> __global__ void __launch_bounds__(256) fp8_amax_partial_kernel(float* partial, const floatX* x, size_t n) {
+template <class floatX, int V, Fp8Act A>
+__global__ void __launch_bounds__(256) fp8_amax_partial_kernel(float* partial, const floatX* x, const floatX* pre, size_t n) {
     __shared__ float sh[8];
     float m = 0.0f;
     for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n; i += (size_t)gridDim.x * blockDim.x * V) {
-        const Pack<floatX, V> p = load_pack<V>(x + i);  // (n % V == 0)
-        for (int k = 0; k < V; k++) m = fmaxf(m, fabsf(to_f(p.v[k])));
+        const Pack<floatX, V> p = load_pack<V>(x + i), g = A == Fp8Act::GeluBackward ? load_pack<V>(pre + i) : p;  // (n % V == 0)
+        for (int k = 0; k < V; k++) m = fmaxf(m, fabsf(fp8_source_value<A>(p.v[k], g.v[k])));
     }
     m = warp_max(m);
     if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = m;
@@ -170,84 +195,125 @@ __global__ void __launch_bounds__(256) fp8_scale_kernel(Fp8Scales* scales, float
 // q's row; the tile's codes go through shared memory, and thread t then stores V consecutive
 // bytes of one qt row (tile column t/(32/V), rows (t%(32/V))·V…). Every row segment of q and qt
 // is 32 or 8·V bytes written by consecutive threads.
-// With amax (delayed scaling: the scale is given) the block also takes the max |x| of its tile
+// With amax (delayed scaling: the scale is given) the block also takes the max |x| of its tiles
 // and maxes it into *amax: an atomicMax on the bits, which order non-negative floats as their
 // values do (exact and order-free, so deterministic).
-template <class floatX, int V> __global__ void __launch_bounds__(256)
-fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* amax, const floatX* x, int R, int Cc, Fp8Format f) {
+// With col_sums the block takes `tiles` tiles down the rows and sums its columns over them: the 4
+// lanes of a warp that share columns add theirs by shuffles, then the 8 warps' sums are added in
+// warp order → col_sums[blockIdx.y][c], a fixed order (column_sum_add adds the blocks' rows).
+template <class floatX, int V, Fp8Act A> __global__ void __launch_bounds__(256)
+fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* amax, float* col_sums, const floatX* x, const floatX* pre,
+                    int R, int Cc, int tiles, Fp8Format f) {
     constexpr int TR = 32, TC = 8 * V, CH = TR / V;  // the tile's rows and columns; V-byte chunks of a qt row
     __shared__ uint8_t tile[TR][TC + 4];
-    __shared__ float warp_amax[8];
+    __shared__ float warp_part[8][TC];
     const float s = scales->scale;
-    const int r0 = blockIdx.y * TR, c0 = blockIdx.x * TC;
-    float m = 0.0f;
-    {
-        const int i = threadIdx.x / 8, j = threadIdx.x % 8 * V, r = r0 + i, c = c0 + j;
+    const int c0 = blockIdx.x * TC, i = threadIdx.x / 8, j = threadIdx.x % 8 * V, lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    float m = 0.0f, sum[V];
+    for (int k = 0; k < V; k++) sum[k] = 0.0f;
+    for (int u = 0; u < tiles; u++) {
+        const int r0 = (blockIdx.y * tiles + u) * TR, r = r0 + i, c = c0 + j;
         if (r < R && c < Cc) {  // (Cc % V == 0: the pack is whole)
-            const Pack<floatX, V> p = load_pack<V>(x + (size_t)r * Cc + c);
+            const size_t at = (size_t)r * Cc + c;
+            const Pack<floatX, V> p = load_pack<V>(x + at), g = A == Fp8Act::GeluBackward ? load_pack<V>(pre + at) : p;
             Pack<uint8_t, V> o;
             for (int k = 0; k < V; k++) {
-                m = fmaxf(m, fabsf(to_f(p.v[k])));
-                o.v[k] = fp8_encode(to_f(p.v[k]) * s, f);
+                const float v = fp8_source_value<A>(p.v[k], g.v[k]);
+                m = fmaxf(m, fabsf(v));
+                sum[k] += v;
+                o.v[k] = fp8_encode(v * s, f);
             }
             if (q) store_pack<V>(q + (size_t)r * Cc + c, o);
             for (int k = 0; k < V; k++) tile[i][j + k] = o.v[k];
         }
+        if (!qt) continue;
+        __syncthreads();
+        const int jc = threadIdx.x / CH, k0 = threadIdx.x % CH * V, ct = c0 + jc, rt = r0 + k0;
+        if (ct < Cc && rt < R) {  // (R % V == 0: the chunk is whole)
+            Pack<uint8_t, V> o;
+            for (int k = 0; k < V; k++) o.v[k] = tile[k0 + k][jc];
+            store_pack<V>(qt + (size_t)ct * R + rt, o);
+        }
+        __syncthreads();  // the tile is read before the next one is written
     }
     if (amax) {  // (a kernel argument: the whole block takes the branch, or none of it)
         m = warp_max(m);
-        if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = m;
+        if (lane == 0) warp_part[w][0] = m;
         __syncthreads();
         if (threadIdx.x == 0) {
-            for (int w = 1; w < 8; w++) m = fmaxf(m, warp_amax[w]);
+            for (int v = 1; v < 8; v++) m = fmaxf(m, warp_part[v][0]);
             atomicMax((unsigned*)amax, __float_as_uint(m));
         }
+        __syncthreads();  // warp_part is read before the column sums write it
     }
-    if (!qt) return;
+    if (!col_sums) return;
+    for (int k = 0; k < V; k++) {
+        sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 8);
+        sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 16);
+        if (lane < 8) warp_part[w][j + k] = sum[k];
+    }
     __syncthreads();
-    const int jc = threadIdx.x / CH, k0 = threadIdx.x % CH * V, c = c0 + jc, r = r0 + k0;
-    if (c < Cc && r < R) {  // (R % V == 0: the chunk is whole)
-        Pack<uint8_t, V> o;
-        for (int k = 0; k < V; k++) o.v[k] = tile[k0 + k][jc];
-        store_pack<V>(qt + (size_t)c * R + r, o);
+    if (threadIdx.x < TC && c0 + (int)threadIdx.x < Cc) {
+        float total = 0.0f;
+        for (int v = 0; v < 8; v++) total += warp_part[v][threadIdx.x];
+        col_sums[(size_t)blockIdx.y * Cc + c0 + threadIdx.x] = total;
     }
 }
-template <class floatX, int V> inline void fp8_quantize_launch(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Scales* scales,
-                                                          float* amax, const floatX* x, int R, int Cc, Fp8Format f) {
-    fp8_quantize_kernel<floatX, V><<<dim3(ceil_div(Cc, 8 * V), ceil_div(R, 32)), 256, 0, ctx.stream>>>(q, qt, scales, amax, x, R, Cc, f);
+template <class floatX, int V, Fp8Act A> inline void fp8_quantize_launch(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t,
+                                                                     float* col_sums, int row_blocks, const floatX* x, const floatX* pre,
+                                                                     int R, int Cc, Fp8Format f) {
+    const size_t n = (size_t)R * Cc;
+    if (!t.given) {  // current scaling: the amax first, in a pass of its own
+        static Buf<float> partial_buf;
+        const int blocks = (int)std::max<size_t>(1, std::min<size_t>(FP8_AMAX_BLOCKS, ceil_div(n, 256 * V)));
+        float* partial = gpu_scratch(partial_buf, ctx, (size_t)blocks);
+        fp8_amax_partial_kernel<floatX, V, A><<<blocks, 256, 0, ctx.stream>>>(partial, x, pre, n);
+        CUDA_LAUNCH_CHECK();
+        fp8_scale_kernel<<<1, 256, 0, ctx.stream>>>(t.scales, t.amax, partial, blocks, f);
+        CUDA_LAUNCH_CHECK();
+    }
+    if (n == 0) return;
+    float* record = t.given ? t.amax : nullptr;  // (current scaling recorded it above)
+    const int tiles = (int)ceil_div(R, 32 * row_blocks);
+    const dim3 grid((unsigned)ceil_div(Cc, 8 * V), row_blocks);
+    fp8_quantize_kernel<floatX, V, A><<<grid, 256, 0, ctx.stream>>>(q, qt, t.scales, record, col_sums, x, pre, R, Cc, tiles, f);
     CUDA_LAUNCH_CHECK();
+}
+template <class floatX, int V> inline void fp8_quantize_launch(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, float* col_sums,
+                                                          int row_blocks, const floatX* x, Fp8Act act, const floatX* pre, int R, int Cc,
+                                                          Fp8Format f) {
+    if (act == Fp8Act::Gelu) fp8_quantize_launch<floatX, V, Fp8Act::Gelu>(ctx, q, qt, t, col_sums, row_blocks, x, pre, R, Cc, f);
+    else if (act == Fp8Act::GeluBackward) fp8_quantize_launch<floatX, V, Fp8Act::GeluBackward>(ctx, q, qt, t, col_sums, row_blocks, x, pre, R, Cc, f);
+    else fp8_quantize_launch<floatX, V, Fp8Act::None>(ctx, q, qt, t, col_sums, row_blocks, x, pre, R, Cc, f);
 }
 #endif
 
-// The op: q and/or qt (nullptr: not wanted), with t's scales (and amax record), on ctx's device.
+// The op: q and/or qt (nullptr: not wanted), with t's scales (and amax record), on ctx's device;
+// column_sums += x's column sums where it is not nullptr; with act, of what act makes (see above).
 template <class floatX>
-inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, const floatX* x, int R, int Cc, Fp8Format f) {
+inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, const floatX* x, int R, int Cc, Fp8Format f,
+                         NoDeduce<floatX>* column_sums = nullptr, Fp8Act act = Fp8Act::None, const NoDeduce<floatX>* pre = nullptr) {
     const size_t n = (size_t)R * Cc;
-    OpScope prof(ctx, 0, (double)n * ((t.given ? 1 : 2) * sizeof(floatX) + (q ? 1 : 0) + (qt ? 1 : 0)), "fp8 quantize%s%s",
-                 qt ? "+transpose" : "", t.given ? " (delayed)" : "");
+    const double reads = (act == Fp8Act::GeluBackward ? 2 : 1) * (t.given ? 1 : 2) * sizeof(floatX);
+    OpScope prof(ctx, 0, (double)n * (reads + (q ? 1 : 0) + (qt ? 1 : 0)), "fp8 quantize%s%s%s%s", act == Fp8Act::Gelu ? " of gelu"
+                 : act == Fp8Act::GeluBackward ? " of gelu backward" : "", qt ? "+transpose" : "", column_sums ? "+column sums" : "",
+                 t.given ? " (delayed)" : "");
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         constexpr int P = PACK<floatX>;
-        if (!t.given) {
-            static Buf<float> partial_buf;
-            const bool packs = pack_width<floatX>(n, {x}) > 1;
-            const int blocks = (int)std::max<size_t>(1, std::min<size_t>(FP8_AMAX_BLOCKS, ceil_div(n, 256 * (packs ? P : 1))));
-            float* partial = gpu_scratch(partial_buf, ctx, (size_t)blocks);
-            if (packs) fp8_amax_partial_kernel<floatX, P><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
-            else fp8_amax_partial_kernel<floatX, 1><<<blocks, 256, 0, ctx.stream>>>(partial, x, n);
-            CUDA_LAUNCH_CHECK();
-            fp8_scale_kernel<<<1, 256, 0, ctx.stream>>>(t.scales, t.amax, partial, blocks, f);
-            CUDA_LAUNCH_CHECK();
-        }
-        if (n == 0) return;
-        float* record = t.given ? t.amax : nullptr;  // (current scaling recorded it above)
-        const bool wide = Cc % P == 0 && (!qt || R % P == 0) && (uintptr_t)x % 16 == 0 && (uintptr_t)q % P == 0 && (uintptr_t)qt % P == 0;
-        if (wide) fp8_quantize_launch<floatX, P>(ctx, q, qt, t.scales, record, x, R, Cc, f);
-        else fp8_quantize_launch<floatX, 1>(ctx, q, qt, t.scales, record, x, R, Cc, f);
+        // with column sums a block takes 128 rows (4 tiles), so the partial sums are 1/64 of x's bytes
+        const int row_blocks = (int)std::max<size_t>(1, ceil_div(R, column_sums ? 128 : 32));
+        static Buf<float> sums_buf;
+        float* sums = column_sums ? gpu_scratch(sums_buf, ctx, (size_t)row_blocks * Cc) : nullptr;
+        const bool wide = Cc % P == 0 && (!qt || R % P == 0) && (uintptr_t)x % 16 == 0 && (uintptr_t)pre % 16 == 0 &&
+                          (uintptr_t)q % P == 0 && (uintptr_t)qt % P == 0;
+        if (wide) fp8_quantize_launch<floatX, P>(ctx, q, qt, t, sums, row_blocks, x, act, pre, R, Cc, f);
+        else fp8_quantize_launch<floatX, 1>(ctx, q, qt, t, sums, row_blocks, x, act, pre, R, Cc, f);
+        if (column_sums && n > 0) column_sum_add(ctx, column_sums, sums, Cc, row_blocks);
         return;
     }
 #endif
-    fp8_quantize_cpu(q, qt, t, x, R, Cc, f);
+    fp8_quantize_cpu(q, qt, t, x, R, Cc, f, column_sums, act, pre);
 }
 // ... with current scaling: scales gets s and 1/s from x's own amax
 template <class floatX>

@@ -16,43 +16,31 @@ Tests: test/test_ops.cpp (finite differences), test/gpucheck_ops.cu (CUDA vs CPU
 #include "profiler.h"
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
-
+// GELU(x), and dout·GELU'(x): each op below (and fp8.cuh's quantize) computes through these two
+HD inline float gelu_of(float x) { return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))); }
+HD inline float gelu_backward_of(float x, float dout) {
+    const float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+    const float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    return grad * dout;
+}
 template <class floatX> inline void gelu_forward_cpu(floatX* out, const floatX* inp, size_t N) {
     #pragma omp parallel for
-    for (size_t i = 0; i < N; i++) {
-        float x = to_f(inp[i]);
-        out[i] = from_f<floatX>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
-    }
+    for (size_t i = 0; i < N; i++) out[i] = from_f<floatX>(gelu_of(to_f(inp[i])));
 }
-
 template <class floatX, class G> inline void gelu_backward_cpu(floatX* dinp, const floatX* inp, const G* dout, size_t N) {
     #pragma omp parallel for
-    for (size_t i = 0; i < N; i++) {
-        float x = to_f(inp[i]);
-        float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = from_f<floatX>(grad * to_f(dout[i]));
-    }
+    for (size_t i = 0; i < N; i++) dinp[i] = from_f<floatX>(gelu_backward_of(to_f(inp[i]), to_f(dout[i])));
 }
-
 #ifdef LLMC_CUDA
 template <class floatX> __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t N) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
-        float x = to_f(inp[i]);
-        out[i] = from_f<floatX>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = from_f<floatX>(gelu_of(to_f(inp[i])));
 }
 template <class floatX, class G> __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const G* dout, size_t N) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
-        float x = to_f(inp[i]);
-        float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = from_f<floatX>(grad * to_f(dout[i]));
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x)
+        dinp[i] = from_f<floatX>(gelu_backward_of(to_f(inp[i]), to_f(dout[i])));
 }
 #endif
-
 template <class floatX> inline void gelu_forward(const Ctx& ctx, floatX* out, const floatX* inp, size_t N) {
     OpScope prof(ctx, 0, 2.0 * N * sizeof(floatX), "gelu forward");
 #ifdef LLMC_CUDA

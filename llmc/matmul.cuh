@@ -12,7 +12,7 @@ GELU rides in cuBLASLt's epilogues (gelu_pre: GELU_AUX_BIAS forward, DGELU backw
 ctx.fp8 the blocks' products multiply FP8 codes (fp8.cuh) in cuBLASLt's "TN" form.
 
 Main functions: matmul_forward, matmul_backward (the ops), lt_matmul (one cuBLASLt product, its
-algorithm cached a shape: --matmul-tune), bias_backward, fp8_linear.
+algorithm cached a shape: --matmul-tune), fp8_linear.
 
 Tests: test/test_ops.cpp (finite differences; FP8 within its rounding), test/gpucheck_ops.cu
 (CUDA against the CPU), test/test_gpu_train.sh (--matmul-tune bit-identical to untuned).
@@ -637,17 +637,6 @@ template <class floatX> inline bool fp8_products_run(const Ctx& ctx) {
     return true;
 }
 
-// dbias[o] += Σ_n dout[n, o], alone (the FP8 backward's; the bf16 one sums with its products)
-template <class floatX> inline void bias_backward(const Ctx& ctx, floatX* dbias, const floatX* dout, int N, int OC) {
-    OpScope prof(ctx, 0, ((double)N * OC + 2.0 * OC) * sizeof(floatX), "bias backward %d", OC);
-#ifdef LLMC_CUDA
-    if (ctx.device == Device::CUDA) { bias_grad_kernels(ctx, dbias, dout, N, OC); return; }
-#endif
-    F32View<floatX> db(dbias, OC), d(dout, (size_t)N * OC);
-    bias_backward_cpu(db.p, d.p, N, OC);
-    db.store();
-}
-
 inline void fp8_check_shape(int N, int C, int OC) {
     const std::string why = fp8_shape_problem(N, C, OC);
     if (!why.empty()) fatal("--precision fp8: %s", why.c_str());
@@ -657,7 +646,8 @@ inline void fp8_check_shape(int N, int C, int OC) {
 // any length, hellaswag's rows; training's B·T is checked at start) are padded with zero rows,
 // whose outputs are made in a scratch and dropped.
 template <class floatX>
-inline void matmul_forward_fp8(const Ctx& ctx, floatX* out, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC) {
+inline void matmul_forward_fp8(const Ctx& ctx, floatX* out, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC,
+                               Fp8Act inp_act) {
     const int Np = (int)ceil_div(N, 16) * 16;
     fp8_check_shape(Np, C, OC);
     static Buf<uint8_t> xq_buf, wq_buf;
@@ -667,17 +657,18 @@ inline void matmul_forward_fp8(const Ctx& ctx, floatX* out, const floatX* inp, c
     uint8_t* wq = op_scratch(wq_buf, ctx, (size_t)OC * C);
     Fp8Scales* sc = op_scratch(scales_buf, ctx, 2);
     const Fp8Target tx = fp8_target(ctx, FP8_X, &sc[0]), tw = fp8_target(ctx, FP8_W, &sc[1]);
-    fp8_quantize(ctx, xq, nullptr, tx, inp, N, C, Fp8Format::E4M3);
+    fp8_quantize(ctx, xq, nullptr, tx, inp, N, C, Fp8Format::E4M3, nullptr, inp_act);
     if (Np > N) ctx_zero(ctx, xq + (size_t)N * C, (size_t)(Np - N) * C);
     fp8_quantize(ctx, wq, nullptr, tw, W, OC, C, Fp8Format::E4M3);
     floatX* dst = Np > N ? op_scratch(padded_buf, ctx, (size_t)Np * OC) : out;
     fp8_linear(ctx, dst, xq, Fp8Format::E4M3, tx.scales, wq, Fp8Format::E4M3, tw.scales, bias, Np, C, OC, false, "forward", C, OC);
     if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(floatX));
 }
-// dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3
+// dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3.
+// inp_act: x is GELU(inp) (fp8.cuh: Fp8Act); dout_pre: dout is GELU's backward of the given dout at dout_pre.
 template <class floatX>
 inline void matmul_backward_fp8(const Ctx& ctx, floatX* dinp, floatX* dW, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* W,
-                                int N, int C, int OC) {
+                                int N, int C, int OC, Fp8Act inp_act, const floatX* dout_pre) {
     fp8_check_shape(N, C, OC);
     static Buf<uint8_t> dq_buf, dqt_buf, wt_buf, xt_buf;
     static Buf<Fp8Scales> scales_buf;
@@ -685,7 +676,8 @@ inline void matmul_backward_fp8(const Ctx& ctx, floatX* dinp, floatX* dW, floatX
     uint8_t* dq = dinp ? op_scratch(dq_buf, ctx, (size_t)N * OC) : nullptr;  // dout (N×OC)
     uint8_t* dqt = dW ? op_scratch(dqt_buf, ctx, (size_t)N * OC) : nullptr;  // doutᵀ (OC×N)
     const Fp8Target td = fp8_target(ctx, FP8_DOUT, &sc[0]), tw = fp8_target(ctx, FP8_W, &sc[1]), tx = fp8_target(ctx, FP8_X, &sc[2]);
-    fp8_quantize(ctx, dq, dqt, td, dout, N, OC, Fp8Format::E5M2);
+    const Fp8Act dout_act = dout_pre ? Fp8Act::GeluBackward : Fp8Act::None;
+    fp8_quantize(ctx, dq, dqt, td, dout, N, OC, Fp8Format::E5M2, dbias, dout_act, dout_pre);  // (and dbias += dout's column sums)
     if (dinp) {
         uint8_t* wt = op_scratch(wt_buf, ctx, (size_t)OC * C);  // Wᵀ (C×OC)
         fp8_quantize(ctx, nullptr, wt, tw, W, OC, C, Fp8Format::E4M3);
@@ -693,19 +685,20 @@ inline void matmul_backward_fp8(const Ctx& ctx, floatX* dinp, floatX* dW, floatX
     }
     if (dW) {
         uint8_t* xt = op_scratch(xt_buf, ctx, (size_t)N * C);  // xᵀ (C×N)
-        fp8_quantize(ctx, nullptr, xt, tx, inp, N, C, Fp8Format::E4M3);
+        fp8_quantize(ctx, nullptr, xt, tx, inp, N, C, Fp8Format::E4M3, nullptr, inp_act);
         fp8_linear(ctx, dW, dqt, Fp8Format::E5M2, td.scales, xt, Fp8Format::E4M3, tx.scales, nullptr, OC, N, C, true, "backward dW", C, OC);
     }
-    if (dbias) bias_backward(ctx, dbias, dout, N, OC);
 }
 
 // With gelu_pre: gelu_pre = inp·Wᵀ + b and out = gelu(gelu_pre) (see the header): in the
 // cuBLASLt epilogue where it can be, else the matmul and then the GELU op.
+// inp_gelu (FP8 alone): the layer's input is GELU(inp), made by the quantization (fp8.cuh: Fp8Act).
 template <class floatX>
 inline void matmul_forward(const Ctx& ctx, floatX* out, const floatX* inp, const floatX* W, const NoDeduce<floatX>* bias, int N, int C, int OC,
-                           NoDeduce<floatX>* gelu_pre = nullptr) {
+                           NoDeduce<floatX>* gelu_pre = nullptr, bool inp_gelu = false) {
+    if (inp_gelu && !ctx.fp8) fatal("matmul_forward: inp_gelu is for FP8 products");
     if (ctx.fp8) {  // (the quantizations and the product are timed as ops of their own)
-        matmul_forward_fp8<floatX>(ctx, gelu_pre ? gelu_pre : out, inp, W, bias, N, C, OC);
+        matmul_forward_fp8<floatX>(ctx, gelu_pre ? gelu_pre : out, inp, W, bias, N, C, OC, inp_gelu ? Fp8Act::Gelu : Fp8Act::None);
         if (gelu_pre) gelu_forward(ctx, out, gelu_pre, (size_t)N * OC);
         return;
     }
@@ -748,11 +741,15 @@ inline void matmul_dinp_f32(const Ctx& ctx, float* dinp, const floatX* dout, con
 // result again would differ from the epilogue, and between devices whose sums run in another
 // order, by up to two roundings: 1.1% seen in bf16 on an H100. FP8's products write T, so its
 // path does round twice, within FP8's own, looser bound.)
+// FP8 alone: inp_gelu, the layer's input is GELU(inp); dout_gelu_pre, its output gradient is
+// dout ⊙ gelu′(dout_gelu_pre). The quantizations make both (fp8.cuh: Fp8Act), so neither is written.
 template <class floatX>
 inline void matmul_backward(const Ctx& ctx, floatX* dinp, floatX* dW, NoDeduce<floatX>* dbias, const floatX* dout, const floatX* inp, const floatX* W,
-                            int N, int C, int OC, const NoDeduce<floatX>* gelu_pre = nullptr) {
+                            int N, int C, int OC, const NoDeduce<floatX>* gelu_pre = nullptr, bool inp_gelu = false,
+                            const NoDeduce<floatX>* dout_gelu_pre = nullptr) {
+    if ((inp_gelu || dout_gelu_pre) && !ctx.fp8) fatal("matmul_backward: inp_gelu and dout_gelu_pre are for FP8 products");
     if (ctx.fp8) {
-        matmul_backward_fp8<floatX>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC);
+        matmul_backward_fp8<floatX>(ctx, dinp, dW, dbias, dout, inp, W, N, C, OC, inp_gelu ? Fp8Act::Gelu : Fp8Act::None, dout_gelu_pre);
         if (gelu_pre && dinp) gelu_backward(ctx, dinp, gelu_pre, dinp, (size_t)N * C);
         return;
     }

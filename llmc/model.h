@@ -63,7 +63,8 @@ More: docs/model.md (sizes, precision, recomputation, the parallel layouts).
 //              72·C² training FLOPs per token (+22%) and one more attention forward
 // so that the activations of a micro-batch are, per position (gpt_activation_buffers):
 //   none (16·L·C + 12·C + Vp)   selective (10·L·C + 18·C + Vp)   full (L·C + 27·C + Vp)
-// elements. MFU (mfu.h) counts the model's FLOPs, not the rerun: recomputation lowers it.
+// elements. GPT-2 in FP8 keeps no GELU output (gelu_in_fp8): 4·L·C less with none, 4·C with the others.
+// MFU (mfu.h) counts the model's FLOPs, not the rerun: recomputation lowers it.
 enum class Recompute { None, Selective, Full };
 inline const char* const RECOMPUTE_NAMES[] = {"none", "selective", "full"};  // --recompute's values, in that order
 inline const char* recompute_name(Recompute r) { return RECOMPUTE_NAMES[(int)r]; }
@@ -134,6 +135,9 @@ template <class floatX> struct GPT {
     ModelPart part;               // the blocks the next forward and backward run (params.h)
     ModelParallel<floatX> par;
 };
+// GPT-2 in FP8 never writes GELU's output: its fcproj product's quantizations make it from fch
+// (fp8.cuh: Fp8Act), so the model keeps no fch_gelu. (Llama's SwiGLU runs as its own op.)
+template <class floatX> inline bool gelu_in_fp8(const GPT<floatX>& g) { return g.fp8 && !g.config.llama(); }
 
 // A model of config c split over the groups given (none: the whole model on this rank). The heads
 // must divide over the tp group, which the trainer checks.
@@ -196,7 +200,7 @@ inline void gpt_activation_buffers(Activations<floatX>& a, const GPT<floatX>& g,
     f(a.ln1, Lc * P * C); f(a.ln1_mean, mean * Li * P); f(a.ln1_rstd, Li * P);      // per block
     f(a.qkv, Li * BT * Q); f(a.atty, Li * BT * Ct); f(a.lse, Li * BT * NHt);
     f(a.residual2, Li * P * C); f(a.ln2, Lc * P * C); f(a.ln2_mean, mean * Li * P); f(a.ln2_rstd, Li * P);
-    f(a.fch, Li * BT * Fc); f(a.fch_gelu, Lc * BT * Hh); f(a.residual3, L * P * C);
+    f(a.fch, Li * BT * Fc); f(a.fch_gelu, (gelu_in_fp8(g) ? 0 : Lc) * BT * Hh); f(a.residual3, L * P * C);
     f(a.lnf, head * P * C); f(a.lnf_mean, mean * head * P); f(a.lnf_rstd, head * P);  // the head
     f(a.logits, head * BT * d.Vpl); f(a.losses, head * BT);
     f(a.scratch, P * C);
@@ -341,7 +345,7 @@ template <class floatX> inline BlockActs<floatX> block_acts(GPT<floatX>* g, int 
         // first block, else the output of block l−1
         l == l0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1 - l0) * PC,
         a.ln1.data() + c * PC, a.qkv.data() + i * BT * Q, a.atty.data() + i * BTCt, a.residual2.data() + i * PC,
-        a.ln2.data() + c * PC, a.fch.data() + i * BT * Fc, a.fch_gelu.data() + c * BT * Hh,
+        a.ln2.data() + c * PC, a.fch.data() + i * BT * Fc, gelu_in_fp8(*g) ? nullptr : a.fch_gelu.data() + c * BT * Hh,
         mean ? a.ln1_mean.data() + i * P : nullptr, a.ln1_rstd.data() + i * P, a.lse.data() + i * BT * NHt,
         mean ? a.ln2_mean.data() + i * P : nullptr, a.ln2_rstd.data() + i * P};
 }
@@ -420,6 +424,8 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
     if (c.llama()) {
         if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         swiglu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT, (size_t)Hh);
+    } else if (g->fp8) {  // FP8: the fcproj product's quantizations make GELU(fch); no one writes it
+        if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
     } else if (g->recompute == Recompute::Selective) {
         if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * Fc);
@@ -427,7 +433,9 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
         matmul_forward(lin[PRODUCT_FC], b.fch_gelu, ln2, w.fcw, w.fcb, BT, C, Fc, b.fch);
     }
     if (!rerun) {
-        matmul_forward(lin[PRODUCT_FCPROJ], part, b.fch_gelu, w.fcprojw, row_bias(rows, w.fcprojb), BT, Hh, C);
+        const bool fp8_gelu = gelu_in_fp8(*g);
+        matmul_forward(lin[PRODUCT_FCPROJ], part, fp8_gelu ? b.fch : b.fch_gelu, w.fcprojw, row_bias(rows, w.fcprojb), BT, Hh, C, nullptr,
+                       fp8_gelu);
         sum_rows(ctx, rows, part, a.scratch.data());
     }
     // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
@@ -459,10 +467,13 @@ template <class floatX> inline void gpt_block_backward(const Ctx& ctx, GPT<float
     if (c.llama()) {
         matmul_backward(lin[PRODUCT_FCPROJ], a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C);
         swiglu_backward(ctx, a.dfch.data(), b.fch, a.dhidden.data(), (size_t)BT, (size_t)Hh);
+    } else if (g->fp8) {  // FP8: dfch holds the product before GELU's backward, which the fc product's quantization takes
+        matmul_backward(lin[PRODUCT_FCPROJ], a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch, w.fcprojw, BT, Hh, C, nullptr, true);
     } else {
         matmul_backward(lin[PRODUCT_FCPROJ], a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C, b.fch);
     }
-    matmul_backward(lin[PRODUCT_FC], a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), gather_rows(ctx, rows, b.ln2), w.fcw, BT, C, Fc);
+    matmul_backward(lin[PRODUCT_FC], a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), gather_rows(ctx, rows, b.ln2), w.fcw, BT, C, Fc, nullptr,
+                    false, gelu_in_fp8(*g) ? b.fch : nullptr);
     floatX* dln2 = sum_rows(ctx, rows, a.dbtc.data(), a.scratch.data());
     rows_layernorm_backward(ctx, rows, dres, dw.ln2w, dw.ln2b, dln2, b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd);
     // attention: res2 = x + attproj(attention(qkv(ln1(x)))) (Llama: the attention of the turned

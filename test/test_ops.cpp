@@ -1224,6 +1224,34 @@ static void test_fp8_delayed() {
                  fp8_name(f));
         report(own.scale == fp8_scale_for(amax, f) && record == 2 * amax, name);
     }
+    // what a quantization reads (Fp8Act) and its column sums: the same codes and amax as the gelu
+    // op's output quantized plainly (the same functions, each value rounded to bf16 once), and the
+    // sums added to dbias as bias_backward_cpu adds them (from a zero dbias the same bits: its rows
+    // in the same order)
+    {
+        const avec<bf16> pre = as_bf16(randn_bf(R * Cc, 2.0f));
+        for (Fp8Act act : {Fp8Act::None, Fp8Act::Gelu, Fp8Act::GeluBackward}) {
+            std::vector<bf16> made(R * Cc);
+            if (act == Fp8Act::Gelu) gelu_forward_cpu(made.data(), x.data(), made.size());
+            else if (act == Fp8Act::GeluBackward) gelu_backward_cpu(made.data(), pre.data(), x.data(), made.size());
+            else made.assign(x.begin(), x.end());
+            std::vector<float> want_sums(Cc, 0.0f), made_f(made.size());
+            for (size_t i = 0; i < made.size(); i++) made_f[i] = to_f(made[i]);
+            bias_backward_cpu(want_sums.data(), made_f.data(), R, Cc);
+            std::vector<uint8_t> q(R * Cc), qt(R * Cc), wq(R * Cc), wqt(R * Cc);
+            std::vector<bf16> sums(Cc, from_f<bf16>(0.0f));
+            Fp8Scales sc{}, wsc{};
+            float rec = 0, wrec = 0;
+            fp8_quantize(ctx, q.data(), qt.data(), Fp8Target{&sc, &rec, false}, x.data(), R, Cc, Fp8Format::E4M3, sums.data(), act, pre.data());
+            fp8_quantize(ctx, wq.data(), wqt.data(), Fp8Target{&wsc, &wrec, false}, made.data(), R, Cc, Fp8Format::E4M3);
+            bool ok = q == wq && qt == wqt && sc.scale == wsc.scale && rec == wrec;
+            for (int c = 0; c < Cc; c++) ok = ok && to_f(sums[c]) == to_f(from_f<bf16>(want_sums[c]));
+            char name[200];
+            snprintf(name, sizeof name, "fp8 quantize of %s with column sums: the codes, scale and amax of the op's output quantized, "
+                     "the sums bias_backward_cpu's", act == Fp8Act::None ? "x" : act == Fp8Act::Gelu ? "gelu(x)" : "gelu's backward");
+            report(ok, name);
+        }
+    }
     // the state's rules: 2 products (6 tensors), H = 3; tensor i's amax at step k is a spike (1000)
     // at step 1, else (i + 1)·(k + 1)
     Fp8Delayed st;
