@@ -130,6 +130,7 @@ inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const 
                              floatX* column_sums, Fp8Act act, const floatX* pre) {
     const size_t n = (size_t)R * Cc;
     std::vector<floatX> made(act == Fp8Act::None ? 0 : n);
+    #pragma omp parallel for
     for (size_t i = 0; i < made.size(); i++)
         made[i] = from_f<floatX>(act == Fp8Act::Gelu ? fp8_source_value<Fp8Act::Gelu>(x[i], x[i])
                                                      : fp8_source_value<Fp8Act::GeluBackward>(x[i], pre[i]));
