@@ -4,9 +4,13 @@
 # baseline (bench_vs_llmc.sh), attention against SDPA's cuDNN and flash backends
 # (bench_vs_torch.sh, attention alone), then gpucheck's flash ops and GPU training.
 #   dev/gpu_speed.sh OUTDIR       (binaries from .prebuilt/, packages from .debs/: dev/gpu_session.sh)
-#   SPEED_STEPS=wgmma,llmc,...    the steps to run (default all: wgmma ab llmc attention classifier fp8 flash bf16 train;
+#   SPEED_STEPS=wgmma,llmc,...    the steps to run (default all: wgmma ab llmc attention classifier biasgrad layernorm
+#                                 fp8 flash bf16 train;
 #                                 ab: our attention against .baseline/dev_attention, bench_attention_ab.sh;
 #                                 classifier: dev/cuda/classifier.cu's versions, old (v5) and new;
+#                                 biasgrad: dbias's column sums, kernels against cuBLASLt's epilogue
+#                                 (dev/cuda/matmul.cu's dbias part, at 124M's and 1558M's rows);
+#                                 layernorm: dev/cuda/layernorm.cu's versions (v5: the prefetch);
 #                                 fp8: gpucheck's FP8 ops, then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
 #                                 layouts, on the fused backward's producers)
@@ -32,10 +36,11 @@ step() {  # step NAME LIMIT COMMAND...: its output into $log-NAME.txt, copied to
 bash dev/gpu_session.sh setup "$out" >/dev/null 2>&1
 [ -x train_gpt ] && [ -x build/gpucheck_ops ] || { echo "gpu_speed: no binaries (the .prebuilt/ manifest did not match?)"; cat dev/gpu_results/*-session.txt; exit 2; }
 [ -d .debs ] && source scripts/offline_debs.sh use .debs
-want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,fp8,flash,bf16,train},"
+want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,layernorm,fp8,flash,bf16,train},"
 [[ $want == *,wgmma,* ]] && step wgmma 90 build/gpucheck_ops wgmma
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
-also=${OURS_ALSO-"--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-keys 128 --flash-backward-producer 3"}
+# (the llmc step's runs of ours beside the default: bench_vs_llmc.sh's OURS_ALSO, apart by ';')
+also=${OURS_ALSO-"--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-keys 128 --flash-backward-producer 3;--bias-grad epilogue"}
 # Failures that name only ping-pong, swizzled tiles, TMA or the backward's producer leave out
 # those versions; others, or a hang, every opt-in version (v11-v26).
 if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0 failed" "$log-wgmma.txt"; then
@@ -47,15 +52,18 @@ if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0
     grep "in the backward" <<<"$bad" | grep -vq "by TMA" && { skip+=23,24,25,26,; also=${also/ --flash-backward-producer 3/}; }
     if [ -z "$bad" ] || grep -v -e "ping-pong" -e "swizzled" -e "by TMA" -e "producer warpgroup in the backward" <<<"$bad" | grep -q . ||
         grep -q "^== wgmma: exit 124" "$log-wgmma.txt"; then
-        skip=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26; also=
+        skip=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26
+        also=$(tr ';' '\n' <<<"$also" | grep -v -e --flash- | paste -sd';')  # (the runs without opt-in attention stay)
     fi
     export DEV_ATTENTION_SKIP=${skip%,}
     echo "gpu_speed: the wgmma check did not pass: versions $DEV_ATTENTION_SKIP left out; ours also: '${also}'"
 fi
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
-[[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} OURS_ALSO=$also step llmc 200 bash dev/bench/bench_vs_llmc.sh
+[[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} OURS_ALSO=$also step llmc 260 bash dev/bench/bench_vs_llmc.sh
 [[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 150 bash dev/bench/bench_vs_torch.sh
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
+[[ $want == *,biasgrad,* ]] && step biasgrad 90 bash -c "build/dev_matmul 65536 768 0 && build/dev_matmul 16384 1600 0"
+[[ $want == *,layernorm,* ]] && step layernorm 60 bash -c "build/dev_layernorm 65536 768 && build/dev_layernorm 16384 1600"
 [[ $want == *,fp8,* ]] && step fp8 330 bash -c "build/gpucheck_ops fp8 && bash dev/gpu_fp8_vs_bf16.sh ./train_gpt '$out/fp8'"
 [[ $want == *,flash,* ]] && step flash 90 build/gpucheck_ops flash
 [[ $want == *,bf16,* ]] && step bf16 90 build/gpucheck_ops bf16

@@ -3,9 +3,9 @@ kernel_options.h — which kernel runs where an op has more than one (GPU only).
 
 Every op call takes a Ctx (common.h), and the Ctx carries one KernelOptions. The trainer sets it
 once from its flags (--flash-rows, --flash-wgmma, --flash-backward, --matmul-tune,
---classifier-staged); the playgrounds (dev/cuda) and gpucheck_ops set other fields to compare
-the variants. Every variant computes the same function, and most give the same bits; the ones
-that do not (flash_fused_backward, classifier_threads) say so below.
+--classifier-staged, --bias-grad); the playgrounds (dev/cuda) and gpucheck_ops set other fields
+to compare the variants. Every variant computes the same function, and most give the same bits; the ones
+that do not (flash_fused_backward, classifier_threads, bias_grad) say so below.
 
 An "auto" option is decided by timing at the op's first large call, among variants that write
 the same bits (autotune.cuh). Its thresholds come from the environment, read here in one place
@@ -21,7 +21,8 @@ trainer choice bit-identical to the default). More: docs/kernels.md.
 #pragma once
 #include <cstdlib>
 
-// dbias's column sums (matmul.cuh): our warp kernel, a thread per column, or cuBLASLt's epilogue.
+// dbias's column sums (matmul.cuh): our warp kernel, a thread per column, or cuBLASLt's epilogue
+// (its sums rounded to floatX before they are added: other bits where dbias was not zero).
 enum class BiasGrad { Warps, Columns, Epilogue };
 
 struct KernelOptions {

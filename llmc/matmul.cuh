@@ -175,8 +175,8 @@ enum class GeluEpi { None, Forward, Backward };
 // GELU (gelu_forward on the stored pre-activation) or its derivative (gelu_backward), with a
 // note on stderr the first time. ctx.kernels.lt_epilogues = false takes that path for every
 // product, so that gpucheck_ops checks it on a GPU, where the heuristic always finds one.
-// The bias-gradient epilogue (BGRADB) into an fp32 vector with a 16-bit D: cuBLASLt 13.1 on an
-// H100 answered INVALID_VALUE, which counts as none here (the column-sum kernels run).
+// The bias-gradient epilogue (BGRADB) writes its sums in D's dtype. cuBLASLt 13.1 on an H100
+// answered INVALID_VALUE to fp32 sums beside a 16-bit D; that answer counts as none here too.
 
 // FP8 operands (fp8.cuh): A and B hold codes of these formats, and cuBLASLt multiplies the fp32
 // accumulator by *a_inv · *b_inv (device pointers: the scales' inverses, as fp8_quantize wrote
@@ -222,7 +222,7 @@ struct LtCall {
     float beta;
     GeluEpi gelu;
     void* aux;
-    float* bias_grad;
+    void* bias_grad;  // (D's dtype)
     const LtFp8* fp8;
     cudaDataType_t dt, dtd;
     size_t elem_a, elem_d;
@@ -257,9 +257,9 @@ inline void lt_describe(const Ctx& ctx, const LtCall& c, LtProduct* p) {
         lt_set(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, c.fp8->b_inv);
         lt_set(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, (int8_t)(ctx.kernels.fp8_fast_accum ? 1 : 0));
     }
-    if (c.bias_grad) {  // the sums in fp32, whatever floatX is: rounded once, when they are added to dbias
+    if (c.bias_grad) {  // the sums in D's dtype
         lt_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias_grad);
-        lt_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_32F);
+        lt_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, c.dtd);
     }
     if (c.gelu != GeluEpi::None) {
         lt_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
@@ -277,7 +277,7 @@ inline cublasStatus_t lt_run(const Ctx& ctx, const LtCall& c, const LtProduct& p
 
 // The heuristic's first LT_ALGOS candidates, for the alignments the pointers have (cuBLASLt
 // assumes 256 bytes unless told; our unit pointers are not). Refused: none where it answers
-// NOT_SUPPORTED (or INVALID_VALUE for the bias-gradient epilogue into fp32 with a 16-bit D).
+// NOT_SUPPORTED (or INVALID_VALUE for the bias-gradient epilogue, as above).
 constexpr int LT_ALGOS = 8;
 inline int lt_candidates(const Ctx& ctx, const LtCall& c, const LtProduct& p, cublasLtMatmulHeuristicResult_t* heur) {
     const uint32_t align_a = alignment_of(c.A), align_b = alignment_of(c.Bm), align_d = alignment_of(c.D);
@@ -292,7 +292,7 @@ inline int lt_candidates(const Ctx& ctx, const LtCall& c, const LtProduct& p, cu
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, p.op, p.la, p.lb, p.ld, p.ld, pref, LT_ALGOS, heur, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || (c.bias_grad && c.dtd != CUDA_R_32F && st == CUBLAS_STATUS_INVALID_VALUE);
+    const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || (c.bias_grad && st == CUBLAS_STATUS_INVALID_VALUE);
     if (st != CUBLAS_STATUS_SUCCESS && !refused)
         fatal("cuBLASLt: the algorithm heuristic failed (status %d) for a %dx%dx%d %s matmul%s%s", (int)st, c.m, c.n, c.k, c.what,
               c.epi ? " with the epilogue " : "", c.epi ? c.epi : "");
@@ -322,7 +322,7 @@ inline int lt_tune(const Ctx& ctx, const LtCall& c, int found, const L& launch) 
     }
     std::vector<BitsRegion> outs{{c.D, d_bytes}};
     if (c.gelu == GeluEpi::Forward) outs.push_back({c.aux, (size_t)c.m * c.n * c.elem_d});
-    if (c.bias_grad) outs.push_back({c.bias_grad, c.n * sizeof(float)});
+    if (c.bias_grad) outs.push_back({c.bias_grad, c.n * c.elem_d});
     auto restore = [&] { if (saved) CUDA_CHECK(cudaMemcpyAsync(c.D, saved, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream)); };
     const AutotunePick t = autotune_pick(ctx, found, restore, launch, outs);
     if (saved) CUDA_CHECK(cudaFree(saved));
@@ -377,13 +377,13 @@ inline LtAlgo lt_first_call(const Ctx& ctx, const LtCall& c, const LtProduct& p)
 
 // D(m×n) = α·op(A)·op(B) + β·D with the epilogue, through cuBLASLt; false (nothing queued) when
 // it has no algorithm for it. A and B are floatX (or FP8: fp8), D, bias and aux TD (floatX, or
-// float for an fp32 result of 16-bit operands). bias_grad (fp32, n): the BGRADB epilogue,
+// float for an fp32 result of 16-bit operands). bias_grad (TD, n): the BGRADB epilogue,
 // bias_grad[j] = Σ_p op(B)[p, j] (written, not added). The algorithm that ran at a product's
 // first call is kept per dtypes, shape, options and alignments (Autotuned), and so is the
 // answer that none did.
 template <class floatX, class TD = floatX>
 inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, const NoDeduce<TD>* bias, int m, int n, int k, bool transA,
-                      bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, NoDeduce<TD>* aux, float* bias_grad = nullptr,
+                      bool transB, int lda, int ldb, int ldd, float beta, GeluEpi gelu, NoDeduce<TD>* aux, NoDeduce<TD>* bias_grad = nullptr,
                       const LtFp8* fp8 = nullptr) {
     const char* epi = gelu == GeluEpi::Forward ? (bias ? "bias+GELU" : "GELU") : gelu == GeluEpi::Backward ? "GELU backward"
                     : bias_grad ? "bias-gradient" : bias ? "bias" : nullptr;
@@ -451,9 +451,12 @@ inline bool cublaslt_gemm(const Ctx& ctx, floatX* D, const void* A, const void* 
 //       OC = 768 that is 96 threads a chunk, 24K in all: too few loads in flight to keep memory
 //       busy (Little's law). An inference, not yet a measurement: in the H100 step profile the
 //       768-wide backwards took ~0.19 ms each beyond their two products at cuBLASLt's rate.
-//   Epilogue: cuBLASLt's BGRADB epilogue on the dW product, which reads dout anyway: the column
-//       sums come out of the matmul into an fp32 vector, added to dbias as one more chunk.
-//       Where the heuristic has no algorithm for it, the Warps kernel runs.
+//   Epilogue: cuBLASLt's BGRADB epilogue on the dW product, which reads dout anyway, so dout
+//       is not read a second time. The sums come out in floatX (cuBLASLt refused fp32 sums
+//       beside a 16-bit D), then they are added to dbias. So a 16-bit dbias is rounded twice,
+//       where the kernels round it once. With one micro-batch a step, dbias starts at zero and
+//       the bits are those of one rounding. Where the heuristic has no algorithm for it, the
+//       Warps kernel runs.
 // V = 1 where OC or the pointer does not allow packs.
 // (BiasGrad: kernel_options.h)
 static const int BIAS_WARPS = 8;
@@ -521,10 +524,11 @@ inline void matmul_backward_cuda(const Ctx& ctx, floatX* dinp, floatX* dW, float
                                  int N, int C, int OC) {
     if (dinp) cublaslt_gemm<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
     if (dbias && ctx.kernels.bias_grad == BiasGrad::Epilogue) {  // dW and dbias's column sums in one product
-        static Buf<float> sums_buf;
-        float* sums = gpu_scratch(sums_buf, ctx, (size_t)OC);
+        static Buf<floatX> sums_buf;
+        floatX* sums = gpu_scratch(sums_buf, ctx, (size_t)OC);
         if (lt_matmul<floatX>(ctx, dW, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f, GeluEpi::None, nullptr, sums)) {
-            column_sum_add(ctx, dbias, sums, OC, 1);
+            add_bias_kernel<<<grid_for(OC), 256, 0, ctx.stream>>>(dbias, sums, OC, 1, OC);  // dbias += sums (one column)
+            CUDA_LAUNCH_CHECK();
             return;
         }
     }

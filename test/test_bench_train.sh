@@ -69,14 +69,14 @@ bench rows32 FLASH_ROWS=32 PROFILE=0 -- gpt2:124M
 bench notune MATMUL_TUNE=0 PROFILE=0 -- gpt2:124M
 
 # bench_vs_llmc.sh: a stand-in for llm.c's run_llmc.sh (it records its arguments and prints a
-# median), the stand-in trainer as the baseline build, and OURS_ALSO's second run of ours
+# median), the stand-in trainer as the baseline build, and OURS_ALSO's two more runs of ours
 mkdir -p "$tmp/anchor"
 printf '#!/bin/sh\necho "$*" >>"%s/llmc_args.txt"\necho "llm.c: median 90.00 ms a step over steps 6..6, 1000 tok/s"\n' "$tmp" >"$tmp/anchor/run_llmc.sh"
 : >"$tmp/anchor/llmc_train_gpt2cu"; : >"$tmp/llmc_args.txt"
 chmod +x "$tmp/anchor/run_llmc.sh" "$tmp/anchor/llmc_train_gpt2cu"
 : >"$tmp/args.txt"
 env PATH="$tmp/bin:$PATH" TRAIN_GPT="$tmp/train_gpt" LLMC_ANCHOR="$tmp/anchor" BASELINE_BIN="$tmp/train_gpt" BASELINE_NAME=base \
-    OURS_ALSO="--flash-backward split" STEPS=6 LLMC_COMMIT=test PYTHON=/usr/bin/python3 \
+    OURS_ALSO="--flash-backward split;--bias-grad epilogue" STEPS=6 LLMC_COMMIT=test PYTHON=/usr/bin/python3 \
     bash dev/bench/bench_vs_llmc.sh gpt2:124M:64 gpt2:1558M:16 >"$tmp/llmc.md" 2>&1
 cp "$tmp/args.txt" "$tmp/llmc.args"
 
@@ -168,14 +168,18 @@ check(nt and all(flag(l, "matmul-tune") == "0" for l in nt) and "--matmul-tune 0
       and "--matmul-tune 1 timed" not in md("notune"), "MATMUL_TUNE=0 (part notune) reaches every run and the title, nothing listed")
 # bench_vs_llmc.sh: one row per config, each run's median of steps 6.. (the stand-in's step 6:
 # 60 ms) and the ratios to it; llm.c run on the same shard, B, T, steps and its model's name
-rows = re.findall(r"^\| (gpt2:\S+) \| (\d+)×1024 \| ([^|]*) \| ([^|]*) \| ([^|]*) \| ([^|]*) \| ([^|]*) \| ([^|]*) \| ([^|]*) \|$", md("llmc"), re.M)
-want = [(m, B, "60.00 (" + str(round(int(B) * 1024 / 60 * 1000)) + ")", "90.00", "1.500×", "60.00", "1.000×", "60.00", "1.000×")
+rows = re.findall(r"^\| (gpt2:\S+) \| (\d+)×1024 \| ([^|]*) \| ([^|]*) \| ([^|]*) \| ([^|]*) \| ([^|]*)" + r" \| ([^|]*) \| ([^|]*)" * 2 + r" \|$",
+                  md("llmc"), re.M)
+want = [(m, B, "60.00 (" + str(round(int(B) * 1024 / 60 * 1000)) + ")", "90.00", "1.500×", "60.00", "1.000×") + ("60.00", "1.000×") * 2
         for m, B in (("gpt2:124M", "64"), ("gpt2:1558M", "16"))]
 check(rows == want, f"bench_vs_llmc.sh: a row per config with the medians and ratios ({rows})")
 llmc = open(f"{d}/llmc_args.txt").read().splitlines()
 check(llmc == ["data/kjv_train_000000.bin 64 1024 6 d12", "data/kjv_train_000000.bin 16 1024 6 d48"],
       f"bench_vs_llmc.sh: llm.c runs the same shard, B, T and steps, GPT-2 124M as d12 and 1558M as d48 ({llmc})")
 ours = lines("llmc")
-check(len(ours) == 6 and sum("--flash-backward split" in l for l in ours) == 2 and all("--batch-size 64 " in l or "--batch-size 16 " in l for l in ours),
-      f"bench_vs_llmc.sh: ours, the baseline and ours with OURS_ALSO's flags, per config ({len(ours)} runs)")
+head = md("llmc").splitlines()[2]
+check("| ours --flash-backward split ms | that / ours | ours --bias-grad epilogue ms | that / ours |" in head,
+      f"bench_vs_llmc.sh: a pair of columns for each of OURS_ALSO's runs ({head})")
+check(len(ours) == 8 and sum("--flash-backward split" in l for l in ours) == 2 and sum("--bias-grad epilogue" in l for l in ours) == 2 and all("--batch-size 64 " in l or "--batch-size 16 " in l for l in ours),
+      f"bench_vs_llmc.sh: ours, the baseline and ours with each of OURS_ALSO's flags, per config ({len(ours)} runs)")
 PY

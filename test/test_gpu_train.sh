@@ -28,6 +28,8 @@
 #   classifier-staged  bf16 with the loss kernel's row staged in shared memory (1) and with
 #         auto (both kernels timed at its first call, the staged one kept where faster and of
 #         the same bits) bit-identical to 0, saying what it kept
+#   bias-grad  bf16 with --bias-grad epilogue (cuBLASLt's bias-gradient epilogue; its sums rounded
+#         to bf16 first): within bf16's 2e-2 of the CPU
 #   fp8   --precision fp8 (llmc/fp8.cuh: the blocks' products in FP8, cuBLASLt's FP8 kernels) against
 #         the CPU's emulation of it: within bf16's 2e-2 (both sides quantize their bf16 tensors with
 #         the same encode and power-of-two scales; as the runs' bf16 values part by a last bit, a
@@ -327,6 +329,9 @@ if [ -n "$w31" ]; then
     NOTE="note: FP8 products that cuBLASLt has no algorithm for run as bf16 products of their dequantized values" \
         ONCE=1 gpu_vs_cpu fp8 2e-2 SIMT_LT_REFUSE_FP8=1
 fi
+# --bias-grad epilogue: the bias gradients from cuBLASLt's epilogue on the weight-gradient
+# products, their sums rounded to bf16 before they are added: within the bf16 bound of the CPU
+GPU_FLAGS="--bias-grad epilogue" ONCE=1 gpu_vs_cpu bf16 2e-2
 ONCE=$quick gpu_vs_cpu fp8 2e-2
 # delayed scaling (the one-pass quantize kernel with its atomicMax record, the history on the host):
 # the same bound; both sides record the same amaxes up to the runs' last-bit differences

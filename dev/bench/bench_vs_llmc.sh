@@ -9,7 +9,8 @@
 #   BASELINE_BIN=F    ./train_gpt built from an earlier commit (default .baseline/train_gpt, which
 #                     dev/bench/build_baseline.sh COMMIT makes); skipped if absent; BASELINE_NAME
 #                     names it in the table (default: .baseline/commit's)
-#   OURS_ALSO=FLAGS   one more run of ours with these flags (e.g. "--flash-backward split")
+#   OURS_ALSO=FLAGS   one more run of ours with these flags (e.g. "--flash-backward split"); more
+#                     runs: their flags apart by ';' (e.g. "--flash-wgmma 1;--bias-grad epilogue")
 #   STEPS=N           steps a run (default 30); SHARD: the token shard (data/kjv_train_000000.bin)
 # Prints a markdown table. Tested without a GPU by test/test_bench_train.sh (stand-ins).
 set -u
@@ -39,8 +40,11 @@ llmc_model() { case $1 in gpt2:124M) echo d12 ;; gpt2:350M) echo d24 ;; gpt2:774
 echo "# bench_vs_llmc on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), commit ${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F), median step of steps 6..$steps"
 echo
 [ -z "${BASELINE_NAME:-}" ] && [ -f "$(dirname "$baseline")/commit" ] && BASELINE_NAME=$(cat "$(dirname "$baseline")/commit")
-echo "| model | B×T | ours ms (tok/s) | llm.c ms | llm.c / ours | ${BASELINE_NAME:-baseline} ms | baseline / ours |${OURS_ALSO:+ ours $OURS_ALSO ms | that / ours |}"
-echo "|---|---|---|---|---|---|---|${OURS_ALSO:+---|---|}"
+IFS=';' read -ra alsos <<<"${OURS_ALSO:-}"
+head= rule=
+for a in "${alsos[@]}"; do head+=" ours $a ms | that / ours |"; rule+="---|---|"; done
+echo "| model | B×T | ours ms (tok/s) | llm.c ms | llm.c / ours | ${BASELINE_NAME:-baseline} ms | baseline / ours |$head"
+echo "|---|---|---|---|---|---|---|$rule"
 for cfg in $configs; do
     m=${cfg%:*} B=${cfg##*:}
     o=$(ours "$bin" "$m" "$B")
@@ -51,10 +55,11 @@ for cfg in $configs; do
         [ -n "$l" ] || tail -3 "$tmp/llmc.txt" | sed 's/^/# llm.c: /' >&2
     fi
     base=; [ -x "$baseline" ] && base=$(ours "$baseline" "$m" "$B")
-    also=; [ -n "${OURS_ALSO:-}" ] && also=$(ours "$bin" "$m" "$B" $OURS_ALSO)
     ratio() { [ -n "$1" ] && [ -n "$o" ] && awk -v a="$1" -v b="$o" 'BEGIN { printf "%.3f×", a / b }'; }
+    also=
+    for a in "${alsos[@]}"; do r=$(ours "$bin" "$m" "$B" $a); also+=" ${r:-failed} | $(ratio "$r") |"; done
     tok=; [ -n "$o" ] && tok=$(awk -v ms="$o" -v n=$((B * 1024)) 'BEGIN { printf "%.0f", n / ms * 1000 }')
-    echo "| $m | ${B}×1024 | ${o:-failed}${tok:+ ($tok)} | ${l:-—} | $(ratio "$l") | ${base:-—} | $(ratio "$base") |${OURS_ALSO:+ ${also:-failed} | $(ratio "$also") |}"
+    echo "| $m | ${B}×1024 | ${o:-failed}${tok:+ ($tok)} | ${l:-—} | $(ratio "$l") | ${base:-—} | $(ratio "$base") |$also"
 done
 echo
 echo "llm.c: $( [ -x "$anchor/llmc_train_gpt2cu" ] && echo "its trainer from $anchor (built with cuDNN attention), flags: ${LLMC_FLAGS:-its defaults}" || echo "not carried (no $anchor/llmc_train_gpt2cu)"). Baseline: $( [ -x "$baseline" ] && echo "$baseline" || echo "none")."

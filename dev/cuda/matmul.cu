@@ -32,8 +32,8 @@ Only mlp differs between v1 and v2; v3-v5 run qkv, attproj and mlp (not the clas
 stays bf16 in the trainer). Then the backward's dbias column sum (matmul.cuh:
 BiasGrad) three ways, for each bias width at N: alone (the Warps and Columns kernels, GB/s over
 the N·OC·2 bytes of dout) and inside the whole backward of a linear layer (all three, the
-Epilogue one being cuBLASLt's BGRADB on the dW product; when its heuristic has no
-algorithm for it: a note on stderr, and the kernels ran instead), each checked on `check` rows.
+Epilogue one being cuBLASLt's BGRADB on the dW product, its sums in bf16; when its heuristic has
+no algorithm for it: a note on stderr, and the kernels ran instead), each checked on `check` rows.
 Each layer's forward and backward (dinp written; dW and
 dbias accumulated onto random values, as in gradient accumulation) is checked against the CPU
 op on its first `check` rows, from outputs poisoned with NaN (the CPU would take minutes at
