@@ -9,9 +9,10 @@
 #                                 ab: our attention against .baseline/dev_attention, bench_attention_ab.sh;
 #                                 classifier: dev/cuda/classifier.cu's versions, old (v5) and new;
 #                                 biasgrad: dbias's column sums, kernels against cuBLASLt's epilogue
-#                                 (dev/cuda/matmul.cu's dbias part, at 124M's and 1558M's rows);
+#                                 (dev/cuda/matmul.cu's dbias part at 124M's rows; the fp8 step has 1558M's);
 #                                 layernorm: dev/cuda/layernorm.cu's versions (v5: the prefetch);
-#                                 fp8: gpucheck's FP8 ops, then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
+#                                 fp8: gpucheck's FP8 ops, dev/cuda/matmul.cu at 1558M's layers (bf16 and
+#                                 FP8 products each, and dbias), then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
 #                                 layouts, on the fused backward's producers)
 # Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs.
@@ -62,9 +63,9 @@ fi
 [[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} OURS_ALSO=$also step llmc 260 bash dev/bench/bench_vs_llmc.sh
 [[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 150 bash dev/bench/bench_vs_torch.sh
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
-[[ $want == *,biasgrad,* ]] && step biasgrad 90 bash -c "build/dev_matmul 65536 768 0 && build/dev_matmul 16384 1600 0"
+[[ $want == *,biasgrad,* ]] && step biasgrad 60 build/dev_matmul 65536 768 0
 [[ $want == *,layernorm,* ]] && step layernorm 60 bash -c "build/dev_layernorm 65536 768 && build/dev_layernorm 16384 1600"
-[[ $want == *,fp8,* ]] && step fp8 330 bash -c "build/gpucheck_ops fp8 && bash dev/gpu_fp8_vs_bf16.sh ./train_gpt '$out/fp8'"
+[[ $want == *,fp8,* ]] && step fp8 400 bash -c "build/gpucheck_ops fp8 && { build/dev_matmul 16384 1600 50304; bash dev/gpu_fp8_vs_bf16.sh ./train_gpt '$out/fp8'; }"
 [[ $want == *,flash,* ]] && step flash 90 build/gpucheck_ops flash
 [[ $want == *,bf16,* ]] && step bf16 90 build/gpucheck_ops bf16
 [[ $want == *,train,* ]] && GPU_TRAIN_QUICK=1 step train 200 bash test/test_gpu_train.sh ./train_gpt
