@@ -77,6 +77,7 @@ static const FlagDef FLAGS[] = {
     {"precision", "auto", "fp32 | bf16 | fp16 | fp8 (auto: bf16 on cuda, fp32 on cpu; bf16 and fp16 on the CPU emulate the GPU's rounding; fp16: with dynamic loss scaling, llmc/loss_scale.h; fp8: bf16 with the blocks' products in FP8, E4M3/E5M2 with per-tensor scales)", false},
     {"fp8-scaling", "current", "fp8: current (each tensor scaled from its own amax, an extra read of it) | delayed (from its amaxes of the last --fp8-amax-history steps, Transformer Engine's recipe: one pass, a tensor past its history saturates; the history is kept in checkpoints) (llmc/fp8.cuh)", false},
     {"fp8-amax-history", "16", "fp8 with --fp8-scaling delayed: the steps each scale looks back over", false},
+    {"fp8-fast-accum", "none", "fp8 on a GPU: none | forward | all: which FP8 products skip cuBLASLt's periodic promotion of the tensor cores' accumulator to fp32 (faster, less exact). forward is Transformer Engine's recipe; the CPU and the emulator sum in fp32 either way", false},
     {"loss-scale", "65536", "fp16: the first loss scale S (a power of two): the loss gradient is multiplied by S and the weight gradients divided by it; a step whose gradients overflow is skipped and halves S", false},
     {"loss-scale-every", "2000", "fp16: S doubles after this many steps in a row without an overflow", false},
     {"recompute", "none", "activation checkpointing: none | selective (each block's backward reruns its LayerNorms and GELU: 10·C of its 16·C activations a position kept) | full (each block's backward reruns its forward: C of 16·C kept, +22% of the block's FLOPs); the same training, less memory (llmc/model.h)", false},
@@ -340,6 +341,7 @@ struct RunConfig {
     double loss_scale0 = 0;
     long long loss_scale_every = 0;
     bool fp8_delayed = false;
+    std::string fp8_fast_accum;  // (a kernel choice: GPU only)
     int fp8_history = 0;
     bool comm_stats = false, overlap = true, profile = false;
     double comm_timeout = 1800;
@@ -393,6 +395,9 @@ static void parse_precision_flags(const Flags& f, RunConfig* rc) {
         usage_error("--fp8-scaling and --fp8-amax-history are for --precision fp8 (got --precision %s)", rc->precision.c_str());
     if (!rc->fp8_delayed && rc->fp8_history != 16)
         usage_error("--fp8-amax-history: needs --fp8-scaling delayed (current scaling keeps no history)");
+    rc->fp8_fast_accum = f.choice("fp8-fast-accum", {"none", "forward", "all"});
+    if (rc->precision != "fp8" && rc->fp8_fast_accum != "none")
+        usage_error("--fp8-fast-accum is for --precision fp8 (got --precision %s)", rc->precision.c_str());
 }
 
 // Every flag's value checked before anything large is allocated. The rules that tie flags to
@@ -619,6 +624,7 @@ static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->classifier_staged = rc.classifier_staged == "1";
     o->classifier_staged_auto = rc.classifier_staged == "auto";
     o->bias_grad = rc.bias_grad == "epilogue" ? BiasGrad::Epilogue : BiasGrad::Warps;
+    o->fp8_fast_accum = rc.fp8_fast_accum == "forward" ? Fp8FastAccum::Forward : rc.fp8_fast_accum == "all" ? Fp8FastAccum::All : Fp8FastAccum::None;
     o->flash_forward_rows = o->flash_dq_rows = o->flash_dkv_keys = rc.flash_rows == "auto" ? 16 : std::stoi(rc.flash_rows);  // (auto: 16 until timed)
     o->flash_rows_auto = rc.flash_rows == "auto";
     o->flash_wgmma = rc.flash_wgmma == "1";

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_fp8_vs_bf16.sh — FP8 against bf16 at GPT-2 1558M (B = 16) in one call, where an FP8 step goes
 # (--profile: the quantizations' share) and where a 124M step goes, with a ./train_gpt built
-# beforehand. Prints the medians last.
+# beforehand: bf16, FP8 with current and delayed scaling, and delayed with fast accumulation in
+# the forward's products and in every product (--fp8-fast-accum). Prints the medians last.
 #   dev/gpu_fp8_vs_bf16.sh BIN OUTDIR
 set -u
 bin=${1:?usage: dev/gpu_fp8_vs_bf16.sh BIN OUTDIR} out=${2:?usage: dev/gpu_fp8_vs_bf16.sh BIN OUTDIR}
@@ -21,6 +22,8 @@ print("%-13s %s" % (sys.argv[2], "%.2f ms" % statistics.median(ms) if ms else "f
 run bf16 1558M 16
 run fp8 1558M 16 --precision fp8
 run fp8-delayed 1558M 16 --precision fp8 --fp8-scaling delayed
+run fp8-d-fastfwd 1558M 16 --precision fp8 --fp8-scaling delayed --fp8-fast-accum forward
+run fp8-d-fastall 1558M 16 --precision fp8 --fp8-scaling delayed --fp8-fast-accum all
 run profile-fp8-1558M 1558M 16 --precision fp8 --fp8-scaling delayed --profile 1
 run profile-124M 124M 64 --profile 1
 cat "$out/medians.txt"

@@ -24,6 +24,9 @@ trainer choice bit-identical to the default). More: docs/kernels.md.
 // dbias's column sums (matmul.cuh): our warp kernel, a thread per column, or cuBLASLt's epilogue
 // (its sums rounded to floatX before they are added: other bits where dbias was not zero).
 enum class BiasGrad { Warps, Columns, Epilogue };
+// FP8 products without cuBLASLt's periodic fp32 promotion (matmul.cuh: LtFp8): none, the
+// forward's (Transformer Engine's recipe), or every one. Faster, less exact.
+enum class Fp8FastAccum { None, Forward, All };
 
 struct KernelOptions {
     // flash attention (attention.cuh)
@@ -53,7 +56,7 @@ struct KernelOptions {
     bool matmul_tune = false;          // --matmul-tune: time cuBLASLt's candidates (same bits only)
     double matmul_tune_flops = 1e10;
     bool lt_epilogues = true;          // false: bias and GELU in our kernels after a plain product
-    bool fp8_fast_accum = false;       // FP8 products without fp32 promotion (Hopper; faster, less exact)
+    Fp8FastAccum fp8_fast_accum = Fp8FastAccum::None;  // FP8 products without fp32 promotion (Hopper)
     bool gelu_fusion = true;           // the GELU in the matmul's epilogue where cuBLASLt takes it
     BiasGrad bias_grad = BiasGrad::Warps;
     // the loss kernel (fused_classifier.cuh)

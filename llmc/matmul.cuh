@@ -181,12 +181,13 @@ enum class GeluEpi { None, Forward, Backward };
 // FP8 operands (fp8.cuh): A and B hold codes of these formats, and cuBLASLt multiplies the fp32
 // accumulator by *a_inv · *b_inv (device pointers: the scales' inverses, as fp8_quantize wrote
 // them, each 16-byte aligned: fp8.cuh's Fp8Scales).
-struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; };
+// fast_accum: see below.
+struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; bool fast_accum; };
 // Hopper's FP8 tensor cores keep a narrower accumulator than fp32; by default cuBLASLt promotes it
-// to fp32 at intervals along k. ctx.kernels.fp8_fast_accum asks it not to
-// (CUBLASLT_MATMUL_DESC_FAST_ACCUM: faster, less exact; Transformer Engine's choice for the
-// forward). Off: dev/cuda/matmul.cu v4 times it, gpucheck_ops checks it; the emulator sums in
-// fp32 either way.
+// to fp32 at intervals along k. fast_accum asks it not to (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
+// faster, less exact). ctx.kernels.fp8_fast_accum says for which products (Fp8FastAccum in
+// kernel_options.h; Transformer Engine's recipe: the forward's). dev/cuda/matmul.cu v4 times it
+// on every product, gpucheck_ops checks it; the emulator sums in fp32 either way.
 inline cudaDataType_t lt_fp8_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 template <class floatX> inline cudaDataType_t lt_type() {
     return std::is_same_v<floatX, float> ? CUDA_R_32F : std::is_same_v<floatX, bf16> ? CUDA_R_16BF : CUDA_R_16F;
@@ -255,7 +256,7 @@ inline void lt_describe(const Ctx& ctx, const LtCall& c, LtProduct* p) {
     if (c.fp8) {
         lt_set(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, c.fp8->a_inv);
         lt_set(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, c.fp8->b_inv);
-        lt_set(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, (int8_t)(ctx.kernels.fp8_fast_accum ? 1 : 0));
+        lt_set(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, (int8_t)(c.fp8->fast_accum ? 1 : 0));
     }
     if (c.bias_grad) {  // the sums in D's dtype
         lt_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias_grad);
@@ -394,7 +395,7 @@ inline bool lt_matmul(const Ctx& ctx, TD* D, const void* A, const void* Bm, cons
         return false;  // (it wants an aligned bias)
     const LtKey key{(int)c.dt, (int)c.dtd, m, n, k, transA, transB, lda, ldb, ldd, bias != nullptr, beta != 0.0f, (int)gelu,
                     alignment_of(A), alignment_of(Bm), alignment_of(D), bias_grad != nullptr,
-                    fp8 ? 1 + 4 * ctx.kernels.fp8_fast_accum + 2 * (int)fp8->a + (int)fp8->b : 0};
+                    fp8 ? 1 + 4 * fp8->fast_accum + 2 * (int)fp8->a + (int)fp8->b : 0};
     LtProduct p;
     lt_describe(ctx, c, &p);
     std::map<LtKey, LtAlgo>& algos = ctx.tuned->lt_algos;
@@ -577,16 +578,21 @@ inline void fp8_linear_cpu(floatX* D, const uint8_t* X, Fp8Format fx, float x_in
 
 // The op. sx, sy: the Fp8Scales fp8_quantize wrote (device memory on the GPU, where cuBLASLt
 // reads the inverses). On the GPU: Dᵀ (Cc×R, column-major) = Y · Xᵀ, A = Y transposed and B = X,
-// the TN form; the bias in the epilogue, or after it (cublaslt_gemm).
+// the TN form; the bias in the epilogue, or after it (cublaslt_gemm). kind: which of a linear
+// layer's products this is; dW's accumulates into D. (C, OC: the layer's, for the profile's name.)
+enum class Fp8Product { Forward, Dinp, DW };
 template <class floatX>
 inline void fp8_linear(const Ctx& ctx, floatX* D, const uint8_t* X, Fp8Format fx, const Fp8Scales* sx, const uint8_t* Y, Fp8Format fy,
-                       const Fp8Scales* sy, const NoDeduce<floatX>* bias, int R, int K, int Cc, bool accumulate,
-                       const char* what, int C, int OC) {  // (what, C, OC: the profile's name for it)
-    OpScope prof(ctx, 2.0 * R * K * Cc, 0, "matmul fp8 %s %d->%d", what, C, OC);  // (the dequantizations too, where they run)
+                       const Fp8Scales* sy, const NoDeduce<floatX>* bias, int R, int K, int Cc, Fp8Product kind, int C, int OC) {
+    static const char* names[] = {"forward", "backward dinp", "backward dW"};
+    OpScope prof(ctx, 2.0 * R * K * Cc, 0, "matmul fp8 %s %d->%d", names[(int)kind], C, OC);  // (the dequantizations too, where they run)
+    const bool accumulate = kind == Fp8Product::DW;
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         const float beta = accumulate ? 1.0f : 0.0f;
-        const LtFp8 f{fy, fx, &sy->inv, &sx->inv};
+        const Fp8FastAccum fa = ctx.kernels.fp8_fast_accum;
+        const bool fast = fa == Fp8FastAccum::All || (fa == Fp8FastAccum::Forward && kind == Fp8Product::Forward);
+        const LtFp8 f{fy, fx, &sy->inv, &sx->inv, fast};
         if (!ctx.tuned->fp8_dequantize && cublaslt_gemm<floatX>(ctx, D, Y, X, bias, Cc, R, K, true, false, K, K, Cc, beta, GeluEpi::None, nullptr, &f))
             return;
         static bool noted = false;
@@ -624,7 +630,7 @@ template <class floatX> inline bool fp8_products_run(const Ctx& ctx) {
         Buf<Fp8Scales> scales;  // (zeros: any scale will do for asking; the product is dropped)
         Buf<floatX> d;
         x.alloc(ctx, (size_t)n * n); y.alloc(ctx, (size_t)n * n); scales.alloc(ctx, 2); d.alloc(ctx, (size_t)n * n);
-        const LtFp8 f{Fp8Format::E4M3, Fp8Format::E4M3, &scales.data()[1].inv, &scales.data()[0].inv};
+        const LtFp8 f{Fp8Format::E4M3, Fp8Format::E4M3, &scales.data()[1].inv, &scales.data()[0].inv, false};
         const bool runs = cublaslt_gemm<floatX>(ctx, d.data(), y.data(), x.data(), nullptr, n, n, n, true, false, n, n, n, 0.0f,
                                            GeluEpi::None, nullptr, &f);
         CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // (before the buffers go)
@@ -665,7 +671,7 @@ inline void matmul_forward_fp8(const Ctx& ctx, floatX* out, const floatX* inp, c
     if (Np > N) ctx_zero(ctx, xq + (size_t)N * C, (size_t)(Np - N) * C);
     fp8_quantize(ctx, wq, nullptr, tw, W, OC, C, Fp8Format::E4M3);
     floatX* dst = Np > N ? op_scratch(padded_buf, ctx, (size_t)Np * OC) : out;
-    fp8_linear(ctx, dst, xq, Fp8Format::E4M3, tx.scales, wq, Fp8Format::E4M3, tw.scales, bias, Np, C, OC, false, "forward", C, OC);
+    fp8_linear(ctx, dst, xq, Fp8Format::E4M3, tx.scales, wq, Fp8Format::E4M3, tw.scales, bias, Np, C, OC, Fp8Product::Forward, C, OC);
     if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(floatX));
 }
 // dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3.
@@ -685,12 +691,12 @@ inline void matmul_backward_fp8(const Ctx& ctx, floatX* dinp, floatX* dW, floatX
     if (dinp) {
         uint8_t* wt = op_scratch(wt_buf, ctx, (size_t)OC * C);  // Wᵀ (C×OC)
         fp8_quantize(ctx, nullptr, wt, tw, W, OC, C, Fp8Format::E4M3);
-        fp8_linear(ctx, dinp, dq, Fp8Format::E5M2, td.scales, wt, Fp8Format::E4M3, tw.scales, nullptr, N, OC, C, false, "backward dinp", C, OC);
+        fp8_linear(ctx, dinp, dq, Fp8Format::E5M2, td.scales, wt, Fp8Format::E4M3, tw.scales, nullptr, N, OC, C, Fp8Product::Dinp, C, OC);
     }
     if (dW) {
         uint8_t* xt = op_scratch(xt_buf, ctx, (size_t)N * C);  // xᵀ (C×N)
         fp8_quantize(ctx, nullptr, xt, tx, inp, N, C, Fp8Format::E4M3, nullptr, inp_act);
-        fp8_linear(ctx, dW, dqt, Fp8Format::E5M2, td.scales, xt, Fp8Format::E4M3, tx.scales, nullptr, OC, N, C, true, "backward dW", C, OC);
+        fp8_linear(ctx, dW, dqt, Fp8Format::E5M2, td.scales, xt, Fp8Format::E4M3, tx.scales, nullptr, OC, N, C, Fp8Product::DW, C, OC);
     }
 }
 

@@ -262,7 +262,7 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
                                             Fp8Mode fp8 = Fp8Mode::Off) {
     gpu.kernels.lt_epilogues = lt_epilogues;
     gpu.kernels.bias_grad = bg;
-    gpu.kernels.fp8_fast_accum = fp8 == Fp8Mode::Fast;
+    gpu.kernels.fp8_fast_accum = fp8 == Fp8Mode::Fast ? Fp8FastAccum::All : Fp8FastAccum::None;
     gpu.tuned->fp8_dequantize = fp8 == Fp8Mode::Dequantized;
     const long dequantized_before = gpu.tuned->fp8_dequantized_products;
     Ctx c = cpu, g = gpu;
@@ -303,7 +303,7 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
     }
     gpu.kernels.lt_epilogues = true;
     gpu.kernels.bias_grad = BiasGrad::Warps;
-    gpu.kernels.fp8_fast_accum = false;
+    gpu.kernels.fp8_fast_accum = Fp8FastAccum::None;
     gpu.tuned->fp8_dequantize = false;
 }
 

@@ -141,7 +141,7 @@ static void run(Layer& L, int version, int N, int check) {
     gpu_ctx.kernels.matmul_tune = version == 6;
     const double tune_flops = gpu_ctx.kernels.matmul_tune_flops;
     if (version == 6) { gpu_ctx.kernels.matmul_tune_flops = 1; autotune_forget(gpu_ctx); }
-    gpu_ctx.kernels.fp8_fast_accum = version == 4;
+    gpu_ctx.kernels.fp8_fast_accum = version == 4 ? Fp8FastAccum::All : Fp8FastAccum::None;
     Ctx cpu = cpu_ctx, gpu = gpu_ctx;
     cpu.fp8 = gpu.fp8 = version >= 3 && version <= 5;  // (v3-v5)
     Tensors& t = *L.t;
@@ -179,7 +179,7 @@ static void run(Layer& L, int version, int N, int check) {
     if (gpu_ctx.tuned->fp8_dequantized_products > dequantized_before)  // (matmul.cuh's fallback: not FP8's speed)
         printf("    (cuBLASLt refused these FP8 products: they ran as bf16 products of the dequantized values)\n");
     gpu_ctx.kernels.gelu_fusion = true;
-    gpu_ctx.kernels.fp8_fast_accum = false;
+    gpu_ctx.kernels.fp8_fast_accum = Fp8FastAccum::None;
     if (version == 6) { gpu_ctx.kernels.matmul_tune = false; gpu_ctx.kernels.matmul_tune_flops = tune_flops; autotune_forget(gpu_ctx); }
 }
 
