@@ -4,8 +4,8 @@ kernel_options.h — which kernel runs where an op has more than one (GPU only).
 Every op call takes a Ctx (common.h), and the Ctx carries one KernelOptions. The trainer sets it
 once from its flags (--flash-rows, --flash-wgmma, --flash-backward, --matmul-tune,
 --classifier-staged, --bias-grad); the playgrounds (dev/cuda) and gpucheck_ops set other fields
-to compare the variants. Every variant computes the same function, and most give the same bits; the ones
-that do not (flash_fused_backward, classifier_threads, bias_grad) say so below.
+to compare the variants. Every variant computes the same function, and most give the same bits.
+The ones that do not (flash_fused_backward, classifier_threads, bias_grad) say so below.
 
 An "auto" option is decided by timing at the op's first large call, among variants that write
 the same bits (autotune.cuh). Its thresholds come from the environment, read here in one place
@@ -22,7 +22,7 @@ trainer choice bit-identical to the default). More: docs/kernels.md.
 #include <cstdlib>
 
 // dbias's column sums (matmul.cuh): our warp kernel, a thread per column, or cuBLASLt's epilogue
-// (its sums rounded to floatX before they are added: other bits where dbias was not zero).
+// (its sums in another order, rounded to floatX before they are added: other bits).
 enum class BiasGrad { Warps, Columns, Epilogue };
 // FP8 products without cuBLASLt's periodic fp32 promotion (matmul.cuh: LtFp8): none, the
 // forward's (Transformer Engine's recipe), or every one. Faster, less exact.

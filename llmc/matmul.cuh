@@ -181,13 +181,12 @@ enum class GeluEpi { None, Forward, Backward };
 // FP8 operands (fp8.cuh): A and B hold codes of these formats, and cuBLASLt multiplies the fp32
 // accumulator by *a_inv · *b_inv (device pointers: the scales' inverses, as fp8_quantize wrote
 // them, each 16-byte aligned: fp8.cuh's Fp8Scales).
-// fast_accum: see below.
-struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; bool fast_accum; };
 // Hopper's FP8 tensor cores keep a narrower accumulator than fp32; by default cuBLASLt promotes it
 // to fp32 at intervals along k. fast_accum asks it not to (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
 // faster, less exact). ctx.kernels.fp8_fast_accum says for which products (Fp8FastAccum in
 // kernel_options.h; Transformer Engine's recipe: the forward's). dev/cuda/matmul.cu v4 times it
 // on every product, gpucheck_ops checks it; the emulator sums in fp32 either way.
+struct LtFp8 { Fp8Format a, b; const float* a_inv; const float* b_inv; bool fast_accum; };
 inline cudaDataType_t lt_fp8_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 template <class floatX> inline cudaDataType_t lt_type() {
     return std::is_same_v<floatX, float> ? CUDA_R_32F : std::is_same_v<floatX, bf16> ? CUDA_R_16BF : CUDA_R_16F;
@@ -454,10 +453,10 @@ inline bool cublaslt_gemm(const Ctx& ctx, floatX* D, const void* A, const void* 
 //       768-wide backwards took ~0.19 ms each beyond their two products at cuBLASLt's rate.
 //   Epilogue: cuBLASLt's BGRADB epilogue on the dW product, which reads dout anyway, so dout
 //       is not read a second time. The sums come out in floatX (cuBLASLt refused fp32 sums
-//       beside a 16-bit D), then they are added to dbias. So a 16-bit dbias is rounded twice,
-//       where the kernels round it once. With one micro-batch a step, dbias starts at zero and
-//       the bits are those of one rounding. Where the heuristic has no algorithm for it, the
-//       Warps kernel runs.
+//       beside a 16-bit D), then they are added to dbias. So a 16-bit dbias that was not zero
+//       is rounded twice, where the kernels round it once. cuBLASLt also sums in its own order:
+//       other bits than the kernels'. Where the heuristic has no algorithm for it, the Warps
+//       kernel runs.
 // V = 1 where OC or the pointer does not allow packs.
 // (BiasGrad: kernel_options.h)
 static const int BIAS_WARPS = 8;
