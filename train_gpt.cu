@@ -115,7 +115,7 @@ static const FlagDef FLAGS[] = {
     {"matmul-tune", "1", "0 | 1: on a GPU, each matmul of at least 1e10 flops (every layer's, at a real size) runs, at its first call, each algorithm cuBLASLt's heuristic offers for it, and keeps the fastest of those that wrote the same bits as the heuristic's first (by 2%: timing noise); so the results are those of 0, which takes the heuristic's first untimed (each decision printed)", false},
     {"classifier-staged", "auto", "auto | 0 | 1: on a GPU, whether the loss kernel (softmax, cross-entropy and dlogits in one pass over a row of logits) first copies its row into shared memory, reading device memory once instead of twice (where the row fits: GPT-2's 98 KB in bf16). auto: at its first call of 4096 rows or more it runs both ways on a copy of 4096 rows, hashing what each wrote, and keeps the staged kernel where it was faster and wrote the same bits (printed); the results are the same either way", false},
     {"bias-grad", "kernel", "kernel | epilogue: on a GPU, how a linear layer's bias gradient (the column sums of its output's gradient) is made. kernel: by our column-sum kernels, which read that gradient once more. epilogue: by cuBLASLt's bias-gradient epilogue on the weight-gradient product, which reads it anyway (where cuBLASLt has none for a shape, the kernels run). epilogue sums in another order and rounds the sums to the dtype before adding them to the gradient, so its bits differ from kernel's (within a rounding)", false},
-    {"flash-backward", "fused", "fused | split: on a compute capability 9.0 GPU with the wgmma kernels (--flash-wgmma auto or 1) at head size 64, the attention backward as one fused pass that computes S and dP once (5 products; dQ summed in fp32 in a fixed order, deterministic) or as two passes (dQ, then dK and dV: 7 products). The two give the same dK and dV bits, and dQ within bf16 rounding of each other; elsewhere ignored", false},
+    {"flash-backward", "fused", "fused | split | fused128: on a compute capability 9.0 GPU with the wgmma kernels (--flash-wgmma auto or 1) at head size 64, the attention backward as one fused pass that computes S and dP once (5 products; dQ summed in fp32 in a fixed order, deterministic) or as two passes (dQ, then dK and dV: 7 products). The two give the same dK and dV bits, and dQ within bf16 rounding of each other. fused128: the fused pass at head size 128 too (not yet timed on a GPU). Elsewhere ignored", false},
     {"flash-forward-producer", "0", "0 | 2 | 3: on a compute capability 9.0 GPU where the wgmma forward runs (--flash-wgmma 1, or auto where it keeps wgmma), the forward with a producer warpgroup: it copies the K and V tiles in through a ring of 2 or 3 slots (mbarriers), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
     {"flash-backward-producer", "0", "0 | 3 | 4: on a compute capability 9.0 GPU where the fused backward runs (--flash-backward fused, head size 64), the fused backward with a producer warpgroup: it copies every tile in through rings of slots (mbarriers; 3 or 4 query tiles), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
     {"flash-forward-pingpong", "0", "0 | 1: with --flash-forward-producer 2 or 3, its two computing warpgroups take turns to issue their products (named barriers), so that one's softmax runs while the other's products run (the same bits as 0)", false},
@@ -435,7 +435,7 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.profile = f.integer("profile", 0, 1);
     rc.flash_rows = f.choice("flash-rows", {"auto", "16", "32"});
     rc.flash_wgmma = f.choice("flash-wgmma", {"auto", "0", "1"});
-    rc.flash_backward = f.choice("flash-backward", {"fused", "split"});
+    rc.flash_backward = f.choice("flash-backward", {"fused", "split", "fused128"});
     rc.flash_forward_producer = f.choice("flash-forward-producer", {"0", "2", "3"});
     rc.flash_backward_producer = f.choice("flash-backward-producer", {"0", "3", "4"});
     if (rc.flash_backward_producer != "0" && rc.flash_backward == "split")
@@ -629,7 +629,8 @@ static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->flash_rows_auto = rc.flash_rows == "auto";
     o->flash_wgmma = rc.flash_wgmma == "1";
     o->flash_wgmma_auto = rc.flash_wgmma == "auto";
-    o->flash_fused_backward = rc.flash_backward == "fused";
+    o->flash_fused_backward = rc.flash_backward != "split";
+    o->flash_fused_backward_128 = rc.flash_backward == "fused128";
     o->flash_forward_producer = std::stoi(rc.flash_forward_producer);
     o->flash_backward_producer = std::stoi(rc.flash_backward_producer);
     o->flash_forward_pingpong = rc.flash_forward_pingpong;

@@ -516,10 +516,11 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
 // backward is one fused pass (flash_backward_fused_wgmma_kernel: 5 products instead of 7) and a
 // sum of its dQ partial sums. Its dQ adds the same products in another order than the two passes
 // do, so its bits differ from theirs; it is chosen by this fixed rule, never by timing.
+// --flash-backward fused128 (flash_fused_backward_128): at head size 128 too.
 // flash_fused_splits > 0 sets the number of splits (tests); 0 lets flash_fused_splits choose.
 inline bool flash_fused_backward_runs(const KernelOptions& o, int hs) {
-    return o.flash_fused_backward && o.flash && hs == 64 && o.flash_wgmma_groups == 2 && (o.flash_wgmma || o.flash_wgmma_auto) &&
-           gpu_has_wgmma();
+    return o.flash_fused_backward && o.flash && (hs == 64 || (hs == 128 && o.flash_fused_backward_128)) && o.flash_wgmma_groups == 2 &&
+           (o.flash_wgmma || o.flash_wgmma_auto) && gpu_has_wgmma();
 }
 inline int gpu_sm_count() {
     static const int n = [] {
@@ -712,36 +713,41 @@ template <class floatX, int SLOTS, bool TMA>
 inline void flash_fused_producer_launch(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout,
                                         const floatX* qkv, const float* lse, int B, int T, const QKVLayout& L) {
     SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA>);
-    const size_t smem = (8 * 64 * 64 + 2 * SLOTS * 64 * 64 + 2 * 64 * 128) * sizeof(floatX) + (TMA ? 1024 : 0);  // K/V, Q and dO rings, dS
+    const size_t smem = fused_tiles_elems(64, 8, SLOTS) * sizeof(floatX) + (TMA ? 1024 : 0);
     CUtensorMap qkv_map{}, dout_map{};
     if constexpr (TMA) qkv_map = flash_tensor_map(qkv, L.row(), T, B, 64), dout_map = flash_tensor_map(dout, L.C, T, B, 64);
     flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, qkv_map, dout_map);
 }
-// The fused backward (head size 64): D, the fused pass into S splits' fp32 partial sums of dQ,
-// then their sum. flash_backward_producer (3 or 4 query-tile slots): the pass with a producer
-// warpgroup (the same bits); flash_backward_tma: its tiles swizzled and copied by TMA.
+// The fused backward (head size 64 or 128): D, the fused pass into S splits' fp32 partial sums of
+// dQ, then their sum. flash_backward_producer (3 or 4 query-tile slots; head size 64): the pass
+// with a producer warpgroup (the same bits); flash_backward_tma: its tiles swizzled and copied by TMA.
+template <class floatX, int D>
+inline void flash_fused_pass(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout, const floatX* qkv,
+                             const float* lse, int T, const QKVLayout& L) {
+    SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, D>);
+    const size_t smem = fused_tiles_elems(D, 4, 3) * sizeof(floatX);
+    flash_backward_fused_wgmma_kernel<floatX, D><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap);
+}
 template <class floatX>
 inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
                                  const float* lse, int B, int T, const QKVLayout& L) {
-    const int C = L.C, NH = L.NH, S = flash_fused_splits(ctx.kernels, (long)B * L.NKV, T), slots = ctx.kernels.flash_backward_producer;
-    const bool overlap = ctx.kernels.flash_wgmma_overlap;
+    const int C = L.C, NH = L.NH, S = flash_fused_splits(ctx.kernels, (long)B * L.NKV, T);
+    const int slots = L.hs == 64 ? ctx.kernels.flash_backward_producer : 0;
     const dim3 grid(L.NKV, B, S);
-    flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
+    if (L.hs == 128) flash_row_dots_kernel<floatX, 128><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
+    else flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
     CUDA_LAUNCH_CHECK();
     static Buf<float> part_buf;
     float* part = gpu_scratch(part_buf, ctx, (size_t)S * B * T * C);
     if (slots != 0 && slots != 3 && slots != 4) fatal("flash attention: the producer backward takes 3 or 4 slots, not %d", slots);
-    if (ctx.kernels.flash_backward_tma && !slots) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
-    const bool tma = ctx.kernels.flash_backward_tma;
+    if (ctx.kernels.flash_backward_tma && !ctx.kernels.flash_backward_producer) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
+    const bool tma = ctx.kernels.flash_backward_tma && slots;
     if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
     else if (slots == 3) flash_fused_producer_launch<floatX, 3, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
     else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
     else if (slots == 4) flash_fused_producer_launch<floatX, 4, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
-    else {
-        SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, 64>);
-        const size_t smem = (10 * 64 * 64 + 2 * 64 * 128) * sizeof(floatX);
-        flash_backward_fused_wgmma_kernel<floatX, 64><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, overlap);
-    }
+    else if (L.hs == 128) flash_fused_pass<floatX, 128>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L);
+    else flash_fused_pass<floatX, 64>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L);
     CUDA_LAUNCH_CHECK();
     const size_t BTC = (size_t)B * T * C;
     flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, C, L.row(), rsqrtf((float)L.hs));

@@ -13,7 +13,7 @@ The kernels (a _producer_kernel: with a producer warpgroup that copies the tiles
   flash_forward_wgmma_kernel          the forward (--flash-wgmma 1, or pass by pass under auto)
   flash_forward_wgmma_producer_kernel cp.async or TMA (--flash-forward-producer)
   flash_backward_dq/dkv_wgmma_kernel  the backward as two passes: 7 products (--flash-backward split)
-  flash_backward_fused_wgmma_kernel   the backward as one pass: 5 products (the default, head size 64)
+  flash_backward_fused_wgmma_kernel   the backward as one pass: 5 products (default at hs 64; hs 128: fused128)
   flash_backward_fused_wgmma_producer_kernel  (KernelOptions::flash_backward_producer)
 
     dQ = Σ over splits s of  Σ over the key blocks kb of s (in order) of  dS_kb · K_kb   (each
@@ -222,33 +222,45 @@ template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16(floa
 #endif
 }
 // D (64 × N fp32) += or = A (64 × 16, K-major in shared memory, descriptor) · B (16 × N through a
-// descriptor: K-major, or MN-major with TRANS_B). N = 64, or 32 (the fused backward's dQ halves).
+// descriptor: K-major, or MN-major with TRANS_B). N = 64, 32 (the fused backward's dQ chunks) or
+// 128 (its dV and dK at head size 128). Each descriptor goes in as two 32-bit halves: the k-steps
+// of a product differ in the low half only, so their descriptors share one register for the high
+// half (ptxas spilled the fused backward at head size 128 with 64-bit operands).
+#define LLMC_WGMMA_DESC_HALVES(x) "r"((uint32_t)(x)), "r"((uint32_t)((x) >> 32))
 #define LLMC_WGMMA_D16_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 template <class H, int N, bool TRANS_B> __device__ inline void wgmma_m64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    static_assert(N == 32 || N == 64, "wgmma from shared memory: N = 32 or 64");
+    static_assert(N == 32 || N == 64 || N == 128, "wgmma from shared memory: N = 32, 64 or 128");
     static_assert(is_half_type<H>, "wgmma: bf16 or fp16 inputs");
 #if defined(LLMC_SIMT)
     simt::wgmma_m64k16_ss(d, desc_a, desc_b, N, TRANS_B, accumulate, std::is_same_v<H, fp16>);
 #elif defined(LLMC_WGMMA)
 #define LLMC_WGMMA_SS64(TY)                                                                                             \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                          \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " LLMC_WGMMA_D32_TEXT ", %32, %33, p, 1, 1, 0, %35;\n}\n" \
+    asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%32, %33};\nmov.b64 db, {%34, %35};\nsetp.ne.b32 p, %36, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " LLMC_WGMMA_D32_TEXT ", da, db, p, 1, 1, 0, %37;\n}\n" \
                  : LLMC_WGMMA_D32(d, 0)                                                                             \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0), "n"(TRANS_B ? 1 : 0))
+                 : LLMC_WGMMA_DESC_HALVES(desc_a), LLMC_WGMMA_DESC_HALVES(desc_b), "r"(accumulate ? 1 : 0), "n"(TRANS_B ? 1 : 0))
 #define LLMC_WGMMA_SS32(TY)                                                                                             \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                          \
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " " LLMC_WGMMA_D16_TEXT ", %16, %17, p, 1, 1, 0, %19;\n}\n" \
+    asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%16, %17};\nmov.b64 db, {%18, %19};\nsetp.ne.b32 p, %20, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " " LLMC_WGMMA_D16_TEXT ", da, db, p, 1, 1, 0, %21;\n}\n" \
                  : LLMC_WGMMA_D8(d, 0), LLMC_WGMMA_D8(d, 8)                                                         \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0), "n"(TRANS_B ? 1 : 0))
+                 : LLMC_WGMMA_DESC_HALVES(desc_a), LLMC_WGMMA_DESC_HALVES(desc_b), "r"(accumulate ? 1 : 0), "n"(TRANS_B ? 1 : 0))
+#define LLMC_WGMMA_SS128(TY)                                                                                            \
+    asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%64, %65};\nmov.b64 db, {%66, %67};\nsetp.ne.b32 p, %68, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " LLMC_WGMMA_D64_TEXT ", da, db, p, 1, 1, 0, %69;\n}\n" \
+                 : LLMC_WGMMA_D32(d, 0), LLMC_WGMMA_D32(d, 32)                                                      \
+                 : LLMC_WGMMA_DESC_HALVES(desc_a), LLMC_WGMMA_DESC_HALVES(desc_b), "r"(accumulate ? 1 : 0), "n"(TRANS_B ? 1 : 0))
     if constexpr (std::is_same_v<H, bf16>) {
-        if constexpr (N == 64) LLMC_WGMMA_SS64("bf16");
+        if constexpr (N == 128) LLMC_WGMMA_SS128("bf16");
+        else if constexpr (N == 64) LLMC_WGMMA_SS64("bf16");
         else LLMC_WGMMA_SS32("bf16");
     } else {
-        if constexpr (N == 64) LLMC_WGMMA_SS64("f16");
+        if constexpr (N == 128) LLMC_WGMMA_SS128("f16");
+        else if constexpr (N == 64) LLMC_WGMMA_SS64("f16");
         else LLMC_WGMMA_SS32("f16");
     }
 #undef LLMC_WGMMA_SS64
 #undef LLMC_WGMMA_SS32
+#undef LLMC_WGMMA_SS128
 #elif defined(__CUDA_ARCH__)
     __trap();
 #endif
@@ -340,6 +352,17 @@ template <int D, int K = 64, bool SW = false, class H> __device__ inline void wg
     const uint64_t b = Desc::mn_major(tile);
     #pragma unroll
     for (int kc = 0; kc < K / 16; kc++) wgmma_m64k16<H, D, true>(&acc[0][0], pa[kc], b + Desc::mn_step(kc), true);
+}
+// The same with A a 64 × 64 tile in shared memory (K-major, the core-matrix layout: store_c_rows):
+// the fused backward's dV and dK at head size 128, where Pᵀ and dSᵀ as A fragments would spill.
+template <int D, bool SW = false, class H> __device__ inline void wgmma_issue_sm(float (*acc)[4], const H* a_tile, const H* tile) {
+    wgmma_hold<D / 2>(&acc[0][0]);
+    wgmma_fence();
+    using ADesc = TileDesc<64, 64, false>;
+    using Desc = TileDesc<D, 64, SW>;
+    const uint64_t a = ADesc::k_major(a_tile), b = Desc::mn_major(tile);
+    #pragma unroll
+    for (int kc = 0; kc < 4; kc++) wgmma_m64k16_ss<H, D, true>(&acc[0][0], a + ADesc::k_step(kc), b + Desc::mn_step(kc), true);
 }
 // a warp's 16 rows × K (64 or 128) in C fragments (fp32) as the A fragments of its K/16 k-chunks (H)
 template <class H, int K = 64> __device__ inline void c_to_a_16xk(uint32_t (*a)[4], const float (*c)[4]) {
@@ -738,7 +761,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
 // then adds the splits' partial sums in split order and writes dQ. Splits exist to fill the GPU
 // when B·NKV blocks are few; key block kb belongs to split fused_split_of(kb, S), a snake order
 // that gives each split the same work. Shared memory: the dK/dV pass's 10 tiles and two dS
-// tiles, 112 KB at head size 64. Head size 64 only (at 128, dQ's registers would spill).
+// tiles, 112 KB at head size 64; at 128, also each warpgroup's Pᵀ and dSᵀ, 224 KB.
 __host__ __device__ inline int fused_split_of(int kb, int S) {
     const int round = kb / S, i = kb % S;
     return round % 2 == 0 ? i : S - 1 - i;
@@ -753,24 +776,42 @@ __device__ inline void red_add_f32x2(float* p, float a, float b) {
     __trap();
 #endif
 }
-// stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_90): four 8×8 16-bit matrices from the C
-// layout's registers (r[i]: row g, columns 2t, 2t+1 of matrix i) stored transposed, each to the 8
-// rows whose addresses lanes 8i..8i+7 give
-__device__ inline void stsm_x4_trans(const uint32_t* r, void* row) {
+// stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (sm_90): four 8×8 16-bit matrices from the C
+// layout's registers (r[i]: row g, columns 2t, 2t+1 of matrix i), each stored to the 8 rows whose
+// addresses lanes 8i..8i+7 give; TRANS: stored transposed
+template <bool TRANS> __device__ inline void stsm_x4(const uint32_t* r, void* row) {
 #if defined(LLMC_SIMT)
-    simt::stmatrix(r, 4, true, row);
+    simt::stmatrix(r, 4, TRANS, row);
 #elif defined(LLMC_WGMMA)
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(r[0]), "r"(r[1]),
-                 "r"(r[2]), "r"(r[3]) : "memory");
+    if constexpr (TRANS)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(r[0]), "r"(r[1]),
+                     "r"(r[2]), "r"(r[3]) : "memory");
+    else
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(r[0]), "r"(r[1]),
+                     "r"(r[2]), "r"(r[3]) : "memory");
 #elif defined(__CUDA_ARCH__)
     __trap();
 #endif
 }
+// A warp's 16 rows × 64 columns in C fragments (c[nt], fp32) as H into shared memory, one
+// stmatrix.x4 for each pair of n-tiles: matrix i of pair p is rows 8(i % 2).. of n-tile 2p + i / 2.
+// at(p, m) is the first element of the 8 rows that matrix m of pair p goes to (lane 8m + r gives
+// row r): the layout, transposed or not, is the caller's.
+template <bool TRANS, class H, class At> __device__ inline void store_c_rows(const float (*c)[4], const At& at) {
+    const int m = threadIdx.x % 32 / 8, row = threadIdx.x % 8;  // the matrix and row this lane addresses
+    #pragma unroll
+    for (int p = 0; p < 4; p++) {
+        uint32_t r[4];
+        for (int i = 0; i < 4; i++) r[i] = pack2<H>(c[2 * p + i / 2][2 * (i % 2)], c[2 * p + i / 2][2 * (i % 2) + 1]);
+        stsm_x4<TRANS>(r, at(p, m) + row * 8);
+    }
+}
 // Where the fused backward's tiles lie in shared memory: the block's two K tiles (warpgroup w's
 // K at K(w), its V after it), and query tile j's Q, dO and row stats in slot (n + j) % SLOTS of
 // their rings (n: the slot of tile 0), then dS(j) in a ring of 2.
+// At head size 128, warpgroup w's Pᵀ and dSᵀ of the tile before follow (PT(w), dST(w): 64 × 64).
 template <class H, int D, int SLOTS> struct FusedTiles {
-    H *kv, *q;  // K(0), V(0), K(1), V(1); the Q ring, the dO ring, the two dS tiles
+    H *kv, *q;  // K(0), V(0), K(1), V(1); the Q ring, the dO ring, the two dS tiles, (Pᵀ, dSᵀ) × 2
     float (*lse2)[64], (*Ds)[64];
     int n;
     __device__ const H* K(int w) const { return kv + 2 * w * 64 * D; }
@@ -778,25 +819,58 @@ template <class H, int D, int SLOTS> struct FusedTiles {
     __device__ H* Q(int j) const { return q + slot(j) * 64 * D; }
     __device__ H* dO(int j) const { return q + (SLOTS + slot(j)) * 64 * D; }
     __device__ H* dS(int j) const { return q + 2 * SLOTS * 64 * D + (j % 2) * 64 * 128; }
+    __device__ H* PT(int w) const { return q + 2 * SLOTS * 64 * D + 2 * 64 * 128 + 2 * w * 64 * 64; }
+    __device__ H* dST(int w) const { return PT(w) + 64 * 64; }
 };
+// The fused backward's shared memory in elements: KV_TILES K and V tiles (4: one key block; 8:
+// two), the Q and dO rings, two dS tiles, and at head size 128 the Pᵀ and dSᵀ tiles
+__host__ __device__ constexpr size_t fused_tiles_elems(int D, int kv_tiles, int slots) {
+    return (size_t)(kv_tiles + 2 * slots) * 64 * D + 2 * 64 * 128 + (D > 64 ? 4 * 64 * 64 : 0);
+}
 // A warpgroup's 64 keys of the fused backward (keys key0.. of this warp): dK and dV, and one
 // pipeline step over query tile j. Iteration j issues Sᵀ(j) and dPᵀ(j), then dV, dK and dQ of
 // tile j − 1, stores dQ(j − 1) into the partial sum (part: this warpgroup's columns), and stores
 // dSᵀ(j) as dS(j) for the next iteration's dQ. dS(j − 1) must be in from both warpgroups.
+// At head size 128 (A_SMEM) dK, dV, Sᵀ, dPᵀ and dQ fill 224 registers a thread. There, Pᵀ(j)
+// and dSᵀ(j) wait for the next iteration as tiles in shared memory, not as A fragments, and dQ
+// is issued first, in a group of its own, so that it is stored before Pᵀ and dSᵀ are computed.
 // SW: the K, V, Q and dO tiles are swizzled (dS is not). dQ's B is K's columns from wg·D/2:
 // swizzled, that start is wg·64 bytes into the rows (the tensor cores swizzle the sum).
 template <class H, int D, bool SW = false> struct FusedBackwardKeys {
-    static constexpr int DN = D / 2;  // the dQ columns of each warpgroup
-    float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4], dq[DN / 8][4];
-    uint32_t pa[4][4], dsa[4][4];  // Pᵀ and dSᵀ of the tile before as A fragments
+    static constexpr int DN = D / 2;  // the dQ columns of each warpgroup, in chunks of 32
+    static constexpr bool A_SMEM = D > 64;
+    float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4], dq[4][4];
+    uint32_t pa[A_SMEM ? 1 : 4][4], dsa[A_SMEM ? 1 : 4][4];  // Pᵀ and dSᵀ of the tile before as A fragments
     __device__ FusedBackwardKeys() {
         for (int dt = 0; dt < D / 8; dt++)
             for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
     }
+    // dQ(j) = dS(j)·K, this warpgroup's chunk c of 32 columns (col0 of D)
+    template <class Tiles> __device__ void issue_dq(const Tiles& tl, int j, int col0) {
+        #pragma unroll
+        for (int kc = 0; kc < 8; kc++) {
+            const H* k = tl.K(kc / 4) + (SW ? (kc % 4) * 16 * 64 + col0 / 64 * 64 * 64 + col0 % 64 : (kc % 4) * 16 * D + col0 * 8);
+            const uint64_t b = SW ? wgmma_desc(k, 64 * 128, 1024, 1) : wgmma_desc(k, 16 * D, 128);
+            wgmma_m64k16_ss<H, 32, true>(&dq[0][0], wgmma_desc(tl.dS(j) + kc * 128, 128, 2048), b, kc > 0);
+        }
+    }
+    __device__ void add_dq(int row0, float* part, int C, int T, bool first_kb) {  // dQ's chunk of the tile from row0 into the partial sum
+        wgmma_hold<16>(&dq[0][0]);
+        const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+        for (int r = 0; r < 2; r++) {
+            const int row = row0 + warp * 16 + g + 8 * r;
+            if (row >= T) continue;
+            float* p = part + (size_t)row * C + 2 * t;
+            for (int nt = 0; nt < 4; nt++) {
+                if (first_kb) *reinterpret_cast<float2*>(p + nt * 8) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
+                else red_add_f32x2(p + nt * 8, dq[nt][2 * r], dq[nt][2 * r + 1]);
+            }
+        }
+    }
     template <class Tiles>
     __device__ void step(int j, int nqt, bool overlap, const Tiles& tl, int wg, int k0, int key0, float sl2, float* part, int C, int T,
                          bool first_kb) {
-        const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+        const int warp = threadIdx.x / 32 % 4;
         const H *Ks = tl.K(wg), *Vs = Ks + 64 * D;
         wgmma_pipeline_step(
             j, 0, nqt, overlap,
@@ -809,45 +883,42 @@ template <class H, int D, bool SW = false> struct FusedBackwardKeys {
                 wgmma_hold<32>(&dpt[0][0]);
                 const int q0 = k0 + 64 * j;
                 if (q0 < key0 + 15) mask_future<8, true>(st, key0, q0);
-                ds_cols<8>(st, dpt, tl.lse2[tl.slot(j)], tl.Ds[tl.slot(j)], sl2);
+                ds_cols<8, D == 64>(st, dpt, tl.lse2[tl.slot(j)], tl.Ds[tl.slot(j)], sl2);  // (exp2f at 128: the two passes' bits)
             },
             [&](int j) {
-                wgmma_issue_pm<D, 64, SW>(dv, pa, tl.dO(j));  // dV += Pᵀ(j)·dO(j)
-                wgmma_issue_pm<D, 64, SW>(dk, dsa, tl.Q(j));  // dK += dSᵀ(j)·Q(j)
-                #pragma unroll
-                for (int kc = 0; kc < 8; kc++) {  // dQ(j) = dS(j)·K, this warpgroup's columns
-                    const H* k = tl.K(kc / 4) + (SW ? (kc % 4) * 16 * 64 + wg * DN : (kc % 4) * 16 * D + wg * 4 * D);
-                    const uint64_t b = SW ? wgmma_desc(k, 64 * 128, 1024, 1) : wgmma_desc(k, 16 * D, 128);
-                    wgmma_m64k16_ss<H, DN, true>(&dq[0][0], wgmma_desc(tl.dS(j) + kc * 128, 128, 2048), b, kc > 0);
+                if constexpr (A_SMEM) {
+                    wgmma_issue_sm<D, SW>(dv, tl.PT(wg), tl.dO(j));   // dV += Pᵀ(j)·dO(j)
+                    wgmma_issue_sm<D, SW>(dk, tl.dST(wg), tl.Q(j));   // dK += dSᵀ(j)·Q(j)
+                } else {
+                    wgmma_issue_pm<D, 64, SW>(dv, pa, tl.dO(j));
+                    wgmma_issue_pm<D, 64, SW>(dk, dsa, tl.Q(j));
+                    issue_dq(tl, j, wg * DN);
                 }
             },
             [&](int j) {
                 wgmma_hold<D / 2>(&dv[0][0]);
                 wgmma_hold<D / 2>(&dk[0][0]);
-                wgmma_hold<DN / 2>(&dq[0][0]);
-                if (j > 0) {  // dQ(j − 1) into the partial sum
-                    for (int r = 0; r < 2; r++) {
-                        const int row = k0 + 64 * (j - 1) + warp * 16 + g + 8 * r;
-                        if (row >= T) continue;
-                        float* p = part + (size_t)row * C + 2 * t;
-                        for (int nt = 0; nt < DN / 8; nt++) {
-                            if (first_kb) *reinterpret_cast<float2*>(p + nt * 8) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
-                            else red_add_f32x2(p + nt * 8, dq[nt][2 * r], dq[nt][2 * r + 1]);
-                        }
+                if (!A_SMEM && j > 0) add_dq(k0 + 64 * (j - 1), part, C, T, first_kb);
+                if (j < nqt) {
+                    if constexpr (A_SMEM) {  // Pᵀ(j), dSᵀ(j): this warp's 16 key rows of the K-major tiles
+                        auto rows = [&](H* tile) { return [=](int p, int m) { return tile + (2 * warp + m % 2) * 512 + (2 * p + m / 2) * 64; }; };
+                        store_c_rows<false, H>(st, rows(tl.PT(wg)));
+                        store_c_rows<false, H>(dpt, rows(tl.dST(wg)));
+                    } else {
+                        c_to_a_16xk<H>(pa, st);
+                        c_to_a_16xk<H>(dsa, dpt);
                     }
+                    // dSᵀ(j) stored transposed as dS(j): the C fragment of queries 8nt.. and keys
+                    // 8h.. of this warp's 16 (matrix 2(nt % 2) + h of an x4) is one core matrix
+                    store_c_rows<true, H>(dpt, [&](int p, int m) { return tl.dS(j) + (2 * p + m / 2) * 1024 + (wg * 8 + warp * 2 + m % 2) * 64; });
                 }
-                if (j == nqt) return;
-                c_to_a_16xk<H>(pa, st);
-                c_to_a_16xk<H>(dsa, dpt);
-                // dSᵀ(j) stored transposed as dS(j): the C fragment of queries 8nt.. and keys
-                // 8h.. of this warp's 16 (matrix 2(nt % 2) + h of an x4) is one core matrix
-                const int m = threadIdx.x % 32 / 8, row = threadIdx.x % 8;  // the matrix and row this lane addresses
-                #pragma unroll
-                for (int p = 0; p < 4; p++) {
-                    uint32_t r[4];
-                    for (int i = 0; i < 4; i++) r[i] = pack2<H>(dpt[2 * p + i / 2][2 * (i % 2)], dpt[2 * p + i / 2][2 * (i % 2) + 1]);
-                    stsm_x4_trans(r, tl.dS(j) + (2 * p + m / 2) * 1024 + (wg * 8 + warp * 2 + m % 2) * 64 + row * 8);
-                }
+                if (A_SMEM && j > 0)  // dQ(j − 1) now, a chunk at a time, when Sᵀ and dPᵀ hold nothing
+                    for (int c = 0; c < DN / 32; c++) {
+                        wgmma_fence();
+                        issue_dq(tl, j - 1, wg * DN + 32 * c);
+                        wgmma_complete();
+                        add_dq(k0 + 64 * (j - 1), part + 32 * c, C, T, first_kb);
+                    }
             });
     }
 };
@@ -865,7 +936,7 @@ template <class H, int D>
 __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                          const float* lse, const float* Dv, int T, QKVLayout L,
                                                                          bool overlap) {
-    static_assert(D == 64, "the fused backward: head size 64");
+    static_assert(D == 64 || D == 128, "the fused backward: head size 64 or 128");
     DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[3][64], Ds[3][64];
     const int kh = blockIdx.x, b = blockIdx.y, s = blockIdx.z, S = gridDim.z;

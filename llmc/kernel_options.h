@@ -48,6 +48,7 @@ struct KernelOptions {
     bool flash_tma = false;            // with flash_swizzle and a producer: one thread copies each tile by TMA
     int flash_backward_passes = 3;     // bit 0: the dK/dV pass, bit 1: the dQ pass (timing one alone)
     bool flash_fused_backward = false; // one fused backward pass at head size 64 (dQ in another order)
+    bool flash_fused_backward_128 = false;  // with it, the fused pass at head size 128 too
     int flash_fused_splits = 0;        // its key-block splits (0: flash_fused_splits chooses)
     int flash_backward_producer = 0;   // 3 or 4: the fused backward with a producer warpgroup and that many query-tile slots
     bool flash_backward_tma = false;   // with flash_backward_producer: its tiles swizzled, one thread copies each by TMA

@@ -640,24 +640,29 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
 }
 
-// The fused backward (flash_backward_fused_wgmma_kernel: head size 64, compute capability 9.0)
-// against the CPU op with 1, 2 and 3 splits of the key blocks (3: the snake order's turn); two
+// The fused backward (flash_backward_fused_wgmma_kernel: head size 64 or 128, compute capability
+// 9.0) against the CPU op with 1, 2 and 3 splits of the key blocks (3: the snake order's turn); two
 // runs bit-identical (dQ's sums in a fixed order); bit-identical with each product waited for; its
 // dK and dV bit-identical to the two wgmma passes' (the same products in the same order; the
 // second warpgroup's extra first tile adds exact zeros), its dQ within bf16's bound of theirs.
+// The producer backward (head size 64 only) against the CPU op and bit-identical to the above.
 static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     if (!gpu_has_wgmma()) { printf("# skip: fused backward B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
     gpu.kernels.flash_wgmma = true; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_fused_backward = true;
+    gpu.kernels.flash_fused_backward_128 = true;
+    const bool producer = C / NH == 64;
     for (int S : {1, 2, 3}) {
         gpu.kernels.flash_fused_splits = S;
         check_attention<bf16>(B, T, C, NH, NKV);
         if (S == 2) check_attention<fp16>(B, T, C, NH, NKV);
     }
-    gpu.kernels.flash_backward_producer = 3;  // the producer backward against the CPU op too (fp16: its other wgmma type)
-    check_attention<fp16>(B, T, C, NH, NKV);
-    gpu.kernels.flash_backward_tma = true;    // (and by TMA)
-    check_attention<fp16>(B, T, C, NH, NKV);
-    gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
+    if (producer) {
+        gpu.kernels.flash_backward_producer = 3;  // the producer backward against the CPU op too (fp16: its other wgmma type)
+        check_attention<fp16>(B, T, C, NH, NKV);
+        gpu.kernels.flash_backward_tma = true;    // (and by TMA)
+        check_attention<fp16>(B, T, C, NH, NKV);
+        gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
+    }
     gpu.kernels.flash_fused_splits = 2;
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<bf16>((size_t)B * T * W), dout = randn<bf16>((size_t)B * T * C);
@@ -673,6 +678,7 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     compare_bits(name, fused, got);
     for (int tma : {0, 1})  // with a producer warpgroup (its tiles by TMA or not): the same products in the same order
         for (int slots : {3, 4}) {
+            if (!producer) break;
             gpu.kernels.flash_backward_producer = slots; gpu.kernels.flash_backward_tma = tma;
             attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
             snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, a producer warpgroup in the backward, %d slots%s, vs none",
@@ -684,6 +690,7 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, fused3);
     for (int tma : {0, 1}) {
+        if (!producer) break;
         gpu.kernels.flash_backward_producer = 3; gpu.kernels.flash_backward_tma = tma;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, 3 splits, a producer warpgroup in the backward%s vs none",
@@ -702,7 +709,7 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d vs the two wgmma passes", B, T, C, NH, NKV);
     compare(name, "dK, dV (bit for bit)", columns(got[2], C, W), columns(fused[2], C, W), 0.0);
     compare(name, "dQ (its sums in another order)", columns(got[2], 0, C), columns(fused[2], 0, C), bx<bf16>(1e-4));
-    gpu.kernels.flash_wgmma = false; gpu.kernels.flash_fused_splits = 0;
+    gpu.kernels.flash_wgmma = false; gpu.kernels.flash_fused_splits = 0; gpu.kernels.flash_fused_backward_128 = false;
 }
 
 template <class X> static void check_elementwise(size_t N) {
@@ -1195,6 +1202,8 @@ int main(int argc, char** argv) {
         check_flash_fused(2, 100, 768, 12, 12);  // T not a multiple of the tiles
         check_flash_fused(1, 300, 256, 4, 4);    // 3 key blocks, the last short; 3 splits: one each
         check_flash_fused(2, 520, 256, 4, 2);    // grouped-query; 5 key blocks (3 splits: 2, 2, 1)
+        check_flash_fused(1, 300, 512, 4, 4);    // head size 128 (--flash-backward fused128): 3 key blocks, the last short
+        check_flash_fused(1, 200, 512, 4, 2);    // head size 128, grouped-query
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -18,7 +18,8 @@
 #         --flash-forward-pingpong 1, and --flash-backward-producer 3 and 4 (the fused backward
 #         with one), bit-identical to --flash-wgmma 1 alone (on the emulator: its kernel
 #         counted); with --flash-forward-keys 128 (other bits), with and without the
-#         producer, the bf16 check against the CPU
+#         producer, the bf16 check against the CPU; --flash-backward fused128 at head size 128
+#         (a model file) against the CPU, on the emulator its kernel counted
 #   matmul-tune  fp32 with every product tuned (--matmul-tune 1 at LLMC_MATMUL_TUNE_FLOPS=1: each of
 #         cuBLASLt's candidates run, the fastest of the first's bits kept) bit-identical to
 #         --matmul-tune 0; (emulator only) bf16 too, each product saying what it kept, and with
@@ -180,6 +181,24 @@ flash_forward_producer
 # at T = 320 (3 tiles of 128; at T = 64 one tile holds every key, and the bits equal 64's)
 FLAGS="--seq-len 320" GPU_FLAGS="--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-keys 128" ONCE=1 gpu_vs_cpu bf16 2e-2
 FLAGS="--seq-len 320" GPU_FLAGS="--flash-wgmma 1 --flash-forward-keys 128" ONCE=1 gpu_vs_cpu bf16 2e-2  # (and without a producer)
+# --flash-backward fused128: the fused backward at head size 128 (a GPT-2 model file of 2 heads
+# of 128, one block; T = 192: two key blocks, the second short) against the CPU. On the
+# emulator the run must say that the fused kernel ran.
+fused128() {
+    local model=build/gpu_train_hs128.bin V=${GPU_TRAIN_VOCAB:-50257}
+    ${PYTHON:-/usr/bin/python3} -c "
+import sys; sys.path.insert(0, 'test')
+import gpt2_torch as g
+V = int(sys.argv[2])
+cfg = dict(maxT=256, V=V, L=1, NH=2, C=256, Vp=(V + 127) // 128 * 128)
+g.write_model(sys.argv[1], cfg, g.random_params(cfg, 1))" "$model" "$V"
+    local note=()
+    [[ $BIN == *simt* ]] && note=(SIMT_COUNT_LAUNCHES=flash_backward_fused_wgmma_kernel)
+    NOTE=${note:+"simt: 10 launches of flash_backward_fused_wgmma_kernel"} MODEL=$model FLAGS="--seq-len 192" \
+        GPU_FLAGS="--flash-wgmma 1 --flash-backward fused128" ONCE=1 gpu_vs_cpu bf16 2e-2 "${note[@]}"
+    rm -f "$model" "$model.crc32c"
+}
+fused128
 # --flash-wgmma auto (the default): at each pass's first 3 launches of LLMC_FLASH_TUNE_BLOCKS blocks
 # or more, wgmma and mma.sync both run (timed at the first) and the bits they wrote are hashed;
 # wgmma is kept only where it wrote the same bits each time, so the run is --flash-wgmma 0's
