@@ -16,7 +16,7 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       memory): each fragment read from shared memory feeds two mma
   fused: (compute capability 9.0, head size 64; the trainer's default there) the backward as one
       wgmma pass (5 products instead of 7) and a sum of its dQ partial sums, timed in "time" mode
-      against the two passes (--flash-backward split); at head size 128 too (fused128)
+      against the two passes (--flash-backward split); v27: at head size 128 (fused128), the same
   v7: (compute capability 9.0) v5 with warpgroup MMA, wgmma: forward and both backward passes
       by warpgroups of 64 rows, two a block, B operands read by the tensor cores from tiles of 64
       in shared memory (no ldmatrix, no B fragments in registers; the dK/dV pass's K and V A
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
             } else {
                 backward_split(bwd, flops_fwd, ba);
             }
-            if (!fused && C / NH == 128 && gpu_has_wgmma()) {  // the fused pass at head size 128 (--flash-backward fused128), for the ratio
+            if (!fused && C / NH == 128 && gpu_has_wgmma() && !skipped(27)) {  // v27: the fused pass at head size 128 (fused128)
                 gpu_ctx.kernels.flash_fused_backward_128 = true;
                 for (int i = 0; i < FLASH_WGMMA_SAMPLES; i++) bwd();
                 const float bf = time_ms(bwd);
