@@ -476,9 +476,12 @@ template <class H, int D, int BN = 64, bool SW = false> struct ForwardRows {
 // A warpgroup skips the tiles whose keys all come after its 64 rows. BN = 128 (NWG = 2): key
 // tiles of 128, as the producer forward's below (other bits; 128 KB at D = 128). SW: the tiles
 // in the swizzled layout (the same values, so the same bits; 1 KB more to align them).
+// At head size 64 (64-key tiles) at most 128 registers a thread, so two blocks of 256 share an SM
+// (FORWARD_WGMMA_MIN_BLOCKS; test_ptxas.sh holds it).
+template <int D, int NWG, int BN> constexpr int FORWARD_WGMMA_MIN_BLOCKS = D == 64 && BN == 64 ? 4 / NWG : 1;
 template <class H, int D, int NWG, int BN = 64, bool SW = false>
-__global__ void __launch_bounds__(128 * NWG) flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
-                                                                        bool overlap) {
+__global__ void __launch_bounds__(128 * NWG, (FORWARD_WGMMA_MIN_BLOCKS<D, NWG, BN>))
+    flash_forward_wgmma_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L, bool overlap) {
     DYNAMIC_SHARED(H, shared);
     H* tiles = SW ? align_1024(shared) : shared;
     auto Ks = [&](int j) { return tiles + (j % 2) * BN * D; };

@@ -2,7 +2,7 @@
 # test_ptxas — what ptxas says about the Hopper (wgmma) kernels, checked without a GPU: each
 # compiles for sm_90a with no register spills, and ptxas serializes none of its wgmma. Also the
 # mma.sync backward passes at head size 64 stay within the registers that keep 3 and 4 blocks on
-# an SM (below).
+# an SM, and the wgmma forward at head size 64 within those that keep 2 (below).
 # Why: a wgmma kernel that runs out of registers, or whose asynchronous products cross a branch or
 # share registers with other instructions before their wait, still computes the right numbers,
 # but ptxas then waits for every product before the next ("C75xx: wgmma.mma_async instructions
@@ -72,6 +72,17 @@ for pass in dkv:168 dq:128; do
     done < <(echo "$all" | grep -E "^_Z[0-9]+flash_backward_${k}_kernelI[A-Za-z0-9_]+Li64ELb[01]ELb[01]ELi1EE")
     [ "$n" -gt 0 ] || echo "not ok - ptxas reported no flash_backward_${k}_kernel at head size 64 (still instantiated by gpucheck_ops?)"
 done
+# The wgmma forward at head size 64 with 64-key tiles: at most 128 registers, so that two blocks
+# of 256 threads share an SM (FORWARD_WGMMA_MIN_BLOCKS in flash_attention_hopper.cuh). It had 123
+# when it was timed; a change that grows it past 128 halves the warps an SM, with no other sign.
+n=0
+while read -r name regs spill; do
+    n=$((n + 1))
+    short=$(echo "$name" | c++filt 2>/dev/null || echo "$name")
+    if [ "$regs" -le 128 ] && [ "$spill" = 0 ]; then echo "ok - ptxas sm_90a: $short: $regs registers (two blocks an SM), no spills"
+    else echo "not ok - ptxas sm_90a: $short: $regs registers, $spill bytes of spill stores (at most 128, none)"; fi
+done < <(echo "$all" | grep -E "^_Z[0-9]+flash_forward_wgmma_kernelI[A-Za-z0-9_]+Li64ELi[12]ELi64ELb[01]EE")
+[ "$n" -gt 0 ] || echo "not ok - ptxas reported no flash_forward_wgmma_kernel at head size 64 (still instantiated by gpucheck_ops?)"
 # the PTX a Blackwell GPU runs from: ptxas (the driver's compiler) for each sm this nvcc knows,
 # the two at once
 if [ -n "${ptx_pid:-}" ]; then
