@@ -14,7 +14,8 @@
 #                                 fp8: gpucheck's FP8 ops, dev/cuda/matmul.cu at 1558M's layers (bf16 and
 #                                 FP8 products each, and dbias), then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
-#                                 layouts, on the fused backward's producers)
+#                                 layouts, on the fused backward's producers; llama, not in the
+#                                 default: llama:3B's step (head size 128) with --flash-backward fused128)
 # Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs.
 set -u
 cd "$(dirname "$0")/.."
@@ -68,6 +69,7 @@ fi
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
 [[ $want == *,biasgrad,* ]] && step biasgrad 60 build/dev_matmul 65536 768 0
 [[ $want == *,layernorm,* ]] && step layernorm 60 bash -c "build/dev_layernorm 65536 768 && build/dev_layernorm 16384 1600"
+[[ $want == *,llama,* ]] && STEPS=15 BASELINE_BIN=none OURS_ALSO="--flash-backward fused128" step llama 240 bash dev/bench/bench_vs_llmc.sh llama:3B:4
 [[ $want == *,fp8,* ]] && step fp8 400 bash -c "build/gpucheck_ops fp8 && { build/dev_matmul 16384 1600 50304; bash dev/gpu_fp8_vs_bf16.sh ./train_gpt '$out/fp8'; }"
 [[ $want == *,flash,* ]] && step flash 90 build/gpucheck_ops flash
 [[ $want == *,bf16,* ]] && step bf16 90 build/gpucheck_ops bf16
@@ -98,6 +100,6 @@ ncu_backward() {
 }
 export -f ncu_backward
 [[ $want == *,ncubwd,* ]] && step ncubwd 200 bash -c ncu_backward
-for f in wgmma ab llmc attention classifier flash bf16 train ncu ncubwd; do
+for f in wgmma ab llmc attention classifier llama flash bf16 train ncu ncubwd; do
     [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|^== |^bf16 v" "$log-$f.txt" | tail -40; }
 done
