@@ -825,7 +825,7 @@ template <class H, int D, int SLOTS> struct FusedTiles {
     __device__ H* PT(int w) const { return q + 2 * SLOTS * 64 * D + 2 * 64 * 128 + 2 * w * 64 * 64; }
     __device__ H* dST(int w) const { return PT(w) + 64 * 64; }
 };
-// The fused backward's shared memory in elements: KV_TILES K and V tiles (4: one key block; 8:
+// The fused backward's shared memory in elements: kv_tiles K and V tiles (4: one key block; 8:
 // two), the Q and dO rings, two dS tiles, and at head size 128 the Pᵀ and dSᵀ tiles
 __host__ __device__ constexpr size_t fused_tiles_elems(int D, int kv_tiles, int slots) {
     return (size_t)(kv_tiles + 2 * slots) * 64 * D + 2 * 64 * 128 + (D > 64 ? 4 * 64 * 64 : 0);
@@ -834,9 +834,9 @@ __host__ __device__ constexpr size_t fused_tiles_elems(int D, int kv_tiles, int 
 // pipeline step over query tile j. Iteration j issues Sᵀ(j) and dPᵀ(j), then dV, dK and dQ of
 // tile j − 1, stores dQ(j − 1) into the partial sum (part: this warpgroup's columns), and stores
 // dSᵀ(j) as dS(j) for the next iteration's dQ. dS(j − 1) must be in from both warpgroups.
-// At head size 128 (A_SMEM) dK, dV, Sᵀ, dPᵀ and dQ fill 224 registers a thread. There, Pᵀ(j)
-// and dSᵀ(j) wait for the next iteration as tiles in shared memory, not as A fragments, and dQ
-// is issued first, in a group of its own, so that it is stored before Pᵀ and dSᵀ are computed.
+// At head size 128 (A_SMEM) dK, dV, Sᵀ and dPᵀ fill 192 registers a thread. There, Pᵀ(j) and
+// dSᵀ(j) wait for the next iteration as tiles in shared memory, not as A fragments. dQ(j − 1)
+// runs at the end of iteration j, 32 columns at a time, after Pᵀ(j) and dSᵀ(j) are stored.
 // SW: the K, V, Q and dO tiles are swizzled (dS is not). dQ's B is K's columns from wg·D/2:
 // swizzled, that start is wg·64 bytes into the rows (the tensor cores swizzle the sum).
 template <class H, int D, bool SW = false> struct FusedBackwardKeys {
@@ -848,7 +848,7 @@ template <class H, int D, bool SW = false> struct FusedBackwardKeys {
         for (int dt = 0; dt < D / 8; dt++)
             for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
     }
-    // dQ(j) = dS(j)·K, this warpgroup's chunk c of 32 columns (col0 of D)
+    // dQ(j) = dS(j)·K, its 32 columns from col0 (this warpgroup's)
     template <class Tiles> __device__ void issue_dq(const Tiles& tl, int j, int col0) {
         #pragma unroll
         for (int kc = 0; kc < 8; kc++) {
