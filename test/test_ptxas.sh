@@ -73,8 +73,8 @@ for pass in dkv:168 dq:128; do
     [ "$n" -gt 0 ] || echo "not ok - ptxas reported no flash_backward_${k}_kernel at head size 64 (still instantiated by gpucheck_ops?)"
 done
 # The wgmma forward at head size 64 with 64-key tiles: at most 128 registers, so that two blocks
-# of 256 threads share an SM (FORWARD_WGMMA_MIN_BLOCKS in flash_attention_hopper.cuh). It had 123
-# when it was timed; a change that grows it past 128 halves the warps an SM, with no other sign.
+# of 256 threads share an SM (FORWARD_WGMMA_MIN_BLOCKS in flash_attention_hopper.cuh). A change
+# that grows it past 128 halves the warps an SM, with no other sign (docs/kernels.md).
 n=0
 while read -r name regs spill; do
     n=$((n + 1))
