@@ -63,6 +63,10 @@ enum class Device { CPU, CUDA };
 
 struct Profiler;  // profiler.h: per-op times, when --profile asks for them
 struct Fp8Delayed;  // (fp8.cuh)
+struct Fp8Scales;   // (fp8.cuh)
+// Where an FP8 product's forward leaves its input and weight quantized and transposed (xᵀ, Wᵀ)
+// with their scales (scales[0]: x's, scales[1]: W's), for its backward to multiply (matmul.cuh).
+struct Fp8Kept { uint8_t* xt = nullptr; uint8_t* wt = nullptr; Fp8Scales* scales = nullptr; };
 struct Autotuned;  // (autotune.cuh: what a GPU's run has chosen by timing)
 struct Ctx {
     Device device = Device::CPU;
@@ -78,6 +82,7 @@ struct Ctx {
     bool fp8 = false;  // matmul_forward/backward multiply in FP8 (fp8.cuh): the model sets it for the blocks' layers
     Fp8Delayed* fp8_delayed = nullptr;  // and with --fp8-scaling delayed, the scaling state,
     int fp8_product = 0;                // and which of its products this is (model.h: linear_ctx)
+    Fp8Kept fp8_kept;                   // and where its forward keeps xᵀ and Wᵀ (nullptr: nowhere)
 };
 
 #include "memory.h"

@@ -654,6 +654,8 @@ inline void fp8_check_shape(int N, int C, int OC) {
 // out = x·Wᵀ + b with x and W in E4M3. Rows past a multiple of 16 (an inference's: a prompt of
 // any length, hellaswag's rows; training's B·T is checked at start) are padded with zero rows,
 // whose outputs are made in a scratch and dropped.
+// Where ctx.fp8_kept says (model.h: linear_ctx), the same passes also write xᵀ and Wᵀ there, and
+// the scales with them, for the backward: it then reads x and W no more.
 template <class floatX>
 inline void matmul_forward_fp8(const Ctx& ctx, floatX* out, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC,
                                Fp8Act inp_act) {
@@ -664,37 +666,43 @@ inline void matmul_forward_fp8(const Ctx& ctx, floatX* out, const floatX* inp, c
     static Buf<floatX> padded_buf;
     uint8_t* xq = op_scratch(xq_buf, ctx, (size_t)Np * C);
     uint8_t* wq = op_scratch(wq_buf, ctx, (size_t)OC * C);
-    Fp8Scales* sc = op_scratch(scales_buf, ctx, 2);
+    const Fp8Kept& kept = ctx.fp8_kept;
+    Fp8Scales* sc = kept.xt ? kept.scales : op_scratch(scales_buf, ctx, 2);
     const Fp8Target tx = fp8_target(ctx, FP8_X, &sc[0]), tw = fp8_target(ctx, FP8_W, &sc[1]);
-    fp8_quantize(ctx, xq, nullptr, tx, inp, N, C, Fp8Format::E4M3, nullptr, inp_act);
+    fp8_quantize(ctx, xq, kept.xt, tx, inp, N, C, Fp8Format::E4M3, nullptr, inp_act);
     if (Np > N) ctx_zero(ctx, xq + (size_t)N * C, (size_t)(Np - N) * C);
-    fp8_quantize(ctx, wq, nullptr, tw, W, OC, C, Fp8Format::E4M3);
+    fp8_quantize(ctx, wq, kept.wt, tw, W, OC, C, Fp8Format::E4M3);
     floatX* dst = Np > N ? op_scratch(padded_buf, ctx, (size_t)Np * OC) : out;
     fp8_linear(ctx, dst, xq, Fp8Format::E4M3, tx.scales, wq, Fp8Format::E4M3, tw.scales, bias, Np, C, OC, Fp8Product::Forward, C, OC);
     if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(floatX));
 }
 // dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3.
 // inp_act: x is GELU(inp) (fp8.cuh: Fp8Act); dout_pre: dout is GELU's backward of the given dout at dout_pre.
+// Where the forward kept xᵀ and Wᵀ (ctx.fp8_kept) they are multiplied as they are, the same codes
+// with the same scales as quantizing x and W again would give; inp and W are then not read.
 template <class floatX>
 inline void matmul_backward_fp8(const Ctx& ctx, floatX* dinp, floatX* dW, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* W,
                                 int N, int C, int OC, Fp8Act inp_act, const floatX* dout_pre) {
     fp8_check_shape(N, C, OC);
     static Buf<uint8_t> dq_buf, dqt_buf, wt_buf, xt_buf;
     static Buf<Fp8Scales> scales_buf;
+    const Fp8Kept& kept = ctx.fp8_kept;
+    if (!kept.xt && !inp) fatal("matmul_backward (fp8): no input given, and its forward kept no xᵀ");
     Fp8Scales* sc = op_scratch(scales_buf, ctx, 3);
+    Fp8Scales* kept_sc = kept.xt ? kept.scales : sc + 1;  // x's and W's: the forward's, or [1] and [2] here
     uint8_t* dq = dinp ? op_scratch(dq_buf, ctx, (size_t)N * OC) : nullptr;  // dout (N×OC)
     uint8_t* dqt = dW ? op_scratch(dqt_buf, ctx, (size_t)N * OC) : nullptr;  // doutᵀ (OC×N)
-    const Fp8Target td = fp8_target(ctx, FP8_DOUT, &sc[0]), tw = fp8_target(ctx, FP8_W, &sc[1]), tx = fp8_target(ctx, FP8_X, &sc[2]);
+    const Fp8Target td = fp8_target(ctx, FP8_DOUT, &sc[0]), tx = fp8_target(ctx, FP8_X, &kept_sc[0]), tw = fp8_target(ctx, FP8_W, &kept_sc[1]);
     const Fp8Act dout_act = dout_pre ? Fp8Act::GeluBackward : Fp8Act::None;
     fp8_quantize(ctx, dq, dqt, td, dout, N, OC, Fp8Format::E5M2, dbias, dout_act, dout_pre);  // (and dbias += dout's column sums)
     if (dinp) {
-        uint8_t* wt = op_scratch(wt_buf, ctx, (size_t)OC * C);  // Wᵀ (C×OC)
-        fp8_quantize(ctx, nullptr, wt, tw, W, OC, C, Fp8Format::E4M3);
+        uint8_t* wt = kept.wt;  // Wᵀ (C×OC)
+        if (!wt) fp8_quantize(ctx, nullptr, wt = op_scratch(wt_buf, ctx, (size_t)OC * C), tw, W, OC, C, Fp8Format::E4M3);
         fp8_linear(ctx, dinp, dq, Fp8Format::E5M2, td.scales, wt, Fp8Format::E4M3, tw.scales, nullptr, N, OC, C, Fp8Product::Dinp, C, OC);
     }
     if (dW) {
-        uint8_t* xt = op_scratch(xt_buf, ctx, (size_t)N * C);  // xᵀ (C×N)
-        fp8_quantize(ctx, nullptr, xt, tx, inp, N, C, Fp8Format::E4M3, nullptr, inp_act);
+        uint8_t* xt = kept.xt;  // xᵀ (C×N)
+        if (!xt) fp8_quantize(ctx, nullptr, xt = op_scratch(xt_buf, ctx, (size_t)N * C), tx, inp, N, C, Fp8Format::E4M3, nullptr, inp_act);
         fp8_linear(ctx, dW, dqt, Fp8Format::E5M2, td.scales, xt, Fp8Format::E4M3, tx.scales, nullptr, OC, N, C, Fp8Product::DW, C, OC);
     }
 }

@@ -64,19 +64,30 @@ More: docs/model.md (sizes, precision, recomputation, the parallel layouts).
 // so that the activations of a micro-batch are, per position (gpt_activation_buffers):
 //   none (16·L·C + 12·C + Vp)   selective (10·L·C + 18·C + Vp)   full (L·C + 27·C + Vp)
 // elements. GPT-2 in FP8 keeps no GELU output (gelu_in_fp8): 4·L·C less with none, 4·C with the others.
+// FP8 with none or selective keeps each product's FP8 operands xᵀ and Wᵀ for the backward
+// (fp8_keeps_operands), so no backward reads ln1, ln2 or the activation's output: those are one
+// shared buffer, never rerun, and none and selective are the same run. A position then takes
+// (10·L·C + 14·C + Vp) elements and 7·L·C bytes; a block's weights take 12·C² bytes more.
 // MFU (mfu.h) counts the model's FLOPs, not the rerun: recomputation lowers it.
 enum class Recompute { None, Selective, Full };
 inline const char* const RECOMPUTE_NAMES[] = {"none", "selective", "full"};  // --recompute's values, in that order
 inline const char* recompute_name(Recompute r) { return RECOMPUTE_NAMES[(int)r]; }
-// ln1, ln2 and the GELU output, one per block?
-inline bool keeps_cheap(Recompute r) { return r == Recompute::None; }
 // q/k/v, the attention output and its lse, the residual after attention, the pre-GELU, and the
 // LayerNorm statistics, one per block?
 inline bool keeps_inner(Recompute r) { return r != Recompute::Full; }
+// Do the FP8 products keep xᵀ and Wᵀ from the forward for the backward (linear_ctx)? Where the
+// inner activations are kept: under full the backward's rerun would not make the fc projection's.
+inline bool fp8_keeps_operands(bool fp8, Recompute r) { return fp8 && keeps_inner(r); }
+// ln1, ln2 and the GELU output, one per block? (Only products' backwards read them.)
+inline bool keeps_cheap(Recompute r, bool fp8) { return r == Recompute::None && !fp8_keeps_operands(fp8, r); }
+// Does the backward rerun part of the block forward first?
+inline bool reruns(Recompute r, bool fp8) { return r == Recompute::Full || (r == Recompute::Selective && !fp8_keeps_operands(fp8, r)); }
 
 template <class floatX> struct Activations {  // on the Ctx's device, for B·T positions; per-block buffers are [L][...], or one block's (Recompute)
     Buf<floatX> encoded, ln1, qkv, atty, residual2, ln2, fch, fch_gelu, residual3, lnf, logits, scratch;
     Buf<float> ln1_mean, ln1_rstd, lse, ln2_mean, ln2_rstd, lnf_mean, lnf_rstd, losses;  // fp32 statistics
+    Buf<uint8_t> fp8_xt, fp8_wt;  // FP8: each block product's xᵀ and Wᵀ, kept for its backward
+    Buf<Fp8Scales> fp8_scales;    // and their scales (fp8_keeps_operands)
     TPBuffers<floatX> rows;  // tensor parallelism's: the classifier's stats, gathered rows (tensor_parallel.h)
     RingActs<floatX> ring;   // context parallelism's: the ring's k, v and sums, wpe's rows (context_parallel.h)
     // gradient scratch, reused by every block
@@ -176,6 +187,23 @@ template <class floatX> inline SeqSplit gpt_seq_split(const GPT<floatX>& g, int 
     return seq_split((size_t)B * T, g.par.tp.size(), g.par.tp.sp);
 }
 
+// A block's four products on this rank, as (input, output) widths: qkv C → Q, the attention
+// projection Ct → C, fc C → Fc, the fc projection Hh → C (gpt_block_forward's matmuls).
+struct ProductWidths { size_t in, out; };
+enum BlockProduct { PRODUCT_QKV, PRODUCT_ATTPROJ, PRODUCT_FC, PRODUCT_FCPROJ, NUM_BLOCK_PRODUCTS };
+inline std::array<ProductWidths, NUM_BLOCK_PRODUCTS> gpt_block_products(const RankWidths& d) {
+    const size_t C = d.C;
+    return {{{C, (size_t)d.Q}, {(size_t)d.Ct, C}, {C, (size_t)d.Fc}, {(size_t)d.Hh, C}}};
+}
+// Where product p's kept FP8 operands start within a block's (fp8_keeps_operands): the
+// products before it, in elements of xᵀ for N rows and of Wᵀ; p = NUM_BLOCK_PRODUCTS gives a block's.
+inline ProductWidths fp8_kept_offsets(const RankWidths& d, size_t N, int p) {
+    const std::array<ProductWidths, NUM_BLOCK_PRODUCTS> w = gpt_block_products(d);
+    ProductWidths at{0, 0};  // (in: xᵀ's, out: Wᵀ's)
+    for (int q = 0; q < p; q++) at.in += N * w[q].in, at.out += w[q].in * w[q].out;
+    return at;
+}
+
 // Every activation buffer with its element count for B·T positions: the one list that both
 // gpt_ensure_activations (allocating it) and gpt_activation_bytes (planning memory) walk.
 // A per-block buffer holds the part's L blocks, or one where --recompute reruns what made it
@@ -195,12 +223,14 @@ inline void gpt_activation_buffers(Activations<floatX>& a, const GPT<floatX>& g,
     const size_t Q = d.Q, Fc = d.Fc, Hh = d.Hh, Ct = d.Ct, NHt = d.NHt;
     const size_t head = part.heads ? 1 : 0, mean = c.llama() ? 0 : 1;  // (RMSNorm keeps no mean)
     const bool llama = c.llama();
-    const size_t Lc = keeps_cheap(r) ? L : 1, Li = keeps_inner(r) ? L : 1;
+    const size_t Lc = keeps_cheap(r, g.fp8) ? L : 1, Li = keeps_inner(r) ? L : 1, Lk = fp8_keeps_operands(g.fp8, r) ? L : 0;
+    const ProductWidths kept = fp8_kept_offsets(d, BT, NUM_BLOCK_PRODUCTS);
     f(a.encoded, P * C);
     f(a.ln1, Lc * P * C); f(a.ln1_mean, mean * Li * P); f(a.ln1_rstd, Li * P);      // per block
     f(a.qkv, Li * BT * Q); f(a.atty, Li * BT * Ct); f(a.lse, Li * BT * NHt);
     f(a.residual2, Li * P * C); f(a.ln2, Lc * P * C); f(a.ln2_mean, mean * Li * P); f(a.ln2_rstd, Li * P);
     f(a.fch, Li * BT * Fc); f(a.fch_gelu, (gelu_in_fp8(g) ? 0 : Lc) * BT * Hh); f(a.residual3, L * P * C);
+    f(a.fp8_xt, Lk * kept.in); f(a.fp8_wt, Lk * kept.out); f(a.fp8_scales, Lk * NUM_BLOCK_PRODUCTS * 2);
     f(a.lnf, head * P * C); f(a.lnf_mean, mean * head * P); f(a.lnf_rstd, head * P);  // the head
     f(a.logits, head * BT * d.Vpl); f(a.losses, head * BT);
     f(a.scratch, P * C);
@@ -235,19 +265,12 @@ template <class floatX> inline double gpt_activation_bytes(const GPT<floatX>& g,
 // The FP8 products' scratch (--precision fp8): matmul.cuh's matmul_forward_fp8 and
 // matmul_backward_fp8 keep it, one buffer per operand, each growing to what the largest product
 // of a block needs — one byte an element: the forward's input and weight, the backward's dout as
-// it is and transposed, Wᵀ and xᵀ; and the scales. Not activations (nothing in it outlives a
+// it is and transposed, Wᵀ and xᵀ (but where the activations keep them: fp8_keeps_operands);
+// and the scales. Not activations (nothing in it outlives a
 // product), but the memory plan counts it beside them. Where cuBLASLt multiplies no FP8 operands
 // (matmul.cuh: fp8_products_run found so, ctx.tuned->fp8_dequantize) each product's two operands are
 // dequantized into two more buffers, of floatX: the first operand's (x, N·in; dout, N·out; doutᵀ,
 // out·N) and the second's (W, out·in; Wᵀ, in·out; xᵀ, in·N), each at the largest of them.
-// A block's four products on this rank, as (input, output) widths: qkv C → Q, the attention
-// projection Ct → C, fc C → Fc, the fc projection Hh → C (gpt_block_forward's matmuls).
-struct ProductWidths { size_t in, out; };
-enum BlockProduct { PRODUCT_QKV, PRODUCT_ATTPROJ, PRODUCT_FC, PRODUCT_FCPROJ, NUM_BLOCK_PRODUCTS };
-inline std::array<ProductWidths, NUM_BLOCK_PRODUCTS> gpt_block_products(const RankWidths& d) {
-    const size_t C = d.C;
-    return {{{C, (size_t)d.Q}, {(size_t)d.Ct, C}, {C, (size_t)d.Fc}, {(size_t)d.Hh, C}}};
-}
 template <class floatX> inline double gpt_fp8_scratch_bytes(const Ctx& ctx, const GPT<floatX>& g, int B, int T) {
     if (!g.fp8) return 0;
     const size_t N = (size_t)B * T;
@@ -260,6 +283,8 @@ template <class floatX> inline double gpt_fp8_scratch_bytes(const Ctx& ctx, cons
     dequantize = ctx.tuned && ctx.tuned->fp8_dequantize;
 #endif
     const double fallback = dequantize ? (double)Buf<floatX>::bytes_for(std::max(in, out)) + (double)Buf<floatX>::bytes_for(std::max(w, in)) : 0;
+    if (fp8_keeps_operands(g.fp8, g.recompute))  // (xᵀ, Wᵀ and the forward's scales are then activations)
+        return bytes(in) + bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(3) + fallback;
     return 2 * bytes(in) + 2 * bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(2) + (double)Buf<Fp8Scales>::bytes_for(3) +
            fallback;
 }
@@ -301,12 +326,22 @@ inline std::string gpt_fp8_shape_problem(const RankWidths& d, int B, int T) {
 // run's own. The classifier's product takes the plain one.
 // With delayed scaling (fp8.cuh) each product of each block this rank holds has its own place in
 // the scaling state: 4 per block, in the order of gpt_block_products (BlockProduct).
-template <class floatX> inline std::array<Ctx, NUM_BLOCK_PRODUCTS> linear_ctx(const Ctx& ctx, GPT<floatX>* g, int l) {
+// Where fp8_keeps_operands, each product's forward keeps xᵀ and Wᵀ in the activations, in its
+// block's slice of them, for its backward (matmul.cuh: Fp8Kept).
+template <class floatX> inline std::array<Ctx, NUM_BLOCK_PRODUCTS> linear_ctx(const Ctx& ctx, GPT<floatX>* g, int l, int B, int T) {
+    Activations<floatX>& a = g->acts;
+    const size_t BT = (size_t)B * T, i = l - g->part.blocks.first;
+    const ProductWidths block = fp8_kept_offsets(g->layout.widths, BT, NUM_BLOCK_PRODUCTS);
     std::array<Ctx, NUM_BLOCK_PRODUCTS> lin;
     for (int p = 0; p < NUM_BLOCK_PRODUCTS; p++) {
         lin[p] = ctx;
         lin[p].fp8 = g->fp8;
         if (g->fp8_delayed.on) { lin[p].fp8_delayed = &g->fp8_delayed; lin[p].fp8_product = g->layout.local_block(l) * NUM_BLOCK_PRODUCTS + p; }
+        if (fp8_keeps_operands(g->fp8, g->recompute)) {
+            const ProductWidths at = fp8_kept_offsets(g->layout.widths, BT, p);
+            lin[p].fp8_kept = {a.fp8_xt.data() + i * block.in + at.in, a.fp8_wt.data() + i * block.out + at.out,
+                               a.fp8_scales.data() + (i * NUM_BLOCK_PRODUCTS + p) * 2};
+        }
     }
     return lin;
 }
@@ -338,7 +373,7 @@ template <class floatX> inline BlockActs<floatX> block_acts(GPT<floatX>* g, int 
     const size_t BT = (size_t)B * T, BTCt = BT * d.Ct, NHt = d.NHt, Q = d.Q, Fc = d.Fc, Hh = d.Hh;
     const size_t P = gpt_seq_split(*g, B, T).P, PC = P * cf.channels;
     const int l0 = g->part.blocks.first;  // the part's first block (0 without pipeline parallelism)
-    const size_t c = keeps_cheap(g->recompute) ? l - l0 : 0, i = keeps_inner(g->recompute) ? l - l0 : 0;
+    const size_t c = keeps_cheap(g->recompute, g->fp8) ? l - l0 : 0, i = keeps_inner(g->recompute) ? l - l0 : 0;
     const bool mean = !cf.llama();  // (RMSNorm: no mean)
     return BlockActs<floatX>{
         // x, the block's input: the encoder's output (or the previous stage's) for the stage's
@@ -397,7 +432,7 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
     floatX* part = rows.s.on ? rows.whole : a.scratch.data();    // a row-parallel layer's partial products
     BlockView<floatX> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockActs<floatX> b = block_acts(g, l, B, T);
-    const std::array<Ctx, NUM_BLOCK_PRODUCTS> lin = linear_ctx(ctx, g, l);  // the products' (FP8 with --precision fp8)
+    const std::array<Ctx, NUM_BLOCK_PRODUCTS> lin = linear_ctx(ctx, g, l, B, T);  // the products' (FP8 with --precision fp8)
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
     // (Llama: the norms are RMSNorms, which the LayerNorm ops are with no mean and no bias: b.*_mean
     // and w.*b are nullptr; the products have no biases either)
@@ -441,6 +476,14 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
     // res3 = res2 + scratch: formed by the next LayerNorm (block l+1's ln1, or lnf)
 }
 
+// A LayerNorm output as a product's backward reads it: gathered (sequence parallelism), or
+// nullptr where the product's forward kept its FP8 operands. That backward reads only those,
+// and the buffer then holds another block's output (see Recompute).
+inline bool kept_operands(const Ctx& lin) { return lin.fp8_kept.xt != nullptr; }
+template <class floatX> inline const floatX* product_input(const Ctx& ctx, const Ctx& lin, const TPRows<floatX>& rows, const floatX* x) {
+    return kept_operands(lin) ? nullptr : gather_rows(ctx, rows, x);
+}
+
 // Backward of block l. On entry acts.dresidual holds ∂loss/∂(block output); on exit it holds
 // ∂loss/∂(block input). Parameter gradients are accumulated into the block's gradient unit.
 // With --recompute, the activations the forward did not keep are made again first. With tensor
@@ -457,22 +500,24 @@ template <class floatX> inline void gpt_block_backward(const Ctx& ctx, GPT<float
     const TPRows<floatX> rows = gpt_rows(g, B, T);
     BlockView<floatX> w = block_view(g->layout, g->params[unit_of_block(l)]);
     BlockView<floatX> dw = block_view(g->layout, g->grads[unit_of_block(l)]);
-    const std::array<Ctx, NUM_BLOCK_PRODUCTS> lin = linear_ctx(ctx, g, l);  // the products' (FP8 with --precision fp8)
-    if (g->recompute != Recompute::None) gpt_block_forward(ctx, g, l, B, T, true);
+    const std::array<Ctx, NUM_BLOCK_PRODUCTS> lin = linear_ctx(ctx, g, l, B, T);  // the products' (FP8 with --precision fp8)
+    if (reruns(g->recompute, g->fp8)) gpt_block_forward(ctx, g, l, B, T, true);
     BlockActs<floatX> b = block_acts(g, l, B, T);
     floatX* dres = a.dresidual.data();
     // MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))), act = GELU (through which the fcproj
     // product's backward takes dfch at once) or Llama's SwiGLU (its own op, from dhidden)
     const floatX* dmlp = gather_rows(ctx, rows, dres);
     if (c.llama()) {
-        matmul_backward(lin[PRODUCT_FCPROJ], a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C);
+        const floatX* hidden = kept_operands(lin[PRODUCT_FCPROJ]) ? nullptr : b.fch_gelu;
+        matmul_backward(lin[PRODUCT_FCPROJ], a.dhidden.data(), dw.fcprojw, dw.fcprojb, dmlp, hidden, w.fcprojw, BT, Hh, C);
         swiglu_backward(ctx, a.dfch.data(), b.fch, a.dhidden.data(), (size_t)BT, (size_t)Hh);
     } else if (g->fp8) {  // FP8: dfch holds the product before GELU's backward, which the fc product's quantization takes
         matmul_backward(lin[PRODUCT_FCPROJ], a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch, w.fcprojw, BT, Hh, C, nullptr, true);
     } else {
         matmul_backward(lin[PRODUCT_FCPROJ], a.dfch.data(), dw.fcprojw, dw.fcprojb, dmlp, b.fch_gelu, w.fcprojw, BT, Hh, C, b.fch);
     }
-    matmul_backward(lin[PRODUCT_FC], a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), gather_rows(ctx, rows, b.ln2), w.fcw, BT, C, Fc, nullptr,
+    matmul_backward(lin[PRODUCT_FC], a.dbtc.data(), dw.fcw, dw.fcb, a.dfch.data(), product_input(ctx, lin[PRODUCT_FC], rows, b.ln2), w.fcw, BT,
+                    C, Fc, nullptr,
                     false, gelu_in_fp8(*g) ? b.fch : nullptr);
     floatX* dln2 = sum_rows(ctx, rows, a.dbtc.data(), a.scratch.data());
     rows_layernorm_backward(ctx, rows, dres, dw.ln2w, dw.ln2b, dln2, b.res2, w.ln2w, b.ln2_mean, b.ln2_rstd);
@@ -482,7 +527,8 @@ template <class floatX> inline void gpt_block_backward(const Ctx& ctx, GPT<float
                     d.Ct, C);
     ring_attention_backward(ctx, gpt_ring(g, B, T), a.dqkv.data(), a.dbtc.data(), b.qkv, b.atty, b.lse, B, T, d.Ct, d.NHt, d.NKVt);
     if (c.llama()) rope_backward(ctx, a.dqkv.data(), gpt_rope(ctx, g, T), B, T, (size_t)Q, d.NHt + d.NKVt, c.head_dim());
-    matmul_backward(lin[PRODUCT_QKV], a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), gather_rows(ctx, rows, b.ln1), w.qkvw, BT, C, Q);
+    matmul_backward(lin[PRODUCT_QKV], a.dbtc.data(), dw.qkvw, dw.qkvb, a.dqkv.data(), product_input(ctx, lin[PRODUCT_QKV], rows, b.ln1), w.qkvw,
+                    BT, C, Q);
     floatX* dln1 = sum_rows(ctx, rows, a.dbtc.data(), a.scratch.data());
     rows_layernorm_backward(ctx, rows, dres, dw.ln1w, dw.ln1b, dln1, b.x, w.ln1w, b.ln1_mean, b.ln1_rstd);
 }
