@@ -20,7 +20,8 @@
 #                 1e-4 of the straight run's; a llama:d4 at tp = 2 --sp 1 resumed in one process alike
 #   bf16:         tp = 2 (and with --sp 1) in bf16 within 2e-2 of one bf16 process
 #   fp8:          tp = 2 --sp 1 in fp8 within 2e-2 of one fp8 process (per-shard FP8 scales), with
-#                 current and with delayed scaling
+#                 current and with delayed scaling; its backward gathers no LayerNorm output, and
+#                 --recompute full (x and W quantized again) is the same run bit for bit
 #   sequence par. --sp 1: tp = 2 and dp = 2 × tp = 2 (ZeRO 1, 3) against one process as above, and
 #                 step 1's loss tp = 2's bit for bit; 93 positions (a padding row); activations
 #                 and the reduce-scatter / all-gather / all-reduce bytes against the formulas;
@@ -297,6 +298,22 @@ run tp2sp_fp8 2 --tp 2 --sp 1 --batch-size 8 --precision fp8 &&
 run ref_fp8d 1 --batch-size 8 --precision fp8 --fp8-scaling delayed
 run tp2sp_fp8d 2 --tp 2 --sp 1 --batch-size 8 --precision fp8 --fp8-scaling delayed &&
     close_losses "$tmp/ref_fp8d.jsonl" "$tmp/tp2sp_fp8d.jsonl" "fp8 delayed scaling tp=2 --sp 1 (each rank's shards' own amax histories)" 2e-2
+# the FP8 backward multiplies the xᵀ its forward kept (model.h: fp8_keeps_operands), so it gathers
+# no LayerNorm output: 2 all-gathers of B·T·C a block fewer than bf16's. --recompute full keeps
+# nothing and quantizes x and W again in the backward: the same run, bit for bit
+run tp2sp_fp8d_full 2 --tp 2 --sp 1 --batch-size 8 --precision fp8 --fp8-scaling delayed --recompute full &&
+    same_run "$tmp/tp2sp_fp8d" "$tmp/tp2sp_fp8d_full" "fp8 delayed scaling tp=2 --sp 1 --recompute full (x and W quantized again)"
+$PY - "$tmp" $C $L $T <<'PY'
+import json, sys
+tmp, (C, L, T) = sys.argv[1], map(int, sys.argv[2:])
+t, B = 2, 8
+half = (t - 1) / t * B * T * C * 2  # (bf16 activations)
+def rows(name): return [json.loads(l)["comm_bytes"]["tp_all_gather"] for l in open(f"{tmp}/{name}.jsonl")]
+bf, f8 = rows("tp2sp_bf16"), rows("tp2sp_fp8d")
+ok = len(bf) == len(f8) > 0 and all(y == x - 2 * L * half for x, y in zip(bf, f8))
+print(("ok" if ok else "not ok") + f" - fp8 tp=2 --sp 1: the backward gathers no LayerNorm output ({f8[-1] if f8 else None} "
+      f"all-gather bytes a step, bf16 {bf[-1] if bf else None})")
+PY
 
 # --- errors: one line naming the flag, exit 2
 check_error "--tp 2 on a 1-head model" 2 "--tp 2: must divide the model's 1 attention heads" --model d1 --tp 2

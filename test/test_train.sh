@@ -26,7 +26,8 @@
 #                  final weights; 2 layers, fp32, bf16 and fp8 with delayed scaling, with gradient
 #                  accumulation and validation); on a GPU selective's GELU runs apart from the matmul (model.h),
 #                  so there it is held to the GPU-vs-CPU bounds; a checkpoint of a run without
-#                  recomputation resumes with --recompute full bit for bit
+#                  recomputation resumes with --recompute full bit for bit; FP8 without full
+#                  quantizes 3 tensors a product, not 5 (the backward takes the forward's xᵀ, Wᵀ)
 #   outliers:      --skip-norm-z: a skipped step leaves weights and moments byte for byte as they
 #                  were; resumed, a run skips the straight run's steps (the window is checkpointed)
 #   --profile:     every op of the measured steps timed once (each op's calls per step are the
