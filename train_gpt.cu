@@ -671,6 +671,9 @@ static Precision run_precision(const RunConfig& rc, const Ctx& ctx) {
         if (!why.empty()) usage_error("--precision fp8: %s", why.c_str());
         if (ctx.device == Device::CUDA && g_rank == 0)
             fprintf(stderr, "note: --precision fp8 is not faster than bf16 yet where it was measured (docs/performance.md: FP8 against bf16)\n");
+        if (rc.recompute == Recompute::Selective && g_rank == 0)
+            fprintf(stderr, "note: --recompute selective keeps what none keeps with --precision fp8: its backward reads no LayerNorm "
+                    "or GELU output (llmc/model.h: fp8_keeps_operands); --recompute full keeps less\n");
     }
     return p;
 }

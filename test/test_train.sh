@@ -286,6 +286,8 @@ for p in fp32 bf16 fp8_delayed $llama; do
         "$BIN" "${common[@]}" "${rc_run[@]}" --model $model "${prec[@]}" --recompute $r --log-file "$tmp/rc_${r}_$p.jsonl" \
             --save-model "$tmp/rc_${r}_$p.bin" >"$tmp/rc_${r}_$p.out" 2>&1 || echo "# --recompute $r $p failed: $(tail -1 "$tmp/rc_${r}_$p.out")"
     done
+    [ $p = fp8_delayed ] && { grep -q "^note: --recompute selective keeps what none keeps with --precision fp8: " "$tmp/rc_selective_$p.out" \
+        && echo "ok - --recompute selective fp8: a note says it keeps what none keeps" || echo "not ok - --recompute selective fp8: no note"; }
     for r in selective full; do
         grep -q "^device: .*, recompute $r" "$tmp/rc_${r}_$p.out" || echo "not ok - --recompute $r $p: the device line does not say it"
         if [ "${DEVICE:-cpu}" = cuda ] && [ $r = selective ] && [ $model = d2 ]; then
