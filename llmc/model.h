@@ -196,11 +196,12 @@ inline std::array<ProductWidths, NUM_BLOCK_PRODUCTS> gpt_block_products(const Ra
     return {{{C, (size_t)d.Q}, {(size_t)d.Ct, C}, {C, (size_t)d.Fc}, {(size_t)d.Hh, C}}};
 }
 // Where product p's kept FP8 operands start within a block's (fp8_keeps_operands): the
-// products before it, in elements of xᵀ for N rows and of Wᵀ; p = NUM_BLOCK_PRODUCTS gives a block's.
-inline ProductWidths fp8_kept_offsets(const RankWidths& d, size_t N, int p) {
+// products before it, in bytes of xᵀ for N rows and of Wᵀ; p = NUM_BLOCK_PRODUCTS gives a block's.
+struct Fp8KeptAt { size_t xt, wt; };
+inline Fp8KeptAt fp8_kept_offsets(const RankWidths& d, size_t N, int p) {
     const std::array<ProductWidths, NUM_BLOCK_PRODUCTS> w = gpt_block_products(d);
-    ProductWidths at{0, 0};  // (in: xᵀ's, out: Wᵀ's)
-    for (int q = 0; q < p; q++) at.in += N * w[q].in, at.out += w[q].in * w[q].out;
+    Fp8KeptAt at{0, 0};
+    for (int q = 0; q < p; q++) at.xt += N * w[q].in, at.wt += w[q].in * w[q].out;
     return at;
 }
 
@@ -224,13 +225,13 @@ inline void gpt_activation_buffers(Activations<floatX>& a, const GPT<floatX>& g,
     const size_t head = part.heads ? 1 : 0, mean = c.llama() ? 0 : 1;  // (RMSNorm keeps no mean)
     const bool llama = c.llama();
     const size_t Lc = keeps_cheap(r, g.fp8) ? L : 1, Li = keeps_inner(r) ? L : 1, Lk = fp8_keeps_operands(g.fp8, r) ? L : 0;
-    const ProductWidths kept = fp8_kept_offsets(d, BT, NUM_BLOCK_PRODUCTS);
+    const Fp8KeptAt kept = fp8_kept_offsets(d, BT, NUM_BLOCK_PRODUCTS);
     f(a.encoded, P * C);
     f(a.ln1, Lc * P * C); f(a.ln1_mean, mean * Li * P); f(a.ln1_rstd, Li * P);      // per block
     f(a.qkv, Li * BT * Q); f(a.atty, Li * BT * Ct); f(a.lse, Li * BT * NHt);
     f(a.residual2, Li * P * C); f(a.ln2, Lc * P * C); f(a.ln2_mean, mean * Li * P); f(a.ln2_rstd, Li * P);
     f(a.fch, Li * BT * Fc); f(a.fch_gelu, (gelu_in_fp8(g) ? 0 : Lc) * BT * Hh); f(a.residual3, L * P * C);
-    f(a.fp8_xt, Lk * kept.in); f(a.fp8_wt, Lk * kept.out); f(a.fp8_scales, Lk * NUM_BLOCK_PRODUCTS * 2);
+    f(a.fp8_xt, Lk * kept.xt); f(a.fp8_wt, Lk * kept.wt); f(a.fp8_scales, Lk * NUM_BLOCK_PRODUCTS * 2);
     f(a.lnf, head * P * C); f(a.lnf_mean, mean * head * P); f(a.lnf_rstd, head * P);  // the head
     f(a.logits, head * BT * d.Vpl); f(a.losses, head * BT);
     f(a.scratch, P * C);
@@ -283,10 +284,9 @@ template <class floatX> inline double gpt_fp8_scratch_bytes(const Ctx& ctx, cons
     dequantize = ctx.tuned && ctx.tuned->fp8_dequantize;
 #endif
     const double fallback = dequantize ? (double)Buf<floatX>::bytes_for(std::max(in, out)) + (double)Buf<floatX>::bytes_for(std::max(w, in)) : 0;
-    if (fp8_keeps_operands(g.fp8, g.recompute))  // (xᵀ, Wᵀ and the forward's scales are then activations)
-        return bytes(in) + bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(3) + fallback;
-    return 2 * bytes(in) + 2 * bytes(w) + 2 * bytes(out) + (double)Buf<Fp8Scales>::bytes_for(2) + (double)Buf<Fp8Scales>::bytes_for(3) +
-           fallback;
+    const bool kept = fp8_keeps_operands(g.fp8, g.recompute);  // (then xᵀ, Wᵀ and the forward's scales are activations)
+    return (kept ? 1 : 2) * (bytes(in) + bytes(w)) + 2 * bytes(out) + (kept ? 0 : (double)Buf<Fp8Scales>::bytes_for(2)) +
+           (double)Buf<Fp8Scales>::bytes_for(3) + fallback;
 }
 // The GELU backward's fp32 product (matmul.cuh: matmul_backward with gelu_pre), where cuBLASLt's
 // DGELU epilogue cannot take it: the fc projection's input width on this rank, Hh, not a
@@ -331,15 +331,15 @@ inline std::string gpt_fp8_shape_problem(const RankWidths& d, int B, int T) {
 template <class floatX> inline std::array<Ctx, NUM_BLOCK_PRODUCTS> linear_ctx(const Ctx& ctx, GPT<floatX>* g, int l, int B, int T) {
     Activations<floatX>& a = g->acts;
     const size_t BT = (size_t)B * T, i = l - g->part.blocks.first;
-    const ProductWidths block = fp8_kept_offsets(g->layout.widths, BT, NUM_BLOCK_PRODUCTS);
+    const Fp8KeptAt block = fp8_kept_offsets(g->layout.widths, BT, NUM_BLOCK_PRODUCTS);
     std::array<Ctx, NUM_BLOCK_PRODUCTS> lin;
     for (int p = 0; p < NUM_BLOCK_PRODUCTS; p++) {
         lin[p] = ctx;
         lin[p].fp8 = g->fp8;
         if (g->fp8_delayed.on) { lin[p].fp8_delayed = &g->fp8_delayed; lin[p].fp8_product = g->layout.local_block(l) * NUM_BLOCK_PRODUCTS + p; }
         if (fp8_keeps_operands(g->fp8, g->recompute)) {
-            const ProductWidths at = fp8_kept_offsets(g->layout.widths, BT, p);
-            lin[p].fp8_kept = {a.fp8_xt.data() + i * block.in + at.in, a.fp8_wt.data() + i * block.out + at.out,
+            const Fp8KeptAt at = fp8_kept_offsets(g->layout.widths, BT, p);
+            lin[p].fp8_kept = {a.fp8_xt.data() + i * block.xt + at.xt, a.fp8_wt.data() + i * block.wt + at.wt,
                                a.fp8_scales.data() + (i * NUM_BLOCK_PRODUCTS + p) * 2};
         }
     }
