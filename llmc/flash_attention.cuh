@@ -203,7 +203,10 @@ __device__ inline void online_softmax_p(float (*s)[4], float* m, float* l, float
         }
     l[0] += rs[0]; l[1] += rs[1];
 }
-template <int D> __device__ inline void rescale_rows(float (*o)[4], const float* corr) {  // row r of the C layout × corr[r]
+// Row r of the C layout × corr[r]. A warp whose rows all kept their max (every corr is 1) skips
+// it: x · 1 = x, so the same bits. (The warp is converged here: the softmax's shuffles just ran.)
+template <int D> __device__ inline void rescale_rows(float (*o)[4], const float* corr) {
+    if (!__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) return;
     for (int dt = 0; dt < D / 8; dt++)
         for (int e = 0; e < 4; e++) o[dt][e] *= corr[e / 2];
 }

@@ -356,8 +356,28 @@ static const char* producer_words() {
                                         : " (flash, wgmma, a producer warpgroup in the forward, 128 keys a tile)";
     return k.flash_forward_pingpong ? " (flash, wgmma, a producer warpgroup in the forward, ping-pong)" : " (flash, wgmma, a producer warpgroup in the forward)";
 }
+// An attention sink, as trained models have: every query of a group shares a direction u with its
+// key at position 0 (q += u, k₀ = u), so key 0 scores about √hs above the others (≈ 8 to their
+// ≈ N(0, 2)) and most rows find their max in the first key tile and keep it. The flash forwards
+// then skip the rescale of O in most later tiles (flash_attention.cuh: rescale_rows).
+template <class X> static void add_sink(std::vector<float>& qkv, int B, int T, const QKVLayout& L) {
+    const size_t W = L.row();
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < L.NH; h += L.group()) {
+            const std::vector<float> u = randn<X>(L.hs);
+            for (int d = 0; d < L.hs; d++) {
+                qkv[(size_t)b * T * W + L.k(h) + d] = u[d];
+                for (int t = 0; t < T; t++)
+                    for (int g = h; g < h + L.group(); g++) {
+                        float& q = qkv[((size_t)b * T + t) * W + (size_t)g * L.hs + d];
+                        q = to_f(from_f<X>(q + u[d]));
+                    }
+            }
+        }
+}
 // NKV < NH: grouped-query attention (the dK/dV pass sums over each key/value head's group).
-template <class X> static void check_attention(int B, int T, int C, int NH, int NKV, bool flash = true) {
+// sink: with add_sink's inputs.
+template <class X> static void check_attention(int B, int T, int C, int NH, int NKV, bool flash = true, bool sink = false) {
     gpu.kernels.flash = flash;  // bf16 with head size 64/128: the tensor-core kernels, unless told not to
     char name[256]; snprintf(name, sizeof(name), "%s attention B=%d T=%d C=%d NH=%d NKV=%d%s", dtype_name<X>(), B, T, C, NH, NKV,
                              !use_flash<X>(gpu.kernels, C, NH) ? "" : flash_fused_backward_runs(gpu.kernels, C / NH) ? fused_words(B, T, NKV)
@@ -366,8 +386,10 @@ template <class X> static void check_attention(int B, int T, int C, int NH, int 
                              " (flash, wgmma, 2 warpgroups)" : " (flash, wgmma, 1 warpgroup)") : " (flash, tensor cores)");
     if (gpu.kernels.flash_swizzle && gpu.kernels.flash_wgmma && use_flash<X>(gpu.kernels, C, NH))
         strcat(name, gpu.kernels.flash_tma ? ", swizzled tiles by TMA in the forward" : ", swizzled tiles in the forward");
+    if (sink) strcat(name, ", an attention sink");
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<X>((size_t)B * T * W), dout = randn<X>((size_t)B * T * C);
+    if (sink) add_sink<X>(qkv, B, T, QKVLayout(C, NH, NKV));
     std::vector<X> out((size_t)B * T * C), dqkv((size_t)B * T * W), cqkv = vec_cast<X>(qkv), cdout = vec_cast<X>(dout);
     std::vector<float> lse((size_t)B * NH * T);
     attention_forward(cpu, out.data(), lse.data(), cqkv.data(), B, T, C, NH, NKV);
@@ -553,6 +575,7 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
         check_attention<bf16>(B, T, C, NH, NKV);
         check_attention<fp16>(B, T, C, NH, NKV);  // (wgmma's .f16 form)
     }
+    check_attention<bf16>(B, T, C, NH, NKV, true, true);  // (most tiles keep the max: add_sink)
     gpu.kernels.flash_swizzle = true;  // (fp16: its own kernels; bf16's are compared bit for bit below)
     check_attention<fp16>(B, T, C, NH, NKV);
     gpu.kernels.flash_forward_producer = 2; gpu.kernels.flash_tma = true;  // (and by TMA)
@@ -560,12 +583,14 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
     gpu.kernels.flash_forward_producer = 2;
     check_attention<bf16>(B, T, C, NH, NKV);
+    check_attention<bf16>(B, T, C, NH, NKV, true, true);
     // key tiles of 128 (other bits than 64: only against the CPU), with and without ping-pong
     gpu.kernels.flash_forward_keys = 128;
     check_attention<bf16>(B, T, C, NH, NKV);
     check_attention<fp16>(B, T, C, NH, NKV);
     gpu.kernels.flash_forward_pingpong = true;
     check_attention<bf16>(B, T, C, NH, NKV);
+    check_attention<bf16>(B, T, C, NH, NKV, true, true);
     gpu.kernels.flash_forward_pingpong = false;
     gpu.kernels.flash_forward_producer = 0;  // (the forward without a producer, key tiles of 128)
     check_attention<bf16>(B, T, C, NH, NKV);
@@ -1147,6 +1172,8 @@ template <class X> static void check_all() {
     check_attention<X>(2, 100, 768, 12, 4);   // llama:d12's heads (3 to a key/value head), T not a multiple of the tiles
     check_attention<X>(1, 200, 512, 4, 1);    // head size 128, one key/value head for all 4
     check_attention<X>(2, 100, 768, 12, 4, false);  // bf16: the warp-per-row kernels with groups
+    check_attention<X>(1, 300, 256, 4, 2, true, true);  // an attention sink (add_sink): 5 key tiles a row at most
+    check_attention<X>(1, 320, 512, 4, 4, true, true);  // head size 128, a sink
     check_attention_block<X>(2, 9, 9, 12, 3, 3, 0, 9, 0, 9);         // contiguous cp: all rows, all keys
     check_attention_block<X>(2, 64, 64, 768, 12, 12, 0, 64, 0, 32);    // zigzag, o < r: the first chunk's keys
     check_attention_block<X>(1, 50, 50, 256, 2, 2, 25, 25, 0, 50);    // zigzag, o > r: the second chunk's queries; head size 128

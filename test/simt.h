@@ -443,6 +443,22 @@ template <class T> inline T shfl(unsigned mask, T v, int src_of_lane(int, int), 
     return r;
 }
 
+// __any_sync: whether any lane of the warp passed a true predicate (every lane gets the answer).
+inline int vote_any(unsigned mask, int pred) {
+    if (mask != 0xffffffffu) die("%s: a vote with a partial mask is not emulated", tl_run->kernel);
+    WarpSlots& w = my_warp();
+    const int buf = tl_run->me().warp_ops & 1, lane = lane_id(), mine = pred != 0;
+    memcpy(&w.x[buf][lane], &mine, 4);
+    warp_barrier();
+    int any = 0;
+    for (int i = 0; i < 32; i++) {
+        int p;
+        memcpy(&p, &w.x[buf][i], 4);
+        any |= p;
+    }
+    return any;
+}
+
 // The 16-bit float in the low (hi = 0) or high half of a register, as fp32: bf16 (fp32's upper
 // half), or fp16 (IEEE binary16, decoded here from its definition, apart from common.h's).
 inline float half_value(uint32_t reg, int hi, bool fp16) {
@@ -1171,6 +1187,7 @@ template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta,
 template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
     return simt::shfl(mask, v, [](int, int s) { return s; }, src, width);
 }
+inline int __any_sync(unsigned mask, int pred) { return simt::vote_any(mask, pred); }
 inline unsigned __float_as_uint(float x) { unsigned u; memcpy(&u, &x, 4); return u; }
 // atomicMax on a 32-bit word (fp8.cuh's amax record): the blocks of a launch run on several
 // threads here, so it is a real atomic, a compare-and-swap loop. (The only atomic the kernels use:

@@ -148,12 +148,14 @@ static void test_ldmatrix() {
 }
 
 static void test_shuffles() {
-    int got[3][64];
+    int got[3][64], any[2][64];
     simt::launch("shuffle_test", simt::Cfg{1, 64}, [&] {
         int i = threadIdx.x, lane = i % 32;
         got[0][i] = __shfl_xor_sync(0xffffffffu, 100 * (i / 32) + lane, 5);
         got[1][i] = __shfl_down_sync(0xffffffffu, lane, 3);
         got[2][i] = __shfl_sync(0xffffffffu, lane * lane, 7);
+        any[0][i] = __any_sync(0xffffffffu, i == 40);  // true in one lane of the second warp alone
+        any[1][i] = __any_sync(0xffffffffu, 0);
     });
     bool ok = true;
     for (int i = 0; i < 64; i++) {
@@ -163,6 +165,9 @@ static void test_shuffles() {
         ok &= got[2][i] == 49;
     }
     check(ok, "shuffles (xor, down, indexed) read the source lane, per warp");
+    bool votes = true;
+    for (int i = 0; i < 64; i++) votes &= (any[0][i] != 0) == (i >= 32) && any[1][i] == 0;
+    check(votes, "__any_sync: every lane of a warp learns whether one of its lanes voted true, per warp");
 }
 
 // sum of 0..255 by a block of 256 through shared memory; `barrier` false drops the one that
