@@ -522,15 +522,6 @@ inline bool flash_fused_backward_runs(const KernelOptions& o, int hs) {
     return o.flash_fused_backward && o.flash && (hs == 64 || (hs == 128 && o.flash_fused_backward_128)) && o.flash_wgmma_groups == 2 &&
            (o.flash_wgmma || o.flash_wgmma_auto) && gpu_has_wgmma();
 }
-inline int gpu_sm_count() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-        return v;
-    }();
-    return n;
-}
 // Splits of the fused backward's key blocks (each a block of its own): the fewest of 1, 2, 4, 8,
 // 16 (at most half the key blocks) whose blocks fill the last wave of the GPU (one block an SM)
 // at least 90%, else the fullest. More splits mean more partial sums to add up after.

@@ -165,7 +165,7 @@ struct LtAlgo { bool any; cublasLtMatmulAlgo_t algo; };  // (any: false where no
 struct Autotuned {
     int flash_rows[3] = {};             // flash attention, by pass: the rows a warp timing kept (0: not yet)
     AutotuneTrial flash_wgmma[3];       // --flash-wgmma auto's trial, by pass
-    int classifier_staged = -1;         // --classifier-staged auto: -1 not yet, 0 unstaged, 1 staged
+    int classifier_staged = -1;         // --classifier-staged auto: -1 not yet, else the kernel kept (kernel_options.h)
     std::map<LtKey, LtAlgo> lt_algos;   // each product's cuBLASLt algorithm
     bool fp8_dequantize = false;        // cuBLASLt refused FP8: every FP8 product dequantized (matmul.cuh)
     long fp8_dequantized_products = 0;  // the products that took that path

@@ -6,8 +6,8 @@ fused_classifier.cuh — softmax, cross-entropy and its gradient, in one pass ov
 
 The gradient overwrites the logits, so the largest activation exists once. CUDA: a block a row,
 two passes in 16-byte packs (an online softmax, then the gradient), fixed-tree reductions.
---classifier-staged copies the row into shared memory first (auto: timed, kept if faster and of
-the same bits). With tensor parallelism a rank holds some columns: classifier_stats gives 3
+--classifier-staged copies the row into shared memory first (2: while the block computes the
+row before; auto: each timed, kept if faster and of the same bits). With tensor parallelism a rank holds some columns: classifier_stats gives 3
 floats a row, the ranks gather them, classifier_finish completes the softmax.
 
 Main functions: fused_classifier (the op), classifier_stats and classifier_finish
@@ -205,6 +205,40 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
     if constexpr (!STAGED) __syncthreads();  // every thread has read row[tgt] before it is overwritten
     classifier_row_grad<floatX, P>(row, src, V, Vp, mb, log_sum, tgt, dloss);
 }
+// PIPELINED (--classifier-staged 2): one block an SM walks the rows n, n + grid, ... Each row is
+// staged in shared memory as STAGED stages it, in one of two buffers, and the next row's copy is
+// issued before this row is computed, so device memory stays busy while the block computes (two
+// rows of shared memory: GPT-2's bf16 rows fit on an H100, not on an A100). Each thread copies
+// and reads only its own packs, and the thread that holds the target's pack writes the loss: the
+// same arithmetic as the one-row kernel, so the same bits.
+template <class floatX, int P>
+__global__ void fused_classifier_pipelined_kernel(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    static_assert(P * sizeof(floatX) == 16, "the staged row moves in 16-byte packs");
+    DYNAMIC_SHARED(floatX, buffers);
+    auto stage = [&](int n, floatX* dst) {  // this thread's packs of row n, as one commit group
+        const floatX* row = logits + (size_t)n * Vp;
+        for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) cp_async16(dst + i, row + i, 16);
+        cp_async_commit();
+    };
+    if ((int)blockIdx.x < N) stage(blockIdx.x, buffers);
+    for (int n = blockIdx.x, k = 0; n < N; n += gridDim.x, k++) {
+        const floatX* src = buffers + (size_t)(k % 2) * Vp;
+        __syncthreads();  // row n − grid, in the other buffer, is read
+        if (n + (int)gridDim.x < N) {
+            stage(n + gridDim.x, buffers + (size_t)((k + 1) % 2) * Vp);
+            cp_async_wait_group<1>();  // row n has landed, the next one is in flight
+        } else {
+            cp_async_wait_all();
+        }
+        float mb, sum;
+        classifier_row_max_sum<floatX, P>(src, V, Vp, &mb, &sum);
+        const float log_sum = logf(sum);
+        const int tgt = targets[n];
+        if (tgt / P % (int)blockDim.x == (int)threadIdx.x) losses[n] = -(to_f(src[tgt]) - mb - log_sum);  // (its own pack)
+        if (dloss != 0.0f) classifier_row_grad<floatX, P>(logits + (size_t)n * Vp, src, V, Vp, mb, log_sum, tgt, dloss);
+    }
+}
+
 // The vocabulary-parallel pair (one block per row, one element per load: the rows of a rank's
 // slice need not be 16-byte aligned). Stats: pass 1; finish: each thread combines the parts
 // itself (a few floats), then pass 2.
@@ -232,16 +266,16 @@ __global__ void classifier_finish_kernel(floatX* logits, float* losses, const fl
     floatX* row = logits + (size_t)n * Vpl;
     classifier_row_grad<floatX, 1>(row, row, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
 }
-// ctx.kernels.classifier_staged: the STAGED kernel where the row fits in a block's shared memory
-// (GPT-2's bf16 row is 98 KB: two blocks per H100 SM). classifier_staged_auto (--classifier-staged
-// auto, the trainer's default): at the first call with dlogits of at least classifier_tune_rows
-// rows (a B·T of real size), both kernels run on a copy of its first CLASSIFIER_TUNE_SLICE rows
-// (the kernel writes in place, so each run starts from the rows copied again), are timed and
-// their outputs hashed (autotune.cuh's rule): the staged kernel is kept if it was faster by 2% and
-// wrote the same bits, which it should (each thread handles the same packs either way). The
-// slice, 4096 rows, is 8 waves of the unstaged kernel's rows in flight on an H100 and 16 of the
-// staged one's: as the whole call, many rows per SM, so whether pass 2 finds the row in L2 is as
-// it is there. Rank 0 prints the decision.
+// ctx.kernels.classifier_staged: 1, the STAGED kernel where the row fits in a block's shared
+// memory (GPT-2's bf16 row is 98 KB: two blocks per H100 SM); 2, the PIPELINED one where two rows
+// fit. classifier_staged_auto (--classifier-staged auto, the trainer's default): at the first
+// call with dlogits of at least classifier_tune_rows rows (a B·T of real size), each kernel that
+// fits runs on a copy of its first CLASSIFIER_TUNE_SLICE rows (the kernel writes in place, so each
+// run starts from the rows copied again), is timed and has its outputs hashed (autotune.cuh's
+// rule): a staged kernel is kept if it was faster by 2% and wrote the same bits, which it should
+// (each thread handles the same packs every way). The slice, 4096 rows, is 8 waves of the
+// unstaged kernel's rows in flight on an H100 and 16 of the staged one's: as the whole call, many
+// rows per SM, so whether pass 2 finds the row in L2 is as it is there. Rank 0 prints the decision.
 constexpr int CLASSIFIER_TUNE_SLICE = 4096;
 // classifier_threads: the block (a row) size of the one-pass kernels, a multiple of 32 ≤ 1024.
 // With 512, four blocks fit an SM: 528 rows in flight on an H100, 52 MB of GPT-2 bf16 rows,
@@ -252,26 +286,38 @@ template <class floatX, int P> inline size_t classifier_staged_ceiling() {  // (
     static const size_t bytes = dynamic_shared_ceiling(fused_classifier_kernel<floatX, P, true>);
     return bytes;
 }
+template <class floatX, int P> inline size_t classifier_pipelined_ceiling() {
+    static const size_t bytes = dynamic_shared_ceiling(fused_classifier_pipelined_kernel<floatX, P>);
+    return bytes;
+}
 #endif
 
 #ifdef LLMC_CUDA
-// --classifier-staged auto's trial (above): 1 if the staged kernel is kept. launch(staged, rows,
-// losses, n) runs a kernel on n rows.
+// --classifier-staged auto's trial (above): the kernel kept (0 unstaged, 1 staged, 2 pipelined).
+// launch(kernel, rows, losses, n) runs a kernel on n rows, or says false where it does not fit.
 template <class floatX, class L> inline int classifier_tune_staged(const Ctx& ctx, const floatX* logits, int N, int Vp, const L& launch) {
     const int R = std::min(N, CLASSIFIER_TUNE_SLICE);
     const size_t bytes = (size_t)R * Vp * sizeof(floatX);
     bool room = true;
-    const AutotunePick t = autotune_pick_on_copy(ctx, 2, logits, bytes, R * sizeof(float), [&](int v, void* rows) {
-        return launch(v == 1, (floatX*)rows, (float*)((char*)rows + bytes), R);  // (the R losses after the rows)
+    const AutotunePick t = autotune_pick_on_copy(ctx, 3, logits, bytes, R * sizeof(float), [&](int v, void* rows) {
+        return launch(v, (floatX*)rows, (float*)((char*)rows + bytes), R);  // (the R losses after the rows)
     }, &room);
     if (!room) {
         if (g_rank == 0) printf("classifier: the unstaged kernel (--classifier-staged auto: no room for the %zu bytes of its trial)\n", bytes);
         return 0;
     }
-    if (g_rank == 0)
-        printf("classifier: the %s kernel (--classifier-staged auto, timed on %d rows of %d: %.3f ms unstaged, %.3f ms staged%s)\n",
-               t.best == 1 ? "staged" : "unstaged", R, Vp, t.ms[0], t.ms[1], t.same ? "; the same bits" : ": the bits differ, unstaged kept");
-    return t.best == 1;
+    static const char* names[] = {"unstaged", "staged", "pipelined"};
+    if (g_rank == 0) {
+        std::string times;
+        for (int v = 0; v < 3; v++) {
+            char one[64];
+            snprintf(one, sizeof(one), "%s%.3f ms %s", times.empty() ? "" : ", ", t.ms[v], names[v]);
+            if (!std::isnan(t.ms[v])) times += one;
+        }
+        printf("classifier: the %s kernel (--classifier-staged auto, timed on %d rows of %d: %s%s)\n", names[t.best], R, Vp, times.c_str(),
+               t.same ? "; the same bits" : "; a kernel whose bits differed was left out");
+    }
+    return t.best;
 }
 #endif
 
@@ -283,22 +329,31 @@ inline void fused_classifier(const Ctx& ctx, floatX* logits, float* losses, cons
         constexpr int P = PACK<floatX>;
         const size_t row_bytes = (size_t)Vp * sizeof(floatX);
         const bool packs = pack_width<floatX>(Vp, {logits}) > 1;
-        auto launch = [&](bool staged, floatX* rows, float* loss, int n) {
+        const bool fits[3] = {true, packs && row_bytes <= classifier_staged_ceiling<floatX, P>(),
+                              packs && 2 * row_bytes <= classifier_pipelined_ceiling<floatX, P>()};
+        auto launch = [&](int kernel, floatX* rows, float* loss, int n) {  // (0 unstaged, 1 staged, 2 pipelined)
             constexpr int Q = PACK<floatX>;  // (P itself, named in here, nvcc would want captured)
-            if (staged) {
+            const int threads = ctx.kernels.classifier_threads;
+            if (!fits[kernel]) return false;
+            if (kernel == 1) {
                 SHARED_OPT_IN(fused_classifier_kernel<floatX, Q, true>);
-                fused_classifier_kernel<floatX, Q, true><<<n, ctx.kernels.classifier_threads, row_bytes, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
-            } else
-                fused_classifier_kernel<floatX, Q><<<n, ctx.kernels.classifier_threads, 0, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
+                fused_classifier_kernel<floatX, Q, true><<<n, threads, row_bytes, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
+            } else if (kernel == 2) {
+                const int blocks = std::min(n, gpu_sm_count());  // (one an SM: two rows of shared memory each)
+                SHARED_OPT_IN(fused_classifier_pipelined_kernel<floatX, Q>);
+                fused_classifier_pipelined_kernel<floatX, Q><<<blocks, threads, 2 * row_bytes, ctx.stream>>>(rows, loss, targets, n, V, Vp, dloss);
+            } else {
+                fused_classifier_kernel<floatX, Q><<<n, threads, 0, ctx.stream>>>(rows, loss, targets, V, Vp, dloss);
+            }
             CUDA_LAUNCH_CHECK();
             return true;
         };
-        const bool stageable = packs && row_bytes <= classifier_staged_ceiling<floatX, P>();
         const KernelOptions& o = ctx.kernels;
         int& kept = ctx.tuned->classifier_staged;  // (−1: not decided yet)
-        if (stageable && o.classifier_staged_auto && kept < 0 && N >= o.classifier_tune_rows && dloss != 0.0f)
+        if (fits[1] && o.classifier_staged_auto && kept < 0 && N >= o.classifier_tune_rows && dloss != 0.0f)
             kept = classifier_tune_staged<floatX>(ctx, logits, N, Vp, launch);
-        if (packs) launch(stageable && (o.classifier_staged || (o.classifier_staged_auto && kept == 1)), logits, losses, N);
+        const int kernel = o.classifier_staged_auto ? std::max(kept, 0) : o.classifier_staged;
+        if (packs) launch(fits[kernel] ? kernel : 0, logits, losses, N);
         else
             fused_classifier_kernel<floatX, 1><<<N, ctx.kernels.classifier_threads, 0, ctx.stream>>>(logits, losses, targets, V, Vp, dloss);
         CUDA_LAUNCH_CHECK();

@@ -141,6 +141,15 @@ __device__ inline float exp2_ftz(float x) {
         (void)opted_; \
     } while (0)
 #endif
+inline int gpu_sm_count() {  // (the device's streaming multiprocessors)
+    static const int n = [] {
+        int dev = 0, v = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+        return v;
+    }();
+    return n;
+}
 inline size_t max_shared_per_block() {
     static const size_t bytes = [] {
         int dev = 0, b = 0;

@@ -61,8 +61,8 @@ struct KernelOptions {
     bool gelu_fusion = true;           // the GELU in the matmul's epilogue where cuBLASLt takes it
     BiasGrad bias_grad = BiasGrad::Warps;
     // the loss kernel (fused_classifier.cuh)
-    bool classifier_staged = false;      // the row staged in shared memory where it fits
-    bool classifier_staged_auto = false; // --classifier-staged auto: staged where faster, same bits
+    int classifier_staged = 0;           // the row staged in shared memory where it fits: 0 no, 1 yes, 2 with the next row's copy in flight
+    bool classifier_staged_auto = false; // --classifier-staged auto: the fastest of 0, 1, 2 (the same bits)
     int classifier_threads = 512;        // a row's block size (another size sums in another order)
     long classifier_tune_rows = 4096;
     // LayerNorm (layernorm.cuh)

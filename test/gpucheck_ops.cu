@@ -771,15 +771,19 @@ template <class X> static void check_classifier(int N, int V, int Vp) {
     fused_classifier(gpu, glog.p(), gloss.p(), dt.data(), N, V, Vp, 1.0f / N);
     compare(name, "losses", losses, gloss.host(), bs<X>(1e-5));
     compare(name, "dlogits (in place)", vec_widen(clog), glog.host(), bx<X>(1e-4));
-    // the row staged in shared memory (where it fits and moves in packs): each thread reads the
-    // same elements in the same order, so the same bits as above
-    Dev<X> glog2(logits);
-    DevF gloss2(losses, true);
-    gpu.kernels.classifier_staged = true;
-    fused_classifier(gpu, glog2.p(), gloss2.p(), dt.data(), N, V, Vp, 1.0f / N);
-    gpu.kernels.classifier_staged = false;
-    compare(name, "row staged in shared memory vs not: losses", gloss.host(), gloss2.host(), 0.0);
-    compare(name, "row staged in shared memory vs not: dlogits", glog.host(), glog2.host(), 0.0);
+    // the row staged in shared memory (where it fits and moves in packs), and staged by a block
+    // an SM while it computes the row before: each thread reads the same elements in the same
+    // order, so the same bits as above
+    for (int staged : {1, 2}) {
+        Dev<X> glog2(logits);
+        DevF gloss2(losses, true);
+        gpu.kernels.classifier_staged = staged;
+        fused_classifier(gpu, glog2.p(), gloss2.p(), dt.data(), N, V, Vp, 1.0f / N);
+        gpu.kernels.classifier_staged = 0;
+        const char* how = staged == 1 ? "row staged in shared memory vs not" : "rows staged by a block an SM, the next in flight, vs not";
+        compare(name, (std::string(how) + ": losses").c_str(), gloss.host(), gloss2.host(), 0.0);
+        compare(name, (std::string(how) + ": dlogits").c_str(), glog.host(), glog2.host(), 0.0);
+    }
 }
 
 // The vocabulary-parallel pair (tensor parallelism): part q of `parts` of the columns, its stats
@@ -1185,6 +1189,7 @@ template <class X> static void check_all() {
     check_classifier<X>(3, 37, 40);      // packs, V inside the last one
     check_classifier<X>(5, 30, 33);      // Vp odd: one element per load
     check_classifier<X>(64, 50257, 50304);
+    check_classifier<X>(300, 250, 256);  // 300 rows: the pipelined kernel's blocks walk 2 or 3 rows each
     check_classifier_vp<X>(5, 37, 40, 2);      // the last part's padding inside it
     check_classifier_vp<X>(4, 50257, 50304, 4);
     check_adamw_norm<X>(17);

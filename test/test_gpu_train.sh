@@ -26,9 +26,10 @@
 #         candidates that round otherwise (SIMT_LT_ALGO_REVERSE=1) it refuses them at every
 #         product (on a GPU the bf16 tuned run is reported: at d2's sizes bf16 sums are often
 #         exact, so the first call's bits cannot tell every order apart)
-#   classifier-staged  bf16 with the loss kernel's row staged in shared memory (1) and with
-#         auto (both kernels timed at its first call, the staged one kept where faster and of
-#         the same bits) bit-identical to 0, saying what it kept
+#   classifier-staged  bf16 with the loss kernel's row staged in shared memory (1), staged by a
+#         block an SM while it computes the row before (2), and with auto (the three kernels
+#         timed at its first call, a staged one kept where faster and of the same bits)
+#         bit-identical to 0, saying what it kept
 #   bias-grad  bf16 with --bias-grad epilogue (cuBLASLt's bias-gradient epilogue; its sums rounded
 #         to bf16 first): within bf16's 2e-2 of the CPU
 #   fp8   --precision fp8 (llmc/fp8.cuh: the blocks' products in FP8, cuBLASLt's FP8 kernels) against
@@ -260,8 +261,9 @@ flash_wgmma_auto
 # run with every product tuned is reported, not checked (at real sizes the first call shows it).
 # --classifier-staged auto (the default), in the bf16 tuned run: at the first call of
 # LLMC_CLASSIFIER_TUNE_ROWS rows or more (1 here; 4096 by default, over d2's 256) the loss kernel
-# runs staged and not on a copy of the rows, and the staged one is kept only where it wrote the
-# same bits: 0, 1 and auto train alike, bit for bit (each thread handles the same packs either way).
+# runs unstaged, staged and pipelined on a copy of the rows, and a staged one is kept only where
+# it wrote the same bits: 0, 1, 2 and auto train alike, bit for bit (each thread handles the same
+# packs every way; 2: d2's 256 rows are 2 a block on the emulator's SMs, so its second buffer runs).
 tuned_choices() {
     local tmp; tmp=$(mktemp -d)
     local base=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 2 --lr 1e-3 --val-data "" --seed 3)
@@ -271,6 +273,7 @@ tuned_choices() {
     grep -q "gpu: CPU SIMT emulator" "$tmp/fp32-off.out" || bf16_tune=(LLMC_MATMUL_TUNE_FLOPS=1e30)
     "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 0 --log-file "$tmp/bf16-off.jsonl" >/dev/null 2>&1
     "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 1 --log-file "$tmp/bf16-staged.jsonl" >/dev/null 2>&1
+    "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 2 --log-file "$tmp/bf16-pipelined.jsonl" >/dev/null 2>&1
     env "${bf16_tune[@]}" LLMC_CLASSIFIER_TUNE_ROWS=1 "$BIN" "${base[@]}" --precision bf16 --log-file "$tmp/bf16-on.jsonl" >"$tmp/bf16-on.out" 2>&1 \
         || tail -3 "$tmp/bf16-on.out" | sed 's/^/# /'
     grep -q "gpu: CPU SIMT emulator" "$tmp/fp32-off.out" ||
@@ -298,11 +301,13 @@ if emulated:
     said = line.findall(open(f"{d}/bf16-on.out").read())
     ok = len(said) >= 10 and all(s[4] == "3" for s in said)
     print(("ok" if ok else "not ok") + f" - bf16: each product says once what it kept and that the 3 other candidates gave the same bits ({len(said)} products)")
-staged = load(f"{d}/bf16-staged.jsonl")
+staged, pipelined = load(f"{d}/bf16-staged.jsonl"), load(f"{d}/bf16-pipelined.jsonl")
 print(("ok" if len(off) == 2 and staged == off else "not ok") + " - bf16: --classifier-staged 1 (the row in shared memory) trains bit-identically to 0")
-said = re.findall(r"^classifier: the (staged|unstaged) kernel \(--classifier-staged auto, timed on 256 rows of \d+: [0-9.]+ ms unstaged, "
-                  r"[0-9.]+ ms staged; the same bits\)$", open(f"{d}/bf16-on.out").read(), re.M)
-print(("ok" if len(said) == 1 else "not ok") + f" - bf16: --classifier-staged auto times both kernels once, at its first call of "
+print(("ok" if len(off) == 2 and pipelined == off else "not ok") + " - bf16: --classifier-staged 2 (a block an SM, the next row copied in "
+      "while it computes) trains bit-identically to 0")
+said = re.findall(r"^classifier: the (staged|unstaged|pipelined) kernel \(--classifier-staged auto, timed on 256 rows of \d+: [0-9.]+ ms unstaged, "
+                  r"[0-9.]+ ms staged, [0-9.]+ ms pipelined; the same bits\)$", open(f"{d}/bf16-on.out").read(), re.M)
+print(("ok" if len(said) == 1 else "not ok") + f" - bf16: --classifier-staged auto times the three kernels once, at its first call of "
       f"LLMC_CLASSIFIER_TUNE_ROWS=1 rows or more, sees the same bits and says what it keeps ({said})")
 off, on, rev0 = load(f"{d}/fp32-off.jsonl"), load(f"{d}/fp32-on.jsonl"), load(f"{d}/rev0.jsonl")
 def model(name):  # the saved weights' bytes: a last-bit difference in a loss may round away in its print

@@ -86,7 +86,7 @@ PY
         grep -q '(--flash-wgmma auto, ' "$tmp/out.txt" && kernels+=("$m B=$B: $(sed -n 's/^flash attention: \([a-z.]*\) in the \([a-zA-Z/ ]*\) (--flash-wgmma auto, timed at B=[0-9]* T=[0-9]*: \([0-9.]*\) ms with mma.sync, \([0-9.]*\) ms with wgmma; \(.*\))$/\2 \1 (\3 | \4 ms, \5)/p' "$tmp/out.txt" | paste -sd';' | sed 's/;/; /g')")
         n_tuned=$(grep -c '(--matmul-tune 1: ' "$tmp/out.txt")
         [ "$n_tuned" -gt 0 ] && algos+=("$m B=$B: $n_tuned products tuned, $(grep '(--matmul-tune 1: ' "$tmp/out.txt" | grep -c ' taken (') took another candidate than the heuristic's first$(sed -n 's/^matmul: \(.*\): candidate \([0-9]* of [0-9]*\) taken (--matmul-tune 1: \([0-9.]*\) ms against \([0-9.]*\) ms .*$/; \1: \2 (\3 | \4 ms)/p' "$tmp/out.txt" | tr -d '\n')")
-        grep -q '(--classifier-staged auto, ' "$tmp/out.txt" && staged+=("$m B=$B: $(sed -n 's/^classifier: the \([a-z]*\) kernel (--classifier-staged auto, timed on \([0-9]*\) rows of [0-9]*: \([0-9.na]*\) ms unstaged, \([0-9.na]*\) ms staged\(.*\))$/\1 (\3 | \4 ms on \2 rows\5)/p' "$tmp/out.txt")")
+        grep -q '(--classifier-staged auto, ' "$tmp/out.txt" && staged+=("$m B=$B: $(sed -n 's/^classifier: the \([a-z]*\) kernel (--classifier-staged auto, timed on \([0-9]*\) rows of [0-9]*: \(.*\))$/\1 (\3; on \2 rows)/p' "$tmp/out.txt")")
         fits+=("$m $B $accum")
         break
     done
@@ -102,7 +102,7 @@ listing "Larger micro-batches that did not run:" "${skipped[@]}"
 listing "Rows a warp in flash attention that --flash-rows auto kept (pass, rows, ms with 16 | 32):" "${tuned[@]}"
 listing "Flash attention kernels that --flash-wgmma auto kept (pass, kernel, ms with mma.sync | wgmma, their bits):" "${kernels[@]}"
 listing "Matmuls --matmul-tune 1 timed (the candidates it took: shape, which, ms with it | with the heuristic's first):" "${algos[@]}"
-listing "The loss kernel --classifier-staged auto kept (ms unstaged | staged):" "${staged[@]}"
+listing "The loss kernel --classifier-staged auto kept (each kernel's time):" "${staged[@]}"
 [ -n "${ran_on:-}" ] && { echo; echo "The trainer's own line: \`$ran_on\`"; }
 profiled=()
 [ ${#fits[@]} -gt 0 ] && profiled=("${fits[0]}")

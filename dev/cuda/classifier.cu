@@ -14,6 +14,9 @@ CPU reference vs CUDA versions, in fp32 and bf16.
   v5: v2 as it was before exp2_ftz (kept here, the anchor of v2's and v3's ratios): expf for
       each element, and a running max updated element by element; v3 then waited for the whole
       row before pass 1
+  v6: v3 by one block an SM walking its rows (gpu_ctx.kernels.classifier_staged = 2): two row
+      buffers, the next row copied in while the block computes this one, so that device memory
+      is busy during the compute too; v2's bits
 Reports max relative error and time and effective bandwidth over the bytes that must move (the
 logits read once and written once: 2·N·Vp·sizeof(T); a version reading them more often shows a
 lower number).
@@ -89,14 +92,19 @@ template <class floatX> static void run(int N, int V, int Vp) {
         {"v1 three passes, 1 element/load", [&] { classifier_v1_kernel<<<N, 512, 0, gpu_ctx.stream>>>(glog.p(), gloss.p(), gt.data(), V, Vp, 1.0f / N); }},
         {"v2 online softmax, 16-byte packs", [&] { fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N); }},
         {"v3 v2, the row staged in shared memory", [&] {
-            gpu_ctx.kernels.classifier_staged = true;
+            gpu_ctx.kernels.classifier_staged = 1;
             fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N);
-            gpu_ctx.kernels.classifier_staged = false;
+            gpu_ctx.kernels.classifier_staged = 0;
         }},
         {"v4 v2, 1024 threads a row", [&] {
             gpu_ctx.kernels.classifier_threads = 1024;
             fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N);
             gpu_ctx.kernels.classifier_threads = 512;
+        }},
+        {"v6 v3, a block an SM, the next row in flight", [&] {
+            gpu_ctx.kernels.classifier_staged = 2;
+            fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N);
+            gpu_ctx.kernels.classifier_staged = 0;
         }},
         {"v5 v2 with expf (before exp2_ftz)", [&] {
             constexpr int P = PACK<floatX>;
