@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_fp8_vs_bf16.sh — FP8 against bf16 at GPT-2 1558M (B = 16) in one call, where an FP8 step goes
-# (--profile: the quantizations' share) and where a 124M step goes, with a ./train_gpt built
+# (--profile: the quantizations' share) and where a bf16 1558M and 124M step go, with a ./train_gpt built
 # beforehand: bf16, FP8 with current and delayed scaling, and delayed with fast accumulation in
 # the forward's products and in every product (--fp8-fast-accum). Where .baseline/train_gpt was
 # built (dev/bench/build_baseline.sh), FP8 with delayed scaling runs on it too: the FP8 passes'
@@ -31,5 +31,6 @@ if [ -x .baseline/train_gpt ]; then
     RUN_BIN=.baseline/train_gpt run fp8-d-baseline 1558M 16 --precision fp8 --fp8-scaling delayed
 fi
 run profile-fp8-1558M 1558M 16 --precision fp8 --fp8-scaling delayed --profile 1
+run profile-1558M 1558M 16 --profile 1
 run profile-124M 124M 64 --profile 1
 cat "$out/medians.txt"
