@@ -7,8 +7,9 @@ fused_classifier.cuh — softmax, cross-entropy and its gradient, in one pass ov
 The gradient overwrites the logits, so the largest activation exists once. CUDA: a block a row,
 two passes in 16-byte packs (an online softmax, then the gradient), fixed-tree reductions.
 --classifier-staged copies the row into shared memory first (2: while the block computes the
-row before; auto: each timed, kept if faster and of the same bits). With tensor parallelism a rank holds some columns: classifier_stats gives 3
-floats a row, the ranks gather them, classifier_finish completes the softmax.
+row before; auto: each timed, kept if faster and of the same bits). With tensor parallelism a
+rank holds some columns: classifier_stats gives 3 floats a row, the ranks gather them,
+classifier_finish completes the softmax.
 
 Main functions: fused_classifier (the op), classifier_stats and classifier_finish
 (vocabulary-parallel).
