@@ -842,6 +842,15 @@ template <class X> static void check_adamw_norm(size_t n) {
     double a = global_norm_squared<X>(cpu, {{cg.data(), n / 3}, {cg.data() + n / 3, n - n / 3}}),
            b = global_norm_squared<X>(gpu, {{gg.p(), n / 3}, {gg.p() + n / 3, n - n / 3}});
     compare(name, "norm squared", {(float)a}, {(float)b}, 1e-6);
+    // in 200 pieces (three launches of at most NORM_PIECES), of 0 to 2000 elements at odd offsets
+    std::vector<NormPiece<X>> cp, gp2;
+    for (size_t i = 0, at = 0; i < 200 && at < n; i++) {
+        const size_t len = std::min(n - at, (size_t)(i * 37 % 2001));
+        cp.push_back({cg.data() + at, len});
+        gp2.push_back({gg.p() + at, len});
+        at += len + i % 3;
+    }
+    compare(name, "norm squared, 200 pieces", {(float)global_norm_squared<X>(cpu, cp)}, {(float)global_norm_squared<X>(gpu, gp2)}, 1e-6);
 }
 
 // FP8 (fp8.cuh). The quantize kernels against the CPU's: the same codes, the transpose and the
