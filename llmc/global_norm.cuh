@@ -68,8 +68,9 @@ template <class floatX> __global__ void norm_squared_chunks_kernel(double* part,
     __shared__ double shared[256];
     int p = 0;
     while (blockIdx.x >= t.first[p + 1]) p++;
-    const size_t c = blockIdx.x - t.first[p];
-    shared[threadIdx.x] = t.packs[p] ? norm_thread_sum<floatX, PACK<floatX>>(t.g[p], t.n[p], chunk, c) : norm_thread_sum<floatX, 1>(t.g[p], t.n[p], chunk, c);
+    const size_t c = blockIdx.x - t.first[p];  // (the piece's chunk)
+    const floatX* g = t.g[p];
+    shared[threadIdx.x] = t.packs[p] ? norm_thread_sum<floatX, PACK<floatX>>(g, t.n[p], chunk, c) : norm_thread_sum<floatX, 1>(g, t.n[p], chunk, c);
     __syncthreads();
     for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
         if ((int)threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
