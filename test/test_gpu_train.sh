@@ -263,7 +263,8 @@ flash_wgmma_auto
 # LLMC_CLASSIFIER_TUNE_ROWS rows or more (1 here; 4096 by default, over d2's 256) the loss kernel
 # runs unstaged, staged and pipelined on a copy of the rows, and a staged one is kept only where
 # it wrote the same bits: 0, 1, 2 and auto train alike, bit for bit (each thread handles the same
-# packs every way; 2: d2's 256 rows are 2 a block on the emulator's SMs, so its second buffer runs).
+# packs every way; 2: d2's 256 rows are 2 a block on the emulator's SMs, so its second buffer runs;
+# where two rows do not fit in shared memory, as GPT-2's on an A100, 2 runs the unstaged kernel).
 tuned_choices() {
     local tmp; tmp=$(mktemp -d)
     local base=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 2 --lr 1e-3 --val-data "" --seed 3)
@@ -306,8 +307,9 @@ print(("ok" if len(off) == 2 and staged == off else "not ok") + " - bf16: --clas
 print(("ok" if len(off) == 2 and pipelined == off else "not ok") + " - bf16: --classifier-staged 2 (a block an SM, the next row copied in "
       "while it computes) trains bit-identically to 0")
 said = re.findall(r"^classifier: the (staged|unstaged|pipelined) kernel \(--classifier-staged auto, timed on 256 rows of \d+: [0-9.]+ ms unstaged, "
-                  r"[0-9.]+ ms staged, [0-9.]+ ms pipelined; the same bits\)$", open(f"{d}/bf16-on.out").read(), re.M)
-print(("ok" if len(said) == 1 else "not ok") + f" - bf16: --classifier-staged auto times the three kernels once, at its first call of "
+                  r"[0-9.]+ ms staged(, [0-9.]+ ms pipelined)?; the same bits\)$", open(f"{d}/bf16-on.out").read(), re.M)
+three = len(said) == 1 and (said[0][1] != "" or not emulated)  # (the emulator's shared memory holds two rows)
+print(("ok" if three else "not ok") + f" - bf16: --classifier-staged auto times the kernels that fit (three; two where two rows do not, as on an A100) once, at its first call of "
       f"LLMC_CLASSIFIER_TUNE_ROWS=1 rows or more, sees the same bits and says what it keeps ({said})")
 off, on, rev0 = load(f"{d}/fp32-off.jsonl"), load(f"{d}/fp32-on.jsonl"), load(f"{d}/rev0.jsonl")
 def model(name):  # the saved weights' bytes: a last-bit difference in a loss may round away in its print
