@@ -11,7 +11,8 @@ Current scaling takes amax from the tensor itself; delayed scaling (--fp8-scalin
 its last H steps (--fp8-amax-history), kept in Fp8Delayed and in checkpoints. cuBLASLt takes
 only the "TN" form, so the backward also quantizes dout, W and x transposed.
 
-Main functions: fp8_encode / fp8_decode (the same integer arithmetic on host and GPU),
+Main functions: fp8_encode / fp8_decode (integer arithmetic, the same on host and GPU),
+fp8_encode2 (two codes; on sm_89+ one conversion instruction that rounds alike),
 fp8_quantize (amax, scale, cast, the transpose and dbias's column sums, in one or two passes),
 fp8_dequantize, and the delayed-scaling state (fp8_delayed_amaxes, fp8_delayed_push, fp8_delayed_saved).
 
@@ -65,6 +66,21 @@ HD inline uint8_t fp8_encode(float x, Fp8Format f) {
     uint32_t code = ((uint32_t)(e - emin) << M) + q;
     if (code > fp8_largest_code(f)) code = fp8_largest_code(f);
     return sign | (uint8_t)code;
+}
+
+// Two codes, lo's in the low byte. A GPU of compute capability 8.9 or more has an instruction
+// for it: cvt.rn.satfinite rounds and saturates as fp8_encode does, in one instruction for two
+// values instead of some 30 for one (gpucheck_ops' check_fp8_hardware compares the two; only a
+// NaN's sign may differ). Elsewhere it is fp8_encode twice.
+HD inline uint16_t fp8_encode2(float lo, float hi, Fp8Format f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint16_t q;
+    if (f == Fp8Format::E4M3) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(q) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(q) : "f"(hi), "f"(lo));
+    return q;
+#else
+    return (uint16_t)(fp8_encode(lo, f) | fp8_encode(hi, f) << 8);
+#endif
 }
 
 // code → its value (exact in fp32)
@@ -217,12 +233,17 @@ fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* ama
         if (r < R && c < Cc) {  // (Cc % V == 0: the pack is whole)
             const size_t at = (size_t)r * Cc + c;
             const Pack<floatX, V> p = load_pack<V>(x + at), g = A == Fp8Act::GeluBackward ? load_pack<V>(pre + at) : p;
-            Pack<uint8_t, V> o;
+            float v[V];
             for (int k = 0; k < V; k++) {
-                const float v = fp8_source_value<A>(p.v[k], g.v[k]);
-                m = fmaxf(m, fabsf(v));
-                sum[k] += v;
-                o.v[k] = fp8_encode(v * s, f);
+                v[k] = fp8_source_value<A>(p.v[k], g.v[k]);
+                m = fmaxf(m, fabsf(v[k]));
+                sum[k] += v[k];
+            }
+            Pack<uint8_t, V> o;
+            for (int k = 0; k < V; k += 2) {  // (V = 1: the second code is not kept)
+                const uint16_t two = fp8_encode2(v[k] * s, k + 1 < V ? v[k + 1] * s : 0.0f, f);
+                o.v[k] = (uint8_t)two;
+                if (k + 1 < V) o.v[k + 1] = (uint8_t)(two >> 8);
             }
             if (q) store_pack<V>(q + (size_t)r * Cc + c, o);
             for (int k = 0; k < V; k++) tile[i][j + k] = o.v[k];

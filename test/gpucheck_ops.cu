@@ -1011,17 +1011,20 @@ static void check_fp8_quantize_gelu(int R, int Cc, Fp8Format f, Fp8Act act, bool
     (ok ? n_pass : n_fail)++;
 }
 #ifdef __CUDACC__
-// The GPU's own conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f32, sm_89+) against fp8_encode.
-__global__ void fp8_cvt_kernel(uint8_t* hw, uint8_t* ours, const float* x, int n, Fp8Format f) {
+// The GPU's own conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f32, sm_89+) against fp8_encode: the
+// library's (__nv_cvt_float_to_fp8), and fp8_encode2, which the quantize kernel runs (its pairs'
+// byte order too). On the emulator fp8_encode2 is fp8_encode twice.
+__global__ void fp8_cvt_kernel(uint8_t* hw, uint8_t* pairs, uint8_t* ours, const float* x, int n, Fp8Format f) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     hw[i] = (uint8_t)__nv_cvt_float_to_fp8(x[i], __NV_SATFINITE, f == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+    pairs[i] = (uint8_t)(fp8_encode2(x[i & ~1], x[i | 1], f) >> (i & 1 ? 8 : 0));  // (n is even)
     ours[i] = fp8_encode(x[i], f);
 }
 static void check_fp8_hardware(Fp8Format f) {
     char name[160];
-    snprintf(name, sizeof name, "fp8 %s: fp8_encode is the GPU's cvt.rn.satfinite on 200000 values (all binades, ties, "
-             "saturation, subnormals, zeros, NaN)", fp8_name(f));
+    snprintf(name, sizeof name, "fp8 %s: fp8_encode is the GPU's cvt.rn.satfinite, one value or two (fp8_encode2), on 200000 "
+             "values (all binades, ties, saturation, subnormals, zeros, NaN)", fp8_name(f));
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
@@ -1038,19 +1041,22 @@ static void check_fp8_hardware(Fp8Format f) {
     x.push_back(1e30f); x.push_back(-1e30f); x.push_back(NAN); x.push_back(0.0f); x.push_back(-0.0f);
     while (x.size() < 200000)
         x.push_back((float)((rng.uniform() < 0.5 ? -1 : 1) * std::ldexp(1.0 + rng.uniform(), (int)rng.below(44) - 22)));
+    x.push_back(-NAN); x.push_back(1.0f);  // (a NaN beside a number in one pair)
+    if (x.size() % 2) x.push_back(0.0f);    // (fp8_encode2 takes pairs)
     const int n = (int)x.size();
     Buf<float> gx; gx.alloc(gpu, n);
-    Buf<uint8_t> hw, ours; hw.alloc(gpu, n); ours.alloc(gpu, n);
+    Buf<uint8_t> hw, pairs, ours; hw.alloc(gpu, n); pairs.alloc(gpu, n); ours.alloc(gpu, n);
     ctx_copy(gpu, gx.data(), x.data(), n * sizeof(float));
-    fp8_cvt_kernel<<<(n + 255) / 256, 256, 0, gpu.stream>>>(hw.data(), ours.data(), gx.data(), n, f);
+    fp8_cvt_kernel<<<(n + 255) / 256, 256, 0, gpu.stream>>>(hw.data(), pairs.data(), ours.data(), gx.data(), n, f);
     CUDA_LAUNCH_CHECK();
-    std::vector<uint8_t> a(n), b(n);
-    ctx_copy(gpu, a.data(), hw.data(), n); ctx_copy(gpu, b.data(), ours.data(), n);
+    std::vector<uint8_t> a(n), a2(n), b(n);
+    ctx_copy(gpu, a.data(), hw.data(), n); ctx_copy(gpu, a2.data(), pairs.data(), n); ctx_copy(gpu, b.data(), ours.data(), n);
     int diff = 0;
     for (int i = 0; i < n; i++)
-        if (a[i] != b[i] && !((a[i] & 0x7f) == 0x7f && (b[i] & 0x7f) == 0x7f && std::isnan(x[i]))) {  // (a NaN's sign may differ)
-            if (diff++ < 5) printf("#   x = %.9g: cvt 0x%02x, fp8_encode 0x%02x\n", x[i], a[i], b[i]);
-        }
+        for (const uint8_t got : {a[i], a2[i]})
+            if (got != b[i] && !((got & 0x7f) == 0x7f && (b[i] & 0x7f) == 0x7f && std::isnan(x[i]))) {  // (a NaN's sign may differ)
+                if (diff++ < 5) printf("#   x = %.9g: cvt 0x%02x, fp8_encode 0x%02x\n", x[i], got, b[i]);
+            }
     printf("%s - %s (%d differ)\n", diff ? "not ok" : "ok", name, diff);
     (diff ? n_fail : n_pass)++;
 }
