@@ -206,36 +206,53 @@ __global__ void __launch_bounds__(256) fp8_scale_kernel(Fp8Scales* scales, float
         if (record) *record = fmaxf(*record, m);
     }
 }
-// One block per tile of 32 rows × 8·V columns, 256 threads. V = 16 bytes of x (8 bf16) where
-// the rows allow it (Cc and, for the transpose, R multiples of V; aligned pointers), else 1.
-// Thread t reads one pack of x (row t/8, columns (t%8)·V…) and stores its V codes as one store to
-// q's row; the tile's codes go through shared memory, and thread t then stores V consecutive
-// bytes of one qt row (tile column t/(32/V), rows (t%(32/V))·V…). Every row segment of q and qt
-// is 32 or 8·V bytes written by consecutive threads.
+// A block takes up to FP8_QUANTIZE_TILES tiles of 32 rows × 8·V columns down the rows, 256
+// threads. V = 16 bytes of x (8 bf16) where the rows allow it (Cc and, for the transpose, R
+// multiples of V; aligned pointers), else 1. Thread t loads its pack of every tile first (row t/8
+// of each, columns (t%8)·V…), so that several loads a thread are in flight, then computes them in
+// order. It stores each pack's V codes as one store to q's row; a tile's codes go through shared
+// memory (two buffers, so one barrier a tile), and thread t then stores V consecutive bytes of one
+// qt row (tile column t/(32/V), rows (t%(32/V))·V…). Every row segment of q and qt is 32 or 8·V
+// bytes written by consecutive threads.
 // With amax (delayed scaling: the scale is given) the block also takes the max |x| of its tiles
 // and maxes it into *amax: an atomicMax on the bits, which order non-negative floats as their
 // values do (exact and order-free, so deterministic).
-// With col_sums the block takes `tiles` tiles down the rows and sums its columns over them: the 4
-// lanes of a warp that share columns add theirs by shuffles, then the 8 warps' sums are added in
-// warp order → col_sums[blockIdx.y][c], a fixed order (column_sum_add adds the blocks' rows).
+// With col_sums the block sums its columns over its tiles: the 4 lanes of a warp that share
+// columns add theirs by shuffles, then the 8 warps' sums are added in warp order →
+// col_sums[blockIdx.y][c], a fixed order (column_sum_add adds the blocks' rows).
+constexpr int FP8_QUANTIZE_TILES = 4;
 template <class floatX, int V, Fp8Act A> __global__ void __launch_bounds__(256)
 fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* amax, float* col_sums, const floatX* x, const floatX* pre,
                     int R, int Cc, int tiles, Fp8Format f) {
-    constexpr int TR = 32, TC = 8 * V, CH = TR / V;  // the tile's rows and columns; V-byte chunks of a qt row
-    __shared__ uint8_t tile[TR][TC + 4];
+    constexpr int TR = 32, TC = 8 * V, CH = TR / V, U = FP8_QUANTIZE_TILES;  // the tile's rows and columns; V-byte chunks of a qt row
+    constexpr bool GB = A == Fp8Act::GeluBackward;  // (it reads pre too)
+    __shared__ uint8_t tile[2][TR][TC + 4];
     __shared__ float warp_part[8][TC];
     const float s = scales->scale;
     const int c0 = blockIdx.x * TC, i = threadIdx.x / 8, j = threadIdx.x % 8 * V, lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    const int c = c0 + j, r_first = blockIdx.y * tiles * TR + i;  // (this thread's row in tile u: r_first + u·TR)
+    Pack<floatX, V> xs[U], gs[GB ? U : 1];
+    #pragma unroll
+    for (int u = 0; u < U; u++) {  // every tile's load first
+        const int r = r_first + u * TR;
+        if (u < tiles && r < R && c < Cc) {  // (Cc % V == 0: the pack is whole)
+            xs[u] = load_pack<V>(x + (size_t)r * Cc + c);
+            if constexpr (GB) gs[u] = load_pack<V>(pre + (size_t)r * Cc + c);
+        }
+    }
     float m = 0.0f, sum[V];
     for (int k = 0; k < V; k++) sum[k] = 0.0f;
-    for (int u = 0; u < tiles; u++) {
-        const int r0 = (blockIdx.y * tiles + u) * TR, r = r0 + i, c = c0 + j;
-        if (r < R && c < Cc) {  // (Cc % V == 0: the pack is whole)
-            const size_t at = (size_t)r * Cc + c;
-            const Pack<floatX, V> p = load_pack<V>(x + at), g = A == Fp8Act::GeluBackward ? load_pack<V>(pre + at) : p;
+    #pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (u >= tiles) break;  // (the same for the whole block)
+        const int r0 = (blockIdx.y * tiles + u) * TR, r = r0 + i;
+        uint8_t (*buf)[TC + 4] = tile[u % 2];
+        if (r < R && c < Cc) {
+            const Pack<floatX, V>& p = xs[u];
+            const Pack<floatX, V>& g = gs[GB ? u : 0];
             float v[V];
             for (int k = 0; k < V; k++) {
-                v[k] = fp8_source_value<A>(p.v[k], g.v[k]);
+                v[k] = fp8_source_value<A>(p.v[k], GB ? g.v[k] : p.v[k]);
                 m = fmaxf(m, fabsf(v[k]));
                 sum[k] += v[k];
             }
@@ -246,17 +263,16 @@ fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* ama
                 if (k + 1 < V) o.v[k + 1] = (uint8_t)(two >> 8);
             }
             if (q) store_pack<V>(q + (size_t)r * Cc + c, o);
-            for (int k = 0; k < V; k++) tile[i][j + k] = o.v[k];
+            for (int k = 0; k < V; k++) buf[i][j + k] = o.v[k];
         }
         if (!qt) continue;
-        __syncthreads();
+        __syncthreads();  // (the next tile writes the other buffer; the one after it waits at the next barrier)
         const int jc = threadIdx.x / CH, k0 = threadIdx.x % CH * V, ct = c0 + jc, rt = r0 + k0;
         if (ct < Cc && rt < R) {  // (R % V == 0: the chunk is whole)
             Pack<uint8_t, V> o;
-            for (int k = 0; k < V; k++) o.v[k] = tile[k0 + k][jc];
+            for (int k = 0; k < V; k++) o.v[k] = buf[k0 + k][jc];
             store_pack<V>(qt + (size_t)ct * R + rt, o);
         }
-        __syncthreads();  // the tile is read before the next one is written
     }
     if (amax) {  // (a kernel argument: the whole block takes the branch, or none of it)
         m = warp_max(m);
@@ -296,7 +312,7 @@ template <class floatX, int V, Fp8Act A> inline void fp8_quantize_launch(const C
     }
     if (n == 0) return;
     float* record = t.given ? t.amax : nullptr;  // (current scaling recorded it above)
-    const int tiles = (int)ceil_div(R, 32 * row_blocks);
+    const int tiles = (int)ceil_div(R, 32 * row_blocks);  // (≤ FP8_QUANTIZE_TILES: row_blocks was made so)
     const dim3 grid((unsigned)ceil_div(Cc, 8 * V), row_blocks);
     fp8_quantize_kernel<floatX, V, A><<<grid, 256, 0, ctx.stream>>>(q, qt, t.scales, record, col_sums, x, pre, R, Cc, tiles, f);
     CUDA_LAUNCH_CHECK();
@@ -323,8 +339,8 @@ inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Targe
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         constexpr int P = PACK<floatX>;
-        // with column sums a block takes 128 rows (4 tiles), so the partial sums are 1/64 of x's bytes
-        const int row_blocks = (int)std::max<size_t>(1, ceil_div(R, column_sums ? 128 : 32));
+        // a block takes up to 128 rows (4 tiles), so the column sums' partials are 1/64 of x's bytes
+        const int row_blocks = (int)std::max<size_t>(1, ceil_div(R, 32 * FP8_QUANTIZE_TILES));
         static Buf<float> sums_buf;
         float* sums = column_sums ? gpu_scratch(sums_buf, ctx, (size_t)row_blocks * Cc) : nullptr;
         const bool wide = Cc % P == 0 && (!qt || R % P == 0) && (uintptr_t)x % 16 == 0 && (uintptr_t)pre % 16 == 0 &&
