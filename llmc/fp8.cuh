@@ -176,13 +176,28 @@ inline void fp8_quantize_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, const 
 // the record, when there is one). max is exact and order-free, so the result does not depend on
 // the launch shape.
 static const int FP8_AMAX_BLOCKS = 1024;
+// A thread loads FP8_AMAX_LOADS packs (a grid's stride apart) before it takes their max, so that
+// several loads a thread are in flight.
+constexpr int FP8_AMAX_LOADS = 4;
 template <class floatX, int V, Fp8Act A>
 __global__ void __launch_bounds__(256) fp8_amax_partial_kernel(float* partial, const floatX* x, const floatX* pre, size_t n) {
+    constexpr int U = FP8_AMAX_LOADS;
+    constexpr bool GB = A == Fp8Act::GeluBackward;  // (it reads pre too)
     __shared__ float sh[8];
     float m = 0.0f;
-    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n; i += (size_t)gridDim.x * blockDim.x * V) {
-        const Pack<floatX, V> p = load_pack<V>(x + i), g = A == Fp8Act::GeluBackward ? load_pack<V>(pre + i) : p;  // (n % V == 0)
-        for (int k = 0; k < V; k++) m = fmaxf(m, fabsf(fp8_source_value<A>(p.v[k], g.v[k])));
+    const size_t stride = (size_t)gridDim.x * blockDim.x * V;
+    for (size_t i0 = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i0 < n; i0 += U * stride) {
+        Pack<floatX, V> xs[U], gs[GB ? U : 1];
+        #pragma unroll
+        for (int u = 0; u < U; u++)
+            if (i0 + u * stride < n) {  // (n % V == 0)
+                xs[u] = load_pack<V>(x + i0 + u * stride);
+                if constexpr (GB) gs[u] = load_pack<V>(pre + i0 + u * stride);
+            }
+        #pragma unroll
+        for (int u = 0; u < U; u++)
+            if (i0 + u * stride < n)
+                for (int k = 0; k < V; k++) m = fmaxf(m, fabsf(fp8_source_value<A>(xs[u].v[k], GB ? gs[u].v[k] : xs[u].v[k])));
     }
     m = warp_max(m);
     if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = m;
