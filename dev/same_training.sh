@@ -65,6 +65,7 @@ case_ eval-only 1 "$CPU" --steps 0 --model "$tmp/fp32/model.bin" --vocab-size 0
 if [ -n "$SIMT" ]; then
     case_ gpu-bf16 1 "$SIMT" --device cuda --steps 3 --precision bf16
     case_ gpu-fp8 1 "$SIMT" --device cuda --steps 2 --precision fp8
+    case_ gpu-fp8-delayed 1 "$SIMT" --device cuda --steps 3 --precision fp8 --fp8-scaling delayed
     case_ gpu-fp16 1 "$SIMT" --device cuda --steps 2 --precision fp16 --flash-backward split
     case_ gpu-nccl-zero2 2 "$SIMT" --device cuda --steps 2 --zero 2 --comm nccl
 fi

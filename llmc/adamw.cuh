@@ -18,8 +18,8 @@ the parameters are their own master and copy is null.
 Memory per parameter: fp32 — θ 4 + gradient 4 + m, v 8 = 16 bytes; bf16, fp16 — copy 2 + gradient 2
 + master, m, v 12 = 16 bytes. Both are the ZeRO table's 16Ψ (data_parallel.h shards them).
 
-CUDA: one thread per element (its wd from the runs: ≤ 8 comparisons); the formula is written once
-(adamw_element) and called by both loops.
+CUDA: a thread takes 4 consecutive elements where n and the pointers allow, else one. The
+formula is written once (adamw_element) and called by both loops.
 Tests: the model against PyTorch's AdamW (test/test_vs_pytorch.py), test/test_ops.cpp,
 test/gpucheck_ops.cu (CUDA vs CPU).
 */
@@ -73,17 +73,24 @@ inline void adamw_update_cpu(float* params, const floatX* grads, float* m, float
 }
 
 #ifdef LLMC_CUDA
-template <class floatX>
+// A thread updates V consecutive elements, each array moved in one load and one store of V
+// elements (adamw_update: V = 4 where n and the pointers allow, else 1).
+template <class floatX, int V>
 __global__ void adamw_kernel(float* params, const floatX* grads, float* m, float* v, floatX* copy, size_t n, float lr, float beta1,
                              float beta2, float eps, float wd, DecayRuns decay, float bc1, float bc2, float grad_scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const float wd_i = decays(decay, i) ? wd : 0.0f;
-        float mi = m[i], vi = v[i];  // each element read once and written once
-        const float p = adamw_element(params[i], to_f(grads[i]) * grad_scale, mi, vi, lr, beta1, beta2, eps, wd_i, bc1, bc2);
-        m[i] = mi;
-        v[i] = vi;
-        params[i] = p;
-        if (copy) copy[i] = from_f<floatX>(p);
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n; i += (size_t)gridDim.x * blockDim.x * V) {
+        Pack<float, V> p = load_pack<V>(params + i), mi = load_pack<V>(m + i), vi = load_pack<V>(v + i);  // each read once, written once
+        const Pack<floatX, V> g = load_pack<V>(grads + i);
+        Pack<floatX, V> c;
+        for (int k = 0; k < V; k++) {
+            const float wd_k = decays(decay, i + k) ? wd : 0.0f;
+            p.v[k] = adamw_element(p.v[k], to_f(g.v[k]) * grad_scale, mi.v[k], vi.v[k], lr, beta1, beta2, eps, wd_k, bc1, bc2);
+            c.v[k] = from_f<floatX>(p.v[k]);
+        }
+        store_pack<V>(m + i, mi);
+        store_pack<V>(v + i, vi);
+        store_pack<V>(params + i, p);
+        if (copy) store_pack<V>(copy + i, c);
     }
 }
 #endif
@@ -99,7 +106,13 @@ inline void adamw_update(const Ctx& ctx, float* params, const floatX* grads, flo
 #ifdef LLMC_CUDA
     if (ctx.device == Device::CUDA) {
         float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-        adamw_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, decay, bc1, bc2, grad_scale);
+        constexpr int V = 4;
+        const bool packs = n % V == 0 && (uintptr_t)params % 16 == 0 && (uintptr_t)m % 16 == 0 && (uintptr_t)v % 16 == 0 &&
+                           (uintptr_t)grads % sizeof(Pack<floatX, V>) == 0 && (uintptr_t)copy % sizeof(Pack<floatX, V>) == 0;
+        if (packs)
+            adamw_kernel<floatX, V><<<grid_for(n / V), 256, 0, ctx.stream>>>(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, decay, bc1, bc2, grad_scale);
+        else
+            adamw_kernel<floatX, 1><<<grid_for(n), 256, 0, ctx.stream>>>(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, decay, bc1, bc2, grad_scale);
         CUDA_LAUNCH_CHECK();
         return;
     }

@@ -468,10 +468,17 @@ column_sum_partial_warps(float* partial, const floatX* dout, int N, int OC, int 
     float s[V];
     for (int j = 0; j < V; j++) s[j] = 0.0f;
     if (o < OC) {
+        constexpr int U = 4;  // a warp's rows loaded before they are added (in row order), so that U loads a lane are in flight
         const int r1 = min(N, (k + 1) * rows_per_chunk);
-        for (int n = k * rows_per_chunk + w; n < r1; n += BIAS_WARPS) {
-            const Pack<floatX, V> x = load_pack<V>(dout + (size_t)n * OC + o);
-            for (int j = 0; j < V; j++) s[j] += to_f(x.v[j]);
+        for (int n = k * rows_per_chunk + w; n < r1; n += U * BIAS_WARPS) {
+            Pack<floatX, V> x[U];
+            #pragma unroll
+            for (int u = 0; u < U; u++)
+                if (n + u * BIAS_WARPS < r1) x[u] = load_pack<V>(dout + (size_t)(n + u * BIAS_WARPS) * OC + o);
+            #pragma unroll
+            for (int u = 0; u < U; u++)
+                if (n + u * BIAS_WARPS < r1)
+                    for (int j = 0; j < V; j++) s[j] += to_f(x[u].v[j]);
         }
     }
     block_column_sums<V, BIAS_WARPS, 1>(sh, {s}, partial + (size_t)k * OC, 0, o0, OC);  // (common.h)

@@ -1209,6 +1209,7 @@ template <class X> static void check_all() {
     check_classifier_vp<X>(4, 50257, 50304, 4);
     check_adamw_norm<X>(17);
     check_adamw_norm<X>(1000003);
+    check_adamw_norm<X>(1000004);  // (4 elements a thread; the decay runs start and end inside a thread's 4)
 }
 
 // usage: gpucheck_ops [all | ops | wgmma]: every check (the default), or the two groups apart —
