@@ -228,6 +228,7 @@ __global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kern
     static_assert(!SHARED_SUMS || V % 4 == 0, "the shared sums move as float4s: V = 4 (fp32) or 8 (16-bit)");
     static_assert(!PF || NP > 0, "the prefetch keeps dinp in registers: NP > 0");
     Pack<floatX, V> ipf[PF ? NP : 1];  // (PF) this row's dinp packs
+    constexpr int U = SHARED_SUMS ? 2 : 1;  // packs loaded together (NP > 0: the loops unroll whole anyway)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, k = blockIdx.x, K = gridDim.x;
     float sw[SHARED_SUMS ? 1 : NP][V], sb[SHARED_SUMS ? 1 : NP][V];  // (NP > 0)
     float* all = nullptr;   // (NP = 0) every warp's sums: warp u's dw in [2uC, 2uC + C), its db after (in planes)
@@ -252,34 +253,52 @@ __global__ void __launch_bounds__(256, PF ? 2 : 1) layernorm_backward_fused_kern
         const float m = mean ? mean[row] : 0.0f, r = rstd[row];  // (mean == nullptr: RMSNorm)
         floatX* di = dinp + (size_t)row * C;
         float sum_g = 0.0f, sum_gn = 0.0f;
-        for (int p = 0; SHARED_SUMS || p < NP; p++) {
-            const int c = (lane + 32 * p) * V;
-            if (c >= C) break;
-            Pack<floatX, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c);
-            if constexpr (PF) ipf[p] = load_pack<V>(di + c);
-            for (int j = 0; j < V; j++) ln_row_sums(to_f(dp.v[j]), to_f(wp.v[j]), to_f(xp.v[j]), m, r, sum_g, sum_gn);
+        for (int p0 = 0; SHARED_SUMS || p0 < NP; p0 += U) {
+            if ((lane + 32 * p0) * V >= C) break;
+            Pack<floatX, V> dp[U], xp[U], wp[U];
+            #pragma unroll
+            for (int u = 0; u < U; u++) {  // U packs' loads, then their sums in pack order
+                const int c = (lane + 32 * (p0 + u)) * V;
+                if (c >= C) continue;
+                dp[u] = load_pack<V>(d + c), xp[u] = load_pack<V>(x + c), wp[u] = load_pack<V>(w + c);
+                if constexpr (PF) ipf[p0 + u] = load_pack<V>(di + c);
+            }
+            #pragma unroll
+            for (int u = 0; u < U; u++)
+                if ((lane + 32 * (p0 + u)) * V < C)
+                    for (int j = 0; j < V; j++) ln_row_sums(to_f(dp[u].v[j]), to_f(wp[u].v[j]), to_f(xp[u].v[j]), m, r, sum_g, sum_gn);
         }
         const float mean_g = mean ? warp_sum(sum_g) / C : 0.0f, mean_gn = warp_sum(sum_gn) / C;
-        for (int p = 0; SHARED_SUMS || p < NP; p++) {
-            const int c = (lane + 32 * p) * V;
-            if (c >= C) break;
-            Pack<floatX, V> dp = load_pack<V>(d + c), xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), ip;
-            if constexpr (PF) ip = ipf[p];
-            else ip = load_pack<V>(di + c);
-            for (int j = 0; j < V; j++) {
-                const float dv = to_f(dp.v[j]), xv = to_f(xp.v[j]);
-                ip.v[j] = from_f<floatX>(ln_dinp(to_f(ip.v[j]), dv, to_f(wp.v[j]), xv, m, r, mean_g, mean_gn));
-                if constexpr (!SHARED_SUMS) ln_param_sums(dv, xv, m, r, sw[p][j], sb[p][j]);
+        for (int p0 = 0; SHARED_SUMS || p0 < NP; p0 += U) {
+            if ((lane + 32 * p0) * V >= C) break;
+            Pack<floatX, V> dp[U], xp[U], wp[U], ip[U];
+            #pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = (lane + 32 * (p0 + u)) * V;
+                if (c >= C) continue;
+                dp[u] = load_pack<V>(d + c), xp[u] = load_pack<V>(x + c), wp[u] = load_pack<V>(w + c);
+                if constexpr (PF) ip[u] = ipf[p0 + u];
+                else ip[u] = load_pack<V>(di + c);
             }
-            store_pack<V>(di + c, ip);
-            if constexpr (SHARED_SUMS) {
-                for (int q = 0; q < V / 4; q++) {  // channels c + 4q .. c + 4q + 3
-                    float* pw = sums + ln_sum_slot<V>(c / V, q, C);
-                    Pack<float, 4> sw4 = load_pack<4>(pw), sb4 = load_pack<4>(pw + C);
-                    for (int e = 0; e < 4; e++)
-                        ln_param_sums(to_f(dp.v[4 * q + e]), to_f(xp.v[4 * q + e]), m, r, sw4.v[e], sb4.v[e]);
-                    store_pack<4>(pw, sw4);
-                    store_pack<4>(pw + C, sb4);
+            #pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int p = p0 + u, c = (lane + 32 * p) * V;
+                if (c >= C) continue;
+                for (int j = 0; j < V; j++) {
+                    const float dv = to_f(dp[u].v[j]), xv = to_f(xp[u].v[j]);
+                    ip[u].v[j] = from_f<floatX>(ln_dinp(to_f(ip[u].v[j]), dv, to_f(wp[u].v[j]), xv, m, r, mean_g, mean_gn));
+                    if constexpr (!SHARED_SUMS) ln_param_sums(dv, xv, m, r, sw[p][j], sb[p][j]);
+                }
+                store_pack<V>(di + c, ip[u]);
+                if constexpr (SHARED_SUMS) {
+                    for (int q = 0; q < V / 4; q++) {  // channels c + 4q .. c + 4q + 3
+                        float* pw = sums + ln_sum_slot<V>(c / V, q, C);
+                        Pack<float, 4> sw4 = load_pack<4>(pw), sb4 = load_pack<4>(pw + C);
+                        for (int e = 0; e < 4; e++)
+                            ln_param_sums(to_f(dp[u].v[4 * q + e]), to_f(xp[u].v[4 * q + e]), m, r, sw4.v[e], sb4.v[e]);
+                        store_pack<4>(pw, sw4);
+                        store_pack<4>(pw + C, sb4);
+                    }
                 }
             }
         }
