@@ -175,15 +175,24 @@ template <class K> inline size_t dynamic_shared_ceiling(K* kernel) {
 // out[c] += Σ_k partial[k·C + c], k = 0 … K−1: the second stage of the deterministic column sums
 // (matmul's dbias, LayerNorm's dw and db). A block of 32 warps takes 32 columns, a lane one column;
 // warp w sums k = w, w + 32, … in order, then the 32 warps' sums are added in warp order — a fixed
-// order, with 32 loads in flight per column rather than one (C = 768 makes only 24 blocks: each
-// needs many loads in flight to read its K rows of partial sums quickly).
+// order, with 32 · 4 loads in flight per column rather than one (C = 768 makes only 24 blocks:
+// each needs many loads in flight to read its K rows of partial sums quickly).
 static const int COLSUM_WARPS = 32;
 template <class floatX> __global__ void __launch_bounds__(32 * COLSUM_WARPS) column_sum_add_kernel(floatX* out, const float* partial, int C, int K) {
     __shared__ float part[COLSUM_WARPS][32];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     float s = 0.0f;
-    if (c < C)
-        for (int k = w; k < K; k += COLSUM_WARPS) s += partial[(size_t)k * C + c];
+    if (c < C) {
+        constexpr int U = 4;  // a warp's rows loaded before they are added (in order), so that U loads a lane are in flight
+        for (int k = w; k < K; k += U * COLSUM_WARPS) {
+            float x[U];
+            #pragma unroll
+            for (int u = 0; u < U; u++) x[u] = k + u * COLSUM_WARPS < K ? partial[(size_t)(k + u * COLSUM_WARPS) * C + c] : 0.0f;
+            #pragma unroll
+            for (int u = 0; u < U; u++)
+                if (k + u * COLSUM_WARPS < K) s += x[u];
+        }
+    }
     part[w][lane] = s;
     __syncthreads();
     if (w == 0 && c < C) {
