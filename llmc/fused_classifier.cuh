@@ -113,7 +113,8 @@ template <bool MAX> __device__ inline float block_reduce(float v) {
 // The two passes over a row, shared by the one-pass kernel and the vocabulary-parallel pair; the
 // row moves in packs of P elements (P = 1: one at a time). Thread t reads the packs at
 // t·P + k·stride (stride = blockDim.x·P), k = 0, 1, ..., in G groups of `per` packs each.
-// exp(z) is computed as 2^(z·LOG2E) on the special function unit (exp2_ftz).
+// exp(z) is computed as 2^(z·LOG2E) on the special function unit (exp2_ftz). Each pass loads a
+// thread's next pack before it computes the current one, so two loads are in flight.
 template <int G> __device__ inline int classifier_group_packs(int Vp, int P) {  // per: packs a thread a group
     const int stride = blockDim.x * P, packs = (Vp + stride - 1) / stride;
     return (packs + G - 1) / G;
@@ -129,10 +130,14 @@ __device__ inline void classifier_row_max_sum(const floatX* src, int V, int Vp, 
     float m = -INFINITY, s = 0.0f;
     for (int g = 0; g < G; g++) {
         if constexpr (WAIT) cp_async_wait_pending(G - 1 - g);
-        for (int k = g * per; k < (g + 1) * per; k++) {
+        const int k1 = (g + 1) * per;
+        Pack<floatX, P> next;
+        if (threadIdx.x * P + g * per * stride < V) next = load_pack<P>(src + threadIdx.x * P + g * per * stride);
+        for (int k = g * per; k < k1; k++) {
             const int i = threadIdx.x * P + k * stride;
             if (i >= V) break;  // (a pack starting below V ends within Vp)
-            const Pack<floatX, P> x = load_pack<P>(src + i);
+            const Pack<floatX, P> x = next;
+            if (k + 1 < k1 && i + stride < V) next = load_pack<P>(src + i + stride);  // (the next pack's load in flight)
             float z[P], pm = m;
             for (int j = 0; j < P; j++) {
                 z[j] = i + j < V ? to_f(x.v[j]) : -INFINITY;  // (exp2 of −∞: 0)
@@ -154,8 +159,12 @@ __device__ inline void classifier_row_max_sum(const floatX* src, int V, int Vp, 
 template <class floatX, int P>
 __device__ inline void classifier_row_grad(floatX* row, const floatX* src, int V, int Vp, float mb, float log_sum, int tgt, float dloss) {
     const float c = -log_sum * LOG2E;
-    for (int i = threadIdx.x * P; i < Vp; i += blockDim.x * P) {
-        const Pack<floatX, P> x = load_pack<P>(src + i);
+    const int stride = blockDim.x * P;
+    Pack<floatX, P> next;
+    if ((int)threadIdx.x * P < Vp) next = load_pack<P>(src + threadIdx.x * P);
+    for (int i = threadIdx.x * P; i < Vp; i += stride) {
+        const Pack<floatX, P> x = next;
+        if (i + stride < Vp) next = load_pack<P>(src + i + stride);  // (the next pack's load in flight while this one is computed)
         float p[P];
         for (int j = 0; j < P; j++) p[j] = exp2_ftz(fmaf(to_f(x.v[j]) - mb, LOG2E, c));
         Pack<floatX, P> g;
