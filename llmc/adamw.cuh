@@ -107,8 +107,8 @@ inline void adamw_update(const Ctx& ctx, float* params, const floatX* grads, flo
     if (ctx.device == Device::CUDA) {
         float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
         constexpr int V = 4;
-        const bool packs = n % V == 0 && (uintptr_t)params % 16 == 0 && (uintptr_t)m % 16 == 0 && (uintptr_t)v % 16 == 0 &&
-                           (uintptr_t)grads % sizeof(Pack<floatX, V>) == 0 && (uintptr_t)copy % sizeof(Pack<floatX, V>) == 0;
+        const bool packs = pack_width<float>(n, {params, m, v}) == V && (uintptr_t)grads % sizeof(Pack<floatX, V>) == 0 &&
+                           (uintptr_t)copy % sizeof(Pack<floatX, V>) == 0;  // (the 16-bit arrays: 8-byte packs)
         if (packs)
             adamw_kernel<floatX, V><<<grid_for(n / V), 256, 0, ctx.stream>>>(params, grads, m, v, copy, n, lr, beta1, beta2, eps, wd, decay, bc1, bc2, grad_scale);
         else

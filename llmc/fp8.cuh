@@ -245,11 +245,11 @@ fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* ama
     __shared__ float warp_part[8][TC];
     const float s = scales->scale;
     const int c0 = blockIdx.x * TC, i = threadIdx.x / 8, j = threadIdx.x % 8 * V, lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    const int c = c0 + j, r_first = blockIdx.y * tiles * TR + i;  // (this thread's row in tile u: r_first + u·TR)
+    const int c = c0 + j, block_r0 = blockIdx.y * tiles * TR;  // (tile u's first row: block_r0 + u·TR)
     Pack<floatX, V> xs[U], gs[GB ? U : 1];
     #pragma unroll
     for (int u = 0; u < U; u++) {  // every tile's load first
-        const int r = r_first + u * TR;
+        const int r = block_r0 + u * TR + i;
         if (u < tiles && r < R && c < Cc) {  // (Cc % V == 0: the pack is whole)
             xs[u] = load_pack<V>(x + (size_t)r * Cc + c);
             if constexpr (GB) gs[u] = load_pack<V>(pre + (size_t)r * Cc + c);
@@ -260,7 +260,7 @@ fp8_quantize_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* ama
     #pragma unroll
     for (int u = 0; u < U; u++) {
         if (u >= tiles) break;  // (the same for the whole block)
-        const int r0 = (blockIdx.y * tiles + u) * TR, r = r0 + i;
+        const int r0 = block_r0 + u * TR, r = r0 + i;
         uint8_t (*buf)[TC + 4] = tile[u % 2];
         if (r < R && c < Cc) {
             const Pack<floatX, V>& p = xs[u];
