@@ -513,8 +513,8 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
 // prints each decision, its times and whether the bits agreed.
 // --flash-backward fused (flash_fused_backward; the trainer's default): where the wgmma kernels
 // run (compute capability 9.0, --flash-wgmma 1 or auto, 2 warpgroups) at head size 64, the
-// backward is one fused pass (flash_backward_fused_wgmma_kernel: 5 products instead of 7) and a
-// sum of its dQ partial sums. Its dQ adds the same products in another order than the two passes
+// backward is one fused pass (flash_backward_fused_wgmma_kernel: 5 products instead of 7) and,
+// with several splits, a sum of their dQ partial sums (one split: the pass writes dQ itself). Its dQ adds the same products in another order than the two passes
 // do, so its bits differ from theirs; it is chosen by this fixed rule, never by timing.
 // --flash-backward fused128 (flash_fused_backward_128): at head size 128 too.
 // flash_fused_splits > 0 sets the number of splits (tests); 0 lets flash_fused_splits choose.
@@ -699,25 +699,27 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
                            {{out, (size_t)B * T * L.C * sizeof(floatX)}, {lse, (size_t)B * NH * T * sizeof(float)}});
         });
 }
+// dQ's scale, 1/√hs (the same float wherever dQ is finished)
+inline float flash_dq_scale(const QKVLayout& L) { return rsqrtf((float)L.hs); }
 // The fused pass with a producer warpgroup, SLOTS query-tile slots, its tiles copied by TMA or not
 template <class floatX, int SLOTS, bool TMA>
 inline void flash_fused_producer_launch(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout,
-                                        const floatX* qkv, const float* lse, int B, int T, const QKVLayout& L) {
+                                        const floatX* qkv, const float* lse, int B, int T, const QKVLayout& L, bool dq_finish) {
     SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA>);
     const size_t smem = fused_tiles_elems(64, 8, SLOTS) * sizeof(floatX) + (TMA ? 1024 : 0);
     CUtensorMap qkv_map{}, dout_map{};
     if constexpr (TMA) qkv_map = flash_tensor_map(qkv, L.row(), T, B, 64), dout_map = flash_tensor_map(dout, L.C, T, B, 64);
-    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, qkv_map, dout_map);
+    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), qkv_map, dout_map);
 }
 // The fused backward (head size 64 or 128): D, the fused pass into S splits' fp32 partial sums of
-// dQ, then their sum. flash_backward_producer (3 or 4 query-tile slots; head size 64): the pass
+// dQ, then their sum (S = 1: the pass finishes dQ; dq_finish). flash_backward_producer (3 or 4 query-tile slots; head size 64): the pass
 // with a producer warpgroup (the same bits); flash_backward_tma: its tiles swizzled and copied by TMA.
 template <class floatX, int D>
 inline void flash_fused_pass(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout, const floatX* qkv,
-                             const float* lse, int T, const QKVLayout& L) {
+                             const float* lse, int T, const QKVLayout& L, bool dq_finish) {
     SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, D>);
     const size_t smem = fused_tiles_elems(D, 4, 3) * sizeof(floatX);
-    flash_backward_fused_wgmma_kernel<floatX, D><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap);
+    flash_backward_fused_wgmma_kernel<floatX, D><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L));
 }
 template <class floatX>
 inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
@@ -733,15 +735,17 @@ inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const 
     if (slots != 0 && slots != 3 && slots != 4) fatal("flash attention: the producer backward takes 3 or 4 slots, not %d", slots);
     if (ctx.kernels.flash_backward_tma && !ctx.kernels.flash_backward_producer) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
     const bool tma = ctx.kernels.flash_backward_tma && slots;
-    if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
-    else if (slots == 3) flash_fused_producer_launch<floatX, 3, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
-    else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
-    else if (slots == 4) flash_fused_producer_launch<floatX, 4, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L);
-    else if (L.hs == 128) flash_fused_pass<floatX, 128>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L);
-    else flash_fused_pass<floatX, 64>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L);
+    const bool finish = S == 1 && ctx.kernels.flash_dq_in_kernel;  // (one split: the pass writes dQ itself)
+    if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish);
+    else if (slots == 3) flash_fused_producer_launch<floatX, 3, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish);
+    else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish);
+    else if (slots == 4) flash_fused_producer_launch<floatX, 4, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish);
+    else if (L.hs == 128) flash_fused_pass<floatX, 128>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish);
+    else flash_fused_pass<floatX, 64>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish);
     CUDA_LAUNCH_CHECK();
+    if (finish) return;
     const size_t BTC = (size_t)B * T * C;
-    flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, C, L.row(), rsqrtf((float)L.hs));
+    flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, T, C, L.row(), flash_dq_scale(L));
     CUDA_LAUNCH_CHECK();
 }
 template <class floatX>

@@ -779,6 +779,23 @@ __device__ inline void red_add_f32x2(float* p, float a, float b) {
     __trap();
 #endif
 }
+// (p[0] + a, p[1] + b) as red_add_f32x2 would add them (rounded to nearest, subnormals flushed, as
+// red's f32 add does), read by the thread whose red_add_f32x2 calls made p: a relaxed load at the
+// GPU's scope, after them in program order, sees them.
+__device__ inline float2 red_sum_f32x2(const float* p, float a, float b) {
+#ifdef LLMC_SIMT
+    return make_float2(p[0] + a, p[1] + b);
+#elif defined(LLMC_WGMMA)
+    float x, y;
+    asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y) : "l"(p) : "memory");
+    asm("add.rn.ftz.f32 %0, %0, %1;\n" : "+f"(x) : "f"(a));
+    asm("add.rn.ftz.f32 %0, %0, %1;\n" : "+f"(y) : "f"(b));
+    return make_float2(x, y);
+#else
+    __trap();
+    return make_float2(0.0f, 0.0f);
+#endif
+}
 // stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (sm_90): four 8×8 16-bit matrices from the C
 // layout's registers (r[i]: row g, columns 2t, 2t+1 of matrix i), each stored to the 8 rows whose
 // addresses lanes 8i..8i+7 give; TRANS: stored transposed
@@ -830,9 +847,21 @@ template <class H, int D, int SLOTS> struct FusedTiles {
 __host__ __device__ constexpr size_t fused_tiles_elems(int D, int kv_tiles, int slots) {
     return (size_t)(kv_tiles + 2 * slots) * 64 * D + 2 * 64 * 128 + (D > 64 ? 4 * 64 * 64 : 0);
 }
+// Where a warpgroup's dQ goes: its split's fp32 partial sum (part, rows C apart), added over the
+// key blocks in order. With one split (finish), a query tile's last key block (the diagonal one)
+// adds its share to that sum and writes sum · scale into dqkv (out, rows C3 apart) itself: the
+// bits of flash_dq_sum_kernel, without its pass. Each element has one owner thread throughout.
+template <class H> struct DqSink {
+    float* part;
+    H* out;
+    int C;
+    size_t C3;
+    float scale;
+    bool first_kb, finish;  // first_kb: this split's first key block, whose sum starts from zero
+};
 // A warpgroup's 64 keys of the fused backward (keys key0.. of this warp): dK and dV, and one
 // pipeline step over query tile j. Iteration j issues Sᵀ(j) and dPᵀ(j), then dV, dK and dQ of
-// tile j − 1, stores dQ(j − 1) into the partial sum (part: this warpgroup's columns), and stores
+// tile j − 1, adds dQ(j − 1) to dq_to (DqSink: this warpgroup's columns), and stores
 // dSᵀ(j) as dS(j) for the next iteration's dQ. dS(j − 1) must be in from both warpgroups.
 // At head size 128 (A_SMEM) dK, dV, Sᵀ and dPᵀ fill 192 registers a thread. There, Pᵀ(j) and
 // dSᵀ(j) wait for the next iteration as tiles in shared memory, not as A fragments. dQ(j − 1)
@@ -857,23 +886,33 @@ template <class H, int D, bool SW = false> struct FusedBackwardKeys {
             wgmma_m64k16_ss<H, 32, true>(&dq[0][0], wgmma_desc(tl.dS(j) + kc * 128, 128, 2048), b, kc > 0);
         }
     }
-    __device__ void add_dq(int row0, float* part, int C, int T, bool first_kb) {  // dQ's chunk of the tile from row0 into the partial sum
+    // dQ's chunk of the tile from row0, columns col.. of the warpgroup's: into the partial sum, or
+    // (last: the tile's last key block) that sum plus it, scaled, into dqkv
+    __device__ void add_dq(int row0, const DqSink<H>& to, int col, int T, bool last) {
         wgmma_hold<16>(&dq[0][0]);
         const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
         for (int r = 0; r < 2; r++) {
             const int row = row0 + warp * 16 + g + 8 * r;
             if (row >= T) continue;
-            float* p = part + (size_t)row * C + 2 * t;
+            float* p = to.part + (size_t)row * to.C + col + 2 * t;
+            H* o = to.out + (size_t)row * to.C3 + col + 2 * t;
             for (int nt = 0; nt < 4; nt++) {
-                if (first_kb) *reinterpret_cast<float2*>(p + nt * 8) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
-                else red_add_f32x2(p + nt * 8, dq[nt][2 * r], dq[nt][2 * r + 1]);
+                const float a = dq[nt][2 * r], b = dq[nt][2 * r + 1];
+                if (last) {
+                    const float2 sum = to.first_kb ? make_float2(a, b) : red_sum_f32x2(p + nt * 8, a, b);
+                    store_pair(o + nt * 8, sum.x * to.scale, sum.y * to.scale);
+                } else if (to.first_kb) {
+                    *reinterpret_cast<float2*>(p + nt * 8) = make_float2(a, b);
+                } else {
+                    red_add_f32x2(p + nt * 8, a, b);
+                }
             }
         }
     }
     template <class Tiles>
-    __device__ void step(int j, int nqt, bool overlap, const Tiles& tl, int wg, int k0, int key0, float sl2, float* part, int C, int T,
-                         bool first_kb) {
+    __device__ void step(int j, int nqt, bool overlap, const Tiles& tl, int wg, int k0, int key0, float sl2, const DqSink<H>& dq_to, int T) {
         const int warp = threadIdx.x / 32 % 4;
+        const bool last = dq_to.finish && j - 1 < 2;  // query tile j − 1's diagonal key block is this one
         const H *Ks = tl.K(wg), *Vs = Ks + 64 * D;
         wgmma_pipeline_step(
             j, 0, nqt, overlap,
@@ -901,7 +940,7 @@ template <class H, int D, bool SW = false> struct FusedBackwardKeys {
             [&](int j) {
                 wgmma_hold<D / 2>(&dv[0][0]);
                 wgmma_hold<D / 2>(&dk[0][0]);
-                if (!A_SMEM && j > 0) add_dq(k0 + 64 * (j - 1), part, C, T, first_kb);
+                if (!A_SMEM && j > 0) add_dq(k0 + 64 * (j - 1), dq_to, 0, T, last);
                 if (j < nqt) {
                     if constexpr (A_SMEM) {  // Pᵀ(j), dSᵀ(j): this warp's 16 key rows of the K-major tiles
                         auto rows = [&](H* tile) { return [=](int p, int m) { return tile + (2 * warp + m % 2) * 512 + (2 * p + m / 2) * 64; }; };
@@ -920,25 +959,26 @@ template <class H, int D, bool SW = false> struct FusedBackwardKeys {
                         wgmma_fence();
                         issue_dq(tl, j - 1, wg * DN + 32 * c);
                         wgmma_complete();
-                        add_dq(k0 + 64 * (j - 1), part + 32 * c, C, T, first_kb);
+                        add_dq(k0 + 64 * (j - 1), dq_to, 32 * c, T, last);
                     }
             });
     }
 };
-// The split's first key block: the query rows below it are reached by none of its key blocks,
-// so zeros in its partial sum (part_b: batch b's; threads 0 .. n − 1)
-template <int D> __device__ inline int fused_zero_rows(float* part_b, int kh, int G, int s, int S, int nkb, int T, int C, int n) {
-    int kb_first = 0;
-    while (kb_first < nkb && fused_split_of(kb_first, S) != s) kb_first++;
-    for (int h = kh * G; h < kh * G + G; h++)
-        for (int i = threadIdx.x; i < min(128 * kb_first, T) * D / 4; i += n)
-            *reinterpret_cast<float4*>(part_b + (size_t)(i / (D / 4)) * C + h * D + i % (D / 4) * 4) = make_float4(0, 0, 0, 0);
-    return kb_first;
+// Warpgroup wg's dQ columns of query head h, batch b: in part_b (the split's sum for batch b) and in dqkv
+template <class H, int D>
+__device__ inline DqSink<H> dq_sink(H* dqkv, float* part_b, int b, int h, int wg, int T, const QKVLayout& L, bool first_kb, bool finish,
+                                    float scale) {
+    const int col = h * D + wg * (D / 2);
+    return {part_b + col, dqkv + (size_t)b * T * L.row() + col, L.C, L.row(), scale, first_kb, finish};
 }
+// Split s's first key block (nkb: it has none). The snake order's first round gives key block s
+// to split s. The query rows below it are reached by none of its key blocks, so its partial sum
+// is never written there: flash_dq_sum_kernel adds a zero in its place.
+__host__ __device__ inline int fused_first_kb(int s, int nkb) { return s < nkb ? s : nkb; }
 template <class H, int D>
 __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                          const float* lse, const float* Dv, int T, QKVLayout L,
-                                                                         bool overlap) {
+                                                                         bool overlap, bool dq_finish, float dq_scale) {
     static_assert(D == 64 || D == 128, "the fused backward: head size 64 or 128");
     DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[3][64], Ds[3][64];
@@ -950,7 +990,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
     const H* qkv_b = qkv + (size_t)b * T * C3;
     float* part_b = dq_part + (size_t)(s * gridDim.y + b) * T * C;  // this split's partial sum of batch b's dQ
     const float sl2 = rsqrtf((float)D) * LOG2E;
-    const int kb_first = fused_zero_rows<D>(part_b, kh, G, s, S, nkb, T, C, blockDim.x);
+    const int kb_first = fused_first_kb(s, nkb);
     for (int kb = kb_first; kb < nkb; kb++) {
         if (fused_split_of(kb, S) != s) continue;
         const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
@@ -966,6 +1006,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
             const H* dO = dout + (size_t)b * T * C + h * D;
             const float* lse_bh = lse + ((size_t)b * NH + h) * T;
             const float* D_bh = Dv + ((size_t)b * NH + h) * T;
+            const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish, dq_scale);
             auto stage = [&](int j) {
                 const int q0 = k0 + 64 * j;
                 stage_tile_cm<D, 256, 64, true>(tl.Q(j), q, C3, q0, T, threadIdx.x);
@@ -979,7 +1020,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
                 fence_proxy_async();  // (the tiles, and dS(j − 1) stored by each thread)
                 __syncthreads();      // tile j and dS(j − 1) are in, and every warpgroup is done with tile j − 2
                 if (j + 1 < nqt) stage(j + 1);
-                keys.step(j, nqt, overlap, tl, wg, k0, key0, sl2, part_b + h * D + wg * (D / 2), C, T, kb == kb_first);
+                keys.step(j, nqt, overlap, tl, wg, k0, key0, sl2, dq_to, T);
             }
         }
         H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
@@ -1005,7 +1046,8 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
 template <class H, int D, int SLOTS, bool TMA>
 __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                                      const float* lse, const float* Dv, int T, QKVLayout L,
-                                                                                     bool overlap, const __grid_constant__ CUtensorMap qkv_map,
+                                                                                     bool overlap, bool dq_finish, float dq_scale,
+                                                                                     const __grid_constant__ CUtensorMap qkv_map,
                                                                                      const __grid_constant__ CUtensorMap dout_map) {
     static_assert(D == 64 && SLOTS >= 3, "the fused backward: head size 64; a query tile is in use for two iterations");
     DYNAMIC_SHARED(H, shared);
@@ -1062,7 +1104,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     } else {
         setmaxnreg<232, true>();
         const float sl2 = rsqrtf((float)D) * LOG2E;
-        const int kb_first = fused_zero_rows<D>(part_b, kh, G, s, S, nkb, T, C, 256);
+        const int kb_first = fused_first_kb(s, nkb);
         for (int kb = kb_first, m = 0, n = 0; kb < nkb; kb++) {
             if (fused_split_of(kb, S) != s) continue;
             const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16, nqt = (T - k0 + 63) / 64;
@@ -1070,11 +1112,12 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
             mbar_wait(&kv_full[m % 2], parity(m, 2));
             for (int h = kh * G; h < kh * G + G; h++, n += nqt) {
                 const FusedTiles<H, D, SLOTS> tl{kv(m), rings, lse2, Ds, n % SLOTS};
+                const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish, dq_scale);
                 for (int j = 0; j <= nqt; j++) {
                     if (j < nqt) mbar_wait(&q_full[tl.slot(j)], parity(n + j, SLOTS));
                     fence_proxy_async();  // (the copies, and dS(j − 1) stored by each thread)
                     bar_sync(1, 256);     // dS(j − 1) is in from both warpgroups, and both are done with iteration j − 1
-                    keys.step(j, nqt, overlap, tl, wg, k0, key0, sl2, part_b + h * D + wg * (D / 2), C, T, kb == kb_first);
+                    keys.step(j, nqt, overlap, tl, wg, k0, key0, sl2, dq_to, T);
                     if (lane == 0 && j > 0) mbar_arrive(&q_empty[tl.slot(j - 1)]);  // this warp is done with tile j − 1
                 }
             }
@@ -1098,16 +1141,21 @@ __global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, in
     float Dr[2];
     row_dots<D>(Dr, of, O, C, row0, T, Dv + ((size_t)b * NH + h) * T);
 }
-// dQ = scale · (the splits' partial sums added in split order), into the q columns of dqkv's rows
+// dQ = scale · (the splits' partial sums added in split order), into the q columns of dqkv's rows.
+// Below a split's first key block its sum is zero and unwritten: a zero is added (x + 0 is x,
+// except that −0 becomes +0, as when the zeros were stored).
 template <class H>
-__global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, int S, size_t BTC, int C, size_t C3, float scale) {
+__global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, int S, size_t BTC, int T, int C, size_t C3, float scale) {
+    const int nkb = (T + 127) / 128;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < BTC / 4; i += (size_t)gridDim.x * blockDim.x) {
-        float4 a = reinterpret_cast<const float4*>(dq_part)[i];
+        const size_t row = 4 * i / C, c = 4 * i % C;
+        const int t = (int)(row % T);  // the position in the sequence
+        float4 a = reinterpret_cast<const float4*>(dq_part)[i];  // (split 0 has key block 0)
         for (int s = 1; s < S; s++) {
-            const float4 v = reinterpret_cast<const float4*>(dq_part + s * BTC)[i];
+            const float4 v = t < 128 * fused_first_kb(s, nkb) ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                                                              : reinterpret_cast<const float4*>(dq_part + s * BTC)[i];
             a.x += v.x; a.y += v.y; a.z += v.z; a.w += v.w;
         }
-        const size_t row = 4 * i / C, c = 4 * i % C;
         *reinterpret_cast<uint2*>(dqkv + row * C3 + c) = make_uint2(pack2<H>(a.x * scale, a.y * scale), pack2<H>(a.z * scale, a.w * scale));
     }
 }

@@ -50,6 +50,7 @@ struct KernelOptions {
     bool flash_fused_backward = false; // one fused backward pass at head size 64 (dQ in another order)
     bool flash_fused_backward_128 = false;  // with it, the fused pass at head size 128 too
     int flash_fused_splits = 0;        // its key-block splits (0: flash_fused_splits chooses)
+    bool flash_dq_in_kernel = true;    // with one split, the fused pass writes dQ itself (false: the sum kernel does; same bits)
     int flash_backward_producer = 0;   // 3 or 4: the fused backward with a producer warpgroup and that many query-tile slots
     bool flash_backward_tma = false;   // with flash_backward_producer: its tiles swizzled, one thread copies each by TMA
     long flash_tune_blocks = 256;

@@ -671,6 +671,7 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
 // dK and dV bit-identical to the two wgmma passes' (the same products in the same order; the
 // second warpgroup's extra first tile adds exact zeros), its dQ within bf16's bound of theirs.
 // The producer backward (head size 64 only) against the CPU op and bit-identical to the above.
+// With one split, dQ written by the pass itself is bit-identical to its sum kernel's.
 static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     if (!gpu_has_wgmma()) { printf("# skip: fused backward B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
     gpu.kernels.flash_wgmma = true; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_fused_backward = true;
@@ -710,6 +711,20 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
                      B, T, C, NH, NKV, slots, tma ? ", swizzled tiles by TMA" : "");
             compare_bits(name, fused, got);
         }
+    gpu.kernels.flash_fused_splits = 1;  // one split: dQ finished in the pass, against its sum kernel
+    gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
+    std::vector<float> fused1[3];
+    gpu.kernels.flash_dq_in_kernel = false;
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, fused1);
+    gpu.kernels.flash_dq_in_kernel = true;
+    for (int slots : {0, 3}) {
+        if (slots && !producer) break;
+        gpu.kernels.flash_backward_producer = slots;
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+        snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, 1 split, dQ written by the pass%s vs by the sum kernel",
+                 B, T, C, NH, NKV, slots ? " with a producer warpgroup" : "");
+        compare_bits(name, fused1, got);
+    }
     gpu.kernels.flash_fused_splits = 3;  // (and where a split has several key blocks, or none)
     std::vector<float> fused3[3];
     gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;

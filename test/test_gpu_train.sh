@@ -144,12 +144,13 @@ GPU_FLAGS="--flash-wgmma 1 --flash-backward split" ONCE=1 gpu_vs_cpu bf16 2e-2
 # or 3 slots; "2p": 2 with ping-pong) run the wgmma forward's products in its order, and
 # --flash-backward-producer 3 and 4 ("b3", "b4") the fused backward's: the training is
 # bit-identical to --flash-wgmma 1 alone. On the emulator SIMT_COUNT_LAUNCHES shows the
-# producer kernel ran.
+# producer kernel ran. There the fused backward has one split, so it writes dQ itself: the
+# emulator counts no launch of the sum kernel.
 flash_forward_producer() {
     local tmp; tmp=$(mktemp -d)
     local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16
                  --flash-wgmma 1)
-    "$BIN" "${flags[@]}" --log-file "$tmp/0.jsonl" >/dev/null 2>&1
+    SIMT_COUNT_LAUNCHES=flash_dq_sum_kernel "$BIN" "${flags[@]}" --log-file "$tmp/0.jsonl" >"$tmp/0.out" 2>&1
     for s in 2 3 2p b3 b4; do
         local extra=(--flash-forward-producer ${s%p}) kernel=flash_forward_wgmma_producer_kernel
         [[ $s == *p ]] && extra+=(--flash-forward-pingpong 1)
@@ -164,6 +165,10 @@ def load(p):
     try: return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
     except OSError: return []
 base = load(f"{d}/0.jsonl")
+if "simt" in binary:
+    sums = re.search(r"^simt: ([0-9]+) launches of flash_dq_sum_kernel$", open(f"{d}/0.out").read(), re.M)
+    print(("ok" if len(base) == 4 and sums is not None and sums.group(1) == "0" else "not ok") +
+          f" - bf16: the fused backward with one split writes dQ itself (the sum kernel ran {sums.group(1) if sums else '?'} times)")
 for s in ("2", "3", "2p", "b3", "b4"):
     ran = re.search(r"^simt: ([0-9]+) launches of flash_\w+_producer_kernel$", open(f"{d}/{s}.out").read(), re.M)
     emulated = "simt" in binary
