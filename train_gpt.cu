@@ -119,6 +119,7 @@ static const FlagDef FLAGS[] = {
     {"flash-forward-producer", "0", "0 | 2 | 3: on a compute capability 9.0 GPU where the wgmma forward runs (--flash-wgmma 1, or auto where it keeps wgmma), the forward with a producer warpgroup: it copies the K and V tiles in through a ring of 2 or 3 slots (mbarriers), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
     {"flash-backward-producer", "0", "0 | 3 | 4: on a compute capability 9.0 GPU where the fused backward runs (--flash-backward fused, head size 64), the fused backward with a producer warpgroup: it copies every tile in through rings of slots (mbarriers; 3 or 4 query tiles), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
     {"flash-forward-pingpong", "0", "0 | 1: with --flash-forward-producer 2 or 3, its two computing warpgroups take turns to issue their products (named barriers), so that one's softmax runs while the other's products run (the same bits as 0)", false},
+    {"flash-forward-groups", "2", "2 | 3: with --flash-forward-producer 2 or 3, the forward's computing warpgroups a block: 3 puts 192 query rows in a block (12 computing warps an SM instead of 8, each K and V tile shared by more rows), at head size 64 with key tiles of 64 and without ping-pong (the same bits as 2)", false},
     {"flash-forward-keys", "64", "64 | 128: the wgmma forward's key tiles (with --flash-forward-producer 0 or 2): 128 halves its softmax steps but gives other bits than 64 (so use it with --flash-wgmma 1: auto keeps the forward whose bits equal mma.sync's)", false},
     {"flash-wgmma", "auto", "auto | 0 | 1: on a compute capability 9.0 GPU (H100, H200), whether the 16-bit (bf16, fp16) flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored. auto: each pass runs both ways at its first launches of a training step's size (its bits hashed) and keeps wgmma where it was faster and wrote the same bits every time (printed)", false},
 };
@@ -348,6 +349,7 @@ struct RunConfig {
     std::string flash_rows, flash_wgmma, flash_backward, flash_forward_producer, flash_backward_producer, classifier_staged, bias_grad;  // kernel choices (GPU only)
     bool flash_forward_pingpong = false;
     int flash_forward_keys = 64;
+    int flash_forward_groups = 2;
     bool matmul_tune = true;
     bool auto_batch() const { return B == 0; }
     bool total_given() const { return total_batch != -1; }
@@ -446,6 +448,9 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.flash_forward_keys = std::stoi(f.choice("flash-forward-keys", {"64", "128"}));
     if (rc.flash_forward_keys == 128 && rc.flash_forward_producer == "3")
         usage_error("--flash-forward-keys 128 needs --flash-forward-producer 0 or 2 (3 slots of 128 keys are not built)");
+    rc.flash_forward_groups = std::stoi(f.choice("flash-forward-groups", {"2", "3"}));
+    if (rc.flash_forward_groups == 3 && (rc.flash_forward_producer == "0" || rc.flash_forward_pingpong || rc.flash_forward_keys == 128))
+        usage_error("--flash-forward-groups 3 needs --flash-forward-producer 2 or 3, key tiles of 64 and no ping-pong");
     rc.matmul_tune = f.integer("matmul-tune", 0, 1);
     rc.classifier_staged = f.choice("classifier-staged", {"auto", "0", "1", "2"});
     rc.bias_grad = f.choice("bias-grad", {"kernel", "epilogue"});
@@ -635,6 +640,7 @@ static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->flash_backward_producer = std::stoi(rc.flash_backward_producer);
     o->flash_forward_pingpong = rc.flash_forward_pingpong;
     o->flash_forward_keys = rc.flash_forward_keys;
+    o->flash_forward_groups = rc.flash_forward_groups;
 }
 
 // --threads, or all cores: the threads each rank's CPU ops use.

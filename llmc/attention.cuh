@@ -638,13 +638,14 @@ template <class floatX> inline CUtensorMap flash_tensor_map(const floatX* base, 
     const uint32_t box[3] = {64, rows, 1};
     return tensor_map_3d_16bit(base, dims, strides, box);
 }
-template <class floatX, int HS, int S, bool PINGPONG, int BN, bool SW, bool TMA>
+// NWG computing warpgroups (2, or 3 at head size 64: flash_forward_groups).
+template <class floatX, int HS, int S, bool PINGPONG, int BN, bool SW, bool TMA, int NWG = 2>
 inline void flash_forward_producer_launch(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
-    SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA>);
+    SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA, NWG>);
     const size_t shared = 2 * S * BN * HS * sizeof(floatX) + (SW ? 1024 : 0);
     CUtensorMap map{};
     if constexpr (TMA) map = flash_tensor_map(qkv, L.row(), T, B, BN);
-    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA><<<dim3(L.NH, B, ceil_div(T, 128)), 384, shared, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap, map);
+    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA, NWG><<<dim3(L.NH, B, ceil_div(T, 64 * NWG)), 128 * (NWG + 1), shared, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap, map);
     CUDA_LAUNCH_CHECK();
 }
 template <class floatX, int HS, bool SW, bool TMA>
@@ -652,6 +653,12 @@ inline void flash_forward_producer(const Ctx& ctx, floatX* out, float* lse, cons
     const KernelOptions& k = ctx.kernels;
     const bool three = k.flash_forward_producer == 3, pingpong = k.flash_forward_pingpong, wide = k.flash_forward_keys == 128;
     if (wide && three) fatal("flash attention: key tiles of 128 in the producer forward need 2 slots (flash_forward_producer = 2)");
+    if (k.flash_forward_groups == 3) {  // 192 query rows a block, 160 registers a thread: 64 keys a tile (128 spill)
+        if (HS != 64 || pingpong || wide) fatal("flash attention: 3 computing warpgroups in the forward need head size 64, key tiles of 64 and no ping-pong");
+        if (three) flash_forward_producer_launch<floatX, 64, 3, false, 64, SW, TMA, 3>(ctx, out, lse, qkv, B, T, L);
+        else flash_forward_producer_launch<floatX, 64, 2, false, 64, SW, TMA, 3>(ctx, out, lse, qkv, B, T, L);
+        return;
+    }
     if (wide && pingpong) flash_forward_producer_launch<floatX, HS, 2, true, 128, SW, TMA>(ctx, out, lse, qkv, B, T, L);
     else if (wide) flash_forward_producer_launch<floatX, HS, 2, false, 128, SW, TMA>(ctx, out, lse, qkv, B, T, L);
     else if (three && pingpong) flash_forward_producer_launch<floatX, HS, 3, true, 64, SW, TMA>(ctx, out, lse, qkv, B, T, L);

@@ -514,26 +514,30 @@ template <int D, int ROWS, class H> __device__ inline void tma_tile(H* dst, cons
 }
 
 // The same forward with a producer warpgroup (flash_forward_producer slots; v11 in
-// dev/cuda/attention.cu): warpgroup 2 copies the K and V tiles in, and warpgroups 0 and 1
-// compute, with no block barrier. The producer gives back registers (setmaxnreg: 40 a thread)
-// and the computing warpgroups take them (232). Each tile has a slot in a ring of STAGES, and
+// dev/cuda/attention.cu): warpgroup NWG copies the K and V tiles in, and warpgroups 0 .. NWG − 1
+// compute, with no block barrier. The producer gives back registers (setmaxnreg) and the
+// computing warpgroups take them: 232 a thread for 2 (the producer keeps 40), 160 for 3 (it keeps
+// 32). With 3, 192 query rows share each K and V tile, as in FlashAttention-3 at head size 64;
+// 160 registers hold key tiles of 64 (128 spill). Each tile has a slot in a ring of STAGES, and
 // each slot four mbarriers:
 //   full_k, full_v    the producer's 128 threads arrive when their copies have landed (TMA:
 //                     its first thread arrives, and the phase waits for the copies' bytes)
-//   empty_k, empty_v  lane 0 of each of the 8 computing warps arrives when its products are done
+//   empty_k, empty_v  lane 0 of each of the 4·NWG computing warps arrives when its products are done
 // The producer waits for a slot's empty phase before refilling it; a computing warp waits for
 // K(j)'s and V(j−1)'s full phases before iteration j. Every computing warp passes through every
 // tile's barriers, also the tiles after its last one, so the producer never waits forever.
-// PINGPONG: the two computing warpgroups take turns to issue their products (PingPong).
+// PINGPONG (NWG = 2): the two computing warpgroups take turns to issue their products (PingPong).
 // BN = 64: the products and their order are the forward's above, so the same bits
 // (gpucheck_ops). BN = 128: key tiles of 128 (half the softmax steps and rescales of O; not the
 // same bits, and the first warpgroup computes its last tile's masked half too). SW: swizzled
 // tiles. TMA (with SW): one thread of the producer copies each tile by TMA from kv_map (qkv as
 // B × T × its row: tensor_map_3d_16bit), in place of 128 threads' cp.async.
-template <class H, int D, int STAGES, bool PINGPONG, int BN, bool SW, bool TMA>
-__global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
-                                                                        bool overlap, const __grid_constant__ CUtensorMap kv_map) {
+template <class H, int D, int STAGES, bool PINGPONG, int BN, bool SW, bool TMA, int NWG = 2>
+__global__ void __launch_bounds__(128 * (NWG + 1), 1) flash_forward_wgmma_producer_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
+                                                                                     bool overlap, const __grid_constant__ CUtensorMap kv_map) {
     static_assert(SW || !TMA, "TMA fills the swizzled layout");
+    static_assert(NWG == 2 || (NWG == 3 && !PINGPONG), "2 computing warpgroups, or 3 without ping-pong");
+    constexpr int PRODUCER_REGS = NWG == 2 ? 40 : 32, COMPUTE_REGS = NWG == 2 ? 232 : 160;  // (NWG·128·COMPUTE + 128·PRODUCER ≤ 64K)
     DYNAMIC_SHARED(H, shared);
     H* tiles = SW ? align_1024(shared) : shared;
     __shared__ uint64_t full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
@@ -543,17 +547,18 @@ __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H*
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const size_t C3 = L.row();
-    const int nkt = min(((qt + 1) * 128 + BN - 1) / BN, (T + BN - 1) / BN);  // the block's key tiles
+    const int nkt = min(((qt + 1) * 64 * NWG + BN - 1) / BN, (T + BN - 1) / BN);  // the block's key tiles
     if (threadIdx.x == 0)
         for (int i = 0; i < STAGES; i++) {
             mbar_init(&full_k[i], TMA ? 1 : 128), mbar_init(&full_v[i], TMA ? 1 : 128);
-            mbar_init(&empty_k[i], 8), mbar_init(&empty_v[i], 8);
+            mbar_init(&empty_k[i], 4 * NWG), mbar_init(&empty_v[i], 4 * NWG);
         }
     __syncthreads();  // (the barriers are initialized; the only block barrier)
-    if (wg == 2) {  // the producer: K(j), then V(j), each into its slot once the slot is free
-        setmaxnreg<40, false>();
+    if (wg == NWG) {  // the producer: K(j), then V(j), each into its slot once the slot is free
+        setmaxnreg<PRODUCER_REGS, false>();
+        const int t = threadIdx.x - 128 * NWG;
         if constexpr (TMA) {
-            for (int j = 0; j < nkt && threadIdx.x == 256; j++) {
+            for (int j = 0; j < nkt && t == 0; j++) {
                 mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
                 tma_tile<D, BN>(Ks(j), &kv_map, L.k(h), j * BN, b, &full_k[j % STAGES]);
                 mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
@@ -563,17 +568,17 @@ __global__ void __launch_bounds__(384, 1) flash_forward_wgmma_producer_kernel(H*
             const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
             for (int j = 0; j < nkt; j++) {
                 mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
-                stage_tile<D, 128, BN, SW>(Ks(j), k, C3, j * BN, T, threadIdx.x - 256);
+                stage_tile<D, 128, BN, SW>(Ks(j), k, C3, j * BN, T, t);
                 mbar_arrive_on_copies(&full_k[j % STAGES]);
                 mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
-                stage_tile<D, 128, BN, SW>(Vs(j), v, C3, j * BN, T, threadIdx.x - 256);
+                stage_tile<D, 128, BN, SW>(Vs(j), v, C3, j * BN, T, t);
                 mbar_arrive_on_copies(&full_v[j % STAGES]);
             }
             cp_async_wait_all();  // (its copies have landed before it ends)
         }
     } else {
-        setmaxnreg<232, true>();
-        const int wrow0 = (qt * 2 + wg) * 64;  // the warpgroup's rows
+        setmaxnreg<COMPUTE_REGS, true>();
+        const int wrow0 = (qt * NWG + wg) * 64;  // the warpgroup's rows
         ForwardRows<H, D, BN, SW> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
         const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / BN + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
         const PingPong<PINGPONG> turns{wg};

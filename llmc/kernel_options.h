@@ -43,6 +43,7 @@ struct KernelOptions {
     int flash_wgmma_groups = 2;        // warpgroups a block: 1 or 2
     int flash_forward_producer = 0;    // 2 or 3: the wgmma forward with a producer warpgroup and that many slots (2 others)
     bool flash_forward_pingpong = false;  // with a producer: its two computing warpgroups take turns to issue products
+    int flash_forward_groups = 2;      // with a producer: its computing warpgroups, 2, or 3 at head size 64 with key tiles of 64 (192 query rows a block)
     int flash_forward_keys = 64;       // the wgmma forward's key tiles: 64 or 128 (2 warpgroups; a producer: 2 slots)
     bool flash_swizzle = false;        // the wgmma forward's K and V tiles 128-byte swizzled, copied a whole line per 8 threads
     bool flash_tma = false;            // with flash_swizzle and a producer: one thread copies each tile by TMA

@@ -354,6 +354,7 @@ static const char* producer_words() {
     if (k.flash_forward_keys == 128)
         return k.flash_forward_pingpong ? " (flash, wgmma, a producer warpgroup in the forward, 128 keys a tile, ping-pong)"
                                         : " (flash, wgmma, a producer warpgroup in the forward, 128 keys a tile)";
+    if (k.flash_forward_groups == 3) return " (flash, wgmma, a producer warpgroup and 3 computing warpgroups in the forward)";
     return k.flash_forward_pingpong ? " (flash, wgmma, a producer warpgroup in the forward, ping-pong)" : " (flash, wgmma, a producer warpgroup in the forward)";
 }
 // An attention sink, as trained models have: every query of a group shares a direction u with its
@@ -580,6 +581,11 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     check_attention<fp16>(B, T, C, NH, NKV);
     gpu.kernels.flash_forward_producer = 2; gpu.kernels.flash_tma = true;  // (and by TMA)
     check_attention<fp16>(B, T, C, NH, NKV);
+    if (C / NH == 64) {  // (3 computing warpgroups, by TMA: fp16 against the CPU)
+        gpu.kernels.flash_forward_groups = 3;
+        check_attention<fp16>(B, T, C, NH, NKV);
+        gpu.kernels.flash_forward_groups = 2;
+    }
     gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
     gpu.kernels.flash_forward_producer = 2;
     check_attention<bf16>(B, T, C, NH, NKV);
@@ -626,6 +632,20 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
                                  NH, NKV, v.what);
         compare_bits(name, want, got);
     }
+    // 3 computing warpgroups and a producer (head size 64: 192 query rows a block): each row's
+    // products as in 2 warpgroups, so the same bits; 2 or 3 slots, TMA too.
+    const struct { int slots; bool tma; const char* what; } three[] = {{2, false, "2 slots"}, {3, false, "3 slots"},
+                                                                         {2, true, "2 slots, swizzled tiles by TMA"}};
+    for (const auto& v : three) {
+        if (C / NH != 64) break;
+        gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true; gpu.kernels.flash_forward_pingpong = false;
+        gpu.kernels.flash_forward_producer = v.slots; gpu.kernels.flash_forward_groups = 3; gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = v.tma;
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+        char name[256]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, the forward with 3 computing warpgroups, %s, vs 2 warpgroups overlapped",
+                                 B, T, C, NH, NKV, v.what);
+        compare_bits(name, want, got);
+    }
+    gpu.kernels.flash_forward_groups = 2;
     // Key tiles of 128: the producer and ping-pong change only who copies and when each warpgroup
     // issues, and swizzled tiles only where the values sit, so each gives the plain forward's bits.
     gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true; gpu.kernels.flash_forward_keys = 128;

@@ -113,6 +113,10 @@ expect_fail "--flash-forward-pingpong without a producer" 2 "--flash-forward-pin
     "${base[@]}" --flash-forward-pingpong 1
 expect_fail "--flash-forward-keys 128 with a producer of 3 slots" 2 "--flash-forward-keys 128 needs --flash-forward-producer 0 or 2" \
     "${base[@]}" --flash-forward-producer 3 --flash-forward-keys 128
+expect_fail "--flash-forward-groups 3 without a producer" 2 "--flash-forward-groups 3 needs --flash-forward-producer 2 or 3" \
+    "${base[@]}" --flash-forward-groups 3
+expect_fail "--flash-forward-groups 3 with ping-pong" 2 "--flash-forward-groups 3 needs --flash-forward-producer 2 or 3, key tiles of 64 and no ping-pong" \
+    "${base[@]}" --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-groups 3
 expect_fail "--flash-backward-producer with the split backward" 2 "--flash-backward-producer 3 needs --flash-backward fused" \
     "${base[@]}" --flash-backward split --flash-backward-producer 3
 expect_fail "bad --flash-backward-producer" 2 "--flash-backward-producer: expected one of 0 | 3 | 4" "${base[@]}" --flash-backward-producer 2

@@ -141,7 +141,8 @@ GPU_FLAGS="--flash-wgmma 1" ONCE=$quick gpu_vs_cpu bf16 2e-2
 # (the above runs the fused backward, the default where wgmma runs; the two wgmma passes too)
 GPU_FLAGS="--flash-wgmma 1 --flash-backward split" ONCE=1 gpu_vs_cpu bf16 2e-2
 # --flash-forward-producer 2 and 3 (the wgmma forward with a producer warpgroup and a ring of 2
-# or 3 slots; "2p": 2 with ping-pong) run the wgmma forward's products in its order, and
+# or 3 slots; "2p": 2 with ping-pong; "2g": 2 with 3 computing warpgroups) run the wgmma
+# forward's products in its order, and
 # --flash-backward-producer 3 and 4 ("b3", "b4") the fused backward's: the training is
 # bit-identical to --flash-wgmma 1 alone. On the emulator SIMT_COUNT_LAUNCHES shows the
 # producer kernel ran. There the fused backward has one split, so it writes dQ itself: the
@@ -151,9 +152,10 @@ flash_forward_producer() {
     local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16
                  --flash-wgmma 1)
     SIMT_COUNT_LAUNCHES=flash_dq_sum_kernel "$BIN" "${flags[@]}" --log-file "$tmp/0.jsonl" >"$tmp/0.out" 2>&1
-    for s in 2 3 2p b3 b4; do
-        local extra=(--flash-forward-producer ${s%p}) kernel=flash_forward_wgmma_producer_kernel
+    for s in 2 3 2p 2g b3 b4; do
+        local extra=(--flash-forward-producer ${s:0:1}) kernel=flash_forward_wgmma_producer_kernel
         [[ $s == *p ]] && extra+=(--flash-forward-pingpong 1)
+        [[ $s == *g ]] && extra+=(--flash-forward-groups 3)
         [[ $s == b* ]] && extra=(--flash-backward-producer ${s#b}) kernel=flash_backward_fused_wgmma_producer_kernel
         SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
             >"$tmp/$s.out" 2>&1 || tail -3 "$tmp/$s.out" | sed 's/^/# /'
@@ -169,12 +171,13 @@ if "simt" in binary:
     sums = re.search(r"^simt: ([0-9]+) launches of flash_dq_sum_kernel$", open(f"{d}/0.out").read(), re.M)
     print(("ok" if len(base) == 4 and sums is not None and sums.group(1) == "0" else "not ok") +
           f" - bf16: the fused backward with one split writes dQ itself (the sum kernel ran {sums.group(1) if sums else '?'} times)")
-for s in ("2", "3", "2p", "b3", "b4"):
+for s in ("2", "3", "2p", "2g", "b3", "b4"):
     ran = re.search(r"^simt: ([0-9]+) launches of flash_\w+_producer_kernel$", open(f"{d}/{s}.out").read(), re.M)
     emulated = "simt" in binary
     used = not emulated or (ran is not None and int(ran.group(1)) > 0)
     flags = (f"--flash-backward-producer {s[1]}" if s[0] == "b" else
-             f"--flash-forward-producer {s[0]}{' --flash-forward-pingpong 1' if s.endswith('p') else ''}")
+             f"--flash-forward-producer {s[0]}{' --flash-forward-pingpong 1' if s.endswith('p') else ''}"
+             f"{' --flash-forward-groups 3' if s.endswith('g') else ''}")
     print(("ok" if len(base) == 4 and load(f"{d}/{s}.jsonl") == base and used else "not ok") +
           f" - bf16: {flags}" +
           " trains bit-identically to --flash-wgmma 1 alone (4 steps, losses and norms)" +

@@ -32,7 +32,8 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
       line copied per 8 threads; the same bits); v21, v22: v19, v20 with the tiles copied by TMA
       (one thread of the producer issues each tile); v23, v24: v7 with the fused backward (head
       size 64) and a producer warpgroup in it, 3 or 4 query-tile slots (the fused backward's bits);
-      v25, v26: v23, v24 with its tiles swizzled and copied by TMA
+      v25, v26: v23, v24 with its tiles swizzled and copied by TMA; v28, v29: v21 and v11 with 3
+      computing warpgroups (192 query rows a block, head size 64; the same bits as v7)
   Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
   folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
 The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
@@ -54,21 +55,22 @@ For v5 and v6 the backward's time is also split between its two passes (backward
 */
 #include "common.cuh"
 
-// The kernel options of version v (7-9, 11-26: the wgmma versions; any other: wgmma off).
+// The kernel options of version v (7-9, 11-26, 28, 29: the wgmma versions; any other: wgmma off).
 static void wgmma_version(int v) {
     KernelOptions& k = gpu_ctx.kernels;
     k.flash_wgmma = v >= 7;
     k.flash_wgmma_groups = v == 8 ? 1 : 2;
     k.flash_wgmma_overlap = v != 9;
-    const bool fwd = v <= 22;  // (v23-v26: v7's forward)
-    k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || (v >= 19 && fwd) ? 2 : 0;
+    const bool fwd = v <= 22, bwd = v >= 23 && v <= 26;  // (v23-v26: v7's forward; v28, v29: the forward)
+    k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || (v >= 19 && fwd) || v >= 28 ? 2 : 0;
     k.flash_forward_pingpong = v == 13 || v == 14 || v == 16 || (v >= 19 && fwd);
     k.flash_forward_keys = (v >= 15 && v <= 17) || v == 20 || v == 22 ? 128 : 64;
-    k.flash_swizzle = v >= 18 && fwd;
-    k.flash_tma = v >= 21 && fwd;
-    k.flash_fused_backward = v >= 23;
+    k.flash_forward_groups = v >= 28 ? 3 : 2;
+    k.flash_swizzle = (v >= 18 && fwd) || v == 28;
+    k.flash_tma = (v >= 21 && fwd) || v == 28;
+    k.flash_fused_backward = bwd;
     k.flash_backward_producer = v == 23 || v == 25 ? 3 : v == 24 || v == 26 ? 4 : 0;
-    k.flash_backward_tma = v >= 25;
+    k.flash_backward_tma = v >= 25 && bwd;
 }
 // DEV_ATTENTION_SKIP="13,14": versions not to run (a GPU call skips the ones its checks failed).
 static bool skipped(int v) {
@@ -82,7 +84,8 @@ static const char* WGMMA_VERSION_TAIL[] = {"", "", ", no overlap", "", ", a prod
                                            ", 128 keys a tile", ", swizzled tiles", ", a producer warpgroup, 2 slots, ping-pong, swizzled tiles",
                                            ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles",
                                            ", a producer warpgroup, 2 slots, ping-pong, swizzled tiles by TMA",
-                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles by TMA"};
+                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles by TMA", "", "", "", "", "",
+                                           ", a producer warpgroup, 2 slots, swizzled tiles by TMA", ", a producer warpgroup, 2 slots"};
 
 // The flash backward's time split between its two passes, with each pass's own tensor-core
 // FLOPs: the dK/dV pass computes 4 products (Sᵀ, dPᵀ, dV, dK), the dQ pass 3 (S, dP, dQ) — 7
@@ -170,14 +173,14 @@ int main(int argc, char** argv) {
             autotune_forget(gpu_ctx);
             gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        // v7-v9, v11-v26: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer, swizzled
-        // tiles, TMA (v11-v22: only the forward changes, its time alone; v23-v26: only the fused
-        // backward, its time alone)
+        // v7-v9, v11-v26, v28, v29: wgmma, 2 or 1 warpgroups a block, overlapped or not, a producer,
+        // swizzled tiles, TMA (v11-v22, v28, v29: only the forward changes, its time alone; v23-v26:
+        // only the fused backward, its time alone)
         if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())
-            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26}) {
+            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29}) {
                 if (skipped(v) || (v >= 23 && C / NH != 64)) continue;
                 wgmma_version(v);
-                if (v >= 23) {
+                if (v >= 23 && v <= 26) {
                     const float bw = time_ms(bwd);
                     printf("  with the fused backward and a producer warpgroup in it, %d slots%s (v%d): backward %.3f ms (%.1f TFLOP/s)\n",
                            gpu_ctx.kernels.flash_backward_producer, v >= 25 ? ", swizzled tiles by TMA" : "", v, bw, 2.5 * flops_fwd / bw / 1e9);
@@ -185,8 +188,9 @@ int main(int argc, char** argv) {
                     continue;
                 }
                 float fw = time_ms([&] { attention_forward(gpu_ctx, o.data(), l.data(), q.data(), B, T, C, NH, NKV); });
-                printf("  with wgmma, %d warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s)", gpu_ctx.kernels.flash_wgmma_groups,
-                       WGMMA_VERSION_TAIL[v - 7], v, fw, flops_fwd / fw / 1e9);
+                printf("  with wgmma, %d computing warpgroup(s) a block%s (v%d): forward %.3f ms (%.1f TFLOP/s)",
+                       v >= 28 ? gpu_ctx.kernels.flash_forward_groups : gpu_ctx.kernels.flash_wgmma_groups, WGMMA_VERSION_TAIL[v - 7], v, fw,
+                       flops_fwd / fw / 1e9);
                 if (v < 11) {
                     const float bw = time_ms(bwd);
                     printf(", backward %.3f ms (%.1f TFLOP/s)\n", bw, 2.5 * flops_fwd / bw / 1e9);
@@ -246,9 +250,9 @@ int main(int argc, char** argv) {
                            "v13 v11 + ping-pong", "v14 v12 + ping-pong", "v15 v11, 128 keys a tile", "v16 v13, 128 keys a tile",
                            "v17 v7, 128 keys a tile", "v18 v7, swizzled tiles", "v19 v13, swizzled tiles", "v20 v16, swizzled tiles",
                            "v21 v19, by TMA", "v22 v20, by TMA", "v23 fused bwd, producer, 3", "v24 fused bwd, producer, 4",
-                           "v25 v23 by TMA", "v26 v24 by TMA"};
-    for (int v = 2; v <= 26; v++) {
-        if (v == 10 || skipped(v)) continue;
+                           "v25 v23 by TMA", "v26 v24 by TMA", "", "v28 v21, 3 warpgroups", "v29 v11, 3 warpgroups"};
+    for (int v = 2; v <= 29; v++) {
+        if (v == 10 || v == 27 || skipped(v)) continue;  // (v27: "time" mode only)
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
         gpu_ctx.kernels.flash_ldmatrix = v >= 4;
