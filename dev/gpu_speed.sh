@@ -84,20 +84,21 @@ ncu_forward() {
     for spec in "6:flash_forward_wgmma_kernel<.*, 2, 64, false>" "0:flash_forward_wgmma_kernel<.*, 2, 64, true>" \
                 "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, false>" \
                 "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, true>"; do
-        DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}8,9,11,12,13,14,15,16,17,19,21 NCU_SKIP=${spec%%:*} NCU_COUNT=1 \
+        DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}8,9,11,12,13,14,15,16,17,19,21,28,29 NCU_SKIP=${spec%%:*} NCU_COUNT=1 \
             bash dev/bench/bench_ncu_attention.sh 2 8192 768 6 "${spec#*:}"
     done
 }
 export -f ncu_forward
 [[ $want == *,ncu,* ]] && step ncu 300 bash -c ncu_forward
 # ncubwd: the fused backward at head size 64, B=16 T=1024 (GPT-2's shape): without a producer
-# (the default), with one by cp.async (v23) and by TMA (v25); one launch each.
+# (the default), with one by cp.async (v23) and by TMA (v25); one launch each, and where its L2
+# sectors go (NCU_L2: are dQ's reductions what keeps the L2 busy?).
 ncu_backward() {
     local spec
     for spec in "flash_backward_fused_wgmma_kernel<" "flash_backward_fused_wgmma_producer_kernel<.*, 3, false>" \
                 "flash_backward_fused_wgmma_producer_kernel<.*, 3, true>"; do
-        DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}7,8,9,11,12,13,14,15,16,17,18,19,20,21,22,24,26 NCU_SKIP=0 NCU_COUNT=1 \
-            bash dev/bench/bench_ncu_attention.sh 16 1024 768 12 "$spec"
+        DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}7,8,9,11,12,13,14,15,16,17,18,19,20,21,22,24,26,28,29 NCU_SKIP=0 NCU_COUNT=1 \
+            NCU_L2=1 bash dev/bench/bench_ncu_attention.sh 16 1024 768 12 "$spec"
     done
 }
 export -f ncu_backward

@@ -8,7 +8,9 @@
 # Prints ncu's per-kernel sections: Speed of Light (with its breakdown, where this ncu has
 # --print-details), compute workload (the tensor pipe's share), memory workload (L1 and L2
 # requests and sectors), occupancy, launch stats, warp states (each stall reason's share) and
-# scheduler stats.
+# scheduler stats. NCU_L2=1: then a second pass over the same launches for where the L2's
+# sectors go (reads, writes, reductions such as the fused backward's dQ adds), its hit rate and
+# DRAM's bytes (a separate call, so that a metric this ncu lacks fails only it).
 # Skipped with one line where there is no ncu. Takes about a minute (ncu replays each launch).
 set -u
 cd "$(dirname "$0")/../.."
@@ -24,3 +26,10 @@ timeout -k 10 "${RUN_LIMIT:-120}" "$ncu" --clock-control none "${details[@]}" --
     --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     ./build/dev_attention "$B" "$T" "$C" "$NH" time 2>&1 |
     grep -v '^==PROF=='
+[ "${NCU_L2:-0}" = 1 ] || exit 0
+echo "# the L2's sectors by operation, its hit rate, DRAM's bytes"
+timeout -k 10 "${RUN_LIMIT:-120}" "$ncu" --clock-control none --kernel-name-base demangled --kernel-name "regex:$re" \
+    --launch-skip "${NCU_SKIP:-6}" --launch-count "${NCU_COUNT:-3}" \
+    --metrics lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+    ./build/dev_attention "$B" "$T" "$C" "$NH" time 2>&1 |
+    grep -v '^==PROF==' | grep -E "flash_|lts__|dram__|gpu__|ERR|rror"
