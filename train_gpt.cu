@@ -114,6 +114,7 @@ static const FlagDef FLAGS[] = {
     {"flash-rows", "auto", "auto | 16 | 32: rows per warp in the 16-bit (bf16, fp16) flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread; the same results either way. auto: each pass times both at its first launch of a training step's size and keeps the faster (printed)", false},
     {"matmul-tune", "1", "0 | 1: on a GPU, each matmul of at least 1e10 flops (every layer's, at a real size) runs, at its first call, each algorithm cuBLASLt's heuristic offers for it, and keeps the fastest of those that wrote the same bits as the heuristic's first (by 2%: timing noise); so the results are those of 0, which takes the heuristic's first untimed (each decision printed)", false},
     {"classifier-staged", "auto", "auto | 0 | 1 | 2: on a GPU, whether the loss kernel (softmax, cross-entropy and dlogits in one pass over a row of logits) first copies its row into shared memory, reading device memory once instead of twice (where the row fits: GPT-2's 98 KB in bf16). 2: one block an SM walks its rows, copying in the next row while it computes this one (where two rows fit). auto: at its first call of 4096 rows or more it runs each way on a copy of 4096 rows, hashing what each wrote, and keeps the fastest of those that wrote the same bits (printed); the results are the same every way", false},
+    {"layernorm-prefetch", "auto", "auto | 0 | 1: on a GPU, whether the LayerNorm backward (where its sums fit in registers: widths up to 1024 in 16 bits, GPT-2 124M and 350M) loads the input gradient it adds to in its first pass, beside dout and x, so that each row waits for memory once instead of twice. auto: at its first call of 4096 rows or more it runs both ways on copies, hashing what each wrote, and keeps the faster of those that wrote the same bits (printed); the results are the same every way", false},
     {"bias-grad", "kernel", "kernel | epilogue: on a GPU, how a linear layer's bias gradient (the column sums of its output's gradient) is made. kernel: by our column-sum kernels, which read that gradient once more. epilogue: by cuBLASLt's bias-gradient epilogue on the weight-gradient product, which reads it anyway (where cuBLASLt has none for a shape, the kernels run). epilogue sums in another order and rounds the sums to the dtype before adding them to the gradient, so its bits differ from kernel's (within a rounding)", false},
     {"flash-backward", "fused", "fused | split | fused128: on a compute capability 9.0 GPU with the wgmma kernels (--flash-wgmma auto or 1) at head size 64, the attention backward as one fused pass that computes S and dP once (5 products; dQ summed in fp32 in a fixed order, deterministic) or as two passes (dQ, then dK and dV: 7 products). The two give the same dK and dV bits, and dQ within bf16 rounding of each other. fused128: the fused pass at head size 128 too (not yet timed on a GPU). Elsewhere ignored", false},
     {"flash-forward-producer", "0", "0 | 2 | 3: on a compute capability 9.0 GPU where the wgmma forward runs (--flash-wgmma 1, or auto where it keeps wgmma), the forward with a producer warpgroup: it copies the K and V tiles in through a ring of 2 or 3 slots (mbarriers), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
@@ -346,7 +347,7 @@ struct RunConfig {
     int fp8_history = 0;
     bool comm_stats = false, overlap = true, profile = false;
     double comm_timeout = 1800;
-    std::string flash_rows, flash_wgmma, flash_backward, flash_forward_producer, flash_backward_producer, classifier_staged, bias_grad;  // kernel choices (GPU only)
+    std::string flash_rows, flash_wgmma, flash_backward, flash_forward_producer, flash_backward_producer, classifier_staged, bias_grad, layernorm_prefetch;  // kernel choices (GPU only)
     bool flash_forward_pingpong = false;
     int flash_forward_keys = 64;
     int flash_forward_groups = 2;
@@ -454,6 +455,7 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.matmul_tune = f.integer("matmul-tune", 0, 1);
     rc.classifier_staged = f.choice("classifier-staged", {"auto", "0", "1", "2"});
     rc.bias_grad = f.choice("bias-grad", {"kernel", "epilogue"});
+    rc.layernorm_prefetch = f.choice("layernorm-prefetch", {"auto", "0", "1"});
     if (rc.resume && rc.out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
     rc.model_spec = f.str("model"), rc.vocab = (int)f.integer("vocab-size", 0, 1 << 20);
     rc.train_data = f.str("train-data"), rc.val_data = f.str("val-data"), rc.hellaswag = f.str("hellaswag");
@@ -629,6 +631,8 @@ static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->classifier_staged = rc.classifier_staged == "auto" ? 0 : std::stoi(rc.classifier_staged);
     o->classifier_staged_auto = rc.classifier_staged == "auto";
     o->bias_grad = rc.bias_grad == "epilogue" ? BiasGrad::Epilogue : BiasGrad::Warps;
+    o->layernorm_prefetch = rc.layernorm_prefetch == "1";
+    o->layernorm_prefetch_auto = rc.layernorm_prefetch == "auto";
     o->fp8_fast_accum = rc.fp8_fast_accum == "forward" ? Fp8FastAccum::Forward : rc.fp8_fast_accum == "all" ? Fp8FastAccum::All : Fp8FastAccum::None;
     o->flash_forward_rows = o->flash_dq_rows = o->flash_dkv_keys = rc.flash_rows == "auto" ? 16 : std::stoi(rc.flash_rows);  // (auto: 16 until timed)
     o->flash_rows_auto = rc.flash_rows == "auto";

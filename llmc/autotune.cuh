@@ -1,8 +1,8 @@
 /*
 autotune.cuh — what the trainer's choices by timing share: timing a launch, hashing its bits.
 
-Flash attention's rows a warp and wgmma, cuBLASLt's algorithm, and the loss kernel's staging are
-each chosen once, at the first call of a training step's size, by one rule:
+Flash attention's rows a warp and wgmma, cuBLASLt's algorithm, the loss kernel's staging and the
+LayerNorm backward's prefetch are each chosen once, at a step-sized first call, by one rule:
 
     choose by time only among variants that write the same bits.
 
@@ -166,6 +166,7 @@ struct Autotuned {
     int flash_rows[3] = {};             // flash attention, by pass: the rows a warp timing kept (0: not yet)
     AutotuneTrial flash_wgmma[3];       // --flash-wgmma auto's trial, by pass
     int classifier_staged = -1;         // --classifier-staged auto: -1 not yet, else the kernel kept (kernel_options.h)
+    int layernorm_prefetch = -1;        // --layernorm-prefetch auto: -1 not yet, else 0 or 1 (layernorm.cuh)
     std::map<LtKey, LtAlgo> lt_algos;   // each product's cuBLASLt algorithm
     bool fp8_dequantize = false;        // cuBLASLt refused FP8: every FP8 product dequantized (matmul.cuh)
     long fp8_dequantized_products = 0;  // the products that took that path

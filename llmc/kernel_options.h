@@ -3,7 +3,7 @@ kernel_options.h — which kernel runs where an op has more than one (GPU only).
 
 Every op call takes a Ctx (common.h), and the Ctx carries one KernelOptions. The trainer sets it
 once from its flags (--flash-rows, --flash-wgmma, --flash-backward, --matmul-tune,
---classifier-staged, --bias-grad); the playgrounds (dev/cuda) and gpucheck_ops set other fields
+--classifier-staged, --bias-grad, --layernorm-prefetch); the playgrounds (dev/cuda) and gpucheck_ops set other fields
 to compare the variants. Every variant computes the same function, and most give the same bits.
 The ones that do not (flash_fused_backward, classifier_threads, bias_grad) say so below.
 
@@ -13,6 +13,7 @@ the same bits (autotune.cuh). Its thresholds come from the environment, read her
   LLMC_FLASH_TUNE_BLOCKS       flash launches of at least this many blocks are timed (256)
   LLMC_MATMUL_TUNE_FLOPS       products of at least this many flops are tuned (1e10)
   LLMC_CLASSIFIER_TUNE_ROWS    loss calls of at least this many rows are timed (4096)
+  LLMC_LAYERNORM_TUNE_ROWS     LayerNorm backwards of at least this many rows are timed (4096)
 
 Main functions: kernel_options_from_env (the defaults, with those thresholds).
 Tests: test/gpucheck_ops.cu (each variant against the CPU op), test/test_gpu_train.sh (each
@@ -71,6 +72,8 @@ struct KernelOptions {
     bool layernorm_packs = true;       // false: one element a load
     bool layernorm_fused = true;       // false: the backward as two kernels (same bits)
     bool layernorm_prefetch = false;   // the fused backward loads dinp in its first pass
+    bool layernorm_prefetch_auto = false;  // --layernorm-prefetch auto: with and without, timed once, the faster kept (the same bits)
+    long layernorm_tune_rows = 4096;
 };
 
 inline KernelOptions kernel_options_from_env() {
@@ -82,5 +85,6 @@ inline KernelOptions kernel_options_from_env() {
     o.flash_tune_blocks = (long)env("LLMC_FLASH_TUNE_BLOCKS", 256);
     o.matmul_tune_flops = env("LLMC_MATMUL_TUNE_FLOPS", 1e10);
     o.classifier_tune_rows = (long)env("LLMC_CLASSIFIER_TUNE_ROWS", 4096);
+    o.layernorm_tune_rows = (long)env("LLMC_LAYERNORM_TUNE_ROWS", 4096);
     return o;
 }

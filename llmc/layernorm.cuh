@@ -20,6 +20,7 @@ More: docs/kernels.md.
 #include <cmath>
 #include "common.h"
 #include "profiler.h"
+#include "autotune.cuh"
 
 // (mean == nullptr: RMSNorm, no centering; b == nullptr: no bias)
 template <class floatX>
@@ -373,10 +374,42 @@ inline void residual_layernorm_forward(const Ctx& ctx, floatX* res, floatX* out,
     layernorm_forward_cpu(out, mean, rstd, res, w, bias, N, C);
 }
 #ifdef LLMC_CUDA
+template <class floatX, int V>
+inline void layernorm_backward_launch(const Ctx& ctx, floatX* dinp, floatX* dw, floatX* db, const floatX* dout, const floatX* inp, const floatX* w,
+                                      const float* mean, const float* rstd, int N, int C);
+// --layernorm-prefetch auto's trial (layernorm_prefetch_auto, the trainer's default): the whole
+// backward without and with the prefetch, each on copies of dinp, dw and db, timed and its
+// outputs hashed (autotune.cuh's rule). The prefetch is kept if it was 2% faster and wrote the
+// same bits, which it should: the same arithmetic. Rank 0 prints the decision.
+template <class floatX, int V>
+inline int layernorm_tune_prefetch(const Ctx& ctx, const floatX* dinp, const floatX* dw, const floatX* db, const floatX* dout, const floatX* inp,
+                                   const floatX* w, const float* mean, const float* rstd, int N, int C) {
+    const size_t NC = (size_t)N * C, n = NC + (db ? 2 : 1) * (size_t)C;
+    floatX* s = nullptr;  // copies of dinp, dw, db
+    if (cudaMalloc(&s, n * sizeof(floatX)) != cudaSuccess) {
+        cudaGetLastError();
+        if (g_rank == 0) printf("layernorm: the backward without its prefetch (--layernorm-prefetch auto: no room for its trial)\n");
+        return 0;
+    }
+    auto copy = [&](floatX* to, const floatX* from, size_t k) { CUDA_CHECK(cudaMemcpyAsync(to, from, k * sizeof(floatX), cudaMemcpyDeviceToDevice, ctx.stream)); };
+    const AutotunePick t = autotune_pick(ctx, 2, [&] { copy(s, dinp, NC); copy(s + NC, dw, C); if (db) copy(s + NC + C, db, C); },
+        [&](int v) {
+            Ctx variant = ctx;
+            variant.kernels.layernorm_prefetch_auto = false, variant.kernels.layernorm_prefetch = v == 1;
+            layernorm_backward_launch<floatX, V>(variant, s, s + NC, db ? s + NC + C : nullptr, dout, inp, w, mean, rstd, N, C);
+            return true;
+        }, {{s, n * sizeof(floatX)}});
+    CUDA_CHECK(cudaFree(s));
+    if (g_rank == 0)
+        printf("layernorm: the backward %s its prefetch (--layernorm-prefetch auto, timed at N=%d C=%d: %.3f ms without, %.3f ms with%s)\n",
+               t.best == 1 ? "with" : "without", N, C, t.ms[0], t.ms[1], t.same ? "; the same bits" : "; the bits differed");
+    return t.best == 1 ? 1 : 0;
+}
 // ctx.kernels.layernorm_fused = false runs the backward as two kernels, dinp and the parameter
 // pass (for dev/cuda's comparison; the results are the same bits). layernorm_prefetch: the
-// one-kernel backward with its sums in registers (C ≤ 32·V·NP) prefetches dinp (PF above); off
-// until an H100 shows it faster (dev/cuda/layernorm.cu v5). The same bits either way.
+// one-kernel backward with its sums in registers (C ≤ 32·V·NP) prefetches dinp (PF above);
+// layernorm_prefetch_auto: with or without, as its trial above decides at the first call of
+// layernorm_tune_rows rows or more. The same bits either way.
 template <class floatX, int V>
 inline void layernorm_backward_launch(const Ctx& ctx, floatX* dinp, floatX* dw, floatX* db, const floatX* dout, const floatX* inp, const floatX* w,
                                       const float* mean, const float* rstd, int N, int C) {
@@ -388,7 +421,13 @@ inline void layernorm_backward_launch(const Ctx& ctx, floatX* dinp, floatX* dw, 
     bool fused = false;
     if constexpr (V > 1) {  // (V = PACK<floatX>: 4 or 8)
         if (ctx.kernels.layernorm_fused && np <= NP) {
-            if (ctx.kernels.layernorm_prefetch)
+            bool prefetch = ctx.kernels.layernorm_prefetch;
+            if (ctx.kernels.layernorm_prefetch_auto) {
+                int& kept = ctx.tuned->layernorm_prefetch;
+                if (kept < 0 && N >= ctx.kernels.layernorm_tune_rows) kept = layernorm_tune_prefetch<floatX, V>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+                prefetch = kept == 1;
+            }
+            if (prefetch)
                 layernorm_backward_fused_kernel<floatX, V, NP, true><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);
             else
                 layernorm_backward_fused_kernel<floatX, V, NP><<<K, 32 * LN_WARPS, 0, ctx.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, R);

@@ -46,6 +46,7 @@ case " \$* " in *" --matmul-tune 1 "*)  # (llmc/matmul.cuh: lt_matmul)
     echo "matmul: 768x768x131072 bf16 accumulating: candidate 2 of 8 taken (--matmul-tune 1: 0.540 ms against 0.560 ms with the heuristic's first; 2 of the 7 others gave the same bits)" ;;
 esac
 echo "classifier: the pipelined kernel (--classifier-staged auto, timed on 4096 rows of 50304: 0.430 ms unstaged, 0.290 ms staged, 0.210 ms pipelined; the same bits)"
+echo "layernorm: the backward with its prefetch (--layernorm-prefetch auto, timed at N=131072 C=768: 0.210 ms without, 0.150 ms with; the same bits)"
 echo "peak GPU memory (this rank): 2048.0 MiB (2147483648 B)"
 printf 'profile: 5 steps, 1.00 ms per step\n  other (host, gaps)  0.10\n'
 EOF
@@ -163,6 +164,9 @@ check(all(flag(l, "matmul-tune") == "1" for l in default) and "--matmul-tune 1" 
 loss = listing("default", "--classifier-staged auto kept")
 check(loss == [(m, "pipelined (0.430 ms unstaged, 0.290 ms staged, 0.210 ms pipelined; the same bits; on 4096 rows)") for m in ("gpt2:124M B=128", "gpt2:1558M B=64")],
       f"the loss kernel --classifier-staged auto kept, listed too ({loss})")
+ln = listing("default", "--layernorm-prefetch auto kept")
+check(ln == [(m, "with (0.210 ms without, 0.150 ms with; the same bits)") for m in ("gpt2:124M B=128", "gpt2:1558M B=64")],
+      f"the LayerNorm backward's choice --layernorm-prefetch auto made, listed too ({ln})")
 nt = lines("notune")
 check(nt and all(flag(l, "matmul-tune") == "0" for l in nt) and "--matmul-tune 0" in md("notune").splitlines()[0]
       and "--matmul-tune 1 timed" not in md("notune"), "MATMUL_TUNE=0 (part notune) reaches every run and the title, nothing listed")

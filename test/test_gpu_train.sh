@@ -273,6 +273,9 @@ flash_wgmma_auto
 # it wrote the same bits: 0, 1, 2 and auto train alike, bit for bit (each thread handles the same
 # packs every way; 2: d2's 256 rows are 2 a block on the emulator's SMs, so its second buffer runs;
 # where two rows do not fit in shared memory, as GPT-2's on an A100, 2 runs the unstaged kernel).
+# --layernorm-prefetch auto (the default), in the same run: at the first LayerNorm backward of
+# LLMC_LAYERNORM_TUNE_ROWS rows or more (1 here) it runs with and without the prefetch on copies
+# and says what it keeps, with the same bits; 1 trains as 0, bit for bit.
 tuned_choices() {
     local tmp; tmp=$(mktemp -d)
     local base=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 2 --lr 1e-3 --val-data "" --seed 3)
@@ -283,7 +286,8 @@ tuned_choices() {
     "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 0 --log-file "$tmp/bf16-off.jsonl" >/dev/null 2>&1
     "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 1 --log-file "$tmp/bf16-staged.jsonl" >/dev/null 2>&1
     "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 2 --log-file "$tmp/bf16-pipelined.jsonl" >/dev/null 2>&1
-    env "${bf16_tune[@]}" LLMC_CLASSIFIER_TUNE_ROWS=1 "$BIN" "${base[@]}" --precision bf16 --log-file "$tmp/bf16-on.jsonl" >"$tmp/bf16-on.out" 2>&1 \
+    "$BIN" "${base[@]}" --precision bf16 --matmul-tune 0 --classifier-staged 0 --layernorm-prefetch 1 --log-file "$tmp/bf16-lnpf.jsonl" >/dev/null 2>&1
+    env "${bf16_tune[@]}" LLMC_CLASSIFIER_TUNE_ROWS=1 LLMC_LAYERNORM_TUNE_ROWS=1 "$BIN" "${base[@]}" --precision bf16 --log-file "$tmp/bf16-on.jsonl" >"$tmp/bf16-on.out" 2>&1 \
         || tail -3 "$tmp/bf16-on.out" | sed 's/^/# /'
     grep -q "gpu: CPU SIMT emulator" "$tmp/fp32-off.out" ||
         env "${tune[@]}" "$BIN" "${base[@]}" --precision bf16 --log-file "$tmp/bf16-tuned.jsonl" >/dev/null 2>&1
@@ -301,7 +305,12 @@ line = re.compile(r"^matmul: \d+x\d+x\d+ (fp32|bf16)( accumulating)?( with the e
 emulated = "gpu: CPU SIMT emulator" in open(f"{d}/fp32-off.out").read()
 off, on = load(f"{d}/bf16-off.jsonl"), load(f"{d}/bf16-on.jsonl")
 print(("ok" if len(off) == 2 and on == off else "not ok") + " - bf16: " + ("--matmul-tune 1 with every product tuned (and " if emulated else "(")
-      + "--classifier-staged auto) trains bit-identically to --matmul-tune 0 --classifier-staged 0 (2 steps)")
+      + "--classifier-staged auto, --layernorm-prefetch auto) trains bit-identically to --matmul-tune 0 --classifier-staged 0 (2 steps)")
+lnpf = load(f"{d}/bf16-lnpf.jsonl")
+print(("ok" if len(off) == 2 and lnpf == off else "not ok") + " - bf16: --layernorm-prefetch 1 (dinp loaded in the first pass) trains bit-identically to the default")
+said = re.findall(r"^layernorm: the backward with(?:out)? its prefetch \(--layernorm-prefetch auto, timed at N=\d+ C=\d+: [0-9.]+ ms without, "
+                  r"[0-9.]+ ms with; the same bits\)$", open(f"{d}/bf16-on.out").read(), re.M)
+print(("ok" if len(said) == 1 else "not ok") + f" - bf16: --layernorm-prefetch auto times the backward both ways once, sees the same bits and says what it keeps ({len(said)} lines)")
 if not emulated:
     tuned = load(f"{d}/bf16-tuned.jsonl")
     print("# bf16 with every product tuned at d2's sizes (LLMC_MATMUL_TUNE_FLOPS=1), not a check (see above): " +

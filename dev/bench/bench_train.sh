@@ -52,6 +52,7 @@ tuned=()    # --flash-rows auto: what each model's run chose, pass by pass, with
 kernels=()  # --flash-wgmma auto: the same for wgmma against mma.sync
 algos=()    # --matmul-tune 1: how many products each model's run tuned, and those that took another candidate
 staged=()   # --classifier-staged auto: the loss kernel each model's run kept
+lnpf=()     # --layernorm-prefetch auto: with or without the LayerNorm backward's prefetch, each model's run
 for m in $models; do
     done_one=0
     Bs="64 32 16 8 4 2 1"; [ "$m" = gpt2:124M ] && Bs="128 $Bs"
@@ -86,6 +87,7 @@ PY
         grep -q '(--flash-wgmma auto, ' "$tmp/out.txt" && kernels+=("$m B=$B: $(sed -n 's/^flash attention: \([a-z.]*\) in the \([a-zA-Z/ ]*\) (--flash-wgmma auto, timed at B=[0-9]* T=[0-9]*: \([0-9.]*\) ms with mma.sync, \([0-9.]*\) ms with wgmma; \(.*\))$/\2 \1 (\3 | \4 ms, \5)/p' "$tmp/out.txt" | paste -sd';' | sed 's/;/; /g')")
         n_tuned=$(grep -c '(--matmul-tune 1: ' "$tmp/out.txt")
         [ "$n_tuned" -gt 0 ] && algos+=("$m B=$B: $n_tuned products tuned, $(grep '(--matmul-tune 1: ' "$tmp/out.txt" | grep -c ' taken (') took another candidate than the heuristic's first$(sed -n 's/^matmul: \(.*\): candidate \([0-9]* of [0-9]*\) taken (--matmul-tune 1: \([0-9.]*\) ms against \([0-9.]*\) ms .*$/; \1: \2 (\3 | \4 ms)/p' "$tmp/out.txt" | tr -d '\n')")
+        grep -q '(--layernorm-prefetch auto, ' "$tmp/out.txt" && lnpf+=("$m B=$B: $(sed -n 's/^layernorm: the backward \(with\|without\) its prefetch (--layernorm-prefetch auto, timed at N=[0-9]* C=[0-9]*: \(.*\))$/\1 (\2)/p' "$tmp/out.txt")")
         grep -q '(--classifier-staged auto, ' "$tmp/out.txt" && staged+=("$m B=$B: $(sed -n 's/^classifier: the \([a-z]*\) kernel (--classifier-staged auto, timed on \([0-9]*\) rows of [0-9]*: \(.*\))$/\1 (\3; on \2 rows)/p' "$tmp/out.txt")")
         fits+=("$m $B $accum")
         break
@@ -103,6 +105,7 @@ listing "Rows a warp in flash attention that --flash-rows auto kept (pass, rows,
 listing "Flash attention kernels that --flash-wgmma auto kept (pass, kernel, ms with mma.sync | wgmma, their bits):" "${kernels[@]}"
 listing "Matmuls --matmul-tune 1 timed (the candidates it took: shape, which, ms with it | with the heuristic's first):" "${algos[@]}"
 listing "The loss kernel --classifier-staged auto kept (each kernel's time):" "${staged[@]}"
+listing "The LayerNorm backward --layernorm-prefetch auto kept (with or without its prefetch: each way's time):" "${lnpf[@]}"
 [ -n "${ran_on:-}" ] && { echo; echo "The trainer's own line: \`$ran_on\`"; }
 profiled=()
 [ ${#fits[@]} -gt 0 ] && profiled=("${fits[0]}")
