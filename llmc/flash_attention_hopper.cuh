@@ -111,6 +111,13 @@ __device__ inline void mbar_init(uint64_t* bar, unsigned count) {
     __trap();
 #endif
 }
+// After the inits, before the block barrier that publishes them: makes them visible to the copy
+// engine (TMA's complete_tx) as well as to the threads (CUTLASS's fence_barrier_init).
+__device__ inline void mbar_init_fence() {
+#if !defined(LLMC_SIMT) && defined(LLMC_WGMMA)
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
 __device__ inline void mbar_arrive(uint64_t* bar) {
 #if defined(LLMC_SIMT)
     simt::mbar_arrive(bar);
@@ -548,11 +555,13 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1) flash_forward_wgmma_produc
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const size_t C3 = L.row();
     const int nkt = min(((qt + 1) * 64 * NWG + BN - 1) / BN, (T + BN - 1) / BN);  // the block's key tiles
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; i++) {
             mbar_init(&full_k[i], TMA ? 1 : 128), mbar_init(&full_v[i], TMA ? 1 : 128);
             mbar_init(&empty_k[i], 4 * NWG), mbar_init(&empty_v[i], 4 * NWG);
         }
+        mbar_init_fence();
+    }
     __syncthreads();  // (the barriers are initialized; the only block barrier)
     if (wg == NWG) {  // the producer: K(j), then V(j), each into its slot once the slot is free
         setmaxnreg<PRODUCER_REGS, false>();
@@ -1071,6 +1080,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     if (threadIdx.x == 0) {  // (TMA: each tile's copy is one arrival with its bytes)
         for (int i = 0; i < 2; i++) mbar_init(&kv_full[i], TMA ? 4 : 128), mbar_init(&kv_empty[i], 8);
         for (int i = 0; i < SLOTS; i++) mbar_init(&q_full[i], (TMA ? 2 : 128) + 64), mbar_init(&q_empty[i], 8);
+        mbar_init_fence();
     }
     __syncthreads();  // (the barriers are initialized; the only block barrier)
     if (wg == 2) {  // the producer: each key block's K and V, then its query tiles, each into a free slot
