@@ -540,6 +540,41 @@ __global__ void wgmma_products_kernel(float* amt, float* amt_ss, float* pv, cons
     wgmma_hold<D / 2>(&acc[0][0]);
     store(pv, D, acc);
 }
+// The fused backward's dQ finish (red_sum_f32x2) adds as red_add_f32x2 does: x then red(+y) at
+// one place, x then red_sum(y) at another, for pairs of every kind (subnormal, zero, large, mixed
+// signs). red_sum assumes red's f32 add rounds to nearest and flushes subnormals: on a GPU this
+// is the check of that assumption. Each thread owns its pair, as each dQ element has one owner.
+__global__ void red_sum_kernel(float* by_red, float* by_sum, const float* x, const float* y, int n) {
+    const int i = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (i + 1 >= n) return;
+    by_red[i] = x[i], by_red[i + 1] = x[i + 1], by_sum[i] = x[i], by_sum[i + 1] = x[i + 1];
+    red_add_f32x2(by_red + i, y[i], y[i + 1]);
+    const float2 v = red_sum_f32x2(by_sum + i, y[i], y[i + 1]);
+    by_sum[i] = v.x, by_sum[i + 1] = v.y;
+}
+static void check_red_sum() {
+    if (!gpu_has_wgmma()) { printf("# skip: dQ's finishing add against red: not a compute capability 9.0 GPU\n"); return; }
+    std::vector<float> x, y;
+    const float kinds[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-39f, -3e-39f, 1.17549435e-38f, -1.17549435e-38f, 1e-30f, 1.0f, -1.0f, 1.5e38f, -1.5e38f};
+    for (float a : kinds)
+        for (float b : kinds) x.push_back(a), y.push_back(b);
+    while (x.size() < 20000) {  // random pairs over many binades, half of them near the subnormal range
+        const bool tiny = rng.uniform() < 0.5;
+        auto r = [&] { return (float)((rng.uniform() < 0.5 ? -1 : 1) * std::ldexp(1.0 + rng.uniform(), (int)rng.below(60) - (tiny ? 150 : 30))); };
+        x.push_back(r()), y.push_back(r());
+    }
+    const int n = (int)x.size();
+    DevF gx(x), gy(y), by_red(x, true), by_sum(x, true);
+    red_sum_kernel<<<(n / 2 + 255) / 256, 256, 0, gpu.stream>>>(by_red.p(), by_sum.p(), gx.p(), gy.p(), n);
+    CUDA_LAUNCH_CHECK();
+    const std::vector<float> want = by_red.host(), got = by_sum.host();
+    int diff = 0;
+    for (int i = 0; i < n; i++)
+        if (memcmp(&want[i], &got[i], sizeof(float)) && diff++ < 5) printf("#   %.9g + %.9g: red %.9g, red_sum %.9g\n", x[i], y[i], want[i], got[i]);
+    printf("%s - dQ's finishing add (red_sum_f32x2) gives red.global.add's bits on %d pairs (subnormals, zeros, large; %d differ)\n",
+           diff ? "not ok" : "ok", n, diff);
+    (diff ? n_fail : n_pass)++;
+}
 // Inputs are multiples of 1/2 in [−4, 4]: every product and every partial sum (|·| ≤ 4·4·128) is
 // exact in fp32, whatever the tensor cores' order: bound 0.
 template <int D> static void check_wgmma_products() {
@@ -1277,6 +1312,7 @@ int main(int argc, char** argv) {
     if (in("wgmma")) {
         check_wgmma_products<64>();
         check_wgmma_products<128>();
+        check_red_sum();
         check_flash_wgmma(2, 100, 768, 12, 12);  // head size 64, T not a multiple of the tiles
         check_flash_wgmma(1, 300, 256, 4, 4);    // head size 64: 3 blocks of 128 rows, the last short (a warpgroup with no rows)
         check_flash_wgmma(1, 200, 512, 4, 4);    // head size 128
