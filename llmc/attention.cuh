@@ -514,8 +514,9 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
 // --flash-backward fused (flash_fused_backward; the trainer's default): where the wgmma kernels
 // run (compute capability 9.0, --flash-wgmma 1 or auto, 2 warpgroups) at head size 64, the
 // backward is one fused pass (flash_backward_fused_wgmma_kernel: 5 products instead of 7) and,
-// with several splits, a sum of their dQ partial sums (one split: the pass writes dQ itself). Its dQ adds the same products in another order than the two passes
-// do, so its bits differ from theirs; it is chosen by this fixed rule, never by timing.
+// with several splits, a sum of their dQ partial sums (one split: the pass writes dQ itself).
+// Its dQ adds the same products in another order than the two passes do, so its bits differ
+// from theirs; it is chosen by this fixed rule, never by timing.
 // --flash-backward fused128 (flash_fused_backward_128): at head size 128 too.
 // flash_fused_splits > 0 sets the number of splits (tests); 0 lets flash_fused_splits choose.
 inline bool flash_fused_backward_runs(const KernelOptions& o, int hs) {
@@ -719,8 +720,9 @@ inline void flash_fused_producer_launch(const Ctx& ctx, dim3 grid, float* part, 
     flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), qkv_map, dout_map);
 }
 // The fused backward (head size 64 or 128): D, the fused pass into S splits' fp32 partial sums of
-// dQ, then their sum (S = 1: the pass finishes dQ; dq_finish). flash_backward_producer (3 or 4 query-tile slots; head size 64): the pass
-// with a producer warpgroup (the same bits); flash_backward_tma: its tiles swizzled and copied by TMA.
+// dQ, then their sum (S = 1: the pass finishes dQ itself, dq_finish). flash_backward_producer (3
+// or 4 query-tile slots; head size 64): the pass with a producer warpgroup (the same bits);
+// flash_backward_tma: its tiles swizzled and copied by TMA.
 template <class floatX, int D>
 inline void flash_fused_pass(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout, const floatX* qkv,
                              const float* lse, int T, const QKVLayout& L, bool dq_finish) {

@@ -84,7 +84,8 @@ static const char* WGMMA_VERSION_TAIL[] = {"", "", ", no overlap", "", ", a prod
                                            ", 128 keys a tile", ", swizzled tiles", ", a producer warpgroup, 2 slots, ping-pong, swizzled tiles",
                                            ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles",
                                            ", a producer warpgroup, 2 slots, ping-pong, swizzled tiles by TMA",
-                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles by TMA", "", "", "", "", "",
+                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles by TMA",
+                                           "", "", "", "", "",  // (v23-v27: backward versions, no forward line)
                                            ", a producer warpgroup, 2 slots, swizzled tiles by TMA", ", a producer warpgroup, 2 slots"};
 
 // The flash backward's time split between its two passes, with each pass's own tensor-core
