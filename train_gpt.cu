@@ -117,8 +117,8 @@ static const FlagDef FLAGS[] = {
     {"layernorm-prefetch", "auto", "auto | 0 | 1: on a GPU, whether the LayerNorm backward (where its sums fit in registers: widths up to 1024 in 16 bits, GPT-2 124M and 350M) loads the input gradient it adds to in its first pass, beside dout and x, so that each row waits for memory once instead of twice. auto: at its first call of 4096 rows or more it runs both ways on copies, hashing what each wrote, and keeps the faster of those that wrote the same bits (printed); the results are the same every way", false},
     {"bias-grad", "kernel", "kernel | epilogue: on a GPU, how a linear layer's bias gradient (the column sums of its output's gradient) is made. kernel: by our column-sum kernels, which read that gradient once more. epilogue: by cuBLASLt's bias-gradient epilogue on the weight-gradient product, which reads it anyway (where cuBLASLt has none for a shape, the kernels run). epilogue sums in another order and rounds the sums to the dtype before adding them to the gradient, so its bits differ from kernel's (within a rounding)", false},
     {"flash-backward", "fused", "fused | split | fused128: on a compute capability 9.0 GPU with the wgmma kernels (--flash-wgmma auto or 1) at head size 64, the attention backward as one fused pass that computes S and dP once (5 products; dQ summed in fp32 in a fixed order, deterministic) or as two passes (dQ, then dK and dV: 7 products). The two give the same dK and dV bits, and dQ within bf16 rounding of each other. fused128: the fused pass at head size 128 too (not yet timed on a GPU). Elsewhere ignored", false},
-    {"flash-forward-producer", "0", "0 | 2 | 3: on a compute capability 9.0 GPU where the wgmma forward runs (--flash-wgmma 1, or auto where it keeps wgmma), the forward with a producer warpgroup: it copies the K and V tiles in through a ring of 2 or 3 slots (mbarriers), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
-    {"flash-backward-producer", "0", "0 | 3 | 4: on a compute capability 9.0 GPU where the fused backward runs (--flash-backward fused, head size 64), the fused backward with a producer warpgroup: it copies every tile in through rings of slots (mbarriers; 3 or 4 query tiles), and the two other warpgroups only compute (the same bits as 0); elsewhere ignored", false},
+    {"flash-forward-producer", "0", "0 | 2 | 3 | auto: on a compute capability 9.0 GPU where the wgmma forward runs (--flash-wgmma 1, or auto where it keeps wgmma), the forward with a producer warpgroup: it copies the K and V tiles in through a ring of 2 or 3 slots (mbarriers), and the two other warpgroups only compute (the same bits as 0); auto times the forward's layouts of these bits once (a producer or not, its slots, ping-pong, swizzled tiles, TMA, 3 computing warpgroups) and keeps the fastest; elsewhere ignored", false},
+    {"flash-backward-producer", "0", "0 | 3 | 4 | auto: on a compute capability 9.0 GPU where the fused backward runs (--flash-backward fused, head size 64), the fused backward with a producer warpgroup: it copies every tile in through rings of slots (mbarriers; 3 or 4 query tiles), and the two other warpgroups only compute (the same bits as 0); auto times 0, 3 and 4, the producers by cp.async and by TMA, once, and keeps the fastest; elsewhere ignored", false},
     {"flash-forward-pingpong", "0", "0 | 1: with --flash-forward-producer 2 or 3, its two computing warpgroups take turns to issue their products (named barriers), so that one's softmax runs while the other's products run (the same bits as 0)", false},
     {"flash-forward-groups", "2", "2 | 3: with --flash-forward-producer 2 or 3, the forward's computing warpgroups a block: 3 puts 192 query rows in a block (12 computing warps an SM instead of 8, each K and V tile shared by more rows), at head size 64 with key tiles of 64 and without ping-pong (the same bits as 2)", false},
     {"flash-forward-keys", "64", "64 | 128: the wgmma forward's key tiles (with --flash-forward-producer 0 or 2): 128 halves its softmax steps but gives other bits than 64 (so use it with --flash-wgmma 1: auto keeps the forward whose bits equal mma.sync's)", false},
@@ -439,17 +439,22 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.flash_rows = f.choice("flash-rows", {"auto", "16", "32"});
     rc.flash_wgmma = f.choice("flash-wgmma", {"auto", "0", "1"});
     rc.flash_backward = f.choice("flash-backward", {"fused", "split", "fused128"});
-    rc.flash_forward_producer = f.choice("flash-forward-producer", {"0", "2", "3"});
-    rc.flash_backward_producer = f.choice("flash-backward-producer", {"0", "3", "4"});
+    rc.flash_forward_producer = f.choice("flash-forward-producer", {"0", "2", "3", "auto"});
+    rc.flash_backward_producer = f.choice("flash-backward-producer", {"0", "3", "4", "auto"});
     if (rc.flash_backward_producer != "0" && rc.flash_backward == "split")
         usage_error("--flash-backward-producer %s needs --flash-backward fused (the producer is the fused pass's)", rc.flash_backward_producer.c_str());
     rc.flash_forward_pingpong = f.integer("flash-forward-pingpong", 0, 1);
+    const bool forward_auto = rc.flash_forward_producer == "auto";
+    if (forward_auto && rc.flash_forward_pingpong)
+        usage_error("--flash-forward-pingpong 1 with --flash-forward-producer auto: auto times the forward with and without ping-pong itself; drop one");
     if (rc.flash_forward_pingpong && rc.flash_forward_producer == "0")
         usage_error("--flash-forward-pingpong 1 needs --flash-forward-producer 2 or 3 (the turns are the producer forward's)");
     rc.flash_forward_keys = std::stoi(f.choice("flash-forward-keys", {"64", "128"}));
     if (rc.flash_forward_keys == 128 && rc.flash_forward_producer == "3")
         usage_error("--flash-forward-keys 128 needs --flash-forward-producer 0 or 2 (3 slots of 128 keys are not built)");
     rc.flash_forward_groups = std::stoi(f.choice("flash-forward-groups", {"2", "3"}));
+    if (forward_auto && rc.flash_forward_groups == 3)
+        usage_error("--flash-forward-groups 3 with --flash-forward-producer auto: auto times 3 computing warpgroups itself; drop one");
     if (rc.flash_forward_groups == 3 && (rc.flash_forward_producer == "0" || rc.flash_forward_pingpong || rc.flash_forward_keys == 128))
         usage_error("--flash-forward-groups 3 needs --flash-forward-producer 2 or 3, key tiles of 64 and no ping-pong");
     rc.matmul_tune = f.integer("matmul-tune", 0, 1);
@@ -640,8 +645,10 @@ static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->flash_wgmma_auto = rc.flash_wgmma == "auto";
     o->flash_fused_backward = rc.flash_backward != "split";
     o->flash_fused_backward_128 = rc.flash_backward == "fused128";
-    o->flash_forward_producer = std::stoi(rc.flash_forward_producer);
-    o->flash_backward_producer = std::stoi(rc.flash_backward_producer);
+    o->flash_forward_producer_auto = rc.flash_forward_producer == "auto";
+    o->flash_backward_producer_auto = rc.flash_backward_producer == "auto";
+    o->flash_forward_producer = o->flash_forward_producer_auto ? 0 : std::stoi(rc.flash_forward_producer);  // (auto: none until timed)
+    o->flash_backward_producer = o->flash_backward_producer_auto ? 0 : std::stoi(rc.flash_backward_producer);
     o->flash_forward_pingpong = rc.flash_forward_pingpong;
     o->flash_forward_keys = rc.flash_forward_keys;
     o->flash_forward_groups = rc.flash_forward_groups;

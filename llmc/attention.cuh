@@ -15,7 +15,8 @@ flash_attention_hopper.cuh (wgmma). Every backward is deterministic: no two thre
 
 Main functions: attention_forward, attention_backward (the ops); flash_forward, flash_backward
 (which flash kernel runs, by the --flash-* switches); flash_run_pass (the timed choices of
---flash-rows auto and --flash-wgmma auto); attention_block_forward/_backward (ring attention).
+--flash-rows auto and --flash-wgmma auto); flash_forward_wgmma_layout, flash_fused_backward (the
+Hopper layouts' auto); attention_block_forward/_backward (ring attention).
 
 Tests: test/test_ops.cpp (finite differences, lse), test/gpucheck_ops.cu (CUDA against the CPU).
 More: docs/kernels.md.
@@ -678,6 +679,81 @@ inline void flash_forward_wgmma(const Ctx& ctx, floatX* out, float* lse, const f
     if (k.flash_forward_keys == 128 && k.flash_wgmma_groups == 2) return flash_forward_wgmma_launch<floatX, HS, 2, 128, SW>(ctx, out, lse, qkv, B, T, L);
     wgmma_groups_dispatch(k, [&](auto groups) { flash_forward_wgmma_launch<floatX, HS, decltype(groups)::value, 64, SW>(ctx, out, lse, qkv, B, T, L); });
 }
+// --flash-forward-producer auto (flash_forward_producer_auto): the wgmma forward's layouts that
+// compute the plain forward's bits, each run and timed at the first launch of flash_tune_blocks
+// blocks or more. The fastest of the plain layout's bits is kept (autotune_pick). Until that
+// launch the plain layout runs. The key tiles stay as the options set them (128 keys give other
+// bits). The names match dev/cuda/attention.cu's versions.
+struct FlashForwardLayout {
+    const char* name;
+    int producer, groups;  // producer: its slots (0: no producer warpgroup); groups: computing warpgroups
+    bool pingpong, swizzle, tma;
+};
+constexpr FlashForwardLayout FLASH_FORWARD_LAYOUTS[] = {  // name, producer slots, warpgroups, ping-pong, swizzled, TMA
+    {"v7 plain", 0, 2, false, false, false},
+    {"v18 swizzled", 0, 2, false, true, false},
+    {"v11 producer 2", 2, 2, false, false, false},
+    {"v12 producer 3", 3, 2, false, false, false},
+    {"v13 producer 2 ping-pong", 2, 2, true, false, false},
+    {"v14 producer 3 ping-pong", 3, 2, true, false, false},
+    {"v19 v13 swizzled", 2, 2, true, true, false},
+    {"v21 v19 by TMA", 2, 2, true, true, true},
+    {"v21 without ping-pong", 2, 2, false, true, true},
+    {"v28 3 warpgroups by TMA", 2, 3, false, true, true},
+    {"v29 3 warpgroups", 2, 3, false, false, false},
+};
+// k with layout f in place of its own, or false where f cannot run there (3 slots or 3 warpgroups
+// with key tiles of 128; 3 warpgroups at head size 128)
+inline bool flash_forward_layout_options(KernelOptions* k, const FlashForwardLayout& f, int hs) {
+    if (k->flash_forward_keys == 128 && (f.producer == 3 || f.groups == 3)) return false;
+    if (hs != 64 && f.groups == 3) return false;
+    k->flash_forward_producer_auto = false;
+    k->flash_forward_producer = f.producer, k->flash_forward_groups = f.groups;
+    k->flash_forward_pingpong = f.pingpong, k->flash_swizzle = f.swizzle, k->flash_tma = f.tma;
+    if (f.producer || f.groups == 3) k->flash_wgmma_groups = 2;
+    return true;
+}
+// An auto trial over a table of layouts (run(v) runs layout v, or says it cannot): the fastest of
+// the first's bits is kept (autotune_pick), its output stays, and rank 0 prints every time as
+// "flash attention: WHAT NAME (FLAG auto, timed at B= T=: name ms, ...)". Returns the index kept.
+template <class Layout, int N, class R>
+inline int flash_layout_trial(const Ctx& ctx, const Layout (&layouts)[N], const R& run, const std::vector<BitsRegion>& outs, const char* what,
+                              const char* flag, int B, int T) {
+    const AutotunePick t = autotune_pick(ctx, N, [] {}, run, outs);
+    if (g_rank == 0) {
+        printf("flash attention: %s %s (%s auto, timed at B=%d T=%d:", what, t.best >= 0 ? layouts[t.best].name : "none", flag, B, T);
+        std::string other;
+        for (int v = 0; v < N; v++)
+            if (!std::isnan(t.ms[v])) printf("%s %s %.3f ms", v == t.first ? "" : ",", layouts[v].name, t.ms[v]);
+            else other += std::string(other.empty() ? "" : ", ") + layouts[v].name;
+        printf("%s%s)\n", other.empty() ? "" : "; other bits or not run: ", other.c_str());
+    }
+    return std::max(t.best, 0);
+}
+// The wgmma forward in the layout ctx.kernels names
+template <class floatX, int HS>
+inline void flash_forward_wgmma_in(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
+    if (ctx.kernels.flash_swizzle) flash_forward_wgmma<floatX, HS, true>(ctx, out, lse, qkv, B, T, L);
+    else flash_forward_wgmma<floatX, HS, false>(ctx, out, lse, qkv, B, T, L);
+}
+// The same, or with --flash-forward-producer auto the layout its trial kept (the plain one before it)
+template <class floatX, int HS>
+inline void flash_forward_wgmma_layout(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
+    if (!ctx.kernels.flash_forward_producer_auto) return flash_forward_wgmma_in<floatX, HS>(ctx, out, lse, qkv, B, T, L);
+    int& kept = ctx.tuned->flash_forward_layout;
+    auto run = [&](int v) {
+        Ctx c = ctx;
+        if (!flash_forward_layout_options(&c.kernels, FLASH_FORWARD_LAYOUTS[v], HS)) return false;
+        flash_forward_wgmma_in<floatX, HS>(c, out, lse, qkv, B, T, L);
+        return true;
+    };
+    if (kept < 0 && (long)L.NH * B * (long)ceil_div(T, 64) >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
+        kept = flash_layout_trial(ctx, FLASH_FORWARD_LAYOUTS, run, {{out, (size_t)B * T * L.C * sizeof(floatX)}, {lse, (size_t)B * L.NH * T * sizeof(float)}},
+                                  "the forward's layout", "--flash-forward-producer", B, T);
+        return;
+    }
+    run(std::max(kept, 0));
+}
 // grid (NH, B, row tiles) (the dK/dV pass: NKV key/value heads): the tile index is the slowest, so
 // the blocks with the most work (the last query tiles; for dK/dV the first key tiles) start first
 // and the short ones fill the tail
@@ -690,8 +766,7 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
             constexpr bool LD = decltype(ldsm)::value, A = decltype(async)::value;
             auto fwd_wgmma = [&] {
                 constexpr int HS = decltype(d)::value;  // (D itself is not a constant in here)
-                if (ctx.kernels.flash_swizzle) flash_forward_wgmma<floatX, HS, true>(ctx, out, lse, qkv, B, T, L);
-                else flash_forward_wgmma<floatX, HS, false>(ctx, out, lse, qkv, B, T, L);
+                flash_forward_wgmma_layout<floatX, HS>(ctx, out, lse, qkv, B, T, L);
             };
             auto fwd = [&](int rows) {
                 if constexpr (D == 64)
@@ -731,8 +806,8 @@ inline void flash_fused_pass(const Ctx& ctx, dim3 grid, float* part, floatX* dqk
     flash_backward_fused_wgmma_kernel<floatX, D><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L));
 }
 template <class floatX>
-inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                 const float* lse, int B, int T, const QKVLayout& L) {
+inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                    const float* lse, int B, int T, const QKVLayout& L) {
     const int C = L.C, NH = L.NH, S = flash_fused_splits(ctx.kernels, (long)B * L.NKV, T);
     const int slots = L.hs == 64 ? ctx.kernels.flash_backward_producer : 0;
     const dim3 grid(L.NKV, B, S);
@@ -756,6 +831,35 @@ inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const 
     const size_t BTC = (size_t)B * T * C;
     flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, T, C, L.row(), flash_dq_scale(L));
     CUDA_LAUNCH_CHECK();
+}
+// --flash-backward-producer auto (flash_backward_producer_auto): the fused backward at head size
+// 64 without a producer, and with one of 3 or 4 slots, its tiles copied by cp.async or by TMA.
+// All compute the same bits. Each is run and timed at the first launch of flash_tune_blocks
+// blocks or more, and the fastest of the first's bits is kept (autotune_pick), as in the forward.
+struct FlashBackwardLayout { const char* name; int slots; bool tma; };
+constexpr FlashBackwardLayout FLASH_BACKWARD_LAYOUTS[] = {
+    {"fused", 0, false}, {"v23 producer 3", 3, false}, {"v24 producer 4", 4, false}, {"v25 v23 by TMA", 3, true}, {"v26 v24 by TMA", 4, true},
+};
+// The fused backward in the layout ctx.kernels names, or (auto) the layout its trial kept
+template <class floatX>
+inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                 const float* lse, int B, int T, const QKVLayout& L) {
+    if (!ctx.kernels.flash_backward_producer_auto || L.hs != 64) return flash_fused_backward_in(ctx, dqkv, Dv, dout, qkv, out, lse, B, T, L);
+    int& kept = ctx.tuned->flash_backward_layout;
+    auto run = [&](int v) {
+        Ctx c = ctx;
+        c.kernels.flash_backward_producer_auto = false;
+        c.kernels.flash_backward_producer = FLASH_BACKWARD_LAYOUTS[v].slots, c.kernels.flash_backward_tma = FLASH_BACKWARD_LAYOUTS[v].tma;
+        flash_fused_backward_in(c, dqkv, Dv, dout, qkv, out, lse, B, T, L);
+        return true;
+    };
+    const long blocks = (long)L.NKV * B * flash_fused_splits(ctx.kernels, (long)B * L.NKV, T);
+    if (kept < 0 && blocks >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
+        kept = flash_layout_trial(ctx, FLASH_BACKWARD_LAYOUTS, run, {{dqkv, (size_t)B * T * L.row() * sizeof(floatX)}},
+                                  "the fused backward's layout", "--flash-backward-producer", B, T);
+        return;
+    }
+    run(std::max(kept, 0));
 }
 template <class floatX>
 inline void flash_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,

@@ -1,8 +1,8 @@
 /*
 autotune.cuh — what the trainer's choices by timing share: timing a launch, hashing its bits.
 
-Flash attention's rows a warp and wgmma, cuBLASLt's algorithm, the loss kernel's staging and the
-LayerNorm backward's prefetch are each chosen once, at a step-sized first call, by one rule:
+Flash attention's rows a warp, wgmma and layouts, cuBLASLt's algorithm, the loss kernel's staging
+and the LayerNorm backward's prefetch are each chosen once, at a step-sized first call, by one rule:
 
     choose by time only among variants that write the same bits.
 
@@ -165,6 +165,8 @@ struct LtAlgo { bool any; cublasLtMatmulAlgo_t algo; };  // (any: false where no
 struct Autotuned {
     int flash_rows[3] = {};             // flash attention, by pass: the rows a warp timing kept (0: not yet)
     AutotuneTrial flash_wgmma[3];       // --flash-wgmma auto's trial, by pass
+    int flash_forward_layout = -1;      // --flash-forward-producer auto: -1 not yet, else the layout kept (attention.cuh)
+    int flash_backward_layout = -1;     // --flash-backward-producer auto: the same for the fused backward
     int classifier_staged = -1;         // --classifier-staged auto: -1 not yet, else the kernel kept (kernel_options.h)
     int layernorm_prefetch = -1;        // --layernorm-prefetch auto: -1 not yet, else 0 or 1 (layernorm.cuh)
     std::map<LtKey, LtAlgo> lt_algos;   // each product's cuBLASLt algorithm

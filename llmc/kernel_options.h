@@ -43,6 +43,7 @@ struct KernelOptions {
     bool flash_wgmma_overlap = true;   // false: wait for each wgmma at once (same bits; a check)
     int flash_wgmma_groups = 2;        // warpgroups a block: 1 or 2
     int flash_forward_producer = 0;    // 2 or 3: the wgmma forward with a producer warpgroup and that many slots (2 others)
+    bool flash_forward_producer_auto = false;  // --flash-forward-producer auto: the wgmma forward's layouts of its bits timed once, the fastest kept
     bool flash_forward_pingpong = false;  // with a producer: its two computing warpgroups take turns to issue products
     int flash_forward_groups = 2;      // with a producer: its computing warpgroups, 2, or 3 at head size 64 with key tiles of 64 (192 query rows a block)
     int flash_forward_keys = 64;       // the wgmma forward's key tiles: 64 or 128 (2 warpgroups; a producer: 2 slots)
@@ -55,6 +56,7 @@ struct KernelOptions {
     bool flash_dq_in_kernel = true;    // with one split, the fused pass writes dQ itself (false: the sum kernel does; same bits)
     int flash_backward_producer = 0;   // 3 or 4: the fused backward with a producer warpgroup and that many query-tile slots
     bool flash_backward_tma = false;   // with flash_backward_producer: its tiles swizzled, one thread copies each by TMA
+    bool flash_backward_producer_auto = false;  // --flash-backward-producer auto: the fused backward's layouts timed once, the fastest kept
     long flash_tune_blocks = 256;
     // matmuls (matmul.cuh)
     bool matmul_tune = false;          // --matmul-tune: time cuBLASLt's candidates (same bits only)

@@ -184,6 +184,9 @@ ours = lines("llmc")
 head = md("llmc").splitlines()[2]
 check("| ours --flash-backward split ms | that / ours | ours --bias-grad epilogue ms | that / ours |" in head,
       f"bench_vs_llmc.sh: a pair of columns for each of OURS_ALSO's runs ({head})")
+said = re.findall(r"^# (gpt2:\S+ B=\d+) \S*train_gpt(.*?): layernorm: the backward with its prefetch \(--layernorm-prefetch auto, ", md("llmc"), re.M)
+check(len(said) == 8 and sum(f == " --bias-grad epilogue" for _, f in said) == 2,
+      f"bench_vs_llmc.sh: each run of ours says what its timed choices kept, with its config and flags ({said})")
 check(len(ours) == 8 and sum("--flash-backward split" in l for l in ours) == 2 and sum("--bias-grad epilogue" in l for l in ours) == 2 and all("--batch-size 64 " in l or "--batch-size 16 " in l for l in ours),
       f"bench_vs_llmc.sh: ours, the baseline and ours with each of OURS_ALSO's flags, per config ({len(ours)} runs)")
 PY

@@ -119,7 +119,13 @@ expect_fail "--flash-forward-groups 3 with ping-pong" 2 "--flash-forward-groups 
     "${base[@]}" --flash-forward-producer 2 --flash-forward-pingpong 1 --flash-forward-groups 3
 expect_fail "--flash-backward-producer with the split backward" 2 "--flash-backward-producer 3 needs --flash-backward fused" \
     "${base[@]}" --flash-backward split --flash-backward-producer 3
-expect_fail "bad --flash-backward-producer" 2 "--flash-backward-producer: expected one of 0 | 3 | 4" "${base[@]}" --flash-backward-producer 2
+expect_fail "bad --flash-backward-producer" 2 "--flash-backward-producer: expected one of 0 | 3 | 4 | auto" "${base[@]}" --flash-backward-producer 2
+expect_fail "--flash-forward-producer auto with ping-pong" 2 "--flash-forward-pingpong 1 with --flash-forward-producer auto: auto times the forward with and without ping-pong itself; drop one" \
+    "${base[@]}" --flash-forward-producer auto --flash-forward-pingpong 1
+expect_fail "--flash-forward-producer auto with 3 warpgroups" 2 "--flash-forward-groups 3 with --flash-forward-producer auto: auto times 3 computing warpgroups itself; drop one" \
+    "${base[@]}" --flash-forward-producer auto --flash-forward-groups 3
+expect_fail "--flash-backward-producer auto with the split backward" 2 "--flash-backward-producer auto needs --flash-backward fused" \
+    "${base[@]}" --flash-backward split --flash-backward-producer auto
 expect_fail "seq-len above the model's maxT" 2 "--seq-len 64 exceeds" "${base[@]}" --seq-len 64
 expect_fail "batch tokens not divisible" 2 "--total-batch-tokens 100 is not a multiple" "${base[@]}" --total-batch-tokens 100
 expect_fail "--device cuda without CUDA" 2 "--device cuda" "${base[@]}" --device cuda

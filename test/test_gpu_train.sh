@@ -147,17 +147,21 @@ GPU_FLAGS="--flash-wgmma 1 --flash-backward split" ONCE=1 gpu_vs_cpu bf16 2e-2
 # bit-identical to --flash-wgmma 1 alone. On the emulator SIMT_COUNT_LAUNCHES shows the
 # producer kernel ran. There the fused backward has one split, so it writes dQ itself: the
 # emulator counts no launch of the sum kernel.
+# "auto": --flash-forward-producer auto --flash-backward-producer auto at LLMC_FLASH_TUNE_BLOCKS=1
+# time every layout at the first launch and keep one: bit-identical too, each trial printed once
+# with a time for every layout (all compute the same bits).
 flash_forward_producer() {
     local tmp; tmp=$(mktemp -d)
     local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16
                  --flash-wgmma 1)
     SIMT_COUNT_LAUNCHES=flash_dq_sum_kernel "$BIN" "${flags[@]}" --log-file "$tmp/0.jsonl" >"$tmp/0.out" 2>&1
-    for s in 2 3 2p 2g b3 b4; do
+    for s in 2 3 2p 2g b3 b4 auto; do
         local extra=(--flash-forward-producer ${s:0:1}) kernel=flash_forward_wgmma_producer_kernel
         [[ $s == *p ]] && extra+=(--flash-forward-pingpong 1)
         [[ $s == *g ]] && extra+=(--flash-forward-groups 3)
         [[ $s == b* ]] && extra=(--flash-backward-producer ${s#b}) kernel=flash_backward_fused_wgmma_producer_kernel
-        SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
+        [[ $s == auto ]] && extra=(--flash-forward-producer auto --flash-backward-producer auto)
+        LLMC_FLASH_TUNE_BLOCKS=$([[ $s == auto ]] && echo 1 || echo 256) SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
             >"$tmp/$s.out" 2>&1 || tail -3 "$tmp/$s.out" | sed 's/^/# /'
     done
     ${PYTHON:-/usr/bin/python3} - "$tmp" "$BIN" <<'PY'
@@ -182,6 +186,15 @@ for s in ("2", "3", "2p", "2g", "b3", "b4"):
           f" - bf16: {flags}" +
           " trains bit-identically to --flash-wgmma 1 alone (4 steps, losses and norms)" +
           (f"; the producer kernel ran {ran.group(1) if ran else 0} times" if emulated else ""))
+out = open(f"{d}/auto.out").read()
+for what, flag, n in (("forward's", "forward", 11), ("fused backward's", "backward", 5)):
+    said = re.findall(rf"^flash attention: the {re.escape(what)} layout (.+?) \(--flash-{flag}-producer auto, timed at B=4 T=64: (.*)\)$", out, re.M)
+    times = re.findall(r"[0-9.]+ ms", said[0][1]) if len(said) == 1 else []
+    print(("ok" if len(said) == 1 and len(times) == n and "other bits" not in said[0][1] else "not ok") +
+          f" - bf16: --flash-{flag}-producer auto times the {what} {n} layouts once, each with the first's bits, and names the one it keeps"
+          f" ({said[0][0] if said else 'no line'}: {len(times)} times)")
+print(("ok" if len(base) == 4 and load(f"{d}/auto.jsonl") == base else "not ok") +
+      " - bf16: --flash-forward-producer auto --flash-backward-producer auto trains bit-identically to --flash-wgmma 1 alone")
 PY
     rm -rf "$tmp"
 }

@@ -12,6 +12,8 @@
 #   OURS_ALSO=FLAGS   one more run of ours with these flags (e.g. "--flash-backward split"); more
 #                     runs: their flags apart by ';' (e.g. "--flash-wgmma 1;--bias-grad epilogue")
 #   STEPS=N           steps a run (default 30); SHARD: the token shard (data/kjv_train_000000.bin)
+# Each run of ours also prints, as '# MODEL B=.. BINARY FLAGS: ...' lines, what its timed choices
+# kept (--flash-wgmma auto, --layernorm-prefetch auto, ...: the trainer's lines of them).
 # Prints a markdown table. Tested without a GPU by test/test_bench_train.sh (stand-ins).
 set -u
 cd "$(dirname "$0")/../.."
@@ -34,6 +36,7 @@ ours() {  # ours BIN MODEL B [FLAGS...]: prints the median step ms, or nothing
     timeout -k 10 "${RUN_LIMIT:-300}" "$b" --device cuda --precision bf16 --model "$m" --batch-size "$B" --seq-len 1024 \
         --total-batch-tokens $((B * 1024)) --steps "$steps" --train-data "$shard" --val-data "" --log-file "$tmp/log.jsonl" "$@" \
         >"$tmp/out.txt" 2>&1 || { tail -2 "$tmp/out.txt" | sed 's/^/# /' >&2; return; }
+    grep -E '\(--[a-z-]+ (auto|1)[,:]' "$tmp/out.txt" | sed "s|^|# $m B=$B $b${*:+ $*}: |" >&2  # (what its timed choices kept)
     median_ours "$tmp/log.jsonl"
 }
 llmc_model() { case $1 in gpt2:124M) echo d12 ;; gpt2:350M) echo d24 ;; gpt2:774M) echo d36 ;; gpt2:1558M) echo d48 ;; esac; }
