@@ -70,7 +70,8 @@ if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0
 fi
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
 [[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} OURS_ALSO=$also step llmc 260 bash dev/bench/bench_vs_llmc.sh
-[[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 150 bash dev/bench/bench_vs_torch.sh
+[[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 150 bash -c \
+    "bash dev/bench/bench_vs_torch.sh; build/dev_attention 16 1024 1600 25 time | grep -e 'by its splits' -e 'fused / split' | sed 's/^ */GPT-2 1558M B=16: /'"
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
 [[ $want == *,biasgrad,* ]] && step biasgrad 60 build/dev_matmul 65536 768 0
 [[ $want == *,layernorm,* ]] && step layernorm 60 bash -c "build/dev_layernorm 65536 768 && build/dev_layernorm 16384 1600"
@@ -107,5 +108,5 @@ ncu_backward() {
 export -f ncu_backward
 [[ $want == *,ncubwd,* ]] && step ncubwd 200 bash -c ncu_backward
 for f in wgmma ab llmc attention classifier llama flash bf16 train ncu ncubwd; do
-    [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|^== |^bf16 v" "$log-$f.txt" | tail -40; }
+    [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|by its splits|^== |^bf16 v" "$log-$f.txt" | tail -40; }
 done
