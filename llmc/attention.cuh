@@ -749,7 +749,8 @@ inline void flash_forward_wgmma_layout(const Ctx& ctx, floatX* out, float* lse, 
     };
     if (kept < 0 && (long)L.NH * B * (long)ceil_div(T, 64) >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
         kept = flash_layout_trial(ctx, FLASH_FORWARD_LAYOUTS, run, {{out, (size_t)B * T * L.C * sizeof(floatX)}, {lse, (size_t)B * L.NH * T * sizeof(float)}},
-                                  "the forward's layout", "--flash-forward-producer", B, T);
+                                  ctx.kernels.flash_forward_keys == 128 ? "the forward's layout (key tiles of 128)" : "the forward's layout",
+                                  "--flash-forward-producer", B, T);
         return;
     }
     run(std::max(kept, 0));
