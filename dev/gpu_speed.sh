@@ -16,7 +16,8 @@
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
 #                                 layouts, on the fused backward's producers; llama, not in the
 #                                 default: llama:3B's step (head size 128) with --flash-backward fused128)
-# Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs.
+# Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs. Tested without a
+# GPU by test/test_gpu_speed.sh (what a failed check leaves out).
 set -u
 cd "$(dirname "$0")/.."
 out=${1:?usage: dev/gpu_speed.sh OUTDIR}

@@ -44,6 +44,8 @@
 #                       line it gives is one the real trainer accepts, its options reach it
 #   test_gpu_session    dev/gpu_session.sh against stand-ins (nvidia-smi, nvcc, make): its steps
 #                       and parts, logs copied out while a step runs, its time budget
+#   test_gpu_speed      dev/gpu_speed.sh against stand-ins: what its wgmma check's failures leave
+#                       out of the timings (versions, the layout autos)
 #   test_offline_debs   scripts/offline_debs.sh: OpenMPI and PCRE2 as .debs, unpacked under a
 #                       prefix: mpicxx and mpirun work, and every MPI and PMIx plugin loaded is the
 #                       prefix's (skipped where apt-get cannot download)
@@ -214,6 +216,7 @@ part "dev/plot.py (a picture of runs)" plot
 part "test_form (headers, docs/ links)" bash test/test_form.sh
 part "test_bench_train (make bench's training table, stand-in trainer)" bash test/test_bench_train.sh ./train_gpt
 part "test_gpu_session (dev/gpu_session.sh, stand-in GPU tools)" bash test/test_gpu_session.sh
+part "test_gpu_speed (dev/gpu_speed.sh's choices after its checks, stand-in GPU tools)" bash test/test_gpu_speed.sh
 part "test_offline_debs (OpenMPI from .debs under a prefix)" bash test/test_offline_debs.sh build/train_gpt_cpu
 part "gpu_sanitize's verdicts (stand-in sanitizer, emulated GPU)" bash test/test_gpu_sanitize.sh build/train_gpt_simt
 part "test_gpu_train (emulated GPU)" env GPU_TRAIN_QUICK=1 GPU_TRAIN_VOCAB=250 bash test/test_gpu_train.sh build/train_gpt_simt

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# test_gpu_speed — dev/gpu_speed.sh's decisions after its wgmma check, without a GPU. The script
+# runs only where GPU time is short, so a wrong decision (a failed kernel still timed, a run of
+# ours with a layout auto that includes a failed kernel, an empty run) costs that time. Here it
+# runs in a copy of the tree against stand-ins: nvidia-smi, gpu_session.sh's setup, a
+# gpucheck_ops that prints the check lines a case gives (or exits 124, a hang), and the ab and
+# llmc benches, which print what they were given. For each case:
+#   - every check passed: no version left out; the llmc step's extra runs are the layout autos
+#     and --bias-grad epilogue, each run cut off after 60 s, 20 steps
+#   - a failure that names ping-pong, 3 computing warpgroups or the backward's producer: those
+#     versions left out, and the auto of that pass dropped from the extra runs
+#   - both passes' failures: neither auto, and no empty run left
+#   - a failure of the plain kernels, or a hang: every opt-in version (v11-v29) left out, and
+#     every run with a --flash- flag dropped
+# usage: test/test_gpu_speed.sh     Prints "ok"/"not ok" lines.
+set -u
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin" "$tmp/tree/dev/bench" "$tmp/tree/build"
+cp dev/gpu_speed.sh "$tmp/tree/dev/"
+printf '#!/bin/sh\necho "Stand-in GPU"\n' >"$tmp/bin/nvidia-smi"
+printf '#!/bin/sh\nexit 0\n' >"$tmp/tree/dev/gpu_session.sh"
+printf '#!/bin/sh\nexit 0\n' >"$tmp/tree/train_gpt"
+# the stand-in check: the lines of $STANDIN_CHECKS, then its summary; STANDIN_HANG=1: exit 124
+cat >"$tmp/tree/build/gpucheck_ops" <<'EOF'
+#!/bin/sh
+printf '%s\n' "$STANDIN_CHECKS"
+[ -n "${STANDIN_HANG:-}" ] && exit 124
+n=$(printf '%s\n' "$STANDIN_CHECKS" | grep -c "^not ok")
+echo "# gpucheck_ops wgmma: 10 passed, $n failed"
+EOF
+printf '#!/bin/sh\necho "ab skip=[${DEV_ATTENTION_SKIP:-}]"\n' >"$tmp/tree/dev/bench/bench_attention_ab.sh"
+printf '#!/bin/sh\necho "llmc also=[${OURS_ALSO:-}] limit=${RUN_LIMIT:-} steps=${STEPS:-}"\n' >"$tmp/tree/dev/bench/bench_vs_llmc.sh"
+mkdir -p "$tmp/tree/.baseline"; printf '#!/bin/sh\nexit 0\n' >"$tmp/tree/.baseline/dev_attention"
+chmod +x "$tmp/bin/"* "$tmp/tree/train_gpt" "$tmp/tree/build/gpucheck_ops" "$tmp/tree/.baseline/dev_attention"
+
+# speed NAME CHECKS [VAR=VALUE...]: the script's wgmma, ab and llmc steps; prints "skip|also"
+speed() {
+    local name=$1 checks=$2; shift 2
+    rm -rf "$tmp/tree/dev/gpu_results" "$tmp/out"
+    (cd "$tmp/tree" && env PATH="$tmp/bin:$PATH" LLMC_COMMIT=test SPEED_STEPS=wgmma,ab,llmc STANDIN_CHECKS="$checks" "$@" \
+        bash dev/gpu_speed.sh "$tmp/out" >"$tmp/$name.out" 2>&1)
+    local ab llmc
+    ab=$(sed -n 's/^ab skip=\[\(.*\)\]$/\1/p' "$tmp"/tree/dev/gpu_results/*-ab.txt 2>/dev/null)
+    llmc=$(sed -n 's/^llmc also=\[\(.*\)\] limit=.*/\1/p' "$tmp"/tree/dev/gpu_results/*-llmc.txt 2>/dev/null)
+    echo "$ab|$llmc"
+}
+check() {  # check NAME GOT WANT WHAT
+    [ "$2" = "$3" ] && echo "ok - gpu_speed: $4" || { echo "not ok - gpu_speed: $4"; echo "#   got '$2', want '$3'"; sed 's/^/#   /' "$tmp/$1.out"; }
+}
+autos="--flash-forward-producer auto --flash-backward-producer auto"
+got=$(speed pass "ok 1 - bf16 fused backward (flash, wgmma)")
+check pass "$got" "|$autos;--bias-grad epilogue" "every check passed: no version left out; ours also with both layout autos and with --bias-grad epilogue"
+limits=$(sed -n 's/^llmc also=.* limit=\(.*\) steps=\(.*\)$/\1 \2/p' "$tmp"/tree/dev/gpu_results/*-llmc.txt)
+check pass "$limits" "60 20" "the llmc step's runs are cut off after 60 s, 20 steps each"
+got=$(speed pingpong "not ok 5 - bf16 forward B=2 T=256 (flash, wgmma, a producer warpgroup in the forward, ping-pong)")
+check pingpong "$got" "13,14,16,19,20,21,22|--flash-backward-producer auto;--bias-grad epilogue" \
+    "a ping-pong failure: its versions left out, and the forward's auto dropped"
+got=$(speed groups "not ok 6 - bf16 forward B=2 T=256 (flash, wgmma, a producer warpgroup and 3 computing warpgroups in the forward)")
+check groups "$got" "28,29|--flash-backward-producer auto;--bias-grad epilogue" \
+    "a failure of 3 computing warpgroups: v28, v29 left out, and the forward's auto dropped"
+got=$(speed backward "not ok 7 - bf16 fused backward B=2 T=256, a producer warpgroup in the backward")
+check backward "$got" "23,24,25,26|--flash-forward-producer auto;--bias-grad epilogue" \
+    "a failure of the backward's producer: v23-v26 left out, and the backward's auto dropped"
+got=$(speed both "not ok 5 - x (flash, wgmma, a producer warpgroup in the forward, ping-pong)
+not ok 7 - y, a producer warpgroup in the backward")
+check both "$got" "13,14,16,19,20,21,22,23,24,25,26|--bias-grad epilogue" "failures in both passes: neither auto, and no empty run"
+all=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29
+got=$(speed plain "not ok 2 - bf16 forward B=2 T=256 (flash, wgmma)")
+check plain "$got" "$all|--bias-grad epilogue" "a failure of the plain kernels: every opt-in version left out, every run with a --flash- flag dropped"
+got=$(speed hang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=1)
+check hang "$got" "$all|--bias-grad epilogue" "a hang (exit 124): the same"
