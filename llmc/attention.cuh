@@ -716,10 +716,24 @@ inline bool flash_forward_layout_options(KernelOptions* k, const FlashForwardLay
 // An auto trial over a table of layouts (run(v) runs layout v, or says it cannot): the fastest of
 // the first's bits is kept (autotune_pick), its output stays, and rank 0 prints every time as
 // "flash attention: WHAT NAME (FLAG auto, timed at B= T=: name ms, ...)". Returns the index kept.
+// A layout's first launch that fails, or takes over flash_trial_seconds (it hangs), ends the run
+// in one line that names it: a layout that cannot run on some GPU must not hang a run.
 template <class Layout, int N, class R>
 inline int flash_layout_trial(const Ctx& ctx, const Layout (&layouts)[N], const R& run, const std::vector<BitsRegion>& outs, const char* what,
                               const char* flag, int B, int T) {
-    const AutotunePick t = autotune_pick(ctx, N, [] {}, run, outs);
+    bool waited[N] = {};
+    auto run_watched = [&](int v) {
+        if (!run(v)) return false;
+        if (waited[v]) return true;
+        waited[v] = true;
+        const cudaError_t r = gpu_wait_at_most(ctx, ctx.kernels.flash_trial_seconds);
+        if (r == cudaErrorNotReady)
+            fatal("flash attention: %s %s did not finish in %g s in %s auto's trial (it hangs here): run with %s 0", what, layouts[v].name,
+                  ctx.kernels.flash_trial_seconds, flag, flag);
+        if (r != cudaSuccess) fatal("flash attention: %s %s failed in %s auto's trial: %s (run with %s 0)", what, layouts[v].name, flag, cudaGetErrorString(r), flag);
+        return true;
+    };
+    const AutotunePick t = autotune_pick(ctx, N, [] {}, run_watched, outs);
     if (g_rank == 0) {
         printf("flash attention: %s %s (%s auto, timed at B=%d T=%d:", what, t.best >= 0 ? layouts[t.best].name : "none", flag, B, T);
         std::string other;

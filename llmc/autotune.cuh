@@ -25,6 +25,7 @@ choices). More: docs/kernels.md.
 */
 #pragma once
 #include <map>
+#include <thread>
 #include <tuple>
 #include <vector>
 #include "common.h"
@@ -48,6 +49,21 @@ template <class F> inline float gpu_time_ms(const Ctx& ctx, const F& launch) {
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
     return best;
+}
+
+// Waits at most `seconds` for the work queued on ctx.stream, by polling an event (a blocking wait
+// on a kernel that hangs never returns). cudaErrorNotReady: not finished by then; else the queue's
+// status (an error a kernel raised, or cudaSuccess).
+inline cudaError_t gpu_wait_at_most(const Ctx& ctx, double seconds) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(e, ctx.stream));
+    const double t0 = now_seconds();
+    cudaError_t r;
+    while ((r = cudaEventQuery(e)) == cudaErrorNotReady && now_seconds() - t0 < seconds)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (r != cudaErrorNotReady) cudaEventDestroy(e);  // (one the GPU never reaches stays)
+    return r;
 }
 
 HD inline uint64_t mix64(uint64_t x) {  // splitmix64's finalizer

@@ -11,6 +11,7 @@ An "auto" option is decided by timing at the op's first large call, among varian
 the same bits (autotune.cuh). Its thresholds come from the environment, read here in one place
 (by cuda_ctx_init):
   LLMC_FLASH_TUNE_BLOCKS       flash launches of at least this many blocks are timed (256)
+  LLMC_FLASH_TRIAL_SECONDS     a flash layout's first launch in an auto trial may take this long (60)
   LLMC_MATMUL_TUNE_FLOPS       products of at least this many flops are tuned (1e10)
   LLMC_CLASSIFIER_TUNE_ROWS    loss calls of at least this many rows are timed (4096)
   LLMC_LAYERNORM_TUNE_ROWS     LayerNorm backwards of at least this many rows are timed (4096)
@@ -58,6 +59,7 @@ struct KernelOptions {
     bool flash_backward_tma = false;   // with flash_backward_producer: its tiles swizzled, one thread copies each by TMA
     bool flash_backward_producer_auto = false;  // --flash-backward-producer auto: the fused backward's layouts timed once, the fastest kept
     long flash_tune_blocks = 256;
+    double flash_trial_seconds = 60;   // a layout's first launch in an auto trial that takes longer: a hang, the run ends
     // matmuls (matmul.cuh)
     bool matmul_tune = false;          // --matmul-tune: time cuBLASLt's candidates (same bits only)
     double matmul_tune_flops = 1e10;
@@ -85,6 +87,7 @@ inline KernelOptions kernel_options_from_env() {
         return e && atof(e) > 0 ? atof(e) : dflt;
     };
     o.flash_tune_blocks = (long)env("LLMC_FLASH_TUNE_BLOCKS", 256);
+    o.flash_trial_seconds = env("LLMC_FLASH_TRIAL_SECONDS", 60);
     o.matmul_tune_flops = env("LLMC_MATMUL_TUNE_FLOPS", 1e10);
     o.classifier_tune_rows = (long)env("LLMC_CLASSIFIER_TUNE_ROWS", 4096);
     o.layernorm_tune_rows = (long)env("LLMC_LAYERNORM_TUNE_ROWS", 4096);

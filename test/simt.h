@@ -916,8 +916,13 @@ struct NamedLaunchReport {
     }
 };
 inline NamedLaunchReport g_named_launch_report;
+// SIMT_HANG_KERNEL=NAME: a launch of a kernel with NAME in its name hangs, as far as the host's
+// polls can tell: from then on cudaEventQuery says "not ready" (the blocking waits still return).
+inline const char* g_hang_kernel = getenv("SIMT_HANG_KERNEL");
+inline std::atomic<bool> g_hung{false};
 inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::function<void()>& fn) {
     if (g_count_launches && strstr(kernel, g_count_launches)) g_named_launches++;
+    if (g_hang_kernel && strstr(kernel, g_hang_kernel)) g_hung = true;
     const long nthreads = (long)cfg.block.x * cfg.block.y * cfg.block.z;
     const long nblocks = (long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
     if (nthreads < 1 || nthreads > 1024) die("%s: %ld threads per block (1 to 1024 allowed)", kernel, nthreads);
@@ -1306,6 +1311,7 @@ inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {  // the host waits: its
 }
 // done when the work queued before e is (a send in flight may not be: cudaErrorNotReady)
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (simt::g_hung) return cudaErrorNotReady;  // (SIMT_HANG_KERNEL)
     if (simt::g_settle && !simt::g_settle(e->stream, e->seq, false)) return cudaErrorNotReady;
     return cudaEventSynchronize(e);  // (the host now knows that work is done: as after a wait)
 }

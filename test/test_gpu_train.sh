@@ -17,7 +17,9 @@
 #         --flash-forward-producer 2 and 3 (the forward with a producer warpgroup), and 2 with
 #         --flash-forward-pingpong 1, and --flash-backward-producer 3 and 4 (the fused backward
 #         with one), bit-identical to --flash-wgmma 1 alone (on the emulator: its kernel
-#         counted); with --flash-forward-keys 128 (other bits), with and without the
+#         counted); both layout autos bit-identical too, each trial printed with every layout's
+#         time, and (emulator) a layout that hangs ending the trial in one line that names it;
+#         with --flash-forward-keys 128 (other bits), with and without the
 #         producer, the bf16 check against the CPU; --flash-backward fused128 at head size 128
 #         (a model file) against the CPU, on the emulator its kernel counted
 #   matmul-tune  fp32 with every product tuned (--matmul-tune 1 at LLMC_MATMUL_TUNE_FLOPS=1: each of
@@ -150,6 +152,9 @@ GPU_FLAGS="--flash-wgmma 1 --flash-backward split" ONCE=1 gpu_vs_cpu bf16 2e-2
 # "auto": --flash-forward-producer auto --flash-backward-producer auto at LLMC_FLASH_TUNE_BLOCKS=1
 # time every layout at the first launch and keep one: bit-identical too, each trial printed once
 # with a time for every layout (all compute the same bits).
+# (emulator only) A layout that hangs (SIMT_HANG_KERNEL: its kernel never finishes, as the host's
+# polls see it) ends an auto's trial after LLMC_FLASH_TRIAL_SECONDS=1 with exit 1 and one line
+# that names the layout and the flag that avoids it.
 flash_forward_producer() {
     local tmp; tmp=$(mktemp -d)
     local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16
@@ -164,13 +169,29 @@ flash_forward_producer() {
         LLMC_FLASH_TUNE_BLOCKS=$([[ $s == auto ]] && echo 1 || echo 256) SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
             >"$tmp/$s.out" 2>&1 || tail -3 "$tmp/$s.out" | sed 's/^/# /'
     done
+    if [[ $BIN == *simt* ]]; then
+        local pass k
+        for pass in forward backward; do
+            k=flash_forward_wgmma_producer_kernel; [ $pass = backward ] && k=flash_backward_fused_wgmma_producer_kernel
+            SIMT_HANG_KERNEL=$k LLMC_FLASH_TRIAL_SECONDS=1 LLMC_FLASH_TUNE_BLOCKS=1 "$BIN" "${flags[@]}" --flash-$pass-producer auto \
+                --log-file "" >"$tmp/hang_$pass.out" 2>&1
+            echo "exit $?" >>"$tmp/hang_$pass.out"
+        done
+    fi
     ${PYTHON:-/usr/bin/python3} - "$tmp" "$BIN" <<'PY'
-import json, re, sys
+import json, os, re, sys
 d, binary = sys.argv[1], sys.argv[2]
 def load(p):
     try: return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
     except OSError: return []
 base = load(f"{d}/0.jsonl")
+for what, layout in (("forward", "the forward's layout v11 producer 2"), ("backward", "the fused backward's layout v23 producer 3")):
+    if not os.path.exists(f"{d}/hang_{what}.out"): continue
+    out = open(f"{d}/hang_{what}.out").read()
+    want = (f"error: flash attention: {layout} did not finish in 1 s in --flash-{what}-producer auto's trial (it hangs here): "
+            f"run with --flash-{what}-producer 0\nexit 1\n")
+    print(("ok" if out.endswith(want) else "not ok") +
+          f" - bf16: a layout that hangs ends --flash-{what}-producer auto's trial after LLMC_FLASH_TRIAL_SECONDS, in one line naming it (exit 1)")
 if "simt" in binary:
     sums = re.search(r"^simt: ([0-9]+) launches of flash_dq_sum_kernel$", open(f"{d}/0.out").read(), re.M)
     print(("ok" if len(base) == 4 and sums is not None and sums.group(1) == "0" else "not ok") +
