@@ -707,7 +707,6 @@ constexpr FlashForwardLayout FLASH_FORWARD_LAYOUTS[] = {  // name, producer slot
 inline bool flash_forward_layout_options(KernelOptions* k, const FlashForwardLayout& f, int hs) {
     if (k->flash_forward_keys == 128 && (f.producer == 3 || f.groups == 3)) return false;
     if (hs != 64 && f.groups == 3) return false;
-    k->flash_forward_producer_auto = false;
     k->flash_forward_producer = f.producer, k->flash_forward_groups = f.groups;
     k->flash_forward_pingpong = f.pingpong, k->flash_swizzle = f.swizzle, k->flash_tma = f.tma;
     if (f.producer || f.groups == 3) k->flash_wgmma_groups = 2;
@@ -863,13 +862,11 @@ inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const 
     int& kept = ctx.tuned->flash_backward_layout;
     auto run = [&](int v) {
         Ctx c = ctx;
-        c.kernels.flash_backward_producer_auto = false;
         c.kernels.flash_backward_producer = FLASH_BACKWARD_LAYOUTS[v].slots, c.kernels.flash_backward_tma = FLASH_BACKWARD_LAYOUTS[v].tma;
         flash_fused_backward_in(c, dqkv, Dv, dout, qkv, out, lse, B, T, L);
         return true;
     };
-    const long blocks = (long)L.NKV * B * flash_fused_splits(ctx.kernels, (long)B * L.NKV, T);
-    if (kept < 0 && blocks >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
+    if (kept < 0 && (long)L.NKV * B * flash_fused_splits(ctx.kernels, (long)B * L.NKV, T) >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
         kept = flash_layout_trial(ctx, FLASH_BACKWARD_LAYOUTS, run, {{dqkv, (size_t)B * T * L.row() * sizeof(floatX)}},
                                   "the fused backward's layout", "--flash-backward-producer", B, T);
         return;
