@@ -720,9 +720,10 @@ inline bool flash_forward_layout_options(KernelOptions* k, const FlashForwardLay
 template <class Layout, int N, class R>
 inline int flash_layout_trial(const Ctx& ctx, const Layout (&layouts)[N], const R& run, const std::vector<BitsRegion>& outs, const char* what,
                               const char* flag, int B, int T) {
-    bool waited[N] = {};
+    bool waited[N] = {}, ran[N] = {};
     auto run_watched = [&](int v) {
         if (!run(v)) return false;
+        ran[v] = true;
         if (waited[v]) return true;
         waited[v] = true;
         const cudaError_t r = gpu_wait_at_most(ctx, ctx.kernels.flash_trial_seconds);
@@ -735,11 +736,13 @@ inline int flash_layout_trial(const Ctx& ctx, const Layout (&layouts)[N], const 
     const AutotunePick t = autotune_pick(ctx, N, [] {}, run_watched, outs);
     if (g_rank == 0) {
         printf("flash attention: %s %s (%s auto, timed at B=%d T=%d:", what, t.best >= 0 ? layouts[t.best].name : "none", flag, B, T);
-        std::string other;
-        for (int v = 0; v < N; v++)
+        std::string other, idle;  // (layouts of other bits; layouts that do not apply here)
+        for (int v = 0; v < N; v++) {
+            std::string& to = ran[v] ? other : idle;
             if (!std::isnan(t.ms[v])) printf("%s %s %.3f ms", v == t.first ? "" : ",", layouts[v].name, t.ms[v]);
-            else other += std::string(other.empty() ? "" : ", ") + layouts[v].name;
-        printf("%s%s)\n", other.empty() ? "" : "; other bits or not run: ", other.c_str());
+            else to += std::string(to.empty() ? "" : ", ") + layouts[v].name;
+        }
+        printf("%s%s%s%s)\n", other.empty() ? "" : "; other bits: ", other.c_str(), idle.empty() ? "" : "; not for this shape: ", idle.c_str());
     }
     return std::max(t.best, 0);
 }
@@ -801,30 +804,32 @@ inline float flash_dq_scale(const QKVLayout& L) { return rsqrtf((float)L.hs); }
 // The fused pass with a producer warpgroup, SLOTS query-tile slots, its tiles copied by TMA or not
 template <class floatX, int SLOTS, bool TMA>
 inline void flash_fused_producer_launch(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout,
-                                        const floatX* qkv, const float* lse, int B, int T, const QKVLayout& L, bool dq_finish) {
+                                        const floatX* qkv, const float* lse, int B, int T, const QKVLayout& L, bool dq_finish, unsigned* dq_done) {
     SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA>);
     const size_t smem = fused_tiles_elems(64, 8, SLOTS) * sizeof(floatX) + (TMA ? 1024 : 0);
     CUtensorMap qkv_map{}, dout_map{};
     if constexpr (TMA) qkv_map = flash_tensor_map(qkv, L.row(), T, B, 64), dout_map = flash_tensor_map(dout, L.C, T, B, 64);
-    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), qkv_map, dout_map);
+    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, qkv_map, dout_map);
 }
 // The fused backward (head size 64 or 128): D, the fused pass into S splits' fp32 partial sums of
-// dQ, then their sum (S = 1: the pass finishes dQ itself, dq_finish). flash_backward_producer (3
-// or 4 query-tile slots; head size 64): the pass with a producer warpgroup (the same bits);
+// dQ, then their sum (S = 1: the pass finishes dQ itself, dq_finish; flash_dq_last_split: the
+// split that finishes last sums them, counted in dq_done). flash_backward_producer (3 or 4
+// query-tile slots; head size 64): the pass with a producer warpgroup (the same bits);
 // flash_backward_tma: its tiles swizzled and copied by TMA.
 template <class floatX, int D>
 inline void flash_fused_pass(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout, const floatX* qkv,
-                             const float* lse, int T, const QKVLayout& L, bool dq_finish) {
+                             const float* lse, int T, const QKVLayout& L, bool dq_finish, unsigned* dq_done) {
     SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, D>);
     const size_t smem = fused_tiles_elems(D, 4, 3) * sizeof(floatX);
-    flash_backward_fused_wgmma_kernel<floatX, D><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L));
+    flash_backward_fused_wgmma_kernel<floatX, D><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done);
 }
 template <class floatX>
 inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
                                     const float* lse, int B, int T, const QKVLayout& L) {
     const int C = L.C, NH = L.NH, S = flash_fused_splits(ctx.kernels, (long)B * L.NKV, T);
     const int slots = L.hs == 64 ? ctx.kernels.flash_backward_producer : 0;
-    const dim3 grid(L.NKV, B, S);
+    const bool last_split = S > 1 && ctx.kernels.flash_dq_last_split;
+    const dim3 grid = last_split ? dim3(S, L.NKV, B) : dim3(L.NKV, B, S);  // (fused_block's two orders)
     if (L.hs == 128) flash_row_dots_kernel<floatX, 128><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
     else flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
     CUDA_LAUNCH_CHECK();
@@ -834,25 +839,30 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     if (ctx.kernels.flash_backward_tma && !ctx.kernels.flash_backward_producer) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
     const bool tma = ctx.kernels.flash_backward_tma && slots;
     const bool finish = S == 1 && ctx.kernels.flash_dq_in_kernel;  // (one split: the pass writes dQ itself)
-    if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish);
-    else if (slots == 3) flash_fused_producer_launch<floatX, 3, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish);
-    else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish);
-    else if (slots == 4) flash_fused_producer_launch<floatX, 4, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish);
-    else if (L.hs == 128) flash_fused_pass<floatX, 128>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish);
-    else flash_fused_pass<floatX, 64>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish);
+    static Buf<unsigned> done_buf;  // (zeros when allocated; the last split of each head sets its count back to 0)
+    unsigned* done = last_split ? gpu_scratch(done_buf, ctx, (size_t)B * L.NKV) : nullptr;
+    if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+    else if (slots == 3) flash_fused_producer_launch<floatX, 3, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+    else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+    else if (slots == 4) flash_fused_producer_launch<floatX, 4, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+    else if (L.hs == 128) flash_fused_pass<floatX, 128>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
+    else flash_fused_pass<floatX, 64>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
     CUDA_LAUNCH_CHECK();
-    if (finish) return;
+    if (finish || last_split) return;
     const size_t BTC = (size_t)B * T * C;
     flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, T, C, L.row(), flash_dq_scale(L));
     CUDA_LAUNCH_CHECK();
 }
 // --flash-backward-producer auto (flash_backward_producer_auto): the fused backward at head size
-// 64 without a producer, and with one of 3 or 4 slots, its tiles copied by cp.async or by TMA.
+// 64 without a producer, and with one of 3 or 4 slots, its tiles copied by cp.async or by TMA;
+// with several splits, each also with dQ summed by the last split (v30, flash_dq_last_split).
 // All compute the same bits. Each is run and timed at the first launch of flash_tune_blocks
 // blocks or more, and the fastest of the first's bits is kept (autotune_pick), as in the forward.
-struct FlashBackwardLayout { const char* name; int slots; bool tma; };
+struct FlashBackwardLayout { const char* name; int slots; bool tma, last_split; };
 constexpr FlashBackwardLayout FLASH_BACKWARD_LAYOUTS[] = {
-    {"fused", 0, false}, {"v23 producer 3", 3, false}, {"v24 producer 4", 4, false}, {"v25 v23 by TMA", 3, true}, {"v26 v24 by TMA", 4, true},
+    {"fused", 0, false, false}, {"v23 producer 3", 3, false, false}, {"v24 producer 4", 4, false, false},
+    {"v25 v23 by TMA", 3, true, false}, {"v26 v24 by TMA", 4, true, false}, {"v30 last split sums", 0, false, true},
+    {"v30 + v23", 3, false, true}, {"v30 + v24", 4, false, true}, {"v30 + v25", 3, true, true}, {"v30 + v26", 4, true, true},
 };
 // The fused backward in the layout ctx.kernels names, or (auto) the layout its trial kept
 template <class floatX>
@@ -860,14 +870,17 @@ inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const 
                                  const float* lse, int B, int T, const QKVLayout& L) {
     if (!ctx.kernels.flash_backward_producer_auto || L.hs != 64) return flash_fused_backward_in(ctx, dqkv, Dv, dout, qkv, out, lse, B, T, L);
     int& kept = ctx.tuned->flash_backward_layout;
+    const int S = flash_fused_splits(ctx.kernels, (long)B * L.NKV, T);
     auto run = [&](int v) {
+        const FlashBackwardLayout& l = FLASH_BACKWARD_LAYOUTS[v];
         Ctx c = ctx;
-        c.kernels.flash_backward_producer = FLASH_BACKWARD_LAYOUTS[v].slots, c.kernels.flash_backward_tma = FLASH_BACKWARD_LAYOUTS[v].tma;
+        c.kernels.flash_backward_producer = l.slots, c.kernels.flash_backward_tma = l.tma, c.kernels.flash_dq_last_split = l.last_split;
         flash_fused_backward_in(c, dqkv, Dv, dout, qkv, out, lse, B, T, L);
         return true;
     };
-    if (kept < 0 && (long)L.NKV * B * flash_fused_splits(ctx.kernels, (long)B * L.NKV, T) >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
-        kept = flash_layout_trial(ctx, FLASH_BACKWARD_LAYOUTS, run, {{dqkv, (size_t)B * T * L.row() * sizeof(floatX)}},
+    if (kept < 0 && (long)L.NKV * B * S >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
+        auto trial_run = [&](int v) { return !(FLASH_BACKWARD_LAYOUTS[v].last_split && S == 1) && run(v); };  // (one split: v30 is the layout without it)
+        kept = flash_layout_trial(ctx, FLASH_BACKWARD_LAYOUTS, trial_run, {{dqkv, (size_t)B * T * L.row() * sizeof(floatX)}},
                                   "the fused backward's layout", "--flash-backward-producer", B, T);
         return;
     }

@@ -989,20 +989,79 @@ __device__ inline DqSink<H> dq_sink(H* dqkv, float* part_b, int b, int h, int wg
 // to split s. The query rows below it are reached by none of its key blocks, so its partial sum
 // is never written there: flash_dq_sum_kernel adds a zero in its place.
 __host__ __device__ inline int fused_first_kb(int s, int nkb) { return s < nkb ? s : nkb; }
+// The key/value head, batch and split of a block of the fused backward. The grid is (NKV, B, S),
+// or (S, NKV, B) where the last split sums (splits_first): then the splits of a head run side by
+// side, and their partial sums are still in L2 when the last of them adds them up.
+struct FusedBlock { int kh, b, s, S, B; };
+__device__ inline FusedBlock fused_block(bool splits_first) {
+    if (splits_first) return {(int)blockIdx.y, (int)blockIdx.z, (int)blockIdx.x, (int)gridDim.x, (int)gridDim.z};
+    return {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)gridDim.z, (int)gridDim.y};
+}
+// With several splits and dq_done (a count for each key/value head and batch, zero at the start):
+// the split that finishes last adds the S partial sums of its G query heads and writes their dQ,
+// exactly as flash_dq_sum_kernel does. So that kernel, a pass over B·T·C·S fp32 values, does not
+// run. Each split's block counts itself after its adds: a barrier, then a fence and an atomic add
+// (a release). The block that counts S fences again (an acquire), sums, and sets the count back
+// to zero for the next launch. sync is a barrier of the block's nthreads computing threads.
+template <class H, int D, class Sync>
+__device__ void fused_last_split_sums(H* dqkv, const float* dq_part, unsigned* dq_done, const FusedBlock& f, int T, const QKVLayout& L,
+                                      float scale, int nthreads, const Sync& sync) {
+    __shared__ bool last;
+    sync();  // every thread of the block has issued its adds
+    if (threadIdx.x == 0) {
+        unsigned* count = dq_done + (size_t)f.b * L.NKV + f.kh;
+        __threadfence();
+        last = atomicAdd(count, 1u) == (unsigned)f.S - 1;
+        __threadfence();
+        if (last) *count = 0;
+    }
+    sync();
+    if (!last) return;
+    const int nkb = (T + 127) / 128, W = L.group() * D / 4, n = T * W;  // W: float4s of the group's dQ in a row
+    const size_t BTC = (size_t)f.B * T * L.C, c0 = (size_t)f.kh * L.group() * D;
+    const float* part = dq_part + (size_t)f.b * T * L.C + c0;
+    H* out = dqkv + (size_t)f.b * T * L.row() + c0;
+    auto at = [&](int s, int i) { return __ldcg(reinterpret_cast<const float4*>(part + s * BTC + (size_t)(i / W) * L.C) + i % W); };
+    constexpr int U = 8;  // float4s of each split a thread loads at once (i past n: row T − 1's, not used)
+    for (int i0 = threadIdx.x; i0 < n; i0 += U * nthreads) {
+        float4 a[U];
+        #pragma unroll
+        for (int u = 0; u < U; u++) a[u] = at(0, min(i0 + u * nthreads, n - 1));  // (split 0 has key block 0)
+        for (int s = 1; s < f.S; s++) {
+            const int from = 128 * fused_first_kb(s, nkb);  // rows before it: the split's sum is zero, unwritten
+            float4 v[U];
+            #pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int i = min(i0 + u * nthreads, n - 1);
+                v[u] = i / W < from ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : at(s, i);
+            }
+            #pragma unroll
+            for (int u = 0; u < U; u++) a[u].x += v[u].x, a[u].y += v[u].y, a[u].z += v[u].z, a[u].w += v[u].w;
+        }
+        #pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = i0 + u * nthreads;
+            if (i < n)
+                *reinterpret_cast<uint2*>(out + (size_t)(i / W) * L.row() + 4 * (i % W)) =
+                    make_uint2(pack2<H>(a[u].x * scale, a[u].y * scale), pack2<H>(a[u].z * scale, a[u].w * scale));
+        }
+    }
+}
 template <class H, int D>
 __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                          const float* lse, const float* Dv, int T, QKVLayout L,
-                                                                         bool overlap, bool dq_finish, float dq_scale) {
+                                                                         bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done) {
     static_assert(D == 64 || D == 128, "the fused backward: head size 64 or 128");
     DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[3][64], Ds[3][64];
-    const int kh = blockIdx.x, b = blockIdx.y, s = blockIdx.z, S = gridDim.z;
+    const FusedBlock f = fused_block(dq_done != nullptr);
+    const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const FusedTiles<H, D, 3> tl{tiles, tiles + 4 * 64 * D, lse2, Ds, 0};
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;
-    float* part_b = dq_part + (size_t)(s * gridDim.y + b) * T * C;  // this split's partial sum of batch b's dQ
+    float* part_b = dq_part + (size_t)(s * f.B + b) * T * C;  // this split's partial sum of batch b's dQ
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int kb_first = fused_first_kb(s, nkb);
     for (int kb = kb_first; kb < nkb; kb++) {
@@ -1041,6 +1100,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
         store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
         store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
     }
+    if (dq_done) fused_last_split_sums<H, D>(dqkv, dq_part, dq_done, f, T, L, dq_scale, 256, [] { __syncthreads(); });
 }
 
 // The fused backward with a producer warpgroup (KernelOptions::flash_backward_producer; v23-v26
@@ -1060,7 +1120,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
 template <class H, int D, int SLOTS, bool TMA>
 __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                                      const float* lse, const float* Dv, int T, QKVLayout L,
-                                                                                     bool overlap, bool dq_finish, float dq_scale,
+                                                                                     bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done,
                                                                                      const __grid_constant__ CUtensorMap qkv_map,
                                                                                      const __grid_constant__ CUtensorMap dout_map) {
     static_assert(D == 64 && SLOTS >= 3, "the fused backward: head size 64; a query tile is in use for two iterations");
@@ -1069,12 +1129,13 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     __shared__ float lse2[SLOTS][64], Ds[SLOTS][64];
     __shared__ uint64_t kv_full[2], kv_empty[2], q_full[SLOTS], q_empty[SLOTS];
     auto parity = [](int n, int slots) { return (unsigned)(n / slots) & 1; };  // of use n of its slot
-    const int kh = blockIdx.x, b = blockIdx.y, s = blockIdx.z, S = gridDim.z;
+    const FusedBlock f = fused_block(dq_done != nullptr);
+    const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;
-    float* part_b = dq_part + (size_t)(s * gridDim.y + b) * T * C;  // this split's partial sum of batch b's dQ
+    float* part_b = dq_part + (size_t)(s * f.B + b) * T * C;  // this split's partial sum of batch b's dQ
     auto kv = [&](int m) { return tiles + (m % 2) * 4 * 64 * D; };  // key block m's K(0), V(0), K(1), V(1)
     H* const rings = tiles + 8 * 64 * D;
     if (threadIdx.x == 0) {  // (TMA: each tile's copy is one arrival with its bytes)
@@ -1142,6 +1203,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
             store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
             store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
         }
+        if (dq_done) fused_last_split_sums<H, D>(dqkv, dq_part, dq_done, f, T, L, dq_scale, 256, [] { bar_sync(1, 256); });
     }
 }
 // D = rowsum(dO∘O) for the fused backward, computed as the dQ passes compute it (row_dots: the

@@ -726,7 +726,8 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
 // dK and dV bit-identical to the two wgmma passes' (the same products in the same order; the
 // second warpgroup's extra first tile adds exact zeros), its dQ within bf16's bound of theirs.
 // The producer backward (head size 64 only) against the CPU op and bit-identical to the above.
-// With one split, dQ written by the pass itself is bit-identical to its sum kernel's.
+// With one split, dQ written by the pass itself is bit-identical to its sum kernel's; with 2 and
+// 3, so is dQ summed by the split that finishes last (flash_dq_last_split).
 static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     if (!gpu_has_wgmma()) { printf("# skip: fused backward B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
     gpu.kernels.flash_wgmma = true; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_fused_backward = true;
@@ -792,6 +793,21 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
                  B, T, C, NH, NKV, tma ? ", swizzled tiles by TMA," : "");
         compare_bits(name, fused3, got);
     }
+    gpu.kernels.flash_dq_last_split = true;  // several splits: dQ summed by the one that finishes last, against the sum kernel
+    auto qkv2 = randn<bf16>(qkv.size()), dout2 = randn<bf16>(dout.size());
+    std::vector<float> other[3];
+    for (int S : {2, 3})
+        for (int slots : {0, 0, 4}) {  // (twice without a producer: each launch sets its counts back to zero)
+            if (slots && !producer) break;
+            gpu.kernels.flash_fused_splits = S;
+            gpu.kernels.flash_backward_producer = slots; gpu.kernels.flash_backward_tma = slots != 0;
+            attention_outputs(qkv2, dout2, B, T, C, NH, NKV, other);  // (a split that sums too early finds these partial sums)
+            attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+            snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, %d splits, dQ summed by the last split%s vs by the sum kernel",
+                     B, T, C, NH, NKV, S, slots ? " with a producer warpgroup by TMA" : "");
+            compare_bits(name, S == 2 ? fused : fused3, got);
+        }
+    gpu.kernels.flash_dq_last_split = false;
     gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
     gpu.kernels.flash_fused_splits = 2;
     gpu.kernels.flash_fused_backward = false;

@@ -108,7 +108,7 @@ The model of a GPU:
 Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, the
 interleaving of streams (every call completes before it returns, but for test/simt_nccl.h's
 sends outside a group, which stay in flight until a wait covers them: g_settle; the checks above stand in),
-atomics other than atomicMax on 32-bit words (the only one the kernels use).
+atomics other than atomicMax and atomicAdd on 32-bit words (the only ones the kernels use).
 
 Test: make test (run_tests.sh: "simcheck_ops", both orders); the emulator's own checks in
 test/test_simt.cpp.
@@ -1202,6 +1202,11 @@ inline unsigned atomicMax(unsigned* p, unsigned v) {
     while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
     return old;
 }
+// atomicAdd on a 32-bit word (the fused attention backward's count of finished splits). It also
+// orders memory, acquire and release: on a GPU the kernel's __threadfence calls around it do.
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+template <class T> inline T __ldcg(const T* p) { return *p; }  // (a load that skips L1: the emulator has none)
 
 // ---- the CUDA runtime calls of the backend (every call completes before it returns)
 enum cudaError_t {

@@ -7,10 +7,11 @@
 # llmc benches, which print what they were given. For each case:
 #   - every check passed: no version left out; the llmc step's extra runs are the layout autos
 #     and --bias-grad epilogue, each run cut off after 60 s, 20 steps
-#   - a failure that names ping-pong, 3 computing warpgroups or the backward's producer: those
-#     versions left out, and the auto of that pass dropped from the extra runs
+#   - a failure that names ping-pong, 3 computing warpgroups, the backward's producer or dQ
+#     summed by the last split: those versions left out, and the auto of that pass dropped from
+#     the extra runs
 #   - both passes' failures: neither auto, and no empty run left
-#   - a failure of the plain kernels, or a hang: every opt-in version (v11-v29) left out, and
+#   - a failure of the plain kernels, or a hang: every opt-in version (v11-v30) left out, and
 #     every run with a --flash- flag dropped
 # usage: test/test_gpu_speed.sh     Prints "ok"/"not ok" lines.
 set -u
@@ -62,10 +63,13 @@ check groups "$got" "28,29|--flash-backward-producer auto;--bias-grad epilogue" 
 got=$(speed backward "not ok 7 - bf16 fused backward B=2 T=256, a producer warpgroup in the backward")
 check backward "$got" "23,24,25,26|--flash-forward-producer auto;--bias-grad epilogue" \
     "a failure of the backward's producer: v23-v26 left out, and the backward's auto dropped"
+got=$(speed lastsplit "not ok 8 - bf16 fused backward B=2 T=100 C=768 NH=12 NKV=12, 2 splits, dQ summed by the last split with a producer warpgroup by TMA vs by the sum kernel dqkv")
+check lastsplit "$got" "30|--flash-forward-producer auto;--bias-grad epilogue" \
+    "a failure of dQ summed by the last split: v30 left out (not the forward's TMA versions), and the backward's auto dropped"
 got=$(speed both "not ok 5 - x (flash, wgmma, a producer warpgroup in the forward, ping-pong)
 not ok 7 - y, a producer warpgroup in the backward")
 check both "$got" "13,14,16,19,20,21,22,23,24,25,26|--bias-grad epilogue" "failures in both passes: neither auto, and no empty run"
-all=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29
+all=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30
 got=$(speed plain "not ok 2 - bf16 forward B=2 T=256 (flash, wgmma)")
 check plain "$got" "$all|--bias-grad epilogue" "a failure of the plain kernels: every opt-in version left out, every run with a --flash- flag dropped"
 got=$(speed hang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=1)

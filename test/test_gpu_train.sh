@@ -151,7 +151,9 @@ GPU_FLAGS="--flash-wgmma 1 --flash-backward split" ONCE=1 gpu_vs_cpu bf16 2e-2
 # emulator counts no launch of the sum kernel.
 # "auto": --flash-forward-producer auto --flash-backward-producer auto at LLMC_FLASH_TUNE_BLOCKS=1
 # time every layout at the first launch and keep one: bit-identical too, each trial printed once
-# with a time for every layout (all compute the same bits).
+# with a time for every layout (all compute the same bits). "splits": at T = 512 and B = 1 the
+# fused backward has 2 splits, so the backward's auto also times the 5 layouts in which the last
+# split sums dQ (v30): 10 times, and the same training as without the auto.
 # (emulator only) A layout that hangs (SIMT_HANG_KERNEL: its kernel never finishes, as the host's
 # polls see it) ends an auto's trial after LLMC_FLASH_TRIAL_SECONDS=1 with exit 1 and one line
 # that names the layout and the flag that avoids it.
@@ -169,6 +171,9 @@ flash_forward_producer() {
         LLMC_FLASH_TUNE_BLOCKS=$([[ $s == auto ]] && echo 1 || echo 256) SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
             >"$tmp/$s.out" 2>&1 || tail -3 "$tmp/$s.out" | sed 's/^/# /'
     done
+    local long=(--batch-size 1 --seq-len 512 --steps 2)  # (2 splits)
+    "$BIN" "${flags[@]}" "${long[@]}" --log-file "$tmp/splits0.jsonl" >"$tmp/splits0.out" 2>&1
+    LLMC_FLASH_TUNE_BLOCKS=1 "$BIN" "${flags[@]}" "${long[@]}" --flash-backward-producer auto --log-file "$tmp/splits.jsonl" >"$tmp/splits.out" 2>&1
     if [[ $BIN == *simt* ]]; then
         local pass k
         for pass in forward backward; do
@@ -216,6 +221,14 @@ for what, flag, n in (("forward's", "forward", 11), ("fused backward's", "backwa
           f" ({said[0][0] if said else 'no line'}: {len(times)} times)")
 print(("ok" if len(base) == 4 and load(f"{d}/auto.jsonl") == base else "not ok") +
       " - bf16: --flash-forward-producer auto --flash-backward-producer auto trains bit-identically to --flash-wgmma 1 alone")
+said = re.findall(r"^flash attention: the fused backward's layout (.+?) \(--flash-backward-producer auto, timed at B=1 T=512: (.*)\)$",
+                  open(f"{d}/splits.out").read(), re.M)
+times = re.findall(r"[0-9.]+ ms", said[0][1]) if len(said) == 1 else []
+v30 = re.findall(r"v30[^,]* [0-9.]+ ms", said[0][1]) if len(said) == 1 else []
+splits0 = load(f"{d}/splits0.jsonl")
+print(("ok" if len(times) == 10 and len(v30) == 5 and len(splits0) == 2 and load(f"{d}/splits.jsonl") == splits0 else "not ok") +
+      " - bf16: with 2 splits --flash-backward-producer auto also times the 5 layouts where the last split sums dQ (v30), each with"
+      f" the first's bits, and trains bit-identically ({said[0][0] if said else 'no line'}: {len(times)} times, {len(v30)} of v30)")
 PY
     rm -rf "$tmp"
 }
