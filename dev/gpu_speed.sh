@@ -14,7 +14,9 @@
 #                                 fp8: gpucheck's FP8 ops, dev/cuda/matmul.cu at 1558M's layers (bf16 and
 #                                 FP8 products each, and dbias), then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
-#                                 layouts, on the fused backward's producers; llama, not in the
+#                                 layouts, on the fused backward's producers; kernels, not in the
+#                                 default: every kernel of a 124M step timed by Nsight Compute, ours
+#                                 and llm.c's side by side (bench_ncu_steps.sh); llama, not in the
 #                                 default: llama:3B's step (head size 128) with --flash-backward fused128)
 # Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs. Tested without a
 # GPU by test/test_gpu_speed.sh (what a failed check leaves out).
@@ -24,6 +26,7 @@ out=${1:?usage: dev/gpu_speed.sh OUTDIR}
 mkdir -p "$out"
 export PYTHON=${PYTHON:-python3}  # (the GPU image's python3 holds numpy and PyTorch; /usr/bin/python3 may not)
 export LLMC_COMMIT=${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export LLMC_FLAGS=${LLMC_FLAGS-"-r 0 -ge 2"}  # (llm.c's fastest on an H200: no recompute, GELU fused into the matmuls)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '_')
 log=dev/gpu_results/$(date -u +%F)-$gpu-$LLMC_COMMIT
 mkdir -p dev/gpu_results
@@ -114,6 +117,7 @@ ncu_backward() {
 }
 export -f ncu_backward
 [[ $want == *,ncubwd,* ]] && step ncubwd 200 bash -c ncu_backward
-for f in wgmma ab llmc attention classifier llama flash bf16 train ncu ncubwd; do
+[[ $want == *,kernels,* ]] && RUN_LIMIT=120 step kernels 260 bash dev/bench/bench_ncu_steps.sh gpt2:124M 64
+for f in wgmma ab llmc attention classifier llama flash bf16 train ncu ncubwd kernels; do
     [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|by its splits|^== |^bf16 v" "$log-$f.txt" | tail -40; }
 done

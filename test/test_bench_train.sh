@@ -81,6 +81,37 @@ env PATH="$tmp/bin:$PATH" TRAIN_GPT="$tmp/train_gpt" LLMC_ANCHOR="$tmp/anchor" B
     bash dev/bench/bench_vs_llmc.sh gpt2:124M:64 gpt2:1558M:16 >"$tmp/llmc.md" 2>&1
 cp "$tmp/args.txt" "$tmp/llmc.args"
 
+# bench_ncu_steps.sh: a stand-in ncu that records its options, runs the program (the stand-in
+# trainer, or run_llmc.sh) and prints a CSV of kernel times: ours 4 steps (the first with a
+# 50 ms trial kernel), llm.c an evaluation, 4 steps and 3 samples (windows of 2 kernels)
+cat >"$tmp/bin/ncu" <<EOF
+#!/usr/bin/env bash
+opts=()
+while [[ \$1 == --* ]]; do if [ "\$1" = --csv ]; then opts+=("\$1"); shift; else opts+=("\$1 \$2"); shift 2; fi; done
+printf '%s\n' "\${opts[*]}" >>"$tmp/ncu_opts.txt"
+"\$@" >/dev/null 2>&1
+echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+i=0
+row() { echo "\"\$i\",\"1\",\"p\",\"h\",\"\$1\",\"1\",\"7\",\"(1, 1, 1)\",\"(1, 1, 1)\",\"0\",\"9.0\",\"Command line profiler metrics\",\"gpu__time_duration.sum\",\"nsecond\",\"\$2\""; i=\$((i + 1)); }
+case " \$* " in
+*run_llmc*)
+    row encoder_forward_kernel3 100,000; row ampere_bf16_gemm 1,000,000
+    for s in 1 2 3 4; do row encoder_forward_kernel3 100,000; row cudnn_generated_fort_native_sdpa_sm90 800,000; row sm90_xmma_gemm_bf16 2,000,000
+        row matmul_backward_bias_kernel9 300,000; row adamw_kernel3 400,000; done
+    for s in 1 2 3; do row encoder_forward_kernel3 100,000; row sm90_xmma_gemm_bf16 50,000; done ;;
+*)
+    for s in 1 2 3 4; do row encoder_forward_kernel 100,000; row flash_forward_wgmma_kernel 1,000,000; [ \$s = 1 ] && row bits_hash_kernel 50,000,000
+        row nvjet_tst_128x256 2,000,000; row adamw_kernel 500,000; done ;;
+esac
+EOF
+chmod +x "$tmp/bin/ncu"
+mkdir -p "$tmp/anchor2"; cp "$tmp/anchor/llmc_train_gpt2cu" "$tmp/anchor2/"
+sed "s|llmc_args.txt|ncu_llmc_args.txt|" "$tmp/anchor/run_llmc.sh" >"$tmp/anchor2/run_llmc.sh"
+: >"$tmp/args.txt"
+env PATH="$tmp/bin:$PATH" TRAIN_GPT="$tmp/train_gpt" LLMC_ANCHOR="$tmp/anchor2" LLMC_COMMIT=test PYTHON=/usr/bin/python3 \
+    bash dev/bench/bench_ncu_steps.sh gpt2:124M 64 >"$tmp/ncu.md" 2>&1
+cp "$tmp/args.txt" "$tmp/ncu.args"
+
 # every command line, once more, on the real trainer: the size flags overridden to a tiny run
 accepted=0 refused=""
 while read -r line; do
@@ -95,7 +126,7 @@ while read -r line; do
         >"$tmp/real.out" 2>&1 && accepted=$((accepted + 1)) || refused+=" [$line: $(tail -1 "$tmp/real.out")]"
 done < <(cat "$tmp"/*.args)
 total=$(cat "$tmp"/*.args | wc -l)
-[ -z "$refused" ] && [ "$total" -ge 13 ] && r=ok || r="not ok"
+[ -z "$refused" ] && [ "$total" -ge 14 ] && r=ok || r="not ok"
 echo "$r - bench_train.sh: the trainer accepts every command line it gave ($accepted of $total)${refused:+:$refused}"
 
 /usr/bin/python3 - "$tmp" <<'PY'
@@ -189,4 +220,19 @@ check(len(said) == 8 and sum(f == " --bias-grad epilogue" for _, f in said) == 2
       f"bench_vs_llmc.sh: each run of ours says what its timed choices kept, with its config and flags ({said})")
 check(len(ours) == 8 and sum("--flash-backward split" in l for l in ours) == 2 and sum("--bias-grad epilogue" in l for l in ours) == 2 and all("--batch-size 64 " in l or "--batch-size 16 " in l for l in ours),
       f"bench_vs_llmc.sh: ours, the baseline and ours with each of OURS_ALSO's flags, per config ({len(ours)} runs)")
+# bench_ncu_steps.sh: ncu times every kernel (clocks and caches left alone) of a 4-step run of
+# ours and of llm.c on the same config; the median training step is kept (not the first, with
+# its trial kernel; not llm.c's evaluation or samples); kinds side by side, then each one's kernels
+ncu = md("ncu")
+kinds = dict((k, (a, b, c)) for k, a, b, c in re.findall(r"^\| ([a-z ,]+) \| ([0-9.]+) \| ([0-9.]+) \| ([-+0-9.]+) \|$", ncu, re.M))
+check(kinds == {"attention": ("1.00", "0.80", "-0.20"), "matmul": ("2.00", "2.00", "+0.00"), "bias": ("0.00", "0.30", "+0.30"),
+                "adamw": ("0.50", "0.40", "-0.10"), "encoder": ("0.10", "0.10", "+0.00"), "all": ("3.60", "3.60", "+0.00")},
+      f"bench_ncu_steps.sh: the kinds of kernel of the median training step side by side, ms a step ({kinds})")
+check("| bits_hash_kernel " not in ncu and "| flash_forward_wgmma_kernel | attention | 1 | 1.00 |" in ncu
+      and "| matmul_backward_bias_kernel9 | bias | 1 | 0.30 |" in ncu and "(4 kernels; the median of 3 steps)" in ncu
+      and "(5 kernels; the median of 4 steps)" in ncu, "bench_ncu_steps.sh: each one's kernels of that step, the first step's trial left out")
+opts = open(f"{d}/ncu_opts.txt").read().splitlines()
+check(len(opts) == 2 and all("--clock-control none" in o and "--cache-control none" in o and "--metrics gpu__time_duration.sum" in o for o in opts)
+      and open(f"{d}/ncu_llmc_args.txt").read().splitlines() == ["data/kjv_train_000000.bin 64 1024 4 d12"]
+      and [flag(l, "steps") for l in lines("ncu")] == ["4"], f"bench_ncu_steps.sh: ncu's options, llm.c's and ours' 4 steps ({opts})")
 PY
