@@ -802,33 +802,33 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
 // dQ's scale, 1/√hs (the same float wherever dQ is finished)
 inline float flash_dq_scale(const QKVLayout& L) { return rsqrtf((float)L.hs); }
 // The fused pass with a producer warpgroup, SLOTS query-tile slots, its tiles copied by TMA or not
-template <class floatX, int SLOTS, bool TMA>
+template <class floatX, int SLOTS, bool TMA, bool LAST>
 inline void flash_fused_producer_launch(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout,
                                         const floatX* qkv, const float* lse, int B, int T, const QKVLayout& L, bool dq_finish, unsigned* dq_done) {
-    SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA>);
+    SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST>);
     const size_t smem = fused_tiles_elems(64, 8, SLOTS) * sizeof(floatX) + (TMA ? 1024 : 0);
     CUtensorMap qkv_map{}, dout_map{};
     if constexpr (TMA) qkv_map = flash_tensor_map(qkv, L.row(), T, B, 64), dout_map = flash_tensor_map(dout, L.C, T, B, 64);
-    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, qkv_map, dout_map);
+    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, qkv_map, dout_map);
 }
 // The fused backward (head size 64 or 128): D, the fused pass into S splits' fp32 partial sums of
 // dQ, then their sum (S = 1: the pass finishes dQ itself, dq_finish; flash_dq_last_split: the
-// split that finishes last sums them, counted in dq_done). flash_backward_producer (3 or 4
+// last split done with a query tile sums it, counted in dq_done). flash_backward_producer (3 or 4
 // query-tile slots; head size 64): the pass with a producer warpgroup (the same bits);
 // flash_backward_tma: its tiles swizzled and copied by TMA.
-template <class floatX, int D>
+template <class floatX, int D, bool LAST>
 inline void flash_fused_pass(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout, const floatX* qkv,
                              const float* lse, int T, const QKVLayout& L, bool dq_finish, unsigned* dq_done) {
-    SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, D>);
+    SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, D, LAST>);
     const size_t smem = fused_tiles_elems(D, 4, 3) * sizeof(floatX);
-    flash_backward_fused_wgmma_kernel<floatX, D><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done);
+    flash_backward_fused_wgmma_kernel<floatX, D, LAST><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done);
 }
 template <class floatX>
 inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
                                     const float* lse, int B, int T, const QKVLayout& L) {
     const int C = L.C, NH = L.NH, S = flash_fused_splits(ctx.kernels, (long)B * L.NKV, T);
     const int slots = L.hs == 64 ? ctx.kernels.flash_backward_producer : 0;
-    const bool last_split = S > 1 && ctx.kernels.flash_dq_last_split;
+    const bool last_split = S > 1 && ctx.kernels.flash_dq_last_split && L.hs == 64;  // (at 128 the kernel would spill registers)
     const dim3 grid = last_split ? dim3(S, L.NKV, B) : dim3(L.NKV, B, S);  // (fused_block's two orders)
     if (L.hs == 128) flash_row_dots_kernel<floatX, 128><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
     else flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
@@ -839,14 +839,19 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     if (ctx.kernels.flash_backward_tma && !ctx.kernels.flash_backward_producer) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
     const bool tma = ctx.kernels.flash_backward_tma && slots;
     const bool finish = S == 1 && ctx.kernels.flash_dq_in_kernel;  // (one split: the pass writes dQ itself)
-    static Buf<unsigned> done_buf;  // (zeros when allocated; the last split of each head sets its count back to 0)
-    unsigned* done = last_split ? gpu_scratch(done_buf, ctx, (size_t)B * L.NKV) : nullptr;
-    if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-    else if (slots == 3) flash_fused_producer_launch<floatX, 3, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-    else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-    else if (slots == 4) flash_fused_producer_launch<floatX, 4, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-    else if (L.hs == 128) flash_fused_pass<floatX, 128>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
-    else flash_fused_pass<floatX, 64>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
+    static Buf<unsigned> done_buf;  // (zeros when allocated; a tile's last split sets its count back to 0)
+    unsigned* done = last_split ? gpu_scratch(done_buf, ctx, (size_t)B * L.NKV * ceil_div(T, 64)) : nullptr;
+    auto launch = [&](auto last) {  // (last: whether each tile's last split sums it, a constant of the kernels)
+        constexpr bool LAST = decltype(last)::value;
+        if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (slots == 3) flash_fused_producer_launch<floatX, 3, false, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (slots == 4) flash_fused_producer_launch<floatX, 4, false, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (L.hs == 128) flash_fused_pass<floatX, 128, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
+        else flash_fused_pass<floatX, 64, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
+    };
+    if (last_split) launch(std::true_type{});
+    else launch(std::false_type{});
     CUDA_LAUNCH_CHECK();
     if (finish || last_split) return;
     const size_t BTC = (size_t)B * T * C;

@@ -991,50 +991,38 @@ __device__ inline DqSink<H> dq_sink(H* dqkv, float* part_b, int b, int h, int wg
 __host__ __device__ inline int fused_first_kb(int s, int nkb) { return s < nkb ? s : nkb; }
 // The key/value head, batch and split of a block of the fused backward. The grid is (NKV, B, S),
 // or (S, NKV, B) where the last split sums (splits_first): then the splits of a head run side by
-// side, and their partial sums are still in L2 when the last of them adds them up.
+// side, and their partial sums are still in L2 when the last of them adds a tile up.
 struct FusedBlock { int kh, b, s, S, B; };
 __device__ inline FusedBlock fused_block(bool splits_first) {
     if (splits_first) return {(int)blockIdx.y, (int)blockIdx.z, (int)blockIdx.x, (int)gridDim.x, (int)gridDim.z};
     return {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)gridDim.z, (int)gridDim.y};
 }
-// With several splits and dq_done (a count for each key/value head and batch, zero at the start):
-// the split that finishes last adds the S partial sums of its G query heads and writes their dQ,
-// exactly as flash_dq_sum_kernel does. So that kernel, a pass over B·T·C·S fp32 values, does not
-// run. Each split's block counts itself after its adds: a barrier, then a fence and an atomic add
-// (a release). The block that counts S fences again (an acquire), sums, and sets the count back
-// to zero for the next launch. sync is a barrier of the block's nthreads computing threads.
-template <class H, int D, class Sync>
-__device__ void fused_last_split_sums(H* dqkv, const float* dq_part, unsigned* dq_done, const FusedBlock& f, int T, const QKVLayout& L,
-                                      float scale, int nthreads, const Sync& sync) {
-    __shared__ bool last;
-    sync();  // every thread of the block has issued its adds
-    if (threadIdx.x == 0) {
-        unsigned* count = dq_done + (size_t)f.b * L.NKV + f.kh;
-        __threadfence();
-        last = atomicAdd(count, 1u) == (unsigned)f.S - 1;
-        __threadfence();
-        if (last) *count = 0;
-    }
-    sync();
-    if (!last) return;
-    const int nkb = (T + 127) / 128, W = L.group() * D / 4, n = T * W;  // W: float4s of the group's dQ in a row
+// With several splits and dq_done (a count for each key/value head, batch and query tile of 64
+// rows; zeros at the start), the split that is last done with a query tile sums that tile's dQ
+// from the S partial sums, exactly as flash_dq_sum_kernel does. So that kernel, a pass over
+// B·T·C·S fp32 values after the pass, does not run, and the sums spread over the pass.
+// A split is done with the tiles before its next key block's first one (its key blocks run in
+// order). It then counts itself in each of those tiles (fused_release_tiles): a barrier, then a
+// fence and an atomic add (a release). The split that counts S fences again (an acquire), sums
+// the tile (fused_sum_tile) and sets the count back to zero for the next launch. No block waits
+// for another. sync is a barrier of the block's nthreads computing threads (warp 0 among them).
+template <class H, int D>
+__device__ void fused_sum_tile(H* dqkv, const float* dq_part, const FusedBlock& f, int j, int T, const QKVLayout& L, float scale, int nthreads) {
+    const int nkb = (T + 127) / 128, W = L.group() * D / 4, row0 = 64 * j, n = (min(T, row0 + 64) - row0) * W;  // W: float4s of a row
     const size_t BTC = (size_t)f.B * T * L.C, c0 = (size_t)f.kh * L.group() * D;
-    const float* part = dq_part + (size_t)f.b * T * L.C + c0;
-    H* out = dqkv + (size_t)f.b * T * L.row() + c0;
+    const float* part = dq_part + ((size_t)f.b * T + row0) * L.C + c0;
+    H* out = dqkv + ((size_t)f.b * T + row0) * L.row() + c0;
     auto at = [&](int s, int i) { return __ldcg(reinterpret_cast<const float4*>(part + s * BTC + (size_t)(i / W) * L.C) + i % W); };
-    constexpr int U = 8;  // float4s of each split a thread loads at once (i past n: row T − 1's, not used)
+    constexpr int U = 4;  // float4s of each split a thread loads at once (i past n: the tile's last, not used)
     for (int i0 = threadIdx.x; i0 < n; i0 += U * nthreads) {
         float4 a[U];
         #pragma unroll
         for (int u = 0; u < U; u++) a[u] = at(0, min(i0 + u * nthreads, n - 1));  // (split 0 has key block 0)
         for (int s = 1; s < f.S; s++) {
-            const int from = 128 * fused_first_kb(s, nkb);  // rows before it: the split's sum is zero, unwritten
+            const bool zero = row0 < 128 * fused_first_kb(s, nkb);  // the split's sum is zero here, unwritten
             float4 v[U];
             #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int i = min(i0 + u * nthreads, n - 1);
-                v[u] = i / W < from ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : at(s, i);
-            }
+            for (int u = 0; u < U; u++) v[u] = zero ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : at(s, min(i0 + u * nthreads, n - 1));
             #pragma unroll
             for (int u = 0; u < U; u++) a[u].x += v[u].x, a[u].y += v[u].y, a[u].z += v[u].z, a[u].w += v[u].w;
         }
@@ -1047,14 +1035,46 @@ __device__ void fused_last_split_sums(H* dqkv, const float* dq_part, unsigned* d
         }
     }
 }
-template <class H, int D>
+// This split is done with query tiles [j0, j1) (clamped to the last): counted, 32 at a time by
+// warp 0, and summed where it was the last split
+template <class H, int D, class Sync>
+__device__ __noinline__ void fused_release_tiles(H* dqkv, const float* dq_part, unsigned* dq_done, const FusedBlock& f, int j0, int j1, int T,
+                                    const QKVLayout& L, float scale, int nthreads, const Sync& sync) {
+    __shared__ bool last[32];
+    const int ntiles = (T + 63) / 64;
+    unsigned* count = dq_done + ((size_t)f.b * L.NKV + f.kh) * ntiles;
+    for (int c0 = j0; c0 < min(j1, ntiles); c0 += 32) {
+        sync();  // every thread's adds to these tiles are issued, and the chunk before is summed
+        if (threadIdx.x < 32) {
+            const int j = c0 + threadIdx.x;
+            last[threadIdx.x] = false;
+            if (j < min(j1, ntiles)) {
+                __threadfence();
+                last[threadIdx.x] = atomicAdd(count + j, 1u) == (unsigned)f.S - 1;
+                __threadfence();
+                if (last[threadIdx.x]) count[j] = 0;
+            }
+        }
+        sync();
+        for (int i = 0; i < 32; i++)
+            if (last[i]) fused_sum_tile<H, D>(dqkv, dq_part, f, c0 + i, T, L, scale, nthreads);
+    }
+}
+// Split s's next key block after kb (nkb: none)
+__host__ __device__ inline int fused_next_kb(int kb, int s, int S, int nkb) {
+    for (kb++; kb < nkb; kb++)
+        if (fused_split_of(kb, S) == s) return kb;
+    return nkb;
+}
+// LAST (v30, flash_dq_last_split): the grid is (S, NKV, B) and each tile's last split sums its dQ.
+template <class H, int D, bool LAST = false>
 __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                          const float* lse, const float* Dv, int T, QKVLayout L,
                                                                          bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done) {
     static_assert(D == 64 || D == 128, "the fused backward: head size 64 or 128");
     DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[3][64], Ds[3][64];
-    const FusedBlock f = fused_block(dq_done != nullptr);
+    const FusedBlock f = fused_block(LAST);
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const FusedTiles<H, D, 3> tl{tiles, tiles + 4 * 64 * D, lse2, Ds, 0};
@@ -1064,6 +1084,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
     float* part_b = dq_part + (size_t)(s * f.B + b) * T * C;  // this split's partial sum of batch b's dQ
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int kb_first = fused_first_kb(s, nkb);
+    if constexpr (LAST) fused_release_tiles<H, D>(dqkv, dq_part, dq_done, f, 0, 2 * kb_first, T, L, dq_scale, 256, [] { __syncthreads(); });  // (no key block of this split reaches them)
     for (int kb = kb_first; kb < nkb; kb++) {
         if (fused_split_of(kb, S) != s) continue;
         const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
@@ -1099,8 +1120,9 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
         H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
         store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
         store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
+        if constexpr (LAST)
+            fused_release_tiles<H, D>(dqkv, dq_part, dq_done, f, 2 * kb, 2 * fused_next_kb(kb, s, S, nkb), T, L, dq_scale, 256, [] { __syncthreads(); });
     }
-    if (dq_done) fused_last_split_sums<H, D>(dqkv, dq_part, dq_done, f, T, L, dq_scale, 256, [] { __syncthreads(); });
 }
 
 // The fused backward with a producer warpgroup (KernelOptions::flash_backward_producer; v23-v26
@@ -1117,7 +1139,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
 // 64 × 64). The row stats are plain stores by 64 producer threads, each then a plain arrival
 // (its release publishes them). The same products in the same order as the kernel above, so the
 // same bits (gpucheck_ops).
-template <class H, int D, int SLOTS, bool TMA>
+template <class H, int D, int SLOTS, bool TMA, bool LAST = false>
 __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                                      const float* lse, const float* Dv, int T, QKVLayout L,
                                                                                      bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done,
@@ -1129,7 +1151,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     __shared__ float lse2[SLOTS][64], Ds[SLOTS][64];
     __shared__ uint64_t kv_full[2], kv_empty[2], q_full[SLOTS], q_empty[SLOTS];
     auto parity = [](int n, int slots) { return (unsigned)(n / slots) & 1; };  // of use n of its slot
-    const FusedBlock f = fused_block(dq_done != nullptr);
+    const FusedBlock f = fused_block(LAST);
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
@@ -1181,6 +1203,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
         setmaxnreg<232, true>();
         const float sl2 = rsqrtf((float)D) * LOG2E;
         const int kb_first = fused_first_kb(s, nkb);
+        if constexpr (LAST) fused_release_tiles<H, D>(dqkv, dq_part, dq_done, f, 0, 2 * kb_first, T, L, dq_scale, 256, [] { bar_sync(1, 256); });
         for (int kb = kb_first, m = 0, n = 0; kb < nkb; kb++) {
             if (fused_split_of(kb, S) != s) continue;
             const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16, nqt = (T - k0 + 63) / 64;
@@ -1202,8 +1225,9 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
             H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
             store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
             store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
+            if constexpr (LAST)
+                fused_release_tiles<H, D>(dqkv, dq_part, dq_done, f, 2 * kb, 2 * fused_next_kb(kb, s, S, nkb), T, L, dq_scale, 256, [] { bar_sync(1, 256); });
         }
-        if (dq_done) fused_last_split_sums<H, D>(dqkv, dq_part, dq_done, f, T, L, dq_scale, 256, [] { bar_sync(1, 256); });
     }
 }
 // D = rowsum(dO∘O) for the fused backward, computed as the dQ passes compute it (row_dots: the

@@ -55,7 +55,7 @@ struct KernelOptions {
     bool flash_fused_backward_128 = false;  // with it, the fused pass at head size 128 too
     int flash_fused_splits = 0;        // its key-block splits (0: flash_fused_splits chooses)
     bool flash_dq_in_kernel = true;    // with one split, the fused pass writes dQ itself (false: the sum kernel does; same bits)
-    bool flash_dq_last_split = false;  // with several, the split that finishes last sums dQ (false: the sum kernel does; same bits)
+    bool flash_dq_last_split = false;  // with several, the last split done with a query tile sums its dQ (false: the sum kernel; same bits)
     int flash_backward_producer = 0;   // 3 or 4: the fused backward with a producer warpgroup and that many query-tile slots
     bool flash_backward_tma = false;   // with flash_backward_producer: its tiles swizzled, one thread copies each by TMA
     bool flash_backward_producer_auto = false;  // --flash-backward-producer auto: the fused backward's layouts timed once, the fastest kept

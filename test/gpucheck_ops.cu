@@ -727,7 +727,8 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
 // second warpgroup's extra first tile adds exact zeros), its dQ within bf16's bound of theirs.
 // The producer backward (head size 64 only) against the CPU op and bit-identical to the above.
 // With one split, dQ written by the pass itself is bit-identical to its sum kernel's; with 2 and
-// 3, so is dQ summed by the split that finishes last (flash_dq_last_split).
+// 3, so is dQ summed, a query tile at a time, by the last split done with it (flash_dq_last_split,
+// head size 64).
 static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
     if (!gpu_has_wgmma()) { printf("# skip: fused backward B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
     gpu.kernels.flash_wgmma = true; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_fused_backward = true;
@@ -793,12 +794,12 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
                  B, T, C, NH, NKV, tma ? ", swizzled tiles by TMA," : "");
         compare_bits(name, fused3, got);
     }
-    gpu.kernels.flash_dq_last_split = true;  // several splits: dQ summed by the one that finishes last, against the sum kernel
+    gpu.kernels.flash_dq_last_split = true;  // several splits: each tile's dQ summed by its last split, against the sum kernel
     auto qkv2 = randn<bf16>(qkv.size()), dout2 = randn<bf16>(dout.size());
     std::vector<float> other[3];
     for (int S : {2, 3})
         for (int slots : {0, 0, 4}) {  // (twice without a producer: each launch sets its counts back to zero)
-            if (slots && !producer) break;
+            if (!producer) break;  // (head size 64 only: at 128 the sum kernel runs)
             gpu.kernels.flash_fused_splits = S;
             gpu.kernels.flash_backward_producer = slots; gpu.kernels.flash_backward_tma = slots != 0;
             attention_outputs(qkv2, dout2, B, T, C, NH, NKV, other);  // (a split that sums too early finds these partial sums)

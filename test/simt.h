@@ -144,6 +144,7 @@ test/test_simt.cpp.
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__  // (no inlining hint: the emulator needs none)
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static thread_local

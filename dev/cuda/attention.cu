@@ -49,8 +49,8 @@ usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 10
           the trainer's defaults' (--flash-rows auto: at head size 64 each pass the faster of v5
           and v6; --flash-wgmma auto: on compute capability 9.0 each pass v7 where faster and of
           the same bits; their choices printed); where the fused backward runs, its time with 1,
-          2, 4, 8 and 16 splits of the key blocks, and with more than one, v30's (the split that
-          finishes last sums dQ: no sum kernel; the same bits); on compute capability 9.0 also v7's, v8's and
+          2, 4, 8 and 16 splits of the key blocks, and with more than one, v30's (the last split
+          done with a query tile sums its dQ: no sum kernel; the same bits); on compute capability 9.0 also v7's, v8's and
           v9's; and a ring attention block's
           (context parallelism: T/2 queries over T/2 borrowed keys) on the tensor cores and not
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
                    fused ? "; the fused backward ran" : "; the two backward passes ran", fa, flops_fwd / fa / 1e9, ba, 2.5 * flops_fwd / ba / 1e9);
             if (fused) {  // the fused backward by its number of splits (a fixed rule picks it: it sets dQ's sum order)
                 const int rule = flash_fused_splits(gpu_ctx.kernels, (long)B * NKV, T);
-                printf("  the fused backward by its splits (the rule's: %d; v30: the last split sums dQ, not the sum kernel):", rule);
+                printf("  the fused backward by its splits (the rule's: %d; v30: each tile's last split sums its dQ, not the sum kernel):", rule);
                 for (int S = 1; S <= 16 && S <= ceil_div(T, 128); S *= 2) {
                     gpu_ctx.kernels.flash_fused_splits = S;
                     printf("%s S=%d %.3f ms", S > 1 ? "," : "", S, time_ms(bwd));
