@@ -855,7 +855,8 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     CUDA_LAUNCH_CHECK();
     if (finish || last_split) return;
     const size_t BTC = (size_t)B * T * C;
-    flash_dq_sum_kernel<floatX><<<grid_for(BTC / 4), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, T, C, L.row(), flash_dq_scale(L));
+    // (4 float4s a thread: dq_sum_rows loads them at once)
+    flash_dq_sum_kernel<floatX><<<grid_for(ceil_div(BTC / 4, 4)), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, T, C, L.row(), flash_dq_scale(L));
     CUDA_LAUNCH_CHECK();
 }
 // --flash-backward-producer auto (flash_backward_producer_auto): the fused backward at head size

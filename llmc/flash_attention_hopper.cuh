@@ -1004,35 +1004,39 @@ __device__ inline FusedBlock fused_block(bool splits_first) {
 // A split is done with the tiles before its next key block's first one (its key blocks run in
 // order). It then counts itself in each of those tiles (fused_release_tiles): a barrier, then a
 // fence and an atomic add (a release). The split that counts S fences again (an acquire), sums
-// the tile (fused_sum_tile) and sets the count back to zero for the next launch. No block waits
+// the tile (dq_sum_rows) and sets the count back to zero for the next launch. No block waits
 // for another. sync is a barrier of the block's nthreads computing threads (warp 0 among them).
-template <class H, int D>
-__device__ void fused_sum_tile(H* dqkv, const float* dq_part, const FusedBlock& f, int j, int T, const QKVLayout& L, float scale, int nthreads) {
-    const int nkb = (T + 127) / 128, W = L.group() * D / 4, row0 = 64 * j, n = (min(T, row0 + 64) - row0) * W;  // W: float4s of a row
-    const size_t BTC = (size_t)f.B * T * L.C, c0 = (size_t)f.kh * L.group() * D;
-    const float* part = dq_part + ((size_t)f.b * T + row0) * L.C + c0;
-    H* out = dqkv + ((size_t)f.b * T + row0) * L.row() + c0;
-    auto at = [&](int s, int i) { return __ldcg(reinterpret_cast<const float4*>(part + s * BTC + (size_t)(i / W) * L.C) + i % W); };
-    constexpr int U = 4;  // float4s of each split a thread loads at once (i past n: the tile's last, not used)
-    for (int i0 = threadIdx.x; i0 < n; i0 += U * nthreads) {
+// dQ = scale · (the S splits' partial sums added in split order), for rows [r0, r1) of the B·T
+// rows and the w columns from c0 (w a multiple of 4); thread tid of nthreads. Split s's partial
+// sums lie BTC floats apart. Below a split's first key block its sum is zero and unwritten: a
+// zero is added (x + 0 is x, except that −0 becomes +0, as when the zeros were stored).
+// flash_dq_sum_kernel runs it over all of dQ, fused_release_tiles over one query tile.
+template <class H>
+__device__ void dq_sum_rows(H* dqkv, const float* dq_part, int S, size_t BTC, int T, int C, size_t C3, float scale, size_t r0, size_t r1,
+                            int c0, int w, size_t tid, size_t nthreads) {
+    const int nkb = (T + 127) / 128, W = w / 4;  // W: float4s of a row
+    const size_t n = (r1 - r0) * W;
+    auto row = [&](size_t i) { return r0 + i / W; };
+    auto at = [&](int s, size_t i) { return __ldcg(reinterpret_cast<const float4*>(dq_part + s * BTC + row(i) * C + c0) + i % W); };
+    constexpr int U = 4;  // float4s of each split a thread loads at once (i past n: the last one's, not used)
+    for (size_t i0 = tid; i0 < n; i0 += U * nthreads) {
+        size_t i[U];
         float4 a[U];
         #pragma unroll
-        for (int u = 0; u < U; u++) a[u] = at(0, min(i0 + u * nthreads, n - 1));  // (split 0 has key block 0)
-        for (int s = 1; s < f.S; s++) {
-            const bool zero = row0 < 128 * fused_first_kb(s, nkb);  // the split's sum is zero here, unwritten
+        for (int u = 0; u < U; u++) i[u] = i0 + u * nthreads < n ? i0 + u * nthreads : n - 1, a[u] = at(0, i[u]);  // (split 0 has key block 0)
+        for (int s = 1; s < S; s++) {
             float4 v[U];
             #pragma unroll
-            for (int u = 0; u < U; u++) v[u] = zero ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : at(s, min(i0 + u * nthreads, n - 1));
+            for (int u = 0; u < U; u++)
+                v[u] = (int)(row(i[u]) % T) < 128 * fused_first_kb(s, nkb) ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : at(s, i[u]);
             #pragma unroll
             for (int u = 0; u < U; u++) a[u].x += v[u].x, a[u].y += v[u].y, a[u].z += v[u].z, a[u].w += v[u].w;
         }
         #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = i0 + u * nthreads;
-            if (i < n)
-                *reinterpret_cast<uint2*>(out + (size_t)(i / W) * L.row() + 4 * (i % W)) =
+        for (int u = 0; u < U; u++)
+            if (i0 + u * nthreads < n)
+                *reinterpret_cast<uint2*>(dqkv + row(i[u]) * C3 + c0 + 4 * (i[u] % W)) =
                     make_uint2(pack2<H>(a[u].x * scale, a[u].y * scale), pack2<H>(a[u].z * scale, a[u].w * scale));
-        }
     }
 }
 // This split is done with query tiles [j0, j1) (clamped to the last): counted, 32 at a time by
@@ -1043,12 +1047,13 @@ __device__ __noinline__ void fused_release_tiles(H* dqkv, const float* dq_part, 
     __shared__ bool last[32];
     const int ntiles = (T + 63) / 64;
     unsigned* count = dq_done + ((size_t)f.b * L.NKV + f.kh) * ntiles;
-    for (int c0 = j0; c0 < min(j1, ntiles); c0 += 32) {
+    j1 = min(j1, ntiles);
+    for (int c0 = j0; c0 < j1; c0 += 32) {
         sync();  // every thread's adds to these tiles are issued, and the chunk before is summed
         if (threadIdx.x < 32) {
             const int j = c0 + threadIdx.x;
             last[threadIdx.x] = false;
-            if (j < min(j1, ntiles)) {
+            if (j < j1) {
                 __threadfence();
                 last[threadIdx.x] = atomicAdd(count + j, 1u) == (unsigned)f.S - 1;
                 __threadfence();
@@ -1057,7 +1062,10 @@ __device__ __noinline__ void fused_release_tiles(H* dqkv, const float* dq_part, 
         }
         sync();
         for (int i = 0; i < 32; i++)
-            if (last[i]) fused_sum_tile<H, D>(dqkv, dq_part, f, c0 + i, T, L, scale, nthreads);
+            if (last[i]) {  // (tile c0 + i of this head group's dQ columns)
+                const size_t r0 = (size_t)f.b * T + 64 * (c0 + i), r1 = (size_t)f.b * T + min(T, 64 * (c0 + i) + 64);
+                dq_sum_rows(dqkv, dq_part, f.S, (size_t)f.B * T * L.C, T, L.C, L.row(), scale, r0, r1, f.kh * L.group() * D, L.group() * D, threadIdx.x, nthreads);
+            }
     }
 }
 // Split s's next key block after kb (nkb: none)
@@ -1242,21 +1250,8 @@ __global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, in
     float Dr[2];
     row_dots<D>(Dr, of, O, C, row0, T, Dv + ((size_t)b * NH + h) * T);
 }
-// dQ = scale · (the splits' partial sums added in split order), into the q columns of dqkv's rows.
-// Below a split's first key block its sum is zero and unwritten: a zero is added (x + 0 is x,
-// except that −0 becomes +0, as when the zeros were stored).
+// dQ = scale · (the splits' partial sums added in split order), into the q columns of dqkv's rows
 template <class H>
 __global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, int S, size_t BTC, int T, int C, size_t C3, float scale) {
-    const int nkb = (T + 127) / 128;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < BTC / 4; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t row = 4 * i / C, c = 4 * i % C;
-        const int t = (int)(row % T);  // the position in the sequence
-        float4 a = reinterpret_cast<const float4*>(dq_part)[i];  // (split 0 has key block 0)
-        for (int s = 1; s < S; s++) {
-            const float4 v = t < 128 * fused_first_kb(s, nkb) ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
-                                                              : reinterpret_cast<const float4*>(dq_part + s * BTC)[i];
-            a.x += v.x; a.y += v.y; a.z += v.z; a.w += v.w;
-        }
-        *reinterpret_cast<uint2*>(dqkv + row * C3 + c) = make_uint2(pack2<H>(a.x * scale, a.y * scale), pack2<H>(a.z * scale, a.w * scale));
-    }
+    dq_sum_rows(dqkv, dq_part, S, BTC, T, C, C3, scale, 0, BTC / C, 0, C, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
 }

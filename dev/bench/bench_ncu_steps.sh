@@ -11,6 +11,7 @@
 # Prints a markdown table of the kinds of kernel side by side (ms a step: attention, matmul, ...),
 # then each trainer's 15 largest kernels. Kernel times under ncu add no launch gaps, so a step's
 # sum is below its time in a plain run. Skipped with one line where there is no ncu.
+# (bench_ncu.sh says why each of our kernels is slow; this says where a step's time differs.)
 # Tested with a stand-in ncu by test/test_bench_train.sh.
 set -u
 cd "$(dirname "$0")/../.."
