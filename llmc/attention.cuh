@@ -539,6 +539,14 @@ inline int flash_fused_splits(const KernelOptions& o, long kv_heads, int T) {
     }
     return best;
 }
+// The fused backward's blocks: the heads of the GPU's whole waves one block each, the rest in S
+// splits (the wave modeled as above takes as long either way, and fewer heads have partial sums).
+// flash_fused_full >= 0 sets the heads of one block (tests).
+inline FusedGrid flash_fused_grid(const KernelOptions& o, int B, int NKV, int T) {
+    const int heads = B * NKV, S = flash_fused_splits(o, heads, T), sms = std::max(1, gpu_sm_count());
+    const int full = S == 1 ? heads : o.flash_fused_full >= 0 ? std::min(o.flash_fused_full, heads) : heads / sms * sms;
+    return {full, S, heads};
+}
 // The fused backward's fp32 partial sums of dQ: the scratch that attention_backward takes (the
 // memory plan reserves it), or 0 where the fused backward does not run.
 template <class floatX> inline size_t flash_backward_scratch_bytes(const KernelOptions& o, int B, int T, int C, int NH, int NKV) {
@@ -803,13 +811,13 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
 inline float flash_dq_scale(const QKVLayout& L) { return rsqrtf((float)L.hs); }
 // The fused pass with a producer warpgroup, SLOTS query-tile slots, its tiles copied by TMA or not
 template <class floatX, int SLOTS, bool TMA, bool LAST>
-inline void flash_fused_producer_launch(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout,
+inline void flash_fused_producer_launch(const Ctx& ctx, FusedGrid g, float* part, floatX* dqkv, const float* Dv, const floatX* dout,
                                         const floatX* qkv, const float* lse, int B, int T, const QKVLayout& L, bool dq_finish, unsigned* dq_done) {
     SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST>);
     const size_t smem = fused_tiles_elems(64, 8, SLOTS) * sizeof(floatX) + (TMA ? 1024 : 0);
     CUtensorMap qkv_map{}, dout_map{};
     if constexpr (TMA) qkv_map = flash_tensor_map(qkv, L.row(), T, B, 64), dout_map = flash_tensor_map(dout, L.C, T, B, 64);
-    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST><<<grid, 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, qkv_map, dout_map);
+    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST><<<fused_blocks(g), 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, g, qkv_map, dout_map);
 }
 // The fused backward (head size 64 or 128): D, the fused pass into S splits' fp32 partial sums of
 // dQ, then their sum (S = 1: the pass finishes dQ itself, dq_finish; flash_dq_last_split: the
@@ -817,47 +825,52 @@ inline void flash_fused_producer_launch(const Ctx& ctx, dim3 grid, float* part, 
 // query-tile slots; head size 64): the pass with a producer warpgroup (the same bits);
 // flash_backward_tma: its tiles swizzled and copied by TMA.
 template <class floatX, int D, bool LAST>
-inline void flash_fused_pass(const Ctx& ctx, dim3 grid, float* part, floatX* dqkv, const float* Dv, const floatX* dout, const floatX* qkv,
+inline void flash_fused_pass(const Ctx& ctx, FusedGrid g, float* part, floatX* dqkv, const float* Dv, const floatX* dout, const floatX* qkv,
                              const float* lse, int T, const QKVLayout& L, bool dq_finish, unsigned* dq_done) {
     SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, D, LAST>);
     const size_t smem = fused_tiles_elems(D, 4, 3) * sizeof(floatX);
-    flash_backward_fused_wgmma_kernel<floatX, D, LAST><<<grid, 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done);
+    flash_backward_fused_wgmma_kernel<floatX, D, LAST><<<fused_blocks(g), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, g);
+}
+// dQ of key/value heads [h0, h1), from their S partial sums (flash_dq_sum_kernel)
+template <class floatX>
+inline void flash_dq_sum(const Ctx& ctx, floatX* dqkv, const float* part, int S, int B, int T, const QKVLayout& L, int h0, int h1) {
+    if (h1 <= h0) return;
+    const size_t head_float4s = (size_t)T * L.group() * L.hs / 4;  // (4 float4s a thread: dq_sum_rows loads them at once)
+    flash_dq_sum_kernel<floatX><<<dim3(ceil_div(head_float4s, 4 * 256), h1 - h0), 256, 0, ctx.stream>>>(dqkv, part, S, B, T, L, h0, flash_dq_scale(L));
+    CUDA_LAUNCH_CHECK();
 }
 template <class floatX>
 inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, const floatX* dout, const floatX* qkv, const floatX* out,
                                     const float* lse, int B, int T, const QKVLayout& L) {
-    const int C = L.C, NH = L.NH, S = flash_fused_splits(ctx.kernels, (long)B * L.NKV, T);
+    const int C = L.C, NH = L.NH;
+    const FusedGrid g = flash_fused_grid(ctx.kernels, B, L.NKV, T);
     const int slots = L.hs == 64 ? ctx.kernels.flash_backward_producer : 0;
-    const bool last_split = S > 1 && ctx.kernels.flash_dq_last_split && L.hs == 64;  // (at 128 the kernel would spill registers)
-    const dim3 grid = last_split ? dim3(S, L.NKV, B) : dim3(L.NKV, B, S);  // (fused_block's two orders)
+    const bool last_split = g.S > 1 && ctx.kernels.flash_dq_last_split && L.hs == 64;  // (at 128 the kernel would spill registers)
     if (L.hs == 128) flash_row_dots_kernel<floatX, 128><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
     else flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
     CUDA_LAUNCH_CHECK();
     static Buf<float> part_buf;
-    float* part = gpu_scratch(part_buf, ctx, (size_t)S * B * T * C);
+    float* part = gpu_scratch(part_buf, ctx, (size_t)g.S * B * T * C);
     if (slots != 0 && slots != 3 && slots != 4) fatal("flash attention: the producer backward takes 3 or 4 slots, not %d", slots);
     if (ctx.kernels.flash_backward_tma && !ctx.kernels.flash_backward_producer) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
     const bool tma = ctx.kernels.flash_backward_tma && slots;
-    const bool finish = S == 1 && ctx.kernels.flash_dq_in_kernel;  // (one split: the pass writes dQ itself)
+    const bool finish = ctx.kernels.flash_dq_in_kernel;  // (a head of one block: the pass writes its dQ itself)
     static Buf<unsigned> done_buf;  // (zeros when allocated; a tile's last split sets its count back to 0)
     unsigned* done = last_split ? gpu_scratch(done_buf, ctx, (size_t)B * L.NKV * ceil_div(T, 64)) : nullptr;
     auto launch = [&](auto last) {  // (last: whether each tile's last split sums it, a constant of the kernels)
         constexpr bool LAST = decltype(last)::value;
-        if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-        else if (slots == 3) flash_fused_producer_launch<floatX, 3, false, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-        else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-        else if (slots == 4) flash_fused_producer_launch<floatX, 4, false, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-        else if (L.hs == 128) flash_fused_pass<floatX, 128, false>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
-        else flash_fused_pass<floatX, 64, LAST>(ctx, grid, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
+        if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (slots == 3) flash_fused_producer_launch<floatX, 3, false, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (slots == 4) flash_fused_producer_launch<floatX, 4, false, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (L.hs == 128) flash_fused_pass<floatX, 128, false>(ctx, g, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
+        else flash_fused_pass<floatX, 64, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
     };
     if (last_split) launch(std::true_type{});
     else launch(std::false_type{});
     CUDA_LAUNCH_CHECK();
-    if (finish || last_split) return;
-    const size_t BTC = (size_t)B * T * C;
-    // (4 float4s a thread: dq_sum_rows loads them at once)
-    flash_dq_sum_kernel<floatX><<<grid_for(ceil_div(BTC / 4, 4)), 256, 0, ctx.stream>>>(dqkv, part, S, BTC, T, C, L.row(), flash_dq_scale(L));
-    CUDA_LAUNCH_CHECK();
+    if (!finish) flash_dq_sum(ctx, dqkv, part, 1, B, T, L, 0, g.full);  // the heads of one block
+    if (!last_split) flash_dq_sum(ctx, dqkv, part, g.S, B, T, L, g.full, g.heads);  // the split ones
 }
 // --flash-backward-producer auto (flash_backward_producer_auto): the fused backward at head size
 // 64 without a producer, and with one of 3 or 4 slots, its tiles copied by cp.async or by TMA;
@@ -876,7 +889,7 @@ inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const 
                                  const float* lse, int B, int T, const QKVLayout& L) {
     if (!ctx.kernels.flash_backward_producer_auto || L.hs != 64) return flash_fused_backward_in(ctx, dqkv, Dv, dout, qkv, out, lse, B, T, L);
     int& kept = ctx.tuned->flash_backward_layout;
-    const int S = flash_fused_splits(ctx.kernels, (long)B * L.NKV, T);
+    const FusedGrid g = flash_fused_grid(ctx.kernels, B, L.NKV, T);
     auto run = [&](int v) {
         const FlashBackwardLayout& l = FLASH_BACKWARD_LAYOUTS[v];
         Ctx c = ctx;
@@ -884,8 +897,8 @@ inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const 
         flash_fused_backward_in(c, dqkv, Dv, dout, qkv, out, lse, B, T, L);
         return true;
     };
-    if (kept < 0 && (long)L.NKV * B * S >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
-        auto trial_run = [&](int v) { return !(FLASH_BACKWARD_LAYOUTS[v].last_split && S == 1) && run(v); };  // (one split: v30 is the layout without it)
+    if (kept < 0 && fused_blocks(g) >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
+        auto trial_run = [&](int v) { return !(FLASH_BACKWARD_LAYOUTS[v].last_split && g.S == 1) && run(v); };  // (one split: v30 is the layout without it)
         kept = flash_layout_trial(ctx, FLASH_BACKWARD_LAYOUTS, trial_run, {{dqkv, (size_t)B * T * L.row() * sizeof(floatX)}},
                                   "the fused backward's layout", "--flash-backward-producer", B, T);
         return;

@@ -775,9 +775,9 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
 // Deterministic without atomics between threads: each element of a partial sum has one owner
 // thread (split s runs in one block, its key blocks in order), which stores it at its first key
 // block and adds to it (red.global.add) at the next ones, in program order. flash_dq_sum_kernel
-// then adds the splits' partial sums in split order and writes dQ. Splits exist to fill the GPU
-// when B·NKV blocks are few; key block kb belongs to split fused_split_of(kb, S), a snake order
-// that gives each split the same work. Shared memory: the dK/dV pass's 10 tiles and two dS
+// then adds the splits' partial sums in split order and writes dQ. Splits exist to fill the GPU's
+// last wave (FusedGrid); key block kb belongs to split fused_split_of(kb, S), a snake order that
+// gives each split the same work. Shared memory: the dK/dV pass's 10 tiles and two dS
 // tiles, 112 KB at head size 64; at 128, also each warpgroup's Pᵀ and dSᵀ, 224 KB.
 __host__ __device__ inline int fused_split_of(int kb, int S) {
     const int round = kb / S, i = kb % S;
@@ -989,13 +989,17 @@ __device__ inline DqSink<H> dq_sink(H* dqkv, float* part_b, int b, int h, int wg
 // to split s. The query rows below it are reached by none of its key blocks, so its partial sum
 // is never written there: flash_dq_sum_kernel adds a zero in its place.
 __host__ __device__ inline int fused_first_kb(int s, int nkb) { return s < nkb ? s : nkb; }
-// The key/value head, batch and split of a block of the fused backward. The grid is (NKV, B, S),
-// or (S, NKV, B) where the last split sums (splits_first): then the splits of a head run side by
-// side, and their partial sums are still in L2 when the last of them adds a tile up.
+// The fused backward's blocks. Key/value head i = b·NKV + kh takes one block where i < full, and
+// S blocks otherwise (its splits, side by side: their partial sums are still in L2 when the last
+// of them adds a tile up). full is the heads of the GPU's whole waves (flash_fused_grid), so only
+// the last wave's heads are split, and only they have partial sums to add up.
+struct FusedGrid { int full, S, heads; };
+__host__ __device__ inline int fused_blocks(const FusedGrid& g) { return g.full + (g.heads - g.full) * g.S; }
+// The key/value head, batch and split of this block, its head's splits S, and the batches B
 struct FusedBlock { int kh, b, s, S, B; };
-__device__ inline FusedBlock fused_block(bool splits_first) {
-    if (splits_first) return {(int)blockIdx.y, (int)blockIdx.z, (int)blockIdx.x, (int)gridDim.x, (int)gridDim.z};
-    return {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)gridDim.z, (int)gridDim.y};
+__device__ inline FusedBlock fused_block(const FusedGrid& g, int NKV) {
+    const int i = blockIdx.x, split = i >= g.full, head = split ? g.full + (i - g.full) / g.S : i;
+    return {head % NKV, head / NKV, split ? (i - g.full) % g.S : 0, split ? g.S : 1, g.heads / NKV};
 }
 // With several splits and dq_done (a count for each key/value head, batch and query tile of 64
 // rows; zeros at the start), the split that is last done with a query tile sums that tile's dQ
@@ -1045,6 +1049,7 @@ template <class H, int D, class Sync>
 __device__ __noinline__ void fused_release_tiles(H* dqkv, const float* dq_part, unsigned* dq_done, const FusedBlock& f, int j0, int j1, int T,
                                     const QKVLayout& L, float scale, int nthreads, const Sync& sync) {
     __shared__ bool last[32];
+    if (f.S == 1) return;  // (a head of one block: the pass writes its dQ)
     const int ntiles = (T + 63) / 64;
     unsigned* count = dq_done + ((size_t)f.b * L.NKV + f.kh) * ntiles;
     j1 = min(j1, ntiles);
@@ -1074,15 +1079,16 @@ __host__ __device__ inline int fused_next_kb(int kb, int s, int S, int nkb) {
         if (fused_split_of(kb, S) == s) return kb;
     return nkb;
 }
-// LAST (v30, flash_dq_last_split): the grid is (S, NKV, B) and each tile's last split sums its dQ.
+// dq_finish: a head of one block writes its dQ itself. LAST (v30, flash_dq_last_split): a split
+// head's tiles are summed by their last split.
 template <class H, int D, bool LAST = false>
 __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                          const float* lse, const float* Dv, int T, QKVLayout L,
-                                                                         bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done) {
+                                                                         bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done, FusedGrid g) {
     static_assert(D == 64 || D == 128, "the fused backward: head size 64 or 128");
     DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[3][64], Ds[3][64];
-    const FusedBlock f = fused_block(LAST);
+    const FusedBlock f = fused_block(g, L.NKV);
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const FusedTiles<H, D, 3> tl{tiles, tiles + 4 * 64 * D, lse2, Ds, 0};
@@ -1108,7 +1114,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
             const H* dO = dout + (size_t)b * T * C + h * D;
             const float* lse_bh = lse + ((size_t)b * NH + h) * T;
             const float* D_bh = Dv + ((size_t)b * NH + h) * T;
-            const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish, dq_scale);
+            const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish && S == 1, dq_scale);
             auto stage = [&](int j) {
                 const int q0 = k0 + 64 * j;
                 stage_tile_cm<D, 256, 64, true>(tl.Q(j), q, C3, q0, T, threadIdx.x);
@@ -1150,7 +1156,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
 template <class H, int D, int SLOTS, bool TMA, bool LAST = false>
 __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                                      const float* lse, const float* Dv, int T, QKVLayout L,
-                                                                                     bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done,
+                                                                                     bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done, FusedGrid g,
                                                                                      const __grid_constant__ CUtensorMap qkv_map,
                                                                                      const __grid_constant__ CUtensorMap dout_map) {
     static_assert(D == 64 && SLOTS >= 3, "the fused backward: head size 64; a query tile is in use for two iterations");
@@ -1159,7 +1165,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     __shared__ float lse2[SLOTS][64], Ds[SLOTS][64];
     __shared__ uint64_t kv_full[2], kv_empty[2], q_full[SLOTS], q_empty[SLOTS];
     auto parity = [](int n, int slots) { return (unsigned)(n / slots) & 1; };  // of use n of its slot
-    const FusedBlock f = fused_block(LAST);
+    const FusedBlock f = fused_block(g, L.NKV);
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
@@ -1219,7 +1225,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
             mbar_wait(&kv_full[m % 2], parity(m, 2));
             for (int h = kh * G; h < kh * G + G; h++, n += nqt) {
                 const FusedTiles<H, D, SLOTS> tl{kv(m), rings, lse2, Ds, n % SLOTS};
-                const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish, dq_scale);
+                const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish && S == 1, dq_scale);
                 for (int j = 0; j <= nqt; j++) {
                     if (j < nqt) mbar_wait(&q_full[tl.slot(j)], parity(n + j, SLOTS));
                     fence_proxy_async();  // (the copies, and dS(j − 1) stored by each thread)
@@ -1250,8 +1256,11 @@ __global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, in
     float Dr[2];
     row_dots<D>(Dr, of, O, C, row0, T, Dv + ((size_t)b * NH + h) * T);
 }
-// dQ = scale · (the splits' partial sums added in split order), into the q columns of dqkv's rows
+// dQ = scale · (the S splits' partial sums added in split order) of key/value heads h0.. (one a
+// blockIdx.y; head b·NKV + kh: batch b's rows, the columns of kh's query heads), into dqkv
 template <class H>
-__global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, int S, size_t BTC, int T, int C, size_t C3, float scale) {
-    dq_sum_rows(dqkv, dq_part, S, BTC, T, C, C3, scale, 0, BTC / C, 0, C, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
+__global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, int S, int B, int T, QKVLayout L, int h0, float scale) {
+    const int head = h0 + blockIdx.y, b = head / L.NKV, kh = head % L.NKV, w = L.group() * L.hs;
+    dq_sum_rows(dqkv, dq_part, S, (size_t)B * T * L.C, T, L.C, L.row(), scale, (size_t)b * T, (size_t)b * T + T, kh * w, w,
+                (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
 }

@@ -54,6 +54,7 @@ struct KernelOptions {
     bool flash_fused_backward = false; // one fused backward pass at head size 64 (dQ in another order)
     bool flash_fused_backward_128 = false;  // with it, the fused pass at head size 128 too
     int flash_fused_splits = 0;        // its key-block splits (0: flash_fused_splits chooses)
+    int flash_fused_full = -1;         // heads of one block before the split ones (-1: the GPU's whole waves; tests)
     bool flash_dq_in_kernel = true;    // with one split, the fused pass writes dQ itself (false: the sum kernel does; same bits)
     bool flash_dq_last_split = false;  // with several, the last split done with a query tile sums its dQ (false: the sum kernel; same bits)
     int flash_backward_producer = 0;   // 3 or 4: the fused backward with a producer warpgroup and that many query-tile slots

@@ -810,6 +810,33 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
         }
     gpu.kernels.flash_dq_last_split = false;
     gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
+    const int heads = B * NKV, GD = C / NKV;  // (head i = b·NKV + kh: batch b's rows, the GD columns of kh's query heads)
+    gpu.kernels.flash_fused_full = heads / 2;  // the first heads one block each, the others split
+    for (int S : {2, 3}) {
+        std::vector<float> want[3] = {fused[0], fused[1], S == 2 ? fused[2] : fused3[2]};
+        for (int i = 0; i < heads / 2; i++)  // (a head of one block: the bits of the run with one split)
+            for (int t = 0; t < T; t++) {
+                const size_t at = ((size_t)(i / NKV) * T + t) * W + (size_t)(i % NKV) * GD;
+                std::copy(fused1[2].begin() + at, fused1[2].begin() + at + GD, want[2].begin() + at);
+            }
+        for (int v = 0; v < 2; v++) {  // S = 2: the pass alone, and with every dQ by the sum kernel; S = 3: a producer by TMA, and dQ summed by the last split
+            if (S == 3 && !producer) break;
+            gpu.kernels.flash_fused_splits = S;
+            gpu.kernels.flash_dq_in_kernel = !(S == 2 && v == 1);
+            gpu.kernels.flash_backward_producer = S == 3 && v == 0 ? 3 : 0;
+            gpu.kernels.flash_backward_tma = S == 3 && v == 0;
+            gpu.kernels.flash_dq_last_split = S == 3 && v == 1;
+            if (gpu.kernels.flash_dq_last_split) attention_outputs(qkv2, dout2, B, T, C, NH, NKV, other);
+            attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+            snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, %d of %d heads in %d splits%s vs each head's own run",
+                     B, T, C, NH, NKV, heads - heads / 2, heads, S,
+                     S == 2 ? (v ? ", dQ by the sum kernel" : "") : v ? ", dQ summed by the last split" : ", a producer warpgroup by TMA");
+            compare_bits(name, want, got);
+        }
+    }
+    gpu.kernels.flash_fused_full = -1;
+    gpu.kernels.flash_dq_in_kernel = true; gpu.kernels.flash_dq_last_split = false;
+    gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
     gpu.kernels.flash_fused_splits = 2;
     gpu.kernels.flash_fused_backward = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);

@@ -156,8 +156,10 @@ int main(int argc, char** argv) {
             printf("  with --flash-rows auto --flash-wgmma auto --flash-backward fused (the trainer's defaults%s): forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
                    fused ? "; the fused backward ran" : "; the two backward passes ran", fa, flops_fwd / fa / 1e9, ba, 2.5 * flops_fwd / ba / 1e9);
             if (fused) {  // the fused backward by its number of splits (a fixed rule picks it: it sets dQ's sum order)
-                const int rule = flash_fused_splits(gpu_ctx.kernels, (long)B * NKV, T);
-                printf("  the fused backward by its splits (the rule's: %d; v30: each tile's last split sums its dQ, not the sum kernel):", rule);
+                const FusedGrid rule = flash_fused_grid(gpu_ctx.kernels, B, NKV, T);  // (S splits for the heads past the whole waves)
+                char rule_words[64] = "none";
+                if (rule.S > 1) snprintf(rule_words, sizeof(rule_words), "%d for the last %d of %d heads", rule.S, rule.heads - rule.full, rule.heads);
+                printf("  the fused backward by its splits (the rule's: %s; v30: each tile's last split sums its dQ, not the sum kernel):", rule_words);
                 for (int S = 1; S <= 16 && S <= ceil_div(T, 128); S *= 2) {
                     gpu_ctx.kernels.flash_fused_splits = S;
                     printf("%s S=%d %.3f ms", S > 1 ? "," : "", S, time_ms(bwd));
