@@ -159,10 +159,15 @@ int main(int argc, char** argv) {
                 const FusedGrid rule = flash_fused_grid(gpu_ctx.kernels, B, NKV, T);  // (S splits for the heads past the whole waves)
                 char rule_words[64] = "none";
                 if (rule.S > 1) snprintf(rule_words, sizeof(rule_words), "%d for the last %d of %d heads", rule.S, rule.heads - rule.full, rule.heads);
-                printf("  the fused backward by its splits (the rule's: %s; v30: each tile's last split sums its dQ, not the sum kernel):", rule_words);
+                printf("  the fused backward by its splits, each for the heads past the whole waves (the rule's: %s; v30: each tile's last split sums its dQ, not the sum kernel):", rule_words);
                 for (int S = 1; S <= 16 && S <= ceil_div(T, 128); S *= 2) {
                     gpu_ctx.kernels.flash_fused_splits = S;
                     printf("%s S=%d %.3f ms", S > 1 ? "," : "", S, time_ms(bwd));
+                    if (S > 1 && flash_fused_grid(gpu_ctx.kernels, B, NKV, T).full > 0) {  // (the whole waves' heads one block each; here every head split)
+                        gpu_ctx.kernels.flash_fused_full = 0;
+                        printf(" (every head split %.3f ms)", time_ms(bwd));
+                        gpu_ctx.kernels.flash_fused_full = -1;
+                    }
                     if (S == 1 || skipped(30)) continue;
                     gpu_ctx.kernels.flash_dq_last_split = true;
                     printf(" (v30 %.3f ms)", time_ms(bwd));
