@@ -830,7 +830,7 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
             attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
             snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, %d of %d heads in %d splits%s vs each head's own run",
                      B, T, C, NH, NKV, heads - heads / 2, heads, S,
-                     S == 2 ? (v ? ", dQ by the sum kernel" : "") : v ? ", dQ summed by the last split" : ", a producer warpgroup by TMA");
+                     S == 2 ? (v ? ", dQ by the sum kernel" : "") : v ? ", dQ summed by the last split" : ", a producer warpgroup in the backward, swizzled tiles by TMA,");
             compare_bits(name, want, got);
         }
     }

@@ -66,6 +66,9 @@ check backward "$got" "23,24,25,26|--flash-forward-producer auto;--bias-grad epi
 got=$(speed lastsplit "not ok 8 - bf16 fused backward B=2 T=100 C=768 NH=12 NKV=12, 2 splits, dQ summed by the last split with a producer warpgroup by TMA vs by the sum kernel dqkv")
 check lastsplit "$got" "30|--flash-forward-producer auto;--bias-grad epilogue" \
     "a failure of dQ summed by the last split: v30 left out (not the forward's TMA versions), and the backward's auto dropped"
+got=$(speed mixed "not ok 9 - bf16 fused backward B=1 T=300 C=256 NH=4 NKV=4, 2 of 4 heads in 3 splits, a producer warpgroup in the backward, swizzled tiles by TMA, vs each head's own run dqkv")
+check mixed "$got" "25,26|--flash-forward-producer auto;--bias-grad epilogue" \
+    "a failure of the backward's TMA producer where only some heads are split: v25, v26 left out (not the forward's TMA versions), and the backward's auto dropped"
 got=$(speed both "not ok 5 - x (flash, wgmma, a producer warpgroup in the forward, ping-pong)
 not ok 7 - y, a producer warpgroup in the backward")
 check both "$got" "13,14,16,19,20,21,22,23,24,25,26|--bias-grad epilogue" "failures in both passes: neither auto, and no empty run"
