@@ -524,24 +524,27 @@ inline bool flash_fused_backward_runs(const KernelOptions& o, int hs) {
     return o.flash_fused_backward && o.flash && (hs == 64 || (hs == 128 && o.flash_fused_backward_128)) && o.flash_wgmma_groups == 2 &&
            (o.flash_wgmma || o.flash_wgmma_auto) && gpu_has_wgmma();
 }
-// Splits of the fused backward's key blocks (each a block of its own): the fewest of 1, 2, 4, 8,
-// 16 (at most half the key blocks) whose blocks fill the last wave of the GPU (one block an SM)
-// at least 90%, else the fullest. More splits mean more partial sums to add up after.
+// Splits of the fused backward's key blocks (each a block of its own) for the heads past the
+// GPU's whole waves (one block an SM; flash_fused_grid): the fewest of 1, 2, 4, 8, 16 (at most
+// half the key blocks) whose blocks fill the last wave at least 90%, else the fullest. More
+// splits mean more partial sums to add up after.
 inline int flash_fused_splits(const KernelOptions& o, long kv_heads, int T) {
     if (o.flash_fused_splits > 0) return o.flash_fused_splits;
     const int nkb = ceil_div(T, 128), sms = std::max(1, gpu_sm_count());
+    const long last = kv_heads % sms;  // (the last wave's heads)
+    if (last == 0) return 1;
     int best = 1;
     double best_fill = 0;
     for (int S = 1; S <= 16 && (S == 1 || S <= nkb / 2); S *= 2) {
-        const double waves = (double)kv_heads * S / sms, fill = waves / std::ceil(waves);
+        const double waves = (double)last * S / sms, fill = waves / std::ceil(waves);
         if (fill >= 0.9) return S;
         if (fill > best_fill + 1e-9) best = S, best_fill = fill;
     }
     return best;
 }
 // The fused backward's blocks: the heads of the GPU's whole waves one block each, the rest in S
-// splits (the wave modeled as above takes as long either way, and fewer heads have partial sums).
-// flash_fused_full >= 0 sets the heads of one block (tests).
+// splits. Splitting those heads too would not shorten the pass (a head's blocks take 1/S of its
+// time), only add partial sums. flash_fused_full >= 0 sets the heads of one block (tests).
 inline FusedGrid flash_fused_grid(const KernelOptions& o, int B, int NKV, int T) {
     const int heads = B * NKV, S = flash_fused_splits(o, heads, T), sms = std::max(1, gpu_sm_count());
     const int full = S == 1 ? heads : o.flash_fused_full >= 0 ? std::min(o.flash_fused_full, heads) : heads / sms * sms;

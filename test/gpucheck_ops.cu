@@ -720,6 +720,27 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
 }
 
+// The fused backward's grid on a GPU of 132 SMs (an H100 or H200, and the emulator's): the heads
+// of its whole waves one block each, the last wave's split (flash_fused_grid), at GPT-2's shapes.
+static void check_fused_grid() {
+    if (gpu_sm_count() != 132) { printf("# skip: the fused backward's grid: the table is for 132 SMs, not %d\n", gpu_sm_count()); return; }
+    struct Case { int heads, T, S, full; const char* what; };
+    const Case cases[] = {
+        {768, 1024, 1, 768, "124M, B = 64: 5.8 waves of whole heads"},
+        {400, 1024, 4, 396, "1558M, B = 16: 3 whole waves, 4 heads in 4 splits"},
+        {800, 1024, 4, 792, "1558M, B = 32: 6 whole waves, 8 heads in 4 splits (a rule over all heads chose 2)"},
+        {396, 1024, 1, 396, "3 whole waves, nothing left"},
+        {192, 1024, 2, 132, "124M, B = 16: 1 whole wave, 60 heads in 2 splits"},
+        {96, 2048, 4, 0, "T = 2048, B = 8: every head split"},
+        {24, 8192, 16, 0, "T = 8192, B = 2: every head split"},
+    };
+    for (const Case& c : cases) {
+        const FusedGrid g = flash_fused_grid(gpu.kernels, c.heads, 1, c.T);
+        char name[160]; snprintf(name, sizeof(name), "the fused backward's grid, %d heads, T=%d (%s)", c.heads, c.T, c.what);
+        compare(name, "splits, heads of one block", {(float)c.S, (float)c.full}, {(float)g.S, (float)g.full}, 0.0);
+    }
+}
+
 // The fused backward (flash_backward_fused_wgmma_kernel: head size 64 or 128, compute capability
 // 9.0) against the CPU op with 1, 2 and 3 splits of the key blocks (3: the snake order's turn); two
 // runs bit-identical (dQ's sums in a fixed order); bit-identical with each product waited for; its
@@ -1362,6 +1383,7 @@ int main(int argc, char** argv) {
         check_flash_wgmma(1, 200, 512, 4, 4);    // head size 128
         check_flash_wgmma(1, 300, 256, 4, 2);    // grouped-query: a later head's first tile masked (the second warpgroup)
         check_flash_wgmma(2, 100, 768, 12, 4);   // llama:d12's groups of 3
+        check_fused_grid();
         check_flash_fused(2, 100, 768, 12, 12);  // T not a multiple of the tiles
         check_flash_fused(1, 300, 256, 4, 4);    // 3 key blocks, the last short; 3 splits: one each
         check_flash_fused(2, 520, 256, 4, 2);    // grouped-query; 5 key blocks (3 splits: 2, 2, 1)
