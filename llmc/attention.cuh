@@ -543,8 +543,8 @@ inline int flash_fused_splits(const KernelOptions& o, long kv_heads, int T) {
     return best;
 }
 // The fused backward's blocks: the heads of the GPU's whole waves one block each, the rest in S
-// splits. Splitting those heads too would not shorten the pass (a head's blocks take 1/S of its
-// time), only add partial sums. flash_fused_full >= 0 sets the heads of one block (tests).
+// splits. Splitting the whole waves' heads too would not shorten the pass (a wave of them takes a
+// head's time either way), only add partial sums. flash_fused_full >= 0 sets them (tests).
 inline FusedGrid flash_fused_grid(const KernelOptions& o, int B, int NKV, int T) {
     const int heads = B * NKV, S = flash_fused_splits(o, heads, T), sms = std::max(1, gpu_sm_count());
     const int full = S == 1 ? heads : o.flash_fused_full >= 0 ? std::min(o.flash_fused_full, heads) : heads / sms * sms;
@@ -822,9 +822,10 @@ inline void flash_fused_producer_launch(const Ctx& ctx, FusedGrid g, float* part
     if constexpr (TMA) qkv_map = flash_tensor_map(qkv, L.row(), T, B, 64), dout_map = flash_tensor_map(dout, L.C, T, B, 64);
     flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST><<<fused_blocks(g), 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, g, qkv_map, dout_map);
 }
-// The fused backward (head size 64 or 128): D, the fused pass into S splits' fp32 partial sums of
-// dQ, then their sum (S = 1: the pass finishes dQ itself, dq_finish; flash_dq_last_split: the
-// last split done with a query tile sums it, counted in dq_done). flash_backward_producer (3 or 4
+// The fused backward (head size 64 or 128): D, the fused pass (FusedGrid: the last wave's heads
+// into S splits' fp32 partial sums of dQ), then their sum (a head of one block: the pass finishes
+// its dQ itself, dq_finish; flash_dq_last_split: the last split done with a query tile sums it,
+// counted in dq_done). flash_backward_producer (3 or 4
 // query-tile slots; head size 64): the pass with a producer warpgroup (the same bits);
 // flash_backward_tma: its tiles swizzled and copied by TMA.
 template <class floatX, int D, bool LAST>
