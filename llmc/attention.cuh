@@ -548,13 +548,13 @@ inline int flash_fused_splits(const KernelOptions& o, long kv_heads, int T) {
 inline FusedGrid flash_fused_grid(const KernelOptions& o, int B, int NKV, int T) {
     const int heads = B * NKV, S = flash_fused_splits(o, heads, T), sms = std::max(1, gpu_sm_count());
     const int full = S == 1 ? heads : o.flash_fused_full >= 0 ? std::min(o.flash_fused_full, heads) : heads / sms * sms;
-    return {full, S, heads};
+    return {full, S, heads, S == 1 ? 0 : B - full / NKV};  // (the batches from the first split head's)
 }
 // The fused backward's fp32 partial sums of dQ: the scratch that attention_backward takes (the
 // memory plan reserves it), or 0 where the fused backward does not run.
 template <class floatX> inline size_t flash_backward_scratch_bytes(const KernelOptions& o, int B, int T, int C, int NH, int NKV) {
     if (!is_half_type<floatX> || !flash_fused_backward_runs(o, C / NH) || C % 8) return 0;
-    return (size_t)flash_fused_splits(o, (long)B * NKV, T) * B * T * C * sizeof(float);
+    return fused_partial_floats(flash_fused_grid(o, B, NKV, T), B, (size_t)T * C) * sizeof(float);
 }
 enum FlashPass { FLASH_FORWARD, FLASH_DKV, FLASH_DQ };  // (autotune.cuh keeps each pass's decisions)
 constexpr int FLASH_WGMMA_SAMPLES = 3;
@@ -837,10 +837,10 @@ inline void flash_fused_pass(const Ctx& ctx, FusedGrid g, float* part, floatX* d
 }
 // dQ of key/value heads [h0, h1), from their S partial sums (flash_dq_sum_kernel)
 template <class floatX>
-inline void flash_dq_sum(const Ctx& ctx, floatX* dqkv, const float* part, int S, int B, int T, const QKVLayout& L, int h0, int h1) {
+inline void flash_dq_sum(const Ctx& ctx, floatX* dqkv, const float* part, int S, const FusedGrid& g, int T, const QKVLayout& L, int h0, int h1) {
     if (h1 <= h0) return;
     const size_t head_float4s = (size_t)T * L.group() * L.hs / 4;  // (4 float4s a thread: dq_sum_rows loads them at once)
-    flash_dq_sum_kernel<floatX><<<dim3(ceil_div(head_float4s, 4 * 256), h1 - h0), 256, 0, ctx.stream>>>(dqkv, part, S, B, T, L, h0, flash_dq_scale(L));
+    flash_dq_sum_kernel<floatX><<<dim3(ceil_div(head_float4s, 4 * 256), h1 - h0), 256, 0, ctx.stream>>>(dqkv, part, S, g.split_batches, T, L, h0, flash_dq_scale(L));
     CUDA_LAUNCH_CHECK();
 }
 template <class floatX>
@@ -854,7 +854,7 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     else flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
     CUDA_LAUNCH_CHECK();
     static Buf<float> part_buf;
-    float* part = gpu_scratch(part_buf, ctx, (size_t)g.S * B * T * C);
+    float* part = gpu_scratch(part_buf, ctx, fused_partial_floats(g, B, (size_t)T * C));
     if (slots != 0 && slots != 3 && slots != 4) fatal("flash attention: the producer backward takes 3 or 4 slots, not %d", slots);
     if (ctx.kernels.flash_backward_tma && !ctx.kernels.flash_backward_producer) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
     const bool tma = ctx.kernels.flash_backward_tma && slots;
@@ -873,8 +873,8 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     if (last_split) launch(std::true_type{});
     else launch(std::false_type{});
     CUDA_LAUNCH_CHECK();
-    if (!finish) flash_dq_sum(ctx, dqkv, part, 1, B, T, L, 0, g.full);  // the heads of one block
-    if (!last_split) flash_dq_sum(ctx, dqkv, part, g.S, B, T, L, g.full, g.heads);  // the split ones
+    if (!finish) flash_dq_sum(ctx, dqkv, part, 1, g, T, L, 0, g.full);  // the heads of one block
+    if (!last_split) flash_dq_sum(ctx, dqkv, part, g.S, g, T, L, g.full, g.heads);  // the split ones
 }
 // --flash-backward-producer auto (flash_backward_producer_auto): the fused backward at head size
 // 64 without a producer, and with one of 3 or 4 slots, its tiles copied by cp.async or by TMA;

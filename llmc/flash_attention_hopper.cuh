@@ -992,14 +992,17 @@ __host__ __device__ inline int fused_first_kb(int s, int nkb) { return s < nkb ?
 // The fused backward's blocks. Key/value head i = b·NKV + kh takes one block where i < full, and
 // S blocks otherwise (its splits, side by side: their partial sums are still in L2 when the last
 // of them adds a tile up). full is the heads of the GPU's whole waves (flash_fused_grid), so only
-// the last wave's heads are split, and only they have partial sums to add up.
-struct FusedGrid { int full, S, heads; };
+// the last wave's heads are split, and only they have partial sums to add up. Split s's partial
+// sum of batch b starts at (s·SB + b)·T·C floats, where SB is the last split_batches batches (those
+// that hold a split head), so splits 1.. take room for those batches only.
+struct FusedGrid { int full, S, heads, split_batches; };
 __host__ __device__ inline int fused_blocks(const FusedGrid& g) { return g.full + (g.heads - g.full) * g.S; }
-// The key/value head, batch and split of this block, its head's splits S, and the batches B
-struct FusedBlock { int kh, b, s, S, B; };
+__host__ __device__ inline size_t fused_partial_floats(const FusedGrid& g, int B, size_t TC) { return ((size_t)B + (size_t)(g.S - 1) * g.split_batches) * TC; }
+// The key/value head, batch and split of this block, and its head's splits S
+struct FusedBlock { int kh, b, s, S; };
 __device__ inline FusedBlock fused_block(const FusedGrid& g, int NKV) {
     const int i = blockIdx.x, split = i >= g.full, head = split ? g.full + (i - g.full) / g.S : i;
-    return {head % NKV, head / NKV, split ? (i - g.full) % g.S : 0, split ? g.S : 1, g.heads / NKV};
+    return {head % NKV, head / NKV, split ? (i - g.full) % g.S : 0, split ? g.S : 1};
 }
 // With several splits and dq_done (a count for each key/value head, batch and query tile of 64
 // rows; zeros at the start), the split that is last done with a query tile sums that tile's dQ
@@ -1012,16 +1015,16 @@ __device__ inline FusedBlock fused_block(const FusedGrid& g, int NKV) {
 // for another. sync is a barrier of the block's nthreads computing threads (warp 0 among them).
 // dQ = scale · (the S splits' partial sums added in split order), for rows [r0, r1) of the B·T
 // rows and the w columns from c0 (w a multiple of 4); thread tid of nthreads. Split s's partial
-// sums lie BTC floats apart. Below a split's first key block its sum is zero and unwritten: a
+// sums lie s·stride floats from split 0's (FusedGrid). Below a split's first key block its sum is zero and unwritten: a
 // zero is added (x + 0 is x, except that −0 becomes +0, as when the zeros were stored).
 // flash_dq_sum_kernel runs it over all of dQ, fused_release_tiles over one query tile.
 template <class H>
-__device__ void dq_sum_rows(H* dqkv, const float* dq_part, int S, size_t BTC, int T, int C, size_t C3, float scale, size_t r0, size_t r1,
+__device__ void dq_sum_rows(H* dqkv, const float* dq_part, int S, size_t stride, int T, int C, size_t C3, float scale, size_t r0, size_t r1,
                             int c0, int w, size_t tid, size_t nthreads) {
     const int nkb = (T + 127) / 128, W = w / 4;  // W: float4s of a row
     const size_t n = (r1 - r0) * W;
     auto row = [&](size_t i) { return r0 + i / W; };
-    auto at = [&](int s, size_t i) { return __ldcg(reinterpret_cast<const float4*>(dq_part + s * BTC + row(i) * C + c0) + i % W); };
+    auto at = [&](int s, size_t i) { return __ldcg(reinterpret_cast<const float4*>(dq_part + s * stride + row(i) * C + c0) + i % W); };
     constexpr int U = 4;  // float4s of each split a thread loads at once (i past n: the last one's, not used)
     for (size_t i0 = tid; i0 < n; i0 += U * nthreads) {
         size_t i[U];
@@ -1046,8 +1049,8 @@ __device__ void dq_sum_rows(H* dqkv, const float* dq_part, int S, size_t BTC, in
 // This split is done with query tiles [j0, j1) (clamped to the last): counted, 32 at a time by
 // warp 0, and summed where it was the last split
 template <class H, int D, class Sync>
-__device__ __noinline__ void fused_release_tiles(H* dqkv, const float* dq_part, unsigned* dq_done, const FusedBlock& f, int j0, int j1, int T,
-                                    const QKVLayout& L, float scale, int nthreads, const Sync& sync) {
+__device__ __noinline__ void fused_release_tiles(H* dqkv, const float* dq_part, unsigned* dq_done, int split_batches, const FusedBlock& f, int j0,
+                                                int j1, int T, const QKVLayout& L, float scale, int nthreads, const Sync& sync) {
     __shared__ bool last[32];
     if (f.S == 1) return;  // (a head of one block: the pass writes its dQ)
     const int ntiles = (T + 63) / 64;
@@ -1069,7 +1072,7 @@ __device__ __noinline__ void fused_release_tiles(H* dqkv, const float* dq_part, 
         for (int i = 0; i < 32; i++)
             if (last[i]) {  // (tile c0 + i of this head group's dQ columns)
                 const size_t r0 = (size_t)f.b * T + 64 * (c0 + i), r1 = (size_t)f.b * T + min(T, 64 * (c0 + i) + 64);
-                dq_sum_rows(dqkv, dq_part, f.S, (size_t)f.B * T * L.C, T, L.C, L.row(), scale, r0, r1, f.kh * L.group() * D, L.group() * D, threadIdx.x, nthreads);
+                dq_sum_rows(dqkv, dq_part, f.S, (size_t)split_batches * T * L.C, T, L.C, L.row(), scale, r0, r1, f.kh * L.group() * D, L.group() * D, threadIdx.x, nthreads);
             }
     }
 }
@@ -1095,10 +1098,10 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;
-    float* part_b = dq_part + (size_t)(s * f.B + b) * T * C;  // this split's partial sum of batch b's dQ
+    float* part_b = dq_part + (size_t)(s * g.split_batches + b) * T * C;  // this split's partial sum of batch b's dQ
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int kb_first = fused_first_kb(s, nkb);
-    if constexpr (LAST) fused_release_tiles<H, D>(dqkv, dq_part, dq_done, f, 0, 2 * kb_first, T, L, dq_scale, 256, [] { __syncthreads(); });  // (no key block of this split reaches them)
+    if constexpr (LAST) fused_release_tiles<H, D>(dqkv, dq_part, dq_done, g.split_batches, f, 0, 2 * kb_first, T, L, dq_scale, 256, [] { __syncthreads(); });  // (no key block of this split reaches them)
     for (int kb = kb_first; kb < nkb; kb++) {
         if (fused_split_of(kb, S) != s) continue;
         const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
@@ -1135,7 +1138,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
         store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
         store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
         if constexpr (LAST)
-            fused_release_tiles<H, D>(dqkv, dq_part, dq_done, f, 2 * kb, 2 * fused_next_kb(kb, s, S, nkb), T, L, dq_scale, 256, [] { __syncthreads(); });
+            fused_release_tiles<H, D>(dqkv, dq_part, dq_done, g.split_batches, f, 2 * kb, 2 * fused_next_kb(kb, s, S, nkb), T, L, dq_scale, 256, [] { __syncthreads(); });
     }
 }
 
@@ -1171,7 +1174,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;
-    float* part_b = dq_part + (size_t)(s * f.B + b) * T * C;  // this split's partial sum of batch b's dQ
+    float* part_b = dq_part + (size_t)(s * g.split_batches + b) * T * C;  // this split's partial sum of batch b's dQ
     auto kv = [&](int m) { return tiles + (m % 2) * 4 * 64 * D; };  // key block m's K(0), V(0), K(1), V(1)
     H* const rings = tiles + 8 * 64 * D;
     if (threadIdx.x == 0) {  // (TMA: each tile's copy is one arrival with its bytes)
@@ -1217,7 +1220,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
         setmaxnreg<232, true>();
         const float sl2 = rsqrtf((float)D) * LOG2E;
         const int kb_first = fused_first_kb(s, nkb);
-        if constexpr (LAST) fused_release_tiles<H, D>(dqkv, dq_part, dq_done, f, 0, 2 * kb_first, T, L, dq_scale, 256, [] { bar_sync(1, 256); });
+        if constexpr (LAST) fused_release_tiles<H, D>(dqkv, dq_part, dq_done, g.split_batches, f, 0, 2 * kb_first, T, L, dq_scale, 256, [] { bar_sync(1, 256); });
         for (int kb = kb_first, m = 0, n = 0; kb < nkb; kb++) {
             if (fused_split_of(kb, S) != s) continue;
             const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16, nqt = (T - k0 + 63) / 64;
@@ -1240,7 +1243,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
             store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
             store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
             if constexpr (LAST)
-                fused_release_tiles<H, D>(dqkv, dq_part, dq_done, f, 2 * kb, 2 * fused_next_kb(kb, s, S, nkb), T, L, dq_scale, 256, [] { bar_sync(1, 256); });
+                fused_release_tiles<H, D>(dqkv, dq_part, dq_done, g.split_batches, f, 2 * kb, 2 * fused_next_kb(kb, s, S, nkb), T, L, dq_scale, 256, [] { bar_sync(1, 256); });
         }
     }
 }
@@ -1259,8 +1262,8 @@ __global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, in
 // dQ = scale · (the S splits' partial sums added in split order) of key/value heads h0.. (one a
 // blockIdx.y; head b·NKV + kh: batch b's rows, the columns of kh's query heads), into dqkv
 template <class H>
-__global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, int S, int B, int T, QKVLayout L, int h0, float scale) {
+__global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, int S, int split_batches, int T, QKVLayout L, int h0, float scale) {
     const int head = h0 + blockIdx.y, b = head / L.NKV, kh = head % L.NKV, w = L.group() * L.hs;
-    dq_sum_rows(dqkv, dq_part, S, (size_t)B * T * L.C, T, L.C, L.row(), scale, (size_t)b * T, (size_t)b * T + T, kh * w, w,
+    dq_sum_rows(dqkv, dq_part, S, (size_t)split_batches * T * L.C, T, L.C, L.row(), scale, (size_t)b * T, (size_t)b * T + T, kh * w, w,
                 (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
 }

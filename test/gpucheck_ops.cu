@@ -721,23 +721,26 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
 }
 
 // The fused backward's grid on a GPU of 132 SMs (an H100 or H200, and the emulator's): the heads
-// of its whole waves one block each, the last wave's split (flash_fused_grid), at GPT-2's shapes.
+// of its whole waves one block each, the last wave's split (flash_fused_grid), at GPT-2's shapes;
+// and its partial sums of dQ, in T·C floats (split 0 for every batch, the others for the batches
+// of split heads).
 static void check_fused_grid() {
     if (gpu_sm_count() != 132) { printf("# skip: the fused backward's grid: the table is for 132 SMs, not %d\n", gpu_sm_count()); return; }
-    struct Case { int heads, T, S, full; const char* what; };
+    struct Case { int B, NKV, T, S, full, partial_TCs; const char* what; };
     const Case cases[] = {
-        {768, 1024, 1, 768, "124M, B = 64: 5.8 waves of whole heads"},
-        {400, 1024, 4, 396, "1558M, B = 16: 3 whole waves, 4 heads in 4 splits"},
-        {800, 1024, 4, 792, "1558M, B = 32: 6 whole waves, 8 heads in 4 splits (a rule over all heads chose 2)"},
-        {396, 1024, 1, 396, "3 whole waves, nothing left"},
-        {192, 1024, 2, 132, "124M, B = 16: 1 whole wave, 60 heads in 2 splits"},
-        {96, 2048, 4, 0, "T = 2048, B = 8: every head split"},
-        {24, 8192, 16, 0, "T = 8192, B = 2: every head split"},
+        {64, 12, 1024, 1, 768, 64, "124M, B = 64: 5.8 waves of whole heads"},
+        {16, 25, 1024, 4, 396, 16 + 3, "1558M, B = 16: 3 whole waves, 4 heads in 4 splits, all in the last batch"},
+        {32, 25, 1024, 4, 792, 32 + 3, "1558M, B = 32: 6 whole waves, 8 heads in 4 splits (a rule over all heads chose 2)"},
+        {33, 12, 1024, 1, 396, 33, "3 whole waves, nothing left"},
+        {16, 12, 1024, 2, 132, 16 + 5, "124M, B = 16: 1 whole wave, 60 heads in 2 splits, in the last 5 batches"},
+        {8, 12, 2048, 4, 0, 8 * 4, "T = 2048, B = 8: every head split"},
+        {2, 12, 8192, 16, 0, 2 * 16, "T = 8192, B = 2: every head split"},
     };
     for (const Case& c : cases) {
-        const FusedGrid g = flash_fused_grid(gpu.kernels, c.heads, 1, c.T);
-        char name[160]; snprintf(name, sizeof(name), "the fused backward's grid, %d heads, T=%d (%s)", c.heads, c.T, c.what);
-        compare(name, "splits, heads of one block", {(float)c.S, (float)c.full}, {(float)g.S, (float)g.full}, 0.0);
+        const FusedGrid g = flash_fused_grid(gpu.kernels, c.B, c.NKV, c.T);
+        const float TCs = (float)(fused_partial_floats(g, c.B, (size_t)c.T * 768) / ((size_t)c.T * 768));
+        char name[200]; snprintf(name, sizeof(name), "the fused backward's grid, B=%d NKV=%d T=%d (%s)", c.B, c.NKV, c.T, c.what);
+        compare(name, "splits, heads of one block, partial sums", {(float)c.S, (float)c.full, (float)c.partial_TCs}, {(float)g.S, (float)g.full, TCs}, 0.0);
     }
 }
 
