@@ -825,9 +825,9 @@ inline void flash_fused_producer_launch(const Ctx& ctx, FusedGrid g, float* part
 // The fused backward (head size 64 or 128): D, the fused pass (FusedGrid: the last wave's heads
 // into S splits' fp32 partial sums of dQ), then their sum (a head of one block: the pass finishes
 // its dQ itself, dq_finish; flash_dq_last_split: the last split done with a query tile sums it,
-// counted in dq_done). flash_backward_producer (3 or 4
-// query-tile slots; head size 64): the pass with a producer warpgroup (the same bits);
-// flash_backward_tma: its tiles swizzled and copied by TMA.
+// counted in dq_done). flash_backward_producer (3 or 4 query-tile slots; head size 64): the pass
+// with a producer warpgroup (the same bits); flash_backward_tma: its tiles swizzled and copied by
+// TMA.
 template <class floatX, int D, bool LAST>
 inline void flash_fused_pass(const Ctx& ctx, FusedGrid g, float* part, floatX* dqkv, const float* Dv, const floatX* dout, const floatX* qkv,
                              const float* lse, int T, const QKVLayout& L, bool dq_finish, unsigned* dq_done) {
@@ -835,12 +835,12 @@ inline void flash_fused_pass(const Ctx& ctx, FusedGrid g, float* part, floatX* d
     const size_t smem = fused_tiles_elems(D, 4, 3) * sizeof(floatX);
     flash_backward_fused_wgmma_kernel<floatX, D, LAST><<<fused_blocks(g), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, g);
 }
-// dQ of key/value heads [h0, h1), from their S partial sums (flash_dq_sum_kernel)
+// dQ of key/value heads [h0, h1), from their partial sums (flash_dq_sum_kernel)
 template <class floatX>
-inline void flash_dq_sum(const Ctx& ctx, floatX* dqkv, const float* part, int S, const FusedGrid& g, int T, const QKVLayout& L, int h0, int h1) {
+inline void flash_dq_sum(const Ctx& ctx, floatX* dqkv, const float* part, const FusedGrid& g, int T, const QKVLayout& L, int h0, int h1) {
     if (h1 <= h0) return;
     const size_t head_float4s = (size_t)T * L.group() * L.hs / 4;  // (4 float4s a thread: dq_sum_rows loads them at once)
-    flash_dq_sum_kernel<floatX><<<dim3(ceil_div(head_float4s, 4 * 256), h1 - h0), 256, 0, ctx.stream>>>(dqkv, part, S, g.split_batches, T, L, h0, flash_dq_scale(L));
+    flash_dq_sum_kernel<floatX><<<dim3(ceil_div(head_float4s, 4 * 256), h1 - h0), 256, 0, ctx.stream>>>(dqkv, part, g, T, L, h0, flash_dq_scale(L));
     CUDA_LAUNCH_CHECK();
 }
 template <class floatX>
@@ -873,8 +873,8 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     if (last_split) launch(std::true_type{});
     else launch(std::false_type{});
     CUDA_LAUNCH_CHECK();
-    if (!finish) flash_dq_sum(ctx, dqkv, part, 1, g, T, L, 0, g.full);  // the heads of one block
-    if (!last_split) flash_dq_sum(ctx, dqkv, part, g.S, g, T, L, g.full, g.heads);  // the split ones
+    if (!finish) flash_dq_sum(ctx, dqkv, part, g, T, L, 0, g.full);  // the heads of one block
+    if (!last_split) flash_dq_sum(ctx, dqkv, part, g, T, L, g.full, g.heads);  // the split ones
 }
 // --flash-backward-producer auto (flash_backward_producer_auto): the fused backward at head size
 // 64 without a producer, and with one of 3 or 4 slots, its tiles copied by cp.async or by TMA;

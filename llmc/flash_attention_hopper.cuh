@@ -993,8 +993,8 @@ __host__ __device__ inline int fused_first_kb(int s, int nkb) { return s < nkb ?
 // S blocks otherwise (its splits, side by side: their partial sums are still in L2 when the last
 // of them adds a tile up). full is the heads of the GPU's whole waves (flash_fused_grid), so only
 // the last wave's heads are split, and only they have partial sums to add up. Split s's partial
-// sum of batch b starts at (s·SB + b)·T·C floats, where SB is the last split_batches batches (those
-// that hold a split head), so splits 1.. take room for those batches only.
+// sum of batch b starts at (s·SB + b)·T·C floats. SB (split_batches) counts the last batches,
+// those that hold a split head, so splits 1.. take room for those batches only.
 struct FusedGrid { int full, S, heads, split_batches; };
 __host__ __device__ inline int fused_blocks(const FusedGrid& g) { return g.full + (g.heads - g.full) * g.S; }
 __host__ __device__ inline size_t fused_partial_floats(const FusedGrid& g, int B, size_t TC) { return ((size_t)B + (size_t)(g.S - 1) * g.split_batches) * TC; }
@@ -1004,20 +1004,12 @@ __device__ inline FusedBlock fused_block(const FusedGrid& g, int NKV) {
     const int i = blockIdx.x, split = i >= g.full, head = split ? g.full + (i - g.full) / g.S : i;
     return {head % NKV, head / NKV, split ? (i - g.full) % g.S : 0, split ? g.S : 1};
 }
-// With several splits and dq_done (a count for each key/value head, batch and query tile of 64
-// rows; zeros at the start), the split that is last done with a query tile sums that tile's dQ
-// from the S partial sums, exactly as flash_dq_sum_kernel does. So that kernel, a pass over
-// B·T·C·S fp32 values after the pass, does not run, and the sums spread over the pass.
-// A split is done with the tiles before its next key block's first one (its key blocks run in
-// order). It then counts itself in each of those tiles (fused_release_tiles): a barrier, then a
-// fence and an atomic add (a release). The split that counts S fences again (an acquire), sums
-// the tile (dq_sum_rows) and sets the count back to zero for the next launch. No block waits
-// for another. sync is a barrier of the block's nthreads computing threads (warp 0 among them).
 // dQ = scale · (the S splits' partial sums added in split order), for rows [r0, r1) of the B·T
 // rows and the w columns from c0 (w a multiple of 4); thread tid of nthreads. Split s's partial
-// sums lie s·stride floats from split 0's (FusedGrid). Below a split's first key block its sum is zero and unwritten: a
-// zero is added (x + 0 is x, except that −0 becomes +0, as when the zeros were stored).
-// flash_dq_sum_kernel runs it over all of dQ, fused_release_tiles over one query tile.
+// sums lie s·stride floats from split 0's (FusedGrid). Below a split's first key block its sum
+// is zero and unwritten: a zero is added (x + 0 is x, except that −0 becomes +0, as when the
+// zeros were stored). flash_dq_sum_kernel runs it over whole heads, fused_release_tiles over
+// one query tile.
 template <class H>
 __device__ void dq_sum_rows(H* dqkv, const float* dq_part, int S, size_t stride, int T, int C, size_t C3, float scale, size_t r0, size_t r1,
                             int c0, int w, size_t tid, size_t nthreads) {
@@ -1046,8 +1038,17 @@ __device__ void dq_sum_rows(H* dqkv, const float* dq_part, int S, size_t stride,
                     make_uint2(pack2<H>(a[u].x * scale, a[u].y * scale), pack2<H>(a[u].z * scale, a[u].w * scale));
     }
 }
-// This split is done with query tiles [j0, j1) (clamped to the last): counted, 32 at a time by
-// warp 0, and summed where it was the last split
+// With several splits and dq_done (a count for each key/value head, batch and query tile of 64
+// rows; zeros at the start), the split that is last done with a query tile sums that tile's dQ
+// from the S partial sums, exactly as flash_dq_sum_kernel does. So that kernel, a pass over
+// B·T·C·S fp32 values after the pass, does not run, and the sums spread over the pass.
+// A split is done with the tiles before its next key block's first one (its key blocks run in
+// order). It then counts itself in each of those tiles (fused_release_tiles): a barrier, then a
+// fence and an atomic add (a release). The split that counts S fences again (an acquire), sums
+// the tile (dq_sum_rows) and sets the count back to zero for the next launch. No block waits
+// for another. sync is a barrier of the block's nthreads computing threads (warp 0 among them).
+// Here: this split is done with query tiles [j0, j1) (clamped to the last): counted, 32 at a
+// time by warp 0, and summed where it was the last split.
 template <class H, int D, class Sync>
 __device__ __noinline__ void fused_release_tiles(H* dqkv, const float* dq_part, unsigned* dq_done, int split_batches, const FusedBlock& f, int j0,
                                                 int j1, int T, const QKVLayout& L, float scale, int nthreads, const Sync& sync) {
@@ -1259,11 +1260,11 @@ __global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, in
     float Dr[2];
     row_dots<D>(Dr, of, O, C, row0, T, Dv + ((size_t)b * NH + h) * T);
 }
-// dQ = scale · (the S splits' partial sums added in split order) of key/value heads h0.. (one a
+// dQ = scale · (its splits' partial sums added in split order) of key/value heads h0.. (one a
 // blockIdx.y; head b·NKV + kh: batch b's rows, the columns of kh's query heads), into dqkv
 template <class H>
-__global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, int S, int split_batches, int T, QKVLayout L, int h0, float scale) {
+__global__ void flash_dq_sum_kernel(H* dqkv, const float* dq_part, FusedGrid g, int T, QKVLayout L, int h0, float scale) {
     const int head = h0 + blockIdx.y, b = head / L.NKV, kh = head % L.NKV, w = L.group() * L.hs;
-    dq_sum_rows(dqkv, dq_part, S, (size_t)split_batches * T * L.C, T, L.C, L.row(), scale, (size_t)b * T, (size_t)b * T + T, kh * w, w,
+    dq_sum_rows(dqkv, dq_part, head < g.full ? 1 : g.S, (size_t)g.split_batches * T * L.C, T, L.C, L.row(), scale, (size_t)b * T, (size_t)b * T + T, kh * w, w,
                 (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
 }

@@ -744,6 +744,45 @@ static void check_fused_grid() {
     }
 }
 
+// The fused backward with its first heads one block each and the others split
+// (flash_fused_full): each head's dQ bit-identical to the run that gives every head its number of
+// blocks (by_splits[S]: the outputs with S splits). S = 2: the pass alone, and every dQ by the
+// sum kernel; S = 3: a producer by TMA, and dQ summed by the last split (head size 64 only).
+static void check_fused_mixed_grid(int B, int T, int C, int NH, int NKV, const std::vector<float>& qkv, const std::vector<float>& dout,
+                                   const std::vector<float>& qkv2, const std::vector<float>& dout2, const std::vector<float>* const* by_splits) {
+    const bool producer = C / NH == 64;
+    const size_t W = QKVLayout(C, NH, NKV).row();
+    std::vector<float> got[3], other[3];
+    char name[180];
+    const int heads = B * NKV, GD = C / NKV;  // (head i = b·NKV + kh: batch b's rows, the GD columns of kh's query heads)
+    gpu.kernels.flash_fused_full = heads / 2;  // the first heads one block each, the others split
+    for (int S : {2, 3}) {
+        std::vector<float> want[3] = {by_splits[S][0], by_splits[S][1], by_splits[S][2]};
+        for (int i = 0; i < heads / 2; i++)  // (a head of one block: the bits of the run with one split)
+            for (int t = 0; t < T; t++) {
+                const size_t at = ((size_t)(i / NKV) * T + t) * W + (size_t)(i % NKV) * GD;
+                std::copy(by_splits[1][2].begin() + at, by_splits[1][2].begin() + at + GD, want[2].begin() + at);
+            }
+        for (int v = 0; v < 2; v++) {
+            if (S == 3 && !producer) break;
+            gpu.kernels.flash_fused_splits = S;
+            gpu.kernels.flash_dq_in_kernel = !(S == 2 && v == 1);
+            gpu.kernels.flash_backward_producer = S == 3 && v == 0 ? 3 : 0;
+            gpu.kernels.flash_backward_tma = S == 3 && v == 0;
+            gpu.kernels.flash_dq_last_split = S == 3 && v == 1;
+            if (gpu.kernels.flash_dq_last_split) attention_outputs(qkv2, dout2, B, T, C, NH, NKV, other);
+            attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+            snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, %d of %d heads in %d splits%s vs each head's own run",
+                     B, T, C, NH, NKV, heads - heads / 2, heads, S,
+                     S == 2 ? (v ? ", dQ by the sum kernel" : "") : v ? ", dQ summed by the last split" : ", a producer warpgroup in the backward, swizzled tiles by TMA,");
+            compare_bits(name, want, got);
+        }
+    }
+    gpu.kernels.flash_fused_full = -1;
+    gpu.kernels.flash_dq_in_kernel = true; gpu.kernels.flash_dq_last_split = false;
+    gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
+}
+
 // The fused backward (flash_backward_fused_wgmma_kernel: head size 64 or 128, compute capability
 // 9.0) against the CPU op with 1, 2 and 3 splits of the key blocks (3: the snake order's turn); two
 // runs bit-identical (dQ's sums in a fixed order); bit-identical with each product waited for; its
@@ -834,33 +873,8 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
         }
     gpu.kernels.flash_dq_last_split = false;
     gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
-    const int heads = B * NKV, GD = C / NKV;  // (head i = b·NKV + kh: batch b's rows, the GD columns of kh's query heads)
-    gpu.kernels.flash_fused_full = heads / 2;  // the first heads one block each, the others split
-    for (int S : {2, 3}) {
-        std::vector<float> want[3] = {fused[0], fused[1], S == 2 ? fused[2] : fused3[2]};
-        for (int i = 0; i < heads / 2; i++)  // (a head of one block: the bits of the run with one split)
-            for (int t = 0; t < T; t++) {
-                const size_t at = ((size_t)(i / NKV) * T + t) * W + (size_t)(i % NKV) * GD;
-                std::copy(fused1[2].begin() + at, fused1[2].begin() + at + GD, want[2].begin() + at);
-            }
-        for (int v = 0; v < 2; v++) {  // S = 2: the pass alone, and with every dQ by the sum kernel; S = 3: a producer by TMA, and dQ summed by the last split
-            if (S == 3 && !producer) break;
-            gpu.kernels.flash_fused_splits = S;
-            gpu.kernels.flash_dq_in_kernel = !(S == 2 && v == 1);
-            gpu.kernels.flash_backward_producer = S == 3 && v == 0 ? 3 : 0;
-            gpu.kernels.flash_backward_tma = S == 3 && v == 0;
-            gpu.kernels.flash_dq_last_split = S == 3 && v == 1;
-            if (gpu.kernels.flash_dq_last_split) attention_outputs(qkv2, dout2, B, T, C, NH, NKV, other);
-            attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
-            snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, %d of %d heads in %d splits%s vs each head's own run",
-                     B, T, C, NH, NKV, heads - heads / 2, heads, S,
-                     S == 2 ? (v ? ", dQ by the sum kernel" : "") : v ? ", dQ summed by the last split" : ", a producer warpgroup in the backward, swizzled tiles by TMA,");
-            compare_bits(name, want, got);
-        }
-    }
-    gpu.kernels.flash_fused_full = -1;
-    gpu.kernels.flash_dq_in_kernel = true; gpu.kernels.flash_dq_last_split = false;
-    gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
+    const std::vector<float>* by_splits[4] = {nullptr, fused1, fused, fused3};
+    check_fused_mixed_grid(B, T, C, NH, NKV, qkv, dout, qkv2, dout2, by_splits);
     gpu.kernels.flash_fused_splits = 2;
     gpu.kernels.flash_fused_backward = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);

@@ -49,9 +49,10 @@ usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 10
           the trainer's defaults' (--flash-rows auto: at head size 64 each pass the faster of v5
           and v6; --flash-wgmma auto: on compute capability 9.0 each pass v7 where faster and of
           the same bits; their choices printed); where the fused backward runs, its time with 1,
-          2, 4, 8 and 16 splits of the key blocks, and with more than one, v30's (the last split
-          done with a query tile sums its dQ: no sum kernel; the same bits); on compute capability 9.0 also v7's, v8's and
-          v9's; and a ring attention block's
+          2, 4, 8 and 16 splits of the key blocks (for the heads past the GPU's whole waves, and
+          also for every head where those are not all), and with more than one, v30's (the last
+          split done with a query tile sums its dQ: no sum kernel; the same bits); on compute
+          capability 9.0 also v7's, v8's and v9's; and a ring attention block's
           (context parallelism: T/2 queries over T/2 borrowed keys) on the tensor cores and not
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
