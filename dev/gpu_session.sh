@@ -2,51 +2,25 @@
 # gpu_session.sh — everything a GPU is needed for, in one command, for a machine held for minutes
 # (a rented node by the hour, a shared box, a lease of a quarter of an hour): set up, build,
 # `make gpucheck`, `make train`, `make bench`, within a time budget, every log copied out as it grows.
-#
 #   dev/gpu_session.sh STEPS [OUTDIR]
-#     STEPS  comma-separated, run in the order given:
-#              setup        nothing but the setup below (.debs/, .prebuilt/), for a script's own steps
-#              build        the trainer, gpucheck_ops and the dev/cuda playgrounds
-#              check        `make gpucheck` (GPUCHECK_PARTS); check:P+P+... runs those parts
-#                           (test/gpucheck.sh: ops wgmma train resume pytorch playgrounds
-#                           sanitize dp tp pp cp)
-#              train        `make train` (GPT-2 124M on the shipped data, 300 steps), its output
-#                           kept in ...-train.log
-#              bench        `make bench` (BENCH_PARTS, BENCH_MODELS); bench:P+P+... those parts
-#                           (the Makefile's list: train fp32 fp8 fp8-delayed torch kernels ...)
-#            or a preset:
-#              all          build,check,train,bench (each with its defaults)
-#              core         what the CUDA backend's acceptance needs, most telling first:
-#                           build, check:ops+wgmma+train+resume+pytorch (every op, the wgmma
-#                           kernels, training against the CPU, resume, PyTorch), bench:train+torch
-#                           (every GPT-2 size; attention against SDPA with the wgmma kernels'
-#                           times; a step against compiled PyTorch), train (14 s on an H100),
-#                           check:playgrounds+hf (the kernel playgrounds; Hugging Face folders
-#                           against transformers), bench:wgmma (every size's step with
-#                           --flash-wgmma 1: against auto's choices; 124M and 1558M with
-#                           --matmul-tune 0: against the tuned products). On an H100 on
-#                           2026-11-26: build 93 s, the checks 132 s, bench 168 s, train 14 s,
-#                           the playgrounds over 160 s:
-#                           about 10 minutes (the build's 93 s gone with .prebuilt/, below; the
-#                           playgrounds' random inputs now drawn on every core). With a budget,
-#                           what does not fit is skipped and named in the summary, for a second
-#                           command (the build is kept)
+#     STEPS  comma-separated, run in the order given: setup (the setup below alone), build (the
+#            trainer, gpucheck_ops, the playgrounds), check (`make gpucheck`; check:P+P+... those
+#            parts of test/gpucheck.sh), train (`make train`), bench (`make bench`; bench:P+P+...
+#            those parts); or a preset: all (build,check,train,bench), core (what the CUDA
+#            backend's acceptance needs, most telling first: about 10 minutes on an H100)
 #     OUTDIR where the logs are copied every 10 s while a step runs and when it ends, so a
 #            machine taken back (or a command cut off) mid-step still leaves what was written.
 #   GPU_SESSION_SECONDS=N  the budget: each step runs under a limit of what is left of N seconds
-#            (less 10 s to write the summary), and a step with under 30 s left is skipped and
-#            noted; the summary's last line then lists the steps cut off or skipped, as the
-#            STEPS of a second command. Set it a little under the limit of whatever runs this.
-#
-# Set up: OpenMPI and PCRE2 from .debs/ when that folder exists (scripts/offline_debs.sh: for
-# machines without a package mirror); the binaries from .prebuilt/ when it holds this tree's for
-# this GPU (dev/gpu_prebuild.sh: built before the session, elsewhere, to save the build's minute
-# and a half; taken before the first step, build or not); else the CUDA code is built only for this GPU's architecture
-# (sm_90a on an H100/H200: half the compile time of the default sm_90a + sm_80), with one job
-# per core. LLMC_COMMIT names the commit in the logs where the tree has no .git.
+#            (less 10 s for the summary); a step with under 30 s left is skipped. The summary's
+#            last line lists the steps cut off or skipped, as the STEPS of a second command.
+# Set up: OpenMPI and PCRE2 from .debs/ when it exists (scripts/offline_debs.sh); the binaries
+# from .prebuilt/ when it holds this tree's for this GPU (dev/gpu_prebuild.sh); else the CUDA code
+# is built for this GPU's architecture only, one job a core. LLMC_COMMIT names the commit in the
+# logs where the tree has no .git.
 # Logs: dev/gpu_results/<date>-<GPU>-<commit>.log (gpucheck), ...-train.log and ...-bench.md, plus
-# <...>-session.txt with what ran and how long each step took: four files. Exit status: 0 when
-# every step ran and passed. Tested without a GPU by test/test_gpu_session.sh (stand-ins).
+# <...>-session.txt with what ran and how long each step took. Exit status: 0 when every step ran
+# and passed. More: docs/verification.md ("On a machine held for minutes"). Tested without a GPU
+# by test/test_gpu_session.sh (stand-ins).
 set -u
 cd "$(dirname "$0")/.."
 steps=${1:?usage: dev/gpu_session.sh build,check[:PARTS],train,bench[:PARTS]|all|core [OUTDIR]}

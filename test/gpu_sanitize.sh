@@ -1,26 +1,21 @@
 #!/usr/bin/env bash
 # gpu_sanitize — NVIDIA's compute-sanitizer over the CUDA backend on a real GPU (`make gpucheck`,
 # part "sanitize"): what neither the comparisons against the CPU nor the emulator can see.
-#   memcheck   out-of-bounds and misaligned accesses to global, shared and local memory, and
-#              the hardware's own exceptions. The emulator only catches accesses past a buffer's
-#              end (a guard page); a read just before its start, or into a neighbouring buffer,
-#              is caught here.
-#   racecheck  shared-memory hazards: two threads touching the same shared word with no barrier
-#              between them. On the emulator a race shows only if one of its two schedules
-#              changes a result; here every hazard of the run is reported.
+#   memcheck   out-of-bounds and misaligned accesses, and the hardware's own exceptions (the
+#              emulator catches only accesses past a buffer's end, by a guard page)
+#   racecheck  shared-memory hazards: every one of the run, where the emulator sees a race only
+#              if one of its two schedules changes a result
 #   synccheck  barriers used wrongly: __syncthreads in divergent code, a warp collective whose
-#              mask names lanes that do not take part.
+#              mask names lanes that do not take part
 #   initcheck  reads of global memory that nothing wrote (a gradient buffer never zeroed, a
-#              padded row read by a 16-byte load).
+#              padded row read by a 16-byte load)
 # Each tool runs over two programs: build/gpucheck_ops (every kernel at odd shapes, both dtypes)
-# and a 4-step bf16 training of d2 with 2 micro-steps per step, validation, sampling and a
-# checkpoint (the whole step on the GPU: the encoder backward's staged indices, the classifier,
-# the gradient norm, AdamW writing the bf16 copy, evaluate and generate).
+# and a 4-step bf16 training of d2 with 2 micro-steps a step, validation, sampling and a
+# checkpoint (the whole step on the GPU).
 # A verdict is "ok" only when the sanitizer ran (its "ERROR SUMMARY: 0 errors" line is there),
 # found nothing and the program itself succeeded. Where the sanitizer says "Device not supported"
 # (a GPU it cannot instrument, such as one passed through gVisor) the part is skipped with that
 # line, as where there is no sanitizer at all.
-#
 # usage: test/gpu_sanitize.sh OPS_BINARY TRAIN_GPT
 #   SANITIZER       the sanitizer's command [compute-sanitizer]
 #   SANITIZE_TOOLS  which tools [memcheck racecheck synccheck initcheck]

@@ -3,49 +3,18 @@ gpucheck_ops — every CUDA op against its CPU reference op, on fresh random inp
 shapes (odd sizes included). On a GPU `make gpucheck` runs it (nvcc build); `make test` runs
 the same file compiled by g++ against the CPU SIMT emulator (test/simt.h): build/simcheck_ops.
 
-Each output buffer the op writes is poisoned with NaN on the GPU first, so an element the
-kernel forgets to write fails; outputs the op accumulates into (+=) start from the same random
-values on both sides, so the accumulation is checked too.
-Every op runs in three dtypes: fp32 (GPU fp32 against the CPU fp32 op), bf16 and fp16 (GPU
-16-bit kernels against the CPU's 16-bit op, which is the fp32 op with each output rounded once,
-common.h: F32View; the inputs are the same 16-bit values on both sides).
-Error: max |gpu − cpu| / max(max |cpu|, 1e-6) per output, against a bound per op:
-  fp32 (round-off of a different summation order / exp implementation):
-    elementwise (encoder, residual, GELU, SwiGLU, RoPE,   1e-6 … 1e-5
-    AdamW)
-    reductions over C or K ≤ 4096 (layernorm, RMSNorm,    1e-5
-    matmul)
-    softmax over V or T (classifier, attention)           1e-4
-  bf16: 1e-2 for every output stored in bf16 — both sides round each output once to 8
-    significant bits (half an ulp is at most 2^-8 relative), and a different fp32 summation
-    order on the GPU can move a value across a rounding boundary: one bf16 ulp, 2^-8 to 2^-7
-    (7.8e-3) of the value, under 1e-2 of the output's scale (the H100 showed 7.2e-3 for a dW).
-    Only one rounding fits: an output rounded twice on a path whose first rounding can flip
-    (a product rounded, then multiplied by the GELU's derivative and rounded again) can be two
-    ulps off, 1.1% on the H100; so each output is rounded once (matmul.cuh keeps such a product
-    in fp32); fp32 outputs (mean, rstd, lse, losses, the AdamW master,
-    m, v, the norm) keep their fp32 bounds ×10 (their inputs were read from bf16 on both sides,
-    but the GPU rounds its bf16 intermediates in a different order).
-  fp16: 2.5e-3 for every output stored in fp16 — the bf16 bound's reasoning at 11 significant
-    bits: one fp16 ulp is 2^-10 ≈ 1e-3 of the value (and the flash kernels' P, rounded to 16
-    bits before P·V, errs 8× less than in bf16); fp32 outputs as for bf16.
-  exact (bound 0): LayerNorm's backward in one kernel and in two, its forward fused with the
-    residual add and apart; the classifier with its row staged in shared memory and not; flash
-    attention's variants (fragments by ldmatrix or per-lane
-    loads, tiles staged by cp.async or through registers, 16 or 32 rows per warp) load the
-    same values and run the same mma sequence: bit-identical outputs.
-The device's bf16 and fp16 conversions against the host's, bit for bit (check_half_conversion).
-FP8 (--precision fp8): the quantize and dequantize kernels bit for bit (bound 0), fp8_encode
-against the GPU's own cvt instruction (sm_89+; nvcc builds), and the FP8 products against the
-CPU's emulation of them (1e-2: the same codes on both sides, bf16 outputs), on cuBLASLt's FP8
-kernels (a line says whether any product fell back) and through the dequantized fallback.
-The wgmma products alone (one warpgroup: A·Mᵀ with A in registers and in shared memory, P·V
-with V transposed by the descriptor) against a host product, exact (bound 0: inputs in halves,
-every sum exact in fp32); then the wgmma flash attention (compute capability 9.0 and the
-emulator; "# skip" lines elsewhere) is checked against the CPU like the other attention
-kernels, with one and two warpgroups a block, and bit-identical (bound 0) with its products
-overlapped (the software pipeline) and each waited for at once, and with one and two warpgroups;
-a "#" line says, for the log, whether it gives the mma.sync kernels' bits.
+Each output the op writes is poisoned with NaN first; outputs it accumulates into start from the
+same random values on both sides. Every op runs in fp32, bf16 and fp16 (the CPU's 16-bit op is
+the fp32 op with each output rounded once). The error is max |gpu − cpu| / max(max |cpu|, 1e-6)
+an output, against a bound an op:
+  fp32: 1e-6 … 1e-5 elementwise, 1e-5 for reductions over C or K, 1e-4 for softmaxes;
+  bf16: 1e-2 for outputs stored in bf16 (one ulp after one rounding on each side), fp32 outputs
+        their fp32 bound × 10; fp16: 2.5e-3 (the same reasoning at 11 significant bits);
+  exact (bound 0): variants that load the same values and run the same products (LayerNorm's,
+        the classifier's, flash attention's), the half conversions, FP8's quantize kernels.
+FP8's products are held to the CPU's emulation of them (1e-2); the wgmma products alone to a
+host product, exactly; the wgmma flash attention to the CPU, and bit for bit across its layouts.
+Why each bound is what it is: docs/verification.md ("The bounds").
 Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wgmma checks,
 `gpucheck_ops wgmma` only those; ops' groups one at a time: fp32, bf16, fp16 (every op in that
 dtype), flash (the half conversions and the flash variants), fp8. test/gpucheck.sh runs each

@@ -1,62 +1,19 @@
 #!/usr/bin/env bash
-# run_tests — the whole CPU suite (`make test`; TEST_QUICK=1: the quick tier, `make test-quick`). Each part prints "ok - …" / "not ok - …" lines;
-# this script runs them (two at a time: TEST_JOBS, below), reports them in order, counts, and ends
-# with the summary line "N passed, N failed".
+# run_tests — the whole CPU suite (`make test`; TEST_QUICK=1: the quick tier, `make test-quick`).
+# Each part prints "ok - …" / "not ok - …" lines; this script runs them (two at a time:
+# TEST_JOBS), reports them in order, counts, and ends with the summary line "N passed, N failed".
 # A part that dies without reporting counts as a failure. Exit status: 0 only if all passed.
-#   test_ops            every op's backward vs finite differences; model gradient; AdamW; data order
-#   test_cli            bad input → one clear line; --help; model file round trips; checkpoint layout
-#   test_train          resume bit-exactness, determinism, gradient accumulation, learning
-#   test_tokenizer      C++ BPE vs the reference GPT-2 BPE and tiktoken (Llama 3's kind), round trips
-#   test_vs_pytorch     the trainer vs an independent PyTorch GPT-2 (losses within 1e-4)
-#   test_llama_convert  Llama 3 checkpoints (Meta's and Hugging Face's layouts) converted
-#                       (dev/data/llama3_to_model.py) and run against forwards written as each computes
-#   test_hf_export      model files as Hugging Face folders (dev/data/model_to_hf.py): GPT2LMHeadModel's
-#                       and LlamaForCausalLM's names, their forwards against train_gpt, and back
-#   test_comm           every collective under mpirun (4 and 3 ranks), byte counters, the mesh
-#   test_dp             DDP and ZeRO-1/2/3 on 2 and 4 CPU ranks against one process; memory and
-#                       bytes against the formulas; resume and resharding
-#   test_tp             tensor parallelism: tp=2 and dp=2 x tp=2 (ZeRO 0-3) against one process;
-#                       memory and bytes against the formulas; recompute, resume, bf16
-#   test_pp             pipeline parallelism: pp=2 gpipe and 1f1b, pp=3, dp=2 x pp=2, tp=2 x pp=2,
-#                       interleaved (vpp=2) against one process; memory, slots and bytes against
-#                       the formulas
-#   test_cp             context parallelism (ring attention): cp=2 and 4, contiguous and zigzag,
-#                       with dp, tp+sp, pp, against one process; memory and bytes; evaluation, resume
-#   plot                dev/plot.py: the PNG of make train's log and a second run; bad logs
-#   test_form           core file headers within 25 lines naming their tests; docs/ links exist
-#   test_fuzz           320 damaged files (token shards, model files, checkpoints, HellaSwag): exit 0, 1
-#                       or 2, one line naming the file, never training on a damaged checkpoint
-#   test_gpu_sanitize   make gpucheck's compute-sanitizer part: its verdicts with a stand-in
-#                       sanitizer, and its training command line on the emulated GPU
-#   test_simt           the CPU SIMT emulator (test/simt.h) on its own: mma layout, shuffles,
-#                       races, deadlocks, out-of-bounds accesses
-#   simcheck_ops        every CUDA kernel run by that emulator against its CPU op (gpucheck_ops
-#                       compiled with g++), in both schedules (the second with the emulated
-#                       cuBLASLt refusing its first algorithm each time)
-#   test_ptxas          (with nvcc) the Hopper wgmma kernels compile for sm_90a without register
-#                       spills and without ptxas serializing their wgmma (its -v report); the
-#                       mma.sync backward passes at head size 64 within their registers cap; the
-#                       trainer's sm_80 PTX compiles for Blackwell (sm_100, sm_120)
-#   dev/cuda            the kernel playgrounds on the emulator at small shapes: every version of
-#                       each op within its bound of the CPU op
-#   dev/bench           make bench's PyTorch baselines on tiny CPU shapes (the script runs)
-#   test_bench_train    make bench's training table against a stand-in trainer: every command
-#                       line it gives is one the real trainer accepts, its options reach it
-#   test_gpu_session    dev/gpu_session.sh against stand-ins (nvidia-smi, nvcc, make): its steps
-#                       and parts, logs copied out while a step runs, its time budget
-#   test_gpu_speed      dev/gpu_speed.sh against stand-ins: what its wgmma check's failures leave
-#                       out of the timings (versions, the layout autos)
-#   test_offline_debs   scripts/offline_debs.sh: OpenMPI and PCRE2 as .debs, unpacked under a
-#                       prefix: mpicxx and mpirun work, and every MPI and PMIx plugin loaded is the
-#                       prefix's (skipped where apt-get cannot download)
-#   emulated GPU        build/train_gpt_simt (the trainer on the emulator) with --device cuda:
-#                       test_gpu_train (vs the CPU run), test_train, test_vs_pytorch — the GPU
-#                       suite's training checks, on the CUDA code path, without a GPU; and
-#                       test_dp at dp=2 (DP_QUICK: the parts that depend on the backend) and
-#                       test_tp's equivalence part with --comm nccl (NCCL emulated over MPI,
-#                       test/simt_nccl.h): the NCCL path of comm.h, never run on one GPU; and
-#                       test_pp's (the stages' sends and receives over NCCL: pp = 2, 3, interleaved),
-#                       and test_cp's (the ring's CUDA block kernels, its sends over NCCL)
+# The parts, by kind (what each proves: docs/verification.md, a section a part):
+#   the ops and the command line: test_ops, test_cli, test_fuzz, test_form, plot
+#   training: test_train, test_vs_pytorch, test_tokenizer, test_llama_convert, test_hf_export
+#   parallelism on CPU ranks: test_comm, test_dp, test_tp, test_pp, test_cp
+#   the CUDA code without a GPU: test_simt (the emulator itself), simcheck_ops (every CUDA
+#     kernel on the emulator against its CPU op, in both schedules), test_ptxas (with nvcc:
+#     sm_90a registers and wgmma), dev/cuda (the playgrounds at small shapes), and "emulated
+#     GPU": build/train_gpt_simt with --device cuda through test_gpu_train, test_train,
+#     test_vs_pytorch, and test_dp, test_tp, test_pp, test_cp with NCCL emulated over MPI
+#   the GPU tooling against stand-ins: dev/bench, test_bench_train, test_gpu_session,
+#     test_gpu_speed, test_gpu_sanitize, test_offline_debs
 # With an nvcc build, ./train_gpt is that build and build/train_gpt_cpu the g++ one: the
 # trainer tests run on both (the g++ build's test_dp and test_train quick: the Llama runs and the
 # dp = 4 matrix once, on ./train_gpt; the emulated GPU runs Llama in fp32 alone, GPU_TRAIN_QUICK).

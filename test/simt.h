@@ -4,114 +4,24 @@ machine without a GPU: a SIMT emulator, the CUDA runtime calls the backend makes
 matmul. It is a test tool, not a backend: slow (every CUDA thread is a fiber), exact in what it
 checks, silent about speed.
 
-How it is used. `make test` builds build/simcheck_ops: test/gpucheck_ops.cu (every CUDA op
-against its CPU op) compiled by g++ with this header forced in first (-include) and -DLLMC_SIMT;
-and build/train_gpt_simt, the trainer built the same way, whose `--device cuda` runs whole
-trainings on the emulated GPU (test/gpucheck.sh's GPU-vs-CPU checks run on it in make test).
-common.h then defines LLMC_CUDA, which compiles the CUDA backend's code (kernels, launches,
-Ctx's stream) exactly as nvcc would, except that
-  - kernel launches `k<<<grid, block, smem, stream>>>(args);` are rewritten by the Makefile (one
-    perl substitution, line numbers kept) into simt::launch("k", {grid, block, smem, stream},
-    [&] { k(args); }, args); — each pointer among the trailing args must be device memory
-    (a host pointer is an illegal access on a GPU, but readable here, so the launch refuses it);
-  - the inline-PTX instructions of flash_attention(_hopper).cuh and common.h call their
-    emulations: mma.sync calls simt::mma_m16n8k16, ldmatrix simt::ldmatrix, cp.async simt::cp_async16 and
-    simt::cp_async_wait_all, wgmma simt::wgmma_m64k16(_ss), simt::wgmma_commit and
-    simt::wgmma_wait; DYNAMIC_SHARED simt::dynamic_shared.
+Use: gpucheck_ops.cu and train_gpt.cu compiled by g++ with this header forced in first
+(-include) and -DLLMC_SIMT (build/simcheck_ops, build/train_gpt_simt). The Makefile rewrites each
+kernel launch into simt::launch; the inline PTX calls its emulation here (mma_m16n8k16, ldmatrix,
+cp_async16, mbarriers, TMA, wgmma_m64k16).
 
-The model of a GPU:
-  - A launch runs its blocks one after another on each OpenMP thread (blocks are independent).
-    A block's threads are fibers (their own stacks, switched by a few instructions on x86-64)
-    that run one at a time until they reach a barrier.
-  - __syncthreads() releases when every live thread of the block has arrived; a warp collective
-    (__shfl_*_sync, mma, ldmatrix) when every lane of the warp has. Threads waiting at different barriers
-    with nothing left to run is a deadlock on a GPU too: it is reported, with the kernel's name.
-    So is a warp collective that some lanes of its warp have exited before.
-  - Scheduling: one warp at a time runs as far as it can (to the next __syncthreads), its lanes
-    in thread order between warp collectives; the warps in order, or all of it in reverse order
-    with SIMT_ORDER=reverse. Warpgroups waiting for their wgmma products go on one at a time,
-    in the same order. Both are legal GPU schedules with the most skew between threads, so
-    a kernel that reads what another thread writes without a barrier between them (within a
-    warp or across warps) gives a different result in one of them; `make test` runs both.
-  - __shared__ variables are per block (static thread_local: one block at a time per OS thread).
-  - Dynamic shared memory (the launch's third <<<>>> argument, DYNAMIC_SHARED in common.h) is a
-    buffer of that many bytes per block, filled with 0xff (NaN) at each block's start, so a read
-    of bytes the block never wrote shows. As on a GPU, a launch asking for more than 48 KB fails
-    unless the kernel opted in (SHARED_OPT_IN, cudaFuncSetAttribute) to at least that much, and
-    no block gets more than an H100's 227 KB.
-  - cudaMalloc places each buffer so that its end (rounded to 256 bytes, cudaMalloc's alignment)
-    touches an inaccessible page: a kernel reading or writing past a buffer crashes, and the
-    SIGSEGV handler names the kernel, block and thread.
-  - The emulated GPU holds SIMT_GPU_MEMORY bytes (default 80 GiB): cudaMalloc past it fails,
-    and cudaMemGetInfo reports what is left, as on a GPU.
-  - SIMT_DRIVER_VERSION, SIMT_COMPUTE_CAPABILITY and SIMT_NO_KERNEL_IMAGE make it a GPU that the
-    build cannot use (a driver too old, an architecture too old, no code for it), for the tests
-    of common.h's cuda_unusable_reason.
-  - Page-locked host memory (cudaMallocHost) used by a cudaMemcpyAsync is protected until the
-    host waits for that copy (an event recorded after it, a stream or device sync): read-only
-    after an upload, inaccessible after a download. The copy itself is done at once, as every
-    call is, so a host that touches the buffer before its wait (on a GPU: reads a result that
-    has not arrived, or overwrites bytes not yet sent) faults, and the handler says so.
-  - mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32: D = A·B + C over the whole warp, with the
-    fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point
-    type"; g = lane/4, t = lane%4, element i of a register pair holds the low half first):
-      A 16×16: reg r holds row g + 8·(r%2), columns 2t + 8·(r/2) + {0, 1}
-      B 16×8:  reg r holds rows (k) 2t + 8·r + {0, 1}, column (n) g
-      C, D 16×8 fp32: c[e] is row g + 8·(e/2), column 2t + e%2
-    Products of bf16 are exact in fp32; the sum runs in fp32 in k order (the tensor core's
-    internal order differs: last-bit differences, within every bound of gpucheck_ops).
-  - ldmatrix.m8n8.x{1,2,4}{.trans}.b16: the PTX ISA's "Warp-level matrix load" (see ldmatrix
-    below); a row address that is not 16-byte aligned, or in global memory, is reported. Its
-    store, stmatrix (sm_90), the same way.
-  - cp.async (16 bytes, global → shared) lands only at the thread's cp.async.wait_all, or at a
-    wait_group that completes its committed group, the latest a GPU may land it: a tile read
-    without that wait holds its old contents.
-  - mbarrier.init, .arrive, .try_wait.parity (in a loop) and cp.async.mbarrier.arrive.noinc:
-    a thread waiting for a phase that has not completed sleeps until its last arrival (mbar_wait
-    below); the copies of an arrive.noinc land at that instruction. arrive.expect_tx adds bytes
-    that the phase also waits for.
-  - TMA: cp.async.bulk.tensor with an emulated tensor map (tensor_map_encode; 1-3 dimensions,
-    zeros outside, the 128-byte swizzle), completing its bytes on an mbarrier. It lands when no
-    thread of the block can go on, the latest a GPU may land it; one still in flight at the
-    block's end is reported.
-  - bar.sync and bar.arrive with a barrier id and a thread count (named barriers, bar_named):
-    a phase completes at its count's arrival; a block that ends with one half full is reported.
-  - wgmma.mma_async.m64nNk16.f32.bf16.bf16 (sm_90a; A in registers or through a shared-memory
-    descriptor, B through one; no swizzle or the 128-byte one): a warpgroup (128 threads) collective,
-    computed when all 128 reach a wgmma.wait_group, for the groups that wait completes; shared
-    memory is read then, and D written then (see "wgmma" below); its 16 terms are added in mma's
-    order, or the other way (SIMT_WGMMA_REVERSE=1: a GPU whose two instructions round otherwise).
-    The device reports compute capability 9.0.
-  - cuBLASLt: cublasLtMatmul computes D = α·op(A)·op(B) + β·C (column-major, fp32 accumulate,
-    bf16 outputs rounded once) with the epilogues the backend uses: BIAS, GELU_AUX(_BIAS) (aux =
-    the GELU's input, D = its tanh-approximation GELU), DGELU (D = x·gelu′(aux)) and BGRADB (the
-    bias vector, of the type BIAS_DATA_TYPE names, gets the column sums of op(B)), and FP8
-    operands (E4M3/E5M2 codes, decoded exactly, the A and B scale pointers multiplying the fp32
-    sum, with Hopper's rules enforced: the TN form only, no E5M2 × E5M2, leading dimensions that
-    are multiples of 16, no epilogue but the bias; FAST_ACCUM is accepted, and the sums stay
-    fp32). It checks
-    first that every matrix layout agrees with m, n, k and the transposes, and that each pointer
-    has the alignment promised to the heuristic. The heuristic offers two algorithms (the same
-    arithmetic; SIMT_LT_ALGOS=N offers N, and with SIMT_LT_ALGO_REVERSE=1 every second one sums
-    along k in reverse, other bits for --matmul-tune to refuse); with SIMT_LT_NO_EPILOGUES=1 it finds none for a product with an epilogue, with
-    SIMT_LT_REFUSE=N cublasLtMatmul refuses the first N (NOT_SUPPORTED), with SIMT_LT_REFUSE_FP8=1
-    every FP8 product, and BGRADB's fp32 sums beside a 16-bit D are INVALID_VALUE (cuBLASLt 13.1
-    on an H100 answered so).
-  - Streams are distinct, and the device bytes a copy, memset or NCCL collective queued on one
-    stream uses (and the matrices a cuBLASLt matmul reads) are protected from the other streams'
-    work until one of them waits for it (an event recorded after it, or a host sync): a kernel,
-    copy or collective on another stream that touches them faults, and the handler names it and
-    both streams. While two streams exist, the pages each kernel and matmul writes are learnt
-    (device memory is read-only during the launch; the first write to a page faults and is
-    noted), and a copy or collective of another stream that uses such a page before waiting for
-    its writer is reported. Which bytes a hand-written kernel reads is not learnt.
-Not modelled: timing, occupancy, memory coalescing, bank conflicts, register limits, the
-interleaving of streams (every call completes before it returns, but for test/simt_nccl.h's
-sends outside a group, which stay in flight until a wait covers them: g_settle; the checks above stand in),
-atomics other than atomicMax and atomicAdd on 32-bit words (the only ones the kernels use).
+The model, in short: a block's threads are fibers that run one warp at a time to the next
+barrier, in thread order or reversed (SIMT_ORDER=reverse), the two legal schedules with the most
+skew, so a missing barrier changes a result in one of them. Asynchronous copies and wgmma
+products land at the latest moment a GPU may land them. Deadlocks, reads past a buffer, host
+pointers in kernels and streams that touch each other's bytes without a wait are reported with
+the kernel's name. Not modelled: timing, occupancy, coalescing, bank conflicts, register limits.
+
+Main parts: launch (blocks, fibers, barriers), the instruction emulations, cudaMalloc with guard
+pages, pinned-memory and stream protection, cuBLASLt (cublasLtMatmul with the backend's
+epilogues and FP8).
 
 Test: make test (run_tests.sh: "simcheck_ops", both orders); the emulator's own checks in
-test/test_simt.cpp.
+test/test_simt.cpp. More: docs/emulator.md.
 */
 #pragma once
 #ifndef LLMC_SIMT

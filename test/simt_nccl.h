@@ -1,31 +1,22 @@
 /*
 simt_nccl.h — NCCL emulated over MPI, for the trainer on the CPU SIMT emulator (test/simt.h).
 
-Why. NCCL puts one rank on each GPU, so the NCCL path of llmc/comm.h (the communicators, the
-padded reduce-scatter and all-gather, DDP's all-reduce and ZeRO-3's prefetch on the
-communication stream, the events between the streams) can only run where there are several
-GPUs. Under the emulator every rank's "GPU memory" is its own host memory, so each NCCL call
-can be carried out by MPI on the same pointers. build/train_gpt_simt is built with this header
-(and -DLLMC_NCCL), so `--device cuda --comm nccl` under mpirun runs that path in make test
-(test_dp, COMM=nccl).
+NCCL puts one rank on each GPU, so the NCCL path of llmc/comm.h (communicators, the padded
+reduce-scatter and all-gather, DDP's all-reduce, ZeRO-3's prefetch on the communication stream,
+the events between the streams) can only run where there are several GPUs. Under the emulator
+every rank's "GPU memory" is its own host memory, so MPI carries out each NCCL call on the same
+pointers. build/train_gpt_simt is built with this header (and -DLLMC_NCCL), so `--device cuda
+--comm nccl` under mpirun runs that path in make test.
 
-What it models: the data each call moves, and the contract NCCL's documentation gives for it —
-buffers in device memory; send and receive buffers either identical (in place; for all-gather,
-the send buffer at the rank's slot of the receive buffer) or disjoint; every rank of a
-communicator calling the same collective with the same count and type (checked: a mismatch
-hangs or corrupts real NCCL, here it is reported); send/recv between ncclGroupStart/End, or a
-send alone that stays in flight on its stream (below: pipeline.h's, whose sends do not wait). A
-reduction adds the ranks' values in rank order in fp32 and rounds once (bf16): identical bits
-on every rank, like NCCL, though not NCCL's own rounding order. Streams are synchronous (simt.h),
-so the overlap itself is not timed; but each collective's bytes stay closed to the other streams
-until one of them waits for it (simt.h, "streams"), so compute that reads a collective's result
-without cudaStreamWaitEvent (a missing comm_wait or comm_join) is reported; and a collective
-that uses what the compute stream's kernels or matmuls wrote (or overwrites what its matmuls
-read) before waiting for them (a missing nccl_stream_waits_compute) is reported too (simt.h,
-"kernels' writes").
+It models the data each call moves and NCCL's documented contract: device buffers, in-place or
+disjoint buffers, every rank calling the same collective with the same count and type (a
+mismatch is reported), sends and receives in a group or a send left in flight. A reduction adds
+the ranks' values in rank order in fp32 and rounds once. Each collective's bytes stay closed to
+the other streams until one waits for it (simt.h), so a missing comm_wait, comm_join or
+nccl_stream_waits_compute is reported.
 
 Test: test/test_dp.sh, test_tp.sh, test_pp.sh and test_cp.sh with DEVICE=cuda COMM=nccl on
-build/train_gpt_simt (run_tests.sh).
+build/train_gpt_simt (run_tests.sh). More: docs/emulator.md.
 */
 #pragma once
 #include <mpi.h>

@@ -2,26 +2,10 @@
 # test_cp — context parallelism (llmc/context_parallel.h) on CPU ranks under mpirun, against one
 # process with the same global batch (GPT d2: 2 blocks, C = 128, 2 heads; the shipped Bible folded
 # to 250 tokens, test/small_vocab.py, so that the blocks make the runs' cost; the evaluation and
-# sampling part in GPT-2's vocabulary, the tokenizer's):
-#   equivalence:  cp = 2 contiguous and zigzag, cp = 4 zigzag, dp = 2 × cp = 2 with ZeRO 1 and 3,
-#                 tp = 2 × cp = 2 with --sp 1, pp = 2 × cp = 2 (and interleaved, d4: 2 chunks a
-#                 stage), a Llama (llama:d4: RoPE at global positions, grouped-query
-#                 attention) at cp = 2 zigzag and pp = 2 × cp = 2: per-step losses within 1e-5 and
-#                 every tensor changed alike (compare_models.py --updates, 1e-4: the attention's
-#                 softmax is merged from blocks and the gradients summed over cp in another order)
-#   memory:       a cp rank's activations are one process's at T/cp plus the ring's buffers
-#                 (2·N·2C·s + N·3C·4 + 3·N·2C·4 + N·NH·4 + T/cp·C·s bytes, N = B·T/cp), to the byte
-#   volume:       the ring sends L·m·(c−1)·N·2C·(2s + 4) bytes a step (forward k, v; backward
-#                 k, v and fp32 dk, dv); --recompute full adds the forward's again
-#   recompute:    --recompute full is the same run bit for bit
-#   evaluation:   --val-tokens: one process's loss (1e-5); --steps 0 (cp = 2 both layouts, and
-#                 pp = 2 × cp = 2): HellaSwag's answers, its loss and the validation loss (1e-5)
-#                 and a sample (its prompts padded to what the cp ranks split) one process's;
-#                 --profile rows for the ring's sends
-#   bf16:         cp = 2 zigzag within 2e-2 of one bf16 process; fp8 with delayed scaling the same
-#   resume:       dp = 2 × cp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; the same
-#                 checkpoint resumed with cp = 1 (dp = 2) goes on within 1e-5
-#   errors:       --seq-len that cp (zigzag: 2·cp) does not divide; a world cp does not divide
+# sampling part in GPT-2's vocabulary). Parts: equivalence (cp = 2 contiguous and zigzag, cp = 4,
+# with dp, tp + sp, pp, a Llama: losses 1e-5, every tensor's change 1e-4), memory and the ring's
+# bytes against the formulas to the byte, recompute bit for bit, evaluation and samples, bf16 and
+# fp8, resume, bad layouts. What each checks: docs/verification.md ("test/test_cp.sh").
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [CP_QUICK=1] test/test_cp.sh [TRAIN_GPT]
 # CP_QUICK=1 runs cp = 2 zigzag and dp = 2 × cp = 2 ZeRO-3 against one process, 3 steps, and the
 # bf16 cp = 2 zigzag part: what the suite runs on the CPU SIMT emulator (build/train_gpt_simt,

@@ -1,34 +1,10 @@
 #!/usr/bin/env bash
-# test_dp — data parallelism on CPU ranks under mpirun, against one process.
-#   equivalence:  dp = 2 and 4 × ZeRO 0, 1, 2, 3 × gradient accumulation 1 and 2: the per-step
-#                 losses and the final weights of one process with the same global batch; and
-#                 dp = 3 (no unit divides evenly) with ZeRO 1 and 3
-#   identity:     without accumulation, ZeRO 0-3 give bit-identical runs (same reductions)
-#   memory:       each rank's parameter / gradient / optimizer bytes match the ZeRO table (5%)
-#   volume:       DDP's bytes per step match the ring all-reduce 2(N−1)/N·sΨ; ZeRO-3 moves 1.5×
-#   overlap:      --overlap 0 (no overlap, no prefetch) gives the same run and bytes, every stage
-#   profile:      --profile gives communication rows of its own, at each stage's calls per step
-#   resume:       bit-exact in every stage; resharding dp=4 ZeRO-3 → dp=2 ZeRO-1 continues the run
-#   signal:       SIGTERM to one rank, or SIGUSR1 to mpirun: both ranks stop after the same step
-#                 with its checkpoint, and --resume ends bit for bit where the straight run did
-#   bf16:         the mixed-precision table (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N), half the bytes on
-#                 the wire, ZeRO 0-3 bit-identical, losses within 2e-2 of one bf16 process, resume
-#   fp16:         dp=2: the same table and bytes, ZeRO 0-3 bit-identical, losses within 2.5e-3 of
-#                 one fp16 process (the fp16 MPI sum, the loss scale)
-#   fp8 delayed:  dp=2's amax history after step 1 is one process's (the ranks' max), its losses
-#                 within 2e-2 of one process's; resume bit-exact
-#   host waits:   on the emulated GPU with NCCL, every stage waits for the whole GPU queue at
-#                 most once per optimizer step, whatever its units and micro-steps
-#   evaluation:   dp = 2 (ZeRO-3) and 3 (ZeRO-1) answer --hellaswag exactly as one process, and
-#                 give its --val-tokens validation loss bit for bit
-#   recompute:    dp = 2 ZeRO-3 with --recompute full is the run without it, bit for bit
-#   outliers:     dp = 2 with --skip-norm-z: ZeRO 0-3 skip the same steps, bit-identical runs
-#   memory plan:  (emulated GPU) --batch-size auto agrees on what fits the smallest GPU, and
-#                 where nothing fits one rank, all stop with one line; (CPU) a ZeRO-0 state too
-#                 large for the host is refused with the --zero 3 that fits, and that one starts
-#   llama:        llama:d4 at dp = 2 with ZeRO 1 and 3, and one with its own classifier at ZeRO-3, against
-#                 one process (losses, every tensor's change)
-#   layout:       a world size that tp·pp·cp does not divide fails with one clear line
+# test_dp — data parallelism on CPU ranks under mpirun, against one process. Parts: equivalence
+# (dp = 2, 3 and 4 × ZeRO 0-3 × accumulation 1 and 2: losses and final weights), the stages
+# bit-identical, memory and bytes against the ZeRO table and the ring formula, --overlap 0,
+# --profile rows, resume and resharding, signals, bf16, fp16, fp8 delayed, the host's waits,
+# evaluation, recompute, --skip-norm-z, the memory plan, a Llama, bad layouts.
+# What each checks: docs/verification.md ("test/test_dp.sh").
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [DP_SIZES="2 4"] [DP_QUICK=1] test/test_dp.sh [TRAIN_GPT]
 # Prints "ok"/"not ok" lines. With DEVICE=cuda the ranks share the GPU(s) and the collectives
 # are staged through host memory, or with COMM=nccl go through NCCL (one GPU per rank; on the
@@ -36,8 +12,8 @@
 # DP_SIZES: the dp sizes of the equivalence and bf16 matrices (resharding always uses dp=4).
 # DP_QUICK=1 leaves out what does not depend on the collectives' backend, which the CPU runs
 # cover: fp32 resume in stages 1-3 and bf16 resume in stage 1 (bf16 resume in stage 3 stays), the
-# signals, resharding, the Llama and the model state's plan; and its runs take 3 steps, not 5. The suite runs the NCCL path on the CPU SIMT emulator this way, where each run
-# takes seconds.
+# signals, resharding, the Llama and the model state's plan; and its runs take 3 steps, not 5.
+# The suite runs the NCCL path on the CPU SIMT emulator this way, where each run takes seconds.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_gpt}

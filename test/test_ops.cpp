@@ -2,25 +2,17 @@
 test_ops — every op's backward against finite differences of its forward, plus the small pieces
 (the whole model's gradient, AdamW, the global norm, bf16 and fp16 rounding (test_fp16), the
 model in fp16 with and without loss scaling and the loss scale's rules, FP8's formats, scaling and
-products (test_fp8), LR schedules, the outlier window's z-score, MFU's FLOPs a token and the peak a GPU's name gives, data order, the host
-memory a memory cgroup allows).
+products (test_fp8), LR schedules, the outlier window's z-score, MFU's FLOPs a token and the peak
+a GPU's name gives, data order, the host memory a memory cgroup allows).
 
 Finite differences. For an op y = f(x) and a fixed random R, the scalar L(x) = Σ y·R has
-∂L/∂x = the op's backward with dout = R. We check sampled elements of ∂L/∂x against
-    (L(x + h) − L(x − h)) / 2h,     L summed in double,  h = 1e-2.
-Tolerance: |analytic − numeric| ≤ 1e-2·|numeric| + 1e-3·max(1, max|numeric|)·... is *not* what
-we use; we bound the two error sources separately:
-  truncation  O(h²·|f'''|): with h = 1e-2 and O(1) inputs, ≲ 1e-3 relative   → rtol = 1e-2
-  round-off   every fp32 output carries ≤ 2^-24 relative error, so L carries ≤ 2^-24·Σ|y·R|·k
-              (k = a few ulps per output for the reductions inside the op), divided by 2h
-                                                                              → atol = 16·2^-24·Σ|y·R| / 2h
-bf16 (test_bf16_ops). On the CPU an op in bf16 is its fp32 op with each output rounded once to
-bf16 (common.h: F32View). So on inputs that are exactly bf16, every bf16 output must be within
-half a bf16 ulp of the fp32 op's output: |got − ref| ≤ 2^-8·|ref| (8 significant bits; the
-bound is exact, not a tolerance), and the fp32 side outputs (LayerNorm mean/rstd, attention
-lse, losses, norms, the AdamW master) must be the fp32 op's (to 2 ulps: FMA contraction). An op that rounded
-inside its reductions, or twice, fails this. test/gpucheck_ops.cu holds the CUDA bf16 kernels
-to these CPU ops.
+∂L/∂x = the op's backward with dout = R. Sampled elements of ∂L/∂x are checked against
+(L(x + h) − L(x − h)) / 2h, L summed in double, h = 1e-2, with the truncation error (rtol 1e-2)
+and the fp32 round-off of L (atol 16·2^-24·Σ|y·R| / 2h) bounded apart.
+bf16 (test_bf16_ops): an op in bf16 is its fp32 op with each output rounded once (common.h:
+F32View), so on bf16 inputs every bf16 output is within half a bf16 ulp of the fp32 op's, an
+exact bound; test/gpucheck_ops.cu holds the CUDA bf16 kernels to these CPU ops.
+The derivations: docs/verification.md ("The bounds").
 
 Each test prints "ok"/"not ok" lines; test/run_tests.sh counts them.
 */

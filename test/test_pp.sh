@@ -2,50 +2,11 @@
 # test_pp — pipeline parallelism (llmc/pipeline.h) on CPU ranks under mpirun, against one process
 # with the same global batch (GPT d2: 2 blocks, C = 128; d3 for uneven stages; d4-d6 for the
 # interleaved schedule; the shipped Bible folded to 250 tokens, test/small_vocab.py, so that the
-# blocks, not a 50257-wide classifier, make the runs' cost; the evaluation part on GPT-2's):
-#   equivalence:  pp = 2 with gpipe and 1f1b, m = 4 micro-batches a step: per-step losses within
-#                 1e-5, every tensor changed alike (compare_models.py --updates: the model file the
-#                 stages write together against one process's); d3 over pp = 2 (blocks 2 + 1) and
-#                 pp = 3 (gpipe); dp = 2 × pp = 2 with ZeRO 0-3; tp = 2 × pp = 2 with --sp 1;
-#                 dp = 2 × tp = 2 × pp = 2 (8 ranks, ZeRO-1);
-#                 interleaved with --vpp 2: d4 over pp = 2 (also dp = 2 with ZeRO 1 and 3, and
-#                 tp = 2 --sp 1), d6 over pp = 3, d5 over pp = 2 (uneven chunks); a Llama
-#                 (llama:d4) over tp = 2 --sp 1 × pp = 2 interleaved, and one with its own
-#                 classifier (lm_head) over pp = 2
-#   bits:         each stage runs the same ops on the same inputs as the one process, so step 1's
-#                 loss is the one process's bit for bit; the gradients differ only in wte's, whose
-#                 two parts (classifier, embedding) the first and last stage sum at the end instead
-#                 of micro-batch by micro-batch, so later steps may differ in the last bits
-#   memory:       each stage holds its blocks (stage 0 also the embeddings, the last lnf and a copy
-#                 of the embeddings), to the byte; its activation slots are the schedule's (gpipe m,
-#                 1f1b pp − s; interleaved per chunk) and its activation bytes proportional to them
-#   volume:       a stage sends m·B·T·C·s bytes a step (its outputs forward, or its input's
-#                 gradients backward; interleaved stage 0 (2v − 1)·m·B·T·C·s), and the tied
-#                 embeddings' gradient sum (Vp + maxT)·C·s
-#   send buffers: each stage keeps at most its cap of copies for its sends a way (pipeline.h's
-#                 pp_send_buffers), and its memory line plans them; on the emulated GPU rank 0's
-#                 peak GPU memory is its state + activations + send copies, within 1%; with one
-#                 copy a way (LLMC_PP_SEND_COPIES=1: each send waits for the one before) the
-#                 interleaved run is the same bit for bit
-#   recompute:    --recompute full is the same run bit for bit (1f1b, interleaved)
-#   evaluation:   --val-tokens through the pipeline: one process's validation loss; with --steps 0
-#                 (pp = 2, tp = 2 × pp = 2, interleaved) --hellaswag, --val-tokens and a sample bit
-#                 for bit
-#   bf16:         within 2e-2 of one bf16 process
-#   resume:       dp = 2 × pp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; with
-#                 --pp 1 the run goes on as the straight one (losses 1e-5, every tensor's change
-#                 1e-4); interleaved: 2 + 2 = 4 bit for bit, and resumed as pp = 4 1f1b and as
-#                 tp = 2 without a pipeline alike; in fp8 with delayed scaling (an amax history per
-#                 stage), within 2e-2 of one process, bit for bit resumed, and resumed in one
-#                 process with a new history (said) within 2e-2
-#   errors:       --pp above the layers, interleaved without --vpp or m not a multiple of pp,
-#                 --vpp without interleaved, pp·vpp above the layers, --batch-size auto with
-#                 interleaved and a step not a multiple of pp sequences: one line each, exit 2
-#   auto:         --batch-size auto with --pp takes the largest batch size that splits the step
-#                 (interleaved: into a multiple of pp micro-batches); on the emulated GPU, one
-#                 that holds a stage's slots at that size: 1f1b's min(m, p − s) slots make B = 8
-#                 as large as B = 16, so on a GPU too small for them auto takes B = 4, which
-#                 trains, and --batch-size 8 is refused naming it
+# blocks, not a 50257-wide classifier, make the runs' cost; the evaluation part on GPT-2's).
+# Parts: equivalence (gpipe, 1f1b, uneven stages, interleaved --vpp 2, with dp, tp + sp, a Llama:
+# losses 1e-5, every tensor changed alike), step 1 bit for bit, memory, slots, send buffers and
+# bytes against the formulas, recompute, evaluation, bf16, resume and resharding (fp8 too), bad
+# flags, --batch-size auto. What each checks: docs/verification.md ("test/test_pp.sh").
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [PP_QUICK=1] test/test_pp.sh [TRAIN_GPT]
 # Runs take 3 steps. PP_QUICK=1 runs pp = 2 (1f1b), tp = 2 × pp = 2, and interleaved 4 and 6 blocks
 # of C = 64 over pp = 2 and 3 (2 steps) against one process: what the suite runs on the CPU SIMT

@@ -1,46 +1,21 @@
 /*
 test_simt — the CPU SIMT emulator (test/simt.h) checked on its own, so that "the CUDA kernels pass
-under the emulator" (build/simcheck_ops) means something:
-  - mma.m16n8k16: fragments loaded with the PTX ISA's index formulas (written out again here)
-    multiply to the plain product A·B + C, in bf16 and in fp16 (values only fp16 holds);
-  - ldmatrix(.trans) .x4, addressed as the flash kernels address it, yields those same B
-    fragments (rows laid out in reverse so that a row taken from the wrong lane shows);
-  - shuffles (xor, down, indexed) return the source lane's value;
-  - __syncthreads: a block reduction through shared memory is right in both schedules, and the
-    same reduction with its barrier removed is wrong in at least one of them (the race is seen);
-  - cp.async lands at the thread's wait (not at a __syncthreads before it), zero-filling short
-    copies; wait_group n lands all but the n newest committed groups;
-  - mbarrier: a producer warp fills a 2-slot ring by cp.async and arrive.noinc, consumer warps
-    wait for each slot's phase, read it and free it; every round's data arrives whole, in both
-    schedules; a wait for a phase no one completes, and a barrier never initialized, are reported;
-  - named barriers (bar.sync/bar.arrive id, n): two warps that pass the turn to each other run
-    their rounds in strict alternation in both schedules (without the barriers they do not); a
-    phase left half full at the block's end, and two thread counts for one barrier, are reported;
-  - TMA: a box of a 3-D tensor lands in box order, 128-byte swizzled, zeros outside, only
-    when no thread can go on (a read before the mbarrier wait sees the old bytes); a bad stride
-    is refused, and a copy no thread waited for at the block's end is reported;
-  - wgmma m64n64k16: A fragments by the ISA's formulas and B stored by its canonical no-swizzle
-    layouts (K-major and MN-major, spaced by the descriptor's LBO and SBO) multiply to A·B + C,
-    and so do A and B both K-major in shared memory (A's LBO and SBO spaced unlike B's), and B
-    in the 128-byte swizzled layouts (K-major from 32 bytes into its rows, and MN-major),
-    written to D only at the wait; a warpgroup with a warp that never waits is reported, and so
-    is a thread that writes a product's A or D registers between its issue and its wait, and a
-    swizzled operand that does not start on its 1024-byte pattern; two warpgroups go on from
-    their waits one at a time, so one that reads another's write without a barrier reads early;
+under the emulator" (build/simcheck_ops) means something. Each check builds a small kernel whose
+right answer is known:
+  - mma.m16n8k16, ldmatrix(.trans) and wgmma (no swizzle and 128-byte swizzled operands, A in
+    registers or shared memory): fragments laid out by the PTX ISA's formulas, written out again
+    here, multiply to the plain product A·B + C;
+  - shuffles, __syncthreads (a reduction without its barrier is wrong in one of the schedules),
+    named barriers (strict alternation of two warps);
+  - cp.async, mbarriers and TMA land at the latest moment a GPU may land them, and a thread that
+    reads early sees old bytes; a wgmma writes D only at its wait;
   - the failures a GPU would show are reported, each in a child process that must exit with
-    status 3 and name the kernel (one block each: libgomp's threads do not survive fork): a
-    __syncthreads that half a warp reaches while the other half waits at a shuffle (deadlock), a
-    shuffle after some lanes of the warp returned, reading past the end of a cudaMalloc buffer,
-    a host pointer given to a kernel, a thread ending with a cp.async it never waited for, the
-    host touching a page-locked buffer before waiting for its asynchronous copy (a download's
-    read, an upload's source overwritten, a wait for an event older than the copy), and across
-    streams without a wait: a copy reading what a kernel or a matmul of another stream wrote, a
-    memset overwriting what a matmul of another stream reads;
-  - page-locked buffers are the host's again after an event recorded after their copy, or a
-    stream sync; a kernel on one stream touching what another stream's queued copy reads or
-    writes is reported, and allowed once its stream has waited for an event after the copy;
-    a copy on another stream reads what a kernel of many blocks wrote once it has waited;
+    status 3 and name the kernel: deadlocks, shuffles after lanes exited, reads past a cudaMalloc
+    buffer, host pointers in kernels, copies never waited for, the host touching a page-locked
+    buffer before its copy's wait, and one stream touching what another stream's work uses
+    before waiting for it;
   - cuBLASLt: a layout that does not match the transposes is refused.
+The full list is in docs/verification.md ("test/test_simt.cpp"); the model in docs/emulator.md.
 Prints "ok"/"not ok" lines. Build: make build/test_simt (g++, no GPU).
 */
 #include "simt.h"

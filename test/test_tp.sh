@@ -1,37 +1,11 @@
 #!/usr/bin/env bash
 # test_tp — tensor parallelism (llmc/tensor_parallel.h) on CPU ranks under mpirun, against one
 # process with the same global batch (a 2-layer GPT, C = 128, 2 heads, on the shipped Bible folded
-# to 250 tokens, test/small_vocab.py, so that the blocks make the runs' cost; samples in GPT-2's):
-#   equivalence:  tp = 2, and dp = 2 × tp = 2 with ZeRO 0, 1, 2, 3 and accumulation 2: per-step
-#                 losses within 1e-5, and every tensor changed alike (compare_models.py
-#                 --updates: the model file the tp ranks write together against one process's)
-#   memory:       each rank's parameters are Vp·C/t + maxT·C + L·(12C²/t + 7C/t + 6C) + 2C, and
-#                 its activations (4 + 12/t)·C per block and Vp/t logits a position, plus the
-#                 classifier's stats (model.h's list), to the byte
-#   volume:       the tp group's all-reduces send (4L + 2)·A·2(t−1)/t·B·T·C·s bytes a step (4 a
-#                 block, the embedding and the classifier's input gradient per micro-batch;
-#                 --recompute full 5L + 2), its all-gathers A·(t−1)·B·T·12 (the classifier's stats)
-#   recompute:    tp = 2 with --recompute selective and full is the run without it, bit for bit
-#   evaluation:   tp = 2 gives one process's --val-tokens loss (1e-5) and samples; --profile
-#                 gives the tp all-reduces a row of their own
-#   resume:       dp = 2 × tp = 2 ZeRO-1: 3 steps, resume, 3 = 6 straight, bit for bit; the same
-#                 checkpoint resumed on dp = 1 × tp = 2 continues the run (1e-5), and with --tp 1
-#                 (dp = 2) too: losses within 1e-5, every tensor's change from the checkpoint within
-#                 1e-4 of the straight run's; a llama:d4 at tp = 2 --sp 1 resumed in one process alike
-#   bf16:         tp = 2 (and with --sp 1) in bf16 within 2e-2 of one bf16 process
-#   fp8:          tp = 2 --sp 1 in fp8 within 2e-2 of one fp8 process (per-shard FP8 scales), with
-#                 current and with delayed scaling; its backward gathers no LayerNorm output, and
-#                 --recompute full (x and W quantized again) is the same run bit for bit
-#   sequence par. --sp 1: tp = 2 and dp = 2 × tp = 2 (ZeRO 1, 3) against one process as above, and
-#                 step 1's loss tp = 2's bit for bit; 93 positions (a padding row); activations
-#                 and the reduce-scatter / all-gather / all-reduce bytes against the formulas;
-#                 recompute bit for bit; validation, samples, --profile; resume bit for bit, and
-#                 a checkpoint written without --sp resumed with it; bf16
-#   tp = 4:       d4 with --sp 1 against one process (losses 1e-5, every tensor's change 1e-4)
-#   llama:        llama:d4 (grouped-query attention, SwiGLU, RMSNorm) tp = 2 --sp 1, and a Llama with
-#                 its own classifier (lm_head, vocabulary-parallel) at tp = 2: the same bounds
-#   errors:       --tp that does not divide the heads (or a Llama's key/value heads), or the world;
-#                 --sp 1 without --tp
+# to 250 tokens, test/small_vocab.py, so that the blocks make the runs' cost; samples in GPT-2's).
+# Parts: equivalence (tp = 2, dp = 2 × tp = 2 with ZeRO 0-3 and accumulation: losses 1e-5, every
+# tensor changed alike), memory and bytes against the formulas to the byte, recompute bit for bit,
+# evaluation, resume and resharding, bf16, fp8, sequence parallelism (--sp 1), tp = 4, a Llama,
+# bad flags. What each checks: docs/verification.md ("test/test_tp.sh").
 # usage: [DEVICE=cuda] [COMM=mpi|nccl] [TP_QUICK=1] test/test_tp.sh [TRAIN_GPT]
 # TP_QUICK=1 runs the equivalence part alone, 3 steps (tp = 2, and dp = 2 × tp = 2 with ZeRO-3, each
 # also with --sp 1, and --sp 1 over 93 positions): what the

@@ -2,36 +2,11 @@
 # test_train — whole training runs on the shipped data (a 1-layer GPT): the resume, signal and
 # learning parts on GPT-2's vocabulary (the resume samples text from a prompt), the others on the
 # Bible folded to 250 tokens (test/small_vocab.py, --vocab-size 250), where a 50257-wide
-# classifier would be most of each run's time:
-#   resume:        6 straight steps == 3 steps, checkpoint, resume, 3 steps — every logged
-#                  field and the final weights bit for bit (with shuffling, gradient
-#                  accumulation and sampling on, so the loader position and RNG state matter)
-#   signal:        SIGTERM mid-run: the step ends, a checkpoint, exit 143; --resume then
-#                  finishes the run bit for bit as if it had not stopped
-#   determinism:   two runs, and runs with 1 and 2 threads, log identical losses
-#   accumulation:  B=4 with 2 micro-steps == B=8 in one pass, to fp32 reduction-order precision
-#   validation:    --val-tokens reads the same sequences, and gives the same loss, for any B
-#                  (its last micro-batch padded), as --val-steps gives for the same sequences
-#   progress:      the validation loss falls
-#   bf16:          --precision bf16 resumes bit-exactly too, its per-step losses stay within 2e-2
-#                  of the fp32 run's over 10 steps, and its loss keeps falling
-#   fp16:          --precision fp16 resumes bit-exactly (its loss scale changing across the
-#                  checkpoint), stays within 2e-2 of fp32 and falls; started at a loss scale of
-#                  2^24 it skips the overflowing steps, halving S, then trains, S doubling after
-#                  --loss-scale-every clean steps — the logged S follows those rules exactly
-#   fp8:           --precision fp8 (the blocks' products in FP8, llmc/fp8.cuh) resumes bit-exactly,
-#                  its per-step losses stay within 2e-2 of the fp32 run's over 10 steps, it falls;
-#                  the same with --fp8-scaling delayed, whose amax history the checkpoint keeps
-#   recompute:     --recompute selective and full train the same run as none, bit for bit (log,
-#                  final weights; 2 layers, fp32, bf16 and fp8 with delayed scaling, with gradient
-#                  accumulation and validation); on a GPU selective's GELU runs apart from the matmul (model.h),
-#                  so there it is held to the GPU-vs-CPU bounds; a checkpoint of a run without
-#                  recomputation resumes with --recompute full bit for bit; FP8 without full
-#                  quantizes 3 tensors a product, not 5 (the backward takes the forward's xᵀ, Wᵀ)
-#   outliers:      --skip-norm-z: a skipped step leaves weights and moments byte for byte as they
-#                  were; resumed, a run skips the straight run's steps (the window is checkpointed)
-#   --profile:     every op of the measured steps timed once (each op's calls per step are the
-#                  model's), and the times add up to no more than the step
+# classifier would be most of each run's time. Parts: resume bit for bit (every logged field, the
+# final weights; with shuffling, accumulation and sampling on), SIGTERM and resume, determinism
+# and thread count, accumulation, validation, learning, bf16, fp16 (the loss scale's rules), fp8
+# (current and delayed), recompute bit for bit, --skip-norm-z, --profile.
+# What each checks: docs/verification.md ("test/test_train.sh").
 # usage: [DEVICE=cuda] [TRAIN_QUICK=1] [TRAIN_RESUME_ONLY=1] test/test_train.sh [TRAIN_GPT]      Prints "ok"/"not ok" lines.
 # TRAIN_RESUME_ONLY=1 runs the resume checks alone (make test-quick).
 # TRAIN_QUICK=1 leaves out the Llama runs (resume, recompute), which the suite runs once, on

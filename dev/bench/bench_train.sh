@@ -1,34 +1,24 @@
 #!/usr/bin/env bash
 # bench_train.sh — whole-model training throughput on this GPU (`make bench`).
 # For each GPT-2 size: the largest micro-batch (of 64, 32, 16, 8, 4, 2, 1 at T=1024; 124M tries
-# 128 first: its activations take ~0.4 MB a token in bf16, ~55 GB at B=128) that fits, a
-# few steps on the shipped data, and the median of the steps after the first: tokens/s, MFU
-# (llmc/mfu.h: 6Ψ + 6·L·C·T FLOPs per token against the dense bf16 peak) and peak GPU memory.
-# A micro-batch that cannot fit is refused by the trainer's memory plan at once; under the
-# table, each larger micro-batch that did not run is listed with the trainer's last line.
-# Each run is cut off after RUN_LIMIT seconds (default 300). Prints a markdown table, the
-# trainer's `gpu:` line (the GPU, CUDA driver, runtime and cuBLASLt versions), then where
-# the step of the first and of the last model that fit goes, op by op (a --profile run at the
-# same B: llmc/profiler.h). FLASH_ROWS=32 runs every step with --flash-rows 32 (two m-tiles per
-# warp in flash attention; `make bench` part flash32), FLASH_ROWS=16 with 16, to compare with the
-# default auto (each pass timed both ways at its first launch: the choices are listed).
-# FLASH_WGMMA=1 runs them with --flash-wgmma 1 (the wgmma flash attention; part wgmma), 0 with
-# mma.sync alone; the default auto keeps wgmma pass by pass where it was faster and gave the same
-# bits (compute capability 9.0; its choices are listed too).
-# (--classifier-staged auto's choice of loss kernel is listed too.)
-# MATMUL_TUNE=0 runs them with --matmul-tune 0 (cuBLASLt's heuristic's first algorithm, untimed;
-# part notune); the default 1 times the heuristic's candidates at each large product's first call
-# and keeps the fastest of the first's bits (llmc/matmul.cuh): the candidates it took are listed.
-# FP8_SCALING=delayed (with PRECISION fp8; part fp8-delayed) runs them with --fp8-scaling delayed
-# (llmc/fp8.cuh: one pass a quantization instead of two).
-# RECOMPUTE=selective|full runs them with --recompute (activation checkpointing, llmc/model.h;
-# part recompute): fewer activations, so larger micro-batches fit, at the cost of the reruns.
-# ACCUM=k makes each optimizer step k micro-batches (gradient accumulation: --total-batch-tokens
-# k·B·T), so that the step's once-a-step work (gradient norm, AdamW, zeroing) weighs what it does
-# in a real run; BATCH_SIZES="B ..." the micro-batches to try; PROFILE=0 leaves out the --profile
-# tables. RECIPE=1 (part recipe) takes both from scripts/gpt2.sh (LAUNCH=print, GPUS=8): each
-# size at the recipe's B, in steps of its micro-batches per GPU of 8 (124M 1, 350M and 774M 2,
-# 1558M 8): the MFU one GPU of the recipe's 8-GPU run sees, less its communication.
+# 128 first: ~55 GB of bf16 activations) that fits, a few steps on the shipped data, and the
+# median of the steps after the first: tokens/s, MFU (llmc/mfu.h: 6Ψ + 6·L·C·T FLOPs a token
+# against the dense bf16 peak) and peak GPU memory. A micro-batch that cannot fit is refused by
+# the trainer's memory plan at once; under the table, each larger micro-batch that did not run is
+# listed with the trainer's last line. Each run is cut off after RUN_LIMIT seconds (default 300).
+# Prints a markdown table, the trainer's `gpu:` line (GPU, driver, runtime, cuBLASLt), the choices
+# its autos made (flash rows, wgmma, loss kernel, matmul candidates), then a --profile of the step
+# of the first and of the last model that fit, op by op (llmc/profiler.h).
+# Variables (each a part of `make bench`, docs/verification.md):
+#   FLASH_ROWS=16|32, FLASH_WGMMA=0|1   pin the flash attention choices that auto makes
+#   MATMUL_TUNE=0                       cuBLASLt's heuristic's first algorithm, untimed
+#   FP8_SCALING=delayed                 with PRECISION fp8: --fp8-scaling delayed
+#   RECOMPUTE=selective|full            --recompute: larger micro-batches fit, at the reruns' cost
+#   ACCUM=k                             k micro-batches an optimizer step (--total-batch-tokens k·B·T)
+#   BATCH_SIZES="B ..."                 the micro-batches to try; PROFILE=0 leaves out --profile
+#   RECIPE=1                            B and micro-batches a step from scripts/gpt2.sh (GPUS=8): the
+#                                       MFU one GPU of the recipe's 8-GPU run sees, less its
+#                                       communication
 # usage: dev/bench/bench_train.sh [PRECISION] [MODELS...]
 set -u
 cd "$(dirname "$0")/../.."

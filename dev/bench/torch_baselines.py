@@ -1,30 +1,24 @@
 """
 torch_baselines.py — the PyTorch numbers `make bench` compares ours against, on the same GPU.
 
-  sdpa B T NH HS   causal F.scaled_dot_product_attention in bf16 (PyTorch picks its fastest
-                   backend, FlashAttention-2 or cuDNN on an H100), forward and backward timed
-                   separately with CUDA events; FLOPs counted as dev/cuda/attention.cu counts
-                   them: 2·B·NH·T²·HS forward (QKᵀ and PV over the causal half), 2.5× that
-                   backward; then each backend pinned alone (flash, cuDNN, efficient; PyTorch
-                   ≥ 2.3), to show which one the default is.
-  gpt2 MODEL B T   one training step of GPT-2 (124M, 350M, 774M, 1558M: llm.c's shapes, vocab
-                   padded to 50304, tied embeddings, GELU tanh) written here in plain PyTorch
-                   with SDPA attention, bf16 autocast over fp32 weights, fused AdamW, compiled
-                   with torch.compile: the usual fast PyTorch baseline. Median step time after
-                   warm-up.
+  sdpa B T NH HS   causal F.scaled_dot_product_attention in bf16, forward and backward timed
+                   apart with CUDA events (FLOPs counted as dev/cuda/attention.cu counts them);
+                   PyTorch's own pick, then each backend pinned alone (flash, cuDNN, efficient;
+                   PyTorch ≥ 2.3)
+  gpt2 MODEL B T   one training step of GPT-2 (124M-1558M: llm.c's shapes, vocab padded to
+                   50304, tied embeddings, GELU tanh) in plain PyTorch with SDPA attention, bf16
+                   autocast over fp32 weights, fused AdamW, torch.compile: the usual fast
+                   PyTorch baseline. Median step time after warm-up.
   kernels N C NC V Vp P
-                   the memory-bound ops of a step, each as PyTorch runs it eagerly and under
-                   torch.compile (whose generated kernels fuse what the eager ops leave apart):
-                   LayerNorm forward, and forward + backward (dx, dw, db), on N×C bf16; the
-                   residual add and the LayerNorm after it; cross-entropy over NC rows of V
-                   bf16 logits (padded to Vp) with its gradient, as under autocast (fp32 loss);
-                   AdamW with fused=True over P fp32 parameters. Median times in ms.
+                   the memory-bound ops of a step, eager and under torch.compile: LayerNorm
+                   forward, and forward + backward, on N×C bf16; the residual add with the
+                   LayerNorm after it; cross-entropy over NC rows of V bf16 logits (padded to Vp)
+                   with its gradient, as under autocast; AdamW fused over P fp32 parameters
   matmul N C Vp    the linear layers of dev/cuda/matmul.cu on N×C bf16 rows, forward and
-                   backward together (dinp, dW, dbias; grads accumulate, as ours), eagerly and
-                   under torch.compile: qkv (C → 3C), attproj (C → C), the MLP (C → 4C, GELU
-                   tanh, 4C → C) and the classifier (C → Vp, no bias). Median times in ms.
-Each prints one JSON line. Needs PyTorch ≥ 2.0 with CUDA (the GPU image's python3). On a CPU
-machine `--cpu` runs tiny shapes uncompiled, to check that the script works.
+                   backward together, eager and under torch.compile: qkv, attproj, the MLP and
+                   the classifier
+Each prints one JSON line (median times in ms). Needs PyTorch ≥ 2.0 with CUDA (the GPU image's
+python3). On a CPU machine `--cpu` runs tiny shapes uncompiled, to check that the script works.
 """
 import json
 import math

@@ -1,6 +1,6 @@
 /*
 dev/cuda/adamw.cu — the AdamW update: CPU reference vs CUDA versions.
-  v1: llmc/adamw.cuh (one thread per element, fp32 everywhere)
+  v1: llmc/adamw.cuh, the trainer's kernel (fp32 state)
 Reports max relative error and time and effective bandwidth (reads p, g, m, v and writes p, m,
 v: 28 bytes per parameter).
 usage: ./build/dev_adamw [N]   (default 124475904, GPT-2 124M)

@@ -1,59 +1,22 @@
 /*
 dev/cuda/attention.cu — causal attention, forward and backward: CPU reference vs CUDA versions.
-  v1: llmc/attention.cuh's fp32 online-softmax kernels (one warp per query row; backward split
-      into dq and dk/dv passes, no atomics)
-  v2: the same kernels on bf16 data (fp32 math)
-  v3: bf16 flash attention on tensor cores (mma.sync m16n8k16; head size 64 or 128), each lane
-      loading its own B-fragment elements from shared memory (2 32-bit loads per fragment of K,
-      Q, dO read along rows; 4 16-bit loads for V, Q, dO, K read down columns)
-  v4: v3 with ldmatrix(.trans).x4: the B fragments of two n-tiles in one instruction per warp;
-      blocks ordered longest first
-  v5: v4 with tiles copied to shared memory by cp.async while the warps compute (forward: V(kt)
-      during S = Q·K(kt)ᵀ, K(kt+1) during O += P·V(kt); backward: double-buffered tiles) — the
-      default for bf16 in the trainer. v3 and v4 stage each tile through registers before use.
-  v6: v5 with two m-tiles per warp (head size 64): 32 query rows in the forward and in the
-      backward's dQ pass, 32 keys in its dK/dV pass (2 warps a block, K and V read from shared
-      memory): each fragment read from shared memory feeds two mma
-  fused: (compute capability 9.0, head size 64; the trainer's default there) the backward as one
-      wgmma pass (5 products instead of 7) and a sum of its dQ partial sums, timed in "time" mode
-      against the two passes (--flash-backward split); v27: at head size 128 (fused128), the same
-  v7: (compute capability 9.0) v5 with warpgroup MMA, wgmma: forward and both backward passes
-      by warpgroups of 64 rows, two a block, B operands read by the tensor cores from tiles of 64
-      in shared memory (no ldmatrix, no B fragments in registers; the dK/dV pass's K and V A
-      operands from there too), all three software-pipelined (the softmax, or dS, of tile j while
-      the accumulating products of tile j − 1 run); v8: the same, one warpgroup a block; v9: v7
-      with each product waited for at once (no overlap: what the pipeline gains); v10 (commit
-      4730bf4: three warpgroups in the forward) was slower and is gone; v11, v12: v7's
-      forward with a producer warpgroup that copies the tiles in (mbarriers, no block barrier, the
-      registers moved to the computing warpgroups by setmaxnreg), 2 or 3 slots a ring; v13,
-      v14: v11, v12 with ping-pong (the two computing warpgroups take turns to issue products);
-      v15, v16, v17: v11, v13, v7 with key tiles of 128 (other bits: half the softmax steps);
-      v18, v19, v20: v7, v13, v16 with the K and V tiles 128-byte swizzled (a whole 128-byte
-      line copied per 8 threads; the same bits); v21, v22: v19, v20 with the tiles copied by TMA
-      (one thread of the producer issues each tile); v23, v24: v7 with the fused backward (head
-      size 64) and a producer warpgroup in it, 3 or 4 query-tile slots (the fused backward's bits);
-      v25, v26: v23, v24 with its tiles swizzled and copied by TMA; v28, v29: v21 and v11 with 3
-      computing warpgroups (192 query rows a block, head size 64; the same bits as v7)
-  Since v5 the causal mask is applied only to the tiles that reach the diagonal, and the scale
-  folds into the exponent (exp2(s·log2e/√hs − m) as one FMA) in every flash version.
-The bf16 versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
-Reports each version's max relative error against the CPU op and its time and TFLOP/s
-(causal attention: 2·B·NH·T²·hs FLOPs forward — QKᵀ and PV over the lower triangle — and
-2.5× that for the backward).
+  v1, v2: llmc/attention.cuh's online-softmax kernels (one warp a query row), fp32 and bf16 data
+  v3-v6: bf16 flash attention on tensor cores by mma.sync (v5: the trainer's default; v6: two
+         m-tiles a warp)
+  v7-v9: the same by Hopper's wgmma (compute capability 9.0); fused: the backward as one pass
+  v11-v22, v28, v29: v7's forward with a producer warpgroup, ping-pong, 128-key tiles, swizzled
+         tiles, TMA copies, 3 computing warpgroups
+  v23-v27, v30: the fused backward with a producer, by TMA, at head size 128, dQ summed by the
+         last split
+Each version is checked against the CPU op (the bf16 ones against its bf16 form), then timed:
+its largest relative error, time and TFLOP/s (causal: 2·B·NH·T²·hs FLOPs forward, 2.5× that
+backward). What each version is: docs/playgrounds.md.
 usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 1024 768 12)
   DEV_ATTENTION_SKIP=13,14 leaves those versions out.
-  NKV: key/value heads (grouped-query attention, as Llama: each serves NH/NKV query heads, the
-       rows [q | k | v] are C + 2·NKV·hs wide; default NH). FLOPs are the same as NH heads'.
-  "time": only the trainer's bf16 kernels (v5 where it applies, else v2), no CPU reference —
-          for long sequences (dev/bench/bench_vs_torch.sh); for head size 64 also v6's times;
-          the trainer's defaults' (--flash-rows auto: at head size 64 each pass the faster of v5
-          and v6; --flash-wgmma auto: on compute capability 9.0 each pass v7 where faster and of
-          the same bits; their choices printed); where the fused backward runs, its time with 1,
-          2, 4, 8 and 16 splits of the key blocks (for the heads past the GPU's whole waves, and
-          also for every head where those are not all), and with more than one, v30's (the last
-          split done with a query tile sums its dQ: no sum kernel; the same bits); on compute
-          capability 9.0 also v7's, v8's and v9's; and a ring attention block's
-          (context parallelism: T/2 queries over T/2 borrowed keys) on the tensor cores and not
+  NKV: key/value heads (grouped-query attention; default NH).
+  "time": only the trainer's bf16 kernels and their defaults' choices, no CPU reference, for long
+          sequences (dev/bench/bench_vs_torch.sh); where the fused backward runs, its time by its
+          number of splits (1-16) and with v30; a ring attention block's (context parallelism).
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
 #include "common.cuh"

@@ -1,28 +1,15 @@
 /*
 dev/cuda/layernorm.cu — LayerNorm forward and backward, and the residual add: CPU reference vs
 CUDA versions, in fp32 and bf16.
-  v1: llmc/layernorm.cuh with gpu_ctx.kernels.layernorm_packs = false: one element per load (a warp reads
-      32 consecutive elements, coalesced, but 2 or 4 bytes per lane and instruction)
-  v2: the same kernels moving 16 bytes per load and store (common.h: Pack): 8 bf16 or 4 fp32
-      elements per instruction; the parameter gradients' row chunks are split over the 8 warps
-      of a block
-  v3: v2 with the backward in one kernel (input gradient and the chunk's parameter sums
-      together: dout and x read once; the sums in registers up to C = 1024, in shared memory
-      up to 3632: run with C = 1600 for GPT-2 1558M's; there they move as float4s, free of bank
-      conflicts, since an H100 showed the bf16 v3 slower than v2 with one float per lane, 0.179
-      against 0.164 ms). Forward and residual are v2's.
-  v4: v3 with the residual add and the LayerNorm after it in one kernel (residual_layernorm_forward:
-      the sum is written and normalized in one pass, not read back from memory) — the trainer's.
-      The "res+fwd" row times the residual add then the forward: two kernels in v1-v3, one in v4 and v5.
-  v5: v4 with the one-kernel backward prefetching dinp in its first pass (gpu_ctx.kernels.layernorm_prefetch;
-      where the sums are in registers, C ≤ 1024: each row then waits for device memory once, not
-      twice); elsewhere the same kernels as v4.
-All three ops are memory-bound, so each line reports bandwidth over the bytes that must move
-(s = the element size): forward reads x and writes out, 2·N·C·s; backward reads dout and x and
-read-modify-writes dinp, 4·N·C·s (v1 and v2's parameter pass reads dout and x again: not
-counted, which is why v3 scores higher); residual reads two and writes one, 3·N·C·s; res+fwd
-reads two and writes two, 4·N·C·s (v1-v3 read the sum back: not counted). The bf16
-versions are checked against the CPU's bf16 op (the fp32 op, each output rounded once).
+  v1: llmc/layernorm.cuh with one element a load
+  v2: the same kernels moving 16-byte packs
+  v3: v2 with the backward in one kernel (dout and x read once; the sums in registers up to
+      C = 1024, in shared memory up to 3632: run with C = 1600 for GPT-2 1558M's)
+  v4: v3 with the residual add and the LayerNorm after it in one kernel: the trainer's
+  v5: v4 with the one-kernel backward prefetching dinp in its first pass (C ≤ 1024)
+All three ops are memory-bound, so each line reports bandwidth over the bytes that must move:
+forward 2·N·C·s, backward 4·N·C·s, residual 3·N·C·s, residual + forward 4·N·C·s (s = the element
+size). The bf16 versions are checked against the CPU's bf16 op. Details: docs/playgrounds.md.
 usage: ./build/dev_layernorm [N C]   (default GPT-2 124M at B=16, T=1024: 16384 768)
 */
 #include "common.cuh"

@@ -1,44 +1,17 @@
 /*
 dev/cuda/matmul.cu — GPT-2's linear layers through cuBLASLt (llmc/matmul.cuh): CPU reference vs
-CUDA versions, in bf16 (the trainer's GPU precision; fp32 matmuls are gpucheck_ops' tight
-checks, not a speed path).
-  v1: the trainer's: the MLP's GELU rides in cuBLASLt's epilogues (GELU_AUX_BIAS forward, the
-      pre-activation stored as the aux matrix; DGELU backward)
-  v2: the GELU apart (gpu_ctx.kernels.gelu_fusion = false): the matmul, then llmc/gelu.cuh's kernel, which
-      reads and writes the 4C-wide activation once more each way
-  v3: FP8 (--precision fp8; llmc/fp8.cuh): each product's operands quantized (the amax pass and
-      the cast, the backward's transposed copies) and multiplied by cuBLASLt's FP8 kernels. As in
-      the trainer, the GELU and its backward are made inside the quantizations (no GELU output is
-      written: its check is left out), and dbias comes from dout's. The time includes the quantize
-      kernels: what the trainer pays. Checked against the CPU's FP8 emulation (the same codes on
-      both sides: the bf16 bound)
-  v4: v3 with cuBLASLt's FP8 fast accumulation (matmul.cuh: gpu_ctx.kernels.fp8_fast_accum; no periodic
-      promotion of the tensor cores' accumulator to fp32)
-  v5: v3 with delayed scaling (--fp8-scaling delayed): the scales from an amax history (one
-      recording step on the checked rows, both devices), so each quantize is one pass that casts
-      and records the amax (atomicMax): one read of each bf16 operand instead of two. Checked as
-      v3 (both sides quantize with the same history's scales)
-  v6: v1 with --matmul-tune 1 (matmul.cuh: gpu_ctx.kernels.matmul_tune), every product tuned here (the checked
-      rows' too): at its first call each of cuBLASLt's candidates runs, and the fastest of those
-      that wrote the heuristic's first's bits is kept (each decision printed). Against v1: what
-      tuning gains at these shapes
-The layers of one block and the classifier, at N = B·T rows:
-  qkv         C → 3C, bias
-  attproj     C → C, bias
-  mlp         fc C → 4C with bias and GELU, then fcproj 4C → C with bias; its backward goes
-              through the GELU (fcproj's dinp is the gradient of fc's pre-activation)
-  classifier  C → Vp, no bias (the tied embedding; dinp and dW, no dbias)
-Only mlp differs between v1 and v2; v3-v5 run qkv, attproj and mlp (not the classifier, which
-stays bf16 in the trainer). Then the backward's dbias column sum (matmul.cuh:
-BiasGrad) three ways, for each bias width at N: alone (the Warps and Columns kernels, GB/s over
-the N·OC·2 bytes of dout) and inside the whole backward of a linear layer (all three, the
-Epilogue one being cuBLASLt's BGRADB on the dW product, its sums in bf16; when its heuristic has
-no algorithm for it: a note on stderr, and the kernels ran instead), each checked on `check` rows.
-Each layer's forward and backward (dinp written; dW and
-dbias accumulated onto random values, as in gradient accumulation) is checked against the CPU
-op on its first `check` rows, from outputs poisoned with NaN (the CPU would take minutes at
-N), then timed at N: forward, backward, and both. TFLOP/s counts 2·N·C·OC per product: one
-product forward, two backward (dinp and dW; the dbias column sum and the GELU are not counted).
+CUDA versions, in bf16 (the trainer's GPU precision).
+  v1: the trainer's: the MLP's GELU rides in cuBLASLt's epilogues
+  v2: the GELU apart: the matmul, then llmc/gelu.cuh's kernel
+  v3: FP8 (--precision fp8): the quantize kernels and cuBLASLt's FP8 products, timed together
+  v4: v3 with cuBLASLt's FP8 fast accumulation
+  v5: v3 with delayed scaling (one quantize pass an operand)
+  v6: v1 with --matmul-tune 1: every product's fastest cuBLASLt candidate of the same bits
+The layers of one block (qkv, attproj, mlp) and the classifier, at N = B·T rows. Each layer's
+forward and backward is checked against the CPU op on its first `check` rows, then timed at N
+(TFLOP/s over 2·N·C·OC a product). Then dbias's column sums three ways for each bias width: the
+Warps and Columns kernels alone (GB/s over dout's bytes), and inside a layer's whole backward
+with cuBLASLt's BGRADB epilogue. Details: docs/playgrounds.md.
 usage: ./build/dev_matmul [N C Vp [check]]   (default GPT-2 124M at B=16, T=1024: 16384 768 50304 64;
        Vp = 0: the dbias section alone, e.g. at 124M's B = 128: 131072 768 0)
 */

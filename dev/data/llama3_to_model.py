@@ -9,32 +9,12 @@ for --model. Either layout a Hugging Face repository holds:
   python3 dev/data/llama3_to_model.py Llama-3.2-1B llama3.2-1b.bin      (config.json has the scaling)
   ./train_gpt --model llama3.2-1b.bin --tokenizer Llama-3.2-1B/original/tokenizer.model ...
 
-Tensors (Meta's name / Hugging Face's -> ours; weights (out, in) as torch.nn.Linear in all three):
-  tok_embeddings / model.embed_tokens          -> wte, V x C, zero rows after it up to Vp (V rounded up to 128)
-  layers.l.attention_norm / input_layernorm    -> ln1w[l]
-  attention.wq, wk, wv / self_attn.q, k, v_proj -> qkvw[l], rows [q; k; v]
-  attention.wo / self_attn.o_proj              -> attprojw[l]
-  layers.l.ffn_norm / post_attention_layernorm -> ln2w[l]
-  feed_forward.w1, w3 / mlp.gate, up_proj       -> fcw[l], rows [gate; up];  w2 / mlp.down_proj -> fcprojw[l]
-  norm / model.norm                            -> lnfw
-  output / lm_head                             -> lm_head (untied), or nothing where it is the
-                                                  embedding (tied, as Llama 3.2 1B and 3B)
-RoPE's pairs: ours are Meta's, channels (2i, 2i+1) of a head (rope.cuh). Hugging Face's q and k
-rows are permuted so that pair i is channels (i, i + hd/2) (its rotate_half): row i + h·hd/2 of
-a head came from Meta's row 2i + h, so those rows are put back.
-The file is tensor-major (each tensor for every layer in turn), header
-[20261124, 5 (bf16) or 3 (fp32), maxT, V, L, NH, C, Vp, NKV, H, θ, untied, s, l, h, N₀].
-Llama's weights are bf16, so the bf16 file (the default) holds them exactly; --fp32 writes the
-same values in fp32. RMSNorm's ε is this trainer's 1e-5 (Llama 3's; another is refused).
-RoPE: rope_theta; Llama 3.1 and 3.2 stretch the slow pairs (rope.cuh): config.json's
-rope_scaling (rope_type llama3) gives factor, low and high frequency factors and the original
-context (a config.json that transformers 5 wrote has both in rope_parameters instead); Meta's
-params.json says only use_scaled_rope, so there give --rope-scale (8 for Llama 3.1, 32 for Llama
-3.2; low 1, high 4, original context 8192 unless --rope-low/--rope-high/--rope-original-context
-say otherwise). The tokenizer is original/tokenizer.model itself (a
-tiktoken rank file, llmc/tokenizer.h); Llama 3's 128256 ids need uint32 shards, which
-./tokenize writes. Hugging Face's safetensors are read whole into fp32 (dev/data/gpt2_weights.py's
-reader): an 8B model needs ~32 GB of memory here; Meta's file is mapped.
+Each tensor gets our name and layout; Hugging Face's q and k rows are put back into Meta's RoPE
+pair order. The file is bf16 by default (Llama's weights exactly; --fp32: the same values in
+fp32). Meta's params.json does not hold Llama 3.1's RoPE scaling: give --rope-scale (8 for Llama
+3.1, 32 for Llama 3.2). Hugging Face's safetensors are read whole into fp32 (an 8B model needs
+~32 GB of memory here); Meta's file is mapped. The tensor table and the rules:
+docs/formats.md ("Converting").
 
 Test: test/test_llama_convert.py (small random checkpoints in both layouts, converted, and
 train_gpt's loss on them against forwards written as Meta's reference model and as Hugging

@@ -10,32 +10,16 @@ The reverse of dev/data/gpt2_weights.py and dev/data/llama3_to_model.py. numpy o
   python3 dev/data/model_to_hf.py runs/mine hf/mine        (--output-dir: its newest checkpoint's model.bin)
   python3 -c "from transformers import AutoModelForCausalLM as M; M.from_pretrained('hf/mine')"
 
-The tensors keep the file's precision (fp32 -> F32, bf16 -> BF16, bit for bit). What changes:
-  - the token embedding (and an untied Llama's lm_head) loses its padding rows: Vp -> V
-  - GPT-2: Hugging Face keeps the linear layers as Conv1D, y = x·W + b with W of shape
-    (in, out); the model file holds (out, in) like torch.nn.Linear, so c_attn, the attention's
-    c_proj, c_fc and the MLP's c_proj are transposed. lm_head is the tied wte (not stored).
-    Names: transformer.wte, wpe, h.l.ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj,
-    ln_f; activation gelu_new (GELU's tanh form, which llmc/gelu.cuh computes), ε 1e-5.
-  - Llama: qkvw's rows split into q_proj, k_proj, v_proj; fcw's into gate_proj and up_proj.
-    RoPE's pairs: ours are Meta's, channels (2i, 2i+1) of a head (rope.cuh); Hugging Face's
-    rotate_half pairs channel i with i + hd/2, so q and k rows are permuted: its row
-    h·hd + j·hd/2 + i is our row h·hd + 2i + j. config.json: θ, the Llama 3 RoPE scaling where
-    the header has one (rope_type llama3), tie_word_embeddings unless the file has an lm_head,
-    max_position_embeddings = the header's maxT, RMSNorm's ε 1e-5.
-The tokenizer: a model of GPT-2's 50257 tokens (every GPT-2, and llama:dN's default) gets GPT-2's
-BPE as Hugging Face's GPT2Tokenizer reads it (vocab.json, merges.txt, tokenizer_config.json),
-written from data/gpt2_tokenizer.bin (--tokenizer: another file of that format, llmc/tokenizer.h,
-with its merges; --tokenizer none: no tokenizer files). Its tokens map to vocab.json's strings by
-GPT-2's byte-to-unicode table, and its merges, in rank order, are merges.txt's lines: together
-OpenAI's encoder.json and vocab.bpe, which the file was made from (make_tokenizer.py). For a
-Llama 3 tokenizer, copy the tokenizer files of the model it came from.
+The tensors keep the file's precision (fp32 -> F32, bf16 -> BF16, bit for bit). The padding rows
+go; GPT-2's linear layers are transposed into Conv1D's (in, out); a Llama's q and k rows are
+permuted into rotate_half's pair order. A model of GPT-2's 50257 tokens also gets GPT-2's BPE
+files (vocab.json, merges.txt) from data/gpt2_tokenizer.bin (--tokenizer another file; none:
+no tokenizer files). What changes, name by name: docs/formats.md ("Converting").
 
 Test: test/test_hf_export.py (random GPT-2 and Llama files, fp32 and bf16, tied and untied:
 the names and shapes transformers expects, a forward written as Hugging Face's models compute
 over the exported tensors against train_gpt's loss, and back through gpt2_weights.py and
-llama3_to_model.py to the same bytes; the tokenizer files against OpenAI's encoder.json and
-vocab.bpe).
+llama3_to_model.py to the same bytes; the tokenizer files against OpenAI's files).
 """
 import argparse
 import json
