@@ -94,7 +94,9 @@ template <int R> __device__ inline void wgmma_hold(float* d) {
 }
 // shared memory written by the generic proxy (cp.async, stores) before the tensor cores read it
 __device__ inline void fence_proxy_async() {
-#if !defined(LLMC_SIMT) && defined(LLMC_WGMMA)
+#if defined(LLMC_SIMT)
+    simt::fence_proxy_async();  // (the emulator checks that each wgmma's operands were published)
+#elif defined(LLMC_WGMMA)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }

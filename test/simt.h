@@ -13,12 +13,12 @@ The model, in short: a block's threads are fibers that run one warp at a time to
 barrier, in thread order or reversed (SIMT_ORDER=reverse), the two legal schedules with the most
 skew, so a missing barrier changes a result in one of them. Asynchronous copies and wgmma
 products land at the latest moment a GPU may land them. Deadlocks, reads past a buffer, host
-pointers in kernels and streams that touch each other's bytes without a wait are reported with
-the kernel's name. Not modelled: timing, occupancy, coalescing, bank conflicts, register limits.
+pointers in kernels, streams that touch each other's bytes without a wait, and a wgmma reading
+what cp.async or stmatrix wrote with no fence.proxy.async since are reported with the kernel's
+name. Not modelled: timing, occupancy, coalescing, bank conflicts, register limits.
 
 Main parts: launch (blocks, fibers, barriers), the instruction emulations, cudaMalloc with guard
-pages, pinned-memory and stream protection, cuBLASLt (cublasLtMatmul with the backend's
-epilogues and FP8).
+pages, pinned-memory and stream protection, cuBLASLt (with the backend's epilogues and FP8).
 
 Test: make test (run_tests.sh: "simcheck_ops", both orders); the emulator's own checks in
 test/test_simt.cpp. More: docs/emulator.md.
@@ -190,6 +190,10 @@ struct BlockRun {              // one OS thread's block in flight
     std::vector<WarpSlots> warps;
     std::unordered_map<const void*, MBar> mbars;  // the block's mbarriers, by address
     NamedBar named[16];                           // the block's named barriers (0 is __syncthreads')
+    // the 16-byte chunks of dynamic shared memory that the generic proxy (cp.async, stmatrix)
+    // wrote since the last fence.proxy.async: a wgmma must not read them (wgmma_check_proxy)
+    std::vector<uint8_t> generic_mark;
+    std::vector<uint32_t> generic_chunks;
     char* stacks = nullptr;
     size_t stack_bytes = 0, nstacks = 0;
     void* sched_sp = nullptr;
@@ -408,6 +412,7 @@ inline void mma_m16n8k16(float* c, const uint32_t* a, const uint32_t* b, bool fp
 // gets matrix i's elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1), low half first, or with .trans
 // its elements (2(l%4), l/4) and (2(l%4)+1, l/4).
 inline bool device_owns(const void* p);
+inline void generic_wrote(const void* p, size_t bytes);  // the generic proxy wrote shared memory (below)
 // ldmatrix's and stmatrix's first half: each lane checks and posts its row address (lanes
 // 8i..8i+7 give matrix i's rows), and the warp meets; returns the slot buffer that holds them.
 inline int matrix_rows_exchange(const char* op, int num, const void* row_addr) {
@@ -438,7 +443,11 @@ inline void stmatrix(const uint32_t* r, int num, bool trans, void* row_addr) {
     const int buf = matrix_rows_exchange("stmatrix", num, row_addr), lane = lane_id();
     WarpSlots& w = my_warp();
     const int g = lane / 4, t = lane % 4;
-    auto put = [&](int i, int row, int col, uint32_t v) { uint16_t h = (uint16_t)v; memcpy((char*)w.row[buf][8 * i + row] + 2 * col, &h, 2); };
+    auto put = [&](int i, int row, int col, uint32_t v) {
+        uint16_t h = (uint16_t)v;
+        memcpy((char*)w.row[buf][8 * i + row] + 2 * col, &h, 2);
+        generic_wrote((char*)w.row[buf][8 * i + row] + 2 * col, 2);
+    };
     for (int i = 0; i < num; i++) {
         if (trans) put(i, 2 * t, g, r[i]), put(i, 2 * t + 1, g, r[i] >> 16);
         else put(i, g, 2 * t, r[i]), put(i, g, 2 * t + 1, r[i] >> 16);
@@ -463,6 +472,7 @@ inline void land_copies(size_t n) {  // this thread's first n copies land
     for (size_t i = 0; i < n; i++) {
         memcpy(f.copies[i].dst, f.copies[i].src, f.copies[i].bytes);
         memset((char*)f.copies[i].dst + f.copies[i].bytes, 0, 16 - f.copies[i].bytes);
+        generic_wrote(f.copies[i].dst, 16);
     }
     f.copies.erase(f.copies.begin(), f.copies.begin() + n);
     for (size_t& e : f.copy_groups) e -= std::min(e, n);
@@ -580,6 +590,27 @@ inline bool device_owns(const void* p);
 // default 48 KB, by the kernel's name as its launch writes it (SHARED_OPT_IN in common.h)
 static const size_t SHARED_DEFAULT = 48 << 10, SHARED_MAX = 227 << 10;  // an H100's per-block limits
 inline thread_local void* tl_dynamic_shared = nullptr;
+inline thread_local size_t tl_dynamic_bytes = 0;
+// The async proxy (sm_90). wgmma reads its shared-memory operands through the async proxy, so
+// what the generic proxy wrote there (cp.async, stmatrix, stores) must be published to it first:
+// a fence.proxy.async on a causality path from the write to the wgmma (the PTX ISA's memory
+// model, "proxy-preserved base causality order"). The emulator notes the chunks that cp.async
+// and stmatrix write, a fence.proxy.async by any of the block's threads clears them all, and the
+// warpgroup's last thread to issue a wgmma checks that its operands hold none (wgmma_check_proxy).
+// TMA writes through the async proxy and needs no fence. Plain stores are not seen.
+inline void generic_wrote(const void* p, size_t bytes) {
+    BlockRun& r = *tl_run;
+    const char* base = (const char*)tl_dynamic_shared;
+    if (!base || (const char*)p < base || (const char*)p >= base + tl_dynamic_bytes) return;  // (static __shared__: no wgmma reads it)
+    const size_t off = (const char*)p - base;
+    for (size_t c = off / 16; c < (off + bytes + 15) / 16 && c < r.generic_mark.size(); c++)
+        if (!r.generic_mark[c]) r.generic_mark[c] = 1, r.generic_chunks.push_back((uint32_t)c);
+}
+inline void fence_proxy_async() {
+    BlockRun& r = *tl_run;
+    for (uint32_t c : r.generic_chunks) r.generic_mark[c] = 0;
+    r.generic_chunks.clear();
+}
 inline void* dynamic_shared() {
     if (!tl_dynamic_shared) die("%s: uses dynamic shared memory, but its launch gave it none", tl_run ? tl_run->kernel : "?");
     return tl_dynamic_shared;
@@ -619,9 +650,9 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 // results here; one that writes the A or D registers of a product before its wait is reported
 // (A is taken at the issue, D is compared with its value then).
 // The descriptor's address is the offset in the block's dynamic shared memory (shared_offset):
-// a kernel's wgmma operands live there. Not modelled: wgmma.fence and fence.proxy.async (their
-// omission is not detected), the async proxy's ordering apart from the waits.
-inline thread_local size_t tl_dynamic_bytes = 0;
+// a kernel's wgmma operands live there. An operand that cp.async or stmatrix wrote after the last
+// fence.proxy.async is reported (wgmma_check_proxy). Not modelled: wgmma.fence (its omission is
+// not detected).
 inline uint32_t shared_offset(const void* p) {
     const char* base = (const char*)dynamic_shared();
     if ((const char*)p < base || (const char*)p >= base + tl_dynamic_bytes)
@@ -685,19 +716,56 @@ inline bool land_bulk_copies(BlockRun& r) {  // every TMA copy in flight lands; 
     return landed;
 }
 
-inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate, bool fp16 = false) {
+// The byte of element (k, c) of a 16-row K-major (k fastest in a core matrix row) or MN-major
+// operand in the block's dynamic shared memory, through its descriptor (the layouts above)
+inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_major, int k, int c, const char* which) {
+    const int swizzle = (int)(desc >> 62);
+    if (swizzle > 1 || ((desc >> 49) & 7) != 0) die("%s: a wgmma descriptor with a 64- or 32-byte swizzle or a base offset (not emulated)", r.kernel);
+    const size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
+    if (swizzle && (start & 0x380))
+        die("%s: a 128-byte swizzled wgmma operand whose 1024-byte pattern does not start at a multiple of 1024 (byte %zu)", r.kernel, start);
+    size_t off = start + (swizzle ? (mn_major ? 2 * (c % 64) + lbo * (c / 64) + 128 * (k % 8) + sbo * (k / 8) : 128 * (c % 8) + sbo * (c / 8) + 2 * k)
+                                  : (mn_major ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
+                                              : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8)));
+    if (swizzle) off = swizzle128(off);
+    if (off + 2 > tl_dynamic_bytes) die("%s: wgmma reads %s past the block's dynamic shared memory (byte %zu of %zu)", r.kernel, which, off, tl_dynamic_bytes);
+    return off;
+}
+// At the warpgroup's last issue of its newest product (the others issued it before): none of
+// the product's operand bytes may be one the generic proxy wrote since the last fence.proxy.async.
+inline void wgmma_check_proxy(BlockRun& r) {
+    const int first = r.cur / 128 * 128;
+    const size_t n = r.me().wgmma.size();
+    for (int j = 0; j < 128; j++)
+        if (r.fibers[first + j].wgmma.size() < n) return;  // (a thread of the warpgroup has yet to issue it)
+    const WgmmaOp& op = r.me().wgmma.back();
+    auto check = [&](uint64_t desc, bool mn_major, int cols, const char* which) {
+        for (int k = 0; k < 16; k++)
+            for (int c = 0; c < cols; c++) {
+                const size_t off = wgmma_operand_offset(r, desc, mn_major, k, c, which);
+                if (r.generic_mark[off / 16])
+                    die("%s: a wgmma reads %s at shared byte %zu, which cp.async or stmatrix wrote after the last fence.proxy.async "
+                        "(the tensor cores read through the async proxy: the write needs a fence before the wgmma)", r.kernel, which, off);
+            }
+    };
+    if (op.a_shared) check(op.desc_a, false, 64, "A");
+    check(op.desc, op.trans_b, op.n, "B");
+}
+inline void wgmma_issue(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate, bool fp16, bool a_shared, uint64_t desc_a) {
     BlockRun& r = *tl_run;
     if (r.cur / 128 * 128 + 128 > r.nthreads)  // (a block may have warps past its warpgroups: a producer's)
         die("%s: wgmma by a warpgroup of fewer than 128 threads (block of %d threads)", r.kernel, r.nthreads);
     WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
-    op.fp16 = fp16;
+    op.fp16 = fp16, op.a_shared = a_shared, op.desc_a = desc_a;
     r.me().wgmma.push_back(std::move(op));
+    wgmma_check_proxy(r);
+}
+inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate, bool fp16 = false) {
+    wgmma_issue(d, a, desc, n, trans_b, accumulate, fp16, false, 0);
 }
 inline void wgmma_m64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, int n, bool trans_b, bool accumulate, bool fp16 = false) {
     static const uint32_t none[4] = {0, 0, 0, 0};
-    wgmma_m64k16(d, none, desc_b, n, trans_b, accumulate, fp16);
-    tl_run->me().wgmma.back().desc_a = desc_a;
-    tl_run->me().wgmma.back().a_shared = true;
+    wgmma_issue(d, none, desc_b, n, trans_b, accumulate, fp16, true, desc_a);
 }
 inline void wgmma_commit() {
     Fiber& f = tl_run->me();
@@ -722,21 +790,8 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
             die("%s: the threads of a warpgroup issued different wgmma (descriptor, shape or flags differ, thread %d)", r.kernel, first + j);
     }
     const char* base = (const char*)dynamic_shared();
-    // element (k, c) of a 16-row K-major (k fastest in a core matrix row) or MN-major operand in shared memory
     auto shared_operand = [&](uint64_t desc, bool mn_major, int k, int c, const char* which) {
-        const int swizzle = (int)(desc >> 62);
-        if (swizzle > 1 || ((desc >> 49) & 7) != 0)
-            die("%s: a wgmma descriptor with a 64- or 32-byte swizzle or a base offset (not emulated)", r.kernel);
-        const size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
-        if (swizzle && (start & 0x380))
-            die("%s: a 128-byte swizzled wgmma operand whose 1024-byte pattern does not start at a multiple of 1024 (byte %zu)", r.kernel, start);
-        size_t off = start + (swizzle ? (mn_major ? 2 * (c % 64) + lbo * (c / 64) + 128 * (k % 8) + sbo * (k / 8)
-                                                  : 128 * (c % 8) + sbo * (c / 8) + 2 * k)
-                                      : (mn_major ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
-                                                  : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8)));
-        if (swizzle) off = swizzle128(off);
-        if (off + 2 > tl_dynamic_bytes) die("%s: wgmma reads %s past the block's dynamic shared memory (byte %zu of %zu)", r.kernel, which, off, tl_dynamic_bytes);
-        uint16_t v; memcpy(&v, base + off, 2);
+        uint16_t v; memcpy(&v, base + wgmma_operand_offset(r, desc, mn_major, k, c, which), 2);
         return half_value(v, 0, op0.fp16);
     };
     const int N = op0.n;
@@ -863,6 +918,8 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
             blockIdx.z = (unsigned)(i / ((long)cfg.grid.x * cfg.grid.y));
             tl_where = Where{kernel, blockIdx};
             if (cfg.smem) memset(dyn.data(), 0xff, cfg.smem);
+            run.generic_mark.assign((cfg.smem + 15) / 16, 0);
+            run.generic_chunks.clear();
             run_block(run);
         }
         tl_where = Where{"(host code)", {}};

@@ -8,7 +8,8 @@ right answer is known:
   - shuffles, __syncthreads (a reduction without its barrier is wrong in one of the schedules),
     named barriers (strict alternation of two warps);
   - cp.async, mbarriers and TMA land at the latest moment a GPU may land them, and a thread that
-    reads early sees old bytes; a wgmma writes D only at its wait;
+    reads early sees old bytes; a wgmma writes D only at its wait, and reading what cp.async or
+    stmatrix wrote without a fence.proxy.async after it is reported;
   - the failures a GPU would show are reported, each in a child process that must exit with
     status 3 and name the kernel: deadlocks, shuffles after lanes exited, reads past a cudaMalloc
     buffer, host pointers in kernels, copies never waited for, the host touching a page-locked
@@ -701,16 +702,52 @@ static void test_failures() {
           "a copy reading what a matmul of another stream wrote, without waiting, is reported");
 }
 
+// The async proxy: a wgmma reads a tile that cp.async or stmatrix wrote only after a
+// fence.proxy.async (by the writers, or by a thread the write reached through a barrier).
+// Without the fence the run is reported; with it the same product runs.
+static void wgmma_after_generic_writes(bool by_stmatrix, bool fence) {
+    static uint16_t* src = nullptr;
+    if (!src) cudaMalloc(&src, 2048), cudaMemset(src, 0, 2048);
+    simt::launch(by_stmatrix ? "wgmma_after_stmatrix" : "wgmma_after_cp_async", simt::Cfg{1, 128, 4096}, [&] {
+        char* smem = (char*)simt::dynamic_shared();
+        if (by_stmatrix) {  // warp 0 stores 4 matrices of 8 rows: bytes 0..511 of B
+            const uint32_t r[4] = {1u, 2u, 3u, 4u};
+            if (threadIdx.x < 32) simt::stmatrix(r, 4, false, smem + 16 * threadIdx.x);
+        } else {
+            simt::cp_async16(smem + 16 * threadIdx.x, src + 8 * threadIdx.x, 16);  // B's 2048 bytes
+            simt::cp_async_wait_all();
+        }
+        if (fence) simt::fence_proxy_async();
+        __syncthreads();
+        float d[32] = {};
+        const uint32_t a[4] = {};
+        // B K-major, no swizzle: (k, n) at 16(n%8) + 256(n/8) + 2(k%8) + 128(k/8)
+        simt::wgmma_m64k16(d, a, (uint64_t)(simt::shared_offset(smem) >> 4) | 8ull << 16 | 16ull << 32, 64, false, false);
+        simt::wgmma_commit();
+        simt::wgmma_wait(0);
+    });
+}
+static void test_wgmma_proxy() {
+    for (int by_stmatrix = 0; by_stmatrix < 2; by_stmatrix++) {
+        const char* how = by_stmatrix ? "stmatrix" : "cp.async";
+        char name[200];
+        snprintf(name, sizeof(name), "async proxy: a wgmma reading what %s wrote, without fence.proxy.async, is reported", how);
+        check(dies_with([by_stmatrix] { wgmma_after_generic_writes(by_stmatrix, false); }, "after the last fence.proxy.async"), name);
+        snprintf(name, sizeof(name), "async proxy: with the fence before the barrier, the wgmma after %s runs", how);
+        check(dies_with([by_stmatrix] { wgmma_after_generic_writes(by_stmatrix, true); _exit(3); }, ""), name);
+    }
+}
+
 static void test_wgmma_failures() {
     check(dies_with([] {
-        simt::launch("wgmma_half_wait", simt::Cfg{1, 128, 1024}, [&] {
+        simt::launch("wgmma_half_wait", simt::Cfg{1, 128, 2048}, [&] {
             float d[32] = {};
             uint32_t a[4] = {};
             simt::wgmma_m64k16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
             simt::wgmma_commit();
             if (threadIdx.x < 96) simt::wgmma_wait(0);  // warp 3 leaves without waiting
         });
-    }, "wgmma_half_wait"), "a warpgroup whose last warp never waits for its wgmma is reported");
+    }, "wgmma products it never waited for"), "a warpgroup whose last warp never waits for its wgmma is reported");
     check(dies_with([] {
         simt::launch("wgmma_swizzle_unaligned", simt::Cfg{1, 128, 4096}, [&] {
             float d[32] = {};
@@ -724,7 +761,7 @@ static void test_wgmma_failures() {
     // registers the product is still reading (A) or will write (D) touched between issue and wait
     for (int which = 0; which < 2; which++)
         check(dies_with([which] {
-            simt::launch("wgmma_early_write", simt::Cfg{1, 128, 1024}, [&] {
+            simt::launch("wgmma_early_write", simt::Cfg{1, 128, 2048}, [&] {
                 float d[32] = {};
                 uint32_t a[4] = {};
                 simt::wgmma_m64k16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
@@ -751,6 +788,7 @@ int main() {
     test_warpgroups_apart();
     test_tma();
     test_wgmma_failures();
+    test_wgmma_proxy();
     test_pinned();
     test_streams();
     test_kernel_writes();
