@@ -64,6 +64,7 @@ template <class H> __device__ inline uint64_t wgmma_desc(const H* tile, uint32_t
 #endif
 __device__ inline void wgmma_fence() {
 #if defined(LLMC_SIMT)
+    simt::wgmma_fence();
 #elif defined(LLMC_WGMMA)
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #elif defined(__CUDA_ARCH__)

@@ -151,6 +151,7 @@ struct Fiber {
     std::vector<size_t> wgmma_groups;  // where each committed group ends in wgmma
     unsigned group_ops = 0;         // warpgroup collectives passed (wgmma waits)
     int wgmma_keep = 0;             // the wait's N: groups that may stay in flight
+    bool wgmma_fenced = false;      // a wgmma.fence since its last wgmma wait (or its start)
     const void* mbar = nullptr;     // AT_MBAR: the mbarrier it waits on, for the phase of parity mbar_parity
     unsigned mbar_parity = 0;
     unsigned named = 0, named_gen = 0;  // AT_NAMED: the named barrier it waits at, and that barrier's phase then
@@ -651,8 +652,8 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 // (A is taken at the issue, D is compared with its value then).
 // The descriptor's address is the offset in the block's dynamic shared memory (shared_offset):
 // a kernel's wgmma operands live there. An operand that cp.async or stmatrix wrote after the last
-// fence.proxy.async is reported (wgmma_check_proxy). Not modelled: wgmma.fence (its omission is
-// not detected).
+// fence.proxy.async is reported (wgmma_check_proxy), and so is a product with no wgmma.fence
+// since the thread's last wgmma wait (wgmma_fence).
 inline uint32_t shared_offset(const void* p) {
     const char* base = (const char*)dynamic_shared();
     if ((const char*)p < base || (const char*)p >= base + tl_dynamic_bytes)
@@ -755,6 +756,9 @@ inline void wgmma_issue(float* d, const uint32_t* a, uint64_t desc, int n, bool 
     BlockRun& r = *tl_run;
     if (r.cur / 128 * 128 + 128 > r.nthreads)  // (a block may have warps past its warpgroups: a producer's)
         die("%s: wgmma by a warpgroup of fewer than 128 threads (block of %d threads)", r.kernel, r.nthreads);
+    if (!r.me().wgmma_fenced)
+        die("%s: a wgmma issued with no wgmma.fence since the thread's last wgmma wait or its start (thread %d: "
+            "its A and D registers are ordinary registers until the fence)", r.kernel, r.cur);
     WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
     op.fp16 = fp16, op.a_shared = a_shared, op.desc_a = desc_a;
     r.me().wgmma.push_back(std::move(op));
@@ -771,8 +775,13 @@ inline void wgmma_commit() {
     Fiber& f = tl_run->me();
     if (f.wgmma_groups.empty() ? !f.wgmma.empty() : f.wgmma_groups.back() < f.wgmma.size()) f.wgmma_groups.push_back(f.wgmma.size());
 }
+// wgmma.fence: the registers written so far may be a product's A and D. The emulator asks for one
+// between a thread's last wgmma wait (after which it reads D) and its next product, as the PTX ISA
+// does wherever the registers were touched in between, and before its first.
+inline void wgmma_fence() { tl_run->me().wgmma_fenced = true; }
 inline void wgmma_wait(int keep) {
     Fiber& f = tl_run->me();
+    f.wgmma_fenced = false;
     f.wgmma_keep = keep;
     f.group_ops++;
     block_on(AT_GROUP);

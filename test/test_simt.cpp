@@ -419,6 +419,7 @@ static void test_wgmma() {
             const uint64_t desc = (uint64_t)((simt::shared_offset(smem) + (mode == 3 ? 32 : 0)) >> 4) | (uint64_t)(lbo >> 4) << 16 |
                                   (uint64_t)(sbo >> 4) << 32 | (uint64_t)swizzled << 62;
             const uint64_t desc_a = (uint64_t)(simt::shared_offset(smem + 4096) >> 4) | (uint64_t)(lbo_a >> 4) << 16 | (uint64_t)(sbo_a >> 4) << 32;
+            simt::wgmma_fence();
             if (mode == 2) simt::wgmma_m64k16_ss(d, desc_a, desc, 64, false, true);
             else simt::wgmma_m64k16(d, a, desc, 64, trans, true);
             simt::wgmma_commit();
@@ -722,6 +723,7 @@ static void wgmma_after_generic_writes(bool by_stmatrix, bool fence) {
         float d[32] = {};
         const uint32_t a[4] = {};
         // B K-major, no swizzle: (k, n) at 16(n%8) + 256(n/8) + 2(k%8) + 128(k/8)
+        simt::wgmma_fence();
         simt::wgmma_m64k16(d, a, (uint64_t)(simt::shared_offset(smem) >> 4) | 8ull << 16 | 16ull << 32, 64, false, false);
         simt::wgmma_commit();
         simt::wgmma_wait(0);
@@ -743,6 +745,7 @@ static void test_wgmma_failures() {
         simt::launch("wgmma_half_wait", simt::Cfg{1, 128, 2048}, [&] {
             float d[32] = {};
             uint32_t a[4] = {};
+            simt::wgmma_fence();
             simt::wgmma_m64k16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
             simt::wgmma_commit();
             if (threadIdx.x < 96) simt::wgmma_wait(0);  // warp 3 leaves without waiting
@@ -752,18 +755,36 @@ static void test_wgmma_failures() {
         simt::launch("wgmma_swizzle_unaligned", simt::Cfg{1, 128, 4096}, [&] {
             float d[32] = {};
             const uint32_t a[4] = {};
+            simt::wgmma_fence();
             simt::wgmma_m64k16(d, a, (uint64_t)((simt::shared_offset(simt::dynamic_shared()) + 128) >> 4) | 1ull << 16 | 64ull << 32 | 1ull << 62,
                                64, false, true);
             simt::wgmma_commit();
             simt::wgmma_wait(0);
         });
     }, "does not start at a multiple of 1024"), "a 128-byte swizzled wgmma operand off its 1024-byte pattern is reported");
+    // a second product after a wait (whose D the thread then reads) with no wgmma.fence between
+    check(dies_with([] {
+        simt::launch("wgmma_unfenced", simt::Cfg{1, 128, 2048}, [&] {
+            float d[32] = {};
+            const uint32_t a[4] = {};
+            const uint64_t desc = (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32;
+            simt::wgmma_fence();
+            simt::wgmma_m64k16(d, a, desc, 64, false, false);
+            simt::wgmma_commit();
+            simt::wgmma_wait(0);
+            d[0] += 1.0f;
+            simt::wgmma_m64k16(d, a, desc, 64, false, true);
+            simt::wgmma_commit();
+            simt::wgmma_wait(0);
+        });
+    }, "no wgmma.fence since"), "a wgmma issued after a wait with no wgmma.fence between is reported");
     // registers the product is still reading (A) or will write (D) touched between issue and wait
     for (int which = 0; which < 2; which++)
         check(dies_with([which] {
             simt::launch("wgmma_early_write", simt::Cfg{1, 128, 2048}, [&] {
                 float d[32] = {};
                 uint32_t a[4] = {};
+                simt::wgmma_fence();
                 simt::wgmma_m64k16(d, a, (uint64_t)(simt::shared_offset(simt::dynamic_shared()) >> 4) | 8ull << 16 | 8ull << 32, 64, false, true);
                 simt::wgmma_commit();
                 if (threadIdx.x == 37) { if (which) d[5] = 1.0f; else a[2] = 7u; }
