@@ -117,7 +117,9 @@ __device__ inline void mbar_init(uint64_t* bar, unsigned count) {
 // After the inits, before the block barrier that publishes them: makes them visible to the copy
 // engine (TMA's complete_tx) as well as to the threads (CUTLASS's fence_barrier_init).
 __device__ inline void mbar_init_fence() {
-#if !defined(LLMC_SIMT) && defined(LLMC_WGMMA)
+#if defined(LLMC_SIMT)
+    simt::mbar_init_fence();
+#elif defined(LLMC_WGMMA)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
 }

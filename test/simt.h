@@ -181,6 +181,7 @@ struct MBar {  // an mbarrier: arrivals a phase, left, phases completed; transac
     unsigned count = 0, pending = 0, phase = 0;
     long tx = 0;
     std::vector<BulkCopy> bulk;
+    bool init_fenced = false;  // a fence.mbarrier_init since its init: the copy engine may complete on it
 };
 struct NamedBar { unsigned count = 0, arrived = 0, phase = 0; };  // bar.sync/bar.arrive id: threads a phase, arrived, phases completed
 struct BlockRun {              // one OS thread's block in flight
@@ -507,6 +508,12 @@ inline void mbar_init(void* bar, unsigned count) {
     if (count == 0 || count >= (1u << 20)) die("%s: mbarrier.init with count %u (1 to 2^20 - 1)", tl_run->kernel, count);
     tl_run->mbars[bar] = MBar{count, count, 0};
 }
+// fence.mbarrier_init: the inits so far are visible to the copy engine too (TMA's complete_tx),
+// not only to the threads a barrier reaches. A TMA copy on a barrier with no such fence since its
+// init is reported (tma_load). Any thread's fence counts for every init (lenient).
+inline void mbar_init_fence() {
+    for (auto& [bar, m] : tl_run->mbars) m.init_fenced = true;
+}
 inline void mbar_complete_if_done(MBar& m) {  // a phase completes at its last arrival once no transaction bytes are expected
     if (m.pending == 0 && m.tx == 0) m.phase++, m.pending = m.count;
 }
@@ -687,7 +694,10 @@ inline void tma_load(void* dst, const CUtensorMap* map, const int* c, void* bar)
     if (off % (map->swizzle128 ? 1024 : 128) || off + bytes > tl_dynamic_bytes)
         die("%s: a TMA copy to shared byte %zu: not %s-byte aligned or past the dynamic shared memory", tl_run->kernel, off,
             map->swizzle128 ? "1024" : "128");
-    mbar_of(bar, "complete_tx").bulk.push_back({(char*)dst, *map, {c[0], c[1], c[2]}});
+    MBar& m = mbar_of(bar, "complete_tx");
+    if (!m.init_fenced)
+        die("%s: a TMA copy completes on an mbarrier with no fence.mbarrier_init since its init (the copy engine may not see the init)", tl_run->kernel);
+    m.bulk.push_back({(char*)dst, *map, {c[0], c[1], c[2]}});
 }
 inline void land_bulk_copy(const BulkCopy& b) {
     const CUtensorMap& m = b.map;

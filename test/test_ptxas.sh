@@ -2,7 +2,8 @@
 # test_ptxas — what ptxas says about the Hopper (wgmma) kernels, checked without a GPU: each
 # compiles for sm_90a with no register spills, and ptxas serializes none of its wgmma. Also the
 # mma.sync backward passes at head size 64 stay within the registers that keep 3 and 4 blocks on
-# an SM, and the wgmma forward at head size 64 within those that keep 2 (below).
+# an SM, and the wgmma forward at head size 64 within those that keep 2 (below), and each
+# producer kernel's registers at entry cover what its setmaxnreg hands out (else a hang).
 # Why: a wgmma kernel that runs out of registers, or whose asynchronous products cross a branch or
 # share registers with other instructions before their wait, still computes the right numbers,
 # but ptxas then waits for every product before the next ("C75xx: wgmma.mma_async instructions
@@ -83,6 +84,28 @@ while read -r name regs spill; do
     else echo "not ok - ptxas sm_90a: $short: $regs registers, $spill bytes of spill stores (at most 128, none)"; fi
 done < <(echo "$all" | grep -E "^_Z[0-9]+flash_forward_wgmma_kernelI[A-Za-z0-9_]+Li64ELi[12]ELi64ELb[01]EE")
 [ "$n" -gt 0 ] || echo "not ok - ptxas reported no flash_forward_wgmma_kernel at head size 64 (still instantiated by gpucheck_ops?)"
+# The producer kernels move registers with setmaxnreg: the producer warpgroup gives some back
+# (.dec to P), the NWG computing ones take them (.inc to C). A .inc waits until the block's pool
+# holds them, so entry registers × threads must cover P·128 + C·NWG·128, else the computing
+# warpgroups wait for ever (a hang no emulator shows). P and C as the kernels set them.
+hdr=llmc/flash_attention_hopper.cuh
+fwd=$(grep -o "PRODUCER_REGS = NWG == 2 ? [0-9]* : [0-9]*, COMPUTE_REGS = NWG == 2 ? [0-9]* : [0-9]*" "$hdr" | grep -o "[0-9]\+" | tr '\n' ' ')
+bwd=$(sed -n '/flash_backward_fused_wgmma_producer_kernel(/,/^}/p' "$hdr" | grep -o "setmaxnreg<[0-9]*" | grep -o "[0-9]*" | tr '\n' ' ')
+read -r _ p2 p3 _ c2 c3 <<<"$fwd"; read -r pb cb <<<"$bwd"
+n=0
+while read -r name regs spill; do
+    n=$((n + 1))
+    short=$(echo "$name" | c++filt 2>/dev/null || echo "$name")
+    case "$short" in
+        *flash_backward_fused_wgmma_producer_kernel*) nwg=2 p=$pb c=$cb ;;
+        *) nwg=$(sed 's/.*, \([0-9]*\)>(.*/\1/' <<<"$short"); if [ "$nwg" = 3 ]; then p=$p3 c=$c3; else p=$p2 c=$c2; fi ;;
+    esac
+    need=$(( (p + c * nwg) * 128 )) have=$(( regs * 128 * (nwg + 1) ))
+    if [ -n "$p" ] && [ -n "$c" ] && [ "$have" -ge "$need" ] && [ "$need" -le 65536 ]; then
+        echo "ok - ptxas sm_90a: $short: setmaxnreg balanced ($regs registers at entry × $((128 * (nwg + 1))) threads cover $p + $nwg × $c a thread of 128)"
+    else echo "not ok - ptxas sm_90a: $short: setmaxnreg unbalanced: $regs registers at entry × $((128 * (nwg + 1))) threads, the warpgroups ask $p + $nwg × $c a thread of 128 (P='$p' C='$c')"; fi
+done < <(echo "$all" | grep -E "^_Z[0-9]+flash_(forward|backward_fused)_wgmma_producer_kernel")
+[ "$n" -gt 0 ] || echo "not ok - ptxas reported no producer kernel (still instantiated by gpucheck_ops?)"
 # the PTX a Blackwell GPU runs from: ptxas (the driver's compiler) for each sm this nvcc knows,
 # the two at once
 if [ -n "${ptx_pid:-}" ]; then

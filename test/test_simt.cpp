@@ -461,7 +461,7 @@ static void test_tma() {
     simt::launch("tma_box", simt::Cfg{1, 64, 1024}, [&] {
         __shared__ uint64_t full;
         uint16_t* smem = (uint16_t*)simt::dynamic_shared();
-        if (threadIdx.x == 0) simt::mbar_init(&full, 1);
+        if (threadIdx.x == 0) simt::mbar_init(&full, 1), simt::mbar_init_fence();
         for (int i = threadIdx.x; i < 8 * 64; i += 64) smem[i] = 0xffff;
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -488,12 +488,25 @@ static void test_tma() {
             __shared__ uint64_t full;
             if (threadIdx.x == 0) {
                 simt::mbar_init(&full, 1);
+                simt::mbar_init_fence();
                 const int c[3] = {0, 0, 0};
                 simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
                 simt::tma_load(simt::dynamic_shared(), &map, c, &full);
             }
         });
     }, "TMA copy in flight"), "TMA: a block that ends with a copy no thread waited for is reported");
+    check(dies_with([&] {
+        simt::launch("tma_unfenced_init", simt::Cfg{1, 32, 1024}, [&] {
+            __shared__ uint64_t full;
+            if (threadIdx.x == 0) {
+                simt::mbar_init(&full, 1);
+                const int c[3] = {0, 0, 0};
+                simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
+                simt::tma_load(simt::dynamic_shared(), &map, c, &full);
+                simt::mbar_wait(&full, 0);
+            }
+        });
+    }, "no fence.mbarrier_init since its init"), "TMA: a copy on an mbarrier whose init no fence.mbarrier_init published is reported");
     cudaFree(src);
 }
 
