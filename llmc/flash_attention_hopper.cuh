@@ -791,6 +791,7 @@ __host__ __device__ inline int fused_split_of(int kb, int S) {
 // p[0] += a, p[1] += b, in the memory system (red: no value returned; sm_90's vector form)
 __device__ inline void red_add_f32x2(float* p, float a, float b) {
 #ifdef LLMC_SIMT
+    simt::check_vector_global(p, 8, "red.global.add.v2.f32");
     p[0] += a, p[1] += b;  // (one thread owns each element: the emulator needs no atomic)
 #elif defined(LLMC_WGMMA)
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
@@ -803,6 +804,7 @@ __device__ inline void red_add_f32x2(float* p, float a, float b) {
 // GPU's scope, after them in program order, sees them.
 __device__ inline float2 red_sum_f32x2(const float* p, float a, float b) {
 #ifdef LLMC_SIMT
+    simt::check_vector_global(p, 8, "ld.relaxed.gpu.global.v2.f32");
     return make_float2(p[0] + a, p[1] + b);
 #elif defined(LLMC_WGMMA)
     float x, y;

@@ -606,6 +606,11 @@ inline thread_local size_t tl_dynamic_bytes = 0;
 // and stmatrix write, a fence.proxy.async by any of the block's threads clears them all, and the
 // warpgroup's last thread to issue a wgmma checks that its operands hold none (wgmma_check_proxy).
 // TMA writes through the async proxy and needs no fence. Plain stores are not seen.
+// A vector access of global memory in inline PTX (red.v2, ld.v2): the address must be device
+// memory and aligned to the vector's bytes, else a GPU stops with a misaligned address.
+inline void check_vector_global(const void* p, size_t bytes, const char* op) {
+    if ((uintptr_t)p % bytes || !device_owns(p)) die("%s: %s on an address that is not %zu-byte aligned device memory", tl_run->kernel, op, bytes);
+}
 inline void generic_wrote(const void* p, size_t bytes) {
     BlockRun& r = *tl_run;
     const char* base = (const char*)tl_dynamic_shared;
