@@ -662,15 +662,26 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 // kernel that reads D before its wait, or overwrites an operand's tile before it, gets wrong
 // results here; one that writes the A or D registers of a product before its wait is reported
 // (A is taken at the issue, D is compared with its value then).
-// The descriptor's address is the offset in the block's dynamic shared memory (shared_offset):
-// a kernel's wgmma operands live there. An operand that cp.async or stmatrix wrote after the last
-// fence.proxy.async is reported (wgmma_check_proxy), and so is a product with no wgmma.fence
-// since the thread's last wgmma wait (wgmma_fence).
-inline uint32_t shared_offset(const void* p) {
+// The descriptor's address is a shared-memory window address (shared_offset): the block's
+// dynamic shared memory, where a kernel's wgmma operands live, starts at g_shared_bias. An
+// operand that cp.async or stmatrix wrote after the last fence.proxy.async is reported
+// (wgmma_check_proxy), and so is a product with no wgmma.fence since the thread's last wgmma
+// wait (wgmma_fence).
+// A GPU puts dynamic shared memory after the kernel's static shared variables, and promises it
+// only 16-byte alignment. So the emulator's window starts it at SIMT_SHARED_BIAS bytes (default
+// 16): a kernel that assumes more (a swizzled or TMA tile not moved up to a multiple of 1024,
+// align_1024, or the extra 1 KB that move takes) fails here as it would on a GPU.
+inline const size_t g_shared_bias = [] {
+    const char* e = getenv("SIMT_SHARED_BIAS");
+    const long b = e ? atol(e) : 16;
+    if (b < 0 || b % 16 || b >= 1024) die("SIMT_SHARED_BIAS=%s: a multiple of 16 below 1024", e);
+    return (size_t)b;
+}();
+inline uint32_t shared_offset(const void* p) {  // p's shared-memory window address
     const char* base = (const char*)dynamic_shared();
     if ((const char*)p < base || (const char*)p >= base + tl_dynamic_bytes)
         die("%s: a shared-memory address outside the block's dynamic shared memory (the emulator's wgmma descriptors address only it)", tl_run->kernel);
-    return (uint32_t)((const char*)p - base);
+    return (uint32_t)((const char*)p - base + g_shared_bias);
 }
 // TMA (cp.async.bulk.tensor, sm_90): tensor_map_encode checks what cuTensorMapEncodeTiled checks
 // of the emulated maps. tma_load copies the box at coordinates c into shared memory at dst
@@ -696,7 +707,7 @@ inline void tma_load(void* dst, const CUtensorMap* map, const int* c, void* bar)
     if (map->rank == 0) die("%s: a TMA copy with a tensor map never encoded", tl_run->kernel);
     if (!device_owns(map->base)) die("%s: a TMA copy from outside device memory", tl_run->kernel);
     const size_t bytes = map->box_bytes(), off = shared_offset(dst);
-    if (off % (map->swizzle128 ? 1024 : 128) || off + bytes > tl_dynamic_bytes)
+    if (off % (map->swizzle128 ? 1024 : 128) || off - g_shared_bias + bytes > tl_dynamic_bytes)
         die("%s: a TMA copy to shared byte %zu: not %s-byte aligned or past the dynamic shared memory", tl_run->kernel, off,
             map->swizzle128 ? "1024" : "128");
     MBar& m = mbar_of(bar, "complete_tx");
@@ -733,7 +744,8 @@ inline bool land_bulk_copies(BlockRun& r) {  // every TMA copy in flight lands; 
 }
 
 // The byte of element (k, c) of a 16-row K-major (k fastest in a core matrix row) or MN-major
-// operand in the block's dynamic shared memory, through its descriptor (the layouts above)
+// operand in the block's dynamic shared memory, through its descriptor (the layouts above: window
+// addresses, swizzled as such)
 inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_major, int k, int c, const char* which) {
     const int swizzle = (int)(desc >> 62);
     if (swizzle > 1 || ((desc >> 49) & 7) != 0) die("%s: a wgmma descriptor with a 64- or 32-byte swizzle or a base offset (not emulated)", r.kernel);
@@ -744,8 +756,10 @@ inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_maj
                                   : (mn_major ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
                                               : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8)));
     if (swizzle) off = swizzle128(off);
-    if (off + 2 > tl_dynamic_bytes) die("%s: wgmma reads %s past the block's dynamic shared memory (byte %zu of %zu)", r.kernel, which, off, tl_dynamic_bytes);
-    return off;
+    if (off < g_shared_bias || off - g_shared_bias + 2 > tl_dynamic_bytes)
+        die("%s: wgmma reads %s outside the block's dynamic shared memory (window byte %zu; it holds %zu from %zu)", r.kernel, which, off,
+            tl_dynamic_bytes, g_shared_bias);
+    return off - g_shared_bias;
 }
 // At the warpgroup's last issue of its newest product (the others issued it before): none of
 // the product's operand bytes may be one the generic proxy wrote since the last fence.proxy.async.

@@ -377,6 +377,12 @@ static void test_warpgroups_apart() {
 // descriptor in both canonical no-swizzle layouts, the core matrices spaced apart by LBO and SBO
 // with gaps so that a swapped field shows; D: warp w rows 16w.., n-tile j in d[4j..4j+3] in the
 // mma C layout) equals A·B + C, and only after the wait: D read between issue and wait is old.
+// dynamic shared memory moved up to a multiple of 1024 bytes of the window (the emulator starts it
+// at SIMT_SHARED_BIAS, as a GPU may start it after static shared variables): align_1024's job
+static char* shared_1024() {
+    char* p = (char*)simt::dynamic_shared();
+    return p + (1024 - simt::shared_offset(p) % 1024) % 1024;
+}
 static void test_wgmma() {
     static float A[64][16], B[16][64], C[64][64], D[64][64];
     for (int r = 0; r < 64; r++) for (int k = 0; k < 16; k++) A[r][k] = fl(bf((float)((r * 7 + k * 3) % 11) - 5.0f));
@@ -399,8 +405,8 @@ static void test_wgmma() {
         const uint32_t lbo_a = 1024, sbo_a = 128;
         auto at_a = [&](int m, int k) { return 4096 + 16 * (m % 8) + sbo_a * (m / 8) + 2 * (k % 8) + lbo_a * (k / 8); };
         bool stale = true;  // D between issue and wait still holds C
-        simt::launch("wgmma_test", simt::Cfg{1, 128, 8192}, [&] {
-            char* smem = (char*)simt::dynamic_shared();
+        simt::launch("wgmma_test", simt::Cfg{1, 128, 8192 + 1024}, [&] {
+            char* smem = shared_1024();
             if (threadIdx.x == 0) {
                 for (int k = 0; k < 16; k++)
                     for (int n = 0; n < 64; n++) { uint16_t v = bf(B[k][n]); memcpy(smem + at(k, n), &v, 2); }
@@ -458,9 +464,9 @@ static void test_tma() {
     check(!simt::tensor_map_encode(&bad, 2, 3, src, dims, odd, box, true), "TMA: a row stride that is not a multiple of 16 bytes is refused");
     std::vector<uint16_t> got(8 * 64);
     bool early_old = true;
-    simt::launch("tma_box", simt::Cfg{1, 64, 1024}, [&] {
+    simt::launch("tma_box", simt::Cfg{1, 64, 2048}, [&] {
         __shared__ uint64_t full;
-        uint16_t* smem = (uint16_t*)simt::dynamic_shared();
+        uint16_t* smem = (uint16_t*)shared_1024();
         if (threadIdx.x == 0) simt::mbar_init(&full, 1), simt::mbar_init_fence();
         for (int i = threadIdx.x; i < 8 * 64; i += 64) smem[i] = 0xffff;
         __syncthreads();
@@ -484,25 +490,38 @@ static void test_tma() {
     check(ok, "TMA: the box lands in box order, 128-byte swizzled, zeros outside the tensor");
     check(early_old, "TMA: a read before the mbarrier wait sees the old bytes");
     check(dies_with([&] {
-        simt::launch("tma_unwaited", simt::Cfg{1, 32, 1024}, [&] {
+        simt::launch("tma_unwaited", simt::Cfg{1, 32, 2048}, [&] {
             __shared__ uint64_t full;
             if (threadIdx.x == 0) {
                 simt::mbar_init(&full, 1);
                 simt::mbar_init_fence();
                 const int c[3] = {0, 0, 0};
                 simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
-                simt::tma_load(simt::dynamic_shared(), &map, c, &full);
+                simt::tma_load(shared_1024(), &map, c, &full);
             }
         });
     }, "TMA copy in flight"), "TMA: a block that ends with a copy no thread waited for is reported");
     check(dies_with([&] {
-        simt::launch("tma_unfenced_init", simt::Cfg{1, 32, 1024}, [&] {
+        simt::launch("tma_unaligned", simt::Cfg{1, 32, 2048}, [&] {
+            __shared__ uint64_t full;
+            if (threadIdx.x == 0) {
+                simt::mbar_init(&full, 1);
+                simt::mbar_init_fence();
+                const int c[3] = {0, 0, 0};
+                simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
+                simt::tma_load(simt::dynamic_shared(), &map, c, &full);  // (not moved up to 1024: the window starts it at 16)
+                simt::mbar_wait(&full, 0);
+            }
+        });
+    }, "not 1024-byte aligned"), "TMA: a swizzled copy to dynamic shared memory as it starts (16 bytes into the window) is reported");
+    check(dies_with([&] {
+        simt::launch("tma_unfenced_init", simt::Cfg{1, 32, 2048}, [&] {
             __shared__ uint64_t full;
             if (threadIdx.x == 0) {
                 simt::mbar_init(&full, 1);
                 const int c[3] = {0, 0, 0};
                 simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
-                simt::tma_load(simt::dynamic_shared(), &map, c, &full);
+                simt::tma_load(shared_1024(), &map, c, &full);
                 simt::mbar_wait(&full, 0);
             }
         });
