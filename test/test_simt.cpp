@@ -445,6 +445,22 @@ static void test_wgmma() {
     }
 }
 
+// One thread copies one box of map by TMA: to a tile moved up to 1024 (aligned) or to where
+// dynamic shared memory starts; with fence.mbarrier_init after the barrier's init (fenced) or
+// not; then waits for it (wait) or leaves it in flight. The wrong ways must be reported.
+static void one_tma_copy(const CUtensorMap& map, bool aligned, bool fenced, bool wait) {
+    simt::launch("tma_one_copy", simt::Cfg{1, 32, 2048}, [&] {
+        __shared__ uint64_t full;
+        if (threadIdx.x == 0) {
+            simt::mbar_init(&full, 1);
+            if (fenced) simt::mbar_init_fence();
+            const int c[3] = {0, 0, 0};
+            simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
+            simt::tma_load(aligned ? shared_1024() : simt::dynamic_shared(), &map, c, &full);
+            if (wait) simt::mbar_wait(&full, 0);
+        }
+    });
+}
 // TMA: a box of 64 × 8 × 1 of a 3-D tensor of 16-bit values (80 × 5 × 2, rows padded to 96)
 // at (16, 0, 1) lands in shared memory in box order, 128-byte swizzled, zeros past the tensor's
 // columns and rows, and only when no thread can go on: a thread that reads before its mbarrier
@@ -489,43 +505,12 @@ static void test_tma() {
         }
     check(ok, "TMA: the box lands in box order, 128-byte swizzled, zeros outside the tensor");
     check(early_old, "TMA: a read before the mbarrier wait sees the old bytes");
-    check(dies_with([&] {
-        simt::launch("tma_unwaited", simt::Cfg{1, 32, 2048}, [&] {
-            __shared__ uint64_t full;
-            if (threadIdx.x == 0) {
-                simt::mbar_init(&full, 1);
-                simt::mbar_init_fence();
-                const int c[3] = {0, 0, 0};
-                simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
-                simt::tma_load(shared_1024(), &map, c, &full);
-            }
-        });
-    }, "TMA copy in flight"), "TMA: a block that ends with a copy no thread waited for is reported");
-    check(dies_with([&] {
-        simt::launch("tma_unaligned", simt::Cfg{1, 32, 2048}, [&] {
-            __shared__ uint64_t full;
-            if (threadIdx.x == 0) {
-                simt::mbar_init(&full, 1);
-                simt::mbar_init_fence();
-                const int c[3] = {0, 0, 0};
-                simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
-                simt::tma_load(simt::dynamic_shared(), &map, c, &full);  // (not moved up to 1024: the window starts it at 16)
-                simt::mbar_wait(&full, 0);
-            }
-        });
-    }, "not 1024-byte aligned"), "TMA: a swizzled copy to dynamic shared memory as it starts (16 bytes into the window) is reported");
-    check(dies_with([&] {
-        simt::launch("tma_unfenced_init", simt::Cfg{1, 32, 2048}, [&] {
-            __shared__ uint64_t full;
-            if (threadIdx.x == 0) {
-                simt::mbar_init(&full, 1);
-                const int c[3] = {0, 0, 0};
-                simt::mbar_arrive_expect_tx(&full, 8 * 64 * 2);
-                simt::tma_load(shared_1024(), &map, c, &full);
-                simt::mbar_wait(&full, 0);
-            }
-        });
-    }, "no fence.mbarrier_init since its init"), "TMA: a copy on an mbarrier whose init no fence.mbarrier_init published is reported");
+    check(dies_with([&] { one_tma_copy(map, true, true, false); }, "TMA copy in flight"),
+          "TMA: a block that ends with a copy no thread waited for is reported");
+    check(dies_with([&] { one_tma_copy(map, false, true, true); }, "not 1024-byte aligned"),
+          "TMA: a swizzled copy to dynamic shared memory as it starts (16 bytes into the window) is reported");
+    check(dies_with([&] { one_tma_copy(map, true, false, true); }, "no fence.mbarrier_init since its init"),
+          "TMA: a copy on an mbarrier whose init no fence.mbarrier_init published is reported");
     cudaFree(src);
 }
 
