@@ -181,7 +181,7 @@ struct LtAlgo { bool any; cublasLtMatmulAlgo_t algo; };  // (any: false where no
 struct Autotuned {
     int flash_rows[3] = {};             // flash attention, by pass: the rows a warp timing kept (0: not yet)
     AutotuneTrial flash_wgmma[3];       // --flash-wgmma auto's trial, by pass
-    int flash_forward_layout = -1;      // --flash-forward-producer auto: -1 not yet, else the layout kept (attention.cuh)
+    int flash_forward_layout = -1;      // --flash-forward-producer auto: -1 not yet, else the layout kept (flash_launch.cuh)
     int flash_backward_layout = -1;     // --flash-backward-producer auto: the same for the fused backward
     int classifier_staged = -1;         // --classifier-staged auto: -1 not yet, else the kernel kept (kernel_options.h)
     int layernorm_prefetch = -1;        // --layernorm-prefetch auto: -1 not yet, else 0 or 1 (layernorm.cuh)

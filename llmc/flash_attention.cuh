@@ -1,7 +1,7 @@
 /*
 flash_attention.cuh — FlashAttention-2's algorithm, written here: causal attention on the tensor
 cores through mma.sync m16n8k16 (16-bit in, fp32 accumulate). It is the bf16/fp16 path of
-attention.cuh's ops at head size 64 or 128, on any GPU from sm_80. attention.cuh includes it.
+attention.cuh's ops at head size 64 or 128, on any GPU from sm_80. flash_launch.cuh includes it.
 
   forward   a block per 64 queries (4 warps × 16 rows), key tiles of 64 through shared memory,
             S = Q·Kᵀ, online softmax in base 2, O += P·V; lse saved for the backward

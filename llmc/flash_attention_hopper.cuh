@@ -1,6 +1,6 @@
 /*
 flash_attention_hopper.cuh — flash attention with the Hopper tensor cores' warpgroup MMA (wgmma,
-sm_90a). attention.cuh runs these kernels on a GPU of compute capability 9.0. Not a header on its
+sm_90a). flash_launch.cuh runs these kernels on a GPU of compute capability 9.0. Not a header on its
 own: it follows flash_attention.cuh and shares its pieces (A fragments, online softmax, dS, stores).
 
 A warpgroup (4 warps) owns 64 rows. Each product is a few wgmma m64nNk16. A (Q, dO, P, dS) is in

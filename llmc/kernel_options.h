@@ -31,7 +31,7 @@ enum class BiasGrad { Warps, Columns, Epilogue };
 enum class Fp8FastAccum { None, Forward, All };
 
 struct KernelOptions {
-    // flash attention (attention.cuh)
+    // flash attention (flash_launch.cuh)
     bool flash = true;                 // false: the warp-per-row kernels
     bool flash_ldmatrix = true;        // false: per-lane shared-memory loads
     bool flash_async = true;           // false: tiles staged through registers (no cp.async)

@@ -303,7 +303,7 @@ template <class floatX> inline double gpt_gelu_scratch_bytes(const Ctx& ctx, con
     if (!gpu || epilogue || g.config.llama() || g.fp8) return 0;  // (Llama: SwiGLU; FP8: the GELU apart, in floatX)
     return (double)Buf<float>::bytes_for((size_t)B * T * Hh);
 }
-// The fused attention backward's fp32 dQ partial sums (attention.cuh: flash_backward_scratch_bytes),
+// The fused attention backward's fp32 dQ partial sums (flash_launch.cuh: flash_backward_scratch_bytes),
 // on a GPU where it runs: a rank's heads (NHt) over its positions, held from the first backward on.
 template <class floatX> inline double gpt_attention_scratch_bytes(const Ctx& ctx, const GPT<floatX>& g, int B, int T) {
 #ifdef LLMC_CUDA

@@ -30,12 +30,12 @@ echo "gpu: stand-in"
 if [ -n "\$log" ]; then
     for i in 1 2 3 4 5 6; do echo "{\"step\": \$i, \"tokens_per_s\": \$((1000 * i)).0, \"mfu\": 0.4\$i, \"ms\": \$((10 * i)).0}" >>"\$log"; done
 fi
-case " \$* " in *" --flash-rows auto "*)  # (the trainer's lines, llmc/attention.cuh: flash_tune_rows)
+case " \$* " in *" --flash-rows auto "*)  # (the trainer's lines, llmc/flash_launch.cuh: flash_tune_rows)
     echo "flash attention: 16 query rows a warp in the forward (--flash-rows auto, timed at B=8 T=1024: 0.162 ms with 16, 0.178 ms with 32)"
     echo "flash attention: 32 keys a warp in the dK/dV pass (--flash-rows auto, timed at B=8 T=1024: 0.355 ms with 16, 0.285 ms with 32)"
     echo "flash attention: 32 query rows a warp in the dQ pass (--flash-rows auto, timed at B=8 T=1024: 0.202 ms with 16, 0.194 ms with 32)" ;;
 esac
-case " \$* " in *" --flash-wgmma auto "*)  # (llmc/attention.cuh: flash_run_pass)
+case " \$* " in *" --flash-wgmma auto "*)  # (llmc/flash_launch.cuh: flash_run_pass)
     echo "flash attention: wgmma in the forward (--flash-wgmma auto, timed at B=8 T=1024: 0.162 ms with mma.sync, 0.140 ms with wgmma; the same bits at its first 3 launches)"
     echo "flash attention: mma.sync in the dQ pass (--flash-wgmma auto, timed at B=8 T=1024: 0.194 ms with mma.sync, 0.150 ms with wgmma; the bits differ at launch 1: mma.sync kept)"
     echo "flash attention: mma.sync in the dK/dV pass (--flash-wgmma auto, timed at B=8 T=1024: 0.285 ms with mma.sync, 0.300 ms with wgmma; the same bits at its first 3 launches)" ;;

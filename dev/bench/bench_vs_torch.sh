@@ -76,7 +76,7 @@ echo
 echo "Ours: what the trainer runs by default (--flash-rows auto: at head size 64 each pass the faster of 16 and 32 rows a warp; --flash-wgmma auto: on compute capability 9.0 each pass wgmma where faster and of mma.sync's bits; both decided at its first launches; below)."
 if [ -s "$tmp/auto.txt" ]; then
     echo
-    echo "What --flash-rows auto and --flash-wgmma auto kept (llmc/attention.cuh: flash_tune_rows, flash_run_pass):"
+    echo "What --flash-rows auto and --flash-wgmma auto kept (llmc/flash_launch.cuh: flash_tune_rows, flash_run_pass):"
     echo
     cat "$tmp/auto.txt"
 fi
