@@ -47,16 +47,18 @@ want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,layernorm,fp8,
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 # (the llmc step's runs of ours beside the default: bench_vs_llmc.sh's OURS_ALSO, apart by ';')
 # (auto: every layout of the forward and of the fused backward timed at the first step, the fastest kept and named)
-also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue"}
+also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain"}
 # Failures that name only ping-pong, swizzled tiles, TMA, the backward's producer, the fused
-# backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29) or dQ
-# summed by the last split (v30) leave out those versions, and the auto of the pass they belong
-# to; others, or a hang, every opt-in version (v11-v30) and every --flash- flag.
+# backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29), dQ
+# summed by the last split (v30) or chained key blocks (v31) leave out those versions, and the
+# auto of the pass they belong to (v31: its run); others, or a hang, every opt-in version
+# (v11-v31) and every --flash- flag.
 if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0 failed" "$log-wgmma.txt"; then
     all_bad=$(grep "^not ok" "$log-wgmma.txt") skip=
-    bad=$(grep -v -e "3 computing warpgroups" -e "summed by the last split" <<<"$all_bad")
+    bad=$(grep -v -e "3 computing warpgroups" -e "summed by the last split" -e "key blocks chained" <<<"$all_bad")
     grep -q "3 computing warpgroups" <<<"$all_bad" && { skip+=28,29,; also=${also//--flash-forward-producer auto/}; }
     grep -q "summed by the last split" <<<"$all_bad" && { skip+=30,; also=${also//--flash-backward-producer auto/}; }
+    grep -q "key blocks chained" <<<"$all_bad" && { skip+=31,; also=${also//--flash-backward chain/}; }
     grep -q "ping-pong" <<<"$bad" && { skip+=13,14,16,19,20,21,22,; also=${also//--flash-forward-producer auto/}; }
     grep -v "in the backward" <<<"$bad" | grep -q "by TMA" && { skip+=21,22,28,; also=${also//--flash-forward-producer auto/}; }
     grep -v "by TMA" <<<"$bad" | grep -q "swizzled" && { skip+=18,19,20,21,22,28,; also=${also//--flash-forward-producer auto/}; }
@@ -66,7 +68,7 @@ if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0
     if [ -z "$all_bad" ] || grep -v -e "ping-pong" -e "swizzled" -e "by TMA" -e "producer warpgroup in the backward" <<<"$bad" |
             grep -v "C=512.*fused backward\|fused backward.*C=512" | grep -q . ||
         grep -q "^== wgmma: exit 124" "$log-wgmma.txt"; then
-        skip=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30
+        skip=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
         also=$(tr ';' '\n' <<<"$also" | grep -v -e --flash- | paste -sd';')  # (the runs without opt-in attention stay)
     fi
     also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
@@ -81,7 +83,7 @@ fi
 # (and at GPT-2 1558M's shape the fused backward by its splits, no version loop: DEV_ATTENTION_SKIP)
 [[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 180 bash -c \
     "bash dev/bench/bench_vs_torch.sh; DEV_ATTENTION_SKIP=$(seq -s, 7 29) build/dev_attention 16 1024 1600 25 time |
-     grep -e 'by its splits' -e 'fused / split' | sed 's/^ */GPT-2 1558M B=16: /'"
+     grep -e 'by its splits' -e 'fused / split' -e 'chained / fused' | sed 's/^ */GPT-2 1558M B=16: /'"
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
 [[ $want == *,biasgrad,* ]] && step biasgrad 60 build/dev_matmul 65536 768 0
 [[ $want == *,layernorm,* ]] && step layernorm 60 bash -c "build/dev_layernorm 65536 768 && build/dev_layernorm 16384 1600"
@@ -96,8 +98,8 @@ fi
 ncu_forward() {
     local spec
     for spec in "6:flash_forward_wgmma_kernel<.*, 2, 64, false>" "0:flash_forward_wgmma_kernel<.*, 2, 64, true>" \
-                "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, false>" \
-                "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, true>"; do
+                "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, false, 2>" \
+                "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, true, 2>"; do
         DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}8,9,11,12,13,14,15,16,17,19,21,28,29 NCU_SKIP=${spec%%:*} NCU_COUNT=1 \
             bash dev/bench/bench_ncu_attention.sh 2 8192 768 6 "${spec#*:}"
     done
@@ -105,18 +107,21 @@ ncu_forward() {
 export -f ncu_forward
 [[ $want == *,ncu,* ]] && step ncu 300 bash -c ncu_forward
 # ncubwd: the fused backward at head size 64, B=16 T=1024 (GPT-2's shape): without a producer
-# (the default), with one by cp.async (v23) and by TMA (v25); one launch each, and where its L2
-# sectors go (NCU_L2: are dQ's reductions what keeps the L2 busy?).
+# (the default), with one by cp.async (v23) and by TMA (v25); then at B=2 T=8192 the default and
+# the chained one (v31). One launch each, and where its L2 sectors go and DRAM's bytes (NCU_L2:
+# are dQ's reductions what keeps the L2 busy? does the model of docs/performance.md hold?).
 ncu_backward() {
     local spec
-    for spec in "flash_backward_fused_wgmma_kernel<" "flash_backward_fused_wgmma_producer_kernel<.*, 3, false>" \
-                "flash_backward_fused_wgmma_producer_kernel<.*, 3, true>"; do
+    for spec in "1024:flash_backward_fused_wgmma_kernel<.*, 64, false, false>" "1024:flash_backward_fused_wgmma_producer_kernel<.*, 3, false, false, false>" \
+                "1024:flash_backward_fused_wgmma_producer_kernel<.*, 3, true, false, false>" \
+                "8192:flash_backward_fused_wgmma_kernel<.*, 64, false, false>" "8192:flash_backward_fused_wgmma_kernel<.*, 64, false, true>"; do
+        local T=${spec%%:*}
         DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}7,8,9,11,12,13,14,15,16,17,18,19,20,21,22,24,26,28,29 NCU_SKIP=0 NCU_COUNT=1 \
-            NCU_L2=1 bash dev/bench/bench_ncu_attention.sh 16 1024 768 12 "$spec"
+            NCU_L2=1 bash dev/bench/bench_ncu_attention.sh $((16384 / T)) "$T" 768 12 "${spec#*:}"
     done
 }
 export -f ncu_backward
-[[ $want == *,ncubwd,* ]] && step ncubwd 200 bash -c ncu_backward
+[[ $want == *,ncubwd,* ]] && step ncubwd 300 bash -c ncu_backward
 [[ $want == *,kernels,* ]] && RUN_LIMIT=120 step kernels 260 bash dev/bench/bench_ncu_steps.sh gpt2:124M 64
 for f in wgmma ab llmc attention classifier llama flash bf16 train ncu ncubwd kernels; do
     [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|by its splits|^== |^bf16 v" "$log-$f.txt" | tail -40; }

@@ -17,7 +17,7 @@ The kernels (a _producer_kernel: with a producer warpgroup that copies the tiles
   flash_backward_fused_wgmma_producer_kernel  (KernelOptions::flash_backward_producer)
 
     dQ = Σ over splits s of  Σ over the key blocks kb of s (in order) of  dS_kb · K_kb   (each
-    split's fp32 partial sum has one owner thread an element: deterministic)
+    split's fp32 sum has one owner thread an element; chained: one sum, key blocks in turn)
 
 Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op, the
 fused pass's dK and dV bit-identical to the two passes'), test/test_ptxas.sh (no spills, no
@@ -872,6 +872,7 @@ __host__ __device__ constexpr size_t fused_tiles_elems(int D, int kv_tiles, int 
 // key blocks in order. With one split (finish), a query tile's last key block (the diagonal one)
 // adds its share to that sum and writes sum · scale into dqkv (out, rows C3 apart) itself: the
 // bits of flash_dq_sum_kernel, without its pass. Each element has one owner thread throughout.
+// Chained (chain, v31): key block kb adds to the one sum of all key blocks, in its turn (below).
 template <class H> struct DqSink {
     float* part;
     H* out;
@@ -879,7 +880,57 @@ template <class H> struct DqSink {
     size_t C3;
     float scale;
     bool first_kb, finish;  // first_kb: this split's first key block, whose sum starts from zero
+    unsigned* chain;        // chained: this warpgroup's count of each query tile (2 apart), else nullptr
+    int kb;                 // chained: this key block
 };
+// The chained sum (FusedGrid::chain, --flash-backward chain): a block per key block, and one fp32
+// sum of dQ, B·T·C, not one a split. Query tile t gets its shares from key blocks ⌊t/2⌋, ⌊t/2⌋ − 1,
+// ..., 0 in that order: the order in which they reach it, since key block kb starts at tile 2kb.
+// A count per tile and warpgroup says how many have added. Key block kb waits until the count of
+// tile t is ⌊t/2⌋ − kb, adds, and counts itself when it reaches tile t + 1 (a fence, then a
+// release), so that its adds are done by then. Key block ⌊t/2⌋ stores; key block 0 finishes
+// (sum · scale into dqkv) and sets the count back to 0 for the next launch. A block waits only
+// for blocks of the same head with lower blockIdx (fused_block), which a GPU starts no later.
+__device__ inline unsigned ld_acquire_u32(const unsigned* p) {
+#ifdef LLMC_SIMT
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#elif defined(__CUDA_ARCH__)
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+#else
+    return *p;
+#endif
+}
+// Key block kb counts itself in tile t (counts: its warpgroup wg's; the threads, after their adds)
+__device__ __noinline__ void chain_count(unsigned* counts, int kb, int t, int wg) {
+    __threadfence();  // (each thread's adds to tile t are done)
+    bar_sync(2 + wg, 128);
+    if (threadIdx.x % 128 == 0) {
+        if (kb == 0) counts[2 * t] = 0;  // (the last: ready for the next launch)
+        else atomicAdd(counts + 2 * t, 1u);
+    }
+}
+// At tile t: count key block kb in tile t − 1, if it went there, then wait for its turn at t
+__device__ __noinline__ void chain_turn(unsigned* counts, int kb, int t, int wg) {
+    if (t - 1 >= 2 * kb) chain_count(counts, kb, t - 1, wg);
+#ifdef LLMC_SIMT
+    if (t / 2 == kb && kb > 0) simt::late();  // (a test: the next key block must wait for this one's store)
+#endif
+    if (t / 2 == kb) return;  // (the first to add to tile t)
+    if (threadIdx.x % 128 == 0) {
+        const unsigned turn = (unsigned)(t / 2 - kb);
+#ifdef LLMC_SIMT  // (the blocks before it run on other host threads: 2 minutes without its turn is a hang)
+        const auto t0 = std::chrono::steady_clock::now();
+        for (long spins = 1; ld_acquire_u32(counts + 2 * t) != turn; spins++)
+            if (spins % (1 << 20) == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120))
+                simt::die("the chained dQ: key block %d waits for its turn at query tile %d forever", kb, t);
+#else
+        while (ld_acquire_u32(counts + 2 * t) != turn) {}
+#endif
+    }
+    bar_sync(2 + wg, 128);
+}
 // A warpgroup's 64 keys of the fused backward (keys key0.. of this warp): dK and dV, and one
 // pipeline step over query tile j. Iteration j issues Sᵀ(j) and dPᵀ(j), then dV, dK and dQ of
 // tile j − 1, adds dQ(j − 1) to dq_to (DqSink: this warpgroup's columns), and stores
@@ -889,7 +940,7 @@ template <class H> struct DqSink {
 // runs at the end of iteration j, 32 columns at a time, after Pᵀ(j) and dSᵀ(j) are stored.
 // SW: the K, V, Q and dO tiles are swizzled (dS is not). dQ's B is K's columns from wg·D/2:
 // swizzled, that start is wg·64 bytes into the rows (the tensor cores swizzle the sum).
-template <class H, int D, bool SW = false> struct FusedBackwardKeys {
+template <class H, int D, bool SW = false, bool CHAIN = false> struct FusedBackwardKeys {
     static constexpr int DN = D / 2;  // the dQ columns of each warpgroup, in chunks of 32
     static constexpr bool A_SMEM = D > 64;
     float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4], dq[4][4];
@@ -911,6 +962,9 @@ template <class H, int D, bool SW = false> struct FusedBackwardKeys {
     // (last: the tile's last key block) that sum plus it, scaled, into dqkv
     __device__ void add_dq(int row0, const DqSink<H>& to, int col, int T, bool last) {
         wgmma_hold<16>(&dq[0][0]);
+        const bool first = CHAIN ? row0 / 128 == to.kb : to.first_kb;  // (chained: tile row0/64's first key block is ⌊tile/2⌋)
+        if constexpr (CHAIN)
+            if (col == 0) chain_turn(to.chain, to.kb, row0 / 64, threadIdx.x / 128);
         const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
         for (int r = 0; r < 2; r++) {
             const int row = row0 + warp * 16 + g + 8 * r;
@@ -920,9 +974,9 @@ template <class H, int D, bool SW = false> struct FusedBackwardKeys {
             for (int nt = 0; nt < 4; nt++) {
                 const float a = dq[nt][2 * r], b = dq[nt][2 * r + 1];
                 if (last) {
-                    const float2 sum = to.first_kb ? make_float2(a, b) : red_sum_f32x2(p + nt * 8, a, b);
+                    const float2 sum = first ? make_float2(a, b) : red_sum_f32x2(p + nt * 8, a, b);
                     store_pair(o + nt * 8, sum.x * to.scale, sum.y * to.scale);
-                } else if (to.first_kb) {
+                } else if (first) {
                     *reinterpret_cast<float2*>(p + nt * 8) = make_float2(a, b);
                 } else {
                     red_add_f32x2(p + nt * 8, a, b);
@@ -933,7 +987,7 @@ template <class H, int D, bool SW = false> struct FusedBackwardKeys {
     template <class Tiles>
     __device__ void step(int j, int nqt, bool overlap, const Tiles& tl, int wg, int k0, int key0, float sl2, const DqSink<H>& dq_to, int T) {
         const int warp = threadIdx.x / 32 % 4;
-        const bool last = dq_to.finish && j - 1 < 2;  // query tile j − 1's diagonal key block is this one
+        const bool last = dq_to.finish && (CHAIN || j - 1 < 2);  // query tile j − 1's last key block is this one
         const H *Ks = tl.K(wg), *Vs = Ks + 64 * D;
         wgmma_pipeline_step(
             j, 0, nqt, overlap,
@@ -988,9 +1042,10 @@ template <class H, int D, bool SW = false> struct FusedBackwardKeys {
 // Warpgroup wg's dQ columns of query head h, batch b: in part_b (the split's sum for batch b) and in dqkv
 template <class H, int D>
 __device__ inline DqSink<H> dq_sink(H* dqkv, float* part_b, int b, int h, int wg, int T, const QKVLayout& L, bool first_kb, bool finish,
-                                    float scale) {
+                                    float scale, unsigned* chain = nullptr, int kb = 0) {
     const int col = h * D + wg * (D / 2);
-    return {part_b + col, dqkv + (size_t)b * T * L.row() + col, L.C, L.row(), scale, first_kb, finish};
+    unsigned* counts = chain ? chain + ((size_t)b * L.NH + h) * 2 * ((T + 63) / 64) + wg : nullptr;  // (chained: finish is kb == 0)
+    return {part_b + col, dqkv + (size_t)b * T * L.row() + col, L.C, L.row(), scale, first_kb, chain ? kb == 0 : finish, counts, kb};
 }
 // Split s's first key block (nkb: it has none). The snake order's first round gives key block s
 // to split s. The query rows below it are reached by none of its key blocks, so its partial sum
@@ -1002,14 +1057,22 @@ __host__ __device__ inline int fused_first_kb(int s, int nkb) { return s < nkb ?
 // the last wave's heads are split, and only they have partial sums to add up. Split s's partial
 // sum of batch b starts at (s·SB + b)·T·C floats. SB (split_batches) counts the last batches,
 // those that hold a split head, so splits 1.. take room for those batches only.
-struct FusedGrid { int full, S, heads, split_batches; };
+// chain: a block per key block (S = its number, full = 0), their dQ in one sum (chain_turn).
+struct FusedGrid { int full, S, heads, split_batches; bool chain; };
 __host__ __device__ inline int fused_blocks(const FusedGrid& g) { return g.full + (g.heads - g.full) * g.S; }
-__host__ __device__ inline size_t fused_partial_floats(const FusedGrid& g, int B, size_t TC) { return ((size_t)B + (size_t)(g.S - 1) * g.split_batches) * TC; }
-// The key/value head, batch and split of this block, and its head's splits S
+__host__ __device__ inline size_t fused_partial_floats(const FusedGrid& g, int B, size_t TC) {
+    return g.chain ? (size_t)B * TC : ((size_t)B + (size_t)(g.S - 1) * g.split_batches) * TC;
+}
+// The key/value head, batch and split of this block, and its head's splits S (chained: a head's
+// key blocks last to first, so that each waits only for blocks started before it)
 struct FusedBlock { int kh, b, s, S; };
-__device__ inline FusedBlock fused_block(const FusedGrid& g, int NKV) {
+template <bool CHAIN> __device__ inline FusedBlock fused_block(const FusedGrid& g, int NKV) {
     const int i = blockIdx.x, split = i >= g.full, head = split ? g.full + (i - g.full) / g.S : i;
-    return {head % NKV, head / NKV, split ? (i - g.full) % g.S : 0, split ? g.S : 1};
+    return {head % NKV, head / NKV, split ? (CHAIN ? g.S - 1 - (i - g.full) % g.S : (i - g.full) % g.S) : 0, split ? g.S : 1};
+}
+// This split's partial sum of batch b's dQ (chained: the one sum)
+template <bool CHAIN> __device__ inline float* fused_part(const FusedGrid& g, float* dq_part, int s, int b, int T, int C) {
+    return dq_part + (size_t)((CHAIN ? 0 : s) * g.split_batches + b) * T * C;
 }
 // dQ = scale · (the S splits' partial sums added in split order), for rows [r0, r1) of the B·T
 // rows and the w columns from c0 (w a multiple of 4); thread tid of nthreads. Split s's partial
@@ -1092,28 +1155,28 @@ __host__ __device__ inline int fused_next_kb(int kb, int s, int S, int nkb) {
 }
 // dq_finish: a head of one block writes its dQ itself. LAST (v30, flash_dq_last_split): a split
 // head's tiles are summed by their last split.
-template <class H, int D, bool LAST = false>
+template <class H, int D, bool LAST = false, bool CHAIN = false>
 __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                          const float* lse, const float* Dv, int T, QKVLayout L,
                                                                          bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done, FusedGrid g) {
     static_assert(D == 64 || D == 128, "the fused backward: head size 64 or 128");
     DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[3][64], Ds[3][64];
-    const FusedBlock f = fused_block(g, L.NKV);
+    const FusedBlock f = fused_block<CHAIN>(g, L.NKV);
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const FusedTiles<H, D, 3> tl{tiles, tiles + 4 * 64 * D, lse2, Ds, 0};
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;
-    float* part_b = dq_part + (size_t)(s * g.split_batches + b) * T * C;  // this split's partial sum of batch b's dQ
+    float* part_b = fused_part<CHAIN>(g, dq_part, s, b, T, C);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int kb_first = fused_first_kb(s, nkb);
     if constexpr (LAST) fused_release_tiles<H, D>(dqkv, dq_part, dq_done, g.split_batches, f, 0, 2 * kb_first, T, L, dq_scale, 256, [] { __syncthreads(); });  // (no key block of this split reaches them)
     for (int kb = kb_first; kb < nkb; kb++) {
         if (fused_split_of(kb, S) != s) continue;
         const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
-        FusedBackwardKeys<H, D> keys;
+        FusedBackwardKeys<H, D, false, CHAIN> keys;
         __syncthreads();  // every warpgroup is done with the key block before's tiles
         for (int w = 0; w < 2; w++) {
             stage_tile_cm<D, 256, 64, true>(tl.kv + 2 * w * 64 * D, qkv_b + L.k(kh * G), C3, k0 + 64 * w, T, threadIdx.x);
@@ -1125,7 +1188,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
             const H* dO = dout + (size_t)b * T * C + h * D;
             const float* lse_bh = lse + ((size_t)b * NH + h) * T;
             const float* D_bh = Dv + ((size_t)b * NH + h) * T;
-            const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish && S == 1, dq_scale);
+            const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish && S == 1, dq_scale, CHAIN ? dq_done : nullptr, kb);
             auto stage = [&](int j) {
                 const int q0 = k0 + 64 * j;
                 stage_tile_cm<D, 256, 64, true>(tl.Q(j), q, C3, q0, T, threadIdx.x);
@@ -1141,6 +1204,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
                 if (j + 1 < nqt) stage(j + 1);
                 keys.step(j, nqt, overlap, tl, wg, k0, key0, sl2, dq_to, T);
             }
+            if constexpr (CHAIN) chain_count(dq_to.chain, kb, (T - 1) / 64, wg);  // (its last query tile)
         }
         H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
         store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
@@ -1164,7 +1228,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
 // 64 × 64). The row stats are plain stores by 64 producer threads, each then a plain arrival
 // (its release publishes them). The same products in the same order as the kernel above, so the
 // same bits (gpucheck_ops).
-template <class H, int D, int SLOTS, bool TMA, bool LAST = false>
+template <class H, int D, int SLOTS, bool TMA, bool LAST = false, bool CHAIN = false>
 __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_kernel(H* dqkv, float* dq_part, const H* dout, const H* qkv,
                                                                                      const float* lse, const float* Dv, int T, QKVLayout L,
                                                                                      bool overlap, bool dq_finish, float dq_scale, unsigned* dq_done, FusedGrid g,
@@ -1176,13 +1240,13 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     __shared__ float lse2[SLOTS][64], Ds[SLOTS][64];
     __shared__ uint64_t kv_full[2], kv_empty[2], q_full[SLOTS], q_empty[SLOTS];
     auto parity = [](int n, int slots) { return (unsigned)(n / slots) & 1; };  // of use n of its slot
-    const FusedBlock f = fused_block(g, L.NKV);
+    const FusedBlock f = fused_block<CHAIN>(g, L.NKV);
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;
-    float* part_b = dq_part + (size_t)(s * g.split_batches + b) * T * C;  // this split's partial sum of batch b's dQ
+    float* part_b = fused_part<CHAIN>(g, dq_part, s, b, T, C);
     auto kv = [&](int m) { return tiles + (m % 2) * 4 * 64 * D; };  // key block m's K(0), V(0), K(1), V(1)
     H* const rings = tiles + 8 * 64 * D;
     if (threadIdx.x == 0) {  // (TMA: each tile's copy is one arrival with its bytes)
@@ -1232,11 +1296,11 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
         for (int kb = kb_first, m = 0, n = 0; kb < nkb; kb++) {
             if (fused_split_of(kb, S) != s) continue;
             const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16, nqt = (T - k0 + 63) / 64;
-            FusedBackwardKeys<H, D, TMA> keys;
+            FusedBackwardKeys<H, D, TMA, CHAIN> keys;
             mbar_wait(&kv_full[m % 2], parity(m, 2));
             for (int h = kh * G; h < kh * G + G; h++, n += nqt) {
                 const FusedTiles<H, D, SLOTS> tl{kv(m), rings, lse2, Ds, n % SLOTS};
-                const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish && S == 1, dq_scale);
+                const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish && S == 1, dq_scale, CHAIN ? dq_done : nullptr, kb);
                 for (int j = 0; j <= nqt; j++) {
                     if (j < nqt) mbar_wait(&q_full[tl.slot(j)], parity(n + j, SLOTS));
                     fence_proxy_async();  // (the copies, and dS(j − 1) stored by each thread)
@@ -1244,6 +1308,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
                     keys.step(j, nqt, overlap, tl, wg, k0, key0, sl2, dq_to, T);
                     if (lane == 0 && j > 0) mbar_arrive(&q_empty[tl.slot(j - 1)]);  // this warp is done with tile j − 1
                 }
+                if constexpr (CHAIN) chain_count(dq_to.chain, kb, (T - 1) / 64, wg);  // (its last query tile)
             }
             if (lane == 0) mbar_arrive(&kv_empty[m % 2]);  // and with the key block's K and V
             m++;

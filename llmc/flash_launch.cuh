@@ -8,7 +8,8 @@ flash_attention.cuh (mma.sync, compute capability 8.x and up) and flash_attentio
   forward:   mma.sync (16 or 32 rows a warp)  |  wgmma: plain, or a producer warpgroup with
              ping-pong, swizzled tiles, TMA, 3 computing warpgroups (FLASH_FORWARD_LAYOUTS)
   backward:  two passes (dQ; dK and dV)  |  on 9.0, one fused pass (FusedGrid: which heads split),
-             then the sum of the splits' dQ (FLASH_BACKWARD_LAYOUTS: producer, TMA, v30)
+             then the sum of the splits' dQ (FLASH_BACKWARD_LAYOUTS: producer, TMA, v30); or
+             chained (--flash-backward chain: a block per key block, one dQ sum added in turn)
 
 Each switch is a field of ctx.kernels (kernel_options.h). The autos time their candidates at the
 first step-sized launch and keep the fastest that writes the plain kernel's bits; rank 0 prints
@@ -94,7 +95,9 @@ inline int flash_fused_splits(const KernelOptions& o, long kv_heads, int T) {
 // The fused backward's blocks: the heads of the GPU's whole waves one block each, the rest in S
 // splits. Splitting the whole waves' heads too would not shorten the pass (a wave of them takes a
 // head's time either way), only add partial sums. flash_fused_full >= 0 sets them (tests).
+// flash_dq_chain (--flash-backward chain): a block per key block, all heads alike (FusedGrid::chain).
 inline FusedGrid flash_fused_grid(const KernelOptions& o, int B, int NKV, int T) {
+    if (o.flash_dq_chain) return {0, (int)ceil_div(T, 128), B * NKV, B, true};
     const int heads = B * NKV, S = flash_fused_splits(o, heads, T), sms = std::max(1, gpu_sm_count());
     const int full = S == 1 ? heads : o.flash_fused_full >= 0 ? std::min(o.flash_fused_full, heads) : heads / sms * sms;
     return {full, S, heads, S == 1 ? 0 : B - full / NKV};  // (the batches from the first split head's)
@@ -362,27 +365,27 @@ inline void flash_forward(const Ctx& ctx, floatX* out, float* lse, const floatX*
 // dQ's scale, 1/√hs (the same float wherever dQ is finished)
 inline float flash_dq_scale(const QKVLayout& L) { return rsqrtf((float)L.hs); }
 // The fused pass with a producer warpgroup, SLOTS query-tile slots, its tiles copied by TMA or not
-template <class floatX, int SLOTS, bool TMA, bool LAST>
+template <class floatX, int SLOTS, bool TMA, bool LAST, bool CHAIN>
 inline void flash_fused_producer_launch(const Ctx& ctx, FusedGrid g, float* part, floatX* dqkv, const float* Dv, const floatX* dout,
                                         const floatX* qkv, const float* lse, int B, int T, const QKVLayout& L, bool dq_finish, unsigned* dq_done) {
-    SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST>);
+    SHARED_OPT_IN(flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST, CHAIN>);
     const size_t smem = fused_tiles_elems(64, 8, SLOTS) * sizeof(floatX) + (TMA ? 1024 : 0);
     CUtensorMap qkv_map{}, dout_map{};
     if constexpr (TMA) qkv_map = flash_tensor_map(qkv, L.row(), T, B, 64), dout_map = flash_tensor_map(dout, L.C, T, B, 64);
-    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST><<<fused_blocks(g), 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, g, qkv_map, dout_map);
+    flash_backward_fused_wgmma_producer_kernel<floatX, 64, SLOTS, TMA, LAST, CHAIN><<<fused_blocks(g), 384, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, g, qkv_map, dout_map);
 }
 // The fused backward (head size 64 or 128): D, the fused pass (FusedGrid: the last wave's heads
 // into S splits' fp32 partial sums of dQ), then their sum (a head of one block: the pass finishes
 // its dQ itself, dq_finish; flash_dq_last_split: the last split done with a query tile sums it,
 // counted in dq_done). flash_backward_producer (3 or 4 query-tile slots; head size 64): the pass
 // with a producer warpgroup (the same bits); flash_backward_tma: its tiles swizzled and copied by
-// TMA.
-template <class floatX, int D, bool LAST>
+// TMA. flash_dq_chain: a block per key block, dQ added to one sum in turn (FusedGrid::chain, CHAIN).
+template <class floatX, int D, bool LAST, bool CHAIN>
 inline void flash_fused_pass(const Ctx& ctx, FusedGrid g, float* part, floatX* dqkv, const float* Dv, const floatX* dout, const floatX* qkv,
                              const float* lse, int T, const QKVLayout& L, bool dq_finish, unsigned* dq_done) {
-    SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, D, LAST>);
+    SHARED_OPT_IN(flash_backward_fused_wgmma_kernel<floatX, D, LAST, CHAIN>);
     const size_t smem = fused_tiles_elems(D, 4, 3) * sizeof(floatX);
-    flash_backward_fused_wgmma_kernel<floatX, D, LAST><<<fused_blocks(g), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, g);
+    flash_backward_fused_wgmma_kernel<floatX, D, LAST, CHAIN><<<fused_blocks(g), 256, smem, ctx.stream>>>(dqkv, part, dout, qkv, lse, Dv, T, L, ctx.kernels.flash_wgmma_overlap, dq_finish, flash_dq_scale(L), dq_done, g);
 }
 // dQ of key/value heads [h0, h1), from their partial sums (flash_dq_sum_kernel)
 template <class floatX>
@@ -398,32 +401,35 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     const int C = L.C, NH = L.NH;
     const FusedGrid g = flash_fused_grid(ctx.kernels, B, L.NKV, T);
     const int slots = L.hs == 64 ? ctx.kernels.flash_backward_producer : 0;
-    const bool last_split = g.S > 1 && ctx.kernels.flash_dq_last_split && L.hs == 64;  // (at 128 the kernel would spill registers)
+    const bool last_split = g.S > 1 && ctx.kernels.flash_dq_last_split && L.hs == 64 && !g.chain;  // (at 128 the kernel would spill registers)
     if (L.hs == 128) flash_row_dots_kernel<floatX, 128><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
     else flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
     CUDA_LAUNCH_CHECK();
     static Buf<float> part_buf;
     float* part = gpu_scratch(part_buf, ctx, fused_partial_floats(g, B, (size_t)T * C));
     if (slots != 0 && slots != 3 && slots != 4) fatal("flash attention: the producer backward takes 3 or 4 slots, not %d", slots);
+    if (g.chain && L.hs != 64) fatal("flash attention: the chained backward (--flash-backward chain) is for head size 64, not %d", L.hs);  // (at 128 its kernel would spill registers)
     if (ctx.kernels.flash_backward_tma && !ctx.kernels.flash_backward_producer) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
     const bool tma = ctx.kernels.flash_backward_tma && slots;
     const bool finish = ctx.kernels.flash_dq_in_kernel;  // (a head of one block: the pass writes its dQ itself)
-    static Buf<unsigned> done_buf;  // (zeros when allocated; a tile's last split sets its count back to 0)
-    unsigned* done = last_split ? gpu_scratch(done_buf, ctx, (size_t)B * L.NKV * ceil_div(T, 64)) : nullptr;
-    auto launch = [&](auto last) {  // (last: whether each tile's last split sums it, a constant of the kernels)
-        constexpr bool LAST = decltype(last)::value;
-        if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-        else if (slots == 3) flash_fused_producer_launch<floatX, 3, false, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-        else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-        else if (slots == 4) flash_fused_producer_launch<floatX, 4, false, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-        else if (L.hs == 128) flash_fused_pass<floatX, 128, false>(ctx, g, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
-        else flash_fused_pass<floatX, 64, LAST>(ctx, g, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
+    static Buf<unsigned> done_buf;  // (zeros when allocated; a tile's last split, or chained its key block 0, sets its count back to 0)
+    const size_t counts = g.chain ? (size_t)B * L.NH * 2 * ceil_div(T, 64) : last_split ? (size_t)B * L.NKV * ceil_div(T, 64) : 0;
+    unsigned* done = counts ? gpu_scratch(done_buf, ctx, counts) : nullptr;
+    auto launch = [&](auto last, auto chain) {  // (whether each tile's last split sums it; whether chained: constants of the kernels)
+        constexpr bool LAST = decltype(last)::value, CHAIN = decltype(chain)::value;
+        if (slots == 3 && tma) flash_fused_producer_launch<floatX, 3, true, LAST, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (slots == 3) flash_fused_producer_launch<floatX, 3, false, LAST, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true, LAST, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (slots == 4) flash_fused_producer_launch<floatX, 4, false, LAST, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
+        else if (L.hs == 128) flash_fused_pass<floatX, 128, false, false>(ctx, g, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
+        else flash_fused_pass<floatX, 64, LAST, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
     };
-    if (last_split) launch(std::true_type{});
-    else launch(std::false_type{});
+    if (g.chain) launch(std::false_type{}, std::true_type{});
+    else if (last_split) launch(std::true_type{}, std::false_type{});
+    else launch(std::false_type{}, std::false_type{});
     CUDA_LAUNCH_CHECK();
     if (!finish) flash_dq_sum(ctx, dqkv, part, g, T, L, 0, g.full);  // the heads of one block
-    if (!last_split) flash_dq_sum(ctx, dqkv, part, g, T, L, g.full, g.heads);  // the split ones
+    if (!last_split && !g.chain) flash_dq_sum(ctx, dqkv, part, g, T, L, g.full, g.heads);  // the split ones
 }
 // --flash-backward-producer auto (flash_backward_producer_auto): the fused backward at head size
 // 64 without a producer, and with one of 3 or 4 slots, its tiles copied by cp.async or by TMA;

@@ -310,8 +310,8 @@ template <class X> static void check_matmul_gelu(int N, int C, int OC, bool fuse
 
 static const char* fused_words(int B, int T, int NKV) {  // " (flash, wgmma, fused backward, 2 splits)"
     static char w[128];
-    const int S = flash_fused_splits(gpu.kernels, (long)B * NKV, T);
-    snprintf(w, sizeof(w), " (flash, wgmma, fused backward, %d split%s%s)", S, S > 1 ? "s" : "",
+    const int S = flash_fused_grid(gpu.kernels, B, NKV, T).S;
+    snprintf(w, sizeof(w), " (flash, wgmma, fused backward, %d %s%s%s)", S, gpu.kernels.flash_dq_chain ? "key blocks chained" : "split", S > 1 && !gpu.kernels.flash_dq_chain ? "s" : "",
              !gpu.kernels.flash_backward_producer ? "" : gpu.kernels.flash_backward_tma ? ", a producer warpgroup in the backward, swizzled tiles by TMA"
                                                          : ", a producer warpgroup in the backward");
     return w;
@@ -752,6 +752,54 @@ static void check_fused_mixed_grid(int B, int T, int C, int NH, int NKV, const s
     gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
 }
 
+// Two backwards' dqkv (rows of W: dQ in the first C columns, then dK and dV): dK and dV bit for
+// bit, dQ within bf16's bound (the same products, dQ's sums in another order)
+static void compare_dkv_dq(const char* name, const std::vector<float>& want, const std::vector<float>& got, int B, int T, int C, size_t W) {
+    auto columns = [&](const std::vector<float>& x, size_t c0, size_t c1) {  // columns [c0, c1) of every row
+        std::vector<float> r;
+        for (size_t row = 0; row < (size_t)B * T; row++) r.insert(r.end(), x.begin() + row * W + c0, x.begin() + row * W + c1);
+        return r;
+    };
+    compare(name, "dK, dV (bit for bit)", columns(want, C, W), columns(got, C, W), 0.0);
+    compare(name, "dQ (its sums in another order)", columns(want, 0, C), columns(got, 0, C), bx<bf16>(1e-4));
+}
+// The chained fused backward (--flash-backward chain, head size 64: a block per key block, dQ added
+// to one sum in turn): against the CPU op; two runs bit-identical, after a run on other inputs (a count not
+// set back to zero would show); with a producer warpgroup (by TMA or not) bit-identical to
+// without; dK and dV bit-identical to the fused pass's with splits (fused: its outputs), dQ
+// within bf16's bound of them (its sums in another order).
+static void check_fused_chain(int B, int T, int C, int NH, int NKV, const std::vector<float>& qkv, const std::vector<float>& dout,
+                              const std::vector<float>& qkv2, const std::vector<float>& dout2, const std::vector<float>* fused) {
+    const size_t W = QKVLayout(C, NH, NKV).row();
+    gpu.kernels.flash_dq_chain = true;
+    check_attention<bf16>(B, T, C, NH, NKV);
+    std::vector<float> chained[3], got[3], other[3];
+    char name[180];
+    attention_outputs(qkv2, dout2, B, T, C, NH, NKV, other);
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, chained);
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+    snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, key blocks chained, two runs", B, T, C, NH, NKV);
+    compare_bits(name, chained, got);
+#ifdef LLMC_SIMT  // the emulator's blocks as a GPU might run them: each tile's first key block late
+    simt::g_late = true;
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+    simt::g_late = false;
+    snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, key blocks chained, each tile's first late", B, T, C, NH, NKV);
+    compare_bits(name, chained, got);
+#endif
+    for (int tma : {0, 1}) {
+        gpu.kernels.flash_backward_producer = 3; gpu.kernels.flash_backward_tma = tma;
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+        snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, key blocks chained, a producer warpgroup%s vs none",
+                 B, T, C, NH, NKV, tma ? ", swizzled tiles by TMA," : "");
+        compare_bits(name, chained, got);
+    }
+    gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
+    gpu.kernels.flash_dq_chain = false;
+    snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, key blocks chained vs in splits", B, T, C, NH, NKV);
+    compare_dkv_dq(name, fused[2], chained[2], B, T, C, W);
+}
+
 // The fused backward (flash_backward_fused_wgmma_kernel: head size 64 or 128, compute capability
 // 9.0) against the CPU op with 1, 2 and 3 splits of the key blocks (3: the snake order's turn); two
 // runs bit-identical (dQ's sums in a fixed order); bit-identical with each product waited for; its
@@ -842,19 +890,14 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
         }
     gpu.kernels.flash_dq_last_split = false;
     gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
+    if (producer) check_fused_chain(B, T, C, NH, NKV, qkv, dout, qkv2, dout2, fused);  // (head size 64 only)
     const std::vector<float>* by_splits[4] = {nullptr, fused1, fused, fused3};
     check_fused_mixed_grid(B, T, C, NH, NKV, qkv, dout, qkv2, dout2, by_splits);
     gpu.kernels.flash_fused_splits = 2;
     gpu.kernels.flash_fused_backward = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
-    auto columns = [&](const std::vector<float>& x, size_t c0, size_t c1) {  // columns [c0, c1) of every row of dqkv
-        std::vector<float> r;
-        for (size_t row = 0; row < (size_t)B * T; row++) r.insert(r.end(), x.begin() + row * W + c0, x.begin() + row * W + c1);
-        return r;
-    };
     snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d vs the two wgmma passes", B, T, C, NH, NKV);
-    compare(name, "dK, dV (bit for bit)", columns(got[2], C, W), columns(fused[2], C, W), 0.0);
-    compare(name, "dQ (its sums in another order)", columns(got[2], 0, C), columns(fused[2], 0, C), bx<bf16>(1e-4));
+    compare_dkv_dq(name, got[2], fused[2], B, T, C, W);
     gpu.kernels.flash_wgmma = false; gpu.kernels.flash_fused_splits = 0; gpu.kernels.flash_fused_backward_128 = false;
 }
 

@@ -920,6 +920,11 @@ struct NamedLaunchReport {
     }
 };
 inline NamedLaunchReport g_named_launch_report;
+// A test sets g_late: then late() makes the calling thread's block wait 2 ms there, so that blocks
+// on other host threads overtake it. Kernels call it where an order between blocks must hold
+// whatever the timing (the chained dQ's first store of a tile).
+inline std::atomic<bool> g_late{false};
+inline void late() { if (g_late) usleep(2000); }
 // SIMT_HANG_KERNEL=NAME: a launch of a kernel with NAME in its name hangs, as far as the host's
 // polls can tell: from then on cudaEventQuery says "not ready" (the blocking waits still return).
 inline const char* g_hang_kernel = getenv("SIMT_HANG_KERNEL");

@@ -2,8 +2,8 @@
 # test_gpu_train — whole trainings on --device cuda against the CPU run of the same flags: fp32
 # (within 1e-4), bf16 and fp8 (2e-2), fp16 (2.5e-3); the loss falls; two GPU runs are
 # bit-identical. Then each kernel choice against the run it replaces: --flash-rows, --flash-wgmma,
-# the forward's and the fused backward's layouts and their autos (bit for bit), 128-key tiles and
-# fused128 (against the CPU), --matmul-tune and --classifier-staged (bit for bit), --bias-grad
+# the forward's and the fused backward's layouts and their autos (bit for bit), 128-key tiles,
+# fused128 and chain (against the CPU), --matmul-tune and --classifier-staged (bit for bit), --bias-grad
 # epilogue. On the emulator also what only it can stage: a wgmma or cuBLASLt candidate that
 # rounds otherwise (refused by the autos), a layout that hangs, a cuBLASLt without epilogues or
 # FP8, the host's waits per step, a GPU the build cannot use. The full list, with why each bound
@@ -210,6 +210,9 @@ g.write_model(sys.argv[1], cfg, g.random_params(cfg, 1))" "$model" "$V"
     rm -f "$model" "$model.crc32c"
 }
 fused128
+# --flash-backward chain: the fused backward with a block per key block, adding to one dQ sum in
+# turn (T = 320: 3 key blocks, the last short) against the CPU, and two runs bit-identical
+FLAGS="--seq-len 320" GPU_FLAGS="--flash-wgmma 1 --flash-backward chain" gpu_vs_cpu bf16 2e-2
 # --flash-wgmma auto (the default): at each pass's first 3 launches of LLMC_FLASH_TUNE_BLOCKS blocks
 # or more, wgmma and mma.sync both run (timed at the first) and the bits they wrote are hashed;
 # wgmma is kept only where it wrote the same bits each time, so the run is --flash-wgmma 0's

@@ -15,7 +15,7 @@
 # cubin for the report; prints each wgmma kernel's registers. Needs nvcc; skips with a line without it.
 # Also: the trainer's sm_80 PTX, which the build embeds for GPUs newer than its machine code,
 # compiles for Blackwell (sm_100: B200; sm_120: RTX 50xx), as the driver compiles it there at the
-# first launch (the Makefile's NVCC_GENCODE).
+# first launch (the Makefile's NVCC_GENCODE). And gpu_speed.sh's Nsight Compute patterns name kernels.
 set -u
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)}
@@ -106,6 +106,14 @@ while read -r name regs spill; do
     else echo "not ok - ptxas sm_90a: $short: setmaxnreg unbalanced: $regs registers at entry × $((128 * (nwg + 1))) threads, the warpgroups ask $p + $nwg × $c a thread of 128 (P='$p' C='$c')"; fi
 done < <(echo "$all" | grep -E "^_Z[0-9]+flash_(forward|backward_fused)_wgmma_producer_kernel")
 [ "$n" -gt 0 ] || echo "not ok - ptxas reported no producer kernel (still instantiated by gpucheck_ops?)"
+# dev/gpu_speed.sh's Nsight Compute steps pick kernels by a pattern of their template arguments:
+# each must still name a kernel (a template argument added since would leave the step empty)
+names=$(echo "$all" | awk '{print $1}' | c++filt)
+while read -r re; do
+    [ -z "$re" ] && continue
+    if grep -Eq -- "$re" <<<"$names"; then echo "ok - ptxas sm_90a: gpu_speed.sh's Nsight Compute pattern '$re' names a kernel"
+    else echo "not ok - ptxas sm_90a: gpu_speed.sh's Nsight Compute pattern '$re' names no kernel (template arguments changed?)"; fi
+done < <(grep -o '"[0-9]*:\{0,1\}flash_[a-z_]*kernel<[^"]*"' dev/gpu_speed.sh | tr -d '"' | sed 's/^[0-9]*://')
 # the PTX a Blackwell GPU runs from: ptxas (the driver's compiler) for each sm this nvcc knows,
 # the two at once
 if [ -n "${ptx_pid:-}" ]; then

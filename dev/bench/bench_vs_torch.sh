@@ -30,6 +30,7 @@ for hs in 64 128; do
         grep "backward split" "$tmp/ours.txt" | head -1 | sed "s/^ *backward split: /- B=$B T=$T hs=$hs: /" >>"$tmp/splits.txt"
         grep "with --flash-backward split" "$tmp/ours.txt" | sed "s/^ *with --flash-backward split[^:]*: /- B=$B T=$T hs=$hs: /" >>"$tmp/fused.txt"
         grep "with --flash-backward fused128" "$tmp/ours.txt" | sed "s/^ *with --flash-backward fused128[^:]*: /- B=$B T=$T hs=$hs: /" >>"$tmp/fused128.txt"
+        grep "with --flash-backward chain" "$tmp/ours.txt" | sed "s/^ *with --flash-backward chain[^:]*: /- B=$B T=$T hs=$hs: /" >>"$tmp/chain.txt"
         grep "the fused backward by its splits" "$tmp/ours.txt" | sed "s/^ *the fused backward by its splits /- B=$B T=$T hs=$hs /" >>"$tmp/splits_fused.txt"
         # what --flash-rows auto (head size 64) and --flash-wgmma auto kept for each pass, with both times
         grep "^flash attention: " "$tmp/ours.txt" | sed "s/^flash attention: /- B=$B T=$T hs=$hs: /" >>"$tmp/auto.txt"
@@ -91,6 +92,12 @@ if [ -s "$tmp/splits_fused.txt" ]; then
     echo "The fused backward by its number of splits (a fixed rule, flash_fused_splits, picks it: the splits set dQ's order of sums):"
     echo
     cat "$tmp/splits_fused.txt"
+fi
+if [ -s "$tmp/chain.txt" ]; then
+    echo
+    echo "The chained backward (--flash-backward chain, v31: a block per key block, each adding to one dQ sum in its turn; other bits) against the fused backward above in the same run:"
+    echo
+    cat "$tmp/chain.txt"
 fi
 if [ -s "$tmp/fused128.txt" ]; then
     echo

@@ -7,7 +7,7 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
   v11-v22, v28, v29: v7's forward with a producer warpgroup, ping-pong, 128-key tiles, swizzled
          tiles, TMA copies, 3 computing warpgroups
   v23-v27, v30: the fused backward with a producer, by TMA, at head size 128, dQ summed by the
-         last split
+         last split; v31: a block per key block, each adding to one dQ sum in its turn
 Each version is checked against the CPU op (the bf16 ones against its bf16 form), then timed:
 its largest relative error, time and TFLOP/s (causal: 2·B·NH·T²·hs FLOPs forward, 2.5× that
 backward). What each version is: docs/playgrounds.md.
@@ -16,25 +16,26 @@ usage: ./build/dev_attention [B T C NH [NKV] [time]]   (default GPT-2 124M: 8 10
   NKV: key/value heads (grouped-query attention; default NH).
   "time": only the trainer's bf16 kernels and their defaults' choices, no CPU reference, for long
           sequences (dev/bench/bench_vs_torch.sh); where the fused backward runs, its time by its
-          number of splits (1-16) and with v30; a ring attention block's (context parallelism).
+          number of splits (1-16), with v30 and v31; a ring attention block's (context parallelism).
 For v5 and v6 the backward's time is also split between its two passes (backward_split below).
 */
 #include "common.cuh"
 
-// The kernel options of version v (7-9, 11-26, 28, 29: the wgmma versions; any other: wgmma off).
+// The kernel options of version v (7-9, 11-26, 28, 29, 31: the wgmma versions; any other: wgmma off).
 static void wgmma_version(int v) {
     KernelOptions& k = gpu_ctx.kernels;
     k.flash_wgmma = v >= 7;
     k.flash_wgmma_groups = v == 8 ? 1 : 2;
     k.flash_wgmma_overlap = v != 9;
     const bool fwd = v <= 22, bwd = v >= 23 && v <= 26;  // (v23-v26: v7's forward; v28, v29: the forward)
-    k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || (v >= 19 && fwd) || v >= 28 ? 2 : 0;
+    k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || (v >= 19 && fwd) || v == 28 || v == 29 ? 2 : 0;
     k.flash_forward_pingpong = v == 13 || v == 14 || v == 16 || (v >= 19 && fwd);
     k.flash_forward_keys = (v >= 15 && v <= 17) || v == 20 || v == 22 ? 128 : 64;
-    k.flash_forward_groups = v >= 28 ? 3 : 2;
+    k.flash_forward_groups = v == 28 || v == 29 ? 3 : 2;
     k.flash_swizzle = (v >= 18 && fwd) || v == 28;
     k.flash_tma = (v >= 21 && fwd) || v == 28;
-    k.flash_fused_backward = bwd;
+    k.flash_fused_backward = bwd || v == 31;
+    k.flash_dq_chain = v == 31;
     k.flash_backward_producer = v == 23 || v == 25 ? 3 : v == 24 || v == 26 ? 4 : 0;
     k.flash_backward_tma = v >= 25 && bwd;
 }
@@ -139,6 +140,16 @@ int main(int argc, char** argv) {
                 }
                 printf("\n");
                 gpu_ctx.kernels.flash_fused_splits = 0;
+                if (C / NH == 64 && !skipped(31)) {  // v31: a block per key block, dQ added to one sum in turn (other bits)
+                    gpu_ctx.kernels.flash_dq_chain = true;
+                    const float bc = time_ms(bwd);
+                    gpu_ctx.kernels.flash_backward_producer = 3; gpu_ctx.kernels.flash_backward_tma = true;
+                    const float bct = time_ms(bwd);
+                    gpu_ctx.kernels.flash_backward_producer = 0; gpu_ctx.kernels.flash_backward_tma = false;
+                    gpu_ctx.kernels.flash_dq_chain = false;
+                    printf("  with --flash-backward chain (v31: a block per key block, each adding to one dQ sum in its turn): backward %.3f ms (%.1f TFLOP/s), "
+                           "with v25's producer by TMA %.3f ms; chained / fused time %.2f\n", bc, 2.5 * flops_fwd / bc / 1e9, bct, std::min(bc, bct) / ba);
+                }
                 // the same run with the two passes (--flash-backward split), for the ratio
                 gpu_ctx.kernels.flash_fused_backward = false;
                 for (int i = 0; i < FLASH_WGMMA_SAMPLES; i++) bwd();
@@ -237,9 +248,10 @@ int main(int argc, char** argv) {
                            "v13 v11 + ping-pong", "v14 v12 + ping-pong", "v15 v11, 128 keys a tile", "v16 v13, 128 keys a tile",
                            "v17 v7, 128 keys a tile", "v18 v7, swizzled tiles", "v19 v13, swizzled tiles", "v20 v16, swizzled tiles",
                            "v21 v19, by TMA", "v22 v20, by TMA", "v23 fused bwd, producer, 3", "v24 fused bwd, producer, 4",
-                           "v25 v23 by TMA", "v26 v24 by TMA", "", "v28 v21, 3 warpgroups", "v29 v11, 3 warpgroups"};
-    for (int v = 2; v <= 29; v++) {
-        if (v == 10 || v == 27 || skipped(v)) continue;  // (v27: "time" mode only)
+                           "v25 v23 by TMA", "v26 v24 by TMA", "", "v28 v21, 3 warpgroups", "v29 v11, 3 warpgroups", "",
+                           "v31 fused bwd, chained"};
+    for (int v = 2; v <= 31; v++) {
+        if (v == 10 || v == 27 || v == 30 || skipped(v)) continue;  // (v27, v30: "time" mode only)
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
         gpu_ctx.kernels.flash_ldmatrix = v >= 4;
@@ -256,7 +268,7 @@ int main(int argc, char** argv) {
         printf("forward  %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_out, g_out.host(), 1e-2), msf, flops_fwd / msf / 1e9);
         float msb = time_ms(b);
         printf("backward %-28s rel err %.2e  %8.3f ms  %6.2f TFLOP/s\n", name, rel_err(want_dqkv, g_dqkv.host(), 1e-2), msb, 2.5 * flops_fwd / msb / 1e9);
-        if (v >= 5 && v <= 22) backward_split(b, flops_fwd, msb);  // (v23-v26: one fused pass)
+        if (v >= 5 && v <= 22) backward_split(b, flops_fwd, msb);  // (v23-v26, v31: one fused pass)
     }
     gpu_ctx.kernels.flash = gpu_ctx.kernels.flash_ldmatrix = gpu_ctx.kernels.flash_async = true;
     gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
