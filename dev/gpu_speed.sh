@@ -44,21 +44,21 @@ bash dev/gpu_session.sh setup "$out" >/dev/null 2>&1
 [ -d .debs ] && source scripts/offline_debs.sh use .debs
 want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,layernorm,fp8,flash,bf16,train},"
 [[ $want == *,wgmma,* ]] && step wgmma 90 build/gpucheck_ops wgmma
+[[ $want == *,wgmma,* ]] && step chain 45 build/gpucheck_ops chain  # (its blocks wait for blocks: a hang costs only v31)
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 # (the llmc step's runs of ours beside the default: bench_vs_llmc.sh's OURS_ALSO, apart by ';')
 # (auto: every layout of the forward and of the fused backward timed at the first step, the fastest kept and named)
 also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain"}
 # Failures that name only ping-pong, swizzled tiles, TMA, the backward's producer, the fused
-# backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29), dQ
-# summed by the last split (v30) or chained key blocks (v31) leave out those versions, and the
-# auto of the pass they belong to (v31: its run); others, or a hang, every opt-in version
-# (v11-v31) and every --flash- flag.
+# backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29) or dQ
+# summed by the last split (v30) leave out those versions, and the auto of the pass they belong
+# to; others, or a hang, every opt-in version (v11-v31) and every --flash- flag. The chained
+# backward's own check (a failure or a hang) leaves out v31 and its run alone.
 if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0 failed" "$log-wgmma.txt"; then
     all_bad=$(grep "^not ok" "$log-wgmma.txt") skip=
-    bad=$(grep -v -e "3 computing warpgroups" -e "summed by the last split" -e "key blocks chained" <<<"$all_bad")
+    bad=$(grep -v -e "3 computing warpgroups" -e "summed by the last split" <<<"$all_bad")
     grep -q "3 computing warpgroups" <<<"$all_bad" && { skip+=28,29,; also=${also//--flash-forward-producer auto/}; }
     grep -q "summed by the last split" <<<"$all_bad" && { skip+=30,; also=${also//--flash-backward-producer auto/}; }
-    grep -q "key blocks chained" <<<"$all_bad" && { skip+=31,; also=${also//--flash-backward chain/}; }
     grep -q "ping-pong" <<<"$bad" && { skip+=13,14,16,19,20,21,22,; also=${also//--flash-forward-producer auto/}; }
     grep -v "in the backward" <<<"$bad" | grep -q "by TMA" && { skip+=21,22,28,; also=${also//--flash-forward-producer auto/}; }
     grep -v "by TMA" <<<"$bad" | grep -q "swizzled" && { skip+=18,19,20,21,22,28,; also=${also//--flash-forward-producer auto/}; }
@@ -71,10 +71,16 @@ if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0
         skip=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
         also=$(tr ';' '\n' <<<"$also" | grep -v -e --flash- | paste -sd';')  # (the runs without opt-in attention stay)
     fi
-    also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
     export DEV_ATTENTION_SKIP=${skip%,}
-    echo "gpu_speed: the wgmma check did not pass: versions $DEV_ATTENTION_SKIP left out; ours also: '${also}'"
+    echo "gpu_speed: the wgmma check did not pass: versions $DEV_ATTENTION_SKIP left out"
 fi
+if [ -f "$log-chain.txt" ] && ! grep -q "^# gpucheck_ops chain: [0-9]* passed, 0 failed" "$log-chain.txt"; then
+    also=${also//--flash-backward chain/}
+    [[ ,${DEV_ATTENTION_SKIP:-}, == *,31,* ]] || export DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}31
+    echo "gpu_speed: the chained backward's check did not pass: v31 left out"
+fi
+also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
+echo "gpu_speed: ours also: '${also}'"
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
 # (RUN_LIMIT: a run that hangs costs 60 s, not the step's whole limit: a run took ~16 s. A layout
 # that hangs in an auto's trial ends its run after 20 s, naming the layout in the log.)

@@ -925,8 +925,9 @@ __device__ __noinline__ void chain_turn(unsigned* counts, int kb, int t, int wg)
         for (long spins = 1; ld_acquire_u32(counts + 2 * t) != turn; spins++)
             if (spins % (1 << 20) == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120))
                 simt::die("the chained dQ: key block %d waits for its turn at query tile %d forever", kb, t);
-#else
-        while (ld_acquire_u32(counts + 2 * t) != turn) {}
+#else  // (a GPU: 2^35 clocks, 17-20 s, is a hang: end the kernel, so the run stops with a CUDA error)
+        for (const long long t0 = clock64(); ld_acquire_u32(counts + 2 * t) != turn;)
+            if (clock64() - t0 > (1LL << 35)) __trap();
 #endif
     }
     bar_sync(2 + wg, 128);

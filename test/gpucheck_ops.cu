@@ -15,11 +15,11 @@ an output, against a bound an op:
 FP8's products are held to the CPU's emulation of them (1e-2); the wgmma products alone to a
 host product, exactly; the wgmma flash attention to the CPU, and bit for bit across its layouts.
 Why each bound is what it is: docs/verification.md ("The bounds").
-Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the wgmma checks,
-`gpucheck_ops wgmma` only those; ops' groups one at a time: fp32, bf16, fp16 (every op in that
-dtype), flash (the half conversions and the flash variants), fp8. test/gpucheck.sh runs each
-group as a process of its own, so that an error that stops one (a fatal CUDA or cuBLASLt
-error ends the process) costs only that group's checks.
+Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the Hopper checks,
+`gpucheck_ops wgmma` those but the chained backward's (`chain`); ops' groups one at a time: fp32,
+bf16, fp16 (every op in that dtype), flash (the half conversions and flash variants), fp8.
+test/gpucheck.sh runs each group as a process of its own, so that an error that stops one (a
+fatal CUDA or cuBLASLt error ends the process) costs only that group's checks.
 */
 #include <algorithm>
 #include <cmath>
@@ -800,6 +800,21 @@ static void check_fused_chain(int B, int T, int C, int NH, int NKV, const std::v
     compare_dkv_dq(name, fused[2], chained[2], B, T, C, W);
 }
 
+// The chained backward's checks (the group "chain", a process of its own: a chain that hangs
+// costs only them) on the fused backward's inputs, with its outputs at 2 splits to hold dK and dV to
+static void check_flash_chain(int B, int T, int C, int NH, int NKV) {
+    if (!gpu_has_wgmma()) { printf("# skip: chained backward B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
+    gpu.kernels.flash_wgmma = true; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_fused_backward = true;
+    gpu.kernels.flash_fused_splits = 2;
+    const size_t W = QKVLayout(C, NH, NKV).row();
+    auto qkv = randn<bf16>((size_t)B * T * W), dout = randn<bf16>((size_t)B * T * C);
+    auto qkv2 = randn<bf16>(qkv.size()), dout2 = randn<bf16>(dout.size());
+    std::vector<float> fused[3];
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, fused);
+    check_fused_chain(B, T, C, NH, NKV, qkv, dout, qkv2, dout2, fused);
+    gpu.kernels.flash_wgmma = false; gpu.kernels.flash_fused_splits = 0; gpu.kernels.flash_fused_backward = false;
+}
+
 // The fused backward (flash_backward_fused_wgmma_kernel: head size 64 or 128, compute capability
 // 9.0) against the CPU op with 1, 2 and 3 splits of the key blocks (3: the snake order's turn); two
 // runs bit-identical (dQ's sums in a fixed order); bit-identical with each product waited for; its
@@ -890,7 +905,6 @@ static void check_flash_fused(int B, int T, int C, int NH, int NKV) {
         }
     gpu.kernels.flash_dq_last_split = false;
     gpu.kernels.flash_backward_producer = 0; gpu.kernels.flash_backward_tma = false;
-    if (producer) check_fused_chain(B, T, C, NH, NKV, qkv, dout, qkv2, dout2, fused);  // (head size 64 only)
     const std::vector<float>* by_splits[4] = {nullptr, fused1, fused, fused3};
     check_fused_mixed_grid(B, T, C, NH, NKV, qkv, dout, qkv2, dout2, by_splits);
     gpu.kernels.flash_fused_splits = 2;
@@ -1382,12 +1396,12 @@ template <class X> static void check_all() {
 // default path's result whole and names itself).
 int main(int argc, char** argv) {
     const std::string group = argc > 1 ? argv[1] : "all";
-    const char* groups[] = {"all", "ops", "fp32", "bf16", "fp16", "flash", "fp8", "wgmma"};
+    const char* groups[] = {"all", "ops", "fp32", "bf16", "fp16", "flash", "fp8", "wgmma", "chain"};
     if (std::find(std::begin(groups), std::end(groups), group) == std::end(groups)) {
-        fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops, or one of ops' fp32 bf16 fp16 flash fp8, or wgmma)\n", group.c_str());
+        fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops, or one of ops' fp32 bf16 fp16 flash fp8, or wgmma, chain)\n", group.c_str());
         return 2;
     }
-    auto in = [&](const char* g) { return group == "all" || group == g || (group == "ops" && strcmp(g, "wgmma")); };
+    auto in = [&](const char* g) { return group == "all" || group == g || (group == "ops" && strcmp(g, "wgmma") && strcmp(g, "chain")); };
     const std::string why = cuda_unusable_reason(0);
     if (!why.empty()) { printf("not ok - gpucheck_ops: %s\n", why.c_str()); return 1; }
     cuda_ctx_init(&gpu, 0);
@@ -1418,6 +1432,11 @@ int main(int argc, char** argv) {
         check_flash_fused(2, 520, 256, 4, 2);    // grouped-query; 5 key blocks (3 splits: 2, 2, 1)
         check_flash_fused(1, 300, 512, 4, 4);    // head size 128 (--flash-backward fused128): 3 key blocks, the last short
         check_flash_fused(1, 200, 512, 4, 2);    // head size 128, grouped-query
+    }
+    if (in("chain")) {  // --flash-backward chain (head size 64)
+        check_flash_chain(2, 100, 768, 12, 12);  // one key block
+        check_flash_chain(1, 300, 256, 4, 4);    // 3 key blocks, the last short
+        check_flash_chain(2, 520, 256, 4, 2);    // grouped-query; 5 key blocks
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

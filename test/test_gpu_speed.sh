@@ -12,7 +12,7 @@
 #     (or the chained run) dropped from the extra runs
 #   - both passes' failures: neither auto, and no empty run left
 #   - a failure of the plain kernels, or a hang: every opt-in version (v11-v31) left out, and
-#     every run with a --flash- flag dropped
+#     every run with a --flash- flag dropped; a hang of the chained backward's check: v31 alone
 # usage: test/test_gpu_speed.sh     Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -22,13 +22,15 @@ cp dev/gpu_speed.sh "$tmp/tree/dev/"
 printf '#!/bin/sh\necho "Stand-in GPU"\n' >"$tmp/bin/nvidia-smi"
 printf '#!/bin/sh\nexit 0\n' >"$tmp/tree/dev/gpu_session.sh"
 printf '#!/bin/sh\nexit 0\n' >"$tmp/tree/train_gpt"
-# the stand-in check: the lines of $STANDIN_CHECKS, then its summary; STANDIN_HANG=1: exit 124
+# the stand-in check of group $1 (wgmma or chain): the lines of $STANDIN_CHECKS that are its own
+# (chain: those that name chained key blocks), then its summary; STANDIN_HANG=GROUP: exit 124
 cat >"$tmp/tree/build/gpucheck_ops" <<'EOF'
 #!/bin/sh
-printf '%s\n' "$STANDIN_CHECKS"
-[ -n "${STANDIN_HANG:-}" ] && exit 124
-n=$(printf '%s\n' "$STANDIN_CHECKS" | grep -c "^not ok")
-echo "# gpucheck_ops wgmma: 10 passed, $n failed"
+if [ "$1" = chain ]; then lines=$(printf '%s\n' "$STANDIN_CHECKS" | grep "chained"); else lines=$(printf '%s\n' "$STANDIN_CHECKS" | grep -v "chained"); fi
+printf '%s\n' "$lines"
+[ "${STANDIN_HANG:-}" = "$1" ] && exit 124
+n=$(printf '%s\n' "$lines" | grep -c "^not ok")
+echo "# gpucheck_ops $1: 10 passed, $n failed"
 EOF
 printf '#!/bin/sh\necho "ab skip=[${DEV_ATTENTION_SKIP:-}]"\n' >"$tmp/tree/dev/bench/bench_attention_ab.sh"
 printf '#!/bin/sh\necho "llmc also=[${OURS_ALSO:-}] limit=${RUN_LIMIT:-} steps=${STEPS:-}"\n' >"$tmp/tree/dev/bench/bench_vs_llmc.sh"
@@ -77,5 +79,7 @@ check chain "$got" "31|$autos;--bias-grad epilogue" "a failure of the chained ba
 all=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
 got=$(speed plain "not ok 2 - bf16 forward B=2 T=256 (flash, wgmma)")
 check plain "$got" "$all|--bias-grad epilogue" "a failure of the plain kernels: every opt-in version left out, every run with a --flash- flag dropped"
-got=$(speed hang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=1)
+got=$(speed hang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=wgmma)
 check hang "$got" "$all|--bias-grad epilogue" "a hang (exit 124): the same"
+got=$(speed chainhang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=chain)
+check chainhang "$got" "31|$autos;--bias-grad epilogue" "a hang of the chained backward's check (its own process): v31 and its run alone left out"
