@@ -457,7 +457,7 @@ inline void flash_fused_backward(const Ctx& ctx, floatX* dqkv, float* Dv, const 
         return true;
     };
     if (kept < 0 && fused_blocks(g) >= ctx.kernels.flash_tune_blocks) {  // the trial (its output: the kept layout's)
-        auto trial_run = [&](int v) { return !(FLASH_BACKWARD_LAYOUTS[v].last_split && g.S == 1) && run(v); };  // (one split: v30 is the layout without it)
+        auto trial_run = [&](int v) { return !(FLASH_BACKWARD_LAYOUTS[v].last_split && (g.S == 1 || g.chain)) && run(v); };  // (one split, or chained: v30 is the layout without it)
         kept = flash_layout_trial(ctx, FLASH_BACKWARD_LAYOUTS, trial_run, {{dqkv, (size_t)B * T * L.row() * sizeof(floatX)}},
                                   "the fused backward's layout", "--flash-backward-producer", B, T);
         return;
