@@ -17,7 +17,7 @@
 #                                 layouts, on the fused backward's producers; kernels, not in the
 #                                 default: every kernel of a 124M step timed by Nsight Compute, ours
 #                                 and llm.c's side by side (bench_ncu_steps.sh); llama, not in the
-#                                 default: llama:3B's step (head size 128) with --flash-backward fused128)
+#                                 default: llama:3B's step (head size 128) with --flash-backward fused128 and chain)
 # Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs. Tested without a
 # GPU by test/test_gpu_speed.sh (what a failed check leaves out).
 set -u
@@ -93,7 +93,9 @@ echo "gpu_speed: ours also: '${also}'"
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
 [[ $want == *,biasgrad,* ]] && step biasgrad 60 build/dev_matmul 65536 768 0
 [[ $want == *,layernorm,* ]] && step layernorm 60 bash -c "build/dev_layernorm 65536 768 && build/dev_layernorm 16384 1600"
-[[ $want == *,llama,* ]] && STEPS=15 BASELINE_BIN=none OURS_ALSO="--flash-backward fused128" step llama 240 bash dev/bench/bench_vs_llmc.sh llama:3B:4
+llama_also="--flash-backward fused128"  # (and chained at head size 128, where its check passed)
+[[ $also == *"--flash-backward chain"* ]] && llama_also+=";--flash-backward chain"
+[[ $want == *,llama,* ]] && STEPS=15 BASELINE_BIN=none OURS_ALSO=$llama_also step llama 240 bash dev/bench/bench_vs_llmc.sh llama:3B:4
 [[ $want == *,fp8,* ]] && step fp8 400 bash -c "build/gpucheck_ops fp8 && { build/dev_matmul 16384 1600 50304; bash dev/gpu_fp8_vs_bf16.sh ./train_gpt '$out/fp8'; }"
 [[ $want == *,flash,* ]] && step flash 90 build/gpucheck_ops flash
 [[ $want == *,bf16,* ]] && step bf16 90 build/gpucheck_ops bf16

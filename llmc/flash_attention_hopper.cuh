@@ -912,7 +912,7 @@ __device__ __noinline__ void chain_count(unsigned* counts, int kb, int t, int wg
     }
 }
 // At tile t: count key block kb in tile t − 1, if it went there, then wait for its turn at t
-__device__ __noinline__ void chain_turn(unsigned* counts, int kb, int t, int wg) {
+__device__ __forceinline__ void chain_turn(unsigned* counts, int kb, int t, int wg) {
     if (t - 1 >= 2 * kb) chain_count(counts, kb, t - 1, wg);
 #ifdef LLMC_SIMT
     if (t / 2 == kb && kb > 0) simt::late();  // (a test: the next key block must wait for this one's store)
@@ -932,6 +932,9 @@ __device__ __noinline__ void chain_turn(unsigned* counts, int kb, int t, int wg)
     }
     bar_sync(2 + wg, 128);
 }
+// The same as a call. ptxas spills the fused kernel at head size 64 with chain_turn inlined, and
+// at head size 128 with it called.
+__device__ __noinline__ void chain_turn_call(unsigned* counts, int kb, int t, int wg) { chain_turn(counts, kb, t, wg); }
 // A warpgroup's 64 keys of the fused backward (keys key0.. of this warp): dK and dV, and one
 // pipeline step over query tile j. Iteration j issues Sᵀ(j) and dPᵀ(j), then dV, dK and dQ of
 // tile j − 1, adds dQ(j − 1) to dq_to (DqSink: this warpgroup's columns), and stores
@@ -965,7 +968,10 @@ template <class H, int D, bool SW = false, bool CHAIN = false> struct FusedBackw
         wgmma_hold<16>(&dq[0][0]);
         const bool first = CHAIN ? row0 / 128 == to.kb : to.first_kb;  // (chained: tile row0/64's first key block is ⌊tile/2⌋)
         if constexpr (CHAIN)
-            if (col == 0) chain_turn(to.chain, to.kb, row0 / 64, threadIdx.x / 128);
+            if (col == 0) {
+                if constexpr (A_SMEM) chain_turn(to.chain, to.kb, row0 / 64, threadIdx.x / 128);
+                else chain_turn_call(to.chain, to.kb, row0 / 64, threadIdx.x / 128);
+            }
         const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
         for (int r = 0; r < 2; r++) {
             const int row = row0 + warp * 16 + g + 8 * r;
@@ -1174,8 +1180,8 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int kb_first = fused_first_kb(s, nkb);
     if constexpr (LAST) fused_release_tiles<H, D>(dqkv, dq_part, dq_done, g.split_batches, f, 0, 2 * kb_first, T, L, dq_scale, 256, [] { __syncthreads(); });  // (no key block of this split reaches them)
-    for (int kb = kb_first; kb < nkb; kb++) {
-        if (fused_split_of(kb, S) != s) continue;
+    for (int kb = kb_first; kb < (CHAIN ? kb_first + 1 : nkb); kb++) {  // (chained: one key block, split s)
+        if (!CHAIN && fused_split_of(kb, S) != s) continue;
         const int k0 = kb * 128, key0 = k0 + wg * 64 + warp * 16;  // the block's first key, and this warp's
         FusedBackwardKeys<H, D, false, CHAIN> keys;
         __syncthreads();  // every warpgroup is done with the key block before's tiles

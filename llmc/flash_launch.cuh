@@ -68,10 +68,10 @@ inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates
 // with several splits, a sum of their dQ partial sums (one split: the pass writes dQ itself).
 // Its dQ adds the same products in another order than the two passes do, so its bits differ
 // from theirs; it is chosen by this fixed rule, never by timing.
-// --flash-backward fused128 (flash_fused_backward_128): at head size 128 too.
+// --flash-backward fused128 (flash_fused_backward_128): at head size 128 too; so does chain.
 // flash_fused_splits > 0 sets the number of splits (tests); 0 lets flash_fused_splits choose.
 inline bool flash_fused_backward_runs(const KernelOptions& o, int hs) {
-    return o.flash_fused_backward && o.flash && (hs == 64 || (hs == 128 && o.flash_fused_backward_128)) && o.flash_wgmma_groups == 2 &&
+    return o.flash_fused_backward && o.flash && (hs == 64 || (hs == 128 && (o.flash_fused_backward_128 || o.flash_dq_chain))) && o.flash_wgmma_groups == 2 &&
            (o.flash_wgmma || o.flash_wgmma_auto) && gpu_has_wgmma();
 }
 // Splits of the fused backward's key blocks (each a block of its own) for the heads past the
@@ -408,7 +408,6 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     static Buf<float> part_buf;
     float* part = gpu_scratch(part_buf, ctx, fused_partial_floats(g, B, (size_t)T * C));
     if (slots != 0 && slots != 3 && slots != 4) fatal("flash attention: the producer backward takes 3 or 4 slots, not %d", slots);
-    if (g.chain && L.hs != 64) fatal("flash attention: the chained backward (--flash-backward chain) is for head size 64, not %d", L.hs);  // (at 128 its kernel would spill registers)
     if (ctx.kernels.flash_backward_tma && !ctx.kernels.flash_backward_producer) fatal("flash attention: TMA copies in the backward need its producer (flash_backward_producer 3 or 4)");
     const bool tma = ctx.kernels.flash_backward_tma && slots;
     const bool finish = ctx.kernels.flash_dq_in_kernel;  // (a head of one block: the pass writes its dQ itself)
@@ -421,7 +420,7 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
         else if (slots == 3) flash_fused_producer_launch<floatX, 3, false, LAST, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
         else if (slots == 4 && tma) flash_fused_producer_launch<floatX, 4, true, LAST, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
         else if (slots == 4) flash_fused_producer_launch<floatX, 4, false, LAST, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, B, T, L, finish, done);
-        else if (L.hs == 128) flash_fused_pass<floatX, 128, false, false>(ctx, g, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
+        else if (L.hs == 128) flash_fused_pass<floatX, 128, false, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
         else flash_fused_pass<floatX, 64, LAST, CHAIN>(ctx, g, part, dqkv, Dv, dout, qkv, lse, T, L, finish, done);
     };
     if (g.chain) launch(std::false_type{}, std::true_type{});

@@ -57,7 +57,7 @@ struct KernelOptions {
     int flash_fused_full = -1;         // heads of one block before the split ones (-1: the GPU's whole waves; tests)
     bool flash_dq_in_kernel = true;    // with one split, the fused pass writes dQ itself (false: the sum kernel does; same bits)
     bool flash_dq_last_split = false;  // with several, the last split done with a query tile sums its dQ (false: the sum kernel; same bits)
-    bool flash_dq_chain = false;       // a block per key block, dQ added to one sum in a fixed order (other bits; head size 64)
+    bool flash_dq_chain = false;       // a block per key block, dQ added to one sum in a fixed order (other bits; head size 64 or 128)
     int flash_backward_producer = 0;   // 3 or 4: the fused backward with a producer warpgroup and that many query-tile slots
     bool flash_backward_tma = false;   // with flash_backward_producer: its tiles swizzled, one thread copies each by TMA
     bool flash_backward_producer_auto = false;  // --flash-backward-producer auto: the fused backward's layouts timed once, the fastest kept

@@ -763,11 +763,11 @@ static void compare_dkv_dq(const char* name, const std::vector<float>& want, con
     compare(name, "dK, dV (bit for bit)", columns(want, C, W), columns(got, C, W), 0.0);
     compare(name, "dQ (its sums in another order)", columns(want, 0, C), columns(got, 0, C), bx<bf16>(1e-4));
 }
-// The chained fused backward (--flash-backward chain, head size 64: a block per key block, dQ added
-// to one sum in turn): against the CPU op; two runs bit-identical, after a run on other inputs (a count not
-// set back to zero would show); with a producer warpgroup (by TMA or not) bit-identical to
-// without; dK and dV bit-identical to the fused pass's with splits (fused: its outputs), dQ
-// within bf16's bound of them (its sums in another order).
+// The chained fused backward (--flash-backward chain, head size 64 or 128: a block per key block,
+// dQ added to one sum in turn): against the CPU op; two runs bit-identical, after a run on other
+// inputs (a count not set back to zero would show); with a producer warpgroup (by TMA or not;
+// head size 64) bit-identical to without; dK and dV bit-identical to the fused pass's with splits
+// (fused: its outputs), dQ within bf16's bound of them (its sums in another order).
 static void check_fused_chain(int B, int T, int C, int NH, int NKV, const std::vector<float>& qkv, const std::vector<float>& dout,
                               const std::vector<float>& qkv2, const std::vector<float>& dout2, const std::vector<float>* fused) {
     const size_t W = QKVLayout(C, NH, NKV).row();
@@ -788,6 +788,7 @@ static void check_fused_chain(int B, int T, int C, int NH, int NKV, const std::v
     compare_bits(name, chained, got);
 #endif
     for (int tma : {0, 1}) {
+        if (C / NH != 64) break;  // (the producer kernels: head size 64)
         gpu.kernels.flash_backward_producer = 3; gpu.kernels.flash_backward_tma = tma;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, key blocks chained, a producer warpgroup%s vs none",
@@ -801,16 +802,18 @@ static void check_fused_chain(int B, int T, int C, int NH, int NKV, const std::v
 }
 
 // The chained backward's checks (the group "chain", a process of its own: a chain that hangs
-// costs only them) on the fused backward's inputs, with its outputs at 2 splits to hold dK and dV to
+// costs only them), with the fused pass's outputs at 2 splits to hold its dK and dV to
 static void check_flash_chain(int B, int T, int C, int NH, int NKV) {
     if (!gpu_has_wgmma()) { printf("# skip: chained backward B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
     gpu.kernels.flash_wgmma = true; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_fused_backward = true;
+    gpu.kernels.flash_fused_backward_128 = C / NH == 128;  // (the splits' run to compare with)
     gpu.kernels.flash_fused_splits = 2;
     const size_t W = QKVLayout(C, NH, NKV).row();
     auto qkv = randn<bf16>((size_t)B * T * W), dout = randn<bf16>((size_t)B * T * C);
     auto qkv2 = randn<bf16>(qkv.size()), dout2 = randn<bf16>(dout.size());
     std::vector<float> fused[3];
     attention_outputs(qkv, dout, B, T, C, NH, NKV, fused);
+    gpu.kernels.flash_fused_backward_128 = false;  // (chain alone runs the fused pass at 128)
     check_fused_chain(B, T, C, NH, NKV, qkv, dout, qkv2, dout2, fused);
     gpu.kernels.flash_wgmma = false; gpu.kernels.flash_fused_splits = 0; gpu.kernels.flash_fused_backward = false;
 }
@@ -1433,10 +1436,12 @@ int main(int argc, char** argv) {
         check_flash_fused(1, 300, 512, 4, 4);    // head size 128 (--flash-backward fused128): 3 key blocks, the last short
         check_flash_fused(1, 200, 512, 4, 2);    // head size 128, grouped-query
     }
-    if (in("chain")) {  // --flash-backward chain (head size 64)
+    if (in("chain")) {  // --flash-backward chain
         check_flash_chain(2, 100, 768, 12, 12);  // one key block
         check_flash_chain(1, 300, 256, 4, 4);    // 3 key blocks, the last short
         check_flash_chain(2, 520, 256, 4, 2);    // grouped-query; 5 key blocks
+        check_flash_chain(1, 300, 512, 4, 4);    // head size 128: 3 key blocks, the last short
+        check_flash_chain(1, 400, 512, 4, 2);    // head size 128, grouped-query; 4 key blocks
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

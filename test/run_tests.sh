@@ -127,6 +127,12 @@ dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/com
        && grep -q '^  with --flash-backward split (the two passes, else the same): backward [0-9.]* ms .*; fused / split time [0-9.]*$' <<<"$out"; then
         echo "ok - dev/cuda/attention.cu 1 128 128 2 time: every version timed, the two autos' three choices each among them, the fused backward against the two passes"
     else echo "$out"; echo "not ok - dev/cuda/attention.cu 1 128 128 2 time"; fi
+    # head size 128: the two passes (the default there), fused128 (v27) and chained (v31) beside them
+    if out=$(LLMC_FLASH_TUNE_BLOCKS=1 build/simt_dev_attention 1 128 256 2 time 2>&1) \
+       && grep -q '^  with --flash-backward fused128 (.*): backward [0-9.]* ms .*; fused / split time [0-9.]*$' <<<"$out" \
+       && grep -q '^  with --flash-backward chain (v31 at head size 128.*): backward [0-9.]* ms .*; chained / split time [0-9.]*, chained / fused128 time [0-9.]*$' <<<"$out"; then
+        echo "ok - dev/cuda/attention.cu 1 128 256 2 time: at head size 128 fused128 and chained timed beside the two passes"
+    else echo "$out"; echo "not ok - dev/cuda/attention.cu 1 128 256 2 time"; fi
 }
 part "dev/cuda playgrounds (emulated)" dev_playgrounds
 torch_baselines() {  # make bench's PyTorch side (dev/bench/torch_baselines.py) on tiny CPU shapes

@@ -3,8 +3,8 @@
 # (within 1e-4), bf16 and fp8 (2e-2), fp16 (2.5e-3); the loss falls; two GPU runs are
 # bit-identical. Then each kernel choice against the run it replaces: --flash-rows, --flash-wgmma,
 # the forward's and the fused backward's layouts and their autos (bit for bit), 128-key tiles,
-# fused128 and chain (against the CPU), --matmul-tune and --classifier-staged (bit for bit), --bias-grad
-# epilogue. On the emulator also what only it can stage: a wgmma or cuBLASLt candidate that
+# fused128 and chain (against the CPU; chain at head size 64 and 128), --matmul-tune and
+# --classifier-staged (bit for bit), --bias-grad epilogue. On the emulator also what only it can stage: a wgmma or cuBLASLt candidate that
 # rounds otherwise (refused by the autos), a layout that hangs, a cuBLASLt without epilogues or
 # FP8, the host's waits per step, a GPU the build cannot use. The full list, with why each bound
 # is what it is: docs/verification.md ("test/test_gpu_train.sh").
@@ -192,10 +192,10 @@ flash_forward_producer
 # at T = 320 (3 tiles of 128; at T = 64 one tile holds every key, and the bits equal 64's)
 FLAGS="--seq-len 320" GPU_FLAGS="--flash-wgmma 1 --flash-forward-producer 2 --flash-forward-keys 128" ONCE=1 gpu_vs_cpu bf16 2e-2
 FLAGS="--seq-len 320" GPU_FLAGS="--flash-wgmma 1 --flash-forward-keys 128" ONCE=1 gpu_vs_cpu bf16 2e-2  # (and without a producer)
-# --flash-backward fused128: the fused backward at head size 128 (a GPT-2 model file of 2 heads
-# of 128, one block; T = 192: two key blocks, the second short) against the CPU. On the
+# --flash-backward fused128 and chain: the fused backward at head size 128 (a GPT-2 model file of
+# 2 heads of 128, one block; T = 192: two key blocks, the second short) against the CPU. On the
 # emulator the run must say that the fused kernel ran.
-fused128() {
+fused_hs128() {  # fused_hs128 fused128|chain
     local model=build/gpu_train_hs128.bin V=${GPU_TRAIN_VOCAB:-50257}
     ${PYTHON:-/usr/bin/python3} -c "
 import sys; sys.path.insert(0, 'test')
@@ -206,10 +206,11 @@ g.write_model(sys.argv[1], cfg, g.random_params(cfg, 1))" "$model" "$V"
     local note=()
     [[ $BIN == *simt* ]] && note=(SIMT_COUNT_LAUNCHES=flash_backward_fused_wgmma_kernel)
     NOTE=${note:+"simt: 10 launches of flash_backward_fused_wgmma_kernel"} MODEL=$model FLAGS="--seq-len 192" \
-        GPU_FLAGS="--flash-wgmma 1 --flash-backward fused128" ONCE=1 gpu_vs_cpu bf16 2e-2 "${note[@]}"
+        GPU_FLAGS="--flash-wgmma 1 --flash-backward $1" ONCE=1 gpu_vs_cpu bf16 2e-2 "${note[@]}"
     rm -f "$model" "$model.crc32c"
 }
-fused128
+fused_hs128 fused128
+fused_hs128 chain
 # --flash-backward chain: the fused backward with a block per key block, adding to one dQ sum in
 # turn (T = 320: 3 key blocks, the last short) against the CPU, and two runs bit-identical
 FLAGS="--seq-len 320" GPU_FLAGS="--flash-wgmma 1 --flash-backward chain" gpu_vs_cpu bf16 2e-2

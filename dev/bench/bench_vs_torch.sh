@@ -95,7 +95,7 @@ if [ -s "$tmp/splits_fused.txt" ]; then
 fi
 if [ -s "$tmp/chain.txt" ]; then
     echo
-    echo "The chained backward (--flash-backward chain, v31: a block per key block, each adding to one dQ sum in its turn; other bits) against the fused backward above in the same run:"
+    echo "The chained backward (--flash-backward chain, v31: a block per key block, each adding to one dQ sum in its turn; other bits) in the same run: at head size 64 against the fused backward above, at 128 against the two passes and fused128:"
     echo
     cat "$tmp/chain.txt"
 fi

@@ -166,6 +166,14 @@ int main(int argc, char** argv) {
                 printf("  with --flash-backward fused128 (the fused pass at head size 128, else the same): backward %.3f ms (%.1f TFLOP/s); fused / split time %.2f\n",
                        bf, 2.5 * flops_fwd / bf / 1e9, bf / ba);
                 gpu_ctx.kernels.flash_fused_backward_128 = false;
+                if (!skipped(31)) {  // v31 at head size 128: the fused pass with a block per key block (other bits)
+                    gpu_ctx.kernels.flash_dq_chain = true;
+                    for (int i = 0; i < FLASH_WGMMA_SAMPLES; i++) bwd();
+                    const float bc = time_ms(bwd);
+                    gpu_ctx.kernels.flash_dq_chain = false;
+                    printf("  with --flash-backward chain (v31 at head size 128: the fused pass, a block per key block, each adding to one dQ sum in its turn): "
+                           "backward %.3f ms (%.1f TFLOP/s); chained / split time %.2f, chained / fused128 time %.2f\n", bc, 2.5 * flops_fwd / bc / 1e9, bc / ba, bc / bf);
+                }
             }
             gpu_ctx.kernels.flash_rows_auto = gpu_ctx.kernels.flash_wgmma_auto = gpu_ctx.kernels.flash_fused_backward = false;
             autotune_forget(gpu_ctx);
@@ -261,7 +269,7 @@ int main(int argc, char** argv) {
         const char* name = names[v];
         if (v >= 7 && !gpu_has_wgmma()) { printf("%s: compute capability 9.0 only\n", name); continue; }
         if (flash && !use_flash<bf16>(gpu_ctx.kernels, C, NH)) { printf("%s: not for head size %d\n", name, C / NH); continue; }
-        if ((v == 6 || v >= 23) && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
+        if ((v == 6 || (v >= 23 && v != 31)) && C / NH != 64) { printf("%s: head size 64 only\n", name); continue; }
         auto f = [&] { attention_forward(gpu_ctx, g_out.p(), glse.p(), g_qkv.p(), B, T, C, NH, NKV); };
         auto b = [&] { attention_backward(gpu_ctx, g_dqkv.p(), g_dout.p(), g_qkv.p(), g_out.p(), glse.p(), B, T, C, NH, NKV); };
         float msf = time_ms(f);
