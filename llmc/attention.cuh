@@ -10,8 +10,9 @@ G = NH/NKV (grouped-query attention; NKV = NH is GPT-2's). out is (B, T, C), lse
 
 lse is an output because ring attention merges partial results with it. All math is fp32.
 This file holds the math, the CPU loops, the exact fp32 kernels (a warp a row) and the ops.
-The 16-bit flash kernels live in flash_attention.cuh (mma.sync) and flash_attention_hopper.cuh
-(wgmma); which of them runs, in flash_launch.cuh. Every backward is deterministic: no two
+The 16-bit flash kernels live in flash_attention.cuh (mma.sync), flash_attention_hopper.cuh
+(wgmma) and flash_fused_backward.cuh (wgmma, the backward in one pass); which of them runs, in
+flash_launch.cuh. Every backward is deterministic: no two
 threads add to one value.
 
 Main functions: attention_forward, attention_backward (the ops); attention_row_dots (D, below);

@@ -2,8 +2,8 @@
 flash_launch.cuh — which flash attention kernel runs, in which layout, and the choices made by timing.
 
 attention.cuh's ops call flash_forward and flash_backward here; the kernels they launch live in
-flash_attention.cuh (mma.sync, compute capability 8.x and up) and flash_attention_hopper.cuh
-(wgmma, 9.0). Not a header on its own: attention.cuh includes it in its CUDA part.
+flash_attention.cuh (mma.sync, compute capability 8.x and up), flash_attention_hopper.cuh and
+flash_fused_backward.cuh (wgmma, 9.0). Not a header on its own: attention.cuh includes it in its CUDA part.
 
   forward:   mma.sync (16 or 32 rows a warp)  |  wgmma: plain, or a producer warpgroup with
              ping-pong, swizzled tiles, TMA, 3 computing warpgroups (FLASH_FORWARD_LAYOUTS)
@@ -27,6 +27,7 @@ bits), test/test_gpu_train.sh (the autos inside training, a layout that hangs). 
 #include "autotune.cuh"
 #include "flash_attention.cuh"
 #include "flash_attention_hopper.cuh"
+#include "flash_fused_backward.cuh"
 
 // The flash kernels run bf16 or fp16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
 // Which of them runs is ctx.kernels' choice (kernel_options.h): the warp-per-row kernels

@@ -88,9 +88,8 @@ done < <(echo "$all" | grep -E "^_Z[0-9]+flash_forward_wgmma_kernelI[A-Za-z0-9_]
 # (.dec to P), the NWG computing ones take them (.inc to C). A .inc waits until the block's pool
 # holds them, so entry registers × threads must cover P·128 + C·NWG·128, else the computing
 # warpgroups wait for ever (a hang no emulator shows). P and C as the kernels set them.
-hdr=llmc/flash_attention_hopper.cuh
-fwd=$(grep -o "PRODUCER_REGS = NWG == 2 ? [0-9]* : [0-9]*, COMPUTE_REGS = NWG == 2 ? [0-9]* : [0-9]*" "$hdr" | grep -o "[0-9]\+" | tr '\n' ' ')
-bwd=$(sed -n '/flash_backward_fused_wgmma_producer_kernel(/,/^}/p' "$hdr" | grep -o "setmaxnreg<[0-9]*" | grep -o "[0-9]*" | tr '\n' ' ')
+fwd=$(grep -o "PRODUCER_REGS = NWG == 2 ? [0-9]* : [0-9]*, COMPUTE_REGS = NWG == 2 ? [0-9]* : [0-9]*" llmc/flash_attention_hopper.cuh | grep -o "[0-9]\+" | tr '\n' ' ')
+bwd=$(sed -n '/flash_backward_fused_wgmma_producer_kernel(/,/^}/p' llmc/flash_fused_backward.cuh | grep -o "setmaxnreg<[0-9]*" | grep -o "[0-9]*" | tr '\n' ' ')
 read -r _ p2 p3 _ c2 c3 <<<"$fwd"; read -r pb cb <<<"$bwd"
 n=0
 while read -r name regs spill; do
