@@ -143,7 +143,7 @@ template <class H> struct DqSink {
 // tile t is ⌊t/2⌋ − kb, adds, and counts itself when it reaches tile t + 1 (a fence, then a
 // release), so that its adds are done by then. Key block ⌊t/2⌋ stores; key block 0 finishes
 // (sum · scale into dqkv) and sets the count back to 0 for the next launch. A block waits only
-// for blocks of the same head with lower blockIdx (fused_block), which a GPU starts no later.
+// for blocks of the same head that took their tickets before it (fused_block_index): they run.
 __device__ inline unsigned ld_acquire_u32(const unsigned* p) {
 #ifdef LLMC_SIMT
     return __atomic_load_n(p, __ATOMIC_ACQUIRE);
@@ -323,11 +323,31 @@ __host__ __device__ inline int fused_blocks(const FusedGrid& g) { return g.full 
 __host__ __device__ inline size_t fused_partial_floats(const FusedGrid& g, int B, size_t TC) {
     return g.chain ? (size_t)B * TC : ((size_t)B + (size_t)(g.S - 1) * g.split_batches) * TC;
 }
-// The key/value head, batch and split of this block, and its head's splits S (chained: a head's
-// key blocks last to first, so that each waits only for blocks started before it)
+// Chained: the counts (one per batch, query head, warpgroup and query tile of 64), then a ticket.
+__host__ __device__ inline size_t chain_counts(int B, int NH, int T) { return (size_t)B * NH * 2 * ((T + 63) / 64); }
+// The block's place in the grid's order: blockIdx.x, or chained the next ticket (the count after
+// the tiles' counts in dq_done: 0 when a launch starts, and the last block sets it back to 0). A
+// chained block waits only for blocks before it in that order. It takes its ticket once it runs,
+// so those have all started, whatever order the GPU starts blocks in.
+template <bool CHAIN> __device__ inline int fused_block_index(const FusedGrid& g, unsigned* dq_done, int NH, int T) {
+    if constexpr (!CHAIN) {
+        return blockIdx.x;
+    } else {
+        __shared__ int ticket;
+        if (threadIdx.x == 0) {
+            unsigned* next = dq_done + chain_counts(g.split_batches, NH, T);  // (chained, split_batches is B)
+            ticket = (int)atomicAdd(next, 1u);
+            if (ticket == fused_blocks(g) - 1) atomicExch(next, 0u);  // (every block has its ticket)
+        }
+        __syncthreads();
+        return ticket;
+    }
+}
+// The key/value head, batch and split of the block at place i, and its head's splits S (chained:
+// a head's key blocks last to first, so that each waits only for blocks before it)
 struct FusedBlock { int kh, b, s, S; };
-template <bool CHAIN> __device__ inline FusedBlock fused_block(const FusedGrid& g, int NKV) {
-    const int i = blockIdx.x, split = i >= g.full, head = split ? g.full + (i - g.full) / g.S : i;
+template <bool CHAIN> __device__ inline FusedBlock fused_block(const FusedGrid& g, int NKV, int i) {
+    const int split = i >= g.full, head = split ? g.full + (i - g.full) / g.S : i;
     return {head % NKV, head / NKV, split ? (CHAIN ? g.S - 1 - (i - g.full) % g.S : (i - g.full) % g.S) : 0, split ? g.S : 1};
 }
 // This split's partial sum of batch b's dQ (chained: the one sum)
@@ -422,7 +442,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
     static_assert(D == 64 || D == 128, "the fused backward: head size 64 or 128");
     DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[3][64], Ds[3][64];
-    const FusedBlock f = fused_block<CHAIN>(g, L.NKV);
+    const FusedBlock f = fused_block<CHAIN>(g, L.NKV, fused_block_index<CHAIN>(g, dq_done, L.NH, T));
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const FusedTiles<H, D, 3> tl{tiles, tiles + 4 * 64 * D, lse2, Ds, 0};
@@ -500,7 +520,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     __shared__ float lse2[SLOTS][64], Ds[SLOTS][64];
     __shared__ uint64_t kv_full[2], kv_empty[2], q_full[SLOTS], q_empty[SLOTS];
     auto parity = [](int n, int slots) { return (unsigned)(n / slots) & 1; };  // of use n of its slot
-    const FusedBlock f = fused_block<CHAIN>(g, L.NKV);
+    const FusedBlock f = fused_block<CHAIN>(g, L.NKV, fused_block_index<CHAIN>(g, dq_done, L.NH, T));
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;

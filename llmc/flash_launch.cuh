@@ -413,7 +413,7 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     const bool tma = ctx.kernels.flash_backward_tma && slots;
     const bool finish = ctx.kernels.flash_dq_in_kernel;  // (a head of one block: the pass writes its dQ itself)
     static Buf<unsigned> done_buf;  // (zeros when allocated; a tile's last split, or chained its key block 0, sets its count back to 0)
-    const size_t counts = g.chain ? (size_t)B * L.NH * 2 * ceil_div(T, 64) : last_split ? (size_t)B * L.NKV * ceil_div(T, 64) : 0;
+    const size_t counts = g.chain ? chain_counts(B, L.NH, T) + 1 : last_split ? (size_t)B * L.NKV * ceil_div(T, 64) : 0;  // (chained: and the ticket)
     unsigned* done = counts ? gpu_scratch(done_buf, ctx, counts) : nullptr;
     auto launch = [&](auto last, auto chain) {  // (whether each tile's last split sums it; whether chained: constants of the kernels)
         constexpr bool LAST = decltype(last)::value, CHAIN = decltype(chain)::value;

@@ -767,7 +767,8 @@ static void compare_dkv_dq(const char* name, const std::vector<float>& want, con
 // dQ added to one sum in turn): against the CPU op; two runs bit-identical, after a run on other
 // inputs (a count not set back to zero would show); with a producer warpgroup (by TMA or not;
 // head size 64) bit-identical to without; dK and dV bit-identical to the fused pass's with splits
-// (fused: its outputs), dQ within bf16's bound of them (its sums in another order).
+// (fused: its outputs), dQ within bf16's bound of them (its sums in another order). On the
+// emulator also with blocks held back and with blocks started last blockIdx first.
 static void check_fused_chain(int B, int T, int C, int NH, int NKV, const std::vector<float>& qkv, const std::vector<float>& dout,
                               const std::vector<float>& qkv2, const std::vector<float>& dout2, const std::vector<float>* fused) {
     const size_t W = QKVLayout(C, NH, NKV).row();
@@ -785,6 +786,11 @@ static void check_fused_chain(int B, int T, int C, int NH, int NKV, const std::v
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
     simt::g_late = false;
     snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, key blocks chained, each tile's first late", B, T, C, NH, NKV);
+    compare_bits(name, chained, got);
+    simt::g_reverse_blocks = true;  // (the chain's order comes from tickets, not from blockIdx)
+    attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+    simt::g_reverse_blocks = false;
+    snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, key blocks chained, blocks started last first", B, T, C, NH, NKV);
     compare_bits(name, chained, got);
 #endif
     for (int tma : {0, 1}) {

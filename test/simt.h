@@ -925,6 +925,9 @@ inline NamedLaunchReport g_named_launch_report;
 // whatever the timing (the chained dQ's first store of a tile).
 inline std::atomic<bool> g_late{false};
 inline void late() { if (g_late) usleep(2000); }
+// A test sets g_reverse_blocks: then launches hand out their blocks last blockIdx first (CUDA
+// promises no order), so that a kernel that relies on blockIdx order waits for ever.
+inline std::atomic<bool> g_reverse_blocks{false};
 // SIMT_HANG_KERNEL=NAME: a launch of a kernel with NAME in its name hangs, as far as the host's
 // polls can tell: from then on cudaEventQuery says "not ready" (the blocking waits still return).
 inline const char* g_hang_kernel = getenv("SIMT_HANG_KERNEL");
@@ -955,7 +958,8 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
         tl_dynamic_bytes = cfg.smem;
         blockDim = cfg.block; gridDim = cfg.grid;
         #pragma omp for schedule(dynamic, 1)
-        for (long i = 0; i < nblocks; i++) {
+        for (long k = 0; k < nblocks; k++) {
+            const long i = g_reverse_blocks ? nblocks - 1 - k : k;
             blockIdx.x = (unsigned)(i % cfg.grid.x);
             blockIdx.y = (unsigned)(i / cfg.grid.x % cfg.grid.y);
             blockIdx.z = (unsigned)(i / ((long)cfg.grid.x * cfg.grid.y));
@@ -1206,8 +1210,8 @@ template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width =
 inline int __any_sync(unsigned mask, int pred) { return simt::vote_any(mask, pred); }
 inline unsigned __float_as_uint(float x) { unsigned u; memcpy(&u, &x, 4); return u; }
 // atomicMax on a 32-bit word (fp8.cuh's amax record): the blocks of a launch run on several
-// threads here, so it is a real atomic, a compare-and-swap loop. (The only atomic the kernels use:
-// a max is exact and order-free, so the result does not depend on the blocks' order.)
+// threads here, so it is a real atomic, a compare-and-swap loop. (A max is exact and order-free,
+// so the result does not depend on the blocks' order.)
 inline unsigned atomicMax(unsigned* p, unsigned v) {
     unsigned old = __atomic_load_n(p, __ATOMIC_RELAXED);
     while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
@@ -1216,6 +1220,8 @@ inline unsigned atomicMax(unsigned* p, unsigned v) {
 // atomicAdd on a 32-bit word (the fused attention backward's count of finished splits). It also
 // orders memory, acquire and release: on a GPU the kernel's __threadfence calls around it do.
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+// atomicExch on a 32-bit word (the chained attention backward's ticket, set back to 0)
+inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 template <class T> inline T __ldcg(const T* p) { return *p; }  // (a load that skips L1: the emulator has none)
 
