@@ -6,7 +6,7 @@ right answer is known:
     registers or shared memory): fragments laid out by the PTX ISA's formulas, written out again
     here, multiply to the plain product A·B + C;
   - shuffles, __syncthreads (a reduction without its barrier is wrong in one of the schedules),
-    named barriers (strict alternation of two warps);
+    named barriers (strict alternation of two warps), the order blocks are handed out in;
   - cp.async, mbarriers and TMA land at the latest moment a GPU may land them, and a thread that
     reads early sees old bytes; a wgmma writes D only at its wait, and reading what cp.async or
     stmatrix wrote without a fence.proxy.async after it is reported;
@@ -168,6 +168,25 @@ static void test_races() {
     simt::g_reverse = saved;
     check(f == want && r == want, "a block reduction with its barrier is right in both schedules");
     check(f_race != want || r_race != want, "the same reduction without the barrier is wrong in one schedule (the race is seen)");
+}
+
+// The order in which a launch hands out its blocks: blockIdx order, or with g_reverse_blocks the
+// last first (one host thread, so that the order is exact)
+static std::vector<int> block_order(bool reverse) {
+    std::vector<int> order;
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    simt::g_reverse_blocks = reverse;
+    simt::launch("block_order", simt::Cfg{dim3(4, 2), 32}, [&] {
+        if (threadIdx.x == 0) order.push_back((int)(blockIdx.y * gridDim.x + blockIdx.x));
+    });
+    simt::g_reverse_blocks = false;
+    omp_set_num_threads(threads);
+    return order;
+}
+static void test_block_order() {
+    check(block_order(false) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}, "blocks are handed out in blockIdx order");
+    check(block_order(true) == std::vector<int>{7, 6, 5, 4, 3, 2, 1, 0}, "with g_reverse_blocks, the last blockIdx first");
 }
 
 // cp.async: a 16-byte copy into shared memory lands at the thread's wait, not before (not at a
@@ -818,6 +837,7 @@ int main() {
     test_ldmatrix();
     test_shuffles();
     test_races();
+    test_block_order();
     test_cp_async();
     test_cp_async_groups();
     test_mbarrier();
