@@ -194,45 +194,46 @@ __device__ __noinline__ void chain_turn_call(unsigned* counts, int kb, int t, in
 // dSᵀ(j) as dS(j) for the next iteration's dQ. dS(j − 1) must be in from both warpgroups.
 // At head size 128 (A_SMEM) dK, dV, Sᵀ and dPᵀ fill 192 registers a thread. There, Pᵀ(j) and
 // dSᵀ(j) wait for the next iteration as tiles in shared memory, not as A fragments. dQ(j − 1)
-// runs at the end of iteration j, 32 columns at a time, after Pᵀ(j) and dSᵀ(j) are stored.
+// runs at the end of iteration j, after Pᵀ(j) and dSᵀ(j) are stored: its 64 columns in the
+// registers of Sᵀ, which then hold nothing.
 // SW: the K, V, Q and dO tiles are swizzled (dS is not). dQ's B is K's columns from wg·D/2:
 // swizzled, that start is wg·64 bytes into the rows (the tensor cores swizzle the sum).
 template <class H, int D, bool SW = false, bool CHAIN = false> struct FusedBackwardKeys {
-    static constexpr int DN = D / 2;  // the dQ columns of each warpgroup, in chunks of 32
+    static constexpr int DN = D / 2;  // the dQ columns of each warpgroup
     static constexpr bool A_SMEM = D > 64;
-    float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4], dq[4][4];
+    float dk[D / 8][4], dv[D / 8][4], st[8][4], dpt[8][4], dq[A_SMEM ? 1 : 4][4];  // (at 128, dQ in st)
     uint32_t pa[A_SMEM ? 1 : 4][4], dsa[A_SMEM ? 1 : 4][4];  // Pᵀ and dSᵀ of the tile before as A fragments
     __device__ FusedBackwardKeys() {
         for (int dt = 0; dt < D / 8; dt++)
             for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
     }
-    // dQ(j) = dS(j)·K, its 32 columns from col0 (this warpgroup's)
-    template <class Tiles> __device__ void issue_dq(const Tiles& tl, int j, int col0) {
+    // acc = dQ(j) = dS(j)·K, this warpgroup's DN columns (DN / 2 registers a thread)
+    template <class Tiles> __device__ void issue_dq(float* acc, const Tiles& tl, int j, int wg) {
+        const int col0 = wg * DN;
         #pragma unroll
         for (int kc = 0; kc < 8; kc++) {
             const H* k = tl.K(kc / 4) + (SW ? (kc % 4) * 16 * 64 + col0 / 64 * 64 * 64 + col0 % 64 : (kc % 4) * 16 * D + col0 * 8);
             const uint64_t b = SW ? wgmma_desc(k, 64 * 128, 1024, 1) : wgmma_desc(k, 16 * D, 128);
-            wgmma_m64k16_ss<H, 32, true>(&dq[0][0], wgmma_desc(tl.dS(j) + kc * 128, 128, 2048), b, kc > 0);
+            wgmma_m64k16_ss<H, DN, true>(acc, wgmma_desc(tl.dS(j) + kc * 128, 128, 2048), b, kc > 0);
         }
     }
-    // dQ's chunk of the tile from row0, columns col.. of the warpgroup's: into the partial sum, or
-    // (last: the tile's last key block) that sum plus it, scaled, into dqkv
-    __device__ void add_dq(int row0, const DqSink<H>& to, int col, int T, bool last) {
-        wgmma_hold<16>(&dq[0][0]);
+    // dQ of the tile from row0 (acc: the warpgroup's DN columns) into the partial sum, or (last:
+    // the tile's last key block) that sum plus it, scaled, into dqkv
+    __device__ void add_dq(float (*acc)[4], int row0, const DqSink<H>& to, int T, bool last) {
+        wgmma_hold<DN / 2>(&acc[0][0]);
         const bool first = CHAIN ? row0 / 128 == to.kb : to.first_kb;  // (chained: tile row0/64's first key block is ⌊tile/2⌋)
-        if constexpr (CHAIN)
-            if (col == 0) {
-                if constexpr (A_SMEM) chain_turn(to.chain, to.kb, row0 / 64, threadIdx.x / 128);
-                else chain_turn_call(to.chain, to.kb, row0 / 64, threadIdx.x / 128);
-            }
+        if constexpr (CHAIN) {
+            if constexpr (A_SMEM) chain_turn(to.chain, to.kb, row0 / 64, threadIdx.x / 128);
+            else chain_turn_call(to.chain, to.kb, row0 / 64, threadIdx.x / 128);
+        }
         const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
         for (int r = 0; r < 2; r++) {
             const int row = row0 + warp * 16 + g + 8 * r;
             if (row >= T) continue;
-            float* p = to.part + (size_t)row * to.C + col + 2 * t;
-            H* o = to.out + (size_t)row * to.C3 + col + 2 * t;
-            for (int nt = 0; nt < 4; nt++) {
-                const float a = dq[nt][2 * r], b = dq[nt][2 * r + 1];
+            float* p = to.part + (size_t)row * to.C + 2 * t;
+            H* o = to.out + (size_t)row * to.C3 + 2 * t;
+            for (int nt = 0; nt < DN / 8; nt++) {
+                const float a = acc[nt][2 * r], b = acc[nt][2 * r + 1];
                 if (last) {
                     const float2 sum = first ? make_float2(a, b) : red_sum_f32x2(p + nt * 8, a, b);
                     store_pair(o + nt * 8, sum.x * to.scale, sum.y * to.scale);
@@ -269,13 +270,13 @@ template <class H, int D, bool SW = false, bool CHAIN = false> struct FusedBackw
                 } else {
                     wgmma_issue_pm<D, 64, SW>(dv, pa, tl.dO(j));
                     wgmma_issue_pm<D, 64, SW>(dk, dsa, tl.Q(j));
-                    issue_dq(tl, j, wg * DN);
+                    issue_dq(&dq[0][0], tl, j, wg);
                 }
             },
             [&](int j) {
                 wgmma_hold<D / 2>(&dv[0][0]);
                 wgmma_hold<D / 2>(&dk[0][0]);
-                if (!A_SMEM && j > 0) add_dq(k0 + 64 * (j - 1), dq_to, 0, T, last);
+                if (!A_SMEM && j > 0) add_dq(dq, k0 + 64 * (j - 1), dq_to, T, last);
                 if (j < nqt) {
                     if constexpr (A_SMEM) {  // Pᵀ(j), dSᵀ(j): this warp's 16 key rows of the K-major tiles
                         auto rows = [&](H* tile) { return [=](int p, int m) { return tile + (2 * warp + m % 2) * 512 + (2 * p + m / 2) * 64; }; };
@@ -289,13 +290,12 @@ template <class H, int D, bool SW = false, bool CHAIN = false> struct FusedBackw
                     // 8h.. of this warp's 16 (matrix 2(nt % 2) + h of an x4) is one core matrix
                     store_c_rows<true, H>(dpt, [&](int p, int m) { return tl.dS(j) + (2 * p + m / 2) * 1024 + (wg * 8 + warp * 2 + m % 2) * 64; });
                 }
-                if (A_SMEM && j > 0)  // dQ(j − 1) now, a chunk at a time, when Sᵀ and dPᵀ hold nothing
-                    for (int c = 0; c < DN / 32; c++) {
-                        wgmma_fence();
-                        issue_dq(tl, j - 1, wg * DN + 32 * c);
-                        wgmma_complete();
-                        add_dq(k0 + 64 * (j - 1), dq_to, 32 * c, T, last);
-                    }
+                if (A_SMEM && j > 0) {  // dQ(j − 1) now, in st: Sᵀ holds nothing after its store above
+                    wgmma_fence();
+                    issue_dq(&st[0][0], tl, j - 1, wg);
+                    wgmma_complete();
+                    add_dq(st, k0 + 64 * (j - 1), dq_to, T, last);
+                }
             });
     }
 };
