@@ -1,9 +1,9 @@
 /*
 flash_launch.cuh — which flash attention kernel runs, in which layout, and the choices made by timing.
 
-attention.cuh's ops call flash_forward and flash_backward here; the kernels they launch live in
-flash_attention.cuh (mma.sync, compute capability 8.x and up), flash_attention_hopper.cuh and
-flash_fused_backward.cuh (wgmma, 9.0). Not a header on its own: attention.cuh includes it in its CUDA part.
+attention.cuh's ops call flash_forward and flash_backward here. Their kernels: flash_attention.cuh
+(mma.sync, 8.x and up), flash_attention_hopper.cuh and flash_fused_backward.cuh (wgmma, 9.0).
+Not a header on its own: attention.cuh includes it in its CUDA part.
 
   forward:   mma.sync (16 or 32 rows a warp)  |  wgmma: plain, or a producer warpgroup with
              ping-pong, swizzled tiles, TMA, 3 computing warpgroups (FLASH_FORWARD_LAYOUTS)
