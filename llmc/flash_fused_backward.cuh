@@ -343,10 +343,12 @@ template <bool CHAIN> __device__ inline int fused_block_index(const FusedGrid& g
         return ticket;
     }
 }
-// The key/value head, batch and split of the block at place i, and its head's splits S (chained:
-// a head's key blocks last to first, so that each waits only for blocks before it)
+// The key/value head, batch and split of this block (at its place in the grid's order), and its
+// head's splits S (chained: a head's key blocks last to first, so that each waits only for blocks
+// before it)
 struct FusedBlock { int kh, b, s, S; };
-template <bool CHAIN> __device__ inline FusedBlock fused_block(const FusedGrid& g, int NKV, int i) {
+template <bool CHAIN> __device__ inline FusedBlock fused_block(const FusedGrid& g, const QKVLayout& L, int T, unsigned* dq_done) {
+    const int i = fused_block_index<CHAIN>(g, dq_done, L.NH, T), NKV = L.NKV;
     const int split = i >= g.full, head = split ? g.full + (i - g.full) / g.S : i;
     return {head % NKV, head / NKV, split ? (CHAIN ? g.S - 1 - (i - g.full) % g.S : (i - g.full) % g.S) : 0, split ? g.S : 1};
 }
@@ -442,7 +444,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
     static_assert(D == 64 || D == 128, "the fused backward: head size 64 or 128");
     DYNAMIC_SHARED(H, tiles);
     __shared__ float lse2[3][64], Ds[3][64];
-    const FusedBlock f = fused_block<CHAIN>(g, L.NKV, fused_block_index<CHAIN>(g, dq_done, L.NH, T));
+    const FusedBlock f = fused_block<CHAIN>(g, L, T, dq_done);
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const FusedTiles<H, D, 3> tl{tiles, tiles + 4 * 64 * D, lse2, Ds, 0};
@@ -520,7 +522,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
     __shared__ float lse2[SLOTS][64], Ds[SLOTS][64];
     __shared__ uint64_t kv_full[2], kv_empty[2], q_full[SLOTS], q_empty[SLOTS];
     auto parity = [](int n, int slots) { return (unsigned)(n / slots) & 1; };  // of use n of its slot
-    const FusedBlock f = fused_block<CHAIN>(g, L.NKV, fused_block_index<CHAIN>(g, dq_done, L.NH, T));
+    const FusedBlock f = fused_block<CHAIN>(g, L, T, dq_done);
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
