@@ -120,6 +120,7 @@ static const FlagDef FLAGS[] = {
     {"flash-forward-producer", "0", "0 | 2 | 3 | auto: on a compute capability 9.0 GPU where the wgmma forward runs (--flash-wgmma 1, or auto where it keeps wgmma), the forward with a producer warpgroup: it copies the K and V tiles in through a ring of 2 or 3 slots (mbarriers), and the two other warpgroups only compute (the same bits as 0); auto times the forward's layouts of these bits once (a producer or not, its slots, ping-pong, swizzled tiles, TMA, 3 computing warpgroups) and keeps the fastest; elsewhere ignored", false},
     {"flash-backward-producer", "0", "0 | 3 | 4 | auto: on a compute capability 9.0 GPU where the fused backward runs (--flash-backward fused, head size 64), the fused backward with a producer warpgroup: it copies every tile in through rings of slots (mbarriers; 3 or 4 query tiles), and the two other warpgroups only compute (the same bits as 0); auto times 0, 3 and 4, the producers by cp.async and by TMA, once, and keeps the fastest; elsewhere ignored", false},
     {"flash-forward-pingpong", "0", "0 | 1: with --flash-forward-producer 2 or 3, its two computing warpgroups take turns to issue their products (named barriers), so that one's softmax runs while the other's products run (the same bits as 0)", false},
+    {"flash-forward-persistent", "0", "0 | 1: with --flash-forward-producer 2 or 3, a block an SM that runs several blocks of query rows in turn, its producer copying the next one's tiles while this one computes (the same bits as 0)", false},
     {"flash-forward-groups", "2", "2 | 3: with --flash-forward-producer 2 or 3, the forward's computing warpgroups a block: 3 puts 192 query rows in a block (12 computing warps an SM instead of 8, each K and V tile shared by more rows), at head size 64 with key tiles of 64 and without ping-pong (the same bits as 2)", false},
     {"flash-forward-keys", "64", "64 | 128: the wgmma forward's key tiles (with --flash-forward-producer 0 or 2): 128 halves its softmax steps but gives other bits than 64 (so use it with --flash-wgmma 1: auto keeps the forward whose bits equal mma.sync's)", false},
     {"flash-wgmma", "auto", "auto | 0 | 1: on a compute capability 9.0 GPU (H100, H200), whether the 16-bit (bf16, fp16) flash attention kernels issue warpgroup MMA (wgmma, 64 rows per warpgroup, two warpgroups a block) instead of mma.sync; elsewhere ignored. auto: each pass runs both ways at its first launches of a training step's size (its bits hashed) and keeps wgmma where it was faster and wrote the same bits every time (printed)", false},
@@ -348,7 +349,7 @@ struct RunConfig {
     bool comm_stats = false, overlap = true, profile = false;
     double comm_timeout = 1800;
     std::string flash_rows, flash_wgmma, flash_backward, flash_forward_producer, flash_backward_producer, classifier_staged, bias_grad, layernorm_prefetch;  // kernel choices (GPU only)
-    bool flash_forward_pingpong = false;
+    bool flash_forward_pingpong = false, flash_forward_persistent = false;
     int flash_forward_keys = 64;
     int flash_forward_groups = 2;
     bool matmul_tune = true;
@@ -449,6 +450,11 @@ static RunConfig parse_run_config(const Flags& f) {
         usage_error("--flash-forward-pingpong 1 with --flash-forward-producer auto: auto times the forward with and without ping-pong itself; drop one");
     if (rc.flash_forward_pingpong && rc.flash_forward_producer == "0")
         usage_error("--flash-forward-pingpong 1 needs --flash-forward-producer 2 or 3 (the turns are the producer forward's)");
+    rc.flash_forward_persistent = f.integer("flash-forward-persistent", 0, 1);
+    if (forward_auto && rc.flash_forward_persistent)
+        usage_error("--flash-forward-persistent 1 with --flash-forward-producer auto: auto times the persistent forward itself; drop one");
+    if (rc.flash_forward_persistent && rc.flash_forward_producer == "0")
+        usage_error("--flash-forward-persistent 1 needs --flash-forward-producer 2 or 3 (the persistent blocks are the producer forward's)");
     rc.flash_forward_keys = std::stoi(f.choice("flash-forward-keys", {"64", "128"}));
     if (rc.flash_forward_keys == 128 && rc.flash_forward_producer == "3")
         usage_error("--flash-forward-keys 128 needs --flash-forward-producer 0 or 2 (3 slots of 128 keys are not built)");
@@ -651,6 +657,7 @@ static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->flash_forward_producer = o->flash_forward_producer_auto ? 0 : std::stoi(rc.flash_forward_producer);  // (auto: none until timed)
     o->flash_backward_producer = o->flash_backward_producer_auto ? 0 : std::stoi(rc.flash_backward_producer);
     o->flash_forward_pingpong = rc.flash_forward_pingpong;
+    o->flash_forward_persistent = rc.flash_forward_persistent;
     o->flash_forward_keys = rc.flash_forward_keys;
     o->flash_forward_groups = rc.flash_forward_groups;
 }

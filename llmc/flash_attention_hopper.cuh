@@ -13,12 +13,12 @@ kernel is software-pipelined: the softmax (or dS) of tile j runs while tile j �
 
 The kernels (a _producer_kernel: with a producer warpgroup that copies the tiles in):
   flash_forward_wgmma_kernel          the forward (--flash-wgmma 1, or pass by pass under auto)
-  flash_forward_wgmma_producer_kernel cp.async or TMA (--flash-forward-producer)
+  flash_forward_wgmma_producer_kernel cp.async or TMA, a block an SM (--flash-forward-producer, -persistent)
   flash_backward_dq/dkv_wgmma_kernel  the backward as two passes: 7 products (--flash-backward split)
 
 Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op),
 test/test_ptxas.sh (no spills, no wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v22, v28,
-v29). More: docs/kernels.md ("The wgmma kernels").
+v29, v32-v34). More: docs/kernels.md ("The wgmma kernels").
 */
 #pragma once
 
@@ -440,6 +440,15 @@ __device__ inline void wgmma_pipeline_step(int j, int first, int last, bool over
     }
 }
 
+// A warp's 16 rows r0.. of a ROWS × D tile in shared memory (the core-matrix layout, or the
+// swizzled one: SW) as the D/16 A fragments of its k-chunks, by ldmatrix (a_frag_smem's order)
+template <int D, int ROWS, bool SW, class H> __device__ inline void load_a_tile(uint32_t (*a)[4], const H* tile, int r0) {
+    const int lane = threadIdx.x % 32, r = r0 + lane % 8 + 8 * (lane / 8 % 2);
+    for (int kc = 0; kc < D / 16; kc++) {
+        const int c = 2 * kc + lane / 16;  // the 16-byte chunk: columns 8c..8c+7
+        ldsm_x4<false>(a[kc], tile + (SW ? c / 8 * ROWS * 64 + r * 64 + ((c % 8) ^ (r % 8)) * 8 : r / 8 * 8 * D + c * 64 + r % 8 * 8));
+    }
+}
 // A warp's 16 query rows of the wgmma forward: Q as A fragments, O, the softmax's running max m
 // and sum l, and one pipeline step over key tile j of BN keys (64 or 128; Ks(j) for S, Vs(j−1)
 // for O += P·V; SW: the tiles are swizzled).
@@ -450,6 +459,10 @@ template <class H, int D, int BN = 64, bool SW = false> struct ForwardRows {
     int row0;
     __device__ ForwardRows(const H* q, size_t ld, int row0_, int T) : sl2(rsqrtf((float)D) * LOG2E), row0(row0_) {
         for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, ld, row0, T, kc * 16);
+        for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    }
+    // The same with Q not loaded yet (the producer forward loads it from shared memory: load_a_tile)
+    __device__ explicit ForwardRows(int row0_) : sl2(rsqrtf((float)D) * LOG2E), row0(row0_) {
         for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
     }
     template <class KTile, class VTile, class Turns = PingPong<false>>
@@ -515,97 +528,148 @@ __global__ void __launch_bounds__(128 * NWG, (FORWARD_WGMMA_MIN_BLOCKS<D, NWG, B
     forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, b, h, T, L.C, L.NH, T);
 }
 
-// One tile of ROWS × D by TMA: D/64 boxes of 64 columns × ROWS (each a swizzled panel) from
-// column col0, row row0 of batch b in map; bar's phase expects the whole tile's bytes.
-template <int D, int ROWS, class H> __device__ inline void tma_tile(H* dst, const CUtensorMap* map, int col0, int row0, int b, uint64_t* bar) {
+// One tile of ROWS × D by TMA: D/64 swizzled panels of 64 columns, each copied as ROWS/BOX boxes
+// of BOX rows, from column col0, row row0 of batch b in map; bar's phase expects the tile's bytes.
+template <int D, int ROWS, int BOX = ROWS, class H> __device__ inline void tma_tile(H* dst, const CUtensorMap* map, int col0, int row0, int b, uint64_t* bar) {
     mbar_arrive_expect_tx(bar, ROWS * D * sizeof(H));
-    for (int p = 0; p < D / 64; p++) tma_load_3d(dst + p * ROWS * 64, map, col0 + p * 64, row0, b, bar);
+    for (int p = 0; p < D / 64; p++)
+        for (int r = 0; r < ROWS; r += BOX) tma_load_3d(dst + p * ROWS * 64 + r * 64, map, col0 + p * 64, row0 + r, b, bar);
 }
 
-// The same forward with a producer warpgroup (flash_forward_producer slots; v11 in
-// dev/cuda/attention.cu): warpgroup NWG copies the K and V tiles in, and warpgroups 0 .. NWG − 1
-// compute, with no block barrier. The producer gives back registers (setmaxnreg) and the
-// computing warpgroups take them: 232 a thread for 2 (the producer keeps 40), 160 for 3 (it keeps
-// 32). With 3, 192 query rows share each K and V tile, as in FlashAttention-3 at head size 64;
-// 160 registers hold key tiles of 64 (128 spill). Each tile has a slot in a ring of STAGES, and
-// each slot four mbarriers:
-//   full_k, full_v    the producer's 128 threads arrive when their copies have landed (TMA:
-//                     its first thread arrives, and the phase waits for the copies' bytes)
-//   empty_k, empty_v  lane 0 of each of the 4·NWG computing warps arrives when its products are done
-// The producer waits for a slot's empty phase before refilling it; a computing warp waits for
-// K(j)'s and V(j−1)'s full phases before iteration j. Every computing warp passes through every
-// tile's barriers, also the tiles after its last one, so the producer never waits forever.
-// PINGPONG (NWG = 2): the two computing warpgroups take turns to issue their products (PingPong).
-// BN = 64: the products and their order are the forward's above, so the same bits
-// (gpucheck_ops). BN = 128: key tiles of 128 (half the softmax steps and rescales of O; not the
-// same bits, and the first warpgroup computes its last tile's masked half too). SW: swizzled
-// tiles. TMA (with SW): one thread of the producer copies each tile by TMA from kv_map (qkv as
-// B × T × its row: tensor_map_3d_16bit), in place of 128 threads' cp.async.
+// The producer forward's work items: an item is query block qt (NWG·64 rows) of head h and batch
+// b. Item i: h fastest, then b, then qt from the last (the longest rows first), the plain grid's order.
+struct ForwardItem {
+    int qt, h, b;
+    __device__ ForwardItem(int i, int nqt, int NH, int B) : qt(nqt - 1 - i / (NH * B)), h(i % NH), b(i / NH % B) {}
+};
+// Block p's n-th item in a grid of G blocks: round n of G items, every other round backwards (a
+// snake), so that the blocks' rows add up about alike. With a block an item (G = items) it is item p.
+__device__ inline int forward_item_index(int n, int p, int G) { return n * G + (n % 2 ? G - 1 - p : p); }
+template <int BN> __device__ inline int forward_key_tiles(int qt, int qrows, int T) {  // an item's key tiles (causal)
+    return min(((qt + 1) * qrows + BN - 1) / BN, (T + BN - 1) / BN);
+}
+// The producer forward's shared memory: a ring of STAGES K slots and STAGES V slots (BN × D each),
+// then 2 Q slots (QROWS × D), each slot with a full and an empty mbarrier (ForwardBarriers). Tile
+// g of the ring, counted over the block's items, sits in slot g % STAGES; that turn's parity is
+// (g / STAGES) % 2. Item n's Q sits in slot n % 2.
+template <int STAGES> struct ForwardBarriers { uint64_t full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES], full_q[2], empty_q[2]; };
+template <class H, int D, int STAGES, int BN, int QROWS> struct ForwardRing {
+    H* tiles;
+    __device__ H* K(int g) const { return tiles + (g % STAGES) * BN * D; }
+    __device__ H* V(int g) const { return tiles + (STAGES + g % STAGES) * BN * D; }
+    __device__ H* Q(int n) const { return tiles + 2 * STAGES * BN * D + (n % 2) * QROWS * D; }
+    __device__ static unsigned phase(int g) { return (unsigned)(g / STAGES) & 1; }
+};
+// One tile of ROWS × D (columns col.., rows row0.. of batch b; zeros past T) into dst, its arrival
+// on full: by TMA (the producer's first thread; boxes of BOX rows) or by its 128 threads' cp.async
+template <int D, int ROWS, int BOX, bool SW, bool TMA, class H>
+__device__ inline void forward_copy_tile(H* dst, const H* qkv, const CUtensorMap& map, size_t C3, int T, int b, int col, int row0, uint64_t* full) {
+    if constexpr (TMA) {
+        tma_tile<D, ROWS, BOX>(dst, &map, col, row0, b, full);
+    } else {
+        stage_tile<D, 128, ROWS, SW>(dst, qkv + (size_t)b * T * C3 + col, C3, row0, T, threadIdx.x % 128);
+        mbar_arrive_on_copies(full);
+    }
+}
+// The producer warpgroup: for each of the block's items its Q, then its K and V tiles, each into
+// its slot once the slot is free. By TMA only its first thread works.
+template <int D, int STAGES, int BN, int QROWS, bool SW, bool TMA, class H>
+__device__ inline void forward_produce(const ForwardRing<H, D, STAGES, BN, QROWS>& ring, ForwardBarriers<STAGES>& bar, const H* qkv,
+                                       const CUtensorMap& map, int T, int B, const QKVLayout& L, int nqt) {
+    if (TMA && threadIdx.x % 128 != 0) return;
+    const size_t C3 = L.row();
+    int g = 0;  // the ring's tiles so far
+    for (int n = 0, i; (i = forward_item_index(n, blockIdx.x, gridDim.x)) < nqt * L.NH * B; n++) {
+        const ForwardItem it(i, nqt, L.NH, B);
+        mbar_wait(&bar.empty_q[n % 2], ((n / 2) & 1) ^ 1);
+        forward_copy_tile<D, QROWS, BN, SW, TMA>(ring.Q(n), qkv, map, C3, T, it.b, it.h * D, it.qt * QROWS, &bar.full_q[n % 2]);
+        for (int j = 0; j < forward_key_tiles<BN>(it.qt, QROWS, T); j++, g++) {
+            mbar_wait(&bar.empty_k[g % STAGES], ring.phase(g) ^ 1);
+            forward_copy_tile<D, BN, BN, SW, TMA>(ring.K(g), qkv, map, C3, T, it.b, L.k(it.h), j * BN, &bar.full_k[g % STAGES]);
+            mbar_wait(&bar.empty_v[g % STAGES], ring.phase(g) ^ 1);
+            forward_copy_tile<D, BN, BN, SW, TMA>(ring.V(g), qkv, map, C3, T, it.b, L.v(it.h), j * BN, &bar.full_v[g % STAGES]);
+        }
+    }
+    if constexpr (!TMA) cp_async_wait_all();  // (its copies have landed before it ends)
+}
+// The computing warpgroups: for each item a warp's 16 rows (ForwardRows, Q from its slot), a
+// pipeline step a key tile, then the rows' output. A computing warp waits for K(j)'s and
+// V(j−1)'s full phases before iteration j, and its lane 0 arrives at their empty phases after.
+// Every warp passes through each tile's barriers, also those past its last tile, so the producer
+// never waits for ever. The turns (PINGPONG) go on from one item to the next.
+template <int D, int STAGES, int BN, int QROWS, bool SW, bool PINGPONG, class H>
+__device__ inline void forward_consume(const ForwardRing<H, D, STAGES, BN, QROWS>& ring, ForwardBarriers<STAGES>& bar, H* out, float* lse,
+                                       int T, int B, const QKVLayout& L, int nqt, bool overlap) {
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const PingPong<PINGPONG> turns{wg};
+    turns.first_turn();
+    int g = 0;  // the ring's tiles so far
+    for (int n = 0, i; (i = forward_item_index(n, blockIdx.x, gridDim.x)) < nqt * L.NH * B; n++) {
+        const ForwardItem it(i, nqt, L.NH, B);
+        const int nkt = forward_key_tiles<BN>(it.qt, QROWS, T), wrow0 = it.qt * QROWS + wg * 64;  // (the warpgroup's rows)
+        const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / BN + 1);  // the warpgroup's tiles: 0 .. nlive − 1 (none past T)
+        ForwardRows<H, D, BN, SW> rows(wrow0 + warp * 16);
+        mbar_wait(&bar.full_q[n % 2], (n / 2) & 1);
+        load_a_tile<D, QROWS, SW>(rows.qf, ring.Q(n), wg * 64 + warp * 16);
+        if (lane == 0) mbar_arrive(&bar.empty_q[n % 2]);
+        for (int j = 0; j <= nkt; j++) {
+            if (j < nkt) mbar_wait(&bar.full_k[(g + j) % STAGES], ring.phase(g + j));
+            if (j > 0) mbar_wait(&bar.full_v[(g + j - 1) % STAGES], ring.phase(g + j - 1));
+            fence_proxy_async();  // (cp.async wrote them by the generic proxy; wgmma reads them through the async one)
+            rows.step(j, nlive, overlap, [&](int j) { return ring.K(g + j); }, [&](int j) { return ring.V(g + j); }, turns);
+            if (lane == 0) {  // this warp is done with K(j) and V(j−1)
+                if (j < nkt) mbar_arrive(&bar.empty_k[(g + j) % STAGES]);
+                if (j > 0) mbar_arrive(&bar.empty_v[(g + j - 1) % STAGES]);
+            }
+        }
+        forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, it.b, it.h, T, L.C, L.NH, T);
+        g += nkt;
+    }
+    turns.last_turn();
+}
+
+// The wgmma forward with a producer warpgroup (flash_forward_producer slots; v11 in
+// dev/cuda/attention.cu): warpgroup NWG copies Q, K and V in, and warpgroups 0 .. NWG − 1
+// compute, with no block barrier but the first. The producer gives back registers (setmaxnreg)
+// and the computing warpgroups take them: 232 a thread for 2 (the producer keeps 40), 160 for 3
+// (it keeps 32). With 3, 192 query rows share each K and V tile, as in FlashAttention-3 at head
+// size 64; 160 registers hold key tiles of 64 (128 spill). The slots and their mbarriers:
+// ForwardRing. PINGPONG (NWG = 2): the two computing warpgroups take turns to issue their
+// products (PingPong). BN = 64: the products and their order are the forward's above, so the
+// same bits (gpucheck_ops). BN = 128: key tiles of 128 (half the softmax steps and rescales of
+// O; not the same bits, and the first warpgroup computes its last tile's masked half too). SW:
+// swizzled tiles. TMA (with SW): one thread of the producer copies each tile by TMA from kv_map
+// (qkv as B × T × its row: tensor_map_3d_16bit), in place of 128 threads' cp.async.
+// Block p runs items forward_item_index(n, p, G) for n = 0, 1, ...: a grid of a block an item runs
+// each once, as the plain forward's grid does. A persistent grid (flash_forward_persistent: a
+// block an SM) runs several a block. Its producer copies the next item's Q, K and V while the
+// computing warpgroups finish this one, so the copies' pipeline does not drain between items.
 template <class H, int D, int STAGES, bool PINGPONG, int BN, bool SW, bool TMA, int NWG = 2>
-__global__ void __launch_bounds__(128 * (NWG + 1), 1) flash_forward_wgmma_producer_kernel(H* out, float* lse, const H* qkv, int T, QKVLayout L,
+__global__ void __launch_bounds__(128 * (NWG + 1), 1) flash_forward_wgmma_producer_kernel(H* out, float* lse, const H* qkv, int T, int B, QKVLayout L,
                                                                                      bool overlap, const __grid_constant__ CUtensorMap kv_map) {
     static_assert(SW || !TMA, "TMA fills the swizzled layout");
     static_assert(NWG == 2 || (NWG == 3 && !PINGPONG), "2 computing warpgroups, or 3 without ping-pong");
     constexpr int PRODUCER_REGS = NWG == 2 ? 40 : 32, COMPUTE_REGS = NWG == 2 ? 232 : 160;  // (NWG·128·COMPUTE + 128·PRODUCER ≤ 64K)
+    constexpr int QROWS = 64 * NWG;
     DYNAMIC_SHARED(H, shared);
-    H* tiles = SW ? align_1024(shared) : shared;
-    __shared__ uint64_t full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
-    auto Ks = [&](int j) { return tiles + (j % STAGES) * BN * D; };
-    auto Vs = [&](int j) { return tiles + (STAGES + j % STAGES) * BN * D; };
-    auto phase = [](int j) { return (unsigned)(j / STAGES) & 1; };  // the parity of tile j's turn in its slot
-    const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
-    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-    const size_t C3 = L.row();
-    const int nkt = min(((qt + 1) * 64 * NWG + BN - 1) / BN, (T + BN - 1) / BN);  // the block's key tiles
+    __shared__ ForwardBarriers<STAGES> bar;
+    const ForwardRing<H, D, STAGES, BN, QROWS> ring{SW ? align_1024(shared) : shared};
+    const int nqt = (T + QROWS - 1) / QROWS;
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; i++) {
-            mbar_init(&full_k[i], TMA ? 1 : 128), mbar_init(&full_v[i], TMA ? 1 : 128);
-            mbar_init(&empty_k[i], 4 * NWG), mbar_init(&empty_v[i], 4 * NWG);
+            mbar_init(&bar.full_k[i], TMA ? 1 : 128), mbar_init(&bar.full_v[i], TMA ? 1 : 128);
+            mbar_init(&bar.empty_k[i], 4 * NWG), mbar_init(&bar.empty_v[i], 4 * NWG);
         }
+        for (int i = 0; i < 2; i++) mbar_init(&bar.full_q[i], TMA ? 1 : 128), mbar_init(&bar.empty_q[i], 4 * NWG);
         mbar_init_fence();
     }
     __syncthreads();  // (the barriers are initialized; the only block barrier)
-    if (wg == NWG) {  // the producer: K(j), then V(j), each into its slot once the slot is free
+    if (threadIdx.x / 128 == NWG) {
         setmaxnreg<PRODUCER_REGS, false>();
-        const int t = threadIdx.x - 128 * NWG;
-        if constexpr (TMA) {
-            for (int j = 0; j < nkt && t == 0; j++) {
-                mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
-                tma_tile<D, BN>(Ks(j), &kv_map, L.k(h), j * BN, b, &full_k[j % STAGES]);
-                mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
-                tma_tile<D, BN>(Vs(j), &kv_map, L.v(h), j * BN, b, &full_v[j % STAGES]);
-            }
-        } else {
-            const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
-            for (int j = 0; j < nkt; j++) {
-                mbar_wait(&empty_k[j % STAGES], phase(j) ^ 1);
-                stage_tile<D, 128, BN, SW>(Ks(j), k, C3, j * BN, T, t);
-                mbar_arrive_on_copies(&full_k[j % STAGES]);
-                mbar_wait(&empty_v[j % STAGES], phase(j) ^ 1);
-                stage_tile<D, 128, BN, SW>(Vs(j), v, C3, j * BN, T, t);
-                mbar_arrive_on_copies(&full_v[j % STAGES]);
-            }
-            cp_async_wait_all();  // (its copies have landed before it ends)
-        }
+        forward_produce<D, STAGES, BN, QROWS, SW, TMA>(ring, bar, qkv, kv_map, T, B, L, nqt);
     } else {
         setmaxnreg<COMPUTE_REGS, true>();
-        const int wrow0 = (qt * NWG + wg) * 64;  // the warpgroup's rows
-        ForwardRows<H, D, BN, SW> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
-        const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / BN + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
-        const PingPong<PINGPONG> turns{wg};
-        turns.first_turn();
-        for (int j = 0; j <= nkt; j++) {
-            if (j < nkt) mbar_wait(&full_k[j % STAGES], phase(j));
-            if (j > 0) mbar_wait(&full_v[(j - 1) % STAGES], phase(j - 1));
-            fence_proxy_async();  // (the copies were written by the generic proxy; wgmma reads them through the async one)
-            rows.step(j, nlive, overlap, Ks, Vs, turns);
-            if (lane == 0) {  // this warp is done with K(j) and V(j−1)
-                if (j < nkt) mbar_arrive(&empty_k[j % STAGES]);
-                if (j > 0) mbar_arrive(&empty_v[(j - 1) % STAGES]);
-            }
-        }
-        turns.last_turn();
-        forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, b, h, T, L.C, L.NH, T);
+        forward_consume<D, STAGES, BN, QROWS, SW, PINGPONG>(ring, bar, out, lse, T, B, L, nqt, overlap);
     }
 }
 

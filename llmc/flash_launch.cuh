@@ -204,14 +204,19 @@ template <class floatX> inline CUtensorMap flash_tensor_map(const floatX* base, 
     const uint32_t box[3] = {64, rows, 1};
     return tensor_map_3d_16bit(base, dims, strides, box);
 }
-// NWG computing warpgroups (2, or 3 at head size 64: flash_forward_groups).
+// NWG computing warpgroups (2, or 3 at head size 64: flash_forward_groups). A block for each
+// block of 64·NWG query rows, or flash_forward_persistent: a block an SM (flash_forward_blocks),
+// each running several in turn.
 template <class floatX, int HS, int S, bool PINGPONG, int BN, bool SW, bool TMA, int NWG = 2>
 inline void flash_forward_producer_launch(const Ctx& ctx, floatX* out, float* lse, const floatX* qkv, int B, int T, const QKVLayout& L) {
     SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA, NWG>);
-    const size_t shared = 2 * S * BN * HS * sizeof(floatX) + (SW ? 1024 : 0);
+    const size_t shared = (2 * S * BN + 2 * 64 * NWG) * HS * sizeof(floatX) + (SW ? 1024 : 0);  // (K, V slots; 2 Q slots)
     CUtensorMap map{};
     if constexpr (TMA) map = flash_tensor_map(qkv, L.row(), T, B, BN);
-    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA, NWG><<<dim3(L.NH, B, ceil_div(T, 64 * NWG)), 128 * (NWG + 1), shared, ctx.stream>>>(out, lse, qkv, T, L, ctx.kernels.flash_wgmma_overlap, map);
+    const KernelOptions& k = ctx.kernels;
+    const long items = (long)L.NH * B * ceil_div(T, 64 * NWG);
+    const long blocks = k.flash_forward_persistent ? std::min<long>(items, k.flash_forward_blocks > 0 ? k.flash_forward_blocks : gpu_sm_count()) : items;
+    flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA, NWG><<<(unsigned)blocks, 128 * (NWG + 1), shared, ctx.stream>>>(out, lse, qkv, T, B, L, k.flash_wgmma_overlap, map);
     CUDA_LAUNCH_CHECK();
 }
 template <class floatX, int HS, bool SW, bool TMA>
@@ -251,9 +256,9 @@ inline void flash_forward_wgmma(const Ctx& ctx, floatX* out, float* lse, const f
 struct FlashForwardLayout {
     const char* name;
     int producer, groups;  // producer: its slots (0: no producer warpgroup); groups: computing warpgroups
-    bool pingpong, swizzle, tma;
+    bool pingpong, swizzle, tma, persistent = false;
 };
-constexpr FlashForwardLayout FLASH_FORWARD_LAYOUTS[] = {  // name, producer slots, warpgroups, ping-pong, swizzled, TMA
+constexpr FlashForwardLayout FLASH_FORWARD_LAYOUTS[] = {  // name, producer slots, warpgroups, ping-pong, swizzled, TMA, persistent
     {"v7 plain", 0, 2, false, false, false},
     {"v18 swizzled", 0, 2, false, true, false},
     {"v11 producer 2", 2, 2, false, false, false},
@@ -265,6 +270,9 @@ constexpr FlashForwardLayout FLASH_FORWARD_LAYOUTS[] = {  // name, producer slot
     {"v21 without ping-pong", 2, 2, false, true, true},
     {"v28 3 warpgroups by TMA", 2, 3, false, true, true},
     {"v29 3 warpgroups", 2, 3, false, false, false},
+    {"v32 v21 persistent", 2, 2, true, true, true, true},
+    {"v32 without ping-pong", 2, 2, false, true, true, true},
+    {"v33 v28 persistent", 2, 3, false, true, true, true},
 };
 // k with layout f in place of its own, or false where f cannot run there (3 slots or 3 warpgroups
 // with key tiles of 128; 3 warpgroups at head size 128)
@@ -272,7 +280,7 @@ inline bool flash_forward_layout_options(KernelOptions* k, const FlashForwardLay
     if (k->flash_forward_keys == 128 && (f.producer == 3 || f.groups == 3)) return false;
     if (hs != 64 && f.groups == 3) return false;
     k->flash_forward_producer = f.producer, k->flash_forward_groups = f.groups;
-    k->flash_forward_pingpong = f.pingpong, k->flash_swizzle = f.swizzle, k->flash_tma = f.tma;
+    k->flash_forward_pingpong = f.pingpong, k->flash_swizzle = f.swizzle, k->flash_tma = f.tma, k->flash_forward_persistent = f.persistent;
     if (f.producer || f.groups == 3) k->flash_wgmma_groups = 2;
     return true;
 }

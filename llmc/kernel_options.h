@@ -48,6 +48,8 @@ struct KernelOptions {
     bool flash_forward_pingpong = false;  // with a producer: its two computing warpgroups take turns to issue products
     int flash_forward_groups = 2;      // with a producer: its computing warpgroups, 2, or 3 at head size 64 with key tiles of 64 (192 query rows a block)
     int flash_forward_keys = 64;       // the wgmma forward's key tiles: 64 or 128 (2 warpgroups; a producer: 2 slots)
+    bool flash_forward_persistent = false;  // with a producer: a block an SM, each running several query blocks
+    int flash_forward_blocks = 0;      // the persistent grid's blocks (0: one an SM; tests)
     bool flash_swizzle = false;        // the wgmma forward's K and V tiles 128-byte swizzled, copied a whole line per 8 threads
     bool flash_tma = false;            // with flash_swizzle and a producer: one thread copies each tile by TMA
     int flash_backward_passes = 3;     // bit 0: the dK/dV pass, bit 1: the dQ pass (timing one alone)

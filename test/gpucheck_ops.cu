@@ -614,8 +614,9 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
     // The forward with a producer warpgroup (2 and 3 slots, with and without ping-pong) too: the
     // same products in the same order. And with swizzled tiles (the same values elsewhere in
-    // shared memory), copied by TMA too.
-    const struct { int groups; bool overlap; int producer; bool pingpong, swizzle, tma; const char* what; } variants[] = {
+    // shared memory), copied by TMA too. And persistent: a few blocks, each running many blocks
+    // of query rows in turn (the snake's rounds, the ring's phases and the turns over items).
+    const struct { int groups; bool overlap; int producer; bool pingpong, swizzle, tma; const char* what; int blocks = 0; } variants[] = {
         {2, false, 0, false, false, false, "each product waited for"}, {1, true, 0, false, false, false, "1 warpgroup a block"},
         {2, true, 2, false, false, false, "the forward with a producer warpgroup, 2 slots"},
         {2, true, 3, false, false, false, "the forward with a producer warpgroup, 3 slots"},
@@ -626,49 +627,55 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
         {2, true, 2, true, true, false, "the forward with a producer warpgroup, 2 slots, ping-pong, swizzled tiles"},
         {2, true, 3, false, true, false, "the forward with a producer warpgroup, 3 slots, swizzled tiles"},
         {2, true, 2, false, true, true, "the forward with a producer warpgroup, 2 slots, swizzled tiles by TMA"},
-        {2, true, 3, true, true, true, "the forward with a producer warpgroup, 3 slots, ping-pong, swizzled tiles by TMA"}};
+        {2, true, 3, true, true, true, "the forward with a producer warpgroup, 3 slots, ping-pong, swizzled tiles by TMA"},
+        {2, true, 2, true, true, true, "the forward with a producer warpgroup, 2 slots, ping-pong, swizzled tiles by TMA, 3 persistent blocks", 3},
+        {2, true, 3, false, false, false, "the forward with a producer warpgroup, 3 slots, 5 persistent blocks", 5},
+        {2, true, 2, true, true, false, "the forward with a producer warpgroup, 2 slots, ping-pong, swizzled tiles, 4 persistent blocks", 4}};
     for (const auto& v : variants) {
         gpu.kernels.flash_wgmma_groups = v.groups; gpu.kernels.flash_wgmma_overlap = v.overlap;
         gpu.kernels.flash_forward_producer = v.producer; gpu.kernels.flash_forward_pingpong = v.pingpong;
         gpu.kernels.flash_swizzle = v.swizzle; gpu.kernels.flash_tma = v.tma;
+        gpu.kernels.flash_forward_persistent = v.blocks > 0; gpu.kernels.flash_forward_blocks = v.blocks;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[256]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs 2 warpgroups overlapped", B, T, C,
                                  NH, NKV, v.what);
         compare_bits(name, want, got);
     }
     // 3 computing warpgroups and a producer (head size 64: 192 query rows a block): each row's
-    // products as in 2 warpgroups, so the same bits; 2 or 3 slots, TMA too.
-    const struct { int slots; bool tma; const char* what; } three[] = {{2, false, "2 slots"}, {3, false, "3 slots"},
-                                                                         {2, true, "2 slots, swizzled tiles by TMA"}};
+    // products as in 2 warpgroups, so the same bits; 2 or 3 slots, TMA too, persistent too.
+    const struct { int slots; bool tma; const char* what; int blocks = 0; } three[] = {
+        {2, false, "2 slots"}, {3, false, "3 slots"}, {2, true, "2 slots, swizzled tiles by TMA"}, {2, true, "2 slots, swizzled tiles by TMA, 3 persistent blocks", 3}};
     for (const auto& v : three) {
         if (C / NH != 64) break;
         gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true; gpu.kernels.flash_forward_pingpong = false;
         gpu.kernels.flash_forward_producer = v.slots; gpu.kernels.flash_forward_groups = 3; gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = v.tma;
+        gpu.kernels.flash_forward_persistent = v.blocks > 0; gpu.kernels.flash_forward_blocks = v.blocks;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[256]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, the forward with 3 computing warpgroups, %s, vs 2 warpgroups overlapped",
                                  B, T, C, NH, NKV, v.what);
         compare_bits(name, want, got);
     }
-    gpu.kernels.flash_forward_groups = 2;
+    gpu.kernels.flash_forward_groups = 2; gpu.kernels.flash_forward_persistent = false;
     // Key tiles of 128: the producer and ping-pong change only who copies and when each warpgroup
     // issues, and swizzled tiles only where the values sit, so each gives the plain forward's bits.
     gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true; gpu.kernels.flash_forward_keys = 128;
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_pingpong = false;
     gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
-    const struct { int producer; bool pingpong, swizzle, tma; const char* what; } wide[] = {
+    const struct { int producer; bool pingpong, swizzle, tma; const char* what; int blocks = 0; } wide[] = {
         {2, false, false, false, "a producer"}, {2, true, false, false, "a producer and ping-pong"}, {0, false, true, false, "swizzled tiles"},
-        {2, true, true, false, "a producer, ping-pong and swizzled tiles"}, {2, true, true, true, "a producer, ping-pong and swizzled tiles by TMA"}};
+        {2, true, true, false, "a producer, ping-pong and swizzled tiles"}, {2, true, true, true, "a producer, ping-pong and swizzled tiles by TMA"},
+        {2, true, true, true, "a producer, ping-pong and swizzled tiles by TMA, 3 persistent blocks", 3}};
     for (const auto& v : wide) {
         gpu.kernels.flash_forward_producer = v.producer; gpu.kernels.flash_forward_pingpong = v.pingpong; gpu.kernels.flash_swizzle = v.swizzle;
-        gpu.kernels.flash_tma = v.tma;
+        gpu.kernels.flash_tma = v.tma; gpu.kernels.flash_forward_persistent = v.blocks > 0; gpu.kernels.flash_forward_blocks = v.blocks;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, key tiles of 128: %s vs none", B, T,
                                  C, NH, NKV, v.what);
         compare_bits(name, want, got);
     }
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_keys = 64; gpu.kernels.flash_forward_pingpong = false;
-    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
+    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = gpu.kernels.flash_forward_persistent = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);  // (the 2 warpgroups' bits again, for the note below)
     // Not a check, a fact for the log: whether the wgmma kernels give the mma.sync kernels' bits.
     // The two add the same products in the same order (16 at a time: keys, queries or head

@@ -1362,7 +1362,7 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
         case cudaDevAttrComputeCapabilityMajor: *v = simt::g_cc_major; break;
         case cudaDevAttrComputeCapabilityMinor: *v = simt::g_cc_minor; break;
         case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)simt::SHARED_MAX; break;
-        case cudaDevAttrMultiProcessorCount: *v = 132; break;  // (an H100's)
+        case cudaDevAttrMultiProcessorCount: *v = simt::env_int("SIMT_SM_COUNT", 132); break;  // (an H100's; SIMT_SM_COUNT: fewer, so persistent grids loop)
         default: simt::die("cudaDeviceGetAttribute: attribute %d is not emulated", (int)a);
     }
     return cudaSuccess;

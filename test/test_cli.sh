@@ -111,6 +111,10 @@ expect_fail "bad choice" 2 "--lr-schedule: expected one of cosine | linear | con
 expect_fail "bad --flash-rows" 2 "--flash-rows: expected one of auto | 16 | 32" "${base[@]}" --flash-rows 24
 expect_fail "--flash-forward-pingpong without a producer" 2 "--flash-forward-pingpong 1 needs --flash-forward-producer 2 or 3" \
     "${base[@]}" --flash-forward-pingpong 1
+expect_fail "--flash-forward-persistent without a producer" 2 "--flash-forward-persistent 1 needs --flash-forward-producer 2 or 3" \
+    "${base[@]}" --flash-forward-persistent 1
+expect_fail "--flash-forward-producer auto with persistent blocks" 2 "--flash-forward-persistent 1 with --flash-forward-producer auto: auto times the persistent forward itself; drop one" \
+    "${base[@]}" --flash-forward-producer auto --flash-forward-persistent 1
 expect_fail "--flash-forward-keys 128 with a producer of 3 slots" 2 "--flash-forward-keys 128 needs --flash-forward-producer 0 or 2" \
     "${base[@]}" --flash-forward-producer 3 --flash-forward-keys 128
 expect_fail "--flash-forward-groups 3 without a producer" 2 "--flash-forward-groups 3 needs --flash-forward-producer 2 or 3" \

@@ -98,7 +98,8 @@ GPU_FLAGS="--flash-wgmma 1" ONCE=$quick gpu_vs_cpu bf16 2e-2
 # (the above runs the fused backward, the default where wgmma runs; the two wgmma passes too)
 GPU_FLAGS="--flash-wgmma 1 --flash-backward split" ONCE=1 gpu_vs_cpu bf16 2e-2
 # --flash-forward-producer 2 and 3 (the wgmma forward with a producer warpgroup and a ring of 2
-# or 3 slots; "2p": 2 with ping-pong; "2g": 2 with 3 computing warpgroups) run the wgmma
+# or 3 slots; "2p": 2 with ping-pong; "2g": 2 with 3 computing warpgroups; "2s": 2 persistent, on
+# an emulated GPU of 3 SMs (SIMT_SM_COUNT), so that each block runs several) run the wgmma
 # forward's products in its order, and
 # --flash-backward-producer 3 and 4 ("b3", "b4") the fused backward's: the training is
 # bit-identical to --flash-wgmma 1 alone. On the emulator SIMT_COUNT_LAUNCHES shows the
@@ -117,13 +118,14 @@ flash_forward_producer() {
     local flags=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 4 --lr 1e-3 --val-data "" --seed 3 --precision bf16
                  --flash-wgmma 1)
     SIMT_COUNT_LAUNCHES=flash_dq_sum_kernel "$BIN" "${flags[@]}" --log-file "$tmp/0.jsonl" >"$tmp/0.out" 2>&1
-    for s in 2 3 2p 2g b3 b4 auto; do
+    for s in 2 3 2p 2g 2s b3 b4 auto; do
         local extra=(--flash-forward-producer ${s:0:1}) kernel=flash_forward_wgmma_producer_kernel
         [[ $s == *p ]] && extra+=(--flash-forward-pingpong 1)
         [[ $s == *g ]] && extra+=(--flash-forward-groups 3)
+        [[ $s == *s ]] && extra+=(--flash-forward-persistent 1)
         [[ $s == b* ]] && extra=(--flash-backward-producer ${s#b}) kernel=flash_backward_fused_wgmma_producer_kernel
         [[ $s == auto ]] && extra=(--flash-forward-producer auto --flash-backward-producer auto)
-        LLMC_FLASH_TUNE_BLOCKS=$([[ $s == auto ]] && echo 1 || echo 256) SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
+        SIMT_SM_COUNT=$([[ $s == 2s ]] && echo 3 || echo 132) LLMC_FLASH_TUNE_BLOCKS=$([[ $s == auto ]] && echo 1 || echo 256) SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
             >"$tmp/$s.out" 2>&1 || tail -3 "$tmp/$s.out" | sed 's/^/# /'
     done
     local long=(--batch-size 1 --seq-len 512 --steps 2)  # (2 splits)
@@ -156,19 +158,20 @@ if "simt" in binary:
     sums = re.search(r"^simt: ([0-9]+) launches of flash_dq_sum_kernel$", open(f"{d}/0.out").read(), re.M)
     print(("ok" if len(base) == 4 and sums is not None and sums.group(1) == "0" else "not ok") +
           f" - bf16: the fused backward with one split writes dQ itself (the sum kernel ran {sums.group(1) if sums else '?'} times)")
-for s in ("2", "3", "2p", "2g", "b3", "b4"):
+for s in ("2", "3", "2p", "2g", "2s", "b3", "b4"):
     ran = re.search(r"^simt: ([0-9]+) launches of flash_\w+_producer_kernel$", open(f"{d}/{s}.out").read(), re.M)
     emulated = "simt" in binary
     used = not emulated or (ran is not None and int(ran.group(1)) > 0)
     flags = (f"--flash-backward-producer {s[1]}" if s[0] == "b" else
              f"--flash-forward-producer {s[0]}{' --flash-forward-pingpong 1' if s.endswith('p') else ''}"
-             f"{' --flash-forward-groups 3' if s.endswith('g') else ''}")
+             f"{' --flash-forward-groups 3' if s.endswith('g') else ''}"
+             f"{' --flash-forward-persistent 1 (3 SMs: each block runs several blocks of rows)' if s.endswith('s') else ''}")
     print(("ok" if len(base) == 4 and load(f"{d}/{s}.jsonl") == base and used else "not ok") +
           f" - bf16: {flags}" +
           " trains bit-identically to --flash-wgmma 1 alone (4 steps, losses and norms)" +
           (f"; the producer kernel ran {ran.group(1) if ran else 0} times" if emulated else ""))
 out = open(f"{d}/auto.out").read()
-for what, flag, n in (("forward's", "forward", 11), ("fused backward's", "backward", 5)):
+for what, flag, n in (("forward's", "forward", 14), ("fused backward's", "backward", 5)):
     said = re.findall(rf"^flash attention: the {re.escape(what)} layout (.+?) \(--flash-{flag}-producer auto, timed at B=4 T=64: (.*)\)$", out, re.M)
     times = re.findall(r"[0-9.]+ ms", said[0][1]) if len(said) == 1 else []
     print(("ok" if len(said) == 1 and len(times) == n and "other bits" not in said[0][1] else "not ok") +
