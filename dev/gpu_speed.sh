@@ -52,25 +52,25 @@ also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;-
 # Failures that name only ping-pong, swizzled tiles, TMA, the backward's producer, the fused
 # backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29) or dQ
 # summed by the last split (v30) leave out those versions, and the auto of the pass they belong
-# to; so do persistent blocks (v32-v34); others, or a hang, every opt-in version (v11-v34) and
+# to; so do persistent blocks (v32-v34, v36); others, or a hang, every opt-in version (v11-v36) and
 # every --flash- flag. The chained
 # backward's own check (a failure or a hang) leaves out v31 and its run alone.
 if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0 failed" "$log-wgmma.txt"; then
     all_bad=$(grep "^not ok" "$log-wgmma.txt") skip=
     bad=$(grep -v -e "3 computing warpgroups" -e "summed by the last split" -e "persistent blocks" <<<"$all_bad")
-    grep -q "3 computing warpgroups" <<<"$all_bad" && { skip+=28,29,33,; also=${also//--flash-forward-producer auto/}; }
-    grep -q "persistent blocks" <<<"$all_bad" && { skip+=32,33,34,; also=${also//--flash-forward-producer auto/}; }
+    grep -q "3 computing warpgroups" <<<"$all_bad" && { skip+=28,29,33,35,36,; also=${also//--flash-forward-producer auto/}; }
+    grep -q "persistent blocks" <<<"$all_bad" && { skip+=32,33,34,36,; also=${also//--flash-forward-producer auto/}; }
     grep -q "summed by the last split" <<<"$all_bad" && { skip+=30,; also=${also//--flash-backward-producer auto/}; }
     grep -q "ping-pong" <<<"$bad" && { skip+=13,14,16,19,20,21,22,32,34,; also=${also//--flash-forward-producer auto/}; }
-    grep -v "in the backward" <<<"$bad" | grep -q "by TMA" && { skip+=21,22,28,32,33,34,; also=${also//--flash-forward-producer auto/}; }
-    grep -v "by TMA" <<<"$bad" | grep -q "swizzled" && { skip+=18,19,20,21,22,28,32,33,34,; also=${also//--flash-forward-producer auto/}; }
+    grep -v "in the backward" <<<"$bad" | grep -q "by TMA" && { skip+=21,22,28,32,33,34,35,36,; also=${also//--flash-forward-producer auto/}; }
+    grep -v "by TMA" <<<"$bad" | grep -q "swizzled" && { skip+=18,19,20,21,22,28,32,33,34,35,36,; also=${also//--flash-forward-producer auto/}; }
     grep "in the backward" <<<"$bad" | grep -q "by TMA" && { skip+=25,26,; also=${also//--flash-backward-producer auto/}; }
     grep "in the backward" <<<"$bad" | grep -vq "by TMA" && { skip+=23,24,25,26,; also=${also//--flash-backward-producer auto/}; }
     grep "fused backward" <<<"$bad" | grep -q "C=512" && skip+=27,
     if [ -z "$all_bad" ] || grep -v -e "ping-pong" -e "swizzled" -e "by TMA" -e "producer warpgroup in the backward" <<<"$bad" |
             grep -v "C=512.*fused backward\|fused backward.*C=512" | grep -q . ||
         grep -q "^== wgmma: exit 124" "$log-wgmma.txt"; then
-        skip=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34
+        skip=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36
         also=$(tr ';' '\n' <<<"$also" | grep -v -e --flash- | paste -sd';')  # (the runs without opt-in attention stay)
     fi
     export DEV_ATTENTION_SKIP=${skip%,}
@@ -90,7 +90,7 @@ echo "gpu_speed: ours also: '${also}'"
     step llmc 280 bash dev/bench/bench_vs_llmc.sh
 # (and at GPT-2 1558M's shape the fused backward by its splits, no version loop: DEV_ATTENTION_SKIP)
 [[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 180 bash -c \
-    "bash dev/bench/bench_vs_torch.sh; DEV_ATTENTION_SKIP=$(seq -s, 7 29),32,33,34 build/dev_attention 16 1024 1600 25 time |
+    "bash dev/bench/bench_vs_torch.sh; DEV_ATTENTION_SKIP=$(seq -s, 7 29),32,33,34,35,36 build/dev_attention 16 1024 1600 25 time |
      grep -e 'by its splits' -e 'fused / split' -e 'chained / fused' | sed 's/^ */GPT-2 1558M B=16: /'"
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
 [[ $want == *,biasgrad,* ]] && step biasgrad 60 build/dev_matmul 65536 768 0
@@ -110,7 +110,7 @@ ncu_forward() {
     for spec in "6:flash_forward_wgmma_kernel<.*, 2, 64, false>" "0:flash_forward_wgmma_kernel<.*, 2, 64, true>" \
                 "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, false, 2>" \
                 "0:flash_forward_wgmma_producer_kernel<.*, 2, true, 128, true, true, 2>"; do
-        DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}8,9,11,12,13,14,15,16,17,19,21,28,29,32,33,34 NCU_SKIP=${spec%%:*} NCU_COUNT=1 \
+        DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}8,9,11,12,13,14,15,16,17,19,21,28,29,32,33,34,35,36 NCU_SKIP=${spec%%:*} NCU_COUNT=1 \
             bash dev/bench/bench_ncu_attention.sh 2 8192 768 6 "${spec#*:}"
     done
 }

@@ -352,6 +352,17 @@ template <int D, bool SW = false, class H> __device__ inline void wgmma_issue_ss
     #pragma unroll
     for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16_ss<H, 64, false>(&c[0][0], a + Desc::k_step(kc), b + Desc::k_step(kc), kc > 0);
 }
+// The same with A the warpgroup's 64 rows from row a_row0 of an A_ROWS-row tile in shared memory
+// (K-major, the layout SW names) and M an N-row tile: the producer forward's S = Q·Kᵀ with Q read
+// by the tensor cores from its slot (no registers for Q).
+template <int D, int N, int A_ROWS, bool SW, class H> __device__ inline void wgmma_issue_tile_amt(float (*c)[4], const H* a_tile, int a_row0, const H* tile) {
+    wgmma_fence();
+    using ADesc = TileDesc<D, A_ROWS, SW>;
+    using Desc = TileDesc<D, N, SW>;
+    const uint64_t a = ADesc::k_major(a_tile + (SW ? a_row0 * 64 : a_row0 * D)), b = Desc::k_major(tile);
+    #pragma unroll
+    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16_ss<H, N, false>(&c[0][0], a + ADesc::k_step(kc), b + Desc::k_step(kc), kc > 0);
+}
 // acc (64 × D) += P·M: P this warp's 16 rows × K as K/16 A fragments (P, dS or their
 // transposes: c_to_a_16xk), M a K-row tile (64 or 128) read as MN-major B (V, K, dO or Q).
 template <int D, int K = 64, bool SW = false, class H> __device__ inline void wgmma_issue_pm(float (*acc)[4], const uint32_t (*pa)[4], const H* tile) {
@@ -451,9 +462,10 @@ template <int D, int ROWS, bool SW, class H> __device__ inline void load_a_tile(
 }
 // A warp's 16 query rows of the wgmma forward: Q as A fragments, O, the softmax's running max m
 // and sum l, and one pipeline step over key tile j of BN keys (64 or 128; Ks(j) for S, Vs(j−1)
-// for O += P·V; SW: the tiles are swizzled).
-template <class H, int D, int BN = 64, bool SW = false> struct ForwardRows {
-    uint32_t qf[D / 16][4], pa[BN / 16][4];  // Q, and P of the tile before as A fragments
+// for O += P·V; SW: the tiles are swizzled). Q_ROWS > 0: Q is not in registers; S reads it from
+// q_tile, a tile of Q_ROWS rows in shared memory (the warpgroup's 64 rows of it).
+template <class H, int D, int BN = 64, bool SW = false, int Q_ROWS = 0> struct ForwardRows {
+    uint32_t qf[Q_ROWS ? 1 : D / 16][4], pa[BN / 16][4];  // Q, and P of the tile before as A fragments
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[BN / 8][4], corr[2];
     float sl2;
     int row0;
@@ -466,9 +478,13 @@ template <class H, int D, int BN = 64, bool SW = false> struct ForwardRows {
         for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
     }
     template <class KTile, class VTile, class Turns = PingPong<false>>
-    __device__ void step(int j, int nlive, bool overlap, const KTile& Ks, const VTile& Vs, const Turns& turns = {}) {
+    __device__ void step(int j, int nlive, bool overlap, const KTile& Ks, const VTile& Vs, const Turns& turns = {}, const H* q_tile = nullptr) {
         wgmma_pipeline_step(
-            j, 0, nlive, overlap, [&](int j) { wgmma_issue_amt<D, BN, SW>(s, qf, Ks(j)); },  // S(j)
+            j, 0, nlive, overlap,
+            [&](int j) {  // S(j)
+                if constexpr (Q_ROWS > 0) wgmma_issue_tile_amt<D, BN, Q_ROWS, SW>(s, q_tile, threadIdx.x / 128 * 64, Ks(j));
+                else wgmma_issue_amt<D, BN, SW>(s, qf, Ks(j));
+            },
             [&](int j) {  // P(j) into s, and corr(j) for what came before
                 wgmma_hold<BN / 2>(&s[0][0]);
                 online_softmax_p<true, BN / 8>(s, m, l, corr, sl2, row0, j * BN);
@@ -545,6 +561,8 @@ struct ForwardItem {
 // Block p's n-th item in a grid of G blocks: round n of G items, every other round backwards (a
 // snake), so that the blocks' rows add up about alike. With a block an item (G = items) it is item p.
 __device__ inline int forward_item_index(int n, int p, int G) { return n * G + (n % 2 ? G - 1 - p : p); }
+// The rows of the producer forward's TMA boxes: a K or V tile's, unless Q's rows are no multiple of them
+__host__ __device__ constexpr int forward_tma_box(int qrows, int bn) { return qrows % bn == 0 ? bn : 64; }
 template <int BN> __device__ inline int forward_key_tiles(int qt, int qrows, int T) {  // an item's key tiles (causal)
     return min(((qt + 1) * qrows + BN - 1) / BN, (T + BN - 1) / BN);
 }
@@ -572,22 +590,24 @@ __device__ inline void forward_copy_tile(H* dst, const H* qkv, const CUtensorMap
     }
 }
 // The producer warpgroup: for each of the block's items its Q, then its K and V tiles, each into
-// its slot once the slot is free. By TMA only its first thread works.
+// its slot once the slot is free. By TMA only its first thread works, with boxes of BOX rows
+// (forward_tma_box: BN, or 64 where Q's rows are not a multiple of BN).
 template <int D, int STAGES, int BN, int QROWS, bool SW, bool TMA, class H>
 __device__ inline void forward_produce(const ForwardRing<H, D, STAGES, BN, QROWS>& ring, ForwardBarriers<STAGES>& bar, const H* qkv,
                                        const CUtensorMap& map, int T, int B, const QKVLayout& L, int nqt) {
+    constexpr int BOX = forward_tma_box(QROWS, BN);
     if (TMA && threadIdx.x % 128 != 0) return;
     const size_t C3 = L.row();
     int g = 0;  // the ring's tiles so far
     for (int n = 0, i; (i = forward_item_index(n, blockIdx.x, gridDim.x)) < nqt * L.NH * B; n++) {
         const ForwardItem it(i, nqt, L.NH, B);
         mbar_wait(&bar.empty_q[n % 2], ((n / 2) & 1) ^ 1);
-        forward_copy_tile<D, QROWS, BN, SW, TMA>(ring.Q(n), qkv, map, C3, T, it.b, it.h * D, it.qt * QROWS, &bar.full_q[n % 2]);
+        forward_copy_tile<D, QROWS, BOX, SW, TMA>(ring.Q(n), qkv, map, C3, T, it.b, it.h * D, it.qt * QROWS, &bar.full_q[n % 2]);
         for (int j = 0; j < forward_key_tiles<BN>(it.qt, QROWS, T); j++, g++) {
             mbar_wait(&bar.empty_k[g % STAGES], ring.phase(g) ^ 1);
-            forward_copy_tile<D, BN, BN, SW, TMA>(ring.K(g), qkv, map, C3, T, it.b, L.k(it.h), j * BN, &bar.full_k[g % STAGES]);
+            forward_copy_tile<D, BN, BOX, SW, TMA>(ring.K(g), qkv, map, C3, T, it.b, L.k(it.h), j * BN, &bar.full_k[g % STAGES]);
             mbar_wait(&bar.empty_v[g % STAGES], ring.phase(g) ^ 1);
-            forward_copy_tile<D, BN, BN, SW, TMA>(ring.V(g), qkv, map, C3, T, it.b, L.v(it.h), j * BN, &bar.full_v[g % STAGES]);
+            forward_copy_tile<D, BN, BOX, SW, TMA>(ring.V(g), qkv, map, C3, T, it.b, L.v(it.h), j * BN, &bar.full_v[g % STAGES]);
         }
     }
     if constexpr (!TMA) cp_async_wait_all();  // (its copies have landed before it ends)
@@ -596,8 +616,9 @@ __device__ inline void forward_produce(const ForwardRing<H, D, STAGES, BN, QROWS
 // pipeline step a key tile, then the rows' output. A computing warp waits for K(j)'s and
 // V(j−1)'s full phases before iteration j, and its lane 0 arrives at their empty phases after.
 // Every warp passes through each tile's barriers, also those past its last tile, so the producer
-// never waits for ever. The turns (PINGPONG) go on from one item to the next.
-template <int D, int STAGES, int BN, int QROWS, bool SW, bool PINGPONG, class H>
+// never waits for ever. The turns (PINGPONG) go on from one item to the next. Q_SMEM: S reads Q
+// from its slot (wgmma from shared memory), so the slot is free only after the item's last S.
+template <int D, int STAGES, int BN, int QROWS, bool SW, bool PINGPONG, bool Q_SMEM, class H>
 __device__ inline void forward_consume(const ForwardRing<H, D, STAGES, BN, QROWS>& ring, ForwardBarriers<STAGES>& bar, H* out, float* lse,
                                        int T, int B, const QKVLayout& L, int nqt, bool overlap) {
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
@@ -608,20 +629,23 @@ __device__ inline void forward_consume(const ForwardRing<H, D, STAGES, BN, QROWS
         const ForwardItem it(i, nqt, L.NH, B);
         const int nkt = forward_key_tiles<BN>(it.qt, QROWS, T), wrow0 = it.qt * QROWS + wg * 64;  // (the warpgroup's rows)
         const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / BN + 1);  // the warpgroup's tiles: 0 .. nlive − 1 (none past T)
-        ForwardRows<H, D, BN, SW> rows(wrow0 + warp * 16);
+        ForwardRows<H, D, BN, SW, Q_SMEM ? QROWS : 0> rows(wrow0 + warp * 16);
         mbar_wait(&bar.full_q[n % 2], (n / 2) & 1);
-        load_a_tile<D, QROWS, SW>(rows.qf, ring.Q(n), wg * 64 + warp * 16);
-        if (lane == 0) mbar_arrive(&bar.empty_q[n % 2]);
+        if constexpr (!Q_SMEM) {
+            load_a_tile<D, QROWS, SW>(rows.qf, ring.Q(n), wg * 64 + warp * 16);
+            if (lane == 0) mbar_arrive(&bar.empty_q[n % 2]);  // (this warp's Q is in its registers)
+        }
         for (int j = 0; j <= nkt; j++) {
             if (j < nkt) mbar_wait(&bar.full_k[(g + j) % STAGES], ring.phase(g + j));
             if (j > 0) mbar_wait(&bar.full_v[(g + j - 1) % STAGES], ring.phase(g + j - 1));
             fence_proxy_async();  // (cp.async wrote them by the generic proxy; wgmma reads them through the async one)
-            rows.step(j, nlive, overlap, [&](int j) { return ring.K(g + j); }, [&](int j) { return ring.V(g + j); }, turns);
+            rows.step(j, nlive, overlap, [&](int j) { return ring.K(g + j); }, [&](int j) { return ring.V(g + j); }, turns, ring.Q(n));
             if (lane == 0) {  // this warp is done with K(j) and V(j−1)
                 if (j < nkt) mbar_arrive(&bar.empty_k[(g + j) % STAGES]);
                 if (j > 0) mbar_arrive(&bar.empty_v[(g + j - 1) % STAGES]);
             }
         }
+        if (Q_SMEM && lane == 0) mbar_arrive(&bar.empty_q[n % 2]);  // (every S of the item is done)
         forward_store_rows<D>(out, lse, rows.o, rows.m, rows.l, rows.row0, it.b, it.h, T, L.C, L.NH, T);
         g += nkt;
     }
@@ -633,7 +657,8 @@ __device__ inline void forward_consume(const ForwardRing<H, D, STAGES, BN, QROWS
 // compute, with no block barrier but the first. The producer gives back registers (setmaxnreg)
 // and the computing warpgroups take them: 232 a thread for 2 (the producer keeps 40), 160 for 3
 // (it keeps 32). With 3, 192 query rows share each K and V tile, as in FlashAttention-3 at head
-// size 64; 160 registers hold key tiles of 64 (128 spill). The slots and their mbarriers:
+// size 64. 160 registers hold key tiles of 64; they hold 128 only where S reads Q from its slot
+// (Q_SMEM: wgmma from shared memory, as FlashAttention-3 does), by TMA. The slots and their mbarriers:
 // ForwardRing. PINGPONG (NWG = 2): the two computing warpgroups take turns to issue their
 // products (PingPong). BN = 64: the products and their order are the forward's above, so the
 // same bits (gpucheck_ops). BN = 128: key tiles of 128 (half the softmax steps and rescales of
@@ -651,6 +676,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1) flash_forward_wgmma_produc
     static_assert(NWG == 2 || (NWG == 3 && !PINGPONG), "2 computing warpgroups, or 3 without ping-pong");
     constexpr int PRODUCER_REGS = NWG == 2 ? 40 : 32, COMPUTE_REGS = NWG == 2 ? 232 : 160;  // (NWG·128·COMPUTE + 128·PRODUCER ≤ 64K)
     constexpr int QROWS = 64 * NWG;
+    constexpr bool Q_SMEM = NWG == 3 && BN == 128;  // (160 registers hold S, P and O of 128 keys, not Q too)
     DYNAMIC_SHARED(H, shared);
     __shared__ ForwardBarriers<STAGES> bar;
     const ForwardRing<H, D, STAGES, BN, QROWS> ring{SW ? align_1024(shared) : shared};
@@ -669,7 +695,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1) flash_forward_wgmma_produc
         forward_produce<D, STAGES, BN, QROWS, SW, TMA>(ring, bar, qkv, kv_map, T, B, L, nqt);
     } else {
         setmaxnreg<COMPUTE_REGS, true>();
-        forward_consume<D, STAGES, BN, QROWS, SW, PINGPONG>(ring, bar, out, lse, T, B, L, nqt, overlap);
+        forward_consume<D, STAGES, BN, QROWS, SW, PINGPONG, Q_SMEM>(ring, bar, out, lse, T, B, L, nqt, overlap);
     }
 }
 

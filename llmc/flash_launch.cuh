@@ -212,7 +212,7 @@ inline void flash_forward_producer_launch(const Ctx& ctx, floatX* out, float* ls
     SHARED_OPT_IN(flash_forward_wgmma_producer_kernel<floatX, HS, S, PINGPONG, BN, SW, TMA, NWG>);
     const size_t shared = (2 * S * BN + 2 * 64 * NWG) * HS * sizeof(floatX) + (SW ? 1024 : 0);  // (K, V slots; 2 Q slots)
     CUtensorMap map{};
-    if constexpr (TMA) map = flash_tensor_map(qkv, L.row(), T, B, BN);
+    if constexpr (TMA) map = flash_tensor_map(qkv, L.row(), T, B, forward_tma_box(64 * NWG, BN));
     const KernelOptions& k = ctx.kernels;
     const long items = (long)L.NH * B * ceil_div(T, 64 * NWG);
     const long blocks = k.flash_forward_persistent ? std::min<long>(items, k.flash_forward_blocks > 0 ? k.flash_forward_blocks : gpu_sm_count()) : items;
@@ -225,7 +225,10 @@ inline void flash_forward_producer(const Ctx& ctx, floatX* out, float* lse, cons
     const bool three = k.flash_forward_producer == 3, pingpong = k.flash_forward_pingpong, wide = k.flash_forward_keys == 128;
     if (wide && three) fatal("flash attention: key tiles of 128 in the producer forward need 2 slots (flash_forward_producer = 2)");
     if (k.flash_forward_groups == 3) {  // 192 query rows a block, 160 registers a thread: 64 keys a tile (128 spill)
-        if (HS != 64 || pingpong || wide) fatal("flash attention: 3 computing warpgroups in the forward need head size 64, key tiles of 64 and no ping-pong");
+        if (HS != 64 || pingpong || (wide && (!TMA || three)))
+            fatal("flash attention: 3 computing warpgroups in the forward need head size 64 and no ping-pong; with key tiles of 128, 2 slots by TMA");
+        if constexpr (TMA)  // (Q read from its slot by the tensor cores: 160 registers hold 128 keys; by cp.async the producer spills)
+            if (wide) return flash_forward_producer_launch<floatX, 64, 2, false, 128, SW, TMA, 3>(ctx, out, lse, qkv, B, T, L);
         if (three) flash_forward_producer_launch<floatX, 64, 3, false, 64, SW, TMA, 3>(ctx, out, lse, qkv, B, T, L);
         else flash_forward_producer_launch<floatX, 64, 2, false, 64, SW, TMA, 3>(ctx, out, lse, qkv, B, T, L);
         return;
@@ -274,10 +277,10 @@ constexpr FlashForwardLayout FLASH_FORWARD_LAYOUTS[] = {  // name, producer slot
     {"v32 without ping-pong", 2, 2, false, true, true, true},
     {"v33 v28 persistent", 2, 3, false, true, true, true},
 };
-// k with layout f in place of its own, or false where f cannot run there (3 slots or 3 warpgroups
-// with key tiles of 128; 3 warpgroups at head size 128)
+// k with layout f in place of its own, or false where f cannot run there (3 slots, or 3 warpgroups
+// by cp.async, with key tiles of 128; 3 warpgroups at head size 128)
 inline bool flash_forward_layout_options(KernelOptions* k, const FlashForwardLayout& f, int hs) {
-    if (k->flash_forward_keys == 128 && (f.producer == 3 || f.groups == 3)) return false;
+    if (k->flash_forward_keys == 128 && (f.producer == 3 || (f.groups == 3 && !f.tma))) return false;
     if (hs != 64 && f.groups == 3) return false;
     k->flash_forward_producer = f.producer, k->flash_forward_groups = f.groups;
     k->flash_forward_pingpong = f.pingpong, k->flash_swizzle = f.swizzle, k->flash_tma = f.tma, k->flash_forward_persistent = f.persistent;

@@ -662,20 +662,24 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_pingpong = false;
     gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
-    const struct { int producer; bool pingpong, swizzle, tma; const char* what; int blocks = 0; } wide[] = {
+    const struct { int producer; bool pingpong, swizzle, tma; const char* what; int blocks = 0, groups = 2; } wide[] = {
         {2, false, false, false, "a producer"}, {2, true, false, false, "a producer and ping-pong"}, {0, false, true, false, "swizzled tiles"},
         {2, true, true, false, "a producer, ping-pong and swizzled tiles"}, {2, true, true, true, "a producer, ping-pong and swizzled tiles by TMA"},
-        {2, true, true, true, "a producer, ping-pong and swizzled tiles by TMA, 3 persistent blocks", 3}};
+        {2, true, true, true, "a producer, ping-pong and swizzled tiles by TMA, 3 persistent blocks", 3},
+        {2, false, true, true, "3 computing warpgroups (Q read from shared memory), swizzled tiles by TMA", 0, 3},
+        {2, false, true, true, "3 computing warpgroups (Q read from shared memory), swizzled tiles by TMA, 3 persistent blocks", 3, 3}};
     for (const auto& v : wide) {
+        if (v.groups == 3 && C / NH != 64) break;
+        gpu.kernels.flash_forward_groups = v.groups;
         gpu.kernels.flash_forward_producer = v.producer; gpu.kernels.flash_forward_pingpong = v.pingpong; gpu.kernels.flash_swizzle = v.swizzle;
         gpu.kernels.flash_tma = v.tma; gpu.kernels.flash_forward_persistent = v.blocks > 0; gpu.kernels.flash_forward_blocks = v.blocks;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
-        char name[180]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, key tiles of 128: %s vs none", B, T,
+        char name[256]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, key tiles of 128: %s vs none", B, T,
                                  C, NH, NKV, v.what);
         compare_bits(name, want, got);
     }
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_keys = 64; gpu.kernels.flash_forward_pingpong = false;
-    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = gpu.kernels.flash_forward_persistent = false;
+    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = gpu.kernels.flash_forward_persistent = false; gpu.kernels.flash_forward_groups = 2;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);  // (the 2 warpgroups' bits again, for the note below)
     // Not a check, a fact for the log: whether the wgmma kernels give the mma.sync kernels' bits.
     // The two add the same products in the same order (16 at a time: keys, queries or head

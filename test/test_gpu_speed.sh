@@ -60,11 +60,11 @@ got=$(speed pingpong "not ok 5 - bf16 forward B=2 T=256 (flash, wgmma, a produce
 check pingpong "$got" "13,14,16,19,20,21,22,32,34|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain" \
     "a ping-pong failure: its versions left out, and the forward's auto dropped"
 got=$(speed groups "not ok 6 - bf16 forward B=2 T=256 (flash, wgmma, a producer warpgroup and 3 computing warpgroups in the forward)")
-check groups "$got" "28,29,33|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain" \
-    "a failure of 3 computing warpgroups: v28, v29, v33 left out, and the forward's auto dropped"
+check groups "$got" "28,29,33,35,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain" \
+    "a failure of 3 computing warpgroups: v28, v29, v33, v35, v36 left out, and the forward's auto dropped"
 got=$(speed persistent "not ok 11 - bf16 wgmma attention B=2 T=100 C=768 NH=12 NKV=12, the forward with a producer warpgroup, 3 slots, 5 persistent blocks vs 2 warpgroups overlapped forward")
-check persistent "$got" "32,33,34|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain" \
-    "a failure of persistent blocks: v32-v34 left out (not the other producer versions), and the forward's auto dropped"
+check persistent "$got" "32,33,34,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain" \
+    "a failure of persistent blocks: v32-v34, v36 left out (not the other producer versions), and the forward's auto dropped"
 got=$(speed backward "not ok 7 - bf16 fused backward B=2 T=256, a producer warpgroup in the backward")
 check backward "$got" "23,24,25,26|--flash-forward-producer auto;--bias-grad epilogue;--flash-backward chain" \
     "a failure of the backward's producer: v23-v26 left out, and the backward's auto dropped"
@@ -79,7 +79,7 @@ not ok 7 - y, a producer warpgroup in the backward")
 check both "$got" "13,14,16,19,20,21,22,32,34,23,24,25,26|--bias-grad epilogue;--flash-backward chain" "failures in both passes: neither auto, and no empty run"
 got=$(speed chain "not ok 10 - bf16 fused backward B=1 T=300 C=256 NH=4 NKV=4, key blocks chained, each tile's first late dqkv")
 check chain "$got" "31|$autos;--bias-grad epilogue" "a failure of the chained backward: v31 left out, and its run dropped (not the autos)"
-all=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34
+all=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36
 got=$(speed plain "not ok 2 - bf16 forward B=2 T=256 (flash, wgmma)")
 check plain "$got" "$all|--bias-grad epilogue" "a failure of the plain kernels: every opt-in version left out, every run with a --flash- flag dropped"
 got=$(speed hang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=wgmma)

@@ -5,7 +5,8 @@ dev/cuda/attention.cu — causal attention, forward and backward: CPU reference 
          m-tiles a warp)
   v7-v9: the same by Hopper's wgmma (compute capability 9.0); fused: the backward as one pass
   v11-v22, v28, v29: v7's forward with a producer warpgroup, ping-pong, 128-key tiles, swizzled
-         tiles, TMA copies, 3 computing warpgroups; v32-v34: v21, v28 and v22 persistent
+         tiles, TMA copies, 3 computing warpgroups; v32-v34: v21, v28 and v22 persistent; v35:
+         v28 with 128-key tiles (Q read from shared memory); v36: v35 persistent
   v23-v27, v30: the fused backward with a producer, by TMA, at head size 128, dQ summed by the
          last split; v31: a block per key block, each adding to one dQ sum in its turn
 Each version is checked against the CPU op (the bf16 ones against its bf16 form), then timed:
@@ -21,18 +22,18 @@ For v5 and v6 the backward's time is also split between its two passes (backward
 */
 #include "common.cuh"
 
-// The kernel options of version v (7-9, 11-26, 28, 29, 31-34: the wgmma versions; any other: wgmma off).
+// The kernel options of version v (7-9, 11-26, 28, 29, 31-36: the wgmma versions; any other: wgmma off).
 static void wgmma_version(int v) {
     KernelOptions& k = gpu_ctx.kernels;
     k.flash_wgmma = v >= 7;
     k.flash_wgmma_groups = v == 8 ? 1 : 2;
     k.flash_wgmma_overlap = v != 9;
-    const bool persistent = v >= 32 && v <= 34;  // (v32-v34: v21, v28, v22 persistent)
-    const bool fwd = v <= 22 || persistent, bwd = v >= 23 && v <= 26;  // (v23-v26: v7's forward; v28, v29: the forward)
+    const bool persistent = (v >= 32 && v <= 34) || v == 36;  // (v32-v34: v21, v28, v22 persistent; v36: v35)
+    const bool fwd = v <= 22 || persistent || v == 35, bwd = v >= 23 && v <= 26;  // (v23-v26: v7's forward; v28, v29: the forward)
     k.flash_forward_producer = v == 12 || v == 14 ? 3 : (v >= 11 && v <= 16) || (v >= 19 && fwd) || v == 28 || v == 29 ? 2 : 0;
-    k.flash_forward_pingpong = v == 13 || v == 14 || v == 16 || (v >= 19 && fwd && v != 33);
-    k.flash_forward_keys = (v >= 15 && v <= 17) || v == 20 || v == 22 || v == 34 ? 128 : 64;
-    k.flash_forward_groups = v == 28 || v == 29 || v == 33 ? 3 : 2;
+    k.flash_forward_pingpong = v == 13 || v == 14 || v == 16 || (v >= 19 && fwd && v != 33 && v < 35);
+    k.flash_forward_keys = (v >= 15 && v <= 17) || v == 20 || v == 22 || v >= 34 ? 128 : 64;
+    k.flash_forward_groups = v == 28 || v == 29 || v == 33 || v >= 35 ? 3 : 2;
     k.flash_swizzle = (v >= 18 && fwd) || v == 28;
     k.flash_tma = (v >= 21 && fwd) || v == 28;
     k.flash_forward_persistent = persistent;
@@ -59,9 +60,11 @@ static const char* WGMMA_VERSION_TAIL[] = {"", "", ", no overlap", "", ", a prod
                                            "", "",  // (v30, v31: backward versions)
                                            ", a producer warpgroup, 2 slots, ping-pong, swizzled tiles by TMA, a block an SM",
                                            ", a producer warpgroup, 2 slots, swizzled tiles by TMA, a block an SM",
-                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles by TMA, a block an SM"};
+                                           ", a producer warpgroup, 2 slots of 128 keys, ping-pong, swizzled tiles by TMA, a block an SM",
+                                           ", a producer warpgroup, 2 slots of 128 keys, swizzled tiles by TMA, Q read from shared memory",
+                                           ", a producer warpgroup, 2 slots of 128 keys, swizzled tiles by TMA, Q read from shared memory, a block an SM"};
 // Versions that run at head size 64 only (two m-tiles a warp; the fused backward's; 3 warpgroups)
-static bool head_size_64_only(int v) { return v == 6 || (v >= 23 && v <= 30) || v == 33; }
+static bool head_size_64_only(int v) { return v == 6 || (v >= 23 && v <= 30) || v == 33 || v >= 35; }
 
 // The flash backward's time split between its two passes, with each pass's own tensor-core
 // FLOPs: the dK/dV pass computes 4 products (Sᵀ, dPᵀ, dV, dK), the dQ pass 3 (S, dP, dQ) — 7
@@ -187,11 +190,11 @@ int main(int argc, char** argv) {
             autotune_forget(gpu_ctx);
             gpu_ctx.kernels.flash_forward_rows = gpu_ctx.kernels.flash_dq_rows = gpu_ctx.kernels.flash_dkv_keys = 16;
         }
-        // v7-v9, v11-v26, v28, v29, v32-v34: wgmma, 2 or 1 warpgroups a block, overlapped or not, a
-        // producer, swizzled tiles, TMA, persistent (v11-v22, v28, v29, v32-v34: only the forward
+        // v7-v9, v11-v26, v28, v29, v32-v36: wgmma, 2 or 1 warpgroups a block, overlapped or not, a
+        // producer, swizzled tiles, TMA, persistent (v11-v22, v28, v29, v32-v36: only the forward
         // changes, its time alone; v23-v26: only the fused backward, its time alone)
         if (use_flash<bf16>(gpu_ctx.kernels, C, NH) && gpu_has_wgmma())
-            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 32, 33, 34}) {
+            for (int v : {7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 32, 33, 34, 35, 36}) {
                 if (skipped(v) || (head_size_64_only(v) && C / NH != 64)) continue;
                 wgmma_version(v);
                 if (v >= 23 && v <= 26) {
@@ -265,8 +268,9 @@ int main(int argc, char** argv) {
                            "v17 v7, 128 keys a tile", "v18 v7, swizzled tiles", "v19 v13, swizzled tiles", "v20 v16, swizzled tiles",
                            "v21 v19, by TMA", "v22 v20, by TMA", "v23 fused bwd, producer, 3", "v24 fused bwd, producer, 4",
                            "v25 v23 by TMA", "v26 v24 by TMA", "", "v28 v21, 3 warpgroups", "v29 v11, 3 warpgroups", "",
-                           "v31 fused bwd, chained", "v32 v21, persistent", "v33 v28, persistent", "v34 v22, persistent"};
-    for (int v = 2; v <= 34; v++) {
+                           "v31 fused bwd, chained", "v32 v21, persistent", "v33 v28, persistent", "v34 v22, persistent",
+                           "v35 v28, 128 keys a tile", "v36 v35, persistent"};
+    for (int v = 2; v <= 36; v++) {
         if (v == 10 || v == 27 || v == 30 || skipped(v)) continue;  // (v27, v30: "time" mode only)
         const bool flash = v >= 3;
         gpu_ctx.kernels.flash = flash;
