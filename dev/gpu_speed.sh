@@ -45,6 +45,7 @@ bash dev/gpu_session.sh setup "$out" >/dev/null 2>&1
 want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,layernorm,fp8,flash,bf16,train},"
 [[ $want == *,wgmma,* ]] && step wgmma 90 build/gpucheck_ops wgmma
 [[ $want == *,wgmma,* ]] && step chain 45 build/gpucheck_ops chain  # (its blocks wait for blocks: a hang costs only v31)
+[[ $want == *,wgmma,* ]] && step persistent 45 build/gpucheck_ops persistent  # (its blocks loop over items: a hang costs only v32-v34, v36)
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 # (the llmc step's runs of ours beside the default: bench_vs_llmc.sh's OURS_ALSO, apart by ';')
 # (auto: every layout of the forward and of the fused backward timed at the first step, the fastest kept and named)
@@ -52,14 +53,13 @@ also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;-
 # Failures that name only ping-pong, swizzled tiles, TMA, the backward's producer, the fused
 # backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29) or dQ
 # summed by the last split (v30) leave out those versions, and the auto of the pass they belong
-# to; so do persistent blocks (v32-v34, v36); others, or a hang, every opt-in version (v11-v36) and
-# every --flash- flag. The chained
+# to; others, or a hang, every opt-in version (v11-v36) and every --flash- flag. The persistent
+# forward's own check (a failure or a hang) leaves out v32-v34, v36 and the forward's auto. The chained
 # backward's own check (a failure or a hang) leaves out v31 and its run alone.
 if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0 failed" "$log-wgmma.txt"; then
     all_bad=$(grep "^not ok" "$log-wgmma.txt") skip=
-    bad=$(grep -v -e "3 computing warpgroups" -e "summed by the last split" -e "persistent blocks" <<<"$all_bad")
+    bad=$(grep -v -e "3 computing warpgroups" -e "summed by the last split" <<<"$all_bad")
     grep -q "3 computing warpgroups" <<<"$all_bad" && { skip+=28,29,33,35,36,; also=${also//--flash-forward-producer auto/}; }
-    grep -q "persistent blocks" <<<"$all_bad" && { skip+=32,33,34,36,; also=${also//--flash-forward-producer auto/}; }
     grep -q "summed by the last split" <<<"$all_bad" && { skip+=30,; also=${also//--flash-backward-producer auto/}; }
     grep -q "ping-pong" <<<"$bad" && { skip+=13,14,16,19,20,21,22,32,34,; also=${also//--flash-forward-producer auto/}; }
     grep -v "in the backward" <<<"$bad" | grep -q "by TMA" && { skip+=21,22,28,32,33,34,35,36,; also=${also//--flash-forward-producer auto/}; }
@@ -75,6 +75,11 @@ if [ -f "$log-wgmma.txt" ] && ! grep -q "^# gpucheck_ops wgmma: [0-9]* passed, 0
     fi
     export DEV_ATTENTION_SKIP=${skip%,}
     echo "gpu_speed: the wgmma check did not pass: versions $DEV_ATTENTION_SKIP left out"
+fi
+if [ -f "$log-persistent.txt" ] && ! grep -q "^# gpucheck_ops persistent: [0-9]* passed, 0 failed" "$log-persistent.txt"; then
+    also=${also//--flash-forward-producer auto/}  # (its layouts include persistent ones)
+    export DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}32,33,34,36
+    echo "gpu_speed: the persistent forward's check did not pass: v32-v34, v36 left out, and the forward's auto"
 fi
 if [ -f "$log-chain.txt" ] && ! grep -q "^# gpucheck_ops chain: [0-9]* passed, 0 failed" "$log-chain.txt"; then
     also=${also//--flash-backward chain/}

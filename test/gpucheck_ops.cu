@@ -614,9 +614,8 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
     // The forward with a producer warpgroup (2 and 3 slots, with and without ping-pong) too: the
     // same products in the same order. And with swizzled tiles (the same values elsewhere in
-    // shared memory), copied by TMA too. And persistent: a few blocks, each running many blocks
-    // of query rows in turn (the snake's rounds, the ring's phases and the turns over items).
-    const struct { int groups; bool overlap; int producer; bool pingpong, swizzle, tma; const char* what; int blocks = 0; } variants[] = {
+    // shared memory), copied by TMA too. (Persistent: check_flash_persistent.)
+    const struct { int groups; bool overlap; int producer; bool pingpong, swizzle, tma; const char* what; } variants[] = {
         {2, false, 0, false, false, false, "each product waited for"}, {1, true, 0, false, false, false, "1 warpgroup a block"},
         {2, true, 2, false, false, false, "the forward with a producer warpgroup, 2 slots"},
         {2, true, 3, false, false, false, "the forward with a producer warpgroup, 3 slots"},
@@ -627,59 +626,52 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
         {2, true, 2, true, true, false, "the forward with a producer warpgroup, 2 slots, ping-pong, swizzled tiles"},
         {2, true, 3, false, true, false, "the forward with a producer warpgroup, 3 slots, swizzled tiles"},
         {2, true, 2, false, true, true, "the forward with a producer warpgroup, 2 slots, swizzled tiles by TMA"},
-        {2, true, 3, true, true, true, "the forward with a producer warpgroup, 3 slots, ping-pong, swizzled tiles by TMA"},
-        {2, true, 2, true, true, true, "the forward with a producer warpgroup, 2 slots, ping-pong, swizzled tiles by TMA, 3 persistent blocks", 3},
-        {2, true, 3, false, false, false, "the forward with a producer warpgroup, 3 slots, 5 persistent blocks", 5},
-        {2, true, 2, true, true, false, "the forward with a producer warpgroup, 2 slots, ping-pong, swizzled tiles, 4 persistent blocks", 4}};
+        {2, true, 3, true, true, true, "the forward with a producer warpgroup, 3 slots, ping-pong, swizzled tiles by TMA"}};
     for (const auto& v : variants) {
         gpu.kernels.flash_wgmma_groups = v.groups; gpu.kernels.flash_wgmma_overlap = v.overlap;
         gpu.kernels.flash_forward_producer = v.producer; gpu.kernels.flash_forward_pingpong = v.pingpong;
         gpu.kernels.flash_swizzle = v.swizzle; gpu.kernels.flash_tma = v.tma;
-        gpu.kernels.flash_forward_persistent = v.blocks > 0; gpu.kernels.flash_forward_blocks = v.blocks;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[256]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, %s vs 2 warpgroups overlapped", B, T, C,
                                  NH, NKV, v.what);
         compare_bits(name, want, got);
     }
     // 3 computing warpgroups and a producer (head size 64: 192 query rows a block): each row's
-    // products as in 2 warpgroups, so the same bits; 2 or 3 slots, TMA too, persistent too.
-    const struct { int slots; bool tma; const char* what; int blocks = 0; } three[] = {
-        {2, false, "2 slots"}, {3, false, "3 slots"}, {2, true, "2 slots, swizzled tiles by TMA"}, {2, true, "2 slots, swizzled tiles by TMA, 3 persistent blocks", 3}};
+    // products as in 2 warpgroups, so the same bits; 2 or 3 slots, TMA too.
+    const struct { int slots; bool tma; const char* what; } three[] = {{2, false, "2 slots"}, {3, false, "3 slots"},
+                                                                         {2, true, "2 slots, swizzled tiles by TMA"}};
     for (const auto& v : three) {
         if (C / NH != 64) break;
         gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true; gpu.kernels.flash_forward_pingpong = false;
         gpu.kernels.flash_forward_producer = v.slots; gpu.kernels.flash_forward_groups = 3; gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = v.tma;
-        gpu.kernels.flash_forward_persistent = v.blocks > 0; gpu.kernels.flash_forward_blocks = v.blocks;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[256]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, the forward with 3 computing warpgroups, %s, vs 2 warpgroups overlapped",
                                  B, T, C, NH, NKV, v.what);
         compare_bits(name, want, got);
     }
-    gpu.kernels.flash_forward_groups = 2; gpu.kernels.flash_forward_persistent = false;
+    gpu.kernels.flash_forward_groups = 2;
     // Key tiles of 128: the producer and ping-pong change only who copies and when each warpgroup
     // issues, and swizzled tiles only where the values sit, so each gives the plain forward's bits.
     gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true; gpu.kernels.flash_forward_keys = 128;
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_pingpong = false;
     gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
-    const struct { int producer; bool pingpong, swizzle, tma; const char* what; int blocks = 0, groups = 2; } wide[] = {
+    const struct { int producer; bool pingpong, swizzle, tma; const char* what; int groups = 2; } wide[] = {
         {2, false, false, false, "a producer"}, {2, true, false, false, "a producer and ping-pong"}, {0, false, true, false, "swizzled tiles"},
         {2, true, true, false, "a producer, ping-pong and swizzled tiles"}, {2, true, true, true, "a producer, ping-pong and swizzled tiles by TMA"},
-        {2, true, true, true, "a producer, ping-pong and swizzled tiles by TMA, 3 persistent blocks", 3},
-        {2, false, true, true, "3 computing warpgroups (Q read from shared memory), swizzled tiles by TMA", 0, 3},
-        {2, false, true, true, "3 computing warpgroups (Q read from shared memory), swizzled tiles by TMA, 3 persistent blocks", 3, 3}};
+        {2, false, true, true, "3 computing warpgroups (Q read from shared memory), swizzled tiles by TMA", 3}};
     for (const auto& v : wide) {
         if (v.groups == 3 && C / NH != 64) break;
         gpu.kernels.flash_forward_groups = v.groups;
         gpu.kernels.flash_forward_producer = v.producer; gpu.kernels.flash_forward_pingpong = v.pingpong; gpu.kernels.flash_swizzle = v.swizzle;
-        gpu.kernels.flash_tma = v.tma; gpu.kernels.flash_forward_persistent = v.blocks > 0; gpu.kernels.flash_forward_blocks = v.blocks;
+        gpu.kernels.flash_tma = v.tma;
         attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
         char name[256]; snprintf(name, sizeof(name), "bf16 wgmma attention B=%d T=%d C=%d NH=%d NKV=%d, key tiles of 128: %s vs none", B, T,
                                  C, NH, NKV, v.what);
         compare_bits(name, want, got);
     }
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_keys = 64; gpu.kernels.flash_forward_pingpong = false;
-    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = gpu.kernels.flash_forward_persistent = false; gpu.kernels.flash_forward_groups = 2;
+    gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false; gpu.kernels.flash_forward_groups = 2;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, want);  // (the 2 warpgroups' bits again, for the note below)
     // Not a check, a fact for the log: whether the wgmma kernels give the mma.sync kernels' bits.
     // The two add the same products in the same order (16 at a time: keys, queries or head
@@ -698,6 +690,41 @@ static void check_flash_wgmma(int B, int T, int C, int NH, int NKV) {
     gpu.kernels.flash_wgmma = false; gpu.kernels.flash_wgmma_groups = 2; gpu.kernels.flash_wgmma_overlap = true;
     gpu.kernels.flash_forward_producer = 0; gpu.kernels.flash_forward_pingpong = false; gpu.kernels.flash_forward_keys = 64;
     gpu.kernels.flash_swizzle = gpu.kernels.flash_tma = false;
+}
+
+// The persistent producer forward (--flash-forward-persistent; v32-v34, v36): 3 to 5 blocks, each
+// running several blocks of query rows in turn (the snake's rounds, the ring's phases and the
+// turns over items), bit-identical to the forward with a block an item of the same key tiles.
+// A group of its own (persistent): on a GPU a hang there costs only these versions.
+static void check_flash_persistent(int B, int T, int C, int NH, int NKV) {
+    if (!gpu_has_wgmma()) { printf("# skip: persistent attention B=%d T=%d C=%d NH=%d: not a compute capability 9.0 GPU\n", B, T, C, NH); return; }
+    struct Case { int keys, groups, slots; bool pingpong, swizzle, tma; int blocks; const char* what; };
+    const Case cases[] = {
+        {64, 2, 2, true, true, true, 3, "2 slots, ping-pong, swizzled tiles by TMA (v32)"},
+        {64, 2, 3, false, false, false, 5, "3 slots"},
+        {64, 2, 2, true, true, false, 4, "2 slots, ping-pong, swizzled tiles"},
+        {64, 3, 2, false, true, true, 3, "3 computing warpgroups, swizzled tiles by TMA (v33)"},
+        {128, 2, 2, true, true, true, 3, "128 keys a tile, ping-pong, swizzled tiles by TMA (v34)"},
+        {128, 3, 2, false, true, true, 3, "3 computing warpgroups, 128 keys a tile, Q read from shared memory, by TMA (v36)"}};
+    auto qkv = randn<bf16>((size_t)B * T * QKVLayout(C, NH, NKV).row()), dout = randn<bf16>((size_t)B * T * C);
+    std::vector<float> want[3], got[3];
+    KernelOptions& k = gpu.kernels;
+    k.flash_wgmma = true; k.flash_wgmma_groups = 2; k.flash_wgmma_overlap = true;
+    for (const Case& c : cases) {
+        if (c.groups == 3 && C / NH != 64) continue;
+        k.flash_forward_keys = c.keys;  // the forward with a block an item and these key tiles
+        k.flash_forward_producer = 0; k.flash_forward_groups = 2; k.flash_forward_pingpong = k.flash_swizzle = k.flash_tma = k.flash_forward_persistent = false;
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, want);
+        k.flash_forward_producer = c.slots; k.flash_forward_groups = c.groups; k.flash_forward_pingpong = c.pingpong;
+        k.flash_swizzle = c.swizzle; k.flash_tma = c.tma; k.flash_forward_persistent = true; k.flash_forward_blocks = c.blocks;
+        attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
+        char name[256];
+        snprintf(name, sizeof(name), "bf16 persistent attention B=%d T=%d C=%d NH=%d NKV=%d, %d persistent blocks, %s, vs a block an item", B, T, C, NH, NKV,
+                 c.blocks, c.what);
+        compare_bits(name, want, got);
+    }
+    k.flash_wgmma = false; k.flash_forward_keys = 64; k.flash_forward_producer = 0; k.flash_forward_groups = 2;
+    k.flash_forward_pingpong = k.flash_swizzle = k.flash_tma = k.flash_forward_persistent = false; k.flash_forward_blocks = 0;
 }
 
 // The fused backward's grid on a GPU of 132 SMs (an H100 or H200, and the emulator's): the heads
@@ -1410,18 +1437,19 @@ template <class X> static void check_all() {
     check_adamw_norm<X>(1000004);  // (4 elements a thread; the decay runs start and end inside a thread's 4)
 }
 
-// usage: gpucheck_ops [all | ops | wgmma]: every check (the default), or the two groups apart —
-// ops, the kernels the trainer runs by default; wgmma, the Hopper flash attention behind
-// --flash-wgmma 1 (test/gpucheck.sh runs them as two parts, so that a fault there leaves the
+// usage: gpucheck_ops [all | ops | wgmma | chain | persistent]: every check (the default), or
+// the groups apart — ops, the kernels the trainer runs by default; wgmma, the Hopper flash
+// attention behind --flash-wgmma 1; chain and persistent, its layouts whose blocks wait for
+// others or loop (test/gpucheck.sh runs them as parts, so that a fault there leaves the
 // default path's result whole and names itself).
 int main(int argc, char** argv) {
     const std::string group = argc > 1 ? argv[1] : "all";
-    const char* groups[] = {"all", "ops", "fp32", "bf16", "fp16", "flash", "fp8", "wgmma", "chain"};
+    const char* groups[] = {"all", "ops", "fp32", "bf16", "fp16", "flash", "fp8", "wgmma", "chain", "persistent"};
     if (std::find(std::begin(groups), std::end(groups), group) == std::end(groups)) {
-        fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops, or one of ops' fp32 bf16 fp16 flash fp8, or wgmma, chain)\n", group.c_str());
+        fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops, or one of ops' fp32 bf16 fp16 flash fp8, or wgmma, chain, persistent)\n", group.c_str());
         return 2;
     }
-    auto in = [&](const char* g) { return group == "all" || group == g || (group == "ops" && strcmp(g, "wgmma") && strcmp(g, "chain")); };
+    auto in = [&](const char* g) { return group == "all" || group == g || (group == "ops" && strcmp(g, "wgmma") && strcmp(g, "chain") && strcmp(g, "persistent")); };
     const std::string why = cuda_unusable_reason(0);
     if (!why.empty()) { printf("not ok - gpucheck_ops: %s\n", why.c_str()); return 1; }
     cuda_ctx_init(&gpu, 0);
@@ -1459,6 +1487,12 @@ int main(int argc, char** argv) {
         check_flash_chain(2, 520, 256, 4, 2);    // grouped-query; 5 key blocks
         check_flash_chain(1, 300, 512, 4, 4);    // head size 128: 3 key blocks, the last short
         check_flash_chain(1, 400, 512, 4, 2);    // head size 128, grouped-query; 4 key blocks
+    }
+    if (in("persistent")) {  // --flash-forward-persistent
+        check_flash_persistent(2, 100, 768, 12, 12);  // 24 items, one block of rows a head
+        check_flash_persistent(1, 300, 256, 4, 4);    // 3 blocks of 128 rows a head, the last short
+        check_flash_persistent(1, 200, 512, 4, 4);    // head size 128
+        check_flash_persistent(2, 520, 256, 4, 2);    // grouped-query; 5 blocks of 128 rows, 3 of 192
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

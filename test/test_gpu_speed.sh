@@ -11,8 +11,9 @@
 #     by the last split or chained key blocks: those versions left out, and the auto of that pass
 #     (or the chained run) dropped from the extra runs
 #   - both passes' failures: neither auto, and no empty run left
-#   - a failure of the plain kernels, or a hang: every opt-in version (v11-v31) left out, and
-#     every run with a --flash- flag dropped; a hang of the chained backward's check: v31 alone
+#   - a failure of the plain kernels, or a hang: every opt-in version (v11-v36) left out, and
+#     every run with a --flash- flag dropped; a hang of the chained backward's check: v31 alone;
+#     a failure or hang of the persistent forward's check: v32-v34, v36 and the forward's auto
 # usage: test/test_gpu_speed.sh     Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -22,11 +23,16 @@ cp dev/gpu_speed.sh "$tmp/tree/dev/"
 printf '#!/bin/sh\necho "Stand-in GPU"\n' >"$tmp/bin/nvidia-smi"
 printf '#!/bin/sh\nexit 0\n' >"$tmp/tree/dev/gpu_session.sh"
 printf '#!/bin/sh\nexit 0\n' >"$tmp/tree/train_gpt"
-# the stand-in check of group $1 (wgmma or chain): the lines of $STANDIN_CHECKS that are its own
-# (chain: those that name chained key blocks), then its summary; STANDIN_HANG=GROUP: exit 124
+# the stand-in check of group $1 (wgmma, chain or persistent): the lines of $STANDIN_CHECKS that
+# are its own (chain: those that name chained key blocks; persistent: persistent blocks), then its
+# summary; STANDIN_HANG=GROUP: exit 124
 cat >"$tmp/tree/build/gpucheck_ops" <<'EOF'
 #!/bin/sh
-if [ "$1" = chain ]; then lines=$(printf '%s\n' "$STANDIN_CHECKS" | grep "chained"); else lines=$(printf '%s\n' "$STANDIN_CHECKS" | grep -v "chained"); fi
+case "$1" in
+    chain) lines=$(printf '%s\n' "$STANDIN_CHECKS" | grep "chained") ;;
+    persistent) lines=$(printf '%s\n' "$STANDIN_CHECKS" | grep "persistent blocks") ;;
+    *) lines=$(printf '%s\n' "$STANDIN_CHECKS" | grep -v -e "chained" -e "persistent blocks") ;;
+esac
 printf '%s\n' "$lines"
 [ "${STANDIN_HANG:-}" = "$1" ] && exit 124
 n=$(printf '%s\n' "$lines" | grep -c "^not ok")
@@ -62,9 +68,9 @@ check pingpong "$got" "13,14,16,19,20,21,22,32,34|--flash-backward-producer auto
 got=$(speed groups "not ok 6 - bf16 forward B=2 T=256 (flash, wgmma, a producer warpgroup and 3 computing warpgroups in the forward)")
 check groups "$got" "28,29,33,35,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain" \
     "a failure of 3 computing warpgroups: v28, v29, v33, v35, v36 left out, and the forward's auto dropped"
-got=$(speed persistent "not ok 11 - bf16 wgmma attention B=2 T=100 C=768 NH=12 NKV=12, the forward with a producer warpgroup, 3 slots, 5 persistent blocks vs 2 warpgroups overlapped forward")
+got=$(speed persistent "not ok 11 - bf16 persistent attention B=2 T=100 C=768 NH=12 NKV=12, 5 persistent blocks, 3 slots, vs a block an item forward")
 check persistent "$got" "32,33,34,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain" \
-    "a failure of persistent blocks: v32-v34, v36 left out (not the other producer versions), and the forward's auto dropped"
+    "a failure of the persistent forward's check: v32-v34, v36 left out (not the other producer versions), and the forward's auto dropped"
 got=$(speed backward "not ok 7 - bf16 fused backward B=2 T=256, a producer warpgroup in the backward")
 check backward "$got" "23,24,25,26|--flash-forward-producer auto;--bias-grad epilogue;--flash-backward chain" \
     "a failure of the backward's producer: v23-v26 left out, and the backward's auto dropped"
@@ -86,3 +92,6 @@ got=$(speed hang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=wgmma)
 check hang "$got" "$all|--bias-grad epilogue" "a hang (exit 124): the same"
 got=$(speed chainhang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=chain)
 check chainhang "$got" "31|$autos;--bias-grad epilogue" "a hang of the chained backward's check (its own process): v31 and its run alone left out"
+got=$(speed persistenthang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=persistent)
+check persistenthang "$got" "32,33,34,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain" \
+    "a hang of the persistent forward's check (its own process): v32-v34, v36 and the forward's auto alone left out"
