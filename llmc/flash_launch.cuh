@@ -6,7 +6,7 @@ attention.cuh's ops call flash_forward and flash_backward here. Their kernels: f
 Not a header on its own: attention.cuh includes it in its CUDA part.
 
   forward:   mma.sync (16 or 32 rows a warp)  |  wgmma: plain, or a producer warpgroup with
-             ping-pong, swizzled tiles, TMA, 3 computing warpgroups (FLASH_FORWARD_LAYOUTS)
+             ping-pong, swizzled tiles, TMA, 3 computing warpgroups, a block an SM (FLASH_FORWARD_LAYOUTS)
   backward:  two passes (dQ; dK and dV)  |  on 9.0, one fused pass (FusedGrid: which heads split),
              then the sum of the splits' dQ (FLASH_BACKWARD_LAYOUTS: producer, TMA, v30); or
              chained (--flash-backward chain: a block per key block, one dQ sum added in turn)
