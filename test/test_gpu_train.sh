@@ -106,7 +106,8 @@ GPU_FLAGS="--flash-wgmma 1 --flash-backward split" ONCE=1 gpu_vs_cpu bf16 2e-2
 # producer kernel ran. There the fused backward has one split, so it writes dQ itself: the
 # emulator counts no launch of the sum kernel.
 # "auto": --flash-forward-producer auto --flash-backward-producer auto at LLMC_FLASH_TUNE_BLOCKS=1
-# time every layout at the first launch and keep one: bit-identical too, each trial printed once
+# (3 SMs, so the persistent layouts loop) time every layout at the first launch and keep one:
+# bit-identical too, each trial printed once
 # with a time for every layout (all compute the same bits). "splits": at T = 512 and B = 1 the
 # fused backward has 2 splits, so the backward's auto also times the 5 layouts in which the last
 # split sums dQ (v30): 10 times, and the same training as without the auto.
@@ -125,7 +126,7 @@ flash_forward_producer() {
         [[ $s == *s ]] && extra+=(--flash-forward-persistent 1)
         [[ $s == b* ]] && extra=(--flash-backward-producer ${s#b}) kernel=flash_backward_fused_wgmma_producer_kernel
         [[ $s == auto ]] && extra=(--flash-forward-producer auto --flash-backward-producer auto)
-        SIMT_SM_COUNT=$([[ $s == 2s ]] && echo 3 || echo 132) LLMC_FLASH_TUNE_BLOCKS=$([[ $s == auto ]] && echo 1 || echo 256) SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
+        SIMT_SM_COUNT=$([[ $s == 2s || $s == auto ]] && echo 3 || echo 132) LLMC_FLASH_TUNE_BLOCKS=$([[ $s == auto ]] && echo 1 || echo 256) SIMT_COUNT_LAUNCHES=$kernel "$BIN" "${flags[@]}" "${extra[@]}" --log-file "$tmp/$s.jsonl" \
             >"$tmp/$s.out" 2>&1 || tail -3 "$tmp/$s.out" | sed 's/^/# /'
     done
     local long=(--batch-size 1 --seq-len 512 --steps 2)  # (2 splits)
