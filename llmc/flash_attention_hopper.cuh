@@ -18,7 +18,7 @@ The kernels (a _producer_kernel: with a producer warpgroup that copies the tiles
 
 Tests: test/gpucheck_ops.cu (part wgmma: products bit for bit, kernels against the CPU op),
 test/test_ptxas.sh (no spills, no wgmma serialized), dev/cuda/attention.cu (v7-v9, v11-v22, v28,
-v29, v32-v34). More: docs/kernels.md ("The wgmma kernels").
+v29, v32-v36). More: docs/kernels.md ("The wgmma kernels").
 */
 #pragma once
 
@@ -343,18 +343,9 @@ template <int D, int N = 64, bool SW = false, class H> __device__ inline void wg
     #pragma unroll
     for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16<H, N, false>(&c[0][0], a[kc], b + Desc::k_step(kc), kc > 0);
 }
-// The same with A a 64-row tile in shared memory (K-major like M, both in the layout SW names):
-// the dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K and V would otherwise hold D/4 registers a thread each).
-template <int D, bool SW = false, class H> __device__ inline void wgmma_issue_ss(float (*c)[4], const H* a_tile, const H* tile) {
-    wgmma_fence();
-    using Desc = TileDesc<D, 64, SW>;
-    const uint64_t a = Desc::k_major(a_tile), b = Desc::k_major(tile);
-    #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16_ss<H, 64, false>(&c[0][0], a + Desc::k_step(kc), b + Desc::k_step(kc), kc > 0);
-}
-// The same with A the warpgroup's 64 rows from row a_row0 of an A_ROWS-row tile in shared memory
-// (K-major, the layout SW names) and M an N-row tile: the producer forward's S = Q·Kᵀ with Q read
-// by the tensor cores from its slot (no registers for Q).
+// The same with A 64 rows from row a_row0 of an A_ROWS-row tile in shared memory (K-major like
+// M, both in the layout SW names): the producer forward's S = Q·Kᵀ with Q read by the tensor cores
+// from its slot (no registers for Q).
 template <int D, int N, int A_ROWS, bool SW, class H> __device__ inline void wgmma_issue_tile_amt(float (*c)[4], const H* a_tile, int a_row0, const H* tile) {
     wgmma_fence();
     using ADesc = TileDesc<D, A_ROWS, SW>;
@@ -362,6 +353,11 @@ template <int D, int N, int A_ROWS, bool SW, class H> __device__ inline void wgm
     const uint64_t a = ADesc::k_major(a_tile + (SW ? a_row0 * 64 : a_row0 * D)), b = Desc::k_major(tile);
     #pragma unroll
     for (int kc = 0; kc < D / 16; kc++) wgmma_m64k16_ss<H, N, false>(&c[0][0], a + ADesc::k_step(kc), b + Desc::k_step(kc), kc > 0);
+}
+// The same with A a 64-row tile and M a 64-row tile: the dK/dV pass's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ
+// (K and V would otherwise hold D/4 registers a thread each).
+template <int D, bool SW = false, class H> __device__ inline void wgmma_issue_ss(float (*c)[4], const H* a_tile, const H* tile) {
+    wgmma_issue_tile_amt<D, 64, 64, SW>(c, a_tile, 0, tile);
 }
 // acc (64 × D) += P·M: P this warp's 16 rows × K as K/16 A fragments (P, dS or their
 // transposes: c_to_a_16xk), M a K-row tile (64 or 128) read as MN-major B (V, K, dO or Q).
@@ -469,12 +465,14 @@ template <class H, int D, int BN = 64, bool SW = false, int Q_ROWS = 0> struct F
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[BN / 8][4], corr[2];
     float sl2;
     int row0;
+    // Q loaded from rows row0_.. of q (row stride ld; rows past T are zeros)
     __device__ ForwardRows(const H* q, size_t ld, int row0_, int T) : sl2(rsqrtf((float)D) * LOG2E), row0(row0_) {
         for (int kc = 0; kc < D / 16; kc++) load_a_rows(qf[kc], q, ld, row0, T, kc * 16);
-        for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+        zero_o();
     }
-    // The same with Q not loaded yet (the producer forward loads it from shared memory: load_a_tile)
-    __device__ explicit ForwardRows(int row0_) : sl2(rsqrtf((float)D) * LOG2E), row0(row0_) {
+    // Q not loaded yet (the producer forward loads it from shared memory: load_a_tile)
+    __device__ explicit ForwardRows(int row0_) : sl2(rsqrtf((float)D) * LOG2E), row0(row0_) { zero_o(); }
+    __device__ void zero_o() {
         for (int dt = 0; dt < D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
     }
     template <class KTile, class VTile, class Turns = PingPong<false>>

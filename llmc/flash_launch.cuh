@@ -224,7 +224,7 @@ inline void flash_forward_producer(const Ctx& ctx, floatX* out, float* lse, cons
     const KernelOptions& k = ctx.kernels;
     const bool three = k.flash_forward_producer == 3, pingpong = k.flash_forward_pingpong, wide = k.flash_forward_keys == 128;
     if (wide && three) fatal("flash attention: key tiles of 128 in the producer forward need 2 slots (flash_forward_producer = 2)");
-    if (k.flash_forward_groups == 3) {  // 192 query rows a block, 160 registers a thread: 64 keys a tile (128 spill)
+    if (k.flash_forward_groups == 3) {  // 192 query rows a block, 160 registers a thread: 64 keys a tile, 128 only with Q read from shared memory
         if (HS != 64 || pingpong || (wide && (!TMA || three)))
             fatal("flash attention: 3 computing warpgroups in the forward need head size 64 and no ping-pong; with key tiles of 128, 2 slots by TMA");
         if constexpr (TMA)  // (Q read from its slot by the tensor cores: 160 registers hold 128 keys; by cp.async the producer spills)

@@ -46,7 +46,7 @@ struct KernelOptions {
     int flash_forward_producer = 0;    // 2 or 3: the wgmma forward with a producer warpgroup and that many slots (2 others)
     bool flash_forward_producer_auto = false;  // --flash-forward-producer auto: the wgmma forward's layouts of its bits timed once, the fastest kept
     bool flash_forward_pingpong = false;  // with a producer: its two computing warpgroups take turns to issue products
-    int flash_forward_groups = 2;      // with a producer: its computing warpgroups, 2, or 3 at head size 64 with key tiles of 64 (192 query rows a block)
+    int flash_forward_groups = 2;      // with a producer: its computing warpgroups, 2, or 3 at head size 64 (192 query rows a block; key tiles of 128 by TMA only)
     int flash_forward_keys = 64;       // the wgmma forward's key tiles: 64 or 128 (2 warpgroups; a producer: 2 slots)
     bool flash_forward_persistent = false;  // with a producer: a block an SM, each running several query blocks
     int flash_forward_blocks = 0;      // the persistent grid's blocks (0: one an SM; tests)
