@@ -4,13 +4,14 @@
 # baseline (bench_vs_llmc.sh), attention against SDPA's cuDNN and flash backends
 # (bench_vs_torch.sh, attention alone), then gpucheck's flash ops and GPU training.
 #   dev/gpu_speed.sh OUTDIR       (binaries from .prebuilt/, packages from .debs/: dev/gpu_session.sh)
-#   SPEED_STEPS=wgmma,llmc,...    the steps to run (default all: wgmma ab llmc attention classifier biasgrad layernorm
+#   SPEED_STEPS=wgmma,llmc,...    the steps to run (default all: wgmma ab llmc attention classifier biasgrad matmul layernorm
 #                                 fp8 flash bf16 train;
 #                                 ab: our attention against .baseline/dev_attention, bench_attention_ab.sh;
 #                                 classifier: dev/cuda/classifier.cu's versions, old (v5) and new;
 #                                 biasgrad: dbias's column sums, kernels against cuBLASLt's epilogue
 #                                 (dev/cuda/matmul.cu's dbias part at 124M's rows; the fp8 step has 1558M's);
 #                                 layernorm: dev/cuda/layernorm.cu's versions (v5: the prefetch);
+#                                 matmul: our GEMM's forward products against cuBLASLt's (dev/cuda/matmul.cu v7, v1);
 #                                 fp8: gpucheck's FP8 ops, dev/cuda/matmul.cu at 1558M's layers (bf16 and
 #                                 FP8 products each, and dbias), then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
@@ -42,14 +43,15 @@ step() {  # step NAME LIMIT COMMAND...: its output into $log-NAME.txt, copied to
 bash dev/gpu_session.sh setup "$out" >/dev/null 2>&1
 [ -x train_gpt ] && [ -x build/gpucheck_ops ] || { echo "gpu_speed: no binaries (the .prebuilt/ manifest did not match?)"; cat dev/gpu_results/*-session.txt; exit 2; }
 [ -d .debs ] && source scripts/offline_debs.sh use .debs
-want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,layernorm,fp8,flash,bf16,train},"
+want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,matmul,layernorm,fp8,flash,bf16,train},"
 [[ $want == *,wgmma,* ]] && step wgmma 90 build/gpucheck_ops wgmma
 [[ $want == *,wgmma,* ]] && step chain 45 build/gpucheck_ops chain  # (its blocks wait for blocks: a hang costs only v31)
 [[ $want == *,wgmma,* ]] && step persistent 45 build/gpucheck_ops persistent  # (its blocks loop over items: a hang costs only v32-v34, v36)
+[[ $want == *,wgmma,* ]] && step gemm 45 build/gpucheck_ops gemm  # (our GEMM, --matmul-wgmma: a hang costs only its runs)
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 # (the llmc step's runs of ours beside the default: bench_vs_llmc.sh's OURS_ALSO, apart by ';')
 # (auto: every layout of the forward and of the fused backward timed at the first step, the fastest kept and named)
-also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain"}
+also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1"}
 # Failures that name only ping-pong, swizzled tiles, TMA, the backward's producer, the fused
 # backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29) or dQ
 # summed by the last split (v30) leave out those versions, and the auto of the pass they belong
@@ -86,6 +88,11 @@ if [ -f "$log-chain.txt" ] && ! grep -q "^# gpucheck_ops chain: [0-9]* passed, 0
     [[ ,${DEV_ATTENTION_SKIP:-}, == *,31,* ]] || export DEV_ATTENTION_SKIP=${DEV_ATTENTION_SKIP:+$DEV_ATTENTION_SKIP,}31
     echo "gpu_speed: the chained backward's check did not pass: v31 left out"
 fi
+gemm_ok=1
+if [ -f "$log-gemm.txt" ] && ! grep -q "^# gpucheck_ops gemm: [0-9]* passed, 0 failed" "$log-gemm.txt"; then
+    also=${also//--matmul-wgmma 1/} gemm_ok=0
+    echo "gpu_speed: our GEMM's check did not pass: its runs left out"
+fi
 also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
 echo "gpu_speed: ours also: '${also}'"
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
@@ -99,6 +106,8 @@ echo "gpu_speed: ours also: '${also}'"
      grep -e 'by its splits' -e 'fused / split' -e 'chained / fused' | sed 's/^ */GPT-2 1558M B=16: /'"
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
 [[ $want == *,biasgrad,* ]] && step biasgrad 60 build/dev_matmul 65536 768 0
+# (our GEMM's forward products against cuBLASLt's, v7 against v1, at 124M's B = 64)
+[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7 step matmul 90 build/dev_matmul 65536 768 50304 64
 [[ $want == *,layernorm,* ]] && step layernorm 60 bash -c "build/dev_layernorm 65536 768 && build/dev_layernorm 16384 1600"
 llama_also="--flash-backward fused128"  # (and chained at head size 128, where its check passed)
 [[ $also == *"--flash-backward chain"* ]] && llama_also+=";--flash-backward chain"

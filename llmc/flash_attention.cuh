@@ -42,9 +42,6 @@ template <class H> __device__ inline void mma_16816(float* c, const uint32_t* a,
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
-template <class H> __device__ inline uint32_t pack2(float lo, float hi) {  // two floats → an H pair, lo in the low half
-    return (uint32_t)from_f<H>(lo).bits | ((uint32_t)from_f<H>(hi).bits << 16);
-}
 template <class H> __device__ inline uint32_t pack_raw(H lo, H hi) { return (uint32_t)lo.bits | ((uint32_t)hi.bits << 16); }
 template <class H> __device__ inline uint32_t ld32(const H* p) { return *reinterpret_cast<const uint32_t*>(p); }
 // the A fragment of k-chunk kc from the C fragments of n-tiles 2kc and 2kc+1
@@ -217,8 +214,6 @@ __device__ inline void online_softmax_tile(float (*s)[4], float (*o)[4], float* 
     rescale_rows<D>(o, corr);
 }
 // two adjacent outputs: an H pair (one 32-bit store), or two floats (ring attention's fp32 sums)
-template <class H> __device__ inline void store_pair(H* p, float lo, float hi) { *reinterpret_cast<uint32_t*>(p) = pack2<H>(lo, hi); }
-__device__ inline void store_pair(float* p, float lo, float hi) { p[0] = lo; p[1] = hi; }
 // The forward's end for a warp's 16 query rows (those below n; T rows a sequence): each row's
 // sum over its 4 threads, out = o / l, lse = (m + log2 l)·ln 2. out: H, or fp32 (ring blocks).
 template <int D, class O> __device__ inline void forward_store_rows(O* out, float* lse, float (*o)[4], float* m, float* l, int row0,

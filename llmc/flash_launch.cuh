@@ -37,16 +37,6 @@ bits), test/test_gpu_train.sh (the autos inside training, a layout that hangs). 
 // on a compute capability 9.0 GPU (flash_wgmma, flash_wgmma_groups warpgroups of 64 rows a block;
 // elsewhere ignored), each wgmma waited for at once (flash_wgmma_overlap = false: the same bits;
 // where they differ, the software pipeline is wrong).
-inline bool gpu_has_wgmma() {  // sm_90a's code runs here (the emulator emulates it)
-    static const bool yes = [] {
-        int dev = 0, major = 0, minor = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        return major == 9 && minor == 0;
-    }();
-    return yes;
-}
 // --flash-rows auto (flash_rows_auto, the trainer's default): at head size 64, each pass's first
 // launch of at least flash_tune_blocks blocks (a training step's, at any real size) is timed with 16 and with 32
 // rows a warp, and the faster is kept for the rest of the run. The two give the same bits

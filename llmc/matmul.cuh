@@ -146,6 +146,7 @@ inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const floa
 #ifdef LLMC_CUDA
 #include <map>
 #include <tuple>
+#include "matmul_hopper.cuh"
 
 // The largest power of two (≤ 256) that divides the address. (It stopped at 4, which promised
 // cuBLASLt 4 bytes for a 16-bit matrix at an odd element: a layer's weights in a model of odd
@@ -524,12 +525,14 @@ template <class floatX> inline bool gelu_fusable(const Ctx& ctx, int rows, const
 
 template <class floatX>
 inline void matmul_forward_cuda(const Ctx& ctx, floatX* out, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC) {
+    if (ctx.kernels.matmul_wgmma && matmul_wgmma_forward(ctx, out, (floatX*)nullptr, inp, W, bias, N, C, OC)) return;
     cublaslt_gemm<floatX>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
 }
 template <class floatX>
 inline void matmul_backward_cuda(const Ctx& ctx, floatX* dinp, floatX* dW, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* W,
                                  int N, int C, int OC) {
-    if (dinp) cublaslt_gemm<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
+    if (dinp && !(ctx.kernels.matmul_wgmma && matmul_wgmma_dinp(ctx, dinp, (const floatX*)nullptr, dout, W, N, C, OC)))
+        cublaslt_gemm<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
     if (dbias && ctx.kernels.bias_grad == BiasGrad::Epilogue) {  // dW and dbias's column sums in one product
         static Buf<floatX> sums_buf;
         floatX* sums = gpu_scratch(sums_buf, ctx, (size_t)OC);
@@ -729,6 +732,7 @@ inline void matmul_forward(const Ctx& ctx, floatX* out, const floatX* inp, const
     OpScope prof(ctx, 2.0 * N * C * OC, 0, "matmul%s forward %d->%d", gelu_pre ? "+gelu" : "", C, OC);
     if (gelu_pre) {
 #ifdef LLMC_CUDA
+        if (ctx.device == Device::CUDA && ctx.kernels.matmul_wgmma && matmul_wgmma_forward(ctx, out, gelu_pre, inp, W, bias, N, C, OC)) return;
         if (ctx.device == Device::CUDA && gelu_fusable(ctx, OC, gelu_pre, out, bias)) {
             cublaslt_gemm<floatX>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f, GeluEpi::Forward, gelu_pre);
             return;
@@ -781,9 +785,9 @@ inline void matmul_backward(const Ctx& ctx, floatX* dinp, floatX* dW, NoDeduce<f
                  gelu_pre && dinp ? "+dgelu" : "", C, OC);
     if (gelu_pre && dinp) {
 #ifdef LLMC_CUDA
-        if (ctx.device == Device::CUDA && gelu_fusable(ctx, C, gelu_pre, dinp, (const floatX*)nullptr) &&
-            lt_matmul<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward,
-                         const_cast<floatX*>(gelu_pre))) {
+        if (ctx.device == Device::CUDA && ((ctx.kernels.matmul_wgmma && matmul_wgmma_dinp(ctx, dinp, gelu_pre, dout, W, N, C, OC)) ||
+            (gelu_fusable(ctx, C, gelu_pre, dinp, (const floatX*)nullptr) &&
+             lt_matmul<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward, const_cast<floatX*>(gelu_pre))))) {
             matmul_backward<floatX>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias
             return;
         }

@@ -6,7 +6,7 @@
 #                    as five processes: fp32, bf16, fp16, flash, fp8 (the quantize kernels, cvt
 #                    and cuBLASLt FP8 products), so a fatal error costs one of them);
 #                    the wgmma flash attention (--flash-wgmma 1) as part wgmma (the chained
-#                    backward and the persistent forward as processes of their own)
+#                    backward, the persistent forward and our GEMM as processes of their own)
 #   test_gpu_train   10 steps on the GPU vs the CPU run, fp32 (within 1e-4), bf16 and fp8
 #                    (2e-2): the loss falls, and two GPU runs are bit-identical
 #   test_train       resume bit-exactness, determinism (two GPU runs identical), learning
@@ -66,6 +66,7 @@ fi
 want wgmma && PART_LIMIT=${WGMMA_LIMIT:-180} part "gpucheck_ops wgmma" build/gpucheck_ops wgmma
 want wgmma && PART_LIMIT=60 part "gpucheck_ops chain" build/gpucheck_ops chain  # (blocks that wait for blocks: a hang costs only this)
 want wgmma && PART_LIMIT=60 part "gpucheck_ops persistent" build/gpucheck_ops persistent  # (blocks that loop over items: the same)
+want wgmma && PART_LIMIT=60 part "gpucheck_ops gemm" build/gpucheck_ops gemm  # (our GEMM, --matmul-wgmma: the same)
 want train && part "GPU vs CPU training (fp32, bf16, fp8)" bash test/test_gpu_train.sh "$BIN"
 want resume && part "test_train (cuda)" env DEVICE=cuda bash test/test_train.sh "$BIN"
 want pytorch && part "test_vs_pytorch (cuda)" env DEVICE=cuda "$PY" test/test_vs_pytorch.py "$BIN"

@@ -16,7 +16,8 @@ FP8's products are held to the CPU's emulation of them (1e-2); the wgmma product
 host product, exactly; the wgmma flash attention to the CPU, and bit for bit across its layouts.
 Why each bound is what it is: docs/verification.md ("The bounds").
 Prints "ok"/"not ok" lines and a summary. `gpucheck_ops ops` runs all but the Hopper checks,
-`gpucheck_ops wgmma` those but the chained backward's (`chain`); ops' groups one at a time: fp32,
+`gpucheck_ops wgmma` those but the chained backward's (`chain`), the persistent forward's
+(`persistent`) and our GEMM's (`gemm`); ops' groups one at a time: fp32,
 bf16, fp16 (every op in that dtype), flash (the half conversions and flash variants), fp8.
 test/gpucheck.sh runs each group as a process of its own, so that an error that stops one (a
 fatal CUDA or cuBLASLt error ends the process) costs only that group's checks.
@@ -274,6 +275,46 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
     gpu.kernels.bias_grad = BiasGrad::Warps;
     gpu.kernels.fp8_fast_accum = Fp8FastAccum::None;
     gpu.tuned->fp8_dequantize = false;
+}
+
+// Our GEMM on Hopper (--matmul-wgmma; matmul_hopper.cuh) against the CPU ops: the forward
+// out = x·Wᵀ + b (with GELU: pre and gelu(pre)) and the input gradient dinp = dout·W (with GELU:
+// through GELU's backward at the layer's pre-activation; W read as transposed B). blocks: so few
+// that each block runs several tiles and its ring of slots wraps across them. Shapes off the
+// tiles' multiples test the zeros TMA copies past the edges (rows, k) and the stores' bounds
+// (rows, columns). The kernel must run (the launch returns true): the CPU op is the only
+// reference. A group of its own (gemm).
+template <class X> static void check_matmul_wgmma(int N, int C, int OC, bool bias, bool gelu, int blocks) {
+    char name[160]; snprintf(name, sizeof(name), "%s matmul by our GEMM N=%d C=%d OC=%d%s%s, %d blocks", dtype_name<X>(), N, C, OC,
+                             bias ? " +bias" : "", gelu ? " +GELU" : "", blocks);
+    if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
+    auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC);
+    std::vector<X> out((size_t)N * OC), pre((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cb = vec_cast<X>(bv);
+    matmul_forward(cpu, out.data(), cx.data(), cW.data(), bias ? cb.data() : nullptr, N, C, OC, gelu ? pre.data() : nullptr);
+    Dev<X> gx(x), gW(W), gb(bv), gout(vec_widen(out), true), gpre(vec_widen(pre), true);
+    Ctx g = gpu;
+    g.kernels.matmul_wgmma_blocks = blocks;
+    const bool ran = matmul_wgmma_forward(g, gout.p(), gelu ? gpre.p() : nullptr, gx.p(), gW.p(), bias ? gb.p() : nullptr, N, C, OC);
+    printf("%s - %s: the kernel ran\n", ran ? "ok" : "not ok", name);
+    (ran ? n_pass : n_fail)++;
+    if (!ran) return;
+    compare(name, gelu ? "gelu(x·Wᵀ+b)" : "x·Wᵀ+b", vec_widen(out), gout.host(), bx<X>(1e-5));
+    if (gelu) compare(name, "pre-activation", vec_widen(pre), gpre.host(), bx<X>(1e-5));
+}
+template <class X> static void check_matmul_wgmma_dinp(int N, int C, int OC, bool gelu, int blocks) {
+    char name[160]; snprintf(name, sizeof(name), "%s dinp by our GEMM N=%d C=%d OC=%d%s, %d blocks", dtype_name<X>(), N, C, OC,
+                             gelu ? " through the GELU" : "", blocks);
+    if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
+    auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), dout = randn<X>((size_t)N * OC), pre_in = randn<X>((size_t)N * C);
+    std::vector<X> dx((size_t)N * C), dW((size_t)OC * C), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cdout = vec_cast<X>(dout), cpre = vec_cast<X>(pre_in);
+    matmul_backward(cpu, dx.data(), dW.data(), nullptr, cdout.data(), cx.data(), cW.data(), N, C, OC, gelu ? cpre.data() : nullptr);
+    Dev<X> gW(W), gdout(dout), gpre(pre_in), gdx(vec_widen(dx), true);
+    Ctx g = gpu;
+    g.kernels.matmul_wgmma_blocks = blocks;
+    const bool ran = matmul_wgmma_dinp(g, gdx.p(), gelu ? gpre.p() : nullptr, gdout.p(), gW.p(), N, C, OC);
+    printf("%s - %s: the kernel ran\n", ran ? "ok" : "not ok", name);
+    (ran ? n_pass : n_fail)++;
+    if (ran) compare(name, gelu ? "(dout·W)·gelu'(pre)" : "dout·W", vec_widen(dx), gdx.host(), bx<X>(1e-5));
 }
 
 // The MLP's matmul with its GELU (matmul.cuh): forward out = gelu(pre), pre = x·Wᵀ + b; backward
@@ -1437,19 +1478,19 @@ template <class X> static void check_all() {
     check_adamw_norm<X>(1000004);  // (4 elements a thread; the decay runs start and end inside a thread's 4)
 }
 
-// usage: gpucheck_ops [all | ops | wgmma | chain | persistent]: every check (the default), or
-// the groups apart — ops, the kernels the trainer runs by default; wgmma, the Hopper flash
+// usage: gpucheck_ops [all | ops | wgmma | chain | persistent | gemm]: every check (the default),
+// or the groups apart — ops, the kernels the trainer runs by default; wgmma, the Hopper flash
 // attention behind --flash-wgmma 1; chain and persistent, its layouts whose blocks wait for
-// others or loop (test/gpucheck.sh runs them as parts, so that a fault there leaves the
-// default path's result whole and names itself).
+// others or loop; gemm, our GEMM (--matmul-wgmma). test/gpucheck.sh runs them as parts, so that
+// a fault there leaves the default path's result whole and names itself.
 int main(int argc, char** argv) {
     const std::string group = argc > 1 ? argv[1] : "all";
-    const char* groups[] = {"all", "ops", "fp32", "bf16", "fp16", "flash", "fp8", "wgmma", "chain", "persistent"};
+    const char* groups[] = {"all", "ops", "fp32", "bf16", "fp16", "flash", "fp8", "wgmma", "chain", "persistent", "gemm"};
     if (std::find(std::begin(groups), std::end(groups), group) == std::end(groups)) {
-        fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops, or one of ops' fp32 bf16 fp16 flash fp8, or wgmma, chain, persistent)\n", group.c_str());
+        fprintf(stderr, "gpucheck_ops: unknown group '%s' (all, ops, or one of ops' fp32 bf16 fp16 flash fp8, or wgmma, chain, persistent, gemm)\n", group.c_str());
         return 2;
     }
-    auto in = [&](const char* g) { return group == "all" || group == g || (group == "ops" && strcmp(g, "wgmma") && strcmp(g, "chain") && strcmp(g, "persistent")); };
+    auto in = [&](const char* g) { return group == "all" || group == g || (group == "ops" && strcmp(g, "wgmma") && strcmp(g, "chain") && strcmp(g, "persistent") && strcmp(g, "gemm")); };
     const std::string why = cuda_unusable_reason(0);
     if (!why.empty()) { printf("not ok - gpucheck_ops: %s\n", why.c_str()); return 1; }
     cuda_ctx_init(&gpu, 0);
@@ -1493,6 +1534,17 @@ int main(int argc, char** argv) {
         check_flash_persistent(1, 300, 256, 4, 4);    // 3 blocks of 128 rows a head, the last short
         check_flash_persistent(1, 200, 512, 4, 4);    // head size 128
         check_flash_persistent(2, 520, 256, 4, 2);    // grouped-query; 5 blocks of 128 rows, 3 of 192
+    }
+    if (in("gemm")) {  // --matmul-wgmma
+        check_matmul_wgmma<bf16>(256, 128, 512, true, true, 3);    // 4 tiles on 3 blocks: block 0 runs two
+        check_matmul_wgmma<bf16>(128, 768, 256, true, false, 1);   // 12 k-slices: the ring of 4 slots wraps 3 times
+        check_matmul_wgmma<bf16>(200, 200, 264, true, true, 2);    // rows, k and columns off the tiles' multiples
+        check_matmul_wgmma<bf16>(64, 64, 512, false, false, 2);    // no bias (the LM head's)
+        check_matmul_wgmma<fp16>(130, 136, 256, true, true, 2);    // fp16
+        check_matmul_wgmma_dinp<bf16>(256, 512, 128, true, 3);     // 4 tiles on 3 blocks, through the GELU
+        check_matmul_wgmma_dinp<bf16>(128, 256, 768, false, 1);    // 12 k-slices: the ring wraps 3 times
+        check_matmul_wgmma_dinp<bf16>(200, 264, 200, true, 2);     // rows, k and columns off the tiles' multiples
+        check_matmul_wgmma_dinp<fp16>(130, 256, 136, true, 2);     // fp16
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

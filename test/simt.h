@@ -661,7 +661,9 @@ inline size_t shared_opt_in(const char* kernel, size_t bytes) {  // bytes > 0: r
 // order, reading shared memory then: the latest a GPU may read A and B there and write D. So a
 // kernel that reads D before its wait, or overwrites an operand's tile before it, gets wrong
 // results here; one that writes the A or D registers of a product before its wait is reported
-// (A is taken at the issue, D is compared with its value then).
+// (A is taken at the issue, D is compared with its value then). A product may accumulate into
+// the D of one still in flight if both have the same shape (the PTX ISA orders such products):
+// its D must be as that product found it, and at its wait as the products before it left it.
 // The descriptor's address is a shared-memory window address (shared_offset): the block's
 // dynamic shared memory, where a kernel's wgmma operands live, starts at g_shared_bias. An
 // operand that cp.async or stmatrix wrote after the last fence.proxy.async is reported
@@ -788,6 +790,13 @@ inline void wgmma_issue(float* d, const uint32_t* a, uint64_t desc, int n, bool 
     if (!r.me().wgmma_fenced)
         die("%s: a wgmma issued with no wgmma.fence since the thread's last wgmma wait or its start (thread %d: "
             "its A and D registers are ordinary registers until the fence)", r.kernel, r.cur);
+    for (auto it = r.me().wgmma.rbegin(); it != r.me().wgmma.rend(); ++it)  // the newest product in flight on the same D
+        if (it->d == d) {
+            if (it->n != n || it->fp16 != fp16) die("%s: a wgmma accumulates into the D registers of a product in flight of another shape (thread %d)", r.kernel, r.cur);
+            if (memcmp(d, it->d_at_issue.data(), it->d_at_issue.size() * sizeof(float)))
+                die("%s: thread %d wrote the D registers of a wgmma product before the wait_group that completes it", r.kernel, r.cur);
+            break;
+        }
     WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
     op.fp16 = fp16, op.a_shared = a_shared, op.desc_a = desc_a;
     r.me().wgmma.push_back(std::move(op));
@@ -855,6 +864,9 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
                 }
                 d[4 * nt + e] = sum;
             }
+        std::vector<WgmmaOp>& ops = r.fibers[first + j].wgmma;  // later products on the same D find it so at their wait
+        for (size_t k = i + 1; k < ops.size(); k++)
+            if (ops[k].d == d) ops[k].d_at_issue.assign(d, d + ops[k].n / 2);
     }
 }
 inline bool release_group(BlockRun& r, int g) {  // true if warpgroup g's threads all waited and go on

@@ -4,7 +4,7 @@
 # bit-identical. Then each kernel choice against the run it replaces: --flash-rows, --flash-wgmma,
 # the forward's and the fused backward's layouts and their autos (bit for bit), 128-key tiles,
 # fused128 and chain (against the CPU; chain at head size 64 and 128), --matmul-tune and
-# --classifier-staged (bit for bit), --bias-grad epilogue. On the emulator also what only it can stage: a wgmma or cuBLASLt candidate that
+# --classifier-staged (bit for bit), --bias-grad epilogue, --matmul-wgmma. On the emulator also what only it can stage: a wgmma or cuBLASLt candidate that
 # rounds otherwise (refused by the autos), a layout that hangs, a cuBLASLt without epilogues or
 # FP8, the host's waits per step, a GPU the build cannot use. The full list, with why each bound
 # is what it is: docs/verification.md ("test/test_gpu_train.sh").
@@ -385,6 +385,10 @@ fi
 # --bias-grad epilogue: the bias gradients from cuBLASLt's epilogue on the weight-gradient
 # products, their sums rounded to bf16 before they are added: within the bf16 bound of the CPU
 GPU_FLAGS="--bias-grad epilogue" ONCE=1 gpu_vs_cpu bf16 2e-2
+# --matmul-wgmma 1: every forward and input-gradient product by our GEMM (TMA, wgmma; other sums' order), on 3
+# emulated SMs so that a block runs several tiles: within the bf16 bound of the CPU, and two runs
+# bit-identical (each output element has one owner thread, which sums its k-slices in order)
+NOTE="matmul: the forward and input-gradient products by our GEMM" GPU_FLAGS="--matmul-wgmma 1" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3
 ONCE=$quick gpu_vs_cpu fp8 2e-2
 # delayed scaling (the one-pass quantize kernel with its atomicMax record, the history on the host):
 # the same bound; both sides record the same amaxes up to the runs' last-bit differences

@@ -90,20 +90,22 @@ done < <(echo "$all" | grep -E "^_Z[0-9]+flash_forward_wgmma_kernelI[A-Za-z0-9_]
 # warpgroups wait for ever (a hang no emulator shows). P and C as the kernels set them.
 fwd=$(grep -o "PRODUCER_REGS = NWG == 2 ? [0-9]* : [0-9]*, COMPUTE_REGS = NWG == 2 ? [0-9]* : [0-9]*" llmc/flash_attention_hopper.cuh | grep -o "[0-9]\+" | tr '\n' ' ')
 bwd=$(sed -n '/flash_backward_fused_wgmma_producer_kernel(/,/^}/p' llmc/flash_fused_backward.cuh | grep -o "setmaxnreg<[0-9]*" | grep -o "[0-9]*" | tr '\n' ' ')
-read -r _ p2 p3 _ c2 c3 <<<"$fwd"; read -r pb cb <<<"$bwd"
+gemm=$(sed -n '/matmul_wgmma_kernel(/,/^}/p' llmc/matmul_hopper.cuh | grep -o "setmaxnreg<[0-9]*" | grep -o "[0-9]*" | tr '\n' ' ')
+read -r _ p2 p3 _ c2 c3 <<<"$fwd"; read -r pb cb <<<"$bwd"; read -r pg cg <<<"$gemm"
 n=0
 while read -r name regs spill; do
     n=$((n + 1))
     short=$(echo "$name" | c++filt 2>/dev/null || echo "$name")
     case "$short" in
         *flash_backward_fused_wgmma_producer_kernel*) nwg=2 p=$pb c=$cb ;;
+        *matmul_wgmma_kernel*) nwg=2 p=$pg c=$cg ;;
         *) nwg=$(sed 's/.*, \([0-9]*\)>(.*/\1/' <<<"$short"); if [ "$nwg" = 3 ]; then p=$p3 c=$c3; else p=$p2 c=$c2; fi ;;
     esac
     need=$(( (p + c * nwg) * 128 )) have=$(( regs * 128 * (nwg + 1) ))
     if [ -n "$p" ] && [ -n "$c" ] && [ "$have" -ge "$need" ] && [ "$need" -le 65536 ]; then
         echo "ok - ptxas sm_90a: $short: setmaxnreg balanced ($regs registers at entry × $((128 * (nwg + 1))) threads cover $p + $nwg × $c a thread of 128)"
     else echo "not ok - ptxas sm_90a: $short: setmaxnreg unbalanced: $regs registers at entry × $((128 * (nwg + 1))) threads, the warpgroups ask $p + $nwg × $c a thread of 128 (P='$p' C='$c')"; fi
-done < <(echo "$all" | grep -E "^_Z[0-9]+flash_(forward|backward_fused)_wgmma_producer_kernel")
+done < <(echo "$all" | grep -E "^_Z[0-9]+(flash_(forward|backward_fused)_wgmma_producer_kernel|matmul_wgmma_kernel)")
 [ "$n" -gt 0 ] || echo "not ok - ptxas reported no producer kernel (still instantiated by gpucheck_ops?)"
 # dev/gpu_speed.sh's Nsight Compute steps pick kernels by a pattern of their template arguments:
 # each must still name a kernel (a template argument added since would leave the step empty)

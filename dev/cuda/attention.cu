@@ -43,11 +43,7 @@ static void wgmma_version(int v) {
     k.flash_backward_tma = v >= 25 && bwd;
 }
 // DEV_ATTENTION_SKIP="13,14": versions not to run (a GPU call skips the ones its checks failed).
-static bool skipped(int v) {
-    for (const char* s = getenv("DEV_ATTENTION_SKIP"); s && *s; s = strchr(s, ',') ? strchr(s, ',') + 1 : "")
-        if (atoi(s) == v) return true;
-    return false;
-}
+static bool skipped(int v) { return env_lists("DEV_ATTENTION_SKIP", v); }
 static const char* WGMMA_VERSION_TAIL[] = {"", "", ", no overlap", "", ", a producer warpgroup, 2 slots", ", a producer warpgroup, 3 slots",
                                            ", a producer warpgroup, 2 slots, ping-pong", ", a producer warpgroup, 3 slots, ping-pong",
                                            ", a producer warpgroup, 2 slots of 128 keys", ", a producer warpgroup, 2 slots of 128 keys, ping-pong",

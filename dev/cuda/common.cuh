@@ -89,4 +89,12 @@ inline float time_ms(const std::function<void()>& fn, int reps = 20) {
     return ms / reps;
 }
 
+// Whether version v is in the environment variable var's list ("13,14"): the versions a GPU
+// call leaves out (DEV_ATTENTION_SKIP) or runs alone (DEV_MATMUL_ONLY)
+inline bool env_lists(const char* var, int v) {
+    for (const char* s = getenv(var); s && *s; s = strchr(s, ',') ? strchr(s, ',') + 1 : "")
+        if (atoi(s) == v) return true;
+    return false;
+}
+
 struct Version { const char* name; std::function<void()> run; };

@@ -7,6 +7,7 @@ CUDA versions, in bf16 (the trainer's GPU precision).
   v4: v3 with cuBLASLt's FP8 fast accumulation
   v5: v3 with delayed scaling (one quantize pass an operand)
   v6: v1 with --matmul-tune 1: every product's fastest cuBLASLt candidate of the same bits
+  v7: v1 with --matmul-wgmma 1: the forward and dinp products by our GEMM (llmc/matmul_hopper.cuh; sm_90a)
 The layers of one block (qkv, attproj, mlp) and the classifier, at N = B·T rows. Each layer's
 forward and backward is checked against the CPU op on its first `check` rows, then timed at N
 (TFLOP/s over 2·N·C·OC a product). Then dbias's column sums three ways for each bias width: the
@@ -109,8 +110,12 @@ static Layer mlp(int N, int C) {
     return L;
 }
 
+// DEV_MATMUL_ONLY="1,7": only those versions, and no dbias part (a GPU call that times our GEMM)
+static bool wanted(int v) { return !getenv("DEV_MATMUL_ONLY") || env_lists("DEV_MATMUL_ONLY", v); }
 static void run(Layer& L, int version, int N, int check) {
-    gpu_ctx.kernels.gelu_fusion = version == 1 || version == 6;
+    if (!wanted(version)) return;
+    gpu_ctx.kernels.gelu_fusion = version == 1 || version == 6 || version == 7;
+    gpu_ctx.kernels.matmul_wgmma = version == 7;
     gpu_ctx.kernels.matmul_tune = version == 6;
     const double tune_flops = gpu_ctx.kernels.matmul_tune_flops;
     if (version == 6) { gpu_ctx.kernels.matmul_tune_flops = 1; autotune_forget(gpu_ctx); }
@@ -153,6 +158,7 @@ static void run(Layer& L, int version, int N, int check) {
         printf("    (cuBLASLt refused these FP8 products: they ran as bf16 products of the dequantized values)\n");
     gpu_ctx.kernels.gelu_fusion = true;
     gpu_ctx.kernels.fp8_fast_accum = Fp8FastAccum::None;
+    gpu_ctx.kernels.matmul_wgmma = false;
     if (version == 6) { gpu_ctx.kernels.matmul_tune = false; gpu_ctx.kernels.matmul_tune_flops = tune_flops; autotune_forget(gpu_ctx); }
 }
 
@@ -209,13 +215,19 @@ int main(int argc, char** argv) {
         for (Layer& L : layers) run(L, 1, N, check);
         run(layers[2], 2, N, check);  // the MLP with its GELU apart
         for (Layer& L : layers) run(L, 6, N, check);  // tuned
-        if (fp8_device_problem(gpu_ctx).empty() && fp8_shape_problem(N, C, 16).empty() && check % 16 == 0)
+        if (gpu_has_wgmma())
+            for (Layer& L : layers) run(L, 7, N, check);  // our GEMM's forward and dinp
+        else
+            printf("# v7 (our GEMM) skipped: not a compute capability 9.0 GPU\n");
+        const bool fp8_wanted = wanted(3) || wanted(4) || wanted(5);
+        if (fp8_wanted && fp8_device_problem(gpu_ctx).empty() && fp8_shape_problem(N, C, 16).empty() && check % 16 == 0)
             for (int v : {3, 4, 5})
                 for (int l = 0; l < 3; l++) run(layers[l], v, N, check);  // FP8: the blocks' layers
-        else
+        else if (fp8_wanted)
             printf("# v3-v5 (fp8) skipped: %s\n", !fp8_device_problem(gpu_ctx).empty() ? fp8_device_problem(gpu_ctx).c_str()
                                                                                     : "N, C and the checked rows must be multiples of 16");
     }
+    if (getenv("DEV_MATMUL_ONLY")) return dev_done();
     printf("# dbias column sum (bf16 dout, N=%d): alone, and the backward of the layer of that width\n", N);
     for (int OC : {C, 3 * C, 4 * C}) bias_grads(N, C, OC, check);
     return dev_done();
