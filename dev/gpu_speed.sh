@@ -11,7 +11,7 @@
 #                                 biasgrad: dbias's column sums, kernels against cuBLASLt's epilogue
 #                                 (dev/cuda/matmul.cu's dbias part at 124M's rows; the fp8 step has 1558M's);
 #                                 layernorm: dev/cuda/layernorm.cu's versions (v5: the prefetch);
-#                                 matmul: our GEMM's forward products against cuBLASLt's (dev/cuda/matmul.cu v7, v1);
+#                                 matmul: our GEMM's products against cuBLASLt's (dev/cuda/matmul.cu v7, v8, v1);
 #                                 fp8: gpucheck's FP8 ops, dev/cuda/matmul.cu at 1558M's layers (bf16 and
 #                                 FP8 products each, and dbias), then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
@@ -51,7 +51,7 @@ want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,matmul,layerno
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 # (the llmc step's runs of ours beside the default: bench_vs_llmc.sh's OURS_ALSO, apart by ';')
 # (auto: every layout of the forward and of the fused backward timed at the first step, the fastest kept and named)
-also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1"}
+also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2"}
 # Failures that name only ping-pong, swizzled tiles, TMA, the backward's producer, the fused
 # backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29) or dQ
 # summed by the last split (v30) leave out those versions, and the auto of the pass they belong
@@ -90,7 +90,7 @@ if [ -f "$log-chain.txt" ] && ! grep -q "^# gpucheck_ops chain: [0-9]* passed, 0
 fi
 gemm_ok=1
 if [ -f "$log-gemm.txt" ] && ! grep -q "^# gpucheck_ops gemm: [0-9]* passed, 0 failed" "$log-gemm.txt"; then
-    also=${also//--matmul-wgmma 1/} gemm_ok=0
+    also=${also//--matmul-wgmma [12]/} gemm_ok=0
     echo "gpu_speed: our GEMM's check did not pass: its runs left out"
 fi
 also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
@@ -106,8 +106,8 @@ echo "gpu_speed: ours also: '${also}'"
      grep -e 'by its splits' -e 'fused / split' -e 'chained / fused' | sed 's/^ */GPT-2 1558M B=16: /'"
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
 [[ $want == *,biasgrad,* ]] && step biasgrad 60 build/dev_matmul 65536 768 0
-# (our GEMM's forward products against cuBLASLt's, v7 against v1, at 124M's B = 64)
-[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7 step matmul 90 build/dev_matmul 65536 768 50304 64
+# (our GEMM's forward and dinp products against cuBLASLt's, v7 and v8 against v1, at 124M's B = 64)
+[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8 step matmul 90 build/dev_matmul 65536 768 50304 64
 [[ $want == *,layernorm,* ]] && step layernorm 60 bash -c "build/dev_layernorm 65536 768 && build/dev_layernorm 16384 1600"
 llama_also="--flash-backward fused128"  # (and chained at head size 128, where its check passed)
 [[ $also == *"--flash-backward chain"* ]] && llama_also+=";--flash-backward chain"

@@ -8,7 +8,7 @@ its dynamic shared memory, past 48 KB where it asks. column_sum_add adds partial
 fixed order, so that every bias and LayerNorm gradient is deterministic.
 
 Main functions: load_pack, store_pack, pack_width, warp_sum, warp_max, cp_async16 (and its
-groups), exp2_ftz, dynamic_shared_ceiling, column_sum_add.
+groups), exp2_ftz, div_fast, dynamic_shared_ceiling, column_sum_add.
 
 Tests: test/gpucheck_ops.cu (every kernel that uses them), test/test_simt.cpp (the emulator's
 cp.async and shared memory). More: docs/kernels.md.
@@ -121,6 +121,14 @@ __device__ inline float exp2_ftz(float x) {
 #else
     const float r = exp2f(x);
     return r < 0x1p-126f ? 0.0f : r;  // (the emulator: flushed as on the GPU)
+#endif
+}
+// x / y by a reciprocal's approximation and a product (__fdividef: 2 ulp; 0 where |y| > 2^126)
+__device__ inline float div_fast(float x, float y) {
+#if defined(__CUDA_ARCH__) && !defined(LLMC_SIMT)
+    return __fdividef(x, y);
+#else
+    return std::fabs(y) > 0x1p126f ? 0.0f * x : x / y;
 #endif
 }
 

@@ -72,7 +72,7 @@ struct KernelOptions {
     Fp8FastAccum fp8_fast_accum = Fp8FastAccum::None;  // FP8 products without fp32 promotion (Hopper)
     bool gelu_fusion = true;           // the GELU in the matmul's epilogue where cuBLASLt takes it
     BiasGrad bias_grad = BiasGrad::Warps;
-    bool matmul_wgmma = false;         // --matmul-wgmma: the forward and dinp products by our GEMM on sm_90a (matmul_hopper.cuh; other bits)
+    int matmul_wgmma = 0;              // --matmul-wgmma 1 or 2: the forward and dinp products by our GEMM on sm_90a (2: ping-pong; other bits)
     int matmul_wgmma_blocks = 0;       // its blocks (0: one an SM; tests set a few, so that each runs several tiles)
     // the loss kernel (fused_classifier.cuh)
     int classifier_staged = 0;           // the row staged in shared memory where it fits: 0 no, 1 yes, 2 with the next row's copy in flight

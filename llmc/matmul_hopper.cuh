@@ -1,6 +1,6 @@
 /*
 matmul_hopper.cuh — our own GEMM on Hopper (sm_90a) for the linear layer's forward and input
-gradient, with bias, GELU or GELU's backward in its epilogue (--matmul-wgmma 1).
+gradient, with bias, GELU or GELU's backward in its epilogue (--matmul-wgmma 1 or 2).
 
   forward: pre[n, o] = Σ_i inp[n, i] · W[o, i] + bias[o]     out = GELU(pre)  (or pre)
   dinp:    dinp[n, i] = (Σ_o dout[n, o] · W[o, i]) · GELU'(pre_in[n, i])  (or the sum alone)
@@ -10,6 +10,7 @@ producer warpgroup copies each tile's k-slices (128 × 64 of A, 64 × 256 of B) 
 of 4 slots. Its two computing warpgroups take 64 rows each: per slot 4 wgmma m64n256k16, both
 operands from shared memory (B transposed for dinp). Then each applies the epilogue and stores
 from its registers, while the producer already fills the slots with the next tile's slices.
+Ping-pong (2): tiles of 128 × 128, each computing warpgroup every other one (GemmLayout).
 
 Main functions: matmul_wgmma_kernel, matmul_wgmma_forward and matmul_wgmma_dinp (the launches;
 false where they do not run: not compute capability 9.0, or rows not 16-byte aligned).
@@ -20,52 +21,68 @@ More: docs/kernels.md ("Our own GEMM").
 #include "hopper.cuh"
 #include "gelu.cuh"
 
-constexpr int GEMM_BM = 128, GEMM_BN = 256, GEMM_BK = 64, GEMM_STAGES = 4;
-constexpr size_t GEMM_SLOT = (GEMM_BM + GEMM_BN) * GEMM_BK;  // a slot's elements: A, then B
-constexpr size_t matmul_wgmma_shared_bytes() { return GEMM_STAGES * GEMM_SLOT * 2 + 1024; }  // (room to align to 1024)
 // What a tile's products become: + bias; + bias, then pre and GELU(pre) (aux = pre); or
 // GELU's backward at aux (the layer's pre-activation, read), the products being its gradient.
 enum class GemmEpi { Bias, BiasGelu, DGelu };
 
-// Which tile a block runs n-th, and the ring: the block's k-slice g (counted over all its tiles)
-// sits in slot g % STAGES, and that turn's parity is (g / STAGES) % 2.
-struct GemmTiles {
-    int tiles_n, tiles, nk;  // column tiles, all tiles, k-slices a tile
-    __device__ int row0(int t) const { return t / tiles_n * GEMM_BM; }
-    __device__ int col0(int t) const { return t % tiles_n * GEMM_BN; }
-    __device__ static unsigned phase(int g) { return (unsigned)(g / GEMM_STAGES) & 1; }
+// The two layouts of a block (--matmul-wgmma 1 and 2). PP = false: both computing warpgroups on
+// one tile of 128 × 256, 64 rows each (wgmma n256), one ring of 4 slots. PP = true (ping-pong):
+// each warpgroup its own tiles of 128 × 128 (two wgmma n128 a k-step: rows 0-63 and 64-127), the
+// two taking every other tile of the block, each with a ring of 3 slots of its own. So one's
+// epilogue runs while the other's products keep the tensor cores busy. (One ring for both would
+// let a warpgroup that skips the other's 12 slices wait on a slot's parity two phases early.)
+// Either way a thread holds 128 fp32 sums.
+template <bool PP> struct GemmLayout {
+    static constexpr int BM = 128, BN = PP ? 128 : 256, BK = 64, STAGES = PP ? 6 : 4;
+    static constexpr int RINGS = PP ? 2 : 1, SLOTS = STAGES / RINGS;  // (slots a ring)
+    static constexpr int ROWS_WG = PP ? 128 : 64;            // a warpgroup's rows of a tile
+    static constexpr int READERS = PP ? 4 : 8;               // the warps that read a slot (each gives it back)
+    static constexpr size_t SLOT = (size_t)(BM + BN) * BK;   // a slot's elements: A, then B
+    static constexpr size_t shared_bytes() { return STAGES * SLOT * 2 + 1024; }  // (room to align to 1024)
 };
-struct GemmBarriers { uint64_t full[GEMM_STAGES], empty[GEMM_STAGES]; };
+
+// Which tile a block runs n-th (t = blockIdx + n·gridDim), and the rings: tile n goes to ring
+// n % RINGS. Slice g of a ring, counted over all its tiles, sits in the ring's slot g % SLOTS
+// (slot(r, g) of all), and that turn's parity is (g / SLOTS) % 2.
+template <class Lay> struct GemmTiles {
+    int tiles_n, tiles, nk;  // column tiles, all tiles, k-slices a tile
+    __device__ int tile(int n) const { return blockIdx.x + n * gridDim.x; }
+    __device__ int row0(int t) const { return t / tiles_n * Lay::BM; }
+    __device__ int col0(int t) const { return t % tiles_n * Lay::BN; }
+    __device__ static int slot(int r, int g) { return r * Lay::SLOTS + g % Lay::SLOTS; }
+    __device__ static unsigned phase(int g) { return (unsigned)(g / Lay::SLOTS) & 1; }
+};
+template <int STAGES> struct GemmBarriers { uint64_t full[STAGES], empty[STAGES]; };
 
 // The producer's first thread: each k-slice of each of the block's tiles into its slot once the
 // slot is free, A and B by TMA, both completing the slot's full phase. B is K-major (W in the
-// forward: one box of 256 rows × 64) or, TRANS_B, MN-major (W in dinp: 4 boxes of 64 rows × 64
-// columns, the 4 panels of 64 columns that wgmma's transposed B reads).
-template <bool TRANS_B, class H>
-__device__ inline void gemm_produce(H* ring, GemmBarriers& bar, const GemmTiles& tl, const CUtensorMap& a_map, const CUtensorMap& b_map) {
-    int g = 0;
-    for (int t = blockIdx.x; t < tl.tiles; t += gridDim.x)
-        for (int k = 0; k < tl.nk; k++, g++) {
-            const int s = g % GEMM_STAGES;
-            mbar_wait(&bar.empty[s], GemmTiles::phase(g) ^ 1);
-            mbar_arrive_expect_tx(&bar.full[s], GEMM_SLOT * sizeof(H));
-            tma_load_3d(ring + s * GEMM_SLOT, &a_map, k * GEMM_BK, tl.row0(t), 0, &bar.full[s]);
-            H* b = ring + s * GEMM_SLOT + GEMM_BM * GEMM_BK;
+// forward: one box of BN rows × 64) or, TRANS_B, MN-major (W in dinp: BN/64 boxes of 64 rows ×
+// 64 columns, the panels of 64 columns that wgmma's transposed B reads).
+template <class Lay, bool TRANS_B, class H>
+__device__ inline void gemm_produce(H* ring, GemmBarriers<Lay::STAGES>& bar, const GemmTiles<Lay>& tl, const CUtensorMap& a_map,
+                                    const CUtensorMap& b_map) {
+    for (int n = 0, t; (t = tl.tile(n)) < tl.tiles; n++)
+        for (int k = 0; k < tl.nk; k++) {
+            const int g = n / Lay::RINGS * tl.nk + k, s = GemmTiles<Lay>::slot(n % Lay::RINGS, g);  // (g: the ring's slices before)
+            mbar_wait(&bar.empty[s], GemmTiles<Lay>::phase(g) ^ 1);
+            mbar_arrive_expect_tx(&bar.full[s], Lay::SLOT * sizeof(H));
+            tma_load_3d(ring + s * Lay::SLOT, &a_map, k * Lay::BK, tl.row0(t), 0, &bar.full[s]);
+            H* b = ring + s * Lay::SLOT + Lay::BM * Lay::BK;
             if constexpr (TRANS_B)
-                for (int p = 0; p < GEMM_BN / 64; p++) tma_load_3d(b + p * 64 * GEMM_BK, &b_map, tl.col0(t) + 64 * p, k * GEMM_BK, 0, &bar.full[s]);
+                for (int p = 0; p < Lay::BN / 64; p++) tma_load_3d(b + p * 64 * Lay::BK, &b_map, tl.col0(t) + 64 * p, k * Lay::BK, 0, &bar.full[s]);
             else
-                tma_load_3d(b, &b_map, k * GEMM_BK, tl.col0(t), 0, &bar.full[s]);
+                tma_load_3d(b, &b_map, k * Lay::BK, tl.col0(t), 0, &bar.full[s]);
         }
 }
 
-// A computing warpgroup's 64 rows × 256 columns after the last k-slice, through the epilogue
-// EPI into out (and aux). acc holds the wgmma D layout: warp w's rows 16w + lane/4 (and + 8),
-// n-tile j's columns 8j + 2·(lane % 4) (and + 1) in acc[4j..4j+3].
-template <class H, GemmEpi EPI>
+// 64 rows × BN columns of a warpgroup's sums after the last k-slice, through the epilogue EPI into
+// out (and aux). acc holds the wgmma D layout: warp w's rows 16w + lane/4 (and + 8), n-tile j's
+// columns 8j + 2·(lane % 4) (and + 1) in acc[4j..4j+3].
+template <class H, GemmEpi EPI, int BN>
 __device__ inline void gemm_store(const float* acc, H* out, H* aux, const H* bias, int row0, int col0, int N, int OC) {
     const int lane = threadIdx.x % 32, r = row0 + threadIdx.x / 32 % 4 * 16 + lane / 4;
     #pragma unroll
-    for (int j = 0; j < GEMM_BN / 8; j++) {
+    for (int j = 0; j < BN / 8; j++) {
         const int c = col0 + 8 * j + 2 * (lane % 4);
         if (c >= OC) break;
         const float b0 = bias ? to_f(bias[c]) : 0.0f, b1 = bias ? to_f(bias[c + 1]) : 0.0f;
@@ -77,9 +94,9 @@ __device__ inline void gemm_store(const float* acc, H* out, H* aux, const H* bia
             const size_t at = (size_t)row * OC + c;
             if constexpr (EPI == GemmEpi::BiasGelu) {
                 store_pair(aux + at, v0, v1);
-                store_pair(out + at, gelu_of(v0), gelu_of(v1));
+                store_pair(out + at, gelu_fast_of(v0), gelu_fast_of(v1));
             } else if constexpr (EPI == GemmEpi::DGelu) {
-                store_pair(out + at, gelu_backward_of(to_f(aux[at]), v0), gelu_backward_of(to_f(aux[at + 1]), v1));
+                store_pair(out + at, gelu_backward_fast_of(to_f(aux[at]), v0), gelu_backward_fast_of(to_f(aux[at + 1]), v1));
             } else {
                 store_pair(out + at, v0, v1);
             }
@@ -87,87 +104,116 @@ __device__ inline void gemm_store(const float* acc, H* out, H* aux, const H* bia
     }
 }
 
-// A computing warpgroup: for each tile, each k-slice's 4 products once its slot is full; the
-// slot before is free once at most this slice's products are in flight (lane 0 of each warp
-// arrives at its empty phase). Then the tile's stores.
-template <class H, bool TRANS_B, GemmEpi EPI>
-__device__ inline void gemm_consume(const H* ring, GemmBarriers& bar, const GemmTiles& tl, H* out, H* aux, const H* bias, int N, int OC) {
-    using ADesc = TileDesc<GEMM_BK, GEMM_BM, true>;
-    using BDesc = TileDesc<GEMM_BK, GEMM_BN, true>;   // (K-major: 256 rows of 64)
-    using TDesc = TileDesc<GEMM_BN, GEMM_BK, true>;   // (MN-major: 64 rows of 256, in 4 panels)
+// One k-slice's products of a warpgroup into acc (128 sums a thread): 4 k-steps of one wgmma n256
+// on its 64 rows, or (PP) of two wgmma n128, rows 0-63 into acc[0..63] and 64-127 into acc[64..].
+template <class Lay, bool TRANS_B, class H>
+__device__ inline void gemm_slice_products(float* acc, const H* slot, int wg, bool first) {
+    using ADesc = TileDesc<Lay::BK, Lay::BM, true>;
+    using BDesc = TileDesc<Lay::BK, Lay::BN, true>;   // (K-major: BN rows of 64)
+    using TDesc = TileDesc<Lay::BN, Lay::BK, true>;   // (MN-major: 64 rows of BN, in panels of 64)
+    const H* bt = slot + Lay::BM * Lay::BK;
+    const uint64_t b = TRANS_B ? TDesc::mn_major(bt) : BDesc::k_major(bt);
+    wgmma_fence();
+    #pragma unroll
+    for (int kc = 0; kc < Lay::BK / 16; kc++) {
+        const uint64_t bk = b + (TRANS_B ? TDesc::mn_step(kc) : BDesc::k_step(kc));
+        #pragma unroll
+        for (int h = 0; h < Lay::ROWS_WG / 64; h++) {
+            const uint64_t a = ADesc::k_major(slot + (Lay::ROWS_WG == 64 ? wg * 64 : h * 64) * Lay::BK);
+            wgmma_m64k16_ss<H, Lay::BN, TRANS_B>(acc + h * Lay::BN / 2, a + ADesc::k_step(kc), bk, !first || kc > 0);
+        }
+    }
+}
+
+// A computing warpgroup: for each of its tiles (all of the block's, or PP every other one), each
+// k-slice's products once its slot is full; the slot before is free once at most this slice's
+// products are in flight (lane 0 of each warp arrives at its empty phase). Then the tile's stores.
+template <class Lay, class H, bool TRANS_B, GemmEpi EPI>
+__device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& bar, const GemmTiles<Lay>& tl, H* out, H* aux, const H* bias,
+                                    int N, int OC) {
+    constexpr bool PP = Lay::ROWS_WG == 128;
     const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
-    float acc[GEMM_BN / 2];
-    int g = 0;
-    for (int t = blockIdx.x; t < tl.tiles; t += gridDim.x) {
+    float acc[128];
+    const int r = PP ? wg : 0;  // (its ring)
+    for (int n = r, t; (t = tl.tile(n)) < tl.tiles; n += Lay::RINGS) {
+        int g = n / Lay::RINGS * tl.nk;  // (the ring's count at this tile's first slice)
         for (int k = 0; k < tl.nk; k++, g++) {
-            const int s = g % GEMM_STAGES;
-            mbar_wait(&bar.full[s], GemmTiles::phase(g));
-            wgmma_fence();
-            const H* bt = ring + s * GEMM_SLOT + GEMM_BM * GEMM_BK;
-            const uint64_t a = ADesc::k_major(ring + s * GEMM_SLOT + wg * 64 * GEMM_BK), b = TRANS_B ? TDesc::mn_major(bt) : BDesc::k_major(bt);
-            #pragma unroll
-            for (int kc = 0; kc < GEMM_BK / 16; kc++)
-                wgmma_m64k16_ss<H, GEMM_BN, TRANS_B>(acc, a + ADesc::k_step(kc), b + (TRANS_B ? TDesc::mn_step(kc) : BDesc::k_step(kc)), k > 0 || kc > 0);
+            const int s = GemmTiles<Lay>::slot(r, g);
+            mbar_wait(&bar.full[s], GemmTiles<Lay>::phase(g));
+            gemm_slice_products<Lay, TRANS_B>(acc, ring + s * Lay::SLOT, wg, k == 0);
             wgmma_commit();
             wgmma_wait<1>();
-            if (k > 0 && lane == 0) mbar_arrive(&bar.empty[(g - 1) % GEMM_STAGES]);
+            if (k > 0 && lane == 0) mbar_arrive(&bar.empty[GemmTiles<Lay>::slot(r, g - 1)]);
         }
         wgmma_wait<0>();
-        wgmma_hold<GEMM_BN / 2>(acc);  // (the stores read acc only after the wait)
-        if (lane == 0) mbar_arrive(&bar.empty[(g - 1) % GEMM_STAGES]);
-        gemm_store<H, EPI>(acc, out, aux, bias, tl.row0(t) + wg * 64, tl.col0(t), N, OC);
+        wgmma_hold<128>(acc);  // (the stores read acc only after the wait)
+        if (lane == 0) mbar_arrive(&bar.empty[GemmTiles<Lay>::slot(r, g - 1)]);
+        #pragma unroll
+        for (int h = 0; h < Lay::ROWS_WG / 64; h++)  // (unrolled: acc stays in registers)
+            gemm_store<H, EPI, Lay::BN>(acc + h * Lay::BN / 2, out, aux, bias, tl.row0(t) + (PP ? h : wg) * 64, tl.col0(t), N, OC);
     }
 }
 
 // The kernel: out (N × OC) = A (N × K) · B + epilogue, B = Wᵀ (K-major W, OC × K) or, TRANS_B,
 // W itself (MN-major, K × OC). Warpgroups 0 and 1 compute, warpgroup 2 copies (it gives back
 // registers: setmaxnreg, 40 a thread; the computing ones take 232). a_map: A in boxes of 64 × 128;
-// b_map: W in boxes of 64 × 256, or 64 × 64 with TRANS_B (gemm_tensor_map).
-template <class H, bool TRANS_B, GemmEpi EPI>
+// b_map: W in boxes of 64 × BN, or 64 × 64 with TRANS_B (gemm_tensor_map). PP: GemmLayout.
+template <class H, bool TRANS_B, GemmEpi EPI, bool PP>
 __global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, const H* bias, int N, int OC, int K,
                                                               const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map) {
+    using Lay = GemmLayout<PP>;
     DYNAMIC_SHARED(H, shared);
-    __shared__ GemmBarriers bar;
+    __shared__ GemmBarriers<Lay::STAGES> bar;
     H* ring = align_1024(shared);
-    const GemmTiles tl{(OC + GEMM_BN - 1) / GEMM_BN, (N + GEMM_BM - 1) / GEMM_BM * ((OC + GEMM_BN - 1) / GEMM_BN), (K + GEMM_BK - 1) / GEMM_BK};
+    const GemmTiles<Lay> tl{(OC + Lay::BN - 1) / Lay::BN, (N + Lay::BM - 1) / Lay::BM * ((OC + Lay::BN - 1) / Lay::BN), (K + Lay::BK - 1) / Lay::BK};
     if (threadIdx.x == 0) {
-        for (int i = 0; i < GEMM_STAGES; i++) mbar_init(&bar.full[i], 1), mbar_init(&bar.empty[i], 8);
+        for (int i = 0; i < Lay::STAGES; i++) mbar_init(&bar.full[i], 1), mbar_init(&bar.empty[i], Lay::READERS);
         mbar_init_fence();
     }
     __syncthreads();  // (the barriers are initialized; the only block barrier)
     if (threadIdx.x / 128 == 2) {
         setmaxnreg<40, false>();
-        if (threadIdx.x == 256) gemm_produce<TRANS_B>(ring, bar, tl, a_map, b_map);
+        if (threadIdx.x == 256) gemm_produce<Lay, TRANS_B>(ring, bar, tl, a_map, b_map);
     } else {
         setmaxnreg<232, true>();
-        gemm_consume<H, TRANS_B, EPI>(ring, bar, tl, out, aux, bias, N, OC);
+        gemm_consume<Lay, H, TRANS_B, EPI>(ring, bar, tl, out, aux, bias, N, OC);
     }
 }
 
 // A tensor map of a rows × cols matrix of 16-bit values (row-major) in boxes of 64 columns × box_rows
 template <class H> inline CUtensorMap gemm_tensor_map(const H* base, int rows, int cols, uint32_t box_rows) {
     const uint64_t dims[3] = {(uint64_t)cols, (uint64_t)rows, 1}, strides[2] = {cols * sizeof(H), (uint64_t)rows * cols * sizeof(H)};
-    const uint32_t box[3] = {GEMM_BK, box_rows, 1};
+    const uint32_t box[3] = {64, box_rows, 1};
     return tensor_map_3d_16bit(base, dims, strides, box);
 }
 // One launch of matmul_wgmma_kernel: out (N × OC) from A (N × K) and W (see the kernel)
-template <class H, bool TRANS_B, GemmEpi EPI>
+template <class H, bool TRANS_B, GemmEpi EPI, bool PP>
 inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, const H* A, const H* W, int N, int OC, int K) {
-    const CUtensorMap a_map = gemm_tensor_map(A, N, K, GEMM_BM), b_map = TRANS_B ? gemm_tensor_map(W, K, OC, 64) : gemm_tensor_map(W, OC, K, GEMM_BN);
-    const long tiles = (long)ceil_div(N, GEMM_BM) * ceil_div(OC, GEMM_BN);
+    using Lay = GemmLayout<PP>;
+    const CUtensorMap a_map = gemm_tensor_map(A, N, K, Lay::BM), b_map = TRANS_B ? gemm_tensor_map(W, K, OC, 64) : gemm_tensor_map(W, OC, K, Lay::BN);
+    const long tiles = (long)ceil_div(N, Lay::BM) * ceil_div(OC, Lay::BN);
     const int blocks = (int)std::min<long>(tiles, ctx.kernels.matmul_wgmma_blocks > 0 ? ctx.kernels.matmul_wgmma_blocks : gpu_sm_count());
-    SHARED_OPT_IN(matmul_wgmma_kernel<H, TRANS_B, EPI>);
-    matmul_wgmma_kernel<H, TRANS_B, EPI><<<blocks, 384, matmul_wgmma_shared_bytes(), ctx.stream>>>(out, aux, bias, N, OC, K, a_map, b_map);
+    SHARED_OPT_IN(matmul_wgmma_kernel<H, TRANS_B, EPI, PP>);
+    matmul_wgmma_kernel<H, TRANS_B, EPI, PP><<<blocks, 384, Lay::shared_bytes(), ctx.stream>>>(out, aux, bias, N, OC, K, a_map, b_map);
     CUDA_LAUNCH_CHECK();
 }
-// Whether our GEMM runs here for these widths: sm_90a, a 16-bit dtype, rows of 16-byte multiples
-// (TMA's strides). Rank 0 says once whether it runs, or why not, so that a run shows it.
-template <class floatX> inline bool gemm_runs(int C, int OC, int N) {
+// The layout ctx asks for (--matmul-wgmma 1: one tile a block at a time; 2: ping-pong)
+template <class H, bool TRANS_B, GemmEpi EPI>
+inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, const H* A, const H* W, int N, int OC, int K) {
+    if (ctx.kernels.matmul_wgmma == 2) gemm_launch<H, TRANS_B, EPI, true>(ctx, out, aux, bias, A, W, N, OC, K);
+    else gemm_launch<H, TRANS_B, EPI, false>(ctx, out, aux, bias, A, W, N, OC, K);
+}
+// Rank 0 says once whether our GEMM runs, or why not (why: null where it runs), so that a run shows it
+inline void gemm_say(const char* why) {
     static bool said = false;
-    const char* why = !is_half_type<floatX> ? "needs bf16 or fp16" : !gpu_has_wgmma() ? "needs a GPU of compute capability 9.0" : nullptr;
     if (!said && g_rank == 0)
         printf(why ? "matmul: --matmul-wgmma 1 %s: cuBLASLt runs every product\n" : "matmul: the forward and input-gradient products by our GEMM (--matmul-wgmma 1)\n", why);
     said = true;
+}
+// Whether our GEMM runs here for these widths: sm_90a, a 16-bit dtype, rows of 16-byte multiples (TMA's strides)
+template <class floatX> inline bool gemm_runs(int C, int OC, int N) {
+    const char* why = !is_half_type<floatX> ? "needs bf16 or fp16" : !gpu_has_wgmma() ? "needs a GPU of compute capability 9.0" : nullptr;
+    gemm_say(why);
     return !why && C % 8 == 0 && OC % 8 == 0 && N > 0;
 }
 // out (and pre, with GELU) = inp·Wᵀ + bias through matmul_wgmma_kernel; false where it cannot run

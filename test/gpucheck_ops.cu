@@ -284,16 +284,16 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
 // tiles' multiples test the zeros TMA copies past the edges (rows, k) and the stores' bounds
 // (rows, columns). The kernel must run (the launch returns true): the CPU op is the only
 // reference. A group of its own (gemm).
-template <class X> static void check_matmul_wgmma(int N, int C, int OC, bool bias, bool gelu, int blocks) {
-    char name[160]; snprintf(name, sizeof(name), "%s matmul by our GEMM N=%d C=%d OC=%d%s%s, %d blocks", dtype_name<X>(), N, C, OC,
-                             bias ? " +bias" : "", gelu ? " +GELU" : "", blocks);
+template <class X> static void check_matmul_wgmma(int N, int C, int OC, bool bias, bool gelu, int blocks, int layout = 1) {
+    char name[160]; snprintf(name, sizeof(name), "%s matmul by our GEMM N=%d C=%d OC=%d%s%s, %d blocks%s", dtype_name<X>(), N, C, OC,
+                             bias ? " +bias" : "", gelu ? " +GELU" : "", blocks, layout == 2 ? ", ping-pong" : "");
     if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC);
     std::vector<X> out((size_t)N * OC), pre((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cb = vec_cast<X>(bv);
     matmul_forward(cpu, out.data(), cx.data(), cW.data(), bias ? cb.data() : nullptr, N, C, OC, gelu ? pre.data() : nullptr);
     Dev<X> gx(x), gW(W), gb(bv), gout(vec_widen(out), true), gpre(vec_widen(pre), true);
     Ctx g = gpu;
-    g.kernels.matmul_wgmma_blocks = blocks;
+    g.kernels.matmul_wgmma = layout, g.kernels.matmul_wgmma_blocks = blocks;
     const bool ran = matmul_wgmma_forward(g, gout.p(), gelu ? gpre.p() : nullptr, gx.p(), gW.p(), bias ? gb.p() : nullptr, N, C, OC);
     printf("%s - %s: the kernel ran\n", ran ? "ok" : "not ok", name);
     (ran ? n_pass : n_fail)++;
@@ -301,16 +301,45 @@ template <class X> static void check_matmul_wgmma(int N, int C, int OC, bool bia
     compare(name, gelu ? "gelu(x·Wᵀ+b)" : "x·Wᵀ+b", vec_widen(out), gout.host(), bx<X>(1e-5));
     if (gelu) compare(name, "pre-activation", vec_widen(pre), gpre.host(), bx<X>(1e-5));
 }
-template <class X> static void check_matmul_wgmma_dinp(int N, int C, int OC, bool gelu, int blocks) {
-    char name[160]; snprintf(name, sizeof(name), "%s dinp by our GEMM N=%d C=%d OC=%d%s, %d blocks", dtype_name<X>(), N, C, OC,
-                             gelu ? " through the GELU" : "", blocks);
+// Our GEMM's GELU by a sigmoid (gelu.cuh: gelu_fast_of, gelu_backward_fast_of) against tanhf's,
+// both on the device, at x from −12 to 12 in steps of 2^-10: within 4e-6·max(1, |x|). Either
+// formula is a few fp32 ulps from GELU (the emulator, with exact exp2 and division: 4e-7). On a
+// GPU ex2.approx and __fdividef add 2 ulps each to s, which the backward multiplies by terms of
+// up to 3·|x|. 4e-6 is 32 ulps at 1: 500 times below bf16's half ulp, 100 times below fp16's.
+__global__ void gelu_fast_kernel(float* out, const float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    out[4 * i] = gelu_of(x[i]), out[4 * i + 1] = gelu_fast_of(x[i]);
+    out[4 * i + 2] = gelu_backward_of(x[i], 1.0f), out[4 * i + 3] = gelu_backward_fast_of(x[i], 1.0f);
+}
+static void check_gelu_fast() {
+    std::vector<float> x;
+    for (int i = -12 * 1024; i <= 12 * 1024; i++) x.push_back(i / 1024.0f);
+    const int n = (int)x.size();
+    DevF gx(x), gout(std::vector<float>(4 * x.size()), true);
+    gelu_fast_kernel<<<(n + 255) / 256, 256, 0, gpu.stream>>>(gout.p(), gx.p(), n);
+    CUDA_LAUNCH_CHECK();
+    const std::vector<float> v = gout.host();
+    double worst[2] = {0, 0};
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 2; b++) worst[b] = std::max(worst[b], std::fabs((double)v[4 * i + 2 * b + 1] - v[4 * i + 2 * b]) / std::max(1.0f, std::fabs(x[i])));
+    for (int b = 0; b < 2; b++) {
+        const bool ok = worst[b] <= 4e-6;  // (NaN fails)
+        printf("%s - GELU%s by a sigmoid against tanhf's, x in [-12, 12]: %.2e <= 4e-06 (abs. error over max(1, |x|))\n", ok ? "ok" : "not ok",
+               b ? "'s backward" : "", worst[b]);
+        (ok ? n_pass : n_fail)++;
+    }
+}
+template <class X> static void check_matmul_wgmma_dinp(int N, int C, int OC, bool gelu, int blocks, int layout = 1) {
+    char name[160]; snprintf(name, sizeof(name), "%s dinp by our GEMM N=%d C=%d OC=%d%s, %d blocks%s", dtype_name<X>(), N, C, OC,
+                             gelu ? " through the GELU" : "", blocks, layout == 2 ? ", ping-pong" : "");
     if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), dout = randn<X>((size_t)N * OC), pre_in = randn<X>((size_t)N * C);
     std::vector<X> dx((size_t)N * C), dW((size_t)OC * C), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cdout = vec_cast<X>(dout), cpre = vec_cast<X>(pre_in);
     matmul_backward(cpu, dx.data(), dW.data(), nullptr, cdout.data(), cx.data(), cW.data(), N, C, OC, gelu ? cpre.data() : nullptr);
     Dev<X> gW(W), gdout(dout), gpre(pre_in), gdx(vec_widen(dx), true);
     Ctx g = gpu;
-    g.kernels.matmul_wgmma_blocks = blocks;
+    g.kernels.matmul_wgmma = layout, g.kernels.matmul_wgmma_blocks = blocks;
     const bool ran = matmul_wgmma_dinp(g, gdx.p(), gelu ? gpre.p() : nullptr, gdout.p(), gW.p(), N, C, OC);
     printf("%s - %s: the kernel ran\n", ran ? "ok" : "not ok", name);
     (ran ? n_pass : n_fail)++;
@@ -1536,6 +1565,7 @@ int main(int argc, char** argv) {
         check_flash_persistent(2, 520, 256, 4, 2);    // grouped-query; 5 blocks of 128 rows, 3 of 192
     }
     if (in("gemm")) {  // --matmul-wgmma
+        check_gelu_fast();
         check_matmul_wgmma<bf16>(256, 128, 512, true, true, 3);    // 4 tiles on 3 blocks: block 0 runs two
         check_matmul_wgmma<bf16>(128, 768, 256, true, false, 1);   // 12 k-slices: the ring of 4 slots wraps 3 times
         check_matmul_wgmma<bf16>(200, 200, 264, true, true, 2);    // rows, k and columns off the tiles' multiples
@@ -1545,6 +1575,13 @@ int main(int argc, char** argv) {
         check_matmul_wgmma_dinp<bf16>(128, 256, 768, false, 1);    // 12 k-slices: the ring wraps 3 times
         check_matmul_wgmma_dinp<bf16>(200, 264, 200, true, 2);     // rows, k and columns off the tiles' multiples
         check_matmul_wgmma_dinp<fp16>(130, 256, 136, true, 2);     // fp16
+        // ping-pong (--matmul-wgmma 2): tiles of 128 × 128, each warpgroup every other one
+        check_matmul_wgmma<bf16>(384, 128, 256, true, true, 2, 2);     // 6 tiles on 2 blocks: 3 a block, 2 and 1 a warpgroup
+        check_matmul_wgmma<bf16>(128, 768, 384, true, false, 1, 2);    // 3 tiles, 12 k-slices each: the ring of 6 wraps 6 times
+        check_matmul_wgmma<bf16>(200, 200, 264, true, true, 3, 2);     // rows, k and columns off the tiles' multiples
+        check_matmul_wgmma<bf16>(64, 64, 128, false, false, 2, 2);     // one tile: the second warpgroup has none
+        check_matmul_wgmma_dinp<bf16>(256, 512, 128, true, 3, 2);      // through the GELU
+        check_matmul_wgmma_dinp<fp16>(200, 264, 200, false, 2, 2);     // fp16, off the multiples
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -385,10 +385,11 @@ fi
 # --bias-grad epilogue: the bias gradients from cuBLASLt's epilogue on the weight-gradient
 # products, their sums rounded to bf16 before they are added: within the bf16 bound of the CPU
 GPU_FLAGS="--bias-grad epilogue" ONCE=1 gpu_vs_cpu bf16 2e-2
-# --matmul-wgmma 1: every forward and input-gradient product by our GEMM (TMA, wgmma; other sums' order), on 3
+# --matmul-wgmma 1 and 2: every forward and input-gradient product by our GEMM (TMA, wgmma; other sums' order), on 3
 # emulated SMs so that a block runs several tiles: within the bf16 bound of the CPU, and two runs
 # bit-identical (each output element has one owner thread, which sums its k-slices in order)
 NOTE="matmul: the forward and input-gradient products by our GEMM" GPU_FLAGS="--matmul-wgmma 1" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3
+GPU_FLAGS="--matmul-wgmma 2" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3  # (ping-pong)
 ONCE=$quick gpu_vs_cpu fp8 2e-2
 # delayed scaling (the one-pass quantize kernel with its atomicMax record, the history on the host):
 # the same bound; both sides record the same amaxes up to the runs' last-bit differences

@@ -3,7 +3,8 @@
 # compiles for sm_90a with no register spills, and ptxas serializes none of its wgmma. Also the
 # mma.sync backward passes at head size 64 stay within the registers that keep 3 and 4 blocks on
 # an SM, and the wgmma forward at head size 64 within those that keep 2 (below), and each
-# producer kernel's registers at entry cover what its setmaxnreg hands out (else a hang).
+# producer kernel's registers at entry cover what its setmaxnreg hands out (else a hang), and our
+# GEMM has no stack frame.
 # Why: a wgmma kernel that runs out of registers, or whose asynchronous products cross a branch or
 # share registers with other instructions before their wait, still computes the right numbers,
 # but ptxas then waits for every product before the next ("C75xx: wgmma.mma_async instructions
@@ -107,6 +108,18 @@ while read -r name regs spill; do
     else echo "not ok - ptxas sm_90a: $short: setmaxnreg unbalanced: $regs registers at entry × $((128 * (nwg + 1))) threads, the warpgroups ask $p + $nwg × $c a thread of 128 (P='$p' C='$c')"; fi
 done < <(echo "$all" | grep -E "^_Z[0-9]+(flash_(forward|backward_fused)_wgmma_producer_kernel|matmul_wgmma_kernel)")
 [ "$n" -gt 0 ] || echo "not ok - ptxas reported no producer kernel (still instantiated by gpucheck_ops?)"
+# Our GEMM (matmul_hopper.cuh) keeps its 128 sums a thread in registers: no stack frame. An index
+# the compiler cannot resolve (a loop over the sums left rolled) moves them to local memory, with
+# no spill reported, and every wgmma then waits for the one before (C7514).
+n=0
+while read -r frame name; do
+    n=$((n + 1))
+    short=$(echo "$name" | c++filt 2>/dev/null || echo "$name")
+    if [ "$frame" = 0 ]; then echo "ok - ptxas sm_90a: $short: no stack frame"
+    else echo "not ok - ptxas sm_90a: $short: a stack frame of $frame bytes (its sums or counts in local memory)"; fi
+done < <(awk '/Compiling entry function/ { sm90a = /for .sm_90a.$/ } /Function properties for/ { name = $NF }
+             /bytes stack frame/ && sm90a { print $1, name }' "$report" | grep "matmul_wgmma_kernel" | sort -u)
+[ "$n" -gt 0 ] || echo "not ok - ptxas reported no matmul_wgmma_kernel (still instantiated by gpucheck_ops?)"
 # dev/gpu_speed.sh's Nsight Compute steps pick kernels by a pattern of their template arguments:
 # each must still name a kernel (a template argument added since would leave the step empty)
 names=$(echo "$all" | awk '{print $1}' | c++filt)

@@ -8,6 +8,7 @@ CUDA versions, in bf16 (the trainer's GPU precision).
   v5: v3 with delayed scaling (one quantize pass an operand)
   v6: v1 with --matmul-tune 1: every product's fastest cuBLASLt candidate of the same bits
   v7: v1 with --matmul-wgmma 1: the forward and dinp products by our GEMM (llmc/matmul_hopper.cuh; sm_90a)
+  v8: v7 with --matmul-wgmma 2: its ping-pong layout
 The layers of one block (qkv, attproj, mlp) and the classifier, at N = B·T rows. Each layer's
 forward and backward is checked against the CPU op on its first `check` rows, then timed at N
 (TFLOP/s over 2·N·C·OC a product). Then dbias's column sums three ways for each bias width: the
@@ -114,8 +115,8 @@ static Layer mlp(int N, int C) {
 static bool wanted(int v) { return !getenv("DEV_MATMUL_ONLY") || env_lists("DEV_MATMUL_ONLY", v); }
 static void run(Layer& L, int version, int N, int check) {
     if (!wanted(version)) return;
-    gpu_ctx.kernels.gelu_fusion = version == 1 || version == 6 || version == 7;
-    gpu_ctx.kernels.matmul_wgmma = version == 7;
+    gpu_ctx.kernels.gelu_fusion = version == 1 || version >= 6;
+    gpu_ctx.kernels.matmul_wgmma = version == 7 ? 1 : version == 8 ? 2 : 0;
     gpu_ctx.kernels.matmul_tune = version == 6;
     const double tune_flops = gpu_ctx.kernels.matmul_tune_flops;
     if (version == 6) { gpu_ctx.kernels.matmul_tune_flops = 1; autotune_forget(gpu_ctx); }
@@ -158,7 +159,7 @@ static void run(Layer& L, int version, int N, int check) {
         printf("    (cuBLASLt refused these FP8 products: they ran as bf16 products of the dequantized values)\n");
     gpu_ctx.kernels.gelu_fusion = true;
     gpu_ctx.kernels.fp8_fast_accum = Fp8FastAccum::None;
-    gpu_ctx.kernels.matmul_wgmma = false;
+    gpu_ctx.kernels.matmul_wgmma = 0;
     if (version == 6) { gpu_ctx.kernels.matmul_tune = false; gpu_ctx.kernels.matmul_tune_flops = tune_flops; autotune_forget(gpu_ctx); }
 }
 
@@ -216,9 +217,10 @@ int main(int argc, char** argv) {
         run(layers[2], 2, N, check);  // the MLP with its GELU apart
         for (Layer& L : layers) run(L, 6, N, check);  // tuned
         if (gpu_has_wgmma())
-            for (Layer& L : layers) run(L, 7, N, check);  // our GEMM's forward and dinp
+            for (int v : {7, 8})
+                for (Layer& L : layers) run(L, v, N, check);  // our GEMM's forward and dinp, both layouts
         else
-            printf("# v7 (our GEMM) skipped: not a compute capability 9.0 GPU\n");
+            printf("# v7, v8 (our GEMM) skipped: not a compute capability 9.0 GPU\n");
         const bool fp8_wanted = wanted(3) || wanted(4) || wanted(5);
         if (fp8_wanted && fp8_device_problem(gpu_ctx).empty() && fp8_shape_problem(N, C, 16).empty() && check % 16 == 0)
             for (int v : {3, 4, 5})
