@@ -95,19 +95,20 @@ if [ -f "$log-gemm.txt" ] && ! grep -q "^# gpucheck_ops gemm: [0-9]* passed, 0 f
 fi
 also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
 echo "gpu_speed: ours also: '${also}'"
+# (our GEMM's forward and dinp products against cuBLASLt's, v7 and v8 against v1, at 124M's B = 64)
+[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8 step matmul 90 build/dev_matmul 65536 768 50304 64
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
 # (RUN_LIMIT: a run that hangs costs 60 s, not the step's whole limit: a run took ~16 s. A layout
-# that hangs in an auto's trial ends its run after 20 s, naming the layout in the log.)
+# that hangs in an auto's trial ends its run after 20 s, naming the layout in the log. 400 s: 8
+# runs a model, 2 models; a model's row is printed after its last run.)
 [[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} RUN_LIMIT=${RUN_LIMIT:-60} LLMC_FLASH_TRIAL_SECONDS=20 OURS_ALSO=$also \
-    step llmc 280 bash dev/bench/bench_vs_llmc.sh
+    step llmc 400 bash dev/bench/bench_vs_llmc.sh
 # (and at GPT-2 1558M's shape the fused backward by its splits, no version loop: DEV_ATTENTION_SKIP)
 [[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 180 bash -c \
     "bash dev/bench/bench_vs_torch.sh; DEV_ATTENTION_SKIP=$(seq -s, 7 29),32,33,34,35,36 build/dev_attention 16 1024 1600 25 time |
      grep -e 'by its splits' -e 'fused / split' -e 'chained / fused' | sed 's/^ */GPT-2 1558M B=16: /'"
 [[ $want == *,classifier,* ]] && step classifier 60 build/dev_classifier
 [[ $want == *,biasgrad,* ]] && step biasgrad 60 build/dev_matmul 65536 768 0
-# (our GEMM's forward and dinp products against cuBLASLt's, v7 and v8 against v1, at 124M's B = 64)
-[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8 step matmul 90 build/dev_matmul 65536 768 50304 64
 [[ $want == *,layernorm,* ]] && step layernorm 60 bash -c "build/dev_layernorm 65536 768 && build/dev_layernorm 16384 1600"
 llama_also="--flash-backward fused128"  # (and chained at head size 128, where its check passed)
 [[ $also == *"--flash-backward chain"* ]] && llama_also+=";--flash-backward chain"

@@ -14,7 +14,7 @@
 #   - a failure of the plain kernels, or a hang: every opt-in version (v11-v36) left out, and
 #     every run with a --flash- flag dropped; a hang of the chained backward's check: v31 alone;
 #     a failure or hang of the persistent forward's check: v32-v34, v36 and the forward's auto;
-#     of our GEMM's check: its run alone
+#     of our GEMM's check: its runs and its matmul step
 # usage: test/test_gpu_speed.sh     Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -42,15 +42,16 @@ n=$(printf '%s\n' "$lines" | grep -c "^not ok")
 echo "# gpucheck_ops $1: 10 passed, $n failed"
 EOF
 printf '#!/bin/sh\necho "ab skip=[${DEV_ATTENTION_SKIP:-}]"\n' >"$tmp/tree/dev/bench/bench_attention_ab.sh"
+printf '#!/bin/sh\necho "dev_matmul only=[${DEV_MATMUL_ONLY:-}] $*"\n' >"$tmp/tree/build/dev_matmul"
 printf '#!/bin/sh\necho "llmc also=[${OURS_ALSO:-}] limit=${RUN_LIMIT:-} steps=${STEPS:-}"\n' >"$tmp/tree/dev/bench/bench_vs_llmc.sh"
 mkdir -p "$tmp/tree/.baseline"; printf '#!/bin/sh\nexit 0\n' >"$tmp/tree/.baseline/dev_attention"
-chmod +x "$tmp/bin/"* "$tmp/tree/train_gpt" "$tmp/tree/build/gpucheck_ops" "$tmp/tree/.baseline/dev_attention"
+chmod +x "$tmp/bin/"* "$tmp/tree/train_gpt" "$tmp/tree/build/gpucheck_ops" "$tmp/tree/build/dev_matmul" "$tmp/tree/.baseline/dev_attention"
 
 # speed NAME CHECKS [VAR=VALUE...]: the script's wgmma, ab and llmc steps; prints "skip|also"
 speed() {
     local name=$1 checks=$2; shift 2
     rm -rf "$tmp/tree/dev/gpu_results" "$tmp/out"
-    (cd "$tmp/tree" && env PATH="$tmp/bin:$PATH" LLMC_COMMIT=test SPEED_STEPS=wgmma,ab,llmc STANDIN_CHECKS="$checks" "$@" \
+    (cd "$tmp/tree" && env PATH="$tmp/bin:$PATH" LLMC_COMMIT=test SPEED_STEPS=${STEPS:-wgmma,ab,llmc} STANDIN_CHECKS="$checks" "$@" \
         bash dev/gpu_speed.sh "$tmp/out" >"$tmp/$name.out" 2>&1)
     local ab llmc
     ab=$(sed -n 's/^ab skip=\[\(.*\)\]$/\1/p' "$tmp"/tree/dev/gpu_results/*-ab.txt 2>/dev/null)
@@ -102,3 +103,9 @@ check gemmhang "$got" "|$autos;--bias-grad epilogue;--flash-backward chain" "a h
 got=$(speed persistenthang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=persistent)
 check persistenthang "$got" "32,33,34,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2" \
     "a hang of the persistent forward's check (its own process): v32-v34, v36 and the forward's auto alone left out"
+# the matmul step (our GEMM's timings) runs where its check passed, and not where it failed
+matmul_step() { sed -n 's/^dev_matmul only=\[\(.*\)\] .*/\1/p' "$tmp"/tree/dev/gpu_results/*-matmul.txt 2>/dev/null; }
+STEPS=wgmma,matmul speed matmulpass "ok 1 - bf16 forward (flash, wgmma)" >/dev/null
+check matmulpass "$(matmul_step)" "1,7,8" "our GEMM's check passed: the matmul step times v1, v7 and v8"
+STEPS=wgmma,matmul speed matmulfail "not ok 12 - bf16 matmul by our GEMM N=256 C=128 OC=512 +bias +GELU, 3 blocks gelu(x·Wᵀ+b): rel err 1e-01 <= 0.01" >/dev/null
+check matmulfail "$(matmul_step)" "" "our GEMM's check failed: no matmul step"
