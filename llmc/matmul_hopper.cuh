@@ -41,14 +41,19 @@ template <bool PP> struct GemmLayout {
     static constexpr size_t shared_bytes() { return STAGES * SLOT * 2 + 1024; }  // (room to align to 1024)
 };
 
-// Which tile a block runs n-th (t = blockIdx + n·gridDim), and the rings: tile n goes to ring
-// n % RINGS. Slice g of a ring, counted over all its tiles, sits in the ring's slot g % SLOTS
-// (slot(r, g) of all), and that turn's parity is (g / SLOTS) % 2.
+// Which tile a block runs n-th (t = blockIdx + n·gridDim), and where tile t lies: in bands of
+// GEMM_BAND row tiles, column by column inside a band. So the tiles that run at once share a few
+// row panels of A and a few column panels of W, which stay in L2. (Row by row, the LM head's
+// 197 column tiles would stream all of W, 77 MB, from memory again for each row tile.) The rings:
+// tile n goes to ring n % RINGS. Slice g of a ring, counted over all its tiles, sits in the
+// ring's slot g % SLOTS (slot(r, g) of all), and that turn's parity is (g / SLOTS) % 2.
+constexpr int GEMM_BAND = 16;
 template <class Lay> struct GemmTiles {
-    int tiles_n, tiles, nk;  // column tiles, all tiles, k-slices a tile
+    int tiles_m, tiles_n, tiles, nk;  // row tiles, column tiles, all tiles, k-slices a tile
     __device__ int tile(int n) const { return blockIdx.x + n * gridDim.x; }
-    __device__ int row0(int t) const { return t / tiles_n * Lay::BM; }
-    __device__ int col0(int t) const { return t % tiles_n * Lay::BN; }
+    __device__ int band_rows(int t) const { return min(GEMM_BAND, tiles_m - t / (GEMM_BAND * tiles_n) * GEMM_BAND); }
+    __device__ int row0(int t) const { return (t / (GEMM_BAND * tiles_n) * GEMM_BAND + t % (GEMM_BAND * tiles_n) % band_rows(t)) * Lay::BM; }
+    __device__ int col0(int t) const { return t % (GEMM_BAND * tiles_n) / band_rows(t) * Lay::BN; }
     __device__ static int slot(int r, int g) { return r * Lay::SLOTS + g % Lay::SLOTS; }
     __device__ static unsigned phase(int g) { return (unsigned)(g / Lay::SLOTS) & 1; }
 };
@@ -165,7 +170,8 @@ __global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, co
     DYNAMIC_SHARED(H, shared);
     __shared__ GemmBarriers<Lay::STAGES> bar;
     H* ring = align_1024(shared);
-    const GemmTiles<Lay> tl{(OC + Lay::BN - 1) / Lay::BN, (N + Lay::BM - 1) / Lay::BM * ((OC + Lay::BN - 1) / Lay::BN), (K + Lay::BK - 1) / Lay::BK};
+    const int tiles_m = (N + Lay::BM - 1) / Lay::BM, tiles_n = (OC + Lay::BN - 1) / Lay::BN;
+    const GemmTiles<Lay> tl{tiles_m, tiles_n, tiles_m * tiles_n, (K + Lay::BK - 1) / Lay::BK};
     if (threadIdx.x == 0) {
         for (int i = 0; i < Lay::STAGES; i++) mbar_init(&bar.full[i], 1), mbar_init(&bar.empty[i], Lay::READERS);
         mbar_init_fence();

@@ -1570,6 +1570,7 @@ int main(int argc, char** argv) {
         check_matmul_wgmma<bf16>(128, 768, 256, true, false, 1);   // 12 k-slices: the ring of 4 slots wraps 3 times
         check_matmul_wgmma<bf16>(200, 200, 264, true, true, 2);    // rows, k and columns off the tiles' multiples
         check_matmul_wgmma<bf16>(64, 64, 512, false, false, 2);    // no bias (the LM head's)
+        check_matmul_wgmma<bf16>(2200, 64, 512, true, false, 5);   // 18 row tiles: bands of 16 and 2 (the last row tile short)
         check_matmul_wgmma<fp16>(130, 136, 256, true, true, 2);    // fp16
         check_matmul_wgmma_dinp<bf16>(256, 512, 128, true, 3);     // 4 tiles on 3 blocks, through the GELU
         check_matmul_wgmma_dinp<bf16>(128, 256, 768, false, 1);    // 12 k-slices: the ring wraps 3 times
@@ -1580,6 +1581,7 @@ int main(int argc, char** argv) {
         check_matmul_wgmma<bf16>(128, 768, 384, true, false, 1, 2);    // 3 tiles, 12 k-slices each: the ring of 6 wraps 6 times
         check_matmul_wgmma<bf16>(200, 200, 264, true, true, 3, 2);     // rows, k and columns off the tiles' multiples
         check_matmul_wgmma<bf16>(64, 64, 128, false, false, 2, 2);     // one tile: the second warpgroup has none
+        check_matmul_wgmma<bf16>(2200, 64, 384, true, false, 7, 2);    // 18 row tiles × 3: bands of 16 and 2
         check_matmul_wgmma_dinp<bf16>(256, 512, 128, true, 3, 2);      // through the GELU
         check_matmul_wgmma_dinp<fp16>(200, 264, 200, false, 2, 2);     // fp16, off the multiples
     }
