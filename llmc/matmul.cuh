@@ -531,7 +531,9 @@ inline void matmul_forward_cuda(const Ctx& ctx, floatX* out, const floatX* inp, 
 template <class floatX>
 inline void matmul_backward_cuda(const Ctx& ctx, floatX* dinp, floatX* dW, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* W,
                                  int N, int C, int OC) {
-    if (dinp && !(ctx.kernels.matmul_wgmma && matmul_wgmma_dinp(ctx, dinp, (const floatX*)nullptr, dout, W, N, C, OC)))
+    if (dinp && ctx.kernels.matmul_wgmma && matmul_wgmma_dinp(ctx, dinp, (const floatX*)nullptr, dout, W, N, C, OC, dbias))
+        dbias = nullptr;  // (our GEMM added dout's column sums to it)
+    else if (dinp)
         cublaslt_gemm<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
     if (dbias && ctx.kernels.bias_grad == BiasGrad::Epilogue) {  // dW and dbias's column sums in one product
         static Buf<floatX> sums_buf;
@@ -785,9 +787,12 @@ inline void matmul_backward(const Ctx& ctx, floatX* dinp, floatX* dW, NoDeduce<f
                  gelu_pre && dinp ? "+dgelu" : "", C, OC);
     if (gelu_pre && dinp) {
 #ifdef LLMC_CUDA
-        if (ctx.device == Device::CUDA && ((ctx.kernels.matmul_wgmma && matmul_wgmma_dinp(ctx, dinp, gelu_pre, dout, W, N, C, OC)) ||
-            (gelu_fusable(ctx, C, gelu_pre, dinp, (const floatX*)nullptr) &&
-             lt_matmul<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward, const_cast<floatX*>(gelu_pre))))) {
+        if (ctx.device == Device::CUDA && ctx.kernels.matmul_wgmma && matmul_wgmma_dinp(ctx, dinp, gelu_pre, dout, W, N, C, OC, dbias)) {
+            matmul_backward<floatX>(ctx, nullptr, dW, nullptr, dout, inp, W, N, C, OC);  // dW (our GEMM made dbias)
+            return;
+        }
+        if (ctx.device == Device::CUDA && gelu_fusable(ctx, C, gelu_pre, dinp, (const floatX*)nullptr) &&
+            lt_matmul<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f, GeluEpi::Backward, const_cast<floatX*>(gelu_pre))) {
             matmul_backward<floatX>(ctx, nullptr, dW, dbias, dout, inp, W, N, C, OC);  // dW, dbias
             return;
         }

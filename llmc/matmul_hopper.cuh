@@ -4,6 +4,7 @@ gradient, with bias, GELU or GELU's backward in its epilogue (--matmul-wgmma 1 o
 
   forward: pre[n, o] = Σ_i inp[n, i] · W[o, i] + bias[o]     out = GELU(pre)  (or pre)
   dinp:    dinp[n, i] = (Σ_o dout[n, o] · W[o, i]) · GELU'(pre_in[n, i])  (or the sum alone)
+           dbias[o] += Σ_n dout[n, o]   (from the same tiles of dout, by two producer warps)
 
 A block computes tiles of 128 rows × 256 columns, one after another (a block an SM). Its
 producer warpgroup copies each tile's k-slices (128 × 64 of A, 64 × 256 of B) by TMA into a ring
@@ -159,12 +160,36 @@ __device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& ba
     }
 }
 
+// Warps 1 and 2 of the producer warpgroup, where the caller wants A's column sums (dinp: dout's,
+// the bias gradient): every k-slice of the block in the producer's order, once it is full. In a
+// tile of the first column tile, thread c adds column c of the slice's 128 rows of A in row
+// order, into col_sums[row tile][64k + c]: the sums' first stage, in a fixed order. Then lane 0
+// of each warp gives the slot back (it counts among the slot's readers).
+template <class Lay, class H>
+__device__ inline void gemm_column_sums(const H* ring, GemmBarriers<Lay::STAGES>& bar, const GemmTiles<Lay>& tl, float* col_sums, int K) {
+    const int c = threadIdx.x - 288;  // (0..63)
+    for (int n = 0, t; (t = tl.tile(n)) < tl.tiles; n++)
+        for (int k = 0; k < tl.nk; k++) {
+            const int g = n / Lay::RINGS * tl.nk + k, s = GemmTiles<Lay>::slot(n % Lay::RINGS, g);
+            mbar_wait(&bar.full[s], GemmTiles<Lay>::phase(g));
+            if (tl.col0(t) == 0 && k * Lay::BK + c < K) {
+                const H* a = ring + s * Lay::SLOT;  // (128-byte swizzled rows of 64: chunk c/8 of row r at chunk (c/8) ^ (r%8))
+                float sum = 0.0f;
+                #pragma unroll 8  // (8 loads in flight; unrolled whole, its loads took more registers than the kernel's cap)
+                for (int r = 0; r < Lay::BM; r++) sum += to_f(a[r * 64 + ((c / 8) ^ (r % 8)) * 8 + c % 8]);
+                col_sums[(size_t)(tl.row0(t) / Lay::BM) * K + k * Lay::BK + c] = sum;
+            }
+            if (threadIdx.x % 32 == 0) mbar_arrive(&bar.empty[s]);
+        }
+}
+
 // The kernel: out (N × OC) = A (N × K) · B + epilogue, B = Wᵀ (K-major W, OC × K) or, TRANS_B,
 // W itself (MN-major, K × OC). Warpgroups 0 and 1 compute, warpgroup 2 copies (it gives back
 // registers: setmaxnreg, 40 a thread; the computing ones take 232). a_map: A in boxes of 64 × 128;
 // b_map: W in boxes of 64 × BN, or 64 × 64 with TRANS_B (gemm_tensor_map). PP: GemmLayout.
+// col_sums (or null): A's column sums by row tile (gemm_column_sums).
 template <class H, bool TRANS_B, GemmEpi EPI, bool PP>
-__global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, const H* bias, int N, int OC, int K,
+__global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, const H* bias, float* col_sums, int N, int OC, int K,
                                                               const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map) {
     using Lay = GemmLayout<PP>;
     DYNAMIC_SHARED(H, shared);
@@ -173,13 +198,14 @@ __global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, co
     const int tiles_m = (N + Lay::BM - 1) / Lay::BM, tiles_n = (OC + Lay::BN - 1) / Lay::BN;
     const GemmTiles<Lay> tl{tiles_m, tiles_n, tiles_m * tiles_n, (K + Lay::BK - 1) / Lay::BK};
     if (threadIdx.x == 0) {
-        for (int i = 0; i < Lay::STAGES; i++) mbar_init(&bar.full[i], 1), mbar_init(&bar.empty[i], Lay::READERS);
+        for (int i = 0; i < Lay::STAGES; i++) mbar_init(&bar.full[i], 1), mbar_init(&bar.empty[i], Lay::READERS + (col_sums ? 2 : 0));
         mbar_init_fence();
     }
     __syncthreads();  // (the barriers are initialized; the only block barrier)
     if (threadIdx.x / 128 == 2) {
         setmaxnreg<40, false>();
         if (threadIdx.x == 256) gemm_produce<Lay, TRANS_B>(ring, bar, tl, a_map, b_map);
+        if (col_sums && threadIdx.x >= 288 && threadIdx.x < 352) gemm_column_sums<Lay>(ring, bar, tl, col_sums, K);
     } else {
         setmaxnreg<232, true>();
         gemm_consume<Lay, H, TRANS_B, EPI>(ring, bar, tl, out, aux, bias, N, OC);
@@ -194,20 +220,20 @@ template <class H> inline CUtensorMap gemm_tensor_map(const H* base, int rows, i
 }
 // One launch of matmul_wgmma_kernel: out (N × OC) from A (N × K) and W (see the kernel)
 template <class H, bool TRANS_B, GemmEpi EPI, bool PP>
-inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, const H* A, const H* W, int N, int OC, int K) {
+inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
     using Lay = GemmLayout<PP>;
     const CUtensorMap a_map = gemm_tensor_map(A, N, K, Lay::BM), b_map = TRANS_B ? gemm_tensor_map(W, K, OC, 64) : gemm_tensor_map(W, OC, K, Lay::BN);
     const long tiles = (long)ceil_div(N, Lay::BM) * ceil_div(OC, Lay::BN);
     const int blocks = (int)std::min<long>(tiles, ctx.kernels.matmul_wgmma_blocks > 0 ? ctx.kernels.matmul_wgmma_blocks : gpu_sm_count());
     SHARED_OPT_IN(matmul_wgmma_kernel<H, TRANS_B, EPI, PP>);
-    matmul_wgmma_kernel<H, TRANS_B, EPI, PP><<<blocks, 384, Lay::shared_bytes(), ctx.stream>>>(out, aux, bias, N, OC, K, a_map, b_map);
+    matmul_wgmma_kernel<H, TRANS_B, EPI, PP><<<blocks, 384, Lay::shared_bytes(), ctx.stream>>>(out, aux, bias, col_sums, N, OC, K, a_map, b_map);
     CUDA_LAUNCH_CHECK();
 }
 // The layout ctx asks for (--matmul-wgmma 1: one tile a block at a time; 2: ping-pong)
 template <class H, bool TRANS_B, GemmEpi EPI>
-inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, const H* A, const H* W, int N, int OC, int K) {
-    if (ctx.kernels.matmul_wgmma == 2) gemm_launch<H, TRANS_B, EPI, true>(ctx, out, aux, bias, A, W, N, OC, K);
-    else gemm_launch<H, TRANS_B, EPI, false>(ctx, out, aux, bias, A, W, N, OC, K);
+inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
+    if (ctx.kernels.matmul_wgmma == 2) gemm_launch<H, TRANS_B, EPI, true>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+    else gemm_launch<H, TRANS_B, EPI, false>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
 }
 // Rank 0 says once whether our GEMM runs, or why not (why: null where it runs), so that a run shows it
 inline void gemm_say(const char* why) {
@@ -228,18 +254,25 @@ template <class floatX>
 inline bool matmul_wgmma_forward(const Ctx& ctx, floatX* out, floatX* pre, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC) {
     if (!gemm_runs<floatX>(C, OC, N)) return false;
     if constexpr (is_half_type<floatX>) {
-        if (pre) gemm_launch<floatX, false, GemmEpi::BiasGelu>(ctx, out, pre, bias, inp, W, N, OC, C);
-        else gemm_launch<floatX, false, GemmEpi::Bias>(ctx, out, nullptr, bias, inp, W, N, OC, C);
+        if (pre) gemm_launch<floatX, false, GemmEpi::BiasGelu>(ctx, out, pre, bias, nullptr, inp, W, N, OC, C);
+        else gemm_launch<floatX, false, GemmEpi::Bias>(ctx, out, nullptr, bias, nullptr, inp, W, N, OC, C);
     }
     return true;
 }
 // dinp = dout·W, times GELU'(pre_in) where pre_in is given (the layer's input was GELU(pre_in)).
+// dbias (or null) += dout's column sums, made from the tiles the kernel copies in anyway: the
+// partial sums of each 128 rows, then column_sum_add over them in order.
 template <class floatX>
-inline bool matmul_wgmma_dinp(const Ctx& ctx, floatX* dinp, const floatX* pre_in, const floatX* dout, const floatX* W, int N, int C, int OC) {
+inline bool matmul_wgmma_dinp(const Ctx& ctx, floatX* dinp, const floatX* pre_in, const floatX* dout, const floatX* W, int N, int C, int OC,
+                              floatX* dbias = nullptr) {
     if (!gemm_runs<floatX>(C, OC, N)) return false;
     if constexpr (is_half_type<floatX>) {
-        if (pre_in) gemm_launch<floatX, true, GemmEpi::DGelu>(ctx, dinp, const_cast<floatX*>(pre_in), nullptr, dout, W, N, C, OC);
-        else gemm_launch<floatX, true, GemmEpi::Bias>(ctx, dinp, nullptr, nullptr, dout, W, N, C, OC);
+        static Buf<float> sums_buf;
+        const int row_tiles = ceil_div(N, 128);
+        float* sums = dbias ? gpu_scratch(sums_buf, ctx, (size_t)row_tiles * OC) : nullptr;
+        if (pre_in) gemm_launch<floatX, true, GemmEpi::DGelu>(ctx, dinp, const_cast<floatX*>(pre_in), nullptr, sums, dout, W, N, C, OC);
+        else gemm_launch<floatX, true, GemmEpi::Bias>(ctx, dinp, nullptr, nullptr, sums, dout, W, N, C, OC);
+        if (dbias) column_sum_add(ctx, dbias, sums, OC, row_tiles);
     }
     return true;
 }

@@ -279,7 +279,8 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
 
 // Our GEMM on Hopper (--matmul-wgmma; matmul_hopper.cuh) against the CPU ops: the forward
 // out = x·Wᵀ + b (with GELU: pre and gelu(pre)) and the input gradient dinp = dout·W (with GELU:
-// through GELU's backward at the layer's pre-activation; W read as transposed B). blocks: so few
+// through GELU's backward at the layer's pre-activation; W read as transposed B; and dbias +=
+// dout's column sums from the same tiles). blocks: so few
 // that each block runs several tiles and its ring of slots wraps across them. Shapes off the
 // tiles' multiples test the zeros TMA copies past the edges (rows, k) and the stores' bounds
 // (rows, columns). The kernel must run (the launch returns true): the CPU op is the only
@@ -335,15 +336,19 @@ template <class X> static void check_matmul_wgmma_dinp(int N, int C, int OC, boo
                              gelu ? " through the GELU" : "", blocks, layout == 2 ? ", ping-pong" : "");
     if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), dout = randn<X>((size_t)N * OC), pre_in = randn<X>((size_t)N * C);
-    std::vector<X> dx((size_t)N * C), dW((size_t)OC * C), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cdout = vec_cast<X>(dout), cpre = vec_cast<X>(pre_in);
-    matmul_backward(cpu, dx.data(), dW.data(), nullptr, cdout.data(), cx.data(), cW.data(), N, C, OC, gelu ? cpre.data() : nullptr);
-    Dev<X> gW(W), gdout(dout), gpre(pre_in), gdx(vec_widen(dx), true);
+    auto db = randn<X>(OC);  // (dbias += dout's column sums, made by the producer's warps from the tiles of dout)
+    std::vector<X> dx((size_t)N * C), dW((size_t)OC * C), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cdout = vec_cast<X>(dout), cpre = vec_cast<X>(pre_in),
+        cdb = vec_cast<X>(db);
+    matmul_backward(cpu, dx.data(), dW.data(), cdb.data(), cdout.data(), cx.data(), cW.data(), N, C, OC, gelu ? cpre.data() : nullptr);
+    Dev<X> gW(W), gdout(dout), gpre(pre_in), gdx(vec_widen(dx), true), gdb(db);
     Ctx g = gpu;
     g.kernels.matmul_wgmma = layout, g.kernels.matmul_wgmma_blocks = blocks;
-    const bool ran = matmul_wgmma_dinp(g, gdx.p(), gelu ? gpre.p() : nullptr, gdout.p(), gW.p(), N, C, OC);
+    const bool ran = matmul_wgmma_dinp(g, gdx.p(), gelu ? gpre.p() : nullptr, gdout.p(), gW.p(), N, C, OC, gdb.p());
     printf("%s - %s: the kernel ran\n", ran ? "ok" : "not ok", name);
     (ran ? n_pass : n_fail)++;
-    if (ran) compare(name, gelu ? "(dout·W)·gelu'(pre)" : "dout·W", vec_widen(dx), gdx.host(), bx<X>(1e-5));
+    if (!ran) return;
+    compare(name, gelu ? "(dout·W)·gelu'(pre)" : "dout·W", vec_widen(dx), gdx.host(), bx<X>(1e-5));
+    compare(name, "dbias (+=)", vec_widen(cdb), gdb.host(), bx<X>(1e-5));
 }
 
 // The MLP's matmul with its GELU (matmul.cuh): forward out = gelu(pre), pre = x·Wᵀ + b; backward
