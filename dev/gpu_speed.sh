@@ -15,7 +15,8 @@
 #                                 fp8: gpucheck's FP8 ops, dev/cuda/matmul.cu at 1558M's layers (bf16 and
 #                                 FP8 products each, and dbias), then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
-#                                 layouts, on the fused backward's producers; kernels, not in the
+#                                 layouts, on the fused backward's producers; ncugemm, not in the default:
+#                                 Nsight Compute on a 124M step with --matmul-wgmma 1 (bench_ncu.sh); kernels, not in the
 #                                 default: every kernel of a 124M step timed by Nsight Compute, ours
 #                                 and llm.c's side by side (bench_ncu_steps.sh); llama, not in the
 #                                 default: llama:3B's step (head size 128) with --flash-backward fused128 and chain)
@@ -148,6 +149,7 @@ ncu_backward() {
 export -f ncu_backward
 [[ $want == *,ncubwd,* ]] && step ncubwd 300 bash -c ncu_backward
 [[ $want == *,kernels,* ]] && RUN_LIMIT=120 step kernels 260 bash dev/bench/bench_ncu_steps.sh gpt2:124M 64
+[[ $want == *,ncugemm,* && $gemm_ok == 1 ]] && NCU_FLAGS="--matmul-wgmma 1" step ncugemm 300 bash dev/bench/bench_ncu.sh
 for f in wgmma ab llmc attention classifier llama flash bf16 train ncu ncubwd kernels; do
     [ -f "$log-$f.txt" ] && { echo "== $f"; grep -E "^# gpucheck_ops|not ok|^\| |fused / split|by its splits|^== |^bf16 v" "$log-$f.txt" | tail -40; }
 done

@@ -19,6 +19,7 @@
 #   FLASH_WGMMA=1             the step with --flash-wgmma 1 (part ncu-wgmma): the wgmma flash
 #                             attention kernels' view, against the mma.sync ones' in part ncu
 #   NCU=path                  the ncu to use [ncu, else /usr/local/cuda/bin/ncu]
+#   NCU_FLAGS="--matmul-wgmma 1"  more flags for the trainer (our GEMM's kernels are profiled too)
 set -u
 cd "$(dirname "$0")/../.."
 ncu=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
@@ -27,10 +28,10 @@ echo "# bench_ncu on $(nvidia-smi --query-gpu=name --format=csv,noheader | head 
 [ -x "$ncu" ] || { echo "bench_ncu: skipped (no Nsight Compute: ncu)"; exit 0; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # the kernels of llmc/*.cuh (function names, without templates or parameters)
-kernels='flash_|attention_|layernorm_|residual_|fused_classifier|adamw|encoder_|gelu_|add_bias|column_sum|norm_squared'
+kernels='flash_|attention_|layernorm_|residual_|fused_classifier|adamw|encoder_|gelu_|add_bias|column_sum|norm_squared|matmul_wgmma'
 timeout -k 10 "${RUN_LIMIT:-300}" "$ncu" --clock-control none --kernel-name "regex:$kernels" --launch-count 400 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --print-summary per-kernel \
-    ./train_gpt --device cuda --precision bf16 --flash-wgmma "$wg" --model "$model" --batch-size "$B" --seq-len "$T" --steps 1 --val-data "" \
+    ./train_gpt --device cuda --precision bf16 --flash-wgmma "$wg" --model "$model" --batch-size "$B" --seq-len "$T" --steps 1 --val-data "" ${NCU_FLAGS:-} \
     >"$tmp/out.txt" 2>&1
 rc=$?
 if grep -q 'ERR_NVGPUCTRPERM\|LibraryNotLoaded\|Failed to initialize the profiler' "$tmp/out.txt"; then
