@@ -102,7 +102,8 @@ __device__ inline void gemm_store(const float* acc, H* out, H* aux, const H* bia
                 store_pair(aux + at, v0, v1);
                 store_pair(out + at, gelu_fast_of(v0), gelu_fast_of(v1));
             } else if constexpr (EPI == GemmEpi::DGelu) {
-                store_pair(out + at, gelu_backward_fast_of(to_f(aux[at]), v0), gelu_backward_fast_of(to_f(aux[at + 1]), v1));
+                const float2 x = load_pair(aux + at);
+                store_pair(out + at, gelu_backward_fast_of(x.x, v0), gelu_backward_fast_of(x.y, v1));
             } else {
                 store_pair(out + at, v0, v1);
             }
