@@ -146,7 +146,6 @@ inline void matmul_backward_cpu(float* dinp, float* dW, float* dbias, const floa
 #ifdef LLMC_CUDA
 #include <map>
 #include <tuple>
-#include "matmul_hopper.cuh"
 
 // The largest power of two (≤ 256) that divides the address. (It stopped at 4, which promised
 // cuBLASLt 4 bytes for a 16-bit matrix at an odd element: a layer's weights in a model of odd
@@ -157,6 +156,7 @@ inline uint32_t alignment_of(const void* p) {
     while (al > 1 && (a % al) != 0) al /= 2;
     return al;
 }
+#include "matmul_hopper.cuh"  // (our GEMM on Hopper: --matmul-wgmma; it uses alignment_of)
 // D[:, j] += bias for every column j of a column-major m×n matrix
 template <class floatX> __global__ void add_bias_kernel(floatX* D, const floatX* bias, int m, int n, int ldd) {
     size_t total = (size_t)m * n;

@@ -55,6 +55,7 @@ template <class Lay> struct GemmTiles {
     __device__ int band_rows(int t) const { return min(GEMM_BAND, tiles_m - t / (GEMM_BAND * tiles_n) * GEMM_BAND); }
     __device__ int row0(int t) const { return (t / (GEMM_BAND * tiles_n) * GEMM_BAND + t % (GEMM_BAND * tiles_n) % band_rows(t)) * Lay::BM; }
     __device__ int col0(int t) const { return t % (GEMM_BAND * tiles_n) / band_rows(t) * Lay::BN; }
+    __device__ int slice(int n, int k) const { return n / Lay::RINGS * nk + k; }  // (tile n's slice k, counted in its ring)
     __device__ static int slot(int r, int g) { return r * Lay::SLOTS + g % Lay::SLOTS; }
     __device__ static unsigned phase(int g) { return (unsigned)(g / Lay::SLOTS) & 1; }
 };
@@ -69,7 +70,7 @@ __device__ inline void gemm_produce(H* ring, GemmBarriers<Lay::STAGES>& bar, con
                                     const CUtensorMap& b_map) {
     for (int n = 0, t; (t = tl.tile(n)) < tl.tiles; n++)
         for (int k = 0; k < tl.nk; k++) {
-            const int g = n / Lay::RINGS * tl.nk + k, s = GemmTiles<Lay>::slot(n % Lay::RINGS, g);  // (g: the ring's slices before)
+            const int g = tl.slice(n, k), s = GemmTiles<Lay>::slot(n % Lay::RINGS, g);
             mbar_wait(&bar.empty[s], GemmTiles<Lay>::phase(g) ^ 1);
             mbar_arrive_expect_tx(&bar.full[s], Lay::SLOT * sizeof(H));
             tma_load_3d(ring + s * Lay::SLOT, &a_map, k * Lay::BK, tl.row0(t), 0, &bar.full[s]);
@@ -143,7 +144,7 @@ __device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& ba
     float acc[128];
     const int r = PP ? wg : 0;  // (its ring)
     for (int n = r, t; (t = tl.tile(n)) < tl.tiles; n += Lay::RINGS) {
-        int g = n / Lay::RINGS * tl.nk;  // (the ring's count at this tile's first slice)
+        int g = tl.slice(n, 0);
         for (int k = 0; k < tl.nk; k++, g++) {
             const int s = GemmTiles<Lay>::slot(r, g);
             mbar_wait(&bar.full[s], GemmTiles<Lay>::phase(g));
@@ -171,7 +172,7 @@ __device__ inline void gemm_column_sums(const H* ring, GemmBarriers<Lay::STAGES>
     const int c = threadIdx.x - 288;  // (0..63)
     for (int n = 0, t; (t = tl.tile(n)) < tl.tiles; n++)
         for (int k = 0; k < tl.nk; k++) {
-            const int g = n / Lay::RINGS * tl.nk + k, s = GemmTiles<Lay>::slot(n % Lay::RINGS, g);
+            const int g = tl.slice(n, k), s = GemmTiles<Lay>::slot(n % Lay::RINGS, g);
             mbar_wait(&bar.full[s], GemmTiles<Lay>::phase(g));
             if (tl.col0(t) == 0 && k * Lay::BK + c < K) {
                 const H* a = ring + s * Lay::SLOT;  // (128-byte swizzled rows of 64: chunk c/8 of row r at chunk (c/8) ^ (r%8))
@@ -240,20 +241,22 @@ inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* co
 inline void gemm_say(const char* why) {
     static bool said = false;
     if (!said && g_rank == 0)
-        printf(why ? "matmul: --matmul-wgmma 1 %s: cuBLASLt runs every product\n" : "matmul: the forward and input-gradient products by our GEMM (--matmul-wgmma 1)\n", why);
+        printf(why ? "matmul: --matmul-wgmma %s: cuBLASLt runs every product\n" : "matmul: the forward and input-gradient products by our GEMM (--matmul-wgmma)\n", why);
     said = true;
 }
-// Whether our GEMM runs here for these widths: sm_90a, a 16-bit dtype, rows of 16-byte multiples (TMA's strides)
-template <class floatX> inline bool gemm_runs(int C, int OC, int N) {
+// Whether our GEMM runs here for these matrices: sm_90a, a 16-bit dtype, rows of 16-byte multiples
+// (TMA's strides) and matrices that start 16-byte aligned (TMA's addresses; else cuBLASLt runs)
+template <class floatX> inline bool gemm_runs(int C, int OC, int N, std::initializer_list<const void*> matrices) {
     const char* why = !is_half_type<floatX> ? "needs bf16 or fp16" : !gpu_has_wgmma() ? "needs a GPU of compute capability 9.0" : nullptr;
     gemm_say(why);
+    for (const void* p : matrices) if (p && alignment_of(p) < 16) return false;
     return !why && C % 8 == 0 && OC % 8 == 0 && N > 0;
 }
 // out (and pre, with GELU) = inp·Wᵀ + bias through matmul_wgmma_kernel; false where it cannot run
 // here (then nothing was launched).
 template <class floatX>
 inline bool matmul_wgmma_forward(const Ctx& ctx, floatX* out, floatX* pre, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC) {
-    if (!gemm_runs<floatX>(C, OC, N)) return false;
+    if (!gemm_runs<floatX>(C, OC, N, {out, pre, inp, W})) return false;
     if constexpr (is_half_type<floatX>) {
         if (pre) gemm_launch<floatX, false, GemmEpi::BiasGelu>(ctx, out, pre, bias, nullptr, inp, W, N, OC, C);
         else gemm_launch<floatX, false, GemmEpi::Bias>(ctx, out, nullptr, bias, nullptr, inp, W, N, OC, C);
@@ -266,7 +269,7 @@ inline bool matmul_wgmma_forward(const Ctx& ctx, floatX* out, floatX* pre, const
 template <class floatX>
 inline bool matmul_wgmma_dinp(const Ctx& ctx, floatX* dinp, const floatX* pre_in, const floatX* dout, const floatX* W, int N, int C, int OC,
                               floatX* dbias = nullptr) {
-    if (!gemm_runs<floatX>(C, OC, N)) return false;
+    if (!gemm_runs<floatX>(C, OC, N, {dinp, pre_in, dout, W})) return false;
     if constexpr (is_half_type<floatX>) {
         static Buf<float> sums_buf;
         const int row_tiles = ceil_div(N, 128);

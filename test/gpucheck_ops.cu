@@ -301,6 +301,10 @@ template <class X> static void check_matmul_wgmma(int N, int C, int OC, bool bia
     if (!ran) return;
     compare(name, gelu ? "gelu(x·Wᵀ+b)" : "x·Wᵀ+b", vec_widen(out), gout.host(), bx<X>(1e-5));
     if (gelu) compare(name, "pre-activation", vec_widen(pre), gpre.host(), bx<X>(1e-5));
+    // a matrix that does not start 16-byte aligned (TMA needs it): the launch refuses, so cuBLASLt runs
+    const bool misaligned = matmul_wgmma_forward(g, gout.p(), gelu ? gpre.p() : nullptr, gx.p() + 1, gW.p(), bias ? gb.p() : nullptr, N - 1, C, OC);
+    printf("%s - %s: refused with its input 2 bytes off 16-byte alignment\n", misaligned ? "not ok" : "ok", name);
+    (misaligned ? n_fail : n_pass)++;
 }
 // Our GEMM's GELU by a sigmoid (gelu.cuh: gelu_fast_of, gelu_backward_fast_of) against tanhf's,
 // both on the device, at x from −12 to 12 in steps of 2^-10: within 4e-6·max(1, |x|). Either
