@@ -22,6 +22,7 @@ inline void dev_init() {
     const std::string why = cuda_unusable_reason(0);
     if (!why.empty()) { fprintf(stderr, "error: %s\n", why.c_str()); exit(2); }
     cuda_ctx_init(&gpu_ctx, 0);
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // (line by line: where a time limit ends the run, its log keeps what was printed)
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
     printf("# %s\n", p.name);
@@ -50,7 +51,11 @@ template <class X = float> struct DevBuf {  // a GPU copy of a host vector of X;
     explicit DevBuf(const std::vector<X>& h) { b.alloc(gpu_ctx, h.size()); set(h); }
     void set(const std::vector<X>& h) { ctx_copy(gpu_ctx, b.data(), h.data(), h.size() * sizeof(X)); }
     X* p() { return b.data(); }
-    std::vector<float> host() { std::vector<X> h(b.size()); ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * sizeof(X)); return vec_widen(h); }
+    std::vector<float> host(size_t n = SIZE_MAX) {  // (its first n elements)
+        std::vector<X> h(std::min(n, b.size()));
+        ctx_copy(gpu_ctx, h.data(), b.data(), h.size() * sizeof(X));
+        return vec_widen(h);
+    }
 };
 
 // max |got − want| / max |want|; over `bound` it is reported and the playground exits with 1

@@ -9,14 +9,16 @@ CUDA versions, in bf16 (the trainer's GPU precision).
   v6: v1 with --matmul-tune 1: every product's fastest cuBLASLt candidate of the same bits
   v7: v1 with --matmul-wgmma 1: the forward and dinp products by our GEMM (llmc/matmul_hopper.cuh; sm_90a)
   v8: v7 with --matmul-wgmma 2: its ping-pong layout
-The layers of one block (qkv, attproj, mlp) and the classifier, at N = B·T rows. Each layer's
-forward and backward is checked against the CPU op on its first `check` rows, then timed at N
-(TFLOP/s over 2·N·C·OC a product). Then dbias's column sums three ways for each bias width: the
+The layers of one block (qkv, attproj, mlp; fc and fcproj: the MLP's products without GELU) and
+the classifier, at N = B·T rows. Each layer's forward and backward is checked against the CPU op
+on its first `check` rows, then timed at N (TFLOP/s over 2·N·C·OC a product). A line a version
+gives the GELU's cost in the epilogues: mlp less fc and fcproj. Then dbias's column sums three ways for each bias width: the
 Warps and Columns kernels alone (GB/s over dout's bytes), and inside a layer's whole backward
 with cuBLASLt's BGRADB epilogue. Details: docs/playgrounds.md.
 usage: ./build/dev_matmul [N C Vp [check]]   (default GPT-2 124M at B=16, T=1024: 16384 768 50304 64;
        Vp = 0: the dbias section alone, e.g. at 124M's B = 128: 131072 768 0)
 */
+#include <map>
 #include <memory>
 #include "common.cuh"
 
@@ -113,8 +115,9 @@ static Layer mlp(int N, int C) {
 
 // DEV_MATMUL_ONLY="1,7": only those versions, and no dbias part (a GPU call that times our GEMM)
 static bool wanted(int v) { return !getenv("DEV_MATMUL_ONLY") || env_lists("DEV_MATMUL_ONLY", v); }
-static void run(Layer& L, int version, int N, int check) {
-    if (!wanted(version)) return;
+struct Times { float forward = 0, backward = 0; };
+static Times run(Layer& L, int version, int N, int check) {
+    if (!wanted(version)) return {};
     gpu_ctx.kernels.gelu_fusion = version == 1 || version >= 6;
     gpu_ctx.kernels.matmul_wgmma = version == 7 ? 1 : version == 8 ? 2 : 0;
     gpu_ctx.kernels.matmul_tune = version == 6;
@@ -143,8 +146,8 @@ static void run(Layer& L, int version, int N, int check) {
     std::string which;
     for (const Output& o : L.outputs) {
         if (gpu.fp8 && !strcmp(o.name, "gelu")) continue;  // (FP8 writes no GELU output)
-        std::vector<float> want = vec_widen(t.host[o.index]), got = t.dev[o.index]->host();
-        if (o.cols) { want.resize((size_t)check * o.cols); got.resize((size_t)check * o.cols); }
+        const size_t n = o.cols ? (size_t)check * o.cols : t.host[o.index].size();  // (an activation's first rows only)
+        std::vector<float> want = vec_widen(std::vector<X>(t.host[o.index].begin(), t.host[o.index].begin() + n)), got = t.dev[o.index]->host(n);
         const double e = rel_err(want, got, BOUND);
         if (!(e <= worst)) { worst = e; which = o.name; }
     }
@@ -161,6 +164,19 @@ static void run(Layer& L, int version, int N, int check) {
     gpu_ctx.kernels.fp8_fast_accum = Fp8FastAccum::None;
     gpu_ctx.kernels.matmul_wgmma = 0;
     if (version == 6) { gpu_ctx.kernels.matmul_tune = false; gpu_ctx.kernels.matmul_tune_flops = tune_flops; autotune_forget(gpu_ctx); }
+    return {mf, mb};
+}
+
+// Every layer at one version. Then what the MLP's GELU costs in the products' epilogues: the MLP
+// less its two products run with bias alone (fc, fcproj; forward: GELU and the second store of
+// the 4C-wide activation; backward: GELU's backward and the read of pre).
+static void run_all(std::vector<Layer>& layers, int version, int N, int check) {
+    std::map<std::string, Times> t;
+    for (Layer& L : layers) t[L.name] = run(L, version, N, check);
+    const Times m = t["mlp"], a = t["fc"], b = t["fcproj"];
+    if (m.forward > 0 && a.forward > 0 && b.forward > 0)
+        printf("v%d the GELU in the MLP's epilogues (mlp less fc and fcproj): forward %+.3f ms, backward %+.3f ms\n", version,
+               m.forward - a.forward - b.forward, m.backward - a.backward - b.backward);
 }
 
 // dbias += the column sums of dout (N × OC): each BiasGrad way, checked on `check` rows, then timed
@@ -212,13 +228,14 @@ int main(int argc, char** argv) {
         layers.push_back(linear("qkv", N, C, 3 * C, true));
         layers.push_back(linear("attproj", N, C, C, true));
         layers.push_back(mlp(N, C));
+        layers.push_back(linear("fc", N, C, 4 * C, true));  // (the MLP's two products without the GELU)
+        layers.push_back(linear("fcproj", N, 4 * C, C, true));
         layers.push_back(linear("classifier", N, C, Vp, false));
-        for (Layer& L : layers) run(L, 1, N, check);
+        run_all(layers, 1, N, check);
         run(layers[2], 2, N, check);  // the MLP with its GELU apart
-        for (Layer& L : layers) run(L, 6, N, check);  // tuned
+        run_all(layers, 6, N, check);  // tuned
         if (gpu_has_wgmma())
-            for (int v : {7, 8})
-                for (Layer& L : layers) run(L, v, N, check);  // our GEMM's forward and dinp, both layouts
+            for (int v : {7, 8}) run_all(layers, v, N, check);  // our GEMM's forward and dinp, both layouts
         else
             printf("# v7, v8 (our GEMM) skipped: not a compute capability 9.0 GPU\n");
         const bool fp8_wanted = wanted(3) || wanted(4) || wanted(5);
