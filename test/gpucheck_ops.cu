@@ -1522,6 +1522,7 @@ template <class X> static void check_all() {
 // others or loop; gemm, our GEMM (--matmul-wgmma). test/gpucheck.sh runs them as parts, so that
 // a fault there leaves the default path's result whole and names itself.
 int main(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // (line by line: where a hang ends the run, its log names the checks that passed)
     const std::string group = argc > 1 ? argv[1] : "all";
     const char* groups[] = {"all", "ops", "fp32", "bf16", "fp16", "flash", "fp8", "wgmma", "chain", "persistent", "gemm"};
     if (std::find(std::begin(groups), std::end(groups), group) == std::end(groups)) {
