@@ -525,13 +525,13 @@ template <class floatX> inline bool gelu_fusable(const Ctx& ctx, int rows, const
 
 template <class floatX>
 inline void matmul_forward_cuda(const Ctx& ctx, floatX* out, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC) {
-    if (ctx.kernels.matmul_wgmma && matmul_wgmma_forward(ctx, out, (floatX*)nullptr, inp, W, bias, N, C, OC)) return;
+    if (gemm_wanted(ctx, false) && matmul_wgmma_forward(ctx, out, (floatX*)nullptr, inp, W, bias, N, C, OC)) return;
     cublaslt_gemm<floatX>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f);
 }
 template <class floatX>
 inline void matmul_backward_cuda(const Ctx& ctx, floatX* dinp, floatX* dW, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* W,
                                  int N, int C, int OC) {
-    if (dinp && ctx.kernels.matmul_wgmma && matmul_wgmma_dinp(ctx, dinp, (const floatX*)nullptr, dout, W, N, C, OC, dbias))
+    if (dinp && gemm_wanted(ctx, false) && matmul_wgmma_dinp(ctx, dinp, (const floatX*)nullptr, dout, W, N, C, OC, dbias))
         dbias = nullptr;  // (our GEMM added dout's column sums to it)
     else if (dinp)
         cublaslt_gemm<floatX>(ctx, dinp, W, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
@@ -734,7 +734,7 @@ inline void matmul_forward(const Ctx& ctx, floatX* out, const floatX* inp, const
     OpScope prof(ctx, 2.0 * N * C * OC, 0, "matmul%s forward %d->%d", gelu_pre ? "+gelu" : "", C, OC);
     if (gelu_pre) {
 #ifdef LLMC_CUDA
-        if (ctx.device == Device::CUDA && ctx.kernels.matmul_wgmma && matmul_wgmma_forward(ctx, out, gelu_pre, inp, W, bias, N, C, OC)) return;
+        if (ctx.device == Device::CUDA && gemm_wanted(ctx, true) && matmul_wgmma_forward(ctx, out, gelu_pre, inp, W, bias, N, C, OC)) return;
         if (ctx.device == Device::CUDA && gelu_fusable(ctx, OC, gelu_pre, out, bias)) {
             cublaslt_gemm<floatX>(ctx, out, W, inp, bias, OC, N, C, true, false, C, C, OC, 0.0f, GeluEpi::Forward, gelu_pre);
             return;
@@ -787,7 +787,7 @@ inline void matmul_backward(const Ctx& ctx, floatX* dinp, floatX* dW, NoDeduce<f
                  gelu_pre && dinp ? "+dgelu" : "", C, OC);
     if (gelu_pre && dinp) {
 #ifdef LLMC_CUDA
-        if (ctx.device == Device::CUDA && ctx.kernels.matmul_wgmma && matmul_wgmma_dinp(ctx, dinp, gelu_pre, dout, W, N, C, OC, dbias)) {
+        if (ctx.device == Device::CUDA && gemm_wanted(ctx, true) && matmul_wgmma_dinp(ctx, dinp, gelu_pre, dout, W, N, C, OC, dbias)) {
             matmul_backward<floatX>(ctx, nullptr, dW, nullptr, dout, inp, W, N, C, OC);  // dW (our GEMM made dbias)
             return;
         }

@@ -237,18 +237,22 @@ inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* co
     if (ctx.kernels.matmul_wgmma == 2) gemm_launch<H, TRANS_B, EPI, true>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
     else gemm_launch<H, TRANS_B, EPI, false>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
 }
+// Whether ctx asks our GEMM for a product (gelu: one with a GELU in its epilogue)
+inline bool gemm_wanted(const Ctx& ctx, bool gelu) { return ctx.kernels.matmul_wgmma && (gelu || !ctx.kernels.matmul_wgmma_gelu_only); }
 // Rank 0 says once whether our GEMM runs, or why not (why: null where it runs), so that a run shows it
-inline void gemm_say(const char* why) {
+inline void gemm_say(const Ctx& ctx, const char* why) {
     static bool said = false;
-    if (!said && g_rank == 0)
-        printf(why ? "matmul: --matmul-wgmma %s: cuBLASLt runs every product\n" : "matmul: the forward and input-gradient products by our GEMM (--matmul-wgmma)\n", why);
+    if (!said && g_rank == 0 && why) printf("matmul: --matmul-wgmma %s: cuBLASLt runs every product\n", why);
+    else if (!said && g_rank == 0)
+        printf(ctx.kernels.matmul_wgmma_gelu_only ? "matmul: the products with a GELU in the epilogue by our GEMM (--matmul-wgmma-products gelu)\n"
+                                                  : "matmul: the forward and input-gradient products by our GEMM (--matmul-wgmma)\n");
     said = true;
 }
 // Whether our GEMM runs here for these matrices: sm_90a, a 16-bit dtype, rows of 16-byte multiples
 // (TMA's strides) and matrices that start 16-byte aligned (TMA's addresses; else cuBLASLt runs)
-template <class floatX> inline bool gemm_runs(int C, int OC, int N, std::initializer_list<const void*> matrices) {
+template <class floatX> inline bool gemm_runs(const Ctx& ctx, int C, int OC, int N, std::initializer_list<const void*> matrices) {
     const char* why = !is_half_type<floatX> ? "needs bf16 or fp16" : !gpu_has_wgmma() ? "needs a GPU of compute capability 9.0" : nullptr;
-    gemm_say(why);
+    gemm_say(ctx, why);
     for (const void* p : matrices) if (p && alignment_of(p) < 16) return false;
     return !why && C % 8 == 0 && OC % 8 == 0 && N > 0;
 }
@@ -256,7 +260,7 @@ template <class floatX> inline bool gemm_runs(int C, int OC, int N, std::initial
 // here (then nothing was launched).
 template <class floatX>
 inline bool matmul_wgmma_forward(const Ctx& ctx, floatX* out, floatX* pre, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC) {
-    if (!gemm_runs<floatX>(C, OC, N, {out, pre, inp, W})) return false;
+    if (!gemm_runs<floatX>(ctx, C, OC, N, {out, pre, inp, W})) return false;
     if constexpr (is_half_type<floatX>) {
         if (pre) gemm_launch<floatX, false, GemmEpi::BiasGelu>(ctx, out, pre, bias, nullptr, inp, W, N, OC, C);
         else gemm_launch<floatX, false, GemmEpi::Bias>(ctx, out, nullptr, bias, nullptr, inp, W, N, OC, C);
@@ -269,7 +273,7 @@ inline bool matmul_wgmma_forward(const Ctx& ctx, floatX* out, floatX* pre, const
 template <class floatX>
 inline bool matmul_wgmma_dinp(const Ctx& ctx, floatX* dinp, const floatX* pre_in, const floatX* dout, const floatX* W, int N, int C, int OC,
                               floatX* dbias = nullptr) {
-    if (!gemm_runs<floatX>(C, OC, N, {dinp, pre_in, dout, W})) return false;
+    if (!gemm_runs<floatX>(ctx, C, OC, N, {dinp, pre_in, dout, W})) return false;
     if constexpr (is_half_type<floatX>) {
         static Buf<float> sums_buf;
         const int row_tiles = ceil_div(N, 128);

@@ -390,6 +390,11 @@ GPU_FLAGS="--bias-grad epilogue" ONCE=1 gpu_vs_cpu bf16 2e-2
 # bit-identical (each output element has one owner thread, which sums its k-slices in order)
 NOTE="matmul: the forward and input-gradient products by our GEMM" GPU_FLAGS="--matmul-wgmma 1" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3
 GPU_FLAGS="--matmul-wgmma 2" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3  # (ping-pong)
+# --matmul-wgmma-products gelu: our GEMM for the MLP's fc forward and fcproj's input gradient
+# alone, cuBLASLt for the rest: the emulator counts 2 launches a layer a step (d2: 40 in 10 steps)
+if [[ $BIN == *simt* ]]; then note=(SIMT_COUNT_LAUNCHES=matmul_wgmma_kernel) gelu_note="simt: 40 launches of matmul_wgmma_kernel"
+else note=() gelu_note="matmul: the products with a GELU in the epilogue by our GEMM"; fi
+NOTE=$gelu_note GPU_FLAGS="--matmul-wgmma 2 --matmul-wgmma-products gelu" ONCE=1 gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3 "${note[@]}"
 ONCE=$quick gpu_vs_cpu fp8 2e-2
 # delayed scaling (the one-pass quantize kernel with its atomicMax record, the history on the host):
 # the same bound; both sides record the same amaxes up to the runs' last-bit differences
