@@ -70,23 +70,6 @@ __device__ inline float2 red_sum_f32x2(const float* p, float a, float b) {
     return make_float2(0.0f, 0.0f);
 #endif
 }
-// stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (sm_90): four 8×8 16-bit matrices from the C
-// layout's registers (r[i]: row g, columns 2t, 2t+1 of matrix i), each stored to the 8 rows whose
-// addresses lanes 8i..8i+7 give; TRANS: stored transposed
-template <bool TRANS> __device__ inline void stsm_x4(const uint32_t* r, void* row) {
-#if defined(LLMC_SIMT)
-    simt::stmatrix(r, 4, TRANS, row);
-#elif defined(LLMC_WGMMA)
-    if constexpr (TRANS)
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(r[0]), "r"(r[1]),
-                     "r"(r[2]), "r"(r[3]) : "memory");
-    else
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(r[0]), "r"(r[1]),
-                     "r"(r[2]), "r"(r[3]) : "memory");
-#elif defined(__CUDA_ARCH__)
-    __trap();
-#endif
-}
 // A warp's 16 rows × 64 columns in C fragments (c[nt], fp32) as H into shared memory, one
 // stmatrix.x4 for each pair of n-tiles: matrix i of pair p is rows 8(i % 2).. of n-tile 2p + i / 2.
 // at(p, m) is the first element of the 8 rows that matrix m of pair p goes to (lane 8m + r gives

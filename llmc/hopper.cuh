@@ -7,7 +7,7 @@ PTX instruction. The emulator (test/simt.h) runs the same calls on the CPU.
   A in registers or shared memory, B in shared memory, both through 64-bit descriptors.
 
 Main functions: wgmma_m64k16 (A in registers), wgmma_m64k16_ss (A in shared memory),
-wgmma_fence/commit/wait, mbar_init/arrive/wait, tma_load_3d, bar_sync/arrive, setmaxnreg,
+wgmma_fence/commit/wait, mbar_init/arrive/wait, tma_load_3d, tma_store_3d, bar_sync/arrive, setmaxnreg, stsm_x4,
 TileDesc (a tile's descriptors and k-steps).
 
 Users: flash_attention_hopper.cuh, flash_fused_backward.cuh, matmul_hopper.cuh.
@@ -160,6 +160,35 @@ __device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, int c0, in
                  ::"r"(smem_addr(dst)), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)) : "memory");
 #endif
 }
+// TMA store: shared memory at src (a box of map, laid out as tma_load_3d writes it) to the
+// tensor at coordinates (c0, c1, c2); the parts of the box outside the tensor are not written.
+// One thread issues it. It reads src asynchronously: src must have been published to the async
+// proxy (fence_proxy_async) before, and may be written again after bulk_wait_read.
+__device__ inline void tma_store_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
+#if defined(LLMC_SIMT)
+    const int c[3] = {c0, c1, c2};
+    simt::tma_store(map, src, c);
+#elif defined(LLMC_WGMMA)
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+                 ::"l"((uint64_t)map), "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+#endif
+}
+// The TMA stores this thread issued since the last commit form a group
+__device__ inline void bulk_commit() {
+#if defined(LLMC_SIMT)
+    simt::bulk_commit();
+#elif defined(LLMC_WGMMA)
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Until at most N of this thread's committed groups of TMA stores still read shared memory
+template <int N> __device__ inline void bulk_wait_read() {
+#if defined(LLMC_SIMT)
+    simt::bulk_wait_read(N);
+#elif defined(LLMC_WGMMA)
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
 __device__ inline void mbar_wait(uint64_t* bar, unsigned parity) {
 #if defined(LLMC_SIMT)
     simt::mbar_wait(bar, parity);
@@ -193,6 +222,23 @@ __device__ inline void bar_arrive(int id, int count) {
     simt::bar_named(id, count, false);
 #elif defined(__CUDA_ARCH__)
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+// stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (sm_90): four 8×8 16-bit matrices from the C
+// layout's registers (r[i]: row g, columns 2t, 2t+1 of matrix i), each stored to the 8 rows whose
+// addresses lanes 8i..8i+7 give; TRANS: stored transposed
+template <bool TRANS> __device__ inline void stsm_x4(const uint32_t* r, void* row) {
+#if defined(LLMC_SIMT)
+    simt::stmatrix(r, 4, TRANS, row);
+#elif defined(LLMC_WGMMA)
+    if constexpr (TRANS)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(r[0]), "r"(r[1]),
+                     "r"(r[2]), "r"(r[3]) : "memory");
+    else
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(r[0]), "r"(r[1]),
+                     "r"(r[2]), "r"(r[3]) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
 #endif
 }
 // The D operands of a wgmma m64n64 (32 fp32 registers a thread) and m64n128 (64), for the asm below.

@@ -11,9 +11,10 @@ producer warpgroup copies each tile's k-slices (128 × 64 of A, 64 × 256 of B) 
 of 4 slots. Its two computing warpgroups take 64 rows each: per slot 4 wgmma m64n256k16, both
 operands from shared memory (B transposed for dinp). Then each applies the epilogue and stores
 from its registers, while the producer already fills the slots with the next tile's slices.
-Ping-pong (2): tiles of 128 × 128, each computing warpgroup every other one (GemmLayout).
+Ping-pong (2): tiles of 128 × 128, each computing warpgroup every other one. TMA stores (3): as 1,
+the outputs staged in shared memory and stored by TMA (GemmLayout).
 
-Main functions: matmul_wgmma_kernel, matmul_wgmma_forward and matmul_wgmma_dinp (the launches;
+Main functions: matmul_wgmma_kernel, gemm_store_tma (layout 3), matmul_wgmma_forward and matmul_wgmma_dinp (the launches;
 false where they do not run: not compute capability 9.0, or rows not 16-byte aligned).
 Tests: test/gpucheck_ops.cu (group gemm: against the CPU ops), test/test_ptxas.sh.
 More: docs/kernels.md ("Our own GEMM").
@@ -26,20 +27,24 @@ More: docs/kernels.md ("Our own GEMM").
 // GELU's backward at aux (the layer's pre-activation, read), the products being its gradient.
 enum class GemmEpi { Bias, BiasGelu, DGelu };
 
-// The two layouts of a block (--matmul-wgmma 1 and 2). PP = false: both computing warpgroups on
-// one tile of 128 × 256, 64 rows each (wgmma n256), one ring of 4 slots. PP = true (ping-pong):
-// each warpgroup its own tiles of 128 × 128 (two wgmma n128 a k-step: rows 0-63 and 64-127), the
-// two taking every other tile of the block, each with a ring of 3 slots of its own. So one's
-// epilogue runs while the other's products keep the tensor cores busy. (One ring for both would
-// let a warpgroup that skips the other's 12 slices wait on a slot's parity two phases early.)
-// Either way a thread holds 128 fp32 sums.
-template <bool PP> struct GemmLayout {
-    static constexpr int BM = 128, BN = PP ? 128 : 256, BK = 64, STAGES = PP ? 6 : 4;
+// The layouts of a block (--matmul-wgmma 1, 2, 3). 1: both computing warpgroups on one tile of
+// 128 × 256, 64 rows each (wgmma n256), one ring of 4 slots. 2 (ping-pong, PP): each warpgroup
+// its own tiles of 128 × 128 (two wgmma n128 a k-step: rows 0-63 and 64-127), the two taking
+// every other tile of the block, each with a ring of 3 slots of its own. So one's epilogue runs
+// while the other's products keep the tensor cores busy. (One ring for both would let a
+// warpgroup that skips the other's 12 slices wait on a slot's parity two phases early.)
+// 3: layout 1 whose epilogue stores by TMA (TMA_STORE): each warpgroup stages its 64 × 256
+// outputs in shared memory (STAGE elements), so the ring has 3 slots. Every way a thread holds
+// 128 fp32 sums.
+template <int L> struct GemmLayout {
+    static constexpr bool PP = L == 2, TMA_STORE = L == 3;
+    static constexpr int BM = 128, BN = PP ? 128 : 256, BK = 64, STAGES = PP ? 6 : TMA_STORE ? 3 : 4;
     static constexpr int RINGS = PP ? 2 : 1, SLOTS = STAGES / RINGS;  // (slots a ring)
     static constexpr int ROWS_WG = PP ? 128 : 64;            // a warpgroup's rows of a tile
     static constexpr int READERS = PP ? 4 : 8;               // the warps that read a slot (each gives it back)
     static constexpr size_t SLOT = (size_t)(BM + BN) * BK;   // a slot's elements: A, then B
-    static constexpr size_t shared_bytes() { return STAGES * SLOT * 2 + 1024; }  // (room to align to 1024)
+    static constexpr size_t STAGE = TMA_STORE ? (size_t)ROWS_WG * BN : 0;  // a computing warpgroup's staged outputs
+    static constexpr size_t shared_bytes() { return (STAGES * SLOT + 2 * STAGE) * 2 + 1024; }  // (room to align to 1024)
 };
 
 // Which tile a block runs n-th (t = blockIdx + n·gridDim), and where tile t lies: in bands of
@@ -112,6 +117,51 @@ __device__ inline void gemm_store(const float* acc, H* out, H* aux, const H* bia
     }
 }
 
+// Layout 3's epilogue: a warpgroup's 64 rows × BN columns through its stage in shared memory,
+// then TMA stores. The stage holds BN/64 panels of 64 rows × 64 columns, 128-byte swizzled: the
+// boxes of the tensor maps (chunk c/8 of row r at chunk (c/8) ^ (r % 8)). One stmatrix.x4 puts
+// two n-tiles' 16 rows there (acc's layout is stmatrix's). The warpgroup's first thread waits
+// until its last stores have read the stage, and after the writes (each published to the async
+// proxy) issues the new ones. With GELU two passes: pre into aux_map's tensor, then GELU(pre).
+// TMA does not write past the tensor's rows and columns.
+template <class H, GemmEpi EPI, int BN>
+__device__ inline void gemm_store_tma(const float* acc, H* stage, const CUtensorMap& out_map, const CUtensorMap& aux_map, const H* aux,
+                                      const H* bias, int row0, int col0, int N, int OC) {
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32 % 4, barrier = 1 + threadIdx.x / 128;
+    const bool issuer = threadIdx.x % 128 == 0;
+    #pragma unroll 1  // (unrolled, the two passes spilled)
+    for (int pass = 0; pass < (EPI == GemmEpi::BiasGelu ? 2 : 1); pass++) {
+        if (issuer) bulk_wait_read<0>();
+        bar_sync(barrier, 128);  // (the stage is free)
+        #pragma unroll
+        for (int j = 0; j < BN / 8; j += 2) {
+            uint32_t reg[4];
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {  // matrix i: rows 8(i % 2).. of n-tile j + i/2
+                const int jj = j + i / 2, h = i % 2, c = col0 + 8 * jj + 2 * (lane % 4), row = row0 + 16 * w + lane / 4 + 8 * h;
+                const bool in = c < OC;
+                float v0 = acc[4 * jj + 2 * h] + (bias && in ? to_f(bias[c]) : 0.0f), v1 = acc[4 * jj + 2 * h + 1] + (bias && in ? to_f(bias[c + 1]) : 0.0f);
+                if constexpr (EPI == GemmEpi::BiasGelu) {
+                    if (pass == 1) v0 = gelu_fast_of(v0), v1 = gelu_fast_of(v1);
+                } else if constexpr (EPI == GemmEpi::DGelu) {
+                    const float2 x = in && row < N ? load_pair(aux + (size_t)row * OC + c) : make_float2(0.0f, 0.0f);
+                    v0 = gelu_backward_fast_of(x.x, v0), v1 = gelu_backward_fast_of(x.y, v1);
+                }
+                reg[i] = pack2<H>(v0, v1);
+            }
+            const int m = lane / 8, row = 16 * w + 8 * (m % 2) + lane % 8, col = 8 * (j + m / 2);  // (the row lane gives)
+            stsm_x4<false>(reg, stage + (col / 64) * 64 * 64 + row * 64 + ((col % 64 / 8) ^ (row % 8)) * 8);
+        }
+        fence_proxy_async();
+        bar_sync(barrier, 128);  // (the stage holds the outputs)
+        if (issuer) {
+            const CUtensorMap* map = EPI == GemmEpi::BiasGelu && pass == 0 ? &aux_map : &out_map;
+            for (int p = 0; p < BN / 64 && col0 + 64 * p < OC; p++) tma_store_3d(map, stage + p * 64 * 64, col0 + 64 * p, row0, 0);
+            bulk_commit();
+        }
+    }
+}
+
 // One k-slice's products of a warpgroup into acc (128 sums a thread): 4 k-steps of one wgmma n256
 // on its 64 rows, or (PP) of two wgmma n128, rows 0-63 into acc[0..63] and 64-127 into acc[64..].
 template <class Lay, bool TRANS_B, class H>
@@ -133,13 +183,16 @@ __device__ inline void gemm_slice_products(float* acc, const H* slot, int wg, bo
     }
 }
 
+// Where a computing warpgroup's outputs go: out (and aux) from its registers, or with layout 3
+// through its stage and TMA (the maps: out's and, with GELU, aux's, in boxes of 64 × 64)
+template <class H> struct GemmOut { H* out; H* aux; const H* bias; H* stage; const CUtensorMap* out_map; const CUtensorMap* aux_map; };
+
 // A computing warpgroup: for each of its tiles (all of the block's, or PP every other one), each
 // k-slice's products once its slot is full; the slot before is free once at most this slice's
 // products are in flight (lane 0 of each warp arrives at its empty phase). Then the tile's stores.
 template <class Lay, class H, bool TRANS_B, GemmEpi EPI>
-__device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& bar, const GemmTiles<Lay>& tl, H* out, H* aux, const H* bias,
-                                    int N, int OC) {
-    constexpr bool PP = Lay::ROWS_WG == 128;
+__device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& bar, const GemmTiles<Lay>& tl, const GemmOut<H>& o, int N, int OC) {
+    constexpr bool PP = Lay::PP;
     const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
     float acc[128];
     const int r = PP ? wg : 0;  // (its ring)
@@ -156,10 +209,15 @@ __device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& ba
         wgmma_wait<0>();
         wgmma_hold<128>(acc);  // (the stores read acc only after the wait)
         if (lane == 0) mbar_arrive(&bar.empty[GemmTiles<Lay>::slot(r, g - 1)]);
-        #pragma unroll
-        for (int h = 0; h < Lay::ROWS_WG / 64; h++)  // (unrolled: acc stays in registers)
-            gemm_store<H, EPI, Lay::BN>(acc + h * Lay::BN / 2, out, aux, bias, tl.row0(t) + (PP ? h : wg) * 64, tl.col0(t), N, OC);
+        if constexpr (Lay::TMA_STORE) {
+            gemm_store_tma<H, EPI, Lay::BN>(acc, o.stage + wg * Lay::STAGE, *o.out_map, *o.aux_map, o.aux, o.bias, tl.row0(t) + wg * 64, tl.col0(t), N, OC);
+        } else {
+            #pragma unroll
+            for (int h = 0; h < Lay::ROWS_WG / 64; h++)  // (unrolled: acc stays in registers)
+                gemm_store<H, EPI, Lay::BN>(acc + h * Lay::BN / 2, o.out, o.aux, o.bias, tl.row0(t) + (PP ? h : wg) * 64, tl.col0(t), N, OC);
+        }
     }
+    if (Lay::TMA_STORE && threadIdx.x % 128 == 0) bulk_wait_read<0>();  // (the stage lives as long as the block)
 }
 
 // Warps 1 and 2 of the producer warpgroup, where the caller wants A's column sums (dinp: dout's,
@@ -188,12 +246,14 @@ __device__ inline void gemm_column_sums(const H* ring, GemmBarriers<Lay::STAGES>
 // The kernel: out (N × OC) = A (N × K) · B + epilogue, B = Wᵀ (K-major W, OC × K) or, TRANS_B,
 // W itself (MN-major, K × OC). Warpgroups 0 and 1 compute, warpgroup 2 copies (it gives back
 // registers: setmaxnreg, 40 a thread; the computing ones take 232). a_map: A in boxes of 64 × 128;
-// b_map: W in boxes of 64 × BN, or 64 × 64 with TRANS_B (gemm_tensor_map). PP: GemmLayout.
-// col_sums (or null): A's column sums by row tile (gemm_column_sums).
-template <class H, bool TRANS_B, GemmEpi EPI, bool PP>
+// b_map: W in boxes of 64 × BN, or 64 × 64 with TRANS_B (gemm_tensor_map). L: GemmLayout; with
+// layout 3 out_map and aux_map take the stores. col_sums (or null): A's column sums by row tile
+// (gemm_column_sums).
+template <class H, bool TRANS_B, GemmEpi EPI, int L>
 __global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, const H* bias, float* col_sums, int N, int OC, int K,
-                                                              const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map) {
-    using Lay = GemmLayout<PP>;
+                                                              const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                                                              const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap aux_map) {
+    using Lay = GemmLayout<L>;
     DYNAMIC_SHARED(H, shared);
     __shared__ GemmBarriers<Lay::STAGES> bar;
     H* ring = align_1024(shared);
@@ -210,7 +270,7 @@ __global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, co
         if (col_sums && threadIdx.x >= 288 && threadIdx.x < 352) gemm_column_sums<Lay>(ring, bar, tl, col_sums, K);
     } else {
         setmaxnreg<232, true>();
-        gemm_consume<Lay, H, TRANS_B, EPI>(ring, bar, tl, out, aux, bias, N, OC);
+        gemm_consume<Lay, H, TRANS_B, EPI>(ring, bar, tl, GemmOut<H>{out, aux, bias, ring + Lay::STAGES * Lay::SLOT, &out_map, &aux_map}, N, OC);
     }
 }
 
@@ -221,21 +281,26 @@ template <class H> inline CUtensorMap gemm_tensor_map(const H* base, int rows, i
     return tensor_map_3d_16bit(base, dims, strides, box);
 }
 // One launch of matmul_wgmma_kernel: out (N × OC) from A (N × K) and W (see the kernel)
-template <class H, bool TRANS_B, GemmEpi EPI, bool PP>
+template <class H, bool TRANS_B, GemmEpi EPI, int L>
 inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
-    using Lay = GemmLayout<PP>;
+    using Lay = GemmLayout<L>;
     const CUtensorMap a_map = gemm_tensor_map(A, N, K, Lay::BM), b_map = TRANS_B ? gemm_tensor_map(W, K, OC, 64) : gemm_tensor_map(W, OC, K, Lay::BN);
+    CUtensorMap out_map{}, aux_map{};  // (layout 3's stores: boxes of 64 × 64)
+    if (Lay::TMA_STORE) out_map = gemm_tensor_map(out, N, OC, 64);
+    if (Lay::TMA_STORE && EPI == GemmEpi::BiasGelu) aux_map = gemm_tensor_map(aux, N, OC, 64);
     const long tiles = (long)ceil_div(N, Lay::BM) * ceil_div(OC, Lay::BN);
     const int blocks = (int)std::min<long>(tiles, ctx.kernels.matmul_wgmma_blocks > 0 ? ctx.kernels.matmul_wgmma_blocks : gpu_sm_count());
-    SHARED_OPT_IN(matmul_wgmma_kernel<H, TRANS_B, EPI, PP>);
-    matmul_wgmma_kernel<H, TRANS_B, EPI, PP><<<blocks, 384, Lay::shared_bytes(), ctx.stream>>>(out, aux, bias, col_sums, N, OC, K, a_map, b_map);
+    SHARED_OPT_IN(matmul_wgmma_kernel<H, TRANS_B, EPI, L>);
+    const size_t smem = Lay::shared_bytes();
+    matmul_wgmma_kernel<H, TRANS_B, EPI, L><<<blocks, 384, smem, ctx.stream>>>(out, aux, bias, col_sums, N, OC, K, a_map, b_map, out_map, aux_map);
     CUDA_LAUNCH_CHECK();
 }
-// The layout ctx asks for (--matmul-wgmma 1: one tile a block at a time; 2: ping-pong)
+// The layout ctx asks for (--matmul-wgmma 1: one tile a block at a time; 2: ping-pong; 3: 1 with TMA stores)
 template <class H, bool TRANS_B, GemmEpi EPI>
 inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
-    if (ctx.kernels.matmul_wgmma == 2) gemm_launch<H, TRANS_B, EPI, true>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
-    else gemm_launch<H, TRANS_B, EPI, false>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+    if (ctx.kernels.matmul_wgmma == 2) gemm_launch<H, TRANS_B, EPI, 2>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+    else if (ctx.kernels.matmul_wgmma == 3) gemm_launch<H, TRANS_B, EPI, 3>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+    else gemm_launch<H, TRANS_B, EPI, 1>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
 }
 // Whether ctx asks our GEMM for a product (gelu: one with a GELU in its epilogue)
 inline bool gemm_wanted(const Ctx& ctx, bool gelu) { return ctx.kernels.matmul_wgmma && (gelu || !ctx.kernels.matmul_wgmma_gelu_only); }

@@ -287,7 +287,7 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
 // reference. A group of its own (gemm).
 template <class X> static void check_matmul_wgmma(int N, int C, int OC, bool bias, bool gelu, int blocks, int layout = 1) {
     char name[160]; snprintf(name, sizeof(name), "%s matmul by our GEMM N=%d C=%d OC=%d%s%s, %d blocks%s", dtype_name<X>(), N, C, OC,
-                             bias ? " +bias" : "", gelu ? " +GELU" : "", blocks, layout == 2 ? ", ping-pong" : "");
+                             bias ? " +bias" : "", gelu ? " +GELU" : "", blocks, layout == 2 ? ", ping-pong" : layout == 3 ? ", TMA stores" : "");
     if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC);
     std::vector<X> out((size_t)N * OC), pre((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cb = vec_cast<X>(bv);
@@ -337,7 +337,7 @@ static void check_gelu_fast() {
 }
 template <class X> static void check_matmul_wgmma_dinp(int N, int C, int OC, bool gelu, int blocks, int layout = 1) {
     char name[160]; snprintf(name, sizeof(name), "%s dinp by our GEMM N=%d C=%d OC=%d%s, %d blocks%s", dtype_name<X>(), N, C, OC,
-                             gelu ? " through the GELU" : "", blocks, layout == 2 ? ", ping-pong" : "");
+                             gelu ? " through the GELU" : "", blocks, layout == 2 ? ", ping-pong" : layout == 3 ? ", TMA stores" : "");
     if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), dout = randn<X>((size_t)N * OC), pre_in = randn<X>((size_t)N * C);
     auto db = randn<X>(OC);  // (dbias += dout's column sums, made by the producer's warps from the tiles of dout)
@@ -1594,6 +1594,14 @@ int main(int argc, char** argv) {
         check_matmul_wgmma<bf16>(2200, 64, 384, true, false, 7, 2);    // 18 row tiles × 3: bands of 16 and 2
         check_matmul_wgmma_dinp<bf16>(256, 512, 128, true, 3, 2);      // through the GELU
         check_matmul_wgmma_dinp<fp16>(200, 264, 200, false, 2, 2);     // fp16, off the multiples
+        // TMA stores (--matmul-wgmma 3): layout 1, the outputs through a stage in shared memory
+        check_matmul_wgmma<bf16>(256, 128, 512, true, true, 3, 3);     // 4 tiles on 3 blocks, pre and GELU: two passes a tile
+        check_matmul_wgmma<bf16>(128, 768, 512, true, false, 1, 3);    // 2 tiles, 12 k-slices: the ring of 3 wraps 8 times, the stage reused
+        check_matmul_wgmma<bf16>(200, 200, 264, true, true, 2, 3);     // rows, k and columns off the tiles' multiples: TMA's bounds
+        check_matmul_wgmma<bf16>(64, 64, 192, false, false, 1, 3);     // 192 columns: the last panel of 64 outside, not stored
+        check_matmul_wgmma<fp16>(130, 136, 256, true, true, 2, 3);     // fp16
+        check_matmul_wgmma_dinp<bf16>(256, 512, 128, true, 3, 3);      // through the GELU (pre read, dinp staged)
+        check_matmul_wgmma_dinp<bf16>(200, 264, 200, false, 2, 3);     // off the multiples, dbias
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -140,6 +140,7 @@ struct WgmmaOp {  // issued, not yet computed
     uint64_t desc_a = 0; bool a_shared = false;             // A from shared memory (K-major), not a_regs
     bool fp16 = false;                                      // .f16 inputs (else .bf16)
 };
+struct BulkStore;  // (a TMA store not yet waited for, below)
 struct Fiber {
     void* sp = nullptr;
     uint3 tid{};       // its threadIdx
@@ -149,6 +150,8 @@ struct Fiber {
     std::vector<size_t> copy_groups;  // where each committed group of them ends in copies
     std::vector<WgmmaOp> wgmma;     // its part of the wgmma products in flight (computed at a wait)
     std::vector<size_t> wgmma_groups;  // where each committed group ends in wgmma
+    std::vector<BulkStore> stores;      // its TMA stores not yet waited for (they read shared memory at the wait)
+    std::vector<size_t> store_groups;   // where each committed group of them ends in stores
     unsigned group_ops = 0;         // warpgroup collectives passed (wgmma waits)
     int wgmma_keep = 0;             // the wait's N: groups that may stay in flight
     bool wgmma_fenced = false;      // a wgmma.fence since its last wgmma wait (or its start)
@@ -177,6 +180,7 @@ struct CUtensorMap {
 // The 128-byte swizzle of a byte address: its 16-byte chunk (bits 4-6) XOR its row in 8 (bits 7-9)
 inline size_t swizzle128(size_t a) { return a ^ (((a >> 7) & 7) << 4); }
 struct BulkCopy { char* dst; CUtensorMap map; int c[3]; };  // a TMA copy in flight, completing bytes on its mbarrier
+struct BulkStore { CUtensorMap map; const char* src; int c[3]; };  // a TMA store not yet waited for
 struct MBar {  // an mbarrier: arrivals a phase, left, phases completed; transaction bytes still expected and its copies in flight
     unsigned count = 0, pending = 0, phase = 0;
     long tx = 0;
@@ -232,6 +236,7 @@ inline void fiber_main() {
     (*r.fn)();
     if (!r.me().copies.empty()) die("%s: a thread ended with cp.async copies it never waited for", r.kernel);
     if (!r.me().wgmma.empty()) die("%s: a thread ended with wgmma products it never waited for", r.kernel);
+    if (!r.me().stores.empty()) die("%s: a thread ended with TMA stores it never waited for (they may still read shared memory)", r.kernel);
     block_on(DONE);  // never resumed
     die("a finished fiber was resumed");
 }
@@ -704,32 +709,42 @@ inline bool tensor_map_encode(CUtensorMap* m, unsigned elem, unsigned rank, cons
     }
     return (box[0] * elem) % 16 == 0 && (!swizzle128 || box[0] * elem <= 128);
 }
+// What a TMA copy or store (what: "copy", "store") needs: an encoded map of device memory, and a box
+// in the dynamic shared memory at smem, 1024-byte aligned with the swizzle (128 without)
+inline void tma_check(const char* what, const CUtensorMap* map, const void* smem) {
+    if (map->rank == 0) die("%s: a TMA %s with a tensor map never encoded", tl_run->kernel, what);
+    if (!device_owns(map->base)) die("%s: a TMA %s with a tensor outside device memory", tl_run->kernel, what);
+    const size_t off = shared_offset(smem);
+    if (off % (map->swizzle128 ? 1024 : 128) || off - g_shared_bias + map->box_bytes() > tl_dynamic_bytes)
+        die("%s: a TMA %s at shared byte %zu: not %s-byte aligned or past the dynamic shared memory", tl_run->kernel, what, off,
+            map->swizzle128 ? "1024" : "128");
+}
 inline void tma_load(void* dst, const CUtensorMap* map, const int* c, void* bar) {
     if (device_owns(dst)) die("%s: a TMA copy into global memory: it writes shared memory only", tl_run->kernel);
-    if (map->rank == 0) die("%s: a TMA copy with a tensor map never encoded", tl_run->kernel);
-    if (!device_owns(map->base)) die("%s: a TMA copy from outside device memory", tl_run->kernel);
-    const size_t bytes = map->box_bytes(), off = shared_offset(dst);
-    if (off % (map->swizzle128 ? 1024 : 128) || off - g_shared_bias + bytes > tl_dynamic_bytes)
-        die("%s: a TMA copy to shared byte %zu: not %s-byte aligned or past the dynamic shared memory", tl_run->kernel, off,
-            map->swizzle128 ? "1024" : "128");
+    tma_check("copy", map, dst);
     MBar& m = mbar_of(bar, "complete_tx");
     if (!m.init_fenced)
         die("%s: a TMA copy completes on an mbarrier with no fence.mbarrier_init since its init (the copy engine may not see the init)", tl_run->kernel);
     m.bulk.push_back({(char*)dst, *map, {c[0], c[1], c[2]}});
 }
-inline void land_bulk_copy(const BulkCopy& b) {
-    const CUtensorMap& m = b.map;
+// fn(s, g) for each element of the box of m at coordinates c: s its byte in shared memory (from
+// the box's start, swizzled where m is), g its address in the tensor (null outside the tensor)
+template <class F> inline void for_box(const CUtensorMap& m, const int* c, F fn) {
     size_t off = 0;
     for (unsigned z = 0; z < m.box[2]; z++)
         for (unsigned y = 0; y < m.box[1]; y++)
             for (unsigned x = 0; x < m.box[0]; x++, off += m.elem) {
-                const long g[3] = {(long)b.c[0] + x, (long)b.c[1] + y, (long)b.c[2] + z};
+                const long g[3] = {(long)c[0] + x, (long)c[1] + y, (long)c[2] + z};
                 const bool in = g[0] >= 0 && g[1] >= 0 && g[2] >= 0 && (uint64_t)g[0] < m.dims[0] && (uint64_t)g[1] < m.dims[1] &&
                                 (uint64_t)g[2] < m.dims[2];
-                const size_t to = m.swizzle128 ? swizzle128(off) : off;
-                if (in) memcpy(b.dst + to, m.base + g[2] * m.strides[1] + g[1] * m.strides[0] + g[0] * m.elem, m.elem);
-                else memset(b.dst + to, 0, m.elem);
+                fn(m.swizzle128 ? swizzle128(off) : off, in ? m.base + g[2] * m.strides[1] + g[1] * m.strides[0] + g[0] * m.elem : nullptr);
             }
+}
+inline void land_bulk_copy(const BulkCopy& b) {
+    for_box(b.map, b.c, [&](size_t s, const char* g) {
+        if (g) memcpy(b.dst + s, g, b.map.elem);
+        else memset(b.dst + s, 0, b.map.elem);
+    });
 }
 inline bool land_bulk_copies(BlockRun& r) {  // every TMA copy in flight lands; true if there was one
     bool landed = false;
@@ -743,6 +758,37 @@ inline bool land_bulk_copies(BlockRun& r) {  // every TMA copy in flight lands; 
         mbar_complete_if_done(m);
     }
     return landed;
+}
+
+// TMA stores (cp.async.bulk.tensor, shared to global, bulk groups): tma_store records the box
+// that src holds (laid out as tma_load writes it), bulk_commit closes this thread's group, and
+// bulk_wait_read(n) leaves at most n groups in flight. The stores read shared memory and write
+// the tensor at that wait, the latest a GPU may read: so a kernel that writes src again before
+// its wait stores the new values. What the generic proxy (stmatrix) wrote there since the last
+// fence.proxy.async is reported: the copy engine reads through the async proxy.
+inline void tma_store(const CUtensorMap* map, const void* src, const int* c) {
+    tma_check("store", map, src);
+    tl_run->me().stores.push_back({*map, (const char*)src, {c[0], c[1], c[2]}});
+}
+inline void bulk_commit() { tl_run->me().store_groups.push_back(tl_run->me().stores.size()); }
+inline void run_bulk_store(BlockRun& r, const BulkStore& s) {
+    const CUtensorMap& m = s.map;
+    const size_t first = (size_t)(s.src - (const char*)tl_dynamic_shared) / 16;
+    for (size_t c = first; c < first + (m.box_bytes() + 15) / 16; c++)
+        if (r.generic_mark[c])
+            die("%s: a TMA store reads shared byte %zu, which stmatrix or cp.async wrote after the last fence.proxy.async", r.kernel, 16 * c);
+    for_box(m, s.c, [&](size_t from, const char* g) { if (g) memcpy((char*)g, s.src + from, m.elem); });  // (nothing outside the tensor)
+}
+inline void bulk_wait_read(int n) {
+    BlockRun& r = *tl_run;
+    Fiber& f = r.me();
+    const int groups = (int)f.store_groups.size();
+    if (groups <= n) return;
+    const size_t upto = f.store_groups[groups - n - 1];
+    for (size_t i = 0; i < upto; i++) run_bulk_store(r, f.stores[i]);
+    f.stores.erase(f.stores.begin(), f.stores.begin() + upto);
+    f.store_groups.erase(f.store_groups.begin(), f.store_groups.begin() + (groups - n));
+    for (size_t& e : f.store_groups) e -= upto;
 }
 
 // The byte of element (k, c) of a 16-row K-major (k fastest in a core matrix row) or MN-major

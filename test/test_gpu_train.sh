@@ -385,11 +385,12 @@ fi
 # --bias-grad epilogue: the bias gradients from cuBLASLt's epilogue on the weight-gradient
 # products, their sums rounded to bf16 before they are added: within the bf16 bound of the CPU
 GPU_FLAGS="--bias-grad epilogue" ONCE=1 gpu_vs_cpu bf16 2e-2
-# --matmul-wgmma 1 and 2: every forward and input-gradient product by our GEMM (TMA, wgmma; other sums' order), on 3
+# --matmul-wgmma 1, 2 and 3: every forward and input-gradient product by our GEMM (TMA, wgmma; other sums' order), on 3
 # emulated SMs so that a block runs several tiles: within the bf16 bound of the CPU, and two runs
 # bit-identical (each output element has one owner thread, which sums its k-slices in order)
 NOTE="matmul: the forward and input-gradient products by our GEMM" GPU_FLAGS="--matmul-wgmma 1" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3
 GPU_FLAGS="--matmul-wgmma 2" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3  # (ping-pong)
+GPU_FLAGS="--matmul-wgmma 3" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3  # (TMA stores)
 # --matmul-wgmma-products gelu: our GEMM for the MLP's fc forward and fcproj's input gradient
 # alone, cuBLASLt for the rest: the emulator counts 2 launches a layer a step (d2: 40 in 10 steps)
 if [[ $BIN == *simt* ]]; then note=(SIMT_COUNT_LAUNCHES=matmul_wgmma_kernel) gelu_note="simt: 40 launches of matmul_wgmma_kernel"

@@ -533,6 +533,54 @@ static void test_tma() {
     cudaFree(src);
 }
 
+// TMA store: the same box from shared memory (128-byte swizzled) back to the tensor at (16, 0, 1).
+// Only the tensor's elements are written: the rows past Y and the columns past X (the rows'
+// padding) keep their bytes. The store reads shared memory at the wait, so what a thread writes
+// there after the store and before the wait is what lands. Unpublished writes (stmatrix with no
+// fence.proxy.async) and a store never waited for are reported.
+static void test_tma_store() {
+    const int X = 80, Y = 5, Z = 2, PITCH = 96;
+    uint16_t* dst; cudaMalloc(&dst, Z * Y * PITCH * sizeof(uint16_t));
+    std::vector<uint16_t> h(Z * Y * PITCH, 0x1234);
+    cudaMemcpy(dst, h.data(), h.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
+    const uint64_t dims[3] = {X, Y, Z}, strides[2] = {PITCH * 2, Y * PITCH * 2};
+    const unsigned box[3] = {64, 8, 1};
+    CUtensorMap map;
+    check(simt::tensor_map_encode(&map, 2, 3, dst, dims, strides, box, true), "TMA store: the tensor map encodes");
+    auto store = [&](bool fence, bool wait) {
+        simt::launch("tma_store_box", simt::Cfg{1, 32, 2048}, [&] {
+            uint16_t* smem = (uint16_t*)shared_1024();
+            if (!fence) { const uint32_t r[4] = {0, 0, 0, 0}; simt::stmatrix(r, 4, false, smem + (threadIdx.x % 8) * 64 + threadIdx.x / 8 * 8); }
+            for (int i = threadIdx.x; i < 8 * 64; i += 32) smem[i] = 1;
+            if (fence) simt::fence_proxy_async();
+            simt::syncthreads();
+            if (threadIdx.x == 0) {
+                const int c[3] = {16, 0, 1};
+                simt::tma_store(&map, smem, c);
+                simt::bulk_commit();
+                for (int i = 0; i < 8 * 64; i++) smem[i] = (uint16_t)(i + 7);  // (after the store, before its wait: these land)
+                if (wait) simt::bulk_wait_read(0);
+            }
+        });
+    };
+    store(true, true);
+    std::vector<uint16_t> got(h.size());
+    cudaMemcpy(got.data(), dst, got.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost);
+    bool ok = true;
+    for (int z = 0; z < Z; z++)
+        for (int y = 0; y < Y; y++)
+            for (int x = 0; x < PITCH; x++) {
+                const int bx = x - 16, off = y * 128 + bx * 2, swz = off ^ (((off >> 7) & 7) << 4);
+                const bool in = z == 1 && bx >= 0 && bx < 64 && x < X;
+                ok &= got[(z * Y + y) * PITCH + x] == (in ? (uint16_t)(swz / 2 + 7) : 0x1234);
+            }
+    check(ok, "TMA store: the box goes to the tensor unswizzled, as its shared memory held it at the wait, nothing outside the tensor");
+    check(dies_with([&] { store(true, false); }, "TMA stores it never waited for"), "TMA store: a thread that ends with a store never waited for is reported");
+    check(dies_with([&] { store(false, true); }, "after the last fence.proxy.async"),
+          "TMA store: a store of shared memory that stmatrix wrote with no fence.proxy.async since is reported");
+    cudaFree(dst);
+}
+
 // runs fn in a child; true if it exits with status 3 and its stderr mentions `needle`
 static bool dies_with(const std::function<void()>& fn, const char* needle) {
     int pipefd[2];
@@ -845,6 +893,7 @@ int main() {
     test_wgmma();
     test_warpgroups_apart();
     test_tma();
+    test_tma_store();
     test_wgmma_failures();
     test_wgmma_proxy();
     test_pinned();
