@@ -87,31 +87,55 @@ __device__ inline void gemm_produce(H* ring, GemmBarriers<Lay::STAGES>& bar, con
         }
 }
 
+// What the epilogue reads for n-tiles j0..j0+J-1 of this thread (rows r and r + 8): the bias
+// pairs and, with GELU's backward, the pre-activation pairs. All the loads go out before any is
+// used. Taken one at a time, each load would wait for the stores before it (out may alias them,
+// for all the compiler knows): a memory latency for each pair, 64 a tile.
+constexpr int GEMM_EPI_CHUNK = 8;
+struct GemmEpiIn { float bias[GEMM_EPI_CHUNK][2]; float2 pre[GEMM_EPI_CHUNK][2]; };
+template <class H, GemmEpi EPI>
+__device__ inline GemmEpiIn gemm_epi_inputs(const H* aux, const H* bias, int j0, int r, int col0, int N, int OC) {
+    GemmEpiIn in{};
+    #pragma unroll
+    for (int j = 0; j < GEMM_EPI_CHUNK; j++) {
+        const int c = col0 + 8 * (j0 + j) + 2 * (threadIdx.x % 4);
+        if (c >= OC) break;
+        if (bias) in.bias[j][0] = to_f(bias[c]), in.bias[j][1] = to_f(bias[c + 1]);
+        #pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (EPI == GemmEpi::DGelu && r + 8 * h < N) in.pre[j][h] = load_pair(aux + (size_t)(r + 8 * h) * OC + c);
+    }
+    return in;
+}
+
 // 64 rows × BN columns of a warpgroup's sums after the last k-slice, through the epilogue EPI into
 // out (and aux). acc holds the wgmma D layout: warp w's rows 16w + lane/4 (and + 8), n-tile j's
-// columns 8j + 2·(lane % 4) (and + 1) in acc[4j..4j+3].
+// columns 8j + 2·(lane % 4) (and + 1) in acc[4j..4j+3]. Its inputs come GEMM_EPI_CHUNK n-tiles at a time.
 template <class H, GemmEpi EPI, int BN>
 __device__ inline void gemm_store(const float* acc, H* out, H* aux, const H* bias, int row0, int col0, int N, int OC) {
     const int lane = threadIdx.x % 32, r = row0 + threadIdx.x / 32 % 4 * 16 + lane / 4;
     #pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        const int c = col0 + 8 * j + 2 * (lane % 4);
-        if (c >= OC) break;
-        const float b0 = bias ? to_f(bias[c]) : 0.0f, b1 = bias ? to_f(bias[c + 1]) : 0.0f;
+    for (int j0 = 0; j0 < BN / 8; j0 += GEMM_EPI_CHUNK) {
+        const GemmEpiIn in = gemm_epi_inputs<H, EPI>(aux, bias, j0, r, col0, N, OC);
         #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = r + 8 * h;
-            if (row >= N) continue;
-            const float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
-            const size_t at = (size_t)row * OC + c;
-            if constexpr (EPI == GemmEpi::BiasGelu) {
-                store_pair(aux + at, v0, v1);
-                store_pair(out + at, gelu_fast_of(v0), gelu_fast_of(v1));
-            } else if constexpr (EPI == GemmEpi::DGelu) {
-                const float2 x = load_pair(aux + at);
-                store_pair(out + at, gelu_backward_fast_of(x.x, v0), gelu_backward_fast_of(x.y, v1));
-            } else {
-                store_pair(out + at, v0, v1);
+        for (int j = j0; j < j0 + GEMM_EPI_CHUNK; j++) {
+            const int c = col0 + 8 * j + 2 * (lane % 4);
+            if (c >= OC) break;
+            #pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = r + 8 * h;
+                if (row >= N) continue;
+                const float v0 = acc[4 * j + 2 * h] + in.bias[j - j0][0], v1 = acc[4 * j + 2 * h + 1] + in.bias[j - j0][1];
+                const size_t at = (size_t)row * OC + c;
+                if constexpr (EPI == GemmEpi::BiasGelu) {
+                    store_pair(aux + at, v0, v1);
+                    store_pair(out + at, gelu_fast_of(v0), gelu_fast_of(v1));
+                } else if constexpr (EPI == GemmEpi::DGelu) {
+                    const float2 x = in.pre[j - j0][h];
+                    store_pair(out + at, gelu_backward_fast_of(x.x, v0), gelu_backward_fast_of(x.y, v1));
+                } else {
+                    store_pair(out + at, v0, v1);
+                }
             }
         }
     }
@@ -134,23 +158,25 @@ __device__ inline void gemm_store_tma(const float* acc, H* stage, const CUtensor
         if (issuer) bulk_wait_read<0>();
         bar_sync(barrier, 128);  // (the stage is free)
         #pragma unroll
-        for (int j = 0; j < BN / 8; j += 2) {
-            uint32_t reg[4];
+        for (int j0 = 0; j0 < BN / 8; j0 += GEMM_EPI_CHUNK) {
+            const GemmEpiIn in = gemm_epi_inputs<H, EPI>(aux, bias, j0, row0 + 16 * w + lane / 4, col0, N, OC);
             #pragma unroll
-            for (int i = 0; i < 4; i++) {  // matrix i: rows 8(i % 2).. of n-tile j + i/2
-                const int jj = j + i / 2, h = i % 2, c = col0 + 8 * jj + 2 * (lane % 4), row = row0 + 16 * w + lane / 4 + 8 * h;
-                const bool in = c < OC;
-                float v0 = acc[4 * jj + 2 * h] + (bias && in ? to_f(bias[c]) : 0.0f), v1 = acc[4 * jj + 2 * h + 1] + (bias && in ? to_f(bias[c + 1]) : 0.0f);
-                if constexpr (EPI == GemmEpi::BiasGelu) {
-                    if (pass == 1) v0 = gelu_fast_of(v0), v1 = gelu_fast_of(v1);
-                } else if constexpr (EPI == GemmEpi::DGelu) {
-                    const float2 x = in && row < N ? load_pair(aux + (size_t)row * OC + c) : make_float2(0.0f, 0.0f);
-                    v0 = gelu_backward_fast_of(x.x, v0), v1 = gelu_backward_fast_of(x.y, v1);
+            for (int j = j0; j < j0 + GEMM_EPI_CHUNK; j += 2) {
+                uint32_t reg[4];
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {  // matrix i: rows 8(i % 2).. of n-tile j + i/2
+                    const int jj = j + i / 2, h = i % 2;
+                    float v0 = acc[4 * jj + 2 * h] + in.bias[jj - j0][0], v1 = acc[4 * jj + 2 * h + 1] + in.bias[jj - j0][1];
+                    if constexpr (EPI == GemmEpi::BiasGelu) {
+                        if (pass == 1) v0 = gelu_fast_of(v0), v1 = gelu_fast_of(v1);
+                    } else if constexpr (EPI == GemmEpi::DGelu) {
+                        v0 = gelu_backward_fast_of(in.pre[jj - j0][h].x, v0), v1 = gelu_backward_fast_of(in.pre[jj - j0][h].y, v1);
+                    }
+                    reg[i] = pack2<H>(v0, v1);
                 }
-                reg[i] = pack2<H>(v0, v1);
+                const int m = lane / 8, row = 16 * w + 8 * (m % 2) + lane % 8, col = 8 * (j + m / 2);  // (the row lane gives)
+                stsm_x4<false>(reg, stage + (col / 64) * 64 * 64 + row * 64 + ((col % 64 / 8) ^ (row % 8)) * 8);
             }
-            const int m = lane / 8, row = 16 * w + 8 * (m % 2) + lane % 8, col = 8 * (j + m / 2);  // (the row lane gives)
-            stsm_x4<false>(reg, stage + (col / 64) * 64 * 64 + row * 64 + ((col % 64 / 8) ^ (row % 8)) * 8);
         }
         fence_proxy_async();
         bar_sync(barrier, 128);  // (the stage holds the outputs)
