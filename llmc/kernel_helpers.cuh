@@ -25,11 +25,9 @@ template <class H> __device__ inline uint32_t pack2(float lo, float hi) {  // tw
 }
 template <class H> __device__ inline void store_pair(H* p, float lo, float hi) { *reinterpret_cast<uint32_t*>(p) = pack2<H>(lo, hi); }
 __device__ inline void store_pair(float* p, float lo, float hi) { p[0] = lo; p[1] = hi; }
-// the H pair at p (4-byte aligned) as two floats, by one load
-template <class H> __device__ inline float2 load_pair(const H* p) {
-    const uint32_t u = *reinterpret_cast<const uint32_t*>(p);
-    return {to_f(H{(uint16_t)u}), to_f(H{(uint16_t)(u >> 16)})};
-}
+// an H pair (low half first) as two floats, and the H pair at p (4-byte aligned) by one load
+template <class H> __device__ inline float2 unpack2(uint32_t u) { return {to_f(H{(uint16_t)u}), to_f(H{(uint16_t)(u >> 16)})}; }
+template <class H> __device__ inline float2 load_pair(const H* p) { return unpack2<H>(*reinterpret_cast<const uint32_t*>(p)); }
 // 16-byte vectors: one load or store instruction (LDG.128/STG.128) moves V = 16 / sizeof(E)
 // elements, a quarter (fp32) or an eighth (bf16) of the instructions of element-wise access
 // for the same bytes. A row of C elements can be read in packs when C is a multiple of V and

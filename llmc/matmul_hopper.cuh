@@ -87,12 +87,14 @@ __device__ inline void gemm_produce(H* ring, GemmBarriers<Lay::STAGES>& bar, con
         }
 }
 
-// What the epilogue reads for n-tiles j0..j0+J-1 of this thread (rows r and r + 8): the bias
-// pairs and, with GELU's backward, the pre-activation pairs. All the loads go out before any is
-// used. Taken one at a time, each load would wait for the stores before it (out may alias them,
-// for all the compiler knows): a memory latency for each pair, 64 a tile.
+// What the epilogue reads for n-tiles j0..j0+7 of this thread (rows r and r + 8), as 16-bit pairs:
+// the bias and, with GELU's backward, the pre-activation. The loads of a chunk go out together,
+// and before the stores of the chunk ahead of it: the caller loads the first chunk before the
+// tile's last products are done, and each chunk the next one before its own stores. (Loaded
+// where each is used, every load waited for the store before it, as out might alias it: a
+// memory latency for each pair, 64 a tile.)
 constexpr int GEMM_EPI_CHUNK = 8;
-struct GemmEpiIn { float bias[GEMM_EPI_CHUNK][2]; float2 pre[GEMM_EPI_CHUNK][2]; };
+struct GemmEpiIn { uint32_t bias[GEMM_EPI_CHUNK], pre[GEMM_EPI_CHUNK][2]; };
 template <class H, GemmEpi EPI>
 __device__ inline GemmEpiIn gemm_epi_inputs(const H* aux, const H* bias, int j0, int r, int col0, int N, int OC) {
     GemmEpiIn in{};
@@ -100,23 +102,24 @@ __device__ inline GemmEpiIn gemm_epi_inputs(const H* aux, const H* bias, int j0,
     for (int j = 0; j < GEMM_EPI_CHUNK; j++) {
         const int c = col0 + 8 * (j0 + j) + 2 * (threadIdx.x % 4);
         if (c >= OC) break;
-        if (bias) in.bias[j][0] = to_f(bias[c]), in.bias[j][1] = to_f(bias[c + 1]);
+        if (EPI != GemmEpi::DGelu && bias) in.bias[j] = bias[c].bits | (uint32_t)bias[c + 1].bits << 16;
         #pragma unroll
         for (int h = 0; h < 2; h++)
-            if (EPI == GemmEpi::DGelu && r + 8 * h < N) in.pre[j][h] = load_pair(aux + (size_t)(r + 8 * h) * OC + c);
+            if (EPI == GemmEpi::DGelu && r + 8 * h < N) in.pre[j][h] = *reinterpret_cast<const uint32_t*>(aux + (size_t)(r + 8 * h) * OC + c);
     }
     return in;
 }
 
 // 64 rows × BN columns of a warpgroup's sums after the last k-slice, through the epilogue EPI into
 // out (and aux). acc holds the wgmma D layout: warp w's rows 16w + lane/4 (and + 8), n-tile j's
-// columns 8j + 2·(lane % 4) (and + 1) in acc[4j..4j+3]. Its inputs come GEMM_EPI_CHUNK n-tiles at a time.
+// columns 8j + 2·(lane % 4) (and + 1) in acc[4j..4j+3]. first: its inputs' first chunk.
 template <class H, GemmEpi EPI, int BN>
-__device__ inline void gemm_store(const float* acc, H* out, H* aux, const H* bias, int row0, int col0, int N, int OC) {
+__device__ inline void gemm_store(const float* acc, GemmEpiIn first, H* out, H* aux, const H* bias, int row0, int col0, int N, int OC) {
     const int lane = threadIdx.x % 32, r = row0 + threadIdx.x / 32 % 4 * 16 + lane / 4;
+    GemmEpiIn in = first, next{};
     #pragma unroll
-    for (int j0 = 0; j0 < BN / 8; j0 += GEMM_EPI_CHUNK) {
-        const GemmEpiIn in = gemm_epi_inputs<H, EPI>(aux, bias, j0, r, col0, N, OC);
+    for (int j0 = 0; j0 < BN / 8; j0 += GEMM_EPI_CHUNK, in = next) {
+        if (j0 + GEMM_EPI_CHUNK < BN / 8) next = gemm_epi_inputs<H, EPI>(aux, bias, j0 + GEMM_EPI_CHUNK, r, col0, N, OC);
         #pragma unroll
         for (int j = j0; j < j0 + GEMM_EPI_CHUNK; j++) {
             const int c = col0 + 8 * j + 2 * (lane % 4);
@@ -125,13 +128,14 @@ __device__ inline void gemm_store(const float* acc, H* out, H* aux, const H* bia
             for (int h = 0; h < 2; h++) {
                 const int row = r + 8 * h;
                 if (row >= N) continue;
-                const float v0 = acc[4 * j + 2 * h] + in.bias[j - j0][0], v1 = acc[4 * j + 2 * h + 1] + in.bias[j - j0][1];
+                const float2 b = unpack2<H>(in.bias[j - j0]);
+                const float v0 = acc[4 * j + 2 * h] + b.x, v1 = acc[4 * j + 2 * h + 1] + b.y;
                 const size_t at = (size_t)row * OC + c;
                 if constexpr (EPI == GemmEpi::BiasGelu) {
                     store_pair(aux + at, v0, v1);
                     store_pair(out + at, gelu_fast_of(v0), gelu_fast_of(v1));
                 } else if constexpr (EPI == GemmEpi::DGelu) {
-                    const float2 x = in.pre[j - j0][h];
+                    const float2 x = unpack2<H>(in.pre[j - j0][h]);
                     store_pair(out + at, gelu_backward_fast_of(x.x, v0), gelu_backward_fast_of(x.y, v1));
                 } else {
                     store_pair(out + at, v0, v1);
@@ -147,30 +151,33 @@ __device__ inline void gemm_store(const float* acc, H* out, H* aux, const H* bia
 // two n-tiles' 16 rows there (acc's layout is stmatrix's). The warpgroup's first thread waits
 // until its last stores have read the stage, and after the writes (each published to the async
 // proxy) issues the new ones. With GELU two passes: pre into aux_map's tensor, then GELU(pre).
-// TMA does not write past the tensor's rows and columns.
+// TMA does not write past the tensor's rows and columns. first: the inputs' first chunk.
 template <class H, GemmEpi EPI, int BN>
-__device__ inline void gemm_store_tma(const float* acc, H* stage, const CUtensorMap& out_map, const CUtensorMap& aux_map, const H* aux,
-                                      const H* bias, int row0, int col0, int N, int OC) {
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32 % 4, barrier = 1 + threadIdx.x / 128;
+__device__ inline void gemm_store_tma(const float* acc, GemmEpiIn first, H* stage, const CUtensorMap& out_map, const CUtensorMap& aux_map,
+                                      const H* aux, const H* bias, int row0, int col0, int N, int OC) {
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32 % 4, barrier = 1 + threadIdx.x / 128, r = row0 + 16 * w + lane / 4;
     const bool issuer = threadIdx.x % 128 == 0;
     #pragma unroll 1  // (unrolled, the two passes spilled)
     for (int pass = 0; pass < (EPI == GemmEpi::BiasGelu ? 2 : 1); pass++) {
         if (issuer) bulk_wait_read<0>();
         bar_sync(barrier, 128);  // (the stage is free)
+        GemmEpiIn in = pass == 0 ? first : gemm_epi_inputs<H, EPI>(aux, bias, 0, r, col0, N, OC), next{};
         #pragma unroll
-        for (int j0 = 0; j0 < BN / 8; j0 += GEMM_EPI_CHUNK) {
-            const GemmEpiIn in = gemm_epi_inputs<H, EPI>(aux, bias, j0, row0 + 16 * w + lane / 4, col0, N, OC);
+        for (int j0 = 0; j0 < BN / 8; j0 += GEMM_EPI_CHUNK, in = next) {
+            if (j0 + GEMM_EPI_CHUNK < BN / 8) next = gemm_epi_inputs<H, EPI>(aux, bias, j0 + GEMM_EPI_CHUNK, r, col0, N, OC);
             #pragma unroll
             for (int j = j0; j < j0 + GEMM_EPI_CHUNK; j += 2) {
                 uint32_t reg[4];
                 #pragma unroll
                 for (int i = 0; i < 4; i++) {  // matrix i: rows 8(i % 2).. of n-tile j + i/2
                     const int jj = j + i / 2, h = i % 2;
-                    float v0 = acc[4 * jj + 2 * h] + in.bias[jj - j0][0], v1 = acc[4 * jj + 2 * h + 1] + in.bias[jj - j0][1];
+                    const float2 b = unpack2<H>(in.bias[jj - j0]);
+                    float v0 = acc[4 * jj + 2 * h] + b.x, v1 = acc[4 * jj + 2 * h + 1] + b.y;
                     if constexpr (EPI == GemmEpi::BiasGelu) {
                         if (pass == 1) v0 = gelu_fast_of(v0), v1 = gelu_fast_of(v1);
                     } else if constexpr (EPI == GemmEpi::DGelu) {
-                        v0 = gelu_backward_fast_of(in.pre[jj - j0][h].x, v0), v1 = gelu_backward_fast_of(in.pre[jj - j0][h].y, v1);
+                        const float2 x = unpack2<H>(in.pre[jj - j0][h]);
+                        v0 = gelu_backward_fast_of(x.x, v0), v1 = gelu_backward_fast_of(x.y, v1);
                     }
                     reg[i] = pack2<H>(v0, v1);
                 }
@@ -232,15 +239,19 @@ __device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& ba
             wgmma_wait<1>();
             if (k > 0 && lane == 0) mbar_arrive(&bar.empty[GemmTiles<Lay>::slot(r, g - 1)]);
         }
+        const int row0 = tl.row0(t) + (PP ? 0 : wg * 64), rt = threadIdx.x / 32 % 4 * 16 + lane / 4;  // (the warpgroup's rows, the thread's)
+        const GemmEpiIn first = gemm_epi_inputs<H, EPI>(o.aux, o.bias, 0, row0 + rt, tl.col0(t), N, OC);  // (loaded while the last products run)
         wgmma_wait<0>();
         wgmma_hold<128>(acc);  // (the stores read acc only after the wait)
         if (lane == 0) mbar_arrive(&bar.empty[GemmTiles<Lay>::slot(r, g - 1)]);
         if constexpr (Lay::TMA_STORE) {
-            gemm_store_tma<H, EPI, Lay::BN>(acc, o.stage + wg * Lay::STAGE, *o.out_map, *o.aux_map, o.aux, o.bias, tl.row0(t) + wg * 64, tl.col0(t), N, OC);
+            gemm_store_tma<H, EPI, Lay::BN>(acc, first, o.stage + wg * Lay::STAGE, *o.out_map, *o.aux_map, o.aux, o.bias, row0, tl.col0(t), N, OC);
         } else {
             #pragma unroll
-            for (int h = 0; h < Lay::ROWS_WG / 64; h++)  // (unrolled: acc stays in registers)
-                gemm_store<H, EPI, Lay::BN>(acc + h * Lay::BN / 2, o.out, o.aux, o.bias, tl.row0(t) + (PP ? h : wg) * 64, tl.col0(t), N, OC);
+            for (int h = 0; h < Lay::ROWS_WG / 64; h++) {  // (unrolled: acc stays in registers; PP's second 64 rows load their first chunk)
+                const GemmEpiIn in = h == 0 ? first : gemm_epi_inputs<H, EPI>(o.aux, o.bias, 0, row0 + 64 + rt, tl.col0(t), N, OC);
+                gemm_store<H, EPI, Lay::BN>(acc + h * Lay::BN / 2, in, o.out, o.aux, o.bias, row0 + 64 * h, tl.col0(t), N, OC);
+            }
         }
     }
     if (Lay::TMA_STORE && threadIdx.x % 128 == 0) bulk_wait_read<0>();  // (the stage lives as long as the block)
