@@ -14,8 +14,9 @@ from its registers, while the producer already fills the slots with the next til
 Ping-pong (2): tiles of 128 × 128, each computing warpgroup every other one. TMA stores (3): as 1,
 the outputs staged in shared memory and stored by TMA (GemmLayout).
 
-Main functions: matmul_wgmma_kernel, gemm_store_tma (layout 3), matmul_wgmma_forward and matmul_wgmma_dinp (the launches;
-false where they do not run: not compute capability 9.0, or rows not 16-byte aligned).
+Main functions: matmul_wgmma_kernel, gemm_store_tma (layout 3), matmul_wgmma_forward and
+matmul_wgmma_dinp (the launches; false where they do not run: not compute capability 9.0, or
+rows not 16-byte aligned).
 Tests: test/gpucheck_ops.cu (group gemm: against the CPU ops), test/test_ptxas.sh.
 More: docs/kernels.md ("Our own GEMM").
 */
