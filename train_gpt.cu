@@ -113,8 +113,8 @@ static const FlagDef FLAGS[] = {
     {"overlap", "1", "0 | 1: overlap each unit's gradient all-reduce (DDP) or reduce-scatter (ZeRO), ZeRO-1/2's parameter all-gathers and ZeRO-3's prefetch with compute (NCCL); 0 waits for each at once, to measure what overlap saves (same results)", false},
     {"flash-rows", "auto", "auto | 16 | 32: rows per warp in the 16-bit (bf16, fp16) flash attention kernels at head size 64 (queries in the forward and the dQ pass, keys in the dK/dV pass); 32 feeds each fragment read from shared memory to two tensor-core ops, at more registers per thread; the same results either way. auto: each pass times both at its first launch of a training step's size and keeps the faster (printed)", false},
     {"matmul-tune", "1", "0 | 1: on a GPU, each matmul of at least 1e10 flops (every layer's, at a real size) runs, at its first call, each algorithm cuBLASLt's heuristic offers for it, and keeps the fastest of those that wrote the same bits as the heuristic's first (by 2%: timing noise); so the results are those of 0, which takes the heuristic's first untimed (each decision printed)", false},
-    {"matmul-wgmma", "0", "0 | 1 | 2 | 3: on a compute capability 9.0 GPU, every forward product and input-gradient product in bf16 or fp16 (with --precision fp8: those not in FP8) by our own GEMM (llmc/matmul_hopper.cuh: TMA, a producer warpgroup, wgmma, a block an SM; bias, GELU and its backward in the epilogue; the bias gradients from the tiles it reads anyway) instead of cuBLASLt's; the weight gradients stay cuBLASLt's. 1: both computing warpgroups on one tile of 128 x 256 at a time; 2: each its own tiles of 128 x 128, taking turns (ping-pong), so that one's epilogue runs under the other's products. 3: as 1, but the outputs go through shared memory and TMA stores (whole rows of 128 bytes, issued by one thread). Its sums run in another order, so its bits differ from 0's (within a rounding)", false},
-    {"matmul-wgmma-products", "all", "all | gelu: with --matmul-wgmma 1, 2 or 3, which products our GEMM makes. all: every forward and input-gradient product. gelu: only those with a GELU in the epilogue (the MLP's first product forward, its second's input gradient), where cuBLASLt's epilogue costs the most; cuBLASLt makes the others", false},
+    {"matmul-wgmma", "0", "0 | 1 | 2 | 3 | auto: on a compute capability 9.0 GPU, every forward product and input-gradient product in bf16 or fp16 (with --precision fp8: those not in FP8) by our own GEMM (llmc/matmul_hopper.cuh: TMA, a producer warpgroup, wgmma, a block an SM; bias, GELU and its backward in the epilogue; the bias gradients from the tiles it reads anyway) instead of cuBLASLt's; the weight gradients stay cuBLASLt's. 1: both computing warpgroups on one tile of 128 x 256 at a time; 2: each its own tiles of 128 x 128, taking turns (ping-pong), so that one's epilogue runs under the other's products. 3: as 1, but the outputs go through shared memory and TMA stores (whole rows of 128 bytes, issued by one thread). auto: for each product's shape, at its first large call, the fastest of 1, 2 and 3 (printed), which write the same bits. Its sums run in another order, so its bits differ from 0's (within a rounding)", false},
+    {"matmul-wgmma-products", "all", "all | gelu: with --matmul-wgmma 1, 2, 3 or auto, which products our GEMM makes. all: every forward and input-gradient product. gelu: only those with a GELU in the epilogue (the MLP's first product forward, its second's input gradient), where cuBLASLt's epilogue costs the most; cuBLASLt makes the others", false},
     {"classifier-staged", "auto", "auto | 0 | 1 | 2: on a GPU, whether the loss kernel (softmax, cross-entropy and dlogits in one pass over a row of logits) first copies its row into shared memory, reading device memory once instead of twice (where the row fits: GPT-2's 98 KB in bf16). 2: one block an SM walks its rows, copying in the next row while it computes this one (where two rows fit). auto: at its first call of 4096 rows or more it runs each way on a copy of 4096 rows, hashing what each wrote, and keeps the fastest of those that wrote the same bits (printed); the results are the same every way", false},
     {"layernorm-prefetch", "auto", "auto | 0 | 1: on a GPU, whether the LayerNorm backward (where its sums fit in registers: widths up to 1024 in 16 bits, GPT-2 124M and 350M) loads the input gradient it adds to in its first pass, beside dout and x, so that each row waits for memory once instead of twice. auto: at its first call of 4096 rows or more it runs both ways on copies, hashing what each wrote, and keeps the faster of those that wrote the same bits (printed); the results are the same every way", false},
     {"bias-grad", "kernel", "kernel | epilogue: on a GPU, how a linear layer's bias gradient (the column sums of its output's gradient) is made. kernel: by our column-sum kernels, which read that gradient once more. epilogue: by cuBLASLt's bias-gradient epilogue on the weight-gradient product, which reads it anyway (where cuBLASLt has none for a shape, the kernels run). epilogue sums in another order and rounds the sums to the dtype before adding them to the gradient, so its bits differ from kernel's (within a rounding)", false},
@@ -356,7 +356,7 @@ struct RunConfig {
     int flash_forward_groups = 2;
     bool matmul_tune = true;
     int matmul_wgmma = 0;
-    bool matmul_wgmma_gelu_only = false;
+    bool matmul_wgmma_gelu_only = false, matmul_wgmma_auto = false;
     bool auto_batch() const { return B == 0; }
     bool total_given() const { return total_batch != -1; }
 };
@@ -468,9 +468,11 @@ static RunConfig parse_run_config(const Flags& f) {
     if (rc.flash_forward_groups == 3 && (rc.flash_forward_producer == "0" || rc.flash_forward_pingpong || rc.flash_forward_keys == 128))
         usage_error("--flash-forward-groups 3 needs --flash-forward-producer 2 or 3, key tiles of 64 and no ping-pong");
     rc.matmul_tune = f.integer("matmul-tune", 0, 1);
-    rc.matmul_wgmma = (int)f.integer("matmul-wgmma", 0, 3);
+    const std::string wgmma_gemm = f.choice("matmul-wgmma", {"0", "1", "2", "3", "auto"});
+    rc.matmul_wgmma_auto = wgmma_gemm == "auto";
+    rc.matmul_wgmma = rc.matmul_wgmma_auto ? 1 : std::stoi(wgmma_gemm);
     rc.matmul_wgmma_gelu_only = f.choice("matmul-wgmma-products", {"all", "gelu"}) == "gelu";
-    if (rc.matmul_wgmma_gelu_only && !rc.matmul_wgmma) usage_error("--matmul-wgmma-products gelu needs --matmul-wgmma 1, 2 or 3");
+    if (rc.matmul_wgmma_gelu_only && !rc.matmul_wgmma) usage_error("--matmul-wgmma-products gelu needs --matmul-wgmma 1, 2, 3 or auto");
     rc.classifier_staged = f.choice("classifier-staged", {"auto", "0", "1", "2"});
     rc.bias_grad = f.choice("bias-grad", {"kernel", "epilogue"});
     rc.layernorm_prefetch = f.choice("layernorm-prefetch", {"auto", "0", "1"});
@@ -648,6 +650,7 @@ static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->matmul_tune = rc.matmul_tune;
     o->matmul_wgmma = rc.matmul_wgmma;
     o->matmul_wgmma_gelu_only = rc.matmul_wgmma_gelu_only;
+    o->matmul_wgmma_auto = rc.matmul_wgmma_auto;
     o->classifier_staged = rc.classifier_staged == "auto" ? 0 : std::stoi(rc.classifier_staged);
     o->classifier_staged_auto = rc.classifier_staged == "auto";
     o->bias_grad = rc.bias_grad == "epilogue" ? BiasGrad::Epilogue : BiasGrad::Warps;

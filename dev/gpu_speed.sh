@@ -52,7 +52,7 @@ want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,matmul,layerno
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 # (the llmc step's runs of ours beside the default: bench_vs_llmc.sh's OURS_ALSO, apart by ';')
 # (auto: every layout of the forward and of the fused backward timed at the first step, the fastest kept and named)
-also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 3;--matmul-wgmma 2 --matmul-wgmma-products gelu"}
+also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 3;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu"}
 # Failures that name only ping-pong, swizzled tiles, TMA, the backward's producer, the fused
 # backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29) or dQ
 # summed by the last split (v30) leave out those versions, and the auto of the pass they belong
@@ -93,6 +93,7 @@ gemm_ok=1
 if [ -f "$log-gemm.txt" ] && ! grep -q "^# gpucheck_ops gemm: [0-9]* passed, 0 failed" "$log-gemm.txt"; then
     also=${also//--matmul-wgmma-products gelu/} gemm_ok=0
     also=${also//--matmul-wgmma [123]/}
+    also=${also//--matmul-wgmma auto/}
     echo "gpu_speed: our GEMM's check did not pass: its runs left out"
 fi
 also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
@@ -101,10 +102,10 @@ echo "gpu_speed: ours also: '${also}'"
 [[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8,9 step matmul 100 build/dev_matmul 65536 768 50304 64
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
 # (RUN_LIMIT: a run that hangs costs 60 s, not the step's whole limit: a run took ~16 s. A layout
-# that hangs in an auto's trial ends its run after 20 s, naming the layout in the log. 440 s: 10
+# that hangs in an auto's trial ends its run after 20 s, naming the layout in the log. 480 s: 11
 # runs a model, 2 models; a model's row is printed after its last run.)
 [[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} RUN_LIMIT=${RUN_LIMIT:-60} LLMC_FLASH_TRIAL_SECONDS=20 OURS_ALSO=$also \
-    step llmc 440 bash dev/bench/bench_vs_llmc.sh
+    step llmc 480 bash dev/bench/bench_vs_llmc.sh
 # (and at GPT-2 1558M's shape the fused backward by its splits, no version loop: DEV_ATTENTION_SKIP)
 [[ $want == *,attention,* ]] && BENCH_TORCH_STEP=0 step attention 180 bash -c \
     "bash dev/bench/bench_vs_torch.sh; DEV_ATTENTION_SKIP=$(seq -s, 7 29),32,33,34,35,36 build/dev_attention 16 1024 1600 25 time |

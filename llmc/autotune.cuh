@@ -186,6 +186,7 @@ struct Autotuned {
     int classifier_staged = -1;         // --classifier-staged auto: -1 not yet, else the kernel kept (kernel_options.h)
     int layernorm_prefetch = -1;        // --layernorm-prefetch auto: -1 not yet, else 0 or 1 (layernorm.cuh)
     std::map<LtKey, LtAlgo> lt_algos;   // each product's cuBLASLt algorithm
+    std::map<std::tuple<int, int, int, int, int, bool>, int> gemm_layouts;  // --matmul-wgmma auto: our GEMM's layout by product (matmul_hopper.cuh)
     bool fp8_dequantize = false;        // cuBLASLt refused FP8: every FP8 product dequantized (matmul.cuh)
     long fp8_dequantized_products = 0;  // the products that took that path
 };

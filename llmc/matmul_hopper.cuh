@@ -23,6 +23,7 @@ More: docs/kernels.md ("Our own GEMM").
 #pragma once
 #include "hopper.cuh"
 #include "gelu.cuh"
+#include "autotune.cuh"
 
 // What a tile's products become: + bias; + bias, then pre and GELU(pre) (aux = pre); or
 // GELU's backward at aux (the layer's pre-activation, read), the products being its gradient.
@@ -333,12 +334,39 @@ inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* co
     matmul_wgmma_kernel<H, TRANS_B, EPI, L><<<blocks, 384, smem, ctx.stream>>>(out, aux, bias, col_sums, N, OC, K, a_map, b_map, out_map, aux_map);
     CUDA_LAUNCH_CHECK();
 }
-// The layout ctx asks for (--matmul-wgmma 1: one tile a block at a time; 2: ping-pong; 3: 1 with TMA stores)
+// --matmul-wgmma auto: the layout for a product's shape, chosen at its first call of at least
+// matmul_tune_flops among the three by autotune_pick. They write the same bits: each output's sum
+// runs over the same k-slices in the same order, whatever the tile. Smaller products take 1.
+// run(layout) launches one. Printed once a shape.
+template <class R>
+inline int gemm_layout_auto(const Ctx& ctx, const R& run, GemmEpi epi, bool trans_b, int N, int OC, int K, std::vector<BitsRegion> outs) {
+    const auto key = std::make_tuple((int)epi, (int)trans_b, N, OC, K, outs.size() > 1);
+    auto it = ctx.tuned->gemm_layouts.find(key);
+    if (it != ctx.tuned->gemm_layouts.end()) return it->second;
+    int layout = 1;
+    if (2.0 * N * OC * K >= ctx.kernels.matmul_tune_flops) {
+        const AutotunePick t = autotune_pick(ctx, 3, [] {}, [&](int v) { run(v + 1); return true; }, outs);
+        layout = t.best + 1;
+        if (g_rank == 0)
+            printf("matmul: our GEMM %dx%dx%d%s%s: layout %d (--matmul-wgmma auto: 1, 2, 3 took %.3f, %.3f, %.3f ms; %d of 2 gave layout 1's bits)\n",
+                   N, OC, K, trans_b ? " (input gradient)" : "", epi == GemmEpi::BiasGelu ? " with GELU" : epi == GemmEpi::DGelu ? " with dGELU" : "",
+                   layout, t.ms[0], t.ms[1], t.ms[2], t.same);
+    }
+    return ctx.tuned->gemm_layouts[key] = layout;
+}
+// The layout ctx asks for (--matmul-wgmma 1: one tile a block at a time; 2: ping-pong; 3: 1 with
+// TMA stores; auto: by timing, gemm_layout_auto)
 template <class H, bool TRANS_B, GemmEpi EPI>
 inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
-    if (ctx.kernels.matmul_wgmma == 2) gemm_launch<H, TRANS_B, EPI, 2>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
-    else if (ctx.kernels.matmul_wgmma == 3) gemm_launch<H, TRANS_B, EPI, 3>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
-    else gemm_launch<H, TRANS_B, EPI, 1>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+    auto run = [&](int layout) {
+        if (layout == 2) gemm_launch<H, TRANS_B, EPI, 2>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+        else if (layout == 3) gemm_launch<H, TRANS_B, EPI, 3>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+        else gemm_launch<H, TRANS_B, EPI, 1>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+    };
+    std::vector<BitsRegion> outs{{out, (size_t)N * OC * sizeof(H)}};  // (what each layout writes)
+    if (EPI == GemmEpi::BiasGelu) outs.push_back({aux, (size_t)N * OC * sizeof(H)});
+    if (col_sums) outs.push_back({col_sums, (size_t)ceil_div(N, 128) * K * sizeof(float)});
+    run(ctx.kernels.matmul_wgmma_auto ? gemm_layout_auto(ctx, run, EPI, TRANS_B, N, OC, K, outs) : ctx.kernels.matmul_wgmma);
 }
 // Whether ctx asks our GEMM for a product (gelu: one with a GELU in its epilogue)
 inline bool gemm_wanted(const Ctx& ctx, bool gelu) { return ctx.kernels.matmul_wgmma && (gelu || !ctx.kernels.matmul_wgmma_gelu_only); }

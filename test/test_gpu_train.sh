@@ -396,6 +396,31 @@ GPU_FLAGS="--matmul-wgmma 3" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3  # (TMA stores
 if [[ $BIN == *simt* ]]; then note=(SIMT_COUNT_LAUNCHES=matmul_wgmma_kernel) gelu_note="simt: 40 launches of matmul_wgmma_kernel"
 else note=() gelu_note="matmul: the products with a GELU in the epilogue by our GEMM"; fi
 NOTE=$gelu_note GPU_FLAGS="--matmul-wgmma 2 --matmul-wgmma-products gelu" ONCE=1 gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3 "${note[@]}"
+# --matmul-wgmma auto: each product of LLMC_MATMUL_TUNE_FLOPS flops or more (1 here) runs the
+# three layouts at its first call and keeps the fastest. They write the same bits (each output's
+# sum runs over the same k-slices in order), so the run is --matmul-wgmma 1's, bit for bit, and a
+# line for each product's shape says what it kept, with both other layouts giving layout 1's bits.
+gemm_auto() {
+    local tmp; tmp=$(mktemp -d)
+    local base=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 3 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
+    SIMT_SM_COUNT=3 "$BIN" "${base[@]}" --matmul-wgmma 1 --log-file "$tmp/1.jsonl" >/dev/null 2>&1
+    SIMT_SM_COUNT=3 LLMC_MATMUL_TUNE_FLOPS=1 "$BIN" "${base[@]}" --matmul-wgmma auto --log-file "$tmp/auto.jsonl" >"$tmp/auto.out" 2>&1
+    ${PYTHON:-/usr/bin/python3} - "$tmp" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+def load(p):
+    try: return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
+    except OSError: return []
+a, b = load(f"{d}/1.jsonl"), load(f"{d}/auto.jsonl")
+print(("ok" if len(a) == 3 and a == b else "not ok") + " - bf16: --matmul-wgmma auto trains bit-identically to --matmul-wgmma 1 (3 steps, losses and norms)")
+lines = re.findall(r"^matmul: our GEMM (\d+x\d+x\d+[^:]*): layout [123] \(--matmul-wgmma auto: 1, 2, 3 took [0-9.]+, [0-9.]+, [0-9.]+ ms; 2 of 2 gave layout 1's bits\)$",
+                   open(f"{d}/auto.out").read(), re.M)
+ok = len(lines) >= 8 and len(set(lines)) == len(lines) and any("with GELU" in s for s in lines) and any("with dGELU" in s for s in lines)
+print(("ok" if ok else "not ok") + f" - bf16: --matmul-wgmma auto times the 3 layouts once a product's shape, all with layout 1's bits, and says what it keeps ({len(lines)} shapes)")
+PY
+    rm -rf "$tmp"
+}
+gemm_auto
 ONCE=$quick gpu_vs_cpu fp8 2e-2
 # delayed scaling (the one-pass quantize kernel with its atomicMax record, the history on the host):
 # the same bound; both sides record the same amaxes up to the runs' last-bit differences
