@@ -7,8 +7,9 @@ PTX instruction. The emulator (test/simt.h) runs the same calls on the CPU.
   A in registers or shared memory, B in shared memory, both through 64-bit descriptors.
 
 Main functions: wgmma_m64k16 (A in registers), wgmma_m64k16_ss (A in shared memory),
-wgmma_fence/commit/wait, mbar_init/arrive/wait, tma_load_3d, tma_store_3d, bar_sync/arrive, setmaxnreg, stsm_x4,
-TileDesc (a tile's descriptors and k-steps).
+wgmma_fence/commit/wait, mbar_init/arrive/wait, tma_load_3d, tma_store_3d (with bulk_commit
+and bulk_wait_read), bar_sync/arrive, setmaxnreg, stsm_x4, TileDesc (a tile's descriptors and
+k-steps).
 
 Users: flash_attention_hopper.cuh, flash_fused_backward.cuh, matmul_hopper.cuh.
 Tests: test/gpucheck_ops.cu (wgmma products bit for bit), test/test_ptxas.sh.

@@ -112,6 +112,20 @@ __device__ inline GemmEpiIn gemm_epi_inputs(const H* aux, const H* bias, int j0,
     return in;
 }
 
+// One pair of outputs from the sums s[0], s[1] of n-tile j of the chunk in, row half h: + bias;
+// with GELU (gelu: the output after it, else pre); or GELU's backward at the pre-activation
+template <class H, GemmEpi EPI>
+__device__ inline float2 gemm_epi_pair(const float* s, const GemmEpiIn& in, int j, int h, bool gelu) {
+    const float2 b = unpack2<H>(in.bias[j]);
+    const float v0 = s[0] + b.x, v1 = s[1] + b.y;
+    if (EPI == GemmEpi::BiasGelu && gelu) return make_float2(gelu_fast_of(v0), gelu_fast_of(v1));
+    if (EPI == GemmEpi::DGelu) {
+        const float2 x = unpack2<H>(in.pre[j][h]);
+        return make_float2(gelu_backward_fast_of(x.x, v0), gelu_backward_fast_of(x.y, v1));
+    }
+    return make_float2(v0, v1);
+}
+
 // 64 rows × BN columns of a warpgroup's sums after the last k-slice, through the epilogue EPI into
 // out (and aux). acc holds the wgmma D layout: warp w's rows 16w + lane/4 (and + 8), n-tile j's
 // columns 8j + 2·(lane % 4) (and + 1) in acc[4j..4j+3]. first: its inputs' first chunk.
@@ -130,18 +144,13 @@ __device__ inline void gemm_store(const float* acc, GemmEpiIn first, H* out, H* 
             for (int h = 0; h < 2; h++) {
                 const int row = r + 8 * h;
                 if (row >= N) continue;
-                const float2 b = unpack2<H>(in.bias[j - j0]);
-                const float v0 = acc[4 * j + 2 * h] + b.x, v1 = acc[4 * j + 2 * h + 1] + b.y;
                 const size_t at = (size_t)row * OC + c;
-                if constexpr (EPI == GemmEpi::BiasGelu) {
-                    store_pair(aux + at, v0, v1);
-                    store_pair(out + at, gelu_fast_of(v0), gelu_fast_of(v1));
-                } else if constexpr (EPI == GemmEpi::DGelu) {
-                    const float2 x = unpack2<H>(in.pre[j - j0][h]);
-                    store_pair(out + at, gelu_backward_fast_of(x.x, v0), gelu_backward_fast_of(x.y, v1));
-                } else {
-                    store_pair(out + at, v0, v1);
+                if (EPI == GemmEpi::BiasGelu) {
+                    const float2 pre = gemm_epi_pair<H, EPI>(acc + 4 * j + 2 * h, in, j - j0, h, false);
+                    store_pair(aux + at, pre.x, pre.y);
                 }
+                const float2 v = gemm_epi_pair<H, EPI>(acc + 4 * j + 2 * h, in, j - j0, h, true);
+                store_pair(out + at, v.x, v.y);
             }
         }
     }
@@ -173,15 +182,8 @@ __device__ inline void gemm_store_tma(const float* acc, GemmEpiIn first, H* stag
                 #pragma unroll
                 for (int i = 0; i < 4; i++) {  // matrix i: rows 8(i % 2).. of n-tile j + i/2
                     const int jj = j + i / 2, h = i % 2;
-                    const float2 b = unpack2<H>(in.bias[jj - j0]);
-                    float v0 = acc[4 * jj + 2 * h] + b.x, v1 = acc[4 * jj + 2 * h + 1] + b.y;
-                    if constexpr (EPI == GemmEpi::BiasGelu) {
-                        if (pass == 1) v0 = gelu_fast_of(v0), v1 = gelu_fast_of(v1);
-                    } else if constexpr (EPI == GemmEpi::DGelu) {
-                        const float2 x = unpack2<H>(in.pre[jj - j0][h]);
-                        v0 = gelu_backward_fast_of(x.x, v0), v1 = gelu_backward_fast_of(x.y, v1);
-                    }
-                    reg[i] = pack2<H>(v0, v1);
+                    const float2 v = gemm_epi_pair<H, EPI>(acc + 4 * jj + 2 * h, in, jj - j0, h, pass == 1);
+                    reg[i] = pack2<H>(v.x, v.y);
                 }
                 const int m = lane / 8, row = 16 * w + 8 * (m % 2) + lane % 8, col = 8 * (j + m / 2);  // (the row lane gives)
                 stsm_x4<false>(reg, stage + (col / 64) * 64 * 64 + row * 64 + ((col % 64 / 8) ^ (row % 8)) * 8);
@@ -338,18 +340,21 @@ inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* co
 // matmul_tune_flops among the three by autotune_pick. They write the same bits: each output's sum
 // runs over the same k-slices in the same order, whatever the tile. Smaller products take 1.
 // run(layout) launches one. Printed once a shape.
-template <class R>
-inline int gemm_layout_auto(const Ctx& ctx, const R& run, GemmEpi epi, bool trans_b, int N, int OC, int K, std::vector<BitsRegion> outs) {
-    const auto key = std::make_tuple((int)epi, (int)trans_b, N, OC, K, outs.size() > 1);
+template <class H, bool TRANS_B, GemmEpi EPI, class R>
+inline int gemm_layout_auto(const Ctx& ctx, const R& run, const H* out, const H* aux, const float* col_sums, int N, int OC, int K) {
+    const auto key = std::make_tuple((int)EPI, (int)TRANS_B, N, OC, K, col_sums != nullptr);
     auto it = ctx.tuned->gemm_layouts.find(key);
     if (it != ctx.tuned->gemm_layouts.end()) return it->second;
     int layout = 1;
     if (2.0 * N * OC * K >= ctx.kernels.matmul_tune_flops) {
+        std::vector<BitsRegion> outs{{out, (size_t)N * OC * sizeof(H)}};  // (what each layout writes)
+        if (EPI == GemmEpi::BiasGelu) outs.push_back({aux, (size_t)N * OC * sizeof(H)});
+        if (col_sums) outs.push_back({col_sums, (size_t)ceil_div(N, 128) * K * sizeof(float)});
         const AutotunePick t = autotune_pick(ctx, 3, [] {}, [&](int v) { run(v + 1); return true; }, outs);
         layout = t.best + 1;
         if (g_rank == 0)
             printf("matmul: our GEMM %dx%dx%d%s%s: layout %d (--matmul-wgmma auto: 1, 2, 3 took %.3f, %.3f, %.3f ms; %d of 2 gave layout 1's bits)\n",
-                   N, OC, K, trans_b ? " (input gradient)" : "", epi == GemmEpi::BiasGelu ? " with GELU" : epi == GemmEpi::DGelu ? " with dGELU" : "",
+                   N, OC, K, TRANS_B ? " (input gradient)" : "", EPI == GemmEpi::BiasGelu ? " with GELU" : EPI == GemmEpi::DGelu ? " with dGELU" : "",
                    layout, t.ms[0], t.ms[1], t.ms[2], t.same);
     }
     return ctx.tuned->gemm_layouts[key] = layout;
@@ -363,10 +368,7 @@ inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* co
         else if (layout == 3) gemm_launch<H, TRANS_B, EPI, 3>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
         else gemm_launch<H, TRANS_B, EPI, 1>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
     };
-    std::vector<BitsRegion> outs{{out, (size_t)N * OC * sizeof(H)}};  // (what each layout writes)
-    if (EPI == GemmEpi::BiasGelu) outs.push_back({aux, (size_t)N * OC * sizeof(H)});
-    if (col_sums) outs.push_back({col_sums, (size_t)ceil_div(N, 128) * K * sizeof(float)});
-    run(ctx.kernels.matmul_wgmma_auto ? gemm_layout_auto(ctx, run, EPI, TRANS_B, N, OC, K, outs) : ctx.kernels.matmul_wgmma);
+    run(ctx.kernels.matmul_wgmma_auto ? gemm_layout_auto<H, TRANS_B, EPI>(ctx, run, out, aux, col_sums, N, OC, K) : ctx.kernels.matmul_wgmma);
 }
 // Whether ctx asks our GEMM for a product (gelu: one with a GELU in its epilogue)
 inline bool gemm_wanted(const Ctx& ctx, bool gelu) { return ctx.kernels.matmul_wgmma && (gelu || !ctx.kernels.matmul_wgmma_gelu_only); }
