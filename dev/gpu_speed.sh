@@ -11,7 +11,7 @@
 #                                 biasgrad: dbias's column sums, kernels against cuBLASLt's epilogue
 #                                 (dev/cuda/matmul.cu's dbias part at 124M's rows; the fp8 step has 1558M's);
 #                                 layernorm: dev/cuda/layernorm.cu's versions (v5: the prefetch);
-#                                 matmul: our GEMM's products against cuBLASLt's (dev/cuda/matmul.cu v7, v8, v1);
+#                                 matmul: our GEMM's products against cuBLASLt's (dev/cuda/matmul.cu v7-v10, v1);
 #                                 fp8: gpucheck's FP8 ops, dev/cuda/matmul.cu at 1558M's layers (bf16 and
 #                                 FP8 products each, and dbias), then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
@@ -52,7 +52,7 @@ want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,matmul,layerno
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 # (the llmc step's runs of ours beside the default: bench_vs_llmc.sh's OURS_ALSO, apart by ';')
 # (auto: every layout of the forward and of the fused backward timed at the first step, the fastest kept and named)
-also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 3;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu"}
+also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu"}
 # Failures that name only ping-pong, swizzled tiles, TMA, the backward's producer, the fused
 # backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29) or dQ
 # summed by the last split (v30) leave out those versions, and the auto of the pass they belong
@@ -92,14 +92,14 @@ fi
 gemm_ok=1
 if [ -f "$log-gemm.txt" ] && ! grep -q "^# gpucheck_ops gemm: [0-9]* passed, 0 failed" "$log-gemm.txt"; then
     also=${also//--matmul-wgmma-products gelu/} gemm_ok=0
-    also=${also//--matmul-wgmma [123]/}
+    also=${also//--matmul-wgmma [1234]/}
     also=${also//--matmul-wgmma auto/}
     echo "gpu_speed: our GEMM's check did not pass: its runs left out"
 fi
 also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
 echo "gpu_speed: ours also: '${also}'"
-# (our GEMM's forward and dinp products against cuBLASLt's, v7-v9 against v1, at 124M's B = 64)
-[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8,9 step matmul 100 build/dev_matmul 65536 768 50304 64
+# (our GEMM's forward and dinp products against cuBLASLt's, v7-v10 against v1, at 124M's B = 64)
+[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8,9,10 step matmul 120 build/dev_matmul 65536 768 50304 64
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
 # (RUN_LIMIT: a run that hangs costs 60 s, not the step's whole limit: a run took ~16 s. A layout
 # that hangs in an auto's trial ends its run after 20 s, naming the layout in the log. 480 s: 11

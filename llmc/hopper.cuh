@@ -9,7 +9,8 @@ PTX instruction. The emulator (test/simt.h) runs the same calls on the CPU.
 Main functions: wgmma_m64k16 (A in registers), wgmma_m64k16_ss (A in shared memory),
 wgmma_fence/commit/wait, mbar_init/arrive/wait, tma_load_3d, tma_store_3d (with bulk_commit
 and bulk_wait_read), bar_sync/arrive, setmaxnreg, stsm_x4, TileDesc (a tile's descriptors and
-k-steps).
+k-steps); for clusters of blocks: cluster_rank, cluster_sync, mbar_arrive_cluster,
+tma_load_multicast_3d, launch_in_clusters.
 
 Users: flash_attention_hopper.cuh, flash_fused_backward.cuh, matmul_hopper.cuh.
 Tests: test/gpucheck_ops.cu (wgmma products bit for bit), test/test_ptxas.sh.
@@ -223,6 +224,89 @@ __device__ inline void bar_arrive(int id, int count) {
     simt::bar_named(id, count, false);
 #elif defined(__CUDA_ARCH__)
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+// ---- clusters (sm_90): blocks that run at once on SMs near each other and reach each other's
+// shared memory. A block's rank in its cluster (of blocks along x):
+__device__ inline int cluster_rank() {
+#if defined(LLMC_SIMT)
+    return simt::cluster_rank();
+#elif defined(LLMC_WGMMA)
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return (int)r;
+#else
+    return 0;
+#endif
+}
+// Every thread of the cluster waits here for all the others (barrier.cluster): after mbarrier
+// inits that other blocks use, and before a block exits while others may still reach it
+__device__ inline void cluster_sync() {
+#if defined(LLMC_SIMT)
+    simt::cluster_sync();
+#elif defined(LLMC_WGMMA)
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// An arrival at the mbarrier at bar's place in the shared memory of the cluster's block rank
+__device__ inline void mbar_arrive_cluster(uint64_t* bar, int rank) {
+#if defined(LLMC_SIMT)
+    simt::mbar_arrive_cluster(bar, rank);
+#elif defined(LLMC_WGMMA)
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+                 ::"r"(smem_addr(bar)), "r"(rank) : "memory");
+#endif
+}
+// tma_load_3d into each block of the cluster in mask (bit r: rank r): the box lands at dst's
+// place in each one's shared memory, and completes its bytes on the mbarrier at bar's place there
+__device__ inline void tma_load_multicast_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar, uint16_t mask) {
+#if defined(LLMC_SIMT)
+    const int c[3] = {c0, c1, c2};
+    simt::tma_load_multicast(dst, map, c, bar, mask);
+#elif defined(LLMC_WGMMA)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n"
+                 ::"r"(smem_addr(dst)), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)), "h"(mask) : "memory");
+#endif
+}
+#if !defined(LLMC_SIMT)
+// A launch's configuration with clusters of `cluster` blocks along x (attr: its one attribute)
+inline cudaLaunchConfig_t cluster_config(cudaLaunchAttribute& attr, unsigned cluster, dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
+    attr = cudaLaunchAttribute{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
+    return cfg;
+}
+#endif
+// Launches kernel(args) in clusters of `cluster` blocks along x (grid.x a multiple of it). name:
+// the kernel as written (the emulator's reports and opt-ins go by it): KERNEL_AND_NAME gives both.
+#define KERNEL_AND_NAME(...) #__VA_ARGS__, __VA_ARGS__
+template <class... P, class... A>
+inline void launch_in_clusters(const char* name, void (*kernel)(P...), unsigned cluster, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                               const A&... args) {
+#if defined(LLMC_SIMT)
+    simt::launch(name, simt::Cfg{grid, block, smem, stream, cluster}, [&] { kernel(args...); }, args...);
+#else
+    (void)name;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_config(attr, cluster, grid, block, smem, stream);
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+#endif
+}
+// How many clusters of `cluster` blocks of this kernel can run at once (clusters stay inside a
+// GPC: where a GPC's free SMs are odd in number, one of them takes no block)
+template <class... P>
+inline int gpu_max_clusters(void (*kernel)(P...), unsigned cluster, dim3 block, size_t smem) {
+#if defined(LLMC_SIMT)
+    (void)kernel, (void)block, (void)smem;
+    return std::max(1, gpu_sm_count() / (int)cluster);
+#else
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_config(attr, cluster, dim3(cluster), block, smem, nullptr);
+    int n = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+    return std::max(1, n);
 #endif
 }
 // stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (sm_90): four 8×8 16-bit matrices from the C

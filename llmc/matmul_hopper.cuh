@@ -1,6 +1,6 @@
 /*
 matmul_hopper.cuh — our own GEMM on Hopper (sm_90a) for the linear layer's forward and input
-gradient, with bias, GELU or GELU's backward in its epilogue (--matmul-wgmma 1 or 2).
+gradient, with bias, GELU or GELU's backward in its epilogue (--matmul-wgmma 1 to 4).
 
   forward: pre[n, o] = Σ_i inp[n, i] · W[o, i] + bias[o]     out = GELU(pre)  (or pre)
   dinp:    dinp[n, i] = (Σ_o dout[n, o] · W[o, i]) · GELU'(pre_in[n, i])  (or the sum alone)
@@ -12,7 +12,8 @@ of 4 slots. Its two computing warpgroups take 64 rows each: per slot 4 wgmma m64
 operands from shared memory (B transposed for dinp). Then each applies the epilogue and stores
 from its registers, while the producer already fills the slots with the next tile's slices.
 Ping-pong (2): tiles of 128 × 128, each computing warpgroup every other one. TMA stores (3): as 1,
-the outputs staged in shared memory and stored by TMA (GemmLayout).
+the outputs staged in shared memory and stored by TMA. Clusters (4): as 1, two blocks on tiles one
+under the other, each copying half of B into both (GemmLayout).
 
 Main functions: matmul_wgmma_kernel, gemm_store_tma (layout 3), matmul_wgmma_forward and
 matmul_wgmma_dinp (the launches; false where they do not run: not compute capability 9.0, or
@@ -36,17 +37,22 @@ enum class GemmEpi { Bias, BiasGelu, DGelu };
 // while the other's products keep the tensor cores busy. (One ring for both would let a
 // warpgroup that skips the other's 12 slices wait on a slot's parity two phases early.)
 // 3: layout 1 whose epilogue stores by TMA (TMA_STORE): each warpgroup stages its 64 × 256
-// outputs in shared memory (STAGE elements), so the ring has 3 slots. Every way a thread holds
-// 128 fp32 sums.
+// outputs in shared memory (STAGE elements), so the ring has 3 slots. 4: layout 1 in clusters of
+// 2 blocks (CLUSTER) on the tiles of the same columns in row tiles one under the other. Each
+// block copies half of the slice of B and multicasts it to both, so a block reads from L2 its
+// 128 × 64 of A and 128 × 64 of B a slice, not 256 × 64 of B. Every way a thread holds 128 fp32
+// sums.
 template <int L> struct GemmLayout {
     static constexpr bool PP = L == 2, TMA_STORE = L == 3;
+    static constexpr int CLUSTER = L == 4 ? 2 : 1;
     static constexpr int BM = 128, BN = PP ? 128 : 256, BK = 64, STAGES = PP ? 6 : TMA_STORE ? 3 : 4;
     static constexpr int RINGS = PP ? 2 : 1, SLOTS = STAGES / RINGS;  // (slots a ring)
     static constexpr int ROWS_WG = PP ? 128 : 64;            // a warpgroup's rows of a tile
-    static constexpr int READERS = PP ? 4 : 8;               // the warps that read a slot (each gives it back)
+    static constexpr int READERS = PP ? 4 : 8;               // the warps of a block that read a slot (each gives it back)
     static constexpr size_t SLOT = (size_t)(BM + BN) * BK;   // a slot's elements: A, then B
     static constexpr size_t STAGE = TMA_STORE ? (size_t)ROWS_WG * BN : 0;  // a computing warpgroup's staged outputs
-    static constexpr size_t shared_bytes() { return (STAGES * SLOT + 2 * STAGE) * 2 + 1024; }  // (room to align to 1024)
+    static constexpr size_t BARRIERS = (STAGES * SLOT + 2 * STAGE) * 2;    // (the mbarriers' byte, after them)
+    static constexpr size_t shared_bytes() { return BARRIERS + 2 * STAGES * 8 + 1024; }  // (room to align to 1024)
 };
 
 // Which tile a block runs n-th (t = blockIdx + n·gridDim), and where tile t lies: in bands of
@@ -55,12 +61,17 @@ template <int L> struct GemmLayout {
 // 197 column tiles would stream all of W, 77 MB, from memory again for each row tile.) The rings:
 // tile n goes to ring n % RINGS. Slice g of a ring, counted over all its tiles, sits in the
 // ring's slot g % SLOTS (slot(r, g) of all), and that turn's parity is (g / SLOTS) % 2.
+// In clusters a tile is the cluster's (CLUSTER · BM rows), and the block of rank r has its rows
+// from r · BM.
 constexpr int GEMM_BAND = 16;
 template <class Lay> struct GemmTiles {
     int tiles_m, tiles_n, tiles, nk;  // row tiles, column tiles, all tiles, k-slices a tile
-    __device__ int tile(int n) const { return blockIdx.x + n * gridDim.x; }
+    int rank;                         // the block's rank in its cluster
+    __device__ int tile(int n) const { return blockIdx.x / Lay::CLUSTER + n * (gridDim.x / Lay::CLUSTER); }
     __device__ int band_rows(int t) const { return min(GEMM_BAND, tiles_m - t / (GEMM_BAND * tiles_n) * GEMM_BAND); }
-    __device__ int row0(int t) const { return (t / (GEMM_BAND * tiles_n) * GEMM_BAND + t % (GEMM_BAND * tiles_n) % band_rows(t)) * Lay::BM; }
+    __device__ int row0(int t) const {
+        return (t / (GEMM_BAND * tiles_n) * GEMM_BAND + t % (GEMM_BAND * tiles_n) % band_rows(t)) * Lay::BM * Lay::CLUSTER + rank * Lay::BM;
+    }
     __device__ int col0(int t) const { return t % (GEMM_BAND * tiles_n) / band_rows(t) * Lay::BN; }
     __device__ int slice(int n, int k) const { return n / Lay::RINGS * nk + k; }  // (tile n's slice k, counted in its ring)
     __device__ static int slot(int r, int g) { return r * Lay::SLOTS + g % Lay::SLOTS; }
@@ -68,10 +79,21 @@ template <class Lay> struct GemmTiles {
 };
 template <int STAGES> struct GemmBarriers { uint64_t full[STAGES], empty[STAGES]; };
 
+// A slot's readers give it back: with clusters to each block of the cluster, whose producer
+// writes its half of B into this block's slot too
+template <class Lay> __device__ inline void gemm_free_slot(uint64_t* empty) {
+    if constexpr (Lay::CLUSTER == 1) mbar_arrive(empty);
+    else
+        for (int r = 0; r < Lay::CLUSTER; r++) mbar_arrive_cluster(empty, r);
+}
+
 // The producer's first thread: each k-slice of each of the block's tiles into its slot once the
 // slot is free, A and B by TMA, both completing the slot's full phase. B is K-major (W in the
 // forward: one box of BN rows × 64) or, TRANS_B, MN-major (W in dinp: BN/64 boxes of 64 rows ×
-// 64 columns, the panels of 64 columns that wgmma's transposed B reads).
+// 64 columns, the panels of 64 columns that wgmma's transposed B reads). In clusters, the
+// block copies its part of B (rows or panels from rank · BN/CLUSTER) into every block's slot,
+// and the slot's full phase also waits for the others' parts. Its empty phase waits for the
+// readers of every block, so no block's part lands in a slot still read.
 template <class Lay, bool TRANS_B, class H>
 __device__ inline void gemm_produce(H* ring, GemmBarriers<Lay::STAGES>& bar, const GemmTiles<Lay>& tl, const CUtensorMap& a_map,
                                     const CUtensorMap& b_map) {
@@ -82,10 +104,20 @@ __device__ inline void gemm_produce(H* ring, GemmBarriers<Lay::STAGES>& bar, con
             mbar_arrive_expect_tx(&bar.full[s], Lay::SLOT * sizeof(H));
             tma_load_3d(ring + s * Lay::SLOT, &a_map, k * Lay::BK, tl.row0(t), 0, &bar.full[s]);
             H* b = ring + s * Lay::SLOT + Lay::BM * Lay::BK;
-            if constexpr (TRANS_B)
+            if constexpr (Lay::CLUSTER > 1) {
+                constexpr int PART = Lay::BN / Lay::CLUSTER;
+                constexpr uint16_t ALL = (1 << Lay::CLUSTER) - 1;
+                const int p0 = tl.rank * PART;
+                if constexpr (TRANS_B)
+                    for (int p = p0; p < p0 + PART; p += 64)
+                        tma_load_multicast_3d(b + p * Lay::BK, &b_map, tl.col0(t) + p, k * Lay::BK, 0, &bar.full[s], ALL);
+                else
+                    tma_load_multicast_3d(b + p0 * Lay::BK, &b_map, k * Lay::BK, tl.col0(t) + p0, 0, &bar.full[s], ALL);
+            } else if constexpr (TRANS_B) {
                 for (int p = 0; p < Lay::BN / 64; p++) tma_load_3d(b + p * 64 * Lay::BK, &b_map, tl.col0(t) + 64 * p, k * Lay::BK, 0, &bar.full[s]);
-            else
+            } else {
                 tma_load_3d(b, &b_map, k * Lay::BK, tl.col0(t), 0, &bar.full[s]);
+            }
         }
 }
 
@@ -241,13 +273,13 @@ __device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& ba
             gemm_slice_products<Lay, TRANS_B>(acc, ring + s * Lay::SLOT, wg, k == 0);
             wgmma_commit();
             wgmma_wait<1>();
-            if (k > 0 && lane == 0) mbar_arrive(&bar.empty[GemmTiles<Lay>::slot(r, g - 1)]);
+            if (k > 0 && lane == 0) gemm_free_slot<Lay>(&bar.empty[GemmTiles<Lay>::slot(r, g - 1)]);
         }
         const int row0 = tl.row0(t) + (PP ? 0 : wg * 64), rt = threadIdx.x / 32 % 4 * 16 + lane / 4;  // (the warpgroup's rows, the thread's)
         const GemmEpiIn first = gemm_epi_inputs<H, EPI>(o.aux, o.bias, 0, row0 + rt, tl.col0(t), N, OC);  // (loaded while the last products run)
         wgmma_wait<0>();
         wgmma_hold<128>(acc);  // (the stores read acc only after the wait)
-        if (lane == 0) mbar_arrive(&bar.empty[GemmTiles<Lay>::slot(r, g - 1)]);
+        if (lane == 0) gemm_free_slot<Lay>(&bar.empty[GemmTiles<Lay>::slot(r, g - 1)]);
         if constexpr (Lay::TMA_STORE) {
             gemm_store_tma<H, EPI, Lay::BN>(acc, first, o.stage + wg * Lay::STAGE, *o.out_map, *o.aux_map, o.aux, o.bias, row0, tl.col0(t), N, OC);
         } else {
@@ -265,15 +297,16 @@ __device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& ba
 // the bias gradient): every k-slice of the block in the producer's order, once it is full. In a
 // tile of the first column tile, thread c adds column c of the slice's 128 rows of A in row
 // order, into col_sums[row tile][64k + c]: the sums' first stage, in a fixed order. Then lane 0
-// of each warp gives the slot back (it counts among the slot's readers).
+// of each warp gives the slot back (it counts among the slot's readers; it reads no block's B).
+// A tile's rows past N (a cluster's second block) add nothing.
 template <class Lay, class H>
-__device__ inline void gemm_column_sums(const H* ring, GemmBarriers<Lay::STAGES>& bar, const GemmTiles<Lay>& tl, float* col_sums, int K) {
+__device__ inline void gemm_column_sums(const H* ring, GemmBarriers<Lay::STAGES>& bar, const GemmTiles<Lay>& tl, float* col_sums, int N, int K) {
     const int c = threadIdx.x - 288;  // (0..63)
     for (int n = 0, t; (t = tl.tile(n)) < tl.tiles; n++)
         for (int k = 0; k < tl.nk; k++) {
             const int g = tl.slice(n, k), s = GemmTiles<Lay>::slot(n % Lay::RINGS, g);
             mbar_wait(&bar.full[s], GemmTiles<Lay>::phase(g));
-            if (tl.col0(t) == 0 && k * Lay::BK + c < K) {
+            if (tl.col0(t) == 0 && tl.row0(t) < N && k * Lay::BK + c < K) {
                 const H* a = ring + s * Lay::SLOT;  // (128-byte swizzled rows of 64: chunk c/8 of row r at chunk (c/8) ^ (r%8))
                 float sum = 0.0f;
                 #pragma unroll 8  // (8 loads in flight; unrolled whole, its loads took more registers than the kernel's cap)
@@ -287,32 +320,35 @@ __device__ inline void gemm_column_sums(const H* ring, GemmBarriers<Lay::STAGES>
 // The kernel: out (N × OC) = A (N × K) · B + epilogue, B = Wᵀ (K-major W, OC × K) or, TRANS_B,
 // W itself (MN-major, K × OC). Warpgroups 0 and 1 compute, warpgroup 2 copies (it gives back
 // registers: setmaxnreg, 40 a thread; the computing ones take 232). a_map: A in boxes of 64 × 128;
-// b_map: W in boxes of 64 × BN, or 64 × 64 with TRANS_B (gemm_tensor_map). L: GemmLayout; with
-// layout 3 out_map and aux_map take the stores. col_sums (or null): A's column sums by row tile
-// (gemm_column_sums).
+// b_map: W in boxes of 64 × BN/CLUSTER, or 64 × 64 with TRANS_B (gemm_tensor_map). L:
+// GemmLayout; with layout 3 out_map and aux_map take the stores; with layout 4 the grid runs in
+// clusters of 2. col_sums (or null): A's column sums by row tile (gemm_column_sums).
 template <class H, bool TRANS_B, GemmEpi EPI, int L>
 __global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, const H* bias, float* col_sums, int N, int OC, int K,
                                                               const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                                                               const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap aux_map) {
     using Lay = GemmLayout<L>;
     DYNAMIC_SHARED(H, shared);
-    __shared__ GemmBarriers<Lay::STAGES> bar;
     H* ring = align_1024(shared);
-    const int tiles_m = (N + Lay::BM - 1) / Lay::BM, tiles_n = (OC + Lay::BN - 1) / Lay::BN;
-    const GemmTiles<Lay> tl{tiles_m, tiles_n, tiles_m * tiles_n, (K + Lay::BK - 1) / Lay::BK};
+    GemmBarriers<Lay::STAGES>& bar = *reinterpret_cast<GemmBarriers<Lay::STAGES>*>((char*)ring + Lay::BARRIERS);
+    constexpr int CM = Lay::BM * Lay::CLUSTER;  // (a tile's rows)
+    const int tiles_m = (N + CM - 1) / CM, tiles_n = (OC + Lay::BN - 1) / Lay::BN;
+    const GemmTiles<Lay> tl{tiles_m, tiles_n, tiles_m * tiles_n, (K + Lay::BK - 1) / Lay::BK, Lay::CLUSTER > 1 ? cluster_rank() : 0};
     if (threadIdx.x == 0) {
-        for (int i = 0; i < Lay::STAGES; i++) mbar_init(&bar.full[i], 1), mbar_init(&bar.empty[i], Lay::READERS + (col_sums ? 2 : 0));
+        for (int i = 0; i < Lay::STAGES; i++) mbar_init(&bar.full[i], 1), mbar_init(&bar.empty[i], Lay::READERS * Lay::CLUSTER + (col_sums ? 2 : 0));
         mbar_init_fence();
     }
-    __syncthreads();  // (the barriers are initialized; the only block barrier)
+    if (Lay::CLUSTER > 1) cluster_sync();  // (the barriers are initialized, in every block of the cluster)
+    else __syncthreads();                  // (the only block barrier)
     if (threadIdx.x / 128 == 2) {
         setmaxnreg<40, false>();
         if (threadIdx.x == 256) gemm_produce<Lay, TRANS_B>(ring, bar, tl, a_map, b_map);
-        if (col_sums && threadIdx.x >= 288 && threadIdx.x < 352) gemm_column_sums<Lay>(ring, bar, tl, col_sums, K);
+        if (col_sums && threadIdx.x >= 288 && threadIdx.x < 352) gemm_column_sums<Lay>(ring, bar, tl, col_sums, N, K);
     } else {
         setmaxnreg<232, true>();
         gemm_consume<Lay, H, TRANS_B, EPI>(ring, bar, tl, GemmOut<H>{out, aux, bias, ring + Lay::STAGES * Lay::SLOT, &out_map, &aux_map}, N, OC);
     }
+    if (Lay::CLUSTER > 1) cluster_sync();  // (no block exits while another may still give its slots back)
 }
 
 // A tensor map of a rows × cols matrix of 16-bit values (row-major) in boxes of 64 columns × box_rows
@@ -325,19 +361,28 @@ template <class H> inline CUtensorMap gemm_tensor_map(const H* base, int rows, i
 template <class H, bool TRANS_B, GemmEpi EPI, int L>
 inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
     using Lay = GemmLayout<L>;
-    const CUtensorMap a_map = gemm_tensor_map(A, N, K, Lay::BM), b_map = TRANS_B ? gemm_tensor_map(W, K, OC, 64) : gemm_tensor_map(W, OC, K, Lay::BN);
+    const CUtensorMap a_map = gemm_tensor_map(A, N, K, Lay::BM),
+                      b_map = TRANS_B ? gemm_tensor_map(W, K, OC, 64) : gemm_tensor_map(W, OC, K, Lay::BN / Lay::CLUSTER);
     CUtensorMap out_map{}, aux_map{};  // (layout 3's stores: boxes of 64 × 64)
     if (Lay::TMA_STORE) out_map = gemm_tensor_map(out, N, OC, 64);
     if (Lay::TMA_STORE && EPI == GemmEpi::BiasGelu) aux_map = gemm_tensor_map(aux, N, OC, 64);
-    const long tiles = (long)ceil_div(N, Lay::BM) * ceil_div(OC, Lay::BN);
-    const int blocks = (int)std::min<long>(tiles, ctx.kernels.matmul_wgmma_blocks > 0 ? ctx.kernels.matmul_wgmma_blocks : gpu_sm_count());
+    const long tiles = (long)ceil_div(N, Lay::BM * Lay::CLUSTER) * ceil_div(OC, Lay::BN);  // (with clusters: the clusters' tiles)
+    const int asked = ctx.kernels.matmul_wgmma_blocks;
     SHARED_OPT_IN(matmul_wgmma_kernel<H, TRANS_B, EPI, L>);
     const size_t smem = Lay::shared_bytes();
-    matmul_wgmma_kernel<H, TRANS_B, EPI, L><<<blocks, 384, smem, ctx.stream>>>(out, aux, bias, col_sums, N, OC, K, a_map, b_map, out_map, aux_map);
+    if constexpr (Lay::CLUSTER > 1) {  // (a cluster an SM pair, as many as fit at once)
+        static const int fit = gpu_max_clusters(matmul_wgmma_kernel<H, TRANS_B, EPI, L>, Lay::CLUSTER, 384, smem);
+        const int clusters = (int)std::min<long>(tiles, asked > 0 ? std::max(1, asked / Lay::CLUSTER) : fit);
+        launch_in_clusters(KERNEL_AND_NAME(matmul_wgmma_kernel<H, TRANS_B, EPI, L>), Lay::CLUSTER, clusters * Lay::CLUSTER, 384, smem, ctx.stream,
+                           out, aux, bias, col_sums, N, OC, K, a_map, b_map, out_map, aux_map);
+    } else {
+        const int blocks = (int)std::min<long>(tiles, asked > 0 ? asked : gpu_sm_count());
+        matmul_wgmma_kernel<H, TRANS_B, EPI, L><<<blocks, 384, smem, ctx.stream>>>(out, aux, bias, col_sums, N, OC, K, a_map, b_map, out_map, aux_map);
+    }
     CUDA_LAUNCH_CHECK();
 }
 // --matmul-wgmma auto: the layout for a product's shape, chosen at its first call of at least
-// matmul_tune_flops among the three by autotune_pick. They write the same bits: each output's sum
+// matmul_tune_flops among the four by autotune_pick. They write the same bits: each output's sum
 // runs over the same k-slices in the same order, whatever the tile. Smaller products take 1.
 // run(layout) launches one. Printed once a shape.
 template <class H, bool TRANS_B, GemmEpi EPI, class R>
@@ -350,22 +395,23 @@ inline int gemm_layout_auto(const Ctx& ctx, const R& run, const H* out, const H*
         std::vector<BitsRegion> outs{{out, (size_t)N * OC * sizeof(H)}};  // (what each layout writes)
         if (EPI == GemmEpi::BiasGelu) outs.push_back({aux, (size_t)N * OC * sizeof(H)});
         if (col_sums) outs.push_back({col_sums, (size_t)ceil_div(N, 128) * K * sizeof(float)});
-        const AutotunePick t = autotune_pick(ctx, 3, [] {}, [&](int v) { run(v + 1); return true; }, outs);
+        const AutotunePick t = autotune_pick(ctx, 4, [] {}, [&](int v) { run(v + 1); return true; }, outs);
         layout = t.best + 1;
         if (g_rank == 0)
-            printf("matmul: our GEMM %dx%dx%d%s%s: layout %d (--matmul-wgmma auto: 1, 2, 3 took %.3f, %.3f, %.3f ms; %d of 2 gave layout 1's bits)\n",
+            printf("matmul: our GEMM %dx%dx%d%s%s: layout %d (--matmul-wgmma auto: 1, 2, 3, 4 took %.3f, %.3f, %.3f, %.3f ms; %d of 3 gave layout 1's bits)\n",
                    N, OC, K, TRANS_B ? " (input gradient)" : "", EPI == GemmEpi::BiasGelu ? " with GELU" : EPI == GemmEpi::DGelu ? " with dGELU" : "",
-                   layout, t.ms[0], t.ms[1], t.ms[2], t.same);
+                   layout, t.ms[0], t.ms[1], t.ms[2], t.ms[3], t.same);
     }
     return ctx.tuned->gemm_layouts[key] = layout;
 }
 // The layout ctx asks for (--matmul-wgmma 1: one tile a block at a time; 2: ping-pong; 3: 1 with
-// TMA stores; auto: by timing, gemm_layout_auto)
+// TMA stores; 4: 1 in clusters of 2; auto: by timing, gemm_layout_auto)
 template <class H, bool TRANS_B, GemmEpi EPI>
 inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
     auto run = [&](int layout) {
         if (layout == 2) gemm_launch<H, TRANS_B, EPI, 2>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
         else if (layout == 3) gemm_launch<H, TRANS_B, EPI, 3>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+        else if (layout == 4) gemm_launch<H, TRANS_B, EPI, 4>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
         else gemm_launch<H, TRANS_B, EPI, 1>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
     };
     run(ctx.kernels.matmul_wgmma_auto ? gemm_layout_auto<H, TRANS_B, EPI>(ctx, run, out, aux, col_sums, N, OC, K) : ctx.kernels.matmul_wgmma);

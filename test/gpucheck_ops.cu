@@ -287,7 +287,7 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
 // reference. A group of its own (gemm).
 template <class X> static void check_matmul_wgmma(int N, int C, int OC, bool bias, bool gelu, int blocks, int layout = 1) {
     char name[160]; snprintf(name, sizeof(name), "%s matmul by our GEMM N=%d C=%d OC=%d%s%s, %d blocks%s", dtype_name<X>(), N, C, OC,
-                             bias ? " +bias" : "", gelu ? " +GELU" : "", blocks, layout == 2 ? ", ping-pong" : layout == 3 ? ", TMA stores" : "");
+                             bias ? " +bias" : "", gelu ? " +GELU" : "", blocks, layout == 2 ? ", ping-pong" : layout == 3 ? ", TMA stores" : layout == 4 ? ", clusters of 2" : "");
     if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC);
     std::vector<X> out((size_t)N * OC), pre((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cb = vec_cast<X>(bv);
@@ -337,7 +337,7 @@ static void check_gelu_fast() {
 }
 template <class X> static void check_matmul_wgmma_dinp(int N, int C, int OC, bool gelu, int blocks, int layout = 1) {
     char name[160]; snprintf(name, sizeof(name), "%s dinp by our GEMM N=%d C=%d OC=%d%s, %d blocks%s", dtype_name<X>(), N, C, OC,
-                             gelu ? " through the GELU" : "", blocks, layout == 2 ? ", ping-pong" : layout == 3 ? ", TMA stores" : "");
+                             gelu ? " through the GELU" : "", blocks, layout == 2 ? ", ping-pong" : layout == 3 ? ", TMA stores" : layout == 4 ? ", clusters of 2" : "");
     if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), dout = randn<X>((size_t)N * OC), pre_in = randn<X>((size_t)N * C);
     auto db = randn<X>(OC);  // (dbias += dout's column sums, made by the producer's warps from the tiles of dout)
@@ -1602,6 +1602,15 @@ int main(int argc, char** argv) {
         check_matmul_wgmma<fp16>(130, 136, 256, true, true, 2, 3);     // fp16
         check_matmul_wgmma_dinp<bf16>(256, 512, 128, true, 3, 3);      // through the GELU (pre read, dinp staged)
         check_matmul_wgmma_dinp<bf16>(200, 264, 200, false, 2, 3);     // off the multiples, dbias
+        // clusters (--matmul-wgmma 4): layout 1 on tiles of 256 rows, each block 128 of them and half of B
+        check_matmul_wgmma<bf16>(768, 768, 512, true, true, 4, 4);     // 6 tiles on 2 clusters; 12 k-slices: the ring wraps 3 times a tile
+        check_matmul_wgmma<bf16>(200, 200, 264, true, true, 2, 4);     // off the multiples: the second block's rows end at 200
+        check_matmul_wgmma<bf16>(100, 64, 512, false, false, 2, 4);    // the second block's rows all past N (zeros copied, none stored)
+        check_matmul_wgmma<bf16>(4200, 64, 512, true, false, 6, 4);    // 17 tiles of 256 rows: bands of 16 and 1
+        check_matmul_wgmma<fp16>(130, 136, 256, true, true, 2, 4);     // fp16
+        check_matmul_wgmma_dinp<bf16>(640, 512, 1024, true, 4, 4);     // through the GELU; the last tile's second block past N: no dbias
+                                                                        // rows there (its sums' buffer, grown here to 5 rows, ends at row 5)
+        check_matmul_wgmma_dinp<fp16>(200, 264, 200, false, 2, 4);     // fp16, off the multiples, dbias
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

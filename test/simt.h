@@ -132,7 +132,7 @@ simt_switch:
 )");
 #endif
 
-enum State : uint8_t { READY, AT_WARP, AT_GROUP, AT_BLOCK, AT_MBAR, AT_NAMED, DONE };
+enum State : uint8_t { READY, AT_WARP, AT_GROUP, AT_BLOCK, AT_MBAR, AT_NAMED, AT_CLUSTER, HELD, DONE };  // (HELD: a cluster's block not yet started)
 struct AsyncCopy { void* dst; const void* src; unsigned bytes; };  // a cp.async not yet waited for
 struct WgmmaOp {  // issued, not yet computed
     float* d; uint32_t a[4]; uint64_t desc; int n; bool trans_b, accumulate;
@@ -144,6 +144,7 @@ struct BulkStore;  // (a TMA store not yet waited for, below)
 struct Fiber {
     void* sp = nullptr;
     uint3 tid{};       // its threadIdx
+    uint8_t cta = 0;   // its block's rank in the cluster
     State state = READY;
     unsigned warp_ops = 0;  // warp collectives passed: lanes must agree at each one
     std::vector<AsyncCopy> copies;  // this thread's cp.async in flight: they land at its wait
@@ -188,14 +189,21 @@ struct MBar {  // an mbarrier: arrivals a phase, left, phases completed; transac
     bool init_fenced = false;  // a fence.mbarrier_init since its init: the copy engine may complete on it
 };
 struct NamedBar { unsigned count = 0, arrived = 0, phase = 0; };  // bar.sync/bar.arrive id: threads a phase, arrived, phases completed
-struct BlockRun {              // one OS thread's block in flight
+// A cluster (sm_90) runs as one BlockRun: its blocks' threads are fibers cta_threads apart, each
+// block with its own dynamic shared memory (shared[rank]), blockIdx and named barriers.
+static const int MAX_CLUSTER = 8;  // (CUDA's portable cluster size)
+struct BlockRun {              // one OS thread's block (or cluster of blocks) in flight
     const char* kernel = "";
     const std::function<void()>* fn = nullptr;
-    int nthreads = 0, cur = 0;
+    int nthreads = 0, cur = 0;           // (all of the cluster's threads)
+    int ctas = 1, cta_threads = 0;       // blocks in the cluster, threads a block
+    char* shared[MAX_CLUSTER] = {};      // each block's dynamic shared memory, shared_stride bytes apart
+    size_t shared_stride = 0;
+    uint3 cta_idx[MAX_CLUSTER] = {};     // each block's blockIdx
     std::vector<Fiber> fibers;
     std::vector<WarpSlots> warps;
-    std::unordered_map<const void*, MBar> mbars;  // the block's mbarriers, by address
-    NamedBar named[16];                           // the block's named barriers (0 is __syncthreads')
+    std::unordered_map<const void*, MBar> mbars;  // the cluster's mbarriers, by address
+    NamedBar named[MAX_CLUSTER][16];              // each block's named barriers (0 is __syncthreads')
     // the 16-byte chunks of dynamic shared memory that the generic proxy (cp.async, stmatrix)
     // wrote since the last fence.proxy.async: a wgmma must not read them (wgmma_check_proxy)
     std::vector<uint8_t> generic_mark;
@@ -213,9 +221,19 @@ inline thread_local BlockRun* tl_run = nullptr;
 inline bool g_reverse = [] { const char* e = getenv("SIMT_ORDER"); return e && !strcmp(e, "reverse"); }();
 static const size_t STACK_BYTES = 128 << 10, PAGE = 4096;
 
+inline thread_local void* tl_dynamic_shared = nullptr;  // the running block's dynamic shared memory (below)
+inline thread_local size_t tl_dynamic_bytes = 0;
+struct Where { const char* kernel; uint3 block; };  // for the SIGSEGV report (the thread is threadIdx)
+inline thread_local Where tl_where{"(host code)", {}};
+inline void enter_cta(BlockRun& r, int c) {  // the blockIdx and shared memory of the cluster's block c
+    blockIdx = r.cta_idx[c];
+    tl_dynamic_shared = r.shared[c];
+    tl_where.block = blockIdx;
+}
 inline void resume(BlockRun& r, int i) {  // scheduler → fiber i, until it blocks or ends
     r.cur = i;
     *r.thread_idx = r.fibers[i].tid;
+    if (r.ctas > 1) enter_cta(r, r.fibers[i].cta);
 #ifdef __x86_64__
     simt_switch(&r.sched_sp, r.fibers[i].sp);
 #else
@@ -252,12 +270,15 @@ inline void start_fibers(BlockRun& r) {
     }
     r.fibers.assign(r.nthreads, Fiber{});
     r.mbars.clear();
-    for (NamedBar& b : r.named) b = NamedBar{};
+    for (auto& cta : r.named) for (NamedBar& b : cta) b = NamedBar{};
     r.warps.resize((r.nthreads + 31) / 32);
     for (WarpSlots& w : r.warps) w.mma_decoded[0] = w.mma_decoded[1] = ~0u;  // (op counts restart each block)
     r.thread_idx = &threadIdx;
     for (int i = 0; i < r.nthreads; i++) {
-        r.fibers[i].tid = {(unsigned)i % blockDim.x, (unsigned)i / blockDim.x % blockDim.y, (unsigned)i / (blockDim.x * blockDim.y)};
+        const unsigned t = (unsigned)(i % r.cta_threads);
+        r.fibers[i].tid = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
+        r.fibers[i].cta = (uint8_t)(i / r.cta_threads);
+        if (r.fibers[i].cta != (g_reverse ? r.ctas - 1 : 0)) r.fibers[i].state = HELD;  // (the first block runs ahead: below)
         char* top = r.stacks + (size_t)(i + 1) * (STACK_BYTES + PAGE);
 #ifdef __x86_64__
         // what simt_switch pops: six registers, then fiber_main as the return address, placed
@@ -298,8 +319,40 @@ inline bool release_warp(BlockRun& r, int w) {  // true if warp w's lanes all re
     for (int l = 0; l < 32; l++) r.fibers[w * 32 + l].state = READY;
     return true;
 }
+// A cluster's other blocks start when its first block (in the schedule's order) can go no
+// further: the most skew between them, so that a block that reaches another's shared memory
+// before that block has set it up (no cluster barrier between) is reported.
+inline bool start_held(BlockRun& r) {
+    bool any = false;
+    for (Fiber& f : r.fibers) if (f.state == HELD) f.state = READY, any = true;
+    return any;
+}
 inline bool release_group(BlockRun& r, int g);  // (with the wgmma emulation, below)
 inline bool land_bulk_copies(BlockRun& r);       // (with the TMA emulation, below)
+// The block barriers: each block whose live threads all wait at __syncthreads goes on, and the
+// cluster's threads when all its live ones wait at the cluster barrier. live: its live threads.
+inline bool release_barriers(BlockRun& r, int& live) {
+    int live_c[MAX_CLUSTER] = {}, block_c[MAX_CLUSTER] = {}, at_cluster = 0;
+    live = 0;
+    for (const Fiber& f : r.fibers) {
+        live_c[f.cta] += f.state != DONE;
+        block_c[f.cta] += f.state == AT_BLOCK;
+        at_cluster += f.state == AT_CLUSTER;
+    }
+    bool moved = false;
+    for (int c = 0; c < r.ctas; c++) {
+        live += live_c[c];
+        if (block_c[c] == 0 || block_c[c] < live_c[c]) continue;
+        for (int i = c * r.cta_threads; i < (c + 1) * r.cta_threads; i++)
+            if (r.fibers[i].state == AT_BLOCK) r.fibers[i].state = READY;
+        moved = true;
+    }
+    if (!moved && at_cluster > 0 && at_cluster == live) {
+        for (Fiber& f : r.fibers) if (f.state == AT_CLUSTER) f.state = READY;
+        moved = true;
+    }
+    return moved;
+}
 inline void run_block(BlockRun& r) {
     start_fibers(r);
     const int n = r.nthreads, nwarps = (n + 31) / 32;
@@ -322,26 +375,26 @@ inline void run_block(BlockRun& r) {
         for (int k = 0; k < groups && !moved; k++) moved = release_group(r, g_reverse ? groups - 1 - k : k);
         for (Fiber& f : r.fibers)  // and a thread whose mbarrier phase has completed
             if ((f.state == AT_MBAR && (r.mbars.at(f.mbar).phase & 1) != f.mbar_parity) ||
-                (f.state == AT_NAMED && r.named[f.named].phase != f.named_gen))  // (or whose named barrier's)
+                (f.state == AT_NAMED && r.named[f.cta][f.named].phase != f.named_gen))  // (or whose named barrier's)
                 f.state = READY, moved = true;
         if (moved) continue;
-        int live = 0, at_block = 0;
-        for (const Fiber& f : r.fibers) { live += f.state != DONE; at_block += f.state == AT_BLOCK; }
-        if (live > at_block && land_bulk_copies(r)) continue;  // (TMA copies land when no thread can go on)
+        int live = 0;
+        if (release_barriers(r, live)) continue;
+        if (live > 0 && land_bulk_copies(r)) continue;  // (TMA copies land when no thread can go on)
+        if (start_held(r)) continue;
         if (live == 0) {
             for (const auto& [bar, m] : r.mbars)
                 if (!m.bulk.empty()) die("%s: the block ended with a TMA copy in flight (no thread waited for its mbarrier), block (%u,%u,%u)",
                                          r.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
-            for (int id = 1; id < 16; id++)
-                if (r.named[id].arrived)
-                    die("%s: the block ended with %u of %u threads arrived at named barrier %d (an arrive no bar.sync met), block (%u,%u,%u)",
-                        r.kernel, r.named[id].arrived, r.named[id].count, id, blockIdx.x, blockIdx.y, blockIdx.z);
+            for (int c = 0; c < r.ctas; c++)
+                for (int id = 1; id < 16; id++)
+                    if (r.named[c][id].arrived)
+                        die("%s: the block ended with %u of %u threads arrived at named barrier %d (an arrive no bar.sync met), block (%u,%u,%u)",
+                            r.kernel, r.named[c][id].arrived, r.named[c][id].count, id, r.cta_idx[c].x, r.cta_idx[c].y, r.cta_idx[c].z);
             return;
         }
-        if (at_block < live)
-            die("%s: deadlock: threads wait at different barriers (__syncthreads, a collective in divergent code, or an mbarrier or named barrier phase that never completes), block (%u,%u,%u)",
-                r.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
-        for (Fiber& f : r.fibers) if (f.state == AT_BLOCK) f.state = READY;
+        die("%s: deadlock: threads wait at different barriers (__syncthreads, a collective in divergent code, a cluster barrier, or an mbarrier or named barrier phase that never completes), block (%u,%u,%u)",
+            r.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
     }
 }
 
@@ -509,7 +562,10 @@ inline MBar& mbar_of(const void* bar, const char* op) {
     return it->second;
 }
 inline void mbar_init(void* bar, unsigned count) {
-    if ((uintptr_t)bar % 8 || device_owns(bar)) die("%s: mbarrier.init on an address that is not 8-byte aligned shared memory", tl_run->kernel);
+    BlockRun& r = *tl_run;
+    if ((uintptr_t)bar % 8 || device_owns(bar)) die("%s: mbarrier.init on an address that is not 8-byte aligned shared memory", r.kernel);
+    if (r.ctas > 1 && ((const char*)bar < (const char*)tl_dynamic_shared || (const char*)bar >= (const char*)tl_dynamic_shared + tl_dynamic_bytes))
+        die("%s: a cluster's mbarrier outside dynamic shared memory (the emulator gives the cluster's blocks one static __shared__)", r.kernel);
     if (count == 0 || count >= (1u << 20)) die("%s: mbarrier.init with count %u (1 to 2^20 - 1)", tl_run->kernel, count);
     tl_run->mbars[bar] = MBar{count, count, 0};
 }
@@ -548,8 +604,8 @@ inline void mbar_wait(void* bar, unsigned parity) {
 inline void bar_named(unsigned id, unsigned n, bool wait) {
     BlockRun& r = *tl_run;
     if (id == 0 || id >= 16) die("%s: named barrier %u (1 to 15 here; 0 is __syncthreads')", r.kernel, id);
-    if (n == 0 || n % 32 || n > (unsigned)r.nthreads) die("%s: named barrier %u for %u threads (a multiple of 32, at most the block's)", r.kernel, id, n);
-    NamedBar& b = r.named[id];
+    if (n == 0 || n % 32 || n > (unsigned)r.cta_threads) die("%s: named barrier %u for %u threads (a multiple of 32, at most the block's)", r.kernel, id, n);
+    NamedBar& b = r.named[r.me().cta][id];
     if (b.arrived == 0) b.count = n;
     else if (b.count != n) die("%s: threads give named barrier %u different thread counts (%u and %u)", r.kernel, id, b.count, n);
     if (++b.arrived == b.count) { b.arrived = 0, b.phase++; return; }
@@ -560,10 +616,8 @@ inline void bar_named(unsigned id, unsigned n, bool wait) {
 }
 
 // ---- launches
-struct Cfg { dim3 grid, block; size_t smem = 0; void* stream = nullptr; };
+struct Cfg { dim3 grid, block; size_t smem = 0; void* stream = nullptr; unsigned cluster = 1; };  // (cluster: blocks along x)
 
-struct Where { const char* kernel; uint3 block; };  // for the SIGSEGV report (the thread is threadIdx)
-inline thread_local Where tl_where{"(host code)", {}};
 inline const char* pinned_fault(const void* addr);  // the report for a page-locked buffer in flight, or null
 inline const char* side_fault(const void* addr);    // ... for device memory another stream's work still uses
 inline void side_enter(const void* stream, const char* op);  // an operation of that stream starts (below)
@@ -602,8 +656,6 @@ inline bool device_owns(const void* p);
 // Dynamic shared memory: a block's buffer (launch_blocks), and the kernels' opt-ins past the
 // default 48 KB, by the kernel's name as its launch writes it (SHARED_OPT_IN in common.h)
 static const size_t SHARED_DEFAULT = 48 << 10, SHARED_MAX = 227 << 10;  // an H100's per-block limits
-inline thread_local void* tl_dynamic_shared = nullptr;
-inline thread_local size_t tl_dynamic_bytes = 0;
 // The async proxy (sm_90). wgmma reads its shared-memory operands through the async proxy, so
 // what the generic proxy wrote there (cp.async, stmatrix, stores) must be published to it first:
 // a fence.proxy.async on a causality path from the write to the wgmma (the PTX ISA's memory
@@ -616,18 +668,24 @@ inline thread_local size_t tl_dynamic_bytes = 0;
 inline void check_vector_global(const void* p, size_t bytes, const char* op) {
     if ((uintptr_t)p % bytes || !device_owns(p)) die("%s: %s on an address that is not %zu-byte aligned device memory", tl_run->kernel, op, bytes);
 }
+// (The marks cover the cluster's blocks: chunk c is byte 16c from the first block's shared memory.)
+inline size_t cta_chunk0(const BlockRun& r) { return (size_t)((const char*)tl_dynamic_shared - r.shared[0]) / 16; }  // (the running block's)
 inline void generic_wrote(const void* p, size_t bytes) {
     BlockRun& r = *tl_run;
     const char* base = (const char*)tl_dynamic_shared;
     if (!base || (const char*)p < base || (const char*)p >= base + tl_dynamic_bytes) return;  // (static __shared__: no wgmma reads it)
-    const size_t off = (const char*)p - base;
-    for (size_t c = off / 16; c < (off + bytes + 15) / 16 && c < r.generic_mark.size(); c++)
+    const size_t off = (const char*)p - base, c0 = cta_chunk0(r);
+    for (size_t c = c0 + off / 16; c < c0 + (off + bytes + 15) / 16 && c < r.generic_mark.size(); c++)
         if (!r.generic_mark[c]) r.generic_mark[c] = 1, r.generic_chunks.push_back((uint32_t)c);
 }
-inline void fence_proxy_async() {
+inline void fence_proxy_async() {  // (the running block's writes)
     BlockRun& r = *tl_run;
-    for (uint32_t c : r.generic_chunks) r.generic_mark[c] = 0;
-    r.generic_chunks.clear();
+    const size_t lo = cta_chunk0(r), hi = lo + r.shared_stride / 16;
+    size_t kept = 0;
+    for (uint32_t c : r.generic_chunks)
+        if (c >= lo && c < hi) r.generic_mark[c] = 0;
+        else r.generic_chunks[kept++] = c;
+    r.generic_chunks.resize(kept);
 }
 inline void* dynamic_shared() {
     if (!tl_dynamic_shared) die("%s: uses dynamic shared memory, but its launch gave it none", tl_run ? tl_run->kernel : "?");
@@ -719,13 +777,16 @@ inline void tma_check(const char* what, const CUtensorMap* map, const void* smem
         die("%s: a TMA %s at shared byte %zu: not %s-byte aligned or past the dynamic shared memory", tl_run->kernel, what, off,
             map->swizzle128 ? "1024" : "128");
 }
-inline void tma_load(void* dst, const CUtensorMap* map, const int* c, void* bar) {
-    if (device_owns(dst)) die("%s: a TMA copy into global memory: it writes shared memory only", tl_run->kernel);
-    tma_check("copy", map, dst);
+inline void tma_enqueue(void* dst, const CUtensorMap* map, const int* c, void* bar) {  // (checked)
     MBar& m = mbar_of(bar, "complete_tx");
     if (!m.init_fenced)
         die("%s: a TMA copy completes on an mbarrier with no fence.mbarrier_init since its init (the copy engine may not see the init)", tl_run->kernel);
     m.bulk.push_back({(char*)dst, *map, {c[0], c[1], c[2]}});
+}
+inline void tma_load(void* dst, const CUtensorMap* map, const int* c, void* bar) {
+    if (device_owns(dst)) die("%s: a TMA copy into global memory: it writes shared memory only", tl_run->kernel);
+    tma_check("copy", map, dst);
+    tma_enqueue(dst, map, c, bar);
 }
 // fn(s, g) for each element of the box of m at coordinates c: s its byte in shared memory (from
 // the box's start, swizzled where m is), g its address in the tensor (null outside the tensor)
@@ -773,7 +834,7 @@ inline void tma_store(const CUtensorMap* map, const void* src, const int* c) {
 inline void bulk_commit() { tl_run->me().store_groups.push_back(tl_run->me().stores.size()); }
 inline void run_bulk_store(BlockRun& r, const BulkStore& s) {
     const CUtensorMap& m = s.map;
-    const size_t first = (size_t)(s.src - (const char*)tl_dynamic_shared) / 16;
+    const size_t first = (size_t)(s.src - r.shared[0]) / 16;
     for (size_t c = first; c < first + (m.box_bytes() + 15) / 16; c++)
         if (r.generic_mark[c])
             die("%s: a TMA store reads shared byte %zu, which stmatrix or cp.async wrote after the last fence.proxy.async", r.kernel, 16 * c);
@@ -790,6 +851,34 @@ inline void bulk_wait_read(int n) {
     f.store_groups.erase(f.store_groups.begin(), f.store_groups.begin() + (groups - n));
     for (size_t& e : f.store_groups) e -= upto;
 }
+
+// Clusters (sm_90): the blocks of a cluster run at once and reach each other's shared memory.
+// cluster_map is mapa: the address at p's offset in block rank's shared memory. A remote mbarrier
+// arrival and a multicast TMA copy (one box into the same offset of each block in mask, each
+// completing its bytes on the mbarrier at bar's offset there) go through it. cluster_sync is
+// barrier.cluster's arrive and wait. A block must not be reached after all its threads exited
+// (its shared memory is gone on a GPU): that is reported.
+inline int cluster_rank() { return tl_run->me().cta; }
+inline char* cluster_map(const void* p, int rank, const char* op) {
+    BlockRun& r = *tl_run;
+    const char* base = (const char*)tl_dynamic_shared;
+    if (!base || (const char*)p < base || (const char*)p >= base + tl_dynamic_bytes)
+        die("%s: %s at an address outside the block's dynamic shared memory", r.kernel, op);
+    if (rank < 0 || rank >= r.ctas) die("%s: %s to block %d of a cluster of %d", r.kernel, op, rank, r.ctas);
+    bool alive = false;
+    for (int i = rank * r.cta_threads; i < (rank + 1) * r.cta_threads && !alive; i++) alive = r.fibers[i].state != DONE;
+    if (!alive) die("%s: %s reaches block %d of the cluster after all its threads exited (a cluster barrier before the exit keeps its shared memory)",
+                    r.kernel, op, rank);
+    return r.shared[rank] + ((const char*)p - base);
+}
+inline void mbar_arrive_cluster(void* bar, int rank) { mbar_arrive(cluster_map(bar, rank, "a remote mbarrier arrival")); }
+inline void tma_load_multicast(void* dst, const CUtensorMap* map, const int* c, void* bar, unsigned mask) {
+    tma_check("copy", map, dst);
+    if (mask == 0 || mask >> tl_run->ctas) die("%s: a multicast TMA copy to blocks 0x%x of a cluster of %d", tl_run->kernel, mask, tl_run->ctas);
+    for (int rank = 0; rank < tl_run->ctas; rank++)
+        if (mask >> rank & 1) tma_enqueue(cluster_map(dst, rank, "a multicast TMA copy"), map, c, cluster_map(bar, rank, "a multicast TMA copy"));
+}
+inline void cluster_sync() { block_on(AT_CLUSTER); }
 
 // The byte of element (k, c) of a 16-row K-major (k fastest in a core matrix row) or MN-major
 // operand in the block's dynamic shared memory, through its descriptor (the layouts above: window
@@ -813,7 +902,7 @@ inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_maj
 // the product's operand bytes may be one the generic proxy wrote since the last fence.proxy.async.
 inline void wgmma_check_proxy(BlockRun& r) {
     const int first = r.cur / 128 * 128;
-    const size_t n = r.me().wgmma.size();
+    const size_t n = r.me().wgmma.size(), c0 = cta_chunk0(r);
     for (int j = 0; j < 128; j++)
         if (r.fibers[first + j].wgmma.size() < n) return;  // (a thread of the warpgroup has yet to issue it)
     const WgmmaOp& op = r.me().wgmma.back();
@@ -821,7 +910,7 @@ inline void wgmma_check_proxy(BlockRun& r) {
         for (int k = 0; k < 16; k++)
             for (int c = 0; c < cols; c++) {
                 const size_t off = wgmma_operand_offset(r, desc, mn_major, k, c, which);
-                if (r.generic_mark[off / 16])
+                if (r.generic_mark[c0 + off / 16])
                     die("%s: a wgmma reads %s at shared byte %zu, which cp.async or stmatrix wrote after the last fence.proxy.async "
                         "(the tensor cores read through the async proxy: the write needs a fence before the wgmma)", r.kernel, which, off);
             }
@@ -831,8 +920,8 @@ inline void wgmma_check_proxy(BlockRun& r) {
 }
 inline void wgmma_issue(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate, bool fp16, bool a_shared, uint64_t desc_a) {
     BlockRun& r = *tl_run;
-    if (r.cur / 128 * 128 + 128 > r.nthreads)  // (a block may have warps past its warpgroups: a producer's)
-        die("%s: wgmma by a warpgroup of fewer than 128 threads (block of %d threads)", r.kernel, r.nthreads);
+    if (r.cur % r.cta_threads / 128 * 128 + 128 > r.cta_threads)  // (a block may have warps past its warpgroups: a producer's)
+        die("%s: wgmma by a warpgroup of fewer than 128 threads (block of %d threads)", r.kernel, r.cta_threads);
     if (!r.me().wgmma_fenced)
         die("%s: a wgmma issued with no wgmma.fence since the thread's last wgmma wait or its start (thread %d: "
             "its A and D registers are ordinary registers until the fence)", r.kernel, r.cur);
@@ -925,6 +1014,7 @@ inline bool release_group(BlockRun& r, int g) {  // true if warpgroup g's thread
     }
     if (at == 0 || at < live) return false;
     if (live < 128) die("%s: a wgmma wait with threads of the warpgroup that exited or do not exist (warpgroup %d)", r.kernel, g);
+    if (r.ctas > 1) enter_cta(r, r.fibers[first].cta);  // (its operands are in its block's shared memory)
     const Fiber& f0 = r.fibers[first];
     for (int j = 1; j < 128; j++) {
         const Fiber& f = r.fibers[first + j];
@@ -1001,6 +1091,11 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
     if (cfg.smem > SHARED_DEFAULT && cfg.smem > shared_opt_in(kernel, 0))
         die("%s: %zu bytes of dynamic shared memory, past the default %zu, and the kernel has not opted in to them (cudaFuncSetAttribute)",
             kernel, cfg.smem, SHARED_DEFAULT);
+    const unsigned cs = cfg.cluster;
+    if (cs < 1 || cs > (unsigned)MAX_CLUSTER || cfg.grid.x % cs || (cs > 1 && nthreads % 128))
+        die("%s: clusters of %u blocks for a grid of %u along x and blocks of %ld threads (1 to %d blocks, dividing the grid; blocks of whole warpgroups)",
+            kernel, cs, cfg.grid.x, nthreads, MAX_CLUSTER);
+    const size_t stride = (cfg.smem + 15) / 16 * 16;
     side_enter(cfg.stream, kernel);
     writes_arm(cfg.stream);
     #pragma omp parallel if (nblocks > 1)
@@ -1008,22 +1103,26 @@ inline void launch_blocks(const char* kernel, const Cfg& cfg, const std::functio
         static thread_local BlockRun run;
         static thread_local bool alt = use_signal_stack();
         (void)alt;
-        run.kernel = kernel; run.fn = &fn; run.nthreads = (int)nthreads;
+        run.kernel = kernel; run.fn = &fn; run.nthreads = (int)(nthreads * cs);
+        run.ctas = (int)cs, run.cta_threads = (int)nthreads, run.shared_stride = stride;
         tl_run = &run;
-        static thread_local std::vector<uint4> dyn;  // the block's dynamic shared memory
-        dyn.resize((cfg.smem + 15) / 16);
-        tl_dynamic_shared = cfg.smem ? dyn.data() : nullptr;
+        static thread_local std::vector<uint4> dyn;  // the blocks' dynamic shared memory
+        dyn.resize(cs * stride / 16);
+        for (unsigned c = 0; c < cs; c++) run.shared[c] = cfg.smem ? (char*)dyn.data() + c * stride : nullptr;
+        tl_dynamic_shared = run.shared[0];
         tl_dynamic_bytes = cfg.smem;
         blockDim = cfg.block; gridDim = cfg.grid;
         #pragma omp for schedule(dynamic, 1)
-        for (long k = 0; k < nblocks; k++) {
-            const long i = g_reverse_blocks ? nblocks - 1 - k : k;
-            blockIdx.x = (unsigned)(i % cfg.grid.x);
-            blockIdx.y = (unsigned)(i / cfg.grid.x % cfg.grid.y);
-            blockIdx.z = (unsigned)(i / ((long)cfg.grid.x * cfg.grid.y));
-            tl_where = Where{kernel, blockIdx};
-            if (cfg.smem) memset(dyn.data(), 0xff, cfg.smem);
-            run.generic_mark.assign((cfg.smem + 15) / 16, 0);
+        for (long k = 0; k < nblocks / (long)cs; k++) {  // (a cluster at a time)
+            const long first = (g_reverse_blocks ? nblocks / (long)cs - 1 - k : k) * (long)cs;
+            for (unsigned c = 0; c < cs; c++) {
+                const long i = first + c;
+                run.cta_idx[c] = {(unsigned)(i % cfg.grid.x), (unsigned)(i / cfg.grid.x % cfg.grid.y), (unsigned)(i / ((long)cfg.grid.x * cfg.grid.y))};
+            }
+            enter_cta(run, 0);
+            tl_where.kernel = kernel;
+            if (cfg.smem) memset(dyn.data(), 0xff, cs * stride);
+            run.generic_mark.assign(cs * stride / 16, 0);
             run.generic_chunks.clear();
             run_block(run);
         }

@@ -581,6 +581,71 @@ static void test_tma_store() {
     cudaFree(dst);
 }
 
+// Clusters of 2 blocks (4 blocks, 128 threads each): each block's first thread copies its half of
+// a 64 × 16 tensor (rows 8·rank..) by a multicast TMA copy into both blocks, at offset
+// 1024·rank. Each block then holds the whole tensor, its own bytes elsewhere untouched. Each
+// first thread arrives at both blocks' second barrier, which needs those 2 arrivals. Wrong ways:
+// (mode) 1, no cluster barrier after the inits (the other block's barrier is not yet there);
+// 2, none before the exit (block 0 arrives at block 1 after it exited); 3, an mbarrier in
+// static shared memory; 4, a grid that clusters do not divide.
+static void cluster_copy(const CUtensorMap& map, int mode, std::vector<uint16_t>& got, std::vector<int>& ranks) {
+    simt::launch("cluster_multicast", simt::Cfg{mode == 4 ? 3u : 4u, 128, 4096, nullptr, 2}, [&] {
+        char* smem = shared_1024();
+        uint64_t* bar = (uint64_t*)(smem + 2560);  // (full, both arrivals, block 1's end)
+        __shared__ uint64_t static_bar;
+        const int rank = simt::cluster_rank();
+        if (threadIdx.x == 0) {
+            simt::mbar_init(mode == 3 ? &static_bar : &bar[0], 1), simt::mbar_init(&bar[1], 2), simt::mbar_init(&bar[2], 1);
+            simt::mbar_init_fence();
+            ranks[blockIdx.x] = rank;
+        }
+        ((uint16_t*)(smem + 2048))[threadIdx.x] = (uint16_t)(1000 * blockIdx.x + threadIdx.x);  // (its own, not copied over)
+        if (mode != 1) simt::cluster_sync();
+        if (threadIdx.x == 0) {
+            const int c[3] = {0, 8 * rank, 0};
+            simt::mbar_arrive_expect_tx(&bar[0], 2 * 1024);  // (both halves: the other block's may land first)
+            simt::tma_load_multicast(smem + 1024 * rank, &map, c, &bar[0], 3);
+            simt::mbar_wait(&bar[0], 0);
+            if (mode == 2 && rank == 0) simt::mbar_wait(&bar[2], 0);  // (until block 1 has ended)
+            if (mode != 2 || rank == 0) simt::mbar_arrive_cluster(&bar[1], 0), simt::mbar_arrive_cluster(&bar[1], 1);
+            if (mode != 2) simt::mbar_wait(&bar[1], 0);
+        }
+        simt::syncthreads();
+        for (int i = threadIdx.x; i < 1024 + 128; i += 128) got[blockIdx.x * 1152 + i] = ((uint16_t*)smem)[i];
+        if (mode == 2 && rank == 1 && threadIdx.x == 0) simt::mbar_arrive_cluster(&bar[2], 0);
+        if (mode != 2) simt::cluster_sync();
+    });
+}
+static void test_clusters() {
+    uint16_t* src; cudaMalloc(&src, 16 * 64 * sizeof(uint16_t));
+    std::vector<uint16_t> h(16 * 64);
+    for (int i = 0; i < 16 * 64; i++) h[i] = (uint16_t)(i + 1);
+    cudaMemcpy(src, h.data(), h.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
+    const uint64_t dims[3] = {64, 16, 1}, strides[2] = {128, 16 * 128};
+    const unsigned box[3] = {64, 8, 1};
+    CUtensorMap map;
+    check(simt::tensor_map_encode(&map, 2, 3, src, dims, strides, box, false), "clusters: the tensor map encodes");
+    std::vector<uint16_t> got(4 * 1152);
+    std::vector<int> ranks(4, -1);
+    cluster_copy(map, 0, got, ranks);
+    bool ok = true;
+    for (int b = 0; b < 4; b++) {
+        for (int i = 0; i < 1024; i++) ok &= got[b * 1152 + i] == h[i];
+        for (int t = 0; t < 128; t++) ok &= got[b * 1152 + 1024 + t] == (uint16_t)(1000 * b + t);
+    }
+    check(ok, "clusters: multicast copies give each block of the cluster both halves, and its own bytes stay its own");
+    check(ranks == std::vector<int>({0, 1, 0, 1}), "clusters: a block's rank in its cluster of 2 is blockIdx.x % 2");
+    check(dies_with([&] { cluster_copy(map, 1, got, ranks); }, "never initialized"),
+          "clusters: a copy into a block whose barriers no cluster barrier published yet is reported");
+    check(dies_with([&] { cluster_copy(map, 2, got, ranks); }, "after all its threads exited"),
+          "clusters: an arrival at a block of the cluster that has exited is reported");
+    check(dies_with([&] { cluster_copy(map, 3, got, ranks); }, "outside dynamic shared memory"),
+          "clusters: an mbarrier in static shared memory is refused (the emulator's blocks of a cluster would share it)");
+    check(dies_with([&] { cluster_copy(map, 4, got, ranks); }, "clusters of 2 blocks for a grid of 3"),
+          "clusters: a grid that clusters do not divide is refused");
+    cudaFree(src);
+}
+
 // runs fn in a child; true if it exits with status 3 and its stderr mentions `needle`
 static bool dies_with(const std::function<void()>& fn, const char* needle) {
     int pipefd[2];
@@ -894,6 +959,7 @@ int main() {
     test_warpgroups_apart();
     test_tma();
     test_tma_store();
+    test_clusters();
     test_wgmma_failures();
     test_wgmma_proxy();
     test_pinned();
