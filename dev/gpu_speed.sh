@@ -11,7 +11,7 @@
 #                                 biasgrad: dbias's column sums, kernels against cuBLASLt's epilogue
 #                                 (dev/cuda/matmul.cu's dbias part at 124M's rows; the fp8 step has 1558M's);
 #                                 layernorm: dev/cuda/layernorm.cu's versions (v5: the prefetch);
-#                                 matmul: our GEMM's products against cuBLASLt's (dev/cuda/matmul.cu v7-v10, v1);
+#                                 matmul: our GEMM's products against cuBLASLt's (dev/cuda/matmul.cu v7-v12, v1);
 #                                 fp8: gpucheck's FP8 ops, dev/cuda/matmul.cu at 1558M's layers (bf16 and
 #                                 FP8 products each, and dbias), then FP8 against bf16 at 1558M (gpu_fp8_vs_bf16.sh);
 #                                 ncu, ncubwd, not in the default: Nsight Compute on the forward's
@@ -92,14 +92,14 @@ fi
 gemm_ok=1
 if [ -f "$log-gemm.txt" ] && ! grep -q "^# gpucheck_ops gemm: [0-9]* passed, 0 failed" "$log-gemm.txt"; then
     also=${also//--matmul-wgmma-products gelu/} gemm_ok=0
-    also=${also//--matmul-wgmma [1234]/}
+    also=${also//--matmul-wgmma [1-6]/}
     also=${also//--matmul-wgmma auto/}
     echo "gpu_speed: our GEMM's check did not pass: its runs left out"
 fi
 also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
 echo "gpu_speed: ours also: '${also}'"
-# (our GEMM's forward and dinp products against cuBLASLt's, v7-v10 against v1, at 124M's B = 64)
-[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8,9,10 step matmul 120 build/dev_matmul 65536 768 50304 64
+# (our GEMM's forward and dinp products against cuBLASLt's, v7-v12 against v1, at 124M's B = 64)
+[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8,9,10,11,12 step matmul 150 build/dev_matmul 65536 768 50304 64
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
 # (RUN_LIMIT: a run that hangs costs 60 s, not the step's whole limit: a run took ~16 s. A layout
 # that hangs in an auto's trial ends its run after 20 s, naming the layout in the log. 480 s: 11

@@ -72,7 +72,7 @@ struct KernelOptions {
     Fp8FastAccum fp8_fast_accum = Fp8FastAccum::None;  // FP8 products without fp32 promotion (Hopper)
     bool gelu_fusion = true;           // the GELU in the matmul's epilogue where cuBLASLt takes it
     BiasGrad bias_grad = BiasGrad::Warps;
-    int matmul_wgmma = 0;              // --matmul-wgmma 1-4: the forward and dinp products by our GEMM on sm_90a (its layout; other bits)
+    int matmul_wgmma = 0;              // --matmul-wgmma 1-6: the forward and dinp products by our GEMM on sm_90a (its layout; other bits)
     bool matmul_wgmma_auto = false;    // --matmul-wgmma auto: its layout chosen by timing for each product's shape (the same bits)
     bool matmul_wgmma_gelu_only = false;  // --matmul-wgmma-products gelu: our GEMM only where a GELU is in the epilogue
     int matmul_wgmma_blocks = 0;       // its blocks (0: one an SM; tests set a few, so that each runs several tiles)

@@ -1,6 +1,6 @@
 /*
 matmul_hopper.cuh — our own GEMM on Hopper (sm_90a) for the linear layer's forward and input
-gradient, with bias, GELU or GELU's backward in its epilogue (--matmul-wgmma 1 to 4).
+gradient, with bias, GELU or GELU's backward in its epilogue (--matmul-wgmma 1 to 6).
 
   forward: pre[n, o] = Σ_i inp[n, i] · W[o, i] + bias[o]     out = GELU(pre)  (or pre)
   dinp:    dinp[n, i] = (Σ_o dout[n, o] · W[o, i]) · GELU'(pre_in[n, i])  (or the sum alone)
@@ -12,8 +12,8 @@ of 4 slots. Its two computing warpgroups take 64 rows each: per slot 4 wgmma m64
 operands from shared memory (B transposed for dinp). Then each applies the epilogue and stores
 from its registers, while the producer already fills the slots with the next tile's slices.
 Ping-pong (2): tiles of 128 × 128, each computing warpgroup every other one. TMA stores (3): as 1,
-the outputs staged in shared memory and stored by TMA. Clusters (4): as 1, two blocks on tiles one
-under the other, each copying half of B into both (GemmLayout).
+the outputs staged in shared memory and stored by TMA. 4-6: 1-3 in clusters of two blocks on tiles
+one under the other, each copying half of B into both (GemmLayout).
 
 Main functions: matmul_wgmma_kernel, gemm_store_tma (layout 3), matmul_wgmma_forward and
 matmul_wgmma_dinp (the launches; false where they do not run: not compute capability 9.0, or
@@ -37,14 +37,16 @@ enum class GemmEpi { Bias, BiasGelu, DGelu };
 // while the other's products keep the tensor cores busy. (One ring for both would let a
 // warpgroup that skips the other's 12 slices wait on a slot's parity two phases early.)
 // 3: layout 1 whose epilogue stores by TMA (TMA_STORE): each warpgroup stages its 64 × 256
-// outputs in shared memory (STAGE elements), so the ring has 3 slots. 4: layout 1 in clusters of
-// 2 blocks (CLUSTER) on the tiles of the same columns in row tiles one under the other. Each
-// block copies half of the slice of B and multicasts it to both, so a block reads from L2 its
-// 128 × 64 of A and 128 × 64 of B a slice, not 256 × 64 of B. Every way a thread holds 128 fp32
-// sums.
+// outputs in shared memory (STAGE elements), so the ring has 3 slots. 4, 5, 6: layouts 1, 2, 3 in
+// clusters of 2 blocks (CLUSTER) on the tiles of the same columns in row tiles one under the
+// other. Each block copies half of the slice of B and multicasts it to both: with tiles of 128 ×
+// 256 a block reads from L2 128 × 64 of A and 128 × 64 of B a slice, not 256 × 64 of B. Every
+// way a thread holds 128 fp32 sums.
+constexpr int GEMM_LAYOUTS = 6;
 template <int L> struct GemmLayout {
-    static constexpr bool PP = L == 2, TMA_STORE = L == 3;
-    static constexpr int CLUSTER = L == 4 ? 2 : 1;
+    static constexpr int BASE = (L - 1) % 3 + 1;  // (the layout of 1-3 it runs in clusters, from 4)
+    static constexpr bool PP = BASE == 2, TMA_STORE = BASE == 3;
+    static constexpr int CLUSTER = L > 3 ? 2 : 1;
     static constexpr int BM = 128, BN = PP ? 128 : 256, BK = 64, STAGES = PP ? 6 : TMA_STORE ? 3 : 4;
     static constexpr int RINGS = PP ? 2 : 1, SLOTS = STAGES / RINGS;  // (slots a ring)
     static constexpr int ROWS_WG = PP ? 128 : 64;            // a warpgroup's rows of a tile
@@ -321,7 +323,7 @@ __device__ inline void gemm_column_sums(const H* ring, GemmBarriers<Lay::STAGES>
 // W itself (MN-major, K × OC). Warpgroups 0 and 1 compute, warpgroup 2 copies (it gives back
 // registers: setmaxnreg, 40 a thread; the computing ones take 232). a_map: A in boxes of 64 × 128;
 // b_map: W in boxes of 64 × BN/CLUSTER, or 64 × 64 with TRANS_B (gemm_tensor_map). L:
-// GemmLayout; with layout 3 out_map and aux_map take the stores; with layout 4 the grid runs in
+// GemmLayout; with layouts 3 and 6 out_map and aux_map take the stores; with 4-6 the grid runs in
 // clusters of 2. col_sums (or null): A's column sums by row tile (gemm_column_sums).
 template <class H, bool TRANS_B, GemmEpi EPI, int L>
 __global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, const H* bias, float* col_sums, int N, int OC, int K,
@@ -382,7 +384,7 @@ inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* co
     CUDA_LAUNCH_CHECK();
 }
 // --matmul-wgmma auto: the layout for a product's shape, chosen at its first call of at least
-// matmul_tune_flops among the four by autotune_pick. They write the same bits: each output's sum
+// matmul_tune_flops among the six by autotune_pick. They write the same bits: each output's sum
 // runs over the same k-slices in the same order, whatever the tile. Smaller products take 1.
 // run(layout) launches one. Printed once a shape.
 template <class H, bool TRANS_B, GemmEpi EPI, class R>
@@ -395,24 +397,35 @@ inline int gemm_layout_auto(const Ctx& ctx, const R& run, const H* out, const H*
         std::vector<BitsRegion> outs{{out, (size_t)N * OC * sizeof(H)}};  // (what each layout writes)
         if (EPI == GemmEpi::BiasGelu) outs.push_back({aux, (size_t)N * OC * sizeof(H)});
         if (col_sums) outs.push_back({col_sums, (size_t)ceil_div(N, 128) * K * sizeof(float)});
-        const AutotunePick t = autotune_pick(ctx, 4, [] {}, [&](int v) { run(v + 1); return true; }, outs);
+        const AutotunePick t = autotune_pick(ctx, GEMM_LAYOUTS, [] {}, [&](int v) { run(v + 1); return true; }, outs);
         layout = t.best + 1;
-        if (g_rank == 0)
-            printf("matmul: our GEMM %dx%dx%d%s%s: layout %d (--matmul-wgmma auto: 1, 2, 3, 4 took %.3f, %.3f, %.3f, %.3f ms; %d of 3 gave layout 1's bits)\n",
-                   N, OC, K, TRANS_B ? " (input gradient)" : "", EPI == GemmEpi::BiasGelu ? " with GELU" : EPI == GemmEpi::DGelu ? " with dGELU" : "",
-                   layout, t.ms[0], t.ms[1], t.ms[2], t.ms[3], t.same);
+        if (g_rank == 0) {
+            std::string ms;
+            for (float m : t.ms) {
+                char one[24];
+                snprintf(one, sizeof(one), "%s%.3f", ms.empty() ? "" : ", ", m);
+                ms += one;
+            }
+            printf("matmul: our GEMM %dx%dx%d%s%s: layout %d (--matmul-wgmma auto: 1-%d took %s ms; %d of %d gave layout 1's bits)\n", N, OC, K,
+                   TRANS_B ? " (input gradient)" : "", EPI == GemmEpi::BiasGelu ? " with GELU" : EPI == GemmEpi::DGelu ? " with dGELU" : "",
+                   layout, GEMM_LAYOUTS, ms.c_str(), t.same, GEMM_LAYOUTS - 1);
+        }
     }
     return ctx.tuned->gemm_layouts[key] = layout;
 }
 // The layout ctx asks for (--matmul-wgmma 1: one tile a block at a time; 2: ping-pong; 3: 1 with
-// TMA stores; 4: 1 in clusters of 2; auto: by timing, gemm_layout_auto)
+// TMA stores; 4-6: 1-3 in clusters of 2; auto: by timing, gemm_layout_auto)
 template <class H, bool TRANS_B, GemmEpi EPI>
 inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
     auto run = [&](int layout) {
-        if (layout == 2) gemm_launch<H, TRANS_B, EPI, 2>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
-        else if (layout == 3) gemm_launch<H, TRANS_B, EPI, 3>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
-        else if (layout == 4) gemm_launch<H, TRANS_B, EPI, 4>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
-        else gemm_launch<H, TRANS_B, EPI, 1>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+        switch (layout) {
+            case 2: gemm_launch<H, TRANS_B, EPI, 2>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
+            case 3: gemm_launch<H, TRANS_B, EPI, 3>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
+            case 4: gemm_launch<H, TRANS_B, EPI, 4>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
+            case 5: gemm_launch<H, TRANS_B, EPI, 5>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
+            case 6: gemm_launch<H, TRANS_B, EPI, 6>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
+            default: gemm_launch<H, TRANS_B, EPI, 1>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+        }
     };
     run(ctx.kernels.matmul_wgmma_auto ? gemm_layout_auto<H, TRANS_B, EPI>(ctx, run, out, aux, col_sums, N, OC, K) : ctx.kernels.matmul_wgmma);
 }

@@ -285,9 +285,13 @@ template <class X> static void check_matmul(int N, int C, int OC, bool bias, boo
 // tiles' multiples test the zeros TMA copies past the edges (rows, k) and the stores' bounds
 // (rows, columns). The kernel must run (the launch returns true): the CPU op is the only
 // reference. A group of its own (gemm).
+static const char* gemm_layout_name(int layout) {  // (--matmul-wgmma's: 1-3, then 1-3 in clusters of 2)
+    static const char* names[] = {"", "", ", ping-pong", ", TMA stores", ", clusters of 2", ", ping-pong in clusters of 2", ", TMA stores in clusters of 2"};
+    return names[layout];
+}
 template <class X> static void check_matmul_wgmma(int N, int C, int OC, bool bias, bool gelu, int blocks, int layout = 1) {
     char name[160]; snprintf(name, sizeof(name), "%s matmul by our GEMM N=%d C=%d OC=%d%s%s, %d blocks%s", dtype_name<X>(), N, C, OC,
-                             bias ? " +bias" : "", gelu ? " +GELU" : "", blocks, layout == 2 ? ", ping-pong" : layout == 3 ? ", TMA stores" : layout == 4 ? ", clusters of 2" : "");
+                             bias ? " +bias" : "", gelu ? " +GELU" : "", blocks, gemm_layout_name(layout));
     if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), bv = randn<X>(OC);
     std::vector<X> out((size_t)N * OC), pre((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W), cb = vec_cast<X>(bv);
@@ -337,7 +341,7 @@ static void check_gelu_fast() {
 }
 template <class X> static void check_matmul_wgmma_dinp(int N, int C, int OC, bool gelu, int blocks, int layout = 1) {
     char name[160]; snprintf(name, sizeof(name), "%s dinp by our GEMM N=%d C=%d OC=%d%s, %d blocks%s", dtype_name<X>(), N, C, OC,
-                             gelu ? " through the GELU" : "", blocks, layout == 2 ? ", ping-pong" : layout == 3 ? ", TMA stores" : layout == 4 ? ", clusters of 2" : "");
+                             gelu ? " through the GELU" : "", blocks, gemm_layout_name(layout));
     if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
     auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.1f), dout = randn<X>((size_t)N * OC), pre_in = randn<X>((size_t)N * C);
     auto db = randn<X>(OC);  // (dbias += dout's column sums, made by the producer's warps from the tiles of dout)
@@ -1611,6 +1615,14 @@ int main(int argc, char** argv) {
         check_matmul_wgmma_dinp<bf16>(640, 512, 1024, true, 4, 4);     // through the GELU; the last tile's second block past N: no dbias
                                                                         // rows there (its sums' buffer, grown here to 5 rows, ends at row 5)
         check_matmul_wgmma_dinp<fp16>(200, 264, 200, false, 2, 4);     // fp16, off the multiples, dbias
+        // ping-pong in clusters (--matmul-wgmma 5): tiles of 256 × 128, each block 128 rows and one 64-row half of B
+        check_matmul_wgmma<bf16>(768, 768, 256, true, true, 4, 5);     // 6 tiles on 2 clusters: 3 a block, 2 and 1 a warpgroup
+        check_matmul_wgmma<bf16>(200, 200, 264, true, true, 2, 5);     // off the multiples
+        check_matmul_wgmma_dinp<bf16>(640, 256, 1024, true, 4, 5);     // through the GELU, the last tile's second block past N (no dbias rows)
+        // TMA stores in clusters (--matmul-wgmma 6)
+        check_matmul_wgmma<bf16>(768, 768, 512, true, true, 4, 6);     // 6 tiles on 2 clusters, two passes a tile
+        check_matmul_wgmma<bf16>(200, 200, 192, true, true, 2, 6);     // off the multiples, the last panel of 64 columns outside
+        check_matmul_wgmma_dinp<fp16>(200, 264, 200, false, 2, 6);     // fp16, dbias
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -107,6 +107,6 @@ check persistenthang "$got" "32,33,34,36|--flash-backward-producer auto;--bias-g
 # the matmul step (our GEMM's timings) runs where its check passed, and not where it failed
 matmul_step() { sed -n 's/^dev_matmul only=\[\(.*\)\] .*/\1/p' "$tmp"/tree/dev/gpu_results/*-matmul.txt 2>/dev/null; }
 STEPS=wgmma,matmul speed matmulpass "ok 1 - bf16 forward (flash, wgmma)" >/dev/null
-check matmulpass "$(matmul_step)" "1,7,8,9,10" "our GEMM's check passed: the matmul step times v1 and v7-v10"
+check matmulpass "$(matmul_step)" "1,7,8,9,10,11,12" "our GEMM's check passed: the matmul step times v1 and v7-v12"
 STEPS=wgmma,matmul speed matmulfail "not ok 12 - bf16 matmul by our GEMM N=256 C=128 OC=512 +bias +GELU, 3 blocks gelu(x·Wᵀ+b): rel err 1e-01 <= 0.01" >/dev/null
 check matmulfail "$(matmul_step)" "" "our GEMM's check failed: no matmul step"

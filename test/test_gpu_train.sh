@@ -385,22 +385,22 @@ fi
 # --bias-grad epilogue: the bias gradients from cuBLASLt's epilogue on the weight-gradient
 # products, their sums rounded to bf16 before they are added: within the bf16 bound of the CPU
 GPU_FLAGS="--bias-grad epilogue" ONCE=1 gpu_vs_cpu bf16 2e-2
-# --matmul-wgmma 1-4: every forward and input-gradient product by our GEMM (TMA, wgmma; other sums' order), on 3
+# --matmul-wgmma 1-6: every forward and input-gradient product by our GEMM (TMA, wgmma; other sums' order), on 3
 # emulated SMs (4 for clusters of 2) so that a block runs several tiles: within the bf16 bound of the CPU, and two runs
 # bit-identical (each output element has one owner thread, which sums its k-slices in order)
 NOTE="matmul: the forward and input-gradient products by our GEMM" GPU_FLAGS="--matmul-wgmma 1" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3
 GPU_FLAGS="--matmul-wgmma 2" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3  # (ping-pong)
 GPU_FLAGS="--matmul-wgmma 3" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3  # (TMA stores)
-GPU_FLAGS="--matmul-wgmma 4" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=4  # (clusters of 2: 2 of them)
+GPU_FLAGS="--matmul-wgmma 4" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=4  # (1 in clusters of 2: 2 of them; 5 and 6 in auto below)
 # --matmul-wgmma-products gelu: our GEMM for the MLP's fc forward and fcproj's input gradient
 # alone, cuBLASLt for the rest: the emulator counts 2 launches a layer a step (d2: 40 in 10 steps)
 if [[ $BIN == *simt* ]]; then note=(SIMT_COUNT_LAUNCHES=matmul_wgmma_kernel) gelu_note="simt: 40 launches of matmul_wgmma_kernel"
 else note=() gelu_note="matmul: the products with a GELU in the epilogue by our GEMM"; fi
 NOTE=$gelu_note GPU_FLAGS="--matmul-wgmma 2 --matmul-wgmma-products gelu" ONCE=1 gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3 "${note[@]}"
 # --matmul-wgmma auto: each product of LLMC_MATMUL_TUNE_FLOPS flops or more (1 here) runs the
-# four layouts at its first call and keeps the fastest. They write the same bits (each output's
+# six layouts at its first call and keeps the fastest. They write the same bits (each output's
 # sum runs over the same k-slices in order), so the run is --matmul-wgmma 1's, bit for bit, and a
-# line for each product's shape says what it kept, with the 3 other layouts giving layout 1's bits.
+# line for each product's shape says what it kept, with the 5 other layouts giving layout 1's bits.
 gemm_auto() {
     local tmp; tmp=$(mktemp -d)
     local base=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 3 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
@@ -414,10 +414,10 @@ def load(p):
     except OSError: return []
 a, b = load(f"{d}/1.jsonl"), load(f"{d}/auto.jsonl")
 print(("ok" if len(a) == 3 and a == b else "not ok") + " - bf16: --matmul-wgmma auto trains bit-identically to --matmul-wgmma 1 (3 steps, losses and norms)")
-lines = re.findall(r"^matmul: our GEMM (\d+x\d+x\d+[^:]*): layout [1234] \(--matmul-wgmma auto: 1, 2, 3, 4 took [0-9.]+, [0-9.]+, [0-9.]+, [0-9.]+ ms; 3 of 3 gave layout 1's bits\)$",
+lines = re.findall(r"^matmul: our GEMM (\d+x\d+x\d+[^:]*): layout [1-6] \(--matmul-wgmma auto: 1-6 took [0-9.]+(?:, [0-9.]+){5} ms; 5 of 5 gave layout 1's bits\)$",
                    open(f"{d}/auto.out").read(), re.M)
 ok = len(lines) >= 8 and len(set(lines)) == len(lines) and any("with GELU" in s for s in lines) and any("with dGELU" in s for s in lines)
-print(("ok" if ok else "not ok") + f" - bf16: --matmul-wgmma auto times the 4 layouts once a product's shape, all with layout 1's bits, and says what it keeps ({len(lines)} shapes)")
+print(("ok" if ok else "not ok") + f" - bf16: --matmul-wgmma auto times the 6 layouts once a product's shape, all with layout 1's bits, and says what it keeps ({len(lines)} shapes)")
 PY
     rm -rf "$tmp"
 }

@@ -10,7 +10,7 @@ CUDA versions, in bf16 (the trainer's GPU precision).
   v7: v1 with --matmul-wgmma 1: the forward and dinp products by our GEMM (llmc/matmul_hopper.cuh; sm_90a)
   v8: v7 with --matmul-wgmma 2: its ping-pong layout
   v9: v7 with --matmul-wgmma 3: its outputs through shared memory and TMA stores
-  v10: v7 with --matmul-wgmma 4: in clusters of 2 blocks, each copying half of B for both
+  v10, v11, v12: v7, v8, v9 in clusters of 2 blocks, each copying half of B for both (--matmul-wgmma 4-6)
 The layers of one block (qkv, attproj, mlp; fc and fcproj: the MLP's products without GELU) and
 the classifier, at N = B·T rows. Each layer's forward and backward is checked against the CPU op
 on its first `check` rows, then timed at N (TFLOP/s over 2·N·C·OC a product). A line a version
@@ -237,9 +237,9 @@ int main(int argc, char** argv) {
         run(layers[2], 2, N, check);  // the MLP with its GELU apart
         run_all(layers, 6, N, check);  // tuned
         if (gpu_has_wgmma())
-            for (int v : {7, 8, 9, 10}) run_all(layers, v, N, check);  // our GEMM's forward and dinp, its four layouts
+            for (int v : {7, 8, 9, 10, 11, 12}) run_all(layers, v, N, check);  // our GEMM's forward and dinp, its six layouts
         else
-            printf("# v7-v10 (our GEMM) skipped: not a compute capability 9.0 GPU\n");
+            printf("# v7-v12 (our GEMM) skipped: not a compute capability 9.0 GPU\n");
         const bool fp8_wanted = wanted(3) || wanted(4) || wanted(5);
         if (fp8_wanted && fp8_device_problem(gpu_ctx).empty() && fp8_shape_problem(N, C, 16).empty() && check % 16 == 0)
             for (int v : {3, 4, 5})
