@@ -99,7 +99,7 @@ fi
 also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
 echo "gpu_speed: ours also: '${also}'"
 # (our GEMM's forward and dinp products against cuBLASLt's, v7-v12 against v1, at 124M's B = 64)
-[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8,9,10,11,12 step matmul 150 build/dev_matmul 65536 768 50304 64
+[[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8,9,10,11,12 step matmul 180 build/dev_matmul 65536 768 50304 64
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
 # (RUN_LIMIT: a run that hangs costs 60 s, not the step's whole limit: a run took ~16 s. A layout
 # that hangs in an auto's trial ends its run after 20 s, naming the layout in the log. 480 s: 11

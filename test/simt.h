@@ -17,7 +17,7 @@ pointers in kernels, streams that touch each other's bytes without a wait, and a
 what cp.async or stmatrix wrote with no fence.proxy.async since are reported with the kernel's
 name. Not modelled: timing, occupancy, coalescing, bank conflicts, register limits.
 
-Main parts: launch (blocks, fibers, barriers), the instruction emulations, cudaMalloc with guard
+Main parts: launch (blocks, clusters, fibers, barriers), the instruction emulations, cudaMalloc with guard
 pages, pinned-memory and stream protection, cuBLASLt (with the backend's epilogues and FP8).
 
 Test: make test (run_tests.sh: "simcheck_ops", both orders); the emulator's own checks in

@@ -9,7 +9,8 @@ right answer is known:
     named barriers (strict alternation of two warps), the order blocks are handed out in;
   - cp.async, mbarriers and TMA land at the latest moment a GPU may land them, and a thread that
     reads early sees old bytes; a wgmma writes D only at its wait, and reading what cp.async or
-    stmatrix wrote without a fence.proxy.async after it is reported;
+    stmatrix wrote without a fence.proxy.async after it is reported; a cluster's multicast copy
+    reaches each of its blocks, and a block reached before it is set up or after it exited is reported;
   - the failures a GPU would show are reported, each in a child process that must exit with
     status 3 and name the kernel: deadlocks, shuffles after lanes exited, reads past a cudaMalloc
     buffer, host pointers in kernels, copies never waited for, the host touching a page-locked
