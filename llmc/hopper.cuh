@@ -295,18 +295,18 @@ inline void launch_in_clusters(const char* name, void (*kernel)(P...), unsigned 
 #endif
 }
 // How many clusters of `cluster` blocks of this kernel can run at once (clusters stay inside a
-// GPC: where a GPC's free SMs are odd in number, one of them takes no block)
+// GPC: where a GPC's free SMs are odd in number, one of them takes no block). 0: none can.
 template <class... P>
 inline int gpu_max_clusters(void (*kernel)(P...), unsigned cluster, dim3 block, size_t smem) {
 #if defined(LLMC_SIMT)
     (void)kernel, (void)block, (void)smem;
-    return std::max(1, gpu_sm_count() / (int)cluster);
+    return gpu_sm_count() / (int)cluster;
 #else
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_config(attr, cluster, dim3(cluster), block, smem, nullptr);
     int n = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-    return std::max(1, n);
+    return n;
 #endif
 }
 // stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (sm_90): four 8×8 16-bit matrices from the C

@@ -374,6 +374,12 @@ inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* co
     const size_t smem = Lay::shared_bytes();
     if constexpr (Lay::CLUSTER > 1) {  // (a cluster an SM pair, as many as fit at once)
         static const int fit = gpu_max_clusters(matmul_wgmma_kernel<H, TRANS_B, EPI, L>, Lay::CLUSTER, 384, smem);
+        if (fit == 0) {  // (the same bits without clusters)
+            static bool said = false;  // (once a kernel)
+            if (!said && g_rank == 0) printf("matmul: our GEMM's clusters of %d do not fit on this GPU: layout %d runs for %d\n", Lay::CLUSTER, Lay::BASE, L);
+            said = true;
+            return gemm_launch<H, TRANS_B, EPI, Lay::BASE>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+        }
         const int clusters = (int)std::min<long>(tiles, asked > 0 ? std::max(1, asked / Lay::CLUSTER) : fit);
         launch_in_clusters(KERNEL_AND_NAME(matmul_wgmma_kernel<H, TRANS_B, EPI, L>), Lay::CLUSTER, clusters * Lay::CLUSTER, 384, smem, ctx.stream,
                            out, aux, bias, col_sums, N, OC, K, a_map, b_map, out_map, aux_map);

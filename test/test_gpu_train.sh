@@ -392,6 +392,8 @@ NOTE="matmul: the forward and input-gradient products by our GEMM" GPU_FLAGS="--
 GPU_FLAGS="--matmul-wgmma 2" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3  # (ping-pong)
 GPU_FLAGS="--matmul-wgmma 3" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3  # (TMA stores)
 GPU_FLAGS="--matmul-wgmma 4" gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=4  # (1 in clusters of 2: 2 of them; 5 and 6 in auto below)
+# a GPU where no cluster of 2 fits (here 1 SM): layout 1 runs instead, and the run says so
+NOTE="matmul: our GEMM's clusters of 2 do not fit on this GPU: layout 1 runs for 4" GPU_FLAGS="--matmul-wgmma 4" ONCE=1 gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=1
 # --matmul-wgmma-products gelu: our GEMM for the MLP's fc forward and fcproj's input gradient
 # alone, cuBLASLt for the rest: the emulator counts 2 launches a layer a step (d2: 40 in 10 steps)
 if [[ $BIN == *simt* ]]; then note=(SIMT_COUNT_LAUNCHES=matmul_wgmma_kernel) gelu_note="simt: 40 launches of matmul_wgmma_kernel"
