@@ -89,6 +89,12 @@ template <class Lay> __device__ inline void gemm_free_slot(uint64_t* empty) {
         for (int r = 0; r < Lay::CLUSTER; r++) mbar_arrive_cluster(empty, r);
 }
 
+// A box of B into dst (and with clusters into the same place of every block of the cluster)
+template <class Lay> __device__ inline void gemm_copy_b(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+    if constexpr (Lay::CLUSTER == 1) tma_load_3d(dst, map, c0, c1, 0, bar);
+    else tma_load_multicast_3d(dst, map, c0, c1, 0, bar, (1 << Lay::CLUSTER) - 1);
+}
+
 // The producer's first thread: each k-slice of each of the block's tiles into its slot once the
 // slot is free, A and B by TMA, both completing the slot's full phase. B is K-major (W in the
 // forward: one box of BN rows × 64) or, TRANS_B, MN-major (W in dinp: BN/64 boxes of 64 rows ×
@@ -106,20 +112,12 @@ __device__ inline void gemm_produce(H* ring, GemmBarriers<Lay::STAGES>& bar, con
             mbar_arrive_expect_tx(&bar.full[s], Lay::SLOT * sizeof(H));
             tma_load_3d(ring + s * Lay::SLOT, &a_map, k * Lay::BK, tl.row0(t), 0, &bar.full[s]);
             H* b = ring + s * Lay::SLOT + Lay::BM * Lay::BK;
-            if constexpr (Lay::CLUSTER > 1) {
-                constexpr int PART = Lay::BN / Lay::CLUSTER;
-                constexpr uint16_t ALL = (1 << Lay::CLUSTER) - 1;
-                const int p0 = tl.rank * PART;
-                if constexpr (TRANS_B)
-                    for (int p = p0; p < p0 + PART; p += 64)
-                        tma_load_multicast_3d(b + p * Lay::BK, &b_map, tl.col0(t) + p, k * Lay::BK, 0, &bar.full[s], ALL);
-                else
-                    tma_load_multicast_3d(b + p0 * Lay::BK, &b_map, k * Lay::BK, tl.col0(t) + p0, 0, &bar.full[s], ALL);
-            } else if constexpr (TRANS_B) {
-                for (int p = 0; p < Lay::BN / 64; p++) tma_load_3d(b + p * 64 * Lay::BK, &b_map, tl.col0(t) + 64 * p, k * Lay::BK, 0, &bar.full[s]);
-            } else {
-                tma_load_3d(b, &b_map, k * Lay::BK, tl.col0(t), 0, &bar.full[s]);
-            }
+            constexpr int PART = Lay::BN / Lay::CLUSTER;  // (B's rows, or columns with TRANS_B, this block copies)
+            const int p0 = tl.rank * PART;
+            if constexpr (TRANS_B)
+                for (int p = p0; p < p0 + PART; p += 64) gemm_copy_b<Lay>(b + p * Lay::BK, &b_map, tl.col0(t) + p, k * Lay::BK, &bar.full[s]);
+            else
+                gemm_copy_b<Lay>(b + p0 * Lay::BK, &b_map, k * Lay::BK, tl.col0(t) + p0, &bar.full[s]);
         }
 }
 
