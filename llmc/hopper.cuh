@@ -240,12 +240,14 @@ __device__ inline int cluster_rank() {
 #endif
 }
 // Every thread of the cluster waits here for all the others (barrier.cluster): after mbarrier
-// inits that other blocks use, and before a block exits while others may still reach it
+// inits that other blocks use, and before a block exits while others may still reach it. Not
+// .aligned: a warp's threads may come to it from different branches (a producer warp's one
+// copying thread and its idle ones), and .aligned needs the whole warp at the same instruction.
 __device__ inline void cluster_sync() {
 #if defined(LLMC_SIMT)
     simt::cluster_sync();
 #elif defined(LLMC_WGMMA)
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 #endif
 }
 // An arrival at the mbarrier at bar's place in the shared memory of the cluster's block rank

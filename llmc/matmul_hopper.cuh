@@ -53,7 +53,7 @@ template <int L> struct GemmLayout {
     static constexpr int READERS = PP ? 4 : 8;               // the warps of a block that read a slot (each gives it back)
     static constexpr size_t SLOT = (size_t)(BM + BN) * BK;   // a slot's elements: A, then B
     static constexpr size_t STAGE = TMA_STORE ? (size_t)ROWS_WG * BN : 0;  // a computing warpgroup's staged outputs
-    static constexpr size_t BARRIERS = (STAGES * SLOT + 2 * STAGE) * 2;    // (the mbarriers' byte, after them)
+    static constexpr size_t BARRIERS = (STAGES * SLOT + 2 * STAGE) * 2;    // (where the mbarriers start: after the slots and stages, in bytes)
     static constexpr size_t shared_bytes() { return BARRIERS + 2 * STAGES * 8 + 1024; }  // (room to align to 1024)
 };
 
