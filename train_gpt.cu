@@ -116,6 +116,7 @@ static const FlagDef FLAGS[] = {
     {"matmul-wgmma", "0", "0 | 1 | 2 | 3 | 4 | 5 | 6 | auto: on a compute capability 9.0 GPU, every forward product and input-gradient product in bf16 or fp16 (with --precision fp8: those not in FP8) by our own GEMM (llmc/matmul_hopper.cuh: TMA, a producer warpgroup, wgmma, a block an SM; bias, GELU and its backward in the epilogue; the bias gradients from the tiles it reads anyway) instead of cuBLASLt's; the weight gradients stay cuBLASLt's. 1: both computing warpgroups on one tile of 128 x 256 at a time; 2: each its own tiles of 128 x 128, taking turns (ping-pong), so that one's epilogue runs under the other's products. 3: as 1, but the outputs go through shared memory and TMA stores (whole rows of 128 bytes, issued by one thread). 4, 5, 6: as 1, 2, 3, in clusters of 2 blocks on tiles one under the other, each copying half of the weights' slice for both (multicast): less read from L2. auto: for each product's shape, at its first large call, the fastest of 1 to 6 (printed), which write the same bits. Its sums run in another order, so its bits differ from 0's (within a rounding)", false},
     {"matmul-wgmma-products", "all", "all | gelu: with --matmul-wgmma 1, 2, 3 or auto, which products our GEMM makes. all: every forward and input-gradient product. gelu: only those with a GELU in the epilogue (the MLP's first product forward, its second's input gradient), where cuBLASLt's epilogue costs the most; cuBLASLt makes the others", false},
     {"classifier-staged", "auto", "auto | 0 | 1 | 2: on a GPU, whether the loss kernel (softmax, cross-entropy and dlogits in one pass over a row of logits) first copies its row into shared memory, reading device memory once instead of twice (where the row fits: GPT-2's 98 KB in bf16). 2: one block an SM walks its rows, copying in the next row while it computes this one (where two rows fit). auto: at its first call of 4096 rows or more it runs each way on a copy of 4096 rows, hashing what each wrote, and keeps the fastest of those that wrote the same bits (printed); the results are the same every way", false},
+    {"classifier-stats", "kernel", "kernel | epilogue: on a GPU, where the softmax's max and sum of exponentials of each row of logits come from. kernel: the loss kernel reads the row for them, then again for the gradient. epilogue: the LM head's product runs on our own GEMM (llmc/matmul_hopper.cuh; a compute capability 9.0 GPU, bf16 or fp16; the layout of --matmul-wgmma, else 1), whose epilogue also writes each row's max and sum for every 128 columns; the loss kernel then reads each row once. Its sums run in another order, so its bits differ from kernel's (within a rounding)", false},
     {"layernorm-prefetch", "auto", "auto | 0 | 1: on a GPU, whether the LayerNorm backward (where its sums fit in registers: widths up to 1024 in 16 bits, GPT-2 124M and 350M) loads the input gradient it adds to in its first pass, beside dout and x, so that each row waits for memory once instead of twice. auto: at its first call of 4096 rows or more it runs both ways on copies, hashing what each wrote, and keeps the faster of those that wrote the same bits (printed); the results are the same every way", false},
     {"bias-grad", "kernel", "kernel | epilogue: on a GPU, how a linear layer's bias gradient (the column sums of its output's gradient) is made. kernel: by our column-sum kernels, which read that gradient once more. epilogue: by cuBLASLt's bias-gradient epilogue on the weight-gradient product, which reads it anyway (where cuBLASLt has none for a shape, the kernels run). epilogue sums in another order and rounds the sums to the dtype before adding them to the gradient, so its bits differ from kernel's (within a rounding)", false},
     {"flash-backward", "fused", "fused | split | fused128 | chain: on a compute capability 9.0 GPU with the wgmma kernels (--flash-wgmma auto or 1) at head size 64, the attention backward as one fused pass that computes S and dP once (5 products; dQ summed in fp32 in a fixed order, deterministic) or as two passes (dQ, then dK and dV: 7 products). The two give the same dK and dV bits, and dQ within bf16 rounding of each other. fused128: the fused pass at head size 128 too (not yet timed on a GPU). chain: the fused pass with a block per key block, which add to one dQ sum in turn, at head size 64 and 128 (dQ's bits differ from fused; not yet timed on a GPU). Elsewhere ignored", false},
@@ -356,7 +357,7 @@ struct RunConfig {
     int flash_forward_groups = 2;
     bool matmul_tune = true;
     int matmul_wgmma = 0;
-    bool matmul_wgmma_gelu_only = false, matmul_wgmma_auto = false;
+    bool matmul_wgmma_gelu_only = false, matmul_wgmma_auto = false, classifier_stats_epilogue = false;
     bool auto_batch() const { return B == 0; }
     bool total_given() const { return total_batch != -1; }
 };
@@ -474,6 +475,7 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.matmul_wgmma_gelu_only = f.choice("matmul-wgmma-products", {"all", "gelu"}) == "gelu";
     if (rc.matmul_wgmma_gelu_only && !rc.matmul_wgmma) usage_error("--matmul-wgmma-products gelu needs --matmul-wgmma 1 to 6 or auto");
     rc.classifier_staged = f.choice("classifier-staged", {"auto", "0", "1", "2"});
+    rc.classifier_stats_epilogue = f.choice("classifier-stats", {"kernel", "epilogue"}) == "epilogue";
     rc.bias_grad = f.choice("bias-grad", {"kernel", "epilogue"});
     rc.layernorm_prefetch = f.choice("layernorm-prefetch", {"auto", "0", "1"});
     if (rc.resume && rc.out_dir.empty()) usage_error("--resume needs --output-dir (where the checkpoints are)");
@@ -645,7 +647,7 @@ struct Precision {
 };
 
 // Which kernels run where there is a choice (kernel_options.h; GPU only). Each way gives the same
-// results, but for --bias-grad's and --matmul-wgmma's rounding.
+// results, but for --bias-grad's, --matmul-wgmma's and --classifier-stats' rounding.
 static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->matmul_tune = rc.matmul_tune;
     o->matmul_wgmma = rc.matmul_wgmma;
@@ -653,6 +655,7 @@ static void set_kernel_choices(const RunConfig& rc, KernelOptions* o) {
     o->matmul_wgmma_auto = rc.matmul_wgmma_auto;
     o->classifier_staged = rc.classifier_staged == "auto" ? 0 : std::stoi(rc.classifier_staged);
     o->classifier_staged_auto = rc.classifier_staged == "auto";
+    o->classifier_stats_epilogue = rc.classifier_stats_epilogue;
     o->bias_grad = rc.bias_grad == "epilogue" ? BiasGrad::Epilogue : BiasGrad::Warps;
     o->layernorm_prefetch = rc.layernorm_prefetch == "1";
     o->layernorm_prefetch_auto = rc.layernorm_prefetch == "auto";
@@ -921,11 +924,13 @@ static void print_memory(const GPT<floatX>& model, const DPMemory& mem, const Ct
     fflush(stdout);
     const double gelu_scratch = gpt_gelu_scratch_bytes(ctx, model, s.B, s.Tl);
     const double attention_scratch = gpt_attention_scratch_bytes(ctx, model, s.B, s.Tl);
+    const double classifier_scratch = gpt_classifier_scratch_bytes(ctx, model, s.B, s.Tl);
     std::string tail;
     if (model.par.pp) tail += ", send copies " + std::to_string((long long)gpt_send_copy_bytes(model, s.B, s.Tl)) + " B";
     if (prec.fp8) tail += ", fp8 scratch " + std::to_string((long long)gpt_fp8_scratch_bytes(ctx, model, s.B, s.Tl)) + " B";
     if (gelu_scratch) tail += ", gelu scratch " + std::to_string((long long)gelu_scratch) + " B";
     if (attention_scratch) tail += ", attention scratch " + std::to_string((long long)attention_scratch) + " B";
+    if (classifier_scratch) tail += ", classifier stats " + std::to_string((long long)classifier_scratch) + " B";
     printf("memory rank %d: params %lld B, grads %lld B, optimizer %lld B, working buffers %lld B, activations %lld B%s\n",
            mesh.rank, (long long)mem.params, (long long)mem.grads, (long long)mem.optimizer, (long long)mem.working,
            (long long)gpt_all_activation_bytes(model, s.B, s.Tl, model.recompute), tail.c_str());

@@ -52,7 +52,7 @@ want=",${SPEED_STEPS:-wgmma,ab,llmc,attention,classifier,biasgrad,matmul,layerno
 # Kernels that failed their check (or hung it: exit 124) are left out of the timings below.
 # (the llmc step's runs of ours beside the default: bench_vs_llmc.sh's OURS_ALSO, apart by ';')
 # (auto: every layout of the forward and of the fused backward timed at the first step, the fastest kept and named)
-also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu"}
+also=${OURS_ALSO-"--flash-forward-producer auto --flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue"}
 # Failures that name only ping-pong, swizzled tiles, TMA, the backward's producer, the fused
 # backward at head size 128 (C=512 in the checks; v27), 3 computing warpgroups (v28, v29) or dQ
 # summed by the last split (v30) leave out those versions, and the auto of the pass they belong
@@ -94,6 +94,7 @@ if [ -f "$log-gemm.txt" ] && ! grep -q "^# gpucheck_ops gemm: [0-9]* passed, 0 f
     also=${also//--matmul-wgmma-products gelu/} gemm_ok=0
     also=${also//--matmul-wgmma [1-6]/}
     also=${also//--matmul-wgmma auto/}
+    also=${also//--classifier-stats epilogue/}
     echo "gpu_speed: our GEMM's check did not pass: its runs left out"
 fi
 also=$(tr ';' '\n' <<<"$also" | sed 's/^ *//; s/ *$//; s/  */ /g' | grep . | paste -sd';')  # (no empty runs)
@@ -102,7 +103,7 @@ echo "gpu_speed: ours also: '${also}'"
 [[ $want == *,matmul,* && $gemm_ok == 1 ]] && DEV_MATMUL_ONLY=1,7,8,9,10,11,12 step matmul 180 build/dev_matmul 65536 768 50304 64
 [[ $want == *,ab,* && -x .baseline/dev_attention ]] && step ab 150 bash dev/bench/bench_attention_ab.sh .baseline/dev_attention
 # (RUN_LIMIT: a run that hangs costs 60 s, not the step's whole limit: a run took ~16 s. A layout
-# that hangs in an auto's trial ends its run after 20 s, naming the layout in the log. 480 s: 11
+# that hangs in an auto's trial ends its run after 20 s, naming the layout in the log. 480 s: 13
 # runs a model, 2 models; a model's row is printed after its last run.)
 [[ $want == *,llmc,* ]] && STEPS=${STEPS:-20} RUN_LIMIT=${RUN_LIMIT:-60} LLMC_FLASH_TRIAL_SECONDS=20 OURS_ALSO=$also \
     step llmc 480 bash dev/bench/bench_vs_llmc.sh

@@ -9,10 +9,11 @@ two passes in 16-byte packs (an online softmax, then the gradient), fixed-tree r
 --classifier-staged copies the row into shared memory first (2: while the block computes the
 row before; auto: each timed, kept if faster and of the same bits). With tensor parallelism a
 rank holds some columns: classifier_stats gives 3 floats a row, the ranks gather them,
-classifier_finish completes the softmax.
+classifier_finish completes the softmax. With --classifier-stats epilogue the LM head's product
+gives each row's max and Σ exp per 128 columns, and classifier_from_parts reads the row once.
 
 Main functions: fused_classifier (the op), classifier_stats and classifier_finish
-(vocabulary-parallel).
+(vocabulary-parallel), classifier_from_parts (the part stats).
 
 Tests: test/test_ops.cpp (finite differences; the vocabulary-parallel pair against the one-pass
 op), test/gpucheck_ops.cu (CUDA against the CPU), test/test_gpu_train.sh (--classifier-staged).
@@ -69,31 +70,62 @@ inline void classifier_stats_cpu(const floatX* logits, float* stats, const int* 
         stats[3 * n + 2] = t >= 0 && t < Vl ? to_f(row[t]) : 0.0f;
     }
 }
-// Row n's max M, log S and target logit from the parts' stats ([parts][N][3]); a part without real
-// columns (m = −∞, s = 0) adds nothing. The CPU op and the CUDA kernel both call it.
-HD inline void classifier_combine(const float* stats, int parts, int N, int n, float* M, float* log_sum, float* target) {
-    float mx = -INFINITY, tg = 0.0f;
-    for (int r = 0; r < parts; r++) {
-        const float* st = stats + 3 * ((size_t)r * N + n);
-        mx = st[0] > mx ? st[0] : mx;
-        tg += st[2];
-    }
+// A row's max M and log S from its parts' pairs (m, s) at st, st + stride, ...; a part without
+// real columns (m = −∞, s = 0) adds nothing. The CPU ops and the vocabulary-parallel kernel call it.
+HD inline void classifier_combine(const float* st, size_t stride, int parts, float* M, float* log_sum) {
+    float mx = -INFINITY;
+    for (int r = 0; r < parts; r++) mx = st[r * stride] > mx ? st[r * stride] : mx;
     double S = 0.0;
-    for (int r = 0; r < parts; r++) {
-        const float* st = stats + 3 * ((size_t)r * N + n);
-        if (st[1] > 0.0f) S += (double)st[1] * exp((double)(st[0] - mx));
-    }
-    *M = mx; *log_sum = (float)log(S); *target = tg;
+    for (int r = 0; r < parts; r++)
+        if (st[r * stride + 1] > 0.0f) S += (double)st[r * stride + 1] * exp((double)(st[r * stride] - mx));
+    *M = mx; *log_sum = (float)log(S);
+}
+// Row n's target logit from the vocabulary parts' stats ([parts][N][3]): only its own part's is not 0
+HD inline float classifier_target(const float* stats, int parts, int N, int n) {
+    float tg = 0.0f;
+    for (int r = 0; r < parts; r++) tg += stats[3 * ((size_t)r * N + n) + 2];
+    return tg;
 }
 template <class floatX>
 inline void classifier_finish_cpu(floatX* logits, float* losses, const float* stats, int parts, const int* targets, int N, int Vl,
                                   int Vpl, int lo, float dloss) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        float m, log_sum, target;
-        classifier_combine(stats, parts, N, n, &m, &log_sum, &target);
-        losses[n] = -(target - m - log_sum);
+        float m, log_sum;
+        classifier_combine(stats + 3 * (size_t)n, 3 * (size_t)N, parts, &m, &log_sum);
+        losses[n] = -(classifier_target(stats, parts, N, n) - m - log_sum);
         if (dloss != 0.0f) classifier_row_grad_cpu(logits + (size_t)n * Vpl, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
+    }
+}
+
+// ---- from the part stats (--classifier-stats epilogue: the LM head's product makes them)
+// Part q of a row is its columns [128q, 128q + 128). Its stats: the max m of those below V and
+// Σ exp(x − m) over them (−∞ and 0 where it has none), at stats[2·(n·parts + q)]: a row's parts
+// lie together, so a block reads them in one go.
+constexpr int CLASSIFIER_PART = 128;
+HD inline int classifier_parts(int Vp) { return (Vp + CLASSIFIER_PART - 1) / CLASSIFIER_PART; }
+template <class floatX> inline void classifier_part_stats_cpu(const floatX* logits, float* stats, int N, int V, int Vp) {
+    const int parts = classifier_parts(Vp);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int q = 0; q < parts; q++) {
+            const int c0 = q * CLASSIFIER_PART, cols = std::max(0, std::min(CLASSIFIER_PART, V - c0));
+            float m;
+            double s;
+            classifier_row_max_sum_cpu(logits + (size_t)n * Vp + c0, cols, &m, &s);
+            stats[2 * ((size_t)n * parts + q)] = m, stats[2 * ((size_t)n * parts + q) + 1] = (float)s;
+        }
+}
+template <class floatX>
+inline void classifier_from_parts_cpu(floatX* logits, float* losses, const float* stats, const int* targets, int N, int V, int Vp, float dloss) {
+    const int parts = classifier_parts(Vp);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float m, log_sum;
+        classifier_combine(stats + 2 * (size_t)n * parts, 2, parts, &m, &log_sum);
+        floatX* row = logits + (size_t)n * Vp;
+        losses[n] = -(to_f(row[targets[n]]) - m - log_sum);
+        if (dloss != 0.0f) classifier_row_grad_cpu(row, V, Vp, m, log_sum, targets[n], dloss);
     }
 }
 
@@ -269,13 +301,39 @@ template <class floatX>
 __global__ void classifier_finish_kernel(floatX* logits, float* losses, const float* stats, int parts, const int* targets, int N,
                                          int Vl, int Vpl, int lo, float dloss) {
     const int n = blockIdx.x;
-    float m, log_sum, target;
-    classifier_combine(stats, parts, N, n, &m, &log_sum, &target);
-    if (threadIdx.x == 0) losses[n] = -(target - m - log_sum);
+    float m, log_sum;
+    classifier_combine(stats + 3 * (size_t)n, 3 * (size_t)N, parts, &m, &log_sum);
+    if (threadIdx.x == 0) losses[n] = -(classifier_target(stats, parts, N, n) - m - log_sum);
     if (dloss == 0.0f) return;
     floatX* row = logits + (size_t)n * Vpl;
     classifier_row_grad<floatX, 1>(row, row, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
 }
+// From the part stats (above): each warp merges the row's parts itself, lane l the parts l,
+// l + 32, ..., then the lanes by shuffles (each pair's merge is symmetric, so every lane ends
+// with the same M and S: no block barrier). Then pass 2 alone: the row is read once. The thread
+// that holds the target's pack writes the loss before it overwrites that pack.
+__device__ inline void softmax_merge(float& m, float& s, float m2, float s2) {  // (m, s) and (m2, s2) as one
+    const float M = fmaxf(m, m2);
+    if (M == -INFINITY) return;  // (both empty)
+    s = s * exp2_ftz((m - M) * LOG2E) + s2 * exp2_ftz((m2 - M) * LOG2E);
+    m = M;
+}
+template <class floatX, int P>
+__global__ void classifier_from_parts_kernel(floatX* logits, float* losses, const float* stats, const int* targets, int V, int Vp, float dloss) {
+    const int n = blockIdx.x, parts = classifier_parts(Vp);
+    float m = -INFINITY, s = 0.0f;
+    for (int q = threadIdx.x % 32; q < parts; q += 32) {
+        const float2 st = *reinterpret_cast<const float2*>(stats + 2 * ((size_t)n * parts + q));
+        softmax_merge(m, s, st.x, st.y);
+    }
+    for (int o = 16; o > 0; o /= 2) softmax_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    const float log_sum = logf(s);
+    floatX* row = logits + (size_t)n * Vp;
+    const int tgt = targets[n];
+    if (tgt / P % (int)blockDim.x == (int)threadIdx.x) losses[n] = -(to_f(row[tgt]) - m - log_sum);  // (its own pack)
+    if (dloss != 0.0f) classifier_row_grad<floatX, P>(row, row, V, Vp, m, log_sum, tgt, dloss);
+}
+
 // ctx.kernels.classifier_staged: 1, the STAGED kernel where the row fits in a block's shared
 // memory (GPT-2's bf16 row is 98 KB: two blocks per H100 SM); 2, the PIPELINED one where two rows
 // fit. classifier_staged_auto (--classifier-staged auto, the trainer's default): at the first
@@ -399,4 +457,25 @@ inline void classifier_finish(const Ctx& ctx, floatX* logits, float* losses, con
     }
 #endif
     classifier_finish_cpu(logits, losses, all_stats, parts, targets, N, Vl, Vpl, lo, dloss);
+}
+
+// The losses and, with dloss ≠ 0, dlogits in place, from the rows' part stats (N × parts × 2
+// floats, above; the LM head's product made them: matmul.cuh, matmul_forward_logits)
+template <class floatX>
+inline void classifier_from_parts(const Ctx& ctx, floatX* logits, float* losses, const float* stats, const int* targets, int N, int V, int Vp,
+                                  float dloss) {
+    OpScope prof(ctx, 0, (dloss != 0.0f ? 2.0 * N * Vp * sizeof(floatX) : 0.0) + (8.0 * classifier_parts(Vp) + 8) * N,
+                 "classifier (loss, dlogits; from the part stats)");
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        constexpr int P = PACK<floatX>;
+        if (pack_width<floatX>(Vp, {logits}) > 1)
+            classifier_from_parts_kernel<floatX, P><<<N, ctx.kernels.classifier_threads, 0, ctx.stream>>>(logits, losses, stats, targets, V, Vp, dloss);
+        else
+            classifier_from_parts_kernel<floatX, 1><<<N, ctx.kernels.classifier_threads, 0, ctx.stream>>>(logits, losses, stats, targets, V, Vp, dloss);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    classifier_from_parts_cpu(logits, losses, stats, targets, N, V, Vp, dloss);
 }

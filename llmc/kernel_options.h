@@ -81,6 +81,7 @@ struct KernelOptions {
     bool classifier_staged_auto = false; // --classifier-staged auto: the fastest of 0, 1, 2 (the same bits)
     int classifier_threads = 512;        // a row's block size (another size sums in another order)
     long classifier_tune_rows = 4096;
+    bool classifier_stats_epilogue = false;  // --classifier-stats epilogue: the LM head's product by our GEMM gives the softmax's stats (other bits)
     // LayerNorm (layernorm.cuh)
     bool layernorm_packs = true;       // false: one element a load
     bool layernorm_fused = true;       // false: the backward as two kernels (same bits)

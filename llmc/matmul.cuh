@@ -751,6 +751,23 @@ inline void matmul_forward(const Ctx& ctx, floatX* out, const floatX* inp, const
     matmul_forward_cpu(o.p, x.p, w.p, b.p, N, C, OC);
     o.store();
 }
+// The LM head's product with the classifier's part stats (--classifier-stats epilogue): logits =
+// inp·Wᵀ, and for each row and each 128 columns the max and Σ exp of those below V, from our
+// GEMM's epilogue (fused_classifier.cuh: classifier_from_parts reads them). Null where that does
+// not run: not asked, not a GPU of compute capability 9.0, not bf16 or fp16. Then nothing ran.
+template <class floatX>
+inline const float* matmul_forward_logits(const Ctx& ctx, floatX* logits, const floatX* inp, const floatX* W, int N, int C, int Vp, int V) {
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA && ctx.kernels.classifier_stats_epilogue && !ctx.fp8 && gemm_runs<floatX>(ctx, C, Vp, N, {logits, inp, W}, true)) {
+        OpScope prof(ctx, 2.0 * N * C * Vp, 0, "matmul forward %d->%d with the classifier's stats", C, Vp);
+        static Buf<float> stats_buf;
+        float* stats = gpu_scratch(stats_buf, ctx, (size_t)N * classifier_parts(Vp) * 2);
+        if (matmul_wgmma_logits(ctx, logits, stats, inp, W, N, C, Vp, V)) return stats;
+    }
+#endif
+    (void)ctx, (void)logits, (void)inp, (void)W, (void)N, (void)C, (void)Vp, (void)V;
+    return nullptr;
+}
 // dinp = dout·W in fp32, whatever floatX is (the product that a GELU's gradient multiplies next)
 template <class floatX>
 inline void matmul_dinp_f32(const Ctx& ctx, float* dinp, const floatX* dout, const floatX* W, int N, int C, int OC) {

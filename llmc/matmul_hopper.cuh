@@ -1,6 +1,7 @@
 /*
 matmul_hopper.cuh — our own GEMM on Hopper (sm_90a) for the linear layer's forward and input
-gradient, with bias, GELU or GELU's backward in its epilogue (--matmul-wgmma 1 to 6).
+gradient, with bias, GELU or GELU's backward in its epilogue (--matmul-wgmma 1 to 6), and for the
+LM head with the softmax's stats in its epilogue (--classifier-stats epilogue).
 
   forward: pre[n, o] = Σ_i inp[n, i] · W[o, i] + bias[o]     out = GELU(pre)  (or pre)
   dinp:    dinp[n, i] = (Σ_o dout[n, o] · W[o, i]) · GELU'(pre_in[n, i])  (or the sum alone)
@@ -15,9 +16,9 @@ Ping-pong (2): tiles of 128 × 128, each computing warpgroup every other one. TM
 the outputs staged in shared memory and stored by TMA. 4-6: 1-3 in clusters of two blocks on tiles
 one under the other, each copying half of B into both (GemmLayout).
 
-Main functions: matmul_wgmma_kernel, gemm_store_tma (layout 3), matmul_wgmma_forward and
-matmul_wgmma_dinp (the launches; false where they do not run: not compute capability 9.0, or
-rows not 16-byte aligned).
+Main functions: matmul_wgmma_kernel, gemm_store_tma (layout 3), gemm_row_stats, and the launches
+matmul_wgmma_forward, matmul_wgmma_dinp and matmul_wgmma_logits (false where they do not run:
+not compute capability 9.0, or rows not 16-byte aligned).
 Tests: test/gpucheck_ops.cu (group gemm: against the CPU ops), test/test_ptxas.sh.
 More: docs/kernels.md ("Our own GEMM").
 */
@@ -25,6 +26,7 @@ More: docs/kernels.md ("Our own GEMM").
 #include "hopper.cuh"
 #include "gelu.cuh"
 #include "autotune.cuh"
+#include "fused_classifier.cuh"
 
 // What a tile's products become: + bias; + bias, then pre and GELU(pre) (aux = pre); or
 // GELU's backward at aux (the layer's pre-activation, read), the products being its gradient.
@@ -252,9 +254,50 @@ __device__ inline void gemm_slice_products(float* acc, const H* slot, int wg, bo
     }
 }
 
+// What the kernel sums besides the product (null: nothing): in dinp A's column sums by row tile
+// (dout's: the bias gradient; gemm_column_sums); in the LM head's forward the classifier's part
+// stats of its rows (gemm_row_stats), over the columns below V.
+struct GemmSums { float* col_sums; float* row_stats; int V; };
+
+// The classifier's part stats of a warpgroup's 64 rows × BN columns (fused_classifier.cuh): for
+// each row and each CLASSIFIER_PART = 128 columns, the max m of the logits below V (as stored:
+// rounded to H) and Σ 2^((x − m)·log2 e). A thread holds 16 n-tiles of a part in each row half;
+// the four threads of a row meet by shuffles, and the first writes the pair. Each part's two
+// numbers are the same with BN = 128 or 256: the layouts write the same bits.
+template <class H, int BN>
+__device__ inline void gemm_row_stats(const float* acc, float* stats, int row0, int col0, int N, int OC, int V) {
+    static_assert(BN % CLASSIFIER_PART == 0, "a tile holds whole parts");
+    const int lane = threadIdx.x % 32, r = row0 + threadIdx.x / 32 % 4 * 16 + lane / 4, parts = classifier_parts(OC);
+    #pragma unroll
+    for (int q = 0; q < BN / CLASSIFIER_PART; q++)
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            auto x = [&](int j, int e) {  // (n-tile j of the part, element e: −∞ at V and past it)
+                const int c = col0 + CLASSIFIER_PART * q + 8 * j + 2 * (lane % 4) + e;
+                return c < V ? to_f(from_f<H>(acc[4 * (16 * q + j) + 2 * h + e])) : -INFINITY;
+            };
+            float m = -INFINITY, s = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < 16; j++) m = fmaxf(m, fmaxf(x(j, 0), x(j, 1)));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            if (m != -INFINITY)
+                #pragma unroll
+                for (int j = 0; j < 16; j++) s += exp2_ftz((x(j, 0) - m) * LOG2E) + exp2_ftz((x(j, 1) - m) * LOG2E);
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            const int row = r + 8 * h, part = col0 / CLASSIFIER_PART + q;
+            if (lane % 4 == 0 && row < N && part < parts) *reinterpret_cast<float2*>(stats + 2 * ((size_t)row * parts + part)) = make_float2(m, s);
+        }
+}
+
 // Where a computing warpgroup's outputs go: out (and aux) from its registers, or with layout 3
-// through its stage and TMA (the maps: out's and, with GELU, aux's, in boxes of 64 × 64)
-template <class H> struct GemmOut { H* out; H* aux; const H* bias; H* stage; const CUtensorMap* out_map; const CUtensorMap* aux_map; };
+// through its stage and TMA (the maps: out's and, with GELU, aux's, in boxes of 64 × 64). And
+// where the classifier's part stats go (row_stats, or null).
+template <class H> struct GemmOut {
+    H* out; H* aux; const H* bias; H* stage; const CUtensorMap* out_map; const CUtensorMap* aux_map;
+    float* row_stats; int V;
+};
 
 // A computing warpgroup: for each of its tiles (all of the block's, or PP every other one), each
 // k-slice's products once its slot is full; the slot before is free once at most this slice's
@@ -289,6 +332,10 @@ __device__ inline void gemm_consume(const H* ring, GemmBarriers<Lay::STAGES>& ba
                 gemm_store<H, EPI, Lay::BN>(acc + h * Lay::BN / 2, in, o.out, o.aux, o.bias, row0 + 64 * h, tl.col0(t), N, OC);
             }
         }
+        if constexpr (!TRANS_B && EPI == GemmEpi::Bias)  // (the LM head's: no bias)
+            if (o.row_stats)
+                #pragma unroll
+                for (int h = 0; h < Lay::ROWS_WG / 64; h++) gemm_row_stats<H, Lay::BN>(acc + h * Lay::BN / 2, o.row_stats, row0 + 64 * h, tl.col0(t), N, OC, o.V);
     }
     if (Lay::TMA_STORE && threadIdx.x % 128 == 0) bulk_wait_read<0>();  // (the stage lives as long as the block)
 }
@@ -322,9 +369,9 @@ __device__ inline void gemm_column_sums(const H* ring, GemmBarriers<Lay::STAGES>
 // registers: setmaxnreg, 40 a thread; the computing ones take 232). a_map: A in boxes of 64 × 128;
 // b_map: W in boxes of 64 × BN/CLUSTER, or 64 × 64 with TRANS_B (gemm_tensor_map). L:
 // GemmLayout; with layouts 3 and 6 out_map and aux_map take the stores; with 4-6 the grid runs in
-// clusters of 2. col_sums (or null): A's column sums by row tile (gemm_column_sums).
+// clusters of 2. sums: what it also sums (GemmSums).
 template <class H, bool TRANS_B, GemmEpi EPI, int L>
-__global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, const H* bias, float* col_sums, int N, int OC, int K,
+__global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, const H* bias, GemmSums sums, int N, int OC, int K,
                                                               const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                                                               const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap aux_map) {
     using Lay = GemmLayout<L>;
@@ -335,7 +382,7 @@ __global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, co
     const int tiles_m = (N + CM - 1) / CM, tiles_n = (OC + Lay::BN - 1) / Lay::BN;
     const GemmTiles<Lay> tl{tiles_m, tiles_n, tiles_m * tiles_n, (K + Lay::BK - 1) / Lay::BK, Lay::CLUSTER > 1 ? cluster_rank() : 0};
     if (threadIdx.x == 0) {
-        for (int i = 0; i < Lay::STAGES; i++) mbar_init(&bar.full[i], 1), mbar_init(&bar.empty[i], Lay::READERS * Lay::CLUSTER + (col_sums ? 2 : 0));
+        for (int i = 0; i < Lay::STAGES; i++) mbar_init(&bar.full[i], 1), mbar_init(&bar.empty[i], Lay::READERS * Lay::CLUSTER + (sums.col_sums ? 2 : 0));
         mbar_init_fence();
     }
     if (Lay::CLUSTER > 1) cluster_sync();  // (the barriers are initialized, in every block of the cluster)
@@ -343,10 +390,11 @@ __global__ void __launch_bounds__(384, 1) matmul_wgmma_kernel(H* out, H* aux, co
     if (threadIdx.x / 128 == 2) {
         setmaxnreg<40, false>();
         if (threadIdx.x == 256) gemm_produce<Lay, TRANS_B>(ring, bar, tl, a_map, b_map);
-        if (col_sums && threadIdx.x >= 288 && threadIdx.x < 352) gemm_column_sums<Lay>(ring, bar, tl, col_sums, N, K);
+        if (sums.col_sums && threadIdx.x >= 288 && threadIdx.x < 352) gemm_column_sums<Lay>(ring, bar, tl, sums.col_sums, N, K);
     } else {
         setmaxnreg<232, true>();
-        gemm_consume<Lay, H, TRANS_B, EPI>(ring, bar, tl, GemmOut<H>{out, aux, bias, ring + Lay::STAGES * Lay::SLOT, &out_map, &aux_map}, N, OC);
+        const GemmOut<H> o{out, aux, bias, ring + Lay::STAGES * Lay::SLOT, &out_map, &aux_map, sums.row_stats, sums.V};
+        gemm_consume<Lay, H, TRANS_B, EPI>(ring, bar, tl, o, N, OC);
     }
     if (Lay::CLUSTER > 1) cluster_sync();  // (no block exits while another may still give its slots back)
 }
@@ -359,7 +407,7 @@ template <class H> inline CUtensorMap gemm_tensor_map(const H* base, int rows, i
 }
 // One launch of matmul_wgmma_kernel: out (N × OC) from A (N × K) and W (see the kernel)
 template <class H, bool TRANS_B, GemmEpi EPI, int L>
-inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
+inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, GemmSums sums, const H* A, const H* W, int N, int OC, int K) {
     using Lay = GemmLayout<L>;
     const CUtensorMap a_map = gemm_tensor_map(A, N, K, Lay::BM),
                       b_map = TRANS_B ? gemm_tensor_map(W, K, OC, 64) : gemm_tensor_map(W, OC, K, Lay::BN / Lay::CLUSTER);
@@ -376,14 +424,14 @@ inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* co
             static bool said = false;  // (once a kernel)
             if (!said && g_rank == 0) printf("matmul: our GEMM's clusters of %d do not fit on this GPU: layout %d runs for %d\n", Lay::CLUSTER, Lay::BASE, L);
             said = true;
-            return gemm_launch<H, TRANS_B, EPI, Lay::BASE>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+            return gemm_launch<H, TRANS_B, EPI, Lay::BASE>(ctx, out, aux, bias, sums, A, W, N, OC, K);
         }
         const int clusters = (int)std::min<long>(tiles, asked > 0 ? std::max(1, asked / Lay::CLUSTER) : fit);
         launch_in_clusters(KERNEL_AND_NAME(matmul_wgmma_kernel<H, TRANS_B, EPI, L>), Lay::CLUSTER, clusters * Lay::CLUSTER, 384, smem, ctx.stream,
-                           out, aux, bias, col_sums, N, OC, K, a_map, b_map, out_map, aux_map);
+                           out, aux, bias, sums, N, OC, K, a_map, b_map, out_map, aux_map);
     } else {
         const int blocks = (int)std::min<long>(tiles, asked > 0 ? asked : gpu_sm_count());
-        matmul_wgmma_kernel<H, TRANS_B, EPI, L><<<blocks, 384, smem, ctx.stream>>>(out, aux, bias, col_sums, N, OC, K, a_map, b_map, out_map, aux_map);
+        matmul_wgmma_kernel<H, TRANS_B, EPI, L><<<blocks, 384, smem, ctx.stream>>>(out, aux, bias, sums, N, OC, K, a_map, b_map, out_map, aux_map);
     }
     CUDA_LAUNCH_CHECK();
 }
@@ -392,15 +440,16 @@ inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* co
 // runs over the same k-slices in the same order, whatever the tile. Smaller products take 1.
 // run(layout) launches one. Printed once a shape.
 template <class H, bool TRANS_B, GemmEpi EPI, class R>
-inline int gemm_layout_auto(const Ctx& ctx, const R& run, const H* out, const H* aux, const float* col_sums, int N, int OC, int K) {
-    const auto key = std::make_tuple((int)EPI, (int)TRANS_B, N, OC, K, col_sums != nullptr);
+inline int gemm_layout_auto(const Ctx& ctx, const R& run, const H* out, const H* aux, const GemmSums& sums, int N, int OC, int K) {
+    const auto key = std::make_tuple((int)EPI, (int)TRANS_B, N, OC, K, sums.col_sums != nullptr || sums.row_stats != nullptr);
     auto it = ctx.tuned->gemm_layouts.find(key);
     if (it != ctx.tuned->gemm_layouts.end()) return it->second;
     int layout = 1;
     if (2.0 * N * OC * K >= ctx.kernels.matmul_tune_flops) {
         std::vector<BitsRegion> outs{{out, (size_t)N * OC * sizeof(H)}};  // (what each layout writes)
         if (EPI == GemmEpi::BiasGelu) outs.push_back({aux, (size_t)N * OC * sizeof(H)});
-        if (col_sums) outs.push_back({col_sums, (size_t)ceil_div(N, 128) * K * sizeof(float)});
+        if (sums.col_sums) outs.push_back({sums.col_sums, (size_t)ceil_div(N, 128) * K * sizeof(float)});
+        if (sums.row_stats) outs.push_back({sums.row_stats, (size_t)N * classifier_parts(OC) * 2 * sizeof(float)});
         const AutotunePick t = autotune_pick(ctx, GEMM_LAYOUTS, [] {}, [&](int v) { run(v + 1); return true; }, outs);
         layout = t.best + 1;
         if (g_rank == 0) {
@@ -411,7 +460,8 @@ inline int gemm_layout_auto(const Ctx& ctx, const R& run, const H* out, const H*
                 ms += one;
             }
             printf("matmul: our GEMM %dx%dx%d%s%s: layout %d (--matmul-wgmma auto: 1-%d took %s ms; %d of %d gave layout 1's bits)\n", N, OC, K,
-                   TRANS_B ? " (input gradient)" : "", EPI == GemmEpi::BiasGelu ? " with GELU" : EPI == GemmEpi::DGelu ? " with dGELU" : "",
+                   TRANS_B ? " (input gradient)" : sums.row_stats ? " (the LM head's, with the classifier's stats)" : "",
+                   EPI == GemmEpi::BiasGelu ? " with GELU" : EPI == GemmEpi::DGelu ? " with dGELU" : "",
                    layout, GEMM_LAYOUTS, ms.c_str(), t.same, GEMM_LAYOUTS - 1);
         }
     }
@@ -420,35 +470,39 @@ inline int gemm_layout_auto(const Ctx& ctx, const R& run, const H* out, const H*
 // The layout ctx asks for (--matmul-wgmma 1: one tile a block at a time; 2: ping-pong; 3: 1 with
 // TMA stores; 4-6: 1-3 in clusters of 2; auto: by timing, gemm_layout_auto)
 template <class H, bool TRANS_B, GemmEpi EPI>
-inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, float* col_sums, const H* A, const H* W, int N, int OC, int K) {
+inline void gemm_launch(const Ctx& ctx, H* out, H* aux, const H* bias, GemmSums sums, const H* A, const H* W, int N, int OC, int K) {
     auto run = [&](int layout) {
         switch (layout) {
-            case 2: gemm_launch<H, TRANS_B, EPI, 2>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
-            case 3: gemm_launch<H, TRANS_B, EPI, 3>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
-            case 4: gemm_launch<H, TRANS_B, EPI, 4>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
-            case 5: gemm_launch<H, TRANS_B, EPI, 5>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
-            case 6: gemm_launch<H, TRANS_B, EPI, 6>(ctx, out, aux, bias, col_sums, A, W, N, OC, K); break;
-            default: gemm_launch<H, TRANS_B, EPI, 1>(ctx, out, aux, bias, col_sums, A, W, N, OC, K);
+            case 2: gemm_launch<H, TRANS_B, EPI, 2>(ctx, out, aux, bias, sums, A, W, N, OC, K); break;
+            case 3: gemm_launch<H, TRANS_B, EPI, 3>(ctx, out, aux, bias, sums, A, W, N, OC, K); break;
+            case 4: gemm_launch<H, TRANS_B, EPI, 4>(ctx, out, aux, bias, sums, A, W, N, OC, K); break;
+            case 5: gemm_launch<H, TRANS_B, EPI, 5>(ctx, out, aux, bias, sums, A, W, N, OC, K); break;
+            case 6: gemm_launch<H, TRANS_B, EPI, 6>(ctx, out, aux, bias, sums, A, W, N, OC, K); break;
+            default: gemm_launch<H, TRANS_B, EPI, 1>(ctx, out, aux, bias, sums, A, W, N, OC, K);
         }
     };
-    run(ctx.kernels.matmul_wgmma_auto ? gemm_layout_auto<H, TRANS_B, EPI>(ctx, run, out, aux, col_sums, N, OC, K) : ctx.kernels.matmul_wgmma);
+    run(ctx.kernels.matmul_wgmma_auto ? gemm_layout_auto<H, TRANS_B, EPI>(ctx, run, out, aux, sums, N, OC, K) : ctx.kernels.matmul_wgmma);
 }
 // Whether ctx asks our GEMM for a product (gelu: one with a GELU in its epilogue)
 inline bool gemm_wanted(const Ctx& ctx, bool gelu) { return ctx.kernels.matmul_wgmma && (gelu || !ctx.kernels.matmul_wgmma_gelu_only); }
-// Rank 0 says once whether our GEMM runs, or why not (why: null where it runs), so that a run shows it
-inline void gemm_say(const Ctx& ctx, const char* why) {
-    static bool said = false;
-    if (!said && g_rank == 0 && why) printf("matmul: --matmul-wgmma %s: cuBLASLt runs every product\n", why);
-    else if (!said && g_rank == 0)
+// Rank 0 says once whether our GEMM runs, or why not (why: null where it runs), so that a run shows
+// it: once for --matmul-wgmma, once for the LM head's product with the classifier's stats (head)
+inline void gemm_say(const Ctx& ctx, const char* why, bool head) {
+    static bool said[2] = {false, false};
+    if (said[head] || g_rank != 0) return;
+    said[head] = true;
+    if (head && why) printf("matmul: --classifier-stats epilogue %s: cuBLASLt runs the LM head's product, the classifier makes its own stats\n", why);
+    else if (head) printf("matmul: the LM head's product by our GEMM, with the classifier's stats in its epilogue (--classifier-stats epilogue)\n");
+    else if (why) printf("matmul: --matmul-wgmma %s: cuBLASLt runs every product\n", why);
+    else
         printf(ctx.kernels.matmul_wgmma_gelu_only ? "matmul: the products with a GELU in the epilogue by our GEMM (--matmul-wgmma-products gelu)\n"
                                                   : "matmul: the forward and input-gradient products by our GEMM (--matmul-wgmma)\n");
-    said = true;
 }
 // Whether our GEMM runs here for these matrices: sm_90a, a 16-bit dtype, rows of 16-byte multiples
 // (TMA's strides) and matrices that start 16-byte aligned (TMA's addresses; else cuBLASLt runs)
-template <class floatX> inline bool gemm_runs(const Ctx& ctx, int C, int OC, int N, std::initializer_list<const void*> matrices) {
+template <class floatX> inline bool gemm_runs(const Ctx& ctx, int C, int OC, int N, std::initializer_list<const void*> matrices, bool head = false) {
     const char* why = !is_half_type<floatX> ? "needs bf16 or fp16" : !gpu_has_wgmma() ? "needs a GPU of compute capability 9.0" : nullptr;
-    gemm_say(ctx, why);
+    gemm_say(ctx, why, head);
     for (const void* p : matrices) if (p && alignment_of(p) < 16) return false;
     return !why && C % 8 == 0 && OC % 8 == 0 && N > 0;
 }
@@ -458,9 +512,18 @@ template <class floatX>
 inline bool matmul_wgmma_forward(const Ctx& ctx, floatX* out, floatX* pre, const floatX* inp, const floatX* W, const floatX* bias, int N, int C, int OC) {
     if (!gemm_runs<floatX>(ctx, C, OC, N, {out, pre, inp, W})) return false;
     if constexpr (is_half_type<floatX>) {
-        if (pre) gemm_launch<floatX, false, GemmEpi::BiasGelu>(ctx, out, pre, bias, nullptr, inp, W, N, OC, C);
-        else gemm_launch<floatX, false, GemmEpi::Bias>(ctx, out, nullptr, bias, nullptr, inp, W, N, OC, C);
+        if (pre) gemm_launch<floatX, false, GemmEpi::BiasGelu>(ctx, out, pre, bias, GemmSums{}, inp, W, N, OC, C);
+        else gemm_launch<floatX, false, GemmEpi::Bias>(ctx, out, nullptr, bias, GemmSums{}, inp, W, N, OC, C);
     }
+    return true;
+}
+// The LM head's logits = inp·Wᵀ (OC = Vp columns, V of them real) and each row's part stats for
+// the classifier (fused_classifier.cuh: N × classifier_parts(OC) × 2 floats), by our GEMM's
+// epilogue (gemm_row_stats); false where it cannot run here (then nothing was launched).
+template <class floatX>
+inline bool matmul_wgmma_logits(const Ctx& ctx, floatX* logits, float* stats, const floatX* inp, const floatX* W, int N, int C, int OC, int V) {
+    if (!gemm_runs<floatX>(ctx, C, OC, N, {logits, inp, W}, true)) return false;
+    if constexpr (is_half_type<floatX>) gemm_launch<floatX, false, GemmEpi::Bias>(ctx, logits, nullptr, nullptr, GemmSums{nullptr, stats, V}, inp, W, N, OC, C);
     return true;
 }
 // dinp = dout·W, times GELU'(pre_in) where pre_in is given (the layer's input was GELU(pre_in)).
@@ -473,10 +536,10 @@ inline bool matmul_wgmma_dinp(const Ctx& ctx, floatX* dinp, const floatX* pre_in
     if constexpr (is_half_type<floatX>) {
         static Buf<float> sums_buf;
         const int row_tiles = ceil_div(N, 128);
-        float* sums = dbias ? gpu_scratch(sums_buf, ctx, (size_t)row_tiles * OC) : nullptr;
+        const GemmSums sums{dbias ? gpu_scratch(sums_buf, ctx, (size_t)row_tiles * OC) : nullptr, nullptr, 0};
         if (pre_in) gemm_launch<floatX, true, GemmEpi::DGelu>(ctx, dinp, const_cast<floatX*>(pre_in), nullptr, sums, dout, W, N, C, OC);
         else gemm_launch<floatX, true, GemmEpi::Bias>(ctx, dinp, nullptr, nullptr, sums, dout, W, N, C, OC);
-        if (dbias) column_sum_add(ctx, dbias, sums, OC, row_tiles);
+        if (dbias) column_sum_add(ctx, dbias, sums.col_sums, OC, row_tiles);
     }
     return true;
 }

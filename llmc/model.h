@@ -314,6 +314,18 @@ template <class floatX> inline double gpt_attention_scratch_bytes(const Ctx& ctx
     (void)ctx; (void)g; (void)B; (void)T;
     return 0;
 }
+// The classifier's part stats from the LM head's product (--classifier-stats epilogue; matmul.cuh:
+// matmul_forward_logits), where our GEMM runs: B·T rows × classifier_parts(Vp) pairs of floats,
+// on the stage with the classifier and without tensor parallelism, held from the first forward on.
+template <class floatX> inline double gpt_classifier_scratch_bytes(const Ctx& ctx, const GPT<floatX>& g, int B, int T) {
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA && ctx.kernels.classifier_stats_epilogue && is_half_type<floatX> && gpu_has_wgmma() && g.part.heads &&
+        g.layout.widths.Vpl == g.config.padded_vocab_size)
+        return (double)Buf<float>::bytes_for((size_t)B * T * classifier_parts(g.config.padded_vocab_size) * 2);
+#endif
+    (void)ctx; (void)g; (void)B; (void)T;
+    return 0;
+}
 // "" when every FP8 product of a block takes B·T rows (fp8.cuh: multiples of 16), else why not.
 inline std::string gpt_fp8_shape_problem(const RankWidths& d, int B, int T) {
     for (const ProductWidths& p : gpt_block_products(d)) {
@@ -604,8 +616,10 @@ inline void gpt_forward(const Ctx& ctx, GPT<floatX>* g, const int* tokens, const
                                block_acts(g, l1 - 1, B, T).res2, a.scratch.data(), lnf, ln ? lnf + C : nullptr, (int)rows.s.P, C);
     const int cu = gpt_classifier_unit(*g);  // the tied embedding (this rank's rows of wte), or lm_head in lnf's unit
     if (cu != unit_lnf(c)) { release(g, unit_lnf(c)); acquire(g, cu); }
-    matmul_forward(ctx, a.logits.data(), gather_rows(ctx, rows, a.lnf.data()), gpt_classifier(*g, g->params), nullptr, BT, C,
-                   k.Vpl);  // (its columns of the logits)
+    const floatX* x = gather_rows(ctx, rows, a.lnf.data());
+    const float* part_stats = targets && k.parts == 1 ? matmul_forward_logits(ctx, a.logits.data(), x, gpt_classifier(*g, g->params), BT, C, k.Vpl,
+                                                                              c.vocab_size) : nullptr;  // (--classifier-stats epilogue)
+    if (!part_stats) matmul_forward(ctx, a.logits.data(), x, gpt_classifier(*g, g->params), nullptr, BT, C, k.Vpl);  // (its columns of the logits)
     release(g, cu);
     a.loss_count = targets ? BT : 0;
     if (!targets) return;
@@ -613,8 +627,10 @@ inline void gpt_forward(const Ctx& ctx, GPT<floatX>* g, const int* tokens, const
         if (targets[i] < 0 || targets[i] >= c.vocab_size)
             fatal("target token %d at position %d is outside the model's vocabulary (V=%d)", targets[i], i, c.vocab_size);
     pinned_upload(ctx, a.targets_in, a.targets.data(), targets, BT * sizeof(int));
-    classifier_loss(ctx, rows, a.rows.cls_stats.data(), a.logits.data(), a.losses.data(), a.targets.data(), BT, k, c.vocab_size,
-                    c.padded_vocab_size, dloss);
+    if (part_stats) classifier_from_parts(ctx, a.logits.data(), a.losses.data(), part_stats, a.targets.data(), BT, c.vocab_size, k.Vpl, dloss);
+    else
+        classifier_loss(ctx, rows, a.rows.cls_stats.data(), a.logits.data(), a.losses.data(), a.targets.data(), BT, k, c.vocab_size,
+                        c.padded_vocab_size, dloss);
     pinned_download(ctx, a.losses_out, a.losses.data(), BT * sizeof(float));
 }
 

@@ -115,7 +115,7 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
         }
         return gpt_all_activation_bytes(g, b, Tl, r, pp ? &slots : nullptr) * (1 + SCRATCH_SHARE) +
                gpt_send_copy_bytes(g, b, Tl, pp ? &caps : nullptr) + gpt_fp8_scratch_bytes(ctx, g, b, Tl) +
-               gpt_gelu_scratch_bytes(ctx, g, b, Tl) + gpt_attention_scratch_bytes(ctx, g, b, Tl) +
+               gpt_gelu_scratch_bytes(ctx, g, b, Tl) + gpt_attention_scratch_bytes(ctx, g, b, Tl) + gpt_classifier_scratch_bytes(ctx, g, b, Tl) +
                SCRATCH_FIXED;
     };
     auto need = [&](int b) { return need_with(recompute, b); };

@@ -310,6 +310,61 @@ template <class X> static void check_matmul_wgmma(int N, int C, int OC, bool bia
     printf("%s - %s: refused with its input 2 bytes off 16-byte alignment\n", misaligned ? "not ok" : "ok", name);
     (misaligned ? n_fail : n_pass)++;
 }
+// The LM head's product with the classifier's part stats (--classifier-stats epilogue;
+// matmul_wgmma_logits): the logits against the CPU product; each part's stats against the CPU's
+// from the same logits; then the losses and dlogits of classifier_from_parts against the
+// one-pass CPU op. The max must be the same number. The sum of ≤ 128 exps runs in fp32, the CPU's
+// in double: ≤ 128 roundings of 6e-8 and ex2.approx's 2 ulps a term, within 1e-5 of it. Every
+// layout must write layout 1's bits (a part lies inside one thread's columns either way).
+template <class X> static void check_matmul_wgmma_logits(int N, int C, int OC, int V, int blocks) {
+    char name[160]; snprintf(name, sizeof(name), "%s LM head by our GEMM with the classifier's stats N=%d C=%d Vp=%d V=%d, %d blocks", dtype_name<X>(),
+                             N, C, OC, V, blocks);
+    if (!gpu_has_wgmma()) { printf("# skip: %s: not a compute capability 9.0 GPU\n", name); return; }
+    const int parts = classifier_parts(OC);
+    auto x = randn<X>((size_t)N * C), W = randn<X>((size_t)OC * C, 0.5f);
+    std::vector<X> out((size_t)N * OC), cx = vec_cast<X>(x), cW = vec_cast<X>(W);
+    matmul_forward(cpu, out.data(), cx.data(), cW.data(), nullptr, N, C, OC);
+    Dev<X> gx(x), gW(W);
+    std::vector<float> logits1, stats1;  // (layout 1's)
+    for (int layout = 1; layout <= GEMM_LAYOUTS; layout++) {
+        Dev<X> gout(std::vector<float>((size_t)N * OC), true);
+        DevF gstats(std::vector<float>((size_t)N * parts * 2, NAN), true);
+        Ctx g = gpu;
+        g.kernels.matmul_wgmma = layout, g.kernels.matmul_wgmma_blocks = blocks;
+        const bool ran = matmul_wgmma_logits(g, gout.p(), gstats.p(), gx.p(), gW.p(), N, C, OC, V);
+        if (!ran) { printf("not ok - %s%s: the kernel ran\n", name, gemm_layout_name(layout)); n_fail++; return; }
+        const std::vector<float> logits = gout.host(), stats = gstats.host();
+        if (layout > 1) {  // (bit for bit: the empty parts' −∞ included)
+            const bool same = logits == logits1 && memcmp(stats.data(), stats1.data(), stats.size() * sizeof(float)) == 0;
+            printf("%s - %s%s: logits and stats, layout 1's bits\n", same ? "ok" : "not ok", name, gemm_layout_name(layout));
+            (same ? n_pass : n_fail)++;
+            continue;
+        }
+        logits1 = logits, stats1 = stats;
+        compare(name, "logits x·Wᵀ", vec_widen(out), logits, bx<X>(1e-5));
+        std::vector<X> glog = vec_cast<X>(logits);  // (the GPU's logits, as stored)
+        std::vector<float> want((size_t)N * parts * 2);
+        classifier_part_stats_cpu(glog.data(), want.data(), N, V, OC);
+        int bad = 0;
+        for (size_t i = 0; i < want.size(); i += 2) {
+            const bool empty = want[i] == -INFINITY;
+            bad += empty ? !(stats[i] == -INFINITY && stats[i + 1] == 0.0f) : !(stats[i] == want[i] && std::fabs(stats[i + 1] - want[i + 1]) <= 1e-5 * want[i + 1]);
+        }
+        printf("%s - %s: each part's max the same, its sum within 1e-5 (%d of %d parts off)\n", bad ? "not ok" : "ok", name, bad, N * parts);
+        (bad ? n_fail : n_pass)++;
+        // the classifier from these stats, against the one-pass CPU op on the same logits
+        std::vector<int> tgt(N);
+        for (auto& t : tgt) t = (int)rng.below(V);
+        Buf<int> dt; dt.alloc(gpu, N); ctx_copy(gpu, dt.data(), tgt.data(), N * 4);
+        std::vector<float> losses(N);
+        DevF gloss(losses, true);
+        fused_classifier(cpu, glog.data(), losses.data(), tgt.data(), N, V, OC, 1.0f / N);
+        classifier_from_parts(gpu, gout.p(), gloss.p(), gstats.p(), dt.data(), N, V, OC, 1.0f / N);
+        compare(name, "classifier from the stats: losses", losses, gloss.host(), bs<X>(1e-5));
+        compare(name, "classifier from the stats: dlogits (in place)", vec_widen(glog), gout.host(), bx<X>(1e-4));
+    }
+}
+
 // Our GEMM's GELU by a sigmoid (gelu.cuh: gelu_fast_of, gelu_backward_fast_of) against tanhf's,
 // both on the device, at x from −12 to 12 in steps of 2^-10: within 4e-6·max(1, |x|). Either
 // formula is a few fp32 ulps from GELU (the emulator, with exact exp2 and division: 4e-7). On a
@@ -1623,6 +1678,10 @@ int main(int argc, char** argv) {
         check_matmul_wgmma<bf16>(768, 768, 512, true, true, 4, 6);     // 6 tiles on 2 clusters, two passes a tile
         check_matmul_wgmma<bf16>(200, 200, 192, true, true, 2, 6);     // off the multiples, the last panel of 64 columns outside
         check_matmul_wgmma_dinp<fp16>(200, 264, 200, false, 2, 6);     // fp16, dbias
+        // the LM head with the classifier's stats, every layout
+        check_matmul_wgmma_logits<bf16>(200, 64, 392, 390, 2);     // rows and columns off the tiles; V inside the last part
+        check_matmul_wgmma_logits<bf16>(64, 128, 392, 250, 1);     // two parts past V (−∞, 0); one block runs every tile
+        check_matmul_wgmma_logits<fp16>(130, 64, 256, 256, 2);     // fp16, no padding
     }
     printf("# gpucheck_ops %s: %d passed, %d failed\n", group.c_str(), n_pass, n_fail);
     return n_fail ? 1 : 0;

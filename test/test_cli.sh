@@ -149,6 +149,7 @@ expect_fail "--fp8-fast-accum without fp8" 2 "--fp8-fast-accum is for --precisio
     "${base[@]}" --precision bf16 --fp8-fast-accum forward
 expect_fail "--bias-grad of another kind" 2 "--bias-grad: expected one of kernel | epilogue, got 'atomic'" "${base[@]}" --bias-grad atomic
 expect_fail "--matmul-wgmma of another layout" 2 "--matmul-wgmma: expected one of 0 | 1 | 2 | 3 | 4 | 5 | 6 | auto, got '7'" "${base[@]}" --matmul-wgmma 7
+expect_fail "--classifier-stats of another kind" 2 "--classifier-stats: expected one of kernel | epilogue, got 'gemm'" "${base[@]}" --classifier-stats gemm
 expect_fail "--matmul-wgmma-products without our GEMM" 2 "--matmul-wgmma-products gelu needs --matmul-wgmma 1 to 6 or auto" "${base[@]}" --matmul-wgmma-products gelu
 
 # Divergence is never silent. --eps 0 is refused (AdamW's 0/0 for a parameter whose gradient is 0).

@@ -7,7 +7,7 @@
 # llmc benches, which print what they were given. For each case:
 #   - every check passed: no version left out; the llmc step's extra runs are the layout autos,
 #     --bias-grad epilogue, --flash-backward chain, --matmul-wgmma 1, 2, 4, auto and 2 on the GELU products
-#     alone (--matmul-wgmma-products gelu), each cut off after 60 s, 20 steps
+#     alone (--matmul-wgmma-products gelu), --classifier-stats epilogue, each cut off after 60 s, 20 steps
 #   - a failure that names ping-pong, 3 computing warpgroups, the backward's producer, dQ summed
 #     by the last split or chained key blocks: those versions left out, and the auto of that pass
 #     (or the chained run) dropped from the extra runs
@@ -64,45 +64,45 @@ check() {  # check NAME GOT WANT WHAT
 }
 autos="--flash-forward-producer auto --flash-backward-producer auto"
 got=$(speed pass "ok 1 - bf16 fused backward (flash, wgmma)")
-check pass "$got" "|$autos;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" "every check passed: no version left out; ours also with both layout autos, with --bias-grad epilogue, chained, and with our GEMM"
+check pass "$got" "|$autos;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" "every check passed: no version left out; ours also with both layout autos, with --bias-grad epilogue, chained, and with our GEMM"
 limits=$(sed -n 's/^llmc also=.* limit=\(.*\) steps=\(.*\)$/\1 \2/p' "$tmp"/tree/dev/gpu_results/*-llmc.txt)
 check pass "$limits" "60 20" "the llmc step's runs are cut off after 60 s, 20 steps each"
 got=$(speed pingpong "not ok 5 - bf16 forward B=2 T=256 (flash, wgmma, a producer warpgroup in the forward, ping-pong)")
-check pingpong "$got" "13,14,16,19,20,21,22,32,34|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" \
+check pingpong "$got" "13,14,16,19,20,21,22,32,34|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" \
     "a ping-pong failure: its versions left out, and the forward's auto dropped"
 got=$(speed groups "not ok 6 - bf16 forward B=2 T=256 (flash, wgmma, a producer warpgroup and 3 computing warpgroups in the forward)")
-check groups "$got" "28,29,33,35,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" \
+check groups "$got" "28,29,33,35,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" \
     "a failure of 3 computing warpgroups: v28, v29, v33, v35, v36 left out, and the forward's auto dropped"
 got=$(speed persistent "not ok 11 - bf16 persistent attention B=2 T=100 C=768 NH=12 NKV=12, 5 persistent blocks, 3 slots, vs a block an item forward")
-check persistent "$got" "32,33,34,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" \
+check persistent "$got" "32,33,34,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" \
     "a failure of the persistent forward's check: v32-v34, v36 left out (not the other producer versions), and the forward's auto dropped"
 got=$(speed backward "not ok 7 - bf16 fused backward B=2 T=256, a producer warpgroup in the backward")
-check backward "$got" "23,24,25,26|--flash-forward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" \
+check backward "$got" "23,24,25,26|--flash-forward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" \
     "a failure of the backward's producer: v23-v26 left out, and the backward's auto dropped"
 got=$(speed lastsplit "not ok 8 - bf16 fused backward B=2 T=100 C=768 NH=12 NKV=12, 2 splits, dQ summed by the last split with a producer warpgroup by TMA vs by the sum kernel dqkv")
-check lastsplit "$got" "30|--flash-forward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" \
+check lastsplit "$got" "30|--flash-forward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" \
     "a failure of dQ summed by the last split: v30 left out (not the forward's TMA versions), and the backward's auto dropped"
 got=$(speed mixed "not ok 9 - bf16 fused backward B=1 T=300 C=256 NH=4 NKV=4, 2 of 4 heads in 3 splits, a producer warpgroup in the backward, swizzled tiles by TMA, vs each head's own run dqkv")
-check mixed "$got" "25,26|--flash-forward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" \
+check mixed "$got" "25,26|--flash-forward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" \
     "a failure of the backward's TMA producer where only some heads are split: v25, v26 left out (not the forward's TMA versions), and the backward's auto dropped"
 got=$(speed both "not ok 5 - x (flash, wgmma, a producer warpgroup in the forward, ping-pong)
 not ok 7 - y, a producer warpgroup in the backward")
-check both "$got" "13,14,16,19,20,21,22,32,34,23,24,25,26|--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" "failures in both passes: neither auto, and no empty run"
+check both "$got" "13,14,16,19,20,21,22,32,34,23,24,25,26|--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" "failures in both passes: neither auto, and no empty run"
 got=$(speed chain "not ok 10 - bf16 fused backward B=1 T=300 C=256 NH=4 NKV=4, key blocks chained, each tile's first late dqkv")
-check chain "$got" "31|$autos;--bias-grad epilogue;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" "a failure of the chained backward: v31 left out, and its run dropped (not the autos)"
+check chain "$got" "31|$autos;--bias-grad epilogue;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" "a failure of the chained backward: v31 left out, and its run dropped (not the autos)"
 all=11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36
 got=$(speed plain "not ok 2 - bf16 forward B=2 T=256 (flash, wgmma)")
-check plain "$got" "$all|--bias-grad epilogue;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" "a failure of the plain kernels: every opt-in version left out, every run with a --flash- flag dropped"
+check plain "$got" "$all|--bias-grad epilogue;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" "a failure of the plain kernels: every opt-in version left out, every run with a --flash- flag dropped"
 got=$(speed hang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=wgmma)
-check hang "$got" "$all|--bias-grad epilogue;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" "a hang (exit 124): the same"
+check hang "$got" "$all|--bias-grad epilogue;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" "a hang (exit 124): the same"
 got=$(speed chainhang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=chain)
-check chainhang "$got" "31|$autos;--bias-grad epilogue;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" "a hang of the chained backward's check (its own process): v31 and its run alone left out"
+check chainhang "$got" "31|$autos;--bias-grad epilogue;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" "a hang of the chained backward's check (its own process): v31 and its run alone left out"
 got=$(speed gemm "not ok 12 - bf16 matmul by our GEMM N=256 C=128 OC=512 +bias +GELU, 3 blocks gelu(x·Wᵀ+b): rel err 1e-01 <= 0.01")
 check gemm "$got" "|$autos;--bias-grad epilogue;--flash-backward chain" "a failure of our GEMM's check: its run dropped, no attention version left out"
 got=$(speed gemmhang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=gemm)
 check gemmhang "$got" "|$autos;--bias-grad epilogue;--flash-backward chain" "a hang of our GEMM's check (its own process): its run alone dropped"
 got=$(speed persistenthang "ok 1 - bf16 forward (flash, wgmma)" STANDIN_HANG=persistent)
-check persistenthang "$got" "32,33,34,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu" \
+check persistenthang "$got" "32,33,34,36|--flash-backward-producer auto;--bias-grad epilogue;--flash-backward chain;--matmul-wgmma 1;--matmul-wgmma 2;--matmul-wgmma 4;--matmul-wgmma auto;--matmul-wgmma 2 --matmul-wgmma-products gelu;--classifier-stats epilogue" \
     "a hang of the persistent forward's check (its own process): v32-v34, v36 and the forward's auto alone left out"
 # the matmul step (our GEMM's timings) runs where its check passed, and not where it failed
 matmul_step() { sed -n 's/^dev_matmul only=\[\(.*\)\] .*/\1/p' "$tmp"/tree/dev/gpu_results/*-matmul.txt 2>/dev/null; }

@@ -399,13 +399,21 @@ NOTE="matmul: our GEMM's clusters of 2 do not fit on this GPU: layout 1 runs for
 if [[ $BIN == *simt* ]]; then note=(SIMT_COUNT_LAUNCHES=matmul_wgmma_kernel) gelu_note="simt: 40 launches of matmul_wgmma_kernel"
 else note=() gelu_note="matmul: the products with a GELU in the epilogue by our GEMM"; fi
 NOTE=$gelu_note GPU_FLAGS="--matmul-wgmma 2 --matmul-wgmma-products gelu" ONCE=1 gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3 "${note[@]}"
+# --classifier-stats epilogue: the LM head's product by our GEMM (layout 1: no --matmul-wgmma), whose
+# epilogue also gives each row's max and sum of exps per 128 columns; the loss kernel then reads
+# the row once. Within the bf16 bound of the CPU, two runs bit-identical.
+NOTE="matmul: the LM head's product by our GEMM, with the classifier's stats in its epilogue" GPU_FLAGS="--classifier-stats epilogue" \
+    gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3
 # --matmul-wgmma auto: each product of LLMC_MATMUL_TUNE_FLOPS flops or more (1 here) runs the
 # six layouts at its first call and keeps the fastest. They write the same bits (each output's
 # sum runs over the same k-slices in order), so the run is --matmul-wgmma 1's, bit for bit, and a
 # line for each product's shape says what it kept, with the 5 other layouts giving layout 1's bits.
+# Both runs take the classifier's stats from the LM head's product: its line says so, and its
+# stats too are layout 1's bits in every layout.
 gemm_auto() {
     local tmp; tmp=$(mktemp -d)
-    local base=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 3 --lr 1e-3 --val-data "" --seed 3 --precision bf16)
+    local base=(--device cuda --model d2 "${voc[@]}" --batch-size 4 --seq-len 64 --steps 3 --lr 1e-3 --val-data "" --seed 3 --precision bf16
+                --classifier-stats epilogue)
     SIMT_SM_COUNT=3 "$BIN" "${base[@]}" --matmul-wgmma 1 --log-file "$tmp/1.jsonl" >/dev/null 2>&1
     SIMT_SM_COUNT=3 LLMC_MATMUL_TUNE_FLOPS=1 "$BIN" "${base[@]}" --matmul-wgmma auto --log-file "$tmp/auto.jsonl" >"$tmp/auto.out" 2>&1
     ${PYTHON:-/usr/bin/python3} - "$tmp" <<'PY'
@@ -418,7 +426,8 @@ a, b = load(f"{d}/1.jsonl"), load(f"{d}/auto.jsonl")
 print(("ok" if len(a) == 3 and a == b else "not ok") + " - bf16: --matmul-wgmma auto trains bit-identically to --matmul-wgmma 1 (3 steps, losses and norms)")
 lines = re.findall(r"^matmul: our GEMM (\d+x\d+x\d+[^:]*): layout [1-6] \(--matmul-wgmma auto: 1-6 took [0-9.]+(?:, [0-9.]+){5} ms; 5 of 5 gave layout 1's bits\)$",
                    open(f"{d}/auto.out").read(), re.M)
-ok = len(lines) >= 8 and len(set(lines)) == len(lines) and any("with GELU" in s for s in lines) and any("with dGELU" in s for s in lines)
+ok = len(lines) >= 8 and len(set(lines)) == len(lines) and any("with GELU" in s for s in lines) and any("with dGELU" in s for s in lines) \
+    and any("the LM head's, with the classifier's stats" in s for s in lines)
 print(("ok" if ok else "not ok") + f" - bf16: --matmul-wgmma auto times the 6 layouts once a product's shape, all with layout 1's bits, and says what it keeps ({len(lines)} shapes)")
 PY
     rm -rf "$tmp"

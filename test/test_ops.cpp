@@ -1668,6 +1668,38 @@ static void test_classifier_vocab_parallel() {
     }
 }
 
+// The classifier from the rows' part stats (fused_classifier.cuh; --classifier-stats epilogue,
+// where the LM head's product makes them): the stats of each 128 columns, then the losses and the
+// gradient, against the one-pass op. V ends inside a part (1000 = 7·128 + 104) and the padding
+// fills the rest of the last part; one more row has all its real logits in the first part.
+// Bounds as above: the parts' sums are fp32, the one-pass sum double.
+static void test_classifier_from_parts() {
+    const int N = 6, V = 1000, Vp = 1008, parts = classifier_parts(Vp);
+    Rng r(12);
+    std::vector<float> logits((size_t)N * Vp);
+    for (auto& x : logits) x = 3.0f * r.normal();
+    for (int v = 0; v < Vp; v++) logits[(size_t)5 * Vp + v] = v < 100 ? 20.0f + v % 7 : -30.0f;  // (the other parts' exps are ~1e-22 of it)
+    std::vector<int> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = n == 0 ? 0 : n == 1 ? V - 1 : n == 2 ? 128 : (int)r.below(V);  // the ends, a part's first column
+    std::vector<float> want = logits, want_loss(N), got = logits, loss(N), stats((size_t)N * parts * 2);
+    fused_classifier(Ctx(), want.data(), want_loss.data(), tgt.data(), N, V, Vp, 0.25f);
+    classifier_part_stats_cpu(logits.data(), stats.data(), N, V, Vp);
+    classifier_from_parts(Ctx(), got.data(), loss.data(), stats.data(), tgt.data(), N, V, Vp, 0.25f);
+    double loss_err = 0, grad_err = 0, grad_max = 0;
+    for (int n = 0; n < N; n++) {
+        loss_err = std::max(loss_err, (double)std::fabs(loss[n] - want_loss[n]));
+        for (int v = 0; v < Vp; v++) {
+            grad_err = std::max(grad_err, (double)std::fabs(got[(size_t)n * Vp + v] - want[(size_t)n * Vp + v]));
+            grad_max = std::max(grad_max, (double)std::fabs(want[(size_t)n * Vp + v]));
+        }
+    }
+    const float* last = stats.data() + 2 * ((size_t)0 * parts + parts - 1);  // (row 0's last part: columns 896-1007, 104 of them real)
+    float m = -INFINITY;
+    for (int v = 896; v < V; v++) m = std::max(m, logits[v]);
+    report(loss_err <= 1e-5 && grad_err <= 1e-6 * grad_max && last[0] == m, "classifier from the part stats: the one-pass losses and gradient",
+           "loss diff %.1e, gradient diff %.1e of the largest; the last part's max over its real columns", loss_err, grad_err / grad_max);
+}
+
 int main() {
     test_encoder();
     test_layernorm();
@@ -1701,6 +1733,7 @@ int main() {
     test_tp_slices(true);
     test_tp_slices(true, false);
     test_classifier_vocab_parallel();
+    test_classifier_from_parts();
     test_encoder_vocab_parallel();
     test_pipeline_schedules();
     printf("# test_ops: %d passed, %d failed\n", n_pass, n_fail);

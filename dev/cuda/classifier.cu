@@ -8,15 +8,16 @@ CPU reference vs CUDA versions, in fp32 and bf16.
   v3: v2 with the row copied into shared memory (cp.async, 8 commit groups) and both passes
       reading it there (gpu_ctx.kernels.classifier_staged): the logits cross device memory twice
       (in, out), not three times; pass 1 waits for each group as it reaches it; v2's bits
-  v4: v2 with 1024 threads a row (gpu_ctx.kernels.classifier_threads) instead of 512: two rows an SM in flight
-      instead of four, 26 MB of bf16 GPT-2 rows on an H100 rather than 52, under its 50 MB L2,
-      so that pass 2's re-read of the row may hit it; the row summed in another order
+  v4: v2 with 1024 threads a row (classifier_threads): two rows an SM in flight, not four (26 MB
+      of GPT-2 rows on an H100, under its 50 MB L2), so pass 2 may find the row there; other bits
   v5: v2 as it was before exp2_ftz (kept here, the anchor of v2's and v3's ratios): expf for
       each element, and a running max updated element by element; v3 then waited for the whole
       row before pass 1
   v6: v3 by one block an SM walking its rows (gpu_ctx.kernels.classifier_staged = 2): two row
       buffers, the next row copied in while the block computes this one, so that device memory
       is busy during the compute too; v2's bits
+  v7: classifier_from_parts: each 128 columns' max and Σ exp given (--classifier-stats epilogue:
+      the LM head's product; here the CPU, before timing), so one pass over the row (other bits)
 Reports max relative error and time and effective bandwidth over the bytes that must move (the
 logits read once and written once: 2·N·Vp·sizeof(T); a version reading them more often shows a
 lower number).
@@ -88,6 +89,9 @@ template <class floatX> static void run(int N, int V, int Vp) {
     DevBuf<floatX> fresh(start), glog(start);
     DevBuf gloss(losses);
     const double lbound = std::is_same_v<floatX, float> ? 1e-5 : 1e-4, gbound = std::is_same_v<floatX, float> ? 1e-4 : 1e-2;
+    std::vector<float> stats((size_t)N * classifier_parts(Vp) * 2);  // (v7's input)
+    classifier_part_stats_cpu(start.data(), stats.data(), N, V, Vp);
+    DevBuf gstats(stats);
     Version versions[] = {
         {"v1 three passes, 1 element/load", [&] { classifier_v1_kernel<<<N, 512, 0, gpu_ctx.stream>>>(glog.p(), gloss.p(), gt.data(), V, Vp, 1.0f / N); }},
         {"v2 online softmax, 16-byte packs", [&] { fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N); }},
@@ -105,6 +109,9 @@ template <class floatX> static void run(int N, int V, int Vp) {
             gpu_ctx.kernels.classifier_staged = 2;
             fused_classifier(gpu_ctx, glog.p(), gloss.p(), gt.data(), N, V, Vp, 1.0f / N);
             gpu_ctx.kernels.classifier_staged = 0;
+        }},
+        {"v7 from the part stats, one pass", [&] {
+            classifier_from_parts(gpu_ctx, glog.p(), gloss.p(), gstats.p(), gt.data(), N, V, Vp, 1.0f / N);
         }},
         {"v5 v2 with expf (before exp2_ftz)", [&] {
             constexpr int P = PACK<floatX>;

@@ -12,7 +12,8 @@ CUDA versions, in bf16 (the trainer's GPU precision).
   v9: v7 with --matmul-wgmma 3: its outputs through shared memory and TMA stores
   v10, v11, v12: v7, v8, v9 in clusters of 2 blocks, each copying half of B for both (--matmul-wgmma 4-6)
 The layers of one block (qkv, attproj, mlp; fc and fcproj: the MLP's products without GELU) and
-the classifier, at N = B·T rows. Each layer's forward and backward is checked against the CPU op
+the classifier, at N = B·T rows; for v7-v12 also cls+stats, the classifier whose forward also
+gives the softmax's stats (--classifier-stats epilogue): its forward less the classifier's is their cost. Each layer's forward and backward is checked against the CPU op
 on its first `check` rows, then timed at N (TFLOP/s over 2·N·C·OC a product). A line a version
 gives the GELU's cost in the epilogues: mlp less fc and fcproj. Then dbias's column sums three ways for each bias width: the
 Warps and Columns kernels alone (GB/s over dout's bytes), and inside a layer's whole backward
@@ -62,14 +63,19 @@ struct Layer {
     int dout = -1, dbias = -1;  // a linear layer's tensors (bias_grads times its column sum alone)
 };
 
-static Layer linear(const char* name, int N, int C, int OC, bool bias) {
+// stats: the forward by matmul_forward_logits, our GEMM with the classifier's stats in its
+// epilogue (--classifier-stats epilogue; where it does not run, matmul_forward)
+static Layer linear(const char* name, int N, int C, int OC, bool bias, bool stats = false) {
     Layer L{name, (double)C * OC};
     auto t = L.t;
     const int x = t->add((size_t)N * C, false), W = t->add((size_t)OC * C, false, 0.05f), b = t->add(OC, false);
     const int dout = t->add((size_t)N * OC, false, 0.01f), out = t->add((size_t)N * OC, true), dx = t->add((size_t)N * C, true);
     const int dW = t->add((size_t)OC * C, false), db = t->add(OC, false);
     L.forward = [=](const Ctx& c, int n) {
-        matmul_forward(c, t->p(c, out), t->p(c, x), t->p(c, W), bias ? t->p(c, b) : nullptr, n, C, OC);
+        Ctx s = c;
+        s.kernels.classifier_stats_epilogue = stats;
+        if (!matmul_forward_logits(s, t->p(c, out), t->p(c, x), t->p(c, W), n, C, OC, OC))
+            matmul_forward(c, t->p(c, out), t->p(c, x), t->p(c, W), bias ? t->p(c, b) : nullptr, n, C, OC);
     };
     L.backward = [=](const Ctx& c, int n) {
         matmul_backward(c, t->p(c, dx), t->p(c, dW), bias ? t->p(c, db) : nullptr, t->p(c, dout), t->p(c, x), t->p(c, W), n, C, OC);
@@ -236,6 +242,7 @@ int main(int argc, char** argv) {
         run_all(layers, 1, N, check);
         run(layers[2], 2, N, check);  // the MLP with its GELU apart
         run_all(layers, 6, N, check);  // tuned
+        layers.push_back(linear("cls+stats", N, C, Vp, false, true));  // (v7-v12: the classifier with the softmax's stats)
         if (gpu_has_wgmma())
             for (int v : {7, 10, 8, 11, 9, 12}) run_all(layers, v, N, check);  // our GEMM's forward and dinp: each layout, then it in clusters
         else
