@@ -309,13 +309,15 @@ __global__ void classifier_finish_kernel(floatX* logits, float* losses, const fl
     classifier_row_grad<floatX, 1>(row, row, Vl, Vpl, m, log_sum, targets[n] - lo, dloss);
 }
 // From the part stats (above): each warp merges the row's parts itself, lane l the parts l,
-// l + 32, ..., then the lanes by shuffles (each pair's merge is symmetric, so every lane ends
-// with the same M and S: no block barrier). Then pass 2 alone: the row is read once. The thread
-// that holds the target's pack writes the loss before it overwrites that pack.
+// l + 32, ..., then the lanes by shuffles. Each pair's merge is symmetric: its two products are
+// rounded apart (__fmul_rn is never contracted into an FMA, which would round one of them only),
+// so every lane ends with the same M and S, and no block barrier is needed. Then pass 2 alone:
+// the row is read once. The thread that holds the target's pack writes the loss before it
+// overwrites that pack.
 __device__ inline void softmax_merge(float& m, float& s, float m2, float s2) {  // (m, s) and (m2, s2) as one
     const float M = fmaxf(m, m2);
     if (M == -INFINITY) return;  // (both empty)
-    s = s * exp2_ftz((m - M) * LOG2E) + s2 * exp2_ftz((m2 - M) * LOG2E);
+    s = __fmul_rn(s, exp2_ftz((m - M) * LOG2E)) + __fmul_rn(s2, exp2_ftz((m2 - M) * LOG2E));
     m = M;
 }
 template <class floatX, int P>
