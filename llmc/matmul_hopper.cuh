@@ -459,10 +459,11 @@ inline int gemm_layout_auto(const Ctx& ctx, const R& run, const H* out, const H*
                 snprintf(one, sizeof(one), "%s%.3f", ms.empty() ? "" : ", ", m);
                 ms += one;
             }
-            printf("matmul: our GEMM %dx%dx%d%s%s: layout %d (--matmul-wgmma auto: 1-%d took %s ms; %d of %d gave layout 1's bits)\n", N, OC, K,
+            printf("matmul: our GEMM %dx%dx%d%s%s: layout %d (%s: 1-%d took %s ms; %d of %d gave layout 1's bits)\n", N, OC, K,
                    TRANS_B ? " (input gradient)" : sums.row_stats ? " (the LM head's, with the classifier's stats)" : "",
-                   EPI == GemmEpi::BiasGelu ? " with GELU" : EPI == GemmEpi::DGelu ? " with dGELU" : "",
-                   layout, GEMM_LAYOUTS, ms.c_str(), t.same, GEMM_LAYOUTS - 1);
+                   EPI == GemmEpi::BiasGelu ? " with GELU" : EPI == GemmEpi::DGelu ? " with dGELU" : "", layout,
+                   ctx.kernels.matmul_wgmma ? "--matmul-wgmma auto" : "--classifier-stats epilogue, by timing", GEMM_LAYOUTS, ms.c_str(), t.same,
+                   GEMM_LAYOUTS - 1);
         }
     }
     return ctx.tuned->gemm_layouts[key] = layout;
@@ -519,11 +520,14 @@ inline bool matmul_wgmma_forward(const Ctx& ctx, floatX* out, floatX* pre, const
 }
 // The LM head's logits = inp·Wᵀ (OC = Vp columns, V of them real) and each row's part stats for
 // the classifier (fused_classifier.cuh: N × classifier_parts(OC) × 2 floats), by our GEMM's
-// epilogue (gemm_row_stats); false where it cannot run here (then nothing was launched).
+// epilogue (gemm_row_stats); false where it cannot run here (then nothing was launched). The
+// layout: --matmul-wgmma's, or where that is 0 the fastest by timing, as auto (the same bits).
 template <class floatX>
 inline bool matmul_wgmma_logits(const Ctx& ctx, floatX* logits, float* stats, const floatX* inp, const floatX* W, int N, int C, int OC, int V) {
     if (!gemm_runs<floatX>(ctx, C, OC, N, {logits, inp, W}, true)) return false;
-    if constexpr (is_half_type<floatX>) gemm_launch<floatX, false, GemmEpi::Bias>(ctx, logits, nullptr, nullptr, GemmSums{nullptr, stats, V}, inp, W, N, OC, C);
+    Ctx c = ctx;
+    if (!c.kernels.matmul_wgmma) c.kernels.matmul_wgmma_auto = true;
+    if constexpr (is_half_type<floatX>) gemm_launch<floatX, false, GemmEpi::Bias>(c, logits, nullptr, nullptr, GemmSums{nullptr, stats, V}, inp, W, N, OC, C);
     return true;
 }
 // dinp = dout·W, times GELU'(pre_in) where pre_in is given (the layer's input was GELU(pre_in)).

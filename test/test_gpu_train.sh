@@ -399,11 +399,14 @@ NOTE="matmul: our GEMM's clusters of 2 do not fit on this GPU: layout 1 runs for
 if [[ $BIN == *simt* ]]; then note=(SIMT_COUNT_LAUNCHES=matmul_wgmma_kernel) gelu_note="simt: 40 launches of matmul_wgmma_kernel"
 else note=() gelu_note="matmul: the products with a GELU in the epilogue by our GEMM"; fi
 NOTE=$gelu_note GPU_FLAGS="--matmul-wgmma 2 --matmul-wgmma-products gelu" ONCE=1 gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3 "${note[@]}"
-# --classifier-stats epilogue: the LM head's product by our GEMM (layout 1: no --matmul-wgmma), whose
+# --classifier-stats epilogue: the LM head's product by our GEMM (layout 1: d2's is too small to time), whose
 # epilogue also gives each row's max and sum of exps per 128 columns; the loss kernel then reads
 # the row once. Within the bf16 bound of the CPU, two runs bit-identical.
 NOTE="matmul: the LM head's product by our GEMM, with the classifier's stats in its epilogue" GPU_FLAGS="--classifier-stats epilogue" \
     gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3
+# without --matmul-wgmma the LM head's layout is chosen by timing, as auto does (LLMC_MATMUL_TUNE_FLOPS=1: at d2's size too)
+NOTE="(--classifier-stats epilogue, by timing: 1-6 took" GPU_FLAGS="--classifier-stats epilogue" ONCE=1 \
+    gpu_vs_cpu bf16 2e-2 SIMT_SM_COUNT=3 LLMC_MATMUL_TUNE_FLOPS=1
 # --matmul-wgmma auto: each product of LLMC_MATMUL_TUNE_FLOPS flops or more (1 here) runs the
 # six layouts at its first call and keeps the fastest. They write the same bits (each output's
 # sum runs over the same k-slices in order), so the run is --matmul-wgmma 1's, bit for bit, and a
