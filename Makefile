@@ -147,7 +147,11 @@ SIMT_LAUNCH := s/\b(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*)\);/simt::launch("$$1", s
 # bit-identical to others that compute the same sums in the same order; g++ may fuse a multiply
 # and an add into an FMA in one and not the other (it did in LayerNorm's one- and two-kernel
 # backward under -march=native on an AMD EPYC), which is a difference of the build, not the order.
-SIMT_CXX := $(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing -ffp-contract=off -Wno-unused-function -DLLMC_SIMT -include test/simt.h
+# The frame pointers and the two -fno-... let the emulator tell one .aligned instruction from
+# another by its chain of return addresses: g++ would merge a call that ends two branches.
+# -g1 (line tables) lets its reports name the source lines.
+SIMT_SITES := -g1 -fno-omit-frame-pointer -fno-crossjumping -fno-tree-tail-merge
+SIMT_CXX := $(CXX) $(CXXFLAGS) -O2 $(SIMT_SITES) -fno-strict-aliasing -ffp-contract=off -Wno-unused-function -DLLMC_SIMT -include test/simt.h
 build/simt/%: %
 	@mkdir -p $(dir $@)
 	@{ echo "#line 1 \"$<\""; perl -pe '$(SIMT_LAUNCH)' $<; } > $@
@@ -164,7 +168,7 @@ build/simt_dev_%: build/simt/dev/cuda/%.cu build/simt/dev/cuda/common.cuh test/s
 	$(SIMT_CXX) -x c++ $< -o $@ $(LDLIBS)
 build/test_simt: test/test_simt.cpp test/simt.h
 	@mkdir -p build
-	$(CXX) $(CXXFLAGS) -O2 -fno-strict-aliasing $< -o $@
+	$(CXX) $(CXXFLAGS) -O2 $(SIMT_SITES) -fno-strict-aliasing $< -o $@
 
 # (one make for the binaries and the tests' programs, the longest compiles first, so that -j2
 # keeps both cores busy; a make of `all` first would compile the trainer with nvcc beside

@@ -203,9 +203,11 @@ __device__ inline void mbar_wait(uint64_t* bar, unsigned parity) {
 }
 // setmaxnreg (sm_90a): this warpgroup's registers a thread become N (a producer gives some
 // back, the computing warpgroups take them). Needs a cap at the kernel's entry:
-// __launch_bounds__(threads, 1). The emulator has no register file: there it does nothing.
+// __launch_bounds__(threads, 1). The emulator has no register file: it checks only where it runs.
 template <int N, bool MORE> __device__ inline void setmaxnreg() {  // MORE: N is above the entry cap
-#if !defined(LLMC_SIMT) && defined(LLMC_WGMMA)
+#if defined(LLMC_SIMT)
+    simt::aligned_site("setmaxnreg");
+#elif defined(LLMC_WGMMA)
     if constexpr (MORE) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
     else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 #endif

@@ -13,9 +13,9 @@ The model, in short: a block's threads are fibers that run one warp at a time to
 barrier, in thread order or reversed (SIMT_ORDER=reverse), the two legal schedules with the most
 skew, so a missing barrier changes a result in one of them. Asynchronous copies and wgmma
 products land at the latest moment a GPU may land them. Deadlocks, reads past a buffer, host
-pointers in kernels, streams that touch each other's bytes without a wait, and a wgmma reading
-what cp.async or stmatrix wrote with no fence.proxy.async since are reported with the kernel's
-name. Not modelled: timing, occupancy, coalescing, bank conflicts, register limits.
+pointers in kernels, streams that touch each other's bytes without a wait, a wgmma reading what
+cp.async or stmatrix wrote with no fence.proxy.async since, and a warp at two .aligned
+instructions at once are reported with the kernel's name. Not modelled: timing, occupancy.
 
 Main parts: launch (blocks, clusters, fibers, barriers), the instruction emulations, cudaMalloc with guard
 pages, pinned-memory and stream protection, cuBLASLt (with the backend's epilogues and FP8).
@@ -44,6 +44,7 @@ test/test_simt.cpp. More: docs/emulator.md.
 #include <type_traits>
 #include <vector>
 #include <sys/mman.h>
+#include <link.h>
 #include <unistd.h>
 #ifndef __x86_64__
 #include <ucontext.h>
@@ -159,6 +160,7 @@ struct Fiber {
     const void* mbar = nullptr;     // AT_MBAR: the mbarrier it waits on, for the phase of parity mbar_parity
     unsigned mbar_parity = 0;
     unsigned named = 0, named_gen = 0;  // AT_NAMED: the named barrier it waits at, and that barrier's phase then
+    std::vector<uint64_t> sites;    // where it ran each .aligned instruction since its warp's last check (aligned_site)
 #ifndef __x86_64__
     ucontext_t uc;
 #endif
@@ -298,6 +300,111 @@ inline void start_fibers(BlockRun& r) {
     }
 }
 
+// ---- .aligned instructions (mma.sync, ldmatrix, stmatrix, wgmma, bar.sync, bar.arrive,
+// __syncthreads, setmaxnreg) need the whole warp at the same instruction. Lanes that reach the
+// same number of them from two places (two branches) may hang or fault on a GPU; here they would
+// go on. So each such instruction records where it runs: the chain of return addresses up its
+// fiber's stack (the build keeps frame pointers, and does not merge the equal ends of two
+// branches). A warp's lanes must record the same sequence, and a lane that exited a prefix of it.
+// That is checked where the lanes meet (warp collectives, wgmma waits, block barriers) and when
+// the block ends (check_sites). Where g++ made two copies of one line (two chains, the same
+// source lines), the two are one instruction: addr2line tells, once for each pair.
+struct SiteChain {
+    const char* op;
+    std::vector<void*> ret;  // its return addresses, innermost first
+    uint64_t same = 0;       // another site of the same source lines, found so (0: none)
+    std::string text;        // its source lines (site_text), once asked for
+};
+inline thread_local std::unordered_map<uint64_t, SiteChain> tl_sites;  // by hash of the chain
+__attribute__((noinline)) inline void aligned_site(const char* op) {
+    BlockRun& r = *tl_run;
+    const char* lo = r.stacks + (size_t)r.cur * (STACK_BYTES + PAGE) + PAGE;  // (this fiber's stack)
+    const char* hi = lo + STACK_BYTES;
+    void* ret[24];
+    int n = 0;
+    uint64_t h = (uint64_t)(uintptr_t)op * 0x9e3779b97f4a7c15ull;
+    for (void** fp = (void**)__builtin_frame_address(0); (const char*)fp >= lo && (const char*)(fp + 2) <= hi && n < 24;) {
+        ret[n] = fp[1];
+        h = (h ^ (uint64_t)(uintptr_t)ret[n++]) * 0x100000001b3ull;
+        void** up = (void**)fp[0];
+        if (up <= fp) break;
+        fp = up;
+    }
+    auto it = tl_sites.find(h);
+    if (it == tl_sites.end()) it = tl_sites.emplace(h, SiteChain{op, std::vector<void*>(ret, ret + n)}).first;
+    r.me().sites.push_back(it->second.same ? it->second.same : h);
+}
+// A site as its instruction and the source lines that lead to it, innermost first: addr2line's
+// frames less the emulator's and the C++ library's (line numbers with -g1; without, names)
+inline const std::string& site_text(uint64_t h) {
+    SiteChain& c = tl_sites.at(h);
+    if (!c.text.empty()) return c.text;
+    char exe[4096];
+    const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    uintptr_t bias = 0;  // (the executable's load address: addr2line wants addresses in the file)
+    dl_iterate_phdr([](dl_phdr_info* info, size_t, void* b) { *(uintptr_t*)b = info->dlpi_addr; return 1; }, &bias);
+    std::string cmd = "addr2line -f -C -i -p -e '" + std::string(exe, len > 0 ? (size_t)len : 0) + "'";
+    for (void* ret : c.ret) {
+        char a[32];
+        snprintf(a, sizeof(a), " %#lx", (unsigned long)((uintptr_t)ret - bias - 1));  // (- 1: inside the call)
+        cmd += a;
+    }
+    std::string text = c.op, sep = " at ", cwd = getcwd(exe, sizeof(exe)) ? std::string(exe) + "/" : "";
+    if (FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r")) {
+        char line[1024];
+        while (fgets(line, sizeof(line), p)) {  // "function at file:line", or " (inlined by) function at file:line"
+            std::string s(line, strcspn(line, "\n"));
+            const size_t at = s.rfind(" at ");
+            std::string fn = s.substr(0, at), where = at == std::string::npos ? "??" : s.substr(at + 4);
+            if (fn.find("fiber_main") != std::string::npos) break;
+            if (fn.rfind(" (inlined by) ", 0) == 0) fn = fn.substr(14);
+            if (fn.rfind("simt::", 0) == 0 || fn.rfind("__syncthreads", 0) == 0 || where.rfind("/usr/", 0) == 0 || fn.find("std::") != std::string::npos)
+                continue;  // (the emulator's frames, and the C++ library's)
+            if (!cwd.empty() && where.rfind(cwd, 0) == 0) where = where.substr(cwd.size());
+            text += sep + (where.rfind("??", 0) == 0 ? fn : where.substr(0, where.find(" (discriminator")));
+            sep = " < ";
+        }
+        pclose(p);
+    }
+    return c.text = text;
+}
+// Whether two sites are one instruction: one chain, or the same source lines (then remembered)
+inline bool same_site(uint64_t a, uint64_t b) {
+    if (a == b) return true;
+    const std::string& ta = site_text(a);
+    if (ta != site_text(b) || ta.find(':') == std::string::npos) return false;  // (without line numbers, no answer: not the same)
+    SiteChain& cb = tl_sites.at(b);
+    if (!cb.same) cb.same = a;
+    return true;
+}
+[[noreturn]] inline void sites_differ(const BlockRun& r, int w, int a, int b, size_t i) {
+    const std::vector<uint64_t>&sa = r.fibers[a].sites, &sb = r.fibers[b].sites;
+    die("%s: lanes %d and %d of warp %d, at their .aligned instruction %zu since the warp last met, are at different instructions "
+        "(a GPU needs the whole warp at each one): lane %d: %s; lane %d: %s",
+        r.kernel, a % 32, b % 32, w, i + 1, a % 32, i < sa.size() ? site_text(sa[i]).c_str() : "none (it went on)", b % 32,
+        i < sb.size() ? site_text(sb[i]).c_str() : "none (it went on)");
+}
+// Warp w: the live lanes' sites alike, an exited lane's a prefix of theirs (of the longest where
+// all exited); then each lane starts a new record.
+inline void check_sites(BlockRun& r, int w) {
+    const int first = w * 32, lanes = std::min(32, r.nthreads - first);
+    int ref = -1;
+    for (int l = 0; l < lanes && ref < 0; l++)
+        if (r.fibers[first + l].state != DONE) ref = first + l;
+    if (ref < 0)
+        for (int l = 0; l < lanes; l++)
+            if (ref < 0 || r.fibers[first + l].sites.size() > r.fibers[ref].sites.size()) ref = first + l;
+    const std::vector<uint64_t>& s0 = r.fibers[ref].sites;
+    for (int l = 0; l < lanes; l++) {
+        const Fiber& f = r.fibers[first + l];
+        const size_t n = std::min(f.sites.size(), s0.size());
+        size_t i = 0;
+        while (i < n && same_site(s0[i], f.sites[i])) i++;
+        if (i < n || f.sites.size() > s0.size() || (f.state != DONE && f.sites.size() < s0.size())) sites_differ(r, w, ref, first + l, i);
+    }
+    for (int l = 0; l < lanes; l++) r.fibers[first + l].sites.clear();
+}
+
 // Runs one block to completion. Each warp in turn runs as far as it can: its lanes in thread
 // order until each blocks, then its warp collective, again and again, until every lane waits at
 // __syncthreads or has ended. Then the next warp. When no warp can move, a block barrier that
@@ -316,6 +423,7 @@ inline bool release_warp(BlockRun& r, int w) {  // true if warp w's lanes all re
     for (int l = 1; l < 32; l++)
         if (r.fibers[w * 32 + l].warp_ops != r.fibers[w * 32].warp_ops)
             die("%s: lanes of warp %d reach different warp collectives (divergent shuffle/mma, lane %d)", r.kernel, w, l);
+    check_sites(r, w);
     for (int l = 0; l < 32; l++) r.fibers[w * 32 + l].state = READY;
     return true;
 }
@@ -343,6 +451,7 @@ inline bool release_barriers(BlockRun& r, int& live) {
     for (int c = 0; c < r.ctas; c++) {
         live += live_c[c];
         if (block_c[c] == 0 || block_c[c] < live_c[c]) continue;
+        for (int w = c * r.cta_threads / 32; w < ((c + 1) * r.cta_threads + 31) / 32; w++) check_sites(r, w);
         for (int i = c * r.cta_threads; i < (c + 1) * r.cta_threads; i++)
             if (r.fibers[i].state == AT_BLOCK) r.fibers[i].state = READY;
         moved = true;
@@ -383,6 +492,7 @@ inline void run_block(BlockRun& r) {
         if (live > 0 && land_bulk_copies(r)) continue;  // (TMA copies land when no thread can go on)
         if (start_held(r)) continue;
         if (live == 0) {
+            for (int w = 0; w < nwarps; w++) check_sites(r, w);
             for (const auto& [bar, m] : r.mbars)
                 if (!m.bulk.empty()) die("%s: the block ended with a TMA copy in flight (no thread waited for its mbarrier), block (%u,%u,%u)",
                                          r.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
@@ -399,10 +509,11 @@ inline void run_block(BlockRun& r) {
 }
 
 // ---- what the kernels call
-inline void syncthreads() { block_on(AT_BLOCK); }
+inline void syncthreads() { aligned_site("__syncthreads"); block_on(AT_BLOCK); }
 inline void warp_barrier() { tl_run->me().warp_ops++; block_on(AT_WARP); }
 inline int lane_id() { return tl_run->cur % 32; }
 inline WarpSlots& my_warp() { return tl_run->warps[tl_run->cur / 32]; }
+
 
 template <class T> inline T shfl(unsigned mask, T v, int src_of_lane(int, int), int arg, int width) {
     static_assert(sizeof(T) == 4, "simt: shuffles of 4-byte values only");
@@ -445,6 +556,7 @@ inline float half_value(uint32_t reg, int hi, bool fp16) {
 }
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16.bf16 | f16.f16}.f32 (fp16: the .f16 inputs)
 inline void mma_m16n8k16(float* c, const uint32_t* a, const uint32_t* b, bool fp16 = false) {
+    aligned_site("mma.sync");
     WarpSlots& w = my_warp();
     const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
     memcpy(w.a[buf][lane], a, 16);
@@ -476,6 +588,7 @@ inline void generic_wrote(const void* p, size_t bytes);  // the generic proxy wr
 // ldmatrix's and stmatrix's first half: each lane checks and posts its row address (lanes
 // 8i..8i+7 give matrix i's rows), and the warp meets; returns the slot buffer that holds them.
 inline int matrix_rows_exchange(const char* op, int num, const void* row_addr) {
+    aligned_site(op);
     WarpSlots& w = my_warp();
     const int buf = tl_run->me().warp_ops & 1, lane = lane_id();
     if (lane < 8 * num) {
@@ -605,6 +718,7 @@ inline void bar_named(unsigned id, unsigned n, bool wait) {
     BlockRun& r = *tl_run;
     if (id == 0 || id >= 16) die("%s: named barrier %u (1 to 15 here; 0 is __syncthreads')", r.kernel, id);
     if (n == 0 || n % 32 || n > (unsigned)r.cta_threads) die("%s: named barrier %u for %u threads (a multiple of 32, at most the block's)", r.kernel, id, n);
+    aligned_site(wait ? "bar.sync" : "bar.arrive");
     NamedBar& b = r.named[r.me().cta][id];
     if (b.arrived == 0) b.count = n;
     else if (b.count != n) die("%s: threads give named barrier %u different thread counts (%u and %u)", r.kernel, id, b.count, n);
@@ -932,6 +1046,7 @@ inline void wgmma_issue(float* d, const uint32_t* a, uint64_t desc, int n, bool 
                 die("%s: thread %d wrote the D registers of a wgmma product before the wait_group that completes it", r.kernel, r.cur);
             break;
         }
+    aligned_site("wgmma.mma_async");
     WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
     op.fp16 = fp16, op.a_shared = a_shared, op.desc_a = desc_a;
     r.me().wgmma.push_back(std::move(op));
@@ -945,14 +1060,16 @@ inline void wgmma_m64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, int n, b
     wgmma_issue(d, none, desc_b, n, trans_b, accumulate, fp16, true, desc_a);
 }
 inline void wgmma_commit() {
+    aligned_site("wgmma.commit_group");
     Fiber& f = tl_run->me();
     if (f.wgmma_groups.empty() ? !f.wgmma.empty() : f.wgmma_groups.back() < f.wgmma.size()) f.wgmma_groups.push_back(f.wgmma.size());
 }
 // wgmma.fence: the registers written so far may be a product's A and D. The emulator asks for one
 // between a thread's last wgmma wait (after which it reads D) and its next product, as the PTX ISA
 // does wherever the registers were touched in between, and before its first.
-inline void wgmma_fence() { tl_run->me().wgmma_fenced = true; }
+inline void wgmma_fence() { aligned_site("wgmma.fence"); tl_run->me().wgmma_fenced = true; }
 inline void wgmma_wait(int keep) {
+    aligned_site("wgmma.wait_group");
     Fiber& f = tl_run->me();
     f.wgmma_fenced = false;
     f.wgmma_keep = keep;
@@ -1021,6 +1138,7 @@ inline bool release_group(BlockRun& r, int g) {  // true if warpgroup g's thread
         if (f.group_ops != f0.group_ops || f.wgmma_keep != f0.wgmma_keep || f.wgmma.size() != f0.wgmma.size() || f.wgmma_groups != f0.wgmma_groups)
             die("%s: the threads of warpgroup %d reach different wgmma waits or issued different products (thread %d)", r.kernel, g, first + j);
     }
+    for (int w = first / 32; w < first / 32 + 4; w++) check_sites(r, w);
     const size_t groups = f0.wgmma_groups.size(), keep = (size_t)f0.wgmma_keep;
     if (groups > keep) {
         const size_t ops = f0.wgmma_groups[groups - keep - 1];  // the products of the groups that complete

@@ -728,6 +728,70 @@ static void test_kernel_writes() {
     cudaEventDestroy(e); cudaFree(a); cudaFree(b);
 }
 
+// .aligned instructions: a warp's lanes at the same number of them but at two places (two
+// branches) would go on here and may hang on a GPU; they are reported, at the point where the
+// lanes meet and at the block's end, with the source lines. Lanes that exited early, or that did
+// other work in a branch and meet again at one instruction, are not.
+static void test_aligned_sites() {
+    volatile int sink = 0;
+    check(dies_with([&] {
+              simt::launch("syncthreads_apart", simt::Cfg{1, 64}, [&] {
+                  if (threadIdx.x % 32 == 5) {
+                      sink = 1;
+                      __syncthreads();
+                  } else {
+                      __syncthreads();
+                  }
+              });
+          }, "syncthreads_apart: lanes 0 and 5 of warp 0"),
+          "aligned: __syncthreads reached from two branches of a warp is reported, with the kernel, the lanes and the warp");
+    check(dies_with([&] {
+              simt::launch("bar_arrive_apart", simt::Cfg{1, 32}, [&] {
+                  if (threadIdx.x == 0) {
+                      sink = 2;
+                      simt::bar_named(1, 32, false);
+                  } else {
+                      simt::bar_named(1, 32, false);
+                  }
+              });
+          }, "test_simt.cpp:"),
+          "aligned: bar.arrive from two branches, with nothing after it, is reported at the block's end, with its source line");
+    check(dies_with([&] {
+              simt::launch("wgmma_fence_apart", simt::Cfg{1, 128}, [&] {
+                  if (threadIdx.x == 77) {
+                      sink = 3;
+                      simt::wgmma_fence();
+                  } else {
+                      simt::wgmma_fence();
+                  }
+                  simt::wgmma_wait(0);
+              });
+          }, "wgmma_fence_apart: lanes 0 and 13 of warp 2"),
+          "aligned: a wgmma.fence from two branches is reported at the warpgroup's wait");
+    // g++ may copy a line into two places (it did in column_sum_add_kernel); one line's two calls stand in for that here
+    check(!dies_with([&] {
+              simt::launch("one_line", simt::Cfg{1, 32}, [&] { if (threadIdx.x == 1) { sink = 5; __syncthreads(); } else { __syncthreads(); } });
+          }, "simt:"),
+          "aligned: one source line reached through two chains of calls is one instruction");
+    bool done = true;
+    const bool ok = !dies_with([&] {
+        simt::launch("aligned_converged", simt::Cfg{1, 64}, [&] {
+            __shared__ __align__(16) uint16_t s[8 * 8];
+            if (threadIdx.x % 32 == 3) sink = 4;  // (a branch that meets again before the next one)
+            for (int i = 0; i < 3; i++) {
+                uint32_t r[1];
+                if (threadIdx.x < 8) for (int c = 0; c < 8; c++) s[threadIdx.x * 8 + c] = (uint16_t)c;
+                __syncthreads();
+                simt::ldmatrix(r, 1, false, &s[(threadIdx.x % 8) * 8]);
+                __syncthreads();
+            }
+            if (threadIdx.x >= 48) return;  // lanes that exit, then the others meet again
+            __syncthreads();
+        });
+    }, "simt:");
+    check(ok && done, "aligned: lanes that branch and meet again, loop, or exit before a __syncthreads are not reported");
+}
+
 static void test_failures() {
     check(dies_with([] {
               simt::launch("divergent", simt::Cfg{1, 64}, [] {  // half a warp at the barrier, half at a shuffle
@@ -967,6 +1031,7 @@ int main() {
     test_streams();
     test_kernel_writes();
     test_failures();
+    test_aligned_sites();
     printf("# test_simt: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
