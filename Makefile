@@ -147,10 +147,10 @@ SIMT_LAUNCH := s/\b(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*)\);/simt::launch("$$1", s
 # bit-identical to others that compute the same sums in the same order; g++ may fuse a multiply
 # and an add into an FMA in one and not the other (it did in LayerNorm's one- and two-kernel
 # backward under -march=native on an AMD EPYC), which is a difference of the build, not the order.
-# The frame pointers and the two -fno-... let the emulator tell one .aligned instruction from
-# another by its chain of return addresses: g++ would merge a call that ends two branches.
-# -g1 (line tables) lets its reports name the source lines.
-SIMT_SITES := -g1 -fno-omit-frame-pointer -fno-crossjumping -fno-tree-tail-merge
+# The frame pointers and the three -fno-... let the emulator tell one .aligned instruction from
+# another by its chain of return addresses: g++ would merge a call that ends two branches, or
+# make it a jump that leaves no return address. -g1 (line tables): its reports name the lines.
+SIMT_SITES := -g1 -fno-omit-frame-pointer -fno-crossjumping -fno-tree-tail-merge -fno-optimize-sibling-calls
 SIMT_CXX := $(CXX) $(CXXFLAGS) -O2 $(SIMT_SITES) -fno-strict-aliasing -ffp-contract=off -Wno-unused-function -DLLMC_SIMT -include test/simt.h
 build/simt/%: %
 	@mkdir -p $(dir $@)

@@ -358,7 +358,7 @@ inline const std::string& site_text(uint64_t h) {
             std::string fn = s.substr(0, at), where = at == std::string::npos ? "??" : s.substr(at + 4);
             if (fn.find("fiber_main") != std::string::npos) break;
             if (fn.rfind(" (inlined by) ", 0) == 0) fn = fn.substr(14);
-            if (fn.rfind("simt::", 0) == 0 || fn.rfind("__syncthreads", 0) == 0 || where.rfind("/usr/", 0) == 0 || fn.find("std::") != std::string::npos)
+            if (fn.rfind("simt::", 0) == 0 || fn.rfind("__syncthreads", 0) == 0 || where.rfind("/usr/", 0) == 0)
                 continue;  // (the emulator's frames, and the C++ library's)
             if (!cwd.empty() && where.rfind(cwd, 0) == 0) where = where.substr(cwd.size());
             text += sep + (where.rfind("??", 0) == 0 ? fn : where.substr(0, where.find(" (discriminator")));

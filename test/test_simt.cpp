@@ -732,64 +732,50 @@ static void test_kernel_writes() {
 // branches) would go on here and may hang on a GPU; they are reported, at the point where the
 // lanes meet and at the block's end, with the source lines. Lanes that exited early, or that did
 // other work in a branch and meet again at one instruction, are not.
+static volatile int g_sink = 0;
+// A kernel of `threads` threads: thread `odd` runs op in one branch, the others in the other; then all run `after`
+static bool branches_reported(const char* kernel, unsigned threads, unsigned odd, void (*op)(), void (*after)(), const char* needle) {
+    return dies_with([=] {
+        simt::launch(kernel, simt::Cfg{1, threads}, [=] {
+            if (threadIdx.x == odd) {
+                g_sink = 1;
+                op();
+            } else {
+                op();
+            }
+            if (after) after();
+        });
+    }, needle);
+}
 static void test_aligned_sites() {
-    volatile int sink = 0;
-    check(dies_with([&] {
-              simt::launch("syncthreads_apart", simt::Cfg{1, 64}, [&] {
-                  if (threadIdx.x % 32 == 5) {
-                      sink = 1;
-                      __syncthreads();
-                  } else {
-                      __syncthreads();
-                  }
-              });
-          }, "syncthreads_apart: lanes 0 and 5 of warp 0"),
+    check(branches_reported("syncthreads_apart", 64, 5, [] { __syncthreads(); }, nullptr, "syncthreads_apart: lanes 0 and 5 of warp 0"),
           "aligned: __syncthreads reached from two branches of a warp is reported, with the kernel, the lanes and the warp");
-    check(dies_with([&] {
-              simt::launch("bar_arrive_apart", simt::Cfg{1, 32}, [&] {
-                  if (threadIdx.x == 0) {
-                      sink = 2;
-                      simt::bar_named(1, 32, false);
-                  } else {
-                      simt::bar_named(1, 32, false);
-                  }
-              });
-          }, "test_simt.cpp:"),
+    check(branches_reported("bar_arrive_apart", 32, 0, [] { simt::bar_named(1, 32, false); }, nullptr, "test_simt.cpp:"),
           "aligned: bar.arrive from two branches, with nothing after it, is reported at the block's end, with its source line");
-    check(dies_with([&] {
-              simt::launch("wgmma_fence_apart", simt::Cfg{1, 128}, [&] {
-                  if (threadIdx.x == 77) {
-                      sink = 3;
-                      simt::wgmma_fence();
-                  } else {
-                      simt::wgmma_fence();
-                  }
-                  simt::wgmma_wait(0);
-              });
-          }, "wgmma_fence_apart: lanes 0 and 13 of warp 2"),
+    check(branches_reported("wgmma_fence_apart", 128, 77, [] { simt::wgmma_fence(); }, [] { simt::wgmma_wait(0); },
+                            "wgmma_fence_apart: lanes 0 and 13 of warp 2"),
           "aligned: a wgmma.fence from two branches is reported at the warpgroup's wait");
     // g++ may copy a line into two places (it did in column_sum_add_kernel); one line's two calls stand in for that here
-    check(!dies_with([&] {
-              simt::launch("one_line", simt::Cfg{1, 32}, [&] { if (threadIdx.x == 1) { sink = 5; __syncthreads(); } else { __syncthreads(); } });
+    check(!dies_with([] {
+              simt::launch("one_line", simt::Cfg{1, 32}, [] { if (threadIdx.x == 1) { g_sink = 5; __syncthreads(); } else { __syncthreads(); } });
           }, "simt:"),
           "aligned: one source line reached through two chains of calls is one instruction");
-    bool done = true;
-    const bool ok = !dies_with([&] {
-        simt::launch("aligned_converged", simt::Cfg{1, 64}, [&] {
-            __shared__ __align__(16) uint16_t s[8 * 8];
-            if (threadIdx.x % 32 == 3) sink = 4;  // (a branch that meets again before the next one)
-            for (int i = 0; i < 3; i++) {
-                uint32_t r[1];
-                if (threadIdx.x < 8) for (int c = 0; c < 8; c++) s[threadIdx.x * 8 + c] = (uint16_t)c;
-                __syncthreads();
-                simt::ldmatrix(r, 1, false, &s[(threadIdx.x % 8) * 8]);
-                __syncthreads();
-            }
-            if (threadIdx.x >= 48) return;  // lanes that exit, then the others meet again
-            __syncthreads();
-        });
-    }, "simt:");
-    check(ok && done, "aligned: lanes that branch and meet again, loop, or exit before a __syncthreads are not reported");
+    check(!dies_with([] {
+              simt::launch("aligned_converged", simt::Cfg{1, 64}, [] {
+                  __shared__ __align__(16) uint16_t s[8 * 8];
+                  if (threadIdx.x % 32 == 3) g_sink = 4;  // (a branch that meets again before the next one)
+                  for (int i = 0; i < 3; i++) {
+                      uint32_t r[1];
+                      if (threadIdx.x < 8) for (int c = 0; c < 8; c++) s[threadIdx.x * 8 + c] = (uint16_t)c;
+                      __syncthreads();
+                      simt::ldmatrix(r, 1, false, &s[(threadIdx.x % 8) * 8]);
+                      __syncthreads();
+                  }
+                  if (threadIdx.x >= 48) return;  // lanes that exit, then the others meet again
+                  __syncthreads();
+              });
+          }, "simt:"),
+          "aligned: lanes that branch and meet again, loop, or exit before a __syncthreads are not reported");
 }
 
 static void test_failures() {
