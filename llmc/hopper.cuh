@@ -206,7 +206,7 @@ __device__ inline void mbar_wait(uint64_t* bar, unsigned parity) {
 // __launch_bounds__(threads, 1). The emulator has no register file: it checks only where it runs.
 template <int N, bool MORE> __device__ inline void setmaxnreg() {  // MORE: N is above the entry cap
 #if defined(LLMC_SIMT)
-    simt::aligned_site("setmaxnreg");
+    simt::aligned_site("setmaxnreg", true);  // (the whole warpgroup at one)
 #elif defined(LLMC_WGMMA)
     if constexpr (MORE) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
     else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));

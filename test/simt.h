@@ -161,6 +161,7 @@ struct Fiber {
     unsigned mbar_parity = 0;
     unsigned named = 0, named_gen = 0;  // AT_NAMED: the named barrier it waits at, and that barrier's phase then
     std::vector<uint64_t> sites;    // where it ran each .aligned instruction since its warp's last check (aligned_site)
+    std::vector<uint64_t> group_sites;  // the same for those its whole warpgroup must run (wgmma, setmaxnreg)
 #ifndef __x86_64__
     ucontext_t uc;
 #endif
@@ -307,7 +308,8 @@ inline void start_fibers(BlockRun& r) {
 // fiber's stack (the build keeps frame pointers, and does not merge the equal ends of two
 // branches). A warp's lanes must record the same sequence, and a lane that exited a prefix of it.
 // That is checked where the lanes meet (warp collectives, wgmma waits, block barriers) and when
-// the block ends (check_sites). Where g++ made two copies of one line (two chains, the same
+// the block ends (check_sites). wgmma and setmaxnreg need the whole warpgroup at one instruction,
+// so their sites are checked again over the warpgroup. Where g++ made two copies of one line (two chains, the same
 // source lines), the two are one instruction: addr2line tells, once for each pair.
 struct SiteChain {
     const char* op;
@@ -316,7 +318,7 @@ struct SiteChain {
     std::string text;        // its source lines (site_text), once asked for
 };
 inline thread_local std::unordered_map<uint64_t, SiteChain> tl_sites;  // by hash of the chain
-__attribute__((noinline)) inline void aligned_site(const char* op) {
+__attribute__((noinline)) inline void aligned_site(const char* op, bool warpgroup = false) {
     BlockRun& r = *tl_run;
     const char* lo = r.stacks + (size_t)r.cur * (STACK_BYTES + PAGE) + PAGE;  // (this fiber's stack)
     const char* hi = lo + STACK_BYTES;
@@ -332,7 +334,9 @@ __attribute__((noinline)) inline void aligned_site(const char* op) {
     }
     auto it = tl_sites.find(h);
     if (it == tl_sites.end()) it = tl_sites.emplace(h, SiteChain{op, std::vector<void*>(ret, ret + n)}).first;
-    r.me().sites.push_back(it->second.same ? it->second.same : h);
+    const uint64_t site = it->second.same ? it->second.same : h;
+    r.me().sites.push_back(site);
+    if (warpgroup) r.me().group_sites.push_back(site);
 }
 // A site as its instruction and the source lines that lead to it, innermost first: addr2line's
 // frames less the emulator's and the C++ library's (line numbers with -g1; without, names)
@@ -377,32 +381,36 @@ inline bool same_site(uint64_t a, uint64_t b) {
     if (!cb.same) cb.same = a;
     return true;
 }
-[[noreturn]] inline void sites_differ(const BlockRun& r, int w, int a, int b, size_t i) {
-    const std::vector<uint64_t>&sa = r.fibers[a].sites, &sb = r.fibers[b].sites;
-    die("%s: lanes %d and %d of warp %d, at their .aligned instruction %zu since the warp last met, are at different instructions "
-        "(a GPU needs the whole warp at each one): lane %d: %s; lane %d: %s",
-        r.kernel, a % 32, b % 32, w, i + 1, a % 32, i < sa.size() ? site_text(sa[i]).c_str() : "none (it went on)", b % 32,
-        i < sb.size() ? site_text(sb[i]).c_str() : "none (it went on)");
+// The threads first.. of a warp (32, Fiber::sites) or a warpgroup (128, Fiber::group_sites): the
+// live ones' sites alike, an exited one's a prefix of theirs (of the longest where all exited);
+// then each starts a new record.
+using SiteLog = std::vector<uint64_t> Fiber::*;
+[[noreturn]] inline void sites_differ(const BlockRun& r, SiteLog log, int size, int a, int b, size_t i) {
+    const std::vector<uint64_t>&sa = r.fibers[a].*log, &sb = r.fibers[b].*log;
+    const char* unit = size == 32 ? "warp" : "warpgroup";
+    die("%s: threads %d and %d of %s %d, at their .aligned instruction %zu since it last met, are at different instructions "
+        "(a GPU needs the whole %s at each one): thread %d: %s; thread %d: %s",
+        r.kernel, a % size, b % size, unit, a / size, i + 1, unit, a % size, i < sa.size() ? site_text(sa[i]).c_str() : "none (it went on)",
+        b % size, i < sb.size() ? site_text(sb[i]).c_str() : "none (it went on)");
 }
-// Warp w: the live lanes' sites alike, an exited lane's a prefix of theirs (of the longest where
-// all exited); then each lane starts a new record.
-inline void check_sites(BlockRun& r, int w) {
-    const int first = w * 32, lanes = std::min(32, r.nthreads - first);
+inline void check_sites(BlockRun& r, int first, int size, SiteLog log = &Fiber::sites) {
+    const int n = std::min(size, r.nthreads - first);
     int ref = -1;
-    for (int l = 0; l < lanes && ref < 0; l++)
+    for (int l = 0; l < n && ref < 0; l++)
         if (r.fibers[first + l].state != DONE) ref = first + l;
     if (ref < 0)
-        for (int l = 0; l < lanes; l++)
-            if (ref < 0 || r.fibers[first + l].sites.size() > r.fibers[ref].sites.size()) ref = first + l;
-    const std::vector<uint64_t>& s0 = r.fibers[ref].sites;
-    for (int l = 0; l < lanes; l++) {
+        for (int l = 0; l < n; l++)
+            if (ref < 0 || (r.fibers[first + l].*log).size() > (r.fibers[ref].*log).size()) ref = first + l;
+    const std::vector<uint64_t>& s0 = r.fibers[ref].*log;
+    for (int l = 0; l < n; l++) {
         const Fiber& f = r.fibers[first + l];
-        const size_t n = std::min(f.sites.size(), s0.size());
+        const std::vector<uint64_t>& s = f.*log;
+        const size_t common = std::min(s.size(), s0.size());
         size_t i = 0;
-        while (i < n && same_site(s0[i], f.sites[i])) i++;
-        if (i < n || f.sites.size() > s0.size() || (f.state != DONE && f.sites.size() < s0.size())) sites_differ(r, w, ref, first + l, i);
+        while (i < common && same_site(s0[i], s[i])) i++;
+        if (i < common || s.size() > s0.size() || (f.state != DONE && s.size() < s0.size())) sites_differ(r, log, size, ref, first + l, i);
     }
-    for (int l = 0; l < lanes; l++) r.fibers[first + l].sites.clear();
+    for (int l = 0; l < n; l++) (r.fibers[first + l].*log).clear();
 }
 
 // Runs one block to completion. Each warp in turn runs as far as it can: its lanes in thread
@@ -423,7 +431,7 @@ inline bool release_warp(BlockRun& r, int w) {  // true if warp w's lanes all re
     for (int l = 1; l < 32; l++)
         if (r.fibers[w * 32 + l].warp_ops != r.fibers[w * 32].warp_ops)
             die("%s: lanes of warp %d reach different warp collectives (divergent shuffle/mma, lane %d)", r.kernel, w, l);
-    check_sites(r, w);
+    check_sites(r, w * 32, 32);
     for (int l = 0; l < 32; l++) r.fibers[w * 32 + l].state = READY;
     return true;
 }
@@ -451,7 +459,7 @@ inline bool release_barriers(BlockRun& r, int& live) {
     for (int c = 0; c < r.ctas; c++) {
         live += live_c[c];
         if (block_c[c] == 0 || block_c[c] < live_c[c]) continue;
-        for (int w = c * r.cta_threads / 32; w < ((c + 1) * r.cta_threads + 31) / 32; w++) check_sites(r, w);
+        for (int t = c * r.cta_threads; t < (c + 1) * r.cta_threads; t += 32) check_sites(r, t, 32);
         for (int i = c * r.cta_threads; i < (c + 1) * r.cta_threads; i++)
             if (r.fibers[i].state == AT_BLOCK) r.fibers[i].state = READY;
         moved = true;
@@ -492,7 +500,8 @@ inline void run_block(BlockRun& r) {
         if (live > 0 && land_bulk_copies(r)) continue;  // (TMA copies land when no thread can go on)
         if (start_held(r)) continue;
         if (live == 0) {
-            for (int w = 0; w < nwarps; w++) check_sites(r, w);
+            for (int t = 0; t < n; t += 32) check_sites(r, t, 32);
+            for (int t = 0; t < n && r.cta_threads % 128 == 0; t += 128) check_sites(r, t, 128, &Fiber::group_sites);  // (wgmma needs whole warpgroups)
             for (const auto& [bar, m] : r.mbars)
                 if (!m.bulk.empty()) die("%s: the block ended with a TMA copy in flight (no thread waited for its mbarrier), block (%u,%u,%u)",
                                          r.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
@@ -1046,7 +1055,7 @@ inline void wgmma_issue(float* d, const uint32_t* a, uint64_t desc, int n, bool 
                 die("%s: thread %d wrote the D registers of a wgmma product before the wait_group that completes it", r.kernel, r.cur);
             break;
         }
-    aligned_site("wgmma.mma_async");
+    aligned_site("wgmma.mma_async", true);
     WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
     op.fp16 = fp16, op.a_shared = a_shared, op.desc_a = desc_a;
     r.me().wgmma.push_back(std::move(op));
@@ -1060,16 +1069,16 @@ inline void wgmma_m64k16_ss(float* d, uint64_t desc_a, uint64_t desc_b, int n, b
     wgmma_issue(d, none, desc_b, n, trans_b, accumulate, fp16, true, desc_a);
 }
 inline void wgmma_commit() {
-    aligned_site("wgmma.commit_group");
+    aligned_site("wgmma.commit_group", true);
     Fiber& f = tl_run->me();
     if (f.wgmma_groups.empty() ? !f.wgmma.empty() : f.wgmma_groups.back() < f.wgmma.size()) f.wgmma_groups.push_back(f.wgmma.size());
 }
 // wgmma.fence: the registers written so far may be a product's A and D. The emulator asks for one
 // between a thread's last wgmma wait (after which it reads D) and its next product, as the PTX ISA
 // does wherever the registers were touched in between, and before its first.
-inline void wgmma_fence() { aligned_site("wgmma.fence"); tl_run->me().wgmma_fenced = true; }
+inline void wgmma_fence() { aligned_site("wgmma.fence", true); tl_run->me().wgmma_fenced = true; }
 inline void wgmma_wait(int keep) {
-    aligned_site("wgmma.wait_group");
+    aligned_site("wgmma.wait_group", true);
     Fiber& f = tl_run->me();
     f.wgmma_fenced = false;
     f.wgmma_keep = keep;
@@ -1138,7 +1147,8 @@ inline bool release_group(BlockRun& r, int g) {  // true if warpgroup g's thread
         if (f.group_ops != f0.group_ops || f.wgmma_keep != f0.wgmma_keep || f.wgmma.size() != f0.wgmma.size() || f.wgmma_groups != f0.wgmma_groups)
             die("%s: the threads of warpgroup %d reach different wgmma waits or issued different products (thread %d)", r.kernel, g, first + j);
     }
-    for (int w = first / 32; w < first / 32 + 4; w++) check_sites(r, w);
+    for (int t = first; t < first + 128; t += 32) check_sites(r, t, 32);
+    check_sites(r, first, 128, &Fiber::group_sites);
     const size_t groups = f0.wgmma_groups.size(), keep = (size_t)f0.wgmma_keep;
     if (groups > keep) {
         const size_t ops = f0.wgmma_groups[groups - keep - 1];  // the products of the groups that complete

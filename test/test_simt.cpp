@@ -733,11 +733,12 @@ static void test_kernel_writes() {
 // lanes meet and at the block's end, with the source lines. Lanes that exited early, or that did
 // other work in a branch and meet again at one instruction, are not.
 static volatile int g_sink = 0;
-// A kernel of `threads` threads: thread `odd` runs op in one branch, the others in the other; then all run `after`
-static bool branches_reported(const char* kernel, unsigned threads, unsigned odd, void (*op)(), void (*after)(), const char* needle) {
+// A kernel of `threads` threads: those with threadIdx.x / span == odd run op in one branch, the
+// others in the other; then all run `after`
+static bool branches_reported(const char* kernel, unsigned threads, unsigned odd, unsigned span, void (*op)(), void (*after)(), const char* needle) {
     return dies_with([=] {
         simt::launch(kernel, simt::Cfg{1, threads}, [=] {
-            if (threadIdx.x == odd) {
+            if (threadIdx.x / span == odd) {
                 g_sink = 1;
                 op();
             } else {
@@ -748,13 +749,19 @@ static bool branches_reported(const char* kernel, unsigned threads, unsigned odd
     }, needle);
 }
 static void test_aligned_sites() {
-    check(branches_reported("syncthreads_apart", 64, 5, [] { __syncthreads(); }, nullptr, "syncthreads_apart: lanes 0 and 5 of warp 0"),
-          "aligned: __syncthreads reached from two branches of a warp is reported, with the kernel, the lanes and the warp");
-    check(branches_reported("bar_arrive_apart", 32, 0, [] { simt::bar_named(1, 32, false); }, nullptr, "test_simt.cpp:"),
+    check(branches_reported("syncthreads_apart", 64, 5, 1, [] { __syncthreads(); }, nullptr, "syncthreads_apart: threads 0 and 5 of warp 0"),
+          "aligned: __syncthreads reached from two branches of a warp is reported, with the kernel, the threads and the warp");
+    check(branches_reported("bar_arrive_apart", 32, 0, 1, [] { simt::bar_named(1, 32, false); }, nullptr, "test_simt.cpp:"),
           "aligned: bar.arrive from two branches, with nothing after it, is reported at the block's end, with its source line");
-    check(branches_reported("wgmma_fence_apart", 128, 77, [] { simt::wgmma_fence(); }, [] { simt::wgmma_wait(0); },
-                            "wgmma_fence_apart: lanes 0 and 13 of warp 2"),
+    check(branches_reported("wgmma_fence_apart", 128, 77, 1, [] { simt::wgmma_fence(); }, [] { simt::wgmma_wait(0); },
+                            "wgmma_fence_apart: threads 0 and 13 of warp 2"),
           "aligned: a wgmma.fence from two branches is reported at the warpgroup's wait");
+    check(branches_reported("wgmma_fence_warps_apart", 128, 1, 32, [] { simt::wgmma_fence(); }, [] { simt::wgmma_wait(0); },
+                            "wgmma_fence_warps_apart: threads 0 and 32 of warpgroup 0"),
+          "aligned: a wgmma.fence that one warp of a warpgroup runs from another branch is reported (a warpgroup instruction)");
+    check(branches_reported("setmaxnreg_warps_apart", 256, 5, 32, [] { simt::aligned_site("setmaxnreg", true); }, nullptr,
+                            "setmaxnreg_warps_apart: threads 0 and 32 of warpgroup 1"),
+          "aligned: setmaxnreg that one warp of a warpgroup runs from another branch is reported at the block's end");
     // g++ may copy a line into two places (it did in column_sum_add_kernel); one line's two calls stand in for that here
     check(!dies_with([] {
               simt::launch("one_line", simt::Cfg{1, 32}, [] { if (threadIdx.x == 1) { g_sink = 5; __syncthreads(); } else { __syncthreads(); } });
