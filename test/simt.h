@@ -308,14 +308,16 @@ inline void start_fibers(BlockRun& r) {
 // fiber's stack (the build keeps frame pointers, and does not merge the equal ends of two
 // branches). A warp's lanes must record the same sequence, and a lane that exited a prefix of it.
 // That is checked where the lanes meet (warp collectives, wgmma waits, block barriers) and when
-// the block ends (check_sites). wgmma and setmaxnreg need the whole warpgroup at one instruction,
-// so their sites are checked again over the warpgroup. Where g++ made two copies of one line (two chains, the same
-// source lines), the two are one instruction: addr2line tells, once for each pair.
+// the block ends (check_sites). wgmma and setmaxnreg need the whole warpgroup at one
+// instruction, so their sites are checked again over the warpgroup. Where g++ made two copies of
+// one line (two chains, the same source lines), the two are one instruction: addr2line tells,
+// once for each pair.
 struct SiteChain {
     const char* op;
     std::vector<void*> ret;  // its return addresses, innermost first
     uint64_t same = 0;       // another site of the same source lines, found so (0: none)
     std::string text;        // its source lines (site_text), once asked for
+    bool lines = false;      // text has line numbers (the build has -g1)
 };
 inline thread_local std::unordered_map<uint64_t, SiteChain> tl_sites;  // by hash of the chain
 __attribute__((noinline)) inline void aligned_site(const char* op, bool warpgroup = false) {
@@ -365,7 +367,9 @@ inline const std::string& site_text(uint64_t h) {
             if (fn.rfind("simt::", 0) == 0 || fn.rfind("__syncthreads", 0) == 0 || where.rfind("/usr/", 0) == 0)
                 continue;  // (the emulator's frames, and the C++ library's)
             if (!cwd.empty() && where.rfind(cwd, 0) == 0) where = where.substr(cwd.size());
-            text += sep + (where.rfind("??", 0) == 0 ? fn : where.substr(0, where.find(" (discriminator")));
+            const bool known = where.rfind("??", 0) != 0;
+            c.lines |= known;
+            text += sep + (known ? where.substr(0, where.find(" (discriminator")) : fn);
             sep = " < ";
         }
         pclose(p);
@@ -376,7 +380,7 @@ inline const std::string& site_text(uint64_t h) {
 inline bool same_site(uint64_t a, uint64_t b) {
     if (a == b) return true;
     const std::string& ta = site_text(a);
-    if (ta != site_text(b) || ta.find(':') == std::string::npos) return false;  // (without line numbers, no answer: not the same)
+    if (ta != site_text(b) || !tl_sites.at(a).lines) return false;  // (without line numbers, no answer: not the same)
     SiteChain& cb = tl_sites.at(b);
     if (!cb.same) cb.same = a;
     return true;
@@ -522,7 +526,6 @@ inline void syncthreads() { aligned_site("__syncthreads"); block_on(AT_BLOCK); }
 inline void warp_barrier() { tl_run->me().warp_ops++; block_on(AT_WARP); }
 inline int lane_id() { return tl_run->cur % 32; }
 inline WarpSlots& my_warp() { return tl_run->warps[tl_run->cur / 32]; }
-
 
 template <class T> inline T shfl(unsigned mask, T v, int src_of_lane(int, int), int arg, int width) {
     static_assert(sizeof(T) == 4, "simt: shuffles of 4-byte values only");
