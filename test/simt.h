@@ -174,6 +174,7 @@ struct WarpSlots {             // what the lanes of a warp exchange, double-buff
     // (the op's warp_ops count, to tell), not by each lane for its own outputs
     float af[2][16][16], bf[2][16][8];
     unsigned mma_decoded[2];
+    unsigned sites = 0;  // .aligned instructions its lanes recorded since its last check (check_sites)
 };
 // A TMA tensor map (cuTensorMapEncodeTiled's, as the emulator keeps it): a tensor of up to 3
 // dimensions, dims[0] contiguous, strides in bytes, copied in boxes; swizzle128: the 128-byte swizzle.
@@ -275,7 +276,7 @@ inline void start_fibers(BlockRun& r) {
     r.mbars.clear();
     for (auto& cta : r.named) for (NamedBar& b : cta) b = NamedBar{};
     r.warps.resize((r.nthreads + 31) / 32);
-    for (WarpSlots& w : r.warps) w.mma_decoded[0] = w.mma_decoded[1] = ~0u;  // (op counts restart each block)
+    for (WarpSlots& w : r.warps) w.mma_decoded[0] = w.mma_decoded[1] = ~0u, w.sites = 0;  // (op counts restart each block)
     r.thread_idx = &threadIdx;
     for (int i = 0; i < r.nthreads; i++) {
         const unsigned t = (unsigned)(i % r.cta_threads);
@@ -320,6 +321,8 @@ struct SiteChain {
     bool lines = false;      // text has line numbers (the build has -g1)
 };
 inline thread_local std::unordered_map<uint64_t, SiteChain> tl_sites;  // by hash of the chain
+struct SiteSeen { uint64_t chain = 0, site = 0; };
+inline thread_local SiteSeen tl_site_cache[1024];  // recent chains and their sites (a lookup in tl_sites each time cost ~3%)
 __attribute__((noinline)) inline void aligned_site(const char* op, bool warpgroup = false) {
     BlockRun& r = *tl_run;
     const char* lo = r.stacks + (size_t)r.cur * (STACK_BYTES + PAGE) + PAGE;  // (this fiber's stack)
@@ -334,9 +337,14 @@ __attribute__((noinline)) inline void aligned_site(const char* op, bool warpgrou
         if (up <= fp) break;
         fp = up;
     }
-    auto it = tl_sites.find(h);
-    if (it == tl_sites.end()) it = tl_sites.emplace(h, SiteChain{op, std::vector<void*>(ret, ret + n)}).first;
-    const uint64_t site = it->second.same ? it->second.same : h;
+    SiteSeen& seen = tl_site_cache[h % 1024];
+    if (seen.chain != h || !seen.site) {
+        auto it = tl_sites.find(h);
+        if (it == tl_sites.end()) it = tl_sites.emplace(h, SiteChain{op, std::vector<void*>(ret, ret + n)}).first;
+        seen = {h, it->second.same ? it->second.same : h};
+    }
+    const uint64_t site = seen.site;
+    r.warps[r.cur / 32].sites++;
     r.me().sites.push_back(site);
     if (warpgroup) r.me().group_sites.push_back(site);
 }
@@ -382,7 +390,7 @@ inline bool same_site(uint64_t a, uint64_t b) {
     const std::string& ta = site_text(a);
     if (ta != site_text(b) || !tl_sites.at(a).lines) return false;  // (without line numbers, no answer: not the same)
     SiteChain& cb = tl_sites.at(b);
-    if (!cb.same) cb.same = a;
+    if (!cb.same) cb.same = a, tl_site_cache[b % 1024] = {};
     return true;
 }
 // The threads first.. of a warp (32, Fiber::sites) or a warpgroup (128, Fiber::group_sites): the
@@ -398,6 +406,8 @@ using SiteLog = std::vector<uint64_t> Fiber::*;
         b % size, i < sb.size() ? site_text(sb[i]).c_str() : "none (it went on)");
 }
 inline void check_sites(BlockRun& r, int first, int size, SiteLog log = &Fiber::sites) {
+    if (log == &Fiber::sites && size == 32 && r.warps[first / 32].sites == 0) return;  // (nothing recorded since)
+    if (log == &Fiber::sites && size == 32) r.warps[first / 32].sites = 0;
     const int n = std::min(size, r.nthreads - first);
     int ref = -1;
     for (int l = 0; l < n && ref < 0; l++)
