@@ -406,8 +406,11 @@ using SiteLog = std::vector<uint64_t> Fiber::*;
         b % size, i < sb.size() ? site_text(sb[i]).c_str() : "none (it went on)");
 }
 inline void check_sites(BlockRun& r, int first, int size, SiteLog log = &Fiber::sites) {
-    if (log == &Fiber::sites && size == 32 && r.warps[first / 32].sites == 0) return;  // (nothing recorded since)
-    if (log == &Fiber::sites && size == 32) r.warps[first / 32].sites = 0;
+    if (log == &Fiber::sites) {  // (a warp whose lanes recorded nothing since its last check has nothing to compare)
+        unsigned& recorded = r.warps[first / 32].sites;
+        if (recorded == 0) return;
+        recorded = 0;
+    }
     const int n = std::min(size, r.nthreads - first);
     int ref = -1;
     for (int l = 0; l < n && ref < 0; l++)
