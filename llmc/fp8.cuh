@@ -14,6 +14,7 @@ only the "TN" form, so the backward also quantizes dout, W and x transposed.
 Main functions: fp8_encode / fp8_decode (integer arithmetic, the same on host and GPU),
 fp8_encode2 (two codes; on sm_89+ one conversion instruction that rounds alike),
 fp8_quantize (amax, scale, cast, the transpose and dbias's column sums, in one or two passes),
+layernorm_forward_fp8 (a LayerNorm that writes codes, not its output: delayed scaling),
 fp8_dequantize, and the delayed-scaling state (fp8_delayed_amaxes, fp8_delayed_push, fp8_delayed_saved).
 
 Tests: test/test_ops.cpp (all 256 codes of each format, ties, saturation, the quantize),
@@ -26,6 +27,7 @@ test/test_train.sh (FP8 training, resume). More: docs/kernels.md (FP8), docs/per
 #include <vector>
 #include "common.h"
 #include "gelu.cuh"
+#include "layernorm.cuh"
 #include "profiler.h"
 
 enum class Fp8Format { E4M3, E5M2 };
@@ -372,6 +374,105 @@ inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Targe
 template <class floatX>
 inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, Fp8Scales* scales, const floatX* x, int R, int Cc, Fp8Format f) {
     fp8_quantize(ctx, q, qt, Fp8Target{scales}, x, R, Cc, f);
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm straight into codes: q = fp8(LayerNorm(x)·s) and qt its transpose, with the scale
+// given (delayed scaling), where x is inp, or res = inp + add (formed and written, as
+// residual_layernorm_forward does). The codes, the amax record, mean and rstd are those of
+// layernorm_forward and then fp8_quantize, but the LayerNorm's output is never written or read
+// back: 4 bytes an element less in bf16. The model runs it where an FP8 product is the output's
+// only reader (model.h: ln_into_fp8). E4M3: it is a forward product's x.
+// A block takes FP8_LN_ROWS rows, warp w rows w, w + 8, ...: each row as layernorm_forward's
+// kernel does it (ln_row_stats, ln_out_pack), its codes stored to q's row and kept in shared
+// memory. Then thread t writes 16 rows of one column of qt: 16 consecutive bytes.
+constexpr int FP8_LN_ROWS = 32;
+inline size_t layernorm_fp8_shared(int C) { return (size_t)FP8_LN_ROWS * (C + 4); }  // (+4: rows apart in the banks)
+// Where it runs: N a multiple of 16 (qt's 16-byte chunks), C of 8 (16-byte packs of bf16), and the
+// block's codes in 99 KB of shared memory (an Ada GPU's most: C ≤ 3164).
+inline bool layernorm_fp8_runs(int N, int C) { return N % 16 == 0 && C % 8 == 0 && layernorm_fp8_shared(C) <= 99 * 1024; }
+
+template <class floatX>
+inline void layernorm_forward_fp8_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, float* mean, float* rstd, floatX* res, const floatX* inp,
+                                      const floatX* add, const floatX* w, const floatX* b, int N, int C) {
+    std::vector<floatX> out((size_t)N * C);
+    if (add) residual_forward_cpu(res, inp, add, (size_t)N * C);
+    layernorm_forward_cpu(out.data(), mean, rstd, add ? res : inp, w, b, N, C);
+    fp8_quantize_cpu(q, qt, t, out.data(), N, C, Fp8Format::E4M3, (floatX*)nullptr, Fp8Act::None, (const floatX*)nullptr);
+}
+
+#ifdef LLMC_CUDA
+template <class floatX, int V, bool ADD> __global__ void __launch_bounds__(256)
+layernorm_fp8_kernel(uint8_t* q, uint8_t* qt, const Fp8Scales* scales, float* amax, float* mean, float* rstd, floatX* res,
+                     const floatX* inp, const floatX* add, const floatX* w, const floatX* b, int N, int C) {
+    DYNAMIC_SHARED(uint8_t, tile);  // [FP8_LN_ROWS][C + 4]: the block's codes
+    __shared__ float warp_part[8];
+    const int lane = threadIdx.x % 32, wi = threadIdx.x / 32, r0 = blockIdx.x * FP8_LN_ROWS, ld = C + 4;
+    const float s = scales->scale;
+    const bool rms = mean == nullptr;
+    float m = 0.0f;  // max |LayerNorm(x)| of the warp's rows
+    for (int i = wi; i < FP8_LN_ROWS && r0 + i < N; i += 8) {  // (the whole warp takes a row)
+        const size_t off = (size_t)(r0 + i) * C;
+        const float2 mr = ln_row_stats<floatX, V, ADD>(res, inp, add, off, C, rms, lane);
+        const floatX* x = (ADD ? res : inp) + off;
+        for (int c = lane * V; c < C; c += 32 * V) {
+            const Pack<floatX, V> op = ln_out_pack<floatX, V>(x, w, b, c, mr.x, mr.y);
+            Pack<uint8_t, V> o;
+            for (int k = 0; k < V; k += 2) {  // (V is even: 16-byte packs)
+                const float v0 = to_f(op.v[k]), v1 = to_f(op.v[k + 1]);
+                m = fmaxf(m, fmaxf(fabsf(v0), fabsf(v1)));
+                const uint16_t two = fp8_encode2(v0 * s, v1 * s, Fp8Format::E4M3);
+                o.v[k] = (uint8_t)two;
+                o.v[k + 1] = (uint8_t)(two >> 8);
+            }
+            store_pack<V>(q + off + c, o);
+            for (int k = 0; k < V; k++) tile[i * ld + c + k] = o.v[k];
+        }
+        if (lane == 0) { if (!rms) mean[r0 + i] = mr.x; rstd[r0 + i] = mr.y; }
+    }
+    m = warp_max(m);
+    if (lane == 0) warp_part[wi] = m;
+    __syncthreads();
+    if (threadIdx.x == 0 && amax) {  // (an atomicMax on the bits, as fp8_quantize_kernel's: exact, order-free)
+        for (int v = 1; v < 8; v++) m = fmaxf(m, warp_part[v]);
+        atomicMax((unsigned*)amax, __float_as_uint(m));
+    }
+    const int H = min(FP8_LN_ROWS, N - r0) / 16;  // 16-row chunks of a column (1 or 2: N % 16 == 0)
+    for (int t = threadIdx.x; t < C * H; t += blockDim.x) {
+        const int c = t / H, h = t % H;
+        Pack<uint8_t, 16> o;
+        for (int k = 0; k < 16; k++) o.v[k] = tile[(16 * h + k) * ld + c];
+        store_pack<16>(qt + (size_t)c * N + r0 + 16 * h, o);
+    }
+}
+template <class floatX, bool ADD>
+inline void layernorm_fp8_launch(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, float* mean, float* rstd, floatX* res,
+                                 const floatX* inp, const floatX* add, const floatX* w, const floatX* b, int N, int C) {
+    constexpr int P = PACK<floatX>;  // (the launch rewriting for the emulator wants no nested <>)
+    if (pack_width<floatX>(C, {res, inp, add, w, b}) < P || (uintptr_t)q % P || (uintptr_t)qt % 16)
+        fatal("layernorm_forward_fp8: its buffers are not aligned for 16-byte packs (C = %d)", C);
+    SHARED_OPT_IN(layernorm_fp8_kernel<floatX, P, ADD>);
+    layernorm_fp8_kernel<floatX, P, ADD><<<ceil_div(N, FP8_LN_ROWS), 256, layernorm_fp8_shared(C), ctx.stream>>>(q, qt, t.scales, t.amax, mean, rstd, res, inp, add, w, b, N, C);
+    CUDA_LAUNCH_CHECK();
+}
+#endif
+
+// The op (layernorm_fp8_runs(N, C) and t.given hold): add == nullptr: LayerNorm(inp), else
+// res = inp + add and LayerNorm(res).
+template <class floatX>
+inline void layernorm_forward_fp8(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, float* mean, float* rstd, floatX* res,
+                                  const floatX* inp, const NoDeduce<floatX>* add, const floatX* w, const floatX* b, int N, int C) {
+    if (!t.given || !layernorm_fp8_runs(N, C)) fatal("layernorm_forward_fp8: needs a given scale, N %% 16 == 0 and C %% 8 == 0 (N = %d, C = %d)", N, C);
+    const double moved = (add ? 3 : 1) * sizeof(floatX) + 2;  // (inp, add → res; the codes and their transpose)
+    OpScope prof(ctx, 0, moved * N * C + 8.0 * N, "%slayernorm forward into fp8+transpose", add ? "residual + " : "");
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) {
+        if (add) layernorm_fp8_launch<floatX, true>(ctx, q, qt, t, mean, rstd, res, inp, add, w, b, N, C);
+        else layernorm_fp8_launch<floatX, false>(ctx, q, qt, t, mean, rstd, res, inp, add, w, b, N, C);
+        return;
+    }
+#endif
+    layernorm_forward_fp8_cpu(q, qt, t, mean, rstd, res, inp, add, w, b, N, C);
 }
 
 // ----------------------------------------------------------------------------

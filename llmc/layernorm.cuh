@@ -97,12 +97,10 @@ template <class floatX> inline void residual_forward_cpu(floatX* out, const floa
 // ADD: the row normalized is res = inp + add, formed (rounded to floatX) and written in the first pass;
 // the later passes read it back, each lane its own elements, from cache. Else inp is normalized.
 // mean == nullptr: RMSNorm (the row's mean taken as 0, not stored); b == nullptr: no bias.
+// The row's first two passes (fp8.cuh's layernorm_forward_fp8 shares them): the sum, forming res
+// where ADD, then the variance. Returns the row's mean and rstd; the warp's lanes all get them.
 template <class floatX, int V, bool ADD>
-__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, floatX* res, const floatX* inp, const floatX* add,
-                                         const floatX* w, const floatX* b, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const size_t off = (size_t)row * C;
+__device__ inline float2 ln_row_stats(floatX* res, const floatX* inp, const floatX* add, size_t off, int C, bool rms, int lane) {
     const floatX* x = (ADD ? res : inp) + off;
     float s = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
@@ -114,22 +112,33 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
         }
         for (int k = 0; k < V; k++) s += to_f(xp.v[k]);
     }
-    const bool rms = mean == nullptr;
     float m = rms ? 0.0f : warp_sum(s) / C;
     float v = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
         Pack<floatX, V> xp = load_pack<V>(x + c);
         for (int k = 0; k < V; k++) { float d = to_f(xp.v[k]) - m; v += d * d; }
     }
-    float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-    floatX* o = out + off;
-    for (int c = lane * V; c < C; c += 32 * V) {
-        Pack<floatX, V> xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), bp, op;
-        if (b) bp = load_pack<V>(b + c);
-        for (int k = 0; k < V; k++) op.v[k] = from_f<floatX>((to_f(xp.v[k]) - m) * r * to_f(wp.v[k]) + (b ? to_f(bp.v[k]) : 0.0f));
-        store_pack<V>(o + c, op);
-    }
-    if (lane == 0) { if (!rms) mean[row] = m; rstd[row] = r; }
+    return make_float2(m, rsqrtf(warp_sum(v) / C + 1e-5f));
+}
+// The third pass's V outputs at x[c…]: (x − mean)·rstd·w + b, rounded to floatX.
+template <class floatX, int V>
+__device__ inline Pack<floatX, V> ln_out_pack(const floatX* x, const floatX* w, const floatX* b, int c, float m, float r) {
+    Pack<floatX, V> xp = load_pack<V>(x + c), wp = load_pack<V>(w + c), bp, op;
+    if (b) bp = load_pack<V>(b + c);
+    for (int k = 0; k < V; k++) op.v[k] = from_f<floatX>((to_f(xp.v[k]) - m) * r * to_f(wp.v[k]) + (b ? to_f(bp.v[k]) : 0.0f));
+    return op;
+}
+template <class floatX, int V, bool ADD>
+__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, floatX* res, const floatX* inp, const floatX* add,
+                                         const floatX* w, const floatX* b, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const size_t off = (size_t)row * C;
+    const bool rms = mean == nullptr;
+    const float2 mr = ln_row_stats<floatX, V, ADD>(res, inp, add, off, C, rms, lane);
+    const floatX* x = (ADD ? res : inp) + off;
+    for (int c = lane * V; c < C; c += 32 * V) store_pack<V>(out + off + c, ln_out_pack<floatX, V>(x, w, b, c, mr.x, mr.y));
+    if (lane == 0) { if (!rms) mean[row] = mr.x; rstd[row] = mr.y; }
 }
 // The backward's per-element arithmetic, shared by the two-kernel and the one-kernel backward,
 // with each rounding spelled out: __fmul_rn and __fadd_rn are never contracted into an FMA. The

@@ -663,6 +663,17 @@ inline void fp8_check_shape(int N, int C, int OC) {
     if (!why.empty()) fatal("--precision fp8: %s", why.c_str());
 }
 
+// The forward's product once x's codes xq exist (made with target tx): W's quantization (and Wᵀ's,
+// where ctx.fp8_kept says; w_scratch: its scales under current scaling), then out = x·Wᵀ + b.
+template <class floatX>
+inline void fp8_forward_product(const Ctx& ctx, floatX* out, const uint8_t* xq, const Fp8Target& tx, const floatX* W, const floatX* bias,
+                                int N, int C, int OC, Fp8Scales* w_scratch) {
+    static Buf<uint8_t> wq_buf;
+    uint8_t* wq = op_scratch(wq_buf, ctx, (size_t)OC * C);
+    const Fp8Target tw = fp8_target(ctx, FP8_W, w_scratch);
+    fp8_quantize(ctx, wq, ctx.fp8_kept.wt, tw, W, OC, C, Fp8Format::E4M3);
+    fp8_linear(ctx, out, xq, Fp8Format::E4M3, tx.scales, wq, Fp8Format::E4M3, tw.scales, bias, N, C, OC, Fp8Product::Forward, C, OC);
+}
 // out = x·Wᵀ + b with x and W in E4M3. Rows past a multiple of 16 (an inference's: a prompt of
 // any length, hellaswag's rows; training's B·T is checked at start) are padded with zero rows,
 // whose outputs are made in a scratch and dropped.
@@ -673,20 +684,28 @@ inline void matmul_forward_fp8(const Ctx& ctx, floatX* out, const floatX* inp, c
                                Fp8Act inp_act) {
     const int Np = (int)ceil_div(N, 16) * 16;
     fp8_check_shape(Np, C, OC);
-    static Buf<uint8_t> xq_buf, wq_buf;
+    static Buf<uint8_t> xq_buf;
     static Buf<Fp8Scales> scales_buf;
     static Buf<floatX> padded_buf;
     uint8_t* xq = op_scratch(xq_buf, ctx, (size_t)Np * C);
-    uint8_t* wq = op_scratch(wq_buf, ctx, (size_t)OC * C);
     const Fp8Kept& kept = ctx.fp8_kept;
     Fp8Scales* sc = kept.xt ? kept.scales : op_scratch(scales_buf, ctx, 2);
-    const Fp8Target tx = fp8_target(ctx, FP8_X, &sc[0]), tw = fp8_target(ctx, FP8_W, &sc[1]);
+    const Fp8Target tx = fp8_target(ctx, FP8_X, &sc[0]);
     fp8_quantize(ctx, xq, kept.xt, tx, inp, N, C, Fp8Format::E4M3, nullptr, inp_act);
     if (Np > N) ctx_zero(ctx, xq + (size_t)N * C, (size_t)(Np - N) * C);
-    fp8_quantize(ctx, wq, kept.wt, tw, W, OC, C, Fp8Format::E4M3);
     floatX* dst = Np > N ? op_scratch(padded_buf, ctx, (size_t)Np * OC) : out;
-    fp8_linear(ctx, dst, xq, Fp8Format::E4M3, tx.scales, wq, Fp8Format::E4M3, tw.scales, bias, Np, C, OC, Fp8Product::Forward, C, OC);
+    fp8_forward_product(ctx, dst, xq, tx, W, bias, Np, C, OC, &sc[1]);
     if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(floatX));
+}
+// The same where x's codes xq and xᵀ (in ctx.fp8_kept) were made already, with delayed scaling's
+// given scale: by the LayerNorm before the product (fp8.cuh: layernorm_forward_fp8). N % 16 == 0.
+template <class floatX>
+inline void matmul_forward_fp8_codes(const Ctx& ctx, floatX* out, const uint8_t* xq, const floatX* W, const floatX* bias, int N, int C, int OC) {
+    fp8_check_shape(N, C, OC);
+    const Fp8Target tx = fp8_target(ctx, FP8_X, nullptr);
+    if (!tx.given || !ctx.fp8_kept.xt || N % 16)
+        fatal("matmul_forward_fp8_codes: x's codes need a given scale, kept operands and N %% 16 == 0 (N = %d)", N);
+    fp8_forward_product(ctx, out, xq, tx, W, bias, N, C, OC, &ctx.fp8_kept.scales[1]);
 }
 // dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3.
 // inp_act: x is GELU(inp) (fp8.cuh: Fp8Act); dout_pre: dout is GELU's backward of the given dout at dout_pre.

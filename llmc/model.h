@@ -421,6 +421,31 @@ template <class floatX> inline void acquire(GPT<floatX>* g, int u) { if (g->hook
 template <class floatX> inline void release(GPT<floatX>* g, int u) { if (g->hooks) g->hooks->release(u); }
 template <class floatX> inline void grads_ready(GPT<floatX>* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
 
+// FP8 with kept operands and delayed scaling, once its scales are given (fp8.cuh): the LayerNorm
+// before product lin writes the product's x codes and xᵀ itself (layernorm_forward_fp8), into
+// the LayerNorm output's place. No one else reads that output. Not with sequence parallelism,
+// where the product reads the output gathered from the ranks.
+inline bool kept_operands(const Ctx& lin) { return lin.fp8_kept.xt != nullptr; }
+template <class floatX> inline bool ln_into_fp8(const Ctx& lin, const TPRows<floatX>& rows, int N, int C) {
+    return kept_operands(lin) && !rows.s.on && fp8_target(lin, FP8_X, nullptr).given && layernorm_fp8_runs(N, C);
+}
+// The LayerNorm before a product: out = LayerNorm(inp), or with add: res = inp + add and
+// out = LayerNorm(res). With codes (ln_into_fp8), out's place gets the codes instead.
+template <class floatX>
+inline void block_layernorm(const Ctx& ctx, const Ctx& lin, bool codes, floatX* out, float* mean, float* rstd, NoDeduce<floatX>* res,
+                            const floatX* inp, const NoDeduce<floatX>* add, const floatX* w, const floatX* b, int P, int C) {
+    if (codes) layernorm_forward_fp8(ctx, (uint8_t*)out, lin.fp8_kept.xt, fp8_target(lin, FP8_X, nullptr), mean, rstd, res, inp, add, w, b, P, C);
+    else if (add) residual_layernorm_forward(ctx, res, out, mean, rstd, inp, add, w, b, P, C);
+    else layernorm_forward(ctx, out, mean, rstd, inp, w, b, P, C);
+}
+// The product of that LayerNorm's output ln: from the codes block_layernorm left there, or from ln.
+template <class floatX>
+inline void ln_product_forward(const Ctx& ctx, const Ctx& lin, bool codes, const TPRows<floatX>& rows, floatX* out, floatX* ln,
+                               const floatX* W, const floatX* bias, int N, int C, int OC) {
+    if (codes) matmul_forward_fp8_codes(lin, out, (const uint8_t*)ln, W, bias, N, C, OC);
+    else matmul_forward(lin, out, gather_rows(ctx, rows, ln), W, bias, N, C, OC);
+}
+
 // Forward of block l. Every residual add feeds a LayerNorm, so the two run as one op
 // (residual_layernorm_forward): res2 = x + attproj(…) with ln2, and the block's output
 // res3 = res2 + fcproj(…) with the next LayerNorm, which is block l+1's ln1 or lnf. So block l
@@ -448,31 +473,32 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
     // (Llama: the norms are RMSNorms, which the LayerNorm ops are with no mean and no bias: b.*_mean
     // and w.*b are nullptr; the products have no biases either)
+    const bool ln1_codes = ln_into_fp8(lin[PRODUCT_QKV], rows, BT, C), ln2_codes = ln_into_fp8(lin[PRODUCT_FC], rows, BT, C);
     if (l > g->part.blocks.first && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
-        residual_layernorm_forward(ctx, b.x, b.ln1, b.ln1_mean, b.ln1_rstd, block_acts(g, l - 1, B, T).res2, a.scratch.data(),
-                                   w.ln1w, w.ln1b, P, C);
+        block_layernorm(ctx, lin[PRODUCT_QKV], ln1_codes, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_acts(g, l - 1, B, T).res2,
+                        a.scratch.data(), w.ln1w, w.ln1b, P, C);
     else                  // x is the encoder's output, or was kept
-        layernorm_forward(ctx, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1w, w.ln1b, P, C);
+        block_layernorm(ctx, lin[PRODUCT_QKV], ln1_codes, b.ln1, b.ln1_mean, b.ln1_rstd, nullptr, b.x, nullptr, w.ln1w, w.ln1b, P, C);
     if (inner) {
-        matmul_forward(lin[PRODUCT_QKV], b.qkv, gather_rows(ctx, rows, b.ln1), w.qkvw, w.qkvb, BT, C, Q);
+        ln_product_forward(ctx, lin[PRODUCT_QKV], ln1_codes, rows, b.qkv, b.ln1, w.qkvw, w.qkvb, BT, C, Q);
         if (c.llama())  // RoPE turns q's and k's heads in place (the kept qkv is the turned one)
             rope_forward(ctx, b.qkv, gpt_rope(ctx, g, T), B, T, (size_t)Q, d.NHt + d.NKVt, c.head_dim());
         ring_attention_forward(ctx, gpt_ring(g, B, T), b.atty, b.lse, b.qkv, B, T, d.Ct, d.NHt, d.NKVt);
         matmul_forward(lin[PRODUCT_ATTPROJ], part, b.atty, w.attprojw, row_bias(rows, w.attprojb), BT, d.Ct, C);
         sum_rows(ctx, rows, part, a.scratch.data());  // → acts.scratch, this rank's rows
-        residual_layernorm_forward(ctx, b.res2, b.ln2, b.ln2_mean, b.ln2_rstd, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
+        block_layernorm(ctx, lin[PRODUCT_FC], ln2_codes, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
     } else {              // selective: res2 was kept
-        layernorm_forward(ctx, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2w, w.ln2b, P, C);
+        block_layernorm(ctx, lin[PRODUCT_FC], ln2_codes, b.ln2, b.ln2_mean, b.ln2_rstd, nullptr, b.res2, nullptr, w.ln2w, w.ln2b, P, C);
     }
     // fch = the activation's input, fch_gelu = its output: GELU(fch), or Llama's SwiGLU over fch's
     // [gate | up]. Selective reruns the activation alone, so it runs apart here too, and SwiGLU
     // always does (the fc product runs whenever `inner` does: selective's rerun is the one run without it)
-    const floatX* ln2 = inner ? gather_rows(ctx, rows, b.ln2) : nullptr;
+    const floatX* ln2 = inner && !ln2_codes ? gather_rows(ctx, rows, b.ln2) : nullptr;
     if (c.llama()) {
-        if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
+        if (inner) ln_product_forward(ctx, lin[PRODUCT_FC], ln2_codes, rows, b.fch, b.ln2, w.fcw, w.fcb, BT, C, Fc);
         swiglu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT, (size_t)Hh);
     } else if (g->fp8) {  // FP8: the fcproj product's quantizations make GELU(fch); no one writes it
-        if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
+        if (inner) ln_product_forward(ctx, lin[PRODUCT_FC], ln2_codes, rows, b.fch, b.ln2, w.fcw, w.fcb, BT, C, Fc);
     } else if (g->recompute == Recompute::Selective) {
         if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * Fc);
@@ -491,7 +517,6 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
 // A LayerNorm output as a product's backward reads it: gathered (sequence parallelism), or
 // nullptr where the product's forward kept its FP8 operands. That backward reads only those,
 // and the buffer then holds another block's output (see Recompute).
-inline bool kept_operands(const Ctx& lin) { return lin.fp8_kept.xt != nullptr; }
 template <class floatX> inline const floatX* product_input(const Ctx& ctx, const Ctx& lin, const TPRows<floatX>& rows, const floatX* x) {
     return kept_operands(lin) ? nullptr : gather_rows(ctx, rows, x);
 }

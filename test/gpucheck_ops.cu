@@ -1373,6 +1373,61 @@ static void check_fp8_quantize_gelu(int R, int Cc, Fp8Format f, Fp8Act act, bool
            ok ? "ok" : "not ok", name, diff, r);
     (ok ? n_pass : n_fail)++;
 }
+// LayerNorm straight into codes (fp8.cuh: layernorm_forward_fp8): codes, transpose, record, mean,
+// rstd and res bit for bit those of the GPU's own LayerNorm followed by the quantization, since
+// both compute each row the same way (ln_row_stats, ln_out_pack) and round it to bf16 before the
+// code. Outputs are poisoned first (NaN codes), so a code not written is seen. The scale is 4
+// times the one the amax gives, so some values saturate.
+static void check_fp8_layernorm(int N, int C, bool add, bool rms) {
+    char name[160];
+    snprintf(name, sizeof name, "fp8 e4m3 %slayernorm%s into codes %dx%d, delayed", add ? "residual + " : "", rms ? " (RMSNorm)" : "", N, C);
+    const size_t n = (size_t)N * C;
+    const std::vector<bf16> x = vec_cast<bf16>(randn<bf16>(n, 2.0f)), y = vec_cast<bf16>(randn<bf16>(n, 1.0f));
+    const std::vector<bf16> w = vec_cast<bf16>(randn<bf16>((size_t)C, 1.0f)), b = vec_cast<bf16>(randn<bf16>((size_t)C, 0.5f));
+    Buf<bf16> gx, gy, gw, gb, out, res[2];
+    gx.alloc(gpu, n); gy.alloc(gpu, n); gw.alloc(gpu, C); gb.alloc(gpu, C); out.alloc(gpu, n);
+    ctx_copy(gpu, gx.data(), x.data(), n * sizeof(bf16)); ctx_copy(gpu, gy.data(), y.data(), n * sizeof(bf16));
+    ctx_copy(gpu, gw.data(), w.data(), C * sizeof(bf16)); ctx_copy(gpu, gb.data(), b.data(), C * sizeof(bf16));
+    Buf<uint8_t> gq[2], gqt[2];
+    Buf<Fp8Scales> gsc[2];
+    Buf<float> grec[2], mean[2], rstd[2];
+    const Fp8Scales sc0 = fp8_scales(4 * fp8_scale_for(4.0f, Fp8Format::E4M3));
+    const float rec0 = 0.5f;
+    for (int k = 0; k < 2; k++) {  // k = 0: the ops apart; 1: into codes
+        gq[k].alloc(gpu, n); gqt[k].alloc(gpu, n); gsc[k].alloc(gpu, 1); grec[k].alloc(gpu, 1);
+        mean[k].alloc(gpu, N); rstd[k].alloc(gpu, N); res[k].alloc(gpu, n);
+        ctx_copy(gpu, gsc[k].data(), &sc0, sizeof sc0); ctx_copy(gpu, grec[k].data(), &rec0, sizeof(float));
+        CUDA_CHECK(cudaMemset(gq[k].data(), 0x7f, n)); CUDA_CHECK(cudaMemset(gqt[k].data(), 0x7f, n));
+        const Fp8Target t{gsc[k].data(), grec[k].data(), true};
+        float* m = rms ? nullptr : mean[k].data();
+        const bf16* bias = rms ? nullptr : gb.data();
+        if (k == 0) {
+            if (add) residual_layernorm_forward(gpu, res[k].data(), out.data(), m, rstd[k].data(), gx.data(), gy.data(), gw.data(), bias, N, C);
+            else layernorm_forward(gpu, out.data(), m, rstd[k].data(), gx.data(), gw.data(), bias, N, C);
+            fp8_quantize(gpu, gq[k].data(), gqt[k].data(), t, out.data(), N, C, Fp8Format::E4M3);
+        } else {
+            layernorm_forward_fp8(gpu, gq[k].data(), gqt[k].data(), t, m, rstd[k].data(), add ? res[k].data() : nullptr, gx.data(),
+                                  add ? gy.data() : nullptr, gw.data(), bias, N, C);
+        }
+    }
+    auto host = [](const auto& buf, size_t m) { std::vector<uint8_t> h(m * sizeof(*buf.data())); ctx_copy(gpu, h.data(), buf.data(), h.size()); return h; };
+    size_t diff = 0;
+    std::vector<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> pairs = {
+        {host(gq[0], n), host(gq[1], n)}, {host(gqt[0], n), host(gqt[1], n)}, {host(grec[0], 1), host(grec[1], 1)},
+        {host(rstd[0], N), host(rstd[1], N)}};
+    if (!rms) pairs.push_back({host(mean[0], N), host(mean[1], N)});
+    if (add) pairs.push_back({host(res[0], n), host(res[1], n)});
+    for (const auto& p : pairs)
+        for (size_t i = 0; i < p.first.size(); i++) diff += p.first[i] != p.second[i];
+    const std::vector<uint8_t> q = host(gq[1], n), rec = host(grec[1], 1);
+    size_t saturated = 0;
+    for (uint8_t c : q) saturated += (c & 0x7f) == fp8_largest_code(Fp8Format::E4M3);
+    float r = 0; memcpy(&r, rec.data(), 4);
+    const bool ok = diff == 0 && r > rec0 && saturated > 0;  // (the record moved, and some values saturated)
+    printf("%s - %s: codes, transpose, record, statistics%s bit for bit the ops apart (%zu bytes differ; record %g; %zu codes saturated)\n",
+           ok ? "ok" : "not ok", name, add ? " and res" : "", diff, r, saturated);
+    (ok ? n_pass : n_fail)++;
+}
 #ifdef __CUDACC__
 // The GPU's own conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f32, sm_89+) against fp8_encode: the
 // library's (__nv_cvt_float_to_fp8), and fp8_encode2, which the quantize kernel runs (its pairs'
@@ -1494,6 +1549,10 @@ static void check_fp8() {
         check_fp8_dequantize<bf16>(f, 1024.0f);
         check_fp8_dequantize<float>(f, 0.125f);
     }
+    check_fp8_layernorm(64, 64, false, false);   // two blocks of 32 rows
+    check_fp8_layernorm(48, 200, true, false);   // the residual add; a last block of 16 rows; 200 = 8·25 channels
+    check_fp8_layernorm(96, 64, true, true);     // RMSNorm
+    check_fp8_layernorm(1024, 768, true, false); // 32 blocks' atomicMax; lanes with 3 packs a row
     const BiasGrad W = BiasGrad::Warps;
     check_matmul<bf16>(48, 32, 80, true, true, W, Fp8Mode::On);
     check_matmul<bf16>(256, 768, 2304, true, true, W, Fp8Mode::On);    // GPT-2's qkv

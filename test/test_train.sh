@@ -309,6 +309,15 @@ q0=$(quantizations none); q2=$(quantizations full)
 [ "$q0" = 48 ] && [ "$q2" = 104 ] \
     && echo "ok - fp8: 12 quantizations a block a micro-step with --recompute none (the backward multiplies the forward's xᵀ and Wᵀ), 26 with full" \
     || echo "not ok - fp8: quantizations a step with --recompute none '$q0' (want 48), full '$q2' (want 104)"
+# With delayed scaling the two LayerNorms of a block write the qkv and fc products' codes (fp8.cuh:
+# layernorm_forward_fp8), so those products' x is not quantized apart: 10 a block a micro-step.
+# The profiled step is the last, whose scales are given. (The runs above hold the bits: none, which
+# takes this path, equals full, which does not.)
+"$BIN" "${common[@]}" "${rc_run[@]}" --precision fp8 --fp8-scaling delayed --val-data "" --profile 1 >"$tmp/fp8_prof_delayed.out" 2>&1
+qd=$(quantizations delayed); ld=$(awk '/^  (residual \+ )?layernorm forward into fp8/ { n += $(NF-3) } END { print n + 0 }' "$tmp/fp8_prof_delayed.out")
+[ "$qd" = 40 ] && [ "$ld" = 8 ] \
+    && echo "ok - fp8 delayed: the LayerNorms write the codes of the products after them (8 a step), so 10 quantizations a block a micro-step" \
+    || echo "not ok - fp8 delayed: quantizations a step '$qd' (want 40), LayerNorms into codes '$ld' (want 8)"
 # the recomputation is no part of the run's state: the fp32 run above, resumed at step 3 with
 # --recompute full, ends where it does
 mkdir -p "$tmp/rc_resume" && cp -r "$tmp/a_fp32/step_00000003" "$tmp/rc_resume/"
