@@ -388,9 +388,16 @@ inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, Fp8Scales* sca
 // memory. Then thread t writes 16 rows of one column of qt: 16 consecutive bytes.
 constexpr int FP8_LN_ROWS = 32;
 inline size_t layernorm_fp8_shared(int C) { return (size_t)FP8_LN_ROWS * (C + 4); }  // (+4: rows apart in the banks)
-// Where it runs: N a multiple of 16 (qt's 16-byte chunks), C of 8 (16-byte packs of bf16), and the
-// block's codes in 99 KB of shared memory (an Ada GPU's most: C ≤ 3164).
-inline bool layernorm_fp8_runs(int N, int C) { return N % 16 == 0 && C % 8 == 0 && layernorm_fp8_shared(C) <= 99 * 1024; }
+// Where it runs: N a multiple of 16 (qt's 16-byte chunks), and the block's codes in 99 KB of shared
+// memory (an Ada GPU's most: C ≤ 3164). On a GPU also rows of 16-byte packs at every pointer given
+// (the op's: C a multiple of 8 for bf16, the pointers 16-byte aligned), with packs switched on.
+template <class floatX> inline bool layernorm_fp8_runs(const Ctx& ctx, int N, int C, std::initializer_list<const void*> ptrs) {
+    if (N % 16 || layernorm_fp8_shared(C) > 99 * 1024) return false;
+#ifdef LLMC_CUDA
+    if (ctx.device == Device::CUDA) return ctx.kernels.layernorm_packs && pack_width<floatX>(C, ptrs) == PACK<floatX>;
+#endif
+    return true;
+}
 
 template <class floatX>
 inline void layernorm_forward_fp8_cpu(uint8_t* q, uint8_t* qt, const Fp8Target& t, float* mean, float* rstd, floatX* res, const floatX* inp,
@@ -449,20 +456,19 @@ template <class floatX, bool ADD>
 inline void layernorm_fp8_launch(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, float* mean, float* rstd, floatX* res,
                                  const floatX* inp, const floatX* add, const floatX* w, const floatX* b, int N, int C) {
     constexpr int P = PACK<floatX>;  // (the launch rewriting for the emulator wants no nested <>)
-    if (pack_width<floatX>(C, {res, inp, add, w, b}) < P || (uintptr_t)q % P || (uintptr_t)qt % 16)
-        fatal("layernorm_forward_fp8: its buffers are not aligned for 16-byte packs (C = %d)", C);
     SHARED_OPT_IN(layernorm_fp8_kernel<floatX, P, ADD>);
     layernorm_fp8_kernel<floatX, P, ADD><<<ceil_div(N, FP8_LN_ROWS), 256, layernorm_fp8_shared(C), ctx.stream>>>(q, qt, t.scales, t.amax, mean, rstd, res, inp, add, w, b, N, C);
     CUDA_LAUNCH_CHECK();
 }
 #endif
 
-// The op (layernorm_fp8_runs(N, C) and t.given hold): add == nullptr: LayerNorm(inp), else
+// The op (where layernorm_fp8_runs, with a given scale): add == nullptr: LayerNorm(inp), else
 // res = inp + add and LayerNorm(res).
 template <class floatX>
 inline void layernorm_forward_fp8(const Ctx& ctx, uint8_t* q, uint8_t* qt, const Fp8Target& t, float* mean, float* rstd, floatX* res,
                                   const floatX* inp, const NoDeduce<floatX>* add, const floatX* w, const floatX* b, int N, int C) {
-    if (!t.given || !layernorm_fp8_runs(N, C)) fatal("layernorm_forward_fp8: needs a given scale, N %% 16 == 0 and C %% 8 == 0 (N = %d, C = %d)", N, C);
+    if (!t.given || !layernorm_fp8_runs<floatX>(ctx, N, C, {q, qt, res, inp, add, w, b}))
+        fatal("layernorm_forward_fp8: needs a given scale, N %% 16 == 0, C ≤ 3164 and, on a GPU, 16-byte packs (N = %d, C = %d)", N, C);
     const double moved = (add ? 3 : 1) * sizeof(floatX) + 2;  // (inp, add → res; the codes and their transpose)
     OpScope prof(ctx, 0, moved * N * C + 8.0 * N, "%slayernorm forward into fp8+transpose", add ? "residual + " : "");
 #ifdef LLMC_CUDA

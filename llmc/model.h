@@ -421,22 +421,23 @@ template <class floatX> inline void acquire(GPT<floatX>* g, int u) { if (g->hook
 template <class floatX> inline void release(GPT<floatX>* g, int u) { if (g->hooks) g->hooks->release(u); }
 template <class floatX> inline void grads_ready(GPT<floatX>* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
 
-// FP8 with kept operands and delayed scaling, once its scales are given (fp8.cuh): the LayerNorm
-// before product lin writes the product's x codes and xᵀ itself (layernorm_forward_fp8), into
-// the LayerNorm output's place. No one else reads that output. Not with sequence parallelism,
-// where the product reads the output gathered from the ranks.
+// The LayerNorm before a product lin: out = LayerNorm(inp), or with add: res = inp + add and
+// out = LayerNorm(res). FP8 with kept operands and delayed scaling, once its scales are given
+// (fp8.cuh): the LayerNorm writes the product's x codes and xᵀ itself (layernorm_forward_fp8),
+// in out's place, since no one else reads out. Returns whether it did. Not with sequence
+// parallelism, where the product reads out gathered from the ranks.
 inline bool kept_operands(const Ctx& lin) { return lin.fp8_kept.xt != nullptr; }
-template <class floatX> inline bool ln_into_fp8(const Ctx& lin, const TPRows<floatX>& rows, int N, int C) {
-    return kept_operands(lin) && !rows.s.on && fp8_target(lin, FP8_X, nullptr).given && layernorm_fp8_runs(N, C);
-}
-// The LayerNorm before a product: out = LayerNorm(inp), or with add: res = inp + add and
-// out = LayerNorm(res). With codes (ln_into_fp8), out's place gets the codes instead.
 template <class floatX>
-inline void block_layernorm(const Ctx& ctx, const Ctx& lin, bool codes, floatX* out, float* mean, float* rstd, NoDeduce<floatX>* res,
-                            const floatX* inp, const NoDeduce<floatX>* add, const floatX* w, const floatX* b, int P, int C) {
-    if (codes) layernorm_forward_fp8(ctx, (uint8_t*)out, lin.fp8_kept.xt, fp8_target(lin, FP8_X, nullptr), mean, rstd, res, inp, add, w, b, P, C);
-    else if (add) residual_layernorm_forward(ctx, res, out, mean, rstd, inp, add, w, b, P, C);
+inline bool block_layernorm(const Ctx& ctx, const Ctx& lin, const TPRows<floatX>& rows, floatX* out, float* mean, float* rstd,
+                            NoDeduce<floatX>* res, const floatX* inp, const NoDeduce<floatX>* add, const floatX* w, const floatX* b, int P, int C) {
+    uint8_t* xt = lin.fp8_kept.xt;
+    if (xt && !rows.s.on && fp8_target(lin, FP8_X, nullptr).given && layernorm_fp8_runs<floatX>(ctx, P, C, {out, xt, res, inp, add, w, b})) {
+        layernorm_forward_fp8(ctx, (uint8_t*)out, xt, fp8_target(lin, FP8_X, nullptr), mean, rstd, res, inp, add, w, b, P, C);
+        return true;
+    }
+    if (add) residual_layernorm_forward(ctx, res, out, mean, rstd, inp, add, w, b, P, C);
     else layernorm_forward(ctx, out, mean, rstd, inp, w, b, P, C);
+    return false;
 }
 // The product of that LayerNorm's output ln: from the codes block_layernorm left there, or from ln.
 template <class floatX>
@@ -473,12 +474,13 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
     const bool inner = !rerun || !keeps_inner(g->recompute);  // the products and attention run
     // (Llama: the norms are RMSNorms, which the LayerNorm ops are with no mean and no bias: b.*_mean
     // and w.*b are nullptr; the products have no biases either)
-    const bool ln1_codes = ln_into_fp8(lin[PRODUCT_QKV], rows, BT, C), ln2_codes = ln_into_fp8(lin[PRODUCT_FC], rows, BT, C);
-    if (l > g->part.blocks.first && !rerun)  // x = res3 of block l−1 = its res2 + its MLP output
-        block_layernorm(ctx, lin[PRODUCT_QKV], ln1_codes, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, block_acts(g, l - 1, B, T).res2,
-                        a.scratch.data(), w.ln1w, w.ln1b, P, C);
-    else                  // x is the encoder's output, or was kept
-        block_layernorm(ctx, lin[PRODUCT_QKV], ln1_codes, b.ln1, b.ln1_mean, b.ln1_rstd, nullptr, b.x, nullptr, w.ln1w, w.ln1b, P, C);
+    // ln1 of x = res3 of block l−1 = its res2 + its MLP output, formed here (add1); or of x, the
+    // encoder's output or kept. ln1_codes, ln2_codes: the LayerNorm wrote its product's FP8 codes
+    // in its output's place (block_layernorm).
+    const bool add1 = l > g->part.blocks.first && !rerun;
+    const bool ln1_codes = block_layernorm(ctx, lin[PRODUCT_QKV], rows, b.ln1, b.ln1_mean, b.ln1_rstd, add1 ? b.x : nullptr,
+                                           add1 ? block_acts(g, l - 1, B, T).res2 : b.x, add1 ? a.scratch.data() : nullptr, w.ln1w, w.ln1b, P, C);
+    bool ln2_codes;
     if (inner) {
         ln_product_forward(ctx, lin[PRODUCT_QKV], ln1_codes, rows, b.qkv, b.ln1, w.qkvw, w.qkvb, BT, C, Q);
         if (c.llama())  // RoPE turns q's and k's heads in place (the kept qkv is the turned one)
@@ -486,9 +488,9 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
         ring_attention_forward(ctx, gpt_ring(g, B, T), b.atty, b.lse, b.qkv, B, T, d.Ct, d.NHt, d.NKVt);
         matmul_forward(lin[PRODUCT_ATTPROJ], part, b.atty, w.attprojw, row_bias(rows, w.attprojb), BT, d.Ct, C);
         sum_rows(ctx, rows, part, a.scratch.data());  // → acts.scratch, this rank's rows
-        block_layernorm(ctx, lin[PRODUCT_FC], ln2_codes, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
+        ln2_codes = block_layernorm(ctx, lin[PRODUCT_FC], rows, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, b.x, a.scratch.data(), w.ln2w, w.ln2b, P, C);
     } else {              // selective: res2 was kept
-        block_layernorm(ctx, lin[PRODUCT_FC], ln2_codes, b.ln2, b.ln2_mean, b.ln2_rstd, nullptr, b.res2, nullptr, w.ln2w, w.ln2b, P, C);
+        ln2_codes = block_layernorm(ctx, lin[PRODUCT_FC], rows, b.ln2, b.ln2_mean, b.ln2_rstd, nullptr, b.res2, nullptr, w.ln2w, w.ln2b, P, C);
     }
     // fch = the activation's input, fch_gelu = its output: GELU(fch), or Llama's SwiGLU over fch's
     // [gate | up]. Selective reruns the activation alone, so it runs apart here too, and SwiGLU
