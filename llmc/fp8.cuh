@@ -382,7 +382,7 @@ inline void fp8_quantize(const Ctx& ctx, uint8_t* q, uint8_t* qt, Fp8Scales* sca
 // residual_layernorm_forward does). The codes, the amax record, mean and rstd are those of
 // layernorm_forward and then fp8_quantize, but the LayerNorm's output is never written or read
 // back: 4 bytes an element less in bf16. The model runs it where an FP8 product is the output's
-// only reader (model.h: ln_into_fp8). E4M3: it is a forward product's x.
+// only reader (model.h: block_layernorm). E4M3: it is a forward product's x.
 // A block takes FP8_LN_ROWS rows, warp w rows w, w + 8, ...: each row as layernorm_forward's
 // kernel does it (ln_row_stats, ln_out_pack), its codes stored to q's row and kept in shared
 // memory. Then thread t writes 16 rows of one column of qt: 16 consecutive bytes.
