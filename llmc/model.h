@@ -421,18 +421,20 @@ template <class floatX> inline void acquire(GPT<floatX>* g, int u) { if (g->hook
 template <class floatX> inline void release(GPT<floatX>* g, int u) { if (g->hooks) g->hooks->release(u); }
 template <class floatX> inline void grads_ready(GPT<floatX>* g, int u) { if (g->hooks) g->hooks->grads_ready(u); }
 
+// Whether product lin's forward keeps its FP8 operands xᵀ and Wᵀ for its backward (fp8_keeps_operands).
+inline bool kept_operands(const Ctx& lin) { return lin.fp8_kept.xt != nullptr; }
 // The LayerNorm before a product lin: out = LayerNorm(inp), or with add: res = inp + add and
 // out = LayerNorm(res). FP8 with kept operands and delayed scaling, once its scales are given
 // (fp8.cuh): the LayerNorm writes the product's x codes and xᵀ itself (layernorm_forward_fp8),
 // in out's place, since no one else reads out. Returns whether it did. Not with sequence
 // parallelism, where the product reads out gathered from the ranks.
-inline bool kept_operands(const Ctx& lin) { return lin.fp8_kept.xt != nullptr; }
 template <class floatX>
 inline bool block_layernorm(const Ctx& ctx, const Ctx& lin, const TPRows<floatX>& rows, floatX* out, float* mean, float* rstd,
                             NoDeduce<floatX>* res, const floatX* inp, const NoDeduce<floatX>* add, const floatX* w, const floatX* b, int P, int C) {
     uint8_t* xt = lin.fp8_kept.xt;
-    if (xt && !rows.s.on && fp8_target(lin, FP8_X, nullptr).given && layernorm_fp8_runs<floatX>(ctx, P, C, {out, xt, res, inp, add, w, b})) {
-        layernorm_forward_fp8(ctx, (uint8_t*)out, xt, fp8_target(lin, FP8_X, nullptr), mean, rstd, res, inp, add, w, b, P, C);
+    const Fp8Target t = fp8_target(lin, FP8_X, nullptr);
+    if (kept_operands(lin) && !rows.s.on && t.given && layernorm_fp8_runs<floatX>(ctx, P, C, {out, xt, res, inp, add, w, b})) {
+        layernorm_forward_fp8(ctx, (uint8_t*)out, xt, t, mean, rstd, res, inp, add, w, b, P, C);
         return true;
     }
     if (add) residual_layernorm_forward(ctx, res, out, mean, rstd, inp, add, w, b, P, C);
