@@ -698,13 +698,12 @@ inline void matmul_forward_fp8(const Ctx& ctx, floatX* out, const floatX* inp, c
     if (Np > N) ctx_copy(ctx, out, dst, (size_t)N * OC * sizeof(floatX));
 }
 // The same where x's codes xq and xᵀ (in ctx.fp8_kept) were made already, with delayed scaling's
-// given scale: by the LayerNorm before the product (fp8.cuh: layernorm_forward_fp8). N % 16 == 0.
+// given scale: by the LayerNorm before the product (fp8.cuh: layernorm_forward_fp8).
 template <class floatX>
 inline void matmul_forward_fp8_codes(const Ctx& ctx, floatX* out, const uint8_t* xq, const floatX* W, const floatX* bias, int N, int C, int OC) {
-    fp8_check_shape(N, C, OC);
+    fp8_check_shape(N, C, OC);  // (N a multiple of 16: no padded rows)
     const Fp8Target tx = fp8_target(ctx, FP8_X, nullptr);
-    if (!tx.given || !ctx.fp8_kept.xt || N % 16)
-        fatal("matmul_forward_fp8_codes: x's codes need a given scale, kept operands and N %% 16 == 0 (N = %d)", N);
+    if (!tx.given || !ctx.fp8_kept.xt) fatal("matmul_forward_fp8_codes: x's codes need a given scale and kept operands");
     fp8_forward_product(ctx, out, xq, tx, W, bias, N, C, OC, &ctx.fp8_kept.scales[1]);
 }
 // dinp = dout·W (written), dW += doutᵀ·x, dbias += Σ_n dout: dout in E5M2, W and x in E4M3.

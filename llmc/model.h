@@ -441,12 +441,11 @@ inline bool block_layernorm(const Ctx& ctx, const Ctx& lin, const TPRows<floatX>
     else layernorm_forward(ctx, out, mean, rstd, inp, w, b, P, C);
     return false;
 }
-// The product of that LayerNorm's output: from x, the output as gathered (gather_rows), or from
-// the codes block_layernorm left in the output's place ln (codes).
+// The product of that LayerNorm's output x: the output as gathered (gather_rows), or with codes,
+// the output's place, where block_layernorm left the codes.
 template <class floatX>
-inline void ln_product_forward(const Ctx& lin, bool codes, floatX* out, const floatX* x, const floatX* ln, const floatX* W, const floatX* bias,
-                               int N, int C, int OC) {
-    if (codes) matmul_forward_fp8_codes(lin, out, (const uint8_t*)ln, W, bias, N, C, OC);
+inline void ln_product_forward(const Ctx& lin, bool codes, floatX* out, const floatX* x, const floatX* W, const floatX* bias, int N, int C, int OC) {
+    if (codes) matmul_forward_fp8_codes(lin, out, (const uint8_t*)x, W, bias, N, C, OC);
     else matmul_forward(lin, out, x, W, bias, N, C, OC);
 }
 
@@ -485,7 +484,7 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
                                            add1 ? block_acts(g, l - 1, B, T).res2 : b.x, add1 ? a.scratch.data() : nullptr, w.ln1w, w.ln1b, P, C);
     bool ln2_codes;
     if (inner) {
-        ln_product_forward(lin[PRODUCT_QKV], ln1_codes, b.qkv, ln1_codes ? nullptr : gather_rows(ctx, rows, b.ln1), b.ln1, w.qkvw, w.qkvb, BT, C, Q);
+        ln_product_forward(lin[PRODUCT_QKV], ln1_codes, b.qkv, ln1_codes ? b.ln1 : gather_rows(ctx, rows, b.ln1), w.qkvw, w.qkvb, BT, C, Q);
         if (c.llama())  // RoPE turns q's and k's heads in place (the kept qkv is the turned one)
             rope_forward(ctx, b.qkv, gpt_rope(ctx, g, T), B, T, (size_t)Q, d.NHt + d.NKVt, c.head_dim());
         ring_attention_forward(ctx, gpt_ring(g, B, T), b.atty, b.lse, b.qkv, B, T, d.Ct, d.NHt, d.NKVt);
@@ -498,12 +497,12 @@ template <class floatX> inline void gpt_block_forward(const Ctx& ctx, GPT<floatX
     // fch = the activation's input, fch_gelu = its output: GELU(fch), or Llama's SwiGLU over fch's
     // [gate | up]. Selective reruns the activation alone, so it runs apart here too, and SwiGLU
     // always does (the fc product runs whenever `inner` does: selective's rerun is the one run without it)
-    const floatX* ln2 = inner && !ln2_codes ? gather_rows(ctx, rows, b.ln2) : nullptr;
+    const floatX* ln2 = !inner ? nullptr : ln2_codes ? b.ln2 : gather_rows(ctx, rows, b.ln2);  // (or its codes)
     if (c.llama()) {
-        if (inner) ln_product_forward(lin[PRODUCT_FC], ln2_codes, b.fch, ln2, b.ln2, w.fcw, w.fcb, BT, C, Fc);
+        if (inner) ln_product_forward(lin[PRODUCT_FC], ln2_codes, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         swiglu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT, (size_t)Hh);
     } else if (g->fp8) {  // FP8: the fcproj product's quantizations make GELU(fch); no one writes it
-        if (inner) ln_product_forward(lin[PRODUCT_FC], ln2_codes, b.fch, ln2, b.ln2, w.fcw, w.fcb, BT, C, Fc);
+        if (inner) ln_product_forward(lin[PRODUCT_FC], ln2_codes, b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
     } else if (g->recompute == Recompute::Selective) {
         if (inner) matmul_forward(lin[PRODUCT_FC], b.fch, ln2, w.fcw, w.fcb, BT, C, Fc);
         gelu_forward(ctx, b.fch_gelu, b.fch, (size_t)BT * Fc);

@@ -1327,6 +1327,12 @@ static void check_fp8_quantize_record(int R, int Cc, Fp8Format f, bool given, fl
            "record %g vs %g, amax %g; %zu of %d sums off)\n", ok ? "ok" : "not ok", name, diff, hrec, rec, amax, off, Cc);
     (ok ? n_pass : n_fail)++;
 }
+// The bytes of a device buffer's first m elements, on the host (to compare two results bit for bit).
+template <class B> static std::vector<uint8_t> device_bytes(const B& buf, size_t m) {
+    std::vector<uint8_t> h(m * sizeof(*buf.data()));
+    ctx_copy(gpu, h.data(), buf.data(), h.size());
+    return h;
+}
 // The MLP's GELU inside the quantization (fp8.cuh: Fp8Act; the FP8 model never writes GELU's
 // output or its backward): codes, transpose, scale, record and column sums bit for bit those of
 // the GPU's own gelu op followed by the plain quantization, since both make each value with
@@ -1360,13 +1366,14 @@ static void check_fp8_quantize_gelu(int R, int Cc, Fp8Format f, Fp8Act act, bool
             fp8_quantize(gpu, gq[k].data(), gqt[k].data(), t, gx.data(), R, Cc, f, gsums[k].data(), act, gpre.data());
         }
     }
-    auto host = [](const auto& b, size_t m) { std::vector<uint8_t> h(m * sizeof(*b.data())); ctx_copy(gpu, h.data(), b.data(), h.size()); return h; };
     size_t diff = 0;
-    for (auto bytes : {std::make_pair(host(gq[0], n), host(gq[1], n)), std::make_pair(host(gqt[0], n), host(gqt[1], n)),
-                       std::make_pair(host(gsc[0], 1), host(gsc[1], 1)), std::make_pair(host(grec[0], 1), host(grec[1], 1)),
-                       std::make_pair(host(gsums[0], Cc), host(gsums[1], Cc))})
+    for (auto bytes : {std::make_pair(device_bytes(gq[0], n), device_bytes(gq[1], n)),
+                       std::make_pair(device_bytes(gqt[0], n), device_bytes(gqt[1], n)),
+                       std::make_pair(device_bytes(gsc[0], 1), device_bytes(gsc[1], 1)),
+                       std::make_pair(device_bytes(grec[0], 1), device_bytes(grec[1], 1)),
+                       std::make_pair(device_bytes(gsums[0], Cc), device_bytes(gsums[1], Cc))})
         for (size_t i = 0; i < bytes.first.size(); i++) diff += bytes.first[i] != bytes.second[i];
-    const std::vector<uint8_t> rec = host(grec[1], 1);
+    const std::vector<uint8_t> rec = device_bytes(grec[1], 1);
     float r = 0; memcpy(&r, rec.data(), 4);
     const bool ok = diff == 0 && r > rec0;  // (the record moved: the values were seen)
     printf("%s - %s: codes, transpose, scale, record and column sums bit for bit the unfused ops' (%zu bytes differ; record %g)\n",
@@ -1410,16 +1417,15 @@ static void check_fp8_layernorm(int N, int C, bool add, bool rms) {
                                   add ? gy.data() : nullptr, gw.data(), bias, N, C);
         }
     }
-    auto host = [](const auto& buf, size_t m) { std::vector<uint8_t> h(m * sizeof(*buf.data())); ctx_copy(gpu, h.data(), buf.data(), h.size()); return h; };
     size_t diff = 0;
     std::vector<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> pairs = {
-        {host(gq[0], n), host(gq[1], n)}, {host(gqt[0], n), host(gqt[1], n)}, {host(grec[0], 1), host(grec[1], 1)},
-        {host(rstd[0], N), host(rstd[1], N)}};
-    if (!rms) pairs.push_back({host(mean[0], N), host(mean[1], N)});
-    if (add) pairs.push_back({host(res[0], n), host(res[1], n)});
+        {device_bytes(gq[0], n), device_bytes(gq[1], n)}, {device_bytes(gqt[0], n), device_bytes(gqt[1], n)},
+        {device_bytes(grec[0], 1), device_bytes(grec[1], 1)}, {device_bytes(rstd[0], N), device_bytes(rstd[1], N)}};
+    if (!rms) pairs.push_back({device_bytes(mean[0], N), device_bytes(mean[1], N)});
+    if (add) pairs.push_back({device_bytes(res[0], n), device_bytes(res[1], n)});
     for (const auto& p : pairs)
         for (size_t i = 0; i < p.first.size(); i++) diff += p.first[i] != p.second[i];
-    const std::vector<uint8_t> q = host(gq[1], n), rec = host(grec[1], 1);
+    const std::vector<uint8_t> q = device_bytes(gq[1], n), rec = device_bytes(grec[1], 1);
     size_t saturated = 0;
     for (uint8_t c : q) saturated += (c & 0x7f) == fp8_largest_code(Fp8Format::E4M3);
     float r = 0; memcpy(&r, rec.data(), 4);
