@@ -1128,19 +1128,31 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
         }
     for (int k = 0; k < 16; k++)
         for (int c = 0; c < N; c++) B[k * N + c] = shared_operand(op0.desc, op0.trans_b, k, c, "B");
+    // D (64 × N) from the threads' registers (thread j holds rows 16w + g and + 8, columns
+    // 8nt + 2t and + 1), then the sums, 8 columns of a row side by side in a vector (each sum
+    // over k in the order above, multiply then add: the same bits as one sum at a time), then back.
+    std::vector<float> D(64 * N, 0.0f);
+    auto element = [N](int j, int nt, int e) { return (16 * (j / 32) + j % 32 / 4 + 8 * (e / 2)) * N + 8 * nt + 2 * (j % 4) + e % 2; };
+    if (op0.accumulate)
+        for (int j = 0; j < 128; j++)
+            for (int nt = 0; nt < N / 8; nt++)
+                for (int e = 0; e < 4; e++) D[element(j, nt, e)] = r.fibers[first + j].wgmma[i].d[4 * nt + e];
+    typedef float Float8 __attribute__((vector_size(32)));
+    for (int row = 0; row < 64; row++)
+        for (int c = 0; c < N; c += 8) {
+            Float8 sum, b;
+            memcpy(&sum, &D[row * N + c], sizeof(sum));
+            for (int kk = 0; kk < 16; kk++) {
+                const int k = g_wgmma_reverse ? 15 - kk : kk;
+                memcpy(&b, &B[k * N + c], sizeof(b));
+                sum += A[row * 16 + k] * b;
+            }
+            memcpy(&D[row * N + c], &sum, sizeof(sum));
+        }
     for (int j = 0; j < 128; j++) {
         float* d = r.fibers[first + j].wgmma[i].d;
-        const int w = j / 32, g = j % 32 / 4, t = j % 4;
         for (int nt = 0; nt < N / 8; nt++)
-            for (int e = 0; e < 4; e++) {
-                const int row = 16 * w + g + 8 * (e / 2), col = 8 * nt + 2 * t + e % 2;
-                float sum = op0.accumulate ? d[4 * nt + e] : 0.0f;
-                for (int kk = 0; kk < 16; kk++) {
-                    const int k = g_wgmma_reverse ? 15 - kk : kk;
-                    sum += A[row * 16 + k] * B[k * N + col];
-                }
-                d[4 * nt + e] = sum;
-            }
+            for (int e = 0; e < 4; e++) d[4 * nt + e] = D[element(j, nt, e)];
         std::vector<WgmmaOp>& ops = r.fibers[first + j].wgmma;  // later products on the same D find it so at their wait
         for (size_t k = i + 1; k < ops.size(); k++)
             if (ops[k].d == d) ops[k].d_at_issue.assign(d, d + ops[k].n / 2);
