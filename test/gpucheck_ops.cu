@@ -958,9 +958,12 @@ static void check_fused_chain(int B, int T, int C, int NH, int NKV, const std::v
     snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, key blocks chained, two runs", B, T, C, NH, NKV);
     compare_bits(name, chained, got);
 #ifdef LLMC_SIMT  // the emulator's blocks as a GPU might run them: each tile's first key block late
+    const int threads = omp_get_max_threads();  // (blocks on other threads overtake the late one: two at least)
+    omp_set_num_threads(std::max(2, threads));
     simt::g_late = true;
     attention_outputs(qkv, dout, B, T, C, NH, NKV, got);
     simt::g_late = false;
+    omp_set_num_threads(threads);
     snprintf(name, sizeof(name), "bf16 fused backward B=%d T=%d C=%d NH=%d NKV=%d, key blocks chained, each tile's first late", B, T, C, NH, NKV);
     compare_bits(name, chained, got);
     simt::g_reverse_blocks = true;  // (the chain's order comes from tickets, not from blockIdx)

@@ -34,6 +34,12 @@ pass=0; fail=0
 # for another, a compiler) on a CI machine of 2 cores; the parts share no files (each works in
 # its own mktemp folder; test/small_vocab.py writes its shared data under temporary names).
 jobs_max=${TEST_JOBS:-2}
+# Each part's OpenMP threads: the cores shared among the parts that run at once (unless
+# OMP_NUM_THREADS is set). With two threads each, two parts on 2 cores kept waiting at the end of
+# each parallel region for a thread that the other part held: two emulated kernel checks side by
+# side took 1.8 times as long as with one thread each (dev/cpu_results/2026-12-07-test-threads.log).
+cores=$(nproc 2>/dev/null || echo 1)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((cores / jobs_max > 1 ? cores / jobs_max : 1))}
 parts=build/test_parts
 rm -rf "$parts"; mkdir -p "$parts"
 names=() started=0 shown=0
@@ -71,45 +77,6 @@ binaries=(./train_gpt)
 if [ -x build/train_gpt_cpu ] && ! cmp -s ./train_gpt build/train_gpt_cpu; then binaries+=(build/train_gpt_cpu); fi
 
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-if [ -n "${TEST_QUICK:-}" ]; then  # make test-quick: the g++ trainer, one layout of each strategy
-    q=build/train_gpt_cpu
-    part "test_cli ($q)" bash test/test_cli.sh "$q"
-    part test_ops build/test_ops
-    part "test_vs_pytorch ($q)" /usr/bin/python3 test/test_vs_pytorch.py "$q"
-    part "test_train ($q, resume)" env TRAIN_RESUME_ONLY=1 TRAIN_QUICK=1 bash test/test_train.sh "$q"
-    part "test_dp ($q, dp=2, quick: ZeRO 0-3)" env DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh "$q"
-    part "test_tp ($q, quick: tp=2 and dp=2 x tp=2 ZeRO-3, with and without --sp)" env TP_QUICK=1 bash test/test_tp.sh "$q"
-    part "test_pp ($q, quick: 1f1b, tp x pp, interleaved)" env PP_QUICK=1 bash test/test_pp.sh "$q"
-    part "test_cp ($q, quick: zigzag, dp x cp ZeRO-3)" env CP_QUICK=1 bash test/test_cp.sh "$q"
-    part "test_form (headers, docs/ links)" bash test/test_form.sh
-    part "test_fuzz ($q, 320 damaged files)" /usr/bin/python3 test/test_fuzz.py "$q" 320
-else
-part test_ops build/test_ops
-part "test_comm (4 ranks)" mpirun --oversubscribe -np 4 build/test_comm
-part "test_comm (3 ranks)" mpirun --oversubscribe -np 3 build/test_comm
-for b in "${binaries[@]}"; do
-    part "test_cli ($b)" bash test/test_cli.sh "$b"
-    if [ "$b" = ./train_gpt ]; then part "test_train ($b)" bash test/test_train.sh "$b"
-    else part "test_train ($b, quick)" env TRAIN_QUICK=1 bash test/test_train.sh "$b"; fi
-    part "test_vs_pytorch ($b)" /usr/bin/python3 test/test_vs_pytorch.py "$b"
-    part "test_llama_convert ($b)" /usr/bin/python3 test/test_llama_convert.py "$b"
-    # (the g++ build beside an nvcc one: dp = 2 and DP_QUICK, the collectives of every kind; its
-    # dp = 4 matrix, other ZeRO stages, signals and resharding are the same code as ./train_gpt's)
-    if [ "$b" = ./train_gpt ]; then part "test_dp ($b)" bash test/test_dp.sh "$b"
-    else part "test_dp ($b, dp=2, quick)" env DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh "$b"; fi
-done
-part "test_hf_export (./train_gpt)" /usr/bin/python3 test/test_hf_export.py ./train_gpt
-part "test_tp (./train_gpt)" bash test/test_tp.sh ./train_gpt
-part "test_pp (./train_gpt)" bash test/test_pp.sh ./train_gpt
-part "test_cp (./train_gpt)" bash test/test_cp.sh ./train_gpt
-part "test_fuzz (./train_gpt, 320 damaged files)" /usr/bin/python3 test/test_fuzz.py ./train_gpt 320
-part test_tokenizer bash test/test_tokenizer.sh
-part test_simt build/test_simt
-part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
-# (the second run also has the emulated cuBLASLt refuse its heuristic's first algorithm each
-# time, as cuBLASLt may: every product then runs on the next one, matmul.cuh's lt_matmul)
-part "simcheck_ops (CUDA kernels emulated, reverse order; cuBLASLt refusing its first algorithm)" env SIMT_ORDER=reverse SIMT_LT_REFUSE=1 build/simcheck_ops
-part test_ptxas bash test/test_ptxas.sh
 dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/common.cuh)
     local args out
     for args in "attention 1 64 128 2" "attention 1 70 256 2" "attention 1 70 256 4 2" "layernorm 100 768" "layernorm 300 200" "layernorm 40 1600" "classifier 64 1000 1024" "adamw 100003" "matmul 64 48 104" "matmul 40 24 56 17"; do
@@ -134,7 +101,6 @@ dev_playgrounds() {  # each exits 1 if a version is over its bound (dev/cuda/com
         echo "ok - dev/cuda/attention.cu 1 128 256 2 time: at head size 128 fused128 and chained timed beside the two passes"
     else echo "$out"; echo "not ok - dev/cuda/attention.cu 1 128 256 2 time"; fi
 }
-part "dev/cuda playgrounds (emulated)" dev_playgrounds
 torch_baselines() {  # make bench's PyTorch side (dev/bench/torch_baselines.py) on tiny CPU shapes
     local args out
     for args in "sdpa 1 32 2 16" "gpt2 124M 1 16" "kernels 64 48 16 100 104 1000" "matmul 64 48 104"; do
@@ -149,7 +115,6 @@ sys.exit(0 if r['kind'] == sys.argv[1] and times and all(t > 0 for t in times) e
         else echo "$out"; echo "not ok - torch_baselines.py $args --cpu"; fi
     done
 }
-part "dev/bench PyTorch baselines (CPU, tiny shapes)" torch_baselines
 plot() {  # dev/plot.py: a real log (make train's), two runs overlaid with HellaSwag; bad logs in one line
     local tmp r; tmp=$(mktemp -d)
     local log=dev/cpu_results/2026-11-21-make-train-d4.jsonl
@@ -175,6 +140,51 @@ print('\n'.join(json.dumps(r) for r in rows))" "$log" >"$tmp/b.jsonl"
         && echo "ok - dev/plot.py: a line without a step is named too" || { echo "$r"; echo "not ok - dev/plot.py: a line without a step (exit $rc)"; }
     rm -rf "$tmp"
 }
+if [ -n "${TEST_QUICK:-}" ]; then  # make test-quick: the g++ trainer, one layout of each strategy
+    q=build/train_gpt_cpu
+    part "test_cli ($q)" bash test/test_cli.sh "$q"
+    part test_ops build/test_ops
+    part "test_vs_pytorch ($q)" /usr/bin/python3 test/test_vs_pytorch.py "$q"
+    part "test_train ($q, resume)" env TRAIN_RESUME_ONLY=1 TRAIN_QUICK=1 bash test/test_train.sh "$q"
+    part "test_dp ($q, dp=2, quick: ZeRO 0-3)" env DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh "$q"
+    part "test_tp ($q, quick: tp=2 and dp=2 x tp=2 ZeRO-3, with and without --sp)" env TP_QUICK=1 bash test/test_tp.sh "$q"
+    part "test_pp ($q, quick: 1f1b, tp x pp, interleaved)" env PP_QUICK=1 bash test/test_pp.sh "$q"
+    part "test_cp ($q, quick: zigzag, dp x cp ZeRO-3)" env CP_QUICK=1 bash test/test_cp.sh "$q"
+    part "test_form (headers, docs/ links)" bash test/test_form.sh
+    part "test_fuzz ($q, 320 damaged files)" /usr/bin/python3 test/test_fuzz.py "$q" 320
+else
+# The longest parts first (the emulated GPU's), so that the last two to end end close together.
+part "test_gpu_train (emulated GPU)" env GPU_TRAIN_QUICK=1 GPU_TRAIN_VOCAB=250 bash test/test_gpu_train.sh build/train_gpt_simt
+part "simcheck_ops (CUDA kernels emulated, thread order)" env SIMT_ORDER=forward build/simcheck_ops
+# (the second run also has the emulated cuBLASLt refuse its heuristic's first algorithm each
+# time, as cuBLASLt may: every product then runs on the next one, matmul.cuh's lt_matmul)
+part "simcheck_ops (CUDA kernels emulated, reverse order; cuBLASLt refusing its first algorithm)" env SIMT_ORDER=reverse SIMT_LT_REFUSE=1 build/simcheck_ops
+part "dev/cuda playgrounds (emulated)" dev_playgrounds
+part "test_train (emulated GPU)" env DEVICE=cuda TRAIN_QUICK=1 bash test/test_train.sh build/train_gpt_simt
+part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh build/train_gpt_simt
+part test_ops build/test_ops
+part "test_comm (4 ranks)" mpirun --oversubscribe -np 4 build/test_comm
+part "test_comm (3 ranks)" mpirun --oversubscribe -np 3 build/test_comm
+for b in "${binaries[@]}"; do
+    part "test_cli ($b)" bash test/test_cli.sh "$b"
+    if [ "$b" = ./train_gpt ]; then part "test_train ($b)" bash test/test_train.sh "$b"
+    else part "test_train ($b, quick)" env TRAIN_QUICK=1 bash test/test_train.sh "$b"; fi
+    part "test_vs_pytorch ($b)" /usr/bin/python3 test/test_vs_pytorch.py "$b"
+    part "test_llama_convert ($b)" /usr/bin/python3 test/test_llama_convert.py "$b"
+    # (the g++ build beside an nvcc one: dp = 2 and DP_QUICK, the collectives of every kind; its
+    # dp = 4 matrix, other ZeRO stages, signals and resharding are the same code as ./train_gpt's)
+    if [ "$b" = ./train_gpt ]; then part "test_dp ($b)" bash test/test_dp.sh "$b"
+    else part "test_dp ($b, dp=2, quick)" env DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh "$b"; fi
+done
+part "test_hf_export (./train_gpt)" /usr/bin/python3 test/test_hf_export.py ./train_gpt
+part "test_tp (./train_gpt)" bash test/test_tp.sh ./train_gpt
+part "test_pp (./train_gpt)" bash test/test_pp.sh ./train_gpt
+part "test_cp (./train_gpt)" bash test/test_cp.sh ./train_gpt
+part "test_fuzz (./train_gpt, 320 damaged files)" /usr/bin/python3 test/test_fuzz.py ./train_gpt 320
+part test_tokenizer bash test/test_tokenizer.sh
+part test_simt build/test_simt
+part test_ptxas bash test/test_ptxas.sh
+part "dev/bench PyTorch baselines (CPU, tiny shapes)" torch_baselines
 part "dev/plot.py (a picture of runs)" plot
 part "test_form (headers, docs/ links)" bash test/test_form.sh
 part "test_bench_train (make bench's training table, stand-in trainer)" bash test/test_bench_train.sh ./train_gpt
@@ -182,11 +192,8 @@ part "test_gpu_session (dev/gpu_session.sh, stand-in GPU tools)" bash test/test_
 part "test_gpu_speed (dev/gpu_speed.sh's choices after its checks, stand-in GPU tools)" bash test/test_gpu_speed.sh
 part "test_offline_debs (OpenMPI from .debs under a prefix)" bash test/test_offline_debs.sh build/train_gpt_cpu
 part "gpu_sanitize's verdicts (stand-in sanitizer, emulated GPU)" bash test/test_gpu_sanitize.sh build/train_gpt_simt
-part "test_gpu_train (emulated GPU)" env GPU_TRAIN_QUICK=1 GPU_TRAIN_VOCAB=250 bash test/test_gpu_train.sh build/train_gpt_simt
-part "test_train (emulated GPU)" env DEVICE=cuda TRAIN_QUICK=1 bash test/test_train.sh build/train_gpt_simt
 part "test_vs_pytorch (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_vs_pytorch.py build/train_gpt_simt
 part "test_llama_convert (emulated GPU)" env DEVICE=cuda /usr/bin/python3 test/test_llama_convert.py build/train_gpt_simt
-part "test_dp, NCCL path (emulated GPU, NCCL over MPI, dp=2)" env DEVICE=cuda COMM=nccl DP_SIZES=2 DP_QUICK=1 bash test/test_dp.sh build/train_gpt_simt
 part "test_tp, NCCL path (emulated GPU, NCCL over MPI, tp=2, dp=2 x tp=2)" env DEVICE=cuda COMM=nccl TP_QUICK=1 bash test/test_tp.sh build/train_gpt_simt
 part "test_pp (emulated GPU, pp=2, tp=2 x pp=2, interleaved pp=2 and 3; NCCL over MPI)" env DEVICE=cuda COMM=nccl PP_QUICK=1 bash test/test_pp.sh build/train_gpt_simt
 part "test_cp (emulated GPU, cp=2 and dp=2 x cp=2; NCCL over MPI)" env DEVICE=cuda COMM=nccl CP_QUICK=1 bash test/test_cp.sh build/train_gpt_simt
