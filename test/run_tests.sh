@@ -36,8 +36,8 @@ pass=0; fail=0
 jobs_max=${TEST_JOBS:-2}
 # Each part's OpenMP threads: the cores shared among the parts that run at once (unless
 # OMP_NUM_THREADS is set). With two threads each, two parts on 2 cores kept waiting at the end of
-# each parallel region for a thread that the other part held: two emulated kernel checks side by
-# side took 1.8 times as long as with one thread each (dev/cpu_results/2026-12-07-test-threads.log).
+# each parallel region for a thread that the other part held, and ran longer than with one thread
+# each (dev/cpu_results/2026-12-07-test-threads.log).
 cores=$(nproc 2>/dev/null || echo 1)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((cores / jobs_max > 1 ? cores / jobs_max : 1))}
 parts=build/test_parts
