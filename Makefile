@@ -216,12 +216,16 @@ clean:
 # each of our kernels in a 124M step: what limits it), ncu-wgmma (the same with --flash-wgmma 1), llama
 # (llama:d12 and Llama 3.2's 1B and 3B shapes: tokens/s, MFU, memory; attention fwd+bwd time with
 # grouped-query heads against the same heads without: build/dev_attention B T C NH NKV time)
+# BASELINE=COMMIT: first build that commit's trainer into .baseline/ (dev/bench/build_baseline.sh,
+# skipped where .baseline/ holds it already), so that the llmc part adds a column of its times.
 BENCH_MODELS ?= gpt2:124M gpt2:350M gpt2:774M gpt2:1558M
 BENCH_PARTS ?= train fp32 fp8 fp8-delayed torch llmc kernels overlap
 bench: all
 	@test -n "$(NVCC)" || { echo "make bench needs nvcc (the CUDA toolkit) and a GPU"; exit 1; }
 	@$(MAKE) --no-print-directory $(DEV_CUDA)
 	@mkdir -p dev/gpu_results
+	@if [ -n "$(BASELINE)" ]; then c=$$(git rev-parse --short "$(BASELINE)^{commit}" 2>/dev/null) || { echo "make bench: BASELINE=$(BASELINE) is no commit of this repository"; exit 1; }; \
+	    [ "$$(cat .baseline/commit 2>/dev/null)" = "$$c" ] && [ -x .baseline/train_gpt ] || bash dev/bench/build_baseline.sh "$$c" || exit 1; fi
 	{ for part in $(BENCH_PARTS); do case $$part in \
 	    train) bash dev/bench/bench_train.sh bf16 $(BENCH_MODELS) ;; \
 	    fp32) bash dev/bench/bench_train.sh fp32 gpt2:124M ;; \

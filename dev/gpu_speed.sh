@@ -20,12 +20,15 @@
 #                                 default: every kernel of a 124M step timed by Nsight Compute, ours
 #                                 and llm.c's side by side (bench_ncu_steps.sh); llama, not in the
 #                                 default: llama:3B's step (head size 128) with --flash-backward fused128 and chain)
+#   SPEED_DEADLINE=S              every step ends within S s of the start, so the summary still prints:
+#                                 a step's limit shrinks to the time left; under 15 s left, it is skipped
 # Each step's output goes to OUTDIR as it runs; dev/gpu_results/ gets the logs. Tested without a
 # GPU by test/test_gpu_speed.sh (what a failed check leaves out).
 set -u
 cd "$(dirname "$0")/.."
 out=${1:?usage: dev/gpu_speed.sh OUTDIR}
 mkdir -p "$out"
+[[ ${SPEED_DEADLINE:-0} =~ ^[0-9]+$ ]] || { echo "gpu_speed: SPEED_DEADLINE is whole seconds, not '$SPEED_DEADLINE'"; exit 2; }
 export PYTHON=${PYTHON:-python3}  # (the GPU image's python3 holds numpy and PyTorch; /usr/bin/python3 may not)
 export LLMC_COMMIT=${LLMC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export LLMC_FLAGS=${LLMC_FLAGS-"-r 0 -ge 2"}  # (llm.c's fastest on an H200: no recompute, GELU fused into the matmuls)
@@ -34,6 +37,11 @@ log=dev/gpu_results/$(date -u +%F)-$gpu-$LLMC_COMMIT
 mkdir -p dev/gpu_results
 step() {  # step NAME LIMIT COMMAND...: its output into $log-NAME.txt, copied to OUTDIR as it grows
     local name=$1 limit=$2 t0=$SECONDS; shift 2
+    if [ -n "${SPEED_DEADLINE:-}" ]; then  # (10 s kept for the summary)
+        local left=$((SPEED_DEADLINE - SECONDS - 10))
+        [ "$left" -lt 15 ] && { echo "== $name: skipped (SPEED_DEADLINE: $((left + 10)) s left)"; return 1; }
+        [ "$left" -lt "$limit" ] && limit=$left
+    fi
     echo "== $name (limit $limit s)"
     (while sleep 5; do cp -f "$log-$name.txt" "$out"/ 2>/dev/null; done) & local saver=$!
     timeout -k 5 "$limit" "$@" >"$log-$name.txt" 2>&1

@@ -16,6 +16,8 @@
 #     every run with a --flash- flag dropped; a hang of the chained backward's check: v31 alone;
 #     a failure or hang of the persistent forward's check: v32-v34, v36 and the forward's auto;
 #     of our GEMM's check: its runs and its matmul step
+#   - SPEED_DEADLINE: a step that would end past it runs only until then, and one with too
+#     little time left is skipped, so that the summary still prints
 # usage: test/test_gpu_speed.sh     Prints "ok"/"not ok" lines.
 set -u
 cd "$(dirname "$0")/.."
@@ -44,7 +46,7 @@ echo "# gpucheck_ops $1: 10 passed, $n failed"
 EOF
 printf '#!/bin/sh\necho "ab skip=[${DEV_ATTENTION_SKIP:-}]"\n' >"$tmp/tree/dev/bench/bench_attention_ab.sh"
 printf '#!/bin/sh\necho "dev_matmul only=[${DEV_MATMUL_ONLY:-}] $*"\n' >"$tmp/tree/build/dev_matmul"
-printf '#!/bin/sh\necho "llmc also=[${OURS_ALSO:-}] limit=${RUN_LIMIT:-} steps=${STEPS:-}"\n' >"$tmp/tree/dev/bench/bench_vs_llmc.sh"
+printf '#!/bin/sh\necho "llmc also=[${OURS_ALSO:-}] limit=${RUN_LIMIT:-} steps=${STEPS:-}"\nsleep ${STANDIN_SLEEP:-0}\n' >"$tmp/tree/dev/bench/bench_vs_llmc.sh"
 mkdir -p "$tmp/tree/.baseline"; printf '#!/bin/sh\nexit 0\n' >"$tmp/tree/.baseline/dev_attention"
 chmod +x "$tmp/bin/"* "$tmp/tree/train_gpt" "$tmp/tree/build/gpucheck_ops" "$tmp/tree/build/dev_matmul" "$tmp/tree/.baseline/dev_attention"
 
@@ -110,3 +112,14 @@ STEPS=wgmma,matmul speed matmulpass "ok 1 - bf16 forward (flash, wgmma)" >/dev/n
 check matmulpass "$(matmul_step)" "1,7,8,9,10,11,12" "our GEMM's check passed: the matmul step times v1 and v7-v12"
 STEPS=wgmma,matmul speed matmulfail "not ok 12 - bf16 matmul by our GEMM N=256 C=128 OC=512 +bias +GELU, 3 blocks gelu(x·Wᵀ+b): rel err 1e-01 <= 0.01" >/dev/null
 check matmulfail "$(matmul_step)" "" "our GEMM's check failed: no matmul step"
+# SPEED_DEADLINE: the steps fit in it, and the summary prints
+STEPS=wgmma,llmc speed early "ok 1 - bf16 forward (flash, wgmma)" SPEED_DEADLINE=5 >/dev/null
+got=$(grep -c "^== [a-z]*: skipped (SPEED_DEADLINE" "$tmp/early.out"); ls "$tmp"/tree/dev/gpu_results/*-llmc.txt >/dev/null 2>&1 && got+=" llmc ran"
+check early "$got" "5" "SPEED_DEADLINE with no time left: every step skipped (the four checks and llmc), none run"
+t0=$SECONDS
+STEPS=llmc speed late "ok 1 - bf16 forward (flash, wgmma)" SPEED_DEADLINE=30 STANDIN_SLEEP=60 >/dev/null
+limit=$(sed -n 's/^== llmc (limit \([0-9]*\) s)$/\1/p' "$tmp/late.out"); rc=$(sed -n 's/^== llmc: exit \([0-9]*\),.*/\1/p' "$tmp/late.out" | head -1)
+[ -n "$limit" ] && [ "$limit" -le 20 ] && [ "$rc" = 124 ] && [ $((SECONDS - t0)) -lt 30 ] && got=ok || got="limit '$limit', exit '$rc', $((SECONDS - t0)) s"
+check late "$got" ok "SPEED_DEADLINE=30: a step that would run 60 s is cut to the time left less the summary's 10 s, and the script ends before the deadline"
+got=$(cd "$tmp/tree" && env PATH="$tmp/bin:$PATH" SPEED_DEADLINE=5m bash dev/gpu_speed.sh "$tmp/out" 2>&1; echo "rc=$?")
+check badline "$(tail -2 <<<"$got" | paste -sd' ')" "gpu_speed: SPEED_DEADLINE is whole seconds, not '5m' rc=2" "SPEED_DEADLINE that is not whole seconds: a one-line error, exit 2"
