@@ -136,8 +136,9 @@ simt_switch:
 enum State : uint8_t { READY, AT_WARP, AT_GROUP, AT_BLOCK, AT_MBAR, AT_NAMED, AT_CLUSTER, HELD, DONE };  // (HELD: a cluster's block not yet started)
 struct AsyncCopy { void* dst; const void* src; unsigned bytes; };  // a cp.async not yet waited for
 struct WgmmaOp {  // issued, not yet computed
+    WgmmaOp() {}  // (d_at_issue left unset: wgmma_issue fills the part it uses)
     float* d; uint32_t a[4]; uint64_t desc; int n; bool trans_b, accumulate;
-    const uint32_t* a_regs; std::vector<float> d_at_issue;  // to tell registers touched before the wait
+    const uint32_t* a_regs; float d_at_issue[128];  // D's n / 2 registers at issue: to tell registers touched before the wait
     uint64_t desc_a = 0; bool a_shared = false;             // A from shared memory (K-major), not a_regs
     bool fp16 = false;                                      // .f16 inputs (else .bf16)
 };
@@ -1021,8 +1022,10 @@ inline void cluster_sync() { block_on(AT_CLUSTER); }
 
 // The byte of element (k, c) of a 16-row K-major (k fastest in a core matrix row) or MN-major
 // operand in the block's dynamic shared memory, through its descriptor (the layouts above: window
-// addresses, swizzled as such)
-inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_major, int k, int c, const char* which) {
+// addresses, swizzled as such). In every layout, 8 elements along the fast dimension from a
+// multiple of 8 (k for K-major, c for MN-major) are one aligned 16-byte chunk: bytes = 16 checks
+// the whole chunk (wgmma_chunk).
+inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_major, int k, int c, const char* which, size_t bytes = 2) {
     const int swizzle = (int)(desc >> 62);
     if (swizzle > 1 || ((desc >> 49) & 7) != 0) die("%s: a wgmma descriptor with a 64- or 32-byte swizzle or a base offset (not emulated)", r.kernel);
     const size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
@@ -1032,7 +1035,7 @@ inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_maj
                                   : (mn_major ? 2 * (c % 8) + sbo * (c / 8) + 16 * (k % 8) + lbo * (k / 8)
                                               : 16 * (c % 8) + sbo * (c / 8) + 2 * (k % 8) + lbo * (k / 8)));
     if (swizzle) off = swizzle128(off);
-    if (off < g_shared_bias || off - g_shared_bias + 2 > tl_dynamic_bytes)
+    if (off < g_shared_bias || off - g_shared_bias + bytes > tl_dynamic_bytes)
         die("%s: wgmma reads %s outside the block's dynamic shared memory (window byte %zu; it holds %zu from %zu)", r.kernel, which, off,
             tl_dynamic_bytes, g_shared_bias);
     return off - g_shared_bias;
@@ -1042,13 +1045,14 @@ inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_maj
 inline void wgmma_check_proxy(BlockRun& r) {
     const int first = r.cur / 128 * 128;
     const size_t n = r.me().wgmma.size(), c0 = cta_chunk0(r);
+    if (r.fibers[first].wgmma.size() < n || r.fibers[first + 127].wgmma.size() < n) return;  // (the common case at once: either is the last to issue)
     for (int j = 0; j < 128; j++)
         if (r.fibers[first + j].wgmma.size() < n) return;  // (a thread of the warpgroup has yet to issue it)
     const WgmmaOp& op = r.me().wgmma.back();
-    auto check = [&](uint64_t desc, bool mn_major, int cols, const char* which) {
-        for (int k = 0; k < 16; k++)
-            for (int c = 0; c < cols; c++) {
-                const size_t off = wgmma_operand_offset(r, desc, mn_major, k, c, which);
+    auto check = [&](uint64_t desc, bool mn_major, int cols, const char* which) {  // (a chunk of 8 elements at a time)
+        for (int k = 0; k < 16; k += mn_major ? 1 : 8)
+            for (int c = 0; c < cols; c += mn_major ? 8 : 1) {
+                const size_t off = wgmma_operand_offset(r, desc, mn_major, k, c, which, 16);
                 if (r.generic_mark[c0 + off / 16])
                     die("%s: a wgmma reads %s at shared byte %zu, which cp.async or stmatrix wrote after the last fence.proxy.async "
                         "(the tensor cores read through the async proxy: the write needs a fence before the wgmma)", r.kernel, which, off);
@@ -1067,14 +1071,16 @@ inline void wgmma_issue(float* d, const uint32_t* a, uint64_t desc, int n, bool 
     for (auto it = r.me().wgmma.rbegin(); it != r.me().wgmma.rend(); ++it)  // the newest product in flight on the same D
         if (it->d == d) {
             if (it->n != n || it->fp16 != fp16) die("%s: a wgmma accumulates into the D registers of a product in flight of another shape (thread %d)", r.kernel, r.cur);
-            if (memcmp(d, it->d_at_issue.data(), it->d_at_issue.size() * sizeof(float)))
+            if (memcmp(d, it->d_at_issue, it->n / 2 * sizeof(float)))
                 die("%s: thread %d wrote the D registers of a wgmma product before the wait_group that completes it", r.kernel, r.cur);
             break;
         }
+    if (n < 8 || n > 256 || n % 8) die("%s: a wgmma with N = %d (8 to 256, a multiple of 8)", r.kernel, n);
     aligned_site("wgmma.mma_async", true);
-    WgmmaOp op{d, {a[0], a[1], a[2], a[3]}, desc, n, trans_b, accumulate, a, std::vector<float>(d, d + n / 2)};
+    WgmmaOp& op = r.me().wgmma.emplace_back();
+    op.d = d, memcpy(op.a, a, sizeof(op.a)), op.desc = desc, op.n = n, op.trans_b = trans_b, op.accumulate = accumulate, op.a_regs = a;
+    memcpy(op.d_at_issue, d, n / 2 * sizeof(float));
     op.fp16 = fp16, op.a_shared = a_shared, op.desc_a = desc_a;
-    r.me().wgmma.push_back(std::move(op));
     wgmma_check_proxy(r);
 }
 inline void wgmma_m64k16(float* d, const uint32_t* a, uint64_t desc, int n, bool trans_b, bool accumulate, bool fp16 = false) {
@@ -1114,36 +1120,43 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
             die("%s: the threads of a warpgroup issued different wgmma (descriptor, shape or flags differ, thread %d)", r.kernel, first + j);
     }
     const char* base = (const char*)dynamic_shared();
-    auto shared_operand = [&](uint64_t desc, bool mn_major, int k, int c, const char* which) {
-        uint16_t v; memcpy(&v, base + wgmma_operand_offset(r, desc, mn_major, k, c, which), 2);
-        return half_value(v, 0, op0.fp16);
+    // the 8 elements from (k, c) along the fast dimension (wgmma_operand_offset), to out[0], out[step], ...
+    auto shared_chunk = [&](uint64_t desc, bool mn_major, int k, int c, const char* which, float* out, int step) {
+        uint16_t v[8]; memcpy(v, base + wgmma_operand_offset(r, desc, mn_major, k, c, which, 16), 16);
+        for (int e = 0; e < 8; e++) out[e * step] = half_value(v[e], 0, op0.fp16);
     };
     const int N = op0.n;
-    std::vector<float> A(64 * 16), B(16 * N);
+    float A[64 * 16], B[16 * 256];
     for (int row = 0; row < 64; row++)
         for (int k = 0; k < 16; k++) {
             const int rr = row % 16, lane = (rr % 8) * 4 + (k % 8) / 2;
-            A[row * 16 + k] = op0.a_shared ? shared_operand(op0.desc_a, false, k, row, "A")
-                                           : half_value(r.fibers[first + 32 * (row / 16) + lane].wgmma[i].a[rr / 8 + 2 * (k / 8)], k % 2, op0.fp16);
+            if (op0.a_shared) { if (k % 8 == 0) shared_chunk(op0.desc_a, false, k, row, "A", &A[row * 16 + k], 1); }
+            else A[row * 16 + k] = half_value(r.fibers[first + 32 * (row / 16) + lane].wgmma[i].a[rr / 8 + 2 * (k / 8)], k % 2, op0.fp16);
         }
-    for (int k = 0; k < 16; k++)
-        for (int c = 0; c < N; c++) B[k * N + c] = shared_operand(op0.desc, op0.trans_b, k, c, "B");
-    // D (64 × N) from the threads' registers (thread j holds rows 16w + g and + 8, columns
-    // 8nt + 2t and + 1), then the sums, 8 columns of a row side by side in a vector (each sum
-    // over k in the order above, multiply then add: the same bits as one sum at a time), then back.
-    std::vector<float> D(64 * N, 0.0f);
-    auto element = [N](int j, int nt, int e) { return (16 * (j / 32) + j % 32 / 4 + 8 * (e / 2)) * N + 8 * nt + 2 * (j % 4) + e % 2; };
-    if (op0.accumulate)
+    for (int k = 0; k < 16; k += op0.trans_b ? 1 : 8)
+        for (int c = 0; c < N; c += op0.trans_b ? 8 : 1) shared_chunk(op0.desc, op0.trans_b, k, c, "B", &B[k * N + c], op0.trans_b ? 1 : N);
+    // D (64 × N) from the threads' registers (thread j's registers 4nt + 2h and + 1 hold row
+    // 16w + g + 8h, columns 8nt + 2t and + 1: a pair), then the sums, 8 columns of a row side by
+    // side in a vector (each sum over k in the order above, multiply then add: the same bits as
+    // one sum at a time), then back.
+    float D[64 * 256];
+    auto pair = [N](int j, int nt, int h) { return (16 * (j / 32) + j % 32 / 4 + 8 * h) * N + 8 * nt + 2 * (j % 4); };
+    if (!op0.accumulate) std::fill(D, D + 64 * N, 0.0f);
+    else
         for (int j = 0; j < 128; j++)
             for (int nt = 0; nt < N / 8; nt++)
-                for (int e = 0; e < 4; e++) D[element(j, nt, e)] = r.fibers[first + j].wgmma[i].d[4 * nt + e];
+                for (int h = 0; h < 2; h++) memcpy(&D[pair(j, nt, h)], &r.fibers[first + j].wgmma[i].d[4 * nt + 2 * h], 2 * sizeof(float));
+    if (g_wgmma_reverse) {  // (k from 15 down: A's columns and B's rows in reverse)
+        for (int row = 0; row < 64; row++) std::reverse(A + row * 16, A + row * 16 + 16);
+        for (int k = 0; k < 8; k++) std::swap_ranges(B + k * N, B + k * N + N, B + (15 - k) * N);
+    }
     typedef float Float8 __attribute__((vector_size(32)));
     for (int row = 0; row < 64; row++)
         for (int c = 0; c < N; c += 8) {
             Float8 sum, b;
             memcpy(&sum, &D[row * N + c], sizeof(sum));
-            for (int kk = 0; kk < 16; kk++) {
-                const int k = g_wgmma_reverse ? 15 - kk : kk;
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) {
                 memcpy(&b, &B[k * N + c], sizeof(b));
                 sum += A[row * 16 + k] * b;
             }
@@ -1152,10 +1165,10 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
     for (int j = 0; j < 128; j++) {
         float* d = r.fibers[first + j].wgmma[i].d;
         for (int nt = 0; nt < N / 8; nt++)
-            for (int e = 0; e < 4; e++) d[4 * nt + e] = D[element(j, nt, e)];
+            for (int h = 0; h < 2; h++) memcpy(&d[4 * nt + 2 * h], &D[pair(j, nt, h)], 2 * sizeof(float));
         std::vector<WgmmaOp>& ops = r.fibers[first + j].wgmma;  // later products on the same D find it so at their wait
         for (size_t k = i + 1; k < ops.size(); k++)
-            if (ops[k].d == d) ops[k].d_at_issue.assign(d, d + ops[k].n / 2);
+            if (ops[k].d == d) memcpy(ops[k].d_at_issue, d, ops[k].n / 2 * sizeof(float));
     }
 }
 inline bool release_group(BlockRun& r, int g) {  // true if warpgroup g's threads all waited and go on
@@ -1185,7 +1198,7 @@ inline bool release_group(BlockRun& r, int g) {  // true if warpgroup g's thread
                 const WgmmaOp& o = r.fibers[first + j].wgmma[i];
                 if (!o.a_shared && memcmp(o.a, o.a_regs, sizeof(o.a)))
                     die("%s: thread %d wrote the A registers of a wgmma product before the wait_group that completes it", r.kernel, first + j);
-                if (memcmp(o.d_at_issue.data(), o.d, o.d_at_issue.size() * sizeof(float)))
+                if (memcmp(o.d_at_issue, o.d, o.n / 2 * sizeof(float)))
                     die("%s: thread %d wrote the D registers of a wgmma product before the wait_group that completes it", r.kernel, first + j);
             }
         for (size_t i = 0; i < ops; i++) wgmma_compute(r, first, i);

@@ -948,6 +948,21 @@ static void test_wgmma_proxy() {
 }
 
 static void test_wgmma_failures() {
+    // an operand past the end of the block's shared memory (its last 16-byte chunks), and a wgmma wider than 256
+    auto wgmma_at = [](size_t start, int n) {
+        simt::launch("wgmma_shape", simt::Cfg{1, 128, 2048}, [&] {
+            float d[132] = {};
+            uint32_t a[4] = {};
+            simt::wgmma_fence();
+            simt::wgmma_m64k16(d, a, (uint64_t)((simt::shared_offset(simt::dynamic_shared()) + start) >> 4) | 8ull << 16 | 16ull << 32, n, false, false);
+            simt::wgmma_commit();
+            simt::wgmma_wait(0);
+        });
+    };
+    check(dies_with([&] { wgmma_at(0, 64); _exit(3); }, ""), "a wgmma whose B fills the block's 2048 bytes of shared memory runs");
+    check(dies_with([&] { wgmma_at(16, 64); }, "wgmma reads B outside the block's dynamic shared memory"),
+          "a wgmma whose B ends 16 bytes past the block's shared memory is reported");
+    check(dies_with([&] { wgmma_at(0, 264); }, "a wgmma with N = 264"), "a wgmma wider than 256 columns is reported");
     check(dies_with([] {
         simt::launch("wgmma_half_wait", simt::Cfg{1, 128, 2048}, [&] {
             float d[32] = {};
