@@ -1024,7 +1024,7 @@ inline void cluster_sync() { block_on(AT_CLUSTER); }
 // operand in the block's dynamic shared memory, through its descriptor (the layouts above: window
 // addresses, swizzled as such). In every layout, 8 elements along the fast dimension from a
 // multiple of 8 (k for K-major, c for MN-major) are one aligned 16-byte chunk: bytes = 16 checks
-// the whole chunk (wgmma_chunk).
+// the whole chunk (wgmma_operand_chunks).
 inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_major, int k, int c, const char* which, size_t bytes = 2) {
     const int swizzle = (int)(desc >> 62);
     if (swizzle > 1 || ((desc >> 49) & 7) != 0) die("%s: a wgmma descriptor with a 64- or 32-byte swizzle or a base offset (not emulated)", r.kernel);
@@ -1040,6 +1040,11 @@ inline size_t wgmma_operand_offset(const BlockRun& r, uint64_t desc, bool mn_maj
             tl_dynamic_bytes, g_shared_bias);
     return off - g_shared_bias;
 }
+// f(k, c) at the first element of each such chunk of a 16 × cols operand
+template <class F> inline void wgmma_operand_chunks(bool mn_major, int cols, F f) {
+    for (int k = 0; k < 16; k += mn_major ? 1 : 8)
+        for (int c = 0; c < cols; c += mn_major ? 8 : 1) f(k, c);
+}
 // At the warpgroup's last issue of its newest product (the others issued it before): none of
 // the product's operand bytes may be one the generic proxy wrote since the last fence.proxy.async.
 inline void wgmma_check_proxy(BlockRun& r) {
@@ -1049,14 +1054,13 @@ inline void wgmma_check_proxy(BlockRun& r) {
     for (int j = 0; j < 128; j++)
         if (r.fibers[first + j].wgmma.size() < n) return;  // (a thread of the warpgroup has yet to issue it)
     const WgmmaOp& op = r.me().wgmma.back();
-    auto check = [&](uint64_t desc, bool mn_major, int cols, const char* which) {  // (a chunk of 8 elements at a time)
-        for (int k = 0; k < 16; k += mn_major ? 1 : 8)
-            for (int c = 0; c < cols; c += mn_major ? 8 : 1) {
-                const size_t off = wgmma_operand_offset(r, desc, mn_major, k, c, which, 16);
-                if (r.generic_mark[c0 + off / 16])
-                    die("%s: a wgmma reads %s at shared byte %zu, which cp.async or stmatrix wrote after the last fence.proxy.async "
-                        "(the tensor cores read through the async proxy: the write needs a fence before the wgmma)", r.kernel, which, off);
-            }
+    auto check = [&](uint64_t desc, bool mn_major, int cols, const char* which) {
+        wgmma_operand_chunks(mn_major, cols, [&](int k, int c) {
+            const size_t off = wgmma_operand_offset(r, desc, mn_major, k, c, which, 16);
+            if (r.generic_mark[c0 + off / 16])
+                die("%s: a wgmma reads %s at shared byte %zu, which cp.async or stmatrix wrote after the last fence.proxy.async "
+                    "(the tensor cores read through the async proxy: the write needs a fence before the wgmma)", r.kernel, which, off);
+        });
     };
     if (op.a_shared) check(op.desc_a, false, 64, "A");
     check(op.desc, op.trans_b, op.n, "B");
@@ -1120,21 +1124,23 @@ inline void wgmma_compute(BlockRun& r, int first, size_t i) {  // op i of thread
             die("%s: the threads of a warpgroup issued different wgmma (descriptor, shape or flags differ, thread %d)", r.kernel, first + j);
     }
     const char* base = (const char*)dynamic_shared();
-    // the 8 elements from (k, c) along the fast dimension (wgmma_operand_offset), to out[0], out[step], ...
-    auto shared_chunk = [&](uint64_t desc, bool mn_major, int k, int c, const char* which, float* out, int step) {
-        uint16_t v[8]; memcpy(v, base + wgmma_operand_offset(r, desc, mn_major, k, c, which, 16), 16);
-        for (int e = 0; e < 8; e++) out[e * step] = half_value(v[e], 0, op0.fp16);
+    // an operand from shared memory, a chunk of 8 elements at a time, into M (16 × cols: M[k * kstride + c * cstride])
+    auto gather = [&](uint64_t desc, bool mn_major, int cols, const char* which, float* M, int kstride, int cstride) {
+        wgmma_operand_chunks(mn_major, cols, [&](int k, int c) {
+            uint16_t v[8]; memcpy(v, base + wgmma_operand_offset(r, desc, mn_major, k, c, which, 16), 16);
+            for (int e = 0; e < 8; e++) M[(k + (mn_major ? 0 : e)) * kstride + (c + (mn_major ? e : 0)) * cstride] = half_value(v[e], 0, op0.fp16);
+        });
     };
     const int N = op0.n;
     float A[64 * 16], B[16 * 256];
-    for (int row = 0; row < 64; row++)
-        for (int k = 0; k < 16; k++) {
-            const int rr = row % 16, lane = (rr % 8) * 4 + (k % 8) / 2;
-            if (op0.a_shared) { if (k % 8 == 0) shared_chunk(op0.desc_a, false, k, row, "A", &A[row * 16 + k], 1); }
-            else A[row * 16 + k] = half_value(r.fibers[first + 32 * (row / 16) + lane].wgmma[i].a[rr / 8 + 2 * (k / 8)], k % 2, op0.fp16);
-        }
-    for (int k = 0; k < 16; k += op0.trans_b ? 1 : 8)
-        for (int c = 0; c < N; c += op0.trans_b ? 8 : 1) shared_chunk(op0.desc, op0.trans_b, k, c, "B", &B[k * N + c], op0.trans_b ? 1 : N);
+    if (op0.a_shared) gather(op0.desc_a, false, 64, "A", A, 1, 16);
+    else
+        for (int row = 0; row < 64; row++)
+            for (int k = 0; k < 16; k++) {
+                const int rr = row % 16, lane = (rr % 8) * 4 + (k % 8) / 2;
+                A[row * 16 + k] = half_value(r.fibers[first + 32 * (row / 16) + lane].wgmma[i].a[rr / 8 + 2 * (k / 8)], k % 2, op0.fp16);
+            }
+    gather(op0.desc, op0.trans_b, N, "B", B, N, 1);
     // D (64 × N) from the threads' registers (thread j's registers 4nt + 2h and + 1 hold row
     // 16w + g + 8h, columns 8nt + 2t and + 1: a pair), then the sums, 8 columns of a row side by
     // side in a vector (each sum over k in the order above, multiply then add: the same bits as
