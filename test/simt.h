@@ -104,8 +104,7 @@ namespace simt {
 // registers on the current stack, saves its pointer in *save and resumes the fiber at `to`.
 // The floating-point control words (MXCSR, the x87 control word: rounding mode, flush to zero)
 // are not switched: a block's fibers share their OS thread's, which no code here changes.
-// (Saving and restoring them, as a general-purpose fiber library does, took ~80% of each switch,
-// and switches, two per lane at every warp collective, were ~20% of an emulated training.)
+// (A general-purpose fiber library saves them too, and that was most of a switch's cost.)
 #ifdef __x86_64__
 extern "C" void simt_switch(void** save, void* to);
 asm(R"(
@@ -235,23 +234,38 @@ inline void enter_cta(BlockRun& r, int c) {  // the blockIdx and shared memory o
     tl_dynamic_shared = r.shared[c];
     tl_where.block = blockIdx;
 }
-inline void resume(BlockRun& r, int i) {  // scheduler → fiber i, until it blocks or ends
+inline void enter_fiber(BlockRun& r, int i) {  // fiber i's threadIdx, blockIdx and shared memory
     r.cur = i;
     *r.thread_idx = r.fibers[i].tid;
     if (r.ctas > 1) enter_cta(r, r.fibers[i].cta);
+}
+inline void resume(BlockRun& r, int i) {  // scheduler → fiber i, until it blocks or ends
+    enter_fiber(r, i);
 #ifdef __x86_64__
     simt_switch(&r.sched_sp, r.fibers[i].sp);
 #else
     swapcontext(&r.sched_uc, &r.fibers[i].uc);
 #endif
 }
-inline void block_on(State s) {  // fiber → scheduler
+// The lane of its warp that run_block would resume next after fiber `from`, or -1. Only the
+// scheduler makes a fiber READY, so a blocked fiber may resume that lane itself: the same order,
+// one switch a lane instead of two.
+inline int next_ready_lane(const BlockRun& r, int from) {
+    const int first = from / 32 * 32, end = std::min(first + 32, r.nthreads), step = g_reverse ? -1 : 1;
+    for (int i = from + step; i >= first && i < end; i += step)
+        if (r.fibers[i].state == READY) return i;
+    return -1;
+}
+inline void block_on(State s) {  // fiber → the next lane of its warp, or the scheduler
     BlockRun& r = *tl_run;
-    r.me().state = s;
+    Fiber& me = r.me();
+    me.state = s;
+    const int next = next_ready_lane(r, r.cur);
+    if (next >= 0) enter_fiber(r, next);
 #ifdef __x86_64__
-    simt_switch(&r.me().sp, r.sched_sp);
+    simt_switch(&me.sp, next >= 0 ? r.fibers[next].sp : r.sched_sp);
 #else
-    swapcontext(&r.me().uc, &r.sched_uc);
+    swapcontext(&me.uc, next >= 0 ? &r.fibers[next].uc : &r.sched_uc);
 #endif
 }
 inline void fiber_main() {

@@ -6,7 +6,7 @@ right answer is known:
     registers or shared memory): fragments laid out by the PTX ISA's formulas, written out again
     here, multiply to the plain product A·B + C;
   - shuffles, __syncthreads (a reduction without its barrier is wrong in one of the schedules),
-    named barriers (strict alternation of two warps), the order blocks are handed out in;
+    named barriers (strict alternation of two warps), the order threads run and blocks are handed out in;
   - cp.async, mbarriers and TMA land at the latest moment a GPU may land them, and a thread that
     reads early sees old bytes; a wgmma writes D only at its wait, and reading what cp.async or
     stmatrix wrote without a fence.proxy.async after it is reported; a cluster's multicast copy
@@ -184,6 +184,39 @@ static std::vector<int> block_order(bool reverse) {
     simt::g_reverse_blocks = false;
     omp_set_num_threads(threads);
     return order;
+}
+// The order a block's threads run in: each warp's lanes in order up to each warp collective, one
+// warp as far as it can go (to __syncthreads) before the next. Thread 3 ends after the shuffle, so
+// its warp's lanes hand over around it. Returns threadIdx.x * 10 + phase, in the order they ran.
+static std::vector<int> thread_order(bool reverse) {
+    std::vector<int> order;
+    const bool saved = simt::g_reverse;
+    simt::g_reverse = reverse;
+    simt::launch("thread_order", simt::Cfg{1, 64}, [&] {
+        order.push_back((int)threadIdx.x * 10);
+        const int v = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+        order.push_back((int)threadIdx.x * 10 + 1 + 0 * v);
+        if (threadIdx.x == 3) return;
+        __syncthreads();
+        order.push_back((int)threadIdx.x * 10 + 2);
+    });
+    simt::g_reverse = saved;
+    return order;
+}
+static void test_thread_order() {
+    for (bool reverse : {false, true}) {
+        std::vector<int> want;
+        auto lanes = [&](int warp, int phase) {
+            for (int j = 0; j < 32; j++) {
+                const int t = warp * 32 + (reverse ? 31 - j : j);
+                if (t != 3 || phase < 2) want.push_back(t * 10 + phase);
+            }
+        };
+        for (int k = 0; k < 2; k++) lanes(reverse ? 1 - k : k, 0), lanes(reverse ? 1 - k : k, 1);
+        for (int k = 0; k < 2; k++) lanes(reverse ? 1 - k : k, 2);
+        check(thread_order(reverse) == want, reverse ? "threads run warp by warp, lanes in order to each collective (reverse order)"
+                                                     : "threads run warp by warp, lanes in order to each collective (thread order)");
+    }
 }
 static void test_block_order() {
     check(block_order(false) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}, "blocks are handed out in blockIdx order");
@@ -1024,6 +1057,7 @@ int main() {
     test_shuffles();
     test_races();
     test_block_order();
+    test_thread_order();
     test_cp_async();
     test_cp_async_groups();
     test_mbarrier();
