@@ -194,8 +194,8 @@ static std::vector<int> thread_order(bool reverse) {
     simt::g_reverse = reverse;
     simt::launch("thread_order", simt::Cfg{1, 64}, [&] {
         order.push_back((int)threadIdx.x * 10);
-        const int v = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
-        order.push_back((int)threadIdx.x * 10 + 1 + 0 * v);
+        (void)__shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);  // (a warp collective: the lanes meet)
+        order.push_back((int)threadIdx.x * 10 + 1);
         if (threadIdx.x == 3) return;
         __syncthreads();
         order.push_back((int)threadIdx.x * 10 + 2);
