@@ -30,36 +30,10 @@ bits), test/test_gpu_train.sh (the autos inside training, a layout that hangs). 
 #include "flash_fused_backward.cuh"
 
 // The flash kernels run bf16 or fp16 with head size 64 or 128 and 16-byte aligned rows (C % 8 == 0).
-// Which of them runs is ctx.kernels' choice (kernel_options.h): the warp-per-row kernels
-// (flash = false), per-lane shared-memory loads (flash_ldmatrix = false), tiles staged through
-// registers (flash_async = false), one backward pass alone (flash_backward_passes, for timing),
-// two m-tiles a warp at head size 64 (flash_*_rows = 32: the same bits, 190-255 registers), wgmma
-// on a compute capability 9.0 GPU (flash_wgmma, flash_wgmma_groups warpgroups of 64 rows a block;
-// elsewhere ignored), each wgmma waited for at once (flash_wgmma_overlap = false: the same bits;
-// where they differ, the software pipeline is wrong).
-// --flash-rows auto (flash_rows_auto, the trainer's default): at head size 64, each pass's first
-// launch of at least flash_tune_blocks blocks (a training step's, at any real size) is timed with 16 and with 32
-// rows a warp, and the faster is kept for the rest of the run. The two give the same bits
-// (gpucheck_ops, test_gpu_train), so only the speed depends on the choice. Which is faster has
-// gone either way by pass, GPU and compiler (docs/kernels.md). Rank 0 prints each choice.
-// --flash-wgmma auto (flash_wgmma_auto, the trainer's default; on a compute capability 9.0 GPU):
-// each pass's first FLASH_WGMMA_SAMPLES launches of that size (the first step's layers) run with
-// wgmma and then with mma.sync (at its rows, chosen first), the first of them timed both ways,
-// each followed by a hash of every bit the pass wrote (gpu_bits_hash); the run goes on with
-// mma.sync's output. wgmma is then kept where it was faster and wrote the same bits every time.
-// The two add the same products in the same order, so they agree wherever the two instructions
-// round their sums alike (gpucheck_ops' wgmma part says, for the log, whether they do); where
-// they do not, mma.sync stays: a choice made by timing (which two runs, or two ranks, may make
-// differently) must not change what a run computes. Several launches, not one: a tensor whose
-// sums happen to need no rounding shows no difference (the emulator's test met one). Rank 0
-// prints each decision, its times and whether the bits agreed.
-// --flash-backward fused (flash_fused_backward; the trainer's default): where the wgmma kernels
-// run (compute capability 9.0, --flash-wgmma 1 or auto, 2 warpgroups) at head size 64, the
-// backward is one fused pass (flash_backward_fused_wgmma_kernel: 5 products instead of 7) and,
-// with several splits, a sum of their dQ partial sums (one split: the pass writes dQ itself).
-// Its dQ adds the same products in another order than the two passes do, so its bits differ
-// from theirs; it is chosen by this fixed rule, never by timing.
-// --flash-backward fused128 (flash_fused_backward_128): at head size 128 too; so does chain.
+// Which kernel runs is ctx.kernels' choice; kernel_options.h says what each field picks.
+// The fused backward (--flash-backward fused, the default) runs where the wgmma kernels run, at head
+// size 64; fused128 and chain run it at 128 too. Its dQ sums run in another order than the two
+// passes', so it is a fixed rule, never a choice by timing (docs/kernels.md, "The fused backward").
 // flash_fused_splits > 0 sets the number of splits (tests); 0 lets flash_fused_splits choose.
 inline bool flash_fused_backward_runs(const KernelOptions& o, int hs) {
     return o.flash_fused_backward && o.flash && (hs == 64 || (hs == 128 && (o.flash_fused_backward_128 || o.flash_dq_chain))) && o.flash_wgmma_groups == 2 &&
@@ -127,10 +101,12 @@ inline void flash_print_wgmma_trial(const AutotuneTrial& t, FlashPass pass, int 
     else printf("the bits differ at launch %d: mma.sync kept)\n", t.samples);
 }
 
-// One flash pass, by ctx.kernels: wgmma() where flash_wgmma asks or auto kept it (running both and
-// comparing their bits at the pass's first large launches: above), else mma(rows) with this
-// pass's rows a warp (timing 16 against 32 first where flash_rows_auto asks and the pass has
-// both: head size 64, `both`). outs: every buffer the pass writes (auto's test of the bits).
+// One flash pass, by ctx.kernels: wgmma() where flash_wgmma asks or auto kept it, else mma(rows)
+// with this pass's rows a warp. --flash-rows auto times 16 against 32 rows first, where the pass has
+// both (head size 64, `both`). --flash-wgmma auto runs both kernels at the pass's first
+// FLASH_WGMMA_SAMPLES large launches and hashes what each wrote (outs: every buffer the pass
+// writes). A choice made by timing must not change what a run computes, so wgmma is kept only
+// where it was faster and wrote mma.sync's bits every time (docs/kernels.md).
 template <class M, class W>
 inline void flash_run_pass(const Ctx& ctx, FlashPass pass, bool both, int rows, long blocks, int B, int T, const M& mma,
                            const W& wgmma, std::initializer_list<BitsRegion> outs) {
