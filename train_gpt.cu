@@ -938,10 +938,30 @@ static void print_memory(const GPT<floatX>& model, const DPMemory& mem, const Ct
 }
 
 // On --resume: where from, and what became of fp8's amax history.
-static void print_resume(const RunConfig& rc, const ModelSource& src, const TrainState& state) {
+// The settings a checkpoint records (checkpoint.h: RunSettings), so that --resume can name those
+// that changed. Each value is what the flag's reader would print; the data are counted, not named.
+static RunSettings run_settings(const RunConfig& rc, const DataLoader& train, const Precision& p) {
+    auto num = [](double v) { char b[32]; snprintf(b, sizeof b, "%g", v); return std::string(b); };
+    std::string precision = p.fp8 ? "fp8" : p.fp16 ? "fp16" : p.bf16 ? "bf16" : "fp32";
+    if (p.fp8) precision += rc.fp8_delayed ? " (delayed scaling, history " + std::to_string(rc.fp8_history) + ")" : " (current scaling)";
+    std::string schedule = rc.sched.kind;
+    if (schedule == "wsd") schedule += " (cooldown " + num(rc.sched.cooldown_frac) + ")";
+    return {{"train-data", std::to_string(train.shards.size()) + " shard(s) of " + std::to_string(train.total_tokens) + " tokens"},
+            {"shuffle", rc.shuffle ? "1 (seed " + std::to_string(rc.seed) + ")" : "0"},
+            {"precision", precision}, {"steps", std::to_string(rc.steps)}, {"lr", num(rc.sched.lr)},
+            {"warmup-steps", std::to_string(rc.sched.warmup)}, {"lr-schedule", schedule}, {"final-lr-frac", num(rc.sched.final_lr_frac)},
+            {"weight-decay", num(rc.wd)}, {"beta1", num(rc.beta1)}, {"beta2", num(rc.beta2)}, {"eps", num(rc.eps)},
+            {"grad-clip", num(rc.grad_clip)}, {"skip-loss-z", num(rc.skip_loss_z)}, {"skip-norm-z", num(rc.skip_norm_z)}};
+}
+
+static void print_resume(const RunConfig& rc, const ModelSource& src, const TrainState& state, const RunSettings& settings) {
     print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", src.resume_dir.c_str(),
            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,
            (long long)state.saved_pp, (long long)state.saved_vpp);
+    const std::string changed = checkpoint_settings_changed(state.settings, settings);
+    if (!changed.empty() && rc.steps > 0)
+        print0("note: --resume: settings other than the checkpoint's run had: %s. The run goes on with them, so it is not the "
+               "training that run would have made\n", changed.c_str());
     if (!rc.fp8_delayed) return;
     if (!state.same_layout)
         print0("fp8 delayed scaling: the checkpoint's amax history is per tp rank and stage of its layout (tp=%lld "
@@ -1212,7 +1232,9 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
     print_device<floatX>(rc, ctx, mesh, be);
     const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(src.config, s.T, gpt_num_params(model));
     print_memory(model, mem, ctx, mesh, s, be.precision);
-    if (rc.resume) print_resume(rc, src, state);
+    const RunSettings settings = run_settings(rc, data->train, be.precision);
+    if (rc.resume) print_resume(rc, src, state, settings);
+    state.settings = settings;  // (what this run's checkpoints record)
     Logger log;
     if (mesh.rank == 0) logger_open(&log, rc.log_file, rc.resume ? state.step : -1);
     if (rc.steps == 0) evaluate_only(ctx, &model, data, rc, s, mesh, &log, &sampler, (int)state.step);

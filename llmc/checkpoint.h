@@ -11,7 +11,7 @@ written its part:
   model.bin             the fp32 master weights, as a model file
   state_rankNNNNN.bin   each rank's chunk of AdamW's m and v, and where the data stood
   history.bin           the outlier windows and fp16's loss scale; fp8_history.bin: FP8's amaxes
-  manifest.json         step, layout and config
+  manifest.json         step, layout, config, and the run's settings (--resume names those changed)
 
 A resume is bit-identical to an uninterrupted run; any dp, ZeRO stage, tp, pp or vpp can resume.
 A stop signal ends every rank after the same step, with a checkpoint. Nothing non-finite is written.
@@ -27,6 +27,7 @@ More: docs/formats.md.
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -213,6 +214,11 @@ template <class floatX> inline void model_file_save(DataParallel<floatX>* d, con
 // ----------------------------------------------------------------------------
 // checkpoints
 
+// The settings that make a training what it is, beyond the model and the batch shape (which a
+// resume must keep): (flag, value) pairs. Each checkpoint's manifest holds its run's, so that a
+// resume can name those that changed (checkpoint_settings_changed).
+using RunSettings = std::vector<std::pair<std::string, std::string>>;
+
 struct TrainState {
     int64_t step = 0;            // optimizer steps completed
     int64_t global_batches = 0;  // micro-batches consumed by all dp ranks together (loader k·dp)
@@ -224,6 +230,7 @@ struct TrainState {
     double loss_scale = 0.0;      // fp16's loss scale S (loss_scale.h; 0: none saved)
     int64_t loss_scale_clean = 0; // and its clean steps since the last change
     int64_t fp8_steps = -1;       // the steps FP8 delayed scaling's history had recorded (-1: no history loaded)
+    RunSettings settings;         // the run's settings, in the manifest (none in a checkpoint from before them)
 };
 static const int64_t HISTORY_MAGIC = 20261123, FP8_HISTORY_MAGIC = 20261125;
 
@@ -254,6 +261,48 @@ inline std::string fp8_history_file(const std::string& dir, int tp = 1, int tp_r
 // its tp rank's slice: header[11] = tp; of its pipeline stage's units: header[12] = pp). Chunk r lies in the file at element
 // offset Σ_{v<u} ⌈S_v/N⌉ (m) and that plus Σ_all ⌈S_v/N⌉ (v), after the 128-byte header.
 static const int STATE_HEADER = 16;  // int64s
+
+// The manifest's "settings": {"lr": "0.0003", ...}, and back. Only '"' and '\\' are escaped: the
+// values are flag values and counts, written by this code.
+inline std::string settings_json(const RunSettings& settings) {
+    std::string out;
+    auto quoted = [&](const std::string& v) {
+        out += '"';
+        for (char ch : v) out += ch == '"' || ch == '\\' ? std::string{'\\', ch} : std::string{ch};
+        out += '"';
+    };
+    for (size_t i = 0; i < settings.size(); i++) {
+        out += i ? ", " : "";
+        quoted(settings[i].first), out += ": ", quoted(settings[i].second);
+    }
+    return out;
+}
+inline RunSettings settings_from_manifest(const std::string& dir) {
+    RunSettings settings;
+    std::ifstream in(dir + "/manifest.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t i = text.find("\"settings\": {");
+    if (i == std::string::npos) return settings;  // (a checkpoint from before them)
+    i += 13;
+    auto quoted = [&](std::string* v) {  // reads "…" at i, or fails
+        while (i < text.size() && (text[i] == ' ' || text[i] == ',' || text[i] == ':')) i++;
+        if (i >= text.size() || text[i] != '"') return false;
+        for (i++; i < text.size() && text[i] != '"'; i++) *v += text[i] == '\\' && i + 1 < text.size() ? text[++i] : text[i];
+        return i++ < text.size();
+    };
+    for (std::string k, v; quoted(&k) && quoted(&v); k.clear(), v.clear()) settings.emplace_back(k, v);
+    return settings;
+}
+// "--lr 0.0003 → 0.001, --shuffle 0 → 1" for the settings that differ ("" where none does). A
+// setting the checkpoint does not have is not compared.
+inline std::string checkpoint_settings_changed(const RunSettings& saved, const RunSettings& now) {
+    std::string out;
+    for (const auto& [name, value] : now)
+        for (const auto& [old_name, old_value] : saved)
+            if (old_name == name && old_value != value)
+                out += (out.empty() ? "--" : ", --") + name + " " + old_value + " → " + value;
+    return out;
+}
 
 // Collective over the world: every rank writes its state file, rank 0 the manifest and the
 // history, dp rank 0 (of each tp rank) the model, into DIR/step_N.tmp, renamed to DIR/step_N
@@ -319,10 +368,12 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
                    " \"model\": {\"arch\": \"%s\", \"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                    "\"num_heads\": %d, \"channels\": %d, \"num_kv_heads\": %d, \"hidden\": %d, \"rope_theta\": %d, \"tied\": %s},\n"
                    " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
+                   " \"settings\": {%s},\n"
                    " \"files\": [\"model.bin\", \"model.bin.crc32c\", \"history.bin\"",
                 (long long)s.step, world.size, d->g->fp8 ? "fp8" : dtype_name<floatX>(), d->N, tp, pp, d->zero, c.llama() ? "llama" : "gpt2", c.max_seq_len,
                 c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, c.kv_heads(), c.ffn(),
-                c.llama() ? c.rope_theta : 0, c.tied ? "true" : "false", (long long)s.B, (long long)s.T, (long long)s.total_batch);
+                c.llama() ? c.rope_theta : 0, c.tied ? "true" : "false", (long long)s.B, (long long)s.T, (long long)s.total_batch,
+                settings_json(s.settings).c_str());
         for (int q = 0; q < pp; q++)
             for (int t = 0; t < tp; t++) {
                 for (int r = 0; r < d->N; r++) fprintf(f, ", \"%s\"", state_file("", r, tp, t, pp, q).substr(1).c_str());
@@ -454,6 +505,7 @@ inline TrainState checkpoint_read_header(const std::string& dir) {
     s.saved_dp = h[9]; s.saved_zero = h[10]; s.saved_tp = h[11] > 0 ? h[11] : 1;  // (0 before tensor parallelism)
     s.saved_pp = h[12] > 0 ? h[12] : 1;                                            // (0 before pipeline parallelism)
     s.saved_vpp = h[13] > 0 ? h[13] : 1;                                           // (0 before the interleaved schedule)
+    s.settings = settings_from_manifest(dir);
     const std::string hp = dir + "/history.bin";
     if (FILE* hf = fopen(hp.c_str(), "rb")) {  // (absent in a checkpoint from before it existed)
         int64_t hh[STATE_HEADER];

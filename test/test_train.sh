@@ -67,6 +67,9 @@ resume_test() {  # resume_test PRECISION [NAME FLAGS...]: with FLAGS added (anot
     [ -n "$(sample "$a.out")" ] && cmp -s <(sample "$a.out") <(sample "$b.out") \
         && echo "ok - $p resume: the sample at step 6 is identical (sampler RNG restored)" \
         || echo "not ok - $p resume: samples differ"
+    grep -q '"settings": {"train-data": "1 shard(s) of' "$a/step_00000003/manifest.json" && ! grep -q "^note: --resume: settings" "$b.out" \
+        && echo "ok - $p resume: the manifest holds the run's settings, and the same flags draw no note of a change" \
+        || { echo "not ok - $p resume: no settings in the manifest, or a note of changed settings with the same flags"; grep "^note: --resume" "$b.out" | sed 's/^/#   /'; }
 }
 resume_test fp32
 resume_test bf16
@@ -80,6 +83,16 @@ run_fp16=("${run[@]}"); run=("${run[@]}" --loss-scale-every 2)
 resume_test fp16
 run=("${run_fp16[@]}")
 [ -z "${TRAIN_QUICK:-}" ] && resume_test fp32 llama:d2 --model llama:d2  # (RoPE's table, SwiGLU, the model file with Llama's header)
+# a resume with other flags goes on, in one note naming each change (and only those: not --precision)
+o="$tmp/other"; mkdir -p "$o" && cp -r "$tmp/a_fp32/step_00000003" "$o/"
+"$BIN" "${common[@]}" "${run[@]}" --output-dir "$o" --resume --steps 4 --lr 1e-3 --shuffle 0 --train-data data/kjv_val_000000.bin \
+    >"$o.out" 2>&1; rc=$?
+note=$(grep "^note: --resume: settings" "$o.out")
+want=("--train-data 1 shard(s) of " " → 1 shard(s) of " "--shuffle 1 (seed 7) → 0" "--steps 6 → 4" "--lr 0.003 → 0.001")
+missing=0; for w in "${want[@]}"; do [[ $note == *"$w"* ]] || missing=1; done
+[ $rc = 0 ] && grep -q "^step     4/4" "$o.out" && [ $missing = 0 ] && [[ $note != *precision* ]] \
+    && echo "ok - a resume with other data, shuffle, steps and lr trains on, and its note names the four changes" \
+    || { echo "not ok - a resume with other flags: exit $rc, or its note is wrong"; echo "# $note"; tail -2 "$o.out" | sed 's/^/#   /'; }
 [ -n "${TRAIN_RESUME_ONLY:-}" ] && exit 0  # (make test-quick: the resume checks alone)
 
 if [ -z "$emu_quick" ]; then
