@@ -482,6 +482,7 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.model_spec = f.str("model"), rc.vocab = (int)f.integer("vocab-size", 0, 1 << 20);
     rc.train_data = f.str("train-data"), rc.val_data = f.str("val-data"), rc.hellaswag = f.str("hellaswag");
     rc.tokenizer = f.str("tokenizer"), rc.prompt = f.str("prompt");
+    if (!rc.prompt.empty() && rc.sample_every == 0) usage_error("--prompt needs --sample-every N: the samples start from it");
     rc.log_file = f.str("log-file"), rc.save_model = f.str("save-model"), rc.comm = f.choice("comm", {"auto", "mpi", "nccl"});
     return rc;
 }

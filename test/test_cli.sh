@@ -249,6 +249,7 @@ expect_fail "--hellaswag: truncated file" 1 "ends inside example 2" "${base[@]}"
 expect_fail "--hellaswag: token outside the vocabulary" 1 "example 1: token 500 in its ending is outside the model's vocabulary (V=97)" \
     "${base[@]}" --hellaswag "$tmp/hs_bigtok.bin"
 expect_fail "--hellaswag: label past the endings" 1 "example 2 has 4 endings and label 4" "${base[@]}" --hellaswag "$tmp/hs_badlabel.bin"
+expect_fail "--prompt without samples" 2 "--prompt needs --sample-every N" "${base[@]}" --prompt "In the beginning"
 expect_fail "--tokenizer: missing file (for samples)" 1 "--tokenizer: cannot open '$tmp/nope.bin'" "${base[@]}" --sample-every 1 \
     --tokenizer "$tmp/nope.bin"
 expect_fail "--hellaswag: example longer than --seq-len" 2 "--hellaswag: its longest example needs 17 positions, more than --seq-len 16" \
