@@ -411,6 +411,19 @@ static void parse_precision_flags(const Flags& f, RunConfig* rc) {
 
 // Every flag's value checked before anything large is allocated. The rules that tie flags to
 // the model and the mesh are validate_layout's.
+// A flag that does nothing without another is refused. Else the run would go on without what it
+// asked for (a checkpoint every N steps, a sample), and nobody would know until it was needed.
+static void refuse_idle_flags(const RunConfig& rc) {
+    if ((rc.ckpt_every > 0 || rc.ckpt_keep > 0) && rc.out_dir.empty())
+        usage_error("--checkpoint-every and --keep-checkpoints need --output-dir (where the checkpoints go)");
+    if (!rc.prompt.empty() && rc.sample_every == 0) usage_error("--prompt needs --sample-every N: the samples start from it");
+    if (rc.cp_zigzag && rc.cp == 1) usage_error("--cp-layout zigzag needs --cp > 1: it splits each sequence over the cp ranks");
+    if (rc.sched.kind != "wsd" && rc.sched.cooldown_frac != 0.2f)
+        usage_error("--cooldown-frac is for --lr-schedule wsd (got --lr-schedule %s)", rc.sched.kind.c_str());
+    if (rc.skip_loss_z == 0 && rc.skip_norm_z == 0 && (rc.skip_window != 128 || rc.max_skipped != 16))
+        usage_error("--skip-window and --max-skipped-steps are for --skip-loss-z or --skip-norm-z (without them no update is skipped)");
+}
+
 static RunConfig parse_run_config(const Flags& f) {
     RunConfig rc;
     rc.device = f.choice("device", {"auto", "cpu", "cuda"});
@@ -482,8 +495,8 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.model_spec = f.str("model"), rc.vocab = (int)f.integer("vocab-size", 0, 1 << 20);
     rc.train_data = f.str("train-data"), rc.val_data = f.str("val-data"), rc.hellaswag = f.str("hellaswag");
     rc.tokenizer = f.str("tokenizer"), rc.prompt = f.str("prompt");
-    if (!rc.prompt.empty() && rc.sample_every == 0) usage_error("--prompt needs --sample-every N: the samples start from it");
     rc.log_file = f.str("log-file"), rc.save_model = f.str("save-model"), rc.comm = f.choice("comm", {"auto", "mpi", "nccl"});
+    refuse_idle_flags(rc);
     return rc;
 }
 

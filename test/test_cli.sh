@@ -249,7 +249,17 @@ expect_fail "--hellaswag: truncated file" 1 "ends inside example 2" "${base[@]}"
 expect_fail "--hellaswag: token outside the vocabulary" 1 "example 1: token 500 in its ending is outside the model's vocabulary (V=97)" \
     "${base[@]}" --hellaswag "$tmp/hs_bigtok.bin"
 expect_fail "--hellaswag: label past the endings" 1 "example 2 has 4 endings and label 4" "${base[@]}" --hellaswag "$tmp/hs_badlabel.bin"
+# a flag that would do nothing without another (the run would go on without what it asked for)
 expect_fail "--prompt without samples" 2 "--prompt needs --sample-every N" "${base[@]}" --prompt "In the beginning"
+expect_fail "--checkpoint-every without --output-dir" 2 "--checkpoint-every and --keep-checkpoints need --output-dir" \
+    "${base[@]}" --checkpoint-every 5
+expect_fail "--keep-checkpoints without --output-dir" 2 "need --output-dir" "${base[@]}" --keep-checkpoints 2
+expect_fail "--cp-layout zigzag without --cp" 2 "--cp-layout zigzag needs --cp > 1" "${base[@]}" --cp-layout zigzag
+expect_fail "--cooldown-frac without wsd" 2 "--cooldown-frac is for --lr-schedule wsd (got --lr-schedule cosine)" "${base[@]}" \
+    --cooldown-frac 0.5
+expect_fail "--skip-window without a z bound" 2 "--skip-window and --max-skipped-steps are for --skip-loss-z or --skip-norm-z" \
+    "${base[@]}" --skip-window 4
+expect_fail "--max-skipped-steps without a z bound" 2 "are for --skip-loss-z or --skip-norm-z" "${base[@]}" --max-skipped-steps 3
 expect_fail "--tokenizer: missing file (for samples)" 1 "--tokenizer: cannot open '$tmp/nope.bin'" "${base[@]}" --sample-every 1 \
     --tokenizer "$tmp/nope.bin"
 expect_fail "--hellaswag: example longer than --seq-len" 2 "--hellaswag: its longest example needs 17 positions, more than --seq-len 16" \
@@ -545,9 +555,10 @@ while kill -0 \$pid 2>/dev/null && [ "\$(ls -d "$tmp/relaunch"/step_???????? 2>/
 kill -9 \$pid 2>/dev/null; wait \$pid
 FLAKY
 chmod +x "$tmp/flaky.sh"
-long=("${base[@]}" --steps 300 --checkpoint-every 20)
+long=("${base[@]}" --steps 300)
 "$BIN" "${long[@]}" --save-model "$tmp/unbroken.bin" --log-file "$tmp/unbroken.jsonl" >/dev/null 2>&1
-RESTART_WAIT=0 scripts/run_until_done.sh "$tmp/flaky.sh" "${long[@]}" --output-dir "$tmp/relaunch" --save-model "$tmp/relaunched.bin" \
+RESTART_WAIT=0 scripts/run_until_done.sh "$tmp/flaky.sh" "${long[@]}" --checkpoint-every 20 --output-dir "$tmp/relaunch" \
+    --save-model "$tmp/relaunched.bin" \
     --log-file "$tmp/relaunched.jsonl" >"$tmp/relaunch.out" 2>"$tmp/relaunch.err"; rc=$?
 steps() { $PY -c 'import json, sys; [print(r["step"], r["loss"]) for r in map(json.loads, open(sys.argv[1]))]' "$1"; }
 [ $rc = 0 ] && [ "$(grep -c '^run_until_done: the run ended with exit 137; restart [12] of at most 100' "$tmp/relaunch.err")" = 2 ] \
