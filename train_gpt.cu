@@ -409,8 +409,6 @@ static void parse_precision_flags(const Flags& f, RunConfig* rc) {
         usage_error("--fp8-fast-accum is for --precision fp8 (got --precision %s)", rc->precision.c_str());
 }
 
-// Every flag's value checked before anything large is allocated. The rules that tie flags to
-// the model and the mesh are validate_layout's.
 // A flag that does nothing without another is refused. Else the run would go on without what it
 // asked for (a checkpoint every N steps, a sample), and nobody would know until it was needed.
 static void refuse_idle_flags(const RunConfig& rc) {
@@ -424,6 +422,8 @@ static void refuse_idle_flags(const RunConfig& rc) {
         usage_error("--skip-window and --max-skipped-steps are for --skip-loss-z or --skip-norm-z (without them no update is skipped)");
 }
 
+// Every flag's value checked before anything large is allocated. The rules that tie flags to
+// the model and the mesh are validate_layout's.
 static RunConfig parse_run_config(const Flags& f) {
     RunConfig rc;
     rc.device = f.choice("device", {"auto", "cpu", "cuda"});
@@ -953,7 +953,6 @@ static void print_memory(const GPT<floatX>& model, const DPMemory& mem, const Ct
     fflush(stdout);
 }
 
-// On --resume: where from, and what became of fp8's amax history.
 // The settings a checkpoint records (checkpoint.h: RunSettings), so that --resume can name those
 // that changed. Each value is what the flag's reader would print; the data are counted, not named.
 static RunSettings run_settings(const RunConfig& rc, const DataLoader& train, const Precision& p) {
@@ -970,6 +969,7 @@ static RunSettings run_settings(const RunConfig& rc, const DataLoader& train, co
             {"grad-clip", num(rc.grad_clip)}, {"skip-loss-z", num(rc.skip_loss_z)}, {"skip-norm-z", num(rc.skip_norm_z)}};
 }
 
+// On --resume: where from, which settings changed, and what became of fp8's amax history.
 static void print_resume(const RunConfig& rc, const ModelSource& src, const TrainState& state, const RunSettings& settings) {
     print0("resumed from %s at step %lld (saved with dp=%lld zero=%lld tp=%lld pp=%lld vpp=%lld)\n", src.resume_dir.c_str(),
            (long long)state.step, (long long)state.saved_dp, (long long)state.saved_zero, (long long)state.saved_tp,

@@ -262,8 +262,8 @@ inline std::string fp8_history_file(const std::string& dir, int tp = 1, int tp_r
 // offset Σ_{v<u} ⌈S_v/N⌉ (m) and that plus Σ_all ⌈S_v/N⌉ (v), after the 128-byte header.
 static const int STATE_HEADER = 16;  // int64s
 
-// The manifest's "settings": {"lr": "0.0003", ...}, and back. Only '"' and '\\' are escaped: the
-// values are flag values and counts, written by this code.
+// The manifest's "settings": {"lr": "0.0003", ...}, and back. Only quotes and backslashes are
+// escaped: the values are flag values and counts, written by this code.
 inline std::string settings_json(const RunSettings& settings) {
     std::string out;
     auto quoted = [&](const std::string& v) {
