@@ -647,8 +647,6 @@ static void open_run_data(RunData* d, const RunConfig& rc, StepShape* s, const M
     }
     d->can_sample = rc.sample_every > 0 && rc.gen_tokens > 0;
     if (d->can_sample) {
-        if (FILE* t = fopen(rc.tokenizer.c_str(), "rb")) fclose(t);
-        else fatal("--tokenizer: cannot open '%s': %s", rc.tokenizer.c_str(), strerror(errno));
         tokenizer_load(&d->tk, rc.tokenizer.c_str());
         if ((int)d->tk.vocab.size() != vocab)
             usage_error("--sample-every: the tokenizer has %zu tokens but the model's vocabulary is %d", d->tk.vocab.size(), vocab);
