@@ -304,6 +304,80 @@ inline std::string checkpoint_settings_changed(const RunSettings& saved, const R
     return out;
 }
 
+// One rank's state file: a header (the step, where the data stands, the layout), then its chunk
+// of AdamW's m and v for each unit, zero-padded to ⌈S/N⌉.
+template <class floatX>
+inline void state_file_write(const std::string& path, DataParallel<floatX>* d, const TrainState& s) {
+    const ParamLayout& l = d->g->layout;
+    FILE* f = fopen_or_die(path.c_str(), "wb");
+    int64_t h[STATE_HEADER] = {STATE_MAGIC, 2, s.step, s.global_batches, (int64_t)s.rng_state, s.B, s.T, s.total_batch,
+                               (int64_t)l.total, d->N, d->zero, l.tp, l.pp, l.vpp()};
+    fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, path.c_str());
+    std::vector<float> chunk;  // host copy of one chunk
+    for (Buf<float>* buf : {&d->m, &d->v})
+        for (size_t u = 0; u < d->units.size(); u++) {
+            size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
+            chunk.assign(chunk_size(S, d->N), 0.0f);
+            if (e > b) ctx_copy(d->ctx, chunk.data(), dp_opt_at(d, *buf, (int)u, b), (e - b) * sizeof(float));
+            refuse_non_finite(chunk.data(), chunk.size(), path, "AdamW's moments");
+            if (!chunk.empty()) fwrite_or_die(chunk.data(), 4, chunk.size(), f, path.c_str());
+        }
+    if (!close_synced(f)) fatal("cannot write '%s'", path.c_str());
+    header_seal(path);
+}
+
+// FP8's amax history of one (tp, pp) group: a header, then the last min(steps, H) steps' amaxes.
+inline void fp8_history_write(const std::string& path, const Fp8Delayed& fd) {
+    const std::vector<float> amaxes = fp8_delayed_saved(fd);
+    FILE* f = fopen_or_die(path.c_str(), "wb");
+    int64_t h[STATE_HEADER] = {FP8_HISTORY_MAGIC, 1, fd.steps, fd.H, fd.n, (int64_t)std::min<long long>(fd.steps, fd.H)};
+    fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, path.c_str());
+    if (!amaxes.empty()) fwrite_or_die(amaxes.data(), sizeof(float), amaxes.size(), f, path.c_str());
+    if (!close_synced(f)) fatal("cannot write '%s'", path.c_str());
+    header_seal(path);
+}
+
+// history.bin: a header (the window sizes, fp16's loss scale and its clean steps), then the
+// outlier windows of losses and of gradient norms.
+inline void history_write(const std::string& path, const TrainState& s) {
+    FILE* f = fopen_or_die(path.c_str(), "wb");
+    int64_t scale_bits;
+    memcpy(&scale_bits, &s.loss_scale, 8);
+    int64_t h[STATE_HEADER] = {HISTORY_MAGIC, 2, (int64_t)s.loss_history.size(), (int64_t)s.norm_history.size(), scale_bits,
+                               s.loss_scale_clean};
+    fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, path.c_str());
+    for (const std::vector<double>* v : {&s.loss_history, &s.norm_history})
+        if (!v->empty()) fwrite_or_die(v->data(), sizeof(double), v->size(), f, path.c_str());
+    if (!close_synced(f)) fatal("cannot write '%s'", path.c_str());
+    header_seal(path);
+}
+
+// manifest.json: the step, the layout, the model's config, the batch, the run's settings, and
+// every file of the checkpoint.
+template <class floatX>
+inline void manifest_write(const std::string& path, DataParallel<floatX>* d, const TrainState& s, int world_size) {
+    const GPTConfig& c = d->g->config;
+    const int tp = d->g->layout.tp, pp = d->g->layout.pp;
+    FILE* f = fopen_or_die(path.c_str(), "w");
+    fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"precision\": \"%s\", \"layout\": {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": 1, \"zero\": %d},\n"
+               " \"model\": {\"arch\": \"%s\", \"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
+               "\"num_heads\": %d, \"channels\": %d, \"num_kv_heads\": %d, \"hidden\": %d, \"rope_theta\": %d, \"tied\": %s},\n"
+               " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
+               " \"settings\": {%s},\n"
+               " \"files\": [\"model.bin\", \"model.bin.crc32c\", \"history.bin\"",
+            (long long)s.step, world_size, d->g->fp8 ? "fp8" : dtype_name<floatX>(), d->N, tp, pp, d->zero, c.llama() ? "llama" : "gpt2",
+            c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, c.kv_heads(), c.ffn(),
+            c.llama() ? c.rope_theta : 0, c.tied ? "true" : "false", (long long)s.B, (long long)s.T, (long long)s.total_batch,
+            settings_json(s.settings).c_str());
+    for (int q = 0; q < pp; q++)
+        for (int t = 0; t < tp; t++) {
+            for (int r = 0; r < d->N; r++) fprintf(f, ", \"%s\"", state_file("", r, tp, t, pp, q).substr(1).c_str());
+            if (d->g->fp8_delayed.on) fprintf(f, ", \"%s\"", fp8_history_file("", tp, t, pp, q).substr(1).c_str());
+        }
+    fprintf(f, "]}\n");
+    if (!close_synced(f)) fatal("cannot write '%s'", path.c_str());
+}
+
 // Collective over the world: every rank writes its state file, rank 0 the manifest and the
 // history, dp rank 0 (of each tp rank) the model, into DIR/step_N.tmp, renamed to DIR/step_N
 // when all are written.
@@ -319,70 +393,17 @@ inline void checkpoint_save(const std::string& out_dir, DataParallel<floatX>* d,
         if (!fs::create_directories(tmp, ec)) fatal("--output-dir: cannot create '%s': %s", tmp.c_str(), ec.message().c_str());
     }
     comm_barrier(world);
+    // every rank its part, into the .tmp directory
     model_file_save(d, tmp + "/model.bin", false);
-    std::string sp = state_file(tmp, d->rank, tp, tp_rank, pp, stage);
-    FILE* f = fopen_or_die(sp.c_str(), "wb");
-    int64_t h[STATE_HEADER] = {STATE_MAGIC, 2, s.step, s.global_batches, (int64_t)s.rng_state, s.B, s.T, s.total_batch,
-                               (int64_t)d->g->layout.total, d->N, d->zero, tp, pp, d->g->layout.vpp()};
-    fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, sp.c_str());
-    std::vector<float> chunk;  // host copy of one chunk, zero-padded to ⌈S/N⌉
-    for (Buf<float>* buf : {&d->m, &d->v})
-        for (size_t u = 0; u < d->units.size(); u++) {
-            size_t S = d->units[u].size, b = chunk_begin(S, d->N, d->rank), e = chunk_end(S, d->N, d->rank);
-            chunk.assign(chunk_size(S, d->N), 0.0f);
-            if (e > b) ctx_copy(d->ctx, chunk.data(), dp_opt_at(d, *buf, (int)u, b), (e - b) * sizeof(float));
-            refuse_non_finite(chunk.data(), chunk.size(), sp, "AdamW's moments");
-            if (!chunk.empty()) fwrite_or_die(chunk.data(), 4, chunk.size(), f, sp.c_str());
-        }
-    if (!close_synced(f)) fatal("cannot write '%s'", sp.c_str());
-    header_seal(sp);
-    const Fp8Delayed& fd = d->g->fp8_delayed;
-    if (fd.on && d->rank == 0) {  // (every rank of the group holds the same history)
-        const std::string fp = fp8_history_file(tmp, tp, tp_rank, pp, stage);
-        const std::vector<float> amaxes = fp8_delayed_saved(fd);
-        f = fopen_or_die(fp.c_str(), "wb");
-        int64_t fh[STATE_HEADER] = {FP8_HISTORY_MAGIC, 1, fd.steps, fd.H, fd.n, (int64_t)std::min<long long>(fd.steps, fd.H)};
-        fwrite_or_die(fh, sizeof(int64_t), STATE_HEADER, f, fp.c_str());
-        if (!amaxes.empty()) fwrite_or_die(amaxes.data(), sizeof(float), amaxes.size(), f, fp.c_str());
-        if (!close_synced(f)) fatal("cannot write '%s'", fp.c_str());
-        header_seal(fp);
-    }
+    state_file_write(state_file(tmp, d->rank, tp, tp_rank, pp, stage), d, s);
+    if (d->g->fp8_delayed.on && d->rank == 0)  // (every rank of the group holds the same history)
+        fp8_history_write(fp8_history_file(tmp, tp, tp_rank, pp, stage), d->g->fp8_delayed);
     if (world.rank == 0) {
-        std::string hp = tmp + "/history.bin";
-        f = fopen_or_die(hp.c_str(), "wb");
-        int64_t scale_bits;
-        memcpy(&scale_bits, &s.loss_scale, 8);
-        int64_t hh[STATE_HEADER] = {HISTORY_MAGIC, 2, (int64_t)s.loss_history.size(), (int64_t)s.norm_history.size(), scale_bits,
-                                    s.loss_scale_clean};
-        fwrite_or_die(hh, sizeof(int64_t), STATE_HEADER, f, hp.c_str());
-        for (const std::vector<double>* h : {&s.loss_history, &s.norm_history})
-            if (!h->empty()) fwrite_or_die(h->data(), sizeof(double), h->size(), f, hp.c_str());
-        if (!close_synced(f)) fatal("cannot write '%s'", hp.c_str());
-        header_seal(hp);
-    }
-    if (world.rank == 0) {
-        const GPTConfig& c = d->g->config;
-        std::string mp = tmp + "/manifest.json";
-        f = fopen_or_die(mp.c_str(), "w");
-        fprintf(f, "{\"step\": %lld, \"world_size\": %d, \"precision\": \"%s\", \"layout\": {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": 1, \"zero\": %d},\n"
-                   " \"model\": {\"arch\": \"%s\", \"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
-                   "\"num_heads\": %d, \"channels\": %d, \"num_kv_heads\": %d, \"hidden\": %d, \"rope_theta\": %d, \"tied\": %s},\n"
-                   " \"batch_size\": %lld, \"seq_len\": %lld, \"total_batch_tokens\": %lld,\n"
-                   " \"settings\": {%s},\n"
-                   " \"files\": [\"model.bin\", \"model.bin.crc32c\", \"history.bin\"",
-                (long long)s.step, world.size, d->g->fp8 ? "fp8" : dtype_name<floatX>(), d->N, tp, pp, d->zero, c.llama() ? "llama" : "gpt2", c.max_seq_len,
-                c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, c.kv_heads(), c.ffn(),
-                c.llama() ? c.rope_theta : 0, c.tied ? "true" : "false", (long long)s.B, (long long)s.T, (long long)s.total_batch,
-                settings_json(s.settings).c_str());
-        for (int q = 0; q < pp; q++)
-            for (int t = 0; t < tp; t++) {
-                for (int r = 0; r < d->N; r++) fprintf(f, ", \"%s\"", state_file("", r, tp, t, pp, q).substr(1).c_str());
-                if (d->g->fp8_delayed.on) fprintf(f, ", \"%s\"", fp8_history_file("", tp, t, pp, q).substr(1).c_str());
-            }
-        fprintf(f, "]}\n");
-        if (!close_synced(f)) fatal("cannot write '%s'", mp.c_str());
+        history_write(tmp + "/history.bin", s);
+        manifest_write(tmp + "/manifest.json", d, s, world.size);
     }
     comm_barrier(world);
+    // all written: move the checkpoint into place
     if (world.rank == 0) {  // (every file is fsynced: then its directory, the rename, and the rename's directory)
         sync_dir(tmp);
         fs::remove_all(final_dir, ec);
