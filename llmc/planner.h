@@ -91,63 +91,99 @@ inline void plan_state(const Ctx& ctx, const DPMemory& mem, int zero, int dp_ran
                 spread.c_str());
 }
 
-// pp: this rank's pipeline stage (nullptr: none). What a stage keeps depends on the micro-batch:
-// a micro-batch of b sequences makes the step m = step_tokens/(b·T·dp) of them, and the stage
-// keeps as many micro-batches' activations (pp_slots) and send copies (pp_send_buffers) as its
-// schedule does with m; only a b that splits the step into whole micro-batches (with the
-// interleaved schedule, a multiple of p of them) can run there, so those are the b it tries.
+// What the micro-batch plan is asked: B sequences of T (B = 0: auto) on each of dp data-parallel
+// ranks, a step of step_tokens tokens, and this rank's pipeline stage (nullptr: none).
+struct BatchAsk {
+    int B, T, dp;
+    long long step_tokens;
+    const PPPlan* pp;
+    long long sequences() const { return step_tokens / ((long long)T * dp); }  // a step's, on one dp rank
+    long long micro_batches(int b) const { return step_tokens / ((long long)b * T * dp); }
+    bool divides(int b) const { return step_tokens % ((long long)b * T * dp) == 0; }
+    // b splits the step into whole micro-batches, as a stage needs (interleaved: a multiple of p of them)
+    bool stage_runs(int b) const { return divides(b) && (pp->kind != PPSchedule::Interleaved || (sequences() / b) % pp->p == 0); }
+};
+
+// need(b) of the header: what a micro-batch of b sequences needs beside the model state, with r's
+// activations. A stage keeps as many micro-batches' activations (pp_slots) and send copies
+// (pp_send_buffers) as its schedule does with m = sequences / b micro-batches.
 template <class floatX>
-inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp, long long step_tokens,
-                      bool step_given, double state_bytes, Mesh& mesh, long long data_most, const PPPlan* pp = nullptr) {
-    const Recompute recompute = g.recompute;
-    const long long whole_step = step_tokens / ((long long)T * dp);
-    auto pp_runs = [&](int b) {
-        return step_tokens % ((long long)b * T * dp) == 0 && (pp->kind != PPSchedule::Interleaved || (whole_step / b) % pp->p == 0);
-    };
-    auto need_with = [&](Recompute r, int b) {
-        const int Tl = T / g.par.cp.size();  // (this rank's positions)
-        std::vector<int> slots;
-        std::array<int, 2> caps{};
-        if (pp) {
-            const int m = (int)(whole_step / b);
-            slots = pp_slots(pp->kind, pp->p, pp->s, m, pp->v);
-            caps = pp_send_buffers(pp->kind, pp->p, pp->s, m, pp->v);
-        }
-        return gpt_all_activation_bytes(g, b, Tl, r, pp ? &slots : nullptr) * (1 + SCRATCH_SHARE) +
-               gpt_send_copy_bytes(g, b, Tl, pp ? &caps : nullptr) + gpt_fp8_scratch_bytes(ctx, g, b, Tl) +
-               gpt_gelu_scratch_bytes(ctx, g, b, Tl) + gpt_attention_scratch_bytes(ctx, g, b, Tl) + gpt_classifier_scratch_bytes(ctx, g, b, Tl) +
-               SCRATCH_FIXED;
-    };
-    auto need = [&](int b) { return need_with(recompute, b); };
-    comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
-    const bool gpu = ctx.device == Device::CUDA, automatic = B == 0;
-    const Room here = rank_room(ctx, mesh);
-    const double room = here.bytes;
-    const int sharing = here.sharing;
-    const bool by_cgroup = here.by_cgroup;
-    // the largest micro-batch that fits here (need grows with b: a binary search up to the one
-    // asked for, or for auto the whole step in one, if the data holds that many sequences), and
-    // the largest that fits and splits the step's tokens into whole micro-batches
-    const int most = automatic ? (int)std::min({whole_step, data_most, 1LL << 20}) : B;
-    auto largest = [&](Recompute r) {  // that fits with r's activations
-        if (pp) {  // (not monotone in b: m, and with it the slots, shrink as b grows) the b that can run, largest first
-            for (int b = most; b >= 1; b--)
-                if (pp_runs(b) && ((!gpu && room <= 0) || need_with(r, b) <= room)) return b;
-            return 0;
-        }
-        int lo = 0, hi = most;
-        while (lo < hi) { int mid = lo + (hi - lo + 1) / 2; if (need_with(r, mid) <= room) lo = mid; else hi = mid - 1; }
-        return !gpu && room <= 0 ? most : lo;  // the host's memory is unknown: no check
-    };
-    const int lo = largest(recompute), lo_full = largest(Recompute::Full);  // (the second for the advice)
-    int divides = lo;
-    while (divides > 0 && step_tokens % ((long long)divides * T * dp) != 0) divides--;
-    // every rank's numbers on every rank, then the rank with the least room speaks for all
+inline double batch_need_bytes(const Ctx& ctx, const GPT<floatX>& g, const BatchAsk& a, Recompute r, int b) {
+    const int Tl = a.T / g.par.cp.size();  // (this rank's positions)
+    std::vector<int> slots;
+    std::array<int, 2> caps{};
+    if (a.pp) {
+        const int m = (int)(a.sequences() / b);
+        slots = pp_slots(a.pp->kind, a.pp->p, a.pp->s, m, a.pp->v);
+        caps = pp_send_buffers(a.pp->kind, a.pp->p, a.pp->s, m, a.pp->v);
+    }
+    return gpt_all_activation_bytes(g, b, Tl, r, a.pp ? &slots : nullptr) * (1 + SCRATCH_SHARE) +
+           gpt_send_copy_bytes(g, b, Tl, a.pp ? &caps : nullptr) + gpt_fp8_scratch_bytes(ctx, g, b, Tl) +
+           gpt_gelu_scratch_bytes(ctx, g, b, Tl) + gpt_attention_scratch_bytes(ctx, g, b, Tl) + gpt_classifier_scratch_bytes(ctx, g, b, Tl) +
+           SCRATCH_FIXED;
+}
+
+// The largest micro-batch of at most `most` sequences that fits in room with r's activations (0:
+// none). need grows with b, so a binary search finds it. On a pipeline stage need is not monotone
+// (m, and with it the slots, shrink as b grows): there every b that can run is tried, largest
+// first. room ≤ 0 on the host: the memory is unknown, so there is no check.
+template <class floatX>
+inline int largest_batch(const Ctx& ctx, const GPT<floatX>& g, const BatchAsk& a, Recompute r, int most, double room) {
+    const bool unknown = ctx.device != Device::CUDA && room <= 0;
+    if (a.pp) {
+        for (int b = most; b >= 1; b--)
+            if (a.stage_runs(b) && (unknown || batch_need_bytes(ctx, g, a, r, b) <= room)) return b;
+        return 0;
+    }
+    if (unknown) return most;
+    int lo = 0, hi = most;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (batch_need_bytes(ctx, g, a, r, mid) <= room) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+// What every rank agrees on: the smallest of each rank's largest micro-batches, and the numbers of
+// the rank with the least room, which speaks for all.
+struct BatchAgreed {
+    int fits, divides, fits_full;  // fits with the run's activations; also splits the step; fits with --recompute full
+    double need, state;            // the worst rank's need for the B asked (1 for auto), and its model state
+    std::string where;             // room_words of the worst rank
+};
+
+// Stops every rank with one line: what a micro-batch needs, what there is, and which B would fit.
+[[noreturn]] inline void refuse_batch(const BatchAsk& a, bool step_given, Recompute recompute, const BatchAgreed& w) {
+    const bool automatic = a.B == 0;
+    // where keeping fewer activations (model.h: Recompute) would let more fit: how many
+    // (the search stops at the B asked for: there full fits it whole)
+    const std::string with_full = recompute == Recompute::Full || w.fits_full <= w.fits ? ""
+        : "; or keep fewer activations: with --recompute full, " + std::string(!automatic && w.fits_full >= a.B ? "" : "up to ") +
+              "--batch-size " + std::to_string(w.fits_full) + " fits";
+    std::string advice;
+    if (w.fits == 0)
+        advice = "not even --batch-size 1 fits: use a shorter --seq-len, or spread the model state over more ranks with --zero";
+    else if (w.divides == 0)
+        advice = "at most --batch-size " + std::to_string(w.fits) + " fits";
+    else
+        advice = "--batch-size " + std::to_string(w.divides) +
+                 (step_given ? "" : " --total-batch-tokens " + std::to_string(a.step_tokens)) + " fits, with the step's " +
+                 std::to_string(a.step_tokens) + " tokens in " + std::to_string(a.micro_batches(w.divides)) + " micro-batches" +
+                 (w.fits > w.divides ? " (at most --batch-size " + std::to_string(w.fits) + " fits)" : "");
+    usage_error("--batch-size %s --seq-len %d: a micro-batch %sneeds %s of activations and scratch, but %s after the model "
+                "state (%s of parameters, gradients and optimizer); %s%s", automatic ? "auto" : std::to_string(a.B).c_str(), a.T,
+                automatic ? "of 1 " : "", format_bytes(w.need).c_str(), w.where.c_str(), format_bytes(w.state).c_str(), advice.c_str(),
+                with_full.c_str());
+}
+
+// Every rank's numbers on every rank (each GPU's free memory differs), then what all agree on.
+inline BatchAgreed batch_agree(const Ctx& ctx, Mesh& mesh, int fits, int divides, int fits_full, double need, const Room& room,
+                               double state_bytes, int most) {
     enum { FITS, DIVIDES, NEED, ROOM, STATE, SHARING, CGROUP, FITS_FULL, N };
     std::vector<double> all(N * (size_t)mesh.world, 0.0);
     double* mine = &all[N * (size_t)mesh.rank];
-    mine[FITS] = lo; mine[DIVIDES] = divides; mine[NEED] = need(std::max(B, 1)); mine[ROOM] = room; mine[STATE] = state_bytes;
-    mine[SHARING] = sharing; mine[CGROUP] = by_cgroup; mine[FITS_FULL] = lo_full;
+    mine[FITS] = fits; mine[DIVIDES] = divides; mine[NEED] = need; mine[ROOM] = room.bytes; mine[STATE] = state_bytes;
+    mine[SHARING] = room.sharing; mine[CGROUP] = room.by_cgroup; mine[FITS_FULL] = fits_full;
     comm_sum_doubles(mesh.world_group, all.data(), (int)all.size());
     int worst = 0, divides_all = most, fits_full_all = most;
     for (int r = 0; r < mesh.world; r++) {
@@ -156,34 +192,36 @@ inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp
         fits_full_all = std::min(fits_full_all, (int)all[N * r + FITS_FULL]);
     }
     const double* w = &all[N * (size_t)worst];
-    const int fits_all = (int)w[FITS];
-    const std::string where = room_words(ctx, mesh.world > 1 ? worst : -1, Room{w[ROOM], (int)w[SHARING], w[CGROUP] != 0});
-    if (automatic && divides_all > 0) {
-        const std::string data_note = data_most < whole_step ? "; the data holds at most B=" + std::to_string(data_most) : "";
+    const Room least{w[ROOM], (int)w[SHARING], w[CGROUP] != 0};
+    return {(int)w[FITS], divides_all, fits_full_all, w[NEED], w[STATE], room_words(ctx, mesh.world > 1 ? worst : -1, least)};
+}
+
+// pp: this rank's pipeline stage (nullptr: none). Only a b that splits the step into whole
+// micro-batches can run on a stage, so those are the b it tries.
+template <class floatX>
+inline int plan_batch(const Ctx& ctx, const GPT<floatX>& g, int B, int T, int dp, long long step_tokens,
+                      bool step_given, double state_bytes, Mesh& mesh, long long data_most, const PPPlan* pp = nullptr) {
+    const BatchAsk a{B, T, dp, step_tokens, pp};
+    const bool automatic = B == 0;
+    comm_barrier(mesh.world_group);  // every rank's model state allocated: the host's memory then shows all of it
+    const Room here = rank_room(ctx, mesh);
+    // the largest micro-batch that fits here (up to the B asked for, or for auto the whole step in
+    // one, if the data holds that many sequences), and the largest that also splits the step's tokens
+    const int most = automatic ? (int)std::min({a.sequences(), data_most, 1LL << 20}) : B;
+    const int fits = largest_batch(ctx, g, a, g.recompute, most, here.bytes);
+    const int fits_full = largest_batch(ctx, g, a, Recompute::Full, most, here.bytes);  // (for the advice)
+    int divides = fits;
+    while (divides > 0 && !a.divides(divides)) divides--;
+    const double need = batch_need_bytes(ctx, g, a, g.recompute, std::max(B, 1));
+    const BatchAgreed w = batch_agree(ctx, mesh, fits, divides, fits_full, need, here, state_bytes, most);
+    if (automatic && w.divides > 0) {
+        const std::string data_note = data_most < a.sequences() ? "; the data holds at most B=" + std::to_string(data_most) : "";
         print0("batch: --batch-size auto: B=%d, the largest that fits (%s of activations and scratch; %s after the model "
-               "state%s) and splits the step's %lld tokens into %lld micro-batch(es)\n", divides_all,
-               format_bytes(need(divides_all)).c_str(), where.c_str(), data_note.c_str(), step_tokens,
-               step_tokens / ((long long)divides_all * T * dp));
-        return divides_all;
+               "state%s) and splits the step's %lld tokens into %lld micro-batch(es)\n", w.divides,
+               format_bytes(batch_need_bytes(ctx, g, a, g.recompute, w.divides)).c_str(), w.where.c_str(), data_note.c_str(),
+               step_tokens, a.micro_batches(w.divides));
+        return w.divides;
     }
-    if (!automatic && fits_all >= B) return B;
-    // where keeping fewer activations (model.h: Recompute) would let more fit: how many
-    // (the search stops at the B asked for: there full fits it whole)
-    const std::string with_full = recompute == Recompute::Full || fits_full_all <= fits_all ? ""
-        : "; or keep fewer activations: with --recompute full, " + std::string(!automatic && fits_full_all >= B ? "" : "up to ") +
-              "--batch-size " + std::to_string(fits_full_all) + " fits";
-    std::string advice;
-    if (fits_all == 0)
-        advice = "not even --batch-size 1 fits: use a shorter --seq-len, or spread the model state over more ranks with --zero";
-    else if (divides_all == 0)
-        advice = "at most --batch-size " + std::to_string(fits_all) + " fits";
-    else
-        advice = "--batch-size " + std::to_string(divides_all) +
-                 (step_given ? "" : " --total-batch-tokens " + std::to_string(step_tokens)) + " fits, with the step's " +
-                 std::to_string(step_tokens) + " tokens in " + std::to_string(step_tokens / ((long long)divides_all * T * dp)) +
-                 " micro-batches" + (fits_all > divides_all ? " (at most --batch-size " + std::to_string(fits_all) + " fits)" : "");
-    usage_error("--batch-size %s --seq-len %d: a micro-batch %sneeds %s of activations and scratch, but %s after the model "
-                "state (%s of parameters, gradients and optimizer); %s%s", automatic ? "auto" : std::to_string(B).c_str(), T,
-                automatic ? "of 1 " : "", format_bytes(w[NEED]).c_str(), where.c_str(), format_bytes(w[STATE]).c_str(), advice.c_str(),
-                with_full.c_str());
+    if (!automatic && w.fits >= B) return B;
+    refuse_batch(a, step_given, g.recompute, w);
 }
