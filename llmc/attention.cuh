@@ -37,6 +37,13 @@ struct QKVLayout {
     HD int group() const { return NH / NKV; }                // G: query heads per key/value head
     HD int k(int h) const { return C + h / group() * hs; }  // query head h's key head, in a row
     HD int v(int h) const { return C + kv() + h / group() * hs; }
+    // Sequence b (of T rows), head h: where its q, k and v start in qkv (or dqkv), where its
+    // columns start in out (or dout: rows of C), and its T statistics in lse (or D).
+    template <class P> HD P q_at(P qkv, int b, int T, int h) const { return qkv + (size_t)b * T * row() + h * hs; }
+    template <class P> HD P k_at(P qkv, int b, int T, int h) const { return qkv + (size_t)b * T * row() + k(h); }
+    template <class P> HD P v_at(P qkv, int b, int T, int h) const { return qkv + (size_t)b * T * row() + v(h); }
+    template <class P> HD P out_at(P out, int b, int T, int h) const { return out + (size_t)b * T * C + h * hs; }
+    template <class P> HD P stats_at(P stats, int b, int T, int h) const { return stats + ((size_t)b * NH + h) * T; }
 };
 // The ops' layout, checked once (fatal where NKV does not divide NH).
 inline QKVLayout qkv_layout(int C, int NH, int NKV) {

@@ -239,8 +239,8 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(H* out, float* lse, 
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32;
     const size_t C3 = L.row();  // (3C without grouped-query attention)
-    const H* q = qkv + (size_t)b * T * C3 + h * D;  // row i of q: q + i·C3
-    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
+    const H* q = L.q_at(qkv, b, T, h);  // row i of q: q + i·C3
+    const H *k = L.k_at(qkv, b, T, h), *v = L.v_at(qkv, b, T, h);
     const float sl2 = rsqrtf((float)D) * LOG2E;         // scores in base 2: s·log2(e)/√hs
     int row0[MT];                                       // m-tile i: rows row0[i] + g and + g + 8
     uint32_t qf[MT][D / 16][4];
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
     __shared__ __align__(16) H Vs[KV_SHARED ? 64 : 1][D + 8];
     __shared__ float lse2[2][32], Ds[2][32];
     const int kt = blockIdx.z, kh = blockIdx.x, b = blockIdx.y;  // the first keys (most queries) first
-    const int warp = threadIdx.x / 32, C = L.C, NH = L.NH, G = L.group();
+    const int warp = threadIdx.x / 32, C = L.C, G = L.group();
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;  // batch b's rows
     const H *k = qkv_b + L.k(kh * G), *v = qkv_b + L.v(kh * G);
@@ -460,8 +460,8 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
     auto stage = [&](int buf, int it) {  // iteration it's query tile into buffer buf
         const int h = kh * G + it / nqt, q0 = tile_q0(it);
         stage_rows<32, D, ASYNC>(Qs[buf], qkv_b + h * D, C3, q0, T);
-        stage_rows<32, D, ASYNC>(dOs[buf], dout + (size_t)b * T * C + h * D, C, q0, T);
-        stage_query_stats<32>(lse2[buf], Ds[buf], lse + ((size_t)b * NH + h) * T, Dv + ((size_t)b * NH + h) * T, q0, T);
+        stage_rows<32, D, ASYNC>(dOs[buf], L.out_at(dout, b, T, h), C, q0, T);
+        stage_query_stats<32>(lse2[buf], Ds[buf], L.stats_at(lse, b, T, h), L.stats_at(Dv, b, T, h), q0, T);
     };
     stage(0, 0);
     for (int it = 0, buf = 0; it < nit; it++, buf ^= 1) {
@@ -500,7 +500,7 @@ __global__ void __launch_bounds__(128, FLASH_DKV_MIN_BLOCKS(D, MT)) flash_backwa
                         }
             }
     }
-    H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
+    H* dk_out = L.k_at(dqkv, b, T, kh * G);
     #pragma unroll
     for (int i = 0; i < MT; i++) {
         store_acc_rows<D>(dk_out, C3, dk[i], key0[i], T, rsqrtf((float)D));
@@ -518,11 +518,11 @@ __global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backwar
     __shared__ __align__(16) H Vs[2][32][D + 8];
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int warp = threadIdx.x / 32;
-    const int C = L.C, NH = L.NH;
+    const int C = L.C;
     const size_t C3 = L.row();
-    const H* q = qkv + (size_t)b * T * C3 + h * D;
-    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
-    const H *dO = dout + (size_t)b * T * C + h * D, *O = out + (size_t)b * T * C + h * D;
+    const H* q = L.q_at(qkv, b, T, h);
+    const H *k = L.k_at(qkv, b, T, h), *v = L.v_at(qkv, b, T, h);
+    const H *dO = L.out_at(dout, b, T, h), *O = L.out_at(out, b, T, h);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     int row0[MT];  // m-tile i: rows row0[i] + g and + g + 8
     float lse2[MT][2], Dr[MT][2];
@@ -531,12 +531,12 @@ __global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backwar
     #pragma unroll
     for (int i = 0; i < MT; i++) {
         row0[i] = qt * 64 * MT + (warp * MT + i) * 16;
-        row_lse2(lse2[i], lse + ((size_t)b * NH + h) * T, row0[i], T);
+        row_lse2(lse2[i], L.stats_at(lse, b, T, h), row0[i], T);
         for (int kc = 0; kc < D / 16; kc++) {
             load_a_rows(qf[i][kc], q, C3, row0[i], T, kc * 16);
             load_a_rows(of[i][kc], dO, C, row0[i], T, kc * 16);
         }
-        row_dots<D>(Dr[i], of[i], O, C, row0[i], T, Dv + ((size_t)b * NH + h) * T);
+        row_dots<D>(Dr[i], of[i], O, C, row0[i], T, L.stats_at(Dv, b, T, h));
         for (int dt = 0; dt < D / 8; dt++) dq[i][dt][0] = dq[i][dt][1] = dq[i][dt][2] = dq[i][dt][3] = 0.0f;
     }
     const int key_end = min(T, (qt + 1) * 64 * MT);  // causal: no key after the block's last query
@@ -577,7 +577,7 @@ __global__ void __launch_bounds__(128, FLASH_DQ_MIN_BLOCKS(D, MT)) flash_backwar
             }
     }
     #pragma unroll
-    for (int i = 0; i < MT; i++) store_acc_rows<D>(dqkv + (size_t)b * T * C3 + h * D, C3, dq[i], row0[i], T, rsqrtf((float)D));
+    for (int i = 0; i < MT; i++) store_acc_rows<D>(L.q_at(dqkv, b, T, h), C3, dq[i], row0[i], T, rsqrtf((float)D));
 }
 
 // ---- ring attention's blocks (context_parallel.h) on the tensor cores
@@ -617,9 +617,9 @@ __global__ void __launch_bounds__(128) flash_block_forward_kernel(float* o, floa
     const int h = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     const size_t C3 = L.row(), KV2 = 2 * (size_t)L.kv();
     const int qend = q0 + nq, row0 = q0 + blockIdx.z * 64 + warp * 16;  // this warp's rows: row0 + g, row0 + g + 8
-    const H* q = qkv + (size_t)b * T * C3 + h * D;
+    const H* q = L.q_at(qkv, b, T, h);
     const H *k = kv + ((size_t)b * Tk + k0) * KV2 + (h / L.group()) * D, *v = k + L.kv();
-    float* ob = o + (size_t)b * T * L.C + h * D;
+    float* ob = L.out_at(o, b, T, h);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     uint32_t qf[D / 16][4];
     float acc[D / 8][4], m[2], l[2];
@@ -678,9 +678,9 @@ __global__ void __launch_bounds__(128) flash_block_backward_dq_kernel(float* dx,
     const int h = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32;
     const size_t C3 = L.row(), KV2 = 2 * (size_t)L.kv();
     const int qend = q0 + nq, row0 = q0 + blockIdx.z * 64 + warp * 16;
-    const H* q = qkv + (size_t)b * T * C3 + h * D;
+    const H* q = L.q_at(qkv, b, T, h);
     const H *k = kv + ((size_t)b * Tk + k0) * KV2 + (h / L.group()) * D, *v = k + L.kv();
-    const H* dO = dout + (size_t)b * T * L.C + h * D;
+    const H* dO = L.out_at(dout, b, T, h);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     float lse2[2], Dr[2];
     row_stats(lse2, Dr, lse + ((size_t)b * L.NH + h) * T, Dv + ((size_t)b * L.NH + h) * T, row0, qend);
@@ -716,7 +716,7 @@ __global__ void __launch_bounds__(128) flash_block_backward_dq_kernel(float* dx,
                 mma_16816<H>(dq[dt + 1], sa[kc], kb[1]);
             }
     }
-    add_acc_rows<D>(dx + (size_t)b * T * C3 + h * D, C3, dq, row0, qend, rsqrtf((float)D));
+    add_acc_rows<D>(L.q_at(dx, b, T, h), C3, dq, row0, qend, rsqrtf((float)D));
 }
 // Backward, dK and dV: one block per 64 keys of a (b, key/value head), 4 warps × 16 keys (K and V
 // fragments in registers), over the query tiles of 32 of each query head of its group, as
@@ -746,7 +746,7 @@ __global__ void __launch_bounds__(128) flash_block_backward_dkv_kernel(float* dk
     auto stage = [&](int buf, int it) {
         const int h = kh * G + it / nqt, t0 = q0 + it % nqt * 32;
         stage_rows<32, D, true>(Qs[buf], qkv_b + h * D, C3, t0, qend);
-        stage_rows<32, D, true>(dOs[buf], dout + (size_t)b * T * L.C + h * D, L.C, t0, qend);
+        stage_rows<32, D, true>(dOs[buf], L.out_at(dout, b, T, h), L.C, t0, qend);
         stage_query_stats<32>(lse2[buf], Ds[buf], lse + ((size_t)b * L.NH + h) * T, Dv + ((size_t)b * L.NH + h) * T, t0, qend);
     };
     stage(0, 0);

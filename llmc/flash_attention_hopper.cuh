@@ -263,9 +263,9 @@ __global__ void __launch_bounds__(128 * NWG, (FORWARD_WGMMA_MIN_BLOCKS<D, NWG, B
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const size_t C3 = L.row();
-    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
+    const H *k = L.k_at(qkv, b, T, h), *v = L.v_at(qkv, b, T, h);
     const int wrow0 = (qt * NWG + wg) * 64;  // the warpgroup's rows
-    ForwardRows<H, D, BN, SW> rows(qkv + (size_t)b * T * C3 + h * D, C3, wrow0 + warp * 16, T);
+    ForwardRows<H, D, BN, SW> rows(L.q_at(qkv, b, T, h), C3, wrow0 + warp * 16, T);
     const int nkt = min(((qt + 1) * 64 * NWG + BN - 1) / BN, (T + BN - 1) / BN);  // the block's key tiles
     const int nlive = wrow0 >= T ? 0 : min(nkt, wrow0 / BN + 1);  // the warpgroup's: tiles 0 .. nlive − 1 (none past T)
     stage_tile<D, 128 * NWG, BN, SW>(Ks(0), k, C3, 0, T, threadIdx.x);
@@ -452,21 +452,21 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
     auto Vs = [&](int j) { return tiles + (3 + j % 2) * 64 * D; };
     const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // the longest rows first
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
-    const int C = L.C, NH = L.NH;
+    const int C = L.C;
     const size_t C3 = L.row();
-    const H* q = qkv + (size_t)b * T * C3 + h * D;
-    const H *k = qkv + (size_t)b * T * C3 + L.k(h), *v = qkv + (size_t)b * T * C3 + L.v(h);
-    const H *dO = dout + (size_t)b * T * C + h * D, *O = out + (size_t)b * T * C + h * D;
+    const H* q = L.q_at(qkv, b, T, h);
+    const H *k = L.k_at(qkv, b, T, h), *v = L.v_at(qkv, b, T, h);
+    const H *dO = L.out_at(dout, b, T, h), *O = L.out_at(out, b, T, h);
     const float sl2 = rsqrtf((float)D) * LOG2E;
     const int wrow0 = (qt * NWG + wg) * 64, row0 = wrow0 + warp * 16;
     float lse2[2], Dr[2];
-    row_lse2(lse2, lse + ((size_t)b * NH + h) * T, row0, T);
+    row_lse2(lse2, L.stats_at(lse, b, T, h), row0, T);
     uint32_t qf[D / 16][4], of[D / 16][4], dsa[4][4];  // Q, dO, and dS of the tile before as A fragments
     for (int kc = 0; kc < D / 16; kc++) {
         load_a_rows(qf[kc], q, C3, row0, T, kc * 16);
         load_a_rows(of[kc], dO, C, row0, T, kc * 16);
     }
-    row_dots<D>(Dr, of, O, C, row0, T, Dv + ((size_t)b * NH + h) * T);  // D, as the mma.sync pass
+    row_dots<D>(Dr, of, O, C, row0, T, L.stats_at(Dv, b, T, h));  // D, as the mma.sync pass
     float dq[D / 8][4];
     for (int dt = 0; dt < D / 8; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
     const int nkt = min((qt + 1) * NWG, (T + 63) / 64);  // causal: no key after the block's last query
@@ -500,7 +500,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dq_wgmma_kernel(H* d
                 if (j < nlive) c_to_a_16xk<H>(dsa, dp);
             });
     }
-    store_acc_rows<D>(dqkv + (size_t)b * T * C3 + h * D, C3, dq, row0, T, rsqrtf((float)D));
+    store_acc_rows<D>(L.q_at(dqkv, b, T, h), C3, dq, row0, T, rsqrtf((float)D));
 }
 // dK/dV pass: a warpgroup's 64 keys over query tiles j of 64 from the block's first key:
 // Sᵀ = K·Q(j)ᵀ and dPᵀ = V·dO(j)ᵀ (K and V as A, Q and dO as B: 64-row tiles in shared memory,
@@ -527,7 +527,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
     const H *Ks = KVs(wg), *Vs = Ks + 64 * D;                 // this warpgroup's keys
     auto Qs = [&](int j) { return tiles + (2 * NWG + j % 3) * 64 * D; };
     auto dOs = [&](int j) { return tiles + (2 * NWG + 3 + j % 3) * 64 * D; };
-    const int C = L.C, NH = L.NH, G = L.group();
+    const int C = L.C, G = L.group();
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;  // batch b's rows
     const float sl2 = rsqrtf((float)D) * LOG2E;
@@ -543,9 +543,9 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
     const int nqt = (T - k0 + 63) / 64;  // the block's query tiles; the warpgroup's from tile wg (before: all queries before its keys)
     for (int h = kh * G; h < kh * G + G; h++) {  // the query heads of key/value head kh's group, dK and dV summing over them
         const H* q = qkv_b + h * D;
-        const H* dO = dout + (size_t)b * T * C + h * D;
-        const float* lse_bh = lse + ((size_t)b * NH + h) * T;
-        const float* D_bh = Dv + ((size_t)b * NH + h) * T;
+        const H* dO = L.out_at(dout, b, T, h);
+        const float* lse_bh = L.stats_at(lse, b, T, h);
+        const float* D_bh = L.stats_at(Dv, b, T, h);
         auto stage = [&](int j) {  // the query tile from k0 + 64·j (queries before the block's keys see none of them)
             const int q0 = k0 + 64 * j;
             stage_tile_cm<D, 128 * NWG>(Qs(j), q, C3, q0, T, threadIdx.x);
@@ -585,7 +585,7 @@ __global__ void __launch_bounds__(128 * NWG) flash_backward_dkv_wgmma_kernel(H* 
                 });
         }
     }
-    H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
+    H* dk_out = L.k_at(dqkv, b, T, kh * G);
     store_acc_rows<D>(dk_out, C3, dk, key0, T, rsqrtf((float)D));
     store_acc_rows<D>(dk_out + L.kv(), C3, dv, key0, T, 1.0f);
 }

@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
     const int kh = f.kh, b = f.b, s = f.s, S = f.S;
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4;
     const FusedTiles<H, D, 3> tl{tiles, tiles + 4 * 64 * D, lse2, Ds, 0};
-    const int C = L.C, NH = L.NH, G = L.group(), nkb = (T + 127) / 128;
+    const int C = L.C, G = L.group(), nkb = (T + 127) / 128;
     const size_t C3 = L.row();
     const H* qkv_b = qkv + (size_t)b * T * C3;
     float* part_b = fused_part<CHAIN>(g, dq_part, s, b, T, C);
@@ -450,9 +450,9 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
         const int nqt = (T - k0 + 63) / 64;  // the query tiles from k0 (queries before k0 see none of these keys)
         for (int h = kh * G; h < kh * G + G; h++) {
             const H* q = qkv_b + h * D;
-            const H* dO = dout + (size_t)b * T * C + h * D;
-            const float* lse_bh = lse + ((size_t)b * NH + h) * T;
-            const float* D_bh = Dv + ((size_t)b * NH + h) * T;
+            const H* dO = L.out_at(dout, b, T, h);
+            const float* lse_bh = L.stats_at(lse, b, T, h);
+            const float* D_bh = L.stats_at(Dv, b, T, h);
             const DqSink<H> dq_to = dq_sink<H, D>(dqkv, part_b, b, h, wg, T, L, kb == kb_first, dq_finish && S == 1, dq_scale, CHAIN ? dq_done : nullptr, kb);
             auto stage = [&](int j) {
                 const int q0 = k0 + 64 * j;
@@ -471,7 +471,7 @@ __global__ void __launch_bounds__(256) flash_backward_fused_wgmma_kernel(H* dqkv
             }
             if constexpr (CHAIN) chain_count(dq_to.chain, kb, (T - 1) / 64, wg);  // (its last query tile)
         }
-        H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
+        H* dk_out = L.k_at(dqkv, b, T, kh * G);
         store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
         store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
         if constexpr (LAST)
@@ -544,7 +544,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
                         if (t == 0) tma_tile<D, 64>(tl.dO(n), &dout_map, h * D, q0, b, &q_full[slot]);
                     } else {
                         stage_tile_cm<D, 128, 64, true>(tl.Q(n), qkv_b + h * D, C3, q0, T, t);
-                        stage_tile_cm<D, 128, 64, true>(tl.dO(n), dout + (size_t)b * T * C + h * D, C, q0, T, t);
+                        stage_tile_cm<D, 128, 64, true>(tl.dO(n), L.out_at(dout, b, T, h), C, q0, T, t);
                         mbar_arrive_on_copies(&q_full[slot]);
                     }
                     const size_t bh = ((size_t)b * NH + h) * T;
@@ -577,7 +577,7 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
             }
             if (lane == 0) mbar_arrive(&kv_empty[m % 2]);  // and with the key block's K and V
             m++;
-            H* dk_out = dqkv + (size_t)b * T * C3 + L.k(kh * G);
+            H* dk_out = L.k_at(dqkv, b, T, kh * G);
             store_acc_rows<D>(dk_out, C3, keys.dk, key0, T, rsqrtf((float)D));
             store_acc_rows<D>(dk_out + L.kv(), C3, keys.dv, key0, T, 1.0f);
             if constexpr (LAST)
@@ -589,13 +589,13 @@ __global__ void __launch_bounds__(384, 1) flash_backward_fused_wgmma_producer_ke
 // same bits, so that the fused pass's dK and dV are the two passes' bit for bit). A warp per 16
 // rows, a block per 64.
 template <class H, int D>
-__global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, int T, int C, int NH) {
+__global__ void flash_row_dots_kernel(float* Dv, const H* dout, const H* out, int T, QKVLayout L) {
     const int h = blockIdx.x, b = blockIdx.y, row0 = blockIdx.z * 64 + threadIdx.x / 32 * 16;
-    const H *dO = dout + (size_t)b * T * C + h * D, *O = out + (size_t)b * T * C + h * D;
+    const H *dO = L.out_at(dout, b, T, h), *O = L.out_at(out, b, T, h);
     uint32_t of[D / 16][4];
-    for (int kc = 0; kc < D / 16; kc++) load_a_rows(of[kc], dO, C, row0, T, kc * 16);
+    for (int kc = 0; kc < D / 16; kc++) load_a_rows(of[kc], dO, L.C, row0, T, kc * 16);
     float Dr[2];
-    row_dots<D>(Dr, of, O, C, row0, T, Dv + ((size_t)b * NH + h) * T);
+    row_dots<D>(Dr, of, O, L.C, row0, T, L.stats_at(Dv, b, T, h));
 }
 // dQ = scale · (its splits' partial sums added in split order) of key/value heads h0.. (one a
 // blockIdx.y; head b·NKV + kh: batch b's rows, the columns of kh's query heads), into dqkv

@@ -380,8 +380,8 @@ inline void flash_fused_backward_in(const Ctx& ctx, floatX* dqkv, float* Dv, con
     const FusedGrid g = flash_fused_grid(ctx.kernels, B, L.NKV, T);
     const int slots = L.hs == 64 ? ctx.kernels.flash_backward_producer : 0;
     const bool last_split = g.S > 1 && ctx.kernels.flash_dq_last_split && L.hs == 64 && !g.chain;  // (at 128 the kernel would spill registers)
-    if (L.hs == 128) flash_row_dots_kernel<floatX, 128><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
-    else flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, C, NH);
+    if (L.hs == 128) flash_row_dots_kernel<floatX, 128><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, L);
+    else flash_row_dots_kernel<floatX, 64><<<dim3(NH, B, ceil_div(T, 64)), 128, 0, ctx.stream>>>(Dv, dout, out, T, L);
     CUDA_LAUNCH_CHECK();
     static Buf<float> part_buf;
     float* part = gpu_scratch(part_buf, ctx, fused_partial_floats(g, B, (size_t)T * C));
