@@ -20,6 +20,7 @@ More: docs/training.md, docs/model.md.
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 #ifdef _OPENMP
@@ -137,7 +138,9 @@ static void print_help() {
 }
 
 struct Flags {
-    std::map<std::string, std::string> v;
+    std::map<std::string, std::string> v;  // every flag's value: the default where not given
+    std::set<std::string> named;           // the flags the command line gave
+    bool given(const char* name) const { return named.count(name) > 0; }
     const std::string& str(const char* name) const { return v.at(name); }
     // word (if given): a value the flag also takes instead of a number, e.g. "auto"; it reads as 0
     long long integer(const char* name, long long lo, long long hi, const char* word = nullptr) const {
@@ -183,6 +186,7 @@ static Flags parse_flags(int argc, char** argv) {
             value = argv[++i];
         }
         f.v[name] = value;
+        f.named.insert(name);
     }
     return f;
 }
@@ -395,30 +399,30 @@ static void parse_precision_flags(const Flags& f, RunConfig* rc) {
     if (std::frexp(rc->loss_scale0, &ignored_exp) != 0.5)
         usage_error("--loss-scale %g: must be a power of two (the scaling then rounds nothing)", rc->loss_scale0);
     rc->loss_scale_every = f.integer("loss-scale-every", 1, 1LL << 40);
-    if (rc->precision != "fp16" && (rc->loss_scale0 != 65536 || rc->loss_scale_every != 2000))
+    if (rc->precision != "fp16" && (f.given("loss-scale") || f.given("loss-scale-every")))
         usage_error("--loss-scale and --loss-scale-every are for --precision fp16 (got --precision %s, which needs no loss scaling)",
                     rc->precision.c_str());
     rc->fp8_delayed = f.choice("fp8-scaling", {"current", "delayed"}) == "delayed";
     rc->fp8_history = (int)f.integer("fp8-amax-history", 1, 1 << 16);
-    if (rc->precision != "fp8" && (rc->fp8_delayed || rc->fp8_history != 16))
+    if (rc->precision != "fp8" && (f.given("fp8-scaling") || f.given("fp8-amax-history")))
         usage_error("--fp8-scaling and --fp8-amax-history are for --precision fp8 (got --precision %s)", rc->precision.c_str());
-    if (!rc->fp8_delayed && rc->fp8_history != 16)
+    if (!rc->fp8_delayed && f.given("fp8-amax-history"))
         usage_error("--fp8-amax-history: needs --fp8-scaling delayed (current scaling keeps no history)");
     rc->fp8_fast_accum = f.choice("fp8-fast-accum", {"none", "forward", "all"});
-    if (rc->precision != "fp8" && rc->fp8_fast_accum != "none")
+    if (rc->precision != "fp8" && f.given("fp8-fast-accum"))
         usage_error("--fp8-fast-accum is for --precision fp8 (got --precision %s)", rc->precision.c_str());
 }
 
 // A flag that does nothing without another is refused. Else the run would go on without what it
 // asked for (a checkpoint every N steps, a sample), and nobody would know until it was needed.
-static void refuse_idle_flags(const RunConfig& rc) {
+static void refuse_idle_flags(const Flags& f, const RunConfig& rc) {
     if ((rc.ckpt_every > 0 || rc.ckpt_keep > 0) && rc.out_dir.empty())
         usage_error("--checkpoint-every and --keep-checkpoints need --output-dir (where the checkpoints go)");
     if (!rc.prompt.empty() && rc.sample_every == 0) usage_error("--prompt needs --sample-every N: the samples start from it");
     if (rc.cp_zigzag && rc.cp == 1) usage_error("--cp-layout zigzag needs --cp > 1: it splits each sequence over the cp ranks");
-    if (rc.sched.kind != "wsd" && rc.sched.cooldown_frac != 0.2f)
+    if (rc.sched.kind != "wsd" && f.given("cooldown-frac"))
         usage_error("--cooldown-frac is for --lr-schedule wsd (got --lr-schedule %s)", rc.sched.kind.c_str());
-    if (rc.skip_loss_z == 0 && rc.skip_norm_z == 0 && (rc.skip_window != 128 || rc.max_skipped != 16))
+    if (rc.skip_loss_z == 0 && rc.skip_norm_z == 0 && (f.given("skip-window") || f.given("max-skipped-steps")))
         usage_error("--skip-window and --max-skipped-steps are for --skip-loss-z or --skip-norm-z (without them no update is skipped)");
 }
 
@@ -496,7 +500,7 @@ static RunConfig parse_run_config(const Flags& f) {
     rc.train_data = f.str("train-data"), rc.val_data = f.str("val-data"), rc.hellaswag = f.str("hellaswag");
     rc.tokenizer = f.str("tokenizer"), rc.prompt = f.str("prompt");
     rc.log_file = f.str("log-file"), rc.save_model = f.str("save-model"), rc.comm = f.choice("comm", {"auto", "mpi", "nccl"});
-    refuse_idle_flags(rc);
+    refuse_idle_flags(f, rc);
     return rc;
 }
 

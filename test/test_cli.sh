@@ -260,6 +260,10 @@ expect_fail "--cooldown-frac without wsd" 2 "--cooldown-frac is for --lr-schedul
 expect_fail "--skip-window without a z bound" 2 "--skip-window and --max-skipped-steps are for --skip-loss-z or --skip-norm-z" \
     "${base[@]}" --skip-window 4
 expect_fail "--max-skipped-steps without a z bound" 2 "are for --skip-loss-z or --skip-norm-z" "${base[@]}" --max-skipped-steps 3
+# a flag given is a flag given, even with its default value: the run would still not do what it names
+expect_fail "--cooldown-frac 0.2 (its default) without wsd" 2 "--cooldown-frac is for --lr-schedule wsd" "${base[@]}" --cooldown-frac 0.2
+expect_fail "--loss-scale 65536 (its default) without fp16" 2 "--loss-scale and --loss-scale-every are for --precision fp16" \
+    "${base[@]}" --loss-scale 65536
 expect_fail "--tokenizer: missing file (for samples)" 1 "--tokenizer: cannot open '$tmp/nope.bin'" "${base[@]}" --sample-every 1 \
     --tokenizer "$tmp/nope.bin"
 expect_fail "--hellaswag: example longer than --seq-len" 2 "--hellaswag: its longest example needs 17 positions, more than --seq-len 16" \
