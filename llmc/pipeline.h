@@ -187,6 +187,34 @@ struct PPTiming {
     std::vector<std::array<std::vector<double>, 2>> sent_at;  // per stage, per way: when each message went
 };
 
+// Why the p stages' lists of steps cannot be a schedule ("" where they can): each stage must run
+// every (chunk, micro-batch) once forward and once backward, and nothing else.
+inline std::string pp_steps_problem(const std::vector<std::vector<PPStep>>& steps, int m, int v) {
+    for (size_t s = 0; s < steps.size(); s++) {
+        std::vector<int> count((size_t)v * m * 2, 0);
+        for (const PPStep& st : steps[s]) {
+            if (st.micro < 0 || st.micro >= m || st.chunk < 0 || st.chunk >= v) return "a step out of range";
+            count[((size_t)st.chunk * m + st.micro) * 2 + st.forward]++;
+        }
+        for (int c : count) if (c != 1) return "stage " + std::to_string(s) + " does not run every step once";
+    }
+    return "";
+}
+
+// How many send copies a stage holds at most, each way, given when each message was sent and
+// taken. Message n of a way is sent while those before it not yet taken still hold their copies
+// (one taken at the very moment n is sent has given its copy back): messages j..n, where j is
+// the first taken after n was sent (a way's messages are taken, and sent, in order).
+inline std::array<int, 2> pp_peak_sends(const std::array<std::vector<double>, 2>& sent, const std::array<std::vector<double>, 2>& taken) {
+    std::array<int, 2> peak{0, 0};
+    for (int w = 0; w < 2; w++)
+        for (size_t n = 0, j = 0; n < sent[w].size(); n++) {
+            while (j < n && taken[w][j] <= sent[w][n]) j++;
+            peak[w] = std::max(peak[w], (int)(n - j + 1));
+        }
+    return peak;
+}
+
 // Runs the p stages' lists of steps (steps[s]: stage s's, v chunks a stage) with a forward taking
 // t_F and a backward t_B per micro-batch per stage (t_F/v and t_B/v a chunk), each stage one step
 // at a time in its order, each step as soon as its stage is free and its inputs exist. Each
@@ -201,6 +229,8 @@ inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps,
                                   const std::vector<std::array<int, 2>>& caps = {}) {
     const int p = (int)steps.size(), V = p * v;  // stages, virtual stages
     PPTiming r;
+    r.why = pp_steps_problem(steps, m, v);
+    if (!r.why.empty()) { r.ok = false; return r; }
     // done_F[vs][k], done_B[vs][k]: when virtual stage vs finished micro-batch k (< 0: not yet)
     std::vector<std::vector<double>> done_F(V, std::vector<double>(m, -1)), done_B = done_F;
     std::vector<size_t> next(p, 0);
@@ -208,14 +238,6 @@ inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps,
     // per stage and way: when each of its messages was sent, and when each was taken
     std::vector<std::array<std::vector<double>, 2>> sent(p), taken(p);
     std::vector<bool> took(p, false);  // the stage's next step took its message and waits to send
-    for (int s = 0; s < p; s++) {  // every (chunk, micro-batch) once forward and once backward
-        std::vector<int> count((size_t)v * m * 2, 0);
-        for (const PPStep& st : steps[s]) {
-            if (st.micro < 0 || st.micro >= m || st.chunk < 0 || st.chunk >= v) { r.ok = false; r.why = "a step out of range"; return r; }
-            count[((size_t)st.chunk * m + st.micro) * 2 + st.forward]++;
-        }
-        for (int c : count) if (c != 1) { r.ok = false; r.why = "stage " + std::to_string(s) + " does not run every step once"; return r; }
-    }
     for (bool placed = true; placed;) {
         placed = false;
         for (int s = 0; s < p; s++) {
@@ -256,18 +278,7 @@ inline PPTiming pp_simulate_steps(const std::vector<std::vector<PPStep>>& steps,
     r.step_time = *std::max_element(free_at.begin(), free_at.end());
     r.bubble = 1.0 - m * (t_F + t_B) / r.step_time;
     for (int s = 0; s < p; s++) r.peak_alive.push_back(pp_peak_alive(steps[s]));
-    // message n of a way is sent while those before it not yet taken still hold their copies
-    // (one taken at the very moment n is sent has given its copy back): messages j..n, where j is
-    // the first taken after n was sent (a way's messages are taken, and sent, in order)
-    for (int s = 0; s < p; s++) {
-        std::array<int, 2> peak{0, 0};
-        for (int w = 0; w < 2; w++)
-            for (size_t n = 0, j = 0; n < sent[s][w].size(); n++) {
-                while (j < n && taken[s][w][j] <= sent[s][w][n]) j++;
-                peak[w] = std::max(peak[w], (int)(n - j + 1));
-            }
-        r.peak_sends.push_back(peak);
-    }
+    for (int s = 0; s < p; s++) r.peak_sends.push_back(pp_peak_sends(sent[s], taken[s]));
     r.sent_at = sent;
     return r;
 }
