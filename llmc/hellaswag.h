@@ -44,10 +44,13 @@ struct ChoiceResult {
     double gold_loss = 0.0;  // mean over examples of the right ending's score
 };
 
-// Reads and checks an eval file; every problem is reported with the file, the example and what
-// was expected. `what` names the flag (for the message).
-inline ChoiceSet choice_set_load(const char* what, const std::string& path, int vocab_size) {
-    const char* p = path.c_str();
+// An eval file's words, widened to 32 bits, once its header and size are checked.
+struct ChoiceWords {
+    std::vector<uint32_t> s;
+    size_t w = 2;  // bytes a word in the file: 2, or 4 (version 2)
+    long long n_examples = 0;
+};
+inline ChoiceWords choice_words_read(const char* what, const char* p) {
     FILE* f = fopen(p, "rb");
     if (!f) fatal("%s: cannot open '%s': %s", what, p, strerror(errno));
     int header[256];
@@ -56,62 +59,87 @@ inline ChoiceSet choice_set_load(const char* what, const std::string& path, int 
         fatal("%s: '%s' is not a multiple-choice eval file: header starts [%d, %d], expected [%d, %d] (llm.c's "
               "hellaswag_val.bin; ./tokenize --hellaswag writes one) or [%d, %d] (uint32)", what, p, header[0], header[1],
               CHOICE_FILE_MAGIC, CHOICE_FILE_VERSION, CHOICE_FILE_MAGIC, CHOICE_FILE_VERSION_WIDE);
-    const size_t w = header[1] == CHOICE_FILE_VERSION_WIDE ? 4 : 2;  // bytes a word
-    const long long n_examples = header[2];
+    ChoiceWords words;
+    words.w = header[1] == CHOICE_FILE_VERSION_WIDE ? 4 : 2;
+    words.n_examples = header[2];
     const long long size = file_size_or_die(p);
-    if (n_examples <= 0 || (size - 1024) % w != 0)
+    if (words.n_examples <= 0 || (size - 1024) % words.w != 0)
         fatal("%s: '%s' has a bad header (%lld examples) or a size (%lld bytes) not of whole %zu-byte words", what, p,
-              n_examples, size, w);
-    std::vector<uint32_t> s((size_t)(size - 1024) / w);  // the stream, widened
-    if (w == 4) fread_or_die(s.data(), 4, s.size(), f, p);
+              words.n_examples, size, words.w);
+    words.s.resize((size_t)(size - 1024) / words.w);
+    if (words.w == 4) fread_or_die(words.s.data(), 4, words.s.size(), f, p);
     else {
-        std::vector<uint16_t> s16(s.size());
+        std::vector<uint16_t> s16(words.s.size());
         fread_or_die(s16.data(), 2, s16.size(), f, p);
-        std::copy(s16.begin(), s16.end(), s.begin());
+        std::copy(s16.begin(), s16.end(), words.s.begin());
     }
     fclose(f);
-    ChoiceSet set;
-    size_t at = 0;
-    for (long long i = 0; i < n_examples; i++) {
-        auto need = [&](size_t n) {
-            if (at + n > s.size()) fatal("%s: '%s' ends inside example %lld (of %lld)", what, p, i, n_examples);
-        };
+    return words;
+}
+
+// Reads the examples' words in order; each problem names the file and the example.
+struct ChoiceReader {
+    const char *what, *p;
+    const ChoiceWords& words;
+    long long i = 0;  // the example being read
+    size_t at = 0;    // the next word
+    void need(size_t n) const {
+        if (at + n > words.s.size()) fatal("%s: '%s' ends inside example %lld (of %lld)", what, p, i, words.n_examples);
+    }
+    // a length, then that many tokens, each inside the vocabulary
+    std::vector<int> tokens(const char* part, int vocab_size) {
+        need(1);
+        const size_t n = words.s[at++];
+        need(n);
+        if (n == 0) fatal("%s: '%s': example %lld has an empty %s", what, p, i, part);
+        std::vector<int> out;
+        for (size_t k = 0; k < n; k++) {
+            const uint32_t t = words.s[at++];
+            if (t >= (uint32_t)vocab_size)
+                fatal("%s: '%s': example %lld: token %u in its %s is outside the model's vocabulary (V=%d)", what, p, i, t,
+                      part, vocab_size);
+            out.push_back((int)t);
+        }
+        return out;
+    }
+    // one example: [start, bytes, index, label, endings], its context, then its endings
+    ChoiceExample example(int vocab_size) {
+        const std::vector<uint32_t>& s = words.s;
         need(5);
         const size_t start = at;
         if (s[at] != CHOICE_EXAMPLE_START)
-            fatal("%s: '%s': example %lld does not start with %d (found %u at word %zu)", what, p, i, CHOICE_EXAMPLE_START,
-                  s[at], at);
+            fatal("%s: '%s': example %lld does not start with %d (found %u at word %zu)", what, p, i, CHOICE_EXAMPLE_START, s[at], at);
         const size_t bytes = s[at + 1];
         ChoiceExample ex;
         ex.label = s[at + 3];
         const int n_endings = (int)std::min<uint32_t>(s[at + 4], 1 << 20);
         at += 5;
-        auto read_tokens = [&](std::vector<int>* out, const char* part) {
-            need(1);
-            const size_t n = s[at++];
-            need(n);
-            if (n == 0) fatal("%s: '%s': example %lld has an empty %s", what, p, i, part);
-            for (size_t k = 0; k < n; k++) {
-                const uint32_t t = s[at++];
-                if (t >= (uint32_t)vocab_size)
-                    fatal("%s: '%s': example %lld: token %u in its %s is outside the model's vocabulary (V=%d)", what, p,
-                          i, t, part, vocab_size);
-                out->push_back((int)t);
-            }
-        };
-        read_tokens(&ex.context, "context");
+        ex.context = tokens("context", vocab_size);
         ex.endings.resize(n_endings);
-        for (auto& e : ex.endings) read_tokens(&e, "ending");
+        for (auto& e : ex.endings) e = tokens("ending", vocab_size);
         if (n_endings < 2 || ex.label < 0 || ex.label >= n_endings)  // (a uint32 label past 2^31 reads negative)
             fatal("%s: '%s': example %lld has %d endings and label %d (expected 2 or more, label below that)", what, p, i,
                   n_endings, ex.label);
-        if ((at - start) * w != bytes)
-            fatal("%s: '%s': example %lld says it has %zu bytes, but its fields take %zu", what, p, i, bytes, (at - start) * w);
+        if ((at - start) * words.w != bytes)
+            fatal("%s: '%s': example %lld says it has %zu bytes, but its fields take %zu", what, p, i, bytes, (at - start) * words.w);
+        return ex;
+    }
+};
+
+// Reads and checks an eval file; every problem is reported with the file, the example and what
+// was expected. `what` names the flag (for the message).
+inline ChoiceSet choice_set_load(const char* what, const std::string& path, int vocab_size) {
+    const char* p = path.c_str();
+    const ChoiceWords words = choice_words_read(what, p);
+    ChoiceReader r{what, p, words};
+    ChoiceSet set;
+    for (r.i = 0; r.i < words.n_examples; r.i++) {
+        ChoiceExample ex = r.example(vocab_size);
         for (auto& e : ex.endings) set.longest_row = std::max(set.longest_row, (int)(ex.context.size() + e.size() - 1));
-        set.rows += n_endings;
+        set.rows += (int)ex.endings.size();
         set.examples.push_back(std::move(ex));
     }
-    if (at != s.size()) fatal("%s: '%s' has %zu bytes after its %lld examples", what, p, (s.size() - at) * w, n_examples);
+    if (r.at != words.s.size()) fatal("%s: '%s' has %zu bytes after its %lld examples", what, p, (words.s.size() - r.at) * words.w, words.n_examples);
     return set;
 }
 
