@@ -166,6 +166,22 @@ struct Flags {
     }
 };
 
+// Every rank runs the same command: the same flags and the same build of the trainer. A rank
+// with other flags, or a node with an older build, would train something else or wait forever
+// in a collective. Instead the run stops at once and names the first rank that differs.
+static void refuse_other_commands(Group& world, int argc, char** argv) {
+    if (world.size == 1) return;
+    uint32_t line = 0;  // (each flag with its '\0': "a b" is not "ab")
+    for (int i = 1; i < argc; i++) line = crc32c(line, argv[i], strlen(argv[i]) + 1);
+    const double flags = line, build = crc32c_file("/proc/self/exe", 0);
+    const int r = comm_first_differing(world, &flags, 1);
+    if (r >= 0) usage_error("rank %d was started with other flags than rank 0: every rank must run the same command line", r);
+    const int b = comm_first_differing(world, &build, 1);
+    if (b >= 0)
+        usage_error("rank %d runs another build of the trainer than rank 0 (the executable's CRC32C differs): every node "
+                    "needs the same build", b);
+}
+
 static Flags parse_flags(int argc, char** argv) {
     Flags f;
     for (const FlagDef& d : FLAGS) f.v[d.name] = d.def;
@@ -655,6 +671,29 @@ static void open_run_data(RunData* d, const RunConfig& rc, StepShape* s, const M
         if ((int)d->tk.vocab.size() != vocab)
             usage_error("--sample-every: the tokenizer has %zu tokens but the model's vocabulary is %d", d->tk.vocab.size(), vocab);
     }
+}
+
+// Every rank reads the same shards: the same names, token counts and token widths. A node with a
+// shard missing, or an older one, would train on other data. The run stops at once instead.
+static void refuse_other_shards(Group& world, const char* flag, const DataLoader& d) {
+    uint32_t crc = 0;
+    for (const Shard& s : d.shards) {
+        const long long facts[2] = {s.ntok, s.bytes_per_token};
+        crc = crc32c(crc32c(crc, s.path.c_str(), s.path.size() + 1), facts, sizeof facts);
+    }
+    const double mine[3] = {(double)crc, (double)d.shards.size(), (double)d.total_tokens};
+    double first[3];
+    const int r = comm_first_differing(world, mine, 3, first);
+    if (r < 0) return;
+    double theirs[3] = {0, 0, 0};  // rank r's, for rank 0 to print
+    if (world.rank == r) std::copy(mine, mine + 3, theirs);
+    comm_sum_doubles(world, theirs, 3);
+    usage_error("%s: rank %d sees other shards than rank 0 (rank 0: %.0f files, %.0f tokens; rank %d: %.0f files, %.0f "
+                "tokens): every node needs the same files", flag, r, first[1], first[2], r, theirs[1], theirs[2]);
+}
+static void refuse_other_shards(Group& world, const RunData& d) {
+    refuse_other_shards(world, "--train-data", d.train);
+    if (d.has_val) refuse_other_shards(world, "--val-data", d.val);
 }
 
 // ----------------------------------------------------------------------------
@@ -1304,6 +1343,7 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
 int main(int argc, char** argv) {
     Mesh mesh;
     mesh_start(&mesh, &argc, &argv);  // first, so that only rank 0 reports a bad flag
+    refuse_other_commands(mesh.world_group, argc, argv);
     // --- the flags, each checked on its own; the outputs checked before anything is trained
     const RunConfig rc = parse_run_config(parse_flags(argc, argv));
     check_output_paths(rc.out_dir, rc.save_model);
@@ -1316,6 +1356,7 @@ int main(int argc, char** argv) {
     StepShape shape = first_shape(rc, src, mesh);
     RunData data;
     open_run_data(&data, rc, &shape, mesh, src.config.vocab_size);
+    refuse_other_shards(mesh.world_group, data);
     // --- the backend: threads, device, collectives, dtype
     Backend be;
     be.nthreads = start_threads(rc.threads);

@@ -32,6 +32,7 @@ More: docs/formats.md.
 #include <sys/file.h>
 #include <unistd.h>
 #include <iterator>
+#include <random>
 #include <string>
 #include "common.h"
 #include "model.h"
@@ -449,15 +450,40 @@ inline void checkpoint_prune(const std::string& out_dir, int keep, int64_t step)
     for (size_t i = 0; keep > 0 && i + keep < dirs.size(); i++) std::filesystem::remove_all(dirs[i], ec);
 }
 
+// The mark in DIR/.lock ("pid mark"), or 0 where there is none. A network file system may show
+// the file late, so it reads again for up to `wait` seconds until it finds `want`.
+inline double output_dir_mark(const std::string& out_dir, double want, double wait) {
+    for (const double t0 = now_seconds();; usleep(200 * 1000)) {
+        long long pid = 0;
+        double mark = 0;
+        if (FILE* f = fopen((out_dir + "/.lock").c_str(), "r")) {
+            if (fscanf(f, "%lld %lf", &pid, &mark) != 2) mark = 0;
+            fclose(f);
+        }
+        if (mark == want || now_seconds() - t0 > wait) return mark;
+    }
+}
+// Every rank writes its part of a checkpoint into --output-dir, so every node must see the same
+// directory: one on a shared file system, not each node's own disk. Rank 0 wrote `mark` into
+// DIR/.lock; a rank that does not find it there within 10 s stops the run, before the first step.
+inline void output_dir_shared(const std::string& out_dir, double mark, Group& world) {
+    const double seen = world.rank == 0 ? mark : output_dir_mark(out_dir, mark, 10);
+    const int r = comm_first_differing(world, &seen, 1);
+    if (r >= 0)
+        usage_error("--output-dir %s: rank %d does not see the files rank 0 writes there: every rank writes its part of a "
+                    "checkpoint into it, so all nodes need the same directory (a shared file system)", out_dir.c_str(), r);
+}
+
 // --output-dir belongs to one run at a time. Rank 0 holds an exclusive flock on DIR/.lock (with
-// its pid in it) until the process ends; a run that finds it held stops at once, naming the
+// its pid and a mark in it) until the process ends; a run that finds it held stops at once, naming the
 // holder. A fresh run (no --resume) refuses a directory that holds checkpoints: they are another
 // run's, which it would overwrite or mix with. Leftover step_N.tmp directories (a save that died)
-// are removed, with a note. Collective over the world (all ranks stop together).
+// are removed, with a note. Every rank must see the directory rank 0 sees (output_dir_shared).
+// Collective over the world (all ranks stop together).
 inline void output_dir_claim(const std::string& out_dir, bool resume, Group& world) {
     namespace fs = std::filesystem;
     if (out_dir.empty()) return;
-    double verdict[2] = {0, 0};  // rank 0's: 1 held by another run (pid), 2 a fresh run among checkpoints
+    double verdict[3] = {0, 0, 0};  // rank 0's: 1 held by another run (pid), 2 a fresh run among checkpoints; its mark
     std::string newest;
     if (world.rank == 0) {
         const std::string lock = out_dir + "/.lock";
@@ -468,20 +494,22 @@ inline void output_dir_claim(const std::string& out_dir, bool resume, Group& wor
             const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
             verdict[0] = 1, verdict[1] = n > 0 ? atof(pid) : 0;
         } else {  // (held until the process ends: the descriptor is never closed)
-            const std::string me = std::to_string((long long)getpid()) + "\n";
-            if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != (ssize_t)me.size())
+            verdict[2] = (double)(std::random_device{}() & 0xfffffff) + 1;  // (any number the other ranks can look for)
+            const std::string me = std::to_string((long long)getpid()) + " " + std::to_string((long long)verdict[2]) + "\n";
+            if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != (ssize_t)me.size() || fsync(fd) != 0)
                 usage_error("--output-dir %s: cannot write '%s': %s", out_dir.c_str(), lock.c_str(), strerror(errno));
             const std::vector<std::string> dirs = checkpoint_list(out_dir);
             if (!resume && !dirs.empty()) verdict[0] = 2, newest = fs::path(dirs.back()).filename().string();
         }
     }
-    comm_sum_doubles(world, verdict, 2);  // (rank 0's alone are non-zero: a broadcast)
+    comm_sum_doubles(world, verdict, 3);  // (rank 0's alone are non-zero: a broadcast)
     if (verdict[0] == 1)
         usage_error("--output-dir %s: another run is using it (pid %.0f holds %s/.lock); wait for it to end, or choose another "
                     "directory", out_dir.c_str(), verdict[1], out_dir.c_str());
     if (verdict[0] == 2)
         usage_error("--output-dir %s: holds checkpoints of another run (the newest: %s); continue it with --resume, or choose "
                     "another directory", out_dir.c_str(), newest.c_str());
+    output_dir_shared(out_dir, verdict[2], world);
     std::error_code ec;
     if (world.rank == 0)
         for (const auto& e : fs::directory_iterator(out_dir, ec)) {

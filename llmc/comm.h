@@ -14,7 +14,7 @@ bytes one rank sends under the ring algorithm (--comm-stats).
 
 Main functions: mesh_start, mesh_build (the groups), comm_all_reduce_sum, comm_reduce_scatter_sum,
 comm_all_gather (and their _start forms), comm_wait, comm_ring_send_start, comm_ring_recv,
-comm_sendrecv, comm_barrier.
+comm_sendrecv, comm_barrier, comm_first_differing (do all ranks have rank 0's values?).
 
 Tests: test/test_comm.cpp (each collective under mpirun, the counters); the NCCL path by
 test_dp.sh, test_tp.sh, test_pp.sh and test_cp.sh on the CPU SIMT emulator (test/simt_nccl.h).
@@ -596,6 +596,20 @@ inline void comm_barrier(Group& g) {
 #endif
 }
 
+// The lowest rank of g whose n values differ from rank 0's, or -1 where all agree. rank0, when
+// given, gets rank 0's values. Each value must be exact in a double (an integer below 2^53).
+inline int comm_first_differing(Group& g, const double* v, int n, double* rank0 = nullptr) {
+    std::vector<double> first(v, v + n);
+    if (g.rank != 0) std::fill(first.begin(), first.end(), 0.0);
+    comm_sum_doubles(g, first.data(), n);  // (rank 0's alone are non-zero: a broadcast)
+    bool differs = false;
+    for (int i = 0; i < n; i++) differs = differs || v[i] != first[i];
+    float mark = differs ? (float)(g.size - g.rank) : 0.0f;  // (the largest mark is the lowest rank; exact below 2^24)
+    comm_max_floats(g, &mark, 1);
+    if (rank0) std::copy(first.begin(), first.end(), rank0);
+    return mark > 0 ? g.size - (int)mark : -1;
+}
+
 // --profile: a row per kind of communication, "comm: <what>" (profiler.h), with the bytes this
 // rank sent meanwhile by the group's counters; none for a group of one rank (which never
 // communicates). What a row's time means: for a blocking collective, all of it; for an
@@ -650,6 +664,7 @@ inline bool started_by_launcher() {
 // Starts the communication layer: MPI_Init under a launcher; a single process otherwise, without
 // MPI (MPI_Init there is a "singleton": OpenMPI forks a daemon, orted, which costs startup time and
 // fails in some containers; every collective of a one-rank group returns before touching MPI).
+// The world group works from here on; mesh_build makes the others.
 inline void mesh_start(Mesh* m, int* argc, char*** argv) {
 #ifdef LLMC_MPI
     if (started_by_launcher()) {  // (else Mesh's defaults: rank 0 of 1)
@@ -662,12 +677,14 @@ inline void mesh_start(Mesh* m, int* argc, char*** argv) {
         MPI_Comm_size(node, &m->local_size);
         MPI_Comm_free(&node);
         g_leave_collectively = comm_leave_collectively;
+        m->world_group.comm = MPI_COMM_WORLD;  // (mesh_build makes it again, with the other groups)
     }
 #else
     (void)argc; (void)argv;
 #endif
     g_rank = m->rank;
     g_world = m->world;
+    m->world_group.name = "world", m->world_group.rank = m->rank, m->world_group.size = m->world;
 }
 
 // Builds the dp × pp × cp × tp groups. Fails (usage error, before any large allocation) if

@@ -2,8 +2,9 @@
 # multinode_mpirun.sh — a multi-node launch with mpirun and a hostfile (8 ranks per node).
 # usage: scripts/multinode_mpirun.sh HOSTFILE [train_gpt flags...]
 #   HOSTFILE lines look like "node01 slots=8". The repository (and data) must be at the same
-#   path on every node. Ranks are placed by node (tp peers, when tensor parallelism lands,
-#   are neighbours: rank = ((dp·pp + pp_i)·cp + cp_i)·tp + tp_i).
+#   path on every node, and --output-dir on a file system all nodes share. The trainer checks
+#   both before the first step (docs/parallelism.md). Ranks are placed by node, so tp peers are
+#   neighbours: rank = ((dp·pp + pp_i)·cp + cp_i)·tp + tp_i.
 #
 # NCCL settings people set on real clusters (for the CUDA backend; harmless on CPU):
 #   NCCL_SOCKET_IFNAME=eth0     the interface for NCCL's bootstrap/TCP traffic (not docker0/lo)

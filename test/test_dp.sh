@@ -497,6 +497,43 @@ n=$(grep -c "error: world size 3 is not divisible by tp\*pp\*cp" "$tmp/bad.err")
 [ $rc = 2 ] && [ "$n" = 1 ] && ! grep -q "^memory" "$tmp/bad.out" && echo "ok - world size 3 with --tp 2 is refused with one line (exit 2)" \
     || echo "not ok - bad layout: exit $rc, $n error lines"
 
+# --- the ranks must agree: the same flags, the same build, the same shards and one --output-dir for
+# all. Here rank 1 differs in one of them (mpirun's colon form starts each rank its own way; a
+# working directory of its own stands for another node's disk). The run stops before its first
+# step: exit 2, one line that names rank 1.
+if [ -z "${DP_QUICK:-}" ]; then  # (these checks use MPI, whatever the backend)
+    bin=$(readlink -f "$BIN")
+    cp "$bin" "$tmp/other_build" && printf x >>"$tmp/other_build"  # (the same program, another file)
+    for n in 0 1; do mkdir -p "$tmp/node$n/data"; done
+    ln -s "$(readlink -f build/data/kjv${V}_train_000000.bin)" "$tmp/node0/data/kjv_train_000000.bin"
+    ln -s "$(readlink -f build/data/kjv${V}_val_000000.bin)" "$tmp/node1/data/kjv_train_000000.bin"  # (another shard, same name)
+    two_ranks() {  # two_ranks NAME PATTERN DIR0 BIN0 DIR1 BIN1 ARGS...: both ranks get common + ARGS, rank 1 then $only1
+        local name=$1 pat=$2 d0=$3 b0=$4 d1=$5 b1=$6; shift 6
+        local args=("${common[@]}" --batch-size 2 --steps 2 "$@") out rc n
+        out=$(mpirun --oversubscribe -np 1 --wdir "$d0" "$b0" "${args[@]}" : -np 1 --wdir "$d1" "$b1" "${args[@]}" $only1 2>&1); rc=$?
+        n=$(echo "$out" | grep -c "^error: ")
+        if [ $rc = 2 ] && [ "$n" = 1 ] && echo "$out" | grep -q -- "$pat" && ! echo "$out" | grep -q "^step "; then
+            echo "ok - $name: exit 2 before the first step, '$(echo "$out" | grep "^error: " | cut -c8-90)...'"
+        else echo "not ok - $name: exit $rc, $n error lines"; echo "$out" | tail -3 | sed 's/^/#   /'; fi
+    }
+    here=$PWD
+    only1="--lr 1e-3" two_ranks "rank 1 given other flags" "^error: rank 1 was started with other flags than rank 0" "$here" "$bin" "$here" "$bin"
+    only1=""  # (from here on the same flags)
+    two_ranks "rank 1 runs another build" "^error: rank 1 runs another build of the trainer than rank 0" "$here" "$bin" "$here" "$tmp/other_build"
+    dcommon=("${common[@]}"); common+=(--train-data "data/kjv_*.bin")  # (relative: each rank its own node's)
+    two_ranks "rank 1 sees other shards" "^error: --train-data: rank 1 sees other shards than rank 0 (rank 0: 1 files, [0-9]* tokens; rank 1: 1 files" \
+        "$tmp/node0" "$bin" "$tmp/node1" "$bin"
+    rm "$tmp/node1/data/kjv_train_000000.bin" && ln -s "$(readlink -f "$tmp/node0/data/kjv_train_000000.bin")" "$tmp/node1/data/kjv_train_000000.bin"
+    two_ranks "--output-dir on each node's own disk" "^error: --output-dir out: rank 1 does not see the files rank 0 writes there" \
+        "$tmp/node0" "$bin" "$tmp/node1" "$bin" --output-dir out
+    rm -rf "$tmp/node1/out" && ln -s "$tmp/node0/out" "$tmp/node1/out"  # (now one directory for both: the run goes on)
+    mpirun --oversubscribe -np 1 --wdir "$tmp/node0" "$bin" "${common[@]}" --batch-size 2 --steps 2 --output-dir out : \
+        -np 1 --wdir "$tmp/node1" "$bin" "${common[@]}" --batch-size 2 --steps 2 --output-dir out >"$tmp/agree.out" 2>&1; rc=$?
+    [ $rc = 0 ] && [ -d "$tmp/node0/out/step_00000002" ] && echo "ok - --output-dir shared by both ranks: the run trains and saves" \
+        || { echo "not ok - --output-dir shared by both ranks: exit $rc"; tail -3 "$tmp/agree.out" | sed 's/^/#   /'; }
+    common=("${dcommon[@]}")
+fi
+
 # --- --comm-timeout (llmc/comm_timeout.h): rank 1 stopped (SIGSTOP) in the middle of a run, the way a hung
 # GPU or a dead link leaves it; rank 0 waits in a collective no longer than the timeout (3 s), then ends the
 # run (exit 1) with one line naming the collective, its group and the step, and the launcher ends rank 1.
