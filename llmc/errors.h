@@ -54,9 +54,11 @@ inline void print0(const char* fmt, ...) {
 // ----------------------------------------------------------------------------
 // files: every open/read/write checked, with the file name in the message
 
-inline FILE* fopen_or_die(const char* path, const char* mode) {
+// flag: the option that named the file, said first where given ("--tokenizer: cannot open ...").
+inline FILE* fopen_or_die(const char* path, const char* mode, const char* flag = nullptr) {
     FILE* f = fopen(path, mode);
-    if (!f) fatal("cannot open '%s' (%s): %s", path, mode, strerror(errno));
+    const char* use = mode[0] == 'r' && !strchr(mode, '+') ? "reading" : "writing";
+    if (!f) fatal("%s%scannot open '%s' for %s: %s", flag ? flag : "", flag ? ": " : "", path, use, strerror(errno));
     return f;
 }
 inline void fread_or_die(void* dst, size_t size, size_t n, FILE* f, const char* path) {

@@ -51,8 +51,7 @@ struct ChoiceWords {
     long long n_examples = 0;
 };
 inline ChoiceWords choice_words_read(const char* what, const char* p) {
-    FILE* f = fopen(p, "rb");
-    if (!f) fatal("%s: cannot open '%s': %s", what, p, strerror(errno));
+    FILE* f = fopen_or_die(p, "rb", what);
     int header[256];
     fread_or_die(header, sizeof(int), 256, f, p);
     if (header[0] != CHOICE_FILE_MAGIC || (header[1] != CHOICE_FILE_VERSION && header[1] != CHOICE_FILE_VERSION_WIDE))

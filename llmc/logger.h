@@ -49,16 +49,12 @@ inline void logger_open(Logger* lg, const std::string& path, long long keep_thro
         while (std::getline(old, line))
             if (sscanf(line.c_str(), "{\"step\": %lld", &step) == 1 && step <= keep_through_step) kept += line + "\n";
         const std::string tmp = path + ".tmp";
-        FILE* t = fopen(tmp.c_str(), "w");
-        if (!t) fatal("--log-file: cannot open '%s' for writing: %s", tmp.c_str(), strerror(errno));
+        FILE* t = fopen_or_die(tmp.c_str(), "w", "--log-file");
         const bool wrote = fputs(kept.c_str(), t) >= 0;
         if (!close_synced(t) || !wrote) fatal("--log-file %s: cannot write (%s)", tmp.c_str(), strerror(errno));
         if (rename(tmp.c_str(), path.c_str()) != 0) fatal("--log-file %s: cannot replace it (%s)", path.c_str(), strerror(errno));
-        lg->f = fopen(path.c_str(), "a");
-    } else {
-        lg->f = fopen(path.c_str(), "w");
     }
-    if (!lg->f) fatal("--log-file: cannot open '%s' for writing: %s", path.c_str(), strerror(errno));
+    lg->f = fopen_or_die(path.c_str(), keep_through_step >= 0 ? "a" : "w", "--log-file");
 }
 
 // What the evaluations of a step gave (nothing on a step that does not evaluate).

@@ -182,8 +182,7 @@ inline void tokenizer_load_ranks(Tokenizer* tk, FILE* f, const char* path) {
 // Either kind: llm.c's binary file (its magic first) or a rank file (text).
 // path: the value of --tokenizer (train_gpt's and tokenize's), named in the error.
 inline void tokenizer_load(Tokenizer* tk, const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (!f) fatal("--tokenizer: cannot open '%s': %s", path, strerror(errno));
+    FILE* f = fopen_or_die(path, "rb", "--tokenizer");
     int magic = 0;
     const bool binary = fread(&magic, sizeof magic, 1, f) == 1 && magic == TOKENIZER_MAGIC;
     rewind(f);

@@ -184,6 +184,8 @@ expect_fail "a checkpoint whose state file says dp = 0" 1 "a damaged training-st
 
 # The log is never silently cut: a failed write (a full disk: /dev/full) stops the run, one line.
 expect_fail "a log that cannot be written" 1 "--log-file /dev/full: cannot write" "${base[@]}" --steps 3 --log-file /dev/full
+expect_fail "a log in a directory that does not exist" 1 "--log-file: cannot open '$tmp/nodir/log.jsonl' for writing: No such file" \
+    "${base[@]}" --steps 3 --log-file "$tmp/nodir/log.jsonl"
 # A resume rewrites the log through a .tmp and a rename: the steps before the checkpoint stay, none twice, no .tmp left.
 "$BIN" "${base[@]}" --steps 4 --checkpoint-every 2 --output-dir "$tmp/logrun" --log-file "$tmp/logrun.jsonl" >/dev/null 2>&1
 rm -rf "$tmp/logrun/step_00000004"
@@ -243,7 +245,7 @@ expect_fail "resume of a --vocab-size 97 checkpoint without it" 2 "V=97 model, b
 expect_fail "too little data for one batch" 1 "fewer than one batch needs" "${base[@]}" --batch-size 400 --seq-len 32
 expect_fail "resume without checkpoint" 1 "--resume: no checkpoint" "${base[@]}" --output-dir "$tmp/empty" --resume
 expect_fail "resume without output dir" 2 "--resume needs --output-dir" "${base[@]}" --resume
-expect_fail "--hellaswag: missing file" 1 "--hellaswag: cannot open" "${base[@]}" --hellaswag "$tmp/nope.bin"
+expect_fail "--hellaswag: missing file" 1 "--hellaswag: cannot open '$tmp/nope.bin' for reading: No such file" "${base[@]}" --hellaswag "$tmp/nope.bin"
 expect_fail "--hellaswag: not an eval file" 1 "is not a multiple-choice eval file" "${base[@]}" --hellaswag "$tmp/hs_badmagic.bin"
 expect_fail "--hellaswag: truncated file" 1 "ends inside example 2" "${base[@]}" --hellaswag "$tmp/hs_truncated.bin"
 expect_fail "--hellaswag: token outside the vocabulary" 1 "example 1: token 500 in its ending is outside the model's vocabulary (V=97)" \
