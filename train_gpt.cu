@@ -696,6 +696,23 @@ static void refuse_other_shards(Group& world, const RunData& d) {
     if (d.has_val) refuse_other_shards(world, "--val-data", d.val);
 }
 
+// Every rank reads the same --model file and --hellaswag file. A node with another copy would
+// start from other weights (data-parallel copies that never meet again) or score another eval.
+// The files' CRC32Cs are compared (each rank reads its file once more; only with several ranks).
+static void refuse_other_file(Group& world, const char* flag, const std::string& path) {
+    long long bytes = 0;
+    const double mine[2] = {(double)crc32c_file(path, 0, &bytes), (double)bytes};
+    const int r = comm_first_differing(world, mine, 2);
+    if (r >= 0)
+        usage_error("%s %s: rank %d reads another file than rank 0 (its CRC32C or size differs): every node needs the same "
+                    "file", flag, path.c_str(), r);
+}
+static void refuse_other_files(Group& world, const RunConfig& rc, const ModelSource& src) {
+    if (world.size == 1) return;
+    if (src.from_file && src.resume_dir.empty()) refuse_other_file(world, "--model", rc.model_spec);
+    if (!rc.hellaswag.empty()) refuse_other_file(world, "--hellaswag", rc.hellaswag);
+}
+
 // ----------------------------------------------------------------------------
 // the backend: threads, the device, the collectives, the dtype
 
@@ -1186,7 +1203,7 @@ static StepResult train_step(const Ctx& ctx, GPT<floatX>* model, DataParallel<fl
     // ---- update, or skip: fp16's overflow, an outlier step, a diverged step
     r.scaling = loss_scale_step(&g->loss_scale, scaled_norm);
     if (loss_scale_floor_hit(r.scaling))
-        fatal("step %d: the gradients are not finite even with the loss scale at 1 (fp16 overflows, or the run "
+        run_failed("step %d: the gradients are not finite even with the loss scale at 1 (fp16 overflows, or the run "
               "diverged); use --precision bf16, or lower --lr", step);
     r.norm = (float)(scaled_norm / r.scaling.used);  // the gradients' own
     r.lr = lr_at(rc.sched, step - 1);
@@ -1346,11 +1363,13 @@ int main(int argc, char** argv) {
     refuse_other_commands(mesh.world_group, argc, argv);
     // --- the flags, each checked on its own; the outputs checked before anything is trained
     const RunConfig rc = parse_run_config(parse_flags(argc, argv));
+    watchdog_start(rc.comm_timeout);  // (from here every wait for the other ranks is timed: llmc/comm_timeout.h)
     check_output_paths(rc.out_dir, rc.save_model);
     // --- the process mesh (dp = world / (tp·pp·cp)), the model, and the rules that tie them
     mesh_build(&mesh, rc.tp, rc.pp, rc.cp);
     output_dir_claim(rc.out_dir, rc.resume, mesh.world_group);  // (this run's alone: llmc/checkpoint.h)
     const ModelSource src = choose_model(rc);
+    refuse_other_files(mesh.world_group, rc, src);
     validate_layout(rc, src.config, mesh);
     // --- the data, read in the step's shape
     StepShape shape = first_shape(rc, src, mesh);
@@ -1365,7 +1384,6 @@ int main(int argc, char** argv) {
     Profiler profiler;  // --profile: every copy of ctx (the model's, the storage owner's) reports to it
     if (rc.profile) ctx.prof = &profiler;
     be.use_nccl = start_collectives(rc, &mesh, ctx);
-    watchdog_start(rc.comm_timeout);  // (llmc/comm_timeout.h)
     be.precision = run_precision(rc, ctx);
     // --- the training, in the run's dtype
     const int rc_exit = be.precision.fp16 ? run_training<fp16>(rc, src, shape, &data, mesh, ctx, be)

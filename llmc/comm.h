@@ -733,6 +733,7 @@ inline void comm_nccl_init(Mesh* m, const Ctx& ctx) {
 #endif
 #if defined(LLMC_USE_NCCL) && defined(LLMC_MPI)
     auto make = [](Group& g, ncclComm_t* c) {  // a communicator over g's ranks (collective over them)
+        CommWait wait_("NCCL's setup (ncclCommInitRank)", g.name.c_str());  // (a network it cannot reach hangs here)
         ncclUniqueId id;
         if (g.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, g.comm);

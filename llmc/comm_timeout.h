@@ -3,16 +3,17 @@ comm_timeout.h — --comm-timeout: a rank left waiting for its peers ends the ru
 
 A rank that stops answering (a hung GPU, a dead link, a process stopped by the system) leaves the
 others blocked in a collective, and a rented node idles until someone looks. Each collective
-call (comm.h) and each host wait on the GPU's queue (ctx_sync, pinned_wait: the queue holds the
-collectives NCCL runs) is a CommWait. A watchdog thread looks every 0.1 s. A wait longer than
---comm-timeout seconds prints one line (the rank, what it waits in, the group, the step, the
-last collective started) and ends the process with exit 1, NCCL's communicators aborted first
-(at most 5 s of waiting for that).
+call (comm.h), NCCL's setup, and each host wait on the GPU's queue (ctx_sync, pinned_wait: the
+queue holds the collectives NCCL runs) is a CommWait. A watchdog thread, started once the flags
+are read, looks every 0.1 s. A wait longer than --comm-timeout seconds prints one line (the rank,
+what it waits in, the group, the step, the last collective started) and ends the process with
+exit 1, NCCL's communicators aborted first (at most 5 s of waiting for that).
 The launcher (mpirun, srun) then ends the other ranks.
 
 Main functions: watchdog_start, CommWait (a scope), watchdog_step.
 Tests: test/test_dp.sh (a rank stopped with SIGSTOP: the other ends the run within the timeout,
-naming the collective, its group and the step; on CPU ranks and on the emulated NCCL).
+naming the collective, its group and the step; on CPU ranks and on the emulated NCCL; and
+NCCL's setup stalled on the emulated NCCL).
 More: docs/parallelism.md.
 */
 #pragma once
@@ -57,9 +58,11 @@ inline void watchdog_run() {
         if (!what || waited < g_watchdog.timeout) continue;
         const char *group = g_watchdog.group.load(), *last = g_watchdog.last_op.load(), *last_group = g_watchdog.last_group.load();
         fflush(stdout);
-        fprintf(stderr, "[rank %d] error: --comm-timeout %g: waited %.0f s in %s%s%s%s at step %d (the last collective started: %s over %s): "
+        const int step = g_watchdog.step.load();
+        const std::string when = step > 0 ? "at step " + std::to_string(step) : "before the first step";
+        fprintf(stderr, "[rank %d] error: --comm-timeout %g: waited %.0f s in %s%s%s%s %s (the last collective started: %s over %s): "
                 "a rank stopped answering; this run ends (resume it from its last checkpoint)\n", g_rank, g_watchdog.timeout, waited,
-                what, group ? " over the " : "", group ? group : "", group ? " group" : "", g_watchdog.step.load(), last ? last : "none",
+                what, group ? " over the " : "", group ? group : "", group ? " group" : "", when.c_str(), last ? last : "none",
                 last_group ? last_group : "-");
         fflush(stderr);
         if (g_watchdog.abort_comms) {  // (on a thread of its own: an abort that hangs too must not keep the rank alive)

@@ -2,14 +2,16 @@
 errors.h — one-line errors, checked file I/O, the clock and sizes for people.
 
 Every error is one line that says what and where, then an exit: usage_error for a bad command
-line (exit 2; only rank 0 prints, and every rank leaves together), fatal and CHECK for bad data
-or I/O (exit 1; the rank prints, prefixed with its number). print0: rank 0 alone prints.
+line (exit 2; only rank 0 prints, and every rank leaves together; a rank left alone ends after
+10 s), fatal and CHECK for bad data or I/O (exit 1; the rank prints, prefixed with its number),
+run_failed for a run that diverged (exit 3; as usage_error). print0: rank 0 alone prints.
 fopen_or_die, fread_or_die, fwrite_or_die: every file operation checked, the file named.
 
-Main functions: usage_error, fatal, CHECK, print0, fopen_or_die, close_synced, sync_dir,
+Main functions: usage_error, fatal, run_failed, CHECK, print0, fopen_or_die, close_synced, sync_dir,
 now_seconds, ceil_div, format_bytes.
 
-Tests: test/test_cli.sh (the messages and exit codes), test/test_ops.cpp. More: docs/backends.md.
+Tests: test/test_cli.sh (the messages and exit codes), test/test_dp.sh (a rank left alone),
+test/test_ops.cpp. More: docs/backends.md.
 */
 #pragma once
 #include <cerrno>
@@ -19,6 +21,7 @@ Tests: test/test_cli.sh (the messages and exit codes), test/test_ops.cpp. More: 
 #include <cstring>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -28,15 +31,26 @@ Tests: test/test_cli.sh (the messages and exit codes), test/test_ops.cpp. More: 
 inline int g_rank = 0, g_world = 1;        // this process in the world (set by comm.h)
 inline void (*g_leave_collectively)() = nullptr;  // comm.h: finalize MPI when all ranks exit
 
+// A collective error is meant to be met by every rank at once: rank 0 prints it, and all leave
+// MPI together. A rank that meets it alone (a file missing on its node only) would wait in that
+// leave forever, and the others in their next collective. So after 10 s such a rank prints its
+// line, if rank 0 did not, and ends without MPI; the launcher then ends the others.
+inline void leave_alone_after(double seconds, std::string line, int code) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    if (!line.empty()) fprintf(stderr, "%s\n", line.c_str());
+    _exit(code);
+}
 [[noreturn]] inline void die_with(int code, bool collective, const char* fmt, va_list ap) {
     fflush(stdout);
-    if (!collective || g_rank == 0) {
-        if (g_world > 1 && !collective) fprintf(stderr, "[rank %d] ", g_rank);
-        fprintf(stderr, "error: ");
-        vfprintf(stderr, fmt, ap);
-        fprintf(stderr, "\n");
+    char msg[4096];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    const std::string rank = "[rank " + std::to_string(g_rank) + "] ";
+    if (!collective || g_rank == 0) fprintf(stderr, "%serror: %s\n", g_world > 1 && !collective ? rank.c_str() : "", msg);
+    if (collective && g_leave_collectively) {
+        const std::string alone = g_rank == 0 ? "" : rank + "error: " + msg + " (the other ranks did not stop with it within 10 s)";
+        std::thread(leave_alone_after, 10.0, alone, code).detach();
+        g_leave_collectively();
     }
-    if (collective && g_leave_collectively) g_leave_collectively();
     exit(code);
 }
 [[noreturn]] inline void usage_error(const char* fmt, ...) {
@@ -44,6 +58,12 @@ inline void (*g_leave_collectively)() = nullptr;  // comm.h: finalize MPI when a
 }
 [[noreturn]] inline void fatal(const char* fmt, ...) {
     va_list ap; va_start(ap, fmt); die_with(1, false, fmt, ap);
+}
+// The training itself failed: it diverged or stopped learning (exit 3). Every rank decides it
+// alike, from the reduced loss and norm, so rank 0 alone prints. A restart from the last
+// checkpoint would fail the same way, bit for bit: scripts/run_until_done.sh does not retry it.
+[[noreturn]] inline void run_failed(const char* fmt, ...) {
+    va_list ap; va_start(ap, fmt); die_with(3, true, fmt, ap);
 }
 inline void print0(const char* fmt, ...) {
     if (g_rank != 0) return;

@@ -90,9 +90,13 @@ inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
     return ncclSuccess;
 }
 // Collective over the world here (MPI_Comm_split): comm.h initializes every rank's group of
-// each kind in the same order, so all world ranks take part.
+// each kind in the same order, so all world ranks take part. SIMT_NCCL_INIT_STALL=R: world rank
+// R never returns from it, the way a real setup hangs on a network it cannot reach (test_dp).
 inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
     int v[2]; memcpy(v, id.internal, sizeof(v));
+    int w; MPI_Comm_rank(MPI_COMM_WORLD, &w);
+    if (getenv("SIMT_NCCL_INIT_STALL") && atoi(getenv("SIMT_NCCL_INIT_STALL")) == w)
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     auto* c = new ncclComm;
     MPI_Comm_split(MPI_COMM_WORLD, v[0] * 4096 + v[1], rank, &c->comm);
     MPI_Comm_rank(c->comm, &c->rank); MPI_Comm_size(c->comm, &c->size);

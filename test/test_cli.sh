@@ -154,13 +154,13 @@ expect_fail "--matmul-wgmma-products without our GEMM" 2 "--matmul-wgmma-product
 
 # Divergence is never silent. --eps 0 is refused (AdamW's 0/0 for a parameter whose gradient is 0).
 # A run whose every update is skipped (--lr far too high: its norms are soon not finite, and
-# --skip-norm-z skips those) stops after --max-skipped-steps of them in a row, exit 1, one line.
+# --skip-norm-z skips those) stops after --max-skipped-steps of them in a row, exit 3, one line.
 # A loss that climbs far above the first step's is named in a warning. Nothing non-finite is saved.
 # (A model with a NaN weight stands for a run gone non-finite: every loss is NaN.)
 nan=(--device cpu --model "$tmp/model_nan.bin" --train-data "$tmp/ok.bin" --val-data "" --batch-size 2 --seq-len 16)
 expect_fail "--eps 0" 2 "--eps 0: must be above 0" "${base[@]}" --eps 0
-expect_fail "a non-finite loss" 1 "step 1: the loss is nan (diverged)" "${nan[@]}" --steps 3
-expect_fail "a run that skips every update" 1 "step 5: the last 5 steps' updates were all skipped" "${nan[@]}" --skip-loss-z 3 \
+expect_fail "a non-finite loss" 3 "step 1: the loss is nan (diverged)" "${nan[@]}" --steps 3
+expect_fail "a run that skips every update" 3 "step 5: the last 5 steps' updates were all skipped" "${nan[@]}" --skip-loss-z 3 \
     --max-skipped-steps 5 --steps 60 --output-dir "$tmp/skipping" --save-model "$tmp/skipping.bin"
 [ ! -e "$tmp/skipping.bin" ] && [ -z "$(ls "$tmp/skipping" 2>/dev/null | grep -v '\.tmp$')" ] && r=ok || r="not ok"
 echo "$r - a run stopped for skipping every update saves no model file and no checkpoint"
@@ -575,6 +575,21 @@ steps() { $PY -c 'import json, sys; [print(r["step"], r["loss"]) for r in map(js
 RESTART_WAIT=0 scripts/run_until_done.sh "$BIN" "${base[@]}" --zero 9 --output-dir "$tmp/refused" >/dev/null 2>"$tmp/relaunch.err"; rc=$?
 [ $rc = 2 ] && grep -q "^run_until_done: the command was refused (exit 2): not retried" "$tmp/relaunch.err" \
     && echo "ok - scripts/run_until_done.sh: a refused command (exit 2) is not retried" || echo "not ok - scripts/run_until_done.sh: a refused command (exit $rc)"
+# a run that diverges (exit 3) would diverge again from its checkpoint, bit for bit: not retried
+RESTART_WAIT=0 scripts/run_until_done.sh "$BIN" "${nan[@]}" --steps 3 --output-dir "$tmp/diverging" >/dev/null 2>"$tmp/relaunch.err"; rc=$?
+[ $rc = 3 ] && [ "$(grep -c "^run_until_done:" "$tmp/relaunch.err")" = 1 ] \
+    && grep -q "^run_until_done: the run diverged or stopped learning (exit 3): not retried" "$tmp/relaunch.err" \
+    && echo "ok - scripts/run_until_done.sh: a diverged run (exit 3) is not retried" || echo "not ok - scripts/run_until_done.sh: a diverged run (exit $rc)"
+# a command that fails each time before a new checkpoint: STUCK (3) failures in a row, then it gives up
+printf '#!/usr/bin/env bash
+echo x >>"%s"
+exit 1
+' "$tmp/stuck.runs" >"$tmp/stuck.sh" && chmod +x "$tmp/stuck.sh"
+RESTART_WAIT=0 scripts/run_until_done.sh "$tmp/stuck.sh" --output-dir "$tmp/stuck" >/dev/null 2>"$tmp/relaunch.err"; rc=$?
+[ $rc = 1 ] && [ "$(wc -l <"$tmp/stuck.runs")" = 3 ] \
+    && grep -q "^run_until_done: the run failed 3 times in a row (exit 1) without a new checkpoint after the start; giving up (STUCK=3)" "$tmp/relaunch.err" \
+    && echo "ok - scripts/run_until_done.sh: 3 failures in a row without a new checkpoint: it gives up" \
+    || { echo "not ok - scripts/run_until_done.sh: failures without progress: exit $rc, $(wc -l <"$tmp/stuck.runs") runs"; tail -2 "$tmp/relaunch.err" | sed 's/^/#   /'; }
 # One process without a launcher runs without MPI (llmc/comm.h: mesh_start): no MPI_Init, whose
 # "singleton" start forks OpenMPI's daemon (orted); under mpirun -n 1 it is the same run
 one=("$BIN" --device cpu --precision fp32 --model "$tmp/tiny.bin" --train-data "$tmp/ok.bin" --val-data "" --batch-size 2 --seq-len 16 --steps 2)

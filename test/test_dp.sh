@@ -526,6 +526,28 @@ if [ -z "${DP_QUICK:-}" ]; then  # (these checks use MPI, whatever the backend)
     rm "$tmp/node1/data/kjv_train_000000.bin" && ln -s "$(readlink -f "$tmp/node0/data/kjv_train_000000.bin")" "$tmp/node1/data/kjv_train_000000.bin"
     two_ranks "--output-dir on each node's own disk" "^error: --output-dir out: rank 1 does not see the files rank 0 writes there" \
         "$tmp/node0" "$bin" "$tmp/node1" "$bin" --output-dir out
+    "$BIN" "${dcommon[@]}" --steps 0 --seed 1 --save-model "$tmp/node0/model.bin" >/dev/null 2>&1
+    "$BIN" "${dcommon[@]}" --steps 0 --seed 2 --save-model "$tmp/node1/model.bin" >/dev/null 2>&1
+    two_ranks "rank 1 reads another --model file" "^error: --model model.bin: rank 1 reads another file than rank 0" \
+        "$tmp/node0" "$bin" "$tmp/node1" "$bin" --model model.bin
+    $PY test/make_choice_set.py "$tmp/node0/hs.bin" "build/data/kjv${V}_val_000000.bin"
+    $PY test/make_choice_set.py "$tmp/node1/hs.bin" "build/data/kjv${V}_train_000000.bin"  # (other examples)
+    two_ranks "rank 1 reads another --hellaswag file" "^error: --hellaswag hs.bin: rank 1 reads another file than rank 0" \
+        "$tmp/node0" "$bin" "$tmp/node1" "$bin" --hellaswag hs.bin
+    # a refusal that only rank 1 meets (its node lacks the model file): rank 0 goes on to its next collective,
+    # so after 10 s rank 1 prints its line and ends without MPI, and the launcher ends rank 0 (not a hang)
+    rm "$tmp/node1/model.bin"*
+    alone="[rank 1] error: --model: 'model.bin' is neither a preset"
+    out=$(timeout 60 mpirun --oversubscribe -np 1 --wdir "$tmp/node0" "$bin" "${common[@]}" --batch-size 2 --steps 2 --model model.bin : \
+        -np 1 --wdir "$tmp/node1" "$bin" "${common[@]}" --batch-size 2 --steps 2 --model model.bin 2>&1); rc=$?
+    [ $rc = 2 ] && echo "$out" | grep -F -- "$alone" | grep -qF "(the other ranks did not stop with it within 10 s)" \
+        && echo "ok - a refusal only rank 1 meets ends the run (exit 2): '$alone ... (the other ranks did not stop with it within 10 s)'" \
+        || { echo "not ok - a refusal only rank 1 meets: exit $rc"; echo "$out" | head -3 | sed 's/^/#   /'; }
+    out=$(timeout 60 mpirun --oversubscribe -np 1 --wdir "$tmp/node1" "$bin" "${common[@]}" --batch-size 2 --steps 2 --model model.bin : \
+        -np 1 --wdir "$tmp/node0" "$bin" "${common[@]}" --batch-size 2 --steps 2 --model model.bin 2>&1); rc=$?
+    [ $rc = 2 ] && [ "$(echo "$out" | grep -c "error: ")" = 1 ] && echo "$out" | grep -q "^error: --model: 'model.bin' is neither a preset" \
+        && echo "ok - a refusal only rank 0 meets ends the run (exit 2), its line printed once" \
+        || { echo "not ok - a refusal only rank 0 meets: exit $rc"; echo "$out" | head -3 | sed 's/^/#   /'; }
     rm -rf "$tmp/node1/out" && ln -s "$tmp/node0/out" "$tmp/node1/out"  # (now one directory for both: the run goes on)
     mpirun --oversubscribe -np 1 --wdir "$tmp/node0" "$bin" "${common[@]}" --batch-size 2 --steps 2 --output-dir out : \
         -np 1 --wdir "$tmp/node1" "$bin" "${common[@]}" --batch-size 2 --steps 2 --output-dir out >"$tmp/agree.out" 2>&1; rc=$?
@@ -554,3 +576,18 @@ line=$(grep "^\[rank 0\] error: --comm-timeout 3: waited [0-9]* s in .* over the
 [ -n "$stopped" ] && [ $rc != 0 ] && [ "$took" -le 15 ] && [ -n "$line" ] \
     && echo "ok - --comm-timeout 3: rank 1 stopped, rank 0 ended the run in $took s (exit $rc): ${line#*error: }" \
     || { echo "not ok - --comm-timeout 3: rank 1 stopped ('$stopped'), the run ended after $took s, exit $rc"; tail -3 "$tmp/hang.out" | sed 's/^/#   /'; }
+
+# --- NCCL's setup that never ends, the way it hangs on a network it cannot reach: on the emulated GPU
+# rank 1's ncclCommInitRank never returns (SIMT_NCCL_INIT_STALL=1, test/simt_nccl.h). Rank 0 waits in its
+# own no longer than --comm-timeout, and ends the run with one line that names it.
+f="$tmp/n$(set -- ${DP_SIZES:-2 4}; echo $1)_z0_a1.txt"
+if [ "${DEVICE:-cpu}" = cuda ] && [ "${COMM:-}" = nccl ] && grep -q "^gpu: CPU SIMT emulator" "$f"; then
+    t0=$(date +%s)
+    SIMT_NCCL_INIT_STALL=1 timeout 120 mpirun --oversubscribe -np 2 "$BIN" "${common[@]}" --batch-size 2 --steps 2 --comm-timeout 3 \
+        >"$tmp/stall.out" 2>&1; rc=$?
+    took=$(($(date +%s) - t0))
+    line=$(grep "^\[rank 0\] error: --comm-timeout 3: waited [0-9]* s in NCCL's setup (ncclCommInitRank) over the world group before the first step" "$tmp/stall.out")
+    [ $rc != 0 ] && [ $rc != 124 ] && [ -n "$line" ] \
+        && echo "ok - NCCL's setup stalled on rank 1: rank 0 ended the run in $took s (exit $rc): ${line#*error: }" \
+        || { echo "not ok - NCCL's setup stalled on rank 1: exit $rc after $took s"; tail -3 "$tmp/stall.out" | sed 's/^/#   /'; }
+fi

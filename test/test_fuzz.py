@@ -10,11 +10,11 @@ The files: a token shard (--train-data), an llm.c model file without a checksum 
 with its .crc32c (--model), a checkpoint's model.bin, model.bin.crc32c, state file and history
 (--resume), and a HellaSwag file (--hellaswag, --steps 0).
 
-Every case must end with exit 0, 1 or 2 (never a signal: no crash, no abort), and a failing run
+Every case must end with exit 0, 1, 2 or 3 (never a signal: no crash, no abort), and a failing run
 must print exactly one line on stderr. Where the damage may leave a valid file (a flipped token,
 an llm.c model of another head count or vocabulary), the run may succeed, or fail on what the
 file now means (a token outside the new vocabulary, named in the data; a NaN weight in an llm.c
-file, which has no checksum: the first step's non-finite loss stops the run). A damaged checkpoint, a
+file, which has no checksum: the first step's non-finite loss stops the run, exit 3). A damaged checkpoint, a
 damaged model file that has a .crc32c, and a file cut short never train (exit 0 fails the case),
 and their one line names the damaged file (or its checkpoint's directory). Prints "ok"/"not ok"
 lines, then a summary.
@@ -120,7 +120,7 @@ for case in range(CASES):
     except subprocess.TimeoutExpired:
         rc, err = -1, ["(timed out after 60 s)"]
     why = ""
-    if rc not in (0, 1, 2):
+    if rc not in (0, 1, 2, 3):
         why = f"exit {rc} (a signal or a crash)"
     elif rc == 0 and (not may_succeed or kind == "truncate"):
         why = "exit 0: trained on a damaged file"
@@ -135,7 +135,7 @@ for case in range(CASES):
             print(f"#   {line}")
     else:
         passed += 1
-print(f"ok - test_fuzz: {passed} of {CASES} damaged files handled (exit 0, 1 or 2; one line naming the file)" if failed == 0 else
+print(f"ok - test_fuzz: {passed} of {CASES} damaged files handled (exit 0, 1, 2 or 3; one line naming the file)" if failed == 0 else
       f"not ok - test_fuzz: {failed} of {CASES} damaged files mishandled")
 shutil.rmtree(tmp, ignore_errors=True)
 sys.exit(1 if failed else 0)
