@@ -1240,6 +1240,14 @@ static void log_step(const RunConfig& rc, Logger* log, int step, const StepResul
                 (int)r.fp8_saturated[0]);
 }
 
+// The checkpoints a run from step `done` to --steps writes: one each --checkpoint-every steps, and
+// one after the last step.
+static long long checkpoints_to_write(const RunConfig& rc, long long done) {
+    if (rc.out_dir.empty() || rc.steps <= done) return 0;
+    if (rc.ckpt_every <= 0) return 1;
+    return rc.steps / rc.ckpt_every - done / rc.ckpt_every + (rc.steps % rc.ckpt_every == 0 ? 0 : 1);
+}
+
 // A checkpoint of step `step`: the model, the optimizer, and the run's state (checkpoint.h).
 template <class floatX>
 static void save_checkpoint(const RunConfig& rc, const StepShape& s, int step, const DataLoader& train, const Rng& sampler,
@@ -1299,6 +1307,7 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
     plan_micro_batch(rc, mesh, ctx, be.precision, mem.total(), &model, &s, data);
     Rng sampler(rc.seed, 0x5a3b1e);
     TrainState state = load_weights(rc, src, s, be.nthreads, &dpar, &data->train, &sampler);
+    checkpoint_room(rc.out_dir, (double)gpt_num_params(model), checkpoints_to_write(rc, state.step), rc.ckpt_keep, mesh.world_group);
     const bool fp16 = be.precision.fp16;
     // --- the run summary
     print_model_and_data(src, model, *data, s);

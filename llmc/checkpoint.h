@@ -30,6 +30,7 @@ More: docs/formats.md.
 #include <fstream>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <iterator>
 #include <random>
@@ -472,6 +473,42 @@ inline void output_dir_shared(const std::string& out_dir, double mark, Group& wo
     if (r >= 0)
         usage_error("--output-dir %s: rank %d does not see the files rank 0 writes there: every rank writes its part of a "
                     "checkpoint into it, so all nodes need the same directory (a shared file system)", out_dir.c_str(), r);
+}
+
+// The bytes --output-dir's file system has free for this process; LLMC_DISK_FREE=<bytes> in the
+// environment stands for it (a test of a full disk).
+inline double disk_free_bytes(const std::string& dir) {
+    if (const char* env = getenv("LLMC_DISK_FREE")) {
+        char* end = nullptr;
+        const double v = strtod(env, &end);
+        if (end == env || *end != 0 || v < 0) usage_error("LLMC_DISK_FREE=%s: expected a number of bytes", env);
+        return v;
+    }
+    struct statvfs s;
+    if (statvfs(dir.c_str(), &s) != 0) return -1;  // (unknown: nothing is said)
+    return (double)s.f_bavail * s.f_frsize;
+}
+
+// Is there room for this run's checkpoints? One takes 12 bytes a parameter (the fp32 weights and
+// AdamW's two moments). A disk without room for one is refused before the first step: the run
+// would fail at its first save, and every restart again. Room for fewer than the run will keep
+// gets a note. `writes`: the checkpoints the run writes; keep: --keep-checkpoints. Collective.
+inline void checkpoint_room(const std::string& out_dir, double params, long long writes, int keep, Group& world) {
+    if (out_dir.empty() || writes <= 0) return;
+    double free_bytes = world.rank == 0 ? disk_free_bytes(out_dir) : 0;
+    comm_sum_doubles(world, &free_bytes, 1);  // (rank 0's alone: a broadcast)
+    if (free_bytes < 0) return;  // (unknown)
+    const double one = 12 * params + (1 << 20);  // (+1 MiB: the headers, the history, the manifest)
+    if (free_bytes < one)
+        usage_error("--output-dir %s: %s free, but one checkpoint of this run takes %s (12 bytes a parameter: the fp32 "
+                    "weights and AdamW's two moments); free some space or choose another directory", out_dir.c_str(),
+                    format_bytes(free_bytes).c_str(), format_bytes(one).c_str());
+    const long long held = keep > 0 ? std::min<long long>(writes, keep + 1) : writes;  // (a new one is written before the oldest goes)
+    const long long room = (long long)(free_bytes / one);
+    if (room < held)
+        print0("note: --output-dir %s: %s free holds %lld checkpoints of %s, but this run keeps up to %lld; %s\n", out_dir.c_str(),
+               format_bytes(free_bytes).c_str(), room, format_bytes(one).c_str(), held,
+               keep > 0 ? "free some space, or lower --keep-checkpoints" : "free some space, or keep fewer with --keep-checkpoints");
 }
 
 // --output-dir belongs to one run at a time. Rank 0 holds an exclusive flock on DIR/.lock (with

@@ -202,6 +202,21 @@ expect_fail "--output-dir under a file" 2 "--output-dir $tmp/ok.bin/run: cannot 
 "$BIN" "${base[@]}" --steps 0 --output-dir "$tmp/made/here" >/dev/null 2>&1  # (--steps 0 writes no checkpoint)
 [ -d "$tmp/made/here" ] && r=ok || r="not ok"
 echo "$r - --output-dir is created at the start of the run"
+# A disk without room for one checkpoint (12 bytes a parameter) is refused before the first step; room for
+# fewer than the run keeps gets a note. LLMC_DISK_FREE stands for the file system's free bytes.
+LLMC_DISK_FREE=1048576 expect_fail "a disk without room for one checkpoint" 2 \
+    "--output-dir $tmp/full: 1.0 MiB free, but one checkpoint of this run takes" "${base[@]}" --steps 50 --output-dir "$tmp/full"
+[ -z "$(ls "$tmp/full" 2>/dev/null)" ] && r=ok || r="not ok"
+echo "$r - a disk without room for one checkpoint: nothing written"
+for keep in 0 2; do
+    LLMC_DISK_FREE=2000000 "$BIN" "${base[@]}" --steps 10 --checkpoint-every 2 --keep-checkpoints $keep --output-dir "$tmp/room$keep" >"$tmp/out" 2>&1
+    want=$([ $keep = 0 ] && echo 5 || echo 3)
+    grep -q "^note: --output-dir $tmp/room$keep: 1.9 MiB free holds 1 checkpoints of .*, but this run keeps up to $want; free some space" "$tmp/out" \
+        && echo "ok - a disk with room for fewer checkpoints than the run keeps (--keep-checkpoints $keep: $want): a note" \
+        || { echo "not ok - no note of the disk's room (--keep-checkpoints $keep)"; grep -i "note\|error" "$tmp/out" | sed 's/^/#   /'; }
+done
+"$BIN" "${base[@]}" --steps 10 --checkpoint-every 2 --output-dir "$tmp/room" >"$tmp/out" 2>&1
+grep -q "^note: --output-dir" "$tmp/out" && echo "not ok - a note of the disk's room where there is room" || echo "ok - no note where the disk has room"
 "$BIN" "${base[@]}" --lr 10 --steps 30 --log-file "$tmp/climb.jsonl" >"$tmp/climb.out" 2>&1
 rc=$?
 grep -q "^warning: step [0-9]*: the loss [0-9.e+]* is over 1.5 times the first step's" "$tmp/climb.out" && r=ok || r="not ok"
