@@ -43,6 +43,10 @@ NCCL_FLAGS := -DLLMC_NCCL
 NCCL_LIBS  := -L$(dir $(NCCL_H))../lib64 -lnccl
 endif
 HEADERS  := $(wildcard llmc/*.h llmc/*.cuh)
+# A trainer's build id, compiled in (LLMC_BUILD_ID): the CRC of its sources and its flags. The
+# ranks compare it before the first step (train_gpt.cu: refuse_other_commands). The executable's
+# own bytes cannot serve: nvcc's output differs from one build of the same sources to the next.
+build_id = -DLLMC_BUILD_ID=$(shell { cat $(1); echo '$(2)'; } | cksum | cut -d' ' -f1)
 
 ifeq ($(NO_CUDA),1)
 NVCC :=
@@ -64,10 +68,11 @@ ifneq ($(NVCC),)
 # test_ptxas compiles for Blackwell, instead of its compiling the trainer again)
 train_gpt: train_gpt.cu $(HEADERS)
 	@mkdir -p build/nvcc_keep
-	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -keep -keep-dir build/nvcc_keep -Xcompiler -fopenmp,-march=$(HOST_ARCH) $(MPI_FLAGS) $(NCCL_FLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lgomp
+	$(NVCC) -O3 -std=c++17 -x cu $(NVCC_GENCODE) $(NVCC_LINEINFO) -keep -keep-dir build/nvcc_keep -Xcompiler -fopenmp,-march=$(HOST_ARCH) $(MPI_FLAGS) $(NCCL_FLAGS) \
+	    $(call build_id,$^,nvcc $(NVCC_GENCODE) $(HOST_ARCH) $(MPI_FLAGS) $(NCCL_FLAGS)) $< -o $@ $(LDLIBS) $(MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lgomp
 else
 train_gpt: train_gpt.cu $(HEADERS)
-	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
+	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) $(call build_id,$^,$(CXX) $(CXXFLAGS) $(MPI_FLAGS)) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
 endif
 
 tokenize: tokenize.cpp $(HEADERS)
@@ -76,7 +81,7 @@ tokenize: tokenize.cpp $(HEADERS)
 # the g++ build of the trainer, always made for the tests (they also run the nvcc build if any)
 build/train_gpt_cpu: train_gpt.cu $(HEADERS)
 	@mkdir -p build
-	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
+	$(CXX) $(CXXFLAGS) $(MPI_FLAGS) $(call build_id,$^,$(CXX) $(CXXFLAGS) $(MPI_FLAGS)) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
 build/test_ops: test/test_ops.cpp $(HEADERS)
 	@mkdir -p build
@@ -161,7 +166,8 @@ build/simcheck_ops: build/simt/test/gpucheck_ops.cu test/simt.h $(SIMT_HEADERS)
 # the trainer on the emulated GPU: `--device cuda` runs whole (small) trainings on the CPU
 # With MPI it also has NCCL, emulated over MPI by test/simt_nccl.h (--comm nccl under mpirun).
 build/train_gpt_simt: build/simt/train_gpt.cu test/simt.h test/simt_nccl.h $(SIMT_HEADERS)
-	$(SIMT_CXX) $(MPI_FLAGS) $(if $(MPI_FLAGS),-DLLMC_NCCL -include test/simt_nccl.h) -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
+	$(SIMT_CXX) $(MPI_FLAGS) $(if $(MPI_FLAGS),-DLLMC_NCCL -include test/simt_nccl.h) $(call build_id,$^,$(SIMT_CXX) $(MPI_FLAGS)) \
+	    -x c++ $< -o $@ $(LDLIBS) $(MPI_LIBS)
 # the kernel playgrounds on the emulator (their checks, not their timings): ./build/simt_dev_attention 1 100 256 2
 SIMT_DEV := $(patsubst build/dev_%,build/simt_dev_%,$(DEV_CUDA))
 build/simt_dev_%: build/simt/dev/cuda/%.cu build/simt/dev/cuda/common.cuh test/simt.h $(SIMT_HEADERS)

@@ -7,8 +7,8 @@ line (exit 2; only rank 0 prints, and every rank leaves together; a rank left al
 run_failed for a run that diverged (exit 3; as usage_error). print0: rank 0 alone prints.
 fopen_or_die, fread_or_die, fwrite_or_die: every file operation checked, the file named.
 
-Main functions: usage_error, fatal, run_failed, CHECK, print0, fopen_or_die, close_synced, sync_dir,
-now_seconds, ceil_div, format_bytes.
+Main functions: usage_error, fatal, run_failed, CHECK, print0, fopen_or_die, close_synced,
+sync_dir, now_seconds, ceil_div, format_bytes.
 
 Tests: test/test_cli.sh (the messages and exit codes), test/test_dp.sh (a rank left alone),
 test/test_ops.cpp. More: docs/backends.md.

@@ -68,15 +68,15 @@ struct Divergence {
 inline void divergence_check(Divergence* d, int step, float loss, float norm, bool skipped, bool outlier) {
     if (!skipped && !std::isfinite(loss))
         run_failed("step %d: the loss is %g (diverged); lower --lr or check the data%s", step, std::fabs(loss),
-              d->loss_z || d->norm_z ? "" : ", or skip such steps' updates with --skip-norm-z");
+                   d->loss_z || d->norm_z ? "" : ", or skip such steps' updates with --skip-norm-z");
     if (!skipped && !std::isfinite(norm))
         run_failed("step %d: the gradient norm is %g (diverged); lower --lr%s", step, std::fabs(norm),
-              d->norm_z ? "" : ", or skip such steps' updates with --skip-norm-z");
+                   d->norm_z ? "" : ", or skip such steps' updates with --skip-norm-z");
     d->in_a_row = outlier ? d->in_a_row + 1 : 0;
     if (d->max_skipped > 0 && d->in_a_row >= d->max_skipped)
         run_failed("step %d: the last %d steps' updates were all skipped (--skip-loss-z / --skip-norm-z): the run has stopped "
-              "learning; the weights are those of step %d. Lower --lr, or raise the z bounds (--max-skipped-steps 0: go on)",
-              step, d->in_a_row, step - d->in_a_row);
+                   "learning; the weights are those of step %d. Lower --lr, or raise the z bounds (--max-skipped-steps 0: go on)",
+                   step, d->in_a_row, step - d->in_a_row);
     if (std::isnan(d->first_loss)) d->first_loss = loss;
     if (!d->warned && loss > 1.5f * d->first_loss) {  // (said once; the run goes on)
         d->warned = true;

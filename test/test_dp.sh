@@ -503,7 +503,8 @@ n=$(grep -c "error: world size 3 is not divisible by tp\*pp\*cp" "$tmp/bad.err")
 # step: exit 2, one line that names rank 1.
 if [ -z "${DP_QUICK:-}" ]; then  # (these checks use MPI, whatever the backend)
     bin=$(readlink -f "$BIN")
-    cp "$bin" "$tmp/other_build" && printf x >>"$tmp/other_build"  # (the same program, another file)
+    cp "$bin" "$tmp/same_build" && printf x >>"$tmp/same_build"  # (other bytes, the same sources: as nvcc builds them again)
+    printf '#!/bin/sh\nLLMC_BUILD_ID=7 exec "%s" "$@"\n' "$bin" >"$tmp/other_build" && chmod +x "$tmp/other_build"  # (other sources)
     for n in 0 1; do mkdir -p "$tmp/node$n/data"; done
     ln -s "$(readlink -f build/data/kjv${V}_train_000000.bin)" "$tmp/node0/data/kjv_train_000000.bin"
     ln -s "$(readlink -f build/data/kjv${V}_val_000000.bin)" "$tmp/node1/data/kjv_train_000000.bin"  # (another shard, same name)
@@ -520,6 +521,10 @@ if [ -z "${DP_QUICK:-}" ]; then  # (these checks use MPI, whatever the backend)
     only1="--lr 1e-3" two_ranks "rank 1 given other flags" "^error: rank 1 was started with other flags than rank 0" "$here" "$bin" "$here" "$bin"
     only1=""  # (from here on the same flags)
     two_ranks "rank 1 runs another build" "^error: rank 1 runs another build of the trainer than rank 0" "$here" "$bin" "$here" "$tmp/other_build"
+    mpirun --oversubscribe -np 1 "$bin" "${common[@]}" --batch-size 2 --steps 2 : -np 1 "$tmp/same_build" "${common[@]}" --batch-size 2 \
+        --steps 2 >"$tmp/agree.out" 2>&1 && grep -q "^step *2/2" "$tmp/agree.out" \
+        && echo "ok - rank 1 runs a copy of the build with other bytes (the same sources and flags): the run trains" \
+        || { echo "not ok - rank 1 runs the same build from another file: refused"; tail -2 "$tmp/agree.out" | sed 's/^/#   /'; }
     dcommon=("${common[@]}"); common+=(--train-data "data/kjv_*.bin")  # (relative: each rank its own node's)
     two_ranks "rank 1 sees other shards" "^error: --train-data: rank 1 sees other shards than rank 0 (rank 0: 1 files, [0-9]* tokens; rank 1: 1 files" \
         "$tmp/node0" "$bin" "$tmp/node1" "$bin"
