@@ -694,8 +694,8 @@ static void refuse_other_shards(Group& world, const char* flag, const DataLoader
     double theirs[3] = {0, 0, 0};  // rank r's, for rank 0 to print
     if (world.rank == r) std::copy(mine, mine + 3, theirs);
     comm_sum_doubles(world, theirs, 3);
-    usage_error("%s: rank %d sees other shards than rank 0 (rank 0: %.0f files, %.0f tokens; rank %d: %.0f files, %.0f "
-                "tokens): every node needs the same files", flag, r, first[1], first[2], r, theirs[1], theirs[2]);
+    usage_error("%s: rank %d sees other shards than rank 0 (rank 0: %.0f tokens in %.0f shard(s); rank %d: %.0f tokens in %.0f "
+                "shard(s)): every node needs the same files", flag, r, first[2], first[1], r, theirs[2], theirs[1]);
 }
 static void refuse_other_shards(Group& world, const RunData& d) {
     refuse_other_shards(world, "--train-data", d.train);

@@ -506,8 +506,8 @@ inline void checkpoint_room(const std::string& out_dir, double params, long long
     const long long held = keep > 0 ? std::min<long long>(writes, keep + 1) : writes;  // (a new one is written before the oldest goes)
     const long long room = (long long)(free_bytes / one);
     if (room < held)
-        print0("note: --output-dir %s: %s free holds %lld checkpoints of %s, but this run keeps up to %lld; %s\n", out_dir.c_str(),
-               format_bytes(free_bytes).c_str(), room, format_bytes(one).c_str(), held,
+        print0("note: --output-dir %s: %s free holds %lld checkpoint%s of %s, but this run keeps up to %lld; %s\n", out_dir.c_str(),
+               format_bytes(free_bytes).c_str(), room, room == 1 ? "" : "s", format_bytes(one).c_str(), held,
                keep > 0 ? "free some space, or lower --keep-checkpoints" : "free some space, or keep fewer with --keep-checkpoints");
 }
 

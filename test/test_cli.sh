@@ -211,7 +211,7 @@ echo "$r - a disk without room for one checkpoint: nothing written"
 for keep in 0 2; do
     LLMC_DISK_FREE=2000000 "$BIN" "${base[@]}" --steps 10 --checkpoint-every 2 --keep-checkpoints $keep --output-dir "$tmp/room$keep" >"$tmp/out" 2>&1
     want=$([ $keep = 0 ] && echo 5 || echo 3)
-    grep -q "^note: --output-dir $tmp/room$keep: 1.9 MiB free holds 1 checkpoints of .*, but this run keeps up to $want; free some space" "$tmp/out" \
+    grep -q "^note: --output-dir $tmp/room$keep: 1.9 MiB free holds 1 checkpoint of .*, but this run keeps up to $want; free some space" "$tmp/out" \
         && echo "ok - a disk with room for fewer checkpoints than the run keeps (--keep-checkpoints $keep: $want): a note" \
         || { echo "not ok - no note of the disk's room (--keep-checkpoints $keep)"; grep -i "note\|error" "$tmp/out" | sed 's/^/#   /'; }
 done

@@ -526,7 +526,7 @@ if [ -z "${DP_QUICK:-}" ]; then  # (these checks use MPI, whatever the backend)
         && echo "ok - rank 1 runs a copy of the build with other bytes (the same sources and flags): the run trains" \
         || { echo "not ok - rank 1 runs the same build from another file: refused"; tail -2 "$tmp/agree.out" | sed 's/^/#   /'; }
     dcommon=("${common[@]}"); common+=(--train-data "data/kjv_*.bin")  # (relative: each rank its own node's)
-    two_ranks "rank 1 sees other shards" "^error: --train-data: rank 1 sees other shards than rank 0 (rank 0: 1 files, [0-9]* tokens; rank 1: 1 files" \
+    two_ranks "rank 1 sees other shards" "^error: --train-data: rank 1 sees other shards than rank 0 (rank 0: [0-9]* tokens in 1 shard(s); rank 1: [0-9]* tokens in 1 shard(s))" \
         "$tmp/node0" "$bin" "$tmp/node1" "$bin"
     rm "$tmp/node1/data/kjv_train_000000.bin" && ln -s "$(readlink -f "$tmp/node0/data/kjv_train_000000.bin")" "$tmp/node1/data/kjv_train_000000.bin"
     two_ranks "--output-dir on each node's own disk" "^error: --output-dir out: rank 1 does not see the files rank 0 writes there" \
