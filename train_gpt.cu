@@ -691,9 +691,8 @@ static void refuse_other_shards(Group& world, const char* flag, const DataLoader
     double first[3];
     const int r = comm_first_differing(world, mine, 3, first);
     if (r < 0) return;
-    double theirs[3] = {0, 0, 0};  // rank r's, for rank 0 to print
-    if (world.rank == r) std::copy(mine, mine + 3, theirs);
-    comm_sum_doubles(world, theirs, 3);
+    double theirs[3] = {mine[0], mine[1], mine[2]};  // rank r's, for rank 0 to print
+    comm_from_rank(world, theirs, 3, r);
     usage_error("%s: rank %d sees other shards than rank 0 (rank 0: %.0f tokens in %.0f shard(s); rank %d: %.0f tokens in %.0f "
                 "shard(s)): every node needs the same files", flag, r, first[2], first[1], r, theirs[2], theirs[1]);
 }
@@ -704,10 +703,14 @@ static void refuse_other_shards(Group& world, const RunData& d) {
 
 // Every rank reads the same --model file and --hellaswag file. A node with another copy would
 // start from other weights (data-parallel copies that never meet again) or score another eval.
-// The files' CRC32Cs are compared (each rank reads its file once more; only with several ranks).
-static void refuse_other_file(Group& world, const char* flag, const std::string& path) {
+// The files' CRC32Cs are compared (only with several ranks). A model file's PATH.crc32c gives
+// it, since the load checks the file against it (model_file_load). Any other file is read once
+// more for it.
+static void refuse_other_file(Group& world, const char* flag, const std::string& path, bool model_file) {
+    uint32_t crc = 0;
     long long bytes = 0;
-    const double mine[2] = {(double)crc32c_file(path, 0, &bytes), (double)bytes};
+    if (!model_file || !sidecar_read(path, &crc, &bytes)) crc = crc32c_file(path, 0, &bytes);
+    const double mine[2] = {(double)crc, (double)bytes};
     const int r = comm_first_differing(world, mine, 2);
     if (r >= 0)
         usage_error("%s %s: rank %d reads another file than rank 0 (its CRC32C or size differs): every node needs the same "
@@ -715,8 +718,8 @@ static void refuse_other_file(Group& world, const char* flag, const std::string&
 }
 static void refuse_other_files(Group& world, const RunConfig& rc, const ModelSource& src) {
     if (world.size == 1) return;
-    if (src.from_file && src.resume_dir.empty()) refuse_other_file(world, "--model", rc.model_spec);
-    if (!rc.hellaswag.empty()) refuse_other_file(world, "--hellaswag", rc.hellaswag);
+    if (src.from_file && src.resume_dir.empty()) refuse_other_file(world, "--model", rc.model_spec, true);
+    if (!rc.hellaswag.empty()) refuse_other_file(world, "--hellaswag", rc.hellaswag, false);
 }
 
 // ----------------------------------------------------------------------------
@@ -1255,17 +1258,20 @@ static long long checkpoints_to_write(const RunConfig& rc, long long done) {
 }
 
 // A checkpoint of step `step`: the model, the optimizer, and the run's state (checkpoint.h).
+// False where the disk had no room for it (checkpoint_make_room).
 template <class floatX>
-static void save_checkpoint(const RunConfig& rc, const StepShape& s, int step, const DataLoader& train, const Rng& sampler,
+static bool save_checkpoint(const RunConfig& rc, const StepShape& s, int step, const DataLoader& train, const Rng& sampler,
                             const StepGuards& g, bool fp16, DataParallel<floatX>* dpar, TrainState* state, Mesh& mesh) {
     state->step = step, state->global_batches = train.k * s.dp, state->rng_state = sampler.state;
     state->B = s.B, state->T = s.T, state->total_batch = s.total;
     state->loss_history.assign(g.loss_window.values.begin(), g.loss_window.values.end());
     state->norm_history.assign(g.norm_window.values.begin(), g.norm_window.values.end());
     state->loss_scale = fp16 ? g.loss_scale.scale : 0.0, state->loss_scale_clean = g.loss_scale.clean;
+    if (!checkpoint_make_room(rc.out_dir, (double)gpt_num_params(*dpar->g), rc.ckpt_keep, step, mesh.world_group)) return false;
     checkpoint_save(rc.out_dir, dpar, *state, mesh.world_group);
     if (mesh.rank == 0) checkpoint_prune(rc.out_dir, rc.ckpt_keep, step);
     print0("checkpoint: %s\n", checkpoint_dir(rc.out_dir, step).c_str());
+    return true;
 }
 
 // After the last step (or a stop): the model file, the profile, the last memory lines.
@@ -1334,6 +1340,7 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
     StepGuards guards = step_guards(rc, state, fp16);
     if (!rc.out_dir.empty()) stop_signals_install();  // a stop request is then answered after the step, with a checkpoint
     int stop = 0;  // the signal that stopped the run (0: none)
+    bool saved = true;  // the last checkpoint was written (false: no room for it)
     const int first_step = (int)state.step + 1;
     for (int step = first_step; step <= rc.steps; step++) {
         // ---- train step (--profile measures the steps after the first, which sets up cuBLASLt and buffers)
@@ -1358,7 +1365,7 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
         stop = rc.out_dir.empty() || last ? 0 : stop_signal_agreed(mesh.world_group);
         // ---- once in a while: a checkpoint
         if (!rc.out_dir.empty() && (last || stop || (rc.ckpt_every > 0 && step % rc.ckpt_every == 0)))
-            save_checkpoint(rc, s, step, data->train, sampler, guards, fp16, &dpar, &state, mesh);
+            saved = save_checkpoint(rc, s, step, data->train, sampler, guards, fp16, &dpar, &state, mesh);
         if (stop) {
             print0("stopped by %s after step %d of %d: run the same command with --resume to go on\n", stop_signal_name(stop), step,
                    rc.steps);
@@ -1367,7 +1374,11 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
     }
     finish_run(rc, ctx, &model, &dpar, mesh, stop, peak);
     logger_close(&log);
-    return stop ? 128 + stop : 0;  // the shell's code for a process the signal ended
+    if (stop) return 128 + stop;  // the shell's code for a process the signal ended
+    if (!saved && mesh.rank == 0)
+        fprintf(stderr, "error: the last step's checkpoint was not written (no room in --output-dir %s); free some space and "
+                        "run the same command with --resume to write it\n", rc.out_dir.c_str());
+    return saved ? 0 : 1;
 }
 
 // ----------------------------------------------------------------------------

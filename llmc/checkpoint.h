@@ -16,12 +16,12 @@ written its part:
 A resume is bit-identical to an uninterrupted run; any dp, ZeRO stage, tp, pp or vpp can resume.
 A stop signal ends every rank after the same step, with a checkpoint. Nothing non-finite is written.
 
-Main functions: model_file_config, model_file_load, model_file_save, checkpoint_save,
-checkpoint_load, checkpoint_prune, and the stop signals (stop_signals_install, stop_signal_agreed).
+Main functions: model_file_config, model_file_load, model_file_save, checkpoint_save, checkpoint_load,
+checkpoint_prune, checkpoint_room and checkpoint_make_room (a full disk), stop_signals_install.
 
-Tests: test/test_cli.sh (round trips, bad files), test/test_train.sh (resume, signals),
-test/test_dp.sh, test/test_tp.sh, test/test_pp.sh (sharded checkpoints, resharding).
-More: docs/formats.md.
+Tests: test/test_cli.sh (round trips, bad files, a full disk), test/test_train.sh (resume,
+signals), test/test_dp.sh, test/test_tp.sh, test/test_pp.sh (sharded checkpoints, resharding).
+More: docs/formats.md, docs/training.md.
 */
 #pragma once
 #include <algorithm>
@@ -475,14 +475,19 @@ inline void output_dir_shared(const std::string& out_dir, double mark, Group& wo
                     "checkpoint into it, so all nodes need the same directory (a shared file system)", out_dir.c_str(), r);
 }
 
-// The bytes --output-dir's file system has free for this process; LLMC_DISK_FREE=<bytes> in the
-// environment stands for it (a test of a full disk).
+// The bytes --output-dir's file system has free for this process. For tests of a full disk,
+// LLMC_DISK_FREE=<bytes> in the environment stands for a disk with that many bytes free while
+// --output-dir is empty: the files written into --output-dir take their bytes from it.
 inline double disk_free_bytes(const std::string& dir) {
     if (const char* env = getenv("LLMC_DISK_FREE")) {
         char* end = nullptr;
         const double v = strtod(env, &end);
         if (end == env || *end != 0 || v < 0) usage_error("LLMC_DISK_FREE=%s: expected a number of bytes", env);
-        return v;
+        std::error_code ec;
+        double used = 0;
+        for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec))
+            if (e.is_regular_file(ec)) used += (double)e.file_size(ec);
+        return v - used;
     }
     struct statvfs s;
     if (statvfs(dir.c_str(), &s) != 0) return -1;  // (unknown: nothing is said)
@@ -493,22 +498,54 @@ inline double disk_free_bytes(const std::string& dir) {
 // AdamW's two moments). A disk without room for one is refused before the first step: the run
 // would fail at its first save, and every restart again. Room for fewer than the run will keep
 // gets a note. `writes`: the checkpoints the run writes; keep: --keep-checkpoints. Collective.
+inline double checkpoint_bytes(double params) { return 12 * params + (1 << 20); }  // (+1 MiB: the headers, the history, the manifest)
 inline void checkpoint_room(const std::string& out_dir, double params, long long writes, int keep, Group& world) {
     if (out_dir.empty() || writes <= 0) return;
     double free_bytes = world.rank == 0 ? disk_free_bytes(out_dir) : 0;
-    comm_sum_doubles(world, &free_bytes, 1);  // (rank 0's alone: a broadcast)
+    comm_from_rank(world, &free_bytes, 1);
     if (free_bytes < 0) return;  // (unknown)
-    const double one = 12 * params + (1 << 20);  // (+1 MiB: the headers, the history, the manifest)
+    const double one = checkpoint_bytes(params);
     if (free_bytes < one)
         usage_error("--output-dir %s: %s free, but one checkpoint of this run takes %s (12 bytes a parameter: the fp32 "
                     "weights and AdamW's two moments); free some space or choose another directory", out_dir.c_str(),
                     format_bytes(free_bytes).c_str(), format_bytes(one).c_str());
-    const long long held = keep > 0 ? std::min<long long>(writes, keep + 1) : writes;  // (a new one is written before the oldest goes)
+    const long long held = keep > 0 ? std::min<long long>(writes, std::max(keep, 2)) : writes;  // (checkpoint_make_room)
     const long long room = (long long)(free_bytes / one);
     if (room < held)
         print0("note: --output-dir %s: %s free holds %lld checkpoint%s of %s, but this run keeps up to %lld; %s\n", out_dir.c_str(),
                format_bytes(free_bytes).c_str(), room, room == 1 ? "" : "s", format_bytes(one).c_str(), held,
                keep > 0 ? "free some space, or lower --keep-checkpoints" : "free some space, or keep fewer with --keep-checkpoints");
+}
+
+// Before each save: is there room for the checkpoint of step `step`? Where there is not, and
+// --keep-checkpoints K is 2 or more, the old checkpoints that K removes after this save are
+// removed first (the newest always stays). Still no room: false, with a warning; the caller
+// skips this save and the next one tries again, so a disk that others fill does not end the
+// run. Collective: rank 0 looks and decides.
+inline bool checkpoint_make_room(const std::string& out_dir, double params, int keep, int64_t step, Group& world) {
+    const double one = checkpoint_bytes(params);
+    double verdict[2] = {1, 0};  // rank 0's: 1 to save; the free bytes
+    if (world.rank == 0) {
+        std::vector<std::string> old;  // (this run's older checkpoints, oldest first: checkpoint_prune's)
+        for (const std::string& d : checkpoint_list(out_dir))
+            if (d < checkpoint_dir(out_dir, step)) old.push_back(d);
+        double free_bytes = disk_free_bytes(out_dir);
+        for (size_t i = 0; free_bytes >= 0 && free_bytes < one && keep >= 2 && old.size() - i > (size_t)keep - 1; i++) {
+            std::error_code ec;
+            std::filesystem::remove_all(old[i], ec);
+            print0("note: step %lld: removed %s before the save, to make room (--keep-checkpoints %d would remove it after)\n",
+                   (long long)step, old[i].c_str(), keep);
+            free_bytes = disk_free_bytes(out_dir);
+        }
+        verdict[0] = free_bytes < 0 || free_bytes >= one, verdict[1] = free_bytes;
+        const std::vector<std::string> left = checkpoint_list(out_dir);
+        if (!verdict[0])
+            print0("warning: step %lld: checkpoint not written: --output-dir %s has %s free, and one takes %s. The newest is "
+                   "%s. Training goes on, and the next checkpoint tries again\n", (long long)step, out_dir.c_str(),
+                   format_bytes(free_bytes).c_str(), format_bytes(one).c_str(), left.empty() ? "none" : left.back().c_str());
+    }
+    comm_from_rank(world, verdict, 2);
+    return verdict[0] != 0;
 }
 
 // --output-dir belongs to one run at a time. Rank 0 holds an exclusive flock on DIR/.lock (with
@@ -539,7 +576,7 @@ inline void output_dir_claim(const std::string& out_dir, bool resume, Group& wor
             if (!resume && !dirs.empty()) verdict[0] = 2, newest = fs::path(dirs.back()).filename().string();
         }
     }
-    comm_sum_doubles(world, verdict, 3);  // (rank 0's alone are non-zero: a broadcast)
+    comm_from_rank(world, verdict, 3);
     if (verdict[0] == 1)
         usage_error("--output-dir %s: another run is using it (pid %.0f holds %s/.lock); wait for it to end, or choose another "
                     "directory", out_dir.c_str(), verdict[1], out_dir.c_str());

@@ -11,7 +11,8 @@ Two places keep a checksum:
     hold CRC_MAGIC and the CRC32C of the whole file, slot 15 read as 0; a checkpoint that has a
     model.bin.crc32c has them in every such file
 
-Main functions: crc32c, crc32c_file, sidecar_write, sidecar_verify, header_seal, header_verify.
+Main functions: crc32c, crc32c_file, sidecar_write, sidecar_read, sidecar_verify, header_seal,
+header_verify.
 Tests: test/test_ops.cpp (the standard check value), test/test_cli.sh (a flipped byte in each
 kind of file stops the run, naming it), test/test_fuzz.py. More: docs/formats.md.
 */
@@ -79,20 +80,29 @@ inline void sidecar_write(const std::string& hashed, const std::string& out) {
     fprintf(f, "crc32c %08x %lld\n", crc, bytes);
     if (!close_synced(f)) fatal("cannot write '%s': %s", out.c_str(), strerror(errno));
 }
-// Checks the model file PATH against PATH.crc32c where there is one (else: an llm.c file, unchecked).
-inline void sidecar_verify(const std::string& path) {
+// What PATH.crc32c says of the model file PATH: false where there is none (an llm.c file).
+inline bool sidecar_read(const std::string& path, uint32_t* want, long long* want_bytes) {
     const std::string side = path + ".crc32c";
     FILE* f = fopen(side.c_str(), "r");
-    if (!f) return;
+    if (!f) return false;
     char text[128] = "";
     const size_t got = fread(text, 1, sizeof text - 1, f);
     fclose(f);
-    unsigned want = 0;
-    long long want_bytes = -1, bytes = 0;
+    unsigned crc = 0;
+    long long bytes = -1;
     char again[128] = "";  // (the line as sidecar_write writes it: anything else is damage)
-    if (sscanf(text, "crc32c %x %lld", &want, &want_bytes) == 2) snprintf(again, sizeof again, "crc32c %08x %lld\n", want, want_bytes);
+    if (sscanf(text, "crc32c %x %lld", &crc, &bytes) == 2) snprintf(again, sizeof again, "crc32c %08x %lld\n", crc, bytes);
     if (got == 0 || got != strlen(again) || memcmp(again, text, got) != 0)
         fatal("'%s' is damaged: not one line \"crc32c HEX BYTES\"", side.c_str());
+    *want = crc, *want_bytes = bytes;
+    return true;
+}
+// Checks the model file PATH against PATH.crc32c where there is one (else: an llm.c file, unchecked).
+inline void sidecar_verify(const std::string& path) {
+    const std::string side = path + ".crc32c";
+    uint32_t want = 0;
+    long long want_bytes = -1, bytes = 0;
+    if (!sidecar_read(path, &want, &want_bytes)) return;
     const uint32_t crc = crc32c_file(path, 0, &bytes);
     if (crc != want || bytes != want_bytes)
         fatal("'%s' is damaged: its CRC32C is %08x over %lld bytes, but '%s' says %08x over %lld (if the file was replaced "

@@ -588,6 +588,12 @@ template <class floatX> inline void comm_all_to_all(Group& g, const floatX* send
 #endif
     ctx_copy(Ctx(), recv, send, n * sizeof(floatX));
 }
+// Every rank gets rank `root`'s n values: a broadcast, written as a sum to which the other ranks
+// add zeros (exact).
+inline void comm_from_rank(Group& g, double* v, int n, int root = 0) {
+    if (g.rank != root) std::fill(v, v + n, 0.0);
+    comm_sum_doubles(g, v, n);
+}
 inline void comm_barrier(Group& g) {
     CommWait wait_("barrier", g.name.c_str());  // (--comm-timeout: comm_timeout.h)
     comm_count(g, BARRIER, 0);
@@ -600,8 +606,7 @@ inline void comm_barrier(Group& g) {
 // given, gets rank 0's values. Each value must be exact in a double (an integer below 2^53).
 inline int comm_first_differing(Group& g, const double* v, int n, double* rank0 = nullptr) {
     std::vector<double> first(v, v + n);
-    if (g.rank != 0) std::fill(first.begin(), first.end(), 0.0);
-    comm_sum_doubles(g, first.data(), n);  // (rank 0's alone are non-zero: a broadcast)
+    comm_from_rank(g, first.data(), n);
     bool differs = false;
     for (int i = 0; i < n; i++) differs = differs || v[i] != first[i];
     float mark = differs ? (float)(g.size - g.rank) : 0.0f;  // (the largest mark is the lowest rank; exact below 2^24)

@@ -208,12 +208,33 @@ LLMC_DISK_FREE=1048576 expect_fail "a disk without room for one checkpoint" 2 \
     "--output-dir $tmp/full: 1.0 MiB free, but one checkpoint of this run takes" "${base[@]}" --steps 50 --output-dir "$tmp/full"
 [ -z "$(ls "$tmp/full" 2>/dev/null)" ] && r=ok || r="not ok"
 echo "$r - a disk without room for one checkpoint: nothing written"
+# The disk fills during the run: 2,000,000 bytes free hold two of this model's checkpoints (~369 kB
+# each; one is counted as 12 bytes a parameter + 1 MiB = 1.4 MiB). A save without room is skipped
+# with a warning and training goes on; with --keep-checkpoints 2 the oldest goes first instead.
 for keep in 0 2; do
-    LLMC_DISK_FREE=2000000 "$BIN" "${base[@]}" --steps 10 --checkpoint-every 2 --keep-checkpoints $keep --output-dir "$tmp/room$keep" >"$tmp/out" 2>&1
-    want=$([ $keep = 0 ] && echo 5 || echo 3)
+    LLMC_DISK_FREE=2000000 "$BIN" "${base[@]}" --steps 10 --checkpoint-every 2 --keep-checkpoints $keep --output-dir "$tmp/room$keep" \
+        --save-model "$tmp/room$keep.bin" >"$tmp/out" 2>"$tmp/err"
+    rc=$? want=$([ $keep = 0 ] && echo 5 || echo 2)
     grep -q "^note: --output-dir $tmp/room$keep: 1.9 MiB free holds 1 checkpoint of .*, but this run keeps up to $want; free some space" "$tmp/out" \
         && echo "ok - a disk with room for fewer checkpoints than the run keeps (--keep-checkpoints $keep: $want): a note" \
         || { echo "not ok - no note of the disk's room (--keep-checkpoints $keep)"; grep -i "note\|error" "$tmp/out" | sed 's/^/#   /'; }
+    left=$(ls "$tmp/room$keep" | tr '\n' ' ')
+    if [ $keep = 0 ]; then
+        [ $rc = 1 ] && [ "$left" = "step_00000002 step_00000004 " ] && [ -s "$tmp/room0.bin" ] &&
+            [ "$(grep -c "^warning: step [0-9]*: checkpoint not written: --output-dir $tmp/room0 has 1.2 MiB free, and one takes 1.4 MiB. The newest is $tmp/room0/step_00000004. Training goes on" "$tmp/out")" = 3 ] &&
+            grep -q "^error: the last step's checkpoint was not written (no room in --output-dir $tmp/room0)" "$tmp/err" && [ "$(wc -l <"$tmp/err")" = 1 ] &&
+            r=ok || r="not ok"
+        echo "$r - a full disk skips saves with a warning and trains on; the last one missing is exit 1, with --save-model written (exit $rc; kept: $left)"
+        "$BIN" "${base[@]}" --steps 10 --checkpoint-every 2 --output-dir "$tmp/room0" --resume >"$tmp/out" 2>&1
+        rc=$?
+        [ $rc = 0 ] && [ -d "$tmp/room0/step_00000010" ] && r=ok || r="not ok"
+        echo "$r - once there is room, --resume writes the missing checkpoints (exit $rc)"
+    else
+        [ $rc = 0 ] && [ "$left" = "step_00000008 step_00000010 " ] && ! grep -q "^warning" "$tmp/out" &&
+            [ "$(grep -c "^note: step [0-9]*: removed $tmp/room2/step_0000000[246] before the save, to make room (--keep-checkpoints 2 would remove it after)" "$tmp/out")" = 3 ] &&
+            r=ok || r="not ok"
+        echo "$r - a full disk with --keep-checkpoints 2: the oldest goes before the save, every save written (exit $rc; kept: $left)"
+    fi
 done
 "$BIN" "${base[@]}" --steps 10 --checkpoint-every 2 --output-dir "$tmp/room" >"$tmp/out" 2>&1
 grep -q "^note: --output-dir" "$tmp/out" && echo "not ok - a note of the disk's room where there is room" || echo "ok - no note where the disk has room"

@@ -535,6 +535,14 @@ if [ -z "${DP_QUICK:-}" ]; then  # (these checks use MPI, whatever the backend)
     "$BIN" "${dcommon[@]}" --steps 0 --seed 2 --save-model "$tmp/node1/model.bin" >/dev/null 2>&1
     two_ranks "rank 1 reads another --model file" "^error: --model model.bin: rank 1 reads another file than rank 0" \
         "$tmp/node0" "$bin" "$tmp/node1" "$bin" --model model.bin
+    # the ranks compare what model.bin.crc32c says; rank 1's says rank 0's, but its model.bin is another: its load stops it
+    cp "$tmp/node1/model.bin.crc32c" "$tmp/node1.crc32c" && cp "$tmp/node0/model.bin.crc32c" "$tmp/node1/model.bin.crc32c"
+    out=$(timeout 60 mpirun --oversubscribe -np 1 --wdir "$tmp/node0" "$bin" "${common[@]}" --batch-size 2 --steps 2 --model model.bin : \
+        -np 1 --wdir "$tmp/node1" "$bin" "${common[@]}" --batch-size 2 --steps 2 --model model.bin 2>&1); rc=$?
+    [ $rc = 1 ] && echo "$out" | grep -q "error: 'model.bin' is damaged: its CRC32C is" && ! echo "$out" | grep -q "^step " \
+        && echo "ok - rank 1's model.bin.crc32c says rank 0's CRC, but its file is another: its load stops the run (exit $rc)" \
+        || { echo "not ok - rank 1's other model file under rank 0's checksum: exit $rc"; echo "$out" | tail -3 | sed 's/^/#   /'; }
+    mv "$tmp/node1.crc32c" "$tmp/node1/model.bin.crc32c"
     $PY test/make_choice_set.py "$tmp/node0/hs.bin" "build/data/kjv${V}_val_000000.bin"
     $PY test/make_choice_set.py "$tmp/node1/hs.bin" "build/data/kjv${V}_train_000000.bin"  # (other examples)
     two_ranks "rank 1 reads another --hellaswag file" "^error: --hellaswag hs.bin: rank 1 reads another file than rank 0" \
