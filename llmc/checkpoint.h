@@ -311,10 +311,9 @@ inline std::string checkpoint_settings_changed(const RunSettings& saved, const R
 template <class floatX>
 inline void state_file_write(const std::string& path, DataParallel<floatX>* d, const TrainState& s) {
     const ParamLayout& l = d->g->layout;
-    FILE* f = fopen_or_die(path.c_str(), "wb");
-    int64_t h[STATE_HEADER] = {STATE_MAGIC, 2, s.step, s.global_batches, (int64_t)s.rng_state, s.B, s.T, s.total_batch,
-                               (int64_t)l.total, d->N, d->zero, l.tp, l.pp, l.vpp()};
-    fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, path.c_str());
+    const int64_t h[STATE_HEADER] = {STATE_MAGIC, 2, s.step, s.global_batches, (int64_t)s.rng_state, s.B, s.T, s.total_batch,
+                                     (int64_t)l.total, d->N, d->zero, l.tp, l.pp, l.vpp()};
+    FILE* f = header_file_open(path, h);
     std::vector<float> chunk;  // host copy of one chunk
     for (Buf<float>* buf : {&d->m, &d->v})
         for (size_t u = 0; u < d->units.size(); u++) {
@@ -324,34 +323,29 @@ inline void state_file_write(const std::string& path, DataParallel<floatX>* d, c
             refuse_non_finite(chunk.data(), chunk.size(), path, "AdamW's moments");
             if (!chunk.empty()) fwrite_or_die(chunk.data(), 4, chunk.size(), f, path.c_str());
         }
-    if (!close_synced(f)) fatal("cannot write '%s'", path.c_str());
-    header_seal(path);
+    header_file_close(f, path);
 }
 
 // FP8's amax history of one (tp, pp) group: a header, then the last min(steps, H) steps' amaxes.
 inline void fp8_history_write(const std::string& path, const Fp8Delayed& fd) {
     const std::vector<float> amaxes = fp8_delayed_saved(fd);
-    FILE* f = fopen_or_die(path.c_str(), "wb");
-    int64_t h[STATE_HEADER] = {FP8_HISTORY_MAGIC, 1, fd.steps, fd.H, fd.n, (int64_t)std::min<long long>(fd.steps, fd.H)};
-    fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, path.c_str());
+    const int64_t h[STATE_HEADER] = {FP8_HISTORY_MAGIC, 1, fd.steps, fd.H, fd.n, (int64_t)std::min<long long>(fd.steps, fd.H)};
+    FILE* f = header_file_open(path, h);
     if (!amaxes.empty()) fwrite_or_die(amaxes.data(), sizeof(float), amaxes.size(), f, path.c_str());
-    if (!close_synced(f)) fatal("cannot write '%s'", path.c_str());
-    header_seal(path);
+    header_file_close(f, path);
 }
 
 // history.bin: a header (the window sizes, fp16's loss scale and its clean steps), then the
 // outlier windows of losses and of gradient norms.
 inline void history_write(const std::string& path, const TrainState& s) {
-    FILE* f = fopen_or_die(path.c_str(), "wb");
     int64_t scale_bits;
     memcpy(&scale_bits, &s.loss_scale, 8);
-    int64_t h[STATE_HEADER] = {HISTORY_MAGIC, 2, (int64_t)s.loss_history.size(), (int64_t)s.norm_history.size(), scale_bits,
-                               s.loss_scale_clean};
-    fwrite_or_die(h, sizeof(int64_t), STATE_HEADER, f, path.c_str());
+    const int64_t h[STATE_HEADER] = {HISTORY_MAGIC, 2, (int64_t)s.loss_history.size(), (int64_t)s.norm_history.size(), scale_bits,
+                                     s.loss_scale_clean};
+    FILE* f = header_file_open(path, h);
     for (const std::vector<double>* v : {&s.loss_history, &s.norm_history})
         if (!v->empty()) fwrite_or_die(v->data(), sizeof(double), v->size(), f, path.c_str());
-    if (!close_synced(f)) fatal("cannot write '%s'", path.c_str());
-    header_seal(path);
+    header_file_close(f, path);
 }
 
 // manifest.json: the step, the layout, the model's config, the batch, the run's settings, and

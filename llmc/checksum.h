@@ -11,8 +11,8 @@ Two places keep a checksum:
     hold CRC_MAGIC and the CRC32C of the whole file, slot 15 read as 0; a checkpoint that has a
     model.bin.crc32c has them in every such file
 
-Main functions: crc32c, crc32c_file, sidecar_write, sidecar_read, sidecar_verify, header_seal,
-header_verify.
+Main functions: crc32c, crc32c_file, sidecar_write, sidecar_read, sidecar_verify,
+header_file_open, header_file_close (it calls header_seal), header_verify.
 Tests: test/test_ops.cpp (the standard check value), test/test_cli.sh (a flipped byte in each
 kind of file stops the run, naming it), test/test_fuzz.py. More: docs/formats.md.
 */
@@ -128,6 +128,17 @@ inline void header_seal(const std::string& path) {
     if (fseek(f, 14 * 8, SEEK_SET) != 0) fatal("cannot write '%s'", path.c_str());
     fwrite_or_die(seal, sizeof(int64_t), 2, f, path.c_str());
     if (!close_synced(f)) fatal("cannot write '%s': %s", path.c_str(), strerror(errno));
+}
+// Such a file is written in three parts: header_file_open (the file and its header h, 16 int64s),
+// its body, then header_file_close (the file fsynced, then sealed).
+inline FILE* header_file_open(const std::string& path, const int64_t* h) {
+    FILE* f = fopen_or_die(path.c_str(), "wb");
+    fwrite_or_die(h, sizeof(int64_t), 16, f, path.c_str());
+    return f;
+}
+inline void header_file_close(FILE* f, const std::string& path) {
+    if (!close_synced(f)) fatal("cannot write '%s'", path.c_str());
+    header_seal(path);
 }
 // Checks such a file given its header h (read already). required: its checkpoint has checksums
 // (a model.bin.crc32c), so a header without the seal is damage too; else (a checkpoint from

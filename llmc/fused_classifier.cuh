@@ -164,7 +164,7 @@ __device__ inline void classifier_row_max_sum(const floatX* src, int V, int Vp, 
         if constexpr (WAIT) cp_async_wait_pending(G - 1 - g);
         const int k1 = (g + 1) * per;
         Pack<floatX, P> next;
-        if (threadIdx.x * P + g * per * stride < V) next = load_pack<P>(src + threadIdx.x * P + g * per * stride);
+        if ((int)threadIdx.x * P + g * per * stride < V) next = load_pack<P>(src + threadIdx.x * P + g * per * stride);
         for (int k = g * per; k < k1; k++) {
             const int i = threadIdx.x * P + k * stride;
             if (i >= V) break;  // (a pack starting below V ends within Vp)
