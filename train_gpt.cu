@@ -908,9 +908,11 @@ static TrainState load_weights(const RunConfig& rc, const ModelSource& src, cons
 // ----------------------------------------------------------------------------
 // the run summary: what runs, where, and in how much memory
 
-// The model line and the data line.
+// The model line and the data line. The data line says how many epochs --steps reads; more than
+// one gets a note, since a --train-data pattern that matches too few shards looks the same.
 template <class floatX>
-static void print_model_and_data(const ModelSource& src, const GPT<floatX>& model, const RunData& data, const StepShape& s) {
+static void print_model_and_data(const ModelSource& src, const GPT<floatX>& model, const RunData& data, const StepShape& s,
+                                 int steps) {
     const GPTConfig& c = src.config;
     char arch_note[256] = "";
     if (c.llama()) {
@@ -924,8 +926,14 @@ static void print_model_and_data(const ModelSource& src, const GPT<floatX>& mode
     print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s%s\n", c.num_layers, c.channels, c.num_heads,
            c.vocab_size, c.padded_vocab_size, c.max_seq_len, gpt_num_params(model) / 1e6,
            src.from_file ? " (from file)" : !src.resume_dir.empty() ? " (from checkpoint)" : "", arch_note);
-    print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens\n",
-           data.train.total_tokens, data.train.shards.size(), s.B, s.T, s.dp, s.accum, s.total);
+    const long long per_epoch = std::max(1LL, data.train.slots / ((long long)s.accum * s.dp));  // (steps)
+    const double epochs = (double)steps * s.accum * s.dp / data.train.slots;
+    print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens", data.train.total_tokens,
+           data.train.shards.size(), s.B, s.T, s.dp, s.accum, s.total);
+    print0(steps > 0 ? "; --steps %d: %.3g epochs\n" : "\n", steps, epochs);
+    if (epochs > 1)
+        print0("note: --steps %d reads the training data %.3g times over (an epoch is %lld steps); check that --train-data "
+               "names every shard\n", steps, epochs, per_epoch);
 }
 
 // A stage's blocks: "[0, 2)", or with interleaving its chunks' "[0, 1) [2, 3)".
@@ -1322,7 +1330,7 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
     checkpoint_room(rc.out_dir, (double)gpt_num_params(model), checkpoints_to_write(rc, state.step), rc.ckpt_keep, mesh.world_group);
     const bool fp16 = be.precision.fp16;
     // --- the run summary
-    print_model_and_data(src, model, *data, s);
+    print_model_and_data(src, model, *data, s, rc.steps);
     print_layout(rc, model, mesh, *data, s);
     print_device<floatX>(rc, ctx, mesh, be);
     const double peak = gpu_peak_flops(ctx), flops_tok = flops_per_token(src.config, s.T, gpt_num_params(model));

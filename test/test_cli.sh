@@ -208,6 +208,15 @@ LLMC_DISK_FREE=1048576 expect_fail "a disk without room for one checkpoint" 2 \
     "--output-dir $tmp/full: 1.0 MiB free, but one checkpoint of this run takes" "${base[@]}" --steps 50 --output-dir "$tmp/full"
 [ -z "$(ls "$tmp/full" 2>/dev/null)" ] && r=ok || r="not ok"
 echo "$r - a disk without room for one checkpoint: nothing written"
+# The data line says how many epochs --steps reads (5000 tokens: 156 slots of B·T = 32); over one gets a note.
+"$BIN" "${base[@]}" --steps 0 >"$tmp/out" 2>&1 && grep -q "^data: 5000 train tokens in 1 shard(s); B=2 T=16 dp=1, 1 micro-batch(es) per step = 32 tokens\$" "$tmp/out" \
+    && r=ok || r="not ok"
+"$BIN" "${base[@]}" --steps 20 >"$tmp/out" 2>&1 && grep -q "^data: .* = 32 tokens; --steps 20: 0.128 epochs\$" "$tmp/out" && ! grep -q "^note: --steps" "$tmp/out" \
+    || r="not ok"
+"$BIN" "${base[@]}" --steps 200 >"$tmp/out" 2>&1 && grep -q "; --steps 200: 1.28 epochs\$" "$tmp/out" &&
+    grep -q "^note: --steps 200 reads the training data 1.28 times over (an epoch is 156 steps); check that --train-data names every shard" "$tmp/out" \
+    || r="not ok"
+echo "$r - the data line gives --steps in epochs (none with --steps 0), and more than one epoch gets a note"
 # The disk fills during the run: 2,000,000 bytes free hold two of this model's checkpoints (~369 kB
 # each; one is counted as 12 bytes a parameter + 1 MiB = 1.4 MiB). A save without room is skipped
 # with a warning and training goes on; with --keep-checkpoints 2 the oldest goes first instead.
