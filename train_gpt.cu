@@ -404,6 +404,9 @@ static void parse_optimizer_flags(const Flags& f, RunConfig* rc) {
     rc->sched.final_lr_frac = f.real("final-lr-frac", 0, 1);
     rc->sched.cooldown_frac = f.real("cooldown-frac", 1e-6, 1);
     rc->sched.total = rc->steps;
+    if (rc->steps > 0 && rc->sched.warmup > rc->steps)
+        print0("note: --warmup-steps %d is more than --steps %d: the learning rate reaches only %.3g%% of --lr\n", rc->sched.warmup,
+               rc->steps, 100.0 * rc->steps / rc->sched.warmup);
     rc->wd = f.real("weight-decay", 0, 10), rc->beta1 = f.real("beta1", 0, 0.999999), rc->beta2 = f.real("beta2", 0, 0.999999);
     rc->eps = f.real("eps", 0, 1), rc->grad_clip = f.real("grad-clip", 0, 1e30);
     rc->skip_loss_z = f.real("skip-loss-z", 0, 1e6), rc->skip_norm_z = f.real("skip-norm-z", 0, 1e6);
@@ -934,6 +937,15 @@ static void print_model_and_data(const ModelSource& src, const GPT<floatX>& mode
     if (epochs > 1)
         print0("note: --steps %d reads the training data %.3g times over (an epoch is %lld steps); check that --train-data "
                "names every shard\n", steps, epochs, per_epoch);
+    for (const Shard& v : data.has_val ? data.val.shards : std::vector<Shard>{})
+        for (const Shard& t : data.train.shards) {
+            std::error_code ec;
+            if (std::filesystem::equivalent(v.path, t.path, ec)) {
+                print0("note: --val-data reads a file --train-data reads too (%s): the validation loss is then a training "
+                       "loss\n", v.path.c_str());
+                return;
+            }
+        }
 }
 
 // A stage's blocks: "[0, 2)", or with interleaving its chunks' "[0, 1) [2, 3)".

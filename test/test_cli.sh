@@ -217,6 +217,15 @@ echo "$r - a disk without room for one checkpoint: nothing written"
     grep -q "^note: --steps 200 reads the training data 1.28 times over (an epoch is 156 steps); check that --train-data names every shard" "$tmp/out" \
     || r="not ok"
 echo "$r - the data line gives --steps in epochs (none with --steps 0), and more than one epoch gets a note"
+# Two more notes of a run that does not do what it seems to: a warmup longer than the run, and validation on training data
+ln -sf ok.bin "$tmp/ok_again.bin"
+"$BIN" "${base[@]}" --steps 5 --warmup-steps 100 >"$tmp/out" 2>&1 &&
+    grep -q "^note: --warmup-steps 100 is more than --steps 5: the learning rate reaches only 5% of --lr$" "$tmp/out" && r=ok || r="not ok"
+"$BIN" "${base[@]}" --steps 5 --warmup-steps 5 --val-data "$tmp/ok_again.bin" >"$tmp/out" 2>&1 &&
+    grep -q "^note: --val-data reads a file --train-data reads too ($tmp/ok_again.bin): the validation loss is then a training loss$" "$tmp/out" &&
+    ! grep -q "^note: --warmup" "$tmp/out" || r="not ok"
+"$BIN" "${base[@]}" --steps 5 --val-data "$tmp/ok32.bin" >"$tmp/out" 2>&1 && grep -q "^validation: " "$tmp/out" && ! grep -q "^note:" "$tmp/out" || r="not ok"
+echo "$r - notes: --warmup-steps over --steps, --val-data reading a --train-data file (through a link); none for other files"
 # The disk fills during the run: 2,000,000 bytes free hold two of this model's checkpoints (~369 kB
 # each; one is counted as 12 bytes a parameter + 1 MiB = 1.4 MiB). A save without room is skipped
 # with a warning and training goes on; with --keep-checkpoints 2 the oldest goes first instead.
