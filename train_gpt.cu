@@ -929,8 +929,9 @@ static void print_model_and_data(const ModelSource& src, const GPT<floatX>& mode
     print0("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %.2fM parameters%s%s\n", c.num_layers, c.channels, c.num_heads,
            c.vocab_size, c.padded_vocab_size, c.max_seq_len, gpt_num_params(model) / 1e6,
            src.from_file ? " (from file)" : !src.resume_dir.empty() ? " (from checkpoint)" : "", arch_note);
-    const long long per_epoch = std::max(1LL, data.train.slots / ((long long)s.accum * s.dp));  // (steps)
-    const double epochs = (double)steps * s.accum * s.dp / data.train.slots;
+    const long long slots = std::max(1LL, data.train.slots);  // (B·T pieces of the data: dataloader.h)
+    const long long per_epoch = std::max(1LL, slots / ((long long)s.accum * s.dp));  // (steps)
+    const double epochs = (double)steps * s.accum * s.dp / slots;
     print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens", data.train.total_tokens,
            data.train.shards.size(), s.B, s.T, s.dp, s.accum, s.total);
     print0(steps > 0 ? "; --steps %d: %.3g epochs\n" : "\n", steps, epochs);
