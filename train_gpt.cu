@@ -1399,7 +1399,7 @@ static int run_training(const RunConfig& rc, const ModelSource& src, StepShape s
     if (!saved && mesh.rank == 0)
         fprintf(stderr, "error: the last step's checkpoint was not written (no room in --output-dir %s); free some space and "
                         "run the same command with --resume to write it\n", rc.out_dir.c_str());
-    return saved ? 0 : 1;
+    return saved ? 0 : 4;  // (4: not retried by run_until_done, since a resume would train into the same full disk)
 }
 
 // ----------------------------------------------------------------------------

@@ -5,8 +5,8 @@
 # kill, a NCCL error, a node reboot), it runs it again with --resume, from the newest checkpoint in
 # its --output-dir, and so on until the command exits 0. Not retried, because a restart would fail
 # the same way: a bad command line (exit 2); a run that diverged or stopped learning (exit 3:
-# a resume repeats it bit for bit); and a run that fails STUCK times in a row without writing a
-# new checkpoint. A stop asked of this script (SIGTERM, SIGINT, SIGUSR1) is passed to the trainer,
+# a resume repeats it bit for bit); a run without room for its last checkpoint (exit 4); and a
+# run that fails STUCK times in a row without writing a new checkpoint. A stop asked of this script (SIGTERM, SIGINT, SIGUSR1) is passed to the trainer,
 # which checkpoints and exits; the script then exits too.
 #
 # usage: scripts/run_until_done.sh COMMAND...     (COMMAND has --output-dir; mpirun ... is fine)
@@ -45,6 +45,7 @@ while :; do
     if [ $stopping = 1 ]; then echo "run_until_done: stopped on request (the trainer's exit: $rc)" >&2; exit "$rc"; fi
     if [ $rc = 2 ]; then echo "run_until_done: the command was refused (exit 2): not retried" >&2; exit 2; fi
     if [ $rc = 3 ]; then echo "run_until_done: the run diverged or stopped learning (exit 3): not retried, a resume would repeat it" >&2; exit 3; fi
+    if [ $rc = 4 ]; then echo "run_until_done: the run ended without room for its last checkpoint (exit 4): not retried; free some space in $out, then run this again" >&2; exit 4; fi
     last=$(newest)
     if [ "$last" = "$seen" ]; then stuck=$((stuck + 1)); else stuck=0 seen=$last; fi
     if [ "$stuck" -ge "$stuck_most" ]; then

@@ -238,11 +238,17 @@ for keep in 0 2; do
         || { echo "not ok - no note of the disk's room (--keep-checkpoints $keep)"; grep -i "note\|error" "$tmp/out" | sed 's/^/#   /'; }
     left=$(ls "$tmp/room$keep" | tr '\n' ' ')
     if [ $keep = 0 ]; then
-        [ $rc = 1 ] && [ "$left" = "step_00000002 step_00000004 " ] && [ -s "$tmp/room0.bin" ] &&
+        [ $rc = 4 ] && [ "$left" = "step_00000002 step_00000004 " ] && [ -s "$tmp/room0.bin" ] &&
             [ "$(grep -c "^warning: step [0-9]*: checkpoint not written: --output-dir $tmp/room0 has 1.2 MiB free, and one takes 1.4 MiB. The newest is $tmp/room0/step_00000004. Training goes on" "$tmp/out")" = 3 ] &&
             grep -q "^error: the last step's checkpoint was not written (no room in --output-dir $tmp/room0)" "$tmp/err" && [ "$(wc -l <"$tmp/err")" = 1 ] &&
             r=ok || r="not ok"
-        echo "$r - a full disk skips saves with a warning and trains on; the last one missing is exit 1, with --save-model written (exit $rc; kept: $left)"
+        echo "$r - a full disk skips saves with a warning and trains on; the last one missing is exit 4, with --save-model written (exit $rc; kept: $left)"
+        RESTART_WAIT=0 LLMC_DISK_FREE=2000000 scripts/run_until_done.sh "$BIN" "${base[@]}" --steps 10 --checkpoint-every 2 \
+            --output-dir "$tmp/room0u" >"$tmp/out" 2>"$tmp/err"
+        rc=$?
+        [ $rc = 4 ] && [ "$(grep -c "^run_until_done:" "$tmp/err")" = 1 ] && [ "$(grep -c "^model:" "$tmp/out")" = 1 ] &&
+            grep -q "^run_until_done: the run ended without room for its last checkpoint (exit 4): not retried" "$tmp/err" && r=ok || r="not ok"
+        echo "$r - scripts/run_until_done.sh: a run without room for its last checkpoint (exit 4) is not retried (exit $rc)"
         "$BIN" "${base[@]}" --steps 10 --checkpoint-every 2 --output-dir "$tmp/room0" --resume >"$tmp/out" 2>&1
         rc=$?
         [ $rc = 0 ] && [ -d "$tmp/room0/step_00000010" ] && r=ok || r="not ok"
