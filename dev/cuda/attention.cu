@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
                 char rule_words[64] = "none";
                 if (rule.S > 1) snprintf(rule_words, sizeof(rule_words), "%d for the last %d of %d heads", rule.S, rule.heads - rule.full, rule.heads);
                 printf("  the fused backward by its splits, each for the heads past the whole waves (the rule's: %s; v30: each tile's last split sums its dQ, not the sum kernel):", rule_words);
-                for (int S = 1; S <= 16 && S <= ceil_div(T, 128); S *= 2) {
+                for (int S = 1; S <= 16 && S <= (int)ceil_div(T, 128); S *= 2) {
                     gpu_ctx.kernels.flash_fused_splits = S;
                     printf("%s S=%d %.3f ms", S > 1 ? "," : "", S, time_ms(bwd));
                     if (S > 1 && flash_fused_grid(gpu_ctx.kernels, B, NKV, T).full > 0) {  // (the whole waves' heads one block each; here every head split)
