@@ -932,9 +932,10 @@ static void print_model_and_data(const ModelSource& src, const GPT<floatX>& mode
     const long long slots = std::max(1LL, data.train.slots);  // (B·T pieces of the data: dataloader.h)
     const long long per_epoch = std::max(1LL, slots / ((long long)s.accum * s.dp));  // (steps)
     const double epochs = (double)steps * s.accum * s.dp / slots;
-    print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens", data.train.total_tokens,
-           data.train.shards.size(), s.B, s.T, s.dp, s.accum, s.total);
-    print0(steps > 0 ? "; --steps %d: %.3g epochs\n" : "\n", steps, epochs);
+    char epoch_words[64] = "";  // (none for --steps 0: evaluation only)
+    if (steps > 0) snprintf(epoch_words, sizeof epoch_words, "; --steps %d: %.3g epochs", steps, epochs);
+    print0("data: %lld train tokens in %zu shard(s); B=%d T=%d dp=%d, %d micro-batch(es) per step = %lld tokens%s\n",
+           data.train.total_tokens, data.train.shards.size(), s.B, s.T, s.dp, s.accum, s.total, epoch_words);
     if (epochs > 1)
         print0("note: --steps %d reads the training data %.3g times over (an epoch is %lld steps); check that --train-data "
                "names every shard\n", steps, epochs, per_epoch);

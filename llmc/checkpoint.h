@@ -532,11 +532,10 @@ inline bool checkpoint_make_room(const std::string& out_dir, double params, int 
             free_bytes = disk_free_bytes(out_dir);
         }
         verdict[0] = free_bytes < 0 || free_bytes >= one, verdict[1] = free_bytes;
-        const std::vector<std::string> left = checkpoint_list(out_dir);
-        if (!verdict[0])
+        if (!verdict[0])  // (old.back(), the newest, is never removed)
             print0("warning: step %lld: checkpoint not written: --output-dir %s has %s free, and one takes %s. The newest is "
                    "%s. Training goes on, and the next checkpoint tries again\n", (long long)step, out_dir.c_str(),
-                   format_bytes(free_bytes).c_str(), format_bytes(one).c_str(), left.empty() ? "none" : left.back().c_str());
+                   format_bytes(free_bytes).c_str(), format_bytes(one).c_str(), old.empty() ? "none" : old.back().c_str());
     }
     comm_from_rank(world, verdict, 2);
     return verdict[0] != 0;

@@ -6,8 +6,9 @@
 # its --output-dir, and so on until the command exits 0. Not retried, because a restart would fail
 # the same way: a bad command line (exit 2); a run that diverged or stopped learning (exit 3:
 # a resume repeats it bit for bit); a run without room for its last checkpoint (exit 4); and a
-# run that fails STUCK times in a row without writing a new checkpoint. A stop asked of this script (SIGTERM, SIGINT, SIGUSR1) is passed to the trainer,
-# which checkpoints and exits; the script then exits too.
+# run that fails STUCK times in a row without writing a new checkpoint. A stop asked of this
+# script (SIGTERM, SIGINT, SIGUSR1) is passed to the trainer, which checkpoints and exits; the
+# script then exits too.
 #
 # usage: scripts/run_until_done.sh COMMAND...     (COMMAND has --output-dir; mpirun ... is fine)
 #   RESTARTS=N       the most restarts before it gives up (100)
